@@ -1,0 +1,5 @@
+import sys
+
+from gemm_ladder.cli import main
+
+sys.exit(main())

@@ -1,0 +1,104 @@
+"""What every rung of the ladder declares, and how it is built and launched.
+
+A level is a kernel source file plus the facts the gates need: the one idea it adds, its domain
+(the shapes it promises to compute; anything else is refused before launch), its launch geometry,
+and what it predicts about its own speed.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from gemm_ladder.contract import Domain, check_operands, dtype_name, trivial_result
+from gemm_ladder.runtime.compiler import KERNEL_ROOT, CompiledKernel, compile_kernel
+
+
+@dataclass(frozen=True)
+class PerfExpectation:
+    """What the performance gate holds a level to, on shapes large enough to time (>= 1 GFLOP).
+
+    ``min_vs_cublas``: the least acceptable ratio of cuBLAS time to this level's time.
+    ``min_vs_previous``: the least acceptable ratio of the previous level's time to this level's
+    (1.0 = at least as fast; the gate allows ``noise`` on top, measured spread of repeated runs).
+    """
+
+    min_vs_cublas: float = 0.0
+    min_vs_previous: float | None = None
+    noise: float = 0.03
+
+
+@dataclass(frozen=True)
+class LaunchGeometry:
+    """Threads per CTA, dynamic shared memory in bytes and cluster size of one launch."""
+
+    threads: int
+    dynamic_smem: int
+    cluster: int = 1
+
+
+@dataclass(frozen=True, eq=False)
+class Level(abc.ABC):
+    """One rung: a kernel file, its idea, its domain, and how to build and launch it."""
+
+    number: int
+    name: str
+    idea: str
+    source: str  # path under gemm_ladder/kernels/
+    domain: Domain
+    perf: PerfExpectation = field(default_factory=PerfExpectation)
+    kernel_name: str = "gemm_kernel"
+
+    @property
+    def source_path(self) -> Path:
+        return KERNEL_ROOT / self.source
+
+    @property
+    def title(self) -> str:
+        return f"L{self.number} {self.name}"
+
+    # --- building (no GPU needed) -------------------------------------------------------------
+    @abc.abstractmethod
+    def defines(self, dtype: str) -> dict[str, int | str]:
+        """Compile-time constants (``-D``) of this level for ``dtype`` ('bf16' or 'fp16')."""
+
+    @abc.abstractmethod
+    def geometry(self, dtype: str) -> LaunchGeometry:
+        """Threads, dynamic shared memory and cluster size (shape-independent)."""
+
+    def translation_unit(self, dtype: str) -> str:
+        return f'// gemm-ladder level {self.number} ({self.name}), {dtype}\n#include "levels/{Path(self.source).name}"\n'
+
+    def build(self, dtype: str, arch: str = "sm_90a") -> CompiledKernel:
+        """Compile (or fetch from cache) this level's cubin for ``dtype``; needs nvcc, not a GPU."""
+        defines = {"GL_DTYPE_" + dtype.upper(): 1, **self.defines(dtype)}
+        return compile_kernel(self.translation_unit(dtype), self.kernel_name, arch=arch, defines=defines)
+
+    # --- launching (GPU) ----------------------------------------------------------------------
+    def check(self, a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:
+        """Contract and domain checks; returns (M, N, K) or raises GemmInputError / OutsideDomainError."""
+        m, n, k = check_operands(a, b)
+        self.domain.check(m, n, k, dtype_name(a.dtype))
+        self.domain.check_pointers(a=a, b=b)
+        return m, n, k
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """``a @ b.T`` by this level's kernel. a: (M, K), b: (N, K), bf16/fp16 CUDA tensors.
+
+        Raises GemmInputError / OutsideDomainError before any launch.
+        """
+        m, n, k = self.check(a, b)
+        trivial = trivial_result(a, b)
+        if trivial is not None:
+            return trivial
+        c = torch.empty((m, n), dtype=a.dtype, device=a.device)
+        self.domain.check_pointers(c=c)
+        self.launch(a, b, c)
+        return c
+
+    @abc.abstractmethod
+    def launch(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+        """Launch on the current stream; operands already checked, none empty."""

@@ -1,0 +1,219 @@
+"""Compile CUDA C++ kernel sources to sm_90a cubins with nvcc, cached on disk.
+
+The cache key hashes the generated source, every header under the package's kernel tree (a superset
+of what the source includes, so an edited header always rebuilds), the nvcc flags and ``nvcc
+--version``. An entry is a directory built under a temporary name and renamed into place, so a
+reader never sees half a cubin and two processes compiling the same kernel both end with one whole
+entry.
+
+Environment:
+    GEMM_LADDER_CACHE: cache root (default ``~/.cache/gemm_ladder``).
+    GEMM_LADDER_JIT_DEBUG=1: print each compile command and keep ``kernel.ptx`` and ``kernel.sass``
+        next to the cubin.
+    GEMM_LADDER_NVCC: the nvcc to use (default: on PATH, then ``$CUDA_HOME/bin``).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Root of the kernel sources shipped in the package (levels and PTX headers).
+KERNEL_ROOT = Path(__file__).resolve().parent.parent / "kernels"
+INCLUDE_DIR = KERNEL_ROOT / "include"
+
+#: Hopper with its architecture-specific features (wgmma, setmaxnreg). The -gencode form: the
+#: -arch=sm_90a shorthand also runs a plain sm_90 pass that rejects wgmma (device/HOPPER.md).
+ARCH_FLAGS = {
+    "sm_90a": ["-gencode=arch=compute_90a,code=sm_90a"],
+    "sm_100a": ["-gencode=arch=compute_100a,code=sm_100a"],
+}
+BASE_FLAGS = ["-O3", "-std=c++17", "--use_fast_math", "-Xptxas", "-v", "-lineinfo"]
+
+
+class CompilerNotFoundError(RuntimeError):
+    """No nvcc (or cuobjdump) could be found."""
+
+
+class CompileError(RuntimeError):
+    """nvcc rejected a kernel; ``log`` holds the compiler's own message."""
+
+    def __init__(self, message: str, log: str):
+        super().__init__(f"{message}\n{log}")
+        self.log = log
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """A cached build: ``cubin`` is the loadable module, ``ptxas_log`` is ptxas's -v report."""
+
+    key: str
+    directory: Path
+    kernel_name: str
+    flags: tuple[str, ...]
+
+    @property
+    def cubin(self) -> Path:
+        return self.directory / "kernel.cubin"
+
+    @property
+    def ptxas_log(self) -> str:
+        return (self.directory / "ptxas.log").read_text()
+
+    @property
+    def source(self) -> str:
+        return (self.directory / "kernel.cu").read_text()
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("GEMM_LADDER_CACHE", Path.home() / ".cache" / "gemm_ladder"))
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("GEMM_LADDER_JIT_DEBUG", "") not in ("", "0")
+
+
+def _find_tool(name: str, env_var: str | None = None) -> str:
+    if env_var and os.environ.get(env_var):
+        return os.environ[env_var]
+    found = shutil.which(name)
+    if found:
+        return found
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    candidate = Path(cuda_home) / "bin" / name
+    if candidate.exists():
+        return str(candidate)
+    # The pip wheels nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm put their tools under nvidia/*/bin.
+    try:
+        import nvidia  # type: ignore[import-not-found]
+
+        for root in getattr(nvidia, "__path__", []):
+            for hit in sorted(Path(root).glob(f"*/bin/{name}")):
+                return str(hit)
+    except ImportError:
+        pass
+    raise CompilerNotFoundError(
+        f"{name} not found: put the CUDA toolkit's bin on PATH, set CUDA_HOME"
+        + (f" or {env_var}" if env_var else "")
+        + (", or pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm" if name != "nvcc" else "")
+    )
+
+
+def nvcc_path() -> str:
+    return _find_tool("nvcc", "GEMM_LADDER_NVCC")
+
+
+def cuobjdump_path() -> str:
+    return _find_tool("cuobjdump")
+
+
+@functools.lru_cache(maxsize=None)
+def nvcc_version(nvcc: str) -> str:
+    return subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _headers_digest() -> str:
+    h = hashlib.sha256()
+    for path in sorted(KERNEL_ROOT.rglob("*")):
+        if path.suffix in (".cuh", ".cu", ".h") and path.is_file():
+            h.update(str(path.relative_to(KERNEL_ROOT)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def cache_key(source: str, flags: list[str], compiler_version: str, headers_digest: str) -> str:
+    """sha256 over the source, the kernel tree's headers, the flags and the compiler's version."""
+    h = hashlib.sha256()
+    for part in (source, headers_digest, "\0".join(flags), compiler_version):
+        h.update(part.encode())
+        h.update(b"\0\0")
+    return h.hexdigest()[:32]
+
+
+def build_flags(arch: str, defines: dict[str, int | str] | None = None, extra: list[str] | None = None) -> list[str]:
+    """The nvcc flags for one kernel: arch, optimisation, includes and ``-D`` defines in sorted order."""
+    if arch not in ARCH_FLAGS:
+        raise ValueError(f"unknown arch {arch!r}: use one of {sorted(ARCH_FLAGS)}")
+    flags = [*ARCH_FLAGS[arch], *BASE_FLAGS, f"-I{INCLUDE_DIR}", f"-I{KERNEL_ROOT}"]
+    flags += [f"-D{k}={v}" for k, v in sorted((defines or {}).items())]
+    return flags + list(extra or [])
+
+
+def compile_kernel(
+    source: str,
+    kernel_name: str,
+    *,
+    arch: str = "sm_90a",
+    defines: dict[str, int | str] | None = None,
+    extra_flags: list[str] | None = None,
+) -> CompiledKernel:
+    """Compile ``source`` (CUDA C++ text) to a cubin, or return the cached build.
+
+    Args:
+        source: the translation unit, usually a few lines that include a level's ``.cu`` file.
+        kernel_name: the ``extern "C"`` entry point to load later.
+        arch: 'sm_90a' (H100/H200) or 'sm_100a' (B200).
+        defines: compile-time constants, passed as ``-DNAME=VALUE``.
+
+    Raises:
+        CompilerNotFoundError: no nvcc.
+        CompileError: nvcc failed; carries nvcc's stderr.
+    """
+    nvcc = nvcc_path()
+    flags = build_flags(arch, defines, extra_flags)
+    key = cache_key(source, flags, nvcc_version(nvcc), _headers_digest())
+    final = cache_root() / key
+    entry = CompiledKernel(key=key, directory=final, kernel_name=kernel_name, flags=tuple(flags))
+    if (final / "kernel.cubin").exists() and (not debug_enabled() or (final / "kernel.sass").exists()):
+        return entry
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=final.parent))
+    try:
+        (tmp / "kernel.cu").write_text(source)
+        cmd = [nvcc, *flags, "-cubin", "-o", str(tmp / "kernel.cubin"), str(tmp / "kernel.cu")]
+        if debug_enabled():
+            print("[gemm-ladder] " + " ".join(cmd), file=sys.stderr)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CompileError(f"nvcc failed for {kernel_name} (exit {proc.returncode})", proc.stderr + proc.stdout)
+        (tmp / "ptxas.log").write_text(proc.stderr + proc.stdout)
+        (tmp / "meta.json").write_text(json.dumps({"kernel": kernel_name, "flags": flags, "nvcc": nvcc_version(nvcc)}))
+        if debug_enabled():
+            _keep_ptx_and_sass(nvcc, flags, tmp)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            # Another process renamed a whole entry into place first; theirs is as good as ours.
+            if not (final / "kernel.cubin").exists():
+                shutil.rmtree(final, ignore_errors=True)
+                os.rename(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return entry
+
+
+def _keep_ptx_and_sass(nvcc: str, flags: list[str], directory: Path) -> None:
+    ptx_flags = [f for f in flags if not f.startswith("-gencode")]
+    arch = next(f for f in flags if f.startswith("-gencode")).split("code=")[1]
+    virtual = arch.replace("sm_", "compute_")
+    cmd = [nvcc, *ptx_flags, f"-arch={virtual}", "-ptx", "-o", str(directory / "kernel.ptx"), str(directory / "kernel.cu")]
+    print("[gemm-ladder] " + " ".join(cmd), file=sys.stderr)
+    subprocess.run(cmd, capture_output=True, text=True, check=True)
+    (directory / "kernel.sass").write_text(disassemble(directory / "kernel.cubin"))
+
+
+def disassemble(cubin: Path) -> str:
+    """SASS text of a cubin (``cuobjdump --dump-sass``); raises CompilerNotFoundError without cuobjdump."""
+    proc = subprocess.run([cuobjdump_path(), "--dump-sass", str(cubin)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CompileError(f"cuobjdump failed on {cubin}", proc.stderr)
+    return proc.stdout
