@@ -7,8 +7,7 @@ import os
 from dataclasses import dataclass
 
 import pytest
-from conftest import needs_nvcc
-from kernels_for_tests import PLAIN, SPILL, SPILL_FLAGS, WGMMA
+from conftest import PLAIN, SPILL, SPILL_FLAGS, WGMMA, needs_nvcc
 
 from gemm_ladder.contract import Domain
 from gemm_ladder.gates.resources import (
