@@ -15,6 +15,7 @@ import torch
 
 from gemm_ladder.contract import Domain, check_operands, dtype_name, trivial_result
 from gemm_ladder.runtime.compiler import KERNEL_ROOT, CompiledKernel, compile_kernel
+from gemm_ladder.runtime.module import LoadedKernel, load
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Level(abc.ABC):
     domain: Domain
     perf: PerfExpectation = field(default_factory=PerfExpectation)
     kernel_name: str = "gemm_kernel"
+    _builds: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def source_path(self) -> Path:
@@ -73,9 +75,21 @@ class Level(abc.ABC):
         return f'// gemm-ladder level {self.number} ({self.name}), {dtype}\n#include "levels/{Path(self.source).name}"\n'
 
     def build(self, dtype: str, arch: str = "sm_90a") -> CompiledKernel:
-        """Compile (or fetch from cache) this level's cubin for ``dtype``; needs nvcc, not a GPU."""
-        defines = {"GL_DTYPE_" + dtype.upper(): 1, **self.defines(dtype)}
-        return compile_kernel(self.translation_unit(dtype), self.kernel_name, arch=arch, defines=defines)
+        """Compile (or fetch from cache) this level's cubin for ``dtype``; needs nvcc, not a GPU.
+
+        Raises CompilerNotFoundError without nvcc and CompileError with nvcc's message.
+        """
+        if (dtype, arch) not in self._builds:
+            defines = {"GL_DTYPE_" + dtype.upper(): 1, **self.defines(dtype)}
+            self._builds[dtype, arch] = compile_kernel(
+                self.translation_unit(dtype), self.kernel_name, arch=arch, defines=defines
+            )
+        return self._builds[dtype, arch]
+
+    def loaded(self, dtype: str, device: torch.device) -> LoadedKernel:
+        """This level's kernel for ``dtype`` loaded on ``device`` (compiled first if needed)."""
+        g = self.geometry(dtype)
+        return load(self.build(dtype), device, threads=g.threads, dynamic_smem=g.dynamic_smem, cluster=g.cluster)
 
     # --- launching (GPU) ----------------------------------------------------------------------
     def check(self, a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:

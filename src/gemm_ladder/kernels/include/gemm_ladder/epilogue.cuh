@@ -1,0 +1,57 @@
+// Epilogues: from the wgmma accumulator fragment to the output.
+//
+// Fragment of wgmma m64nNk16 with f32 accumulators (PTX ISA "Register Fragments and Shared Memory
+// Matrix Layouts", matrix D): thread t of the warpgroup, warp w = t / 32, lane l = t % 32, holds
+// d[4j + 2i + c] = D[16w + l/4 + 8i][8j + 2(l%4) + c] for j < N/8, i, c in {0, 1}.
+#pragma once
+#include "gemm_ladder/ptx/common.cuh"
+
+namespace gl {
+
+// Levels 1-3: write a 64 x BN fragment straight to global memory, masking rows >= M and
+// columns >= N. Pairs go out as one 4-byte store when N is even (then every pair is aligned).
+template <int BN>
+__device__ __forceinline__ void store_fragment_masked(elem_t* C, const float (&d)[BN / 2], int row0, int col0, int M,
+                                                      int N) {
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row0 + 16 * warp + lane / 4 + 8 * i;
+      const int col = col0 + 8 * j + 2 * (lane % 4);
+      if (row >= M) continue;
+      elem_t* dst = C + static_cast<size_t>(row) * N + col;
+      const float x = d[4 * j + 2 * i], y = d[4 * j + 2 * i + 1];
+      if ((N % 2 == 0) && col + 1 < N) {
+        *reinterpret_cast<uint32_t*>(dst) = pack2(x, y);
+      } else {
+        if (col < N) dst[0] = to_elem(x);
+        if (col + 1 < N) dst[1] = to_elem(y);
+      }
+    }
+  }
+}
+
+// Levels 4+: write a 64 x BN fragment into the output staging buffer, laid out as BN/64 column
+// panels of (rows x 128 bytes) each with the 128B swizzle, the layout the output tensor map's
+// box (64 x rows) expects. `row0` is the fragment's first row inside the tile; `panel_bytes` is one
+// panel's size (tile rows x 128).
+template <int BN>
+__device__ __forceinline__ void stage_fragment_sw128(uint8_t* staging, const float (&d)[BN / 2], int row0,
+                                                     int panel_bytes) {
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row0 + 16 * warp + lane / 4 + 8 * i;
+      const int col = 8 * j + 2 * (lane % 4);  // column inside the tile
+      const int panel = col / 64, chunk = (col % 64) / 8, within = (col % 8) * 2;
+      uint8_t* dst = staging + panel * panel_bytes + row * 128 + ((chunk ^ (row & 7)) << 4) + within;
+      *reinterpret_cast<uint32_t*>(dst) = pack2(d[4 * j + 2 * i], d[4 * j + 2 * i + 1]);
+    }
+  }
+}
+
+}  // namespace gl

@@ -1,0 +1,51 @@
+// Small facts every kernel shares: the element type chosen at compile time, shared-memory
+// addresses as 32-bit values, and the thread's place in its warp and warpgroup.
+#pragma once
+#include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace gl {
+
+#if defined(GL_DTYPE_BF16)
+using elem_t = __nv_bfloat16;
+#elif defined(GL_DTYPE_FP16)
+using elem_t = __half;
+#else
+#error "define GL_DTYPE_BF16 or GL_DTYPE_FP16"
+#endif
+
+// PTX shared-memory instructions take 32-bit shared-window addresses, not generic pointers.
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ int warpgroup_index() { return threadIdx.x / 128; }
+__device__ __forceinline__ int thread_in_warpgroup() { return threadIdx.x % 128; }
+
+// Two fp32 accumulators -> one 4-byte pair of output elements, rounded to nearest.
+__device__ __forceinline__ uint32_t pack2(float x, float y) {
+#if defined(GL_DTYPE_BF16)
+  __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+#else
+  __half2 v = __floats2half2_rn(x, y);
+#endif
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+__device__ __forceinline__ elem_t to_elem(float x) {
+#if defined(GL_DTYPE_BF16)
+  return __float2bfloat16_rn(x);
+#else
+  return __float2half_rn(x);
+#endif
+}
+
+// Align a dynamic shared-memory pointer up to `align` bytes (128B swizzle wants 1024).
+template <int align>
+__device__ __forceinline__ uint8_t* align_up(uint8_t* p) {
+  uintptr_t v = reinterpret_cast<uintptr_t>(p);
+  return reinterpret_cast<uint8_t*>((v + align - 1) & ~uintptr_t(align - 1));
+}
+
+}  // namespace gl

@@ -1,0 +1,17 @@
+// Memory-proxy fences (PTX ISA "membar/fence": proxy fences, mbarrier_init).
+#pragma once
+
+namespace gl {
+
+// Ordinary (generic-proxy) shared-memory writes become visible to the async proxy (wgmma operand
+// reads, TMA stores) only after this fence in each writing thread, followed by a barrier.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Make mbarrier.init visible to the async proxy and to the other CTAs of the cluster.
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+}  // namespace gl

@@ -1,0 +1,126 @@
+"""Load cubins and launch kernels through cuda-python (``cuda.bindings.driver``) on PyTorch's stream.
+
+Kernel arguments are passed the way the driver expects them: an array of pointers, one to each
+argument's bytes. Pointers and integers travel as ctypes values; a ``CUtensorMap`` (128 bytes,
+passed by value as a ``__grid_constant__`` parameter) travels as the address of its storage.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from gemm_ladder.runtime.compiler import CompiledKernel
+
+#: Above this, a kernel must opt in to more dynamic shared memory (CUDA C Programming Guide,
+#: "Shared Memory" for compute capability 9.0).
+DEFAULT_DYNAMIC_SMEM_LIMIT = 48 * 1024
+
+
+class CudaError(RuntimeError):
+    """A CUDA driver call failed; the message names the call and the driver's error."""
+
+
+def _driver():
+    from cuda.bindings import driver  # imported lazily: importing is fine without a GPU, using is not
+
+    return driver
+
+
+def check(result, what: str):
+    """Unpack a cuda.bindings ``(CUresult, *values)`` tuple; raise CudaError unless CUDA_SUCCESS."""
+    drv = _driver()
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        _, name = drv.cuGetErrorName(err)
+        _, text = drv.cuGetErrorString(err)
+        raise CudaError(f"{what} failed: {name.decode() if name else err} ({text.decode() if text else ''})")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def ensure_context(device: torch.device) -> None:
+    """Make PyTorch's primary context for ``device`` current on this thread (the driver API needs one)."""
+    torch.cuda.set_device(device)
+    torch.cuda.current_stream(device)  # forces PyTorch to create and bind its context
+    drv = _driver()
+    if int(check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")) == 0:
+        dev = check(drv.cuDeviceGet(device.index or 0), "cuDeviceGet")
+        ctx = check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+        check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+
+
+@dataclass
+class LoadedKernel:
+    """A kernel function of a loaded cubin, ready to launch on one device."""
+
+    function: object
+    module: object
+    dynamic_smem: int
+    threads: int
+    cluster: int
+
+    def launch(self, grid: tuple[int, int, int], args: list, stream: torch.cuda.Stream | None = None) -> None:
+        """Launch with ``grid`` CTAs on ``stream`` (default: PyTorch's current stream).
+
+        ``args`` are ctypes values (``c_void_p``, ``c_int``, ...) or objects with ``getPtr()``
+        (cuda.bindings ``CUtensorMap``), in the kernel's parameter order.
+        """
+        drv = _driver()
+        stream = stream or torch.cuda.current_stream()
+        pointers = (ctypes.c_void_p * len(args))(
+            *[a.getPtr() if hasattr(a, "getPtr") else ctypes.addressof(a) for a in args]
+        )
+        config = drv.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = grid
+        config.blockDimX, config.blockDimY, config.blockDimZ = self.threads, 1, 1
+        config.sharedMemBytes = self.dynamic_smem
+        config.hStream = drv.CUstream(stream.cuda_stream)
+        if self.cluster > 1:
+            attr = drv.CUlaunchAttribute()
+            attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = self.cluster, 1, 1
+            config.attrs = [attr]
+            config.numAttrs = 1
+        check(drv.cuLaunchKernelEx(config, self.function, ctypes.addressof(pointers), 0), "cuLaunchKernelEx")
+
+    def max_active_ctas_per_sm(self) -> int:
+        """CTAs of this kernel that fit on one SM (cuOccupancyMaxActiveBlocksPerMultiprocessor)."""
+        drv = _driver()
+        return int(
+            check(
+                drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.function, self.threads, self.dynamic_smem),
+                "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+            )
+        )
+
+
+_loaded: dict[tuple[str, int], LoadedKernel] = {}
+_lock = threading.Lock()
+
+
+def load(compiled: CompiledKernel, device: torch.device, *, threads: int, dynamic_smem: int, cluster: int = 1) -> LoadedKernel:
+    """Load ``compiled`` on ``device`` once and return its kernel; raises CudaError on driver errors."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (compiled.key, index)
+    with _lock:
+        if key in _loaded:
+            return _loaded[key]
+        ensure_context(torch.device("cuda", index))
+        drv = _driver()
+        module = check(drv.cuModuleLoadData(compiled.cubin.read_bytes()), f"cuModuleLoadData({compiled.cubin})")
+        function = check(drv.cuModuleGetFunction(module, compiled.kernel_name.encode()), "cuModuleGetFunction")
+        if dynamic_smem > DEFAULT_DYNAMIC_SMEM_LIMIT:
+            check(
+                drv.cuFuncSetAttribute(
+                    function, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_smem
+                ),
+                "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+            )
+        kernel = LoadedKernel(function, module, dynamic_smem, threads, cluster)
+        _loaded[key] = kernel
+        return kernel
