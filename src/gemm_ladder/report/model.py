@@ -1,0 +1,399 @@
+"""From a result JSON (docs/results-schema.md) to plain tables that both the HTML page and its
+Markdown twin print.
+
+Only the JSON is read here: no GPU, no torch, no kernel code. Every absent or null value becomes
+``MISSING`` ("—") instead of a guess, because the schema promises that every number in the file was
+measured in that run, and the report must not make up the ones that were not.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_ID = "gemm-ladder/result/1"
+MISSING = "—"
+
+#: Statuses that are failures (docs/results-schema.md): ``refused`` and ``skipped`` are not.
+FAILED_STATUSES = frozenset({"fail", "error"})
+
+#: Bytes per element of the contract's dtypes, to derive arithmetic intensity when a row lacks it.
+DTYPE_BYTES = {"bf16": 2, "fp16": 2}
+
+
+class ResultError(ValueError):
+    """The file is not a readable gemm-ladder result."""
+
+
+def load_result(path: str | Path) -> dict[str, Any]:
+    """Read a result JSON and check that it is one (schema id and top-level shape).
+
+    Raises:
+        ResultError: unreadable file, invalid JSON, a different schema, or no ``rows`` list.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ResultError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ResultError(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ResultError(f"{path}: the top level must be a JSON object")
+    schema = data.get("schema")
+    if schema != SCHEMA_ID:
+        raise ResultError(f"{path}: schema is {schema!r}, expected {SCHEMA_ID!r}")
+    if not isinstance(data.get("rows", []), list):
+        raise ResultError(f"{path}: 'rows' must be a list")
+    return data
+
+
+# --- small accessors ------------------------------------------------------------------------------
+
+
+def get(obj: Any, *keys: str) -> Any:
+    """``obj[k1][k2]…`` or None as soon as a level is missing, null or not a dict."""
+    for key in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _number(value: Any) -> float | None:
+    # bool is an int in Python; a stray true/false must not print as 1/0.
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def fmt_float(value: Any, digits: int = 1) -> str:
+    """A fixed-point number, or "—" when absent; NaN and infinities are spelled out."""
+    x = _number(value)
+    if x is None:
+        return MISSING
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "∞" if x > 0 else "−∞"
+    return f"{x:,.{digits}f}"
+
+
+def fmt_sci(value: Any) -> str:
+    """A small error in scientific notation (2.1e-03), or "—"."""
+    x = _number(value)
+    if x is None:
+        return MISSING
+    if not math.isfinite(x):
+        return fmt_float(x)
+    return "0" if x == 0 else f"{x:.2e}"
+
+
+def fmt_ratio(value: Any) -> str:
+    """A speed or error ratio as ``0.93×``, or "—"."""
+    text = fmt_float(value, 2)
+    return text if text == MISSING else text + "×"
+
+
+def fmt_pct(fraction: Any) -> str:
+    """A fraction in [0, 1] as a percentage (``66.0 %``), or "—"."""
+    x = _number(fraction)
+    return MISSING if x is None else fmt_float(100.0 * x, 1) + " %"
+
+
+def fmt_int(value: Any) -> str:
+    """An integer count, or "—"."""
+    x = _number(value)
+    if x is None or not math.isfinite(x):
+        return MISSING
+    return f"{int(x):,}"
+
+
+def fmt_bool(value: Any) -> str:
+    """A gate verdict: "yes" / "no" / "—"."""
+    if value is True:
+        return "yes"
+    if value is False:
+        return "no"
+    return MISSING
+
+
+def shape_label(row: dict[str, Any]) -> str:
+    """``4096×4096×4096`` (M×N×K) of a row, with "?" for a missing dimension."""
+    return "×".join(str(row.get(d)) if row.get(d) is not None else "?" for d in ("m", "n", "k"))
+
+
+def shape_key(row: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """(M, N, K) of a row: one shape is one group even when two shape sets both list it."""
+    return (row.get("m"), row.get("n"), row.get("k"))
+
+
+def error_ratio(row: dict[str, Any]) -> float | None:
+    """The row's relative error over cuBLAS's on the same operands, or None if either is absent.
+
+    Both zero (an exact product, e.g. K = 0) is a ratio of 1: the level is as exact as cuBLAS.
+    """
+    err = _number(get(row, "correctness", "rel_err"))
+    ref = _number(get(row, "correctness", "cublas_rel_err"))
+    if err is None or ref is None:
+        return None
+    if ref == 0:
+        return 1.0 if err == 0 else math.inf
+    return err / ref
+
+
+def intensity(row: dict[str, Any]) -> float | None:
+    """Arithmetic intensity (FLOP per byte of A, B and C moved once) of a row.
+
+    The JSON's own ``intensity_flop_per_byte`` wins; without it the value follows from the shape
+    alone (2·M·N·K / (bytes·(M·K + N·K + M·N))), which is arithmetic, not a measurement.
+    """
+    given = _number(get(row, "performance", "intensity_flop_per_byte"))
+    if given is not None:
+        return given
+    m, n, k = (_number(row.get(d)) for d in ("m", "n", "k"))
+    size = DTYPE_BYTES.get(row.get("dtype"))
+    if None in (m, n, k) or size is None:
+        return None
+    moved = size * (m * k + n * k + m * n)
+    return 2.0 * m * n * k / moved if moved > 0 and m * n * k > 0 else None
+
+
+def is_failed(row: dict[str, Any]) -> bool:
+    """True for a row whose status is a failure (``fail`` or ``error``)."""
+    return row.get("status") in FAILED_STATUSES
+
+
+def row_title(row: dict[str, Any]) -> str:
+    """``L3 spatial_tiling`` for a level row, ``cuBLAS`` for the baseline."""
+    if row.get("kind") == "cublas":
+        return str(row.get("name") or "cuBLAS")
+    number = row.get("level")
+    name = row.get("name") or ""
+    prefix = f"L{number}" if number is not None else "user"
+    return f"{prefix} {name}".strip()
+
+
+def level_sort_key(row: dict[str, Any]) -> tuple[int, float, str]:
+    """Levels in ascending number, the user's callable (number null) after them, cuBLAS last."""
+    if row.get("kind") == "cublas":
+        return (2, 0.0, "")
+    number = _number(row.get("level"))
+    return (0, number, "") if number is not None else (1, 0.0, str(row.get("name") or ""))
+
+
+# --- tables ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One table row: its printed cells, and how it is marked (``failed``, ``cublas``, …)."""
+
+    cells: list[str]
+    marks: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Table:
+    """A titled table; ``numeric`` names the columns that are right-aligned."""
+
+    headers: list[str]
+    rows: list[Row]
+    numeric: set[int] = field(default_factory=set)
+
+
+STATUS_TEXT = {
+    "pass": "✓ pass",
+    "fail": "✗ FAIL",
+    "error": "✗ ERROR",
+    "refused": "○ refused",
+    "skipped": "– skipped",
+}
+
+
+def status_text(status: Any) -> str:
+    """The printed status: a symbol beside the word, so that a failure reads without colour too."""
+    if status is None:
+        return MISSING
+    return STATUS_TEXT.get(status, str(status))
+
+
+def ordered_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The result's rows grouped by dtype and shape (in first-seen order), levels up, cuBLAS last."""
+    rows = [r for r in result.get("rows") or [] if isinstance(r, dict)]
+    group_order: dict[tuple[Any, ...], int] = {}
+    for r in rows:
+        group_order.setdefault((r.get("dtype"), shape_key(r)), len(group_order))
+    return sorted(rows, key=lambda r: (group_order[(r.get("dtype"), shape_key(r))], level_sort_key(r)))
+
+
+def ladder_table(result: dict[str, Any]) -> Table:
+    """The ladder: one row per (level or cuBLAS, dtype, shape) with gates and speed."""
+    headers = [
+        "kernel", "dtype", "set", "M×N×K", "status", "rel. error", "error ÷ cuBLAS",
+        "TFLOP/s", "vs cuBLAS", "vs previous", "roofline", "note",
+    ]
+    table = Table(headers=headers, rows=[], numeric={5, 6, 7, 8, 9, 10})
+    for r in ordered_rows(result):
+        cublas = r.get("kind") == "cublas"
+        cells = [
+            row_title(r),
+            str(r.get("dtype") or MISSING),
+            str(r.get("shape_set") or MISSING),
+            shape_label(r),
+            status_text(r.get("status")),
+            fmt_sci(get(r, "correctness", "rel_err")),
+            # cuBLAS against itself is 1 by definition; printing it would only add noise.
+            MISSING if cublas else fmt_ratio(error_ratio(r)),
+            fmt_float(get(r, "performance", "tflops"), 1),
+            MISSING if cublas else fmt_ratio(get(r, "performance", "vs_cublas")),
+            MISSING if cublas else fmt_ratio(get(r, "performance", "vs_previous")),
+            fmt_pct(get(r, "performance", "roofline_fraction")),
+            one_line(r.get("message")),
+        ]
+        marks = {"cublas"} if cublas else set()
+        if is_failed(r):
+            marks.add("failed")
+        elif r.get("status") in ("refused", "skipped"):
+            marks.add("muted")
+        table.rows.append(Row(cells, marks))
+    return table
+
+
+SASS_PREFERRED = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "SYNCS", "LDL", "STL")
+
+
+def sass_columns(result: dict[str, Any]) -> list[str]:
+    """The SASS census keys present in any resource entry: the known ones first, ``total`` last."""
+    seen: list[str] = []
+    for entry in result.get("resources") or []:
+        for key in get(entry, "sass") or {}:
+            if key not in seen:
+                seen.append(key)
+    known = [k for k in SASS_PREFERRED if k in seen]
+    rest = sorted(k for k in seen if k not in SASS_PREFERRED and k != "total")
+    return known + rest + (["total"] if "total" in seen else [])
+
+
+def resource_table(result: dict[str, Any]) -> Table:
+    """The resource gate: registers, shared memory, stack, spills, occupancy, SASS census."""
+    sass = sass_columns(result)
+    headers = [
+        "level", "dtype", "threads", "cluster", "registers", "smem static", "smem dynamic",
+        "stack", "spill st", "spill ld", "CTAs/SM", *(f"SASS {k}" for k in sass), "passed", "messages",
+    ]
+    numeric = set(range(2, 11 + len(sass)))
+    table = Table(headers=headers, rows=[], numeric=numeric)
+    entries = [e for e in result.get("resources") or [] if isinstance(e, dict)]
+    entries.sort(key=lambda e: (_number(e.get("level")) is None, _number(e.get("level")) or 0, str(e.get("dtype"))))
+    names = level_names(result)
+    for e in entries:
+        number = e.get("level")
+        label = f"L{number}" if number is not None else "user"
+        if number in names:
+            label += f" {names[number]}"
+        cells = [
+            label,
+            str(e.get("dtype") or MISSING),
+            fmt_int(e.get("threads")),
+            fmt_int(e.get("cluster")),
+            fmt_int(e.get("registers")),
+            fmt_int(e.get("smem_static")),
+            fmt_int(e.get("smem_dynamic")),
+            fmt_int(e.get("stack_bytes")),
+            fmt_int(e.get("spill_stores")),
+            fmt_int(e.get("spill_loads")),
+            fmt_int(e.get("ctas_per_sm")),
+            *(fmt_int(get(e, "sass", k)) for k in sass),
+            fmt_bool(e.get("passed")),
+            one_line("; ".join(str(m) for m in e.get("messages") or [])),
+        ]
+        table.rows.append(Row(cells, {"failed"} if e.get("passed") is False else set()))
+    return table
+
+
+def level_names(result: dict[str, Any]) -> dict[Any, str]:
+    """Level number -> name, from ``levels`` (the rows also carry names, but levels is canonical)."""
+    return {lv.get("number"): str(lv.get("name") or "") for lv in result.get("levels") or [] if isinstance(lv, dict)}
+
+
+def one_line(text: Any) -> str:
+    """A message squeezed to one line (the schema says one line; a traceback must not break tables)."""
+    if text is None or text == "":
+        return ""
+    return " ".join(str(text).split())
+
+
+# --- header facts ---------------------------------------------------------------------------------
+
+
+def gpu_name(result: dict[str, Any]) -> str:
+    """The GPU's name, or a phrase saying the run had none."""
+    gpu = get(result, "meta", "gpu")
+    if not isinstance(gpu, dict):
+        return "no GPU"
+    return str(gpu.get("name") or "unnamed GPU")
+
+
+def run_date(result: dict[str, Any]) -> str:
+    """The run's UTC date as ``2026-11-29 23:10 UTC`` (falls back to the raw string)."""
+    raw = get(result, "meta", "date")
+    if not raw:
+        return MISSING
+    text = str(raw)
+    if len(text) >= 16 and text[10] == "T":
+        return f"{text[:10]} {text[11:16]} UTC"
+    return text
+
+
+def commit_label(result: dict[str, Any]) -> str:
+    """The source commit, shortened, with "(dirty)" when the tree had uncommitted changes."""
+    commit = get(result, "meta", "git_commit")
+    if not commit:
+        return "unknown commit"
+    label = str(commit)[:12]
+    if get(result, "meta", "git_dirty"):
+        label += " (dirty)"
+    return label
+
+
+def is_synthetic(result: dict[str, Any]) -> bool:
+    """True when the file says it is not a measurement (a test fixture), so the page can say so."""
+    return bool(get(result, "meta", "synthetic"))
+
+
+def _text(value: Any) -> str:
+    return MISSING if value is None else str(value)
+
+
+def facts(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) pairs describing the run: host, command, GPU, clocks, versions, ceilings."""
+    meta = result.get("meta") or {}
+    gpu = meta.get("gpu") if isinstance(meta.get("gpu"), dict) else {}
+    clocks = gpu.get("clocks_mhz") or {}
+    versions = meta.get("versions") or {}
+    peaks = get(result, "ceilings", "peak_tflops") or {}
+    out = [
+        ("GPU", gpu_name(result)),
+        ("SMs", fmt_int(gpu.get("sm_count"))),
+        ("L2", fmt_int(gpu.get("l2_bytes")) + (" bytes" if gpu.get("l2_bytes") is not None else "")),
+        ("clocks (MHz)", ", ".join(f"{k} {_text(v)}" for k, v in clocks.items()) or MISSING),
+        ("date", run_date(result)),
+        ("commit", commit_label(result)),
+        ("host", str(meta.get("host") or MISSING)),
+        ("command", str(meta.get("command") or MISSING)),
+        ("versions", ", ".join(f"{k} {_text(v)}" for k, v in versions.items()) or MISSING),
+        ("peak TFLOP/s", ", ".join(f"{k} {fmt_float(v, 1)}" for k, v in peaks.items()) or MISSING),
+        ("DRAM GB/s", fmt_float(get(result, "ceilings", "dram_gbs"), 0)),
+    ]
+    return out
+
+
+def summary(result: dict[str, Any]) -> tuple[bool | None, list[str]]:
+    """(passed, failures) from the result's summary; passed is None when the run did not say."""
+    s = result.get("summary") or {}
+    passed = s.get("passed") if isinstance(s.get("passed"), bool) else None
+    return passed, [one_line(f) for f in s.get("failures") or []]
