@@ -1,0 +1,57 @@
+"""``gemm-ladder design``: print a TMA pipeline plan (Markdown or JSON), optionally draw its timeline.
+
+    gemm-ladder design --shape 4096x4096x4096 --dtype bf16 --tile 128x128x64 --stages 4
+    gemm-ladder design --shape 1000x1032x520 --dtype fp16 --tile 128x256x64 --stages 3 --cluster 2 \\
+        --consumers 2 --format json --timeline plan.png
+
+Exit status 0 with a plan, 2 when the plan is refused (the message names the rule and the numbers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+NAME = "design"
+HELP = "Plan a TMA pipeline (tensor maps, smem layout, barriers, phases, timeline) for a GEMM; no GPU needed."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--shape", required=True, help="MxNxK of c = a @ b.T, a (M, K), b (N, K)")
+    parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    parser.add_argument("--tile", default="128x128x64", help="BMxBNxBK (default 128x128x64)")
+    parser.add_argument("--stages", type=int, default=4, help="PIPE_DEPTH, >= 1 (default 4)")
+    parser.add_argument("--cluster", type=int, default=1, help="CTAs per cluster along M sharing B by multicast")
+    parser.add_argument("--consumers", type=int, default=1, help="consumer warpgroups per CTA")
+    parser.add_argument("--arch", default="sm_90a", choices=["sm_90a", "sm_100a"])
+    parser.add_argument("--persistent", action="store_true", help="persistent grid (one CTA per SM slot)")
+    parser.add_argument("--producer-warpgroup", action=argparse.BooleanOptionalAction, default=None,
+                        help="separate producer warpgroup (default: yes when consumers > 1 or cluster > 1)")
+    parser.add_argument("--format", default="md", choices=["md", "json"])
+    parser.add_argument("--timeline", metavar="FILE.png", help="also draw the timeline picture into this PNG")
+
+
+def run(args: argparse.Namespace) -> int:
+    from gemm_ladder.design import PlanRefused, parse_triple, plan_gemm
+
+    try:
+        m, n, k = parse_triple(args.shape, "--shape")
+        tile = parse_triple(args.tile, "--tile")
+        plan = plan_gemm(m, n, k, dtype=args.dtype, tile=tile, stages=args.stages, cluster=args.cluster,
+                         consumers=args.consumers, arch=args.arch, persistent=args.persistent,
+                         producer_warpgroup=args.producer_warpgroup)
+    except PlanRefused as exc:
+        print(f"gemm-ladder design: plan refused: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"gemm-ladder design: {exc}", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        print(json.dumps(plan.to_json(), indent=2))
+    else:
+        print(plan.to_markdown(), end="")
+    if args.timeline:
+        plan.write_timeline_png(args.timeline)
+        print(f"timeline written to {args.timeline}", file=sys.stderr)
+    return 0

@@ -1,0 +1,452 @@
+"""``plan_gemm``: from a problem, a tile, a dtype, a stage count and an architecture, a complete TMA plan.
+
+The plan is for ``c = a @ b.T`` (a: (M, K), b: (N, K), c: (M, N), all row-major) with fp32
+accumulation, the contract of :mod:`gemm_ladder.contract`. It holds, together (the seed's list of what a
+TMA design must give at once): suitability, tensor maps, shared-memory layout and swizzle, MMA
+descriptors, issuer and consumers, load and store protocols, the stage ring with its barriers, initial
+phases and budget, and the three-phase timeline.
+
+Shape-independent facts (everything a kernel compiles in) come from :func:`kernel_defines_for`;
+:meth:`Plan.kernel_defines` returns the same dictionary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from gemm_ladder.design.problem import (
+    ArchInfo, DtypeInfo, PlanRefused, arch_info, ceil_div, dtype_info,
+)
+from gemm_ladder.design.ring import (
+    Consumers, Issuer, LedgerRow, LoadProtocol, Ring, StoreProtocol, phase_ledger,
+)
+from gemm_ladder.design.smem import MmaDescriptor, SmemLayout, TmemPlan, mma_descriptor, plan_smem, plan_tmem
+from gemm_ladder.design.tensor_maps import TensorMapSpec, check_box, gemm_tensor_maps
+from gemm_ladder.design.timeline import TimelineRow, build_timeline, release_mode
+
+SWIZZLE = "CU_TENSOR_MAP_SWIZZLE_128B"
+SWIZZLE_BYTES = 128
+MAX_REGISTERS = 255  # per thread (PTX ISA / CUDA C Programming Guide: 255 registers per thread)
+#: Below this many operand bytes per CTA tile, the host-side encode and the barrier round trips are not
+#: amortised: TMA is correct but not worth it.
+SMALL_COPY_BYTES = 64 * 1024
+
+ALTERNATIVE_COPY = ("vectorized thread copy (the level-3 path: every thread moves {w}-byte vectors "
+                    "global -> shared with ld.global/st.shared, then a CTA barrier)")
+
+
+@dataclass(frozen=True)
+class Suitability:
+    """Whether TMA fits this problem, why, and the alternative when it does not (or is not worth it)."""
+
+    fits: bool
+    worthwhile: bool
+    reasons: tuple[str, ...]
+    alternative: str | None = None
+
+    def to_json(self) -> dict:
+        return {"fits": self.fits, "worthwhile": self.worthwhile, "reasons": list(self.reasons),
+                "alternative": self.alternative}
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Output tiles, the grid, and the tails."""
+
+    m_tiles: int
+    n_tiles: int
+    k_tiles: int
+    tiles: int
+    m_tail: int  # rows of the last M tile (BM when M % BM == 0)
+    n_tail: int
+    k_tail: int
+    grid: tuple[int, int, int]
+    cluster_dims: tuple[int, int, int]
+    ctas: int
+    idle_ctas: int  # CTAs launched only to complete a cluster (no tile of their own)
+    persistent: bool
+    sm_count: int
+    waves: float
+    notes: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["grid"], out["cluster_dims"], out["notes"] = list(self.grid), list(self.cluster_dims), list(self.notes)
+        return out
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """The shape-independent part of a plan (what the kernel compiles in)."""
+
+    dtype: DtypeInfo
+    arch: ArchInfo
+    tile: tuple[int, int, int]
+    stages: int
+    cluster: int
+    consumers: int
+    producer_warpgroup: bool
+    threads: int
+    smem: SmemLayout
+    descriptors: dict[str, MmaDescriptor]
+    tmem: TmemPlan | None
+    accumulator_registers: int
+    expect_tx_bytes: int
+
+    def defines(self) -> dict[str, int]:
+        bm, bn, bk = self.tile
+        s = self.smem
+        return {
+            "GL_BM": bm, "GL_BN": bn, "GL_BK": bk,
+            "GL_STAGES": self.stages, "GL_CONSUMERS": self.consumers, "GL_CLUSTER": self.cluster,
+            "GL_PRODUCER_WG": int(self.producer_warpgroup), "GL_THREADS": self.threads,
+            "GL_SMEM_A_OFFSET": s.a_offset, "GL_SMEM_B_OFFSET": s.b_offset,
+            "GL_SMEM_A_STAGE_BYTES": s.a_stage_bytes, "GL_SMEM_B_STAGE_BYTES": s.b_stage_bytes,
+            "GL_SMEM_C_OFFSET": s.c_offset, "GL_SMEM_C_PANEL_BYTES": s.c_panel_bytes, "GL_C_PANELS": s.c_panels,
+            "GL_SMEM_FULL_BAR_OFFSET": s.full_bar_offset, "GL_SMEM_EMPTY_BAR_OFFSET": s.empty_bar_offset,
+            "GL_SMEM_BYTES": s.total_bytes, "GL_EXPECT_TX_BYTES": self.expect_tx_bytes,
+            "GL_B_BOX_ROWS": bn // self.cluster,
+            "GL_EMPTY_ARRIVALS": self.consumers * self.cluster,
+        }
+
+
+def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: str,
+            producer_warpgroup: bool | None) -> KernelConfig:
+    dt, ar = dtype_info(dtype), arch_info(arch)
+    try:
+        bm, bn, bk = (int(x) for x in tile)
+    except (TypeError, ValueError):
+        raise PlanRefused("tile", f"tile {tile!r} is not three integers (BM, BN, BK)") from None
+    e = dt.elem_bytes
+    if stages < 1:
+        raise PlanRefused("PIPE_DEPTH", f"stages = {stages}; the ring needs at least 1 stage")
+    if consumers < 1:
+        raise PlanRefused("consumers", f"consumers = {consumers}; at least one consumer warpgroup")
+    if cluster < 1 or cluster & (cluster - 1) or cluster > ar.max_cluster_portable:
+        raise PlanRefused("cluster size", f"cluster = {cluster}; use a power of two <= {ar.max_cluster_portable} (portable cluster size)")
+    # Box rules first: they decide whether TMA can be used at all.
+    bn_slice = bn // cluster if cluster else bn
+    try:
+        check_box("a", (bk, bm), e, SWIZZLE)
+        check_box("b", (bk, bn_slice), e, SWIZZLE)
+        check_box("c", (128 // e, bm), e, SWIZZLE)
+    except PlanRefused as exc:
+        raise PlanRefused(exc.rule, f"{exc.detail}; TMA does not fit this tile: use a {ALTERNATIVE_COPY.format(w=16)}"
+                          f" or a tile with BM, BN/cluster <= 256 and BK * {e} a multiple of 16") from None
+    if bn % cluster or (bn // cluster) % 8:
+        raise PlanRefused(
+            "multicast slice",
+            f"BN = {bn} split over a cluster of {cluster} gives {bn / cluster:g} rows per CTA; each slice must be a "
+            f"whole number of 8-row swizzle atoms (BN / cluster a multiple of 8) so it lands 1024-byte aligned",
+        )
+    if (bn * e) % 128:
+        raise PlanRefused("C panels", f"BN * {e} = {bn * e} bytes is not a whole number of 128-byte store panels (BN a multiple of {128 // e})")
+    rows_per_wg = bm // consumers
+    if ar.mma == "wgmma":
+        if bm % consumers or rows_per_wg % 64:
+            raise PlanRefused("wgmma M", f"BM = {bm} over {consumers} consumer warpgroup(s) gives {bm / consumers:g} rows each; "
+                              "wgmma computes 64 rows per instruction, so each warpgroup needs a multiple of 64")
+        if bn % 8 or bn > 256:
+            raise PlanRefused("wgmma N", f"BN = {bn}: wgmma .m64nNk16 needs N a multiple of 8 and <= 256")
+        acc = rows_per_wg * bn // 128
+        if acc > MAX_REGISTERS:
+            raise PlanRefused(
+                "wgmma accumulator registers",
+                f"({bm} / {consumers}) x {bn} fp32 accumulator = {acc} registers per thread > {MAX_REGISTERS}; "
+                f"use {2 * consumers} consumer warpgroups or a smaller BN",
+            )
+    else:
+        if bm not in (64, 128, 256) or bm % consumers:
+            raise PlanRefused("tcgen05 M", f"BM = {bm}: tcgen05.mma (cta_group::1) tiles of 64 or 128 rows (256 as two)")
+        if bn % 16 or bn > 256:
+            raise PlanRefused("tcgen05 N", f"BN = {bn}: tcgen05.mma kind::f16 with M=128 needs N a multiple of 16, <= 256")
+        acc = 0
+    if producer_warpgroup is None:
+        producer_warpgroup = consumers > 1 or cluster > 1
+    threads = 128 * consumers + (128 if producer_warpgroup else 0)
+    descriptors = {
+        "a": mma_descriptor("A", rows=bm, bk=bk, elem_bytes=e, swizzle_bytes=SWIZZLE_BYTES, arch=ar),
+        "b": mma_descriptor("B", rows=bn, bk=bk, elem_bytes=e, swizzle_bytes=SWIZZLE_BYTES, arch=ar),
+    }
+    smem = plan_smem(bm=bm, bn=bn, bk=bk, elem_bytes=e, stages=stages, cluster=cluster, threads=threads, arch=ar)
+    tmem = plan_tmem(bm=bm, bn=bn, arch=ar)
+    return KernelConfig(dtype=dt, arch=ar, tile=(bm, bn, bk), stages=stages, cluster=cluster, consumers=consumers,
+                        producer_warpgroup=producer_warpgroup, threads=threads, smem=smem, descriptors=descriptors,
+                        tmem=tmem, accumulator_registers=acc, expect_tx_bytes=(bm + bn) * bk * e)
+
+
+def kernel_defines_for(dtype: str = "bf16", tile=(128, 128, 64), stages: int = 4, cluster: int = 1,
+                       consumers: int = 1, arch: str = "sm_90a", producer_warpgroup: bool | None = None) -> dict[str, int]:
+    """The compile-time constants (``-D``) of a kernel built for this configuration; no problem shape needed.
+
+    Raises :class:`PlanRefused` for configurations no shape could use (box, swizzle, smem, TMEM rules).
+    """
+    return _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup).defines()
+
+
+def assess_suitability(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), cluster: int = 1) -> Suitability:
+    """Can TMA describe a, b and c for this problem, and is it worth it? Never raises for shape rules."""
+    dt = dtype_info(dtype)
+    bm, bn, bk = tile
+    e = dt.elem_bytes
+    maps = gemm_tensor_maps(m, n, k, data_type=dt.tensor_map_type, elem_bytes=e, bm=bm, bn=bn, bk=bk,
+                            cluster=cluster, swizzle=SWIZZLE)
+    for spec in maps.values():
+        try:
+            spec.validate()
+        except PlanRefused as exc:
+            if exc.rule == "cuTensorMapEncodeTiled globalDim" and 0 in (m, n, k):
+                alt = "no launch: M = 0 or N = 0 gives an empty result, K = 0 gives zeros (contract.trivial_result)"
+            else:
+                pitch = spec.global_strides[0] if spec.global_strides else 16
+                w = math.gcd(pitch, 16)
+                alt = ALTERNATIVE_COPY.format(w=w) + (f"; rows start only {w}-byte aligned here" if w < 16 else "")
+            return Suitability(False, False, (str(exc),), alt)
+    reasons = [
+        "a, b and c are dense row-major matrices: regular rectangular boxes with fixed strides",
+        f"row pitches {k * e} (a, b) and {n * e} (c) bytes are multiples of 16; dimensions within 2^32",
+        "M, N and K tails: out-of-bounds box elements load as zero and are clipped on store (no masks)",
+    ]
+    worthwhile = True
+    alternative = None
+    per_tile = (min(m, bm) + min(n, bn)) * k * e
+    if per_tile < SMALL_COPY_BYTES and ceil_div(m, bm) * ceil_div(n, bn) == 1:
+        worthwhile = False
+        reasons.append(f"small: one output tile moving {per_tile} useful operand bytes (< {SMALL_COPY_BYTES}); "
+                       "the host-side encode and barrier round trips are not amortised")
+        alternative = ALTERNATIVE_COPY.format(w=16)
+    for dim, size, b in (("M", m, bm), ("N", n, bn)):
+        if size < b // 2:
+            reasons.append(f"{dim} = {size} < half of the tile's {b}: most of every box is zero fill")
+    return Suitability(True, worthwhile, tuple(reasons), alternative)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A complete TMA pipeline plan. Build with :func:`plan_gemm`."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    tile: tuple[int, int, int]
+    stages: int
+    cluster: int
+    arch: str
+    persistent: bool
+    suitability: Suitability
+    tensor_maps: dict[str, TensorMapSpec]
+    smem: SmemLayout
+    wgmma_descriptors: dict[str, MmaDescriptor]
+    tmem: TmemPlan | None
+    issuer: Issuer
+    consumers: Consumers
+    load_protocol: LoadProtocol
+    store_protocol: StoreProtocol
+    ring: Ring
+    timeline: tuple[TimelineRow, ...]
+    schedule: Schedule
+    assumptions: tuple[str, ...]
+    risks: tuple[str, ...]
+    validation: tuple[str, ...]
+    _config: KernelConfig = field(repr=False, compare=False)
+
+    @property
+    def ledger(self) -> tuple[LedgerRow, ...]:
+        return self.ring.ledger
+
+    def kernel_defines(self) -> dict[str, int]:
+        """Same as :func:`kernel_defines_for` with this plan's dtype, tile, stages, cluster, consumers, arch."""
+        return self._config.defines()
+
+    def conclusion(self) -> str:
+        bm, bn, bk = self.tile
+        return (f"TMA with {self.stages}-stage ring ({'producer warpgroup + ' if self.consumers.producer_warpgroup else ''}"
+                f"{self.consumers.warpgroups} consumer warpgroup(s), {self.consumers.threads_per_cta} threads), "
+                f"tile {bm}x{bn}x{bk}, 128B swizzle, {self.smem.total_bytes} bytes of dynamic shared memory, "
+                f"{self.smem.ctas_per_sm} CTA(s)/SM, cluster {self.cluster}"
+                + ("" if self.suitability.worthwhile else "; correct but not worth it here (see suitability)"))
+
+    def to_json(self) -> dict:
+        return {
+            "schema": "gemm-ladder/design/1",
+            "problem": {"m": self.m, "n": self.n, "k": self.k, "dtype": self.dtype, "arch": self.arch,
+                        "tile": list(self.tile), "stages": self.stages, "cluster": self.cluster,
+                        "consumers": self.consumers.warpgroups, "persistent": self.persistent,
+                        "producer_warpgroup": self.consumers.producer_warpgroup},
+            "conclusion": self.conclusion(),
+            "suitability": self.suitability.to_json(),
+            "tensor_maps": {k: v.to_json() for k, v in self.tensor_maps.items()},
+            "smem": self.smem.to_json(),
+            "wgmma_descriptors": {k: v.to_json() for k, v in self.wgmma_descriptors.items()},
+            "tmem": self.tmem.to_json() if self.tmem else None,
+            "issuer": self.issuer.to_json(),
+            "consumers": self.consumers.to_json(),
+            "load_protocol": self.load_protocol.to_json(),
+            "store_protocol": self.store_protocol.to_json(),
+            "ring": self.ring.to_json(),
+            "timeline": [r.to_json() for r in self.timeline],
+            "schedule": self.schedule.to_json(),
+            "kernel_defines": self.kernel_defines(),
+            "assumptions": list(self.assumptions),
+            "risks": list(self.risks),
+            "validation": list(self.validation),
+        }
+
+    def to_markdown(self) -> str:
+        from gemm_ladder.design.render import plan_markdown
+
+        return plan_markdown(self)
+
+    def write_timeline_png(self, path) -> None:
+        from gemm_ladder.design.render import timeline_png
+
+        timeline_png(self, path)
+
+
+def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), stages: int = 4, cluster: int = 1,
+              consumers: int = 1, arch: str = "sm_90a", persistent: bool = False, *,
+              producer_warpgroup: bool | None = None) -> Plan:
+    """Plan ``c = a @ b.T`` for a (M, K) and b (N, K) row-major; raises :class:`PlanRefused` naming the rule.
+
+    ``producer_warpgroup``: a separate producer warpgroup issues the loads (warp specialization);
+    None chooses it when ``consumers > 1`` or ``cluster > 1`` (levels 8 and 9 build on level 7).
+    """
+    m, n, k = int(m), int(n), int(k)
+    cfg = _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup)
+    bm, bn, bk = cfg.tile
+    e = cfg.dtype.elem_bytes
+    suit = assess_suitability(m, n, k, dtype, cfg.tile, cluster)
+    if not suit.fits:
+        raise PlanRefused(suit.reasons[0].split(":", 1)[0], suit.reasons[0].split(":", 1)[1].strip()
+                          + f"; TMA does not fit: use {suit.alternative}")
+    maps = gemm_tensor_maps(m, n, k, data_type=cfg.dtype.tensor_map_type, elem_bytes=e, bm=bm, bn=bn, bk=bk,
+                            cluster=cluster, swizzle=SWIZZLE)
+    for spec in maps.values():
+        spec.validate()
+    ar, smem, S = cfg.arch, cfg.smem, stages
+
+    pw = cfg.producer_warpgroup
+    issuer = Issuer(
+        thread=128 * consumers if pw else 0,
+        warpgroup="producer" if pw else "consumer 0",
+        description=(f"thread {128 * consumers if pw else 0} (lane 0 of the {'producer warpgroup, after the consumer warpgroups' if pw else 'CTA, also a consumer'}) "
+                     "issues every TMA load and store of the CTA and the arrive.expect_tx; no other thread issues TMA"),
+    )
+    consumers_info = Consumers(
+        warpgroups=consumers, threads=128 * consumers, rows_per_warpgroup=bm // consumers, producer_warpgroup=pw,
+        threads_per_cta=cfg.threads, accumulator_registers=cfg.accumulator_registers,
+        description=(f"{consumers} warpgroup(s) x 128 threads wait on full[s] and read stage s through "
+                     f"{'wgmma descriptors' if ar.mma == 'wgmma' else 'tcgen05.mma (issued by one thread) descriptors'}; "
+                     f"each computes {bm // consumers} x {bn}"
+                     + (f"; setmaxnreg: producer down (e.g. 40), consumers up (e.g. 232)" if pw else "")),
+    )
+    a_box = maps["a"].box_bytes
+    b_box = maps["b"].box_bytes
+    mask = (1 << cluster) - 1 if cluster > 1 else 0
+    tx = a_box + b_box * cluster
+    assert tx == cfg.expect_tx_bytes
+    steps = [
+        f"init (one thread, before any use): mbarrier.init full[s], count 1; mbarrier.init empty[s], count "
+        f"{consumers * cluster}; fence.mbarrier_init.release.cluster (or fence.proxy.async) then "
+        f"{'barrier.cluster.arrive/wait' if cluster > 1 else '__syncthreads'} so TMA and peers see initialised barriers",
+        "producer_acquire: issuer waits empty[s] with parity ((i / S) & 1) ^ 1 (round 0 passes at once)",
+        f"producer_commit: mbarrier.arrive.expect_tx full[s], {tx} bytes (A {a_box} + B {b_box * cluster}); "
+        f"cp.async.bulk.tensor.2d A box -> A stage s; B box{' slice r, .multicast::cluster mask ' + hex(mask) + ' -> B stage s + r*' + str(b_box) + ' in every CTA' if cluster > 1 else ' -> B stage s'}, "
+        "both .mbarrier::complete_tx::bytes on full[s]",
+        "consumer_wait: every consumer thread waits full[s] with parity (i / S) & 1",
+        "consumer_release: after the MMA that read stage s is complete, one elected thread per consumer warpgroup "
+        + (f"arrives on empty[s] of every CTA of the cluster (mapa + mbarrier.arrive.shared::cluster)" if cluster > 1
+           else "arrives on empty[s]"),
+    ]
+    if cluster > 1:
+        steps.append(f"expect_tx stays {tx}: each CTA receives its own A box and all {cluster} B slices by multicast; "
+                     f"empty count {consumers} x {cluster}: a stage is refilled by multicast only when every CTA's consumers released it")
+    steps.append("out-of-bounds box elements (M, N, K tails) are zero-filled and still counted in the transaction bytes")
+    load = LoadProtocol(
+        full_arrival_count=1, expect_tx_bytes=tx, a_box_bytes=a_box, b_box_bytes=b_box, b_boxes_per_stage=cluster,
+        multicast_mask=mask, empty_arrival_count=consumers * cluster,
+        empty_arrivers=f"one elected thread per consumer warpgroup ({consumers}) x CTAs per cluster ({cluster})",
+        steps=tuple(steps),
+    )
+    store = StoreProtocol(
+        panels=smem.c_panels, panel_box=tuple(maps["c"].box_dim), panel_bytes=smem.c_panel_bytes,
+        steps=(
+            ("consumers (persistent: after the issuer's cp.async.bulk.wait_group.read 0 for the previous tile and a barrier) "
+             "write the accumulators, converted to the input dtype, into C staging (128B-swizzled panels)"),
+            "fence.proxy.async.shared::cta by every writing thread, then a named barrier over the consumer threads (and the issuer)",
+            f"issuer: {smem.c_panels} x cp.async.bulk.tensor.2d.global.shared::cta.bulk_group (c map, box {tuple(maps['c'].box_dim)}), "
+            "coordinates (n0 + 64p, m0); out-of-bounds rows/columns are clipped",
+            "issuer: cp.async.bulk.commit_group",
+            "issuer: cp.async.bulk.wait_group.read 0 before C staging is written again (next tile) or the CTA exits",
+        ),
+        never="never a byte count or an mbarrier on the store side: stores complete through bulk async-groups",
+    )
+    m_tiles, n_tiles, k_tiles = ceil_div(m, bm), ceil_div(n, bn), ceil_div(k, bk)
+    tiles = m_tiles * n_tiles
+    m_tiles_padded = ceil_div(m_tiles, cluster) * cluster
+    notes = []
+    if persistent:
+        slots = ar.sm_count * smem.ctas_per_sm
+        g = max(cluster, min(m_tiles_padded * n_tiles, slots) // cluster * cluster)
+        grid = (g, 1, 1)
+        ctas = g
+        idle = 0
+        notes.append(f"persistent: grid = min(tiles, {ar.sm_count} SMs x {smem.ctas_per_sm} CTA/SM) = {g}; tile t goes to "
+                     f"CTA t mod {g}; the K iteration counter (stage, parity) continues across tiles")
+        waves = tiles / g
+    else:
+        grid = (m_tiles_padded, n_tiles, 1)
+        ctas = m_tiles_padded * n_tiles
+        idle = (m_tiles_padded - m_tiles) * n_tiles
+        waves = ctas / (ar.sm_count * smem.ctas_per_sm)
+    if cluster > 1 and m_tiles % cluster:
+        notes.append(f"{m_tiles} M tiles is not a multiple of the cluster ({cluster}): {m_tiles_padded - m_tiles} extra CTA row(s) "
+                     "still load and multicast their B slice and release stages, then skip the store (a box wholly out of bounds stores nothing)")
+    schedule = Schedule(
+        m_tiles=m_tiles, n_tiles=n_tiles, k_tiles=k_tiles, tiles=tiles, m_tail=m - (m_tiles - 1) * bm,
+        n_tail=n - (n_tiles - 1) * bn, k_tail=k - (k_tiles - 1) * bk, grid=grid, cluster_dims=(cluster, 1, 1),
+        ctas=ctas, idle_ctas=idle, persistent=persistent, sm_count=ar.sm_count, waves=round(waves, 3),
+        notes=tuple(notes),
+    )
+    # the ledger covers this tile's K iterations (two tiles' worth when persistent), at most three rounds
+    ledger_len = min(k_tiles * (2 if persistent else 1), max(3 * S, 8))
+    mode = release_mode(S)
+    ring = Ring(
+        pipe_depth=S, full_barriers=S, full_init_count=1, empty_barriers=S, empty_init_count=consumers * cluster,
+        initial_phase=0, first_full_wait_parity=0, first_empty_wait_parity=1, release_mode=mode,
+        lookahead=S - 1,
+        smem_total_bytes=smem.total_bytes, ctas_per_sm=smem.ctas_per_sm, ledger=phase_ledger(ledger_len, S),
+    )
+    timeline = build_timeline(k_tiles=k_tiles, stages=S, expect_tx=tx, c_panels=smem.c_panels,
+                              k_steps=bk // 16, cluster=cluster, persistent=persistent, mma=ar.mma)
+    assumptions = (
+        "from the user: shape, dtype, tile, stages, cluster, consumers, arch",
+        "contract: a (M, K) and b (N, K) row-major, c = a @ b.T row-major, fp32 accumulation",
+        "hypothesis: base pointers 16-byte aligned (checked again by encode_kwargs(base_ptr)); torch allocations are 256-byte aligned",
+        f"hypothesis: {ar.sm_count} SMs ({ar.sm_count_source}) for grid and wave counts",
+        "the timeline picture is an idealised model (equal load and MMA durations), not a measurement",
+    )
+    risks = [
+        "stage count: the best PIPE_DEPTH must be measured on real shapes; this plan only proves it fits",
+        f"shared memory: {smem.total_bytes} bytes leave {smem.ctas_per_sm} CTA(s) per SM (limited by {smem.ctas_per_sm_limit})",
+        "fallback when TMA is refused (strides, alignment): the vectorized thread copy of level 3, or pad K / N to a multiple of 8",
+    ]
+    if cluster > 1:
+        risks.append("cluster: a CTA must not exit while a peer may multicast into it or arrive on its barriers (end with a cluster barrier)")
+    if not suit.worthwhile:
+        risks.append(f"not worth it at this size: {suit.alternative}")
+    validation = (
+        "correctness: asymmetric shapes with tails in M, N and K (e.g. 1000 x 1032 x 520), K tiles = 1, < S, not a multiple of S",
+        "protocol: gemm-ladder audit on this ring (each handoff one producer, one consumer; phases from the ledger)",
+        f"falsifiable: with S = {S} the MMA lane should stay busy once the ring is full; compare the measured time of S = 1 "
+        f"vs S = {S} on a large K (if equal, the loads are not overlapping the MMA)",
+    )
+    return Plan(
+        m=m, n=n, k=k, dtype=dtype, tile=cfg.tile, stages=S, cluster=cluster, arch=arch, persistent=persistent,
+        suitability=suit, tensor_maps=maps, smem=smem, wgmma_descriptors=cfg.descriptors, tmem=cfg.tmem,
+        issuer=issuer, consumers=consumers_info, load_protocol=load, store_protocol=store, ring=ring,
+        timeline=timeline, schedule=schedule, assumptions=assumptions, risks=tuple(risks), validation=validation,
+        _config=cfg,
+    )

@@ -1,0 +1,144 @@
+"""Markdown tables and a PNG Gantt-like picture (matplotlib, Agg backend) of a :class:`Plan`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gemm_ladder.design.timeline import simulate
+
+if TYPE_CHECKING:
+    from gemm_ladder.design.plan import Plan
+
+#: The section headings of :func:`plan_markdown`, in order.
+SECTIONS = (
+    "Conclusion", "Suitability", "Tensor maps", "Shared memory", "MMA descriptors", "Issuer and consumers",
+    "Load protocol", "Phase ledger", "Store protocol", "Stage ring", "Timeline", "Schedule", "Kernel defines",
+    "Assumptions", "Minimal validation", "Risks and fallback",
+)
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    def cell(v) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
+    return out
+
+
+def plan_markdown(plan: Plan) -> str:
+    bm, bn, bk = plan.tile
+    L: list[str] = [
+        f"# TMA pipeline plan: {plan.m}x{plan.n}x{plan.k} {plan.dtype}, tile {bm}x{bn}x{bk}, "
+        f"{plan.stages} stages, cluster {plan.cluster}, {plan.consumers.warpgroups} consumer(s), {plan.arch}",
+        "",
+        "## Conclusion", "", plan.conclusion(), "",
+        "## Suitability", "",
+        f"TMA fits: **{'yes' if plan.suitability.fits else 'no'}**; worth it: "
+        f"**{'yes' if plan.suitability.worthwhile else 'no'}**", "",
+    ]
+    L += [f"- {r}" for r in plan.suitability.reasons]
+    if plan.suitability.alternative:
+        L += [f"- alternative: {plan.suitability.alternative}"]
+    L += ["", "## Tensor maps", "", "Arguments of `cuTensorMapEncodeTiled` (dimensions innermost first, strides in bytes).", ""]
+    maps = plan.tensor_maps
+    fields = [("tensorDataType", "data_type"), ("tensorRank", "rank"), ("globalDim", "global_dim"),
+              ("globalStrides", "global_strides"), ("boxDim", "box_dim"), ("elementStrides", "element_strides"),
+              ("interleave", "interleave"), ("swizzle", "swizzle"), ("l2Promotion", "l2_promotion"),
+              ("oobFill", "oob_fill"), ("box bytes", "box_bytes")]
+    L += _table(["argument"] + list(maps), [[f] + [getattr(maps[n], a) for n in maps] for f, a in fields])
+    L += ["", *(f"- {n}: {m.description}" for n, m in maps.items())]
+    s = plan.smem
+    L += ["", "## Shared memory", "",
+          f"Offsets from a 1024-byte-aligned base; total dynamic shared memory {s.total_bytes} bytes "
+          f"(barriers end at {s.barriers_end}, + 1024 alignment slack) of {s.max_per_block} per block; "
+          f"{s.ctas_per_sm} CTA(s) per SM (limited by {s.ctas_per_sm_limit}).", ""]
+    L += _table(["region", "offset", "bytes"], [list(r) for r in s.regions()])
+    if plan.tmem:
+        t = plan.tmem
+        L += ["", f"Tensor memory: accumulator uses {t.columns_used} of {t.columns_available} columns "
+                  f"({t.lanes} lanes), tcgen05.alloc {t.columns_allocated} columns."]
+    L += ["", "## MMA descriptors", ""]
+    d = plan.wgmma_descriptors
+    dfields = ["instruction", "major", "swizzle_bytes", "layout_type", "layout_type_bits", "leading_byte_offset",
+               "leading_byte_offset_encoded", "stride_byte_offset", "stride_byte_offset_encoded", "base_offset",
+               "k_step_bytes", "k_step_encoded", "k_steps_per_tile", "rows"]
+    L += _table(["field", "A", "B"], [[f, getattr(d["a"], f), getattr(d["b"], f)] for f in dfields]
+                + [["template (start address 0)", f"{d['a'].template:#018x}", f"{d['b'].template:#018x}"]])
+    L += ["", f"- {d['a'].statement}", f"- {d['b'].statement}"]
+    L += ["", "## Issuer and consumers", "", f"- issuer: {plan.issuer.description}",
+          f"- consumers: {plan.consumers.description}",
+          f"- threads per CTA: {plan.consumers.threads_per_cta}"
+          + (f"; accumulator registers per consumer thread: {plan.consumers.accumulator_registers}"
+             if plan.consumers.accumulator_registers else "")]
+    lp = plan.load_protocol
+    L += ["", "## Load protocol", "",
+          f"full[s]: arrival count {lp.full_arrival_count}, expect_tx {lp.expect_tx_bytes} bytes; "
+          f"empty[s]: arrival count {lp.empty_arrival_count} ({lp.empty_arrivers}).", ""]
+    L += [f"{i}. {step}" for i, step in enumerate(lp.steps, 1)]
+    L += ["", "## Phase ledger", "",
+          "Every barrier starts in phase 0. Consumers wait full[s] for parity (i / S) & 1; the producer waits "
+          "empty[s] for the opposite parity, so its first wait (parity 1) passes on a fresh barrier.", ""]
+    L += _table(["iteration", "stage", "round", "full wait parity", "empty wait parity", "empty passes at once"],
+                [[r.iteration, r.stage, r.round, r.full_wait_parity, r.empty_wait_parity,
+                  "yes" if r.empty_passes_immediately else "no"] for r in plan.ring.ledger])
+    st = plan.store_protocol
+    L += ["", "## Store protocol", ""]
+    L += [f"{i}. {step}" for i, step in enumerate(st.steps, 1)]
+    L += ["", f"{st.never}."]
+    r = plan.ring
+    L += ["", "## Stage ring", ""]
+    L += _table(["PIPE_DEPTH", "full barriers (init count)", "empty barriers (init count)", "initial phase",
+                 "first full wait", "first empty wait", "release", "smem total", "CTAs/SM"],
+                [[r.pipe_depth, f"{r.full_barriers} ({r.full_init_count})", f"{r.empty_barriers} ({r.empty_init_count})",
+                  r.initial_phase, f"parity {r.first_full_wait_parity}", f"parity {r.first_empty_wait_parity}",
+                  r.release_mode, r.smem_total_bytes, r.ctas_per_sm]])
+    L += ["", "## Timeline", "",
+          f"{plan.schedule.k_tiles} K tile(s) per output tile, {plan.stages} stage(s); release mode "
+          f"`{r.release_mode}`.", ""]
+    L += _table(["phase", "iteration", "producer", "consumer", "epilogue", "stage", "parity"],
+                [[t.phase, "-" if t.iteration is None else t.iteration, t.producer, t.consumer, t.epilogue,
+                  "-" if t.stage is None else t.stage, "-" if t.parity is None else t.parity] for t in plan.timeline])
+    sc = plan.schedule
+    L += ["", "## Schedule", "",
+          f"- tiles: {sc.m_tiles} x {sc.n_tiles} = {sc.tiles} (tails: M {sc.m_tail}, N {sc.n_tail}, K {sc.k_tail})",
+          f"- grid {sc.grid}, cluster {sc.cluster_dims}, {sc.ctas} CTAs ({sc.idle_ctas} only completing a cluster), "
+          f"{sc.waves} waves on {sc.sm_count} SMs"]
+    L += [f"- {n}" for n in sc.notes]
+    L += ["", "## Kernel defines", "", "```"] + [f"-D{k}={v}" for k, v in plan.kernel_defines().items()] + ["```"]
+    L += ["", "## Assumptions", ""] + [f"- {a}" for a in plan.assumptions]
+    L += ["", "## Minimal validation", ""] + [f"- {v}" for v in plan.validation]
+    L += ["", "## Risks and fallback", ""] + [f"- {x}" for x in plan.risks]
+    return "\n".join(L) + "\n"
+
+
+def timeline_png(plan: Plan, path: str | Path, *, load: float = 1.0, mma: float = 1.0) -> Path:
+    """Draw the idealised schedule of one tile (loads, MMA, epilogue, store lanes) into ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    bars = simulate(k_tiles=plan.schedule.k_tiles, stages=plan.stages, load=load, mma=mma)
+    lanes = ["TMA loads", "MMA", "epilogue", "TMA store"]
+    cmap = plt.get_cmap("tab10")
+    end = max(b.end for b in bars)
+    fig, ax = plt.subplots(figsize=(min(4 + 0.5 * end, 28), 3.2))
+    for b in bars:
+        y = len(lanes) - 1 - lanes.index(b.lane)
+        color = cmap(b.stage % 10) if b.stage is not None else "0.6"
+        ax.barh(y, b.end - b.start, left=b.start, height=0.6, color=color, edgecolor="black", linewidth=0.5)
+        ax.text((b.start + b.end) / 2, y, b.label, ha="center", va="center", fontsize=7)
+    ax.set_yticks(range(len(lanes)))
+    ax.set_yticklabels(list(reversed(lanes)))
+    ax.set_xlabel("time (idealised units: one load = one MMA = 1)")
+    bm, bn, bk = plan.tile
+    ax.set_title(f"{plan.m}x{plan.n}x{plan.k} {plan.dtype}, tile {bm}x{bn}x{bk}, {plan.stages} stages "
+                 f"({plan.schedule.k_tiles} K tiles; colour = stage)", fontsize=9)
+    ax.set_xlim(0, end * 1.02)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, format="png", dpi=110)
+    plt.close(fig)
+    return path

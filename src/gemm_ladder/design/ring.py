@@ -1,0 +1,137 @@
+"""Roles and protocols: issuer, consumers, the load protocol (mbarrier + expect_tx), the store protocol
+(bulk async-groups), and the stage ring with its phase ledger.
+
+Sources:
+
+* PTX ISA, "Parallel Synchronization and Communication Instructions: mbarrier": a phase completes when
+  the pending arrival count and the transaction count both reach zero; ``mbarrier.arrive.expect_tx``
+  ("expect-tx operation") raises the transaction count by the given bytes and then arrives;
+  ``mbarrier.try_wait.parity`` with parity P waits for the completion of the phase whose parity is P,
+  and on a freshly initialised barrier (current phase 0, incomplete) a wait for parity 1 returns at once
+  (it refers to the "preceding" phase, considered complete).
+* PTX ISA, "cp.async.bulk.tensor": loads complete on an mbarrier (``.mbarrier::complete_tx::bytes``),
+  with ``.multicast::cluster`` delivering the same box (and its complete_tx) to every CTA in the mask;
+  stores complete through bulk async-groups: ``cp.async.bulk.commit_group`` and
+  ``cp.async.bulk.wait_group.read N`` (the source shared memory may be reused once reads are done).
+* PTX ISA, "membar/fence": ``fence.proxy.async.shared::cta`` orders generic-proxy writes to shared
+  memory (the epilogue's st.shared) before async-proxy reads (the TMA store).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Issuer:
+    """The one thread that issues every TMA load and store of a CTA."""
+
+    thread: int  # thread index within the CTA
+    warpgroup: str  # "producer" or "consumer 0"
+    description: str
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class Consumers:
+    """The threads that wait on full barriers and read the stages (MMA warpgroups)."""
+
+    warpgroups: int
+    threads: int
+    rows_per_warpgroup: int
+    producer_warpgroup: bool
+    threads_per_cta: int
+    accumulator_registers: int  # fp32 accumulator registers per consumer thread (0 on sm_100a: TMEM)
+    description: str
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class LoadProtocol:
+    """Ready/free handshake of each stage of the ring."""
+
+    full_arrival_count: int
+    expect_tx_bytes: int
+    a_box_bytes: int
+    b_box_bytes: int
+    b_boxes_per_stage: int  # TMA instructions landing in each CTA's B stage (one per cluster CTA)
+    multicast_mask: int  # 0 without multicast
+    empty_arrival_count: int
+    empty_arrivers: str
+    steps: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["steps"] = list(self.steps)
+        return out
+
+
+@dataclass(frozen=True)
+class StoreProtocol:
+    """How C leaves shared memory: bulk async-groups, never a byte count."""
+
+    panels: int
+    panel_box: tuple[int, int]
+    panel_bytes: int
+    steps: tuple[str, ...]
+    never: str
+
+    def to_json(self) -> dict:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["steps"] = list(self.steps)
+        out["panel_box"] = list(self.panel_box)
+        return out
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    """What each side waits for at one K iteration (global index ``iteration`` across tiles)."""
+
+    iteration: int
+    stage: int
+    round: int
+    full_wait_parity: int  # consumer: mbarrier.try_wait.parity full[stage], this parity
+    empty_wait_parity: int  # producer: mbarrier.try_wait.parity empty[stage], this parity, before loading
+    empty_passes_immediately: bool
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def ledger_row(i: int, stages: int) -> LedgerRow:
+    r = i // stages
+    return LedgerRow(iteration=i, stage=i % stages, round=r, full_wait_parity=r & 1,
+                     empty_wait_parity=(r & 1) ^ 1, empty_passes_immediately=(r == 0))
+
+
+def phase_ledger(iterations: int, stages: int) -> tuple[LedgerRow, ...]:
+    """Rows for iterations 0..iterations-1: stage = i % S, full parity = (i // S) & 1, empty parity = that ^ 1."""
+    return tuple(ledger_row(i, stages) for i in range(iterations))
+
+
+@dataclass(frozen=True)
+class Ring:
+    """The stage ring: depth, barriers with their init counts and initial phases, budget."""
+
+    pipe_depth: int
+    full_barriers: int
+    full_init_count: int
+    empty_barriers: int
+    empty_init_count: int
+    initial_phase: int  # every barrier starts in phase 0
+    first_full_wait_parity: int
+    first_empty_wait_parity: int
+    release_mode: str  # "previous" (wgmma.wait_group 1, release k-1) or "current" (wait_group 0, release k)
+    lookahead: int  # loads in flight ahead of the stage being computed, in steady state
+    smem_total_bytes: int
+    ctas_per_sm: int
+    ledger: tuple[LedgerRow, ...]
+
+    def to_json(self) -> dict:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "ledger"}
+        out["ledger"] = [r.to_json() for r in self.ledger]
+        return out

@@ -1,0 +1,251 @@
+"""Shared-memory layout, the MMA shared-memory descriptors, and tensor memory (sm_100a).
+
+Sources:
+
+* PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate" -> "Shared Memory Matrix
+  Layout" (swizzling modes: the 128B swizzle atom is 8 rows x 128 bytes = 1024 bytes, and the pattern
+  repeats every 1024 bytes from a 1024-byte-aligned address) and "Matrix Descriptor Format" (wgmma):
+  bits 0-13 start address >> 4, bits 16-29 leading-dimension byte offset >> 4, bits 32-45
+  stride-dimension byte offset >> 4, bits 49-51 base offset, bits 62-63 layout type
+  (0 interleave/none, 1 128B swizzle, 2 64B swizzle, 3 32B swizzle).
+* PTX ISA, "Tensor Core 5th Generation" -> "Shared Memory Descriptor" (tcgen05): same address fields,
+  bits 46-48 the fixed value 0b001, bits 61-63 swizzle (0 none, 1 128B with 32B atom, 2 128B,
+  4 64B, 6 32B).
+* PTX ISA, "Tensor Memory": 128 lanes x 512 columns of 32 bits per CTA, allocated in powers of two
+  columns (>= 32) by ``tcgen05.alloc``.
+* CUDA C Programming Guide, compute capability table: 227 KB (232448 bytes) of dynamic shared memory
+  per block, 228 KB per SM, 1 KB reserved per block.
+
+Layout (offsets from a 1024-byte-aligned base; the kernel rounds its dynamic shared memory pointer up to
+1024 itself, which is what the 1024 bytes of slack in the total pay for)::
+
+    [A stage 0 .. S-1][B stage 0 .. S-1][C staging: BN*e/128 panels of BM x 128 B][full bar x S][empty bar x S]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gemm_ladder.design.problem import ArchInfo, PlanRefused, align_up
+
+SWIZZLE_ATOM_BYTES = 1024  # 8 rows x 128 bytes
+BARRIER_BYTES = 8  # one mbarrier object: a 64-bit word, 8-byte aligned
+ALIGN_SLACK = 1024
+
+
+@dataclass(frozen=True)
+class SmemLayout:
+    """Byte offsets and sizes of every shared-memory region of the kernel (one CTA)."""
+
+    stages: int
+    a_offset: int
+    a_stage_bytes: int
+    b_offset: int
+    b_stage_bytes: int
+    b_slice_bytes: int  # what one CTA of the cluster writes into each CTA's B stage (multicast)
+    c_offset: int
+    c_bytes: int
+    c_panel_bytes: int
+    c_panels: int
+    full_bar_offset: int
+    empty_bar_offset: int
+    barriers_end: int
+    total_bytes: int  # dynamic shared memory to request: barriers_end + 1024 bytes of alignment slack
+    max_per_block: int
+    ctas_per_sm: int
+    ctas_per_sm_limit: str  # which resource limits ctas_per_sm
+
+    def a_stage(self, s: int) -> int:
+        return self.a_offset + s * self.a_stage_bytes
+
+    def b_stage(self, s: int) -> int:
+        return self.b_offset + s * self.b_stage_bytes
+
+    def full_bar(self, s: int) -> int:
+        return self.full_bar_offset + s * BARRIER_BYTES
+
+    def empty_bar(self, s: int) -> int:
+        return self.empty_bar_offset + s * BARRIER_BYTES
+
+    def regions(self) -> list[tuple[str, int, int]]:
+        """(name, offset, bytes) of every region, in address order."""
+        rows = [(f"A stage {s}", self.a_stage(s), self.a_stage_bytes) for s in range(self.stages)]
+        rows += [(f"B stage {s}", self.b_stage(s), self.b_stage_bytes) for s in range(self.stages)]
+        rows += [(f"C panel {p}", self.c_offset + p * self.c_panel_bytes, self.c_panel_bytes) for p in range(self.c_panels)]
+        rows += [(f"full[{s}]", self.full_bar(s), BARRIER_BYTES) for s in range(self.stages)]
+        rows += [(f"empty[{s}]", self.empty_bar(s), BARRIER_BYTES) for s in range(self.stages)]
+        return rows
+
+    def to_json(self) -> dict:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["regions"] = [{"name": n, "offset": o, "bytes": b} for n, o, b in self.regions()]
+        return out
+
+
+def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluster: int, threads: int,
+              arch: ArchInfo) -> SmemLayout:
+    """Compute the layout; raise :class:`PlanRefused` when it exceeds the arch's per-block limit."""
+    a_stage = bm * bk * elem_bytes
+    b_stage = bn * bk * elem_bytes
+    a_off = 0
+    b_off = align_up(a_off + stages * align_up(a_stage, SWIZZLE_ATOM_BYTES), SWIZZLE_ATOM_BYTES)
+    a_stage_stride = align_up(a_stage, SWIZZLE_ATOM_BYTES)
+    b_stage_stride = align_up(b_stage, SWIZZLE_ATOM_BYTES)
+    c_off = align_up(b_off + stages * b_stage_stride, SWIZZLE_ATOM_BYTES)
+    c_panel = bm * 128
+    c_panels = bn * elem_bytes // 128
+    c_bytes = c_panel * c_panels
+    full_off = c_off + c_bytes  # C ends 1024-aligned (c_panel is a multiple of 1024 when BM % 8 == 0)
+    empty_off = full_off + stages * BARRIER_BYTES
+    end = empty_off + stages * BARRIER_BYTES
+    total = end + ALIGN_SLACK
+    if total > arch.max_smem_per_block:
+        raise PlanRefused(
+            "shared memory per block",
+            f"{stages} stages x (A {a_stage} + B {b_stage}) + C staging {c_bytes} + barriers "
+            f"{2 * stages * BARRIER_BYTES} + alignment slack {ALIGN_SLACK} = {total} bytes > "
+            f"{arch.max_smem_per_block} bytes allowed per block on {arch.name}; "
+            f"at most {max_stages(bm=bm, bn=bn, bk=bk, elem_bytes=elem_bytes, arch=arch)} stages fit this tile",
+        )
+    per_cta = total + arch.smem_reserved_per_block
+    by_smem = arch.smem_per_sm // per_cta
+    by_threads = arch.max_threads_per_sm // threads
+    ctas = min(by_smem, by_threads, arch.max_blocks_per_sm)
+    limit = ("shared memory" if ctas == by_smem else "threads" if ctas == by_threads else "blocks per SM")
+    if cluster > 1:
+        limit += f" (a cluster of {cluster} spreads over {cluster} SMs)"
+    return SmemLayout(
+        stages=stages, a_offset=a_off, a_stage_bytes=a_stage_stride, b_offset=b_off, b_stage_bytes=b_stage_stride,
+        b_slice_bytes=b_stage // cluster, c_offset=c_off, c_bytes=c_bytes, c_panel_bytes=c_panel, c_panels=c_panels,
+        full_bar_offset=full_off, empty_bar_offset=empty_off, barriers_end=end, total_bytes=total,
+        max_per_block=arch.max_smem_per_block, ctas_per_sm=ctas, ctas_per_sm_limit=limit,
+    )
+
+
+def max_stages(*, bm: int, bn: int, bk: int, elem_bytes: int, arch: ArchInfo) -> int:
+    """The largest stage count whose layout fits the per-block limit (0 if none)."""
+    fixed = bm * bn * elem_bytes + ALIGN_SLACK
+    per_stage = align_up(bm * bk * elem_bytes, SWIZZLE_ATOM_BYTES) + align_up(bn * bk * elem_bytes, SWIZZLE_ATOM_BYTES) + 2 * BARRIER_BYTES
+    return max(0, (arch.max_smem_per_block - fixed) // per_stage)
+
+
+# --- MMA shared-memory descriptors ---------------------------------------------------------------------
+
+#: wgmma layout type (bits 62-63) and tcgen05 swizzle code (bits 61-63), by swizzle span in bytes.
+WGMMA_LAYOUT_TYPE = {128: 1, 64: 2, 32: 3, 0: 0}
+TCGEN05_SWIZZLE_CODE = {128: 2, 64: 4, 32: 6, 0: 0}
+
+
+@dataclass(frozen=True)
+class MmaDescriptor:
+    """The 64-bit shared-memory matrix descriptor of one operand (without its start address).
+
+    ``template`` is the descriptor with start address 0; the kernel ORs in ``(addr & 0x3FFFF) >> 4``
+    for each stage, and adds ``k_step_encoded`` to the start-address field per k16 step inside the
+    128-byte swizzled row.
+    """
+
+    operand: str
+    instruction: str
+    major: str  # "K" (both operands of c = a @ b.T are K-major)
+    swizzle_bytes: int
+    layout_type: int
+    layout_type_bits: str
+    leading_byte_offset: int
+    leading_byte_offset_encoded: int
+    stride_byte_offset: int
+    stride_byte_offset_encoded: int
+    base_offset: int
+    k_step_bytes: int
+    k_step_encoded: int
+    k_steps_per_tile: int
+    rows: int  # BM (A) or BN (B)
+    template: int
+    agrees_with_tma: bool
+    statement: str
+
+    def to_json(self) -> dict:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["template_hex"] = f"{self.template:#018x}"
+        return out
+
+
+def mma_descriptor(operand: str, *, rows: int, bk: int, elem_bytes: int, swizzle_bytes: int, arch: ArchInfo,
+                   inst_k: int = 16) -> MmaDescriptor:
+    """Descriptor fields for a K-major operand whose rows are ``bk * elem_bytes`` bytes wide.
+
+    Refuses (:class:`PlanRefused`) when the swizzle span disagrees with the row width: a K-major
+    swizzled layout needs exactly one swizzle span of K per row (BK * e == span), else the MMA reads the
+    rows from the wrong places.
+    """
+    row_bytes = bk * elem_bytes
+    if row_bytes != swizzle_bytes:
+        match = {32: "CU_TENSOR_MAP_SWIZZLE_32B", 64: "CU_TENSOR_MAP_SWIZZLE_64B", 128: "CU_TENSOR_MAP_SWIZZLE_128B"}.get(row_bytes)
+        offer = (f"use the matching swizzle {match} (MMA layout type for {row_bytes}B swizzle), or BK = {swizzle_bytes // elem_bytes}"
+                 if match else f"use BK = {swizzle_bytes // elem_bytes} so one row is one {swizzle_bytes}-byte swizzle span")
+        raise PlanRefused(
+            "swizzle vs MMA layout",
+            f"operand {operand}: BK = {bk} gives an inner box of {row_bytes} bytes != the {swizzle_bytes}-byte "
+            f"swizzle span of the K-major {swizzle_bytes}B-swizzled {arch.mma} layout; {offer}",
+        )
+    if bk % inst_k:
+        raise PlanRefused("MMA K step", f"BK = {bk} is not a multiple of the instruction K = {inst_k}")
+    lbo, sbo = 16, 8 * swizzle_bytes  # LBO unused for swizzled K-major (state 16, encoded 1); SBO = 8 rows
+    k_step = inst_k * elem_bytes
+    if arch.mma == "wgmma":
+        layout = WGMMA_LAYOUT_TYPE[swizzle_bytes]
+        template = (layout << 62) | ((sbo >> 4) << 32) | ((lbo >> 4) << 16)
+        bits = "62-63"
+        instruction = "wgmma.mma_async"
+    else:
+        layout = TCGEN05_SWIZZLE_CODE[swizzle_bytes]
+        template = (layout << 61) | (0b001 << 46) | ((sbo >> 4) << 32) | ((lbo >> 4) << 16)
+        bits = "61-63 (and 0b001 in bits 46-48)"
+        instruction = "tcgen05.mma"
+    statement = (
+        f"TMA writes each {operand} row (K-major, {row_bytes} bytes = one swizzle span) with "
+        f"CU_TENSOR_MAP_SWIZZLE_{swizzle_bytes}B into 1024-byte-aligned stages; the {instruction} descriptor "
+        f"reads the same {swizzle_bytes}B swizzle (layout type {layout}), 8-row groups {sbo} bytes apart, "
+        f"advancing the start address by {k_step} bytes per k{inst_k} step: the layouts agree."
+    )
+    return MmaDescriptor(
+        operand=operand, instruction=instruction, major="K", swizzle_bytes=swizzle_bytes, layout_type=layout,
+        layout_type_bits=bits, leading_byte_offset=lbo, leading_byte_offset_encoded=lbo >> 4,
+        stride_byte_offset=sbo, stride_byte_offset_encoded=sbo >> 4, base_offset=0, k_step_bytes=k_step,
+        k_step_encoded=k_step >> 4, k_steps_per_tile=bk // inst_k, rows=rows, template=template,
+        agrees_with_tma=True, statement=statement,
+    )
+
+
+@dataclass(frozen=True)
+class TmemPlan:
+    """Tensor memory of the fp32 accumulator on sm_100a (one CTA)."""
+
+    lanes: int
+    columns_used: int
+    columns_allocated: int  # tcgen05.alloc: power of two, >= 32
+    columns_available: int
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def plan_tmem(*, bm: int, bn: int, arch: ArchInfo) -> TmemPlan | None:
+    """None without tensor memory; else the accumulator's columns. Refuses above 512 columns.
+
+    An fp32 accumulator of BM x BN with BM <= 128 takes BM lanes and BN columns; each further 128 rows
+    take BN more columns.
+    """
+    if not arch.tmem_columns:
+        return None
+    used = -(-bm // 128) * bn
+    if used > arch.tmem_columns:
+        raise PlanRefused(
+            "tensor memory columns",
+            f"fp32 accumulator {bm} x {bn} needs {used} columns of {arch.tmem_lanes} lanes > {arch.tmem_columns} columns per CTA",
+        )
+    alloc = 32
+    while alloc < used:
+        alloc *= 2
+    return TmemPlan(lanes=min(bm, arch.tmem_lanes), columns_used=used, columns_allocated=alloc,
+                    columns_available=arch.tmem_columns)

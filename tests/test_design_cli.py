@@ -1,0 +1,60 @@
+"""``gemm-ladder design`` end to end on the CPU: formats, exit codes and the timeline picture."""
+
+from __future__ import annotations
+
+import json
+
+from gemm_ladder.cli import main
+from gemm_ladder.design.render import SECTIONS
+
+
+def test_json_format_parses_and_has_keys(capsys):
+    rc = main(["design", "--shape", "4096x4096x4096", "--dtype", "bf16", "--tile", "128x128x64", "--stages", "4",
+               "--format", "json"])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    for key in ("suitability", "tensor_maps", "smem", "wgmma_descriptors", "issuer", "consumers", "load_protocol",
+                "store_protocol", "ring", "timeline", "kernel_defines", "schedule"):
+        assert key in doc, key
+    assert doc["tensor_maps"]["a"]["box_dim"] == [64, 128]
+    assert doc["smem"]["total_bytes"] == 164928
+    assert doc["ring"]["ledger"][0] == {"iteration": 0, "stage": 0, "round": 0, "full_wait_parity": 0,
+                                        "empty_wait_parity": 1, "empty_passes_immediately": True}
+
+
+def test_markdown_has_sections(capsys):
+    rc = main(["design", "--shape", "1000x1032x520", "--dtype", "fp16", "--tile", "128x256x64", "--stages", "3",
+               "--cluster", "2", "--consumers", "2"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    for section in SECTIONS:
+        assert f"\n## {section}\n" in out, section
+    assert "| boxDim | (64, 128) | (64, 128) | (64, 128) |" in out
+    assert "-DGL_B_BOX_ROWS=128" in out
+
+
+def test_refused_plan_exits_2(capsys):
+    rc = main(["design", "--shape", "4096x4096x4093", "--dtype", "bf16"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "refused" in err and "8186" in err
+    assert main(["design", "--shape", "4096x4096", "--dtype", "bf16"]) == 2
+
+
+def test_sm100a(capsys):
+    assert main(["design", "--shape", "4096x4096x4096", "--tile", "128x256x64", "--stages", "3",
+                 "--arch", "sm_100a", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["tmem"]["columns_used"] == 256
+    assert doc["wgmma_descriptors"]["b"]["instruction"] == "tcgen05.mma"
+
+
+def test_timeline_png(tmp_path, capsys):
+    path = tmp_path / "plan.png"
+    rc = main(["design", "--shape", "256x256x320", "--stages", "3", "--timeline", str(path)])
+    assert rc == 0
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 2000
+    # IHDR: width and height are positive
+    assert data[12:16] == b"IHDR" and int.from_bytes(data[16:20], "big") > 100 and int.from_bytes(data[20:24], "big") > 100
