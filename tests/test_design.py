@@ -54,6 +54,7 @@ def test_encode_kwargs_fp16_tails_cluster2():
     assert p.load_protocol.empty_arrival_count == 2 * 2
     assert p.load_protocol.multicast_mask == 0b11
     assert p.schedule.m_tiles == 8 and p.schedule.n_tiles == 5 and p.schedule.k_tiles == 9
+    assert p.schedule.grid == (5, 8, 1) and p.schedule.cluster_dims == (1, 2, 1)
     assert (p.schedule.m_tail, p.schedule.n_tail, p.schedule.k_tail) == (1000 - 7 * 128, 1032 - 4 * 256, 520 - 8 * 64)
 
 
@@ -290,3 +291,9 @@ def test_persistent_schedule():
     # three rounds of the ring, numbered by the global K counter (it continues across tiles)
     assert [r.iteration for r in p.ring.ledger] == list(range(12))
     assert "continues across tiles" in p.schedule.notes[0]
+
+
+def test_odd_m_tiles_pad_the_cluster():
+    p = plan_gemm(3 * 128, 256, 256, tile=(128, 128, 64), stages=2, cluster=2)
+    assert p.schedule.m_tiles == 3 and p.schedule.grid == (2, 4, 1) and p.schedule.idle_ctas == 2
+    assert any("multicast" in note for note in p.schedule.notes)

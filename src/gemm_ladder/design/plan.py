@@ -61,8 +61,8 @@ class Schedule:
     m_tail: int  # rows of the last M tile (BM when M % BM == 0)
     n_tail: int
     k_tail: int
-    grid: tuple[int, int, int]
-    cluster_dims: tuple[int, int, int]
+    grid: tuple[int, int, int]  # non-persistent: (N tiles, M tiles padded to the cluster, 1)
+    cluster_dims: tuple[int, int, int]  # the cluster runs along M (grid y), so its CTAs share one B tile
     ctas: int
     idle_ctas: int  # CTAs launched only to complete a cluster (no tile of their own)
     persistent: bool
@@ -397,7 +397,7 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
                      f"CTA t mod {g}; the K iteration counter (stage, parity) continues across tiles")
         waves = tiles / g
     else:
-        grid = (m_tiles_padded, n_tiles, 1)
+        grid = (n_tiles, m_tiles_padded, 1)  # x over N tiles, y over M tiles (the levels' launch order)
         ctas = m_tiles_padded * n_tiles
         idle = (m_tiles_padded - m_tiles) * n_tiles
         waves = ctas / (ar.sm_count * smem.ctas_per_sm)
@@ -406,7 +406,7 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
                      "still load and multicast their B slice and release stages, then skip the store (a box wholly out of bounds stores nothing)")
     schedule = Schedule(
         m_tiles=m_tiles, n_tiles=n_tiles, k_tiles=k_tiles, tiles=tiles, m_tail=m - (m_tiles - 1) * bm,
-        n_tail=n - (n_tiles - 1) * bn, k_tail=k - (k_tiles - 1) * bk, grid=grid, cluster_dims=(cluster, 1, 1),
+        n_tail=n - (n_tiles - 1) * bn, k_tail=k - (k_tiles - 1) * bk, grid=grid, cluster_dims=(1, cluster, 1) if not persistent else (cluster, 1, 1),
         ctas=ctas, idle_ctas=idle, persistent=persistent, sm_count=ar.sm_count, waves=round(waves, 3),
         notes=tuple(notes),
     )
