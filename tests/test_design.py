@@ -145,6 +145,9 @@ def test_tcgen05_descriptor_and_tmem():
     assert x.instruction == "tcgen05.mma" and x.layout_type == 2
     assert x.template == (2 << 61) | (1 << 46) | (64 << 32) | (1 << 16)
     assert (p.tmem.columns_used, p.tmem.columns_allocated) == (256, 256)
+    # sm_100a: the one tcgen05.commit per CTA frees a stage, not one arrival per consumer warpgroup
+    q = plan_gemm(4096, 4096, 4096, arch="sm_100a", tile=(128, 256, 64), stages=3, cluster=2, consumers=2)
+    assert q.load_protocol.empty_arrival_count == 2 == q.kernel_defines()["GL_EMPTY_ARRIVALS"]
     assert plan_tmem(bm=128, bn=96, arch=ARCHS["sm_100a"]).columns_allocated == 128
     with pytest.raises(PlanRefused, match=r"tensor memory columns.*1024.*512"):
         plan_tmem(bm=256, bn=512, arch=ARCHS["sm_100a"])

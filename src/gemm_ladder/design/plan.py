@@ -94,6 +94,12 @@ class KernelConfig:
     accumulator_registers: int
     expect_tx_bytes: int
 
+    @property
+    def empty_arrivals(self) -> int:
+        """Arrivals that free a stage: one elected thread per consumer warpgroup (wgmma) or the one
+        tcgen05.commit of the MMA-issuing thread (sm_100a), from every CTA of the cluster."""
+        return (self.consumers if self.arch.mma == "wgmma" else 1) * self.cluster
+
     def defines(self) -> dict[str, int]:
         bm, bn, bk = self.tile
         s = self.smem
@@ -107,7 +113,7 @@ class KernelConfig:
             "GL_SMEM_FULL_BAR_OFFSET": s.full_bar_offset, "GL_SMEM_EMPTY_BAR_OFFSET": s.empty_bar_offset,
             "GL_SMEM_BYTES": s.total_bytes, "GL_EXPECT_TX_BYTES": self.expect_tx_bytes,
             "GL_B_BOX_ROWS": bn // self.cluster,
-            "GL_EMPTY_ARRIVALS": self.consumers * self.cluster,
+            "GL_EMPTY_ARRIVALS": self.empty_arrivals,
         }
 
 
@@ -349,25 +355,30 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     assert tx == cfg.expect_tx_bytes
     steps = [
         f"init (one thread, before any use): mbarrier.init full[s], count 1; mbarrier.init empty[s], count "
-        f"{consumers * cluster}; fence.mbarrier_init.release.cluster (or fence.proxy.async) then "
+        f"{cfg.empty_arrivals}; fence.mbarrier_init.release.cluster (or fence.proxy.async) then "
         f"{'barrier.cluster.arrive/wait' if cluster > 1 else '__syncthreads'} so TMA and peers see initialised barriers",
         "producer_acquire: issuer waits empty[s] with parity ((i / S) & 1) ^ 1 (round 0 passes at once)",
         f"producer_commit: mbarrier.arrive.expect_tx full[s], {tx} bytes (A {a_box} + B {b_box * cluster}); "
         f"cp.async.bulk.tensor.2d A box -> A stage s; B box{' slice r, .multicast::cluster mask ' + hex(mask) + ' -> B stage s + r*' + str(b_box) + ' in every CTA' if cluster > 1 else ' -> B stage s'}, "
         "both .mbarrier::complete_tx::bytes on full[s]",
         "consumer_wait: every consumer thread waits full[s] with parity (i / S) & 1",
-        "consumer_release: after the MMA that read stage s is complete, one elected thread per consumer warpgroup "
-        + (f"arrives on empty[s] of every CTA of the cluster (mapa + mbarrier.arrive.shared::cluster)" if cluster > 1
-           else "arrives on empty[s]"),
+        ("consumer_release: after the MMA that read stage s is complete, one elected thread per consumer warpgroup "
+         + ("arrives on empty[s] of every CTA of the cluster (mapa + mbarrier.arrive.shared::cluster)" if cluster > 1
+            else "arrives on empty[s]")) if ar.mma == "wgmma" else
+        ("consumer_release: the MMA-issuing thread's tcgen05.commit"
+         + (".multicast::cluster arrives on empty[s] of every CTA" if cluster > 1 else " arrives on empty[s]")
+         + " when the MMAs that read stage s complete"),
     ]
     if cluster > 1:
         steps.append(f"expect_tx stays {tx}: each CTA receives its own A box and all {cluster} B slices by multicast; "
-                     f"empty count {consumers} x {cluster}: a stage is refilled by multicast only when every CTA's consumers released it")
+                     f"empty count {cfg.empty_arrivals}: a stage is refilled by multicast only when every CTA's consumers released it")
     steps.append("out-of-bounds box elements (M, N, K tails) are zero-filled and still counted in the transaction bytes")
     load = LoadProtocol(
         full_arrival_count=1, expect_tx_bytes=tx, a_box_bytes=a_box, b_box_bytes=b_box, b_boxes_per_stage=cluster,
-        multicast_mask=mask, empty_arrival_count=consumers * cluster,
-        empty_arrivers=f"one elected thread per consumer warpgroup ({consumers}) x CTAs per cluster ({cluster})",
+        multicast_mask=mask, empty_arrival_count=cfg.empty_arrivals,
+        empty_arrivers=(f"one elected thread per consumer warpgroup ({consumers}) x CTAs per cluster ({cluster})"
+                        if ar.mma == "wgmma" else
+                        f"the MMA-issuing thread's tcgen05.commit{'.multicast::cluster' if cluster > 1 else ''} x CTAs per cluster ({cluster})"),
         steps=tuple(steps),
     )
     store = StoreProtocol(
@@ -414,7 +425,7 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     ledger_len = min(k_tiles * (2 if persistent else 1), max(3 * S, 8))
     mode = release_mode(S)
     ring = Ring(
-        pipe_depth=S, full_barriers=S, full_init_count=1, empty_barriers=S, empty_init_count=consumers * cluster,
+        pipe_depth=S, full_barriers=S, full_init_count=1, empty_barriers=S, empty_init_count=cfg.empty_arrivals,
         initial_phase=0, first_full_wait_parity=0, first_empty_wait_parity=1, release_mode=mode,
         lookahead=S - 1,
         smem_total_bytes=smem.total_bytes, ctas_per_sm=smem.ctas_per_sm, ledger=phase_ledger(ledger_len, S),
