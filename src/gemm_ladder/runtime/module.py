@@ -63,6 +63,7 @@ class LoadedKernel:
     dynamic_smem: int
     threads: int
     cluster: int
+    _resident: int | None = None
 
     def launch(self, grid: tuple[int, int, int], args: list, stream: torch.cuda.Stream | None = None) -> None:
         """Launch with ``grid`` CTAs on ``stream`` (default: PyTorch's current stream).
@@ -71,22 +72,27 @@ class LoadedKernel:
         (cuda.bindings ``CUtensorMap``), in the kernel's parameter order.
         """
         drv = _driver()
-        stream = stream or torch.cuda.current_stream()
         pointers = (ctypes.c_void_p * len(args))(
             *[a.getPtr() if hasattr(a, "getPtr") else ctypes.addressof(a) for a in args]
         )
+        config = self._config(grid, stream or torch.cuda.current_stream())
+        check(drv.cuLaunchKernelEx(config, self.function, ctypes.addressof(pointers), 0), "cuLaunchKernelEx")
+
+    def _config(self, grid: tuple[int, int, int], stream: torch.cuda.Stream | None):
+        drv = _driver()
         config = drv.CUlaunchConfig()
         config.gridDimX, config.gridDimY, config.gridDimZ = grid
         config.blockDimX, config.blockDimY, config.blockDimZ = self.threads, 1, 1
         config.sharedMemBytes = self.dynamic_smem
-        config.hStream = drv.CUstream(stream.cuda_stream)
+        if stream is not None:
+            config.hStream = drv.CUstream(stream.cuda_stream)
         if self.cluster > 1:
             attr = drv.CUlaunchAttribute()
             attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
             attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = self.cluster, 1, 1
             config.attrs = [attr]
             config.numAttrs = 1
-        check(drv.cuLaunchKernelEx(config, self.function, ctypes.addressof(pointers), 0), "cuLaunchKernelEx")
+        return config
 
     def max_active_ctas_per_sm(self) -> int:
         """CTAs of this kernel that fit on one SM (cuOccupancyMaxActiveBlocksPerMultiprocessor)."""
@@ -97,6 +103,27 @@ class LoadedKernel:
                 "cuOccupancyMaxActiveBlocksPerMultiprocessor",
             )
         )
+
+
+    def max_active_clusters(self, device: torch.device) -> int:
+        """Clusters (CTAs when cluster == 1) of this kernel resident on the whole GPU at once.
+
+        CTAs per SM x SMs, from the occupancy API; for clusters, cuOccupancyMaxActiveClusters, which
+        also knows that a cluster must fit inside one GPC.
+        """
+        if self._resident is None:
+            if self.cluster == 1:
+                sms = torch.cuda.get_device_properties(device).multi_processor_count
+                self._resident = self.max_active_ctas_per_sm() * sms
+            else:
+                drv = _driver()
+                config = self._config((self.cluster, 1, 1), None)
+                self._resident = int(check(drv.cuOccupancyMaxActiveClusters(self.function, config),
+                                           "cuOccupancyMaxActiveClusters"))
+            if self._resident < 1:
+                raise CudaError(f"no CTA of this kernel fits on an SM ({self.threads} threads, "
+                                f"{self.dynamic_smem} bytes of dynamic shared memory)")
+        return self._resident
 
 
 _loaded: dict[tuple[str, int], LoadedKernel] = {}

@@ -1,4 +1,4 @@
-// Memory-proxy fences (PTX ISA "membar/fence": proxy fences, mbarrier_init).
+// Memory-proxy fences (PTX ISA "membar/fence": proxy fences, mbarrier_init) and named barriers.
 #pragma once
 
 namespace gl {
@@ -12,6 +12,12 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 // Make mbarrier.init visible to the async proxy and to the other CTAs of the cluster.
 __device__ __forceinline__ void fence_barrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// Named CTA barrier `id` over `threads` threads (a multiple of 32): lets a subset of warps, such as the
+// consumer warpgroups, synchronise without the producer (PTX ISA "bar.sync"). Id 0 is __syncthreads.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 }  // namespace gl

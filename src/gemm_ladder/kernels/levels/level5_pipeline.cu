@@ -1,0 +1,87 @@
+// Level 5 - a multi-stage pipeline.
+//
+// Level 4 with a ring of STAGES shared-memory stages, each with a "full" barrier (the issuer's
+// expect_tx + the copy engine's bytes) and an "empty" barrier (one arrival per consumer warpgroup
+// once its wgmma no longer reads the stage). Load j goes to stage j % STAGES; its barriers are in
+// phase j / STAGES, so consumers wait full with parity (j / STAGES) & 1 and the issuer waits empty
+// with the opposite parity (a fresh barrier passes parity 1 at once: the ring starts empty).
+//   prologue:     the issuer fills min(STAGES, k_tiles) stages;
+//   steady state: wait full[kt], issue wgmma for kt, retire kt-1 (wgmma_wait<1>), release its
+//                 stage, and refill that stage with load kt-1+STAGES;
+//   drain:        no loads left; retire the last wgmma; epilogue as level 4.
+#include "gemm_ladder/epilogue.cuh"
+#include "gemm_ladder/ptx/fence.cuh"
+#include "gemm_ladder/ptx/mbarrier.cuh"
+#include "gemm_ladder/ptx/tma.cuh"
+#include "gemm_ladder/ptx/wgmma.cuh"
+#include "gemm_ladder/tma_tile.cuh"
+
+using namespace gl;
+
+struct Producer {  // runs on the issuing thread only
+  const SmemMap& smem;
+  const CUtensorMap *map_a, *map_b;
+  int m0, n0;
+  __device__ __forceinline__ void load(int j) const {
+    const int s = j % STAGES;
+    mbarrier_wait(smem.empty(s), ((j / STAGES) & 1) ^ 1);  // producer_acquire
+    mbarrier_arrive_expect_tx(smem.full(s), GL_EXPECT_TX_BYTES);
+    tma_load_2d(smem.a(s), map_a, smem.full(s), j * BK, m0);
+    tma_load_2d(smem.b(s), map_b, smem.full(s), j * BK, n0);
+  }
+};
+
+extern "C" __global__ void __launch_bounds__(128, 1)
+    gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                const __grid_constant__ CUtensorMap map_c, int M, int N, int K) {
+  extern __shared__ uint8_t smem_raw[];
+  const SmemMap smem(smem_raw);
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  const bool issuer = threadIdx.x == 0;
+  const Producer producer{smem, &map_a, &map_b, m0, n0};
+
+  if (issuer) {
+    tma_prefetch_descriptor(&map_a);
+    tma_prefetch_descriptor(&map_b);
+    tma_prefetch_descriptor(&map_c);
+    for (int s = 0; s < STAGES; ++s) {
+      mbarrier_init(smem.full(s), 1);
+      mbarrier_init(smem.empty(s), GL_EMPTY_ARRIVALS);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int k_tiles = (K + BK - 1) / BK;
+  if (issuer)
+    for (int j = 0; j < min(STAGES, k_tiles); ++j) producer.load(j);  // prologue
+
+  float d[2][BN / 2] = {};
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int s = kt % STAGES;
+    mbarrier_wait(smem.full(s), (kt / STAGES) & 1);  // consumer_wait
+    wgmma_fence();
+    mma_k_tile<BN>(d[0], smem.a(s), smem.b(s), 1);
+    mma_k_tile<BN>(d[1], smem.a(s) + 64 * BK, smem.b(s), 1);
+    wgmma_commit();
+    wgmma_wait<1>();  // k tile kt-1 has retired; kt keeps the tensor cores busy
+    if (kt > 0 && issuer) {
+      mbarrier_arrive(smem.empty((kt - 1) % STAGES));  // consumer_release
+      if (kt - 1 + STAGES < k_tiles) producer.load(kt - 1 + STAGES);
+    }
+  }
+  wgmma_wait<0>();  // drain
+  fence_accumulators(d[0]);
+  fence_accumulators(d[1]);
+
+  stage_fragment_sw128<BN>(smem.c(), d[0], 0, GL_SMEM_C_PANEL_BYTES);
+  stage_fragment_sw128<BN>(smem.c(), d[1], 64, GL_SMEM_C_PANEL_BYTES);
+  fence_proxy_async_smem();
+  __syncthreads();
+  if (issuer) {
+#pragma unroll
+    for (int p = 0; p < GL_C_PANELS; ++p) tma_store_2d(&map_c, smem.c() + p * GL_SMEM_C_PANEL_BYTES, n0 + 64 * p, m0);
+    tma_store_commit();
+    tma_store_wait_read<0>();
+  }
+}

@@ -1,0 +1,99 @@
+// Level 7 - warp specialization.
+//
+// Level 6's persistent tile loop, split into roles. Warpgroup 0 is the producer: it gives registers
+// back (setmaxnreg.dec) and one of its threads does nothing but wait for free stages and issue TMA
+// loads, running ahead across tiles. Warpgroup 1 is the consumer: it takes the registers
+// (setmaxnreg.inc), waits for full stages, runs wgmma, releases stages and writes the epilogue.
+// Every handoff has one producing and one consuming role:
+//   full[s]   producer (expect_tx + copy engine bytes) -> consumer
+//   empty[s]  consumer (one elected thread per warpgroup)  -> producer
+//   staging   consumer's store issuer (wait_group.read 0) -> consumer warpgroup (named barrier 1)
+#include "gemm_ladder/epilogue.cuh"
+#include "gemm_ladder/ptx/fence.cuh"
+#include "gemm_ladder/ptx/mbarrier.cuh"
+#include "gemm_ladder/ptx/tma.cuh"
+#include "gemm_ladder/ptx/wgmma.cuh"
+#include "gemm_ladder/tile_scheduler.cuh"
+#include "gemm_ladder/tma_tile.cuh"
+
+using namespace gl;
+
+static_assert(GL_PRODUCER_WG == 1 && GL_CONSUMERS == 1 && GL_THREADS == 256, "level 7: one producer, one consumer");
+constexpr int kStoreIssuer = 128;  // thread 0 of the consumer warpgroup
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+    gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                const __grid_constant__ CUtensorMap map_c, int M, int N, int K) {
+  extern __shared__ uint8_t smem_raw[];
+  const SmemMap smem(smem_raw);
+  const TileScheduler sched(M, N, BM, BN, 1);
+  const int k_tiles = (K + BK - 1) / BK;
+
+  if (threadIdx.x == 0) {
+    tma_prefetch_descriptor(&map_a);
+    tma_prefetch_descriptor(&map_b);
+    tma_prefetch_descriptor(&map_c);
+    for (int s = 0; s < STAGES; ++s) {
+      mbarrier_init(smem.full(s), 1);
+      mbarrier_init(smem.empty(s), GL_EMPTY_ARRIVALS);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warpgroup_index() == 0) {
+    setmaxnreg_dec<40>();
+    if (threadIdx.x == 0) {
+      int count = 0;
+      for (int tile = blockIdx.x; tile < sched.total; tile += gridDim.x) {
+        int tm, tn;
+        sched.coords(tile, tm, tn);
+        for (int kt = 0; kt < k_tiles; ++kt, ++count) {
+          const int s = count % STAGES;
+          mbarrier_wait(smem.empty(s), ((count / STAGES) & 1) ^ 1);  // producer_acquire
+          mbarrier_arrive_expect_tx(smem.full(s), GL_EXPECT_TX_BYTES);  // producer_commit (by bytes)
+          tma_load_2d(smem.a(s), &map_a, smem.full(s), kt * BK, tm * BM);
+          tma_load_2d(smem.b(s), &map_b, smem.full(s), kt * BK, tn * BN);
+        }
+      }
+    }
+  } else {
+    setmaxnreg_inc<232>();
+    const bool elected = threadIdx.x == kStoreIssuer;
+    int count = 0;
+    for (int tile = blockIdx.x; tile < sched.total; tile += gridDim.x) {
+      int tm, tn;
+      sched.coords(tile, tm, tn);
+      float d[2][BN / 2];
+      for (int kt = 0; kt < k_tiles; ++kt, ++count) {
+        const int s = count % STAGES;
+        mbarrier_wait(smem.full(s), (count / STAGES) & 1);  // consumer_wait
+        wgmma_fence();
+        mma_k_tile<BN>(d[0], smem.a(s), smem.b(s), kt > 0);
+        mma_k_tile<BN>(d[1], smem.a(s) + 64 * BK, smem.b(s), kt > 0);
+        wgmma_commit();
+        wgmma_wait<1>();
+        if (kt > 0 && elected) mbarrier_arrive(smem.empty((count - 1) % STAGES));  // consumer_release
+      }
+      wgmma_wait<0>();
+      fence_accumulators(d[0]);
+      fence_accumulators(d[1]);
+      if (elected) {
+        mbarrier_arrive(smem.empty((count - 1) % STAGES));
+        tma_store_wait_read<0>();  // the previous tile's store no longer reads the staging
+      }
+      named_barrier_sync(1, 128);
+      stage_fragment_sw128<BN>(smem.c(), d[0], 0, GL_SMEM_C_PANEL_BYTES);
+      stage_fragment_sw128<BN>(smem.c(), d[1], 64, GL_SMEM_C_PANEL_BYTES);
+      fence_proxy_async_smem();
+      named_barrier_sync(1, 128);
+      if (elected) {
+#pragma unroll
+        for (int p = 0; p < GL_C_PANELS; ++p)
+          tma_store_2d(&map_c, smem.c() + p * GL_SMEM_C_PANEL_BYTES, tn * BN + 64 * p, tm * BM);
+        tma_store_commit();
+      }
+    }
+    if (elected) tma_store_wait_read<0>();
+  }
+}

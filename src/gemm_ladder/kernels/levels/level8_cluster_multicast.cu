@@ -1,0 +1,110 @@
+// Level 8 - a 2-CTA cluster with a multicast operand.
+//
+// Level 7's roles, with two CTAs per cluster stacked along M: they compute tiles (2u, n) and
+// (2u + 1, n), which need the same B tile. Each CTA's producer loads its own A tile and half of the
+// shared B tile, multicast into the same stage of both CTAs, so B crosses L2 -> SM once per pair.
+// The full barrier of each CTA still expects the whole A + B stage (its A, its half of B and the
+// peer's half). A stage may be refilled only when the consumers of BOTH CTAs are done with it,
+// because the peer's producer writes into it too: the empty barrier counts both CTAs' consumers,
+// and each consumer arrives on its own CTA's barrier and, remotely, on the peer's. Clusters sync
+// after barrier init (no remote arrive or multicast before the peer's barriers exist) and before
+// exit (no CTA leaves while the peer may still write to its shared memory). A tile count that is
+// odd in M is fine: the second CTA of the last pair loads zeros (fully out of bounds) and its store
+// is clipped away, while it still loads its half of B for its partner.
+#include "gemm_ladder/epilogue.cuh"
+#include "gemm_ladder/ptx/cluster.cuh"
+#include "gemm_ladder/ptx/fence.cuh"
+#include "gemm_ladder/ptx/mbarrier.cuh"
+#include "gemm_ladder/ptx/tma.cuh"
+#include "gemm_ladder/ptx/wgmma.cuh"
+#include "gemm_ladder/tile_scheduler.cuh"
+#include "gemm_ladder/tma_tile.cuh"
+
+using namespace gl;
+
+static_assert(GL_PRODUCER_WG == 1 && GL_CONSUMERS == 1 && GL_CLUSTER == 2, "level 8: 2-CTA cluster, one consumer");
+constexpr int kStoreIssuer = 128;
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+    gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                const __grid_constant__ CUtensorMap map_c, int M, int N, int K) {
+  extern __shared__ uint8_t smem_raw[];
+  const SmemMap smem(smem_raw);
+  const TileScheduler sched(M, N, BM, BN, GL_CLUSTER);  // one unit = a pair of M tiles
+  const int k_tiles = (K + BK - 1) / BK;
+  const int rank = cluster_cta_rank();
+  const int first_unit = blockIdx.x / GL_CLUSTER, unit_stride = gridDim.x / GL_CLUSTER;
+
+  if (threadIdx.x == 0) {
+    tma_prefetch_descriptor(&map_a);
+    tma_prefetch_descriptor(&map_b);
+    tma_prefetch_descriptor(&map_c);
+    for (int s = 0; s < STAGES; ++s) {
+      mbarrier_init(smem.full(s), 1);
+      mbarrier_init(smem.empty(s), GL_EMPTY_ARRIVALS);  // consumers x cluster
+    }
+    fence_barrier_init();
+  }
+  cluster_sync();
+
+  if (warpgroup_index() == 0) {
+    setmaxnreg_dec<40>();
+    if (threadIdx.x == 0) {
+      int count = 0;
+      for (int unit = first_unit; unit < sched.total; unit += unit_stride) {
+        int um, tn;
+        sched.coords(unit, um, tn);
+        const int tm = um * GL_CLUSTER + rank;
+        for (int kt = 0; kt < k_tiles; ++kt, ++count) {
+          const int s = count % STAGES;
+          mbarrier_wait(smem.empty(s), ((count / STAGES) & 1) ^ 1);
+          mbarrier_arrive_expect_tx(smem.full(s), GL_EXPECT_TX_BYTES);
+          tma_load_2d(smem.a(s), &map_a, smem.full(s), kt * BK, tm * BM);
+          tma_load_2d_multicast(smem.b(s) + rank * GL_B_BOX_ROWS * BK, &map_b, smem.full(s), kt * BK,
+                                tn * BN + rank * GL_B_BOX_ROWS, (1 << GL_CLUSTER) - 1);
+        }
+      }
+    }
+  } else {
+    setmaxnreg_inc<232>();
+    const bool elected = threadIdx.x == kStoreIssuer;
+    int count = 0;
+    for (int unit = first_unit; unit < sched.total; unit += unit_stride) {
+      int um, tn;
+      sched.coords(unit, um, tn);
+      const int tm = um * GL_CLUSTER + rank;
+      float d[2][BN / 2];
+      for (int kt = 0; kt < k_tiles; ++kt, ++count) {
+        const int s = count % STAGES;
+        mbarrier_wait(smem.full(s), (count / STAGES) & 1);
+        wgmma_fence();
+        mma_k_tile<BN>(d[0], smem.a(s), smem.b(s), kt > 0);
+        mma_k_tile<BN>(d[1], smem.a(s) + 64 * BK, smem.b(s), kt > 0);
+        wgmma_commit();
+        wgmma_wait<1>();
+        if (kt > 0 && elected)
+          for (int r = 0; r < GL_CLUSTER; ++r) mbarrier_arrive_cluster(smem.empty((count - 1) % STAGES), r);
+      }
+      wgmma_wait<0>();
+      fence_accumulators(d[0]);
+      fence_accumulators(d[1]);
+      if (elected) {
+        for (int r = 0; r < GL_CLUSTER; ++r) mbarrier_arrive_cluster(smem.empty((count - 1) % STAGES), r);
+        tma_store_wait_read<0>();
+      }
+      named_barrier_sync(1, 128);
+      stage_fragment_sw128<BN>(smem.c(), d[0], 0, GL_SMEM_C_PANEL_BYTES);
+      stage_fragment_sw128<BN>(smem.c(), d[1], 64, GL_SMEM_C_PANEL_BYTES);
+      fence_proxy_async_smem();
+      named_barrier_sync(1, 128);
+      if (elected) {
+#pragma unroll
+        for (int p = 0; p < GL_C_PANELS; ++p)
+          tma_store_2d(&map_c, smem.c() + p * GL_SMEM_C_PANEL_BYTES, tn * BN + 64 * p, tm * BM);
+        tma_store_commit();
+      }
+    }
+    if (elected) tma_store_wait_read<0>();
+  }
+  cluster_sync();
+}

@@ -1,0 +1,80 @@
+"""Levels 4+: kernels fed by the TMA, built and launched from the designer's plan.
+
+The plan (:func:`gemm_ladder.design.plan.plan_gemm`) is the one source of truth: its
+``kernel_defines()`` become the kernel's compile-time constants and its tensor-map specs become the
+``CUtensorMap`` arguments. Nothing about the pipeline is restated here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import torch
+
+from gemm_ladder.contract import dtype_name
+from gemm_ladder.design.plan import kernel_defines_for, plan_gemm
+from gemm_ladder.levels.base import LaunchGeometry, Level
+from gemm_ladder.runtime.tensor_map import encode_tiled
+
+#: Tensor maps are cached per (operand pointers, shape, dtype): encoding costs ~10 us of Python per
+#: map, which would otherwise be paid on every launch of a sub-millisecond kernel.
+_MAP_CACHE_SIZE = 64
+
+
+@dataclass(frozen=True, eq=False)
+class TmaLevel(Level):
+    """A level whose kernel takes (map_a, map_b, map_c, M, N, K) and the designer's smem layout."""
+
+    tile: tuple[int, int, int] = (128, 128, 64)
+    stages: int = 1
+    consumers: int = 1
+    cluster: int = 1
+    persistent: bool = False
+    producer_warpgroup: bool = False
+    _maps: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
+
+    def defines(self, dtype: str) -> dict[str, int | str]:
+        return kernel_defines_for(dtype, self.tile, self.stages, self.cluster, self.consumers, "sm_90a",
+                                  producer_warpgroup=self.producer_warpgroup)
+
+    def geometry(self, dtype: str) -> LaunchGeometry:
+        d = self.defines(dtype)
+        return LaunchGeometry(threads=int(d["GL_THREADS"]), dynamic_smem=int(d["GL_SMEM_BYTES"]), cluster=self.cluster)
+
+    def plan(self, m: int, n: int, k: int, dtype: str):
+        """The designer's plan for this level on one problem."""
+        return plan_gemm(m, n, k, dtype, tile=self.tile, stages=self.stages, cluster=self.cluster,
+                         consumers=self.consumers, persistent=self.persistent,
+                         producer_warpgroup=self.producer_warpgroup)
+
+    def grid(self, m: int, n: int, dtype: str, device: torch.device) -> tuple[int, int, int]:
+        """One CTA per tile, or (persistent) as many CTAs as are resident at once, whole clusters."""
+        bm, bn, _ = self.tile
+        if not self.persistent:
+            return (-(-n // bn), -(-m // bm), 1)
+        units = -(-(-(-m // bm)) // self.cluster) * -(-n // bn)  # cluster-sized stacks of M tiles x N tiles
+        resident = self.loaded(dtype, device).max_active_clusters(device)
+        return (min(units, resident) * self.cluster, 1, 1)
+
+    def tensor_maps(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> list:
+        m, k = a.shape
+        n = b.shape[0]
+        key = (a.data_ptr(), b.data_ptr(), c.data_ptr(), m, n, k, a.dtype)
+        maps = self._maps.get(key)
+        if maps is None:
+            plan = self.plan(m, n, k, dtype_name(a.dtype))
+            maps = [encode_tiled(plan.tensor_maps[name].encode_kwargs(t.data_ptr()))
+                    for name, t in (("a", a), ("b", b), ("c", c))]
+            self._maps[key] = maps
+            while len(self._maps) > _MAP_CACHE_SIZE:
+                self._maps.popitem(last=False)
+        return maps
+
+    def launch(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+        m, k = a.shape
+        n = b.shape[0]
+        kernel = self.loaded(dtype_name(a.dtype), a.device)
+        kernel.launch(self.grid(m, n, dtype_name(a.dtype), a.device),
+                      [*self.tensor_maps(a, b, c), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)])
