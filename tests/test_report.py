@@ -23,6 +23,20 @@ FIXTURE = Path(__file__).parent / "data" / "sample_result.json"
 DATA_PNG = re.compile(r'<img[^>]*\bsrc="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 
 
+@pytest.fixture(autouse=True)
+def no_designer(request, monkeypatch):
+    """Most tests run without the designer: its timelines take seconds each to draw, and the report
+    must not depend on it. Tests that ask for the ``real_designer`` fixture use whatever
+    gemm_ladder.design offers."""
+    if "real_designer" not in request.fixturenames:
+        monkeypatch.setattr(timeline, "find_designer", lambda: (None, None, "designer switched off for this test"))
+
+
+@pytest.fixture
+def real_designer():
+    """Requesting this fixture keeps the real gemm_ladder.design (see ``no_designer``)."""
+
+
 @pytest.fixture(scope="module")
 def result() -> dict:
     return load_result(FIXTURE)
@@ -31,7 +45,9 @@ def result() -> dict:
 @pytest.fixture(scope="module")
 def written(result, tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
-    files = write_report(result, out)
+    with pytest.MonkeyPatch.context() as mp:  # the autouse fixture is function-scoped
+        mp.setattr(timeline, "find_designer", lambda: (None, None, "designer switched off for this test"))
+        files = write_report(result, out)
     return files, files.html.read_text(encoding="utf-8"), files.markdown.read_text(encoding="utf-8")
 
 
@@ -54,8 +70,8 @@ def test_html_has_title_tables_and_banner(written):
 def test_html_pictures_are_inline_pngs(written):
     files, page, _ = written
     images = DATA_PNG.findall(page)
-    # one bar chart and one roofline per timed dtype (bf16, fp16), plus any designer timelines
-    assert len(images) == 4 + sum(1 for p in files.pngs if "timeline" in p.name)
+    # one bar chart and one roofline per timed dtype (bf16, fp16); timelines: see the real_designer test
+    assert len(images) == 4
     assert page.count("<img") == len(images)
     for data in images:
         assert base64.b64decode(data, validate=True).startswith(PNG_MAGIC)
@@ -193,8 +209,10 @@ def test_timeline_drawn_noted_or_refused(result, monkeypatch, tmp_path):
 
     def plan_gemm(m, n, k, dtype, *, tile, stages, cluster, consumers):
         calls.append((m, n, k, dtype, tile, stages, cluster, consumers))
-        if stages == 1 and tile == (128, 128, 64) and len(calls) == 2:
-            raise ValueError("stages must be at least 2")
+        if stages == 4:
+            raise ValueError("stages must be at most 3")
+        if k % 8:
+            raise ValueError("rows are not 16-byte aligned")
         return {"tile": tile}
 
     def renderer(plan):
@@ -205,19 +223,30 @@ def test_timeline_drawn_noted_or_refused(result, monkeypatch, tmp_path):
     _fake_designer(monkeypatch, plan_gemm, renderer)
     files = write_report(result, tmp_path)
     page = files.html.read_text(encoding="utf-8")
-    # L3 planned at its largest timed shape; L4 raised; L5 records no pipeline
-    assert calls[0] == (8192, 8192, 8192, "bf16", (128, 128, 64), 1, 1, 1)
-    assert "the designer raised ValueError: stages must be at least 2" in page
+    # L3: its timed shape of shortest K is refused, the next one (4096³) is drawn;
+    # L4 records no pipeline; L5 (stages 4) is refused at every shape, the first refusal is shown
+    assert calls[0] == (4097, 4095, 4093, "bf16", (128, 128, 64), 1, 1, 1)
+    assert calls[1] == (4096, 4096, 4096, "bf16", (128, 128, 64), 1, 1, 1)
+    assert "L3 spatial_tiling: 4096×4096×4096 bf16" in page
+    assert "the designer raised ValueError: stages must be at most 3" in page
     assert "does not record this level" in page
     assert len(DATA_PNG.findall(page)) == 5
     assert (tmp_path / "report-timeline-L3.png").read_bytes().startswith(PNG_MAGIC)
 
 
-def test_real_designer_never_breaks_the_report(result, tmp_path):
-    """Whatever state gemm_ladder.design is in, the report renders and the section is present."""
+def test_real_designer_never_breaks_the_report(result, tmp_path, real_designer):
+    """Whatever state gemm_ladder.design is in, the report renders and the section is present;
+    where the designer exists, the levels that record a pipeline get a timeline PNG."""
     files = write_report(result, tmp_path)
     page = files.html.read_text(encoding="utf-8")
     assert "<h2>Pipeline timelines</h2>" in page
+    plan_gemm, renderer, _ = timeline.find_designer()
+    if plan_gemm is not None and renderer is not None:
+        drawn = sorted(p.name for p in files.pngs if "timeline" in p.name)
+        assert drawn == ["report-timeline-L3.png", "report-timeline-L5.png"], page[-3000:]
+        images = DATA_PNG.findall(page)
+        assert len(images) == 6 and page.count("<img") == 6
+        assert all(base64.b64decode(d).startswith(PNG_MAGIC) for d in images)
 
 
 def test_fixture_is_valid_json_with_expected_rows():

@@ -66,9 +66,24 @@ def _series_label(row: dict[str, Any]) -> str:
     return model.row_title(row)
 
 
-def _colors(n: int) -> list[Any]:
+def level_colors(result: dict[str, Any]) -> dict[str, Any]:
+    """One colour per level series for the whole report, so L4 is the same colour in every chart."""
+    names: list[str] = []
+    for r in sorted((r for r in result.get("rows") or [] if r.get("kind") != "cublas"), key=model.level_sort_key):
+        if _series_label(r) not in names:
+            names.append(_series_label(r))
     cmap = plt.get_cmap("viridis")
-    return [cmap(0.1 + 0.8 * i / max(1, n - 1)) for i in range(n)]
+    colors = {name: cmap(0.1 + 0.8 * i / max(1, len(names) - 1)) for i, name in enumerate(names)}
+    colors["cuBLAS"] = "black"
+    return colors
+
+
+MARKERS = "ovs^Dph<>P"
+
+
+def level_markers(result: dict[str, Any]) -> dict[str, str]:
+    """One roofline marker per level series, stable across dtypes like the colours."""
+    return {name: MARKERS[i % len(MARKERS)] for i, name in enumerate(n for n in level_colors(result) if n != "cuBLAS")}
 
 
 def bar_charts(result: dict[str, Any]) -> list[Picture]:
@@ -78,6 +93,7 @@ def bar_charts(result: dict[str, Any]) -> list[Picture]:
     failed row is hatched, because a fast wrong kernel must not read as a win.
     """
     rows = model.ordered_rows(result)
+    palette = level_colors(result)
     pictures = []
     for dtype in _dtypes(rows):
         timed = [r for r in rows if r.get("dtype") == dtype and _tflops(r) is not None]
@@ -103,8 +119,7 @@ def bar_charts(result: dict[str, Any]) -> list[Picture]:
             value.setdefault((_series_label(r), model.shape_key(r)), r)
 
         width = 0.8 / len(names)
-        fig, ax = plt.subplots(figsize=(max(6.0, 1.1 + len(shapes) * (0.35 + 0.22 * len(names))), 4.2))
-        colors = _colors(len(names))
+        fig, ax = plt.subplots(figsize=(max(4.0, 1.1 + len(shapes) * (0.35 + 0.22 * len(names))), 4.2))
         handles = []
         for i, name in enumerate(names):
             xs, ys, hatches = [], [], []
@@ -116,7 +131,7 @@ def bar_charts(result: dict[str, Any]) -> list[Picture]:
                 ys.append(_tflops(r))
                 hatches.append("xx" if model.is_failed(r) else "")
             cublas = is_cublas[name]
-            color = "black" if cublas else colors[i]
+            color = "black" if cublas else palette.get(name, "grey")
             bars = ax.bar(xs, ys, width=width, color=color, edgecolor="white" if cublas else "black", linewidth=0.5)
             # legend proxies, so a series whose first bar failed is not drawn hatched in the legend
             handles.append(Patch(facecolor=color, edgecolor="black", linewidth=0.5, label=name))
@@ -124,6 +139,7 @@ def bar_charts(result: dict[str, Any]) -> list[Picture]:
                 if hatch:
                     bar.set_hatch(hatch)
                     bar.set_edgecolor("red")
+        ax.set_xlim(-0.6, len(shapes) - 0.4)
         ax.set_xticks(range(len(shapes)))
         ax.set_xticklabels([labels[k] for k in shapes], rotation=20 if len(shapes) > 3 else 0, ha="right"
                            if len(shapes) > 3 else "center", fontsize=8)
@@ -189,22 +205,21 @@ def roofline_charts(result: dict[str, Any]) -> list[Picture]:
             name = _series_label(r)
             if r.get("kind") != "cublas" and name not in level_names:
                 level_names.append(name)
-        colors = dict(zip(level_names, _colors(len(level_names))))
-        markers = "ovs^Dph<>"
+        colors = level_colors(result)
+        marker_of = level_markers(result)
         for r, x, y in points:
             name = _series_label(r)
             if r.get("kind") == "cublas":
                 ax.scatter([x], [y], marker="*", s=160, color="black", edgecolor="white", zorder=4)
             else:
-                i = level_names.index(name)
                 failed = model.is_failed(r)
-                ax.scatter([x], [y], marker=markers[i % len(markers)], s=50, zorder=3,
+                ax.scatter([x], [y], marker=marker_of[name], s=50, zorder=3,
                            color="none" if failed else colors[name], edgecolor="red" if failed else "black",
                            linewidth=1.5 if failed else 0.5)
         # legend proxies: one per series in its normal style, whatever its first point's status
         handles, _ = ax.get_legend_handles_labels()
-        for i, name in enumerate(level_names):
-            handles.append(Line2D([], [], ls="none", marker=markers[i % len(markers)], markersize=7,
+        for name in level_names:
+            handles.append(Line2D([], [], ls="none", marker=marker_of[name], markersize=7,
                                   markerfacecolor=colors[name], markeredgecolor="black", label=name))
         if any(r.get("kind") == "cublas" for r, _, _ in points):
             handles.append(Line2D([], [], ls="none", marker="*", markersize=12, color="black", label="cuBLAS"))

@@ -102,6 +102,7 @@ tr.failed td:first-child { box-shadow: inset 4px 0 0 var(--fail); }
 tr.failed td.status { color: var(--fail); font-weight: 700; }
 dl.facts { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; margin: 0; }
 dl.facts dt { color: var(--muted); } dl.facts dd { margin: 0; font-family: ui-monospace, monospace; font-size: 12px; }
+.figures { display: flex; flex-wrap: wrap; gap: 8px 24px; align-items: flex-start; }
 figure { margin: 12px 0 20px; } figure img { max-width: 100%; height: auto; border: 1px solid var(--line); }
 figcaption { color: var(--muted); font-size: 12px; }
 .note { color: var(--muted); font-style: italic; }
@@ -187,7 +188,7 @@ def _levels_html(levels: list[dict[str, Any]]) -> str:
 def _section_pictures(pictures: list[Picture], empty: str) -> str:
     if not pictures:
         return f'<p class="note">{_e(empty)}</p>'
-    return "".join(html_picture(p) for p in pictures)
+    return '<div class="figures">' + "".join(html_picture(p) for p in pictures) + "</div>"
 
 
 def render_html(report: Report) -> str:

@@ -6,13 +6,15 @@ and the rest of the report is unaffected.
 
 What the designer needs (tile, stages, cluster, consumers) is read from the level's entry in the
 result: ``levels[i].pipeline = {"tile": [BM, BN, BK], "stages": S, "cluster": C, "consumers": W}``
-(the same keys directly on the level entry are accepted too). The problem size is the level's
-largest timed shape in the result, since that is the one whose speed the page is explaining.
+(the same keys directly on the level entry are accepted too; an optional ``persistent`` flag is
+passed on as well). The problem size is the level's
+timed shape with the shortest K that the designer accepts (see :func:`problems_for`).
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -54,23 +56,35 @@ def pipeline_params(level: dict[str, Any], result: dict[str, Any]) -> dict[str, 
         # the resource gate records each level's cluster size; use it before assuming 1
         cluster = next((e.get("cluster") for e in result.get("resources") or []
                         if e.get("level") == level.get("number") and e.get("cluster") is not None), 1)
-    return {
+    params = {
         "tile": tuple(int(t) for t in tile),
         "stages": int(stages),
         "cluster": int(cluster),
         "consumers": int(p.get("consumers") or 1),
     }
+    if p.get("persistent") is not None:  # the designer's level-6 switch, passed on only when recorded
+        params["persistent"] = bool(p["persistent"])
+    return params
 
 
-def problem_for(level_number: Any, result: dict[str, Any]) -> tuple[int, int, int, str] | None:
-    """(M, N, K, dtype) to plan for: the level's largest timed shape, else its largest checked one."""
+def problems_for(level_number: Any, result: dict[str, Any]) -> list[tuple[int, int, int, str]]:
+    """(M, N, K, dtype) candidates to plan for, best first: the level's timed shapes (else its checked
+    ones), shortest K first, the largest M·N breaking ties.
+
+    The timeline draws one tile's K loop, so its length grows with K / BK; the shortest timed K shows
+    prologue, steady state and drain most legibly (and draws fastest) while still being a shape whose
+    speed the page reports. Later candidates serve when the designer refuses the first (a TMA plan
+    needs 16-byte row strides, which an unaligned shape does not have).
+    """
     rows = [r for r in result.get("rows") or [] if r.get("kind") != "cublas" and r.get("level") == level_number
             and all(isinstance(r.get(d), int) and r.get(d) > 0 for d in ("m", "n", "k"))]
-    if not rows:
-        return None
     timed = [r for r in rows if model.get(r, "performance", "tflops") is not None] or rows
-    best = max(timed, key=lambda r: r["m"] * r["n"] * r["k"])
-    return best["m"], best["n"], best["k"], str(best.get("dtype") or "bf16")
+    out: list[tuple[int, int, int, str]] = []
+    for r in sorted(timed, key=lambda r: (r["k"], -r["m"] * r["n"])):
+        problem = (r["m"], r["n"], r["k"], str(r.get("dtype") or "bf16"))
+        if problem not in out:
+            out.append(problem)
+    return out
 
 
 def _as_png(out: Any, tmp: Path) -> bytes | None:
@@ -86,12 +100,21 @@ def _as_png(out: Any, tmp: Path) -> bytes | None:
     return None
 
 
+def _wants_path(renderer: Callable[..., Any]) -> bool:
+    """True when the renderer takes a second required positional argument (the output path)."""
+    try:
+        params = list(inspect.signature(renderer).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    required = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+    return len(required) >= 2
+
+
 def _render(renderer: Callable[..., Any], plan: Any, tmp: Path) -> bytes | None:
-    """Call the renderer with the plan, trying a path argument only if the plain call gives nothing."""
-    png = _as_png(renderer(plan), tmp)
-    if png is None:
-        png = _as_png(renderer(plan, tmp), tmp)
-    return png
+    """Call the renderer with the plan, and an output path when it asks for one
+    (``gemm_ladder.design.render.timeline_png(plan, path)`` writes the PNG and returns the path)."""
+    out = renderer(plan, tmp) if _wants_path(renderer) else renderer(plan)
+    return _as_png(out, tmp)
 
 
 def timelines(result: dict[str, Any], workdir: Path) -> tuple[list[Picture], str]:
@@ -112,27 +135,38 @@ def timelines(result: dict[str, Any], workdir: Path) -> tuple[list[Picture], str
         label = f"L{number} {lv.get('name') or ''}".strip() if number is not None else str(lv.get("name") or "user")
         slug = f"timeline-L{number}" if number is not None else "timeline-user"
         params = pipeline_params(lv, result)
-        problem = problem_for(number, result)
+        problems = problems_for(number, result)
         if params is None:
             pictures.append(Picture(slug, label, None, "the result does not record this level's tile and stages"))
             continue
-        if problem is None:
+        if not problems:
             pictures.append(Picture(slug, label, None, "no non-empty shape of this level in the result"))
             continue
-        m, n, k, dtype = problem
-        title = (f"{label}: {m}×{n}×{k} {dtype}, tile {'×'.join(map(str, params['tile']))}, "
-                 f"{params['stages']} stages, cluster {params['cluster']}, {params['consumers']} consumer(s)")
-        try:
-            plan = plan_gemm(m, n, k, dtype, **params)
-            png = _render(renderer, plan, workdir / f"{slug}.png")
-        except Exception as exc:  # noqa: BLE001 — the designer's refusal is shown, not raised
-            pictures.append(Picture(slug, title, None, f"the designer raised {type(exc).__name__}: {model.one_line(exc)}"))
-            continue
-        if png is None or not png.startswith(PNG_MAGIC):
-            pictures.append(Picture(slug, title, None, "the designer's renderer returned no PNG"))
-            continue
-        pictures.append(Picture(slug, title, png))
+        pictures.append(_level_picture(plan_gemm, renderer, slug, label, params, problems, workdir))
     return pictures, ""
 
 
-__all__ = ["find_designer", "pipeline_params", "problem_for", "timelines"]
+def _level_picture(plan_gemm: Callable[..., Any], renderer: Callable[..., Any], slug: str, label: str,
+                   params: dict[str, Any], problems: list[tuple[int, int, int, str]], workdir: Path) -> Picture:
+    """Plan the first candidate shape the designer accepts and draw it; else say why not (first refusal)."""
+    config = (f"tile {'×'.join(map(str, params['tile']))}, {params['stages']} stages, "
+              f"cluster {params['cluster']}, {params['consumers']} consumer(s)")
+    first_error = None
+    for m, n, k, dtype in problems:
+        try:
+            plan = plan_gemm(m, n, k, dtype, **params)
+        except Exception as exc:  # noqa: BLE001 — the designer's refusal is shown, not raised
+            first_error = first_error or f"the designer raised {type(exc).__name__}: {model.one_line(exc)}"
+            continue
+        title = f"{label}: {m}×{n}×{k} {dtype}, {config}"
+        try:
+            png = _render(renderer, plan, workdir / f"{slug}.png")
+        except Exception as exc:  # noqa: BLE001
+            return Picture(slug, title, None, f"the timeline renderer raised {type(exc).__name__}: {model.one_line(exc)}")
+        if png is None or not png.startswith(PNG_MAGIC):
+            return Picture(slug, title, None, "the designer's renderer returned no PNG")
+        return Picture(slug, title, png)
+    return Picture(slug, f"{label}: {config}", None, first_error or "no shape to plan")
+
+
+__all__ = ["find_designer", "pipeline_params", "problems_for", "timelines"]
