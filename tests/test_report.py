@@ -162,6 +162,29 @@ def test_no_gpu_no_bandwidth(result, tmp_path):
     assert len(DATA_PNG.findall(page)) >= 4
 
 
+def test_nulls_and_odd_values_everywhere(result, tmp_path):
+    """Every measurement null, odd types and unknown statuses: the page still renders, with dashes."""
+    r = copy.deepcopy(result)
+    for row in r["rows"]:
+        for part in ("correctness", "performance"):
+            if row.get(part):
+                row[part] = {key: None for key in row[part]}
+        row["status"] = row["status"] if row["status"] != "pass" else "weird-status"
+    r["rows"][0]["m"] = None
+    r["rows"][1]["performance"] = {"tflops": "fast", "intensity_flop_per_byte": True}
+    for e in r["resources"]:
+        e["sass"] = None
+        e["registers"] = "many"
+    r["meta"] = {"gpu": {}}
+    r["ceilings"] = None
+    r["summary"] = None
+    files = write_report(r, tmp_path)
+    page = files.html.read_text(encoding="utf-8")
+    assert "weird-status" in page and "?×128×1" in page
+    assert "No shape was timed." in page
+    assert "unknown commit" in page and "Verdict: —" in page
+
+
 def test_text_is_escaped(result, tmp_path):
     r = copy.deepcopy(result)
     r["rows"][2]["message"] = "<script>alert(1)</script> a|b\nsecond line"

@@ -149,8 +149,9 @@ def timelines(result: dict[str, Any], workdir: Path) -> tuple[list[Picture], str
 def _level_picture(plan_gemm: Callable[..., Any], renderer: Callable[..., Any], slug: str, label: str,
                    params: dict[str, Any], problems: list[tuple[int, int, int, str]], workdir: Path) -> Picture:
     """Plan the first candidate shape the designer accepts and draw it; else say why not (first refusal)."""
-    config = (f"tile {'×'.join(map(str, params['tile']))}, {params['stages']} stages, "
-              f"cluster {params['cluster']}, {params['consumers']} consumer(s)")
+    stages, consumers = params["stages"], params["consumers"]
+    config = (f"tile {'×'.join(map(str, params['tile']))}, {stages} stage{'s' * (stages != 1)}, "
+              f"cluster {params['cluster']}, {consumers} consumer{'s' * (consumers != 1)}")
     first_error = None
     for m, n, k, dtype in problems:
         try:
