@@ -175,3 +175,15 @@ def test_compile_key_changes_with_extra_flags(use_cache):
     b = compiler.compile_kernel(SPILL, "spill", extra_flags=SPILL_FLAGS)
     assert a.key != b.key
     assert parse_ptxas_log(a.ptxas_log)["spill"].registers > parse_ptxas_log(b.ptxas_log)["spill"].registers
+
+
+@needs_nvcc
+def test_bare_cubin_uses_cuobjdump_resource_usage(use_cache):
+    k = compiler.compile_kernel(SPILL, "spill", extra_flags=SPILL_FLAGS)
+    from_log = check_cubin_resources(k.cubin, k.ptxas_log, "spill", level=None, dtype="bf16")
+    bare = check_cubin_resources(k.cubin, None, "spill", level=None, dtype="bf16")
+    assert bare.registers == from_log.registers and bare.stack_bytes == from_log.stack_bytes > 0
+    assert not bare.passed
+    k2 = compiler.compile_kernel(PLAIN, "plain")
+    # cuobjdump's SHARED counts the 1 KiB the system reserves per block on top of the kernel's 1024.
+    assert check_cubin_resources(k2.cubin, None, "plain", level=None, dtype="bf16").smem_static in (1024, 2048)

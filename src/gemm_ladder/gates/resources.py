@@ -86,6 +86,45 @@ def parse_ptxas_log(log: str) -> dict[str, PtxasResources]:
     return out
 
 
+_RES_FUNCTION = re.compile(r"^\s*Function (\S+):\s*$")
+_RES_FIELD = re.compile(r"(REG|STACK|SHARED|LOCAL|CONSTANT\[0\]):(\d+)")
+
+
+def parse_resource_usage(text: str) -> dict[str, PtxasResources]:
+    """Parse ``cuobjdump --dump-resource-usage`` (for a cubin without its ptxas log).
+
+    Lines: ``Function k:`` then ``REG:30 STACK:0 SHARED:0 LOCAL:0 CONSTANT[0]:552 ...``. Spill byte
+    counts are not in this report; STACK and the SASS's LDL/STL still reveal local memory. SHARED
+    may exceed ptxas's ``smem`` by 1 KiB (seen with nvcc 13.0 on sm_90a: 2048 for a kernel ptxas
+    reports at 1024 bytes), apparently the shared memory the system reserves per block; it is
+    reported as is, which errs on the strict side for the shared-memory limit.
+    """
+    out: dict[str, PtxasResources] = {}
+    current: PtxasResources | None = None
+    for line in text.splitlines():
+        if m := _RES_FUNCTION.match(line):
+            current = out.setdefault(m.group(1), PtxasResources(m.group(1)))
+            continue
+        if current is not None and (fields := dict(_RES_FIELD.findall(line))):
+            current.registers = int(fields.get("REG", 0))
+            current.stack_bytes = int(fields.get("STACK", 0))
+            current.smem_static = int(fields.get("SHARED", 0))
+            current.cmem0 = int(fields.get("CONSTANT[0]", 0))
+    return out
+
+
+def resource_usage(cubin: Path | str) -> str:
+    """``cuobjdump --dump-resource-usage`` text of a cubin."""
+    import subprocess
+
+    from gemm_ladder.runtime.compiler import CompileError, cuobjdump_path
+
+    proc = subprocess.run([cuobjdump_path(), "--dump-resource-usage", str(cubin)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CompileError(f"cuobjdump failed on {cubin}", proc.stderr)
+    return proc.stdout
+
+
 _FUNCTION = re.compile(r"^\s*Function : (\S+)")
 # An instruction line: /*0070*/  [@P0 |@!PT ]OPCODE[.MODS] operands ;
 _INSTR = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Z0-9_]+)*)")
@@ -221,7 +260,7 @@ def _pick(table: dict, kernel_name: str, what: str) -> Any:
 
 def check_cubin_resources(
     cubin: Path | str,
-    ptxas_log: str,
+    ptxas_log: str | None,
     kernel_name: str,
     *,
     level: int | None,
@@ -235,7 +274,9 @@ def check_cubin_resources(
 
     Args:
         cubin: path of the compiled module.
-        ptxas_log: ptxas -v output of that build (CompiledKernel.ptxas_log).
+        ptxas_log: ptxas -v output of that build (CompiledKernel.ptxas_log); None for a bare cubin,
+            whose registers, stack and static shared memory then come from cuobjdump's
+            resource-usage report (spill counts are then 0: LDL/STL in the SASS still fail it).
         kernel_name: the entry function to judge.
         level: ladder level number, or None for a user kernel.
         threads, dynamic_smem, cluster: launch geometry (LaunchGeometry); ``threads`` is needed for
@@ -248,7 +289,10 @@ def check_cubin_resources(
     from gemm_ladder.runtime.compiler import disassemble
 
     sass_text = sass if sass is not None else disassemble(Path(cubin))
-    ptxas = _pick(parse_ptxas_log(ptxas_log), kernel_name, "ptxas log")
+    if ptxas_log is None:
+        ptxas = _pick(parse_resource_usage(resource_usage(cubin)), kernel_name, "resource usage")
+    else:
+        ptxas = _pick(parse_ptxas_log(ptxas_log), kernel_name, "ptxas log")
     census = _pick(sass_census(sass_text), kernel_name, "SASS")
     occ = ctas_per_sm(str(cubin), ptxas.function, threads, dynamic_smem) if threads else None
     return judge_resources(

@@ -1,0 +1,195 @@
+"""The performance gate: timing, the roofline, and each level's promise about its own speed.
+
+Timing follows the baseline contract: warm-up calls, then many timed repeats (adaptive to a time
+budget), each preceded by a write of twice the L2 size so no operand is served from L2, each timed
+alone between two CUDA events; the result is the median with the 10th and 90th percentiles.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from gemm_ladder.gpu import MIN_TIMED_FLOPS, PEAK_TFLOPS, l2_bytes
+from gemm_ladder.shapes import gemm_flops, gemm_min_bytes
+
+Fn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-call times in milliseconds over ``repeats`` timed calls."""
+
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    repeats: int
+
+    @property
+    def spread(self) -> float:
+        """Half the p10-p90 range relative to the median: the run's own noise (dimensionless)."""
+        return (self.p90_ms - self.p10_ms) / (2 * self.median_ms) if self.median_ms > 0 else 0.0
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    idx = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[idx]
+
+
+def time_fn(
+    fn: Fn,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    budget_s: float = 0.5,
+    warmup: int = 3,
+    min_repeats: int = 10,
+    max_repeats: int = 500,
+    flush_l2: bool = True,
+) -> Timing:
+    """Time ``fn(a, b)``: median, p10 and p90 in ms.
+
+    Args:
+        fn: the callable timed, ``fn(a, b)``; its result is discarded.
+        a, b: operands (on CUDA for event timing; on CPU wall-clock time is used, for tests).
+        budget_s: aim for about this much total timed work; the repeat count is the budget over a
+            probe's per-call time, clamped to [min_repeats, max_repeats] (so 8192^3 takes ~0.5 s).
+        warmup: untimed calls first (JIT load, clocks ramping, allocator warm).
+        flush_l2: before each timed call, write a buffer twice the L2 size (H200: 2 x 60 MB), so the
+            operands come from DRAM as in a real model; the write is not timed.
+    """
+    cuda = a.device.type == "cuda"
+    flush = None
+    if flush_l2 and cuda:
+        flush = torch.empty(2 * l2_bytes(a.device), dtype=torch.uint8, device=a.device)
+
+    def one() -> float:
+        if flush is not None:
+            flush.fill_(1)
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(a, b)
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end)
+        t0 = time.perf_counter()
+        fn(a, b)
+        return (time.perf_counter() - t0) * 1e3
+
+    for _ in range(warmup):
+        one()
+    probe = statistics.median(one() for _ in range(3))
+    repeats = int(min(max_repeats, max(min_repeats, budget_s * 1e3 / max(probe, 1e-3))))
+    times = sorted(one() for _ in range(repeats))
+    return Timing(statistics.median(times), _percentile(times, 0.1), _percentile(times, 0.9), repeats)
+
+
+def measure_dram_bandwidth(device: str | torch.device = "cuda", nbytes: int = 1 << 30, repeats: int = 20) -> float | None:
+    """Device memory bandwidth in GB/s (1e9 bytes/s) from a ``nbytes`` device-to-device copy.
+
+    Counts bytes read plus bytes written (2 x nbytes) per copy; median of ``repeats``. The copy is
+    far larger than L2, so it measures DRAM (the H200 gave 4.24 TB/s, DESIGN.md). None without a GPU.
+    """
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device).fill_(1)
+    dst = torch.empty_like(src)
+    t = time_fn(lambda x, y: y.copy_(x), src, dst, warmup=3, min_repeats=repeats, max_repeats=repeats, flush_l2=False)
+    return 2 * nbytes / (t.median_ms * 1e-3) / 1e9
+
+
+def arithmetic_intensity(m: int, n: int, k: int, elem_bytes: int = 2) -> float:
+    """FLOP per byte of the minimal traffic: 2MNK / (elem_bytes (MK + NK + MN))."""
+    nbytes = gemm_min_bytes(m, n, k, elem_bytes)
+    return gemm_flops(m, n, k) / nbytes if nbytes else 0.0
+
+
+def roofline_tflops(m: int, n: int, k: int, dtype: str, dram_gbs: float | None) -> float:
+    """min(peak, intensity x bandwidth) in TFLOP/s; the peak alone when bandwidth is unknown."""
+    peak = PEAK_TFLOPS[dtype]
+    if dram_gbs is None:
+        return peak
+    return min(peak, arithmetic_intensity(m, n, k) * dram_gbs / 1e3)
+
+
+@dataclass
+class PerformanceResult:
+    """The ``performance`` object of a result row (docs/results-schema.md)."""
+
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    tflops: float
+    vs_cublas: float | None
+    vs_previous: float | None
+    roofline_fraction: float
+    intensity_flop_per_byte: float
+    passed: bool
+    messages: list[str] = field(default_factory=list)
+    repeats: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def judge_performance(
+    timing: Timing,
+    m: int,
+    n: int,
+    k: int,
+    dtype: str,
+    *,
+    perf: Any = None,
+    cublas: Timing | None = None,
+    previous: Timing | None = None,
+    dram_gbs: float | None = None,
+) -> PerformanceResult:
+    """Turn timings into TFLOP/s, ratios and the roofline fraction, and apply ``perf``.
+
+    Args:
+        timing: this kernel's timing on (m, n, k).
+        perf: a :class:`~gemm_ladder.levels.base.PerfExpectation` (None: report only, never fail).
+        cublas: cuBLAS's timing on the same tensors in the same run (``vs_cublas`` = its time / ours).
+        previous: the previous level's timing on the same shape in the same run.
+        dram_gbs: measured bandwidth for the roofline.
+
+    The ratios must reach ``min_vs_cublas`` and ``min_vs_previous`` less the tolerance
+    ``max(perf.noise, measured spread of both timings)``. Shapes under 1 GFLOP (2MNK < 1e9) are
+    launch-bound and never judged: their ratios compare launch overheads, not kernels.
+    """
+    flops = gemm_flops(m, n, k)
+    tflops = flops / (timing.median_ms * 1e-3) / 1e12 if timing.median_ms > 0 else 0.0
+    roof = roofline_tflops(m, n, k, dtype, dram_gbs)
+    vs_cublas = cublas.median_ms / timing.median_ms if cublas and timing.median_ms > 0 else None
+    vs_prev = previous.median_ms / timing.median_ms if previous and timing.median_ms > 0 else None
+    msgs: list[str] = []
+    if flops < MIN_TIMED_FLOPS:
+        msgs.append(f"launch-bound (2MNK = {flops:.2g} < {MIN_TIMED_FLOPS:.0g}): timed, not judged")
+    elif perf is not None:
+        for what, ratio, want, other in (
+            ("cuBLAS", vs_cublas, perf.min_vs_cublas, cublas),
+            ("previous level", vs_prev, perf.min_vs_previous, previous),
+        ):
+            if ratio is None or not want:
+                continue
+            tol = max(perf.noise, timing.spread, other.spread if other else 0.0)
+            if ratio < want * (1 - tol):
+                msgs.append(f"{ratio:.2f}x {what} < required {want:.2f}x (tolerance {tol:.0%})")
+    failed = any("required" in m for m in msgs)
+    return PerformanceResult(
+        median_ms=timing.median_ms, p10_ms=timing.p10_ms, p90_ms=timing.p90_ms, tflops=tflops,
+        vs_cublas=vs_cublas, vs_previous=vs_prev, roofline_fraction=tflops / roof if roof else 0.0,
+        intensity_flop_per_byte=arithmetic_intensity(m, n, k), passed=not failed, messages=msgs,
+        repeats=timing.repeats,
+    )
+
+
+def is_timed_shape(m: int, n: int, k: int) -> bool:
+    """True for shapes worth timing against expectations (2MNK >= 1e9)."""
+    return gemm_flops(m, n, k) >= MIN_TIMED_FLOPS
