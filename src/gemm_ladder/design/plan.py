@@ -118,7 +118,7 @@ class KernelConfig:
 
 
 def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: str,
-            producer_warpgroup: bool | None) -> KernelConfig:
+            producer_warpgroup: bool | None, c_aliases_stages: bool = False) -> KernelConfig:
     dt, ar = dtype_info(dtype), arch_info(arch)
     try:
         bm, bn, bk = (int(x) for x in tile)
@@ -175,7 +175,8 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
         "a": mma_descriptor("A", rows=bm, bk=bk, elem_bytes=e, swizzle_bytes=SWIZZLE_BYTES, arch=ar),
         "b": mma_descriptor("B", rows=bn, bk=bk, elem_bytes=e, swizzle_bytes=SWIZZLE_BYTES, arch=ar),
     }
-    smem = plan_smem(bm=bm, bn=bn, bk=bk, elem_bytes=e, stages=stages, cluster=cluster, threads=threads, arch=ar)
+    smem = plan_smem(bm=bm, bn=bn, bk=bk, elem_bytes=e, stages=stages, cluster=cluster, threads=threads, arch=ar,
+                     c_aliases_stages=c_aliases_stages)
     tmem = plan_tmem(bm=bm, bn=bn, arch=ar)
     return KernelConfig(dtype=dt, arch=ar, tile=(bm, bn, bk), stages=stages, cluster=cluster, consumers=consumers,
                         producer_warpgroup=producer_warpgroup, threads=threads, smem=smem, descriptors=descriptors,
@@ -183,12 +184,13 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
 
 
 def kernel_defines_for(dtype: str = "bf16", tile=(128, 128, 64), stages: int = 4, cluster: int = 1,
-                       consumers: int = 1, arch: str = "sm_90a", producer_warpgroup: bool | None = None) -> dict[str, int]:
+                       consumers: int = 1, arch: str = "sm_90a", producer_warpgroup: bool | None = None,
+                       c_aliases_stages: bool = False) -> dict[str, int]:
     """The compile-time constants (``-D``) of a kernel built for this configuration; no problem shape needed.
 
     Raises :class:`PlanRefused` for configurations no shape could use (box, swizzle, smem, TMEM rules).
     """
-    return _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup).defines()
+    return _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_aliases_stages).defines()
 
 
 def assess_suitability(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), cluster: int = 1) -> Suitability:
@@ -313,14 +315,17 @@ class Plan:
 
 def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), stages: int = 4, cluster: int = 1,
               consumers: int = 1, arch: str = "sm_90a", persistent: bool = False, *,
-              producer_warpgroup: bool | None = None) -> Plan:
+              producer_warpgroup: bool | None = None, c_aliases_stages: bool = False) -> Plan:
     """Plan ``c = a @ b.T`` for a (M, K) and b (N, K) row-major; raises :class:`PlanRefused` naming the rule.
 
     ``producer_warpgroup``: a separate producer warpgroup issues the loads (warp specialization);
     None chooses it when ``consumers > 1`` or ``cluster > 1`` (levels 8 and 9 build on level 7).
     """
     m, n, k = int(m), int(n), int(k)
-    cfg = _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup)
+    if c_aliases_stages and persistent:
+        raise PlanRefused("output staging alias", "a persistent kernel loads the next tile while it stores this one: "
+                          "its output staging cannot overlay the operand stages")
+    cfg = _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_aliases_stages)
     bm, bn, bk = cfg.tile
     e = cfg.dtype.elem_bytes
     suit = assess_suitability(m, n, k, dtype, cfg.tile, cluster)

@@ -83,19 +83,26 @@ class SmemLayout:
 
 
 def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluster: int, threads: int,
-              arch: ArchInfo) -> SmemLayout:
-    """Compute the layout; raise :class:`PlanRefused` when it exceeds the arch's per-block limit."""
+              arch: ArchInfo, c_aliases_stages: bool = False) -> SmemLayout:
+    """Compute the layout; raise :class:`PlanRefused` when it exceeds the arch's per-block limit.
+
+    ``c_aliases_stages``: the output staging overlays the operand stages instead of following them.
+    Legal only for a kernel whose epilogue starts after the ring has drained (every load consumed,
+    none in flight, every warpgroup past its last wgmma), i.e. one tile per CTA; it buys occupancy
+    (more CTAs per SM) at no cost to the pipeline.
+    """
     a_stage = bm * bk * elem_bytes
     b_stage = bn * bk * elem_bytes
     a_off = 0
     b_off = align_up(a_off + stages * align_up(a_stage, SWIZZLE_ATOM_BYTES), SWIZZLE_ATOM_BYTES)
     a_stage_stride = align_up(a_stage, SWIZZLE_ATOM_BYTES)
     b_stage_stride = align_up(b_stage, SWIZZLE_ATOM_BYTES)
-    c_off = align_up(b_off + stages * b_stage_stride, SWIZZLE_ATOM_BYTES)
+    stages_end = align_up(b_off + stages * b_stage_stride, SWIZZLE_ATOM_BYTES)
     c_panel = bm * 128
     c_panels = bn * elem_bytes // 128
     c_bytes = c_panel * c_panels
-    full_off = c_off + c_bytes  # C ends 1024-aligned (c_panel is a multiple of 1024 when BM % 8 == 0)
+    c_off = a_off if c_aliases_stages else stages_end
+    full_off = max(stages_end, c_off + c_bytes)  # C ends 1024-aligned (c_panel is a multiple of 1024 when BM % 8 == 0)
     empty_off = full_off + stages * BARRIER_BYTES
     end = empty_off + stages * BARRIER_BYTES
     total = end + ALIGN_SLACK

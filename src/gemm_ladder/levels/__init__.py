@@ -51,6 +51,7 @@ LEVELS: dict[int, Level] = {
         source="levels/level5_pipeline.cu",
         domain=TMA_DOMAIN,
         stages=2,
+        c_aliases_stages=True,
     ),
     6: TmaLevel(
         number=6,

@@ -33,11 +33,12 @@ class TmaLevel(Level):
     cluster: int = 1
     persistent: bool = False
     producer_warpgroup: bool = False
+    c_aliases_stages: bool = False
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
 
     def defines(self, dtype: str) -> dict[str, int | str]:
         return kernel_defines_for(dtype, self.tile, self.stages, self.cluster, self.consumers, "sm_90a",
-                                  producer_warpgroup=self.producer_warpgroup)
+                                  producer_warpgroup=self.producer_warpgroup, c_aliases_stages=self.c_aliases_stages)
 
     def geometry(self, dtype: str) -> LaunchGeometry:
         d = self.defines(dtype)
@@ -47,7 +48,7 @@ class TmaLevel(Level):
         """The designer's plan for this level on one problem."""
         return plan_gemm(m, n, k, dtype, tile=self.tile, stages=self.stages, cluster=self.cluster,
                          consumers=self.consumers, persistent=self.persistent,
-                         producer_warpgroup=self.producer_warpgroup)
+                         producer_warpgroup=self.producer_warpgroup, c_aliases_stages=self.c_aliases_stages)
 
     def grid(self, m: int, n: int, dtype: str, device: torch.device) -> tuple[int, int, int]:
         """One CTA per tile, or (persistent) as many CTAs as are resident at once, whole clusters."""

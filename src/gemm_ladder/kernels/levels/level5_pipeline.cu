@@ -8,7 +8,8 @@
 //   prologue:     the issuer fills min(STAGES, k_tiles) stages;
 //   steady state: wait full[kt], issue wgmma for kt, retire kt-1 (wgmma_wait<1>), release its
 //                 stage, and refill that stage with load kt-1+STAGES;
-//   drain:        no loads left; retire the last wgmma; epilogue as level 4.
+//   drain:        no loads left; retire the last wgmma; epilogue as level 4, its staging laid over the
+//                 now idle stages so that more CTAs fit on an SM.
 #include "gemm_ladder/epilogue.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
 #include "gemm_ladder/ptx/mbarrier.cuh"
@@ -73,6 +74,7 @@ extern "C" __global__ void __launch_bounds__(128, 1)
   wgmma_wait<0>();  // drain
   fence_accumulators(d[0]);
   fence_accumulators(d[1]);
+  __syncthreads();  // the staging overlays the stages (plan: c_aliases_stages): every warp must be done reading
 
   stage_fragment_sw128<BN>(smem.c(), d[0], 0, GL_SMEM_C_PANEL_BYTES);
   stage_fragment_sw128<BN>(smem.c(), d[1], 64, GL_SMEM_C_PANEL_BYTES);

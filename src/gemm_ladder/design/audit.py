@@ -1,0 +1,582 @@
+"""The pipeline protocol auditor: a bounded model check of a stage-ring protocol.
+
+``audit(protocol)`` explores **every interleaving** of the protocol's roles (their programs run one
+op at a time, in any order) and of the asynchronous events the hardware adds: each TMA load landing
+(one event per destination CTA: it writes the buffers, then completes its bytes on that CTA's
+barrier) and each TMA store draining its bulk async-group. The search is breadth first over states,
+with every visited state remembered, so each state is expanded once and each counterexample is a
+shortest one.
+
+It proves, for the bounds the protocol was unrolled for (see ``bounds`` in the result; the level
+builders use small K iteration counts, 1..5, and tiles per CTA, 1..3):
+
+* **no deadlock**: no reachable state where a program is unfinished and nothing can move;
+* **no early overwrite**: a load is never issued into a buffer stage that one of the readers of its
+  previous contents has not read yet (or is still reading);
+* **no early read**: a read never sees a buffer whose load has not landed, nor data of another
+  iteration than the one it expects (stale data after a phase error);
+* **staging reuse**: the epilogue never writes an output staging buffer that a TMA store still reads
+  (``wait_group.read`` after ``commit_group``), and no CTA exits with a load or store in flight;
+* **phases**: a wait never passes on an older phase of matching parity, and no waiter is ever two or
+  more phases behind its barrier ("phase aliasing": ``try_wait.parity`` cannot tell phase n from n+2);
+  with persistent tiles the same checks run over several tiles with the phase carried;
+* **arrivals**: a barrier never receives more arrivals than its pending count (an arrival count too
+  small for its arrivers);
+* statically: each handoff barrier has exactly one producing role kind (arrivals, expect_tx and the TMA
+  completions of the loads it issues) and one consuming role kind (waits).
+
+mbarrier semantics follow the PTX ISA ("Parallel Synchronization and Communication Instructions:
+mbarrier"): a barrier starts in phase 0 with ``arrival_count`` pending arrivals and tx-count 0; an
+arrive decrements the pending count, expect_tx raises the tx-count, a TMA completion lowers it; when
+both are zero the phase completes, its parity flips and the pending count resets.
+``try_wait.parity(p)`` passes when the current phase's parity differs from p (the phase of parity p
+has completed), so parity 1 passes at once on a fresh barrier.
+
+What the model cannot see:
+
+* the memory model and the proxies: ``fence.proxy.async`` between ``st.shared`` and a TMA store,
+  ``fence.mbarrier_init``, acquire/release scopes of cluster arrivals are assumed right;
+* real timing: only orderings; a protocol that is correct but slow looks the same as a fast one;
+* hardware limits: the tx-count range (2^20 - 1), the number of bulk groups in flight, shared memory
+  capacity, and whether the byte counts match the tensor maps' boxes (they are taken as given);
+* threads inside a role: a warpgroup is one program counter (``wgmma`` is ``.sync.aligned``), so races
+  between the threads of one warpgroup (say, writing staging before the elected thread's wait_group
+  returned, without a named barrier) are invisible; a ``consume`` op is one atomic read unless the
+  program splits it into ``read_begin`` / ``read_end``;
+* more K iterations or tiles than were unrolled: a bug that needs a longer run goes unseen (ring
+  protocols repeat with period 2 * stages iterations, so K up to 2 * stages + 1 covers the phase
+  wrap-around, but this is an argument, not a proof).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from gemm_ladder.design.protocol import Op, Protocol
+
+__all__ = ["audit", "AuditResult", "Violation", "ProtocolError", "static_check",
+           "DEFAULT_MAX_STATES", "TRACE_STEPS"]
+
+DEFAULT_MAX_STATES = 2_000_000
+TRACE_STEPS = 20
+
+
+class ProtocolError(ValueError):
+    """The protocol is malformed (unknown barrier or buffer, stage out of range, ...)."""
+
+
+@dataclass
+class Violation:
+    """One property that fails, with the last steps of a shortest run that shows it."""
+
+    kind: str
+    message: str
+    trace: list[str] = field(default_factory=list)
+    omitted_steps: int = 0
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "message": self.message, "trace": list(self.trace),
+                "omitted_steps": self.omitted_steps}
+
+    def render(self) -> str:
+        lines = [f"[{self.kind}] {self.message}"]
+        if self.trace:
+            if self.omitted_steps:
+                lines.append(f"    ... {self.omitted_steps} earlier steps")
+            width = len(str(self.omitted_steps + len(self.trace)))
+            for i, step in enumerate(self.trace, start=self.omitted_steps + 1):
+                lines.append(f"    {i:>{width}}. {step}")
+        return "\n".join(lines)
+
+
+@dataclass
+class AuditResult:
+    """``ok`` is True only when the whole bounded state space was explored and nothing failed."""
+
+    protocol: str
+    ok: bool
+    complete: bool
+    violations: list[Violation]
+    states_explored: int
+    transitions: int
+    bounds: dict
+    seconds: float
+    max_states: int
+
+    def to_json(self) -> dict:
+        return {"protocol": self.protocol, "ok": self.ok, "complete": self.complete,
+                "violations": [v.to_json() for v in self.violations],
+                "states_explored": self.states_explored, "transitions": self.transitions,
+                "bounds": dict(self.bounds), "seconds": round(self.seconds, 3), "max_states": self.max_states}
+
+    def render(self) -> str:
+        bounds = ", ".join(f"{k}={v}" for k, v in self.bounds.items())
+        verdict = "OK" if self.ok else ("VIOLATIONS" if self.violations else "INCOMPLETE")
+        lines = [f"audit {self.protocol}: {verdict}",
+                 f"  bounded model check: {self.states_explored} states, {self.transitions} transitions, "
+                 f"{self.seconds:.2f} s; bounds: {bounds or 'none recorded'}"]
+        if not self.complete:
+            lines.append(f"  state bound reached ({self.max_states} states): exploration incomplete")
+        if self.ok:
+            lines.append("  proved for these bounds only: no deadlock, no early overwrite, no early or stale read, "
+                         "no staging reuse before its store drained, no phase error or aliasing, "
+                         "one producer and one consumer kind per barrier")
+        for v in self.violations:
+            lines.append(v.render())
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------------
+# compilation: names -> dense indices
+
+
+class _Compiled:
+    def __init__(self, p: Protocol):
+        self.p = p
+        self.roles = p.roles
+        self.bar_index: dict[tuple[str, int, int], int] = {}
+        self.bar_info: list[tuple[str, int, int, int]] = []  # name, cta, stage, arrival_count
+        for b in p.barriers:
+            for c in (b.ctas if b.ctas is not None else range(p.ctas)):
+                for s in range(b.stages):
+                    self.bar_index[(b.name, c, s)] = len(self.bar_info)
+                    self.bar_info.append((b.name, c, s, b.arrival_count))
+        self.buf_index: dict[tuple[str, int, int], int] = {}
+        self.buf_info: list[tuple[str, int, int, str]] = []  # name, cta, stage, kind
+        for b in p.buffers:
+            for c in (b.ctas if b.ctas is not None else range(p.ctas)):
+                for s in range(b.stages):
+                    self.buf_index[(b.name, c, s)] = len(self.buf_info)
+                    self.buf_info.append((b.name, c, s, b.kind))
+        self.progs: list[list[tuple]] = []
+        self.readers: dict[tuple[int, int], int] = {}  # (buffer, tag) -> mask of reading roles
+        for ri, role in enumerate(p.roles):
+            prog = []
+            for pc, op in enumerate(role.program):
+                prog.append(self._compile(ri, role.cta, pc, op))
+            self.progs.append(prog)
+        self.cta_roles = [[i for i, r in enumerate(p.roles) if r.cta == c] for c in range(p.ctas)]
+
+    def _bar(self, ri, op: Op, cta: int) -> int:
+        key = (op.barrier, cta, op.stage)
+        if key not in self.bar_index:
+            raise ProtocolError(f"{self.roles[ri].name}: {op.describe()}: no barrier {op.barrier}[{op.stage}] "
+                                f"in cta{cta}")
+        return self.bar_index[key]
+
+    def _buf(self, ri, op: Op, name: str, cta: int, stage: int, kind: str) -> int:
+        key = (name, cta, stage)
+        if key not in self.buf_index:
+            raise ProtocolError(f"{self.roles[ri].name}: {op.describe()}: no buffer {name}[{stage}] in cta{cta}")
+        bi = self.buf_index[key]
+        if self.buf_info[bi][3] != kind:
+            raise ProtocolError(f"{self.roles[ri].name}: {op.describe()}: {name} is a {self.buf_info[bi][3]} "
+                                f"buffer, not {kind}")
+        return bi
+
+    def _compile(self, ri: int, own: int, pc: int, op: Op) -> tuple:
+        cta = own if op.cta is None else op.cta
+        if op.op == "wait":
+            return ("wait", self._bar(ri, op, cta), op.parity, op.phase)
+        if op.op == "arrive":
+            return ("arrive", self._bar(ri, op, cta), op.count)
+        if op.op == "expect_tx":
+            return ("expect", self._bar(ri, op, cta), op.bytes, op.count if op.arrive else 0)
+        if op.op == "issue_load":
+            dests = []
+            for d in (op.dests if op.dests else (cta,)):
+                bufs = tuple(self._buf(ri, op, n, d, op.stage, "operand") for n in op.buffers)
+                dests.append((d, bufs, self._bar(ri, op, d)))
+            return ("load", tuple(dests), op.bytes, -1 if op.tag is None else op.tag)
+        if op.op in ("consume", "read_begin", "read_end"):
+            bufs = tuple(self._buf(ri, op, n, cta, op.stage, "operand") for n in op.buffers)
+            if op.op != "read_end":
+                for b in bufs:
+                    t = -1 if op.tag is None else op.tag
+                    self.readers[(b, t)] = self.readers.get((b, t), 0) | (1 << ri)
+            return ({"consume": "read", "read_begin": "rbegin", "read_end": "rend"}[op.op], bufs,
+                    -1 if op.tag is None else op.tag)
+        if op.op in ("write_staging", "store_commit"):
+            b = self._buf(ri, op, op.buffers[0], cta, 0, "staging")
+            return ("write" if op.op == "write_staging" else "commit", b, op.tag)
+        if op.op == "store_wait":
+            return ("swait", op.pending)
+        raise ProtocolError(f"cannot compile {op}")  # pragma: no cover
+
+
+def static_check(p: Protocol) -> list[Violation]:
+    """The rules that need no exploration: one producing and one consuming role kind per handoff barrier."""
+    out: list[Violation] = []
+    producers: dict[str, set] = {}
+    consumers: dict[str, set] = {}
+    for role in p.roles:
+        for op in role.program:
+            if op.op in ("arrive", "expect_tx", "issue_load"):
+                producers.setdefault(op.barrier, set()).add(role.kind)
+            elif op.op == "wait":
+                consumers.setdefault(op.barrier, set()).add(role.kind)
+    for b in p.barriers:
+        if b.kind == "sync":
+            continue
+        prod, cons = producers.get(b.name, set()), consumers.get(b.name, set())
+        if len(prod) != 1 or len(cons) != 1:
+            out.append(Violation(
+                "handoff_roles",
+                f"barrier {b.name} must have exactly one producing role kind and one consuming role kind; "
+                f"producers (arrive / expect_tx / TMA completion): {sorted(prod) or 'none'}, "
+                f"consumers (wait): {sorted(cons) or 'none'}"))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# the search
+
+
+def audit(protocol: Protocol, *, max_states: int = DEFAULT_MAX_STATES, trace_steps: int = TRACE_STEPS,
+          stop_at_first: bool = False) -> AuditResult:
+    """Explore every interleaving of ``protocol`` (bounded by its unrolled programs and ``max_states``).
+
+    Returns an :class:`AuditResult`: ``ok`` (complete and no violation), ``violations`` (the first,
+    shortest, counterexample of each kind, with the last ``trace_steps`` steps), ``states_explored``
+    and the ``bounds`` the protocol was built for. A state reached through a violation is not expanded
+    further. Raises :class:`ProtocolError` when the protocol names a barrier or buffer it lacks.
+    """
+    t0 = time.perf_counter()
+    cp = _Compiled(protocol)
+    violations: list[Violation] = list(static_check(protocol))
+    seen_kinds = {v.kind for v in violations}
+    explorer = _Explorer(cp)
+    init = explorer.initial()
+    parent: dict = {init: None}
+    queue = deque([init])
+    transitions = 0
+    complete = True
+
+    def report(kind: str, message: str, state, last_label=None):
+        if kind in seen_kinds:
+            return
+        seen_kinds.add(kind)
+        steps = []
+        s = state
+        while parent[s] is not None:
+            prev, label = parent[s]
+            steps.append(label)
+            s = prev
+        steps.reverse()
+        if last_label is not None:
+            steps.append(last_label)
+        shown = steps[-trace_steps:]
+        violations.append(Violation(kind, message, [explorer.render(lbl) for lbl in shown],
+                                    omitted_steps=len(steps) - len(shown)))
+
+    while queue:
+        if stop_at_first and violations:
+            break
+        state = queue.popleft()
+        for kind, message in explorer.state_violations(state):
+            report(kind, message, state)
+        succ = explorer.successors(state)
+        if not succ and not explorer.finished(state):
+            report("deadlock", explorer.describe_deadlock(state), state)
+        for new, label, viol in succ:
+            transitions += 1
+            if viol is not None:
+                report(viol[0], viol[1], state, label)
+                continue
+            if new in parent:
+                continue
+            if len(parent) >= max_states:
+                complete = False
+                continue
+            parent[new] = (state, label)
+            queue.append(new)
+    if queue:
+        complete = False
+    bounds = dict(protocol.bounds)
+    bounds.setdefault("roles", len(protocol.roles))
+    bounds.setdefault("ctas", protocol.ctas)
+    return AuditResult(protocol=protocol.name, ok=complete and not violations, complete=complete,
+                       violations=violations, states_explored=len(parent), transitions=transitions,
+                       bounds=bounds, seconds=time.perf_counter() - t0, max_states=max_states)
+
+
+class _Explorer:
+    """State: (pcs, barriers, buffers, store groups per role, in-flight events, last observed phases).
+
+    * barrier: (completed phases c, pending arrivals, tx-count); current parity = c % 2
+    * buffer: (tag of the latest load or staging write, landed, unread-roles mask, reading-roles mask,
+      stores in flight reading it)
+    * events: sorted tuple of ("L", cta, buffers, barrier, bytes, tag, role) load landings and
+      ("S", cta, role, buffer) store drains
+    * obs: sorted ((role, barrier), c) pairs: the phase count a role saw when its last unannotated
+      wait on that barrier passed (for the aliasing check of waits without a ``phase``)
+    """
+
+    def __init__(self, cp: _Compiled):
+        self.cp = cp
+        self.n_roles = len(cp.roles)
+
+    def initial(self):
+        bars = tuple((0, info[3], 0) for info in self.cp.bar_info)
+        bufs = tuple((None, True, 0, 0, 0) for _ in self.cp.buf_info)
+        return (tuple(0 for _ in self.cp.roles), bars, bufs, tuple(0 for _ in self.cp.roles), (), ())
+
+    def finished(self, state) -> bool:
+        pcs = state[0]
+        return all(pcs[i] >= len(self.cp.progs[i]) for i in range(self.n_roles))
+
+    # -- barrier arithmetic -------------------------------------------------------------------
+    def _arrive(self, bars: list, bi: int, count: int):
+        c, pend, tx = bars[bi]
+        pend -= count
+        if pend < 0:
+            name, cta, s, n = self.cp.bar_info[bi]
+            return ("arrival_overflow",
+                    f"{name}[{s}]@cta{cta} received more arrivals than its pending count (init count {n}): "
+                    f"an arrival count too small for the roles that arrive, or an extra arrive")
+        if pend == 0 and tx == 0:
+            c, pend = c + 1, self.cp.bar_info[bi][3]
+        bars[bi] = (c, pend, tx)
+        return None
+
+    def _tx(self, bars: list, bi: int, delta: int):
+        c, pend, tx = bars[bi]
+        tx += delta
+        if pend == 0 and tx == 0:
+            c, pend = c + 1, self.cp.bar_info[bi][3]
+        bars[bi] = (c, pend, tx)
+
+    def _bar_name(self, bi: int) -> str:
+        name, cta, s, _ = self.cp.bar_info[bi]
+        return f"{name}[{s}]@cta{cta}"
+
+    def _buf_name(self, bi: int) -> str:
+        name, cta, s, kind = self.cp.buf_info[bi]
+        return f"{name}@cta{cta}" if kind == "staging" else f"{name}[{s}]@cta{cta}"
+
+    def _roles_in(self, mask: int) -> str:
+        return ", ".join(self.cp.roles[i].name for i in range(self.n_roles) if mask >> i & 1)
+
+    # -- transitions ---------------------------------------------------------------------------
+    def successors(self, state):
+        pcs, bars, bufs, groups, events, obs = state
+        out = []
+        for ri in range(self.n_roles):
+            pc = pcs[ri]
+            prog = self.cp.progs[ri]
+            if pc >= len(prog):
+                continue
+            r = self._step(state, ri, prog[pc])
+            if r is not None:
+                out.append(r)
+        for ei, ev in enumerate(events):
+            if ei and events[ei - 1] == ev:
+                continue  # identical events are interchangeable
+            out.append(self._event(state, ei, ev))
+        return out
+
+    def _step(self, state, ri, op):
+        pcs, bars, bufs, groups, events, obs = state
+        kind = op[0]
+        label = ("R", ri, pcs[ri])
+        viol = None
+        new_pcs = pcs[:ri] + (pcs[ri] + 1,) + pcs[ri + 1:]
+        if kind == "wait":
+            _, bi, parity, phase = op
+            c = bars[bi][0]
+            if c % 2 == parity:
+                return None  # blocked
+            label = ("R", ri, pcs[ri], c)
+            if phase is not None:
+                if c <= phase:
+                    viol = ("phase_error",
+                            f"{self.cp.roles[ri].name} waited on {self._bar_name(bi)} for phase {phase} with parity "
+                            f"{parity} and passed though that phase has not completed (barrier has completed {c} "
+                            f"phases; parity {parity} matches an older phase)")
+                return (state[:0] + (new_pcs,) + state[1:], label, viol)
+            key = (ri, bi)
+            d = dict(obs)
+            d[key] = c
+            return ((new_pcs, bars, bufs, groups, events, tuple(sorted(d.items()))), label, None)
+        if kind == "arrive":
+            _, bi, count = op
+            nb = list(bars)
+            viol = self._arrive(nb, bi, count)
+            return ((new_pcs, tuple(nb), bufs, groups, events, obs), label, viol)
+        if kind == "expect":
+            _, bi, nbytes, count = op
+            nb = list(bars)
+            c, pend, tx = nb[bi]
+            nb[bi] = (c, pend, tx + nbytes)
+            if count:
+                viol = self._arrive(nb, bi, count)
+            else:
+                self._tx(nb, bi, 0)
+            return ((new_pcs, tuple(nb), bufs, groups, events, obs), label, viol)
+        if kind == "load":
+            _, dests, nbytes, tag = op
+            nbuf = list(bufs)
+            new_events = list(events)
+            for d, bis, bari in dests:
+                for b in bis:
+                    ver, landed, unread, reading, _st = nbuf[b]
+                    pending = unread | reading
+                    if pending and viol is None:
+                        what = "has not landed yet" if not landed else "is still unread"
+                        viol = ("early_overwrite",
+                                f"{self.cp.roles[ri].name} issued load #{tag} into {self._buf_name(b)} while load "
+                                f"#{ver} there {what} by {self._roles_in(pending)}")
+                    elif not landed and viol is None:
+                        viol = ("early_overwrite",
+                                f"{self.cp.roles[ri].name} issued load #{tag} into {self._buf_name(b)} while load "
+                                f"#{ver} into it is still in flight")
+                    nbuf[b] = (tag, False, self.cp.readers.get((b, tag), 0), 0, 0)
+                new_events.append(("L", d, bis, bari, nbytes, tag, ri))
+            return ((new_pcs, bars, tuple(nbuf), groups, tuple(sorted(new_events)), obs), label, viol)
+        if kind in ("read", "rbegin", "rend"):
+            _, bis, tag = op
+            nbuf = list(bufs)
+            bit = 1 << ri
+            for b in bis:
+                ver, landed, unread, reading, st = nbuf[b]
+                if kind != "rend" and viol is None:
+                    if ver != tag:
+                        viol = ("stale_read",
+                                f"{self.cp.roles[ri].name} read {self._buf_name(b)} expecting load #{tag} but it "
+                                f"holds " + ("nothing yet" if ver is None else f"load #{ver}"))
+                    elif not landed:
+                        viol = ("read_before_landed",
+                                f"{self.cp.roles[ri].name} read {self._buf_name(b)} before load #{tag} landed "
+                                f"(a missing or passed-too-early full-barrier wait)")
+                if kind == "read":
+                    unread &= ~bit
+                elif kind == "rbegin":
+                    unread &= ~bit
+                    reading |= bit
+                else:
+                    reading &= ~bit
+                nbuf[b] = (ver, landed, unread, reading, st)
+            return ((new_pcs, bars, tuple(nbuf), groups, events, obs), label, viol)
+        if kind == "write":
+            _, b, tag = op
+            ver, landed, unread, reading, st = bufs[b]
+            if st:
+                viol = ("staging_overwrite",
+                        f"{self.cp.roles[ri].name} wrote staging {self._buf_name(b)} for tile {tag} while the TMA "
+                        f"store of tile {ver} still reads it (no wait_group.read after its commit_group)")
+            nbuf = list(bufs)
+            nbuf[b] = (tag, True, 0, 0, st)
+            return ((new_pcs, bars, tuple(nbuf), groups, events, obs), label, viol)
+        if kind == "commit":
+            _, b, tag = op
+            ver, landed, unread, reading, st = bufs[b]
+            if ver != tag:
+                viol = ("store_of_unwritten_staging",
+                        f"{self.cp.roles[ri].name} stored tile {tag} from {self._buf_name(b)}, which holds "
+                        + ("nothing" if ver is None else f"tile {ver}"))
+            nbuf = list(bufs)
+            nbuf[b] = (ver, landed, unread, reading, st + 1)
+            ng = groups[:ri] + (groups[ri] + 1,) + groups[ri + 1:]
+            cta = self.cp.buf_info[b][1]
+            ev = tuple(sorted(events + (("S", cta, ri, b),)))
+            return ((new_pcs, bars, tuple(nbuf), ng, ev, obs), label, viol)
+        if kind == "swait":
+            if groups[ri] > op[1]:
+                return None
+            return ((new_pcs, bars, bufs, groups, events, obs), label, None)
+        raise AssertionError(kind)  # pragma: no cover
+
+    def _event(self, state, ei, ev):
+        pcs, bars, bufs, groups, events, obs = state
+        rest = events[:ei] + events[ei + 1:]
+        if ev[0] == "L":
+            _, d, bis, bari, nbytes, tag, ri = ev
+            nbuf = list(bufs)
+            for b in bis:
+                ver, landed, unread, reading, st = nbuf[b]
+                if ver == tag:
+                    nbuf[b] = (ver, True, unread, reading, st)
+            nb = list(bars)
+            self._tx(nb, bari, -nbytes)
+            return ((pcs, tuple(nb), tuple(nbuf), groups, rest, obs), ("L", ev), None)
+        _, cta, ri, b = ev
+        nbuf = list(bufs)
+        ver, landed, unread, reading, st = nbuf[b]
+        nbuf[b] = (ver, landed, unread, reading, st - 1)
+        ng = groups[:ri] + (groups[ri] - 1,) + groups[ri + 1:]
+        return ((pcs, bars, tuple(nbuf), ng, rest, obs), ("S", ev), None)
+
+    # -- state properties ----------------------------------------------------------------------
+    def state_violations(self, state):
+        pcs, bars, bufs, groups, events, obs = state
+        out = []
+        obs_d = dict(obs) if obs else {}
+        for ri in range(self.n_roles):
+            prog = self.cp.progs[ri]
+            if pcs[ri] >= len(prog):
+                continue
+            op = prog[pcs[ri]]
+            if op[0] != "wait":
+                continue
+            _, bi, parity, phase = op
+            c = bars[bi][0]
+            behind = c - phase if phase is not None else c - obs_d.get((ri, bi), 0)
+            if behind >= 2:
+                target = f"phase {phase}" if phase is not None else "the phase after the last one it saw"
+                out.append(("phase_aliasing",
+                            f"{self.cp.roles[ri].name} waits on {self._bar_name(bi)} (parity {parity}) for {target}, "
+                            f"but the barrier has already completed {c} phases: the waiter is {behind} phases "
+                            f"behind and try_wait.parity cannot tell them apart"))
+        if events:
+            for cta, rids in enumerate(self.cp.cta_roles):
+                if all(pcs[i] >= len(self.cp.progs[i]) for i in rids):
+                    for ev in events:
+                        if ev[1] == cta:
+                            what = (f"TMA load #{ev[5]} into {','.join(self._buf_name(b) for b in ev[2])}"
+                                    if ev[0] == "L" else f"TMA store from {self._buf_name(ev[3])}")
+                            out.append(("exit_in_flight",
+                                        f"every role of cta{cta} has finished while a {what} is still in flight "
+                                        f"(shared memory may be released under it; missing wait_group or a load "
+                                        f"issued that nobody waits for)"))
+                            break
+        return out
+
+    def describe_deadlock(self, state) -> str:
+        pcs, bars, bufs, groups, events, obs = state
+        parts = []
+        for ri, role in enumerate(self.cp.roles):
+            prog = self.cp.progs[ri]
+            if pcs[ri] >= len(prog):
+                continue
+            op = prog[pcs[ri]]
+            desc = role.program[pcs[ri]].describe(role.cta)
+            if op[0] == "wait":
+                c, pend, tx = bars[op[1]]
+                parts.append(f"{role.name} blocked at '{desc}' ({self._bar_name(op[1])} is in phase {c}, parity "
+                             f"{c % 2}, {pend} arrival(s) and {tx} tx bytes pending)")
+            elif op[0] == "swait":
+                parts.append(f"{role.name} blocked at '{desc}' ({groups[ri]} groups pending)")
+            else:
+                parts.append(f"{role.name} at '{desc}'")
+        return "no role can move and nothing is in flight: " + "; ".join(parts)
+
+    def render(self, label) -> str:
+        if label[0] == "R":
+            ri, pc = label[1], label[2]
+            role = self.cp.roles[ri]
+            op = role.program[pc]
+            text = f"{role.name}: {op.describe(role.cta)}"
+            if op.op == "wait" and len(label) > 3:
+                text += f" -> passes ({label[3]} phases completed)"
+            if op.note:
+                text += f"  [{op.note}]"
+            return text
+        ev = label[1]
+        if label[0] == "L":
+            _, d, bis, bari, nbytes, tag, ri = ev
+            return (f"  (async) TMA load #{tag} from {self.cp.roles[ri].name} lands in "
+                    f"{','.join(self._buf_name(b) for b in bis)}; {nbytes} B complete on {self._bar_name(bari)}")
+        _, cta, ri, b = ev
+        return f"  (async) TMA store from {self._buf_name(b)} ({self.cp.roles[ri].name}) has read staging: group drained"
