@@ -1,6 +1,14 @@
 """The ladder: one registry entry per level, each naming its kernel file, its idea and its domain.
 
-``LEVELS[n]`` is level n (a :class:`~gemm_ladder.levels.base.Level`); call it as ``LEVELS[3](a, b)``.
+Each entry's ``perf`` is what the performance gate holds the level to on shapes of at least 1 GFLOP:
+floors against cuBLAS set below what the level measured on the H200 (bench/results/), and
+``min_vs_previous=1.0`` where the level claims to beat the one below. Levels 6 and 8 make no such
+claim. Level 6 measured slower than level 5 (444 vs 587 TFLOP/s at 8192^3,
+bench/results/2026-11-30_experiments_8192.json) and is not yet explained: at the same occupancy
+(2 CTAs/SM, 2 stages) level 5 ran 497 TFLOP/s (the PIPE_DEPTH sweep), so persistence itself costs
+it ~10%; level 5's further lead comes from 3 stages at 2 CTAs/SM, which needs the output staging laid
+over the drained ring, impossible in a persistent kernel. Level 8 measured within noise of level 7
+(631 vs 649).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ LEVELS: dict[int, Level] = {
         idea="a grid of CTAs, one per 128x128 output tile; zero-filled loads and masked stores for M/N tails",
         source="levels/level3_spatial_tiling.cu",
         domain=Domain(max_m=65535 * 128),  # gridDim.y <= 65535
+        perf=PerfExpectation(min_vs_cublas=0.08),
         tiled=True,
     ),
     4: TmaLevel(
@@ -42,6 +51,7 @@ LEVELS: dict[int, Level] = {
         idea="one thread issues TMA loads into swizzled smem (mbarrier + expect_tx) and TMA stores (commit/wait_group)",
         source="levels/level4_tma.cu",
         domain=TMA_DOMAIN,
+        perf=PerfExpectation(min_vs_cublas=0.5, min_vs_previous=1.0),
         stages=1,
     ),
     5: TmaLevel(
@@ -50,6 +60,7 @@ LEVELS: dict[int, Level] = {
         idea="a ring of stages with full and empty barriers: loads run ahead of the wgmma that consumes them",
         source="levels/level5_pipeline.cu",
         domain=TMA_DOMAIN,
+        perf=PerfExpectation(min_vs_cublas=0.5, min_vs_previous=1.0),
         stages=3,  # the sweep's best at 8192^3 (bench/results/*pipe_depth_sweep*)
         c_aliases_stages=True,
     ),
@@ -59,6 +70,7 @@ LEVELS: dict[int, Level] = {
         idea="one resident CTA per slot loops over tiles in grouped order; ring phases carry across tiles",
         source="levels/level6_persistent.cu",
         domain=TMA_DOMAIN,
+        perf=PerfExpectation(min_vs_cublas=0.4),
         stages=2,
         persistent=True,
     ),
@@ -68,6 +80,7 @@ LEVELS: dict[int, Level] = {
         idea="a producer warpgroup (one TMA thread, setmaxnreg down) feeds a consumer warpgroup (setmaxnreg up)",
         source="levels/level7_warp_specialized.cu",
         domain=TMA_DOMAIN,
+        perf=PerfExpectation(min_vs_cublas=0.6, min_vs_previous=1.0),
         stages=4,
         persistent=True,
         producer_warpgroup=True,
@@ -78,6 +91,7 @@ LEVELS: dict[int, Level] = {
         idea="2-CTA clusters along M: the shared B tile is loaded once, half by each CTA, and multicast to both",
         source="levels/level8_cluster_multicast.cu",
         domain=TMA_DOMAIN,
+        perf=PerfExpectation(min_vs_cublas=0.6),
         stages=4,
         cluster=2,
         persistent=True,
@@ -89,6 +103,7 @@ LEVELS: dict[int, Level] = {
         idea="two consumer warpgroups share a 128x256 tile (64 rows each): twice the math per staged B byte",
         source="levels/level9_multi_consumer.cu",
         domain=TMA_DOMAIN,
+        perf=PerfExpectation(min_vs_cublas=0.6, min_vs_previous=1.0),
         tile=(128, 256, 64),
         stages=3,
         consumers=2,
