@@ -1,7 +1,7 @@
 """Run every gate over levels (or a user's callable) x dtypes x shapes; build the result JSON.
 
 Order, per dtype: the resource gate for each target (no GPU needed), then per shape the
-correctness gate of each target and of cuBLAS, then (for shapes of at least 1 GFLOP outside the
+correctness gate of each target and of cuBLAS, then (for shapes of at least gpu.MIN_TIMED_FLOPS outside the
 edge set) cuBLAS and every correct target timed on the same tensors in the same run, each level's
 ``vs_previous`` against the target before it in this run. Without a GPU only the resource gate runs.
 The JSON follows docs/results-schema.md.

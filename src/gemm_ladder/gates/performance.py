@@ -160,7 +160,7 @@ def judge_performance(
         dram_gbs: measured bandwidth for the roofline.
 
     The ratios must reach ``min_vs_cublas`` and ``min_vs_previous`` less the tolerance
-    ``max(perf.noise, measured spread of both timings)``. Shapes under 1 GFLOP (2MNK < 1e9) are
+    ``max(perf.noise, measured spread of both timings)``. Shapes under gpu.MIN_TIMED_FLOPS (2MNK < 1e11) are
     launch-bound and never judged: their ratios compare launch overheads, not kernels.
     """
     flops = gemm_flops(m, n, k)
@@ -191,5 +191,5 @@ def judge_performance(
 
 
 def is_timed_shape(m: int, n: int, k: int) -> bool:
-    """True for shapes worth timing against expectations (2MNK >= 1e9)."""
+    """True for shapes worth judging against expectations (2MNK >= gpu.MIN_TIMED_FLOPS)."""
     return gemm_flops(m, n, k) >= MIN_TIMED_FLOPS

@@ -1,6 +1,6 @@
 """The ladder: one registry entry per level, each naming its kernel file, its idea and its domain.
 
-Each entry's ``perf`` is what the performance gate holds the level to on shapes of at least 1 GFLOP:
+Each entry's ``perf`` is what the performance gate holds the level to on shapes of at least gpu.MIN_TIMED_FLOPS:
 floors against cuBLAS set below what the level measured on the H200 (bench/results/), and
 ``min_vs_previous=1.0`` where the level claims to beat the one below. Levels 6 and 8 make no such
 claim. Level 6 measured slower than level 5 (444 vs 587 TFLOP/s at 8192^3,

@@ -20,7 +20,7 @@ from gemm_ladder.runtime.module import LoadedKernel, load
 
 @dataclass(frozen=True)
 class PerfExpectation:
-    """What the performance gate holds a level to, on shapes large enough to time (>= 1 GFLOP).
+    """What the performance gate holds a level to, on shapes large enough to judge (2MNK >= gpu.MIN_TIMED_FLOPS).
 
     ``min_vs_cublas``: the least acceptable ratio of cuBLAS time to this level's time.
     ``min_vs_previous``: the least acceptable ratio of the previous level's time to this level's
