@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import os
 import platform
 import re
 import socket
@@ -155,11 +156,16 @@ def _nvcc_version() -> str | None:
 
 
 def run_meta(command: str) -> dict[str, Any]:
-    """The ``meta`` object: date (UTC), git commit and dirtiness, command, host, GPU, versions."""
+    """The ``meta`` object: date (UTC), git commit and dirtiness, command, host, GPU, versions.
+
+    Where the source tree is a copy without ``.git`` (a lent GPU machine), the commit comes from the
+    environment variable GEMM_LADDER_GIT_COMMIT, set by whoever copied the tree.
+    """
     status = _git("status", "--porcelain")
+    commit = _git("rev-parse", "HEAD") or os.environ.get("GEMM_LADDER_GIT_COMMIT")
     return {
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "git_commit": _git("rev-parse", "HEAD"),
+        "git_commit": commit,
         "git_dirty": bool(status) if status is not None else None,
         "command": command,
         "host": socket.gethostname(),
