@@ -1,0 +1,47 @@
+"""Run every level once on small shapes, for compute-sanitizer (memcheck, racecheck, synccheck).
+
+    compute-sanitizer --tool racecheck python bench/sanitize.py [--levels 1-9]
+
+Shapes: tails in M, N and K, several K tiles (more than the deepest ring, not a multiple of it), an
+odd number of M tiles (the last cluster's second CTA has no tile of its own) and more tiles than SMs
+would be too slow under the sanitizer, so the persistent levels get a grid of a few CTAs looping
+over many tiles instead (the loop and the carried phases are what matter). Prints one line per level.
+"""
+
+import argparse
+import sys
+
+import torch
+
+from gemm_ladder.contract import reference
+from gemm_ladder.levels import LEVELS
+
+SHAPES = {1: (100, 120, 64), 2: (100, 120, 200), 3: (300, 264, 200)}
+TMA_SHAPE = (3 * 128 + 8, 3 * 256 + 8, 5 * 64 + 8)  # odd M tiles, N and K tails, 6 K tiles
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--levels", default="1,2,3,4,5,6,7,8,9")
+    args = p.parse_args()
+    bad = 0
+    for n in (int(x) for x in args.levels.split(",")):
+        level = LEVELS[n]
+        m, nn, k = SHAPES.get(n, TMA_SHAPE)
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(nn, k, device="cuda", dtype=torch.bfloat16)
+        if getattr(level, "persistent", False):
+            kernel = level.loaded("bf16", a.device)
+            kernel._resident = 2  # two resident units: each loops over several tiles
+        c = level(a, b)
+        torch.cuda.synchronize()
+        ref = reference(a, b)
+        err = ((c.double() - ref).norm() / ref.norm()).item()
+        ok = err < 1e-2 and not torch.isnan(c).any()
+        bad += not ok
+        print(f"L{n} {m}x{nn}x{k} rel_err={err:.2e} {'ok' if ok else 'WRONG'}", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
