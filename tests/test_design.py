@@ -42,7 +42,7 @@ def test_encode_kwargs_bf16_4096_cube():
 
 def test_encode_kwargs_fp16_tails_cluster2():
     # M=1000, N=1032, K=520, tile 128x256x64, cluster 2 along M: B box is BN/2 = 128 rows.
-    p = plan_gemm(1000, 1032, 520, "fp16", tile=(128, 256, 64), stages=3, cluster=2, consumers=2)
+    p = plan_gemm(1000, 1032, 520, "fp16", tile=(128, 256, 64), stages=3, cluster=2, consumers=2, persistent=True)
     a = p.tensor_maps["a"].encode_kwargs(1024)
     b = p.tensor_maps["b"].encode_kwargs(2048)
     c = p.tensor_maps["c"].encode_kwargs(4096)
@@ -54,7 +54,8 @@ def test_encode_kwargs_fp16_tails_cluster2():
     assert p.load_protocol.empty_arrival_count == 2 * 2
     assert p.load_protocol.multicast_mask == 0b11
     assert p.schedule.m_tiles == 8 and p.schedule.n_tiles == 5 and p.schedule.k_tiles == 9
-    assert p.schedule.grid == (5, 8, 1) and p.schedule.cluster_dims == (1, 2, 1)
+    # persistent: 4 unit rows (2 M tiles each) x 5 N tiles = 20 units < 66 resident clusters -> 40 CTAs
+    assert p.schedule.grid == (40, 1, 1) and p.schedule.cluster_dims == (2, 1, 1)
     assert (p.schedule.m_tail, p.schedule.n_tail, p.schedule.k_tail) == (1000 - 7 * 128, 1032 - 4 * 256, 520 - 8 * 64)
 
 
@@ -66,7 +67,7 @@ def test_encode_kwargs_rejects_misaligned_address():
 
 def test_enum_names_exist_in_cuda_bindings():
     driver = pytest.importorskip("cuda.bindings.driver")
-    p = plan_gemm(1000, 1032, 520, "fp16", tile=(128, 256, 64), stages=3, cluster=2, consumers=2)
+    p = plan_gemm(1000, 1032, 520, "fp16", tile=(128, 256, 64), stages=3, cluster=2, consumers=2, persistent=True)
     enums = {"tensorDataType": driver.CUtensorMapDataType, "interleave": driver.CUtensorMapInterleave,
              "swizzle": driver.CUtensorMapSwizzle, "l2Promotion": driver.CUtensorMapL2promotion,
              "oobFill": driver.CUtensorMapFloatOOBfill}
@@ -146,7 +147,8 @@ def test_tcgen05_descriptor_and_tmem():
     assert x.template == (2 << 61) | (1 << 46) | (64 << 32) | (1 << 16)
     assert (p.tmem.columns_used, p.tmem.columns_allocated) == (256, 256)
     # sm_100a: the one tcgen05.commit per CTA frees a stage, not one arrival per consumer warpgroup
-    q = plan_gemm(4096, 4096, 4096, arch="sm_100a", tile=(128, 256, 64), stages=3, cluster=2, consumers=2)
+    q = plan_gemm(4096, 4096, 4096, arch="sm_100a", tile=(128, 256, 64), stages=3, cluster=2, consumers=2,
+                  persistent=True)
     assert q.load_protocol.empty_arrival_count == 2 == q.kernel_defines()["GL_EMPTY_ARRIVALS"]
     assert plan_tmem(bm=128, bn=96, arch=ARCHS["sm_100a"]).columns_allocated == 128
     with pytest.raises(PlanRefused, match=r"tensor memory columns.*1024.*512"):
@@ -230,9 +232,29 @@ def test_ring_and_ledger():
 
 
 def test_issuer_in_producer_warpgroup():
+    # as levels 7-9: warpgroup 0 is the producer (thread 0 loads), consumers are warpgroups 1..W,
+    # thread 128 (thread 0 of consumer 0) stores, thread 0 of each consumer warpgroup releases stages
     p = plan_gemm(4096, 4096, 4096, tile=(128, 256, 64), stages=3, consumers=2)
-    assert p.consumers.producer_warpgroup and p.issuer.thread == 256 and p.consumers.threads_per_cta == 384
+    assert p.consumers.producer_warpgroup and p.consumers.threads_per_cta == 384
+    assert (p.issuer.thread, p.issuer.warpgroup, p.issuer.store_thread) == (0, "producer", 128)
+    assert (p.consumers.first_warpgroup, p.consumers.first_thread, p.consumers.release_threads) == (1, 128, (128, 256))
     assert p.consumers.threads == 256 and p.consumers.accumulator_registers == 128
+    assert "threads 128-383" in p.consumers.description and "warpgroup 0" in p.issuer.description
+    assert "thread 128" in p.issuer.description.lower()
+    assert any("thread 128" in step for step in p.store_protocol.steps)
+    assert "128, 256" in p.load_protocol.empty_arrivers
+    j = p.to_json()
+    assert (j["issuer"]["thread"], j["issuer"]["store_thread"]) == (0, 128)
+    assert j["consumers"]["release_threads"] == [128, 256]
+
+
+def test_issuer_without_producer_warpgroup():
+    # levels 4-6: thread 0 issues loads and stores and is a consumer (warpgroup 0)
+    p = plan_gemm(4096, 4096, 4096, stages=3)
+    assert not p.consumers.producer_warpgroup and p.consumers.threads_per_cta == 128
+    assert (p.issuer.thread, p.issuer.store_thread, p.issuer.warpgroup) == (0, 0, "consumer 0")
+    assert (p.consumers.first_warpgroup, p.consumers.release_threads) == (0, (0,))
+    assert "also a consumer" in p.issuer.description
 
 
 def _loads(plan, phase):
@@ -290,13 +312,143 @@ def test_timeline_every_load_once_and_after_release(k_tiles, stages):
 
 def test_persistent_schedule():
     p = plan_gemm(4096, 4096, 4096, persistent=True)
-    assert p.schedule.grid == (132, 1, 1) and p.schedule.tiles == 32 * 32
+    assert p.schedule.grid == (132, 1, 1) and p.schedule.cluster_dims == (1, 1, 1) and p.schedule.tiles == 32 * 32
     # three rounds of the ring, numbered by the global K counter (it continues across tiles)
     assert [r.iteration for r in p.ring.ledger] == list(range(12))
     assert "continues across tiles" in p.schedule.notes[0]
+    assert "blockIdx.x / 1" in p.schedule.notes[0] and "grouped order" in p.schedule.notes[1]
 
 
-def test_odd_m_tiles_pad_the_cluster():
-    p = plan_gemm(3 * 128, 256, 256, tile=(128, 128, 64), stages=2, cluster=2)
-    assert p.schedule.m_tiles == 3 and p.schedule.grid == (2, 4, 1) and p.schedule.idle_ctas == 2
-    assert any("multicast" in note for note in p.schedule.notes)
+def test_persistent_cluster_schedule():
+    # levels 8-9: 1-D grid of min(units, resident clusters) * cluster CTAs, cluster dims (cluster, 1, 1)
+    p = plan_gemm(4096, 4096, 4096, tile=(128, 256, 64), stages=3, cluster=2, consumers=2, persistent=True)
+    sc = p.schedule
+    assert (sc.m_tiles, sc.n_tiles) == (32, 16)
+    # 16 unit rows x 16 N tiles = 256 units; 132 SMs x 1 CTA/SM / 2 = 66 resident clusters
+    assert sc.grid == (132, 1, 1) and sc.cluster_dims == (2, 1, 1) and sc.ctas == 132
+    assert "min(256 work units, 66 resident clusters)" in sc.notes[0]
+    assert "unit = blockIdx.x / 2" in sc.notes[0] and "gridDim.x / 2 = 66" in sc.notes[0]
+    assert "M tile unit_m * 2 + r" in sc.notes[0]
+    # CTA 0 takes units 0, 66, 132, 198 -> (unit row, N tile) (0, 0), (2, 8), (12, 0), (14, 8)
+    assert "(0, 0), (4, 8), (24, 0), (28, 8)" in sc.notes[2]
+    # small problem: the grid stops at the work units
+    q = plan_gemm(1024, 512, 512, tile=(128, 256, 64), stages=3, cluster=2, consumers=2, persistent=True)
+    assert q.schedule.grid == (4 * 2 * 2, 1, 1)
+
+
+def test_unit_coords_grouped_order():
+    from gemm_ladder.design.plan import unit_coords
+
+    # 10 unit rows, 3 N tiles: group 0 = rows 0..7 (24 units), group 1 = rows 8..9
+    assert [unit_coords(u, 10, 3) for u in range(10)] == [(r, 0) for r in range(8)] + [(0, 1), (1, 1)]
+    assert unit_coords(23, 10, 3) == (7, 2)
+    assert [unit_coords(u, 10, 3) for u in range(24, 30)] == [(8, 0), (9, 0), (8, 1), (9, 1), (8, 2), (9, 2)]
+    seen = {unit_coords(u, 10, 3) for u in range(30)}
+    assert seen == {(r, t) for r in range(10) for t in range(3)}
+
+
+def test_non_persistent_schedule_has_no_cluster():
+    p = plan_gemm(1000, 1032, 520, stages=3)
+    assert p.schedule.grid == (9, 8, 1) and p.schedule.cluster_dims == (1, 1, 1) and p.schedule.ctas == 72
+    with pytest.raises(PlanRefused) as exc:
+        plan_gemm(4096, 4096, 4096, cluster=2)
+    assert exc.value.rule == "cluster without persistent"
+
+
+def test_odd_m_tiles_in_a_cluster():
+    p = plan_gemm(3 * 128, 256, 256, tile=(128, 128, 64), stages=2, cluster=2, persistent=True)
+    # 2 unit rows (the second half out of bounds) x 2 N tiles = 4 units -> 8 CTAs
+    assert p.schedule.m_tiles == 3 and p.schedule.grid == (8, 1, 1) and p.schedule.cluster_dims == (2, 1, 1)
+    assert any("multicast" in note and "ranks >= 1" in note for note in p.schedule.notes)
+
+
+# --- output staging over the stages (level 5) ---------------------------------------------------------
+
+def test_c_aliases_stages_smem():
+    p = plan_gemm(4096, 4096, 4096, tile=(128, 128, 64), stages=3, c_aliases_stages=True)
+    s = p.smem
+    assert s.c_aliases_stages and s.c_offset == 0 and s.c_bytes == 32768
+    assert s.full_bar_offset == 3 * 32768  # barriers after the stages (longer than C staging)
+    assert s.total_bytes == 3 * 32768 + 48 + 1024 == 99376
+    assert s.ctas_per_sm == 233472 // (99376 + 1024) == 2
+    assert p.kernel_defines()["GL_SMEM_C_OFFSET"] == 0 and p.kernel_defines()["GL_SMEM_BYTES"] == 99376
+    j = p.to_json()
+    assert j["problem"]["c_aliases_stages"] is True and j["smem"]["c_aliases_stages"] is True
+    assert "overlays" in j["smem"]["c_staging"] and "drained" in j["smem"]["c_staging"]
+    assert "one tile per CTA" in j["smem"]["c_staging"]
+    md = p.to_markdown()
+    assert "overlays the operand stages" in md and "C panel 0 (overlays the stages)" in md
+    assert "__syncthreads" in p.store_protocol.steps[0]
+    # without the alias, C follows the stages
+    q = plan_gemm(4096, 4096, 4096, tile=(128, 128, 64), stages=3)
+    assert q.smem.c_offset == 3 * 32768 and q.smem.total_bytes == 99376 + 32768
+    assert "follows the operand stages" in q.to_json()["smem"]["c_staging"]
+
+
+def test_c_aliases_stages_refused_when_persistent():
+    with pytest.raises(PlanRefused) as exc:
+        plan_gemm(4096, 4096, 4096, stages=3, persistent=True, c_aliases_stages=True)
+    assert exc.value.rule == "output staging alias" and "persistent" in str(exc.value)
+
+
+# --- the ladder's TMA levels are the designer's plans ------------------------------------------------
+
+def test_every_tma_level_is_a_plan():
+    from gemm_ladder.levels import LEVELS
+    from gemm_ladder.levels.tma import TmaLevel
+
+    tma = {n: lv for n, lv in LEVELS.items() if isinstance(lv, TmaLevel)}
+    assert sorted(tma) == [4, 5, 6, 7, 8, 9]
+    for number, lv in tma.items():
+        p = plan_gemm(4096, 4096, 4096, "bf16", tile=lv.tile, stages=lv.stages, cluster=lv.cluster,
+                      consumers=lv.consumers, persistent=lv.persistent, producer_warpgroup=lv.producer_warpgroup,
+                      c_aliases_stages=lv.c_aliases_stages)
+        assert p.kernel_defines() == lv.defines("bf16"), number
+        assert p.consumers.threads_per_cta == lv.geometry("bf16").threads == p.kernel_defines()["GL_THREADS"], number
+        assert p.smem.total_bytes == lv.geometry("bf16").dynamic_smem, number
+        # what the kernels do: thread 0 loads; thread 128 stores after a producer warpgroup, else thread 0
+        assert p.issuer.thread == 0, number
+        assert p.issuer.store_thread == (128 if lv.producer_warpgroup else 0), number
+        if lv.persistent:
+            assert p.schedule.cluster_dims == (lv.cluster, 1, 1) and p.schedule.grid[1:] == (1, 1), number
+            assert p.schedule.grid[0] % lv.cluster == 0, number
+        else:
+            assert p.schedule.grid == (32, 32, 1) and p.schedule.cluster_dims == (1, 1, 1), number
+
+
+# --- timeline elision ---------------------------------------------------------------------------------
+
+def test_markdown_timeline_elided_for_long_k():
+    p = plan_gemm(4096, 4096, 8192, stages=4)  # 128 K tiles
+    assert len([r for r in p.timeline if r.iteration is not None]) == 128  # the plan itself is complete
+    md = p.to_markdown()
+    section = md.split("## Timeline", 1)[1].split("## Schedule", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| phase")]
+    assert "… 116 iterations omitted (k = 6..121) …" in section
+    iters = [line.split(" | ")[1] for line in rows if line.split(" | ")[1].isdigit()]
+    assert iters == [str(k) for k in [*range(6), *range(122, 128)]]
+    assert len(rows) == 4 + 12 + 1 + 3  # prologue, drawn iterations, the omitted row, epilogue steps
+    # short K: every iteration, no omitted row
+    short = plan_gemm(256, 256, 13 * 64, stages=3).to_markdown()
+    assert "omitted" not in short.split("## Timeline", 1)[1].split("## Schedule", 1)[0]
+
+
+def test_timeline_png_long_k_is_fast_and_bounded(tmp_path):
+    import time
+
+    pytest.importorskip("matplotlib")
+    from gemm_ladder.design.render import timeline_png
+
+    timeline_png(plan_gemm(256, 256, 320, stages=3), tmp_path / "warm.png")  # import and font cache
+    p = plan_gemm(4096, 4096, 8192, stages=4)
+    start = time.perf_counter()
+    timeline_png(p, tmp_path / "long.png")
+    elapsed = time.perf_counter() - start
+    assert elapsed < 2.0, elapsed
+    data = (tmp_path / "long.png").read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width = int.from_bytes(data[16:20], "big")
+    assert width < 2000, width
+    # width no longer grows with K
+    timeline_png(plan_gemm(4096, 4096, 65536, stages=4), tmp_path / "longer.png")
+    assert int.from_bytes((tmp_path / "longer.png").read_bytes()[16:20], "big") == width

@@ -24,7 +24,7 @@ def test_json_format_parses_and_has_keys(capsys):
 
 def test_markdown_has_sections(capsys):
     rc = main(["design", "--shape", "1000x1032x520", "--dtype", "fp16", "--tile", "128x256x64", "--stages", "3",
-               "--cluster", "2", "--consumers", "2"])
+               "--cluster", "2", "--consumers", "2", "--persistent"])
     assert rc == 0
     out = capsys.readouterr().out
     for section in SECTIONS:
@@ -58,3 +58,26 @@ def test_timeline_png(tmp_path, capsys):
     assert len(data) > 2000
     # IHDR: width and height are positive
     assert data[12:16] == b"IHDR" and int.from_bytes(data[16:20], "big") > 100 and int.from_bytes(data[20:24], "big") > 100
+
+
+def test_c_aliases_stages_flag(capsys):
+    rc = main(["design", "--shape", "4096x4096x4096", "--tile", "128x128x64", "--stages", "3", "--c-aliases-stages",
+               "--format", "json"])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["smem"]["total_bytes"] == 99376 and doc["smem"]["c_offset"] == 0 and doc["smem"]["c_aliases_stages"]
+    assert doc["kernel_defines"]["GL_SMEM_C_OFFSET"] == 0
+    assert main(["design", "--shape", "4096x4096x4096", "--stages", "3", "--c-aliases-stages"]) == 0
+    assert "overlays the operand stages" in capsys.readouterr().out
+    rc = main(["design", "--shape", "4096x4096x4096", "--stages", "3", "--c-aliases-stages", "--persistent"])
+    assert rc == 2
+    assert "output staging alias" in capsys.readouterr().err
+
+
+def test_issuer_threads_in_json(capsys):
+    assert main(["design", "--shape", "4096x4096x4096", "--tile", "128x256x64", "--stages", "3", "--cluster", "2",
+                 "--consumers", "2", "--persistent", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["issuer"]["thread"], doc["issuer"]["store_thread"]) == (0, 128)
+    assert doc["consumers"]["first_warpgroup"] == 1 and doc["consumers"]["release_threads"] == [128, 256]
+    assert doc["schedule"]["cluster_dims"] == [2, 1, 1] and doc["schedule"]["grid"] == [132, 1, 1]

@@ -2,7 +2,8 @@
 
     gemm-ladder design --shape 4096x4096x4096 --dtype bf16 --tile 128x128x64 --stages 4
     gemm-ladder design --shape 1000x1032x520 --dtype fp16 --tile 128x256x64 --stages 3 --cluster 2 \\
-        --consumers 2 --format json --timeline plan.png
+        --consumers 2 --persistent --format json --timeline plan.png
+    gemm-ladder design --shape 8192x8192x8192 --stages 3 --c-aliases-stages    # level 5
 
 Exit status 0 with a plan, 2 when the plan is refused (the message names the rule and the numbers).
 """
@@ -25,9 +26,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", type=int, default=1, help="CTAs per cluster along M sharing B by multicast")
     parser.add_argument("--consumers", type=int, default=1, help="consumer warpgroups per CTA")
     parser.add_argument("--arch", default="sm_90a", choices=["sm_90a", "sm_100a"])
-    parser.add_argument("--persistent", action="store_true", help="persistent grid (one CTA per SM slot)")
+    parser.add_argument("--persistent", action="store_true",
+                        help="persistent grid: min(work units, resident clusters) x cluster CTAs walking units in grouped order "
+                             "(required for --cluster > 1)")
     parser.add_argument("--producer-warpgroup", action=argparse.BooleanOptionalAction, default=None,
                         help="separate producer warpgroup (default: yes when consumers > 1 or cluster > 1)")
+    parser.add_argument("--c-aliases-stages", action="store_true",
+                        help="lay the output staging over the drained operand stages (level 5: more CTAs per SM); "
+                             "one tile per CTA only, refused with --persistent")
     parser.add_argument("--format", default="md", choices=["md", "json"])
     parser.add_argument("--timeline", metavar="FILE.png", help="also draw the timeline picture into this PNG")
 
@@ -40,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         tile = parse_triple(args.tile, "--tile")
         plan = plan_gemm(m, n, k, dtype=args.dtype, tile=tile, stages=args.stages, cluster=args.cluster,
                          consumers=args.consumers, arch=args.arch, persistent=args.persistent,
-                         producer_warpgroup=args.producer_warpgroup)
+                         producer_warpgroup=args.producer_warpgroup, c_aliases_stages=args.c_aliases_stages)
     except PlanRefused as exc:
         print(f"gemm-ladder design: plan refused: {exc}", file=sys.stderr)
         return 2

@@ -31,9 +31,24 @@ MAX_REGISTERS = 255  # per thread (PTX ISA / CUDA C Programming Guide: 255 regis
 #: Below this many operand bytes per CTA tile, the host-side encode and the barrier round trips are not
 #: amortised: TMA is correct but not worth it.
 SMALL_COPY_BYTES = 64 * 1024
+#: Unit rows per group of the persistent kernels' grouped order (TileScheduler::kGroupM in tile_scheduler.cuh).
+GROUP_M = 8
 
 ALTERNATIVE_COPY = ("vectorized thread copy (the level-3 path: every thread moves {w}-byte vectors "
                     "global -> shared with ld.global/st.shared, then a CTA barrier)")
+
+
+def unit_coords(unit: int, units_m: int, tiles_n: int, group_m: int = GROUP_M) -> tuple[int, int]:
+    """Work unit -> (unit row, N tile) in the persistent kernels' grouped order (``TileScheduler::coords``).
+
+    Units walk down a group of ``group_m`` unit rows before moving to the next N tile; a unit row is a
+    stack of ``cluster`` M tiles, of which CTA rank r computes M tile ``unit_row * cluster + r``.
+    """
+    per_group = group_m * tiles_n
+    group, within = divmod(unit, per_group)
+    first = group * group_m
+    rows = min(units_m - first, group_m)
+    return first + within % rows, within // rows
 
 
 @dataclass(frozen=True)
@@ -61,10 +76,10 @@ class Schedule:
     m_tail: int  # rows of the last M tile (BM when M % BM == 0)
     n_tail: int
     k_tail: int
-    grid: tuple[int, int, int]  # non-persistent: (N tiles, M tiles padded to the cluster, 1)
-    cluster_dims: tuple[int, int, int]  # the cluster runs along M (grid y), so its CTAs share one B tile
+    grid: tuple[int, int, int]  # non-persistent: (N tiles, M tiles, 1); persistent: (min(units, resident clusters) * cluster, 1, 1)
+    cluster_dims: tuple[int, int, int]  # (1, 1, 1) non-persistent; (cluster, 1, 1) persistent: a cluster is one work unit
     ctas: int
-    idle_ctas: int  # CTAs launched only to complete a cluster (no tile of their own)
+    idle_ctas: int  # CTAs launched without a tile of their own (0: a persistent grid is capped at the work units)
     persistent: bool
     sm_count: int
     waves: float
@@ -282,7 +297,8 @@ class Plan:
             "problem": {"m": self.m, "n": self.n, "k": self.k, "dtype": self.dtype, "arch": self.arch,
                         "tile": list(self.tile), "stages": self.stages, "cluster": self.cluster,
                         "consumers": self.consumers.warpgroups, "persistent": self.persistent,
-                        "producer_warpgroup": self.consumers.producer_warpgroup},
+                        "producer_warpgroup": self.consumers.producer_warpgroup,
+                        "c_aliases_stages": self.smem.c_aliases_stages},
             "conclusion": self.conclusion(),
             "suitability": self.suitability.to_json(),
             "tensor_maps": {k: v.to_json() for k, v in self.tensor_maps.items()},
@@ -325,6 +341,10 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     if c_aliases_stages and persistent:
         raise PlanRefused("output staging alias", "a persistent kernel loads the next tile while it stores this one: "
                           "its output staging cannot overlay the operand stages")
+    if cluster > 1 and not persistent:
+        raise PlanRefused("cluster without persistent", f"cluster = {cluster}: the ladder clusters only persistent grids "
+                          "(levels 8-9: a 1-D grid, cluster dims (cluster, 1, 1), CTA rank r takes M tile unit_m * cluster + r); "
+                          "a non-persistent grid (N tiles, M tiles, 1) launches no cluster: use persistent=True or cluster = 1")
     cfg = _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_aliases_stages)
     bm, bn, bk = cfg.tile
     e = cfg.dtype.elem_bytes
@@ -339,19 +359,42 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     ar, smem, S = cfg.arch, cfg.smem, stages
 
     pw = cfg.producer_warpgroup
+    first_wg = 1 if pw else 0
+    first_thread = 128 * first_wg
+    store_thread = first_thread  # thread 0 of consumer warpgroup 0
+    if ar.mma == "wgmma":
+        release_threads = tuple(first_thread + 128 * c for c in range(consumers))
+    else:
+        release_threads = (first_thread,)  # the MMA-issuing thread's tcgen05.commit
+    last_thread = cfg.threads - 1
     issuer = Issuer(
-        thread=128 * consumers if pw else 0,
-        warpgroup="producer" if pw else "consumer 0",
-        description=(f"thread {128 * consumers if pw else 0} (lane 0 of the {'producer warpgroup, after the consumer warpgroups' if pw else 'CTA, also a consumer'}) "
-                     "issues every TMA load and store of the CTA and the arrive.expect_tx; no other thread issues TMA"),
+        thread=0, warpgroup="producer" if pw else "consumer 0", store_thread=store_thread, store_warpgroup="consumer 0",
+        description=(
+            ("thread 0 (lane 0 of warpgroup 0, the producer warpgroup: threads 0-127, setmaxnreg down) initialises "
+             "the barriers and issues every TMA load and arrive.expect_tx; the other 127 producer threads idle. "
+             f"Thread {store_thread} (thread 0 of consumer warpgroup 0 = warpgroup 1) issues every TMA store "
+             "(commit_group / wait_group.read)") if pw else
+            ("thread 0 (lane 0 of warpgroup 0, also a consumer) initialises the barriers and issues every TMA load, "
+             "arrive.expect_tx and TMA store of the CTA; no other thread issues TMA")),
     )
+    if ar.mma == "wgmma":
+        releasers = ("thread 0 of each consumer warpgroup (thread" + ("s " if consumers > 1 else " ")
+                     + ", ".join(map(str, release_threads)) + ") arrives on the empty barriers")
+    else:
+        releasers = f"thread {first_thread} issues tcgen05.mma and its tcgen05.commit arrives on the empty barriers"
     consumers_info = Consumers(
         warpgroups=consumers, threads=128 * consumers, rows_per_warpgroup=bm // consumers, producer_warpgroup=pw,
         threads_per_cta=cfg.threads, accumulator_registers=cfg.accumulator_registers,
-        description=(f"{consumers} warpgroup(s) x 128 threads wait on full[s] and read stage s through "
+        first_warpgroup=first_wg, first_thread=first_thread, release_threads=release_threads,
+        description=(f"{consumers} consumer warpgroup(s) = CTA warpgroup(s) {first_wg}..{first_wg + consumers - 1} "
+                     f"(threads {first_thread}-{last_thread}), 128 threads each, wait on full[s] and read stage s through "
                      f"{'wgmma descriptors' if ar.mma == 'wgmma' else 'tcgen05.mma (issued by one thread) descriptors'}; "
-                     f"each computes {bm // consumers} x {bn}"
-                     + (f"; setmaxnreg: producer down (e.g. 40), consumers up (e.g. 232)" if pw else "")),
+                     + (f"it computes the whole {bm} x {bn} tile; " if consumers == 1 else
+                        f"consumer c computes rows [{bm // consumers}c, {bm // consumers}c + {bm // consumers}) x all {bn} columns; ")
+                     + 
+                     f"{releasers}"
+                     + ("; setmaxnreg: producer down (40), consumers up (232)" if pw else
+                        "; thread 0 is both the TMA issuer and a consumer")),
     )
     a_box = maps["a"].box_bytes
     b_box = maps["b"].box_bytes
@@ -359,15 +402,16 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     tx = a_box + b_box * cluster
     assert tx == cfg.expect_tx_bytes
     steps = [
-        f"init (one thread, before any use): mbarrier.init full[s], count 1; mbarrier.init empty[s], count "
+        f"init (thread 0, before any use): mbarrier.init full[s], count 1; mbarrier.init empty[s], count "
         f"{cfg.empty_arrivals}; fence.mbarrier_init.release.cluster (or fence.proxy.async) then "
         f"{'barrier.cluster.arrive/wait' if cluster > 1 else '__syncthreads'} so TMA and peers see initialised barriers",
-        "producer_acquire: issuer waits empty[s] with parity ((i / S) & 1) ^ 1 (round 0 passes at once)",
+        "producer_acquire: the load issuer (thread 0) waits empty[s] with parity ((i / S) & 1) ^ 1 (round 0 passes at once)",
         f"producer_commit: mbarrier.arrive.expect_tx full[s], {tx} bytes (A {a_box} + B {b_box * cluster}); "
         f"cp.async.bulk.tensor.2d A box -> A stage s; B box{' slice r, .multicast::cluster mask ' + hex(mask) + ' -> B stage s + r*' + str(b_box) + ' in every CTA' if cluster > 1 else ' -> B stage s'}, "
         "both .mbarrier::complete_tx::bytes on full[s]",
         "consumer_wait: every consumer thread waits full[s] with parity (i / S) & 1",
-        ("consumer_release: after the MMA that read stage s is complete, one elected thread per consumer warpgroup "
+        ("consumer_release: after the MMA that read stage s is complete, thread 0 of each consumer warpgroup "
+         f"(thread{'s' if consumers > 1 else ''} {', '.join(map(str, release_threads))}) "
          + ("arrives on empty[s] of every CTA of the cluster (mapa + mbarrier.arrive.shared::cluster)" if cluster > 1
             else "arrives on empty[s]")) if ar.mma == "wgmma" else
         ("consumer_release: the MMA-issuing thread's tcgen05.commit"
@@ -381,7 +425,8 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     load = LoadProtocol(
         full_arrival_count=1, expect_tx_bytes=tx, a_box_bytes=a_box, b_box_bytes=b_box, b_boxes_per_stage=cluster,
         multicast_mask=mask, empty_arrival_count=cfg.empty_arrivals,
-        empty_arrivers=(f"one elected thread per consumer warpgroup ({consumers}) x CTAs per cluster ({cluster})"
+        empty_arrivers=(f"thread 0 of each consumer warpgroup ({consumers}: thread{'s' if consumers > 1 else ''} "
+                        f"{', '.join(map(str, release_threads))}) x CTAs per cluster ({cluster})"
                         if ar.mma == "wgmma" else
                         f"the MMA-issuing thread's tcgen05.commit{'.multicast::cluster' if cluster > 1 else ''} x CTAs per cluster ({cluster})"),
         steps=tuple(steps),
@@ -389,40 +434,63 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     store = StoreProtocol(
         panels=smem.c_panels, panel_box=tuple(maps["c"].box_dim), panel_bytes=smem.c_panel_bytes,
         steps=(
-            ("consumers (persistent: after the issuer's cp.async.bulk.wait_group.read 0 for the previous tile and a barrier) "
-             "write the accumulators, converted to the input dtype, into C staging (128B-swizzled panels)"),
-            "fence.proxy.async.shared::cta by every writing thread, then a named barrier over the consumer threads (and the issuer)",
-            f"issuer: {smem.c_panels} x cp.async.bulk.tensor.2d.global.shared::cta.bulk_group (c map, box {tuple(maps['c'].box_dim)}), "
+            (("consumers, after wgmma.wait_group 0 and a __syncthreads (the staging overlays the operand stages: every "
+              "warp must have finished reading them; the ring has drained, no load is in flight) "
+              if smem.c_aliases_stages else
+              f"consumers (persistent: after the store issuer's (thread {store_thread}) cp.async.bulk.wait_group.read 0 "
+              "for the previous tile and a barrier) ")
+             + "write the accumulators, converted to the input dtype, into C staging (128B-swizzled panels)"),
+            ("fence.proxy.async.shared::cta by every writing thread, then "
+             + (f"named barrier 1 over the {128 * consumers} consumer threads (the producer warpgroup does not take part; "
+                f"the store issuer, thread {store_thread}, is one of them)" if pw else
+                "__syncthreads (every thread is a consumer; thread 0, the store issuer, among them)")),
+            f"store issuer (thread {store_thread}): {smem.c_panels} x cp.async.bulk.tensor.2d.global.shared::cta.bulk_group (c map, box {tuple(maps['c'].box_dim)}), "
             "coordinates (n0 + 64p, m0); out-of-bounds rows/columns are clipped",
-            "issuer: cp.async.bulk.commit_group",
-            "issuer: cp.async.bulk.wait_group.read 0 before C staging is written again (next tile) or the CTA exits",
+            f"store issuer (thread {store_thread}): cp.async.bulk.commit_group",
+            f"store issuer (thread {store_thread}): cp.async.bulk.wait_group.read 0 before C staging is written again (next tile) or the CTA exits",
         ),
         never="never a byte count or an mbarrier on the store side: stores complete through bulk async-groups",
     )
     m_tiles, n_tiles, k_tiles = ceil_div(m, bm), ceil_div(n, bn), ceil_div(k, bk)
     tiles = m_tiles * n_tiles
-    m_tiles_padded = ceil_div(m_tiles, cluster) * cluster
     notes = []
     if persistent:
-        slots = ar.sm_count * smem.ctas_per_sm
-        g = max(cluster, min(m_tiles_padded * n_tiles, slots) // cluster * cluster)
-        grid = (g, 1, 1)
-        ctas = g
+        units_m = ceil_div(m_tiles, cluster)
+        units = units_m * n_tiles
+        resident = max(1, ar.sm_count * smem.ctas_per_sm // cluster)  # clusters resident at once (estimate)
+        ctas = min(units, resident) * cluster
+        grid, cluster_dims = (ctas, 1, 1), (cluster, 1, 1)
         idle = 0
-        notes.append(f"persistent: grid = min(tiles, {ar.sm_count} SMs x {smem.ctas_per_sm} CTA/SM) = {g}; tile t goes to "
-                     f"CTA t mod {g}; the K iteration counter (stage, parity) continues across tiles")
-        waves = tiles / g
+        unit_stride = ctas // cluster
+        walk = ", ".join(f"({um * cluster}, {tn})" for um, tn in
+                         (unit_coords(u, units_m, n_tiles) for u in range(0, units, unit_stride)[:4]))
+        notes.append(
+            f"persistent: 1-D grid of min({units} work units, {resident} resident clusters) x {cluster} CTA(s) = {ctas} CTAs, "
+            f"cluster dims {cluster_dims}; a work unit is a stack of {cluster} M tile(s) x one N tile "
+            f"({units_m} unit row(s) x {n_tiles} N tiles); a CTA takes unit = blockIdx.x / {cluster}, then steps by "
+            f"gridDim.x / {cluster} = {unit_stride}; CTA rank r computes M tile unit_m * {cluster} + r; "
+            f"the K iteration counter (stage, parity) continues across tiles")
+        notes.append(
+            f"grouped order (tile_scheduler.cuh, {GROUP_M} unit rows per group): unit u -> group u / ({GROUP_M} x {n_tiles}), "
+            f"unit_m walks down the group's rows first, then N: the clusters resident at once share rows of A and columns of B in L2")
+        notes.append(f"CTA 0 computes tiles (M tile, N tile) {walk}{', ...' if units > 4 * unit_stride else ''}")
+        notes.append(f"resident clusters: {ar.sm_count} SMs x {smem.ctas_per_sm} CTA(s)/SM / {cluster}, a hypothesis; the launch "
+                     "asks the occupancy API (cuOccupancyMaxActiveClusters), which also knows a cluster must fit one GPC")
+        waves = units / unit_stride
+        if m_tiles % cluster:
+            notes.append(f"{m_tiles} M tiles is not a multiple of the cluster ({cluster}): in the last unit row, ranks "
+                         f">= {m_tiles % cluster} compute a tile wholly below M: they still load (zero fill), multicast their B "
+                         "slice and release stages; their store writes nothing (the box is clipped)")
     else:
-        grid = (n_tiles, m_tiles_padded, 1)  # x over N tiles, y over M tiles (the levels' launch order)
-        ctas = m_tiles_padded * n_tiles
-        idle = (m_tiles_padded - m_tiles) * n_tiles
+        grid, cluster_dims = (n_tiles, m_tiles, 1), (1, 1, 1)  # x over N tiles, y over M tiles; no cluster
+        ctas = tiles
+        idle = 0
         waves = ctas / (ar.sm_count * smem.ctas_per_sm)
-    if cluster > 1 and m_tiles % cluster:
-        notes.append(f"{m_tiles} M tiles is not a multiple of the cluster ({cluster}): {m_tiles_padded - m_tiles} extra CTA row(s) "
-                     "still load and multicast their B slice and release stages, then skip the store (a box wholly out of bounds stores nothing)")
+        notes.append(f"one CTA per output tile: grid (N tiles, M tiles, 1) = {grid}, no cluster; "
+                     "CTA (x, y) computes rows y*BM.., columns x*BN..")
     schedule = Schedule(
         m_tiles=m_tiles, n_tiles=n_tiles, k_tiles=k_tiles, tiles=tiles, m_tail=m - (m_tiles - 1) * bm,
-        n_tail=n - (n_tiles - 1) * bn, k_tail=k - (k_tiles - 1) * bk, grid=grid, cluster_dims=(1, cluster, 1) if not persistent else (cluster, 1, 1),
+        n_tail=n - (n_tiles - 1) * bn, k_tail=k - (k_tiles - 1) * bk, grid=grid, cluster_dims=cluster_dims,
         ctas=ctas, idle_ctas=idle, persistent=persistent, sm_count=ar.sm_count, waves=round(waves, 3),
         notes=tuple(notes),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gemm_ladder.design.timeline import simulate
+from gemm_ladder.design.timeline import elide_rows, elided_iterations, simulate
 
 if TYPE_CHECKING:
     from gemm_ladder.design.plan import Plan
@@ -54,6 +54,7 @@ def plan_markdown(plan: Plan) -> str:
           f"Offsets from a 1024-byte-aligned base; total dynamic shared memory {s.total_bytes} bytes "
           f"(barriers end at {s.barriers_end}, + 1024 alignment slack) of {s.max_per_block} per block; "
           f"{s.ctas_per_sm} CTA(s) per SM (limited by {s.ctas_per_sm_limit}).", ""]
+    L += [f"{s.c_staging}.", ""]
     L += _table(["region", "offset", "bytes"], [list(r) for r in s.regions()])
     if plan.tmem:
         t = plan.tmem
@@ -67,7 +68,12 @@ def plan_markdown(plan: Plan) -> str:
     L += _table(["field", "A", "B"], [[f, getattr(d["a"], f), getattr(d["b"], f)] for f in dfields]
                 + [["template (start address 0)", f"{d['a'].template:#018x}", f"{d['b'].template:#018x}"]])
     L += ["", f"- {d['a'].statement}", f"- {d['b'].statement}"]
-    L += ["", "## Issuer and consumers", "", f"- issuer: {plan.issuer.description}",
+    iss = plan.issuer
+    L += ["", "## Issuer and consumers", "",
+          f"- load issuer: thread {iss.thread} ({iss.warpgroup}); store issuer: thread {iss.store_thread} "
+          f"({iss.store_warpgroup}); empty-barrier arrivals: thread(s) "
+          f"{', '.join(map(str, plan.consumers.release_threads))}",
+          f"- issuer: {iss.description}",
           f"- consumers: {plan.consumers.description}",
           f"- threads per CTA: {plan.consumers.threads_per_cta}"
           + (f"; accumulator registers per consumer thread: {plan.consumers.accumulator_registers}"
@@ -97,14 +103,24 @@ def plan_markdown(plan: Plan) -> str:
     L += ["", "## Timeline", "",
           f"{plan.schedule.k_tiles} K tile(s) per output tile, {plan.stages} stage(s); release mode "
           f"`{r.release_mode}`.", ""]
+    gap = elided_iterations(plan.schedule.k_tiles)
+    omitted = (["…", f"… {len(gap)} iterations omitted (k = {gap.start}..{gap.stop - 1}) …", "…", "", "", "", ""]
+               if gap is not None else [])
     L += _table(["phase", "iteration", "producer", "consumer", "epilogue", "stage", "parity"],
-                [[t.phase, "-" if t.iteration is None else t.iteration, t.producer, t.consumer, t.epilogue,
-                  "-" if t.stage is None else t.stage, "-" if t.parity is None else t.parity] for t in plan.timeline])
+                [omitted if t is None else
+                 [t.phase, "-" if t.iteration is None else t.iteration, t.producer, t.consumer, t.epilogue,
+                  "-" if t.stage is None else t.stage, "-" if t.parity is None else t.parity]
+                 for t in elide_rows(plan.timeline)])
+    if gap is not None:
+        L += ["", f"Iterations {gap.start}..{gap.stop - 1} repeat the steady-state pattern (stage k % {plan.stages}, "
+                  f"parity (k / {plan.stages}) & 1); the JSON plan lists every row."]
     sc = plan.schedule
     L += ["", "## Schedule", "",
           f"- tiles: {sc.m_tiles} x {sc.n_tiles} = {sc.tiles} (tails: M {sc.m_tail}, N {sc.n_tail}, K {sc.k_tail})",
-          f"- grid {sc.grid}, cluster {sc.cluster_dims}, {sc.ctas} CTAs ({sc.idle_ctas} only completing a cluster), "
-          f"{sc.waves} waves on {sc.sm_count} SMs"]
+          (f"- grid {sc.grid}, cluster dims {sc.cluster_dims}, {sc.ctas} resident CTAs; each CTA (cluster) walks "
+           f"{sc.waves} work units on average, on {sc.sm_count} SMs" if sc.persistent else
+           f"- grid {sc.grid} (x: N tiles, y: M tiles), no cluster, {sc.ctas} CTAs, {sc.waves} waves on "
+           f"{sc.sm_count} SMs x {plan.smem.ctas_per_sm} CTA(s)/SM")]
     L += [f"- {n}" for n in sc.notes]
     L += ["", "## Kernel defines", "", "```"] + [f"-D{k}={v}" for k, v in plan.kernel_defines().items()] + ["```"]
     L += ["", "## Assumptions", ""] + [f"- {a}" for a in plan.assumptions]
@@ -113,29 +129,68 @@ def plan_markdown(plan: Plan) -> str:
     return "\n".join(L) + "\n"
 
 
+#: Idealised time units left between the drawn head and tail of an elided timeline.
+GAP_WIDTH = 3.0
+
+
 def timeline_png(plan: Plan, path: str | Path, *, load: float = 1.0, mma: float = 1.0) -> Path:
-    """Draw the idealised schedule of one tile (loads, MMA, epilogue, store lanes) into ``path`` (PNG)."""
+    """Draw the idealised schedule of one tile (loads, MMA, epilogue, store lanes) into ``path`` (PNG).
+
+    Long K loops are elided: the prologue, the first :data:`~gemm_ladder.design.timeline.HEAD_ITERATIONS`
+    iterations, a marker naming the omitted iterations, the last
+    :data:`~gemm_ladder.design.timeline.TAIL_ITERATIONS` iterations and the drain; so the picture keeps
+    its size, and its drawing time, whatever K is.
+    """
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    bars = simulate(k_tiles=plan.schedule.k_tiles, stages=plan.stages, load=load, mma=mma)
+    k_tiles = plan.schedule.k_tiles
+    bars = simulate(k_tiles=k_tiles, stages=plan.stages, load=load, mma=mma)
+    gap = elided_iterations(k_tiles)
+    cut = None  # (end of the drawn head, start of the drawn tail) in simulated time
+    if gap is not None:
+        head_end = max(b.end for b in bars if b.k is not None and b.k < gap.start)
+        tail_start = min(b.start for b in bars if b.k is None or b.k >= gap.stop)
+        if tail_start > head_end:
+            cut = (head_end, tail_start)
+            bars = [b for b in bars if b.k is None or b.k not in gap]
+        else:  # only for short K with a deep ring: the tail's loads overlap the head, draw everything
+            gap = None
+    shift = (cut[1] - cut[0] - GAP_WIDTH) if cut else 0.0
+
+    def x(t: float) -> float:
+        return t - shift if cut and t >= cut[1] else t
+
     lanes = ["TMA loads", "MMA", "epilogue", "TMA store"]
     cmap = plt.get_cmap("tab10")
-    end = max(b.end for b in bars)
+    end = x(max(b.end for b in bars))
     fig, ax = plt.subplots(figsize=(min(4 + 0.5 * end, 28), 3.2))
     for b in bars:
         y = len(lanes) - 1 - lanes.index(b.lane)
         color = cmap(b.stage % 10) if b.stage is not None else "0.6"
-        ax.barh(y, b.end - b.start, left=b.start, height=0.6, color=color, edgecolor="black", linewidth=0.5)
-        ax.text((b.start + b.end) / 2, y, b.label, ha="center", va="center", fontsize=7)
+        ax.barh(y, b.end - b.start, left=x(b.start), height=0.6, color=color, edgecolor="black", linewidth=0.5)
+        ax.text(x(b.start) + (b.end - b.start) / 2, y, b.label, ha="center", va="center", fontsize=7)
+    step = max(1, round(end / 15))
+    if cut:
+        left, right = cut[0], cut[0] + GAP_WIDTH
+        ax.axvspan(left, right, color="0.92", zorder=0)
+        for v in (left, right):
+            ax.axvline(v, color="0.4", linestyle=":", linewidth=0.8)
+        ax.text((left + right) / 2, (len(lanes) - 1) / 2,
+                f"…\n{len(gap)} iterations\nomitted\n(k {gap.start}..{gap.stop - 1})\n…",
+                ha="center", va="center", fontsize=7)
+        head_ticks = list(range(0, int(cut[0]) + 1, step))
+        tail_ticks = list(range(int(-(-cut[1] // step) * step), int(end + shift) + 1, step))
+        ax.set_xticks(head_ticks + [t - shift for t in tail_ticks])
+        ax.set_xticklabels([str(t) for t in head_ticks + tail_ticks])
     ax.set_yticks(range(len(lanes)))
     ax.set_yticklabels(list(reversed(lanes)))
     ax.set_xlabel("time (idealised units: one load = one MMA = 1)")
     bm, bn, bk = plan.tile
     ax.set_title(f"{plan.m}x{plan.n}x{plan.k} {plan.dtype}, tile {bm}x{bn}x{bk}, {plan.stages} stages "
-                 f"({plan.schedule.k_tiles} K tiles; colour = stage)", fontsize=9)
+                 f"({k_tiles} K tiles{f', {len(gap)} omitted' if gap else ''}; colour = stage)", fontsize=9)
     ax.set_xlim(0, end * 1.02)
     fig.tight_layout()
     path = Path(path)

@@ -24,10 +24,18 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Issuer:
-    """The one thread that issues every TMA load and store of a CTA."""
+    """The threads that issue TMA: one thread issues every load, one thread every store.
 
-    thread: int  # thread index within the CTA
-    warpgroup: str  # "producer" or "consumer 0"
+    As the ladder's kernels do it: thread 0 (warpgroup 0) initialises the barriers and issues every load
+    and arrive.expect_tx. With a producer warpgroup (levels 7-9) warpgroup 0 is the producer and the
+    stores are issued by thread 128, thread 0 of consumer warpgroup 0 (warpgroup 1); without one
+    (levels 4-6) thread 0 is also a consumer and issues the stores too.
+    """
+
+    thread: int  # the load issuer's thread index within the CTA (always 0)
+    warpgroup: str  # the load issuer's role: "producer" (warpgroup 0) or "consumer 0" (also computes)
+    store_thread: int  # the TMA store issuer's thread index (0, or 128 with a producer warpgroup)
+    store_warpgroup: str  # "consumer 0" (warpgroup 0 without a producer warpgroup, warpgroup 1 with one)
     description: str
 
     def to_json(self) -> dict:
@@ -36,7 +44,11 @@ class Issuer:
 
 @dataclass(frozen=True)
 class Consumers:
-    """The threads that wait on full barriers and read the stages (MMA warpgroups)."""
+    """The threads that wait on full barriers and read the stages (MMA warpgroups).
+
+    Consumer warpgroup c is CTA warpgroup ``first_warpgroup + c`` (1 + c after a producer warpgroup,
+    else c); its thread 0 (``release_threads[c]``) arrives on the empty barriers.
+    """
 
     warpgroups: int
     threads: int
@@ -44,10 +56,15 @@ class Consumers:
     producer_warpgroup: bool
     threads_per_cta: int
     accumulator_registers: int  # fp32 accumulator registers per consumer thread (0 on sm_100a: TMEM)
+    first_warpgroup: int  # CTA warpgroup index of consumer 0 (1 with a producer warpgroup, else 0)
+    first_thread: int  # 128 * first_warpgroup
+    release_threads: tuple[int, ...]  # thread 0 of each consumer warpgroup: the empty-barrier arrivers
     description: str
 
     def to_json(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["release_threads"] = list(self.release_threads)
+        return out
 
 
 @dataclass(frozen=True)

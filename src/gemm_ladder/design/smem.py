@@ -20,6 +20,11 @@ Layout (offsets from a 1024-byte-aligned base; the kernel rounds its dynamic sha
 1024 itself, which is what the 1024 bytes of slack in the total pay for)::
 
     [A stage 0 .. S-1][B stage 0 .. S-1][C staging: BN*e/128 panels of BM x 128 B][full bar x S][empty bar x S]
+
+or, with ``c_aliases_stages`` (level 5), C staging laid over the stages from offset 0::
+
+    [A stage 0 .. S-1][B stage 0 .. S-1]   (C staging overlays these once the ring has drained)
+    [full bar x S][empty bar x S]          (after max(stages, C staging))
 """
 
 from __future__ import annotations
@@ -54,6 +59,19 @@ class SmemLayout:
     max_per_block: int
     ctas_per_sm: int
     ctas_per_sm_limit: str  # which resource limits ctas_per_sm
+    c_aliases_stages: bool = False  # C staging overlays the operand stages (one tile per CTA, ring drained)
+
+    @property
+    def c_staging(self) -> str:
+        """Where the output staging lives, and why that is legal."""
+        if self.c_aliases_stages:
+            return (f"C staging ({self.c_bytes} bytes) overlays the operand stages from offset {self.c_offset} "
+                    f"instead of following them (saves {self.c_bytes} bytes per CTA: more CTAs per SM). Legal only "
+                    "because the ring has drained before the epilogue writes it: one tile per CTA (not persistent), "
+                    "every load consumed and none in flight, every warpgroup past its last MMA (wgmma.wait_group 0) "
+                    "and a CTA barrier before the first write")
+        return (f"C staging ({self.c_bytes} bytes) follows the operand stages at offset {self.c_offset}: "
+                "it may be written while loads (e.g. the next tile's, when persistent) still land in the stages")
 
     def a_stage(self, s: int) -> int:
         return self.a_offset + s * self.a_stage_bytes
@@ -71,13 +89,15 @@ class SmemLayout:
         """(name, offset, bytes) of every region, in address order."""
         rows = [(f"A stage {s}", self.a_stage(s), self.a_stage_bytes) for s in range(self.stages)]
         rows += [(f"B stage {s}", self.b_stage(s), self.b_stage_bytes) for s in range(self.stages)]
-        rows += [(f"C panel {p}", self.c_offset + p * self.c_panel_bytes, self.c_panel_bytes) for p in range(self.c_panels)]
+        tag = " (overlays the stages)" if self.c_aliases_stages else ""
+        rows += [(f"C panel {p}{tag}", self.c_offset + p * self.c_panel_bytes, self.c_panel_bytes) for p in range(self.c_panels)]
         rows += [(f"full[{s}]", self.full_bar(s), BARRIER_BYTES) for s in range(self.stages)]
         rows += [(f"empty[{s}]", self.empty_bar(s), BARRIER_BYTES) for s in range(self.stages)]
         return rows
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["c_staging"] = self.c_staging
         out["regions"] = [{"name": n, "offset": o, "bytes": b} for n, o, b in self.regions()]
         return out
 
@@ -112,7 +132,8 @@ def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluste
             f"{stages} stages x (A {a_stage} + B {b_stage}) + C staging {c_bytes} + barriers "
             f"{2 * stages * BARRIER_BYTES} + alignment slack {ALIGN_SLACK} = {total} bytes > "
             f"{arch.max_smem_per_block} bytes allowed per block on {arch.name}; "
-            f"at most {max_stages(bm=bm, bn=bn, bk=bk, elem_bytes=elem_bytes, arch=arch)} stages fit this tile",
+            f"at most {max_stages(bm=bm, bn=bn, bk=bk, elem_bytes=elem_bytes, arch=arch, c_aliases_stages=c_aliases_stages)}"
+            " stages fit this tile",
         )
     per_cta = total + arch.smem_reserved_per_block
     by_smem = arch.smem_per_sm // per_cta
@@ -126,12 +147,13 @@ def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluste
         b_slice_bytes=b_stage // cluster, c_offset=c_off, c_bytes=c_bytes, c_panel_bytes=c_panel, c_panels=c_panels,
         full_bar_offset=full_off, empty_bar_offset=empty_off, barriers_end=end, total_bytes=total,
         max_per_block=arch.max_smem_per_block, ctas_per_sm=ctas, ctas_per_sm_limit=limit,
+        c_aliases_stages=c_aliases_stages,
     )
 
 
-def max_stages(*, bm: int, bn: int, bk: int, elem_bytes: int, arch: ArchInfo) -> int:
+def max_stages(*, bm: int, bn: int, bk: int, elem_bytes: int, arch: ArchInfo, c_aliases_stages: bool = False) -> int:
     """The largest stage count whose layout fits the per-block limit (0 if none)."""
-    fixed = bm * bn * elem_bytes + ALIGN_SLACK
+    fixed = (0 if c_aliases_stages else bm * bn * elem_bytes) + ALIGN_SLACK
     per_stage = align_up(bm * bk * elem_bytes, SWIZZLE_ATOM_BYTES) + align_up(bn * bk * elem_bytes, SWIZZLE_ATOM_BYTES) + 2 * BARRIER_BYTES
     return max(0, (arch.max_smem_per_block - fixed) // per_stage)
 

@@ -121,6 +121,36 @@ def build_timeline(*, k_tiles: int, stages: int, expect_tx: int, c_panels: int, 
     return tuple(rows)
 
 
+#: Iterations shown at each end when a timeline is elided (table and picture): the first HEAD and the
+#: last TAIL K iterations are drawn, the ones between are summarised by one "omitted" marker.
+HEAD_ITERATIONS = 6
+TAIL_ITERATIONS = 6
+
+
+def elided_iterations(k_tiles: int, head: int = HEAD_ITERATIONS, tail: int = TAIL_ITERATIONS) -> range | None:
+    """The K iterations left out of a drawn timeline (None when all ``k_tiles`` fit in head + tail + 1)."""
+    if k_tiles <= head + tail + 1:
+        return None
+    return range(head, k_tiles - tail)
+
+
+def elide_rows(rows, head: int = HEAD_ITERATIONS, tail: int = TAIL_ITERATIONS) -> list:
+    """``rows`` (TimelineRow) with the iterations of :func:`elided_iterations` replaced by one ``None``
+    marker; prologue and epilogue rows are kept."""
+    k_tiles = sum(1 for r in rows if r.iteration is not None)
+    gap = elided_iterations(k_tiles, head, tail)
+    if gap is None:
+        return list(rows)
+    out: list = []
+    for r in rows:
+        if r.iteration is not None and r.iteration in gap:
+            if r.iteration == gap.start:
+                out.append(None)
+            continue
+        out.append(r)
+    return out
+
+
 @dataclass(frozen=True)
 class Bar:
     lane: str
@@ -128,6 +158,7 @@ class Bar:
     end: float
     label: str
     stage: int | None
+    k: int | None = None  # the K tile a load or MMA bar belongs to (None for epilogue and store)
 
 
 def simulate(*, k_tiles: int, stages: int, load: float = 1.0, mma: float = 1.0, epilogue: float = 1.0,
@@ -149,7 +180,7 @@ def simulate(*, k_tiles: int, stages: int, load: float = 1.0, mma: float = 1.0, 
         start = max(when, lane_free, free_at[j % S])
         lane_free = start + load
         load_end[j] = lane_free
-        bars.append(Bar("TMA loads", start, lane_free, f"k{j}", j % S))
+        bars.append(Bar("TMA loads", start, lane_free, f"k{j}", j % S, j))
         loads_issued += 1
 
     for j in range(min(S, KT)):
@@ -158,7 +189,7 @@ def simulate(*, k_tiles: int, stages: int, load: float = 1.0, mma: float = 1.0, 
         start = max(load_end[k], mma_end_prev)
         mma_start[k] = start
         mma_end_prev = mma_done[k] = start + mma
-        bars.append(Bar("MMA", start, start + mma, f"k{k}", k % S))
+        bars.append(Bar("MMA", start, start + mma, f"k{k}", k % S, k))
         if mode == "previous":
             if k >= 1:
                 free_at[(k - 1) % S] = max(mma_done[k - 1], start)
