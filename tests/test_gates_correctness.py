@@ -171,3 +171,41 @@ def test_error_bound_floor_admits_correct_rounding():
     # cuBLAS exact (error 0): the floor alone must admit a correctly rounded output's error <= u.
     assert error_bound(0.0, "bf16") == UNIT_ROUNDOFF["bf16"] == 2.0**-8
     assert error_bound(1e-3, "fp16") == pytest.approx(2e-3 + 2.0**-11)
+
+
+def test_json_has_no_nonfinite_numbers(tmp_path):
+    from gemm_ladder.gates.climb import write_json
+
+    path = write_json({"x": [math.inf, 1.0, {"y": math.nan}]}, tmp_path / "r.json")
+    assert path.read_text().split() == ["{", '"x":', "[", "null,", "1.0,", "{", '"y":', "null", "}", "]", "}"]
+
+
+# --- on the GPU: the real ladder and cuBLAS ---------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(128, 128, 64), (200, 264, 192), (7, 8, 9), (128, 128, 0)])
+def test_level3_passes_on_gpu(shape):
+    from gemm_ladder.levels import LEVELS
+
+    r = check_correctness(LEVELS[3], *shape, "bf16", device="cuda")
+    assert r.status == "pass", r.message
+
+
+@pytest.mark.gpu
+def test_level1_refuses_outside_its_domain_on_gpu():
+    from gemm_ladder.levels import LEVELS
+
+    r = check_correctness(LEVELS[1], 129, 128, 64, "bf16", device="cuda")
+    assert r.status == "refused" and r.passed
+
+
+@pytest.mark.gpu
+def test_poisoned_allocator_catches_unwritten_output_on_gpu():
+    def skips_last_row(a, b):
+        c = torch.empty((a.shape[0], b.shape[0]), dtype=a.dtype, device=a.device)
+        c[:-1] = torch.nn.functional.linear(a[:-1], b)
+        return c
+
+    r = check_correctness(skips_last_row, 256, 256, 64, "bf16", device="cuda")
+    assert r.status == "fail" and r.unwritten == 256, r
