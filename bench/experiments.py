@@ -34,7 +34,7 @@ def variant(level_no, name, edit, **config):
     assert new != src or not edit.__name__.startswith("e_"), name
     path = Path(tempfile.gettempdir()) / f"gl_exp_{name}.cu"
     path.write_text(new)
-    base = dataclasses.replace(LEVELS[level_no], _builds={}, _maps=type(LEVELS[level_no]._maps)(), **config)
+    base = LEVELS[level_no].variant(**config)
 
     class Variant(type(base)):
         def translation_unit(self, dtype):

@@ -8,7 +8,6 @@ L2 flushed before each repeat. Writes pipe_depth_sweep.json under --out.
 """
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -37,7 +36,7 @@ def main() -> int:
         rows.append({"size": size, "stages": None, "name": "cuBLAS", "median_ms": ref_ms,
                      "tflops": gemm_flops(size, size, size) / ref_ms / 1e9})
         for stages in range(2, 9):
-            level = dataclasses.replace(base, stages=stages, _builds={}, _maps=type(base._maps)())
+            level = base.variant(stages=stages)
             try:
                 level.defines("bf16")
             except PlanRefused as exc:

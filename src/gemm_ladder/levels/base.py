@@ -8,6 +8,7 @@ and what it predicts about its own speed.
 from __future__ import annotations
 
 import abc
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,6 +54,12 @@ class Level(abc.ABC):
     perf: PerfExpectation = field(default_factory=PerfExpectation)
     kernel_name: str = "gemm_kernel"
     _builds: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def variant(self, **changes) -> "Level":
+        """A copy with ``changes`` applied (e.g. ``stages=3``) and empty caches: builds, tensor maps
+        and defines belong to one configuration and must not leak into another."""
+        fresh = {f.name: type(getattr(self, f.name))() for f in dataclasses.fields(self) if f.name.startswith("_")}
+        return dataclasses.replace(self, **fresh, **changes)
 
     @property
     def source_path(self) -> Path:
