@@ -2,10 +2,15 @@
 
 ``audit(protocol)`` explores **every interleaving** of the protocol's roles (their programs run one
 op at a time, in any order) and of the asynchronous events the hardware adds: each TMA load landing
-(one event per destination CTA: it writes the buffers, then completes its bytes on that CTA's
-barrier) and each TMA store draining its bulk async-group. The search is breadth first over states,
+(it writes the buffers, then completes its bytes on the barrier of each destination CTA; a multicast
+lands in all its CTAs as one event unless ``split_multicast``). A TMA store needs no event: nothing
+in the protocol waits for it but ``wait_group``, so it is taken to read its staging buffer until the
+``wait_group.read`` that covers its bulk group (the hardware may finish sooner; a write before that
+wait is a race in some run, so it is reported). The search is breadth first over states,
 with every visited state remembered, so each state is expanded once and each counterexample is a
-shortest one.
+shortest one. One sound partial-order reduction: an epilogue op (write staging, store, wait_group)
+of a role that alone uses its staging buffers commutes with everything else, so it is taken at once
+instead of being interleaved.
 
 It proves, for the bounds the protocol was unrolled for (see ``bounds`` in the result; the level
 builders use small K iteration counts, 1..5, and tiles per CTA, 1..3):
@@ -158,6 +163,17 @@ class _Compiled:
                 prog.append(self._compile(ri, role.cta, pc, op))
             self.progs.append(prog)
         self.cta_roles = [[i for i, r in enumerate(p.roles) if r.cta == c] for c in range(p.ctas)]
+        # Staging ops of a role that alone touches its staging buffers commute with every other
+        # transition: the search takes them at once (a sound partial-order reduction).
+        owners: dict[int, set] = {}
+        for ri, prog in enumerate(self.progs):
+            for op in prog:
+                if op[0] in ("write", "commit"):
+                    owners.setdefault(op[1], set()).add(ri)
+        private_roles = {ri for ri, prog in enumerate(self.progs)
+                         if all(owners[op[1]] == {ri} for op in prog if op[0] in ("write", "commit"))}
+        self.private = [[ri in private_roles and op[0] in ("write", "commit", "swait") for op in prog]
+                        for ri, prog in enumerate(self.progs)]
 
     def _bar(self, ri, op: Op, cta: int) -> int:
         key = (op.barrier, cta, op.stage)
@@ -235,19 +251,21 @@ def static_check(p: Protocol) -> list[Violation]:
 
 
 def audit(protocol: Protocol, *, max_states: int = DEFAULT_MAX_STATES, trace_steps: int = TRACE_STEPS,
-          stop_at_first: bool = False) -> AuditResult:
+          stop_at_first: bool = False, split_multicast: bool = False) -> AuditResult:
     """Explore every interleaving of ``protocol`` (bounded by its unrolled programs and ``max_states``).
 
     Returns an :class:`AuditResult`: ``ok`` (complete and no violation), ``violations`` (the first,
     shortest, counterexample of each kind, with the last ``trace_steps`` steps), ``states_explored``
-    and the ``bounds`` the protocol was built for. A state reached through a violation is not expanded
+    and the ``bounds`` the protocol was built for. ``split_multicast``: deliver a multicast load to
+    each destination CTA as a separate event (more interleavings; by default a multicast lands in all
+    its CTAs at once, one event). A state reached through a violation is not expanded
     further. Raises :class:`ProtocolError` when the protocol names a barrier or buffer it lacks.
     """
     t0 = time.perf_counter()
     cp = _Compiled(protocol)
     violations: list[Violation] = list(static_check(protocol))
     seen_kinds = {v.kind for v in violations}
-    explorer = _Explorer(cp)
+    explorer = _Explorer(cp, split_multicast)
     init = explorer.initial()
     parent: dict = {init: None}
     queue = deque([init])
@@ -303,25 +321,26 @@ def audit(protocol: Protocol, *, max_states: int = DEFAULT_MAX_STATES, trace_ste
 
 
 class _Explorer:
-    """State: (pcs, barriers, buffers, store groups per role, in-flight events, last observed phases).
+    """State: (pcs, barriers, buffers, committed stores per role, in-flight loads, last observed phases).
 
     * barrier: (completed phases c, pending arrivals, tx-count); current parity = c % 2
     * buffer: (tag of the latest load or staging write, landed, unread-roles mask, reading-roles mask,
-      stores in flight reading it)
-    * events: sorted tuple of ("L", cta, buffers, barrier, bytes, tag, role) load landings and
-      ("S", cta, role, buffer) store drains
+      stores that may still read it)
+    * stores: per role, the staging buffers of its committed bulk groups that no wait_group covered yet
+    * events: sorted tuple of ("L", ctas, ((buffers, barrier) per destination), bytes, tag, role)
     * obs: sorted ((role, barrier), c) pairs: the phase count a role saw when its last unannotated
       wait on that barrier passed (for the aliasing check of waits without a ``phase``)
     """
 
-    def __init__(self, cp: _Compiled):
+    def __init__(self, cp: _Compiled, split_multicast: bool = False):
         self.cp = cp
+        self.split_multicast = split_multicast
         self.n_roles = len(cp.roles)
 
     def initial(self):
         bars = tuple((0, info[3], 0) for info in self.cp.bar_info)
         bufs = tuple((None, True, 0, 0, 0) for _ in self.cp.buf_info)
-        return (tuple(0 for _ in self.cp.roles), bars, bufs, tuple(0 for _ in self.cp.roles), (), ())
+        return (tuple(0 for _ in self.cp.roles), bars, bufs, tuple(() for _ in self.cp.roles), (), ())
 
     def finished(self, state) -> bool:
         pcs = state[0]
@@ -363,6 +382,10 @@ class _Explorer:
     def successors(self, state):
         pcs, bars, bufs, groups, events, obs = state
         out = []
+        for ri in range(self.n_roles):
+            pc = pcs[ri]
+            if pc < len(self.cp.progs[ri]) and self.cp.private[ri][pc]:
+                return [self._step(state, ri, self.cp.progs[ri][pc])]
         for ri in range(self.n_roles):
             pc = pcs[ri]
             prog = self.cp.progs[ri]
@@ -433,7 +456,11 @@ class _Explorer:
                                 f"{self.cp.roles[ri].name} issued load #{tag} into {self._buf_name(b)} while load "
                                 f"#{ver} into it is still in flight")
                     nbuf[b] = (tag, False, self.cp.readers.get((b, tag), 0), 0, 0)
-                new_events.append(("L", d, bis, bari, nbytes, tag, ri))
+                if self.split_multicast:
+                    new_events.append(("L", (d,), ((bis, bari),), nbytes, tag, ri))
+            if not self.split_multicast:
+                new_events.append(("L", tuple(d for d, _, _ in dests), tuple((bis, bari) for _, bis, bari in dests),
+                                   nbytes, tag, ri))
             return ((new_pcs, bars, tuple(nbuf), groups, tuple(sorted(new_events)), obs), label, viol)
         if kind in ("read", "rbegin", "rend"):
             _, bis, tag = op
@@ -478,35 +505,35 @@ class _Explorer:
                         + ("nothing" if ver is None else f"tile {ver}"))
             nbuf = list(bufs)
             nbuf[b] = (ver, landed, unread, reading, st + 1)
-            ng = groups[:ri] + (groups[ri] + 1,) + groups[ri + 1:]
-            cta = self.cp.buf_info[b][1]
-            ev = tuple(sorted(events + (("S", cta, ri, b),)))
-            return ((new_pcs, bars, tuple(nbuf), ng, ev, obs), label, viol)
+            ng = groups[:ri] + (groups[ri] + (b,),) + groups[ri + 1:]
+            return ((new_pcs, bars, tuple(nbuf), ng, events, obs), label, viol)
         if kind == "swait":
-            if groups[ri] > op[1]:
-                return None
-            return ((new_pcs, bars, bufs, groups, events, obs), label, None)
+            keep = op[1]
+            mine = groups[ri]
+            if len(mine) <= keep:
+                return ((new_pcs, bars, bufs, groups, events, obs), label, None)
+            nbuf = list(bufs)
+            for b in mine[:len(mine) - keep]:
+                ver, landed, unread, reading, st = nbuf[b]
+                nbuf[b] = (ver, landed, unread, reading, st - 1)
+            ng = groups[:ri] + (mine[len(mine) - keep:],) + groups[ri + 1:]
+            return ((new_pcs, bars, tuple(nbuf), ng, events, obs), label, None)
         raise AssertionError(kind)  # pragma: no cover
 
     def _event(self, state, ei, ev):
         pcs, bars, bufs, groups, events, obs = state
         rest = events[:ei] + events[ei + 1:]
-        if ev[0] == "L":
-            _, d, bis, bari, nbytes, tag, ri = ev
+        if True:
+            _, ctas, deliveries, nbytes, tag, ri = ev
             nbuf = list(bufs)
-            for b in bis:
-                ver, landed, unread, reading, st = nbuf[b]
-                if ver == tag:
-                    nbuf[b] = (ver, True, unread, reading, st)
             nb = list(bars)
-            self._tx(nb, bari, -nbytes)
+            for bis, bari in deliveries:
+                for b in bis:
+                    ver, landed, unread, reading, st = nbuf[b]
+                    if ver == tag:
+                        nbuf[b] = (ver, True, unread, reading, st)
+                self._tx(nb, bari, -nbytes)
             return ((pcs, tuple(nb), tuple(nbuf), groups, rest, obs), ("L", ev), None)
-        _, cta, ri, b = ev
-        nbuf = list(bufs)
-        ver, landed, unread, reading, st = nbuf[b]
-        nbuf[b] = (ver, landed, unread, reading, st - 1)
-        ng = groups[:ri] + (groups[ri] - 1,) + groups[ri + 1:]
-        return ((pcs, bars, tuple(nbuf), ng, rest, obs), ("S", ev), None)
 
     # -- state properties ----------------------------------------------------------------------
     def state_violations(self, state):
@@ -529,18 +556,18 @@ class _Explorer:
                             f"{self.cp.roles[ri].name} waits on {self._bar_name(bi)} (parity {parity}) for {target}, "
                             f"but the barrier has already completed {c} phases: the waiter is {behind} phases "
                             f"behind and try_wait.parity cannot tell them apart"))
-        if events:
-            for cta, rids in enumerate(self.cp.cta_roles):
-                if all(pcs[i] >= len(self.cp.progs[i]) for i in rids):
-                    for ev in events:
-                        if ev[1] == cta:
-                            what = (f"TMA load #{ev[5]} into {','.join(self._buf_name(b) for b in ev[2])}"
-                                    if ev[0] == "L" else f"TMA store from {self._buf_name(ev[3])}")
-                            out.append(("exit_in_flight",
-                                        f"every role of cta{cta} has finished while a {what} is still in flight "
-                                        f"(shared memory may be released under it; missing wait_group or a load "
-                                        f"issued that nobody waits for)"))
-                            break
+        for cta, rids in enumerate(self.cp.cta_roles):
+            if not all(pcs[i] >= len(self.cp.progs[i]) for i in rids):
+                continue
+            what = [f"TMA store from {self._buf_name(b)} (committed by {self.cp.roles[i].name}, never waited)"
+                    for i in rids for b in groups[i]]
+            what += [f"TMA load #{ev[4]} into {','.join(self._buf_name(b) for bis, _ in ev[2] for b in bis)}"
+                     for ev in events if cta in ev[1]]
+            if what:
+                out.append(("exit_in_flight",
+                            f"every role of cta{cta} has finished while a {what[0]} may still be in flight "
+                            f"(its shared memory may be released under it: a missing wait_group, or a load "
+                            f"that nobody waits for)"))
         return out
 
     def describe_deadlock(self, state) -> str:
@@ -556,8 +583,6 @@ class _Explorer:
                 c, pend, tx = bars[op[1]]
                 parts.append(f"{role.name} blocked at '{desc}' ({self._bar_name(op[1])} is in phase {c}, parity "
                              f"{c % 2}, {pend} arrival(s) and {tx} tx bytes pending)")
-            elif op[0] == "swait":
-                parts.append(f"{role.name} blocked at '{desc}' ({groups[ri]} groups pending)")
             else:
                 parts.append(f"{role.name} at '{desc}'")
         return "no role can move and nothing is in flight: " + "; ".join(parts)
@@ -574,9 +599,8 @@ class _Explorer:
                 text += f"  [{op.note}]"
             return text
         ev = label[1]
-        if label[0] == "L":
-            _, d, bis, bari, nbytes, tag, ri = ev
-            return (f"  (async) TMA load #{tag} from {self.cp.roles[ri].name} lands in "
-                    f"{','.join(self._buf_name(b) for b in bis)}; {nbytes} B complete on {self._bar_name(bari)}")
-        _, cta, ri, b = ev
-        return f"  (async) TMA store from {self._buf_name(b)} ({self.cp.roles[ri].name}) has read staging: group drained"
+        if True:
+            _, ctas, deliveries, nbytes, tag, ri = ev
+            where = "; ".join(f"{','.join(self._buf_name(b) for b in bis)} ({nbytes} B complete on "
+                              f"{self._bar_name(bari)})" for bis, bari in deliveries)
+            return f"  (async) TMA load #{tag} from {self.cp.roles[ri].name} lands in {where}"

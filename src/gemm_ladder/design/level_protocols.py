@@ -185,7 +185,7 @@ def protocol_for_level(n: int, k_iters: int = 3, tiles: int = 2, *, stages: int 
                        cluster: int | None = None, consumers: int | None = None, **overrides) -> Protocol:
     """The protocol of ladder level ``n`` (4..9) unrolled for ``k_iters`` K iterations and ``tiles``.
 
-    ``stages`` defaults to 1 at level 4 (its only value) and 3 elsewhere; ``cluster`` to 2 at level 8
+    ``stages`` defaults to 1 at level 4 (its only value) and 2 elsewhere (small, so a default audit is quick); ``cluster`` to 2 at level 8
     and 1 at level 9 (2 is its clustered variant); ``consumers`` to 2 at level 9. ``overrides`` go to
     :func:`build_ring_protocol` (fault switches, counts, phases).
     """
@@ -196,7 +196,7 @@ def protocol_for_level(n: int, k_iters: int = 3, tiles: int = 2, *, stages: int 
             raise ValueError("level 4 has a single stage (PIPE_DEPTH 1)")
         kw = dict(stages=1, tiles=1, release_weight=128, warp_specialized=False)
     else:
-        kw = dict(stages=3 if stages is None else stages)
+        kw = dict(stages=2 if stages is None else stages)
         if n == 5:
             kw.update(tiles=1, warp_specialized=False)
         elif n == 6:
