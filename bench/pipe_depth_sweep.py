@@ -15,6 +15,7 @@ import sys
 import torch
 
 from gemm_ladder.contract import cublas
+from gemm_ladder.gates.climb import run_meta
 from gemm_ladder.design.problem import PlanRefused
 from triton.testing import do_bench  # flushes L2 between repeats
 from gemm_ladder.levels import LEVELS
@@ -51,7 +52,7 @@ def main() -> int:
     for r in rows:
         print(json.dumps(r))
     with open(os.path.join(args.out, f"pipe_depth_sweep_L{args.level}.json"), "w") as f:
-        json.dump({"gpu": torch.cuda.get_device_name(), "level": args.level, "rows": rows}, f, indent=1)
+        json.dump({"meta": run_meta(" ".join(sys.argv)), "level": args.level, "rows": rows}, f, indent=1)
     return 0
 
 
