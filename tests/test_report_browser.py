@@ -19,6 +19,8 @@ import pytest
 from gemm_ladder.report import load_result, write_report
 
 FIXTURE = Path(__file__).parent / "data" / "sample_result.json"
+#: A committed measurement from the H200 (not a fixture): the page must render real results too.
+H200_RESULT = Path(__file__).parent.parent / "bench" / "results" / "2026-11-30_climb_bf16_edge_square_llm.json"
 
 
 def find_chromium() -> str | None:
@@ -48,10 +50,10 @@ def chromium(args: list[str], profile: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
-@pytest.fixture(scope="module")
-def page(tmp_path_factory) -> Path:
+@pytest.fixture(scope="module", params=[FIXTURE, H200_RESULT], ids=["fixture", "h200"])
+def page(request, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("browser")
-    return write_report(load_result(FIXTURE), out).html
+    return write_report(load_result(request.param), out).html
 
 
 def test_every_image_loads(page, tmp_path):

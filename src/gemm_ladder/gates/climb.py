@@ -106,8 +106,15 @@ class Target:
         return f"L{self.number} {self.name}" if self.number is not None else self.name
 
     def describe(self) -> dict[str, Any]:
-        return {"number": self.number, "name": self.name, "idea": self.idea, "source": self.source,
-                "domain": self.domain.describe() if self.domain else None}
+        out = {"number": self.number, "name": self.name, "idea": self.idea, "source": self.source,
+               "domain": self.domain.describe() if self.domain else None}
+        if hasattr(self.level, "tile"):  # a TMA level: what the report's timeline needs to replan it
+            lvl = self.level
+            out["pipeline"] = {"tile": list(lvl.tile), "stages": lvl.stages, "cluster": lvl.cluster,
+                               "consumers": lvl.consumers, "persistent": lvl.persistent,
+                               "producer_warpgroup": lvl.producer_warpgroup,
+                               "c_aliases_stages": lvl.c_aliases_stages}
+        return out
 
     def has_resources(self) -> bool:
         return self.level is not None or self.builder is not None or self.cubin is not None

@@ -62,8 +62,9 @@ def pipeline_params(level: dict[str, Any], result: dict[str, Any]) -> dict[str, 
         "cluster": int(cluster),
         "consumers": int(p.get("consumers") or 1),
     }
-    if p.get("persistent") is not None:  # the designer's level-6 switch, passed on only when recorded
-        params["persistent"] = bool(p["persistent"])
+    for key in ("persistent", "producer_warpgroup", "c_aliases_stages"):  # passed on only when recorded
+        if p.get(key) is not None:
+            params[key] = bool(p[key])
     return params
 
 
