@@ -64,7 +64,7 @@ def test_every_image_loads(page, tmp_path):
     total = re.search(r'data-images-total="(\d+)"', dom)
     assert ok and total, "the page's load script did not run:\n" + dom[:2000]
     n_img = page.read_text(encoding="utf-8").count("<img")
-    assert n_img >= 4
+    assert n_img >= 2  # at least the bar chart and the roofline
     assert int(total.group(1)) == n_img
     assert int(ok.group(1)) == n_img, f"{ok.group(1)} of {n_img} images decoded"
 
