@@ -8,7 +8,10 @@ bench/results/2026-11-30_experiments_8192.json) and is not yet explained: at the
 (2 CTAs/SM, 2 stages) level 5 ran 497 TFLOP/s (the PIPE_DEPTH sweep), so persistence itself costs
 it ~10%; level 5's further lead comes from 3 stages at 2 CTAs/SM, which needs the output staging laid
 over the drained ring, impossible in a persistent kernel. Level 8 measured within noise of level 7
-(631 vs 649).
+at 8192^3 (628 vs 635 bf16) and below it at 4096^3 (544 vs 588,
+bench/results/2026-11-30_climb_bf16_edge_square_llm.json): multicast halves B's L2 traffic, but every
+stage refill now waits for the slower CTA of the pair; its gain is in level 9, which feeds two
+consumers from each multicast stage.
 """
 
 from __future__ import annotations
