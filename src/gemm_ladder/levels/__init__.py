@@ -10,8 +10,8 @@ it ~10%; level 5's further lead comes from 3 stages at 2 CTAs/SM, which needs th
 over the drained ring, impossible in a persistent kernel. Level 8 measured within noise of level 7
 at 8192^3 (628 vs 635 bf16) and below it at 4096^3 (544 vs 588,
 bench/results/2026-11-30_climb_bf16_edge_square_llm.json): multicast halves B's L2 traffic, but every
-stage refill now waits for the slower CTA of the pair; its gain is in level 9, which feeds two
-consumers from each multicast stage.
+stage refill now waits for the slower CTA of the pair (a reading of the code, not a measurement); level 9
+keeps it and feeds two consumers from each multicast stage.
 """
 
 from __future__ import annotations
