@@ -57,9 +57,7 @@ extern "C" __global__ void __launch_bounds__(128, 1)
   fence_proxy_async_smem();  // generic-proxy writes -> visible to the copy engine
   __syncthreads();
   if (issuer) {
-#pragma unroll
-    for (int p = 0; p < GL_C_PANELS; ++p) tma_store_2d(&map_c, smem.c() + p * GL_SMEM_C_PANEL_BYTES, n0 + 64 * p, m0);
-    tma_store_commit();
+    store_output_tile(&map_c, smem, n0, m0);
     tma_store_wait_read<0>();  // shared memory must outlive the engine's reads of it
   }
 }

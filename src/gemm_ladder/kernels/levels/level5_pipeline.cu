@@ -41,16 +41,7 @@ extern "C" __global__ void __launch_bounds__(128, 1)
   const bool issuer = threadIdx.x == 0;
   const Producer producer{smem, &map_a, &map_b, m0, n0};
 
-  if (issuer) {
-    tma_prefetch_descriptor(&map_a);
-    tma_prefetch_descriptor(&map_b);
-    tma_prefetch_descriptor(&map_c);
-    for (int s = 0; s < STAGES; ++s) {
-      mbarrier_init(smem.full(s), 1);
-      mbarrier_init(smem.empty(s), GL_EMPTY_ARRIVALS);
-    }
-    fence_barrier_init();
-  }
+  if (issuer) init_ring(smem, &map_a, &map_b, &map_c);
   __syncthreads();
 
   const int k_tiles = (K + BK - 1) / BK;
@@ -81,9 +72,7 @@ extern "C" __global__ void __launch_bounds__(128, 1)
   fence_proxy_async_smem();
   __syncthreads();
   if (issuer) {
-#pragma unroll
-    for (int p = 0; p < GL_C_PANELS; ++p) tma_store_2d(&map_c, smem.c() + p * GL_SMEM_C_PANEL_BYTES, n0 + 64 * p, m0);
-    tma_store_commit();
+    store_output_tile(&map_c, smem, n0, m0);
     tma_store_wait_read<0>();
   }
 }

@@ -48,14 +48,7 @@ extern "C" __global__ void __launch_bounds__(128, 1)
   Producer producer{smem, &map_a, &map_b, sched, k_tiles, static_cast<int>(blockIdx.x)};
 
   if (issuer) {
-    tma_prefetch_descriptor(&map_a);
-    tma_prefetch_descriptor(&map_b);
-    tma_prefetch_descriptor(&map_c);
-    for (int s = 0; s < STAGES; ++s) {
-      mbarrier_init(smem.full(s), 1);
-      mbarrier_init(smem.empty(s), GL_EMPTY_ARRIVALS);
-    }
-    fence_barrier_init();
+    init_ring(smem, &map_a, &map_b, &map_c);
     for (int j = 0; j < STAGES; ++j) producer.load_next();  // prologue (stops by itself when out of work)
   }
   __syncthreads();
@@ -91,12 +84,7 @@ extern "C" __global__ void __launch_bounds__(128, 1)
     stage_fragment_sw128<BN>(smem.c(), d[1], 64, GL_SMEM_C_PANEL_BYTES);
     fence_proxy_async_smem();
     __syncthreads();
-    if (issuer) {
-#pragma unroll
-      for (int p = 0; p < GL_C_PANELS; ++p)
-        tma_store_2d(&map_c, smem.c() + p * GL_SMEM_C_PANEL_BYTES, tn * BN + 64 * p, tm * BM);
-      tma_store_commit();
-    }
+    if (issuer) store_output_tile(&map_c, smem, tn * BN, tm * BM);
   }
   if (issuer) tma_store_wait_read<0>();
 }

@@ -35,16 +35,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   const int rank = cluster_cta_rank();
   const int first_unit = blockIdx.x / GL_CLUSTER, unit_stride = gridDim.x / GL_CLUSTER;
 
-  if (threadIdx.x == 0) {
-    tma_prefetch_descriptor(&map_a);
-    tma_prefetch_descriptor(&map_b);
-    tma_prefetch_descriptor(&map_c);
-    for (int s = 0; s < STAGES; ++s) {
-      mbarrier_init(smem.full(s), 1);
-      mbarrier_init(smem.empty(s), GL_EMPTY_ARRIVALS);  // consumers x cluster
-    }
-    fence_barrier_init();
-  }
+  if (threadIdx.x == 0) init_ring(smem, &map_a, &map_b, &map_c);
   cluster_sync();
 
   if (warpgroup_index() == 0) {
@@ -97,12 +88,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
       stage_fragment_sw128<BN>(smem.c(), d[1], 64, GL_SMEM_C_PANEL_BYTES);
       fence_proxy_async_smem();
       named_barrier_sync(1, 128);
-      if (elected) {
-#pragma unroll
-        for (int p = 0; p < GL_C_PANELS; ++p)
-          tma_store_2d(&map_c, smem.c() + p * GL_SMEM_C_PANEL_BYTES, tn * BN + 64 * p, tm * BM);
-        tma_store_commit();
-      }
+      if (elected) store_output_tile(&map_c, smem, tn * BN, tm * BM);
     }
     if (elected) tma_store_wait_read<0>();
   }

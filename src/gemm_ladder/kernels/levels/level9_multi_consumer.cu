@@ -34,16 +34,7 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
   const int rank = cluster_cta_rank();
   const int first_unit = blockIdx.x / GL_CLUSTER, unit_stride = gridDim.x / GL_CLUSTER;
 
-  if (threadIdx.x == 0) {
-    tma_prefetch_descriptor(&map_a);
-    tma_prefetch_descriptor(&map_b);
-    tma_prefetch_descriptor(&map_c);
-    for (int s = 0; s < STAGES; ++s) {
-      mbarrier_init(smem.full(s), 1);
-      mbarrier_init(smem.empty(s), GL_EMPTY_ARRIVALS);
-    }
-    fence_barrier_init();
-  }
+  if (threadIdx.x == 0) init_ring(smem, &map_a, &map_b, &map_c);
   cluster_sync();
 
   if (warpgroup_index() == 0) {
@@ -94,12 +85,7 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
       stage_fragment_sw128<BN>(smem.c(), d, consumer * 64, GL_SMEM_C_PANEL_BYTES);
       fence_proxy_async_smem();
       named_barrier_sync(1, kConsumerThreads);
-      if (store_issuer) {
-#pragma unroll
-        for (int p = 0; p < GL_C_PANELS; ++p)
-          tma_store_2d(&map_c, smem.c() + p * GL_SMEM_C_PANEL_BYTES, tn * BN + 64 * p, tm * BM);
-        tma_store_commit();
-      }
+      if (store_issuer) store_output_tile(&map_c, smem, tn * BN, tm * BM);
     }
     if (store_issuer) tma_store_wait_read<0>();
   }

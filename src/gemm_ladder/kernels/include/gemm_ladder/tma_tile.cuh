@@ -2,6 +2,9 @@
 // Every offset and size is a -D constant from Plan.kernel_defines(); nothing here re-derives them.
 #pragma once
 #include "gemm_ladder/ptx/common.cuh"
+#include "gemm_ladder/ptx/fence.cuh"
+#include "gemm_ladder/ptx/mbarrier.cuh"
+#include "gemm_ladder/ptx/tma.cuh"
 
 #ifndef GL_SMEM_BYTES
 #error "levels 4+ are compiled with the designer's kernel_defines()"
@@ -28,5 +31,29 @@ struct SmemMap {
     return reinterpret_cast<uint64_t*>(base + GL_SMEM_EMPTY_BAR_OFFSET) + stage;
   }
 };
+
+// The issuer's one-time setup of a stage ring (levels 5+): prefetch the three tensor maps and arm
+// every stage's barriers: full[s] completes on the issuer's arrive.expect_tx plus the copy
+// engine's bytes, empty[s] on GL_EMPTY_ARRIVALS releases. The caller's CTA (or cluster) barrier
+// follows, so no thread waits on a barrier before it exists.
+__device__ __forceinline__ void init_ring(const SmemMap& smem, const CUtensorMap* map_a, const CUtensorMap* map_b,
+                                          const CUtensorMap* map_c) {
+  tma_prefetch_descriptor(map_a);
+  tma_prefetch_descriptor(map_b);
+  tma_prefetch_descriptor(map_c);
+  for (int s = 0; s < STAGES; ++s) {
+    mbarrier_init(smem.full(s), 1);
+    mbarrier_init(smem.empty(s), GL_EMPTY_ARRIVALS);
+  }
+  fence_barrier_init();
+}
+
+// Issue the output tile at (column n0, row m0) from the staging buffer: one TMA store per 64-column
+// panel, committed as one bulk group (drained later with tma_store_wait_read, never a byte count).
+__device__ __forceinline__ void store_output_tile(const CUtensorMap* map_c, const SmemMap& smem, int n0, int m0) {
+#pragma unroll
+  for (int p = 0; p < GL_C_PANELS; ++p) tma_store_2d(map_c, smem.c() + p * GL_SMEM_C_PANEL_BYTES, n0 + 64 * p, m0);
+  tma_store_commit();
+}
 
 }  // namespace gl
