@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -89,41 +90,19 @@ def gpu_facts() -> dict[str, Any] | None:
 def ctas_per_sm(cubin: str, kernel_name: str, threads: int, dynamic_smem: int) -> int | None:
     """How many CTAs of ``kernel_name`` fit on one SM, by the driver's occupancy calculator.
 
-    Loads ``cubin`` with the CUDA driver (cuda.bindings), opts the function into ``dynamic_smem``
-    bytes of dynamic shared memory and asks cuOccupancyMaxActiveBlocksPerMultiprocessor with
-    ``threads`` threads per block. Returns None without a GPU or if the driver call fails (the
-    resource gate then reports occupancy as unknown rather than guessing it).
+    Loads ``cubin`` through the runtime's loader (:func:`gemm_ladder.runtime.module.load_cubin`,
+    which opts the function into ``dynamic_smem`` bytes of dynamic shared memory) and asks
+    cuOccupancyMaxActiveBlocksPerMultiprocessor with ``threads`` threads per block. Returns None
+    without a GPU or if the driver refuses (the resource gate then reports occupancy as unknown
+    rather than guessing it).
     """
     if not gpu_available():
         return None
     try:
-        from cuda.bindings import driver
-    except ImportError:
-        return None
+        from gemm_ladder.runtime.module import load_cubin
 
-    def ok(result: tuple) -> Any:
-        if result[0] != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"CUDA driver error {result[0]}")
-        return result[1] if len(result) > 1 else None
-
-    torch.cuda.init()  # torch creates and makes current the primary context we load into
-    torch.cuda.current_stream().synchronize()
-    module = retained = None
-    try:
-        ok(driver.cuInit(0))
-        dev = ok(driver.cuDeviceGet(torch.cuda.current_device()))
-        ctx = ok(driver.cuDevicePrimaryCtxRetain(dev))
-        retained = dev
-        ok(driver.cuCtxSetCurrent(ctx))
-        module = ok(driver.cuModuleLoad(str(cubin).encode()))
-        func = ok(driver.cuModuleGetFunction(module, kernel_name.encode()))
-        attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        ok(driver.cuFuncSetAttribute(func, attr, int(dynamic_smem)))
-        return int(ok(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(func, int(threads), int(dynamic_smem))))
+        kernel = load_cubin(Path(cubin), kernel_name, torch.device("cuda"), threads=int(threads),
+                            dynamic_smem=int(dynamic_smem))
+        return kernel.max_active_ctas_per_sm()
     except Exception:  # noqa: BLE001 - occupancy is a report, not a gate input we may invent
         return None
-    finally:
-        if module is not None:
-            driver.cuModuleUnload(module)
-        if retained is not None:
-            driver.cuDevicePrimaryCtxRelease(retained)  # balance the retain; torch keeps its own

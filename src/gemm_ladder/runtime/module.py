@@ -8,8 +8,10 @@ passed by value as a ``__grid_constant__`` parameter) travels as the address of 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -126,21 +128,19 @@ class LoadedKernel:
         return self._resident
 
 
-_loaded: dict[tuple[str, int], LoadedKernel] = {}
+_loaded: dict[tuple, LoadedKernel] = {}
 _lock = threading.Lock()
 
 
-def load(compiled: CompiledKernel, device: torch.device, *, threads: int, dynamic_smem: int, cluster: int = 1) -> LoadedKernel:
-    """Load ``compiled`` on ``device`` once and return its kernel; raises CudaError on driver errors."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    key = (compiled.key, index)
+def _load_once(key: tuple, read_cubin, kernel_name: str, index: int, *, threads: int, dynamic_smem: int,
+               cluster: int) -> LoadedKernel:
     with _lock:
         if key in _loaded:
             return _loaded[key]
         ensure_context(torch.device("cuda", index))
         drv = _driver()
-        module = check(drv.cuModuleLoadData(compiled.cubin.read_bytes()), f"cuModuleLoadData({compiled.cubin})")
-        function = check(drv.cuModuleGetFunction(module, compiled.kernel_name.encode()), "cuModuleGetFunction")
+        module = check(drv.cuModuleLoadData(read_cubin()), "cuModuleLoadData")
+        function = check(drv.cuModuleGetFunction(module, kernel_name.encode()), f"cuModuleGetFunction({kernel_name})")
         if dynamic_smem > DEFAULT_DYNAMIC_SMEM_LIMIT:
             check(
                 drv.cuFuncSetAttribute(
@@ -151,3 +151,30 @@ def load(compiled: CompiledKernel, device: torch.device, *, threads: int, dynami
         kernel = LoadedKernel(function, module, dynamic_smem, threads, cluster)
         _loaded[key] = kernel
         return kernel
+
+
+def _device_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def load(compiled: CompiledKernel, device: torch.device, *, threads: int, dynamic_smem: int, cluster: int = 1) -> LoadedKernel:
+    """Load ``compiled`` on ``device`` once and return its kernel; raises CudaError on driver errors.
+
+    Keyed by the build's cache key, which costs nothing per launch (this is on every launch's path).
+    """
+    index = _device_index(device)
+    return _load_once((compiled.key, index), compiled.cubin.read_bytes, compiled.kernel_name, index,
+                      threads=threads, dynamic_smem=dynamic_smem, cluster=cluster)
+
+
+def load_cubin(cubin: Path, kernel_name: str, device: torch.device, *, threads: int, dynamic_smem: int,
+               cluster: int = 1) -> LoadedKernel:
+    """Load any cubin file (a user's, for the resource gate) once per content, entry and geometry.
+
+    Raises CudaError on driver errors (no such entry point, a cubin for another architecture).
+    """
+    data = Path(cubin).read_bytes()
+    index = _device_index(device)
+    key = (hashlib.sha256(data).hexdigest(), kernel_name, threads, dynamic_smem, cluster, index)
+    return _load_once(key, lambda: data, kernel_name, index, threads=threads, dynamic_smem=dynamic_smem,
+                      cluster=cluster)
