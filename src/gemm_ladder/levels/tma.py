@@ -15,6 +15,7 @@ import torch
 
 from gemm_ladder.contract import dtype_name
 from gemm_ladder.design.plan import kernel_defines_for, plan_gemm
+from gemm_ladder.design.problem import ceil_div
 from gemm_ladder.levels.base import LaunchGeometry, Level
 from gemm_ladder.runtime.tensor_map import encode_tiled
 
@@ -59,8 +60,8 @@ class TmaLevel(Level):
         """One CTA per tile, or (persistent) as many CTAs as are resident at once, whole clusters."""
         bm, bn, _ = self.tile
         if not self.persistent:
-            return (-(-n // bn), -(-m // bm), 1)
-        units = -(-(-(-m // bm)) // self.cluster) * -(-n // bn)  # cluster-sized stacks of M tiles x N tiles
+            return (ceil_div(n, bn), ceil_div(m, bm), 1)
+        units = ceil_div(ceil_div(m, bm), self.cluster) * ceil_div(n, bn)  # cluster-sized stacks of M tiles x N tiles
         resident = self.loaded(dtype, device).max_active_clusters(device)
         return (min(units, resident) * self.cluster, 1, 1)
 
