@@ -20,6 +20,8 @@ from gemm_ladder.contract import cublas
 from gemm_ladder.levels import LEVELS
 from gemm_ladder.runtime.compiler import KERNEL_ROOT
 
+# The remote arrive without .release.cluster; since 2026-11-30 ptx/mbarrier.cuh uses this form itself,
+# so the L8/L9 "plain" variants now match the levels (kept to reproduce that measurement).
 PLAIN_ARRIVE = '''
 __device__ __forceinline__ void arrive_remote_plain(uint64_t* bar, uint32_t cta_rank) {
   asm volatile("{\\n.reg .b32 remote;\\nmapa.shared::cluster.u32 remote, %0, %1;\\n"
