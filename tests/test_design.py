@@ -402,13 +402,15 @@ def test_every_tma_level_is_a_plan():
     for number, lv in tma.items():
         p = plan_gemm(4096, 4096, 4096, "bf16", tile=lv.tile, stages=lv.stages, cluster=lv.cluster,
                       consumers=lv.consumers, persistent=lv.persistent, producer_warpgroup=lv.producer_warpgroup,
-                      c_aliases_stages=lv.c_aliases_stages)
+                      c_aliases_stages=lv.c_aliases_stages, c_ring=lv.c_ring)
         assert p.kernel_defines() == lv.defines("bf16"), number
         assert p.consumers.threads_per_cta == lv.geometry("bf16").threads == p.kernel_defines()["GL_THREADS"], number
         assert p.smem.total_bytes == lv.geometry("bf16").dynamic_smem, number
         # what the kernels do: thread 0 loads; thread 128 stores after a producer warpgroup, else thread 0
         assert p.issuer.thread == 0, number
         assert p.issuer.store_thread == (128 if lv.producer_warpgroup else 0), number
+        # level 9 (c_ring): each consumer warpgroup's thread 0 stores its own rows
+        assert p.issuer.store_threads == ((128, 256) if lv.c_ring else (p.issuer.store_thread,)), number
         if lv.persistent:
             assert p.schedule.cluster_dims == (lv.cluster, 1, 1) and p.schedule.grid[1:] == (1, 1), number
             assert p.schedule.grid[0] % lv.cluster == 0, number
@@ -452,3 +454,29 @@ def test_timeline_png_long_k_is_fast_and_bounded(tmp_path):
     # width no longer grows with K
     timeline_png(plan_gemm(4096, 4096, 65536, stages=4), tmp_path / "longer.png")
     assert int.from_bytes((tmp_path / "longer.png").read_bytes()[16:20], "big") == width
+
+
+def test_c_ring_staging_buys_a_fourth_stage_at_level_9():
+    """Level 9's tile (128 x 256 x 64, 2 consumers): a whole-tile staging (64 KiB) leaves room for 3 stages
+    of 48 KiB in 227 KiB; two 8 KiB panel buffers per consumer (32 KiB) leave room for 4."""
+    from gemm_ladder.design.smem import max_stages
+    from gemm_ladder.design.problem import arch_info
+
+    kw = dict(bm=128, bn=256, bk=64, elem_bytes=2, arch=arch_info("sm_90a"), consumers=2)
+    assert max_stages(**kw) == 3 and max_stages(**kw, c_ring=2) == 4
+    p = plan_gemm(8192, 8192, 8192, tile=(128, 256, 64), stages=4, cluster=2, consumers=2, persistent=True, c_ring=2)
+    s = p.smem
+    # 4 x (16384 + 32768) stages, then 2 consumers x 2 buffers x (64 rows x 128 B), then 8 barriers + 1024 slack
+    assert (s.c_offset, s.c_panel_bytes, s.c_bytes, s.c_ring) == (196608, 8192, 32768, 2)
+    assert s.total_bytes == 196608 + 32768 + 8 * 8 + 1024 == 230464
+    assert p.tensor_maps["c"].box_dim == (64, 64)  # one consumer's 64 rows x 64 columns per store
+    d = p.kernel_defines()
+    assert (d["GL_C_RING"], d["GL_C_PANELS"], d["GL_SMEM_C_PANEL_BYTES"]) == (2, 4, 8192)
+    names = [r[0] for r in s.regions() if r[0].startswith("C buffer")]
+    assert names == ["C buffer 0.0 (consumer 0)", "C buffer 0.1 (consumer 0)",
+                     "C buffer 1.0 (consumer 1)", "C buffer 1.1 (consumer 1)"]
+    assert "wait_group.read 1" in " ".join(p.store_protocol.steps)
+    with pytest.raises(PlanRefused, match="at most 3 stages"):
+        plan_gemm(8192, 8192, 8192, tile=(128, 256, 64), stages=4, cluster=2, consumers=2, persistent=True)
+    with pytest.raises(PlanRefused, match="pick one"):
+        plan_gemm(4096, 4096, 4096, stages=3, c_aliases_stages=True, c_ring=2)

@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--c-aliases-stages", action="store_true",
                         help="lay the output staging over the drained operand stages (level 5: more CTAs per SM); "
                              "one tile per CTA only, refused with --persistent")
+    parser.add_argument("--c-ring", type=int, default=0, metavar="R",
+                        help="give each consumer warpgroup its own ring of R one-panel output staging buffers, stored "
+                             "panel by panel (level 9: R = 2), instead of staging the whole tile (0, the default)")
     parser.add_argument("--format", default="md", choices=["md", "json"])
     parser.add_argument("--timeline", metavar="FILE.png", help="also draw the timeline picture into this PNG")
 
@@ -46,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
         tile = parse_triple(args.tile, "--tile")
         plan = plan_gemm(m, n, k, dtype=args.dtype, tile=tile, stages=args.stages, cluster=args.cluster,
                          consumers=args.consumers, arch=args.arch, persistent=args.persistent,
-                         producer_warpgroup=args.producer_warpgroup, c_aliases_stages=args.c_aliases_stages)
+                         producer_warpgroup=args.producer_warpgroup, c_aliases_stages=args.c_aliases_stages,
+                         c_ring=args.c_ring)
     except PlanRefused as exc:
         print(f"gemm-ladder design: plan refused: {exc}", file=sys.stderr)
         return 2

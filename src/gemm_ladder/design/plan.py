@@ -125,6 +125,7 @@ class KernelConfig:
             "GL_SMEM_A_OFFSET": s.a_offset, "GL_SMEM_B_OFFSET": s.b_offset,
             "GL_SMEM_A_STAGE_BYTES": s.a_stage_bytes, "GL_SMEM_B_STAGE_BYTES": s.b_stage_bytes,
             "GL_SMEM_C_OFFSET": s.c_offset, "GL_SMEM_C_PANEL_BYTES": s.c_panel_bytes, "GL_C_PANELS": s.c_panels,
+            "GL_C_RING": s.c_ring,
             "GL_SMEM_FULL_BAR_OFFSET": s.full_bar_offset, "GL_SMEM_EMPTY_BAR_OFFSET": s.empty_bar_offset,
             "GL_SMEM_BYTES": s.total_bytes, "GL_EXPECT_TX_BYTES": self.expect_tx_bytes,
             "GL_B_BOX_ROWS": bn // self.cluster,
@@ -133,7 +134,7 @@ class KernelConfig:
 
 
 def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: str,
-            producer_warpgroup: bool | None, c_aliases_stages: bool = False) -> KernelConfig:
+            producer_warpgroup: bool | None, c_aliases_stages: bool = False, c_ring: int = 0) -> KernelConfig:
     dt, ar = dtype_info(dtype), arch_info(arch)
     try:
         bm, bn, bk = (int(x) for x in tile)
@@ -151,7 +152,7 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
     try:
         check_box("a", (bk, bm), e, SWIZZLE)
         check_box("b", (bk, bn_slice), e, SWIZZLE)
-        check_box("c", (128 // e, bm), e, SWIZZLE)
+        check_box("c", (128 // e, bm // consumers if c_ring else bm), e, SWIZZLE)
     except PlanRefused as exc:
         raise PlanRefused(exc.rule, f"{exc.detail}; TMA does not fit this tile: use a {ALTERNATIVE_COPY.format(w=16)}"
                           f" or a tile with BM, BN/cluster <= 256 and BK * {e} a multiple of 16") from None
@@ -161,6 +162,8 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
             f"BN = {bn} split over a cluster of {cluster} gives {bn / cluster:g} rows per CTA; each slice must be a "
             f"whole number of 8-row swizzle atoms (BN / cluster a multiple of 8) so it lands 1024-byte aligned",
         )
+    if c_ring < 0:
+        raise PlanRefused("output staging", f"c_ring = {c_ring}: 0 (whole-tile staging) or the number of panel buffers per consumer")
     if (bn * e) % 128:
         raise PlanRefused("C panels", f"BN * {e} = {bn * e} bytes is not a whole number of 128-byte store panels (BN a multiple of {128 // e})")
     rows_per_wg = bm // consumers
@@ -191,7 +194,7 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
         "b": mma_descriptor("B", rows=bn, bk=bk, elem_bytes=e, swizzle_bytes=SWIZZLE_BYTES, arch=ar),
     }
     smem = plan_smem(bm=bm, bn=bn, bk=bk, elem_bytes=e, stages=stages, cluster=cluster, threads=threads, arch=ar,
-                     c_aliases_stages=c_aliases_stages)
+                     c_aliases_stages=c_aliases_stages, consumers=consumers, c_ring=c_ring)
     tmem = plan_tmem(bm=bm, bn=bn, arch=ar)
     return KernelConfig(dtype=dt, arch=ar, tile=(bm, bn, bk), stages=stages, cluster=cluster, consumers=consumers,
                         producer_warpgroup=producer_warpgroup, threads=threads, smem=smem, descriptors=descriptors,
@@ -200,12 +203,12 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
 
 def kernel_defines_for(dtype: str = "bf16", tile=(128, 128, 64), stages: int = 4, cluster: int = 1,
                        consumers: int = 1, arch: str = "sm_90a", producer_warpgroup: bool | None = None,
-                       c_aliases_stages: bool = False) -> dict[str, int]:
+                       c_aliases_stages: bool = False, c_ring: int = 0) -> dict[str, int]:
     """The compile-time constants (``-D``) of a kernel built for this configuration; no problem shape needed.
 
     Raises :class:`PlanRefused` for configurations no shape could use (box, swizzle, smem, TMEM rules).
     """
-    return _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_aliases_stages).defines()
+    return _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_aliases_stages, c_ring).defines()
 
 
 def assess_suitability(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), cluster: int = 1) -> Suitability:
@@ -298,7 +301,7 @@ class Plan:
                         "tile": list(self.tile), "stages": self.stages, "cluster": self.cluster,
                         "consumers": self.consumers.warpgroups, "persistent": self.persistent,
                         "producer_warpgroup": self.consumers.producer_warpgroup,
-                        "c_aliases_stages": self.smem.c_aliases_stages},
+                        "c_aliases_stages": self.smem.c_aliases_stages, "c_ring": self.smem.c_ring},
             "conclusion": self.conclusion(),
             "suitability": self.suitability.to_json(),
             "tensor_maps": {k: v.to_json() for k, v in self.tensor_maps.items()},
@@ -331,11 +334,14 @@ class Plan:
 
 def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), stages: int = 4, cluster: int = 1,
               consumers: int = 1, arch: str = "sm_90a", persistent: bool = False, *,
-              producer_warpgroup: bool | None = None, c_aliases_stages: bool = False) -> Plan:
+              producer_warpgroup: bool | None = None, c_aliases_stages: bool = False, c_ring: int = 0) -> Plan:
     """Plan ``c = a @ b.T`` for a (M, K) and b (N, K) row-major; raises :class:`PlanRefused` naming the rule.
 
     ``producer_warpgroup``: a separate producer warpgroup issues the loads (warp specialization);
     None chooses it when ``consumers > 1`` or ``cluster > 1`` (levels 8 and 9 build on level 7).
+    ``c_aliases_stages``: the output staging overlays the drained operand stages (one tile per CTA).
+    ``c_ring``: R > 0 gives each consumer warpgroup its own ring of R one-panel staging buffers and its
+    own store issuer, stored panel by panel (level 9); 0 stages the whole tile at once.
     """
     m, n, k = int(m), int(n), int(k)
     if c_aliases_stages and persistent:
@@ -345,7 +351,7 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
         raise PlanRefused("cluster without persistent", f"cluster = {cluster}: the ladder clusters only persistent grids "
                           "(levels 8-9: a 1-D grid, cluster dims (cluster, 1, 1), CTA rank r takes M tile unit_m * cluster + r); "
                           "a non-persistent grid (N tiles, M tiles, 1) launches no cluster: use persistent=True or cluster = 1")
-    cfg = _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_aliases_stages)
+    cfg = _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_aliases_stages, c_ring)
     bm, bn, bk = cfg.tile
     e = cfg.dtype.elem_bytes
     suit = assess_suitability(m, n, k, dtype, cfg.tile, cluster)
@@ -353,7 +359,7 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
         raise PlanRefused(suit.reasons[0].split(":", 1)[0], suit.reasons[0].split(":", 1)[1].strip()
                           + f"; TMA does not fit: use {suit.alternative}")
     maps = gemm_tensor_maps(m, n, k, data_type=cfg.dtype.tensor_map_type, elem_bytes=e, bm=bm, bn=bn, bk=bk,
-                            cluster=cluster, swizzle=SWIZZLE)
+                            cluster=cluster, swizzle=SWIZZLE, c_box_rows=bm // consumers if c_ring else bm)
     for spec in maps.values():
         spec.validate()
     ar, smem, S = cfg.arch, cfg.smem, stages
@@ -367,13 +373,17 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     else:
         release_threads = (first_thread,)  # the MMA-issuing thread's tcgen05.commit
     last_thread = cfg.threads - 1
+    store_threads = release_threads if smem.c_ring else (store_thread,)
     issuer = Issuer(
         thread=0, warpgroup="producer" if pw else "consumer 0", store_thread=store_thread, store_warpgroup="consumer 0",
+        store_threads=store_threads,
         description=(
             ("thread 0 (lane 0 of warpgroup 0, the producer warpgroup: threads 0-127, setmaxnreg down) initialises "
              "the barriers and issues every TMA load and arrive.expect_tx; the other 127 producer threads idle. "
-             f"Thread {store_thread} (thread 0 of consumer warpgroup 0 = warpgroup 1) issues every TMA store "
-             "(commit_group / wait_group.read)") if pw else
+             + (f"Thread 0 of each consumer warpgroup (threads {', '.join(map(str, store_threads))}) issues that "
+                "warpgroup's own TMA stores (commit_group / wait_group.read)" if smem.c_ring else
+                f"Thread {store_thread} (thread 0 of consumer warpgroup 0 = warpgroup 1) issues every TMA store "
+                "(commit_group / wait_group.read)")) if pw else
             ("thread 0 (lane 0 of warpgroup 0, also a consumer) initialises the barriers and issues every TMA load, "
              "arrive.expect_tx and TMA store of the CTA; no other thread issues TMA")),
     )
@@ -431,9 +441,25 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
                         f"the MMA-issuing thread's tcgen05.commit{'.multicast::cluster' if cluster > 1 else ''} x CTAs per cluster ({cluster})"),
         steps=tuple(steps),
     )
-    store = StoreProtocol(
-        panels=smem.c_panels, panel_box=tuple(maps["c"].box_dim), panel_bytes=smem.c_panel_bytes,
-        steps=(
+    if smem.c_ring:
+        R, rows = smem.c_ring, bm // consumers
+        issuers = ", ".join(str(t) for t in release_threads)
+        store_steps = (
+            f"each consumer warpgroup w has its own ring of {R} one-panel buffers ({rows} rows x 128 B) and its own store "
+            f"issuer, its thread 0 (threads {issuers}); it stores its {rows} x {bn} fragment as {smem.c_panels} panels, "
+            f"panel counter q running across tiles, buffer q % {R}",
+            f"per panel: the issuer waits cp.async.bulk.wait_group.read {R - 1} (the store that last read this buffer has "
+            f"finished reading it), then named barrier 2 + w over the warpgroup's 128 threads",
+            "the warpgroup writes the panel's 64 columns, converted to the input dtype, into the buffer (128B swizzle); "
+            "fence.proxy.async.shared::cta; named barrier 2 + w again",
+            f"the issuer: cp.async.bulk.tensor.2d.global.shared::cta.bulk_group (c map, box {tuple(maps['c'].box_dim)}) at "
+            f"(n0 + 64p, m0 + {rows}w), then cp.async.bulk.commit_group: one bulk group per panel; out-of-bounds "
+            "rows/columns are clipped",
+            "no consumer waits for another's store, and the producer keeps loading the next tile's stages meanwhile; "
+            "each issuer waits cp.async.bulk.wait_group.read 0 before the CTA exits",
+        )
+    else:
+        store_steps = (
             (("consumers, after wgmma.wait_group 0 and a __syncthreads (the staging overlays the operand stages: every "
               "warp must have finished reading them; the ring has drained, no load is in flight) "
               if smem.c_aliases_stages else
@@ -448,7 +474,10 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
             "coordinates (n0 + 64p, m0); out-of-bounds rows/columns are clipped",
             f"store issuer (thread {store_thread}): cp.async.bulk.commit_group",
             f"store issuer (thread {store_thread}): cp.async.bulk.wait_group.read 0 before C staging is written again (next tile) or the CTA exits",
-        ),
+        )
+    store = StoreProtocol(
+        panels=smem.c_panels, panel_box=tuple(maps["c"].box_dim), panel_bytes=smem.c_panel_bytes,
+        steps=store_steps,
         never="never a byte count or an mbarrier on the store side: stores complete through bulk async-groups",
     )
     m_tiles, n_tiles, k_tiles = ceil_div(m, bm), ceil_div(n, bn), ceil_div(k, bk)

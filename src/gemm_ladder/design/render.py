@@ -70,7 +70,7 @@ def plan_markdown(plan: Plan) -> str:
     L += ["", f"- {d['a'].statement}", f"- {d['b'].statement}"]
     iss = plan.issuer
     L += ["", "## Issuer and consumers", "",
-          f"- load issuer: thread {iss.thread} ({iss.warpgroup}); store issuer: thread {iss.store_thread} "
+          f"- load issuer: thread {iss.thread} ({iss.warpgroup}); store issuer{'s' if len(iss.store_threads) > 1 else ''}: thread{'s' if len(iss.store_threads) > 1 else ''} {', '.join(map(str, iss.store_threads or (iss.store_thread,)))} "
           f"({iss.store_warpgroup}); empty-barrier arrivals: thread(s) "
           f"{', '.join(map(str, plan.consumers.release_threads))}",
           f"- issuer: {iss.description}",

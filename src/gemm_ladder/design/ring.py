@@ -37,6 +37,7 @@ class Issuer:
     store_thread: int  # the TMA store issuer's thread index (0, or 128 with a producer warpgroup)
     store_warpgroup: str  # "consumer 0" (warpgroup 0 without a producer warpgroup, warpgroup 1 with one)
     description: str
+    store_threads: tuple[int, ...] = ()  # every TMA store issuer: (store_thread,), or thread 0 of each consumer (c_ring)
 
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

@@ -21,6 +21,11 @@ Layout (offsets from a 1024-byte-aligned base; the kernel rounds its dynamic sha
 
     [A stage 0 .. S-1][B stage 0 .. S-1][C staging: BN*e/128 panels of BM x 128 B][full bar x S][empty bar x S]
 
+or, with ``c_ring`` = R (level 9), C staging as a ring of R one-panel buffers per consumer warpgroup
+(each the warpgroup's BM / consumers rows x 128 B), stored panel by panel::
+
+    [A stage 0 .. S-1][B stage 0 .. S-1][C buffer 0.0 .. 0.R-1, 1.0 .. 1.R-1, ...][full bar x S][empty bar x S]
+
 or, with ``c_aliases_stages`` (level 5), C staging laid over the stages from offset 0::
 
     [A stage 0 .. S-1][B stage 0 .. S-1]   (C staging overlays these once the ring has drained)
@@ -60,6 +65,8 @@ class SmemLayout:
     ctas_per_sm: int
     ctas_per_sm_limit: str  # which resource limits ctas_per_sm
     c_aliases_stages: bool = False  # C staging overlays the operand stages (one tile per CTA, ring drained)
+    c_ring: int = 0  # 0: one whole-tile staging; R: R one-panel buffers per consumer warpgroup
+    c_ring_owners: int = 1  # consumer warpgroups, each with its own ring (when c_ring)
 
     @property
     def c_staging(self) -> str:
@@ -70,6 +77,13 @@ class SmemLayout:
                     "because the ring has drained before the epilogue writes it: one tile per CTA (not persistent), "
                     "every load consumed and none in flight, every warpgroup past its last MMA (wgmma.wait_group 0) "
                     "and a CTA barrier before the first write")
+        if self.c_ring:
+            return (f"C staging ({self.c_bytes} bytes) is a ring of {self.c_ring} one-panel buffers ({self.c_panel_bytes} bytes: "
+                    f"a consumer warpgroup's rows x 128 B) per consumer warpgroup ({self.c_ring_owners}), after the operand "
+                    f"stages at offset {self.c_offset}: each warpgroup stores its fragment panel by panel, waiting "
+                    f"(wait_group.read {self.c_ring - 1}) only for the store that last read the buffer it refills; "
+                    f"{self.c_panels * self.c_panel_bytes * self.c_ring_owners - self.c_bytes} bytes fewer than a whole-tile "
+                    "staging, which buys operand stages")
         return (f"C staging ({self.c_bytes} bytes) follows the operand stages at offset {self.c_offset}: "
                 "it may be written while loads (e.g. the next tile's, when persistent) still land in the stages")
 
@@ -90,7 +104,12 @@ class SmemLayout:
         rows = [(f"A stage {s}", self.a_stage(s), self.a_stage_bytes) for s in range(self.stages)]
         rows += [(f"B stage {s}", self.b_stage(s), self.b_stage_bytes) for s in range(self.stages)]
         tag = " (overlays the stages)" if self.c_aliases_stages else ""
-        rows += [(f"C panel {p}{tag}", self.c_offset + p * self.c_panel_bytes, self.c_panel_bytes) for p in range(self.c_panels)]
+        if self.c_ring:
+            rows += [(f"C buffer {w}.{r} (consumer {w})", self.c_offset + (w * self.c_ring + r) * self.c_panel_bytes,
+                      self.c_panel_bytes) for w in range(self.c_ring_owners) for r in range(self.c_ring)]
+        else:
+            rows += [(f"C panel {p}{tag}", self.c_offset + p * self.c_panel_bytes, self.c_panel_bytes)
+                     for p in range(self.c_panels)]
         rows += [(f"full[{s}]", self.full_bar(s), BARRIER_BYTES) for s in range(self.stages)]
         rows += [(f"empty[{s}]", self.empty_bar(s), BARRIER_BYTES) for s in range(self.stages)]
         return rows
@@ -102,15 +121,34 @@ class SmemLayout:
         return out
 
 
+def c_staging_bytes(*, bm: int, bn: int, elem_bytes: int, consumers: int = 1, c_ring: int = 0) -> tuple[int, int, int]:
+    """(panel bytes, panels per tile row, total staging bytes) of the output staging.
+
+    A panel is 128 bytes of columns (64 bf16/fp16) by the rows one store covers: the whole tile's BM
+    rows, or with ``c_ring`` one consumer warpgroup's BM / consumers rows, ``c_ring`` buffers each.
+    """
+    panels = bn * elem_bytes // 128
+    if c_ring:
+        panel = bm // consumers * 128
+        return panel, panels, consumers * c_ring * panel
+    return bm * 128, panels, bm * 128 * panels
+
+
 def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluster: int, threads: int,
-              arch: ArchInfo, c_aliases_stages: bool = False) -> SmemLayout:
+              arch: ArchInfo, c_aliases_stages: bool = False, consumers: int = 1, c_ring: int = 0) -> SmemLayout:
     """Compute the layout; raise :class:`PlanRefused` when it exceeds the arch's per-block limit.
 
     ``c_aliases_stages``: the output staging overlays the operand stages instead of following them.
     Legal only for a kernel whose epilogue starts after the ring has drained (every load consumed,
     none in flight, every warpgroup past its last wgmma), i.e. one tile per CTA; it buys occupancy
     (more CTAs per SM) at no cost to the pipeline.
+
+    ``c_ring``: R > 0 gives each of the ``consumers`` warpgroups a ring of R one-panel staging buffers
+    (stored panel by panel) instead of one whole-tile staging: at BM x BN = 128 x 256 bf16 with two
+    consumers and R = 2, 32 KiB instead of 64 KiB, the room for a fourth 48 KiB stage.
     """
+    if c_ring and c_aliases_stages:
+        raise PlanRefused("output staging", "c_ring and c_aliases_stages are two different staging layouts: pick one")
     a_stage = bm * bk * elem_bytes
     b_stage = bn * bk * elem_bytes
     a_off = 0
@@ -118,9 +156,7 @@ def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluste
     a_stage_stride = align_up(a_stage, SWIZZLE_ATOM_BYTES)
     b_stage_stride = align_up(b_stage, SWIZZLE_ATOM_BYTES)
     stages_end = align_up(b_off + stages * b_stage_stride, SWIZZLE_ATOM_BYTES)
-    c_panel = bm * 128
-    c_panels = bn * elem_bytes // 128
-    c_bytes = c_panel * c_panels
+    c_panel, c_panels, c_bytes = c_staging_bytes(bm=bm, bn=bn, elem_bytes=elem_bytes, consumers=consumers, c_ring=c_ring)
     c_off = a_off if c_aliases_stages else stages_end
     full_off = max(stages_end, c_off + c_bytes)  # C ends 1024-aligned (c_panel is a multiple of 1024 when BM % 8 == 0)
     empty_off = full_off + stages * BARRIER_BYTES
@@ -132,7 +168,7 @@ def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluste
             f"{stages} stages x (A {a_stage} + B {b_stage}) + C staging {c_bytes} + barriers "
             f"{2 * stages * BARRIER_BYTES} + alignment slack {ALIGN_SLACK} = {total} bytes > "
             f"{arch.max_smem_per_block} bytes allowed per block on {arch.name}; "
-            f"at most {max_stages(bm=bm, bn=bn, bk=bk, elem_bytes=elem_bytes, arch=arch, c_aliases_stages=c_aliases_stages)}"
+            f"at most {max_stages(bm=bm, bn=bn, bk=bk, elem_bytes=elem_bytes, arch=arch, c_aliases_stages=c_aliases_stages, consumers=consumers, c_ring=c_ring)}"
             " stages fit this tile",
         )
     per_cta = total + arch.smem_reserved_per_block
@@ -147,13 +183,15 @@ def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluste
         b_slice_bytes=b_stage // cluster, c_offset=c_off, c_bytes=c_bytes, c_panel_bytes=c_panel, c_panels=c_panels,
         full_bar_offset=full_off, empty_bar_offset=empty_off, barriers_end=end, total_bytes=total,
         max_per_block=arch.max_smem_per_block, ctas_per_sm=ctas, ctas_per_sm_limit=limit,
-        c_aliases_stages=c_aliases_stages,
+        c_aliases_stages=c_aliases_stages, c_ring=c_ring, c_ring_owners=consumers if c_ring else 1,
     )
 
 
-def max_stages(*, bm: int, bn: int, bk: int, elem_bytes: int, arch: ArchInfo, c_aliases_stages: bool = False) -> int:
+def max_stages(*, bm: int, bn: int, bk: int, elem_bytes: int, arch: ArchInfo, c_aliases_stages: bool = False,
+               consumers: int = 1, c_ring: int = 0) -> int:
     """The largest stage count whose layout fits the per-block limit (0 if none)."""
-    fixed = (0 if c_aliases_stages else bm * bn * elem_bytes) + ALIGN_SLACK
+    c_bytes = c_staging_bytes(bm=bm, bn=bn, elem_bytes=elem_bytes, consumers=consumers, c_ring=c_ring)[2]
+    fixed = (0 if c_aliases_stages else c_bytes) + ALIGN_SLACK
     per_stage = align_up(bm * bk * elem_bytes, SWIZZLE_ATOM_BYTES) + align_up(bn * bk * elem_bytes, SWIZZLE_ATOM_BYTES) + 2 * BARRIER_BYTES
     return max(0, (arch.max_smem_per_block - fixed) // per_stage)
 

@@ -191,15 +191,18 @@ def check_box(name: str, box_dim: tuple[int, ...], elem_bytes: int, swizzle: str
 
 
 def gemm_tensor_maps(m: int, n: int, k: int, *, data_type: str, elem_bytes: int, bm: int, bn: int, bk: int,
-                     cluster: int = 1, swizzle: str = "CU_TENSOR_MAP_SWIZZLE_128B") -> dict[str, TensorMapSpec]:
+                     cluster: int = 1, swizzle: str = "CU_TENSOR_MAP_SWIZZLE_128B",
+                     c_box_rows: int | None = None) -> dict[str, TensorMapSpec]:
     """The three maps of ``c = a @ b.T`` (a: (M, K), b: (N, K), c: (M, N), all row-major). Not validated.
 
     * a: globalDim (K, M), stride (K*e,), box (BK, BM).
     * b: globalDim (K, N), stride (K*e,), box (BK, BN / cluster): with a cluster along M, each CTA loads
       its slice of the shared B tile and multicasts it to every CTA of the cluster.
     * c: globalDim (N, M), stride (N*e,), box (128 / e, BM): the output is staged in shared memory as
-      BN*e/128 column panels of BM rows x 128 bytes, 128B-swizzled, one TMA store per panel.
+      BN*e/128 column panels of BM rows x 128 bytes, 128B-swizzled, one TMA store per panel;
+      ``c_box_rows`` (default BM) is smaller when each consumer warpgroup stores its own rows.
     """
+    c_rows = bm if c_box_rows is None else c_box_rows
     c_cols = 128 // elem_bytes
     common = dict(data_type=data_type, elem_bytes=elem_bytes, rank=2, element_strides=(1, 1), swizzle=swizzle)
     return {
@@ -216,8 +219,8 @@ def gemm_tensor_maps(m: int, n: int, k: int, *, data_type: str, elem_bytes: int,
             **common,
         ),
         "c": TensorMapSpec(
-            name="c", description=f"C (M, N) row-major, stores of one BM x {c_cols} panel (128 bytes wide) each",
-            global_dim=(n, m), global_strides=(n * elem_bytes,), box_dim=(c_cols, bm),
+            name="c", description=f"C (M, N) row-major, stores of one {c_rows} x {c_cols} panel (128 bytes wide) each",
+            global_dim=(n, m), global_strides=(n * elem_bytes,), box_dim=(c_cols, c_rows),
             l2_promotion="CU_TENSOR_MAP_L2_PROMOTION_NONE",  # promotion widens L2 fills of loads; c is only stored
             data_type=data_type, elem_bytes=elem_bytes, rank=2, element_strides=(1, 1),
             swizzle="CU_TENSOR_MAP_SWIZZLE_128B",

@@ -113,7 +113,7 @@ class Target:
             out["pipeline"] = {"tile": list(lvl.tile), "stages": lvl.stages, "cluster": lvl.cluster,
                                "consumers": lvl.consumers, "persistent": lvl.persistent,
                                "producer_warpgroup": lvl.producer_warpgroup,
-                               "c_aliases_stages": lvl.c_aliases_stages}
+                               "c_aliases_stages": lvl.c_aliases_stages, "c_ring": lvl.c_ring}
         return out
 
     def has_resources(self) -> bool:

@@ -108,8 +108,9 @@ LEVELS: dict[int, Level] = {
         domain=TMA_DOMAIN,
         perf=PerfExpectation(min_vs_cublas=0.6, min_vs_previous=1.0),
         tile=(128, 256, 64),
-        stages=3,
+        stages=4,  # fits beside per-consumer panel staging (c_ring); 3 with whole-tile staging
         consumers=2,
+        c_ring=2,
         cluster=2,
         persistent=True,
         producer_warpgroup=True,

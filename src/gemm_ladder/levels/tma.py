@@ -35,6 +35,7 @@ class TmaLevel(Level):
     persistent: bool = False
     producer_warpgroup: bool = False
     c_aliases_stages: bool = False
+    c_ring: int = 0
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _defines: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -43,7 +44,8 @@ class TmaLevel(Level):
         if dtype not in self._defines:
             self._defines[dtype] = kernel_defines_for(
                 dtype, self.tile, self.stages, self.cluster, self.consumers, "sm_90a",
-                producer_warpgroup=self.producer_warpgroup, c_aliases_stages=self.c_aliases_stages)
+                producer_warpgroup=self.producer_warpgroup, c_aliases_stages=self.c_aliases_stages,
+                c_ring=self.c_ring)
         return self._defines[dtype]
 
     def geometry(self, dtype: str) -> LaunchGeometry:
@@ -54,7 +56,8 @@ class TmaLevel(Level):
         """The designer's plan for this level on one problem."""
         return plan_gemm(m, n, k, dtype, tile=self.tile, stages=self.stages, cluster=self.cluster,
                          consumers=self.consumers, persistent=self.persistent,
-                         producer_warpgroup=self.producer_warpgroup, c_aliases_stages=self.c_aliases_stages)
+                         producer_warpgroup=self.producer_warpgroup, c_aliases_stages=self.c_aliases_stages,
+                         c_ring=self.c_ring)
 
     def grid(self, m: int, n: int, dtype: str, device: torch.device) -> tuple[int, int, int]:
         """One CTA per tile, or (persistent) as many CTAs as are resident at once, whole clusters."""

@@ -65,6 +65,8 @@ def pipeline_params(level: dict[str, Any], result: dict[str, Any]) -> dict[str, 
     for key in ("persistent", "producer_warpgroup", "c_aliases_stages"):  # passed on only when recorded
         if p.get(key) is not None:
             params[key] = bool(p[key])
+    if p.get("c_ring"):
+        params["c_ring"] = int(p["c_ring"])
     return params
 
 

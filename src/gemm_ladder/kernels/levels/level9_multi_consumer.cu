@@ -4,11 +4,13 @@
 // warpgroups: consumer c owns rows [64c, 64c + 64) of the tile and all 256 columns (one
 // m64n256k16 wgmma per k16 step, 128 fp32 accumulators per thread). Both read the same B stage, so
 // each staged byte of B feeds twice the math of level 8, and the stage is released only when every
-// consumer of both CTAs has arrived (GL_EMPTY_ARRIVALS = consumers x cluster). The consumers write
-// disjoint rows of the staging buffer (no write conflicts) and meet at a named barrier before one
-// thread issues the TMA stores. That store drains while the next tile's main loop runs: its
-// wait_group.read comes only before the staging is rewritten, one tile later, and the producer has
-// long since started loading that next tile.
+// consumer of both CTAs has arrived (GL_EMPTY_ARRIVALS = consumers x cluster).
+//
+// Epilogue: each consumer stores its 64 x 256 fragment by itself, one 64 x 64 panel at a time,
+// through its own ring of GL_C_RING panel buffers (8 KiB each) and its own store issuer (its
+// thread 0). A buffer is refilled once wait_group.read GL_C_RING - 1 says the store that last read
+// it is done, so a consumer never waits for its latest store, nor for the other consumer. The 32 KiB
+// this staging takes instead of a whole-tile 64 KiB one pays for a fourth 48 KiB stage.
 #include "gemm_ladder/epilogue.cuh"
 #include "gemm_ladder/ptx/cluster.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
@@ -21,8 +23,8 @@
 using namespace gl;
 
 static_assert(GL_PRODUCER_WG == 1 && BM == 64 * GL_CONSUMERS, "level 9: each consumer owns 64 rows of the tile");
-constexpr int kConsumerThreads = 128 * GL_CONSUMERS;
-constexpr int kStoreIssuer = 128;  // thread 0 of consumer 0
+static_assert(GL_C_RING >= 1 && GL_C_PANELS % GL_C_RING == 0, "level 9: a ring of panel buffers per consumer");
+constexpr int kFirstStoreBarrier = 2;  // named barrier 2 + c: consumer c's 128 threads (0 is __syncthreads)
 
 extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -58,8 +60,8 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
   } else {
     setmaxnreg_inc<232>();
     const int consumer = warpgroup_index() - 1;
-    const bool elected = thread_in_warpgroup() == 0;  // one release per consumer warpgroup
-    const bool store_issuer = threadIdx.x == kStoreIssuer;
+    const bool elected = thread_in_warpgroup() == 0;  // releases stages and issues this consumer's stores
+    uint8_t* const ring = smem.c() + consumer * GL_C_RING * GL_SMEM_C_PANEL_BYTES;
     int count = 0;
     for (int unit = first_unit; unit < sched.total; unit += unit_stride) {
       int um, tn;
@@ -80,14 +82,21 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
       fence_accumulators(d);
       if (elected)
         for (int r = 0; r < GL_CLUSTER; ++r) mbarrier_arrive_cluster(smem.empty((count - 1) % STAGES), r);
-      if (store_issuer) tma_store_wait_read<0>();
-      named_barrier_sync(1, kConsumerThreads);
-      stage_fragment_sw128<BN>(smem.c(), d, consumer * 64, GL_SMEM_C_PANEL_BYTES);
-      fence_proxy_async_smem();
-      named_barrier_sync(1, kConsumerThreads);
-      if (store_issuer) store_output_tile(&map_c, smem, tn * BN, tm * BM);
+#pragma unroll
+      for (int p = 0; p < GL_C_PANELS; ++p) {
+        uint8_t* const buf = ring + (p % GL_C_RING) * GL_SMEM_C_PANEL_BYTES;
+        if (elected) tma_store_wait_read<GL_C_RING - 1>();  // the store that last read buf is done
+        named_barrier_sync(kFirstStoreBarrier + consumer, 128);
+        stage_panel_sw128<BN>(buf, d, p);
+        fence_proxy_async_smem();
+        named_barrier_sync(kFirstStoreBarrier + consumer, 128);
+        if (elected) {
+          tma_store_2d(&map_c, buf, tn * BN + 64 * p, tm * BM + 64 * consumer);
+          tma_store_commit();
+        }
+      }
     }
-    if (store_issuer) tma_store_wait_read<0>();
+    if (elected) tma_store_wait_read<0>();
   }
   cluster_sync();
 }

@@ -54,4 +54,22 @@ __device__ __forceinline__ void stage_fragment_sw128(uint8_t* staging, const flo
   }
 }
 
+// Level 9: write column panel `p` (columns [64p, 64p + 64), 128 bytes of 2-byte elements) of a 64 x BN
+// fragment into one 64-row panel buffer (64 x 128 bytes, 128B swizzle), the layout of the output
+// tensor map's (64 x 64) box. The caller unrolls p, so the accumulator indices stay compile-time.
+template <int BN>
+__device__ __forceinline__ void stage_panel_sw128(uint8_t* panel, const float (&d)[BN / 2], int p) {
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+#pragma unroll
+  for (int j = 8 * p; j < 8 * p + 8; ++j) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = 16 * warp + lane / 4 + 8 * i;
+      const int chunk = j % 8, within = 4 * (lane % 4);  // 16-byte chunk of the 128-byte row, byte inside it
+      uint8_t* dst = panel + row * 128 + ((chunk ^ (row & 7)) << 4) + within;
+      *reinterpret_cast<uint32_t*>(dst) = pack2(d[4 * j + 2 * i], d[4 * j + 2 * i + 1]);
+    }
+  }
+}
+
 }  // namespace gl

@@ -8,7 +8,11 @@ namespace gl {
 // of streaming a whole row of B each. Rows are counted in units of `rows_per_unit` M tiles so that a
 // cluster of CTAs stacked along M moves as one unit.
 struct TileScheduler {
+#ifdef GL_GROUP_M
+  static constexpr int kGroupM = GL_GROUP_M;  // set by experiments (bench/); the designer's GROUP_M otherwise
+#else
   static constexpr int kGroupM = 8;
+#endif
   int units_m, tiles_n, total;
 
   __device__ __forceinline__ TileScheduler(int M, int N, int tile_m, int tile_n, int rows_per_unit) {
