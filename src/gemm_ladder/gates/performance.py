@@ -3,6 +3,12 @@
 Timing follows the baseline contract: warm-up calls, then many timed repeats (adaptive to a time
 budget), each preceded by a write of twice the L2 size so no operand is served from L2, each timed
 alone between two CUDA events; the result is the median with the 10th and 90th percentiles.
+
+The events measure GPU time only if the GPU is still busy when the host enqueues the call: an idle
+GPU records the start event at once and then waits for the host to finish launching, so the host's
+launch latency (tens of microseconds from Python, less from cuBLAS's C++) would be counted as kernel
+time. A spin kernel (``torch.cuda._sleep``) enqueued before the start event keeps the GPU busy for a
+few times the measured host enqueue time; the host time is reported apart (``host_ms``).
 """
 
 from __future__ import annotations
@@ -19,6 +25,10 @@ from gemm_ladder.shapes import gemm_flops, gemm_min_bytes
 
 Fn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
+#: Upper bound on the SM clock used to turn a spin duration into cycles: the H100/H200 SXM boost
+#: clock is 1980 MHz (nvidia-smi clocks.max.sm on our H200), so 2 GHz never makes a spin too short.
+SPIN_CLOCK_HZ = 2.0e9
+
 
 @dataclass(frozen=True)
 class Timing:
@@ -28,6 +38,7 @@ class Timing:
     p10_ms: float
     p90_ms: float
     repeats: int
+    host_ms: float | None = None  # median wall time the host took to enqueue one call (None: not measured)
 
     @property
     def spread(self) -> float:
@@ -50,6 +61,7 @@ def time_fn(
     min_repeats: int = 10,
     max_repeats: int = 500,
     flush_l2: bool = True,
+    hide_launch: bool = True,
 ) -> Timing:
     """Time ``fn(a, b)``: median, p10 and p90 in ms.
 
@@ -61,19 +73,30 @@ def time_fn(
         warmup: untimed calls first (JIT load, clocks ramping, allocator warm).
         flush_l2: before each timed call, write a buffer twice the L2 size (H200: 2 x 60 MB), so the
             operands come from DRAM as in a real model; the write is not timed.
+        hide_launch: on CUDA, spin the GPU before each timed call for max(20 us, 3 x the host's
+            enqueue time) so the events bracket the call's GPU work and not the host's launch
+            latency (see the module docstring). The spin assumes at most SPIN_CLOCK_HZ, so a slower
+            clock only lengthens it.
     """
     cuda = a.device.type == "cuda"
     flush = None
     if flush_l2 and cuda:
         flush = torch.empty(2 * l2_bytes(a.device), dtype=torch.uint8, device=a.device)
 
+    host: list[float] = []
+    spin_cycles = 0
+
     def one() -> float:
         if flush is not None:
             flush.fill_(1)
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if spin_cycles:
+                torch.cuda._sleep(spin_cycles)
             start.record()
+            t0 = time.perf_counter()
             fn(a, b)
+            host.append((time.perf_counter() - t0) * 1e3)
             end.record()
             end.synchronize()
             return start.elapsed_time(end)
@@ -84,9 +107,13 @@ def time_fn(
     for _ in range(warmup):
         one()
     probe = statistics.median(one() for _ in range(3))
+    if cuda and hide_launch:
+        spin_cycles = int(SPIN_CLOCK_HZ * max(2e-5, 3e-3 * statistics.median(host)))
+    host.clear()
     repeats = int(min(max_repeats, max(min_repeats, budget_s * 1e3 / max(probe, 1e-3))))
     times = sorted(one() for _ in range(repeats))
-    return Timing(statistics.median(times), _percentile(times, 0.1), _percentile(times, 0.9), repeats)
+    return Timing(statistics.median(times), _percentile(times, 0.1), _percentile(times, 0.9), repeats,
+                  host_ms=statistics.median(host) if host else None)
 
 
 def measure_dram_bandwidth(device: str | torch.device = "cuda", nbytes: int = 1 << 30, repeats: int = 20) -> float | None:
@@ -133,6 +160,7 @@ class PerformanceResult:
     passed: bool
     messages: list[str] = field(default_factory=list)
     repeats: int | None = None
+    host_enqueue_ms: float | None = None  # host time to enqueue one call (not part of median_ms)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -186,7 +214,7 @@ def judge_performance(
         median_ms=timing.median_ms, p10_ms=timing.p10_ms, p90_ms=timing.p90_ms, tflops=tflops,
         vs_cublas=vs_cublas, vs_previous=vs_prev, roofline_fraction=tflops / roof if roof else 0.0,
         intensity_flop_per_byte=arithmetic_intensity(m, n, k), passed=not failed, messages=msgs,
-        repeats=timing.repeats,
+        repeats=timing.repeats, host_enqueue_ms=timing.host_ms,
     )
 
 

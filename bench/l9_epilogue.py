@@ -1,0 +1,115 @@
+"""Level 9's epilogue and ring depth, and how the timing method moves the ratios (development tool).
+
+    python bench/l9_epilogue.py [--old-source level9_at_fb927b1.cu] [--sizes 4096,8192] [-o OUT.json]
+
+In one run, on the same operands, L2 flushed before every call, median of the timed calls:
+
+* cuBLAS (torch.matmul), levels 7 and 8, and level 9 in these forms:
+  - ``L9 whole-tile staging, S=3``: the kernel as it was at commit fb927b1 (one 64 KiB staging
+    buffer for both consumers, one store issuer; only 3 stages fit), from ``--old-source``;
+  - ``L9 panel ring, S=3`` and ``S=4``: per-consumer rings of two 8 KiB panel buffers (c_ring=2),
+    which leave room for the fourth stage; S=3 isolates the epilogue change from the extra stage;
+  - ``L9 ... group_m=G``: the shipped form with another grouped-order height (tile_scheduler.cuh).
+* each timed twice, with ``hide_launch`` off (the events also see the host's launch latency when
+  the GPU idles waiting for it) and on (a spin kernel keeps the GPU busy while the host enqueues);
+  ``host_ms`` is the host's enqueue time per call. The whole sequence runs twice (``pass``) so that a
+  drift of the clocks shows as a difference between passes.
+
+Each variant's output is checked against a float64 reference on its first 256 rows first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from gemm_ladder.contract import cublas
+from gemm_ladder.gates.climb import run_meta, write_json
+from gemm_ladder.gates.performance import time_fn
+from gemm_ladder.levels import LEVELS
+
+
+def with_source(level, path: Path, **changes):
+    """``level`` with ``changes``, compiled from the kernel file at ``path`` instead of its own."""
+    base = level.variant(**changes)
+
+    class FromFile(type(base)):
+        def translation_unit(self, dtype):
+            return f'#include "{path.resolve()}"\n'
+
+    return FromFile(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
+
+
+def with_defines(level, extra: dict, **changes):
+    """``level`` with ``changes`` and extra ``-D`` constants (an experiment's knob)."""
+    base = level.variant(**changes)
+
+    class Extra(type(base)):
+        def defines(self, dtype):
+            return {**super().defines(dtype), **extra}
+
+    return Extra(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--old-source", type=Path, help="level 9's kernel file before the panel ring (git show fb927b1:...)")
+    p.add_argument("--sizes", default="4096,8192")
+    p.add_argument("--passes", type=int, default=2)
+    p.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."), "l9_epilogue.json"))
+    args = p.parse_args()
+
+    l9 = LEVELS[9]
+    targets = {"cuBLAS": cublas, "L7": LEVELS[7], "L8": LEVELS[8]}
+    if args.old_source:
+        targets["L9 whole-tile staging, S=3"] = with_source(l9, args.old_source, stages=3, c_ring=0)
+    targets["L9 panel ring, S=3"] = l9.variant(stages=3)
+    targets["L9 panel ring, S=4 (shipped)"] = l9
+    for g in (4, 16):
+        targets[f"L9 panel ring, S=4, group_m={g}"] = with_defines(l9, {"GL_GROUP_M": g})
+
+    rows = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        gen = torch.Generator(device="cuda").manual_seed(size)
+        a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16, generator=gen)
+        b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16, generator=gen)
+        ref = a[:256].double() @ b.double().T
+        ok = {}
+        for name, fn in targets.items():
+            try:
+                c = fn(a, b)
+                torch.cuda.synchronize()
+                ok[name] = ((c[:256].double() - ref).norm() / ref.norm()).item()
+            except Exception as exc:  # noqa: BLE001 - a variant that fails is a result
+                ok[name] = None
+                rows.append({"size": size, "name": name, "error": repr(exc)[:300]})
+                print(json.dumps(rows[-1]), flush=True)
+        for pass_no in range(args.passes):
+            for hide in (False, True):
+                for name, fn in targets.items():
+                    if ok[name] is None:
+                        continue
+                    t = time_fn(fn, a, b, budget_s=0.4, warmup=5, hide_launch=hide)
+                    rows.append({"size": size, "pass": pass_no, "hide_launch": hide, "name": name,
+                                 "median_ms": t.median_ms, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms,
+                                 "host_ms": t.host_ms, "repeats": t.repeats,
+                                 "tflops": 2 * size**3 / (t.median_ms * 1e-3) / 1e12, "rel_err_256_rows": ok[name]})
+                    print(json.dumps(rows[-1]), flush=True)
+    for r in rows:  # ratio to cuBLAS of the same size, pass and method
+        base = next((x for x in rows if x.get("name") == "cuBLAS" and x.get("size") == r["size"]
+                     and x.get("pass") == r.get("pass") and x.get("hide_launch") == r.get("hide_launch")), None)
+        if base and "median_ms" in r:
+            r["vs_cublas"] = base["median_ms"] / r["median_ms"]
+    write_json({"meta": run_meta(" ".join(["python", *sys.argv])), "rows": rows}, args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
