@@ -1,6 +1,7 @@
 """Level 9's epilogue and ring depth, and how the timing method moves the ratios (development tool).
 
-    python bench/l9_epilogue.py [--old-source level9_at_fb927b1.cu] [--sizes 4096,8192] [-o OUT.json]
+    python bench/l9_epilogue.py [--old-source FILE.cu] [--ring-source FILE.cu] [--sizes 4096,8192]
+                                [--methods both|hidden] [--rounds 1] [-o OUT.json]
 
 In one run, on the same operands, L2 flushed before every call, median of the timed calls:
 
@@ -8,12 +9,15 @@ In one run, on the same operands, L2 flushed before every call, median of the ti
   - ``L9 whole-tile staging, S=3``: the kernel as it was at commit fb927b1 (one 64 KiB staging
     buffer for both consumers, one store issuer; only 3 stages fit), from ``--old-source``;
   - ``L9 panel ring, S=3`` and ``S=4``: per-consumer rings of two 8 KiB panel buffers (c_ring=2),
-    which leave room for the fourth stage; S=3 isolates the epilogue change from the extra stage;
+    which leave room for the fourth stage; S=3 isolates the epilogue change from the extra stage.
+    With ``--ring-source`` (the kernel at commit 416b8e4) these are that kernel, which stores every
+    panel at the end of its tile; otherwise they are the shipped kernel;
   - ``L9 ... group_m=G``: the shipped form with another grouped-order height (tile_scheduler.cuh).
-* each timed twice, with ``hide_launch`` off (the events also see the host's launch latency when
-  the GPU idles waiting for it) and on (a spin kernel keeps the GPU busy while the host enqueues);
-  ``host_ms`` is the host's enqueue time per call. The whole sequence runs twice (``pass``) so that a
-  drift of the clocks shows as a difference between passes.
+* with ``--methods both``, each timed twice: with ``hide_launch`` off (the events also see the host's
+  launch latency when the GPU idles waiting for it) and on (a spin kernel keeps the GPU busy while
+  the host enqueues); ``host_ms`` is the host's enqueue time per call. The whole sequence runs
+  ``--passes`` times so that a drift of the clocks shows as a difference between passes; with
+  ``--rounds`` > 1 the callables are timed interleaved (gates.performance.time_fns).
 
 Each variant's output is checked against a float64 reference on its first 256 rows first.
 """
@@ -31,7 +35,7 @@ import torch
 
 from gemm_ladder.contract import cublas
 from gemm_ladder.gates.climb import run_meta, write_json
-from gemm_ladder.gates.performance import time_fn
+from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.levels import LEVELS
 
 
@@ -61,7 +65,11 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--old-source", type=Path, help="level 9's kernel file before the panel ring (git show fb927b1:...)")
     p.add_argument("--sizes", default="4096,8192")
+    p.add_argument("--ring-source", type=Path, help="level 9's kernel file with the panel ring, before the overlap (416b8e4)")
     p.add_argument("--passes", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--methods", default="both", choices=["both", "hidden"])
+    p.add_argument("--group-m", default="4,16", help="grouped-order heights to try besides the default (empty: none)")
     p.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."), "l9_epilogue.json"))
     args = p.parse_args()
 
@@ -69,9 +77,13 @@ def main() -> int:
     targets = {"cuBLAS": cublas, "L7": LEVELS[7], "L8": LEVELS[8]}
     if args.old_source:
         targets["L9 whole-tile staging, S=3"] = with_source(l9, args.old_source, stages=3, c_ring=0)
-    targets["L9 panel ring, S=3"] = l9.variant(stages=3)
-    targets["L9 panel ring, S=4 (shipped)"] = l9
-    for g in (4, 16):
+    if args.ring_source:
+        targets["L9 panel ring, S=4, end-of-tile stores"] = with_source(l9, args.ring_source)
+        targets["L9 panel ring, S=4, overlapped stores (shipped)"] = l9
+    else:
+        targets["L9 panel ring, S=3"] = l9.variant(stages=3)
+        targets["L9 panel ring, S=4 (shipped)"] = l9
+    for g in (int(x) for x in args.group_m.split(",") if x):
         targets[f"L9 panel ring, S=4, group_m={g}"] = with_defines(l9, {"GL_GROUP_M": g})
 
     rows = []
@@ -90,13 +102,12 @@ def main() -> int:
                 ok[name] = None
                 rows.append({"size": size, "name": name, "error": repr(exc)[:300]})
                 print(json.dumps(rows[-1]), flush=True)
+        live = {name: fn for name, fn in targets.items() if ok[name] is not None}
         for pass_no in range(args.passes):
-            for hide in (False, True):
-                for name, fn in targets.items():
-                    if ok[name] is None:
-                        continue
-                    t = time_fn(fn, a, b, budget_s=0.4, warmup=5, hide_launch=hide)
-                    rows.append({"size": size, "pass": pass_no, "hide_launch": hide, "name": name,
+            for hide in ((False, True) if args.methods == "both" else (True,)):
+                timings = time_fns(live, a, b, budget_s=0.4, rounds=args.rounds, warmup=5, hide_launch=hide)
+                for name, t in timings.items():
+                    rows.append({"size": size, "pass": pass_no, "hide_launch": hide, "rounds": args.rounds, "name": name,
                                  "median_ms": t.median_ms, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms,
                                  "host_ms": t.host_ms, "repeats": t.repeats,
                                  "tflops": 2 * size**3 / (t.median_ms * 1e-3) / 1e12, "rel_err_256_rows": ok[name]})

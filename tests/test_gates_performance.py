@@ -12,6 +12,7 @@ from gemm_ladder.gates.performance import (
     measure_dram_bandwidth,
     roofline_tflops,
     time_fn,
+    time_fns,
 )
 from gemm_ladder.gpu import PEAK_TFLOPS
 from gemm_ladder.levels.base import PerfExpectation
@@ -80,3 +81,15 @@ def test_bandwidth_and_timing_on_gpu():
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     timing = time_fn(torch.nn.functional.linear, a, a, budget_s=0.2)
     assert timing.repeats >= 10 and 0 < timing.p10_ms <= timing.median_ms <= timing.p90_ms
+
+
+def test_time_fns_interleaves_rounds_and_times_each_callable():
+    a = torch.randn(8, 8)
+    order = []
+    fns = {"x": lambda p, q: order.append("x"), "y": lambda p, q: order.append("y")}
+    out = time_fns(fns, a, a, budget_s=0.001, rounds=3, warmup=1, min_repeats=6, max_repeats=6)
+    assert set(out) == {"x", "y"} and all(t.repeats == 6 for t in out.values())
+    timed = order[2 * (1 + 3):]  # after each callable's warm-up and probe calls
+    # three rounds, each 2 calls of x then 2 of y
+    assert timed == (["x"] * 2 + ["y"] * 2) * 3
+    assert time_fns({}, a, a) == {}

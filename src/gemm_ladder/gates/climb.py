@@ -34,7 +34,7 @@ from gemm_ladder.gates.performance import (
     is_timed_shape,
     judge_performance,
     measure_dram_bandwidth,
-    time_fn,
+    time_fns,
 )
 from gemm_ladder.gates.resources import ResourceReport, check_cubin_resources, check_level_resources
 from gemm_ladder.gates.tables import make_console, print_resources, print_rows
@@ -45,6 +45,8 @@ SCHEMA = "gemm-ladder/result/1"
 
 #: Shape sets whose large shapes are timed; 'edge' shapes exist to find wrong answers, not speed.
 TIMED_SETS = ("square", "llm", "unaligned", "custom")
+#: cuBLAS and every level on a shape are timed interleaved, in this many rounds (gates.performance.time_fns).
+TIMING_ROUNDS = 4
 
 
 def parse_level_range(spec: str, available: list[int] | None = None) -> list[int]:
@@ -336,11 +338,9 @@ def _time_shape(targets: list[Target], corr: dict[str, CorrectnessResult], shape
     if shape_set not in TIMED_SETS or not is_timed_shape(m, n, k):
         return {}
     a, b = random_operands(m, n, k, dtype, dev, seed=0)
-    out = {"cuBLAS": time_fn(_cublas_fn, a, b, budget_s=budget)}
-    for t in targets:
-        if corr[t.title].status == "pass":
-            out[t.title] = time_fn(t.fn, a, b, budget_s=budget)
-    return out
+    fns = {"cuBLAS": _cublas_fn}
+    fns.update({t.title: t.fn for t in targets if corr[t.title].status == "pass"})
+    return time_fns(fns, a, b, budget_s=budget, rounds=TIMING_ROUNDS)
 
 
 def exit_status(result: dict[str, Any]) -> int:

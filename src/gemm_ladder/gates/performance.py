@@ -8,7 +8,7 @@ The events measure GPU time only if the GPU is still busy when the host enqueues
 GPU records the start event at once and then waits for the host to finish launching, so the host's
 launch latency (tens of microseconds from Python, less from cuBLAS's C++) would be counted as kernel
 time. A spin kernel (``torch.cuda._sleep``) enqueued before the start event keeps the GPU busy for a
-few times the measured host enqueue time; the host time is reported apart (``host_ms``).
+four times the measured host enqueue time; the host time is reported apart (``host_ms``).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def time_fn(
     flush_l2: bool = True,
     hide_launch: bool = True,
 ) -> Timing:
-    """Time ``fn(a, b)``: median, p10 and p90 in ms.
+    """Time ``fn(a, b)``: median, p10 and p90 in ms (one callable of :func:`time_fns`).
 
     Args:
         fn: the callable timed, ``fn(a, b)``; its result is discarded.
@@ -73,30 +73,55 @@ def time_fn(
         warmup: untimed calls first (JIT load, clocks ramping, allocator warm).
         flush_l2: before each timed call, write a buffer twice the L2 size (H200: 2 x 60 MB), so the
             operands come from DRAM as in a real model; the write is not timed.
-        hide_launch: on CUDA, spin the GPU before each timed call for max(20 us, 3 x the host's
+        hide_launch: on CUDA, spin the GPU before each timed call for max(20 us, 4 x the host's
             enqueue time) so the events bracket the call's GPU work and not the host's launch
             latency (see the module docstring). The spin assumes at most SPIN_CLOCK_HZ, so a slower
             clock only lengthens it.
     """
+    return time_fns({"fn": fn}, a, b, budget_s=budget_s, warmup=warmup, min_repeats=min_repeats,
+                    max_repeats=max_repeats, flush_l2=flush_l2, hide_launch=hide_launch)["fn"]
+
+
+def time_fns(
+    fns: dict[str, Fn],
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    budget_s: float = 0.5,
+    rounds: int = 1,
+    warmup: int = 3,
+    min_repeats: int = 10,
+    max_repeats: int = 500,
+    flush_l2: bool = True,
+    hide_launch: bool = True,
+) -> dict[str, Timing]:
+    """Time several callables on the same operands, interleaved: ``{name: Timing}``.
+
+    Each callable gets about ``budget_s`` of timed calls (see :func:`time_fn` for the other
+    arguments), split into ``rounds`` rounds; each round times every callable in turn. A GPU that
+    warms up and lowers its clock during a run then slows every callable alike, instead of the ones
+    timed last (on the H200, cuBLAS at 8192^3 read 719 TFLOP/s at the start of a one-minute run and
+    682 at its end: bench/results/2026-11-29_l9_epilogue.json), so ratios between them hold.
+    """
+    if not fns:
+        return {}
     cuda = a.device.type == "cuda"
-    flush = None
-    if flush_l2 and cuda:
-        flush = torch.empty(2 * l2_bytes(a.device), dtype=torch.uint8, device=a.device)
+    flush = torch.empty(2 * l2_bytes(a.device), dtype=torch.uint8, device=a.device) if flush_l2 and cuda else None
+    host: dict[str, list[float]] = {name: [] for name in fns}
+    spin: dict[str, int] = {name: 0 for name in fns}
 
-    host: list[float] = []
-    spin_cycles = 0
-
-    def one() -> float:
+    def one(name: str) -> float:
+        fn = fns[name]
         if flush is not None:
             flush.fill_(1)
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            if spin_cycles:
-                torch.cuda._sleep(spin_cycles)
+            if spin[name]:
+                torch.cuda._sleep(spin[name])
             start.record()
             t0 = time.perf_counter()
             fn(a, b)
-            host.append((time.perf_counter() - t0) * 1e3)
+            host[name].append((time.perf_counter() - t0) * 1e3)
             end.record()
             end.synchronize()
             return start.elapsed_time(end)
@@ -104,16 +129,26 @@ def time_fn(
         fn(a, b)
         return (time.perf_counter() - t0) * 1e3
 
-    for _ in range(warmup):
-        one()
-    probe = statistics.median(one() for _ in range(3))
-    if cuda and hide_launch:
-        spin_cycles = int(SPIN_CLOCK_HZ * max(2e-5, 3e-3 * statistics.median(host)))
-    host.clear()
-    repeats = int(min(max_repeats, max(min_repeats, budget_s * 1e3 / max(probe, 1e-3))))
-    times = sorted(one() for _ in range(repeats))
-    return Timing(statistics.median(times), _percentile(times, 0.1), _percentile(times, 0.9), repeats,
-                  host_ms=statistics.median(host) if host else None)
+    per_round: dict[str, int] = {}
+    for name in fns:
+        for _ in range(warmup):
+            one(name)
+        probe = statistics.median(one(name) for _ in range(3))
+        if cuda and hide_launch:
+            spin[name] = int(SPIN_CLOCK_HZ * max(2e-5, 4e-3 * statistics.median(host[name])))
+        host[name].clear()
+        repeats = int(min(max_repeats, max(min_repeats, budget_s * 1e3 / max(probe, 1e-3))))
+        per_round[name] = max(1, -(-repeats // max(1, rounds)))
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(max(1, rounds)):
+        for name in fns:
+            times[name] += [one(name) for _ in range(per_round[name])]
+    out = {}
+    for name, ts in times.items():
+        ts.sort()
+        out[name] = Timing(statistics.median(ts), _percentile(ts, 0.1), _percentile(ts, 0.9), len(ts),
+                           host_ms=statistics.median(host[name]) if host[name] else None)
+    return out
 
 
 def measure_dram_bandwidth(device: str | torch.device = "cuda", nbytes: int = 1 << 30, repeats: int = 20) -> float | None:

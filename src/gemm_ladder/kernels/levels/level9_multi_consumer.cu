@@ -1,4 +1,4 @@
-// Level 9 - several consumer warpgroups on one larger tile (cooperative).
+// Level 9 - several consumer warpgroups on one larger tile (cooperative), epilogue overlapped.
 //
 // Level 8's cluster and multicast, with a 128 x 256 tile shared by GL_CONSUMERS consumer
 // warpgroups: consumer c owns rows [64c, 64c + 64) of the tile and all 256 columns (one
@@ -8,9 +8,12 @@
 //
 // Epilogue: each consumer stores its 64 x 256 fragment by itself, one 64 x 64 panel at a time,
 // through its own ring of GL_C_RING panel buffers (8 KiB each) and its own store issuer (its
-// thread 0). A buffer is refilled once wait_group.read GL_C_RING - 1 says the store that last read
-// it is done, so a consumer never waits for its latest store, nor for the other consumer. The 32 KiB
-// this staging takes instead of a whole-tile 64 KiB one pays for a fourth 48 KiB stage.
+// thread 0); a buffer is refilled once wait_group.read GL_C_RING - 1 says the store that last read
+// it is done. The 32 KiB this takes instead of a whole-tile 64 KiB staging pays for a fourth stage.
+// The epilogue overlaps the next tile's main loop: at the end of a tile the accumulators are packed
+// to the output dtype (64 registers), and panel p is staged and stored in K iteration p of the
+// next tile, right after that iteration's wgmma is issued, so the tensor cores are not left idle
+// while the outputs drain.
 #include "gemm_ladder/epilogue.cuh"
 #include "gemm_ladder/ptx/cluster.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
@@ -24,7 +27,31 @@ using namespace gl;
 
 static_assert(GL_PRODUCER_WG == 1 && BM == 64 * GL_CONSUMERS, "level 9: each consumer owns 64 rows of the tile");
 static_assert(GL_C_RING >= 1 && GL_C_PANELS % GL_C_RING == 0, "level 9: a ring of panel buffers per consumer");
+// Panels stored at once at the end of a tile: one per buffer, whose last stores (the previous tile's,
+// issued a whole tile ago) have long been read. The rest wait in registers for the next tile.
+constexpr int kEarlyPanels = GL_C_RING < GL_C_PANELS ? GL_C_RING : GL_C_PANELS;
+constexpr int kDeferredPanels = GL_C_PANELS - kEarlyPanels;
 constexpr int kFirstStoreBarrier = 2;  // named barrier 2 + c: consumer c's 128 threads (0 is __syncthreads)
+
+// Stage panel `p` (runtime) of a consumer's packed fragment into its ring and store it at (n0 + 64p, m0).
+// The unrolled dispatch keeps the register indices compile-time (no local memory).
+__device__ __forceinline__ void store_panel(int p, const uint32_t (&packed)[BN / 4], uint8_t* ring,
+                                            const CUtensorMap* map_c, int n0, int m0, int bar, bool issuer) {
+#pragma unroll
+  for (int q = 0; q < GL_C_PANELS; ++q) {
+    if (q != p) continue;
+    uint8_t* const buf = ring + (q % GL_C_RING) * GL_SMEM_C_PANEL_BYTES;
+    if (issuer) tma_store_wait_read<GL_C_RING - 1>();  // the store that last read buf is done
+    named_barrier_sync(bar, 128);
+    stage_packed_panel_sw128<BN>(buf, packed, q);
+    fence_proxy_async_smem();
+    named_barrier_sync(bar, 128);
+    if (issuer) {
+      tma_store_2d(map_c, buf, n0 + 64 * q, m0);
+      tma_store_commit();
+    }
+  }
+}
 
 extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -62,11 +89,18 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     const int consumer = warpgroup_index() - 1;
     const bool elected = thread_in_warpgroup() == 0;  // releases stages and issues this consumer's stores
     uint8_t* const ring = smem.c() + consumer * GL_C_RING * GL_SMEM_C_PANEL_BYTES;
+    const int bar = kFirstStoreBarrier + consumer;
+    uint32_t packed[BN / 4];  // the previous tile's outputs; its last kDeferredPanels are still to be stored
+    // Where consumer `consumer`'s rows of work unit `unit` go (the previous unit's, for its deferred
+    // panels, is recomputed rather than kept: registers are what this loop is short of).
+    auto out_n0 = [&](int unit) { int um, tn; sched.coords(unit, um, tn); return tn * BN; };
+    auto out_m0 = [&](int unit) { int um, tn; sched.coords(unit, um, tn); return (um * GL_CLUSTER + rank) * BM + 64 * consumer; };
     int count = 0;
     for (int unit = first_unit; unit < sched.total; unit += unit_stride) {
       int um, tn;
       sched.coords(unit, um, tn);
       const int tm = um * GL_CLUSTER + rank;
+      const int prev = unit - unit_stride;  // the previous tile of this CTA, if unit != first_unit
       float d[BN / 2];
       for (int kt = 0; kt < k_tiles; ++kt, ++count) {
         const int s = count % STAGES;
@@ -74,6 +108,8 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
         wgmma_fence();
         mma_k_tile<BN>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), kt > 0);
         wgmma_commit();
+        if (kt < kDeferredPanels && unit != first_unit)  // runs while this K iteration's wgmma does
+          store_panel(kEarlyPanels + kt, packed, ring, &map_c, out_n0(prev), out_m0(prev), bar, elected);
         wgmma_wait<1>();
         if (kt > 0 && elected)
           for (int r = 0; r < GL_CLUSTER; ++r) mbarrier_arrive_cluster(smem.empty((count - 1) % STAGES), r);
@@ -82,19 +118,18 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
       fence_accumulators(d);
       if (elected)
         for (int r = 0; r < GL_CLUSTER; ++r) mbarrier_arrive_cluster(smem.empty((count - 1) % STAGES), r);
+      if (unit != first_unit)  // fewer K iterations than deferred panels: finish the previous tile first
+        for (int p = kEarlyPanels + k_tiles; p < GL_C_PANELS; ++p)
+          store_panel(p, packed, ring, &map_c, out_n0(prev), out_m0(prev), bar, elected);
+      pack_fragment<BN>(packed, d);
 #pragma unroll
-      for (int p = 0; p < GL_C_PANELS; ++p) {
-        uint8_t* const buf = ring + (p % GL_C_RING) * GL_SMEM_C_PANEL_BYTES;
-        if (elected) tma_store_wait_read<GL_C_RING - 1>();  // the store that last read buf is done
-        named_barrier_sync(kFirstStoreBarrier + consumer, 128);
-        stage_panel_sw128<BN>(buf, d, p);
-        fence_proxy_async_smem();
-        named_barrier_sync(kFirstStoreBarrier + consumer, 128);
-        if (elected) {
-          tma_store_2d(&map_c, buf, tn * BN + 64 * p, tm * BM + 64 * consumer);
-          tma_store_commit();
-        }
-      }
+      for (int p = 0; p < kEarlyPanels; ++p)
+        store_panel(p, packed, ring, &map_c, tn * BN, tm * BM + 64 * consumer, bar, elected);
+    }
+    if (first_unit < sched.total) {  // the last tile's deferred panels
+      const int last = first_unit + (sched.total - 1 - first_unit) / unit_stride * unit_stride;
+      for (int p = kEarlyPanels; p < GL_C_PANELS; ++p)
+        store_panel(p, packed, ring, &map_c, out_n0(last), out_m0(last), bar, elected);
     }
     if (elected) tma_store_wait_read<0>();
   }

@@ -72,4 +72,28 @@ __device__ __forceinline__ void stage_panel_sw128(uint8_t* panel, const float (&
   }
 }
 
+// Level 9, overlapped epilogue: the accumulators converted to the output dtype, two per register,
+// so a tile's outputs (BN / 4 registers) can wait while the next tile's accumulators fill.
+// packed[2j + i] holds d[4j + 2i], d[4j + 2i + 1] (the fragment layout above).
+template <int BN>
+__device__ __forceinline__ void pack_fragment(uint32_t (&packed)[BN / 4], const float (&d)[BN / 2]) {
+#pragma unroll
+  for (int q = 0; q < BN / 4; ++q) packed[q] = pack2(d[2 * q], d[2 * q + 1]);
+}
+
+// stage_panel_sw128 for a packed fragment.
+template <int BN>
+__device__ __forceinline__ void stage_packed_panel_sw128(uint8_t* panel, const uint32_t (&packed)[BN / 4], int p) {
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+#pragma unroll
+  for (int j = 8 * p; j < 8 * p + 8; ++j) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = 16 * warp + lane / 4 + 8 * i;
+      const int chunk = j % 8, within = 4 * (lane % 4);
+      *reinterpret_cast<uint32_t*>(panel + row * 128 + ((chunk ^ (row & 7)) << 4) + within) = packed[2 * j + i];
+    }
+  }
+}
+
 }  // namespace gl
