@@ -1,0 +1,99 @@
+"""Levels beside one-knob variants of them, timed interleaved in one run (development tool).
+
+    python bench/ladder_variants.py [--sizes 4096,8192] [--rounds 4] [-o OUT.json]
+
+Each variant changes one thing of a level, to test a reason for its speed:
+
+* ``L5 S=2``: level 5 with level 6's ring depth and occupancy (2 stages, 3 CTAs/SM instead of 2):
+  what persistence alone costs, set against ``L6``;
+* ``L6 row order``: level 6 walking tiles row by row (group height 1, the order of level 5's grid)
+  instead of grouped: whether the tile order explains level 6's gap;
+* ``L8 no multicast``: each CTA loads the whole B tile itself, the cluster kept: what multicast buys;
+* ``L9 cluster 4``: B split over 4 CTAs (a quarter each), less L2 traffic per SM but clusters of 4
+  must fit a GPC.
+
+Timing is gates.performance.time_fns (L2 flushed, launch latency hidden, interleaved rounds); each
+output's first 256 rows are checked against float64 first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+from gemm_ladder.contract import cublas
+from gemm_ladder.gates.climb import run_meta, write_json
+from gemm_ladder.gates.performance import time_fns
+from gemm_ladder.levels import LEVELS
+
+sys.path.insert(0, os.path.dirname(__file__))
+from l9_epilogue import with_defines  # noqa: E402
+
+
+def no_multicast(level):
+    """Level 8 with each CTA loading the whole B tile (GL_B_BOX_ROWS slices, no multicast)."""
+    from l9_epilogue import with_source
+    import tempfile
+    from pathlib import Path
+
+    from gemm_ladder.runtime.compiler import KERNEL_ROOT
+
+    src = (KERNEL_ROOT / level.source).read_text()
+    old = ("tma_load_2d_multicast(smem.b(s) + rank * GL_B_BOX_ROWS * BK, &map_b, smem.full(s), kt * BK,\n"
+           "                                tn * BN + rank * GL_B_BOX_ROWS, (1 << GL_CLUSTER) - 1);")
+    assert old in src, "level 8's multicast load changed; update this variant"
+    new = ("for (int r = 0; r < GL_CLUSTER; ++r) tma_load_2d(smem.b(s) + r * GL_B_BOX_ROWS * BK, &map_b, smem.full(s), "
+           "kt * BK, tn * BN + r * GL_B_BOX_ROWS);")
+    path = Path(tempfile.gettempdir()) / "gl_variant_l8_no_multicast.cu"
+    path.write_text(src.replace(old, new))
+    return with_source(level, path)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--sizes", default="4096,8192")
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."), "ladder_variants.json"))
+    args = p.parse_args()
+    targets = {
+        "cuBLAS": cublas,
+        "L5": LEVELS[5], "L5 S=2": LEVELS[5].variant(stages=2),
+        "L6": LEVELS[6], "L6 row order": with_defines(LEVELS[6], {"GL_GROUP_M": 1}),
+        "L7": LEVELS[7], "L8": LEVELS[8], "L8 no multicast": no_multicast(LEVELS[8]),
+        "L9": LEVELS[9], "L9 cluster 4": LEVELS[9].variant(cluster=4),
+    }
+    rows = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        gen = torch.Generator(device="cuda").manual_seed(size)
+        a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16, generator=gen)
+        b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16, generator=gen)
+        ref = a[:256].double() @ b.double().T
+        live, err = {}, {}
+        for name, fn in targets.items():
+            try:
+                c = fn(a, b)
+                torch.cuda.synchronize()
+                err[name] = ((c[:256].double() - ref).norm() / ref.norm()).item()
+                live[name] = fn
+            except Exception as exc:  # noqa: BLE001 - a variant that fails is a result
+                rows.append({"size": size, "name": name, "error": repr(exc)[:300]})
+        timings = time_fns(live, a, b, budget_s=0.4, rounds=args.rounds, warmup=5)
+        for name, t in timings.items():
+            rows.append({"size": size, "name": name, "median_ms": t.median_ms, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms,
+                         "host_ms": t.host_ms, "repeats": t.repeats, "rounds": args.rounds,
+                         "tflops": 2 * size**3 / (t.median_ms * 1e-3) / 1e12,
+                         "vs_cublas": timings["cuBLAS"].median_ms / t.median_ms, "rel_err_256_rows": err[name]})
+        for r in rows:
+            if r["size"] == size:
+                print(json.dumps(r), flush=True)
+    write_json({"meta": run_meta(" ".join(["python", *sys.argv])), "rows": rows}, args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
