@@ -10,7 +10,8 @@ Each variant changes one thing of a level, to test a reason for its speed:
   instead of grouped: whether the tile order explains level 6's gap;
 * ``L8 no multicast``: each CTA loads the whole B tile itself, the cluster kept: what multicast buys;
 * ``L9 cluster 4``: B split over 4 CTAs (a quarter each), less L2 traffic per SM but clusters of 4
-  must fit a GPC.
+  must fit a GPC;
+* with ``--set order``: levels 6 and 9 with other grouped-order heights (tile_scheduler.cuh).
 
 Timing is gates.performance.time_fns (L2 flushed, launch latency hidden, interleaved rounds); each
 output's first 256 rows are checked against float64 first.
@@ -57,6 +58,8 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--sizes", default="4096,8192")
     p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--set", default="reasons", choices=["reasons", "order"],
+                   help="reasons: the variants above; order: tile-order heights of levels 6 and 9")
     p.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."), "ladder_variants.json"))
     args = p.parse_args()
     targets = {
@@ -66,6 +69,9 @@ def main() -> int:
         "L7": LEVELS[7], "L8": LEVELS[8], "L8 no multicast": no_multicast(LEVELS[8]),
         "L9": LEVELS[9], "L9 cluster 4": LEVELS[9].variant(cluster=4),
     }
+    if args.set == "order":  # the tile order of the persistent levels: group heights 1 (row by row), 2, 8 (shipped), 32
+        targets = {"cuBLAS": cublas, "L6": LEVELS[6], "L6 row order": targets["L6 row order"],
+                   "L9": LEVELS[9], **{f"L9 group_m={g}": with_defines(LEVELS[9], {"GL_GROUP_M": g}) for g in (1, 2, 32)}}
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
         gen = torch.Generator(device="cuda").manual_seed(size)
