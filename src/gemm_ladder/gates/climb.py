@@ -167,11 +167,15 @@ def _nvcc_version() -> str | None:
 def run_meta(command: str) -> dict[str, Any]:
     """The ``meta`` object: date (UTC), git commit and dirtiness, command, host, GPU, versions.
 
-    Where the source tree is a copy without ``.git`` (a lent GPU machine), the commit comes from the
-    environment variable GEMM_LADDER_GIT_COMMIT, set by whoever copied the tree.
+    Where the source tree is a copy (a lent GPU machine), the commit comes from the environment
+    variable GEMM_LADDER_GIT_COMMIT, set by whoever copied the tree; it takes precedence over git, and
+    ``git_dirty`` is then null (unknown).
     """
-    status = _git("status", "--porcelain")
-    commit = _git("rev-parse", "HEAD") or os.environ.get("GEMM_LADDER_GIT_COMMIT")
+    # The variable wins: a copied tree may carry a stale .git of its own (the lent H200's did, and read
+    # an older commit than the one copied).
+    commit = os.environ.get("GEMM_LADDER_GIT_COMMIT")
+    status = None if commit else _git("status", "--porcelain")
+    commit = commit or _git("rev-parse", "HEAD")
     return {
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "git_commit": commit,
