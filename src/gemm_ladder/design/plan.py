@@ -455,6 +455,10 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
             f"the issuer: cp.async.bulk.tensor.2d.global.shared::cta.bulk_group (c map, box {tuple(maps['c'].box_dim)}) at "
             f"(n0 + 64p, m0 + {rows}w), then cp.async.bulk.commit_group: one bulk group per panel; out-of-bounds "
             "rows/columns are clipped",
+            f"schedule: panels 0..{min(R, smem.c_panels) - 1} at the end of the tile (their buffers were last read a tile "
+            f"ago); panels {min(R, smem.c_panels)}..{smem.c_panels - 1} stay in registers, packed to the output dtype, and go "
+            "out one per K iteration of the next tile, each right after that iteration's wgmma is issued (after the "
+            "CTA's last tile, at once), so the tensor cores are not idle while they drain",
             "no consumer waits for another's store, and the producer keeps loading the next tile's stages meanwhile; "
             "each issuer waits cp.async.bulk.wait_group.read 0 before the CTA exits",
         )
