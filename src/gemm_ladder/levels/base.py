@@ -54,6 +54,7 @@ class Level(abc.ABC):
     perf: PerfExpectation = field(default_factory=PerfExpectation)
     kernel_name: str = "gemm_kernel"
     _builds: dict = field(default_factory=dict, repr=False, compare=False)
+    _kernels: dict = field(default_factory=dict, repr=False, compare=False)  # (dtype, device index) -> LoadedKernel
 
     def variant(self, **changes) -> "Level":
         """A copy with ``changes`` applied (e.g. ``stages=3``) and empty caches: builds, tensor maps
@@ -95,8 +96,13 @@ class Level(abc.ABC):
 
     def loaded(self, dtype: str, device: torch.device) -> LoadedKernel:
         """This level's kernel for ``dtype`` loaded on ``device`` (compiled first if needed)."""
-        g = self.geometry(dtype)
-        return load(self.build(dtype), device, threads=g.threads, dynamic_smem=g.dynamic_smem, cluster=g.cluster)
+        key = (dtype, device.index)
+        kernel = self._kernels.get(key)  # on every launch's path: a dict lookup, not a build-and-load walk
+        if kernel is None:
+            g = self.geometry(dtype)
+            kernel = load(self.build(dtype), device, threads=g.threads, dynamic_smem=g.dynamic_smem, cluster=g.cluster)
+            self._kernels[key] = kernel
+        return kernel
 
     # --- launching (GPU) ----------------------------------------------------------------------
     def check(self, a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:

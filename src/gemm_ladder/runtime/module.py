@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -21,15 +21,24 @@ from gemm_ladder.runtime.compiler import CompiledKernel
 #: "Shared Memory" for compute capability 9.0).
 DEFAULT_DYNAMIC_SMEM_LIMIT = 48 * 1024
 
+#: Launch configurations kept per kernel (one per grid and stream seen; cleared when full).
+_CONFIG_CACHE_SIZE = 64
+
 
 class CudaError(RuntimeError):
     """A CUDA driver call failed; the message names the call and the driver's error."""
 
 
-def _driver():
-    from cuda.bindings import driver  # imported lazily: importing is fine without a GPU, using is not
+_drv = None
 
-    return driver
+
+def _driver():
+    global _drv
+    if _drv is None:
+        from cuda.bindings import driver  # imported lazily: importing is fine without a GPU, using is not
+
+        _drv = driver
+    return _drv
 
 
 def check(result, what: str):
@@ -66,6 +75,7 @@ class LoadedKernel:
     threads: int
     cluster: int
     _resident: int | None = None
+    _configs: dict = field(default_factory=dict, repr=False)  # (grid, stream handle) -> CUlaunchConfig
 
     def launch(self, grid: tuple[int, int, int], args: list, stream: torch.cuda.Stream | None = None) -> None:
         """Launch with ``grid`` CTAs on ``stream`` (default: PyTorch's current stream).
@@ -77,7 +87,13 @@ class LoadedKernel:
         pointers = (ctypes.c_void_p * len(args))(
             *[a.getPtr() if hasattr(a, "getPtr") else ctypes.addressof(a) for a in args]
         )
-        config = self._config(grid, stream or torch.cuda.current_stream())
+        stream = stream or torch.cuda.current_stream()
+        key = (grid, stream.cuda_stream)
+        config = self._configs.get(key)
+        if config is None:  # building a CUlaunchConfig costs ~10 us of Python; a GEMM repeats its grid
+            if len(self._configs) >= _CONFIG_CACHE_SIZE:
+                self._configs.clear()
+            config = self._configs[key] = self._config(grid, stream)
         check(drv.cuLaunchKernelEx(config, self.function, ctypes.addressof(pointers), 0), "cuLaunchKernelEx")
 
     def _config(self, grid: tuple[int, int, int], stream: torch.cuda.Stream | None):
