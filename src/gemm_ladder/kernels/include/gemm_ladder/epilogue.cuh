@@ -54,24 +54,6 @@ __device__ __forceinline__ void stage_fragment_sw128(uint8_t* staging, const flo
   }
 }
 
-// Level 9: write column panel `p` (columns [64p, 64p + 64), 128 bytes of 2-byte elements) of a 64 x BN
-// fragment into one 64-row panel buffer (64 x 128 bytes, 128B swizzle), the layout of the output
-// tensor map's (64 x 64) box. The caller unrolls p, so the accumulator indices stay compile-time.
-template <int BN>
-__device__ __forceinline__ void stage_panel_sw128(uint8_t* panel, const float (&d)[BN / 2], int p) {
-  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
-#pragma unroll
-  for (int j = 8 * p; j < 8 * p + 8; ++j) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = 16 * warp + lane / 4 + 8 * i;
-      const int chunk = j % 8, within = 4 * (lane % 4);  // 16-byte chunk of the 128-byte row, byte inside it
-      uint8_t* dst = panel + row * 128 + ((chunk ^ (row & 7)) << 4) + within;
-      *reinterpret_cast<uint32_t*>(dst) = pack2(d[4 * j + 2 * i], d[4 * j + 2 * i + 1]);
-    }
-  }
-}
-
 // Level 9, overlapped epilogue: the accumulators converted to the output dtype, two per register,
 // so a tile's outputs (BN / 4 registers) can wait while the next tile's accumulators fill.
 // packed[2j + i] holds d[4j + 2i], d[4j + 2i + 1] (the fragment layout above).
@@ -81,7 +63,9 @@ __device__ __forceinline__ void pack_fragment(uint32_t (&packed)[BN / 4], const 
   for (int q = 0; q < BN / 4; ++q) packed[q] = pack2(d[2 * q], d[2 * q + 1]);
 }
 
-// stage_panel_sw128 for a packed fragment.
+// Level 9: write column panel `p` (columns [64p, 64p + 64), 128 bytes of 2-byte elements) of a packed
+// 64 x BN fragment into one 64-row panel buffer (64 x 128 bytes, 128B swizzle), the layout of the
+// output tensor map's (64 x 64) box. The caller unrolls p, so the register indices stay compile-time.
 template <int BN>
 __device__ __forceinline__ void stage_packed_panel_sw128(uint8_t* panel, const uint32_t (&packed)[BN / 4], int p) {
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
