@@ -42,6 +42,32 @@ def test_level9_cluster_variant_audits_clean():
     assert r.ok, r.render()
 
 
+def test_level9_epilogue_is_the_shipped_panel_ring():
+    # per consumer warpgroup: its own ring of 2 panel buffers, 4 panels (bulk groups) per tile
+    p = protocol_for_level(9, k_iters=2, tiles=2, stages=2)
+    staging = {b.name: b.bytes for b in p.buffers if b.kind == "staging"}
+    assert staging == {"D0.0": 8192, "D0.1": 8192, "D1.0": 8192, "D1.1": 8192}  # 64 rows x 128 B
+    for i, role in enumerate(r for r in p.roles if r.kind == "consumer"):
+        ops = [op for op in role.program if op.op in ("write_staging", "store_commit", "store_wait")]
+        commits = [op for op in ops if op.op == "store_commit"]
+        assert [(op.buffers[0], op.tag, op.panel) for op in commits] == \
+            [(f"D{i}.{q % 2}", q // 4, q % 4) for q in range(8)]
+        waits = [op.pending for op in ops if op.op == "store_wait"]
+        assert waits == [1] * 7 + [0]  # before every panel but the first; wait_group.read 0 at exit
+        # overlap: panels 2 and 3 of tile 0 go out in tile 1's K iterations 0 and 1 (global 2, 3),
+        # right after the wgmma is issued and before the stage is released
+        prog = [op.op if op.op != "store_commit" else ("store", op.tag, op.panel) for op in role.program]
+        for g, panel in ((2, 2), (3, 3)):
+            at = next(j for j, op in enumerate(role.program) if op.op == "consume" and op.tag == g)
+            assert prog[at + 1:at + 5] == ["store_wait", "write_staging", ("store", 0, panel), "arrive"]
+    assert audit(p).ok
+
+
+def test_level9_shipped_epilogue_clean_with_cluster_and_deeper_ring():
+    r = audit(protocol_for_level(9, k_iters=3, tiles=2, stages=4, cluster=2))
+    assert r.ok, r.render()
+
+
 def test_json_round_trip_audits_the_same():
     p = protocol_for_level(8, k_iters=2, tiles=1, stages=2)
     q = Protocol.from_json(json.loads(p.dumps()))
@@ -104,6 +130,36 @@ def test_staging_reused_before_wait_group():
 def test_missing_final_wait_group_exits_with_store_in_flight():
     r = audit(protocol_for_level(7, k_iters=1, tiles=1, stages=1, final_store_wait=False))
     assert "exit_in_flight" in kinds(r)
+
+
+def test_level9_staging_wait_leaving_r_groups_reuses_a_buffer_still_read():
+    # wait_group.read 2 (R) instead of 1 (R - 1): panel q - 2's store may still read buffer q % 2
+    r = audit(protocol_for_level(9, k_iters=1, tiles=1, stages=1, staging_wait_pending=2))
+    v = first(r, "staging_overwrite")
+    assert "for tile 0 panel 2 while the TMA store of tile 0 panel 0 still reads it" in v.message
+    writer = v.trace[-1].split(":")[0]
+    buf = v.trace[-1].split("epilogue writes ")[1].split(" ")[0]
+    assert buf.endswith(".0") and v.trace[-1].endswith("(tile0 panel2)  [st.shared; fence.proxy.async; named barrier]")
+    mine = [s for s in v.trace if s.startswith(writer + ":")]
+    assert f"{writer}: TMA store from {buf} (tile0 panel0) + commit_group" in mine
+    assert sum("wait_group.read 2" in s for s in mine) == 2  # before panels 1 and 2: neither waited
+
+
+def test_level9_missing_final_wait_group_exits_with_a_panel_store_in_flight():
+    r = audit(protocol_for_level(9, k_iters=1, tiles=1, stages=1, final_store_wait=False))
+    v = first(r, "exit_in_flight")
+    assert "TMA store from D" in v.message and "never waited" in v.message
+
+
+def test_level9_consumers_sharing_one_staging_ring_race():
+    # one ring D.0, D.1 for both consumer warpgroups, each with its own issuer and bulk groups:
+    # a consumer's wait_group covers only its own stores, so the other's writes race with them
+    p = protocol_for_level(9, k_iters=1, tiles=1, stages=1, shared_staging=True)
+    assert {b.name for b in p.buffers if b.kind == "staging"} == {"D.0", "D.1"}
+    r = audit(p)
+    v = first(r, "staging_overwrite")
+    assert "of cta0.consumer" in v.message and "still reads it" in v.message
+    assert "store_of_unwritten_staging" in kinds(r)  # the other's data stored in place of its own
 
 
 def test_phase_not_carried_across_persistent_tiles():
@@ -172,9 +228,70 @@ def test_unknown_barrier_is_a_protocol_error():
 
 
 def test_state_bound_makes_the_result_incomplete_not_ok():
-    r = audit(protocol_for_level(7, k_iters=3, tiles=2, stages=2), max_states=50)
+    r = audit(protocol_for_level(7, k_iters=3, tiles=2, stages=2), max_states=5)
     assert not r.ok and not r.complete and not r.violations
     assert "INCOMPLETE" in r.render()
+
+
+def test_reduced_search_proves_large_bounds_quickly():
+    r = audit(protocol_for_level(8, k_iters=5, tiles=3, stages=4))
+    assert r.ok and r.reduction == "bursts" and r.states_explored < 5000, r.render()
+    assert "atomic blocks" in r.render()
+
+
+def test_faulty_protocol_is_reported_by_the_full_search():
+    # the reduced search finds the fault, the report is the full search's (shortest traces)
+    r = audit(protocol_for_level(7, k_iters=3, tiles=1, stages=2, empty_count=2))
+    assert not r.ok and r.reduction == "none"
+    assert audit(protocol_for_level(7, k_iters=3, tiles=1, stages=2, empty_count=2), reduce=False).to_json() \
+        | {"seconds": 0} == r.to_json() | {"seconds": 0}
+
+
+def _verdicts(p: Protocol) -> dict:
+    """Whether each search (full, and each reduced one whose preconditions hold) finds a violation."""
+    from gemm_ladder.design import audit as A
+    cp, static = A._Compiled(p), []  # dynamic violations only
+    out = {}
+    for mode, why_not in (("none", None), ("blocks", cp.blocks_why_not), ("bursts", cp.bursts_why_not)):
+        if why_not is not None:
+            continue
+        try:
+            found, _, _, complete = A._search(cp, A._Explorer(cp, False, mode), static, 200_000, 1, True)
+        except A._ReductionVoid:
+            continue
+        assert complete or len(found) > len(static)
+        out[mode] = len(found) > len(static)
+    return out
+
+
+@pytest.mark.parametrize("level,kw", [(7, dict(k_iters=3, tiles=2, stages=2)),
+                                      (8, dict(k_iters=2, tiles=1, stages=1)),
+                                      (9, dict(k_iters=2, tiles=1, stages=2))])
+def test_reduced_searches_agree_with_the_full_search_on_dropped_ops(level, kw):
+    # every single-op deletion of a level protocol (a missing wait, arrive, expect, load, read, store,
+    # wait_group): each reduced search finds a violation exactly when the full search does
+    base = protocol_for_level(level, **kw)
+    n_faulty = 0
+    for ri, role in enumerate(base.roles):
+        for i in range(len(role.program)):
+            q = Protocol.from_json(base.to_json())
+            del q.roles[ri].program[i]
+            v = _verdicts(q)
+            assert len(set(v.values())) == 1, (role.name, i, role.program[i].describe(), v)
+            n_faulty += v["none"]
+    assert n_faulty > 0
+
+
+@pytest.mark.parametrize("level,kw", [
+    (5, dict(full_wait=False)), (7, dict(empty_initial_phase=0)), (7, dict(empty_count=2)),
+    (9, dict(empty_count=1)), (6, dict(drain_staging_before_reuse=False)), (7, dict(final_store_wait=False)),
+    (6, dict(carry_phase=False, k_iters=3)), (8, dict(remote_release=False, empty_count=1, stages=1)),
+    (9, dict(staging_wait_pending=2, tiles=1)), (9, dict(shared_staging=True, tiles=1)), (8, dict(full_count=2)),
+    (9, dict(full_initial_phase=1, tiles=1)), (8, dict()), (9, dict(cluster=2, stages=1, tiles=1))])
+def test_reduced_searches_agree_with_the_full_search_on_seeded_faults(level, kw):
+    kw = dict(dict(k_iters=2, tiles=2, stages=2), **kw)
+    v = _verdicts(protocol_for_level(level, **kw))
+    assert len(set(v.values())) == 1, v
 
 
 def test_trace_is_short():

@@ -13,6 +13,15 @@ def test_audit_level5_exits_0_and_prints_the_result(capsys):
     assert "audit level5" in out and "OK" in out and "states" in out and "k_iters=3" in out
 
 
+def test_audit_full_search_gives_the_same_verdict(capsys):
+    assert main(["audit", "--level", "8", "--k-iters", "2", "--tiles", "1", "--json"]) == 0
+    reduced = json.loads(capsys.readouterr().out)
+    assert main(["audit", "--level", "8", "--k-iters", "2", "--tiles", "1", "--json", "--full-search"]) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert reduced["reduction"] == "bursts" and full["reduction"] == "none"
+    assert full["ok"] and full["states_explored"] > reduced["states_explored"]
+
+
 def test_audit_level_json_output(capsys):
     assert main(["audit", "--level", "7", "--k-iters", "2", "--tiles", "2", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)

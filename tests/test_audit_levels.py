@@ -1,36 +1,36 @@
 """Every level protocol (4..9) audits clean over the bounded matrix: stages 1..4 (level 4: 1),
-K iterations 1..5, tiles per CTA 1..3. The two-CTA protocols (level 8, level 9 clustered) are
-checked on stages 1..2, K 1..3 (level 9 clustered: 1..2), tiles 1..2 in CI; GEMM_LADDER_AUDIT_FULL=1 runs their whole matrix
-(minutes: the two CTAs' interleavings multiply)."""
+K iterations 1..5, tiles per CTA 1..3, the two-CTA protocols (level 8, level 9 clustered) included.
+Level 9 is its shipped epilogue (2 panel buffers per consumer warpgroup, 4 panels per tile).
+
+Measured on the 2-core CPU CI machine: the whole matrix takes about 24 s (level 9 clustered 20 s,
+level 8 1.3 s, the single-CTA levels 0.5 s), through the auditor's reduced searches (atomic blocks,
+TMA completions in bursts). Before them the full search did not finish the two-CTA part: level 8
+and level 9 clustered each ran past pytest's 10-minute limit (level 8 before reaching S=4, K=2, T=2),
+so CI ran a reduced matrix and the whole one was opt-in.
+"""
 
 from __future__ import annotations
-
-import os
 
 import pytest
 
 from gemm_ladder.design.audit import audit
 from gemm_ladder.design.level_protocols import protocol_for_level
 
-FULL = os.environ.get("GEMM_LADDER_AUDIT_FULL") == "1"
 
-
-def matrix(level: int, small: bool, k_max: int = 3):
-    stages = [1] if level == 4 else ([1, 2] if small else [1, 2, 3, 4])
-    ks = range(1, k_max + 1) if small else range(1, 6)
-    tiles = range(1, 3) if small else range(1, 4)
-    return [(s, k, t) for s in stages for k in ks for t in tiles]
+def matrix(level: int):
+    stages = [1] if level == 4 else [1, 2, 3, 4]
+    return [(s, k, t) for s in stages for k in range(1, 6) for t in range(1, 4)]
 
 
 @pytest.mark.parametrize("level", [4, 5, 6, 7, 9])
 def test_single_cta_levels_clean_over_the_matrix(level):
-    for s, k, t in matrix(level, small=False):
+    for s, k, t in matrix(level):
         r = audit(protocol_for_level(level, k_iters=k, tiles=t, stages=s))
         assert r.ok, f"S={s} K={k} T={t}\n{r.render()}"
 
 
 @pytest.mark.parametrize("level,cluster", [(8, 2), (9, 2)])
 def test_cluster_levels_clean_over_the_matrix(level, cluster):
-    for s, k, t in matrix(level, small=not FULL, k_max=3 if level == 8 else 2):
+    for s, k, t in matrix(level):
         r = audit(protocol_for_level(level, k_iters=k, tiles=t, stages=s, cluster=cluster), max_states=5_000_000)
         assert r.ok, f"S={s} K={k} T={t}\n{r.render()}"

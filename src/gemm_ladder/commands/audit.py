@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-states", type=int, default=None, help="bound on explored states (default 2,000,000)")
     parser.add_argument("--split-multicast", action="store_true",
                         help="deliver each multicast load to each CTA as its own event (more interleavings)")
+    parser.add_argument("--full-search", action="store_true",
+                        help="explore every interleaving, without the reduced searches that decide first "
+                             "(slower; the same verdict)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--dump-protocol", type=Path, help="also write the audited protocol as JSON here")
 
@@ -60,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         args.dump_protocol.write_text(protocol.dumps())
     try:
         result = audit(protocol, max_states=args.max_states or DEFAULT_MAX_STATES,
-                       split_multicast=args.split_multicast)
+                       split_multicast=args.split_multicast, reduce=not args.full_search)
     except ProtocolError as exc:
         print(f"gemm-ladder audit: {exc}", file=sys.stderr)
         return 2

@@ -24,9 +24,24 @@ The shape of a level (``protocol_for_level``):
 * **L8 2-CTA cluster**: two CTAs, each with producer and consumer; A per CTA, B split in halves: each
   CTA's producer loads its half and multicasts it into both CTAs (bytes complete on both full
   barriers); empty count 2: each consumer arrives on its own and on the peer CTA's empty[s].
-* **L9 multi-consumer (cooperative)**: two consumer warpgroups read every stage of one tile; empty
-  count = consumers x cluster (cluster 1 by default, 2 as a variant); each warpgroup stages and
-  stores its half of the output.
+* **L9 multi-consumer (cooperative)**: two consumer warpgroups read every stage of one 128x256 tile;
+  empty count = consumers x cluster (cluster 1 by default, 2 with B multicast as in L8; the kernel's
+  ring is 4 stages, the audit defaults to 2). Epilogue as the kernel ships it: each consumer
+  warpgroup i stores its 64 x 256 fragment as P = 4 column panels (64 columns, 128 B) through its
+  own staging ring of R = 2 panel buffers ``D{i}.0``, ``D{i}.1`` (64 x 128 B each) with its own store
+  issuer (thread 0; named barrier 2+i, 128 threads, orders it with its warpgroup): for running panel
+  q = tile * P + p, ``wait_group.read 1`` (R - 1; so the group of panel q - 2, the last to read
+  buffer q % 2, has finished), write buffer q % 2, TMA store + ``commit_group`` (one bulk group per
+  panel); ``wait_group.read 0`` before exit. No staging is shared between the consumers. The epilogue
+  overlaps the next tile's main loop (``deferred_panels`` = P - R = 2): panels 0, 1 go out after the
+  tile's main loop, panels 2, 3 in K iterations 0, 1 of the next tile right after their wgmma is
+  issued (after its main loop if K = 1; at once after the CTA's last tile). The audit unrolls the
+  shipped P = 4 (the epilogue is private to its warpgroup, so the search takes it with the step
+  before it and P costs almost no states). That bound suffices: the buffer rotation has period
+  R = 2, which divides P, so panel p of every tile uses buffer p % 2 and every tile repeats the
+  first's pattern; within one tile each buffer is already reused with R - 1 = 1 newer group in
+  flight (the hazard the wait guards), and tiles >= 2 add the reuses across the tile boundary,
+  with the next tile's loads and wgmma in between.
 
 Levels 4 and 5 are not persistent: a CTA computes one tile with freshly initialised barriers, so their
 ``tiles`` argument is recorded as 1.
@@ -38,9 +53,14 @@ import math
 
 from gemm_ladder.design.protocol import Barrier, Buffer, Op, Protocol, Role
 
-__all__ = ["build_ring_protocol", "protocol_for_level", "protocol_from_plan", "LEVELS", "PlanFormatError"]
+__all__ = ["build_ring_protocol", "protocol_for_level", "protocol_from_plan", "LEVELS", "PlanFormatError",
+           "L9_STAGING_BUFFERS", "L9_PANELS_PER_TILE"]
 
 LEVELS = (4, 5, 6, 7, 8, 9)
+
+#: Level 9's epilogue: R staging buffers per consumer warpgroup, P column panels (bulk groups) per tile.
+L9_STAGING_BUFFERS = 2
+L9_PANELS_PER_TILE = 4
 
 #: bf16 operand tiles of the ladder's default shape: BM=128, BN=128 (256 at level 9), BK=64.
 _ELEM = 2
@@ -57,7 +77,10 @@ def build_ring_protocol(*, name: str = "ring", stages: int, k_iters: int, tiles:
                         release_weight: int = 1, consumer_threads: int = 128,
                         carry_phase: bool = True, full_wait: bool = True, empty_wait: bool = True,
                         remote_release: bool = True, drain_staging_before_reuse: bool = True,
-                        final_store_wait: bool = True, bm: int = 128, bn: int = 128, bk: int = 64,
+                        final_store_wait: bool = True, staging_buffers: int = 1, panels_per_tile: int = 1,
+                        deferred_panels: int = 0, staging_wait_pending: int | None = None,
+                        shared_staging: bool = False,
+                        bm: int = 128, bn: int = 128, bk: int = 64,
                         elem_bytes: int = _ELEM, bounds: dict | None = None) -> Protocol:
     """Unroll a stage-ring protocol for ``tiles`` tiles of ``k_iters`` K iterations per CTA.
 
@@ -74,14 +97,42 @@ def build_ring_protocol(*, name: str = "ring", stages: int, k_iters: int, tiles:
         full_initial_phase, empty_initial_phase: parity of the first wait (0 and 1 in a right design).
         release_weight: arrivals per consumer release (1: one elected thread; consumer_threads: every
             thread arrives, the ``__syncthreads`` form of level 4).
+        staging_buffers: R, the output staging ring of each consumer warpgroup (its own buffers
+            ``D{i}.0 .. D{i}.R-1``, or ``D`` / ``D{i}`` when R = 1), each (bm / consumers) rows x
+            (bn / panels_per_tile) columns.
+        panels_per_tile: P, the column panels a consumer stores a tile as, one TMA store and one bulk
+            group (``commit_group``) each; panel p of tile t is the consumer's running panel
+            q = t * P + p and goes through staging buffer q % R.
+        deferred_panels: D, the last panels of each tile that wait in registers and are stored in the
+            next tile's first D K iterations, one each right after that iteration's wgmma is issued
+            (before its release); those its K iterations do not reach go after its main loop, and
+            the CTA's last tile stores them at once (level 9: D = P - R). 0: all at the tile's end.
+        staging_wait_pending: the ``wait_group.read`` count before a staging buffer is written again
+            (default R - 1: at most R - 1 newer groups may still read, so the group that last read
+            buffer q % R, panel q - R, has finished). The wait is issued before every panel but the
+            role's first (there no group is in flight and the kernel's wait is a no-op).
+
+    Each consumer stores panel q (in order of q) as: ``wait_group.read pending`` (q > 0), write
+    staging q % R, TMA store + ``commit_group`` (the store issuer is thread 0 of the warpgroup; the
+    named barriers that order its wait, the 128 threads' ``st.shared`` and its store are inside one
+    role, see the auditor's limits); panels 0..P-D-1 of a tile after its main loop, panels P-D..P-1
+    as ``deferred_panels`` says; after the last tile ``wait_group.read 0``.
 
     Fault switches (True/right by default): ``carry_phase`` (False: stage and phase counters restart at
     each tile), ``full_wait`` / ``empty_wait`` (False: drop those waits), ``remote_release`` (False: a
     consumer arrives only on its own CTA's empty barrier), ``drain_staging_before_reuse`` (False: no
-    wait_group before writing staging again), ``final_store_wait``.
+    wait_group before writing staging again), ``final_store_wait``, ``staging_wait_pending`` (R: one
+    group too many left reading), ``shared_staging`` (True: the consumers of a CTA share one staging
+    ring, ``D.0 .. D.R-1``, each with its own store issuer and bulk groups and no synchronisation
+    between them).
     """
-    if stages < 1 or k_iters < 1 or tiles < 1 or consumers < 1 or cluster < 1:
-        raise ValueError("stages, k_iters, tiles, consumers and cluster must all be >= 1")
+    if min(stages, k_iters, tiles, consumers, cluster, staging_buffers, panels_per_tile) < 1:
+        raise ValueError("stages, k_iters, tiles, consumers, cluster, staging_buffers and panels_per_tile "
+                         "must all be >= 1")
+    if not 0 <= deferred_panels <= panels_per_tile:
+        raise ValueError(f"deferred_panels must be 0..panels_per_tile ({panels_per_tile}), not {deferred_panels}")
+    if staging_wait_pending is None:
+        staging_wait_pending = staging_buffers - 1
     if not warp_specialized and consumers != 1:
         raise ValueError("without warp specialization the issuing thread sits in the one consumer warpgroup: "
                          "consumers must be 1")
@@ -98,8 +149,13 @@ def build_ring_protocol(*, name: str = "ring", stages: int, k_iters: int, tiles:
     barriers = [Barrier("full", full_count, full_initial_phase, stages),
                 Barrier("empty", empty_count, empty_initial_phase, stages)]
     buffers = [Buffer("A", stages, a_bytes)] + [Buffer(n, stages, b_bytes // b_parts) for n in b_names]
-    staging = ["D"] if consumers == 1 else [f"D{i}" for i in range(consumers)]
-    buffers += [Buffer(n, 1, bm * bn * elem_bytes // consumers, kind="staging") for n in staging]
+    # staging[i][b]: buffer b of consumer i's ring (the same names for every consumer when shared).
+    rings = 1 if (shared_staging or consumers == 1) else consumers
+    prefixes = ["D"] if rings == 1 else [f"D{i}" for i in range(rings)]
+    ring_names = [[n] if staging_buffers == 1 else [f"{n}.{b}" for b in range(staging_buffers)] for n in prefixes]
+    staging = [ring_names[i % rings] for i in range(consumers)]
+    panel_bytes = (bm // consumers) * (bn // panels_per_tile) * elem_bytes
+    buffers += [Buffer(n, 1, panel_bytes, kind="staging") for ring in ring_names for n in ring]
 
     # The ring schedule: the counter a kernel keeps (maybe reset per tile: the fault) gives stage and
     # parity; the true number of earlier uses of that stage gives the phase the wait must see.
@@ -139,14 +195,48 @@ def build_ring_protocol(*, name: str = "ring", stages: int, k_iters: int, tiles:
                           note="consumer_release"))
         return ops
 
-    def epilogue(i: int, t: int) -> list[Op]:
+    early = panels_per_tile - deferred_panels  # panels stored at the end of their own tile
+
+    def panel(i: int, t: int, p: int) -> list[Op]:
+        """Consumer i stores panel p of tile t: wait_group.read, write staging q % R, store + commit."""
+        q = t * panels_per_tile + p
+        buf = staging[i][q % staging_buffers]
+        tag_panel = None if panels_per_tile == 1 else p
         ops = []
-        if t > 0 and drain_staging_before_reuse:
-            ops.append(Op("store_wait", pending=0, note="drain the previous tile's store before reuse"))
-        ops.append(Op("write_staging", buffers=(staging[i],), tag=t))
-        ops.append(Op("store_commit", buffers=(staging[i],), tag=t))
-        if t == tiles - 1 and final_store_wait:
-            ops.append(Op("store_wait", pending=0, note="drain before exit"))
+        if q > 0 and drain_staging_before_reuse:
+            whole = panels_per_tile == 1 and staging_buffers == 1
+            why = ("drain the previous tile's store before reuse" if whole
+                   else f"issuer, before reuse of {buf}; then named barrier")
+            ops.append(Op("store_wait", pending=staging_wait_pending, note=why))
+        ops.append(Op("write_staging", buffers=(buf,), tag=t, panel=tag_panel,
+                      note="" if tag_panel is None else "st.shared; fence.proxy.async; named barrier"))
+        ops.append(Op("store_commit", buffers=(buf,), tag=t, panel=tag_panel))
+        return ops
+
+    def iteration(c: int, i: int, g: int) -> list[Op]:
+        """K iteration g of consumer i: its wait, wgmma and release, with a deferred panel of the
+        previous tile stored right after the wgmma is issued when the schedule puts one there."""
+        ops = consume(c, g)
+        t, kt = divmod(g, k_iters)
+        if t > 0 and kt < deferred_panels:
+            at = next(j for j, op in enumerate(ops) if op.op == "consume") + 1
+            ops[at:at] = panel(i, t - 1, early + kt)
+        return ops
+
+    def tile_end(i: int, t: int) -> list[Op]:
+        """After tile t's main loop: the previous tile's deferred panels its K iterations did not
+        take, this tile's early panels; after the last tile its deferred panels and the final drain."""
+        ops = []
+        if t > 0:
+            for p in range(early + k_iters, panels_per_tile):
+                ops += panel(i, t - 1, p)
+        for p in range(early):
+            ops += panel(i, t, p)
+        if t == tiles - 1:
+            for p in range(early, panels_per_tile):
+                ops += panel(i, t, p)
+            if final_store_wait:
+                ops.append(Op("store_wait", pending=0, note="drain before exit"))
         return ops
 
     roles: list[Role] = []
@@ -157,9 +247,9 @@ def build_ring_protocol(*, name: str = "ring", stages: int, k_iters: int, tiles:
             for i in range(consumers):
                 prog = []
                 for g in range(total):
-                    prog += consume(c, g)
+                    prog += iteration(c, i, g)
                     if g % k_iters == k_iters - 1:
-                        prog += epilogue(i, g // k_iters)
+                        prog += tile_end(i, g // k_iters)
                 cname = f"cta{c}.consumer" if consumers == 1 else f"cta{c}.consumer{i}"
                 roles.append(Role(cname, "consumer", c, consumer_threads, prog))
         else:
@@ -167,15 +257,17 @@ def build_ring_protocol(*, name: str = "ring", stages: int, k_iters: int, tiles:
             for g in range(min(stages, total)):
                 prog += produce(c, g)
             for g in range(total):
-                prog += consume(c, g)
+                prog += iteration(c, 0, g)
                 if g + stages < total:
                     prog += produce(c, g + stages)
                 if g % k_iters == k_iters - 1:
-                    prog += epilogue(0, g // k_iters)
+                    prog += tile_end(0, g // k_iters)
             roles.append(Role(f"cta{c}.wg", "issuer_consumer", c, consumer_threads, prog))
 
     b = {"stages": stages, "k_iters": k_iters, "tiles_per_cta": tiles, "consumers": consumers,
          "cluster": cluster, "warp_specialized": warp_specialized, "multicast": multicast}
+    if staging_buffers > 1 or panels_per_tile > 1:
+        b.update(staging_buffers=staging_buffers, panels_per_tile=panels_per_tile, deferred_panels=deferred_panels)
     if bounds:
         b.update(bounds)
     return Protocol(name=name, ctas=cluster, roles=roles, barriers=barriers, buffers=buffers, bounds=b)
@@ -185,9 +277,11 @@ def protocol_for_level(n: int, k_iters: int = 3, tiles: int = 2, *, stages: int 
                        cluster: int | None = None, consumers: int | None = None, **overrides) -> Protocol:
     """The protocol of ladder level ``n`` (4..9) unrolled for ``k_iters`` K iterations and ``tiles``.
 
-    ``stages`` defaults to 1 at level 4 (its only value) and 2 elsewhere (small, so a default audit is quick); ``cluster`` to 2 at level 8
-    and 1 at level 9 (2 is its clustered variant); ``consumers`` to 2 at level 9. ``overrides`` go to
-    :func:`build_ring_protocol` (fault switches, counts, phases).
+    ``stages`` defaults to 1 at level 4 (its only value) and 2 elsewhere (small, so a default audit is
+    quick; level 9's kernel runs 4); ``cluster`` to 2 at level 8 and 1 at level 9 (2 is its clustered
+    variant); ``consumers`` to 2 at level 9, whose epilogue is the shipped panel-wise one
+    (``staging_buffers`` = 2, ``panels_per_tile`` = 4, ``deferred_panels`` = 2). ``overrides`` go to
+    :func:`build_ring_protocol` (fault switches, counts, phases, the epilogue's shape).
     """
     if n not in LEVELS:
         raise ValueError(f"levels with a stage-ring protocol are {LEVELS[0]}..{LEVELS[-1]}, not {n}")
@@ -207,7 +301,9 @@ def protocol_for_level(n: int, k_iters: int = 3, tiles: int = 2, *, stages: int 
             kw.update(tiles=tiles, warp_specialized=True, cluster=2 if cluster is None else cluster)
         else:
             kw.update(tiles=tiles, warp_specialized=True, cluster=1 if cluster is None else cluster,
-                      consumers=2 if consumers is None else consumers, bn=256)
+                      consumers=2 if consumers is None else consumers, bn=256,
+                      staging_buffers=L9_STAGING_BUFFERS, panels_per_tile=L9_PANELS_PER_TILE,
+                      deferred_panels=L9_PANELS_PER_TILE - L9_STAGING_BUFFERS)
     if n != 9 and consumers not in (None, 1) and n >= 7:
         kw["consumers"] = consumers
     if n < 8 and cluster not in (None, 1):

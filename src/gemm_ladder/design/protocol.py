@@ -16,7 +16,8 @@ Vocabulary (the CuTe verbs in brackets):
   barriers; 1 for empty barriers, whose first producer wait must pass on a fresh barrier). The hardware
   always starts a barrier in phase 0; builders derive every wait's parity from ``initial_phase``.
 * A **buffer** is a region of shared memory, one per (CTA, stage): an operand stage (``A``, ``B``) or
-  an output staging buffer (``kind="staging"``, one stage).
+  an output staging buffer (``kind="staging"``, one stage; a staging ring of R buffers is R of them,
+  ``D0.0``, ``D0.1``, ...).
 * An **op** is one step of a program, see :class:`Op`.
 """
 
@@ -36,8 +37,9 @@ OP_KINDS = {
     "consume": "wgmma reads of `buffers`[stage] (issue through retirement, treated as one atomic read)",
     "read_begin": "wgmma issued on `buffers`[stage]: reads start (stay in flight until read_end)",
     "read_end": "wgmma.wait_group retired the MMA of `tag` on `buffers`[stage]: reads done",
-    "write_staging": "the epilogue's st.shared into staging buffer `buffers`[0]",
-    "store_commit": "TMA store from staging buffer `buffers`[0] + cp.async.bulk.commit_group",
+    "write_staging": "the epilogue's st.shared of tile `tag` (column panel `panel`) into staging buffer `buffers`[0]",
+    "store_commit": "TMA store of tile `tag` (panel `panel`) from staging buffer `buffers`[0] + "
+                    "cp.async.bulk.commit_group (one bulk group)",
     "store_wait": "cp.async.bulk.wait_group.read `pending` (blocks until at most `pending` groups of this role remain)",
 }
 
@@ -48,6 +50,8 @@ class Op:
 
     ``tag`` names the data: the global load index (tile * k_iters + k) a load writes or a read expects,
     or the tile index an epilogue step belongs to. It is the ground truth the checker compares against.
+    ``panel`` (epilogue steps only, optional) is the column panel of that tile when the epilogue stores
+    a tile as several panels, one bulk group each; None: the whole tile (or the role's part of it).
     ``phase`` (waits only, optional) is the absolute phase index whose completion the waiter means to
     see (-1: the virtual phase before init, which a parity-1 wait on a fresh barrier sees); with it the
     checker reports a wait that passes on an older phase or a waiter two phases behind (aliasing).
@@ -65,6 +69,7 @@ class Op:
     buffers: tuple[str, ...] = ()
     dests: tuple[int, ...] | None = None
     tag: int | None = None
+    panel: int | None = None
     pending: int = 0
     note: str = ""
 
@@ -120,10 +125,11 @@ class Op:
         if self.op in ("consume", "read_begin", "read_end"):
             verb = {"consume": "wgmma reads", "read_begin": "wgmma issued on", "read_end": "wgmma retired on"}
             return f"{verb[self.op]} {bufs}[{self.stage}] expecting load{tag}"
-        if self.op == "write_staging":
-            return f"epilogue writes {bufs} (tile{tag})"
-        if self.op == "store_commit":
-            return f"TMA store from {bufs} (tile{tag}) + commit_group"
+        if self.op in ("write_staging", "store_commit"):
+            what = f"tile{self.tag}" + ("" if self.panel is None else f" panel{self.panel}")
+            if self.op == "write_staging":
+                return f"epilogue writes {bufs} ({what})"
+            return f"TMA store from {bufs} ({what}) + commit_group"
         if self.op == "store_wait":
             return f"wait_group.read {self.pending}"
         return self.op
