@@ -55,11 +55,12 @@ def test_level9_epilogue_is_the_shipped_panel_ring():
         waits = [op.pending for op in ops if op.op == "store_wait"]
         assert waits == [1] * 7 + [0]  # before every panel but the first; wait_group.read 0 at exit
         # overlap: panels 2 and 3 of tile 0 go out in tile 1's K iterations 0 and 1 (global 2, 3),
-        # right after the wgmma is issued and before the stage is released
+        # right after the wgmma is issued; in iteration 1 the release of stage k#2 follows (iteration 0
+        # releases nothing: tile 0's last stage was released at its end, after wait_group 0)
         prog = [op.op if op.op != "store_commit" else ("store", op.tag, op.panel) for op in role.program]
-        for g, panel in ((2, 2), (3, 3)):
+        for g, panel, then in ((2, 2, "wait"), (3, 3, "arrive")):
             at = next(j for j, op in enumerate(role.program) if op.op == "consume" and op.tag == g)
-            assert prog[at + 1:at + 5] == ["store_wait", "write_staging", ("store", 0, panel), "arrive"]
+            assert prog[at + 1:at + 5] == ["store_wait", "write_staging", ("store", 0, panel), then]
     assert audit(p).ok
 
 
@@ -343,3 +344,26 @@ def test_protocol_from_plan_lists_missing_keys():
 def test_build_rejects_non_ws_multi_consumer():
     with pytest.raises(ValueError, match="consumers must be 1"):
         build_ring_protocol(stages=2, k_iters=1, consumers=2)
+
+
+@pytest.mark.parametrize("warp_specialized", [False, True])
+def test_release_after_the_next_wgmma_needs_two_stages(warp_specialized):
+    """Levels 5-9 release stage k only after issuing the wgmma of k + 1 (release_lag=1). With one stage
+    that is a deadlock, which is why their kernels static_assert STAGES >= 2; with two it is clean."""
+    one = audit(build_ring_protocol(stages=1, k_iters=2, release_lag=1, warp_specialized=warp_specialized))
+    v = first(one, "deadlock")
+    assert "full" in v.message, one.render()
+    two = audit(build_ring_protocol(stages=2, k_iters=3, tiles=2, release_lag=1, warp_specialized=warp_specialized))
+    assert two.ok, two.render()
+
+
+def test_level_protocols_release_as_the_kernels_do():
+    """The consumer's release of stage k comes after its read of stage k + 1 (levels 5-9, two or more
+    stages), and a tile's last stage is released before its epilogue's first staging write."""
+    p = protocol_for_level(7, k_iters=3, tiles=2, stages=2)
+    cons = next(r for r in p.roles if r.kind == "consumer")
+    seq = [(op.op, op.tag if op.op == "consume" else op.note) for op in cons.program
+           if op.op in ("consume", "arrive", "write_staging")]
+    assert seq[:5] == [("consume", 0), ("consume", 1), ("arrive", "consumer_release k#0"), ("consume", 2),
+                       ("arrive", "consumer_release k#1")]
+    assert seq[5:7] == [("arrive", "consumer_release k#2"), ("write_staging", "")]

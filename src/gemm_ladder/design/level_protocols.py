@@ -14,8 +14,12 @@ The shape of a level (``protocol_for_level``):
   Epilogue: write staging, store, commit_group, wait_group 0.
 * **L5 pipeline**: S stages, ``full`` (count 1 + tx) and ``empty`` (count 1: one elected thread arrives
   once the warpgroup's wgmma on that stage retired). Prologue issues min(S, K) loads; steady state
-  waits full[k%S] parity (k/S)%2, computes, releases empty[k%S], and the same thread waits empty[s]
-  parity ((k/S)%2)^1 before issuing load k+S into it. One tile per CTA.
+  waits full[k%S] parity (k/S)%2 and issues the wgmma of k; ``wgmma.wait_group 1`` then proves the
+  one of k-1 done, so it releases empty[(k-1)%S] (``release_lag`` = 1, as in levels 6-9; a tile's
+  last stage after ``wait_group 0``), and the same thread waits that empty barrier, parity
+  (((k-1)/S)%2)^1, before issuing load k-1+S into it. One tile per CTA. Releasing one iteration late
+  needs S >= 2 (with one stage it deadlocks, which the audit shows), so the kernels of levels 5-9
+  static_assert it; a one-stage audit of these levels models the release right after the read.
 * **L6 persistent**: L5's ring carried across the tiles of a CTA (the iteration counter, hence stage
   and phase, continues), an epilogue per tile; before writing staging again the previous tile's store
   is drained (wait_group 0).
@@ -79,7 +83,7 @@ def build_ring_protocol(*, name: str = "ring", stages: int, k_iters: int, tiles:
                         remote_release: bool = True, drain_staging_before_reuse: bool = True,
                         final_store_wait: bool = True, staging_buffers: int = 1, panels_per_tile: int = 1,
                         deferred_panels: int = 0, staging_wait_pending: int | None = None,
-                        shared_staging: bool = False,
+                        shared_staging: bool = False, release_lag: int = 0,
                         bm: int = 128, bn: int = 128, bk: int = 64,
                         elem_bytes: int = _ELEM, bounds: dict | None = None) -> Protocol:
     """Unroll a stage-ring protocol for ``tiles`` tiles of ``k_iters`` K iterations per CTA.
@@ -112,6 +116,12 @@ def build_ring_protocol(*, name: str = "ring", stages: int, k_iters: int, tiles:
             buffer q % R, panel q - R, has finished). The wait is issued before every panel but the
             role's first (there no group is in flight and the kernel's wait is a no-op).
 
+        release_lag: 0, a consumer releases stage k right after reading it (level 4: its
+            ``__syncthreads``, ``wgmma.wait_group 0``); 1, as levels 5-9 do: ``wgmma.wait_group 1``
+            after issuing the wgmma of k + 1 proves the one of k done, so stage k is released then,
+            and a tile's last stage after its ``wait_group 0``. The issuing thread of levels 5-6
+            refills each stage right after releasing it.
+
     Each consumer stores panel q (in order of q) as: ``wait_group.read pending`` (q > 0), write
     staging q % R, TMA store + ``commit_group`` (the store issuer is thread 0 of the warpgroup; the
     named barriers that order its wait, the 128 threads' ``st.shared`` and its store are inside one
@@ -131,6 +141,8 @@ def build_ring_protocol(*, name: str = "ring", stages: int, k_iters: int, tiles:
                          "must all be >= 1")
     if not 0 <= deferred_panels <= panels_per_tile:
         raise ValueError(f"deferred_panels must be 0..panels_per_tile ({panels_per_tile}), not {deferred_panels}")
+    if release_lag not in (0, 1):
+        raise ValueError(f"release_lag is 0 (release after the read) or 1 (after the next wgmma), not {release_lag}")
     if staging_wait_pending is None:
         staging_wait_pending = staging_buffers - 1
     if not warp_specialized and consumers != 1:
@@ -182,17 +194,24 @@ def build_ring_protocol(*, name: str = "ring", stages: int, k_iters: int, tiles:
             ops.append(Op("issue_load", "full", s, buffers=("B",), bytes=b_bytes, tag=g))
         return ops
 
+    def release(c: int, g: int) -> list[Op]:
+        s = sched[g][0]
+        return [Op("arrive", "empty", s, cta=None if (c + j) % cluster == c else (c + j) % cluster,
+                   count=release_weight, note=f"consumer_release k#{g}") for j in range(release_ctas)]
+
     def consume(c: int, g: int) -> list[Op]:
+        """Wait for stage k#g and read it; with release_lag 0 also release it, with 1 release k#g-1
+        (not across a tile start: a tile's last stage is released at its end)."""
         s, r, true_r = sched[g]
         ops = []
         if full_wait:
             ops.append(Op("wait", "full", s, parity=(r + full_initial_phase) % 2, phase=true_r,
                           note=f"consumer_wait k#{g}"))
         ops.append(Op("consume", stage=s, buffers=("A",) + b_names, tag=g))
-        for j in range(release_ctas):
-            target = (c + j) % cluster
-            ops.append(Op("arrive", "empty", s, cta=None if target == c else target, count=release_weight,
-                          note="consumer_release"))
+        if release_lag == 0:
+            ops += release(c, g)
+        elif g % k_iters > 0:
+            ops += release(c, g - 1)
         return ops
 
     early = panels_per_tile - deferred_panels  # panels stored at the end of their own tile
@@ -249,6 +268,8 @@ def build_ring_protocol(*, name: str = "ring", stages: int, k_iters: int, tiles:
                 for g in range(total):
                     prog += iteration(c, i, g)
                     if g % k_iters == k_iters - 1:
+                        if release_lag:
+                            prog += release(c, g)  # after wgmma.wait_group 0
                         prog += tile_end(i, g // k_iters)
                 cname = f"cta{c}.consumer" if consumers == 1 else f"cta{c}.consumer{i}"
                 roles.append(Role(cname, "consumer", c, consumer_threads, prog))
@@ -258,9 +279,14 @@ def build_ring_protocol(*, name: str = "ring", stages: int, k_iters: int, tiles:
                 prog += produce(c, g)
             for g in range(total):
                 prog += iteration(c, 0, g)
-                if g + stages < total:
-                    prog += produce(c, g + stages)
+                freed = g - release_lag if (release_lag == 0 or g % k_iters > 0) else None
+                if freed is not None and freed + stages < total:
+                    prog += produce(c, freed + stages)  # refill the stage just released
                 if g % k_iters == k_iters - 1:
+                    if release_lag:
+                        prog += release(c, g)  # after wgmma.wait_group 0
+                        if g + stages < total:
+                            prog += produce(c, g + stages)
                     prog += tile_end(0, g // k_iters)
             roles.append(Role(f"cta{c}.wg", "issuer_consumer", c, consumer_threads, prog))
 
@@ -291,6 +317,11 @@ def protocol_for_level(n: int, k_iters: int = 3, tiles: int = 2, *, stages: int 
         kw = dict(stages=1, tiles=1, release_weight=128, warp_specialized=False)
     else:
         kw = dict(stages=2 if stages is None else stages)
+        # As the kernels do: release stage k after issuing the wgmma of k + 1 (wgmma.wait_group 1).
+        # With one stage that would deadlock (audit release_lag=1, stages=1 to see it), so the kernels
+        # of levels 5-9 refuse STAGES < 2 at compile time; a one-stage audit here models the
+        # release-after-read form (the designer's release_mode "current"), to keep fault searches small.
+        kw["release_lag"] = 1 if kw["stages"] >= 2 else 0
         if n == 5:
             kw.update(tiles=1, warp_specialized=False)
         elif n == 6:
