@@ -34,3 +34,12 @@ def test_cluster_levels_clean_over_the_matrix(level, cluster):
     for s, k, t in matrix(level):
         r = audit(protocol_for_level(level, k_iters=k, tiles=t, stages=s, cluster=cluster), max_states=5_000_000)
         assert r.ok, f"S={s} K={k} T={t}\n{r.render()}"
+
+
+def test_level9_audit_constants_are_the_shipped_kernels():
+    """The auditor's level-9 epilogue (R buffers, P panels) must be the one the kernel is built with."""
+    from gemm_ladder.design.level_protocols import L9_PANELS_PER_TILE, L9_STAGING_BUFFERS
+    from gemm_ladder.levels import LEVELS
+
+    d = LEVELS[9].defines("bf16")
+    assert (L9_STAGING_BUFFERS, L9_PANELS_PER_TILE) == (LEVELS[9].c_ring, d["GL_C_PANELS"]) == (d["GL_C_RING"], 4)

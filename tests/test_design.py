@@ -478,5 +478,7 @@ def test_c_ring_staging_buys_a_fourth_stage_at_level_9():
     assert "wait_group.read 1" in " ".join(p.store_protocol.steps)
     with pytest.raises(PlanRefused, match="at most 3 stages"):
         plan_gemm(8192, 8192, 8192, tile=(128, 256, 64), stages=4, cluster=2, consumers=2, persistent=True)
-    with pytest.raises(PlanRefused, match="pick one"):
-        plan_gemm(4096, 4096, 4096, stages=3, c_aliases_stages=True, c_ring=2)
+    with pytest.raises(PlanRefused, match="does not divide"):
+        plan_gemm(8192, 8192, 8192, tile=(128, 256, 64), stages=3, cluster=2, consumers=2, persistent=True, c_ring=3)
+    with pytest.raises(PlanRefused, match="two or more consumer warpgroups"):
+        plan_gemm(4096, 4096, 4096, stages=3, persistent=True, c_ring=2)

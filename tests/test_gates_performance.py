@@ -90,6 +90,6 @@ def test_time_fns_interleaves_rounds_and_times_each_callable():
     out = time_fns(fns, a, a, budget_s=0.001, rounds=3, warmup=1, min_repeats=6, max_repeats=6)
     assert set(out) == {"x", "y"} and all(t.repeats == 6 for t in out.values())
     timed = order[2 * (1 + 3):]  # after each callable's warm-up and probe calls
-    # three rounds, each 2 calls of x then 2 of y
-    assert timed == (["x"] * 2 + ["y"] * 2) * 3
+    # three rounds of 2 calls each, the first callable rotating: x y, y x, x y
+    assert timed == ["x"] * 2 + ["y"] * 4 + ["x"] * 4 + ["y"] * 2
     assert time_fns({}, a, a) == {}

@@ -59,11 +59,14 @@ def test_edge_shapes(number, dtype):
 @pytest.mark.parametrize("number", [4, 5, 6, 7, 8, 9])
 def test_ring_corner_cases_finish_and_are_right(number):
     """K = one K tile (the warp-specialized levels must not hang), K tiles fewer than and not a multiple
-    of the stage count, more tiles than SMs, and odd / prime tile counts for the clusters."""
+    of the stage count, more tiles than SMs, and odd / prime tile counts for the clusters; one K tile
+    (K = 64, K = 8) with more tiles than SMs, where level 9 stores a tile's deferred panels after the
+    next tile's main loop instead of inside it."""
     level = LEVELS[number]
     bm, bn, _ = level.tile
     shapes = [(bm, bn, 64), (bm, bn, 128), (bm, bn, 64 * (level.stages + 1)), (bm * 3, bn, 200),
-              (bm * 13, bn * 11, 72), (bm * 7 + 8, bn * 3 + 8, 64 * 5)]
+              (bm * 13, bn * 11, 72), (bm * 7 + 8, bn * 3 + 8, 64 * 5), (bm * 13, bn * 11, 64),
+              (bm * 13 + 8, bn * 11, 8)]
     for m, n, k in shapes:
         result = check_correctness(level, m, n, k, "bf16", device="cuda", domain=level.domain)
         assert result.status == "pass", (m, n, k, result)

@@ -429,6 +429,11 @@ def audit(protocol: Protocol, *, max_states: int = DEFAULT_MAX_STATES, trace_ste
         # counterexample of each kind (a reduced search's violations are real; kept if the full
         # search cannot finish without finding one)
         full = _search(cp, _Explorer(cp, split_multicast), static, max_states, trace_steps, stop_at_first)
+        if result is not None and full[3] and len(full[0]) == len(static):
+            # a reduced search explores a subset of the full search's runs: its violation must be
+            # found again; a complete, clean full search means the reduction is wrong, say so loudly
+            raise RuntimeError(f"auditor bug: the {mode} search found {result[0][len(static)].kind} in "
+                               f"{protocol.name!r} but the full search finished clean; please report this protocol")
         if result is None or len(full[0]) > len(static) or full[3]:
             result, reduction = full, "none"
     found, states, transitions, complete = result

@@ -164,6 +164,12 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
         )
     if c_ring < 0:
         raise PlanRefused("output staging", f"c_ring = {c_ring}: 0 (whole-tile staging) or the number of panel buffers per consumer")
+    if c_ring and (bn * e // 128) % c_ring:
+        raise PlanRefused("output staging", f"c_ring = {c_ring} does not divide the {bn * e // 128} column panels of a "
+                          f"{bm} x {bn} tile: panel p must always use buffer p % c_ring")
+    if c_ring and (consumers < 2 or producer_warpgroup is False):
+        raise PlanRefused("output staging", "c_ring gives each consumer warpgroup its own staging ring and store issuer "
+                          "(level 9): it needs two or more consumer warpgroups and a producer warpgroup")
     if (bn * e) % 128:
         raise PlanRefused("C panels", f"BN * {e} = {bn * e} bytes is not a whole number of 128-byte store panels (BN a multiple of {128 // e})")
     rows_per_wg = bm // consumers

@@ -98,7 +98,8 @@ def time_fns(
     """Time several callables on the same operands, interleaved: ``{name: Timing}``.
 
     Each callable gets about ``budget_s`` of timed calls (see :func:`time_fn` for the other
-    arguments), split into ``rounds`` rounds; each round times every callable in turn. A GPU that
+    arguments), split into ``rounds`` rounds; each round times every callable in turn, the first one
+    rotating from round to round. The repeat count is sized from an unspun probe (so it errs short). A GPU that
     warms up and lowers its clock during a run then slows every callable alike, instead of the ones
     timed last (on the H200, cuBLAS at 8192^3 read 719 TFLOP/s at the start of a one-minute run and
     682 at its end: bench/results/2026-11-29_l9_epilogue.json), so ratios between them hold.
@@ -138,10 +139,11 @@ def time_fns(
             spin[name] = int(SPIN_CLOCK_HZ * max(2e-5, 4e-3 * statistics.median(host[name])))
         host[name].clear()
         repeats = int(min(max_repeats, max(min_repeats, budget_s * 1e3 / max(probe, 1e-3))))
-        per_round[name] = max(1, -(-repeats // max(1, rounds)))
+        per_round[name] = max(1, repeats // max(1, rounds))
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(max(1, rounds)):
-        for name in fns:
+    names = list(fns)
+    for r in range(max(1, rounds)):
+        for name in names[r % len(names):] + names[:r % len(names)]:  # rotate who goes first each round
             times[name] += [one(name) for _ in range(per_round[name])]
     out = {}
     for name, ts in times.items():

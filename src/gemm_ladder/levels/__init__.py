@@ -120,7 +120,7 @@ LEVELS: dict[int, Level] = {
         domain=TMA_DOMAIN,
         perf=PerfExpectation(min_vs_cublas=0.9, min_vs_previous=1.0),
         tile=(128, 256, 64),
-        stages=4,  # fits beside per-consumer panel staging (c_ring); 3 with whole-tile staging
+        stages=4,  # fits beside the per-consumer panel rings (c_ring); a whole-tile staging left room for 3
         consumers=2,
         c_ring=2,
         cluster=2,

@@ -16,7 +16,7 @@ import torch
 
 from gemm_ladder.contract import Domain, check_operands, dtype_name, trivial_result
 from gemm_ladder.runtime.compiler import KERNEL_ROOT, CompiledKernel, compile_kernel
-from gemm_ladder.runtime.module import LoadedKernel, load
+from gemm_ladder.runtime.module import LoadedKernel, device_index, load
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,8 @@ class Level(abc.ABC):
     _kernels: dict = field(default_factory=dict, repr=False, compare=False)  # (dtype, device index) -> LoadedKernel
 
     def variant(self, **changes) -> "Level":
-        """A copy with ``changes`` applied (e.g. ``stages=3``) and empty caches: builds, tensor maps
-        and defines belong to one configuration and must not leak into another."""
+        """A copy with ``changes`` applied (e.g. ``stages=3``) and empty caches: builds, loaded kernels,
+        tensor maps and defines belong to one configuration and must not leak into another."""
         fresh = {f.name: type(getattr(self, f.name))() for f in dataclasses.fields(self) if f.name.startswith("_")}
         return dataclasses.replace(self, **fresh, **changes)
 
@@ -96,7 +96,7 @@ class Level(abc.ABC):
 
     def loaded(self, dtype: str, device: torch.device) -> LoadedKernel:
         """This level's kernel for ``dtype`` loaded on ``device`` (compiled first if needed)."""
-        key = (dtype, device.index)
+        key = (dtype, device_index(device))  # torch.device("cuda") means the current device
         kernel = self._kernels.get(key)  # on every launch's path: a dict lookup, not a build-and-load walk
         if kernel is None:
             g = self.geometry(dtype)

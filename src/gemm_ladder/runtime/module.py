@@ -169,7 +169,8 @@ def _load_once(key: tuple, read_cubin, kernel_name: str, index: int, *, threads:
         return kernel
 
 
-def _device_index(device: torch.device) -> int:
+def device_index(device: torch.device) -> int:
+    """The CUDA ordinal of ``device``; ``torch.device("cuda")`` (no index) means the current device."""
     return device.index if device.index is not None else torch.cuda.current_device()
 
 
@@ -178,7 +179,7 @@ def load(compiled: CompiledKernel, device: torch.device, *, threads: int, dynami
 
     Keyed by the build's cache key, which costs nothing per launch (this is on every launch's path).
     """
-    index = _device_index(device)
+    index = device_index(device)
     return _load_once((compiled.key, index), compiled.cubin.read_bytes, compiled.kernel_name, index,
                       threads=threads, dynamic_smem=dynamic_smem, cluster=cluster)
 
@@ -190,7 +191,7 @@ def load_cubin(cubin: Path, kernel_name: str, device: torch.device, *, threads: 
     Raises CudaError on driver errors (no such entry point, a cubin for another architecture).
     """
     data = Path(cubin).read_bytes()
-    index = _device_index(device)
+    index = device_index(device)
     key = (hashlib.sha256(data).hexdigest(), kernel_name, threads, dynamic_smem, cluster, index)
     return _load_once(key, lambda: data, kernel_name, index, threads=threads, dynamic_smem=dynamic_smem,
                       cluster=cluster)
