@@ -1,4 +1,6 @@
-"""Every level protocol (4..9) audits clean over the bounded matrix: stages 1..4 (level 4: 1),
+"""Every level protocol (4..9) audits clean over the bounded matrix: stages 1..4 (level 4: 1; the
+one-stage column of levels 5-9 audits the release-after-read form, since their kernels refuse one
+stage: see level_protocols.protocol_for_level),
 K iterations 1..5, tiles per CTA 1..3, the two-CTA protocols (level 8, level 9 clustered) included.
 Level 9 is its shipped epilogue (2 panel buffers per consumer warpgroup, 4 panels per tile).
 

@@ -4,8 +4,9 @@ Each entry's ``perf`` is what the performance gate holds the level to on shapes 
 gpu.MIN_TIMED_FLOPS: floors against cuBLAS set below the lowest ratio the level measured on the
 H200 over the square and llm sets in both dtypes (bench/results/2026-11-29_climb_{bf16,fp16}_edge_square_llm_hidden_launch.json:
 GPU time, launch latency hidden, levels and cuBLAS timed interleaved), and ``min_vs_previous=1.0``
-where the level claims to beat the one below. Levels 6 and 8 make no such claim; measured reasons
-(bf16, 8192^3 unless said, bench/results/2026-11-29_ladder_variants.json):
+where the level claims to beat the one below. Levels 6 and 8 make no such claim. Their reasons
+(bf16, 8192^3; the level-against-level figures from that climb, the variants from
+bench/results/2026-11-29_ladder_variants.json, a separate run):
 
 * **Level 6 < level 5** (436 vs 631 TFLOP/s). Three measured parts. Ring depth: level 6's output
   staging cannot overlay its ring (a persistent CTA stores one tile while loading the next), so it
@@ -16,14 +17,16 @@ where the level claims to beat the one below. Levels 6 and 8 make no such claim;
   level 6's 444 in the older timing of bench/results/2026-11-29_pipe_depth_sweep_L5_separate_staging.json
   and 2026-11-30_experiments_8192.json (~10%), which is not explained further.
 * **Level 8 < level 7** (672 vs 708). Level 8 with multicast off and the cluster kept ran 677 (665
-  with it, 698 for level 7 in that run): multicast buys nothing at this tile size, and the loss is
-  the pairing, every stage refill waiting for both CTAs' consumers. Level 9 keeps the cluster and
-  feeds two consumers from each multicast stage, and gains 1.07-1.13x over level 8.
+  with it, 698 for level 7 in that run): multicast buys nothing at this tile size, and the loss
+  comes with the cluster. Whether it is the pairing (every stage refill waits for both CTAs'
+  consumers) or fewer resident CTAs under the cluster constraint is a reading of the code, not
+  separated by a measurement. Level 9 keeps the cluster, feeds two consumers from each multicast
+  stage, and gains 1.06-1.13x over level 8 (both dtypes, every timed shape).
 * **Level 9 against cuBLAS** (bench/results/2026-11-30_l9_targets_bf16.json, 5 passes): 0.99x at
   4096^3, 1.02-1.06x (median 1.03) at 8192^3, llm geomean 1.016. At M = N = 4096 a line fit over K
-  gives level 9 and cuBLAS the same cost per K and fixed costs of 13.9 vs 12.3 us
-  (bench/results/2026-11-30_fixed_costs.json): the two are at parity there, not separated by an
-  overhead; at 8192^2 level 9 is 7% cheaper per K.
+  gives level 9 and cuBLAS the same cost per K (0.0416 vs 0.0413 us) and fixed costs of 13.9 vs
+  12.3 us (bench/results/2026-11-30_fixed_costs.json, one pass): the two are at parity there, not
+  separated by an overhead. (At 8192^2 a line does not fit either kernel: cuBLAS slows as K grows.)
 """
 
 from __future__ import annotations
