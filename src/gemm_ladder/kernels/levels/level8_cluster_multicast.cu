@@ -11,6 +11,7 @@
 // exit (no CTA leaves while the peer may still write to its shared memory). A tile count that is
 // odd in M is fine: the second CTA of the last pair loads zeros (fully out of bounds) and its store
 // is clipped away, while it still loads its half of B for its partner.
+#include "gemm_ladder/cluster_ring.cuh"
 #include "gemm_ladder/epilogue.cuh"
 #include "gemm_ladder/ptx/cluster.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
@@ -43,22 +44,8 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 
   if (warpgroup_index() == 0) {
     setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) {
-      int count = 0;
-      for (int unit = first_unit; unit < sched.total; unit += unit_stride) {
-        int um, tn;
-        sched.coords(unit, um, tn);
-        const int tm = um * GL_CLUSTER + rank;
-        for (int kt = 0; kt < k_tiles; ++kt, ++count) {
-          const int s = count % STAGES;
-          mbarrier_wait(smem.empty(s), ((count / STAGES) & 1) ^ 1);
-          mbarrier_arrive_expect_tx(smem.full(s), GL_EXPECT_TX_BYTES);
-          tma_load_2d(smem.a(s), &map_a, smem.full(s), kt * BK, tm * BM);
-          tma_load_2d_multicast(smem.b(s) + rank * GL_B_BOX_ROWS * BK, &map_b, smem.full(s), kt * BK,
-                                tn * BN + rank * GL_B_BOX_ROWS, (1 << GL_CLUSTER) - 1);
-        }
-      }
-    }
+    if (threadIdx.x == 0)
+      produce_multicast_stages(smem, &map_a, &map_b, sched, k_tiles, rank, first_unit, unit_stride);
   } else {
     setmaxnreg_inc<232>();
     const bool elected = threadIdx.x == kStoreIssuer;
@@ -77,13 +64,13 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         wgmma_commit();
         wgmma_wait<1>();
         if (kt > 0 && elected)
-          for (int r = 0; r < GL_CLUSTER; ++r) mbarrier_arrive_cluster(smem.empty((count - 1) % STAGES), r);
+          release_stage_to_cluster(smem, (count - 1) % STAGES);
       }
       wgmma_wait<0>();
       fence_accumulators(d[0]);
       fence_accumulators(d[1]);
       if (elected) {
-        for (int r = 0; r < GL_CLUSTER; ++r) mbarrier_arrive_cluster(smem.empty((count - 1) % STAGES), r);
+        release_stage_to_cluster(smem, (count - 1) % STAGES);
         tma_store_wait_read<0>();
       }
       named_barrier_sync(1, 128);

@@ -14,6 +14,7 @@
 // to the output dtype (64 registers), and panel p is staged and stored in K iteration p of the
 // next tile, right after that iteration's wgmma is issued, so the tensor cores are not left idle
 // while the outputs drain.
+#include "gemm_ladder/cluster_ring.cuh"
 #include "gemm_ladder/epilogue.cuh"
 #include "gemm_ladder/ptx/cluster.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
@@ -71,22 +72,8 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
 
   if (warpgroup_index() == 0) {
     setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) {
-      int count = 0;
-      for (int unit = first_unit; unit < sched.total; unit += unit_stride) {
-        int um, tn;
-        sched.coords(unit, um, tn);
-        const int tm = um * GL_CLUSTER + rank;
-        for (int kt = 0; kt < k_tiles; ++kt, ++count) {
-          const int s = count % STAGES;
-          mbarrier_wait(smem.empty(s), ((count / STAGES) & 1) ^ 1);
-          mbarrier_arrive_expect_tx(smem.full(s), GL_EXPECT_TX_BYTES);
-          tma_load_2d(smem.a(s), &map_a, smem.full(s), kt * BK, tm * BM);
-          tma_load_2d_multicast(smem.b(s) + rank * GL_B_BOX_ROWS * BK, &map_b, smem.full(s), kt * BK,
-                                tn * BN + rank * GL_B_BOX_ROWS, (1 << GL_CLUSTER) - 1);
-        }
-      }
-    }
+    if (threadIdx.x == 0)
+      produce_multicast_stages(smem, &map_a, &map_b, sched, k_tiles, rank, first_unit, unit_stride);
   } else {
     setmaxnreg_inc<232>();
     const int consumer = warpgroup_index() - 1;
@@ -115,12 +102,12 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
           store_panel(kEarlyPanels + kt, packed, ring, &map_c, out_n0(prev), out_m0(prev), bar, elected);
         wgmma_wait<1>();
         if (kt > 0 && elected)
-          for (int r = 0; r < GL_CLUSTER; ++r) mbarrier_arrive_cluster(smem.empty((count - 1) % STAGES), r);
+          release_stage_to_cluster(smem, (count - 1) % STAGES);
       }
       wgmma_wait<0>();
       fence_accumulators(d);
       if (elected)
-        for (int r = 0; r < GL_CLUSTER; ++r) mbarrier_arrive_cluster(smem.empty((count - 1) % STAGES), r);
+        release_stage_to_cluster(smem, (count - 1) % STAGES);
       if (unit != first_unit)  // fewer K iterations than deferred panels: finish the previous tile first
         for (int p = kEarlyPanels + k_tiles; p < GL_C_PANELS; ++p)
           store_panel(p, packed, ring, &map_c, out_n0(prev), out_m0(prev), bar, elected);
