@@ -81,10 +81,13 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     uint8_t* const ring = smem.c() + consumer * GL_C_RING * GL_SMEM_C_PANEL_BYTES;
     const int bar = kFirstStoreBarrier + consumer;
     uint32_t packed[BN / 4];  // the previous tile's outputs; its last kDeferredPanels are still to be stored
-    // Where consumer `consumer`'s rows of work unit `unit` go (the previous unit's, for its deferred
-    // panels, is recomputed rather than kept: registers are what this loop is short of).
-    auto out_n0 = [&](int unit) { int um, tn; sched.coords(unit, um, tn); return tn * BN; };
-    auto out_m0 = [&](int unit) { int um, tn; sched.coords(unit, um, tn); return (um * GL_CLUSTER + rank) * BM + 64 * consumer; };
+    // Store panel p of this consumer's rows of work unit `unit`, its place recomputed from the unit
+    // rather than kept from the tile before: registers are what this loop is short of.
+    auto store_panel_of = [&](int unit, int p) {
+      int um, tn;
+      sched.coords(unit, um, tn);
+      store_panel(p, packed, ring, &map_c, tn * BN, (um * GL_CLUSTER + rank) * BM + 64 * consumer, bar, elected);
+    };
     int count = 0;
     for (int unit = first_unit; unit < sched.total; unit += unit_stride) {
       int um, tn;
@@ -99,7 +102,7 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
         mma_k_tile<BN>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), kt > 0);
         wgmma_commit();
         if (kt < kDeferredPanels && unit != first_unit)  // runs while this K iteration's wgmma does
-          store_panel(kEarlyPanels + kt, packed, ring, &map_c, out_n0(prev), out_m0(prev), bar, elected);
+          store_panel_of(prev, kEarlyPanels + kt);
         wgmma_wait<1>();
         if (kt > 0 && elected)
           release_stage_to_cluster(smem, (count - 1) % STAGES);
@@ -110,7 +113,7 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
         release_stage_to_cluster(smem, (count - 1) % STAGES);
       if (unit != first_unit)  // fewer K iterations than deferred panels: finish the previous tile first
         for (int p = kEarlyPanels + k_tiles; p < GL_C_PANELS; ++p)
-          store_panel(p, packed, ring, &map_c, out_n0(prev), out_m0(prev), bar, elected);
+          store_panel_of(prev, p);
       pack_fragment<BN>(packed, d);
 #pragma unroll
       for (int p = 0; p < kEarlyPanels; ++p)
@@ -119,7 +122,7 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     if (first_unit < sched.total) {  // the last tile's deferred panels
       const int last = first_unit + (sched.total - 1 - first_unit) / unit_stride * unit_stride;
       for (int p = kEarlyPanels; p < GL_C_PANELS; ++p)
-        store_panel(p, packed, ring, &map_c, out_n0(last), out_m0(last), bar, elected);
+        store_panel_of(last, p);
     }
     if (elected) tma_store_wait_read<0>();
   }
