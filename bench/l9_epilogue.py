@@ -25,40 +25,18 @@ Each variant's output is checked against a float64 reference on its first 256 ro
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
 from pathlib import Path
 
 import torch
+from variants import check_targets, with_defines, with_source
 
 from gemm_ladder.contract import cublas
 from gemm_ladder.gates.climb import run_meta, write_json
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.levels import LEVELS
-
-
-def with_source(level, path: Path, **changes):
-    """``level`` with ``changes``, compiled from the kernel file at ``path`` instead of its own."""
-    base = level.variant(**changes)
-
-    class FromFile(type(base)):
-        def translation_unit(self, dtype):
-            return f'#include "{path.resolve()}"\n'
-
-    return FromFile(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
-
-
-def with_defines(level, extra: dict, **changes):
-    """``level`` with ``changes`` and extra ``-D`` constants (an experiment's knob)."""
-    base = level.variant(**changes)
-
-    class Extra(type(base)):
-        def defines(self, dtype):
-            return {**super().defines(dtype), **extra}
-
-    return Extra(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
 
 
 def main() -> int:
@@ -91,18 +69,10 @@ def main() -> int:
         gen = torch.Generator(device="cuda").manual_seed(size)
         a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16, generator=gen)
         b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16, generator=gen)
-        ref = a[:256].double() @ b.double().T
-        ok = {}
-        for name, fn in targets.items():
-            try:
-                c = fn(a, b)
-                torch.cuda.synchronize()
-                ok[name] = ((c[:256].double() - ref).norm() / ref.norm()).item()
-            except Exception as exc:  # noqa: BLE001 - a variant that fails is a result
-                ok[name] = None
-                rows.append({"size": size, "name": name, "error": repr(exc)[:300]})
-                print(json.dumps(rows[-1]), flush=True)
-        live = {name: fn for name, fn in targets.items() if ok[name] is not None}
+        live, ok, failures = check_targets(targets, a, b)
+        for name, error in failures.items():
+            rows.append({"size": size, "name": name, "error": error})
+            print(json.dumps(rows[-1]), flush=True)
         for pass_no in range(args.passes):
             for hide in ((False, True) if args.methods == "both" else (True,)):
                 timings = time_fns(live, a, b, budget_s=0.4, rounds=args.rounds, warmup=5, hide_launch=hide)

@@ -25,34 +25,12 @@ import os
 import sys
 
 import torch
+from variants import check_targets, no_multicast_edit, with_defines, with_edit
 
 from gemm_ladder.contract import cublas
 from gemm_ladder.gates.climb import run_meta, write_json
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.levels import LEVELS
-
-sys.path.insert(0, os.path.dirname(__file__))
-from l9_epilogue import with_defines  # noqa: E402
-
-
-def no_multicast(level):
-    """Level 8 with each CTA loading the whole B tile (GL_B_BOX_ROWS slices, no multicast)."""
-    from l9_epilogue import with_source
-    import tempfile
-    from pathlib import Path
-
-    from gemm_ladder.runtime.compiler import KERNEL_ROOT
-
-    src = (KERNEL_ROOT / level.source).read_text()
-    old = ("tma_load_2d_multicast(smem.b(s) + rank * GL_B_BOX_ROWS * BK, &map_b, smem.full(s), kt * BK,\n"
-           "                                tn * BN + rank * GL_B_BOX_ROWS, (1 << GL_CLUSTER) - 1);")
-    assert old in src, "level 8's multicast load changed; update this variant"
-    new = ("for (int r = 0; r < GL_CLUSTER; ++r) tma_load_2d(smem.b(s) + r * GL_B_BOX_ROWS * BK, &map_b, smem.full(s), "
-           "kt * BK, tn * BN + r * GL_B_BOX_ROWS);")
-    path = Path(tempfile.gettempdir()) / "gl_variant_l8_no_multicast.cu"
-    path.write_text(src.replace(old, new))
-    return with_source(level, path)
-
 
 def main() -> int:
     p = argparse.ArgumentParser()
@@ -66,7 +44,7 @@ def main() -> int:
         "cuBLAS": cublas,
         "L5": LEVELS[5], "L5 S=2": LEVELS[5].variant(stages=2),
         "L6": LEVELS[6], "L6 row order": with_defines(LEVELS[6], {"GL_GROUP_M": 1}),
-        "L7": LEVELS[7], "L8": LEVELS[8], "L8 no multicast": no_multicast(LEVELS[8]),
+        "L7": LEVELS[7], "L8": LEVELS[8], "L8 no multicast": with_edit(LEVELS[8], "l8_no_multicast", no_multicast_edit),
         "L9": LEVELS[9], "L9 cluster 4": LEVELS[9].variant(cluster=4),
     }
     if args.set == "order":  # the tile order of the persistent levels: group heights 1 (row by row), 2, 8 (shipped), 32
@@ -77,16 +55,8 @@ def main() -> int:
         gen = torch.Generator(device="cuda").manual_seed(size)
         a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16, generator=gen)
         b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16, generator=gen)
-        ref = a[:256].double() @ b.double().T
-        live, err = {}, {}
-        for name, fn in targets.items():
-            try:
-                c = fn(a, b)
-                torch.cuda.synchronize()
-                err[name] = ((c[:256].double() - ref).norm() / ref.norm()).item()
-                live[name] = fn
-            except Exception as exc:  # noqa: BLE001 - a variant that fails is a result
-                rows.append({"size": size, "name": name, "error": repr(exc)[:300]})
+        live, err, failures = check_targets(targets, a, b)
+        rows += [{"size": size, "name": name, "error": error} for name, error in failures.items()]
         timings = time_fns(live, a, b, budget_s=0.4, rounds=args.rounds, warmup=5)
         for name, t in timings.items():
             rows.append({"size": size, "name": name, "median_ms": t.median_ms, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms,
