@@ -60,9 +60,14 @@ def with_edit(level: Level, name: str, edit: Callable[[str], str], **changes) ->
 
 #: cluster_ring.cuh's multicast B load, and what the no-multicast variant puts in its place.
 _MULTICAST_LOAD = """tma_load_2d_multicast(smem.b(s) + rank * GL_B_BOX_ROWS * BK, map_b, smem.full(s), kt * BK,
-                            tn * BN + rank * GL_B_BOX_ROWS, (1 << GL_CLUSTER) - 1);"""
+                          tn * BN + rank * GL_B_BOX_ROWS, (1 << GL_CLUSTER) - 1);"""
 _UNICAST_LOADS = """for (int r = 0; r < GL_CLUSTER; ++r)
-        tma_load_2d(smem.b(s) + r * GL_B_BOX_ROWS * BK, map_b, smem.full(s), kt * BK, tn * BN + r * GL_B_BOX_ROWS);"""
+      tma_load_2d(smem.b(s) + r * GL_B_BOX_ROWS * BK, map_b, smem.full(s), kt * BK, tn * BN + r * GL_B_BOX_ROWS);"""
+
+
+def _function(header: str, signature_start: str) -> str:
+    start = header.index(signature_start)
+    return header[start:header.index("\n}\n", start) + 3]
 
 
 def no_multicast_edit(src: str) -> str:
@@ -70,13 +75,15 @@ def no_multicast_edit(src: str) -> str:
     every B slice itself instead of multicasting its own (the cluster and its barriers are kept)."""
     assert "produce_multicast_stages(" in src, "no multicast producer in this source (levels 8-9 only)"
     header = (KERNEL_ROOT / "include" / "gemm_ladder" / "cluster_ring.cuh").read_text()
-    start = header.index("__device__ __forceinline__ void produce_multicast_stages(")
-    end = header.index("\n}\n", start) + 3
-    producer = header[start:end]
-    assert _MULTICAST_LOAD in producer, "cluster_ring.cuh's multicast load changed; update this variant"
-    producer = producer.replace(_MULTICAST_LOAD, _UNICAST_LOADS).replace("produce_multicast_stages", "produce_unicast_stages")
-    src = src.replace("using namespace gl;", "using namespace gl;\n" + producer, 1)
-    return src.replace("produce_multicast_stages(", "produce_unicast_stages(")
+    k_range = _function(header, "__device__ __forceinline__ void produce_k_range(")
+    stages = _function(header, "__device__ __forceinline__ int produce_multicast_stages(")
+    assert _MULTICAST_LOAD in k_range, "cluster_ring.cuh's multicast load changed; update this variant"
+    k_range = k_range.replace(_MULTICAST_LOAD, _UNICAST_LOADS).replace("produce_k_range(", "produce_k_range_unicast(")
+    stages = stages.replace("produce_multicast_stages(", "produce_unicast_stages(").replace(
+        "produce_k_range(", "produce_k_range_unicast(")
+    src = src.replace("using namespace gl;", "using namespace gl;\n" + k_range + "\n" + stages, 1)
+    return src.replace("produce_multicast_stages(", "produce_unicast_stages(").replace(
+        "produce_k_range(", "produce_k_range_unicast(")
 
 
 def check_targets(targets: dict, a: torch.Tensor, b: torch.Tensor, rows: int = 256) -> tuple[dict, dict, dict]:

@@ -128,6 +128,7 @@ LEVELS: dict[int, Level] = {
         c_ring=2,
         cluster=2,
         persistent=True,
+        stream_k=True,
         producer_warpgroup=True,
     ),
 }

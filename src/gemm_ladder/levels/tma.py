@@ -16,8 +16,10 @@ import torch
 from gemm_ladder.contract import dtype_name
 from gemm_ladder.design.plan import kernel_defines_for, plan_gemm
 from gemm_ladder.design.problem import ceil_div
+from gemm_ladder.design.stream_k import StreamKTail, plan_tail
 from gemm_ladder.levels.base import LaunchGeometry, Level
 from gemm_ladder.runtime.tensor_map import encode_tiled
+from gemm_ladder.runtime.workspace import WORKSPACES
 
 #: Tensor maps are cached per (operand pointers, shape, dtype): encoding costs ~10 us of Python per
 #: map, which would otherwise be paid on every launch of a sub-millisecond kernel.
@@ -36,6 +38,11 @@ class TmaLevel(Level):
     producer_warpgroup: bool = False
     c_aliases_stages: bool = False
     c_ring: int = 0
+    #: The kernel takes the stream-K tail's arguments (level 9): (tail_first_unit, max_contributors,
+    #: partials, counters) after (M, N, K). The tail is split when the last wave would leave more than
+    #: stream_k_min_idle of the clusters idle; above 1.0 it never is (the kernel then runs whole units only).
+    stream_k: bool = False
+    stream_k_min_idle: float = 0.0
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _defines: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -84,9 +91,22 @@ class TmaLevel(Level):
             self._maps.move_to_end(key)
         return maps
 
+    def stream_k_tail(self, m: int, n: int, k: int, dtype: str, device: torch.device) -> StreamKTail:
+        """How the launch on (M, N, K) splits its work units into whole ones and a stream-K tail."""
+        grid = self.grid(m, n, dtype, device)
+        units = ceil_div(ceil_div(m, self.tile[0]), self.cluster) * ceil_div(n, self.tile[1])
+        return plan_tail(units, grid[0] // self.cluster, ceil_div(k, self.tile[2]), self.stream_k_min_idle)
+
     def launch(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
         m, k = a.shape
         n = b.shape[0]
-        kernel = self.loaded(dtype_name(a.dtype), a.device)
-        kernel.launch(self.grid(m, n, dtype_name(a.dtype), a.device),
-                      [*self.tensor_maps(a, b, c), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)])
+        dtype = dtype_name(a.dtype)
+        kernel = self.loaded(dtype, a.device)
+        args = [*self.tensor_maps(a, b, c), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
+        if self.stream_k:
+            tail = self.stream_k_tail(m, n, k, dtype, a.device)
+            partials, counters = WORKSPACES.get(a.device, tail.workspace_floats(self.cluster, self.consumers, self.tile[1]),
+                                                tail.counters(self.cluster, self.consumers))
+            args += [ctypes.c_int(tail.first_unit), ctypes.c_int(tail.max_contributors),
+                     ctypes.c_void_p(partials.data_ptr()), ctypes.c_void_p(counters.data_ptr())]
+        kernel.launch(self.grid(m, n, dtype, a.device), args)

@@ -45,7 +45,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   if (warpgroup_index() == 0) {
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0)
-      produce_multicast_stages(smem, &map_a, &map_b, sched, k_tiles, rank, first_unit, unit_stride);
+      produce_multicast_stages(smem, &map_a, &map_b, sched, k_tiles, rank, first_unit, unit_stride, sched.total);
   } else {
     setmaxnreg_inc<232>();
     const bool elected = threadIdx.x == kStoreIssuer;

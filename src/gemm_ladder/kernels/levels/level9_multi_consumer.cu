@@ -14,6 +14,11 @@
 // to the output dtype (64 registers), and panel p is staged and stored in K iteration p of the
 // next tile, right after that iteration's wgmma is issued, so the tensor cores are not left idle
 // while the outputs drain.
+//
+// Stream-K tail: the units after the last whole wave of clusters (from tail_first_unit on) are
+// split by K iterations over every cluster (stream_k.cuh), so the last wave does not leave SMs idle.
+// A tile several clusters contributed to is reduced from fp32 partials in global memory and stored
+// by whichever contributor arrives last. tail_first_unit = the unit count turns the tail off.
 #include "gemm_ladder/cluster_ring.cuh"
 #include "gemm_ladder/epilogue.cuh"
 #include "gemm_ladder/ptx/cluster.cuh"
@@ -21,6 +26,7 @@
 #include "gemm_ladder/ptx/mbarrier.cuh"
 #include "gemm_ladder/ptx/tma.cuh"
 #include "gemm_ladder/ptx/wgmma.cuh"
+#include "gemm_ladder/stream_k.cuh"
 #include "gemm_ladder/tile_scheduler.cuh"
 #include "gemm_ladder/tma_tile.cuh"
 
@@ -59,21 +65,32 @@ __device__ __forceinline__ void store_panel(int p, const uint32_t (&packed)[BN /
 
 extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                const __grid_constant__ CUtensorMap map_c, int M, int N, int K) {
+                const __grid_constant__ CUtensorMap map_c, int M, int N, int K, int tail_first_unit,
+                int max_contributors, float* __restrict__ partials, int* __restrict__ counters) {
   extern __shared__ uint8_t smem_raw[];
   const SmemMap smem(smem_raw);
   const TileScheduler sched(M, N, BM, BN, GL_CLUSTER);
   const int k_tiles = (K + BK - 1) / BK;
   const int rank = cluster_cta_rank();
   const int first_unit = blockIdx.x / GL_CLUSTER, unit_stride = gridDim.x / GL_CLUSTER;
+  const int whole_end = tail_first_unit;  // units [0, whole_end) are computed whole, unit_stride apart
+  const StreamKTail tail(whole_end, sched.total - whole_end, k_tiles, unit_stride);
 
   if (threadIdx.x == 0) init_ring(smem, &map_a, &map_b, &map_c);
   cluster_sync();
 
   if (warpgroup_index() == 0) {
     setmaxnreg_dec<40>();
-    if (threadIdx.x == 0)
-      produce_multicast_stages(smem, &map_a, &map_b, sched, k_tiles, rank, first_unit, unit_stride);
+    if (threadIdx.x == 0) {
+      int count = produce_multicast_stages(smem, &map_a, &map_b, sched, k_tiles, rank, first_unit, unit_stride, whole_end);
+      for (int it = tail.begin(first_unit), end = tail.begin(first_unit + 1); it < end;) {
+        const StreamKTail::Segment seg = tail.segment(first_unit, it, end);
+        int um, tn;
+        sched.coords(seg.unit, um, tn);
+        produce_k_range(smem, &map_a, &map_b, um, tn, seg.kb, seg.ke, rank, count);
+        it = seg.next;
+      }
+    }
   } else {
     setmaxnreg_inc<232>();
     const int consumer = warpgroup_index() - 1;
@@ -89,7 +106,7 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
       store_panel(p, packed, ring, &map_c, tn * BN, (um * GL_CLUSTER + rank) * BM + 64 * consumer, bar, elected);
     };
     int count = 0;
-    for (int unit = first_unit; unit < sched.total; unit += unit_stride) {
+    for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
       int um, tn;
       sched.coords(unit, um, tn);
       const int tm = um * GL_CLUSTER + rank;
@@ -119,10 +136,40 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
       for (int p = 0; p < kEarlyPanels; ++p)
         store_panel(p, packed, ring, &map_c, tn * BN, tm * BM + 64 * consumer, bar, elected);
     }
-    if (first_unit < sched.total) {  // the last tile's deferred panels
-      const int last = first_unit + (sched.total - 1 - first_unit) / unit_stride * unit_stride;
+    if (first_unit < whole_end) {  // the last whole tile's deferred panels
+      const int last = first_unit + (whole_end - 1 - first_unit) / unit_stride * unit_stride;
       for (int p = kEarlyPanels; p < GL_C_PANELS; ++p)
         store_panel_of(last, p);
+    }
+    for (int it = tail.begin(first_unit), end = tail.begin(first_unit + 1); it < end;) {
+      const StreamKTail::Segment seg = tail.segment(first_unit, it, end);
+      it = seg.next;
+      float d[BN / 2];
+      for (int kt = seg.kb; kt < seg.ke; ++kt, ++count) {
+        const int s = count % STAGES;
+        mbarrier_wait(smem.full(s), (count / STAGES) & 1);
+        wgmma_fence();
+        mma_k_tile<BN>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), kt > seg.kb);
+        wgmma_commit();
+        wgmma_wait<1>();
+        if (kt > seg.kb && elected)
+          release_stage_to_cluster(smem, (count - 1) % STAGES);
+      }
+      wgmma_wait<0>();
+      fence_accumulators(d);
+      if (elected)
+        release_stage_to_cluster(smem, (count - 1) % STAGES);
+      if (seg.contributors > 1) {
+        const int slot = ((seg.unit - whole_end) * GL_CLUSTER + rank) * GL_CONSUMERS + consumer;
+        const PartialSlots<BN> slots{partials + static_cast<size_t>(slot) * max_contributors * PartialSlots<BN>::kFloats};
+        if (!hand_in_partial(slots, counters + slot, seg.mine, seg.contributors, d, bar, elected))
+          continue;  // another contributor finishes this tile
+        slots.reduce(seg.contributors, d);
+      }
+      pack_fragment<BN>(packed, d);
+#pragma unroll
+      for (int p = 0; p < GL_C_PANELS; ++p)
+        store_panel_of(seg.unit, p);
     }
     if (elected) tma_store_wait_read<0>();
   }

@@ -20,4 +20,17 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// named_barrier_sync that also ORs a predicate over the `threads` threads: every one of them gets
+// true when any passed true (PTX ISA "bar.red"). One thread's finding reaches its warpgroup
+// without a shared-memory word.
+__device__ __forceinline__ int named_barrier_or(int id, int threads, int pred) {
+  int out;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.s32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n selp.s32 %0, 1, 0, q;\n}\n"
+      : "=r"(out)
+      : "r"(pred), "r"(id), "r"(threads)
+      : "memory");
+  return out;
+}
+
 }  // namespace gl

@@ -1,0 +1,129 @@
+"""Level 9's stream-K tail: which K iterations of the last, partial wave each cluster computes.
+
+A persistent grid of G clusters walks U work units G apart. When U is not a multiple of G, the
+last wave runs U mod G units while the other clusters sit idle: at 4096^3 on the H200 (256 units,
+66 clusters) that is 3.88 waves taking the time of 4, at 8192^3 (1024 units) 15.5 taking 16.
+Stream-K (Osama et al., "Stream-K: Work-centric Parallel Decomposition for Dense Matrix-Matrix
+Multiplication on the GPU", PPoPP 2023) splits work by K iterations instead of by tile. Here only
+the tail is split (the "data-parallel + stream-K" hybrid): the first U - R units are computed
+whole, and the R = U mod G tail units' K iterations, numbered it = u * k_tiles + kt, are divided
+evenly, cluster c taking [floor(c T / G), floor((c + 1) T / G)) of the T = R * k_tiles.
+
+A tile that several clusters contribute to is finished by a fixup: each contributor writes its
+fp32 partial to a slot in a global workspace, counts itself on a per-tile atomic counter, and the
+one that arrives last adds the slots in K order (so the sum does not depend on arrival order) and
+stores the tile. The counters are left at zero by the last arriver, so a workspace can be reused
+by the next launch on the same stream without a memset.
+
+This module mirrors the kernel's integer arithmetic (``kernels/include/gemm_ladder/stream_k.cuh``)
+exactly; the launch uses it to size the workspace and the tests check the two agree.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+#: The kernel does the tail's arithmetic in 32-bit ints: (clusters + 1) * R * k_tiles must stay below 2^31.
+INT32_LIMIT = 2**31
+
+
+@dataclass(frozen=True)
+class Segment:
+    """K tiles [kb, ke) of ``unit`` computed by one cluster; it is contributor ``mine`` of ``contributors``."""
+
+    unit: int
+    kb: int
+    ke: int
+    mine: int
+    contributors: int
+
+
+@dataclass(frozen=True)
+class StreamKTail:
+    """The split of a persistent schedule into whole units and a stream-K tail.
+
+    units: work units of the problem (cluster-sized stacks of M tiles x one N tile);
+    clusters: clusters in the grid (G); k_tiles: K iterations per unit;
+    first_unit: units [0, first_unit) are computed whole; the tail is [first_unit, units).
+    """
+
+    units: int
+    clusters: int
+    k_tiles: int
+    first_unit: int
+
+    @property
+    def tail_units(self) -> int:
+        return self.units - self.first_unit
+
+    @property
+    def total(self) -> int:
+        """K iterations in the tail (T)."""
+        return self.tail_units * self.k_tiles
+
+    def begin(self, c: int) -> int:
+        """First tail iteration of cluster ``c`` (StreamKTail::begin)."""
+        return c * self.total // self.clusters
+
+    def owner(self, it: int) -> int:
+        """The cluster whose range holds tail iteration ``it`` (StreamKTail::owner)."""
+        return ((it + 1) * self.clusters + self.total - 1) // self.total - 1
+
+    def segments(self, c: int) -> list[Segment]:
+        """Cluster ``c``'s tail pieces in the order it computes them (StreamKTail::segment)."""
+        out, it, end = [], self.begin(c), self.begin(c + 1)
+        while it < end:
+            u = it // self.k_tiles
+            base = u * self.k_tiles
+            ke = min(end - base, self.k_tiles)
+            first, last = self.owner(base), self.owner(base + self.k_tiles - 1)
+            out.append(Segment(self.first_unit + u, it - base, ke, c - first, last - first + 1))
+            it = base + ke
+        return out
+
+    @functools.cached_property
+    def max_contributors(self) -> int:
+        """Most clusters contributing to one tail unit (1 when there is no tail): the workspace's slots per tile."""
+        if self.total == 0:
+            return 1
+        return max(self.owner(u * self.k_tiles + self.k_tiles - 1) - self.owner(u * self.k_tiles) + 1
+                   for u in range(self.tail_units))
+
+    def workspace_floats(self, cluster: int, consumers: int, tile_n: int) -> int:
+        """fp32 partial slots: tail units x cluster CTAs x consumers x max_contributors x (64 x tile_n);
+        none when no tile has two contributors (then no partial is ever written)."""
+        if self.max_contributors == 1:
+            return 0
+        return self.tail_units * cluster * consumers * self.max_contributors * 64 * tile_n
+
+    def counters(self, cluster: int, consumers: int) -> int:
+        """int32 arrival counters: one per tail unit, CTA of the cluster and consumer warpgroup."""
+        return self.tail_units * cluster * consumers
+
+    def to_json(self) -> dict:
+        return {"units": self.units, "clusters": self.clusters, "k_tiles": self.k_tiles,
+                "whole_units": self.first_unit, "tail_units": self.tail_units,
+                "tail_iterations_per_cluster": self.total / self.clusters if self.clusters else 0.0,
+                "max_contributors": self.max_contributors}
+
+
+@functools.lru_cache(maxsize=256)
+def plan_tail(units: int, clusters: int, k_tiles: int, min_idle: float = 0.0) -> StreamKTail:
+    """Split ``units`` work units over ``clusters`` clusters (``k_tiles`` K iterations each).
+
+    The tail is the last partial wave (units mod clusters units), split only when
+    - there is more than one wave (with fewer units than clusters the grid is cut to the units),
+    - the last wave would leave more than ``min_idle`` of the clusters idle (a tail that nearly
+      fills its wave gains less than its fixup costs), and
+    - the kernel's 32-bit arithmetic holds ((clusters + 1) x tail iterations < 2^31).
+    Otherwise the tail is empty (first_unit = units) and every unit is computed whole.
+
+    Raises ValueError for non-positive units, clusters or k_tiles.
+    """
+    if units < 1 or clusters < 1 or k_tiles < 1:
+        raise ValueError(f"units, clusters and k_tiles must be positive, got {units}, {clusters}, {k_tiles}")
+    tail = units % clusters
+    split = (units > clusters and tail > 0 and (clusters - tail) / clusters > min_idle
+             and (clusters + 1) * tail * k_tiles < INT32_LIMIT)
+    return StreamKTail(units=units, clusters=clusters, k_tiles=k_tiles, first_unit=units - tail if split else units)
