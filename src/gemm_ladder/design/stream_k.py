@@ -108,14 +108,25 @@ class StreamKTail:
                 "max_contributors": self.max_contributors}
 
 
+#: Default of plan_tail's ``min_idle``. Measured on the H200 (bench/results/2026-11-30_stream_k*.json):
+#: the tail's K iterations run ~1.5x slower than whole units' (the clusters work at staggered K offsets,
+#: so they no longer share A and B slices in L2 and the tail reads from DRAM). A split tail of R units
+#: over G clusters therefore takes ~1.5 R / G of a unit's time instead of one: a gain only when more
+#: than ~1/3 of the clusters would idle. At 4096^3 (R / G = 0.88) splitting cost 6%, at 8192^3
+#: (R / G = 0.52) it gained 1.6%.
+DEFAULT_MIN_IDLE = 0.4
+
+
 @functools.lru_cache(maxsize=256)
-def plan_tail(units: int, clusters: int, k_tiles: int, min_idle: float = 0.0) -> StreamKTail:
+def plan_tail(units: int, clusters: int, k_tiles: int, min_idle: float = DEFAULT_MIN_IDLE) -> StreamKTail:
     """Split ``units`` work units over ``clusters`` clusters (``k_tiles`` K iterations each).
 
     The tail is the last partial wave (units mod clusters units), split only when
     - there is more than one wave (with fewer units than clusters the grid is cut to the units),
-    - the last wave would leave more than ``min_idle`` of the clusters idle (a tail that nearly
-      fills its wave gains less than its fixup costs), and
+    - the last wave would leave more than ``min_idle`` of the clusters idle (see DEFAULT_MIN_IDLE),
+    - the tail has at least one K iteration per cluster (R x k_tiles >= clusters): then every
+      cluster's range is non-empty, which the kernel's count of a unit's contributors assumes
+      (owner(last) - owner(first) + 1 would count empty ranges that never arrive), and
     - the kernel's 32-bit arithmetic holds ((clusters + 1) x tail iterations < 2^31).
     Otherwise the tail is empty (first_unit = units) and every unit is computed whole.
 
@@ -125,5 +136,5 @@ def plan_tail(units: int, clusters: int, k_tiles: int, min_idle: float = 0.0) ->
         raise ValueError(f"units, clusters and k_tiles must be positive, got {units}, {clusters}, {k_tiles}")
     tail = units % clusters
     split = (units > clusters and tail > 0 and (clusters - tail) / clusters > min_idle
-             and (clusters + 1) * tail * k_tiles < INT32_LIMIT)
+             and tail * k_tiles >= clusters and (clusters + 1) * tail * k_tiles < INT32_LIMIT)
     return StreamKTail(units=units, clusters=clusters, k_tiles=k_tiles, first_unit=units - tail if split else units)

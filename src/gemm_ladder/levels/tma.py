@@ -16,7 +16,7 @@ import torch
 from gemm_ladder.contract import dtype_name
 from gemm_ladder.design.plan import kernel_defines_for, plan_gemm
 from gemm_ladder.design.problem import ceil_div
-from gemm_ladder.design.stream_k import StreamKTail, plan_tail
+from gemm_ladder.design.stream_k import DEFAULT_MIN_IDLE, StreamKTail, plan_tail
 from gemm_ladder.levels.base import LaunchGeometry, Level
 from gemm_ladder.runtime.tensor_map import encode_tiled
 from gemm_ladder.runtime.workspace import WORKSPACES
@@ -40,9 +40,9 @@ class TmaLevel(Level):
     c_ring: int = 0
     #: The kernel takes the stream-K tail's arguments (level 9): (tail_first_unit, max_contributors,
     #: partials, counters) after (M, N, K). The tail is split when the last wave would leave more than
-    #: stream_k_min_idle of the clusters idle; above 1.0 it never is (the kernel then runs whole units only).
+    #: stream_k_min_idle of the clusters idle (design.stream_k.plan_tail); at 1.0 or above it never is.
     stream_k: bool = False
-    stream_k_min_idle: float = 0.0
+    stream_k_min_idle: float = DEFAULT_MIN_IDLE
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _defines: dict = field(default_factory=dict, repr=False, compare=False)
 

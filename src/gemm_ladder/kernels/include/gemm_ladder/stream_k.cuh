@@ -7,6 +7,9 @@
 // [begin(c), begin(c + 1)) with begin(c) = floor(c * total / clusters). A unit whose iterations
 // span several clusters gets one fp32 partial per contributing cluster; the contributor that
 // arrives last (an atomic counter per tile and consumer) adds them in K order and stores the tile.
+// The launch splits a tail only when it has at least one iteration per cluster (total >= clusters):
+// every range is then non-empty, so owner(last) - owner(first) + 1 counts exactly the contributors
+// that will arrive.
 #pragma once
 #include "gemm_ladder/ptx/common.cuh"
 #include "gemm_ladder/ptx/fence.cuh"

@@ -1,0 +1,151 @@
+"""Level 9's stream-K tail: the split (design/stream_k.py), its agreement with the kernel's own
+arithmetic (stream_k.cuh, compiled for the host), and on a GPU the fixup's results."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import torch
+
+from gemm_ladder.design.stream_k import DEFAULT_MIN_IDLE, INT32_LIMIT, StreamKTail, plan_tail
+from gemm_ladder.gates.correctness import check_correctness
+from gemm_ladder.levels import LEVELS
+from gemm_ladder.runtime.compiler import KERNEL_ROOT, nvcc_path
+
+from conftest import needs_nvcc
+
+#: (units, clusters, k_tiles): H200-like (66 clusters) and small grids; long and one-tile K.
+CASES = [(256, 66, 64), (1024, 66, 128), (72, 66, 16), (72, 66, 1000), (272, 66, 9), (1792, 66, 128),
+         (7, 3, 5), (11, 4, 3), (9, 8, 8), (100, 7, 1), (13, 5, 2)]
+
+
+def split(units, clusters, k_tiles) -> StreamKTail:
+    return plan_tail(units, clusters, k_tiles, min_idle=0.0)
+
+
+@pytest.mark.parametrize("units,clusters,k_tiles", CASES)
+def test_every_tail_iteration_is_computed_once_and_whole_units_come_first(units, clusters, k_tiles):
+    t = split(units, clusters, k_tiles)
+    assert t.first_unit == units - units % clusters or t.first_unit == units
+    seen = {}
+    for c in range(clusters):
+        for s in t.segments(c):
+            assert t.first_unit <= s.unit < units and 0 <= s.kb < s.ke <= k_tiles
+            for kt in range(s.kb, s.ke):
+                seen[s.unit, kt] = seen.get((s.unit, kt), 0) + 1
+    assert len(seen) == t.tail_units * k_tiles and set(seen.values()) <= {1}
+
+
+@pytest.mark.parametrize("units,clusters,k_tiles", CASES)
+def test_contributors_are_exactly_the_clusters_that_arrive_in_k_order(units, clusters, k_tiles):
+    """The kernel counts arrivals up to `contributors` and reduces slots 0..contributors-1: each must be
+    written by exactly one cluster, numbered in K order (else a tile is never stored, or stored early)."""
+    t = split(units, clusters, k_tiles)
+    by_unit: dict[int, list] = {}
+    for c in range(clusters):
+        for s in t.segments(c):
+            by_unit.setdefault(s.unit, []).append(s)
+    for unit, segs in by_unit.items():
+        segs.sort(key=lambda s: s.kb)
+        assert [s.mine for s in segs] == list(range(len(segs))), unit
+        assert {s.contributors for s in segs} == {len(segs)}, unit
+    if by_unit:
+        assert t.max_contributors == max(len(v) for v in by_unit.values())
+
+
+def test_the_tail_is_split_only_where_it_pays_and_the_kernel_arithmetic_holds():
+    assert plan_tail(256, 66, 64).tail_units == 0  # 4096^3 on the H200: 12% idle, splitting measured slower
+    assert plan_tail(1024, 66, 128).tail_units == 34  # 8192^3: 48% idle
+    assert plan_tail(64, 66, 64).tail_units == 0  # fewer units than clusters: the grid is cut instead
+    assert plan_tail(132, 66, 64).tail_units == 0  # whole waves
+    assert plan_tail(72, 66, 4, min_idle=0.0).tail_units == 0  # 24 iterations < 66 clusters: empty ranges
+    assert plan_tail(72, 66, 1, min_idle=0.0).tail_units == 0
+    assert plan_tail(72, 66, 16, min_idle=0.0).tail_units == 6
+    assert plan_tail(256, 66, 64, min_idle=0.0).tail_units == 58
+    big_k = INT32_LIMIT // (67 * 34) + 1  # (clusters + 1) x tail iterations would overflow int32
+    assert plan_tail(1024, 66, big_k).tail_units == 0
+    assert plan_tail(1024, 66, big_k - 2).tail_units == 34
+    assert 0 < DEFAULT_MIN_IDLE < 1
+    for bad in ((0, 66, 1), (10, 0, 1), (10, 66, 0)):
+        with pytest.raises(ValueError):
+            plan_tail(*bad)
+
+
+def test_workspace_is_sized_by_slots_and_empty_without_shared_tiles():
+    t = split(256, 66, 64)
+    assert t.max_contributors == 3
+    assert t.workspace_floats(cluster=2, consumers=2, tile_n=256) == 58 * 2 * 2 * 3 * 64 * 256
+    assert t.counters(cluster=2, consumers=2) == 58 * 4
+    one = split(100, 7, 1)  # 2 tail units x 1 iteration over 7 clusters: refused (empty ranges)
+    assert one.tail_units == 0 and one.workspace_floats(2, 2, 256) == 0 and one.max_contributors == 1
+    whole_only = plan_tail(1024, 66, 128, min_idle=2.0)
+    assert whole_only.tail_units == 0 and whole_only.workspace_floats(2, 2, 256) == 0
+
+
+HOST_PROGRAM = r"""
+#include <cstdio>
+#include <cstdlib>
+#include "gemm_ladder/stream_k.cuh"
+int main(int argc, char** argv) {
+  for (int a = 1; a + 3 < argc; a += 4) {
+    const int first = atoi(argv[a]), units = atoi(argv[a + 1]), k_tiles = atoi(argv[a + 2]), clusters = atoi(argv[a + 3]);
+    const gl::StreamKTail t(first, units - first, k_tiles, clusters);
+    for (int c = 0; c < clusters; ++c)
+      for (int it = t.begin(c), end = t.begin(c + 1); it < end;) {
+        const gl::StreamKTail::Segment s = t.segment(c, it, end);
+        printf("%d %d %d %d %d %d %d\n", a, c, s.unit, s.kb, s.ke, s.mine, s.contributors);
+        it = s.next;
+      }
+  }
+  return 0;
+}
+"""
+
+
+@needs_nvcc
+def test_python_mirror_matches_the_kernel_header_compiled_for_the_host(tmp_path):
+    src = tmp_path / "segments.cu"
+    src.write_text(HOST_PROGRAM)
+    exe = tmp_path / "segments"
+    subprocess.run([nvcc_path(), "-std=c++17", "-DGL_DTYPE_BF16", f"-I{KERNEL_ROOT / 'include'}", str(src), "-o", str(exe)],
+                   check=True, capture_output=True, timeout=300)
+    args, expected = [], []
+    for i, (units, clusters, k_tiles) in enumerate(CASES):
+        t = split(units, clusters, k_tiles)
+        args += [str(t.first_unit), str(units), str(k_tiles), str(clusters)]
+        a = 1 + 4 * i
+        expected += [(a, c, s.unit, s.kb, s.ke, s.mine, s.contributors) for c in range(clusters) for s in t.segments(c)]
+    out = subprocess.run([str(exe), *args], check=True, capture_output=True, text=True, timeout=60).stdout
+    got = [tuple(int(x) for x in line.split()) for line in out.splitlines()]
+    assert got == expected and len(expected) > 100
+
+
+# ---------------------------------------------------------------------------------------------
+gpu = pytest.mark.gpu
+
+
+@gpu
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("min_idle", [None, 0.0])
+def test_level9_tail_is_right_and_repeatable(min_idle):
+    """Shapes whose last wave is split (the shipped policy, and every tail), up to 11 contributors per
+    tile, a K tail, and a tail too short to split; two launches into poisoned outputs must agree
+    bitwise (the partials are added in K order; the counters must be back at zero)."""
+    level = LEVELS[9] if min_idle is None else LEVELS[9].variant(stream_k_min_idle=min_idle)
+    shapes = [(2304, 2048, 1000), (4352, 4096, 520), (2304, 2048, 200), (4096, 4096, 4096), (8192, 8192, 8192)]
+    split_seen = 0
+    for m, n, k in shapes:
+        result = check_correctness(level, m, n, k, "bf16", device="cuda", domain=level.domain)
+        assert result.status == "pass", (m, n, k, result)
+        split_seen += level.stream_k_tail(m, n, k, "bf16", torch.device("cuda")).tail_units > 0
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        outs = []
+        for _ in range(2):
+            c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            level.launch(a, b, c)
+            outs.append(c)
+        torch.cuda.synchronize()
+        assert torch.equal(outs[0], outs[1]), (m, n, k)
+    assert split_seen >= 2, "no shape split its tail on this GPU: the test would not exercise the fixup"
