@@ -11,7 +11,9 @@ Each variant changes one thing of a level, to test a reason for its speed:
 * ``L8 no multicast``: each CTA loads the whole B tile itself, the cluster kept: what multicast buys;
 * ``L9 cluster 4``: B split over 4 CTAs (a quarter each), less L2 traffic per SM but clusters of 4
   must fit a GPC;
-* with ``--set order``: levels 6 and 9 with other grouped-order heights (tile_scheduler.cuh).
+* with ``--set order``: levels 6 and 9 with other grouped-order heights (tile_scheduler.cuh);
+* with ``--set bounds``: ``L9 no epilogue``, level 9 with its panel stores compiled out (the output is
+  not written, so its error is meaningless): how much time hiding the epilogue could still win.
 
 Timing is gates.performance.time_fns (L2 flushed, launch latency hidden, interleaved rounds); each
 output's first 256 rows are checked against float64 first.
@@ -32,12 +34,20 @@ from gemm_ladder.gates.climb import run_meta, write_json
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.levels import LEVELS
 
+def _no_stores(src: str) -> str:
+    """Level 9 with store_panel returning at once: nothing is staged or stored (nor packed)."""
+    head = "const CUtensorMap* map_c, int n0, int m0, int bar, bool issuer) {"
+    assert head in src, "level 9's store_panel changed; update this variant"
+    return src.replace(head, head + "\n  if (p >= 0) return;", 1)
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--sizes", default="4096,8192")
     p.add_argument("--rounds", type=int, default=4)
-    p.add_argument("--set", default="reasons", choices=["reasons", "order"],
-                   help="reasons: the variants above; order: tile-order heights of levels 6 and 9")
+    p.add_argument("--set", default="reasons", choices=["reasons", "order", "bounds"],
+                   help="reasons: the variants above; order: tile-order heights of levels 6 and 9; "
+                        "bounds: level 9 without its epilogue")
     p.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."), "ladder_variants.json"))
     args = p.parse_args()
     targets = {
@@ -50,6 +60,8 @@ def main() -> int:
     if args.set == "order":  # the tile order of the persistent levels: group heights 1 (row by row), 2, 8 (shipped), 32
         targets = {"cuBLAS": cublas, "L6": LEVELS[6], "L6 row order": targets["L6 row order"],
                    "L9": LEVELS[9], **{f"L9 group_m={g}": with_defines(LEVELS[9], {"GL_GROUP_M": g}) for g in (1, 2, 32)}}
+    if args.set == "bounds":
+        targets = {"cuBLAS": cublas, "L9": LEVELS[9], "L9 no epilogue": with_edit(LEVELS[9], "l9_no_epilogue", _no_stores)}
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
         gen = torch.Generator(device="cuda").manual_seed(size)
