@@ -81,3 +81,12 @@ def test_issuer_threads_in_json(capsys):
     assert (doc["issuer"]["thread"], doc["issuer"]["store_thread"]) == (0, 128)
     assert doc["consumers"]["first_warpgroup"] == 1 and doc["consumers"]["release_threads"] == [128, 256]
     assert doc["schedule"]["cluster_dims"] == [2, 1, 1] and doc["schedule"]["grid"] == [132, 1, 1]
+
+
+def test_stream_k_tail_is_planned_in_json_and_refused_without_persistent(capsys):
+    l9 = ["--tile", "128x256x64", "--stages", "4", "--cluster", "2", "--consumers", "2", "--c-ring", "2"]
+    assert main(["design", "--shape", "8192x8192x8192", *l9, "--persistent", "--stream-k", "--format", "json"]) == 0
+    tail = json.loads(capsys.readouterr().out)["schedule"]["stream_k"]
+    assert tail["tail_units"] == 34 and tail["max_contributors"] == 3
+    assert main(["design", "--shape", "8192x8192x8192", *l9, "--stream-k"]) == 2
+    assert "stream-K without persistent" in capsys.readouterr().err

@@ -149,3 +149,18 @@ def test_level9_tail_is_right_and_repeatable(min_idle):
         torch.cuda.synchronize()
         assert torch.equal(outs[0], outs[1]), (m, n, k)
     assert split_seen >= 2, "no shape split its tail on this GPU: the test would not exercise the fixup"
+
+
+def test_the_designer_plans_the_tail_and_refuses_it_without_a_persistent_grid():
+    from gemm_ladder.design import PlanRefused, plan_gemm
+
+    l9 = dict(dtype="bf16", tile=(128, 256, 64), stages=4, cluster=2, consumers=2, persistent=True, c_ring=2)
+    split = plan_gemm(8192, 8192, 8192, stream_k=True, **l9).schedule
+    assert split.stream_k["tail_units"] == 34 and split.stream_k["whole_units"] == 990
+    assert any(note.startswith("stream-K tail (stream_k.cuh)") for note in split.notes)
+    whole = plan_gemm(4096, 4096, 4096, stream_k=True, **l9).schedule
+    assert whole.stream_k["tail_units"] == 0 and any("not split" in note for note in whole.notes)
+    assert plan_gemm(8192, 8192, 8192, **l9).schedule.stream_k is None
+    assert LEVELS[9].plan(8192, 8192, 8192, "bf16").schedule.stream_k["tail_units"] == 34
+    with pytest.raises(PlanRefused, match="stream-K without persistent"):
+        plan_gemm(4096, 4096, 4096, tile=(128, 256, 64), stream_k=True)

@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--c-ring", type=int, default=0, metavar="R",
                         help="give each consumer warpgroup its own ring of R one-panel output staging buffers, stored "
                              "panel by panel (level 9: R = 2), instead of staging the whole tile (0, the default)")
+    parser.add_argument("--stream-k", action="store_true",
+                        help="split the last partial wave's units by K iterations over every cluster where it pays "
+                             "(level 9's stream-K tail; needs --persistent)")
     parser.add_argument("--format", default="md", choices=["md", "json"])
     parser.add_argument("--timeline", metavar="FILE.png", help="also draw the timeline picture into this PNG")
 
@@ -50,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_gemm(m, n, k, dtype=args.dtype, tile=tile, stages=args.stages, cluster=args.cluster,
                          consumers=args.consumers, arch=args.arch, persistent=args.persistent,
                          producer_warpgroup=args.producer_warpgroup, c_aliases_stages=args.c_aliases_stages,
-                         c_ring=args.c_ring)
+                         c_ring=args.c_ring, stream_k=args.stream_k)
     except PlanRefused as exc:
         print(f"gemm-ladder design: plan refused: {exc}", file=sys.stderr)
         return 2

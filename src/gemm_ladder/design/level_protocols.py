@@ -46,6 +46,14 @@ The shape of a level (``protocol_for_level``):
   first's pattern; within one tile each buffer is already reused with R - 1 = 1 newer group in
   flight (the hazard the wait guards), and tiles >= 2 add the reuses across the tile boundary,
   with the next tile's loads and wgmma in between.
+  Level 9's stream-K tail (stream_k.cuh) runs the same ring over pieces [kb, ke) of units: a piece is
+  a tile with fewer K iterations (the K = 1 and short-K audits cover the shortest), and a piece that
+  finishes a tile stores its P panels at once (``deferred_panels`` 0 for that tile, the pattern of a
+  CTA's last tile). What the tail adds beyond the ring, the fp32 partials handed between clusters
+  through global memory (stores, fence, atomic arrival counter, the last arriver's reads), is not a
+  shared-memory protocol and is outside this model; tests/test_stream_k.py (every iteration once,
+  contributors numbered as they arrive, the header's arithmetic compiled for the host; on a GPU,
+  bitwise-repeatable outputs) and compute-sanitizer check it.
 
 Levels 4 and 5 are not persistent: a CTA computes one tile with freshly initialised barriers, so their
 ``tiles`` argument is recorded as 1.

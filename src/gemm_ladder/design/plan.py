@@ -21,6 +21,7 @@ from gemm_ladder.design.problem import (
 from gemm_ladder.design.ring import (
     Consumers, Issuer, LedgerRow, LoadProtocol, Ring, StoreProtocol, phase_ledger,
 )
+from gemm_ladder.design.stream_k import DEFAULT_MIN_IDLE, plan_tail
 from gemm_ladder.design.smem import MmaDescriptor, SmemLayout, TmemPlan, mma_descriptor, plan_smem, plan_tmem
 from gemm_ladder.design.tensor_maps import TensorMapSpec, check_box, gemm_tensor_maps
 from gemm_ladder.design.timeline import TimelineRow, build_timeline, release_mode
@@ -84,6 +85,7 @@ class Schedule:
     sm_count: int
     waves: float
     notes: tuple[str, ...]
+    stream_k: dict | None = None  # level 9's tail split (design.stream_k.StreamKTail.to_json()), if planned
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -340,7 +342,8 @@ class Plan:
 
 def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), stages: int = 4, cluster: int = 1,
               consumers: int = 1, arch: str = "sm_90a", persistent: bool = False, *,
-              producer_warpgroup: bool | None = None, c_aliases_stages: bool = False, c_ring: int = 0) -> Plan:
+              producer_warpgroup: bool | None = None, c_aliases_stages: bool = False, c_ring: int = 0,
+              stream_k: bool = False) -> Plan:
     """Plan ``c = a @ b.T`` for a (M, K) and b (N, K) row-major; raises :class:`PlanRefused` naming the rule.
 
     ``producer_warpgroup``: a separate producer warpgroup issues the loads (warp specialization);
@@ -348,6 +351,8 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     ``c_aliases_stages``: the output staging overlays the drained operand stages (one tile per CTA).
     ``c_ring``: R > 0 gives each consumer warpgroup its own ring of R one-panel staging buffers and its
     own store issuer, stored panel by panel (level 9); 0 stages the whole tile at once.
+    ``stream_k``: split the last partial wave's units by K iterations over every cluster
+    (design.stream_k.plan_tail decides whether it pays on this shape; level 9). Persistent only.
     """
     m, n, k = int(m), int(n), int(k)
     if c_aliases_stages and persistent:
@@ -357,6 +362,9 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
         raise PlanRefused("cluster without persistent", f"cluster = {cluster}: the ladder clusters only persistent grids "
                           "(levels 8-9: a 1-D grid, cluster dims (cluster, 1, 1), CTA rank r takes M tile unit_m * cluster + r); "
                           "a non-persistent grid (N tiles, M tiles, 1) launches no cluster: use persistent=True or cluster = 1")
+    if stream_k and not persistent:
+        raise PlanRefused("stream-K without persistent", "the stream-K tail splits the last wave of a persistent "
+                          "grid; a grid of one CTA per tile has no wave to split: use persistent=True")
     cfg = _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_aliases_stages, c_ring)
     bm, bn, bk = cfg.tile
     e = cfg.dtype.elem_bytes
@@ -516,6 +524,22 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
         notes.append(f"resident clusters: {ar.sm_count} SMs x {smem.ctas_per_sm} CTA(s)/SM / {cluster}, a hypothesis; the launch "
                      "asks the occupancy API (cuOccupancyMaxActiveClusters), which also knows a cluster must fit one GPC")
         waves = units / unit_stride
+        if stream_k:
+            tail = plan_tail(units, unit_stride, ceil_div(k, bk))
+            tail_json = tail.to_json()
+            if tail.tail_units:
+                notes.append(
+                    f"stream-K tail (stream_k.cuh): units [0, {tail.first_unit}) whole, {unit_stride} apart; the last "
+                    f"{tail.tail_units} units' {tail.total} K iterations split evenly, cluster c taking "
+                    f"[floor(c x {tail.total} / {unit_stride}), floor((c + 1) x {tail.total} / {unit_stride})) "
+                    f"(~{tail.total / unit_stride:.1f} each); a tile shared by up to {tail.max_contributors} clusters is "
+                    f"finished by the last to arrive (fp32 partials in a per-stream workspace of "
+                    f"{tail.workspace_floats(cluster, consumers, bn) * 4 / 2**20:.1f} MiB, summed in K order; int32 arrival "
+                    "counters the finisher leaves at zero)")
+            else:
+                notes.append(f"stream-K tail: not split ({units} units on {unit_stride} clusters: no partial wave, or "
+                             f"it would leave at most {DEFAULT_MIN_IDLE:.0%} of the clusters idle, or fewer tail K "
+                             "iterations than clusters); every unit is computed whole")
         if m_tiles % cluster:
             notes.append(f"{m_tiles} M tiles is not a multiple of the cluster ({cluster}): in the last unit row, ranks "
                          f">= {m_tiles % cluster} compute a tile wholly below M: they still load (zero fill), multicast their B "
@@ -531,7 +555,7 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
         m_tiles=m_tiles, n_tiles=n_tiles, k_tiles=k_tiles, tiles=tiles, m_tail=m - (m_tiles - 1) * bm,
         n_tail=n - (n_tiles - 1) * bn, k_tail=k - (k_tiles - 1) * bk, grid=grid, cluster_dims=cluster_dims,
         ctas=ctas, idle_ctas=idle, persistent=persistent, sm_count=ar.sm_count, waves=round(waves, 3),
-        notes=tuple(notes),
+        notes=tuple(notes), stream_k=tail_json if persistent and stream_k else None,
     )
     # the ledger covers this tile's K iterations (two tiles' worth when persistent), at most three rounds
     ledger_len = min(k_tiles * (2 if persistent else 1), max(3 * S, 8))

@@ -64,7 +64,7 @@ class TmaLevel(Level):
         return plan_gemm(m, n, k, dtype, tile=self.tile, stages=self.stages, cluster=self.cluster,
                          consumers=self.consumers, persistent=self.persistent,
                          producer_warpgroup=self.producer_warpgroup, c_aliases_stages=self.c_aliases_stages,
-                         c_ring=self.c_ring)
+                         c_ring=self.c_ring, stream_k=self.stream_k)
 
     def grid(self, m: int, n: int, dtype: str, device: torch.device) -> tuple[int, int, int]:
         """One CTA per tile, or (persistent) as many CTAs as are resident at once, whole clusters."""
