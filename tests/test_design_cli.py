@@ -88,5 +88,5 @@ def test_stream_k_tail_is_planned_in_json_and_refused_without_persistent(capsys)
     assert main(["design", "--shape", "8192x8192x8192", *l9, "--persistent", "--stream-k", "--format", "json"]) == 0
     tail = json.loads(capsys.readouterr().out)["schedule"]["stream_k"]
     assert tail["tail_units"] == 34 and tail["max_contributors"] == 3
-    assert main(["design", "--shape", "8192x8192x8192", *l9, "--stream-k"]) == 2
+    assert main(["design", "--shape", "8192x8192x8192", "--tile", "128x256x64", "--stream-k"]) == 2
     assert "stream-K without persistent" in capsys.readouterr().err
