@@ -22,11 +22,21 @@ bench/results/2026-11-29_ladder_variants.json, a separate run):
   consumers) or fewer resident CTAs under the cluster constraint is a reading of the code, not
   separated by a measurement. Level 9 keeps the cluster, feeds two consumers from each multicast
   stage, and gains 1.06-1.13x over level 8 (both dtypes, every timed shape).
-* **Level 9 against cuBLAS** (bench/results/2026-11-30_l9_targets_bf16.json, 5 passes): 0.99x at
-  4096^3, 1.02-1.06x (median 1.03) at 8192^3, llm geomean 1.016. At M = N = 4096 a line fit over K
-  gives level 9 and cuBLAS the same cost per K (0.0416 vs 0.0413 us) and fixed costs of 13.9 vs
-  12.3 us (bench/results/2026-11-30_fixed_costs.json, one pass): the two are at parity there, not
-  separated by an overhead. (At 8192^2 a line does not fit either kernel: cuBLAS slows as K grows.)
+* **Level 9 against cuBLAS** (bench/results/2026-11-30_l9_targets_bf16_stream_k.json, 5 passes):
+  0.99x at 4096^3, 1.03-1.08x (median 1.06) at 8192^3, llm geomean 1.007. Why 4096^3 stays at
+  parity: cuBLAS runs the same design there (Nsight Compute names nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA:
+  a 128x256 tile per CTA, 2-CTA cluster, 4 stages, cooperative), and its tensor pipe is as busy as
+  level 9's ("Compute (SM) Throughput" 90.2% against 88.5%, bench/results/ncu/). What level 9 could
+  still win is measured: with its epilogue compiled out it runs 772 against 751 TFLOP/s (1.01x
+  cuBLAS; bench/results/2026-11-30_ladder_bounds.json), and the partial last wave (256 units on 66
+  clusters, 3.88 waves) costs 2.5% (the whole-wave shape 8448x2048x4096 runs 767 against 748,
+  2026-11-30_wave_quantization_run2.json). Splitting that tail by K (stream-K) costs more than it
+  saves at 4096^3 (0.95x of computing it whole, bench/results/2026-11-30_stream_k.json): the
+  clusters then work at staggered K offsets, stop sharing A and B in L2, and the tail runs ~1.5x
+  slower per iteration. So the kernel splits a tail only when the last wave would leave more than
+  40% of the clusters idle (design/stream_k.py), which gains 1-4% where it applies (8192^3,
+  4096x28672x8192). At 8192^3 the H200 is at its 700 W limit (SM clock 1.54-1.67 GHz while timed)
+  and both kernels keep the tensor pipe ~94-95% busy, so what separates them there is a few percent.
 """
 
 from __future__ import annotations
@@ -118,7 +128,8 @@ LEVELS: dict[int, Level] = {
     9: TmaLevel(
         number=9,
         name="multi_consumer",
-        idea="two consumer warpgroups share a 128x256 tile (64 rows each); each stores its rows panel by panel, overlapped with the next tile",
+        idea="two consumer warpgroups share a 128x256 tile (64 rows each); each stores its rows panel by panel, "
+             "overlapped with the next tile; a mostly idle last wave is split by K (stream-K tail)",
         source="levels/level9_multi_consumer.cu",
         domain=TMA_DOMAIN,
         perf=PerfExpectation(min_vs_cublas=0.9, min_vs_previous=1.0),

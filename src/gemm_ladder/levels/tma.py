@@ -44,6 +44,7 @@ class TmaLevel(Level):
     stream_k: bool = False
     stream_k_min_idle: float = DEFAULT_MIN_IDLE
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
+    _launches: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _defines: dict = field(default_factory=dict, repr=False, compare=False)
 
     def defines(self, dtype: str) -> dict[str, int | str]:
@@ -93,7 +94,9 @@ class TmaLevel(Level):
 
     def stream_k_tail(self, m: int, n: int, k: int, dtype: str, device: torch.device) -> StreamKTail:
         """How the launch on (M, N, K) splits its work units into whole ones and a stream-K tail."""
-        grid = self.grid(m, n, dtype, device)
+        return self._tail(m, n, k, self.grid(m, n, dtype, device))
+
+    def _tail(self, m: int, n: int, k: int, grid: tuple[int, int, int]) -> StreamKTail:
         units = ceil_div(ceil_div(m, self.tile[0]), self.cluster) * ceil_div(n, self.tile[1])
         return plan_tail(units, grid[0] // self.cluster, ceil_div(k, self.tile[2]), self.stream_k_min_idle)
 
@@ -102,11 +105,22 @@ class TmaLevel(Level):
         n = b.shape[0]
         dtype = dtype_name(a.dtype)
         kernel = self.loaded(dtype, a.device)
+        # The grid and the tail split per problem, cached: both are Python work on every launch otherwise.
+        key = (m, n, k, dtype, a.device.index)
+        plan = self._launches.get(key)
+        if plan is None:
+            grid = self.grid(m, n, dtype, a.device)
+            plan = self._launches[key] = (grid, self._tail(m, n, k, grid) if self.stream_k else None)
+            while len(self._launches) > _MAP_CACHE_SIZE:
+                self._launches.popitem(last=False)
+        grid, tail = plan
         args = [*self.tensor_maps(a, b, c), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
-        if self.stream_k:
-            tail = self.stream_k_tail(m, n, k, dtype, a.device)
-            partials, counters = WORKSPACES.get(a.device, tail.workspace_floats(self.cluster, self.consumers, self.tile[1]),
-                                                tail.counters(self.cluster, self.consumers))
+        if tail is not None:
+            partials = counters = 0  # no tail: the kernel never touches the workspace
+            if tail.tail_units:
+                part, ctr = WORKSPACES.get(a.device, tail.workspace_floats(self.cluster, self.consumers, self.tile[1]),
+                                           tail.counters(self.cluster, self.consumers))
+                partials, counters = part.data_ptr(), ctr.data_ptr()
             args += [ctypes.c_int(tail.first_unit), ctypes.c_int(tail.max_contributors),
-                     ctypes.c_void_p(partials.data_ptr()), ctypes.c_void_p(counters.data_ptr())]
-        kernel.launch(self.grid(m, n, dtype, a.device), args)
+                     ctypes.c_void_p(partials), ctypes.c_void_p(counters)]
+        kernel.launch(grid, args)
