@@ -52,7 +52,7 @@ def main() -> int:
             kernel._resident = 2  # two resident units: each loops over several tiles
         for kk in (k, *SHORT_K) if persistent else (k,):
             bad += not run(f"L{n}", level, m, nn, kk)
-        if getattr(level, "stream_k", False):
+        if getattr(level, "stream_k_args", False):
             split = level.variant(stream_k_min_idle=0.0)
             split.loaded("bf16", torch.device("cuda"))._resident = 3
             for kk in (k, 1000):

@@ -125,30 +125,86 @@ def test_python_mirror_matches_the_kernel_header_compiled_for_the_host(tmp_path)
 gpu = pytest.mark.gpu
 
 
+def _operands(m, n, k, dtype=torch.bfloat16):
+    return torch.randn(m, k, device="cuda", dtype=dtype), torch.randn(n, k, device="cuda", dtype=dtype)
+
+
+def _poisoned_launch(level, a, b):
+    c = torch.full((a.shape[0], b.shape[0]), float("nan"), device="cuda", dtype=a.dtype)
+    level.launch(a, b, c)
+    return c
+
+
 @gpu
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("min_idle", [None, 0.0])
 def test_level9_tail_is_right_and_repeatable(min_idle):
     """Shapes whose last wave is split (the shipped policy, and every tail), up to 11 contributors per
-    tile, a K tail, and a tail too short to split; two launches into poisoned outputs must agree
-    bitwise (the partials are added in K order; the counters must be back at zero)."""
+    tile, a K tail, an odd number of M tiles (rank 1's last tile lies below M), and a tail too short to
+    split. Two launches on the same operands into poisoned outputs agree bitwise (the partials are
+    added in K order whoever arrives last); a third on fresh operands, right after, is checked
+    against the reference too (a launch must not depend on how the one before ended)."""
     level = LEVELS[9] if min_idle is None else LEVELS[9].variant(stream_k_min_idle=min_idle)
-    shapes = [(2304, 2048, 1000), (4352, 4096, 520), (2304, 2048, 200), (4096, 4096, 4096), (8192, 8192, 8192)]
+    shapes = [(2304, 2048, 1000), (4352, 4096, 520), (2176, 2048, 1000), (2304, 2048, 200), (4096, 4096, 4096),
+              (8192, 8192, 8192)]
     split_seen = 0
     for m, n, k in shapes:
         result = check_correctness(level, m, n, k, "bf16", device="cuda", domain=level.domain)
         assert result.status == "pass", (m, n, k, result)
         split_seen += level.stream_k_tail(m, n, k, "bf16", torch.device("cuda")).tail_units > 0
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-        outs = []
-        for _ in range(2):
-            c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-            level.launch(a, b, c)
-            outs.append(c)
+        a, b = _operands(m, n, k)
+        first, second = _poisoned_launch(level, a, b), _poisoned_launch(level, a, b)
+        a2, b2 = _operands(m, n, k)
+        third = _poisoned_launch(level, a2, b2)
         torch.cuda.synchronize()
-        assert torch.equal(outs[0], outs[1]), (m, n, k)
-    assert split_seen >= 2, "no shape split its tail on this GPU: the test would not exercise the fixup"
+        assert torch.equal(first, second), (m, n, k)
+        ref = a2.double() @ b2.double().T
+        err = ((third.double() - ref).norm() / ref.norm()).item()
+        assert err < 4e-3, (m, n, k, err)  # bf16 output rounding gives ~1.7e-3
+    assert split_seen >= 3, "too few shapes split their tail on this GPU: the test would not exercise the fixup"
+
+
+@gpu
+@pytest.mark.timeout(120)
+def test_level9_tail_in_fp16_and_under_graph_capture():
+    """fp16 through a split tail; and a CUDA graph captured on a tail shape, which runs the tail
+    whole (the workspace is not handed to graphs) and replays right."""
+    level = LEVELS[9].variant(stream_k_min_idle=0.0)
+    m, n, k = 2304, 2048, 1000
+    assert level.stream_k_tail(m, n, k, "fp16", torch.device("cuda")).tail_units > 0
+    assert check_correctness(level, m, n, k, "fp16", device="cuda", domain=level.domain).status == "pass"
+    a, b = _operands(m, n, k)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    level.launch(a, b, c)  # compiled and loaded outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        level.launch(a, b, c)
+    c.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = a.double() @ b.double().T
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 4e-3
+
+
+@gpu
+def test_workspaces_are_per_stream_and_zero_their_counters():
+    from gemm_ladder.runtime.workspace import MAX_STREAMS, StreamWorkspaces
+
+    ws = StreamWorkspaces()
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    p1, c1 = ws.get(s1, 1000, 10)
+    p2, c2 = ws.get(s2, 1000, 10)
+    assert p1.data_ptr() != p2.data_ptr() and c1.data_ptr() != c2.data_ptr()
+    c1.fill_(7)
+    torch.cuda.synchronize()
+    p1b, c1b = ws.get(s1, 500, 10)  # smaller request: the same buffers, counters zeroed again
+    torch.cuda.synchronize()
+    assert p1b.data_ptr() == p1.data_ptr() and int(c1b[:10].abs().sum()) == 0
+    p1c, _ = ws.get(s1, 5000, 10)  # larger: grown
+    assert p1c.numel() >= 5000
+    for _ in range(MAX_STREAMS + 2):
+        ws.get(torch.cuda.Stream(), 10, 1)
+    assert len(ws._buffers) == MAX_STREAMS
 
 
 def test_the_designer_plans_the_tail_and_refuses_it_without_a_persistent_grid():
@@ -162,5 +218,6 @@ def test_the_designer_plans_the_tail_and_refuses_it_without_a_persistent_grid():
     assert whole.stream_k["tail_units"] == 0 and any("not split" in note for note in whole.notes)
     assert plan_gemm(8192, 8192, 8192, **l9).schedule.stream_k is None
     assert LEVELS[9].plan(8192, 8192, 8192, "bf16").schedule.stream_k["tail_units"] == 34
+    assert LEVELS[9].variant(stream_k_min_idle=0.0).plan(4096, 4096, 4096, "bf16").schedule.stream_k["tail_units"] == 58
     with pytest.raises(PlanRefused, match="stream-K without persistent"):
         plan_gemm(4096, 4096, 4096, tile=(128, 256, 64), stream_k=True)

@@ -343,7 +343,7 @@ class Plan:
 def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), stages: int = 4, cluster: int = 1,
               consumers: int = 1, arch: str = "sm_90a", persistent: bool = False, *,
               producer_warpgroup: bool | None = None, c_aliases_stages: bool = False, c_ring: int = 0,
-              stream_k: bool = False) -> Plan:
+              stream_k: bool = False, stream_k_min_idle: float = DEFAULT_MIN_IDLE) -> Plan:
     """Plan ``c = a @ b.T`` for a (M, K) and b (N, K) row-major; raises :class:`PlanRefused` naming the rule.
 
     ``producer_warpgroup``: a separate producer warpgroup issues the loads (warp specialization);
@@ -352,7 +352,8 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     ``c_ring``: R > 0 gives each consumer warpgroup its own ring of R one-panel staging buffers and its
     own store issuer, stored panel by panel (level 9); 0 stages the whole tile at once.
     ``stream_k``: split the last partial wave's units by K iterations over every cluster
-    (design.stream_k.plan_tail decides whether it pays on this shape; level 9). Persistent only.
+    (design.stream_k.plan_tail decides whether it pays on this shape, with ``stream_k_min_idle``;
+    level 9). Persistent only.
     """
     m, n, k = int(m), int(n), int(k)
     if c_aliases_stages and persistent:
@@ -525,7 +526,7 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
                      "asks the occupancy API (cuOccupancyMaxActiveClusters), which also knows a cluster must fit one GPC")
         waves = units / unit_stride
         if stream_k:
-            tail = plan_tail(units, unit_stride, ceil_div(k, bk))
+            tail = plan_tail(units, unit_stride, ceil_div(k, bk), stream_k_min_idle)
             tail_json = tail.to_json()
             if tail.tail_units:
                 notes.append(
@@ -535,10 +536,10 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
                     f"(~{tail.total / unit_stride:.1f} each); a tile shared by up to {tail.max_contributors} clusters is "
                     f"finished by the last to arrive (fp32 partials in a per-stream workspace of "
                     f"{tail.workspace_floats(cluster, consumers, bn) * 4 / 2**20:.1f} MiB, summed in K order; int32 arrival "
-                    "counters the finisher leaves at zero)")
+                    "counters zeroed on the stream before each launch)")
             else:
                 notes.append(f"stream-K tail: not split ({units} units on {unit_stride} clusters: no partial wave, or "
-                             f"it would leave at most {DEFAULT_MIN_IDLE:.0%} of the clusters idle, or fewer tail K "
+                             f"it would leave at most {stream_k_min_idle:.0%} of the clusters idle, or fewer tail K "
                              "iterations than clusters); every unit is computed whole")
         if m_tiles % cluster:
             notes.append(f"{m_tiles} M tiles is not a multiple of the cluster ({cluster}): in the last unit row, ranks "

@@ -12,8 +12,8 @@ evenly, cluster c taking [floor(c T / G), floor((c + 1) T / G)) of the T = R * k
 A tile that several clusters contribute to is finished by a fixup: each contributor writes its
 fp32 partial to a slot in a global workspace, counts itself on a per-tile atomic counter, and the
 one that arrives last adds the slots in K order (so the sum does not depend on arrival order) and
-stores the tile. The counters are left at zero by the last arriver, so a workspace can be reused
-by the next launch on the same stream without a memset.
+stores the tile. The launch zeroes the counters on its stream first (runtime/workspace.py), so no
+launch depends on how the one before it ended.
 
 This module mirrors the kernel's integer arithmetic (``kernels/include/gemm_ladder/stream_k.cuh``)
 exactly; the launch uses it to size the workspace and the tests check the two agree.
@@ -108,12 +108,15 @@ class StreamKTail:
                 "max_contributors": self.max_contributors}
 
 
-#: Default of plan_tail's ``min_idle``. Measured on the H200 (bench/results/2026-11-30_stream_k*.json):
-#: the tail's K iterations run ~1.5x slower than whole units' (the clusters work at staggered K offsets,
-#: so they no longer share A and B slices in L2 and the tail reads from DRAM). A split tail of R units
-#: over G clusters therefore takes ~1.5 R / G of a unit's time instead of one: a gain only when more
-#: than ~1/3 of the clusters would idle. At 4096^3 (R / G = 0.88) splitting cost 6%, at 8192^3
-#: (R / G = 0.52) it gained 1.6%.
+#: Default of plan_tail's ``min_idle``. Measured on the H200 (bench/results/2026-11-30_stream_k*.json,
+#: two runs, every tail split against every tail computed whole): splitting cost 5-6% at 4096^3
+#: (R / G = 0.88) and 9-10% at 4096x4096x14336, far beyond the up to 3.5% that separated two identical
+#: configurations in one run; where the last wave was mostly idle (8192^3: R / G = 0.52;
+#: 4096x28672x8192: 0.15) it gained 0.7-3.7%, within that spread. The costs fit a split tail's K
+#: iterations running ~1.5x slower than whole units' (then a split tail takes ~1.5 R / G of a unit's
+#: time instead of one, a gain only below R / G ~ 2/3). A hypothesis for the 1.5x, not profiled: the
+#: clusters work at staggered K offsets, so they no longer share A and B slices in L2. The tail also
+#: stores its tiles without the epilogue overlap and adds the partials' traffic.
 DEFAULT_MIN_IDLE = 0.4
 
 

@@ -31,12 +31,15 @@ bench/results/2026-11-29_ladder_variants.json, a separate run):
   cuBLAS; bench/results/2026-11-30_ladder_bounds.json), and the partial last wave (256 units on 66
   clusters, 3.88 waves) costs 2.5% (the whole-wave shape 8448x2048x4096 runs 767 against 748,
   2026-11-30_wave_quantization_run2.json). Splitting that tail by K (stream-K) costs more than it
-  saves at 4096^3 (0.95x of computing it whole, bench/results/2026-11-30_stream_k.json): the
-  clusters then work at staggered K offsets, stop sharing A and B in L2, and the tail runs ~1.5x
-  slower per iteration. So the kernel splits a tail only when the last wave would leave more than
-  40% of the clusters idle (design/stream_k.py), which gains 1-4% where it applies (8192^3,
-  4096x28672x8192). At 8192^3 the H200 is at its 700 W limit (SM clock 1.54-1.67 GHz while timed)
-  and both kernels keep the tensor pipe ~94-95% busy, so what separates them there is a few percent.
+  saves at 4096^3 (0.94-0.95x of computing it whole, bench/results/2026-11-30_stream_k*.json), as if
+  the split tail's iterations ran ~1.5x slower (a hypothesis for why, not profiled: the clusters
+  work at staggered K offsets and stop sharing A and B in L2). So the kernel splits a tail only
+  when the last wave would leave more than 40% of the clusters idle (design/stream_k.py); there
+  (8192^3, 4096x14336x4096, 4096x28672x8192) the split measured +0.4% to +3.7% over computing the
+  tail whole, within the up to 3.5% that separated two identical configurations in one run. At 8192^3
+  the H200 is at its 700 W limit (SM clock 1.54-1.67 GHz while timed) and Nsight Compute puts
+  both kernels' "Compute (SM) Throughput" at 95.0% and 93.6%; level 9's own speed there was the same in both l9_targets runs (741 and
+  739 TFLOP/s): its ratio moved from 1.03x to 1.06x because cuBLAS ran at 717, then 699.
 """
 
 from __future__ import annotations
@@ -139,7 +142,7 @@ LEVELS: dict[int, Level] = {
         c_ring=2,
         cluster=2,
         persistent=True,
-        stream_k=True,
+        stream_k_args=True,
         producer_warpgroup=True,
     ),
 }

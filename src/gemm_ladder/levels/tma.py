@@ -38,10 +38,11 @@ class TmaLevel(Level):
     producer_warpgroup: bool = False
     c_aliases_stages: bool = False
     c_ring: int = 0
-    #: The kernel takes the stream-K tail's arguments (level 9): (tail_first_unit, max_contributors,
-    #: partials, counters) after (M, N, K). The tail is split when the last wave would leave more than
-    #: stream_k_min_idle of the clusters idle (design.stream_k.plan_tail); at 1.0 or above it never is.
-    stream_k: bool = False
+    #: The kernel's signature, not a switch: it takes the stream-K tail's arguments (level 9):
+    #: (tail_first_unit, max_contributors, partials, counters) after (M, N, K). The tail is split when
+    #: the last wave would leave more than stream_k_min_idle of the clusters idle
+    #: (design.stream_k.plan_tail); stream_k_min_idle >= 1 turns the split off.
+    stream_k_args: bool = False
     stream_k_min_idle: float = DEFAULT_MIN_IDLE
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _launches: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
@@ -65,7 +66,7 @@ class TmaLevel(Level):
         return plan_gemm(m, n, k, dtype, tile=self.tile, stages=self.stages, cluster=self.cluster,
                          consumers=self.consumers, persistent=self.persistent,
                          producer_warpgroup=self.producer_warpgroup, c_aliases_stages=self.c_aliases_stages,
-                         c_ring=self.c_ring, stream_k=self.stream_k)
+                         c_ring=self.c_ring, stream_k=self.stream_k_args, stream_k_min_idle=self.stream_k_min_idle)
 
     def grid(self, m: int, n: int, dtype: str, device: torch.device) -> tuple[int, int, int]:
         """One CTA per tile, or (persistent) as many CTAs as are resident at once, whole clusters."""
@@ -110,17 +111,19 @@ class TmaLevel(Level):
         plan = self._launches.get(key)
         if plan is None:
             grid = self.grid(m, n, dtype, a.device)
-            plan = self._launches[key] = (grid, self._tail(m, n, k, grid) if self.stream_k else None)
+            plan = self._launches[key] = (grid, self._tail(m, n, k, grid) if self.stream_k_args else None)
             while len(self._launches) > _MAP_CACHE_SIZE:
                 self._launches.popitem(last=False)
         grid, tail = plan
+        stream = torch.cuda.current_stream(a.device)  # the workspace's stream and the launch's must be one
         args = [*self.tensor_maps(a, b, c), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
         if tail is not None:
-            partials = counters = 0  # no tail: the kernel never touches the workspace
-            if tail.tail_units:
-                part, ctr = WORKSPACES.get(a.device, tail.workspace_floats(self.cluster, self.consumers, self.tile[1]),
+            first, partials, counters = tail.units, 0, 0  # whole units only: the workspace is never touched
+            # A graph capture would keep the workspace's addresses beyond its cache: capture runs unsplit.
+            if tail.tail_units and not torch.cuda.is_current_stream_capturing():
+                part, ctr = WORKSPACES.get(stream, tail.workspace_floats(self.cluster, self.consumers, self.tile[1]),
                                            tail.counters(self.cluster, self.consumers))
-                partials, counters = part.data_ptr(), ctr.data_ptr()
-            args += [ctypes.c_int(tail.first_unit), ctypes.c_int(tail.max_contributors),
+                first, partials, counters = tail.first_unit, part.data_ptr(), ctr.data_ptr()
+            args += [ctypes.c_int(first), ctypes.c_int(tail.max_contributors),
                      ctypes.c_void_p(partials), ctypes.c_void_p(counters)]
-        kernel.launch(grid, args)
+        kernel.launch(grid, args, stream)

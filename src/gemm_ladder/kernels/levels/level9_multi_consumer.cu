@@ -73,7 +73,12 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
   const int k_tiles = (K + BK - 1) / BK;
   const int rank = cluster_cta_rank();
   const int first_unit = blockIdx.x / GL_CLUSTER, unit_stride = gridDim.x / GL_CLUSTER;
-  const int whole_end = tail_first_unit;  // units [0, whole_end) are computed whole, unit_stride apart
+  // Units [0, whole_end) are computed whole, unit_stride apart. The launch splits a tail only with at
+  // least one K iteration per cluster (design/stream_k.py); any other argument runs whole, so it
+  // cannot miscount a tile's contributors.
+  const int tail_units = sched.total - tail_first_unit;
+  const bool split = tail_first_unit >= 0 && tail_units > 0 && tail_units * k_tiles >= unit_stride;
+  const int whole_end = split ? tail_first_unit : sched.total;
   const StreamKTail tail(whole_end, sched.total - whole_end, k_tiles, unit_stride);
 
   if (threadIdx.x == 0) init_ring(smem, &map_a, &map_b, &map_c);

@@ -97,14 +97,10 @@ __device__ __forceinline__ bool hand_in_partial(const PartialSlots<BN>& slots, i
   slots.store(mine, d);
   __threadfence();
   named_barrier_sync(bar, 128);
-  int last = 0;
-  if (elected) {
-    last = atomicAdd(counter, 1) == n - 1;
-    if (last) *counter = 0;  // every contributor has counted: leave it zeroed for the next launch
-  }
-  last = named_barrier_or(bar, 128, last);
-  if (last) __threadfence();
-  return last;
+  const int last = elected && atomicAdd(counter, 1) == n - 1;  // the launch zeroed the counters
+  const bool any_last = named_barrier_or(bar, 128, last);
+  if (any_last) __threadfence();
+  return any_last;
 }
 
 }  // namespace gl
