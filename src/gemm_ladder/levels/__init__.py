@@ -22,8 +22,9 @@ bench/results/2026-11-29_ladder_variants.json, a separate run):
   consumers) or fewer resident CTAs under the cluster constraint is a reading of the code, not
   separated by a measurement. Level 9 keeps the cluster, feeds two consumers from each multicast
   stage, and gains 1.06-1.13x over level 8 (both dtypes, every timed shape).
-* **Level 9 against cuBLAS** (bench/results/2026-11-30_l9_targets_bf16_stream_k.json, 5 passes):
-  0.99x at 4096^3, 1.03-1.08x (median 1.06) at 8192^3, llm geomean 1.007. Why 4096^3 stays at
+* **Level 9 against cuBLAS** (bench/results/2026-11-30_l9_targets_bf16_{stream_k,888439e}.json, two
+  runs of 5 passes): 0.99x at 4096^3; at 8192^3 medians 1.06 and 1.04 (passes 1.03-1.08); llm
+  geomean 1.007 and 1.011. Why 4096^3 stays at
   parity: cuBLAS runs the same design there (Nsight Compute names nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA:
   a 128x256 tile per CTA, 2-CTA cluster, 4 stages, cooperative), and its tensor pipe is as busy as
   level 9's ("Compute (SM) Throughput" 90.2% against 88.5%, bench/results/ncu/). What level 9 could
