@@ -6,9 +6,11 @@ Level 9 runs one 2-CTA cluster per pair of SMs (66 on the H200) over work units 
 outputs. 4096^3 has 256 units (3.88 waves), 8192^3 has 1024 (15.5 waves): the last wave leaves
 part of the GPU idle. Each is paired with a shape of (nearly) the same work whose unit count is a
 whole number of waves (M = 8448 gives 33 unit rows: 33 x 8 = 264 = 4 x 66, 33 x 32 = 1056 =
-16 x 66). If the partial wave costs what the wave count predicts, level 9's TFLOP/s on the
-whole-wave shape exceeds that on the cube by ~ceil(w)/w, and that is what stream-K or a split tail
-could win back. cuBLAS is timed on the same shapes, interleaved (gates.performance.time_fns).
+16 x 66); the 8192 group adds N = 8448 (also 16 waves), M = 7936 (15.03 waves) and K = 8448 (the
+cube's waves, more work). If the partial wave costs what the wave count predicts, level 9's
+TFLOP/s on a whole-wave shape exceeds that on the cube by ~ceil(w)/w, and that is what stream-K or
+a split tail could win back. cuBLAS is timed on the same shapes, interleaved
+(gates.performance.time_fns); each shape group runs in order, so later rows run on a warmer GPU.
 
 While it runs, nvidia-smi samples the SM clock and board power every 100 ms; each row gets the
 median of the samples taken while its shape was being timed, so a ratio can be read against the
