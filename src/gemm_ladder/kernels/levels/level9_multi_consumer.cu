@@ -63,6 +63,30 @@ __device__ __forceinline__ void store_panel(int p, const uint32_t (&packed)[BN /
   }
 }
 
+// This consumer's K tiles [kb, ke) of one unit into d, `count` being the ring position. Stage k goes
+// back to the cluster once the wgmma of k + 1 is issued (wait_group 1), the last one once all have
+// completed. after_issue(kt) runs while K tile kt's wgmma does (the whole units store deferred
+// panels there). Whole units and stream-K pieces share it.
+template <class AfterIssue>
+__device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[BN / 2], int consumer, int kb, int ke,
+                                                int& count, bool elected, AfterIssue&& after_issue) {
+  for (int kt = kb; kt < ke; ++kt, ++count) {
+    const int s = count % STAGES;
+    mbarrier_wait(smem.full(s), (count / STAGES) & 1);
+    wgmma_fence();
+    mma_k_tile<BN>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), kt > kb);
+    wgmma_commit();
+    after_issue(kt);
+    wgmma_wait<1>();
+    if (kt > kb && elected)
+      release_stage_to_cluster(smem, (count - 1) % STAGES);
+  }
+  wgmma_wait<0>();
+  fence_accumulators(d);
+  if (elected)
+    release_stage_to_cluster(smem, (count - 1) % STAGES);
+}
+
 extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 const __grid_constant__ CUtensorMap map_c, int M, int N, int K, int tail_first_unit,
@@ -117,22 +141,10 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
       const int tm = um * GL_CLUSTER + rank;
       const int prev = unit - unit_stride;  // the previous tile of this CTA, if unit != first_unit
       float d[BN / 2];
-      for (int kt = 0; kt < k_tiles; ++kt, ++count) {
-        const int s = count % STAGES;
-        mbarrier_wait(smem.full(s), (count / STAGES) & 1);
-        wgmma_fence();
-        mma_k_tile<BN>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), kt > 0);
-        wgmma_commit();
+      consume_k_range(smem, d, consumer, 0, k_tiles, count, elected, [&](int kt) {
         if (kt < kDeferredPanels && unit != first_unit)  // runs while this K iteration's wgmma does
           store_panel_of(prev, kEarlyPanels + kt);
-        wgmma_wait<1>();
-        if (kt > 0 && elected)
-          release_stage_to_cluster(smem, (count - 1) % STAGES);
-      }
-      wgmma_wait<0>();
-      fence_accumulators(d);
-      if (elected)
-        release_stage_to_cluster(smem, (count - 1) % STAGES);
+      });
       if (unit != first_unit)  // fewer K iterations than deferred panels: finish the previous tile first
         for (int p = kEarlyPanels + k_tiles; p < GL_C_PANELS; ++p)
           store_panel_of(prev, p);
@@ -150,20 +162,7 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
       const StreamKTail::Segment seg = tail.segment(first_unit, it, end);
       it = seg.next;
       float d[BN / 2];
-      for (int kt = seg.kb; kt < seg.ke; ++kt, ++count) {
-        const int s = count % STAGES;
-        mbarrier_wait(smem.full(s), (count / STAGES) & 1);
-        wgmma_fence();
-        mma_k_tile<BN>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), kt > seg.kb);
-        wgmma_commit();
-        wgmma_wait<1>();
-        if (kt > seg.kb && elected)
-          release_stage_to_cluster(smem, (count - 1) % STAGES);
-      }
-      wgmma_wait<0>();
-      fence_accumulators(d);
-      if (elected)
-        release_stage_to_cluster(smem, (count - 1) % STAGES);
+      consume_k_range(smem, d, consumer, seg.kb, seg.ke, count, elected, [](int) {});
       if (seg.contributors > 1) {
         const int slot = ((seg.unit - whole_end) * GL_CLUSTER + rank) * GL_CONSUMERS + consumer;
         const PartialSlots<BN> slots{partials + static_cast<size_t>(slot) * max_contributors * PartialSlots<BN>::kFloats};
