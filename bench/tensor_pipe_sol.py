@@ -9,6 +9,10 @@ m64n256k16 wgmma on this GPU at the clock the GPU holds while it runs; its "TFLO
 problem's 2 M N K over that time. A target of 1.05x cuBLAS is reachable only if SOL is more than
 1.05x cuBLAS by at least what loads, the prologue, the epilogue and the partial wave cost.
 
+With ``--set wait``, ``SOL no wait`` never waits on its wgmma inside the loop (only at the end): if it
+is no faster than ``SOL``, the floor is the tensor pipe's, not the wait_group 1 the loop copies from
+level 9.
+
 ``L9 deferred`` is level 9 with every panel of a tile's epilogue stored during the next tile's K
 iterations (none right at the tile boundary, where the tensor pipe waits): one more lever measured
 beside the floor.
@@ -30,7 +34,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 from rich.table import Table
-from variants import check_targets, with_edit, with_source
+from variants import check_targets, with_defines, with_edit, with_source
 from wave_quantization import Sampler
 
 from gemm_ladder.contract import cublas
@@ -51,11 +55,16 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--sizes", default="4096,8192")
     p.add_argument("--passes", type=int, default=3)
+    p.add_argument("--set", default="floor", choices=["floor", "wait"],
+                   help="floor: cuBLAS, level 9, level 9 deferred, SOL; wait: cuBLAS, SOL, SOL without waits in its loop")
     p.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."), "tensor_pipe_sol.json"))
     args = p.parse_args()
     targets = {"cuBLAS": cublas, "L9": LEVELS[9],
                "L9 deferred": with_edit(LEVELS[9], "l9_all_panels_deferred", _all_panels_deferred),
                "SOL": with_source(LEVELS[9], SOL_SOURCE)}
+    if args.set == "wait":  # whether the floor is the tensor pipe's or the loop's wait
+        targets = {"cuBLAS": cublas, "SOL": targets["SOL"],
+                   "SOL no wait": with_defines(targets["SOL"], {"GL_SOL_PENDING": -1})}
     sampler = Sampler()
     rows, windows = [], []
     try:

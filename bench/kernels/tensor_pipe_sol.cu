@@ -20,6 +20,12 @@
 
 using namespace gl;
 
+// wgmma groups left in flight after each K iteration's commit: 1 as in level 9; -1 never waits inside
+// the loop (a check that the floor is the tensor pipe's and not the wait's).
+#ifndef GL_SOL_PENDING
+#define GL_SOL_PENDING 1
+#endif
+
 static_assert(GL_PRODUCER_WG == 1 && BM == 64 * GL_CONSUMERS, "the level 9 plan: each consumer owns 64 rows");
 
 extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
@@ -53,7 +59,9 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
       wgmma_fence();
       mma_k_tile<BN>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), it % k_tiles != 0);
       wgmma_commit();
-      wgmma_wait<1>();
+#if GL_SOL_PENDING >= 0
+      wgmma_wait<GL_SOL_PENDING>();
+#endif
     }
     wgmma_wait<0>();
     fence_accumulators(d);
