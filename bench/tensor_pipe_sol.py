@@ -17,6 +17,8 @@ level 9.
 iterations (none right at the tile boundary, where the tensor pipe waits): one more lever measured
 beside the floor.
 
+SOL never writes its output, so its error column shows whatever memory the allocator handed it.
+
 Each target is timed alone in its own window (gates.performance.time_fns: L2 flushed, launch latency
 hidden) so nvidia-smi's SM clock and power samples (every 100 ms) belong to it; the target order
 rotates from pass to pass and each ratio is the median over passes.

@@ -31,7 +31,14 @@ bench/results/2026-11-29_ladder_variants.json, a separate run):
   still win is measured: with its epilogue compiled out it runs 772 against 751 TFLOP/s (1.01x
   cuBLAS; bench/results/2026-11-30_ladder_bounds.json), and the partial last wave (256 units on 66
   clusters, 3.88 waves) costs 2.5% (the whole-wave shape 8448x2048x4096 runs 767 against 748,
-  2026-11-30_wave_quantization_run2.json). Splitting that tail by K (stream-K) costs more than it
+  2026-11-30_wave_quantization_run2.json). A floor under both: bench/tensor_pipe_sol.py runs level 9's
+  launch with only its wgmma left (the problem's K iterations shared evenly over the CTAs, operands
+  already in shared memory, no epilogue, no partial wave) and does 4096^3's FLOPs at 822-826 TFLOP/s,
+  1.08-1.09x cuBLAS in the same runs, at 1980 MHz (bench/results/2026-11-30_tensor_pipe_sol*.json;
+  without waits in its loop it is no faster, so the floor is the tensor pipe's). 1.05x cuBLAS would
+  need 96.7% of that floor, i.e. at most 3.3% for the partial wave, the epilogue, loads and prologue
+  together, where the first two alone measure 2.5% and 2.7%; cuBLAS reaches 92% of it, level 9 91%.
+  Splitting that tail by K (stream-K) costs more than it
   saves at 4096^3 (0.94-0.95x of computing it whole, bench/results/2026-11-30_stream_k*.json), as if
   the split tail's iterations ran ~1.5x slower (a hypothesis for why, not profiled: the clusters
   work at staggered K offsets and stop sharing A and B in L2). So the kernel splits a tail only
