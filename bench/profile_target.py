@@ -1,7 +1,12 @@
 """One launch each of level 9 and cuBLAS inside the NVTX range "prof", for Nsight Compute.
 
     ncu --clock-control none --nvtx --nvtx-include "prof/" --section SpeedOfLight ... \
-        python bench/profile_target.py [--shape 4096,4096,4096] [--levels 9]
+        python bench/profile_target.py [--shape 4096,4096,4096] [--levels 9] [--split]
+
+With ``--split``, level 9 is profiled twice more, after the levels: its last partial wave computed
+whole (``L9 whole``), then split by K over every cluster (``L9 split``, stream-K), so their DRAM
+traffic and L2 hit rates can be set side by side. Launch order inside the range: the levels, then
+those two, then cuBLAS.
 
 Both are warmed up (compiled, loaded, cuBLAS's heuristics run) outside the range, so the profiled
 launches are the steady ones. bf16, random normal data.
@@ -22,11 +27,15 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--shape", default="4096,4096,4096")
     p.add_argument("--levels", default="9", help="comma-separated level numbers")
+    p.add_argument("--split", action="store_true", help="also level 9 with its tail whole, then split")
     args = p.parse_args()
     m, n, k = (int(x) for x in args.shape.split(","))
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
     fns = {f"L{i}": LEVELS[int(i)] for i in args.levels.split(",")}
+    if args.split:
+        fns["L9 whole"] = LEVELS[9].variant(stream_k_min_idle=2.0)  # never splits
+        fns["L9 split"] = LEVELS[9].variant(stream_k_min_idle=0.0)  # splits every tail it may
     fns["cuBLAS"] = cublas
     for fn in fns.values():
         for _ in range(3):
