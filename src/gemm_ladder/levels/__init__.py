@@ -34,10 +34,14 @@ bench/results/2026-11-29_ladder_variants.json, a separate run):
   2026-11-30_wave_quantization_run2.json). A floor under both: bench/tensor_pipe_sol.py runs level 9's
   launch with only its wgmma left (the problem's K iterations shared evenly over the CTAs, operands
   already in shared memory, no epilogue, no partial wave) and does 4096^3's FLOPs at 822-826 TFLOP/s,
-  1.08-1.09x cuBLAS in the same runs, at 1980 MHz (bench/results/2026-11-30_tensor_pipe_sol*.json;
-  without waits in its loop it is no faster, so the floor is the tensor pipe's). 1.05x cuBLAS would
-  need 96.7% of that floor, i.e. at most 3.3% for the partial wave, the epilogue, loads and prologue
-  together, where the first two alone measure 2.5% and 2.7%; cuBLAS reaches 92% of it, level 9 91%.
+  1.08-1.09x cuBLAS in the same runs (bench/results/2026-11-30_tensor_pipe_sol*.json; without waits
+  in its loop it is no faster). 1.05x cuBLAS would need 96.7% of that floor, i.e. at most 3.3% for
+  the partial wave, the epilogue, loads and prologue together, where the first two alone measure
+  2.5% and 2.7%; cuBLAS reaches 92% of it, level 9 91%. The floor is generous: the SM clock follows
+  the work's power, not what nvidia-smi reports (1980 MHz). Nsight Compute measures 1.57 GHz for
+  level 9 and for cuBLAS at 4096^3 and 1.70 GHz for the floor, which moves no data
+  (bench/results/ncu/2026-11-30_L9_cublas_SOL_*.txt); a kernel that loads its operands runs slower
+  than the floor per FLOP and per cycle.
   Splitting that tail by K (stream-K) costs more than it
   saves at 4096^3 (0.94-0.95x of computing it whole, bench/results/2026-11-30_stream_k*.json), as if
   the split tail's iterations ran ~1.5x slower (a hypothesis for why, not profiled: the clusters
