@@ -22,9 +22,9 @@ bench/results/2026-11-29_ladder_variants.json, a separate run):
   consumers) or fewer resident CTAs under the cluster constraint is a reading of the code, not
   separated by a measurement. Level 9 keeps the cluster, feeds two consumers from each multicast
   stage, and gains 1.06-1.13x over level 8 (both dtypes, every timed shape).
-* **Level 9 against cuBLAS** (bench/results/2026-11-30_l9_targets_bf16_{stream_k,888439e}.json, two
-  runs of 5 passes): 0.99x at 4096^3; at 8192^3 medians 1.06 and 1.04 (passes 1.03-1.08); llm
-  geomean 1.007 and 1.011. Why 4096^3 stays at
+* **Level 9 against cuBLAS** (bench/results/2026-11-30_l9_targets_bf16_{stream_k,888439e,d55a50c}.json,
+  three runs of 5 passes, the last two on the same kernel): 0.99x at 4096^3; at 8192^3 medians 1.06,
+  1.04 and 1.03 (passes 1.00-1.08); llm geomean 1.007, 1.011 and 0.999. Why 4096^3 stays at
   parity: cuBLAS runs the same design there (Nsight Compute names nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA:
   a 128x256 tile per CTA, 2-CTA cluster, 4 stages, cooperative), and its tensor pipe is as busy as
   level 9's ("Compute (SM) Throughput" 90.2% against 88.5%, bench/results/ncu/). What level 9 could
@@ -44,8 +44,11 @@ bench/results/2026-11-29_ladder_variants.json, a separate run):
   than the floor per FLOP and per cycle.
   Splitting that tail by K (stream-K) costs more than it
   saves at 4096^3 (0.94-0.95x of computing it whole, bench/results/2026-11-30_stream_k*.json), as if
-  the split tail's iterations ran ~1.5x slower (a hypothesis for why, not profiled: the clusters
-  work at staggered K offsets and stop sharing A and B in L2). So the kernel splits a tail only
+  the split tail's iterations ran ~1.5x slower. Nsight Compute shows why: the clusters work at
+  staggered K offsets and stop sharing A and B in L2. Split, level 9 reads 179 MB from DRAM at
+  4096^3 against 148 MB whole, and 1.24 GB against 521 MB at 4096x4096x14336, whose tail no longer
+  fits L2 (L2 hit rate 59.5% against 77%, "Compute (SM) Throughput" 85% against 94%;
+  bench/results/ncu/2026-11-30_L9_whole_vs_split_*.txt). So the kernel splits a tail only
   when the last wave would leave more than 40% of the clusters idle (design/stream_k.py); there
   (8192^3, 4096x14336x4096, 4096x28672x8192) the split measured +0.4% to +3.7% over computing the
   tail whole, within the up to 3.5% that separated two identical configurations in one run. At 8192^3
