@@ -17,6 +17,7 @@ import sys
 import torch
 
 from gemm_ladder.contract import reference
+from gemm_ladder.gates.climb import parse_level_range
 from gemm_ladder.levels import LEVELS
 
 SHAPES = {1: (100, 120, 64), 2: (100, 120, 200), 3: (300, 264, 200)}
@@ -40,10 +41,10 @@ def run(name: str, level, m: int, n: int, k: int) -> bool:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--levels", default="1,2,3,4,5,6,7,8,9")
+    p.add_argument("--levels", default="1-9", help="as the climb takes them: 1-9, 4,9")
     args = p.parse_args()
     bad = 0
-    for n in (int(x) for x in args.levels.split(",")):
+    for n in parse_level_range(args.levels, sorted(LEVELS)):
         level = LEVELS[n]
         m, nn, k = SHAPES.get(n, TMA_SHAPE)
         persistent = getattr(level, "persistent", False)
