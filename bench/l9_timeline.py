@@ -1,0 +1,194 @@
+"""Where level 9's time goes inside one launch: per-CTA timestamps around its main loop and epilogue.
+
+    python bench/l9_timeline.py [--shapes 4096,4096,4096;4096,1024,4096] [-o OUT.json]
+
+A copy of level 9 (bench/variants.with_edit) in which consumer 0's elected thread of every CTA writes
+%globaltimer (ns) and clock64 (SM cycles) into a __device__ array at these points:
+
+* ``entry``: the kernel's first instruction (before the barrier setup and the cluster barrier);
+* per whole tile i (up to MAX_TILES): ``issue[i]``, the tile's first wgmma issued (its first stage
+  arrived), ``math_end[i]``, every wgmma of the tile complete (wait_group 0), and ``boundary_end[i]``,
+  the end of what the consumer does before the next tile (packing, the first panels staged and stored);
+* ``drain``: the last tile's remaining panels issued; ``stored``: its stores read out of shared
+  memory (wait_group.read 0); ``exit``: after the final cluster barrier.
+
+The traced copy never splits its tail (stream_k_min_idle = 2), so the last partial wave shows as
+CTAs that exit early; the split tail's steps are not stamped. The stamps add a few global stores per tile. One traced launch per shape, after warm-up and with L2
+flushed first, as the timed benchmarks do. The output gives, over the CTAs (median, min, max):
+the launch skew, the time to the first wgmma, each tile's math and boundary, the drain, and how far
+each CTA's exit is from the last one's (the partial last wave shows there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import statistics
+import sys
+
+import torch
+from rich.console import Console
+from rich.table import Table
+from variants import with_edit
+
+from gemm_ladder.gates.climb import run_meta, write_json
+from gemm_ladder.gpu import l2_bytes
+from gemm_ladder.levels import LEVELS
+from gemm_ladder.runtime.module import _driver, check
+
+MAX_TILES = 24
+SLOTS = 3 + 3 * MAX_TILES + 3  # entry, cluster_done (unused), first; 3 per tile; drain, stored, exit
+ENTRY, DRAIN, STORED, EXIT = 0, SLOTS - 3, SLOTS - 2, SLOTS - 1
+
+
+def _tile_slot(i: int, what: int) -> int:
+    return 3 + 3 * i + what  # what: 0 issue, 1 math_end, 2 boundary_end
+
+
+_HELPERS = f"""
+#define GL_TRACE_SLOTS {SLOTS}
+__device__ unsigned long long gl_trace_ns[1024][GL_TRACE_SLOTS];
+__device__ long long gl_trace_clk[1024][GL_TRACE_SLOTS];
+__device__ __forceinline__ void gl_stamp(int slot) {{
+  unsigned long long ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  gl_trace_ns[blockIdx.x][slot] = ns;
+  gl_trace_clk[blockIdx.x][slot] = clock64();
+}}
+"""
+
+
+def _edits() -> list[tuple[str, str]]:
+    """(anchor, replacement) pairs applied in order to level 9's source; each anchor must be unique."""
+    def t(what: int) -> str:  # the slot of this CTA's current tile (the last slot's for tiles past MAX_TILES)
+        i = "(unit - first_unit) / unit_stride"
+        return f"3 + 3 * ({i} < {MAX_TILES} ? {i} : {MAX_TILES - 1}) + {what}"
+
+    tracer = "consumer == 0 && elected"
+    return [
+        ("using namespace gl;\n", "using namespace gl;\n" + _HELPERS),
+        ("  extern __shared__ uint8_t smem_raw[];\n",
+         "  extern __shared__ uint8_t smem_raw[];\n  unsigned long long gl_entry_ns; long long gl_entry_clk = clock64();\n"
+         "  asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(gl_entry_ns));\n"),
+        ("    int count = 0;\n",
+         "    int count = 0;\n    if (" + tracer + f") {{ gl_trace_ns[blockIdx.x][{ENTRY}] = gl_entry_ns; "
+         f"gl_trace_clk[blockIdx.x][{ENTRY}] = gl_entry_clk; }}\n"),
+        ("      consume_k_range(smem, d, consumer, 0, k_tiles, count, elected, [&](int kt) {\n",
+         "      consume_k_range(smem, d, consumer, 0, k_tiles, count, elected, [&](int kt) {\n"
+         f"        if (kt == 0 && {tracer}) gl_stamp({t(0)});\n"),
+        ("      if (unit != first_unit)  // fewer K iterations than deferred panels",
+         f"      if ({tracer}) gl_stamp({t(1)});\n"
+         "      if (unit != first_unit)  // fewer K iterations than deferred panels"),
+        ("        store_panel(p, packed, ring, &map_c, tn * BN, tm * BM + 64 * consumer, bar, elected);\n    }\n",
+         "        store_panel(p, packed, ring, &map_c, tn * BN, tm * BM + 64 * consumer, bar, elected);\n"
+         f"      if ({tracer}) gl_stamp({t(2)});\n    }}\n"),
+        ("    if (elected) tma_store_wait_read<0>();\n",
+         f"    if ({tracer}) gl_stamp({DRAIN});\n    if (elected) tma_store_wait_read<0>();\n"
+         f"    if ({tracer}) gl_stamp({STORED});\n"),
+        ("  cluster_sync();\n}\n",
+         "  cluster_sync();\n"
+         f"  if (warpgroup_index() == 1 && thread_in_warpgroup() == 0) gl_stamp({EXIT});\n}}\n"),
+    ]
+
+
+def traced_edit(src: str) -> str:
+    for anchor, new in _edits():
+        assert src.count(anchor) == 1, f"level 9 changed: anchor {anchor.strip()[:60]!r} is not unique or gone"
+        src = src.replace(anchor, new, 1)
+    return src
+
+
+def _read_global(kernel, name: str, shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
+    drv = _driver()
+    ptr, size = check(drv.cuModuleGetGlobal(kernel.module, name.encode()), f"cuModuleGetGlobal({name})")
+    out = torch.empty(shape, dtype=dtype)
+    assert size == out.numel() * out.element_size()
+    check(drv.cuMemcpyDtoH(out.data_ptr(), ptr, size), "cuMemcpyDtoH")
+    return out
+
+
+def _zero_global(kernel, name: str) -> None:
+    drv = _driver()
+    ptr, size = check(drv.cuModuleGetGlobal(kernel.module, name.encode()), f"cuModuleGetGlobal({name})")
+    check(drv.cuMemsetD8(ptr, 0, size), "cuMemsetD8")
+
+
+def _stats(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)} if xs else {}
+
+
+def trace(level, m: int, n: int, k: int) -> dict:
+    gen = torch.Generator(device="cuda").manual_seed(m + n + k)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+    assert level.stream_k_tail(m, n, k, "bf16", a.device).tail_units == 0, "the traced copy runs every unit whole"
+    kernel = level.loaded("bf16", a.device)
+    for _ in range(3):
+        level(a, b)
+    torch.cuda.synchronize()
+    for name in ("gl_trace_ns", "gl_trace_clk"):  # stale stamps of another shape would read as this one's
+        _zero_global(kernel, name)
+    flush = torch.empty(2 * l2_bytes(a.device), dtype=torch.uint8, device="cuda")
+    flush.fill_(1)
+    c = level(a, b)
+    torch.cuda.synchronize()
+    grid = list(level.grid(m, n, "bf16", a.device))
+    ns = _read_global(kernel, "gl_trace_ns", (1024, SLOTS), torch.int64)
+    clk = _read_global(kernel, "gl_trace_clk", (1024, SLOTS), torch.int64)
+    ctas = int((ns[:, ENTRY] > 0).sum().item())
+    ns, clk = ns[:ctas].tolist(), clk[:ctas].tolist()
+    t0 = min(r[ENTRY] for r in ns)
+    last_exit = max(r[EXIT] for r in ns)
+    rows = {"entry_skew_us": [], "to_first_issue_us": [], "drain_us": [], "store_wait_us": [], "exit_gap_us": [],
+            "tiles": [], "math_us": {}, "boundary_us": {}, "clock_ghz": []}
+    for r, cr in zip(ns, clk):
+        rows["entry_skew_us"].append((r[ENTRY] - t0) / 1e3)
+        rows["to_first_issue_us"].append((r[_tile_slot(0, 0)] - r[ENTRY]) / 1e3)
+        tiles = sum(1 for i in range(MAX_TILES) if r[_tile_slot(i, 0)] >= r[ENTRY] > 0 and r[_tile_slot(i, 0)] > 0)
+        rows["tiles"].append(tiles)
+        for i in range(tiles):
+            rows["math_us"].setdefault(i, []).append((r[_tile_slot(i, 1)] - r[_tile_slot(i, 0)]) / 1e3)
+            end = r[_tile_slot(i + 1, 0)] if i + 1 < tiles else r[_tile_slot(i, 2)]
+            rows["boundary_us"].setdefault(i, []).append((end - r[_tile_slot(i, 1)]) / 1e3)
+        rows["drain_us"].append((r[DRAIN] - r[_tile_slot(tiles - 1, 2)]) / 1e3)
+        rows["store_wait_us"].append((r[STORED] - r[DRAIN]) / 1e3)
+        rows["exit_gap_us"].append((last_exit - r[EXIT]) / 1e3)
+        if r[EXIT] > r[ENTRY]:
+            rows["clock_ghz"].append((cr[EXIT] - cr[ENTRY]) / (r[EXIT] - r[ENTRY]))
+    out = {"m": m, "n": n, "k": k, "ctas": ctas, "grid": grid, "span_us": (last_exit - t0) / 1e3,
+           "c_checksum_finite": bool(torch.isfinite(c.float()).all().item())}
+    for key in ("entry_skew_us", "to_first_issue_us", "drain_us", "store_wait_us", "exit_gap_us", "clock_ghz", "tiles"):
+        out[key] = _stats(rows[key])
+    out["math_us"] = {i: _stats(v) for i, v in rows["math_us"].items()}
+    out["boundary_us"] = {i: _stats(v) for i, v in rows["boundary_us"].items()}
+    out["per_cta"] = {"entry_ns": [r[ENTRY] - t0 for r in ns], "exit_ns": [r[EXIT] - t0 for r in ns],
+                      "tiles": rows["tiles"]}
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--shapes", default="4096,4096,4096;4096,1024,4096;8192,8192,8192")
+    p.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."), "l9_timeline.json"))
+    args = p.parse_args()
+    level = with_edit(LEVELS[9], "l9_traced", traced_edit, stream_k_min_idle=2.0)
+    results = [trace(level, *(int(x) for x in s.split(","))) for s in args.shapes.split(";")]
+    table = Table(title="level 9 inside one launch (us; median [min, max] over CTAs)")
+    for col in ("shape", "span", "entry skew", "to 1st wgmma", "tile math", "boundary", "drain", "store wait",
+                "exit before last", "tiles", "GHz"):
+        table.add_column(col, justify="right")
+    fmt = lambda s: f"{s['median']:.2f} [{s['min']:.2f}, {s['max']:.2f}]" if s else "-"  # noqa: E731
+    for r in results:
+        math0 = r["math_us"].get(0, {})
+        mid = r["boundary_us"].get(0, {})
+        table.add_row(f"{r['m']}x{r['n']}x{r['k']}", f"{r['span_us']:.1f}", fmt(r["entry_skew_us"]),
+                      fmt(r["to_first_issue_us"]), fmt(math0), fmt(mid), fmt(r["drain_us"]),
+                      fmt(r["store_wait_us"]), fmt(r["exit_gap_us"]), fmt(r["tiles"]), fmt(r["clock_ghz"]))
+    Console(width=200).print(table)
+    write_json({"meta": run_meta(" ".join(["python", *sys.argv])), "shapes": results}, args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
