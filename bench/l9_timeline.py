@@ -38,8 +38,11 @@ from gemm_ladder.levels import LEVELS
 from gemm_ladder.runtime.module import _driver, check
 
 MAX_TILES = 24
-SLOTS = 3 + 3 * MAX_TILES + 3  # entry, cluster_done (unused), first; 3 per tile; drain, stored, exit
-ENTRY, DRAIN, STORED, EXIT = 0, SLOTS - 3, SLOTS - 2, SLOTS - 1
+SLOTS = 3 + 3 * MAX_TILES + 3 + 4  # entry, consumer ready, producer's first load; 3 per tile; drain, stored, exit;
+#                                   tile 0's K iterations 0-3 issued
+ENTRY, READY, FIRST_LOAD = 0, 1, 2
+DRAIN, STORED, EXIT = 3 + 3 * MAX_TILES, 4 + 3 * MAX_TILES, 5 + 3 * MAX_TILES
+FIRST_ITERS = 6 + 3 * MAX_TILES  # 4 slots: when tile 0's K iterations 0..3 were issued (their stages arrived)
 
 
 def _tile_slot(i: int, what: int) -> int:
@@ -68,6 +71,11 @@ def _edits() -> list[tuple[str, str]]:
     tracer = "consumer == 0 && elected"
     return [
         ("using namespace gl;\n", "using namespace gl;\n" + _HELPERS),
+        ("    setmaxnreg_dec<40>();\n    if (threadIdx.x == 0) {\n",
+         f"    setmaxnreg_dec<40>();\n    if (threadIdx.x == 0) {{\n      gl_stamp({FIRST_LOAD});\n"),
+        ("    setmaxnreg_inc<232>();\n",
+         "    setmaxnreg_inc<232>();\n    if (warpgroup_index() == 1 && thread_in_warpgroup() == 0) "
+         f"gl_stamp({READY});\n"),
         ("  extern __shared__ uint8_t smem_raw[];\n",
          "  extern __shared__ uint8_t smem_raw[];\n  unsigned long long gl_entry_ns; long long gl_entry_clk = clock64();\n"
          "  asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(gl_entry_ns));\n"),
@@ -76,7 +84,8 @@ def _edits() -> list[tuple[str, str]]:
          f"gl_trace_clk[blockIdx.x][{ENTRY}] = gl_entry_clk; }}\n"),
         ("      consume_k_range(smem, d, consumer, 0, k_tiles, count, elected, [&](int kt) {\n",
          "      consume_k_range(smem, d, consumer, 0, k_tiles, count, elected, [&](int kt) {\n"
-         f"        if (kt == 0 && {tracer}) gl_stamp({t(0)});\n"),
+         f"        if (kt == 0 && {tracer}) gl_stamp({t(0)});\n"
+         f"        if (kt < 4 && unit == first_unit && {tracer}) gl_stamp({FIRST_ITERS} + kt);\n"),
         ("      if (unit != first_unit)  // fewer K iterations than deferred panels",
          f"      if ({tracer}) gl_stamp({t(1)});\n"
          "      if (unit != first_unit)  // fewer K iterations than deferred panels"),
@@ -118,7 +127,10 @@ def _stats(xs: list[float]) -> dict:
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)} if xs else {}
 
 
-def trace(level, m: int, n: int, k: int) -> dict:
+def trace(level, m: int, n: int, k: int, flush: str = "write") -> dict:
+    """One traced launch of ``level`` on (m, n, k), bf16. ``flush``: what runs just before it: ``write``
+    (the timed benchmarks' L2 flush: 2 x L2 of writes, which leaves L2 full of dirty lines), ``read``
+    (2 x L2 of reads: L2 cold but clean) or ``none`` (L2 as the warm-up launches left it)."""
     gen = torch.Generator(device="cuda").manual_seed(m + n + k)
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
@@ -129,8 +141,12 @@ def trace(level, m: int, n: int, k: int) -> dict:
     torch.cuda.synchronize()
     for name in ("gl_trace_ns", "gl_trace_clk"):  # stale stamps of another shape would read as this one's
         _zero_global(kernel, name)
-    flush = torch.empty(2 * l2_bytes(a.device), dtype=torch.uint8, device="cuda")
-    flush.fill_(1)
+    buf = torch.ones(2 * l2_bytes(a.device), dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    if flush == "write":
+        buf.fill_(1)
+    elif flush == "read":
+        buf.sum(dtype=torch.int64)
     c = level(a, b)
     torch.cuda.synchronize()
     grid = list(level.grid(m, n, "bf16", a.device))
@@ -156,36 +172,48 @@ def trace(level, m: int, n: int, k: int) -> dict:
         rows["exit_gap_us"].append((last_exit - r[EXIT]) / 1e3)
         if r[EXIT] > r[ENTRY]:
             rows["clock_ghz"].append((cr[EXIT] - cr[ENTRY]) / (r[EXIT] - r[ENTRY]))
-    out = {"m": m, "n": n, "k": k, "ctas": ctas, "grid": grid, "span_us": (last_exit - t0) / 1e3,
+    rows["ready_us"] = [(r[READY] - r[ENTRY]) / 1e3 for r in ns]
+    rows["first_load_us"] = [(r[FIRST_LOAD] - r[ENTRY]) / 1e3 for r in ns]
+    for j in range(4):
+        rows[f"iter{j}_issue_us"] = [(r[FIRST_ITERS + j] - r[ENTRY]) / 1e3 for r in ns if r[FIRST_ITERS + j] > 0]
+    out = {"m": m, "n": n, "k": k, "flush": flush, "ctas": ctas, "grid": grid, "span_us": (last_exit - t0) / 1e3,
            "c_checksum_finite": bool(torch.isfinite(c.float()).all().item())}
-    for key in ("entry_skew_us", "to_first_issue_us", "drain_us", "store_wait_us", "exit_gap_us", "clock_ghz", "tiles"):
+    for key in ("ready_us", "first_load_us", *(f"iter{j}_issue_us" for j in range(4)), "entry_skew_us", "to_first_issue_us", "drain_us", "store_wait_us", "exit_gap_us", "clock_ghz", "tiles"):
         out[key] = _stats(rows[key])
     out["math_us"] = {i: _stats(v) for i, v in rows["math_us"].items()}
     out["boundary_us"] = {i: _stats(v) for i, v in rows["boundary_us"].items()}
     out["per_cta"] = {"entry_ns": [r[ENTRY] - t0 for r in ns], "exit_ns": [r[EXIT] - t0 for r in ns],
                       "tiles": rows["tiles"]}
+    if flush == "write":  # the benchmarks' condition: every stamp kept, for other readings
+        out["raw"] = {"slots": {"entry": ENTRY, "ready": READY, "first_load": FIRST_LOAD, "tile0": 3, "per_tile": 3,
+                                "drain": DRAIN, "stored": STORED, "exit": EXIT, "first_iters": FIRST_ITERS},
+                      "ns": ns, "clk": clk}
     return out
 
 
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--shapes", default="4096,4096,4096;4096,1024,4096;8192,8192,8192")
+    p.add_argument("--flush", default="write,read,none", help="comma list of: write, read, none (see trace())")
     p.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."), "l9_timeline.json"))
     args = p.parse_args()
     level = with_edit(LEVELS[9], "l9_traced", traced_edit, stream_k_min_idle=2.0)
-    results = [trace(level, *(int(x) for x in s.split(","))) for s in args.shapes.split(";")]
-    table = Table(title="level 9 inside one launch (us; median [min, max] over CTAs)")
-    for col in ("shape", "span", "entry skew", "to 1st wgmma", "tile math", "boundary", "drain", "store wait",
+    results = [trace(level, *(int(x) for x in s.split(",")), flush=f)
+               for s in args.shapes.split(";") for f in args.flush.split(",")]
+    table = Table(title="level 9 inside one launch (us from each CTA's entry, or durations; median [min, max] over CTAs)")
+    for col in ("shape", "flush", "span", "regs raised", "1st load", "K iter 0..3 issued", "to 1st wgmma", "tile math", "boundary", "drain", "store wait",
                 "exit before last", "tiles", "GHz"):
         table.add_column(col, justify="right")
     fmt = lambda s: f"{s['median']:.2f} [{s['min']:.2f}, {s['max']:.2f}]" if s else "-"  # noqa: E731
     for r in results:
         math0 = r["math_us"].get(0, {})
         mid = r["boundary_us"].get(0, {})
-        table.add_row(f"{r['m']}x{r['n']}x{r['k']}", f"{r['span_us']:.1f}", fmt(r["entry_skew_us"]),
-                      fmt(r["to_first_issue_us"]), fmt(math0), fmt(mid), fmt(r["drain_us"]),
+        iters = " ".join(f"{r[f'iter{j}_issue_us']['median']:.2f}" for j in range(4) if r[f"iter{j}_issue_us"])
+        table.add_row(f"{r['m']}x{r['n']}x{r['k']}", r["flush"], f"{r['span_us']:.1f}", fmt(r["ready_us"]),
+                      fmt(r["first_load_us"]), iters, fmt(r["to_first_issue_us"]), fmt(math0), fmt(mid), fmt(r["drain_us"]),
                       fmt(r["store_wait_us"]), fmt(r["exit_gap_us"]), fmt(r["tiles"]), fmt(r["clock_ghz"]))
-    Console(width=200).print(table)
+
+    Console(width=280).print(table)
     write_json({"meta": run_meta(" ".join(["python", *sys.argv])), "shapes": results}, args.output)
     return 0
 
