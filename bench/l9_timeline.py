@@ -22,7 +22,6 @@ each CTA's exit is from the last one's (the partial last wave shows there).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import statistics
 import sys
