@@ -14,15 +14,6 @@ Each variant changes one thing of a level, to test a reason for its speed:
 * with ``--set order``: levels 6 and 9 with other grouped-order heights (tile_scheduler.cuh);
 * with ``--set bounds``: ``L9 no epilogue``, level 9 with its panel stores compiled out (the output is
   not written, so its error is meaningless): how much time hiding the epilogue could still win;
-* with ``--set stagger``: whether keeping the two consumers' tile boundaries apart lets one's wgmma
-  fill the tensor pipe while the other stores its outputs (bench/l9_timeline.py measured ~1.4 us per
-  tile boundary while both store at once): ``L9 offset N us``, consumer 1 starts its first tile N us
-  after consumer 0 (__nanosleep) and the shared stage ring carries the offset from tile to tile, or
-  not. Any added line makes ptxas spill at level 9's 232 consumer registers, so these variants run
-  with 240 (32 for the producer: 2 x 128 x 240 + 128 x 32 = 65536, the whole register file);
-  ``L9 regs 32/240`` is that register split alone. (Consumer 1 deferring all its panels into the next
-  tile's K loop was tried too: it spills even at 240.)
-
 Timing is gates.performance.time_fns (L2 flushed, launch latency hidden, interleaved rounds); each
 output's first 256 rows are checked against float64 first.
 """
@@ -51,27 +42,11 @@ def _no_stores(src: str) -> str:
     return src.replace(head, head + "\n  if (n0 < (1 << 30)) return;", 1)
 
 
-def regs_240_edit(src: str) -> str:
-    """Level 9 with 240 registers per consumer thread and 32 per producer thread (232 and 40 shipped)."""
-    dec, inc = "setmaxnreg_dec<40>()", "setmaxnreg_inc<232>()"
-    assert src.count(dec) == 1 and src.count(inc) == 1, "level 9's register split changed; update this variant"
-    return src.replace(dec, "setmaxnreg_dec<32>()").replace(inc, "setmaxnreg_inc<240>()")
-
-
-def offset_edit(ns: int):
-    """An edit: level 9 at 240/32 registers whose consumer 1 sleeps ~ns nanoseconds before its first tile."""
-    def edit(src: str) -> str:
-        anchor = "    const int consumer = warpgroup_index() - 1;\n"
-        assert src.count(anchor) == 1, "level 9 changed; update this variant"
-        return regs_240_edit(src).replace(anchor, anchor + f"    __nanosleep(consumer * {ns}u);\n", 1)
-    return edit
-
-
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--sizes", default="4096,8192")
     p.add_argument("--rounds", type=int, default=4)
-    p.add_argument("--set", default="reasons", choices=["reasons", "order", "bounds", "stagger"],
+    p.add_argument("--set", default="reasons", choices=["reasons", "order", "bounds"],
                    help="reasons: the variants above; order: tile-order heights of levels 6 and 9; "
                         "bounds: level 9 without its epilogue")
     p.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."), "ladder_variants.json"))
@@ -86,9 +61,6 @@ def main() -> int:
     if args.set == "order":  # the tile order of the persistent levels: group heights 1 (row by row), 2, 8 (shipped), 32
         targets = {"cuBLAS": cublas, "L6": LEVELS[6], "L6 row order": targets["L6 row order"],
                    "L9": LEVELS[9], **{f"L9 group_m={g}": with_defines(LEVELS[9], {"GL_GROUP_M": g}) for g in (1, 2, 32)}}
-    if args.set == "stagger":
-        targets = {"cuBLAS": cublas, "L9": LEVELS[9], "L9 regs 32/240": with_edit(LEVELS[9], "l9_regs_240", regs_240_edit),
-                   **{f"L9 offset {ns // 1000} us": with_edit(LEVELS[9], f"l9_offset_{ns}", offset_edit(ns)) for ns in (1000, 2000)}}
     if args.set == "bounds":
         targets = {"cuBLAS": cublas, "L9": LEVELS[9], "L9 no epilogue": with_edit(LEVELS[9], "l9_no_epilogue", _no_stores)}
     rows = []
