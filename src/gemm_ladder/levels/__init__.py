@@ -37,11 +37,17 @@ bench/results/2026-11-29_ladder_variants.json, a separate run):
   1.08-1.09x cuBLAS in the same runs (bench/results/2026-11-30_tensor_pipe_sol*.json; without waits
   in its loop it is no faster). 1.05x cuBLAS would need 96.7% of that floor, i.e. at most 3.3% for
   the partial wave, the epilogue, loads and prologue together, where the first two alone measure
-  2.5% and 2.7%; cuBLAS reaches 92% of it, level 9 91%. The floor is generous: the SM clock follows
-  the work's power, not what nvidia-smi reports (1980 MHz). Nsight Compute measures 1.57 GHz for
-  level 9 and for cuBLAS at 4096^3 and 1.70 GHz for the floor, which moves no data
-  (bench/results/ncu/2026-11-30_L9_cublas_SOL_*.txt); a kernel that loads its operands runs slower
-  than the floor per FLOP and per cycle.
+  2.5% and 2.7%; cuBLAS reaches 92% of it, level 9 91%. The floor's edge is its clock, not its cycles. Nsight Compute measures 1.70 GHz
+  for it against 1.57 GHz for level 9 and cuBLAS at 4096^3, while nvidia-smi reports 1980 MHz
+  throughout (bench/results/ncu/2026-11-30_L9_cublas_SOL_*.txt): the clock follows the work's
+  power, and the floor moves no data. Per cycle, level 9's main loop already runs at the tensor
+  pipe's rate: bench/l9_timeline.py stamps clock64 and %globaltimer around every tile and finds
+  1040 cycles per 128x256x64 K tile in every tile (1024 at 2048 bf16 FMA per clock per SM), while
+  the clock moves between 1.47 and 1.65 GHz within one launch (bench/results/2026-11-30_l9_timeline_*.json).
+  What separates level 9 from a faster kernel at 4096^3 lies outside its main loop, per CTA: 5.2 us
+  before its first wgmma (1.3 us of setup, then the first load after the L2 flush), 1.4 us at each
+  of 3 tile boundaries while both consumers store, 1.8 us of last epilogue and drain, and the partial
+  wave; and in the clock that power management grants.
   Splitting that tail by K (stream-K) costs more than it
   saves at 4096^3 (0.94-0.95x of computing it whole, bench/results/2026-11-30_stream_k*.json), as if
   the split tail's iterations ran ~1.5x slower. Nsight Compute shows why: the clusters work at
