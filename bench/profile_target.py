@@ -6,7 +6,7 @@
 With ``--split``, level 9 is profiled twice more, after the levels: its last partial wave computed
 whole (``L9 whole``), then split by K over every cluster (``L9 split``, stream-K), so their DRAM
 traffic and L2 hit rates can be set side by side. Launch order inside the range: the levels, then
-those two, then cuBLAS. With ``--sol``, the tensor-pipe floor of bench/tensor_pipe_sol.py comes
+those two, then cuBLAS. With ``--sol``, the math-alone kernel of bench/tensor_pipe_sol.py comes
 last, so its SM clock and tensor-pipe activity can be read beside theirs.
 
 Both are warmed up (compiled, loaded, cuBLAS's heuristics run) outside the range, so the profiled
@@ -29,7 +29,7 @@ def main() -> int:
     p.add_argument("--shape", default="4096,4096,4096")
     p.add_argument("--levels", default="9", help="comma-separated level numbers")
     p.add_argument("--split", action="store_true", help="also level 9 with its tail whole, then split")
-    p.add_argument("--sol", action="store_true", help="also the tensor-pipe floor (bench/tensor_pipe_sol.py), last")
+    p.add_argument("--sol", action="store_true", help="also the math-alone kernel (bench/tensor_pipe_sol.py), last")
     args = p.parse_args()
     m, n, k = (int(x) for x in args.shape.split(","))
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)

@@ -1,9 +1,9 @@
-"""The bench's measuring kernels stay valid: the tensor-pipe floor keeps full-size wgmma, and the
+"""The bench's measuring kernels stay valid: the math-alone kernel keeps full-size wgmma, and the
 one-knob source edits the bench applies to levels still find what they edit.
 
-The floor (bench/tensor_pipe_sol.py) is only a floor while every HGMMA in it is the m64n256k16 that
-level 9 issues: an accumulator ptxas sees as dead lets it shrink the instruction (it did once, to
-64x8, in an earlier bound). These tests compile it for the H200 and read its SASS; no GPU needed.
+The math-alone kernel (bench/tensor_pipe_sol.py) measures level 9's math only while every HGMMA in
+it is the m64n256k16 that level 9 issues: an accumulator ptxas sees as dead lets it shrink the
+instruction (it did once, to 64x8, in an earlier bound). These tests compile it for the H200 and read its SASS; no GPU needed.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ import variants  # noqa: E402
 
 @needs_nvcc
 @pytest.mark.parametrize("pending", [1, -1], ids=["wait_group_1", "no_wait"])
-def test_floor_kernel_keeps_full_size_wgmma(use_cache, pending):
+def test_math_alone_kernel_keeps_full_size_wgmma(use_cache, pending):
     level = variants.with_defines(variants.with_source(LEVELS[9], tensor_pipe_sol.SOL_SOURCE),
                                   {"GL_SOL_PENDING": pending})
     kernel = level.build("bf16")
     hgmma = re.findall(r"HGMMA\.(\d+x\d+x\d+)", disassemble(kernel.cubin))
-    assert hgmma, "no wgmma left in the floor kernel"
-    assert set(hgmma) == {"64x256x16"}, f"ptxas changed the floor's wgmma: {sorted(set(hgmma))}"
+    assert hgmma, "no wgmma left in the math-alone kernel"
+    assert set(hgmma) == {"64x256x16"}, f"ptxas changed the math-alone kernel's wgmma: {sorted(set(hgmma))}"
     usage = parse_ptxas_log(kernel.ptxas_log)["gemm_kernel"]
     assert (usage.stack_bytes, usage.spill_stores, usage.spill_loads) == (0, 0, 0)
 

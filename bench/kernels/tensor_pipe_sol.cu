@@ -1,13 +1,13 @@
-// Bench only: the tensor pipe's speed of light for a GEMM's work on this GPU (bench/tensor_pipe_sol.py).
+// Bench only: the math of a GEMM alone on this GPU (bench/tensor_pipe_sol.py).
 //
 // Level 9's launch (grid, cluster, roles, register split, shared-memory map and signature), with
 // everything a real GEMM needs besides the math taken out. The producer fills the STAGES stages once
 // (the problem's own A and B, so the operands toggle like random data, which sets the power drawn)
 // and never loads again; the consumers then issue the wgmma of an evenly shared K loop over those
 // stages, wgmma.wait_group 1 as in level 9, with no barrier, no epilogue and no last partial wave:
-// every CTA does the same (total CTA tiles x K tiles) / gridDim.x K iterations. What it takes is
-// the least time any kernel built from m64n256k16 wgmma with operands in shared memory can take for
-// that many FLOPs at the clock this GPU holds while doing them.
+// every CTA does the same (total CTA tiles x K tiles) / gridDim.x K iterations. It runs at the clock
+// the GPU grants work that moves no data, which is higher than a real GEMM's; per cycle its loop is
+// no faster than level 9's main loop. A reference point, not a bound.
 //
 // The accumulators end in a sum that traps on a value it never takes, so ptxas must keep every
 // wgmma whole (a dead accumulator lets it shrink HGMMA.64x256x16 to 64x8: see ladder_variants.py).
@@ -21,7 +21,7 @@
 using namespace gl;
 
 // wgmma groups left in flight after each K iteration's commit: 1 as in level 9; -1 never waits inside
-// the loop (a check that the floor is the tensor pipe's and not the wait's).
+// the loop (whether the wait slows the loop).
 #ifndef GL_SOL_PENDING
 #define GL_SOL_PENDING 1
 #endif

@@ -31,24 +31,23 @@ bench/results/2026-11-29_ladder_variants.json, a separate run):
   still win is measured: with its epilogue compiled out it runs 772 against 751 TFLOP/s (1.01x
   cuBLAS; bench/results/2026-11-30_ladder_bounds.json), and the partial last wave (256 units on 66
   clusters, 3.88 waves) costs 2.5% (the whole-wave shape 8448x2048x4096 runs 767 against 748,
-  2026-11-30_wave_quantization_run2.json). A floor under both: bench/tensor_pipe_sol.py runs level 9's
-  launch with only its wgmma left (the problem's K iterations shared evenly over the CTAs, operands
-  already in shared memory, no epilogue, no partial wave) and does 4096^3's FLOPs at 822-826 TFLOP/s,
-  1.08-1.09x cuBLAS in the same runs (bench/results/2026-11-30_tensor_pipe_sol*.json; without waits
-  in its loop it is no faster). 1.05x cuBLAS would need 96.7% of that floor, i.e. at most 3.3% for
-  the partial wave, the epilogue, loads and prologue together, where the first two alone measure
-  2.5% and 2.7%; cuBLAS reaches 92% of it, level 9 91%. The floor's edge is its clock, not its cycles. Nsight Compute measures 1.70 GHz
-  for it against 1.57 GHz for level 9 and cuBLAS at 4096^3, while nvidia-smi reports 1980 MHz
-  throughout (bench/results/ncu/2026-11-30_L9_cublas_SOL_*.txt): the clock follows the work's
-  power, and the floor moves no data. Per cycle, level 9's main loop already runs at the tensor
-  pipe's rate: bench/l9_timeline.py stamps clock64 and %globaltimer around every tile and finds
-  1040 cycles per 128x256x64 K tile in every tile (1024 at 2048 bf16 FMA per clock per SM), while
-  the clock moves between 1.47 and 1.65 GHz within one launch (bench/results/2026-11-30_l9_timeline_*.json).
-  What separates level 9 from a faster kernel at 4096^3 lies outside its main loop, per CTA: 5.2 us
-  before its first wgmma (1.3 us of setup, then the first load after the L2 flush), 1.4 us at each
-  of 3 tile boundaries while both consumers store, 1.8 us of last epilogue and drain, and the partial
-  wave; and in the clock that power management grants.
-  Splitting that tail by K (stream-K) costs more than it
+  2026-11-30_wave_quantization_run2.json). A reference with no data to move: bench/tensor_pipe_sol.py runs
+  level 9's launch with only its wgmma left (the problem's K iterations shared evenly over the CTAs,
+  operands already in shared memory, no epilogue, no partial wave) and does 4096^3's FLOPs at 822-826
+  TFLOP/s, 1.08-1.09x cuBLAS in the same runs (bench/results/2026-11-30_tensor_pipe_sol*.json). Its
+  edge is its clock, not its cycles: Nsight Compute measures 1.70 GHz for it against 1.57 GHz for
+  level 9 and cuBLAS at 4096^3, while nvidia-smi reports 1980 MHz throughout
+  (bench/results/ncu/2026-11-30_L9_cublas_SOL_*.txt); the clock follows the work's power, and it
+  moves no data. Per cycle, level 9's main loop runs at the tensor pipe's rate: bench/l9_timeline.py
+  stamps clock64 and %globaltimer around every tile and finds 1040 cycles per 128x256x64 K tile in
+  every tile (1024 at 2048 bf16 FMA per clock per SM), while the clock moves between 1.47 and
+  1.65 GHz within one launch (bench/results/2026-11-30_l9_timeline_*.json). The rest of a 182 us
+  launch, per CTA: 5.2 us before the first wgmma (1.3 us of setup, then the first load after the
+  L2 flush: 3.2 us with L2 left warm), 1.4 us at each of 3 tile boundaries while both consumers
+  store, 1.8 us of last epilogue and drain, and the partial wave. Removing every boundary and drain
+  cost (6 us) would give ~1.02x cuBLAS; 1.05x would also need the partial wave gone at no cost, and
+  the one lever built for it costs more than it saves:
+  splitting that tail by K (stream-K) costs more than it
   saves at 4096^3 (0.94-0.95x of computing it whole, bench/results/2026-11-30_stream_k*.json), as if
   the split tail's iterations ran ~1.5x slower. Nsight Compute shows why: the clusters work at
   staggered K offsets and stop sharing A and B in L2. Split, level 9 reads 179 MB from DRAM at
