@@ -39,12 +39,12 @@ bench/results/2026-11-29_ladder_variants.json, a separate run):
   level 9 and cuBLAS at 4096^3, while nvidia-smi reports 1980 MHz throughout
   (bench/results/ncu/2026-11-30_L9_cublas_SOL_*.txt); the clock follows the work's power, and it
   moves no data. Per cycle, level 9's main loop runs at the tensor pipe's rate: bench/l9_timeline.py
-  stamps clock64 and %globaltimer around every tile and finds 1040 cycles per 128x256x64 K tile in
-  every tile (1024 at 2048 bf16 FMA per clock per SM), while the clock moves between 1.47 and
+  stamps clock64 and %globaltimer around every tile and finds 1038-1046 cycles per 128x256x64 K
+  tile in every tile (1024 at 2048 bf16 FMA per clock per SM), while the clock moves between 1.47 and
   1.65 GHz within one launch (bench/results/2026-11-30_l9_timeline_*.json). The rest of a 182 us
   launch, per CTA: 5.2 us before the first wgmma (1.3 us of setup, then the first load after the
   L2 flush: 3.2 us with L2 left warm), 1.4 us at each of 3 tile boundaries while both consumers
-  store, 1.8 us of last epilogue and drain, and the partial wave. Removing every boundary and drain
+  store, 1.7 us of last epilogue and drain, and the partial wave. Removing every boundary and drain
   cost (6 us) would give ~1.02x cuBLAS; 1.05x would also need the partial wave gone at no cost, and
   the one lever built for it costs more than it saves:
   splitting that tail by K (stream-K) costs more than it
