@@ -30,8 +30,7 @@ import os
 import sys
 from pathlib import Path
 
-import torch
-from variants import check_targets, with_defines, with_source
+from variants import check_targets, square_operands, with_defines, with_source
 
 from gemm_ladder.contract import cublas
 from gemm_ladder.gates.climb import run_meta, write_json
@@ -66,9 +65,7 @@ def main() -> int:
 
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
-        gen = torch.Generator(device="cuda").manual_seed(size)
-        a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16, generator=gen)
-        b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16, generator=gen)
+        a, b = square_operands(size)
         live, ok, failures = check_targets(targets, a, b)
         for name, error in failures.items():
             rows.append({"size": size, "name": name, "error": error})

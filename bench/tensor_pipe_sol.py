@@ -33,10 +33,9 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 from rich.console import Console
 from rich.table import Table
-from variants import check_targets, with_defines, with_edit, with_source
+from variants import check_targets, square_operands, with_defines, with_edit, with_source
 from wave_quantization import Sampler
 
 from gemm_ladder.contract import cublas
@@ -72,9 +71,7 @@ def main() -> int:
     rows, windows = [], []
     try:
         for size in (int(s) for s in args.sizes.split(",")):
-            gen = torch.Generator(device="cuda").manual_seed(size)
-            a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16, generator=gen)
-            b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16, generator=gen)
+            a, b = square_operands(size)
             live, errors, failures = check_targets(targets, a, b)
             for name, error in failures.items():
                 rows.append({"size": size, "name": name, "error": error})
