@@ -1,22 +1,30 @@
 """Where level 9's time goes inside one launch: per-CTA timestamps around its main loop and epilogue.
 
-    python bench/l9_timeline.py [--shapes 4096,4096,4096;4096,1024,4096] [-o OUT.json]
+    python bench/l9_timeline.py [--shapes "4096,4096,4096;4096,1024,4096;8192,8192,8192"]
+                                [--flush write,read,none] [-o OUT.json]
 
 A copy of level 9 (bench/variants.with_edit) in which consumer 0's elected thread of every CTA writes
 %globaltimer (ns) and clock64 (SM cycles) into a __device__ array at these points:
 
 * ``entry``: the kernel's first instruction (before the barrier setup and the cluster barrier);
+  ``ready``: registers raised (consumer 0); ``first_load``: the producer about to issue its first load;
 * per whole tile i (up to MAX_TILES): ``issue[i]``, the tile's first wgmma issued (its first stage
   arrived), ``math_end[i]``, every wgmma of the tile complete (wait_group 0), and ``boundary_end[i]``,
   the end of what the consumer does before the next tile (packing, the first panels staged and stored);
+  for tile 0 also when its K iterations 0-3 were issued;
 * ``drain``: the last tile's remaining panels issued; ``stored``: its stores read out of shared
   memory (wait_group.read 0); ``exit``: after the final cluster barrier.
 
+Cycles per K tile come from two windows per tile after the first: from ``issue`` (opens after the
+tile's first wgmma is issued, and consumer 1's may already run: a lower bound) and from the previous
+``boundary_end`` (includes the wait for the tile's first stage: an upper bound).
+
 The traced copy never splits its tail (stream_k_min_idle = 2), so the last partial wave shows as
-CTAs that exit early; the split tail's steps are not stamped. The stamps add a few global stores per tile. One traced launch per shape, after warm-up and with L2
-flushed first, as the timed benchmarks do. The output gives, over the CTAs (median, min, max):
-the launch skew, the time to the first wgmma, each tile's math and boundary, the drain, and how far
-each CTA's exit is from the last one's (the partial last wave shows there).
+CTAs that exit early; the split tail's steps are not stamped. The stamps add a few global stores per
+tile. One traced launch per shape and flush mode, after warm-up (see trace() for the modes; ``write``
+is the timed benchmarks' L2 flush). The output gives, over the CTAs (median, min, max): the setup,
+the first load's latency, each tile's math and boundary, the drain, and how far each CTA's exit is
+from the last one's (the partial last wave shows there).
 """
 
 from __future__ import annotations
@@ -135,20 +143,21 @@ def trace(level, m: int, n: int, k: int, flush: str = "write") -> dict:
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
     assert level.stream_k_tail(m, n, k, "bf16", a.device).tail_units == 0, "the traced copy runs every unit whole"
     kernel = level.loaded("bf16", a.device)
+    grid = list(level.grid(m, n, "bf16", a.device))
+    units = -(-m // (level.tile[0] * level.cluster)) * -(-n // level.tile[1])
+    assert -(-units // (grid[0] // level.cluster)) <= MAX_TILES, f"more than {MAX_TILES} tiles per CTA: raise MAX_TILES"
+    buf = torch.empty(2 * l2_bytes(a.device), dtype=torch.uint8, device="cuda")  # empty: allocating writes nothing
     for _ in range(3):
         level(a, b)
     torch.cuda.synchronize()
     for name in ("gl_trace_ns", "gl_trace_clk"):  # stale stamps of another shape would read as this one's
         _zero_global(kernel, name)
-    buf = torch.ones(2 * l2_bytes(a.device), dtype=torch.uint8, device="cuda")
-    torch.cuda.synchronize()
     if flush == "write":
         buf.fill_(1)
     elif flush == "read":
         buf.sum(dtype=torch.int64)
     c = level(a, b)
     torch.cuda.synchronize()
-    grid = list(level.grid(m, n, "bf16", a.device))
     ns = _read_global(kernel, "gl_trace_ns", (1024, SLOTS), torch.int64)
     clk = _read_global(kernel, "gl_trace_clk", (1024, SLOTS), torch.int64)
     ctas = int((ns[:, ENTRY] > 0).sum().item())
@@ -171,13 +180,21 @@ def trace(level, m: int, n: int, k: int, flush: str = "write") -> dict:
         rows["exit_gap_us"].append((last_exit - r[EXIT]) / 1e3)
         if r[EXIT] > r[ENTRY]:
             rows["clock_ghz"].append((cr[EXIT] - cr[ENTRY]) / (r[EXIT] - r[ENTRY]))
+    k_tiles = -(-k // level.tile[2])
+    rows["cycles_per_k_tile_low"] = [(c[_tile_slot(i, 1)] - c[_tile_slot(i, 0)]) / k_tiles
+                                     for r, c, t in zip(ns, clk, rows["tiles"]) for i in range(1, t)]
+    rows["cycles_per_k_tile_high"] = [(c[_tile_slot(i, 1)] - c[_tile_slot(i - 1, 2)]) / k_tiles
+                                      for r, c, t in zip(ns, clk, rows["tiles"]) for i in range(1, t)]
+    rows["first_load_latency_us"] = [(r[_tile_slot(0, 0)] - r[FIRST_LOAD]) / 1e3 for r in ns]
     rows["ready_us"] = [(r[READY] - r[ENTRY]) / 1e3 for r in ns]
     rows["first_load_us"] = [(r[FIRST_LOAD] - r[ENTRY]) / 1e3 for r in ns]
     for j in range(4):
         rows[f"iter{j}_issue_us"] = [(r[FIRST_ITERS + j] - r[ENTRY]) / 1e3 for r in ns if r[FIRST_ITERS + j] > 0]
     out = {"m": m, "n": n, "k": k, "flush": flush, "ctas": ctas, "grid": grid, "span_us": (last_exit - t0) / 1e3,
            "c_checksum_finite": bool(torch.isfinite(c.float()).all().item())}
-    for key in ("ready_us", "first_load_us", *(f"iter{j}_issue_us" for j in range(4)), "entry_skew_us", "to_first_issue_us", "drain_us", "store_wait_us", "exit_gap_us", "clock_ghz", "tiles"):
+    for key in ("ready_us", "first_load_us", "first_load_latency_us", *(f"iter{j}_issue_us" for j in range(4)),
+                "entry_skew_us", "to_first_issue_us", "drain_us", "store_wait_us", "exit_gap_us", "clock_ghz", "tiles",
+                "cycles_per_k_tile_low", "cycles_per_k_tile_high"):
         out[key] = _stats(rows[key])
     out["math_us"] = {i: _stats(v) for i, v in rows["math_us"].items()}
     out["boundary_us"] = {i: _stats(v) for i, v in rows["boundary_us"].items()}
@@ -199,19 +216,16 @@ def main() -> int:
     level = with_edit(LEVELS[9], "l9_traced", traced_edit, stream_k_min_idle=2.0)
     results = [trace(level, *(int(x) for x in s.split(",")), flush=f)
                for s in args.shapes.split(";") for f in args.flush.split(",")]
-    table = Table(title="level 9 inside one launch (us from each CTA's entry, or durations; median [min, max] over CTAs)")
-    for col in ("shape", "flush", "span", "regs raised", "1st load", "K iter 0..3 issued", "to 1st wgmma", "tile math", "boundary", "drain", "store wait",
-                "exit before last", "tiles", "GHz"):
+    table = Table(title="level 9 inside one launch (us, or cycles per K tile; median [min, max] over CTAs)")
+    for col in ("shape", "flush", "span", "setup to 1st load", "1st load latency", "tile 0 math", "boundary 0",
+                "drain", "exit before last", "cycles/K tile (low)", "cycles/K tile (high)", "GHz"):
         table.add_column(col, justify="right")
-    fmt = lambda s: f"{s['median']:.2f} [{s['min']:.2f}, {s['max']:.2f}]" if s else "-"  # noqa: E731
+    fmt = lambda s, d=2: f"{s['median']:.{d}f} [{s['min']:.{d}f}, {s['max']:.{d}f}]" if s else "-"  # noqa: E731
     for r in results:
-        math0 = r["math_us"].get(0, {})
-        mid = r["boundary_us"].get(0, {})
-        iters = " ".join(f"{r[f'iter{j}_issue_us']['median']:.2f}" for j in range(4) if r[f"iter{j}_issue_us"])
-        table.add_row(f"{r['m']}x{r['n']}x{r['k']}", r["flush"], f"{r['span_us']:.1f}", fmt(r["ready_us"]),
-                      fmt(r["first_load_us"]), iters, fmt(r["to_first_issue_us"]), fmt(math0), fmt(mid), fmt(r["drain_us"]),
-                      fmt(r["store_wait_us"]), fmt(r["exit_gap_us"]), fmt(r["tiles"]), fmt(r["clock_ghz"]))
-
+        table.add_row(f"{r['m']}x{r['n']}x{r['k']}", r["flush"], f"{r['span_us']:.1f}", fmt(r["first_load_us"]),
+                      fmt(r["first_load_latency_us"]), fmt(r["math_us"].get(0, {})), fmt(r["boundary_us"].get(0, {})),
+                      fmt(r["drain_us"]), fmt(r["exit_gap_us"]), fmt(r["cycles_per_k_tile_low"], 0),
+                      fmt(r["cycles_per_k_tile_high"], 0), fmt(r["clock_ghz"]))
     Console(width=280).print(table)
     write_json({"meta": run_meta(" ".join(["python", *sys.argv])), "shapes": results}, args.output)
     return 0
