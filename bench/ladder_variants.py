@@ -13,7 +13,8 @@ Each variant changes one thing of a level, to test a reason for its speed:
   must fit a GPC;
 * with ``--set order``: levels 6 and 9 with other grouped-order heights (tile_scheduler.cuh);
 * with ``--set bounds``: ``L9 no epilogue``, level 9 with its panel stores compiled out (the output is
-  not written, so its error is meaningless): how much time hiding the epilogue could still win;
+  not written, so its error is meaningless): how much time hiding the epilogue could still win.
+
 Timing is gates.performance.time_fns (L2 flushed, launch latency hidden, interleaved rounds); each
 output's first 256 rows are checked against float64 first.
 """

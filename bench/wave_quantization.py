@@ -68,8 +68,9 @@ class Sampler:
         for line in open(self.path):
             parts = [p.strip() for p in line.split(",")]
             try:
-                ts = time.mktime(time.strptime(parts[0].split(".")[0], "%Y/%m/%d %H:%M:%S"))
-                if t0 - 1 <= ts <= t1:
+                whole, _, frac = parts[0].partition(".")  # nvidia-smi: 2026/11/30 02:46:23.123, local time
+                ts = time.mktime(time.strptime(whole, "%Y/%m/%d %H:%M:%S")) + float("0." + (frac or "0"))
+                if t0 <= ts <= t1:
                     sm.append(float(parts[1]))
                     w.append(float(parts[2]))
             except (ValueError, IndexError):

@@ -3,7 +3,8 @@ one-knob source edits the bench applies to levels still find what they edit.
 
 The math-alone kernel (bench/tensor_pipe_sol.py) measures level 9's math only while every HGMMA in
 it is the m64n256k16 that level 9 issues: an accumulator ptxas sees as dead lets it shrink the
-instruction (it did once, to 64x8, in an earlier bound). These tests compile it for the H200 and read its SASS; no GPU needed.
+instruction (it did once, to 64x8, in an earlier bound). The first test compiles it for the H200 and
+reads its SASS; the second applies each source edit to level 9's file. No GPU needed.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from gemm_ladder.runtime.compiler import KERNEL_ROOT, disassemble
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
+import l9_timeline  # noqa: E402
 import ladder_variants  # noqa: E402
 import tensor_pipe_sol  # noqa: E402
 import variants  # noqa: E402
@@ -41,7 +43,7 @@ def test_math_alone_kernel_keeps_full_size_wgmma(use_cache, pending):
 
 
 @pytest.mark.parametrize("edit", [ladder_variants._no_stores, tensor_pipe_sol._all_panels_deferred,
-                                  variants.no_multicast_edit], ids=lambda f: f.__name__)
+                                  variants.no_multicast_edit, l9_timeline.traced_edit], ids=lambda f: f.__name__)
 def test_level9_edits_still_apply(edit):
     src = (KERNEL_ROOT / LEVELS[9].source).read_text()
     assert edit(src) != src

@@ -23,43 +23,43 @@ bench/results/2026-11-29_ladder_variants.json, a separate run):
   separated by a measurement. Level 9 keeps the cluster, feeds two consumers from each multicast
   stage, and gains 1.06-1.13x over level 8 (both dtypes, every timed shape).
 * **Level 9 against cuBLAS** (bench/results/2026-11-30_l9_targets_bf16_{stream_k,888439e,d55a50c}.json,
-  three runs of 5 passes, the last two on the same kernel): 0.99x at 4096^3; at 8192^3 medians 1.06,
-  1.04 and 1.03 (passes 1.00-1.08); llm geomean 1.007, 1.011 and 0.999. Why 4096^3 stays at
-  parity: cuBLAS runs the same design there (Nsight Compute names nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA:
-  a 128x256 tile per CTA, 2-CTA cluster, 4 stages, cooperative), and its tensor pipe is as busy as
-  level 9's ("Compute (SM) Throughput" 90.2% against 88.5%, bench/results/ncu/). What level 9 could
-  still win is measured: with its epilogue compiled out it runs 772 against 751 TFLOP/s (1.01x
-  cuBLAS; bench/results/2026-11-30_ladder_bounds.json), and the partial last wave (256 units on 66
-  clusters, 3.88 waves) costs 2.5% (the whole-wave shape 8448x2048x4096 runs 767 against 748,
-  2026-11-30_wave_quantization_run2.json). A reference with no data to move: bench/tensor_pipe_sol.py runs
-  level 9's launch with only its wgmma left (the problem's K iterations shared evenly over the CTAs,
-  operands already in shared memory, no epilogue, no partial wave) and does 4096^3's FLOPs at 822-826
-  TFLOP/s, 1.08-1.09x cuBLAS in the same runs (bench/results/2026-11-30_tensor_pipe_sol*.json). Its
-  edge is its clock, not its cycles: Nsight Compute measures 1.70 GHz for it against 1.57 GHz for
-  level 9 and cuBLAS at 4096^3, while nvidia-smi reports 1980 MHz throughout
-  (bench/results/ncu/2026-11-30_L9_cublas_SOL_*.txt); the clock follows the work's power, and it
-  moves no data. Per cycle, level 9's main loop runs at the tensor pipe's rate: bench/l9_timeline.py
-  stamps clock64 and %globaltimer around every tile and finds 1038-1046 cycles per 128x256x64 K
-  tile in every tile (1024 at 2048 bf16 FMA per clock per SM), while the clock moves between 1.47 and
-  1.65 GHz within one launch (bench/results/2026-11-30_l9_timeline_*.json). The rest of a 182 us
-  launch, per CTA: 5.2 us before the first wgmma (1.3 us of setup, then the first load after the
-  L2 flush: 3.2 us with L2 left warm), 1.4 us at each of 3 tile boundaries while both consumers
-  store, 1.7 us of last epilogue and drain, and the partial wave. Removing every boundary and drain
-  cost (6 us) would give ~1.02x cuBLAS; 1.05x would also need the partial wave gone at no cost, and
-  the one lever built for it costs more than it saves:
-  splitting that tail by K (stream-K) costs more than it
-  saves at 4096^3 (0.94-0.95x of computing it whole, bench/results/2026-11-30_stream_k*.json), as if
-  the split tail's iterations ran ~1.5x slower. Nsight Compute shows why: the clusters work at
-  staggered K offsets and stop sharing A and B in L2. Split, level 9 reads 179 MB from DRAM at
-  4096^3 against 148 MB whole, and 1.24 GB against 521 MB at 4096x4096x14336, whose tail no longer
-  fits L2 (L2 hit rate 59.5% against 77%, "Compute (SM) Throughput" 85% against 94%;
-  bench/results/ncu/2026-11-30_L9_whole_vs_split_*.txt). So the kernel splits a tail only
-  when the last wave would leave more than 40% of the clusters idle (design/stream_k.py); there
-  (8192^3, 4096x14336x4096, 4096x28672x8192) the split measured +0.4% to +3.7% over computing the
-  tail whole, within the up to 3.5% that separated two identical configurations in one run. At 8192^3
-  the H200 is at its 700 W limit (SM clock 1.54-1.67 GHz while timed) and Nsight Compute puts
-  both kernels' "Compute (SM) Throughput" at 95.0% and 93.6%; level 9's own speed there was the same in both l9_targets runs (741 and
-  739 TFLOP/s): its ratio moved from 1.03x to 1.06x because cuBLAS ran at 717, then 699.
+  three runs of 5 passes, the last two on the final kernel): 0.99x at 4096^3 (0.985-0.992 per pass);
+  at 8192^3 medians 1.06 (188a049, an earlier tail), 1.04 and 1.03 (passes 1.005-1.085); llm geomean
+  1.007, 1.011 and 0.999. Why 4096^3 stays at parity: cuBLAS runs the same design there (Nsight
+  Compute names nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA: a 128x256 tile per CTA, 2-CTA cluster,
+  4 stages, cooperative) at the same SM clock (1.57 GHz for both, bench/results/ncu/
+  2026-11-30_L9_cublas_SOL_4096cubed_835fc7a.txt; nvidia-smi sampled 1980 MHz all through the 4096^3
+  runs of bench/results/2026-11-30_tensor_pipe_sol*.json), in 179.7 us against level 9's 182.7. Per cycle, level 9's main loop runs at the tensor pipe's rate: bench/l9_timeline.py
+  stamps clock64 and %globaltimer in every CTA and finds 1043-1054 cycles per 128x256x64 K tile (the
+  medians of a window that opens just after a tile's first wgmma and of one that opens before its
+  first stage wait), against 1024 at 2048 bf16 FMA per clock per SM (H100 whitepaper: twice the A100
+  SM's 1024 per clock), while the clock moves between 1.46 and 1.63 GHz from tile to tile of one
+  launch (bench/results/2026-11-30_l9_timeline_flush_98afbc3.json). The rest of its 183 us, per CTA
+  (L2 flushed by writes, as timed): 0.9 us of setup, 4.0 us for the first load (3.7 after a flush by
+  reads, 2.0 with L2 warm), 1.4-1.6 us at each of 3 tile boundaries while both consumers store, 1.8
+  us of last epilogue and drain, and the partial last wave (16 of 132 CTAs do 3 tiles, not 4). With
+  every boundary and drain cost removed (6.3 us) it would run ~1.02x cuBLAS; with its epilogue
+  compiled out it measured 772 TFLOP/s against 751 shipped and 761 for cuBLAS (1.01x;
+  bench/results/2026-11-30_ladder_bounds.json). 1.05x
+  would also need the partial wave gone at no cost (it costs 2.5%: the whole-wave shape
+  8448x2048x4096 runs 767 against 748, 2026-11-30_wave_quantization_run2.json), and the lever built
+  for it costs more than it saves: splitting that tail by K (stream-K) runs 0.94-0.95x of computing
+  it whole at 4096^3 (bench/results/2026-11-30_stream_k*.json). At 4096x4096x14336 (0.90x) Nsight
+  Compute shows the clusters, at staggered K offsets, no longer sharing A and B in L2: DRAM reads
+  1.24 GB against 521 MB whole, L2 hit rate 59.5% against 75.7%, "Compute (SM) Throughput" 85%
+  against 94%. At 4096^3 the extra traffic is small (179 against 148 MB read, 45 against 28 MB
+  written, L2 hit rate 76% against 79%) and does not explain the loss; the partials' writes and the
+  last arriver's reduction are the other candidates (bench/results/ncu/2026-11-30_L9_whole_vs_split_*.txt).
+  So the kernel splits a tail only when the last wave would leave more than 40% of the clusters idle
+  (design/stream_k.py); there (8192^3, 4096x14336x4096, 4096x28672x8192) the split measured +0.4% to
+  +3.7% over computing the tail whole, within the up to 3.5% that separated two identical
+  configurations in one run. A reference with no data to move, bench/tensor_pipe_sol.py (level 9's
+  launch with only its wgmma, work shared evenly, no epilogue), does 4096^3's FLOPs at 822-826
+  TFLOP/s, 1.08-1.09x cuBLAS (bench/results/2026-11-30_tensor_pipe_sol*.json), by its clock (1.70
+  GHz) and not by its cycles (1100-1140 per K tile from Nsight Compute's duration and clock). At
+  8192^3 the H200 is at its 700 W limit and Nsight Compute puts the clock at 1.54 GHz for level 9
+  and 1.57 for cuBLAS; level 9's own speed was the same in two l9_targets runs (741 and 739
+  TFLOP/s) while its ratio moved from 1.03x to 1.06x because cuBLAS ran at 717, then 699.
 """
 
 from __future__ import annotations
