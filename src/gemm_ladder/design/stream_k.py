@@ -114,9 +114,11 @@ class StreamKTail:
 #: configurations in one run; where the last wave was mostly idle (8192^3: R / G = 0.52;
 #: 4096x28672x8192: 0.15) it gained 0.7-3.7%, within that spread. The costs fit a split tail's K
 #: iterations running ~1.5x slower than whole units' (then a split tail takes ~1.5 R / G of a unit's
-#: time instead of one, a gain only below R / G ~ 2/3). A hypothesis for the 1.5x, not profiled: the
-#: clusters work at staggered K offsets, so they no longer share A and B slices in L2. The tail also
-#: stores its tiles without the epilogue overlap and adds the partials' traffic.
+#: time instead of one, a gain only below R / G ~ 2/3). Profiled (bench/results/ncu/2026-11-30_L9_whole_vs_split_*.txt):
+#: at 4096x4096x14336 the clusters, at staggered K offsets, no longer share A and B slices in L2 (DRAM
+#: reads 1.24 GB against 521 MB whole); at 4096^3 the extra traffic is small (179 against 148 MB), and
+#: the partials' writes and the last arriver's reduction are the likelier cost. The tail also stores
+#: its tiles without the epilogue overlap.
 DEFAULT_MIN_IDLE = 0.4
 
 
