@@ -30,10 +30,11 @@ import os
 import sys
 from pathlib import Path
 
-from variants import check_targets, square_operands, with_defines, with_source
+from variants import check_targets, with_defines, with_source
 
 from gemm_ladder.contract import cublas
 from gemm_ladder.gates.climb import run_meta, write_json
+from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.levels import LEVELS
 
@@ -65,7 +66,7 @@ def main() -> int:
 
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
-        a, b = square_operands(size)
+        a, b = random_operands(size, size, size, "bf16", "cuda", seed=size)
         live, ok, failures = check_targets(targets, a, b)
         for name, error in failures.items():
             rows.append({"size": size, "name": name, "error": error})

@@ -21,13 +21,13 @@ import os
 import statistics
 import sys
 
-import torch
 from rich.console import Console
 from variants import check_targets
 from rich.table import Table
 
 from gemm_ladder.contract import DTYPES, cublas
 from gemm_ladder.gates.climb import run_meta, write_json
+from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.levels import LEVELS
 from gemm_ladder.shapes import SHAPE_SETS
@@ -41,14 +41,12 @@ def main() -> int:
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     p.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."), "l9_targets.json"))
     args = p.parse_args()
-    l9, dt = LEVELS[9], DTYPES[args.dtype]
+    l9 = LEVELS[9]
     shapes = [("square", (4096, 4096, 4096)), ("square", (8192, 8192, 8192))]
     shapes += [("llm", s) for s in SHAPE_SETS["llm"]]
     rows = []
     for set_name, (m, n, k) in shapes:
-        gen = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
-        a = torch.randn(m, k, device="cuda", dtype=dt, generator=gen)
-        b = torch.randn(n, k, device="cuda", dtype=dt, generator=gen)
+        a, b = random_operands(m, n, k, args.dtype, "cuda", seed=m * 7 + n * 3 + k)
         _, errors, failures = check_targets({"L9": l9}, a, b)
         if failures:
             raise RuntimeError(f"level 9 failed on {m}x{n}x{k}: {failures['L9']}")

@@ -40,6 +40,7 @@ from rich.table import Table
 from variants import with_edit
 
 from gemm_ladder.gates.climb import run_meta, write_json
+from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gpu import l2_bytes
 from gemm_ladder.levels import LEVELS
 from gemm_ladder.runtime.module import _driver, check
@@ -138,14 +139,12 @@ def trace(level, m: int, n: int, k: int, flush: str = "write") -> dict:
     """One traced launch of ``level`` on (m, n, k), bf16. ``flush``: what runs just before it: ``write``
     (the timed benchmarks' L2 flush: 2 x L2 of writes, which leaves L2 full of dirty lines), ``read``
     (2 x L2 of reads: L2 cold but clean) or ``none`` (L2 as the warm-up launches left it)."""
-    gen = torch.Generator(device="cuda").manual_seed(m + n + k)
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-    assert level.stream_k_tail(m, n, k, "bf16", a.device).tail_units == 0, "the traced copy runs every unit whole"
+    a, b = random_operands(m, n, k, "bf16", "cuda", seed=m + n + k)
+    tail = level.stream_k_tail(m, n, k, "bf16", a.device)
+    assert tail.tail_units == 0, "the traced copy runs every unit whole"
+    assert -(-tail.units // tail.clusters) <= MAX_TILES, f"more than {MAX_TILES} tiles per CTA: raise MAX_TILES"
     kernel = level.loaded("bf16", a.device)
     grid = list(level.grid(m, n, "bf16", a.device))
-    units = -(-m // (level.tile[0] * level.cluster)) * -(-n // level.tile[1])
-    assert -(-units // (grid[0] // level.cluster)) <= MAX_TILES, f"more than {MAX_TILES} tiles per CTA: raise MAX_TILES"
     buf = torch.empty(2 * l2_bytes(a.device), dtype=torch.uint8, device="cuda")  # empty: allocating writes nothing
     for _ in range(3):
         level(a, b)
@@ -180,7 +179,7 @@ def trace(level, m: int, n: int, k: int, flush: str = "write") -> dict:
         rows["exit_gap_us"].append((last_exit - r[EXIT]) / 1e3)
         if r[EXIT] > r[ENTRY]:
             rows["clock_ghz"].append((cr[EXIT] - cr[ENTRY]) / (r[EXIT] - r[ENTRY]))
-    k_tiles = -(-k // level.tile[2])
+    k_tiles = tail.k_tiles
     rows["cycles_per_k_tile_low"] = [(c[_tile_slot(i, 1)] - c[_tile_slot(i, 0)]) / k_tiles
                                      for r, c, t in zip(ns, clk, rows["tiles"]) for i in range(1, t)]
     rows["cycles_per_k_tile_high"] = [(c[_tile_slot(i, 1)] - c[_tile_slot(i - 1, 2)]) / k_tiles

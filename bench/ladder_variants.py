@@ -26,10 +26,11 @@ import json
 import os
 import sys
 
-from variants import check_targets, no_multicast_edit, square_operands, with_defines, with_edit
+from variants import check_targets, no_multicast_edit, with_defines, with_edit
 
 from gemm_ladder.contract import cublas
 from gemm_ladder.gates.climb import run_meta, write_json
+from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.levels import LEVELS
 
@@ -65,7 +66,7 @@ def main() -> int:
         targets = {"cuBLAS": cublas, "L9": LEVELS[9], "L9 no epilogue": with_edit(LEVELS[9], "l9_no_epilogue", _no_stores)}
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
-        a, b = square_operands(size)
+        a, b = random_operands(size, size, size, "bf16", "cuda", seed=size)
         live, err, failures = check_targets(targets, a, b)
         rows += [{"size": size, "name": name, "error": error} for name, error in failures.items()]
         timings = time_fns(live, a, b, budget_s=0.4, rounds=args.rounds, warmup=5)

@@ -28,6 +28,7 @@ from rich.table import Table
 
 from gemm_ladder.contract import cublas
 from gemm_ladder.gates.climb import run_meta, write_json
+from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.levels import LEVELS
 from gemm_ladder.shapes import SHAPE_SETS
@@ -38,9 +39,7 @@ TIME_SHAPES = [("square", (4096, 4096, 4096)), ("square", (8192, 8192, 8192))] +
 
 
 def check(level, m: int, n: int, k: int) -> dict:
-    gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+    a, b = random_operands(m, n, k, "bf16", "cuda", seed=m * 31 + n * 7 + k)
     ref = a.double() @ b.double().T
     outs = []
     for _ in range(3):
@@ -80,9 +79,7 @@ def main() -> int:
     rows = []
     if not args.skip_timing:
         for set_name, (m, n, k) in TIME_SHAPES:
-            gen = torch.Generator(device="cuda").manual_seed(m + 3 * n + 7 * k)
-            a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-            b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+            a, b = random_operands(m, n, k, "bf16", "cuda", seed=m + 3 * n + 7 * k)
             fns = {"L9": l9, "L9 split": split, "L9 whole": whole, "cuBLAS": cublas}
             per = {nm: [] for nm in fns}
             names = list(per)

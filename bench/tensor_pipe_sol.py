@@ -38,11 +38,12 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-from variants import check_targets, square_operands, with_defines, with_edit, with_source
+from variants import check_targets, with_defines, with_edit, with_source
 from wave_quantization import Sampler
 
 from gemm_ladder.contract import cublas
 from gemm_ladder.gates.climb import run_meta, write_json
+from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.levels import LEVELS
 
@@ -73,7 +74,7 @@ def main() -> int:
     rows, windows = [], []
     try:
         for size in (int(s) for s in args.sizes.split(",")):
-            a, b = square_operands(size)
+            a, b = random_operands(size, size, size, "bf16", "cuda", seed=size)
             live, errors, failures = check_targets(targets, a, b)
             for name, error in failures.items():
                 rows.append({"size": size, "name": name, "error": error})

@@ -86,15 +86,6 @@ def no_multicast_edit(src: str) -> str:
         "produce_k_range(", "produce_k_range_unicast(")
 
 
-def square_operands(size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """bf16 A and B of size x size on the GPU, random normal, seeded by the size (one run's targets all
-    see the same operands; another run sees them again)."""
-    gen = torch.Generator(device="cuda").manual_seed(size)
-    a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16, generator=gen)
-    b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16, generator=gen)
-    return a, b
-
-
 def check_targets(targets: dict, a: torch.Tensor, b: torch.Tensor, rows: int = 256) -> tuple[dict, dict, dict]:
     """Run every target once on (a, b): ``(live targets, errors, failures)``.
 

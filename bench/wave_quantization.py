@@ -29,13 +29,13 @@ import sys
 import tempfile
 import time
 
-import torch
 from rich.console import Console
 from rich.table import Table
 from variants import check_targets
 
 from gemm_ladder.contract import cublas
 from gemm_ladder.gates.climb import run_meta, write_json
+from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.levels import LEVELS
 
@@ -95,9 +95,7 @@ def main() -> int:
     try:
         for group in GROUPS:
             for m, n, k in group:
-                gen = torch.Generator(device="cuda").manual_seed(m + 3 * n + 7 * k)
-                a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-                b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+                a, b = random_operands(m, n, k, "bf16", "cuda", seed=m + 3 * n + 7 * k)
                 _, errors, failures = check_targets({"L9": l9}, a, b)
                 if failures:
                     raise RuntimeError(f"level 9 failed on {m}x{n}x{k}: {failures['L9']}")
