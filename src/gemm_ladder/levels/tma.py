@@ -68,14 +68,17 @@ class TmaLevel(Level):
                          producer_warpgroup=self.producer_warpgroup, c_aliases_stages=self.c_aliases_stages,
                          c_ring=self.c_ring, stream_k=self.stream_k_args, stream_k_min_idle=self.stream_k_min_idle)
 
+    def _units(self, m: int, n: int) -> int:
+        """Work units of a persistent launch: cluster-sized stacks of M tiles x N tiles."""
+        return ceil_div(ceil_div(m, self.tile[0]), self.cluster) * ceil_div(n, self.tile[1])
+
     def grid(self, m: int, n: int, dtype: str, device: torch.device) -> tuple[int, int, int]:
         """One CTA per tile, or (persistent) as many CTAs as are resident at once, whole clusters."""
         bm, bn, _ = self.tile
         if not self.persistent:
             return (ceil_div(n, bn), ceil_div(m, bm), 1)
-        units = ceil_div(ceil_div(m, bm), self.cluster) * ceil_div(n, bn)  # cluster-sized stacks of M tiles x N tiles
         resident = self.loaded(dtype, device).max_active_clusters(device)
-        return (min(units, resident) * self.cluster, 1, 1)
+        return (min(self._units(m, n), resident) * self.cluster, 1, 1)
 
     def tensor_maps(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> list:
         m, k = a.shape
@@ -98,8 +101,7 @@ class TmaLevel(Level):
         return self._tail(m, n, k, self.grid(m, n, dtype, device))
 
     def _tail(self, m: int, n: int, k: int, grid: tuple[int, int, int]) -> StreamKTail:
-        units = ceil_div(ceil_div(m, self.tile[0]), self.cluster) * ceil_div(n, self.tile[1])
-        return plan_tail(units, grid[0] // self.cluster, ceil_div(k, self.tile[2]), self.stream_k_min_idle)
+        return plan_tail(self._units(m, n), grid[0] // self.cluster, ceil_div(k, self.tile[2]), self.stream_k_min_idle)
 
     def launch(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
         m, k = a.shape
