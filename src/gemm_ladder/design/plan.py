@@ -22,7 +22,9 @@ from gemm_ladder.design.ring import (
     Consumers, Issuer, LedgerRow, LoadProtocol, Ring, StoreProtocol, phase_ledger,
 )
 from gemm_ladder.design.stream_k import DEFAULT_MIN_IDLE, plan_tail
-from gemm_ladder.design.smem import MmaDescriptor, SmemLayout, TmemPlan, mma_descriptor, plan_smem, plan_tmem
+from gemm_ladder.design.smem import (
+    MmaDescriptor, SmemLayout, TmemPlan, c_store_rows, mma_descriptor, plan_smem, plan_tmem,
+)
 from gemm_ladder.design.tensor_maps import TensorMapSpec, check_box, gemm_tensor_maps
 from gemm_ladder.design.timeline import TimelineRow, build_timeline, release_mode
 
@@ -154,7 +156,7 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
     try:
         check_box("a", (bk, bm), e, SWIZZLE)
         check_box("b", (bk, bn_slice), e, SWIZZLE)
-        check_box("c", (128 // e, bm // consumers if c_ring else bm), e, SWIZZLE)
+        check_box("c", (128 // e, c_store_rows(bm=bm, consumers=consumers, c_ring=c_ring)), e, SWIZZLE)
     except PlanRefused as exc:
         raise PlanRefused(exc.rule, f"{exc.detail}; TMA does not fit this tile: use a {ALTERNATIVE_COPY.format(w=16)}"
                           f" or a tile with BM, BN/cluster <= 256 and BK * {e} a multiple of 16") from None
@@ -374,7 +376,8 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
         raise PlanRefused(suit.reasons[0].split(":", 1)[0], suit.reasons[0].split(":", 1)[1].strip()
                           + f"; TMA does not fit: use {suit.alternative}")
     maps = gemm_tensor_maps(m, n, k, data_type=cfg.dtype.tensor_map_type, elem_bytes=e, bm=bm, bn=bn, bk=bk,
-                            cluster=cluster, swizzle=SWIZZLE, c_box_rows=bm // consumers if c_ring else bm)
+                            cluster=cluster, swizzle=SWIZZLE,
+                            c_box_rows=c_store_rows(bm=bm, consumers=consumers, c_ring=c_ring))
     for spec in maps.values():
         spec.validate()
     ar, smem, S = cfg.arch, cfg.smem, stages

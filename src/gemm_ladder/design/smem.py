@@ -121,17 +121,20 @@ class SmemLayout:
         return out
 
 
+def c_store_rows(*, bm: int, consumers: int = 1, c_ring: int = 0) -> int:
+    """Rows one output store covers: the tile's BM, or with ``c_ring`` one consumer warpgroup's BM / consumers."""
+    return bm // consumers if c_ring else bm
+
+
 def c_staging_bytes(*, bm: int, bn: int, elem_bytes: int, consumers: int = 1, c_ring: int = 0) -> tuple[int, int, int]:
     """(panel bytes, panels per tile row, total staging bytes) of the output staging.
 
-    A panel is 128 bytes of columns (64 bf16/fp16) by the rows one store covers: the whole tile's BM
-    rows, or with ``c_ring`` one consumer warpgroup's BM / consumers rows, ``c_ring`` buffers each.
+    A panel is 128 bytes of columns (64 bf16/fp16) by the rows one store covers (:func:`c_store_rows`);
+    with ``c_ring`` each consumer warpgroup has ``c_ring`` such buffers, else one per panel of the tile.
     """
     panels = bn * elem_bytes // 128
-    if c_ring:
-        panel = bm // consumers * 128
-        return panel, panels, consumers * c_ring * panel
-    return bm * 128, panels, bm * 128 * panels
+    panel = c_store_rows(bm=bm, consumers=consumers, c_ring=c_ring) * 128
+    return panel, panels, panel * (consumers * c_ring if c_ring else panels)
 
 
 def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluster: int, threads: int,
