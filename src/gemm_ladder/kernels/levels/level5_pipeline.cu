@@ -19,8 +19,7 @@
 
 using namespace gl;
 
-static_assert(STAGES >= 2, "stage k is released only after the wgmma of k + 1 is issued (wgmma.wait_group 1): "
-                            "with one stage the wait for k + 1 would never end");
+GL_RELEASES_PREVIOUS_STAGE();
 
 struct Producer {  // runs on the issuing thread only
   const SmemMap& smem;

@@ -23,8 +23,7 @@
 
 using namespace gl;
 
-static_assert(STAGES >= 2, "stage k is released only after the wgmma of k + 1 is issued (wgmma.wait_group 1): "
-                            "with one stage the wait for k + 1 would never end");
+GL_RELEASES_PREVIOUS_STAGE();
 
 static_assert(GL_PRODUCER_WG == 1 && GL_CONSUMERS == 1 && GL_CLUSTER == 2, "level 8: 2-CTA cluster, one consumer");
 constexpr int kStoreIssuer = 128;

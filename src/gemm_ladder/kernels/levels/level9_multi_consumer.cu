@@ -32,8 +32,7 @@
 
 using namespace gl;
 
-static_assert(STAGES >= 2, "stage k is released only after the wgmma of k + 1 is issued (wgmma.wait_group 1): "
-                            "with one stage the wait for k + 1 would never end");
+GL_RELEASES_PREVIOUS_STAGE();
 
 static_assert(GL_PRODUCER_WG == 1 && BM == 64 * GL_CONSUMERS, "level 9: each consumer owns 64 rows of the tile");
 static_assert(GL_C_RING >= 1 && GL_C_PANELS % GL_C_RING == 0, "level 9: a ring of panel buffers per consumer");

@@ -14,6 +14,12 @@ namespace gl {
 
 constexpr int BM = GL_BM, BN = GL_BN, BK = GL_BK, STAGES = GL_STAGES;
 
+// Levels 5+ state with this line that they release stage k only once the wgmma of k + 1 is issued
+// (wgmma.wait_group 1): that needs two stages. Level 4 releases the current stage and may have one.
+#define GL_RELEASES_PREVIOUS_STAGE()                                                                      \
+  static_assert(gl::STAGES >= 2, "stage k is released only after the wgmma of k + 1 is issued (wgmma.wait_group 1): " \
+                                 "with one stage the wait for k + 1 would never end")
+
 struct SmemMap {
   uint8_t* base;  // 1024-byte aligned: the 128B swizzle pattern repeats every 1024 bytes
   __device__ __forceinline__ explicit SmemMap(uint8_t* raw) : base(align_up<1024>(raw)) {}
