@@ -7,8 +7,8 @@ alone between two CUDA events; the result is the median with the 10th and 90th p
 The events measure GPU time only if the GPU is still busy when the host enqueues the call: an idle
 GPU records the start event at once and then waits for the host to finish launching, so the host's
 launch latency (tens of microseconds from Python, less from cuBLAS's C++) would be counted as kernel
-time. A spin kernel (``torch.cuda._sleep``) enqueued before the start event keeps the GPU busy for a
-four times the measured host enqueue time; the host time is reported apart (``host_ms``).
+time. A spin kernel (``torch.cuda._sleep``) enqueued before the start event keeps the GPU busy for
+four times the measured host enqueue time (at least 20 us); the host time is reported apart (``host_ms``).
 """
 
 from __future__ import annotations
