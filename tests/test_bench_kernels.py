@@ -111,3 +111,31 @@ def test_save_writes_meta_and_result_to_out(tmp_path, monkeypatch, capsys):
     assert f"wrote {path}" in capsys.readouterr().out
     explicit = suite.save({"rows": []}, "demo", tmp_path / "sub" / "mine.json")
     assert explicit == tmp_path / "sub" / "mine.json" and explicit.exists()
+
+
+#: A result file as the repository cites it: an optional results subfolder, then DATE_..., with
+#: {a,b} alternatives and * wildcards allowed ("2026-11-30_stream_k*.json").
+_CITED = re.compile(r"(?:(ncu|logs|sanitizer|notes)/)?(20\d\d-\d\d-\d\d_[A-Za-z0-9_{},*.-]*?\.(?:json|txt|log|md))")
+
+
+def _expand(name: str) -> list[str]:
+    m = re.search(r"\{([^}]*)\}", name)
+    if not m:
+        return [name]
+    return [x for alt in m.group(1).split(",") for x in _expand(name[:m.start()] + alt + name[m.end():])]
+
+
+def test_every_cited_result_file_exists():
+    root = BENCH.parent
+    results = BENCH / "results"
+    texts = [root / "README.md", *(root / "docs").glob("*.md"), BENCH / "README.md", *BENCH.rglob("*.py"),
+             *(root / "src").rglob("*.py"), *(root / "src").rglob("*.cu*")]
+    missing, cited = [], 0
+    for path in texts:
+        for sub, name in _CITED.findall(path.read_text()):
+            for one in _expand(name):
+                cited += 1
+                if not list((results / sub).glob(one)):
+                    missing.append(f"{path.relative_to(root)}: {sub + '/' if sub else ''}{one}")
+    assert cited > 50  # docs/ladder.md alone cites more: the pattern still finds them
+    assert not missing, "cited result files not under bench/results/:\n" + "\n".join(missing)
