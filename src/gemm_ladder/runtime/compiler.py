@@ -147,6 +147,12 @@ def build_flags(arch: str, defines: dict[str, int | str] | None = None, extra: l
     return flags + list(extra or [])
 
 
+def nvcc_command(nvcc: str, flags: list[str], source: Path | str, cubin: Path | str) -> list[str]:
+    """The command line that compiles ``source`` to ``cubin`` with ``flags`` (from :func:`build_flags`);
+    runs nothing, so it can be printed without nvcc (``gemm-ladder show``)."""
+    return [nvcc, *flags, "-cubin", "-o", str(cubin), str(source)]
+
+
 def compile_kernel(
     source: str,
     kernel_name: str,
@@ -179,7 +185,7 @@ def compile_kernel(
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=final.parent))
     try:
         (tmp / "kernel.cu").write_text(source)
-        cmd = [nvcc, *flags, "-cubin", "-o", str(tmp / "kernel.cubin"), str(tmp / "kernel.cu")]
+        cmd = nvcc_command(nvcc, flags, tmp / "kernel.cu", tmp / "kernel.cubin")
         if debug_enabled():
             print("[gemm-ladder] " + " ".join(cmd), file=sys.stderr)
         proc = subprocess.run(cmd, capture_output=True, text=True)
