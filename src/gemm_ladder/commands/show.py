@@ -36,11 +36,9 @@ _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """--level, --dtype, --diff."""
-    from gemm_ladder.contract import DTYPES
-
+    """--level, --dtype, --diff. Builds no torch import: the parser of every command stays fast."""
     parser.add_argument("--level", type=int, required=True, help="the level number")
-    parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES), help="the build to show (default: bf16)")
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"), help="the build to show (default: bf16)")
     parser.add_argument("--diff", action="store_true",
                         help="also the diff of its source (kernel file, new headers) against level N-1's")
 
