@@ -155,7 +155,7 @@ def timeline_png(plan: Plan, path: str | Path) -> Path:
     pic = elide(pipeline_picture(TimelineConfig.from_plan(plan)))
     lanes = pic.lanes
     y_of = {lane: len(lanes) - 1 - i for i, lane in enumerate(lanes)}
-    end = max(pic.end, *(b for _, b, _ in pic.gaps))
+    end = max([pic.end, *(b for _, b, _ in pic.gaps)])
     lines = [*pic.notes, *(f"({i}) {m.text}" for i, m in enumerate(pic.marks, 1))]
     width = min(16.0, max(8.0, 6.0 + 0.14 * end))
     height = 1.0 + 0.42 * len(lanes) + 0.17 * len(lines)
@@ -185,7 +185,7 @@ def timeline_png(plan: Plan, path: str | Path) -> Path:
     ax.set_yticks(range(len(lanes)))
     ax.set_yticklabels(list(reversed(lanes)), fontsize=8)
     ax.set_ylim(-0.6, len(lanes) + 0.1)
-    ax.set_xlim(0, max(end, *(b for _, b, _ in pic.gaps)) * 1.01)
+    ax.set_xlim(0, end * 1.01)
     ax.set_xticks([])
     ax.set_xlabel("time (idealised; grey bands: stretches left out)", fontsize=8)
     bm, bn, bk = plan.tile
