@@ -213,7 +213,7 @@ def test_climb_without_gpu_is_compile_only_on_the_real_ladder(tmp_path, use_cach
 @needs_nvcc
 def test_climb_on_gpu_runs_every_gate(tmp_path, use_cache):
     out = tmp_path / "climb.json"
-    assert main(["climb", "--levels", "3", "--shapes", "7x8x9,2048x2048x2048", "--budget", "0.05",
+    assert main(["climb", "--levels", "3", "--shapes", "7x8x9,4096x4096x4096", "--budget", "0.05",
                  "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     assert {g["state"] for g in result["gates"].values()} == {"passed"}, result["gates"]

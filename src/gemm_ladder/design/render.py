@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -156,8 +157,11 @@ def timeline_png(plan: Plan, path: str | Path) -> Path:
     lanes = pic.lanes
     y_of = {lane: len(lanes) - 1 - i for i, lane in enumerate(lanes)}
     end = max([pic.end, *(b for _, b, _ in pic.gaps)])
-    lines = [*pic.notes, *(f"({i}) {m.text}" for i, m in enumerate(pic.marks, 1))]
     width = min(16.0, max(8.0, 6.0 + 0.14 * end))
+    # the legend's lines, wrapped to the figure (7 pt: about LABEL_IN_PER_CHAR * 1.1 inch per character)
+    chars = int((width - 0.3) / (LABEL_IN_PER_CHAR * 1.1))
+    lines = [part for line in (*pic.notes, *(f"({i}) {m.text}" for i, m in enumerate(pic.marks, 1)))
+             for part in textwrap.wrap(line, chars, subsequent_indent="    ")]
     height = 1.0 + 0.42 * len(lanes) + 0.17 * len(lines)
     fig, ax = plt.subplots(figsize=(width, height))
     cmap = plt.get_cmap("tab10")
