@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("climb", "compile", "design", "audit", "report", "gate")
+COMMANDS = ("climb", "compile", "design", "audit", "report", "gate", "advise", "criteria")
 
 
 def build_parser() -> argparse.ArgumentParser:
