@@ -1,0 +1,1 @@
+"""Where a kernel stands on the ladder, its next step or the stop, and each level's acceptance criteria."""
