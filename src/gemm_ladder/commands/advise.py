@@ -1,0 +1,197 @@
+"""``gemm-ladder advise TARGET``: where a kernel stands on the ladder, and its next step or the stop.
+
+    gemm-ladder advise --level 5                          # a ladder level, from its SASS and build
+    gemm-ladder advise examples/my_gemm.py:gemm           # your f(a, b) -> a @ b.T (its build() if any)
+    gemm-ladder advise my_kernel.cu --kernel-name gemm    # compiled here for sm_90a
+    gemm-ladder advise build/gemm.cubin --kernel-name gemm
+    gemm-ladder advise bench/results/RESULT.json          # the stopping rule over a climb
+    gemm-ladder advise --level 7 --format json --results bench/results/OTHER_climb.json
+
+The answer has the seeds' five parts: conclusion, evidence or assumptions (each labelled measured,
+inferred or assumed, with its source), the designer's plan for the next step, the one falsifiable
+experiment with its expected figure, risks and fallback. Expected gains come from the ladder's own
+climb (default: the newest ``bench/results/*climb*<dtype>*.json`` with timed rows; ``--results``).
+With a GPU, a level or a callable is also gated now against the level below (``--no-measure`` skips it).
+Needs nvcc and cuobjdump to read SASS, not a GPU. Exit status 0 with an answer, 2 on a bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+NAME = "advise"
+HELP = "Place a kernel on the ladder from its SASS, build and launch, and give its next step (with its plan) or the stop."
+
+#: What the GPU measurement times by default (the edge set is always checked for correctness).
+DEFAULT_MEASURE_SHAPES = "4096x4096x4096,8192x8192x8192"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """TARGET or --level, --dtype, --arch, --shape, --results, --kernel-name, --cubin, --format, measuring."""
+    parser.add_argument("target", nargs="?", metavar="TARGET",
+                        help="FILE.py:FUNC, a .cubin, a .cu file, or a results .json (or use --level N)")
+    parser.add_argument("--level", help="one of the ladder's own levels")
+    parser.add_argument("--dtype", default="bf16", help="bf16 (default) or fp16")
+    parser.add_argument("--arch", default="sm_90a", help="architecture to build for (default: sm_90a)")
+    parser.add_argument("--shape", default="4096x4096x4096", help="MxNxK the next step's plan is drawn for")
+    parser.add_argument("--results", metavar="JSON", type=Path,
+                        help="the climb the expected gains come from (default: the newest bench/results/*climb*<dtype>*.json with timed rows)")
+    parser.add_argument("--kernel-name", help="entry point in a cubin or .cu (default: its only one)")
+    parser.add_argument("--cubin", type=Path, help="with FILE.py:FUNC: the cubin its kernel runs, when it has no build()")
+    parser.add_argument("--format", default="md", help="md (default) or json")
+    parser.add_argument("--no-measure", action="store_true", help="on a GPU, do not run the gates now")
+    parser.add_argument("--measure-shapes", default=DEFAULT_MEASURE_SHAPES,
+                        help=f"shapes timed on a GPU, besides the edge set (default: {DEFAULT_MEASURE_SHAPES})")
+
+
+class UsageError(ValueError):
+    """A bad command line: one line on stderr, exit status 2."""
+
+
+def _level_number(text: str) -> int:
+    """'5' -> 5; a UsageError naming the levels that exist otherwise."""
+    from gemm_ladder.levels import LEVELS
+
+    try:
+        number = int(text)
+    except ValueError:
+        number = None
+    if number not in LEVELS:
+        raise UsageError(f"--level {text!r}: the ladder has levels {sorted(LEVELS)}")
+    return number
+
+
+def _kind(target: str) -> str:
+    file, sep, func = target.rpartition(":")
+    if sep and file.endswith(".py") and func:
+        return "callable"
+    for suffix, kind in ((".cubin", "cubin"), (".cu", "cu"), (".json", "results")):
+        if target.endswith(suffix):
+            return kind
+    raise UsageError(f"TARGET {target!r}: expected FILE.py:FUNC, a .cubin, a .cu file or a results .json (or --level N)")
+
+
+def _climb(args: argparse.Namespace, dtype: str):
+    """(the climb result, its description) the gains come from, or (None, None) when there is none."""
+    from gemm_ladder.advise.climb_data import describe_source, find_climb_results, load_result
+
+    path = args.results or find_climb_results(dtype)
+    if path is None:
+        return None, None
+    return load_result(path), describe_source(path, load_result(path))
+
+
+def _measure(args, ev, targets, level_number, reference, shapes) -> None:
+    """Run the gates now when there is a GPU (and the user did not say --no-measure); else say so."""
+    import torch
+
+    from gemm_ladder.advise.measure import add_level_result_facts, add_user_result_facts, run_gates_now
+
+    if args.no_measure:
+        ev.add("measured.gpu", None, "gates not run now (--no-measure)", "not run", "the command line")
+        return
+    if not torch.cuda.is_available():
+        ev.add("measured.gpu", None, "gates not run now: no GPU here (correctness and speed need an sm_90a GPU; "
+               "the figures above come from the results JSON)", "not run", "torch.cuda.is_available()")
+        return
+    result = run_gates_now(targets, ev.dtype, shapes, ev.arch)
+    source = f"the gates run now on {torch.cuda.get_device_name()} ({result['meta']['date']})"
+    if level_number is not None:
+        add_level_result_facts(ev, result, level_number, source, prefix="measured")
+    else:
+        add_user_result_facts(ev, result, source, reference=reference)
+
+
+def _advise(args: argparse.Namespace):
+    from gemm_ladder.advise.advice import advise_kernel
+    from gemm_ladder.advise.climb_advice import advise_climb
+    from gemm_ladder.advise.climb_data import describe_source, load_result
+    from gemm_ladder.advise.ladder_position import place
+    from gemm_ladder.advise.measure import add_level_result_facts, add_user_result_facts
+    from gemm_ladder.advise.targets import (
+        callable_evidence, cu_evidence, cubin_evidence, level_evidence, result_kernel_evidence,
+    )
+    from gemm_ladder.contract import parse_dtypes
+    from gemm_ladder.design.problem import parse_triple
+    from gemm_ladder.gates.climb import Target
+    from gemm_ladder.levels import LEVELS
+    from gemm_ladder.shapes import parse_shape_sets
+
+    if (args.target is None) == (args.level is None):
+        raise UsageError("give either TARGET or --level N")
+    if args.format not in ("md", "json"):
+        raise UsageError(f"--format {args.format!r}: use md or json")
+    if args.level is not None:
+        args.level = _level_number(args.level)
+    dtypes = parse_dtypes(args.dtype)
+    if len(dtypes) != 1:
+        raise UsageError(f"--dtype {args.dtype!r}: advise one dtype at a time (bf16 or fp16)")
+    dtype = dtypes[0]
+    shape = parse_triple(args.shape, "--shape")
+    shapes = parse_shape_sets("edge," + args.measure_shapes)
+    if args.cubin is not None and (args.target is None or _kind(args.target) != "callable"):
+        raise UsageError("--cubin goes with a FILE.py:FUNC target")
+    climb_result, climb_source = _climb(args, dtype)
+
+    if args.level is not None:
+        level = LEVELS[args.level]
+        ev = level_evidence(level, dtype, args.arch, shape)
+        if climb_result is not None:
+            add_level_result_facts(ev, climb_result, level.number, climb_source)
+        below = [Target.from_level(LEVELS[level.number - 1])] if level.number - 1 in LEVELS else []
+        _measure(args, ev, below + [Target.from_level(level)], level.number, None, shapes)
+        return advise_kernel(ev, climb_result=climb_result, climb_source=climb_source, shape=shape)
+
+    kind = _kind(args.target)
+    if kind == "results":
+        result = load_result(args.target)
+        source = describe_source(args.target, result)
+        users = [lv for lv in result["levels"] if lv.get("number") is None]
+        if not users:
+            return advise_climb(result, source, dtype, shape=shape, arch=args.arch)
+        ev = result_kernel_evidence(result, users[0], source, dtype, args.arch)
+        add_user_result_facts(ev, result, source)
+        return advise_kernel(ev, climb_result=climb_result, climb_source=climb_source, shape=shape)
+    if kind == "callable":
+        from gemm_ladder.commands.gate import SpecError, load_callable
+
+        try:
+            fn, name = load_callable(args.target)
+        except SpecError as exc:
+            raise UsageError(str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - the user's module failed to import: a bad input, not our crash
+            raise UsageError(f"{args.target}: importing it raised {type(exc).__name__}: {exc}".splitlines()[0]) from None
+        ev = callable_evidence(fn, args.target, dtype, args.arch, cubin=args.cubin, kernel_name=args.kernel_name)
+        pos = place(ev)
+        reference = [Target.from_level(LEVELS[pos.level])] if pos.level in LEVELS else []
+        from gemm_ladder.contract import Domain
+
+        domain = getattr(fn, "domain", None)
+        user = Target(fn=fn, number=None, name=name, source=args.target.rpartition(":")[0],
+                      domain=domain if isinstance(domain, Domain) else None, perf=getattr(fn, "perf", None))
+        _measure(args, ev, reference + [user], None, pos.level if reference else None, shapes)
+        return advise_kernel(ev, climb_result=climb_result, climb_source=climb_source, shape=shape)
+    if kind == "cubin":
+        ev = cubin_evidence(Path(args.target), args.kernel_name, dtype, args.arch)
+    else:
+        ev = cu_evidence(Path(args.target), args.kernel_name, dtype, args.arch)
+    ev.add("measured.gpu", None, "gates not run: a bare kernel has no launcher the gates could call (wrap it as "
+           "FILE.py:FUNC to measure it)", "not run", args.target)
+    return advise_kernel(ev, climb_result=climb_result, climb_source=climb_source, shape=shape)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the advice; 0 with an answer, 2 on a bad input (one line on stderr)."""
+    from gemm_ladder.advise.climb_data import ResultsError
+    from gemm_ladder.advise.render import advice_json, advice_markdown
+    from gemm_ladder.advise.targets import TargetError
+
+    try:
+        advice = _advise(args)
+    except (UsageError, TargetError, ResultsError, ValueError) as exc:
+        print(f"gemm-ladder advise: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    print(advice_json(advice) if args.format == "json" else advice_markdown(advice), end="")
+    return 0
