@@ -138,3 +138,11 @@ def test_load_result_names_the_file_and_the_problem(tmp_path):
     (tmp_path / "bad.json").write_text("[1, 2")
     with pytest.raises(ResultsError, match="not readable JSON"):
         load_result(tmp_path / "bad.json")
+
+
+def test_the_readme_example_quotes_the_rules_own_figures():
+    section = (ROOT / "README.md").read_text().split("## Where does my kernel stand?")[1]
+    (v,) = judge_climb(load_result(CLIMB["bf16"]))
+    for figure in (v.verdict(6).below.gain, v.verdict(8).below.gain, v.verdict(7).vs_kept.gain,
+                   v.verdict(9).vs_kept.gain, v.verdict(9).vs_cublas.gain):
+        assert f"{figure:.2f}x" in section

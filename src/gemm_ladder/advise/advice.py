@@ -233,8 +233,8 @@ def _climb(ev: Evidence, pos: Position, climb: ClimbVerdict | None, climb_result
     risks: list[str] = []
     text = (f"The kernel is not on the ladder yet: {pos.rungs[0].because}. Start from level 1's contract, the first "
             "rung, gated for correctness before any speed. " if pos.level == 0 else "")
-    if own is not None:
-        text += f"It measured: {own.statement} ({own.source}). "
+    if own is not None:  # its source is named once: below, when it is the climb's own file
+        text += f"It measured: {own.statement}" + ("" if own.source == src else f" ({own.source})") + ". "
     mine = climb.verdict(pos.level) if climb and ev.kind == "level" else None
     if mine is not None and mine.verdict == "not earned":
         text += (f"By the stopping rule level {pos.level} itself did not earn its complexity ({mine.below.figures()} "
