@@ -139,6 +139,35 @@ def test_advise_level_command_markdown_without_results(ladder_evidence, use_cach
     assert "Next step: level 8" in md and "no climb results" in md.lower() and "| not run |" in md
 
 
+@needs_nvcc
+def test_gates_run_now_feed_the_answer(ladder_evidence, use_cache, capsys, monkeypatch):
+    """The GPU path's wiring, on this machine: the gates' result (here the committed climb) becomes measured facts
+    that take precedence over the results file's, and decide the stop at the practical roofline."""
+    import gemm_ladder.advise.measure as measure
+    import gemm_ladder.gpu as gpu
+
+    seen = {}
+
+    def fake_run(targets, dtype, shapes, arch):
+        seen["targets"] = [t.number for t in targets]
+        seen["shapes"] = shapes
+        return load_result(CLIMB)
+
+    monkeypatch.setattr(gpu, "gpu_available", lambda: True)
+    monkeypatch.setattr(measure, "run_gates_now", fake_run)
+    monkeypatch.setattr(measure, "add_grid_fact", lambda ev, level, shape: None)
+    assert main(["advise", "--level", "9", "--format", "json", "--measure-shapes", "4096x4096x4096"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert seen["targets"] == [8, 9] and ("custom", (4096, 4096, 4096)) in seen["shapes"]
+    assert ("edge", (128, 128, 64)) in seen["shapes"]  # correctness on the edge set too
+    ev = {e["key"]: e for e in out["evidence"]}
+    assert ev["measured.vs_cublas"]["label"] == "measured" and "gates run now on NVIDIA H200" in ev["measured.vs_cublas"]["source"]
+    assert out["conclusion"]["action"] == "stop"
+    assert main(["advise", "--level", "9", "--no-measure", "--format", "json"]) == 0
+    ev = {e["key"]: e for e in json.loads(capsys.readouterr().out)["evidence"]}
+    assert ev["measured.gpu"]["label"] == "not run" and "--no-measure" in ev["measured.gpu"]["statement"]
+
+
 @pytest.mark.gpu
 def test_advise_level_measures_on_a_gpu(use_cache, capsys):
     assert main(["advise", "--level", "5", "--format", "json", "--measure-shapes", "4096x4096x4096"]) == 0
@@ -146,3 +175,6 @@ def test_advise_level_measures_on_a_gpu(use_cache, capsys):
     measured = {e["key"]: e for e in out["evidence"] if e["key"].startswith("measured.")}
     assert measured["measured.vs_cublas"]["label"] == "measured" and measured["measured.vs_cublas"]["value"]["gain"] > 0
     assert "gates run now" in measured["measured.vs_cublas"]["source"]
+    assert measured["measured.vs_cublas"]["value"]["gain"] > 0.3  # level 5 measured 0.64-0.89x cuBLAS on the H200
+    grid = next(e for e in out["evidence"] if e["key"] == "launch.grid")
+    assert grid["label"] == "measured" and grid["value"] == [32, 32, 1]  # level 5: one CTA per 128x128 tile

@@ -82,3 +82,25 @@ def run_gates_now(targets: list[Any], dtype: str, shapes: list[tuple[str, tuple[
     from gemm_ladder.gates.climb import command_line, run_gates
 
     return run_gates(targets, [dtype], shapes, arch=arch, command=command_line(), console=Console(stderr=True, width=160))
+
+
+def add_grid_fact(ev: Evidence, level: Any, shape: tuple[int, int, int]) -> None:
+    """The grid the level's launcher really starts on this GPU (occupancy API) against the tile count."""
+    import torch
+
+    from gemm_ladder.design.problem import ceil_div
+
+    if not callable(getattr(level, "grid", None)):
+        return
+    m, n, _ = shape
+    try:
+        grid = level.grid(m, n, ev.dtype, torch.device("cuda"))
+    except Exception as exc:  # noqa: BLE001 - the grid is a report here; its absence is said
+        ev.add("launch.grid", None, f"grid not read: {str(exc).splitlines()[0]}", "not run", type(level).__name__)
+        return
+    bm, bn, _ = level.tile
+    tiles = ceil_div(m, bm) * ceil_div(n, bn)
+    ctas = grid[0] * grid[1] * grid[2]
+    ev.add("launch.grid", list(grid), f"at {m}x{n}: grid {grid} = {ctas} CTAs for {tiles} output tiles"
+           + (" (persistent: fewer CTAs than tiles)" if ctas < tiles else ""), "measured",
+           f"{type(level).__name__}.grid on this GPU (cuOccupancyMaxActiveClusters)")

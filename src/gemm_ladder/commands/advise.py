@@ -21,6 +21,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from gemm_ladder.design.problem import parse_triple
+
 NAME = "advise"
 HELP = "Place a kernel on the ladder from its SASS, build and launch, and give its next step (with its plan) or the stop."
 
@@ -83,25 +85,29 @@ def _climb(args: argparse.Namespace, dtype: str):
     return load_result(path), describe_source(path, load_result(path))
 
 
-def _measure(args, ev, targets, level_number, reference, shapes) -> None:
+def _measure(args, ev, targets, level_number, reference, shapes, level=None) -> None:
     """Run the gates now when there is a GPU (and the user did not say --no-measure); else say so."""
-    import torch
-
-    from gemm_ladder.advise.measure import add_level_result_facts, add_user_result_facts, run_gates_now
+    from gemm_ladder.advise.measure import (
+        add_grid_fact, add_level_result_facts, add_user_result_facts, run_gates_now,
+    )
+    from gemm_ladder.gpu import gpu_available
 
     if args.no_measure:
         ev.add("measured.gpu", None, "gates not run now (--no-measure)", "not run", "the command line")
         return
-    if not torch.cuda.is_available():
-        ev.add("measured.gpu", None, "gates not run now: no GPU here (correctness and speed need an sm_90a GPU; "
-               "the figures above come from the results JSON)", "not run", "torch.cuda.is_available()")
+    if not gpu_available():
+        ev.add("measured.gpu", None, "gates not run now: no GPU here (correctness and speed need an sm_90a GPU)",
+               "not run", "gemm_ladder.gpu.gpu_available()")
         return
     result = run_gates_now(targets, ev.dtype, shapes, ev.arch)
-    source = f"the gates run now on {torch.cuda.get_device_name()} ({result['meta']['date']})"
+    gpu = ((result.get("meta") or {}).get("gpu") or {}).get("name") or "this GPU"
+    source = f"the gates run now on {gpu} ({(result.get('meta') or {}).get('date')})"
     if level_number is not None:
         add_level_result_facts(ev, result, level_number, source, prefix="measured")
     else:
         add_user_result_facts(ev, result, source, reference=reference)
+    if level is not None:
+        add_grid_fact(ev, level, parse_triple(args.shape, "--shape"))
 
 
 def _advise(args: argparse.Namespace):
@@ -114,7 +120,6 @@ def _advise(args: argparse.Namespace):
         callable_evidence, cu_evidence, cubin_evidence, level_evidence, result_kernel_evidence,
     )
     from gemm_ladder.contract import parse_dtypes
-    from gemm_ladder.design.problem import parse_triple
     from gemm_ladder.gates.climb import Target
     from gemm_ladder.levels import LEVELS
     from gemm_ladder.shapes import parse_shape_sets
@@ -141,7 +146,7 @@ def _advise(args: argparse.Namespace):
         if climb_result is not None:
             add_level_result_facts(ev, climb_result, level.number, climb_source)
         below = [Target.from_level(LEVELS[level.number - 1])] if level.number - 1 in LEVELS else []
-        _measure(args, ev, below + [Target.from_level(level)], level.number, None, shapes)
+        _measure(args, ev, below + [Target.from_level(level)], level.number, None, shapes, level)
         return advise_kernel(ev, climb_result=climb_result, climb_source=climb_source, shape=shape)
 
     kind = _kind(args.target)
