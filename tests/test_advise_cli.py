@@ -68,6 +68,18 @@ def test_the_stopping_rule_on_a_climb_json(capsys):
     assert out["stopping"]["kept"] == 9
 
 
+def test_a_climb_json_is_judged_in_its_own_dtype(capsys):
+    fp16 = ROOT / "bench/results/2026-11-30_climb_fp16_edge_square_llm_d3b6198.json"
+    assert main(["advise", str(fp16), "--format", "json"]) == 0
+    out = _json(capsys)
+    assert out["target"]["dtype"] == "fp16" and out["stopping"]["not_earned"] == [6, 8]
+    assert main(["advise", str(fp16), "--dtype", "bf16"]) == 0  # asked for a dtype it does not hold: said so
+    assert "Nothing to judge: no timed level rows" in capsys.readouterr().out
+    untimed = ROOT / "bench/results/2026-11-30_climb_edge_all_v1.json"  # compile and correctness only
+    assert main(["advise", str(untimed)]) == 0
+    assert "no timed, passing level rows" in capsys.readouterr().out
+
+
 def test_a_users_gate_json_is_placed_as_far_as_its_census_goes(capsys):
     assert main(["advise", str(USER_GATE), "--format", "json", "--results", str(CLIMB)]) == 0
     out = _json(capsys)

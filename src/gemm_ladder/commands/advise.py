@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", nargs="?", metavar="TARGET",
                         help="FILE.py:FUNC, a .cubin, a .cu file, or a results .json (or use --level N)")
     parser.add_argument("--level", help="one of the ladder's own levels")
-    parser.add_argument("--dtype", default="bf16", help="bf16 (default) or fp16")
+    parser.add_argument("--dtype", default=None,
+                        help="bf16 or fp16 (default: bf16; for a results JSON, the dtype its timed rows have)")
     parser.add_argument("--arch", default="sm_90a", help="architecture to build for (default: sm_90a)")
     parser.add_argument("--shape", default="4096x4096x4096", help="MxNxK the next step's plan is drawn for")
     parser.add_argument("--results", metavar="JSON", type=Path,
@@ -73,6 +74,19 @@ def _kind(target: str) -> str:
         if target.endswith(suffix):
             return kind
     raise UsageError(f"TARGET {target!r}: expected FILE.py:FUNC, a .cubin, a .cu file or a results .json (or --level N)")
+
+
+def _default_dtype(target: str | None) -> str:
+    """bf16, or for a results JSON the one dtype of its timed rows (bf16 when it has both or none)."""
+    from gemm_ladder.advise.climb_data import ResultsError, load_result, timed_rows
+
+    if target is None or not target.endswith(".json"):
+        return "bf16"
+    try:
+        dtypes = sorted({r.dtype for r in timed_rows(load_result(target))})
+    except ResultsError:
+        return "bf16"  # the file's own error is reported where it is read
+    return dtypes[0] if len(dtypes) == 1 else "bf16"
 
 
 def _climb(args: argparse.Namespace, dtype: str):
@@ -130,7 +144,7 @@ def _advise(args: argparse.Namespace):
         raise UsageError(f"--format {args.format!r}: use md or json")
     if args.level is not None:
         args.level = _level_number(args.level)
-    dtypes = parse_dtypes(args.dtype)
+    dtypes = parse_dtypes(args.dtype or _default_dtype(args.target))
     if len(dtypes) != 1:
         raise UsageError(f"--dtype {args.dtype!r}: advise one dtype at a time (bf16 or fp16)")
     dtype = dtypes[0]
