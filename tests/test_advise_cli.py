@@ -112,6 +112,16 @@ def test_bad_inputs_give_one_line_and_exit_2(argv, message, capsys):
     assert message in err and err.count("\n") == 1 and err.startswith("gemm-ladder advise: ")
 
 
+def test_a_build_that_raises_is_a_bad_input(tmp_path, capsys):
+    mod = tmp_path / "raises.py"
+    mod.write_text("def gemm(a, b):\n    return a @ b.T\n"
+                   "def _build(dtype, arch='sm_90a'):\n    raise TypeError('no such toolchain')\n"
+                   "gemm.build = _build\n")
+    assert main(["advise", f"{mod}:gemm"]) == 2
+    err = capsys.readouterr().err
+    assert "build() or geometry() raised TypeError: no such toolchain" in err and err.count("\n") == 1
+
+
 def test_a_json_that_is_not_a_result_and_a_module_that_fails_to_import(tmp_path, capsys):
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"schema": "gemm-ladder/design/1"}))

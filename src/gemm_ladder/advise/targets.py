@@ -126,18 +126,6 @@ _LAUNCHES = re.compile(r"\b(launch|cuLaunch\w*|load_inline|load_cubin|compile_ke
 _TORCH_MATMUL = re.compile(r"(@|\btorch\.(?:matmul|mm|bmm|addmm|einsum)\b|\bF\.linear\b|\.matmul\(|\.mm\()")
 
 
-class _BuildOnce:
-    """A callable's ``build`` called once per (dtype, arch): a user's build need not cache."""
-
-    def __init__(self, fn: Any):
-        self.fn, self._built = fn, {}
-
-    def build(self, dtype: str, arch: str) -> Any:
-        if (dtype, arch) not in self._built:
-            self._built[dtype, arch] = self.fn.build(dtype, arch)
-        return self._built[dtype, arch]
-
-
 def callable_evidence(fn: Any, spec: str, dtype: str = "bf16", arch: str = "sm_90a", *,
                       cubin: Path | None = None, kernel_name: str | None = None) -> Evidence:
     """Evidence of a user's ``f(a, b) -> a @ b.T``: its ``build()`` if it has one (as ``gate`` uses it), else
@@ -149,16 +137,23 @@ def callable_evidence(fn: Any, spec: str, dtype: str = "bf16", arch: str = "sm_9
     ev.add("callable.attributes", attrs, ("has " + ", ".join(f"{a}" for a in attrs) if attrs else
            "has none of build, geometry, check, launch, domain, perf"), "measured", spec)
     if callable(getattr(fn, "build", None)):
-        builder = _BuildOnce(fn)
-        geometry = fn.geometry(dtype) if callable(getattr(fn, "geometry", None)) else None
+        try:  # the user's code: whatever it raises is a bad input, said in one line
+            geometry = fn.geometry(dtype) if callable(getattr(fn, "geometry", None)) else None
+            built = fn.build(dtype, arch)
+            cubin = Path(built.cubin)
+        except CompilerNotFoundError as exc:
+            _no_tools(ev, exc)
+            return ev
+        except Exception as exc:  # noqa: BLE001
+            raise TargetError(f"{spec}: build() or geometry() raised {type(exc).__name__}: "
+                              f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
         try:
-            built = builder.build(dtype, arch)
-            _inspect_cubin(ev, Path(built.cubin), getattr(built, "ptxas_log", None),
+            _inspect_cubin(ev, cubin, getattr(built, "ptxas_log", None),
                            kernel_name or getattr(built, "kernel_name", None), level=None, geometry=geometry)
         except CompilerNotFoundError as exc:
             _no_tools(ev, exc)
-        except CompileError as exc:
-            raise TargetError(f"{spec}: build() failed: {str(exc).splitlines()[0]}") from None
+        except (CompileError, KeyError) as exc:
+            raise TargetError(f"{spec}: its build's cubin cannot be read: {str(exc).splitlines()[0]}") from None
         else:
             if getattr(built, "flags", None):
                 add_build_facts(ev, built.flags, geometry, f"{spec}: build()'s nvcc flags")
