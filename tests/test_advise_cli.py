@@ -152,6 +152,15 @@ def test_a_cu_file_is_compiled_and_placed(tmp_path, use_cache, capsys):
 
 
 @needs_nvcc
+def test_a_file_that_is_not_a_cubin_is_one_line(tmp_path, capsys):
+    fake = tmp_path / "fake.cubin"
+    fake.write_text("not an ELF file\n")
+    assert main(["advise", str(fake)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be read as a cubin" in err and err.count("\n") == 1
+
+
+@needs_nvcc
 def test_a_cu_file_nvcc_rejects_is_one_line(tmp_path, use_cache, capsys):
     cu = tmp_path / "bad.cu"
     cu.write_text('extern "C" __global__ void k(float* x) { x[0] = undeclared; }\n')
