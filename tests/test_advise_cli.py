@@ -85,6 +85,7 @@ def test_a_users_gate_json_is_placed_as_far_as_its_census_goes(capsys):
     out = _json(capsys)
     ev = {e["key"]: e for e in out["evidence"]}
     assert ev["measured.vs_cublas"]["label"] == "measured" and ev["measured.vs_cublas"]["value"]["gain"] < 0.5
+    assert 0 < ev["measured.roofline"]["value"] < 1
     assert out["conclusion"]["action"] == "unplaced"
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from gemm_ladder.advise.climb_data import timed_rows
 from gemm_ladder.advise.evidence import Evidence
-from gemm_ladder.advise.stopping import compare, judge_climb
+from gemm_ladder.advise.stopping import compare, geomean, judge_climb
 
 
 def correctness_counts(result: dict[str, Any], *, kind: str, level: int | None, dtype: str) -> dict[str, int]:
@@ -55,7 +55,8 @@ def add_level_result_facts(ev: Evidence, result: dict[str, Any], level: int, sou
 
 def add_user_result_facts(ev: Evidence, result: dict[str, Any], source: str, *, reference: int | None = None,
                           label: str = "measured") -> None:
-    """The figures of the user's rows (kind 'user') in ``result``: correctness, vs cuBLAS, vs ``reference``."""
+    """The figures of the user's rows (kind 'user') in ``result``: correctness, vs cuBLAS, roofline fraction,
+    and vs the ladder's level ``reference`` when it was timed beside them."""
     rows = timed_rows(result, ev.dtype)
     mine = [r for r in rows if r.kind == "user"]
     counts = correctness_counts(result, kind="user", level=None, dtype=ev.dtype)
@@ -67,6 +68,11 @@ def add_user_result_facts(ev: Evidence, result: dict[str, Any], source: str, *, 
     vs = compare(mine, [r for r in rows if r.kind == "cublas"], None, None)
     ev.add("measured.vs_cublas", {"gain": vs.gain, "noise": vs.noise}, f"your kernel against cuBLAS (same run): {vs.figures()}, {vs.noise_statement()}",
            label, source)
+    fractions = [r.roofline_fraction for r in mine if r.roofline_fraction]
+    if fractions:
+        fraction = geomean(fractions)
+        ev.add("measured.roofline", fraction, f"your kernel: {fraction:.0%} of the roofline (geomean of min(peak, "
+               "intensity x measured DRAM bandwidth))", label, source)
     if reference is not None:
         ref = compare(mine, [r for r in rows if r.kind == "level" and r.level == reference], None, reference)
         if ref.measured:
