@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from gemm_ladder.design.problem import parse_triple
 
@@ -96,7 +97,8 @@ def _climb(args: argparse.Namespace, dtype: str):
     path = args.results or find_climb_results(dtype)
     if path is None:
         return None, None
-    return load_result(path), describe_source(path, load_result(path))
+    result = load_result(path)
+    return result, describe_source(path, result)
 
 
 def _measure(args, ev, targets, level_number, reference, shapes, level=None) -> None:
@@ -125,80 +127,104 @@ def _measure(args, ev, targets, level_number, reference, shapes, level=None) -> 
 
 
 def _advise(args: argparse.Namespace):
-    from gemm_ladder.advise.advice import advise_kernel
-    from gemm_ladder.advise.climb_advice import advise_climb
-    from gemm_ladder.advise.climb_data import describe_source, load_result
-    from gemm_ladder.advise.ladder_position import place
-    from gemm_ladder.advise.measure import add_level_result_facts, add_user_result_facts
-    from gemm_ladder.advise.targets import (
-        callable_evidence, cu_evidence, cubin_evidence, level_evidence, result_kernel_evidence,
-    )
+    """Check the command line, gather the target's evidence, and build the answer (an Advice)."""
     from gemm_ladder.contract import parse_dtypes
-    from gemm_ladder.gates.climb import Target
-    from gemm_ladder.levels import LEVELS
     from gemm_ladder.shapes import parse_shape_sets
 
     if (args.target is None) == (args.level is None):
         raise UsageError("give either TARGET or --level N")
     if args.format not in ("md", "json"):
         raise UsageError(f"--format {args.format!r}: use md or json")
-    if args.level is not None:
-        args.level = _level_number(args.level)
+    level = _level_number(args.level) if args.level is not None else None
+    kind = _kind(args.target) if args.target is not None else "level"
     dtypes = parse_dtypes(args.dtype or _default_dtype(args.target))
     if len(dtypes) != 1:
         raise UsageError(f"--dtype {args.dtype!r}: advise one dtype at a time (bf16 or fp16)")
-    dtype = dtypes[0]
-    shape = parse_triple(args.shape, "--shape")
-    shapes = parse_shape_sets("edge," + args.measure_shapes)
-    if args.cubin is not None and (args.target is None or _kind(args.target) != "callable"):
+    if args.cubin is not None and kind != "callable":
         raise UsageError("--cubin goes with a FILE.py:FUNC target")
-    climb_result, climb_source = _climb(args, dtype)
-
-    if args.level is not None:
-        level = LEVELS[args.level]
-        ev = level_evidence(level, dtype, args.arch, shape)
-        if climb_result is not None:
-            add_level_result_facts(ev, climb_result, level.number, climb_source)
-        below = [Target.from_level(LEVELS[level.number - 1])] if level.number - 1 in LEVELS else []
-        _measure(args, ev, below + [Target.from_level(level)], level.number, None, shapes, level)
-        return advise_kernel(ev, climb_result=climb_result, climb_source=climb_source, shape=shape)
-
-    kind = _kind(args.target)
+    shape = parse_triple(args.shape, "--shape")
+    ctx = SimpleNamespace(args=args, dtype=dtypes[0], shape=shape, shapes=parse_shape_sets("edge," + args.measure_shapes))
+    ctx.climb_result, ctx.climb_source = _climb(args, ctx.dtype)
+    if kind == "level":
+        return _advise_level(ctx, level)
     if kind == "results":
-        result = load_result(args.target)
-        source = describe_source(args.target, result)
-        users = [lv for lv in result["levels"] if lv.get("number") is None]
-        if not users:
-            return advise_climb(result, source, dtype, shape=shape, arch=args.arch)
-        ev = result_kernel_evidence(result, users[0], source, dtype, args.arch)
-        add_user_result_facts(ev, result, source)
-        return advise_kernel(ev, climb_result=climb_result, climb_source=climb_source, shape=shape)
+        return _advise_results(ctx)
     if kind == "callable":
-        from gemm_ladder.commands.gate import SpecError, load_callable
+        return _advise_callable(ctx)
+    return _advise_binary(ctx, kind)
 
-        try:
-            fn, name = load_callable(args.target)
-        except SpecError as exc:
-            raise UsageError(str(exc)) from None
-        except Exception as exc:  # noqa: BLE001 - the user's module failed to import: a bad input, not our crash
-            raise UsageError(f"{args.target}: importing it raised {type(exc).__name__}: {exc}".splitlines()[0]) from None
-        ev = callable_evidence(fn, args.target, dtype, args.arch, cubin=args.cubin, kernel_name=args.kernel_name)
-        pos = place(ev)
-        reference = [Target.from_level(LEVELS[pos.level])] if pos.level in LEVELS else []
-        from gemm_ladder.contract import Domain
 
-        domain = getattr(fn, "domain", None)
-        user = Target(fn=fn, number=None, name=name, source=args.target.rpartition(":")[0],
-                      domain=domain if isinstance(domain, Domain) else None, perf=getattr(fn, "perf", None))
-        _measure(args, ev, reference + [user], None, pos.level if reference else None, shapes)
-        return advise_kernel(ev, climb_result=climb_result, climb_source=climb_source, shape=shape)
-    if kind == "cubin":
-        ev = cubin_evidence(Path(args.target), args.kernel_name, dtype, args.arch)
-    else:
-        ev = cu_evidence(Path(args.target), args.kernel_name, dtype, args.arch)
+def _answer(ctx, ev):
+    from gemm_ladder.advise.advice import advise_kernel
+
+    return advise_kernel(ev, climb_result=ctx.climb_result, climb_source=ctx.climb_source, shape=ctx.shape)
+
+
+def _advise_level(ctx, number: int):
+    from gemm_ladder.advise.measure import add_level_result_facts
+    from gemm_ladder.advise.targets import level_evidence
+    from gemm_ladder.gates.climb import Target
+    from gemm_ladder.levels import LEVELS
+
+    level = LEVELS[number]
+    ev = level_evidence(level, ctx.dtype, ctx.args.arch, ctx.shape)
+    if ctx.climb_result is not None:
+        add_level_result_facts(ev, ctx.climb_result, number, ctx.climb_source)
+    below = [Target.from_level(LEVELS[number - 1])] if number - 1 in LEVELS else []
+    _measure(ctx.args, ev, below + [Target.from_level(level)], number, None, ctx.shapes, level)
+    return _answer(ctx, ev)
+
+
+def _advise_results(ctx):
+    from gemm_ladder.advise.climb_advice import advise_climb
+    from gemm_ladder.advise.climb_data import describe_source, load_result
+    from gemm_ladder.advise.measure import add_user_result_facts
+    from gemm_ladder.advise.targets import result_kernel_evidence
+
+    result = load_result(ctx.args.target)
+    source = describe_source(ctx.args.target, result)
+    users = [lv for lv in result["levels"] if lv.get("number") is None]
+    if not users:  # a climb of the ladder's levels: the stopping rule over it
+        return advise_climb(result, source, ctx.dtype, shape=ctx.shape, arch=ctx.args.arch)
+    ev = result_kernel_evidence(result, users[0], source, ctx.dtype, ctx.args.arch)
+    add_user_result_facts(ev, result, source)
+    return _answer(ctx, ev)
+
+
+def _advise_callable(ctx):
+    from gemm_ladder.advise.ladder_position import place
+    from gemm_ladder.advise.targets import callable_evidence
+    from gemm_ladder.commands.gate import SpecError, load_callable
+    from gemm_ladder.contract import Domain
+    from gemm_ladder.gates.climb import Target
+    from gemm_ladder.levels import LEVELS
+
+    args = ctx.args
+    try:
+        fn, name = load_callable(args.target)
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - the user's module failed to import: a bad input, not our crash
+        raise UsageError(f"{args.target}: importing it raised {type(exc).__name__}: {exc}".splitlines()[0]) from None
+    ev = callable_evidence(fn, args.target, ctx.dtype, args.arch, cubin=args.cubin, kernel_name=args.kernel_name)
+    pos = place(ev)
+    reference = [Target.from_level(LEVELS[pos.level])] if pos.level in LEVELS else []  # the ladder at its rung
+    domain = getattr(fn, "domain", None)
+    user = Target(fn=fn, number=None, name=name, source=args.target.rpartition(":")[0],
+                  domain=domain if isinstance(domain, Domain) else None, perf=getattr(fn, "perf", None))
+    _measure(args, ev, reference + [user], None, pos.level if reference else None, ctx.shapes)
+    return _answer(ctx, ev)
+
+
+def _advise_binary(ctx, kind: str):
+    from gemm_ladder.advise.targets import cu_evidence, cubin_evidence
+
+    args = ctx.args
+    evidence = cubin_evidence if kind == "cubin" else cu_evidence
+    ev = evidence(Path(args.target), args.kernel_name, ctx.dtype, args.arch)
     ev.add("measured.gpu", None, "gates not run: a bare kernel has no launcher the gates could call (wrap it as "
            "FILE.py:FUNC to measure it)", "not run", args.target)
-    return advise_kernel(ev, climb_result=climb_result, climb_source=climb_source, shape=shape)
+    return _answer(ctx, ev)
 
 
 def run(args: argparse.Namespace) -> int:
