@@ -99,13 +99,15 @@ def test_a_users_gate_json_is_placed_as_far_as_its_census_goes(capsys):
     ([str(ROOT / "examples/my_gemm.py") + ":nothing"], "no callable 'nothing'"),
     (["missing.cubin"], "no such file"),
     (["missing.cu"], "no such file"),
-    (["missing.json"], "no such file"),
+    (["missing.json"], "cannot read missing.json"),
     (["--level", "2", "--dtype", "fp8"], "unknown dtype"),
     (["--level", "2", "--dtype", "all"], "one dtype at a time"),
     (["--level", "2", "--shape", "4x4"], "--shape"),
     (["--level", "2", "--format", "html"], "--format"),
-    (["--level", "2", "--results", "missing.json"], "no such file"),
+    (["--level", "2", "--results", "missing.json"], "cannot read missing.json"),
     (["--level", "2", "--cubin", "k.cubin"], "--cubin goes with a FILE.py:FUNC"),
+    (["--level", "2", "--arch", "sm_100a"], "planning model"),
+    (["k.cu", "--arch", "banana"], "unknown architecture"),
 ])
 def test_bad_inputs_give_one_line_and_exit_2(argv, message, capsys):
     assert main(["advise", *argv]) == 2
@@ -113,12 +115,12 @@ def test_bad_inputs_give_one_line_and_exit_2(argv, message, capsys):
     assert message in err and err.count("\n") == 1 and err.startswith("gemm-ladder advise: ")
 
 
-def test_a_build_that_raises_is_a_bad_input(tmp_path, capsys):
+def test_a_build_that_raises_is_a_failed_build(tmp_path, capsys):
     mod = tmp_path / "raises.py"
     mod.write_text("def gemm(a, b):\n    return a @ b.T\n"
                    "def _build(dtype, arch='sm_90a'):\n    raise TypeError('no such toolchain')\n"
                    "gemm.build = _build\n")
-    assert main(["advise", f"{mod}:gemm"]) == 2
+    assert main(["advise", f"{mod}:gemm"]) == 1  # its build failed: a finding (cli.EXIT_STATUS), in one line
     err = capsys.readouterr().err
     assert "build() or geometry() raised TypeError: no such toolchain" in err and err.count("\n") == 1
 
@@ -128,7 +130,7 @@ def test_a_json_that_is_not_a_result_and_a_module_that_fails_to_import(tmp_path,
     plan.write_text(json.dumps({"schema": "gemm-ladder/design/1"}))
     broken = tmp_path / "broken.py"
     broken.write_text("raise RuntimeError('boom')\n")
-    for argv, message in (([str(plan)], "not a gemm-ladder result"), ([f"{broken}:gemm"], "RuntimeError: boom")):
+    for argv, message in (([str(plan)], "is not a result JSON of climb or gate"), ([f"{broken}:gemm"], "RuntimeError: boom")):
         assert main(["advise", *argv]) == 2
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1
@@ -165,7 +167,7 @@ def test_a_file_that_is_not_a_cubin_is_one_line(tmp_path, capsys):
 def test_a_cu_file_nvcc_rejects_is_one_line(tmp_path, use_cache, capsys):
     cu = tmp_path / "bad.cu"
     cu.write_text('extern "C" __global__ void k(float* x) { x[0] = undeclared; }\n')
-    assert main(["advise", str(cu)]) == 2
+    assert main(["advise", str(cu)]) == 1  # a failed build, as climb and gate count one
     err = capsys.readouterr().err
     assert "nvcc failed" in err and "undeclared" in err and err.count("\n") == 1
 

@@ -79,7 +79,7 @@ def test_advise_each_level_recommends_the_next_with_its_plan(ladder_evidence, cl
         assert a.contract.kind == "thread_copy" and set(a.contract.data["descriptors"]) == {"A", "B"}
     md = advice_markdown(a)
     heads = [md.index(f"\n## {s}\n") for s in SECTIONS]
-    assert heads == sorted(heads), "the seeds' five required outputs, in order"
+    assert heads == sorted(heads), "the method's five required outputs, in order"
     assert "## Conclusion" not in md.split("## Contract/table/timeline")[1].split("## Minimal validation")[0] or \
         "#### Conclusion" in md  # the plan's own headings are nested under the contract
     assert a.experiment["command"].startswith("gemm-ladder ") and a.experiment["falsified_if"]

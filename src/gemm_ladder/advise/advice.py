@@ -1,4 +1,4 @@
-"""The answer, in the seeds' required outputs: conclusion, evidence or assumptions, contract, minimal
+"""The answer, in the method's required outputs (:mod:`gemm_ladder.advise`): conclusion, evidence or assumptions, contract, minimal
 validation, risks and fallback.
 
 :func:`advise_kernel` answers for one kernel (its evidence placed on the ladder): the next rung with the
@@ -288,7 +288,7 @@ def _expected(v: LevelVerdict | None, nxt: int, src: str) -> dict[str, Any] | No
 
 def edge_error_ratio(result: dict[str, Any] | None, level: int, dtype: str) -> tuple[float, int] | None:
     """The largest relative error over cuBLAS's of ``level`` on the edge rows of ``result``, and the row count."""
-    ratios = [r["correctness"]["rel_err"] / r["correctness"]["cublas_rel_err"] for r in (result or {}).get("rows", [])
+    ratios = [r["correctness"]["rel_err"] / r["correctness"]["cublas_rel_err"] for r in (result or {}).get("rows") or []
               if r.get("kind") == "level" and r.get("level") == level and r.get("dtype") == dtype
               and r.get("shape_set") == "edge" and r.get("status") == "pass" and r.get("correctness")
               and r["correctness"].get("rel_err") is not None and r["correctness"].get("cublas_rel_err")]

@@ -1,4 +1,4 @@
-"""The answer for a results JSON: the stopping rule over every level the climb timed, in the seeds'
+"""The answer for a results JSON: the stopping rule over every level the climb timed, in the method's
 required outputs (the stopping table is the contract)."""
 
 from __future__ import annotations

@@ -1,25 +1,22 @@
 """The ladder's own measured climb: finding a results JSON and reading its timings.
 
-A results JSON is what ``gemm-ladder climb --json`` or ``gate --json`` writes (docs/results-schema.md,
-schema ``gemm-ladder/result/1``). The advisor takes the expected gain of each step from one, never from
-constants: by default the newest ``bench/results/*climb*<dtype>*.json`` that holds timed rows, newest by
-its own ``meta.date``.
+A results JSON is what ``gemm-ladder climb --json`` or ``gate --json`` writes (docs/results-schema.md),
+read by :func:`gemm_ladder.results.load_result` (re-exported here with its ``ResultError``). The advisor
+takes the expected gain of each step from one, never from constants: by default the newest
+``bench/results/*climb*<dtype>*.json`` that holds timed rows, newest by its own ``meta.date``.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gemm_ladder.gates.performance import Timing, is_timed_shape
+from gemm_ladder.results import ResultError, load_result  # the one reader of result JSONs (schemas 1 and 2)
 
-SCHEMA = "gemm-ladder/result/1"
-
-
-class ResultsError(ValueError):
-    """A results JSON cannot be read or is not a gemm-ladder result; the message names the file and why."""
+__all__ = ["ResultError", "TimedRow", "describe_source", "find_climb_results", "gpu_name", "load_result",
+           "results_dirs", "timed_rows"]
 
 
 def results_dirs() -> list[Path]:
@@ -31,23 +28,6 @@ def results_dirs() -> list[Path]:
         if d.is_dir() and d.resolve() not in [o.resolve() for o in out]:
             out.append(d)
     return out
-
-
-def load_result(path: str | Path) -> dict[str, Any]:
-    """Read and check a results JSON; raises ResultsError naming the file and the problem."""
-    path = Path(path)
-    if not path.is_file():
-        raise ResultsError(f"{path}: no such file")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ResultsError(f"{path}: not readable JSON ({exc})") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        got = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise ResultsError(f"{path}: not a gemm-ladder result (schema {got!r}, expected {SCHEMA!r})")
-    if not isinstance(data.get("rows"), list) or not isinstance(data.get("levels"), list):
-        raise ResultsError(f"{path}: a result needs 'levels' and 'rows' lists")
-    return data
 
 
 @dataclass(frozen=True)
@@ -72,16 +52,21 @@ def timed_rows(result: dict[str, Any], dtype: str | None = None) -> list[TimedRo
     host overheads, not kernels.
     """
     out = []
-    for r in result.get("rows", []):
+    for r in result.get("rows") or []:
         perf = r.get("performance")
-        if not perf or r.get("status") != "pass" or (dtype is not None and r.get("dtype") != dtype):
+        if not isinstance(perf, dict) or r.get("status") != "pass" or (dtype is not None and r.get("dtype") != dtype):
             continue
-        shape = (int(r["m"]), int(r["n"]), int(r["k"]))
-        if not is_timed_shape(*shape) or not perf.get("median_ms"):
+        try:
+            shape = (int(r["m"]), int(r["n"]), int(r["k"]))
+            timing = Timing(float(perf["median_ms"]), float(perf["p10_ms"]), float(perf["p90_ms"]),
+                            int(perf.get("repeats") or 0))
+        except (KeyError, TypeError, ValueError):
+            continue  # a missing or mistyped value: the row is not a timing
+        if not is_timed_shape(*shape) or timing.median_ms <= 0:
             continue
-        timing = Timing(perf["median_ms"], perf["p10_ms"], perf["p90_ms"], perf.get("repeats") or 0)
-        out.append(TimedRow(r["kind"], r.get("level"), r.get("name", ""), r["dtype"], r.get("shape_set", ""), shape,
-                            timing, perf.get("vs_cublas"), perf.get("roofline_fraction")))
+        out.append(TimedRow(str(r.get("kind")), r.get("level"), str(r.get("name") or ""), str(r.get("dtype")),
+                            str(r.get("shape_set") or ""), shape, timing, perf.get("vs_cublas"),
+                            perf.get("roofline_fraction")))
     return out
 
 
@@ -97,7 +82,7 @@ def find_climb_results(dtype: str = "bf16", dirs: list[Path] | None = None) -> P
         for path in sorted(Path(d).glob(f"*climb*{dtype}*.json")):
             try:
                 result = load_result(path)
-            except ResultsError:
+            except ResultError:
                 continue
             if not any(r.kind == "level" for r in timed_rows(result, dtype)):
                 continue

@@ -1,6 +1,6 @@
 """Evidence about a kernel, each fact labelled with how it is known and where it comes from.
 
-Labels (the seeds' "evidence or assumptions": what comes from data, what is a hypothesis):
+Labels (the method's "evidence or assumptions": what comes from data, what is a hypothesis):
 
 * ``measured``: read off an artefact: the SASS, ptxas's report, the cubin's ELF attributes, the build's
   ``-D`` flags, a results JSON, a timing taken now.

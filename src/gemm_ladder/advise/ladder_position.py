@@ -1,6 +1,6 @@
 """Where a kernel stands on the ladder: which rungs' ideas its evidence shows.
 
-Each rung is the one idea its level adds (DESIGN.md's ladder table; the registry's ``idea``), tested on
+Each rung is the one idea its level adds (docs/ladder.md; the registry's ``idea``), tested on
 the evidence (:class:`gemm_ladder.advise.evidence.Evidence`), the SASS first and the build or launch where
 the SASS cannot say (how many consumer warpgroups a CTA runs):
 
@@ -19,7 +19,7 @@ the SASS cannot say (how many consumer warpgroups a CTA runs):
 
 The ladder is cumulative: a kernel stands at N when rungs 1..N are all present. A rung present above a
 missing one is reported as skipped-over: the next step is the lowest missing rung, one idea at a time
-(the seeds' first failure mode: jumping several levels at once hides where an error comes from).
+(the method's first failure mode: jumping several levels at once hides where an error comes from).
 """
 
 from __future__ import annotations

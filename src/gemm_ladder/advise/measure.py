@@ -18,9 +18,10 @@ from gemm_ladder.advise.stopping import compare, geomean, judge_climb
 def correctness_counts(result: dict[str, Any], *, kind: str, level: int | None, dtype: str) -> dict[str, int]:
     """{status: count} over the rows of one target (a level number, or kind 'user')."""
     out: dict[str, int] = {}
-    for r in result.get("rows", []):
+    for r in result.get("rows") or []:
         if r.get("kind") == kind and r.get("level") == level and r.get("dtype") == dtype:
-            out[r["status"]] = out.get(r["status"], 0) + 1
+            status = str(r.get("status"))
+            out[status] = out.get(status, 0) + 1
     return out
 
 

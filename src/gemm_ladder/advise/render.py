@@ -1,6 +1,6 @@
 """Markdown and JSON for an :class:`~gemm_ladder.advise.advice.Advice` and for a level's criteria.
 
-The Markdown follows the seeds' required outputs, in order: Conclusion, Evidence or assumptions,
+The Markdown follows the method's required outputs (:mod:`gemm_ladder.advise`), in order: Conclusion, Evidence or assumptions,
 Contract/table/timeline, Minimal validation, Risks and fallback. The designer's plan is rendered by the
 designer (:func:`gemm_ladder.design.render.plan_markdown`), its headings nested under this document's.
 """
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from gemm_ladder.advise.advice import Advice
     from gemm_ladder.advise.criteria import Criteria
 
-#: The section headings of :func:`advice_markdown`, in order (the seeds' required outputs).
+#: The section headings of :func:`advice_markdown`, in order (the method's required outputs).
 SECTIONS = ("Conclusion", "Evidence or assumptions", "Contract/table/timeline", "Minimal validation",
             "Risks and fallback")
 

@@ -1,6 +1,6 @@
-"""The seeds' stopping rule, made operational: did each level of a climb earn its complexity?
+"""The method's stopping rule (:mod:`gemm_ladder.advise`), made operational: did each level of a climb earn its complexity?
 
-The rule (seeds, "Stopping rule"): if the kernel is already close to the practical roofline, or added
+The rule (the method's "Stopping rule"): if the kernel is already close to the practical roofline, or added
 complexity no longer brings a stable gain, stop upgrading and keep the simpler version. Here, per dtype
 of one results JSON (docs/results-schema.md):
 
@@ -280,14 +280,16 @@ def judge_climb(result: dict[str, Any]) -> list[ClimbVerdict]:
     """Apply the stopping rule to a results JSON (a dict, docs/results-schema.md): one verdict per dtype.
 
     Levels are taken in the order of their numbers among the result's ``levels``; "the level below" is
-    the previous one listed. Only rows that passed and were timed on judged shapes count. Returns an empty
-    list when the result has no rows at all.
+    the previous one listed. Only rows that passed and were timed on judged shapes count; a row with a
+    missing or mistyped value is left out (docs/results-schema.md: readers treat it as missing). Returns an
+    empty list when the result has no rows at all.
     """
     from gemm_ladder.levels import LEVELS
 
-    numbers = sorted(int(lv["number"]) for lv in result.get("levels", []) if lv.get("number") is not None)
-    names = {int(lv["number"]): lv.get("name", "") for lv in result.get("levels", []) if lv.get("number") is not None}
-    dtypes = sorted({r["dtype"] for r in result.get("rows", [])}) or sorted({r["dtype"] for r in result.get("resources", [])})
+    described = [lv for lv in result.get("levels") or [] if isinstance(lv.get("number"), int)]
+    numbers = sorted({lv["number"] for lv in described})
+    names = {lv["number"]: str(lv.get("name") or "") for lv in described}
+    dtypes = sorted({r["dtype"] for r in result.get("rows") or [] if isinstance(r.get("dtype"), str)})
     out = []
     for dtype in dtypes:
         rows = timed_rows(result, dtype)

@@ -25,6 +25,11 @@ class TargetError(ValueError):
     """The target cannot be inspected; the message is one line naming it and the reason."""
 
 
+class BuildFailed(TargetError):
+    """The target's own build failed (nvcc rejected it, or its build() raised): a finding about the target,
+    exit status 1 on the command line (cli.EXIT_STATUS), not a usage error."""
+
+
 def _no_tools(ev: Evidence, exc: Exception) -> None:
     ev.add("sass.available", False, f"no SASS: {str(exc).splitlines()[0]}", "not run", "gemm_ladder.runtime.compiler")
 
@@ -108,7 +113,7 @@ def level_evidence(level: Any, dtype: str = "bf16", arch: str = "sm_90a",
         flags = build_flags(arch, {"GL_DTYPE_" + dtype.upper(): 1, **level.defines(dtype)})
         add_build_facts(ev, flags, geometry, "the flags Level.build would pass to nvcc (nothing compiled)")
     except CompileError as exc:
-        raise TargetError(f"level {level.number}: nvcc failed: {str(exc).splitlines()[0]}") from None
+        raise BuildFailed(f"level {level.number}: nvcc failed: {str(exc).splitlines()[0]}") from None
     else:
         try:
             _inspect_cubin(ev, kernel.cubin, kernel.ptxas_log, kernel.kernel_name, level=level.number, geometry=geometry)
@@ -145,7 +150,7 @@ def callable_evidence(fn: Any, spec: str, dtype: str = "bf16", arch: str = "sm_9
             _no_tools(ev, exc)
             return ev
         except Exception as exc:  # noqa: BLE001
-            raise TargetError(f"{spec}: build() or geometry() raised {type(exc).__name__}: "
+            raise BuildFailed(f"{spec}: build() or geometry() raised {type(exc).__name__}: "
                               f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
         try:
             _inspect_cubin(ev, cubin, getattr(built, "ptxas_log", None),
@@ -218,7 +223,7 @@ def cu_evidence(path: Path, kernel_name: str | None, dtype: str = "bf16", arch: 
         return ev
     except CompileError as exc:
         first = next((ln for ln in exc.log.splitlines() if "error" in ln), exc.log.strip().splitlines()[0] if exc.log.strip() else "")
-        raise TargetError(f"{path}: nvcc failed: {first.strip()}") from None
+        raise BuildFailed(f"{path}: nvcc failed: {first.strip()}") from None
     _inspect_cubin(ev, built.cubin, built.ptxas_log, kernel_name, level=None)
     add_build_facts(ev, built.flags, None, f"nvcc flags of the runtime's build ({built.directory / 'meta.json'})")
     return ev
@@ -229,7 +234,7 @@ def result_kernel_evidence(result: dict[str, Any], described: dict[str, Any], so
     """Evidence of the user's kernel in a ``gate --json`` result: only the census summary the result keeps
     (HGMMA, UTMALDG, ...; no loops, modifiers or launch facts), so rungs it cannot show stay unknown."""
     ev = Evidence(f"{described.get('name') or 'your kernel'} in {source}", "results", dtype, arch)
-    res = [r for r in result.get("resources", []) if r.get("level") is None and r.get("dtype") == dtype
+    res = [r for r in result.get("resources") or [] if r.get("level") is None and r.get("dtype") == dtype
            and isinstance(r.get("sass"), dict)]
     if not res:
         ev.add("sass.available", False, "no SASS: the result holds no resource entry for the kernel (gated without "

@@ -7,12 +7,13 @@
     gemm-ladder advise bench/results/RESULT.json          # the stopping rule over a climb
     gemm-ladder advise --level 7 --format json --results bench/results/OTHER_climb.json
 
-The answer has the seeds' five parts: conclusion, evidence or assumptions (each labelled measured,
+The answer has the five parts of the ladder's method (gemm_ladder.advise): conclusion, evidence or assumptions (each labelled measured,
 inferred or assumed, with its source), the designer's plan for the next step, the one falsifiable
 experiment with its expected figure, risks and fallback. Expected gains come from the ladder's own
 climb (default: the newest ``bench/results/*climb*<dtype>*.json`` with timed rows; ``--results``).
 With a GPU, a level or a callable is also gated now against the level below (``--no-measure`` skips it).
-Needs nvcc and cuobjdump to read SASS, not a GPU. Exit status 0 with an answer, 2 on a bad input.
+Needs nvcc and cuobjdump to read SASS, not a GPU. Exit status 0 with an answer, 1 when the target's own
+build fails (nvcc rejects the .cu, its build() raises), 2 on a bad input.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--level", help="one of the ladder's own levels")
     parser.add_argument("--dtype", default=None,
                         help="bf16 or fp16 (default: bf16; for a results JSON, the dtype its timed rows have)")
-    parser.add_argument("--arch", default="sm_90a", help="architecture to build for (default: sm_90a)")
+    parser.add_argument("--arch", default="sm_90a", help="architecture to build for: sm_90a, the ladder's (default)")
     parser.add_argument("--shape", default="4096x4096x4096", help="MxNxK the next step's plan is drawn for")
     parser.add_argument("--results", metavar="JSON", type=Path,
                         help="the climb the expected gains come from (default: the newest bench/results/*climb*<dtype>*.json with timed rows)")
@@ -79,13 +80,13 @@ def _kind(target: str) -> str:
 
 def _default_dtype(target: str | None) -> str:
     """bf16, or for a results JSON the one dtype of its timed rows (bf16 when it has both or none)."""
-    from gemm_ladder.advise.climb_data import ResultsError, load_result, timed_rows
+    from gemm_ladder.advise.climb_data import ResultError, load_result, timed_rows
 
     if target is None or not target.endswith(".json"):
         return "bf16"
     try:
         dtypes = sorted({r.dtype for r in timed_rows(load_result(target))})
-    except ResultsError:
+    except ResultError:
         return "bf16"  # the file's own error is reported where it is read
     return dtypes[0] if len(dtypes) == 1 else "bf16"
 
@@ -135,6 +136,10 @@ def _advise(args: argparse.Namespace):
         raise UsageError("give either TARGET or --level N")
     if args.format not in ("md", "json"):
         raise UsageError(f"--format {args.format!r}: use md or json")
+    from gemm_ladder.levels import arch_refusal
+
+    if (refusal := arch_refusal(args.arch)) is not None:  # the rungs are sm_90a's (wgmma, TMA, setmaxnreg)
+        raise UsageError(refusal)
     level = _level_number(args.level) if args.level is not None else None
     kind = _kind(args.target) if args.target is not None else "level"
     dtypes = parse_dtypes(args.dtype or _default_dtype(args.target))
@@ -183,7 +188,7 @@ def _advise_results(ctx):
 
     result = load_result(ctx.args.target)
     source = describe_source(ctx.args.target, result)
-    users = [lv for lv in result["levels"] if lv.get("number") is None]
+    users = [lv for lv in result.get("levels") or [] if lv.get("number") is None]
     if not users:  # a climb of the ladder's levels: the stopping rule over it
         return advise_climb(result, source, ctx.dtype, shape=ctx.shape, arch=ctx.args.arch)
     ev = result_kernel_evidence(result, users[0], source, ctx.dtype, ctx.args.arch)
@@ -228,14 +233,18 @@ def _advise_binary(ctx, kind: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the advice; 0 with an answer, 2 on a bad input (one line on stderr)."""
-    from gemm_ladder.advise.climb_data import ResultsError
+    """Print the advice; 0 with an answer, 1 when the target's own build fails, 2 on a bad input (one line on
+    stderr each)."""
+    from gemm_ladder.advise.climb_data import ResultError
     from gemm_ladder.advise.render import advice_json, advice_markdown
-    from gemm_ladder.advise.targets import TargetError
+    from gemm_ladder.advise.targets import BuildFailed, TargetError
 
     try:
         advice = _advise(args)
-    except (UsageError, TargetError, ResultsError, ValueError) as exc:
+    except BuildFailed as exc:  # the target's own build failed: a finding, as climb and gate report it
+        print(f"gemm-ladder advise: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 1
+    except (UsageError, TargetError, ResultError, ValueError) as exc:
         print(f"gemm-ladder advise: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
     print(advice_json(advice) if args.format == "json" else advice_markdown(advice), end="")
