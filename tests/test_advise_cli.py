@@ -205,3 +205,17 @@ def test_my_gemm_is_measured_on_a_gpu(capsys):
     out = _json(capsys)
     ev = {e["key"]: e for e in out["evidence"]}
     assert ev["measured.vs_cublas"]["label"] == "measured" and ev["measured.correctness"]["value"].get("pass")
+
+
+def test_without_nvcc_a_level_is_not_placed_and_says_why(monkeypatch, capsys, tmp_path):
+    """No compiler: no SASS to read. The answer says so (not run) instead of guessing the rungs."""
+    from gemm_ladder.levels import LEVELS
+
+    monkeypatch.setenv("GEMM_LADDER_NVCC", str(tmp_path / "no_nvcc_here"))
+    monkeypatch.setitem(LEVELS, 5, LEVELS[5].variant())  # fresh caches: no build from an earlier test
+    assert main(["advise", "--level", "5", "--format", "json", "--results", str(CLIMB)]) == 0
+    out = _json(capsys)
+    ev = {e["key"]: e for e in out["evidence"]}
+    assert ev["sass.available"]["value"] is False and ev["sass.available"]["label"] == "not run"
+    assert ev["build.stages"]["value"] == LEVELS[5].stages  # the flags its build would use, read without nvcc
+    assert out["conclusion"]["action"] == "unplaced" and out["position"]["rungs"][0]["present"] is None

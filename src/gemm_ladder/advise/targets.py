@@ -110,7 +110,7 @@ def level_evidence(level: Any, dtype: str = "bf16", arch: str = "sm_90a",
         kernel = level.build(dtype, arch)
     except CompilerNotFoundError as exc:
         _no_tools(ev, exc)
-        flags = build_flags(arch, {"GL_DTYPE_" + dtype.upper(): 1, **level.defines(dtype)})
+        flags = build_flags(arch, level.build_defines(dtype))
         add_build_facts(ev, flags, geometry, "the flags Level.build would pass to nvcc (nothing compiled)")
     except CompileError as exc:
         raise BuildFailed(f"level {level.number}: nvcc failed: {str(exc).splitlines()[0]}") from None
