@@ -106,6 +106,9 @@ class Level9Kernel:
     def plan(self, m: int, n: int, k: int, dtype: str):
         return self._level("tail").plan(m, n, k, dtype)
 
+    def build(self, dtype: str, arch: str = "sm_90a"):
+        return self._level("tail").build(dtype, arch)
+
     def launch(self, a: OperandView, b: OperandView, c: torch.Tensor, *, split: str = "tail") -> None:
         reason = self.supports(a, b, c)
         if reason is not None:
