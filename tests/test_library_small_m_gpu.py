@@ -16,7 +16,7 @@ from gemm_ladder.gates.correctness import (
     absolute_cap, check_correctness, check_nonfinite, error_bound, random_operands,
 )
 from gemm_ladder.library.operand import operand_view
-from gemm_ladder.library.small_m import _WORKSPACES, SmallMGemm, small_m_gemm
+from gemm_ladder.library.small_m import SmallMGemm, small_m_gemm
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600)]
 
@@ -96,20 +96,30 @@ def test_repeated_runs_are_bitwise_identical_where_units_are_split():
             assert torch.equal(_poisoned(kernel, x, w, c), first), (m, n, k)
 
 
-def test_the_counters_are_left_zero_for_the_next_launch():
-    """The last contributor of a unit puts its counter back to 0 (no memset before each launch): after a
-    split launch every counter of the stream's workspace reads 0, and a launch on a different shape
-    right after is right."""
-    kernel = small_m_gemm(16)
-    x, w = random_operands(16, 4096, 4096, "bf16", "cuda", seed=1)
-    c = torch.empty(16, 4096, dtype=torch.bfloat16, device="cuda")
-    _poisoned(kernel, x, w, c)
-    torch.cuda.synchronize()
+def test_each_launch_takes_fresh_counters_whatever_the_last_left():
+    """The counters a launch counts arrivals on were cleared since any launch used them: counters left
+    counted (as an aborted launch would leave them) do not reach the next launch, and an arena cleared
+    again and again (three launches' worth) keeps every launch right and bitwise equal."""
+    from gemm_ladder.library import small_m
+
+    m, n, k = 16, 4096, 4096
+    kernel = small_m_gemm(m)
+    x, w = random_operands(m, n, k, "bf16", "cuda", seed=1)
+    c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    first = _poisoned(kernel, x, w, c).clone()
+    _assert_close(first, x, w, "bf16")
     stream = torch.cuda.current_stream()
-    _, counters = _WORKSPACES._buffers[(stream.device_index, stream.cuda_stream)]
-    assert int(counters.abs().sum()) == 0
-    x2, w2 = random_operands(9, 2056, 4104, "bf16", "cuda", seed=2)
-    _assert_close(_poisoned(kernel, x2, w2, torch.empty(9, 2056, dtype=torch.bfloat16, device="cuda")), x2, w2, "bf16")
+    buffer, used = small_m._COUNTERS._arenas[(stream.device_index, stream.cuda_stream)]
+    assert used == 2 * 32  # 32 units x 2 consumers
+    buffer[:used].fill_(5)  # the counters the last launch used, left counted
+    assert torch.equal(_poisoned(kernel, x, w, c), first)
+    arena = small_m.CounterArena(size=3 * 2 * 32)
+    saved, small_m._COUNTERS = small_m._COUNTERS, arena
+    try:
+        for _ in range(10):
+            assert torch.equal(_poisoned(kernel, x, w, c), first)
+    finally:
+        small_m._COUNTERS = saved
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
@@ -39,9 +40,9 @@ from gemm_ladder.design.stream_k import INT32_LIMIT, StreamKTail
 from gemm_ladder.levels.base import LaunchGeometry
 from gemm_ladder.library.operand import OperandView
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
-from gemm_ladder.runtime.module import LoadedKernel, device_index, load
+from gemm_ladder.runtime.module import LoadedKernel, _driver, check, device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
-from gemm_ladder.runtime.workspace import StreamWorkspaces
+from gemm_ladder.runtime.workspace import MAX_STREAMS, WORKSPACES
 
 #: Largest M this kernel takes; above it the weight is no longer the whole cost (level 9's domain).
 SMALL_M_MAX = 256
@@ -59,25 +60,53 @@ KERNEL_NAME = "sm90_gemm_small_m"
 _CACHE_SIZE = 64
 
 
-class _ZeroedOnceWorkspaces(StreamWorkspaces):
-    """Per-stream partials and counters whose counters are zeroed when allocated, not before every
-    launch: the kernel's last contributor to a tile puts that tile's counter back to 0
-    (fragment_partials.cuh), so they are zero again when the next launch on the stream starts. That
-    saves a memset on the stream per call, which costs the GPU more than a microsecond against a
-    ~10 us kernel. Its own instance: level 9 leaves its counters counted."""
+#: int32 arrival counters per stream handed out between two clears (4 MiB).
+COUNTER_ARENA = 1 << 20
 
-    def get(self, stream: torch.cuda.Stream, floats: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
+
+class CounterArena:
+    """Zeroed int32 arrival counters for split launches, without a memset before every launch.
+
+    Per (device, stream), a buffer of ``COUNTER_ARENA`` counters is cleared once (cuMemsetD32Async on
+    the stream) and then handed out front to back: each launch gets counters that no launch has used
+    since the clear, so it starts from zeros however the launches before it ended (the rule level 9's
+    workspace keeps by clearing before every launch). When the rest of the buffer is too short, it is
+    cleared again on the stream, after every launch that used it. A memset per launch would cost the
+    stream a small operation and its gap before each ~10 us kernel; here it is one per thousands of
+    launches. At most ``MAX_STREAMS`` streams are kept, least recently used dropped first; buffers are
+    allocated on their stream. Not for CUDA graph capture (a graph would keep the addresses).
+    """
+
+    def __init__(self, size: int = COUNTER_ARENA) -> None:
+        self.size = size
+        self._arenas: OrderedDict[tuple[int, int], list] = OrderedDict()  # key -> [buffer, next free]
+        self._lock = threading.Lock()
+
+    def take(self, stream: torch.cuda.Stream, count: int) -> int:
+        """The device address of ``count`` zeroed int32 counters for the next launch on ``stream``.
+
+        Raises CudaError if the clear cannot be queued.
+        """
         key = (stream.device_index, stream.cuda_stream)
         with self._lock:
-            held = self._buffers.get(key)
-            if held is not None and held[0].numel() >= floats and held[1].numel() >= counters:
-                self._buffers.move_to_end(key)
-                return held
-        # (Re)allocation: the base class zeroes the counters on the stream, every one still held included.
-        return super().get(stream, floats, max(counters, held[1].numel() if held is not None else 0))
+            held = self._arenas.pop(key, None)
+            if held is None or held[1] + count > held[0].numel():
+                if held is None or count > held[0].numel():
+                    with torch.cuda.stream(stream):  # allocated for this stream: reused only in its order
+                        held = [torch.empty(max(self.size, count), dtype=torch.int32, device=stream.device), 0]
+                drv = _driver()
+                check(drv.cuMemsetD32Async(held[0].data_ptr(), 0, held[0].numel(), drv.CUstream(stream.cuda_stream)),
+                      "cuMemsetD32Async")
+                held[1] = 0
+            address = held[0].data_ptr() + 4 * held[1]
+            held[1] += count
+            self._arenas[key] = held
+            while len(self._arenas) > MAX_STREAMS:
+                self._arenas.popitem(last=False)
+        return address
 
 
-_WORKSPACES = _ZeroedOnceWorkspaces()
+_COUNTERS = CounterArena()
 
 
 @functools.lru_cache(maxsize=256)
@@ -297,10 +326,9 @@ class SmallMGemm:
             self._launches.move_to_end(key)
         stream = torch.cuda.current_stream(device)
         partials = counters = 0
-        if sched.max_contributors > 1:
-            part, ctr = _WORKSPACES.get(stream, sched.workspace_floats(1, CONSUMERS, self.bn),
-                                        sched.counters(1, CONSUMERS))
-            partials, counters = part.data_ptr(), ctr.data_ptr()
+        if sched.max_contributors > 1:  # the partials in the stream's workspace, fresh zeroed counters
+            partials = WORKSPACES.get(stream, sched.workspace_floats(1, CONSUMERS, self.bn), 0)[0].data_ptr()
+            counters = _COUNTERS.take(stream, sched.counters(1, CONSUMERS))
         ldc_m, ldc_n = c.stride()
         args = [*self._tensor_maps(a, b, dtype), ctypes.c_void_p(c.data_ptr()), ctypes.c_longlong(ldc_m),
                 ctypes.c_longlong(ldc_n), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),

@@ -88,7 +88,7 @@ __device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[
 
 // map_w: B = w (N, K) K-major, box (BK, BM); map_x: A = x (M, K) K-major, box (BK, BN).
 // C: element (m, n) at C[m * ldc_m + n * ldc_n]. partials / counters: the workspace, null when no unit
-// has two contributors (max_contributors == 1); counters are zero on entry and left zero on exit.
+// has two contributors (max_contributors == 1); the counters (one per unit and consumer) are zero.
 extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     sm90_gemm_small_m(const __grid_constant__ CUtensorMap map_w, const __grid_constant__ CUtensorMap map_x,
                       out_t* __restrict__ C, long long ldc_m, long long ldc_n, int M, int N, int K,

@@ -1,9 +1,8 @@
 // Split-K partials of a wgmma fragment of any width, handed between CTAs through global memory and
 // added in a fixed (K) order by whichever contributor arrives last, so the sum is bitwise the same
 // whatever order the CTAs finish in. stream_k.cuh's PartialSlots does this for level 9's 64 x BN
-// fragments with BN a multiple of 64; the small-M kernel's fragments are 64 x 8 .. 64 x 256
-// (4 .. 128 fp32 accumulators per thread), and it leaves its arrival counters zeroed for the next
-// launch instead of having the host clear them before each one.
+// fragments with BN a multiple of 64 (its loads are batched 8 float4s at a time); the small-M
+// kernel's fragments are 64 x 8 .. 64 x 256 (4 .. 128 fp32 accumulators per thread).
 #pragma once
 #include "gemm_ladder/ptx/common.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
@@ -57,12 +56,10 @@ struct FragmentPartials {
 };
 
 // One warpgroup (128 threads, named barrier `bar`, `elected` its thread 0) hands in its partial as
-// contributor `mine` of `n`. Returns true in every thread of the warpgroup that arrived last, which
-// must then reduce and store the tile; that warpgroup also puts the counter back to 0 (no other
-// contributor touches it again in this launch, and the next launch on the stream starts after this
-// one ends), so counters zeroed once when allocated stay zeroed. Ordering (CUDA's threadfence
-// pattern): each thread's partial stores, its fence, the barrier, one atomic; the last arriver
-// fences before reading.
+// contributor `mine` of `n` on `counter`, which the launch gave zeroed. Returns true in every thread
+// of the warpgroup that arrived last, which must then reduce and store the tile. Ordering (CUDA's
+// threadfence pattern): each thread's partial stores, its fence, the barrier, one atomic; the last
+// arriver fences before reading.
 template <int kAcc>
 __device__ __forceinline__ bool hand_in_fragment(const FragmentPartials<kAcc>& slots, int* counter, int mine, int n,
                                                  const float (&d)[kAcc], int bar, bool elected) {
@@ -70,7 +67,6 @@ __device__ __forceinline__ bool hand_in_fragment(const FragmentPartials<kAcc>& s
   __threadfence();
   named_barrier_sync(bar, 128);
   const int last = elected && atomicAdd(counter, 1) == n - 1;
-  if (last) *counter = 0;
   const bool any_last = named_barrier_or(bar, 128, last);
   if (any_last) __threadfence();
   return any_last;
