@@ -138,6 +138,7 @@ class SmallMGemm:
     _builds: dict = field(default_factory=dict, repr=False)
     _kernels: dict = field(default_factory=dict, repr=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False)
+    _specs: dict = field(default_factory=dict, repr=False)
     _launches: OrderedDict = field(default_factory=OrderedDict, repr=False)
 
     def __post_init__(self) -> None:
@@ -275,20 +276,28 @@ class SmallMGemm:
         """How ``ctas`` CTAs share the K iterations of every unit (N tile x M tile) of (M, N, K)."""
         return split_work(ceil_div(n, TILE_ROWS) * ceil_div(m, self.bn), ceil_div(k, BK), ctas)
 
-    def _tensor_maps(self, a: OperandView, b: OperandView, dtype: str) -> list:
-        m, n, k = a.rows, b.rows, a.k
-        key = (b.data_ptr, b.ld, a.data_ptr, a.ld, m, n, k, dtype)
-        maps = self._maps.get(key)
-        if maps is None:
-            specs = self.plan(m, n, k, dtype).tensor_maps
-            maps = [encode_tiled(replace(specs[name], global_strides=(v.ld * v.elem_bytes,)).encode_kwargs(v.data_ptr))
-                    for name, v in (("a", b), ("b", a))]  # the plan's a is the weight B, its b is A
-            self._maps[key] = maps
+    def _tensor_map(self, name: str, view: OperandView, m: int, n: int, k: int, dtype: str):
+        """The encoded map ``name`` of the plan ('a': the weight B, 'b': A) over ``view``'s storage.
+
+        Cached per operand: a weight keeps its map while the activations change from call to call, so
+        a decode step encodes one map (~10 us of Python), not two, and plans nothing.
+        """
+        key = (name, view.data_ptr, view.ld, view.rows, k, dtype)
+        encoded = self._maps.get(key)
+        if encoded is None:
+            plan_key = (m, n, k, dtype)
+            specs = self._specs.get(plan_key)
+            if specs is None:
+                specs = self._specs[plan_key] = self.plan(m, n, k, dtype).tensor_maps
+                while len(self._specs) > _CACHE_SIZE:
+                    self._specs.pop(next(iter(self._specs)))
+            spec = replace(specs[name], global_strides=(view.ld * view.elem_bytes,))
+            encoded = self._maps[key] = encode_tiled(spec.encode_kwargs(view.data_ptr))
             while len(self._maps) > _CACHE_SIZE:
                 self._maps.popitem(last=False)
         else:
             self._maps.move_to_end(key)
-        return maps
+        return encoded
 
     def launch(self, a: OperandView, b: OperandView, c: torch.Tensor, *, splits: int | None = None) -> None:
         """c = A @ B^T on the current stream. a: A (M, K); b: B (N, K); c: (M, N) (see :meth:`supports`).
@@ -330,7 +339,8 @@ class SmallMGemm:
             partials = WORKSPACES.get(stream, sched.workspace_floats(1, CONSUMERS, self.bn), 0)[0].data_ptr()
             counters = _COUNTERS.take(stream, sched.counters(1, CONSUMERS))
         ldc_m, ldc_n = c.stride()
-        args = [*self._tensor_maps(a, b, dtype), ctypes.c_void_p(c.data_ptr()), ctypes.c_longlong(ldc_m),
+        maps = [self._tensor_map("a", b, m, n, k, dtype), self._tensor_map("b", a, m, n, k, dtype)]  # plan's a = B
+        args = [*maps, ctypes.c_void_p(c.data_ptr()), ctypes.c_longlong(ldc_m),
                 ctypes.c_longlong(ldc_n), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
                 ctypes.c_int(sched.max_contributors), ctypes.c_void_p(partials), ctypes.c_void_p(counters)]
         kernel.launch((sched.clusters, 1, 1), args, stream)
