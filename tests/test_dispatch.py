@@ -216,9 +216,9 @@ def test_mid_sizes_take_the_cost_models_fastest_candidate(fakes):
         assert cands[0]["predicted_us"] == min(c["predicted_us"] for c in cands)
         assert (e.kernel["bn"], e.split) == (cands[0]["bn"], cands[0]["split"])
         assert e.heuristic["provenance"] == model.provenance
-    # 1024^3: 16 units of 128x256 for 66 clusters; the default table splits K over all clusters.
+    # 1024^3: 16 units of 128x256 for 66 clusters; the default table splits K over every cluster.
     e = gemm_ladder.explain(meta(1024, 1024), meta(1024, 1024).T)
-    assert e.split == "all" and e.grid == [32, 1, 1]
+    assert e.split == "all" and e.grid == [132, 1, 1]
 
 
 def test_a_tuned_table_changes_the_choice_and_is_named(fakes, monkeypatch):
@@ -246,14 +246,31 @@ def test_explain_is_data_and_text(fakes):
         assert piece in text, piece
 
 
-def test_the_kernel_m_n_and_k_reads():
-    # The level-9 stand-in needs K % 8 == 0 and ld == K: an odd K is read from zero-padded copies.
+def test_a_kernel_that_reads_k_in_multiples_of_8_gets_zero_padded_copies(monkeypatch):
+    """The level-9 stand-in reads K-major rows with ld == K, K % 8 == 0: an odd K is read from copies
+    padded with zeros to the next multiple of 8 (both operands), the kernel told K = 4096."""
+    monkeypatch.setattr(K, "general", lambda am, bm, bn: K.LEVEL9 if (am, bm, bn) == ("k", "k", 256) else None)
+    monkeypatch.setattr(K, "general_bns", lambda: (256,))
+    monkeypatch.setattr(K, "small_m", lambda m: None)
     dispatch.clear_cache()
     route = dispatch.decide(meta(512, 4093), meta(1024, 4093).T, meta(512, 1024), given=False, device=ASSUMED_DEVICE)
-    if route.kernel is not K.LEVEL9:
-        pytest.skip("the library kernel reads an odd K in place; nothing is padded")
-    assert route.k == 4096 and route.a_path.k == route.b_path.k == 4096
-    assert "K padded to 4096 with zeros" in route.a_path.repack
+    assert route.kernel is K.LEVEL9 and route.k == 4096 and route.a_path.k == route.b_path.k == 4096
+    assert "K padded to 4096 with zeros" in route.a_path.repack and route.a_path.workspace == (512, 4096)
+    dispatch.clear_cache()
+
+
+def test_real_kernels_on_meta_tensors():
+    """The library's kernels decide on meta tensors too (their device rule, checked last, set aside)."""
+    dispatch.clear_cache()
+    e = gemm_ladder.explain(meta(4097, 4093), meta(4093, 4095))
+    assert e.kind == "general" and {op["path"] for op in e.operands} == {"repacked"}
+    assert all(op["k"] == 4093 for op in e.operands)  # read with the true K: TMA zero-fills the tail
+    e = gemm_ladder.explain(meta(4096, 4096), meta(4096, 4096))  # b row-major: MN-major, in place
+    assert {op["path"] for op in e.operands} == {"in place"}
+    if K.general_bns() == (256,):
+        pytest.skip("library/gemm.py absent: level 9 stands in")
+    e = gemm_ladder.explain(meta(16, 4096), meta(4096, 4096).T)
+    assert e.kind == "small_m"
     dispatch.clear_cache()
 
 
@@ -263,10 +280,14 @@ def test_the_kernel_m_n_and_k_reads():
 def test_work_counts_the_busiest_cluster():
     w = work(4096, 4096, 4096, 256, "none", 66)
     assert (w.units, w.k_tiles, w.whole_iters, w.split_iters) == (256, 64, 4 * 64, 0)
-    w = work(4096, 4096, 4096, 256, "tail", 66)
-    assert (w.whole_iters, w.split_iters) == (3 * 64, -(-58 * 64 // 66))
+    w = work(4096, 4096, 4096, 256, "tail", 66)  # 58 of 66 clusters busy in the last wave: not split
+    assert (w.whole_iters, w.split_iters) == (4 * 64, 0)
+    w = work(8192, 8192, 8192, 256, "tail", 66)  # 1024 units: 34 in the last wave, more than 40% idle
+    assert (w.units, w.whole_iters, w.split_iters, w.grid_clusters) == (1024, 15 * 128, -(-34 * 128 // 66), 66)
     w = work(4096, 4096, 4096, 256, "all", 66)
     assert (w.whole_iters, w.split_iters) == (0, -(-256 * 64 // 66))
+    w = work(256, 256, 64 * 40, 256, "all", 66)  # one unit of 40 iterations: 40 clusters, one each
+    assert (w.grid_clusters, w.whole_iters, w.split_iters) == (40, 0, 1)
     w = work(1024, 1024, 1024, 256, "tail", 66)  # one partial wave is not a tail
     assert (w.units, w.whole_iters, w.split_iters) == (16, 16, 0)
     w = work(256, 256, 64, 256, "all", 66)  # one unit, one K iteration: nothing to split

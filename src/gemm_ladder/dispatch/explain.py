@@ -3,6 +3,7 @@ readable ``str``), built from a route without launching anything."""
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import asdict, dataclass, field
 
 from gemm_ladder.contract import dtype_name
@@ -93,14 +94,20 @@ def trivial_explanation(kind: str, m: int, n: int, k: int, dtype, out_dtype, dev
     return Explanation(m, n, k, dtype_name(dtype), str(out_dtype).replace("torch.", ""), kind, device)
 
 
+def _leading_dims(route: Route) -> dict:
+    """lda, ldb, ldc for kernels whose ``plan`` takes them (the general kernel's tensor maps)."""
+    if "lda" not in inspect.signature(route.kernel.plan).parameters:
+        return {}
+    ldc = route.c_path.workspace[1] if route.c_path.workspace else None
+    return {"lda": route.a_path.ld, "ldb": route.b_path.ld, **({"ldc": ldc} if ldc else {})}
+
+
 def _grid(route: Route, plan) -> list[int] | None:
     if route.kind == "small_m" and hasattr(route.kernel, "ctas"):
         # One CTA per SM: the small-M kernel's ring takes all of an SM's shared memory.
         return [route.kernel.ctas(route.m, route.n, route.k, route.device.sms), 1, 1]
     if route.candidates:
-        w = route.candidates[0].work
-        cluster = getattr(route.kernel, "cluster", 2)
-        return [min(w.units, w.clusters) * cluster, 1, 1]
+        return [route.candidates[0].work.grid_clusters * getattr(route.kernel, "cluster", 2), 1, 1]
     if plan is not None:
         return list(plan.schedule.grid)
     return None
@@ -111,7 +118,7 @@ def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostMo
     dtype = dtype_name(route.dtype)
     plan_json, plan = None, None
     try:
-        plan = route.kernel.plan(route.m, route.n, route.k, dtype)
+        plan = route.kernel.plan(route.m, route.n, route.k, dtype, **_leading_dims(route))
         plan_json = {"conclusion": plan.conclusion(), "plan": plan.to_json()}
     except Exception as exc:  # noqa: BLE001 - a refused plan is part of the explanation
         plan_json = {"conclusion": f"no plan: {type(exc).__name__}: {exc}"}

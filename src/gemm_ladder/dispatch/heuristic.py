@@ -2,19 +2,14 @@
 named parameters live in ``table.json`` beside this file, regenerated from timings on the GPU by
 ``bench/library.py --tune``.
 
-The library kernel is persistent: G clusters (of ``cluster`` CTAs, one per SM) walk U work units, a
-unit being ``cluster`` stacked 128 x BN tiles, each K_t = ceil(K / 64) K iterations long. The
-model charges the busiest cluster's critical path:
-
-* split ``none``: ceil(U / G) whole units, ``k_iter_us[BN]`` per K iteration;
-* split ``tail``: floor(U / G) whole units, then the last U mod G units' K iterations shared by all G
-  clusters (ceil(R K_t / G) each, at ``split_k_iter_us[BN]``), plus ``fixup_us`` (partials written,
-  added by the last arriver);
-* split ``all``: ceil(U K_t / G) split iterations each, plus ``fixup_us``;
-
-plus ``fixed_us`` per launch (setup, the first load's latency, the last tile's store). A split
-that would leave a cluster without a K iteration (R K_t < G) is not a split: the kernel computes
-those units whole (design.stream_k.plan_tail's rule), and so does the model.
+The library kernel is persistent: up to G clusters (of ``cluster`` CTAs, one per SM) walk U work
+units, a unit being ``cluster`` stacked 128 x BN tiles, each K_t = ceil(K / 64) K iterations long;
+its split policy ("none", "tail", "all": library/gemm.py split_schedule) decides which units are
+computed whole and which are shared by K over every cluster (stream-K). The model charges the
+busiest cluster's critical path (:func:`work`): ``k_iter_us[BN]`` per whole K iteration,
+``split_k_iter_us[BN]`` per shared one, ``fixup_us`` once when any unit is shared (partials written,
+added by the last arriver), and ``fixed_us`` per launch (setup, the first load's latency, the last
+tile's store).
 
 The table's ``provenance`` says where the numbers come from: "untuned default: ..." (derived by the
 rule written beside each value from measurements in bench/results/) or "tuned on <GPU> <date>
@@ -29,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gemm_ladder.design.problem import ceil_div
+from gemm_ladder.design.stream_k import StreamKTail, plan_tail
 
 TABLE_PATH = Path(__file__).with_name("table.json")
 SPLITS = ("none", "tail", "all")
@@ -38,7 +34,8 @@ TILE_M, TILE_K, CLUSTER = 128, 64, 2
 
 @dataclass(frozen=True)
 class Work:
-    """The critical path of one configuration: whole and split K iterations of the busiest cluster."""
+    """The critical path of one configuration: whole and split K iterations of the busiest cluster,
+    and the clusters the launch uses (``grid_clusters``)."""
 
     bn: int
     split: str
@@ -47,10 +44,11 @@ class Work:
     k_tiles: int
     whole_iters: int
     split_iters: int
+    grid_clusters: int
 
     @property
     def waves(self) -> float:
-        """Units per cluster (fractional: the last wave's fill shows)."""
+        """Units per resident cluster (fractional: the last wave's fill shows)."""
         return self.units / self.clusters
 
     @property
@@ -59,7 +57,12 @@ class Work:
 
 
 def work(m: int, n: int, k: int, bn: int, split: str, clusters: int, *, cluster: int = CLUSTER) -> Work:
-    """The critical path of (BN, split) on (M, N, K) over ``clusters`` resident clusters.
+    """The critical path of (BN, split) on (M, N, K) over ``clusters`` resident clusters, by the
+    library kernel's schedule (library/gemm.py split_schedule): "none" every unit whole over
+    min(units, clusters) clusters; "tail" level 9's rule (design.stream_k.plan_tail, the last partial
+    wave split when it would leave more than DEFAULT_MIN_IDLE of the clusters idle); "all" every
+    unit's K iterations shared by min(clusters, iterations) clusters. Iterations of a unit that no
+    other cluster shares count as whole.
 
     Raises ValueError for an unknown split or non-positive extents.
     """
@@ -70,14 +73,16 @@ def work(m: int, n: int, k: int, bn: int, split: str, clusters: int, *, cluster:
     units = ceil_div(ceil_div(m, TILE_M), cluster) * ceil_div(n, bn)
     kt = ceil_div(k, TILE_K)
     if split == "all":
-        whole, rest = 0, units
-    elif split == "tail" and units > clusters:  # one partial wave is not a tail (plan_tail's rule)
-        whole, rest = divmod(units, clusters)
+        g = min(clusters, units * kt)
+        sched = StreamKTail(units=units, clusters=g, k_tiles=kt, first_unit=0)
     else:
-        whole, rest = ceil_div(units, clusters), 0
-    if rest and rest * kt < clusters:  # not every cluster would get an iteration: computed whole
-        whole, rest = whole + ceil_div(rest, clusters), 0
-    return Work(bn, split, units, clusters, kt, whole * kt, ceil_div(rest * kt, clusters) if rest else 0)
+        g = min(units, clusters)
+        sched = plan_tail(units, g, kt) if split == "tail" else StreamKTail(units, g, kt, units)
+    whole = ceil_div(sched.first_unit, g) * kt
+    shared = ceil_div(sched.total, g) if sched.tail_units else 0
+    if shared and sched.max_contributors == 1:  # every unit computed by one cluster: nothing to fix up
+        whole, shared = whole + shared, 0
+    return Work(bn, split, units, clusters, kt, whole, shared, g)
 
 
 @dataclass(frozen=True)
@@ -142,7 +147,8 @@ class Candidate:
     def to_json(self) -> dict:
         w = self.work
         return {"bn": w.bn, "split": w.split, "predicted_us": round(self.predicted_us, 2), "units": w.units,
-                "waves": round(w.waves, 3), "whole_k_iters": w.whole_iters, "split_k_iters": w.split_iters}
+                "waves": round(w.waves, 3), "whole_k_iters": w.whole_iters, "split_k_iters": w.split_iters,
+                "grid_clusters": w.grid_clusters}
 
 
 def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[tuple[int, str]]) -> list[Candidate]:

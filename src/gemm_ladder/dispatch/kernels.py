@@ -123,9 +123,16 @@ LEVEL9 = Level9Kernel()
 
 
 def describe(kernel) -> dict:
-    """Name, source file, tile, stages and cluster of a kernel, as far as it says."""
-    out = {"name": getattr(kernel, "name", type(kernel).__name__)}
-    for attr in ("source", "tile", "stages", "cluster", "bn"):
+    """Name, source file, tile, stages, cluster and BN of a kernel, as far as it says (the source
+    from its module's ``SOURCE`` where the object has none)."""
+    import sys
+
+    name = getattr(kernel, "name", None) or f"{type(kernel).__name__}(bn={getattr(kernel, 'bn', '?')})"
+    out = {"name": name}
+    source = getattr(kernel, "source", None) or getattr(sys.modules.get(type(kernel).__module__), "SOURCE", None)
+    if source:
+        out["source"] = source
+    for attr in ("tile", "stages", "cluster", "bn"):
         value = getattr(kernel, attr, None)
         if value is not None and not callable(value):
             out[attr] = list(value) if isinstance(value, tuple) else value

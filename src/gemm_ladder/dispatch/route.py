@@ -2,8 +2,10 @@
 and which are repacked first (and why), the output path, and the tile and split.
 
 Works on CUDA and meta tensors alike (shapes, strides, dtypes and base-address residues are all it
-reads), so every decision can be checked without a GPU. On a CUDA device ``c`` must be a real tensor
-(the kernels' ``supports`` read its device); workspaces are described, never allocated here.
+reads; on meta the kernels' device rule is set aside: :func:`supports`), so every decision can be
+checked without a GPU. On a CUDA device ``c`` must be a real tensor (the kernels' ``supports`` read
+its device); operand workspaces are described by a small probe tensor, never allocated here (an
+output workspace is, once, when a kernel must be asked about it).
 
 The search, for each orientation (``D = A B^T`` into c; or ``D^T = B A^T`` into c.T, which makes a
 column-major output row-major and puts a small N on the kernel's M) and each kernel (the small-M
@@ -24,6 +26,7 @@ fastest.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, replace
 
@@ -65,7 +68,12 @@ def device_facts(device: torch.device) -> DeviceFacts:
     """The facts of a CUDA ``device`` (torch's device properties), or ASSUMED_DEVICE for meta."""
     if device.type != "cuda":
         return ASSUMED_DEVICE
-    props = torch.cuda.get_device_properties(device)
+    return _cuda_facts(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_facts(index: int) -> DeviceFacts:
+    props = torch.cuda.get_device_properties(index)
     return DeviceFacts(props.name, props.multi_processor_count)
 
 
@@ -287,6 +295,20 @@ def output_options(c: torch.Tensor, transposed: bool, given: bool) -> list[tuple
 # --- search --------------------------------------------------------------------------------------
 
 
+def supports(kernel, a: OperandView, b: OperandView, c: torch.Tensor) -> str | None:
+    """``kernel.supports(a, b, c)``, with its device rule set aside for meta tensors.
+
+    The library kernels check the device last (library/gemm.py and library/small_m.py: "one CUDA
+    device" ends their rules), so on meta tensors, which describe a call without running it, a refusal
+    naming the meta device means every other rule held: it is taken as acceptance. On CUDA tensors
+    every rule counts.
+    """
+    reason = kernel.supports(a, b, c)
+    if reason is not None and c.device.type == "meta" and "meta" in reason:
+        return None
+    return reason
+
+
 def _operands(a: torch.Tensor, b: torch.Tensor, transposed: bool):
     """The kernel's (A, B) as (rows, K) tensors with their caller names."""
     if transposed:
@@ -315,7 +337,7 @@ def _route_for(kind, kernel_at, xa, xb, names, c_opts, probe, k, dtype, device, 
             if kernel is None:
                 refusals.append(f"no {kind} kernel reads A {a_o.path.major}-major and B {b_o.path.major}-major")
                 continue
-            reason = kernel.supports(a_o.view, b_o.view, ct() if callable(ct) else ct)
+            reason = supports(kernel, a_o.view, b_o.view, ct() if callable(ct) else ct)
             if reason is None:
                 return Route(kind, kernel, xa.shape[0], xb.shape[0], k_read, dtype, a_o.path, b_o.path, cp, device,
                              bn, refusals=tuple(dict.fromkeys(refusals))), refusals
