@@ -1,6 +1,7 @@
 """The small-M library kernel against cuBLAS, and against the memory's copy rate (issue 12, item 3).
 
     python bench/library_small_m.py [--dtype bf16] [--passes 3] [--sweep] [-o OUT.json]
+    compute-sanitizer --tool memcheck python bench/library_small_m.py --sanitize   # also racecheck, synccheck
 
 Shapes: M in {1, 16, 64, 128, 256} x (N, K) in {4096 x 4096, 14336 x 4096, 4096 x 14336, 28672 x 8192}
 (the Llama-3 8B/70B layers of ``shapes.llm`` with the batch of a decode step), y = x @ w.T with x (M, K)
@@ -20,6 +21,11 @@ per second).
 ``--sweep`` also times, per shape, the kernel with classic split-K grids (splits = 1, 2, 4, 8: each
 unit's K in that many even ranges) and with half the ring (stages), beside the default rule, so a run
 shows whether the grid rule and the ring depth are the right ones.
+
+``--sanitize`` instead runs every bucket once on small shapes with tails (N not a multiple of 128, K
+a multiple of 8 but not of 64, M above its bucket's BN for one of them), split three ways so that the
+partials, the counters and the last contributor's reduction run, and unsplit; it prints one line per
+launch and exits 1 if any result is wrong. That is the run for compute-sanitizer.
 
 Targets (issue 12): >= 1.3x cuBLAS for M in {1, 16, 64} at 4096 x 4096; >= 1.0x for every shape;
 aim >= 80% of the copy bandwidth at M <= 64. Exit status 0 when the first two hold, 1 otherwise.
@@ -72,6 +78,26 @@ def check(fn, x, w, dtype: str) -> float:
     return rel
 
 
+def sanitize(dtype: str) -> int:
+    """One launch per bucket, shape and split on small tail shapes; the number of wrong results."""
+    wrong = 0
+    for bn in (8, 16, 32, 64, 128, 192, 256):
+        kernel = SmallMGemm(bn)
+        for m, n, k in ((min(bn, 7), 264, 200), (bn, 136, 72), (min(2 * bn, 256) if bn < 256 else 200, 264, 1032)):
+            x, w = random_operands(m, n, k, dtype, "cuda", seed=bn + m + n + k)
+            for splits in (3, 1):
+                c = torch.full((m, n), float("nan"), dtype=DTYPES[dtype], device="cuda")
+                kernel.launch(operand_view(x, k_dim=1), operand_view(w, k_dim=1), c, splits=splits)
+                torch.cuda.synchronize()
+                ref = reference(x, w)
+                err = ((c.double() - ref).norm() / ref.norm()).item()
+                ok = err < 1e-2 and not torch.isnan(c).any()
+                wrong += not ok
+                print(f"small-M BN={bn} {m}x{n}x{k} splits={splits} rel_err={err:.2e} {'ok' if ok else 'WRONG'}",
+                      flush=True)
+    return wrong
+
+
 def default_output(dtype: str) -> Path:
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -86,11 +112,14 @@ def main() -> int:
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--sweep", action="store_true", help="also time split-K grids and half the ring")
+    p.add_argument("--sanitize", action="store_true", help="small tail shapes once each, for compute-sanitizer")
     p.add_argument("-o", "--output", type=Path, default=None)
     args = p.parse_args()
     if not torch.cuda.is_available():
         print("library_small_m: needs a CUDA GPU (sm_90a)", file=sys.stderr)
         return 2
+    if args.sanitize:
+        return 1 if sanitize(args.dtype) else 0
     device = torch.device("cuda")
     copy_before = measure_dram_bandwidth(device)
     rows = []
