@@ -2,6 +2,7 @@
 
     python bench/library.py [--classes square,llm,layouts,unaligned,small_m,mid] [--dtype bf16]
                             [--quick] [--tune] [-o OUT.json]
+    compute-sanitizer --tool memcheck python bench/library.py --sanitize
 
 Classes and their targets (issue 12):
 
@@ -26,12 +27,16 @@ the H200 once kernels are compiled) times fewer shapes for less time each.
 ``--tune``: times every (BN, split) the general kernel supports on a grid of shapes, fits the cost
 model (dispatch.heuristic.fit) and rewrites ``src/gemm_ladder/dispatch/table.json`` with provenance
 "tuned on <GPU> <date> <commit>"; the timings go in the JSON. Commit the table it writes.
+
+``--sanitize``: every path once on small shapes (repacks, copy back, the four orders, small M and N,
+K = 1, a split tail), checked against float64, for compute-sanitizer; nothing timed.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import math
 import os
 import sys
@@ -232,10 +237,49 @@ def tune(dtype: str, quick: bool, budget: float) -> dict:
     gpu = (meta.get("gpu") or {}).get("name", "unknown GPU")
     provenance = f"tuned on {gpu} {dt.date.today().isoformat()} {(meta.get('git_commit') or 'unknown')[:7]}"
     model = fit(samples, provenance)
-    TABLE_PATH.write_text(__import__("json").dumps(model.to_json(), indent=1) + "\n")
+    text = json.dumps(model.to_json(), indent=1) + "\n"
+    TABLE_PATH.write_text(text)
+    if os.environ.get("OUT"):  # a lent machine's copy of the tree does not come back: the table does
+        Path(os.environ["OUT"], "table.json").write_text(text)
     dispatch.clear_cache()
-    print(f"wrote {TABLE_PATH} ({provenance})")
+    print(f"wrote {TABLE_PATH} ({provenance}); copy it to src/gemm_ladder/dispatch/table.json and commit it")
     return {"provenance": provenance, "model": model.to_json(), "timings": timings}
+
+
+def sanitize_cases():
+    """(name, x, y, out) small calls through every path: odd K and N (both operands repacked in one
+    launch, the output copied back), offset bases, padded pitches, a strided view, an odd-pitch and a
+    transposed out, the four orders, small M (and small N, transposed), K = 1, the split tail."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def r(*shape):
+        return torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32).to(torch.bfloat16)
+
+    yield "odd K, N", r(300, 133), r(133, 201), None
+    yield "offset a", r(300 * 136 + 1)[1:].view(300, 136), r(136, 264).T.contiguous().T, None
+    yield "padded b", r(264, 136), r(264, 139)[:, :136].T, None
+    yield "strided a", r(300, 272)[:, ::2], r(264, 136).T, None
+    yield "out odd pitch", r(300, 136), r(264, 136).T, torch.empty(300, 267, dtype=torch.bfloat16, device="cuda")[:, :264]
+    yield "out transposed", r(300, 136), r(136, 264), torch.empty(264, 300, dtype=torch.bfloat16, device="cuda").T
+    yield "col, row", r(136, 300).T, r(136, 264), None
+    yield "K = 1", r(129, 1), r(1, 130), None
+    yield "small M", r(7, 520), r(1000, 520).T, None
+    yield "small N", r(1000, 520), r(520, 5), None
+    yield "tail split", r(3 * 128 + 8, 200), r(200, 3 * 256 + 8), None
+
+
+def sanitize() -> int:
+    """Each sanitize case once, checked against float64; for compute-sanitizer. Exit 1 on a wrong one."""
+    bad = 0
+    for name, x, y, out in sanitize_cases():
+        c = gemm_ladder.mm(x, y, out=out)
+        torch.cuda.synchronize()
+        ref = reference(x, y.T)
+        err = ((c.double() - ref).norm() / ref.norm()).item()
+        ok = err < 1e-2 and not torch.isnan(c).any()
+        bad += not ok
+        print(f"{name}: {tuple(x.shape)} @ {tuple(y.shape)} rel_err={err:.2e} {'ok' if ok else 'WRONG'}", flush=True)
+    return 1 if bad else 0
 
 
 # --- report -------------------------------------------------------------------------------------
@@ -271,6 +315,8 @@ def main() -> int:
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     p.add_argument("--quick", action="store_true", help="fewer shapes, less time each (about 3 minutes)")
     p.add_argument("--tune", action="store_true", help="regenerate dispatch/table.json first")
+    p.add_argument("--sanitize", action="store_true", help="run every path once on small shapes (for "
+                   "compute-sanitizer) and exit; nothing timed")
     p.add_argument("-o", "--output", default=None, help="JSON path (default: $OUT/library.json, else "
                    "bench/results/<date>_library_<classes>.json)")
     args = p.parse_args()
@@ -281,6 +327,8 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("library.py: needs a CUDA GPU (sm_90a); nothing timed", file=sys.stderr)
         return 2
+    if args.sanitize:
+        return sanitize()
     budget = 0.1 if args.quick else 0.3
     result: dict = {"meta": run_meta(" ".join(["python", *sys.argv])), "classes": classes, "quick": args.quick}
     if args.tune:
