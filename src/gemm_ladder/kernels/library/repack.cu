@@ -34,7 +34,8 @@ struct CopyJob {
   long long windows;             // 16-byte windows per destination row
   long long first_block;         // this job's first CTA
   int log2_tc;                   // threads per row = 1 << log2_tc; rows per CTA = THREADS >> log2_tc
-  int dst_aligned;               // dst_cs == 1 and every row start 16-byte aligned: head_r = 0
+  int no_head;                   // 1: window w starts at column w V (rows start 16-byte aligned, or
+                                 // dst_cs != 1 and every store is element-wise); 0: at -head_r
 };
 
 struct RepackArgs {
@@ -65,7 +66,7 @@ __device__ __forceinline__ void copy_window(const CopyJob& j, long long r, long 
   using T = typename Word<E>::type;
   constexpr int V = 16 / E;
   uint8_t* dst_row = j.dst + r * j.dst_rs * E;
-  const long long head = j.dst_aligned ? 0 : (reinterpret_cast<uintptr_t>(dst_row) & 15) / E;
+  const long long head = j.no_head ? 0 : (reinterpret_cast<uintptr_t>(dst_row) & 15) / E;
   const long long c0 = w * V - head;
   if (c0 >= j.cols_pad) return;
   const bool full = c0 >= 0 && c0 + V <= j.cols_pad;
@@ -76,8 +77,10 @@ __device__ __forceinline__ void copy_window(const CopyJob& j, long long r, long 
   if (in_rows) {
     const uint8_t* src_row = j.src + r * j.src_rs * E;
     if (j.src_cs == 1 && c0 >= 0 && c0 + V <= j.cols) {
-      // The whole window lies in the source row: one or two aligned 16-byte loads (both hold
-      // elements of this window, so neither reads a window with nothing of the source in it).
+      // The whole window lies in the source row: one or two aligned 16-byte loads. Both hold
+      // elements of this window, so no load touches a 16-byte granule without a source element in
+      // it: never outside the allocation (allocations are at least 256-byte aligned and torch's
+      // caching allocator rounds their sizes to 512 bytes).
       const uint8_t* s = src_row + c0 * E;
       const uint32_t mis = reinterpret_cast<uintptr_t>(s) & 15;
       const uint4* base = reinterpret_cast<const uint4*>(s - mis);
