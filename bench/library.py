@@ -45,6 +45,7 @@ from pathlib import Path
 import torch
 
 import gemm_ladder
+from gemm_ladder import dispatch
 from gemm_ladder.contract import DTYPES, reference
 from gemm_ladder.gates.climb import run_meta, write_json
 from gemm_ladder.gates.correctness import random_operands
@@ -165,7 +166,6 @@ def prebuild(classes: list[str], dtype: str, quick: bool) -> list[str]:
     cache keeps them): returns what failed to build."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from gemm_ladder import dispatch
     from gemm_ladder.library.repack import REPACK
 
     kernels = {id(REPACK): REPACK}
@@ -200,7 +200,6 @@ def operands_empty(layout: str, m: int, n: int, k: int, dtype: str):
 
 def tune(dtype: str, quick: bool, budget: float) -> dict:
     """Time every (BN, split) of the general kernel on a grid, fit the cost model, write the table."""
-    from gemm_ladder import dispatch
     from gemm_ladder.dispatch import kernels as K
     from gemm_ladder.dispatch.execute import _prepare
     from gemm_ladder.dispatch.heuristic import TABLE_PATH, fit, work
@@ -339,7 +338,7 @@ def main() -> int:
     result["build_failures"] = failed
     copy_gbs = measure_dram_bandwidth("cuda") if "small_m" in classes else None
     result["copy_gbs"] = copy_gbs
-    result["table_provenance"] = gemm_ladder.dispatch.cost_model().provenance
+    result["table_provenance"] = dispatch.cost_model().provenance
     rows = []
     for cls in classes:
         rows += run_class(cls, args.dtype, args.quick, budget, copy_gbs)

@@ -8,6 +8,19 @@ The ladder's contract: ``c = a @ b.T`` with ``a`` (M, K) and ``b`` (N, K) row-ma
 
 __version__ = "0.1.0"
 
-from gemm_ladder.api import Explanation, explain, linear, mm  # noqa: E402
-
 __all__ = ["Explanation", "__version__", "explain", "linear", "mm"]
+
+_API = ("Explanation", "explain", "linear", "mm")
+
+
+def __getattr__(name: str):
+    # The API is imported on first use: ``import gemm_ladder.design`` (pure Python) stays light.
+    if name in _API:
+        from gemm_ladder import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'gemm_ladder' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_API))
