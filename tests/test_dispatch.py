@@ -168,12 +168,16 @@ def test_small_m_goes_to_the_small_m_kernel_when_it_reads_b_in_place(fakes):
     w = meta(4096, 4096)
     e = gemm_ladder.explain(meta(16, 4096), w.T)
     assert e.kind == "small_m" and e.kernel["name"] == "fake small M" and "small M" in e.heuristic["rule"]
+    assert e.split.startswith("K split evenly")
     # B row-major (MN-major): the small-M kernel would copy the whole weight; the general kernel reads it.
     e = gemm_ladder.explain(meta(16, 4096), w)
     assert e.kind == "general" and ops(e)["b"]["path"] == "in place"
     # A column-major x: a copy of the small A, then the small-M kernel.
     e = gemm_ladder.explain(meta(4096, 16).T, w.T)
     assert e.kind == "small_m" and ops(e)["a"]["transposing_copy"]
+    # An odd K: both kernels need a copy of the weight, so the small-M kernel still wins.
+    e = gemm_ladder.explain(meta(16, 4093), meta(4096, 4093).T)
+    assert e.kind == "small_m" and ops(e)["b"]["path"] == "repacked" and not ops(e)["b"]["transposing_copy"]
     # Small N: D^T = B A^T puts N on the kernel's M, written into a column-major view of c.
     e = gemm_ladder.explain(w, meta(4096, 8))
     assert e.kind == "small_m" and e.output["orientation"].startswith("D^T")

@@ -135,7 +135,7 @@ def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostMo
         launches.append(f"repack the output workspace back into c ({route.c_path.copy_bytes} bytes moved)")
     if route.kind == "small_m":
         split = "K split evenly over every CTA (small-M rule)" if opts.get("splits") is None else f"splits={opts['splits']}"
-        rule = "small M: the kernel's M <= 256 and the small-M kernel reads B in place"
+        rule = "small M: the kernel's M <= 256, and the small-M kernel copies no more than the general one would"
         heuristic = {"rule": rule, "provenance": "the small-M kernel's own rule (library.small_m.SmallMGemm.ctas)",
                      "candidates": []}
     else:

@@ -19,9 +19,9 @@ kernel when the kernel's M <= 256; the general kernel for each tile width):
    the major reads element by element and counts four times); the first one ``supports`` accepts is
    that kernel's route.
 
-Choice: the small-M kernel wins when it reads B (the large operand) in place; otherwise the route
-that moves the fewest repack bytes, then the (BN, split) the cost model (dispatch.heuristic) ranks
-fastest.
+Choice: the small-M kernel when it fits and copies no more than the general kernel would (copies of
+its small operand A aside); otherwise the route that moves the fewest repack bytes, then the (BN,
+split) the cost model (dispatch.heuristic) ranks fastest.
 """
 
 from __future__ import annotations
@@ -378,9 +378,13 @@ def choose(routes: list[Route], model: CostModel) -> Route | None:
     when ``routes`` is empty."""
     small = [r for r in routes if r.kind == "small_m"]
     general = [r for r in routes if r.kind == "general"]
-    in_place_b = [r for r in small if r.b_path.repack is None]
-    if in_place_b or (small and not general):
-        best = min(in_place_b or small, key=lambda r: (r.repack_cost, r.c_path.transposed))
+    least_general = min((r.repack_cost for r in general), default=None)
+    # The small-M kernel wins unless it would copy more than the general kernel does, its copies of
+    # the small operand A (at most 256 x K) aside: a copy of the weight only it needs costs more
+    # than its speed-up at small M gains.
+    eligible = [r for r in small if least_general is None or r.repack_cost - _cost(r.a_path) <= least_general]
+    if eligible:
+        best = min(eligible, key=lambda r: (r.repack_cost, r.c_path.transposed))
         return replace(best, options=(("splits", None),))
     if not general:
         return None
