@@ -9,11 +9,12 @@ is memory-bound while M is small; the ring takes every byte of shared memory the
 Operands (:class:`~gemm_ladder.library.operand.OperandView`): A (x) and B (w) K-major, each with any
 pitch ``ld`` whose bytes are a multiple of 16 and a 16-byte aligned base (what a TMA tensor map can
 describe); C (M, N) of the inputs' dtype or float32, row-major (any ``ldc >= N``) or column-major
-(any pitch >= M), 2-byte (4-byte) aligned as its dtype is. MN-major operands are refused: for the
-small A that would be a different shared-memory layout per bucket (an MN-major box of BN < 64
-elements is narrower than the 128-byte swizzle span, so every bucket would need its own swizzle mode
-and descriptor), while a copy of A costs M x K x 2 bytes, a few percent of the weight's N x K x 2;
-the API helper repacks such inputs.
+(any pitch >= M), 2-byte (4-byte) aligned as its dtype is. MN-major operands are refused (the API
+helper repacks them). For the small A an MN-major tile of BN < 64 rows is narrower than one 128-byte
+swizzle span, so the buckets below 64 would each need their own swizzle mode and descriptor, while a
+copy of A costs M x K x 2 bytes, a few percent of the weight's N x K x 2. For B, and for A from
+BN = 64 up, the MN-major 128-byte-swizzled boxes and descriptors of the layouts work (tma_load_operand,
+mma_k_tile's transpose bits) are what it takes: the same kernel with the plan's a_major / b_major.
 
 The designer plans it (:meth:`SmallMGemm.plan`) as the transposed problem ``C^T (N, M) = B A^T``:
 the plan's ``a`` is the weight B and its ``b`` is x (A), tile (128, BN, 64), two consumer warpgroups
@@ -60,8 +61,9 @@ KERNEL_NAME = "sm90_gemm_small_m"
 _CACHE_SIZE = 64
 
 
-#: int32 arrival counters per stream handed out between two clears (4 MiB).
-COUNTER_ARENA = 1 << 20
+#: int32 arrival counters per stream handed out between two clears (1 MiB): 585 launches of the largest
+#: llm shape (28672 x 8192: 224 units x 2 consumers), 4096 of 4096 x 4096.
+COUNTER_ARENA = 1 << 18
 
 
 class CounterArena:
