@@ -59,10 +59,11 @@ def with_edit(level: Level, name: str, edit: Callable[[str], str], **changes) ->
 
 
 #: stage_ring.cuh's multicast B load, and what the no-multicast variant puts in its place.
-_MULTICAST_LOAD = """tma_load_2d_multicast(smem.b(s) + rank * GL_B_BOX_ROWS * BK, map_b, smem.full(s), kt * BK,
-                          tn * BN + rank * GL_B_BOX_ROWS, (1 << GL_CLUSTER) - 1);"""
+_MULTICAST_LOAD = """tma_load_operand<B_MN_MAJOR, GL_B_BOX_ROWS>(smem.b(s) + rank * GL_B_BOX_ROWS * BK, map_b, smem.full(s), kt,
+                                                tn * BN + rank * GL_B_BOX_ROWS, (1 << GL_CLUSTER) - 1);"""
 _UNICAST_LOADS = """for (int r = 0; r < GL_CLUSTER; ++r)
-      tma_load_2d(smem.b(s) + r * GL_B_BOX_ROWS * BK, map_b, smem.full(s), kt * BK, tn * BN + r * GL_B_BOX_ROWS);"""
+      tma_load_operand<B_MN_MAJOR, GL_B_BOX_ROWS>(smem.b(s) + r * GL_B_BOX_ROWS * BK, map_b, smem.full(s), kt,
+                                                  tn * BN + r * GL_B_BOX_ROWS);"""
 #: The producer functions of stage_ring.cuh the variant copies (renamed ..._unicast), callers first.
 _PRODUCER_FUNCTIONS = ("produce_units", "produce_k_range", "produce_stage")
 

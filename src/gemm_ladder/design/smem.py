@@ -236,7 +236,7 @@ class MmaDescriptor:
 
     operand: str
     instruction: str
-    major: str  # "K" (both operands of c = a @ b.T are K-major)
+    major: str  # "K" (the ladder's a and b) or "MN" (the library's column-major a, row-major b of torch.mm)
     swizzle_bytes: int
     layout_type: int
     layout_type_bits: str
@@ -260,13 +260,22 @@ class MmaDescriptor:
 
 
 def mma_descriptor(operand: str, *, rows: int, bk: int, elem_bytes: int, swizzle_bytes: int, arch: ArchInfo,
-                   inst_k: int = 16) -> MmaDescriptor:
-    """Descriptor fields for a K-major operand whose rows are ``bk * elem_bytes`` bytes wide.
+                   inst_k: int = 16, major: str = "K") -> MmaDescriptor:
+    """Descriptor fields for a K-major operand whose rows are ``bk * elem_bytes`` bytes wide, or
+    (``major="MN"``) an MN-major one stored as TMA boxes of one swizzle span of M/N by ``bk`` K rows.
 
     Refuses (:class:`PlanRefused`) when the swizzle span disagrees with the row width: a K-major
     swizzled layout needs exactly one swizzle span of K per row (BK * e == span), else the MMA reads the
-    rows from the wrong places.
+    rows from the wrong places. MN-major (PTX ISA, "Shared Memory Matrix Layout", canonical layouts:
+    ((span/16, n), (8, k)) : ((1, LBO), (span/16, SBO)) in 16-byte units) has the span along M/N instead:
+    LBO = the step between span-wide groups of M/N (one box: BK rows x span bytes), SBO = 8 K rows
+    (8 x span bytes), and a k16 step moves the start by 16 rows (16 x span bytes). sm_90a's wgmma only.
     """
+    if major == "MN":
+        return _mn_major_descriptor(operand, rows=rows, bk=bk, elem_bytes=elem_bytes, swizzle_bytes=swizzle_bytes,
+                                    arch=arch, inst_k=inst_k)
+    if major != "K":
+        raise PlanRefused("operand major", f"operand {operand}: major {major!r} is 'K' or 'MN'")
     row_bytes = bk * elem_bytes
     if row_bytes != swizzle_bytes:
         match = {32: "CU_TENSOR_MAP_SWIZZLE_32B", 64: "CU_TENSOR_MAP_SWIZZLE_64B", 128: "CU_TENSOR_MAP_SWIZZLE_128B"}.get(row_bytes)
@@ -300,6 +309,37 @@ def mma_descriptor(operand: str, *, rows: int, bk: int, elem_bytes: int, swizzle
     return MmaDescriptor(
         operand=operand, instruction=instruction, major="K", swizzle_bytes=swizzle_bytes, layout_type=layout,
         layout_type_bits=bits, leading_byte_offset=lbo, leading_byte_offset_encoded=lbo >> 4,
+        stride_byte_offset=sbo, stride_byte_offset_encoded=sbo >> 4, base_offset=0, k_step_bytes=k_step,
+        k_step_encoded=k_step >> 4, k_steps_per_tile=bk // inst_k, rows=rows, template=template,
+        agrees_with_tma=True, statement=statement,
+    )
+
+
+def _mn_major_descriptor(operand: str, *, rows: int, bk: int, elem_bytes: int, swizzle_bytes: int, arch: ArchInfo,
+                        inst_k: int) -> MmaDescriptor:
+    span_elems = swizzle_bytes // elem_bytes
+    if arch.mma != "wgmma" or swizzle_bytes != 128:
+        raise PlanRefused("MN-major operand", f"operand {operand}: the MN-major layout is planned for wgmma with the "
+                          f"128B swizzle only (arch {arch.name}, swizzle {swizzle_bytes} B)")
+    if rows % span_elems:
+        raise PlanRefused("MN-major operand", f"operand {operand}: {rows} rows per CTA tile is not a whole number of "
+                          f"{span_elems}-element ({swizzle_bytes}-byte) TMA boxes")
+    if bk % inst_k:
+        raise PlanRefused("MMA K step", f"BK = {bk} is not a multiple of the instruction K = {inst_k}")
+    lbo, sbo = bk * swizzle_bytes, 8 * swizzle_bytes
+    k_step = inst_k * swizzle_bytes
+    layout = WGMMA_LAYOUT_TYPE[swizzle_bytes]
+    template = (layout << 62) | ((sbo >> 4) << 32) | ((lbo >> 4) << 16)
+    statement = (
+        f"TMA writes {operand} (MN-major) as {rows // span_elems} box(es) of {span_elems} elements x {bk} K rows, "
+        f"{swizzle_bytes} bytes per K row, CU_TENSOR_MAP_SWIZZLE_{swizzle_bytes}B, 1024-byte aligned, {lbo} bytes "
+        f"apart; the wgmma descriptor (transpose immediate 1) reads the same {swizzle_bytes}B swizzle (layout type "
+        f"{layout}), groups of {span_elems} M/N elements {lbo} bytes apart (LBO), 8-row K groups {sbo} bytes apart "
+        f"(SBO), advancing the start address by {k_step} bytes per k{inst_k} step: the layouts agree."
+    )
+    return MmaDescriptor(
+        operand=operand, instruction="wgmma.mma_async", major="MN", swizzle_bytes=swizzle_bytes, layout_type=layout,
+        layout_type_bits="62-63", leading_byte_offset=lbo, leading_byte_offset_encoded=lbo >> 4,
         stride_byte_offset=sbo, stride_byte_offset_encoded=sbo >> 4, base_offset=0, k_step_bytes=k_step,
         k_step_encoded=k_step >> 4, k_steps_per_tile=bk // inst_k, rows=rows, template=template,
         agrees_with_tma=True, statement=statement,

@@ -63,30 +63,6 @@ __device__ __forceinline__ void store_panel(int p, const uint32_t (&packed)[BN /
   }
 }
 
-// This consumer's K tiles [kb, ke) of one unit into d, from ring position `pos` on. Stage k goes
-// back to the cluster once the wgmma of k + 1 is issued (wait_group 1), the last one once all have
-// completed. after_issue(kt) runs while K tile kt's wgmma does (the whole units store deferred
-// panels there). Whole units and stream-K pieces share it.
-template <class AfterIssue>
-__device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[BN / 2], int consumer, int kb, int ke,
-                                                RingPosition& pos, bool elected, AfterIssue&& after_issue) {
-  for (int kt = kb; kt < ke; ++kt, pos.advance()) {
-    const int s = pos.stage();
-    consumer_wait(smem, pos);
-    wgmma_fence();
-    mma_k_tile<BN>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), kt > kb);
-    wgmma_commit();
-    after_issue(kt);
-    wgmma_wait<1>();
-    if (kt > kb && elected)
-      release_stage_to_cluster(smem, pos.previous_stage());
-  }
-  wgmma_wait<0>();
-  fence_accumulators(d);
-  if (elected)
-    release_stage_to_cluster(smem, pos.previous_stage());
-}
-
 extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 const __grid_constant__ CUtensorMap map_c, int M, int N, int K, int tail_first_unit,

@@ -2,6 +2,8 @@
 // stage_ring.cuh's (each CTA multicasts its slice of B); the release differs from a single CTA's.
 #pragma once
 #include "gemm_ladder/ptx/mbarrier.cuh"
+#include "gemm_ladder/ptx/wgmma.cuh"
+#include "gemm_ladder/stage_ring.cuh"
 #include "gemm_ladder/tma_tile.cuh"
 
 namespace gl {
@@ -10,6 +12,32 @@ namespace gl {
 // CTA's stage, so each must hear that this consumer is done with it (GL_EMPTY_ARRIVALS counts them).
 __device__ __forceinline__ void release_stage_to_cluster(const SmemMap& smem, int s) {
   for (int r = 0; r < GL_CLUSTER; ++r) mbarrier_arrive_cluster(smem.empty(s), r);
+}
+
+// Level 9's consumer warpgroup `consumer` (rows [64c, 64c + 64) of the tile): its K tiles [kb, ke) of
+// one unit into d, from ring position `pos` on. Stage k goes back to the cluster once the wgmma of
+// k + 1 is issued (wait_group 1), the last one once all have completed. after_issue(kt) runs while K
+// tile kt's wgmma does (the whole units store deferred panels there). Whole units and stream-K pieces
+// share it. The consumer's A rows start 64 x BK elements apart in either major: 64 K-major rows, or
+// the consumer's own 64-element MN-major box; the planned majors select the descriptors.
+template <class AfterIssue>
+__device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[BN / 2], int consumer, int kb, int ke,
+                                                RingPosition& pos, bool elected, AfterIssue&& after_issue) {
+  for (int kt = kb; kt < ke; ++kt, pos.advance()) {
+    const int s = pos.stage();
+    consumer_wait(smem, pos);
+    wgmma_fence();
+    mma_k_tile<BN, A_MN_MAJOR, B_MN_MAJOR>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), kt > kb);
+    wgmma_commit();
+    after_issue(kt);
+    wgmma_wait<1>();
+    if (kt > kb && elected)
+      release_stage_to_cluster(smem, pos.previous_stage());
+  }
+  wgmma_wait<0>();
+  fence_accumulators(d);
+  if (elected)
+    release_stage_to_cluster(smem, pos.previous_stage());
 }
 
 }  // namespace gl

@@ -40,7 +40,8 @@ __device__ __forceinline__ void consumer_release(const SmemMap& smem, int stage)
 
 // The producer's one step (levels 5-9): producer_acquire the stage at `pos`, producer_commit its full
 // barrier (arrive.expect_tx with the whole stage's bytes, which the copy engine then completes), and
-// load K tile kt of output tile (tm, tn)'s A rows and B rows into it. In a cluster (GL_CLUSTER > 1,
+// load K tile kt of output tile (tm, tn)'s A rows and B rows into it, each in its planned major
+// (tma_load_operand). In a cluster (GL_CLUSTER > 1,
 // levels 8-9) the B tile is shared: CTA `rank` loads its slice, rows [rank x GL_B_BOX_ROWS, (rank + 1)
 // x GL_B_BOX_ROWS) of the tile, and multicasts it into the same stage of every CTA of the cluster.
 // The tile coordinates, not row offsets, come in: the offsets are computed after the waits, which
@@ -50,12 +51,12 @@ __device__ __forceinline__ void produce_stage(const SmemMap& smem, const CUtenso
   const int s = pos.stage();
   producer_acquire(smem, pos);
   mbarrier_arrive_expect_tx(smem.full(s), GL_EXPECT_TX_BYTES);  // producer_commit
-  tma_load_2d(smem.a(s), map_a, smem.full(s), kt * BK, tm * BM);
+  tma_load_operand<A_MN_MAJOR, BM>(smem.a(s), map_a, smem.full(s), kt, tm * BM);
   if constexpr (GL_CLUSTER == 1) {
-    tma_load_2d(smem.b(s), map_b, smem.full(s), kt * BK, tn * BN);
+    tma_load_operand<B_MN_MAJOR, BN>(smem.b(s), map_b, smem.full(s), kt, tn * BN);
   } else {
-    tma_load_2d_multicast(smem.b(s) + rank * GL_B_BOX_ROWS * BK, map_b, smem.full(s), kt * BK,
-                          tn * BN + rank * GL_B_BOX_ROWS, (1 << GL_CLUSTER) - 1);
+    tma_load_operand<B_MN_MAJOR, GL_B_BOX_ROWS>(smem.b(s) + rank * GL_B_BOX_ROWS * BK, map_b, smem.full(s), kt,
+                                                tn * BN + rank * GL_B_BOX_ROWS, (1 << GL_CLUSTER) - 1);
   }
 }
 
