@@ -24,8 +24,8 @@ shows whether the grid rule and the ring depth are the right ones.
 
 ``--sanitize`` instead runs every bucket once on small shapes with tails (N not a multiple of 128, K
 a multiple of 8 but not of 64, M above its bucket's BN for one of them), split three ways so that the
-partials, the counters and the last contributor's reduction run, and unsplit; it prints one line per
-launch and exits 1 if any result is wrong. That is the run for compute-sanitizer.
+partials, the counters and the last contributor's reduction run, unsplit, and split with the weight
+MN-major; it prints one line per launch and exits 1 if any result is wrong. That is the run for compute-sanitizer.
 
 Targets (issue 12): >= 1.3x cuBLAS for M in {1, 16, 64} at 4096 x 4096; >= 1.0x for every shape;
 aim >= 80% of the copy bandwidth at M <= 64. Exit status 0 when the first two hold, 1 otherwise.
@@ -85,16 +85,17 @@ def sanitize(dtype: str) -> int:
         kernel = SmallMGemm(bn)
         for m, n, k in ((min(bn, 7), 264, 200), (bn, 136, 72), (min(2 * bn, 256) if bn < 256 else 200, 264, 1032)):
             x, w = random_operands(m, n, k, dtype, "cuda", seed=bn + m + n + k)
-            for splits in (3, 1):
+            w_mn = w.T.contiguous().T  # the (K, N) row-major weight of x @ W: B MN-major
+            for splits, weight in ((3, w), (1, w), (3, w_mn)):
                 c = torch.full((m, n), float("nan"), dtype=DTYPES[dtype], device="cuda")
-                kernel.launch(operand_view(x, k_dim=1), operand_view(w, k_dim=1), c, splits=splits)
+                kernel.launch(operand_view(x, k_dim=1), operand_view(weight, k_dim=1), c, splits=splits)
                 torch.cuda.synchronize()
                 ref = reference(x, w)
                 err = ((c.double() - ref).norm() / ref.norm()).item()
                 ok = err < 1e-2 and not torch.isnan(c).any()
                 wrong += not ok
-                print(f"small-M BN={bn} {m}x{n}x{k} splits={splits} rel_err={err:.2e} {'ok' if ok else 'WRONG'}",
-                      flush=True)
+                print(f"small-M BN={bn} {m}x{n}x{k} splits={splits} B {operand_view(weight, k_dim=1).major}-major "
+                      f"rel_err={err:.2e} {'ok' if ok else 'WRONG'}", flush=True)
     return wrong
 
 

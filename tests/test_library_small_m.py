@@ -61,20 +61,25 @@ def test_every_bucket_is_planned_with_the_deepest_ring_that_fits(bn):
 
 
 def _builds():
-    yield from ((bn, "bf16", False) for bn in BUCKETS)
-    yield from ((bn, "fp16", out) for bn in (8, 256) for out in (False, True))
-    yield 16, "bf16", True
+    """(BN, dtype, fp32 output, A major, B major): every bucket as F.linear calls it, both dtypes and the
+    fp32 output at the extremes, an MN-major weight (x @ W) in a narrow and the widest bucket, both
+    MN-major from BN = 64."""
+    yield from ((bn, "bf16", False, "k", "k") for bn in BUCKETS)
+    yield from ((bn, "fp16", out, "k", "k") for bn in (8, 256) for out in (False, True))
+    yield 16, "bf16", True, "k", "k"
+    yield from ((bn, "bf16", False, "k", "mn") for bn in (16, 256))
+    yield 64, "fp16", False, "mn", "mn"
 
 
 @needs_nvcc
-@pytest.mark.parametrize("bn,dtype,out_fp32", list(_builds()))
-def test_resource_gate(bn, dtype, out_fp32, use_cache):
+@pytest.mark.parametrize("bn,dtype,out_fp32,a_major,b_major", list(_builds()))
+def test_resource_gate(bn, dtype, out_fp32, a_major, b_major, use_cache):
     """Every bucket compiles for sm_90a with no spill, no stack and no local memory, computes with
     HGMMA, loads with TMA, and stores without it (from registers)."""
     from gemm_ladder.gates.resources import check_cubin_resources
 
     g = SmallMGemm(bn)
-    kernel = g.build(dtype, out_fp32=out_fp32)
+    kernel = g.build(dtype, out_fp32=out_fp32, a_major=a_major, b_major=b_major)
     geo = g.geometry(dtype)
     report = check_cubin_resources(kernel.cubin, kernel.ptxas_log, kernel.kernel_name, level=None, dtype=dtype,
                                    threads=geo.threads, dynamic_smem=geo.dynamic_smem, cluster=1)
@@ -82,6 +87,19 @@ def test_resource_gate(bn, dtype, out_fp32, use_cache):
     assert report.stack_bytes == report.spill_stores == report.spill_loads == 0
     assert report.sass["HGMMA"] > 0 and report.sass["UTMALDG"] > 0 and report.sass["UTMASTG"] == 0
     assert report.sass["LDL"] == report.sass["STL"] == 0
+
+
+def test_mn_major_operands_are_planned_as_boxes_of_64_rows():
+    """An MN-major weight (the plan's a) and x (its b) get maps whose inner dimension is N or M, boxes of
+    64 elements by BK, and the stride of their K; an MN-major x narrower than a box is refused."""
+    plan = SmallMGemm(64).plan(40, 1000, 520, "bf16", a_major="mn", b_major="mn", lda=48, ldb=1024)
+    w, x = plan.tensor_maps["a"], plan.tensor_maps["b"]
+    assert (w.global_dim, w.global_strides, w.box_dim) == ((1000, 520), (2048,), (64, 64))
+    assert (x.global_dim, x.global_strides, x.box_dim) == ((40, 520), (96,), (64, 64))
+    d = SmallMGemm(64).defines("bf16", a_major="mn", b_major="k")
+    assert (d["GL_A_MN_MAJOR"], d["GL_B_MN_MAJOR"]) == (0, 1)  # the plan's a is the weight B
+    with pytest.raises(PlanRefused):
+        SmallMGemm(16).defines("bf16", a_major="mn")
 
 
 def _ring(plan, k_iters: int, tiles: int, **faults):
@@ -245,17 +263,22 @@ def test_supports_names_the_rule_it_refuses():
         "M <= 256": (*_views(m=257)[:2], torch.empty(257, 1000, dtype=torch.bfloat16)),
         "expected (M, N) = (7, 1000)": (a, b, c[:, :999]),
         "row-major (stride (ldc, 1), ldc >= N": (a, b, torch.empty(7, 2000, dtype=torch.bfloat16)[:, ::2]),
-        "a is MN-major": (operand_view(a.tensor.T.contiguous().T, k_dim=1), b, c),
-        "b is MN-major": (a, operand_view(b.tensor.T.contiguous().T, k_dim=1), c),
+        "a is MN-major: the small-M kernel loads an MN-major A in boxes of 64 rows":
+            (operand_view(a.tensor.T.contiguous().T, k_dim=1), b, c),
         "a (base": (operand_view(torch.randn(7, 521).bfloat16()[:, 1:], k_dim=1), b, c),  # base 2 bytes off
         "b (base": (a, operand_view(torch.randn(1000, 524).bfloat16()[:, :520], k_dim=1), c),  # pitch 1048 B
     }
     for rule, args in cases.items():
         reason = g.supports(*args)
         assert reason is not None and rule in reason, (rule, reason)
-    # Taken apart from the device: padded pitches, a column-major or fp32 c, empty shapes.
+    # Taken apart from the device: padded pitches, an MN-major weight, an MN-major x from BN = 64 up, a
+    # column-major or fp32 c, empty shapes.
     padded = operand_view(torch.randn(7, 528).bfloat16()[:, :520], k_dim=1)
-    for args in ((padded, b, c), (a, b, torch.empty(1000, 7, dtype=torch.bfloat16).T),
+    w_mn = operand_view(torch.randn(520, 1000).bfloat16().T, k_dim=1)
+    x_mn = operand_view(torch.randn(520, 40).bfloat16().T, k_dim=1)
+    assert w_mn.major == x_mn.major == "mn"
+    assert small_m_gemm(40).supports(x_mn, w_mn, torch.empty(40, 1000, dtype=torch.bfloat16)).endswith("CUDA device")
+    for args in ((padded, b, c), (a, w_mn, c), (a, b, torch.empty(1000, 7, dtype=torch.bfloat16).T),
                  (a, b, torch.empty(7, 1024, dtype=torch.bfloat16)[:, :1000]), (a, b, c.float()),
                  _views(m=0), _views(n=0), _views(k=0)):
         assert g.supports(*args).endswith("runs on a CUDA device")

@@ -149,6 +149,28 @@ def test_splits_padded_pitches_and_output_layouts(dtype):
     assert (c32.double() - reference(x, w)).abs().max().item() <= absolute_cap(x, w, 0.0, dtype)
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_mn_major_operands(dtype):
+    """x @ W with W (K, N) row-major (B MN-major) in every bucket's class of M, and x column-major
+    (A MN-major) from BN = 64 up, with padded pitches and tails; split and unsplit; repeatable."""
+    torch_dtype = DTYPES[dtype]
+    n, k = 1000, 520
+    for m in (1, 16, 40, 100, 256):
+        kernel = small_m_gemm(m)
+        w = torch.randn(k, n + 8, device="cuda").to(torch_dtype)[:, :n].T  # (N, K), element (n, k) at n + k (N + 8)
+        xs = [torch.randn(m, k, device="cuda").to(torch_dtype)]
+        if kernel.bn >= 64:
+            ld = (m + 15) // 8 * 8  # a padded pitch of whole 16-byte units
+            xs.append(torch.randn(k, ld, device="cuda").to(torch_dtype)[:, :m].T)  # MN-major
+        for x in xs:
+            assert operand_view(w, k_dim=1).major == "mn"
+            for splits in (None, 1):
+                c = torch.empty(m, n, dtype=torch_dtype, device="cuda")
+                first = _poisoned(kernel, x, w, c, splits).clone()
+                _assert_close(first, x, w, dtype)
+                assert torch.equal(_poisoned(kernel, x, w, c, splits), first)
+
+
 def test_m_above_the_bucket_and_nonfinite_inputs():
     """A build of a smaller bucket computes any M <= 256 (several M tiles per N tile); NaN/Inf planted in
     x and w come out exactly where the float64 reference has them."""

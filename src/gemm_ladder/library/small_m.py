@@ -6,15 +6,15 @@ M on wgmma's N (BN, the M bucket: 8, 16, 32, 64, 128, 192 or 256), and splits al
 evenly over the CTAs with a deterministic fp32 reduction. The weight B is read once, so the kernel
 is memory-bound while M is small; the ring takes every byte of shared memory the plan leaves.
 
-Operands (:class:`~gemm_ladder.library.operand.OperandView`): A (x) and B (w) K-major, each with any
-pitch ``ld`` whose bytes are a multiple of 16 and a 16-byte aligned base (what a TMA tensor map can
-describe); C (M, N) of the inputs' dtype or float32, row-major (any ``ldc >= N``) or column-major
-(any pitch >= M), 2-byte (4-byte) aligned as its dtype is. MN-major operands are refused (the API
-helper repacks them). For the small A an MN-major tile of BN < 64 rows is narrower than one 128-byte
-swizzle span, so the buckets below 64 would each need their own swizzle mode and descriptor, while a
-copy of A costs M x K x 2 bytes, a few percent of the weight's N x K x 2. For B, and for A from
-BN = 64 up, the MN-major 128-byte-swizzled boxes and descriptors of the layouts work (tma_load_operand,
-mma_k_tile's transpose bits) are what it takes: the same kernel with the plan's a_major / b_major.
+Operands (:class:`~gemm_ladder.library.operand.OperandView`): B (w) K-major (``F.linear``'s weight)
+or MN-major (the (K, N) row-major weight of ``x @ W``); A (x) K-major, or MN-major in the buckets
+BN >= 64 (M > 32); each with any pitch ``ld`` whose bytes are a multiple of 16 and a 16-byte aligned
+base (what a TMA tensor map can describe). An MN-major operand is loaded as 128-byte-swizzled boxes of
+64 M or N elements by 64 K rows and read with wgmma's transpose bit (tma_load_operand, mma_k_tile):
+an MN-major A tile of BN < 64 rows is narrower than one such box, so those buckets refuse it; a copy
+of A costs M x K x 2 bytes, a few percent of the weight's N x K x 2 (the API helper repacks it). C
+(M, N) of the inputs' dtype or float32, row-major (any ``ldc >= N``) or column-major (any pitch >= M),
+2-byte (4-byte) aligned as its dtype is. One build per (dtype, output dtype, majors).
 
 The designer plans it (:meth:`SmallMGemm.plan`) as the transposed problem ``C^T (N, M) = B A^T``:
 the plan's ``a`` is the weight B and its ``b`` is x (A), tile (128, BN, 64), two consumer warpgroups
@@ -55,6 +55,8 @@ TILE_ROWS = 128
 CONSUMERS = 2
 #: K per stage: one 128-byte swizzle span of 2-byte elements.
 BK = 64
+#: Rows (M or N elements) of one MN-major box: the 128-byte swizzle span (tma_tile.cuh's kMnBoxElems).
+MN_BOX_ROWS = 64
 SOURCE = "library/sm90_gemm_small_m.cu"
 KERNEL_NAME = "sm90_gemm_small_m"
 #: Tensor maps and launch schedules kept per instance (least recently used dropped first).
@@ -160,46 +162,54 @@ class SmallMGemm:
                           c_from_registers=True)
 
     # --- building (no GPU needed) -----------------------------------------------------------------
-    def defines(self, dtype: str, arch: str = "sm_90a") -> dict[str, int]:
+    # ``a_major`` / ``b_major``: A's (x) and B's (w) order, "k" or "mn" (library/operand.py). In the plan
+    # of the transposed problem they swap places: its a is B, its b is A.
+    def defines(self, dtype: str, arch: str = "sm_90a", *, a_major: str = "k", b_major: str = "k") -> dict[str, int]:
         """The plan's compile-time constants for ``dtype`` ('bf16' or 'fp16'); raises PlanRefused."""
-        key = (dtype, arch)
+        key = (dtype, arch, a_major, b_major)
         if key not in self._defines:
             self._defines[key] = kernel_defines_for(
                 dtype, self.tile, self.ring_stages(dtype, arch), 1, CONSUMERS, arch, producer_warpgroup=True,
-                c_from_registers=True)
+                c_from_registers=True, a_major=b_major, b_major=a_major)
         return self._defines[key]
 
-    def build(self, dtype: str, arch: str = "sm_90a", *, out_fp32: bool = False) -> CompiledKernel:
+    def build(self, dtype: str, arch: str = "sm_90a", *, out_fp32: bool = False, a_major: str = "k",
+              b_major: str = "k") -> CompiledKernel:
         """Compile (or fetch from the cache) the cubin for ``dtype``; ``out_fp32`` writes C in float32.
 
-        Needs nvcc, not a GPU. Raises CompilerNotFoundError without nvcc, CompileError with its message.
+        Needs nvcc, not a GPU. Raises CompilerNotFoundError without nvcc, CompileError with its message,
+        PlanRefused for majors this bucket cannot load (A MN-major below BN = 64).
         """
-        key = (dtype, arch, out_fp32)
+        key = (dtype, arch, out_fp32, a_major, b_major)
         if key not in self._builds:
-            defines = {"GL_DTYPE_" + dtype.upper(): 1, **self.defines(dtype, arch)}
+            defines = {"GL_DTYPE_" + dtype.upper(): 1, **self.defines(dtype, arch, a_major=a_major, b_major=b_major)}
             if out_fp32:
                 defines["GL_OUT_FP32"] = 1
-            unit = f'// gemm-ladder library: small M, BN = {self.bn}, {dtype}\n#include "{SOURCE}"\n'
+            unit = (f'// gemm-ladder library: small M, BN = {self.bn}, {dtype}, A {a_major}-major, B {b_major}-major\n'
+                    f'#include "{SOURCE}"\n')
             self._builds[key] = compile_kernel(unit, KERNEL_NAME, arch=arch, defines=defines)
         return self._builds[key]
 
     def geometry(self, dtype: str) -> LaunchGeometry:
-        """Threads (384: a producer and two consumer warpgroups) and dynamic shared memory; no cluster."""
+        """Threads (384: a producer and two consumer warpgroups) and dynamic shared memory; no cluster
+        (the same for every major)."""
         d = self.defines(dtype)
         return LaunchGeometry(threads=int(d["GL_THREADS"]), dynamic_smem=int(d["GL_SMEM_BYTES"]), cluster=1)
 
-    def plan(self, m: int, n: int, k: int, dtype: str) -> Plan:
+    def plan(self, m: int, n: int, k: int, dtype: str, *, a_major: str = "k", b_major: str = "k",
+             lda: int | None = None, ldb: int | None = None) -> Plan:
         """The designer's plan of this kernel on D (M, N) = A (M, K) @ B (N, K)^T.
 
         It is the plan of the transposed problem C^T (N, M) = B A^T that the kernel computes: the
-        plan's ``m`` is N and its ``a`` map is the weight B, its ``n`` is M and its ``b`` map is A;
-        c is stored from registers (no output tensor map). Its ring (stages, barriers, phases,
-        expect_tx) and shared-memory map are the kernel's (``kernel_defines()`` are its ``-D``
-        constants); the launch's split of the work is :meth:`schedule`, not the plan's persistent
-        schedule. Raises PlanRefused naming the rule.
+        plan's ``m`` is N and its ``a`` map is the weight B (``b_major``, ``ldb``), its ``n`` is M and
+        its ``b`` map is A (``a_major``, ``lda``); c is stored from registers (no output tensor map).
+        Its ring (stages, barriers, phases, expect_tx) and shared-memory map are the kernel's
+        (``kernel_defines()`` are its ``-D`` constants); the launch's split of the work is
+        :meth:`schedule`, not the plan's persistent schedule. Raises PlanRefused naming the rule.
         """
         return plan_gemm(n, m, k, dtype, tile=self.tile, stages=self.ring_stages(dtype), cluster=1,
-                         consumers=CONSUMERS, persistent=True, producer_warpgroup=True, c_from_registers=True)
+                         consumers=CONSUMERS, persistent=True, producer_warpgroup=True, c_from_registers=True,
+                         a_major=b_major, b_major=a_major, lda=ldb, ldb=lda)
 
     # --- operands ----------------------------------------------------------------------------------
     def supports(self, a: OperandView, b: OperandView, c: torch.Tensor) -> str | None:
@@ -233,9 +243,10 @@ class SmallMGemm:
             return (f"c has strides {(sm, sn)}: it must be row-major (stride (ldc, 1), ldc >= N = {n}) or "
                     f"column-major (stride (1, ld), ld >= M = {m})")
         for name, v in (("a", a), ("b", b)) if 0 not in (m, n, k) else ():  # empty: no tensor map is made
-            if v.major != "k":
-                return (f"{name} is MN-major: the small-M kernel reads K-major operands (element (r, k) at "
-                        f"r * ld + k); repack it K-major")
+            if name == "a" and v.major == "mn" and self.bn % MN_BOX_ROWS:
+                return (f"a is MN-major: the small-M kernel loads an MN-major A in boxes of {MN_BOX_ROWS} rows, "
+                        f"which this bucket's BN = {self.bn} does not fill (M > 32 takes a bucket that does); "
+                        "repack it K-major")
             if not v.tma_ok:
                 return (f"{name} (base {v.data_ptr:#x}, ld {v.ld} elements = {v.ld * v.elem_bytes} bytes) is not "
                         "16-byte aligned in base and pitch: a TMA tensor map cannot describe it "
@@ -248,14 +259,15 @@ class SmallMGemm:
         return None
 
     # --- launching (GPU) ---------------------------------------------------------------------------
-    def loaded(self, dtype: str, device: torch.device, *, out_fp32: bool = False) -> LoadedKernel:
-        """The kernel for ``dtype`` loaded on ``device`` (compiled first if needed)."""
-        key = (dtype, out_fp32, device_index(device))
+    def loaded(self, dtype: str, device: torch.device, *, out_fp32: bool = False, a_major: str = "k",
+               b_major: str = "k") -> LoadedKernel:
+        """The kernel for ``dtype`` and these majors loaded on ``device`` (compiled first if needed)."""
+        key = (dtype, out_fp32, a_major, b_major, device_index(device))
         kernel = self._kernels.get(key)
         if kernel is None:
             g = self.geometry(dtype)
-            kernel = load(self.build(dtype, out_fp32=out_fp32), device, threads=g.threads,
-                          dynamic_smem=g.dynamic_smem)
+            kernel = load(self.build(dtype, out_fp32=out_fp32, a_major=a_major, b_major=b_major), device,
+                          threads=g.threads, dynamic_smem=g.dynamic_smem)
             self._kernels[key] = kernel
         return kernel
 
@@ -278,19 +290,21 @@ class SmallMGemm:
         """How ``ctas`` CTAs share the K iterations of every unit (N tile x M tile) of (M, N, K)."""
         return split_work(ceil_div(n, TILE_ROWS) * ceil_div(m, self.bn), ceil_div(k, BK), ctas)
 
-    def _tensor_map(self, name: str, view: OperandView, m: int, n: int, k: int, dtype: str):
+    def _tensor_map(self, name: str, view: OperandView, a: OperandView, b: OperandView, dtype: str):
         """The encoded map ``name`` of the plan ('a': the weight B, 'b': A) over ``view``'s storage.
 
         Cached per operand: a weight keeps its map while the activations change from call to call, so
-        a decode step encodes one map (~10 us of Python), not two, and plans nothing.
+        a decode step encodes one map (~10 us of Python), not two, and plans nothing. The plan gives the
+        map's dimensions, box and swizzle for the operands' majors; the pitch is the view's.
         """
-        key = (name, view.data_ptr, view.ld, view.rows, k, dtype)
+        key = (name, view.data_ptr, view.ld, view.major, view.rows, view.k, dtype)
         encoded = self._maps.get(key)
         if encoded is None:
-            plan_key = (m, n, k, dtype)
+            m, n, k = a.rows, b.rows, a.k
+            plan_key = (m, n, k, dtype, a.major, b.major)
             specs = self._specs.get(plan_key)
             if specs is None:
-                specs = self._specs[plan_key] = self.plan(m, n, k, dtype).tensor_maps
+                specs = self._specs[plan_key] = self.plan(m, n, k, dtype, a_major=a.major, b_major=b.major).tensor_maps
                 while len(self._specs) > _CACHE_SIZE:
                     self._specs.pop(next(iter(self._specs)))
             spec = replace(specs[name], global_strides=(view.ld * view.elem_bytes,))
@@ -324,7 +338,7 @@ class SmallMGemm:
         dtype = dtype_name(a.tensor.dtype)
         out_fp32 = c.dtype == torch.float32
         device = a.tensor.device
-        kernel = self.loaded(dtype, device, out_fp32=out_fp32)
+        kernel = self.loaded(dtype, device, out_fp32=out_fp32, a_major=a.major, b_major=b.major)
         if torch.cuda.is_current_stream_capturing():
             splits = 1
         key = (m, n, k, splits, device_index(device))
@@ -341,7 +355,7 @@ class SmallMGemm:
             partials = WORKSPACES.get(stream, sched.workspace_floats(1, CONSUMERS, self.bn), 0)[0].data_ptr()
             counters = _COUNTERS.take(stream, sched.counters(1, CONSUMERS))
         ldc_m, ldc_n = c.stride()
-        maps = [self._tensor_map("a", b, m, n, k, dtype), self._tensor_map("b", a, m, n, k, dtype)]  # plan's a = B
+        maps = [self._tensor_map("a", b, a, b, dtype), self._tensor_map("b", a, a, b, dtype)]  # plan's a = B
         args = [*maps, ctypes.c_void_p(c.data_ptr()), ctypes.c_longlong(ldc_m),
                 ctypes.c_longlong(ldc_n), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
                 ctypes.c_int(sched.max_contributors), ctypes.c_void_p(partials), ctypes.c_void_p(counters)]

@@ -3,8 +3,10 @@
 // C (M, N) = A (M, K) @ B (N, K)^T with A = x small and B = w large. A tile of C keeps only a few SMs
 // busy when M is small, so this kernel computes C^T = B A^T instead: the large N sits on wgmma's M
 // (BM = 128 rows of w per CTA tile, 64 per consumer warpgroup) and the small M on wgmma's N (BN = 8 ..
-// 256 columns, the M bucket this build is for), both operands K-major in shared memory as TMA writes
-// them (no transpose bit). The weight is what costs: it is read once, so the kernel is bound by memory
+// 256 columns, the M bucket this build is for). Each operand is K-major or MN-major in shared memory as
+// its tensor map lays it out (the plan's majors; an MN-major one is read with wgmma's transpose bit), so
+// both F.linear's (N, K) weight and x @ W's (K, N) one are read in place. The weight is what costs: it
+// is read once, so the kernel is bound by memory
 // whenever M is small, and every SM must keep as many weight bytes in flight as it can:
 //
 // - all work units (N tiles x M tiles, each k_tiles K iterations) are split by K iterations evenly
@@ -76,7 +78,9 @@ __device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[
     const int s = pos.stage();
     consumer_wait(smem, pos);
     wgmma_fence();
-    mma_k_tile<BN>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), kt > kb);
+    // A consumer's 64 weight rows start 64 x BK elements into the tile in either major (K-major: 64
+    // rows of BK; MN-major: the tile's second 64-row box).
+    mma_k_tile<BN, A_MN_MAJOR, B_MN_MAJOR>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), kt > kb);
     wgmma_commit();
     wgmma_wait<1>();
     if (kt > kb && elected) consumer_release(smem, pos.previous_stage());
@@ -86,7 +90,8 @@ __device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[
   if (elected) consumer_release(smem, pos.previous_stage());
 }
 
-// map_w: B = w (N, K) K-major, box (BK, BM); map_x: A = x (M, K) K-major, box (BK, BN).
+// map_w: B = w (N, K), the plan's a map (K-major box (BK, BM), or MN-major boxes of 64 rows x BK);
+// map_x: A = x (M, K), the plan's b map (box (BK, BN), or MN-major boxes of 64 rows x BK).
 // C: element (m, n) at C[m * ldc_m + n * ldc_n]. partials / counters: the workspace, null when no unit
 // has two contributors (max_contributors == 1); the counters (one per unit and consumer) are zero.
 extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
