@@ -65,6 +65,23 @@ def test_mn_major_loads_issue_one_tma_per_64_elements(reports):
     assert reports["k", "mn", 256, "bf16"][0].sass["UTMALDG"] > kk
 
 
+@needs_nvcc
+def test_the_native_layout_is_level_9s_machine_code(use_cache):
+    """A and B K-major at BN 256 is level 9's kernel: the same source, the same plan but for two
+    constants it does not read, so the same SASS (its measurements carry over)."""
+    import sys
+    from pathlib import Path
+
+    from gemm_ladder.levels import LEVELS
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    from sass_fingerprint import fingerprint
+
+    for dtype in ("bf16", "fp16"):
+        assert fingerprint(str(library_gemm("k", "k", 256).build(dtype).cubin)) == \
+            fingerprint(str(LEVELS[9].build(dtype).cubin))
+
+
 @pytest.mark.parametrize("bn", TILE_N)
 def test_the_kernels_ring_audits_clean(bn):
     g = library_gemm("mn", "mn", bn)
