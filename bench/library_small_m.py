@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import statistics
 import subprocess
 import sys
@@ -100,10 +101,15 @@ def sanitize(dtype: str) -> int:
 
 
 def default_output(dtype: str) -> Path:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        commit = ""
+    """bench/results/DATE_library_small_m_DTYPE_COMMIT.json; the commit as run_meta reads it (the
+    GEMM_LADDER_GIT_COMMIT of a copied tree first, then git)."""
+    commit = os.environ.get("GEMM_LADDER_GIT_COMMIT", "")[:7]
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                    cwd=Path(__file__).parent).stdout.strip()
+        except OSError:
+            commit = ""
     day = datetime.date.today().isoformat()
     return Path(__file__).parent / "results" / f"{day}_library_small_m_{dtype}{'_' + commit if commit else ''}.json"
 
