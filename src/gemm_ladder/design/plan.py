@@ -112,6 +112,8 @@ class KernelConfig:
     tmem: TmemPlan | None
     accumulator_registers: int
     expect_tx_bytes: int
+    a_major: str = "k"  # "k" (the ladder's contract) or "mn" (library/operand.py)
+    b_major: str = "k"
 
     @property
     def empty_arrivals(self) -> int:
@@ -134,12 +136,17 @@ class KernelConfig:
             "GL_SMEM_BYTES": s.total_bytes, "GL_EXPECT_TX_BYTES": self.expect_tx_bytes,
             "GL_B_BOX_ROWS": bn // self.cluster,
             "GL_EMPTY_ARRIVALS": self.empty_arrivals,
+            "GL_A_MN_MAJOR": int(self.a_major == "mn"), "GL_B_MN_MAJOR": int(self.b_major == "mn"),
         }
 
 
 def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: str,
-            producer_warpgroup: bool | None, c_aliases_stages: bool = False, c_ring: int = 0) -> KernelConfig:
+            producer_warpgroup: bool | None, c_aliases_stages: bool = False, c_ring: int = 0,
+            c_from_registers: bool = False, a_major: str = "k", b_major: str = "k") -> KernelConfig:
     dt, ar = dtype_info(dtype), arch_info(arch)
+    for name, major in (("a_major", a_major), ("b_major", b_major)):
+        if major not in ("k", "mn"):
+            raise PlanRefused("operand major", f"{name} = {major!r}: 'k' (K-major) or 'mn' (MN-major)")
     try:
         bm, bn, bk = (int(x) for x in tile)
     except (TypeError, ValueError):
@@ -154,9 +161,10 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
     # Box rules first: they decide whether TMA can be used at all.
     bn_slice = bn // cluster if cluster else bn
     try:
-        check_box("a", (bk, bm), e, SWIZZLE)
-        check_box("b", (bk, bn_slice), e, SWIZZLE)
-        check_box("c", (128 // e, c_store_rows(bm=bm, consumers=consumers, c_ring=c_ring)), e, SWIZZLE)
+        check_box("a", (bk, bm) if a_major == "k" else (128 // e, bk), e, SWIZZLE)
+        check_box("b", (bk, bn_slice) if b_major == "k" else (128 // e, bk), e, SWIZZLE)
+        if not c_from_registers:
+            check_box("c", (128 // e, c_store_rows(bm=bm, consumers=consumers, c_ring=c_ring)), e, SWIZZLE)
     except PlanRefused as exc:
         raise PlanRefused(exc.rule, f"{exc.detail}; TMA does not fit this tile: use a {ALTERNATIVE_COPY.format(w=16)}"
                           f" or a tile with BM, BN/cluster <= 256 and BK * {e} a multiple of 16") from None
@@ -166,6 +174,9 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
             f"BN = {bn} split over a cluster of {cluster} gives {bn / cluster:g} rows per CTA; each slice must be a "
             f"whole number of 8-row swizzle atoms (BN / cluster a multiple of 8) so it lands 1024-byte aligned",
         )
+    if b_major == "mn" and (bn // cluster) % (128 // e):
+        raise PlanRefused("multicast slice", f"an MN-major B slice of {bn // cluster} rows per CTA is not a whole number of "
+                          f"{128 // e}-element TMA boxes (BN / cluster a multiple of {128 // e})")
     if c_ring < 0:
         raise PlanRefused("output staging", f"c_ring = {c_ring}: 0 (whole-tile staging) or the number of panel buffers per consumer")
     if c_ring and (bn * e // 128) % c_ring:
@@ -174,7 +185,7 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
     if c_ring and (consumers < 2 or producer_warpgroup is False):
         raise PlanRefused("output staging", "c_ring gives each consumer warpgroup its own staging ring and store issuer "
                           "(level 9): it needs two or more consumer warpgroups and a producer warpgroup")
-    if (bn * e) % 128:
+    if (bn * e) % 128 and not c_from_registers:
         raise PlanRefused("C panels", f"BN * {e} = {bn * e} bytes is not a whole number of 128-byte store panels (BN a multiple of {128 // e})")
     rows_per_wg = bm // consumers
     if ar.mma == "wgmma":
@@ -200,34 +211,56 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
         producer_warpgroup = consumers > 1 or cluster > 1
     threads = 128 * consumers + (128 if producer_warpgroup else 0)
     descriptors = {
-        "a": mma_descriptor("A", rows=bm, bk=bk, elem_bytes=e, swizzle_bytes=SWIZZLE_BYTES, arch=ar),
-        "b": mma_descriptor("B", rows=bn, bk=bk, elem_bytes=e, swizzle_bytes=SWIZZLE_BYTES, arch=ar),
+        "a": mma_descriptor("A", rows=bm, bk=bk, elem_bytes=e, swizzle_bytes=SWIZZLE_BYTES, arch=ar, major=a_major.upper()),
+        "b": mma_descriptor("B", rows=bn, bk=bk, elem_bytes=e, swizzle_bytes=SWIZZLE_BYTES, arch=ar, major=b_major.upper()),
     }
     smem = plan_smem(bm=bm, bn=bn, bk=bk, elem_bytes=e, stages=stages, cluster=cluster, threads=threads, arch=ar,
-                     c_aliases_stages=c_aliases_stages, consumers=consumers, c_ring=c_ring)
+                     c_aliases_stages=c_aliases_stages, consumers=consumers, c_ring=c_ring,
+                     c_from_registers=c_from_registers)
     tmem = plan_tmem(bm=bm, bn=bn, arch=ar)
     return KernelConfig(dtype=dt, arch=ar, tile=(bm, bn, bk), stages=stages, cluster=cluster, consumers=consumers,
                         producer_warpgroup=producer_warpgroup, threads=threads, smem=smem, descriptors=descriptors,
-                        tmem=tmem, accumulator_registers=acc, expect_tx_bytes=(bm + bn) * bk * e)
+                        tmem=tmem, accumulator_registers=acc, expect_tx_bytes=(bm + bn) * bk * e,
+                        a_major=a_major, b_major=b_major)
 
 
 def kernel_defines_for(dtype: str = "bf16", tile=(128, 128, 64), stages: int = 4, cluster: int = 1,
                        consumers: int = 1, arch: str = "sm_90a", producer_warpgroup: bool | None = None,
-                       c_aliases_stages: bool = False, c_ring: int = 0) -> dict[str, int]:
+                       c_aliases_stages: bool = False, c_ring: int = 0, c_from_registers: bool = False,
+                       a_major: str = "k", b_major: str = "k") -> dict[str, int]:
     """The compile-time constants (``-D``) of a kernel built for this configuration; no problem shape needed.
 
+    ``a_major`` / ``b_major``: each operand K-major ("k") or MN-major ("mn") in memory and shared memory.
     Raises :class:`PlanRefused` for configurations no shape could use (box, swizzle, smem, TMEM rules).
     """
-    return _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_aliases_stages, c_ring).defines()
+    return _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_aliases_stages, c_ring,
+                   c_from_registers, a_major, b_major).defines()
 
 
-def assess_suitability(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), cluster: int = 1) -> Suitability:
-    """Can TMA describe a, b and c for this problem, and is it worth it? Never raises for shape rules."""
+def _tensor_maps(m: int, n: int, k: int, dt: DtypeInfo, tile, cluster: int, *, c_box_rows: int | None = None,
+                 c_from_registers: bool = False, **layout) -> dict[str, TensorMapSpec]:
+    """The plan's tensor maps (not validated): a, b and c, or only a and b when c is stored from registers.
+    ``layout``: the operand majors and leading dimensions (gemm_tensor_maps' a_major, b_major, lda, ldb, ldc)."""
+    bm, bn, bk = tile
+    maps = gemm_tensor_maps(m, n, k, data_type=dt.tensor_map_type, elem_bytes=dt.elem_bytes, bm=bm, bn=bn, bk=bk,
+                            cluster=cluster, swizzle=SWIZZLE, c_box_rows=c_box_rows, **layout)
+    if c_from_registers:
+        del maps["c"]
+    return maps
+
+
+def assess_suitability(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), cluster: int = 1,
+                       c_from_registers: bool = False, **layout) -> Suitability:
+    """Can TMA describe a, b and c for this problem, and is it worth it? Never raises for shape rules.
+
+    ``c_from_registers``: c is stored from registers, so only a and b need a tensor map.
+    ``layout``: the operand majors and leading dimensions (gemm_tensor_maps' a_major, b_major, lda, ldb,
+    ldc); none given is the ladder's dense row-major contract.
+    """
     dt = dtype_info(dtype)
     bm, bn, bk = tile
     e = dt.elem_bytes
-    maps = gemm_tensor_maps(m, n, k, data_type=dt.tensor_map_type, elem_bytes=e, bm=bm, bn=bn, bk=bk,
-                            cluster=cluster, swizzle=SWIZZLE)
+    maps = _tensor_maps(m, n, k, dt, tile, cluster, c_from_registers=c_from_registers, **layout)
     for spec in maps.values():
         try:
             spec.validate()
@@ -243,7 +276,16 @@ def assess_suitability(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 1
         "a, b and c are dense row-major matrices: regular rectangular boxes with fixed strides",
         f"row pitches {k * e} (a, b) and {n * e} (c) bytes are multiples of 16; dimensions within 2^32",
         "M, N and K tails: out-of-bounds box elements load as zero and are clipped on store (no masks)",
+    ] if not c_from_registers else [
+        "a and b are dense row-major matrices: regular rectangular boxes with fixed strides",
+        f"row pitch {k * e} bytes (a, b) is a multiple of 16; dimensions within 2^32",
+        "c is stored from registers (no tensor map): any pitch, masked at the M and N edges",
+        "M, N and K tails: out-of-bounds box elements load as zero (no masks on the loads)",
     ]
+    if layout:
+        reasons[:2] = ["; ".join(f"{spec.name}: {spec.description}" for spec in maps.values()),
+                       "pitches " + ", ".join(f"{spec.global_strides[0]} ({spec.name})" for spec in maps.values())
+                       + " bytes are multiples of 16; dimensions within 2^32"]
     worthwhile = True
     alternative = None
     per_tile = (min(m, bm) + min(n, bn)) * k * e
@@ -311,7 +353,9 @@ class Plan:
                         "tile": list(self.tile), "stages": self.stages, "cluster": self.cluster,
                         "consumers": self.consumers.warpgroups, "persistent": self.persistent,
                         "producer_warpgroup": self.consumers.producer_warpgroup,
-                        "c_aliases_stages": self.smem.c_aliases_stages, "c_ring": self.smem.c_ring},
+                        "c_aliases_stages": self.smem.c_aliases_stages, "c_ring": self.smem.c_ring,
+                        "c_from_registers": self.smem.c_from_registers,
+                        "a_major": self._config.a_major, "b_major": self._config.b_major},
             "conclusion": self.conclusion(),
             "suitability": self.suitability.to_json(),
             "tensor_maps": {k: v.to_json() for k, v in self.tensor_maps.items()},
@@ -345,7 +389,9 @@ class Plan:
 def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), stages: int = 4, cluster: int = 1,
               consumers: int = 1, arch: str = "sm_90a", persistent: bool = False, *,
               producer_warpgroup: bool | None = None, c_aliases_stages: bool = False, c_ring: int = 0,
-              stream_k: bool = False, stream_k_min_idle: float = DEFAULT_MIN_IDLE) -> Plan:
+              stream_k: bool = False, stream_k_min_idle: float = DEFAULT_MIN_IDLE,
+              c_from_registers: bool = False, a_major: str = "k", b_major: str = "k", lda: int | None = None,
+              ldb: int | None = None, ldc: int | None = None) -> Plan:
     """Plan ``c = a @ b.T`` for a (M, K) and b (N, K) row-major; raises :class:`PlanRefused` naming the rule.
 
     ``producer_warpgroup``: a separate producer warpgroup issues the loads (warp specialization);
@@ -356,8 +402,17 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     ``stream_k``: split the last partial wave's units by K iterations over every cluster
     (design.stream_k.plan_tail decides whether it pays on this shape, with ``stream_k_min_idle``;
     level 9). Persistent only.
+    ``c_from_registers``: the consumers store c from their accumulator registers (st.global, masked):
+    no output staging, no c tensor map, any c pitch, and BN need not fill a 128-byte store panel. For a
+    kernel that writes its fragment in a layout of its own (library/small_m.py plans C^T = B A^T this
+    way and writes each fragment transposed into C).
+    ``a_major``, ``b_major``: each operand "k" (element (r, k) at r * ld + k, the ladder's contract) or
+    "mn" (at r + k * ld; the library's layouts, library/operand.py); ``lda``, ``ldb``, ``ldc``: leading
+    dimensions in elements (default dense), which the tensor maps take as their global strides.
     """
     m, n, k = int(m), int(n), int(k)
+    layout = {key: v for key, v in (("a_major", a_major), ("b_major", b_major), ("lda", lda), ("ldb", ldb),
+                                    ("ldc", ldc)) if v not in (None, "k")}
     if c_aliases_stages and persistent:
         raise PlanRefused("output staging alias", "a persistent kernel loads the next tile while it stores this one: "
                           "its output staging cannot overlay the operand stages")
@@ -368,16 +423,16 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     if stream_k and not persistent:
         raise PlanRefused("stream-K without persistent", "the stream-K tail splits the last wave of a persistent "
                           "grid; a grid of one CTA per tile has no wave to split: use persistent=True")
-    cfg = _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_aliases_stages, c_ring)
+    cfg = _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_aliases_stages, c_ring,
+                  c_from_registers, a_major, b_major)
     bm, bn, bk = cfg.tile
     e = cfg.dtype.elem_bytes
-    suit = assess_suitability(m, n, k, dtype, cfg.tile, cluster)
+    suit = assess_suitability(m, n, k, dtype, cfg.tile, cluster, c_from_registers=c_from_registers, **layout)
     if not suit.fits:
         raise PlanRefused(suit.reasons[0].split(":", 1)[0], suit.reasons[0].split(":", 1)[1].strip()
                           + f"; TMA does not fit: use {suit.alternative}")
-    maps = gemm_tensor_maps(m, n, k, data_type=cfg.dtype.tensor_map_type, elem_bytes=e, bm=bm, bn=bn, bk=bk,
-                            cluster=cluster, swizzle=SWIZZLE,
-                            c_box_rows=c_store_rows(bm=bm, consumers=consumers, c_ring=c_ring))
+    maps = _tensor_maps(m, n, k, cfg.dtype, cfg.tile, cluster, c_from_registers=c_from_registers,
+                        c_box_rows=c_store_rows(bm=bm, consumers=consumers, c_ring=c_ring), **layout)
     for spec in maps.values():
         spec.validate()
     ar, smem, S = cfg.arch, cfg.smem, stages
@@ -392,18 +447,24 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
         release_threads = (first_thread,)  # the MMA-issuing thread's tcgen05.commit
     last_thread = cfg.threads - 1
     store_threads = release_threads if smem.c_ring else (store_thread,)
+    if c_from_registers:
+        stores = ("No thread issues a TMA store: every consumer thread stores its own accumulators (st.global)")
+    elif smem.c_ring:
+        stores = (f"Thread 0 of each consumer warpgroup (threads {', '.join(map(str, store_threads))}) issues that "
+                  "warpgroup's own TMA stores (commit_group / wait_group.read)")
+    else:
+        stores = (f"Thread {store_thread} (thread 0 of consumer warpgroup 0 = warpgroup 1) issues every TMA store "
+                  "(commit_group / wait_group.read)")
     issuer = Issuer(
         thread=0, warpgroup="producer" if pw else "consumer 0", store_thread=store_thread, store_warpgroup="consumer 0",
         store_threads=store_threads,
         description=(
             ("thread 0 (lane 0 of warpgroup 0, the producer warpgroup: threads 0-127, setmaxnreg down) initialises "
              "the barriers and issues every TMA load and arrive.expect_tx; the other 127 producer threads idle. "
-             + (f"Thread 0 of each consumer warpgroup (threads {', '.join(map(str, store_threads))}) issues that "
-                "warpgroup's own TMA stores (commit_group / wait_group.read)" if smem.c_ring else
-                f"Thread {store_thread} (thread 0 of consumer warpgroup 0 = warpgroup 1) issues every TMA store "
-                "(commit_group / wait_group.read)")) if pw else
-            ("thread 0 (lane 0 of warpgroup 0, also a consumer) initialises the barriers and issues every TMA load, "
-             "arrive.expect_tx and TMA store of the CTA; no other thread issues TMA")),
+             + stores) if pw else
+            ("thread 0 (lane 0 of warpgroup 0, also a consumer) initialises the barriers and issues every TMA load"
+             + (" and arrive.expect_tx of the CTA; " + stores[0].lower() + stores[1:] if c_from_registers else
+                ", arrive.expect_tx and TMA store of the CTA; no other thread issues TMA"))),
     )
     if ar.mma == "wgmma":
         releasers = ("thread 0 of each consumer warpgroup (thread" + ("s " if consumers > 1 else " ")
@@ -426,16 +487,19 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     )
     a_box = maps["a"].box_bytes
     b_box = maps["b"].box_bytes
+    # TMA boxes per tile: 1 for a K-major operand; an MN-major one takes one 128-byte-wide box per 64 rows
+    a_boxes, b_boxes = bm * bk * e // a_box, (bn // cluster) * bk * e // b_box
     mask = (1 << cluster) - 1 if cluster > 1 else 0
-    tx = a_box + b_box * cluster
+    tx = a_box * a_boxes + b_box * b_boxes * cluster
     assert tx == cfg.expect_tx_bytes
     steps = [
         f"init (thread 0, before any use): mbarrier.init full[s], count 1; mbarrier.init empty[s], count "
         f"{cfg.empty_arrivals}; fence.mbarrier_init.release.cluster (or fence.proxy.async) then "
         f"{'barrier.cluster.arrive/wait' if cluster > 1 else '__syncthreads'} so TMA and peers see initialised barriers",
         "producer_acquire: the load issuer (thread 0) waits empty[s] with parity ((i / S) & 1) ^ 1 (round 0 passes at once)",
-        f"producer_commit: mbarrier.arrive.expect_tx full[s], {tx} bytes (A {a_box} + B {b_box * cluster}); "
-        f"cp.async.bulk.tensor.2d A box -> A stage s; B box{' slice r, .multicast::cluster mask ' + hex(mask) + ' -> B stage s + r*' + str(b_box) + ' in every CTA' if cluster > 1 else ' -> B stage s'}, "
+        f"producer_commit: mbarrier.arrive.expect_tx full[s], {tx} bytes (A {a_box * a_boxes} + B {b_box * b_boxes * cluster}); "
+        f"cp.async.bulk.tensor.2d A box{f' x {a_boxes} (MN-major)' if a_boxes > 1 else ''} -> A stage s; "
+        f"B box{f' x {b_boxes} (MN-major)' if b_boxes > 1 else ''}{' slice r, .multicast::cluster mask ' + hex(mask) + ' -> B stage s + r*' + str(b_box * b_boxes) + ' in every CTA' if cluster > 1 else ' -> B stage s'}, "
         "both .mbarrier::complete_tx::bytes on full[s]",
         "consumer_wait: every consumer thread waits full[s] with parity (i / S) & 1",
         ("consumer_release: after the MMA that read stage s is complete, thread 0 of each consumer warpgroup "
@@ -451,7 +515,7 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
                      f"empty count {cfg.empty_arrivals}: a stage is refilled by multicast only when every CTA's consumers released it")
     steps.append("out-of-bounds box elements (M, N, K tails) are zero-filled and still counted in the transaction bytes")
     load = LoadProtocol(
-        full_arrival_count=1, expect_tx_bytes=tx, a_box_bytes=a_box, b_box_bytes=b_box, b_boxes_per_stage=cluster,
+        full_arrival_count=1, expect_tx_bytes=tx, a_box_bytes=a_box, b_box_bytes=b_box, b_boxes_per_stage=cluster * b_boxes,
         multicast_mask=mask, empty_arrival_count=cfg.empty_arrivals,
         empty_arrivers=(f"thread 0 of each consumer warpgroup ({consumers}: thread{'s' if consumers > 1 else ''} "
                         f"{', '.join(map(str, release_threads))}) x CTAs per cluster ({cluster})"
@@ -459,7 +523,14 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
                         f"the MMA-issuing thread's tcgen05.commit{'.multicast::cluster' if cluster > 1 else ''} x CTAs per cluster ({cluster})"),
         steps=tuple(steps),
     )
-    if smem.c_ring:
+    if c_from_registers:
+        store_steps = (
+            "after its last wgmma.wait_group 0, each consumer thread converts its fp32 accumulators to the output "
+            "dtype and stores them with st.global at the places its fragment holds (PTX ISA, wgmma D fragment), "
+            "masked at the M and N edges: no staging, no tensor map, no bulk group; any output pitch",
+            "the stores need no wait before the next tile: the registers are free once the values are issued",
+        )
+    elif smem.c_ring:
         R, rows = smem.c_ring, bm // consumers
         issuers = ", ".join(str(t) for t in release_threads)
         store_steps = (
@@ -498,9 +569,11 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
             f"store issuer (thread {store_thread}): cp.async.bulk.wait_group.read 0 before C staging is written again (next tile) or the CTA exits",
         )
     store = StoreProtocol(
-        panels=smem.c_panels, panel_box=tuple(maps["c"].box_dim), panel_bytes=smem.c_panel_bytes,
+        panels=smem.c_panels, panel_box=tuple(maps["c"].box_dim) if "c" in maps else (), panel_bytes=smem.c_panel_bytes,
         steps=store_steps,
-        never="never a byte count or an mbarrier on the store side: stores complete through bulk async-groups",
+        never=("never a shared-memory buffer, byte count or mbarrier on the store side: ordinary stores from registers"
+               if c_from_registers else
+               "never a byte count or an mbarrier on the store side: stores complete through bulk async-groups"),
     )
     m_tiles, n_tiles, k_tiles = ceil_div(m, bm), ceil_div(n, bn), ceil_div(k, bk)
     tiles = m_tiles * n_tiles
@@ -571,7 +644,8 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
         smem_total_bytes=smem.total_bytes, ctas_per_sm=smem.ctas_per_sm, ledger=phase_ledger(ledger_len, S),
     )
     timeline = build_timeline(k_tiles=k_tiles, stages=S, expect_tx=tx, c_panels=smem.c_panels,
-                              k_steps=bk // 16, cluster=cluster, persistent=persistent, mma=ar.mma)
+                              k_steps=bk // 16, cluster=cluster, persistent=persistent, mma=ar.mma,
+                              c_from_registers=c_from_registers)
     assumptions = (
         "from the user: shape, dtype, tile, stages, cluster, consumers, arch",
         "contract: a (M, K) and b (N, K) row-major, c = a @ b.T row-major, fp32 accumulation",
