@@ -47,7 +47,7 @@ import torch
 import gemm_ladder
 from gemm_ladder import dispatch
 from gemm_ladder.contract import DTYPES, reference
-from gemm_ladder.gates.climb import run_meta, write_json
+from gemm_ladder.results import run_meta, write_json
 from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import measure_dram_bandwidth, time_fns
 from gemm_ladder.shapes import SHAPE_SETS

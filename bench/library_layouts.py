@@ -31,7 +31,7 @@ from rich.table import Table
 from variants import check_targets
 
 from gemm_ladder.contract import DTYPES
-from gemm_ladder.gates.climb import run_meta, write_json
+from gemm_ladder.results import run_meta, write_json
 from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.library.gemm import MAJORS, SPLITS, TILE_N, library_gemm

@@ -46,7 +46,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gemm_ladder.contract import DTYPES, cublas, reference
-from gemm_ladder.gates.climb import run_meta, write_json
+from gemm_ladder.results import run_meta, write_json
 from gemm_ladder.gates.correctness import absolute_cap, error_bound, random_operands
 from gemm_ladder.gates.performance import measure_dram_bandwidth, time_fns
 from gemm_ladder.library.operand import operand_view

@@ -106,13 +106,19 @@ def test_each_launch_takes_fresh_counters_whatever_the_last_left():
     kernel = small_m_gemm(m)
     x, w = random_operands(m, n, k, "bf16", "cuda", seed=1)
     c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-    first = _poisoned(kernel, x, w, c).clone()
-    _assert_close(first, x, w, "bf16")
     stream = torch.cuda.current_stream()
-    buffer, used = small_m._COUNTERS._arenas[(stream.device_index, stream.cuda_stream)]
-    assert used == 2 * 32  # 32 units x 2 consumers
-    buffer[:used].fill_(5)  # the counters the last launch used, left counted
-    assert torch.equal(_poisoned(kernel, x, w, c), first)
+    saved = small_m._COUNTERS
+    small_m._COUNTERS = small_m.CounterArena(size=2 * 2 * 32)  # fresh (earlier tests used the shared one): two launches
+    try:
+        first = _poisoned(kernel, x, w, c).clone()
+        _assert_close(first, x, w, "bf16")
+        buffer, used = small_m._COUNTERS._arenas[(stream.device_index, stream.cuda_stream)]
+        assert used == 2 * 32  # 32 units x 2 consumers
+        buffer[:used].fill_(5)  # the counters the last launch used, left counted (as an aborted launch leaves them)
+        torch.cuda.synchronize()
+        assert torch.equal(_poisoned(kernel, x, w, c), first)
+    finally:
+        small_m._COUNTERS = saved
     arena = small_m.CounterArena(size=3 * 2 * 32)
     saved, small_m._COUNTERS = small_m._COUNTERS, arena
     try:

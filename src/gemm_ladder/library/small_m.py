@@ -301,10 +301,11 @@ class SmallMGemm:
         encoded = self._maps.get(key)
         if encoded is None:
             m, n, k = a.rows, b.rows, a.k
-            plan_key = (m, n, k, dtype, a.major, b.major)
+            plan_key = (m, n, k, dtype, a.major, b.major, a.ld, b.ld)  # the plan checks the pitches TMA takes
             specs = self._specs.get(plan_key)
             if specs is None:
-                specs = self._specs[plan_key] = self.plan(m, n, k, dtype, a_major=a.major, b_major=b.major).tensor_maps
+                specs = self._specs[plan_key] = self.plan(m, n, k, dtype, a_major=a.major, b_major=b.major,
+                                                          lda=a.ld, ldb=b.ld).tensor_maps
                 while len(self._specs) > _CACHE_SIZE:
                     self._specs.pop(next(iter(self._specs)))
             spec = replace(specs[name], global_strides=(view.ld * view.elem_bytes,))
