@@ -59,13 +59,15 @@ class FakeGeneral:
     def tile(self):
         return (128, self.bn, 64)
 
-    def supports(self, a, b, c):
+    def supports(self, a, b, c, *, c_padding_writable=False):
         for n, v, major in (("a", a, self.a_major), ("b", b, self.b_major)):
             assert v.major == major, "the dispatcher asked the kernel built for another order"
             if not v.tma_ok:
                 return f"{n}: not TMA-describable"
         if c.dtype == torch.float32 and not self.fp32:
             return "c: this kernel writes the inputs' dtype only"
+        if (c.shape[1] * c.element_size()) % 16 and not c_padding_writable:
+            return "c: the TMA store's last 16-byte chunk would reach into c's padding"
         return _row_major_16(c)
 
     def plan(self, m, n, k, dtype):
@@ -250,23 +252,29 @@ def test_explain_is_data_and_text(fakes):
         assert piece in text, piece
 
 
-def test_a_kernel_that_reads_k_in_multiples_of_8_gets_zero_padded_copies(monkeypatch):
-    """The level-9 stand-in reads K-major rows with ld == K, K % 8 == 0: an odd K is read from copies
-    padded with zeros to the next multiple of 8 (both operands), the kernel told K = 4096."""
-    monkeypatch.setattr(K, "general", lambda am, bm, bn: K.LEVEL9 if (am, bm, bn) == ("k", "k", 256) else None)
-    monkeypatch.setattr(K, "general_bns", lambda: (256,))
+def test_an_odd_k_is_read_from_copies_with_an_aligned_pitch(monkeypatch):
+    """A pitch of K = 4093 elements (8186 bytes) is no multiple of 16: both operands are read from
+    copies with a 4096-element pitch; the kernel keeps K = 4093 (the TMA box's K tail reads zeros)."""
     monkeypatch.setattr(K, "small_m", lambda m: None)
     dispatch.clear_cache()
     route = dispatch.decide(meta(512, 4093), meta(1024, 4093).T, meta(512, 1024), given=False, device=ASSUMED_DEVICE)
-    assert route.kernel is K.LEVEL9 and route.k == 4096 and route.a_path.k == route.b_path.k == 4096
-    assert "K padded to 4096 with zeros" in route.a_path.repack and route.a_path.workspace == (512, 4096)
+    assert route.kind == "general" and route.k == 4093
+    for path, rows in ((route.a_path, 512), (route.b_path, 1024)):
+        assert "not a multiple of 16" in path.repack and path.workspace == (rows, 4096) and path.ld == 4096
+    dispatch.clear_cache()
+
+
+def test_a_workspace_output_may_take_the_tma_stores_padding():
+    """N = 300 bf16 is 600 bytes, no whole number of 16-byte chunks: the general kernel writes into
+    a workspace (whose padding its TMA store may overwrite) and the repack copies it back."""
+    dispatch.clear_cache()
+    route = dispatch.decide(meta(4096, 4096), meta(4096, 300), meta(4096, 300), given=True, device=ASSUMED_DEVICE)
+    assert route.kind == "general" and route.c_path.copy_back and dict(route.options)["c_padding_writable"]
     dispatch.clear_cache()
 
 
 def test_real_kernels_on_meta_tensors():
     """The library's kernels decide on meta tensors too (their device rule, checked last, set aside)."""
-    if K.general_bns() == (256,):
-        pytest.skip("library/gemm.py absent: level 9 stands in (contiguous K-major operands only)")
     dispatch.clear_cache()
     e = gemm_ladder.explain(meta(4097, 4093), meta(4093, 4095))
     assert e.kind == "general" and {op["path"] for op in e.operands} == {"repacked"}

@@ -269,6 +269,11 @@ def test_supports_names_each_rule():
     assert "OperandView" in g.supports(a.tensor, b, c)
     # padded pitch and a 16-byte offset are fine
     assert "CUDA device" in g.supports(*views(lda=136, ldb=392, offset=8), c)
+    # N = 300 (600 bytes): the TMA store's last chunk would reach c's padding, unless c is a workspace
+    a3, b3 = views(n=300, ldb=304)
+    c3 = torch.empty(256, 320, dtype=torch.bfloat16)[:, :300]
+    assert "padding" in g.supports(a3, b3, c3)
+    assert "CUDA device" in g.supports(a3, b3, c3, c_padding_writable=True)
 
 
 def test_launch_refuses_before_any_launch():

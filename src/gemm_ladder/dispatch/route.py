@@ -295,7 +295,7 @@ def output_options(c: torch.Tensor, transposed: bool, given: bool) -> list[tuple
 # --- search --------------------------------------------------------------------------------------
 
 
-def supports(kernel, a: OperandView, b: OperandView, c: torch.Tensor) -> str | None:
+def supports(kernel, a: OperandView, b: OperandView, c: torch.Tensor, **rules) -> str | None:
     """``kernel.supports(a, b, c)``, with its device rule set aside for meta tensors.
 
     The library kernels check the device last (library/gemm.py and library/small_m.py: "one CUDA
@@ -303,7 +303,7 @@ def supports(kernel, a: OperandView, b: OperandView, c: torch.Tensor) -> str | N
     naming the meta device means every other rule held: it is taken as acceptance. On CUDA tensors
     every rule counts.
     """
-    reason = kernel.supports(a, b, c)
+    reason = kernel.supports(a, b, c, **rules)
     if reason is not None and c.device.type == "meta" and "meta" in reason:
         return None
     return reason
@@ -337,10 +337,12 @@ def _route_for(kind, kernel_at, xa, xb, names, c_opts, probe, k, dtype, device, 
             if kernel is None:
                 refusals.append(f"no {kind} kernel reads A {a_o.path.major}-major and B {b_o.path.major}-major")
                 continue
-            reason = supports(kernel, a_o.view, b_o.view, ct() if callable(ct) else ct)
+            # A workspace is ours: the general kernel's TMA store may write its row padding.
+            rules = {"c_padding_writable": True} if kind == "general" and callable(ct) else {}
+            reason = supports(kernel, a_o.view, b_o.view, ct() if callable(ct) else ct, **rules)
             if reason is None:
                 return Route(kind, kernel, xa.shape[0], xb.shape[0], k_read, dtype, a_o.path, b_o.path, cp, device,
-                             bn, refusals=tuple(dict.fromkeys(refusals))), refusals
+                             bn, options=tuple(rules.items()), refusals=tuple(dict.fromkeys(refusals))), refusals
             refusals.append(reason)
     return None, refusals
 
@@ -385,7 +387,7 @@ def choose(routes: list[Route], model: CostModel) -> Route | None:
     eligible = [r for r in small if least_general is None or r.repack_cost - _cost(r.a_path) <= least_general]
     if eligible:
         best = min(eligible, key=lambda r: (r.repack_cost, r.c_path.transposed))
-        return replace(best, options=(("splits", None),))
+        return replace(best, options=(*best.options, ("splits", None)))
     if not general:
         return None
     least = min(r.repack_cost for r in general)
@@ -396,4 +398,4 @@ def choose(routes: list[Route], model: CostModel) -> Route | None:
             ranked += [(cand, r) for cand in rank(model, r.m, r.n, r.k, r.device.clusters, configs)]
     ranked.sort(key=lambda cr: round(cr[0].predicted_us, 6))  # stable: wider tiles, fewer splits first
     cand, r = ranked[0]
-    return replace(r, options=(("split", cand.work.split),), candidates=tuple(c for c, _ in ranked))
+    return replace(r, options=(*r.options, ("split", cand.work.split)), candidates=tuple(c for c, _ in ranked))

@@ -126,8 +126,14 @@ class LibraryGemm(TmaLevel):
         return super().plan(m, n, k, dtype, lda=lda, ldb=ldb, ldc=ldc)
 
     # --- the rules ------------------------------------------------------------------------------
-    def supports(self, a: OperandView, b: OperandView, c: torch.Tensor) -> str | None:
+    def supports(self, a: OperandView, b: OperandView, c: torch.Tensor, *,
+                 c_padding_writable: bool = False) -> str | None:
         """None if this kernel computes ``c = A @ B^T`` for these operands, else the rule they break.
+
+        ``c_padding_writable``: c is the caller's own workspace, whose row padding up to the next 16
+        bytes may be overwritten. Without it, N must fill whole 16-byte chunks: the TMA store writes
+        the last chunk of a row whole (on the H200, N = 300 bf16 wrote columns 300-303 of a padded c:
+        bench/results/logs/2026-12-01_tma_store_edge_3419336.log).
 
         a: (M, K) view, b: (N, K) view, c: (M, N) tensor with stride (ldc, 1). The rules, in the order
         checked: bf16 or fp16, one dtype for all three; A and B in this kernel's majors; K equal; M, N, K
@@ -169,13 +175,18 @@ class LibraryGemm(TmaLevel):
             if ptr % TMA_ALIGN_BYTES or (pitch * e) % TMA_ALIGN_BYTES:
                 return (f"{name}: base {ptr:#x} and pitch {pitch * e} bytes must both be multiples of "
                         f"{TMA_ALIGN_BYTES} (TMA); repack it into an aligned buffer")
+        if (n * e) % TMA_ALIGN_BYTES and not (c_padding_writable and ldc * e >= -(-n * e // TMA_ALIGN_BYTES) * TMA_ALIGN_BYTES):
+            return (f"c: N = {n} columns = {n * e} bytes, not a multiple of {TMA_ALIGN_BYTES}: the TMA store writes "
+                    f"the row's last 16-byte chunk whole, into c's padding; write into a workspace "
+                    f"(c_padding_writable=True) and copy back")
         dev = a.tensor.device
         if dev.type != "cuda" or b.tensor.device != dev or c.device != dev:
             return f"a, b and c must be on one CUDA device: got {dev}, {b.tensor.device}, {c.device}"
         return None
 
     # --- launching (GPU) --------------------------------------------------------------------------
-    def launch(self, a: OperandView, b: OperandView, c: torch.Tensor, *, split: str = "tail") -> None:  # type: ignore[override]
+    def launch(self, a: OperandView, b: OperandView, c: torch.Tensor, *, split: str = "tail",  # type: ignore[override]
+               c_padding_writable: bool = False) -> None:
         """``c = A @ B^T`` on the current stream. a: (M, K), b: (N, K) views; c: (M, N), stride (ldc, 1).
 
         ``split``: "tail", "all" or "none" (:func:`split_schedule`). While a CUDA graph is being
@@ -185,7 +196,7 @@ class LibraryGemm(TmaLevel):
         Raises GemmInputError naming the rule (:meth:`supports`) and ValueError for an unknown
         ``split``, before any launch.
         """
-        reason = self.supports(a, b, c)
+        reason = self.supports(a, b, c, c_padding_writable=c_padding_writable)
         if reason is not None:
             raise GemmInputError(reason)
         if split not in SPLITS:
