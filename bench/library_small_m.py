@@ -120,6 +120,9 @@ def main() -> int:
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--sweep", action="store_true", help="also time split-K grids and half the ring")
     p.add_argument("--sanitize", action="store_true", help="small tail shapes once each, for compute-sanitizer")
+    p.add_argument("--flush", default="write", choices=("write", "read"),
+                   help="how L2 is flushed before each timed call: by writes (L2 left dirty, the gates' default) "
+                        "or by reads (L2 left clean); see gates.performance.time_fn")
     p.add_argument("-o", "--output", type=Path, default=None)
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -148,7 +151,7 @@ def main() -> int:
             medians: dict[str, list[float]] = {name: [] for name in [*fns, "cuBLAS"]}
             for i in range(args.passes):
                 order = {"cuBLAS": cublas, **fns} if i % 2 == 0 else {**fns, "cuBLAS": cublas}
-                for name, t in time_fns(order, x, w, budget_s=0.2, rounds=4, warmup=5).items():
+                for name, t in time_fns(order, x, w, budget_s=0.2, rounds=4, warmup=5, flush_l2=args.flush).items():
                     medians[name].append(t.median_ms)
             nbytes = gemm_min_bytes(m, n, k, DTYPES[args.dtype].itemsize)
             row = {"m": m, "n": n, "k": k, "dtype": args.dtype, "bn": kernel.bn,
@@ -176,7 +179,8 @@ def main() -> int:
            all(r["copy_fraction"]["ours"] >= AIM_COPY_FRACTION for r in rows if r["m"] <= 64)}
 
     console = Console(width=160)
-    table = Table(title=f"small-M kernel vs cuBLAS, {args.dtype}, {args.passes} passes; copy {copy_gbs:.0f} GB/s "
+    table = Table(title=f"small-M kernel vs cuBLAS, {args.dtype}, {args.passes} passes, L2 flushed by {args.flush}s; "
+                        f"copy {copy_gbs:.0f} GB/s "
                         f"(before {copy_before:.0f}, after {copy_after:.0f})")
     extra = [name for name in rows[0]["median_ms"] if name not in ("ours", "cuBLAS")]
     for col in ("M", "N x K", "BN/S", "CTAs", "contrib", "ours us", "cuBLAS us", "ratio (min-max)", "ours % copy",
@@ -193,7 +197,7 @@ def main() -> int:
     for what, ok in {**verdicts, **aim}.items():
         console.print(f"{'met' if ok else 'NOT met'}: {what}")
     out = args.output or default_output(args.dtype)
-    write_json({"meta": run_meta(" ".join(["python", *sys.argv])), "copy_gb_per_s": {"before": copy_before,
+    write_json({"meta": run_meta(" ".join(["python", *sys.argv])), "l2_flush": args.flush, "copy_gb_per_s": {"before": copy_before,
                 "after": copy_after, "mean": copy_gbs}, "rows": rows, "targets": verdicts, "aims": aim}, out)
     console.print(f"wrote {out}")
     return 0 if all(verdicts.values()) else 1

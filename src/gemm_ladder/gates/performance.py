@@ -60,7 +60,7 @@ def time_fn(
     warmup: int = 3,
     min_repeats: int = 10,
     max_repeats: int = 500,
-    flush_l2: bool = True,
+    flush_l2: bool | str = True,
     hide_launch: bool = True,
 ) -> Timing:
     """Time ``fn(a, b)``: median, p10 and p90 in ms (one callable of :func:`time_fns`).
@@ -72,7 +72,10 @@ def time_fn(
             probe's per-call time, clamped to [min_repeats, max_repeats] (so 8192^3 takes ~0.5 s).
         warmup: untimed calls first (JIT load, clocks ramping, allocator warm).
         flush_l2: before each timed call, write a buffer twice the L2 size (H200: 2 x 60 MB), so the
-            operands come from DRAM as in a real model; the write is not timed.
+            operands come from DRAM as in a real model; the write is not timed. It leaves L2 full of
+            dirty lines, which the timed call's own reads must write back to DRAM first: a cost a
+            memory-bound kernel feels. ``"read"`` flushes by reading the buffer instead (L2 left
+            clean); True and ``"write"`` are the write flush; False none.
         hide_launch: on CUDA, spin the GPU before each timed call for max(20 us, 4 x the host's
             enqueue time) so the events bracket the call's GPU work and not the host's launch
             latency (see the module docstring). The spin assumes at most SPIN_CLOCK_HZ, so a slower
@@ -92,7 +95,7 @@ def time_fns(
     warmup: int = 3,
     min_repeats: int = 10,
     max_repeats: int = 500,
-    flush_l2: bool = True,
+    flush_l2: bool | str = True,
     hide_launch: bool = True,
 ) -> dict[str, Timing]:
     """Time several callables on the same operands, interleaved: ``{name: Timing}``.
@@ -107,14 +110,20 @@ def time_fns(
     if not fns:
         return {}
     cuda = a.device.type == "cuda"
-    flush = torch.empty(2 * l2_bytes(a.device), dtype=torch.uint8, device=a.device) if flush_l2 and cuda else None
+    if flush_l2 not in (True, False, "write", "read"):
+        raise ValueError(f"flush_l2 = {flush_l2!r}: use True / 'write', 'read' or False")
+    flush = torch.zeros(2 * l2_bytes(a.device) // 8, dtype=torch.int64, device=a.device) if flush_l2 and cuda else None
+    flush_by_read = flush_l2 == "read"
     host: dict[str, list[float]] = {name: [] for name in fns}
     spin: dict[str, int] = {name: 0 for name in fns}
 
     def one(name: str) -> float:
         fn = fns[name]
         if flush is not None:
-            flush.fill_(1)
+            if flush_by_read:
+                flush.max()  # reads every line: L2 ends holding clean lines of the buffer
+            else:
+                flush.fill_(1)
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             if spin[name]:
