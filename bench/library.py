@@ -47,10 +47,11 @@ import torch
 import gemm_ladder
 from gemm_ladder import dispatch
 from gemm_ladder.contract import DTYPES, reference
-from gemm_ladder.results import run_meta, write_json
 from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import measure_dram_bandwidth, time_fns
-from gemm_ladder.shapes import SHAPE_SETS
+from gemm_ladder.shapes import SHAPE_SETS, gemm_min_bytes
+from suite import add_output_argument, save
+from suite import meta as suite_meta
 
 CLASSES = ("square", "llm", "layouts", "unaligned", "small_m", "mid")
 LLM_NK = [(4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192)]
@@ -147,9 +148,10 @@ def run_class(cls: str, dtype: str, quick: bool, budget: float, copy_gbs: float 
             row["vs_aligned_neighbour"] = rate
             row["aim_vs_aligned_neighbour"] = 0.9
         if cls == "small_m" and copy_gbs:
-            weight = n * k * DTYPES[dtype].itemsize
-            row["weight_gbs"] = weight / (row["ours_ms"] * 1e-3) / 1e9
-            row["fraction_of_copy_bandwidth"] = row["weight_gbs"] / (copy_gbs / 2)  # copy counts read + write
+            # The fewest bytes the call moves (each input read once, the output written once) against the
+            # DRAM rate a device-to-device copy reaches (it counts the bytes it reads and writes).
+            row["min_bytes_gbs"] = gemm_min_bytes(m, n, k, DTYPES[dtype].itemsize) / (row["ours_ms"] * 1e-3) / 1e9
+            row["fraction_of_copy_bandwidth"] = row["min_bytes_gbs"] / copy_gbs
         rows.append(row)
         print(f"{cls:9} {layout:8} {m}x{n}x{k}: {row['ours_tflops']:7.1f} vs cuBLAS {row['cublas_tflops']:7.1f} "
               f"TFLOP/s = {row['vs_cublas']:.3f}x", flush=True)
@@ -232,7 +234,7 @@ def tune(dtype: str, quick: bool, budget: float) -> dict:
             timings.append({"m": m, "n": n, "k": k, "bn": bn, "split": split, "us": us})
         print(f"tune {m}x{n}x{k}: " + ", ".join(f"{name} {tm.median_ms * 1e3:.1f} us" for name, tm in t.items()),
               flush=True)
-    meta = run_meta("tune")
+    meta = suite_meta()
     gpu = (meta.get("gpu") or {}).get("name", "unknown GPU")
     provenance = f"tuned on {gpu} {dt.date.today().isoformat()} {(meta.get('git_commit') or 'unknown')[:7]}"
     model = fit(samples, provenance)
@@ -316,8 +318,7 @@ def main() -> int:
     p.add_argument("--tune", action="store_true", help="regenerate dispatch/table.json first")
     p.add_argument("--sanitize", action="store_true", help="run every path once on small shapes (for "
                    "compute-sanitizer) and exit; nothing timed")
-    p.add_argument("-o", "--output", default=None, help="JSON path (default: $OUT/library.json, else "
-                   "bench/results/<date>_library_<classes>.json)")
+    add_output_argument(p)
     args = p.parse_args()
     classes = [c.strip() for c in args.classes.split(",") if c.strip()]
     if unknown := [c for c in classes if c not in CLASSES]:
@@ -329,7 +330,7 @@ def main() -> int:
     if args.sanitize:
         return sanitize()
     budget = 0.1 if args.quick else 0.3
-    result: dict = {"meta": run_meta(" ".join(["python", *sys.argv])), "classes": classes, "quick": args.quick}
+    result: dict = {"classes": classes, "quick": args.quick}
     if args.tune:
         result["tune"] = tune(args.dtype, args.quick, budget)
     failed = prebuild(classes, args.dtype, args.quick)
@@ -345,10 +346,8 @@ def main() -> int:
     result["rows"] = rows
     result["targets_met"] = {f"{r['class']} {r['layout']} {r['m']}x{r['n']}x{r['k']}": r["met"]
                              for r in rows if r["met"] is not None}
-    out = args.output or (os.path.join(os.environ["OUT"], "library.json") if os.environ.get("OUT") else
-                          f"bench/results/{dt.date.today().isoformat()}_library_{'_'.join(classes)}.json")
-    write_json(result, Path(out))
-    print(f"\nwrote {out}\n")
+    save(result, f"library_{'_'.join(classes) if len(classes) < len(CLASSES) else 'all'}{'_quick' if args.quick else ''}",
+         args.output)
     print(markdown(rows))
     return 0
 

@@ -20,18 +20,16 @@ every pass; the table gives medians, minimum and maximum over passes.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import os
 import statistics
 import sys
 
 import torch
 from rich.console import Console
 from rich.table import Table
+from suite import add_output_argument, save
 from variants import check_targets
 
 from gemm_ladder.contract import DTYPES
-from gemm_ladder.results import run_meta, write_json
 from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.library.gemm import MAJORS, SPLITS, TILE_N, library_gemm
@@ -82,11 +80,8 @@ def main() -> int:
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     p.add_argument("--bn", type=int, default=256, choices=TILE_N)
     p.add_argument("--split", default="tail", choices=SPLITS)
-    date = _dt.date.today().isoformat()
-    p.add_argument("-o", "--output", default=None,
-                   help=f"JSON path (default $OUT/ or bench/results/{date}_library_layouts_DTYPE.json)")
+    add_output_argument(p)
     args = p.parse_args()
-    output = args.output or os.path.join(os.environ.get("OUT", "bench/results"), f"{date}_library_layouts_{args.dtype}.json")
     layouts = [f"{x}/{y}" for x in MAJORS for y in MAJORS]
     rows, verdicts = [], {}
     for size in (int(s) for s in args.sizes.split(",")):
@@ -135,8 +130,7 @@ def main() -> int:
     console.print(table)
     for what, ok in verdicts.items():
         console.print(f"{'met' if ok else 'NOT met'}: {what}")
-    path = write_json({"meta": run_meta(" ".join(["python", *sys.argv])), "rows": rows, "targets": verdicts}, output)
-    console.print(f"wrote {path}")
+    save({"rows": rows, "targets": verdicts}, f"library_layouts_{args.dtype}", args.output)
     return 0 if all(verdicts.values()) else 1
 
 

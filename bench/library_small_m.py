@@ -34,24 +34,20 @@ aim >= 80% of the copy bandwidth at M <= 64. Exit status 0 when the first two ho
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
 import statistics
-import subprocess
 import sys
-from pathlib import Path
 
 import torch
 from rich.console import Console
 from rich.table import Table
 
 from gemm_ladder.contract import DTYPES, cublas, reference
-from gemm_ladder.results import run_meta, write_json
 from gemm_ladder.gates.correctness import absolute_cap, error_bound, random_operands
 from gemm_ladder.gates.performance import measure_dram_bandwidth, time_fns
 from gemm_ladder.library.operand import operand_view
 from gemm_ladder.library.small_m import SmallMGemm, small_m_gemm
 from gemm_ladder.shapes import gemm_min_bytes
+from suite import add_output_argument, save
 
 M_VALUES = (1, 16, 64, 128, 256)
 NK = ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192))
@@ -100,20 +96,6 @@ def sanitize(dtype: str) -> int:
     return wrong
 
 
-def default_output(dtype: str) -> Path:
-    """bench/results/DATE_library_small_m_DTYPE_COMMIT.json; the commit as run_meta reads it (the
-    GEMM_LADDER_GIT_COMMIT of a copied tree first, then git)."""
-    commit = os.environ.get("GEMM_LADDER_GIT_COMMIT", "")[:7]
-    if not commit:
-        try:
-            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                    cwd=Path(__file__).parent).stdout.strip()
-        except OSError:
-            commit = ""
-    day = datetime.date.today().isoformat()
-    return Path(__file__).parent / "results" / f"{day}_library_small_m_{dtype}{'_' + commit if commit else ''}.json"
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
@@ -123,7 +105,7 @@ def main() -> int:
     p.add_argument("--flush", default="write", choices=("write", "read"),
                    help="how L2 is flushed before each timed call: by writes (L2 left dirty, the gates' default) "
                         "or by reads (L2 left clean); see gates.performance.time_fn")
-    p.add_argument("-o", "--output", type=Path, default=None)
+    add_output_argument(p)
     args = p.parse_args()
     if not torch.cuda.is_available():
         print("library_small_m: needs a CUDA GPU (sm_90a)", file=sys.stderr)
@@ -182,7 +164,7 @@ def main() -> int:
     table = Table(title=f"small-M kernel vs cuBLAS, {args.dtype}, {args.passes} passes, L2 flushed by {args.flush}s; "
                         f"copy {copy_gbs:.0f} GB/s "
                         f"(before {copy_before:.0f}, after {copy_after:.0f})")
-    extra = [name for name in rows[0]["median_ms"] if name not in ("ours", "cuBLAS")]
+    extra = list(dict.fromkeys(name for r in rows for name in r["median_ms"] if name not in ("ours", "cuBLAS")))
     for col in ("M", "N x K", "BN/S", "CTAs", "contrib", "ours us", "cuBLAS us", "ratio (min-max)", "ours % copy",
                 "cuBLAS % copy", *extra):
         table.add_column(col, justify="right")
@@ -192,14 +174,14 @@ def main() -> int:
                       str(r["max_contributors"]), f"{t['ours'] * 1e3:.1f}", f"{t['cuBLAS'] * 1e3:.1f}",
                       f"{r['vs_cublas_median']:.2f} ({min(r['vs_cublas_per_pass']):.2f}-{max(r['vs_cublas_per_pass']):.2f})",
                       f"{r['copy_fraction']['ours']:.0%}", f"{r['copy_fraction']['cuBLAS']:.0%}",
-                      *(f"{t[name] * 1e3:.1f}" for name in extra))
+                      *(f"{t[name] * 1e3:.1f}" if name in t else "-" for name in extra))
     console.print(table)
     for what, ok in {**verdicts, **aim}.items():
         console.print(f"{'met' if ok else 'NOT met'}: {what}")
-    out = args.output or default_output(args.dtype)
-    write_json({"meta": run_meta(" ".join(["python", *sys.argv])), "l2_flush": args.flush, "copy_gb_per_s": {"before": copy_before,
-                "after": copy_after, "mean": copy_gbs}, "rows": rows, "targets": verdicts, "aims": aim}, out)
-    console.print(f"wrote {out}")
+    save({"l2_flush": args.flush, "copy_gb_per_s": {"before": copy_before, "after": copy_after, "mean": copy_gbs},
+          "rows": rows, "targets": verdicts, "aims": aim},
+         f"library_small_m_{args.dtype}{'_sweep' if args.sweep else ''}{'_flushread' if args.flush == 'read' else ''}",
+         args.output)
     return 0 if all(verdicts.values()) else 1
 
 

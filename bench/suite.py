@@ -49,15 +49,20 @@ def result_name(name: str, meta: dict[str, Any]) -> str:
     return f"{date}_{name}_{tag}.json"
 
 
+def meta() -> dict[str, Any]:
+    """run_meta of this command line (GPU, clocks, date, commit), for a script that needs it before saving."""
+    return run_meta(" ".join(["python", *sys.argv]))
+
+
 def save(result: dict[str, Any], name: str, output: Path | None = None) -> Path:
     """Write ``{"meta": run_meta(<this command line>), **result}``; returns the path and prints it.
 
     ``output``: the file to write (the script's ``-o``); None for ``result_name(name, meta)`` in $OUT
     when that is set, else in bench/results/.
     """
-    meta = run_meta(" ".join(["python", *sys.argv]))
+    described = meta()
     if output is None:
-        output = Path(os.environ.get("OUT") or RESULTS) / result_name(name, meta)
-    path = write_json({"meta": meta, **result}, output)
+        output = Path(os.environ.get("OUT") or RESULTS) / result_name(name, described)
+    path = write_json({"meta": described, **result}, output)
     print(f"wrote {path}")
     return path

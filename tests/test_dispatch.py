@@ -222,9 +222,6 @@ def test_mid_sizes_take_the_cost_models_fastest_candidate(fakes):
         assert cands[0]["predicted_us"] == min(c["predicted_us"] for c in cands)
         assert (e.kernel["bn"], e.split) == (cands[0]["bn"], cands[0]["split"])
         assert e.heuristic["provenance"] == model.provenance
-    # 1024^3: 16 units of 128x256 for 66 clusters; the default table splits K over every cluster.
-    e = gemm_ladder.explain(meta(1024, 1024), meta(1024, 1024).T)
-    assert e.split == "all" and e.grid == [132, 1, 1]
 
 
 def test_a_tuned_table_changes_the_choice_and_is_named(fakes, monkeypatch):
@@ -248,7 +245,7 @@ def test_explain_is_data_and_text(fakes):
         assert d[key] is not None, key
     assert d["device"].endswith("(assumed: no GPU to ask)")
     text = str(e)
-    for piece in ("kernel:", "tile [128,", "grid", "split", "untuned default", "plan:"):
+    for piece in ("kernel:", "tile [128,", "grid", "split", load_table().provenance, "plan:"):
         assert piece in text, piece
 
 
@@ -308,12 +305,12 @@ def test_work_counts_the_busiest_cluster():
         work(1, 1, 1, 256, "some", 66)
 
 
-def test_the_shipped_table_is_valid_and_untuned():
+def test_the_shipped_table_is_valid_and_says_where_it_comes_from():
     model = load_table()
-    assert model.provenance.startswith("untuned default") and not model.tuned
+    assert model.provenance.startswith(("untuned default", "tuned on ")) and model.tuned == model.provenance.startswith("tuned on ")
     assert model.bns == (256, 128)
-    assert set(model.rules) >= {"k_iter_us[256]", "k_iter_us[128]", "split_k_iter_us", "fixup_us", "fixed_us"}
-    assert "bench/results/" in model.rules["k_iter_us[256]"] and "bench/results/" in model.rules["split_k_iter_us"]
+    assert {"fixup_us", "fixed_us"} <= set(model.rules) and any(r.startswith("k_iter_us") for r in model.rules)
+    assert all("bench/results/" in rule for rule in model.rules.values())  # each figure names its measurement
     with pytest.raises(ValueError, match="dispatch table"):
         CostModel.from_json({"provenance": "x"})
     bad = model.to_json() | {"fixed_us": -1}

@@ -60,7 +60,7 @@ class DeviceFacts:
         return f"{self.name}, {self.sms} SMs" + (" (assumed: no GPU to ask)" if self.assumed else "")
 
 
-#: What a route on meta tensors assumes: the H200 the project measures on (DESIGN.md: 132 SMs).
+#: What a route on meta tensors assumes: the H200 the project measures on (132 SMs: design/problem.py's ArchInfo for sm_90a).
 ASSUMED_DEVICE = DeviceFacts("NVIDIA H200", 132, assumed=True)
 
 
