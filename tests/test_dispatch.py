@@ -170,7 +170,7 @@ def test_small_m_goes_to_the_small_m_kernel_when_it_reads_b_in_place(fakes):
     w = meta(4096, 4096)
     e = gemm_ladder.explain(meta(16, 4096), w.T)
     assert e.kind == "small_m" and e.kernel["name"] == "fake small M" and "small M" in e.heuristic["rule"]
-    assert e.split.startswith("K split evenly")
+    assert e.split.startswith("K split by the small-M rule")
     # B row-major (MN-major): the small-M kernel would copy the whole weight; the general kernel reads it.
     e = gemm_ladder.explain(meta(16, 4096), w)
     assert e.kind == "general" and ops(e)["b"]["path"] == "in place"

@@ -178,8 +178,10 @@ def test_the_split_computes_every_iteration_once_and_numbers_contributors_in_k_o
 
 def test_the_grid_rule_and_its_limits():
     g = SmallMGemm(16)
-    # 4096 x 4096: 32 units x 64 K tiles over 132 resident CTAs; K = 64: 32 iterations, 32 CTAs.
-    assert g.ctas(16, 4096, 4096, 132) == 132 and g.ctas(16, 4096, 64, 132) == 32
+    # 4096 x 4096: 32 units < 132 resident CTAs: each unit's 64 K tiles in 132 // 32 = 4 ranges; K = 64: one
+    # K tile per unit, 32 CTAs. 28672 x 8192: 224 units >= 132: stream-K over 132 CTAs.
+    assert g.ctas(16, 4096, 4096, 132) == 128 and g.ctas(16, 4096, 64, 132) == 32
+    assert g.ctas(16, 14336, 4096, 132) == 112 and g.ctas(16, 28672, 8192, 132) == 132
     assert g.ctas(16, 4096, 4096, 132, splits=4) == 128  # classic split-K: 32 units x 4
     assert g.ctas(16, 4096, 128, 132, splits=4) == 64  # 2 K tiles: at most 2 ranges per unit
     assert g.ctas(40, 1000, 520, 132, splits=1) == 8 * 3  # M = 40 > BN = 16: 3 M tiles per N tile

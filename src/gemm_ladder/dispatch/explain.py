@@ -134,7 +134,8 @@ def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostMo
     if route.c_path.copy_back:
         launches.append(f"repack the output workspace back into c ({route.c_path.copy_bytes} bytes moved)")
     if route.kind == "small_m":
-        split = "K split evenly over every CTA (small-M rule)" if opts.get("splits") is None else f"splits={opts['splits']}"
+        split = ("K split by the small-M rule (SmallMGemm.ctas: whole units split evenly, or stream-K past the "
+                 "resident CTAs)" if opts.get("splits") is None else f"splits={opts['splits']}")
         rule = "small M: the kernel's M <= 256, and the small-M kernel copies no more than the general one would"
         heuristic = {"rule": rule, "provenance": "the small-M kernel's own rule (library.small_m.SmallMGemm.ctas)",
                      "candidates": []}
