@@ -83,7 +83,7 @@ def test_the_correctness_gate_over_m_and_tails(dtype):
 def test_repeated_runs_are_bitwise_identical_where_units_are_split():
     """The llm shapes' units are split over many CTAs (several contributors per unit): 10 launches into
     poisoned outputs agree bitwise, and each is right."""
-    for m, n, k in ((1, 4096, 4096), (16, 4096, 14336), (64, 14336, 4096), (256, 4096, 4096)):
+    for m, n, k in ((1, 4096, 4096), (16, 4096, 14336), (64, 28672, 1024), (256, 4096, 4096)):
         kernel = small_m_gemm(m)
         sched = kernel.schedule(m, n, k, kernel.ctas(m, n, k, kernel.loaded("bf16", torch.device("cuda"))
                                                      .max_active_clusters(torch.device("cuda"))))
