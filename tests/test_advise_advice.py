@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gemm_ladder.advise.advice import advise_kernel
-from gemm_ladder.advise.climb_data import describe_source, load_result
+from gemm_ladder.gates.climb_data import describe_source, load_result
 from gemm_ladder.advise.evidence import Evidence
 from gemm_ladder.advise.render import SECTIONS, advice_markdown
 

@@ -14,11 +14,11 @@ import pytest
 from conftest import needs_nvcc
 
 from gemm_ladder.advise.advice import advise_kernel
-from gemm_ladder.advise.climb_data import describe_source, load_result
+from gemm_ladder.gates.climb_data import describe_source, load_result
 from gemm_ladder.advise.evidence import LABELS
 from gemm_ladder.advise.ladder_position import place
 from gemm_ladder.advise.render import SECTIONS, advice_markdown
-from gemm_ladder.advise.stopping import judge_climb
+from gemm_ladder.gates.stopping import judge_climb
 from gemm_ladder.advise.targets import level_evidence
 from gemm_ladder.cli import main
 from gemm_ladder.levels import LEVELS
@@ -133,7 +133,7 @@ def test_advise_level_command_json(ladder_evidence, use_cache, capsys):
 @needs_nvcc
 def test_advise_level_command_markdown_without_results(ladder_evidence, use_cache, capsys, tmp_path, monkeypatch):
     """No climb results anywhere: the answer still comes, and says the gains are not known."""
-    monkeypatch.setattr("gemm_ladder.advise.climb_data.results_dirs", lambda: [tmp_path])
+    monkeypatch.setattr("gemm_ladder.gates.climb_data.results_dirs", lambda: [tmp_path])
     assert main(["advise", "--level", "7"]) == 0
     md = capsys.readouterr().out
     assert "Next step: level 8" in md and "no climb results" in md.lower() and "| not run |" in md

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gemm_ladder.advise.climb_data import find_climb_results, load_result, timed_rows
-from gemm_ladder.advise.stopping import judge_climb
+from gemm_ladder.gates.climb_data import find_climb_results, load_result, timed_rows
+from gemm_ladder.gates.stopping import judge_climb
 from gemm_ladder.levels import LEVELS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,3 +147,25 @@ def test_the_readme_example_quotes_the_rules_own_figures():
     for figure in (v.verdict(6).below.gain, v.verdict(8).below.gain, v.verdict(7).vs_kept.gain,
                    v.verdict(9).vs_kept.gain, v.verdict(9).vs_cublas.gain):
         assert f"{figure:.2f}x" in section
+
+
+def test_the_climb_prints_and_records_the_stopping_rule(capsys):
+    """The climb's own result carries the rule's verdict per dtype (result["stopping"]), and its summary
+    prints each level's verdict: on the d3b6198 climb, levels 6 and 8 did not earn their complexity."""
+    from gemm_ladder.gates.climb import print_stopping
+    from gemm_ladder.gates.tables import make_console
+
+    result = load_result(ROOT / "bench/results/2026-11-30_climb_bf16_edge_square_llm_d3b6198.json")
+    verdicts = judge_climb(result)
+    print_stopping(verdicts, make_console())
+    out = capsys.readouterr().out
+    assert "stopping rule (bf16)" in out and "L6 not earned: 0.69x L5" in out and "L8 not" in out
+
+
+def test_a_climb_result_holds_its_stopping_verdicts(tmp_path):
+    from gemm_ladder.cli import main
+
+    out = tmp_path / "r.json"
+    main(["gate", str(ROOT / "examples/my_gemm.py") + ":gemm", "--device", "cpu", "--shapes", "5x6x7", "--json", str(out)])
+    stopping = json.loads(out.read_text())["stopping"]
+    assert [v["dtype"] for v in stopping] == ["bf16"] and "nothing to judge" in stopping[0]["summary"]

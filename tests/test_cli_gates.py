@@ -278,3 +278,17 @@ def test_entry_point_as_subprocess():
     )
     assert proc.returncode == 1, proc.stderr
     assert "fail" in proc.stdout
+
+
+def test_a_shape_too_large_for_a_cpu_check_is_not_run_not_passed(tmp_path):
+    """On a CPU the correctness gate checks M x N x K up to 2^30 (1024^3 takes seconds, 8192^3 minutes):
+    a larger shape is reported "not run" with the reason, and the run is incomplete (exit 3), not passed."""
+    out = tmp_path / "big.json"
+    rc = main(["gate", str(ROOT / "examples/my_gemm.py") + ":gemm", "--device", "cpu",
+               "--shapes", "5x6x7,2048x1024x1024", "--json", str(out)])
+    assert rc == 3
+    result = json.loads(out.read_text())
+    corr = result["gates"]["correctness"]
+    assert corr["state"] == "not run" or corr["not_run"] >= 1, corr
+    assert "too large to check on a CPU" in json.dumps(result["gates"])
+    assert {(r["m"], r["n"], r["k"]) for r in result["rows"] if r["kind"] == "user"} == {(5, 6, 7)}

@@ -4,7 +4,7 @@ validation, risks and fallback.
 :func:`advise_kernel` answers for one kernel (its evidence placed on the ladder): the next rung with the
 designer's plan for it, or the stop. :func:`advise_climb` answers for a results JSON: the stopping rule over
 every level it climbed. The expected gain of a step is the ladder's own measured gain on the climb's GPU
-(:mod:`gemm_ladder.advise.stopping` over a results JSON), never a constant.
+(:mod:`gemm_ladder.gates.stopping` over a results JSON), never a constant.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from gemm_ladder.advise.contract import Contract, step_contract
 from gemm_ladder.advise.evidence import Evidence, Fact
 from gemm_ladder.advise.ladder_position import Position, place
-from gemm_ladder.advise.stopping import ClimbVerdict, LevelVerdict
+from gemm_ladder.gates.stopping import ClimbVerdict, LevelVerdict
 
 SCHEMA = "gemm-ladder/advice/1"
 
@@ -92,7 +92,7 @@ def climb_facts(climb_source: str | None, gpu: str | None) -> list[Fact]:
     if climb_source is None:
         return [Fact("climb.source", None, "no climb results with timed rows were found: the gains of the steps are "
                      "not known here (run `gemm-ladder climb --json bench/results/...json` on the GPU, or give --results)",
-                     "not run", "gemm_ladder.advise.climb_data.find_climb_results")]
+                     "not run", "gemm_ladder.gates.climb_data.find_climb_results")]
     return [Fact("climb.source", climb_source, f"the gains of the ladder's steps are read from {climb_source}", "measured",
                  climb_source),
             Fact("climb.gpu", gpu, f"the climb ran on {gpu or 'an unrecorded GPU'}; its figures are taken to hold on "
@@ -130,13 +130,13 @@ def advise_kernel(ev: Evidence, *, climb_result: dict[str, Any] | None = None, c
     """Place the kernel of ``ev`` and recommend its next step (or the stop), with the plan for that step.
 
     ``climb_result`` is the ladder's climb (a results dict, docs/results-schema.md) the expected gains come
-    from, ``climb_source`` its description (:func:`gemm_ladder.advise.climb_data.describe_source`); without
+    from, ``climb_source`` its description (:func:`gemm_ladder.gates.climb_data.describe_source`); without
     them the gains are reported as not known. ``shape`` is the problem the next step's plan is drawn for.
     The stop comes at the top of the ladder, or when the kernel's own measured ratio to cuBLAS (gates run
     now, or its rows in a results file) is within the noise of 1: the stopping rule's practical roofline.
     """
-    from gemm_ladder.advise.climb_data import gpu_name
-    from gemm_ladder.advise.stopping import judge_climb
+    from gemm_ladder.gates.climb_data import gpu_name
+    from gemm_ladder.gates.stopping import judge_climb
     from gemm_ladder.design.level_protocols import LEVELS as AUDITED
 
     climb = next((v for v in judge_climb(climb_result) if v.dtype == ev.dtype), None) if climb_result else None

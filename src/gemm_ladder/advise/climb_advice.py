@@ -13,8 +13,8 @@ from gemm_ladder.advise.evidence import Fact
 def advise_climb(result: dict[str, Any], source: str, dtype: str, *, shape: tuple[int, int, int] = (4096, 4096, 4096),
                  arch: str = "sm_90a") -> Advice:
     """The stopping rule over a results JSON: which levels earned their complexity, where to stop, and why."""
-    from gemm_ladder.advise.climb_data import gpu_name
-    from gemm_ladder.advise.stopping import judge_climb
+    from gemm_ladder.gates.climb_data import gpu_name
+    from gemm_ladder.gates.stopping import judge_climb
 
     verdicts = {v.dtype: v for v in judge_climb(result)}
     climb = verdicts.get(dtype)
@@ -29,7 +29,7 @@ def advise_climb(result: dict[str, Any], source: str, dtype: str, *, shape: tupl
                       "expected": None, "falsified_if": None}, [], [], None, climb, source)
     for v in climb.levels:
         facts.append(Fact(f"stopping.level{v.level}", v.verdict, f"level {v.level} ({v.name}): {v.reason}", "measured",
-                          source + "; gemm_ladder.advise.stopping"))
+                          source + "; gemm_ladder.gates.stopping"))
     kept = climb.kept
     losers = climb.not_earned
     loss_text = "; ".join(f"level {v.level} ran {v.below.figures()} against level {v.below.lower}" for v in losers)

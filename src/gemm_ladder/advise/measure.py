@@ -1,6 +1,6 @@
 """Measured facts: the gates run now on this GPU, or a results JSON's rows for a level or a user kernel.
 
-Both go through the same reading: :func:`gemm_ladder.advise.stopping.judge_climb` over a result dict
+Both go through the same reading: :func:`gemm_ladder.gates.stopping.judge_climb` over a result dict
 (docs/results-schema.md) gives each level's ratio to cuBLAS, to the level below and its roofline
 fraction; a user's rows (``kind`` "user") are compared with cuBLAS and with the reference level
 timed beside them.
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gemm_ladder.advise.climb_data import timed_rows
+from gemm_ladder.gates.climb_data import timed_rows
 from gemm_ladder.advise.evidence import Evidence
-from gemm_ladder.advise.stopping import compare, geomean, judge_climb
+from gemm_ladder.gates.stopping import compare, geomean, judge_climb
 
 
 def correctness_counts(result: dict[str, Any], *, kind: str, level: int | None, dtype: str) -> dict[str, int]:
@@ -51,7 +51,7 @@ def add_level_result_facts(ev: Evidence, result: dict[str, Any], level: int, sou
         ev.add(f"{prefix}.roofline", verdict.roofline_fraction, f"{who}: {verdict.roofline_fraction:.0%} of the roofline "
                "(geomean of min(peak, intensity x measured DRAM bandwidth))", label, source)
     ev.add(f"{prefix}.stopping", verdict.verdict, f"stopping rule on {who}: {verdict.reason}", label,
-           source + "; gemm_ladder.advise.stopping")
+           source + "; gemm_ladder.gates.stopping")
 
 
 def add_user_result_facts(ev: Evidence, result: dict[str, Any], source: str, *, reference: int | None = None,

@@ -80,7 +80,7 @@ def _kind(target: str) -> str:
 
 def _default_dtype(target: str | None) -> str:
     """bf16, or for a results JSON the one dtype of its timed rows (bf16 when it has both or none)."""
-    from gemm_ladder.advise.climb_data import ResultError, load_result, timed_rows
+    from gemm_ladder.gates.climb_data import ResultError, load_result, timed_rows
 
     if target is None or not target.endswith(".json"):
         return "bf16"
@@ -93,7 +93,7 @@ def _default_dtype(target: str | None) -> str:
 
 def _climb(args: argparse.Namespace, dtype: str):
     """(the climb result, its description) the gains come from, or (None, None) when there is none."""
-    from gemm_ladder.advise.climb_data import describe_source, find_climb_results, load_result
+    from gemm_ladder.gates.climb_data import describe_source, find_climb_results, load_result
 
     path = args.results or find_climb_results(dtype)
     if path is None:
@@ -182,7 +182,7 @@ def _advise_level(ctx, number: int):
 
 def _advise_results(ctx):
     from gemm_ladder.advise.climb_advice import advise_climb
-    from gemm_ladder.advise.climb_data import describe_source, load_result
+    from gemm_ladder.gates.climb_data import describe_source, load_result
     from gemm_ladder.advise.measure import add_user_result_facts
     from gemm_ladder.advise.targets import result_kernel_evidence
 
@@ -235,7 +235,7 @@ def _advise_binary(ctx, kind: str):
 def run(args: argparse.Namespace) -> int:
     """Print the advice; 0 with an answer, 1 when the target's own build fails, 2 on a bad input (one line on
     stderr each)."""
-    from gemm_ladder.advise.climb_data import ResultError
+    from gemm_ladder.gates.climb_data import ResultError
     from gemm_ladder.advise.render import advice_json, advice_markdown
     from gemm_ladder.advise.targets import BuildFailed, TargetError
 

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gemm_ladder.contract import Domain, cublas
@@ -34,6 +35,7 @@ from gemm_ladder.gates.performance import (
     measure_dram_bandwidth,
     time_fns,
 )
+from gemm_ladder.gates.stopping import ClimbVerdict, judge_climb
 from gemm_ladder.gates.resources import ResourceReport, check_cubin_resources, check_level_resources
 from gemm_ladder.gates.tables import make_console, print_resources, print_rows
 from gemm_ladder.gates.verdict import GateTally, new_tallies, print_summary, summarize
@@ -238,8 +240,21 @@ def run_gates(
         print_rows(result["rows"], console)
 
     result["gates"], result["summary"] = summarize(tallies, failures)
+    verdicts = judge_climb(result)
+    result["stopping"] = [v.to_json() for v in verdicts]
+    print_stopping(verdicts, console)
     print_summary(result, console)
     return result
+
+
+def print_stopping(verdicts: list[ClimbVerdict], console: Console) -> None:
+    """Per dtype with timed level rows, each level's stopping-rule verdict and the climb's conclusion."""
+    for v in verdicts:
+        if not any(lv.below is not None and lv.below.measured for lv in v.levels):
+            continue
+        cells = ", ".join(f"L{lv.level} {lv.short()}" for lv in v.levels)
+        console.print(f"stopping rule ({v.dtype}): {escape(cells)}")
+        console.print(f"  {escape(v.summary())}")
 
 
 def _run_resources(result: dict[str, Any], targets: list[Target], dtypes: list[str], arch: str,
@@ -272,6 +287,11 @@ def _run_resources(result: dict[str, Any], targets: list[Target], dtypes: list[s
 LEVEL_NEEDS_GPU = "no GPU: the ladder's levels are sm_90a kernels"
 #: Why nothing is timed without a GPU.
 TIMING_NEEDS_GPU = "no GPU: timing needs a CUDA device, a CPU's wall clock says nothing of a GPU kernel"
+#: Largest M x N x K the correctness gate checks on a CPU: its float64 reference and torch's CPU
+#: baseline take seconds at 1024^3 (= 2^30) and minutes at 8192^3, which belong on a GPU.
+CPU_CHECK_MAX_MNK = 2**30
+#: Why a larger shape's correctness is not checked on a CPU.
+TOO_LARGE_FOR_CPU = "too large to check on a CPU (M x N x K > 2^30; a GPU checks it)"
 #: Why the performance gate has nothing to do when no shape of the run is timed.
 NO_TIMED_SHAPE = "no timed shape: edge shapes are checked, not timed; square, llm, unaligned and MxNxK time shapes of 2MNK >= 1e11"
 
@@ -297,6 +317,9 @@ def _run_shapes(result: dict[str, Any], targets: list[Target], dtypes: list[str]
                 for t in targets:
                     if t.title in needs_gpu:
                         correctness.skip(needs_gpu[t.title])
+                        continue
+                    if dev.type == "cpu" and m * n * k > CPU_CHECK_MAX_MNK:
+                        correctness.skip(TOO_LARGE_FOR_CPU)
                         continue
                     r = check_correctness(t.fn, m, n, k, dtype, device=dev, seed=None, domain=t.domain)
                     if r.status == "not run":

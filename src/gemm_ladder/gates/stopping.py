@@ -1,4 +1,4 @@
-"""The method's stopping rule (:mod:`gemm_ladder.advise`), made operational: did each level of a climb earn its complexity?
+"""The method's stopping rule, made operational: did each level of a climb earn its complexity?
 
 The rule (the method's "Stopping rule"): if the kernel is already close to the practical roofline, or added
 complexity no longer brings a stable gain, stop upgrading and keep the simpler version. Here, per dtype
@@ -20,15 +20,9 @@ of one results JSON (docs/results-schema.md):
 * **Practical roofline**: cuBLAS timed in the same run. A level whose geometric-mean ratio to cuBLAS is
   at least 1 - noise is at it: there the rule says stop.
 
-How ``gates/climb.py`` should use it (left to the lead; this module imports only ``gemm_ladder.levels``,
-``gemm_ladder.gates.performance`` and :mod:`gemm_ladder.advise.climb_data`, which imports only the latter,
-so climb can import it without a cycle)::
-
-    from gemm_ladder.advise.stopping import judge_climb
-    verdicts = judge_climb(result)                    # after run_gates filled result["rows"]
-    result["stopping"] = [v.to_json() for v in verdicts]    # one object per dtype
-    for v in verdicts:                                # a column of the climb table, per level row
-        cell = v.verdict(level_number).short()        # e.g. "not earned: 0.65x L5"
+The climb (``gates/climb.py``) applies it to its own result: ``result["stopping"]`` holds one
+object per dtype and the summary prints each level's verdict; ``gemm-ladder advise`` applies it to a
+results JSON.
 """
 
 from __future__ import annotations
@@ -39,7 +33,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from gemm_ladder.advise.climb_data import TimedRow, timed_rows
+from gemm_ladder.gates.climb_data import TimedRow, timed_rows
 from gemm_ladder.gates.performance import Timing
 from gemm_ladder.levels.base import PerfExpectation
 
