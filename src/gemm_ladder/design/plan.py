@@ -34,7 +34,8 @@ MAX_REGISTERS = 255  # per thread (PTX ISA / CUDA C Programming Guide: 255 regis
 #: Below this many operand bytes per CTA tile, the host-side encode and the barrier round trips are not
 #: amortised: TMA is correct but not worth it.
 SMALL_COPY_BYTES = 64 * 1024
-#: Unit rows per group of the persistent kernels' grouped order (TileScheduler::kGroupM in tile_scheduler.cuh).
+#: Unit rows per group of the persistent kernels' grouped order: the kernels get it as -DGL_GROUP_M
+#: (TileScheduler::kGroupM in tile_scheduler.cuh, which refuses to compile without it).
 GROUP_M = 8
 
 ALTERNATIVE_COPY = ("vectorized thread copy (the level-3 path: every thread moves {w}-byte vectors "
@@ -134,6 +135,7 @@ class KernelConfig:
             "GL_SMEM_BYTES": s.total_bytes, "GL_EXPECT_TX_BYTES": self.expect_tx_bytes,
             "GL_B_BOX_ROWS": bn // self.cluster,
             "GL_EMPTY_ARRIVALS": self.empty_arrivals,
+            "GL_GROUP_M": GROUP_M,
         }
 
 
