@@ -7,10 +7,9 @@ import json
 
 import pytest
 
-from gemm_ladder.design.audit import AuditResult, ProtocolError, audit
-from gemm_ladder.design.level_protocols import (PlanFormatError, build_ring_protocol, protocol_for_level,
-                                                protocol_from_plan)
-from gemm_ladder.design.protocol import Barrier, Buffer, Op, Protocol, Role
+from gemm_ladder.audit import (AuditResult, PlanFormatError, ProtocolError, RingConfig, audit, build_ring_protocol,
+                               protocol_for_level, protocol_from_plan)
+from gemm_ladder.audit.protocol import Barrier, Buffer, Op, Protocol, Role
 
 
 def kinds(result: AuditResult) -> set[str]:
@@ -250,15 +249,18 @@ def test_faulty_protocol_is_reported_by_the_full_search():
 
 def _verdicts(p: Protocol) -> dict:
     """Whether each search (full, and each reduced one whose preconditions hold) finds a violation."""
-    from gemm_ladder.design import audit as A
-    cp, static = A._Compiled(p), []  # dynamic violations only
+    from gemm_ladder.audit.compiled import CompiledProtocol
+    from gemm_ladder.audit.explorer import Explorer
+    from gemm_ladder.audit.reductions import ReductionVoid
+    from gemm_ladder.audit.search import search
+    cp, static = CompiledProtocol(p), []  # dynamic violations only
     out = {}
     for mode, why_not in (("none", None), ("blocks", cp.blocks_why_not), ("bursts", cp.bursts_why_not)):
         if why_not is not None:
             continue
         try:
-            found, _, _, complete = A._search(cp, A._Explorer(cp, False, mode), static, 200_000, 1, True)
-        except A._ReductionVoid:
+            found, _, _, complete = search(cp, Explorer(cp, False, mode), static, 200_000, 1, True)
+        except ReductionVoid:
             continue
         assert complete or len(found) > len(static)
         out[mode] = len(found) > len(static)
@@ -343,17 +345,18 @@ def test_protocol_from_plan_lists_missing_keys():
 
 def test_build_rejects_non_ws_multi_consumer():
     with pytest.raises(ValueError, match="consumers must be 1"):
-        build_ring_protocol(stages=2, k_iters=1, consumers=2)
+        RingConfig(stages=2, k_iters=1, consumers=2)
 
 
 @pytest.mark.parametrize("warp_specialized", [False, True])
 def test_release_after_the_next_wgmma_needs_two_stages(warp_specialized):
     """Levels 5-9 release stage k only after issuing the wgmma of k + 1 (release_lag=1). With one stage
     that is a deadlock, which is why their kernels static_assert STAGES >= 2; with two it is clean."""
-    one = audit(build_ring_protocol(stages=1, k_iters=2, release_lag=1, warp_specialized=warp_specialized))
+    one = audit(build_ring_protocol(RingConfig(stages=1, k_iters=2, release_lag=1, warp_specialized=warp_specialized)))
     v = first(one, "deadlock")
     assert "full" in v.message, one.render()
-    two = audit(build_ring_protocol(stages=2, k_iters=3, tiles=2, release_lag=1, warp_specialized=warp_specialized))
+    two = audit(build_ring_protocol(RingConfig(stages=2, k_iters=3, tiles=2, release_lag=1,
+                                               warp_specialized=warp_specialized)))
     assert two.ok, two.render()
 
 

@@ -1,6 +1,6 @@
 """Every level protocol (4..9) audits clean over the bounded matrix: stages 1..4 (level 4: 1; the
 one-stage column of levels 5-9 audits the release-after-read form, since their kernels refuse one
-stage: see level_protocols.protocol_for_level),
+stage: see audit.levels.protocol_for_level),
 K iterations 1..5, tiles per CTA 1..3, the two-CTA protocols (level 8, level 9 clustered) included.
 Level 9 is its shipped epilogue (2 panel buffers per consumer warpgroup, 4 panels per tile).
 
@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from gemm_ladder.design.audit import audit
-from gemm_ladder.design.level_protocols import protocol_for_level
+from gemm_ladder.audit import audit, protocol_for_level
 
 
 def matrix(level: int):
@@ -40,7 +39,7 @@ def test_cluster_levels_clean_over_the_matrix(level, cluster):
 
 def test_level9_audit_constants_are_the_shipped_kernels():
     """The auditor's level-9 epilogue (R buffers, P panels) must be the one the kernel is built with."""
-    from gemm_ladder.design.level_protocols import L9_PANELS_PER_TILE, L9_STAGING_BUFFERS
+    from gemm_ladder.audit.levels import L9_PANELS_PER_TILE, L9_STAGING_BUFFERS
     from gemm_ladder.levels import LEVELS
 
     d = LEVELS[9].defines("bf16")

@@ -39,8 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gemm_ladder.design.audit import DEFAULT_MAX_STATES, ProtocolError, audit
-    from gemm_ladder.design.level_protocols import PlanFormatError, protocol_for_level, protocol_from_plan
+    from gemm_ladder.audit import (DEFAULT_MAX_STATES, PlanFormatError, ProtocolError, audit, protocol_for_level,
+                                   protocol_from_plan)
 
     if (args.level is None) == (args.plan is None):
         print("gemm-ladder audit: give either --level N or a PLAN.json", file=sys.stderr)

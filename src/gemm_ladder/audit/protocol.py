@@ -2,7 +2,7 @@
 
 A :class:`Protocol` is a complete, finite description of how the threads of one cluster hand shared
 memory stages to each other over a bounded number of K iterations and tiles. It is what
-:func:`gemm_ladder.design.audit.audit` explores. Protocols serialise to and from JSON
+:func:`gemm_ladder.audit.audit` explores. Protocols serialise to and from JSON
 (:meth:`Protocol.to_json`, :meth:`Protocol.from_json`), so a kernel author can write one by hand.
 
 Vocabulary (the CuTe verbs in brackets):
@@ -25,6 +25,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, fields
+
+
+class ProtocolError(ValueError):
+    """The protocol is malformed (unknown barrier or buffer, stage out of range, bad JSON, ...)."""
 
 #: Operation kinds and what they mean (``barrier``/``stage``/``cta`` name one barrier instance;
 #: ``cta=None`` means the role's own CTA).
