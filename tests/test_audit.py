@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from gemm_ladder.audit import (AuditResult, PlanFormatError, ProtocolError, RingConfig, audit, build_ring_protocol,
-                               protocol_for_level, protocol_from_plan)
+from gemm_ladder.audit import (PLAN_SCHEMA, AuditResult, PlanFormatError, ProtocolError, RingConfig, audit,
+                               build_ring_protocol, protocol_for_level, protocol_from_plan)
 from gemm_ladder.audit.protocol import Barrier, Buffer, Op, Protocol, Role
+from gemm_ladder.design import plan_gemm
 
 
 def kinds(result: AuditResult) -> set[str]:
@@ -308,38 +309,32 @@ def test_trace_is_short():
 
 
 def plan_json(**ring_over) -> dict:
-    ring = {"stages": 3, "full_barriers": {"arrival_count": 1, "initial_phase": 0},
-            "empty_barriers": {"arrival_count": 1, "initial_phase": 1}}
-    ring.update(ring_over)
-    return {"ring": ring, "consumers": 1, "cluster": 1, "tile": {"bm": 128, "bn": 128, "bk": 64},
-            "problem": {"m": 256, "n": 256, "k": 256}}
+    """A designer plan (3 stages, K = 256: 4 K tiles), as JSON, with ``ring_over`` written into its ring."""
+    doc = json.loads(json.dumps(plan_gemm(256, 256, 256, stages=3).to_json()))
+    doc["ring"].update(ring_over)
+    return doc
 
 
 def test_protocol_from_plan_good_and_faulty():
     p = protocol_from_plan(plan_json())
     assert p.bounds["k_iters"] == 4 and p.bounds["stages"] == 3
     assert audit(p).ok
-    bad = protocol_from_plan(plan_json(empty_barriers={"arrival_count": 1, "initial_phase": 0}))
+    bad = protocol_from_plan(plan_json(first_empty_wait_parity=0))
     assert "deadlock" in kinds(audit(bad))
 
 
 def test_protocol_from_plan_reads_the_designers_ring_spelling():
-    plan = {"ring": {"pipe_depth": 2, "full_init_count": 1, "empty_init_count": 2,
-                     "first_full_wait_parity": 0, "first_empty_wait_parity": 1},
-            "consumers": {"warpgroups": 2, "producer_warpgroup": True}, "cluster": {"size": 1},
-            "tile": {"bm": 128, "bn": 256, "bk": 64}, "problem": {"m": 4096, "n": 4096, "k": 128},
-            "persistent": True}
-    p = protocol_from_plan(plan)
+    plan = plan_gemm(4096, 4096, 128, tile=(128, 256, 64), stages=2, consumers=2, persistent=True)
+    p = protocol_from_plan(json.loads(json.dumps(plan.to_json())))
     assert p.role_counts() == {"producer": 1, "consumer": 2} and p.bounds["tiles_per_cta"] == 2
     assert audit(p).ok
 
 
 def test_protocol_from_plan_lists_missing_keys():
     with pytest.raises(PlanFormatError) as exc:
-        protocol_from_plan({"ring": {"stages": 2}})
+        protocol_from_plan({"schema": PLAN_SCHEMA, "ring": {"pipe_depth": 2}})
     msg = str(exc.value)
-    for key in ("ring.full_barriers.arrival_count", "ring.empty_barriers.arrival_count", "consumers",
-                "problem.k", "tile.bk"):
+    for key in ("ring.full_init_count", "ring.empty_init_count", "problem.consumers", "problem.k", "problem.tile"):
         assert key in msg
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
+from gemm_ladder.audit import PLAN_SCHEMA
 from gemm_ladder.cli import main
+from gemm_ladder.design import plan_gemm
 
 
 def test_audit_level5_exits_0_and_prints_the_result(capsys):
@@ -29,10 +31,10 @@ def test_audit_level_json_output(capsys):
 
 
 def _plan(empty_initial_phase: int) -> dict:
-    return {"ring": {"stages": 2, "full_barriers": {"arrival_count": 1, "initial_phase": 0},
-                     "empty_barriers": {"arrival_count": 1, "initial_phase": empty_initial_phase}},
-            "consumers": 1, "cluster": 1, "tile": {"bm": 128, "bn": 128, "bk": 64},
-            "problem": {"m": 128, "n": 128, "k": 256}}
+    """A designer plan (2 stages, K = 256) whose producer's first empty wait uses ``empty_initial_phase``."""
+    doc = json.loads(json.dumps(plan_gemm(128, 128, 256, stages=2).to_json()))
+    doc["ring"]["first_empty_wait_parity"] = empty_initial_phase
+    return doc
 
 
 def test_audit_good_plan_exits_0(tmp_path, capsys):
@@ -66,6 +68,6 @@ def test_audit_edited_protocol_json_exits_1(tmp_path, capsys):
 def test_audit_usage_errors_exit_2(tmp_path, capsys):
     assert main(["audit"]) == 2
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"ring": {"stages": 2}}))
+    bad.write_text(json.dumps({"schema": PLAN_SCHEMA, "ring": {"pipe_depth": 2}}))
     assert main(["audit", str(bad)]) == 2
     assert "problem.k" in capsys.readouterr().err

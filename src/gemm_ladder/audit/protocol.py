@@ -27,6 +27,10 @@ import json
 from dataclasses import dataclass, field, fields
 
 
+#: The ``format`` of a protocol's JSON (:meth:`Protocol.to_json`).
+PROTOCOL_FORMAT = "gemm-ladder-protocol/1"
+
+
 class ProtocolError(ValueError):
     """The protocol is malformed (unknown barrier or buffer, stage out of range, bad JSON, ...)."""
 
@@ -242,7 +246,7 @@ class Protocol:
         raise KeyError(name)
 
     def to_json(self) -> dict:
-        return {"format": "gemm-ladder-protocol/1", "name": self.name, "ctas": self.ctas,
+        return {"format": PROTOCOL_FORMAT, "name": self.name, "ctas": self.ctas,
                 "bounds": dict(self.bounds), "notes": list(self.notes),
                 "roles": [r.to_json() for r in self.roles],
                 "barriers": [b.to_json() for b in self.barriers],

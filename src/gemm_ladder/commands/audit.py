@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gemm_ladder.audit import (DEFAULT_MAX_STATES, PlanFormatError, ProtocolError, audit, protocol_for_level,
-                                   protocol_from_plan)
+                                   protocol_from_json)
 
     if (args.level is None) == (args.plan is None):
         print("gemm-ladder audit: give either --level N or a PLAN.json", file=sys.stderr)
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             except (OSError, json.JSONDecodeError) as exc:
                 print(f"gemm-ladder audit: cannot read {args.plan}: {exc}", file=sys.stderr)
                 return 2
-            protocol = protocol_from_plan(data)
+            protocol = protocol_from_json(data)
     except (PlanFormatError, ProtocolError, ValueError, KeyError) as exc:
         print(f"gemm-ladder audit: {exc}", file=sys.stderr)
         return 2
