@@ -85,6 +85,8 @@ def test_role_counts_and_barrier_counts():
 
 
 # ---------------------------------------------------------------------------------------- seeded faults
+# (stages=1 with release_lag=0 at levels 5-9: the one-stage, release-after-read variant no kernel ships,
+# kept because its state spaces are the smallest; protocol_for_level refuses one stage without it)
 
 
 def test_missing_full_wait_reads_before_the_load_lands():
@@ -129,13 +131,13 @@ def test_staging_reused_before_wait_group():
 
 
 def test_missing_final_wait_group_exits_with_store_in_flight():
-    r = audit(protocol_for_level(7, k_iters=1, tiles=1, stages=1, final_store_wait=False))
+    r = audit(protocol_for_level(7, k_iters=1, tiles=1, stages=1, release_lag=0, final_store_wait=False))
     assert "exit_in_flight" in kinds(r)
 
 
 def test_level9_staging_wait_leaving_r_groups_reuses_a_buffer_still_read():
     # wait_group.read 2 (R) instead of 1 (R - 1): panel q - 2's store may still read buffer q % 2
-    r = audit(protocol_for_level(9, k_iters=1, tiles=1, stages=1, staging_wait_pending=2))
+    r = audit(protocol_for_level(9, k_iters=1, tiles=1, stages=1, release_lag=0, staging_wait_pending=2))
     v = first(r, "staging_overwrite")
     assert "for tile 0 panel 2 while the TMA store of tile 0 panel 0 still reads it" in v.message
     writer = v.trace[-1].split(":")[0]
@@ -147,7 +149,7 @@ def test_level9_staging_wait_leaving_r_groups_reuses_a_buffer_still_read():
 
 
 def test_level9_missing_final_wait_group_exits_with_a_panel_store_in_flight():
-    r = audit(protocol_for_level(9, k_iters=1, tiles=1, stages=1, final_store_wait=False))
+    r = audit(protocol_for_level(9, k_iters=1, tiles=1, stages=1, release_lag=0, final_store_wait=False))
     v = first(r, "exit_in_flight")
     assert "TMA store from D" in v.message and "never waited" in v.message
 
@@ -155,7 +157,7 @@ def test_level9_missing_final_wait_group_exits_with_a_panel_store_in_flight():
 def test_level9_consumers_sharing_one_staging_ring_race():
     # one ring D.0, D.1 for both consumer warpgroups, each with its own issuer and bulk groups:
     # a consumer's wait_group covers only its own stores, so the other's writes race with them
-    p = protocol_for_level(9, k_iters=1, tiles=1, stages=1, shared_staging=True)
+    p = protocol_for_level(9, k_iters=1, tiles=1, stages=1, release_lag=0, shared_staging=True)
     assert {b.name for b in p.buffers if b.kind == "staging"} == {"D.0", "D.1"}
     r = audit(p)
     v = first(r, "staging_overwrite")
@@ -180,7 +182,7 @@ def test_phase_reset_caught_in_warp_specialized_levels(level):
 
 
 def test_cluster_empty_counting_only_the_local_cta_overwrites_the_peer():
-    p = protocol_for_level(8, k_iters=2, tiles=1, stages=1, remote_release=False, empty_count=1)
+    p = protocol_for_level(8, k_iters=2, tiles=1, stages=1, release_lag=0, remote_release=False, empty_count=1)
     r = audit(p)
     v = first(r, "early_overwrite")
     assert "@cta" in v.message and "still unread by" in v.message
@@ -192,7 +194,7 @@ def test_cluster_empty_counting_only_the_local_cta_overwrites_the_peer():
 
 
 def test_static_rule_one_producer_and_one_consumer_kind():
-    p = protocol_for_level(7, k_iters=1, tiles=1, stages=1)
+    p = protocol_for_level(7, k_iters=1, tiles=1, stages=1, release_lag=0)
     # a second consumer kind also waiting on full
     p.roles.append(Role("cta0.spy", "spy", 0, 32, [Op("wait", "full", 0, parity=0)]))
     r = audit(p)
@@ -269,7 +271,7 @@ def _verdicts(p: Protocol) -> dict:
 
 
 @pytest.mark.parametrize("level,kw", [(7, dict(k_iters=3, tiles=2, stages=2)),
-                                      (8, dict(k_iters=2, tiles=1, stages=1)),
+                                      (8, dict(k_iters=2, tiles=1, stages=1, release_lag=0)),
                                       (9, dict(k_iters=2, tiles=1, stages=2))])
 def test_reduced_searches_agree_with_the_full_search_on_dropped_ops(level, kw):
     # every single-op deletion of a level protocol (a missing wait, arrive, expect, load, read, store,
@@ -289,9 +291,9 @@ def test_reduced_searches_agree_with_the_full_search_on_dropped_ops(level, kw):
 @pytest.mark.parametrize("level,kw", [
     (5, dict(full_wait=False)), (7, dict(empty_initial_phase=0)), (7, dict(empty_count=2)),
     (9, dict(empty_count=1)), (6, dict(drain_staging_before_reuse=False)), (7, dict(final_store_wait=False)),
-    (6, dict(carry_phase=False, k_iters=3)), (8, dict(remote_release=False, empty_count=1, stages=1)),
+    (6, dict(carry_phase=False, k_iters=3)), (8, dict(remote_release=False, empty_count=1, stages=1, release_lag=0)),
     (9, dict(staging_wait_pending=2, tiles=1)), (9, dict(shared_staging=True, tiles=1)), (8, dict(full_count=2)),
-    (9, dict(full_initial_phase=1, tiles=1)), (8, dict()), (9, dict(cluster=2, stages=1, tiles=1))])
+    (9, dict(full_initial_phase=1, tiles=1)), (8, dict()), (9, dict(cluster=2, stages=1, release_lag=0, tiles=1))])
 def test_reduced_searches_agree_with_the_full_search_on_seeded_faults(level, kw):
     kw = dict(dict(k_iters=2, tiles=2, stages=2), **kw)
     v = _verdicts(protocol_for_level(level, **kw))

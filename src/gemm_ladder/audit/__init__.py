@@ -71,7 +71,7 @@ levels and of designer plans), :mod:`~gemm_ladder.audit.compiled`, :mod:`~gemm_l
 the designer. Command line: ``gemm-ladder audit``.
 """
 
-from gemm_ladder.audit.levels import LEVELS, protocol_for_level
+from gemm_ladder.audit.levels import LEVELS, LevelRefused, protocol_for_level
 from gemm_ladder.audit.plans import PLAN_SCHEMA, PlanFormatError, protocol_from_json, protocol_from_plan
 from gemm_ladder.audit.protocol import Barrier, Buffer, Op, Protocol, ProtocolError, Role
 from gemm_ladder.audit.result import AuditResult, Violation
@@ -79,7 +79,7 @@ from gemm_ladder.audit.ring import RingConfig, build_ring_protocol
 from gemm_ladder.audit.search import DEFAULT_MAX_STATES, TRACE_STEPS, audit, static_check
 
 __all__ = [
-    "DEFAULT_MAX_STATES", "LEVELS", "PLAN_SCHEMA", "TRACE_STEPS", "AuditResult", "Barrier", "Buffer", "Op", "PlanFormatError",
-    "Protocol", "ProtocolError", "RingConfig", "Role", "Violation", "audit", "build_ring_protocol",
-    "protocol_for_level", "protocol_from_json", "protocol_from_plan", "static_check",
+    "DEFAULT_MAX_STATES", "LEVELS", "PLAN_SCHEMA", "TRACE_STEPS", "AuditResult", "Barrier", "Buffer", "LevelRefused",
+    "Op", "PlanFormatError", "Protocol", "ProtocolError", "RingConfig", "Role", "Violation", "audit",
+    "build_ring_protocol", "protocol_for_level", "protocol_from_json", "protocol_from_plan", "static_check",
 ]

@@ -13,7 +13,8 @@ The shape of a level (:func:`protocol_for_level`):
   last stage after ``wait_group 0``), and the same thread waits that empty barrier, parity
   (((k-1)/S)%2)^1, before issuing load k-1+S into it. One tile per CTA. Releasing one iteration late
   needs S >= 2 (with one stage it deadlocks, which the audit shows), so the kernels of levels 5-9
-  static_assert it; a one-stage audit of these levels models the release right after the read.
+  refuse one stage at compile time (GL_RELEASES_PREVIOUS_STAGE() in tma_tile.cuh) and so does
+  :func:`protocol_for_level`.
 * **L6 persistent**: L5's ring carried across the tiles of a CTA (the iteration counter, hence stage
   and phase, continues), an epilogue per tile; before writing staging again the previous tile's store
   is drained (wait_group 0).
@@ -24,7 +25,7 @@ The shape of a level (:func:`protocol_for_level`):
   barriers); empty count 2: each consumer arrives on its own and on the peer CTA's empty[s].
 * **L9 multi-consumer (cooperative)**: two consumer warpgroups read every stage of one 128x256 tile;
   empty count = consumers x cluster (cluster 1 by default, 2 with B multicast as in L8; the kernel's
-  ring is 4 stages, the audit defaults to 2). Epilogue as the kernel ships it: each consumer
+  ring is 4 stages, ``protocol_for_level`` defaults to 2). Epilogue as the kernel ships it: each consumer
   warpgroup i stores its 64 x 256 fragment as P = 4 column panels (64 columns, 128 B) through its
   own staging ring of R = 2 panel buffers ``D{i}.0``, ``D{i}.1`` (64 x 128 B each) with its own store
   issuer (thread 0; named barrier 2+i, 128 threads, orders it with its warpgroup): for running panel
@@ -55,10 +56,12 @@ Levels 4 and 5 are not persistent: a CTA computes one tile with freshly initiali
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gemm_ladder.audit.protocol import Protocol
 from gemm_ladder.audit.ring import RingConfig, build_ring_protocol
 
-__all__ = ["LEVELS", "L9_PANELS_PER_TILE", "L9_STAGING_BUFFERS", "protocol_for_level"]
+__all__ = ["LEVELS", "L9_PANELS_PER_TILE", "L9_STAGING_BUFFERS", "LevelRefused", "protocol_for_level"]
 
 LEVELS = (4, 5, 6, 7, 8, 9)
 
@@ -67,52 +70,121 @@ L9_STAGING_BUFFERS = 2
 L9_PANELS_PER_TILE = 4
 
 
+class LevelRefused(ValueError):
+    """Level n's kernel is not built with this configuration; the message names the rule and where the
+    kernel states it."""
+
+
+@dataclass(frozen=True)
+class _Kernel:
+    """What level n's kernel fixes, as the auditor models it (its static_asserts quoted in ``why``)."""
+
+    persistent: bool
+    warp_specialized: bool
+    min_stages: int = 2
+    max_stages: int | None = None
+    clusters: tuple[int, ...] | None = (1,)  # None: any that splits B into equal multicast slices
+    c_ring: bool = False  # level 9's per-consumer panel ring (static_assert GL_C_RING >= 1)
+
+
+_KERNELS = {
+    4: _Kernel(persistent=False, warp_specialized=False, min_stages=1, max_stages=1),
+    5: _Kernel(persistent=False, warp_specialized=False),
+    6: _Kernel(persistent=True, warp_specialized=False),
+    7: _Kernel(persistent=True, warp_specialized=True),
+    8: _Kernel(persistent=True, warp_specialized=True, clusters=(2,)),
+    9: _Kernel(persistent=True, warp_specialized=True, clusters=None, c_ring=True),
+}
+
+_TWO_STAGES = ("its kernel releases stage k only after issuing the wgmma of k + 1 (wgmma.wait_group 1), which "
+               "needs a second stage, and refuses one at compile time (GL_RELEASES_PREVIOUS_STAGE() in "
+               "kernels/include/gemm_ladder/tma_tile.cuh)")
+
+
 def protocol_for_level(n: int, k_iters: int = 3, tiles: int = 2, *, stages: int | None = None,
-                       cluster: int | None = None, consumers: int | None = None, **overrides) -> Protocol:
+                       cluster: int | None = None, consumers: int | None = None, c_ring: int | None = None,
+                       persistent: bool | None = None, producer_warpgroup: bool | None = None,
+                       tile: tuple[int, int, int] | None = None, **overrides) -> Protocol:
     """The protocol of ladder level ``n`` (4..9) unrolled for ``k_iters`` K iterations and ``tiles``.
 
-    ``stages`` defaults to 1 at level 4 (its only value) and 2 elsewhere (small, so a default audit is
-    quick; level 9's kernel runs 4); ``cluster`` to 2 at level 8 and 1 at level 9 (2 is its clustered
-    variant); ``consumers`` to 2 at level 9, whose epilogue is the shipped panel-wise one
-    (``staging_buffers`` = 2, ``panels_per_tile`` = 4, ``deferred_panels`` = 2). ``overrides`` go to
+    The configuration is what the level's kernel is built with: ``gemm-ladder audit --level N`` passes
+    the registry's (``gemm_ladder.levels.LEVELS[N]``: stages, cluster, consumers, c_ring, persistent,
+    producer_warpgroup, tile). Left out here, they default to small values so that a fault search is
+    quick: ``stages`` 1 at level 4 (its only value) and 2 elsewhere (level 9's kernel runs 4);
+    ``cluster`` 2 at level 8 and 1 at level 9 (its kernel runs 2); ``consumers`` 2 at level 9 (BM / 64),
+    1 elsewhere; ``c_ring`` :data:`L9_STAGING_BUFFERS` at level 9, whose epilogue is the shipped
+    panel-wise one (``panels_per_tile`` = BN x 2 / 128 = 4, ``deferred_panels`` = P - R = 2); the
+    tile 128 x 256 x 64 at level 9, 128 x 128 x 64 elsewhere. ``overrides`` go to
     :class:`~gemm_ladder.audit.ring.RingConfig` (fault switches, counts, phases, the epilogue's shape).
+
+    Raises:
+        LevelRefused: a configuration the level's kernel refuses, naming the rule: level 4 has one
+            stage, levels 5-9 need two or more (``release_lag=0`` in ``overrides`` audits the
+            release-after-read variant with one stage, which no level ships); one CTA per cluster
+            below level 8, two at level 8, at level 9 a cluster that splits B into equal multicast
+            slices; one consumer warpgroup below level 9, BM / 64 at level 9; the persistence, warp
+            specialization and output staging (c_ring) of the level.
+        ValueError: ``n`` is not 4..9, or a configuration :class:`RingConfig` refuses.
     """
     if n not in LEVELS:
         raise ValueError(f"levels with a stage-ring protocol are {LEVELS[0]}..{LEVELS[-1]}, not {n}")
+    kern = _KERNELS[n]
+    bm, bn, bk = tile or ((128, 256, 64) if n == 9 else (128, 128, 64))
+    stages = (1 if n == 4 else 2) if stages is None else stages
+    cluster = (2 if n == 8 else 1) if cluster is None else cluster
+    consumers = (bm // 64 if n == 9 else 1) if consumers is None else consumers
+    c_ring = (L9_STAGING_BUFFERS if kern.c_ring else 0) if c_ring is None else c_ring
+    variant = overrides.get("release_lag") == 0 and n >= 5  # the release-after-read form, not the kernel's
+    if n == 4 and stages != 1:
+        raise LevelRefused(f"level 4 has a single stage (PIPE_DEPTH 1), not {stages}: its one warpgroup frees it "
+                           "with __syncthreads before the next load; level 5 adds the ring")
+    if n >= 5 and stages < 2 and not variant:
+        raise LevelRefused(f"level {n} needs 2 or more stages, not {stages}: {_TWO_STAGES}")
+    if kern.clusters is not None and cluster not in kern.clusters:
+        raise LevelRefused(f"level {n} runs a cluster of {kern.clusters[0]} CTA(s), not {cluster}"
+                           + (": static_assert GL_CLUSTER == 2 in levels/level8_cluster_multicast.cu" if n == 8 else
+                              "; level 8 adds the 2-CTA cluster"))
+    want_consumers = bm // 64 if n == 9 else 1
+    if consumers != want_consumers:
+        raise LevelRefused(f"level {n} has {want_consumers} consumer warpgroup(s), not {consumers}: "
+                           + ("static_assert BM == 64 * GL_CONSUMERS in levels/level9_multi_consumer.cu" if n == 9 else
+                              "static_assert GL_CONSUMERS == 1 in its kernel" if n in (7, 8) else
+                              "one warpgroup both issues the loads and consumes them"))
+    panels = bn * 2 // 128  # 128-byte column panels of 2-byte elements
+    if kern.c_ring and (c_ring < 1 or panels % c_ring):
+        raise LevelRefused(f"level 9 stores through a ring of panel buffers per consumer warpgroup whose size divides "
+                           f"its {panels} panels, not c_ring = {c_ring}: static_assert GL_C_RING >= 1 && "
+                           "GL_C_PANELS % GL_C_RING == 0 in levels/level9_multi_consumer.cu")
+    if not kern.c_ring and c_ring:
+        raise LevelRefused(f"level {n} stages the whole output tile at once (c_ring 0), not a ring of {c_ring}; "
+                           "level 9 adds the panel ring")
+    for what, given, fixed, says in (("persistent", persistent, kern.persistent, ("is persistent", "is not persistent")),
+                                     ("producer_warpgroup", producer_warpgroup, kern.warp_specialized,
+                                      ("has a producer warpgroup", "has no producer warpgroup"))):
+        if given is not None and given != fixed:
+            raise LevelRefused(f"level {n}'s kernel {says[0] if fixed else says[1]} ({what}={fixed}), "
+                               f"not {what}={given}")
+    kw = dict(stages=stages, tiles=tiles if kern.persistent else 1, cluster=cluster, consumers=consumers,
+              warp_specialized=kern.warp_specialized, bm=bm, bn=bn, bk=bk)
     if n == 4:
-        if stages not in (None, 1):
-            raise ValueError("level 4 has a single stage (PIPE_DEPTH 1)")
-        kw = dict(stages=1, tiles=1, release_weight=128, warp_specialized=False)
+        kw.update(release_weight=128)  # every thread arrives: the __syncthreads that protects the one stage
     else:
-        kw = dict(stages=2 if stages is None else stages)
-        # As the kernels do: release stage k after issuing the wgmma of k + 1 (wgmma.wait_group 1).
-        # With one stage that would deadlock (audit release_lag=1, stages=1 to see it), so the kernels
-        # of levels 5-9 refuse STAGES < 2 at compile time; a one-stage audit here models the
-        # release-after-read form (the designer's release_mode "current"), to keep fault searches small.
-        kw["release_lag"] = 1 if kw["stages"] >= 2 else 0
-        if n == 5:
-            kw.update(tiles=1, warp_specialized=False)
-        elif n == 6:
-            kw.update(tiles=tiles, warp_specialized=False)
-        elif n == 7:
-            kw.update(tiles=tiles, warp_specialized=True)
-        elif n == 8:
-            kw.update(tiles=tiles, warp_specialized=True, cluster=2 if cluster is None else cluster)
-        else:
-            kw.update(tiles=tiles, warp_specialized=True, cluster=1 if cluster is None else cluster,
-                      consumers=2 if consumers is None else consumers, bn=256,
-                      staging_buffers=L9_STAGING_BUFFERS, panels_per_tile=L9_PANELS_PER_TILE,
-                      deferred_panels=L9_PANELS_PER_TILE - L9_STAGING_BUFFERS)
-    if n != 9 and consumers not in (None, 1) and n >= 7:
-        kw["consumers"] = consumers
-    if n < 8 and cluster not in (None, 1):
-        raise ValueError(f"level {n} runs one CTA per cluster")
+        kw.update(release_lag=1)  # as the kernels do: release stage k after issuing the wgmma of k + 1
+    if kern.c_ring:
+        kw.update(staging_buffers=c_ring, panels_per_tile=panels, deferred_panels=panels - min(c_ring, panels))
     kw.update(overrides)
     name = f"level{n}" + "".join(f"-{k}{v}" for k, v in (("S", kw["stages"]), ("K", k_iters),
                                                           ("T", kw["tiles"])))
     notes = []
-    if n in (4, 5) and tiles != 1:
+    if not kern.persistent and tiles != 1:
         notes.append(f"level {n} is not persistent: one tile per CTA, tiles={tiles} recorded as 1")
-    p = build_ring_protocol(RingConfig(k_iters=k_iters, **kw), name=name, bounds={"level": n})
+    if variant:
+        notes.append(f"release_lag=0: stage k released right after its read, a variant of level {n} that no kernel "
+                     "ships")
+    try:
+        config = RingConfig(k_iters=k_iters, **kw)
+    except ValueError as exc:
+        raise LevelRefused(f"level {n}: {exc}") from None
+    p = build_ring_protocol(config, name=name, bounds={"level": n})
     p.notes.extend(notes)
     return p
