@@ -1,8 +1,8 @@
 """``plan_gemm``: from a problem, a tile, a dtype, a stage count and an architecture, a complete TMA plan.
 
 The plan is for ``c = a @ b.T`` (a: (M, K), b: (N, K), c: (M, N), all row-major) with fp32
-accumulation, the contract of :mod:`gemm_ladder.contract`. It holds, together (the seed's list of what a
-TMA design must give at once): suitability, tensor maps, shared-memory layout and swizzle, MMA
+accumulation, the contract of :mod:`gemm_ladder.contract`. It holds, together, what a TMA design must
+give at once: suitability, tensor maps, shared-memory layout and swizzle, MMA
 descriptors, issuer and consumers, load and store protocols, the stage ring with its barriers, initial
 phases and budget, and the three-phase timeline.
 
@@ -366,10 +366,10 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     if cluster > 1 and not persistent:
         raise PlanRefused("cluster without persistent", f"cluster = {cluster}: the ladder clusters only persistent grids "
                           "(levels 8-9: a 1-D grid, cluster dims (cluster, 1, 1), CTA rank r takes M tile unit_m * cluster + r); "
-                          "a non-persistent grid (N tiles, M tiles, 1) launches no cluster: use persistent=True or cluster = 1")
+                          "a non-persistent grid (N tiles, M tiles, 1) launches no cluster: use persistent=True (--persistent on the command line) or cluster = 1")
     if stream_k and not persistent:
         raise PlanRefused("stream-K without persistent", "the stream-K tail splits the last wave of a persistent "
-                          "grid; a grid of one CTA per tile has no wave to split: use persistent=True")
+                          "grid; a grid of one CTA per tile has no wave to split: use persistent=True (--persistent on the command line)")
     cfg = _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_aliases_stages, c_ring)
     bm, bn, bk = cfg.tile
     e = cfg.dtype.elem_bytes

@@ -151,7 +151,7 @@ def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluste
     consumers and R = 2, 32 KiB instead of 64 KiB, the room for a fourth 48 KiB stage.
     """
     if c_ring and c_aliases_stages:
-        raise PlanRefused("output staging", "c_ring and c_aliases_stages are two different staging layouts: pick one")
+        raise PlanRefused("output staging", "c_ring and c_aliases_stages (--c-ring, --c-aliases-stages) are two different staging layouts: pick one")
     a_stage = bm * bk * elem_bytes
     b_stage = bn * bk * elem_bytes
     a_off = 0
