@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
+
+from gemm_ladder.commands.argcheck import BadArgument, integer, writable_file
 
 NAME = "audit"
 HELP = "Prove a stage-ring protocol (a ladder level or a PLAN.json) free of deadlock, early reuse and phase errors."
@@ -28,10 +29,6 @@ HELP = "Prove a stage-ring protocol (a ladder level or a PLAN.json) free of dead
 #: The integer options and their defaults (None: the level's own value).
 _COUNTS = (("k_iters", "--k-iters"), ("tiles", "--tiles"), ("stages", "--stages"), ("cluster", "--cluster"),
            ("max_states", "--max-states"))
-
-
-class _Refused(Exception):
-    """A bad input: its message is the one line printed after ``gemm-ladder audit: ``."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,18 +57,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         counts = _counts(args)
         if (args.level is None) == (args.plan is None):
-            raise _Refused("give either --level N or a PLAN.json (one of them)")
+            raise BadArgument("give either --level N or a PLAN.json (one of them)")
         if args.dump_protocol is not None:
-            _check_writable(args.dump_protocol, "--dump-protocol")
+            writable_file(args.dump_protocol, "--dump-protocol")
         protocol = _level_protocol(args, counts) if args.level is not None else _plan_protocol(args.plan)
         if args.dump_protocol is not None:
             try:
                 args.dump_protocol.write_text(protocol.dumps())
             except OSError as exc:
-                raise _Refused(f"cannot write --dump-protocol {args.dump_protocol}: {exc.strerror or exc}") from None
+                raise BadArgument(f"cannot write --dump-protocol {args.dump_protocol}: {exc.strerror or exc}") from None
         result = audit(protocol, max_states=counts["max_states"] or DEFAULT_MAX_STATES,
                        split_multicast=args.split_multicast, reduce=not args.full_search)
-    except (_Refused, ValueError) as exc:  # ValueError: PlanFormatError, LevelRefused, ProtocolError, ...
+    except (BadArgument, ValueError) as exc:  # ValueError: PlanFormatError, LevelRefused, ProtocolError, ...
         print(f"gemm-ladder audit: {exc}", file=sys.stderr)
         return 2
     if args.json:
@@ -85,24 +82,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _counts(args: argparse.Namespace) -> dict[str, int | None]:
     """The integer options, each a positive integer (None where left to the level or the default)."""
-    out: dict[str, int | None] = {}
-    for dest, flag in _COUNTS:
-        text = getattr(args, dest)
-        if text is None:
-            out[dest] = None
-            continue
-        try:
-            value = int(text)
-        except ValueError:
-            raise _Refused(f"{flag} {text!r} is not an integer") from None
-        if value < 1:
-            raise _Refused(f"{flag} must be >= 1, got {value}")
-        out[dest] = value
     from gemm_ladder.audit.ring import MAX_ITERATIONS
 
+    out = {dest: None if getattr(args, dest) is None else integer(getattr(args, dest), flag, 1)
+           for dest, flag in _COUNTS}
     if out["k_iters"] * out["tiles"] > MAX_ITERATIONS:
-        raise _Refused(f"--k-iters {out['k_iters']} x --tiles {out['tiles']} is more than the {MAX_ITERATIONS} K "
-                       "iterations the auditor unrolls (a ring repeats every 2 x stages iterations)")
+        raise BadArgument(f"--k-iters {out['k_iters']} x --tiles {out['tiles']} is more than the {MAX_ITERATIONS} K "
+                          "iterations the auditor unrolls (a ring repeats every 2 x stages iterations)")
     return out
 
 
@@ -115,9 +101,9 @@ def _level_protocol(args: argparse.Namespace, counts: dict):
     try:
         number = int(args.level)
     except ValueError:
-        raise _Refused(f"--level {args.level!r} is not an integer") from None
+        raise BadArgument(f"--level {args.level!r} is not an integer") from None
     if number not in AUDITED:
-        raise _Refused(f"--level {number}: levels {AUDITED[0]}..{AUDITED[-1]} have a stage ring to audit"
+        raise BadArgument(f"--level {number}: levels {AUDITED[0]}..{AUDITED[-1]} have a stage ring to audit"
                        + (" (levels 1-3 copy with threads and have none)" if 1 <= number <= 3 else ""))
     from gemm_ladder.levels import get_level
 
@@ -128,7 +114,7 @@ def _level_protocol(args: argparse.Namespace, counts: dict):
         level.defines("bf16")  # the designer's rules for what the kernel would be built with
     except PlanRefused as exc:
         given = ", ".join(f"--{k} {v}" for k, v in changes.items())
-        raise _Refused(f"level {number} cannot be built with {given}: {exc}") from None
+        raise BadArgument(f"level {number} cannot be built with {given}: {exc}") from None
     return protocol_for_level(number, counts["k_iters"], counts["tiles"], stages=level.stages, cluster=level.cluster,
                               consumers=level.consumers, c_ring=level.c_ring, persistent=level.persistent,
                               producer_warpgroup=level.producer_warpgroup, tile=level.tile)
@@ -141,22 +127,12 @@ def _plan_protocol(path: Path):
     try:
         text = path.read_bytes().decode("utf-8")
     except OSError as exc:
-        raise _Refused(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise BadArgument(f"cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
-        raise _Refused(f"cannot read {path}: not UTF-8 text (byte {exc.start})") from None
+        raise BadArgument(f"cannot read {path}: not UTF-8 text (byte {exc.start})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise _Refused(f"cannot read {path}: not JSON ({exc.msg}, line {exc.lineno} column {exc.colno})") from None
+        raise BadArgument(f"cannot read {path}: not JSON ({exc.msg}, line {exc.lineno} column {exc.colno})") from None
     return protocol_from_json(data)
 
-
-def _check_writable(path: Path, flag: str) -> None:
-    """Refuse, before any work, a file that cannot be written (missing folder, a folder, no permission)."""
-    folder = path.parent
-    if path.is_dir():
-        raise _Refused(f"{flag} {path} is a folder, not a file")
-    if not folder.is_dir():
-        raise _Refused(f"{flag} {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise _Refused(f"{flag} {path}: not writable")
