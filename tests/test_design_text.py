@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gemm_ladder.design import PlanRefused, plan_gemm
+from gemm_ladder.design.render import plan_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "src" / "gemm_ladder"
@@ -32,7 +33,7 @@ def test_every_bench_result_cited_exists(path):
 
 
 def test_the_plan_names_its_sources_inside_the_repository():
-    md = plan_gemm(4096, 4096, 4096, persistent=True).to_markdown()
+    md = plan_markdown(plan_gemm(4096, 4096, 4096, persistent=True))
     assert "DESIGN.md" not in md and "bench/results" in md
 
 

@@ -75,13 +75,16 @@ def run(args: argparse.Namespace) -> int:
     except (BadArgument, ValueError) as exc:
         print(f"gemm-ladder design: {exc}", file=sys.stderr)
         return 2
+    from gemm_ladder.design.describer import plan_document
+    from gemm_ladder.design.render import plan_markdown, timeline_png
+
     if args.format == "json":
-        print(json.dumps(plan.to_json(), indent=2))
+        print(json.dumps(plan_document(plan), indent=2))
     else:
-        print(plan.to_markdown(), end="")
+        print(plan_markdown(plan), end="")
     if args.timeline:
         try:
-            plan.write_timeline_png(args.timeline)
+            timeline_png(plan, args.timeline)
         except OSError as exc:
             print(f"gemm-ladder design: cannot write --timeline {args.timeline}: {exc.strerror or exc}", file=sys.stderr)
             return 2
