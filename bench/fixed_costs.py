@@ -11,13 +11,13 @@ Comparing a at two tile counts separates a per-kernel cost from a per-tile one.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import torch
 
+from suite import add_output_argument, save
+
 from gemm_ladder.contract import cublas
-from gemm_ladder.gates.climb import run_meta, write_json
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.levels import LEVELS
 
@@ -34,7 +34,7 @@ def fit(xs, ys):
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."), "fixed_costs.json"))
+    add_output_argument(p)
     args = p.parse_args()
     rows, fits = [], []
     for mn in (4096, 8192):
@@ -52,7 +52,7 @@ def main() -> int:
             a0, b0 = fit(KS, ys)
             fits.append({"m": mn, "n": mn, "name": name, "fixed_us": a0, "us_per_k": b0})
             print(fits[-1], flush=True)
-    write_json({"meta": run_meta(" ".join(["python", *sys.argv])), "rows": rows, "fits": fits}, args.output)
+    save({"rows": rows, "fits": fits}, "fixed_costs", args.output)
     return 0
 
 

@@ -10,14 +10,14 @@ allocation, tensor-map and launch-config lookups and cuLaunchKernelEx (cuBLAS: t
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
 import torch
 
+from suite import add_output_argument, save
+
 from gemm_ladder.contract import cublas
-from gemm_ladder.gates.climb import run_meta, write_json
 from gemm_ladder.levels import LEVELS
 from gemm_ladder.shapes import parse_shape
 
@@ -26,7 +26,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--shape", default="256x256x256")
     p.add_argument("--calls", type=int, default=2000)
-    p.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."), "host_overhead.json"))
+    add_output_argument(p)
     args = p.parse_args()
     m, n, k = parse_shape(args.shape)
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -43,7 +43,7 @@ def main() -> int:
         torch.cuda.synchronize()
         rows.append({"name": name, "m": m, "n": n, "k": k, "calls": args.calls, "host_us_per_call": host_us})
         print(rows[-1], flush=True)
-    write_json({"meta": run_meta(" ".join(["python", *sys.argv])), "rows": rows}, args.output)
+    save({"rows": rows}, f"host_overhead_{m}x{n}x{k}", args.output)
     return 0
 
 

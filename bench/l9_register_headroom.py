@@ -12,12 +12,11 @@ before it is timed.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
+from suite import add_output_argument, save
 from variants import with_edit
 
-from gemm_ladder.gates.climb import run_meta, write_json
 from gemm_ladder.gates.resources import parse_ptxas_log
 from gemm_ladder.levels import LEVELS
 
@@ -52,7 +51,7 @@ VARIANTS = {
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."), "l9_register_headroom.json"))
+    add_output_argument(p)
     args = p.parse_args()
     rows = []
     for i, (name, edit) in enumerate(VARIANTS.items()):
@@ -62,7 +61,7 @@ def main() -> int:
             rows.append({"variant": name, "dtype": dtype, "registers": usage.registers, "stack_bytes": usage.stack_bytes,
                          "spill_stores": usage.spill_stores, "spill_loads": usage.spill_loads})
             print(rows[-1], flush=True)
-    write_json({"meta": run_meta(" ".join(["python", *sys.argv])), "rows": rows}, args.output)
+    save({"rows": rows}, "l9_register_headroom", args.output)
     return 0
 
 

@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
 import sys
 
 from rich.console import Console
-from variants import check_targets
 from rich.table import Table
+from suite import add_output_argument, save
+from variants import check_targets
 
 from gemm_ladder.contract import DTYPES, cublas
-from gemm_ladder.gates.climb import run_meta, write_json
 from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.levels import LEVELS
@@ -39,7 +38,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--passes", type=int, default=5)
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
-    p.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."), "l9_targets.json"))
+    add_output_argument(p)
     args = p.parse_args()
     l9 = LEVELS[9]
     shapes = [("square", (4096, 4096, 4096)), ("square", (8192, 8192, 8192))]
@@ -80,8 +79,7 @@ def main() -> int:
     console.print(f"llm geomean of median ratios: {geomean:.3f}")
     for what, ok in verdicts.items():
         console.print(f"{'met' if ok else 'NOT met'}: {what}")
-    write_json({"meta": run_meta(" ".join(["python", *sys.argv])), "rows": rows, "llm_geomean": geomean,
-                "targets": verdicts}, args.output)
+    save({"rows": rows, "llm_geomean": geomean, "targets": verdicts}, f"l9_targets_{args.dtype}", args.output)
     return 0 if all(verdicts.values()) else 1
 
 

@@ -30,16 +30,15 @@ from the last one's (the partial last wave shows there).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 
 import torch
 from rich.console import Console
 from rich.table import Table
+from suite import add_output_argument, save
 from variants import with_edit
 
-from gemm_ladder.gates.climb import run_meta, write_json
 from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gpu import l2_bytes
 from gemm_ladder.levels import LEVELS
@@ -210,7 +209,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--shapes", default="4096,4096,4096;4096,1024,4096;8192,8192,8192")
     p.add_argument("--flush", default="write,read,none", help="comma list of: write, read, none (see trace())")
-    p.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."), "l9_timeline.json"))
+    add_output_argument(p)
     args = p.parse_args()
     level = with_edit(LEVELS[9], "l9_traced", traced_edit, stream_k_min_idle=2.0)
     results = [trace(level, *(int(x) for x in s.split(",")), flush=f)
@@ -226,7 +225,7 @@ def main() -> int:
                       fmt(r["drain_us"]), fmt(r["exit_gap_us"]), fmt(r["cycles_per_k_tile_low"], 0),
                       fmt(r["cycles_per_k_tile_high"], 0), fmt(r["clock_ghz"]))
     Console(width=280).print(table)
-    write_json({"meta": run_meta(" ".join(["python", *sys.argv])), "shapes": results}, args.output)
+    save({"shapes": results}, "l9_timeline", args.output)
     return 0
 
 

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
+from suite import add_output_argument, save
 from variants import check_targets, no_multicast_edit, with_defines, with_edit
 
 from gemm_ladder.contract import cublas
-from gemm_ladder.gates.climb import run_meta, write_json
 from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.levels import LEVELS
@@ -50,7 +49,7 @@ def main() -> int:
     p.add_argument("--set", default="reasons", choices=["reasons", "order", "bounds"],
                    help="reasons: the variants above; order: tile-order heights of levels 6 and 9; "
                         "bounds: level 9 without its epilogue")
-    p.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."), "ladder_variants.json"))
+    add_output_argument(p)
     args = p.parse_args()
     targets = {
         "cuBLAS": cublas,
@@ -78,8 +77,7 @@ def main() -> int:
         for r in rows:
             if r["size"] == size:
                 print(json.dumps(r), flush=True)
-    write_json({"meta": run_meta(" ".join(["python", *sys.argv])), "rows": rows}, args.output)
-    print(f"wrote {args.output}")
+    save({"rows": rows}, "ladder_variants" if args.set == "reasons" else f"ladder_variants_{args.set}", args.output)
     return 0
 
 

@@ -1,58 +1,70 @@
-"""Sweep PIPE_DEPTH of level 5 (and, with --level, any TMA level) at 4096^3 and 8192^3, bf16.
+"""Which ring depth (PIPE_DEPTH, stages) is fastest for a TMA level, at 4096^3 and 8192^3, bf16.
 
-    python bench/pipe_depth_sweep.py [--level 5] [--out DIR]
+    python bench/pipe_depth_sweep.py [--level 5] [--sizes 4096,8192] [--rounds 4] [-o OUT.json]
 
-Each depth is compiled from the designer's plan (depths that do not fit are refused by it and
-reported), checked against float64 on a small shape, and timed beside cuBLAS in the same run with
-L2 flushed before each repeat. Writes pipe_depth_sweep.json under --out.
+Each depth from 2 up is compiled from the designer's plan until the plan refuses one (shared memory
+no longer fits; the refusal is recorded), its output checked against float64 on the first 256 rows,
+and every depth that runs is timed with cuBLAS interleaved in the same run
+(gates.performance.time_fns: L2 flushed before every call, the host's launch latency hidden,
+``--rounds`` rounds). Each row also records the CTAs an SM holds at that depth, which is what
+usually decides the sweep. Level 5's shipped depth (levels/__init__.py) came from this sweep
+(docs/ladder.md).
 """
+
+from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
-import torch
+from suite import add_output_argument, save
+from variants import check_targets
 
 from gemm_ladder.contract import cublas
-from gemm_ladder.gates.climb import run_meta
 from gemm_ladder.design.problem import PlanRefused
-from triton.testing import do_bench  # flushes L2 between repeats
+from gemm_ladder.gates.correctness import random_operands
+from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.levels import LEVELS
+from gemm_ladder.levels.tma import TmaLevel
 from gemm_ladder.shapes import gemm_flops
+
+MAX_STAGES = 8
 
 
 def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--level", type=int, default=5)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--level", type=int, default=5, choices=[n for n, lv in sorted(LEVELS.items()) if isinstance(lv, TmaLevel)],
+                   help="a TMA level (default: 5)")
     p.add_argument("--sizes", default="4096,8192")
-    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    p.add_argument("--rounds", type=int, default=4)
+    add_output_argument(p)
     args = p.parse_args()
     base = LEVELS[args.level]
-    rows = []
+    depths, refused = {}, []
+    for stages in range(2, MAX_STAGES + 1):
+        level = base.variant(stages=stages)
+        try:
+            level.defines("bf16")
+        except PlanRefused as exc:
+            refused.append({"stages": stages, "refused": str(exc)})
+            break
+        depths[f"S={stages}"] = level
+    rows = list(refused)
     for size in (int(s) for s in args.sizes.split(",")):
-        a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
-        ref_ms = do_bench(lambda: cublas(a, b), warmup=50, rep=300, return_mode="median")
-        rows.append({"size": size, "stages": None, "name": "cuBLAS", "median_ms": ref_ms,
-                     "tflops": gemm_flops(size, size, size) / ref_ms / 1e9})
-        for stages in range(2, 9):
-            level = base.variant(stages=stages)
-            try:
-                level.defines("bf16")
-            except PlanRefused as exc:
-                rows.append({"size": size, "stages": stages, "refused": str(exc)})
-                break
-            c = level(a, b)
-            err = ((c.double() - a.double() @ b.double().T).norm() / (a.double() @ b.double().T).norm()).item() if size <= 4096 else None
-            t_ms = do_bench(lambda: level(a, b), warmup=50, rep=300, return_mode="median")
-            rows.append({"size": size, "stages": stages, "median_ms": t_ms,
-                         "tflops": gemm_flops(size, size, size) / t_ms / 1e9, "vs_cublas": ref_ms / t_ms,
-                         "rel_err": err, "ctas_per_sm": level.loaded("bf16", a.device).max_active_ctas_per_sm()})
+        a, b = random_operands(size, size, size, "bf16", "cuda", seed=size)
+        live, errors, failures = check_targets({"cuBLAS": cublas, **depths}, a, b)
+        rows += [{"size": size, "name": name, "error": error} for name, error in failures.items()]
+        timings = time_fns(live, a, b, budget_s=0.4, rounds=args.rounds, warmup=5)
+        for name, t in timings.items():
+            level = depths.get(name)
+            rows.append({"size": size, "name": name, "stages": level.stages if level else None,
+                         "median_ms": t.median_ms, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms, "repeats": t.repeats,
+                         "rounds": args.rounds, "tflops": gemm_flops(size, size, size) / (t.median_ms * 1e-3) / 1e12,
+                         "vs_cublas": timings["cuBLAS"].median_ms / t.median_ms, "rel_err_256_rows": errors[name],
+                         "ctas_per_sm": level.loaded("bf16", a.device).max_active_ctas_per_sm() if level else None})
     for r in rows:
-        print(json.dumps(r))
-    with open(os.path.join(args.out, f"pipe_depth_sweep_L{args.level}.json"), "w") as f:
-        json.dump({"meta": run_meta(" ".join(sys.argv)), "level": args.level, "rows": rows}, f, indent=1)
+        print(json.dumps(r), flush=True)
+    save({"level": args.level, "rows": rows}, f"pipe_depth_sweep_L{args.level}", args.output)
     return 0
 
 

@@ -18,7 +18,6 @@ on "L9 split", which exercises the fixup on every shape that has a tail.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 
@@ -26,8 +25,9 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from suite import add_output_argument, save
+
 from gemm_ladder.contract import cublas
-from gemm_ladder.gates.climb import run_meta, write_json
 from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.levels import LEVELS
@@ -62,7 +62,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--skip-timing", action="store_true")
-    p.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."), "stream_k.json"))
+    add_output_argument(p)
     args = p.parse_args()
     l9 = LEVELS[9]
     whole = l9.variant(stream_k_min_idle=2.0)  # never splits: every unit computed whole
@@ -107,7 +107,7 @@ def main() -> int:
                       f"{md['L9 split']:.0f}", f"{md['L9 whole']:.0f}", f"{md['cuBLAS']:.0f}", f"{r['vs_cublas']:.3f}",
                       f"{r['split_gain']:.3f}")
         console.print(t)
-    write_json({"meta": run_meta(" ".join(["python", *sys.argv])), "checks": checks, "timing": rows}, args.output)
+    save({"checks": checks, "timing": rows}, "stream_k_check" if args.skip_timing else "stream_k", args.output)
     return 0 if all(r["ok"] for r in checks) else 1
 
 

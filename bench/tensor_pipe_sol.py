@@ -30,7 +30,6 @@ rotates from pass to pass and each ratio is the median over passes.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -38,11 +37,11 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from suite import add_output_argument, save
 from variants import check_targets, with_defines, with_edit, with_source
 from wave_quantization import Sampler
 
 from gemm_ladder.contract import cublas
-from gemm_ladder.gates.climb import run_meta, write_json
 from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.levels import LEVELS
@@ -62,7 +61,7 @@ def main() -> int:
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--set", default="main", choices=["main", "wait"],
                    help="main: cuBLAS, level 9, level 9 deferred, SOL; wait: cuBLAS, SOL, SOL without waits in its loop")
-    p.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."), "tensor_pipe_sol.json"))
+    add_output_argument(p)
     args = p.parse_args()
     targets = {"cuBLAS": cublas, "L9": LEVELS[9],
                "L9 deferred": with_edit(LEVELS[9], "l9_all_panels_deferred", _all_panels_deferred),
@@ -115,7 +114,7 @@ def main() -> int:
                       " ".join(f"{x:.3f}" for x in r["vs_cublas_per_pass"]), str(r["sm_mhz"]), str(r["watts"]),
                       f"{r['rel_err_256_rows']:.1e}")
     Console(width=160).print(table)
-    write_json({"meta": run_meta(" ".join(["python", *sys.argv])), "rows": rows, "windows": windows}, args.output)
+    save({"rows": rows, "windows": windows}, "tensor_pipe_sol" if args.set == "main" else f"tensor_pipe_sol_{args.set}", args.output)
     return 0
 
 

@@ -31,10 +31,10 @@ import time
 
 from rich.console import Console
 from rich.table import Table
+from suite import add_output_argument, save
 from variants import check_targets
 
 from gemm_ladder.contract import cublas
-from gemm_ladder.gates.climb import run_meta, write_json
 from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.levels import LEVELS
@@ -87,7 +87,7 @@ class Sampler:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--passes", type=int, default=3)
-    p.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."), "wave_quantization.json"))
+    add_output_argument(p)
     args = p.parse_args()
     l9 = LEVELS[9]
     sampler = Sampler()
@@ -122,7 +122,7 @@ def main() -> int:
         table.add_row(f"{r['m']}x{r['n']}x{r['k']}", f"{r['waves']:.2f}", f"{r['l9_tflops']:.0f}",
                       f"{r['cublas_tflops']:.0f}", f"{r['vs_cublas']:.3f}", str(r["sm_mhz"]), str(r["watts"]))
     Console(width=140).print(table)
-    write_json({"meta": run_meta(" ".join(["python", *sys.argv])), "rows": rows}, args.output)
+    save({"rows": rows}, "wave_quantization", args.output)
     return 0
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 from dataclasses import dataclass
 
 import pytest
@@ -129,44 +127,6 @@ def test_check_level_resources_through_level_build(use_cache):
 
 
 # --- the nvcc cache the gate builds through --------------------------------------------------
-
-
-def test_cache_key_changes_with_source_flags_and_compiler():
-    base = compiler.cache_key("src", ["-O3"], "nvcc 13.0", "h")
-    assert base == compiler.cache_key("src", ["-O3"], "nvcc 13.0", "h")
-    assert base != compiler.cache_key("src2", ["-O3"], "nvcc 13.0", "h")
-    assert base != compiler.cache_key("src", ["-O2"], "nvcc 13.0", "h")
-    assert base != compiler.cache_key("src", ["-O3"], "nvcc 13.1", "h")
-    assert base != compiler.cache_key("src", ["-O3"], "nvcc 13.0", "h2")
-    # Flag boundaries matter: ["-a", "b"] must not collide with ["-ab"].
-    assert compiler.cache_key("s", ["-a", "b"], "v", "h") != compiler.cache_key("s", ["-ab"], "v", "h")
-
-
-def _compile_in_child(cache: str, source: str, queue) -> None:
-    os.environ["GEMM_LADDER_CACHE"] = cache
-    k = compiler.compile_kernel(source, "plain")
-    queue.put(str(k.directory))
-
-
-@needs_nvcc
-def test_concurrent_compiles_leave_one_whole_entry(tmp_path):
-    # A source unique to this test so that both processes really compile (no earlier cache hit).
-    source = PLAIN + f"\n// concurrent {tmp_path.name}\n"
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=_compile_in_child, args=(str(tmp_path), source, queue)) for _ in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=300)
-    assert all(p.exitcode == 0 for p in procs)
-    dirs = {queue.get(timeout=5) for _ in procs}
-    assert len(dirs) == 1
-    entries = sorted(p.name for p in tmp_path.iterdir())
-    assert entries == [os.path.basename(dirs.pop())], entries  # no temporary directories left
-    entry = tmp_path / entries[0]
-    assert sorted(f.name for f in entry.iterdir()) == ["kernel.cu", "kernel.cubin", "meta.json", "ptxas.log"]
-    assert (entry / "kernel.cubin").stat().st_size > 0
 
 
 @needs_nvcc

@@ -17,24 +17,13 @@ import pytest
 from gemm_ladder.cli import main
 from gemm_ladder.report import MISSING, ResultError, load_result, write_report
 from gemm_ladder.report import model, timeline
-from gemm_ladder.report.charts import PNG_MAGIC
+from gemm_ladder.report.charts import PNG_MAGIC, bar_figure, roofline_figure
+from gemm_ladder.results import SCHEMA
 
 FIXTURE = Path(__file__).parent / "data" / "sample_result.json"
+#: A committed H200 climb (schema 1: it does not record which gates ran).
+H200_RESULT = Path(__file__).parent.parent / "bench" / "results" / "2026-11-30_climb_bf16_edge_square_llm_d3b6198.json"
 DATA_PNG = re.compile(r'<img[^>]*\bsrc="data:image/png;base64,([A-Za-z0-9+/=]+)"')
-
-
-@pytest.fixture(autouse=True)
-def no_designer(request, monkeypatch):
-    """Most tests run without the designer: its timelines take seconds each to draw, and the report
-    must not depend on it. Tests that ask for the ``real_designer`` fixture use whatever
-    gemm_ladder.design offers."""
-    if "real_designer" not in request.fixturenames:
-        monkeypatch.setattr(timeline, "find_designer", lambda: (None, None, "designer switched off for this test"))
-
-
-@pytest.fixture
-def real_designer():
-    """Requesting this fixture keeps the real gemm_ladder.design (see ``no_designer``)."""
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +33,24 @@ def result() -> dict:
 
 @pytest.fixture(scope="module")
 def written(result, tmp_path_factory):
-    out = tmp_path_factory.mktemp("report")
-    with pytest.MonkeyPatch.context() as mp:  # the autouse fixture is function-scoped
-        mp.setattr(timeline, "find_designer", lambda: (None, None, "designer switched off for this test"))
-        files = write_report(result, out)
+    """The fixture's report without the designer's timelines (each takes about a second to draw;
+    test_timelines_* and tests/test_report_browser.py draw them)."""
+    files = write_report(result, tmp_path_factory.mktemp("report"), timelines=False)
     return files, files.html.read_text(encoding="utf-8"), files.markdown.read_text(encoding="utf-8")
+
+
+def with_gates(result: dict, **states) -> dict:
+    """A schema-2 copy of ``result`` whose ``gates`` and verdict say ``states`` (gate -> (state, reason))."""
+    r = copy.deepcopy(result)
+    r["schema"] = SCHEMA
+    r["gates"] = {g: {"state": st, "applies": True, "reason": why, "ran": 0 if st == "not run" else 5,
+                      "failed": 1 if st == "failed" else 0, "not_run": 5 if st == "not run" else 0}
+                  for g, (st, why) in states.items()}
+    failed = any(st == "failed" for st, _ in states.values())
+    incomplete = any(st == "not run" for st, _ in states.values())
+    verdict = "failed" if failed else "incomplete" if incomplete else "passed"
+    r["summary"] = {"passed": verdict == "passed", "verdict": verdict, "failures": r["summary"]["failures"] if failed else []}
+    return r
 
 
 def test_fixture_is_labelled_synthetic(result):
@@ -61,10 +63,23 @@ def test_html_has_title_tables_and_banner(written):
     assert "<title>gemm-ladder report — synthetic test fixture</title>" in page
     assert "2026-11-30 12:00 UTC" in page and "000000000000 (dirty)" in page
     assert "None of its numbers are measurements" in page
-    assert page.count("<table>") == 2  # ladder and resources
-    for header in ("error ÷ cuBLAS", "TFLOP/s", "vs cuBLAS", "vs previous", "roofline", "CTAs/SM", "SASS HGMMA"):
+    # ladder per timed dtype, correctness on every shape, resources, every row
+    assert page.count("<table>") == 5
+    for header in ("geomean vs cuBLAS", "max error ÷ cuBLAS", "refused", "CTAs/SM", "HGMMA", "TFLOP/s", "vs previous"):
         assert f"<th>{header}</th>" in page
     assert "<td>cuBLAS</td>" in page
+
+
+def test_page_order_puts_verdict_ladder_bars_and_roofline_first(written):
+    _, page, md = written
+    order = [page.index(marker) for marker in ('data-box="verdict"', 'data-box="ladder-bf16"', 'data-box="bars-bf16"',
+                                                 'data-box="roofline-bf16"', "<h2>Correctness on every checked shape</h2>",
+                                                 "<h2>Resources</h2>", "<h2>Pipeline timelines</h2>", "<h2>Run</h2>",
+                                                 "<summary>Every row")]
+    assert order == sorted(order)
+    md_order = [md.index(m) for m in ("**Gates failed**", "## Ladder, bf16", "report-bars-bf16.png", "## Resources",
+                                      "## Every row")]
+    assert md_order == sorted(md_order)
 
 
 def test_html_pictures_are_inline_pngs(written):
@@ -86,8 +101,9 @@ def test_html_loads_nothing_from_outside(written):
 
 def test_failed_rows_are_marked(written):
     _, page, md = written
-    failed_rows = re.findall(r'<tr class="failed">(.*?)</tr>', page)
-    assert len(failed_rows) == 3  # L5 fail, L5 error (ladder), L5 resources
+    every_row = page[page.index("<summary>Every row"):]
+    failed_rows = re.findall(r'<tr class="failed">(.*?)</tr>', every_row)
+    assert len(failed_rows) == 2  # L5 fail, L5 error
     assert any("✗ FAIL" in r for r in failed_rows) and any("✗ ERROR" in r for r in failed_rows)
     assert "**✗ FAIL**" in md and "**✗ ERROR**" in md
     # refused is correct behaviour, not a failure
@@ -97,7 +113,8 @@ def test_failed_rows_are_marked(written):
 def test_missing_values_render_as_dash(written):
     _, page, md = written
     # L5 8192³ errored: no correctness, no performance
-    row = next(r for r in re.findall(r"<tr[^>]*>(.*?)</tr>", page) if "8192×8192×8192" in r and "L5" in r)
+    every_row = page[page.index("<summary>Every row"):]
+    row = next(r for r in re.findall(r"<tr[^>]*>(.*?)</tr>", every_row) if "8192×8192×8192" in r and "L5" in r)
     assert row.count(f">{MISSING}<") >= 6
     # Python's None must never leak into the page (the banner's "None of its numbers" is prose)
     assert not re.search(r"\bNone\b(?! of its)", page + md)
@@ -111,7 +128,7 @@ def test_markdown_twin_and_its_pngs(written):
     for name in linked:
         path = files.markdown.parent / name
         assert path.is_file() and path.read_bytes().startswith(PNG_MAGIC)
-    assert "| kernel | dtype |" in md and "| level | dtype |" in md
+    assert "| kernel | dtype | set |" in md and "| level | dtype |" in md and "| kernel | dtype | shapes |" in md
 
 
 def test_cli_report(tmp_path, capsys):
@@ -133,6 +150,45 @@ def test_cli_default_dir_and_bad_input(tmp_path, capsys):
     assert "schema" in capsys.readouterr().err
 
 
+def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
+    """report's bad inputs: (arguments, what the one line on stderr must say)."""
+    latin1 = tmp_path / "latin1.json"
+    latin1.write_bytes('{"schema": "gemm-ladder/result/1", "meta": {"host": "caf\xe9"}}'.encode("latin-1"))
+    array = tmp_path / "array.json"
+    array.write_text("[1, 2]")
+    bench = tmp_path / "bench.json"
+    bench.write_text('{"meta": {"command": "python bench/l9_targets.py"}, "rows": []}')
+    rows = tmp_path / "rows.json"
+    rows.write_text('{"schema": "gemm-ladder/result/2", "rows": [1, 2]}')
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    good = str(FIXTURE)
+    return {
+        "not UTF-8": ([str(latin1)], "not UTF-8"),
+        "a JSON array": ([str(array)], "not an object"),
+        "a bench JSON": ([str(bench)], "not a result JSON of climb or gate"),
+        "rows of numbers": ([str(rows)], "every entry of 'rows' must be a JSON object"),
+        "-o an existing file": ([good, "-o", str(a_file)], "an existing file, not a folder"),
+        "-o under a file": ([good, "-o", str(a_file / "sub")], "cannot write the report"),
+        "-o unwritable": ([good, "-o", "/proc/gemm-ladder-report"], "cannot write the report"),
+        "--name ../../x": ([good, "-o", str(tmp_path / "out"), "--name", "../../x"], "a file-name stem"),
+        "--name a/b": ([good, "-o", str(tmp_path / "out"), "--name", "a/b"], "a file-name stem"),
+        "--name .hidden": ([good, "-o", str(tmp_path / "out"), "--name", ".hidden"], "a file-name stem"),
+    }
+
+
+@pytest.mark.parametrize("case", ["not UTF-8", "a JSON array", "a bench JSON", "rows of numbers", "-o an existing file",
+                                  "-o under a file", "-o unwritable", "--name ../../x", "--name a/b", "--name .hidden"])
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, case):
+    args, says = _bad_inputs(tmp_path)[case]
+    before = sorted(p.name for p in tmp_path.parent.iterdir())
+    assert main(["report", *args]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert sorted(p.name for p in tmp_path.parent.iterdir()) == before  # nothing written beside the output folder
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
 def test_load_result_rejects_non_results(tmp_path):
     p = tmp_path / "x.json"
     p.write_text("[1, 2]", encoding="utf-8")
@@ -145,9 +201,10 @@ def test_load_result_rejects_non_results(tmp_path):
 
 def test_minimal_result_renders(tmp_path):
     """A result with nothing but the schema id: every section says it is empty, nothing crashes."""
-    files = write_report({"schema": model.SCHEMA_ID}, tmp_path)
+    files = write_report({"schema": SCHEMA}, tmp_path)
     page = files.html.read_text(encoding="utf-8")
     assert "no GPU" in page and "No shape was timed." in page and "No entries." in page
+    assert "Verdict unknown" in page
     assert files.pngs == []
 
 
@@ -155,7 +212,7 @@ def test_no_gpu_no_bandwidth(result, tmp_path):
     r = copy.deepcopy(result)
     r["meta"]["gpu"] = None
     r["ceilings"]["dram_gbs"] = None
-    files = write_report(r, tmp_path)
+    files = write_report(r, tmp_path, timelines=False)
     page = files.html.read_text(encoding="utf-8")
     assert "gemm-ladder report — no GPU" in page
     assert "no bandwidth ceiling" in page
@@ -178,17 +235,18 @@ def test_nulls_and_odd_values_everywhere(result, tmp_path):
     r["meta"] = {"gpu": {}}
     r["ceilings"] = None
     r["summary"] = None
+    r["gates"] = {"correctness": "yes", "performance": {"state": "great"}}
     files = write_report(r, tmp_path)
     page = files.html.read_text(encoding="utf-8")
     assert "weird-status" in page and "?×128×1" in page
     assert "No shape was timed." in page
-    assert "unknown commit" in page and "Verdict: —" in page
+    assert "unknown commit" in page and "Verdict unknown" in page
 
 
 def test_text_is_escaped(result, tmp_path):
     r = copy.deepcopy(result)
     r["rows"][2]["message"] = "<script>alert(1)</script> a|b\nsecond line"
-    files = write_report(r, tmp_path)
+    files = write_report(r, tmp_path, timelines=False)
     page = files.html.read_text(encoding="utf-8")
     md = files.markdown.read_text(encoding="utf-8")
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)" in page
@@ -212,64 +270,142 @@ def test_intensity_falls_back_to_shape():
     assert model.intensity({"dtype": "bf16", "m": 0, "n": 1, "k": 1}) is None
 
 
-# --- timelines: the designer is optional -------------------------------------------------------
+# --- the verdict: which gates ran ----------------------------------------------------------------
 
 
-def _fake_designer(monkeypatch, plan_gemm, renderer):
-    monkeypatch.setattr(timeline, "find_designer", lambda: (plan_gemm, renderer, ""))
+def test_old_result_never_reads_as_passed(tmp_path):
+    """A schema-1 file says neither which gates ran nor whether they did: "unknown", never "passed"
+    (the README's climb reported "All gates passed" in green)."""
+    h200 = load_result(H200_RESULT)
+    assert h200["summary"]["passed"] is True and "gates" not in h200
+    v = model.verdict(h200)
+    assert v.verdict == "unknown" and v.headline.startswith("Verdict unknown")
+    assert [g.state for g in v.gates] == ["unknown"] and "records no failure" in v.gates[0].detail
+    page = write_report(h200, tmp_path, timelines=False).html.read_text(encoding="utf-8")
+    verdict = page[page.index('data-box="verdict"'):page.index("</section>")]
+    assert "passed" not in verdict.lower() and 'class="verdict unknown"' in page
 
 
-def test_timeline_note_when_designer_missing(result, monkeypatch, tmp_path):
-    monkeypatch.setattr(timeline, "find_designer", lambda: (None, None, "the pipeline designer is not available"))
-    files = write_report(result, tmp_path)
-    assert "Timelines not drawn: the pipeline designer is not available" in files.html.read_text(encoding="utf-8")
+def test_old_failed_result_says_failed(result):
+    v = model.verdict(result)  # schema 1 with failures recorded
+    assert v.verdict == "failed" and v.headline == "Gates failed" and len(v.failures) == 2
+    assert {g.state for g in v.gates} == {"unknown"}
 
 
-def test_timeline_drawn_noted_or_refused(result, monkeypatch, tmp_path):
-    import matplotlib.pyplot as plt
+def test_verdict_names_each_gate_and_why_it_did_not_run(result, tmp_path):
+    r = with_gates(result, correctness=("not run", "no GPU: the ladder's levels are sm_90a kernels"),
+                   performance=("not run", "no GPU: timing needs a CUDA device"), resources=("passed", None))
+    page = write_report(r, tmp_path, timelines=False).html.read_text(encoding="utf-8")
+    verdict = page[page.index('data-box="verdict"'):page.index("</section>")]
+    assert "Incomplete: nothing failed, but a gate did not run" in verdict and 'class="verdict incomplete"' in page
+    assert "○ correctness not run: no GPU: the ladder&#x27;s levels are sm_90a kernels" in verdict
+    assert "✓ resources passed: 5 builds" in verdict
+    assert "All gates" not in page
 
+
+def test_verdict_all_passed_and_failed(result):
+    ok = with_gates(result, correctness=("passed", None), performance=("passed", None), resources=("passed", None))
+    assert model.verdict(ok).headline == "All gates ran and passed"
+    bad = with_gates(result, correctness=("failed", None), performance=("passed", None), resources=("passed", None))
+    v = model.verdict(bad)
+    assert v.headline == "Gates failed" and v.gates[0].text == "✗ correctness failed: 1 of 5 checks failed"
+
+
+# --- the ladder: timed shapes first, refusals counted ---------------------------------------------
+
+
+def test_ladder_table_is_levels_by_timed_shapes_and_refusals_collapse():
+    h200 = load_result(H200_RESULT)
+    table, note = model.ladder_table(h200, "bf16")
+    assert table.headers[1:] == ["4096×4096×4096", "8192×8192×8192", "4096×14336×4096", "4096×4096×14336",
+                                 "4096×8192×8192", "4096×28672×8192", "4096×8192×28672", "geomean vs cuBLAS"]
+    assert [r.cells[0] for r in table.rows] == [f"L{n} {name}" for n, name in (
+        (3, "spatial_tiling"), (4, "tma"), (5, "pipeline"), (6, "persistent"), (7, "warp_specialized"),
+        (8, "cluster_multicast"), (9, "multi_consumer"))] + ["cuBLAS"]
+    assert table.rows[6].cells[2] == "790 · 1.07×"  # L9 at 8192³, as the README's table
+    assert note == "L1 single_tile, L2 k_loop: refused every timed shape (outside the declared domain)"
+    checked = model.checked_table(h200)
+    by_kernel = {r.cells[0]: r.cells for r in checked.rows}
+    assert by_kernel["L1 single_tile"][2:7] == ["35", "12", "0", "23", "0"]  # shapes, passed, failed, refused, other
+    assert by_kernel["L9 multi_consumer"][5] == "5"  # the unaligned and odd-K shapes a TMA level refuses
+
+
+def test_bar_chart_and_roofline_labels_do_not_overlap():
+    """The bar chart's legend covered its axis label; now no text or legend box of either figure
+    overlaps another (matplotlib's own extents, after drawing)."""
+    h200 = load_result(H200_RESULT)
+    for fig in (bar_figure(h200, "bf16"), roofline_figure(h200, "bf16")[0]):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        ax = fig.axes[0]
+        boxes = {"legend": ax.get_legend().get_window_extent(renderer), "axes": ax.get_window_extent(renderer),
+                 "xlabel": ax.xaxis.label.get_window_extent(renderer),
+                 "ylabel": ax.yaxis.label.get_window_extent(renderer)}
+        if fig._suptitle is not None:
+            boxes["title"] = fig._suptitle.get_window_extent(renderer)
+        for i, t in enumerate(ax.get_xticklabels()):
+            if t.get_text():
+                boxes[f"xtick{i}"] = t.get_window_extent(renderer)
+        boxes = {k: b for k, b in boxes.items() if b.width > 0 and b.height > 0}
+        names = sorted(boxes)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                if "axes" in (a, b) and (a.startswith("xtick") or b.startswith("xtick")):
+                    continue  # tick labels sit on the axes' edge
+                if a.startswith("xtick") and b.startswith("xtick"):
+                    continue  # rotated neighbours: their upright boxes overlap, their glyphs do not
+                assert not boxes[a].overlaps(boxes[b]), (a, b)
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+
+
+# --- timelines: the designer draws what each level adds -----------------------------------------
+
+
+def test_timelines_call_the_designer_renderer_once_per_tma_level(monkeypatch, tmp_path):
+    h200 = load_result(H200_RESULT)
     calls = []
 
-    def plan_gemm(m, n, k, dtype, *, tile, stages, cluster, consumers):
-        calls.append((m, n, k, dtype, tile, stages, cluster, consumers))
-        if stages == 4:
-            raise ValueError("stages must be at most 3")
-        if k % 8:
-            raise ValueError("rows are not 16-byte aligned")
-        return {"tile": tile}
+    def fake_png(plan, path):
+        calls.append((plan.m, plan.n, plan.k, plan.stages, plan.cluster, plan.consumers.warpgroups, plan.persistent))
+        Path(path).write_bytes(PNG_MAGIC)
+        return Path(path)
 
-    def renderer(plan):
-        fig, ax = plt.subplots(figsize=(2, 1))
-        ax.plot([0, 1], [0, 1])
-        return fig
-
-    _fake_designer(monkeypatch, plan_gemm, renderer)
-    files = write_report(result, tmp_path)
-    page = files.html.read_text(encoding="utf-8")
-    # L3: its timed shape of shortest K is refused, the next one (4096³) is drawn;
-    # L4 records no pipeline; L5 (stages 4) is refused at every shape, the first refusal is shown
-    assert calls[0] == (4097, 4095, 4093, "bf16", (128, 128, 64), 1, 1, 1)
-    assert calls[1] == (4096, 4096, 4096, "bf16", (128, 128, 64), 1, 1, 1)
-    assert "L3 spatial_tiling: 4096×4096×4096 bf16" in page
-    assert "the designer raised ValueError: stages must be at most 3" in page
-    assert "does not record this level" in page
-    assert len(DATA_PNG.findall(page)) == 5
-    assert (tmp_path / "report-timeline-L3.png").read_bytes().startswith(PNG_MAGIC)
+    monkeypatch.setattr(timeline, "timeline_png", fake_png)
+    pictures, note = timeline.timelines(h200, tmp_path)
+    assert [p.slug for p in pictures] == [f"timeline-L{n}" for n in range(4, 10)]
+    assert all(p.png == PNG_MAGIC for p in pictures)
+    # each level replanned as it ran: L9 cluster 2, two consumers, persistent
+    assert calls[-1][3:] == (4, 2, 2, True) and calls[0][3:] == (1, 1, 1, False)
+    assert note == timeline.NO_STREAM_K  # schema 1 does not record stream_k
 
 
-def test_real_designer_never_breaks_the_report(result, tmp_path, real_designer):
-    """Whatever state gemm_ladder.design is in, the report renders and the section is present;
-    where the designer exists, the levels that record a pipeline get a timeline PNG."""
-    files = write_report(result, tmp_path)
-    page = files.html.read_text(encoding="utf-8")
-    assert "<h2>Pipeline timelines</h2>" in page
-    plan_gemm, renderer, _ = timeline.find_designer()
-    if plan_gemm is not None and renderer is not None:
-        drawn = sorted(p.name for p in files.pngs if "timeline" in p.name)
-        assert drawn == ["report-timeline-L3.png", "report-timeline-L5.png"], page[-3000:]
-        images = DATA_PNG.findall(page)
-        assert len(images) == 6 and page.count("<img") == 6
-        assert all(base64.b64decode(d).startswith(PNG_MAGIC) for d in images)
+def test_timeline_prefers_a_shape_with_a_stream_k_tail_when_the_level_splits_one(monkeypatch, tmp_path):
+    h200 = load_result(H200_RESULT)
+    h200["levels"] = [copy.deepcopy(lv) for lv in h200["levels"] if lv["number"] == 9]
+    h200["levels"][0]["pipeline"]["stream_k"] = True
+    plans = []
+
+    def fake_png(plan, path):
+        plans.append(plan)
+        Path(path).write_bytes(PNG_MAGIC)
+        return Path(path)
+
+    monkeypatch.setattr(timeline, "timeline_png", fake_png)
+    pictures, note = timeline.timelines(h200, tmp_path)
+    assert note == "" and len(plans) == 1 and plans[0].schedule.stream_k["tail_units"] > 0
+
+
+def test_timeline_refusal_is_a_note(result, tmp_path):
+    r = copy.deepcopy(result)
+    for lv in r["levels"]:
+        if lv.get("pipeline"):
+            lv["pipeline"]["stages"] = 0  # the designer refuses a ring without stages
+    pictures, _ = timeline.timelines(r, tmp_path)
+    assert [p.slug for p in pictures] == ["timeline-L3", "timeline-L5"] and all(p.png is None for p in pictures)
+    assert pictures[0].note.startswith("the designer refuses it: PIPE_DEPTH")
+    assert pictures[1].note == "no shape of this level passed in the result"  # L5's rows all failed
 
 
 def test_fixture_is_valid_json_with_expected_rows():

@@ -1,7 +1,8 @@
 """The ``gemm-ladder`` command: one subcommand per module in :mod:`gemm_ladder.commands`.
 
 Each command module exposes ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``
-(the exit status), so a subcommand lives beside nothing but its own code.
+(the exit status), so a subcommand lives beside nothing but its own code. Every name in COMMANDS
+must import: a missing module is a broken installation, and says so.
 """
 
 from __future__ import annotations
@@ -10,29 +11,38 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("climb", "compile", "design", "audit", "report", "gate")
+COMMANDS = ("climb", "compile", "design", "audit", "report", "gate", "show")
+
+#: The exit statuses every subcommand keeps to (tests/test_bad_inputs.py holds them to it).
+EXIT_STATUS = """\
+exit status:
+  0  done: every gate that ran passed, the plan was made, the audit proved the protocol
+  1  a finding: a gate failed, a build failed, the audit found a violation or did not finish
+  2  usage error or bad input, refused before any compile or launch with one line on stderr
+     ("gemm-ladder COMMAND: ...")
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of every subcommand; each subparser's ``_run`` default is its module's ``run``."""
     parser = argparse.ArgumentParser(
         prog="gemm-ladder",
         description="A ladder of Hopper GEMM kernels, the gates that prove them, and a TMA pipeline designer.",
+        epilog=EXIT_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"gemm_ladder.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"gemm_ladder.commands.{name}":
-                raise
-            continue  # not built yet
-        p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        module = importlib.import_module(f"gemm_ladder.commands.{name}")
+        p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP, epilog=EXIT_STATUS,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` (default: sys.argv[1:]) and run the subcommand; returns its exit status."""
     args = build_parser().parse_args(argv)
     return int(args._run(args) or 0)
 

@@ -18,12 +18,13 @@ import torch
 PEAK_TFLOPS: dict[str, float] = {"bf16": 989.4, "fp16": 989.4}
 
 #: Largest dynamic + static shared memory one block may opt into on sm_90 (227 KiB), from the CUDA C
-#: Programming Guide's compute capability table; cudaDevAttrMaxSharedMemoryPerBlockOptin reads the
-#: same 232448 on the H200.
+#: Programming Guide's compute capability table; the H200 reports the same 232448
+#: (``meta.gpu.max_smem_per_block_optin`` in bench/results/2026-11-30_climb_bf16_edge_square_llm_d3b6198.json).
 MAX_SMEM_PER_BLOCK_OPTIN = 232448
 
-#: L2 size of H100/H200 SXM (50 MiB on H100, 60 MB on H200); used to size the L2 flush when the
-#: device cannot be asked. The flush writes twice the L2, so the larger figure is the safe one.
+#: L2 size of H100/H200 SXM (50 MiB on H100; 60 MiB on H200, ``meta.gpu.l2_bytes`` in the result named
+#: above); used to size the L2 flush when the device cannot be asked. The flush writes twice the
+#: L2, so the larger figure is the safe one.
 DEFAULT_L2_BYTES = 60 * 1024 * 1024
 
 #: Work below this many floating-point operations (2MNK) is judged launch-bound: 1e11 FLOP take

@@ -3,7 +3,9 @@
     gemm-ladder compile --level 3 --dtype bf16          # registers, shared memory, spills, census
     gemm-ladder compile --level 3 --sass | less          # ... and the whole SASS
 
-Needs nvcc and cuobjdump, not a GPU. Exit status 1 when the build or the resource gate fails.
+Needs nvcc and cuobjdump, not a GPU. Exit status 1 when the build fails (no nvcc included) or the
+resource gate fails, 2 on a usage error (a level or dtype that does not exist, an architecture the
+ladder is not built for).
 """
 
 from __future__ import annotations
@@ -14,12 +16,28 @@ import sys
 NAME = "compile"
 HELP = "Compile one level and print its resource report and SASS census (no GPU needed)."
 
+#: The one architecture the ladder's kernels are written for: they issue wgmma, which exists on
+#: sm_90a only (PTX ISA, wgmma.mma_async, "Target ISA notes").
+LADDER_ARCH = "sm_90a"
+
+
+def arch_refusal(arch: str) -> str | None:
+    """None when the ladder's kernels build for ``arch``, else the one-line reason they do not."""
+    from gemm_ladder.runtime.compiler import ARCH_FLAGS
+
+    if arch == LADDER_ARCH:
+        return None
+    if arch in ARCH_FLAGS:
+        return (f"--arch {arch}: the ladder's kernels are {LADDER_ARCH} (wgmma); {arch} is a planning model "
+                f"only: gemm-ladder design --arch {arch}")
+    return f"--arch {arch!r}: unknown architecture; the ladder's kernels are {LADDER_ARCH}"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """--level, --dtype, --arch, --sass."""
     parser.add_argument("--level", type=int, required=True, help="the level number")
     parser.add_argument("--dtype", default="bf16", help="bf16 (default), fp16 or all")
-    parser.add_argument("--arch", default="sm_90a", help="target architecture (default: sm_90a)")
+    parser.add_argument("--arch", default=LADDER_ARCH, help=f"target architecture (default and only choice: {LADDER_ARCH})")
     parser.add_argument("--sass", action="store_true", help="also print the full SASS")
 
 
@@ -32,10 +50,14 @@ def run(args: argparse.Namespace) -> int:
     from gemm_ladder.gates.resources import sass_census
     from gemm_ladder.gates.tables import make_console, print_resources
     from gemm_ladder.levels import LEVELS
-    from gemm_ladder.runtime.compiler import CompileError
+    from gemm_ladder.runtime.compiler import CompileError, CompilerNotFoundError
 
     if args.level not in LEVELS:
         print(f"gemm-ladder compile: no level {args.level}: the ladder has levels {sorted(LEVELS)}", file=sys.stderr)
+        return 2
+    refusal = arch_refusal(args.arch)
+    if refusal:
+        print(f"gemm-ladder compile: {refusal}", file=sys.stderr)
         return 2
     try:
         dtypes = parse_dtypes(args.dtype)
@@ -53,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
             print(exc.log, file=sys.stderr)
             status = 1
             continue
+        except CompilerNotFoundError as exc:  # nothing else can build either
+            print(f"gemm-ladder compile: {exc}", file=sys.stderr)
+            return 1
         kernel = LEVELS[args.level].build(dtype, args.arch)
         console.print(f"[bold]{target.title}[/] {dtype} {args.arch}: {kernel.cubin}")
         print_resources([report.to_json()], [target], console)

@@ -1,7 +1,13 @@
-"""``gemm-ladder report RESULT.json [-o DIR]``: render a result as an HTML page and a Markdown twin.
+"""``gemm-ladder report RESULT.json [-o DIR] [--name STEM]``: render a result as an HTML page and a
+Markdown twin.
 
     gemm-ladder report bench/results/h200-climb.json -o report_out
     # -> report_out/report.html (one file, pictures inline), report_out/report.md + report_out/report-*.png
+
+Exit status 0 when the report was written; 2 when RESULT.json cannot be read or is not a result of
+``climb`` or ``gate`` (not UTF-8, not JSON, another schema), or the output cannot be written where
+asked (-o an existing file or an unwritable folder, --name not a plain file name): one line on
+stderr, nothing written.
 """
 
 from __future__ import annotations
@@ -12,30 +18,40 @@ from pathlib import Path
 
 NAME = "report"
 HELP = "Render a result JSON as one self-contained HTML page and a Markdown twin."
+EPILOG = ("exit status: 0 the report was written; 2 RESULT.json is not a readable result of climb or gate, or the "
+          "output cannot be written there (-o an existing file or an unwritable folder, --name not a plain file "
+          "name): one line on stderr.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """RESULT (the JSON of climb or gate), -o DIR, --name STEM."""
+    parser.epilog = EPILOG
     parser.add_argument("result", metavar="RESULT.json", type=Path, help="a result file (docs/results-schema.md)")
     parser.add_argument(
         "-o", "--out", metavar="DIR", type=Path, default=None,
         help="output folder (default: RESULT's name without .json, plus '-report', beside it)",
     )
-    parser.add_argument("--name", metavar="STEM", default="report", help="file-name stem of the outputs (default: report)")
+    parser.add_argument("--name", metavar="STEM", default="report",
+                        help="file-name stem of the outputs: letters, digits, '.', '_', '-' (default: report)")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Write the report; 0 on success, 2 when the result cannot be read."""
+    """Write the report; the exit status of EPILOG."""
     # imported here so that `gemm-ladder --help` does not pay for matplotlib
-    from gemm_ladder.report import ResultError, load_result, write_report
+    from gemm_ladder.report import ReportOutputError, ResultError, load_result, write_report
+    from gemm_ladder.report.render import check_output
 
+    out = args.out if args.out is not None else args.result.with_name(args.result.stem + "-report")
     try:
+        check_output(out, args.name)
         result = load_result(args.result)
-    except ResultError as exc:
+        files = write_report(result, out, stem=args.name)
+    except (ResultError, ReportOutputError) as exc:
         print(f"gemm-ladder report: {exc}", file=sys.stderr)
         return 2
-    out = args.out if args.out is not None else args.result.with_name(args.result.stem + "-report")
-    files = write_report(result, out, stem=args.name)
+    except OSError as exc:
+        print(f"gemm-ladder report: cannot write the report into {out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     print(f"wrote {files.html}")
     print(f"wrote {files.markdown} (+{len(files.pngs)} PNG)")
     return 0

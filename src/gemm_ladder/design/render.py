@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gemm_ladder.design.timeline import elide_rows, elided_iterations, simulate
+from gemm_ladder.design.timeline import TimelineConfig, elide, elide_rows, elided_iterations, pipeline_picture
 
 if TYPE_CHECKING:
     from gemm_ladder.design.plan import Plan
@@ -133,70 +134,77 @@ def plan_markdown(plan: Plan) -> str:
     return "\n".join(L) + "\n"
 
 
-#: Idealised time units left between the drawn head and tail of an elided timeline.
-GAP_WIDTH = 3.0
+#: Width of one character of a bar's label at 6.5 pt (inches), to leave out labels that do not fit.
+LABEL_IN_PER_CHAR = 0.045
+
+#: Colours of the bars that are not a stage's load or MMA.
+STEP_COLOURS = {"epilogue": "0.55", "store": "0.75", "pack": "0.85", "panel": "#9ecae1", "partial": "#fdae6b",
+                "fixup": "#e6550d"}
 
 
-def timeline_png(plan: Plan, path: str | Path, *, load: float = 1.0, mma: float = 1.0) -> Path:
-    """Draw the idealised schedule of one tile (loads, MMA, epilogue, store lanes) into ``path`` (PNG).
+def timeline_png(plan: Plan, path: str | Path) -> Path:
+    """Draw what one CTA of ``plan`` does over time into ``path`` (PNG) and return the path.
 
-    Long K loops are elided: the prologue, the first :data:`~gemm_ladder.design.timeline.HEAD_ITERATIONS`
-    iterations, a marker naming the omitted iterations, the last
-    :data:`~gemm_ladder.design.timeline.TAIL_ITERATIONS` iterations and the drain; so the picture keeps
-    its size, and its drawing time, whatever K is.
+    The picture is :func:`gemm_ladder.design.timeline.pipeline_picture` of the plan, elided
+    (:func:`~gemm_ladder.design.timeline.elide`) so that its size does not grow with K: a lane per
+    role (producer, each consumer warpgroup, the TMA stores, the cluster peer), a bar per load, MMA and
+    epilogue step coloured by stage, numbered marks for what the plan adds (tile boundaries with the
+    ring position carried, multicast, the cluster-wide release, the stream-K piece), grey bands for
+    the elided stretches, and the legend's lines below.
     """
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    k_tiles = plan.schedule.k_tiles
-    bars = simulate(k_tiles=k_tiles, stages=plan.stages, load=load, mma=mma)
-    gap = elided_iterations(k_tiles)
-    cut = None  # (end of the drawn head, start of the drawn tail) in simulated time
-    if gap is not None:
-        head_end = max(b.end for b in bars if b.k is not None and b.k < gap.start)
-        tail_start = min(b.start for b in bars if b.k is None or b.k >= gap.stop)
-        if tail_start > head_end:
-            cut = (head_end, tail_start)
-            bars = [b for b in bars if b.k is None or b.k not in gap]
-        else:  # only for short K with a deep ring: the tail's loads overlap the head, draw everything
-            gap = None
-    shift = (cut[1] - cut[0] - GAP_WIDTH) if cut else 0.0
-
-    def x(t: float) -> float:
-        return t - shift if cut and t >= cut[1] else t
-
-    lanes = ["TMA loads", "MMA", "epilogue", "TMA store"]
+    pic = elide(pipeline_picture(TimelineConfig.from_plan(plan)))
+    lanes = pic.lanes
+    y_of = {lane: len(lanes) - 1 - i for i, lane in enumerate(lanes)}
+    end = max([pic.end, *(b for _, b, _ in pic.gaps)])
+    width = min(16.0, max(8.0, 6.0 + 0.14 * end))
+    # the legend's lines, wrapped to the figure (7 pt: about LABEL_IN_PER_CHAR * 1.1 inch per character)
+    chars = int((width - 0.3) / (LABEL_IN_PER_CHAR * 1.1))
+    lines = [part for line in (*pic.notes, *(f"({i}) {m.text}" for i, m in enumerate(pic.marks, 1)))
+             for part in textwrap.wrap(line, chars, subsequent_indent="    ")]
+    height = 1.0 + 0.42 * len(lanes) + 0.17 * len(lines)
+    fig, ax = plt.subplots(figsize=(width, height))
     cmap = plt.get_cmap("tab10")
-    end = x(max(b.end for b in bars))
-    fig, ax = plt.subplots(figsize=(min(4 + 0.5 * end, 28), 3.2))
-    for b in bars:
-        y = len(lanes) - 1 - lanes.index(b.lane)
-        color = cmap(b.stage % 10) if b.stage is not None else "0.6"
-        ax.barh(y, b.end - b.start, left=x(b.start), height=0.6, color=color, edgecolor="black", linewidth=0.5)
-        ax.text(x(b.start) + (b.end - b.start) / 2, y, b.label, ha="center", va="center", fontsize=7)
-    step = max(1, round(end / 15))
-    if cut:
-        left, right = cut[0], cut[0] + GAP_WIDTH
-        ax.axvspan(left, right, color="0.92", zorder=0)
-        for v in (left, right):
-            ax.axvline(v, color="0.4", linestyle=":", linewidth=0.8)
-        ax.text((left + right) / 2, (len(lanes) - 1) / 2,
-                f"…\n{len(gap)} iterations\nomitted\n(k {gap.start}..{gap.stop - 1})\n…",
-                ha="center", va="center", fontsize=7)
-        head_ticks = list(range(0, int(cut[0]) + 1, step))
-        tail_ticks = list(range(int(-(-cut[1] // step) * step), int(end + shift) + 1, step))
-        ax.set_xticks(head_ticks + [t - shift for t in tail_ticks])
-        ax.set_xticklabels([str(t) for t in head_ticks + tail_ticks])
+    axes_in = width - 2.4  # the lane labels take about this much of the figure's width
+    for st in pic.steps:
+        y = y_of[st.lane]
+        colour = cmap(st.stage % 10) if st.stage is not None else STEP_COLOURS.get(st.kind, "0.6")
+        h, yc = (0.28, y - 0.2) if st.thin else (0.6, y)
+        ax.barh(yc, st.end - st.start, left=st.start, height=h, color=colour, edgecolor="black", linewidth=0.4)
+        if not st.thin and (st.end - st.start) / (end * 1.01) * axes_in >= LABEL_IN_PER_CHAR * (len(st.label) + 1):
+            ax.text((st.start + st.end) / 2, yc, st.label, ha="center", va="center", fontsize=6.5)
+    for a, b, text in pic.gaps:
+        ax.axvspan(a, b, color="0.92", zorder=0)
+        ax.text((a + b) / 2, (len(lanes) - 1) / 2, f"… {text} …", ha="center", va="center", fontsize=6,
+                rotation=90)
+    for i, m in enumerate(pic.marks, 1):
+        if m.to_lane is None:
+            ax.axvline(m.time, color="0.25", linestyle="--", linewidth=0.8)
+            ax.text(m.time, len(lanes) - 0.38, f"({i})", ha="center", va="bottom", fontsize=7,
+                    bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "0.4", "lw": 0.5})
+        else:
+            ax.annotate("", xy=(m.to_time, y_of[m.to_lane]), xytext=(m.time, y_of[m.lane]),
+                        arrowprops={"arrowstyle": "->", "color": "crimson", "lw": 1.0})
+            ax.text(m.time, y_of[m.lane] + 0.32, f"({i})", ha="center", va="bottom", fontsize=7, color="crimson")
     ax.set_yticks(range(len(lanes)))
-    ax.set_yticklabels(list(reversed(lanes)))
-    ax.set_xlabel("time (idealised units: one load = one MMA = 1)")
+    ax.set_yticklabels(list(reversed(lanes)), fontsize=8)
+    ax.set_ylim(-0.6, len(lanes) + 0.1)
+    ax.set_xlim(0, end * 1.01)
+    ax.set_xticks([])
+    ax.set_xlabel("time (idealised; grey bands: stretches left out)", fontsize=8)
     bm, bn, bk = plan.tile
-    ax.set_title(f"{plan.m}x{plan.n}x{plan.k} {plan.dtype}, tile {bm}x{bn}x{bk}, {plan.stages} stages "
-                 f"({k_tiles} K tiles{f', {len(gap)} omitted' if gap else ''}; colour = stage)", fontsize=9)
-    ax.set_xlim(0, end * 1.02)
-    fig.tight_layout()
+    ax.set_title(f"{plan.m}x{plan.n}x{plan.k} {plan.dtype}, tile {bm}x{bn}x{bk}, {plan.stages} stage"
+                 f"{'s' * (plan.stages != 1)}, cluster {plan.cluster}, {plan.consumers.warpgroups} consumer warpgroup"
+                 f"{'s' * (plan.consumers.warpgroups != 1)}{', persistent' if plan.persistent else ''}"
+                 f"{', stream-K tail' if plan.schedule.stream_k and plan.schedule.stream_k.get('tail_units') else ''}",
+                 fontsize=9)
+    fig.tight_layout(rect=(0, 0.17 * len(lines) / height, 1, 1))
+    for i, line in enumerate(lines):
+        fig.text(0.01, (0.17 * (len(lines) - i) - 0.05) / height, line, fontsize=7, ha="left", va="center")
     path = Path(path)
     fig.savefig(path, format="png", dpi=110)
     plt.close(fig)

@@ -3,20 +3,18 @@
 Order, per dtype: the resource gate for each target (no GPU needed), then per shape the
 correctness gate of each target and of cuBLAS, then (for shapes of at least gpu.MIN_TIMED_FLOPS outside the
 edge set) cuBLAS and every correct target timed on the same tensors in the same run, each level's
-``vs_previous`` against the target before it in this run. Without a GPU only the resource gate runs.
-The JSON follows docs/results-schema.md.
+``vs_previous`` against the target before it in this run.
+
+Without a GPU the ladder's levels get the resource gate only; a user's callable that runs on CPU
+tensors gets the correctness gate on CPU (torch's CPU matmul standing in for cuBLAS). What did not
+run is counted and said (:mod:`gemm_ladder.gates.verdict`), never passed. The JSON follows
+docs/results-schema.md.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import math
-import os
-import platform
 import re
-import socket
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,10 +36,12 @@ from gemm_ladder.gates.performance import (
 )
 from gemm_ladder.gates.resources import ResourceReport, check_cubin_resources, check_level_resources
 from gemm_ladder.gates.tables import make_console, print_resources, print_rows
-from gemm_ladder.gpu import PEAK_TFLOPS, gpu_facts, nvidia_smi_clocks
+from gemm_ladder.gates.verdict import GateTally, new_tallies, print_summary, summarize
+from gemm_ladder.gpu import PEAK_TFLOPS, nvidia_smi_clocks
+from gemm_ladder.levels.tma import TmaLevel
+from gemm_ladder.results import SCHEMA, run_meta, write_json  # noqa: F401 - run_meta, write_json: bench/ imports them from here
+from gemm_ladder.runtime.compiler import CompilerNotFoundError
 from gemm_ladder.shapes import Shape
-
-SCHEMA = "gemm-ladder/result/1"
 
 #: Shape sets whose large shapes are timed; 'edge' shapes exist to find wrong answers, not speed.
 TIMED_SETS = ("square", "llm", "unaligned", "custom")
@@ -74,6 +74,25 @@ def parse_level_range(spec: str, available: list[int] | None = None) -> list[int
     if available is not None and (missing := sorted(out - set(available))):
         raise ValueError(f"no level {missing}: the ladder has levels {sorted(available)}")
     return sorted(out)
+
+
+#: The kernels take M, N and K as 32-bit ints (``int M, int N, int K`` in every level's signature).
+MAX_DIM = 2**31 - 1
+
+
+def check_run_arguments(shapes: list[tuple[str, Shape]], time_budget_s: float) -> None:
+    """Refuse what no run can use, before any build or launch; raises ValueError naming the rule.
+
+    A shape given as MxNxK (set 'custom') needs 1 <= M, N, K <= MAX_DIM (empty dimensions are the
+    edge set's to check); the time budget must be a positive number of seconds.
+    """
+    for shape_set, (m, n, k) in shapes:
+        if shape_set == "custom" and not all(1 <= d <= MAX_DIM for d in (m, n, k)):
+            raise ValueError(f"shape {m}x{n}x{k}: each of M, N and K must be between 1 and {MAX_DIM} (the kernels "
+                             "take 32-bit sizes; the 'edge' set checks empty dimensions)")
+    if not (math.isfinite(time_budget_s) and time_budget_s > 0):
+        raise ValueError(f"--budget {time_budget_s}: the time budget of one measurement must be a positive "
+                         "number of seconds")
 
 
 @dataclass
@@ -110,12 +129,13 @@ class Target:
     def describe(self) -> dict[str, Any]:
         out = {"number": self.number, "name": self.name, "idea": self.idea, "source": self.source,
                "domain": self.domain.describe() if self.domain else None}
-        if hasattr(self.level, "tile"):  # a TMA level: what the report's timeline needs to replan it
+        if isinstance(self.level, TmaLevel):  # what the report's timeline needs to replan it
             lvl = self.level
             out["pipeline"] = {"tile": list(lvl.tile), "stages": lvl.stages, "cluster": lvl.cluster,
                                "consumers": lvl.consumers, "persistent": lvl.persistent,
                                "producer_warpgroup": lvl.producer_warpgroup,
-                               "c_aliases_stages": lvl.c_aliases_stages, "c_ring": lvl.c_ring}
+                               "c_aliases_stages": lvl.c_aliases_stages, "c_ring": lvl.c_ring,
+                               "stream_k": lvl.stream_k_args}
         return out
 
     def has_resources(self) -> bool:
@@ -141,70 +161,6 @@ class Target:
             dynamic_smem=geo.dynamic_smem if geo else 0, cluster=geo.cluster if geo else None, sass=sass,
         )
         return report, sass
-
-
-# --- meta -------------------------------------------------------------------------------------
-
-
-def _git(*args: str) -> str | None:
-    try:
-        return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10, check=True,
-                              cwd=Path(__file__).resolve().parent).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _nvcc_version() -> str | None:
-    try:
-        from gemm_ladder.runtime.compiler import nvcc_path, nvcc_version
-
-        m = re.search(r"V(\d+\.\d+\.\d+)", nvcc_version(nvcc_path()))
-        return m.group(1) if m else None
-    except Exception:  # noqa: BLE001 - a version string is a report, not a requirement
-        return None
-
-
-def run_meta(command: str) -> dict[str, Any]:
-    """The ``meta`` object: date (UTC), git commit and dirtiness, command, host, GPU, versions.
-
-    Where the source tree is a copy (a lent GPU machine), the commit comes from the environment
-    variable GEMM_LADDER_GIT_COMMIT, set by whoever copied the tree; it takes precedence over git, and
-    ``git_dirty`` is then null (unknown).
-    """
-    # The variable wins: a copied tree may carry a stale .git of its own (the lent H200's did, and read
-    # an older commit than the one copied).
-    commit = os.environ.get("GEMM_LADDER_GIT_COMMIT")
-    status = None if commit else _git("status", "--porcelain")
-    commit = commit or _git("rev-parse", "HEAD")
-    return {
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "git_commit": commit,
-        "git_dirty": bool(status) if status is not None else None,
-        "command": command,
-        "host": socket.gethostname(),
-        "gpu": gpu_facts(),
-        "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "nvcc": _nvcc_version(),
-                     "python": platform.python_version()},
-    }
-
-
-def _clean(obj: Any) -> Any:
-    """JSON-safe copy: non-finite floats become null (JSON has no NaN/Infinity)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
-
-
-def write_json(result: dict[str, Any], path: str | Path) -> Path:
-    """Write ``result`` to ``path`` (parents created), non-finite numbers as null."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_clean(result), indent=1) + "\n")
-    return path
 
 
 # --- the run ----------------------------------------------------------------------------------
@@ -244,66 +200,91 @@ def run_gates(
     console: Console | None = None,
     time_budget_s: float = 0.5,
 ) -> dict[str, Any]:
-    """Run the gates and return the result JSON (a dict, docs/results-schema.md); prints tables.
+    """Run the gates and return the result JSON (a dict, docs/results-schema.md); prints tables and
+    the summary line (:func:`gemm_ladder.gates.verdict.summary_line`).
 
-    Without a GPU (``device`` 'cuda' and torch sees none) only the resource gate runs, after a
-    "no GPU: compile-only" line. ``device`` 'cpu' runs correctness on CPU (torch's CPU matmul as
-    the baseline), which is how the tests drive a user callable without a GPU.
+    ``device`` 'cuda' without a GPU runs what can run on this machine: the resource gate, and the
+    correctness gate on CPU for a callable that runs on CPU tensors (a level, or a callable that
+    raises a device error, is "not run: needs a GPU"); performance is not run. ``device`` 'cpu' does
+    the same on a machine with a GPU (the tests use it).
     """
     console = console or make_console()
+    gpu = torch.cuda.is_available()
     dev = torch.device(device)
-    on_device = dev.type != "cuda" or torch.cuda.is_available()
+    if dev.type == "cuda" and not gpu:
+        dev = torch.device("cpu")
     meta = run_meta(command)
     result: dict[str, Any] = {
         "schema": SCHEMA, "meta": meta,
         "ceilings": {"peak_tflops": dict(PEAK_TFLOPS), "dram_gbs": None},
         "levels": [t.describe() for t in targets], "resources": [], "rows": [],
-        "summary": {"passed": True, "failures": []},
     }
-    failures: list[str] = result["summary"]["failures"]
+    tallies = new_tallies()
+    failures: list[str] = []
 
-    if not on_device:
-        console.print("[bold yellow]no GPU: compile-only[/] (resource gate; correctness and performance need an sm_90a GPU)")
+    if dev.type != "cuda":
+        console.print("[bold yellow]no GPU[/]: the resource gate runs; correctness runs on CPU for a callable that "
+                      "runs on CPU tensors; the ladder's levels and timing need an sm_90a GPU")
+    _run_resources(result, targets, dtypes, arch, tallies["resources"], failures)
+    if result["resources"]:
+        print_resources(result["resources"], targets, console)
+
+    if dev.type == "cuda":
+        result["ceilings"]["dram_gbs"] = measure_dram_bandwidth(dev)
+    _run_shapes(result, targets, dtypes, shapes, dev, console, time_budget_s, tallies, failures)
+    if dev.type == "cuda" and meta["gpu"] is not None:
+        meta["gpu"]["clocks_mhz_end"] = nvidia_smi_clocks()
+    if result["rows"]:
+        print_rows(result["rows"], console)
+
+    result["gates"], result["summary"] = summarize(tallies, failures)
+    print_summary(result, console)
+    return result
+
+
+def _run_resources(result: dict[str, Any], targets: list[Target], dtypes: list[str], arch: str,
+                   tally: GateTally, failures: list[str]) -> None:
+    """The resource gate of every target and dtype, into ``result["resources"]``."""
     for target in targets:
         if not target.has_resources():
+            tally.idle_reason = f"nothing to inspect: {target.title} has no build(dtype, arch) and no --cubin was given"
             continue
         for dtype in dtypes:
             try:
                 report, _ = target.resources(dtype, arch)
+            except CompilerNotFoundError as exc:
+                tally.skip(f"{type(exc).__name__}: {exc}".splitlines()[0])
+                continue
             except Exception as exc:  # noqa: BLE001 - a compile error is this target's failure, not ours
                 msg = f"{type(exc).__name__}: {exc}".strip()
                 result["resources"].append({"level": target.number, "dtype": dtype, "passed": False,
                                             "messages": [msg], "error": True})
                 failures.append(f"{target.title} {dtype} build: {msg.splitlines()[0]}")
+                tally.record(False)
                 continue
             result["resources"].append(report.to_json())
+            tally.record(report.passed)
             if not report.passed:
                 failures.append(f"{target.title} {dtype} resources: {'; '.join(report.messages)}")
-    if result["resources"]:
-        print_resources(result["resources"], targets, console)
-
-    if on_device:
-        if dev.type == "cuda":
-            result["ceilings"]["dram_gbs"] = measure_dram_bandwidth(dev)
-        _run_shapes(result, targets, dtypes, shapes, dev, console, time_budget_s)
-        if dev.type == "cuda" and meta["gpu"] is not None:
-            meta["gpu"]["clocks_mhz_end"] = nvidia_smi_clocks()
-        print_rows(result["rows"], console)
-
-    result["summary"]["passed"] = not failures
-    if failures:
-        console.print(f"[bold red]{len(failures)} gate failure(s):[/]")
-        for f in failures:
-            console.print(f"  [red]x[/] {f}")
-    else:
-        console.print("[bold green]all gates passed[/]")
-    return result
 
 
-def _run_shapes(result: dict[str, Any], targets: list[Target], dtypes: list[str],
-                shapes: list[tuple[str, Shape]], dev: torch.device, console: Console, budget: float) -> None:
-    rows, failures = result["rows"], result["summary"]["failures"]
+#: Why a ladder level is not checked on a machine without a GPU.
+LEVEL_NEEDS_GPU = "no GPU: the ladder's levels are sm_90a kernels"
+#: Why nothing is timed without a GPU.
+TIMING_NEEDS_GPU = "no GPU: timing needs a CUDA device, a CPU's wall clock says nothing of a GPU kernel"
+#: Why the performance gate has nothing to do when no shape of the run is timed.
+NO_TIMED_SHAPE = "no timed shape: edge shapes are checked, not timed; square, llm, unaligned and MxNxK time shapes of 2MNK >= 1e11"
+
+
+def _run_shapes(result: dict[str, Any], targets: list[Target], dtypes: list[str], shapes: list[tuple[str, Shape]],
+                dev: torch.device, console: Console, budget: float, tallies: dict[str, GateTally],
+                failures: list[str]) -> None:
+    rows = result["rows"]
+    correctness, performance = tallies["correctness"], tallies["performance"]
+    performance.idle_reason = NO_TIMED_SHAPE
     dram = result["ceilings"]["dram_gbs"]
+    # a target that cannot run here: its reason; checks of it are counted as not run, not called
+    needs_gpu: dict[str, str] = {t.title: LEVEL_NEEDS_GPU for t in targets if t.level is not None and dev.type != "cuda"}
     total = len(dtypes) * len(shapes)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=not console.is_terminal) as progress:
@@ -312,21 +293,42 @@ def _run_shapes(result: dict[str, Any], targets: list[Target], dtypes: list[str]
             for shape_set, shape in shapes:
                 m, n, k = shape
                 progress.update(task, description=f"{dtype} {m}x{n}x{k}")
-                seed = None  # each check draws a fresh seed, recorded in its row
-                corr = {t.title: check_correctness(t.fn, m, n, k, dtype, device=dev, seed=seed, domain=t.domain)
-                        for t in targets}
+                corr: dict[str, CorrectnessResult] = {}
+                for t in targets:
+                    if t.title in needs_gpu:
+                        correctness.skip(needs_gpu[t.title])
+                        continue
+                    r = check_correctness(t.fn, m, n, k, dtype, device=dev, seed=None, domain=t.domain)
+                    if r.status == "not run":
+                        needs_gpu[t.title] = f"{t.title} {r.message}"
+                        correctness.skip(needs_gpu[t.title])
+                        continue
+                    correctness.record(r.passed)
+                    corr[t.title] = r
+                timed = shape_set in TIMED_SETS and is_timed_shape(m, n, k)
+                if timed and dev.type != "cuda":
+                    # every target that did not fail or refuse this shape would have been timed on a GPU
+                    skipped = [t for t in targets if t.title not in corr or corr[t.title].status == "pass"]
+                    if skipped:
+                        performance.skip(TIMING_NEEDS_GPU, len(skipped))
+                if not corr:
+                    progress.advance(task)
+                    continue  # nothing ran on this shape: no baseline row either
                 base_corr = check_correctness(_cublas_fn, m, n, k, dtype, device=dev)
-                timings = _time_shape(targets, corr, shape_set, shape, dtype, dev, budget)
+                timings = _time_shape(targets, corr, dtype, shape, dev, budget) if timed and dev.type == "cuda" else {}
                 base_t = timings.get("cuBLAS")
                 base_perf = judge_performance(base_t, m, n, k, dtype, dram_gbs=dram) if base_t else None
                 rows.append(_row("cublas", None, dtype, shape_set, shape, base_corr, base_perf))
                 previous: Timing | None = None
                 for t in targets:
+                    if t.title not in corr:
+                        continue
                     mine = timings.get(t.title)
                     perf = None
                     if mine is not None:
                         perf = judge_performance(mine, m, n, k, dtype, perf=t.perf, cublas=base_t,
                                                  previous=previous, dram_gbs=dram)
+                        performance.record(perf.passed)
                         previous = mine
                     row = _row("level" if t.number is not None else "user", t, dtype, shape_set, shape, corr[t.title], perf)
                     rows.append(row)
@@ -335,21 +337,14 @@ def _run_shapes(result: dict[str, Any], targets: list[Target], dtypes: list[str]
                 progress.advance(task)
 
 
-def _time_shape(targets: list[Target], corr: dict[str, CorrectnessResult], shape_set: str, shape: Shape,
-                dtype: str, dev: torch.device, budget: float) -> dict[str, Timing]:
+def _time_shape(targets: list[Target], corr: dict[str, CorrectnessResult], dtype: str, shape: Shape,
+                dev: torch.device, budget: float) -> dict[str, Timing]:
     """Time cuBLAS and every target that passed correctness on one shared pair of operands."""
     m, n, k = shape
-    if shape_set not in TIMED_SETS or not is_timed_shape(m, n, k):
-        return {}
     a, b = random_operands(m, n, k, dtype, dev, seed=0)
     fns = {"cuBLAS": _cublas_fn}
-    fns.update({t.title: t.fn for t in targets if corr[t.title].status == "pass"})
+    fns.update({t.title: t.fn for t in targets if t.title in corr and corr[t.title].status == "pass"})
     return time_fns(fns, a, b, budget_s=budget, rounds=TIMING_ROUNDS)
-
-
-def exit_status(result: dict[str, Any]) -> int:
-    """1 if any gate failed (including a failed build), else 0."""
-    return 0 if result["summary"]["passed"] else 1
 
 
 def command_line() -> str:

@@ -17,13 +17,15 @@ One check of one shape runs, on fresh random normal operands (never zeros, a new
    :class:`~gemm_ladder.contract.OutsideDomainError` before launch (status "refused", not a
    failure); computing it anyway, or refusing a shape inside the domain, fails.
 
-The device is a parameter so that the gate's logic runs on CPU tensors in CI (with torch's CPU
-matmul standing in for cuBLAS).
+The device is a parameter: without a GPU, a callable that runs on CPU tensors is checked on CPU
+(torch's CPU matmul standing in for cuBLAS). One that raises a device error there (it needs CUDA:
+:func:`is_device_error`) gets the status "not run", never "pass".
 """
 
 from __future__ import annotations
 
 import math
+import re
 import secrets
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -57,8 +59,9 @@ class CorrectnessResult:
     """Outcome of one correctness check of one shape.
 
     ``status``: 'pass', 'fail', 'refused' (OutsideDomainError before launch, outside the declared
-    domain: correct behaviour) or 'error' (an unexpected exception). ``passed`` is True for 'pass'
-    and 'refused'. Errors are relative (dimensionless) except ``max_abs_err`` and ``abs_cap``, which
+    domain: correct behaviour), 'error' (an unexpected exception) or 'not run' (on CPU operands the
+    callable raised a device error: it needs a GPU, so nothing was checked). ``passed`` is True for
+    'pass' and 'refused' only. Errors are relative (dimensionless) except ``max_abs_err`` and ``abs_cap``, which
     are in the output's units. Fields not measured (a refusal, an error, an empty shape) are None.
     """
 
@@ -78,8 +81,8 @@ class CorrectnessResult:
         return self.status in ("pass", "refused")
 
     def to_json(self) -> dict[str, Any] | None:
-        """The ``correctness`` object of a result row (docs/results-schema.md); None when refused."""
-        if self.status == "refused":
+        """The ``correctness`` object of a result row (docs/results-schema.md); None when refused or not run."""
+        if self.status in ("refused", "not run"):
             return None
         return {
             "rel_err": self.rel_err, "cublas_rel_err": self.cublas_rel_err, "bound": self.bound,
@@ -155,6 +158,24 @@ def _call_poisoned(fn: Fn, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     poison = torch.full((a.shape[0], b.shape[0]), float("nan"), dtype=a.dtype, device=a.device)
     del poison  # back to the caching allocator, NaNs and all, for fn's output to reuse
     return fn(a, b)
+
+
+#: What a callable says when it needs CUDA and finds none: our contract's "must be on a cuda
+#: device", torch's "Torch not compiled with CUDA enabled" / "No CUDA GPUs are available" / "Found no
+#: NVIDIA driver", cuda-python's CUDA_ERROR_NO_DEVICE, Triton's "0 active drivers".
+_DEVICE_ERROR = re.compile(r"\bcuda|\bgpus?\b|\bnvidia\b|active drivers", re.IGNORECASE)
+
+
+def is_device_error(exc: BaseException) -> bool:
+    """True when ``exc``, raised by a callable given CPU tensors, says that it needs a CUDA GPU.
+
+    A heuristic on the exception's text (see ``_DEVICE_ERROR``); a refusal of the shape
+    (OutsideDomainError) is never a device error. Misreading a plain failure as a device error
+    costs a "not run" (the run's verdict is then incomplete, never passed).
+    """
+    if isinstance(exc, OutsideDomainError):
+        return False
+    return bool(_DEVICE_ERROR.search(f"{type(exc).__name__}: {exc}"))
 
 
 def _sync(device: torch.device) -> None:
@@ -266,7 +287,10 @@ def check_correctness(
             return CorrectnessResult("fail", f"refused a shape inside its declared domain: {exc}", seed=seed)
         return CorrectnessResult("refused", str(exc), seed=seed)
     except Exception as exc:  # noqa: BLE001 - any other exception is the callable's failure
-        return CorrectnessResult("error", f"{type(exc).__name__}: {exc}".splitlines()[0], seed=seed)
+        text = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        if device.type == "cpu" and is_device_error(exc):
+            return CorrectnessResult("not run", f"needs a GPU: {text}", seed=seed)
+        return CorrectnessResult("error", text, seed=seed)
 
     if outside is not None:
         return CorrectnessResult("fail", f"computed a shape outside its declared domain ({outside})", seed=seed)

@@ -82,15 +82,18 @@ class Level(abc.ABC):
     def translation_unit(self, dtype: str) -> str:
         return f'// gemm-ladder level {self.number} ({self.name}), {dtype}\n#include "levels/{Path(self.source).name}"\n'
 
+    def build_defines(self, dtype: str) -> dict[str, int | str]:
+        """Every ``-D`` constant of this level's build for ``dtype``: the dtype switch, then :meth:`defines`."""
+        return {"GL_DTYPE_" + dtype.upper(): 1, **self.defines(dtype)}
+
     def build(self, dtype: str, arch: str = "sm_90a") -> CompiledKernel:
         """Compile (or fetch from cache) this level's cubin for ``dtype``; needs nvcc, not a GPU.
 
         Raises CompilerNotFoundError without nvcc and CompileError with nvcc's message.
         """
         if (dtype, arch) not in self._builds:
-            defines = {"GL_DTYPE_" + dtype.upper(): 1, **self.defines(dtype)}
             self._builds[dtype, arch] = compile_kernel(
-                self.translation_unit(dtype), self.kernel_name, arch=arch, defines=defines
+                self.translation_unit(dtype), self.kernel_name, arch=arch, defines=self.build_defines(dtype)
             )
         return self._builds[dtype, arch]
 

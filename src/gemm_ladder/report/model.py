@@ -1,5 +1,5 @@
-"""From a result JSON (docs/results-schema.md) to plain tables that both the HTML page and its
-Markdown twin print.
+"""From a result JSON (docs/results-schema.md) to the verdict and plain tables that both the HTML
+page and its Markdown twin print.
 
 Only the JSON is read here: no GPU, no torch, no kernel code. Every absent or null value becomes
 ``MISSING`` ("—") instead of a guess, because the schema promises that every number in the file was
@@ -8,13 +8,13 @@ measured in that run, and the report must not make up the ones that were not.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-SCHEMA_ID = "gemm-ladder/result/1"
+from gemm_ladder import results
+from gemm_ladder.results import ResultError, load_result  # noqa: F401 - the report's readers, re-exported
+
 MISSING = "—"
 
 #: Statuses that are failures (docs/results-schema.md): ``refused`` and ``skipped`` are not.
@@ -22,33 +22,6 @@ FAILED_STATUSES = frozenset({"fail", "error"})
 
 #: Bytes per element of the contract's dtypes, to derive arithmetic intensity when a row lacks it.
 DTYPE_BYTES = {"bf16": 2, "fp16": 2}
-
-
-class ResultError(ValueError):
-    """The file is not a readable gemm-ladder result."""
-
-
-def load_result(path: str | Path) -> dict[str, Any]:
-    """Read a result JSON and check that it is one (schema id and top-level shape).
-
-    Raises:
-        ResultError: unreadable file, invalid JSON, a different schema, or no ``rows`` list.
-    """
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ResultError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise ResultError(f"{path} is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ResultError(f"{path}: the top level must be a JSON object")
-    schema = data.get("schema")
-    if schema != SCHEMA_ID:
-        raise ResultError(f"{path}: schema is {schema!r}, expected {SCHEMA_ID!r}")
-    if not isinstance(data.get("rows", []), list):
-        raise ResultError(f"{path}: 'rows' must be a list")
-    return data
 
 
 # --- small accessors ------------------------------------------------------------------------------
@@ -230,8 +203,8 @@ def ordered_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (group_order[(r.get("dtype"), shape_key(r))], level_sort_key(r)))
 
 
-def ladder_table(result: dict[str, Any]) -> Table:
-    """The ladder: one row per (level or cuBLAS, dtype, shape) with gates and speed."""
+def rows_table(result: dict[str, Any]) -> Table:
+    """Every row of the result: one per (level or cuBLAS, dtype, shape) with gates and speed."""
     headers = [
         "kernel", "dtype", "set", "M×N×K", "status", "rel. error", "error ÷ cuBLAS",
         "TFLOP/s", "vs cuBLAS", "vs previous", "roofline", "note",
@@ -263,30 +236,30 @@ def ladder_table(result: dict[str, Any]) -> Table:
     return table
 
 
-SASS_PREFERRED = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "SYNCS", "LDL", "STL")
+#: SASS census columns of the resource table, when some entry counts any: tensor-core MMA (HGMMA, the
+#: pre-Hopper HMMA), TMA loads and stores, mbarrier operations. Local memory (LDL/STL) and the total
+#: always have a column.
+SASS_COLUMNS = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "SYNCS")
 
 
 def sass_columns(result: dict[str, Any]) -> list[str]:
-    """The SASS census keys present in any resource entry: the known ones first, ``total`` last."""
-    seen: list[str] = []
-    for entry in result.get("resources") or []:
-        for key in get(entry, "sass") or {}:
-            if key not in seen:
-                seen.append(key)
-    known = [k for k in SASS_PREFERRED if k in seen]
-    rest = sorted(k for k in seen if k not in SASS_PREFERRED and k != "total")
-    return known + rest + (["total"] if "total" in seen else [])
+    """The :data:`SASS_COLUMNS` that some resource entry counts (nonzero)."""
+    entries = [e for e in result.get("resources") or [] if isinstance(e, dict)]
+    return [k for k in SASS_COLUMNS if any(_number(get(e, "sass", k)) for e in entries)]
+
+
+def _pair(a: Any, b: Any) -> str:
+    """``a / b`` of two counts, "—" when both are absent."""
+    x, y = fmt_int(a), fmt_int(b)
+    return MISSING if x == y == MISSING else f"{x} / {y}"
 
 
 def resource_table(result: dict[str, Any]) -> Table:
-    """The resource gate: registers, shared memory, stack, spills, occupancy, SASS census."""
+    """The resource gate: registers, shared memory, stack and spills, occupancy, the SASS census."""
     sass = sass_columns(result)
-    headers = [
-        "level", "dtype", "threads", "cluster", "registers", "smem static", "smem dynamic",
-        "stack", "spill st", "spill ld", "CTAs/SM", *(f"SASS {k}" for k in sass), "passed", "messages",
-    ]
-    numeric = set(range(2, 11 + len(sass)))
-    table = Table(headers=headers, rows=[], numeric=numeric)
+    headers = ["level", "dtype", "threads", "cluster", "regs", "smem static / dyn. B", "stack / spill B",
+               "CTAs/SM", *sass, "LDL / STL", "SASS", "passed", "messages"]
+    table = Table(headers=headers, rows=[], numeric=set(range(2, 11 + len(sass))))
     entries = [e for e in result.get("resources") or [] if isinstance(e, dict)]
     entries.sort(key=lambda e: (_number(e.get("level")) is None, _number(e.get("level")) or 0, str(e.get("dtype"))))
     names = level_names(result)
@@ -295,19 +268,19 @@ def resource_table(result: dict[str, Any]) -> Table:
         label = f"L{number}" if number is not None else "user"
         if number in names:
             label += f" {names[number]}"
+        spills = [_number(e.get(k)) for k in ("spill_stores", "spill_loads")]
         cells = [
             label,
             str(e.get("dtype") or MISSING),
             fmt_int(e.get("threads")),
             fmt_int(e.get("cluster")),
             fmt_int(e.get("registers")),
-            fmt_int(e.get("smem_static")),
-            fmt_int(e.get("smem_dynamic")),
-            fmt_int(e.get("stack_bytes")),
-            fmt_int(e.get("spill_stores")),
-            fmt_int(e.get("spill_loads")),
+            _pair(e.get("smem_static"), e.get("smem_dynamic")),
+            _pair(e.get("stack_bytes"), sum(spills) if None not in spills else None),
             fmt_int(e.get("ctas_per_sm")),
             *(fmt_int(get(e, "sass", k)) for k in sass),
+            _pair(get(e, "sass", "LDL"), get(e, "sass", "STL")),
+            fmt_int(get(e, "sass", "total")),
             fmt_bool(e.get("passed")),
             one_line("; ".join(str(m) for m in e.get("messages") or [])),
         ]
@@ -392,8 +365,151 @@ def facts(result: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def summary(result: dict[str, Any]) -> tuple[bool | None, list[str]]:
-    """(passed, failures) from the result's summary; passed is None when the run did not say."""
-    s = result.get("summary") or {}
-    passed = s.get("passed") if isinstance(s.get("passed"), bool) else None
-    return passed, [one_line(f) for f in s.get("failures") or []]
+# --- the verdict ----------------------------------------------------------------------------------
+
+#: Symbols of a gate's state, so that the verdict reads without colour too.
+GATE_SYMBOL = {results.PASSED: "✓", results.FAILED: "✗", results.NOT_RUN: "○", results.UNKNOWN: "?"}
+
+#: The verdict's headline per ``summary.verdict`` (results.verdict's words).
+HEADLINES = {
+    results.VERDICT_PASSED: "Passed: every gate that applies ran and passed",
+    results.VERDICT_FAILED: "Gates failed",
+    results.VERDICT_INCOMPLETE: "Incomplete: nothing failed, but a gate did not run",
+    results.UNKNOWN: "Verdict unknown: this result does not record which gates ran",
+}
+
+
+@dataclass
+class GateLine:
+    """One gate in the verdict: its name, state (passed, failed, not run, unknown) and what it did."""
+
+    gate: str
+    state: str
+    detail: str
+
+    @property
+    def text(self) -> str:
+        return f"{GATE_SYMBOL.get(self.state, '?')} {self.gate} {self.state}" + (f": {self.detail}" if self.detail else "")
+
+
+@dataclass
+class Verdict:
+    """The run's verdict (``results.verdict``), its headline, one line per gate and the failures."""
+
+    verdict: str
+    headline: str
+    gates: list[GateLine]
+    failures: list[str]
+
+
+UNITS = {"correctness": "check", "performance": "timing", "resources": "build"}
+
+
+def verdict(result: dict[str, Any]) -> Verdict:
+    """What the page says first. A result that does not record its gates (schema 1) gets "unknown"
+    for each gate and for the verdict unless its summary records a failure: never "passed"."""
+    word = results.verdict(result)
+    gates = []
+    for name, g in results.gate_states(result).items():
+        state = g["state"]
+        ran, failed = _number(g.get("ran")), _number(g.get("failed"))
+        if state in (results.NOT_RUN, results.UNKNOWN):
+            detail = one_line(g.get("reason"))
+        elif failed:
+            detail = f"{int(failed)} of {int(ran or 0)} {UNITS[name]}s failed"
+        else:
+            detail = f"{int(ran or 0)} {UNITS[name]}{'s' * (ran != 1)}" if ran is not None else ""
+        gates.append(GateLine(name, state, detail))
+    headline = HEADLINES[word]
+    if word == results.VERDICT_PASSED and all(g.state == results.PASSED for g in gates):
+        headline = "All gates ran and passed"
+    if all(g.state == results.UNKNOWN for g in gates):  # an old file: say it once
+        gates = [GateLine(", ".join(results.GATES), results.UNKNOWN, gates[0].detail
+                          + ("; it records no failure" if word == results.UNKNOWN else ""))]
+    s = result.get("summary") if isinstance(result.get("summary"), dict) else {}
+    return Verdict(word, headline, gates, [one_line(f) for f in s.get("failures") or []])
+
+
+# --- the ladder: timed shapes as a level x shape table -------------------------------------------
+
+
+def timed_rows(result: dict[str, Any], dtype: str) -> list[dict[str, Any]]:
+    """Rows of ``dtype`` on the shapes where anything was timed (a TFLOP/s in some row)."""
+    rows = [r for r in ordered_rows(result) if r.get("dtype") == dtype]
+    shapes = {shape_key(r) for r in rows if _number(get(r, "performance", "tflops")) is not None}
+    return [r for r in rows if shape_key(r) in shapes]
+
+
+def dtypes(result: dict[str, Any]) -> list[str]:
+    """The dtypes of the rows, in first-seen order."""
+    return list(dict.fromkeys(str(r.get("dtype")) for r in ordered_rows(result) if r.get("dtype") is not None))
+
+
+def ladder_table(result: dict[str, Any], dtype: str) -> tuple[Table, str]:
+    """(table, note): a row per level and cuBLAS, a column per timed shape of ``dtype``.
+
+    A cell is ``TFLOP/s · ratio to cuBLAS``, or the status when the row was not timed (refused,
+    failed). Levels that refused every timed shape are left out of the table and named in ``note``.
+    The last column is the geometric mean of the ratios to cuBLAS over the shapes the level was timed on.
+    """
+    rows = timed_rows(result, dtype)
+    shapes: dict[Any, str] = {}
+    for r in rows:
+        shapes.setdefault(shape_key(r), shape_label(r))
+    headers = ["kernel", *shapes.values(), "geomean vs cuBLAS"]
+    table = Table(headers=headers, rows=[], numeric=set(range(1, len(headers))))
+    series: dict[str, dict[Any, dict[str, Any]]] = {}
+    for r in sorted(rows, key=level_sort_key):
+        series.setdefault(row_title(r), {}).setdefault(shape_key(r), r)
+    refused_all = []
+    for title, cells_by_shape in series.items():
+        cublas = title == "cuBLAS" or any(r.get("kind") == "cublas" for r in cells_by_shape.values())
+        if not cublas and all(r.get("status") == "refused" for r in cells_by_shape.values()):
+            refused_all.append(title)
+            continue
+        cells, ratios, marks = [title], [], {"cublas"} if cublas else set()
+        for key in shapes:
+            r = cells_by_shape.get(key)
+            tflops = _number(get(r, "performance", "tflops")) if r else None
+            ratio = _number(get(r, "performance", "vs_cublas")) if r else None
+            if r is None:
+                cells.append(MISSING)
+            elif tflops is None:
+                cells.append(status_text(r.get("status")))
+            else:
+                cells.append(fmt_float(tflops, 0) + ("" if cublas or ratio is None else f" · {fmt_ratio(ratio)}"))
+            if r is not None and is_failed(r):
+                marks.add("failed")
+            if ratio is not None and ratio > 0 and not cublas:
+                ratios.append(ratio)
+        geomean = math.exp(sum(math.log(x) for x in ratios) / len(ratios)) if ratios else None
+        cells.append(MISSING if cublas else fmt_ratio(geomean))
+        table.rows.append(Row(cells, marks))
+    note = (f"{', '.join(refused_all)}: refused every timed shape (outside the declared domain)" if refused_all else "")
+    return table, note
+
+
+# --- correctness on every checked shape, refusals counted ---------------------------------------
+
+
+def checked_table(result: dict[str, Any]) -> Table:
+    """One row per (level or cuBLAS, dtype): shapes checked, passed, failed, refused and the largest
+    error ratio to cuBLAS; refused rows collapse into their count (they are correct behaviour)."""
+    headers = ["kernel", "dtype", "shapes", "passed", "failed", "refused", "other", "max error ÷ cuBLAS", "failures"]
+    table = Table(headers=headers, rows=[], numeric={2, 3, 4, 5, 6, 7})
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in sorted(ordered_rows(result), key=lambda r: (level_sort_key(r), str(r.get("dtype")))):
+        groups.setdefault((row_title(r), str(r.get("dtype") or MISSING)), []).append(r)
+    for (title, dtype), rows in groups.items():
+        count = {k: sum(r.get("status") == k for r in rows) for k in ("pass", "refused")}
+        failed = [r for r in rows if is_failed(r)]
+        other = len(rows) - count["pass"] - count["refused"] - len(failed)
+        ratios = [x for x in (error_ratio(r) for r in rows) if x is not None]
+        cublas = any(r.get("kind") == "cublas" for r in rows)
+        failures = "; ".join(f"{shape_label(r)}: {one_line(r.get('message'))}" for r in failed[:3])
+        if len(failed) > 3:
+            failures += f"; … {len(failed) - 3} more"
+        cells = [title, dtype, str(len(rows)), str(count["pass"]), str(len(failed)), str(count["refused"]),
+                 str(other), MISSING if cublas else fmt_ratio(max(ratios) if ratios else None), failures]
+        table.rows.append(Row(cells, ({"cublas"} if cublas else set()) | ({"failed"} if failed else set())))
+    return table

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,31 +17,44 @@ from typing import Any
 
 from gemm_ladder.report import charts, model, timeline
 from gemm_ladder.report.charts import Picture
-from gemm_ladder.report.model import MISSING, Table
+from gemm_ladder.report.model import MISSING, Table  # noqa: F401 - MISSING: part of the module's API
+
+
+@dataclass
+class Ladder:
+    """The ladder of one dtype: the level x timed-shape table, its note, its bars and roofline."""
+
+    dtype: str
+    table: Table
+    note: str
+    bars: Picture | None
+    roofline: Picture | None
 
 
 @dataclass
 class Report:
-    """Everything the page shows, computed once and printed twice (HTML and Markdown)."""
+    """Everything the page shows, computed once and printed twice (HTML and Markdown), in page order:
+    verdict, ladders (table, bars, roofline), correctness on every checked shape, resources, timelines,
+    levels, run facts, and every row."""
 
     title: str
     subtitle: str
     synthetic: bool
-    passed: bool | None
-    failures: list[str]
-    facts: list[tuple[str, str]]
-    levels: list[dict[str, Any]]
-    ladder: Table
+    verdict: model.Verdict
+    ladders: list[Ladder]
+    checked: Table
     resources: Table
-    bars: list[Picture]
-    rooflines: list[Picture]
     timelines: list[Picture]
     timeline_note: str
+    levels: list[dict[str, Any]]
+    facts: list[tuple[str, str]]
+    rows: Table
 
     @property
     def pictures(self) -> list[Picture]:
         """Every picture that was drawn (those with a PNG), in page order."""
-        return [p for p in (*self.bars, *self.rooflines, *self.timelines) if p.png is not None]
+        figures = [p for ladder in self.ladders for p in (ladder.bars, ladder.roofline) if p is not None]
+        return [p for p in (*figures, *self.timelines) if p.png is not None]
 
 
 @dataclass
@@ -52,49 +66,74 @@ class ReportFiles:
     pngs: list[Path] = field(default_factory=list)
 
 
-def build_report(result: dict[str, Any]) -> Report:
-    """Compute the tables and pictures of a loaded result (see :func:`model.load_result`)."""
-    passed, failures = model.summary(result)
-    with tempfile.TemporaryDirectory(prefix="gemm-ladder-report-") as tmp:
-        timeline_pics, timeline_note = timeline.timelines(result, Path(tmp))
+def build_report(result: dict[str, Any], *, timelines: bool = True) -> Report:
+    """Compute the verdict, tables and pictures of a loaded result (see :func:`model.load_result`).
+
+    ``timelines`` False leaves the designer's timelines out (each takes about a second to draw).
+    """
+    bars = {p.slug: p for p in charts.bar_charts(result)}
+    roofs = {p.slug: p for p in charts.roofline_charts(result)}
+    ladders = []
+    for dtype in model.dtypes(result):
+        table, note = model.ladder_table(result, dtype)
+        ladders.append(Ladder(dtype, table, note, bars.get(f"bars-{dtype}"), roofs.get(f"roofline-{dtype}")))
+    pictures: list[Picture] = []
+    timeline_note = "not drawn for this page"
+    if timelines:
+        with tempfile.TemporaryDirectory(prefix="gemm-ladder-report-") as tmp:
+            pictures, timeline_note = timeline.timelines(result, Path(tmp))
     return Report(
         title=f"gemm-ladder report — {model.gpu_name(result)}",
         subtitle=f"{model.run_date(result)} · commit {model.commit_label(result)}",
         synthetic=model.is_synthetic(result),
-        passed=passed,
-        failures=failures,
-        facts=model.facts(result),
-        levels=[lv for lv in result.get("levels") or [] if isinstance(lv, dict)],
-        ladder=model.ladder_table(result),
+        verdict=model.verdict(result),
+        ladders=ladders,
+        checked=model.checked_table(result),
         resources=model.resource_table(result),
-        bars=charts.bar_charts(result),
-        rooflines=charts.roofline_charts(result),
-        timelines=timeline_pics,
+        timelines=pictures,
         timeline_note=timeline_note,
+        levels=[lv for lv in result.get("levels") or [] if isinstance(lv, dict)],
+        facts=model.facts(result),
+        rows=model.rows_table(result),
     )
 
 
 SYNTHETIC_TEXT = "Synthetic data: this result says it is a test fixture. None of its numbers are measurements."
+LADDER_NOTE = ("Each cell: TFLOP/s · speed relative to cuBLAS on the same tensors in the same run (above 1× is "
+               "faster); red: a gate failed. Shapes that were only checked, not timed, are counted below.")
+CHECKED_NOTE = ("Every shape each kernel was checked on, timed or not. refused: the shape is outside the level's "
+                "declared domain and the level said so before any launch (correct behaviour, not a failure). "
+                "error ÷ cuBLAS: the level's relative error over cuBLAS's on the same operands.")
+TIMELINE_NOTE = ("What one CTA of each TMA level does, replanned by the designer for one of the level's shapes: "
+                 "an idealised model (equal load and MMA times), not a measurement.")
 
 # --- HTML -----------------------------------------------------------------------------------------
 
 CSS = """
-:root { --fail: #b3261e; --fail-bg: #fde7e5; --cublas-bg: #eef3fb; --muted: #777; --line: #d9d9d9; }
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d1d1f;
-       margin: 24px auto; max-width: 1600px; padding: 0 24px; }
-h1 { font-size: 24px; margin: 0 0 4px; }
-h2 { font-size: 18px; margin: 32px 0 8px; border-bottom: 1px solid var(--line); padding-bottom: 4px; }
-h3 { font-size: 15px; margin: 16px 0 6px; }
-.subtitle { color: var(--muted); margin: 0 0 16px; }
-.banner { background: #fff4ce; border: 1px solid #e0b400; padding: 8px 12px; border-radius: 4px; font-weight: 600; }
-.verdict { font-weight: 700; font-size: 16px; }
-.verdict.pass { color: #1b7f3b; } .verdict.fail { color: var(--fail); }
+:root { --fail: #b3261e; --fail-bg: #fde7e5; --pass: #1b7f3b; --warn: #8a6100; --warn-bg: #fff4ce;
+        --cublas-bg: #eef3fb; --muted: #666; --line: #d9d9d9; }
+body { font: 14px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d1d1f;
+       margin: 16px auto; max-width: 1600px; padding: 0 24px; }
+h1 { font-size: 22px; margin: 0; }
+h2 { font-size: 17px; margin: 22px 0 6px; border-bottom: 1px solid var(--line); padding-bottom: 3px; }
+h3 { font-size: 14px; margin: 12px 0 4px; }
+.subtitle { color: var(--muted); margin: 2px 0 10px; }
+.banner { background: var(--warn-bg); border: 1px solid #e0b400; padding: 6px 12px; border-radius: 4px; font-weight: 600; }
+.verdict { border-left: 6px solid var(--muted); background: #f6f6f8; padding: 6px 14px; margin: 6px 0 4px; }
+.verdict.passed { border-color: var(--pass); } .verdict.failed { border-color: var(--fail); background: var(--fail-bg); }
+.verdict.incomplete { border-color: #e0b400; background: var(--warn-bg); }
+.verdict .headline { font-weight: 700; font-size: 16px; margin: 0 0 2px; }
+.verdict.passed .headline { color: var(--pass); } .verdict.failed .headline { color: var(--fail); }
+.verdict.incomplete .headline { color: var(--warn); }
+.verdict ul { margin: 0; padding-left: 18px; } .verdict li { margin: 1px 0; }
+li.gate.failed { color: var(--fail); font-weight: 600; } li.gate.passed { color: var(--pass); }
+li.gate.not-run, li.gate.unknown { color: var(--warn); }
 .scroll { overflow-x: auto; }
-table { border-collapse: collapse; font-size: 13px; }
-th, td { border: 1px solid var(--line); padding: 3px 8px; text-align: left; white-space: nowrap; vertical-align: top; }
-th { background: #f4f4f6; position: sticky; top: 0; }
+table { border-collapse: collapse; font-size: 12.5px; }
+th, td { border: 1px solid var(--line); padding: 2px 7px; text-align: left; white-space: nowrap; vertical-align: top; }
+th { background: #f4f4f6; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-td.note { white-space: normal; min-width: 16em; max-width: 40em; color: #444; }
+td.note { white-space: normal; min-width: 0; max-width: 36em; color: #444; }
 tr.cublas td { background: var(--cublas-bg); }
 tr.muted td { color: var(--muted); }
 tr.failed td { background: var(--fail-bg); }
@@ -102,10 +141,12 @@ tr.failed td:first-child { box-shadow: inset 4px 0 0 var(--fail); }
 tr.failed td.status { color: var(--fail); font-weight: 700; }
 dl.facts { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; margin: 0; }
 dl.facts dt { color: var(--muted); } dl.facts dd { margin: 0; font-family: ui-monospace, monospace; font-size: 12px; }
-.figures { display: flex; flex-wrap: wrap; gap: 8px 24px; align-items: flex-start; }
-figure { margin: 12px 0 20px; } figure img { max-width: 100%; height: auto; border: 1px solid var(--line); }
-figcaption { color: var(--muted); font-size: 12px; }
-.note { color: var(--muted); font-style: italic; }
+.figures { display: flex; gap: 16px; align-items: flex-start; margin: 10px 0 4px; }
+.figures figure { flex: 1 1 0; min-width: 0; }
+figure { margin: 0 0 12px; } figure img { max-width: 100%; height: auto; border: 1px solid var(--line); display: block; }
+figcaption { color: var(--muted); font-size: 12px; margin: 2px 0; }
+.note { color: var(--muted); font-style: italic; margin: 2px 0 6px; }
+details > summary { cursor: pointer; font-weight: 600; margin: 18px 0 6px; }
 """
 
 # Lets a headless browser (tests/test_report_browser.py) tell that every picture decoded: after
@@ -123,13 +164,15 @@ def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
-def html_table(table: Table) -> str:
-    """A Table as an HTML <table>, row marks as classes (``failed``, ``cublas``, ``muted``)."""
+def html_table(table: Table, box: str = "") -> str:
+    """A Table as an HTML <table>, row marks as classes (``failed``, ``cublas``, ``muted``); ``box``
+    names the block for the browser test (``data-box``)."""
     if not table.rows:
         return '<p class="note">No entries.</p>'
     status_col = table.headers.index("status") if "status" in table.headers else -1
-    note_cols = {i for i, h in enumerate(table.headers) if h in ("note", "messages")}
-    out = ['<div class="scroll"><table>', "<thead><tr>"]
+    note_cols = {i for i, h in enumerate(table.headers) if h in ("note", "messages", "failures")}
+    attr = f' data-box="{_e(box)}"' if box else ""
+    out = [f'<div class="scroll"{attr}><table>', "<thead><tr>"]
     out += [f"<th>{_e(h)}</th>" for h in table.headers]
     out.append("</tr></thead><tbody>")
     for row in table.rows:
@@ -142,20 +185,22 @@ def html_table(table: Table) -> str:
                 classes.append("status")
             if i in note_cols:
                 classes.append("note")
-            attr = f' class="{" ".join(classes)}"' if classes else ""
-            out.append(f"<td{attr}>{_e(cell)}</td>")
+            cls = f' class="{" ".join(classes)}"' if classes else ""
+            out.append(f"<td{cls}>{_e(cell)}</td>")
         out.append("</tr>")
     out.append("</tbody></table></div>")
     return "".join(out)
 
 
-def html_picture(p: Picture) -> str:
-    """A picture as a <figure> with its PNG inline, or a note when it could not be drawn."""
+def html_picture(p: Picture, caption_above: bool = False) -> str:
+    """A picture as a <figure data-box=slug> with its PNG inline, or a note when it was not drawn."""
     if p.png is None:
-        return f'<h3>{_e(p.title)}</h3><p class="note">{_e(p.note or "not drawn")}</p>'
+        return f'<p class="note" data-box="{_e(p.slug)}">{_e(p.title)}: not drawn: {_e(p.note or "no picture")}</p>'
     data = base64.b64encode(p.png).decode("ascii")
-    caption = f"<figcaption>{_e(p.note)}</figcaption>" if p.note else ""
-    return f'<figure><img alt="{_e(p.title)}" src="data:image/png;base64,{data}">{caption}</figure>'
+    img = f'<img alt="{_e(p.title)}" src="data:image/png;base64,{data}">'
+    top = f"<figcaption>{_e(p.title)}</figcaption>" if caption_above else ""
+    bottom = f"<figcaption>{_e(p.note)}</figcaption>" if p.note else ""
+    return f'<figure data-box="{_e(p.slug)}">{top}{img}{bottom}</figure>'
 
 
 def level_heading(lv: dict[str, Any]) -> str:
@@ -185,54 +230,76 @@ def _levels_html(levels: list[dict[str, Any]]) -> str:
     return "<ul>" + "".join(items) + "</ul>"
 
 
-def _section_pictures(pictures: list[Picture], empty: str) -> str:
-    if not pictures:
-        return f'<p class="note">{_e(empty)}</p>'
-    return '<div class="figures">' + "".join(html_picture(p) for p in pictures) + "</div>"
+STATE_CLASS = {"passed": "passed", "failed": "failed", "not run": "not-run", "unknown": "unknown"}
+#: Failures listed in the verdict before the rest fold into a <details>.
+FAILURES_SHOWN = 5
+
+
+def _verdict_html(v: model.Verdict) -> str:
+    out = [f'<section class="verdict {_e(v.verdict)}" data-box="verdict">',
+           f'<p class="headline">{_e(v.headline)}</p><ul class="gates">']
+    out += [f'<li class="gate {STATE_CLASS.get(g.state, "unknown")}">{_e(g.text)}</li>' for g in v.gates]
+    out.append("</ul>")
+    if v.failures:
+        shown, rest = v.failures[:FAILURES_SHOWN], v.failures[FAILURES_SHOWN:]
+        out.append(f"<p><b>{len(v.failures)} failure(s):</b></p><ul>" + "".join(f"<li>{_e(f)}</li>" for f in shown) + "</ul>")
+        if rest:
+            out.append(f"<details><summary>{len(rest)} more</summary><ul>"
+                       + "".join(f"<li>{_e(f)}</li>" for f in rest) + "</ul></details>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def _ladder_html(ladder: Ladder) -> str:
+    parts = [f"<h2>Ladder, {_e(ladder.dtype)}: timed shapes</h2>"]
+    if not ladder.table.rows:
+        return parts[0] + '<p class="note">No shape was timed.</p>'
+    parts.append(html_table(ladder.table, f"ladder-{ladder.dtype}"))
+    parts.append(f'<p class="note">{_e(LADDER_NOTE)}' + (f" {_e(ladder.note)}." if ladder.note else "") + "</p>")
+    figures = [p for p in (ladder.bars, ladder.roofline) if p is not None]
+    if figures:
+        parts.append('<div class="figures">' + "".join(html_picture(p) for p in figures) + "</div>")
+    return "".join(parts)
+
+
+def _no_timelines(report: Report) -> str:
+    if report.timeline_note:
+        return f"Timelines {report.timeline_note}."
+    return "No level of this result records a stage ring to draw."
 
 
 def render_html(report: Report) -> str:
-    """The whole page as one HTML string (no external resources)."""
+    """The whole page as one HTML string (no external resources), in :class:`Report` order."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{_e(report.title)}</title><style>{CSS}</style><script>{SCRIPT}</script></head><body>",
-        f"<h1>{_e(report.title)}</h1>",
+        f'<h1 data-box="title">{_e(report.title)}</h1>',
         f'<p class="subtitle">{_e(report.subtitle)}</p>',
     ]
     if report.synthetic:
         parts.append(f'<p class="banner">{_e(SYNTHETIC_TEXT)}</p>')
-    if report.passed is None:
-        parts.append('<p class="verdict">Verdict: —</p>')
+    parts.append(_verdict_html(report.verdict))
+    if not any(ladder.table.rows for ladder in report.ladders):
+        parts.append('<h2>Ladder</h2><p class="note">No shape was timed.</p>')
     else:
-        cls = "pass" if report.passed else "fail"
-        parts.append(f'<p class="verdict {cls}">{"All gates passed" if report.passed else "Gates failed"}</p>')
-    if report.failures:
-        parts.append("<ul>" + "".join(f"<li>{_e(f)}</li>" for f in report.failures) + "</ul>")
+        parts += [_ladder_html(ladder) for ladder in report.ladders if ladder.table.rows]
+    parts.append("<h2>Correctness on every checked shape</h2>")
+    parts.append(f'<p class="note">{_e(CHECKED_NOTE)}</p>' + html_table(report.checked, "checked"))
+    parts.append("<h2>Resources</h2>" + html_table(report.resources, "resources"))
+    parts.append("<h2>Pipeline timelines</h2>")
+    if report.timelines:
+        note = TIMELINE_NOTE + (f" Note: {report.timeline_note}." if report.timeline_note else "")
+        parts.append(f'<p class="note">{_e(note)}</p>')
+        parts += [html_picture(p, caption_above=True) for p in report.timelines]
+    else:
+        parts.append(f'<p class="note">{_e(_no_timelines(report))}</p>')
+    parts.append("<h2>Levels</h2>" + _levels_html(report.levels))
     parts.append('<h2>Run</h2><dl class="facts">')
     parts += [f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in report.facts]
     parts.append("</dl>")
-    parts.append("<h2>Levels</h2>" + _levels_html(report.levels))
-    parts.append("<h2>Ladder</h2>")
-    parts.append(
-        '<p class="note">error ÷ cuBLAS: the level\'s relative error over cuBLAS\'s on the same operands. '
-        "vs cuBLAS and vs previous: time ratios (above 1× is faster). Red rows failed a gate; "
-        "refused means the shape is outside the level's declared domain, which is correct behaviour.</p>"
-    )
-    parts.append(html_table(report.ladder))
-    parts.append("<h2>TFLOP/s per level</h2>")
-    parts.append(_section_pictures(report.bars, "No shape was timed."))
-    parts.append("<h2>Roofline</h2>")
-    parts.append(_section_pictures(report.rooflines, "No timed row to place on a roofline."))
-    parts.append("<h2>Resources</h2>")
-    parts.append(html_table(report.resources))
-    parts.append("<h2>Pipeline timelines</h2>")
-    if report.timeline_note:
-        parts.append(f'<p class="note">Timelines not drawn: {_e(report.timeline_note)}.</p>')
-    else:
-        for p in report.timelines:
-            parts.append(f"<h3>{_e(p.title)}</h3>" + html_picture(p) if p.png else html_picture(p))
+    parts.append(f"<details><summary>Every row ({len(report.rows.rows)})</summary>{html_table(report.rows, 'rows')}</details>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
@@ -267,33 +334,42 @@ def png_name(stem: str, p: Picture) -> str:
     return f"{stem}-{p.slug}.png"
 
 
-def _md_pictures(pictures: list[Picture], stem: str, empty: str) -> list[str]:
-    if not pictures:
-        return [f"_{empty}_", ""]
-    out = []
-    for p in pictures:
-        if p.png is None:
-            out += [f"### {p.title}", "", f"_{p.note or 'not drawn'}_", ""]
-        else:
-            out += [f"![{p.title}]({png_name(stem, p)})", ""]
-            if p.note:
-                out += [f"_{p.note}_", ""]
-    return out
+def _md_picture(p: Picture, stem: str) -> list[str]:
+    if p.png is None:
+        return [f"_{p.title}: not drawn: {p.note or 'no picture'}_", ""]
+    out = [f"![{p.title}]({png_name(stem, p)})", ""]
+    return out + ([f"_{p.note}_", ""] if p.note else [])
 
 
 def render_markdown(report: Report, stem: str = "report") -> str:
-    """The Markdown twin; it links ``{stem}-{slug}.png`` files that :func:`write_report` writes."""
+    """The Markdown twin, same order as the page; it links ``{stem}-{slug}.png`` files that
+    :func:`write_report` writes."""
+    v = report.verdict
     out = [f"# {report.title}", "", report.subtitle, ""]
     if report.synthetic:
         out += [f"> **{SYNTHETIC_TEXT}**", ""]
-    if report.passed is None:
-        out += ["**Verdict: —**", ""]
+    out += [f"**{v.headline}**", ""] + [f"- {g.text}" for g in v.gates] + [""]
+    if v.failures:
+        out += [f"{len(v.failures)} failure(s):", ""] + [f"- {f}" for f in v.failures] + [""]
+    if not any(ladder.table.rows for ladder in report.ladders):
+        out += ["## Ladder", "", "_No shape was timed._", ""]
+    for ladder in report.ladders:
+        if not ladder.table.rows:
+            continue
+        out += [f"## Ladder, {ladder.dtype}: timed shapes", "", markdown_table(ladder.table)]
+        out += [f"_{LADDER_NOTE}" + (f" {ladder.note}." if ladder.note else "") + "_", ""]
+        for p in (ladder.bars, ladder.roofline):
+            if p is not None:
+                out += _md_picture(p, stem)
+    out += ["## Correctness on every checked shape", "", f"_{CHECKED_NOTE}_", "", markdown_table(report.checked)]
+    out += ["## Resources", "", markdown_table(report.resources)]
+    out += ["## Pipeline timelines", ""]
+    if report.timelines:
+        out += [f"_{TIMELINE_NOTE}" + (f" Note: {report.timeline_note}." if report.timeline_note else "") + "_", ""]
+        for p in report.timelines:
+            out += [f"### {p.title}", ""] + _md_picture(p, stem)
     else:
-        out += ["**All gates passed**" if report.passed else "**✗ Gates failed**", ""]
-    out += [f"- {f}" for f in report.failures]
-    if report.failures:
-        out.append("")
-    out += ["## Run", ""] + [f"- **{k}**: {v}" for k, v in report.facts] + [""]
+        out += [f"_{_no_timelines(report)}_", ""]
     out += ["## Levels", ""]
     for lv in report.levels:
         line = f"- **{level_heading(lv)}**" + (f" — {lv['idea']}" if lv.get("idea") else "")
@@ -302,30 +378,42 @@ def render_markdown(report: Report, stem: str = "report") -> str:
         out.append(line)
     if not report.levels:
         out.append("_The result lists no levels._")
-    out += ["", "## Ladder", "", markdown_table(report.ladder)]
-    out += ["## TFLOP/s per level", ""] + _md_pictures(report.bars, stem, "No shape was timed.")
-    out += ["## Roofline", ""] + _md_pictures(report.rooflines, stem, "No timed row to place on a roofline.")
-    out += ["## Resources", "", markdown_table(report.resources)]
-    out += ["## Pipeline timelines", ""]
-    if report.timeline_note:
-        out += [f"_Timelines not drawn: {report.timeline_note}._", ""]
-    else:
-        for p in report.timelines:
-            if p.png is not None:
-                out += [f"### {p.title}", "", f"![{p.title}]({png_name(stem, p)})", ""]
-            else:
-                out += _md_pictures([p], stem, "")
+    out += ["", "## Run", ""] + [f"- **{k}**: {v}" for k, v in report.facts] + [""]
+    out += [f"## Every row ({len(report.rows.rows)})", "", markdown_table(report.rows)]
     return "\n".join(out).rstrip() + "\n"
 
 
-def write_report(result: dict[str, Any], out_dir: str | Path, stem: str = "report") -> ReportFiles:
+class ReportOutputError(ValueError):
+    """The report cannot be written where it was asked to go (the message names the path and the rule)."""
+
+
+#: A file-name stem of the outputs: a name, not a path (no folder can be reached through it).
+STEM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
+
+
+def check_output(out_dir: str | Path, stem: str) -> None:
+    """Raise ReportOutputError unless ``stem`` is a plain file name (letters, digits, '.', '_', '-',
+    not starting with '.') and ``out_dir`` is a folder or can be made one."""
+    if not STEM.fullmatch(stem):
+        raise ReportOutputError(f"--name {stem!r}: a file-name stem is letters, digits, '.', '_' and '-', not starting "
+                                "with '.' (the outputs stay inside the output folder)")
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ReportOutputError(f"-o {out}: an existing file, not a folder; give a folder for the report's files")
+
+
+def write_report(result: dict[str, Any], out_dir: str | Path, stem: str = "report", *,
+                 timelines: bool = True) -> ReportFiles:
     """Write ``{stem}.html``, ``{stem}.md`` and the Markdown twin's PNGs into ``out_dir``.
 
     Returns the written paths. ``out_dir`` is created if needed; files of the same names are replaced.
+    Raises ReportOutputError for a stem that is not a plain name or an ``out_dir`` that is a file, and
+    OSError when the folder cannot be written.
     """
+    check_output(out_dir, stem)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    report = build_report(result)
+    report = build_report(result, timelines=timelines)
     files = ReportFiles(html=out / f"{stem}.html", markdown=out / f"{stem}.md")
     for p in report.pictures:
         path = out / png_name(stem, p)
@@ -336,4 +424,5 @@ def write_report(result: dict[str, Any], out_dir: str | Path, stem: str = "repor
     return files
 
 
-__all__ = ["Report", "ReportFiles", "build_report", "render_html", "render_markdown", "write_report", "MISSING"]
+__all__ = ["Ladder", "Report", "ReportFiles", "ReportOutputError", "build_report", "check_output", "render_html",
+           "render_markdown", "write_report", "MISSING"]

@@ -30,12 +30,16 @@ from pathlib import Path
 KERNEL_ROOT = Path(__file__).resolve().parent.parent / "kernels"
 INCLUDE_DIR = KERNEL_ROOT / "include"
 
-#: Hopper with its architecture-specific features (wgmma, setmaxnreg). The -gencode form: the
-#: -arch=sm_90a shorthand also runs a plain sm_90 pass that rejects wgmma (device/HOPPER.md).
-ARCH_FLAGS = {
-    "sm_90a": ["-gencode=arch=compute_90a,code=sm_90a"],
-    "sm_100a": ["-gencode=arch=compute_100a,code=sm_100a"],
-}
+#: Real architecture -> the virtual architecture its PTX is written for. The "a" targets carry the
+#: architecture-specific features, such as wgmma and setmaxnreg on sm_90a (PTX ISA, the .target
+#: directive, and each instruction's "Target ISA notes").
+VIRTUAL_ARCH = {"sm_90a": "compute_90a", "sm_100a": "compute_100a"}
+
+#: One -gencode per target names exactly one virtual and one real architecture (NVCC documentation,
+#: "Options for Steering GPU Code Generation", --generate-code). The -arch=sm_90a shorthand is not
+#: used: nvcc 13.0 compiling an object with it also runs a compute_90 pass that rejects wgmma
+#: (``nvcc -arch=sm_90a -c --dryrun`` lists it).
+ARCH_FLAGS = {real: [f"-gencode=arch={virtual},code={real}"] for real, virtual in VIRTUAL_ARCH.items()}
 BASE_FLAGS = ["-O3", "-std=c++17", "--use_fast_math", "-Xptxas", "-v", "-lineinfo"]
 
 
@@ -83,7 +87,11 @@ def debug_enabled() -> bool:
 
 def _find_tool(name: str, env_var: str | None = None) -> str:
     if env_var and os.environ.get(env_var):
-        return os.environ[env_var]
+        chosen = os.environ[env_var]
+        found = shutil.which(chosen)
+        if found is None:
+            raise CompilerNotFoundError(f"{env_var}={chosen!r} is not an executable file")
+        return found
     found = shutil.which(name)
     if found:
         return found
@@ -117,7 +125,14 @@ def cuobjdump_path() -> str:
 
 @functools.lru_cache(maxsize=None)
 def nvcc_version(nvcc: str) -> str:
-    return subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    """``nvcc --version`` text (part of every cache key); CompilerNotFoundError if it does not run."""
+    try:
+        proc = subprocess.run([nvcc, "--version"], capture_output=True, text=True)
+    except OSError as exc:
+        raise CompilerNotFoundError(f"{nvcc} cannot run: {exc}") from exc
+    if proc.returncode != 0:
+        raise CompilerNotFoundError(f"{nvcc} --version failed (exit {proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout.strip()
 
 
 def _headers_digest() -> str:
@@ -147,6 +162,12 @@ def build_flags(arch: str, defines: dict[str, int | str] | None = None, extra: l
     return flags + list(extra or [])
 
 
+def nvcc_command(nvcc: str, flags: list[str], source: Path | str, cubin: Path | str) -> list[str]:
+    """The command line that compiles ``source`` to ``cubin`` with ``flags`` (from :func:`build_flags`);
+    runs nothing, so it can be printed without nvcc (``gemm-ladder show``)."""
+    return [nvcc, *flags, "-cubin", "-o", str(cubin), str(source)]
+
+
 def compile_kernel(
     source: str,
     kernel_name: str,
@@ -163,32 +184,35 @@ def compile_kernel(
         arch: 'sm_90a' (H100/H200) or 'sm_100a' (B200).
         defines: compile-time constants, passed as ``-DNAME=VALUE``.
 
+    With GEMM_LADDER_JIT_DEBUG=1, the entry also holds ``kernel.ptx`` and ``kernel.sass`` (added to
+    an entry built earlier without them).
+
     Raises:
-        CompilerNotFoundError: no nvcc.
+        ValueError: an architecture not in ARCH_FLAGS.
+        CompilerNotFoundError: no nvcc (or, with JIT debug, no cuobjdump).
         CompileError: nvcc failed; carries nvcc's stderr.
     """
-    nvcc = nvcc_path()
     flags = build_flags(arch, defines, extra_flags)
+    nvcc = nvcc_path()
     key = cache_key(source, flags, nvcc_version(nvcc), _headers_digest())
     final = cache_root() / key
     entry = CompiledKernel(key=key, directory=final, kernel_name=kernel_name, flags=tuple(flags))
-    if (final / "kernel.cubin").exists() and (not debug_enabled() or (final / "kernel.sass").exists()):
-        return entry
+    if not (final / "kernel.cubin").exists():
+        _build_entry(nvcc, source, kernel_name, flags, final)
+    if debug_enabled() and not (final / "kernel.sass").exists():
+        _keep_ptx_and_sass(nvcc, arch, flags, final)
+    return entry
 
+
+def _build_entry(nvcc: str, source: str, kernel_name: str, flags: list[str], final: Path) -> None:
+    """Compile into a temporary directory beside ``final``, then rename it into place."""
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=final.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
         (tmp / "kernel.cu").write_text(source)
-        cmd = [nvcc, *flags, "-cubin", "-o", str(tmp / "kernel.cubin"), str(tmp / "kernel.cu")]
-        if debug_enabled():
-            print("[gemm-ladder] " + " ".join(cmd), file=sys.stderr)
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise CompileError(f"nvcc failed for {kernel_name} (exit {proc.returncode})", proc.stderr + proc.stdout)
-        (tmp / "ptxas.log").write_text(proc.stderr + proc.stdout)
+        cmd = nvcc_command(nvcc, flags, tmp / "kernel.cu", tmp / "kernel.cubin")
+        _run_nvcc(cmd, f"nvcc failed for {kernel_name}", tmp / "ptxas.log")
         (tmp / "meta.json").write_text(json.dumps({"kernel": kernel_name, "flags": flags, "nvcc": nvcc_version(nvcc)}))
-        if debug_enabled():
-            _keep_ptx_and_sass(nvcc, flags, tmp)
         try:
             os.rename(tmp, final)
         except OSError:
@@ -198,17 +222,34 @@ def compile_kernel(
                 os.rename(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return entry
 
 
-def _keep_ptx_and_sass(nvcc: str, flags: list[str], directory: Path) -> None:
-    ptx_flags = [f for f in flags if not f.startswith("-gencode")]
-    arch = next(f for f in flags if f.startswith("-gencode")).split("code=")[1]
-    virtual = arch.replace("sm_", "compute_")
-    cmd = [nvcc, *ptx_flags, f"-arch={virtual}", "-ptx", "-o", str(directory / "kernel.ptx"), str(directory / "kernel.cu")]
-    print("[gemm-ladder] " + " ".join(cmd), file=sys.stderr)
-    subprocess.run(cmd, capture_output=True, text=True, check=True)
-    (directory / "kernel.sass").write_text(disassemble(directory / "kernel.cubin"))
+def _run_nvcc(cmd: list[str], failure: str, log: Path) -> None:
+    """Run one nvcc command (printed under JIT debug); its output goes to ``log``; CompileError on failure."""
+    if debug_enabled():
+        print("[gemm-ladder] " + " ".join(cmd), file=sys.stderr)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CompileError(f"{failure} (exit {proc.returncode})", proc.stderr + proc.stdout)
+    log.write_text(proc.stderr + proc.stdout)
+
+
+def _keep_ptx_and_sass(nvcc: str, arch: str, flags: list[str], entry: Path) -> None:
+    """Add ``kernel.ptx`` (nvcc -ptx for ``arch``'s virtual architecture) and ``kernel.sass`` to ``entry``.
+
+    Both are made in a temporary directory and moved in, the SASS last: its presence means both are whole.
+    """
+    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.debug.", dir=entry.parent))
+    try:
+        ptx_flags = [f for f in flags if f not in ARCH_FLAGS[arch]]
+        cmd = [nvcc, *ptx_flags, f"-arch={VIRTUAL_ARCH[arch]}", "-ptx", "-o", str(tmp / "kernel.ptx"),
+               str(entry / "kernel.cu")]
+        _run_nvcc(cmd, "nvcc -ptx failed", tmp / "ptx.log")
+        (tmp / "kernel.sass").write_text(disassemble(entry / "kernel.cubin"))
+        os.replace(tmp / "kernel.ptx", entry / "kernel.ptx")
+        os.replace(tmp / "kernel.sass", entry / "kernel.sass")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def disassemble(cubin: Path) -> str:

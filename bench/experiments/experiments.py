@@ -1,6 +1,6 @@
-"""One-off variants of levels 5-9 to find where time goes (development tool; results go in notes).
+"""One-off variants of levels 5-9 to find where time goes (one-off experiment).
 
-    python bench/experiments.py [--size 8192]
+    python bench/experiments/experiments.py [--size 8192]
 
 Each variant is a level with one change (bench/variants.py), timed beside the unchanged levels and
 cuBLAS in the same run with triton's do_bench (L2 flushed, median). This is the older timing: the
@@ -8,15 +8,24 @@ host's launch latency counts when the GPU waits for it; gates.performance.time_f
 bench/ladder_variants.py) hides it. bench/results/2026-11-30_experiments_8192.json came from this
 script; its "plain arrive" rows compared the remote arrive without .release.cluster, which has since
 become the levels' own form (ptx/mbarrier.cuh), so those variants are gone from here.
+
+One-off (bench/README.md): not maintained; it needs triton (the H200 has it) and writes
+experiments_SIZE.json under $OUT without the suite's meta. Its questions are now asked by
+bench/ladder_variants.py with the gates' timing.
 """
 
 import argparse
 import json
 import os
 
+import sys
+from pathlib import Path
+
 import torch
 from triton.testing import do_bench
-from variants import check_targets, no_multicast_edit, with_edit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: variants.py
+from variants import check_targets, no_multicast_edit, with_edit  # noqa: E402
 
 from gemm_ladder.contract import cublas
 from gemm_ladder.levels import LEVELS

@@ -1,6 +1,6 @@
-"""Level 9's epilogue and ring depth, and how the timing method moves the ratios (development tool).
+"""Level 9's epilogue and ring depth, and how the timing method moves the ratios (one-off experiment).
 
-    python bench/l9_epilogue.py [--old-source FILE.cu] [--ring-source FILE.cu] [--sizes 4096,8192]
+    python bench/experiments/l9_epilogue.py [--old-source FILE.cu] [--ring-source FILE.cu] [--sizes 4096,8192]
                                 [--methods both|hidden] [--rounds 1] [-o OUT.json]
 
 In one run, on the same operands, L2 flushed before every call, median of the timed calls:
@@ -20,20 +20,25 @@ In one run, on the same operands, L2 flushed before every call, median of the ti
   ``--rounds`` > 1 the callables are timed interleaved (gates.performance.time_fns).
 
 Each variant's output is checked against a float64 reference on its first 256 rows first.
+
+One-off (bench/README.md): the record of how bench/results/2026-11-29_l9_epilogue.json and
+2026-11-29_l9_overlap.json were measured, against level 9's sources at fb927b1 and 416b8e4; not
+maintained. It times with hide_launch off on purpose (to compare timing methods), which the
+maintained scripts never do.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
-from variants import check_targets, with_defines, with_source
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: suite.py, variants.py
+from suite import add_output_argument, save  # noqa: E402
+from variants import check_targets, with_defines, with_source  # noqa: E402
 
 from gemm_ladder.contract import cublas
-from gemm_ladder.gates.climb import run_meta, write_json
 from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.levels import LEVELS
@@ -48,7 +53,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--methods", default="both", choices=["both", "hidden"])
     p.add_argument("--group-m", default="4,16", help="grouped-order heights to try besides the default (empty: none)")
-    p.add_argument("-o", "--output", default=os.path.join(os.environ.get("OUT", "."), "l9_epilogue.json"))
+    add_output_argument(p)
     args = p.parse_args()
 
     l9 = LEVELS[9]
@@ -85,8 +90,7 @@ def main() -> int:
                      and x.get("pass") == r.get("pass") and x.get("hide_launch") == r.get("hide_launch")), None)
         if base and "median_ms" in r:
             r["vs_cublas"] = base["median_ms"] / r["median_ms"]
-    write_json({"meta": run_meta(" ".join(["python", *sys.argv])), "rows": rows}, args.output)
-    print(f"wrote {args.output}")
+    save({"rows": rows}, "l9_epilogue", args.output)
     return 0
 
 

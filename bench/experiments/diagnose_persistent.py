@@ -1,6 +1,9 @@
 """Why is a persistent level slow? Print its grid and occupancy, then time it at several grid sizes.
 
-    python bench/diagnose_persistent.py --levels 6,8,9 --size 8192
+    python bench/experiments/diagnose_persistent.py --levels 6,8,9 --size 8192
+
+One-off (bench/README.md): not maintained; it needs triton (the H200 has it), sets the loaded
+kernel's private resident count, and prints its rows without writing a result file.
 """
 
 import argparse

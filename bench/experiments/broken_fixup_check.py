@@ -1,10 +1,14 @@
 """Does the correctness gate catch a broken stream-K fixup? Level 9 splitting every tail, as shipped
 and with its reduction dropping the last partial, on two shapes with split tails (H200: 66 clusters).
 
-    python bench/broken_fixup_check.py OUT.json
+    python bench/experiments/broken_fixup_check.py OUT.json
+
+One-off (bench/README.md): the record of bench/results/2026-11-30_broken_fixup_check_{5ddbf40,fac6faa}.json.
+Its question belongs in a GPU test beside the stream-K tests; until then it is kept here, not maintained.
 """
 import sys, json
-sys.path.insert(0, "bench")
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: variants.py
 from variants import with_edit
 from gemm_ladder.levels import LEVELS
 from gemm_ladder.gates.correctness import check_correctness

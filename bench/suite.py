@@ -1,0 +1,65 @@
+"""Where a maintained bench script's result goes, and the ``meta`` it carries (bench/README.md).
+
+One output convention: a JSON object ``{"meta": run_meta(...), ...the script's own keys}`` written by
+``write_json`` to a file named ``DATE_NAME_COMMIT.json``: the run's UTC date, the script's name (plus
+its variant, e.g. ``pipe_depth_sweep_L5``), and the source tree's short commit (``-dirty`` when git
+saw uncommitted changes; ``nocommit`` when neither git nor GEMM_LADDER_GIT_COMMIT knows it). By
+default the file goes to ``$OUT`` when that is set (a lent GPU machine's output folder, copied back
+by whoever ran the script; commit it under bench/results/ unchanged) and to bench/results/ otherwise;
+``-o PATH`` names the file itself.
+
+Imported by the scripts beside it (they run as ``python bench/NAME.py``, so this directory is on
+``sys.path``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+# TODO(lead): once src/gemm_ladder/results.py lands, this one line becomes
+#     from gemm_ladder.results import run_meta, write_json
+# (every maintained bench script gets run_meta and write_json through this module only).
+from gemm_ladder.gates.climb import run_meta, write_json
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def add_output_argument(parser: argparse.ArgumentParser) -> None:
+    """``-o/--output PATH``: the result file; default DATE_NAME_COMMIT.json in $OUT or bench/results/."""
+    parser.add_argument("-o", "--output", type=Path, default=None,
+                        help="result JSON (default: DATE_NAME_COMMIT.json in $OUT if set, else bench/results/)")
+
+
+def result_name(name: str, meta: dict[str, Any]) -> str:
+    """``DATE_NAME_COMMIT.json`` for a run described by ``meta`` (run_meta's object).
+
+    Raises ValueError when ``name`` is empty or holds anything but letters, digits, '_', '-' and '.'
+    (it becomes part of a file name).
+    """
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name or ""):
+        raise ValueError(f"result name {name!r}: use letters, digits, '_', '-' and '.' only")
+    date = str(meta.get("date") or "")[:10] or "nodate"
+    commit = re.match(r"[0-9a-fA-F]{7,40}", str(meta.get("git_commit") or ""))
+    tag = commit.group(0)[:7] if commit else "nocommit"
+    if meta.get("git_dirty"):
+        tag += "-dirty"
+    return f"{date}_{name}_{tag}.json"
+
+
+def save(result: dict[str, Any], name: str, output: Path | None = None) -> Path:
+    """Write ``{"meta": run_meta(<this command line>), **result}``; returns the path and prints it.
+
+    ``output``: the file to write (the script's ``-o``); None for ``result_name(name, meta)`` in $OUT
+    when that is set, else in bench/results/.
+    """
+    meta = run_meta(" ".join(["python", *sys.argv]))
+    if output is None:
+        output = Path(os.environ.get("OUT") or RESULTS) / result_name(name, meta)
+    path = write_json({"meta": meta, **result}, output)
+    print(f"wrote {path}")
+    return path
