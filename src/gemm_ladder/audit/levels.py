@@ -24,8 +24,9 @@ The shape of a level (:func:`protocol_for_level`):
   CTA's producer loads its half and multicasts it into both CTAs (bytes complete on both full
   barriers); empty count 2: each consumer arrives on its own and on the peer CTA's empty[s].
 * **L9 multi-consumer (cooperative)**: two consumer warpgroups read every stage of one 128x256 tile;
-  empty count = consumers x cluster (cluster 1 by default, 2 with B multicast as in L8; the kernel's
-  ring is 4 stages, ``protocol_for_level`` defaults to 2). Epilogue as the kernel ships it: each consumer
+  empty count = consumers x cluster (the kernel ships a cluster of 2 with B multicast as in L8, and 4
+  stages, which ``gemm-ladder audit --level 9`` audits; :func:`protocol_for_level`'s own defaults, for
+  quick fault searches, are cluster 1 and 2 stages). Epilogue as the kernel ships it: each consumer
   warpgroup i stores its 64 x 256 fragment as P = 4 column panels (64 columns, 128 B) through its
   own staging ring of R = 2 panel buffers ``D{i}.0``, ``D{i}.1`` (64 x 128 B each) with its own store
   issuer (thread 0; named barrier 2+i, 128 threads, orders it with its warpgroup): for running panel

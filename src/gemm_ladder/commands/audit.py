@@ -98,14 +98,11 @@ def _level_protocol(args: argparse.Namespace, counts: dict):
     from gemm_ladder.audit import protocol_for_level
     from gemm_ladder.design import PlanRefused
 
-    try:
-        number = int(args.level)
-    except ValueError:
-        raise BadArgument(f"--level {args.level!r} is not an integer") from None
+    number = integer(args.level, "--level")
     if number not in AUDITED:
         raise BadArgument(f"--level {number}: levels {AUDITED[0]}..{AUDITED[-1]} have a stage ring to audit"
-                       + (" (levels 1-3 copy with threads and have none)" if 1 <= number <= 3 else ""))
-    from gemm_ladder.levels import get_level
+                          + (" (levels 1-3 copy with threads and have none)" if 1 <= number <= 3 else ""))
+    from gemm_ladder.levels import get_level  # the registry (it imports torch: only for --level)
 
     shipped = get_level(number)
     changes = {k: counts[k] for k in ("stages", "cluster") if counts[k] is not None}
