@@ -86,11 +86,11 @@ def _edits() -> list[tuple[str, str]]:
         ("  extern __shared__ uint8_t smem_raw[];\n",
          "  extern __shared__ uint8_t smem_raw[];\n  unsigned long long gl_entry_ns; long long gl_entry_clk = clock64();\n"
          "  asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(gl_entry_ns));\n"),
-        ("    int count = 0;\n",
-         "    int count = 0;\n    if (" + tracer + f") {{ gl_trace_ns[blockIdx.x][{ENTRY}] = gl_entry_ns; "
+        ("    RingPosition pos{0};\n",
+         "    RingPosition pos{0};\n    if (" + tracer + f") {{ gl_trace_ns[blockIdx.x][{ENTRY}] = gl_entry_ns; "
          f"gl_trace_clk[blockIdx.x][{ENTRY}] = gl_entry_clk; }}\n"),
-        ("      consume_k_range(smem, d, consumer, 0, k_tiles, count, elected, [&](int kt) {\n",
-         "      consume_k_range(smem, d, consumer, 0, k_tiles, count, elected, [&](int kt) {\n"
+        ("      consume_k_range(smem, d, consumer, 0, k_tiles, pos, elected, [&](int kt) {\n",
+         "      consume_k_range(smem, d, consumer, 0, k_tiles, pos, elected, [&](int kt) {\n"
          f"        if (kt == 0 && {tracer}) gl_stamp({t(0)});\n"
          f"        if (kt < 4 && unit == first_unit && {tracer}) gl_stamp({FIRST_ITERS} + kt);\n"),
         ("      if (unit != first_unit)  // fewer K iterations than deferred panels",

@@ -21,10 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# TODO(lead): once src/gemm_ladder/results.py lands, this one line becomes
-#     from gemm_ladder.results import run_meta, write_json
-# (every maintained bench script gets run_meta and write_json through this module only).
-from gemm_ladder.gates.climb import run_meta, write_json
+# Every maintained bench script gets run_meta and write_json through this module only.
+from gemm_ladder.results import run_meta, write_json
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

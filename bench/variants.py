@@ -58,32 +58,34 @@ def with_edit(level: Level, name: str, edit: Callable[[str], str], **changes) ->
     return with_source(level, path, **changes)
 
 
-#: cluster_ring.cuh's multicast B load, and what the no-multicast variant puts in its place.
-_MULTICAST_LOAD = """tma_load_2d_multicast(smem.b(s) + rank * GL_B_BOX_ROWS * BK, map_b, smem.full(s), kt * BK,
-                          tn * BN + rank * GL_B_BOX_ROWS, (1 << GL_CLUSTER) - 1);"""
+#: stage_ring.cuh's multicast B load, and what the no-multicast variant puts in its place.
+_MULTICAST_LOAD = """tma_load_operand<B_MN_MAJOR, GL_B_BOX_ROWS>(smem.b(s) + rank * GL_B_BOX_ROWS * BK, map_b, smem.full(s), kt,
+                                                tn * BN + rank * GL_B_BOX_ROWS, (1 << GL_CLUSTER) - 1);"""
 _UNICAST_LOADS = """for (int r = 0; r < GL_CLUSTER; ++r)
-      tma_load_2d(smem.b(s) + r * GL_B_BOX_ROWS * BK, map_b, smem.full(s), kt * BK, tn * BN + r * GL_B_BOX_ROWS);"""
+      tma_load_operand<B_MN_MAJOR, GL_B_BOX_ROWS>(smem.b(s) + r * GL_B_BOX_ROWS * BK, map_b, smem.full(s), kt,
+                                                  tn * BN + r * GL_B_BOX_ROWS);"""
+#: The producer functions of stage_ring.cuh the variant copies (renamed ..._unicast), callers first.
+_PRODUCER_FUNCTIONS = ("produce_units", "produce_k_range", "produce_stage")
 
 
-def _function(header: str, signature_start: str) -> str:
-    start = header.index(signature_start)
+def _function(header: str, name: str) -> str:
+    start = header.index(f" {name}(")
+    start = header.rindex("\n__device__", 0, start) + 1
     return header[start:header.index("\n}\n", start) + 3]
 
 
 def no_multicast_edit(src: str) -> str:
-    """Edit a level 8/9 source to call a copy of cluster_ring.cuh's producer in which each CTA loads
+    """Edit a level 8/9 source to call a copy of stage_ring.cuh's producer in which each CTA loads
     every B slice itself instead of multicasting its own (the cluster and its barriers are kept)."""
-    assert "produce_multicast_stages(" in src, "no multicast producer in this source (levels 8-9 only)"
-    header = (KERNEL_ROOT / "include" / "gemm_ladder" / "cluster_ring.cuh").read_text()
-    k_range = _function(header, "__device__ __forceinline__ void produce_k_range(")
-    stages = _function(header, "__device__ __forceinline__ int produce_multicast_stages(")
-    assert _MULTICAST_LOAD in k_range, "cluster_ring.cuh's multicast load changed; update this variant"
-    k_range = k_range.replace(_MULTICAST_LOAD, _UNICAST_LOADS).replace("produce_k_range(", "produce_k_range_unicast(")
-    stages = stages.replace("produce_multicast_stages(", "produce_unicast_stages(").replace(
-        "produce_k_range(", "produce_k_range_unicast(")
-    src = src.replace("using namespace gl;", "using namespace gl;\n" + k_range + "\n" + stages, 1)
-    return src.replace("produce_multicast_stages(", "produce_unicast_stages(").replace(
-        "produce_k_range(", "produce_k_range_unicast(")
+    assert "produce_units(" in src, "no multicast producer in this source (levels 8-9 only)"
+    header = (KERNEL_ROOT / "include" / "gemm_ladder" / "stage_ring.cuh").read_text()
+    copies = "\n".join(_function(header, name) for name in reversed(_PRODUCER_FUNCTIONS))
+    assert _MULTICAST_LOAD in copies, "stage_ring.cuh's multicast load changed; update this variant"
+    copies = copies.replace(_MULTICAST_LOAD, _UNICAST_LOADS)
+    src = src.replace("using namespace gl;", "using namespace gl;\n" + copies, 1)
+    for name in _PRODUCER_FUNCTIONS:
+        src = src.replace(f"{name}(", f"{name}_unicast(")
+    return src
 
 
 def check_targets(targets: dict, a: torch.Tensor, b: torch.Tensor, rows: int = 256) -> tuple[dict, dict, dict]:

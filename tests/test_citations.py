@@ -57,7 +57,5 @@ def test_the_designer_cites_nothing_outside_the_repository():
     assert _pointers_nowhere((DESIGN,)) == []
 
 
-@pytest.mark.xfail(strict=True, reason="gates/resources.py and gates/performance.py cite DESIGN.md: "
-                                       "the lead applies the replacement text after merging wt-gates")
 def test_the_gates_cite_nothing_outside_the_repository():
     assert _pointers_nowhere((GATES,)) == []

@@ -81,10 +81,3 @@ def test_gate_states_read_schema_2():
     states = results.gate_states(result)
     assert [states[g]["state"] for g in results.GATES] == ["not run", "passed", "unknown"]
     assert results.verdict(result) == "incomplete"
-
-
-def test_bench_scripts_old_import_still_works():
-    """bench/ scripts import run_meta and write_json from gates.climb until they import gemm_ladder.results."""
-    from gemm_ladder.gates import climb
-
-    assert climb.run_meta is results.run_meta and climb.write_json is results.write_json

@@ -11,10 +11,10 @@
 //
 // The accumulators end in a sum that traps on a value it never takes, so ptxas must keep every
 // wgmma whole (a dead accumulator lets it shrink HGMMA.64x256x16 to 64x8: see ladder_variants.py).
-#include "gemm_ladder/cluster_ring.cuh"
 #include "gemm_ladder/ptx/cluster.cuh"
 #include "gemm_ladder/ptx/mbarrier.cuh"
 #include "gemm_ladder/ptx/wgmma.cuh"
+#include "gemm_ladder/stage_ring.cuh"
 #include "gemm_ladder/tile_scheduler.cuh"
 #include "gemm_ladder/tma_tile.cuh"
 
@@ -45,9 +45,10 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
   if (warpgroup_index() == 0) {
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0 && k_tiles >= STAGES) {  // fill every stage once, from this cluster's first unit
-      int um, tn, count = 0;
+      int um, tn;
+      RingPosition pos{0};
       sched.coords(blockIdx.x / GL_CLUSTER, um, tn);
-      produce_k_range(smem, &map_a, &map_b, um, tn, 0, STAGES, rank, count);
+      produce_k_range(smem, &map_a, &map_b, um, tn, 0, STAGES, rank, pos);
     }
   } else if (k_tiles >= STAGES) {
     setmaxnreg_inc<232>();

@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma list of shape sets (edge, square, llm, unaligned) or MxNxK with 1 <= M, N, K < 2^31 "
                              "(default: edge)")
     parser.add_argument("--json", metavar="PATH", default=None, help="write the result JSON (docs/results-schema.md) here")
-    parser.add_argument("--arch", default="sm_90a", help="target architecture for the builds (default: sm_90a)")
+    parser.add_argument("--arch", default="sm_90a", help="target architecture for the builds (default and only choice: sm_90a)")
     parser.add_argument("--budget", type=float, default=0.5, metavar="SECONDS",
                         help="time budget of one timing measurement, > 0 (default: 0.5 s)")
 
@@ -39,9 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from gemm_ladder.contract import parse_dtypes
     from gemm_ladder.gates.climb import Target, check_run_arguments, command_line, parse_level_range, run_gates
     from gemm_ladder.gates.verdict import EXIT_USAGE, exit_status
-    from gemm_ladder.levels import LEVELS
+    from gemm_ladder.levels import LEVELS, arch_refusal
     from gemm_ladder.results import check_writable, write_json
-    from gemm_ladder.runtime.compiler import ARCH_FLAGS
     from gemm_ladder.shapes import parse_shape_sets
 
     try:
@@ -49,8 +48,8 @@ def run(args: argparse.Namespace) -> int:
         dtypes = parse_dtypes(args.dtype)
         shapes = parse_shape_sets(args.shapes)
         check_run_arguments(shapes, args.budget)
-        if args.arch not in ARCH_FLAGS:
-            raise ValueError(f"--arch {args.arch!r}: use one of {', '.join(sorted(ARCH_FLAGS))}")
+        if (refusal := arch_refusal(args.arch)) is not None:
+            raise ValueError(refusal)
         if args.json and (why := check_writable(args.json)):
             raise ValueError(f"--json: {why}")
     except ValueError as exc:

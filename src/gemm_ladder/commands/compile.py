@@ -18,26 +18,11 @@ HELP = "Compile one level and print its resource report and SASS census (no GPU 
 
 #: The one architecture the ladder's kernels are written for: they issue wgmma, which exists on
 #: sm_90a only (PTX ISA, wgmma.mma_async, "Target ISA notes").
-LADDER_ARCH = "sm_90a"
-
-
-def arch_refusal(arch: str) -> str | None:
-    """None when the ladder's kernels build for ``arch``, else the one-line reason they do not."""
-    from gemm_ladder.runtime.compiler import ARCH_FLAGS
-
-    if arch == LADDER_ARCH:
-        return None
-    if arch in ARCH_FLAGS:
-        return (f"--arch {arch}: the ladder's kernels are {LADDER_ARCH} (wgmma); {arch} is a planning model "
-                f"only: gemm-ladder design --arch {arch}")
-    return f"--arch {arch!r}: unknown architecture; the ladder's kernels are {LADDER_ARCH}"
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """--level, --dtype, --arch, --sass."""
     parser.add_argument("--level", type=int, required=True, help="the level number")
     parser.add_argument("--dtype", default="bf16", help="bf16 (default), fp16 or all")
-    parser.add_argument("--arch", default=LADDER_ARCH, help=f"target architecture (default and only choice: {LADDER_ARCH})")
+    parser.add_argument("--arch", default="sm_90a", help="target architecture (default and only choice: sm_90a)")
     parser.add_argument("--sass", action="store_true", help="also print the full SASS")
 
 
@@ -49,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from gemm_ladder.gates.climb import Target
     from gemm_ladder.gates.resources import sass_census
     from gemm_ladder.gates.tables import make_console, print_resources
-    from gemm_ladder.levels import LEVELS
+    from gemm_ladder.levels import LEVELS, arch_refusal
     from gemm_ladder.runtime.compiler import CompileError, CompilerNotFoundError
 
     if args.level not in LEVELS:

@@ -13,12 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gemm_ladder.design.plan import GROUP_M, Plan, unit_coords
-from gemm_ladder.design.problem import arch_info
+from gemm_ladder.design.problem import arch_info, dtype_info
 from gemm_ladder.design.stream_k import StreamKTail
 from gemm_ladder.design.timeline import TimelineRow, build_timeline
 
-#: What the store side never uses (the same for every plan).
+#: What the store side never uses: through shared memory (TMA stores), or from registers (c_from_registers).
 STORE_NEVER = "never a byte count or an mbarrier on the store side: stores complete through bulk async-groups"
+STORE_NEVER_FROM_REGISTERS = ("never a shared-memory buffer, byte count or mbarrier on the store side: ordinary stores "
+                              "from registers")
 
 
 @dataclass(frozen=True)
@@ -46,11 +48,12 @@ def describe(plan: Plan) -> PlanText:
     load, smem, sc = plan.load_protocol, plan.smem, plan.schedule
     timeline = build_timeline(k_tiles=sc.k_tiles, stages=plan.stages, expect_tx=load.expect_tx_bytes,
                               c_panels=smem.c_panels, k_steps=bk // 16, cluster=plan.cluster,
-                              persistent=plan.persistent, mma=ar.mma)
+                              persistent=plan.persistent, mma=ar.mma, c_from_registers=smem.c_from_registers)
     return PlanText(
         conclusion=conclusion(plan), issuer=_issuer(plan), consumers=_consumers(plan, ar.mma),
         empty_arrivers=_empty_arrivers(plan, ar.mma), load_steps=_load_steps(plan, ar.mma),
-        store_steps=_store_steps(plan), store_never=STORE_NEVER, schedule_notes=_schedule_notes(plan, ar),
+        store_steps=_store_steps(plan), store_never=STORE_NEVER_FROM_REGISTERS if smem.c_from_registers else STORE_NEVER,
+        schedule_notes=_schedule_notes(plan, ar),
         timeline=timeline, assumptions=_assumptions(ar), risks=_risks(plan), validation=_validation(plan.stages),
     )
 
@@ -92,16 +95,22 @@ def conclusion(plan: Plan) -> str:
 
 
 def _issuer(plan: Plan) -> str:
-    iss = plan.issuer
+    iss, from_registers = plan.issuer, plan.smem.c_from_registers
+    if from_registers:
+        stores = "No thread issues a TMA store: every consumer thread stores its own accumulators (st.global)"
+    elif plan.smem.c_ring:
+        stores = (f"Thread 0 of each consumer warpgroup (threads {', '.join(map(str, iss.store_threads))}) issues that "
+                  "warpgroup's own TMA stores (commit_group / wait_group.read)")
+    else:
+        stores = (f"Thread {iss.store_thread} (thread 0 of consumer warpgroup 0 = warpgroup 1) issues every TMA store "
+                  "(commit_group / wait_group.read)")
     if not plan.consumers.producer_warpgroup:
-        return ("thread 0 (lane 0 of warpgroup 0, also a consumer) initialises the barriers and issues every TMA load, "
-                "arrive.expect_tx and TMA store of the CTA; no other thread issues TMA")
+        return ("thread 0 (lane 0 of warpgroup 0, also a consumer) initialises the barriers and issues every TMA load"
+                + (" and arrive.expect_tx of the CTA; " + stores[0].lower() + stores[1:] if from_registers else
+                   ", arrive.expect_tx and TMA store of the CTA; no other thread issues TMA"))
     return ("thread 0 (lane 0 of warpgroup 0, the producer warpgroup: threads 0-127, setmaxnreg down) initialises "
             "the barriers and issues every TMA load and arrive.expect_tx; the other 127 producer threads idle. "
-            + (f"Thread 0 of each consumer warpgroup (threads {', '.join(map(str, iss.store_threads))}) issues that "
-               "warpgroup's own TMA stores (commit_group / wait_group.read)" if plan.smem.c_ring else
-               f"Thread {iss.store_thread} (thread 0 of consumer warpgroup 0 = warpgroup 1) issues every TMA store "
-               "(commit_group / wait_group.read)"))
+            + stores)
 
 
 def _consumers(plan: Plan, mma: str) -> str:
@@ -135,14 +144,18 @@ def _empty_arrivers(plan: Plan, mma: str) -> str:
 def _load_steps(plan: Plan, mma: str) -> tuple[str, ...]:
     lp, cluster, consumers = plan.load_protocol, plan.cluster, plan.consumers.warpgroups
     tx, a_box, b_box, mask = lp.expect_tx_bytes, lp.a_box_bytes, lp.b_box_bytes, lp.multicast_mask
+    bm, _, bk = plan.tile
+    # TMA boxes per tile: 1 for a K-major operand; an MN-major one takes one 128-byte-wide box per 64 rows
+    a_boxes, b_boxes = bm * bk * dtype_info(plan.dtype).elem_bytes // a_box, lp.b_boxes_per_stage // cluster
     release_threads = plan.consumers.release_threads
     steps = [
         f"init (thread 0, before any use): mbarrier.init full[s], count 1; mbarrier.init empty[s], count "
         f"{lp.empty_arrival_count}; fence.mbarrier_init.release.cluster (or fence.proxy.async) then "
         f"{'barrier.cluster.arrive/wait' if cluster > 1 else '__syncthreads'} so TMA and peers see initialised barriers",
         "producer_acquire: the load issuer (thread 0) waits empty[s] with parity ((i / S) & 1) ^ 1 (round 0 passes at once)",
-        f"producer_commit: mbarrier.arrive.expect_tx full[s], {tx} bytes (A {a_box} + B {b_box * cluster}); "
-        f"cp.async.bulk.tensor.2d A box -> A stage s; B box{' slice r, .multicast::cluster mask ' + hex(mask) + ' -> B stage s + r*' + str(b_box) + ' in every CTA' if cluster > 1 else ' -> B stage s'}, "
+        f"producer_commit: mbarrier.arrive.expect_tx full[s], {tx} bytes (A {a_box * a_boxes} + B {b_box * b_boxes * cluster}); "
+        f"cp.async.bulk.tensor.2d A box{f' x {a_boxes} (MN-major)' if a_boxes > 1 else ''} -> A stage s; "
+        f"B box{f' x {b_boxes} (MN-major)' if b_boxes > 1 else ''}{' slice r, .multicast::cluster mask ' + hex(mask) + ' -> B stage s + r*' + str(b_box * b_boxes) + ' in every CTA' if cluster > 1 else ' -> B stage s'}, "
         "both .mbarrier::complete_tx::bytes on full[s]",
         "consumer_wait: every consumer thread waits full[s] with parity (i / S) & 1",
         ("consumer_release: after the MMA that read stage s is complete, thread 0 of each consumer warpgroup "
@@ -164,7 +177,14 @@ def _load_steps(plan: Plan, mma: str) -> tuple[str, ...]:
 def _store_steps(plan: Plan) -> tuple[str, ...]:
     smem, bm, bn = plan.smem, plan.tile[0], plan.tile[1]
     consumers, pw = plan.consumers.warpgroups, plan.consumers.producer_warpgroup
-    store_thread, box = plan.issuer.store_thread, tuple(plan.tensor_maps["c"].box_dim)
+    store_thread, box = plan.issuer.store_thread, plan.store_protocol.panel_box
+    if smem.c_from_registers:
+        return (
+            "after its last wgmma.wait_group 0, each consumer thread converts its fp32 accumulators to the output "
+            "dtype and stores them with st.global at the places its fragment holds (PTX ISA, wgmma D fragment), "
+            "masked at the M and N edges: no staging, no tensor map, no bulk group; any output pitch",
+            "the stores need no wait before the next tile: the registers are free once the values are issued",
+        )
     if smem.c_ring:
         R, rows = smem.c_ring, bm // consumers
         issuers = ", ".join(str(t) for t in plan.consumers.release_threads)

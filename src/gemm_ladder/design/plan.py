@@ -113,6 +113,8 @@ class KernelConfig:
     tmem: TmemPlan | None
     accumulator_registers: int
     expect_tx_bytes: int
+    a_major: str = "k"  # "k" (the ladder's contract) or "mn" (library/operand.py)
+    b_major: str = "k"
 
     @property
     def empty_arrivals(self) -> int:
@@ -135,13 +137,18 @@ class KernelConfig:
             "GL_SMEM_BYTES": s.total_bytes, "GL_EXPECT_TX_BYTES": self.expect_tx_bytes,
             "GL_B_BOX_ROWS": bn // self.cluster,
             "GL_EMPTY_ARRIVALS": self.empty_arrivals,
+            "GL_A_MN_MAJOR": int(self.a_major == "mn"), "GL_B_MN_MAJOR": int(self.b_major == "mn"),
             "GL_GROUP_M": GROUP_M,
         }
 
 
 def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: str,
-            producer_warpgroup: bool | None, c_aliases_stages: bool = False, c_ring: int = 0) -> KernelConfig:
+            producer_warpgroup: bool | None, c_aliases_stages: bool = False, c_ring: int = 0,
+            c_from_registers: bool = False, a_major: str = "k", b_major: str = "k") -> KernelConfig:
     dt, ar = dtype_info(dtype), arch_info(arch)
+    for name, major in (("a_major", a_major), ("b_major", b_major)):
+        if major not in ("k", "mn"):
+            raise PlanRefused("operand major", f"{name} = {major!r}: 'k' (K-major) or 'mn' (MN-major)")
     try:
         bm, bn, bk = (int(x) for x in tile)
     except (TypeError, ValueError):
@@ -156,9 +163,10 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
     # Box rules first: they decide whether TMA can be used at all.
     bn_slice = bn // cluster if cluster else bn
     try:
-        check_box("a", (bk, bm), e, SWIZZLE)
-        check_box("b", (bk, bn_slice), e, SWIZZLE)
-        check_box("c", (128 // e, c_store_rows(bm=bm, consumers=consumers, c_ring=c_ring)), e, SWIZZLE)
+        check_box("a", (bk, bm) if a_major == "k" else (128 // e, bk), e, SWIZZLE)
+        check_box("b", (bk, bn_slice) if b_major == "k" else (128 // e, bk), e, SWIZZLE)
+        if not c_from_registers:
+            check_box("c", (128 // e, c_store_rows(bm=bm, consumers=consumers, c_ring=c_ring)), e, SWIZZLE)
     except PlanRefused as exc:
         raise PlanRefused(exc.rule, f"{exc.detail}; TMA does not fit this tile: use a {ALTERNATIVE_COPY.format(w=16)}"
                           f" or a tile with BM, BN/cluster <= 256 and BK * {e} a multiple of 16") from None
@@ -168,6 +176,9 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
             f"BN = {bn} split over a cluster of {cluster} gives {bn / cluster:g} rows per CTA; each slice must be a "
             f"whole number of 8-row swizzle atoms (BN / cluster a multiple of 8) so it lands 1024-byte aligned",
         )
+    if b_major == "mn" and (bn // cluster) % (128 // e):
+        raise PlanRefused("multicast slice", f"an MN-major B slice of {bn // cluster} rows per CTA is not a whole number of "
+                          f"{128 // e}-element TMA boxes (BN / cluster a multiple of {128 // e})")
     if c_ring < 0:
         raise PlanRefused("output staging", f"c_ring = {c_ring}: 0 (whole-tile staging) or the number of panel buffers per consumer")
     if c_ring and (bn * e // 128) % c_ring:
@@ -176,7 +187,7 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
     if c_ring and (consumers < 2 or producer_warpgroup is False):
         raise PlanRefused("output staging", "c_ring gives each consumer warpgroup its own staging ring and store issuer "
                           "(level 9): it needs two or more consumer warpgroups and a producer warpgroup")
-    if (bn * e) % 128:
+    if (bn * e) % 128 and not c_from_registers:
         raise PlanRefused("C panels", f"BN * {e} = {bn * e} bytes is not a whole number of 128-byte store panels (BN a multiple of {128 // e})")
     rows_per_wg = bm // consumers
     if ar.mma == "wgmma":
@@ -202,34 +213,56 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
         producer_warpgroup = consumers > 1 or cluster > 1
     threads = 128 * consumers + (128 if producer_warpgroup else 0)
     descriptors = {
-        "a": mma_descriptor("A", rows=bm, bk=bk, elem_bytes=e, swizzle_bytes=SWIZZLE_BYTES, arch=ar),
-        "b": mma_descriptor("B", rows=bn, bk=bk, elem_bytes=e, swizzle_bytes=SWIZZLE_BYTES, arch=ar),
+        "a": mma_descriptor("A", rows=bm, bk=bk, elem_bytes=e, swizzle_bytes=SWIZZLE_BYTES, arch=ar, major=a_major.upper()),
+        "b": mma_descriptor("B", rows=bn, bk=bk, elem_bytes=e, swizzle_bytes=SWIZZLE_BYTES, arch=ar, major=b_major.upper()),
     }
     smem = plan_smem(bm=bm, bn=bn, bk=bk, elem_bytes=e, stages=stages, cluster=cluster, threads=threads, arch=ar,
-                     c_aliases_stages=c_aliases_stages, consumers=consumers, c_ring=c_ring)
+                     c_aliases_stages=c_aliases_stages, consumers=consumers, c_ring=c_ring,
+                     c_from_registers=c_from_registers)
     tmem = plan_tmem(bm=bm, bn=bn, arch=ar)
     return KernelConfig(dtype=dt, arch=ar, tile=(bm, bn, bk), stages=stages, cluster=cluster, consumers=consumers,
                         producer_warpgroup=producer_warpgroup, threads=threads, smem=smem, descriptors=descriptors,
-                        tmem=tmem, accumulator_registers=acc, expect_tx_bytes=(bm + bn) * bk * e)
+                        tmem=tmem, accumulator_registers=acc, expect_tx_bytes=(bm + bn) * bk * e,
+                        a_major=a_major, b_major=b_major)
 
 
 def kernel_defines_for(dtype: str = "bf16", tile=(128, 128, 64), stages: int = 4, cluster: int = 1,
                        consumers: int = 1, arch: str = "sm_90a", producer_warpgroup: bool | None = None,
-                       c_aliases_stages: bool = False, c_ring: int = 0) -> dict[str, int]:
+                       c_aliases_stages: bool = False, c_ring: int = 0, c_from_registers: bool = False,
+                       a_major: str = "k", b_major: str = "k") -> dict[str, int]:
     """The compile-time constants (``-D``) of a kernel built for this configuration; no problem shape needed.
 
+    ``a_major`` / ``b_major``: each operand K-major ("k") or MN-major ("mn") in memory and shared memory.
     Raises :class:`PlanRefused` for configurations no shape could use (box, swizzle, smem, TMEM rules).
     """
-    return _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_aliases_stages, c_ring).defines()
+    return _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_aliases_stages, c_ring,
+                   c_from_registers, a_major, b_major).defines()
 
 
-def assess_suitability(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), cluster: int = 1) -> Suitability:
-    """Can TMA describe a, b and c for this problem, and is it worth it? Never raises for shape rules."""
+def _tensor_maps(m: int, n: int, k: int, dt: DtypeInfo, tile, cluster: int, *, c_box_rows: int | None = None,
+                 c_from_registers: bool = False, **layout) -> dict[str, TensorMapSpec]:
+    """The plan's tensor maps (not validated): a, b and c, or only a and b when c is stored from registers.
+    ``layout``: the operand majors and leading dimensions (gemm_tensor_maps' a_major, b_major, lda, ldb, ldc)."""
+    bm, bn, bk = tile
+    maps = gemm_tensor_maps(m, n, k, data_type=dt.tensor_map_type, elem_bytes=dt.elem_bytes, bm=bm, bn=bn, bk=bk,
+                            cluster=cluster, swizzle=SWIZZLE, c_box_rows=c_box_rows, **layout)
+    if c_from_registers:
+        del maps["c"]
+    return maps
+
+
+def assess_suitability(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), cluster: int = 1,
+                       c_from_registers: bool = False, **layout) -> Suitability:
+    """Can TMA describe a, b and c for this problem, and is it worth it? Never raises for shape rules.
+
+    ``c_from_registers``: c is stored from registers, so only a and b need a tensor map.
+    ``layout``: the operand majors and leading dimensions (gemm_tensor_maps' a_major, b_major, lda, ldb,
+    ldc); none given is the ladder's dense row-major contract.
+    """
     dt = dtype_info(dtype)
     bm, bn, bk = tile
     e = dt.elem_bytes
-    maps = gemm_tensor_maps(m, n, k, data_type=dt.tensor_map_type, elem_bytes=e, bm=bm, bn=bn, bk=bk,
-                            cluster=cluster, swizzle=SWIZZLE)
+    maps = _tensor_maps(m, n, k, dt, tile, cluster, c_from_registers=c_from_registers, **layout)
     for spec in maps.values():
         try:
             spec.validate()
@@ -245,7 +278,16 @@ def assess_suitability(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 1
         "a, b and c are dense row-major matrices: regular rectangular boxes with fixed strides",
         f"row pitches {k * e} (a, b) and {n * e} (c) bytes are multiples of 16; dimensions within 2^32",
         "M, N and K tails: out-of-bounds box elements load as zero and are clipped on store (no masks)",
+    ] if not c_from_registers else [
+        "a and b are dense row-major matrices: regular rectangular boxes with fixed strides",
+        f"row pitch {k * e} bytes (a, b) is a multiple of 16; dimensions within 2^32",
+        "c is stored from registers (no tensor map): any pitch, masked at the M and N edges",
+        "M, N and K tails: out-of-bounds box elements load as zero (no masks on the loads)",
     ]
+    if layout:
+        reasons[:2] = ["; ".join(f"{spec.name}: {spec.description}" for spec in maps.values()),
+                       "pitches " + ", ".join(f"{spec.global_strides[0]} ({spec.name})" for spec in maps.values())
+                       + " bytes are multiples of 16; dimensions within 2^32"]
     worthwhile = True
     alternative = None
     per_tile = (min(m, bm) + min(n, bn)) * k * e
@@ -309,7 +351,9 @@ class Plan:
                         "tile": list(self.tile), "stages": self.stages, "cluster": self.cluster,
                         "consumers": self.consumers.warpgroups, "persistent": self.persistent,
                         "producer_warpgroup": self.consumers.producer_warpgroup,
-                        "c_aliases_stages": self.smem.c_aliases_stages, "c_ring": self.smem.c_ring},
+                        "c_aliases_stages": self.smem.c_aliases_stages, "c_ring": self.smem.c_ring,
+                        "c_from_registers": self.smem.c_from_registers,
+                        "a_major": self._config.a_major, "b_major": self._config.b_major},
             "suitability": self.suitability.to_json(),
             "tensor_maps": {k: v.to_json() for k, v in self.tensor_maps.items()},
             "smem": self.smem.to_json(),
@@ -328,7 +372,9 @@ class Plan:
 def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), stages: int = 4, cluster: int = 1,
               consumers: int = 1, arch: str = "sm_90a", persistent: bool = False, *,
               producer_warpgroup: bool | None = None, c_aliases_stages: bool = False, c_ring: int = 0,
-              stream_k: bool = False, stream_k_min_idle: float = DEFAULT_MIN_IDLE) -> Plan:
+              stream_k: bool = False, stream_k_min_idle: float = DEFAULT_MIN_IDLE,
+              c_from_registers: bool = False, a_major: str = "k", b_major: str = "k", lda: int | None = None,
+              ldb: int | None = None, ldc: int | None = None) -> Plan:
     """Plan ``c = a @ b.T`` for a (M, K) and b (N, K) row-major; raises :class:`PlanRefused` naming the rule.
 
     ``producer_warpgroup``: a separate producer warpgroup issues the loads (warp specialization);
@@ -339,8 +385,17 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     ``stream_k``: split the last partial wave's units by K iterations over every cluster
     (design.stream_k.plan_tail decides whether it pays on this shape, with ``stream_k_min_idle``;
     level 9). Persistent only.
+    ``c_from_registers``: the consumers store c from their accumulator registers (st.global, masked):
+    no output staging, no c tensor map, any c pitch, and BN need not fill a 128-byte store panel. For a
+    kernel that writes its fragment in a layout of its own (library/small_m.py plans C^T = B A^T this
+    way and writes each fragment transposed into C).
+    ``a_major``, ``b_major``: each operand "k" (element (r, k) at r * ld + k, the ladder's contract) or
+    "mn" (at r + k * ld; the library's layouts, library/operand.py); ``lda``, ``ldb``, ``ldc``: leading
+    dimensions in elements (default dense), which the tensor maps take as their global strides.
     """
     m, n, k = int(m), int(n), int(k)
+    layout = {key: v for key, v in (("a_major", a_major), ("b_major", b_major), ("lda", lda), ("ldb", ldb),
+                                    ("ldc", ldc)) if v not in (None, "k")}
     if c_aliases_stages and persistent:
         raise PlanRefused("output staging alias", "a persistent kernel loads the next tile while it stores this one: "
                           "its output staging cannot overlay the operand stages")
@@ -351,16 +406,16 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     if stream_k and not persistent:
         raise PlanRefused("stream-K without persistent", "the stream-K tail splits the last wave of a persistent "
                           "grid; a grid of one CTA per tile has no wave to split: use persistent=True (--persistent on the command line)")
-    cfg = _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_aliases_stages, c_ring)
+    cfg = _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_aliases_stages, c_ring,
+                  c_from_registers, a_major, b_major)
     bm, bn, bk = cfg.tile
     e = cfg.dtype.elem_bytes
-    suit = assess_suitability(m, n, k, dtype, cfg.tile, cluster)
+    suit = assess_suitability(m, n, k, dtype, cfg.tile, cluster, c_from_registers=c_from_registers, **layout)
     if not suit.fits:
         raise PlanRefused(suit.reasons[0].split(":", 1)[0], suit.reasons[0].split(":", 1)[1].strip()
                           + f"; TMA does not fit: use {suit.alternative}")
-    maps = gemm_tensor_maps(m, n, k, data_type=cfg.dtype.tensor_map_type, elem_bytes=e, bm=bm, bn=bn, bk=bk,
-                            cluster=cluster, swizzle=SWIZZLE,
-                            c_box_rows=c_store_rows(bm=bm, consumers=consumers, c_ring=c_ring))
+    maps = _tensor_maps(m, n, k, cfg.dtype, cfg.tile, cluster, c_from_registers=c_from_registers,
+                        c_box_rows=c_store_rows(bm=bm, consumers=consumers, c_ring=c_ring), **layout)
     for spec in maps.values():
         spec.validate()
     ar, smem, S = cfg.arch, cfg.smem, stages
@@ -381,13 +436,17 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     )
     a_box = maps["a"].box_bytes
     b_box = maps["b"].box_bytes
-    tx = a_box + b_box * cluster
+    # TMA boxes per tile: 1 for a K-major operand; an MN-major one takes one 128-byte-wide box per 64 rows
+    a_boxes, b_boxes = bm * bk * e // a_box, (bn // cluster) * bk * e // b_box
+    tx = a_box * a_boxes + b_box * b_boxes * cluster
     assert tx == cfg.expect_tx_bytes
     load = LoadProtocol(
-        full_arrival_count=1, expect_tx_bytes=tx, a_box_bytes=a_box, b_box_bytes=b_box, b_boxes_per_stage=cluster,
-        multicast_mask=(1 << cluster) - 1 if cluster > 1 else 0, empty_arrival_count=cfg.empty_arrivals,
+        full_arrival_count=1, expect_tx_bytes=tx, a_box_bytes=a_box, b_box_bytes=b_box,
+        b_boxes_per_stage=cluster * b_boxes, multicast_mask=(1 << cluster) - 1 if cluster > 1 else 0,
+        empty_arrival_count=cfg.empty_arrivals,
     )
-    store = StoreProtocol(panels=smem.c_panels, panel_box=tuple(maps["c"].box_dim), panel_bytes=smem.c_panel_bytes)
+    store = StoreProtocol(panels=smem.c_panels, panel_box=tuple(maps["c"].box_dim) if "c" in maps else (),
+                          panel_bytes=smem.c_panel_bytes)
     m_tiles, n_tiles, k_tiles = ceil_div(m, bm), ceil_div(n, bn), ceil_div(k, bk)
     tiles = m_tiles * n_tiles
     tail = None

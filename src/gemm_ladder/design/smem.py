@@ -30,6 +30,10 @@ or, with ``c_aliases_stages`` (level 5), C staging laid over the stages from off
 
     [A stage 0 .. S-1][B stage 0 .. S-1]   (C staging overlays these once the ring has drained)
     [full bar x S][empty bar x S]          (after max(stages, C staging))
+
+or, with ``c_from_registers`` (library/small_m.py), no C staging: the consumers store from registers::
+
+    [A stage 0 .. S-1][B stage 0 .. S-1][full bar x S][empty bar x S]
 """
 
 from __future__ import annotations
@@ -67,10 +71,14 @@ class SmemLayout:
     c_aliases_stages: bool = False  # C staging overlays the operand stages (one tile per CTA, ring drained)
     c_ring: int = 0  # 0: one whole-tile staging; R: R one-panel buffers per consumer warpgroup
     c_ring_owners: int = 1  # consumer warpgroups, each with its own ring (when c_ring)
+    c_from_registers: bool = False  # no C staging: the consumers store the output from their registers
 
     @property
     def c_staging(self) -> str:
         """Where the output staging lives, and why that is legal."""
+        if self.c_from_registers:
+            return ("no C staging: the consumers store the output straight from their accumulator registers "
+                    "(st.global), so every byte after the stages and barriers is left to the operand stages")
         if self.c_aliases_stages:
             return (f"C staging ({self.c_bytes} bytes) overlays the operand stages from offset {self.c_offset} "
                     f"instead of following them (saves {self.c_bytes} bytes per CTA: more CTAs per SM). Legal only "
@@ -126,19 +134,24 @@ def c_store_rows(*, bm: int, consumers: int = 1, c_ring: int = 0) -> int:
     return bm // consumers if c_ring else bm
 
 
-def c_staging_bytes(*, bm: int, bn: int, elem_bytes: int, consumers: int = 1, c_ring: int = 0) -> tuple[int, int, int]:
+def c_staging_bytes(*, bm: int, bn: int, elem_bytes: int, consumers: int = 1, c_ring: int = 0,
+                    c_from_registers: bool = False) -> tuple[int, int, int]:
     """(panel bytes, panels per tile row, total staging bytes) of the output staging.
 
     A panel is 128 bytes of columns (64 bf16/fp16) by the rows one store covers (:func:`c_store_rows`);
-    with ``c_ring`` each consumer warpgroup has ``c_ring`` such buffers, else one per panel of the tile.
+    with ``c_ring`` each consumer warpgroup has ``c_ring`` such buffers, else one per panel of the tile;
+    with ``c_from_registers`` there is none (0, 0, 0).
     """
+    if c_from_registers:
+        return 0, 0, 0
     panels = bn * elem_bytes // 128
     panel = c_store_rows(bm=bm, consumers=consumers, c_ring=c_ring) * 128
     return panel, panels, panel * (consumers * c_ring if c_ring else panels)
 
 
 def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluster: int, threads: int,
-              arch: ArchInfo, c_aliases_stages: bool = False, consumers: int = 1, c_ring: int = 0) -> SmemLayout:
+              arch: ArchInfo, c_aliases_stages: bool = False, consumers: int = 1, c_ring: int = 0,
+              c_from_registers: bool = False) -> SmemLayout:
     """Compute the layout; raise :class:`PlanRefused` when it exceeds the arch's per-block limit.
 
     ``c_aliases_stages``: the output staging overlays the operand stages instead of following them.
@@ -149,9 +162,12 @@ def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluste
     ``c_ring``: R > 0 gives each of the ``consumers`` warpgroups a ring of R one-panel staging buffers
     (stored panel by panel) instead of one whole-tile staging: at BM x BN = 128 x 256 bf16 with two
     consumers and R = 2, 32 KiB instead of 64 KiB, the room for a fourth 48 KiB stage.
+
+    ``c_from_registers``: no output staging at all (the consumers store from registers).
     """
-    if c_ring and c_aliases_stages:
-        raise PlanRefused("output staging", "c_ring and c_aliases_stages (--c-ring, --c-aliases-stages) are two different staging layouts: pick one")
+    if (bool(c_ring) + c_aliases_stages + c_from_registers) > 1:
+        raise PlanRefused("output staging", "c_ring, c_aliases_stages and c_from_registers are different output "
+                          "layouts: pick one (on the command line: --c-ring or --c-aliases-stages)")
     a_stage = bm * bk * elem_bytes
     b_stage = bn * bk * elem_bytes
     a_off = 0
@@ -159,7 +175,8 @@ def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluste
     a_stage_stride = align_up(a_stage, SWIZZLE_ATOM_BYTES)
     b_stage_stride = align_up(b_stage, SWIZZLE_ATOM_BYTES)
     stages_end = align_up(b_off + stages * b_stage_stride, SWIZZLE_ATOM_BYTES)
-    c_panel, c_panels, c_bytes = c_staging_bytes(bm=bm, bn=bn, elem_bytes=elem_bytes, consumers=consumers, c_ring=c_ring)
+    c_panel, c_panels, c_bytes = c_staging_bytes(bm=bm, bn=bn, elem_bytes=elem_bytes, consumers=consumers, c_ring=c_ring,
+                                                 c_from_registers=c_from_registers)
     c_off = a_off if c_aliases_stages else stages_end
     full_off = max(stages_end, c_off + c_bytes)  # C ends 1024-aligned (c_panel is a multiple of 1024 when BM % 8 == 0)
     empty_off = full_off + stages * BARRIER_BYTES
@@ -171,7 +188,7 @@ def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluste
             f"{stages} stages x (A {a_stage} + B {b_stage}) + C staging {c_bytes} + barriers "
             f"{2 * stages * BARRIER_BYTES} + alignment slack {ALIGN_SLACK} = {total} bytes > "
             f"{arch.max_smem_per_block} bytes allowed per block on {arch.name}; "
-            f"at most {max_stages(bm=bm, bn=bn, bk=bk, elem_bytes=elem_bytes, arch=arch, c_aliases_stages=c_aliases_stages, consumers=consumers, c_ring=c_ring)}"
+            f"at most {max_stages(bm=bm, bn=bn, bk=bk, elem_bytes=elem_bytes, arch=arch, c_aliases_stages=c_aliases_stages, consumers=consumers, c_ring=c_ring, c_from_registers=c_from_registers)}"
             " stages fit this tile",
         )
     per_cta = total + arch.smem_reserved_per_block
@@ -187,13 +204,15 @@ def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluste
         full_bar_offset=full_off, empty_bar_offset=empty_off, barriers_end=end, total_bytes=total,
         max_per_block=arch.max_smem_per_block, ctas_per_sm=ctas, ctas_per_sm_limit=limit,
         c_aliases_stages=c_aliases_stages, c_ring=c_ring, c_ring_owners=consumers if c_ring else 1,
+        c_from_registers=c_from_registers,
     )
 
 
 def max_stages(*, bm: int, bn: int, bk: int, elem_bytes: int, arch: ArchInfo, c_aliases_stages: bool = False,
-               consumers: int = 1, c_ring: int = 0) -> int:
+               consumers: int = 1, c_ring: int = 0, c_from_registers: bool = False) -> int:
     """The largest stage count whose layout fits the per-block limit (0 if none)."""
-    c_bytes = c_staging_bytes(bm=bm, bn=bn, elem_bytes=elem_bytes, consumers=consumers, c_ring=c_ring)[2]
+    c_bytes = c_staging_bytes(bm=bm, bn=bn, elem_bytes=elem_bytes, consumers=consumers, c_ring=c_ring,
+                              c_from_registers=c_from_registers)[2]
     fixed = (0 if c_aliases_stages else c_bytes) + ALIGN_SLACK
     per_stage = align_up(bm * bk * elem_bytes, SWIZZLE_ATOM_BYTES) + align_up(bn * bk * elem_bytes, SWIZZLE_ATOM_BYTES) + 2 * BARRIER_BYTES
     return max(0, (arch.max_smem_per_block - fixed) // per_stage)
@@ -217,7 +236,7 @@ class MmaDescriptor:
 
     operand: str
     instruction: str
-    major: str  # "K" (both operands of c = a @ b.T are K-major)
+    major: str  # "K" (the ladder's a and b) or "MN" (the library's column-major a, row-major b of torch.mm)
     swizzle_bytes: int
     layout_type: int
     layout_type_bits: str
@@ -241,13 +260,22 @@ class MmaDescriptor:
 
 
 def mma_descriptor(operand: str, *, rows: int, bk: int, elem_bytes: int, swizzle_bytes: int, arch: ArchInfo,
-                   inst_k: int = 16) -> MmaDescriptor:
-    """Descriptor fields for a K-major operand whose rows are ``bk * elem_bytes`` bytes wide.
+                   inst_k: int = 16, major: str = "K") -> MmaDescriptor:
+    """Descriptor fields for a K-major operand whose rows are ``bk * elem_bytes`` bytes wide, or
+    (``major="MN"``) an MN-major one stored as TMA boxes of one swizzle span of M/N by ``bk`` K rows.
 
     Refuses (:class:`PlanRefused`) when the swizzle span disagrees with the row width: a K-major
     swizzled layout needs exactly one swizzle span of K per row (BK * e == span), else the MMA reads the
-    rows from the wrong places.
+    rows from the wrong places. MN-major (PTX ISA, "Shared Memory Matrix Layout", canonical layouts:
+    ((span/16, n), (8, k)) : ((1, LBO), (span/16, SBO)) in 16-byte units) has the span along M/N instead:
+    LBO = the step between span-wide groups of M/N (one box: BK rows x span bytes), SBO = 8 K rows
+    (8 x span bytes), and a k16 step moves the start by 16 rows (16 x span bytes). sm_90a's wgmma only.
     """
+    if major == "MN":
+        return _mn_major_descriptor(operand, rows=rows, bk=bk, elem_bytes=elem_bytes, swizzle_bytes=swizzle_bytes,
+                                    arch=arch, inst_k=inst_k)
+    if major != "K":
+        raise PlanRefused("operand major", f"operand {operand}: major {major!r} is 'K' or 'MN'")
     row_bytes = bk * elem_bytes
     if row_bytes != swizzle_bytes:
         match = {32: "CU_TENSOR_MAP_SWIZZLE_32B", 64: "CU_TENSOR_MAP_SWIZZLE_64B", 128: "CU_TENSOR_MAP_SWIZZLE_128B"}.get(row_bytes)
@@ -281,6 +309,37 @@ def mma_descriptor(operand: str, *, rows: int, bk: int, elem_bytes: int, swizzle
     return MmaDescriptor(
         operand=operand, instruction=instruction, major="K", swizzle_bytes=swizzle_bytes, layout_type=layout,
         layout_type_bits=bits, leading_byte_offset=lbo, leading_byte_offset_encoded=lbo >> 4,
+        stride_byte_offset=sbo, stride_byte_offset_encoded=sbo >> 4, base_offset=0, k_step_bytes=k_step,
+        k_step_encoded=k_step >> 4, k_steps_per_tile=bk // inst_k, rows=rows, template=template,
+        agrees_with_tma=True, statement=statement,
+    )
+
+
+def _mn_major_descriptor(operand: str, *, rows: int, bk: int, elem_bytes: int, swizzle_bytes: int, arch: ArchInfo,
+                        inst_k: int) -> MmaDescriptor:
+    span_elems = swizzle_bytes // elem_bytes
+    if arch.mma != "wgmma" or swizzle_bytes != 128:
+        raise PlanRefused("MN-major operand", f"operand {operand}: the MN-major layout is planned for wgmma with the "
+                          f"128B swizzle only (arch {arch.name}, swizzle {swizzle_bytes} B)")
+    if rows % span_elems:
+        raise PlanRefused("MN-major operand", f"operand {operand}: {rows} rows per CTA tile is not a whole number of "
+                          f"{span_elems}-element ({swizzle_bytes}-byte) TMA boxes")
+    if bk % inst_k:
+        raise PlanRefused("MMA K step", f"BK = {bk} is not a multiple of the instruction K = {inst_k}")
+    lbo, sbo = bk * swizzle_bytes, 8 * swizzle_bytes
+    k_step = inst_k * swizzle_bytes
+    layout = WGMMA_LAYOUT_TYPE[swizzle_bytes]
+    template = (layout << 62) | ((sbo >> 4) << 32) | ((lbo >> 4) << 16)
+    statement = (
+        f"TMA writes {operand} (MN-major) as {rows // span_elems} box(es) of {span_elems} elements x {bk} K rows, "
+        f"{swizzle_bytes} bytes per K row, CU_TENSOR_MAP_SWIZZLE_{swizzle_bytes}B, 1024-byte aligned, {lbo} bytes "
+        f"apart; the wgmma descriptor (transpose immediate 1) reads the same {swizzle_bytes}B swizzle (layout type "
+        f"{layout}), groups of {span_elems} M/N elements {lbo} bytes apart (LBO), 8-row K groups {sbo} bytes apart "
+        f"(SBO), advancing the start address by {k_step} bytes per k{inst_k} step: the layouts agree."
+    )
+    return MmaDescriptor(
+        operand=operand, instruction="wgmma.mma_async", major="MN", swizzle_bytes=swizzle_bytes, layout_type=layout,
+        layout_type_bits="62-63", leading_byte_offset=lbo, leading_byte_offset_encoded=lbo >> 4,
         stride_byte_offset=sbo, stride_byte_offset_encoded=sbo >> 4, base_offset=0, k_step_bytes=k_step,
         k_step_encoded=k_step >> 4, k_steps_per_tile=bk // inst_k, rows=rows, template=template,
         agrees_with_tma=True, statement=statement,

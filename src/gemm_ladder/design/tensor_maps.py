@@ -190,37 +190,61 @@ def check_box(name: str, box_dim: tuple[int, ...], elem_bytes: int, swizzle: str
         )
 
 
+def operand_map(name: str, rows: int, k: int, *, major: str, ld: int, tile_rows: int, bk: int, data_type: str,
+                 elem_bytes: int, swizzle: str = "CU_TENSOR_MAP_SWIZZLE_128B", what: str = "") -> TensorMapSpec:
+    """The map of one (rows, K) operand with leading dimension ``ld`` (elements), loaded ``tile_rows`` rows
+    x BK per stage. Not validated.
+
+    * K-major (element (r, k) at r * ld + k): globalDim (K, rows), stride (ld * e,), box (BK, tile_rows).
+    * MN-major (element (r, k) at r + k * ld): globalDim (rows, K), stride (ld * e,), box (128 / e, BK):
+      the rows are the inner dimension, and a box spans one swizzle span (128 bytes, 64 elements) of
+      them, so a tile of ``tile_rows`` rows takes tile_rows * e / 128 boxes, each BK lines of 128 bytes
+      (the MN-major descriptor's LBO apart, kernels/include/gemm_ladder/ptx/wgmma.cuh).
+    """
+    if major not in ("k", "mn"):
+        raise PlanRefused("operand major", f"{name}: major {major!r} is 'k' or 'mn'")
+    common = dict(name=name, data_type=data_type, elem_bytes=elem_bytes, rank=2, element_strides=(1, 1),
+                  swizzle=swizzle, global_strides=(ld * elem_bytes,))
+    if major == "k":
+        return TensorMapSpec(description=f"{what} K-major (ld {ld}), loads of one {tile_rows} x BK tile per stage",
+                             global_dim=(k, rows), box_dim=(bk, tile_rows), **common)
+    inner = 128 // elem_bytes
+    return TensorMapSpec(description=f"{what} MN-major (ld {ld}), loads of {max(tile_rows // inner, 1)} box(es) of "
+                                     f"{inner} x BK per {tile_rows} x BK tile per stage",
+                         global_dim=(rows, k), box_dim=(inner, bk), **common)
+
+
 def gemm_tensor_maps(m: int, n: int, k: int, *, data_type: str, elem_bytes: int, bm: int, bn: int, bk: int,
                      cluster: int = 1, swizzle: str = "CU_TENSOR_MAP_SWIZZLE_128B",
-                     c_box_rows: int | None = None) -> dict[str, TensorMapSpec]:
-    """The three maps of ``c = a @ b.T`` (a: (M, K), b: (N, K), c: (M, N), all row-major). Not validated.
+                     c_box_rows: int | None = None, a_major: str = "k", b_major: str = "k",
+                     lda: int | None = None, ldb: int | None = None, ldc: int | None = None) -> dict[str, TensorMapSpec]:
+    """The three maps of ``c = a @ b.T`` (a: (M, K), b: (N, K), c: (M, N)). Not validated.
 
-    * a: globalDim (K, M), stride (K*e,), box (BK, BM).
-    * b: globalDim (K, N), stride (K*e,), box (BK, BN / cluster): with a cluster along M, each CTA loads
-      its slice of the shared B tile and multicasts it to every CTA of the cluster.
-    * c: globalDim (N, M), stride (N*e,), box (128 / e, BM): the output is staged in shared memory as
+    * a: the ladder's row-major (K-major) A: globalDim (K, M), stride (lda*e,), box (BK, BM); with
+      ``a_major="mn"`` (a column-major A) see :func:`operand_map`.
+    * b: likewise with (N, K), box (BK, BN / cluster): with a cluster along M, each CTA loads its slice
+      of the shared B tile and multicasts it to every CTA of the cluster.
+    * c: globalDim (N, M), stride (ldc*e,), box (128 / e, BM): the output is staged in shared memory as
       BN*e/128 column panels of BM rows x 128 bytes, 128B-swizzled, one TMA store per panel;
       ``c_box_rows`` (default BM) is smaller when each consumer warpgroup stores its own rows.
+
+    ``lda``, ``ldb``, ``ldc``: leading dimensions in elements (default: dense, K for a K-major operand,
+    M or N for an MN-major one, N for c).
     """
     c_rows = bm if c_box_rows is None else c_box_rows
     c_cols = 128 // elem_bytes
-    common = dict(data_type=data_type, elem_bytes=elem_bytes, rank=2, element_strides=(1, 1), swizzle=swizzle)
+    ldc = n if ldc is None else ldc
+    common = dict(data_type=data_type, elem_bytes=elem_bytes, bk=bk, swizzle=swizzle)
+    b_rows = bn // cluster if cluster else bn
     return {
-        "a": TensorMapSpec(
-            name="a", description="A (M, K) row-major, loads of one BM x BK tile per stage",
-            global_dim=(k, m), global_strides=(k * elem_bytes,), box_dim=(bk, bm), **common,
-        ),
-        "b": TensorMapSpec(
-            name="b",
-            description=("B (N, K) row-major, each CTA loads rows [r*BN/C, (r+1)*BN/C) of the BN x BK tile "
-                         "and multicasts them to the cluster" if cluster > 1 else
-                         "B (N, K) row-major, loads of one BN x BK tile per stage"),
-            global_dim=(k, n), global_strides=(k * elem_bytes,), box_dim=(bk, bn // cluster if cluster else bn),
-            **common,
-        ),
+        "a": operand_map("a", m, k, major=a_major, ld=(k if a_major == "k" else m) if lda is None else lda, tile_rows=bm,
+                         what="A (M, K)", **common),
+        "b": operand_map("b", n, k, major=b_major, ld=(k if b_major == "k" else n) if ldb is None else ldb, tile_rows=b_rows,
+                         what=("B (N, K), each CTA loads rows [r*BN/C, (r+1)*BN/C) of the BN x BK tile and multicasts "
+                               "them to the cluster;" if cluster > 1 else "B (N, K)"), **common),
         "c": TensorMapSpec(
-            name="c", description=f"C (M, N) row-major, stores of one {c_rows} x {c_cols} panel (128 bytes wide) each",
-            global_dim=(n, m), global_strides=(n * elem_bytes,), box_dim=(c_cols, c_rows),
+            name="c", description=f"C (M, N) row-major (ld {ldc}), stores of one {c_rows} x {c_cols} panel (128 bytes wide) each",
+            global_dim=(n, m), global_strides=(ldc * elem_bytes,), box_dim=(c_cols, c_rows),
             l2_promotion="CU_TENSOR_MAP_L2_PROMOTION_NONE",  # promotion widens L2 fills of loads; c is only stored
             data_type=data_type, elem_bytes=elem_bytes, rank=2, element_strides=(1, 1),
             swizzle="CU_TENSOR_MAP_SWIZZLE_128B",

@@ -56,8 +56,11 @@ def next_load(k: int, stages: int, mode: str) -> int | None:
 
 
 def build_timeline(*, k_tiles: int, stages: int, expect_tx: int, c_panels: int, k_steps: int, cluster: int = 1,
-                   persistent: bool = False, mma: str = "wgmma") -> tuple[TimelineRow, ...]:
-    """The rows for one output tile with ``k_tiles`` K iterations and ``stages`` stages."""
+                   persistent: bool = False, mma: str = "wgmma", c_from_registers: bool = False) -> tuple[TimelineRow, ...]:
+    """The rows for one output tile with ``k_tiles`` K iterations and ``stages`` stages.
+
+    ``c_from_registers``: the drain stores the accumulators from registers (no staging, no TMA store).
+    """
     S, KT = stages, k_tiles
     mode = release_mode(S)
     rows: list[TimelineRow] = []
@@ -104,6 +107,12 @@ def build_timeline(*, k_tiles: int, stages: int, expect_tx: int, c_panels: int, 
             finish += f"; release stage {last_stage} (k={KT - 1}): arrive empty[{last_stage}]"
     else:
         finish = "tcgen05.commit -> accumulator barrier; wait it; tcgen05.ld the accumulator from tensor memory"
+    if c_from_registers:
+        rows.append(TimelineRow(
+            "drain", None, "-", finish,
+            "every consumer thread converts its accumulators (fp32 -> output dtype) and stores them with st.global, "
+            "masked at the M and N edges; nothing to drain", None, None))
+        return tuple(rows)
     staging_wait = ("cp.async.bulk.wait_group.read 0 already done for the previous tile; " if persistent else "")
     rows.append(TimelineRow(
         "drain", None, "-", finish,

@@ -39,7 +39,7 @@ from gemm_ladder.gates.tables import make_console, print_resources, print_rows
 from gemm_ladder.gates.verdict import GateTally, new_tallies, print_summary, summarize
 from gemm_ladder.gpu import PEAK_TFLOPS, nvidia_smi_clocks
 from gemm_ladder.levels.tma import TmaLevel
-from gemm_ladder.results import SCHEMA, run_meta, write_json  # noqa: F401 - run_meta, write_json: bench/ imports them from here
+from gemm_ladder.results import SCHEMA, run_meta
 from gemm_ladder.runtime.compiler import CompilerNotFoundError
 from gemm_ladder.shapes import Shape
 

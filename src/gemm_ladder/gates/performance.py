@@ -157,7 +157,8 @@ def measure_dram_bandwidth(device: str | torch.device = "cuda", nbytes: int = 1 
     """Device memory bandwidth in GB/s (1e9 bytes/s) from a ``nbytes`` device-to-device copy.
 
     Counts bytes read plus bytes written (2 x nbytes) per copy; median of ``repeats``. The copy is
-    far larger than L2, so it measures DRAM (the H200 gave 4.24 TB/s, DESIGN.md). None without a GPU.
+    far larger than L2, so it measures DRAM (4259 GB/s on the H200: ceilings.dram_gbs in
+    bench/results/2026-11-30_climb_bf16_edge_square_llm_d3b6198.json). None without a GPU.
     """
     device = torch.device(device)
     if device.type != "cuda" or not torch.cuda.is_available():

@@ -29,7 +29,7 @@ from gemm_ladder.gpu import MAX_SMEM_PER_BLOCK_OPTIN, ctas_per_sm
 #: memory (spills or stack arrays); HMMA: the pre-Hopper mma.sync path; BAR: CTA barriers.
 CENSUS_OPCODES = ("HGMMA", "UTMALDG", "UTMASTG", "UTMACCTL", "SYNCS", "LDL", "STL", "HMMA", "BAR")
 
-#: First level that must load through TMA (level 4 introduces it; DESIGN.md's ladder table).
+#: First level that must load through TMA (level 4 introduces it: README.md's ladder table, kernels/levels/level4_tma.cu).
 FIRST_TMA_LEVEL = 4
 
 

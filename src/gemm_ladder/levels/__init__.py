@@ -19,6 +19,21 @@ from gemm_ladder.contract import Domain
 from gemm_ladder.levels.base import LaunchGeometry, Level, PerfExpectation
 from gemm_ladder.levels.thread_copy import ThreadCopyLevel
 from gemm_ladder.levels.tma import TmaLevel
+from gemm_ladder.runtime.compiler import ARCH_FLAGS
+
+#: The architecture every level is written for: wgmma and setmaxnreg need sm_90a.
+LADDER_ARCH = "sm_90a"
+
+
+def arch_refusal(arch: str) -> str | None:
+    """None when the ladder's kernels build for ``arch``, else the one-line reason they do not."""
+    if arch == LADDER_ARCH:
+        return None
+    if arch in ARCH_FLAGS:
+        return (f"--arch {arch}: the ladder's kernels are {LADDER_ARCH} (wgmma); {arch} is a planning model "
+                f"only: gemm-ladder design --arch {arch}")
+    return f"--arch {arch!r}: unknown architecture; the ladder's kernels are {LADDER_ARCH}"
+
 
 #: TMA's rules for 2-byte elements: 16-byte aligned bases and row strides (K, N multiples of 8).
 TMA_DOMAIN = Domain(max_m=65535 * 128, k_multiple=8, n_multiple=8, base_alignment=16)
@@ -127,4 +142,4 @@ def get_level(number: int) -> Level:
         raise KeyError(f"no level {number}: the ladder has levels {sorted(LEVELS)}") from None
 
 
-__all__ = ["LEVELS", "Level", "LaunchGeometry", "PerfExpectation", "get_level"]
+__all__ = ["LADDER_ARCH", "LEVELS", "arch_refusal", "Level", "LaunchGeometry", "PerfExpectation", "get_level"]

@@ -48,25 +48,32 @@ class TmaLevel(Level):
     _launches: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _defines: dict = field(default_factory=dict, repr=False, compare=False)
 
+    def layout(self) -> dict[str, str]:
+        """The operand majors this kernel is planned for, as designer keywords (``a_major``, ``b_major``);
+        none for the ladder's levels, whose contract is K-major (a library kernel overrides it)."""
+        return {}
+
     def defines(self, dtype: str) -> dict[str, int | str]:
         # Cached: planning costs ~80 us of Python, paid on every launch otherwise.
         if dtype not in self._defines:
             self._defines[dtype] = kernel_defines_for(
                 dtype, self.tile, self.stages, self.cluster, self.consumers, "sm_90a",
                 producer_warpgroup=self.producer_warpgroup, c_aliases_stages=self.c_aliases_stages,
-                c_ring=self.c_ring)
+                c_ring=self.c_ring, **self.layout())
         return self._defines[dtype]
 
     def geometry(self, dtype: str) -> LaunchGeometry:
         d = self.defines(dtype)
         return LaunchGeometry(threads=int(d["GL_THREADS"]), dynamic_smem=int(d["GL_SMEM_BYTES"]), cluster=self.cluster)
 
-    def plan(self, m: int, n: int, k: int, dtype: str):
-        """The designer's plan for this level on one problem."""
+    def plan(self, m: int, n: int, k: int, dtype: str, **leading_dims):
+        """The designer's plan for this level on one problem; ``leading_dims``: ``lda``, ``ldb``, ``ldc``
+        in elements (default dense), for a kernel that takes padded operands."""
         return plan_gemm(m, n, k, dtype, tile=self.tile, stages=self.stages, cluster=self.cluster,
                          consumers=self.consumers, persistent=self.persistent,
                          producer_warpgroup=self.producer_warpgroup, c_aliases_stages=self.c_aliases_stages,
-                         c_ring=self.c_ring, stream_k=self.stream_k_args, stream_k_min_idle=self.stream_k_min_idle)
+                         c_ring=self.c_ring, stream_k=self.stream_k_args, stream_k_min_idle=self.stream_k_min_idle,
+                         **self.layout(), **leading_dims)
 
     def _units(self, m: int, n: int) -> int:
         """Work units of a persistent launch: cluster-sized stacks of M tiles x N tiles."""

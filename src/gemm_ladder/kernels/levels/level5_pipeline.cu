@@ -15,24 +15,12 @@
 #include "gemm_ladder/ptx/mbarrier.cuh"
 #include "gemm_ladder/ptx/tma.cuh"
 #include "gemm_ladder/ptx/wgmma.cuh"
+#include "gemm_ladder/stage_ring.cuh"
 #include "gemm_ladder/tma_tile.cuh"
 
 using namespace gl;
 
 GL_RELEASES_PREVIOUS_STAGE();
-
-struct Producer {  // runs on the issuing thread only
-  const SmemMap& smem;
-  const CUtensorMap *map_a, *map_b;
-  int m0, n0;
-  __device__ __forceinline__ void load(int j) const {
-    const int s = j % STAGES;
-    mbarrier_wait(smem.empty(s), ((j / STAGES) & 1) ^ 1);  // producer_acquire
-    mbarrier_arrive_expect_tx(smem.full(s), GL_EXPECT_TX_BYTES);
-    tma_load_2d(smem.a(s), map_a, smem.full(s), j * BK, m0);
-    tma_load_2d(smem.b(s), map_b, smem.full(s), j * BK, n0);
-  }
-};
 
 extern "C" __global__ void __launch_bounds__(128, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -41,27 +29,29 @@ extern "C" __global__ void __launch_bounds__(128, 1)
   const SmemMap smem(smem_raw);
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   const bool issuer = threadIdx.x == 0;
-  const Producer producer{smem, &map_a, &map_b, m0, n0};
+  // The issuer's load j: K tile j into stage j % STAGES (one tile per CTA: the ring position is j).
+  auto load = [&](int j) { produce_stage(smem, &map_a, &map_b, RingPosition{j}, j, blockIdx.y, blockIdx.x); };
 
   if (issuer) init_ring(smem, &map_a, &map_b, &map_c);
   __syncthreads();
 
   const int k_tiles = (K + BK - 1) / BK;
   if (issuer)
-    for (int j = 0; j < min(STAGES, k_tiles); ++j) producer.load(j);  // prologue
+    for (int j = 0; j < min(STAGES, k_tiles); ++j) load(j);  // prologue
 
   float d[2][BN / 2] = {};
   for (int kt = 0; kt < k_tiles; ++kt) {
-    const int s = kt % STAGES;
-    mbarrier_wait(smem.full(s), (kt / STAGES) & 1);  // consumer_wait
+    const RingPosition pos{kt};
+    const int s = pos.stage();
+    consumer_wait(smem, pos);
     wgmma_fence();
     mma_k_tile<BN>(d[0], smem.a(s), smem.b(s), 1);
     mma_k_tile<BN>(d[1], smem.a(s) + 64 * BK, smem.b(s), 1);
     wgmma_commit();
     wgmma_wait<1>();  // k tile kt-1 has retired; kt keeps the tensor cores busy
     if (kt > 0 && issuer) {
-      mbarrier_arrive(smem.empty((kt - 1) % STAGES));  // consumer_release
-      if (kt - 1 + STAGES < k_tiles) producer.load(kt - 1 + STAGES);
+      consumer_release(smem, pos.previous_stage());
+      if (kt - 1 + STAGES < k_tiles) load(kt - 1 + STAGES);
     }
   }
   wgmma_wait<0>();  // drain

@@ -11,6 +11,7 @@
 #include "gemm_ladder/ptx/mbarrier.cuh"
 #include "gemm_ladder/ptx/tma.cuh"
 #include "gemm_ladder/ptx/wgmma.cuh"
+#include "gemm_ladder/stage_ring.cuh"
 #include "gemm_ladder/tile_scheduler.cuh"
 #include "gemm_ladder/tma_tile.cuh"
 
@@ -23,18 +24,15 @@ struct Producer {
   const SmemMap& smem;
   const CUtensorMap *map_a, *map_b;
   const TileScheduler& sched;
-  int k_tiles, tile, kt = 0, count = 0;
+  int k_tiles, tile, kt = 0;
+  RingPosition pos{0};
   __device__ __forceinline__ bool done() const { return tile >= sched.total; }
   __device__ __forceinline__ void load_next() {
     if (done()) return;
     int tm, tn;
     sched.coords(tile, tm, tn);
-    const int s = count % STAGES;
-    mbarrier_wait(smem.empty(s), ((count / STAGES) & 1) ^ 1);
-    mbarrier_arrive_expect_tx(smem.full(s), GL_EXPECT_TX_BYTES);
-    tma_load_2d(smem.a(s), map_a, smem.full(s), kt * BK, tm * BM);
-    tma_load_2d(smem.b(s), map_b, smem.full(s), kt * BK, tn * BN);
-    ++count;
+    produce_stage(smem, map_a, map_b, pos, kt, tm, tn);
+    pos.advance();
     if (++kt == k_tiles) kt = 0, tile += gridDim.x;
   }
 };
@@ -55,21 +53,21 @@ extern "C" __global__ void __launch_bounds__(128, 1)
   }
   __syncthreads();
 
-  int count = 0;  // K tiles consumed by this CTA over all its tiles: carries stage and phase
+  RingPosition pos{0};  // K tiles consumed by this CTA over all its tiles: carries stage and phase
   for (int tile = blockIdx.x; tile < sched.total; tile += gridDim.x) {
     int tm, tn;
     sched.coords(tile, tm, tn);
     float d[2][BN / 2];
-    for (int kt = 0; kt < k_tiles; ++kt, ++count) {
-      const int s = count % STAGES;
-      mbarrier_wait(smem.full(s), (count / STAGES) & 1);
+    for (int kt = 0; kt < k_tiles; ++kt, pos.advance()) {
+      const int s = pos.stage();
+      consumer_wait(smem, pos);
       wgmma_fence();
       mma_k_tile<BN>(d[0], smem.a(s), smem.b(s), kt > 0);  // scale_d = 0 on the first K tile: starts at zero
       mma_k_tile<BN>(d[1], smem.a(s) + 64 * BK, smem.b(s), kt > 0);
       wgmma_commit();
       wgmma_wait<1>();
       if (kt > 0 && issuer) {
-        mbarrier_arrive(smem.empty((count - 1) % STAGES));
+        consumer_release(smem, pos.previous_stage());
         producer.load_next();
       }
     }
@@ -77,7 +75,7 @@ extern "C" __global__ void __launch_bounds__(128, 1)
     fence_accumulators(d[0]);
     fence_accumulators(d[1]);
     if (issuer) {
-      mbarrier_arrive(smem.empty((count - 1) % STAGES));  // release the tile's last stage
+      consumer_release(smem, pos.previous_stage());  // release the tile's last stage
       producer.load_next();                               // ... and start on the next tile
       tma_store_wait_read<0>();                           // the previous tile's store has read the staging
     }

@@ -13,6 +13,7 @@
 #include "gemm_ladder/ptx/mbarrier.cuh"
 #include "gemm_ladder/ptx/tma.cuh"
 #include "gemm_ladder/ptx/wgmma.cuh"
+#include "gemm_ladder/stage_ring.cuh"
 #include "gemm_ladder/tile_scheduler.cuh"
 #include "gemm_ladder/tma_tile.cuh"
 
@@ -36,43 +37,31 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 
   if (warpgroup_index() == 0) {
     setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) {
-      int count = 0;
-      for (int tile = blockIdx.x; tile < sched.total; tile += gridDim.x) {
-        int tm, tn;
-        sched.coords(tile, tm, tn);
-        for (int kt = 0; kt < k_tiles; ++kt, ++count) {
-          const int s = count % STAGES;
-          mbarrier_wait(smem.empty(s), ((count / STAGES) & 1) ^ 1);  // producer_acquire
-          mbarrier_arrive_expect_tx(smem.full(s), GL_EXPECT_TX_BYTES);  // producer_commit (by bytes)
-          tma_load_2d(smem.a(s), &map_a, smem.full(s), kt * BK, tm * BM);
-          tma_load_2d(smem.b(s), &map_b, smem.full(s), kt * BK, tn * BN);
-        }
-      }
-    }
+    if (threadIdx.x == 0)  // every K tile of every tile of this CTA, running ahead of the consumer
+      produce_units(smem, &map_a, &map_b, sched, k_tiles, 0, blockIdx.x, gridDim.x, sched.total);
   } else {
     setmaxnreg_inc<232>();
     const bool elected = threadIdx.x == kStoreIssuer;
-    int count = 0;
+    RingPosition pos{0};
     for (int tile = blockIdx.x; tile < sched.total; tile += gridDim.x) {
       int tm, tn;
       sched.coords(tile, tm, tn);
       float d[2][BN / 2];
-      for (int kt = 0; kt < k_tiles; ++kt, ++count) {
-        const int s = count % STAGES;
-        mbarrier_wait(smem.full(s), (count / STAGES) & 1);  // consumer_wait
+      for (int kt = 0; kt < k_tiles; ++kt, pos.advance()) {
+        const int s = pos.stage();
+        consumer_wait(smem, pos);
         wgmma_fence();
         mma_k_tile<BN>(d[0], smem.a(s), smem.b(s), kt > 0);
         mma_k_tile<BN>(d[1], smem.a(s) + 64 * BK, smem.b(s), kt > 0);
         wgmma_commit();
         wgmma_wait<1>();
-        if (kt > 0 && elected) mbarrier_arrive(smem.empty((count - 1) % STAGES));  // consumer_release
+        if (kt > 0 && elected) consumer_release(smem, pos.previous_stage());
       }
       wgmma_wait<0>();
       fence_accumulators(d[0]);
       fence_accumulators(d[1]);
       if (elected) {
-        mbarrier_arrive(smem.empty((count - 1) % STAGES));
+        consumer_release(smem, pos.previous_stage());
         tma_store_wait_read<0>();  // the previous tile's store no longer reads the staging
       }
       named_barrier_sync(1, 128);

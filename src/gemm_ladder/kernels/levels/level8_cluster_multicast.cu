@@ -18,6 +18,7 @@
 #include "gemm_ladder/ptx/mbarrier.cuh"
 #include "gemm_ladder/ptx/tma.cuh"
 #include "gemm_ladder/ptx/wgmma.cuh"
+#include "gemm_ladder/stage_ring.cuh"
 #include "gemm_ladder/tile_scheduler.cuh"
 #include "gemm_ladder/tma_tile.cuh"
 
@@ -43,33 +44,33 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 
   if (warpgroup_index() == 0) {
     setmaxnreg_dec<40>();
-    if (threadIdx.x == 0)
-      produce_multicast_stages(smem, &map_a, &map_b, sched, k_tiles, rank, first_unit, unit_stride, sched.total);
+    if (threadIdx.x == 0)  // every K tile of every tile of this CTA, running ahead of the consumer
+      produce_units(smem, &map_a, &map_b, sched, k_tiles, rank, first_unit, unit_stride, sched.total);
   } else {
     setmaxnreg_inc<232>();
     const bool elected = threadIdx.x == kStoreIssuer;
-    int count = 0;
+    RingPosition pos{0};
     for (int unit = first_unit; unit < sched.total; unit += unit_stride) {
       int um, tn;
       sched.coords(unit, um, tn);
       const int tm = um * GL_CLUSTER + rank;
       float d[2][BN / 2];
-      for (int kt = 0; kt < k_tiles; ++kt, ++count) {
-        const int s = count % STAGES;
-        mbarrier_wait(smem.full(s), (count / STAGES) & 1);
+      for (int kt = 0; kt < k_tiles; ++kt, pos.advance()) {
+        const int s = pos.stage();
+        consumer_wait(smem, pos);
         wgmma_fence();
         mma_k_tile<BN>(d[0], smem.a(s), smem.b(s), kt > 0);
         mma_k_tile<BN>(d[1], smem.a(s) + 64 * BK, smem.b(s), kt > 0);
         wgmma_commit();
         wgmma_wait<1>();
         if (kt > 0 && elected)
-          release_stage_to_cluster(smem, (count - 1) % STAGES);
+          release_stage_to_cluster(smem, pos.previous_stage());
       }
       wgmma_wait<0>();
       fence_accumulators(d[0]);
       fence_accumulators(d[1]);
       if (elected) {
-        release_stage_to_cluster(smem, (count - 1) % STAGES);
+        release_stage_to_cluster(smem, pos.previous_stage());
         tma_store_wait_read<0>();
       }
       named_barrier_sync(1, 128);

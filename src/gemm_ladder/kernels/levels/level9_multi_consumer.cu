@@ -26,6 +26,7 @@
 #include "gemm_ladder/ptx/mbarrier.cuh"
 #include "gemm_ladder/ptx/tma.cuh"
 #include "gemm_ladder/ptx/wgmma.cuh"
+#include "gemm_ladder/stage_ring.cuh"
 #include "gemm_ladder/stream_k.cuh"
 #include "gemm_ladder/tile_scheduler.cuh"
 #include "gemm_ladder/tma_tile.cuh"
@@ -62,30 +63,6 @@ __device__ __forceinline__ void store_panel(int p, const uint32_t (&packed)[BN /
   }
 }
 
-// This consumer's K tiles [kb, ke) of one unit into d, `count` being the ring position. Stage k goes
-// back to the cluster once the wgmma of k + 1 is issued (wait_group 1), the last one once all have
-// completed. after_issue(kt) runs while K tile kt's wgmma does (the whole units store deferred
-// panels there). Whole units and stream-K pieces share it.
-template <class AfterIssue>
-__device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[BN / 2], int consumer, int kb, int ke,
-                                                int& count, bool elected, AfterIssue&& after_issue) {
-  for (int kt = kb; kt < ke; ++kt, ++count) {
-    const int s = count % STAGES;
-    mbarrier_wait(smem.full(s), (count / STAGES) & 1);
-    wgmma_fence();
-    mma_k_tile<BN>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), kt > kb);
-    wgmma_commit();
-    after_issue(kt);
-    wgmma_wait<1>();
-    if (kt > kb && elected)
-      release_stage_to_cluster(smem, (count - 1) % STAGES);
-  }
-  wgmma_wait<0>();
-  fence_accumulators(d);
-  if (elected)
-    release_stage_to_cluster(smem, (count - 1) % STAGES);
-}
-
 extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 const __grid_constant__ CUtensorMap map_c, int M, int N, int K, int tail_first_unit,
@@ -110,12 +87,12 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
   if (warpgroup_index() == 0) {
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
-      int count = produce_multicast_stages(smem, &map_a, &map_b, sched, k_tiles, rank, first_unit, unit_stride, whole_end);
+      RingPosition pos = produce_units(smem, &map_a, &map_b, sched, k_tiles, rank, first_unit, unit_stride, whole_end);
       for (int it = tail.begin(first_unit), end = tail.begin(first_unit + 1); it < end;) {
         const StreamKTail::Segment seg = tail.segment(first_unit, it, end);
         int um, tn;
         sched.coords(seg.unit, um, tn);
-        produce_k_range(smem, &map_a, &map_b, um, tn, seg.kb, seg.ke, rank, count);
+        produce_k_range(smem, &map_a, &map_b, um, tn, seg.kb, seg.ke, rank, pos);
         it = seg.next;
       }
     }
@@ -136,14 +113,14 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
       sched.coords(unit, um, tn);
       store_panel(p, packed, ring, &map_c, tn * BN, (um * GL_CLUSTER + rank) * BM + 64 * consumer, bar, elected);
     };
-    int count = 0;
+    RingPosition pos{0};
     for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
       int um, tn;
       sched.coords(unit, um, tn);
       const int tm = um * GL_CLUSTER + rank;
       const int prev = unit - unit_stride;  // the previous tile of this CTA, if unit != first_unit
       float d[BN / 2];
-      consume_k_range(smem, d, consumer, 0, k_tiles, count, elected, [&](int kt) {
+      consume_k_range(smem, d, consumer, 0, k_tiles, pos, elected, [&](int kt) {
         if (kt < kDeferredPanels && unit != first_unit)  // runs while this K iteration's wgmma does
           store_panel_of(prev, kEarlyPanels + kt);
       });
@@ -164,7 +141,7 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
       const StreamKTail::Segment seg = tail.segment(first_unit, it, end);
       it = seg.next;
       float d[BN / 2];
-      consume_k_range(smem, d, consumer, seg.kb, seg.ke, count, elected, [](int) {});
+      consume_k_range(smem, d, consumer, seg.kb, seg.ke, pos, elected, [](int) {});
       if (seg.contributors > 1) {
         const int slot = ((seg.unit - whole_end) * GL_CLUSTER + rank) * GL_CONSUMERS + consumer;
         const PartialSlots<BN> slots{partials + static_cast<size_t>(slot) * max_contributors * PartialSlots<BN>::kFloats};

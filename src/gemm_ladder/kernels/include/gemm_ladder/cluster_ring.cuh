@@ -1,49 +1,43 @@
-// Levels 8-9: the stage ring of a 2-CTA cluster whose CTAs share B by multicast.
-// The producer loop and the consumer release are the same in both levels, so they live here once.
+// Levels 8-9: the stage ring of a 2-CTA cluster whose CTAs share B by multicast. The producer is
+// stage_ring.cuh's (each CTA multicasts its slice of B); the release differs from a single CTA's.
 #pragma once
 #include "gemm_ladder/ptx/mbarrier.cuh"
-#include "gemm_ladder/ptx/tma.cuh"
-#include "gemm_ladder/tile_scheduler.cuh"
+#include "gemm_ladder/ptx/wgmma.cuh"
+#include "gemm_ladder/stage_ring.cuh"
 #include "gemm_ladder/tma_tile.cuh"
 
 namespace gl {
-
-// Load K tiles [kb, ke) of work unit (um, tn) into the ring, `count` being the ring position
-// (K iterations so far): acquire the next stage (empty barrier, parity flipped: round 0 passes at
-// once), arm its full barrier with the stage's bytes, load this CTA's A tile and its 1/GL_CLUSTER
-// slice of the shared B tile, multicast to every CTA of the cluster.
-__device__ __forceinline__ void produce_k_range(const SmemMap& smem, const CUtensorMap* map_a, const CUtensorMap* map_b,
-                                                int um, int tn, int kb, int ke, int rank, int& count) {
-  const int tm = um * GL_CLUSTER + rank;
-  for (int kt = kb; kt < ke; ++kt, ++count) {
-    const int s = count % STAGES;
-    mbarrier_wait(smem.empty(s), ((count / STAGES) & 1) ^ 1);
-    mbarrier_arrive_expect_tx(smem.full(s), GL_EXPECT_TX_BYTES);
-    tma_load_2d(smem.a(s), map_a, smem.full(s), kt * BK, tm * BM);
-    tma_load_2d_multicast(smem.b(s) + rank * GL_B_BOX_ROWS * BK, map_b, smem.full(s), kt * BK,
-                          tn * BN + rank * GL_B_BOX_ROWS, (1 << GL_CLUSTER) - 1);
-  }
-}
-
-// The producer thread's whole life: every K tile of each work unit of this cluster (unit =
-// first_unit, first_unit + unit_stride, ... < end_unit). Returns the ring position reached.
-__device__ __forceinline__ int produce_multicast_stages(const SmemMap& smem, const CUtensorMap* map_a,
-                                                        const CUtensorMap* map_b, const TileScheduler& sched,
-                                                        int k_tiles, int rank, int first_unit, int unit_stride,
-                                                        int end_unit) {
-  int count = 0;
-  for (int unit = first_unit; unit < end_unit; unit += unit_stride) {
-    int um, tn;
-    sched.coords(unit, um, tn);
-    produce_k_range(smem, map_a, map_b, um, tn, 0, k_tiles, rank, count);
-  }
-  return count;
-}
 
 // consumer_release of stage s to every CTA of the cluster: each CTA's producer multicasts into this
 // CTA's stage, so each must hear that this consumer is done with it (GL_EMPTY_ARRIVALS counts them).
 __device__ __forceinline__ void release_stage_to_cluster(const SmemMap& smem, int s) {
   for (int r = 0; r < GL_CLUSTER; ++r) mbarrier_arrive_cluster(smem.empty(s), r);
+}
+
+// Level 9's consumer warpgroup `consumer` (rows [64c, 64c + 64) of the tile): its K tiles [kb, ke) of
+// one unit into d, from ring position `pos` on. Stage k goes back to the cluster once the wgmma of
+// k + 1 is issued (wait_group 1), the last one once all have completed. after_issue(kt) runs while K
+// tile kt's wgmma does (the whole units store deferred panels there). Whole units and stream-K pieces
+// share it. The consumer's A rows start 64 x BK elements apart in either major: 64 K-major rows, or
+// the consumer's own 64-element MN-major box; the planned majors select the descriptors.
+template <class AfterIssue>
+__device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[BN / 2], int consumer, int kb, int ke,
+                                                RingPosition& pos, bool elected, AfterIssue&& after_issue) {
+  for (int kt = kb; kt < ke; ++kt, pos.advance()) {
+    const int s = pos.stage();
+    consumer_wait(smem, pos);
+    wgmma_fence();
+    mma_k_tile<BN, A_MN_MAJOR, B_MN_MAJOR>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), kt > kb);
+    wgmma_commit();
+    after_issue(kt);
+    wgmma_wait<1>();
+    if (kt > kb && elected)
+      release_stage_to_cluster(smem, pos.previous_stage());
+  }
+  wgmma_wait<0>();
+  fence_accumulators(d);
+  if (elected)
+    release_stage_to_cluster(smem, pos.previous_stage());
 }
 
 }  // namespace gl

@@ -14,6 +14,19 @@ namespace gl {
 
 constexpr int BM = GL_BM, BN = GL_BN, BK = GL_BK, STAGES = GL_STAGES;
 
+// The operands' majors in shared memory (plan: GL_A_MN_MAJOR, GL_B_MN_MAJOR): 0 K-major, the ladder's
+// contract (a row-major A, B = the (N, K) operand of a @ b.T); 1 MN-major, the library's other
+// layouts (library/operand.py). The ladder's plans are K-major; a build without them is too.
+#ifndef GL_A_MN_MAJOR
+#define GL_A_MN_MAJOR 0
+#endif
+#ifndef GL_B_MN_MAJOR
+#define GL_B_MN_MAJOR 0
+#endif
+constexpr int A_MN_MAJOR = GL_A_MN_MAJOR, B_MN_MAJOR = GL_B_MN_MAJOR;
+// M or N elements one MN-major TMA box spans: 128 bytes, the swizzle span (its map's boxDim[0]).
+constexpr int kMnBoxElems = 128 / sizeof(elem_t);
+
 // Levels 5+ state with this line that they release stage k only once the wgmma of k + 1 is issued
 // (wgmma.wait_group 1): that needs two stages. Level 4 releases the current stage and may have one.
 #define GL_RELEASES_PREVIOUS_STAGE()                                                                      \
@@ -37,6 +50,27 @@ struct SmemMap {
     return reinterpret_cast<uint64_t*>(base + GL_SMEM_EMPTY_BAR_OFFSET) + stage;
   }
 };
+
+// Load K tile kt of rows [row0, row0 + ROWS) of an operand (M rows of A, N rows of B) into `dst`, in
+// the layout its wgmma descriptor reads. K-major: one box of ROWS lines of BK elements at (k, row).
+// MN-major (the map's inner dimension is M or N): ROWS / 64 boxes of BK lines of 64 elements at
+// (row, k), each box BK x 128 bytes after the one before (the descriptor's LBO, wgmma.cuh). A non-zero
+// `cta_mask` multicasts every box into the same place in each CTA of the cluster whose bit is set.
+template <int MnMajor, int ROWS>
+__device__ __forceinline__ void tma_load_operand(elem_t* dst, const CUtensorMap* map, uint64_t* bar, int kt, int row0,
+                                                 uint16_t cta_mask = 0) {
+  if constexpr (!MnMajor) {
+    if (cta_mask) tma_load_2d_multicast(dst, map, bar, kt * BK, row0, cta_mask);
+    else tma_load_2d(dst, map, bar, kt * BK, row0);
+  } else {
+    static_assert(ROWS % kMnBoxElems == 0, "an MN-major tile is a whole number of 64-element boxes");
+#pragma unroll
+    for (int i = 0; i < ROWS / kMnBoxElems; ++i) {
+      if (cta_mask) tma_load_2d_multicast(dst + i * kMnBoxElems * BK, map, bar, row0 + i * kMnBoxElems, kt * BK, cta_mask);
+      else tma_load_2d(dst + i * kMnBoxElems * BK, map, bar, row0 + i * kMnBoxElems, kt * BK);
+    }
+  }
+}
 
 // The issuer's one-time setup of a stage ring (levels 5+): prefetch the three tensor maps and arm
 // every stage's barriers: full[s] completes on the issuer's arrive.expect_tx plus the copy

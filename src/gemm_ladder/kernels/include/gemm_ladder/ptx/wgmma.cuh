@@ -6,15 +6,53 @@
 
 namespace gl {
 
-// Shared-memory matrix descriptor for a K-major operand in the 128-byte swizzle layout
-// (PTX ISA "Matrix Descriptor Format"): bits 0-13 start address >> 4, 16-29 leading byte offset >> 4
-// (unused by swizzled K-major layouts), 32-45 stride byte offset >> 4 (one 8-row x 128-byte swizzle
-// atom = 1024 bytes), 62-63 layout type (1 = 128B swizzle). The tile must start 1024-byte aligned;
-// stepping K by 16 elements moves the start address by 32 bytes inside the atom.
-__device__ __forceinline__ uint64_t desc_k_major_sw128(const void* tile) {
-  const uint64_t addr = smem_u32(tile);
-  return ((addr & 0x3FFFF) >> 4) | (uint64_t(16 >> 4) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+// Shared-memory matrix descriptors (PTX ISA "Matrix Descriptor Format"): bits 0-13 start address >> 4,
+// 16-29 leading byte offset (LBO) >> 4, 32-45 stride byte offset (SBO) >> 4, 49-51 base offset (0:
+// every start below is 1024-byte aligned or, K-major, inside the first 128 bytes of an aligned atom),
+// 62-63 layout type (1 = 128B swizzle).
+__host__ __device__ constexpr uint64_t desc_sw128_at(uint32_t addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  return ((addr & 0x3FFFF) >> 4) | (uint64_t(lbo_bytes >> 4) << 16) | (uint64_t(sbo_bytes >> 4) << 32) |
+         (uint64_t(1) << 62);
 }
+
+// An MN-major tile's 64-element groups are whole TMA boxes of BK = 64 rows x 128 bytes.
+constexpr uint32_t kMnGroupBytes = 64 * 128;
+
+// Where k16 step k of a BK = 64 operand tile starts, in bytes from the tile: 16 elements along a K-major
+// row (32 bytes), or 16 rows of an MN-major box (2048 bytes).
+template <int MnMajor>
+__host__ __device__ constexpr uint32_t k_step_bytes(int k) {
+  return MnMajor ? k * 16 * 128 : k * 16 * 2;
+}
+
+// The descriptor of an operand's k16 step starting at shared-window address `addr` (the tile,
+// 1024-byte aligned, plus k_step_bytes), in the 128-byte swizzle layout TMA writes (PTX ISA "Shared
+// Memory Matrix Layout"). Pure arithmetic, so the host checks it against a model of the TMA box
+// (tests/test_library_gemm.py).
+//
+// K-major (MnMajor = 0): rows of 64 elements (128 bytes), 8-row swizzle atoms of 1024 bytes. SBO is
+// the step between atoms along M/N (8 rows, 1024 bytes); LBO is unused by swizzled K-major layouts
+// (16, encoded 1). A k16 step moves the start 32 bytes inside the atom.
+//
+// MN-major (MnMajor = 1), as TMA writes it from a tensor map whose inner dimension is M (or N): boxes
+// of 64 elements (128 bytes) x 64 K rows, one K row per 128-byte line, 8-line atoms of 1024 bytes,
+// consecutive 64-element groups in consecutive boxes kMnGroupBytes apart. Why these fields: the PTX
+// ISA's canonical MN-major layout with 128B swizzle is, in 16-byte units,
+// ((8, n), (8, k)) : ((1, LBO), (8, SBO)): eight 16-byte chunks (64 elements) of M/N are contiguous,
+// then the next 64 elements LBO away; eight K rows 128 bytes apart, then the next eight SBO away
+// (CuTe's make_gmma_desc<Major::MN> reads the same two strides). So LBO = kMnGroupBytes (the next
+// box) and SBO = 1024 (the next atom down K). A k16 step reads 16 K rows, two whole atoms: the start
+// moves by 16 x 128 = 2048 bytes, stays 1024-byte aligned, and the base offset stays 0.
+template <int MnMajor>
+__host__ __device__ constexpr uint64_t operand_desc_at(uint32_t addr) {
+  return desc_sw128_at(addr, MnMajor ? kMnGroupBytes : 16, 1024);
+}
+
+// A K-major tile's descriptor (its first k16 step).
+__device__ __forceinline__ uint64_t desc_k_major_sw128(const void* tile) { return operand_desc_at<0>(smem_u32(tile)); }
+
+// An MN-major tile's descriptor (its first k16 step).
+__device__ __forceinline__ uint64_t desc_mn_major_sw128(const void* tile) { return operand_desc_at<1>(smem_u32(tile)); }
 
 // Orders register accesses before the first wgmma that reads or writes the accumulators.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -43,13 +81,22 @@ __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(regs));
 }
 
-// One BK = 64 (128-byte) K tile for a 64-row slice: four k16 steps along the swizzle atom.
-template <int BN>
+// The descriptor of k16 step k of an operand tile (K-major: Trans = 0, MN-major: 1).
+template <int Trans>
+__device__ __forceinline__ uint64_t k_step_desc(const elem_t* tile, int k) {
+  static_assert(sizeof(elem_t) == 2, "k_step_bytes assumes 2-byte elements");
+  // The pointer moves before its conversion to a shared-window address: the other order changed level 9's SASS.
+  return operand_desc_at<Trans>(smem_u32(reinterpret_cast<const uint8_t*>(tile) + k_step_bytes<Trans>(k)));
+}
+
+// One BK = 64 K tile for a 64-row slice of A: four k16 steps. TransA / TransB = 1: that operand is
+// MN-major in shared memory (the wgmma transpose immediate and the MN-major descriptor).
+template <int BN, int TransA = 0, int TransB = 0>
 __device__ __forceinline__ void mma_k_tile(float (&d)[BN / 2], const elem_t* a_rows, const elem_t* b, int scale_d) {
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    Wgmma<BN, elem_t>::mma(d, desc_k_major_sw128(a_rows + 16 * k), desc_k_major_sw128(b + 16 * k),
-                           (k > 0) ? 1 : scale_d);
+    Wgmma<BN, elem_t>::template mma<TransA, TransB>(d, k_step_desc<TransA>(a_rows, k), k_step_desc<TransB>(b, k),
+                                                    (k > 0) ? 1 : scale_d);
   }
 }
 

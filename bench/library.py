@@ -1,0 +1,357 @@
+"""The library's benchmark: ``gemm_ladder.mm`` against cuBLAS (torch.mm on the same tensors), per class.
+
+    python bench/library.py [--classes square,llm,layouts,unaligned,small_m,mid] [--dtype bf16]
+                            [--quick] [--tune] [-o OUT.json]
+    compute-sanitizer --tool memcheck python bench/library.py --sanitize
+
+Classes and their targets (issue 12):
+
+* ``square``   1024^3 .. 8192^3, a row-major, b = w.T (F.linear's layout): reported.
+* ``llm``      M = 4096 against Llama-3 layers' (N, K), same layout: reported.
+* ``layouts``  4096^3 and 8192^3 in all four operand orders: >= 0.97x cuBLAS on the same layout, and
+               each order within 3% of the row/w.T order measured in the same pass.
+* ``unaligned`` 4097x4095x4093, 4096x4096x4093, 8192x8192x8191 (contiguous, odd K and N): >= 4x
+               cuBLAS; aim >= 0.9x of the aligned neighbour (4096^3, 8192^3), timed in the same run.
+* ``small_m``  M in {1, 16, 64, 128, 256} on the llm (N, K): >= 1.3x cuBLAS for M in {1, 16, 64} at
+               4096x4096, >= 1.0x everywhere else; the weight's bytes over the time, against the
+               measured copy bandwidth (aim >= 80% at M <= 64).
+* ``mid``      1024^3, 2048^3, 4096x1024x4096: >= 0.95x cuBLAS.
+
+Method: per shape, fresh random operands (gates.correctness.random_operands), mm's result checked
+against float64 on its first 256 rows, then ours and cuBLAS timed interleaved in one call of
+gates.performance.time_fns (L2 flushed before each call, the host's launch latency hidden, median
+of the calls, 4 rounds with the first one rotating). Each row carries explain()'s decision (the
+designer's full plan left out). A markdown table is printed last. ``--quick`` (about 3 minutes on
+the H200 once kernels are compiled) times fewer shapes for less time each.
+
+``--tune``: times every (BN, split) the general kernel supports on a grid of shapes, fits the cost
+model (dispatch.heuristic.fit) and rewrites ``src/gemm_ladder/dispatch/table.json`` with provenance
+"tuned on <GPU> <date> <commit>"; the timings go in the JSON. Commit the table it writes.
+
+``--sanitize``: every path once on small shapes (repacks, copy back, the four orders, small M and N,
+K = 1, a split tail), checked against float64, for compute-sanitizer; nothing timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+import gemm_ladder
+from gemm_ladder import dispatch
+from gemm_ladder.contract import DTYPES, reference
+from gemm_ladder.gates.climb import run_meta, write_json
+from gemm_ladder.gates.correctness import random_operands
+from gemm_ladder.gates.performance import measure_dram_bandwidth, time_fns
+from gemm_ladder.shapes import SHAPE_SETS
+
+CLASSES = ("square", "llm", "layouts", "unaligned", "small_m", "mid")
+LLM_NK = [(4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192)]
+ORDERS = ("row,w.T", "row,row", "col,w.T", "col,row")  # a's order, b's order (w.T: K-major B)
+
+
+def shapes_for(cls: str, quick: bool) -> list[tuple[str, tuple[int, int, int], float | None]]:
+    """(layout, (M, N, K), target vs cuBLAS or None) of a class."""
+    if cls == "square":
+        sizes = (1024, 2048, 4096) if quick else (1024, 2048, 4096, 8192)
+        return [("row,w.T", (s, s, s), None) for s in sizes]
+    if cls == "llm":
+        llm = SHAPE_SETS["llm"][:3] if quick else SHAPE_SETS["llm"]
+        return [("row,w.T", s, None) for s in llm]
+    if cls == "layouts":
+        sizes = (4096,) if quick else (4096, 8192)
+        return [(o, (s, s, s), 0.97) for s in sizes for o in ORDERS]
+    if cls == "unaligned":
+        shapes = [(4097, 4095, 4093), (4096, 4096, 4093)] + ([] if quick else [(8192, 8192, 8191)])
+        return [("row,w.T", s, 4.0) for s in shapes]
+    if cls == "small_m":
+        ms = (1, 16, 64) if quick else (1, 16, 64, 128, 256)
+        nks = LLM_NK[:2] if quick else LLM_NK
+        return [("row,w.T", (m, n, k), 1.3 if (n, k) == (4096, 4096) and m <= 64 else 1.0) for n, k in nks for m in ms]
+    if cls == "mid":
+        return [("row,w.T", s, 0.95) for s in ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 1024, 4096))]
+    raise ValueError(f"unknown class {cls!r}: use {', '.join(CLASSES)}")
+
+
+def operands(layout: str, m: int, n: int, k: int, dtype: str, seed: int):
+    """(x, y) for ``x @ y`` in ``layout``; a is (M, K), w is (N, K) from the gate's random_operands."""
+    a, w = random_operands(m, n, k, dtype, "cuda", seed)
+    a_order, b_order = layout.split(",")
+    x = a if a_order == "row" else a.T.contiguous().T
+    y = w.T if b_order == "w.T" else w.T.contiguous()
+    return x, y
+
+
+def tflops(m: int, n: int, k: int, ms: float) -> float:
+    return 2 * m * n * k / (ms * 1e-3) / 1e12
+
+
+def check(x: torch.Tensor, y: torch.Tensor, rows: int = 256) -> float:
+    """Relative error of mm's first ``rows`` rows against float64 (raises if not finite)."""
+    c = gemm_ladder.mm(x, y)
+    ref = reference(x[:rows], y.T)
+    err = ((c[:rows].double() - ref).norm() / ref.norm()).item()
+    if not math.isfinite(err) or err > 1e-2:
+        raise RuntimeError(f"gemm_ladder.mm is wrong here: relative error {err:.3g} on the first {rows} rows")
+    return err
+
+
+def decision(x, y) -> dict:
+    d = gemm_ladder.explain(x, y).to_dict()
+    if d.get("plan"):
+        d["plan"] = {"conclusion": d["plan"].get("conclusion")}
+    return d
+
+
+def bench_shape(cls, layout, shape, target, dtype, budget, seed, extra=None) -> dict:
+    m, n, k = shape
+    x, y = operands(layout, m, n, k, dtype, seed)
+    err = check(x, y)
+    fns = {"gemm_ladder": lambda p, q: gemm_ladder.mm(p, q), "cuBLAS": lambda p, q: torch.mm(p, q)}
+    if extra:
+        fns.update(extra)
+    t = time_fns(fns, x, y, budget_s=budget, rounds=4, warmup=5)
+    ours, cub = t["gemm_ladder"].median_ms, t["cuBLAS"].median_ms
+    row = {"class": cls, "layout": layout, "m": m, "n": n, "k": k, "dtype": dtype, "rel_err_256_rows": err,
+           "ours_ms": ours, "cublas_ms": cub, "ours_tflops": tflops(m, n, k, ours),
+           "cublas_tflops": tflops(m, n, k, cub), "vs_cublas": cub / ours, "target_vs_cublas": target,
+           "met": None if target is None else cub / ours >= target,
+           "spread": {name: tm.spread for name, tm in t.items()}, "host_ms": {name: tm.host_ms for name, tm in t.items()},
+           "decision": decision(x, y)}
+    for name in t:
+        if name not in ("gemm_ladder", "cuBLAS"):
+            row[f"{name}_ms"] = t[name].median_ms
+    return row
+
+
+def run_class(cls: str, dtype: str, quick: bool, budget: float, copy_gbs: float | None) -> list[dict]:
+    rows = []
+    for i, (layout, shape, target) in enumerate(shapes_for(cls, quick)):
+        m, n, k = shape
+        extra = None
+        if cls == "unaligned":  # the aligned neighbour, timed in the same run on its own operands
+            s = 8192 if max(shape) > 4097 else 4096
+            xn, yn = operands("row,w.T", s, s, s, dtype, seed=i)
+            extra = {"aligned_neighbour": lambda p, q, xn=xn, yn=yn: gemm_ladder.mm(xn, yn)}
+        row = bench_shape(cls, layout, shape, target, dtype, budget, seed=1000 * i + m + n + k, extra=extra)
+        if cls == "unaligned":
+            s = 8192 if max(shape) > 4097 else 4096
+            rate = row["ours_tflops"] / tflops(s, s, s, row["aligned_neighbour_ms"])
+            row["vs_aligned_neighbour"] = rate
+            row["aim_vs_aligned_neighbour"] = 0.9
+        if cls == "small_m" and copy_gbs:
+            weight = n * k * DTYPES[dtype].itemsize
+            row["weight_gbs"] = weight / (row["ours_ms"] * 1e-3) / 1e9
+            row["fraction_of_copy_bandwidth"] = row["weight_gbs"] / (copy_gbs / 2)  # copy counts read + write
+        rows.append(row)
+        print(f"{cls:9} {layout:8} {m}x{n}x{k}: {row['ours_tflops']:7.1f} vs cuBLAS {row['cublas_tflops']:7.1f} "
+              f"TFLOP/s = {row['vs_cublas']:.3f}x", flush=True)
+    if cls == "layouts":  # each order against the row/w.T order of the same size, same run
+        for r in rows:
+            base = next(b for b in rows if b["m"] == r["m"] and b["layout"] == "row,w.T")
+            r["vs_row_wT_order"] = base["ours_ms"] / r["ours_ms"]
+            r["met"] = r["met"] and r["vs_row_wT_order"] >= 0.97
+    return rows
+
+
+def prebuild(classes: list[str], dtype: str, quick: bool) -> list[str]:
+    """Compile every kernel the timed shapes route to, in parallel (nvcc runs ~20 s a kernel; the
+    cache keeps them): returns what failed to build."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gemm_ladder.library.repack import REPACK
+
+    kernels = {id(REPACK): REPACK}
+    for cls in classes:
+        for layout, (m, n, k), _ in shapes_for(cls, quick):
+            x, y = operands_empty(layout, m, n, k, dtype)
+            route = dispatch.decide(x, y, torch.empty(m, n, dtype=x.dtype, device="cuda"), given=False)
+            kernels[id(route.kernel)] = route.kernel
+
+    def build(kernel) -> str | None:
+        try:
+            kernel.build(dtype)
+            return None
+        except Exception as exc:  # noqa: BLE001 - reported, and the timed call will raise it again
+            return f"{getattr(kernel, 'name', kernel)}: {type(exc).__name__}: {exc}".splitlines()[0]
+
+    with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
+        return [e for e in pool.map(build, kernels.values()) if e]
+
+
+def operands_empty(layout: str, m: int, n: int, k: int, dtype: str):
+    """Uninitialised (x, y) in ``layout``: the route depends on layout, not values."""
+    a = torch.empty(m, k, dtype=DTYPES[dtype], device="cuda")
+    w = torch.empty(n, k, dtype=DTYPES[dtype], device="cuda")
+    a_order, b_order = layout.split(",")
+    return (a if a_order == "row" else torch.empty(k, m, dtype=a.dtype, device="cuda").T,
+            w.T if b_order == "w.T" else torch.empty(k, n, dtype=a.dtype, device="cuda"))
+
+
+# --- tuning -------------------------------------------------------------------------------------
+
+
+def tune(dtype: str, quick: bool, budget: float) -> dict:
+    """Time every (BN, split) of the general kernel on a grid, fit the cost model, write the table."""
+    from gemm_ladder.dispatch import kernels as K
+    from gemm_ladder.dispatch.execute import _prepare
+    from gemm_ladder.dispatch.heuristic import TABLE_PATH, fit, work
+
+    sizes = (1024, 2048, 4096) if quick else (512, 1024, 2048, 4096, 8192)
+    shapes = sorted({(m, n, k) for m in sizes for n in sizes for k in (1024, 4096) if m * n * k <= 2**36})
+    samples, timings = [], []
+    clusters = dispatch.route.device_facts(torch.device("cuda")).clusters
+    for m, n, k in shapes:
+        x, y = operands("row,w.T", m, n, k, dtype, seed=m + n + k)
+        c = torch.empty(m, n, dtype=x.dtype, device="cuda")
+        route = dispatch.decide(x, y, c, given=False)
+        if route.kind != "general" or route.c_path.transposed or route.c_path.workspace:
+            print(f"tune {m}x{n}x{k}: not on the general kernel in place ({route.kind}); skipped", flush=True)
+            continue
+        jobs: list = []
+        va, vb = _prepare(route.a_path, x, jobs), _prepare(route.b_path, y.T, jobs)
+        assert not jobs, "an aligned row,w.T operand was repacked"
+        fns = {}
+        for bn in K.general_bns():
+            kernel = K.general(route.a_path.major, route.b_path.major, bn)
+            if kernel is None or kernel.supports(va, vb, c) is not None:
+                continue
+            for split in K.kernel_splits(kernel):
+                fns[(bn, split)] = lambda p, q, kernel=kernel, split=split: kernel.launch(va, vb, c, split=split)
+        t = time_fns({f"{bn} {s}": f for (bn, s), f in fns.items()}, x, y, budget_s=budget, rounds=2, warmup=3)
+        for (bn, split) in fns:
+            us = t[f"{bn} {split}"].median_ms * 1e3
+            samples.append((work(m, n, k, bn, split, clusters), us))
+            timings.append({"m": m, "n": n, "k": k, "bn": bn, "split": split, "us": us})
+        print(f"tune {m}x{n}x{k}: " + ", ".join(f"{name} {tm.median_ms * 1e3:.1f} us" for name, tm in t.items()),
+              flush=True)
+    meta = run_meta("tune")
+    gpu = (meta.get("gpu") or {}).get("name", "unknown GPU")
+    provenance = f"tuned on {gpu} {dt.date.today().isoformat()} {(meta.get('git_commit') or 'unknown')[:7]}"
+    model = fit(samples, provenance)
+    text = json.dumps(model.to_json(), indent=1) + "\n"
+    TABLE_PATH.write_text(text)
+    if os.environ.get("OUT"):  # a lent machine's copy of the tree does not come back: the table does
+        Path(os.environ["OUT"], "table.json").write_text(text)
+    dispatch.clear_cache()
+    print(f"wrote {TABLE_PATH} ({provenance}); copy it to src/gemm_ladder/dispatch/table.json and commit it")
+    return {"provenance": provenance, "model": model.to_json(), "timings": timings}
+
+
+def sanitize_cases():
+    """(name, x, y, out) small calls through every path: odd K and N (both operands repacked in one
+    launch, the output copied back), offset bases, padded pitches, a strided view, an odd-pitch and a
+    transposed out, the four orders, small M (and small N, transposed), K = 1, the split tail."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def r(*shape):
+        return torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32).to(torch.bfloat16)
+
+    yield "odd K, N", r(300, 133), r(133, 201), None
+    yield "offset a", r(300 * 136 + 1)[1:].view(300, 136), r(136, 264).T.contiguous().T, None
+    yield "padded b", r(264, 136), r(264, 139)[:, :136].T, None
+    yield "strided a", r(300, 272)[:, ::2], r(264, 136).T, None
+    yield "out odd pitch", r(300, 136), r(264, 136).T, torch.empty(300, 267, dtype=torch.bfloat16, device="cuda")[:, :264]
+    yield "out transposed", r(300, 136), r(136, 264), torch.empty(264, 300, dtype=torch.bfloat16, device="cuda").T
+    yield "col, row", r(136, 300).T, r(136, 264), None
+    yield "K = 1", r(129, 1), r(1, 130), None
+    yield "small M", r(7, 520), r(1000, 520).T, None
+    yield "small N", r(1000, 520), r(520, 5), None
+    yield "tail split", r(3 * 128 + 8, 200), r(200, 3 * 256 + 8), None
+
+
+def sanitize() -> int:
+    """Each sanitize case once, checked against float64; for compute-sanitizer. Exit 1 on a wrong one."""
+    bad = 0
+    for name, x, y, out in sanitize_cases():
+        c = gemm_ladder.mm(x, y, out=out)
+        torch.cuda.synchronize()
+        ref = reference(x, y.T)
+        err = ((c.double() - ref).norm() / ref.norm()).item()
+        ok = err < 1e-2 and not torch.isnan(c).any()
+        bad += not ok
+        print(f"{name}: {tuple(x.shape)} @ {tuple(y.shape)} rel_err={err:.2e} {'ok' if ok else 'WRONG'}", flush=True)
+    return 1 if bad else 0
+
+
+# --- report -------------------------------------------------------------------------------------
+
+
+def markdown(rows: list[dict]) -> str:
+    out = ["| class | layout | M x N x K | ours TFLOP/s | cuBLAS TFLOP/s | vs cuBLAS | target | met | route |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        d = r["decision"]
+        route = f"{d['kind']} {(d.get('kernel') or {}).get('name', '')}, split {d.get('split')}"
+        repacked = [op["argument"] for op in d.get("operands", []) if op["path"] == "repacked"]
+        if repacked:
+            route += ", repacks " + "+".join(repacked)
+        if (d.get("output") or {}).get("path", "in place") != "in place":
+            route += ", c copied back"
+        target = "" if r["target_vs_cublas"] is None else f">= {r['target_vs_cublas']}x"
+        if "vs_aligned_neighbour" in r:
+            target += f"; {r['vs_aligned_neighbour']:.2f}x of aligned"
+        if "fraction_of_copy_bandwidth" in r:
+            target += f"; {100 * r['fraction_of_copy_bandwidth']:.0f}% of copy bw"
+        if "vs_row_wT_order" in r:
+            target += f"; {r['vs_row_wT_order']:.3f}x of row,w.T"
+        met = "" if r["met"] is None else ("yes" if r["met"] else "NO")
+        out.append(f"| {r['class']} | {r['layout']} | {r['m']}x{r['n']}x{r['k']} | {r['ours_tflops']:.1f} | "
+                   f"{r['cublas_tflops']:.1f} | {r['vs_cublas']:.3f} | {target} | {met} | {route} |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--classes", default=",".join(CLASSES), help=f"comma list of {', '.join(CLASSES)}")
+    p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    p.add_argument("--quick", action="store_true", help="fewer shapes, less time each (about 3 minutes)")
+    p.add_argument("--tune", action="store_true", help="regenerate dispatch/table.json first")
+    p.add_argument("--sanitize", action="store_true", help="run every path once on small shapes (for "
+                   "compute-sanitizer) and exit; nothing timed")
+    p.add_argument("-o", "--output", default=None, help="JSON path (default: $OUT/library.json, else "
+                   "bench/results/<date>_library_<classes>.json)")
+    args = p.parse_args()
+    classes = [c.strip() for c in args.classes.split(",") if c.strip()]
+    if unknown := [c for c in classes if c not in CLASSES]:
+        print(f"library.py: unknown class {unknown}: use {', '.join(CLASSES)}", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("library.py: needs a CUDA GPU (sm_90a); nothing timed", file=sys.stderr)
+        return 2
+    if args.sanitize:
+        return sanitize()
+    budget = 0.1 if args.quick else 0.3
+    result: dict = {"meta": run_meta(" ".join(["python", *sys.argv])), "classes": classes, "quick": args.quick}
+    if args.tune:
+        result["tune"] = tune(args.dtype, args.quick, budget)
+    failed = prebuild(classes, args.dtype, args.quick)
+    for f in failed:
+        print(f"build failed: {f}", file=sys.stderr)
+    result["build_failures"] = failed
+    copy_gbs = measure_dram_bandwidth("cuda") if "small_m" in classes else None
+    result["copy_gbs"] = copy_gbs
+    result["table_provenance"] = dispatch.cost_model().provenance
+    rows = []
+    for cls in classes:
+        rows += run_class(cls, args.dtype, args.quick, budget, copy_gbs)
+    result["rows"] = rows
+    result["targets_met"] = {f"{r['class']} {r['layout']} {r['m']}x{r['n']}x{r['k']}": r["met"]
+                             for r in rows if r["met"] is not None}
+    out = args.output or (os.path.join(os.environ["OUT"], "library.json") if os.environ.get("OUT") else
+                          f"bench/results/{dt.date.today().isoformat()}_library_{'_'.join(classes)}.json")
+    write_json(result, Path(out))
+    print(f"\nwrote {out}\n")
+    print(markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Dispatch: from (shapes, strides, dtypes) to one kernel configuration, and ``explain`` as data.
+
+Layers (importing downwards only): :mod:`validate` (the input rules), :mod:`heuristic` (the cost
+model and its table), :mod:`kernels` (the kernels behind one protocol), :mod:`route` (the search
+and the choice), :mod:`explain` (the decision as data), :mod:`execute` (running a route).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import replace
+
+import torch
+
+from gemm_ladder.contract import OutsideDomainError
+from gemm_ladder.dispatch.heuristic import CostModel, load_table
+from gemm_ladder.dispatch.route import DeviceFacts, Route, choose, device_facts, find_routes
+from gemm_ladder.dispatch.validate import NotSupportedError
+
+#: Routes kept (least recently used dropped first): a model calls a few dozen shapes.
+ROUTE_CACHE_SIZE = 256
+
+_routes: OrderedDict = OrderedDict()
+_lock = threading.Lock()
+_model: CostModel | None = None
+
+
+def cost_model() -> CostModel:
+    """The package's cost model (dispatch/table.json), read once."""
+    global _model
+    if _model is None:
+        _model = load_table()
+    return _model
+
+
+def _signature(t: torch.Tensor) -> tuple:
+    return (tuple(t.shape), tuple(t.stride()), t.data_ptr() % 16)
+
+
+def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, device: DeviceFacts | None = None,
+           model: CostModel | None = None) -> Route:
+    """The route for ``c = a @ b`` (operands already checked by validate.check_mm; ``c`` the output,
+    allocated when not ``given``). CUDA or meta tensors; cached by shapes, strides, dtypes and base
+    residues mod 16.
+
+    Raises NotSupportedError when only float32 output stands in the way, OutsideDomainError naming
+    the kernels' refusals when no kernel computes it.
+    """
+    device = device or device_facts(a.device)
+    model = model or cost_model()
+    key = (a.device.type, a.device.index, a.dtype, c.dtype, given, _signature(a), _signature(b), _signature(c),
+           device, id(model))
+    with _lock:
+        route = _routes.get(key)
+        if route is not None:
+            _routes.move_to_end(key)
+            return route
+    routes, unfit = find_routes(a, b, c, given=given, device=device)
+    route = choose(routes, model)
+    if route is None:
+        reasons = "; ".join(dict.fromkeys(unfit)) or "no kernel fits"
+        if c.dtype == torch.float32:
+            raise NotSupportedError(f"out_dtype=torch.float32: no library kernel writes a float32 output for "
+                                    f"this call yet ({reasons}); use the input dtype")
+        raise OutsideDomainError(f"no library kernel computes this call: {reasons}")
+    route = replace(route, unfit=tuple(unfit))
+    with _lock:
+        _routes[key] = route
+        while len(_routes) > ROUTE_CACHE_SIZE:
+            _routes.popitem(last=False)
+    return route
+
+
+def clear_cache() -> None:
+    """Forget every route (after a table is regenerated, say)."""
+    global _model
+    with _lock:
+        _routes.clear()
+        _model = None
+
+
+__all__ = ["CostModel", "DeviceFacts", "Route", "clear_cache", "cost_model", "decide"]

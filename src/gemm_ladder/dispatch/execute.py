@@ -1,0 +1,43 @@
+"""Run a route on real tensors: repack the operands that need it (one launch for both), launch the
+kernel, copy an output workspace back. Workspaces come from torch's caching allocator on the current
+stream, which is the stream every launch here uses, so their memory is reused only in stream order."""
+
+from __future__ import annotations
+
+import torch
+
+from gemm_ladder.dispatch.route import OperandPath, Route, c_target, in_place_view
+from gemm_ladder.library.operand import OperandView
+from gemm_ladder.library.repack import REPACK, Copy2D
+
+
+def _prepare(path: OperandPath, x: torch.Tensor, jobs: list[Copy2D]) -> OperandView:
+    """The view the kernel reads of operand ``x`` (rows, K): ``x`` itself, or a new workspace whose
+    copy job is appended to ``jobs``."""
+    if path.workspace is None:
+        v = in_place_view(x)
+        assert v is not None and (v.major, v.ld) == (path.major, path.ld), "route and operand disagree"
+        return v
+    ws = torch.empty(path.workspace, dtype=x.dtype, device=x.device)
+    jobs.append(Copy2D.between(x if path.major == "k" else x.T, ws))  # storage order: rows of the workspace
+    return OperandView(ws, path.rows, path.k, path.workspace[1], path.major)
+
+
+def run(route: Route, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+    """``c = a @ b`` by ``route`` (from :func:`gemm_ladder.dispatch.decide` on these tensors' metadata)."""
+    if route.c_path.transposed:
+        xa, xb = b.T, a
+    else:
+        xa, xb = a, b.T
+    jobs: list[Copy2D] = []
+    va = _prepare(route.a_path, xa, jobs)
+    vb = _prepare(route.b_path, xb, jobs)
+    if jobs:
+        REPACK.launch(jobs, a.device)
+    target = c_target(c, route.c_path.transposed)
+    if route.c_path.workspace is None:
+        route.kernel.launch(va, vb, target, **dict(route.options))
+        return
+    ws = torch.empty(route.c_path.workspace, dtype=c.dtype, device=c.device)[:, :target.shape[1]]
+    route.kernel.launch(va, vb, ws, **dict(route.options))
+    REPACK.launch([Copy2D.between(ws, target)], c.device)

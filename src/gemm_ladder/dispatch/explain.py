@@ -1,0 +1,158 @@
+"""What ``gemm_ladder.mm`` will run and why, as data: :class:`Explanation` (``to_dict()`` and a
+readable ``str``), built from a route without launching anything."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import asdict, dataclass, field
+
+from gemm_ladder.contract import dtype_name
+from gemm_ladder.design.describer import conclusion, plan_document
+from gemm_ladder.design.problem import ceil_div
+from gemm_ladder.dispatch import kernels as K
+from gemm_ladder.dispatch.heuristic import CostModel
+from gemm_ladder.dispatch.route import Route
+
+
+@dataclass
+class Explanation:
+    """The dispatcher's decision for one call.
+
+    ``m``, ``n``, ``k``: the caller's problem (a (M, K) @ b (K, N)); ``kind``: 'general', 'small_m',
+    'empty' (M or N is 0) or 'zeros' (K is 0); ``kernel``: name, source, tile, stages, cluster;
+    ``grid``: CTAs launched; ``split``: the split policy (general kernel) or the small-M kernel's;
+    ``orientation``, ``operands``, ``output``: the layout and alignment path; ``launches``: in order;
+    ``heuristic``: the cost model's provenance and the candidates it ranked (predicted microseconds);
+    ``plan``: the designer's plan (conclusion and JSON), or why there is none; ``refusals``: what the
+    kernel refused on the way (why an operand is repacked); ``not_taken``: the kernels that found no
+    route at all, each with its first refusal.
+    """
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    out_dtype: str
+    kind: str
+    device: str
+    kernel: dict | None = None
+    tile: list[int] | None = None
+    stages: int | None = None
+    cluster: int | None = None
+    grid: list[int] | None = None
+    split: str | None = None
+    orientation: str | None = None
+    operands: list[dict] = field(default_factory=list)
+    output: dict | None = None
+    launches: list[str] = field(default_factory=list)
+    heuristic: dict | None = None
+    plan: dict | None = None
+    refusals: list[str] = field(default_factory=list)
+    not_taken: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        lines = [f"gemm_ladder.mm: ({self.m} x {self.k}) @ ({self.k} x {self.n}) {self.dtype} -> {self.out_dtype} "
+                 f"on {self.device}"]
+        if self.kind in ("empty", "zeros"):
+            lines.append("  nothing to launch: " + ("M or N is 0, the result is empty" if self.kind == "empty"
+                                                     else "K is 0, the result is zeros (the empty sum)"))
+            return "\n".join(lines)
+        kern = self.kernel or {}
+        lines.append(f"  kernel:   {kern.get('name')} ({kern.get('source', '?')})")
+        lines.append(f"  tile {self.tile}, {self.stages} stages, cluster {self.cluster}, grid {self.grid}, "
+                     f"split: {self.split}")
+        lines.append(f"  layout:   {self.orientation}")
+        for op in self.operands:
+            where = ("in place" if op["path"] == "in place"
+                     else f"repacked into a {op['workspace'][0]} x {op['workspace'][1]} workspace"
+                          + (" (copy changes the major)" if op["transposing_copy"] else "") + f": {op['why']}")
+            lines.append(f"  {op['operand']} = {op['argument']}: {op['major']}-major, ld {op['ld']}, {where}")
+        out = self.output or {}
+        lines.append(f"  C: {out.get('out')} {out.get('dtype')}, "
+                     + ("written in place" if out.get("path") == "in place"
+                        else f"written to a workspace and copied back: {out.get('why')}"))
+        lines.append("  launches: " + "; ".join(self.launches))
+        if self.heuristic:
+            h = self.heuristic
+            lines.append(f"  choice:   {h['rule']}")
+            lines.append(f"  table:    {h['provenance']}")
+            for c in h.get("candidates", [])[:6]:
+                lines.append(f"    BN {c['bn']:>3} split {c['split']:<4} {c['predicted_us']:>9.1f} us predicted, "
+                             f"{c['waves']:.2f} waves")
+        if self.plan:
+            lines.append(f"  plan:     {self.plan.get('conclusion')}")
+        for r in self.refusals[:4]:
+            lines.append(f"  refused:  {r}")
+        for r in self.not_taken[:4]:
+            lines.append(f"  no route: {r}")
+        return "\n".join(lines)
+
+
+def trivial_explanation(kind: str, m: int, n: int, k: int, dtype, out_dtype, device: str) -> Explanation:
+    return Explanation(m, n, k, dtype_name(dtype), str(out_dtype).replace("torch.", ""), kind, device)
+
+
+def _leading_dims(route: Route) -> dict:
+    """lda, ldb, ldc for kernels whose ``plan`` takes them (the general kernel's tensor maps)."""
+    if "lda" not in inspect.signature(route.kernel.plan).parameters:
+        return {}
+    ldc = route.c_path.workspace[1] if route.c_path.workspace else None
+    return {"lda": route.a_path.ld, "ldb": route.b_path.ld, **({"ldc": ldc} if ldc else {})}
+
+
+def _grid(route: Route, plan) -> list[int] | None:
+    if route.kind == "small_m" and hasattr(route.kernel, "ctas"):
+        # One CTA per SM: the small-M kernel's ring takes all of an SM's shared memory.
+        return [route.kernel.ctas(route.m, route.n, route.k, route.device.sms), 1, 1]
+    if route.candidates:
+        return [route.candidates[0].work.grid_clusters * getattr(route.kernel, "cluster", 2), 1, 1]
+    if plan is not None:
+        return list(plan.schedule.grid)
+    return None
+
+
+def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostModel | None) -> Explanation:
+    """The explanation of ``route`` for the caller's (M, N, K), with the designer's plan."""
+    dtype = dtype_name(route.dtype)
+    plan_json, plan = None, None
+    try:
+        plan = route.kernel.plan(route.m, route.n, route.k, dtype, **_leading_dims(route))
+        plan_json = {"conclusion": conclusion(plan), "plan": plan_document(plan)}
+    except Exception as exc:  # noqa: BLE001 - a refused plan is part of the explanation
+        plan_json = {"conclusion": f"no plan: {type(exc).__name__}: {exc}"}
+    desc = K.describe(route.kernel)
+    opts = dict(route.options)
+    paths = [route.a_path, route.b_path]
+    repacked = [p for p in paths if p.repack]
+    launches = []
+    if repacked:
+        launches.append("repack " + " and ".join(f"{p.name} ({p.role})" for p in repacked)
+                        + f" (one launch, {sum(p.repack_bytes for p in repacked)} bytes moved)")
+    launches.append(f"{desc['name']} ({route.m} x {route.n} x {route.k})")
+    if route.c_path.copy_back:
+        launches.append(f"repack the output workspace back into c ({route.c_path.copy_bytes} bytes moved)")
+    if route.kind == "small_m":
+        split = "K split evenly over every CTA (small-M rule)" if opts.get("splits") is None else f"splits={opts['splits']}"
+        rule = "small M: the kernel's M <= 256, and the small-M kernel copies no more than the general one would"
+        heuristic = {"rule": rule, "provenance": "the small-M kernel's own rule (library.small_m.SmallMGemm.ctas)",
+                     "candidates": []}
+    else:
+        split = opts.get("split")
+        heuristic = {"rule": "fewest repacked bytes, then the fastest (BN, split) by the cost model",
+                     "provenance": model.provenance if model else "none",
+                     "candidates": [c.to_json() for c in route.candidates]}
+    tile = desc.get("tile") or (list(plan.tile) if plan is not None else None)
+    return Explanation(
+        m, n, k, dtype, str(out_dtype).replace("torch.", ""), route.kind, route.device.describe(), kernel=desc,
+        tile=tile, stages=desc.get("stages") or (plan.stages if plan is not None else None),
+        cluster=desc.get("cluster") or (plan.cluster if plan is not None else None),
+        grid=_grid(route, plan), split=split, orientation=route.c_path.to_json()["orientation"],
+        operands=[p.to_json() for p in paths], output=route.c_path.to_json(), launches=launches,
+        heuristic=heuristic, plan=plan_json, refusals=list(route.refusals),
+        not_taken=list(route.unfit))
+
+
+__all__ = ["Explanation", "ceil_div", "explain_route", "trivial_explanation"]

@@ -1,0 +1,200 @@
+"""How the dispatcher picks the library kernel's tile width (BN) and split policy: a cost model whose
+named parameters live in ``table.json`` beside this file, regenerated from timings on the GPU by
+``bench/library.py --tune``.
+
+The library kernel is persistent: up to G clusters (of ``cluster`` CTAs, one per SM) walk U work
+units, a unit being ``cluster`` stacked 128 x BN tiles, each K_t = ceil(K / 64) K iterations long;
+its split policy ("none", "tail", "all": library/gemm.py split_schedule) decides which units are
+computed whole and which are shared by K over every cluster (stream-K). The model charges the
+busiest cluster's critical path (:func:`work`): ``k_iter_us[BN]`` per whole K iteration,
+``split_k_iter_us[BN]`` per shared one, ``fixup_us`` once when any unit is shared (partials written,
+added by the last arriver), and ``fixed_us`` per launch (setup, the first load's latency, the last
+tile's store).
+
+The table's ``provenance`` says where the numbers come from: "untuned default: ..." (derived by the
+rule written beside each value from measurements in bench/results/) or "tuned on <GPU> <date>
+<commit>" (fitted by :func:`fit` to ``bench/library.py --tune`` timings). ``explain`` repeats it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gemm_ladder.design.problem import ceil_div
+from gemm_ladder.design.stream_k import StreamKTail, plan_tail
+
+TABLE_PATH = Path(__file__).with_name("table.json")
+SPLITS = ("none", "tail", "all")
+#: The library kernel's tile rows and K depth, and its cluster (CTAs stacked along M).
+TILE_M, TILE_K, CLUSTER = 128, 64, 2
+
+
+@dataclass(frozen=True)
+class Work:
+    """The critical path of one configuration: whole and split K iterations of the busiest cluster,
+    and the clusters the launch uses (``grid_clusters``)."""
+
+    bn: int
+    split: str
+    units: int
+    clusters: int
+    k_tiles: int
+    whole_iters: int
+    split_iters: int
+    grid_clusters: int
+
+    @property
+    def waves(self) -> float:
+        """Units per resident cluster (fractional: the last wave's fill shows)."""
+        return self.units / self.clusters
+
+    @property
+    def splits(self) -> bool:
+        return self.split_iters > 0
+
+
+def work(m: int, n: int, k: int, bn: int, split: str, clusters: int, *, cluster: int = CLUSTER) -> Work:
+    """The critical path of (BN, split) on (M, N, K) over ``clusters`` resident clusters, by the
+    library kernel's schedule (library/gemm.py split_schedule): "none" every unit whole over
+    min(units, clusters) clusters; "tail" level 9's rule (design.stream_k.plan_tail, the last partial
+    wave split when it would leave more than DEFAULT_MIN_IDLE of the clusters idle); "all" every
+    unit's K iterations shared by min(clusters, iterations) clusters. Iterations of a unit that no
+    other cluster shares count as whole.
+
+    Raises ValueError for an unknown split or non-positive extents.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if min(m, n, k, clusters, bn) < 1:
+        raise ValueError(f"M, N, K, BN and clusters must be positive, got {m}, {n}, {k}, {bn}, {clusters}")
+    units = ceil_div(ceil_div(m, TILE_M), cluster) * ceil_div(n, bn)
+    kt = ceil_div(k, TILE_K)
+    if split == "all":
+        g = min(clusters, units * kt)
+        sched = StreamKTail(units=units, clusters=g, k_tiles=kt, first_unit=0)
+    else:
+        g = min(units, clusters)
+        sched = plan_tail(units, g, kt) if split == "tail" else StreamKTail(units, g, kt, units)
+    whole = ceil_div(sched.first_unit, g) * kt
+    shared = ceil_div(sched.total, g) if sched.tail_units else 0
+    if shared and sched.max_contributors == 1:  # every unit computed by one cluster: nothing to fix up
+        whole, shared = whole + shared, 0
+    return Work(bn, split, units, clusters, kt, whole, shared, g)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Microseconds per K iteration (whole and split, per BN), per split launch, and per launch."""
+
+    k_iter_us: dict[int, float]
+    split_k_iter_us: dict[int, float]
+    fixup_us: float
+    fixed_us: float
+    provenance: str
+    rules: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def tuned(self) -> bool:
+        return self.provenance.startswith("tuned")
+
+    @property
+    def bns(self) -> tuple[int, ...]:
+        return tuple(sorted(self.k_iter_us, reverse=True))
+
+    def predict_us(self, w: Work) -> float:
+        """Predicted time of one launch, microseconds."""
+        t = self.fixed_us + w.whole_iters * self.k_iter_us[w.bn] + w.split_iters * self.split_k_iter_us[w.bn]
+        return t + (self.fixup_us if w.splits else 0.0)
+
+    def to_json(self) -> dict:
+        return {"provenance": self.provenance,
+                "k_iter_us": {str(bn): v for bn, v in self.k_iter_us.items()},
+                "split_k_iter_us": {str(bn): v for bn, v in self.split_k_iter_us.items()},
+                "fixup_us": self.fixup_us, "fixed_us": self.fixed_us, "rules": dict(self.rules)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "CostModel":
+        """Parse a table; raises ValueError naming what is missing or not a finite non-negative number."""
+        try:
+            model = cls({int(bn): float(v) for bn, v in d["k_iter_us"].items()},
+                        {int(bn): float(v) for bn, v in d["split_k_iter_us"].items()},
+                        float(d["fixup_us"]), float(d["fixed_us"]), str(d["provenance"]), dict(d.get("rules", {})))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"dispatch table: {type(exc).__name__}: {exc}") from None
+        values = [*model.k_iter_us.values(), *model.split_k_iter_us.values(), model.fixup_us, model.fixed_us]
+        if not all(math.isfinite(v) and v >= 0 for v in values):
+            raise ValueError(f"dispatch table: every time must be a finite number >= 0, got {values}")
+        if set(model.k_iter_us) != set(model.split_k_iter_us) or not model.k_iter_us:
+            raise ValueError("dispatch table: k_iter_us and split_k_iter_us must name the same tile widths")
+        return model
+
+
+def load_table(path: Path = TABLE_PATH) -> CostModel:
+    """The cost model in ``path`` (the package's table by default); raises ValueError if malformed."""
+    return CostModel.from_json(json.loads(Path(path).read_text()))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration the kernel supports, its critical path and predicted time."""
+
+    work: Work
+    predicted_us: float
+
+    def to_json(self) -> dict:
+        w = self.work
+        return {"bn": w.bn, "split": w.split, "predicted_us": round(self.predicted_us, 2), "units": w.units,
+                "waves": round(w.waves, 3), "whole_k_iters": w.whole_iters, "split_k_iters": w.split_iters,
+                "grid_clusters": w.grid_clusters}
+
+
+def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[tuple[int, str]]) -> list[Candidate]:
+    """``configs`` ((BN, split) pairs the kernel supports) by predicted time, fastest first.
+
+    Ties go to the earlier entry of ``configs`` (list the simpler configurations first: wider tiles,
+    fewer splits)."""
+    cands = [Candidate(w, model.predict_us(w)) for w in (work(m, n, k, bn, s, clusters) for bn, s in configs)]
+    order = sorted(range(len(cands)), key=lambda i: (round(cands[i].predicted_us, 6), i))
+    return [cands[i] for i in order]
+
+
+def features(w: Work) -> list[float]:
+    """The model's regressors for one configuration: whole and split iterations per BN, split flag, 1."""
+    row = []
+    for bn in (256, 128):
+        row += [float(w.whole_iters if w.bn == bn else 0), float(w.split_iters if w.bn == bn else 0)]
+    return row + [1.0 if w.splits else 0.0, 1.0]
+
+
+def fit(samples: list[tuple[Work, float]], provenance: str) -> CostModel:
+    """Least-squares fit of the model's parameters to measured times (``(work, microseconds)`` pairs).
+
+    Relative errors are minimised (each row weighted by 1 / measured time), so a 10 us shape counts
+    as much as a 1 ms one. A parameter with no sample behind it (say, no split configuration timed)
+    or fitted below zero is clamped at zero and named in ``rules``. Uses numpy (a dependency).
+
+    Raises ValueError with fewer samples than parameters.
+    """
+    import numpy as np
+
+    if len(samples) < 6:
+        raise ValueError(f"fit needs at least 6 timed configurations, got {len(samples)}")
+    x = np.array([features(w) for w, _ in samples])
+    t = np.array([us for _, us in samples])
+    coef, *_ = np.linalg.lstsq(x / t[:, None], np.ones_like(t), rcond=None)
+    names = ["k_iter_us[256]", "split_k_iter_us[256]", "k_iter_us[128]", "split_k_iter_us[128]", "fixup_us", "fixed_us"]
+    rules = {}
+    for i, name in enumerate(names):
+        if not x[:, i].any():
+            rules[name] = "no timed configuration exercises it: set to 0"
+            coef[i] = 0.0
+        elif coef[i] < 0:
+            rules[name] = f"fitted {coef[i]:.3g} < 0: clamped to 0"
+            coef[i] = 0.0
+        else:
+            rules[name] = f"least squares over {len(samples)} timed configurations (relative error)"
+    c = [float(v) for v in coef]
+    return CostModel({256: c[0], 128: c[2]}, {256: c[1], 128: c[3]}, c[4], c[5], provenance, rules)

@@ -1,0 +1,399 @@
+"""From operand metadata to one route: the kernel, the orientation, which operands are read in place
+and which are repacked first (and why), the output path, and the tile and split.
+
+Works on CUDA and meta tensors alike (shapes, strides, dtypes and base-address residues are all it
+reads; on meta the kernels' device rule is set aside: :func:`supports`), so every decision can be
+checked without a GPU. On a CUDA device ``c`` must be a real tensor (the kernels' ``supports`` read
+its device); operand workspaces are described by a small probe tensor, never allocated here (an
+output workspace is, once, when a kernel must be asked about it).
+
+The search, for each orientation (``D = A B^T`` into c; or ``D^T = B A^T`` into c.T, which makes a
+column-major output row-major and puts a small N on the kernel's M) and each kernel (the small-M
+kernel when the kernel's M <= 256; the general kernel for each tile width):
+
+1. each operand is read in place when it has a K- or MN-major view (library.operand.operand_view),
+   else or when the kernel refuses that view, repacked into a zero-padded workspace (same major, or
+   the other one when the kernel reads only that); the output is written in place or, when the
+   kernel cannot write it, into a workspace copied back;
+2. the combinations are tried cheapest first (bytes the repack kernel moves; a copy that changes
+   the major reads element by element and counts four times); the first one ``supports`` accepts is
+   that kernel's route.
+
+Choice: the small-M kernel when it fits and copies no more than the general kernel would (copies of
+its small operand A aside); otherwise the route that moves the fewest repack bytes, then the (BN,
+split) the cost model (dispatch.heuristic) ranks fastest.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from dataclasses import dataclass, replace
+
+import torch
+
+from gemm_ladder.dispatch import kernels as K
+from gemm_ladder.dispatch.heuristic import CLUSTER, Candidate, CostModel, rank
+from gemm_ladder.library.operand import TMA_ALIGN_BYTES, OperandView, operand_view
+from gemm_ladder.library.repack import aligned_pitch
+
+#: A copy that changes an operand's major reads with a stride: its bytes count this many times when
+#: routes are compared (a cost rank, not a measured ratio).
+TRANSPOSING_WEIGHT = 4
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """The GPU a route is for: its name and SM count; ``assumed`` when there was none to ask."""
+
+    name: str
+    sms: int
+    assumed: bool = False
+
+    @property
+    def clusters(self) -> int:
+        """Resident 2-CTA clusters of the general kernel: one CTA per SM (66 on the H200's 132 SMs, as
+        level 9 measured: design/stream_k.py)."""
+        return max(1, self.sms // CLUSTER)
+
+    def describe(self) -> str:
+        return f"{self.name}, {self.sms} SMs" + (" (assumed: no GPU to ask)" if self.assumed else "")
+
+
+#: What a route on meta tensors assumes: the H200 the project measures on (DESIGN.md: 132 SMs).
+ASSUMED_DEVICE = DeviceFacts("NVIDIA H200", 132, assumed=True)
+
+
+def device_facts(device: torch.device) -> DeviceFacts:
+    """The facts of a CUDA ``device`` (torch's device properties), or ASSUMED_DEVICE for meta."""
+    if device.type != "cuda":
+        return ASSUMED_DEVICE
+    return _cuda_facts(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_facts(index: int) -> DeviceFacts:
+    props = torch.cuda.get_device_properties(index)
+    return DeviceFacts(props.name, props.multi_processor_count)
+
+
+@dataclass(frozen=True)
+class OperandPath:
+    """How one kernel operand (rows, K) is read: in place, or from a zero-padded workspace.
+
+    ``name``: the caller's argument ('a' or 'b'); ``role``: the kernel's operand ('A' or 'B');
+    ``major``/``ld``/``k``: what the kernel reads; ``workspace``: the storage shape (outer, inner) of
+    the copy, K padded to a multiple of 8 with zeros; ``repack``: why it is copied (None: in place).
+    """
+
+    name: str
+    role: str
+    rows: int
+    k: int
+    major: str
+    ld: int
+    repack: str | None = None
+    workspace: tuple[int, int] | None = None
+    transposing: bool = False
+    elem_bytes: int = 2
+
+    @property
+    def repack_bytes(self) -> int:
+        if self.workspace is None:
+            return 0
+        return (self.rows * self.k + self.workspace[0] * self.workspace[1]) * self.elem_bytes
+
+    def to_json(self) -> dict:
+        return {"argument": self.name, "operand": self.role, "rows": self.rows, "k": self.k, "major": self.major,
+                "ld": self.ld, "path": "repacked" if self.repack else "in place", "why": self.repack,
+                "workspace": list(self.workspace) if self.workspace else None, "transposing_copy": self.transposing}
+
+
+@dataclass(frozen=True)
+class OutputPath:
+    """Where the kernel writes: ``c`` ((M, N), or c.T when ``transposed``) in place, or a workspace
+    ``(rows, pitch)`` copied back into it (``copy_back`` says why)."""
+
+    transposed: bool
+    given: bool
+    rows: int
+    cols: int
+    dtype: torch.dtype
+    copy_back: str | None = None
+    workspace: tuple[int, int] | None = None
+    transposing: bool = False  # the copy back writes along a strided dimension (element by element)
+
+    @property
+    def copy_bytes(self) -> int:
+        """Bytes the copy back moves (weighted TRANSPOSING_WEIGHT times when it writes with a stride)."""
+        if self.workspace is None:
+            return 0
+        size = torch.empty((), dtype=self.dtype, device="meta").element_size()
+        return 2 * self.rows * self.cols * size * (TRANSPOSING_WEIGHT if self.transposing else 1)
+
+    def to_json(self) -> dict:
+        return {"orientation": "D^T = B A^T written into c.T" if self.transposed else "D = A B^T written into c",
+                "out": "given" if self.given else "allocated", "dtype": str(self.dtype).replace("torch.", ""),
+                "path": "workspace, copied back" if self.copy_back else "in place", "why": self.copy_back,
+                "workspace": list(self.workspace) if self.workspace else None, "transposing_copy": self.transposing}
+
+
+@dataclass(frozen=True, eq=False)
+class Route:
+    """One decision: run ``kernel`` on operands ``a_path``/``b_path`` into ``c_path`` with ``options``.
+
+    ``m``, ``n``: the kernel's problem (swapped from the caller's when ``c_path.transposed``);
+    ``bn``: the general kernel's tile width (None for the small-M kernel, whose tile follows M);
+    ``refusals``: what the kernel's ``supports`` said of the cheaper paths it did not take.
+    """
+
+    kind: str  # 'small_m' or 'general'
+    kernel: object
+    m: int
+    n: int
+    k: int
+    dtype: torch.dtype
+    a_path: OperandPath
+    b_path: OperandPath
+    c_path: OutputPath
+    device: DeviceFacts
+    bn: int | None = None
+    options: tuple[tuple[str, object], ...] = ()
+    candidates: tuple[Candidate, ...] = ()
+    refusals: tuple[str, ...] = ()
+    unfit: tuple[str, ...] = ()  # the kernel families that found no route, with their first refusal
+
+    @property
+    def repack_cost(self) -> int:
+        """Bytes the repack kernel moves (a copy changing the major weighted TRANSPOSING_WEIGHT times)."""
+        return _cost(self.a_path) + _cost(self.b_path) + self.c_path.copy_bytes
+
+
+def _cost(p: OperandPath) -> int:
+    return p.repack_bytes * (TRANSPOSING_WEIGHT if p.transposing else 1)
+
+
+# --- operands ------------------------------------------------------------------------------------
+
+
+def tma_reason(v: OperandView | None, x: torch.Tensor) -> str | None:
+    """Why a TMA tensor map cannot describe operand ``x`` (rows, K), or None when it can."""
+    if v is None:
+        return (f"neither K- nor MN-major: strides {tuple(x.stride())} for shape {tuple(x.shape)} "
+                "(a tensor map needs one unit stride)")
+    if v.data_ptr % TMA_ALIGN_BYTES:
+        return (f"base address is {v.data_ptr % TMA_ALIGN_BYTES} bytes past a 16-byte boundary "
+                "(TMA needs a 16-byte aligned base)")
+    if (v.ld * v.elem_bytes) % TMA_ALIGN_BYTES:
+        return (f"leading dimension {v.ld} elements = {v.ld * v.elem_bytes} bytes is not a multiple of 16 "
+                "(TMA row strides)")
+    return None
+
+
+def in_place_view(x: torch.Tensor) -> OperandView | None:
+    """``operand_view(x, k_dim=1)``, with any aligned pitch for a single line (one row of a K-major
+    operand, one K of an MN-major one: its pitch is never used, so the kernel may take any)."""
+    v = operand_view(x, k_dim=1)
+    if v is not None:
+        single = v.rows == 1 if v.major == "k" else v.k == 1
+        if single and (v.ld * v.elem_bytes) % TMA_ALIGN_BYTES:
+            v = replace(v, ld=aligned_pitch(v.k if v.major == "k" else v.rows, v.elem_bytes))
+    return v
+
+
+def natural_major(x: torch.Tensor, v: OperandView | None) -> str:
+    """The major a copy of ``x`` keeps (its own, or the one along its smaller stride): the copy then
+    reads and writes along rows."""
+    if v is not None:
+        return v.major
+    return "k" if abs(x.stride(1)) <= abs(x.stride(0)) else "mn"
+
+
+def workspace_shape(rows: int, k: int, major: str, elem_bytes: int) -> tuple[int, int]:
+    """Storage (outer, inner) of a repacked operand: K padded to a multiple of 8 (zeros), the inner
+    extent to a 16-byte pitch."""
+    k8 = -(-k // 8) * 8
+    return (rows, aligned_pitch(k8, elem_bytes)) if major == "k" else (k8, aligned_pitch(rows, elem_bytes))
+
+
+def workspace_view(probe: torch.Tensor, rows: int, k: int, major: str, shape: tuple[int, int]) -> OperandView:
+    """The view the kernel gets of a workspace of storage ``shape``; ``probe`` stands for its storage
+    (dtype, device, a 16-byte aligned base), so no workspace is allocated to ask ``supports``."""
+    return OperandView(probe, rows, k, shape[1], major)
+
+
+@dataclass(frozen=True)
+class _Option:
+    path: OperandPath
+    view: OperandView
+
+
+def operand_options(name: str, role: str, x: torch.Tensor, probe: torch.Tensor, k_read: int) -> list[_Option]:
+    """Ways to read operand ``x`` (rows, K) with the kernel reading K = ``k_read``, cheapest first:
+    in place (when a view exists and ``k_read`` is the true K), a copy keeping its major, a copy
+    changing it."""
+    rows, k = x.shape
+    e = x.element_size()
+    v = in_place_view(x)
+    reason = tma_reason(v, x)
+    out = []
+    if v is not None and k_read == k:
+        out.append(_Option(OperandPath(name, role, rows, k, v.major, v.ld, elem_bytes=e), v))
+    keep = natural_major(x, v)
+    for major in (keep, "mn" if keep == "k" else "k"):
+        shape = workspace_shape(rows, k, major, e)
+        why = reason or "the kernel does not read it in place"
+        if k_read != k:
+            why += f"; K padded to {k_read} with zeros for the kernel"
+        path = OperandPath(name, role, rows, k_read, major, shape[1], why, shape, major != keep, e)
+        out.append(_Option(path, workspace_view(probe, rows, k_read, major, shape)))
+    return out
+
+
+# --- output --------------------------------------------------------------------------------------
+
+
+def c_target(c: torch.Tensor, transposed: bool) -> torch.Tensor:
+    """The tensor the kernel writes: ``c`` or ``c.T``, a single row given an aligned row stride (its
+    pitch is never used)."""
+    t = c.T if transposed else c
+    if t.shape[0] == 1 and t.stride(1) == 1 and (t.stride(0) * t.element_size()) % TMA_ALIGN_BYTES:
+        t = torch.as_strided(t, tuple(t.shape), (aligned_pitch(t.shape[1], t.element_size()), 1), t.storage_offset())
+    return t
+
+
+def c_reason(t: torch.Tensor) -> str:
+    """Why a tensor-map store cannot write ``t`` directly (stated for the explanation)."""
+    e = t.element_size()
+    if t.stride(1) != 1 and t.shape[1] > 1:
+        return f"not row-major: strides {tuple(t.stride())}"
+    if t.data_ptr() % TMA_ALIGN_BYTES:
+        return f"base address is {t.data_ptr() % TMA_ALIGN_BYTES} bytes past a 16-byte boundary"
+    if (t.stride(0) * e) % TMA_ALIGN_BYTES:
+        return f"row pitch {t.stride(0)} elements = {t.stride(0) * e} bytes is not a multiple of 16"
+    return "the kernel does not write it in place"
+
+
+def output_options(c: torch.Tensor, transposed: bool, given: bool) -> list[tuple[OutputPath, object]]:
+    """In place, then a workspace copied back; each with the tensor ``supports`` is asked about (the
+    workspace's as a function: on the GPU it is allocated, once, only if the in-place path is refused)."""
+    t = c_target(c, transposed)
+    rows, cols = t.shape
+    direct = OutputPath(transposed, given, rows, cols, c.dtype)
+    shape = (rows, aligned_pitch(cols, c.element_size()))
+    made: list[torch.Tensor] = []
+
+    def workspace() -> torch.Tensor:
+        if not made:
+            made.append(torch.empty(shape, dtype=c.dtype, device=c.device)[:, :cols])
+        return made[0]
+
+    strided = t.stride(1) != 1 and cols > 1
+    return [(direct, t), (replace(direct, copy_back=c_reason(t), workspace=shape, transposing=strided), workspace)]
+
+
+# --- search --------------------------------------------------------------------------------------
+
+
+def supports(kernel, a: OperandView, b: OperandView, c: torch.Tensor) -> str | None:
+    """``kernel.supports(a, b, c)``, with its device rule set aside for meta tensors.
+
+    The library kernels check the device last (library/gemm.py and library/small_m.py: "one CUDA
+    device" ends their rules), so on meta tensors, which describe a call without running it, a refusal
+    naming the meta device means every other rule held: it is taken as acceptance. On CUDA tensors
+    every rule counts.
+    """
+    reason = kernel.supports(a, b, c)
+    if reason is not None and c.device.type == "meta" and "meta" in reason:
+        return None
+    return reason
+
+
+def _operands(a: torch.Tensor, b: torch.Tensor, transposed: bool):
+    """The kernel's (A, B) as (rows, K) tensors with their caller names."""
+    if transposed:
+        return ("b", b.T), ("a", a)
+    return ("a", a), ("b", b.T)
+
+
+def _k_reads(k: int) -> tuple[int, ...]:
+    """The K the kernel may read: the true K, then (K not a multiple of 8) K padded with zeros, which
+    only workspaces provide."""
+    return (k,) if k % 8 == 0 else (k, -(-k // 8) * 8)
+
+
+def _route_for(kind, kernel_at, xa, xb, names, c_opts, probe, k, dtype, device, bn) -> tuple[Route | None, list[str]]:
+    """The cheapest route of one kernel family: the small-M kernel, or the general kernel of one tile
+    width (built per operand order: ``kernel_at(a_major, b_major)``, None where none is built).
+    Combinations are tried cheapest first; the refusals kept are those of cheaper paths."""
+    refusals: list[str] = []
+    for k_read in _k_reads(k):
+        a_opts = operand_options(names[0], "A", xa, probe, k_read)
+        b_opts = operand_options(names[1], "B", xb, probe, k_read)
+        combos = sorted(itertools.product(a_opts, b_opts, c_opts),
+                        key=lambda abc: _cost(abc[0].path) + _cost(abc[1].path) + abc[2][0].copy_bytes)
+        for a_o, b_o, (cp, ct) in combos:
+            kernel = kernel_at(a_o.path.major, b_o.path.major)
+            if kernel is None:
+                refusals.append(f"no {kind} kernel reads A {a_o.path.major}-major and B {b_o.path.major}-major")
+                continue
+            reason = supports(kernel, a_o.view, b_o.view, ct() if callable(ct) else ct)
+            if reason is None:
+                return Route(kind, kernel, xa.shape[0], xb.shape[0], k_read, dtype, a_o.path, b_o.path, cp, device,
+                             bn, refusals=tuple(dict.fromkeys(refusals))), refusals
+            refusals.append(reason)
+    return None, refusals
+
+
+def find_routes(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, device: DeviceFacts,
+                orientations: tuple[bool, ...] = (False, True)) -> tuple[list[Route], list[str]]:
+    """Every kernel family's cheapest route for ``c = a @ b`` (a (M, K), b (K, N), c (M, N), checked),
+    and for each family and orientation without one, its first refusal.
+
+    Small-M routes first, then the general kernel's by tile width.
+    """
+    routes: list[Route] = []
+    unfit: list[str] = []
+    probe = torch.empty(8, dtype=a.dtype, device=a.device)  # stands for a workspace (16-byte aligned)
+    k = a.shape[1]
+    for transposed in orientations:
+        (na, xa), (nb, xb) = _operands(a, b, transposed)
+        c_opts = output_options(c, transposed, given)
+        families = []
+        if (km := K.small_m(xa.shape[0])) is not None:
+            families.append(("small_m", lambda am, bm, km=km: km, None))
+        families += [("general", lambda am, bm, bn=bn: K.general(am, bm, bn), bn) for bn in K.general_bns()]
+        for kind, kernel_at, bn in families:
+            r, refusals = _route_for(kind, kernel_at, xa, xb, (na, nb), c_opts, probe, k, a.dtype, device, bn)
+            if r is not None:
+                routes.append(r)
+            elif refusals:
+                label = kind + (f" BN {bn}" if bn else "") + (", D^T into c.T" if transposed else "")
+                unfit.append(f"{label}: {refusals[0]}")
+    return routes, unfit
+
+
+def choose(routes: list[Route], model: CostModel) -> Route | None:
+    """The route to run (see the module docstring), its launch options and ranked candidates; None
+    when ``routes`` is empty."""
+    small = [r for r in routes if r.kind == "small_m"]
+    general = [r for r in routes if r.kind == "general"]
+    least_general = min((r.repack_cost for r in general), default=None)
+    # The small-M kernel wins unless it would copy more than the general kernel does, its copies of
+    # the small operand A (at most 256 x K) aside: a copy of the weight only it needs costs more
+    # than its speed-up at small M gains.
+    eligible = [r for r in small if least_general is None or r.repack_cost - _cost(r.a_path) <= least_general]
+    if eligible:
+        best = min(eligible, key=lambda r: (r.repack_cost, r.c_path.transposed))
+        return replace(best, options=(("splits", None),))
+    if not general:
+        return None
+    least = min(r.repack_cost for r in general)
+    ranked = []
+    for r in general:
+        if r.repack_cost == least:
+            configs = [(r.bn, s) for s in K.kernel_splits(r.kernel)]
+            ranked += [(cand, r) for cand in rank(model, r.m, r.n, r.k, r.device.clusters, configs)]
+    ranked.sort(key=lambda cr: round(cr[0].predicted_us, 6))  # stable: wider tiles, fewer splits first
+    cand, r = ranked[0]
+    return replace(r, options=(("split", cand.work.split),), candidates=tuple(c for c, _ in ranked))

@@ -1,0 +1,254 @@
+"""The rules every ``gemm_ladder.mm`` / ``linear`` input is held to, checked in Python before anything
+is built or launched.
+
+Everything here reads tensor metadata only (types, devices, dtypes, shapes, strides, storage
+offsets), so it runs on CPU and meta tensors: the tests cover every rule without a GPU, passing
+``device_types`` to allow the device they use. Each exception names the argument and the rule.
+
+Order (torch.mm's, then ours): types, devices, dtypes, ranks, K, ``out_dtype``, ``out``, autograd;
+then empty dimensions are decided (:func:`trivial`) before any domain rule (:func:`check_domain`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from gemm_ladder.contract import DTYPES, GemmInputError, OutsideDomainError
+
+#: Input dtypes the library computes (the contract's); fp32 accumulation in every kernel.
+INPUT_DTYPES = tuple(DTYPES.values())
+#: The kernels take M, N and K as 32-bit ints (the ``int M, int N, int K`` kernel arguments; TMA
+#: box coordinates are int32 too: PTX ISA, cp.async.bulk.tensor "tensorCoords"). Element counts of
+#: an operand are not limited: addresses are 64-bit (tensor maps, the repack kernel's offsets).
+MAX_DIM = 2**31 - 1
+
+
+class GemmTypeError(GemmInputError, TypeError):
+    """An argument that must be a tensor (or a dtype) is something else."""
+
+
+class NotSupportedError(NotImplementedError):
+    """A valid request the library's kernels do not compute yet; the message says which issue brings it."""
+
+
+@dataclass(frozen=True)
+class MmShape:
+    """(M, N, K) of ``a (M, K) @ b (K, N)`` and the output dtype."""
+
+    m: int
+    n: int
+    k: int
+    out_dtype: torch.dtype
+
+
+def _check_tensor(name: str, t, device_types: tuple[str, ...]) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise GemmTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device.type not in device_types:
+        raise GemmInputError(f"{name} must be on a {' or '.join(device_types)} device, got {t.device} "
+                             "(the library runs its own kernels only; no CPU path)")
+
+
+def _check_pair(names: tuple[str, str], x, y, device_types: tuple[str, ...]) -> None:
+    """Types, devices and dtypes of two operands (named ``names`` in messages)."""
+    for name, t in zip(names, (x, y)):
+        _check_tensor(name, t, device_types)
+    if x.device != y.device:
+        raise GemmInputError(f"{names[0]} and {names[1]} must be on one device, got {names[0]} on {x.device}, "
+                             f"{names[1]} on {y.device}")
+    for name, t in zip(names, (x, y)):
+        if t.dtype not in INPUT_DTYPES:
+            raise GemmInputError(f"{name} has dtype {t.dtype}; gemm_ladder computes torch.bfloat16 or torch.float16 "
+                                 "inputs (fp32 accumulation) and never falls back to cuBLAS for others")
+    if x.dtype != y.dtype:
+        raise GemmInputError(f"{names[0]} and {names[1]} must share a dtype, got {names[0]}={x.dtype}, "
+                             f"{names[1]}={y.dtype}")
+
+
+def _check_grad(names: tuple[str, str], x: torch.Tensor, y: torch.Tensor) -> None:
+    if torch.is_grad_enabled() and (x.requires_grad or y.requires_grad):
+        which = names[0] if x.requires_grad else names[1]
+        raise NotSupportedError(f"{which} requires grad: gemm_ladder has no backward yet; call it under "
+                                "torch.no_grad() / torch.inference_mode(), or detach the operands")
+
+
+def check_mm(a, b, out=None, out_dtype=None, *, device_types: tuple[str, ...] = ("cuda",)) -> MmShape:
+    """Check the arguments of ``mm(a, b, out=out, out_dtype=out_dtype)``; return (M, N, K, out dtype).
+
+    Rules (each violation raises before any launch, naming the argument):
+      a, b: torch.Tensors on one device of a type in ``device_types``; dtype torch.bfloat16 or
+      torch.float16, the same for both; 2-D, a (M, K) and b (K, N), K equal.
+      out_dtype: None (the input dtype) or torch.float32 (the dtype of the returned tensor or ``out``).
+      out: None or a 2-D (M, N) tensor on a's device with dtype ``out_dtype`` (else the input dtype),
+      without internal overlap (no two elements at one address) and sharing no element with a or b.
+      Autograd: with grad mode on, neither a nor b may require grad (no backward exists yet).
+
+    Raises:
+        GemmTypeError (also a TypeError): a non-tensor argument, or an out_dtype that is not a dtype.
+        GemmInputError (a ValueError): any other rule.
+        NotSupportedError (a NotImplementedError): inputs that require grad.
+    """
+    _check_pair(("a", "b"), a, b, device_types)
+    for name, t, shape in (("a", a, "(M, K)"), ("b", b, "(K, N)")):
+        if t.dim() != 2:
+            raise GemmInputError(f"{name} must be 2-D {shape}, got {t.dim()} dimensions")
+    if a.shape[1] != b.shape[0]:
+        raise GemmInputError(f"a is (M, K) = {tuple(a.shape)} and b is (K, N) = {tuple(b.shape)}: "
+                             f"a.shape[1] = {a.shape[1]} must equal b.shape[0] = {b.shape[0]}")
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    result_dtype = _check_out_dtype(out_dtype, a.dtype)
+    if out is not None:
+        result_dtype = _check_out(out, m, n, a, b, out_dtype, result_dtype, device_types)
+    _check_grad(("a", "b"), a, b)
+    return MmShape(m, n, k, result_dtype)
+
+
+def _check_out_dtype(out_dtype, input_dtype: torch.dtype) -> torch.dtype:
+    if out_dtype is None:
+        return input_dtype
+    if not isinstance(out_dtype, torch.dtype):
+        raise GemmTypeError(f"out_dtype must be a torch.dtype or None, got {type(out_dtype).__name__}")
+    if out_dtype not in (input_dtype, torch.float32):
+        raise GemmInputError(f"out_dtype={out_dtype}: the output is the input dtype ({input_dtype}) or "
+                             "torch.float32")
+    return out_dtype
+
+
+def _check_out(out, m: int, n: int, a: torch.Tensor, b: torch.Tensor, out_dtype, result_dtype: torch.dtype,
+               device_types: tuple[str, ...]) -> torch.dtype:
+    _check_tensor("out", out, device_types)
+    if out.device != a.device:
+        raise GemmInputError(f"out must be on the operands' device {a.device}, got {out.device}")
+    if out.dim() != 2 or tuple(out.shape) != (m, n):
+        raise GemmInputError(f"out must have shape (M, N) = ({m}, {n}), got {tuple(out.shape)}")
+    if out.dtype != result_dtype:
+        rule = f"out_dtype={out_dtype}" if out_dtype is not None else f"the input dtype {a.dtype} (out_dtype=None)"
+        raise GemmInputError(f"out has dtype {out.dtype}; it must be {result_dtype}, from {rule}")
+    if internal_overlap(out):
+        raise GemmInputError(f"out has internal overlap (strides {tuple(out.stride())} for shape "
+                             f"{tuple(out.shape)}): two of its elements share one address")
+    for name, t in (("a", a), ("b", b)):
+        if may_overlap(out, t):
+            raise GemmInputError(f"out overlaps {name}: an output element would overwrite an input element "
+                                 "another tile still reads; pass an out that shares no memory with a and b")
+    return result_dtype
+
+
+def internal_overlap(t: torch.Tensor) -> bool:
+    """True unless ``t``'s elements provably have distinct addresses.
+
+    torch's own test (``torch._debug_has_internal_overlap``: 0 no, 1 yes, 2 too hard to tell) first;
+    where it cannot tell, a 2-D view without overlap is one whose dimensions, sorted by stride, each
+    step over the whole extent of the smaller one (stride_big >= stride_small x size_small). A view
+    that interleaves its rows otherwise is reported as overlapping (refused, never guessed).
+    """
+    status = torch._debug_has_internal_overlap(t)
+    if status != 2:
+        return status == 1
+    dims = sorted((t.stride(d), t.shape[d]) for d in range(t.dim()) if t.shape[d] > 1)
+    if any(stride == 0 for stride, _ in dims):
+        return True
+    return any(big < small * size for (small, size), (big, _) in zip(dims, dims[1:]))
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """[first, last] element offset of ``t`` in its storage (non-negative strides)."""
+    lo = t.storage_offset()
+    return lo, lo + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+
+
+def _pitched(t: torch.Tensor) -> tuple[int, int, int, int] | None:
+    """(offset, pitch, rows, cols) of a 2-D view with one dimension of stride 1, in element offsets of
+    its storage: element (r, c) at offset + r * pitch + c with c < cols <= pitch. None otherwise."""
+    if t.dim() != 2:
+        return None
+    for inner in (1, 0):
+        if t.stride(inner) == 1 or t.shape[inner] == 1:
+            outer = 1 - inner
+            rows, cols, pitch = t.shape[outer], t.shape[inner], t.stride(outer)
+            if cols <= pitch or rows == 1:
+                return t.storage_offset(), max(pitch, cols), rows, cols
+    return None
+
+
+def may_overlap(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether ``x`` and ``y`` may share an element; False only when provably disjoint.
+
+    Tensors on different storages never overlap (``torch._C._overlaps`` is False only then). On one
+    storage: disjoint element spans never overlap; two 2-D views with unit inner stride and the same
+    row pitch P (sub-blocks of one matrix: a fused QKV output, say) are rectangles of the P-wide
+    grid and overlap only if the rectangles meet. Anything else sharing a span is reported as
+    overlapping (refused with its rule rather than computed on a guess).
+    """
+    if x.numel() == 0 or y.numel() == 0 or not torch._C._overlaps(x, y):
+        return False
+    if x.element_size() != y.element_size():
+        return True  # spans in different units: refuse rather than convert (no such use is known)
+    (x0, x1), (y0, y1) = _span(x), _span(y)
+    if x1 < y0 or y1 < x0:
+        return False
+    px, py = _pitched(x), _pitched(y)
+    if px is None or py is None or px[1] != py[1]:
+        return True
+    pitch = px[1]
+
+    def rect(p):
+        offset, _, rows, cols = p
+        r0, c0 = divmod(offset, pitch)
+        return r0, r0 + rows, c0, c0 + cols
+
+    (ar0, ar1, ac0, ac1), (br0, br1, bc0, bc1) = rect(px), rect(py)
+    if ac1 > pitch or bc1 > pitch:  # a row wraps into the next: not a rectangle of the grid
+        return True
+    return ar0 < br1 and br0 < ar1 and ac0 < bc1 and bc0 < ac1
+
+
+def trivial(shape: MmShape) -> str | None:
+    """'empty' when M or N is 0 (nothing to compute), 'zeros' when K is 0 (the empty sum), else None.
+
+    Decided right after :func:`check_mm`, before any domain rule: an empty product is valid whatever
+    its other extents."""
+    if shape.m == 0 or shape.n == 0:
+        return "empty"
+    if shape.k == 0:
+        return "zeros"
+    return None
+
+
+def check_domain(shape: MmShape) -> None:
+    """The limits of the kernels on a non-empty problem: each of M, N, K at most MAX_DIM (2^31 - 1).
+
+    Raises OutsideDomainError naming the dimension and the rule.
+    """
+    for dim, value in (("M", shape.m), ("N", shape.n), ("K", shape.k)):
+        if value > MAX_DIM:
+            raise OutsideDomainError(f"{dim} = {value} > 2^31 - 1: the kernels take M, N and K as 32-bit "
+                                     "ints (operands of more than 2^31 elements are fine; one extent is not)")
+
+
+def check_linear(x, w, bias=None, *, device_types: tuple[str, ...] = ("cuda",)) -> tuple[int, int]:
+    """Check ``linear(x, w, bias)``: x (*, K) with at least one dimension, w (N, K), bias None.
+
+    The operand rules are mm's (types, devices, dtypes, K, autograd), named x and w. Returns (K, N).
+    Raises GemmTypeError, GemmInputError, NotSupportedError (bias: no fused epilogue yet).
+    """
+    _check_pair(("x", "w"), x, w, device_types)
+    if bias is not None:
+        raise NotSupportedError("bias: the kernels have no bias epilogue yet (issue 13 brings fused epilogues), "
+                                "and gemm_ladder.linear does not add it in a separate pass behind your back; "
+                                "call linear(x, w) and add the bias yourself, or use torch.nn.functional.linear")
+    if x.dim() < 1:
+        raise GemmInputError("x must have at least 1 dimension (*, K), got a 0-D tensor")
+    if w.dim() != 2:
+        raise GemmInputError(f"w must be 2-D (N, K), got {w.dim()} dimensions")
+    if x.shape[-1] != w.shape[1]:
+        raise GemmInputError(f"x is (*, K) = {tuple(x.shape)} and w is (N, K) = {tuple(w.shape)}: "
+                             f"x.shape[-1] = {x.shape[-1]} must equal w.shape[1] = {w.shape[1]}")
+    _check_grad(("x", "w"), x, w)
+    return w.shape[1], w.shape[0]
+
+
+__all__ = ["GemmInputError", "GemmTypeError", "MAX_DIM", "MmShape", "NotSupportedError", "OutsideDomainError",
+           "check_domain", "check_linear", "check_mm", "internal_overlap", "may_overlap", "trivial"]

@@ -1,0 +1,85 @@
+// Levels 5+: where a role stands in the stage ring, the ring's handoffs, and the producer's one step.
+//
+// A role counts the K iterations it has passed through the ring over every tile of its CTA (so
+// stage and phase carry across tiles without re-arming a barrier). Iteration `count` uses stage
+// count % STAGES in round count / STAGES; each barrier of a stage completes one phase per round, so
+// the parity to wait for is the round's: consumers wait full[s] with round & 1 (the producer's
+// bytes of this round), the producer waits empty[s] with the opposite parity (the consumers'
+// releases of the round before; a fresh barrier counts as having completed the phase before phase 0,
+// so round 0 finds every stage free at once). The handoffs carry CuTe's pipeline names:
+//   producer_acquire  the producer waits until a stage is free;
+//   producer_commit   it arms the stage's full barrier with the bytes its loads will complete;
+//   consumer_wait     a consumer waits until the stage is full;
+//   consumer_release  a consumer says it no longer reads the stage (levels 8-9: to every CTA of the
+//                     cluster, cluster_ring.cuh).
+#pragma once
+#include "gemm_ladder/ptx/mbarrier.cuh"
+#include "gemm_ladder/ptx/tma.cuh"
+#include "gemm_ladder/tile_scheduler.cuh"
+#include "gemm_ladder/tma_tile.cuh"
+
+namespace gl {
+
+struct RingPosition {
+  int count;  // K iterations this role has passed through the ring so far
+  __device__ __forceinline__ int stage() const { return count % STAGES; }
+  __device__ __forceinline__ int phase() const { return (count / STAGES) & 1; }
+  __device__ __forceinline__ int previous_stage() const { return (count - 1) % STAGES; }  // the stage of count - 1
+  __device__ __forceinline__ void advance() { ++count; }
+};
+
+__device__ __forceinline__ void producer_acquire(const SmemMap& smem, RingPosition pos) {
+  mbarrier_wait(smem.empty(pos.stage()), pos.phase() ^ 1);
+}
+
+__device__ __forceinline__ void consumer_wait(const SmemMap& smem, RingPosition pos) {
+  mbarrier_wait(smem.full(pos.stage()), pos.phase());
+}
+
+__device__ __forceinline__ void consumer_release(const SmemMap& smem, int stage) { mbarrier_arrive(smem.empty(stage)); }
+
+// The producer's one step (levels 5-9): producer_acquire the stage at `pos`, producer_commit its full
+// barrier (arrive.expect_tx with the whole stage's bytes, which the copy engine then completes), and
+// load K tile kt of output tile (tm, tn)'s A rows and B rows into it, each in its planned major
+// (tma_load_operand). In a cluster (GL_CLUSTER > 1,
+// levels 8-9) the B tile is shared: CTA `rank` loads its slice, rows [rank x GL_B_BOX_ROWS, (rank + 1)
+// x GL_B_BOX_ROWS) of the tile, and multicasts it into the same stage of every CTA of the cluster.
+// The tile coordinates, not row offsets, come in: the offsets are computed after the waits, which
+// keeps the levels' SASS as it was before this helper existed.
+__device__ __forceinline__ void produce_stage(const SmemMap& smem, const CUtensorMap* map_a, const CUtensorMap* map_b,
+                                              RingPosition pos, int kt, int tm, int tn, int rank = 0) {
+  const int s = pos.stage();
+  producer_acquire(smem, pos);
+  mbarrier_arrive_expect_tx(smem.full(s), GL_EXPECT_TX_BYTES);  // producer_commit
+  tma_load_operand<A_MN_MAJOR, BM>(smem.a(s), map_a, smem.full(s), kt, tm * BM);
+  if constexpr (GL_CLUSTER == 1) {
+    tma_load_operand<B_MN_MAJOR, BN>(smem.b(s), map_b, smem.full(s), kt, tn * BN);
+  } else {
+    tma_load_operand<B_MN_MAJOR, GL_B_BOX_ROWS>(smem.b(s) + rank * GL_B_BOX_ROWS * BK, map_b, smem.full(s), kt,
+                                                tn * BN + rank * GL_B_BOX_ROWS, (1 << GL_CLUSTER) - 1);
+  }
+}
+
+// K tiles [kb, ke) of work unit (um, tn) into the ring from `pos` on (levels 7-9; a unit is a stack of
+// GL_CLUSTER M tiles, of which CTA `rank` computes M tile um * GL_CLUSTER + rank).
+__device__ __forceinline__ void produce_k_range(const SmemMap& smem, const CUtensorMap* map_a, const CUtensorMap* map_b,
+                                                int um, int tn, int kb, int ke, int rank, RingPosition& pos) {
+  const int tm = um * GL_CLUSTER + rank;
+  for (int kt = kb; kt < ke; ++kt, pos.advance()) produce_stage(smem, map_a, map_b, pos, kt, tm, tn, rank);
+}
+
+// The producer thread's whole life (levels 7-9): every K tile of each work unit first_unit,
+// first_unit + unit_stride, ... < end_unit. Returns the ring position reached.
+__device__ __forceinline__ RingPosition produce_units(const SmemMap& smem, const CUtensorMap* map_a,
+                                                      const CUtensorMap* map_b, const TileScheduler& sched, int k_tiles,
+                                                      int rank, int first_unit, int unit_stride, int end_unit) {
+  RingPosition pos{0};
+  for (int unit = first_unit; unit < end_unit; unit += unit_stride) {
+    int um, tn;
+    sched.coords(unit, um, tn);
+    produce_k_range(smem, map_a, map_b, um, tn, 0, k_tiles, rank, pos);
+  }
+  return pos;
+}
+
+}  // namespace gl

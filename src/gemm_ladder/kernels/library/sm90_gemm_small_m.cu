@@ -1,0 +1,152 @@
+// Library kernel: small M (M <= 256: LLM decode, small batches), Hopper (sm_90a).
+//
+// C (M, N) = A (M, K) @ B (N, K)^T with A = x small and B = w large. A tile of C keeps only a few SMs
+// busy when M is small, so this kernel computes C^T = B A^T instead: the large N sits on wgmma's M
+// (BM = 128 rows of w per CTA tile, 64 per consumer warpgroup) and the small M on wgmma's N (BN = 8 ..
+// 256 columns, the M bucket this build is for). Each operand is K-major or MN-major in shared memory as
+// its tensor map lays it out (the plan's majors; an MN-major one is read with wgmma's transpose bit), so
+// both F.linear's (N, K) weight and x @ W's (K, N) one are read in place. The weight is what costs: it
+// is read once, so the kernel is bound by memory
+// whenever M is small, and every SM must keep as many weight bytes in flight as it can:
+//
+// - all work units (N tiles x M tiles, each k_tiles K iterations) are split by K iterations evenly
+//   over the grid (stream_k.cuh's StreamKTail over every unit, not only a tail): CTA c computes
+//   iterations [floor(c T / G), floor((c + 1) T / G)) of the T = units x k_tiles, so every SM gets
+//   the same number of weight bytes whatever N and K are;
+// - the stage ring is as deep as shared memory allows (the designer's plan: no output staging, every
+//   byte goes to stages), so the producer has up to STAGES weight tiles in flight from the start;
+// - a unit several CTAs contributed to is reduced from fp32 partials in a workspace by the last
+//   contributor to arrive, in K order (fragment_partials.cuh): bitwise the same result every run.
+//
+// The epilogue stores straight from the accumulator registers into C, transposed (C[m][n] = D[n][m]),
+// masked at the M and N edges, with the strides the caller gives (row- or column-major, any pitch):
+// the output is at most 256 x N elements, a few percent of the weight's bytes, so a staging buffer
+// would cost ring stages (shared memory) for no measurable gain, and an stmatrix.trans + TMA store
+// would need C's pitch 16-byte aligned, which a decode's output need not be.
+#include "gemm_ladder/fragment_partials.cuh"
+#include "gemm_ladder/ptx/fence.cuh"
+#include "gemm_ladder/ptx/wgmma.cuh"
+#include "gemm_ladder/stage_ring.cuh"
+#include "gemm_ladder/stream_k.cuh"
+#include "gemm_ladder/tma_tile.cuh"
+
+using namespace gl;
+
+GL_RELEASES_PREVIOUS_STAGE();
+
+static_assert(GL_PRODUCER_WG == 1 && GL_CLUSTER == 1 && BM == 64 * GL_CONSUMERS,
+              "small M: a producer warpgroup and consumers of 64 weight rows each, no cluster");
+static_assert(GL_C_PANELS == 0, "small M: the plan must store C from registers (c_from_registers)");
+
+#if defined(GL_OUT_FP32)
+using out_t = float;
+__device__ __forceinline__ out_t to_out(float x) { return x; }
+#else
+using out_t = elem_t;
+__device__ __forceinline__ out_t to_out(float x) { return to_elem(x); }
+#endif
+
+constexpr int kAcc = BN / 2;             // fp32 accumulators per consumer thread: one 64 x BN fragment
+constexpr int kFirstReduceBarrier = 2;   // named barrier 2 + c: consumer c's 128 threads (0 is __syncthreads)
+
+// Store a consumer's 64 x BN fragment of C^T (rows n0.., columns m0..) into C transposed, masked.
+// Fragment layout (PTX ISA, wgmma D, see epilogue.cuh): thread t (warp w, lane l) holds
+// d[4j + 2i + c] = D[16w + l/4 + 8i][8j + 2(l%4) + c].
+__device__ __forceinline__ void store_transposed(out_t* __restrict__ C, long long ldc_m, long long ldc_n,
+                                                 const float (&d)[kAcc], int n0, int m0, int M, int N) {
+  const int t = thread_in_warpgroup(), warp = t / 32, lane = t % 32;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int n = n0 + 16 * warp + lane / 4 + 8 * i;
+    if (n >= N) continue;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int m = m0 + 8 * j + 2 * (lane % 4) + c;
+        if (m < M) C[m * ldc_m + n * ldc_n] = to_out(d[4 * j + 2 * i + c]);
+      }
+    }
+  }
+}
+
+// K tiles [kb, ke) of one unit into d, from ring position `pos` on: stage k goes back to the
+// producer once the wgmma of k + 1 is issued (wait_group 1), the last one once all have completed.
+__device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[kAcc], int consumer, int kb, int ke,
+                                                RingPosition& pos, bool elected) {
+  for (int kt = kb; kt < ke; ++kt, pos.advance()) {
+    const int s = pos.stage();
+    consumer_wait(smem, pos);
+    wgmma_fence();
+    // A consumer's 64 weight rows start 64 x BK elements into the tile in either major (K-major: 64
+    // rows of BK; MN-major: the tile's second 64-row box).
+    mma_k_tile<BN, A_MN_MAJOR, B_MN_MAJOR>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), kt > kb);
+    wgmma_commit();
+    wgmma_wait<1>();
+    if (kt > kb && elected) consumer_release(smem, pos.previous_stage());
+  }
+  wgmma_wait<0>();
+  fence_accumulators(d);
+  if (elected) consumer_release(smem, pos.previous_stage());
+}
+
+// map_w: B = w (N, K), the plan's a map (K-major box (BK, BM), or MN-major boxes of 64 rows x BK);
+// map_x: A = x (M, K), the plan's b map (box (BK, BN), or MN-major boxes of 64 rows x BK).
+// C: element (m, n) at C[m * ldc_m + n * ldc_n]. partials / counters: the workspace, null when no unit
+// has two contributors (max_contributors == 1); the counters (one per unit and consumer) are zero.
+extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
+    sm90_gemm_small_m(const __grid_constant__ CUtensorMap map_w, const __grid_constant__ CUtensorMap map_x,
+                      out_t* __restrict__ C, long long ldc_m, long long ldc_n, int M, int N, int K,
+                      int max_contributors, float* __restrict__ partials, int* __restrict__ counters) {
+  extern __shared__ uint8_t smem_raw[];
+  const SmemMap smem(smem_raw);
+  const int m_tiles = (M + BN - 1) / BN;
+  // Unit u = (N tile u / m_tiles, M tile u % m_tiles): units sharing a weight tile are neighbours.
+  // The launch keeps gridDim.x <= the iterations (every CTA's range non-empty, which the contributor
+  // count assumes) and (gridDim.x + 1) x iterations below 2^31 (StreamKTail's 32-bit arithmetic).
+  // Each role builds it after its setmaxnreg: a value live across that point is spilled.
+  auto split = [&] { return StreamKTail(0, (N + BM - 1) / BM * m_tiles, (K + BK - 1) / BK, gridDim.x); };
+
+  if (threadIdx.x == 0) init_ring(smem, &map_w, &map_x, &map_x);  // no output map: x's is prefetched twice
+  __syncthreads();
+
+  if (warpgroup_index() == 0) {
+    setmaxnreg_dec<40>();
+    if (threadIdx.x == 0) {
+      const StreamKTail work = split();
+      const int first = work.begin(blockIdx.x), end = work.begin(blockIdx.x + 1);
+      RingPosition pos{0};
+      for (int it = first; it < end;) {
+        const StreamKTail::Segment seg = work.segment(blockIdx.x, it, end);
+        // The ring's A is the weight (its N tile), its B is x (its M tile).
+        produce_k_range(smem, &map_w, &map_x, seg.unit / m_tiles, seg.unit % m_tiles, seg.kb, seg.ke, 0, pos);
+        it = seg.next;
+      }
+    }
+  } else {
+    // The pool split of level 9 (168 x 384 = 2 x 128 x 232 + 128 x 40): BN = 256 needs 128 accumulators.
+    setmaxnreg_inc<232>();
+    const int consumer = warpgroup_index() - 1;
+    const bool elected = thread_in_warpgroup() == 0;  // releases stages, counts the arrival
+    const int bar = kFirstReduceBarrier + consumer;
+    const StreamKTail work = split();
+    const int first = work.begin(blockIdx.x), end = work.begin(blockIdx.x + 1);
+    RingPosition pos{0};
+    for (int it = first; it < end;) {
+      const StreamKTail::Segment seg = work.segment(blockIdx.x, it, end);
+      it = seg.next;
+      float d[kAcc];
+      consume_k_range(smem, d, consumer, seg.kb, seg.ke, pos, elected);
+      if (seg.contributors > 1) {
+        const int slot = seg.unit * GL_CONSUMERS + consumer;
+        const FragmentPartials<kAcc> slots{partials + static_cast<size_t>(slot) * max_contributors *
+                                                          FragmentPartials<kAcc>::kFloats};
+        if (!hand_in_fragment(slots, counters + slot, seg.mine, seg.contributors, d, bar, elected))
+          continue;  // another contributor finishes this unit
+        slots.reduce(seg.contributors, d);
+      }
+      const int tn = seg.unit / m_tiles, tm = seg.unit % m_tiles;
+      store_transposed(C, ldc_m, ldc_n, d, tn * BM + 64 * consumer, tm * BN, M, N);
+    }
+  }
+}

@@ -1,0 +1,276 @@
+"""The layouts library kernel: ``D (M, N) = A (M, K) @ B (N, K)^T`` with A and B each K-major or
+MN-major and any leading dimension a TMA tensor map can describe, at level 9's speed.
+
+Kernel: ``kernels/library/sm90_gemm.cu``, level 9's kernel (persistent, producer warpgroup, 2-CTA
+cluster multicasting B, two consumer warpgroups of 64 rows on a 128 x BN tile, per-consumer panel
+rings overlapped with the next tile, stream-K) compiled from the designer's plan for one
+configuration (A's major, B's major, BN). An MN-major operand's tensor map has M (or N) as its inner
+dimension; the kernel loads it as boxes of 64 elements x BK rows and reads it with wgmma's transpose
+immediate and the MN-major shared-memory descriptor (``ptx/wgmma.cuh`` gives the derivation).
+
+For ``torch.mm(a, b)`` the operands are ``A = operand_view(a, k_dim=1)`` and
+``B = operand_view(b, k_dim=0)`` (:mod:`gemm_ladder.library.operand`): a row-major ``a`` is K-major,
+a column-major one MN-major; a row-major ``b`` is MN-major, a column-major one (``w.T`` of a
+row-major weight) K-major. The output D is row-major (M, N) with any pitch TMA allows; a
+column-major output is D^T = B A^T, which the caller gets by swapping the views.
+
+Refused (:meth:`LibraryGemm.supports` names the rule; the API helper repacks such operands): pitches
+that are not a multiple of 16 bytes, bases not 16-byte aligned, dtypes other than bf16/fp16, an
+output dtype other than the inputs'. ``launch`` raises :class:`~gemm_ladder.contract.GemmInputError`
+with the same rule before anything is launched.
+
+The stream-K split is the caller's (``split``, :func:`split_schedule`): ``"tail"`` (level 9's rule:
+the last partial wave split by K when it would leave more than 40% of the clusters idle), ``"all"``
+(every unit split by K over every resident cluster: for problems with fewer tiles than SMs), or
+``"none"``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import torch
+
+from gemm_ladder.contract import DTYPES, Domain, GemmInputError, dtype_name
+from gemm_ladder.design.problem import arch_info, ceil_div
+from gemm_ladder.design.smem import max_stages
+from gemm_ladder.design.stream_k import DEFAULT_MIN_IDLE, INT32_LIMIT, StreamKTail, plan_tail
+from gemm_ladder.levels.tma import TmaLevel
+from gemm_ladder.library.operand import TMA_ALIGN_BYTES, Major, OperandView, operand_view
+from gemm_ladder.runtime.module import device_index
+from gemm_ladder.runtime.tensor_map import encode_tiled
+from gemm_ladder.runtime.workspace import WORKSPACES
+
+SOURCE = "library/sm90_gemm.cu"
+#: The stream-K policies :meth:`LibraryGemm.launch` takes.
+SPLITS = ("tail", "all", "none")
+#: Output tile widths built (BM is level 9's 128: two consumer warpgroups of 64 rows).
+TILE_N = (128, 256)
+MAJORS = ("k", "mn")
+#: The kernel's coordinates are 32-bit ints and reach one tile past the last row or column.
+MAX_EXTENT = 2**31 - 1 - 256
+#: Shapes whose tensor-map specs and launch schedules are kept per instance (least recently used dropped first).
+_CACHE_SIZE = 64
+
+
+def _cached(cache: OrderedDict, key, make):
+    """cache[key], made by make() on a miss; the least recently used entry goes past _CACHE_SIZE."""
+    value = cache.get(key)
+    if value is None:
+        value = cache[key] = make()
+        while len(cache) > _CACHE_SIZE:
+            cache.popitem(last=False)
+    else:
+        cache.move_to_end(key)
+    return value
+
+
+def split_schedule(units: int, resident_clusters: int, k_tiles: int, split: str,
+                   min_idle: float = DEFAULT_MIN_IDLE) -> StreamKTail:
+    """The clusters a launch uses and how it splits its ``units`` work units by K.
+
+    The result's ``clusters`` is the grid's cluster count and its ``first_unit`` the kernel's
+    ``tail_first_unit`` (units from it on are split by K iterations over every cluster):
+
+    * ``"none"``: min(units, resident) clusters, every unit whole (first_unit = units);
+    * ``"tail"``: the same clusters; the last partial wave split when it would leave more than
+      ``min_idle`` of them idle (:func:`gemm_ladder.design.stream_k.plan_tail`, level 9's rule);
+    * ``"all"``: every unit split over min(resident, units x k_tiles) clusters, so that each has at
+      least one K iteration (the kernel's count of a unit's contributors assumes it). For problems
+      with fewer tiles than SMs, whose whole grid would otherwise leave SMs idle.
+
+    Raises ValueError for an unknown ``split``, non-positive counts, or an ``"all"`` split beyond the
+    kernel's 32-bit tail arithmetic ((clusters + 1) x units x k_tiles < 2^31).
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split = {split!r}: use one of {', '.join(SPLITS)}")
+    if units < 1 or resident_clusters < 1 or k_tiles < 1:
+        raise ValueError(f"units, resident_clusters and k_tiles must be positive, got {units}, {resident_clusters}, {k_tiles}")
+    if split == "all":
+        clusters = min(resident_clusters, units * k_tiles)
+        if (clusters + 1) * units * k_tiles >= INT32_LIMIT:
+            raise ValueError(f"split='all' over {units} units x {k_tiles} K iterations on {clusters} clusters exceeds "
+                             "the kernel's 32-bit stream-K arithmetic; use split='tail' or 'none'")
+        return StreamKTail(units=units, clusters=clusters, k_tiles=k_tiles, first_unit=0)
+    clusters = min(units, resident_clusters)
+    if split == "tail":
+        return plan_tail(units, clusters, k_tiles, min_idle)
+    return StreamKTail(units=units, clusters=clusters, k_tiles=k_tiles, first_unit=units)
+
+
+@dataclass(frozen=True, eq=False)
+class LibraryGemm(TmaLevel):
+    """Level 9's kernel for one operand layout and tile width, on :class:`OperandView` operands.
+
+    Build with :func:`library_gemm`. ``build``, ``geometry``, ``defines`` and ``loaded`` are
+    :class:`~gemm_ladder.levels.tma.TmaLevel`'s, planned with this instance's operand majors.
+    """
+
+    a_major: Major = "k"
+    b_major: Major = "k"
+    _specs: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
+
+    def layout(self) -> dict[str, str]:
+        return {"a_major": self.a_major, "b_major": self.b_major}
+
+    def translation_unit(self, dtype: str) -> str:
+        return f'// gemm-ladder library {self.name}, {dtype}\n#include "{SOURCE}"\n'
+
+    def plan(self, m: int, n: int, k: int, dtype: str, *, lda: int | None = None, ldb: int | None = None,
+             ldc: int | None = None):
+        """The designer's plan on one problem: (M, N, K), dtype 'bf16'/'fp16', leading dimensions in
+        elements (default dense), which its tensor maps take as global strides. Raises PlanRefused."""
+        return super().plan(m, n, k, dtype, lda=lda, ldb=ldb, ldc=ldc)
+
+    # --- the rules ------------------------------------------------------------------------------
+    def supports(self, a: OperandView, b: OperandView, c: torch.Tensor) -> str | None:
+        """None if this kernel computes ``c = A @ B^T`` for these operands, else the rule they break.
+
+        a: (M, K) view, b: (N, K) view, c: (M, N) tensor with stride (ldc, 1). The rules, in the order
+        checked: bf16 or fp16, one dtype for all three; A and B in this kernel's majors; K equal; M, N, K
+        in 1..MAX_EXTENT; c of shape (M, N), row-major; every base 16-byte aligned and every pitch a
+        multiple of 16 bytes (TMA: CUDA Driver API, cuTensorMapEncodeTiled globalAddress and
+        globalStrides); one CUDA device.
+        """
+        for name, v in (("a", a), ("b", b)):
+            if not isinstance(v, OperandView):
+                return f"{name} must be an OperandView (gemm_ladder.library.operand), got {type(v).__name__}"
+        if not isinstance(c, torch.Tensor):
+            return f"c must be a torch.Tensor, got {type(c).__name__}"
+        dt = a.tensor.dtype
+        if dt not in DTYPES.values():
+            return f"a: dtype {dt} is not one of bf16, fp16"
+        if b.tensor.dtype != dt or c.dtype != dt:
+            return f"a, b and c must share one dtype (the output is in the inputs' dtype): got {dt}, {b.tensor.dtype}, {c.dtype}"
+        for name, v, want in (("a", a, self.a_major), ("b", b, self.b_major)):
+            if v.major != want:
+                return (f"{name} is {v.major}-major; this kernel ({self.name}) reads it {want}-major: "
+                        f"use library_gemm(a_major={a.major!r}, b_major={b.major!r})")
+        m, n, k = a.rows, b.rows, a.k
+        if b.k != k:
+            return f"a has K = {k} but b has K = {b.k}"
+        if min(m, n, k) < 1:
+            return f"M, N, K = {m}, {n}, {k}: an empty product is not launched (the caller returns it)"
+        if max(m, n, k) > MAX_EXTENT:
+            return f"M, N, K = {m}, {n}, {k}: each must be at most {MAX_EXTENT} (the kernel's 32-bit coordinates)"
+        if c.dim() != 2 or tuple(c.shape) != (m, n):
+            return f"c has shape {tuple(c.shape)}; the product is ({m}, {n})"
+        if n > 1 and c.stride(1) != 1:
+            return (f"c has strides {tuple(c.stride())}: it must be row-major, stride (ldc, 1) (a column-major "
+                    "output is D^T = B A^T: swap the views)")
+        ldc = _ldc(c)
+        if ldc < n:
+            return f"c: row pitch {ldc} < N = {n}: its rows would overlap"
+        e = c.element_size()
+        for name, ptr, pitch in (("a", a.data_ptr, a.ld), ("b", b.data_ptr, b.ld), ("c", c.data_ptr(), ldc)):
+            if ptr % TMA_ALIGN_BYTES or (pitch * e) % TMA_ALIGN_BYTES:
+                return (f"{name}: base {ptr:#x} and pitch {pitch * e} bytes must both be multiples of "
+                        f"{TMA_ALIGN_BYTES} (TMA); repack it into an aligned buffer")
+        dev = a.tensor.device
+        if dev.type != "cuda" or b.tensor.device != dev or c.device != dev:
+            return f"a, b and c must be on one CUDA device: got {dev}, {b.tensor.device}, {c.device}"
+        return None
+
+    # --- launching (GPU) --------------------------------------------------------------------------
+    def launch(self, a: OperandView, b: OperandView, c: torch.Tensor, *, split: str = "tail") -> None:  # type: ignore[override]
+        """``c = A @ B^T`` on the current stream. a: (M, K), b: (N, K) views; c: (M, N), stride (ldc, 1).
+
+        ``split``: "tail", "all" or "none" (:func:`split_schedule`). While a CUDA graph is being
+        captured the launch runs unsplit (as level 9 does: a graph would keep the stream-K
+        workspace's addresses beyond its cache).
+
+        Raises GemmInputError naming the rule (:meth:`supports`) and ValueError for an unknown
+        ``split``, before any launch.
+        """
+        reason = self.supports(a, b, c)
+        if reason is not None:
+            raise GemmInputError(reason)
+        if split not in SPLITS:
+            raise ValueError(f"split = {split!r}: use one of {', '.join(SPLITS)}")
+        m, n, k = a.rows, b.rows, a.k
+        dtype = dtype_name(c.dtype)
+        kernel = self.loaded(dtype, c.device)
+        capturing = torch.cuda.is_current_stream_capturing()
+        key = (m, n, k, dtype, device_index(c.device), split, capturing)
+        tail = _cached(self._launches, key, lambda: split_schedule(
+            self._units(m, n), kernel.max_active_clusters(c.device), ceil_div(k, self.tile[2]),
+            "none" if capturing else split, self.stream_k_min_idle))
+        stream = torch.cuda.current_stream(c.device)  # the workspace's stream and the launch's must be one
+        args = [*self.view_maps(a, b, c), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
+        first, partials, counters = tail.units, 0, 0  # whole units only: the workspace is never touched
+        if tail.tail_units:
+            part, ctr = WORKSPACES.get(stream, tail.workspace_floats(self.cluster, self.consumers, self.tile[1]),
+                                       tail.counters(self.cluster, self.consumers))
+            first, partials, counters = tail.first_unit, part.data_ptr(), ctr.data_ptr()
+        args += [ctypes.c_int(first), ctypes.c_int(tail.max_contributors), ctypes.c_void_p(partials),
+                 ctypes.c_void_p(counters)]
+        kernel.launch((tail.clusters * self.cluster, 1, 1), args, stream)
+
+    def view_maps(self, a: OperandView, b: OperandView, c: torch.Tensor) -> list:
+        """The three encoded tensor maps (a, b, c) of the plan for these views, cached per pointers and
+        layout (encoding costs ~10 us of Python per map; planning a new shape ~1 ms)."""
+        m, n, k, ldc = a.rows, b.rows, a.k, _ldc(c)
+        dtype = dtype_name(c.dtype)
+        shape = (m, n, k, a.ld, b.ld, ldc, dtype)
+
+        def encode():
+            specs = _cached(self._specs, shape, lambda: self.plan(m, n, k, dtype, lda=a.ld, ldb=b.ld, ldc=ldc).tensor_maps)
+            return [encode_tiled(specs[name].encode_kwargs(ptr))
+                    for name, ptr in (("a", a.data_ptr), ("b", b.data_ptr), ("c", c.data_ptr()))]
+
+        return _cached(self._maps, (a.data_ptr, b.data_ptr, c.data_ptr(), *shape), encode)
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, *, split: str = "tail") -> torch.Tensor:  # type: ignore[override]
+        """``a @ b.T`` (the ladder's contract, ``F.linear(a, b)``) with a (M, K) and b (N, K) in this
+        kernel's layouts: a K-major is row-major, MN-major column-major; likewise b. Returns a new
+        row-major (M, N) tensor. Raises GemmInputError naming the rule before any launch."""
+        va, vb = operand_view(a, k_dim=1), operand_view(b, k_dim=1)
+        for name, v, t in (("a", va, a), ("b", vb, b)):
+            if v is None:
+                raise GemmInputError(f"{name} with strides {tuple(t.stride())} is neither row- nor column-major")
+        if va.rows == 0 or vb.rows == 0:
+            return torch.empty((va.rows, vb.rows), dtype=a.dtype, device=a.device)
+        if va.k == 0:
+            return torch.zeros((va.rows, vb.rows), dtype=a.dtype, device=a.device)
+        c = torch.empty((va.rows, vb.rows), dtype=a.dtype, device=a.device)
+        self.launch(va, vb, c, split=split)
+        return c
+
+
+def _ldc(c: torch.Tensor) -> int:
+    """The output's row pitch in elements; one row has no pitch, so take N rounded up to 16 bytes."""
+    if c.shape[0] > 1:
+        return c.stride(0)
+    per16 = TMA_ALIGN_BYTES // c.element_size()
+    return ceil_div(max(c.shape[1], 1), per16) * per16
+
+
+@functools.lru_cache(maxsize=None)
+def library_gemm(a_major: str, b_major: str, bn: int = 256) -> LibraryGemm:
+    """The layouts kernel for A ``a_major`` and B ``b_major`` ("k" or "mn") with tile width ``bn``
+    (128 or 256); one instance per configuration, so builds, loaded kernels and maps are cached.
+
+    Stages: the most that fit beside the panel rings (design.smem.max_stages): 4 at BN = 256
+    (level 9's), 6 at BN = 128. Raises ValueError for any other major or width.
+    """
+    if a_major not in MAJORS or b_major not in MAJORS:
+        raise ValueError(f"a_major = {a_major!r}, b_major = {b_major!r}: each is one of {', '.join(MAJORS)}")
+    if bn not in TILE_N:
+        raise ValueError(f"bn = {bn!r}: the kernel is built for BN in {TILE_N}")
+    stages = max_stages(bm=128, bn=bn, bk=64, elem_bytes=2, arch=arch_info("sm_90a"), consumers=2, c_ring=2)
+    return LibraryGemm(
+        number=9,
+        name=f"sm90_gemm_{a_major}{b_major}_bn{bn}",
+        idea=f"level 9's kernel with A {a_major}-major and B {b_major}-major in shared memory, any TMA pitch, "
+             f"a 128 x {bn} tile",
+        source=SOURCE,
+        domain=Domain(),  # supports() holds the rules (the operands are views, not the ladder's tensors)
+        tile=(128, bn, 64), stages=stages, consumers=2, c_ring=2, cluster=2, persistent=True,
+        stream_k_args=True, producer_warpgroup=True, a_major=a_major, b_major=b_major,
+    )
+
+
+__all__ = ["LibraryGemm", "SPLITS", "library_gemm", "split_schedule"]

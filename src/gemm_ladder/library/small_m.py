@@ -1,0 +1,381 @@
+"""The small-M library kernel: ``D (M, N) = A (M, K) @ B (N, K)^T`` for M <= 256 (decode, small batches).
+
+Kernel: ``kernels/library/sm90_gemm_small_m.cu`` (its header comment gives the design). It computes
+C^T = B A^T so the large N sits on wgmma's M (128 rows of B per tile, two consumer warpgroups) and
+M on wgmma's N (BN, the M bucket: 8, 16, 32, 64, 128, 192 or 256), and splits all K iterations
+evenly over the CTAs with a deterministic fp32 reduction. The weight B is read once, so the kernel
+is memory-bound while M is small; the ring takes every byte of shared memory the plan leaves.
+
+Operands (:class:`~gemm_ladder.library.operand.OperandView`): B (w) K-major (``F.linear``'s weight)
+or MN-major (the (K, N) row-major weight of ``x @ W``); A (x) K-major, or MN-major in the buckets
+BN >= 64 (M > 32); each with any pitch ``ld`` whose bytes are a multiple of 16 and a 16-byte aligned
+base (what a TMA tensor map can describe). An MN-major operand is loaded as 128-byte-swizzled boxes of
+64 M or N elements by 64 K rows and read with wgmma's transpose bit (tma_load_operand, mma_k_tile):
+an MN-major A tile of BN < 64 rows is narrower than one such box, so those buckets refuse it; a copy
+of A costs M x K x 2 bytes, a few percent of the weight's N x K x 2 (the API helper repacks it). C
+(M, N) of the inputs' dtype or float32, row-major (any ``ldc >= N``) or column-major (any pitch >= M),
+2-byte (4-byte) aligned as its dtype is. One build per (dtype, output dtype, majors).
+
+The designer plans it (:meth:`SmallMGemm.plan`) as the transposed problem ``C^T (N, M) = B A^T``:
+the plan's ``a`` is the weight B and its ``b`` is x (A), tile (128, BN, 64), two consumer warpgroups
+and a producer warpgroup, and ``c_from_registers`` (no output staging, no output tensor map). The
+launch's split (:meth:`SmallMGemm.schedule`) is :class:`~gemm_ladder.design.stream_k.StreamKTail`
+over every unit (first_unit 0): the same arithmetic as level 9's tail, the kernel's and the host's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from gemm_ladder.contract import DTYPES, dtype_name
+from gemm_ladder.design.plan import Plan, kernel_defines_for, plan_gemm
+from gemm_ladder.design.problem import arch_info, ceil_div
+from gemm_ladder.design.smem import max_stages
+from gemm_ladder.design.stream_k import INT32_LIMIT, StreamKTail
+from gemm_ladder.levels.base import LaunchGeometry
+from gemm_ladder.library.operand import OperandView
+from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
+from gemm_ladder.runtime.module import LoadedKernel, _driver, check, device_index, load
+from gemm_ladder.runtime.tensor_map import encode_tiled
+from gemm_ladder.runtime.workspace import MAX_STREAMS, WORKSPACES
+
+#: Largest M this kernel takes; above it the weight is no longer the whole cost (level 9's domain).
+SMALL_M_MAX = 256
+#: The M buckets, one build each: wgmma N values (PTX ISA, wgmma .m64nNk16: N a multiple of 8, <= 256)
+#: that ptx/wgmma_ops.cuh provides. M goes to the smallest bucket >= M.
+BUCKETS = (8, 16, 32, 64, 128, 192, 256)
+#: Weight rows per CTA tile (wgmma M): two consumer warpgroups of 64 rows.
+TILE_ROWS = 128
+CONSUMERS = 2
+#: K per stage: one 128-byte swizzle span of 2-byte elements.
+BK = 64
+#: Rows (M or N elements) of one MN-major box: the 128-byte swizzle span (tma_tile.cuh's kMnBoxElems).
+MN_BOX_ROWS = 64
+SOURCE = "library/sm90_gemm_small_m.cu"
+KERNEL_NAME = "sm90_gemm_small_m"
+#: Tensor maps and launch schedules kept per instance (least recently used dropped first).
+_CACHE_SIZE = 64
+
+
+#: int32 arrival counters per stream handed out between two clears (1 MiB): 585 launches of the largest
+#: llm shape (28672 x 8192: 224 units x 2 consumers), 4096 of 4096 x 4096.
+COUNTER_ARENA = 1 << 18
+
+
+class CounterArena:
+    """Zeroed int32 arrival counters for split launches, without a memset before every launch.
+
+    Per (device, stream), a buffer of ``COUNTER_ARENA`` counters is cleared once (cuMemsetD32Async on
+    the stream) and then handed out front to back: each launch gets counters that no launch has used
+    since the clear, so it starts from zeros however the launches before it ended (the rule level 9's
+    workspace keeps by clearing before every launch). When the rest of the buffer is too short, it is
+    cleared again on the stream, after every launch that used it. A memset per launch would cost the
+    stream a small operation and its gap before each ~10 us kernel; here it is one per thousands of
+    launches. At most ``MAX_STREAMS`` streams are kept, least recently used dropped first; buffers are
+    allocated on their stream. Not for CUDA graph capture (a graph would keep the addresses).
+    """
+
+    def __init__(self, size: int = COUNTER_ARENA) -> None:
+        self.size = size
+        self._arenas: OrderedDict[tuple[int, int], list] = OrderedDict()  # key -> [buffer, next free]
+        self._lock = threading.Lock()
+
+    def take(self, stream: torch.cuda.Stream, count: int) -> int:
+        """The device address of ``count`` zeroed int32 counters for the next launch on ``stream``.
+
+        Raises CudaError if the clear cannot be queued.
+        """
+        key = (stream.device_index, stream.cuda_stream)
+        with self._lock:
+            held = self._arenas.pop(key, None)
+            if held is None or held[1] + count > held[0].numel():
+                if held is None or count > held[0].numel():
+                    with torch.cuda.stream(stream):  # allocated for this stream: reused only in its order
+                        held = [torch.empty(max(self.size, count), dtype=torch.int32, device=stream.device), 0]
+                drv = _driver()
+                check(drv.cuMemsetD32Async(held[0].data_ptr(), 0, held[0].numel(), drv.CUstream(stream.cuda_stream)),
+                      "cuMemsetD32Async")
+                held[1] = 0
+            address = held[0].data_ptr() + 4 * held[1]
+            held[1] += count
+            self._arenas[key] = held
+            while len(self._arenas) > MAX_STREAMS:
+                self._arenas.popitem(last=False)
+        return address
+
+
+_COUNTERS = CounterArena()
+
+
+@functools.lru_cache(maxsize=256)
+def split_work(units: int, k_tiles: int, ctas: int) -> StreamKTail:
+    """All ``units`` x ``k_tiles`` K iterations split evenly over ``ctas`` CTAs (StreamKTail, first_unit 0).
+
+    Raises ValueError when a CTA would get no iteration (``ctas`` > the iterations: the kernel's
+    contributor count assumes every range is non-empty) or the kernel's 32-bit arithmetic would
+    overflow ((ctas + 1) x iterations >= 2^31).
+    """
+    total = units * k_tiles
+    if not 1 <= ctas <= total:
+        raise ValueError(f"ctas = {ctas}: the grid must have between 1 and {total} CTAs (one K iteration each at least)")
+    if (ctas + 1) * total >= INT32_LIMIT:
+        raise ValueError(f"({ctas} CTAs + 1) x {total} K iterations >= 2^31: the kernel's split arithmetic is 32-bit")
+    return StreamKTail(units=units, clusters=ctas, k_tiles=k_tiles, first_unit=0)
+
+
+@dataclass(frozen=True, eq=False)
+class SmallMGemm:
+    """One M bucket of the small-M kernel: ``bn`` columns of C^T (rows of C) per tile.
+
+    ``stages``: the ring depth; None takes as many as fit in shared memory (design.smem.max_stages).
+    """
+
+    bn: int
+    stages: int | None = None
+    _defines: dict = field(default_factory=dict, repr=False)
+    _builds: dict = field(default_factory=dict, repr=False)
+    _kernels: dict = field(default_factory=dict, repr=False)
+    _maps: OrderedDict = field(default_factory=OrderedDict, repr=False)
+    _specs: dict = field(default_factory=dict, repr=False)
+    _launches: OrderedDict = field(default_factory=OrderedDict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.bn not in BUCKETS:
+            raise ValueError(f"bn = {self.bn}: the small-M kernel is built for BN in {BUCKETS}")
+
+    @property
+    def tile(self) -> tuple[int, int, int]:
+        """(rows of B, rows of A, K) per tile: (128, BN, 64)."""
+        return (TILE_ROWS, self.bn, BK)
+
+    def ring_stages(self, dtype: str, arch: str = "sm_90a") -> int:
+        """The ring depth: ``stages``, or the most that fit with no output staging."""
+        if self.stages is not None:
+            return self.stages
+        return max_stages(bm=TILE_ROWS, bn=self.bn, bk=BK, elem_bytes=DTYPES[dtype].itemsize, arch=arch_info(arch),
+                          c_from_registers=True)
+
+    # --- building (no GPU needed) -----------------------------------------------------------------
+    # ``a_major`` / ``b_major``: A's (x) and B's (w) order, "k" or "mn" (library/operand.py). In the plan
+    # of the transposed problem they swap places: its a is B, its b is A.
+    def defines(self, dtype: str, arch: str = "sm_90a", *, a_major: str = "k", b_major: str = "k") -> dict[str, int]:
+        """The plan's compile-time constants for ``dtype`` ('bf16' or 'fp16'); raises PlanRefused."""
+        key = (dtype, arch, a_major, b_major)
+        if key not in self._defines:
+            self._defines[key] = kernel_defines_for(
+                dtype, self.tile, self.ring_stages(dtype, arch), 1, CONSUMERS, arch, producer_warpgroup=True,
+                c_from_registers=True, a_major=b_major, b_major=a_major)
+        return self._defines[key]
+
+    def build(self, dtype: str, arch: str = "sm_90a", *, out_fp32: bool = False, a_major: str = "k",
+              b_major: str = "k") -> CompiledKernel:
+        """Compile (or fetch from the cache) the cubin for ``dtype``; ``out_fp32`` writes C in float32.
+
+        Needs nvcc, not a GPU. Raises CompilerNotFoundError without nvcc, CompileError with its message,
+        PlanRefused for majors this bucket cannot load (A MN-major below BN = 64).
+        """
+        key = (dtype, arch, out_fp32, a_major, b_major)
+        if key not in self._builds:
+            defines = {"GL_DTYPE_" + dtype.upper(): 1, **self.defines(dtype, arch, a_major=a_major, b_major=b_major)}
+            if out_fp32:
+                defines["GL_OUT_FP32"] = 1
+            unit = (f'// gemm-ladder library: small M, BN = {self.bn}, {dtype}, A {a_major}-major, B {b_major}-major\n'
+                    f'#include "{SOURCE}"\n')
+            self._builds[key] = compile_kernel(unit, KERNEL_NAME, arch=arch, defines=defines)
+        return self._builds[key]
+
+    def geometry(self, dtype: str) -> LaunchGeometry:
+        """Threads (384: a producer and two consumer warpgroups) and dynamic shared memory; no cluster
+        (the same for every major)."""
+        d = self.defines(dtype)
+        return LaunchGeometry(threads=int(d["GL_THREADS"]), dynamic_smem=int(d["GL_SMEM_BYTES"]), cluster=1)
+
+    def plan(self, m: int, n: int, k: int, dtype: str, *, a_major: str = "k", b_major: str = "k",
+             lda: int | None = None, ldb: int | None = None) -> Plan:
+        """The designer's plan of this kernel on D (M, N) = A (M, K) @ B (N, K)^T.
+
+        It is the plan of the transposed problem C^T (N, M) = B A^T that the kernel computes: the
+        plan's ``m`` is N and its ``a`` map is the weight B (``b_major``, ``ldb``), its ``n`` is M and
+        its ``b`` map is A (``a_major``, ``lda``); c is stored from registers (no output tensor map).
+        Its ring (stages, barriers, phases, expect_tx) and shared-memory map are the kernel's
+        (``kernel_defines()`` are its ``-D`` constants); the launch's split of the work is
+        :meth:`schedule`, not the plan's persistent schedule. Raises PlanRefused naming the rule.
+        """
+        return plan_gemm(n, m, k, dtype, tile=self.tile, stages=self.ring_stages(dtype), cluster=1,
+                         consumers=CONSUMERS, persistent=True, producer_warpgroup=True, c_from_registers=True,
+                         a_major=b_major, b_major=a_major, lda=ldb, ldb=lda)
+
+    # --- operands ----------------------------------------------------------------------------------
+    def supports(self, a: OperandView, b: OperandView, c: torch.Tensor) -> str | None:
+        """None when this kernel computes ``c = A @ B^T`` for these operands, else the rule broken.
+
+        a: A (M, K), x; b: B (N, K), the weight; c: the (M, N) output. Rules: bf16 or fp16 inputs of
+        one dtype, c in that dtype or float32, all on one CUDA device; K equal; M <= 256; A and B
+        K-major with a 16-byte aligned base and a pitch of a multiple of 16 bytes (TMA, CUDA Driver
+        API cuTensorMapEncodeTiled: globalAddress, globalStrides); c of shape (M, N), row-major with
+        a pitch >= N or column-major with a pitch >= M. Empty M, N or K are supported (nothing to
+        launch, or zeros).
+        """
+        dtype = a.tensor.dtype
+        if dtype not in DTYPES.values():
+            return f"a has dtype {dtype}: the small-M kernel takes bfloat16 or float16"
+        if b.tensor.dtype != dtype:
+            return f"a and b must share a dtype, got a={dtype}, b={b.tensor.dtype}"
+        if c.dtype not in (dtype, torch.float32):
+            return f"c has dtype {c.dtype}: the output is the inputs' dtype ({dtype}) or torch.float32"
+        m, n, k = a.rows, b.rows, a.k
+        if b.k != k:
+            return f"a is (M, K) = ({m}, {k}) and b is (N, K) = ({n}, {b.k}): K differs"
+        if m > SMALL_M_MAX:
+            return f"M = {m} > {SMALL_M_MAX}: the small-M kernel takes M <= {SMALL_M_MAX}"
+        if max(n, k) >= INT32_LIMIT:
+            return f"N = {n}, K = {k}: TMA coordinates are 32-bit, N and K must be below 2^31"
+        if c.dim() != 2 or tuple(c.shape) != (m, n):
+            return f"c has shape {tuple(c.shape)}, expected (M, N) = ({m}, {n})"
+        sm, sn = c.stride()
+        if not ((sn == 1 or n <= 1) and (sm >= n or m <= 1)) and not ((sm == 1 or m <= 1) and (sn >= m or n <= 1)):
+            return (f"c has strides {(sm, sn)}: it must be row-major (stride (ldc, 1), ldc >= N = {n}) or "
+                    f"column-major (stride (1, ld), ld >= M = {m})")
+        for name, v in (("a", a), ("b", b)) if 0 not in (m, n, k) else ():  # empty: no tensor map is made
+            if name == "a" and v.major == "mn" and self.bn % MN_BOX_ROWS:
+                return (f"a is MN-major: the small-M kernel loads an MN-major A in boxes of {MN_BOX_ROWS} rows, "
+                        f"which this bucket's BN = {self.bn} does not fill (M > 32 takes a bucket that does); "
+                        "repack it K-major")
+            if not v.tma_ok:
+                return (f"{name} (base {v.data_ptr:#x}, ld {v.ld} elements = {v.ld * v.elem_bytes} bytes) is not "
+                        "16-byte aligned in base and pitch: a TMA tensor map cannot describe it "
+                        "(cuTensorMapEncodeTiled globalAddress and globalStrides); repack it")
+        for name, t in (("a", a.tensor), ("b", b.tensor), ("c", c)):
+            if t.device.type != "cuda":
+                return f"{name} is on {t.device}: the small-M kernel runs on a CUDA device"
+        if not a.tensor.device == b.tensor.device == c.device:
+            return f"a, b and c must be on one device, got {a.tensor.device}, {b.tensor.device}, {c.device}"
+        return None
+
+    # --- launching (GPU) ---------------------------------------------------------------------------
+    def loaded(self, dtype: str, device: torch.device, *, out_fp32: bool = False, a_major: str = "k",
+               b_major: str = "k") -> LoadedKernel:
+        """The kernel for ``dtype`` and these majors loaded on ``device`` (compiled first if needed)."""
+        key = (dtype, out_fp32, a_major, b_major, device_index(device))
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            g = self.geometry(dtype)
+            kernel = load(self.build(dtype, out_fp32=out_fp32, a_major=a_major, b_major=b_major), device,
+                          threads=g.threads, dynamic_smem=g.dynamic_smem)
+            self._kernels[key] = kernel
+        return kernel
+
+    def ctas(self, m: int, n: int, k: int, resident: int, splits: int | None = None) -> int:
+        """The grid (CTAs) for a problem, by the documented rule.
+
+        ``splits`` None: min(resident CTAs, K iterations): every SM gets the same share of the
+        iterations (stream-K over every unit). ``splits`` = s: units x min(s, K tiles), each unit's K
+        tiles split in s even ranges (classic split-K; s = 1 splits nothing and needs no workspace).
+        """
+        units = ceil_div(n, TILE_ROWS) * ceil_div(m, self.bn)
+        k_tiles = ceil_div(k, BK)
+        if splits is None:
+            return min(resident, units * k_tiles)
+        if splits < 1:
+            raise ValueError(f"splits = {splits}: at least 1 (None chooses)")
+        return units * min(splits, k_tiles)
+
+    def schedule(self, m: int, n: int, k: int, ctas: int) -> StreamKTail:
+        """How ``ctas`` CTAs share the K iterations of every unit (N tile x M tile) of (M, N, K)."""
+        return split_work(ceil_div(n, TILE_ROWS) * ceil_div(m, self.bn), ceil_div(k, BK), ctas)
+
+    def _tensor_map(self, name: str, view: OperandView, a: OperandView, b: OperandView, dtype: str):
+        """The encoded map ``name`` of the plan ('a': the weight B, 'b': A) over ``view``'s storage.
+
+        Cached per operand: a weight keeps its map while the activations change from call to call, so
+        a decode step encodes one map (~10 us of Python), not two, and plans nothing. The plan gives the
+        map's dimensions, box and swizzle for the operands' majors; the pitch is the view's.
+        """
+        key = (name, view.data_ptr, view.ld, view.major, view.rows, view.k, dtype)
+        encoded = self._maps.get(key)
+        if encoded is None:
+            m, n, k = a.rows, b.rows, a.k
+            plan_key = (m, n, k, dtype, a.major, b.major)
+            specs = self._specs.get(plan_key)
+            if specs is None:
+                specs = self._specs[plan_key] = self.plan(m, n, k, dtype, a_major=a.major, b_major=b.major).tensor_maps
+                while len(self._specs) > _CACHE_SIZE:
+                    self._specs.pop(next(iter(self._specs)))
+            spec = replace(specs[name], global_strides=(view.ld * view.elem_bytes,))
+            encoded = self._maps[key] = encode_tiled(spec.encode_kwargs(view.data_ptr))
+            while len(self._maps) > _CACHE_SIZE:
+                self._maps.popitem(last=False)
+        else:
+            self._maps.move_to_end(key)
+        return encoded
+
+    def launch(self, a: OperandView, b: OperandView, c: torch.Tensor, *, splits: int | None = None) -> None:
+        """c = A @ B^T on the current stream. a: A (M, K); b: B (N, K); c: (M, N) (see :meth:`supports`).
+
+        ``splits``: see :meth:`ctas` (None: the documented rule). Under CUDA graph capture the units
+        are not split (splits = 1): a captured graph would keep the workspace's addresses beyond its
+        cache. The result is bitwise the same on every run with the same grid (the partials are added
+        in K order).
+
+        Raises ValueError with the rule when :meth:`supports` refuses the operands or ``splits``
+        cannot be used; CudaError from the driver.
+        """
+        reason = self.supports(a, b, c)
+        if reason is not None:
+            raise ValueError(reason)
+        m, n, k = a.rows, b.rows, a.k
+        if m == 0 or n == 0:
+            return
+        if k == 0:
+            c.zero_()  # the empty sum
+            return
+        dtype = dtype_name(a.tensor.dtype)
+        out_fp32 = c.dtype == torch.float32
+        device = a.tensor.device
+        kernel = self.loaded(dtype, device, out_fp32=out_fp32, a_major=a.major, b_major=b.major)
+        if torch.cuda.is_current_stream_capturing():
+            splits = 1
+        key = (m, n, k, splits, device_index(device))
+        sched = self._launches.get(key)
+        if sched is None:
+            sched = self._launches[key] = self.schedule(m, n, k, self.ctas(m, n, k, kernel.max_active_clusters(device), splits))
+            while len(self._launches) > _CACHE_SIZE:
+                self._launches.popitem(last=False)
+        else:
+            self._launches.move_to_end(key)
+        stream = torch.cuda.current_stream(device)
+        partials = counters = 0
+        if sched.max_contributors > 1:  # the partials in the stream's workspace, fresh zeroed counters
+            partials = WORKSPACES.get(stream, sched.workspace_floats(1, CONSUMERS, self.bn), 0)[0].data_ptr()
+            counters = _COUNTERS.take(stream, sched.counters(1, CONSUMERS))
+        ldc_m, ldc_n = c.stride()
+        maps = [self._tensor_map("a", b, a, b, dtype), self._tensor_map("b", a, a, b, dtype)]  # plan's a = B
+        args = [*maps, ctypes.c_void_p(c.data_ptr()), ctypes.c_longlong(ldc_m),
+                ctypes.c_longlong(ldc_n), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
+                ctypes.c_int(sched.max_contributors), ctypes.c_void_p(partials), ctypes.c_void_p(counters)]
+        kernel.launch((sched.clusters, 1, 1), args, stream)
+
+
+_INSTANCES: dict[int, SmallMGemm] = {}
+
+
+def bucket(m: int) -> int:
+    """The smallest BN in :data:`BUCKETS` that holds M rows; raises ValueError outside 0..256."""
+    if not 0 <= m <= SMALL_M_MAX:
+        raise ValueError(f"M = {m}: the small-M kernel takes 0 <= M <= {SMALL_M_MAX}")
+    return next(bn for bn in BUCKETS if bn >= m)
+
+
+def small_m_gemm(m: int) -> SmallMGemm:
+    """The cached :class:`SmallMGemm` for M's bucket (:func:`bucket`); raises ValueError outside 0..256."""
+    bn = bucket(m)
+    inst = _INSTANCES.get(bn)
+    if inst is None:
+        inst = _INSTANCES[bn] = SmallMGemm(bn)
+    return inst

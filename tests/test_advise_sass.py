@@ -1,0 +1,80 @@
+"""The SASS structure reader (loops, modifiers, special registers) and the ELF attribute reader, on literal text."""
+
+from __future__ import annotations
+
+from gemm_ladder.advise.sass_structure import elf_ints, parse_elf_attributes, parse_sass
+
+#: A K loop around HGMMA, a store after it, an EXIT, then an mbarrier retry stub after the last EXIT that
+#: branches back into the body (as ptxas lays them out): the stub must not count as a loop of the kernel.
+SASS = """
+\t\tFunction : k
+        /*0000*/                   S2R R0, SR_TID.X ;
+        /*0010*/                   S2UR UR4, SR_CTAID.X ;
+        /*0020*/                   SYNCS.EXCH.64 URZ, [UR4], UR6 ;
+        /*0030*/              @!P0 SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2 ;
+        /*0040*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT, gsb0 ;
+        /*0050*/                   UTMALDG.2D.MULTICAST [UR8], [UR10], UR12 ;
+        /*0060*/               @P1 BRA 0x30 ;
+        /*0070*/                   UTMASTG.2D [UR4], [UR6] ;
+        /*0080*/                   USETMAXREG.DEALLOC.CTAPOOL 0x28 ;
+        /*0090*/                   EXIT ;
+        /*00a0*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2 ;
+        /*00b0*/              @!P0 BRA 0xa0 ;
+        /*00c0*/                   BRA 0x0 ;
+        /*00d0*/                   NOP;
+"""
+
+
+def test_parse_sass_reads_modifiers_special_registers_and_loops():
+    s = parse_sass(SASS)["k"]
+    assert s.count("HGMMA") == 1 and s.count("UTMALDG") == 1 and s.count("UTMALDG", "MULTICAST") == 1
+    assert s.count("SYNCS", "EXCH") == 1 and s.count("SYNCS", "PHASECHK") == 2
+    assert s.count("USETMAXREG", "DEALLOC") == 1 and s.count("USETMAXREG", "TRY_ALLOC") == 0
+    assert s.special_registers == {"SR_TID.X", "SR_CTAID.X"}
+    assert s.body_end == 0x90
+    assert s.loops == [(0x30, 0x60)]  # the stubs after the last EXIT (0xb0, 0xc0) are not the kernel's loops
+    assert s.mma_in_loop and not s.store_in_mma_loop
+
+
+def test_a_store_inside_the_mma_loop_is_a_tile_loop():
+    text = SASS.replace("/*0060*/               @P1 BRA 0x30 ;", "/*0060*/                   NOP ;").replace(
+        "/*0080*/                   USETMAXREG.DEALLOC.CTAPOOL 0x28 ;", "/*0080*/               @P2 BRA 0x40 ;")
+    s = parse_sass(text)["k"]
+    assert s.loops == [(0x40, 0x80)] and s.mma_in_loop and s.store_in_mma_loop
+
+
+def test_no_loop_at_all():
+    text = "\t\tFunction : k\n        /*0000*/                   HGMMA.64x8x16.F32.BF16 R0, gdesc[UR4], RZ ;\n" \
+           "        /*0010*/                   STG.E [R2.64], R0 ;\n        /*0020*/                   EXIT ;\n"
+    s = parse_sass(text)["k"]
+    assert s.loops == [] and not s.mma_in_loop and not s.store_in_mma_loop
+
+
+ELF = """
+.nv.info
+\tAttribute:\tEIATTR_REGCOUNT
+\tFormat:\tEIFMT_SVAL
+\tValue:\tfunction: kc(0x8)\tregister count: 10
+.nv.info.kc
+\t<0x1>
+\tAttribute:\tEIATTR_EXPLICIT_CLUSTER
+\tFormat:\tEIFMT_NVAL
+\t<0x2>
+\tAttribute:\tEIATTR_CTA_PER_CLUSTER
+\tFormat:\tEIFMT_SVAL
+\tValue:\t0x2 0x1 0x1 
+\tAttribute:\tEIATTR_MAX_THREADS
+\tFormat:\tEIFMT_SVAL
+\tValue:\t0x180 0x1 0x1 
+.nv.callgraph
+\tAttribute:\tEIATTR_NOT_MINE
+"""
+
+
+def test_parse_elf_attributes_per_function():
+    attrs = parse_elf_attributes(ELF)
+    assert set(attrs) == {"kc"}
+    assert attrs["kc"]["EIATTR_EXPLICIT_CLUSTER"] == ""
+    assert elf_ints(attrs["kc"]["EIATTR_CTA_PER_CLUSTER"]) == (2, 1, 1)
+    assert elf_ints(attrs["kc"]["EIATTR_MAX_THREADS"]) == (384, 1, 1)
+    assert "EIATTR_NOT_MINE" not in attrs["kc"]

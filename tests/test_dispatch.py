@@ -1,0 +1,336 @@
+"""The dispatcher's decisions on meta tensors (no GPU): orientation, in-place and repacked operands
+and why, output paths, the small-M rule, the cost model's choice of tile and split, its table and
+fit, and explain's data and text.
+
+Most tests stand in kernels with simple, stated rules (TMA-describable operands; a row-major output
+with a 16-byte pitch; the small-M kernel's K-major operands and any output) so that they test the
+dispatcher, not a kernel's current limits; the last ones use the real kernels' ``supports``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+import gemm_ladder
+from gemm_ladder import dispatch
+from gemm_ladder.contract import OutsideDomainError
+from gemm_ladder.dispatch import kernels as K
+from gemm_ladder.dispatch.heuristic import CostModel, fit, load_table, rank, work
+from gemm_ladder.dispatch.route import ASSUMED_DEVICE, DeviceFacts
+from gemm_ladder.dispatch.validate import NotSupportedError
+
+BF16 = torch.bfloat16
+
+
+def meta(*shape, dtype=BF16):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _row_major_16(c: torch.Tensor) -> str | None:
+    if c.shape[1] > 1 and c.stride(1) != 1:
+        return "c must be row-major"
+    if c.data_ptr() % 16 or (c.shape[0] > 1 and (c.stride(0) * c.element_size()) % 16):
+        return "c: a TMA store needs a 16-byte aligned base and pitch"
+    return None
+
+
+@dataclass(frozen=True)
+class FakeGeneral:
+    """Stands for library_gemm(a_major, b_major, bn): TMA operands of any major, a TMA-stored output."""
+
+    a_major: str
+    b_major: str
+    bn: int
+    fp32: bool = True
+    splits: tuple[str, ...] = ("none", "tail", "all")
+    stages: int = 4
+    cluster: int = 2
+    source: str = "library/sm90_gemm.cu"
+
+    @property
+    def name(self):
+        return f"fake general {self.a_major}{self.b_major} BN {self.bn}"
+
+    @property
+    def tile(self):
+        return (128, self.bn, 64)
+
+    def supports(self, a, b, c):
+        for n, v, major in (("a", a, self.a_major), ("b", b, self.b_major)):
+            assert v.major == major, "the dispatcher asked the kernel built for another order"
+            if not v.tma_ok:
+                return f"{n}: not TMA-describable"
+        if c.dtype == torch.float32 and not self.fp32:
+            return "c: this kernel writes the inputs' dtype only"
+        return _row_major_16(c)
+
+    def plan(self, m, n, k, dtype):
+        from gemm_ladder.design.plan import plan_gemm
+
+        return plan_gemm(m, n, k, dtype, tile=self.tile, stages=self.stages, cluster=2, consumers=2, persistent=True)
+
+    def launch(self, *args, **kwargs):
+        raise AssertionError("CPU tests never launch")
+
+
+@dataclass(frozen=True)
+class FakeSmallM:
+    """Stands for small_m_gemm(m): K-major TMA operands, any row- or column-major output."""
+
+    m: int
+    name: str = "fake small M"
+
+    def supports(self, a, b, c):
+        for n, v in (("a", a), ("b", b)):
+            if v.major != "k" or not v.tma_ok:
+                return f"{n}: the small-M kernel reads K-major TMA operands"
+        return None
+
+    def plan(self, m, n, k, dtype):
+        raise ValueError("no plan in this test")
+
+    def ctas(self, m, n, k, resident, splits=None):
+        return min(resident, -(-n // 128) * -(-k // 64))
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    state = {"fp32": True}
+    monkeypatch.setattr(K, "general", lambda am, bm, bn: FakeGeneral(am, bm, bn, fp32=state["fp32"]))
+    monkeypatch.setattr(K, "general_bns", lambda: (256, 128))
+    monkeypatch.setattr(K, "small_m", lambda m: FakeSmallM(m) if 1 <= m <= 256 else None)
+    dispatch.clear_cache()
+    yield state
+    dispatch.clear_cache()
+
+
+def ops(e):
+    return {op["argument"]: op for op in e.operands}
+
+
+def test_aligned_operands_are_read_in_place_in_all_four_orders(fakes):
+    m = n = k = 4096
+    row_a, col_a = meta(m, k), meta(k, m).T
+    row_b, col_b = meta(k, n), meta(n, k).T  # col_b = w.T of a row-major weight: F.linear's layout
+    for a, b, majors in ((row_a, col_b, ("k", "k")), (row_a, row_b, ("k", "mn")), (col_a, col_b, ("mn", "k")),
+                         (col_a, row_b, ("mn", "mn"))):
+        e = gemm_ladder.explain(a, b)
+        assert e.kind == "general"
+        o = ops(e)
+        assert o["a"]["path"] == o["b"]["path"] == "in place", e
+        assert (o["a"]["major"], o["b"]["major"]) == majors
+        assert e.output["path"] == "in place" and len(e.launches) == 1
+
+
+def test_unaligned_shapes_repack_both_operands_in_one_launch_and_copy_back(fakes):
+    e = gemm_ladder.explain(meta(4097, 4093), meta(4093, 4095))
+    o = ops(e)
+    assert o["a"]["why"].startswith("leading dimension 4093 elements = 8186 bytes is not a multiple of 16")
+    assert o["a"]["workspace"] == [4097, 4096] and o["a"]["major"] == "k" and o["a"]["ld"] == 4096
+    # b (K, N) row-major is MN-major; its copy keeps the major: K rows (padded to 4096) of 4096.
+    assert o["b"]["major"] == "mn" and o["b"]["workspace"] == [4096, 4096]
+    assert not o["a"]["transposing_copy"] and not o["b"]["transposing_copy"]
+    assert e.output["path"] == "workspace, copied back" and e.output["workspace"] == [4097, 4096]
+    assert "row pitch 4095 elements = 8190 bytes" in e.output["why"]
+    assert len(e.launches) == 3 and e.launches[0].startswith("repack a (A) and b (B) (one launch")
+    assert "copied back" in str(e) and "repacked into a 4097 x 4096 workspace" in str(e)
+
+
+def test_padded_pitch_offset_base_and_strided_views(fakes):
+    buf = meta(300, 4104)
+    b = meta(512, 256).T  # (256, 512) column-major: K-major B, in place
+    assert ops(gemm_ladder.explain(buf[:, :256], b))["a"]["path"] == "in place"  # pitch 8208 bytes
+    odd = meta(300, 4100)[:, :256]
+    assert "8200 bytes is not a multiple of 16" in ops(gemm_ladder.explain(odd, b))["a"]["why"]
+    shifted = buf[:, 1:257]
+    assert ops(gemm_ladder.explain(shifted, b))["a"]["why"].startswith("base address is 2 bytes past")
+    strided = meta(600, 600)[::2, ::2][:, :256]
+    o = ops(gemm_ladder.explain(strided, b))["a"]
+    assert o["why"].startswith("neither K- nor MN-major") and o["workspace"] == [300, 256]
+
+
+def test_output_orientation_and_pitch(fakes):
+    a, b = meta(512, 256), meta(256, 384)
+    e = gemm_ladder.explain(a, b, out=meta(384, 512).T)
+    assert e.output["orientation"].startswith("D^T = B A^T") and e.output["path"] == "in place"
+    assert ops(e)["b"]["operand"] == "A" and ops(e)["a"]["operand"] == "B"
+    e = gemm_ladder.explain(a, b, out=meta(512, 390)[:, :384])  # pitch 780 bytes
+    assert e.output["path"] == "workspace, copied back" and "780 bytes" in e.output["why"]
+    e = gemm_ladder.explain(a, b, out=meta(512, 392)[:, :384])  # pitch 784 bytes
+    assert e.output["path"] == "in place" and e.output["out"] == "given"
+
+
+def test_small_m_goes_to_the_small_m_kernel_when_it_reads_b_in_place(fakes):
+    w = meta(4096, 4096)
+    e = gemm_ladder.explain(meta(16, 4096), w.T)
+    assert e.kind == "small_m" and e.kernel["name"] == "fake small M" and "small M" in e.heuristic["rule"]
+    assert e.split.startswith("K split evenly")
+    # B row-major (MN-major): the small-M kernel would copy the whole weight; the general kernel reads it.
+    e = gemm_ladder.explain(meta(16, 4096), w)
+    assert e.kind == "general" and ops(e)["b"]["path"] == "in place"
+    # A column-major x: a copy of the small A, then the small-M kernel.
+    e = gemm_ladder.explain(meta(4096, 16).T, w.T)
+    assert e.kind == "small_m" and ops(e)["a"]["transposing_copy"]
+    # An odd K: both kernels need a copy of the weight, so the small-M kernel still wins.
+    e = gemm_ladder.explain(meta(16, 4093), meta(4096, 4093).T)
+    assert e.kind == "small_m" and ops(e)["b"]["path"] == "repacked" and not ops(e)["b"]["transposing_copy"]
+    # Small N: D^T = B A^T puts N on the kernel's M, written into a column-major view of c.
+    e = gemm_ladder.explain(w, meta(4096, 8))
+    assert e.kind == "small_m" and e.output["orientation"].startswith("D^T")
+    assert gemm_ladder.explain(meta(257, 4096), w.T).kind == "general"
+
+
+def test_float32_output(fakes):
+    a, b = meta(512, 256), meta(256, 384)
+    assert gemm_ladder.explain(a, b, out_dtype=torch.float32).out_dtype == "float32"
+    fakes["fp32"] = False
+    dispatch.clear_cache()
+    with pytest.raises(NotSupportedError, match="out_dtype=torch.float32: no library kernel writes a float32"):
+        gemm_ladder.explain(a, b, out_dtype=torch.float32)
+
+
+def test_no_kernel_names_the_refusals(monkeypatch, fakes):
+    monkeypatch.setattr(K, "general", lambda am, bm, bn: None)
+    dispatch.clear_cache()
+    with pytest.raises(OutsideDomainError, match="no general kernel reads A k-major"):
+        gemm_ladder.explain(meta(512, 256), meta(384, 256).T)
+
+
+def test_routes_are_cached_by_layout(fakes):
+    a, b = meta(512, 256), meta(384, 256).T
+    c = meta(512, 384)
+    r1 = dispatch.decide(a, b, c, given=False)
+    assert dispatch.decide(meta(512, 256), meta(384, 256).T, meta(512, 384), given=False) is r1
+    shifted = meta(600, 256)[1:513]  # same shape and strides, base 512 bytes on: still aligned
+    assert dispatch.decide(shifted, b, c, given=False) is r1
+    odd = meta(600, 257)[:512, 1:]
+    assert dispatch.decide(odd, b, c, given=False) is not r1
+
+
+def test_mid_sizes_take_the_cost_models_fastest_candidate(fakes):
+    model = load_table()
+    for m, n, k in ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 1024, 4096), (4096, 4096, 4096)):
+        e = gemm_ladder.explain(meta(m, k), meta(n, k).T)
+        cands = e.heuristic["candidates"]
+        assert {(c["bn"], c["split"]) for c in cands} == {(bn, s) for bn in (256, 128) for s in ("none", "tail", "all")}
+        assert cands[0]["predicted_us"] == min(c["predicted_us"] for c in cands)
+        assert (e.kernel["bn"], e.split) == (cands[0]["bn"], cands[0]["split"])
+        assert e.heuristic["provenance"] == model.provenance
+    # 1024^3: 16 units of 128x256 for 66 clusters; the default table splits K over every cluster.
+    e = gemm_ladder.explain(meta(1024, 1024), meta(1024, 1024).T)
+    assert e.split == "all" and e.grid == [132, 1, 1]
+
+
+def test_a_tuned_table_changes_the_choice_and_is_named(fakes, monkeypatch):
+    tuned = CostModel({256: 0.6, 128: 0.25}, {256: 5.0, 128: 5.0}, 3.0, 5.0, "tuned on NVIDIA H200 2026-12-02 abc1234")
+    monkeypatch.setattr(dispatch, "cost_model", lambda: tuned)
+    import gemm_ladder.api as api
+
+    monkeypatch.setattr(api, "decide", lambda *a, **kw: dispatch.decide(*a, model=tuned, **kw))
+    e = gemm_ladder.explain(meta(1024, 1024), meta(1024, 1024).T)
+    assert (e.kernel["bn"], e.split) == (128, "none")  # splits made expensive, narrow tiles cheap
+    assert e.heuristic["provenance"] == "tuned on NVIDIA H200 2026-12-02 abc1234"
+    assert "tuned on NVIDIA H200" in str(e)
+
+
+def test_explain_is_data_and_text(fakes):
+    e = gemm_ladder.explain(meta(4097, 4093), meta(4093, 4095))
+    d = e.to_dict()
+    json.dumps(d)
+    for key in ("kernel", "tile", "stages", "cluster", "grid", "split", "operands", "output", "launches", "heuristic",
+                "plan", "device"):
+        assert d[key] is not None, key
+    assert d["device"].endswith("(assumed: no GPU to ask)")
+    text = str(e)
+    for piece in ("kernel:", "tile [128,", "grid", "split", "untuned default", "plan:"):
+        assert piece in text, piece
+
+
+def test_a_kernel_that_reads_k_in_multiples_of_8_gets_zero_padded_copies(monkeypatch):
+    """The level-9 stand-in reads K-major rows with ld == K, K % 8 == 0: an odd K is read from copies
+    padded with zeros to the next multiple of 8 (both operands), the kernel told K = 4096."""
+    monkeypatch.setattr(K, "general", lambda am, bm, bn: K.LEVEL9 if (am, bm, bn) == ("k", "k", 256) else None)
+    monkeypatch.setattr(K, "general_bns", lambda: (256,))
+    monkeypatch.setattr(K, "small_m", lambda m: None)
+    dispatch.clear_cache()
+    route = dispatch.decide(meta(512, 4093), meta(1024, 4093).T, meta(512, 1024), given=False, device=ASSUMED_DEVICE)
+    assert route.kernel is K.LEVEL9 and route.k == 4096 and route.a_path.k == route.b_path.k == 4096
+    assert "K padded to 4096 with zeros" in route.a_path.repack and route.a_path.workspace == (512, 4096)
+    dispatch.clear_cache()
+
+
+def test_real_kernels_on_meta_tensors():
+    """The library's kernels decide on meta tensors too (their device rule, checked last, set aside)."""
+    if K.general_bns() == (256,):
+        pytest.skip("library/gemm.py absent: level 9 stands in (contiguous K-major operands only)")
+    dispatch.clear_cache()
+    e = gemm_ladder.explain(meta(4097, 4093), meta(4093, 4095))
+    assert e.kind == "general" and {op["path"] for op in e.operands} == {"repacked"}
+    assert all(op["k"] == 4093 for op in e.operands)  # read with the true K: TMA zero-fills the tail
+    e = gemm_ladder.explain(meta(4096, 4096), meta(4096, 4096))  # b row-major: MN-major, in place
+    assert {op["path"] for op in e.operands} == {"in place"}
+    e = gemm_ladder.explain(meta(16, 4096), meta(4096, 4096).T)
+    assert e.kind == "small_m"
+    dispatch.clear_cache()
+
+
+# --- the cost model ---------------------------------------------------------------------------
+
+
+def test_work_counts_the_busiest_cluster():
+    w = work(4096, 4096, 4096, 256, "none", 66)
+    assert (w.units, w.k_tiles, w.whole_iters, w.split_iters) == (256, 64, 4 * 64, 0)
+    w = work(4096, 4096, 4096, 256, "tail", 66)  # 58 of 66 clusters busy in the last wave: not split
+    assert (w.whole_iters, w.split_iters) == (4 * 64, 0)
+    w = work(8192, 8192, 8192, 256, "tail", 66)  # 1024 units: 34 in the last wave, more than 40% idle
+    assert (w.units, w.whole_iters, w.split_iters, w.grid_clusters) == (1024, 15 * 128, -(-34 * 128 // 66), 66)
+    w = work(4096, 4096, 4096, 256, "all", 66)
+    assert (w.whole_iters, w.split_iters) == (0, -(-256 * 64 // 66))
+    w = work(256, 256, 64 * 40, 256, "all", 66)  # one unit of 40 iterations: 40 clusters, one each
+    assert (w.grid_clusters, w.whole_iters, w.split_iters) == (40, 0, 1)
+    w = work(1024, 1024, 1024, 256, "tail", 66)  # one partial wave is not a tail
+    assert (w.units, w.whole_iters, w.split_iters) == (16, 16, 0)
+    w = work(256, 256, 64, 256, "all", 66)  # one unit, one K iteration: nothing to split
+    assert (w.whole_iters, w.split_iters) == (1, 0)
+    with pytest.raises(ValueError, match="split must be one of"):
+        work(1, 1, 1, 256, "some", 66)
+
+
+def test_the_shipped_table_is_valid_and_untuned():
+    model = load_table()
+    assert model.provenance.startswith("untuned default") and not model.tuned
+    assert model.bns == (256, 128)
+    assert set(model.rules) >= {"k_iter_us[256]", "k_iter_us[128]", "split_k_iter_us", "fixup_us", "fixed_us"}
+    assert "bench/results/" in model.rules["k_iter_us[256]"] and "bench/results/" in model.rules["split_k_iter_us"]
+    with pytest.raises(ValueError, match="dispatch table"):
+        CostModel.from_json({"provenance": "x"})
+    bad = model.to_json() | {"fixed_us": -1}
+    with pytest.raises(ValueError, match="finite number >= 0"):
+        CostModel.from_json(bad)
+    assert CostModel.from_json(model.to_json()) == model
+
+
+def test_fit_recovers_a_known_model():
+    truth = CostModel({256: 0.6, 128: 0.33}, {256: 0.9, 128: 0.5}, 2.0, 6.0, "truth")
+    shapes = [(m, n, k) for m in (512, 1024, 4096) for n in (1024, 2048, 4096) for k in (1024, 4096)]
+    samples = [(w, truth.predict_us(w)) for s in shapes for bn in (256, 128) for sp in ("none", "tail", "all")
+               for w in [work(*s, bn, sp, 66)]]
+    got = fit(samples, "tuned on test")
+    for bn in (256, 128):
+        assert got.k_iter_us[bn] == pytest.approx(truth.k_iter_us[bn], rel=1e-6)
+        assert got.split_k_iter_us[bn] == pytest.approx(truth.split_k_iter_us[bn], rel=1e-6)
+    assert got.fixed_us == pytest.approx(6.0, rel=1e-6) and got.fixup_us == pytest.approx(2.0, rel=1e-6)
+    assert got.tuned and "least squares" in got.rules["fixed_us"]
+    with pytest.raises(ValueError, match="at least 6"):
+        fit(samples[:3], "x")
+
+
+def test_rank_breaks_ties_toward_the_earlier_config():
+    model = load_table()
+    ranked = rank(model, 2048, 2048, 2048, 66, [(256, "none"), (256, "tail")])  # 64 units: no tail to split
+    assert [c.work.split for c in ranked] == ["none", "tail"]
+    assert DeviceFacts("x", 132).clusters == 66

@@ -1,0 +1,56 @@
+"""bench/library.py without a GPU: its classes and targets, its markdown table, its refusals."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+import library  # noqa: E402
+
+
+def test_classes_and_targets():
+    for quick in (False, True):
+        for cls in library.CLASSES:
+            shapes = library.shapes_for(cls, quick)
+            assert shapes, cls
+            for layout, (m, n, k), target in shapes:
+                assert layout in library.ORDERS and min(m, n, k) >= 1
+    full = {cls: library.shapes_for(cls, False) for cls in library.CLASSES}
+    assert {s for _, s, _ in full["unaligned"]} == {(4097, 4095, 4093), (4096, 4096, 4093), (8192, 8192, 8191)}
+    assert all(t == 4.0 for *_, t in full["unaligned"])
+    assert {s for _, s, _ in full["mid"]} == {(1024, 1024, 1024), (2048, 2048, 2048), (4096, 1024, 4096)}
+    assert all(t == 0.95 for *_, t in full["mid"])
+    small = {s: t for _, s, t in full["small_m"]}
+    assert small[(16, 4096, 4096)] == 1.3 and small[(128, 4096, 4096)] == 1.0 and small[(1, 28672, 8192)] == 1.0
+    assert {layout for layout, *_ in full["layouts"]} == set(library.ORDERS)
+    with pytest.raises(ValueError, match="unknown class"):
+        library.shapes_for("huge", False)
+
+
+def test_markdown_table():
+    row = {"class": "unaligned", "layout": "row,w.T", "m": 4097, "n": 4095, "k": 4093, "ours_tflops": 560.0,
+           "cublas_tflops": 136.0, "vs_cublas": 4.12, "target_vs_cublas": 4.0, "met": True,
+           "vs_aligned_neighbour": 0.8,
+           "decision": {"kind": "general", "kernel": {"name": "sm90_gemm"}, "split": "tail",
+                        "operands": [{"argument": "a", "path": "repacked"}, {"argument": "b", "path": "repacked"}],
+                        "output": {"path": "workspace, copied back"}}}
+    table = library.markdown([row])
+    assert "| unaligned | row,w.T | 4097x4095x4093 | 560.0 | 136.0 | 4.120 | >= 4.0x; 0.80x of aligned | yes |" in table
+    assert "repacks a+b, c copied back" in table
+
+
+def test_command_line_refusals():
+    run = lambda *a: subprocess.run([sys.executable, str(BENCH / "library.py"), *a], capture_output=True, text=True)
+    r = run("--classes", "huge")
+    assert r.returncode == 2 and "unknown class" in r.stderr
+    import torch
+
+    if not torch.cuda.is_available():
+        r = run("--quick")
+        assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr

@@ -1,0 +1,169 @@
+"""The layouts library kernel on the GPU: every operand order, padded pitches and offset views, BN 128
+and 256, every stream-K policy, tails in M, N and K, held to the correctness gate's bounds against the
+float64 reference; outputs poisoned with NaN (and the padding of the output checked untouched);
+repeated launches bitwise identical; operands TMA cannot describe refused before any launch.
+
+Each check builds its operand views from the gate's fresh random (M, K) and (N, K) tensors: the test
+copies them into storage of the requested major and pitch (that copy is the harness; the kernel reads
+the views in place), so the gate's NaN/Inf planting and its cuBLAS baseline apply unchanged.
+
+Run on the H200: ``python3 -m pytest -q -m gpu tests/test_library_gemm_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from gemm_ladder.contract import GemmInputError
+from gemm_ladder.gates.correctness import check_correctness, random_operands
+from gemm_ladder.library.gemm import MAJORS, SPLITS, TILE_N, library_gemm
+from gemm_ladder.library.operand import operand_view
+
+pytestmark = pytest.mark.gpu
+
+LAYOUTS = [(a, b) for a in MAJORS for b in MAJORS]
+#: (M, N, K): whole tiles; tails in M, N and K; K = 8 (one partial K tile); smaller than one tile; one
+#: row; a split stream-K tail on 132 SMs (72 units of 128 x 256 on 66 clusters); K = 65.
+SHAPES = [(128, 256, 64), (1000, 520, 200), (300, 200, 8), (64, 72, 64), (1, 24, 40), (2304, 2048, 1000),
+          (256, 384, 65)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _built_in_parallel():
+    """Compile the 16 builds at once (nvcc processes in threads) rather than one by one at first use:
+    on the GPU machine's 16 cores that saves most of a minute of the GPU's lease."""
+    jobs = [(a, b, bn, dt) for a, b in LAYOUTS for bn in TILE_N for dt in ("bf16", "fp16")]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        list(pool.map(lambda j: library_gemm(*j[:3]).build(j[3]), jobs))
+
+
+def _round8(x: int) -> int:
+    return (x + 7) // 8 * 8
+
+
+def place(t: torch.Tensor, major: str, *, pad: int, offset: int):
+    """A view of (rows, K) ``t``'s values in ``major`` storage: leading dimension = its contiguous
+    extent + ``pad`` (``pad`` None: rounded up to 8 elements, plus 8), starting ``offset`` elements
+    into a fresh buffer (garbage around it)."""
+    rows, k = t.shape
+    inner, outer = (k, rows) if major == "k" else (rows, k)
+    ld = _round8(inner) + 8 if pad is None else inner + pad
+    store = torch.randn(offset + outer * ld, device=t.device).to(t.dtype)[offset:].view(outer, ld)
+    if major == "k":
+        store[:, :inner] = t
+        view = store[:, :inner]
+    else:
+        store[:, :inner] = t.T
+        view = store[:, :inner].T
+    v = operand_view(view, k_dim=1)
+    assert v is not None and v.major == major and v.ld == ld
+    return v
+
+
+class LayoutCall:
+    """``fn(a, b) -> a @ b.T`` through library_gemm(a_major, b_major, bn) on placed views, writing into
+    a NaN-poisoned output of pitch ldc (padding columns checked to stay NaN)."""
+
+    def __init__(self, a_major, b_major, bn=256, split="tail", pad=None, offset=8, c_pad=16):
+        self.kernel = library_gemm(a_major, b_major, bn)
+        self.a_major, self.b_major, self.split = a_major, b_major, split
+        self.pad, self.offset, self.c_pad = pad, offset, c_pad
+
+    def views(self, a, b):
+        return (place(a, self.a_major, pad=self.pad, offset=self.offset),
+                place(b, self.b_major, pad=self.pad, offset=self.offset))
+
+    def __call__(self, a, b):
+        va, vb = self.views(a, b)
+        m, n = a.shape[0], b.shape[0]
+        store = torch.full((m, _round8(n) + self.c_pad), float("nan"), dtype=a.dtype, device=a.device)
+        c = store[:, :n]
+        self.kernel.launch(va, vb, c, split=self.split)
+        torch.cuda.synchronize()
+        assert torch.isnan(store[:, n:]).all(), "the kernel wrote into the output's padding"
+        return c
+
+
+def gate(fn, m, n, k, dtype):
+    result = check_correctness(fn, m, n, k, dtype, device="cuda")
+    assert result.status == "pass", (m, n, k, dtype, result.message)
+    return result
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("a_major,b_major", LAYOUTS)
+def test_every_layout_on_tail_shapes(a_major, b_major, dtype):
+    """Padded pitches (extent rounded up to 8, plus 8) and views 16 bytes into their buffers."""
+    fn = LayoutCall(a_major, b_major)
+    for m, n, k in SHAPES:
+        gate(fn, m, n, k, dtype)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("a_major,b_major", LAYOUTS)
+@pytest.mark.parametrize("bn", TILE_N)
+@pytest.mark.parametrize("split", SPLITS)
+def test_tile_widths_and_splits(a_major, b_major, bn, split):
+    """BN 128 and 256 under each stream-K policy: 'all' on few tiles (each unit shared by several
+    clusters), 'tail' where the last wave is split, 'none'; fp16 on one shape."""
+    fn = LayoutCall(a_major, b_major, bn=bn, split=split)
+    for m, n, k in [(256, 256, 4096), (1000, 520, 200), (2304, 2048, 1000)]:
+        gate(fn, m, n, k, "bf16")
+    gate(fn, 777, 1000, 300, "fp16")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("a_major,b_major", LAYOUTS)
+def test_dense_views_compute_or_are_refused(a_major, b_major):
+    """Dense pitch (ld = extent) and no offset: computed where TMA can take the pitch; else refused
+    before launch naming the rule (K = 65 K-major, M or N = 300 MN-major: pitches of 130 or 600 bytes).
+    Such operands are the API's to repack."""
+    fn = LayoutCall(a_major, b_major, pad=0, offset=0)
+    refused = 0
+    for m, n, k in [(1000, 520, 200), (256, 384, 65), (300, 200, 64), (512, 300, 128)]:
+        a, b = random_operands(m, n, k, "bf16", "cuda", seed=m + n + k)
+        va, vb = fn.views(a, b)
+        c = torch.empty(m, n, dtype=a.dtype, device="cuda")
+        if va.tma_ok and vb.tma_ok:
+            gate(fn, m, n, k, "bf16")
+            continue
+        refused += 1
+        assert "multiples of 16" in fn.kernel.supports(va, vb, c)
+        with pytest.raises(GemmInputError, match="multiples of 16"):
+            fn.kernel.launch(va, vb, c)
+    assert refused, "no dense view was unaligned: the refusal path went unchecked"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("a_major,b_major", LAYOUTS)
+@pytest.mark.parametrize("split", ["tail", "all"])
+def test_repeated_launches_are_bitwise_identical(a_major, b_major, split):
+    """Five launches into fresh NaN-poisoned outputs agree bit for bit (partials are added in K order,
+    whichever cluster arrives last), on a shape whose tail is split and one split throughout."""
+    for m, n, k in [(2304, 2048, 1000), (384, 512, 2048)]:
+        fn = LayoutCall(a_major, b_major, bn=128 if split == "all" else 256, split=split)
+        a, b = random_operands(m, n, k, "bf16", "cuda", seed=7 * m + k)
+        first = fn(a, b).clone()
+        for _ in range(4):
+            assert torch.equal(fn(a, b), first), (m, n, k)
+
+
+@pytest.mark.timeout(120)
+def test_the_ladders_call_takes_any_of_its_layouts():
+    """LibraryGemm(a, b) on tensors: a (M, K) and b (N, K) row- or column-major, as F.linear takes them."""
+    m, n, k = 1000, 520, 200
+    a, b = random_operands(m, n, k, "bf16", "cuda", seed=11)
+    ref = a.double() @ b.double().T
+    for a_major, b_major in LAYOUTS:
+        ta = a if a_major == "k" else a.T.contiguous().T
+        tb = b if b_major == "k" else b.T.contiguous().T
+        c = library_gemm(a_major, b_major)(ta, tb)
+        err = ((c.double() - ref).norm() / ref.norm()).item()
+        assert err < 4e-3, (a_major, b_major, err)
+    with pytest.raises(GemmInputError, match="k-major"):
+        library_gemm("mn", "k")(a, b)
