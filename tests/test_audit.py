@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from gemm_ladder.design.audit import AuditResult, ProtocolError, audit
-from gemm_ladder.design.level_protocols import (PlanFormatError, build_ring_protocol, protocol_for_level,
-                                                protocol_from_plan)
-from gemm_ladder.design.protocol import Barrier, Buffer, Op, Protocol, Role
+from gemm_ladder.audit import (PLAN_SCHEMA, AuditResult, PlanFormatError, ProtocolError, RingConfig, audit,
+                               build_ring_protocol, protocol_for_level, protocol_from_plan)
+from gemm_ladder.audit.protocol import Barrier, Buffer, Op, Protocol, Role
+from gemm_ladder.design import plan_gemm
 
 
 def kinds(result: AuditResult) -> set[str]:
@@ -85,6 +85,8 @@ def test_role_counts_and_barrier_counts():
 
 
 # ---------------------------------------------------------------------------------------- seeded faults
+# (stages=1 with release_lag=0 at levels 5-9: the one-stage, release-after-read variant no kernel ships,
+# kept because its state spaces are the smallest; protocol_for_level refuses one stage without it)
 
 
 def test_missing_full_wait_reads_before_the_load_lands():
@@ -129,13 +131,13 @@ def test_staging_reused_before_wait_group():
 
 
 def test_missing_final_wait_group_exits_with_store_in_flight():
-    r = audit(protocol_for_level(7, k_iters=1, tiles=1, stages=1, final_store_wait=False))
+    r = audit(protocol_for_level(7, k_iters=1, tiles=1, stages=1, release_lag=0, final_store_wait=False))
     assert "exit_in_flight" in kinds(r)
 
 
 def test_level9_staging_wait_leaving_r_groups_reuses_a_buffer_still_read():
     # wait_group.read 2 (R) instead of 1 (R - 1): panel q - 2's store may still read buffer q % 2
-    r = audit(protocol_for_level(9, k_iters=1, tiles=1, stages=1, staging_wait_pending=2))
+    r = audit(protocol_for_level(9, k_iters=1, tiles=1, stages=1, release_lag=0, staging_wait_pending=2))
     v = first(r, "staging_overwrite")
     assert "for tile 0 panel 2 while the TMA store of tile 0 panel 0 still reads it" in v.message
     writer = v.trace[-1].split(":")[0]
@@ -147,7 +149,7 @@ def test_level9_staging_wait_leaving_r_groups_reuses_a_buffer_still_read():
 
 
 def test_level9_missing_final_wait_group_exits_with_a_panel_store_in_flight():
-    r = audit(protocol_for_level(9, k_iters=1, tiles=1, stages=1, final_store_wait=False))
+    r = audit(protocol_for_level(9, k_iters=1, tiles=1, stages=1, release_lag=0, final_store_wait=False))
     v = first(r, "exit_in_flight")
     assert "TMA store from D" in v.message and "never waited" in v.message
 
@@ -155,7 +157,7 @@ def test_level9_missing_final_wait_group_exits_with_a_panel_store_in_flight():
 def test_level9_consumers_sharing_one_staging_ring_race():
     # one ring D.0, D.1 for both consumer warpgroups, each with its own issuer and bulk groups:
     # a consumer's wait_group covers only its own stores, so the other's writes race with them
-    p = protocol_for_level(9, k_iters=1, tiles=1, stages=1, shared_staging=True)
+    p = protocol_for_level(9, k_iters=1, tiles=1, stages=1, release_lag=0, shared_staging=True)
     assert {b.name for b in p.buffers if b.kind == "staging"} == {"D.0", "D.1"}
     r = audit(p)
     v = first(r, "staging_overwrite")
@@ -180,7 +182,7 @@ def test_phase_reset_caught_in_warp_specialized_levels(level):
 
 
 def test_cluster_empty_counting_only_the_local_cta_overwrites_the_peer():
-    p = protocol_for_level(8, k_iters=2, tiles=1, stages=1, remote_release=False, empty_count=1)
+    p = protocol_for_level(8, k_iters=2, tiles=1, stages=1, release_lag=0, remote_release=False, empty_count=1)
     r = audit(p)
     v = first(r, "early_overwrite")
     assert "@cta" in v.message and "still unread by" in v.message
@@ -192,7 +194,7 @@ def test_cluster_empty_counting_only_the_local_cta_overwrites_the_peer():
 
 
 def test_static_rule_one_producer_and_one_consumer_kind():
-    p = protocol_for_level(7, k_iters=1, tiles=1, stages=1)
+    p = protocol_for_level(7, k_iters=1, tiles=1, stages=1, release_lag=0)
     # a second consumer kind also waiting on full
     p.roles.append(Role("cta0.spy", "spy", 0, 32, [Op("wait", "full", 0, parity=0)]))
     r = audit(p)
@@ -250,15 +252,18 @@ def test_faulty_protocol_is_reported_by_the_full_search():
 
 def _verdicts(p: Protocol) -> dict:
     """Whether each search (full, and each reduced one whose preconditions hold) finds a violation."""
-    from gemm_ladder.design import audit as A
-    cp, static = A._Compiled(p), []  # dynamic violations only
+    from gemm_ladder.audit.compiled import CompiledProtocol
+    from gemm_ladder.audit.explorer import Explorer
+    from gemm_ladder.audit.reductions import ReductionVoid
+    from gemm_ladder.audit.search import search
+    cp, static = CompiledProtocol(p), []  # dynamic violations only
     out = {}
     for mode, why_not in (("none", None), ("blocks", cp.blocks_why_not), ("bursts", cp.bursts_why_not)):
         if why_not is not None:
             continue
         try:
-            found, _, _, complete = A._search(cp, A._Explorer(cp, False, mode), static, 200_000, 1, True)
-        except A._ReductionVoid:
+            found, _, _, complete = search(cp, Explorer(cp, False, mode), static, 200_000, 1, True)
+        except ReductionVoid:
             continue
         assert complete or len(found) > len(static)
         out[mode] = len(found) > len(static)
@@ -266,7 +271,7 @@ def _verdicts(p: Protocol) -> dict:
 
 
 @pytest.mark.parametrize("level,kw", [(7, dict(k_iters=3, tiles=2, stages=2)),
-                                      (8, dict(k_iters=2, tiles=1, stages=1)),
+                                      (8, dict(k_iters=2, tiles=1, stages=1, release_lag=0)),
                                       (9, dict(k_iters=2, tiles=1, stages=2))])
 def test_reduced_searches_agree_with_the_full_search_on_dropped_ops(level, kw):
     # every single-op deletion of a level protocol (a missing wait, arrive, expect, load, read, store,
@@ -286,9 +291,9 @@ def test_reduced_searches_agree_with_the_full_search_on_dropped_ops(level, kw):
 @pytest.mark.parametrize("level,kw", [
     (5, dict(full_wait=False)), (7, dict(empty_initial_phase=0)), (7, dict(empty_count=2)),
     (9, dict(empty_count=1)), (6, dict(drain_staging_before_reuse=False)), (7, dict(final_store_wait=False)),
-    (6, dict(carry_phase=False, k_iters=3)), (8, dict(remote_release=False, empty_count=1, stages=1)),
+    (6, dict(carry_phase=False, k_iters=3)), (8, dict(remote_release=False, empty_count=1, stages=1, release_lag=0)),
     (9, dict(staging_wait_pending=2, tiles=1)), (9, dict(shared_staging=True, tiles=1)), (8, dict(full_count=2)),
-    (9, dict(full_initial_phase=1, tiles=1)), (8, dict()), (9, dict(cluster=2, stages=1, tiles=1))])
+    (9, dict(full_initial_phase=1, tiles=1)), (8, dict()), (9, dict(cluster=2, stages=1, release_lag=0, tiles=1))])
 def test_reduced_searches_agree_with_the_full_search_on_seeded_faults(level, kw):
     kw = dict(dict(k_iters=2, tiles=2, stages=2), **kw)
     v = _verdicts(protocol_for_level(level, **kw))
@@ -306,54 +311,49 @@ def test_trace_is_short():
 
 
 def plan_json(**ring_over) -> dict:
-    ring = {"stages": 3, "full_barriers": {"arrival_count": 1, "initial_phase": 0},
-            "empty_barriers": {"arrival_count": 1, "initial_phase": 1}}
-    ring.update(ring_over)
-    return {"ring": ring, "consumers": 1, "cluster": 1, "tile": {"bm": 128, "bn": 128, "bk": 64},
-            "problem": {"m": 256, "n": 256, "k": 256}}
+    """A designer plan (3 stages, K = 256: 4 K tiles), as JSON, with ``ring_over`` written into its ring."""
+    doc = json.loads(json.dumps(plan_gemm(256, 256, 256, stages=3).to_json()))
+    doc["ring"].update(ring_over)
+    return doc
 
 
 def test_protocol_from_plan_good_and_faulty():
     p = protocol_from_plan(plan_json())
     assert p.bounds["k_iters"] == 4 and p.bounds["stages"] == 3
     assert audit(p).ok
-    bad = protocol_from_plan(plan_json(empty_barriers={"arrival_count": 1, "initial_phase": 0}))
+    bad = protocol_from_plan(plan_json(first_empty_wait_parity=0))
     assert "deadlock" in kinds(audit(bad))
 
 
 def test_protocol_from_plan_reads_the_designers_ring_spelling():
-    plan = {"ring": {"pipe_depth": 2, "full_init_count": 1, "empty_init_count": 2,
-                     "first_full_wait_parity": 0, "first_empty_wait_parity": 1},
-            "consumers": {"warpgroups": 2, "producer_warpgroup": True}, "cluster": {"size": 1},
-            "tile": {"bm": 128, "bn": 256, "bk": 64}, "problem": {"m": 4096, "n": 4096, "k": 128},
-            "persistent": True}
-    p = protocol_from_plan(plan)
+    plan = plan_gemm(4096, 4096, 128, tile=(128, 256, 64), stages=2, consumers=2, persistent=True)
+    p = protocol_from_plan(json.loads(json.dumps(plan.to_json())))
     assert p.role_counts() == {"producer": 1, "consumer": 2} and p.bounds["tiles_per_cta"] == 2
     assert audit(p).ok
 
 
 def test_protocol_from_plan_lists_missing_keys():
     with pytest.raises(PlanFormatError) as exc:
-        protocol_from_plan({"ring": {"stages": 2}})
+        protocol_from_plan({"schema": PLAN_SCHEMA, "ring": {"pipe_depth": 2}})
     msg = str(exc.value)
-    for key in ("ring.full_barriers.arrival_count", "ring.empty_barriers.arrival_count", "consumers",
-                "problem.k", "tile.bk"):
+    for key in ("ring.full_init_count", "ring.empty_init_count", "problem.consumers", "problem.k", "problem.tile"):
         assert key in msg
 
 
 def test_build_rejects_non_ws_multi_consumer():
     with pytest.raises(ValueError, match="consumers must be 1"):
-        build_ring_protocol(stages=2, k_iters=1, consumers=2)
+        RingConfig(stages=2, k_iters=1, consumers=2)
 
 
 @pytest.mark.parametrize("warp_specialized", [False, True])
 def test_release_after_the_next_wgmma_needs_two_stages(warp_specialized):
     """Levels 5-9 release stage k only after issuing the wgmma of k + 1 (release_lag=1). With one stage
     that is a deadlock, which is why their kernels static_assert STAGES >= 2; with two it is clean."""
-    one = audit(build_ring_protocol(stages=1, k_iters=2, release_lag=1, warp_specialized=warp_specialized))
+    one = audit(build_ring_protocol(RingConfig(stages=1, k_iters=2, release_lag=1, warp_specialized=warp_specialized)))
     v = first(one, "deadlock")
     assert "full" in v.message, one.render()
-    two = audit(build_ring_protocol(stages=2, k_iters=3, tiles=2, release_lag=1, warp_specialized=warp_specialized))
+    two = audit(build_ring_protocol(RingConfig(stages=2, k_iters=3, tiles=2, release_lag=1,
+                                               warp_specialized=warp_specialized)))
     assert two.ok, two.render()
 
 

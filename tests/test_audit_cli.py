@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from gemm_ladder.audit import PLAN_SCHEMA
 from gemm_ladder.cli import main
+from gemm_ladder.design import plan_gemm
 
 
 def test_audit_level5_exits_0_and_prints_the_result(capsys):
@@ -29,10 +33,10 @@ def test_audit_level_json_output(capsys):
 
 
 def _plan(empty_initial_phase: int) -> dict:
-    return {"ring": {"stages": 2, "full_barriers": {"arrival_count": 1, "initial_phase": 0},
-                     "empty_barriers": {"arrival_count": 1, "initial_phase": empty_initial_phase}},
-            "consumers": 1, "cluster": 1, "tile": {"bm": 128, "bn": 128, "bk": 64},
-            "problem": {"m": 128, "n": 128, "k": 256}}
+    """A designer plan (2 stages, K = 256) whose producer's first empty wait uses ``empty_initial_phase``."""
+    doc = json.loads(json.dumps(plan_gemm(128, 128, 256, stages=2).to_json()))
+    doc["ring"]["first_empty_wait_parity"] = empty_initial_phase
+    return doc
 
 
 def test_audit_good_plan_exits_0(tmp_path, capsys):
@@ -66,6 +70,82 @@ def test_audit_edited_protocol_json_exits_1(tmp_path, capsys):
 def test_audit_usage_errors_exit_2(tmp_path, capsys):
     assert main(["audit"]) == 2
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"ring": {"stages": 2}}))
+    bad.write_text(json.dumps({"schema": PLAN_SCHEMA, "ring": {"pipe_depth": 2}}))
     assert main(["audit", str(bad)]) == 2
     assert "problem.k" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------- the shipped levels
+
+
+@pytest.mark.parametrize("number", [4, 5, 6, 7, 8, 9])
+def test_audit_level_audits_the_configuration_the_level_ships(number, capsys):
+    from gemm_ladder.levels import LEVELS
+
+    lv = LEVELS[number]
+    assert main(["audit", "--level", str(number), "--k-iters", "1", "--json"]) == 0
+    b = json.loads(capsys.readouterr().out)["bounds"]
+    assert (b["stages"], b["cluster"], b["consumers"]) == (lv.stages, lv.cluster, lv.consumers)
+    assert b["warp_specialized"] == lv.producer_warpgroup and b["tiles_per_cta"] == (2 if lv.persistent else 1)
+    assert b.get("staging_buffers", 1) == max(lv.c_ring, 1)
+
+
+def test_audit_level9_with_no_flags_is_level9_as_shipped(capsys):
+    assert main(["audit", "--level", "9"]) == 0
+    out = capsys.readouterr().out
+    assert "audit level9-S4-K3-T2: OK" in out and "cluster=2" in out and "consumers=2" in out
+
+
+@pytest.mark.parametrize("args,rule", [
+    *[(["--level", str(n), "--stages", "1"], "GL_RELEASES_PREVIOUS_STAGE") for n in (5, 6, 7, 8, 9)],
+    (["--level", "9", "--cluster", "3"], "cluster size"), (["--level", "8", "--cluster", "1"], "GL_CLUSTER == 2"),
+    (["--level", "7", "--cluster", "2"], "cluster of 1"), (["--level", "9", "--stages", "5"], "at most 4 stages"),
+    (["--level", "4", "--stages", "2"], "single stage"), (["--level", "3"], "levels 4..9"),
+    (["--level", "10"], "levels 4..9")])
+def test_audit_refuses_what_the_level_refuses_with_the_rule(args, rule, capsys):
+    assert main(["audit", *args]) == 2
+    out, err = capsys.readouterr()
+    assert not out and err.count("\n") == 1 and err.startswith("gemm-ladder audit: ") and rule in err
+
+
+# ---------------------------------------------------------------------------------------- bad input
+
+BAD_FILES = {
+    "array.json": b"[1, 2]", "number.json": b"3", "null.json": b"null", "empty_object.json": b"{}",
+    "other_schema.json": b'{"schema": "gemm-ladder/result/1"}', "not_json.json": b"nope",
+    "not_utf8.json": b"\xff\xfe\x00{", "empty.json": b"",
+    "roles_not_list.json": b'{"roles": 5, "barriers": [], "buffers": []}',
+    "bad_parity.json": b'{"roles": [{"name": "x", "program": [{"op": "wait", "barrier": "f", "parity": "z"}]}],'
+                       b' "barriers": [], "buffers": []}',
+    "list_tag.json": b'{"roles": [{"name": "x", "program": [{"op": "consume", "buffers": ["A"], "tag": [1]}]}],'
+                     b' "barriers": [], "buffers": []}',
+    "huge_stages.json": b'{"roles": [], "barriers": [{"name": "f", "arrival_count": 1, "stages": 1000000000}],'
+                        b' "buffers": []}',
+    "role_not_object.json": b'{"roles": [7], "barriers": [], "buffers": []}',
+    "plan_with_null.json": b'{"schema": "gemm-ladder/design/1", "problem": null}',
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FILES))
+def test_audit_bad_plan_files_end_in_one_line_and_exit_2(name, tmp_path, capsys):
+    path = tmp_path / name
+    path.write_bytes(BAD_FILES[name])
+    assert main(["audit", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert not out and err.count("\n") == 1 and err.startswith("gemm-ladder audit: "), err
+
+
+@pytest.mark.parametrize("args", [
+    ["MISSING"], ["FOLDER"], ["--level", "9", "--dump-protocol", "/missing/dir/x.json"],
+    ["--level", "9", "--dump-protocol", "FOLDER"], ["--level", "5", "--k-iters", "0"],
+    ["--level", "5", "--k-iters", "-3"], ["--level", "5", "--tiles", "0"], ["--level", "5", "--tiles", "x"],
+    ["--level", "5", "--stages", "0"], ["--level", "5", "--stages", "-1"], ["--level", "9", "--cluster", "0"],
+    ["--level", "5", "--max-states", "0"], ["--level", "5", "--max-states", "-5"], ["--level", "x"],
+    ["--level", "5", "--k-iters", "1000", "--tiles", "3"], ["--level", "5", "PLAN"], []], ids=repr)
+def test_audit_bad_arguments_end_in_one_line_and_exit_2(args, tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(_plan(1)))
+    subst = {"MISSING": str(tmp_path / "missing.json"), "FOLDER": str(tmp_path), "PLAN": str(plan)}
+    assert main(["audit", *[subst.get(a, a) for a in args]]) == 2
+    out, err = capsys.readouterr()
+    assert not out and err.count("\n") == 1 and err.startswith("gemm-ladder audit: "), err

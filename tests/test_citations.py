@@ -53,7 +53,6 @@ def test_nothing_cites_a_document_outside_the_repository():
     assert _pointers_nowhere(("",), exclude=(DESIGN, GATES)) == []
 
 
-@pytest.mark.xfail(strict=True, reason="fixed in branch wt-audit (the designer cites DESIGN.md and the seed's list)")
 def test_the_designer_cites_nothing_outside_the_repository():
     assert _pointers_nowhere((DESIGN,)) == []
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from gemm_ladder.design import PlanRefused, assess_suitability, kernel_defines_for, plan_gemm
+from gemm_ladder.design import PlanRefused, assess_suitability, describe, kernel_defines_for, plan_gemm
 from gemm_ladder.design.problem import ARCHS
+from gemm_ladder.design.render import plan_markdown
 from gemm_ladder.design.smem import plan_tmem
 
 BF16 = "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16"
@@ -239,10 +240,11 @@ def test_issuer_in_producer_warpgroup():
     assert (p.issuer.thread, p.issuer.warpgroup, p.issuer.store_thread) == (0, "producer", 128)
     assert (p.consumers.first_warpgroup, p.consumers.first_thread, p.consumers.release_threads) == (1, 128, (128, 256))
     assert p.consumers.threads == 256 and p.consumers.accumulator_registers == 128
-    assert "threads 128-383" in p.consumers.description and "warpgroup 0" in p.issuer.description
-    assert "thread 128" in p.issuer.description.lower()
-    assert any("thread 128" in step for step in p.store_protocol.steps)
-    assert "128, 256" in p.load_protocol.empty_arrivers
+    text = describe(p)
+    assert "threads 128-383" in text.consumers and "warpgroup 0" in text.issuer
+    assert "thread 128" in text.issuer.lower()
+    assert any("thread 128" in step for step in text.store_steps)
+    assert "128, 256" in text.empty_arrivers
     j = p.to_json()
     assert (j["issuer"]["thread"], j["issuer"]["store_thread"]) == (0, 128)
     assert j["consumers"]["release_threads"] == [128, 256]
@@ -254,11 +256,11 @@ def test_issuer_without_producer_warpgroup():
     assert not p.consumers.producer_warpgroup and p.consumers.threads_per_cta == 128
     assert (p.issuer.thread, p.issuer.store_thread, p.issuer.warpgroup) == (0, 0, "consumer 0")
     assert (p.consumers.first_warpgroup, p.consumers.release_threads) == (0, (0,))
-    assert "also a consumer" in p.issuer.description
+    assert "also a consumer" in describe(p).issuer
 
 
 def _loads(plan, phase):
-    return [j for r in plan.timeline if r.phase == phase for j in r.loads]
+    return [j for r in describe(plan).timeline if r.phase == phase for j in r.loads]
 
 
 def test_timeline_k_tiles_5_stages_3():
@@ -266,7 +268,7 @@ def test_timeline_k_tiles_5_stages_3():
     assert _loads(p, "prologue") == [0, 1, 2]
     assert _loads(p, "steady") == [3, 4]
     assert _loads(p, "drain") == []
-    iters = [r for r in p.timeline if r.iteration is not None]
+    iters = [r for r in describe(p).timeline if r.iteration is not None]
     assert [(r.iteration, r.stage, r.parity) for r in iters] == [(0, 0, 0), (1, 1, 0), (2, 2, 0), (3, 0, 1), (4, 1, 1)]
     assert [r.phase for r in iters] == ["steady", "steady", "steady", "drain", "drain"]
     # load 3 goes into stage 0 only after iteration 1 released stage 0 (k=0)
@@ -277,27 +279,27 @@ def test_timeline_k_tiles_5_stages_3():
 def test_timeline_one_k_tile():
     p = plan_gemm(256, 256, 64, stages=4)
     assert _loads(p, "prologue") == [0] and _loads(p, "steady") == [] and _loads(p, "drain") == []
-    iters = [r for r in p.timeline if r.iteration is not None]
+    iters = [r for r in describe(p).timeline if r.iteration is not None]
     assert len(iters) == 1 and iters[0].phase == "drain"
-    assert any("commit_group" in r.producer for r in p.timeline)
-    assert "wait_group.read 0" in p.timeline[-1].producer
+    assert any("commit_group" in r.producer for r in describe(p).timeline)
+    assert "wait_group.read 0" in describe(p).timeline[-1].producer
 
 
 def test_timeline_fewer_k_tiles_than_stages():
     p = plan_gemm(256, 256, 136, stages=4)  # 3 K tiles (K tail of 8)
     assert p.schedule.k_tiles == 3
     assert _loads(p, "prologue") == [0, 1, 2] and _loads(p, "steady") == []
-    assert [r.iteration for r in p.timeline if r.phase == "drain" and r.iteration is not None] == [0, 1, 2]
+    assert [r.iteration for r in describe(p).timeline if r.phase == "drain" and r.iteration is not None] == [0, 1, 2]
 
 
 @pytest.mark.parametrize("k_tiles,stages", [(7, 3), (1, 1), (3, 1), (8, 4), (9, 4), (2, 2), (20, 6)])
 def test_timeline_every_load_once_and_after_release(k_tiles, stages):
     p = plan_gemm(256, 256, 64 * k_tiles, stages=stages)
-    loads = [j for r in p.timeline for j in r.loads]
+    loads = [j for r in describe(p).timeline for j in r.loads]
     assert sorted(loads) == list(range(k_tiles)) == loads
     assert _loads(p, "prologue") == list(range(min(stages, k_tiles)))
     released = set()
-    for r in p.timeline:
+    for r in describe(p).timeline:
         # a release of iteration i happens in the consumer action, before the producer of the same row reuses it
         for i in range(k_tiles):
             if f"(k={i}): arrive" in r.consumer:
@@ -307,7 +309,7 @@ def test_timeline_every_load_once_and_after_release(k_tiles, stages):
                 assert j - stages in released, (j, r)
     # drain issues no loads, and the last iteration is in the drain
     assert _loads(p, "drain") == []
-    assert [r for r in p.timeline if r.iteration == k_tiles - 1][0].phase == "drain"
+    assert [r for r in describe(p).timeline if r.iteration == k_tiles - 1][0].phase == "drain"
 
 
 def test_persistent_schedule():
@@ -315,8 +317,9 @@ def test_persistent_schedule():
     assert p.schedule.grid == (132, 1, 1) and p.schedule.cluster_dims == (1, 1, 1) and p.schedule.tiles == 32 * 32
     # three rounds of the ring, numbered by the global K counter (it continues across tiles)
     assert [r.iteration for r in p.ring.ledger] == list(range(12))
-    assert "continues across tiles" in p.schedule.notes[0]
-    assert "blockIdx.x / 1" in p.schedule.notes[0] and "grouped order" in p.schedule.notes[1]
+    notes = describe(p).schedule_notes
+    assert "continues across tiles" in notes[0]
+    assert "blockIdx.x / 1" in notes[0] and "grouped order" in notes[1]
 
 
 def test_persistent_cluster_schedule():
@@ -326,11 +329,12 @@ def test_persistent_cluster_schedule():
     assert (sc.m_tiles, sc.n_tiles) == (32, 16)
     # 16 unit rows x 16 N tiles = 256 units; 132 SMs x 1 CTA/SM / 2 = 66 resident clusters
     assert sc.grid == (132, 1, 1) and sc.cluster_dims == (2, 1, 1) and sc.ctas == 132
-    assert "min(256 work units, 66 resident clusters)" in sc.notes[0]
-    assert "unit = blockIdx.x / 2" in sc.notes[0] and "gridDim.x / 2 = 66" in sc.notes[0]
-    assert "M tile unit_m * 2 + r" in sc.notes[0]
+    notes = describe(p).schedule_notes
+    assert "min(256 work units, 66 resident clusters)" in notes[0]
+    assert "unit = blockIdx.x / 2" in notes[0] and "gridDim.x / 2 = 66" in notes[0]
+    assert "M tile unit_m * 2 + r" in notes[0]
     # CTA 0 takes units 0, 66, 132, 198 -> (unit row, N tile) (0, 0), (2, 8), (12, 0), (14, 8)
-    assert "(0, 0), (4, 8), (24, 0), (28, 8)" in sc.notes[2]
+    assert "(0, 0), (4, 8), (24, 0), (28, 8)" in notes[2]
     # small problem: the grid stops at the work units
     q = plan_gemm(1024, 512, 512, tile=(128, 256, 64), stages=3, cluster=2, consumers=2, persistent=True)
     assert q.schedule.grid == (4 * 2 * 2, 1, 1)
@@ -359,7 +363,7 @@ def test_odd_m_tiles_in_a_cluster():
     p = plan_gemm(3 * 128, 256, 256, tile=(128, 128, 64), stages=2, cluster=2, persistent=True)
     # 2 unit rows (the second half out of bounds) x 2 N tiles = 4 units -> 8 CTAs
     assert p.schedule.m_tiles == 3 and p.schedule.grid == (8, 1, 1) and p.schedule.cluster_dims == (2, 1, 1)
-    assert any("multicast" in note and "ranks >= 1" in note for note in p.schedule.notes)
+    assert any("multicast" in note and "ranks >= 1" in note for note in describe(p).schedule_notes)
 
 
 # --- output staging over the stages (level 5) ---------------------------------------------------------
@@ -376,9 +380,9 @@ def test_c_aliases_stages_smem():
     assert j["problem"]["c_aliases_stages"] is True and j["smem"]["c_aliases_stages"] is True
     assert "overlays" in j["smem"]["c_staging"] and "drained" in j["smem"]["c_staging"]
     assert "one tile per CTA" in j["smem"]["c_staging"]
-    md = p.to_markdown()
+    md = plan_markdown(p)
     assert "overlays the operand stages" in md and "C panel 0 (overlays the stages)" in md
-    assert "__syncthreads" in p.store_protocol.steps[0]
+    assert "__syncthreads" in describe(p).store_steps[0]
     # without the alias, C follows the stages
     q = plan_gemm(4096, 4096, 4096, tile=(128, 128, 64), stages=3)
     assert q.smem.c_offset == 3 * 32768 and q.smem.total_bytes == 99376 + 32768
@@ -422,8 +426,8 @@ def test_every_tma_level_is_a_plan():
 
 def test_markdown_timeline_elided_for_long_k():
     p = plan_gemm(4096, 4096, 8192, stages=4)  # 128 K tiles
-    assert len([r for r in p.timeline if r.iteration is not None]) == 128  # the plan itself is complete
-    md = p.to_markdown()
+    assert len([r for r in describe(p).timeline if r.iteration is not None]) == 128  # the description is complete
+    md = plan_markdown(p)
     section = md.split("## Timeline", 1)[1].split("## Schedule", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| phase")]
     assert "… 116 iterations omitted (k = 6..121) …" in section
@@ -431,7 +435,7 @@ def test_markdown_timeline_elided_for_long_k():
     assert iters == [str(k) for k in [*range(6), *range(122, 128)]]
     assert len(rows) == 4 + 12 + 1 + 3  # prologue, drawn iterations, the omitted row, epilogue steps
     # short K: every iteration, no omitted row
-    short = plan_gemm(256, 256, 13 * 64, stages=3).to_markdown()
+    short = plan_markdown(plan_gemm(256, 256, 13 * 64, stages=3))
     assert "omitted" not in short.split("## Timeline", 1)[1].split("## Schedule", 1)[0]
 
 
@@ -475,10 +479,31 @@ def test_c_ring_staging_buys_a_fourth_stage_at_level_9():
     names = [r[0] for r in s.regions() if r[0].startswith("C buffer")]
     assert names == ["C buffer 0.0 (consumer 0)", "C buffer 0.1 (consumer 0)",
                      "C buffer 1.0 (consumer 1)", "C buffer 1.1 (consumer 1)"]
-    assert "wait_group.read 1" in " ".join(p.store_protocol.steps)
+    assert "wait_group.read 1" in " ".join(describe(p).store_steps)
     with pytest.raises(PlanRefused, match="at most 3 stages"):
         plan_gemm(8192, 8192, 8192, tile=(128, 256, 64), stages=4, cluster=2, consumers=2, persistent=True)
     with pytest.raises(PlanRefused, match="does not divide"):
         plan_gemm(8192, 8192, 8192, tile=(128, 256, 64), stages=3, cluster=2, consumers=2, persistent=True, c_ring=3)
     with pytest.raises(PlanRefused, match="two or more consumer warpgroups"):
         plan_gemm(4096, 4096, 4096, stages=3, persistent=True, c_ring=2)
+
+
+def test_plan_gemm_computes_numbers_only(monkeypatch):
+    """The launch path (levels 4+ plan each new shape) builds no sentence and no timeline; the plan module
+    imports neither the describer nor the renderer (no plan <-> render cycle)."""
+    import ast
+    import inspect
+
+    import gemm_ladder.design.describer as describer
+    import gemm_ladder.design.plan as plan_module
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("plan_gemm described the plan")
+
+    for name in ("describe", "build_timeline", "conclusion", "_load_steps", "_store_steps", "_schedule_notes"):
+        monkeypatch.setattr(describer, name, refuse)
+    plan_gemm(8192, 8192, 8192, tile=(128, 256, 64), stages=4, cluster=2, consumers=2, persistent=True, c_ring=2,
+              stream_k=True)
+    imported = {node.module for node in ast.walk(ast.parse(inspect.getsource(plan_module)))
+                if isinstance(node, ast.ImportFrom)}
+    assert not imported & {"gemm_ladder.design.describer", "gemm_ladder.design.render"}

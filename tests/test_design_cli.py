@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
+
+import pytest
 
 from gemm_ladder.cli import main
 from gemm_ladder.design.render import SECTIONS
@@ -90,3 +94,39 @@ def test_stream_k_tail_is_planned_in_json_and_refused_without_persistent(capsys)
     assert tail["tail_units"] == 34 and tail["max_contributors"] == 3
     assert main(["design", "--shape", "8192x8192x8192", "--tile", "128x256x64", "--stream-k"]) == 2
     assert "stream-K without persistent" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("args", [
+    ["--arch", "banana"], ["--dtype", "fp32"], ["--format", "yaml"], ["--stages", "abc"], ["--stages", "-1"],
+    ["--stages", "0"], ["--cluster", "0"], ["--cluster", "3", "--persistent"], ["--cluster", "-2"],
+    ["--consumers", "0"], ["--consumers", "x"], ["--c-ring", "-1"], ["--c-ring", "x"], ["--shape", "4096x4096"],
+    ["--shape", "axbxc"], ["--shape", "0x0x0"], ["--shape", "99999999999x1x1"], ["--shape=-1x2x3"],
+    ["--tile", "0x0x0"], ["--tile", "128x128"], ["--tile", "1x1x1"], ["--stages", "1000"],
+    ["--timeline", "/missing/dir/t.png"], ["--timeline", "FOLDER"], ["NO_SHAPE"]], ids=repr)
+def test_bad_arguments_end_in_one_line_and_exit_2_before_any_output(args, tmp_path, capsys):
+    shape = [] if any(a.startswith("--shape") or a == "NO_SHAPE" for a in args) else ["--shape", "4096x4096x4096"]
+    argv = ["design", *shape, *[str(tmp_path) if a == "FOLDER" else a for a in args if a != "NO_SHAPE"]]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert not out and err.count("\n") == 1 and err.startswith("gemm-ladder design: "), (out[:200], err)
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_readme_design_example_runs_as_written(tmp_path, monkeypatch, capsys):
+    """README's `gemm-ladder design ...` line, every bracketed option taken (the first of a|b)."""
+    lines = (Path(__file__).resolve().parent.parent / "README.md").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("gemm-ladder design "))
+    command = lines[at]
+    while command.endswith("\\"):
+        at += 1
+        command = command[:-1] + " " + lines[at].strip()
+    words = re.sub(r"[\[\]]", " ", command.split("#")[0]).split()
+    words = [w.split("|")[0] for w in words]
+    assert words[:2] == ["gemm-ladder", "design"] and "--cluster" in words, words
+    monkeypatch.chdir(tmp_path)
+    assert main(words[1:]) == 0, capsys.readouterr().err
+    assert "# TMA pipeline plan" in capsys.readouterr().out
+    assert (tmp_path / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -20,8 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import needs_nvcc
 
-from gemm_ladder.design.audit import audit
-from gemm_ladder.design.level_protocols import protocol_for_level
+from gemm_ladder.audit import audit, protocol_for_level
 from gemm_ladder.gates.resources import check_level_resources
 from gemm_ladder.library.gemm import MAJORS, TILE_N, library_gemm
 

@@ -12,9 +12,9 @@ import subprocess
 import pytest
 import torch
 
+from gemm_ladder.audit import RingConfig, audit, build_ring_protocol
 from gemm_ladder.design import PlanRefused, plan_gemm
-from gemm_ladder.design.audit import audit
-from gemm_ladder.design.level_protocols import build_ring_protocol
+from gemm_ladder.design.render import plan_markdown
 from gemm_ladder.library.operand import operand_view
 from gemm_ladder.library.small_m import (
     BK, BUCKETS, CONSUMERS, SMALL_M_MAX, TILE_ROWS, SmallMGemm, bucket, small_m_gemm, split_work,
@@ -36,7 +36,7 @@ def test_the_designer_plans_a_narrow_tile_stored_from_registers():
     assert plan.smem.c_bytes == 0 and plan.kernel_defines()["GL_C_PANELS"] == 0
     assert plan.smem.full_bar_offset == 12 * (128 + 16) * 64 * 2
     assert plan.to_json()["problem"]["c_from_registers"] is True
-    assert "st.global" in plan.to_markdown()
+    assert "st.global" in plan_markdown(plan)
     with pytest.raises(PlanRefused, match="shared memory per block"):
         plan_gemm(4096, 7, 4096, "bf16", c_from_registers=True, **{**kw, "stages": 13})
 
@@ -112,10 +112,10 @@ def _ring(plan, k_iters: int, tiles: int, **faults):
     bm, bn, bk = plan.tile
     ring = dict(full_count=plan.ring.full_init_count, empty_count=plan.ring.empty_init_count,
                 full_initial_phase=plan.ring.first_full_wait_parity, empty_initial_phase=plan.ring.first_empty_wait_parity)
-    return build_ring_protocol(
-        name=f"small-m-BN{bn}-S{plan.stages}-K{k_iters}-T{tiles}", stages=plan.stages, k_iters=k_iters, tiles=tiles,
-        consumers=plan.consumers.warpgroups, cluster=plan.cluster, warp_specialized=plan.consumers.producer_warpgroup,
-        release_lag=1, bm=bm, bn=bn, bk=bk, **{**ring, **faults})
+    return build_ring_protocol(RingConfig(
+        stages=plan.stages, k_iters=k_iters, tiles=tiles, consumers=plan.consumers.warpgroups, cluster=plan.cluster,
+        warp_specialized=plan.consumers.producer_warpgroup, release_lag=1, bm=bm, bn=bn, bk=bk, **{**ring, **faults}),
+        name=f"small-m-BN{bn}-S{plan.stages}-K{k_iters}-T{tiles}")
 
 
 def _ring_bounds(stages: int):

@@ -45,8 +45,6 @@ def _known_defect(reason: str):
 
 #: README commands known to fail today, with the branch or edit that fixes them (first match wins).
 KNOWN_DEFECTS = [
-    (r"^gemm-ladder design .*--cluster 2",
-     _known_defect("refused without --persistent; fixed in branch wt-audit (designer)")),
     (r"^gemm-ladder audit plan\.json",
      _known_defect("the auditor reads tile from the top of the plan, the designer writes it under problem: "
                    "fixed in branch wt-audit")),

@@ -210,14 +210,16 @@ def test_workspaces_are_per_stream_and_zero_their_counters():
 
 
 def test_the_designer_plans_the_tail_and_refuses_it_without_a_persistent_grid():
-    from gemm_ladder.design import PlanRefused, plan_gemm
+    from gemm_ladder.design import PlanRefused, describe, plan_gemm
 
     l9 = dict(dtype="bf16", tile=(128, 256, 64), stages=4, cluster=2, consumers=2, persistent=True, c_ring=2)
-    split = plan_gemm(8192, 8192, 8192, stream_k=True, **l9).schedule
+    split_plan = plan_gemm(8192, 8192, 8192, stream_k=True, **l9)
+    split = split_plan.schedule
     assert split.stream_k["tail_units"] == 34 and split.stream_k["whole_units"] == 990
-    assert any(note.startswith("stream-K tail (stream_k.cuh)") for note in split.notes)
-    whole = plan_gemm(4096, 4096, 4096, stream_k=True, **l9).schedule
-    assert whole.stream_k["tail_units"] == 0 and any("not split" in note for note in whole.notes)
+    assert any(note.startswith("stream-K tail (stream_k.cuh)") for note in describe(split_plan).schedule_notes)
+    whole_plan = plan_gemm(4096, 4096, 4096, stream_k=True, **l9)
+    whole = whole_plan.schedule
+    assert whole.stream_k["tail_units"] == 0 and any("not split" in note for note in describe(whole_plan).schedule_notes)
     assert plan_gemm(8192, 8192, 8192, **l9).schedule.stream_k is None
     assert LEVELS[9].plan(8192, 8192, 8192, "bf16").schedule.stream_k["tail_units"] == 34
     assert LEVELS[9].variant(stream_k_min_idle=0.0).plan(4096, 4096, 4096, "bf16").schedule.stream_k["tail_units"] == 58

@@ -135,9 +135,9 @@ def advise_kernel(ev: Evidence, *, climb_result: dict[str, Any] | None = None, c
     The stop comes at the top of the ladder, or when the kernel's own measured ratio to cuBLAS (gates run
     now, or its rows in a results file) is within the noise of 1: the stopping rule's practical roofline.
     """
+    from gemm_ladder.audit import LEVELS as AUDITED
     from gemm_ladder.gates.climb_data import gpu_name
     from gemm_ladder.gates.stopping import judge_climb
-    from gemm_ladder.design.level_protocols import LEVELS as AUDITED
 
     climb = next((v for v in judge_climb(climb_result) if v.dtype == ev.dtype), None) if climb_result else None
     gpu = gpu_name(climb_result) if climb_result else None

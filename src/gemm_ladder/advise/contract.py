@@ -20,7 +20,9 @@ class Contract:
     def to_json(self) -> dict[str, Any]:
         out = {"kind": self.kind, "title": self.title, **self.data}
         if self.plan is not None:
-            out["plan"] = self.plan.to_json()
+            from gemm_ladder.design.describer import plan_document  # the plan with its prose, as `design` prints it
+
+            out["plan"] = plan_document(self.plan)
         return out
 
 

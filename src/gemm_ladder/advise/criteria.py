@@ -223,13 +223,13 @@ def resources_section(level: Any, dtype: str) -> Section:
 
 
 def protocol_section(level: Any) -> Section | None:
-    from gemm_ladder.design.level_protocols import LEVELS as AUDITED
+    from gemm_ladder.audit import LEVELS as AUDITED
 
     if level.number not in AUDITED:
         return None
     return Section("protocol", "no GPU needed; a check of its own, not run by climb", (Criterion(
         f"gemm-ladder audit --level {level.number}: the stage-ring protocol model-checked free of deadlock, early "
-        "reuse and phase errors for its bounds", "gemm_ladder.design.audit, gemm_ladder.design.level_protocols"),))
+        "reuse and phase errors for its bounds", "gemm_ladder.audit"),))
 
 
 def level_criteria(number: int, dtype: str = "bf16") -> Criteria:

@@ -5,7 +5,8 @@
         --consumers 2 --persistent --format json --timeline plan.png
     gemm-ladder design --shape 8192x8192x8192 --stages 3 --c-aliases-stages    # level 5
 
-Exit status 0 with a plan, 2 when the plan is refused (the message names the rule and the numbers).
+Exit status 0 with a plan, 2 when the plan is refused (the message names the rule and the numbers)
+or an argument is bad (one line on stderr, before anything is printed).
 """
 
 from __future__ import annotations
@@ -13,19 +14,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
+
+from gemm_ladder.commands.argcheck import BadArgument, choice, integer, writable_file
 
 NAME = "design"
 HELP = "Plan a TMA pipeline (tensor maps, smem layout, barriers, phases, timeline) for a GEMM; no GPU needed."
 
+#: The choices of the options checked in run() (argparse's own check would print its usage, not one line).
+_CHOICES = {"dtype": ("bf16", "fp16"), "arch": ("sm_90a", "sm_100a"), "format": ("md", "json")}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--shape", required=True, help="MxNxK of c = a @ b.T, a (M, K), b (N, K)")
-    parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    parser.add_argument("--shape", help="MxNxK of c = a @ b.T, a (M, K), b (N, K) (required)")
+    parser.add_argument("--dtype", default="bf16", metavar="{bf16,fp16}")
     parser.add_argument("--tile", default="128x128x64", help="BMxBNxBK (default 128x128x64)")
-    parser.add_argument("--stages", type=int, default=4, help="PIPE_DEPTH, >= 1 (default 4)")
-    parser.add_argument("--cluster", type=int, default=1, help="CTAs per cluster along M sharing B by multicast")
-    parser.add_argument("--consumers", type=int, default=1, help="consumer warpgroups per CTA")
-    parser.add_argument("--arch", default="sm_90a", choices=["sm_90a", "sm_100a"])
+    parser.add_argument("--stages", default="4", metavar="STAGES", help="PIPE_DEPTH, >= 1 (default 4)")
+    parser.add_argument("--cluster", default="1", metavar="CLUSTER",
+                        help="CTAs per cluster along M sharing B by multicast (needs --persistent when > 1)")
+    parser.add_argument("--consumers", default="1", metavar="CONSUMERS", help="consumer warpgroups per CTA")
+    parser.add_argument("--arch", default="sm_90a", metavar="{sm_90a,sm_100a}")
     parser.add_argument("--persistent", action="store_true",
                         help="persistent grid: min(work units, resident clusters) x cluster CTAs walking units in grouped order "
                              "(required for --cluster > 1)")
@@ -34,13 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--c-aliases-stages", action="store_true",
                         help="lay the output staging over the drained operand stages (level 5: more CTAs per SM); "
                              "one tile per CTA only, refused with --persistent")
-    parser.add_argument("--c-ring", type=int, default=0, metavar="R",
+    parser.add_argument("--c-ring", default="0", metavar="R",
                         help="give each consumer warpgroup its own ring of R one-panel output staging buffers, stored "
                              "panel by panel (level 9: R = 2), instead of staging the whole tile (0, the default)")
     parser.add_argument("--stream-k", action="store_true",
                         help="split the last partial wave's units by K iterations over every cluster where it pays "
                              "(level 9's stream-K tail; needs --persistent)")
-    parser.add_argument("--format", default="md", choices=["md", "json"])
+    parser.add_argument("--format", default="md", metavar="{md,json}")
     parser.add_argument("--timeline", metavar="FILE.png", help="also draw the timeline picture into this PNG")
 
 
@@ -48,23 +56,38 @@ def run(args: argparse.Namespace) -> int:
     from gemm_ladder.design import PlanRefused, parse_triple, plan_gemm
 
     try:
+        if args.shape is None:
+            raise BadArgument("--shape MxNxK is required")
+        for dest, options in _CHOICES.items():
+            choice(getattr(args, dest), f"--{dest}", options)
+        counts = {dest: integer(getattr(args, dest), f"--{dest.replace('_', '-')}")
+                  for dest in ("stages", "cluster", "consumers", "c_ring")}
+        if args.timeline:
+            writable_file(Path(args.timeline), "--timeline")
         m, n, k = parse_triple(args.shape, "--shape")
         tile = parse_triple(args.tile, "--tile")
-        plan = plan_gemm(m, n, k, dtype=args.dtype, tile=tile, stages=args.stages, cluster=args.cluster,
-                         consumers=args.consumers, arch=args.arch, persistent=args.persistent,
+        plan = plan_gemm(m, n, k, dtype=args.dtype, tile=tile, arch=args.arch, persistent=args.persistent,
                          producer_warpgroup=args.producer_warpgroup, c_aliases_stages=args.c_aliases_stages,
-                         c_ring=args.c_ring, stream_k=args.stream_k)
+                         stream_k=args.stream_k, **counts)
     except PlanRefused as exc:
         print(f"gemm-ladder design: plan refused: {exc}", file=sys.stderr)
         return 2
-    except ValueError as exc:
+    except (BadArgument, ValueError) as exc:
         print(f"gemm-ladder design: {exc}", file=sys.stderr)
         return 2
+    from gemm_ladder.design.describer import plan_document
+    from gemm_ladder.design.render import plan_markdown, timeline_png
+
     if args.format == "json":
-        print(json.dumps(plan.to_json(), indent=2))
+        print(json.dumps(plan_document(plan), indent=2))
     else:
-        print(plan.to_markdown(), end="")
+        print(plan_markdown(plan), end="")
     if args.timeline:
-        plan.write_timeline_png(args.timeline)
+        try:
+            timeline_png(plan, args.timeline)
+        except OSError as exc:
+            print(f"gemm-ladder design: cannot write --timeline {args.timeline}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
         print(f"timeline written to {args.timeline}", file=sys.stderr)
     return 0
+

@@ -4,6 +4,7 @@
     >>> p = plan_gemm(4096, 4096, 4096, "bf16", tile=(128, 128, 64), stages=4)
     >>> p.tensor_maps["a"].encode_kwargs(base_ptr)   # arguments of cuTensorMapEncodeTiled
     >>> p.kernel_defines()                           # -D constants for the kernel
+    >>> describe(p).load_steps                       # the prose, written from the numbers on demand
 
 Pure Python, no GPU. Sources are named in each module's docstring (CUDA Driver API
 cuTensorMapEncodeTiled; PTX ISA: Tensor Memory Accelerator / cp.async.bulk.tensor, mbarrier expect-tx,
@@ -11,6 +12,7 @@ wgmma Matrix Descriptor Format, Shared Memory Matrix Layout; CUDA C Programming 
 table). Command line: ``gemm-ladder design``.
 """
 
+from gemm_ladder.design.describer import PlanText, describe, plan_document
 from gemm_ladder.design.plan import (
     KernelConfig, Plan, Schedule, Suitability, assess_suitability, kernel_defines_for, plan_gemm,
 )
@@ -22,7 +24,7 @@ from gemm_ladder.design.timeline import TimelineRow, build_timeline, simulate
 
 __all__ = [
     "ARCHS", "DTYPES", "ENCODE_ORDER", "Consumers", "Issuer", "KernelConfig", "LedgerRow", "LoadProtocol",
-    "MmaDescriptor", "Plan", "PlanRefused", "Ring", "Schedule", "SmemLayout", "StoreProtocol", "Suitability",
+    "MmaDescriptor", "Plan", "PlanRefused", "PlanText", "Ring", "Schedule", "SmemLayout", "StoreProtocol", "Suitability",
     "TensorMapSpec", "TimelineRow", "TmemPlan", "assess_suitability", "build_timeline", "kernel_defines_for",
-    "parse_triple", "phase_ledger", "plan_gemm", "simulate",
+    "describe", "parse_triple", "phase_ledger", "plan_document", "plan_gemm", "simulate",
 ]

@@ -11,8 +11,9 @@ Sources for the numbers below:
   SM and 227 KB per block.
 * Tensor memory (sm_100a): PTX ISA, "Tensor Memory": 128 lanes x 512 columns of 32-bit cells per CTA;
   ``tcgen05.alloc`` takes a power-of-two number of columns, at least 32.
-* SM counts: H200 SXM 132 SMs (measured, see DESIGN.md), B200 148 SMs (datasheet). Used only for the
-  persistent grid; the plan says which value it used.
+* SM counts: H200 SXM 132 SMs (measured: ``meta.gpu.sm_count`` of the results in bench/results/, e.g.
+  bench/results/2026-11-30_climb_bf16_edge_square_llm_d3b6198.json), B200 148 SMs (datasheet). Used
+  only for the persistent grid; the plan says which value it used.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ ARCHS: dict[str, ArchInfo] = {
     "sm_90a": ArchInfo(
         name="sm_90a", mma="wgmma", max_smem_per_block=232448, smem_per_sm=233472,
         smem_reserved_per_block=1024, max_blocks_per_sm=32, max_threads_per_sm=2048,
-        max_cluster_portable=8, sm_count=132, sm_count_source="H200 SXM, measured (DESIGN.md)",
+        max_cluster_portable=8, sm_count=132, sm_count_source="H200 SXM, measured: meta.gpu.sm_count in bench/results/*.json",
     ),
     "sm_100a": ArchInfo(
         name="sm_100a", mma="tcgen05", max_smem_per_block=232448, smem_per_sm=233472,

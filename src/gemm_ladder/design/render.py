@@ -29,12 +29,17 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
 
 
 def plan_markdown(plan: Plan) -> str:
+    """The plan as Markdown: :data:`SECTIONS`, in order, with the prose of
+    :func:`~gemm_ladder.design.describer.describe`."""
+    from gemm_ladder.design.describer import describe
+
+    text = describe(plan)
     bm, bn, bk = plan.tile
     L: list[str] = [
         f"# TMA pipeline plan: {plan.m}x{plan.n}x{plan.k} {plan.dtype}, tile {bm}x{bn}x{bk}, "
         f"{plan.stages} stages, cluster {plan.cluster}, {plan.consumers.warpgroups} consumer(s), {plan.arch}",
         "",
-        "## Conclusion", "", plan.conclusion(), "",
+        "## Conclusion", "", text.conclusion, "",
         "## Suitability", "",
         f"TMA fits: **{'yes' if plan.suitability.fits else 'no'}**; worth it: "
         f"**{'yes' if plan.suitability.worthwhile else 'no'}**", "",
@@ -74,26 +79,25 @@ def plan_markdown(plan: Plan) -> str:
           f"- load issuer: thread {iss.thread} ({iss.warpgroup}); store issuer{'s' if len(iss.store_threads) > 1 else ''}: thread{'s' if len(iss.store_threads) > 1 else ''} {', '.join(map(str, iss.store_threads or (iss.store_thread,)))} "
           f"({iss.store_warpgroup}); empty-barrier arrivals: thread(s) "
           f"{', '.join(map(str, plan.consumers.release_threads))}",
-          f"- issuer: {iss.description}",
-          f"- consumers: {plan.consumers.description}",
+          f"- issuer: {text.issuer}",
+          f"- consumers: {text.consumers}",
           f"- threads per CTA: {plan.consumers.threads_per_cta}"
           + (f"; accumulator registers per consumer thread: {plan.consumers.accumulator_registers}"
              if plan.consumers.accumulator_registers else "")]
     lp = plan.load_protocol
     L += ["", "## Load protocol", "",
           f"full[s]: arrival count {lp.full_arrival_count}, expect_tx {lp.expect_tx_bytes} bytes; "
-          f"empty[s]: arrival count {lp.empty_arrival_count} ({lp.empty_arrivers}).", ""]
-    L += [f"{i}. {step}" for i, step in enumerate(lp.steps, 1)]
+          f"empty[s]: arrival count {lp.empty_arrival_count} ({text.empty_arrivers}).", ""]
+    L += [f"{i}. {step}" for i, step in enumerate(text.load_steps, 1)]
     L += ["", "## Phase ledger", "",
           "Every barrier starts in phase 0. Consumers wait full[s] for parity (i / S) & 1; the producer waits "
           "empty[s] for the opposite parity, so its first wait (parity 1) passes on a fresh barrier.", ""]
     L += _table(["iteration", "stage", "round", "full wait parity", "empty wait parity", "empty passes at once"],
                 [[r.iteration, r.stage, r.round, r.full_wait_parity, r.empty_wait_parity,
                   "yes" if r.empty_passes_immediately else "no"] for r in plan.ring.ledger])
-    st = plan.store_protocol
     L += ["", "## Store protocol", ""]
-    L += [f"{i}. {step}" for i, step in enumerate(st.steps, 1)]
-    L += ["", f"{st.never}."]
+    L += [f"{i}. {step}" for i, step in enumerate(text.store_steps, 1)]
+    L += ["", f"{text.store_never}."]
     r = plan.ring
     L += ["", "## Stage ring", ""]
     L += _table(["PIPE_DEPTH", "full barriers (init count)", "empty barriers (init count)", "initial phase",
@@ -111,7 +115,7 @@ def plan_markdown(plan: Plan) -> str:
                 [omitted if t is None else
                  [t.phase, "-" if t.iteration is None else t.iteration, t.producer, t.consumer, t.epilogue,
                   "-" if t.stage is None else t.stage, "-" if t.parity is None else t.parity]
-                 for t in elide_rows(plan.timeline)])
+                 for t in elide_rows(text.timeline)])
     if gap is not None:
         L += ["", f"Iterations {gap.start}..{gap.stop - 1} repeat the steady-state pattern (stage k % {plan.stages}, "
                   f"parity (k / {plan.stages}) & 1); the JSON plan lists every row."]
@@ -122,11 +126,11 @@ def plan_markdown(plan: Plan) -> str:
            f"{sc.waves} work units on average, on {sc.sm_count} SMs" if sc.persistent else
            f"- grid {sc.grid} (x: N tiles, y: M tiles), no cluster, {sc.ctas} CTAs, {sc.waves} waves on "
            f"{sc.sm_count} SMs x {plan.smem.ctas_per_sm} CTA(s)/SM")]
-    L += [f"- {n}" for n in sc.notes]
+    L += [f"- {n}" for n in text.schedule_notes]
     L += ["", "## Kernel defines", "", "```"] + [f"-D{k}={v}" for k, v in plan.kernel_defines().items()] + ["```"]
-    L += ["", "## Assumptions", ""] + [f"- {a}" for a in plan.assumptions]
-    L += ["", "## Minimal validation", ""] + [f"- {v}" for v in plan.validation]
-    L += ["", "## Risks and fallback", ""] + [f"- {x}" for x in plan.risks]
+    L += ["", "## Assumptions", ""] + [f"- {a}" for a in text.assumptions]
+    L += ["", "## Minimal validation", ""] + [f"- {v}" for v in text.validation]
+    L += ["", "## Risks and fallback", ""] + [f"- {x}" for x in text.risks]
     return "\n".join(L) + "\n"
 
 

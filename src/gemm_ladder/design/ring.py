@@ -36,7 +36,6 @@ class Issuer:
     warpgroup: str  # the load issuer's role: "producer" (warpgroup 0) or "consumer 0" (also computes)
     store_thread: int  # the TMA store issuer's thread index (0, or 128 with a producer warpgroup)
     store_warpgroup: str  # "consumer 0" (warpgroup 0 without a producer warpgroup, warpgroup 1 with one)
-    description: str
     store_threads: tuple[int, ...] = ()  # every TMA store issuer: (store_thread,), or thread 0 of each consumer (c_ring)
 
     def to_json(self) -> dict:
@@ -60,7 +59,6 @@ class Consumers:
     first_warpgroup: int  # CTA warpgroup index of consumer 0 (1 with a producer warpgroup, else 0)
     first_thread: int  # 128 * first_warpgroup
     release_threads: tuple[int, ...]  # thread 0 of each consumer warpgroup: the empty-barrier arrivers
-    description: str
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -79,28 +77,21 @@ class LoadProtocol:
     b_boxes_per_stage: int  # TMA instructions landing in each CTA's B stage (one per cluster CTA)
     multicast_mask: int  # 0 without multicast
     empty_arrival_count: int
-    empty_arrivers: str
-    steps: tuple[str, ...]
 
     def to_json(self) -> dict:
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        out["steps"] = list(self.steps)
-        return out
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
 @dataclass(frozen=True)
 class StoreProtocol:
-    """How C leaves shared memory: bulk async-groups, never a byte count."""
+    """How C leaves shared memory: ``panels`` bulk async-group stores of ``panel_box``, never a byte count."""
 
     panels: int
     panel_box: tuple[int, int]
     panel_bytes: int
-    steps: tuple[str, ...]
-    never: str
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        out["steps"] = list(self.steps)
         out["panel_box"] = list(self.panel_box)
         return out
 

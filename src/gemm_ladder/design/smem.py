@@ -167,7 +167,7 @@ def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluste
     """
     if (bool(c_ring) + c_aliases_stages + c_from_registers) > 1:
         raise PlanRefused("output staging", "c_ring, c_aliases_stages and c_from_registers are different output "
-                          "layouts: pick one")
+                          "layouts: pick one (on the command line: --c-ring or --c-aliases-stages)")
     a_stage = bm * bk * elem_bytes
     b_stage = bn * bk * elem_bytes
     a_off = 0

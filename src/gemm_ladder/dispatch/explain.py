@@ -7,6 +7,7 @@ import inspect
 from dataclasses import asdict, dataclass, field
 
 from gemm_ladder.contract import dtype_name
+from gemm_ladder.design.describer import conclusion, plan_document
 from gemm_ladder.design.problem import ceil_div
 from gemm_ladder.dispatch import kernels as K
 from gemm_ladder.dispatch.heuristic import CostModel
@@ -119,7 +120,7 @@ def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostMo
     plan_json, plan = None, None
     try:
         plan = route.kernel.plan(route.m, route.n, route.k, dtype, **_leading_dims(route))
-        plan_json = {"conclusion": plan.conclusion(), "plan": plan.to_json()}
+        plan_json = {"conclusion": conclusion(plan), "plan": plan_document(plan)}
     except Exception as exc:  # noqa: BLE001 - a refused plan is part of the explanation
         plan_json = {"conclusion": f"no plan: {type(exc).__name__}: {exc}"}
     desc = K.describe(route.kernel)

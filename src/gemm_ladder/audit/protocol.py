@@ -2,7 +2,7 @@
 
 A :class:`Protocol` is a complete, finite description of how the threads of one cluster hand shared
 memory stages to each other over a bounded number of K iterations and tiles. It is what
-:func:`gemm_ladder.design.audit.audit` explores. Protocols serialise to and from JSON
+:func:`gemm_ladder.audit.audit` explores. Protocols serialise to and from JSON
 (:meth:`Protocol.to_json`, :meth:`Protocol.from_json`), so a kernel author can write one by hand.
 
 Vocabulary (the CuTe verbs in brackets):
@@ -25,6 +25,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, fields
+
+
+#: The ``format`` of a protocol's JSON (:meth:`Protocol.to_json`).
+PROTOCOL_FORMAT = "gemm-ladder-protocol/1"
+
+
+class ProtocolError(ValueError):
+    """The protocol is malformed (unknown barrier or buffer, stage out of range, bad JSON, ...)."""
 
 #: Operation kinds and what they mean (``barrier``/``stage``/``cta`` name one barrier instance;
 #: ``cta=None`` means the role's own CTA).
@@ -95,15 +103,33 @@ class Op:
         return out
 
     @classmethod
-    def from_json(cls, d: dict) -> Op:
-        d = dict(d)
-        for key in ("buffers", "dests"):
-            if d.get(key) is not None:
-                d[key] = tuple(d[key])
+    def from_json(cls, d: dict, where: str = "op") -> Op:
+        """Raises :class:`ProtocolError` naming ``where`` and the key for anything malformed."""
+        r = _JsonObject(d, where)
         unknown = set(d) - {f.name for f in fields(cls)}
         if unknown:
-            raise ValueError(f"op {d.get('op')!r} has unknown keys {sorted(unknown)}")
-        return cls(**d)
+            raise ProtocolError(f"{where}: op {d.get('op')!r} has unknown keys {sorted(unknown)}")
+        kw = {"op": r.text("op")}
+        for key in ("barrier", "note"):
+            if key in d:
+                kw[key] = r.text(key, optional=key == "barrier")
+        for key, low in (("stage", 0), ("count", 0), ("bytes", 0), ("pending", 0)):
+            if key in d:
+                kw[key] = r.integer(key, low)
+        for key in ("cta", "parity", "phase", "tag", "panel"):
+            if key in d:
+                kw[key] = r.integer(key, None, optional=True)
+        if "arrive" in d:
+            kw["arrive"] = r.flag("arrive")
+        if "buffers" in d:
+            kw["buffers"] = tuple(r.texts("buffers"))
+        if "dests" in d:
+            dests = r.integers("dests", 0, optional=True)
+            kw["dests"] = None if dests is None else tuple(dests)
+        try:
+            return cls(**kw)
+        except ValueError as exc:
+            raise ProtocolError(f"{where}: {exc}") from None
 
     def describe(self, own_cta: int = 0) -> str:
         """A short human-readable form, e.g. ``wait full[1] parity 0``."""
@@ -150,9 +176,12 @@ class Role:
                 "program": [op.to_json() for op in self.program]}
 
     @classmethod
-    def from_json(cls, d: dict) -> Role:
-        return cls(name=d["name"], kind=d.get("kind", d["name"]), cta=int(d.get("cta", 0)),
-                   threads=int(d.get("threads", 1)), program=[Op.from_json(o) for o in d.get("program", [])])
+    def from_json(cls, d: dict, where: str = "role") -> Role:
+        r = _JsonObject(d, where)
+        name = r.text("name", required=True)
+        return cls(name=name, kind=r.text("kind", default=name), cta=r.integer("cta", 0, default=0),
+                   threads=r.integer("threads", 1, default=1),
+                   program=[Op.from_json(o, f"{where}.program[{i}]") for i, o in enumerate(r.array("program"))])
 
 
 @dataclass(frozen=True)
@@ -178,11 +207,13 @@ class Barrier:
         return out
 
     @classmethod
-    def from_json(cls, d: dict) -> Barrier:
-        ctas = d.get("ctas")
-        return cls(name=d["name"], arrival_count=int(d["arrival_count"]),
-                   initial_phase=int(d.get("initial_phase", 0)), stages=int(d.get("stages", 1)),
-                   ctas=None if ctas is None else tuple(ctas), kind=d.get("kind", "handoff"))
+    def from_json(cls, d: dict, where: str = "barrier") -> Barrier:
+        r = _JsonObject(d, where)
+        ctas = r.integers("ctas", 0, optional=True)
+        return cls(name=r.text("name", required=True), arrival_count=r.integer("arrival_count", 0, required=True),
+                   initial_phase=r.integer("initial_phase", 0, default=0),
+                   stages=r.integer("stages", 1, default=1, most=MAX_STAGES),
+                   ctas=None if ctas is None else tuple(ctas), kind=r.choice("kind", ("handoff", "sync")))
 
 
 @dataclass(frozen=True)
@@ -202,10 +233,12 @@ class Buffer:
         return out
 
     @classmethod
-    def from_json(cls, d: dict) -> Buffer:
-        ctas = d.get("ctas")
-        return cls(name=d["name"], stages=int(d.get("stages", 1)), bytes=int(d.get("bytes", 0)),
-                   kind=d.get("kind", "operand"), ctas=None if ctas is None else tuple(ctas))
+    def from_json(cls, d: dict, where: str = "buffer") -> Buffer:
+        r = _JsonObject(d, where)
+        ctas = r.integers("ctas", 0, optional=True)
+        return cls(name=r.text("name", required=True), stages=r.integer("stages", 1, default=1, most=MAX_STAGES),
+                   bytes=r.integer("bytes", 0, default=0), kind=r.choice("kind", ("operand", "staging")),
+                   ctas=None if ctas is None else tuple(ctas))
 
 
 @dataclass
@@ -238,7 +271,7 @@ class Protocol:
         raise KeyError(name)
 
     def to_json(self) -> dict:
-        return {"format": "gemm-ladder-protocol/1", "name": self.name, "ctas": self.ctas,
+        return {"format": PROTOCOL_FORMAT, "name": self.name, "ctas": self.ctas,
                 "bounds": dict(self.bounds), "notes": list(self.notes),
                 "roles": [r.to_json() for r in self.roles],
                 "barriers": [b.to_json() for b in self.barriers],
@@ -249,11 +282,80 @@ class Protocol:
 
     @classmethod
     def from_json(cls, d: dict) -> Protocol:
+        """The protocol a JSON object describes (:meth:`to_json`'s form; ``format`` optional).
+
+        Raises :class:`ProtocolError` naming the first malformed key (a missing list, a wrong type,
+        a count out of range), never a bare KeyError or TypeError.
+        """
+        r = _JsonObject(d, "protocol")
         missing = [k for k in ("roles", "barriers", "buffers") if k not in d]
         if missing:
-            raise ValueError(f"protocol JSON lacks {', '.join(missing)}")
-        return cls(name=d.get("name", "protocol"), ctas=int(d.get("ctas", 1)),
-                   roles=[Role.from_json(r) for r in d["roles"]],
-                   barriers=[Barrier.from_json(b) for b in d["barriers"]],
-                   buffers=[Buffer.from_json(b) for b in d["buffers"]],
-                   bounds=dict(d.get("bounds", {})), notes=list(d.get("notes", [])))
+            raise ProtocolError(f"protocol JSON lacks {', '.join(missing)}")
+        return cls(name=r.text("name", default="protocol"), ctas=r.integer("ctas", 1, default=1, most=MAX_CTAS),
+                   roles=[Role.from_json(x, f"roles[{i}]") for i, x in enumerate(r.array("roles"))],
+                   barriers=[Barrier.from_json(x, f"barriers[{i}]") for i, x in enumerate(r.array("barriers"))],
+                   buffers=[Buffer.from_json(x, f"buffers[{i}]") for i, x in enumerate(r.array("buffers"))],
+                   bounds=r.object("bounds"), notes=r.texts("notes"))
+
+
+#: Bounds on a hand-written protocol's sizes: a cluster holds at most 16 CTAs (the non-portable
+#: maximum, CUDA C Programming Guide "Thread Block Clusters"); a stage ring deeper than 256 stages
+#: cannot fit 227 KB of shared memory.
+MAX_CTAS = 16
+MAX_STAGES = 256
+
+_REQUIRED = object()
+
+
+class _JsonObject:
+    """Typed reads of one JSON object of a protocol; each failure is a ProtocolError naming where."""
+
+    def __init__(self, d: object, where: str):
+        if not isinstance(d, dict):
+            raise ProtocolError(f"{where} must be a JSON object, not {type(d).__name__}")
+        self.d, self.where = d, where
+
+    def _get(self, key: str, default, required: bool, optional: bool, want: str, ok):
+        if key not in self.d:
+            if required:
+                raise ProtocolError(f"{self.where} lacks {key!r} ({want})")
+            return default
+        v = self.d[key]
+        if v is None and optional:
+            return None
+        if not ok(v):
+            raise ProtocolError(f"{self.where}.{key} = {v!r}: want {want}")
+        return v
+
+    def integer(self, key, low, *, default=None, required=False, optional=False, most=None):
+        want = "an integer" + ("" if low is None else f" >= {low}") + ("" if most is None else f" and <= {most}")
+        return self._get(key, default, required, optional, want,
+                         lambda v: _is_int(v) and (low is None or v >= low) and (most is None or v <= most))
+
+    def integers(self, key, low, *, optional=False):
+        return self._get(key, None if optional else [], False, optional, f"a list of integers >= {low}",
+                         lambda v: isinstance(v, list) and all(_is_int(x) and x >= low for x in v))
+
+    def text(self, key, *, default=None, required=False, optional=False):
+        return self._get(key, default, required or default is None and not optional, optional, "a string",
+                         lambda v: isinstance(v, str))
+
+    def texts(self, key):
+        return self._get(key, [], False, False, "a list of strings",
+                         lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
+
+    def flag(self, key):
+        return self._get(key, True, False, False, "true or false", lambda v: isinstance(v, bool))
+
+    def choice(self, key, options):
+        return self._get(key, options[0], False, False, " or ".join(map(repr, options)), lambda v: v in options)
+
+    def array(self, key):
+        return self._get(key, [], False, False, "a list", lambda v: isinstance(v, list))
+
+    def object(self, key):
+        return dict(self._get(key, {}, False, False, "an object", lambda v: isinstance(v, dict)))
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)

@@ -1,0 +1,330 @@
+"""One stage-ring protocol builder for every ladder level: :class:`RingConfig` -> :class:`Protocol`.
+
+:func:`build_ring_protocol` unrolls the programs of one cluster for a bounded number of K iterations
+and tiles per CTA. Everything a kernel author can get wrong (arrival counts, initial phases, whether
+the phase is carried across tiles, whether staging is drained before reuse, whether a consumer
+arrives on the peer CTA's empty barrier) is a field of :class:`RingConfig`, so a fault is seeded by
+changing one field and the audit shows what goes wrong. :func:`gemm_ladder.audit.levels.protocol_for_level`
+and :func:`gemm_ladder.audit.plans.protocol_from_plan` both build a :class:`RingConfig`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from gemm_ladder.audit.protocol import Barrier, Buffer, Op, Protocol, Role
+
+#: The most K iterations (tiles x k_iters) one protocol unrolls: a ring repeats every 2 x stages
+#: iterations, so a longer run adds states, not cases.
+MAX_ITERATIONS = 1024
+
+
+@dataclass(frozen=True)
+class RingConfig:
+    """What :func:`build_ring_protocol` unrolls; validated once, on construction (ValueError naming the field).
+
+    The ring and its bound:
+        stages: ring depth S (>= 1).
+        k_iters, tiles: loads per tile and tiles per CTA (phases carried across tiles); at most
+            :data:`MAX_ITERATIONS` in all.
+        release_lag: 0, a consumer releases stage k right after reading it (level 4: its
+            ``__syncthreads``, ``wgmma.wait_group 0``); 1, as levels 5-9 do: ``wgmma.wait_group 1``
+            after issuing the wgmma of k + 1 proves the one of k done, so stage k is released then,
+            and a tile's last stage after its ``wait_group 0`` (with one stage this deadlocks). The
+            issuing thread of levels 5-6 refills each stage right after releasing it.
+
+    Roles:
+        consumers: consumer warpgroups per CTA (cooperative: all read every stage).
+        cluster: CTAs per cluster; with ``multicast`` (default: cluster > 1) B is split in ``cluster``
+            equal parts (``bn`` must divide), each loaded by one CTA and multicast to all.
+        warp_specialized: separate producer thread; otherwise one warpgroup whose thread 0 also issues
+            (then ``consumers`` must be 1).
+        consumer_threads: threads a consumer role stands for (128: a warpgroup).
+
+    Barriers:
+        full_count, empty_count: barrier init counts (empty default, :attr:`empty_arrivals`: consumers x
+            cluster x release_weight with multicast, else consumers x release_weight).
+        full_initial_phase, empty_initial_phase: parity of the first wait (0 and 1 in a right design).
+        release_weight: arrivals per consumer release (1: one elected thread; consumer_threads: every
+            thread arrives, the ``__syncthreads`` form of level 4).
+
+    Epilogue:
+        staging_buffers: R, the output staging ring of each consumer warpgroup (its own buffers
+            ``D{i}.0 .. D{i}.R-1``, or ``D`` / ``D{i}`` when R = 1), each (bm / consumers) rows x
+            (bn / panels_per_tile) columns.
+        panels_per_tile: P, the column panels a consumer stores a tile as, one TMA store and one bulk
+            group (``commit_group``) each; panel p of tile t is the consumer's running panel
+            q = t * P + p and goes through staging buffer q % R.
+        deferred_panels: D, the last panels of each tile that wait in registers and are stored in the
+            next tile's first D K iterations, one each right after that iteration's wgmma is issued
+            (before its release); those its K iterations do not reach go after its main loop, and
+            the CTA's last tile stores them at once (level 9: D = P - R). 0: all at the tile's end.
+        staging_wait_pending: the ``wait_group.read`` count before a staging buffer is written again
+            (default R - 1, :attr:`staging_wait`: at most R - 1 newer groups may still read, so the
+            group that last read buffer q % R, panel q - R, has finished). The wait is issued before
+            every panel but the role's first (there no group is in flight and the kernel's wait is a
+            no-op).
+
+    Operand tile (the bytes each load moves): bm, bn, bk and elem_bytes.
+
+    Each consumer stores panel q (in order of q) as: ``wait_group.read pending`` (q > 0), write
+    staging q % R, TMA store + ``commit_group`` (the store issuer is thread 0 of the warpgroup; the
+    named barriers that order its wait, the 128 threads' ``st.shared`` and its store are inside one
+    role, see the auditor's limits); panels 0..P-D-1 of a tile after its main loop, panels P-D..P-1
+    as ``deferred_panels`` says; after the last tile ``wait_group.read 0``.
+
+    Fault switches (True/right by default): ``carry_phase`` (False: stage and phase counters restart at
+    each tile), ``full_wait`` / ``empty_wait`` (False: drop those waits), ``remote_release`` (False: a
+    consumer arrives only on its own CTA's empty barrier), ``drain_staging_before_reuse`` (False: no
+    wait_group before writing staging again), ``final_store_wait``, ``staging_wait_pending`` (R: one
+    group too many left reading), ``shared_staging`` (True: the consumers of a CTA share one staging
+    ring, ``D.0 .. D.R-1``, each with its own store issuer and bulk groups and no synchronisation
+    between them).
+    """
+
+    stages: int
+    k_iters: int
+    tiles: int = 1
+    release_lag: int = 0
+    consumers: int = 1
+    cluster: int = 1
+    warp_specialized: bool = False
+    multicast: bool | None = None
+    consumer_threads: int = 128
+    full_count: int = 1
+    empty_count: int | None = None
+    full_initial_phase: int = 0
+    empty_initial_phase: int = 1
+    release_weight: int = 1
+    staging_buffers: int = 1
+    panels_per_tile: int = 1
+    deferred_panels: int = 0
+    staging_wait_pending: int | None = None
+    bm: int = 128
+    bn: int = 128
+    bk: int = 64
+    elem_bytes: int = 2
+    carry_phase: bool = True
+    full_wait: bool = True
+    empty_wait: bool = True
+    remote_release: bool = True
+    drain_staging_before_reuse: bool = True
+    final_store_wait: bool = True
+    shared_staging: bool = False
+
+    def __post_init__(self):
+        for f in fields(self):
+            value, want = getattr(self, f.name), bool if str(f.type).startswith("bool") else int
+            if value is None and str(f.type).endswith("None"):
+                continue
+            if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+                raise ValueError(f"RingConfig.{f.name} must be {want.__name__}, got {value!r}")
+        for name in ("stages", "k_iters", "tiles", "consumers", "cluster", "staging_buffers", "panels_per_tile",
+                     "consumer_threads", "release_weight", "full_count", "bm", "bn", "bk", "elem_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"RingConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.empty_count is not None and self.empty_count < 1:
+            raise ValueError(f"RingConfig.empty_count must be >= 1 (an mbarrier counts at least one arrival), "
+                             f"got {self.empty_count}")
+        if self.k_iters * self.tiles > MAX_ITERATIONS:
+            raise ValueError(f"RingConfig: tiles x k_iters = {self.tiles} x {self.k_iters} > {MAX_ITERATIONS} "
+                             "K iterations to unroll (a ring repeats every 2 x stages iterations)")
+        if not 0 <= self.deferred_panels <= self.panels_per_tile:
+            raise ValueError(f"RingConfig.deferred_panels must be 0..panels_per_tile ({self.panels_per_tile}), "
+                             f"not {self.deferred_panels}")
+        if self.release_lag not in (0, 1):
+            raise ValueError(f"RingConfig.release_lag is 0 (release after the read) or 1 (after the next wgmma), "
+                             f"not {self.release_lag}")
+        if self.staging_wait_pending is not None and self.staging_wait_pending < 0:
+            raise ValueError(f"RingConfig.staging_wait_pending must be >= 0, got {self.staging_wait_pending}")
+        if not self.warp_specialized and self.consumers != 1:
+            raise ValueError("without warp specialization the issuing thread sits in the one consumer warpgroup: "
+                             "consumers must be 1")
+        if self.b_multicast and self.bn % self.cluster:
+            raise ValueError(f"B's {self.bn} rows do not split into {self.cluster} equal multicast slices, one per "
+                             "CTA of the cluster")
+        if self.bm % self.consumers or self.bn % self.panels_per_tile:
+            raise ValueError(f"a {self.bm} x {self.bn} tile does not split into {self.consumers} consumer(s) x "
+                             f"{self.panels_per_tile} panel(s) of equal size")
+
+    @property
+    def b_multicast(self) -> bool:
+        """Whether B is split over the cluster and multicast (``multicast``, default: cluster > 1)."""
+        return self.cluster > 1 if self.multicast is None else self.multicast
+
+    @property
+    def empty_arrivals(self) -> int:
+        """The empty barriers' init count: ``empty_count``, or what the consumers' releases add up to."""
+        if self.empty_count is not None:
+            return self.empty_count
+        return self.consumers * self.release_weight * (self.cluster if self.b_multicast else 1)
+
+    @property
+    def staging_wait(self) -> int:
+        """The ``wait_group.read`` count before a staging buffer is written again (default R - 1)."""
+        return self.staging_buffers - 1 if self.staging_wait_pending is None else self.staging_wait_pending
+
+
+def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict | None = None) -> Protocol:
+    """Unroll ``config``'s ring for ``config.tiles`` tiles of ``config.k_iters`` K iterations per CTA.
+
+    ``name`` names the protocol; ``bounds`` adds entries to the bounds it records (the audit can only
+    speak for those).
+    """
+    cfg = config
+    stages, k_iters, tiles, consumers, cluster = cfg.stages, cfg.k_iters, cfg.tiles, cfg.consumers, cfg.cluster
+    warp_specialized, multicast, consumer_threads = cfg.warp_specialized, cfg.b_multicast, cfg.consumer_threads
+    full_count, empty_count = cfg.full_count, cfg.empty_arrivals
+    full_initial_phase, empty_initial_phase, release_weight = (cfg.full_initial_phase, cfg.empty_initial_phase,
+                                                               cfg.release_weight)
+    staging_buffers, panels_per_tile, deferred_panels = cfg.staging_buffers, cfg.panels_per_tile, cfg.deferred_panels
+    staging_wait_pending, release_lag = cfg.staging_wait, cfg.release_lag
+    bm, bn, bk, elem_bytes = cfg.bm, cfg.bn, cfg.bk, cfg.elem_bytes
+    carry_phase, full_wait, empty_wait = cfg.carry_phase, cfg.full_wait, cfg.empty_wait
+    drain_staging_before_reuse, final_store_wait = cfg.drain_staging_before_reuse, cfg.final_store_wait
+    shared_staging = cfg.shared_staging
+    release_ctas = cluster if (multicast and cfg.remote_release) else 1
+    a_bytes, b_bytes = bm * bk * elem_bytes, bn * bk * elem_bytes
+    b_parts = cluster if multicast else 1
+    b_names = tuple(f"B{j}" for j in range(b_parts)) if multicast else ("B",)
+    total = tiles * k_iters
+
+    barriers = [Barrier("full", full_count, full_initial_phase, stages),
+                Barrier("empty", empty_count, empty_initial_phase, stages)]
+    buffers = [Buffer("A", stages, a_bytes)] + [Buffer(n, stages, b_bytes // b_parts) for n in b_names]
+    # staging[i][b]: buffer b of consumer i's ring (the same names for every consumer when shared).
+    rings = 1 if (shared_staging or consumers == 1) else consumers
+    prefixes = ["D"] if rings == 1 else [f"D{i}" for i in range(rings)]
+    ring_names = [[n] if staging_buffers == 1 else [f"{n}.{b}" for b in range(staging_buffers)] for n in prefixes]
+    staging = [ring_names[i % rings] for i in range(consumers)]
+    panel_bytes = (bm // consumers) * (bn // panels_per_tile) * elem_bytes
+    buffers += [Buffer(n, 1, panel_bytes, kind="staging") for ring in ring_names for n in ring]
+
+    # The ring schedule: the counter a kernel keeps (maybe reset per tile: the fault) gives stage and
+    # parity; the true number of earlier uses of that stage gives the phase the wait must see.
+    sched = []
+    uses = [0] * stages
+    for g in range(total):
+        i = g if carry_phase else g % k_iters
+        s, r = i % stages, i // stages
+        sched.append((s, r, uses[s]))
+        uses[s] += 1
+
+    def produce(c: int, g: int) -> list[Op]:
+        s, r, true_r = sched[g]
+        ops = []
+        if empty_wait:
+            ops.append(Op("wait", "empty", s, parity=(r + empty_initial_phase) % 2, phase=true_r - 1,
+                          note=f"producer_acquire k#{g}"))
+        ops.append(Op("expect_tx", "full", s, bytes=a_bytes + b_bytes))
+        ops.append(Op("issue_load", "full", s, buffers=("A",), bytes=a_bytes, tag=g))
+        if multicast:
+            ops.append(Op("issue_load", "full", s, buffers=(b_names[c],), bytes=b_bytes // b_parts, tag=g,
+                          dests=tuple(range(cluster))))
+        else:
+            ops.append(Op("issue_load", "full", s, buffers=("B",), bytes=b_bytes, tag=g))
+        return ops
+
+    def release(c: int, g: int) -> list[Op]:
+        s = sched[g][0]
+        return [Op("arrive", "empty", s, cta=None if (c + j) % cluster == c else (c + j) % cluster,
+                   count=release_weight, note=f"consumer_release k#{g}") for j in range(release_ctas)]
+
+    def consume(c: int, g: int) -> list[Op]:
+        """Wait for stage k#g and read it; with release_lag 0 also release it, with 1 release k#g-1
+        (not across a tile start: a tile's last stage is released at its end)."""
+        s, r, true_r = sched[g]
+        ops = []
+        if full_wait:
+            ops.append(Op("wait", "full", s, parity=(r + full_initial_phase) % 2, phase=true_r,
+                          note=f"consumer_wait k#{g}"))
+        ops.append(Op("consume", stage=s, buffers=("A",) + b_names, tag=g))
+        if release_lag == 0:
+            ops += release(c, g)
+        elif g % k_iters > 0:
+            ops += release(c, g - 1)
+        return ops
+
+    early = panels_per_tile - deferred_panels  # panels stored at the end of their own tile
+
+    def panel(i: int, t: int, p: int) -> list[Op]:
+        """Consumer i stores panel p of tile t: wait_group.read, write staging q % R, store + commit."""
+        q = t * panels_per_tile + p
+        buf = staging[i][q % staging_buffers]
+        tag_panel = None if panels_per_tile == 1 else p
+        ops = []
+        if q > 0 and drain_staging_before_reuse:
+            whole = panels_per_tile == 1 and staging_buffers == 1
+            why = ("drain the previous tile's store before reuse" if whole
+                   else f"issuer, before reuse of {buf}; then named barrier")
+            ops.append(Op("store_wait", pending=staging_wait_pending, note=why))
+        ops.append(Op("write_staging", buffers=(buf,), tag=t, panel=tag_panel,
+                      note="" if tag_panel is None else "st.shared; fence.proxy.async; named barrier"))
+        ops.append(Op("store_commit", buffers=(buf,), tag=t, panel=tag_panel))
+        return ops
+
+    def iteration(c: int, i: int, g: int) -> list[Op]:
+        """K iteration g of consumer i: its wait, wgmma and release, with a deferred panel of the
+        previous tile stored right after the wgmma is issued when the schedule puts one there."""
+        ops = consume(c, g)
+        t, kt = divmod(g, k_iters)
+        if t > 0 and kt < deferred_panels:
+            at = next(j for j, op in enumerate(ops) if op.op == "consume") + 1
+            ops[at:at] = panel(i, t - 1, early + kt)
+        return ops
+
+    def tile_end(i: int, t: int) -> list[Op]:
+        """After tile t's main loop: the previous tile's deferred panels its K iterations did not
+        take, this tile's early panels; after the last tile its deferred panels and the final drain."""
+        ops = []
+        if t > 0:
+            for p in range(early + k_iters, panels_per_tile):
+                ops += panel(i, t - 1, p)
+        for p in range(early):
+            ops += panel(i, t, p)
+        if t == tiles - 1:
+            for p in range(early, panels_per_tile):
+                ops += panel(i, t, p)
+            if final_store_wait:
+                ops.append(Op("store_wait", pending=0, note="drain before exit"))
+        return ops
+
+    roles: list[Role] = []
+    for c in range(cluster):
+        if warp_specialized:
+            prog = [op for g in range(total) for op in produce(c, g)]
+            roles.append(Role(f"cta{c}.producer", "producer", c, 1, prog))
+            for i in range(consumers):
+                prog = []
+                for g in range(total):
+                    prog += iteration(c, i, g)
+                    if g % k_iters == k_iters - 1:
+                        if release_lag:
+                            prog += release(c, g)  # after wgmma.wait_group 0
+                        prog += tile_end(i, g // k_iters)
+                cname = f"cta{c}.consumer" if consumers == 1 else f"cta{c}.consumer{i}"
+                roles.append(Role(cname, "consumer", c, consumer_threads, prog))
+        else:
+            prog = []
+            for g in range(min(stages, total)):
+                prog += produce(c, g)
+            for g in range(total):
+                prog += iteration(c, 0, g)
+                freed = g - release_lag if (release_lag == 0 or g % k_iters > 0) else None
+                if freed is not None and freed + stages < total:
+                    prog += produce(c, freed + stages)  # refill the stage just released
+                if g % k_iters == k_iters - 1:
+                    if release_lag:
+                        prog += release(c, g)  # after wgmma.wait_group 0
+                        if g + stages < total:
+                            prog += produce(c, g + stages)
+                    prog += tile_end(0, g // k_iters)
+            roles.append(Role(f"cta{c}.wg", "issuer_consumer", c, consumer_threads, prog))
+
+    b = {"stages": stages, "k_iters": k_iters, "tiles_per_cta": tiles, "consumers": consumers,
+         "cluster": cluster, "warp_specialized": warp_specialized, "multicast": multicast}
+    if staging_buffers > 1 or panels_per_tile > 1:
+        b.update(staging_buffers=staging_buffers, panels_per_tile=panels_per_tile, deferred_panels=deferred_panels)
+    if bounds:
+        b.update(bounds)
+    return Protocol(name=name, ctas=cluster, roles=roles, barriers=barriers, buffers=buffers, bounds=b)
