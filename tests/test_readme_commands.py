@@ -44,11 +44,7 @@ def _known_defect(reason: str):
 
 
 #: README commands known to fail today, with the branch or edit that fixes them (first match wins).
-KNOWN_DEFECTS = [
-    (r"^gemm-ladder audit plan\.json",
-     _known_defect("the auditor reads tile from the top of the plan, the designer writes it under problem: "
-                   "fixed in branch wt-audit")),
-]
+KNOWN_DEFECTS: list = []
 
 
 @dataclass(frozen=True)

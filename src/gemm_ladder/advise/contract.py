@@ -45,10 +45,11 @@ def step_contract(number: int, shape: tuple[int, int, int], dtype: str, arch: st
     from gemm_ladder.design.smem import mma_descriptor
     from gemm_ladder.levels import LEVELS
     from gemm_ladder.levels.thread_copy import TILE_M, TILE_N
+    from gemm_ladder.levels.tma import TmaLevel
 
     level = LEVELS[number]
     (m, n, k), clipped = _clip_to_domain(level, shape)
-    if hasattr(level, "plan"):
+    if isinstance(level, TmaLevel):
         try:
             plan = level.plan(m, n, k, dtype)
         except PlanRefused as exc:

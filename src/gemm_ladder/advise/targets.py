@@ -71,7 +71,9 @@ def _add_launch_facts(ev: Evidence, level: Any, shape: tuple[int, int, int]) -> 
 
     m, n, k = shape
     where = f"gemm_ladder.levels: {type(level).__name__} of level {level.number}"
-    if not hasattr(level, "persistent"):  # the thread-copy levels: one CTA per tile, or a single CTA
+    from gemm_ladder.levels.tma import TmaLevel
+
+    if not isinstance(level, TmaLevel):  # the thread-copy levels: one CTA per tile, or a single CTA
         tiled = bool(getattr(level, "tiled", False))
         from gemm_ladder.levels.thread_copy import TILE_M, TILE_N
 
