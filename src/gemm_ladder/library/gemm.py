@@ -39,8 +39,10 @@ from gemm_ladder.design.problem import arch_info, ceil_div
 from gemm_ladder.design.smem import max_stages
 from gemm_ladder.design.stream_k import DEFAULT_MIN_IDLE, INT32_LIMIT, StreamKTail, plan_tail
 from gemm_ladder.levels.tma import TmaLevel
+from gemm_ladder.library.epilogue import EpilogueCall, compile_with_epilogue
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES, Major, OperandView, operand_view
-from gemm_ladder.runtime.module import device_index
+from gemm_ladder.runtime.compiler import compile_kernel
+from gemm_ladder.runtime.module import device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
 from gemm_ladder.runtime.workspace import WORKSPACES
 
@@ -116,8 +118,32 @@ class LibraryGemm(TmaLevel):
     def layout(self) -> dict[str, str]:
         return {"a_major": self.a_major, "b_major": self.b_major}
 
-    def translation_unit(self, dtype: str) -> str:
-        return f'// gemm-ladder library {self.name}, {dtype}\n#include "{SOURCE}"\n'
+    #: The kernel's accumulator pairs are neighbours along a row of its output (epilogue.cuh's fragment).
+    pair_along_kernel_cols = True
+
+    def translation_unit(self, dtype: str, epilogue_source: str | None = None) -> str:
+        """The source compiled: a fused epilogue's generated code (library/epilogue.py), then the kernel."""
+        return f'// gemm-ladder library {self.name}, {dtype}\n{epilogue_source or ""}#include "{SOURCE}"\n'
+
+    def build(self, dtype: str, arch: str = "sm_90a", epilogue_source: str | None = None):  # type: ignore[override]
+        """Compile (or fetch from the cache) the cubin for ``dtype``, with the fused epilogue whose generated
+        code is ``epilogue_source`` (:meth:`EpilogueCall.source`) or none. Raises CompileError with nvcc's
+        message (an epilogue's: see :func:`compile_with_epilogue`)."""
+        key = (dtype, arch, epilogue_source)
+        if key not in self._builds:
+            self._builds[key] = compile_kernel(self.translation_unit(dtype, epilogue_source), self.kernel_name,
+                                               arch=arch, defines=self.build_defines(dtype))
+        return self._builds[key]
+
+    def loaded(self, dtype: str, device: torch.device, epilogue_source: str | None = None):  # type: ignore[override]
+        key = (dtype, device_index(device), epilogue_source)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            g = self.geometry(dtype)
+            kernel = load(self.build(dtype, epilogue_source=epilogue_source), device, threads=g.threads,
+                          dynamic_smem=g.dynamic_smem, cluster=g.cluster)
+            self._kernels[key] = kernel
+        return kernel
 
     def plan(self, m: int, n: int, k: int, dtype: str, *, lda: int | None = None, ldb: int | None = None,
              ldc: int | None = None):
@@ -186,15 +212,19 @@ class LibraryGemm(TmaLevel):
 
     # --- launching (GPU) --------------------------------------------------------------------------
     def launch(self, a: OperandView, b: OperandView, c: torch.Tensor, *, split: str = "tail",  # type: ignore[override]
-               c_padding_writable: bool = False) -> None:
+               c_padding_writable: bool = False, epilogue: EpilogueCall | None = None) -> None:
         """``c = A @ B^T`` on the current stream. a: (M, K), b: (N, K) views; c: (M, N), stride (ldc, 1).
 
         ``split``: "tail", "all" or "none" (:func:`split_schedule`). While a CUDA graph is being
         captured the launch runs unsplit (as level 9 does: a graph would keep the stream-K
         workspace's addresses beyond its cache).
 
+        ``epilogue``: a fused epilogue bound to its inputs in the caller's output coordinates and
+        oriented (``swap``: c is the transpose of the caller's output); its extents must be c's (or
+        c's transpose). Built into the kernel (one build per generated source).
+
         Raises GemmInputError naming the rule (:meth:`supports`) and ValueError for an unknown
-        ``split``, before any launch.
+        ``split``, before any launch; EpilogueCompileError when nvcc rejects the epilogue's CUDA.
         """
         reason = self.supports(a, b, c, c_padding_writable=c_padding_writable)
         if reason is not None:
@@ -203,7 +233,11 @@ class LibraryGemm(TmaLevel):
             raise ValueError(f"split = {split!r}: use one of {', '.join(SPLITS)}")
         m, n, k = a.rows, b.rows, a.k
         dtype = dtype_name(c.dtype)
-        kernel = self.loaded(dtype, c.device)
+        if epilogue is not None and (epilogue.rows, epilogue.cols) != ((n, m) if epilogue.swap else (m, n)):
+            raise GemmInputError(f"epilogue bound to a {epilogue.rows} x {epilogue.cols} output, but c is {m} x {n}"
+                                 + (" (transposed)" if epilogue.swap else ""))
+        source = epilogue.source() if epilogue is not None else None
+        kernel = compile_with_epilogue(lambda: self.loaded(dtype, c.device, source), epilogue)
         capturing = torch.cuda.is_current_stream_capturing()
         key = (m, n, k, dtype, device_index(c.device), split, capturing)
         tail = _cached(self._launches, key, lambda: split_schedule(
@@ -218,6 +252,8 @@ class LibraryGemm(TmaLevel):
             first, partials, counters = tail.first_unit, part.data_ptr(), ctr.data_ptr()
         args += [ctypes.c_int(first), ctypes.c_int(tail.max_contributors), ctypes.c_void_p(partials),
                  ctypes.c_void_p(counters)]
+        if epilogue is not None:
+            args.append(epilogue.params(pair_along_cols=self.pair_along_kernel_cols != epilogue.swap))
         kernel.launch((tail.clusters * self.cluster, 1, 1), args, stream)
 
     def view_maps(self, a: OperandView, b: OperandView, c: torch.Tensor) -> list:
