@@ -41,6 +41,8 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from gemm_ladder.contract import GemmInputError
+
 #: Input kinds: a vector over the output's rows (M), one over its columns (N), a tile of the output's
 #: shape, a scalar.
 KINDS = ("row", "col", "tile", "scalar")
@@ -67,7 +69,7 @@ _BUILTIN_NAMES = ("acc", "row", "col")
 LINEAR_PARAMETERS = ("x", "w", "bias", "activation", "residual", "alpha", "beta", "out_dtype", "epilogue")
 
 
-class EpilogueError(ValueError):
+class EpilogueError(GemmInputError):
     """An epilogue's declaration, or the inputs of one call, break a rule (the message names it)."""
 
 
@@ -90,13 +92,14 @@ class Epilogue:
             C identifiers, not C++ keywords, not ``acc``/``row``/``col``, not starting with ``gl_`` or
             ``__``, and not one of :data:`LINEAR_PARAMETERS` (they are passed to ``linear`` as keywords).
         name: a label for messages and plans.
+        examples: values of scalar inputs the gate uses (default 1.0 each), e.g. ``{"lo": -2.0, "hi": 2.0}``.
 
     Raises EpilogueError naming the rule. The CUDA itself is checked by nvcc when first built
     (:meth:`compile_check` builds it alone, in about a second); EpilogueCompileError carries nvcc's message.
     """
 
     def __init__(self, cuda: str, reference: Callable[..., torch.Tensor], inputs: Mapping[str, str] | None = None,
-                 *, name: str = "epilogue"):
+                 *, name: str = "epilogue", examples: Mapping[str, float] | None = None):
         if not isinstance(cuda, str) or not cuda.strip():
             raise EpilogueError("cuda must be a non-empty string: the body of float f(float acc, int row, int col, ...)")
         if not callable(reference):
@@ -116,10 +119,15 @@ class Epilogue:
         if len(tensors) > MAX_TENSOR_INPUTS or len(scalars) > MAX_SCALARS:
             raise EpilogueError(f"{len(tensors)} vector/tile inputs and {len(scalars)} scalars: at most "
                                 f"{MAX_TENSOR_INPUTS} and {MAX_SCALARS} (the kernel argument's slots)")
+        examples = dict(examples or {})
+        for n, v in examples.items():
+            if inputs.get(n) != "scalar" or isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise EpilogueError(f"examples[{n!r}]: examples give numbers for declared scalar inputs only")
         self.cuda = cuda
         self.reference = reference
         self.inputs = inputs
         self.name = str(name)
+        self.examples = examples
 
     def __repr__(self) -> str:
         return f"Epilogue({self.name!r}, inputs={self.inputs})"
@@ -156,21 +164,35 @@ class Epilogue:
                  "__device__ __forceinline__ void gl_epilogue_pair(float& gl_x0, float& gl_x1, int gl_r, int gl_c, "
                  "int gl_rows, int gl_cols, const EpilogueParams& gl_p) {",
                  "  const int gl_r1 = kAlongCols ? gl_r : gl_r + 1, gl_c1 = kAlongCols ? gl_c + 1 : gl_c;",
-                 "  const bool gl_in0 = gl_r < gl_rows && gl_c < gl_cols, gl_in1 = gl_r1 < gl_rows && gl_c1 < gl_cols;"]
+                 "  const bool gl_in0 = gl_r < gl_rows && gl_c < gl_cols, gl_in1 = gl_r1 < gl_rows && gl_c1 < gl_cols;",
+                 "  // A vector's element is masked by its own coordinate only, so the loads of one row's (or one",
+                 "  // column's) pairs are one load the compiler can share.",
+                 "  const bool gl_row0 = gl_r < gl_rows, gl_row1 = gl_r1 < gl_rows;",
+                 "  const bool gl_col0 = gl_c < gl_cols, gl_col1 = gl_c1 < gl_cols;"]
         for slot, n in enumerate(self.tensor_inputs):
             dt = INPUT_DTYPES[dtypes[n]]
             kind = self.inputs[n]
             off = f"static_cast<long long>(gl_r) * gl_p.stride_row[{slot}] + static_cast<long long>(gl_c) * gl_p.stride_col[{slot}]"
             lines.append(f"  float gl_{n}_0, gl_{n}_1;  // {kind} input, slot {slot}")
             same = {"row": "kAlongCols", "col": "!kAlongCols"}.get(kind)
+            m0, m1 = {"row": ("gl_row0", "gl_row1"), "col": ("gl_col0", "gl_col1")}.get(kind, ("gl_in0", "gl_in1"))
+            if kind == "row":
+                off = f"static_cast<long long>(gl_r) * gl_p.stride_row[{slot}]"
+            elif kind == "col":
+                off = f"static_cast<long long>(gl_c) * gl_p.stride_col[{slot}]"
             pair = (f"epi_load_pair<{dt}>(gl_p.ptr[{slot}], {off}, kAlongCols ? gl_p.stride_col[{slot}] : "
-                    f"gl_p.stride_row[{slot}], gl_in0, gl_in1, (gl_p.pair_ok >> {slot}) & 1, gl_{n}_0, gl_{n}_1);")
+                    f"gl_p.stride_row[{slot}], {m0}, {m1}, (gl_p.pair_ok >> {slot}) & 1, gl_{n}_0, gl_{n}_1);")
             if same is None:
                 lines.append(f"  {pair}")
             else:  # the pair shares this vector's element when it runs across the vector's direction
+                # Unpredicated: the index clamped into the vector (it has >= 1 element); the element of a
+                # row or column outside the output is never stored.
+                coord, extent = ("gl_r", "gl_rows") if kind == "row" else ("gl_c", "gl_cols")
+                stride = f"gl_p.stride_{kind}[{slot}]"
+                clamped = f"static_cast<long long>({coord} < {extent} ? {coord} : {extent} - 1) * {stride}"
                 lines += [f"  if constexpr ({same}) {{",
-                          f"    gl_{n}_0 = gl_in0 ? epi_load<{dt}>(gl_p.ptr[{slot}], {off}) : 0.f;",
-                          f"    gl_{n}_1 = gl_in1 ? gl_{n}_0 : 0.f;",
+                          f"    gl_{n}_0 = epi_load<{dt}>(gl_p.ptr[{slot}], {clamped});",
+                          f"    gl_{n}_1 = gl_{n}_0;",
                           "  } else {", f"    {pair}", "  }"]
         args0, args1 = [], []
         scalar_slot = {n: i for i, n in enumerate(self.scalar_inputs)}
@@ -406,7 +428,7 @@ def linear_epilogue(*, bias: bool, activation: str | None, residual: bool, alpha
     name = "+".join(p for p, on in (("alpha", alpha), ("bias", bias), (activation or "", activation),
                                     ("residual", residual)) if on)
     ep = Epilogue.__new__(Epilogue)  # its input names use the reserved gl_ prefix, which users may not
-    ep.cuda, ep.reference, ep.inputs, ep.name = v, reference, inputs, f"linear:{name}"
+    ep.cuda, ep.reference, ep.inputs, ep.name, ep.examples = v, reference, inputs, f"linear:{name}", {}
     _LINEAR_EPILOGUES[key] = ep
     return ep
 

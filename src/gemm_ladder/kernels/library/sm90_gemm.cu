@@ -75,7 +75,11 @@ __device__ __forceinline__ void epilogue_apply(float (&d)[BN / 2], int row0, int
   }
 }
 #define GL_EPILOGUE_ARG , const __grid_constant__ EpilogueParams epi
-#define GL_PACK(row0, col0) (epilogue_apply(d, (row0), (col0), M, N, epi), pack_fragment<BN>(packed, d))
+// fence_accumulators after the epilogue: every result is in its register before the packing and the
+// panel stores start, so the compiler cannot sink the epilogue's loads and math into the stores, where
+// the previous panels' values are still live (that interleaving spilled).
+#define GL_PACK(row0, col0) \
+  (epilogue_apply(d, (row0), (col0), M, N, epi), fence_accumulators(d), pack_fragment<BN>(packed, d))
 #else
 #define GL_EPILOGUE_ARG
 #define GL_PACK(row0, col0) pack_fragment<BN>(packed, d)
