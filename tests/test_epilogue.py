@@ -284,3 +284,27 @@ def test_gate_epilogue_usage_errors(use_cache, tmp_path):
     assert proc.returncode == 2 and "not a gemm_ladder.Epilogue" in proc.stderr
     proc = _gate("examples/my_gemm.py:gemm", "--epilogue", "examples/scale_clamp.py:epilogue", cache=use_cache)
     assert proc.returncode == 2 and "one of the two" in proc.stderr
+
+
+# --- the designer's plan of the extra loads, and its audit ---------------------------------------
+
+
+def test_epilogue_load_plan_and_audit():
+    from dataclasses import replace
+
+    from gemm_ladder.audit.epilogue import audit_epilogue_plan, audit_text
+
+    x, w = t(6, 8), t(4, 8)
+    call = linear_call(x, w, t(4, dtype=torch.float32), activation="gelu", residual=t(6, 4), alpha=2.0)
+    plan = call.load_plan(tile=(128, 256), out_bytes=2)
+    by = {ld.name: ld for ld in plan.loads}
+    assert by["gl_bias_"].bytes_per_tile == 256 * 4 and by["gl_residual_"].bytes_per_tile == 128 * 256 * 2
+    assert by["gl_alpha_"].method == "parameter" and plan.barriers == ()
+    assert plan.bytes_per_tile == 1024 + 65536 and "none added" in plan.text() and "program order" in plan.text()
+    assert plan.to_json()["bytes_per_tile"] == plan.bytes_per_tile
+    assert audit_epilogue_plan(plan) == [] and "no barrier added" in audit_text(plan)
+    staged = replace(plan, loads=(replace(plan.loads[1], staged_in="shared memory"),) + plan.loads[2:])
+    assert any("registers" in p for p in audit_epilogue_plan(staged))
+    assert any("barrier" in p for p in audit_epilogue_plan(replace(plan, barriers=("bar",))))
+    wrong = replace(plan, loads=(replace(plan.loads[1], bytes_per_tile=3),))
+    assert "REFUSED" in audit_text(wrong)

@@ -358,6 +358,14 @@ class EpilogueCall:
             kwargs[n] = t.view(-1, 1) if kind == "row" else t.view(1, -1) if kind == "col" else t
         return self.epilogue.reference(acc, **kwargs)
 
+    def load_plan(self, tile: tuple[int, int] = (128, 256), out_bytes: int = 2):
+        """The designer's plan of this call's extra loads on a (BM, BN) output tile (design/epilogue.py)."""
+        from gemm_ladder.design.epilogue import plan_epilogue_loads
+
+        tensors = iter(self.tensors)
+        inputs = [(n, k, 4 if k == "scalar" else next(tensors)[0].element_size()) for n, k in self.epilogue.inputs.items()]
+        return plan_epilogue_loads(inputs, tile, out_bytes)
+
     def describe(self) -> dict:
         """What the call loads, for ``explain`` and the design plan: per input its kind, dtype, strides."""
         out = []
