@@ -221,6 +221,12 @@ def _refuse_grad_for_out(*tensors) -> None:
                                         "torch's out= ops have none); drop out= to differentiate")
 
 
+def _real(v):
+    """An int alpha or beta as the schema's float (a float, or anything else, is passed on as given:
+    the op's schema check or the fake names what is wrong)."""
+    return float(v) if type(v) is int else v
+
+
 def mm(a, b, *, out=None, out_dtype=None):
     """``torch.ops.gemm_ladder.mm`` (or ``mm_out`` with ``out``): :func:`gemm_ladder.mm` through the
     registered op (what compiled graphs and autograd see). Raises as gemm_ladder.mm."""
@@ -234,12 +240,11 @@ def mm(a, b, *, out=None, out_dtype=None):
 def linear(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, beta=1.0, out_dtype=None, out=None):
     """``torch.ops.gemm_ladder.linear`` (or ``linear_out`` with ``out``): :func:`gemm_ladder.linear`
     through the registered op. Raises as gemm_ladder.linear."""
+    alpha, beta = _real(alpha), _real(beta)
     if out is None:
-        return _LINEAR(x, w, bias, residual, activation=activation, alpha=float(alpha), beta=float(beta),
-                       out_dtype=out_dtype)
+        return _LINEAR(x, w, bias, residual, activation=activation, alpha=alpha, beta=beta, out_dtype=out_dtype)
     _refuse_grad_for_out(x, w, bias, residual)
-    _LINEAR_OUT(x, w, bias, residual, out=out, activation=activation, alpha=float(alpha), beta=float(beta),
-                out_dtype=out_dtype)
+    _LINEAR_OUT(x, w, bias, residual, out=out, activation=activation, alpha=alpha, beta=beta, out_dtype=out_dtype)
     return out
 
 
