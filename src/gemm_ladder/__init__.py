@@ -20,7 +20,8 @@ def __getattr__(name: str):
     if name in _API:
         from gemm_ladder import api
 
-        return getattr(api, name)
+        value = globals()[name] = getattr(api, name)  # kept: a per-call gemm_ladder.mm skips this hook
+        return value
     if name == "precompile":
         from gemm_ladder.dispatch.precompile import precompile
 

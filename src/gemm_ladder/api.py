@@ -33,13 +33,15 @@ from gemm_ladder.dispatch.validate import (
 
 def _through_op(*tensors) -> bool:
     """Whether a call must go through the registered op: compiling, a tensor subclass, meta, or autograd."""
-    if torch.compiler.is_compiling():
-        return True
     grad = torch.is_grad_enabled()
     for t in tensors:
-        if isinstance(t, torch.Tensor) and (type(t) is not torch.Tensor or t.is_meta or (grad and t.requires_grad)):
+        if t is not None and isinstance(t, torch.Tensor) and (
+                type(t) is not torch.Tensor or t.is_meta or (grad and t.requires_grad)):
             return True
-    return False
+    return _is_compiling()
+
+
+_is_compiling = torch.compiler.is_compiling
 
 
 def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
