@@ -81,12 +81,14 @@ def test_guard_reads_the_current_stream(monkeypatch):
 
 
 @needs_nvcc
-def test_a_build_during_capture_is_refused_before_nvcc_runs(capturing, use_cache):
+def test_a_build_during_capture_is_refused_before_nvcc_runs(capturing, tmp_path, monkeypatch):
     from gemm_ladder.runtime.compiler import compile_kernel
+
+    monkeypatch.setenv("GEMM_LADDER_CACHE", str(tmp_path))
 
     with pytest.raises(CaptureBuildError, match=r"building kernel tiny \(not in the kernel cache .*\).*precompile"):
         compile_kernel('extern "C" __global__ void tiny(int* x) { *x = 1; }', "tiny")
-    assert not any(use_cache.iterdir())  # nothing was compiled into the cache
+    assert not any(tmp_path.iterdir())  # nothing was compiled into the (empty) cache
 
 
 def test_a_module_load_during_capture_is_refused_before_the_driver(capturing, monkeypatch):

@@ -175,18 +175,20 @@ _launch_fn = None
 
 
 def _cu_launch_kernel_ex():
-    """libcuda's ``cuLaunchKernelEx`` as a ctypes function (one C call per launch, no wrapper objects):
-    the address the driver gives for it (cuGetProcAddress through cuda.bindings, the library that
-    cuda-python loaded), so both paths use one driver."""
+    """libcuda's ``cuLaunchKernelEx`` (CUDA 12.0+) as a ctypes function: one C call per launch, no
+    wrapper objects. Taken from the driver library the process already loaded (``libcuda.so.1``,
+    the one cuda-python uses), else asked of the driver through cuGetProcAddress."""
     global _launch_fn
     if _launch_fn is None:
-        drv = _driver()
-        flags = drv.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
-        pfn = check(drv.cuGetProcAddress(b"cuLaunchKernelEx", 12000, flags), "cuGetProcAddress(cuLaunchKernelEx)")
-        if isinstance(pfn, tuple):  # (pointer, CUdriverProcAddressQueryResult)
-            pfn = pfn[0]
         proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
-        _launch_fn = proto(int(pfn))
+        try:
+            address = ctypes.cast(ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx, ctypes.c_void_p).value
+        except (OSError, AttributeError):
+            drv = _driver()
+            flags = drv.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
+            found = check(drv.cuGetProcAddress(b"cuLaunchKernelEx", 12000, flags), "cuGetProcAddress(cuLaunchKernelEx)")
+            address = int(found[0] if isinstance(found, tuple) else found)
+        _launch_fn = proto(address)
     return _launch_fn
 
 
