@@ -72,11 +72,13 @@ def _check_pair(names: tuple[str, str], x, y, device_types: tuple[str, ...]) -> 
 def _check_grad(names: tuple[str, str], x: torch.Tensor, y: torch.Tensor) -> None:
     if torch.is_grad_enabled() and (x.requires_grad or y.requires_grad):
         which = names[0] if x.requires_grad else names[1]
-        raise NotSupportedError(f"{which} requires grad: gemm_ladder has no backward yet; call it under "
-                                "torch.no_grad() / torch.inference_mode(), or detach the operands")
+        raise NotSupportedError(f"{which} requires grad: this call has no backward (an out= call has none, as "
+                                "torch's out= ops have none); call gemm_ladder.mm / linear without out= (their "
+                                "backward runs on gemm-ladder's kernels), or call under torch.no_grad()")
 
 
-def check_mm(a, b, out=None, out_dtype=None, *, device_types: tuple[str, ...] = ("cuda",)) -> MmShape:
+def check_mm(a, b, out=None, out_dtype=None, *, device_types: tuple[str, ...] = ("cuda",),
+             check_grad: bool = True) -> MmShape:
     """Check the arguments of ``mm(a, b, out=out, out_dtype=out_dtype)``; return (M, N, K, out dtype).
 
     Rules (each violation raises before any launch, naming the argument):
@@ -85,7 +87,9 @@ def check_mm(a, b, out=None, out_dtype=None, *, device_types: tuple[str, ...] = 
       out_dtype: None (the input dtype) or torch.float32 (the dtype of the returned tensor or ``out``).
       out: None or a 2-D (M, N) tensor on a's device with dtype ``out_dtype`` (else the input dtype),
       without internal overlap (no two elements at one address) and sharing no element with a or b.
-      Autograd: with grad mode on, neither a nor b may require grad (no backward exists yet).
+      Autograd (``check_grad``): with grad mode on, neither a nor b may require grad. The public
+      functions differentiate through the registered ops (gemm_ladder.ops) and check this only for
+      out= calls, which have no backward; the ops' own kernels pass ``check_grad=False``.
 
     Raises:
         GemmTypeError (also a TypeError): a non-tensor argument, or an out_dtype that is not a dtype.
@@ -103,8 +107,15 @@ def check_mm(a, b, out=None, out_dtype=None, *, device_types: tuple[str, ...] = 
     result_dtype = _check_out_dtype(out_dtype, a.dtype)
     if out is not None:
         result_dtype = _check_out(out, m, n, a, b, out_dtype, result_dtype, device_types)
-    _check_grad(("a", "b"), a, b)
+    if check_grad:
+        _check_grad(("a", "b"), a, b)
     return MmShape(m, n, k, result_dtype)
+
+
+def result_dtype(out_dtype, input_dtype: torch.dtype) -> torch.dtype:
+    """The output dtype of a call: ``out_dtype`` checked (None: the input dtype; else the input dtype
+    or torch.float32). Raises GemmTypeError for a non-dtype, GemmInputError for another dtype."""
+    return _check_out_dtype(out_dtype, input_dtype)
 
 
 def _check_out_dtype(out_dtype, input_dtype: torch.dtype) -> torch.dtype:
@@ -231,7 +242,8 @@ def check_domain(shape: MmShape) -> None:
 
 
 def check_linear(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, beta=1.0, out_dtype=None,
-                 epilogue=None, inputs=None, device_types: tuple[str, ...] = ("cuda",)) -> tuple[int, int]:
+                 epilogue=None, inputs=None, device_types: tuple[str, ...] = ("cuda",),
+                 check_grad: bool = True) -> tuple[int, int]:
     """Check every argument of ``linear`` (see :func:`gemm_ladder.api.linear`); return (K, N).
 
     Rules, in order: x and w as mm's operands (types, devices, bf16/fp16, one dtype), x (*, K) with at
@@ -241,8 +253,10 @@ def check_linear(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, 
     ``residual`` None or a tensor of the output's shape (*, N), of x's dtype or float32, on x's device
     (any strides); ``epilogue`` None or a gemm_ladder.Epilogue, and then bias, activation, residual
     None and alpha = beta = 1 (one epilogue per call), and ``inputs`` exactly its declared inputs
-    (:meth:`Epilogue.bind`'s rules); ``inputs`` only with an epilogue; autograd as mm (no operand or
-    input requiring grad under grad mode).
+    (:meth:`Epilogue.bind`'s rules); ``inputs`` only with an epilogue. Autograd (``check_grad``): with
+    grad mode on, no operand, bias, residual or epilogue input may require grad. The public
+    ``linear`` differentiates through the registered op (gemm_ladder.ops) and checks this only where
+    no backward exists (out=, a user Epilogue); the op's own kernel and fake pass ``check_grad=False``.
 
     Raises GemmTypeError, GemmInputError (EpilogueError is one), NotSupportedError (grad).
     """
@@ -274,9 +288,10 @@ def check_linear(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, 
         if tuple(t.shape) != shape:
             what = "the output's shape (*, N)" if name == "residual" else "(N,), one value per output column"
             raise GemmInputError(f"{name} has shape {tuple(t.shape)}; it must be {what} = {shape}")
-        if t.requires_grad and torch.is_grad_enabled():
-            raise NotSupportedError(f"{name} requires grad: gemm_ladder has no backward yet; call it under "
-                                    "torch.no_grad() / torch.inference_mode(), or detach it")
+        if check_grad and t.requires_grad and torch.is_grad_enabled():
+            raise NotSupportedError(f"{name} requires grad: this call has no backward (an out= call has none, as "
+                                    "torch's out= ops have none); call gemm_ladder.linear without out= (its "
+                                    "backward runs on gemm-ladder's kernels), or call under torch.no_grad()")
     if epilogue is not None:
         if not isinstance(epilogue, Epilogue):
             raise GemmTypeError(f"epilogue must be a gemm_ladder.Epilogue, got {type(epilogue).__name__}")
@@ -288,31 +303,51 @@ def check_linear(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, 
     elif inputs:
         raise GemmInputError(f"unexpected keyword arguments {sorted(inputs)}: epilogue inputs are passed only "
                              "with epilogue=gemm_ladder.Epilogue(...)")
-    _check_grad(("x", "w"), x, w)
+    if check_grad:
+        _check_grad(("x", "w"), x, w)
     linear_call(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
-                epilogue=epilogue, inputs=inputs)  # binds the epilogue: its inputs' rules
+                epilogue=epilogue, inputs=inputs, check_grad=check_grad)  # binds the epilogue: its inputs' rules
     return w.shape[1], w.shape[0]
 
 
 def linear_call(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, beta=1.0, epilogue=None,
-                inputs=None) -> EpilogueCall | None:
+                inputs=None, check_grad: bool = True) -> EpilogueCall | None:
     """The epilogue of a checked ``linear`` call bound to its inputs in the (M, N) output's coordinates
     (M = x's rows, batch dimensions merged), or None when there is nothing to fuse. The built-in one
     (:func:`gemm_ladder.library.epilogue.linear_epilogue`) takes alpha when alpha != 1, bias, the
     activation, and the residual with beta unless beta == 0 (then the residual is not read at all:
-    torch.addmm's rule, NaN and Inf in it are not propagated). Raises EpilogueError for bad inputs."""
+    torch.addmm's rule, NaN and Inf in it are not propagated). ``check_grad``: :meth:`Epilogue.bind`'s
+    (an input requiring grad under grad mode is refused). Raises EpilogueError for bad inputs."""
     n = w.shape[0]
     m = math.prod(x.shape[:-1])
     if epilogue is not None:
-        return epilogue.bind(dict(inputs or {}), m, n, x.device)
+        return epilogue.bind(dict(inputs or {}), m, n, x.device, check_grad=check_grad)
     use_residual = residual is not None and beta != 0
     ep = linear_epilogue(bias=bias is not None, activation=activation, residual=use_residual, alpha=alpha != 1)
     if ep is None:
         return None
     values = {"gl_alpha_": alpha, "gl_bias_": bias, "gl_beta_": beta,
               "gl_residual_": residual.reshape(m, n) if use_residual else None}
-    return ep.bind({k: v for k, v in values.items() if k in ep.inputs}, m, n, x.device)
+    return ep.bind({k: v for k, v in values.items() if k in ep.inputs}, m, n, x.device, check_grad=check_grad)
 
 
-__all__ = ["GemmInputError", "GemmTypeError", "MAX_DIM", "MmShape", "NotSupportedError", "OutsideDomainError",
-           "check_domain", "check_linear", "check_mm", "internal_overlap", "linear_call", "may_overlap", "trivial"]
+def check_linear_out(out, x: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """The 2-D (M, N) view of ``linear``'s ``out`` (shape (*x.shape[:-1], N), dtype ``dtype``), for mm's
+    own out rules (device, overlap) to check next. Raises GemmTypeError / GemmInputError naming the rule."""
+    if not isinstance(out, torch.Tensor):
+        raise GemmTypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    want = (*x.shape[:-1], n)
+    if tuple(out.shape) != tuple(want):
+        raise GemmInputError(f"out must have shape (*x.shape[:-1], N) = {tuple(want)}, got {tuple(out.shape)}")
+    if out.dtype != dtype:
+        raise GemmInputError(f"out has dtype {out.dtype}; it must be {dtype}")
+    try:
+        return out.view(-1, n) if out.dim() != 2 else out
+    except RuntimeError:
+        raise GemmInputError(f"out's batch dimensions (strides {tuple(out.stride())}) cannot be merged into one "
+                             "view of (M, N) rows: pass a contiguous out") from None
+
+
+__all__ = ["ACTIVATIONS", "GemmInputError", "GemmTypeError", "MAX_DIM", "MmShape", "NotSupportedError",
+           "OutsideDomainError", "check_domain", "check_linear", "check_linear_out", "check_mm", "internal_overlap",
+           "linear_call", "may_overlap", "result_dtype", "trivial"]

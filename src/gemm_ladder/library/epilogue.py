@@ -228,12 +228,15 @@ class Epilogue:
             raise EpilogueCompileError(f"epilogue {self.name!r}: nvcc rejected its CUDA", compiler_message(exc.log)) from None
 
     # --- one call ----------------------------------------------------------------------------------
-    def bind(self, values: Mapping[str, Any], rows: int, cols: int, device: torch.device) -> "EpilogueCall":
+    def bind(self, values: Mapping[str, Any], rows: int, cols: int, device: torch.device, *,
+             check_grad: bool = True) -> "EpilogueCall":
         """This epilogue with its inputs for one (rows x cols) output on ``device``: every declared input
         given, no other; a row vector 1-D of ``rows`` elements, a column vector of ``cols``, a tile
         (rows, cols) with any strides (a broadcast stride 0 included); tensors bf16, fp16 or fp32 on
         ``device``; scalars Python ints or floats (rounded to fp32). Reads metadata only (CPU, meta or
-        CUDA tensors). Raises EpilogueError (a ValueError) naming the input and the rule."""
+        CUDA tensors). ``check_grad``: refuse a tensor input requiring grad under grad mode (a user
+        epilogue has no backward; the registered linear op's kernel passes False: its autograd formula
+        covers the built-in epilogue). Raises EpilogueError (a ValueError) naming the input and the rule."""
         missing = [n for n in self.inputs if n not in values]
         extra = [n for n in values if n not in self.inputs]
         if missing or extra:
@@ -254,8 +257,8 @@ class Epilogue:
                 raise EpilogueError(f"{n} has dtype {v.dtype}: inputs are torch.bfloat16, torch.float16 or torch.float32")
             if v.device != device:
                 raise EpilogueError(f"{n} is on {v.device}; the output is on {device}")
-            if v.requires_grad and torch.is_grad_enabled():
-                raise EpilogueError(f"{n} requires grad: gemm_ladder has no backward yet; detach it or use torch.no_grad()")
+            if check_grad and v.requires_grad and torch.is_grad_enabled():
+                raise EpilogueError(f"{n} requires grad: a user epilogue has no backward; detach it or use torch.no_grad()")
             want = {"row": (rows,), "col": (cols,), "tile": (rows, cols)}[kind]
             if tuple(v.shape) != want:
                 what = {"row": "a 1-D vector of the output's rows", "col": "a 1-D vector of the output's columns",

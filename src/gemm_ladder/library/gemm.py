@@ -39,6 +39,7 @@ from gemm_ladder.design.problem import arch_info, ceil_div
 from gemm_ladder.design.smem import max_stages
 from gemm_ladder.design.stream_k import DEFAULT_MIN_IDLE, INT32_LIMIT, StreamKTail, plan_tail
 from gemm_ladder.levels.tma import TmaLevel
+from gemm_ladder.library.bound import BoundLaunch
 from gemm_ladder.library.epilogue import EpilogueCall, compile_with_epilogue
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES, Major, OperandView, operand_view
 from gemm_ladder.runtime.compiler import compile_kernel
@@ -226,6 +227,17 @@ class LibraryGemm(TmaLevel):
         Raises GemmInputError naming the rule (:meth:`supports`) and ValueError for an unknown
         ``split``, before any launch; EpilogueCompileError when nvcc rejects the epilogue's CUDA.
         """
+        self.bind(a, b, c, split=split, c_padding_writable=c_padding_writable, epilogue=epilogue)()
+
+    def bind(self, a: OperandView, b: OperandView, c: torch.Tensor, *, split: str = "tail",
+             c_padding_writable: bool = False, epilogue: EpilogueCall | None = None) -> BoundLaunch:
+        """:meth:`launch` bound to these operands' addresses and the current stream, for repeated calls
+        (library/bound.py): checks, schedule, tensor maps and packed arguments done once; each call of
+        the result zeroes a split launch's counters (on the stream) and launches. With ``epilogue`` the
+        kernel is its build and takes its EpilogueParams last (the kernel's GL_EPILOGUE_ARG), bound to
+        the epilogue inputs' addresses; its scalars can be refreshed per call
+        (:meth:`BoundLaunch.set_scalars`). Same arguments and errors as :meth:`launch`; nothing is
+        launched here."""
         reason = self.supports(a, b, c, c_padding_writable=c_padding_writable)
         if reason is not None:
             raise GemmInputError(reason)
@@ -239,22 +251,30 @@ class LibraryGemm(TmaLevel):
         source = epilogue.source() if epilogue is not None else None
         kernel = compile_with_epilogue(lambda: self.loaded(dtype, c.device, source), epilogue)
         capturing = torch.cuda.is_current_stream_capturing()
-        key = (m, n, k, dtype, device_index(c.device), split, capturing)
+        key = (m, n, k, dtype, device_index(c.device), split, capturing, source)  # the build's occupancy
         tail = _cached(self._launches, key, lambda: split_schedule(
             self._units(m, n), kernel.max_active_clusters(c.device), ceil_div(k, self.tile[2]),
             "none" if capturing else split, self.stream_k_min_idle))
         stream = torch.cuda.current_stream(c.device)  # the workspace's stream and the launch's must be one
-        args = [*self.view_maps(a, b, c), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
-        first, partials, counters = tail.units, 0, 0  # whole units only: the workspace is never touched
-        if tail.tail_units:
-            part, ctr = WORKSPACES.get(stream, tail.workspace_floats(self.cluster, self.consumers, self.tile[1]),
-                                       tail.counters(self.cluster, self.consumers))
-            first, partials, counters = tail.first_unit, part.data_ptr(), ctr.data_ptr()
-        args += [ctypes.c_int(first), ctypes.c_int(tail.max_contributors), ctypes.c_void_p(partials),
-                 ctypes.c_void_p(counters)]
-        if epilogue is not None:
-            args.append(epilogue.params(pair_along_cols=self.pair_along_kernel_cols != epilogue.swap))
-        kernel.launch((tail.clusters * self.cluster, 1, 1), args, stream)
+        split_args = [ctypes.c_void_p(0), ctypes.c_void_p(0)]  # partials, counters: untouched for whole units
+        args = [*self.view_maps(a, b, c), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
+                ctypes.c_int(tail.first_unit if tail.tail_units else tail.units), ctypes.c_int(tail.max_contributors),
+                *split_args]
+        params = None
+        if epilogue is not None:  # sm90_gemm.cu's GL_EPILOGUE_ARG: one more argument, last
+            params = epilogue.params(pair_along_cols=self.pair_along_kernel_cols != epilogue.swap)
+            args.append(params)
+        prepared = kernel.prepare((tail.clusters * self.cluster, 1, 1), args, stream.cuda_stream)
+        if not tail.tail_units:
+            return BoundLaunch(prepared, params=params)
+        floats = tail.workspace_floats(self.cluster, self.consumers, self.tile[1])
+        counters = tail.counters(self.cluster, self.consumers)
+
+        def fresh_workspace() -> None:  # counters zeroed on the stream before every split launch
+            part, ctr = WORKSPACES.get(stream, floats, counters)
+            split_args[0].value, split_args[1].value = part.data_ptr(), ctr.data_ptr()
+
+        return BoundLaunch(prepared, fresh_workspace, params=params)
 
     def view_maps(self, a: OperandView, b: OperandView, c: torch.Tensor) -> list:
         """The three encoded tensor maps (a, b, c) of the plan for these views, cached per pointers and
