@@ -5,7 +5,7 @@ agree within bf16 noise (exit 1 when they do not).
     python bench/train_mlp.py [--steps 300] [--dim 512] [--tokens 2048] [--blocks 4] [-o OUT.json]
 
 Model: ``--blocks`` transformer-style MLP blocks (x + down(GELU(up(LayerNorm(x)))), up d -> 4d, down
-4d -> d, no bias: the kernels' fused bias comes with issue 13) and a linear head to 64 classes; bf16
+4d -> d; no bias unless ``--bias``, which gives up and down a bias, fused by gemm-ladder) and a linear head to 64 classes; bf16
 parameters, SGD with momentum. Data, made here: ``--tokens`` random normal vectors per step, labelled
 by a fixed random linear teacher (argmax of x @ T), the same batches for every run. The gemm-ladder
 model is the torch model with ``replace_linear`` applied to a copy: the same initial weights.
@@ -40,19 +40,19 @@ SMOOTH = 20
 
 
 class Block(torch.nn.Module):
-    def __init__(self, d: int):
+    def __init__(self, d: int, bias: bool = False):
         super().__init__()
         self.norm = torch.nn.LayerNorm(d, dtype=torch.bfloat16, device="cuda")
-        self.up = torch.nn.Linear(d, 4 * d, bias=False, dtype=torch.bfloat16, device="cuda")
-        self.down = torch.nn.Linear(4 * d, d, bias=False, dtype=torch.bfloat16, device="cuda")
+        self.up = torch.nn.Linear(d, 4 * d, bias=bias, dtype=torch.bfloat16, device="cuda")
+        self.down = torch.nn.Linear(4 * d, d, bias=bias, dtype=torch.bfloat16, device="cuda")
 
     def forward(self, x):
         return x + self.down(F.gelu(self.up(self.norm(x))))
 
 
-def make_model(d: int, blocks: int) -> torch.nn.Module:
+def make_model(d: int, blocks: int, bias: bool = False) -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(*[Block(d) for _ in range(blocks)],
+    return torch.nn.Sequential(*[Block(d, bias) for _ in range(blocks)],
                                torch.nn.Linear(d, CLASSES, bias=False, dtype=torch.bfloat16, device="cuda"))
 
 
@@ -125,12 +125,13 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=2048)
     p.add_argument("--blocks", type=int, default=4)
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--bias", action="store_true", help="biased up and down layers (gemm-ladder fuses the bias)")
     add_output_argument(p)
     args = p.parse_args()
     from gemm_ladder.nn import replace_linear
 
     xs, ys = make_data(args.steps, args.tokens, args.dim)
-    base = make_model(args.dim, args.blocks)
+    base = make_model(args.dim, args.blocks, args.bias)
     runs = {}
     for impl in ("torch", "gemm_ladder"):
         for mode in ("eager", "compile", "graph"):

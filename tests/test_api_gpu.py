@@ -236,8 +236,9 @@ def test_linear_batch_dimensions_and_views():
     assert yt.shape == (3, 2, 40, 72) and yt.is_contiguous()
     x2 = xt.reshape(-1, 136)
     assert _close(yt.view(-1, 72), reference(x2, w), x2, w, "bf16")
-    with pytest.raises(NotImplementedError, match="issue 13"):
-        gemm_ladder.linear(x, w, torch.zeros(72, dtype=w.dtype, device="cuda"))
+    bias = torch.randn(72, dtype=w.dtype, device="cuda")
+    yb = gemm_ladder.linear(x, w, bias)  # fused since issue 13 (tests/test_epilogue_gpu.py covers it whole)
+    assert _close(yb.view(-1, 72), reference(x.reshape(-1, 136), w) + bias.double(), x.reshape(-1, 136), w, "bf16")
 
 
 def test_bad_cuda_input_is_refused_before_any_launch():

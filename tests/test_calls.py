@@ -11,6 +11,8 @@ from gemm_ladder import api
 from gemm_ladder.contract import GemmInputError
 from gemm_ladder.dispatch import calls
 from gemm_ladder.dispatch.calls import BINDS_PER_CALL, Call, CallCache, linear_key, make_call, mm_key
+from gemm_ladder.library.bound import BoundLaunch
+from gemm_ladder.library.epilogue import EpilogueParams, linear_epilogue
 
 BF16 = torch.bfloat16
 
@@ -47,6 +49,28 @@ def test_linear_signature():
     assert linear_key(x, w, None) != mm_key(x, w, None, None)
 
 
+def test_linear_signature_holds_the_epilogue_identity_not_its_scalars():
+    x, w, bias, res = t(2, 3, 8), t(4, 8), t(4), t(2, 3, 4)
+
+    def key(**kw):
+        return linear_key(x, w, None, **kw)
+
+    plain = key()
+    assert key(alpha=1, beta=1.0) == plain  # the defaults, whatever their spelling
+    assert key(bias=bias) != plain and key(bias=bias) == key(bias=t(4))  # layout, not address
+    assert key(bias=bias) != key(bias=bias.float())  # dtype: another generated epilogue
+    assert key(bias=bias) != key(bias=t(8)[::2])  # strides
+    assert key(bias=bias) != key(residual=res)  # which inputs are present
+    assert key(bias=bias, activation="relu") != key(bias=bias, activation="gelu")
+    assert key(alpha=2.0) == key(alpha=3.5) != plain  # alpha's value is passed at run time
+    assert key(residual=res, beta=0.5) == key(residual=res, beta=-2.0)  # so is beta's
+    assert key(residual=res, beta=0.0) != key(residual=res, beta=0.5)  # beta = 0 reads no residual
+    assert key(residual=res) != key(residual=res.transpose(0, 1).contiguous().transpose(0, 1))
+    assert key(alpha=2) != key(alpha=2.0)  # the type is a rule (int and float pass, bool does not)
+    for bad in ({"alpha": True}, {"beta": torch.tensor(1.0)}, {"bias": [1.0]}, {"activation": 3}):
+        assert key(**bad) is None  # the full checks run (and refuse) every time: never cached
+
+
 class FakeRoute:
     class _Path:
         workspace = None
@@ -59,7 +83,7 @@ def fake_launches(monkeypatch):
     monkeypatch.setattr(calls, "raw_stream", lambda device: stream["handle"])
     bound = []
 
-    def bind(route, a, b, c):
+    def bind(route, a, b, c, epilogue=None):
         ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr(), stream["handle"])
         launched = []
         bound.append((ptrs, launched))
@@ -126,3 +150,37 @@ def test_a_refused_call_is_not_cached():
         with pytest.raises(GemmInputError, match="a must be on a cuda"):
             api.mm_direct(t(4, 8), t(8, 4))
     assert len(calls.CALLS) == before
+
+
+def test_an_epilogue_call_binds_per_input_address_and_refreshes_its_scalars(fake_launches, monkeypatch):
+    stream, _, _ = fake_launches
+    made = []
+
+    def bind(route, a, b, c, epilogue=None):  # what a kernel's bind does with the epilogue's argument
+        params, launched = EpilogueParams(), []
+        for i, v in enumerate(epilogue.scalars):
+            params.scalar[i] = v
+        made.append(([tt.data_ptr() for tt, _ in epilogue.tensors], launched))
+        return BoundLaunch(lambda: launched.append(tuple(params.scalar[:2])), params=params)
+
+    ep = linear_epilogue(bias=True, activation="relu", residual=True, alpha=True)
+    call = make_call("route", (8, 6), BF16, 8, 6, 4, route=FakeRoute(), epilogue=ep)
+    a, b, c, bias, res = t(8, 4), t(4, 6), t(8, 6), t(6), t(8, 6, dtype=torch.float32)
+    call.run(a, b, c, bind=bind, inputs=(bias, res), scalars=(2.0, 0.5))
+    call.run(a, b, c, bind=bind, inputs=(bias, res), scalars=(3.0, -1.0))  # new alpha, beta: same binding
+    assert len(made) == 1 and made[0][0] == [bias.data_ptr(), res.data_ptr()]
+    assert made[0][1] == [(2.0, 0.5), (3.0, -1.0)]  # each launch ran with its own scalars
+    bias2 = t(6)
+    call.run(a, b, c, bind=bind, inputs=(bias2, res), scalars=(3.0, -1.0))  # a bias elsewhere: bound anew
+    assert len(made) == 2 and made[1][0][0] == bias2.data_ptr()
+    with pytest.raises(GemmInputError, match="gl_bias_ has shape"):  # the inputs are bound by Epilogue.bind
+        call.run(a, b, c, bind=bind, inputs=(t(5), res), scalars=(1.5, 1.0))
+
+
+def test_k_zero_with_an_epilogue_applies_it_to_zeros():
+    ep = linear_epilogue(bias=True, activation="gelu", residual=False, alpha=False)
+    call = make_call("zeros", (3, 4), torch.float32, 3, 4, 0, epilogue=ep)
+    bias = torch.tensor([-1.0, 0.0, 0.5, 2.0])
+    c = torch.full((3, 4), float("nan"))
+    call.run(t(3, 0), t(0, 4), c, inputs=(bias,))
+    assert torch.equal(c, torch.nn.functional.gelu(bias.double()).float().expand(3, 4))

@@ -36,18 +36,40 @@ def test_forward_goes_through_the_op():
     layer = Linear(8, 4, bias=False, device="meta", dtype=BF16)
     y = layer(torch.empty(2, 3, 8, dtype=BF16, device="meta"))
     assert tuple(y.shape) == (2, 3, 4) and y.device.type == "meta"
-    biased = Linear(8, 4, device="meta", dtype=BF16)
-    with pytest.raises(NotSupportedError, match="bias: .*issue 13"):  # no silent fallback to torch
-        biased(torch.empty(2, 8, dtype=BF16, device="meta"))
+    biased = Linear(8, 4, device="meta", dtype=BF16)  # the bias fused (issue 13)
+    x = torch.empty(2, 3, 8, dtype=BF16, device="meta", requires_grad=True)
+    y = biased(x)
+    assert tuple(y.shape) == (2, 3, 4) and y.device.type == "meta"
+    y.sum().backward()  # through the op's backward (its calls on the fakes)
+    assert tuple(biased.bias.grad.shape) == (4,) and tuple(biased.weight.grad.shape) == (4, 8)
+    assert tuple(x.grad.shape) == (2, 3, 8)
+
+
+def test_forward_passes_the_bias_to_linear(monkeypatch):
+    # The bias goes to gemm_ladder.linear, which fuses it: never added by torch in a second pass.
+    from gemm_ladder import api
+
+    seen = []
+    monkeypatch.setattr(api, "linear", lambda x, w, b=None, **kw: seen.append((x, w, b, kw)) or "y")
+    layer = Linear(8, 4, device="meta", dtype=BF16)
+    x = torch.empty(2, 8, dtype=BF16, device="meta")
+    assert layer(x) == "y"
+    assert seen == [(x, layer.weight, layer.bias, {})]
 
 
 def model():
     return torch.nn.Sequential(
         torch.nn.Linear(8, 16, bias=False, device="meta", dtype=BF16), torch.nn.GELU(),
         torch.nn.Sequential(torch.nn.Linear(16, 16, bias=False, device="meta", dtype=torch.float16)),
-        torch.nn.Linear(16, 8, device="meta", dtype=BF16),      # a bias: no epilogue yet
+        torch.nn.Linear(16, 8, device="meta", dtype=BF16),      # a bias: fused
         torch.nn.Linear(8, 8, bias=False, dtype=torch.float32),  # fp32 on CPU: not ours
+        half_bias(torch.nn.Linear(8, 8, device="meta", dtype=BF16)),  # a bias linear cannot take
     )
+
+
+def half_bias(layer):
+    layer.bias = torch.nn.Parameter(layer.bias.to(torch.float16))
+    return layer
 
 
 def test_replace_linear_swaps_the_supported_layers_and_keeps_their_parameters():
@@ -56,12 +78,14 @@ def test_replace_linear_swaps_the_supported_layers_and_keeps_their_parameters():
     with pytest.warns(UserWarning) as caught:
         out = replace_linear(m)
     assert out is m
-    assert type(m[0]) is Linear and type(m[2][0]) is Linear
-    assert type(m[3]) is torch.nn.Linear and type(m[4]) is torch.nn.Linear
+    assert type(m[0]) is Linear and type(m[2][0]) is Linear and type(m[3]) is Linear
+    assert m[3].bias is params["3.bias"]
+    assert type(m[4]) is torch.nn.Linear and type(m[5]) is torch.nn.Linear
     assert all(p is params[name] for name, p in m.named_parameters())  # the same Parameter objects
     assert list(m.state_dict()) == list(model().state_dict())
     text = str(caught[0].message)
-    assert "left 2 torch.nn.Linear layer(s)" in text and "3: bias" in text and "4: weight dtype torch.float32" in text
+    assert "left 2 torch.nn.Linear layer(s)" in text and "4: weight dtype torch.float32" in text
+    assert "5: bias dtype torch.float16" in text and "3:" not in text
 
 
 def test_replace_linear_strict_refuses_before_swapping():
@@ -91,3 +115,8 @@ def test_replace_linear_on_a_single_layer_and_leaves_subclasses():
 def test_unsupported_reasons():
     assert unsupported_reason(torch.nn.Linear(4, 4, bias=False, device="meta", dtype=BF16)) is None
     assert "on cpu" in unsupported_reason(torch.nn.Linear(4, 4, bias=False, dtype=BF16))
+    assert unsupported_reason(torch.nn.Linear(4, 4, device="meta", dtype=BF16)) is None  # a bias is fused
+    fp32_bias = torch.nn.Linear(4, 4, device="meta", dtype=BF16)
+    fp32_bias.bias = torch.nn.Parameter(fp32_bias.bias.float())
+    assert unsupported_reason(fp32_bias) is None  # linear takes a float32 bias too
+    assert "bias dtype torch.float16" in unsupported_reason(half_bias(torch.nn.Linear(4, 4, device="meta", dtype=BF16)))

@@ -94,16 +94,32 @@ def test_fake_linear_batch_dims_and_out_dtype(fake):
     (lambda: OPS.mm(cuda(2, 5, 8), cuda(8, 3)), GemmInputError, "a must be 2-D"),
     (lambda: OPS.mm_out(cuda(5, 8), cuda(8, 3), out=cuda(5, 4)), GemmInputError, r"out must have shape \(M, N\)"),
     (lambda: OPS.linear(cuda(4, 8), cuda(6, 7)), GemmInputError, r"x.shape\[-1\] = 8 must equal w.shape\[1\] = 7"),
-    (lambda: OPS.linear(cuda(4, 8), cuda(6, 8), cuda(6)), NotSupportedError, "bias: .*issue 13"),
-    (lambda: OPS.linear(cuda(4, 8), cuda(6, 8), activation="gelu"), NotSupportedError, "activation: .*issue 13"),
+    (lambda: OPS.linear(cuda(4, 8), cuda(6, 8), cuda(5)), GemmInputError, r"bias has shape \(5,\); it must be \(N,\)"),
+    (lambda: OPS.linear(cuda(4, 8), cuda(6, 8), cuda(6, dtype=FP16)), GemmInputError, "bias has dtype torch.float16"),
+    (lambda: OPS.linear(cuda(4, 8), cuda(6, 8), None, cuda(4, 5)), GemmInputError, r"residual has shape \(4, 5\)"),
+    (lambda: OPS.linear(cuda(2, 4, 8), cuda(6, 8), None, cuda(8, 6)), GemmInputError, r"output's shape \(\*, N\)"),
     (lambda: OPS.linear(cuda(4, 8), cuda(6, 8), activation="tanh"), GemmInputError, "activation='tanh'"),
-    (lambda: OPS.linear(cuda(4, 8), cuda(6, 8), alpha=2.0), NotSupportedError, "alpha: .*issue 13"),
-    (lambda: OPS.linear(cuda(4, 8), cuda(6, 8), cuda(6), cuda(4, 6)), NotSupportedError, "bias, residual"),
+    (lambda: OPS.linear_out(cuda(4, 8), cuda(6, 8), cuda(7), out=cuda(4, 6)), GemmInputError, "bias has shape"),
     (lambda: OPS.linear_out(cuda(4, 8), cuda(6, 8), out=cuda(4, 5)), GemmInputError, "out must have shape"),
 ])
 def test_fake_refuses_what_the_kernel_refuses(fake, call, error, rule):
     with pytest.raises(error, match=rule):
         call()
+
+
+def test_fake_linear_with_the_fused_epilogue(fake):
+    w = cuda(6, 8)
+    for x_shape in ((8,), (4, 8), (2, 3, 8)):
+        lead = x_shape[:-1]
+        for bias_dtype, res_dtype in ((BF16, BF16), (FP32, FP32), (BF16, FP32)):
+            y = OPS.linear(cuda(*x_shape), w, cuda(6, dtype=bias_dtype), cuda(*lead, 6, dtype=res_dtype),
+                           activation="gelu_tanh", alpha=0.5, beta=-2.0)
+            assert (tuple(y.shape), y.dtype, y.is_contiguous()) == ((*lead, 6), BF16, True)
+    y = OPS.linear(cuda(4, 8), w, cuda(6), activation="silu", out_dtype=FP32)
+    assert (tuple(y.shape), y.dtype) == ((4, 6), FP32)
+    res = cuda(6, 4).T  # a column-major residual is read in place
+    assert OPS.linear(cuda(4, 8), w, None, res, beta=0.0).shape == (4, 6)
+    assert OPS.linear_out(cuda(2, 3, 8), w, cuda(6), cuda(2, 3, 6), out=cuda(2, 3, 6), activation="relu") is None
 
 
 def test_fake_refuses_cpu_tensors_as_the_real_kernel_does():
@@ -117,8 +133,14 @@ def test_meta_tensors_go_through_the_op_and_its_fake():
     assert gemm_ladder.mm(meta(5, 8), meta(8, 3)).device.type == "meta"
     y = gemm_ladder.linear(meta(2, 3, 8), meta(4, 8))
     assert tuple(y.shape) == (2, 3, 4) and y.is_contiguous()
-    with pytest.raises(NotSupportedError, match="bias"):
-        gemm_ladder.linear(meta(2, 8), meta(4, 8), meta(4))
+    y = gemm_ladder.linear(meta(2, 3, 8), meta(4, 8), meta(4), activation="relu", residual=meta(2, 3, 4), alpha=2)
+    assert (tuple(y.shape), y.device.type) == ((2, 3, 4), "meta")  # the fused epilogue's fake
+    x, w, b = meta(2, 8, requires_grad=True), meta(4, 8, requires_grad=True), meta(4, requires_grad=True)
+    gemm_ladder.linear(x, w, b, activation="gelu").sum().backward()  # the backward's calls, through the fakes
+    assert (tuple(x.grad.shape), tuple(w.grad.shape), tuple(b.grad.shape)) == ((2, 8), (4, 8), (4,))
+    ep = gemm_ladder.Epilogue(cuda="acc * s", inputs={"s": "scalar"}, reference=lambda acc, s: acc * s)
+    with pytest.raises(NotSupportedError, match="a user Epilogue runs eagerly only"):
+        gemm_ladder.linear(meta(2, 8), meta(4, 8), epilogue=ep, s=2.0)
     with pytest.raises(GemmInputError, match="x must be on a cuda device"):  # CPU: refused, no op involved
         gemm_ladder.linear(torch.empty(2, 8, dtype=BF16), torch.empty(4, 8, dtype=BF16))
 
@@ -178,6 +200,43 @@ def test_fullgraph_dynamic_compile_traces_forward_and_backward_once():
     assert len(with_ops) == 1  # one graph holds both layers
     names = {str(n.target) for n in with_ops[0].graph.nodes if n.op == "call_function"}
     assert {"gemm_ladder.linear.default", "gemm_ladder.mm.default"} <= names, names
+
+
+class FusedBlock(torch.nn.Module):
+    """One gemm_ladder layer with the whole built-in epilogue: bias, GELU, a residual scaled by beta."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(meta(16, 16))
+        self.b = torch.nn.Parameter(meta(16))
+
+    def forward(self, x):
+        return gemm_ladder.linear(x, self.w, self.b, activation="gelu", residual=x, alpha=0.5, beta=2.0)
+
+
+def test_fullgraph_dynamic_compile_of_the_fused_epilogue():
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    model = FusedBlock()
+    compiled = torch.compile(model, fullgraph=True, dynamic=True, backend=counter)
+    for batch in (3, 5):
+        x = meta(batch, 4, 16, requires_grad=True)
+        compiled(x).float().sum().backward()
+        assert tuple(x.grad.shape) == (batch, 4, 16) and tuple(model.b.grad.shape) == (16,)
+    names = {str(n.target) for g in counter.graphs for n in g.graph.nodes if n.op == "call_function"}
+    assert "gemm_ladder.linear.default" in names, names
+    linear_nodes = [n for g in counter.graphs for n in g.graph.nodes if str(n.target) == "gemm_ladder.linear.default"]
+    assert any(n.kwargs.get("activation") == "gelu" and n.kwargs.get("beta") == 2.0 for n in linear_nodes)
+
+
+def test_a_user_epilogue_under_compile_is_refused_not_broken_into():
+    ep = gemm_ladder.Epilogue(cuda="acc * s", inputs={"s": "scalar"}, reference=lambda acc, s: acc * s)
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x, w: gemm_ladder.linear(x, w, epilogue=ep, s=2.0), fullgraph=True, backend="eager")
+    with pytest.raises(Exception, match="a user Epilogue runs eagerly only"):
+        fn(meta(4, 8), meta(6, 8))
 
 
 def test_a_graph_break_fails_the_fullgraph_compile():

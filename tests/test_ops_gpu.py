@@ -24,6 +24,7 @@ import gemm_ladder
 import gemm_ladder.ops  # noqa: F401 - registers torch.ops.gemm_ladder
 from gemm_ladder.contract import DTYPES
 from gemm_ladder.dispatch.validate import NotSupportedError
+from gemm_ladder.library.epilogue import Epilogue
 from gemm_ladder.gates.correctness import error_bound
 
 pytestmark = pytest.mark.gpu
@@ -87,6 +88,19 @@ def test_op_and_direct_path_agree_bitwise_and_with_float64(m, n, k):
     assert torch.equal(out, ours)
 
 
+@pytest.mark.parametrize("lead", [(5,), (2, 3), (300,)])
+@pytest.mark.parametrize("activation", [None, "gelu"])
+def test_opcheck_linear_with_the_fused_epilogue(lead, activation):
+    x, w = randn(*lead, 264, requires_grad=True), randn(520, 264, requires_grad=True)
+    bias, res = randn(520, requires_grad=True), randn(*lead, 520, requires_grad=True)
+    kw = {"activation": activation, "alpha": 0.5, "beta": 2.0}
+    assert set(torch.library.opcheck(OPS.linear.default, (x, w, bias, res), kw).values()) == {"SUCCESS"}
+    out = torch.full((*lead, 520), float("nan"), device="cuda", dtype=torch.bfloat16)
+    result = torch.library.opcheck(OPS.linear_out.default, (x.detach(), w.detach(), bias.detach(), res.detach()),
+                                   {"out": out, **kw})
+    assert set(result.values()) == {"SUCCESS"}, result
+
+
 # --- autograd -----------------------------------------------------------------------------------------------
 
 
@@ -127,15 +141,6 @@ def test_linear_and_nn_linear_backward_against_torch(lead, n, k):
     assert torch.equal(xx.grad, grads["ours"][0]) and torch.equal(layer.weight.grad, grads["ours"][1])
 
 
-def _epilogue_supported() -> str | None:
-    """None when linear's fused epilogue runs (issue 13 merged), else why these tests skip."""
-    try:
-        gemm_ladder.linear(randn(8, 64), randn(64, 64), randn(64), activation="gelu")
-        return None
-    except NotSupportedError as exc:
-        return f"linear's fused epilogue is not supported yet (issue 13): {str(exc)[:80]}"
-
-
 def _epilogue_ref(x, w, bias, residual, activation, alpha, beta):
     z = alpha * F.linear(x, w) + bias
     act = {None: lambda t: t, "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
@@ -146,9 +151,6 @@ def _epilogue_ref(x, w, bias, residual, activation, alpha, beta):
 @pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_tanh", "silu"])
 @pytest.mark.parametrize("lead, n, k", [((2, 96), 520, 264), ((16,), 4096, 1024)])
 def test_epilogue_backward_against_torch(activation, lead, n, k):
-    reason = _epilogue_supported()
-    if reason:
-        pytest.skip(reason)
     alpha, beta = 0.75, 1.5
     x, w, bias, res, g = randn(*lead, k), randn(n, k), randn(n), randn(*lead, n), randn(*lead, n)
     ours_fn = lambda x, w, b, r: gemm_ladder.linear(x, w, b, activation=activation, residual=r, alpha=alpha, beta=beta)
@@ -161,6 +163,77 @@ def test_epilogue_backward_against_torch(activation, lead, n, k):
         grads[name] = [t.grad for t in leaves]
     for i, what in enumerate(("grad_x", "grad_w", "grad_bias", "grad_residual")):
         assert_within_bound(grads["ours"][i], grads["torch"][i], grads["ref"][i], "bf16", what)
+
+
+@pytest.mark.parametrize("lead, n, k", [((4, 64), 512, 256), ((3, 5), 4100, 129), ((16,), 4096, 1024)])
+def test_nn_linear_with_bias_forward_and_backward_against_torch(lead, n, k):
+    torch.manual_seed(0)
+    ours = gemm_ladder.nn.Linear(k, n, device="cuda", dtype=torch.bfloat16)
+    ref = torch.nn.Linear(k, n, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        ref.bias.copy_(torch.randn(n, device="cuda"))  # a bias that matters next to the product
+        ours.load_state_dict(ref.state_dict())
+    f64 = torch.nn.Linear(k, n, device="cuda", dtype=torch.float64)
+    f64.load_state_dict({name: p.double() for name, p in ref.state_dict().items()})
+    for step in range(3):  # new inputs every step: the call cache must read each one
+        x, g = randn(*lead, k), randn(*lead, n)
+        results = {}
+        for name, layer, cast in (("ours", ours, lambda t: t), ("torch", ref, lambda t: t),
+                                  ("ref", f64, lambda t: t.double())):
+            layer.zero_grad(set_to_none=True)
+            xx = cast(x).detach().requires_grad_()
+            y = layer(xx)
+            y.backward(cast(g))
+            results[name] = [y.detach(), xx.grad, layer.weight.grad, layer.bias.grad]
+        for i, what in enumerate(("y", "grad_x", "grad_w", "grad_bias")):
+            assert_within_bound(results["ours"][i], results["torch"][i], results["ref"][i], "bf16", f"{what} {step}")
+        with torch.no_grad():  # the eager, cached, no-grad path too
+            assert_within_bound(ours(x), ref(x), f64(x.double()), "bf16", f"no_grad y {step}")
+
+
+def test_user_epilogue_is_eager_only_and_has_no_backward():
+    ep = Epilogue(cuda="acc * s", inputs={"s": "scalar"}, reference=lambda acc, s: acc * s)
+    x, w = randn(64, 256), randn(512, 256)
+    y = gemm_ladder.linear(x, w, epilogue=ep, s=2.0)
+    assert_within_bound(y, 2.0 * F.linear(x, w), 2.0 * F.linear(x.double(), w.double()), "bf16", "user epilogue")
+    with pytest.raises(NotSupportedError, match="a user Epilogue has no backward"):
+        gemm_ladder.linear(x.detach().requires_grad_(), w, epilogue=ep, s=2.0)
+    with torch.no_grad():
+        gemm_ladder.linear(x.detach().requires_grad_(), w, epilogue=ep, s=2.0)  # no graph recorded: fine
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x, w: gemm_ladder.linear(x, w, epilogue=ep, s=2.0), fullgraph=True)
+    with pytest.raises(Exception, match="a user Epilogue runs eagerly only"):
+        fn(x, w)
+
+
+# --- the call cache with the fused epilogue ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("m, n, k", [(256, 256, 256), (16, 4096, 4096), (2304, 2048, 1000), (300, 520, 264)])
+def test_cached_fused_calls_read_new_inputs_and_new_scalars(m, n, k):
+    """One signature, new addresses of x, bias and residual, and new alpha and beta on every call: the
+    bound launch is keyed by the inputs' addresses and its scalars are refreshed in place."""
+    w = randn(n, k)
+    for i, (alpha, beta) in enumerate([(1.0, 1.0), (0.5, 2.0), (-1.25, 0.5), (0.5, 2.0), (3.0, -1.0)]):
+        x, bias, res = randn(m, k), randn(n), randn(m, n)
+        kw = {"activation": "gelu", "alpha": alpha, "beta": beta}
+        y = gemm_ladder.linear(x, w, bias, residual=res, **kw)
+        want = _epilogue_ref(x.double(), w.double(), bias.double(), res.double(), "gelu", alpha, beta)
+        assert_within_bound(y, _epilogue_ref(x, w, bias, res, "gelu", alpha, beta), want, "bf16", f"call {i}")
+        assert torch.equal(gemm_ladder.linear(x, w, bias, residual=res, **kw), y)  # the cached call again
+        again = gemm_ladder.linear(x, w, bias, residual=res, activation="gelu", alpha=alpha + 1.0, beta=beta)
+        want2 = _epilogue_ref(x.double(), w.double(), bias.double(), res.double(), "gelu", alpha + 1.0, beta)
+        assert_within_bound(again, _epilogue_ref(x, w, bias, res, "gelu", alpha + 1.0, beta), want2, "bf16",
+                            f"call {i}, alpha + 1 on the same binding")
+
+
+def test_linear_out_with_the_fused_epilogue():
+    x, w, bias, res = randn(3, 100, 264), randn(520, 264), randn(520), randn(3, 100, 520)
+    out = torch.full((3, 100, 520), float("nan"), device="cuda", dtype=torch.bfloat16)
+    OPS.linear_out(x, w, bias, res, out=out, activation="silu", alpha=0.5, beta=2.0)
+    assert torch.equal(out, gemm_ladder.linear(x, w, bias, residual=res, activation="silu", alpha=0.5, beta=2.0))
+    with pytest.raises(NotSupportedError, match="out shares memory with residual"):
+        OPS.linear_out(x, w, bias, res, out=res)
 
 
 # --- torch.compile --------------------------------------------------------------------------------------------
@@ -210,22 +283,28 @@ def test_cuda_graph_capture_and_replay_with_fresh_inputs(m, n, k):
     a, w = randn(m, k), randn(n, k)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     x3 = randn(2, m, k)
+    bias = randn(n)
     gemm_ladder.mm(a, w.T, out=out)  # warm up: every kernel of these signatures built and loaded
     y3 = gemm_ladder.linear(x3, w)
+    yb = gemm_ladder.linear(a, w, bias, activation="relu", alpha=0.5)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         gemm_ladder.mm(a, w.T, out=out)
         y3 = gemm_ladder.linear(x3, w)
+        yb = gemm_ladder.linear(a, w, bias, activation="relu", alpha=0.5)
     for _ in range(3):
-        fresh_a, fresh_w, fresh_x3 = randn(m, k), randn(n, k), randn(2, m, k)
-        a.copy_(fresh_a), w.copy_(fresh_w), x3.copy_(fresh_x3)
-        out.fill_(float("nan")), y3.fill_(float("nan"))
+        fresh_a, fresh_w, fresh_x3, fresh_b = randn(m, k), randn(n, k), randn(2, m, k), randn(n)
+        a.copy_(fresh_a), w.copy_(fresh_w), x3.copy_(fresh_x3), bias.copy_(fresh_b)
+        out.fill_(float("nan")), y3.fill_(float("nan")), yb.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
         assert_within_bound(out, torch.mm(fresh_a, fresh_w.T), fresh_a.double() @ fresh_w.double().T, "bf16", "mm")
         assert_within_bound(y3, F.linear(fresh_x3, fresh_w), F.linear(fresh_x3.double(), fresh_w.double()), "bf16",
                             "linear")
+        assert_within_bound(yb, F.relu(F.linear(fresh_a, fresh_w, fresh_b * 2) * 0.5),
+                            F.relu(0.5 * F.linear(fresh_a.double(), fresh_w.double()) + fresh_b.double()), "bf16",
+                            "linear with bias, relu, alpha")
 
 
 CAPTURE_SCRIPT = textwrap.dedent("""

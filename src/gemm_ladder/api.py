@@ -4,7 +4,8 @@ Every call is checked in Python before anything is built or launched (dispatch.v
 exception names the argument and the rule); empty problems are decided next (an empty result, or
 zeros for K = 0); then the dispatcher picks a route (dispatch.route, cached per layout) and runs it.
 A call whose signature was seen before skips the checks and the decision and launches a bound
-launch (dispatch.calls).
+launch (dispatch.calls); ``linear`` with its built-in fused epilogue (bias, activation, residual,
+alpha, beta) too. ``linear`` with a user :class:`Epilogue` is checked and decided on every call.
 
 Four kinds of call go through the registered PyTorch ops instead (:mod:`gemm_ladder.ops`): under
 ``torch.compile`` (the ops have fake implementations, so the graph does not break), on tensor
@@ -12,6 +13,11 @@ subclasses (FakeTensor, functional tensors), on meta tensors (the fake gives the
 dtype and strides), and when autograd must record the call (an operand
 requires grad with grad mode on: the ops' backward runs on gemm-ladder's kernels too). A plain
 eager call skips the op boundary, which costs a few microseconds of dispatcher work per call.
+
+A user :class:`Epilogue` (``linear(..., epilogue=ep, **inputs)``) is a Python object with CUDA
+source, which no op schema can carry: such calls are eager only. Under ``torch.compile``, on tensor
+subclasses or meta tensors, or with an input requiring grad under grad mode, they raise
+NotSupportedError saying so (never a graph break into a silent second path).
 """
 
 from __future__ import annotations
@@ -20,15 +26,20 @@ import torch
 
 from gemm_ladder.dispatch import decide
 from gemm_ladder.dispatch.calls import CALLS, linear_key, make_call, mm_key, rows
+from gemm_ladder.dispatch.execute import run
 from gemm_ladder.dispatch.explain import Explanation, explain_route, trivial_explanation
 from gemm_ladder.dispatch.validate import (
+    MmShape,
     NotSupportedError,
     check_domain,
     check_linear,
     check_mm,
+    linear_call,
+    may_overlap,
     result_dtype,
     trivial,
 )
+from gemm_ladder.library.epilogue import Epilogue, linear_epilogue
 
 
 def _through_op(*tensors) -> bool:
@@ -106,25 +117,50 @@ def _mm_call(a, b, out, out_dtype):
 
 def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *, activation: str | None = None,
            residual: torch.Tensor | None = None, alpha: float = 1.0, beta: float = 1.0,
-           out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``activation(alpha * x @ w.T + bias) + beta * residual`` with ``torch.nn.functional.linear``
-    semantics on gemm-ladder's kernels.
+           out_dtype: torch.dtype | None = None, epilogue: Epilogue | None = None, **inputs) -> torch.Tensor:
+    """``activation(alpha * x @ w.T + bias) + beta * residual``, fused into one GEMM kernel, with
+    ``torch.nn.functional.linear`` semantics for x and w.
+
+    The epilogue runs in fp32 on the accumulators, in exactly that order (scale, bias, activation,
+    residual), and the result is rounded once to the output dtype: no extra pass over the output.
 
     Args:
         x: (*, K), any number of leading batch dimensions (a 1-D x gives a 1-D result); batch
             dimensions that cannot be merged into one view are copied by ``torch.reshape`` first.
         w: (N, K), same dtype (bf16 or fp16) and CUDA device as x; read in place (``w.T`` is a
             K-major operand: no copy).
-        bias, activation ("relu", "gelu", "gelu_tanh", "silu"), residual (*, N), alpha, beta: the
-            fused epilogue of issue 13. Today the kernels have none: any non-default value raises
-            NotSupportedError (the library never adds them in a separate pass).
-        out_dtype: None (x's dtype) or torch.float32 (where a kernel writes it: M or N <= 256).
+        bias: None or (N,), one value per output column, in x's dtype or torch.float32 (a float32 bias
+            is added at full precision, never rounded to x's dtype first); any stride.
+        activation: None, "relu", "gelu" (erf, ``F.gelu``), "gelu_tanh" (``F.gelu(approximate="tanh")``)
+            or "silu".
+        residual: None or a tensor of the output's shape (*, N), in x's dtype or torch.float32, any
+            layout (row- or column-major, padded pitch, any strides; read in place).
+        alpha, beta: Python numbers, used as fp32, with ``torch.addmm``'s meaning: the product is
+            scaled by alpha, the residual by beta; beta = 0 ignores the residual (it is not read: NaN
+            and Inf in it are not propagated). alpha = 1 costs no multiply.
+        out_dtype: None (x's dtype) or torch.float32; float32 output is written by the small-M kernel
+            only (M <= 256, as for ``mm``), NotSupportedError otherwise.
+        epilogue: your own :class:`gemm_ladder.Epilogue`, instead of bias/activation/residual/alpha/beta;
+            its declared inputs are passed as keywords (``**inputs``): row vectors of the output's M
+            rows (batch dimensions merged), column vectors of N, tiles of the output's shape (*, N)
+            merged to (M, N), scalars. Eager only, without a backward (see the module docstring).
 
-    Returns: (*, N), contiguous. Differentiable as :func:`mm` (through ``torch.ops.gemm_ladder.linear``:
-    grad_x = grad @ w, grad_w = grad^T @ x on these kernels).
+    Returns: (*, N) in ``out_dtype``, contiguous. Differentiable without ``epilogue`` (through
+    ``torch.ops.gemm_ladder.linear``: grad_x = alpha * grad_z @ w, grad_w = alpha * grad_z^T @ x on
+    these kernels, grad_z = grad * act'(z); grad_bias = sum of grad_z; grad_residual = beta * grad).
 
-    Raises: as :func:`mm` (naming x and w); NotSupportedError for an epilogue argument.
+    K = 0: there is no product to run; the epilogue is applied to zeros by its PyTorch reference in
+    float64 and rounded once (for the built-in epilogue that is the same formula).
+
+    Raises (before any launch): GemmTypeError, GemmInputError naming the argument and the rule
+    (:func:`gemm_ladder.dispatch.validate.check_linear`; EpilogueError for an epilogue's inputs),
+    NotSupportedError (float32 output the kernels do not write; a user epilogue under torch.compile,
+    on tensor subclasses or meta tensors, or with an input requiring grad), OutsideDomainError; and
+    EpilogueCompileError with nvcc's message when a user epilogue's CUDA does not compile.
     """
+    if epilogue is not None or inputs:
+        return _linear_user(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                            out_dtype=out_dtype, epilogue=epilogue, inputs=inputs)
     if _through_op(x, w, bias, residual):
         from gemm_ladder import ops
 
@@ -136,33 +172,41 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
 
 def linear_direct(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, beta=1.0, out_dtype=None,
                   out=None, check_grad: bool = False) -> torch.Tensor:
-    """:func:`linear` without the op boundary (see :func:`mm_direct`); ``out``: the (*, N) result to
-    write (the ``linear_out`` op's), checked by validate.check_linear_out and mm's out rules."""
+    """:func:`linear` with the built-in epilogue, without the op boundary (see :func:`mm_direct`): the
+    call cache's :class:`~gemm_ladder.dispatch.calls.Call` for this signature (epilogue included),
+    checked and decided on its first call. ``out``: the (*, N) result to write (the ``linear_out``
+    op's), checked by validate.check_linear_out and mm's out rules; not cached. ``check_grad``: refuse
+    tensors requiring grad with grad mode on (the out= op: it has no backward)."""
     if check_grad and torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
                                                       for t in (x, w, bias, residual)):
-        check_linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta)
-    if bias is not None or activation is not None or residual is not None or alpha != 1.0 or beta != 1.0:
         check_linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
-                     check_grad=False)  # raises NotSupportedError until issue 13's epilogue lands
+                     out_dtype=out_dtype)  # raises NotSupportedError naming the tensor
     if out is not None:
-        from gemm_ladder.dispatch.validate import check_linear_out
-
-        k, n = check_linear(x, w, check_grad=False)
-        out2 = check_linear_out(out, x, n, result_dtype(out_dtype, x.dtype))
-        mm_direct(x.reshape(-1, k), w.T, out2, out_dtype, check_grad=check_grad)
-        return out
-    key = linear_key(x, w, out_dtype)
+        return _linear_out(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                           out_dtype=out_dtype, out=out)
+    key = linear_key(x, w, out_dtype, bias, residual, activation, alpha, beta)
     call = CALLS.get(key)
     if call is None:
-        call = CALLS.put(key, _linear_call(x, w, out_dtype))
+        call = CALLS.put(key, _linear_call(x, w, bias, activation, residual, alpha, beta, out_dtype))
     c = torch.empty(call.out_shape, dtype=call.out_dtype, device=x.device)
-    x2 = x.view(call.m, call.k) if call.view else x.reshape(call.m, call.k)
-    call.run(x2, w.T, c.view(call.m, call.n))
+    m, n = call.m, call.n
+    x2 = x.view(m, call.k) if call.view else x.reshape(m, call.k)
+    if call.epilogue is None:
+        call.run(x2, w.T, c.view(m, n))
+        return c
+    # The built-in epilogue's inputs in its slot order (library.epilogue.linear_epilogue): tensors bias,
+    # residual (read only when beta != 0); scalars alpha (when != 1), beta (with the residual).
+    read_residual = residual is not None and beta != 0
+    tensors = (() if bias is None else (bias,)) + (
+        (residual if residual.dim() == 2 else residual.reshape(m, n),) if read_residual else ())
+    scalars = (() if alpha == 1 else (alpha,)) + ((beta,) if read_residual else ())
+    call.run(x2, w.T, c.view(m, n), inputs=tensors, scalars=scalars)
     return c
 
 
-def _linear_call(x, w, out_dtype):
-    k, n = check_linear(x, w, check_grad=False)
+def _linear_call(x, w, bias, activation, residual, alpha, beta, out_dtype):
+    k, n = check_linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                        out_dtype=out_dtype, check_grad=False)
     lead = tuple(x.shape[:-1])
     m = rows(lead)
     try:
@@ -171,7 +215,69 @@ def _linear_call(x, w, out_dtype):
         x2, view = x.reshape(m, k), False
     call = _mm_call(x2, w.T, None, out_dtype)
     call.out_shape, call.view = (*lead, n), view
+    call.epilogue = linear_epilogue(bias=bias is not None, activation=activation,
+                                    residual=residual is not None and beta != 0, alpha=alpha != 1)
     return call
+
+
+def _linear_out(x, w, bias, *, activation, residual, alpha, beta, out_dtype, out):
+    """linear_out: mm_direct's out= path without an epilogue; with one, the uncached fused path into
+    ``out``, which may not share memory with bias or residual (an in-place residual is not verified)."""
+    from gemm_ladder.dispatch.validate import check_linear_out
+
+    k, n = check_linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                        out_dtype=out_dtype, check_grad=False)
+    out2 = check_linear_out(out, x, n, result_dtype(out_dtype, x.dtype))
+    call = linear_call(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                       check_grad=False)
+    if call is None:
+        mm_direct(x.reshape(-1, k), w.T, out2, out_dtype)
+        return out
+    check_mm(x.reshape(-1, k), w.T, out2, out_dtype, check_grad=False)  # out's device and overlap rules
+    for name, t in (("bias", bias), ("residual", residual)):
+        if t is not None and may_overlap(out, t):
+            raise NotSupportedError(f"out shares memory with {name}: linear's fused epilogue writes out while it "
+                                    f"reads {name}; pass a separate out")
+    _run_fused(x.reshape(-1, k), w, out2, call)
+    return out
+
+
+def _run_fused(x2, w, c, call) -> None:
+    """``c = epilogue(x2 @ w.T)`` (c (M, N), checked) uncached: K = 0 by the epilogue's reference."""
+    shape = MmShape(x2.shape[0], w.shape[0], x2.shape[1], c.dtype)
+    kind = trivial(shape)
+    if kind == "empty":
+        return
+    if kind == "zeros":
+        c.copy_(call.reference(torch.zeros(c.shape, dtype=torch.float64, device=c.device)))
+        return
+    check_domain(shape)
+    run(decide(x2, w.T, c, given=True), x2, w.T, c, epilogue=call)
+
+
+def _linear_user(x, w, bias, *, activation, residual, alpha, beta, out_dtype, epilogue, inputs):
+    """linear with a user Epilogue (or stray keyword inputs, which check_linear refuses): eager only,
+    checked, decided and built on every call (not cached)."""
+    if isinstance(epilogue, Epilogue):
+        values = [v for v in (x, w, bias, residual, *inputs.values()) if isinstance(v, torch.Tensor)]
+        if _is_compiling() or any(type(t) is not torch.Tensor or t.is_meta for t in values):
+            raise NotSupportedError(f"epilogue={epilogue!r}: a user Epilogue runs eagerly only (its CUDA source "
+                                    "is not part of the gemm_ladder::linear op's schema, so torch.compile, "
+                                    "FakeTensor and meta tensors cannot trace it); call it outside the compiled "
+                                    "region, or use linear's built-in bias/activation/residual/alpha/beta")
+        if torch.is_grad_enabled():
+            for name, t in (("x", x), ("w", w), *inputs.items()):
+                if isinstance(t, torch.Tensor) and t.requires_grad:
+                    raise NotSupportedError(f"{name} requires grad: a user Epilogue has no backward; call it under "
+                                            "torch.no_grad() / torch.inference_mode(), detach it, or use linear's "
+                                            "built-in epilogue (differentiable)")
+    k, n = check_linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                        out_dtype=out_dtype, epilogue=epilogue, inputs=inputs)
+    call = linear_call(x, w, epilogue=epilogue, inputs=inputs)
+    lead = tuple(x.shape[:-1])
+    out = torch.empty((*lead, n), dtype=result_dtype(out_dtype, x.dtype), device=x.device)
+    _run_fused(x.reshape(rows(lead), k), w, out.view(-1, n), call)
+    return out
 
 
 def explain(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
@@ -195,4 +301,4 @@ def explain(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None
     return explain_route(route, shape.m, shape.n, shape.k, shape.out_dtype, cost_model())
 
 
-__all__ = ["Explanation", "NotSupportedError", "explain", "linear", "mm"]
+__all__ = ["Epilogue", "Explanation", "NotSupportedError", "explain", "linear", "mm"]

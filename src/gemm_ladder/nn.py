@@ -5,8 +5,8 @@
 (out,) or None), the same ``state_dict`` keys, the same initialisation (torch's own
 ``reset_parameters``), and ``isinstance(layer, torch.nn.Linear)`` stays true. Only ``forward``
 differs: ``gemm_ladder.linear(x, weight, bias)``, differentiable through the registered op. A layer
-with a bias calls ``linear`` with it: until issue 13's fused epilogue lands, its forward raises
-NotSupportedError (the library never adds a bias in a separate pass, and never falls back to torch).
+with a bias adds it in the GEMM's fused epilogue (issue 13: one kernel, the bias added in fp32 before
+the one rounding; its gradient is the sum of the output's gradient over the rows).
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ import warnings
 import torch
 
 from gemm_ladder.contract import DTYPES
-from gemm_ladder.dispatch.validate import NotSupportedError, check_epilogue
+from gemm_ladder.dispatch.validate import NotSupportedError
 
 
 class Linear(torch.nn.Linear):
-    """``y = x @ weight.T (+ bias)`` by :func:`gemm_ladder.linear`.
+    """``y = x @ weight.T (+ bias)`` by :func:`gemm_ladder.linear` (the bias fused into the GEMM).
 
     Args: as ``torch.nn.Linear(in_features, out_features, bias=True, device=None, dtype=None)``.
     Inputs: x (*, in_features) in the weight's dtype (bf16 or fp16) on its CUDA device; output
-    (*, out_features). Raises what gemm_ladder.linear raises (NotSupportedError for a bias, today).
+    (*, out_features). Raises what gemm_ladder.linear raises.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -46,18 +46,16 @@ class Linear(torch.nn.Linear):
 
 def unsupported_reason(layer: torch.nn.Linear) -> str | None:
     """Why :func:`replace_linear` leaves ``layer`` alone, or None when it swaps it: the weight's dtype
-    (bf16 or fp16 only), its device (CUDA, or meta for planning), or a bias while the kernels have no
-    bias epilogue (asked of validate.check_epilogue, so biased layers are swapped once issue 13 lands)."""
+    (bf16 or fp16 only) or its device (CUDA, or meta for planning). A bias is fused (issue 13); a bias
+    whose dtype is neither the weight's nor float32 is refused (linear's rule)."""
     w = layer.weight
     if w.dtype not in DTYPES.values():
         return f"weight dtype {w.dtype} (gemm-ladder computes bfloat16 and float16)"
     if w.device.type not in ("cuda", "meta"):
         return f"weight on {w.device} (gemm-ladder runs on CUDA devices only)"
-    if layer.bias is not None:
-        try:
-            check_epilogue(bias=layer.bias)
-        except NotSupportedError:
-            return "bias (the kernels have no bias epilogue yet: issue 13)"
+    bias = layer.bias
+    if bias is not None and bias.dtype not in (w.dtype, torch.float32):
+        return f"bias dtype {bias.dtype} (linear's bias is the weight's dtype {w.dtype} or float32)"
     return None
 
 
@@ -68,7 +66,8 @@ def replace_linear(model: torch.nn.Module, *, strict: bool = False) -> torch.nn.
 
     A layer :func:`unsupported_reason` refuses is left alone: one UserWarning names every such layer
     and why; with ``strict=True`` NotSupportedError is raised instead, before anything is swapped.
-    Activations that follow a layer are not fused yet (issue 13's epilogue).
+    Biases are fused into the GEMM; an activation that follows a layer in the model is not (it is a
+    separate module: call ``gemm_ladder.linear(x, w, b, activation=...)`` yourself to fuse one).
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")

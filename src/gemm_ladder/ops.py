@@ -10,10 +10,12 @@ Importing this module registers them (``import gemm_ladder.ops``; any call of ``
     gemm_ladder::linear_out(Tensor x, Tensor w, Tensor? bias=None, Tensor? residual=None, *, Tensor(a!) out,
                             str? activation=None, float alpha=1., float beta=1., ScalarType? out_dtype=None) -> ()
 
-``linear`` computes ``activation(alpha * x @ w.T + bias) + beta * residual`` (issue 13's epilogue; until
-it lands, any non-default epilogue argument raises NotSupportedError). ``residual`` is positional in
-the schema because ``torch.library.register_autograd`` takes no keyword-only tensor; the Python API
-(``gemm_ladder.linear``) takes it by keyword.
+``linear`` computes ``activation(alpha * x @ w.T + bias) + beta * residual``, fused into the GEMM
+kernel (issue 13's built-in epilogue). ``residual`` is positional in the schema because
+``torch.library.register_autograd`` takes no keyword-only tensor; the Python API
+(``gemm_ladder.linear``) takes it by keyword. A user ``gemm_ladder.Epilogue`` (CUDA source in a
+Python object) has no place in a schema: ``gemm_ladder.linear(..., epilogue=...)`` runs eagerly only
+and never goes through these ops (it raises NotSupportedError under compile or autograd).
 
 Each op has: a CUDA kernel (the API's direct path: dispatch.calls, gemm-ladder's kernels only), a
 fake implementation (also the Meta kernel) that applies the same input rules to metadata and returns

@@ -2,6 +2,14 @@
 
     gemm-ladder gate examples/my_gemm.py:gemm --shapes edge,square --json my_gemm.json
     gemm-ladder gate my_kernel.py:gemm --cubin build/gemm.cubin --kernel-name gemm_kernel
+    gemm-ladder gate --epilogue examples/scale_clamp.py:epilogue
+
+With ``--epilogue FILE.py:NAME`` (a :class:`gemm_ladder.Epilogue`), the gated kernel is the library's
+top kernel with that epilogue fused (``gemm_ladder.linear(a, b, epilogue=NAME, **inputs)``): the
+resource gate compiles it into the general kernel (both orientations) and the small-M kernel and
+counts spills and local memory (no GPU needed); the correctness gate (gates/epilogue.py) compares
+every shape with the epilogue's reference on the float64 product. A CUDA body nvcc rejects is bad
+input (exit 2, nvcc's message printed).
 
 ``FUNC`` is ``f(a, b) -> c`` computing ``a @ b.T`` (a: (M, K), b: (N, K), both row-major, bf16 or
 fp16, on CUDA; c: (M, N) in the same dtype). Optional attributes the gate uses when present:
@@ -35,7 +43,10 @@ EPILOG = ("exit status: 0 every gate that applies ran and passed; 1 a gate faile
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """SPEC (FILE.py:FUNC), --shapes, --dtype, --json, --cubin, --kernel-name, --arch, hidden --device."""
     parser.epilog = EPILOG
-    parser.add_argument("spec", metavar="FILE.py:FUNC", help="the Python file and the callable in it")
+    parser.add_argument("spec", metavar="FILE.py:FUNC", nargs="?", default=None,
+                        help="the Python file and the callable in it (or use --epilogue)")
+    parser.add_argument("--epilogue", metavar="FILE.py:NAME", default=None,
+                        help="gate the library's top kernel with this gemm_ladder.Epilogue fused instead of FUNC")
     parser.add_argument("--shapes", default="edge",
                         help="shape sets (edge, square, llm, unaligned) or MxNxK with 1 <= M, N, K < 2^31 (default: edge)")
     parser.add_argument("--dtype", default="bf16", help="bf16 (default), fp16, all, or a comma list")
@@ -52,8 +63,9 @@ class SpecError(ValueError):
     """FILE.py:FUNC cannot be loaded."""
 
 
-def load_callable(spec: str) -> tuple[Any, str]:
-    """'path/to/file.py:func' -> (the callable, its name); raises SpecError naming what is wrong."""
+def load_callable(spec: str, *, want_callable: bool = True) -> tuple[Any, str]:
+    """'path/to/file.py:func' -> (the callable, its name); raises SpecError naming what is wrong.
+    ``want_callable`` False: any attribute (an Epilogue)."""
     file, sep, func = spec.rpartition(":")
     if not sep or not file or not func:
         raise SpecError(f"{spec!r}: expected FILE.py:FUNC")
@@ -75,8 +87,8 @@ def load_callable(spec: str) -> tuple[Any, str]:
         sys.modules.pop(module_name, None)
         raise SpecError(f"{file} failed to import: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
     fn = getattr(module, func, None)
-    if fn is None or not callable(fn):
-        raise SpecError(f"{file} has no callable {func!r}")
+    if fn is None or (want_callable and not callable(fn)):
+        raise SpecError(f"{file} has no {'callable ' if want_callable else ''}{func!r}")
     return fn, func
 
 
@@ -98,6 +110,10 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--cubin {args.cubin}: no such file")
         if args.json and (why := check_writable(args.json)):
             raise ValueError(f"--json: {why}")
+        if (args.spec is None) == (args.epilogue is None):
+            raise ValueError("give FILE.py:FUNC or --epilogue FILE.py:NAME (one of the two)")
+        if args.epilogue is not None:
+            return run_epilogue(args, dtypes, shapes)
         fn, name = load_callable(args.spec)
     except (SpecError, ValueError) as exc:
         print(f"gemm-ladder gate: {exc}", file=sys.stderr)
@@ -118,3 +134,96 @@ def run(args: argparse.Namespace) -> int:
             print(f"gemm-ladder gate: cannot write {args.json}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_USAGE
     return exit_status(result)
+
+
+def run_epilogue(args: argparse.Namespace, dtypes: list[str], shapes: list) -> int:
+    """``gate --epilogue``: the resource and correctness gates of the top kernel with the epilogue fused."""
+    import json
+
+    from gemm_ladder.gates.verdict import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, EXIT_USAGE
+    from gemm_ladder.library.epilogue import Epilogue, EpilogueCompileError
+
+    try:
+        ep, name = load_callable(args.epilogue, want_callable=False)
+        if not isinstance(ep, Epilogue):
+            raise SpecError(f"{args.epilogue}: {name} is a {type(ep).__name__}, not a gemm_ladder.Epilogue")
+        ep.compile_check(arch=args.arch)
+    except SpecError as exc:
+        print(f"gemm-ladder gate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except EpilogueCompileError as exc:
+        print(f"gemm-ladder gate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    resources = epilogue_resources(ep, dtypes, args.arch)
+    for r in resources:
+        print(f"resources {r['kernel']:<34} {r['dtype']} {r['orientation']:<8} "
+              + ("passed" if r["passed"] else "FAILED: " + "; ".join(r["messages"])))
+    import torch
+
+    # No GPU: the operands go to the CPU, where linear refuses them ("not run"), as the plain gate does.
+    device = args.device if args.device == "cpu" or torch.cuda.is_available() else "cpu"
+    rows = epilogue_correctness(ep, dtypes, shapes, device)
+    for r in rows:
+        print(f"correctness {r['m']}x{r['n']}x{r['k']:<8} {r['dtype']} {r['status']:<8} {r['message']}")
+    statuses = [r["status"] for r in rows]
+    c_state = ("failed" if any(s in ("fail", "error") for s in statuses)
+               else "not run" if any(s == "not run" for s in statuses) else "passed")
+    r_state = "passed" if all(r["passed"] for r in resources) else "failed"
+    why = next((r["message"] for r in rows if r["status"] == "not run"), "")
+    print(f"gates: correctness {c_state}" + (f" ({why})" if c_state == "not run" else "") + f"; resources {r_state}")
+    if args.json:
+        from pathlib import Path as _Path
+
+        _Path(args.json).write_text(json.dumps({"epilogue": args.epilogue, "gates": {"correctness": c_state,
+                                    "resources": r_state}, "resources": resources, "correctness": rows}, indent=1))
+        print(f"wrote {args.json}")
+    if "failed" in (c_state, r_state):
+        return EXIT_FAILED
+    return EXIT_INCOMPLETE if c_state == "not run" else EXIT_PASSED
+
+
+def epilogue_resources(ep, dtypes: list[str], arch: str) -> list[dict]:
+    """The resource gate (spills, stack, local memory) of ``ep`` built into the top kernels: the general
+    kernel (A and B K-major, BN 256) in both orientations and the small-M kernel's widest bucket;
+    tensor inputs in each dtype."""
+    from gemm_ladder.contract import DTYPES
+    from gemm_ladder.gates.resources import check_cubin_resources
+    from gemm_ladder.library.gemm import library_gemm
+    from gemm_ladder.library.small_m import small_m_gemm
+
+    out = []
+    for dtype in dtypes:
+        dts = {n: DTYPES[dtype] for n in ep.tensor_inputs}
+        for swap in (False, True):
+            src = ep.source(dts, swap)
+            for label, kernel, build in (
+                    ("sm90_gemm_kk_bn256", library_gemm("k", "k", 256),
+                     lambda k=library_gemm("k", "k", 256): k.build(dtype, arch, epilogue_source=src)),
+                    ("sm90_gemm_small_m bucket 256", small_m_gemm(256),
+                     lambda k=small_m_gemm(256): k.build(dtype, arch, epilogue_source=src))):
+                built = build()
+                rep = check_cubin_resources(built.cubin, built.ptxas_log, built.kernel_name, level=None, dtype=dtype)
+                out.append({"kernel": label, "dtype": dtype, "orientation": "swapped" if swap else "direct",
+                            "passed": rep.passed, "messages": rep.messages, "registers": rep.registers,
+                            "spill_stores": rep.spill_stores, "spill_loads": rep.spill_loads,
+                            "stack_bytes": rep.stack_bytes})
+    return out
+
+
+def epilogue_correctness(ep, dtypes: list[str], shapes: list, device: str) -> list[dict]:
+    """The epilogue correctness gate on every shape and dtype, through gemm_ladder.linear."""
+    import gemm_ladder
+    from gemm_ladder.gates.epilogue import check_epilogue_correctness
+
+    def fn(a, b, **inputs):
+        return gemm_ladder.linear(a, b, epilogue=ep, **inputs)
+
+    rows = []
+    for dtype in dtypes:
+        for _, (m, n, k) in shapes:
+            res = check_epilogue_correctness(fn, ep, m, n, k, dtype, device=device)
+            rows.append({"m": m, "n": n, "k": k, "dtype": dtype, "status": res.status, "message": res.message,
+                         "rel_err": res.rel_err, "bound": res.bound, "seed": res.seed})
+            if res.status == "not run":  # no GPU: every other shape would say the same
+                break
+    return rows

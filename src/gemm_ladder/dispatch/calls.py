@@ -15,6 +15,17 @@ embeds its operand's base address, so a launch is never reused for other address
 bind anew (maps encoded again, or found in the kernels' own map caches). A route with a repack or an
 output workspace allocates per call and runs through :func:`gemm_ladder.dispatch.execute.run`.
 
+``linear`` with its built-in fused epilogue (bias, activation, residual, alpha, beta) is cached the
+same way. Its signature adds the epilogue's identity: the activation, which inputs are present (bias,
+a residual that is read: beta != 0, alpha != 1), each input's signature as above, and the types of
+alpha and beta (their rules); the :class:`Call` keeps the epilogue (:func:`linear_epilogue
+<gemm_ladder.library.epilogue.linear_epilogue>`), whose generated source (its dtypes and the route's
+orientation) is what the kernel was built with. Bound launches are then keyed by the epilogue inputs'
+addresses too (they are in the kernel's EpilogueParams argument); alpha and beta are written into the
+bound argument on every call (:meth:`BoundLaunch.set_scalars
+<gemm_ladder.library.bound.BoundLaunch.set_scalars>`), so new values need no new bind. A user
+:class:`~gemm_ladder.library.epilogue.Epilogue` is not cached (api.linear runs it uncached).
+
 Both caches are cleared when full (a model calls a few dozen signatures; a bound launch holds a few
 hundred bytes) and by :func:`clear`.
 """
@@ -40,6 +51,8 @@ class Call:
     bound launches per address set), 'route' (a route with a repack or an output workspace).
     ``out_shape``: the shape of an output allocated by the call; ``m``, ``n``, ``k``: the 2-D problem.
     ``view``: for ``linear``, whether x's batch dimensions merge into a view (else reshape copies).
+    ``epilogue``: for ``linear``, its built-in fused epilogue (an Epilogue whose tensor inputs are
+    bias then the residual, its scalars alpha then beta, each only where used), or None.
     """
 
     kind: str
@@ -51,27 +64,50 @@ class Call:
     route: object = None
     view: bool = True
     binds: dict = field(default_factory=dict)
+    epilogue: object = None
 
-    def run(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bind=None) -> None:
-        """``c = a @ b`` for operands of this signature (a (M, K), b (K, N), c (M, N)).
+    def run(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bind=None, inputs: tuple = (),
+            scalars: tuple = ()) -> None:
+        """``c = a @ b`` (``c = epilogue(a @ b)`` with an epilogue) for operands of this signature
+        (a (M, K), b (K, N), c (M, N)). ``inputs``: the epilogue's tensor inputs in its slot order,
+        2-D in c's (M, N) coordinates where they are tiles; ``scalars``: its scalar inputs in order.
 
-        ``bind(route, a, b, c)`` makes a bound launch (dispatch's :func:`bind_route`; injectable so that
-        the cache's keying is testable without a GPU)."""
+        ``bind(route, a, b, c, epilogue)`` makes a bound launch (dispatch's :func:`bind_route`;
+        injectable so that the cache's keying is testable without a GPU)."""
         kind = self.kind
         if kind == "bound":
             key = (a.data_ptr(), b.data_ptr(), c.data_ptr(), raw_stream(c.get_device()))
+            if inputs:  # an epilogue's inputs: their addresses are in the bound EpilogueParams
+                key += tuple(t.data_ptr() for t in inputs)
             launch = self.binds.get(key)
             if launch is None:
                 if len(self.binds) >= BINDS_PER_CALL:
                     self.binds.clear()
-                launch = self.binds[key] = (bind or bind_route)(self.route, a, b, c)
+                epilogue = self.epilogue_call(inputs, scalars, c.device)
+                launch = self.binds[key] = (bind or bind_route)(self.route, a, b, c, epilogue)
+            elif scalars:
+                launch.set_scalars(scalars)
             launch()
         elif kind == "route":
             from gemm_ladder.dispatch.execute import run
 
-            run(self.route, a, b, c)
+            run(self.route, a, b, c, epilogue=self.epilogue_call(inputs, scalars, c.device))
         elif kind == "zeros":
-            c.zero_()  # the empty sum
+            if self.epilogue is None:
+                c.zero_()  # the empty sum
+            else:  # the epilogue of the empty sum, by its float64 reference (as api.linear's uncached path)
+                ep = self.epilogue_call(inputs, scalars, c.device)
+                c.copy_(ep.reference(torch.zeros(c.shape, dtype=torch.float64, device=c.device)))
+
+    def epilogue_call(self, inputs: tuple, scalars: tuple, device: torch.device):
+        """This call's epilogue bound to ``inputs`` and ``scalars`` for the (M, N) output (not yet
+        oriented: the route does that), or None without one."""
+        ep = self.epilogue
+        if ep is None:
+            return None
+        values = dict(zip(ep.tensor_inputs, inputs))
+        values.update(zip(ep.scalar_inputs, scalars))
+        return ep.bind(values, self.m, self.n, device, check_grad=False)
 
 
 def raw_stream(device_index: int) -> int:
@@ -97,12 +133,28 @@ def mm_key(a, b, out, out_dtype) -> tuple | None:
     return ("mm", _sig(a), _sig(b), out_dtype, capturing, _sig(out), a.data_ptr(), b.data_ptr(), out.data_ptr())
 
 
-def linear_key(x, w, out_dtype) -> tuple | None:
-    """The signature of ``linear(x, w, out_dtype=out_dtype)`` (no epilogue); None as :func:`mm_key`."""
+_REAL = (int, float)
+
+
+def linear_key(x, w, out_dtype, bias=None, residual=None, activation=None, alpha=1.0, beta=1.0) -> tuple | None:
+    """The signature of ``linear(x, w, bias, activation=..., residual=..., alpha=..., beta=...,
+    out_dtype=...)`` with the built-in epilogue's identity (see the module docstring); None as
+    :func:`mm_key` (also for a bias or residual that is not a plain tensor, or an activation that is
+    not a str: the full checks then say why)."""
     if type(x) is not torch.Tensor or type(w) is not torch.Tensor:
         return None
     capturing = torch.cuda.is_current_stream_capturing() if x.is_cuda else False
-    return ("linear", _sig(x), _sig(w), out_dtype, capturing)
+    ta, tb = type(alpha), type(beta)
+    if ta not in _REAL or tb not in _REAL:
+        return None  # bool, numpy scalars, tensors...: the checks' rules, uncached
+    if bias is None and residual is None and activation is None and alpha == 1 and beta == 1:
+        return ("linear", _sig(x), _sig(w), out_dtype, capturing)
+    if (bias is not None and type(bias) is not torch.Tensor) or (
+            residual is not None and type(residual) is not torch.Tensor) or (
+            activation is not None and type(activation) is not str):
+        return None
+    return ("linear", _sig(x), _sig(w), out_dtype, capturing, activation, ta, tb, alpha != 1, beta == 0,
+            None if bias is None else _sig(bias), None if residual is None else _sig(residual))
 
 
 class CallCache:
@@ -134,25 +186,29 @@ CALLS = CallCache()
 
 
 def make_call(kind: str, out_shape: tuple[int, ...], out_dtype: torch.dtype, m: int, n: int, k: int,
-              route=None, view: bool = True) -> Call:
+              route=None, view: bool = True, epilogue=None) -> Call:
     """A :class:`Call`; ``kind`` 'general'/'small_m' routes become 'bound' when every operand and the
     output are read and written in place, else 'route'."""
     if route is not None:
         in_place = route.a_path.workspace is None and route.b_path.workspace is None and route.c_path.workspace is None
         kind = "bound" if in_place else "route"
-    return Call(kind, tuple(out_shape), out_dtype, m, n, k, route, view)
+    return Call(kind, tuple(out_shape), out_dtype, m, n, k, route, view, epilogue=epilogue)
 
 
-def bind_route(route, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor):
+def bind_route(route, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, epilogue=None):
     """The bound launch of an in-place ``route`` on these tensors (a (M, K), b (K, N), c (M, N)): the
-    operand views :func:`gemm_ladder.dispatch.execute.run` would give the kernel, bound by its ``bind``."""
+    operand views :func:`gemm_ladder.dispatch.execute.run` would give the kernel, bound by its ``bind``;
+    ``epilogue`` (an EpilogueCall in c's coordinates, or None) oriented as execute.run orients it."""
     from gemm_ladder.dispatch.route import c_target, in_place_view
 
     xa, xb = (b.T, a) if route.c_path.transposed else (a, b.T)
     va, vb = in_place_view(xa), in_place_view(xb)
     for v, path in ((va, route.a_path), (vb, route.b_path)):
         assert v is not None and (v.major, v.ld) == (path.major, path.ld), "route and operand disagree"
-    return route.kernel.bind(va, vb, c_target(c, route.c_path.transposed), **dict(route.options))
+    options = dict(route.options)
+    if epilogue is not None:
+        options["epilogue"] = epilogue.oriented(route.c_path.transposed)
+    return route.kernel.bind(va, vb, c_target(c, route.c_path.transposed), **options)
 
 
 def rows(shape: tuple[int, ...]) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from gemm_ladder.dispatch.route import OperandPath, Route, c_target, in_place_view
+from gemm_ladder.library.epilogue import EpilogueCall
 from gemm_ladder.library.operand import OperandView
 from gemm_ladder.library.repack import REPACK, Copy2D
 
@@ -23,8 +24,10 @@ def _prepare(path: OperandPath, x: torch.Tensor, jobs: list[Copy2D]) -> OperandV
     return OperandView(ws, path.rows, path.k, path.workspace[1], path.major)
 
 
-def run(route: Route, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
-    """``c = a @ b`` by ``route`` (from :func:`gemm_ladder.dispatch.decide` on these tensors' metadata)."""
+def run(route: Route, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, epilogue: EpilogueCall | None = None) -> None:
+    """``c = epilogue(a @ b)`` by ``route`` (from :func:`gemm_ladder.dispatch.decide` on these tensors'
+    metadata). ``epilogue``: bound to c's (M, N) coordinates; the kernel gets it oriented as the route
+    runs (D^T into c.T: swapped), so it always sees the caller's rows and columns."""
     if route.c_path.transposed:
         xa, xb = b.T, a
     else:
@@ -35,9 +38,12 @@ def run(route: Route, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None
     if jobs:
         REPACK.launch(jobs, a.device)
     target = c_target(c, route.c_path.transposed)
+    options = dict(route.options)
+    if epilogue is not None:
+        options["epilogue"] = epilogue.oriented(route.c_path.transposed)
     if route.c_path.workspace is None:
-        route.kernel.launch(va, vb, target, **dict(route.options))
+        route.kernel.launch(va, vb, target, **options)
         return
     ws = torch.empty(route.c_path.workspace, dtype=c.dtype, device=c.device)[:, :target.shape[1]]
-    route.kernel.launch(va, vb, ws, **dict(route.options))
+    route.kernel.launch(va, vb, ws, **options)
     REPACK.launch([Copy2D.between(ws, target)], c.device)

@@ -11,11 +11,13 @@ then empty dimensions are decided (:func:`trivial`) before any domain rule (:fun
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from gemm_ladder.contract import DTYPES, GemmInputError, OutsideDomainError
+from gemm_ladder.library.epilogue import ACTIVATIONS, Epilogue, EpilogueCall, linear_epilogue
 
 #: Input dtypes the library computes (the contract's); fp32 accumulation in every kernel.
 INPUT_DTYPES = tuple(DTYPES.values())
@@ -239,44 +241,24 @@ def check_domain(shape: MmShape) -> None:
                                      "ints (operands of more than 2^31 elements are fine; one extent is not)")
 
 
-#: The activations of ``linear``'s epilogue (issue 13): relu; gelu (erf); gelu_tanh (tanh approximation,
-#: torch's ``approximate="tanh"``); silu.
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+def check_linear(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, beta=1.0, out_dtype=None,
+                 epilogue=None, inputs=None, device_types: tuple[str, ...] = ("cuda",),
+                 check_grad: bool = True) -> tuple[int, int]:
+    """Check every argument of ``linear`` (see :func:`gemm_ladder.api.linear`); return (K, N).
 
+    Rules, in order: x and w as mm's operands (types, devices, bf16/fp16, one dtype), x (*, K) with at
+    least one dimension, w (N, K), K equal; ``out_dtype`` None, x's dtype or torch.float32;
+    ``activation`` None or one of relu, gelu, gelu_tanh, silu; ``alpha``, ``beta`` Python ints or
+    floats (not bool); ``bias`` None or a 1-D (N,) tensor of x's dtype or float32 on x's device;
+    ``residual`` None or a tensor of the output's shape (*, N), of x's dtype or float32, on x's device
+    (any strides); ``epilogue`` None or a gemm_ladder.Epilogue, and then bias, activation, residual
+    None and alpha = beta = 1 (one epilogue per call), and ``inputs`` exactly its declared inputs
+    (:meth:`Epilogue.bind`'s rules); ``inputs`` only with an epilogue. Autograd (``check_grad``): with
+    grad mode on, no operand, bias, residual or epilogue input may require grad. The public
+    ``linear`` differentiates through the registered op (gemm_ladder.ops) and checks this only where
+    no backward exists (out=, a user Epilogue); the op's own kernel and fake pass ``check_grad=False``.
 
-def check_epilogue(bias=None, activation=None, residual=None, alpha=1.0, beta=1.0) -> None:
-    """The epilogue arguments of ``linear``: types first, then what the kernels compute today.
-
-    out = activation(alpha * x @ w.T + bias) + beta * residual. Raises GemmTypeError for a bias or
-    residual that is not a tensor, an alpha or beta that is not a real number; GemmInputError for an
-    activation not in ACTIVATIONS; NotSupportedError for any non-default value (the kernels have no
-    fused epilogue yet: issue 13 brings it, and the library never adds it in a separate pass).
-    """
-    for name, t in (("bias", bias), ("residual", residual)):
-        if t is not None and not isinstance(t, torch.Tensor):
-            raise GemmTypeError(f"{name} must be a torch.Tensor or None, got {type(t).__name__}")
-    for name, v in (("alpha", alpha), ("beta", beta)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise GemmTypeError(f"{name} must be a real number, got {type(v).__name__}")
-    if activation is not None and activation not in ACTIVATIONS:
-        raise GemmInputError(f"activation={activation!r}: use None or one of {', '.join(ACTIVATIONS)}")
-    given = [name for name, default in (("bias", bias is None), ("activation", activation is None),
-                                        ("residual", residual is None), ("alpha", alpha == 1.0),
-                                        ("beta", beta == 1.0)) if not default]
-    if given:
-        raise NotSupportedError(f"{', '.join(given)}: the kernels have no fused epilogue yet (issue 13 brings "
-                                "bias, activation, residual, alpha and beta), and gemm_ladder.linear does not add "
-                                "them in a separate pass behind your back; call linear(x, w) and apply them "
-                                "yourself, or use torch.nn.functional.linear")
-
-
-def check_linear(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, beta=1.0,
-                 device_types: tuple[str, ...] = ("cuda",), check_grad: bool = True) -> tuple[int, int]:
-    """Check ``linear(x, w, bias, activation=..., residual=..., alpha=..., beta=...)``: x (*, K) with at
-    least one dimension, w (N, K), the epilogue by :func:`check_epilogue`.
-
-    The operand rules are mm's (types, devices, dtypes, K, autograd with ``check_grad``), named x and w.
-    Returns (K, N). Raises GemmTypeError, GemmInputError, NotSupportedError (the epilogue, today).
+    Raises GemmTypeError, GemmInputError (EpilogueError is one), NotSupportedError (grad).
     """
     _check_pair(("x", "w"), x, w, device_types)
     if x.dim() < 1:
@@ -286,10 +268,67 @@ def check_linear(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, 
     if x.shape[-1] != w.shape[1]:
         raise GemmInputError(f"x is (*, K) = {tuple(x.shape)} and w is (N, K) = {tuple(w.shape)}: "
                              f"x.shape[-1] = {x.shape[-1]} must equal w.shape[1] = {w.shape[1]}")
-    check_epilogue(bias, activation, residual, alpha, beta)
+    _check_out_dtype(out_dtype, x.dtype)
+    n = w.shape[0]
+    out_shape = (*x.shape[:-1], n)
+    if activation is not None and activation not in ACTIVATIONS:
+        raise GemmInputError(f"activation={activation!r}: use one of {', '.join(map(repr, ACTIVATIONS))} or None")
+    for name, v in (("alpha", alpha), ("beta", beta)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise GemmTypeError(f"{name} must be a Python int or float (as torch.addmm's), got {type(v).__name__}")
+    for name, t, shape in (("bias", bias, (n,)), ("residual", residual, out_shape)):
+        if t is None:
+            continue
+        _check_tensor(name, t, device_types)
+        if t.device != x.device:
+            raise GemmInputError(f"{name} is on {t.device}; x is on {x.device}")
+        if t.dtype not in (x.dtype, torch.float32):
+            raise GemmInputError(f"{name} has dtype {t.dtype}: it must be x's dtype {x.dtype} or torch.float32 "
+                                 "(read and added in fp32 either way)")
+        if tuple(t.shape) != shape:
+            what = "the output's shape (*, N)" if name == "residual" else "(N,), one value per output column"
+            raise GemmInputError(f"{name} has shape {tuple(t.shape)}; it must be {what} = {shape}")
+        if check_grad and t.requires_grad and torch.is_grad_enabled():
+            raise NotSupportedError(f"{name} requires grad: this call has no backward (an out= call has none, as "
+                                    "torch's out= ops have none); call gemm_ladder.linear without out= (its "
+                                    "backward runs on gemm-ladder's kernels), or call under torch.no_grad()")
+    if epilogue is not None:
+        if not isinstance(epilogue, Epilogue):
+            raise GemmTypeError(f"epilogue must be a gemm_ladder.Epilogue, got {type(epilogue).__name__}")
+        given = [name for name, v in (("bias", bias), ("activation", activation), ("residual", residual)) if v is not None]
+        given += [name for name, v in (("alpha", alpha), ("beta", beta)) if v != 1]
+        if given:
+            raise GemmInputError(f"epilogue= is given, and so is {', '.join(given)}: one epilogue per call; put "
+                                 "them in the Epilogue (its cuda and reference) instead")
+    elif inputs:
+        raise GemmInputError(f"unexpected keyword arguments {sorted(inputs)}: epilogue inputs are passed only "
+                             "with epilogue=gemm_ladder.Epilogue(...)")
     if check_grad:
         _check_grad(("x", "w"), x, w)
+    linear_call(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                epilogue=epilogue, inputs=inputs, check_grad=check_grad)  # binds the epilogue: its inputs' rules
     return w.shape[1], w.shape[0]
+
+
+def linear_call(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, beta=1.0, epilogue=None,
+                inputs=None, check_grad: bool = True) -> EpilogueCall | None:
+    """The epilogue of a checked ``linear`` call bound to its inputs in the (M, N) output's coordinates
+    (M = x's rows, batch dimensions merged), or None when there is nothing to fuse. The built-in one
+    (:func:`gemm_ladder.library.epilogue.linear_epilogue`) takes alpha when alpha != 1, bias, the
+    activation, and the residual with beta unless beta == 0 (then the residual is not read at all:
+    torch.addmm's rule, NaN and Inf in it are not propagated). ``check_grad``: :meth:`Epilogue.bind`'s
+    (an input requiring grad under grad mode is refused). Raises EpilogueError for bad inputs."""
+    n = w.shape[0]
+    m = math.prod(x.shape[:-1])
+    if epilogue is not None:
+        return epilogue.bind(dict(inputs or {}), m, n, x.device, check_grad=check_grad)
+    use_residual = residual is not None and beta != 0
+    ep = linear_epilogue(bias=bias is not None, activation=activation, residual=use_residual, alpha=alpha != 1)
+    if ep is None:
+        return None
+    values = {"gl_alpha_": alpha, "gl_bias_": bias, "gl_beta_": beta,
+              "gl_residual_": residual.reshape(m, n) if use_residual else None}
+    return ep.bind({k: v for k, v in values.items() if k in ep.inputs}, m, n, x.device, check_grad=check_grad)
 
 
 def check_linear_out(out, x: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
@@ -310,5 +349,5 @@ def check_linear_out(out, x: torch.Tensor, n: int, dtype: torch.dtype) -> torch.
 
 
 __all__ = ["ACTIVATIONS", "GemmInputError", "GemmTypeError", "MAX_DIM", "MmShape", "NotSupportedError",
-           "OutsideDomainError", "check_domain", "check_epilogue", "check_linear", "check_linear_out", "check_mm",
-           "internal_overlap", "may_overlap", "result_dtype", "trivial"]
+           "OutsideDomainError", "check_domain", "check_linear", "check_linear_out", "check_mm", "internal_overlap",
+           "linear_call", "may_overlap", "result_dtype", "trivial"]

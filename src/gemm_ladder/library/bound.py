@@ -6,7 +6,8 @@ that depends only on the operands' shapes, strides, addresses and the stream (ch
 the tensor maps, which embed the operands' base addresses, the packed arguments) and return a
 :class:`BoundLaunch`; calling it does what must happen per launch (a split launch's zeroed counters
 and workspace addresses) and one driver call. A bound launch is valid only for the addresses it was
-bound to: whoever keeps one keys it by them.
+bound to: whoever keeps one keys it by them (a fused epilogue's input addresses included: they are
+in its EpilogueParams argument).
 """
 
 from __future__ import annotations
@@ -16,13 +17,24 @@ from typing import Callable
 
 class BoundLaunch:
     """``launch()`` for the operands it was bound to. ``before``, when set, runs first on every call
-    (it refreshes the per-launch arguments in place: the prepared launch holds ctypes values)."""
+    (it refreshes the per-launch arguments in place: the prepared launch holds ctypes values).
+    ``params``: the fused epilogue's EpilogueParams argument (library/epilogue.py), held by the
+    prepared launch, or None without an epilogue."""
 
-    __slots__ = ("prepared", "before")
+    __slots__ = ("prepared", "before", "params")
 
-    def __init__(self, prepared: Callable[[], None], before: Callable[[], None] | None = None):
+    def __init__(self, prepared: Callable[[], None], before: Callable[[], None] | None = None, *, params=None):
         self.prepared = prepared
         self.before = before
+        self.params = params
+
+    def set_scalars(self, scalars) -> None:
+        """Write the epilogue's scalar inputs (in its slot order, as fp32) into the bound argument, so
+        one bound launch serves every alpha and beta: the prepared launch reads the argument at launch
+        time (cuLaunchKernelEx copies kernel parameters when called)."""
+        p = self.params
+        for i, v in enumerate(scalars):
+            p.scalar[i] = v
 
     def __call__(self) -> None:
         if self.before is not None:

@@ -40,8 +40,10 @@ from gemm_ladder.design.smem import max_stages
 from gemm_ladder.design.stream_k import DEFAULT_MIN_IDLE, INT32_LIMIT, StreamKTail, plan_tail
 from gemm_ladder.levels.tma import TmaLevel
 from gemm_ladder.library.bound import BoundLaunch
+from gemm_ladder.library.epilogue import EpilogueCall, compile_with_epilogue
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES, Major, OperandView, operand_view
-from gemm_ladder.runtime.module import device_index
+from gemm_ladder.runtime.compiler import compile_kernel
+from gemm_ladder.runtime.module import device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
 from gemm_ladder.runtime.workspace import WORKSPACES
 
@@ -117,8 +119,32 @@ class LibraryGemm(TmaLevel):
     def layout(self) -> dict[str, str]:
         return {"a_major": self.a_major, "b_major": self.b_major}
 
-    def translation_unit(self, dtype: str) -> str:
-        return f'// gemm-ladder library {self.name}, {dtype}\n#include "{SOURCE}"\n'
+    #: The kernel's accumulator pairs are neighbours along a row of its output (epilogue.cuh's fragment).
+    pair_along_kernel_cols = True
+
+    def translation_unit(self, dtype: str, epilogue_source: str | None = None) -> str:
+        """The source compiled: a fused epilogue's generated code (library/epilogue.py), then the kernel."""
+        return f'// gemm-ladder library {self.name}, {dtype}\n{epilogue_source or ""}#include "{SOURCE}"\n'
+
+    def build(self, dtype: str, arch: str = "sm_90a", epilogue_source: str | None = None):  # type: ignore[override]
+        """Compile (or fetch from the cache) the cubin for ``dtype``, with the fused epilogue whose generated
+        code is ``epilogue_source`` (:meth:`EpilogueCall.source`) or none. Raises CompileError with nvcc's
+        message (an epilogue's: see :func:`compile_with_epilogue`)."""
+        key = (dtype, arch, epilogue_source)
+        if key not in self._builds:
+            self._builds[key] = compile_kernel(self.translation_unit(dtype, epilogue_source), self.kernel_name,
+                                               arch=arch, defines=self.build_defines(dtype))
+        return self._builds[key]
+
+    def loaded(self, dtype: str, device: torch.device, epilogue_source: str | None = None):  # type: ignore[override]
+        key = (dtype, device_index(device), epilogue_source)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            g = self.geometry(dtype)
+            kernel = load(self.build(dtype, epilogue_source=epilogue_source), device, threads=g.threads,
+                          dynamic_smem=g.dynamic_smem, cluster=g.cluster)
+            self._kernels[key] = kernel
+        return kernel
 
     def plan(self, m: int, n: int, k: int, dtype: str, *, lda: int | None = None, ldb: int | None = None,
              ldc: int | None = None):
@@ -187,24 +213,31 @@ class LibraryGemm(TmaLevel):
 
     # --- launching (GPU) --------------------------------------------------------------------------
     def launch(self, a: OperandView, b: OperandView, c: torch.Tensor, *, split: str = "tail",  # type: ignore[override]
-               c_padding_writable: bool = False) -> None:
+               c_padding_writable: bool = False, epilogue: EpilogueCall | None = None) -> None:
         """``c = A @ B^T`` on the current stream. a: (M, K), b: (N, K) views; c: (M, N), stride (ldc, 1).
 
         ``split``: "tail", "all" or "none" (:func:`split_schedule`). While a CUDA graph is being
         captured the launch runs unsplit (as level 9 does: a graph would keep the stream-K
         workspace's addresses beyond its cache).
 
+        ``epilogue``: a fused epilogue bound to its inputs in the caller's output coordinates and
+        oriented (``swap``: c is the transpose of the caller's output); its extents must be c's (or
+        c's transpose). Built into the kernel (one build per generated source).
+
         Raises GemmInputError naming the rule (:meth:`supports`) and ValueError for an unknown
-        ``split``, before any launch.
+        ``split``, before any launch; EpilogueCompileError when nvcc rejects the epilogue's CUDA.
         """
-        self.bind(a, b, c, split=split, c_padding_writable=c_padding_writable)()
+        self.bind(a, b, c, split=split, c_padding_writable=c_padding_writable, epilogue=epilogue)()
 
     def bind(self, a: OperandView, b: OperandView, c: torch.Tensor, *, split: str = "tail",
-             c_padding_writable: bool = False) -> BoundLaunch:
+             c_padding_writable: bool = False, epilogue: EpilogueCall | None = None) -> BoundLaunch:
         """:meth:`launch` bound to these operands' addresses and the current stream, for repeated calls
         (library/bound.py): checks, schedule, tensor maps and packed arguments done once; each call of
-        the result zeroes a split launch's counters (on the stream) and launches. Same arguments and
-        errors as :meth:`launch`; nothing is launched here."""
+        the result zeroes a split launch's counters (on the stream) and launches. With ``epilogue`` the
+        kernel is its build and takes its EpilogueParams last (the kernel's GL_EPILOGUE_ARG), bound to
+        the epilogue inputs' addresses; its scalars can be refreshed per call
+        (:meth:`BoundLaunch.set_scalars`). Same arguments and errors as :meth:`launch`; nothing is
+        launched here."""
         reason = self.supports(a, b, c, c_padding_writable=c_padding_writable)
         if reason is not None:
             raise GemmInputError(reason)
@@ -212,9 +245,13 @@ class LibraryGemm(TmaLevel):
             raise ValueError(f"split = {split!r}: use one of {', '.join(SPLITS)}")
         m, n, k = a.rows, b.rows, a.k
         dtype = dtype_name(c.dtype)
-        kernel = self.loaded(dtype, c.device)
+        if epilogue is not None and (epilogue.rows, epilogue.cols) != ((n, m) if epilogue.swap else (m, n)):
+            raise GemmInputError(f"epilogue bound to a {epilogue.rows} x {epilogue.cols} output, but c is {m} x {n}"
+                                 + (" (transposed)" if epilogue.swap else ""))
+        source = epilogue.source() if epilogue is not None else None
+        kernel = compile_with_epilogue(lambda: self.loaded(dtype, c.device, source), epilogue)
         capturing = torch.cuda.is_current_stream_capturing()
-        key = (m, n, k, dtype, device_index(c.device), split, capturing)
+        key = (m, n, k, dtype, device_index(c.device), split, capturing, source)  # the build's occupancy
         tail = _cached(self._launches, key, lambda: split_schedule(
             self._units(m, n), kernel.max_active_clusters(c.device), ceil_div(k, self.tile[2]),
             "none" if capturing else split, self.stream_k_min_idle))
@@ -223,9 +260,13 @@ class LibraryGemm(TmaLevel):
         args = [*self.view_maps(a, b, c), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
                 ctypes.c_int(tail.first_unit if tail.tail_units else tail.units), ctypes.c_int(tail.max_contributors),
                 *split_args]
+        params = None
+        if epilogue is not None:  # sm90_gemm.cu's GL_EPILOGUE_ARG: one more argument, last
+            params = epilogue.params(pair_along_cols=self.pair_along_kernel_cols != epilogue.swap)
+            args.append(params)
         prepared = kernel.prepare((tail.clusters * self.cluster, 1, 1), args, stream.cuda_stream)
         if not tail.tail_units:
-            return BoundLaunch(prepared)
+            return BoundLaunch(prepared, params=params)
         floats = tail.workspace_floats(self.cluster, self.consumers, self.tile[1])
         counters = tail.counters(self.cluster, self.consumers)
 
@@ -233,7 +274,7 @@ class LibraryGemm(TmaLevel):
             part, ctr = WORKSPACES.get(stream, floats, counters)
             split_args[0].value, split_args[1].value = part.data_ptr(), ctr.data_ptr()
 
-        return BoundLaunch(prepared, fresh_workspace)
+        return BoundLaunch(prepared, fresh_workspace, params=params)
 
     def view_maps(self, a: OperandView, b: OperandView, c: torch.Tensor) -> list:
         """The three encoded tensor maps (a, b, c) of the plan for these views, cached per pointers and

@@ -40,6 +40,7 @@ from gemm_ladder.design.smem import max_stages
 from gemm_ladder.design.stream_k import INT32_LIMIT, StreamKTail
 from gemm_ladder.levels.base import LaunchGeometry
 from gemm_ladder.library.bound import BoundLaunch
+from gemm_ladder.library.epilogue import EpilogueCall, compile_with_epilogue
 from gemm_ladder.library.operand import OperandView
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
 from gemm_ladder.runtime.module import LoadedKernel, _driver, check, device_index, load
@@ -174,20 +175,24 @@ class SmallMGemm:
                 c_from_registers=True, a_major=b_major, b_major=a_major)
         return self._defines[key]
 
+    #: The kernel's accumulator pairs are neighbours along a column of its C (rows m, m + 1).
+    pair_along_kernel_cols = False
+
     def build(self, dtype: str, arch: str = "sm_90a", *, out_fp32: bool = False, a_major: str = "k",
-              b_major: str = "k") -> CompiledKernel:
-        """Compile (or fetch from the cache) the cubin for ``dtype``; ``out_fp32`` writes C in float32.
+              b_major: str = "k", epilogue_source: str | None = None) -> CompiledKernel:
+        """Compile (or fetch from the cache) the cubin for ``dtype``; ``out_fp32`` writes C in float32;
+        ``epilogue_source``: a fused epilogue's generated code (library/epilogue.py), or none.
 
         Needs nvcc, not a GPU. Raises CompilerNotFoundError without nvcc, CompileError with its message,
         PlanRefused for majors this bucket cannot load (A MN-major below BN = 64).
         """
-        key = (dtype, arch, out_fp32, a_major, b_major)
+        key = (dtype, arch, out_fp32, a_major, b_major, epilogue_source)
         if key not in self._builds:
             defines = {"GL_DTYPE_" + dtype.upper(): 1, **self.defines(dtype, arch, a_major=a_major, b_major=b_major)}
             if out_fp32:
                 defines["GL_OUT_FP32"] = 1
             unit = (f'// gemm-ladder library: small M, BN = {self.bn}, {dtype}, A {a_major}-major, B {b_major}-major\n'
-                    f'#include "{SOURCE}"\n')
+                    f'{epilogue_source or ""}#include "{SOURCE}"\n')
             self._builds[key] = compile_kernel(unit, KERNEL_NAME, arch=arch, defines=defines)
         return self._builds[key]
 
@@ -261,13 +266,14 @@ class SmallMGemm:
 
     # --- launching (GPU) ---------------------------------------------------------------------------
     def loaded(self, dtype: str, device: torch.device, *, out_fp32: bool = False, a_major: str = "k",
-               b_major: str = "k") -> LoadedKernel:
+               b_major: str = "k", epilogue_source: str | None = None) -> LoadedKernel:
         """The kernel for ``dtype`` and these majors loaded on ``device`` (compiled first if needed)."""
-        key = (dtype, out_fp32, a_major, b_major, device_index(device))
+        key = (dtype, out_fp32, a_major, b_major, device_index(device), epilogue_source)
         kernel = self._kernels.get(key)
         if kernel is None:
             g = self.geometry(dtype)
-            kernel = load(self.build(dtype, out_fp32=out_fp32, a_major=a_major, b_major=b_major), device,
+            kernel = load(self.build(dtype, out_fp32=out_fp32, a_major=a_major, b_major=b_major,
+                                     epilogue_source=epilogue_source), device,
                           threads=g.threads, dynamic_smem=g.dynamic_smem)
             self._kernels[key] = kernel
         return kernel
@@ -324,7 +330,8 @@ class SmallMGemm:
             self._maps.move_to_end(key)
         return encoded
 
-    def launch(self, a: OperandView, b: OperandView, c: torch.Tensor, *, splits: int | None = None) -> None:
+    def launch(self, a: OperandView, b: OperandView, c: torch.Tensor, *, splits: int | None = None,
+               epilogue: EpilogueCall | None = None) -> None:
         """c = A @ B^T on the current stream. a: A (M, K); b: B (N, K); c: (M, N) (see :meth:`supports`).
 
         ``splits``: see :meth:`ctas` (None: the documented rule). Under CUDA graph capture the units
@@ -332,38 +339,56 @@ class SmallMGemm:
         cache. The result is bitwise the same on every run with the same grid (the partials are added
         in K order).
 
+        ``epilogue``: a fused epilogue bound to the caller's output and oriented (``swap``: c is the
+        transpose of the caller's output), applied after the reduction, before the one rounding.
+
         Raises ValueError with the rule when :meth:`supports` refuses the operands or ``splits``
-        cannot be used; CudaError from the driver.
+        cannot be used (or K = 0 with an epilogue: the caller decides that case); EpilogueCompileError
+        when nvcc rejects an epilogue's CUDA; CudaError from the driver.
         """
         reason = self.supports(a, b, c)
         if reason is not None:
             raise ValueError(reason)
         m, n, k = a.rows, b.rows, a.k
+        if epilogue is not None and (epilogue.rows, epilogue.cols) != ((n, m) if epilogue.swap else (m, n)):
+            raise ValueError(f"epilogue bound to a {epilogue.rows} x {epilogue.cols} output, but c is {m} x {n}"
+                             + (" (transposed)" if epilogue.swap else ""))
         if m == 0 or n == 0:
             return
         if k == 0:
+            if epilogue is not None:
+                raise ValueError("K = 0 with an epilogue: nothing to launch; the caller applies the epilogue to zeros")
             c.zero_()  # the empty sum
             return
-        self.bind(a, b, c, splits=splits)()
+        self.bind(a, b, c, splits=splits, epilogue=epilogue)()
 
-    def bind(self, a: OperandView, b: OperandView, c: torch.Tensor, *, splits: int | None = None) -> BoundLaunch:
+    def bind(self, a: OperandView, b: OperandView, c: torch.Tensor, *, splits: int | None = None,
+             epilogue: EpilogueCall | None = None) -> BoundLaunch:
         """:meth:`launch` bound to these operands' addresses and the current stream, for repeated calls
         (library/bound.py): checks, schedule, tensor maps and packed arguments done once; each call of
-        the result takes fresh zeroed counters for a split launch and launches. M, N and K must be
-        positive (empty problems are the caller's). Raises as :meth:`launch`; launches nothing."""
+        the result takes fresh zeroed counters for a split launch and launches. With ``epilogue`` the
+        kernel is its build and takes its EpilogueParams last (the kernel's GL_EPILOGUE_ARG), bound to
+        the epilogue inputs' addresses; its scalars can be refreshed per call
+        (:meth:`BoundLaunch.set_scalars`). M, N and K must be positive (empty problems are the
+        caller's). Raises as :meth:`launch`; launches nothing."""
         reason = self.supports(a, b, c)
         if reason is not None:
             raise ValueError(reason)
         m, n, k = a.rows, b.rows, a.k
+        if epilogue is not None and (epilogue.rows, epilogue.cols) != ((n, m) if epilogue.swap else (m, n)):
+            raise ValueError(f"epilogue bound to a {epilogue.rows} x {epilogue.cols} output, but c is {m} x {n}"
+                             + (" (transposed)" if epilogue.swap else ""))
         if min(m, n, k) < 1:
             raise ValueError(f"M, N, K = {m}, {n}, {k}: an empty problem is not bound (launch handles it)")
         dtype = dtype_name(a.tensor.dtype)
         out_fp32 = c.dtype == torch.float32
         device = a.tensor.device
-        kernel = self.loaded(dtype, device, out_fp32=out_fp32, a_major=a.major, b_major=b.major)
+        source = epilogue.source() if epilogue is not None else None
+        kernel = compile_with_epilogue(lambda: self.loaded(dtype, device, out_fp32=out_fp32, a_major=a.major,
+                                                           b_major=b.major, epilogue_source=source), epilogue)
         if torch.cuda.is_current_stream_capturing():
             splits = 1
-        key = (m, n, k, splits, device_index(device))
+        key = (m, n, k, splits, device_index(device), out_fp32, a.major, b.major, source)  # the build's occupancy
         sched = self._launches.get(key)
         if sched is None:
             sched = self._launches[key] = self.schedule(m, n, k, self.ctas(m, n, k, kernel.max_active_clusters(device), splits))
@@ -378,16 +403,20 @@ class SmallMGemm:
         args = [*maps, ctypes.c_void_p(c.data_ptr()), ctypes.c_longlong(ldc_m),
                 ctypes.c_longlong(ldc_n), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
                 ctypes.c_int(sched.max_contributors), *split_args]
+        params = None
+        if epilogue is not None:  # sm90_gemm_small_m.cu's GL_EPILOGUE_ARG: one more argument, last
+            params = epilogue.params(pair_along_cols=self.pair_along_kernel_cols != epilogue.swap)
+            args.append(params)
         prepared = kernel.prepare((sched.clusters, 1, 1), args, stream.cuda_stream)
         if sched.max_contributors <= 1:
-            return BoundLaunch(prepared)
+            return BoundLaunch(prepared, params=params)
         floats, counters = sched.workspace_floats(1, CONSUMERS, self.bn), sched.counters(1, CONSUMERS)
 
         def fresh_counters() -> None:  # the partials in the stream's workspace, counters no launch has used
             split_args[0].value = WORKSPACES.get(stream, floats, 0)[0].data_ptr()
             split_args[1].value = _COUNTERS.take(stream, counters)
 
-        return BoundLaunch(prepared, fresh_counters)
+        return BoundLaunch(prepared, fresh_counters, params=params)
 
 
 _INSTANCES: dict[int, SmallMGemm] = {}

@@ -1,7 +1,8 @@
 // Library kernel sm90_gemm: D (M, N) = A (M, K) @ B (N, K)^T for the operand layouts torch.mm hands
-// over without a copy (library/gemm.py plans and launches it; library/operand.py names the layouts).
+// over without a copy (library/gemm.py plans and launches it; library/operand.py names the layouts),
+// with an optional fused epilogue (library/epilogue.py generates it; fused_epilogue.cuh).
 //
-// It is level 9's kernel, compiled from the designer's plan for one layout: persistent, a producer
+// Level 9's kernel, compiled from the designer's plan for one layout: persistent, a producer
 // warpgroup, 2-CTA clusters that multicast B, two consumer warpgroups of 64 rows on a 128 x BN tile,
 // each storing through its own panel ring overlapped with the next tile, and a stream-K split. What
 // the plan sets, beyond level 9's:
@@ -10,17 +11,21 @@
 //    boxes of 64 elements x BK rows (tma_load_operand, tma_tile.cuh, through stage_ring.cuh's
 //    produce_stage), and the consumers read it with wgmma's transpose immediate and the MN-major
 //    descriptor (mma_k_tile and desc_mn_major_sw128, ptx/wgmma.cuh, through cluster_ring.cuh's
-//    consume_k_range). Every layout difference lives in those headers; level 9's own code is the same
-//    for all four layouts.
+//    consume_k_range). Every layout difference lives in those headers.
 //  - GL_BN = 128 or 256 (the dispatcher takes 128 where 128 x 256 tiles would leave SMs idle).
 // And what the launch sets: the leading dimensions of A, B and D (the tensor maps' global strides),
 // and the stream-K split (tail_first_unit: the first unit split by K over every cluster; 0 splits
 // every unit, the unit count none).
 //
-// No line of level 9 is copied here: this file states the library's compile-time contract and then
-// compiles level 9's source. A library feature level 9 should not have (a fused epilogue, another
-// output dtype) is the point at which this file gets a kernel body of its own.
+// The body is level 9's (levels/level9_multi_consumer.cu, which stays the ladder's rung), with one
+// hook: where level 9 packs a finished fragment to the output dtype (pack_fragment: at the end of
+// each whole tile, and in the stream-K tail after the partials are reduced), a build with
+// GL_EPILOGUE applies the fused epilogue to each pair of fp32 accumulators first (epilogue_pack):
+// its loads and math run in the registers the packing already uses, and the output is rounded
+// once. Without GL_EPILOGUE the kernel is level 9's, instruction for instruction, and takes no
+// epilogue argument (tests/test_epilogue_build.py compares the SASS).
 #include "gemm_ladder/tma_tile.cuh"
+#include "gemm_ladder/fused_epilogue_pair.cuh"
 
 static_assert(gl::BM == 128 && GL_CONSUMERS == 2 && GL_CLUSTER == 2 && GL_PRODUCER_WG == 1,
               "sm90_gemm: level 9's 128-row tile, two consumer warpgroups, a 2-CTA cluster and a producer warpgroup");
@@ -29,4 +34,173 @@ static_assert(gl::BK == 64, "sm90_gemm: BK = 64, one 128-byte swizzle span of K 
 static_assert((GL_A_MN_MAJOR == 0 || GL_A_MN_MAJOR == 1) && (GL_B_MN_MAJOR == 0 || GL_B_MN_MAJOR == 1),
               "sm90_gemm: each operand K-major (0) or MN-major (1)");
 
-#include "levels/level9_multi_consumer.cu"
+#include "gemm_ladder/cluster_ring.cuh"
+#include "gemm_ladder/epilogue.cuh"
+#include "gemm_ladder/ptx/cluster.cuh"
+#include "gemm_ladder/ptx/fence.cuh"
+#include "gemm_ladder/ptx/mbarrier.cuh"
+#include "gemm_ladder/ptx/tma.cuh"
+#include "gemm_ladder/ptx/wgmma.cuh"
+#include "gemm_ladder/stage_ring.cuh"
+#include "gemm_ladder/stream_k.cuh"
+#include "gemm_ladder/tile_scheduler.cuh"
+#include "gemm_ladder/tma_tile.cuh"
+
+using namespace gl;
+
+GL_RELEASES_PREVIOUS_STAGE();
+
+static_assert(GL_PRODUCER_WG == 1 && BM == 64 * GL_CONSUMERS, "level 9: each consumer owns 64 rows of the tile");
+static_assert(GL_C_RING >= 1 && GL_C_PANELS % GL_C_RING == 0, "level 9: a ring of panel buffers per consumer");
+// Panels stored at once at the end of a tile: one per buffer, whose last stores (the previous tile's,
+// issued a whole tile ago) have long been read. The rest wait in registers for the next tile.
+constexpr int kEarlyPanels = GL_C_RING < GL_C_PANELS ? GL_C_RING : GL_C_PANELS;
+constexpr int kDeferredPanels = GL_C_PANELS - kEarlyPanels;
+constexpr int kFirstStoreBarrier = 2;  // named barrier 2 + c: consumer c's 128 threads (0 is __syncthreads)
+
+#if defined(GL_EPILOGUE)
+// A consumer's finished 64 x BN fragment (rows row0.., columns col0.. of the kernel's M x N output)
+// through the fused epilogue, in place; pack_fragment then packs it as level 9 does. Pair (4j + 2i,
+// 4j + 2i + 1) sits at row row0 + 16w + l/4 + 8i, columns col0 + 8j + 2(l%4) + {0, 1} (epilogue.cuh's
+// fragment layout): two neighbours along a row of the kernel's output.
+__device__ __forceinline__ void epilogue_apply(float (&d)[BN / 2], int row0, int col0, int M, int N,
+                                               const EpilogueParams& epi) {
+  const int t = thread_in_warpgroup(), warp = t / 32, lane = t % 32;
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      epilogue_pair<true>(d[4 * j + 2 * i], d[4 * j + 2 * i + 1], row0 + 16 * warp + lane / 4 + 8 * i,
+                          col0 + 8 * j + 2 * (lane % 4), M, N, epi);
+  }
+}
+#define GL_EPILOGUE_ARG , const __grid_constant__ EpilogueParams epi
+// fence_accumulators after the epilogue: every result is in its register before the packing and the
+// panel stores start, so the compiler cannot sink the epilogue's loads and math into the stores, where
+// the previous panels' values are still live (that interleaving spilled).
+#define GL_PACK(row0, col0) \
+  (epilogue_apply(d, (row0), (col0), M, N, epi), fence_accumulators(d), pack_fragment<BN>(packed, d))
+#else
+#define GL_EPILOGUE_ARG
+#define GL_PACK(row0, col0) pack_fragment<BN>(packed, d)
+#endif
+
+// Stage panel `p` (runtime) of a consumer's packed fragment into its ring and store it at (n0 + 64p, m0).
+// The unrolled dispatch keeps the register indices compile-time (no local memory).
+__device__ __forceinline__ void store_panel(int p, const uint32_t (&packed)[BN / 4], uint8_t* ring,
+                                            const CUtensorMap* map_c, int n0, int m0, int bar, bool issuer) {
+#pragma unroll
+  for (int q = 0; q < GL_C_PANELS; ++q) {
+    if (q != p) continue;
+    uint8_t* const buf = ring + (q % GL_C_RING) * GL_SMEM_C_PANEL_BYTES;
+    if (issuer) tma_store_wait_read<GL_C_RING - 1>();  // the store that last read buf is done
+    named_barrier_sync(bar, 128);
+    stage_packed_panel_sw128<BN>(buf, packed, q);
+    fence_proxy_async_smem();
+    named_barrier_sync(bar, 128);
+    if (issuer) {
+      tma_store_2d(map_c, buf, n0 + 64 * q, m0);
+      tma_store_commit();
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
+    gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                const __grid_constant__ CUtensorMap map_c, int M, int N, int K, int tail_first_unit,
+                int max_contributors, float* __restrict__ partials, int* __restrict__ counters GL_EPILOGUE_ARG) {
+  extern __shared__ uint8_t smem_raw[];
+  const SmemMap smem(smem_raw);
+  const TileScheduler sched(M, N, BM, BN, GL_CLUSTER);
+  const int k_tiles = (K + BK - 1) / BK;
+  const int rank = cluster_cta_rank();
+  const int first_unit = blockIdx.x / GL_CLUSTER, unit_stride = gridDim.x / GL_CLUSTER;
+  // Units [0, whole_end) are computed whole, unit_stride apart. The launch splits a tail only with at
+  // least one K iteration per cluster (design/stream_k.py); any other argument runs whole, so it
+  // cannot miscount a tile's contributors.
+  const int tail_units = sched.total - tail_first_unit;
+  const bool split = tail_first_unit >= 0 && tail_units > 0 && tail_units * k_tiles >= unit_stride;
+  const int whole_end = split ? tail_first_unit : sched.total;
+  const StreamKTail tail(whole_end, sched.total - whole_end, k_tiles, unit_stride);
+
+  if (threadIdx.x == 0) init_ring(smem, &map_a, &map_b, &map_c);
+  cluster_sync();
+
+  if (warpgroup_index() == 0) {
+    setmaxnreg_dec<40>();
+    if (threadIdx.x == 0) {
+      RingPosition pos = produce_units(smem, &map_a, &map_b, sched, k_tiles, rank, first_unit, unit_stride, whole_end);
+      for (int it = tail.begin(first_unit), end = tail.begin(first_unit + 1); it < end;) {
+        const StreamKTail::Segment seg = tail.segment(first_unit, it, end);
+        int um, tn;
+        sched.coords(seg.unit, um, tn);
+        produce_k_range(smem, &map_a, &map_b, um, tn, seg.kb, seg.ke, rank, pos);
+        it = seg.next;
+      }
+    }
+  } else {
+    // 232 and the producer's 40 use the whole pool the launch gives the CTA (168 x 384 = 2 x 128 x 232 +
+    // 128 x 40 registers): an increase past it cannot be granted (a 240 / 32 split never finished: the
+    // run timed out after 400 s). ptxas uses all 232: one added line in this role (a sleep) spills.
+    setmaxnreg_inc<232>();
+    const int consumer = warpgroup_index() - 1;
+    const bool elected = thread_in_warpgroup() == 0;  // releases stages and issues this consumer's stores
+    uint8_t* const ring = smem.c() + consumer * GL_C_RING * GL_SMEM_C_PANEL_BYTES;
+    const int bar = kFirstStoreBarrier + consumer;
+    uint32_t packed[BN / 4];  // the previous tile's outputs; its last kDeferredPanels are still to be stored
+    // Store panel p of this consumer's rows of work unit `unit`, its place recomputed from the unit
+    // rather than kept from the tile before: registers are what this loop is short of.
+    auto store_panel_of = [&](int unit, int p) {
+      int um, tn;
+      sched.coords(unit, um, tn);
+      store_panel(p, packed, ring, &map_c, tn * BN, (um * GL_CLUSTER + rank) * BM + 64 * consumer, bar, elected);
+    };
+    RingPosition pos{0};
+    for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
+      int um, tn;
+      sched.coords(unit, um, tn);
+      const int tm = um * GL_CLUSTER + rank;
+      const int prev = unit - unit_stride;  // the previous tile of this CTA, if unit != first_unit
+      float d[BN / 2];
+      consume_k_range(smem, d, consumer, 0, k_tiles, pos, elected, [&](int kt) {
+        if (kt < kDeferredPanels && unit != first_unit)  // runs while this K iteration's wgmma does
+          store_panel_of(prev, kEarlyPanels + kt);
+      });
+      if (unit != first_unit)  // fewer K iterations than deferred panels: finish the previous tile first
+        for (int p = kEarlyPanels + k_tiles; p < GL_C_PANELS; ++p)
+          store_panel_of(prev, p);
+      GL_PACK(tm * BM + 64 * consumer, tn * BN);
+#pragma unroll
+      for (int p = 0; p < kEarlyPanels; ++p)
+        store_panel(p, packed, ring, &map_c, tn * BN, tm * BM + 64 * consumer, bar, elected);
+    }
+    if (first_unit < whole_end) {  // the last whole tile's deferred panels
+      const int last = first_unit + (whole_end - 1 - first_unit) / unit_stride * unit_stride;
+      for (int p = kEarlyPanels; p < GL_C_PANELS; ++p)
+        store_panel_of(last, p);
+    }
+    for (int it = tail.begin(first_unit), end = tail.begin(first_unit + 1); it < end;) {
+      const StreamKTail::Segment seg = tail.segment(first_unit, it, end);
+      it = seg.next;
+      float d[BN / 2];
+      consume_k_range(smem, d, consumer, seg.kb, seg.ke, pos, elected, [](int) {});
+      if (seg.contributors > 1) {
+        const int slot = ((seg.unit - whole_end) * GL_CLUSTER + rank) * GL_CONSUMERS + consumer;
+        const PartialSlots<BN> slots{partials + static_cast<size_t>(slot) * max_contributors * PartialSlots<BN>::kFloats};
+        if (!hand_in_partial(slots, counters + slot, seg.mine, seg.contributors, d, bar, elected))
+          continue;  // another contributor finishes this tile
+        slots.reduce(seg.contributors, d);
+      }
+      {
+        int um, tn;
+        sched.coords(seg.unit, um, tn);
+        GL_PACK((um * GL_CLUSTER + rank) * BM + 64 * consumer, tn * BN);
+      }
+#pragma unroll
+      for (int p = 0; p < GL_C_PANELS; ++p)
+        store_panel_of(seg.unit, p);
+    }
+    if (elected) tma_store_wait_read<0>();
+  }
+  cluster_sync();
+}

@@ -18,12 +18,16 @@
 // - a unit several CTAs contributed to is reduced from fp32 partials in a workspace by the last
 //   contributor to arrive, in K order (fragment_partials.cuh): bitwise the same result every run.
 //
+// A fused epilogue (GL_EPILOGUE: library/epilogue.py's generated code, fused_epilogue.cuh) is applied to
+// the fp32 fragment after the split-K reduction, pair by pair just before the store rounds it once.
+//
 // The epilogue stores straight from the accumulator registers into C, transposed (C[m][n] = D[n][m]),
 // masked at the M and N edges, with the strides the caller gives (row- or column-major, any pitch):
 // the output is at most 256 x N elements, a few percent of the weight's bytes, so a staging buffer
 // would cost ring stages (shared memory) for no measurable gain, and an stmatrix.trans + TMA store
 // would need C's pitch 16-byte aligned, which a decode's output need not be.
 #include "gemm_ladder/fragment_partials.cuh"
+#include "gemm_ladder/fused_epilogue_pair.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
 #include "gemm_ladder/ptx/wgmma.cuh"
 #include "gemm_ladder/stage_ring.cuh"
@@ -49,11 +53,24 @@ __device__ __forceinline__ out_t to_out(float x) { return to_elem(x); }
 constexpr int kAcc = BN / 2;             // fp32 accumulators per consumer thread: one 64 x BN fragment
 constexpr int kFirstReduceBarrier = 2;   // named barrier 2 + c: consumer c's 128 threads (0 is __syncthreads)
 
+#if defined(GL_EPILOGUE)
+#define GL_EPILOGUE_ARG , const __grid_constant__ EpilogueParams epi
+#define GL_EPILOGUE_PARAM , const EpilogueParams& epi
+#define GL_EPILOGUE_PASS , epi
+#else
+#define GL_EPILOGUE_ARG
+#define GL_EPILOGUE_PARAM
+#define GL_EPILOGUE_PASS
+#endif
+
 // Store a consumer's 64 x BN fragment of C^T (rows n0.., columns m0..) into C transposed, masked.
+// With a fused epilogue (GL_EPILOGUE) each pair d[4j + 2i], d[4j + 2i + 1] (C rows m, m + 1 of column n:
+// neighbours along a column of C) goes through it just before its store, so its fp32 values die there
+// (applied to the whole fragment first, the loads it hoists spilled at BN = 256).
 // Fragment layout (PTX ISA, wgmma D, see epilogue.cuh): thread t (warp w, lane l) holds
 // d[4j + 2i + c] = D[16w + l/4 + 8i][8j + 2(l%4) + c].
 __device__ __forceinline__ void store_transposed(out_t* __restrict__ C, long long ldc_m, long long ldc_n,
-                                                 const float (&d)[kAcc], int n0, int m0, int M, int N) {
+                                                 const float (&d)[kAcc], int n0, int m0, int M, int N GL_EPILOGUE_PARAM) {
   const int t = thread_in_warpgroup(), warp = t / 32, lane = t % 32;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -61,10 +78,14 @@ __device__ __forceinline__ void store_transposed(out_t* __restrict__ C, long lon
     if (n >= N) continue;
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
+      float x[2] = {d[4 * j + 2 * i], d[4 * j + 2 * i + 1]};
+#if defined(GL_EPILOGUE)
+      epilogue_pair<false>(x[0], x[1], m0 + 8 * j + 2 * (lane % 4), n, M, N, epi);
+#endif
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int m = m0 + 8 * j + 2 * (lane % 4) + c;
-        if (m < M) C[m * ldc_m + n * ldc_n] = to_out(d[4 * j + 2 * i + c]);
+        if (m < M) C[m * ldc_m + n * ldc_n] = to_out(x[c]);
       }
     }
   }
@@ -97,7 +118,7 @@ __device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[
 extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     sm90_gemm_small_m(const __grid_constant__ CUtensorMap map_w, const __grid_constant__ CUtensorMap map_x,
                       out_t* __restrict__ C, long long ldc_m, long long ldc_n, int M, int N, int K,
-                      int max_contributors, float* __restrict__ partials, int* __restrict__ counters) {
+                      int max_contributors, float* __restrict__ partials, int* __restrict__ counters GL_EPILOGUE_ARG) {
   extern __shared__ uint8_t smem_raw[];
   const SmemMap smem(smem_raw);
   const int m_tiles = (M + BN - 1) / BN;
@@ -146,7 +167,7 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
         slots.reduce(seg.contributors, d);
       }
       const int tn = seg.unit / m_tiles, tm = seg.unit % m_tiles;
-      store_transposed(C, ldc_m, ldc_n, d, tn * BM + 64 * consumer, tm * BN, M, N);
+      store_transposed(C, ldc_m, ldc_n, d, tn * BM + 64 * consumer, tm * BN, M, N GL_EPILOGUE_PASS);
     }
   }
 }

@@ -1,0 +1,24 @@
+// The kernels' side of a fused epilogue (fused_epilogue.cuh): from the kernel's output coordinates to
+// the caller's, then the generated gl_epilogue_pair. Included by a kernel after the translation unit's
+// generated code (library/epilogue.py), so that function is declared; without GL_EPILOGUE, nothing.
+#pragma once
+#include "gemm_ladder/fused_epilogue.cuh"
+
+#if defined(GL_EPILOGUE)
+#ifndef GL_EPI_SWAP
+#error "a fused epilogue names its orientation: GL_EPI_SWAP 0 or 1"
+#endif
+namespace gl {
+// The kernel's accumulators x0 (its row kr, column kc) and x1 (the next column when kPairAlongCols,
+// else the next row) of a kernel output of kernel_rows x kernel_cols, in place.
+template <bool kPairAlongCols>
+__device__ __forceinline__ void epilogue_pair(float& x0, float& x1, int kr, int kc, int kernel_rows, int kernel_cols,
+                                              const EpilogueParams& p) {
+  if constexpr (GL_EPI_SWAP) {
+    gl_epilogue_pair<!kPairAlongCols>(x0, x1, kc, kr, kernel_cols, kernel_rows, p);
+  } else {
+    gl_epilogue_pair<kPairAlongCols>(x0, x1, kr, kc, kernel_rows, kernel_cols, p);
+  }
+}
+}  // namespace gl
+#endif

@@ -1,0 +1,448 @@
+"""Fused epilogues: your own elementwise function of the fp32 accumulator, compiled into the library
+kernels and applied before the one rounding to the output dtype.
+
+An :class:`Epilogue` is a CUDA C++ function body over
+
+* ``acc`` (float): the fp32 accumulator of output element (``row``, ``col``), the sum over K;
+* ``row``, ``col`` (int): the output element's place in the (M, N) output (the caller's coordinates,
+  whichever orientation the dispatcher runs the product in);
+* one float per declared input, already loaded for this element: a ``"row"`` vector's element
+  ``row``, a ``"col"`` vector's element ``col``, a ``"tile"``'s element (``row``, ``col``), a
+  ``"scalar"``'s value (inputs of any of bf16, fp16 or fp32 are converted to fp32);
+
+returning the float that is rounded once to the output dtype. A body without ``return`` and ``;``
+is an expression. Example (a per-row scale times a clamp)::
+
+    ep = Epilogue(cuda="fminf(fmaxf(acc * scale, lo), hi)",
+                  inputs={"scale": "row", "lo": "scalar", "hi": "scalar"},
+                  reference=lambda acc, scale, lo, hi: (acc * scale).clamp(lo, hi))
+
+``reference(acc, **inputs)`` is the same function in PyTorch: ``acc`` a float64 (M, N) tensor, a row
+vector given as float64 (M, 1), a column vector as (1, N), a tile as (M, N), a scalar as a Python
+float; it returns the (M, N) result. The correctness gate compares the kernel with it
+(gates/epilogue.py). The generated source (the body, the inputs' kinds and dtypes, the orientation)
+is part of the build, so of the JIT cache key.
+
+How the kernels apply it (kernels/include/gemm_ladder/fused_epilogue.cuh): the accumulators are held
+in pairs of neighbours along a row or a column of the output; for each pair the generated
+``gl_epilogue_pair`` loads each input's two elements (one 4- or 8-byte load when the input's two
+elements are adjacent and aligned, else one load each; an element outside the output is not loaded),
+then calls the function on both. The inputs are read straight from global memory by the consumer
+threads; no shared memory, no barrier (the design's plan says so: design/epilogue.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import keyword
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import torch
+
+from gemm_ladder.contract import GemmInputError
+
+#: Input kinds: a vector over the output's rows (M), one over its columns (N), a tile of the output's
+#: shape, a scalar.
+KINDS = ("row", "col", "tile", "scalar")
+#: Tensor inputs (vectors and tiles) and scalars an epilogue may declare: fused_epilogue.cuh's kEpiMaxInputs.
+MAX_TENSOR_INPUTS = 8
+MAX_SCALARS = 8
+#: Element types of tensor inputs, and their code in fused_epilogue.cuh's EpiDtype.
+INPUT_DTYPES = {torch.bfloat16: "kEpiBf16", torch.float16: "kEpiFp16", torch.float32: "kEpiFp32"}
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: C++ keywords and names the generated code or the CUDA headers use, which an input may not shadow.
+_CXX_RESERVED = frozenset("""
+alignas alignof and and_eq asm auto bitand bitor bool break case catch char char16_t char32_t class compl
+const constexpr const_cast continue decltype default delete do double dynamic_cast else enum explicit
+export extern false float for friend goto if inline int long mutable namespace new noexcept not not_eq
+nullptr operator or or_eq private protected public register reinterpret_cast return short signed sizeof
+static static_assert static_cast struct switch template this thread_local throw true try typedef typeid
+typename union unsigned using virtual void volatile wchar_t while xor xor_eq half nv_bfloat16 float2
+float4 int2 int4 uint32_t uint64_t size_t min max abs gl
+""".split())
+#: Names that are the accumulator and the coordinates.
+_BUILTIN_NAMES = ("acc", "row", "col")
+#: gemm_ladder.linear's own parameters: an input of that name could not be passed as a keyword.
+LINEAR_PARAMETERS = ("x", "w", "bias", "activation", "residual", "alpha", "beta", "out_dtype", "epilogue")
+
+
+class EpilogueError(GemmInputError):
+    """An epilogue's declaration, or the inputs of one call, break a rule (the message names it)."""
+
+
+class EpilogueCompileError(EpilogueError):
+    """nvcc rejected an epilogue's CUDA; ``log`` holds the compiler's message."""
+
+    def __init__(self, message: str, log: str):
+        super().__init__(f"{message}\n{log}")
+        self.log = log
+
+
+class Epilogue:
+    """A fused epilogue: CUDA body, declared inputs and a PyTorch reference (see the module docstring).
+
+    Args:
+        cuda: the body of ``float f(float acc, int row, int col, float <input>...)``, or one expression.
+        reference: ``reference(acc, **inputs) -> Tensor`` in PyTorch (float64 in the gate).
+        inputs: ``{name: kind}`` in the order the function takes them; kind one of :data:`KINDS`. At
+            most :data:`MAX_TENSOR_INPUTS` vectors and tiles and :data:`MAX_SCALARS` scalars. Names are
+            C identifiers, not C++ keywords, not ``acc``/``row``/``col``, not starting with ``gl_`` or
+            ``__``, and not one of :data:`LINEAR_PARAMETERS` (they are passed to ``linear`` as keywords).
+        name: a label for messages and plans.
+        examples: values of scalar inputs the gate uses (default 1.0 each), e.g. ``{"lo": -2.0, "hi": 2.0}``.
+
+    Raises EpilogueError naming the rule. The CUDA itself is checked by nvcc when first built
+    (:meth:`compile_check` builds it alone, in about a second); EpilogueCompileError carries nvcc's message.
+    """
+
+    def __init__(self, cuda: str, reference: Callable[..., torch.Tensor], inputs: Mapping[str, str] | None = None,
+                 *, name: str = "epilogue", examples: Mapping[str, float] | None = None):
+        if not isinstance(cuda, str) or not cuda.strip():
+            raise EpilogueError("cuda must be a non-empty string: the body of float f(float acc, int row, int col, ...)")
+        if not callable(reference):
+            raise EpilogueError(f"reference must be callable (reference(acc, **inputs) -> Tensor), got {type(reference).__name__}")
+        inputs = dict(inputs or {})
+        for n, kind in inputs.items():
+            if not isinstance(n, str) or not _IDENT.match(n):
+                raise EpilogueError(f"input name {n!r} is not a C identifier")
+            if keyword.iskeyword(n) or n in _CXX_RESERVED or n in _BUILTIN_NAMES or n.startswith(("gl_", "__")):
+                raise EpilogueError(f"input name {n!r} is reserved (C++ keywords, acc, row, col, gl_*, __*)")
+            if n in LINEAR_PARAMETERS:
+                raise EpilogueError(f"input name {n!r} is a parameter of gemm_ladder.linear; choose another")
+            if kind not in KINDS:
+                raise EpilogueError(f"input {n!r} has kind {kind!r}; use one of {', '.join(KINDS)}")
+        tensors = [n for n, k in inputs.items() if k != "scalar"]
+        scalars = [n for n, k in inputs.items() if k == "scalar"]
+        if len(tensors) > MAX_TENSOR_INPUTS or len(scalars) > MAX_SCALARS:
+            raise EpilogueError(f"{len(tensors)} vector/tile inputs and {len(scalars)} scalars: at most "
+                                f"{MAX_TENSOR_INPUTS} and {MAX_SCALARS} (the kernel argument's slots)")
+        examples = dict(examples or {})
+        for n, v in examples.items():
+            if inputs.get(n) != "scalar" or isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise EpilogueError(f"examples[{n!r}]: examples give numbers for declared scalar inputs only")
+        self.cuda = cuda
+        self.reference = reference
+        self.inputs = inputs
+        self.name = str(name)
+        self.examples = examples
+
+    def __repr__(self) -> str:
+        return f"Epilogue({self.name!r}, inputs={self.inputs})"
+
+    # --- the code -------------------------------------------------------------------------------
+    @property
+    def tensor_inputs(self) -> list[str]:
+        return [n for n, k in self.inputs.items() if k != "scalar"]
+
+    @property
+    def scalar_inputs(self) -> list[str]:
+        return [n for n, k in self.inputs.items() if k == "scalar"]
+
+    def body(self) -> str:
+        """The function body, an expression made a return statement."""
+        text = self.cuda.strip()
+        if "return" not in text and ";" not in text:
+            return f"return ({text});"
+        return text
+
+    def source(self, dtypes: Mapping[str, torch.dtype], swap: bool) -> str:
+        """The generated C++ for this epilogue with tensor inputs of ``dtypes`` and the orientation
+        ``swap`` (the kernel's output is the transpose of the caller's): ``GL_EPILOGUE``,
+        ``GL_EPI_SWAP``, the user's function and ``gl::gl_epilogue_pair``. Included in the translation
+        unit before the kernel source (library/gemm.py, library/small_m.py)."""
+        params = ", ".join(["float acc", "int row", "int col", *(f"float {n}" for n in self.inputs)])
+        lines = [f"// fused epilogue {self.name!r}: inputs {self.inputs}",
+                 "#define GL_EPILOGUE 1", f"#define GL_EPI_SWAP {int(bool(swap))}",
+                 '#include "gemm_ladder/fused_epilogue.cuh"', "namespace gl {",
+                 f"__device__ __forceinline__ float gl_user_epilogue({params}) {{",
+                 '#line 1 "epilogue"', self.body(), "}",
+                 "#line 1000000 \"generated epilogue code\"",
+                 "template <bool kAlongCols>",
+                 "__device__ __forceinline__ void gl_epilogue_pair(float& gl_x0, float& gl_x1, int gl_r, int gl_c, "
+                 "int gl_rows, int gl_cols, const EpilogueParams& gl_p) {",
+                 "  const int gl_r1 = kAlongCols ? gl_r : gl_r + 1, gl_c1 = kAlongCols ? gl_c + 1 : gl_c;",
+                 "  const bool gl_in0 = gl_r < gl_rows && gl_c < gl_cols, gl_in1 = gl_r1 < gl_rows && gl_c1 < gl_cols;",
+                 "  // A vector's element is masked by its own coordinate only, so the loads of one row's (or one",
+                 "  // column's) pairs are one load the compiler can share.",
+                 "  const bool gl_row0 = gl_r < gl_rows, gl_row1 = gl_r1 < gl_rows;",
+                 "  const bool gl_col0 = gl_c < gl_cols, gl_col1 = gl_c1 < gl_cols;"]
+        for slot, n in enumerate(self.tensor_inputs):
+            dt = INPUT_DTYPES[dtypes[n]]
+            kind = self.inputs[n]
+            off = f"static_cast<long long>(gl_r) * gl_p.stride_row[{slot}] + static_cast<long long>(gl_c) * gl_p.stride_col[{slot}]"
+            lines.append(f"  float gl_{n}_0, gl_{n}_1;  // {kind} input, slot {slot}")
+            same = {"row": "kAlongCols", "col": "!kAlongCols"}.get(kind)
+            m0, m1 = {"row": ("gl_row0", "gl_row1"), "col": ("gl_col0", "gl_col1")}.get(kind, ("gl_in0", "gl_in1"))
+            if kind == "row":
+                off = f"static_cast<long long>(gl_r) * gl_p.stride_row[{slot}]"
+            elif kind == "col":
+                off = f"static_cast<long long>(gl_c) * gl_p.stride_col[{slot}]"
+            pair = (f"epi_load_pair<{dt}>(gl_p.ptr[{slot}], {off}, kAlongCols ? gl_p.stride_col[{slot}] : "
+                    f"gl_p.stride_row[{slot}], {m0}, {m1}, (gl_p.pair_ok >> {slot}) & 1, gl_{n}_0, gl_{n}_1);")
+            if same is None:
+                lines.append(f"  {pair}")
+            else:  # the pair shares this vector's element when it runs across the vector's direction
+                # Unpredicated: the index clamped into the vector (it has >= 1 element); the element of a
+                # row or column outside the output is never stored.
+                coord, extent = ("gl_r", "gl_rows") if kind == "row" else ("gl_c", "gl_cols")
+                stride = f"gl_p.stride_{kind}[{slot}]"
+                clamped = f"static_cast<long long>({coord} < {extent} ? {coord} : {extent} - 1) * {stride}"
+                lines += [f"  if constexpr ({same}) {{",
+                          f"    gl_{n}_0 = epi_load<{dt}>(gl_p.ptr[{slot}], {clamped});",
+                          f"    gl_{n}_1 = gl_{n}_0;",
+                          "  } else {", f"    {pair}", "  }"]
+        args0, args1 = [], []
+        scalar_slot = {n: i for i, n in enumerate(self.scalar_inputs)}
+        for n, kind in self.inputs.items():
+            if kind == "scalar":
+                args0.append(f"gl_p.scalar[{scalar_slot[n]}]")
+                args1.append(f"gl_p.scalar[{scalar_slot[n]}]")
+            else:
+                args0.append(f"gl_{n}_0")
+                args1.append(f"gl_{n}_1")
+        lines.append("  gl_x0 = gl_user_epilogue(" + ", ".join(["gl_x0", "gl_r", "gl_c", *args0]) + ");")
+        lines.append("  gl_x1 = gl_user_epilogue(" + ", ".join(["gl_x1", "gl_r1", "gl_c1", *args1]) + ");")
+        lines += ["}", "}  // namespace gl", ""]
+        return "\n".join(lines)
+
+    def compile_check(self, dtypes: Mapping[str, torch.dtype] | None = None, arch: str = "sm_90a") -> None:
+        """Compile the epilogue alone (a tiny kernel calling it), so a CUDA error surfaces before the
+        GEMM is built. ``dtypes`` default to bf16 for every tensor input. Raises EpilogueCompileError
+        with nvcc's message (the user's body is file "epilogue", its first line line 1)."""
+        from gemm_ladder.runtime.compiler import CompileError, compile_kernel
+
+        dtypes = dict(dtypes or {n: torch.bfloat16 for n in self.tensor_inputs})
+        tu = ("#define GL_DTYPE_BF16 1\n" + self.source(dtypes, swap=False)
+              + '#include "gemm_ladder/fused_epilogue_pair.cuh"\n'
+              + 'extern "C" __global__ void gl_epilogue_check(float* out, const __grid_constant__ gl::EpilogueParams p) {\n'
+              + "  float x0 = out[0], x1 = out[1];\n"
+              + "  gl::epilogue_pair<true>(x0, x1, threadIdx.x, blockIdx.x, 7, 9, p);\n"
+              + "  gl::epilogue_pair<false>(x0, x1, blockIdx.x, threadIdx.x, 7, 9, p);\n"
+              + "  out[0] = x0; out[1] = x1;\n}\n")
+        try:
+            compile_kernel(tu, "gl_epilogue_check", arch=arch)
+        except CompileError as exc:
+            raise EpilogueCompileError(f"epilogue {self.name!r}: nvcc rejected its CUDA", compiler_message(exc.log)) from None
+
+    # --- one call ----------------------------------------------------------------------------------
+    def bind(self, values: Mapping[str, Any], rows: int, cols: int, device: torch.device, *,
+             check_grad: bool = True) -> "EpilogueCall":
+        """This epilogue with its inputs for one (rows x cols) output on ``device``: every declared input
+        given, no other; a row vector 1-D of ``rows`` elements, a column vector of ``cols``, a tile
+        (rows, cols) with any strides (a broadcast stride 0 included); tensors bf16, fp16 or fp32 on
+        ``device``; scalars Python ints or floats (rounded to fp32). Reads metadata only (CPU, meta or
+        CUDA tensors). ``check_grad``: refuse a tensor input requiring grad under grad mode (a user
+        epilogue has no backward; the registered linear op's kernel passes False: its autograd formula
+        covers the built-in epilogue). Raises EpilogueError (a ValueError) naming the input and the rule."""
+        missing = [n for n in self.inputs if n not in values]
+        extra = [n for n in values if n not in self.inputs]
+        if missing or extra:
+            raise EpilogueError(f"epilogue {self.name!r} takes inputs {list(self.inputs)}: "
+                                + (f"missing {missing}" if missing else "") + ("; " if missing and extra else "")
+                                + (f"unexpected {extra}" if extra else ""))
+        tensors, scalars, dtypes = [], [], {}
+        for n, kind in self.inputs.items():
+            v = values[n]
+            if kind == "scalar":
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise EpilogueError(f"{n}: a scalar input must be a Python int or float, got {type(v).__name__}")
+                scalars.append(float(v))
+                continue
+            if not isinstance(v, torch.Tensor):
+                raise EpilogueError(f"{n}: a {kind} input must be a torch.Tensor, got {type(v).__name__}")
+            if v.dtype not in INPUT_DTYPES:
+                raise EpilogueError(f"{n} has dtype {v.dtype}: inputs are torch.bfloat16, torch.float16 or torch.float32")
+            if v.device != device:
+                raise EpilogueError(f"{n} is on {v.device}; the output is on {device}")
+            if check_grad and v.requires_grad and torch.is_grad_enabled():
+                raise EpilogueError(f"{n} requires grad: a user epilogue has no backward; detach it or use torch.no_grad()")
+            want = {"row": (rows,), "col": (cols,), "tile": (rows, cols)}[kind]
+            if tuple(v.shape) != want:
+                what = {"row": "a 1-D vector of the output's rows", "col": "a 1-D vector of the output's columns",
+                        "tile": "a tile of the output's shape"}[kind]
+                raise EpilogueError(f"{n} has shape {tuple(v.shape)}: {what} is {want}")
+            if kind == "row":
+                strides = (v.stride(0), 0)
+            elif kind == "col":
+                strides = (0, v.stride(0))
+            else:
+                strides = (v.stride(0), v.stride(1))
+            tensors.append((v, strides))
+            dtypes[n] = v.dtype
+        return EpilogueCall(self, tuple(tensors), tuple(scalars), tuple(dtypes.items()), rows, cols)
+
+
+def compiler_message(log: str) -> str:
+    """nvcc's diagnostics about the user's body first (file "epilogue"), else the whole log, trimmed."""
+    lines = [ln for ln in log.splitlines() if ln.strip()]
+    mine = [ln for ln in lines if ln.lstrip().startswith("epilogue(") or '"epilogue"' in ln]
+    keep = mine or lines
+    return "\n".join(keep[:20])
+
+
+def compile_with_epilogue(build: Callable[[], Any], call: "EpilogueCall | None"):
+    """``build()``, with nvcc's rejection of an epilogue's CUDA raised as EpilogueCompileError (the
+    user's lines first) rather than a kernel's CompileError."""
+    from gemm_ladder.runtime.compiler import CompileError
+
+    if call is None:
+        return build()
+    try:
+        return build()
+    except CompileError as exc:
+        raise EpilogueCompileError(f"epilogue {call.epilogue.name!r}: nvcc rejected its CUDA",
+                                   compiler_message(exc.log)) from None
+
+
+class EpilogueParams(ctypes.Structure):
+    """fused_epilogue.cuh's ``EpilogueParams``: the kernel argument holding an epilogue's inputs."""
+
+    _fields_ = [("ptr", ctypes.c_void_p * MAX_TENSOR_INPUTS), ("stride_row", ctypes.c_longlong * MAX_TENSOR_INPUTS),
+                ("stride_col", ctypes.c_longlong * MAX_TENSOR_INPUTS), ("scalar", ctypes.c_float * MAX_SCALARS),
+                ("pair_ok", ctypes.c_int), ("pad_", ctypes.c_int)]
+
+
+@dataclass(frozen=True, eq=False)
+class EpilogueCall:
+    """An epilogue bound to one call's inputs (:meth:`Epilogue.bind`), in the output's coordinates.
+
+    ``tensors``: (tensor, (stride_row, stride_col)) per vector/tile input in slot order; ``scalars``
+    per scalar input; ``dtypes``: (name, dtype) of the tensor inputs; ``rows`` x ``cols``: the output.
+    ``swap``: set by the dispatcher (:meth:`oriented`) when the kernel writes the output transposed.
+    """
+
+    epilogue: Epilogue
+    tensors: tuple
+    scalars: tuple[float, ...]
+    dtypes: tuple
+    rows: int
+    cols: int
+    swap: bool = False
+
+    def oriented(self, swap: bool) -> "EpilogueCall":
+        return EpilogueCall(self.epilogue, self.tensors, self.scalars, self.dtypes, self.rows, self.cols, bool(swap))
+
+    def source(self) -> str:
+        """The generated code of this call's build (part of its JIT cache key)."""
+        return self.epilogue.source(dict(self.dtypes), self.swap)
+
+    def params(self, pair_along_cols: bool) -> EpilogueParams:
+        """The kernel argument. ``pair_along_cols``: whether the kernel's accumulator pairs are neighbours
+        along an output row (a tile's pair is read with one load when its two elements are adjacent
+        and aligned: stride 1 that way, the other stride even, the base aligned to the pair's bytes)."""
+        p = EpilogueParams()
+        pair_ok = 0
+        for slot, (t, (sr, sc)) in enumerate(self.tensors):
+            p.ptr[slot] = t.data_ptr() if t.device.type == "cuda" else 0
+            p.stride_row[slot], p.stride_col[slot] = sr, sc
+            step, other = (sc, sr) if pair_along_cols else (sr, sc)
+            size = 2 * t.element_size()
+            if step == 1 and other % 2 == 0 and t.data_ptr() % size == 0:
+                pair_ok |= 1 << slot
+        for i, s in enumerate(self.scalars):
+            p.scalar[i] = s
+        p.pair_ok = pair_ok
+        return p
+
+    def reference(self, acc: torch.Tensor) -> torch.Tensor:
+        """The epilogue's reference on ``acc`` (rows, cols): inputs in acc's dtype (float64 in the
+        gates), vectors shaped to broadcast ((rows, 1), (1, cols))."""
+        kwargs = {}
+        tensors = iter(self.tensors)
+        scalars = iter(self.scalars)
+        for n, kind in self.epilogue.inputs.items():
+            if kind == "scalar":
+                kwargs[n] = next(scalars)
+                continue
+            t = next(tensors)[0].to(acc.dtype)
+            kwargs[n] = t.view(-1, 1) if kind == "row" else t.view(1, -1) if kind == "col" else t
+        return self.epilogue.reference(acc, **kwargs)
+
+    def load_plan(self, tile: tuple[int, int] = (128, 256), out_bytes: int = 2):
+        """The designer's plan of this call's extra loads on a (BM, BN) output tile (design/epilogue.py)."""
+        from gemm_ladder.design.epilogue import plan_epilogue_loads
+
+        tensors = iter(self.tensors)
+        inputs = [(n, k, 4 if k == "scalar" else next(tensors)[0].element_size()) for n, k in self.epilogue.inputs.items()]
+        return plan_epilogue_loads(inputs, tile, out_bytes)
+
+    def describe(self) -> dict:
+        """What the call loads, for ``explain`` and the design plan: per input its kind, dtype, strides."""
+        out = []
+        tensors = iter(self.tensors)
+        for n, kind in self.epilogue.inputs.items():
+            if kind == "scalar":
+                out.append({"name": n, "kind": kind})
+            else:
+                t, (sr, sc) = next(tensors)
+                out.append({"name": n, "kind": kind, "dtype": str(t.dtype).replace("torch.", ""),
+                            "element_bytes": t.element_size(), "strides": [sr, sc]})
+        return {"name": self.epilogue.name, "orientation": "swapped" if self.swap else "direct", "inputs": out}
+
+
+# --- the built-in epilogue of gemm_ladder.linear ------------------------------------------------------
+
+#: linear's activations: name -> (the CUDA function in fused_epilogue.cuh, the float64 reference).
+ACTIVATIONS: dict[str, tuple[str, Callable[[torch.Tensor], torch.Tensor]]] = {
+    "relu": ("gl::act_relu", torch.relu),
+    "gelu": ("gl::act_gelu", lambda v: torch.nn.functional.gelu(v)),
+    "gelu_tanh": ("gl::act_gelu_tanh", lambda v: torch.nn.functional.gelu(v, approximate="tanh")),
+    "silu": ("gl::act_silu", torch.nn.functional.silu),
+}
+
+_LINEAR_EPILOGUES: dict[tuple, Epilogue] = {}
+
+
+def linear_epilogue(*, bias: bool, activation: str | None, residual: bool, alpha: bool) -> Epilogue | None:
+    """The epilogue of ``linear``: ``activation(alpha * acc + bias) + beta * residual``, in that order,
+    in fp32, as one :class:`Epilogue` (the same mechanism as a user's): a column vector ``bias``, a tile
+    ``residual`` with scalar ``beta``, a scalar ``alpha`` (taken only when ``alpha`` is True: alpha = 1
+    needs no multiply). None when there is nothing to fuse. One object per combination (cached)."""
+    if activation is not None and activation not in ACTIVATIONS:
+        raise EpilogueError(f"activation={activation!r}: use one of {', '.join(ACTIVATIONS)} or None")
+    key = (bias, activation, residual, alpha)
+    if not any((bias, activation, residual, alpha)):
+        return None
+    ep = _LINEAR_EPILOGUES.get(key)
+    if ep is not None:
+        return ep
+    inputs: dict[str, str] = {}
+    if alpha:
+        inputs["gl_alpha_"] = "scalar"
+    if bias:
+        inputs["gl_bias_"] = "col"
+    if residual:
+        inputs["gl_residual_"] = "tile"
+        inputs["gl_beta_"] = "scalar"
+    v = "gl_alpha_ * acc" if alpha else "acc"
+    if bias:
+        v += " + gl_bias_"
+    if activation is not None:
+        v = f"{ACTIVATIONS[activation][0]}({v})"
+    if residual:
+        v += " + gl_beta_ * gl_residual_"
+    act = ACTIVATIONS[activation][1] if activation else None
+
+    def reference(acc, gl_alpha_=1.0, gl_bias_=None, gl_residual_=None, gl_beta_=1.0):
+        out = acc * gl_alpha_ if alpha else acc
+        if gl_bias_ is not None:
+            out = out + gl_bias_
+        if act is not None:
+            out = act(out)
+        if gl_residual_ is not None:
+            out = out + gl_beta_ * gl_residual_
+        return out
+
+    name = "+".join(p for p, on in (("alpha", alpha), ("bias", bias), (activation or "", activation),
+                                    ("residual", residual)) if on)
+    ep = Epilogue.__new__(Epilogue)  # its input names use the reserved gl_ prefix, which users may not
+    ep.cuda, ep.reference, ep.inputs, ep.name, ep.examples = v, reference, inputs, f"linear:{name}", {}
+    _LINEAR_EPILOGUES[key] = ep
+    return ep
+
+
+__all__ = ["ACTIVATIONS", "Epilogue", "EpilogueCall", "EpilogueCompileError", "EpilogueError", "EpilogueParams",
+           "KINDS", "compile_with_epilogue", "linear_epilogue"]

@@ -1,0 +1,310 @@
+"""Fused epilogues without a GPU: declaration and argument rules, the float64 reference math of linear's
+epilogue, the generated code and the cache key, builds into the library kernels with the resource
+census (no spills, no local memory), and `gemm-ladder gate --epilogue` exit statuses."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import needs_nvcc
+from gemm_ladder.dispatch.validate import GemmTypeError, NotSupportedError, check_linear, linear_call
+from gemm_ladder.library.epilogue import (ACTIVATIONS, Epilogue, EpilogueCompileError, EpilogueError,
+                                          linear_epilogue)
+from gemm_ladder.runtime.compiler import cache_key
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU = ("cpu",)
+BF16 = torch.bfloat16
+
+
+def t(*shape, dtype=BF16):
+    return torch.randn(shape).to(dtype)
+
+
+def scale_clamp() -> Epilogue:
+    return Epilogue(cuda="const float v = acc * scale; return v < lo ? lo : (v > hi ? hi : v);",
+                    inputs={"scale": "row", "lo": "scalar", "hi": "scalar"},
+                    reference=lambda acc, scale, lo, hi: torch.clamp(acc * scale, lo, hi), examples={"lo": -1.0})
+
+
+# --- declaration rules -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs, rule", [
+    (dict(cuda=""), "non-empty"),
+    (dict(reference=3), "callable"),
+    (dict(inputs={"1x": "row"}), "C identifier"),
+    (dict(inputs={"int": "row"}), "reserved"),
+    (dict(inputs={"acc": "row"}), "reserved"),
+    (dict(inputs={"gl_x": "row"}), "reserved"),
+    (dict(inputs={"bias": "col"}), "parameter of gemm_ladder.linear"),
+    (dict(inputs={"s": "matrix"}), "kind"),
+    (dict(inputs={f"v{i}": "tile" for i in range(9)}), "at most"),
+    (dict(inputs={"s": "row"}, examples={"s": 1.0}), "scalar inputs only"),
+])
+def test_epilogue_declaration_rules(kwargs, rule):
+    base = dict(cuda="acc", reference=lambda acc, **k: acc)
+    with pytest.raises(EpilogueError, match=rule):
+        Epilogue(**{**base, **kwargs})
+
+
+def test_bind_rules():
+    ep = scale_clamp()
+    cpu = torch.device("cpu")
+    ok = {"scale": t(5), "lo": -1.0, "hi": 1}
+    call = ep.bind(ok, 5, 7, cpu)
+    assert call.scalars == (-1.0, 1.0) and call.tensors[0][1] == (1, 0)
+    for values, rule in [
+        ({"scale": t(5), "lo": 1.0}, "missing"),
+        ({**ok, "extra": 1.0}, "unexpected"),
+        ({**ok, "scale": t(7)}, r"shape \(7,\)"),
+        ({**ok, "scale": t(5, dtype=torch.float64)}, "dtype"),
+        ({**ok, "scale": [1.0] * 5}, "torch.Tensor"),
+        ({**ok, "lo": True}, "int or float"),
+        ({**ok, "lo": torch.tensor(1.0)}, "int or float"),
+    ]:
+        with pytest.raises(EpilogueError, match=rule):
+            ep.bind(values, 5, 7, cpu)
+    with pytest.raises(EpilogueError, match="meta"):
+        ep.bind({**ok, "scale": torch.empty(5, device="meta")}, 5, 7, cpu)
+
+
+# --- linear's argument rules ---------------------------------------------------------------------
+
+
+def test_check_linear_rules():
+    x, w = t(6, 8), t(4, 8)
+    assert check_linear(x, w, t(4), activation="gelu_tanh", residual=t(6, 4), alpha=0.5, beta=2,
+                        device_types=CPU) == (8, 4)
+    assert check_linear(x, w, t(4, dtype=torch.float32), residual=t(6, 4, dtype=torch.float32),
+                        out_dtype=torch.float32, device_types=CPU) == (8, 4)
+    cases = [
+        (dict(bias=t(5)), "bias has shape"),
+        (dict(bias=t(4, dtype=torch.float16)), "bias has dtype"),
+        (dict(bias=t(4, 1)), "bias has shape"),
+        (dict(residual=t(4, 6)), "residual has shape"),
+        (dict(residual=t(6, 4, dtype=torch.float64)), "residual has dtype"),
+        (dict(activation="tanh"), "activation"),
+        (dict(out_dtype=torch.float16), "out_dtype"),
+        (dict(epilogue=scale_clamp(), bias=t(4)), "one epilogue per call"),
+        (dict(epilogue=scale_clamp(), alpha=2.0), "one epilogue per call"),
+        (dict(inputs={"scale": t(6)}), "only with epilogue"),
+        (dict(epilogue=scale_clamp(), inputs={"scale": t(6)}), "missing"),
+        (dict(epilogue=scale_clamp(), inputs={"scale": t(4), "lo": 0.0, "hi": 1.0}), "shape"),
+    ]
+    for kwargs, rule in cases:
+        with pytest.raises(ValueError, match=rule):
+            check_linear(x, w, device_types=CPU, **kwargs)
+    for kwargs in (dict(alpha="2"), dict(beta=True), dict(alpha=torch.tensor(1.0)), dict(epilogue="relu"),
+                   dict(bias=[1.0] * 4)):
+        with pytest.raises(TypeError):
+            check_linear(x, w, device_types=CPU, **kwargs)
+    with pytest.raises(NotSupportedError, match="grad"):
+        check_linear(x, w, t(4).requires_grad_(), device_types=CPU)
+    check_linear(x, w, epilogue=scale_clamp(), inputs={"scale": t(6), "lo": 0.0, "hi": 1.0}, device_types=CPU)
+
+
+def test_linear_call_takes_what_is_used():
+    x, w, r = t(2, 3, 8), t(4, 8), t(2, 3, 4)
+    assert linear_call(x, w) is None
+    call = linear_call(x, w, residual=r, beta=0.0)  # beta = 0: the residual is not read at all
+    assert call is None
+    call = linear_call(x, w, t(4), activation="silu", residual=r, alpha=0.5, beta=2.0)
+    assert set(call.epilogue.inputs) == {"gl_alpha_", "gl_bias_", "gl_residual_", "gl_beta_"}
+    assert (call.rows, call.cols) == (6, 4) and call.scalars == (0.5, 2.0)
+    assert "gl_alpha_" not in linear_call(x, w, t(4)).epilogue.inputs  # alpha = 1: no multiply
+    assert linear_call(x, w, alpha=3).epilogue.cuda == "gl_alpha_ * acc"
+
+
+@pytest.mark.parametrize("activation", [None, *ACTIVATIONS])
+def test_linear_reference_math(activation):
+    """linear's epilogue reference in float64 is act(alpha * acc + bias) + beta * residual, torch's formulas,
+    non-finite values included."""
+    acc = torch.randn(5, 6, dtype=torch.float64) * 3
+    acc[0, 0], acc[1, 1], acc[2, 2] = math.nan, math.inf, -math.inf
+    bias, res = torch.randn(6, dtype=torch.float64), torch.randn(5, 6, dtype=torch.float64)
+    ep = linear_epilogue(bias=True, activation=activation, residual=True, alpha=True)
+    got = ep.reference(acc, gl_alpha_=0.5, gl_bias_=bias.view(1, -1), gl_residual_=res, gl_beta_=-2.0)
+    v = 0.5 * acc + bias
+    act = {None: lambda z: z, "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
+           "silu": F.silu}[activation]
+    torch.testing.assert_close(got, act(v) - 2.0 * res, equal_nan=True)
+
+
+# --- generated code and cache key -----------------------------------------------------------------
+
+
+def test_generated_source_and_cache_key():
+    ep = scale_clamp()
+    direct = ep.source({"scale": BF16}, swap=False)
+    swapped = ep.source({"scale": BF16}, swap=True)
+    assert "#define GL_EPI_SWAP 0" in direct and "#define GL_EPI_SWAP 1" in swapped
+    assert "float gl_user_epilogue(float acc, int row, int col, float scale, float lo, float hi)" in direct
+    assert "kEpiBf16" in direct and "kEpiFp32" in ep.source({"scale": torch.float32}, swap=False)
+    other = Epilogue(cuda="acc * scale * 2.0f", inputs=ep.inputs, reference=ep.reference)
+    assert other.body() == "return (acc * scale * 2.0f);"
+    keys = {cache_key(src, ["-O3"], "nvcc 13", "h") for src in
+            (direct, swapped, other.source({"scale": BF16}, swap=False))}
+    assert len(keys) == 3  # the epilogue's source, dtypes and orientation are part of the build's key
+
+
+def test_params_pair_rules():
+    ep = Epilogue(cuda="acc + r", inputs={"r": "tile"}, reference=lambda acc, r: acc + r)
+    cpu = torch.device("cpu")
+    rowmajor = torch.empty(4, 8, dtype=BF16)
+    call = ep.bind({"r": rowmajor}, 4, 8, cpu)
+    assert call.params(pair_along_cols=True).pair_ok == 1
+    assert call.params(pair_along_cols=False).pair_ok == 0  # the pair runs down a column: stride 8
+    colmajor = torch.empty(8, 4, dtype=BF16).T
+    assert ep.bind({"r": colmajor}, 4, 8, cpu).params(pair_along_cols=False).pair_ok == 1
+    odd = torch.empty(4, 9, dtype=BF16)[:, :8]  # odd pitch: the pair is misaligned on odd rows
+    assert ep.bind({"r": odd}, 4, 8, cpu).params(pair_along_cols=True).pair_ok == 0
+    p = call.params(pair_along_cols=True)
+    assert (p.stride_row[0], p.stride_col[0]) == (8, 1)
+
+
+def test_reference_shapes_vectors_to_broadcast():
+    ep = scale_clamp()
+    call = ep.bind({"scale": torch.arange(3.0).to(BF16), "lo": -100.0, "hi": 100.0}, 3, 2, torch.device("cpu"))
+    acc = torch.ones(3, 2, dtype=torch.float64)
+    torch.testing.assert_close(call.reference(acc), torch.tensor([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]], dtype=torch.float64))
+
+
+# --- builds and the resource census (nvcc, no GPU) -------------------------------------------------
+
+
+def _census(built):
+    from gemm_ladder.gates.resources import check_cubin_resources
+
+    return check_cubin_resources(built.cubin, built.ptxas_log, built.kernel_name, level=None, dtype="bf16")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+def test_general_kernel_builds_every_linear_epilogue_without_spills(use_cache, activation):
+    from gemm_ladder.library.gemm import library_gemm
+
+    ep = linear_epilogue(bias=True, activation=activation, residual=True, alpha=True)
+    dts = {"gl_bias_": BF16, "gl_residual_": BF16}
+    for bn, swap in ((256, False), (256, True), (128, False)):
+        built = library_gemm("k", "k", bn).build("bf16", epilogue_source=ep.source(dts, swap))
+        rep = _census(built)
+        assert rep.passed, (bn, swap, rep.messages)
+        assert rep.sass["HGMMA"] and rep.sass["UTMASTG"]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("parts", [dict(bias=True), dict(residual=True), dict(alpha=True), dict(activation="relu")])
+def test_each_linear_epilogue_part_alone_without_spills(use_cache, parts):
+    from gemm_ladder.library.gemm import library_gemm
+
+    ep = linear_epilogue(**{"bias": False, "activation": None, "residual": False, "alpha": False, **parts})
+    built = library_gemm("k", "mn", 256).build("fp16", epilogue_source=ep.source(
+        {n: torch.float32 for n in ep.tensor_inputs}, False))
+    assert _census(built).passed
+
+
+@needs_nvcc
+def test_small_m_and_custom_epilogue_build_without_spills(use_cache):
+    from gemm_ladder.library.gemm import library_gemm
+    from gemm_ladder.library.small_m import small_m_gemm
+
+    lin = linear_epilogue(bias=True, activation="gelu", residual=True, alpha=True)
+    custom = scale_clamp()
+    for ep, dts in ((lin, {"gl_bias_": BF16, "gl_residual_": BF16}), (custom, {"scale": BF16})):
+        for swap in (False, True):
+            for bucket, fp32 in ((8, False), (256, False), (256, True)):
+                built = small_m_gemm(bucket).build("bf16", out_fp32=fp32, epilogue_source=ep.source(dts, swap))
+                assert _census(built).passed, (ep, swap, bucket, fp32)
+    built = library_gemm("k", "k", 256).build("bf16", epilogue_source=custom.source({"scale": BF16}, False))
+    assert _census(built).passed
+
+
+@needs_nvcc
+def test_plain_build_is_unchanged_by_the_hook(use_cache):
+    """Without an epilogue the library kernel compiles to level 9's source's SASS under the same defines."""
+    from gemm_ladder.library.gemm import library_gemm
+    from gemm_ladder.runtime.compiler import compile_kernel, disassemble
+
+    k = library_gemm("k", "k", 256)
+    ours = k.build("bf16")
+    level9 = compile_kernel('#include "gemm_ladder/tma_tile.cuh"\n#include "levels/level9_multi_consumer.cu"\n',
+                            "gemm_kernel", defines=k.build_defines("bf16"))
+
+    def body(cubin):
+        return "\n".join(ln for ln in disassemble(cubin).splitlines() if "/*" in ln)
+
+    assert body(ours.cubin) == body(level9.cubin)
+
+
+@needs_nvcc
+def test_bad_cuda_is_a_clear_error(use_cache):
+    ep = Epilogue(cuda="return acc * undefined_thing;", inputs={}, reference=lambda acc: acc)
+    with pytest.raises(EpilogueCompileError) as info:
+        ep.compile_check()
+    assert "undefined_thing" in str(info.value) and "epilogue(1)" in str(info.value)
+
+
+# --- the gate CLI --------------------------------------------------------------------------------
+
+
+def _gate(*args, cache):
+    env = {"GEMM_LADDER_CACHE": str(cache), "PYTHONPATH": str(ROOT / "src"), "PATH": __import__("os").environ["PATH"]}
+    return subprocess.run([sys.executable, "-m", "gemm_ladder", "gate", *args, "--device", "cpu"], cwd=ROOT,
+                          capture_output=True, text=True, env=env)
+
+
+@needs_nvcc
+def test_gate_epilogue_without_gpu(use_cache, tmp_path):
+    """Resources checked and passed, correctness 'not run' (it needs CUDA): exit 3; the JSON says so."""
+    out = tmp_path / "g.json"
+    proc = _gate("--epilogue", "examples/scale_clamp.py:epilogue", "--json", str(out), cache=use_cache)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "resources passed" in proc.stdout and "correctness not run" in proc.stdout
+    import json
+
+    assert json.loads(out.read_text())["gates"] == {"correctness": "not run", "resources": "passed"}
+
+
+@needs_nvcc
+def test_gate_epilogue_usage_errors(use_cache, tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import gemm_ladder, torch\nepilogue = gemm_ladder.Epilogue(cuda='return acc +* 2;', "
+                   "reference=lambda acc: acc)\nnot_one = 3\n")
+    proc = _gate("--epilogue", f"{bad}:epilogue", cache=use_cache)
+    assert proc.returncode == 2 and "nvcc rejected" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _gate("--epilogue", f"{bad}:not_one", cache=use_cache)
+    assert proc.returncode == 2 and "not a gemm_ladder.Epilogue" in proc.stderr
+    proc = _gate("examples/my_gemm.py:gemm", "--epilogue", "examples/scale_clamp.py:epilogue", cache=use_cache)
+    assert proc.returncode == 2 and "one of the two" in proc.stderr
+
+
+# --- the designer's plan of the extra loads, and its audit ---------------------------------------
+
+
+def test_epilogue_load_plan_and_audit():
+    from dataclasses import replace
+
+    from gemm_ladder.audit.epilogue import audit_epilogue_plan, audit_text
+
+    x, w = t(6, 8), t(4, 8)
+    call = linear_call(x, w, t(4, dtype=torch.float32), activation="gelu", residual=t(6, 4), alpha=2.0)
+    plan = call.load_plan(tile=(128, 256), out_bytes=2)
+    by = {ld.name: ld for ld in plan.loads}
+    assert by["gl_bias_"].bytes_per_tile == 256 * 4 and by["gl_residual_"].bytes_per_tile == 128 * 256 * 2
+    assert by["gl_alpha_"].method == "parameter" and plan.barriers == ()
+    assert plan.bytes_per_tile == 1024 + 65536 and "none added" in plan.text() and "program order" in plan.text()
+    assert plan.to_json()["bytes_per_tile"] == plan.bytes_per_tile
+    assert audit_epilogue_plan(plan) == [] and "no barrier added" in audit_text(plan)
+    staged = replace(plan, loads=(replace(plan.loads[1], staged_in="shared memory"),) + plan.loads[2:])
+    assert any("registers" in p for p in audit_epilogue_plan(staged))
+    assert any("barrier" in p for p in audit_epilogue_plan(replace(plan, barriers=("bar",))))
+    wrong = replace(plan, loads=(replace(plan.loads[1], bytes_per_tile=3),))
+    assert "REFUSED" in audit_text(wrong)

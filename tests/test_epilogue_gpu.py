@@ -1,0 +1,243 @@
+"""Fused epilogues on the GPU: gemm_ladder.linear's bias / activation / residual / alpha / beta and a user
+Epilogue against the float64 reference of the whole epilogue, under the gates' bound (2 x the eager
+torch composition's relative error + u, and the absolute cap plus twice the composition's worst element;
+gates/epilogue.py). Fresh random inputs every check; outputs poisoned with NaN first.
+
+    pytest -m gpu tests/test_epilogue_gpu.py
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import gemm_ladder
+from gemm_ladder.contract import reference
+from gemm_ladder.dispatch import decide
+from gemm_ladder.dispatch.execute import run
+from gemm_ladder.dispatch.validate import NotSupportedError, linear_call
+from gemm_ladder.gates.correctness import _rel_err, absolute_cap, check_nonfinite, error_bound
+from gemm_ladder.gates.epilogue import check_epilogue_correctness
+from gemm_ladder.library.epilogue import ACTIVATIONS
+from gemm_ladder.library.gemm import library_gemm
+from gemm_ladder.library.operand import operand_view
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parent.parent
+BF16 = torch.bfloat16
+
+
+def rnd(*shape, dtype=BF16):
+    return torch.randn(shape, device="cuda").to(dtype)
+
+
+def poisoned():
+    """Leave a freed NaN block behind so an output that is not written shows NaN (the gate's trick)."""
+    p = torch.full((1 << 22,), float("nan"), device="cuda")
+    del p
+
+
+def assert_epilogue_close(y, x2, w, call):
+    """y (M, N) against call's reference on the float64 product, with the gate's bounds and NaN placement."""
+    torch.cuda.synchronize()
+    dtype = "fp16" if x2.dtype == torch.float16 else "bf16"
+    ref = call.reference(reference(x2, w))
+    base = call.reference(torch.nn.functional.linear(x2, w).double()).to(y.dtype)
+    fin = torch.isfinite(ref)
+    assert check_nonfinite(y, ref) is None, check_nonfinite(y, ref)
+    if y.dtype == torch.float32:
+        u = 2.0**-24
+        bound = 2 * _rel_err(base, ref) + u
+    else:
+        bound = error_bound(_rel_err(base, ref), dtype)
+    rel = _rel_err(y, ref)
+    assert rel <= bound, (rel, bound)
+    base_max = (base.double() - ref)[fin].abs().max().item() if fin.any() else 0.0
+    cap = absolute_cap(x2, w, ref[fin].abs().max().item() if fin.any() else 0.0, dtype) + 2 * base_max
+    err = (y.double() - ref)[fin].abs().nan_to_num(nan=math.inf).max().item() if fin.any() else 0.0
+    assert err <= cap, (err, cap)
+
+
+def check_linear(x, w, **kw):
+    poisoned()
+    y = gemm_ladder.linear(x, w, **kw)
+    x2 = x.reshape(-1, x.shape[-1])
+    call = linear_call(x2, w, **{k: (v.reshape(x2.shape[0], -1) if k == "residual" else v) for k, v in kw.items()
+                                 if k != "out_dtype"})
+    if call is None:
+        return y
+    assert_epilogue_close(y.reshape(-1, w.shape[0]), x2, w, call)
+    return y
+
+
+# General kernel shapes with tails in M and N (and K), and small-M shapes (M <= 256).
+SHAPES = [(300, 200, 1000), (513, 520, 520), (2048, 2056, 136), (1, 4096, 512), (100, 264, 192), (256, 1000, 64)]
+
+
+@pytest.mark.parametrize("activation", [None, *ACTIVATIONS])
+@pytest.mark.parametrize("m, n, k", SHAPES)
+def test_every_activation_with_bias_residual_alpha_beta(m, n, k, activation):
+    x, w = rnd(m, k), rnd(n, k)
+    check_linear(x, w, rnd(n), activation=activation, residual=rnd(m, n), alpha=0.75, beta=-1.5)
+    check_linear(x, w, rnd(n), activation=activation)
+    check_linear(x, w, activation=activation, residual=rnd(m, n))
+
+
+@pytest.mark.parametrize("dtype", [BF16, torch.float16])
+def test_fp32_bias_and_residual_and_fp16(dtype):
+    x, w = rnd(513, 264, dtype=dtype), rnd(520, 264, dtype=dtype)
+    b32, r32 = rnd(520, dtype=torch.float32), rnd(513, 520, dtype=torch.float32)
+    y = check_linear(x, w, b32, activation="gelu", residual=r32)
+    assert y.dtype == dtype
+
+
+def test_beta_zero_ignores_a_nan_residual():
+    x, w = rnd(300, 128), rnd(264, 128)
+    r = torch.full((300, 264), float("nan"), device="cuda", dtype=BF16)
+    y = check_linear(x, w, rnd(264), activation="silu", residual=r, beta=0.0)
+    assert torch.isfinite(y).all()
+    y = check_linear(x, w, residual=r, beta=0)  # beta = 0 and nothing else: the plain product
+    assert torch.isfinite(y).all()
+
+
+def test_nonfinite_placement_in_every_input():
+    for act in ACTIVATIONS:
+        x, w, b, r = rnd(200, 192), rnd(264, 192), rnd(264), rnd(200, 264)
+        x[3, 5], w[7, 1], b[11], r[13, 17] = float("nan"), float("inf"), float("-inf"), float("nan")
+        x[150, 0] = float("-inf")
+        check_linear(x, w, b, activation=act, residual=r, alpha=2.0)
+        x2 = rnd(600, 192)
+        x2[3, 5], x2[500, 7] = float("inf"), float("nan")
+        check_linear(x2, w, b, activation=act, residual=rnd(600, 264))
+
+
+@pytest.mark.parametrize("x_major, w_major, r_layout", [
+    ("row", "row", "row"), ("col", "row", "col"), ("row", "col", "padded"), ("col", "col", "broadcast")])
+def test_operand_and_residual_layouts(x_major, w_major, r_layout):
+    m, n, k = 520, 392, 264
+    x = rnd(m, k) if x_major == "row" else rnd(k, m).T
+    w = rnd(n, k) if w_major == "row" else rnd(k, n).T
+    r = {"row": rnd(m, n), "col": rnd(n, m).T, "padded": rnd(m, n + 24)[:, 8:8 + n],
+         "broadcast": rnd(1, n).expand(m, n)}[r_layout]
+    check_linear(x, w, rnd(n), activation="gelu_tanh", residual=r, alpha=0.5, beta=2.0)
+
+
+@pytest.mark.parametrize("m, n, k", [(255, 257, 129), (1023, 1025, 1027), (300, 301, 72), (17, 4095, 4093)])
+def test_unaligned_shapes_through_the_repack_path(m, n, k):
+    x, w = rnd(m, k), rnd(n, k)
+    check_linear(x, w, rnd(n), activation="silu", residual=rnd(m, n), beta=0.5)
+
+
+@pytest.mark.parametrize("m, n, k", [(1000, 520, 264), (2048, 136, 512), (1000, 2048, 512)])
+def test_swapped_orientation(m, n, k):
+    """A column-major output makes the dispatcher run D^T = B A^T into c.T: the epilogue must still see the
+    caller's rows and columns (the bias per column of c, per row of the kernel's D^T)."""
+    x, w, b, r = rnd(m, k), rnd(n, k), rnd(n), rnd(m, n)
+    c = torch.full((n, m), float("nan"), device="cuda", dtype=BF16).T
+    call = linear_call(x, w, b, activation="gelu", residual=r, alpha=1.5, beta=-1.0)
+    route = decide(x, w.T, c, given=True)
+    assert route.c_path.transposed
+    run(route, x, w.T, c, epilogue=call)
+    assert_epilogue_close(c, x, w, call)
+
+
+def test_small_m_kernel_in_both_orientations():
+    for m, n in ((1, 4096), (16, 4096), (200, 1000), (1000, 64), (4096, 8)):
+        x, w = rnd(m, 512), rnd(n, 512)
+        route = decide(x, w.T, torch.empty(m, n, device="cuda", dtype=BF16), given=True)
+        assert route.kind == "small_m", (m, n, route.kind)
+        check_linear(x, w, rnd(n), activation="relu", residual=rnd(m, n), alpha=0.25)
+
+
+def test_stream_k_tail_and_full_split():
+    """The epilogue after the split-K reduction: every unit split by K ('all') and the tail split."""
+    m, n, k = 512, 768, 4096
+    x, w, b, r = rnd(m, k), rnd(n, k), rnd(n), rnd(m, n)
+    call = linear_call(x, w, b, activation="gelu_tanh", residual=r, alpha=0.5, beta=1.0)
+    for split in ("all", "tail", "none"):
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=BF16)
+        library_gemm("k", "k", 256).launch(operand_view(x, k_dim=1), operand_view(w, k_dim=1), c, split=split,
+                                           epilogue=call)
+        assert_epilogue_close(c, x, w, call)
+
+
+def test_out_dtype_float32():
+    x, w = rnd(100, 520), rnd(1000, 520)
+    y = check_linear(x, w, rnd(1000), activation="silu", residual=rnd(100, 1000), out_dtype=torch.float32)
+    assert y.dtype == torch.float32
+    with pytest.raises(NotSupportedError, match="float32"):
+        gemm_ladder.linear(rnd(1000, 520), w, rnd(1000), out_dtype=torch.float32)
+
+
+def test_batched_x_and_k_zero_and_empty():
+    x, w = rnd(2, 150, 264), rnd(520, 264)
+    y = check_linear(x, w, rnd(520), activation="gelu", residual=rnd(2, 150, 520))
+    assert y.shape == (2, 150, 520)
+    b, r = rnd(520), rnd(3, 520)
+    y0 = gemm_ladder.linear(rnd(3, 0), rnd(520, 0), b, activation="silu", residual=r, beta=2.0)
+    want = (torch.nn.functional.silu(b.double()) + 2.0 * r.double()).to(BF16)
+    assert torch.equal(y0, want)
+    assert gemm_ladder.linear(rnd(0, 8), rnd(520, 8), rnd(520), activation="relu").shape == (0, 520)
+
+
+def test_repeated_runs_are_bitwise_identical():
+    x, w, b, r = rnd(4096, 1024), rnd(4096, 1024), rnd(4096), rnd(4096, 4096)
+    first = gemm_ladder.linear(x, w, b, activation="gelu_tanh", residual=r)
+    for _ in range(5):
+        assert torch.equal(gemm_ladder.linear(x, w, b, activation="gelu_tanh", residual=r), first)
+
+
+def _load(path: str):
+    spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.epilogue
+
+
+@pytest.mark.parametrize("m, n, k", [(300, 200, 1000), (2048, 2056, 136), (100, 264, 192), (1000, 64, 512),
+                                     (255, 257, 129)])
+def test_example_epilogue_passes_and_wrong_one_fails(m, n, k):
+    good, wrong = _load("examples/scale_clamp.py"), _load("examples/wrong_scale_clamp.py")
+
+    def fn(ep):
+        return lambda a, b, **inputs: gemm_ladder.linear(a, b, epilogue=ep, **inputs)
+
+    res = check_epilogue_correctness(fn(good), good, m, n, k, "bf16")
+    assert res.status == "pass", res.message
+    res = check_epilogue_correctness(fn(wrong), wrong, m, n, k, "bf16")
+    assert res.status == "fail" and "NaN" in res.message, res.message
+
+
+def test_gate_cli_with_epilogue(tmp_path):
+    import subprocess
+    import sys
+
+    ok = subprocess.run([sys.executable, "-m", "gemm_ladder", "gate", "--epilogue", "examples/scale_clamp.py:epilogue"],
+                        cwd=ROOT, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = subprocess.run([sys.executable, "-m", "gemm_ladder", "gate", "--epilogue",
+                          "examples/wrong_scale_clamp.py:epilogue"], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+
+
+def test_user_epilogue_with_every_input_kind():
+    ep = gemm_ladder.Epilogue(
+        cuda="return acc * rs + cs + 0.5f * t - s + (row == 0 ? 1.0f : 0.0f) + (col == 1 ? 2.0f : 0.0f);",
+        inputs={"rs": "row", "cs": "col", "t": "tile", "s": "scalar"},
+        reference=lambda acc, rs, cs, t, s: _idx(acc * rs + cs + 0.5 * t - s))
+    for m, n in ((300, 520), (100, 1000), (1000, 64)):
+        x, w = rnd(m, 264), rnd(n, 264)
+        inputs = {"rs": rnd(m, dtype=torch.float32), "cs": rnd(n), "t": rnd(n, m).T, "s": 0.25}
+        y = gemm_ladder.linear(x, w, epilogue=ep, **inputs)
+        assert_epilogue_close(y, x, w, ep.bind(inputs, m, n, x.device))
+
+
+def _idx(v):
+    v = v.clone()
+    v[0, :] += 1.0
+    v[:, 1] += 2.0
+    return v
