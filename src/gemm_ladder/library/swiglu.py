@@ -226,6 +226,29 @@ class SwigluKernel:
         return SwigluPlan(m=m, n=n, k=k, dtype=dtype, gemm=gemm, tensor_maps=maps, out_tile=(TILE[0], OUT_BN),
                           c_panels=self.out_panels(dtype))
 
+    def ring_protocol(self, k_iters: int | None = None, tiles: int = 2, dtype: str = "bf16", **faults):
+        """The kernel's stage ring and output rings as the auditor models them (gemm_ladder.audit).
+
+        It is level 9's protocol (:func:`gemm_ladder.audit.protocol_for_level`) at this kernel's
+        configuration, read from its ``-D`` constants: the stages, the 2-CTA cluster whose producers
+        each multicast their half of B (which weight a half comes from is invisible to the ring),
+        two consumer warpgroups, a ring of ``GL_C_RING`` panel buffers per consumer, ``GL_C_PANELS`` = 2
+        panels per tile all stored at the tile's end (none deferred). ``k_iters`` defaults to
+        stages / 2 + 1, so that ``tiles`` = 2 tiles wrap the ring: every stage is reused in a later
+        round. ``faults`` go to :class:`gemm_ladder.audit.RingConfig` (to show the audit can fail).
+        """
+        from gemm_ladder.audit import protocol_for_level
+
+        d = self.defines(dtype)
+        stages, panels, ring = d["GL_STAGES"], d["GL_C_PANELS"], d["GL_C_RING"]
+        k_iters = stages // 2 + 1 if k_iters is None else k_iters
+        overrides = dict(staging_buffers=ring, panels_per_tile=panels, deferred_panels=0)
+        overrides.update(faults)
+        p = protocol_for_level(9, k_iters=k_iters, tiles=tiles, stages=stages, cluster=d["GL_CLUSTER"],
+                               consumers=d["GL_CONSUMERS"], tile=(d["GL_BM"], d["GL_BN"], d["GL_BK"]), **overrides)
+        p.name = p.name.replace("level9", KERNEL_NAME)
+        return p
+
     # --- operands ---------------------------------------------------------------------------------
     def supports(self, x: OperandView, w_gate: OperandView, w_up: OperandView, out: torch.Tensor, *,
                  out_padding_writable: bool = False) -> str | None:
