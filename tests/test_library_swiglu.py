@@ -292,7 +292,7 @@ def test_the_ring_audit_finds_a_seeded_fault():
     """The same model with one fault each is refused: the audits above can fail. (Faults in the stage
     ring's counts, found by the full search, take minutes at these stages: level 9's own tests seed them.)"""
     k = SwigluKernel()
-    assert "handoff_roles" in {v.kind for v in audit(k.ring_protocol(empty_wait=False)).violations}
+    assert "handoff_roles" in {v.kind for v in audit(k.ring_protocol(empty_wait=False, k_iters=3, tiles=1)).violations}
     for fault in (dict(drain_staging_before_reuse=False), dict(staging_wait_pending=2)):  # a buffer rewritten too soon
         kinds = {v.kind for v in audit(k.ring_protocol(k_iters=1, tiles=2, **fault)).violations}
         assert "staging_overwrite" in kinds, fault
