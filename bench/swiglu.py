@@ -1,6 +1,7 @@
 """The gated MLP's benchmark: ``gemm_ladder.swiglu`` against what users write instead, in one run.
 
     python bench/swiglu.py [--dtype bf16] [--quick] [--no-compile] [--shapes 4096x14336x4096,...] [-o OUT.json]
+    compute-sanitizer --tool memcheck python bench/swiglu.py --sanitize
 
 Per shape (M x N x K: x (M, K), w_gate and w_up (N, K)), timed interleaved on the same tensors:
 
@@ -23,6 +24,11 @@ eager composition's: gates.correctness.error_bound); then gates.performance.time
 writes before each call, the host's launch latency hidden behind a spin, median of the calls, rounds
 rotating the first callable). One JSON (bench/suite.py: DATE_swiglu_DTYPE[_quick]_COMMIT.json) with the
 GPU, clocks, date and commit in ``meta``. About 2 minutes on the H200 (``--quick``: under one).
+
+``--sanitize``: every path of the kernel once on small shapes (M, N and K tails, M = 1, an odd N through
+the padded output, the stream-K policies "all" and "tail", both dtypes), each checked against float64;
+nothing timed, nothing written; exit 1 on a wrong result. For compute-sanitizer (memcheck, racecheck,
+synccheck).
 """
 
 from __future__ import annotations
@@ -112,6 +118,31 @@ def bench_shape(shape, dtype, budget, rounds, compiled, seed) -> dict:
     return row
 
 
+def sanitize() -> int:
+    """Every path once, checked against float64 (see the module docstring); returns the exit status."""
+    from gemm_ladder.library.operand import operand_view
+    from gemm_ladder.library.swiglu import swiglu_kernel
+
+    wrong = 0
+    cases = [((300, 200, 136), "tail"), ((1, 36, 72), "tail"), ((129, 100, 8), "none"), ((2304, 2048, 1000), "tail"),
+             ((256, 384, 1000), "all")]
+    for dtype in ("bf16", "fp16"):
+        for (m, n, k), split in cases:
+            x, wg, wu = operands(m, n, k, dtype, seed=m + n + k)
+            if n % 8:
+                out = gemm_ladder.swiglu(x, wg, wu)
+            else:
+                out = torch.empty(m, n, dtype=x.dtype, device="cuda")
+                swiglu_kernel().launch(*(operand_view(t, k_dim=1) for t in (x, wg, wu)), out, split=split)
+            x64 = x.double()
+            ref = F.silu(x64 @ wg.double().T) * (x64 @ wu.double().T)
+            err = ((out.double() - ref).norm() / ref.norm()).item()
+            ok = math.isfinite(err) and err <= 2 * error_bound(0.0, dtype)
+            wrong += not ok
+            print(f"{dtype} {m}x{n}x{k} split={split}: relative error {err:.2e}{'' if ok else ' WRONG'}", flush=True)
+    return 1 if wrong else 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
@@ -119,11 +150,14 @@ def main() -> int:
     p.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     p.add_argument("--shapes", default=None, help="comma list of MxNxK instead of the default set")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 4, --quick 2)")
+    p.add_argument("--sanitize", action="store_true", help="every path once, checked, nothing timed (for compute-sanitizer)")
     add_output_argument(p)
     args = p.parse_args()
     if not torch.cuda.is_available():
         print("bench/swiglu.py needs a CUDA GPU (sm_90a)", file=sys.stderr)
         return 2
+    if args.sanitize:
+        return sanitize()
     rounds = args.rounds or (2 if args.quick else 4)
     budget = 0.15 if args.quick else 0.3
     gemm_ladder.swiglu(*operands(256, 256, 64, args.dtype, 0))  # build and load the kernel before any timing
