@@ -36,7 +36,7 @@ import torch
 
 from gemm_ladder.contract import DTYPES, GemmInputError, dtype_name
 from gemm_ladder.design.plan import Plan, kernel_defines_for, plan_gemm
-from gemm_ladder.design.problem import arch_info, ceil_div
+from gemm_ladder.design.problem import arch_info, ceil_div, dtype_info
 from gemm_ladder.design.smem import max_stages
 from gemm_ladder.design.stream_k import StreamKTail
 from gemm_ladder.design.tensor_maps import TensorMapSpec, gemm_tensor_maps
@@ -202,7 +202,7 @@ class SwigluKernel:
         gemm = plan_gemm(m, virtual_n(n), k, dtype, tile=TILE, stages=self.stages(dtype), cluster=CLUSTER,
                          consumers=CONSUMERS, persistent=True, producer_warpgroup=True, c_ring=C_RING,
                          stream_k=True, lda=ldx, **kw)
-        dt = gemm._config.dtype
+        dt = dtype_info(dtype)
         e = dt.elem_bytes
 
         def real_maps(ldw):  # the (M, K), (N, K), (M, N) maps of a GEMM on the real N: a, b and c
