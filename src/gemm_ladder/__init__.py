@@ -1,6 +1,8 @@
 """gemm-ladder: nine Hopper GEMM kernels from one correct tile to a cluster-multicast,
 multi-consumer kernel, the gates that prove each one, and a TMA pipeline designer and auditor; and on
-top of them a library: :func:`mm`, :func:`linear`, :func:`swiglu` and :func:`explain` (:mod:`gemm_ladder.api`).
+top of them a library: :func:`mm`, :func:`linear`, :func:`swiglu` and :func:`explain` (:mod:`gemm_ladder.api`),
+registered as PyTorch ops (:mod:`gemm_ladder.ops`), ``nn.Linear`` and ``nn.replace_linear``
+(:mod:`gemm_ladder.nn`), and :func:`precompile` (:mod:`gemm_ladder.dispatch.precompile`).
 
 The ladder's contract: ``c = a @ b.T`` with ``a`` (M, K) and ``b`` (N, K) row-major, bf16 or fp16
 (see :mod:`gemm_ladder.contract`).
@@ -8,7 +10,7 @@ The ladder's contract: ``c = a @ b.T`` with ``a`` (M, K) and ``b`` (N, K) row-ma
 
 __version__ = "0.1.0"
 
-__all__ = ["Explanation", "__version__", "explain", "linear", "mm", "swiglu"]
+__all__ = ["Explanation", "__version__", "explain", "linear", "mm", "nn", "ops", "precompile", "swiglu"]
 
 _API = ("Explanation", "explain", "linear", "mm", "swiglu")
 
@@ -18,9 +20,18 @@ def __getattr__(name: str):
     if name in _API:
         from gemm_ladder import api
 
-        return getattr(api, name)
+        value = globals()[name] = getattr(api, name)  # kept: a per-call gemm_ladder.mm skips this hook
+        return value
+    if name == "precompile":
+        from gemm_ladder.dispatch.precompile import precompile
+
+        return precompile
+    if name in ("nn", "ops"):
+        import importlib
+
+        return importlib.import_module(f"gemm_ladder.{name}")
     raise AttributeError(f"module 'gemm_ladder' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_API))
+    return sorted(set(globals()) | set(_API) | {"nn", "ops", "precompile"})

@@ -3,6 +3,15 @@
 Every call is checked in Python before anything is built or launched (dispatch.validate: each
 exception names the argument and the rule); empty problems are decided next (an empty result, or
 zeros for K = 0); then the dispatcher picks a route (dispatch.route, cached per layout) and runs it.
+A call whose signature was seen before skips the checks and the decision and launches a bound
+launch (dispatch.calls).
+
+Four kinds of call go through the registered PyTorch ops instead (:mod:`gemm_ladder.ops`): under
+``torch.compile`` (the ops have fake implementations, so the graph does not break), on tensor
+subclasses (FakeTensor, functional tensors), on meta tensors (the fake gives the output's shape,
+dtype and strides), and when autograd must record the call (an operand
+requires grad with grad mode on: the ops' backward runs on gemm-ladder's kernels too). A plain
+eager call skips the op boundary, which costs a few microseconds of dispatcher work per call.
 """
 
 from __future__ import annotations
@@ -12,11 +21,32 @@ import math
 import torch
 
 from gemm_ladder.dispatch import decide
-from gemm_ladder.dispatch.execute import run
+from gemm_ladder.dispatch.calls import CALLS, linear_key, make_call, mm_key, rows
 from gemm_ladder.dispatch.explain import Explanation, explain_route, trivial_explanation
 from gemm_ladder.dispatch.validate import (
-    MmShape, check_domain, check_linear, check_mm, check_swiglu, check_swiglu_layout, trivial,
+    MmShape,
+    NotSupportedError,
+    check_domain,
+    check_linear,
+    check_mm,
+    check_swiglu,
+    check_swiglu_layout,
+    result_dtype,
+    trivial,
 )
+
+
+def _through_op(*tensors) -> bool:
+    """Whether a call must go through the registered op: compiling, a tensor subclass, meta, or autograd."""
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if t is not None and isinstance(t, torch.Tensor) and (
+                type(t) is not torch.Tensor or t.is_meta or (grad and t.requires_grad)):
+            return True
+    return _is_compiling()
+
+
+_is_compiling = torch.compiler.is_compiling
 
 
 def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
@@ -28,60 +58,125 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
             row-major or column-major with any leading dimension >= its extent (a padded pitch), any
             2-byte aligned base, or any other strided view (copied into an aligned workspace first).
         out: optional (M, N) result tensor (row-major, column-major, any pitch); it must not overlap
-            a or b. Returned when given.
+            a or b. Returned when given. An out= call has no backward (as torch's out= ops).
         out_dtype: None (the input dtype) or torch.float32. Accumulation is fp32 in every case.
 
     Returns:
-        The (M, N) product (``out`` if given, else a new contiguous tensor).
+        The (M, N) product (``out`` if given, else a new contiguous tensor). Differentiable: with an
+        operand requiring grad, the call goes through ``torch.ops.gemm_ladder.mm``, whose backward
+        computes grad_a = grad @ b.T and grad_b = a.T @ grad with these kernels (transposed views,
+        no copies).
 
     Raises (before any launch):
         GemmTypeError (a TypeError) for a non-tensor; GemmInputError (a ValueError) naming the
         argument and the rule (device, dtype, rank, K, out's shape/dtype/device/overlap);
-        NotSupportedError (a NotImplementedError) for inputs requiring grad, or an output dtype no
-        kernel writes yet; OutsideDomainError for an extent past 2^31 - 1.
+        NotSupportedError (a NotImplementedError) for out= with an operand requiring grad, or an
+        output dtype no kernel writes yet; OutsideDomainError for an extent past 2^31 - 1;
+        CaptureBuildError when a CUDA graph is being captured and a kernel is not built and loaded.
     """
-    shape = check_mm(a, b, out, out_dtype)
-    c = _trivial_result(shape, a, out)
-    if c is not None:
-        return c
+    if _through_op(a, b, out):
+        from gemm_ladder import ops
+
+        return ops.mm(a, b, out=out, out_dtype=out_dtype)
+    return mm_direct(a, b, out, out_dtype)
+
+
+def mm_direct(a, b, out=None, out_dtype=None, *, check_grad: bool = False) -> torch.Tensor:
+    """:func:`mm` without the op boundary (the ops' CUDA kernels and a plain eager call): the call
+    cache's :class:`~gemm_ladder.dispatch.calls.Call` for this signature, checked and decided on its
+    first call. ``check_grad``: refuse operands that require grad with grad mode on (the out= op: it
+    has no backward); requires_grad is not part of the signature, so it is checked on every call."""
+    key = mm_key(a, b, out, out_dtype)
+    if check_grad and key is not None and torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        check_mm(a, b, out, out_dtype, check_grad=True)  # raises NotSupportedError naming the operand
+    call = CALLS.get(key)
+    if call is None:
+        call = CALLS.put(key, _mm_call(a, b, out, out_dtype))
+    c = out if out is not None else torch.empty(call.out_shape, dtype=call.out_dtype, device=a.device)
+    call.run(a, b, c)
+    return c
+
+
+def _mm_call(a, b, out, out_dtype):
+    shape = check_mm(a, b, out, out_dtype, check_grad=False)
+    kind = trivial(shape)
+    if kind is not None:
+        return make_call(kind, (shape.m, shape.n), shape.out_dtype, shape.m, shape.n, shape.k)
     check_domain(shape)
     given = out is not None
     c = out if given else torch.empty((shape.m, shape.n), dtype=shape.out_dtype, device=a.device)
-    run(decide(a, b, c, given=given), a, b, c)
-    return c
+    return make_call("route", (shape.m, shape.n), shape.out_dtype, shape.m, shape.n, shape.k,
+                     route=decide(a, b, c, given=given))
 
 
-def _trivial_result(shape: MmShape, a: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor | None:
-    kind = trivial(shape)
-    if kind is None:
-        return None
-    c = out if out is not None else torch.empty((shape.m, shape.n), dtype=shape.out_dtype, device=a.device)
-    if kind == "zeros":
-        c.zero_()  # the empty sum
-    return c
-
-
-def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``x @ w.T`` with ``torch.nn.functional.linear`` semantics on gemm-ladder's kernels.
+def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *, activation: str | None = None,
+           residual: torch.Tensor | None = None, alpha: float = 1.0, beta: float = 1.0,
+           out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``activation(alpha * x @ w.T + bias) + beta * residual`` with ``torch.nn.functional.linear``
+    semantics on gemm-ladder's kernels.
 
     Args:
         x: (*, K), any number of leading batch dimensions (a 1-D x gives a 1-D result); batch
             dimensions that cannot be merged into one view are copied by ``torch.reshape`` first.
         w: (N, K), same dtype (bf16 or fp16) and CUDA device as x; read in place (``w.T`` is a
             K-major operand: no copy).
-        bias: must be None: the kernels have no bias epilogue yet (issue 13), and adding it in a
-            second pass would be a composition the caller did not ask for.
+        bias, activation ("relu", "gelu", "gelu_tanh", "silu"), residual (*, N), alpha, beta: the
+            fused epilogue of issue 13. Today the kernels have none: any non-default value raises
+            NotSupportedError (the library never adds them in a separate pass).
+        out_dtype: None (x's dtype) or torch.float32 (where a kernel writes it: M or N <= 256).
 
-    Returns: (*, N) in x's dtype, contiguous.
+    Returns: (*, N), contiguous. Differentiable as :func:`mm` (through ``torch.ops.gemm_ladder.linear``:
+    grad_x = grad @ w, grad_w = grad^T @ x on these kernels).
 
-    Raises: as :func:`mm` (naming x and w); NotSupportedError for a bias.
+    Raises: as :func:`mm` (naming x and w); NotSupportedError for an epilogue argument.
     """
-    k, n = check_linear(x, w, bias)
+    if _through_op(x, w, bias, residual):
+        from gemm_ladder import ops
+
+        return ops.linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                          out_dtype=out_dtype)
+    return linear_direct(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                         out_dtype=out_dtype)
+
+
+def linear_direct(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, beta=1.0, out_dtype=None,
+                  out=None, check_grad: bool = False) -> torch.Tensor:
+    """:func:`linear` without the op boundary (see :func:`mm_direct`); ``out``: the (*, N) result to
+    write (the ``linear_out`` op's), checked by validate.check_linear_out and mm's out rules."""
+    if check_grad and torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                                      for t in (x, w, bias, residual)):
+        check_linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta)
+    if bias is not None or activation is not None or residual is not None or alpha != 1.0 or beta != 1.0:
+        check_linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                     check_grad=False)  # raises NotSupportedError until issue 13's epilogue lands
+    if out is not None:
+        from gemm_ladder.dispatch.validate import check_linear_out
+
+        k, n = check_linear(x, w, check_grad=False)
+        out2 = check_linear_out(out, x, n, result_dtype(out_dtype, x.dtype))
+        mm_direct(x.reshape(-1, k), w.T, out2, out_dtype, check_grad=check_grad)
+        return out
+    key = linear_key(x, w, out_dtype)
+    call = CALLS.get(key)
+    if call is None:
+        call = CALLS.put(key, _linear_call(x, w, out_dtype))
+    c = torch.empty(call.out_shape, dtype=call.out_dtype, device=x.device)
+    x2 = x.view(call.m, call.k) if call.view else x.reshape(call.m, call.k)
+    call.run(x2, w.T, c.view(call.m, call.n))
+    return c
+
+
+def _linear_call(x, w, out_dtype):
+    k, n = check_linear(x, w, check_grad=False)
     lead = tuple(x.shape[:-1])
-    x2 = x.reshape(math.prod(lead), k)  # a view whenever the batch dimensions merge
-    out = torch.empty((*lead, n), dtype=x.dtype, device=x.device)
-    mm(x2, w.T, out=out.view(-1, n))
-    return out
+    m = rows(lead)
+    try:
+        x2, view = x.view(m, k), True
+    except RuntimeError:  # batch dimensions that do not merge: reshape copies on every call
+        x2, view = x.reshape(m, k), False
+    call = _mm_call(x2, w.T, None, out_dtype)
+    call.out_shape, call.view = (*lead, n), view
+    return call
 
 
 def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
@@ -145,7 +240,7 @@ def explain(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None
     Takes CUDA tensors or meta tensors (shapes, strides and offsets are all it reads; on meta the GPU
     is assumed to be the H200, and the explanation says so). Raises what :func:`mm` raises for bad input.
     """
-    shape = check_mm(a, b, out, out_dtype, device_types=("cuda", "meta"))
+    shape = check_mm(a, b, out, out_dtype, device_types=("cuda", "meta"), check_grad=False)
     device = str(a.device)
     kind = trivial(shape)
     if kind is not None:
@@ -159,4 +254,4 @@ def explain(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None
     return explain_route(route, shape.m, shape.n, shape.k, shape.out_dtype, cost_model())
 
 
-__all__ = ["Explanation", "explain", "linear", "mm", "swiglu"]
+__all__ = ["Explanation", "NotSupportedError", "explain", "linear", "mm", "swiglu"]

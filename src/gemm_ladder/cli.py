@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("climb", "compile", "design", "audit", "report", "gate", "show", "advise", "criteria")
+COMMANDS = ("climb", "compile", "design", "audit", "report", "gate", "show", "advise", "criteria", "precompile")
 
 #: The exit statuses every subcommand keeps to (tests/test_bad_inputs.py holds them to it).
 EXIT_STATUS = """\

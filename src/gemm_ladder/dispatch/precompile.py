@@ -1,8 +1,12 @@
 """Build, ahead of time, every kernel the dispatcher can pick: so that no call compiles (a JIT
 build inside a CUDA-graph capture cannot work, and one inside a timed loop is a stall).
 
-Needs nvcc, not a GPU. Builds land in the kernel cache (``GEMM_LADDER_CACHE``), so a cache built on
-one machine serves another with the same nvcc.
+What to build is chosen by input dtype and **shape class** (:data:`CLASSES`): the kernel families
+the dispatcher (dispatch/route.py) reaches for a kind of call. Building needs nvcc, not a GPU; builds
+land in the kernel cache (``GEMM_LADDER_CACHE``), so a cache built on one machine serves another
+with the same nvcc. On a machine with a GPU, :func:`precompile` also loads every build on the device
+(and asks its occupancy once), so that a CUDA-graph capture needs neither a build nor a module load
+(runtime/capture.py refuses both during a capture).
 """
 
 from __future__ import annotations
@@ -16,52 +20,135 @@ from gemm_ladder.design.problem import PlanRefused
 
 MAJORS = ("k", "mn")
 
+#: Shape classes -> what the dispatcher runs for them (dispatch/route.py's search).
+CLASSES: dict[str, str] = {
+    "large": "the layouts kernel in every operand order, BN 128 and 256: calls with M and N > 256, and any "
+             "call the small-M kernel does not take (transposed operands included: backward passes read them)",
+    "small_m": "the small-M kernel, every M bucket (8-256) and operand order, output in the input dtype: "
+               "calls with M or N <= 256",
+    "fp32_out": "the small-M kernel writing float32 (out_dtype=torch.float32), every bucket and order",
+    "unaligned": "the repack kernel for the dtype's element size and for float32: operands whose strides a "
+                 "TMA tensor map cannot describe, and outputs written through a workspace",
+}
+
 
 @dataclass(frozen=True)
 class Build:
-    """One kernel build: a label for reports and the call that compiles it (or fetches it from the cache)."""
+    """One kernel build: a label for reports, the call that compiles it (or fetches it from the cache),
+    and the call that loads it on a CUDA device (``load(device)``)."""
 
     label: str
     run: Callable[[], object]
+    load: Callable[[object], object] | None = None
 
 
-def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16")) -> list[Build]:
-    """Every build :func:`gemm_ladder.dispatch.route` can reach for ``dtypes``: the general kernel in
-    each operand order and tile width, each small-M bucket in each order and output dtype, and the
-    repack kernel for each element size."""
+def check_classes(classes) -> tuple[str, ...]:
+    """``classes`` as a tuple of names from :data:`CLASSES` ("all" for every one); raises ValueError
+    naming the unknown one."""
+    if isinstance(classes, str):
+        classes = tuple(CLASSES) if classes == "all" else tuple(c.strip() for c in classes.split(","))
+    classes = tuple(classes)
+    for c in classes:
+        if c not in CLASSES:
+            raise ValueError(f"shape class {c!r}: use one of {', '.join(CLASSES)} (or all)")
+    if not classes:
+        raise ValueError(f"no shape class given: use one or more of {', '.join(CLASSES)} (or all)")
+    return classes
+
+
+def normalize_dtypes(dtypes) -> tuple[str, ...]:
+    """'bf16' / torch.bfloat16 / a sequence of them -> ('bf16', ...); raises ValueError for another dtype."""
+    import torch
+
+    from gemm_ladder.contract import DTYPES, GemmInputError, dtype_name
+
+    if isinstance(dtypes, (str, torch.dtype)):
+        dtypes = (dtypes,)
+    out = []
+    for d in dtypes:
+        if isinstance(d, torch.dtype):
+            try:
+                d = dtype_name(d)
+            except GemmInputError as exc:
+                raise ValueError(str(exc)) from None
+        if d not in DTYPES:
+            raise ValueError(f"dtype {d!r}: the library computes {', '.join(DTYPES)}")
+        out.append(d)
+    if not out:
+        raise ValueError("no dtype given: use bf16, fp16 or both")
+    return tuple(dict.fromkeys(out))
+
+
+def _loaded_general(kernel, dtype):
+    def load(device):
+        kernel.loaded(dtype, device).max_active_clusters(device)
+    return load
+
+
+def _loaded_small_m(kernel, dtype, fp32, am, bm):
+    def load(device):
+        kernel.loaded(dtype, device, out_fp32=fp32, a_major=am, b_major=bm).max_active_clusters(device)
+    return load
+
+
+def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLASSES)) -> list[Build]:
+    """Every build :func:`gemm_ladder.dispatch.route` can reach for ``dtypes`` in ``classes``
+    (:data:`CLASSES`): the general kernel in each operand order and tile width, each small-M bucket in
+    each order (and output dtype), and the repack kernel for each element size. Plans nothing, compiles
+    nothing: the list is what :func:`precompile` runs. Raises ValueError for an unknown class or dtype."""
+    from gemm_ladder.contract import DTYPES
     from gemm_ladder.dispatch.kernels import general, general_bns
     from gemm_ladder.library.repack import REPACK
     from gemm_ladder.library.small_m import BUCKETS, small_m_gemm
 
+    classes = check_classes(classes)
+    for d in dtypes:
+        if d not in DTYPES:
+            raise ValueError(f"dtype {d!r}: the library computes {', '.join(DTYPES)}")
     builds = []
     for dtype in dtypes:
         for am in MAJORS:
             for bm in MAJORS:
-                for bn in general_bns():
-                    kernel = general(am, bm, bn)
-                    if kernel is not None:
-                        builds.append(Build(f"general A {am} B {bm} BN {bn} {dtype}",
-                                            lambda k=kernel, d=dtype: k.build(d)))
-                for m in BUCKETS:
-                    for fp32 in (False, True):
+                if "large" in classes:
+                    for bn in general_bns():
+                        kernel = general(am, bm, bn)
+                        if kernel is not None:
+                            builds.append(Build(f"general A {am} B {bm} BN {bn} {dtype}",
+                                                lambda k=kernel, d=dtype: k.build(d), _loaded_general(kernel, dtype)))
+                for fp32 in (False, True):
+                    if ("fp32_out" if fp32 else "small_m") not in classes:
+                        continue
+                    for m in BUCKETS:
+                        k = small_m_gemm(m)
                         builds.append(Build(
                             f"small-M BN {m} A {am} B {bm}{' fp32 out' if fp32 else ''} {dtype}",
-                            lambda k=small_m_gemm(m), d=dtype, f=fp32, a=am, b=bm: k.build(d, out_fp32=f, a_major=a,
-                                                                                           b_major=b)))
-        builds.append(Build(f"repack {dtype}", lambda d=dtype: REPACK.build(d)))
-    builds.append(Build("repack fp32", lambda: REPACK.build("fp32")))
+                            lambda k=k, d=dtype, f=fp32, a=am, b=bm: k.build(d, out_fp32=f, a_major=a, b_major=b),
+                            _loaded_small_m(k, dtype, fp32, am, bm)))
+        if "unaligned" in classes:
+            builds.append(Build(f"repack {dtype}", lambda d=dtype: REPACK.build(d),
+                                lambda device: REPACK.loaded(2, device)))
+    if "unaligned" in classes or "fp32_out" in classes:  # an fp32 output TMA cannot write is copied back
+        builds.append(Build("repack fp32", lambda: REPACK.build("fp32"), lambda device: REPACK.loaded(4, device)))
     return builds
 
 
-def precompile(dtypes: tuple[str, ...] = ("bf16", "fp16"), *, workers: int | None = None,
-               levels: bool = True) -> dict[str, str]:
-    """Compile every library build for ``dtypes`` (and, with ``levels``, the ladder's levels), in parallel.
+def precompile(dtypes: tuple[str, ...] = ("bf16", "fp16"), *, classes=tuple(CLASSES), workers: int | None = None,
+               levels: bool = False, device=None, load: bool | None = None) -> dict[str, str]:
+    """Compile every library build for ``dtypes`` and shape ``classes`` (and, with ``levels``, the
+    ladder's levels), in parallel; then load each on ``device`` (default: the current CUDA device)
+    when ``load`` (default: when torch sees a GPU).
 
-    Returns {label: outcome}: 'built', 'not a variant: <rule>' for an order a kernel refuses to plan
-    (e.g. an MN-major activation below 64 rows), or the build's error. Raises CompilerNotFoundError
-    without nvcc.
+    Returns {label: outcome}: 'built', 'built, loaded on cuda:N', 'not a variant: <rule>' for an order
+    a kernel refuses to plan (e.g. an MN-major activation below 64 rows), or 'failed: <error>'. Raises
+    CompilerNotFoundError without nvcc, ValueError for an unknown class or dtype.
     """
-    builds = library_builds(dtypes)
+    import torch
+
+    from gemm_ladder.runtime.compiler import CompilerNotFoundError, nvcc_path
+
+    dtypes = normalize_dtypes(dtypes)
+    builds = library_builds(dtypes, classes)  # bad input refused before looking for nvcc
+    nvcc_path()  # no nvcc: one clear error, not one per build
     if levels:
         from gemm_ladder.levels import LEVELS
 
@@ -73,8 +160,25 @@ def precompile(dtypes: tuple[str, ...] = ("bf16", "fp16"), *, workers: int | Non
             return "built"
         except PlanRefused as exc:
             return f"not a variant: {exc}"
+        except CompilerNotFoundError:
+            raise
         except Exception as exc:  # noqa: BLE001 - reported per build; the caller decides
             return f"failed: {type(exc).__name__}: {exc}".splitlines()[0]
 
     with ThreadPoolExecutor(max_workers=workers or max(2, os.cpu_count() or 2)) as pool:
-        return dict(zip((b.label for b in builds), pool.map(one, builds)))
+        outcomes = dict(zip((b.label for b in builds), pool.map(one, builds)))
+    if load is None:
+        load = torch.cuda.is_available()
+    if load:
+        dev = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+        for build in builds:
+            if outcomes[build.label] == "built" and build.load is not None:
+                try:
+                    build.load(dev)
+                    outcomes[build.label] = f"built, loaded on {dev}"
+                except Exception as exc:  # noqa: BLE001 - reported per build
+                    outcomes[build.label] = f"failed: load: {type(exc).__name__}: {exc}".splitlines()[0]
+    return outcomes
+
+
+__all__ = ["Build", "CLASSES", "check_classes", "library_builds", "normalize_dtypes", "precompile"]

@@ -70,11 +70,13 @@ def _check_pair(names: tuple[str, str], x, y, device_types: tuple[str, ...]) -> 
 def _check_grad(names: tuple[str, str], x: torch.Tensor, y: torch.Tensor) -> None:
     if torch.is_grad_enabled() and (x.requires_grad or y.requires_grad):
         which = names[0] if x.requires_grad else names[1]
-        raise NotSupportedError(f"{which} requires grad: gemm_ladder has no backward yet; call it under "
-                                "torch.no_grad() / torch.inference_mode(), or detach the operands")
+        raise NotSupportedError(f"{which} requires grad: this call has no backward (an out= call has none, as "
+                                "torch's out= ops have none); call gemm_ladder.mm / linear without out= (their "
+                                "backward runs on gemm-ladder's kernels), or call under torch.no_grad()")
 
 
-def check_mm(a, b, out=None, out_dtype=None, *, device_types: tuple[str, ...] = ("cuda",)) -> MmShape:
+def check_mm(a, b, out=None, out_dtype=None, *, device_types: tuple[str, ...] = ("cuda",),
+             check_grad: bool = True) -> MmShape:
     """Check the arguments of ``mm(a, b, out=out, out_dtype=out_dtype)``; return (M, N, K, out dtype).
 
     Rules (each violation raises before any launch, naming the argument):
@@ -83,7 +85,9 @@ def check_mm(a, b, out=None, out_dtype=None, *, device_types: tuple[str, ...] = 
       out_dtype: None (the input dtype) or torch.float32 (the dtype of the returned tensor or ``out``).
       out: None or a 2-D (M, N) tensor on a's device with dtype ``out_dtype`` (else the input dtype),
       without internal overlap (no two elements at one address) and sharing no element with a or b.
-      Autograd: with grad mode on, neither a nor b may require grad (no backward exists yet).
+      Autograd (``check_grad``): with grad mode on, neither a nor b may require grad. The public
+      functions differentiate through the registered ops (gemm_ladder.ops) and check this only for
+      out= calls, which have no backward; the ops' own kernels pass ``check_grad=False``.
 
     Raises:
         GemmTypeError (also a TypeError): a non-tensor argument, or an out_dtype that is not a dtype.
@@ -101,8 +105,15 @@ def check_mm(a, b, out=None, out_dtype=None, *, device_types: tuple[str, ...] = 
     result_dtype = _check_out_dtype(out_dtype, a.dtype)
     if out is not None:
         result_dtype = _check_out(out, m, n, a, b, out_dtype, result_dtype, device_types)
-    _check_grad(("a", "b"), a, b)
+    if check_grad:
+        _check_grad(("a", "b"), a, b)
     return MmShape(m, n, k, result_dtype)
+
+
+def result_dtype(out_dtype, input_dtype: torch.dtype) -> torch.dtype:
+    """The output dtype of a call: ``out_dtype`` checked (None: the input dtype; else the input dtype
+    or torch.float32). Raises GemmTypeError for a non-dtype, GemmInputError for another dtype."""
+    return _check_out_dtype(out_dtype, input_dtype)
 
 
 def _check_out_dtype(out_dtype, input_dtype: torch.dtype) -> torch.dtype:
@@ -228,17 +239,46 @@ def check_domain(shape: MmShape) -> None:
                                      "ints (operands of more than 2^31 elements are fine; one extent is not)")
 
 
-def check_linear(x, w, bias=None, *, device_types: tuple[str, ...] = ("cuda",)) -> tuple[int, int]:
-    """Check ``linear(x, w, bias)``: x (*, K) with at least one dimension, w (N, K), bias None.
+#: The activations of ``linear``'s epilogue (issue 13): relu; gelu (erf); gelu_tanh (tanh approximation,
+#: torch's ``approximate="tanh"``); silu.
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 
-    The operand rules are mm's (types, devices, dtypes, K, autograd), named x and w. Returns (K, N).
-    Raises GemmTypeError, GemmInputError, NotSupportedError (bias: no fused epilogue yet).
+
+def check_epilogue(bias=None, activation=None, residual=None, alpha=1.0, beta=1.0) -> None:
+    """The epilogue arguments of ``linear``: types first, then what the kernels compute today.
+
+    out = activation(alpha * x @ w.T + bias) + beta * residual. Raises GemmTypeError for a bias or
+    residual that is not a tensor, an alpha or beta that is not a real number; GemmInputError for an
+    activation not in ACTIVATIONS; NotSupportedError for any non-default value (the kernels have no
+    fused epilogue yet: issue 13 brings it, and the library never adds it in a separate pass).
+    """
+    for name, t in (("bias", bias), ("residual", residual)):
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise GemmTypeError(f"{name} must be a torch.Tensor or None, got {type(t).__name__}")
+    for name, v in (("alpha", alpha), ("beta", beta)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise GemmTypeError(f"{name} must be a real number, got {type(v).__name__}")
+    if activation is not None and activation not in ACTIVATIONS:
+        raise GemmInputError(f"activation={activation!r}: use None or one of {', '.join(ACTIVATIONS)}")
+    given = [name for name, default in (("bias", bias is None), ("activation", activation is None),
+                                        ("residual", residual is None), ("alpha", alpha == 1.0),
+                                        ("beta", beta == 1.0)) if not default]
+    if given:
+        raise NotSupportedError(f"{', '.join(given)}: the kernels have no fused epilogue yet (issue 13 brings "
+                                "bias, activation, residual, alpha and beta), and gemm_ladder.linear does not add "
+                                "them in a separate pass behind your back; call linear(x, w) and apply them "
+                                "yourself, or use torch.nn.functional.linear")
+
+
+def check_linear(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, beta=1.0,
+                 device_types: tuple[str, ...] = ("cuda",), check_grad: bool = True) -> tuple[int, int]:
+    """Check ``linear(x, w, bias, activation=..., residual=..., alpha=..., beta=...)``: x (*, K) with at
+    least one dimension, w (N, K), the epilogue by :func:`check_epilogue`.
+
+    The operand rules are mm's (types, devices, dtypes, K, autograd with ``check_grad``), named x and w.
+    Returns (K, N). Raises GemmTypeError, GemmInputError, NotSupportedError (the epilogue, today).
     """
     _check_pair(("x", "w"), x, w, device_types)
-    if bias is not None:
-        raise NotSupportedError("bias: the kernels have no bias epilogue yet (issue 13 brings fused epilogues), "
-                                "and gemm_ladder.linear does not add it in a separate pass behind your back; "
-                                "call linear(x, w) and add the bias yourself, or use torch.nn.functional.linear")
     if x.dim() < 1:
         raise GemmInputError("x must have at least 1 dimension (*, K), got a 0-D tensor")
     if w.dim() != 2:
@@ -246,9 +286,27 @@ def check_linear(x, w, bias=None, *, device_types: tuple[str, ...] = ("cuda",)) 
     if x.shape[-1] != w.shape[1]:
         raise GemmInputError(f"x is (*, K) = {tuple(x.shape)} and w is (N, K) = {tuple(w.shape)}: "
                              f"x.shape[-1] = {x.shape[-1]} must equal w.shape[1] = {w.shape[1]}")
-    _check_grad(("x", "w"), x, w)
+    check_epilogue(bias, activation, residual, alpha, beta)
+    if check_grad:
+        _check_grad(("x", "w"), x, w)
     return w.shape[1], w.shape[0]
 
+
+def check_linear_out(out, x: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """The 2-D (M, N) view of ``linear``'s ``out`` (shape (*x.shape[:-1], N), dtype ``dtype``), for mm's
+    own out rules (device, overlap) to check next. Raises GemmTypeError / GemmInputError naming the rule."""
+    if not isinstance(out, torch.Tensor):
+        raise GemmTypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    want = (*x.shape[:-1], n)
+    if tuple(out.shape) != tuple(want):
+        raise GemmInputError(f"out must have shape (*x.shape[:-1], N) = {tuple(want)}, got {tuple(out.shape)}")
+    if out.dtype != dtype:
+        raise GemmInputError(f"out has dtype {out.dtype}; it must be {dtype}")
+    try:
+        return out.view(-1, n) if out.dim() != 2 else out
+    except RuntimeError:
+        raise GemmInputError(f"out's batch dimensions (strides {tuple(out.stride())}) cannot be merged into one "
+                             "view of (M, N) rows: pass a contiguous out") from None
 
 
 def check_swiglu(x, w_gate, w_up, *, device_types: tuple[str, ...] = ("cuda",)) -> tuple[int, int]:
@@ -317,6 +375,7 @@ def check_swiglu_layout(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tens
                 f"globalAddress); pass {name}.clone() (a fresh allocation is aligned)")
 
 
-__all__ = ["GemmInputError", "GemmTypeError", "MAX_DIM", "MmShape", "NotSupportedError", "OutsideDomainError",
-           "check_domain", "check_linear", "check_mm", "check_swiglu", "check_swiglu_layout", "internal_overlap",
-           "may_overlap", "trivial"]
+
+__all__ = ["ACTIVATIONS", "GemmInputError", "GemmTypeError", "MAX_DIM", "MmShape", "NotSupportedError",
+           "OutsideDomainError", "check_domain", "check_epilogue", "check_linear", "check_linear_out", "check_mm",
+           "check_swiglu", "check_swiglu_layout", "internal_overlap", "may_overlap", "result_dtype", "trivial"]

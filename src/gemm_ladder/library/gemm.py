@@ -39,6 +39,7 @@ from gemm_ladder.design.problem import arch_info, ceil_div
 from gemm_ladder.design.smem import max_stages
 from gemm_ladder.design.stream_k import DEFAULT_MIN_IDLE, INT32_LIMIT, StreamKTail, plan_tail
 from gemm_ladder.levels.tma import TmaLevel
+from gemm_ladder.library.bound import BoundLaunch
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES, Major, OperandView, operand_view
 from gemm_ladder.runtime.module import device_index
 from gemm_ladder.runtime.tensor_map import encode_tiled
@@ -196,6 +197,14 @@ class LibraryGemm(TmaLevel):
         Raises GemmInputError naming the rule (:meth:`supports`) and ValueError for an unknown
         ``split``, before any launch.
         """
+        self.bind(a, b, c, split=split, c_padding_writable=c_padding_writable)()
+
+    def bind(self, a: OperandView, b: OperandView, c: torch.Tensor, *, split: str = "tail",
+             c_padding_writable: bool = False) -> BoundLaunch:
+        """:meth:`launch` bound to these operands' addresses and the current stream, for repeated calls
+        (library/bound.py): checks, schedule, tensor maps and packed arguments done once; each call of
+        the result zeroes a split launch's counters (on the stream) and launches. Same arguments and
+        errors as :meth:`launch`; nothing is launched here."""
         reason = self.supports(a, b, c, c_padding_writable=c_padding_writable)
         if reason is not None:
             raise GemmInputError(reason)
@@ -210,15 +219,21 @@ class LibraryGemm(TmaLevel):
             self._units(m, n), kernel.max_active_clusters(c.device), ceil_div(k, self.tile[2]),
             "none" if capturing else split, self.stream_k_min_idle))
         stream = torch.cuda.current_stream(c.device)  # the workspace's stream and the launch's must be one
-        args = [*self.view_maps(a, b, c), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
-        first, partials, counters = tail.units, 0, 0  # whole units only: the workspace is never touched
-        if tail.tail_units:
-            part, ctr = WORKSPACES.get(stream, tail.workspace_floats(self.cluster, self.consumers, self.tile[1]),
-                                       tail.counters(self.cluster, self.consumers))
-            first, partials, counters = tail.first_unit, part.data_ptr(), ctr.data_ptr()
-        args += [ctypes.c_int(first), ctypes.c_int(tail.max_contributors), ctypes.c_void_p(partials),
-                 ctypes.c_void_p(counters)]
-        kernel.launch((tail.clusters * self.cluster, 1, 1), args, stream)
+        split_args = [ctypes.c_void_p(0), ctypes.c_void_p(0)]  # partials, counters: untouched for whole units
+        args = [*self.view_maps(a, b, c), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
+                ctypes.c_int(tail.first_unit if tail.tail_units else tail.units), ctypes.c_int(tail.max_contributors),
+                *split_args]
+        prepared = kernel.prepare((tail.clusters * self.cluster, 1, 1), args, stream.cuda_stream)
+        if not tail.tail_units:
+            return BoundLaunch(prepared)
+        floats = tail.workspace_floats(self.cluster, self.consumers, self.tile[1])
+        counters = tail.counters(self.cluster, self.consumers)
+
+        def fresh_workspace() -> None:  # counters zeroed on the stream before every split launch
+            part, ctr = WORKSPACES.get(stream, floats, counters)
+            split_args[0].value, split_args[1].value = part.data_ptr(), ctr.data_ptr()
+
+        return BoundLaunch(prepared, fresh_workspace)
 
     def view_maps(self, a: OperandView, b: OperandView, c: torch.Tensor) -> list:
         """The three encoded tensor maps (a, b, c) of the plan for these views, cached per pointers and

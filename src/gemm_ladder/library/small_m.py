@@ -39,6 +39,7 @@ from gemm_ladder.design.problem import arch_info, ceil_div
 from gemm_ladder.design.smem import max_stages
 from gemm_ladder.design.stream_k import INT32_LIMIT, StreamKTail
 from gemm_ladder.levels.base import LaunchGeometry
+from gemm_ladder.library.bound import BoundLaunch
 from gemm_ladder.library.operand import OperandView
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
 from gemm_ladder.runtime.module import LoadedKernel, _driver, check, device_index, load
@@ -343,6 +344,19 @@ class SmallMGemm:
         if k == 0:
             c.zero_()  # the empty sum
             return
+        self.bind(a, b, c, splits=splits)()
+
+    def bind(self, a: OperandView, b: OperandView, c: torch.Tensor, *, splits: int | None = None) -> BoundLaunch:
+        """:meth:`launch` bound to these operands' addresses and the current stream, for repeated calls
+        (library/bound.py): checks, schedule, tensor maps and packed arguments done once; each call of
+        the result takes fresh zeroed counters for a split launch and launches. M, N and K must be
+        positive (empty problems are the caller's). Raises as :meth:`launch`; launches nothing."""
+        reason = self.supports(a, b, c)
+        if reason is not None:
+            raise ValueError(reason)
+        m, n, k = a.rows, b.rows, a.k
+        if min(m, n, k) < 1:
+            raise ValueError(f"M, N, K = {m}, {n}, {k}: an empty problem is not bound (launch handles it)")
         dtype = dtype_name(a.tensor.dtype)
         out_fp32 = c.dtype == torch.float32
         device = a.tensor.device
@@ -358,16 +372,22 @@ class SmallMGemm:
         else:
             self._launches.move_to_end(key)
         stream = torch.cuda.current_stream(device)
-        partials = counters = 0
-        if sched.max_contributors > 1:  # the partials in the stream's workspace, fresh zeroed counters
-            partials = WORKSPACES.get(stream, sched.workspace_floats(1, CONSUMERS, self.bn), 0)[0].data_ptr()
-            counters = _COUNTERS.take(stream, sched.counters(1, CONSUMERS))
+        split_args = [ctypes.c_void_p(0), ctypes.c_void_p(0)]  # partials, counters: unused unless split
         ldc_m, ldc_n = c.stride()
         maps = [self._tensor_map("a", b, a, b, dtype), self._tensor_map("b", a, a, b, dtype)]  # plan's a = B
         args = [*maps, ctypes.c_void_p(c.data_ptr()), ctypes.c_longlong(ldc_m),
                 ctypes.c_longlong(ldc_n), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
-                ctypes.c_int(sched.max_contributors), ctypes.c_void_p(partials), ctypes.c_void_p(counters)]
-        kernel.launch((sched.clusters, 1, 1), args, stream)
+                ctypes.c_int(sched.max_contributors), *split_args]
+        prepared = kernel.prepare((sched.clusters, 1, 1), args, stream.cuda_stream)
+        if sched.max_contributors <= 1:
+            return BoundLaunch(prepared)
+        floats, counters = sched.workspace_floats(1, CONSUMERS, self.bn), sched.counters(1, CONSUMERS)
+
+        def fresh_counters() -> None:  # the partials in the stream's workspace, counters no launch has used
+            split_args[0].value = WORKSPACES.get(stream, floats, 0)[0].data_ptr()
+            split_args[1].value = _COUNTERS.take(stream, counters)
+
+        return BoundLaunch(prepared, fresh_counters)
 
 
 _INSTANCES: dict[int, SmallMGemm] = {}

@@ -191,6 +191,7 @@ def compile_kernel(
         ValueError: an architecture not in ARCH_FLAGS.
         CompilerNotFoundError: no nvcc (or, with JIT debug, no cuobjdump).
         CompileError: nvcc failed; carries nvcc's stderr.
+        CaptureBuildError: the build is not cached and a CUDA graph is being captured (runtime.capture).
     """
     flags = build_flags(arch, defines, extra_flags)
     nvcc = nvcc_path()
@@ -198,6 +199,9 @@ def compile_kernel(
     final = cache_root() / key
     entry = CompiledKernel(key=key, directory=final, kernel_name=kernel_name, flags=tuple(flags))
     if not (final / "kernel.cubin").exists():
+        from gemm_ladder.runtime.capture import refuse_during_capture
+
+        refuse_during_capture(f"building kernel {kernel_name} (not in the kernel cache {cache_root()})")
         _build_entry(nvcc, source, kernel_name, flags, final)
     if debug_enabled() and not (final / "kernel.sass").exists():
         _keep_ptx_and_sass(nvcc, arch, flags, final)

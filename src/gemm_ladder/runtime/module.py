@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from gemm_ladder.runtime.capture import refuse_during_capture
 from gemm_ladder.runtime.compiler import CompiledKernel
 
 #: Above this, a kernel must opt in to more dynamic shared memory (CUDA C Programming Guide,
@@ -96,6 +97,14 @@ class LoadedKernel:
             config = self._configs[key] = self._config(grid, stream)
         check(drv.cuLaunchKernelEx(config, self.function, ctypes.addressof(pointers), 0), "cuLaunchKernelEx")
 
+    def prepare(self, grid: tuple[int, int, int], args: list, stream_handle: int) -> "PreparedLaunch":
+        """A launch of ``grid`` CTAs with ``args`` on the stream whose raw handle is ``stream_handle``,
+        packed once (launch configuration, cluster attribute, argument pointer array) so that calling
+        it costs one driver call. ``args`` are ctypes values (mutable in place between calls: the
+        driver copies parameters at launch) or objects with ``getPtr()`` (``CUtensorMap``); they are
+        kept alive by the result."""
+        return PreparedLaunch(self, grid, list(args), stream_handle)
+
     def _config(self, grid: tuple[int, int, int], stream: torch.cuda.Stream | None):
         drv = _driver()
         config = drv.CUlaunchConfig()
@@ -144,6 +153,85 @@ class LoadedKernel:
         return self._resident
 
 
+class _LaunchAttribute(ctypes.Structure):
+    """``CUlaunchAttribute`` (cuda.h): an id, 4 bytes of padding, a 64-byte value union; only the
+    cluster dimension (3 unsigned ints) is written here."""
+
+    _fields_ = [("id", ctypes.c_int), ("_pad", ctypes.c_int), ("x", ctypes.c_uint), ("y", ctypes.c_uint),
+                ("z", ctypes.c_uint), ("_rest", ctypes.c_char * 52)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    """``CUlaunchConfig`` (cuda.h, CUDA 12+): grid and block dimensions, dynamic shared memory, stream,
+    attributes. tests/test_ops.py compares its bytes with cuda.bindings' own struct."""
+
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
+_launch_fn = None
+
+
+def _cu_launch_kernel_ex():
+    """libcuda's ``cuLaunchKernelEx`` (CUDA 12.0+) as a ctypes function: one C call per launch, no
+    wrapper objects. Taken from the driver library the process already loaded (``libcuda.so.1``,
+    the one cuda-python uses), else asked of the driver through cuGetProcAddress."""
+    global _launch_fn
+    if _launch_fn is None:
+        proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+        try:
+            address = ctypes.cast(ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx, ctypes.c_void_p).value
+        except (OSError, AttributeError):
+            drv = _driver()
+            flags = drv.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
+            found = check(drv.cuGetProcAddress(b"cuLaunchKernelEx", 12000, flags), "cuGetProcAddress(cuLaunchKernelEx)")
+            address = int(found[0] if isinstance(found, tuple) else found)
+        _launch_fn = proto(address)
+    return _launch_fn
+
+
+def launch_config_struct(grid: tuple[int, int, int], threads: int, dynamic_smem: int, stream_handle: int,
+                         cluster: int, cluster_attr_id: int) -> tuple[_LaunchConfig, object]:
+    """The packed ``CUlaunchConfig`` (and the attribute array it points to, to keep alive); no GPU needed."""
+    config = _LaunchConfig(grid[0], grid[1], grid[2], threads, 1, 1, dynamic_smem, stream_handle or None, None, 0)
+    attrs = None
+    if cluster > 1:
+        attrs = (_LaunchAttribute * 1)()
+        attrs[0].id, attrs[0].x, attrs[0].y, attrs[0].z = cluster_attr_id, cluster, 1, 1
+        config.attrs = ctypes.cast(attrs, ctypes.POINTER(_LaunchAttribute))
+        config.numAttrs = 1
+    return config, attrs
+
+
+class PreparedLaunch:
+    """One kernel launch packed for repeated calls (:meth:`LoadedKernel.prepare`): calling it is one
+    ``cuLaunchKernelEx`` through ctypes. Raises CudaError when the driver refuses the launch."""
+
+    __slots__ = ("kernel", "args", "_pointers", "_config", "_attrs", "_fn", "_function", "_params", "_cfg")
+
+    def __init__(self, kernel: LoadedKernel, grid: tuple[int, int, int], args: list, stream_handle: int):
+        drv = _driver()
+        self.kernel = kernel
+        self.args = args  # kept alive: the pointer array holds their addresses
+        self._pointers = (ctypes.c_void_p * max(1, len(args)))(
+            *[a.getPtr() if hasattr(a, "getPtr") else ctypes.addressof(a) for a in args])
+        cluster_id = int(drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+        self._config, self._attrs = launch_config_struct(grid, kernel.threads, kernel.dynamic_smem, stream_handle,
+                                                         kernel.cluster, cluster_id)
+        self._fn = _cu_launch_kernel_ex()
+        self._function = int(kernel.function)
+        self._params = ctypes.addressof(self._pointers)
+        self._cfg = ctypes.addressof(self._config)
+
+    def __call__(self) -> None:
+        err = self._fn(self._cfg, self._function, self._params, None)
+        if err:
+            drv = _driver()
+            check(drv.CUresult(err), "cuLaunchKernelEx")
+
+
 _loaded: dict[tuple, LoadedKernel] = {}
 _lock = threading.Lock()
 
@@ -153,6 +241,9 @@ def _load_once(key: tuple, read_cubin, kernel_name: str, index: int, *, threads:
     with _lock:
         if key in _loaded:
             return _loaded[key]
+        # cuModuleLoadData is not a stream operation a graph can hold; inside a capture it would fail
+        # or invalidate the capture: refuse with the remedy instead.
+        refuse_during_capture(f"loading kernel {kernel_name} on cuda:{index}")
         ensure_context(torch.device("cuda", index))
         drv = _driver()
         module = check(drv.cuModuleLoadData(read_cubin()), "cuModuleLoadData")

@@ -1,0 +1,251 @@
+"""gemm-ladder's kernels as PyTorch operators: ``torch.ops.gemm_ladder.{mm, mm_out, linear, linear_out}``.
+
+Importing this module registers them (``import gemm_ladder.ops``; any call of ``gemm_ladder.mm`` or
+``linear`` that needs them imports it too). Schemas::
+
+    gemm_ladder::mm(Tensor a, Tensor b, *, ScalarType? out_dtype=None) -> Tensor
+    gemm_ladder::mm_out(Tensor a, Tensor b, *, Tensor(a!) out, ScalarType? out_dtype=None) -> ()
+    gemm_ladder::linear(Tensor x, Tensor w, Tensor? bias=None, Tensor? residual=None, *, str? activation=None,
+                        float alpha=1., float beta=1., ScalarType? out_dtype=None) -> Tensor
+    gemm_ladder::linear_out(Tensor x, Tensor w, Tensor? bias=None, Tensor? residual=None, *, Tensor(a!) out,
+                            str? activation=None, float alpha=1., float beta=1., ScalarType? out_dtype=None) -> ()
+
+``linear`` computes ``activation(alpha * x @ w.T + bias) + beta * residual`` (issue 13's epilogue; until
+it lands, any non-default epilogue argument raises NotSupportedError). ``residual`` is positional in
+the schema because ``torch.library.register_autograd`` takes no keyword-only tensor; the Python API
+(``gemm_ladder.linear``) takes it by keyword.
+
+Each op has: a CUDA kernel (the API's direct path: dispatch.calls, gemm-ladder's kernels only), a
+fake implementation (also the Meta kernel) that applies the same input rules to metadata and returns
+an output of the real one's shape, dtype and strides (contiguous), so ``torch.compile(fullgraph=True)``
+traces through it, with dynamic shapes too; and, for the functional ops, a backward on gemm-ladder's
+kernels (:func:`_mm_backward`, :func:`_linear_backward`). The out= ops have no backward, as torch's
+out= ops have none: an operand that requires grad is refused with grad mode on.
+
+The ops are defined with ``torch.library.Library`` rather than ``torch.library.custom_op``: on the
+development machine an op call through ``custom_op``'s wrapper cost ~31 us of host time against ~2.5
+us through ``Library.define`` (bench/host_overhead.py measures both paths on the GPU).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gemm_ladder.api import linear_direct, mm_direct
+from gemm_ladder.dispatch.validate import (
+    NotSupportedError,
+    check_linear,
+    check_linear_out,
+    check_mm,
+    result_dtype,
+)
+
+NAMESPACE = "gemm_ladder"
+#: Devices the fake implementations accept: CUDA (FakeTensors of real inputs) and meta (tracing and
+#: tests without a GPU). A CPU tensor is refused with the real kernel's rule.
+FAKE_DEVICES = ("cuda", "meta")
+
+SCHEMAS = {
+    "mm": "mm(Tensor a, Tensor b, *, ScalarType? out_dtype=None) -> Tensor",
+    "mm_out": "mm_out(Tensor a, Tensor b, *, Tensor(a!) out, ScalarType? out_dtype=None) -> ()",
+    "linear": ("linear(Tensor x, Tensor w, Tensor? bias=None, Tensor? residual=None, *, str? activation=None, "
+               "float alpha=1.0, float beta=1.0, ScalarType? out_dtype=None) -> Tensor"),
+    "linear_out": ("linear_out(Tensor x, Tensor w, Tensor? bias=None, Tensor? residual=None, *, Tensor(a!) out, "
+                   "str? activation=None, float alpha=1.0, float beta=1.0, ScalarType? out_dtype=None) -> ()"),
+}
+
+_LIB = torch.library.Library(NAMESPACE, "DEF")
+for _schema in SCHEMAS.values():
+    _LIB.define(_schema)
+
+
+# --- CUDA kernels: the API's direct path ---------------------------------------------------------------
+
+
+def _mm_cuda(a, b, *, out_dtype=None):
+    return mm_direct(a, b, None, out_dtype)
+
+
+def _mm_out_cuda(a, b, *, out, out_dtype=None):
+    mm_direct(a, b, out, out_dtype, check_grad=True)
+
+
+def _linear_cuda(x, w, bias=None, residual=None, *, activation=None, alpha=1.0, beta=1.0, out_dtype=None):
+    return linear_direct(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                         out_dtype=out_dtype)
+
+
+def _linear_out_cuda(x, w, bias=None, residual=None, *, out, activation=None, alpha=1.0, beta=1.0, out_dtype=None):
+    linear_direct(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta, out_dtype=out_dtype,
+                  out=out, check_grad=True)
+
+
+for _name, _fn in (("mm", _mm_cuda), ("mm_out", _mm_out_cuda), ("linear", _linear_cuda),
+                   ("linear_out", _linear_out_cuda)):
+    _LIB.impl(_name, _fn, "CUDA")
+
+
+# --- fake implementations (FakeTensor and meta) -------------------------------------------------------
+
+
+@torch.library.register_fake(f"{NAMESPACE}::mm", lib=_LIB)
+def _mm_fake(a, b, *, out_dtype=None):
+    shape = check_mm(a, b, None, out_dtype, device_types=FAKE_DEVICES, check_grad=False)
+    return a.new_empty((shape.m, shape.n), dtype=shape.out_dtype)
+
+
+@torch.library.register_fake(f"{NAMESPACE}::mm_out", lib=_LIB)
+def _mm_out_fake(a, b, *, out, out_dtype=None):
+    check_mm(a, b, out, out_dtype, device_types=FAKE_DEVICES, check_grad=False)
+
+
+def _linear_meta(x, w, bias, residual, activation, alpha, beta, out_dtype) -> tuple[int, torch.dtype]:
+    _, n = check_linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                        device_types=FAKE_DEVICES, check_grad=False)
+    return n, result_dtype(out_dtype, x.dtype)
+
+
+@torch.library.register_fake(f"{NAMESPACE}::linear", lib=_LIB)
+def _linear_fake(x, w, bias=None, residual=None, *, activation=None, alpha=1.0, beta=1.0, out_dtype=None):
+    n, dtype = _linear_meta(x, w, bias, residual, activation, alpha, beta, out_dtype)
+    return x.new_empty((*x.shape[:-1], n), dtype=dtype)
+
+
+@torch.library.register_fake(f"{NAMESPACE}::linear_out", lib=_LIB)
+def _linear_out_fake(x, w, bias=None, residual=None, *, out, activation=None, alpha=1.0, beta=1.0, out_dtype=None):
+    n, dtype = _linear_meta(x, w, bias, residual, activation, alpha, beta, out_dtype)
+    out2 = check_linear_out(out, x, n, dtype)
+    check_mm(x.reshape(-1, x.shape[-1]), w.T, out2, out_dtype, device_types=FAKE_DEVICES, check_grad=False)
+
+
+# --- autograd -------------------------------------------------------------------------------------------
+
+
+def _in_dtype(grad: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The incoming gradient in the operands' dtype: the kernels take bf16/fp16 operands, so the
+    gradient of an out_dtype=float32 output is rounded to the inputs' dtype before its GEMMs."""
+    return grad if grad.dtype == dtype else grad.to(dtype)
+
+
+def _mm_setup(ctx, inputs, keyword_only_inputs, output):
+    a, b = inputs
+    ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, b if ctx.needs_input_grad[0] else None)
+
+
+def _mm_backward(ctx, grad):
+    """c = a @ b: grad_a = grad @ b.T (M, N) @ (N, K); grad_b = a.T @ grad (K, M) @ (M, N). Both are
+    gemm_ladder.mm calls on transposed views: the layouts kernel reads an MN-major operand in place."""
+    from gemm_ladder.api import mm
+
+    a, b = ctx.saved_tensors
+    dtype = (a if a is not None else b).dtype
+    g = _in_dtype(grad, dtype)
+    grad_a = mm(g, b.T) if ctx.needs_input_grad[0] else None
+    grad_b = mm(a.T, g) if ctx.needs_input_grad[1] else None
+    return grad_a, grad_b
+
+
+#: The derivative of each activation at the pre-activation z, by torch's own backward kernels.
+_ACTIVATION_BACKWARD = {
+    "relu": lambda g, z: torch.ops.aten.threshold_backward(g, z, 0),
+    "gelu": lambda g, z: torch.ops.aten.gelu_backward(g, z, approximate="none"),
+    "gelu_tanh": lambda g, z: torch.ops.aten.gelu_backward(g, z, approximate="tanh"),
+    "silu": lambda g, z: torch.ops.aten.silu_backward(g, z),
+}
+
+
+def _linear_setup(ctx, inputs, keyword_only_inputs, output):
+    # Trailing defaulted arguments (bias, residual = None) are not passed on to here: pad them back.
+    x, w, bias, residual = (*inputs, None, None)[:4]
+    ctx.activation = keyword_only_inputs.get("activation")
+    ctx.alpha = keyword_only_inputs.get("alpha", 1.0)
+    ctx.beta = keyword_only_inputs.get("beta", 1.0)
+    ctx.residual_dtype = residual.dtype if residual is not None else None
+    ctx.save_for_backward(x, w, bias)
+
+
+def _linear_backward(ctx, grad):
+    """y = act(z) + beta * residual, z = alpha * x @ w.T + bias, on (M, K) rows of x (batch dimensions merged):
+
+    * grad_residual = beta * grad;
+    * grad_z = grad * act'(z), z recomputed by gemm_ladder.linear(x, w, bias, alpha=alpha) (no activation),
+      act' by torch's backward kernel for the activation; grad_z = grad without one;
+    * grad_bias = grad_z summed over the rows (fp32 sum, rounded to bias's dtype);
+    * grad_x = alpha * grad_z @ w and grad_w = alpha * grad_z^T @ x: gemm_ladder.mm on grad_z (M, N),
+      w (N, K) read as a K-major... and grad_z.T (N, M), an MN-major view: no transposed copies.
+    """
+    from gemm_ladder.api import linear, mm
+
+    x, w, bias = ctx.saved_tensors
+    n, k = w.shape
+    alpha, beta, act = ctx.alpha, ctx.beta, ctx.activation
+    given = len(ctx.needs_input_grad)  # as inputs: trailing defaulted arguments are not counted
+    need_x, need_w, need_bias, need_res = (*ctx.needs_input_grad, False, False)[:4]
+    grad_res = (grad * beta).to(ctx.residual_dtype) if need_res else None
+    g = _in_dtype(grad, x.dtype)
+    if act is not None:
+        z = linear(x.detach(), w.detach(), None if bias is None else bias.detach(), alpha=alpha)
+        g = _ACTIVATION_BACKWARD[act](g, z)
+    g2 = g.reshape(-1, n)
+    grad_bias = g2.sum(0, dtype=torch.float32).to(bias.dtype) if need_bias else None
+    grad_x = grad_w = None
+    if need_x:
+        grad_x = mm(g2, w)
+        if alpha != 1.0:
+            grad_x = grad_x * alpha
+        grad_x = grad_x.view(x.shape)
+    if need_w:
+        grad_w = mm(g2.T, x.reshape(-1, k))
+        if alpha != 1.0:
+            grad_w = grad_w * alpha
+    return (grad_x, grad_w, grad_bias, grad_res)[:given]
+
+
+torch.library.register_autograd(f"{NAMESPACE}::mm", _mm_backward, setup_context=_mm_setup, lib=_LIB)
+torch.library.register_autograd(f"{NAMESPACE}::linear", _linear_backward, setup_context=_linear_setup, lib=_LIB)
+
+
+# --- Python entry points ------------------------------------------------------------------------------
+
+_MM = torch.ops.gemm_ladder.mm.default
+_MM_OUT = torch.ops.gemm_ladder.mm_out.default
+_LINEAR = torch.ops.gemm_ladder.linear.default
+_LINEAR_OUT = torch.ops.gemm_ladder.linear_out.default
+
+
+def _refuse_grad_for_out(*tensors) -> None:
+    if torch.is_grad_enabled():
+        for name, t in zip(("first operand", "second operand", "bias", "residual"), tensors):
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                raise NotSupportedError(f"out= with a {name} that requires grad: an out= call has no backward (as "
+                                        "torch's out= ops have none); drop out= to differentiate")
+
+
+def _real(v):
+    """An int alpha or beta as the schema's float (a float, or anything else, is passed on as given:
+    the op's schema check or the fake names what is wrong)."""
+    return float(v) if type(v) is int else v
+
+
+def mm(a, b, *, out=None, out_dtype=None):
+    """``torch.ops.gemm_ladder.mm`` (or ``mm_out`` with ``out``): :func:`gemm_ladder.mm` through the
+    registered op (what compiled graphs and autograd see). Raises as gemm_ladder.mm."""
+    if out is None:
+        return _MM(a, b, out_dtype=out_dtype)
+    _refuse_grad_for_out(a, b)
+    _MM_OUT(a, b, out=out, out_dtype=out_dtype)
+    return out
+
+
+def linear(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, beta=1.0, out_dtype=None, out=None):
+    """``torch.ops.gemm_ladder.linear`` (or ``linear_out`` with ``out``): :func:`gemm_ladder.linear`
+    through the registered op. Raises as gemm_ladder.linear."""
+    alpha, beta = _real(alpha), _real(beta)
+    if out is None:
+        return _LINEAR(x, w, bias, residual, activation=activation, alpha=alpha, beta=beta, out_dtype=out_dtype)
+    _refuse_grad_for_out(x, w, bias, residual)
+    _LINEAR_OUT(x, w, bias, residual, out=out, activation=activation, alpha=alpha, beta=beta, out_dtype=out_dtype)
+    return out
+
+
+__all__ = ["FAKE_DEVICES", "NAMESPACE", "SCHEMAS", "linear", "mm"]

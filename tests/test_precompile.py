@@ -1,0 +1,97 @@
+"""Precompiling and the capture guard without a GPU: which builds each dtype and shape class plans,
+the CLI's refusals (one line, exit 2) and its missing-nvcc exit, and the guard that refuses a build
+or a module load while a CUDA graph is being captured (capture faked)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cli_runner import cli_env, run_many
+from conftest import needs_nvcc
+from gemm_ladder.dispatch.precompile import CLASSES, check_classes, library_builds, normalize_dtypes
+from gemm_ladder.library.small_m import BUCKETS
+from gemm_ladder.runtime import capture, module
+from gemm_ladder.runtime.capture import CaptureBuildError, refuse_during_capture
+
+ORDERS = 4  # A and B each K- or MN-major
+
+
+def labels(dtypes, classes):
+    return [b.label for b in library_builds(dtypes, classes)]
+
+
+def test_each_class_plans_its_kernels():
+    large = labels(("bf16",), ("large",))
+    assert len(large) == ORDERS * 2 and all(lbl.startswith("general") and lbl.endswith("bf16") for lbl in large)
+    assert {"general A k B k BN 256 bf16", "general A mn B mn BN 128 bf16"} <= set(large)
+    small = labels(("bf16",), ("small_m",))
+    assert len(small) == ORDERS * len(BUCKETS) and not any("fp32" in lbl for lbl in small)
+    fp32 = labels(("bf16",), ("fp32_out",))
+    assert "repack fp32" in fp32 and len([x for x in fp32 if "fp32 out" in x]) == ORDERS * len(BUCKETS)
+    assert labels(("fp16",), ("unaligned",)) == ["repack fp16", "repack fp32"]
+    every = labels(("bf16", "fp16"), tuple(CLASSES))
+    assert len(every) == len(set(every))
+    assert set(every) == set(labels(("bf16", "fp16"), "all"))
+    assert all(b.load is not None for b in library_builds(("bf16",), "all"))
+
+
+def test_bad_classes_and_dtypes():
+    with pytest.raises(ValueError, match="shape class 'huge'"):
+        check_classes("large,huge")
+    with pytest.raises(ValueError, match="no shape class"):
+        check_classes(())
+    assert normalize_dtypes(torch.bfloat16) == ("bf16",)
+    assert normalize_dtypes(["fp16", torch.float16, "bf16"]) == ("fp16", "bf16")
+    with pytest.raises(ValueError, match="dtype torch.float32"):
+        normalize_dtypes(torch.float32)
+    with pytest.raises(ValueError, match="dtype 'fp8'"):
+        library_builds(("fp8",), "all")
+
+
+def test_cli_refuses_bad_input_in_one_line_and_needs_nvcc(tmp_path):
+    cases = [["precompile", "--dtype", "fp8"], ["precompile", "--classes", "large,huge"],
+             ["precompile", "--workers", "0"], ["precompile", "--json", str(tmp_path / "missing" / "x.json")],
+             ["precompile", "--dtype", "bf16", "--classes", "unaligned"]]
+    outs = run_many([(argv, tmp_path) for argv in cases], tmp_path / "runs", cli_env())
+    for argv, out in zip(cases[:4], outs[:4]):
+        assert out.rc == 2, (argv, out.describe())
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("gemm-ladder precompile: ") and not out.traceback, out.describe()
+    # cli_env points GEMM_LADDER_NVCC nowhere: a valid request ends with exit 1 and the reason, nothing built.
+    assert outs[4].rc == 1 and "GEMM_LADDER_NVCC" in outs[4].stderr and not outs[4].traceback, outs[4].describe()
+
+
+@pytest.fixture
+def capturing(monkeypatch):
+    monkeypatch.setattr(capture, "capturing", lambda: True)
+
+
+def test_guard_passes_outside_a_capture(monkeypatch):
+    monkeypatch.setattr(capture, "capturing", lambda: False)
+    refuse_during_capture("building kernel x")
+
+
+def test_guard_reads_the_current_stream(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert capture.capturing()
+    with pytest.raises(CaptureBuildError, match="precompile"):
+        refuse_during_capture("building kernel x")
+
+
+@needs_nvcc
+def test_a_build_during_capture_is_refused_before_nvcc_runs(capturing, tmp_path, monkeypatch):
+    from gemm_ladder.runtime.compiler import compile_kernel
+
+    monkeypatch.setenv("GEMM_LADDER_CACHE", str(tmp_path))
+
+    with pytest.raises(CaptureBuildError, match=r"building kernel tiny \(not in the kernel cache .*\).*precompile"):
+        compile_kernel('extern "C" __global__ void tiny(int* x) { *x = 1; }', "tiny")
+    assert not any(tmp_path.iterdir())  # nothing was compiled into the (empty) cache
+
+
+def test_a_module_load_during_capture_is_refused_before_the_driver(capturing, monkeypatch):
+    monkeypatch.setattr(module, "ensure_context", lambda device: pytest.fail("the driver was called"))
+    with pytest.raises(CaptureBuildError, match="loading kernel k on cuda:0 during CUDA graph capture"):
+        module._load_once(("never loaded",), lambda: b"", "k", 0, threads=128, dynamic_smem=0, cluster=1)
