@@ -26,20 +26,26 @@ import json
 import sys
 
 from suite import add_output_argument, save
-from variants import check_targets, no_multicast_edit, with_defines, with_edit
+from variants import check_targets, function_source, no_multicast_edit, rename_calls, with_defines, with_edit
 
 from gemm_ladder.contract import cublas
 from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.levels import LEVELS
+from gemm_ladder.runtime.compiler import KERNEL_ROOT
 
 def _no_stores(src: str) -> str:
     """Level 9 with store_panel returning before it stages anything, on a condition the compiler cannot
     decide (a column below 2^30): the packed outputs stay live, so the wgmma that make them stay whole.
-    (Returning unconditionally let ptxas shrink the dead accumulators' HGMMA.64x256x16 to a 64x8 one.)"""
+    (Returning unconditionally let ptxas shrink the dead accumulators' HGMMA.64x256x16 to a 64x8 one.)
+    store_panel lives in panel_ring.cuh: the edit puts a copy of it, with the return, in level 9's source."""
+    header = (KERNEL_ROOT / "include" / "gemm_ladder" / "panel_ring.cuh").read_text()
+    copy = function_source(header, "store_panel")
     head = "const CUtensorMap* map_c, int n0, int m0, int bar, bool issuer) {"
-    assert head in src, "level 9's store_panel changed; update this variant"
-    return src.replace(head, head + "\n  if (n0 < (1 << 30)) return;", 1)
+    assert head in copy and "store_panel(" in src, "level 9's store_panel changed; update this variant"
+    copy = copy.replace(head, head + "\n  if (n0 < (1 << 30)) return;", 1)
+    src = src.replace("using namespace gl;", "using namespace gl;\n" + copy, 1)
+    return rename_calls(src, ("store_panel",), "_no_stores")
 
 
 def main() -> int:

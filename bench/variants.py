@@ -58,20 +58,34 @@ def with_edit(level: Level, name: str, edit: Callable[[str], str], **changes) ->
     return with_source(level, path, **changes)
 
 
-#: stage_ring.cuh's multicast B load, and what the no-multicast variant puts in its place.
-_MULTICAST_LOAD = """tma_load_operand<B_MN_MAJOR, GL_B_BOX_ROWS>(smem.b(s) + rank * GL_B_BOX_ROWS * BK, map_b, smem.full(s), kt,
-                                                tn * BN + rank * GL_B_BOX_ROWS, (1 << GL_CLUSTER) - 1);"""
-_UNICAST_LOADS = """for (int r = 0; r < GL_CLUSTER; ++r)
+#: stage_ring.cuh's multicast B load, and what the no-multicast variant puts in its place (the levels'
+#: B slices, BSlice::kOfTile: every CTA loads each slice of the tile's rows itself).
+_MULTICAST_LOAD = """const int b_row = Slice == BSlice::kOfTile ? tn * BN + rank * GL_B_BOX_ROWS : tn * GL_B_BOX_ROWS;
+    tma_load_operand<B_MN_MAJOR, GL_B_BOX_ROWS>(smem.b(s) + rank * GL_B_BOX_ROWS * BK, map_b, smem.full(s), kt, b_row,
+                                                (1 << GL_CLUSTER) - 1);"""
+_UNICAST_LOADS = """static_assert(Slice == BSlice::kOfTile, "the no-multicast variant is the levels' (one B map)");
+    for (int r = 0; r < GL_CLUSTER; ++r)
       tma_load_operand<B_MN_MAJOR, GL_B_BOX_ROWS>(smem.b(s) + r * GL_B_BOX_ROWS * BK, map_b, smem.full(s), kt,
                                                   tn * BN + r * GL_B_BOX_ROWS);"""
 #: The producer functions of stage_ring.cuh the variant copies (renamed ..._unicast), callers first.
 _PRODUCER_FUNCTIONS = ("produce_units", "produce_k_range", "produce_stage")
 
 
-def _function(header: str, name: str) -> str:
+def function_source(header: str, name: str) -> str:
+    """The definition of device function ``name`` in a header's text, with its template line if any."""
     start = header.index(f" {name}(")
     start = header.rindex("\n__device__", 0, start) + 1
+    line_before = header.rindex("\n", 0, start - 1) + 1
+    if header.startswith("template <", line_before):
+        start = line_before
     return header[start:header.index("\n}\n", start) + 3]
+
+
+def rename_calls(src: str, names, suffix: str) -> str:
+    """``src`` with every call of the functions ``names`` (plain or with template arguments) renamed."""
+    for name in names:
+        src = src.replace(f"{name}(", f"{name}{suffix}(").replace(f"{name}<", f"{name}{suffix}<")
+    return src
 
 
 def no_multicast_edit(src: str) -> str:
@@ -79,13 +93,11 @@ def no_multicast_edit(src: str) -> str:
     every B slice itself instead of multicasting its own (the cluster and its barriers are kept)."""
     assert "produce_units(" in src, "no multicast producer in this source (levels 8-9 only)"
     header = (KERNEL_ROOT / "include" / "gemm_ladder" / "stage_ring.cuh").read_text()
-    copies = "\n".join(_function(header, name) for name in reversed(_PRODUCER_FUNCTIONS))
+    copies = "\n".join(function_source(header, name) for name in reversed(_PRODUCER_FUNCTIONS))
     assert _MULTICAST_LOAD in copies, "stage_ring.cuh's multicast load changed; update this variant"
     copies = copies.replace(_MULTICAST_LOAD, _UNICAST_LOADS)
     src = src.replace("using namespace gl;", "using namespace gl;\n" + copies, 1)
-    for name in _PRODUCER_FUNCTIONS:
-        src = src.replace(f"{name}(", f"{name}_unicast(")
-    return src
+    return rename_calls(src, _PRODUCER_FUNCTIONS, "_unicast")
 
 
 def check_targets(targets: dict, a: torch.Tensor, b: torch.Tensor, rows: int = 256) -> tuple[dict, dict, dict]:

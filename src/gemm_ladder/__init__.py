@@ -1,8 +1,9 @@
 """gemm-ladder: nine Hopper GEMM kernels from one correct tile to a cluster-multicast,
 multi-consumer kernel, the gates that prove each one, and a TMA pipeline designer and auditor; and on
-top of them a library: :func:`mm`, :func:`linear` (with fused epilogues, and your own :class:`Epilogue`) and
-:func:`explain` (:mod:`gemm_ladder.api`), registered as PyTorch ops (:mod:`gemm_ladder.ops`), ``nn.Linear``
-and ``nn.replace_linear`` (:mod:`gemm_ladder.nn`), and :func:`precompile` (:mod:`gemm_ladder.dispatch.precompile`).
+top of them a library: :func:`mm`, :func:`linear` (with fused epilogues, and your own :class:`Epilogue`),
+:func:`swiglu` and :func:`explain` (:mod:`gemm_ladder.api`), registered as PyTorch ops (:mod:`gemm_ladder.ops`),
+``nn.Linear`` and ``nn.replace_linear`` (:mod:`gemm_ladder.nn`), and :func:`precompile`
+(:mod:`gemm_ladder.dispatch.precompile`).
 
 The ladder's contract: ``c = a @ b.T`` with ``a`` (M, K) and ``b`` (N, K) row-major, bf16 or fp16
 (see :mod:`gemm_ladder.contract`).
@@ -10,9 +11,9 @@ The ladder's contract: ``c = a @ b.T`` with ``a`` (M, K) and ``b`` (N, K) row-ma
 
 __version__ = "0.1.0"
 
-__all__ = ["Epilogue", "Explanation", "__version__", "explain", "linear", "mm", "nn", "ops", "precompile"]
+__all__ = ["Epilogue", "Explanation", "__version__", "explain", "linear", "mm", "nn", "ops", "precompile", "swiglu"]
 
-_API = ("Epilogue", "Explanation", "explain", "linear", "mm")
+_API = ("Epilogue", "Explanation", "explain", "linear", "mm", "swiglu")
 
 
 def __getattr__(name: str):

@@ -348,6 +348,74 @@ def check_linear_out(out, x: torch.Tensor, n: int, dtype: torch.dtype) -> torch.
                              "view of (M, N) rows: pass a contiguous out") from None
 
 
+def check_swiglu(x, w_gate, w_up, *, device_types: tuple[str, ...] = ("cuda",)) -> tuple[int, int]:
+    """Check ``swiglu(x, w_gate, w_up)``: x (*, K) with at least one dimension, w_gate and w_up (N, K).
+
+    Rules, in order (each raises before any launch, naming the argument): x, w_gate, w_up
+    torch.Tensors on one device of a type in ``device_types``, dtype torch.bfloat16 or torch.float16,
+    one dtype for all three; w_gate and w_up 2-D of one shape (N, K); x's last dimension K; with grad
+    mode on, none requires grad. Layouts are :func:`check_swiglu_layout`'s, on the 2-D x.
+    Returns (K, N).
+
+    Raises GemmTypeError (a non-tensor), GemmInputError (any other rule), NotSupportedError (autograd).
+    """
+    _check_pair(("x", "w_gate"), x, w_gate, device_types)
+    _check_pair(("x", "w_up"), x, w_up, device_types)
+    if x.dim() < 1:
+        raise GemmInputError("x must have at least 1 dimension (*, K), got a 0-D tensor")
+    for name, w in (("w_gate", w_gate), ("w_up", w_up)):
+        if w.dim() != 2:
+            raise GemmInputError(f"{name} must be 2-D (N, K), got {w.dim()} dimensions")
+    if w_gate.shape != w_up.shape:
+        raise GemmInputError(f"w_gate is (N, K) = {tuple(w_gate.shape)} and w_up is {tuple(w_up.shape)}: the gate and "
+                             "up projections must have one shape (each output column has one of each)")
+    if x.shape[-1] != w_gate.shape[1]:
+        raise GemmInputError(f"x is (*, K) = {tuple(x.shape)} and w_gate, w_up are (N, K) = {tuple(w_gate.shape)}: "
+                             f"x.shape[-1] = {x.shape[-1]} must equal w_gate.shape[1] = {w_gate.shape[1]}")
+    _check_grad(("x", "w_gate"), x, w_gate)
+    _check_grad(("x", "w_up"), x, w_up)
+    return w_gate.shape[1], w_gate.shape[0]
+
+
+#: TMA's alignment rule for bases and row pitches (CUDA Driver API, cuTensorMapEncodeTiled:
+#: globalAddress and globalStrides are multiples of 16 bytes).
+_TMA_BYTES = 16
+
+
+def check_swiglu_layout(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> None:
+    """The layouts the swiglu kernel reads in place: x2 (M, K) (x with its batch dimensions merged),
+    w_gate and w_up (N, K), each row-major (K-major: stride (ld, 1), ld >= K, the layout of
+    ``nn.Linear``'s weight and of a contiguous x) with a 16-byte aligned base and a pitch of a multiple
+    of 16 bytes, so that a TMA tensor map describes it. Nothing is repacked: a non-empty operand
+    outside these rules raises NotSupportedError naming it, the rule and what to pass instead.
+    Metadata only (runs on CPU and meta tensors; a meta tensor's base counts as aligned).
+    """
+    m, k = x2.shape
+    if 0 in (m, k, w_gate.shape[0]):
+        return  # an empty problem reads nothing (the API returns its result without a launch)
+    for name, t, rows in (("x", x2, m), ("w_gate", w_gate, w_gate.shape[0]), ("w_up", w_up, w_up.shape[0])):
+        e = t.element_size()
+        row_major = (t.stride(1) == 1 or k == 1) and (t.stride(0) >= k or rows == 1)
+        if not row_major:
+            raise NotSupportedError(
+                f"{name} has strides {tuple(t.stride())} for shape {tuple(t.shape)}: the swiglu kernel reads it "
+                f"row-major (K-major, stride (ld, 1) with ld >= K), where a TMA tensor map describes it; pass "
+                f"{name}.contiguous() (a column-major weight is the transpose of nn.Linear's layout)")
+        pitch = t.stride(0) if rows > 1 else k
+        if (pitch * e) % _TMA_BYTES:
+            fix = (f"pad K to a multiple of {_TMA_BYTES // e} (zero columns in x and in both weights leave the result "
+                   "unchanged)") if pitch == k else f"pass {name}.contiguous() or a pitch of a multiple of {_TMA_BYTES // e}"
+            raise NotSupportedError(
+                f"{name}: rows {pitch} elements apart = {pitch * e} bytes, not a multiple of {_TMA_BYTES}: a TMA tensor "
+                f"map cannot describe it (cuTensorMapEncodeTiled globalStrides); {fix}")
+        if t.device.type != "meta" and t.data_ptr() % _TMA_BYTES:
+            raise NotSupportedError(
+                f"{name}: base address {t.data_ptr():#x} is not {_TMA_BYTES}-byte aligned (TMA, cuTensorMapEncodeTiled "
+                f"globalAddress); pass {name}.clone() (a fresh allocation is aligned)")
+
+
+
 __all__ = ["ACTIVATIONS", "GemmInputError", "GemmTypeError", "MAX_DIM", "MmShape", "NotSupportedError",
-           "OutsideDomainError", "check_domain", "check_linear", "check_linear_out", "check_mm", "internal_overlap",
-           "linear_call", "may_overlap", "result_dtype", "trivial"]
+           "OutsideDomainError", "check_domain", "check_linear", "check_linear_out", "check_mm",
+           "check_swiglu", "check_swiglu_layout", "internal_overlap", "linear_call", "may_overlap", "result_dtype",
+           "trivial"]

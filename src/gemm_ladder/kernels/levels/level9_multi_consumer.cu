@@ -7,7 +7,7 @@
 // consumer of both CTAs has arrived (GL_EMPTY_ARRIVALS = consumers x cluster).
 //
 // Epilogue: each consumer stores its 64 x 256 fragment by itself, one 64 x 64 panel at a time,
-// through its own ring of GL_C_RING panel buffers (8 KiB each) and its own store issuer (its
+// through its own ring of GL_C_RING panel buffers (8 KiB each; panel_ring.cuh) and its own store issuer (its
 // thread 0); a buffer is refilled once wait_group.read GL_C_RING - 1 says the store that last read
 // it is done. The 32 KiB this takes instead of a whole-tile 64 KiB staging pays for a fourth stage.
 // The epilogue overlaps the next tile's main loop: at the end of a tile the accumulators are packed
@@ -21,6 +21,7 @@
 // by whichever contributor arrives last. tail_first_unit = the unit count turns the tail off.
 #include "gemm_ladder/cluster_ring.cuh"
 #include "gemm_ladder/epilogue.cuh"
+#include "gemm_ladder/panel_ring.cuh"
 #include "gemm_ladder/ptx/cluster.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
 #include "gemm_ladder/ptx/mbarrier.cuh"
@@ -42,26 +43,6 @@ static_assert(GL_C_RING >= 1 && GL_C_PANELS % GL_C_RING == 0, "level 9: a ring o
 constexpr int kEarlyPanels = GL_C_RING < GL_C_PANELS ? GL_C_RING : GL_C_PANELS;
 constexpr int kDeferredPanels = GL_C_PANELS - kEarlyPanels;
 constexpr int kFirstStoreBarrier = 2;  // named barrier 2 + c: consumer c's 128 threads (0 is __syncthreads)
-
-// Stage panel `p` (runtime) of a consumer's packed fragment into its ring and store it at (n0 + 64p, m0).
-// The unrolled dispatch keeps the register indices compile-time (no local memory).
-__device__ __forceinline__ void store_panel(int p, const uint32_t (&packed)[BN / 4], uint8_t* ring,
-                                            const CUtensorMap* map_c, int n0, int m0, int bar, bool issuer) {
-#pragma unroll
-  for (int q = 0; q < GL_C_PANELS; ++q) {
-    if (q != p) continue;
-    uint8_t* const buf = ring + (q % GL_C_RING) * GL_SMEM_C_PANEL_BYTES;
-    if (issuer) tma_store_wait_read<GL_C_RING - 1>();  // the store that last read buf is done
-    named_barrier_sync(bar, 128);
-    stage_packed_panel_sw128<BN>(buf, packed, q);
-    fence_proxy_async_smem();
-    named_barrier_sync(bar, 128);
-    if (issuer) {
-      tma_store_2d(map_c, buf, n0 + 64 * q, m0);
-      tma_store_commit();
-    }
-  }
-}
 
 extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,

@@ -38,6 +38,15 @@ __device__ __forceinline__ void consumer_wait(const SmemMap& smem, RingPosition 
 
 __device__ __forceinline__ void consumer_release(const SmemMap& smem, int stage) { mbarrier_arrive(smem.empty(stage)); }
 
+// Where CTA rank r of a cluster loads its slice of the shared B stage from (GL_B_BOX_ROWS rows, into
+// rows [r x GL_B_BOX_ROWS, (r + 1) x GL_B_BOX_ROWS) of the stage, multicast to every CTA):
+//   kOfTile      rows tn x BN + r x GL_B_BOX_ROWS, ... of the one B map: the slices make up one B
+//                tile (levels 8-9, the library GEMM);
+//   kPerRankMap  rows tn x GL_B_BOX_ROWS, ... of the map the rank is given, a different one per rank:
+//                the stage stacks the same rows of several matrices (library/sm90_swiglu.cu: rank 0
+//                loads w_gate, rank 1 w_up, so one stage holds both weights of 128 output columns).
+enum class BSlice { kOfTile, kPerRankMap };
+
 // The producer's one step (levels 5-9): producer_acquire the stage at `pos`, producer_commit its full
 // barrier (arrive.expect_tx with the whole stage's bytes, which the copy engine then completes), and
 // load K tile kt of output tile (tm, tn)'s A rows and B rows into it, each in its planned major
@@ -46,30 +55,36 @@ __device__ __forceinline__ void consumer_release(const SmemMap& smem, int stage)
 // x GL_B_BOX_ROWS) of the tile, and multicasts it into the same stage of every CTA of the cluster.
 // The tile coordinates, not row offsets, come in: the offsets are computed after the waits, which
 // keeps the levels' SASS as it was before this helper existed.
+// `Slice` says where CTA rank r's slice of B comes from (BSlice below); the levels take the default.
+template <BSlice Slice = BSlice::kOfTile>
 __device__ __forceinline__ void produce_stage(const SmemMap& smem, const CUtensorMap* map_a, const CUtensorMap* map_b,
                                               RingPosition pos, int kt, int tm, int tn, int rank = 0) {
   const int s = pos.stage();
   producer_acquire(smem, pos);
   mbarrier_arrive_expect_tx(smem.full(s), GL_EXPECT_TX_BYTES);  // producer_commit
   tma_load_operand<A_MN_MAJOR, BM>(smem.a(s), map_a, smem.full(s), kt, tm * BM);
+  static_assert(Slice == BSlice::kOfTile || GL_CLUSTER > 1, "a slice per rank's own map needs a cluster");
   if constexpr (GL_CLUSTER == 1) {
     tma_load_operand<B_MN_MAJOR, BN>(smem.b(s), map_b, smem.full(s), kt, tn * BN);
   } else {
-    tma_load_operand<B_MN_MAJOR, GL_B_BOX_ROWS>(smem.b(s) + rank * GL_B_BOX_ROWS * BK, map_b, smem.full(s), kt,
-                                                tn * BN + rank * GL_B_BOX_ROWS, (1 << GL_CLUSTER) - 1);
+    const int b_row = Slice == BSlice::kOfTile ? tn * BN + rank * GL_B_BOX_ROWS : tn * GL_B_BOX_ROWS;
+    tma_load_operand<B_MN_MAJOR, GL_B_BOX_ROWS>(smem.b(s) + rank * GL_B_BOX_ROWS * BK, map_b, smem.full(s), kt, b_row,
+                                                (1 << GL_CLUSTER) - 1);
   }
 }
 
 // K tiles [kb, ke) of work unit (um, tn) into the ring from `pos` on (levels 7-9; a unit is a stack of
 // GL_CLUSTER M tiles, of which CTA `rank` computes M tile um * GL_CLUSTER + rank).
+template <BSlice Slice = BSlice::kOfTile>
 __device__ __forceinline__ void produce_k_range(const SmemMap& smem, const CUtensorMap* map_a, const CUtensorMap* map_b,
                                                 int um, int tn, int kb, int ke, int rank, RingPosition& pos) {
   const int tm = um * GL_CLUSTER + rank;
-  for (int kt = kb; kt < ke; ++kt, pos.advance()) produce_stage(smem, map_a, map_b, pos, kt, tm, tn, rank);
+  for (int kt = kb; kt < ke; ++kt, pos.advance()) produce_stage<Slice>(smem, map_a, map_b, pos, kt, tm, tn, rank);
 }
 
 // The producer thread's whole life (levels 7-9): every K tile of each work unit first_unit,
 // first_unit + unit_stride, ... < end_unit. Returns the ring position reached.
+template <BSlice Slice = BSlice::kOfTile>
 __device__ __forceinline__ RingPosition produce_units(const SmemMap& smem, const CUtensorMap* map_a,
                                                       const CUtensorMap* map_b, const TileScheduler& sched, int k_tiles,
                                                       int rank, int first_unit, int unit_stride, int end_unit) {
@@ -77,7 +92,7 @@ __device__ __forceinline__ RingPosition produce_units(const SmemMap& smem, const
   for (int unit = first_unit; unit < end_unit; unit += unit_stride) {
     int um, tn;
     sched.coords(unit, um, tn);
-    produce_k_range(smem, map_a, map_b, um, tn, 0, k_tiles, rank, pos);
+    produce_k_range<Slice>(smem, map_a, map_b, um, tn, 0, k_tiles, rank, pos);
   }
   return pos;
 }

@@ -1,0 +1,38 @@
+// Level 9's output ring: each consumer warpgroup stores its packed 64-row fragment one 64 x 64 panel
+// (128 bytes of columns) at a time, through its own ring of GL_C_RING panel buffers of
+// GL_SMEM_C_PANEL_BYTES each (the designer's plan: design/smem.py, c_ring) and its own store issuer.
+// A buffer is refilled only once wait_group.read GL_C_RING - 1 says the store that last read it is
+// done. Level 9 stores 4 panels per tile (64 x 256), the gated library kernel 2 (64 x 128 outputs).
+#pragma once
+#include "gemm_ladder/epilogue.cuh"
+#include "gemm_ladder/ptx/fence.cuh"
+#include "gemm_ladder/ptx/tma.cuh"
+#include "gemm_ladder/tma_tile.cuh"
+
+namespace gl {
+
+// Stage panel `p` (runtime) of a consumer's packed fragment (`Words` = 16 registers per panel) into its
+// ring and store it at (n0 + 64p, m0). The unrolled dispatch keeps the register indices compile-time
+// (no local memory). `bar`: the consumer's named barrier (its 128 threads); `issuer`: its thread 0.
+template <int Words>
+__device__ __forceinline__ void store_panel(int p, const uint32_t (&packed)[Words], uint8_t* ring,
+                                            const CUtensorMap* map_c, int n0, int m0, int bar, bool issuer) {
+  constexpr int kPanels = Words / 16;
+  static_assert(Words % 16 == 0 && kPanels % GL_C_RING == 0, "whole panels, each always in buffer p % GL_C_RING");
+#pragma unroll
+  for (int q = 0; q < kPanels; ++q) {
+    if (q != p) continue;
+    uint8_t* const buf = ring + (q % GL_C_RING) * GL_SMEM_C_PANEL_BYTES;
+    if (issuer) tma_store_wait_read<GL_C_RING - 1>();  // the store that last read buf is done
+    named_barrier_sync(bar, 128);
+    stage_packed_panel_sw128<64 * kPanels>(buf, packed, q);
+    fence_proxy_async_smem();
+    named_barrier_sync(bar, 128);
+    if (issuer) {
+      tma_store_2d(map_c, buf, n0 + 64 * q, m0);
+      tma_store_commit();
+    }
+  }
+}
+
+}  // namespace gl

@@ -1,0 +1,383 @@
+"""The gated-MLP library kernel: ``out (M, N) = silu(x @ w_gate^T) * (x @ w_up^T)`` in one kernel.
+
+Kernel: ``kernels/library/sm90_swiglu.cu`` (its header comment gives the design). Level 9's kernel
+with each 256-row B stage made of 128 rows of ``w_gate`` (loaded by CTA rank 0 of the 2-CTA cluster)
+and the same 128 rows of ``w_up`` (rank 1), both multicast; each tile's fp32 accumulator thus holds the
+gate and up projections of 128 output columns, and the epilogue writes ``silu(g) * u`` rounded once
+to the inputs' dtype. Each x tile is read from global memory once for both products.
+
+**The plan.** The kernel computes, before its epilogue, the GEMM ``x @ B'^T`` with the virtual weight
+``B'`` of ``2 x ceil(N / 128) x 128`` rows that stacks, for each 128 output columns t, rows
+[128 t, 128 t + 128) of w_gate and then the same rows of w_up. That GEMM, on level 9's configuration
+(tile 128 x 256 x 64, 2-CTA cluster, two consumer warpgroups, producer warpgroup, a ring of two panel
+buffers per consumer, stream-K tail), is what the designer plans (:func:`plan_gemm` on
+(M, 2 x ceil(N / 128) x 128, K)): its stage ring, barriers, expect_tx bytes, shared-memory map,
+stages, work units (ceil(M / 256) x ceil(N / 128)) and stream-K tail are this kernel's. What the kernel
+changes is named in :class:`SwigluPlan`: the tensor maps are the real ones (x (M, K); w_gate and w_up
+(N, K) each, box 64 x 128, so TMA zero-fills rows past N and K; out (M, N), box 64 x 64, whose store
+clips past M and N), and the output tile is 128 columns: 2 panels per consumer, not 4
+(``GL_C_PANELS`` = 2, the only ``-D`` constant that differs from the virtual plan's).
+
+**Operands** (:meth:`SwigluKernel.supports`): x, w_gate and w_up K-major (row-major, ``nn.Linear``'s
+weight layout) with any pitch that is a multiple of 16 bytes and 16-byte aligned bases; out row-major.
+Other layouts are refused with the rule (:func:`gemm_ladder.swiglu` says what to pass instead); N
+whose rows are not whole 16-byte chunks is written into a padded workspace and copied back (the TMA
+store writes a row's last 16-byte chunk whole: ``library/gemm.py``'s ``supports``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from gemm_ladder.contract import DTYPES, GemmInputError, dtype_name
+from gemm_ladder.design.plan import Plan, kernel_defines_for, plan_gemm
+from gemm_ladder.design.problem import arch_info, ceil_div, dtype_info
+from gemm_ladder.design.smem import max_stages
+from gemm_ladder.design.stream_k import StreamKTail
+from gemm_ladder.design.tensor_maps import TensorMapSpec, gemm_tensor_maps
+from gemm_ladder.levels.base import LaunchGeometry
+from gemm_ladder.library.gemm import MAX_EXTENT, SPLITS, split_schedule
+from gemm_ladder.library.operand import TMA_ALIGN_BYTES, OperandView
+from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
+from gemm_ladder.runtime.module import LoadedKernel, device_index, load
+from gemm_ladder.runtime.tensor_map import encode_tiled
+from gemm_ladder.runtime.workspace import WORKSPACES
+
+SOURCE = "library/sm90_swiglu.cu"
+KERNEL_NAME = "sm90_swiglu"
+#: The accumulator tile: 128 rows (two consumer warpgroups of 64), 128 gate + 128 up columns, BK 64.
+TILE = (128, 256, 64)
+#: Output columns per tile: half the accumulator's.
+OUT_BN = TILE[1] // 2
+CLUSTER = 2
+CONSUMERS = 2
+#: Panel buffers per consumer warpgroup: one per output panel (64 x 128 outputs = 2 panels of 64 x 64).
+C_RING = 2
+#: The kernel's parameters after the four tensor maps: M, N, K, then level 9's stream-K arguments.
+MAP_NAMES = ("x", "w_gate", "w_up", "out")
+_CACHE_SIZE = 64
+
+
+def virtual_n(n: int) -> int:
+    """Rows of the virtual weight B' the kernel multiplies by: 128 gate rows and 128 up rows per
+    128 output columns, ``2 x ceil(N / 128) x 128``."""
+    return 2 * ceil_div(n, OUT_BN) * OUT_BN
+
+
+def _cached(cache: OrderedDict, key, make):
+    value = cache.get(key)
+    if value is None:
+        value = cache[key] = make()
+        while len(cache) > _CACHE_SIZE:
+            cache.popitem(last=False)
+    else:
+        cache.move_to_end(key)
+    return value
+
+
+@dataclass(frozen=True)
+class SwigluPlan:
+    """The designer's plan of the swiglu kernel on one problem (M, N, K).
+
+    ``gemm``: the plan of the GEMM the kernel computes before its epilogue, on (M, :func:`virtual_n`
+    (N), K): ring, shared memory, stages, schedule and stream-K tail are the kernel's. ``tensor_maps``:
+    the kernel's own maps (``x``, ``w_gate``, ``w_up``, ``out``), validated against the rules of
+    cuTensorMapEncodeTiled. ``out_tile``: output rows x columns per tile. ``c_panels``: 64-column
+    output panels each consumer stores per tile.
+    """
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    gemm: Plan
+    tensor_maps: dict[str, TensorMapSpec]
+    out_tile: tuple[int, int]
+    c_panels: int
+
+    def kernel_defines(self) -> dict[str, int]:
+        """The kernel's ``-D`` constants: the GEMM plan's, with the output tile's panel count."""
+        return {**self.gemm.kernel_defines(), "GL_C_PANELS": self.c_panels}
+
+    @property
+    def tiles(self) -> int:
+        """Output tiles of 128 x 128."""
+        return ceil_div(self.m, self.out_tile[0]) * ceil_div(self.n, self.out_tile[1])
+
+    def to_json(self) -> dict:
+        """The plan as JSON: the GEMM plan's numbers (``gemm``) and what the swiglu kernel changes."""
+        return {
+            "schema": "gemm-ladder/swiglu-plan/1",
+            "problem": {"m": self.m, "n": self.n, "k": self.k, "dtype": self.dtype,
+                        "virtual_n": self.gemm.n, "out_tile": list(self.out_tile), "c_panels": self.c_panels},
+            "tensor_maps": {k: v.to_json() for k, v in self.tensor_maps.items()},
+            "kernel_defines": self.kernel_defines(),
+            "gemm": self.gemm.to_json(),
+        }
+
+    def describe(self) -> str:
+        """A few lines: the tile, the ring, shared memory, the maps and the schedule."""
+        g, s = self.gemm, self.gemm.schedule
+        lines = [
+            f"swiglu (M, N, K) = ({self.m}, {self.n}, {self.k}) {self.dtype}: out = silu(x w_gate^T) * (x w_up^T)",
+            f"accumulator tile {g.tile[0]} x {g.tile[1]} x {g.tile[2]} (128 gate + 128 up columns), output tile "
+            f"{self.out_tile[0]} x {self.out_tile[1]}, {g.stages} stages of {g.load_protocol.expect_tx_bytes} bytes, "
+            f"{g.smem.total_bytes} bytes of shared memory",
+            f"2-CTA cluster: rank 0 loads w_gate's rows, rank 1 w_up's, each multicast into both CTAs' stage",
+            f"{ceil_div(s.m_tiles, CLUSTER) * s.n_tiles} work units (ceil(M / 256) x ceil(N / 128) output tile pairs), "
+            f"grid {s.grid[0]} CTAs (estimate), stream-K tail {s.stream_k}",
+        ]
+        lines += [f"map {name}: {spec.description}; globalDim {spec.global_dim}, box {spec.box_dim}"
+                  for name, spec in self.tensor_maps.items()]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, eq=False)
+class SwigluKernel:
+    """The swiglu kernel for bf16 and fp16 (one build each). Use :func:`swiglu_kernel` for the shared
+    instance, whose builds, loaded kernels, tensor maps and schedules are cached."""
+
+    stream_k_min_idle: float | None = None  # None: level 9's threshold (design.stream_k.DEFAULT_MIN_IDLE)
+    _defines: dict = field(default_factory=dict, repr=False)
+    _builds: dict = field(default_factory=dict, repr=False)
+    _kernels: dict = field(default_factory=dict, repr=False)
+    _plans: OrderedDict = field(default_factory=OrderedDict, repr=False)
+    _maps: OrderedDict = field(default_factory=OrderedDict, repr=False)
+    _launches: OrderedDict = field(default_factory=OrderedDict, repr=False)
+
+    name = KERNEL_NAME
+
+    @staticmethod
+    def stages(dtype: str = "bf16", arch: str = "sm_90a") -> int:
+        """The ring depth: the most stages that fit beside the panel rings (4 on sm_90a, level 9's)."""
+        return max_stages(bm=TILE[0], bn=TILE[1], bk=TILE[2], elem_bytes=DTYPES[dtype].itemsize,
+                          arch=arch_info(arch), consumers=CONSUMERS, c_ring=C_RING)
+
+    @staticmethod
+    def out_panels(dtype: str) -> int:
+        """64-column (128-byte) output panels per consumer per tile."""
+        return OUT_BN * DTYPES[dtype].itemsize // 128
+
+    # --- building (no GPU needed) -----------------------------------------------------------------
+    def defines(self, dtype: str, arch: str = "sm_90a") -> dict[str, int]:
+        """The kernel's ``-D`` constants for ``dtype`` ('bf16' or 'fp16'): the designer's for level 9's
+        configuration, with ``GL_C_PANELS`` the output tile's (2). Raises PlanRefused, KeyError for a dtype."""
+        key = (dtype, arch)
+        if key not in self._defines:
+            d = kernel_defines_for(dtype, TILE, self.stages(dtype, arch), CLUSTER, CONSUMERS, arch,
+                                   producer_warpgroup=True, c_ring=C_RING)
+            self._defines[key] = {**d, "GL_C_PANELS": self.out_panels(dtype)}
+        return self._defines[key]
+
+    def geometry(self, dtype: str) -> LaunchGeometry:
+        """384 threads (a producer and two consumer warpgroups), the planned shared memory, clusters of 2."""
+        d = self.defines(dtype)
+        return LaunchGeometry(threads=int(d["GL_THREADS"]), dynamic_smem=int(d["GL_SMEM_BYTES"]), cluster=CLUSTER)
+
+    def build(self, dtype: str, arch: str = "sm_90a") -> CompiledKernel:
+        """Compile (or fetch from the cache) the cubin for ``dtype``; needs nvcc, not a GPU.
+
+        Raises CompilerNotFoundError without nvcc and CompileError with nvcc's message."""
+        key = (dtype, arch)
+        if key not in self._builds:
+            defines = {"GL_DTYPE_" + dtype.upper(): 1, **self.defines(dtype, arch)}
+            unit = f'// gemm-ladder library: swiglu, {dtype}\n#include "{SOURCE}"\n'
+            self._builds[key] = compile_kernel(unit, KERNEL_NAME, arch=arch, defines=defines)
+        return self._builds[key]
+
+    def plan(self, m: int, n: int, k: int, dtype: str, *, ldx: int | None = None, ldw_gate: int | None = None,
+             ldw_up: int | None = None, ldo: int | None = None) -> SwigluPlan:
+        """The designer's plan on one problem (:class:`SwigluPlan`); leading dimensions in elements
+        (default dense). Raises PlanRefused naming the rule (a pitch TMA cannot take, an empty extent)."""
+        key = (m, n, k, dtype, ldx, ldw_gate, ldw_up, ldo)
+        return _cached(self._plans, key, lambda: self._plan(m, n, k, dtype, ldx, ldw_gate, ldw_up, ldo))
+
+    def _plan(self, m, n, k, dtype, ldx, ldw_gate, ldw_up, ldo) -> SwigluPlan:
+        kw = {} if self.stream_k_min_idle is None else {"stream_k_min_idle": self.stream_k_min_idle}
+        gemm = plan_gemm(m, virtual_n(n), k, dtype, tile=TILE, stages=self.stages(dtype), cluster=CLUSTER,
+                         consumers=CONSUMERS, persistent=True, producer_warpgroup=True, c_ring=C_RING,
+                         stream_k=True, lda=ldx, **kw)
+        dt = dtype_info(dtype)
+        e = dt.elem_bytes
+
+        def real_maps(ldw):  # the (M, K), (N, K), (M, N) maps of a GEMM on the real N: a, b and c
+            return gemm_tensor_maps(m, n, k, data_type=dt.tensor_map_type, elem_bytes=e, bm=TILE[0], bn=TILE[1],
+                                    bk=TILE[2], cluster=CLUSTER, c_box_rows=TILE[0] // CONSUMERS, lda=ldx, ldb=ldw,
+                                    ldc=ldo)
+
+        gate, up = real_maps(ldw_gate), real_maps(ldw_up)
+        maps = {
+            "x": replace(gate["a"], name="x", description=f"x (M, K) K-major (ld {gate['a'].global_strides[0] // e}), "
+                                                           "one 128 x BK tile per stage"),
+            "out": replace(gate["c"], name="out", description=gate["c"].description.replace("C (M, N)", "out (M, N)")),
+        }
+        for rank, (name, spec) in enumerate((("w_gate", gate["b"]), ("w_up", up["b"]))):
+            maps[name] = replace(spec, name=name, description=(
+                f"{name} (N, K) K-major (ld {spec.global_strides[0] // e}): CTA rank {rank} loads rows "
+                f"[128 t, 128 t + 128) x BK per stage into half {rank} of the B stage and multicasts them"))
+        maps = {name: maps[name] for name in MAP_NAMES}
+        for spec in maps.values():
+            spec.validate()
+        return SwigluPlan(m=m, n=n, k=k, dtype=dtype, gemm=gemm, tensor_maps=maps, out_tile=(TILE[0], OUT_BN),
+                          c_panels=self.out_panels(dtype))
+
+    def ring_protocol(self, k_iters: int | None = None, tiles: int = 2, dtype: str = "bf16", **faults):
+        """The kernel's stage ring and output rings as the auditor models them (gemm_ladder.audit).
+
+        It is level 9's protocol (:func:`gemm_ladder.audit.protocol_for_level`) at this kernel's
+        configuration, read from its ``-D`` constants: the stages, the 2-CTA cluster whose producers
+        each multicast their half of B (which weight a half comes from is invisible to the ring),
+        two consumer warpgroups, a ring of ``GL_C_RING`` panel buffers per consumer, ``GL_C_PANELS`` = 2
+        panels per tile all stored at the tile's end (none deferred). ``k_iters`` defaults to
+        stages / 2 + 1, so that ``tiles`` = 2 tiles wrap the ring: every stage is reused in a later
+        round. ``faults`` go to :class:`gemm_ladder.audit.RingConfig` (to show the audit can fail).
+        """
+        from gemm_ladder.audit import protocol_for_level
+
+        d = self.defines(dtype)
+        stages, panels, ring = d["GL_STAGES"], d["GL_C_PANELS"], d["GL_C_RING"]
+        k_iters = stages // 2 + 1 if k_iters is None else k_iters
+        overrides = dict(staging_buffers=ring, panels_per_tile=panels, deferred_panels=0)
+        overrides.update(faults)
+        p = protocol_for_level(9, k_iters=k_iters, tiles=tiles, stages=stages, cluster=d["GL_CLUSTER"],
+                               consumers=d["GL_CONSUMERS"], tile=(d["GL_BM"], d["GL_BN"], d["GL_BK"]), **overrides)
+        p.name = p.name.replace("level9", KERNEL_NAME)
+        return p
+
+    # --- operands ---------------------------------------------------------------------------------
+    def supports(self, x: OperandView, w_gate: OperandView, w_up: OperandView, out: torch.Tensor, *,
+                 out_padding_writable: bool = False) -> str | None:
+        """None when this kernel computes ``out = silu(x w_gate^T) * (x w_up^T)`` for these operands,
+        else the rule they break.
+
+        x: (M, K), w_gate and w_up: (N, K) views; out: (M, N). The rules, in the order checked: bf16 or
+        fp16, one dtype for all four; x, w_gate and w_up K-major; K equal and w_gate, w_up of one shape;
+        M, N, K in 1..MAX_EXTENT; out of shape (M, N), row-major with pitch >= N; every base 16-byte
+        aligned and every pitch a multiple of 16 bytes (TMA: CUDA Driver API, cuTensorMapEncodeTiled
+        globalAddress and globalStrides); N x element size a multiple of 16 bytes unless out's row
+        padding is the caller's own workspace (``out_padding_writable``); one CUDA device.
+        """
+        dt = x.tensor.dtype
+        if dt not in DTYPES.values():
+            return f"x: dtype {dt} is not one of bf16, fp16"
+        if w_gate.tensor.dtype != dt or w_up.tensor.dtype != dt or out.dtype != dt:
+            return (f"x, w_gate, w_up and out must share one dtype: got {dt}, {w_gate.tensor.dtype}, "
+                    f"{w_up.tensor.dtype}, {out.dtype}")
+        for name, v in (("x", x), ("w_gate", w_gate), ("w_up", w_up)):
+            if v.major != "k":
+                return f"{name} is MN-major (column-major); the swiglu kernel reads it K-major (row-major)"
+        m, n, k = x.rows, w_gate.rows, x.k
+        if (w_gate.rows, w_gate.k) != (w_up.rows, w_up.k):
+            return f"w_gate is (N, K) = ({w_gate.rows}, {w_gate.k}) and w_up is ({w_up.rows}, {w_up.k}): they must match"
+        if w_gate.k != k:
+            return f"x has K = {k} but w_gate and w_up have K = {w_gate.k}"
+        if min(m, n, k) < 1:
+            return f"M, N, K = {m}, {n}, {k}: an empty problem is not launched (the caller returns it)"
+        if max(m, n, k) > MAX_EXTENT:
+            return f"M, N, K = {m}, {n}, {k}: each must be at most {MAX_EXTENT} (the kernel's 32-bit coordinates)"
+        if out.dim() != 2 or tuple(out.shape) != (m, n):
+            return f"out has shape {tuple(out.shape)}; the result is ({m}, {n})"
+        if n > 1 and out.stride(1) != 1:
+            return f"out has strides {tuple(out.stride())}: it must be row-major, stride (ldo, 1)"
+        ldo = _ld_out(out)
+        if ldo < n:
+            return f"out: row pitch {ldo} < N = {n}: its rows would overlap"
+        e = out.element_size()
+        for name, ptr, pitch in (("x", x.data_ptr, x.ld), ("w_gate", w_gate.data_ptr, w_gate.ld),
+                                 ("w_up", w_up.data_ptr, w_up.ld), ("out", out.data_ptr(), ldo)):
+            if ptr % TMA_ALIGN_BYTES or (pitch * e) % TMA_ALIGN_BYTES:
+                return (f"{name}: base {ptr:#x} and pitch {pitch * e} bytes must both be multiples of "
+                        f"{TMA_ALIGN_BYTES} (a TMA tensor map, cuTensorMapEncodeTiled globalAddress and globalStrides)")
+        if (n * e) % TMA_ALIGN_BYTES and not (out_padding_writable and (ldo * e) >= ceil_div(n * e, TMA_ALIGN_BYTES) * TMA_ALIGN_BYTES):
+            return (f"out: N = {n} columns = {n * e} bytes, not a multiple of {TMA_ALIGN_BYTES}: the TMA store writes "
+                    "the row's last 16-byte chunk whole; write into a padded workspace (out_padding_writable=True)")
+        dev = x.tensor.device
+        if dev.type != "cuda" or any(t.device != dev for t in (w_gate.tensor, w_up.tensor, out)):
+            return (f"x, w_gate, w_up and out must be on one CUDA device: got {dev}, {w_gate.tensor.device}, "
+                    f"{w_up.tensor.device}, {out.device}")
+        return None
+
+    # --- launching (GPU) --------------------------------------------------------------------------
+    def loaded(self, dtype: str, device: torch.device) -> LoadedKernel:
+        """The kernel for ``dtype`` loaded on ``device`` (compiled first if needed)."""
+        key = (dtype, device_index(device))
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            g = self.geometry(dtype)
+            kernel = self._kernels[key] = load(self.build(dtype), device, threads=g.threads,
+                                               dynamic_smem=g.dynamic_smem, cluster=g.cluster)
+        return kernel
+
+    def schedule(self, m: int, n: int, k: int, resident_clusters: int, split: str = "tail") -> StreamKTail:
+        """The launch's clusters and stream-K split over ceil(M / 256) x ceil(N / 128) work units
+        (:func:`gemm_ladder.library.gemm.split_schedule`)."""
+        units = ceil_div(ceil_div(m, TILE[0]), CLUSTER) * ceil_div(n, OUT_BN)
+        kw = {} if self.stream_k_min_idle is None else {"min_idle": self.stream_k_min_idle}
+        return split_schedule(units, resident_clusters, ceil_div(k, TILE[2]), split, **kw)
+
+    def launch(self, x: OperandView, w_gate: OperandView, w_up: OperandView, out: torch.Tensor, *,
+               split: str = "tail", out_padding_writable: bool = False) -> None:
+        """``out = silu(x w_gate^T) * (x w_up^T)`` on the current stream (see :meth:`supports`).
+
+        ``split``: "tail" (level 9's rule), "all" or "none" (:func:`split_schedule`); a CUDA graph
+        capture runs unsplit (a graph would keep the stream-K workspace's addresses).
+        Raises GemmInputError naming the rule and ValueError for an unknown ``split``, before any launch.
+        """
+        reason = self.supports(x, w_gate, w_up, out, out_padding_writable=out_padding_writable)
+        if reason is not None:
+            raise GemmInputError(reason)
+        if split not in SPLITS:
+            raise ValueError(f"split = {split!r}: use one of {', '.join(SPLITS)}")
+        m, n, k = x.rows, w_gate.rows, x.k
+        dtype = dtype_name(out.dtype)
+        kernel = self.loaded(dtype, out.device)
+        capturing = torch.cuda.is_current_stream_capturing()
+        tail = _cached(self._launches, (m, n, k, dtype, device_index(out.device), split, capturing),
+                       lambda: self.schedule(m, n, k, kernel.max_active_clusters(out.device),
+                                             "none" if capturing else split))
+        stream = torch.cuda.current_stream(out.device)
+        args = [*self.maps(x, w_gate, w_up, out), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
+        first, partials, counters = tail.units, 0, 0  # whole units only: the workspace is never touched
+        if tail.tail_units:
+            part, ctr = WORKSPACES.get(stream, tail.workspace_floats(CLUSTER, CONSUMERS, TILE[1]),
+                                       tail.counters(CLUSTER, CONSUMERS))
+            first, partials, counters = tail.first_unit, part.data_ptr(), ctr.data_ptr()
+        args += [ctypes.c_int(first), ctypes.c_int(tail.max_contributors), ctypes.c_void_p(partials),
+                 ctypes.c_void_p(counters)]
+        kernel.launch((tail.clusters * CLUSTER, 1, 1), args, stream)
+
+    def maps(self, x: OperandView, w_gate: OperandView, w_up: OperandView, out: torch.Tensor) -> list:
+        """The four encoded tensor maps (x, w_gate, w_up, out), cached per pointers and shape."""
+        m, n, k, ldo = x.rows, w_gate.rows, x.k, _ld_out(out)
+        dtype = dtype_name(out.dtype)
+        lds = (x.ld, w_gate.ld, w_up.ld, ldo)
+        ptrs = (x.data_ptr, w_gate.data_ptr, w_up.data_ptr, out.data_ptr())
+
+        def encode():
+            specs = self.plan(m, n, k, dtype, ldx=x.ld, ldw_gate=w_gate.ld, ldw_up=w_up.ld, ldo=ldo).tensor_maps
+            return [encode_tiled(specs[name].encode_kwargs(ptr)) for name, ptr in zip(MAP_NAMES, ptrs)]
+
+        return _cached(self._maps, (*ptrs, m, n, k, *lds, dtype), encode)
+
+
+def _ld_out(out: torch.Tensor) -> int:
+    """The output's row pitch in elements; one row has no pitch, so take N rounded up to 16 bytes."""
+    if out.shape[0] > 1:
+        return out.stride(0)
+    per16 = TMA_ALIGN_BYTES // out.element_size()
+    return ceil_div(max(out.shape[1], 1), per16) * per16
+
+
+@functools.lru_cache(maxsize=None)
+def swiglu_kernel() -> SwigluKernel:
+    """The shared :class:`SwigluKernel` (builds, loaded kernels and maps cached on it)."""
+    return SwigluKernel()
+
+
+__all__ = ["C_RING", "CLUSTER", "CONSUMERS", "KERNEL_NAME", "MAP_NAMES", "OUT_BN", "SOURCE", "TILE", "SwigluKernel",
+           "SwigluPlan", "swiglu_kernel", "virtual_n"]
