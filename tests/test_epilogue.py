@@ -308,3 +308,12 @@ def test_epilogue_load_plan_and_audit():
     assert any("barrier" in p for p in audit_epilogue_plan(replace(plan, barriers=("bar",))))
     wrong = replace(plan, loads=(replace(plan.loads[1], bytes_per_tile=3),))
     assert "REFUSED" in audit_text(wrong)
+
+
+def test_same_device_compares_types_and_indices():
+    from gemm_ladder.library.epilogue import _same_device
+
+    assert _same_device(torch.device("cpu"), torch.device("cpu"))
+    assert not _same_device(torch.device("cpu"), torch.device("meta"))
+    assert _same_device(torch.device("cuda", 1), torch.device("cuda", 1))
+    assert not _same_device(torch.device("cpu"), torch.device("cuda", 0))

@@ -62,7 +62,9 @@ def assert_epilogue_close(y, x2, w, call):
     assert err <= cap, (err, cap)
 
 
-def check_linear(x, w, **kw):
+def check_linear(x, w, bias=None, **kw):
+    if bias is not None:
+        kw["bias"] = bias
     poisoned()
     y = gemm_ladder.linear(x, w, **kw)
     x2 = x.reshape(-1, x.shape[-1])

@@ -73,6 +73,8 @@ def check_epilogue_correctness(fn: Callable, epilogue: Epilogue, m: int, n: int,
     Returns a CorrectnessResult; never raises for a misbehaving ``fn``.
     """
     device = torch.device(device)
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+        device = torch.device("cuda", torch.cuda.current_device())  # one name for the device every input is on
     seed = secrets.randbits(31) if seed is None else seed
     a, b = random_operands(m, n, k, dtype, device, seed)
     inputs = epilogue_inputs(epilogue, m, n, dtype, device, seed)

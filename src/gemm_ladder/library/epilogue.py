@@ -69,6 +69,19 @@ _BUILTIN_NAMES = ("acc", "row", "col")
 LINEAR_PARAMETERS = ("x", "w", "bias", "activation", "residual", "alpha", "beta", "out_dtype", "epilogue")
 
 
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """torch.device("cuda") names the current CUDA device: it is the same device as "cuda:N" for that N."""
+    a, b = torch.device(a), torch.device(b)
+    if a.type != b.type:
+        return False
+    if a.index == b.index:
+        return True
+    if a.type == "cuda":
+        current = torch.cuda.current_device()
+        return (current if a.index is None else a.index) == (current if b.index is None else b.index)
+    return False
+
+
 class EpilogueError(GemmInputError):
     """An epilogue's declaration, or the inputs of one call, break a rule (the message names it)."""
 
@@ -255,7 +268,7 @@ class Epilogue:
                 raise EpilogueError(f"{n}: a {kind} input must be a torch.Tensor, got {type(v).__name__}")
             if v.dtype not in INPUT_DTYPES:
                 raise EpilogueError(f"{n} has dtype {v.dtype}: inputs are torch.bfloat16, torch.float16 or torch.float32")
-            if v.device != device:
+            if not _same_device(v.device, device):
                 raise EpilogueError(f"{n} is on {v.device}; the output is on {device}")
             if check_grad and v.requires_grad and torch.is_grad_enabled():
                 raise EpilogueError(f"{n} requires grad: a user epilogue has no backward; detach it or use torch.no_grad()")
