@@ -317,3 +317,12 @@ def test_same_device_compares_types_and_indices():
     assert not _same_device(torch.device("cpu"), torch.device("meta"))
     assert _same_device(torch.device("cuda", 1), torch.device("cuda", 1))
     assert not _same_device(torch.device("cpu"), torch.device("cuda", 0))
+
+
+def test_linear_out_view_of_an_empty_n_is_determined():
+    # view(-1, 0) is ambiguous in torch; the (M, N) view of out is taken with M named
+    from gemm_ladder.dispatch.validate import check_linear_out
+
+    x = torch.empty(2, 3, 5, dtype=torch.bfloat16)
+    out = torch.empty(2, 3, 0, dtype=torch.bfloat16)
+    assert tuple(check_linear_out(out, x, 0, torch.bfloat16).shape) == (6, 0)

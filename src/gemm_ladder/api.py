@@ -234,15 +234,16 @@ def _linear_out(x, w, bias, *, activation, residual, alpha, beta, out_dtype, out
     out2 = check_linear_out(out, x, n, result_dtype(out_dtype, x.dtype))
     call = linear_call(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
                        check_grad=False)
+    x2 = x.reshape(rows(tuple(x.shape[:-1])), k)  # not reshape(-1, k): K = 0 leaves -1 undetermined
     if call is None:
-        mm_direct(x.reshape(-1, k), w.T, out2, out_dtype)
+        mm_direct(x2, w.T, out2, out_dtype)
         return out
-    check_mm(x.reshape(-1, k), w.T, out2, out_dtype, check_grad=False)  # out's device and overlap rules
+    check_mm(x2, w.T, out2, out_dtype, check_grad=False)  # out's device and overlap rules
     for name, t in (("bias", bias), ("residual", residual)):
         if t is not None and may_overlap(out, t):
             raise NotSupportedError(f"out shares memory with {name}: linear's fused epilogue writes out while it "
                                     f"reads {name}; pass a separate out")
-    _run_fused(x.reshape(-1, k), w, out2, call)
+    _run_fused(x2, w, out2, call)
     return out
 
 
@@ -280,7 +281,7 @@ def _linear_user(x, w, bias, *, activation, residual, alpha, beta, out_dtype, ep
     call = linear_call(x, w, epilogue=epilogue, inputs=inputs)
     lead = tuple(x.shape[:-1])
     out = torch.empty((*lead, n), dtype=result_dtype(out_dtype, x.dtype), device=x.device)
-    _run_fused(x.reshape(rows(lead), k), w, out.view(-1, n), call)
+    _run_fused(x.reshape(rows(lead), k), w, out.view(rows(lead), n), call)  # N = 0: view(-1, 0) is undetermined
     return out
 
 

@@ -342,7 +342,7 @@ def check_linear_out(out, x: torch.Tensor, n: int, dtype: torch.dtype) -> torch.
     if out.dtype != dtype:
         raise GemmInputError(f"out has dtype {out.dtype}; it must be {dtype}")
     try:
-        return out.view(-1, n) if out.dim() != 2 else out
+        return out.view(math.prod(out.shape[:-1]), n) if out.dim() != 2 else out  # not -1: N = 0 leaves it undetermined
     except RuntimeError:
         raise GemmInputError(f"out's batch dimensions (strides {tuple(out.stride())}) cannot be merged into one "
                              "view of (M, N) rows: pass a contiguous out") from None
