@@ -59,30 +59,29 @@ constexpr int kDeferredPanels = GL_C_PANELS - kEarlyPanels;
 constexpr int kFirstStoreBarrier = 2;  // named barrier 2 + c: consumer c's 128 threads (0 is __syncthreads)
 
 #if defined(GL_EPILOGUE)
-// A consumer's finished 64 x BN fragment (rows row0.., columns col0.. of the kernel's M x N output)
-// through the fused epilogue, in place; pack_fragment then packs it as level 9 does. Pair (4j + 2i,
-// 4j + 2i + 1) sits at row row0 + 16w + l/4 + 8i, columns col0 + 8j + 2(l%4) + {0, 1} (epilogue.cuh's
-// fragment layout): two neighbours along a row of the kernel's output.
-__device__ __forceinline__ void epilogue_apply(float (&d)[BN / 2], int row0, int col0, int M, int N,
-                                               const EpilogueParams& epi) {
+// Column panel p (columns 64p.. of BN) of a consumer's finished 64 x BN fragment (rows row0.., columns
+// col0.. of the kernel's M x N output) through the fused epilogue, in place, then packed as
+// pack_fragment packs it. Pair (4j + 2i, 4j + 2i + 1) sits at row row0 + 16w + l/4 + 8i, columns
+// col0 + 8j + 2(l%4) + {0, 1} (epilogue.cuh's fragment layout): two neighbours along a row of the
+// kernel's output. The kernel calls it for each panel right before that panel's staging (or, for the
+// panels stored later, after the earlier panels' stores): ptxas sinks the math to where the packed
+// values are used, and the whole fragment's math sunk into the first panel's store spilled.
+__device__ __forceinline__ void epilogue_pack_panel(uint32_t (&packed)[BN / 4], float (&d)[BN / 2], int p, int row0,
+                                                    int col0, int M, int N, const EpilogueParams& epi) {
   const int t = thread_in_warpgroup(), warp = t / 32, lane = t % 32;
 #pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
+  for (int j = 8 * p; j < 8 * p + 8; ++j) {
 #pragma unroll
     for (int i = 0; i < 2; ++i)
       epilogue_pair<true>(d[4 * j + 2 * i], d[4 * j + 2 * i + 1], row0 + 16 * warp + lane / 4 + 8 * i,
                           col0 + 8 * j + 2 * (lane % 4), M, N, epi);
   }
+#pragma unroll
+  for (int q = 16 * p; q < 16 * p + 16; ++q) packed[q] = pack2(d[2 * q], d[2 * q + 1]);
 }
 #define GL_EPILOGUE_ARG , const __grid_constant__ EpilogueParams epi
-// fence_accumulators after the epilogue: every result is in its register before the packing and the
-// panel stores start, so the compiler cannot sink the epilogue's loads and math into the stores, where
-// the previous panels' values are still live (that interleaving spilled).
-#define GL_PACK(row0, col0) \
-  (epilogue_apply(d, (row0), (col0), M, N, epi), fence_accumulators(d), pack_fragment<BN>(packed, d))
 #else
 #define GL_EPILOGUE_ARG
-#define GL_PACK(row0, col0) pack_fragment<BN>(packed, d)
 #endif
 
 // Stage panel `p` (runtime) of a consumer's packed fragment into its ring and store it at (n0 + 64p, m0).
@@ -169,10 +168,20 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
       if (unit != first_unit)  // fewer K iterations than deferred panels: finish the previous tile first
         for (int p = kEarlyPanels + k_tiles; p < GL_C_PANELS; ++p)
           store_panel_of(prev, p);
-      GL_PACK(tm * BM + 64 * consumer, tn * BN);
+#if defined(GL_EPILOGUE)
+      // Each panel's epilogue right before its staging, in the same block: ptxas sinks the math to
+      // where the packed values are used, so a panel's inputs stay live only across its own store.
+#pragma unroll
+      for (int p = 0; p < GL_C_PANELS; ++p) {
+        epilogue_pack_panel(packed, d, p, tm * BM + 64 * consumer, tn * BN, M, N, epi);
+        if (p < kEarlyPanels) store_panel(p, packed, ring, &map_c, tn * BN, tm * BM + 64 * consumer, bar, elected);
+      }
+#else
+      pack_fragment<BN>(packed, d);
 #pragma unroll
       for (int p = 0; p < kEarlyPanels; ++p)
         store_panel(p, packed, ring, &map_c, tn * BN, tm * BM + 64 * consumer, bar, elected);
+#endif
     }
     if (first_unit < whole_end) {  // the last whole tile's deferred panels
       const int last = first_unit + (whole_end - 1 - first_unit) / unit_stride * unit_stride;
@@ -191,14 +200,22 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
           continue;  // another contributor finishes this tile
         slots.reduce(seg.contributors, d);
       }
-      {
-        int um, tn;
-        sched.coords(seg.unit, um, tn);
-        GL_PACK((um * GL_CLUSTER + rank) * BM + 64 * consumer, tn * BN);
+#if defined(GL_EPILOGUE)
+#pragma unroll
+      for (int p = 0; p < GL_C_PANELS; ++p) {
+        {
+          int um, tn;
+          sched.coords(seg.unit, um, tn);
+          epilogue_pack_panel(packed, d, p, (um * GL_CLUSTER + rank) * BM + 64 * consumer, tn * BN, M, N, epi);
+        }
+        store_panel_of(seg.unit, p);
       }
+#else
+      pack_fragment<BN>(packed, d);
 #pragma unroll
       for (int p = 0; p < GL_C_PANELS; ++p)
         store_panel_of(seg.unit, p);
+#endif
     }
     if (elected) tma_store_wait_read<0>();
   }

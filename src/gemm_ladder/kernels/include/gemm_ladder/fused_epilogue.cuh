@@ -69,13 +69,34 @@ __device__ __forceinline__ void epi_load_pair(const void* base, long long offset
 // The built-in activations, in fp32. NaN propagates (relu(NaN) = NaN, as torch.relu) and -inf gives
 // NaN in gelu, gelu_tanh and silu as torch's formulas do (x * 0). gelu_tanh uses the identity
 // 0.5 x (1 + tanh(z)) = x / (1 + exp(-2z)) (no cancellation where tanh(z) is near -1).
+//
+// silu and gelu_tanh are x * (1 / (1 + 2^t)) with the approximate MUFU instructions, branch-free:
+// ex2.approx.ftz.f32 and rcp.approx.ftz.f32 (PTX ISA, "ex2", "rcp": errors of a few fp32 ulp, far below
+// the output's rounding). ftz: a power 2^t below 2^-126 becomes 0, where 1 + 2^t is 1 anyway; a
+// denominator past 2^126 has reciprocal 0, so the result is 0 where its true value is below 1e-36, and
+// -inf * 0 = NaN as torch's -inf / inf. A correctly rounded reciprocal or division (__frcp_rn, '/')
+// compiles to a range check and a called slow path per element, which serializes the epilogue.
+__device__ __forceinline__ float ex2_approx_ftz(float t) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(t));
+  return r;
+}
+__device__ __forceinline__ float rcp_approx_ftz(float y) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
+  return r;
+}
+// x / (1 + e^-s) = x * sigmoid(s) for a scaled argument s (log2(e) folded into the multiply).
+__device__ __forceinline__ float times_sigmoid(float x, float s) {
+  return x * rcp_approx_ftz(1.f + ex2_approx_ftz(s * -1.4426950408889634f));
+}
 __device__ __forceinline__ float act_relu(float x) { return x < 0.f ? 0.f : x; }
 __device__ __forceinline__ float act_gelu(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ float act_gelu_tanh(float x) {
-  const float z = 0.79788456080286536f * (x + 0.044715f * x * x * x);  // sqrt(2 / pi) (x + 0.044715 x^3)
-  return x * __frcp_rn(1.f + __expf(-2.f * z));
+  // 2 z = 2 sqrt(2 / pi) (x + 0.044715 x^3)
+  return times_sigmoid(x, 1.5957691216057307f * (x + 0.044715f * x * x * x));
 }
-__device__ __forceinline__ float act_silu(float x) { return x * __frcp_rn(1.f + __expf(-x)); }
+__device__ __forceinline__ float act_silu(float x) { return times_sigmoid(x, x); }
 
 }  // namespace gl
 
