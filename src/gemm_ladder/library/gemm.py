@@ -273,12 +273,13 @@ class LibraryGemm(TmaLevel):
         # The stream's partials and counter arena, held: O(1) per launch (runtime/workspace.py). The
         # counters come zeroed from the arena (cleared once per many launches on the stream), as the
         # kernel needs them at its start; no memset before each launch.
-        partials = WORKSPACES.partials(stream, floats)
-        held = COUNTERS.held(stream, counters)
+        held = []  # taken at the first launch
 
         def fresh_workspace() -> None:
-            split_args[0].value = partials[2]
-            split_args[1].value = COUNTERS.take_from(held, counters)
+            if not held:
+                held.extend((WORKSPACES.partials(stream, floats), COUNTERS.held(stream, counters)))
+            split_args[0].value = held[0][2]
+            split_args[1].value = COUNTERS.take_from(held[1], counters)
 
         return BoundLaunch(prepared, fresh_workspace, params=params)
 

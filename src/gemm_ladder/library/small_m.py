@@ -366,13 +366,13 @@ class SmallMGemm:
             return BoundLaunch(prepared, params=params)
         floats, counters = sched.workspace_floats(1, CONSUMERS, self.bn), sched.counters(1, CONSUMERS)
 
-        partials = WORKSPACES.partials(stream, floats)  # held: O(1) per launch (runtime/workspace.py)
-        arena = _COUNTERS
-        held = arena.held(stream, counters)
+        arena, held = _COUNTERS, []  # the stream's partials holder and arena, taken at the first launch
 
         def fresh_counters() -> None:  # the partials in the stream's workspace, counters no launch has used
-            split_args[0].value = partials[2]
-            split_args[1].value = arena.take_from(held, counters)
+            if not held:  # held from then on: O(1) per launch (runtime/workspace.py)
+                held.extend((WORKSPACES.partials(stream, floats), arena.held(stream, counters)))
+            split_args[0].value = held[0][2]
+            split_args[1].value = arena.take_from(held[1], counters)
 
         return BoundLaunch(prepared, fresh_counters, params=params)
 
