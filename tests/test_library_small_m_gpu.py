@@ -112,7 +112,7 @@ def test_each_launch_takes_fresh_counters_whatever_the_last_left():
     try:
         first = _poisoned(kernel, x, w, c).clone()
         _assert_close(first, x, w, "bf16")
-        buffer, used = small_m._COUNTERS._arenas[(stream.device_index, stream.cuda_stream)]
+        buffer, used = small_m._COUNTERS._arenas[(stream.device_index, stream.cuda_stream)][:2]
         assert used == 2 * 32  # 32 units x 2 consumers
         buffer[:used].fill_(5)  # the counters the last launch used, left counted (as an aborted launch leaves them)
         torch.cuda.synchronize()

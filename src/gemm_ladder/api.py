@@ -27,7 +27,7 @@ import math
 import torch
 
 from gemm_ladder.dispatch import decide
-from gemm_ladder.dispatch.calls import CALLS, linear_key, make_call, mm_key, rows
+from gemm_ladder.dispatch.calls import CALLS, fast_linear_key, fast_mm_key, linear_key, make_call, mm_key, rows
 from gemm_ladder.dispatch.execute import run
 from gemm_ladder.dispatch.explain import Explanation, explain_route, trivial_explanation
 from gemm_ladder.dispatch.validate import (
@@ -57,6 +57,17 @@ def _through_op(*tensors) -> bool:
 
 
 _is_compiling = torch.compiler.is_compiling
+_Tensor = torch.Tensor
+_grad_enabled = torch.is_grad_enabled
+_FAST = CALLS.fast
+
+
+def _eager_plain(a, b) -> bool:
+    """Whether a call on ``a`` and ``b`` may take the fast path: both plain tensors (not a subclass:
+    FakeTensor, functional), not compiling, and no autograd to record. Meta tensors and any other
+    operand (bias, residual) are the fast key's business: it has their devices and types."""
+    return (type(a) is _Tensor and type(b) is _Tensor and not _is_compiling()
+            and not ((a.requires_grad or b.requires_grad) and _grad_enabled()))
 
 
 def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
@@ -84,24 +95,38 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
         output dtype no kernel writes yet; OutsideDomainError for an extent past 2^31 - 1;
         CaptureBuildError when a CUDA graph is being captured and a kernel is not built and loaded.
     """
+    key = None
+    if out is None and _eager_plain(a, b):
+        # The fast path (dispatch.calls, "The fast key"): one key, one lookup, the output, one launch.
+        key = fast_mm_key(a, b, out_dtype)
+        call = _FAST.get(key)
+        if call is not None:
+            c = torch.empty(call.out_shape, dtype=call.out_dtype, device=a.device)
+            if call.kind != "bound" or not call.launch_bound((key[0], key[1], c.data_ptr(), key[-2])):
+                call.run(a, b, c)
+            return c
     if _through_op(a, b, out):
         from gemm_ladder import ops
 
         return ops.mm(a, b, out=out, out_dtype=out_dtype)
-    return mm_direct(a, b, out, out_dtype)
+    return mm_direct(a, b, out, out_dtype, fast_key=key)
 
 
-def mm_direct(a, b, out=None, out_dtype=None, *, check_grad: bool = False) -> torch.Tensor:
+def mm_direct(a, b, out=None, out_dtype=None, *, check_grad: bool = False, fast_key: tuple | None = None) -> torch.Tensor:
     """:func:`mm` without the op boundary (the ops' CUDA kernels and a plain eager call): the call
     cache's :class:`~gemm_ladder.dispatch.calls.Call` for this signature, checked and decided on its
     first call. ``check_grad``: refuse operands that require grad with grad mode on (the out= op: it
-    has no backward); requires_grad is not part of the signature, so it is checked on every call."""
+    has no backward); requires_grad is not part of the signature, so it is checked on every call.
+    ``fast_key``: the call's fast key (:func:`~gemm_ladder.dispatch.calls.fast_mm_key`), kept for
+    the Call once its signature is checked (``out`` must be None)."""
     key = mm_key(a, b, out, out_dtype)
     if check_grad and key is not None and torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         check_mm(a, b, out, out_dtype, check_grad=True)  # raises NotSupportedError naming the operand
     call = CALLS.get(key)
     if call is None:
         call = CALLS.put(key, _mm_call(a, b, out, out_dtype))
+    if key is not None:
+        CALLS.put_fast(fast_key, call)
     c = out if out is not None else torch.empty(call.out_shape, dtype=call.out_dtype, device=a.device)
     call.run(a, b, c)
     return c
@@ -165,22 +190,70 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
     if epilogue is not None or inputs:
         return _linear_user(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
                             out_dtype=out_dtype, epilogue=epilogue, inputs=inputs)
+    key = None
+    if _eager_plain(x, w) and not (_grad_enabled() and (_requires_grad(bias) or _requires_grad(residual))):
+        key = fast_linear_key(x, w, bias, residual, activation, alpha, beta, out_dtype)  # see mm
+        call = _FAST.get(key) if key is not None else None
+        if call is not None:
+            c = torch.empty(call.out_shape, dtype=call.out_dtype, device=x.device)
+            if not _launch_linear_bound(call, key, c, bias, residual, alpha, beta):
+                _run_linear(call, x, w, c, bias, residual, alpha, beta)
+            return c
     if _through_op(x, w, bias, residual):
         from gemm_ladder import ops
 
         return ops.linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
                           out_dtype=out_dtype)
     return linear_direct(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
-                         out_dtype=out_dtype)
+                         out_dtype=out_dtype, fast_key=key)
+
+
+def _requires_grad(t) -> bool:
+    return type(t) is _Tensor and t.requires_grad  # anything else: the fast key is None (full checks)
+
+
+def _launch_linear_bound(call, key, c, bias, residual, alpha, beta) -> bool:
+    """The fast path's launch for ``linear``: the bound launch for x's, w's and c's addresses, the stream
+    (from the fast key ``key``) and the epilogue inputs' addresses, if one is bound; else False. Only
+    where x is used in place (``call.view``): a reshaped copy of x has another address than x."""
+    if call.kind != "bound" or not call.view:
+        return False
+    bind_key = (key[0], key[1], c.data_ptr(), key[-2])
+    if call.epilogue is None:
+        return call.launch_bound(bind_key)
+    tensors, scalars = _epilogue_args(call, bias, residual, alpha, beta)
+    return call.launch_bound(bind_key + tuple(t.data_ptr() for t in tensors), scalars)
+
+
+def _epilogue_args(call, bias, residual, alpha, beta) -> tuple[tuple, tuple]:
+    """The built-in epilogue's inputs in its slot order (library.epilogue.linear_epilogue): tensors bias,
+    residual (read only when beta != 0; 2-D (M, N)); scalars alpha (when != 1), beta (with the residual)."""
+    read_residual = residual is not None and beta != 0
+    tensors = (() if bias is None else (bias,)) + (
+        (residual if residual.dim() == 2 else residual.reshape(call.m, call.n),) if read_residual else ())
+    scalars = (() if alpha == 1 else (alpha,)) + ((beta,) if read_residual else ())
+    return tensors, scalars
+
+
+def _run_linear(call, x, w, c, bias, residual, alpha, beta) -> None:
+    """``c = epilogue(x @ w.T)`` by ``call`` (its signature's): x viewed (or reshaped) to (M, K), c to (M, N)."""
+    m, n = call.m, call.n
+    x2 = x.view(m, call.k) if call.view else x.reshape(m, call.k)
+    if call.epilogue is None:
+        call.run(x2, w.T, c.view(m, n))
+        return
+    tensors, scalars = _epilogue_args(call, bias, residual, alpha, beta)
+    call.run(x2, w.T, c.view(m, n), inputs=tensors, scalars=scalars)
 
 
 def linear_direct(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, beta=1.0, out_dtype=None,
-                  out=None, check_grad: bool = False) -> torch.Tensor:
+                  out=None, check_grad: bool = False, fast_key: tuple | None = None) -> torch.Tensor:
     """:func:`linear` with the built-in epilogue, without the op boundary (see :func:`mm_direct`): the
     call cache's :class:`~gemm_ladder.dispatch.calls.Call` for this signature (epilogue included),
     checked and decided on its first call. ``out``: the (*, N) result to write (the ``linear_out``
     op's), checked by validate.check_linear_out and mm's out rules; not cached. ``check_grad``: refuse
-    tensors requiring grad with grad mode on (the out= op: it has no backward)."""
+    tensors requiring grad with grad mode on (the out= op: it has no backward). ``fast_key``: the
+    call's fast key (:func:`~gemm_ladder.dispatch.calls.fast_linear_key`), kept once checked."""
     if check_grad and torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
                                                       for t in (x, w, bias, residual)):
         check_linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
@@ -192,19 +265,10 @@ def linear_direct(x, w, bias=None, *, activation=None, residual=None, alpha=1.0,
     call = CALLS.get(key)
     if call is None:
         call = CALLS.put(key, _linear_call(x, w, bias, activation, residual, alpha, beta, out_dtype))
+    if key is not None:
+        CALLS.put_fast(fast_key, call)
     c = torch.empty(call.out_shape, dtype=call.out_dtype, device=x.device)
-    m, n = call.m, call.n
-    x2 = x.view(m, call.k) if call.view else x.reshape(m, call.k)
-    if call.epilogue is None:
-        call.run(x2, w.T, c.view(m, n))
-        return c
-    # The built-in epilogue's inputs in its slot order (library.epilogue.linear_epilogue): tensors bias,
-    # residual (read only when beta != 0); scalars alpha (when != 1), beta (with the residual).
-    read_residual = residual is not None and beta != 0
-    tensors = (() if bias is None else (bias,)) + (
-        (residual if residual.dim() == 2 else residual.reshape(m, n),) if read_residual else ())
-    scalars = (() if alpha == 1 else (alpha,)) + ((beta,) if read_residual else ())
-    call.run(x2, w.T, c.view(m, n), inputs=tensors, scalars=scalars)
+    _run_linear(call, x, w, c, bias, residual, alpha, beta)
     return c
 
 

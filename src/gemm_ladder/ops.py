@@ -203,8 +203,60 @@ def _linear_backward(ctx, grad):
     return (grad_x, grad_w, grad_bias, grad_res)[:given]
 
 
-torch.library.register_autograd(f"{NAMESPACE}::mm", _mm_backward, setup_context=_mm_setup, lib=_LIB)
-torch.library.register_autograd(f"{NAMESPACE}::linear", _linear_backward, setup_context=_linear_setup, lib=_LIB)
+#: The keys a call goes to below autograd, less ADInplaceOrView (a fallthrough for these functional ops).
+_BELOW_AUTOGRAD = torch._C._after_autograd_keyset - torch._C.DispatchKeySet(torch._C.DispatchKey.ADInplaceOrView)
+#: Per op, the backend dispatch keys whose kernel the Autograd kernel may call directly (the op's
+#: kernel for that key, as registered above); bench/host_overhead.py --fake-gpu adds CPU.
+DIRECT_KERNELS: dict[str, dict] = {"mm": {torch._C.DispatchKey.CUDA: _mm_cuda},
+                                   "linear": {torch._C.DispatchKey.CUDA: _linear_cuda}}
+
+
+def _register_autograd(name: str, backward, setup_context) -> None:
+    """``torch.library.register_autograd`` for op ``name``, with a cheaper path where there is no
+    autograd to record (grad mode off, or no input requiring grad).
+
+    register_autograd registers, as the op's Autograd kernel, torch's generated ``autograd_impl``
+    (torch/_library/autograd.py), which on a call with nothing to record still builds a metadata
+    object and redispatches through Python (``forward_no_grad``, ``OpOverload.redispatch``): several
+    microseconds per call. This registers the same generated kernel for calls with something to
+    record, and otherwise goes below autograd at once: straight to the op's CUDA kernel (the same
+    function the dispatcher would call, :data:`DIRECT_KERNELS`) when the call's next dispatch key is
+    CUDA (plain CUDA tensors, no mode or wrapper in between; decided once per dispatch key set, by
+    its raw value), else through ``redispatch`` as torch's kernel does (FakeTensor, meta,
+    functionalization, ...). Where this torch lacks the private pieces used
+    (``torch._library.autograd.Info`` / ``make_autograd_impl``), the public function is used.
+    """
+    qualname = f"{NAMESPACE}::{name}"
+    try:
+        from torch._library.autograd import Info, make_autograd_impl
+
+        op = getattr(torch.ops.gemm_ladder, name).default
+        generated = make_autograd_impl(op, Info(backward, setup_context))
+    except (ImportError, AttributeError, TypeError):
+        torch.library.register_autograd(qualname, backward, setup_context=setup_context, lib=_LIB)
+        return
+    grad_enabled, any_requires_grad = torch.is_grad_enabled, torch._C._any_requires_grad
+    below_autograd, redispatch = torch._C._AutoDispatchBelowAutograd, op.redispatch
+    kernels = DIRECT_KERNELS[name]
+    direct_for: dict[int, object] = {}  # raw dispatch key set -> the direct kernel, or None
+
+    def autograd_kernel(keyset, *args, **kwargs):
+        if grad_enabled() and any_requires_grad(*args):
+            return generated(keyset, *args, **kwargs)
+        raw = keyset.raw_repr()
+        direct = direct_for.get(raw, False)
+        if direct is False:
+            direct = direct_for[raw] = kernels.get((keyset & _BELOW_AUTOGRAD).highestPriorityTypeId())
+        with below_autograd():
+            if direct is not None:
+                return direct(*args, **kwargs)
+            return redispatch(keyset & _BELOW_AUTOGRAD, *args, **kwargs)
+
+    _LIB.impl(name, autograd_kernel, "Autograd", with_keyset=True)
+
+
+_register_autograd("mm", _mm_backward, _mm_setup)
+_register_autograd("linear", _linear_backward, _linear_setup)
 
 
 # --- Python entry points ------------------------------------------------------------------------------

@@ -26,7 +26,17 @@ bound argument on every call (:meth:`BoundLaunch.set_scalars
 <gemm_ladder.library.bound.BoundLaunch.set_scalars>`), so new values need no new bind. A user
 :class:`~gemm_ladder.library.epilogue.Epilogue` is not cached (api.linear runs it uncached).
 
-Both caches are cleared when full (a model calls a few dozen signatures; a bound launch holds a few
+**The fast key.** A repeated plain eager call (``api.mm`` / ``api.linear`` with no ``out``, plain
+tensors, no autograd) does not build the signature above: it reads each value once into one tuple
+(:func:`fast_mm_key`, :func:`fast_linear_key`: shapes, strides, dtypes, devices and full base
+addresses of every tensor, ``out_dtype``, the epilogue's identity, the current stream's handle and
+whether it is capturing) and finds its :class:`Call` in :attr:`CallCache.fast` with one lookup. The
+full addresses make that tuple finer than the signature (it implies the signature: same shapes,
+strides, dtypes, devices, alignment), so an entry is only ever made for a tuple whose signature was
+checked, and the stream and capture state are read on every call (the current stream may change
+between two calls). The bound launch is then found by the addresses already read and the output's.
+
+Both caches (and the fast keys) are cleared when full (a model calls a few dozen signatures; a bound launch holds a few
 hundred bytes) and by :func:`clear`.
 """
 
@@ -99,6 +109,19 @@ class Call:
                 ep = self.epilogue_call(inputs, scalars, c.device)
                 c.copy_(ep.reference(torch.zeros(c.shape, dtype=torch.float64, device=c.device)))
 
+    def launch_bound(self, bind_key: tuple, scalars: tuple = ()) -> bool:
+        """Launch this call's bound launch for ``bind_key`` (a's, b's and c's base addresses, the stream
+        handle, then the epilogue inputs' addresses: the key :meth:`run` binds under) and return True;
+        False, launching nothing, when none is bound for it (then :meth:`run` binds). ``scalars``: the
+        epilogue's scalar inputs, written into the bound argument first."""
+        launch = self.binds.get(bind_key)
+        if launch is None:
+            return False
+        if scalars:
+            launch.set_scalars(scalars)
+        launch()
+        return True
+
     def epilogue_call(self, inputs: tuple, scalars: tuple, device: torch.device):
         """This call's epilogue bound to ``inputs`` and ``scalars`` for the (M, N) output (not yet
         oriented: the route does that), or None without one."""
@@ -114,6 +137,44 @@ def raw_stream(device_index: int) -> int:
     """The handle of the current stream of CUDA device ``device_index`` (torch's cheapest way to ask:
     no Stream object is made)."""
     return torch._C._cuda_getCurrentRawStream(device_index)
+
+
+def stream_state(device_index: int) -> tuple[int, bool]:
+    """(current stream handle, whether it is capturing a CUDA graph) of device ``device_index``;
+    (0, False) for a tensor not on a CUDA device (``get_device()`` = -1: CPU and meta), which no real
+    launch is cached for (the checks refuse it). Read on every call: the current stream can change
+    between calls, and a capture changes the route (unsplit)."""
+    if device_index < 0:
+        return 0, False
+    return raw_stream(device_index), torch.cuda.is_current_stream_capturing()
+
+
+def fast_mm_key(a: torch.Tensor, b: torch.Tensor, out_dtype) -> tuple:
+    """The fast key of ``mm(a, b, out_dtype=out_dtype)`` for plain tensors a and b (the caller checks
+    ``type(t) is torch.Tensor``; see the module docstring). Its first two items are a's and b's base
+    addresses and its last two the stream handle and the capture flag (the bound launch's key reads them)."""
+    return (a.data_ptr(), b.data_ptr(), a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device,
+            b.device, out_dtype, *stream_state(a.get_device()))
+
+
+def fast_linear_key(x, w, bias, residual, activation, alpha, beta, out_dtype) -> tuple | None:
+    """The fast key of ``linear`` with the built-in epilogue (x, w plain tensors, as
+    :func:`fast_mm_key`), or None where the signature would be None (a bias or residual that is not
+    a plain tensor, alpha or beta not an int or float: the full checks run). alpha and beta enter by
+    type and by what selects the epilogue (alpha != 1, beta == 0), not by value (set at run time)."""
+    ta, tb = type(alpha), type(beta)
+    if ta not in _REAL or tb not in _REAL or (activation is not None and type(activation) is not str):
+        return None
+    key = (x.data_ptr(), w.data_ptr(), x.shape, w.shape, x.stride(), w.stride(), x.dtype, w.dtype, x.device,
+           w.device, out_dtype, activation, ta, tb, alpha != 1, beta == 0)
+    for t in (bias, residual):
+        if t is None:
+            key += (None,)
+        elif type(t) is torch.Tensor:
+            key += (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
+        else:
+            return None
+    return key + stream_state(x.get_device())
 
 
 def _sig(t: torch.Tensor) -> tuple:
@@ -163,6 +224,8 @@ class CallCache:
     def __init__(self, size: int = CALL_CACHE_SIZE) -> None:
         self.size = size
         self._calls: dict[tuple, Call] = {}
+        #: fast key (:func:`fast_mm_key`, :func:`fast_linear_key`) -> the Call of its checked signature.
+        self.fast: dict[tuple, Call] = {}
 
     def get(self, key: tuple | None) -> Call | None:
         return None if key is None else self._calls.get(key)
@@ -170,12 +233,20 @@ class CallCache:
     def put(self, key: tuple | None, call: Call) -> Call:
         if key is not None:
             if len(self._calls) >= self.size:
-                self._calls.clear()
+                self.clear()
             self._calls[key] = call
         return call
 
+    def put_fast(self, key: tuple | None, call: Call) -> None:
+        """Keep ``call`` under its fast key (made only after its signature was checked)."""
+        if key is not None:
+            if len(self.fast) >= self.size:
+                self.fast.clear()
+            self.fast[key] = call
+
     def clear(self) -> None:
         self._calls.clear()
+        self.fast.clear()
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -216,5 +287,5 @@ def rows(shape: tuple[int, ...]) -> int:
     return math.prod(shape)
 
 
-__all__ = ["BINDS_PER_CALL", "CALLS", "CALL_CACHE_SIZE", "Call", "CallCache", "bind_route", "linear_key",
-           "make_call", "mm_key", "rows"]
+__all__ = ["BINDS_PER_CALL", "CALLS", "CALL_CACHE_SIZE", "Call", "CallCache", "bind_route", "fast_linear_key",
+           "fast_mm_key", "linear_key", "make_call", "mm_key", "rows", "stream_state"]

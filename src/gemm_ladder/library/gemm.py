@@ -45,7 +45,7 @@ from gemm_ladder.library.operand import TMA_ALIGN_BYTES, Major, OperandView, ope
 from gemm_ladder.runtime.compiler import compile_kernel
 from gemm_ladder.runtime.module import device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
-from gemm_ladder.runtime.workspace import WORKSPACES
+from gemm_ladder.runtime.workspace import COUNTERS, WORKSPACES
 
 SOURCE = "library/sm90_gemm.cu"
 #: The stream-K policies :meth:`LibraryGemm.launch` takes.
@@ -270,9 +270,16 @@ class LibraryGemm(TmaLevel):
         floats = tail.workspace_floats(self.cluster, self.consumers, self.tile[1])
         counters = tail.counters(self.cluster, self.consumers)
 
-        def fresh_workspace() -> None:  # counters zeroed on the stream before every split launch
-            part, ctr = WORKSPACES.get(stream, floats, counters)
-            split_args[0].value, split_args[1].value = part.data_ptr(), ctr.data_ptr()
+        # The stream's partials and counter arena, held: O(1) per launch (runtime/workspace.py). The
+        # counters come zeroed from the arena (cleared once per many launches on the stream), as the
+        # kernel needs them at its start; no memset before each launch.
+        held = []  # taken at the first launch
+
+        def fresh_workspace() -> None:
+            if not held:
+                held.extend((WORKSPACES.partials(stream, floats), COUNTERS.held(stream, counters)))
+            split_args[0].value = held[0][2]
+            split_args[1].value = COUNTERS.take_from(held[1], counters)
 
         return BoundLaunch(prepared, fresh_workspace, params=params)
 

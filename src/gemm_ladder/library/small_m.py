@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
@@ -43,9 +42,9 @@ from gemm_ladder.library.bound import BoundLaunch
 from gemm_ladder.library.epilogue import EpilogueCall, compile_with_epilogue
 from gemm_ladder.library.operand import OperandView
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
-from gemm_ladder.runtime.module import LoadedKernel, _driver, check, device_index, load
+from gemm_ladder.runtime.module import LoadedKernel, device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
-from gemm_ladder.runtime.workspace import MAX_STREAMS, WORKSPACES
+from gemm_ladder.runtime.workspace import COUNTER_ARENA, COUNTERS, WORKSPACES, CounterArena  # noqa: F401 (re-exported)
 
 #: Largest M this kernel takes; above it the weight is no longer the whole cost (level 9's domain).
 SMALL_M_MAX = 256
@@ -65,54 +64,9 @@ KERNEL_NAME = "sm90_gemm_small_m"
 _CACHE_SIZE = 64
 
 
-#: int32 arrival counters per stream handed out between two clears (1 MiB): 585 launches of the largest
-#: llm shape (28672 x 8192: 224 units x 2 consumers), 4096 of 4096 x 4096.
-COUNTER_ARENA = 1 << 18
+#: The counter arena of split launches (runtime/workspace.py; a module global so that tests can swap it).
+_COUNTERS = COUNTERS
 
-
-class CounterArena:
-    """Zeroed int32 arrival counters for split launches, without a memset before every launch.
-
-    Per (device, stream), a buffer of ``COUNTER_ARENA`` counters is cleared once (cuMemsetD32Async on
-    the stream) and then handed out front to back: each launch gets counters that no launch has used
-    since the clear, so it starts from zeros however the launches before it ended (the rule level 9's
-    workspace keeps by clearing before every launch). When the rest of the buffer is too short, it is
-    cleared again on the stream, after every launch that used it. A memset per launch would cost the
-    stream a small operation and its gap before each ~10 us kernel; here it is one per thousands of
-    launches. At most ``MAX_STREAMS`` streams are kept, least recently used dropped first; buffers are
-    allocated on their stream. Not for CUDA graph capture (a graph would keep the addresses).
-    """
-
-    def __init__(self, size: int = COUNTER_ARENA) -> None:
-        self.size = size
-        self._arenas: OrderedDict[tuple[int, int], list] = OrderedDict()  # key -> [buffer, next free]
-        self._lock = threading.Lock()
-
-    def take(self, stream: torch.cuda.Stream, count: int) -> int:
-        """The device address of ``count`` zeroed int32 counters for the next launch on ``stream``.
-
-        Raises CudaError if the clear cannot be queued.
-        """
-        key = (stream.device_index, stream.cuda_stream)
-        with self._lock:
-            held = self._arenas.pop(key, None)
-            if held is None or held[1] + count > held[0].numel():
-                if held is None or count > held[0].numel():
-                    with torch.cuda.stream(stream):  # allocated for this stream: reused only in its order
-                        held = [torch.empty(max(self.size, count), dtype=torch.int32, device=stream.device), 0]
-                drv = _driver()
-                check(drv.cuMemsetD32Async(held[0].data_ptr(), 0, held[0].numel(), drv.CUstream(stream.cuda_stream)),
-                      "cuMemsetD32Async")
-                held[1] = 0
-            address = held[0].data_ptr() + 4 * held[1]
-            held[1] += count
-            self._arenas[key] = held
-            while len(self._arenas) > MAX_STREAMS:
-                self._arenas.popitem(last=False)
-        return address
-
-
-_COUNTERS = CounterArena()
 
 
 @functools.lru_cache(maxsize=256)
@@ -412,9 +366,13 @@ class SmallMGemm:
             return BoundLaunch(prepared, params=params)
         floats, counters = sched.workspace_floats(1, CONSUMERS, self.bn), sched.counters(1, CONSUMERS)
 
+        arena, held = _COUNTERS, []  # the stream's partials holder and arena, taken at the first launch
+
         def fresh_counters() -> None:  # the partials in the stream's workspace, counters no launch has used
-            split_args[0].value = WORKSPACES.get(stream, floats, 0)[0].data_ptr()
-            split_args[1].value = _COUNTERS.take(stream, counters)
+            if not held:  # held from then on: O(1) per launch (runtime/workspace.py)
+                held.extend((WORKSPACES.partials(stream, floats), arena.held(stream, counters)))
+            split_args[0].value = held[0][2]
+            split_args[1].value = arena.take_from(held[1], counters)
 
         return BoundLaunch(prepared, fresh_counters, params=params)
 

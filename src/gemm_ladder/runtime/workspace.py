@@ -27,8 +27,29 @@ class StreamWorkspaces:
     """fp32 partials and int32 counters for each (device, stream) that asks."""
 
     def __init__(self) -> None:
-        self._buffers: OrderedDict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+        # (device, stream handle) -> [partials, counters, partials' address]: a list, mutated in place
+        # when it grows, so that a bound launch holding it (:meth:`partials`) reads the current address.
+        self._buffers: OrderedDict[tuple[int, int], list] = OrderedDict()
         self._lock = threading.Lock()
+
+    def _held(self, stream: torch.cuda.Stream, floats: int, counters: int) -> list:
+        key = (stream.device_index, stream.cuda_stream)
+        with self._lock:
+            held = self._buffers.pop(key, None)
+            if held is None:
+                held = [None, None, 0]
+            part, ctr = held[0], held[1]
+            if part is None or part.numel() < floats or ctr.numel() < counters:
+                with torch.cuda.stream(stream):  # allocated for this stream: reused only in its order
+                    if part is None or part.numel() < floats:
+                        part = torch.empty(max(floats, 1), dtype=torch.float32, device=stream.device)
+                    if ctr is None or ctr.numel() < counters:
+                        ctr = torch.empty(max(counters, 1), dtype=torch.int32, device=stream.device)
+                held[:] = [part, ctr, part.data_ptr()]
+            self._buffers[key] = held
+            while len(self._buffers) > MAX_STREAMS:
+                self._buffers.popitem(last=False)
+        return held
 
     def get(self, stream: torch.cuda.Stream, floats: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(partials, counters) for a launch on ``stream``: at least ``floats`` fp32 and ``counters`` int32
@@ -37,29 +58,96 @@ class StreamWorkspaces:
 
         Raises CudaError if the memset cannot be queued.
         """
-        key = (stream.device_index, stream.cuda_stream)
-        with self._lock:
-            part, ctr = self._buffers.pop(key, (None, None))
-            if part is None or part.numel() < floats or ctr.numel() < counters:
-                with torch.cuda.stream(stream):  # allocated for this stream: reused only in its order
-                    if part is None or part.numel() < floats:
-                        part = torch.empty(max(floats, 1), dtype=torch.float32, device=stream.device)
-                    if ctr is None or ctr.numel() < counters:
-                        ctr = torch.empty(max(counters, 1), dtype=torch.int32, device=stream.device)
-            self._buffers[key] = (part, ctr)
-            while len(self._buffers) > MAX_STREAMS:
-                self._buffers.popitem(last=False)
+        part, ctr, _ = self._held(stream, floats, counters)
         if counters:
             drv = _driver()
             check(drv.cuMemsetD32Async(ctr.data_ptr(), 0, counters, drv.CUstream(stream.cuda_stream)),
                   "cuMemsetD32Async")
         return part, ctr
 
+    def partials(self, stream: torch.cuda.Stream, floats: int) -> list:
+        """The stream's partials holder, grown to at least ``floats`` fp32: a list whose item 2 is the
+        partials' current device address. A bound launch keeps the list and reads that item per launch
+        (O(1)): a later growth for a larger launch replaces the buffer in the same list, and buffers
+        never shrink, so the address read is always one of at least ``floats`` floats. A holder dropped
+        from this cache (more than MAX_STREAMS streams) stays valid for whoever holds it."""
+        return self._held(stream, floats, 0)
+
     def clear(self) -> None:
-        """Drop every buffer (the memory returns to torch's caching allocator)."""
+        """Drop every buffer (the memory returns to torch's caching allocator once no bound launch holds it)."""
         with self._lock:
             self._buffers.clear()
 
 
 #: The process's workspaces (levels share them: a stream runs one kernel at a time).
 WORKSPACES = StreamWorkspaces()
+
+
+#: int32 arrival counters per stream handed out between two clears (1 MiB): 585 launches of the largest
+#: llm shape (28672 x 8192: 224 units x 2 consumers), 4096 of 4096 x 4096.
+COUNTER_ARENA = 1 << 18
+
+
+class CounterArena:
+    """Zeroed int32 arrival counters for split launches, without a memset before every launch.
+
+    Per (device, stream), a buffer of ``size`` counters is cleared once (cuMemsetD32Async on the
+    stream) and then handed out front to back: each launch gets counters that no launch has used
+    since the clear, so it starts from zeros however the launches before it ended (the rule level 9's
+    workspace keeps by clearing before every launch). When the rest of the buffer is too short, it is
+    cleared again on the stream, after every launch that used it. A memset per launch would cost the
+    stream a small operation and its gap before each ~10 us kernel; here it is one per thousands of
+    launches. At most ``MAX_STREAMS`` streams are kept, least recently used dropped first; buffers are
+    allocated on their stream. Not for CUDA graph capture (a graph would keep the addresses).
+
+    A bound launch takes its stream's arena once (:meth:`held`) and its counters per launch with
+    :meth:`take_from`: a few integer operations, no lookup.
+    """
+
+    def __init__(self, size: int = COUNTER_ARENA) -> None:
+        self.size = size
+        # key -> [buffer, next free, capacity, base address, CUstream]
+        self._arenas: OrderedDict[tuple[int, int], list] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def held(self, stream: torch.cuda.Stream, count: int) -> list:
+        """The arena of ``stream`` (made, or remade larger, so that ``count`` counters fit): the list
+        :meth:`take_from` takes from. Raises CudaError if a clear cannot be queued."""
+        key = (stream.device_index, stream.cuda_stream)
+        with self._lock:
+            held = self._arenas.pop(key, None)
+            if held is None or count > held[2]:
+                with torch.cuda.stream(stream):  # allocated for this stream: reused only in its order
+                    buffer = torch.empty(max(self.size, count), dtype=torch.int32, device=stream.device)
+                fresh = [buffer, buffer.numel(), buffer.numel(), buffer.data_ptr(), _driver().CUstream(stream.cuda_stream)]
+                if held is None:
+                    held = fresh
+                else:
+                    held[:] = fresh  # in place: bound launches holding this list see the new buffer
+            self._arenas[key] = held
+            while len(self._arenas) > MAX_STREAMS:
+                self._arenas.popitem(last=False)
+        return held
+
+    def take_from(self, held: list, count: int) -> int:
+        """The device address of ``count`` zeroed counters of the arena ``held`` (count <= its capacity:
+        :meth:`held` made it so), clearing the whole buffer on its stream first when the rest is too short."""
+        with self._lock:
+            start = held[1]
+            if start + count > held[2]:
+                drv = _driver()
+                check(drv.cuMemsetD32Async(held[3], 0, held[2], held[4]), "cuMemsetD32Async")
+                start = 0
+            held[1] = start + count
+            return held[3] + 4 * start
+
+    def take(self, stream: torch.cuda.Stream, count: int) -> int:
+        """The device address of ``count`` zeroed int32 counters for the next launch on ``stream``.
+
+        Raises CudaError if the clear cannot be queued.
+        """
+        return self.take_from(self.held(stream, count), count)
+
+
+#: The process's counter arenas (the library kernels' split launches share them).
+COUNTERS = CounterArena()
