@@ -207,6 +207,15 @@ _BELOW_AUTOGRAD = torch._C._after_autograd_keyset - torch._C.DispatchKeySet(torc
 #: kernel for that key, as registered above); bench/host_overhead.py --fake-gpu adds CPU.
 DIRECT_KERNELS: dict[str, dict] = {"mm": {torch._C.DispatchKey.CUDA: _mm_cuda},
                                    "linear": {torch._C.DispatchKey.CUDA: _linear_cuda}}
+#: Per op, what the Autograd kernel decided per raw dispatch key set: the direct kernel, or None
+#: (redispatch). Clear it (:func:`clear_direct_kernels`) after changing :data:`DIRECT_KERNELS`.
+_DIRECT_FOR: dict[str, dict[int, object]] = {"mm": {}, "linear": {}}
+
+
+def clear_direct_kernels() -> None:
+    """Forget the Autograd kernels' per-key-set decisions (after a change of :data:`DIRECT_KERNELS`)."""
+    for decided in _DIRECT_FOR.values():
+        decided.clear()
 
 
 def _register_autograd(name: str, backward, setup_context) -> None:
@@ -237,7 +246,7 @@ def _register_autograd(name: str, backward, setup_context) -> None:
     grad_enabled, any_requires_grad = torch.is_grad_enabled, torch._C._any_requires_grad
     below_autograd, redispatch = torch._C._AutoDispatchBelowAutograd, op.redispatch
     kernels = DIRECT_KERNELS[name]
-    direct_for: dict[int, object] = {}  # raw dispatch key set -> the direct kernel, or None
+    direct_for = _DIRECT_FOR[name]  # raw dispatch key set -> the direct kernel, or None
 
     def autograd_kernel(keyset, *args, **kwargs):
         if grad_enabled() and any_requires_grad(*args):
