@@ -106,6 +106,7 @@ def fake_gpu(args) -> dict:
     lib.impl("linear", ops._linear_cuda, "CPU")
     ops.DIRECT_KERNELS["mm"][torch._C.DispatchKey.CPU] = ops._mm_cuda  # the Autograd kernel's direct call
     ops.DIRECT_KERNELS["linear"][torch._C.DispatchKey.CPU] = ops._linear_cuda
+    ops.clear_direct_kernels()
     rows, profiles = [], {}
     for spec in args.shapes.split(","):
         m, n, k = parse_shape(spec)

@@ -101,15 +101,37 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
         key = fast_mm_key(a, b, out_dtype)
         call = _FAST.get(key)
         if call is not None:
-            c = torch.empty(call.out_shape, dtype=call.out_dtype, device=a.device)
-            if call.kind != "bound" or not call.launch_bound((key[0], key[1], c.data_ptr(), key[-2])):
-                call.run(a, b, c)
-            return c
+            return _launch_mm(call, key, a, b)
     if _through_op(a, b, out):
         from gemm_ladder import ops
 
         return ops.mm(a, b, out=out, out_dtype=out_dtype)
     return mm_direct(a, b, out, out_dtype, fast_key=key)
+
+
+def _launch_mm(call, key, a, b) -> torch.Tensor:
+    """The fast path's run of ``call`` (found under the fast key ``key`` of a and b): the output, then
+    the bound launch for a's, b's and c's addresses and the stream, if one is bound, else ``call.run``."""
+    c = torch.empty(call.out_shape, dtype=call.out_dtype, device=a.device)
+    if call.kind != "bound" or not call.launch_bound((key[0], key[1], c.data_ptr(), key[-2])):
+        call.run(a, b, c)
+    return c
+
+
+def mm_op(a, b, *, out_dtype=None) -> torch.Tensor:
+    """The ``gemm_ladder::mm`` op's CUDA kernel (registered by :mod:`gemm_ladder.ops`, also what its
+    Autograd kernel calls directly when there is nothing to record): :func:`mm`'s fast path, then
+    :func:`mm_direct`. The eager checks of :func:`mm` are the dispatcher's here: a CUDA kernel is
+    only reached with tensors of a CUDA dispatch key (no FakeTensor, meta or functional wrapper:
+    those stop at their own keys above) and below autograd (an input requiring grad is the
+    Autograd kernel's, above; this functional op has no grad rule of its own). The fast entry is
+    made by mm_direct only once the call's signature is checked, as for the eager call; the fast
+    key reads the addresses, stream and capture state on every call. Raises as :func:`mm`."""
+    key = fast_mm_key(a, b, out_dtype)
+    call = _FAST.get(key)
+    if call is None:
+        return mm_direct(a, b, None, out_dtype, fast_key=key)
+    return _launch_mm(call, key, a, b)
 
 
 def mm_direct(a, b, out=None, out_dtype=None, *, check_grad: bool = False, fast_key: tuple | None = None) -> torch.Tensor:
@@ -195,10 +217,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
         key = fast_linear_key(x, w, bias, residual, activation, alpha, beta, out_dtype)  # see mm
         call = _FAST.get(key) if key is not None else None
         if call is not None:
-            c = torch.empty(call.out_shape, dtype=call.out_dtype, device=x.device)
-            if not _launch_linear_bound(call, key, c, bias, residual, alpha, beta):
-                _run_linear(call, x, w, c, bias, residual, alpha, beta)
-            return c
+            return _launch_linear(call, key, x, w, bias, residual, alpha, beta)
     if _through_op(x, w, bias, residual):
         from gemm_ladder import ops
 
@@ -206,6 +225,26 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
                           out_dtype=out_dtype)
     return linear_direct(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
                          out_dtype=out_dtype, fast_key=key)
+
+
+def linear_op(x, w, bias=None, residual=None, *, activation=None, alpha=1.0, beta=1.0, out_dtype=None) -> torch.Tensor:
+    """The ``gemm_ladder::linear`` op's CUDA kernel (see :func:`mm_op`: the dispatcher has made the
+    eager checks): :func:`linear`'s fast path, then :func:`linear_direct`. Raises as :func:`linear`."""
+    key = fast_linear_key(x, w, bias, residual, activation, alpha, beta, out_dtype)
+    call = _FAST.get(key) if key is not None else None
+    if call is None:
+        return linear_direct(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                             out_dtype=out_dtype, fast_key=key)
+    return _launch_linear(call, key, x, w, bias, residual, alpha, beta)
+
+
+def _launch_linear(call, key, x, w, bias, residual, alpha, beta) -> torch.Tensor:
+    """The fast path's run of ``call`` (found under the fast key ``key``): the output, then its bound
+    launch if one is bound (:func:`_launch_linear_bound`), else :func:`_run_linear`."""
+    c = torch.empty(call.out_shape, dtype=call.out_dtype, device=x.device)
+    if not _launch_linear_bound(call, key, c, bias, residual, alpha, beta):
+        _run_linear(call, x, w, c, bias, residual, alpha, beta)
+    return c
 
 
 def _requires_grad(t) -> bool:

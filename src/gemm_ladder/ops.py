@@ -17,7 +17,8 @@ kernel (issue 13's built-in epilogue). ``residual`` is positional in the schema 
 Python object) has no place in a schema: ``gemm_ladder.linear(..., epilogue=...)`` runs eagerly only
 and never goes through these ops (it raises NotSupportedError under compile or autograd).
 
-Each op has: a CUDA kernel (the API's direct path: dispatch.calls, gemm-ladder's kernels only), a
+Each op has: a CUDA kernel (the API's path: the fast key, then the checked call cache of
+dispatch.calls; gemm-ladder's kernels only), a
 fake implementation (also the Meta kernel) that applies the same input rules to metadata and returns
 an output of the real one's shape, dtype and strides (contiguous), so ``torch.compile(fullgraph=True)``
 traces through it, with dynamic shapes too; and, for the functional ops, a backward on gemm-ladder's
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from gemm_ladder.api import linear_direct, mm_direct
+from gemm_ladder.api import linear_direct, linear_op, mm_direct, mm_op
 from gemm_ladder.dispatch.validate import (
     NotSupportedError,
     check_linear,
@@ -64,17 +65,14 @@ for _schema in SCHEMAS.values():
 # --- CUDA kernels: the API's direct path ---------------------------------------------------------------
 
 
-def _mm_cuda(a, b, *, out_dtype=None):
-    return mm_direct(a, b, None, out_dtype)
+#: The functional ops' CUDA kernels: the eager call's fast key -> checked call -> bound launch path
+#: (api.mm_op / api.linear_op), with the checks the dispatcher has already made left out.
+_mm_cuda = mm_op
+_linear_cuda = linear_op
 
 
 def _mm_out_cuda(a, b, *, out, out_dtype=None):
     mm_direct(a, b, out, out_dtype, check_grad=True)
-
-
-def _linear_cuda(x, w, bias=None, residual=None, *, activation=None, alpha=1.0, beta=1.0, out_dtype=None):
-    return linear_direct(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
-                         out_dtype=out_dtype)
 
 
 def _linear_out_cuda(x, w, bias=None, residual=None, *, out, activation=None, alpha=1.0, beta=1.0, out_dtype=None):
@@ -209,6 +207,15 @@ _BELOW_AUTOGRAD = torch._C._after_autograd_keyset - torch._C.DispatchKeySet(torc
 #: kernel for that key, as registered above); bench/host_overhead.py --fake-gpu adds CPU.
 DIRECT_KERNELS: dict[str, dict] = {"mm": {torch._C.DispatchKey.CUDA: _mm_cuda},
                                    "linear": {torch._C.DispatchKey.CUDA: _linear_cuda}}
+#: Per op, what the Autograd kernel decided per raw dispatch key set: the direct kernel, or None
+#: (redispatch). Clear it (:func:`clear_direct_kernels`) after changing :data:`DIRECT_KERNELS`.
+_DIRECT_FOR: dict[str, dict[int, object]] = {"mm": {}, "linear": {}}
+
+
+def clear_direct_kernels() -> None:
+    """Forget the Autograd kernels' per-key-set decisions (after a change of :data:`DIRECT_KERNELS`)."""
+    for decided in _DIRECT_FOR.values():
+        decided.clear()
 
 
 def _register_autograd(name: str, backward, setup_context) -> None:
@@ -220,10 +227,11 @@ def _register_autograd(name: str, backward, setup_context) -> None:
     object and redispatches through Python (``forward_no_grad``, ``OpOverload.redispatch``): several
     microseconds per call. This registers the same generated kernel for calls with something to
     record, and otherwise goes below autograd at once: straight to the op's CUDA kernel (the same
-    function the dispatcher would call, :data:`DIRECT_KERNELS`) when the call's next dispatch key is
-    CUDA (plain CUDA tensors, no mode or wrapper in between; decided once per dispatch key set, by
-    its raw value), else through ``redispatch`` as torch's kernel does (FakeTensor, meta,
-    functionalization, ...). Where this torch lacks the private pieces used
+    function the dispatcher would call, :data:`DIRECT_KERNELS`: api.mm_op / api.linear_op, the fast
+    key's path) when the call's next dispatch key is CUDA (plain CUDA tensors, no mode or wrapper in
+    between; decided once per dispatch key set, by its raw value), without torch's below-autograd
+    guard (nothing can be recorded there), else through ``redispatch`` under that guard as torch's
+    kernel does (FakeTensor, meta, functionalization, ...). Where this torch lacks the private pieces used
     (``torch._library.autograd.Info`` / ``make_autograd_impl``), the public function is used.
     """
     qualname = f"{NAMESPACE}::{name}"
@@ -238,7 +246,7 @@ def _register_autograd(name: str, backward, setup_context) -> None:
     grad_enabled, any_requires_grad = torch.is_grad_enabled, torch._C._any_requires_grad
     below_autograd, redispatch = torch._C._AutoDispatchBelowAutograd, op.redispatch
     kernels = DIRECT_KERNELS[name]
-    direct_for: dict[int, object] = {}  # raw dispatch key set -> the direct kernel, or None
+    direct_for = _DIRECT_FOR[name]  # raw dispatch key set -> the direct kernel, or None
 
     def autograd_kernel(keyset, *args, **kwargs):
         if grad_enabled() and any_requires_grad(*args):
@@ -247,9 +255,12 @@ def _register_autograd(name: str, backward, setup_context) -> None:
         direct = direct_for.get(raw, False)
         if direct is False:
             direct = direct_for[raw] = kernels.get((keyset & _BELOW_AUTOGRAD).highestPriorityTypeId())
+        if direct is not None:
+            # No below-autograd guard (it costs about as much as the dispatch key lookup and the grad
+            # check together): nothing here can be recorded, since no input requires grad or grad mode
+            # is off, and the kernel's own tensors (output, workspaces) are made without requires_grad.
+            return direct(*args, **kwargs)
         with below_autograd():
-            if direct is not None:
-                return direct(*args, **kwargs)
             return redispatch(keyset & _BELOW_AUTOGRAD, *args, **kwargs)
 
     _LIB.impl(name, autograd_kernel, "Autograd", with_keyset=True)
