@@ -46,6 +46,7 @@ from gemm_ladder.runtime.compiler import compile_kernel
 from gemm_ladder.runtime.module import device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
 from gemm_ladder.runtime.workspace import COUNTERS, WORKSPACES
+from gemm_ladder.library.lru import cached
 
 SOURCE = "library/sm90_gemm.cu"
 #: The stream-K policies :meth:`LibraryGemm.launch` takes.
@@ -55,20 +56,6 @@ TILE_N = (128, 256)
 MAJORS = ("k", "mn")
 #: The kernel's coordinates are 32-bit ints and reach one tile past the last row or column.
 MAX_EXTENT = 2**31 - 1 - 256
-#: Shapes whose tensor-map specs and launch schedules are kept per instance (least recently used dropped first).
-_CACHE_SIZE = 64
-
-
-def _cached(cache: OrderedDict, key, make):
-    """cache[key], made by make() on a miss; the least recently used entry goes past _CACHE_SIZE."""
-    value = cache.get(key)
-    if value is None:
-        value = cache[key] = make()
-        while len(cache) > _CACHE_SIZE:
-            cache.popitem(last=False)
-    else:
-        cache.move_to_end(key)
-    return value
 
 
 def split_schedule(units: int, resident_clusters: int, k_tiles: int, split: str,
@@ -252,7 +239,7 @@ class LibraryGemm(TmaLevel):
         kernel = compile_with_epilogue(lambda: self.loaded(dtype, c.device, source), epilogue)
         capturing = torch.cuda.is_current_stream_capturing()
         key = (m, n, k, dtype, device_index(c.device), split, capturing, source)  # the build's occupancy
-        tail = _cached(self._launches, key, lambda: split_schedule(
+        tail = cached(self._launches, key, lambda: split_schedule(
             self._units(m, n), kernel.max_active_clusters(c.device), ceil_div(k, self.tile[2]),
             "none" if capturing else split, self.stream_k_min_idle))
         stream = torch.cuda.current_stream(c.device)  # the workspace's stream and the launch's must be one
@@ -291,11 +278,11 @@ class LibraryGemm(TmaLevel):
         shape = (m, n, k, a.ld, b.ld, ldc, dtype)
 
         def encode():
-            specs = _cached(self._specs, shape, lambda: self.plan(m, n, k, dtype, lda=a.ld, ldb=b.ld, ldc=ldc).tensor_maps)
+            specs = cached(self._specs, shape, lambda: self.plan(m, n, k, dtype, lda=a.ld, ldb=b.ld, ldc=ldc).tensor_maps)
             return [encode_tiled(specs[name].encode_kwargs(ptr))
                     for name, ptr in (("a", a.data_ptr), ("b", b.data_ptr), ("c", c.data_ptr()))]
 
-        return _cached(self._maps, (a.data_ptr, b.data_ptr, c.data_ptr(), *shape), encode)
+        return cached(self._maps, (a.data_ptr, b.data_ptr, c.data_ptr(), *shape), encode)
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor, *, split: str = "tail") -> torch.Tensor:  # type: ignore[override]
         """``a @ b.T`` (the ladder's contract, ``F.linear(a, b)``) with a (M, K) and b (N, K) in this

@@ -45,6 +45,7 @@ from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
 from gemm_ladder.runtime.module import LoadedKernel, device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
 from gemm_ladder.runtime.workspace import COUNTER_ARENA, COUNTERS, WORKSPACES, CounterArena  # noqa: F401 (re-exported)
+from gemm_ladder.library.lru import cached
 
 #: Largest M this kernel takes; above it the weight is no longer the whole cost (level 9's domain).
 SMALL_M_MAX = 256
@@ -61,7 +62,6 @@ MN_BOX_ROWS = 64
 SOURCE = "library/sm90_gemm_small_m.cu"
 KERNEL_NAME = "sm90_gemm_small_m"
 #: Tensor maps and launch schedules kept per instance (least recently used dropped first).
-_CACHE_SIZE = 64
 
 
 #: The counter arena of split launches (runtime/workspace.py; a module global so that tests can swap it).
@@ -266,23 +266,27 @@ class SmallMGemm:
         map's dimensions, box and swizzle for the operands' majors; the pitch is the view's.
         """
         key = (name, view.data_ptr, view.ld, view.major, view.rows, view.k, dtype)
-        encoded = self._maps.get(key)
-        if encoded is None:
+
+        def encode():
             m, n, k = a.rows, b.rows, a.k
             plan_key = (m, n, k, dtype, a.major, b.major, a.ld, b.ld)  # the plan checks the pitches TMA takes
-            specs = self._specs.get(plan_key)
-            if specs is None:
-                specs = self._specs[plan_key] = self.plan(m, n, k, dtype, a_major=a.major, b_major=b.major,
-                                                          lda=a.ld, ldb=b.ld).tensor_maps
-                while len(self._specs) > _CACHE_SIZE:
-                    self._specs.pop(next(iter(self._specs)))
+            specs = cached(self._specs, plan_key, lambda: self.plan(m, n, k, dtype, a_major=a.major, b_major=b.major,
+                                                                    lda=a.ld, ldb=b.ld).tensor_maps)
             spec = replace(specs[name], global_strides=(view.ld * view.elem_bytes,))
-            encoded = self._maps[key] = encode_tiled(spec.encode_kwargs(view.data_ptr))
-            while len(self._maps) > _CACHE_SIZE:
-                self._maps.popitem(last=False)
-        else:
-            self._maps.move_to_end(key)
-        return encoded
+            return encode_tiled(spec.encode_kwargs(view.data_ptr))
+
+        return cached(self._maps, key, encode)
+
+    def _checked(self, a: OperandView, b: OperandView, c: torch.Tensor, epilogue: EpilogueCall | None):
+        """(M, N, K) of a call :meth:`supports` accepts and whose epilogue is bound to c's shape, else ValueError."""
+        reason = self.supports(a, b, c)
+        if reason is not None:
+            raise ValueError(reason)
+        m, n, k = a.rows, b.rows, a.k
+        if epilogue is not None and (epilogue.rows, epilogue.cols) != ((n, m) if epilogue.swap else (m, n)):
+            raise ValueError(f"epilogue bound to a {epilogue.rows} x {epilogue.cols} output, but c is {m} x {n}"
+                             + (" (transposed)" if epilogue.swap else ""))
+        return m, n, k
 
     def launch(self, a: OperandView, b: OperandView, c: torch.Tensor, *, splits: int | None = None,
                epilogue: EpilogueCall | None = None) -> None:
@@ -300,13 +304,7 @@ class SmallMGemm:
         cannot be used (or K = 0 with an epilogue: the caller decides that case); EpilogueCompileError
         when nvcc rejects an epilogue's CUDA; CudaError from the driver.
         """
-        reason = self.supports(a, b, c)
-        if reason is not None:
-            raise ValueError(reason)
-        m, n, k = a.rows, b.rows, a.k
-        if epilogue is not None and (epilogue.rows, epilogue.cols) != ((n, m) if epilogue.swap else (m, n)):
-            raise ValueError(f"epilogue bound to a {epilogue.rows} x {epilogue.cols} output, but c is {m} x {n}"
-                             + (" (transposed)" if epilogue.swap else ""))
+        m, n, k = self._checked(a, b, c, epilogue)
         if m == 0 or n == 0:
             return
         if k == 0:
@@ -325,13 +323,7 @@ class SmallMGemm:
         the epilogue inputs' addresses; its scalars can be refreshed per call
         (:meth:`BoundLaunch.set_scalars`). M, N and K must be positive (empty problems are the
         caller's). Raises as :meth:`launch`; launches nothing."""
-        reason = self.supports(a, b, c)
-        if reason is not None:
-            raise ValueError(reason)
-        m, n, k = a.rows, b.rows, a.k
-        if epilogue is not None and (epilogue.rows, epilogue.cols) != ((n, m) if epilogue.swap else (m, n)):
-            raise ValueError(f"epilogue bound to a {epilogue.rows} x {epilogue.cols} output, but c is {m} x {n}"
-                             + (" (transposed)" if epilogue.swap else ""))
+        m, n, k = self._checked(a, b, c, epilogue)
         if min(m, n, k) < 1:
             raise ValueError(f"M, N, K = {m}, {n}, {k}: an empty problem is not bound (launch handles it)")
         dtype = dtype_name(a.tensor.dtype)
@@ -343,13 +335,8 @@ class SmallMGemm:
         if torch.cuda.is_current_stream_capturing():
             splits = 1
         key = (m, n, k, splits, device_index(device), out_fp32, a.major, b.major, source)  # the build's occupancy
-        sched = self._launches.get(key)
-        if sched is None:
-            sched = self._launches[key] = self.schedule(m, n, k, self.ctas(m, n, k, kernel.max_active_clusters(device), splits))
-            while len(self._launches) > _CACHE_SIZE:
-                self._launches.popitem(last=False)
-        else:
-            self._launches.move_to_end(key)
+        sched = cached(self._launches, key, lambda: self.schedule(
+            m, n, k, self.ctas(m, n, k, kernel.max_active_clusters(device), splits)))
         stream = torch.cuda.current_stream(device)
         split_args = [ctypes.c_void_p(0), ctypes.c_void_p(0)]  # partials, counters: unused unless split
         ldc_m, ldc_n = c.stride()

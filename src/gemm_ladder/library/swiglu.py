@@ -47,6 +47,7 @@ from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
 from gemm_ladder.runtime.module import LoadedKernel, device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
 from gemm_ladder.runtime.workspace import WORKSPACES
+from gemm_ladder.library.lru import cached
 
 SOURCE = "library/sm90_swiglu.cu"
 KERNEL_NAME = "sm90_swiglu"
@@ -60,24 +61,12 @@ CONSUMERS = 2
 C_RING = 2
 #: The kernel's parameters after the four tensor maps: M, N, K, then level 9's stream-K arguments.
 MAP_NAMES = ("x", "w_gate", "w_up", "out")
-_CACHE_SIZE = 64
 
 
 def virtual_n(n: int) -> int:
     """Rows of the virtual weight B' the kernel multiplies by: 128 gate rows and 128 up rows per
     128 output columns, ``2 x ceil(N / 128) x 128``."""
     return 2 * ceil_div(n, OUT_BN) * OUT_BN
-
-
-def _cached(cache: OrderedDict, key, make):
-    value = cache.get(key)
-    if value is None:
-        value = cache[key] = make()
-        while len(cache) > _CACHE_SIZE:
-            cache.popitem(last=False)
-    else:
-        cache.move_to_end(key)
-    return value
 
 
 @dataclass(frozen=True)
@@ -195,7 +184,7 @@ class SwigluKernel:
         """The designer's plan on one problem (:class:`SwigluPlan`); leading dimensions in elements
         (default dense). Raises PlanRefused naming the rule (a pitch TMA cannot take, an empty extent)."""
         key = (m, n, k, dtype, ldx, ldw_gate, ldw_up, ldo)
-        return _cached(self._plans, key, lambda: self._plan(m, n, k, dtype, ldx, ldw_gate, ldw_up, ldo))
+        return cached(self._plans, key, lambda: self._plan(m, n, k, dtype, ldx, ldw_gate, ldw_up, ldo))
 
     def _plan(self, m, n, k, dtype, ldx, ldw_gate, ldw_up, ldo) -> SwigluPlan:
         kw = {} if self.stream_k_min_idle is None else {"stream_k_min_idle": self.stream_k_min_idle}
@@ -337,7 +326,7 @@ class SwigluKernel:
         dtype = dtype_name(out.dtype)
         kernel = self.loaded(dtype, out.device)
         capturing = torch.cuda.is_current_stream_capturing()
-        tail = _cached(self._launches, (m, n, k, dtype, device_index(out.device), split, capturing),
+        tail = cached(self._launches, (m, n, k, dtype, device_index(out.device), split, capturing),
                        lambda: self.schedule(m, n, k, kernel.max_active_clusters(out.device),
                                              "none" if capturing else split))
         stream = torch.cuda.current_stream(out.device)
@@ -362,7 +351,7 @@ class SwigluKernel:
             specs = self.plan(m, n, k, dtype, ldx=x.ld, ldw_gate=w_gate.ld, ldw_up=w_up.ld, ldo=ldo).tensor_maps
             return [encode_tiled(specs[name].encode_kwargs(ptr)) for name, ptr in zip(MAP_NAMES, ptrs)]
 
-        return _cached(self._maps, (*ptrs, m, n, k, *lds, dtype), encode)
+        return cached(self._maps, (*ptrs, m, n, k, *lds, dtype), encode)
 
 
 def _ld_out(out: torch.Tensor) -> int:
