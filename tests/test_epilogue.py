@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from conftest import needs_nvcc
 from gemm_ladder.dispatch.validate import GemmTypeError, NotSupportedError, check_linear, linear_call
-from gemm_ladder.library.epilogue import (ACTIVATIONS, Epilogue, EpilogueCompileError, EpilogueError,
+from gemm_ladder.library.epilogue import (ACTIVATIONS, COORD_SLACK, Epilogue, EpilogueCompileError, EpilogueError,
                                           linear_epilogue)
 from gemm_ladder.runtime.compiler import cache_key
 
@@ -153,6 +153,41 @@ def test_generated_source_and_cache_key():
     keys = {cache_key(src, ["-O3"], "nvcc 13", "h") for src in
             (direct, swapped, other.source({"scale": BF16}, swap=False))}
     assert len(keys) == 3  # the epilogue's source, dtypes and orientation are part of the build's key
+    narrow = ep.source({"scale": BF16}, swap=False, wide=False)
+    paired = ep.source({"scale": BF16}, swap=False, wide=False, pairs={"scale": (False, True)})
+    assert "using gl_off = long long;" in direct and "using gl_off = EpiNarrowOff;" in narrow
+    assert "gl_scale_pair = kAlongCols ? false : false;" in narrow
+    assert "gl_scale_pair = kAlongCols ? false : true;" in paired
+    assert len({cache_key(src, ["-O3"], "nvcc 13", "h") for src in (direct, narrow, paired)}) == 3
+
+
+def test_offset_width_and_pair_loads_are_decided_per_call():
+    """32-bit offsets only where every input's largest element offset is below 2^31; a pair load only
+    where stride 1, the other stride even, the base aligned and the extent along the pair even."""
+    ep = Epilogue(cuda="acc + r + v", inputs={"r": "tile", "v": "col"}, reference=lambda acc, r, v: acc + r + v)
+    cpu, meta = torch.device("cpu"), torch.device("meta")
+    small = ep.bind({"r": torch.empty(4, 8, dtype=BF16), "v": torch.empty(8, dtype=BF16)}, 4, 8, cpu)
+    assert not small.wide_offsets()
+    assert small.pair_loads() == {"r": (True, False), "v": (True, False)}
+    assert "using gl_off = EpiNarrowOff;" in small.source()
+    # (rows - 1 + 256) 2^16 + (2^16 - 1 + 256) >= 2^31 exactly when rows >= 2^15 - 256 with 2^16 columns
+    assert COORD_SLACK == 256
+    wide_rows, narrow_rows = 2 ** 15 - 256, 2 ** 15 - 257
+    vec = torch.empty(2 ** 16, dtype=BF16, device=meta)
+    wide = ep.bind({"r": torch.empty(wide_rows, 2 ** 16, dtype=BF16, device=meta), "v": vec}, wide_rows, 2 ** 16, meta)
+    narrow = ep.bind({"r": torch.empty(narrow_rows, 2 ** 16, dtype=BF16, device=meta), "v": vec}, narrow_rows, 2 ** 16, meta)
+    assert wide.wide_offsets() and not narrow.wide_offsets()
+    assert "using gl_off = long long;" in wide.source() and "using gl_off = EpiNarrowOff;" in narrow.source()
+    colmajor = torch.empty(8, 4, dtype=BF16).T
+    assert ep.bind({"r": colmajor, "v": torch.empty(8, dtype=BF16)}, 4, 8, cpu).pair_loads()["r"] == (False, True)
+    odd_cols = ep.bind({"r": torch.empty(4, 7, dtype=BF16), "v": torch.empty(7, dtype=BF16)}, 4, 7, cpu)
+    assert odd_cols.pair_loads() == {"r": (False, False), "v": (False, False)}  # a pair could straddle the edge
+    odd_pitch = torch.empty(4, 9, dtype=BF16)[:, :8]
+    assert ep.bind({"r": odd_pitch, "v": torch.empty(8, dtype=BF16)}, 4, 8, cpu).pair_loads()["r"] == (False, False)
+    misaligned = torch.empty(33, dtype=BF16)[1:].view(4, 8)
+    assert ep.bind({"r": misaligned, "v": torch.empty(8, dtype=BF16)}, 4, 8, cpu).pair_loads()["r"] == (False, False)
+    strided_vec = torch.empty(16, dtype=BF16)[::2]
+    assert ep.bind({"r": torch.empty(4, 8, dtype=BF16), "v": strided_vec}, 4, 8, cpu).pair_loads()["v"] == (False, False)
 
 
 def test_params_pair_rules():
@@ -193,10 +228,13 @@ def test_general_kernel_builds_every_linear_epilogue_without_spills(use_cache, a
 
     ep = linear_epilogue(bias=True, activation=activation, residual=True, alpha=True)
     dts = {"gl_bias_": BF16, "gl_residual_": BF16}
-    for bn, swap in ((256, False), (256, True), (128, False)):
-        built = library_gemm("k", "k", bn).build("bf16", epilogue_source=ep.source(dts, swap))
+    # The builds a call makes (EpilogueCall.source): 32-bit offsets and a contiguous residual's pair
+    # loads along rows (direct) or single loads (swapped); and the 64-bit fallback.
+    paired = {n: (True, False) for n in dts}
+    for bn, swap, wide in ((256, False, False), (256, True, False), (128, False, False), (256, False, True)):
+        built = library_gemm("k", "k", bn).build("bf16", epilogue_source=ep.source(dts, swap, wide=wide, pairs=paired))
         rep = _census(built)
-        assert rep.passed, (bn, swap, rep.messages)
+        assert rep.passed, (bn, swap, wide, rep.messages)
         assert rep.sass["HGMMA"] and rep.sass["UTMASTG"]
 
 
@@ -206,9 +244,11 @@ def test_each_linear_epilogue_part_alone_without_spills(use_cache, parts):
     from gemm_ladder.library.gemm import library_gemm
 
     ep = linear_epilogue(**{"bias": False, "activation": None, "residual": False, "alpha": False, **parts})
-    built = library_gemm("k", "mn", 256).build("fp16", epilogue_source=ep.source(
-        {n: torch.float32 for n in ep.tensor_inputs}, False))
-    assert _census(built).passed
+    for wide in (False, True):
+        built = library_gemm("k", "mn", 256).build("fp16", epilogue_source=ep.source(
+            {n: torch.float32 for n in ep.tensor_inputs}, False, wide=wide,
+            pairs={n: (True, False) for n in ep.tensor_inputs}))
+        assert _census(built).passed, wide
 
 
 @needs_nvcc
@@ -221,7 +261,8 @@ def test_small_m_and_custom_epilogue_build_without_spills(use_cache):
     for ep, dts in ((lin, {"gl_bias_": BF16, "gl_residual_": BF16}), (custom, {"scale": BF16})):
         for swap in (False, True):
             for bucket, fp32 in ((8, False), (256, False), (256, True)):
-                built = small_m_gemm(bucket).build("bf16", out_fp32=fp32, epilogue_source=ep.source(dts, swap))
+                src = ep.source(dts, swap, wide=fp32, pairs={n: (True, True) for n in dts})
+                built = small_m_gemm(bucket).build("bf16", out_fp32=fp32, epilogue_source=src)
                 assert _census(built).passed, (ep, swap, bucket, fp32)
     built = library_gemm("k", "k", 256).build("bf16", epilogue_source=custom.source({"scale": BF16}, False))
     assert _census(built).passed

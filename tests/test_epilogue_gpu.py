@@ -245,3 +245,47 @@ def _idx(v):
     v[0, :] += 1.0
     v[:, 1] += 2.0
     return v
+
+
+# --- the load paths each build compiles in (EpilogueCall.pair_loads / wide_offsets) -----------------
+
+
+@pytest.mark.parametrize("r_layout", ["row", "col", "odd_offset", "odd_pitch"])
+@pytest.mark.parametrize("m, n, k", [(520, 392, 264), (1000, 2048, 512), (64, 1000, 256), (2048, 136, 512)])
+def test_residual_pair_and_single_load_paths(m, n, k, r_layout):
+    """Pair loads along rows (row-major residual, direct orientation), along columns (column-major,
+    swapped), and single loads (misaligned base, odd pitch), in the general, swapped and small-M routes."""
+    x, w = rnd(m, k), rnd(n, k)
+    r = {"row": rnd(m, n), "col": rnd(n, m).T, "odd_offset": rnd(m * n + 1)[1:].view(m, n),
+         "odd_pitch": rnd(m, n + 1)[:, :n]}[r_layout]
+    b = rnd(n + 1)[1:]  # a misaligned bias: single loads
+    check_linear(x, w, b, activation="gelu_tanh", residual=r, alpha=0.5, beta=1.0)
+    check_linear(x, w, rnd(n), residual=r, beta=-1.0)
+
+
+@pytest.mark.parametrize("m, n", [(513, 301), (301, 513), (255, 255)])
+def test_odd_extents_take_single_loads(m, n):
+    """An odd extent along the pair: no pair load (one could straddle the edge); the last column or row
+    is still right and nothing past it is read (compute-sanitizer would say; here: the values)."""
+    x, w = rnd(m, 192), rnd(n, 192)
+    check_linear(x, w, rnd(n), activation="silu", residual=rnd(m, n), alpha=2.0, beta=0.5)
+
+
+def test_wide_offsets_for_a_residual_spanning_2_31_elements():
+    """A residual view whose rows are 2^30 elements apart (its span past 2^31 elements, 4 GiB of bf16):
+    its build computes offsets in 64 bits and reads the right elements."""
+    m, n, k = 3, 256, 128
+    try:
+        buf = torch.zeros((m - 1) * 2 ** 30 + n, dtype=BF16, device="cuda")
+    except torch.cuda.OutOfMemoryError:
+        pytest.skip("4 GiB for the wide residual are not free on this GPU")
+    r = buf.as_strided((m, n), (2 ** 30, 1))
+    r.copy_(rnd(m, n))
+    x, w = rnd(m, k), rnd(n, k)
+    from gemm_ladder.library.epilogue import linear_epilogue
+
+    call = linear_epilogue(bias=False, activation=None, residual=True, alpha=False).bind(
+        {"gl_residual_": r, "gl_beta_": 1.0}, m, n, r.device)
+    assert call.wide_offsets()
+    check_linear(x, w, residual=r, beta=1.0)
+    del buf

@@ -26,9 +26,13 @@ is part of the build, so of the JIT cache key.
 How the kernels apply it (kernels/include/gemm_ladder/fused_epilogue.cuh): the accumulators are held
 in pairs of neighbours along a row or a column of the output; for each pair the generated
 ``gl_epilogue_pair`` loads each input's two elements (one 4- or 8-byte load when the input's two
-elements are adjacent and aligned, else one load each; an element outside the output is not loaded),
-then calls the function on both. The inputs are read straight from global memory by the consumer
-threads; no shared memory, no barrier (the design's plan says so: design/epilogue.py).
+elements are adjacent and aligned, decided per call and compiled in; else one load each), then calls
+the function on both. The loads are branch-free and stay inside the inputs: an element outside the
+output reads the input's first element instead (pair and vector loads: a select on the offset) or
+nothing (single loads: a guarded load), and is never stored. Offsets are 32-bit ints unless an
+input spans 2^31 elements (then 64-bit, also compiled in). The inputs are read straight from global
+memory by the consumer threads; no shared memory, no barrier (the design's plan says so:
+design/epilogue.py).
 """
 
 from __future__ import annotations
@@ -49,6 +53,9 @@ KINDS = ("row", "col", "tile", "scalar")
 #: Tensor inputs (vectors and tiles) and scalars an epilogue may declare: fused_epilogue.cuh's kEpiMaxInputs.
 MAX_TENSOR_INPUTS = 8
 MAX_SCALARS = 8
+#: How far past the output's last row or column a kernel's coordinates may run (its tiles are at most
+#: 256 wide: sm90_gemm's BN, small_m's bucket), for the offset-width rule (EpilogueCall.wide_offsets).
+COORD_SLACK = 256
 #: Element types of tensor inputs, and their code in fused_epilogue.cuh's EpiDtype.
 INPUT_DTYPES = {torch.bfloat16: "kEpiBf16", torch.float16: "kEpiFp16", torch.float32: "kEpiFp32"}
 
@@ -161,11 +168,19 @@ class Epilogue:
             return f"return ({text});"
         return text
 
-    def source(self, dtypes: Mapping[str, torch.dtype], swap: bool) -> str:
+    def source(self, dtypes: Mapping[str, torch.dtype], swap: bool, *, wide: bool = True,
+               pairs: Mapping[str, tuple[bool, bool]] | None = None) -> str:
         """The generated C++ for this epilogue with tensor inputs of ``dtypes`` and the orientation
         ``swap`` (the kernel's output is the transpose of the caller's): ``GL_EPILOGUE``,
         ``GL_EPI_SWAP``, the user's function and ``gl::gl_epilogue_pair``. Included in the translation
-        unit before the kernel source (library/gemm.py, library/small_m.py)."""
+        unit before the kernel source (library/gemm.py, library/small_m.py).
+
+        ``wide``: element offsets in 64 bits; False (32-bit offsets, one multiply-add each) only where
+        every input's largest element offset is below 2^31 (:meth:`EpilogueCall.source` decides).
+        ``pairs``: per tensor input, whether its two elements of a pair along an output row, and along
+        a column, are one aligned 4- or 8-byte load (:func:`pair_loads`); absent: one load each. Both
+        are compile-time in the generated code (constants, no branch) and so part of the build's key."""
+        pairs = dict(pairs or {})
         params = ", ".join(["float acc", "int row", "int col", *(f"float {n}" for n in self.inputs)])
         lines = [f"// fused epilogue {self.name!r}: inputs {self.inputs}",
                  "#define GL_EPILOGUE 1", f"#define GL_EPI_SWAP {int(bool(swap))}",
@@ -176,35 +191,39 @@ class Epilogue:
                  "template <bool kAlongCols>",
                  "__device__ __forceinline__ void gl_epilogue_pair(float& gl_x0, float& gl_x1, int gl_r, int gl_c, "
                  "int gl_rows, int gl_cols, const EpilogueParams& gl_p) {",
+                 f"  using gl_off = {'long long' if wide else 'EpiNarrowOff'};  // element offsets",
                  "  const int gl_r1 = kAlongCols ? gl_r : gl_r + 1, gl_c1 = kAlongCols ? gl_c + 1 : gl_c;",
-                 "  const bool gl_in0 = gl_r < gl_rows && gl_c < gl_cols, gl_in1 = gl_r1 < gl_rows && gl_c1 < gl_cols;",
-                 "  // A vector's element is masked by its own coordinate only, so the loads of one row's (or one",
-                 "  // column's) pairs are one load the compiler can share.",
+                 "  // Masks: an element outside the output is not read (predicated loads, 0, no branch). A vector's",
+                 "  // element is masked by its own coordinate only, so the loads of one row's (or one column's)",
+                 "  // pairs are one load the compiler can share.",
                  "  const bool gl_row0 = gl_r < gl_rows, gl_row1 = gl_r1 < gl_rows;",
-                 "  const bool gl_col0 = gl_c < gl_cols, gl_col1 = gl_c1 < gl_cols;"]
+                 "  const bool gl_col0 = gl_c < gl_cols, gl_col1 = gl_c1 < gl_cols;",
+                 "  const bool gl_in0 = gl_row0 && gl_col0, gl_in1 = gl_row1 && gl_col1;"]
         for slot, n in enumerate(self.tensor_inputs):
             dt = INPUT_DTYPES[dtypes[n]]
             kind = self.inputs[n]
-            off = f"static_cast<long long>(gl_r) * gl_p.stride_row[{slot}] + static_cast<long long>(gl_c) * gl_p.stride_col[{slot}]"
-            lines.append(f"  float gl_{n}_0, gl_{n}_1;  // {kind} input, slot {slot}")
+            pc, pr = pairs.get(n, (False, False))
+            pc, pr = bool(pc), bool(pr)
+            lines += [f"  float gl_{n}_0, gl_{n}_1;  // {kind} input, slot {slot}",
+                      f"  constexpr bool gl_{n}_pair = kAlongCols ? {str(pc).lower()} : {str(pr).lower()};",
+                      # a pair load's stride along the pair is 1 (the host checked): a constant
+                      f"  const gl_off gl_{n}_sr = !kAlongCols && gl_{n}_pair ? gl_off(1) : gl_off(gl_p.stride_row[{slot}]);",
+                      f"  const gl_off gl_{n}_sc = kAlongCols && gl_{n}_pair ? gl_off(1) : gl_off(gl_p.stride_col[{slot}]);"]
+            terms = []
+            if kind != "col":
+                terms.append(f"gl_off(gl_r) * gl_{n}_sr")
+            if kind != "row":
+                terms.append(f"gl_off(gl_c) * gl_{n}_sc")
+            off = " + ".join(terms)
             same = {"row": "kAlongCols", "col": "!kAlongCols"}.get(kind)
             m0, m1 = {"row": ("gl_row0", "gl_row1"), "col": ("gl_col0", "gl_col1")}.get(kind, ("gl_in0", "gl_in1"))
-            if kind == "row":
-                off = f"static_cast<long long>(gl_r) * gl_p.stride_row[{slot}]"
-            elif kind == "col":
-                off = f"static_cast<long long>(gl_c) * gl_p.stride_col[{slot}]"
-            pair = (f"epi_load_pair<{dt}>(gl_p.ptr[{slot}], {off}, kAlongCols ? gl_p.stride_col[{slot}] : "
-                    f"gl_p.stride_row[{slot}], {m0}, {m1}, (gl_p.pair_ok >> {slot}) & 1, gl_{n}_0, gl_{n}_1);")
+            pair = (f"epi_load_pair<{dt}, gl_{n}_pair, gl_off>(gl_p.ptr[{slot}], {off}, kAlongCols ? gl_{n}_sc : "
+                    f"gl_{n}_sr, {m0}, {m1}, gl_{n}_0, gl_{n}_1);")
             if same is None:
                 lines.append(f"  {pair}")
             else:  # the pair shares this vector's element when it runs across the vector's direction
-                # Unpredicated: the index clamped into the vector (it has >= 1 element); the element of a
-                # row or column outside the output is never stored.
-                coord, extent = ("gl_r", "gl_rows") if kind == "row" else ("gl_c", "gl_cols")
-                stride = f"gl_p.stride_{kind}[{slot}]"
-                clamped = f"static_cast<long long>({coord} < {extent} ? {coord} : {extent} - 1) * {stride}"
                 lines += [f"  if constexpr ({same}) {{",
-                          f"    gl_{n}_0 = epi_load<{dt}>(gl_p.ptr[{slot}], {clamped});",
+                          f"    gl_{n}_0 = epi_load<{dt}, gl_off>(gl_p.ptr[{slot}], {off}, {m0});",
                           f"    gl_{n}_1 = gl_{n}_0;",
                           "  } else {", f"    {pair}", "  }"]
         args0, args1 = [], []
@@ -340,7 +359,31 @@ class EpilogueCall:
 
     def source(self) -> str:
         """The generated code of this call's build (part of its JIT cache key)."""
-        return self.epilogue.source(dict(self.dtypes), self.swap)
+        return self.epilogue.source(dict(self.dtypes), self.swap, wide=self.wide_offsets(), pairs=self.pair_loads())
+
+    def wide_offsets(self) -> bool:
+        """Whether an input's offsets need 64 bits: the largest the kernels compute, (rows - 1 + s)
+        |stride_row| + (cols - 1 + s) |stride_col| with s = :data:`COORD_SLACK` (a tile's coordinates run
+        past the output by less than a tile before the masks drop them), reaches 2^31. Every other
+        build computes them in 32-bit ints (one multiply-add each, no overflow)."""
+        s = COORD_SLACK
+        return any((self.rows - 1 + s) * abs(sr) + (self.cols - 1 + s) * abs(sc) >= 2 ** 31
+                   for _, (sr, sc) in self.tensors)
+
+    def pair_loads(self) -> dict[str, tuple[bool, bool]]:
+        """Per tensor input (name): whether its two elements of a pair along an output row, and along an
+        output column, can be one load of twice the element size: stride 1 that way, the other stride
+        even (every pair then starts aligned: pairs start at even coordinates), the base aligned to
+        the pair's bytes, and the output's extent that way even (a pair is wholly inside or wholly
+        outside, so one mask covers it)."""
+        out = {}
+        names = [n for n in self.epilogue.tensor_inputs]
+        for n, (t, (sr, sc)) in zip(names, self.tensors):
+            size = 2 * t.element_size()
+            aligned = t.data_ptr() % size == 0
+            out[n] = (sc == 1 and sr % 2 == 0 and aligned and self.cols % 2 == 0,
+                      sr == 1 and sc % 2 == 0 and aligned and self.rows % 2 == 0)
+        return out
 
     def params(self, pair_along_cols: bool) -> EpilogueParams:
         """The kernel argument. ``pair_along_cols``: whether the kernel's accumulator pairs are neighbours

@@ -145,8 +145,12 @@ class SmallMGemm:
             defines = {"GL_DTYPE_" + dtype.upper(): 1, **self.defines(dtype, arch, a_major=a_major, b_major=b_major)}
             if out_fp32:
                 defines["GL_OUT_FP32"] = 1
+            # With an epilogue: its loads branch around out-of-range elements here (fused_epilogue.cuh's
+            # GL_EPI_BRANCHED_LOADS): this kernel stores each pair right after its epilogue, and the
+            # branch-free loads, hoisted together by ptxas, spilled.
+            epi = f'#define GL_EPI_BRANCHED_LOADS 1\n{epilogue_source}' if epilogue_source else ""
             unit = (f'// gemm-ladder library: small M, BN = {self.bn}, {dtype}, A {a_major}-major, B {b_major}-major\n'
-                    f'{epilogue_source or ""}#include "{SOURCE}"\n')
+                    f'{epi}#include "{SOURCE}"\n')
             self._builds[key] = compile_kernel(unit, KERNEL_NAME, arch=arch, defines=defines)
         return self._builds[key]
 

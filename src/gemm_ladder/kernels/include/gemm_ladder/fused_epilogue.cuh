@@ -12,6 +12,8 @@
 // The kernels call epilogue_pair() (fused_epilogue_pair.cuh, included after the generated code) with
 // their own coordinates; it maps them to the output's.
 #pragma once
+#include <type_traits>
+
 #include "gemm_ladder/ptx/common.cuh"
 
 namespace gl {
@@ -25,45 +27,107 @@ struct EpilogueParams {
   long long stride_row[kEpiMaxInputs];
   long long stride_col[kEpiMaxInputs];
   float scalar[kEpiMaxInputs];
-  int pair_ok;  // bit i: tile i's two elements of a pair are adjacent and aligned: one load for both
+  int pair_ok;  // bit i: tile i's two elements of a pair are adjacent and aligned (informational: the
+               // generated code has the build's own compile-time answer, library/epilogue.py)
   int pad_;
 };
 
 // Input element types, compile-time per input (the generated code names them).
 enum EpiDtype { kEpiBf16 = 0, kEpiFp16 = 1, kEpiFp32 = 2 };
 
-template <int DT>
-__device__ __forceinline__ float epi_load(const void* base, long long offset) {
-  if constexpr (DT == kEpiBf16) {
-    return __bfloat162float(__ldg(static_cast<const __nv_bfloat16*>(base) + offset));
-  } else if constexpr (DT == kEpiFp16) {
-    return __half2float(__ldg(static_cast<const __half*>(base) + offset));
+// Branch-free masked loads: an element outside the output reads the input's first element instead
+// (offset 0: every input has one, and it is aligned for a pair load, the host checked), a select on
+// the offset rather than a branch around the load (a C++ `in ? load : 0` compiles to one per
+// element). Such an element is never stored, so its value does not matter. __ldg (read-only path):
+// the compiler shares the load of a vector element used by several pairs.
+template <typename Off>
+__device__ __forceinline__ Off epi_masked(Off offset, bool in) {
+  return in ? offset : Off(0);
+}
+// A branch around each load instead where the offsets are 64-bit (an input spanning 2^31 elements,
+// rare: a select of 64-bit offsets costs registers the BN = 256 kernel does not have, it spilled) and
+// where the kernel asks for it (GL_EPI_BRANCHED_LOADS: the small-M kernel, library/small_m.py).
+#ifndef GL_EPI_BRANCHED_LOADS
+#define GL_EPI_BRANCHED_LOADS 0
+#endif
+// The generated code's 32-bit offset type: 64-bit in a kernel that branches around its loads (the
+// small-M kernel spilled with 32-bit ones).
+using EpiNarrowOff = typename std::conditional<GL_EPI_BRANCHED_LOADS, long long, int>::type;
+template <typename Off>
+inline constexpr bool kEpiBranchedLoads = sizeof(Off) == 8 || GL_EPI_BRANCHED_LOADS;
+// T: the loaded type (an element, or a pair of them), E: the element type `offset` counts.
+template <typename T, typename E, typename Off>
+__device__ __forceinline__ T epi_ldg(const E* base, Off offset, bool in) {
+  if constexpr (kEpiBranchedLoads<Off>) {
+    return in ? __ldg(reinterpret_cast<const T*>(base + offset)) : T{};
   } else {
-    return __ldg(static_cast<const float*>(base) + offset);
+    return __ldg(reinterpret_cast<const T*>(base + epi_masked(offset, in)));
   }
 }
 
-// Two elements at `offset` and `offset + step`, each only where it is inside the output (else 0).
-// `pair` (the host checked: step 1, both aligned to the pair's size): one 4- or 8-byte load.
 template <int DT>
-__device__ __forceinline__ void epi_load_pair(const void* base, long long offset, long long step, bool in0, bool in1,
-                                              bool pair, float& v0, float& v1) {
-  if (pair && in0 && in1) {
-    if constexpr (DT == kEpiBf16) {
-      const float2 f = __bfloat1622float2(__ldg(reinterpret_cast<const __nv_bfloat162*>(
-          static_cast<const __nv_bfloat16*>(base) + offset)));
-      v0 = f.x, v1 = f.y;
-    } else if constexpr (DT == kEpiFp16) {
-      const float2 f = __half22float2(__ldg(reinterpret_cast<const __half2*>(static_cast<const __half*>(base) + offset)));
-      v0 = f.x, v1 = f.y;
-    } else {
-      const float2 f = __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(base) + offset));
-      v0 = f.x, v1 = f.y;
-    }
-    return;
+__device__ __forceinline__ float epi_bits_to_float(uint32_t b) {  // the low element's bits
+  if constexpr (DT == kEpiBf16) {
+    return __uint_as_float(b << 16);
+  } else if constexpr (DT == kEpiFp16) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(b)));
+  } else {
+    return __uint_as_float(b);
   }
-  v0 = in0 ? epi_load<DT>(base, offset) : 0.f;
-  v1 = in1 ? epi_load<DT>(base, offset + step) : 0.f;
+}
+
+// One element at `base + offset` (elements), or the input's first where !in.
+template <int DT, typename Off>
+__device__ __forceinline__ float epi_load(const void* base, Off offset, bool in) {
+  if constexpr (DT == kEpiFp32) {
+    return epi_ldg<float>(static_cast<const float*>(base), offset, in);
+  } else {
+    return epi_bits_to_float<DT>(epi_ldg<unsigned short>(static_cast<const unsigned short*>(base), offset, in));
+  }
+}
+
+// One element at `base + offset`, 0 where !in: a guarded load (PTX ISA, "ld", the guard predicate),
+// no branch and no select. The single loads of a tile that cannot be paired (two registers per pair)
+// use this form: with the select form ptxas hoisted both deferred panels' loads together and spilled
+// (BN 256, swapped orientation); with this one it does not.
+template <int DT, typename Off>
+__device__ __forceinline__ float epi_load_predicated(const void* base, Off offset, bool in) {
+  const void* p = static_cast<const char*>(base) + static_cast<long long>(offset) * (DT == kEpiFp32 ? 4 : 2);
+  uint32_t v;
+  if constexpr (DT == kEpiFp32) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n mov.b32 %0, 0;\n @p ld.global.nc.b32 %0, [%1];\n}"
+                 : "=r"(v) : "l"(p), "r"(static_cast<int>(in)));
+  } else {
+    unsigned short h;
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n mov.b16 %0, 0;\n @p ld.global.nc.b16 %0, [%1];\n}"
+                 : "=h"(h) : "l"(p), "r"(static_cast<int>(in)));
+    v = h;
+  }
+  return epi_bits_to_float<DT>(v);
+}
+
+// Two elements at `offset` and `offset + step` (elements), each masked as epi_load. kPair (the host
+// checked at build time: step 1, the pair aligned to twice the element size, the output's extent along
+// the pair even, so a pair's two elements are both inside or both outside): one 4- or 8-byte load.
+template <int DT, bool kPair, typename Off>
+__device__ __forceinline__ void epi_load_pair(const void* base, Off offset, Off step, bool in0, bool in1, float& v0,
+                                              float& v1) {
+  if constexpr (kPair) {  // a select of the offset (branched: see epi_ldg); offsets are even here
+    if constexpr (DT == kEpiFp32) {
+      const float2 w = epi_ldg<float2>(static_cast<const float2*>(base), static_cast<Off>(offset / 2), in0);
+      v0 = w.x, v1 = w.y;
+    } else {
+      const uint32_t w = epi_ldg<unsigned int>(static_cast<const unsigned int*>(base), static_cast<Off>(offset / 2), in0);
+      v0 = epi_bits_to_float<DT>(w);
+      v1 = DT == kEpiBf16 ? __uint_as_float(w & 0xffff0000u) : epi_bits_to_float<DT>(w >> 16);
+    }
+  } else if constexpr (GL_EPI_BRANCHED_LOADS) {
+    v0 = epi_load<DT>(base, offset, in0);
+    v1 = epi_load<DT>(base, static_cast<Off>(offset + step), in1);
+  } else {
+    v0 = epi_load_predicated<DT>(base, offset, in0);
+    v1 = epi_load_predicated<DT>(base, static_cast<Off>(offset + step), in1);
+  }
 }
 
 // The built-in activations, in fp32. NaN propagates (relu(NaN) = NaN, as torch.relu) and -inf gives
