@@ -163,10 +163,16 @@ def main() -> int:
                 times[name] = per_call_us(fn, args.calls, args.repeats, torch.cuda.synchronize)
             except Exception as exc:  # noqa: BLE001 - a level outside its domain: reported, not timed
                 rows.append({"path": name, "m": m, "n": n, "k": k, "error": f"{type(exc).__name__}: {exc}"[:200]})
+                print(rows[-1], flush=True)
                 continue
             rows.append({"path": name, "m": m, "n": n, "k": k, "calls": args.calls, "host_us_per_call": times[name]})
             print(rows[-1], flush=True)
         ours = {k_: v for k_, v in times.items() if "gemm_ladder" in k_ and "+ bias" not in k_}
+        failed = [r["path"] for r in rows if "error" in r and r["m"] == m and r["n"] == n and r["k"] == k]
+        if failed or "gemm_ladder.linear + bias" not in times:
+            verdicts[spec] = {"meets_target": False, "failed": failed}  # a path that raised is not timed, never met
+            print(spec, verdicts[spec], flush=True)
+            continue
         verdicts[spec] = {"cublas_us": times["cuBLAS F.linear"], "worst_ours_us": max(ours.values()),
                           "meets_target": max(ours.values()) <= times["cuBLAS F.linear"],
                           # with a bias (fused epilogue, cached as a plain call): against F.linear with bias

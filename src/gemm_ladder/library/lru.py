@@ -1,23 +1,21 @@
 """One small least-recently-used cache rule for the library kernels' per-instance caches (plans,
-tensor maps, launch schedules), kept in plain ``OrderedDict`` fields."""
+tensor maps, launch schedules), kept in ``dict`` or ``OrderedDict`` fields (both keep insertion order:
+a hit is moved to the end by re-inserting it, and the first key is the least recently used)."""
 
 from __future__ import annotations
-
-from collections import OrderedDict
 
 #: Entries kept per cache (shapes, or pointers and shapes); the least recently used go first.
 CACHE_SIZE = 64
 
 
-def cached(cache: OrderedDict, key, make, size: int = CACHE_SIZE):
+def cached(cache: dict, key, make, size: int = CACHE_SIZE):
     """``cache[key]``, made by ``make()`` on a miss; past ``size`` entries the least recently used is dropped."""
-    value = cache.get(key)
+    value = cache.pop(key, None)
     if value is None:
-        value = cache[key] = make()
-        while len(cache) > size:
-            cache.popitem(last=False)
-    else:
-        cache.move_to_end(key)
+        value = make()
+    cache[key] = value  # (re)inserted last: the most recently used
+    while len(cache) > size:
+        del cache[next(iter(cache))]
     return value
 
 
