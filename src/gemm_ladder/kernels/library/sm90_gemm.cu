@@ -36,6 +36,7 @@ static_assert((GL_A_MN_MAJOR == 0 || GL_A_MN_MAJOR == 1) && (GL_B_MN_MAJOR == 0 
 
 #include "gemm_ladder/cluster_ring.cuh"
 #include "gemm_ladder/epilogue.cuh"
+#include "gemm_ladder/panel_ring.cuh"
 #include "gemm_ladder/ptx/cluster.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
 #include "gemm_ladder/ptx/mbarrier.cuh"
@@ -83,26 +84,6 @@ __device__ __forceinline__ void epilogue_pack_panel(uint32_t (&packed)[BN / 4], 
 #else
 #define GL_EPILOGUE_ARG
 #endif
-
-// Stage panel `p` (runtime) of a consumer's packed fragment into its ring and store it at (n0 + 64p, m0).
-// The unrolled dispatch keeps the register indices compile-time (no local memory).
-__device__ __forceinline__ void store_panel(int p, const uint32_t (&packed)[BN / 4], uint8_t* ring,
-                                            const CUtensorMap* map_c, int n0, int m0, int bar, bool issuer) {
-#pragma unroll
-  for (int q = 0; q < GL_C_PANELS; ++q) {
-    if (q != p) continue;
-    uint8_t* const buf = ring + (q % GL_C_RING) * GL_SMEM_C_PANEL_BYTES;
-    if (issuer) tma_store_wait_read<GL_C_RING - 1>();  // the store that last read buf is done
-    named_barrier_sync(bar, 128);
-    stage_packed_panel_sw128<BN>(buf, packed, q);
-    fence_proxy_async_smem();
-    named_barrier_sync(bar, 128);
-    if (issuer) {
-      tma_store_2d(map_c, buf, n0 + 64 * q, m0);
-      tma_store_commit();
-    }
-  }
-}
 
 extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
