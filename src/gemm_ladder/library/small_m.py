@@ -90,10 +90,15 @@ class SmallMGemm:
     """One M bucket of the small-M kernel: ``bn`` columns of C^T (rows of C) per tile.
 
     ``stages``: the ring depth; None takes as many as fit in shared memory (design.smem.max_stages).
+    ``timeline``: a measuring build, never the dispatcher's: the kernel's GL_TIMELINE stamps (per CTA
+    %globaltimer and clock64 at the points of its TimelineSlot enum, into its ``gl_timeline_ns`` /
+    ``gl_timeline_clk`` __device__ arrays; kernels/include/gemm_ladder/timeline.cuh), read by
+    bench/small_m_timeline.py. The same plan, ring and launch as without it.
     """
 
     bn: int
     stages: int | None = None
+    timeline: bool = False
     _defines: dict = field(default_factory=dict, repr=False)
     _builds: dict = field(default_factory=dict, repr=False)
     _kernels: dict = field(default_factory=dict, repr=False)
@@ -145,6 +150,8 @@ class SmallMGemm:
             defines = {"GL_DTYPE_" + dtype.upper(): 1, **self.defines(dtype, arch, a_major=a_major, b_major=b_major)}
             if out_fp32:
                 defines["GL_OUT_FP32"] = 1
+            if self.timeline:
+                defines["GL_TIMELINE"] = 1
             # With an epilogue: its loads branch around out-of-range elements here (fused_epilogue.cuh's
             # GL_EPI_BRANCHED_LOADS): this kernel stores each pair right after its epilogue, and the
             # branch-free loads, hoisted together by ptxas, spilled.
