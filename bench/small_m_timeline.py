@@ -28,8 +28,12 @@ are reused): every variant's result is checked against float64 first, and one th
 refused is reported, not timed. Variants (all plan options that exist: nothing here changes a
 kernel):
 
-* ``half ring``: SmallMGemm(bn, stages = half the deepest ring): 2 CTAs per SM, the grid by the
-  current rule (SmallMGemm.ctas) from that build's occupancy;
+* ``half ring``: SmallMGemm(bn, stages = half the deepest ring), still one CTA per SM (384 threads x
+  168 registers fill the SM's register file whatever the ring), so a shallower ring alone;
+* ``2 CTAs/SM``: SmallMGemm(bn, ctas_per_sm=2) at BN <= 64: launch bounds of two CTAs per SM (80
+  registers, 96 for the consumers) and the deepest ring that fits in half the SM, so twice the CTAs
+  (the grid rule takes the build's occupancy) each with half the stages: the "half ring, two CTAs
+  per SM" experiment;
 * ``splits=s``: each unit's K in s even ranges (classic split-K) instead of the rule's choice (s = 8
   only where that stays within two CTAs per SM);
 * ``BN=b``: the bucket that takes M in two M tiles (more units, a smaller x tile, a deeper ring; each
@@ -37,7 +41,8 @@ kernel):
 * ``general BN=b``: the general library kernel (library.gemm.library_gemm) at M >= 128, split "all"
   (stream-K over every tile), x on its M: the dispatcher never picks it there.
 
-The timeline build is traced for the shipped choice, the half ring and, at M >= 128, the smaller bucket.
+The timeline build is traced for the shipped choice, the half ring, two CTAs per SM and, at M >= 128,
+the two-tile bucket.
 
 Output: three tables and one JSON (bench/suite.py's save: GPU, clocks, date, commit; per case the
 dispatcher's route on this device (``explain``), every variant's pass medians and error, and each
@@ -228,6 +233,9 @@ def variants(m: int, n: int, k: int, dtype: str) -> dict[str, tuple]:
     bn = shipped.bn
     half = SmallMGemm(bn, stages=max(2, shipped.ring_stages(dtype) // 2))
     out = {"shipped": (shipped, None, True), f"half ring S={half.stages}": (half, None, True)}
+    if bn <= 64:
+        two = SmallMGemm(bn, ctas_per_sm=2)
+        out[f"2 CTAs/SM S={two.ring_stages(dtype)}"] = (two, None, True)
     units = ceil_div(n, TILE_ROWS) * ceil_div(m, bn)
     for s in (2, 8) if 8 * units <= 264 else (2,):  # 8 splits of 100+ units: several waves, not worth a slot
         out[f"splits={s}"] = (shipped, s, False)
@@ -251,7 +259,7 @@ def _fn(kernel, opt, c):
 
 
 def _timeline_of(kernel: SmallMGemm) -> SmallMGemm:
-    return SmallMGemm(kernel.bn, stages=kernel.stages, timeline=True)
+    return SmallMGemm(kernel.bn, stages=kernel.stages, timeline=True, ctas_per_sm=kernel.ctas_per_sm)
 
 
 def precompile(cases, dtype: str) -> None:
@@ -260,7 +268,7 @@ def precompile(cases, dtype: str) -> None:
     for m, n, k in cases:
         for kernel, _, traced in variants(m, n, k, dtype).values():
             for kk in [kernel, _timeline_of(kernel)] if traced else [kernel]:
-                key = (kk.bn, kk.stages, kk.timeline) if isinstance(kk, SmallMGemm) else id(kk)
+                key = (kk.bn, kk.stages, kk.timeline, kk.ctas_per_sm) if isinstance(kk, SmallMGemm) else id(kk)
                 jobs.setdefault(key, kk)
     with ThreadPoolExecutor(os.cpu_count() or 4) as ex:
         list(ex.map(lambda kk: kk.build(dtype), jobs.values()))

@@ -79,11 +79,14 @@ def test_the_readings_of_a_made_up_launch():
 
 def test_the_variants_are_the_plan_options_the_docstring_names():
     v = tl.variants(1, 4096, 4096, "bf16")
-    assert set(v) == {"shipped", "half ring S=6", "splits=2", "splits=8"}
-    shipped, half = v["shipped"][0], v["half ring S=6"][0]
+    assert set(v) == {"shipped", "half ring S=6", "2 CTAs/SM S=6", "splits=2", "splits=8"}
+    shipped, half, two = v["shipped"][0], v["half ring S=6"][0], v["2 CTAs/SM S=6"][0]
     assert (shipped.bn, shipped.stages, half.bn, half.stages) == (8, None, 8, 6)
-    assert shipped.ring_stages("bf16") == 13 and v["shipped"][2] and v["half ring S=6"][2]
+    assert (half.ctas_per_sm, two.ctas_per_sm, two.bn, two.stages) == (1, 2, 8, None)
+    assert shipped.ring_stages("bf16") == 13 and v["shipped"][2] and v["half ring S=6"][2] and v["2 CTAs/SM S=6"][2]
+    assert tl._timeline_of(two).ctas_per_sm == 2 and tl._timeline_of(two).timeline
     v = tl.variants(256, 4096, 4096, "bf16")
+    assert not any(name.startswith("2 CTAs") for name in v)  # BN = 256 needs the whole register file
     assert v["BN=128"][0].bn == 128 and v["BN=128"][2]  # two M tiles of 128, traced
     assert {v[f"general BN={b}"][1] for b in (128, 256)} == {"all"}
     assert v["half ring S=2"][0].ring_stages("bf16") == 2
@@ -147,3 +150,45 @@ def test_the_tables_render_a_run():
     assert "13.9-14.1" in text and "1.25" in text and "fail" in text and "4.5 us" in text
     assert "56%" in text  # 33.5 MB in 14.0 us against 4250 GB/s
     assert text.count("1x4096x4096") == 3  # a row per table (the read mode has no launch; one case cell per case)
+
+
+@pytest.mark.parametrize("bn", [8, 16, 32, 64])
+def test_two_ctas_per_sm_fit_in_half_the_sm(bn):
+    """The ring of a two-CTA build fits twice in the SM's shared memory (each with the system's
+    reservation); 96 consumer registers take at most BN = 64; one CTA per SM is every other build."""
+    from gemm_ladder.design.problem import arch_info
+
+    arch = arch_info("sm_90a")
+    two = SmallMGemm(bn, ctas_per_sm=2)
+    smem = two.defines("bf16")["GL_SMEM_BYTES"]
+    assert 2 * (smem + arch.smem_reserved_per_block) <= arch.smem_per_sm
+    deeper = SmallMGemm(bn, stages=two.ring_stages("bf16") + 1, ctas_per_sm=2).defines("bf16")["GL_SMEM_BYTES"]
+    assert 2 * (deeper + arch.smem_reserved_per_block) > arch.smem_per_sm  # the deepest that fits
+    assert SmallMGemm(bn).ctas_per_sm == 1 and "GL_CTAS_PER_SM" not in SmallMGemm(bn).defines("bf16")
+
+
+def test_two_ctas_per_sm_are_refused_where_the_fragment_does_not_fit():
+    for bn in (128, 192, 256):
+        with pytest.raises(ValueError, match="ctas_per_sm = 2 with BN = .*BN <= 64"):
+            SmallMGemm(bn, ctas_per_sm=2)
+    with pytest.raises(ValueError, match="ctas_per_sm = 3"):
+        SmallMGemm(8, ctas_per_sm=3)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("bn,timeline", [(8, False), (64, False), (16, True)])
+def test_two_ctas_per_sm_compile_to_80_registers_without_spills(bn, timeline, use_cache):
+    from gemm_ladder.gates.resources import check_cubin_resources, parse_ptxas_log
+
+    g = SmallMGemm(bn, ctas_per_sm=2, timeline=timeline)
+    kernel = g.build("bf16")
+    geo = g.geometry("bf16")
+    usage = parse_ptxas_log(kernel.ptxas_log)["sm90_gemm_small_m"]
+    assert usage.registers * geo.threads * 2 <= 65536  # two CTAs' registers fit the SM's file
+    report = check_cubin_resources(kernel.cubin, kernel.ptxas_log, kernel.kernel_name, level=None, dtype="bf16",
+                                   threads=geo.threads, dynamic_smem=geo.dynamic_smem, cluster=1)
+    assert report.passed, report.messages
+    assert report.stack_bytes == report.spill_stores == report.spill_loads == 0
+    assert report.sass["LDL"] == report.sass["STL"] == 0 and report.sass["HGMMA"] > 0
+    shipped = parse_ptxas_log(SmallMGemm(bn).build("bf16").ptxas_log)["sm90_gemm_small_m"]
+    assert shipped.registers * geo.threads * 2 > 65536  # the shipped build: one CTA per SM

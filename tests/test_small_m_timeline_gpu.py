@@ -5,7 +5,8 @@ The stamps must not change the result: the timeline build's output equals the sh
 float64 reference under the gate's bounds. Its stamps must describe the launch: per CTA in the
 order the kernel passes the points, the segment and hand-in counts the host's schedule gives, one
 reduction per split unit, and a span inside the launch's event-timed duration
-(bench/small_m_timeline.py's trace and analyse).
+(bench/small_m_timeline.py's trace and analyse). A two-CTA build (``ctas_per_sm=2``) must be resident
+twice on every SM (the occupancy API) and pass the same checks.
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ import small_m_timeline as tl  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600)]
 
-#: (M, N, K, splits, stages): the rule's grid, classic split-K, tails in M, N and K, a half ring.
-CASES = ((1, 4096, 4096, None, None), (100, 1000, 520, 3, None), (16, 2056, 4104, None, None),
-         (256, 1000, 520, 2, None), (7, 4096, 4096, None, 6), (16, 28672, 1024, None, None))
+#: (M, N, K, splits, stages, CTAs per SM): the rule's grid, classic split-K, tails in M, N and K, a half
+#: ring, stream-K over more units than CTAs, two CTAs per SM (the rule's grid and split-K).
+CASES = ((1, 4096, 4096, None, None, 1), (100, 1000, 520, 3, None, 1), (16, 2056, 4104, None, None, 1),
+         (256, 1000, 520, 2, None, 1), (7, 4096, 4096, None, 6, 1), (16, 28672, 1024, None, None, 1),
+         (16, 4096, 4096, None, None, 2), (50, 1000, 520, 3, None, 2))
 
 
 def _launch(kernel: SmallMGemm, x, w, splits) -> torch.Tensor:
@@ -39,12 +42,12 @@ def _launch(kernel: SmallMGemm, x, w, splits) -> torch.Tensor:
     return c
 
 
-@pytest.mark.parametrize("m,n,k,splits,stages", CASES)
-def test_the_timeline_build_computes_what_the_shipped_one_does(m, n, k, splits, stages):
+@pytest.mark.parametrize("m,n,k,splits,stages,per_sm", CASES)
+def test_the_timeline_build_computes_what_the_shipped_one_does(m, n, k, splits, stages, per_sm):
     x, w = random_operands(m, n, k, "bf16", "cuda", seed=int(torch.randint(0, 2**31 - 1, ()).item()))
     bn = bucket(m)
-    shipped = _launch(SmallMGemm(bn, stages=stages), x, w, splits)
-    traced = _launch(SmallMGemm(bn, stages=stages, timeline=True), x, w, splits)
+    shipped = _launch(SmallMGemm(bn, stages=stages, ctas_per_sm=per_sm), x, w, splits)
+    traced = _launch(SmallMGemm(bn, stages=stages, timeline=True, ctas_per_sm=per_sm), x, w, splits)
     assert not torch.isnan(traced).any()
     assert torch.equal(shipped, traced), "the stamps changed the result"
     ref = reference(x, w)
@@ -54,10 +57,10 @@ def test_the_timeline_build_computes_what_the_shipped_one_does(m, n, k, splits, 
     assert (traced.double() - ref).abs().max().item() <= absolute_cap(x, w, ref.abs().max().item(), "bf16")
 
 
-@pytest.mark.parametrize("m,n,k,splits,stages", CASES)
-def test_the_stamps_describe_the_launch(m, n, k, splits, stages):
+@pytest.mark.parametrize("m,n,k,splits,stages,per_sm", CASES)
+def test_the_stamps_describe_the_launch(m, n, k, splits, stages, per_sm):
     x, w = random_operands(m, n, k, "bf16", "cuda", seed=int(torch.randint(0, 2**31 - 1, ()).item()))
-    kernel = SmallMGemm(bucket(m), stages=stages, timeline=True)
+    kernel = SmallMGemm(bucket(m), stages=stages, timeline=True, ctas_per_sm=per_sm)
     c = torch.full((m, n), float("nan"), dtype=x.dtype, device=x.device)
     buf = torch.empty(2 * l2_bytes(x.device), dtype=torch.uint8, device=x.device)
     slots = tl.timeline_slots()
@@ -67,7 +70,8 @@ def test_the_stamps_describe_the_launch(m, n, k, splits, stages):
     sched = kernel.schedule(m, n, k, kernel.ctas(m, n, k, resident, splits))
     split_units = {s.unit for i in range(sched.clusters) for s in sched.segments(i) if s.contributors > 1}
     for r in readings:
-        per_sm = resident // torch.cuda.get_device_properties(x.device).multi_processor_count
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+        assert resident == per_sm * sms, f"{resident} CTAs resident on {sms} SMs, expected {per_sm} per SM"
         assert r["ctas"] == sched.clusters and r["ctas_per_sm_max"] <= per_sm
         assert 0 < r["span_us"] and r["outside_us"] > -1.0, "a span longer than its launch: clocks misread"
         assert r["stream_window_us"] > 0 and r["weight_gbs_window"] > 0

@@ -94,11 +94,18 @@ class SmallMGemm:
     %globaltimer and clock64 at the points of its TimelineSlot enum, into its ``gl_timeline_ns`` /
     ``gl_timeline_clk`` __device__ arrays; kernels/include/gemm_ladder/timeline.cuh), read by
     bench/small_m_timeline.py. The same plan, ring and launch as without it.
+    ``ctas_per_sm``: 1 (every shipped build) or 2, an experiment's build for BN <= 64 (the kernel's
+    GL_CTAS_PER_SM): launch bounds of two CTAs per SM, so 80 registers per thread at launch and 96 for
+    the consumers after setmaxnreg (two CTAs of 384 threads share the SM's 65536 registers: CUDA C++
+    Programming Guide, compute capability 9.0 limits); the default ring is then the deepest that fits in
+    half the SM's shared memory. The grid rule (:meth:`ctas`) takes its residency from the occupancy
+    API, so twice the CTAs split the work.
     """
 
     bn: int
     stages: int | None = None
     timeline: bool = False
+    ctas_per_sm: int = 1
     _defines: dict = field(default_factory=dict, repr=False)
     _builds: dict = field(default_factory=dict, repr=False)
     _kernels: dict = field(default_factory=dict, repr=False)
@@ -109,6 +116,9 @@ class SmallMGemm:
     def __post_init__(self) -> None:
         if self.bn not in BUCKETS:
             raise ValueError(f"bn = {self.bn}: the small-M kernel is built for BN in {BUCKETS}")
+        if self.ctas_per_sm not in (1, 2) or (self.ctas_per_sm == 2 and self.bn > 64):
+            raise ValueError(f"ctas_per_sm = {self.ctas_per_sm} with BN = {self.bn}: 1, or 2 for BN <= 64 (the "
+                             "consumers' 96 registers hold at most a 64 x 64 fragment's 32 accumulators)")
 
     @property
     def tile(self) -> tuple[int, int, int]:
@@ -119,7 +129,11 @@ class SmallMGemm:
         """The ring depth: ``stages``, or the most that fit with no output staging."""
         if self.stages is not None:
             return self.stages
-        return max_stages(bm=TILE_ROWS, bn=self.bn, bk=BK, elem_bytes=DTYPES[dtype].itemsize, arch=arch_info(arch),
+        info = arch_info(arch)
+        if self.ctas_per_sm > 1:  # each CTA's block plus the system's reservation in its share of the SM
+            info = replace(info, max_smem_per_block=min(info.max_smem_per_block, info.smem_per_sm // self.ctas_per_sm
+                                                        - info.smem_reserved_per_block))
+        return max_stages(bm=TILE_ROWS, bn=self.bn, bk=BK, elem_bytes=DTYPES[dtype].itemsize, arch=info,
                           c_from_registers=True)
 
     # --- building (no GPU needed) -----------------------------------------------------------------
@@ -152,6 +166,8 @@ class SmallMGemm:
                 defines["GL_OUT_FP32"] = 1
             if self.timeline:
                 defines["GL_TIMELINE"] = 1
+            if self.ctas_per_sm != 1:
+                defines["GL_CTAS_PER_SM"] = self.ctas_per_sm
             # With an epilogue: its loads branch around out-of-range elements here (fused_epilogue.cuh's
             # GL_EPI_BRANCHED_LOADS): this kernel stores each pair right after its epilogue, and the
             # branch-free loads, hoisted together by ptxas, spilled.

@@ -55,6 +55,18 @@ __device__ __forceinline__ out_t to_out(float x) { return to_elem(x); }
 #endif
 
 constexpr int kAcc = BN / 2;             // fp32 accumulators per consumer thread: one 64 x BN fragment
+
+// CTAs per SM (GL_CTAS_PER_SM, default 1). Registers are the limit: 384 threads x 168 (one CTA) fill the
+// SM's 65536, which level 9's split of the pool uses (168 x 384 = 2 x 128 x 232 + 128 x 40). Two CTAs
+// get 85 each, 80 after ptxas's rounding (80 x 384 = 30720 >= 2 x 128 x 96 + 128 x 40), so the consumers
+// keep 96: enough for BN <= 64's accumulators (32). The ring must fit in half the SM's shared memory (the
+// plan's stages). An experiment's build (bench/small_m_timeline.py), not the dispatcher's.
+#ifndef GL_CTAS_PER_SM
+#define GL_CTAS_PER_SM 1
+#endif
+static_assert(GL_CTAS_PER_SM == 1 || (GL_CTAS_PER_SM == 2 && BN <= 64), "two CTAs per SM: BN <= 64");
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = GL_CTAS_PER_SM == 1 ? 232 : 96;
 constexpr int kFirstReduceBarrier = 2;   // named barrier 2 + c: consumer c's 128 threads (0 is __syncthreads)
 
 // The timeline build's slots (GL_TIMELINE; bench/small_m_timeline.py reads this enum). Stamped by
@@ -141,7 +153,7 @@ __device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[
 // map_x: A = x (M, K), the plan's b map (box (BK, BN), or MN-major boxes of 64 rows x BK).
 // C: element (m, n) at C[m * ldc_m + n * ldc_n]. partials / counters: the workspace, null when no unit
 // has two contributors (max_contributors == 1); the counters (one per unit and consumer) are zero.
-extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
+extern "C" __global__ void __launch_bounds__(GL_THREADS, GL_CTAS_PER_SM)
     sm90_gemm_small_m(const __grid_constant__ CUtensorMap map_w, const __grid_constant__ CUtensorMap map_x,
                       out_t* __restrict__ C, long long ldc_m, long long ldc_n, int M, int N, int K,
                       int max_contributors, float* __restrict__ partials, int* __restrict__ counters GL_EPILOGUE_ARG) {
@@ -161,7 +173,7 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
   GL_TIMELINE_STAMP(threadIdx.x == 0, kSetup);
 
   if (warpgroup_index() == 0) {
-    setmaxnreg_dec<40>();
+    setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
       const StreamKTail work = split();
       const int first = work.begin(blockIdx.x), end = work.begin(blockIdx.x + 1);
@@ -176,8 +188,8 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
       GL_TIMELINE_STAMP(true, kLastLoad);
     }
   } else {
-    // The pool split of level 9 (168 x 384 = 2 x 128 x 232 + 128 x 40): BN = 256 needs 128 accumulators.
-    setmaxnreg_inc<232>();
+    // The pool split (kConsumerRegs, above): with one CTA per SM, BN = 256 needs 128 accumulators.
+    setmaxnreg_inc<kConsumerRegs>();
     const int consumer = warpgroup_index() - 1;
     const bool elected = thread_in_warpgroup() == 0;  // releases stages, counts the arrival
     const int bar = kFirstReduceBarrier + consumer;
