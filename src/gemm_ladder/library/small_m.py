@@ -42,7 +42,7 @@ from gemm_ladder.library.bound import BoundLaunch
 from gemm_ladder.library.epilogue import EpilogueCall, compile_with_epilogue
 from gemm_ladder.library.operand import OperandView
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
-from gemm_ladder.runtime.module import LoadedKernel, device_index, load
+from gemm_ladder.runtime.module import LoadedKernel, _driver, check, device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
 from gemm_ladder.runtime.workspace import COUNTER_ARENA, COUNTERS, WORKSPACES, CounterArena  # noqa: F401 (re-exported)
 from gemm_ladder.library.lru import cached
@@ -98,8 +98,9 @@ class SmallMGemm:
     GL_CTAS_PER_SM): launch bounds of two CTAs per SM, so 80 registers per thread at launch and 96 for
     the consumers after setmaxnreg (two CTAs of 384 threads share the SM's 65536 registers: CUDA C++
     Programming Guide, compute capability 9.0 limits); the default ring is then the deepest that fits in
-    half the SM's shared memory. The grid rule (:meth:`ctas`) takes its residency from the occupancy
-    API, so twice the CTAs split the work.
+    half the SM's shared memory, and the loaded kernel asks for the largest shared-memory carveout
+    (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 100) so that both rings fit. The grid rule
+    (:meth:`ctas`) takes its residency from the occupancy API, so twice the CTAs split the work.
     """
 
     bn: int
@@ -256,6 +257,10 @@ class SmallMGemm:
             kernel = load(self.build(dtype, out_fp32=out_fp32, a_major=a_major, b_major=b_major,
                                      epilogue_source=epilogue_source), device,
                           threads=g.threads, dynamic_smem=g.dynamic_smem)
+            if self.ctas_per_sm > 1:  # ask for all of the SM's shared memory, so that two rings fit beside each other
+                check(_driver().cuFuncSetAttribute(
+                    kernel.function, _driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                    100), "cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT)")
             self._kernels[key] = kernel
         return kernel
 
