@@ -115,7 +115,9 @@ def traced_edit(src: str) -> str:
     return src
 
 
-def _read_global(kernel, name: str, shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
+def read_global(kernel, name: str, shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
+    """A copy on the host of ``kernel``'s (a LoadedKernel) __device__ array ``name`` of ``shape`` and ``dtype``
+    (cuModuleGetGlobal + cuMemcpyDtoH, synchronous). Also used by bench/small_m_timeline.py."""
     drv = _driver()
     ptr, size = check(drv.cuModuleGetGlobal(kernel.module, name.encode()), f"cuModuleGetGlobal({name})")
     out = torch.empty(shape, dtype=dtype)
@@ -124,13 +126,15 @@ def _read_global(kernel, name: str, shape: tuple[int, int], dtype: torch.dtype) 
     return out
 
 
-def _zero_global(kernel, name: str) -> None:
+def zero_global(kernel, name: str) -> None:
+    """Zero ``kernel``'s __device__ array ``name`` (cuMemsetD8), before a traced launch."""
     drv = _driver()
     ptr, size = check(drv.cuModuleGetGlobal(kernel.module, name.encode()), f"cuModuleGetGlobal({name})")
     check(drv.cuMemsetD8(ptr, 0, size), "cuMemsetD8")
 
 
-def _stats(xs: list[float]) -> dict:
+def spread(xs: list[float]) -> dict:
+    """median, min, max and count of ``xs`` (empty dict for none)."""
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)} if xs else {}
 
 
@@ -149,15 +153,15 @@ def trace(level, m: int, n: int, k: int, flush: str = "write") -> dict:
         level(a, b)
     torch.cuda.synchronize()
     for name in ("gl_trace_ns", "gl_trace_clk"):  # stale stamps of another shape would read as this one's
-        _zero_global(kernel, name)
+        zero_global(kernel, name)
     if flush == "write":
         buf.fill_(1)
     elif flush == "read":
         buf.sum(dtype=torch.int64)
     c = level(a, b)
     torch.cuda.synchronize()
-    ns = _read_global(kernel, "gl_trace_ns", (1024, SLOTS), torch.int64)
-    clk = _read_global(kernel, "gl_trace_clk", (1024, SLOTS), torch.int64)
+    ns = read_global(kernel, "gl_trace_ns", (1024, SLOTS), torch.int64)
+    clk = read_global(kernel, "gl_trace_clk", (1024, SLOTS), torch.int64)
     ctas = int((ns[:, ENTRY] > 0).sum().item())
     ns, clk = ns[:ctas].tolist(), clk[:ctas].tolist()
     t0 = min(r[ENTRY] for r in ns)
@@ -193,9 +197,9 @@ def trace(level, m: int, n: int, k: int, flush: str = "write") -> dict:
     for key in ("ready_us", "first_load_us", "first_load_latency_us", *(f"iter{j}_issue_us" for j in range(4)),
                 "entry_skew_us", "to_first_issue_us", "drain_us", "store_wait_us", "exit_gap_us", "clock_ghz", "tiles",
                 "cycles_per_k_tile_low", "cycles_per_k_tile_high"):
-        out[key] = _stats(rows[key])
-    out["math_us"] = {i: _stats(v) for i, v in rows["math_us"].items()}
-    out["boundary_us"] = {i: _stats(v) for i, v in rows["boundary_us"].items()}
+        out[key] = spread(rows[key])
+    out["math_us"] = {i: spread(v) for i, v in rows["math_us"].items()}
+    out["boundary_us"] = {i: spread(v) for i, v in rows["boundary_us"].items()}
     out["per_cta"] = {"entry_ns": [r[ENTRY] - t0 for r in ns], "exit_ns": [r[EXIT] - t0 for r in ns],
                       "tiles": rows["tiles"]}
     if flush == "write":  # the benchmarks' condition: every stamp kept, for other readings

@@ -42,7 +42,7 @@ from gemm_ladder.library.bound import BoundLaunch
 from gemm_ladder.library.epilogue import EpilogueCall, compile_with_epilogue
 from gemm_ladder.library.operand import OperandView
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
-from gemm_ladder.runtime.module import LoadedKernel, device_index, load
+from gemm_ladder.runtime.module import LoadedKernel, _driver, check, device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
 from gemm_ladder.runtime.workspace import COUNTER_ARENA, COUNTERS, WORKSPACES, CounterArena  # noqa: F401 (re-exported)
 from gemm_ladder.library.lru import cached
@@ -90,10 +90,23 @@ class SmallMGemm:
     """One M bucket of the small-M kernel: ``bn`` columns of C^T (rows of C) per tile.
 
     ``stages``: the ring depth; None takes as many as fit in shared memory (design.smem.max_stages).
+    ``timeline``: a measuring build, never the dispatcher's: the kernel's GL_TIMELINE stamps (per CTA
+    %globaltimer and clock64 at the points of its TimelineSlot enum, into its ``gl_timeline_ns`` /
+    ``gl_timeline_clk`` __device__ arrays; kernels/include/gemm_ladder/timeline.cuh), read by
+    bench/small_m_timeline.py. The same plan, ring and launch as without it.
+    ``ctas_per_sm``: 1 (every shipped build) or 2, an experiment's build for BN <= 64 (the kernel's
+    GL_CTAS_PER_SM): launch bounds of two CTAs per SM, so 80 registers per thread at launch and 96 for
+    the consumers after setmaxnreg (two CTAs of 384 threads share the SM's 65536 registers: CUDA C++
+    Programming Guide, compute capability 9.0 limits); the default ring is then the deepest that fits in
+    half the SM's shared memory, and the loaded kernel asks for the largest shared-memory carveout
+    (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 100) so that both rings fit. The grid rule
+    (:meth:`ctas`) takes its residency from the occupancy API, so twice the CTAs split the work.
     """
 
     bn: int
     stages: int | None = None
+    timeline: bool = False
+    ctas_per_sm: int = 1
     _defines: dict = field(default_factory=dict, repr=False)
     _builds: dict = field(default_factory=dict, repr=False)
     _kernels: dict = field(default_factory=dict, repr=False)
@@ -104,6 +117,9 @@ class SmallMGemm:
     def __post_init__(self) -> None:
         if self.bn not in BUCKETS:
             raise ValueError(f"bn = {self.bn}: the small-M kernel is built for BN in {BUCKETS}")
+        if self.ctas_per_sm not in (1, 2) or (self.ctas_per_sm == 2 and self.bn > 64):
+            raise ValueError(f"ctas_per_sm = {self.ctas_per_sm} with BN = {self.bn}: 1, or 2 for BN <= 64 (the "
+                             "consumers' 96 registers hold at most a 64 x 64 fragment's 32 accumulators)")
 
     @property
     def tile(self) -> tuple[int, int, int]:
@@ -114,7 +130,11 @@ class SmallMGemm:
         """The ring depth: ``stages``, or the most that fit with no output staging."""
         if self.stages is not None:
             return self.stages
-        return max_stages(bm=TILE_ROWS, bn=self.bn, bk=BK, elem_bytes=DTYPES[dtype].itemsize, arch=arch_info(arch),
+        info = arch_info(arch)
+        if self.ctas_per_sm > 1:  # each CTA's block plus the system's reservation in its share of the SM
+            info = replace(info, max_smem_per_block=min(info.max_smem_per_block, info.smem_per_sm // self.ctas_per_sm
+                                                        - info.smem_reserved_per_block))
+        return max_stages(bm=TILE_ROWS, bn=self.bn, bk=BK, elem_bytes=DTYPES[dtype].itemsize, arch=info,
                           c_from_registers=True)
 
     # --- building (no GPU needed) -----------------------------------------------------------------
@@ -145,6 +165,10 @@ class SmallMGemm:
             defines = {"GL_DTYPE_" + dtype.upper(): 1, **self.defines(dtype, arch, a_major=a_major, b_major=b_major)}
             if out_fp32:
                 defines["GL_OUT_FP32"] = 1
+            if self.timeline:
+                defines["GL_TIMELINE"] = 1
+            if self.ctas_per_sm != 1:
+                defines["GL_CTAS_PER_SM"] = self.ctas_per_sm
             # With an epilogue: its loads branch around out-of-range elements here (fused_epilogue.cuh's
             # GL_EPI_BRANCHED_LOADS): this kernel stores each pair right after its epilogue, and the
             # branch-free loads, hoisted together by ptxas, spilled.
@@ -233,6 +257,10 @@ class SmallMGemm:
             kernel = load(self.build(dtype, out_fp32=out_fp32, a_major=a_major, b_major=b_major,
                                      epilogue_source=epilogue_source), device,
                           threads=g.threads, dynamic_smem=g.dynamic_smem)
+            if self.ctas_per_sm > 1:  # ask for all of the SM's shared memory, so that two rings fit beside each other
+                check(_driver().cuFuncSetAttribute(
+                    kernel.function, _driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                    100), "cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT)")
             self._kernels[key] = kernel
         return kernel
 

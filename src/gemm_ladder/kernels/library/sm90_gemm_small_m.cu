@@ -26,12 +26,16 @@
 // the output is at most 256 x N elements, a few percent of the weight's bytes, so a staging buffer
 // would cost ring stages (shared memory) for no measurable gain, and an stmatrix.trans + TMA store
 // would need C's pitch 16-byte aligned, which a decode's output need not be.
+//
+// GL_TIMELINE (a measuring build, never shipped: bench/small_m_timeline.py) stamps the points of
+// TimelineSlot per CTA (timeline.cuh); without it the stamps compile to nothing.
 #include "gemm_ladder/fragment_partials.cuh"
 #include "gemm_ladder/fused_epilogue_pair.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
 #include "gemm_ladder/ptx/wgmma.cuh"
 #include "gemm_ladder/stage_ring.cuh"
 #include "gemm_ladder/stream_k.cuh"
+#include "gemm_ladder/timeline.cuh"
 #include "gemm_ladder/tma_tile.cuh"
 
 using namespace gl;
@@ -51,7 +55,40 @@ __device__ __forceinline__ out_t to_out(float x) { return to_elem(x); }
 #endif
 
 constexpr int kAcc = BN / 2;             // fp32 accumulators per consumer thread: one 64 x BN fragment
+
+// CTAs per SM (GL_CTAS_PER_SM, default 1). Registers are the limit: 384 threads x 168 (one CTA) fill the
+// SM's 65536, which level 9's split of the pool uses (168 x 384 = 2 x 128 x 232 + 128 x 40). Two CTAs
+// get 85 each, 80 after ptxas's rounding (80 x 384 = 30720 >= 2 x 128 x 96 + 128 x 40), so the consumers
+// keep 96: enough for BN <= 64's accumulators (32). The ring must fit in half the SM's shared memory (the
+// plan's stages). An experiment's build (bench/small_m_timeline.py), not the dispatcher's.
+#ifndef GL_CTAS_PER_SM
+#define GL_CTAS_PER_SM 1
+#endif
+static_assert(GL_CTAS_PER_SM == 1 || (GL_CTAS_PER_SM == 2 && BN <= 64), "two CTAs per SM: BN <= 64");
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = GL_CTAS_PER_SM == 1 ? 232 : 96;
 constexpr int kFirstReduceBarrier = 2;   // named barrier 2 + c: consumer c's 128 threads (0 is __syncthreads)
+
+// The timeline build's slots (GL_TIMELINE; bench/small_m_timeline.py reads this enum). Stamped by
+// thread 0 (the producer) or by consumer 0's elected thread; values and counts where said.
+enum TimelineSlot {
+  kEntry = 0,       // thread 0: the kernel's first instruction
+  kSetup = 1,       // thread 0: barriers initialised, tensor maps prefetched, __syncthreads passed
+  kFirstLoad = 2,   // producer: about to wait for its first stage and issue its first load
+  kLastLoad = 3,    // producer: its last load issued (the loop over its K range done)
+  kReady = 4,       // consumer 0: registers raised (setmaxnreg)
+  kFirstFull = 5,   // consumer 0: the first stage arrived (its first consumer_wait done)
+  kLoopEnd = 6,     // consumer 0: the K tiles of its last segment done (wgmma_wait 0)
+  kHandIn = 7,      // consumer 0: its last split segment's partial handed in (stored, counted)
+  kReduceEnd = 8,   // consumer 0: its last reduction of other contributors' partials done
+  kStoreEnd = 9,    // consumer 0: its last store of C issued
+  kExit0 = 10,      // consumer 0: leaving the kernel
+  kExit1 = 11,      // consumer 1: leaving the kernel
+  kSmId = 12,       // value: %smid
+  kSegments = 13,   // count: segments (units) consumer 0 computed a range of
+  kReductions = 14, // count: units consumer 0 reduced and stored as the last contributor
+  kHandIns = 15,    // count: partials consumer 0 handed in
+};
 
 #if defined(GL_EPILOGUE)
 #define GL_EPILOGUE_ARG , const __grid_constant__ EpilogueParams epi
@@ -98,6 +135,7 @@ __device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[
   for (int kt = kb; kt < ke; ++kt, pos.advance()) {
     const int s = pos.stage();
     consumer_wait(smem, pos);
+    GL_TIMELINE_STAMP(consumer == 0 && elected && pos.count == 0, kFirstFull);
     wgmma_fence();
     // A consumer's 64 weight rows start 64 x BK elements into the tile in either major (K-major: 64
     // rows of BK; MN-major: the tile's second 64-row box).
@@ -115,11 +153,13 @@ __device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[
 // map_x: A = x (M, K), the plan's b map (box (BK, BN), or MN-major boxes of 64 rows x BK).
 // C: element (m, n) at C[m * ldc_m + n * ldc_n]. partials / counters: the workspace, null when no unit
 // has two contributors (max_contributors == 1); the counters (one per unit and consumer) are zero.
-extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
+extern "C" __global__ void __launch_bounds__(GL_THREADS, GL_CTAS_PER_SM)
     sm90_gemm_small_m(const __grid_constant__ CUtensorMap map_w, const __grid_constant__ CUtensorMap map_x,
                       out_t* __restrict__ C, long long ldc_m, long long ldc_n, int M, int N, int K,
                       int max_contributors, float* __restrict__ partials, int* __restrict__ counters GL_EPILOGUE_ARG) {
   extern __shared__ uint8_t smem_raw[];
+  GL_TIMELINE_STAMP(threadIdx.x == 0, kEntry);
+  GL_TIMELINE_VALUE(threadIdx.x == 0, kSmId, smid());
   const SmemMap smem(smem_raw);
   const int m_tiles = (M + BN - 1) / BN;
   // Unit u = (N tile u / m_tiles, M tile u % m_tiles): units sharing a weight tile are neighbours.
@@ -130,26 +170,30 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
 
   if (threadIdx.x == 0) init_ring(smem, &map_w, &map_x, &map_x);  // no output map: x's is prefetched twice
   __syncthreads();
+  GL_TIMELINE_STAMP(threadIdx.x == 0, kSetup);
 
   if (warpgroup_index() == 0) {
-    setmaxnreg_dec<40>();
+    setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
       const StreamKTail work = split();
       const int first = work.begin(blockIdx.x), end = work.begin(blockIdx.x + 1);
       RingPosition pos{0};
+      GL_TIMELINE_STAMP(true, kFirstLoad);
       for (int it = first; it < end;) {
         const StreamKTail::Segment seg = work.segment(blockIdx.x, it, end);
         // The ring's A is the weight (its N tile), its B is x (its M tile).
         produce_k_range(smem, &map_w, &map_x, seg.unit / m_tiles, seg.unit % m_tiles, seg.kb, seg.ke, 0, pos);
         it = seg.next;
       }
+      GL_TIMELINE_STAMP(true, kLastLoad);
     }
   } else {
-    // The pool split of level 9 (168 x 384 = 2 x 128 x 232 + 128 x 40): BN = 256 needs 128 accumulators.
-    setmaxnreg_inc<232>();
+    // The pool split (kConsumerRegs, above): with one CTA per SM, BN = 256 needs 128 accumulators.
+    setmaxnreg_inc<kConsumerRegs>();
     const int consumer = warpgroup_index() - 1;
     const bool elected = thread_in_warpgroup() == 0;  // releases stages, counts the arrival
     const int bar = kFirstReduceBarrier + consumer;
+    GL_TIMELINE_STAMP(consumer == 0 && elected, kReady);
     const StreamKTail work = split();
     const int first = work.begin(blockIdx.x), end = work.begin(blockIdx.x + 1);
     RingPosition pos{0};
@@ -158,16 +202,24 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
       it = seg.next;
       float d[kAcc];
       consume_k_range(smem, d, consumer, seg.kb, seg.ke, pos, elected);
+      GL_TIMELINE_STAMP(consumer == 0 && elected, kLoopEnd);
+      GL_TIMELINE_COUNT(consumer == 0 && elected, kSegments);
       if (seg.contributors > 1) {
         const int slot = seg.unit * GL_CONSUMERS + consumer;
         const FragmentPartials<kAcc> slots{partials + static_cast<size_t>(slot) * max_contributors *
                                                           FragmentPartials<kAcc>::kFloats};
-        if (!hand_in_fragment(slots, counters + slot, seg.mine, seg.contributors, d, bar, elected))
-          continue;  // another contributor finishes this unit
+        const bool last = hand_in_fragment(slots, counters + slot, seg.mine, seg.contributors, d, bar, elected);
+        GL_TIMELINE_STAMP(consumer == 0 && elected, kHandIn);
+        GL_TIMELINE_COUNT(consumer == 0 && elected, kHandIns);
+        if (!last) continue;  // another contributor finishes this unit
         slots.reduce(seg.contributors, d);
+        GL_TIMELINE_STAMP(consumer == 0 && elected, kReduceEnd);
+        GL_TIMELINE_COUNT(consumer == 0 && elected, kReductions);
       }
       const int tn = seg.unit / m_tiles, tm = seg.unit % m_tiles;
       store_transposed(C, ldc_m, ldc_n, d, tn * BM + 64 * consumer, tm * BN, M, N GL_EPILOGUE_PASS);
+      GL_TIMELINE_STAMP(consumer == 0 && elected, kStoreEnd);
     }
+    GL_TIMELINE_STAMP(elected, consumer == 0 ? kExit0 : kExit1);
   }
 }

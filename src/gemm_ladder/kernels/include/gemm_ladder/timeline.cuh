@@ -1,0 +1,72 @@
+// Per-CTA timestamps for a measuring build of a kernel (GL_TIMELINE defined; bench/small_m_timeline.py).
+//
+// With GL_TIMELINE, GL_TIMELINE_STAMP(cond, slot) writes %globaltimer (nanoseconds, PTX ISA "Special
+// Registers: %globaltimer") and clock64 (SM cycles) of the calling thread into row blockIdx.x of two
+// __device__ arrays, which the host reads with cuModuleGetGlobal after the launch;
+// GL_TIMELINE_COUNT(cond, slot) adds 1 to a slot (the host zeroes the arrays first) and
+// GL_TIMELINE_VALUE(cond, slot, v) stores a value. Without it (every shipped build) the three macros
+// expand to nothing, so the kernel compiles exactly as without this header.
+#pragma once
+
+#if defined(GL_TIMELINE)
+#ifndef GL_TIMELINE_CTAS
+#define GL_TIMELINE_CTAS 4096  // rows: CTAs with a larger blockIdx.x are not stamped
+#endif
+#ifndef GL_TIMELINE_SLOTS
+#define GL_TIMELINE_SLOTS 16
+#endif
+__device__ unsigned long long gl_timeline_ns[GL_TIMELINE_CTAS][GL_TIMELINE_SLOTS];
+__device__ long long gl_timeline_clk[GL_TIMELINE_CTAS][GL_TIMELINE_SLOTS];
+
+namespace gl {
+__device__ __forceinline__ unsigned long long globaltimer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ unsigned smid() {
+  unsigned s;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+  return s;
+}
+
+__device__ __forceinline__ void timeline_stamp(int slot) {
+  if (blockIdx.x < GL_TIMELINE_CTAS) {
+    gl_timeline_ns[blockIdx.x][slot] = globaltimer_ns();
+    gl_timeline_clk[blockIdx.x][slot] = clock64();
+  }
+}
+
+__device__ __forceinline__ void timeline_value(int slot, unsigned long long v) {
+  if (blockIdx.x < GL_TIMELINE_CTAS) gl_timeline_ns[blockIdx.x][slot] = v;
+}
+
+__device__ __forceinline__ void timeline_count(int slot) {
+  if (blockIdx.x < GL_TIMELINE_CTAS) gl_timeline_ns[blockIdx.x][slot] += 1;  // one thread per slot
+}
+}  // namespace gl
+
+#define GL_TIMELINE_STAMP(cond, slot) \
+  do {                                \
+    if (cond) ::gl::timeline_stamp(slot); \
+  } while (0)
+#define GL_TIMELINE_VALUE(cond, slot, v) \
+  do {                                   \
+    if (cond) ::gl::timeline_value(slot, v); \
+  } while (0)
+#define GL_TIMELINE_COUNT(cond, slot) \
+  do {                                \
+    if (cond) ::gl::timeline_count(slot); \
+  } while (0)
+#else
+#define GL_TIMELINE_STAMP(cond, slot) \
+  do {                                \
+  } while (0)
+#define GL_TIMELINE_VALUE(cond, slot, v) \
+  do {                                   \
+  } while (0)
+#define GL_TIMELINE_COUNT(cond, slot) \
+  do {                                \
+  } while (0)
+#endif
