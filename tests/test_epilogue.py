@@ -226,6 +226,8 @@ def _census(built):
 def test_general_kernel_builds_every_linear_epilogue_without_spills(use_cache, activation):
     from gemm_ladder.library.gemm import library_gemm
 
+    from gemm_ladder.runtime.compiler import disassemble
+
     ep = linear_epilogue(bias=True, activation=activation, residual=True, alpha=True)
     dts = {"gl_bias_": BF16, "gl_residual_": BF16}
     # The builds a call makes (EpilogueCall.source): 32-bit offsets and a contiguous residual's pair
@@ -236,6 +238,14 @@ def test_general_kernel_builds_every_linear_epilogue_without_spills(use_cache, a
         rep = _census(built)
         assert rep.passed, (bn, swap, wide, rep.messages)
         assert rep.sass["HGMMA"] and rep.sass["UTMASTG"]
+        sass = disassemble(built.cubin)
+        # The activation's MUFU: BN / 2 accumulators per thread, epilogue code at two sites (whole tiles
+        # and the stream-K tail): gelu_tanh one tanh.approx each and no ex2 (fused_epilogue.cuh), silu
+        # an ex2 (and an rcp) each.
+        if activation == "gelu_tanh":
+            assert sass.count("MUFU.TANH") == bn and "MUFU.EX2" not in sass, (bn, swap)
+        if activation == "silu":
+            assert sass.count("MUFU.EX2") == bn and "MUFU.TANH" not in sass, (bn, swap)
 
 
 @needs_nvcc
@@ -266,6 +276,25 @@ def test_small_m_and_custom_epilogue_build_without_spills(use_cache):
                 assert _census(built).passed, (ep, swap, bucket, fp32)
     built = library_gemm("k", "k", 256).build("bf16", epilogue_source=custom.source({"scale": BF16}, False))
     assert _census(built).passed
+
+
+@needs_nvcc
+def test_gelu_tanh_keeps_the_sigmoid_form_for_an_fp32_output(use_cache):
+    """16-bit outputs: gelu_tanh is one tanh.approx (MUFU.TANH) per element; an fp32 output (the small-M
+    kernel's GL_OUT_FP32) keeps ex2 + rcp, accurate to a few fp32 ulp (fused_epilogue.cuh)."""
+    from gemm_ladder.library.small_m import small_m_gemm
+    from gemm_ladder.runtime.compiler import disassemble
+
+    ep = linear_epilogue(bias=True, activation="gelu_tanh", residual=False, alpha=False)
+    src = ep.source({"gl_bias_": torch.float32}, False, wide=False, pairs={"gl_bias_": (True, False)})
+    for fp32 in (False, True):
+        built = small_m_gemm(8).build("bf16", out_fp32=fp32, epilogue_source=src)
+        assert _census(built).passed, fp32
+        sass = disassemble(built.cubin)
+        if fp32:
+            assert "MUFU.EX2" in sass and "MUFU.TANH" not in sass
+        else:
+            assert "MUFU.TANH" in sass and "MUFU.EX2" not in sass
 
 
 @needs_nvcc
