@@ -130,6 +130,39 @@ __device__ __forceinline__ void epi_load_pair(const void* base, Off offset, Off 
   }
 }
 
+// L2 prefetch of a tile input's block, at the start of a tile (the kernel's hook: fused_epilogue_pair.cuh's
+// epilogue_prefetch), so that the epilogue's loads at the tile's end hit L2 instead of waiting on DRAM. The
+// block is kRuns runs of kRunLen elements of an input contiguous along a run (stride 1, the host checked:
+// library/epilogue.py's EpilogueCall.prefetch_runs): run i lies at outer coordinate outer0 + i, starts at
+// element (outer0 + i) * outer_stride + inner0 and holds len = min(kRunLen, inner_extent - inner0) elements
+// inside the output; a run at or past outer_extent, or an empty one, is not touched, nor is any element
+// outside the output. Per run, one prefetch.global.L2 (PTX ISA, "prefetch": the cache line holding the
+// address) at each 128 bytes from its first element and one at its last element: every line the run's
+// elements touch, aligned or not (kRunLen / kLine + 1 per run, spread over the kThreads threads). A
+// per-thread prefetch is one instruction (CCTL); cp.async.bulk.prefetch.L2 takes its address in a uniform
+// register, which costs a loop over the warp's distinct addresses when each thread has its own run. A
+// prefetch writes nothing and orders nothing (a hint): no barrier. 64-bit offsets: a few integer
+// instructions per line, before the main loop, where registers are free.
+template <int DT, int kRuns, int kRunLen, int kThreads>
+__device__ __forceinline__ void epi_prefetch_runs(const void* base, long long outer_stride, int outer0, int inner0,
+                                                  int outer_extent, int inner_extent, int t) {
+  constexpr int kBytes = DT == kEpiFp32 ? 4 : 2;
+  constexpr int kLine = 128 / kBytes;             // elements per 128-byte line
+  static_assert(kRunLen % kLine == 0, "epi_prefetch_runs: runs of whole lines");
+  constexpr int kPoints = kRunLen / kLine + 1;    // per run: its lines from its first element, then its last
+  constexpr int kItems = kRuns * kPoints;
+  const int len = min(kRunLen, inner_extent - inner0);
+  const char* const bytes = static_cast<const char*>(base);
+#pragma unroll
+  for (int k = 0; k < (kItems + kThreads - 1) / kThreads; ++k) {
+    const int q = t + k * kThreads, run = q / kPoints, j = q - run * kPoints;
+    if ((kItems % kThreads == 0 || q < kItems) && outer0 + run < outer_extent && len > 0) {
+      const long long e = static_cast<long long>(outer0 + run) * outer_stride + inner0 + min(j * kLine, len - 1);
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(bytes + e * kBytes)));
+    }
+  }
+}
+
 // The built-in activations, in fp32. NaN propagates (relu(NaN) = NaN, as torch.relu) and -inf gives
 // NaN in gelu, gelu_tanh and silu as torch's formulas do (x * 0).
 //
