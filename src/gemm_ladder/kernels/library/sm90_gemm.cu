@@ -24,8 +24,8 @@
 // its loads and math run in the registers the packing already uses, and the output is rounded
 // once. And at the start of each tile (whole or a stream-K segment), before its main loop, each consumer
 // prefetches its slice of the epilogue's tile inputs into L2 (epilogue_prefetch), so the loads at the
-// tile's end do not wait on DRAM. Without GL_EPILOGUE the kernel is level 9's, instruction for
-// instruction, and takes no epilogue argument (tests/test_epilogue_build.py compares the SASS).
+// tile's end need not wait on DRAM. Without GL_EPILOGUE the kernel is level 9's, instruction for
+// instruction, and takes no epilogue argument (tests/test_epilogue.py compares the SASS).
 #include "gemm_ladder/tma_tile.cuh"
 #include "gemm_ladder/fused_epilogue_pair.cuh"
 
