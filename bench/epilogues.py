@@ -3,7 +3,7 @@
     python bench/epilogues.py [--quick] [--passes 3] [--budget 0.15] [--dtype bf16] [-o OUT.json]
 
 Shapes (M x N x K): 4096x14336x4096, 4096³, 8192³ and the ``llm`` set (``--quick``: the first two, one
-pass). Epilogues: ``bias_gelu_tanh`` (linear(x, w, b, activation="gelu_tanh")), ``silu``, ``bias``, and
+pass unless ``--passes`` is given). Epilogues: ``bias_gelu_tanh`` (linear(x, w, b, activation="gelu_tanh")), ``silu``, ``bias``, and
 ``residual`` (linear(x, w, residual=r, alpha=0.5, beta=1.0) against torch.addmm(r, x, w.T, alpha=0.5)).
 
 Per shape and epilogue, six callables timed interleaved (gates.performance.time_fns: L2 flushed before
@@ -136,17 +136,21 @@ def judge(results: list[dict]) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="4096x14336x4096 and 4096³ only, one pass")
-    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--quick", action="store_true",
+                        help="4096x14336x4096 and 4096³ only, one pass unless --passes is given")
+    parser.add_argument("--passes", type=int, default=None, help="passes, the order rotated (default 3; --quick: 1)")
     parser.add_argument("--budget", type=float, default=0.15, help="seconds of timed calls per callable per pass")
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     add_output_argument(parser)
     args = parser.parse_args(argv)
+    passes = args.passes if args.passes is not None else 1 if args.quick else 3
+    if passes < 1:
+        print(f"bench/epilogues.py: --passes {passes}: at least 1", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("bench/epilogues.py needs a CUDA GPU", file=sys.stderr)
         return 2
     shapes = HEADLINE[:2] if args.quick else list(dict.fromkeys(HEADLINE + [tuple(s) for s in SHAPE_SETS["llm"]]))
-    passes = 1 if args.quick else args.passes
     torch.set_grad_enabled(False)
     compiled = {name: torch.compile(f, dynamic=True) for name, f in eager_fns().items()}
     results = [run_shape(s, args.dtype, passes, args.budget, compiled) for s in shapes]

@@ -190,6 +190,37 @@ def test_offset_width_and_pair_loads_are_decided_per_call():
     assert ep.bind({"r": torch.empty(4, 8, dtype=BF16), "v": strided_vec}, 4, 8, cpu).pair_loads()["v"] == (False, False)
 
 
+def test_prefetch_runs_are_decided_per_call_and_generated():
+    """A tile input is prefetched along the output direction in which it is contiguous (stride 1, the other
+    stride not 0); vectors, broadcast tiles and tiles without a unit stride are not; the decision is in
+    the generated code and the build's key."""
+    ep = Epilogue(cuda="acc + r + v", inputs={"r": "tile", "v": "col"}, reference=lambda acc, r, v: acc + r + v)
+    cpu = torch.device("cpu")
+    v = torch.empty(8, dtype=BF16)
+
+    def runs(r):
+        return ep.bind({"r": r, "v": v}, 4, 8, cpu).prefetch_runs()
+
+    assert runs(torch.empty(4, 8, dtype=BF16)) == {"r": "cols"}
+    assert runs(torch.empty(4, 9, dtype=BF16)[:, :8]) == {"r": "cols"}  # a padded pitch
+    assert runs(torch.empty(8, 4, dtype=BF16).T) == {"r": "rows"}
+    assert runs(torch.empty(1, 8, dtype=BF16).expand(4, 8)) == {}  # broadcast rows: the same bytes
+    assert runs(torch.empty(8, 16, dtype=BF16)[::2, ::2]) == {}  # no unit stride
+    call = ep.bind({"r": torch.empty(4, 8, dtype=torch.float32), "v": v}, 4, 8, cpu)
+    src = call.source()
+    assert "epi_prefetch_runs<kEpiFp32, kRows, kCols, kThreads>(gl_p.ptr[0], gl_p.stride_row[0]" in src
+    rows = ep.source({"r": BF16, "v": BF16}, False, prefetch={"r": "rows"})
+    assert "epi_prefetch_runs<kEpiBf16, kCols, kRows, kThreads>(gl_p.ptr[0], gl_p.stride_col[0]" in rows
+    none = ep.source({"r": BF16, "v": BF16}, False)
+    assert "epi_prefetch_runs" not in none and "nothing to prefetch" in none
+    cols = ep.source({"r": BF16, "v": BF16}, False, prefetch={"r": "cols"})
+    assert len({cache_key(x, ["-O3"], "nvcc 13", "h") for x in (none, rows, cols)}) == 3
+    for bad in ({"v": "cols"}, {"r": "diagonal"}):
+        with pytest.raises(EpilogueError, match="only tile inputs"):
+            ep.source({"r": BF16, "v": BF16}, False, prefetch=bad)
+    assert call.describe()["inputs"][0]["l2_prefetch"] == "cols" and call.describe()["inputs"][1]["l2_prefetch"] is None
+
+
 def test_params_pair_rules():
     ep = Epilogue(cuda="acc + r", inputs={"r": "tile"}, reference=lambda acc, r: acc + r)
     cpu = torch.device("cpu")
@@ -226,16 +257,29 @@ def _census(built):
 def test_general_kernel_builds_every_linear_epilogue_without_spills(use_cache, activation):
     from gemm_ladder.library.gemm import library_gemm
 
+    from gemm_ladder.runtime.compiler import disassemble
+
     ep = linear_epilogue(bias=True, activation=activation, residual=True, alpha=True)
     dts = {"gl_bias_": BF16, "gl_residual_": BF16}
     # The builds a call makes (EpilogueCall.source): 32-bit offsets and a contiguous residual's pair
-    # loads along rows (direct) or single loads (swapped); and the 64-bit fallback.
+    # loads along rows (direct) or single loads (swapped), its L2 prefetch along the output's rows;
+    # and the 64-bit fallback.
     paired = {n: (True, False) for n in dts}
     for bn, swap, wide in ((256, False, False), (256, True, False), (128, False, False), (256, False, True)):
-        built = library_gemm("k", "k", bn).build("bf16", epilogue_source=ep.source(dts, swap, wide=wide, pairs=paired))
+        built = library_gemm("k", "k", bn).build("bf16", epilogue_source=ep.source(
+            dts, swap, wide=wide, pairs=paired, prefetch={"gl_residual_": "cols"}))
         rep = _census(built)
         assert rep.passed, (bn, swap, wide, rep.messages)
         assert rep.sass["HGMMA"] and rep.sass["UTMASTG"]
+        sass = disassemble(built.cubin)
+        assert "CCTL.E.PF2" in sass  # the residual's L2 prefetch (prefetch.global.L2)
+        # The activation's MUFU: BN / 2 accumulators per thread, epilogue code at two sites (whole tiles
+        # and the stream-K tail): gelu_tanh one tanh.approx each and no ex2 (fused_epilogue.cuh), silu
+        # an ex2 (and an rcp) each.
+        if activation == "gelu_tanh":
+            assert sass.count("MUFU.TANH") == bn and "MUFU.EX2" not in sass, (bn, swap)
+        if activation == "silu":
+            assert sass.count("MUFU.EX2") == bn and "MUFU.TANH" not in sass, (bn, swap)
 
 
 @needs_nvcc
@@ -266,6 +310,45 @@ def test_small_m_and_custom_epilogue_build_without_spills(use_cache):
                 assert _census(built).passed, (ep, swap, bucket, fp32)
     built = library_gemm("k", "k", 256).build("bf16", epilogue_source=custom.source({"scale": BF16}, False))
     assert _census(built).passed
+
+
+@needs_nvcc
+def test_gelu_tanh_keeps_the_sigmoid_form_for_an_fp32_output(use_cache):
+    """16-bit outputs: gelu_tanh is one tanh.approx (MUFU.TANH) per element; an fp32 output (the small-M
+    kernel's GL_OUT_FP32) keeps ex2 + rcp, accurate to a few fp32 ulp (fused_epilogue.cuh)."""
+    from gemm_ladder.library.small_m import small_m_gemm
+    from gemm_ladder.runtime.compiler import disassemble
+
+    ep = linear_epilogue(bias=True, activation="gelu_tanh", residual=False, alpha=False)
+    src = ep.source({"gl_bias_": torch.float32}, False, wide=False, pairs={"gl_bias_": (True, False)})
+    for fp32 in (False, True):
+        built = small_m_gemm(8).build("bf16", out_fp32=fp32, epilogue_source=src)
+        assert _census(built).passed, fp32
+        sass = disassemble(built.cubin)
+        if fp32:
+            assert "MUFU.EX2" in sass and "MUFU.TANH" not in sass
+        else:
+            assert "MUFU.TANH" in sass and "MUFU.EX2" not in sass
+
+
+@needs_nvcc
+@pytest.mark.parametrize("swap", [False, True])
+def test_residual_prefetch_along_rows_and_columns_without_spills(use_cache, swap):
+    """BN 256, both orientations: a row-major residual (prefetched along the output's columns) and a
+    column-major one (along its rows, single loads) build with no spill and prefetch; an epilogue with no
+    tile input prefetches nothing."""
+    from gemm_ladder.library.gemm import library_gemm
+    from gemm_ladder.runtime.compiler import disassemble
+
+    ep = linear_epilogue(bias=False, activation=None, residual=True, alpha=False)
+    for how, pair in (("cols", (True, False)), ("rows", (False, True))):
+        built = library_gemm("k", "k", 256).build("bf16", epilogue_source=ep.source(
+            {"gl_residual_": BF16}, swap, wide=False, pairs={"gl_residual_": pair}, prefetch={"gl_residual_": how}))
+        assert _census(built).passed, (swap, how)
+        assert "CCTL.E.PF2" in disassemble(built.cubin), (swap, how)
+    bias = linear_epilogue(bias=True, activation=None, residual=False, alpha=False)
+    built = library_gemm("k", "k", 256).build("bf16", epilogue_source=bias.source({"gl_bias_": BF16}, swap, wide=False))
+    assert "CCTL.E.PF2" not in disassemble(built.cubin)
 
 
 @needs_nvcc
@@ -344,6 +427,21 @@ def test_epilogue_load_plan_and_audit():
     assert plan.bytes_per_tile == 1024 + 65536 and "none added" in plan.text() and "program order" in plan.text()
     assert plan.to_json()["bytes_per_tile"] == plan.bytes_per_tile
     assert audit_epilogue_plan(plan) == [] and "no barrier added" in audit_text(plan)
+    # the residual's L2 prefetch at each tile's start: a hint on the tile input only, no barrier
+    assert by["gl_residual_"].prefetch == "L2 along cols" and by["gl_bias_"].prefetch == "none"
+    assert (by["gl_residual_"].method, by["gl_residual_"].staged_in) == ("direct", "registers")
+    assert "prefetched to L2 along cols" in plan.text() and "gl_residual_ prefetched into L2" in audit_text(plan)
+    colmajor = linear_call(x, w, residual=t(4, 6).T).load_plan()
+    assert {ld.name: ld.prefetch for ld in colmajor.loads}["gl_residual_"] == "L2 along rows"
+    assert all(ld.prefetch == "none" for ld in linear_call(x, w, residual=t(1, 4).expand(6, 4)).load_plan().loads)
+    bias_pre = replace(plan, loads=(replace(by["gl_bias_"], prefetch="L2 along cols"),))
+    assert any("tile inputs only" in p for p in audit_epilogue_plan(bias_pre))
+    assert any("tile inputs only" in p for p in audit_epilogue_plan(
+        replace(plan, loads=(replace(by["gl_residual_"], prefetch="L1"),))))
+    from gemm_ladder.design.epilogue import plan_epilogue_loads
+
+    with pytest.raises(ValueError, match="only tile inputs"):
+        plan_epilogue_loads([("b", "col", 2)], (128, 256), 2, prefetch={"b": "cols"})
     staged = replace(plan, loads=(replace(plan.loads[1], staged_in="shared memory"),) + plan.loads[2:])
     assert any("registers" in p for p in audit_epilogue_plan(staged))
     assert any("barrier" in p for p in audit_epilogue_plan(replace(plan, barriers=("bar",))))

@@ -177,6 +177,77 @@ def test_out_dtype_float32():
         gemm_ladder.linear(rnd(1000, 520), w, rnd(1000), out_dtype=torch.float32)
 
 
+# --- gelu_tanh's elementwise error (fused_epilogue.cuh's act_gelu_tanh) ------------------------------
+
+#: PTX ISA, "tanh": tanh.approx.f32's maximum relative error over the whole fp32 range is 2^-11; x 1.25 for a
+#: bound quoted to its nearest power of two.
+TANH_APPROX_REL = 1.25 * 2.0**-11
+UNIT = {BF16: 2.0**-8, torch.float16: 2.0**-11}
+#: fp16's smallest subnormal is 2^-24: a result that small is rounded to within 2^-25.
+FLOOR = {BF16: 0.0, torch.float16: 2.0**-25}
+
+
+def _gelu_tanh_grid(m: int, dtype: torch.dtype):
+    """x (m, 64), w (n, 64), an fp32 bias b (n) such that the epilogue's argument at (r, c) is exactly
+    acc + b[c] with acc = x[r, 0] = (r - m/2) / (2m) (w[:, 0] = 1, every other product 0): a dense grid
+    over [-12.75, 12.75] (step 25 / 8174 along columns, 1 / (2m) along rows), then the tails, then -inf,
+    +inf and NaN. Returns x, w, b and the float64 argument v (m, n)."""
+    n_dense = 8192 - 17
+    tails = [-1e4, -1e3, -100.0, -40.0, -20.0, -15.0, -13.0, 13.0, 15.0, 20.0, 40.0, 100.0, 1e3, 1e4]
+    b = torch.cat([torch.linspace(-12.5, 12.5, n_dense, dtype=torch.float64), torch.tensor(tails, dtype=torch.float64),
+                   torch.tensor([-math.inf, math.inf, math.nan], dtype=torch.float64)])
+    assert b.numel() == 8192
+    b = b.float().cuda()
+    x = torch.zeros(m, 64, dtype=dtype, device="cuda")
+    x[:, 0] = (torch.arange(m, device="cuda", dtype=torch.float64) - m / 2) / (2 * m)  # exact in bf16 and fp16
+    w = torch.zeros(b.numel(), 64, dtype=dtype, device="cuda")
+    w[:, 0] = 1.0
+    v = x[:, :1].double() + b.double().view(1, -1)
+    return x, w, b, v
+
+
+@pytest.mark.parametrize("dtype, m, out_dtype", [
+    (BF16, 512, None), (torch.float16, 512, None),        # the general kernel (tanh.approx)
+    (BF16, 64, None), (torch.float16, 64, None),          # the small-M kernel, 16-bit output (tanh.approx)
+    (BF16, 64, torch.float32), (torch.float16, 64, torch.float32)])  # fp32 output: the sigmoid form
+def test_gelu_tanh_elementwise_error_over_a_dense_grid(dtype, m, out_dtype):
+    """bias + gelu_tanh against its float64 value element by element, NaN/Inf placement as torch's.
+
+    16-bit outputs (tanh.approx.f32): |y - g| <= u |g| + (1 + u) E + floor, with E = 2^-12 |v| |tanh z|
+    (tanh.approx's documented relative error 2^-11, x 1.25, times h = |v| / 2) + 2^-20 |v| (the fp32
+    roundings of v, z and the final FFMA, about 2^-22 |v|, x 4). That is 2^-12 relative where v >= 0
+    and an absolute 2^-12 |v| in the negative tail, where the true value tends to 0.
+    fp32 output (the sigmoid form, ex2 + rcp): |y - g| <= 2^-24 (64 + 32 |z|) |g| + 1e-30, a few ulp plus
+    the argument's rounding amplified where the result tends to 0, and below ftz's range 0; the
+    tanh.approx form (2^-12 relative for v > 0) fails it."""
+    x, w, b, v = _gelu_tanh_grid(m, dtype)
+    poisoned()
+    y = gemm_ladder.linear(x, w, b, activation="gelu_tanh", out_dtype=out_dtype)
+    torch.cuda.synchronize()
+    z = math.sqrt(2 / math.pi) * (v + 0.044715 * v**3)
+    # The truth: v sigmoid(2z), the same function without cancellation. torch's float64 formula
+    # 0.5 v (1 + tanh z) rounds 1 + tanh z to 0 past v = -7 (tanh z within 2^-53 of -1), where the true
+    # value is about -4e-16 and the fp32 output's sigmoid form gets it right; elsewhere the two agree.
+    g = v * torch.sigmoid(2 * z)
+    torch_g = torch.nn.functional.gelu(v, approximate="tanh")
+    fin = torch.isfinite(g)
+    torch.testing.assert_close(g[~fin], torch_g[~fin], rtol=0, atol=0, equal_nan=True)  # -inf: NaN, +inf: +inf, NaN
+    assert ((g - torch_g)[fin].abs() <= 2.0**-50 * v[fin].abs()).all()
+    assert check_nonfinite(y, g) is None, check_nonfinite(y, g)
+    assert fin.sum() == m * (8192 - 3)
+    err = (y.double() - g).abs()
+    if out_dtype is None:
+        u = UNIT[dtype]
+        e_act = 0.5 * TANH_APPROX_REL * v.abs() * torch.tanh(z).abs() + 2.0**-20 * v.abs()
+        bound = u * g.abs() + (1 + u) * e_act + FLOOR[dtype]
+    else:
+        bound = 2.0**-24 * (64 + 32 * z.abs()) * g.abs() + 1e-30
+    ratio = (err / bound)[fin]
+    worst = ratio.argmax().item()
+    assert ratio.max().item() <= 1.0, (ratio.max().item(), v[fin][worst].item(), y.double()[fin][worst].item(),
+                                       g[fin][worst].item())
+
+
 def test_batched_x_and_k_zero_and_empty():
     x, w = rnd(2, 150, 264), rnd(520, 264)
     y = check_linear(x, w, rnd(520), activation="gelu", residual=rnd(2, 150, 520))

@@ -185,7 +185,8 @@ def run_epilogue(args: argparse.Namespace, dtypes: list[str], shapes: list) -> i
 def epilogue_resources(ep, dtypes: list[str], arch: str) -> list[dict]:
     """The resource gate (spills, stack, local memory) of ``ep`` built into the top kernels: the general
     kernel (A and B K-major, BN 256) in both orientations and the small-M kernel's widest bucket;
-    tensor inputs in each dtype."""
+    tensor inputs in each dtype, tile inputs with the L2 prefetch a row-major one builds ("cols":
+    EpilogueCall.prefetch_runs)."""
     from gemm_ladder.contract import DTYPES
     from gemm_ladder.gates.resources import check_cubin_resources
     from gemm_ladder.library.gemm import library_gemm
@@ -195,7 +196,7 @@ def epilogue_resources(ep, dtypes: list[str], arch: str) -> list[dict]:
     for dtype in dtypes:
         dts = {n: DTYPES[dtype] for n in ep.tensor_inputs}
         for swap in (False, True):
-            src = ep.source(dts, swap)
+            src = ep.source(dts, swap, prefetch={n: "cols" for n, k in ep.inputs.items() if k == "tile"})
             for label, kernel, build in (
                     ("sm90_gemm_kk_bn256", library_gemm("k", "k", 256),
                      lambda k=library_gemm("k", "k", 256): k.build(dtype, arch, epilogue_source=src)),

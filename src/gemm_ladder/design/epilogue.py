@@ -10,6 +10,14 @@ orders the load before the math, the packing, the staging of the panel and its T
 own ordering, fence.proxy.async and the named barrier, is level 9's and unchanged). The plan says so
 rather than inventing a barrier; the auditor (audit/epilogue.py) checks these facts.
 
+One more access, a hint: a tile input contiguous along the output's rows or columns is also prefetched
+into L2 by the general kernel at the start of each tile (fused_epilogue.cuh's epi_prefetch_runs: one
+prefetch.global.L2 per 128-byte line of each contiguous run of a consumer's 64 x BN slice), a main loop
+before the epilogue reads it. A prefetch writes nothing the kernel reads and is only a hint (PTX ISA,
+"prefetch"), so it orders nothing and needs no barrier; the plan records it per input (``prefetch``:
+"L2 along cols", "L2 along rows" or "none"), its bytes the input's loads' bytes.
+Vectors and scalars are not prefetched.
+
 Bytes per tile (BM x BN outputs): a row vector BM elements, a column vector BN, a tile BM x BN, a
 scalar none (kernel parameter space); each input's own element size.
 """
@@ -29,6 +37,7 @@ class EpilogueLoad:
     bytes_per_tile: int
     method: str  # "direct" (ld.global.nc by the consumer threads) or "parameter" (scalars)
     staged_in: str  # "registers" or "constant bank"
+    prefetch: str = "none"  # "L2 along cols" / "L2 along rows" (tile inputs, at each tile's start) or "none"
 
 
 @dataclass(frozen=True)
@@ -52,7 +61,8 @@ class EpilogueLoadPlan:
         lines = [f"epilogue loads per {bm} x {bn} tile: {self.bytes_per_tile} bytes "
                  f"({self.bytes_per_tile / max(self.output_bytes_per_tile, 1):.2f}x the tile's output bytes)"]
         for ld in self.loads:
-            lines.append(f"  {ld.name}: {ld.kind}, {ld.bytes_per_tile} bytes, {ld.method} loads into {ld.staged_in}")
+            pre = "" if ld.prefetch == "none" else f", prefetched to {ld.prefetch} at the tile's start"
+            lines.append(f"  {ld.name}: {ld.kind}, {ld.bytes_per_tile} bytes, {ld.method} loads into {ld.staged_in}{pre}")
         lines.append("  barriers: " + (", ".join(self.barriers) if self.barriers else "none added"))
         lines.append(f"  ordering: {self.ordering}")
         return "\n".join(lines)
@@ -61,13 +71,25 @@ class EpilogueLoadPlan:
 ORDERING = ("program order: each consumer thread loads the input elements of its own accumulators after the "
             "tile's last wgmma completes (wait_group 0), applies the epilogue, then packs, stages and stores "
             "the panel through level 9's fence.proxy.async + named barrier + TMA store; no other thread reads "
-            "what it loaded, so no barrier is added")
+            "what it loaded, so no barrier is added; a tile input's L2 prefetch at the tile's start is a hint (a weak "
+            "memory operation writing nothing the kernel reads) and orders nothing")
+
+#: What EpilogueLoad.prefetch may say: the run direction of EpilogueCall.prefetch_runs.
+PREFETCH = {"cols": "L2 along cols", "rows": "L2 along rows"}
 
 
-def plan_epilogue_loads(inputs: list[tuple[str, str, int]], tile: tuple[int, int], out_bytes: int) -> EpilogueLoadPlan:
+def plan_epilogue_loads(inputs: list[tuple[str, str, int]], tile: tuple[int, int], out_bytes: int,
+                        prefetch: dict[str, str] | None = None) -> EpilogueLoadPlan:
     """The plan for inputs ``[(name, kind, element_bytes)]`` on a (BM, BN) output tile of ``out_bytes``
-    elements. Raises ValueError for an unknown kind or a non-positive element size."""
+    elements; ``prefetch``: the tile inputs prefetched into L2 and their run direction, "cols" or "rows"
+    (EpilogueCall.prefetch_runs). Raises ValueError for an unknown kind, a non-positive element size,
+    or a prefetch of an input that is not a declared tile or along another direction."""
     bm, bn = tile
+    prefetch = dict(prefetch or {})
+    kinds = {name: kind for name, kind, _ in inputs}
+    for name, how in prefetch.items():
+        if kinds.get(name) != "tile" or how not in PREFETCH:
+            raise ValueError(f"prefetch of {name!r} along {how!r}: only tile inputs are prefetched, along 'cols' or 'rows'")
     loads = []
     for name, kind, size in inputs:
         if kind not in KINDS_EXTENT:
@@ -77,8 +99,9 @@ def plan_epilogue_loads(inputs: list[tuple[str, str, int]], tile: tuple[int, int
             continue
         if size <= 0:
             raise ValueError(f"input {name!r}: element size {size} must be positive")
-        loads.append(EpilogueLoad(name, kind, size, KINDS_EXTENT[kind](bm, bn) * size, "direct", "registers"))
+        loads.append(EpilogueLoad(name, kind, size, KINDS_EXTENT[kind](bm, bn) * size, "direct", "registers",
+                                  PREFETCH[prefetch[name]] if name in prefetch else "none"))
     return EpilogueLoadPlan((bm, bn), tuple(loads), (), ORDERING, bm * bn * out_bytes)
 
 
-__all__ = ["EpilogueLoad", "EpilogueLoadPlan", "plan_epilogue_loads"]
+__all__ = ["PREFETCH", "EpilogueLoad", "EpilogueLoadPlan", "plan_epilogue_loads"]

@@ -32,7 +32,9 @@ output reads the input's first element instead (pair and vector loads: a select 
 nothing (single loads: a guarded load), and is never stored. Offsets are 32-bit ints unless an
 input spans 2^31 elements (then 64-bit, also compiled in). The inputs are read straight from global
 memory by the consumer threads; no shared memory, no barrier (the design's plan says so:
-design/epilogue.py).
+design/epilogue.py). The general kernel also prefetches each contiguous tile input (a residual) into L2
+at the start of each tile, a main loop before the epilogue reads it (``EpilogueCall.prefetch_runs``,
+``gl_epilogue_prefetch``): a hint, which orders nothing.
 """
 
 from __future__ import annotations
@@ -169,18 +171,28 @@ class Epilogue:
         return text
 
     def source(self, dtypes: Mapping[str, torch.dtype], swap: bool, *, wide: bool = True,
-               pairs: Mapping[str, tuple[bool, bool]] | None = None) -> str:
+               pairs: Mapping[str, tuple[bool, bool]] | None = None,
+               prefetch: Mapping[str, str] | None = None) -> str:
         """The generated C++ for this epilogue with tensor inputs of ``dtypes`` and the orientation
         ``swap`` (the kernel's output is the transpose of the caller's): ``GL_EPILOGUE``,
-        ``GL_EPI_SWAP``, the user's function and ``gl::gl_epilogue_pair``. Included in the translation
-        unit before the kernel source (library/gemm.py, library/small_m.py).
+        ``GL_EPI_SWAP``, the user's function, ``gl::gl_epilogue_pair`` and ``gl::gl_epilogue_prefetch``.
+        Included in the translation unit before the kernel source (library/gemm.py, library/small_m.py).
 
         ``wide``: element offsets in 64 bits; False (32-bit offsets, one multiply-add each) only where
         every input's largest element offset is below 2^31 (:meth:`EpilogueCall.source` decides).
         ``pairs``: per tensor input, whether its two elements of a pair along an output row, and along
-        a column, are one aligned 4- or 8-byte load (:func:`pair_loads`); absent: one load each. Both
-        are compile-time in the generated code (constants, no branch) and so part of the build's key."""
+        a column, are one aligned 4- or 8-byte load (:func:`pair_loads`); absent: one load each.
+        ``prefetch``: per tile input, ``"cols"`` (stride 1 along the output's columns) or ``"rows"``
+        (along its rows): the general kernel prefetches the input's runs that way into L2 at the start
+        of each tile (:meth:`EpilogueCall.prefetch_runs`, fused_epilogue.cuh's epi_prefetch_runs);
+        absent: no prefetch. All three are compile-time in the generated code (constants, no branch)
+        and so part of the build's key. Raises EpilogueError for a prefetch of a non-tile input or
+        another direction."""
         pairs = dict(pairs or {})
+        prefetch = dict(prefetch or {})
+        for n, how in prefetch.items():
+            if self.inputs.get(n) != "tile" or how not in ("rows", "cols"):
+                raise EpilogueError(f"prefetch[{n!r}] = {how!r}: only tile inputs are prefetched, along 'rows' or 'cols'")
         params = ", ".join(["float acc", "int row", "int col", *(f"float {n}" for n in self.inputs)])
         lines = [f"// fused epilogue {self.name!r}: inputs {self.inputs}",
                  "#define GL_EPILOGUE 1", f"#define GL_EPI_SWAP {int(bool(swap))}",
@@ -237,6 +249,23 @@ class Epilogue:
                 args1.append(f"gl_{n}_1")
         lines.append("  gl_x0 = gl_user_epilogue(" + ", ".join(["gl_x0", "gl_r", "gl_c", *args0]) + ");")
         lines.append("  gl_x1 = gl_user_epilogue(" + ", ".join(["gl_x1", "gl_r1", "gl_c1", *args1]) + ");")
+        lines.append("}")
+        lines += ["// L2 prefetch of the tile inputs over output rows gl_r0 + [0, kRows), columns gl_c0 + [0, kCols),",
+                  "// by kThreads threads (gl_t: this one), each input along its contiguous direction.",
+                  "template <int kRows, int kCols, int kThreads>",
+                  "__device__ __forceinline__ void gl_epilogue_prefetch(int gl_r0, int gl_c0, int gl_rows, int gl_cols, "
+                  "int gl_t, const EpilogueParams& gl_p) {"]
+        slots = {n: i for i, n in enumerate(self.tensor_inputs)}
+        for n, how in prefetch.items():
+            dt, slot = INPUT_DTYPES[dtypes[n]], slots[n]
+            if how == "cols":  # a run per output row: kRows runs of kCols elements, rows stride_row apart
+                lines.append(f"  epi_prefetch_runs<{dt}, kRows, kCols, kThreads>(gl_p.ptr[{slot}], gl_p.stride_row[{slot}], "
+                             "gl_r0, gl_c0, gl_rows, gl_cols, gl_t);  // " + n)
+            else:  # a run per output column
+                lines.append(f"  epi_prefetch_runs<{dt}, kCols, kRows, kThreads>(gl_p.ptr[{slot}], gl_p.stride_col[{slot}], "
+                             "gl_c0, gl_r0, gl_cols, gl_rows, gl_t);  // " + n)
+        if not prefetch:
+            lines.append("  (void)gl_r0, (void)gl_c0, (void)gl_rows, (void)gl_cols, (void)gl_t, (void)gl_p;  // nothing to prefetch")
         lines += ["}", "}  // namespace gl", ""]
         return "\n".join(lines)
 
@@ -359,7 +388,8 @@ class EpilogueCall:
 
     def source(self) -> str:
         """The generated code of this call's build (part of its JIT cache key)."""
-        return self.epilogue.source(dict(self.dtypes), self.swap, wide=self.wide_offsets(), pairs=self.pair_loads())
+        return self.epilogue.source(dict(self.dtypes), self.swap, wide=self.wide_offsets(), pairs=self.pair_loads(),
+                                    prefetch=self.prefetch_runs())
 
     def wide_offsets(self) -> bool:
         """Whether an input's offsets need 64 bits: the largest the kernels compute, (rows - 1 + s)
@@ -383,6 +413,25 @@ class EpilogueCall:
             aligned = t.data_ptr() % size == 0
             out[n] = (sc == 1 and sr % 2 == 0 and aligned and self.cols % 2 == 0,
                       sr == 1 and sc % 2 == 0 and aligned and self.rows % 2 == 0)
+        return out
+
+    def prefetch_runs(self) -> dict[str, str]:
+        """Per tile input (name) that the general kernel prefetches into L2 at the start of each tile: the
+        output direction along which its elements are contiguous, ``"cols"`` (stride 1 along a row of
+        the output: a row-major residual) or ``"rows"`` (stride 1 down a column: a column-major one),
+        so that each run of a consumer's slice is a few 128-byte line prefetches. Not prefetched:
+        vectors (a tile's worth is BN or 128 elements, in L2 after the first tile that reads them), a
+        tile with no unit stride (no contiguous run: a prefetch per element would cost what the loads
+        do), and a broadcast one (the other stride 0: every run is the same bytes)."""
+        out = {}
+        names = [n for n in self.epilogue.tensor_inputs]
+        for n, (_, (sr, sc)) in zip(names, self.tensors):
+            if self.epilogue.inputs[n] != "tile":
+                continue
+            if sc == 1 and sr != 0:
+                out[n] = "cols"
+            elif sr == 1 and sc != 0:
+                out[n] = "rows"
         return out
 
     def params(self, pair_along_cols: bool) -> EpilogueParams:
@@ -423,7 +472,7 @@ class EpilogueCall:
 
         tensors = iter(self.tensors)
         inputs = [(n, k, 4 if k == "scalar" else next(tensors)[0].element_size()) for n, k in self.epilogue.inputs.items()]
-        return plan_epilogue_loads(inputs, tile, out_bytes)
+        return plan_epilogue_loads(inputs, tile, out_bytes, prefetch=self.prefetch_runs())
 
     def describe(self) -> dict:
         """What the call loads, for ``explain`` and the design plan: per input its kind, dtype, strides."""
@@ -435,7 +484,8 @@ class EpilogueCall:
             else:
                 t, (sr, sc) = next(tensors)
                 out.append({"name": n, "kind": kind, "dtype": str(t.dtype).replace("torch.", ""),
-                            "element_bytes": t.element_size(), "strides": [sr, sc]})
+                            "element_bytes": t.element_size(), "strides": [sr, sc],
+                            "l2_prefetch": self.prefetch_runs().get(n)})
         return {"name": self.epilogue.name, "orientation": "swapped" if self.swap else "direct", "inputs": out}
 
 

@@ -22,8 +22,10 @@
 // each whole tile, and in the stream-K tail after the partials are reduced), a build with
 // GL_EPILOGUE applies the fused epilogue to each pair of fp32 accumulators first (epilogue_pack):
 // its loads and math run in the registers the packing already uses, and the output is rounded
-// once. Without GL_EPILOGUE the kernel is level 9's, instruction for instruction, and takes no
-// epilogue argument (tests/test_epilogue_build.py compares the SASS).
+// once. And at the start of each tile (whole or a stream-K segment), before its main loop, each consumer
+// prefetches its slice of the epilogue's tile inputs into L2 (epilogue_prefetch), so the loads at the
+// tile's end need not wait on DRAM. Without GL_EPILOGUE the kernel is level 9's, instruction for
+// instruction, and takes no epilogue argument (tests/test_epilogue.py compares the SASS).
 #include "gemm_ladder/tma_tile.cuh"
 #include "gemm_ladder/fused_epilogue_pair.cuh"
 
@@ -141,6 +143,11 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
       sched.coords(unit, um, tn);
       const int tm = um * GL_CLUSTER + rank;
       const int prev = unit - unit_stride;  // the previous tile of this CTA, if unit != first_unit
+#if defined(GL_EPILOGUE)
+      // This consumer's 64 x BN slice of the epilogue's tile inputs (a residual) into L2 now, a tile's main
+      // loop before the epilogue loads it: a hint that orders nothing (fused_epilogue.cuh's epi_prefetch_runs).
+      epilogue_prefetch<64, BN, 128>(tm * BM + 64 * consumer, tn * BN, M, N, thread_in_warpgroup(), epi);
+#endif
       float d[BN / 2];
       consume_k_range(smem, d, consumer, 0, k_tiles, pos, elected, [&](int kt) {
         if (kt < kDeferredPanels && unit != first_unit)  // runs while this K iteration's wgmma does
@@ -172,6 +179,14 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     for (int it = tail.begin(first_unit), end = tail.begin(first_unit + 1); it < end;) {
       const StreamKTail::Segment seg = tail.segment(first_unit, it, end);
       it = seg.next;
+#if defined(GL_EPILOGUE)
+      {  // every contributor of a split tile prefetches (which one finishes it is decided at its end)
+        int um, tn;
+        sched.coords(seg.unit, um, tn);
+        epilogue_prefetch<64, BN, 128>((um * GL_CLUSTER + rank) * BM + 64 * consumer, tn * BN, M, N,
+                                       thread_in_warpgroup(), epi);
+      }
+#endif
       float d[BN / 2];
       consume_k_range(smem, d, consumer, seg.kb, seg.ke, pos, elected, [](int) {});
       if (seg.contributors > 1) {

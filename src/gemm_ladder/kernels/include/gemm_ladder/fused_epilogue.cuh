@@ -130,11 +130,43 @@ __device__ __forceinline__ void epi_load_pair(const void* base, Off offset, Off 
   }
 }
 
+// L2 prefetch of a tile input's block, at the start of a tile (the kernel's hook: fused_epilogue_pair.cuh's
+// epilogue_prefetch), so that the epilogue's loads at the tile's end hit L2 instead of waiting on DRAM. The
+// block is kRuns runs of kRunLen elements of an input contiguous along a run (stride 1, the host checked:
+// library/epilogue.py's EpilogueCall.prefetch_runs): run i lies at outer coordinate outer0 + i, starts at
+// element (outer0 + i) * outer_stride + inner0 and holds len = min(kRunLen, inner_extent - inner0) elements
+// inside the output; a run at or past outer_extent, or an empty one, is not touched, nor is any element
+// outside the output. Per run, one prefetch.global.L2 (PTX ISA, "prefetch": the cache line holding the
+// address) at each 128 bytes from its first element and one at its last element: every line the run's
+// elements touch, aligned or not (kRunLen / kLine + 1 per run, spread over the kThreads threads). A
+// per-thread prefetch is one instruction (CCTL); cp.async.bulk.prefetch.L2 takes its address in a uniform
+// register, which costs a loop over the warp's distinct addresses when each thread has its own run. A
+// prefetch writes nothing and orders nothing (a hint): no barrier. 64-bit offsets: a few integer
+// instructions per line, before the main loop, where registers are free.
+template <int DT, int kRuns, int kRunLen, int kThreads>
+__device__ __forceinline__ void epi_prefetch_runs(const void* base, long long outer_stride, int outer0, int inner0,
+                                                  int outer_extent, int inner_extent, int t) {
+  constexpr int kBytes = DT == kEpiFp32 ? 4 : 2;
+  constexpr int kLine = 128 / kBytes;             // elements per 128-byte line
+  static_assert(kRunLen % kLine == 0, "epi_prefetch_runs: runs of whole lines");
+  constexpr int kPoints = kRunLen / kLine + 1;    // per run: its lines from its first element, then its last
+  constexpr int kItems = kRuns * kPoints;
+  const int len = min(kRunLen, inner_extent - inner0);
+  const char* const bytes = static_cast<const char*>(base);
+#pragma unroll
+  for (int k = 0; k < (kItems + kThreads - 1) / kThreads; ++k) {
+    const int q = t + k * kThreads, run = q / kPoints, j = q - run * kPoints;
+    if ((kItems % kThreads == 0 || q < kItems) && outer0 + run < outer_extent && len > 0) {
+      const long long e = static_cast<long long>(outer0 + run) * outer_stride + inner0 + min(j * kLine, len - 1);
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(bytes + e * kBytes)));
+    }
+  }
+}
+
 // The built-in activations, in fp32. NaN propagates (relu(NaN) = NaN, as torch.relu) and -inf gives
-// NaN in gelu, gelu_tanh and silu as torch's formulas do (x * 0). gelu_tanh uses the identity
-// 0.5 x (1 + tanh(z)) = x / (1 + exp(-2z)) (no cancellation where tanh(z) is near -1).
+// NaN in gelu, gelu_tanh and silu as torch's formulas do (x * 0).
 //
-// silu and gelu_tanh are x * (1 / (1 + 2^t)) with the approximate MUFU instructions, branch-free:
+// silu (and gelu_tanh with an fp32 output) is x * (1 / (1 + 2^t)) with the approximate MUFU instructions, branch-free:
 // ex2.approx.ftz.f32 and rcp.approx.ftz.f32 (PTX ISA, "ex2", "rcp": errors of a few fp32 ulp, far below
 // the output's rounding). ftz: a power 2^t below 2^-126 becomes 0, where 1 + 2^t is 1 anyway; a
 // denominator past 2^126 has reciprocal 0, so the result is 0 where its true value is below 1e-36, and
@@ -156,9 +188,36 @@ __device__ __forceinline__ float times_sigmoid(float x, float s) {
 }
 __device__ __forceinline__ float act_relu(float x) { return x < 0.f ? 0.f : x; }
 __device__ __forceinline__ float act_gelu(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
+// tanh.approx.f32 (PTX ISA, "tanh", sm_75 and later): one MUFU. Its documented maximum relative error is
+// 2^-11 over the whole fp32 range; -inf -> -1, +inf -> 1, NaN -> NaN.
+__device__ __forceinline__ float tanh_approx(float z) {
+  float r;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(r) : "f"(z));
+  return r;
+}
+// gelu_tanh(x) = 0.5 x (1 + tanh(z)), z = sqrt(2 / pi) (x + 0.044715 x^3), computed as h + h tanh(z) with
+// h = x / 2: one MUFU (tanh_approx) and five FP32 instructions (x * x; sqrt(2/pi) (1 + 0.044715 x^2) in one
+// FFMA; z = x * that; h; the final FFMA), against two MUFU (ex2, rcp) and about seven for x * sigmoid(2z).
+// MUFU results come at an eighth of the FP32 rate (16 against 128 per clock per SM: CUDA C++ Programming
+// Guide, arithmetic instruction throughput, compute capability 9.0), and this math sits exposed at each
+// tile's end.
+// Error: |tanh_approx(z) - tanh z| <= 2^-11 |tanh z|, so the result is off by at most 2^-12 |x| |tanh z|
+// (plus fp32 roundings): for x >= 0 a relative 2^-12 (1/16 of bf16's unit roundoff, 1/2 of fp16's); for
+// x < 0, where 1 + tanh z cancels and the true value tends to 0, an absolute 2^-12 |x| that can exceed the
+// true value (x = -3: gelu_tanh -3.6e-3, bound 7.3e-4), far below the rounding of the outputs' typical
+// magnitudes. Non-finite: x = -inf gives -inf * (-1) + (-inf) = NaN, +inf gives +inf, NaN gives NaN (as
+// torch); an x whose cube overflows gives z = +-inf, so x or exactly 0 (torch: x or -0).
+// An fp32 output (GL_OUT_FP32: the small-M kernel) keeps the sigmoid form, the precision its caller asked
+// for: a few fp32 ulp, plus about 2|z| ulp from the argument's rounding where the result tends to 0.
 __device__ __forceinline__ float act_gelu_tanh(float x) {
+#if defined(GL_OUT_FP32)
   // 2 z = 2 sqrt(2 / pi) (x + 0.044715 x^3)
   return times_sigmoid(x, 1.5957691216057307f * (x + 0.044715f * x * x * x));
+#else
+  const float z = x * fmaf(x * x, 0.035677408136300125f, 0.7978845608028654f);  // sqrt(2/pi), sqrt(2/pi) 0.044715
+  const float h = 0.5f * x;
+  return fmaf(h, tanh_approx(z), h);
+#endif
 }
 __device__ __forceinline__ float act_silu(float x) { return times_sigmoid(x, x); }
 
