@@ -25,7 +25,7 @@ import torch
 
 import gemm_ladder
 from gemm_ladder import dispatch
-from gemm_ladder.gates.correctness import absolute_cap, check_correctness, error_bound, random_operands
+from gemm_ladder.gates.correctness import check_correctness, error_bound, random_operands
 from gemm_ladder.library.epilogue import linear_epilogue
 from gemm_ladder.library.gemm import MAJORS, SPLITS, TILE_N, library_gemm
 from gemm_ladder.library.operand import operand_view
@@ -41,13 +41,35 @@ SHAPES = [(257, 4095, 130), (1000, 300, 200), (300, 1, 64), (64, 72, 64), (1, 24
           (129, 257, 8)]
 
 
+#: The fused-epilogue cases: (M, N, K), N even and odd (the residual's pair loads differ: two builds).
+EPILOGUE_SHAPES = [(1000, 300, 200), (2304, 2050, 1000), (300, 1001, 64)]
+
+
+def epilogue_case(m: int, n: int, activation, device: str):
+    """linear's epilogue (bias, activation, residual with an odd pitch and offset, alpha, beta) bound
+    for an (m, n) output on ``device`` (CPU: only its generated source is wanted)."""
+    dt = torch.bfloat16
+    ep = linear_epilogue(bias=True, activation=activation, residual=True, alpha=True)
+    bias = torch.randn(n, device=device).to(dt)
+    residual = torch.randn(m, n + 5, device=device).to(dt)[:, 2:n + 2]  # odd pitch, base 4 bytes in
+    values = {"gl_bias_": bias, "gl_residual_": residual, "gl_alpha_": 0.75, "gl_beta_": -0.5}
+    return ep.bind(values, m, n, torch.device(device))
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _built_in_parallel():
-    """Compile the register-store builds at once (nvcc processes in threads), not at first use."""
-    jobs = [(a, b, bn, False, dt) for a, b in LAYOUTS for bn in TILE_N for dt in ("bf16", "fp16")]
-    jobs += [("k", "k", bn, True, "bf16") for bn in TILE_N]
+    """Compile the register-store builds at once (nvcc processes in threads), not at first use: plain,
+    float32, and each fused-epilogue build the epilogue test makes."""
+    jobs = [(lambda a=a, b=b, bn=bn, dt=dt: library_gemm(a, b, bn, c_from_registers=True).build(dt))
+            for a, b in LAYOUTS for bn in TILE_N for dt in ("bf16", "fp16")]
+    jobs += [(lambda bn=bn: library_gemm("k", "k", bn, c_from_registers=True, out_fp32=True).build("bf16"))
+             for bn in TILE_N]
+    sources = {epilogue_case(m, n, act, "cpu").oriented(swap).source()
+               for m, n, _ in EPILOGUE_SHAPES for act in (None, "gelu_tanh") for swap in (False, True)}
+    jobs += [(lambda src=src: library_gemm("k", "k", 256, c_from_registers=True).build("bf16", epilogue_source=src))
+             for src in sources]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        list(pool.map(lambda j: library_gemm(*j[:3], c_from_registers=True, out_fp32=j[3]).build(j[4]), jobs))
+        list(pool.map(lambda job: job(), jobs))
 
 
 def poisoned_out(m: int, n: int, dtype: torch.dtype, *, ldc: int, offset: int, transposed: bool = False):
@@ -99,8 +121,9 @@ def gate(fn, m, n, k, dtype):
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("a_major,b_major", LAYOUTS)
 def test_every_layout_on_odd_outputs(a_major, b_major, dtype):
-    """Pitch N + 1 (odd for even N: every other row's pairs misaligned), a base 2 bytes past a 16-byte
-    boundary; then pitch N + 3 with base offset 3, and the dense pitch N at offset 0."""
+    """Pitch N + 1 (odd for even N: every other row stores shifted pairs, its first and last column
+    alone), a base 2 bytes past a 16-byte boundary; then pitch N + 3 with base offset 3, and the dense
+    pitch N at offset 0 (N = 4095: odd)."""
     for c_pad, c_offset in ((1, 1), (3, 3), (0, 0)):
         fn = RegisterCall(a_major, b_major, c_pad=c_pad, c_offset=c_offset)
         for m, n, k in SHAPES:
@@ -131,14 +154,13 @@ def test_repeated_launches_are_bitwise_identical(split):
 
 
 def _check_fp32(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """A float32 output against float64: relative error within twice that of torch.mm in float32 on the
-    same values plus fp32's unit roundoff, every element within the gate's absolute cap."""
+    """A float32 output against float64: bf16 products are exact in fp32, so only the fp32 accumulation
+    errs (about 1e-7 relative at these K); a rounding to bf16 anywhere would show ~1e-3, a wrong element
+    a max error near the largest output."""
     ref = a.double() @ b.double().T
-    base = (a.float() @ b.float().T).double()
     rel = ((c.double() - ref).norm() / ref.norm()).item()
-    bound = 2 * ((base - ref).norm() / ref.norm()).item() + 2.0 ** -24
-    assert not torch.isnan(c).any() and rel <= bound, (rel, bound)
-    assert (c.double() - ref).abs().max().item() <= absolute_cap(a, b, ref.abs().max().item(), "bf16")
+    max_abs = (c.double() - ref).abs().nan_to_num(nan=math.inf).max().item()
+    assert rel < 1e-5 and max_abs < 1e-4 * ref.abs().max().item(), (rel, max_abs)
 
 
 @pytest.mark.timeout(300)
@@ -164,13 +186,9 @@ def test_fused_epilogue_in_both_orientations(transposed, activation, split):
     D = A B^T into c (row-major, odd pitch), or D^T = B A^T into c.T (c column-major, odd pitch: the
     kernel's rows are the output's columns; the epilogue is oriented, GL_EPI_SWAP)."""
     dt = torch.bfloat16
-    ep = linear_epilogue(bias=True, activation=activation, residual=True, alpha=True)
-    for m, n, k in [(1000, 300, 200), (2304, 2050, 1000), (300, 1001, 64)]:
+    for m, n, k in EPILOGUE_SHAPES:
         a, b = random_operands(m, n, k, "bf16", "cuda", seed=m + n + 5 * k)
-        bias = torch.randn(n, device="cuda").to(dt)
-        residual = torch.randn(m, n + 5, device="cuda").to(dt)[:, 2:n + 2]  # odd pitch, offset
-        values = {"gl_bias_": bias, "gl_residual_": residual, "gl_alpha_": 0.75, "gl_beta_": -0.5}
-        call = ep.bind(values, m, n, torch.device("cuda"))
+        call = epilogue_case(m, n, activation, "cuda")
         store, c, outside = poisoned_out(m, n, dt, ldc=(m if transposed else n) + 3, offset=3, transposed=transposed)
         if transposed:  # the kernel computes D^T (N, M) = B A^T: A = b, B = a, its output c.T (row-major)
             kernel = library_gemm("k", "k", 256, c_from_registers=True)

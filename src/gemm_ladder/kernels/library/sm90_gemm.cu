@@ -28,7 +28,8 @@
 // GL_C_FROM_REGISTERS (1: the plan's c_from_registers) builds the kernel for outputs a TMA store cannot
 // write (N not a multiple of 16 bytes, a pitch or base not 16-byte aligned; or a float32 output,
 // GL_OUT_FP32): the consumers store each finished fragment straight from their accumulator registers
-// with masked global stores (register_store.cuh) at any pitch, instead of the panel rings and TMA
+// with masked global stores (register_store.cuh: one store per pair of columns, pairs shifted by a
+// column in rows whose even columns are misaligned) at any pitch, instead of the panel rings and TMA
 // stores; the kernel takes the output's pointer and row pitch in place of its tensor map, and no
 // shared memory holds C (the plan gives it to the stage ring). Each fragment is stored right after
 // its last wgmma, so its stores are not overlapped with the next tile's first K iterations as the
@@ -164,11 +165,17 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
 #if GL_C_FROM_REGISTERS
     const int bar = kFirstStoreBarrier + consumer;
     // Store a finished fragment of work unit `unit` from registers, the fused epilogue (if any) applied
-    // to each pair right before its store (epilogue.cuh's pairs: neighbours along a kernel row).
+    // to each pair right before its store (epilogue.cuh's pairs: neighbours along a kernel row). Pairs
+    // shifted into alignment on misaligned rows, except with an epilogue (register_store.cuh: it spilled).
+#if defined(GL_EPILOGUE)
+    constexpr bool kShiftPairs = false;
+#else
+    constexpr bool kShiftPairs = true;
+#endif
     auto store_fragment = [&](float (&d)[BN / 2], int unit) {
       int um, tn;
       sched.coords(unit, um, tn);
-      store_fragment_from_registers<BN>(C, ldc, d, (um * GL_CLUSTER + rank) * BM + 64 * consumer, tn * BN, M, N,
+      store_fragment_from_registers<BN, kShiftPairs>(C, ldc, d, (um * GL_CLUSTER + rank) * BM + 64 * consumer, tn * BN, M, N,
                                         [&](float& x0, float& x1, int r, int c) {
 #if defined(GL_EPILOGUE)
                                           epilogue_pair<true>(x0, x1, r, c, M, N, epi);
