@@ -12,6 +12,9 @@ Classes and their targets (issue 12):
                each order within 3% of the row/w.T order measured in the same pass.
 * ``unaligned`` 4097x4095x4093, 4096x4096x4093, 8192x8192x8191 (contiguous, odd K and N): >= 4x
                cuBLAS; aim >= 0.9x of the aligned neighbour (4096^3, 8192^3), timed in the same run.
+               Where the output is stored from registers (N = 4095), the route it replaced (the
+               output through a workspace and copied back) is timed in the same run too
+               (``copy_back_route_ms``).
 * ``small_m``  M in {1, 16, 64, 128, 256} on the llm (N, K): >= 1.3x cuBLAS for M in {1, 16, 64} at
                4096x4096, >= 1.0x everywhere else; the weight's bytes over the time, against the
                measured copy bandwidth (aim >= 80% at M <= 64).
@@ -132,6 +135,25 @@ def bench_shape(cls, layout, shape, target, dtype, budget, seed, extra=None) -> 
     return row
 
 
+def copy_back_route(x: torch.Tensor, y: torch.Tensor):
+    """The route ``x @ y`` took before the register-store build: the general kernel's TMA store into
+    a workspace, copied back (found with that build withheld from the search); None when the route
+    does not store C from registers anyway."""
+    from gemm_ladder.dispatch import kernels as K
+    from gemm_ladder.dispatch.route import choose, device_facts, find_routes
+
+    c = torch.empty(x.shape[0], y.shape[1], dtype=x.dtype, device=x.device)
+    if dispatch.decide(x, y, c, given=False).c_path.store != "C from registers":
+        return None
+    saved = K.general_from_registers
+    K.general_from_registers = lambda *args, **kw: None  # the search as it was: no register-store build
+    try:
+        routes, _ = find_routes(x, y, c, given=False, device=device_facts(x.device))
+        return choose(routes, dispatch.cost_model())
+    finally:
+        K.general_from_registers = saved
+
+
 def run_class(cls: str, dtype: str, quick: bool, budget: float, copy_gbs: float | None) -> list[dict]:
     rows = []
     for i, (layout, shape, target) in enumerate(shapes_for(cls, quick)):
@@ -141,12 +163,22 @@ def run_class(cls: str, dtype: str, quick: bool, budget: float, copy_gbs: float 
             s = 8192 if max(shape) > 4097 else 4096
             xn, yn = operands("row,w.T", s, s, s, dtype, seed=i)
             extra = {"aligned_neighbour": lambda p, q, xn=xn, yn=yn: gemm_ladder.mm(xn, yn)}
+            route = copy_back_route(*operands_empty(layout, m, n, k, dtype))
+            if route is not None:  # the same call through the workspace and copy-back, for the A/B
+                from gemm_ladder.dispatch.execute import run
+
+                extra["copy_back_route"] = lambda p, q, r=route: run(
+                    r, p, q, torch.empty(p.shape[0], q.shape[1], dtype=p.dtype, device=p.device))
         row = bench_shape(cls, layout, shape, target, dtype, budget, seed=1000 * i + m + n + k, extra=extra)
         if cls == "unaligned":
             s = 8192 if max(shape) > 4097 else 4096
             rate = row["ours_tflops"] / tflops(s, s, s, row["aligned_neighbour_ms"])
             row["vs_aligned_neighbour"] = rate
             row["aim_vs_aligned_neighbour"] = 0.9
+            if "copy_back_route_ms" in row:
+                row["vs_copy_back_route"] = row["copy_back_route_ms"] / row["ours_ms"]
+                print(f"          from registers {row['ours_ms']:.3f} ms vs workspace + copy back "
+                      f"{row['copy_back_route_ms']:.3f} ms = {row['vs_copy_back_route']:.3f}x", flush=True)
         if cls == "small_m" and copy_gbs:
             # The fewest bytes the call moves (each input read once, the output written once) against the
             # DRAM rate a device-to-device copy reaches (it counts the bytes it reads and writes).
@@ -176,6 +208,8 @@ def prebuild(classes: list[str], dtype: str, quick: bool) -> list[str]:
             x, y = operands_empty(layout, m, n, k, dtype)
             route = dispatch.decide(x, y, torch.empty(m, n, dtype=x.dtype, device="cuda"), given=False)
             kernels[id(route.kernel)] = route.kernel
+            if cls == "unaligned" and (old := copy_back_route(x, y)) is not None:  # the A/B's other route
+                kernels[id(old.kernel)] = old.kernel
 
     def build(kernel) -> str | None:
         try:
@@ -256,7 +290,7 @@ def sanitize_cases():
     def r(*shape):
         return torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32).to(torch.bfloat16)
 
-    yield "odd K, N", r(300, 133), r(133, 201), None
+    yield "odd K, N", r(300, 133), r(133, 201), None  # C from registers since the register-store build
     yield "offset a", r(300 * 136 + 1)[1:].view(300, 136), r(136, 264).T.contiguous().T, None
     yield "padded b", r(264, 136), r(264, 139)[:, :136].T, None
     yield "strided a", r(300, 272)[:, ::2], r(264, 136).T, None
@@ -297,6 +331,8 @@ def markdown(rows: list[dict]) -> str:
             route += ", repacks " + "+".join(repacked)
         if (d.get("output") or {}).get("path", "in place") != "in place":
             route += ", c copied back"
+        elif (d.get("output") or {}).get("output_path") == "C from registers":
+            route += ", C from registers"
         target = "" if r["target_vs_cublas"] is None else f">= {r['target_vs_cublas']}x"
         if "vs_aligned_neighbour" in r:
             target += f"; {r['vs_aligned_neighbour']:.2f}x of aligned"

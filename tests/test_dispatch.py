@@ -50,10 +50,11 @@ class FakeGeneral:
     stages: int = 4
     cluster: int = 2
     source: str = "library/sm90_gemm.cu"
+    registers: bool = False  # the build that stores C from registers: any row-major output, any pitch
 
     @property
     def name(self):
-        return f"fake general {self.a_major}{self.b_major} BN {self.bn}"
+        return f"fake general {self.a_major}{self.b_major} BN {self.bn}" + (" from registers" if self.registers else "")
 
     @property
     def tile(self):
@@ -66,6 +67,8 @@ class FakeGeneral:
                 return f"{n}: not TMA-describable"
         if c.dtype == torch.float32 and not self.fp32:
             return "c: this kernel writes the inputs' dtype only"
+        if self.registers:
+            return None if c.shape[1] == 1 or c.stride(1) == 1 else "c must be row-major"
         if (c.shape[1] * c.element_size()) % 16 and not c_padding_writable:
             return "c: the TMA store's last 16-byte chunk would reach into c's padding"
         return _row_major_16(c)
@@ -101,8 +104,10 @@ class FakeSmallM:
 
 @pytest.fixture
 def fakes(monkeypatch):
-    state = {"fp32": True}
+    state = {"fp32": True, "registers": True}
     monkeypatch.setattr(K, "general", lambda am, bm, bn: FakeGeneral(am, bm, bn, fp32=state["fp32"]))
+    monkeypatch.setattr(K, "general_from_registers", lambda am, bm, bn, out_fp32=False: FakeGeneral(
+        am, bm, bn, fp32=state["fp32"], registers=True) if state["registers"] else None)
     monkeypatch.setattr(K, "general_bns", lambda: (256, 128))
     monkeypatch.setattr(K, "small_m", lambda m: FakeSmallM(m) if 1 <= m <= 256 else None)
     dispatch.clear_cache()
@@ -128,7 +133,20 @@ def test_aligned_operands_are_read_in_place_in_all_four_orders(fakes):
         assert e.output["path"] == "in place" and len(e.launches) == 1
 
 
+def test_unaligned_shapes_repack_both_operands_and_store_c_from_registers(fakes):
+    """An odd N (4095: a pitch of 8190 bytes) is written in place by the build that stores C from
+    registers: no output workspace, no copy back; the operands are still repacked (odd K)."""
+    e = gemm_ladder.explain(meta(4097, 4093), meta(4093, 4095))
+    o = ops(e)
+    assert o["a"]["workspace"] == [4097, 4096] and o["b"]["workspace"] == [4096, 4096]
+    assert e.output["path"] == "in place" and e.output["output_path"] == "C from registers"
+    assert e.output["workspace"] is None and e.kernel["name"].endswith("from registers")
+    assert len(e.launches) == 2 and not any("copied back" in x or "back into c" in x for x in e.launches)
+    assert "C from registers: written in place" in str(e)
+
+
 def test_unaligned_shapes_repack_both_operands_in_one_launch_and_copy_back(fakes):
+    fakes["registers"] = False  # without the register-store build: the workspace and the copy back
     e = gemm_ladder.explain(meta(4097, 4093), meta(4093, 4095))
     o = ops(e)
     assert o["a"]["why"].startswith("leading dimension 4093 elements = 8186 bytes is not a multiple of 16")
@@ -140,6 +158,7 @@ def test_unaligned_shapes_repack_both_operands_in_one_launch_and_copy_back(fakes
     assert "row pitch 4095 elements = 8190 bytes" in e.output["why"]
     assert len(e.launches) == 3 and e.launches[0].startswith("repack a (A) and b (B) (one launch")
     assert "copied back" in str(e) and "repacked into a 4097 x 4096 workspace" in str(e)
+    assert e.output["output_path"] == "workspace + copy back" and "workspace + copy back" in str(e)
 
 
 def test_padded_pitch_offset_base_and_strided_views(fakes):
@@ -159,11 +178,20 @@ def test_output_orientation_and_pitch(fakes):
     a, b = meta(512, 256), meta(256, 384)
     e = gemm_ladder.explain(a, b, out=meta(384, 512).T)
     assert e.output["orientation"].startswith("D^T = B A^T") and e.output["path"] == "in place"
+    assert e.output["output_path"] == "TMA store"
     assert ops(e)["b"]["operand"] == "A" and ops(e)["a"]["operand"] == "B"
-    e = gemm_ladder.explain(a, b, out=meta(512, 390)[:, :384])  # pitch 780 bytes
-    assert e.output["path"] == "workspace, copied back" and "780 bytes" in e.output["why"]
+    e = gemm_ladder.explain(a, b, out=meta(512, 390)[:, :384])  # pitch 780 bytes: from registers, in place
+    assert e.output["path"] == "in place" and e.output["output_path"] == "C from registers"
+    assert e.output["orientation"].startswith("D = A B^T")
+    # A transposed out with an odd pitch: D^T into c.T (row-major, pitch 513), from registers.
+    e = gemm_ladder.explain(a, b, out=meta(384, 513)[:, :512].T)
+    assert e.output["orientation"].startswith("D^T = B A^T") and e.output["output_path"] == "C from registers"
     e = gemm_ladder.explain(a, b, out=meta(512, 392)[:, :384])  # pitch 784 bytes
-    assert e.output["path"] == "in place" and e.output["out"] == "given"
+    assert e.output["path"] == "in place" and e.output["out"] == "given" and e.output["output_path"] == "TMA store"
+    fakes["registers"] = False
+    dispatch.clear_cache()
+    e = gemm_ladder.explain(a, b, out=meta(512, 390)[:, :384])
+    assert e.output["path"] == "workspace, copied back" and "780 bytes" in e.output["why"]
 
 
 def test_small_m_goes_to_the_small_m_kernel_when_it_reads_b_in_place(fakes):
@@ -197,6 +225,7 @@ def test_float32_output(fakes):
 
 def test_no_kernel_names_the_refusals(monkeypatch, fakes):
     monkeypatch.setattr(K, "general", lambda am, bm, bn: None)
+    monkeypatch.setattr(K, "general_from_registers", lambda *a, **kw: None)
     dispatch.clear_cache()
     with pytest.raises(OutsideDomainError, match="no general kernel reads A k-major"):
         gemm_ladder.explain(meta(512, 256), meta(384, 256).T)
@@ -261,12 +290,63 @@ def test_an_odd_k_is_read_from_copies_with_an_aligned_pitch(monkeypatch):
     dispatch.clear_cache()
 
 
-def test_a_workspace_output_may_take_the_tma_stores_padding():
-    """N = 300 bf16 is 600 bytes, no whole number of 16-byte chunks: the general kernel writes into
-    a workspace (whose padding its TMA store may overwrite) and the repack copies it back."""
+def test_a_workspace_output_may_take_the_tma_stores_padding(monkeypatch):
+    """N = 300 bf16 is 600 bytes, no whole number of 16-byte chunks: without the register-store build
+    the general kernel writes into a workspace (whose padding its TMA store may overwrite) and the
+    repack copies it back."""
+    monkeypatch.setattr(K, "general_from_registers", lambda *a, **kw: None)
     dispatch.clear_cache()
     route = dispatch.decide(meta(4096, 4096), meta(4096, 300), meta(4096, 300), given=True, device=ASSUMED_DEVICE)
     assert route.kind == "general" and route.c_path.copy_back and dict(route.options)["c_padding_writable"]
+    dispatch.clear_cache()
+
+
+@pytest.mark.parametrize("shape,out", [
+    ((4096, 4096, 300), None),                      # N = 300: 600-byte rows
+    ((4097, 4093, 4095), None),                     # the odd benchmark shape
+    ((1000, 512, 257), None),                       # N = 257 (N = 1..256 goes to the small-M kernel as D^T)
+    ((1000, 512, 384), ("pitch", 390)),             # an aligned N with a 780-byte pitch
+    ((1000, 512, 384), ("offset", 1)),              # a base 2 bytes past a 16-byte boundary
+    ((1000, 512, 384), ("transposed", 1001)),       # a column-major out with an odd pitch: D^T into c.T
+])
+def test_unaligned_outputs_are_stored_from_registers_by_the_real_kernels(shape, out):
+    """The real general kernels on meta tensors: every output a TMA store cannot write goes to the
+    build that stores C from registers, in place, in the orientation that makes it row-major; nothing
+    is copied back and the workspace rule (c_padding_writable) is not used."""
+    m, k, n = shape
+    if out is None:
+        c, given = meta(m, n), False
+    elif out[0] == "pitch":
+        c, given = meta(m, out[1])[:, :n], True
+    elif out[0] == "offset":
+        c, given = meta(m, n + 8)[:, out[1]:out[1] + n], True
+    else:
+        c, given = meta(n, out[1])[:, :m].T, True
+    dispatch.clear_cache()
+    route = dispatch.decide(meta(m, k), meta(k, n), c, given=given, device=ASSUMED_DEVICE)
+    assert route.kind == "general" and route.kernel.c_from_registers and not route.kernel.out_fp32
+    assert route.c_path.workspace is None and route.c_path.store == "C from registers"
+    assert route.c_path.transposed == (out is not None and out[0] == "transposed")
+    assert "c_padding_writable" not in dict(route.options)
+    assert route.kernel.name.endswith("_creg")
+    dispatch.clear_cache()
+
+
+def test_aligned_outputs_keep_the_tma_store():
+    dispatch.clear_cache()
+    for c in (meta(4096, 4096), meta(4096, 4104)[:, :4096], meta(4096, 4096 + 8)[:, 8:]):
+        route = dispatch.decide(meta(4096, 4096), meta(4096, 4096), c, given=True, device=ASSUMED_DEVICE)
+        assert not route.kernel.c_from_registers and route.c_path.store == "TMA store" and route.c_path.workspace is None
+    dispatch.clear_cache()
+
+
+def test_float32_output_from_the_general_kernel_is_stored_from_registers():
+    """out_dtype=torch.float32 past the small-M range: the register-store build's float32 variant,
+    in place (no NotSupportedError, no copy)."""
+    dispatch.clear_cache()
+    e = gemm_ladder.explain(meta(1000, 512), meta(512, 300), out_dtype=torch.float32)
+    assert e.kind == "general" and e.out_dtype == "float32" and e.output["output_path"] == "C from registers"
+    assert e.kernel["name"].endswith("_creg_f32") and len(e.launches) == 1
     dispatch.clear_cache()
 
 
@@ -276,6 +356,7 @@ def test_real_kernels_on_meta_tensors():
     e = gemm_ladder.explain(meta(4097, 4093), meta(4093, 4095))
     assert e.kind == "general" and {op["path"] for op in e.operands} == {"repacked"}
     assert all(op["k"] == 4093 for op in e.operands)  # read with the true K: TMA zero-fills the tail
+    assert e.output["output_path"] == "C from registers" and e.kernel["name"] == "sm90_gemm_kmn_bn256_creg"
     e = gemm_ladder.explain(meta(4096, 4096), meta(4096, 4096))  # b row-major: MN-major, in place
     assert {op["path"] for op in e.operands} == {"in place"}
     e = gemm_ladder.explain(meta(16, 4096), meta(4096, 4096).T)

@@ -283,6 +283,25 @@ def test_general_kernel_builds_every_linear_epilogue_without_spills(use_cache, a
 
 
 @needs_nvcc
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh"])
+def test_register_store_build_takes_the_linear_epilogue_without_spills(use_cache, activation):
+    """The layouts kernel's build that stores C from registers, with the epilogue applied per pair
+    right before its store: the builds a call makes (as above) and the float32 output, no spill, no
+    local memory, no TMA store."""
+    from gemm_ladder.library.gemm import library_gemm
+
+    ep = linear_epilogue(bias=True, activation=activation, residual=True, alpha=True)
+    dts = {"gl_bias_": BF16, "gl_residual_": BF16}
+    paired = {n: (True, False) for n in dts}
+    for bn, swap, wide, fp32 in ((256, False, False, False), (256, True, False, False), (128, False, False, False),
+                                 (256, False, True, True)):
+        kernel = library_gemm("k", "k", bn, c_from_registers=True, out_fp32=fp32)
+        rep = _census(kernel.build("bf16", epilogue_source=ep.source(dts, swap, wide=wide, pairs=paired)))
+        assert rep.passed, (bn, swap, wide, fp32, rep.messages)
+        assert rep.sass["HGMMA"] and not rep.sass["UTMASTG"]
+
+
+@needs_nvcc
 @pytest.mark.parametrize("parts", [dict(bias=True), dict(residual=True), dict(alpha=True), dict(activation="relu")])
 def test_each_linear_epilogue_part_alone_without_spills(use_cache, parts):
     from gemm_ladder.library.gemm import library_gemm

@@ -276,6 +276,27 @@ def test_supports_names_each_rule():
     assert "CUDA device" in g.supports(a3, b3, c3, c_padding_writable=True)
 
 
+def test_the_register_store_build_takes_any_output_pitch_and_base():
+    """c_from_registers: the output needs no TMA (any pitch >= N, N = 300, a base 2 bytes past 16, a
+    single row), still row-major and in the inputs' dtype (float32 in its out_fp32 build); the operands'
+    TMA rules stay."""
+    g = library_gemm("k", "mn", c_from_registers=True)
+    f32 = library_gemm("k", "mn", c_from_registers=True, out_fp32=True)
+    a, b = views()
+    bf = torch.bfloat16
+    for c in (torch.empty(256, 389, dtype=bf)[:, :384], torch.empty(256, 385, dtype=bf)[:, 1:],
+              torch.empty(256, 384, dtype=bf)):
+        assert "CUDA device" in g.supports(a, b, c)  # every other rule holds
+        assert "one dtype" in g.supports(a, b, c.float()) and "float32" in f32.supports(a, b, c)
+        assert "CUDA device" in f32.supports(a, b, torch.empty(256, 385, dtype=torch.float32)[:, 1:])
+    a3, b3 = views(n=300, ldb=304)
+    assert "CUDA device" in g.supports(a3, b3, torch.empty(256, 300, dtype=bf))  # no padding rule
+    assert "row-major" in g.supports(a, b, torch.empty(384, 256, dtype=bf).t())
+    assert "pitch" in g.supports(a, b, torch.empty(256, 400, dtype=bf).as_strided((256, 384), (383, 1)))
+    assert "multiples of 16" in g.supports(*views(lda=130), torch.empty(256, 384, dtype=bf))
+    assert g.name == "sm90_gemm_kmn_bn256_creg" and f32.name.endswith("_creg_f32")
+
+
 def test_launch_refuses_before_any_launch():
     from gemm_ladder.contract import GemmInputError
 

@@ -94,3 +94,80 @@ def test_the_kernels_ring_audits_clean(bn):
     assert {buf.name for buf in p.buffers if buf.kind == "staging"} == {f"D{c}.{r}" for c in range(2) for r in range(ring)}
     result = audit(p, max_states=5_000_000)
     assert result.ok, result.render()
+
+
+# --- the build that stores C from registers (GL_C_FROM_REGISTERS) --------------------------------
+
+#: Register-store builds gated here: every operand order at BN 256 and 128 in bf16, fp16 on one, and
+#: the float32-output build at both widths.
+REGISTER_JOBS = ([(a, b, bn, False, "bf16") for a, b, bn in CONFIGS] + [("k", "k", 256, False, "fp16")]
+                 + [("k", "k", bn, True, "bf16") for bn in TILE_N])
+
+
+@pytest.fixture(scope="module")
+def register_reports(nvcc_cache):
+    """{(a_major, b_major, bn, out_fp32, dtype): (ResourceReport, SASS)} of the register-store builds."""
+    os.environ["GEMM_LADDER_CACHE"] = str(nvcc_cache)
+    try:
+        with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+            done = pool.map(lambda j: check_level_resources(
+                library_gemm(*j[:3], c_from_registers=True, out_fp32=j[3]), j[4]), REGISTER_JOBS)
+            return dict(zip(REGISTER_JOBS, done))
+    finally:
+        del os.environ["GEMM_LADDER_CACHE"]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("job", REGISTER_JOBS, ids=lambda v: str(v))
+def test_register_store_builds_pass_the_resource_gate(register_reports, job):
+    """No spills, no stack, no local memory; wgmma and TMA loads as the TMA build has them, level 9's
+    register split kept; and no TMA store at all: C leaves through global stores (STG), no UTMASTG."""
+    a_major, b_major, bn, fp32, dtype = job
+    report, sass = register_reports[job]
+    assert report.passed, report.messages
+    assert (report.spill_stores, report.spill_loads, report.stack_bytes) == (0, 0, 0)
+    assert report.sass["LDL"] == report.sass["STL"] == 0 and report.sass["UTMALDG"] > 0
+    assert report.sass["UTMASTG"] == 0, "the register-store build still issues TMA stores"
+    # A pair: STG.E.64 (two floats) or STG.E (bf16x2); an element: STG.E (a float) or STG.E.U16.
+    assert re.search(r"\bSTG\.E\.64 " if fp32 else r"\bSTG\.E ", sass), "no global store of a pair"
+    assert re.search(r"\bSTG\.E " if fp32 else r"\bSTG\.E\.U16 ", sass), "no element store (misaligned pairs, the N edge)"
+    assert "USETMAXREG" in sass
+    forms = set(_HGMMA.findall(sass))
+    want = "".join(t for t, mn in ((".tnspA", a_major), (".tnspB", b_major)) if mn == "mn")
+    assert forms == {(f"64x{bn}x16", ".BF16" if dtype == "bf16" else "", want)}, forms
+
+
+def test_register_store_plan_stages_no_c():
+    """The plan of the register-store build: no C panels or ring, no output tensor map, and the shared
+    memory the panel rings took goes to the stage ring where a whole stage fits (BN 128: 7 stages, not
+    6; BN 256: still 4); the -D constants say so."""
+    for bn, stages in ((256, 4), (128, 7)):
+        g = library_gemm("k", "mn", bn, c_from_registers=True)
+        tma = library_gemm("k", "mn", bn)
+        assert g.stages == stages and tma.stages == (4 if bn == 256 else 6)
+        d = g.build_defines("bf16")
+        assert (d["GL_C_PANELS"], d["GL_C_RING"], d["GL_STAGES"], d["GL_C_FROM_REGISTERS"]) == (0, 0, stages, 1)
+        assert "GL_OUT_FP32" not in d and "GL_C_FROM_REGISTERS" not in tma.build_defines("bf16")
+        assert library_gemm("k", "mn", bn, c_from_registers=True, out_fp32=True).build_defines("bf16")["GL_OUT_FP32"] == 1
+        assert d["GL_SMEM_BYTES"] <= 227 * 1024
+        plan = g.plan(4097, 4095, 4093, "bf16", lda=4096, ldb=4096)
+        assert set(plan.tensor_maps) == {"a", "b"} and plan.smem.c_from_registers and plan.smem.c_bytes == 0
+        assert g.output_store == "C from registers" and tma.output_store == "TMA store"
+    with pytest.raises(ValueError, match="out_fp32=True needs c_from_registers"):
+        library_gemm("k", "k", 256, out_fp32=True)
+
+
+@pytest.mark.parametrize("bn", TILE_N)
+def test_the_register_store_builds_ring_audits_clean(bn):
+    """The stage ring at the register-store build's depth (7 stages at BN 128) audits clean: level 9's
+    protocol with this build's stages, its output modelled as one write per tile per consumer (the
+    register stores touch no shared memory, so no staging buffer constrains the ring beyond that)."""
+    d = library_gemm("mn", "mn", bn, c_from_registers=True).defines("bf16")
+    stages = d["GL_STAGES"]
+    k_iters = stages // 2 + 1
+    p = protocol_for_level(9, k_iters=k_iters, tiles=2, stages=stages, cluster=d["GL_CLUSTER"],
+                           consumers=d["GL_CONSUMERS"], c_ring=1, staging_buffers=1, panels_per_tile=1,
+                           deferred_panels=0, bn=bn)
+    assert 2 * k_iters > stages
+    result = audit(p, max_states=5_000_000)
+    assert result.ok, result.render()

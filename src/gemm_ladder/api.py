@@ -189,8 +189,8 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
         alpha, beta: Python numbers, used as fp32, with ``torch.addmm``'s meaning: the product is
             scaled by alpha, the residual by beta; beta = 0 ignores the residual (it is not read: NaN
             and Inf in it are not propagated). alpha = 1 costs no multiply.
-        out_dtype: None (x's dtype) or torch.float32; float32 output is written by the small-M kernel
-            only (M <= 256, as for ``mm``), NotSupportedError otherwise.
+        out_dtype: None (x's dtype) or torch.float32; float32 output is written from registers (the
+            small-M kernel, or the layouts kernel's register-store build past it), as for ``mm``.
         epilogue: your own :class:`gemm_ladder.Epilogue`, instead of bias/activation/residual/alpha/beta;
             its declared inputs are passed as keywords (``**inputs``): row vectors of the output's M
             rows (batch dimensions merged), column vectors of N, tiles of the output's shape (*, N)

@@ -21,7 +21,8 @@ class Explanation:
     ``m``, ``n``, ``k``: the caller's problem (a (M, K) @ b (K, N)); ``kind``: 'general', 'small_m',
     'empty' (M or N is 0) or 'zeros' (K is 0); ``kernel``: name, source, tile, stages, cluster;
     ``grid``: CTAs launched; ``split``: the split policy (general kernel) or the small-M kernel's;
-    ``orientation``, ``operands``, ``output``: the layout and alignment path; ``launches``: in order;
+    ``orientation``, ``operands``, ``output``: the layout and alignment path (``output['output_path']``:
+    'TMA store', 'C from registers' or 'workspace + copy back'); ``launches``: in order;
     ``heuristic``: the cost model's provenance and the candidates it ranked (predicted microseconds);
     ``plan``: the designer's plan (conclusion and JSON), or why there is none; ``refusals``: what the
     kernel refused on the way (why an operand is repacked); ``not_taken``: the kernels that found no
@@ -71,7 +72,7 @@ class Explanation:
                           + (" (copy changes the major)" if op["transposing_copy"] else "") + f": {op['why']}")
             lines.append(f"  {op['operand']} = {op['argument']}: {op['major']}-major, ld {op['ld']}, {where}")
         out = self.output or {}
-        lines.append(f"  C: {out.get('out')} {out.get('dtype')}, "
+        lines.append(f"  C: {out.get('out')} {out.get('dtype')}, {out.get('output_path')}: "
                      + ("written in place" if out.get("path") == "in place"
                         else f"written to a workspace and copied back: {out.get('why')}"))
         lines.append("  launches: " + "; ".join(self.launches))

@@ -7,6 +7,8 @@
 * :func:`small_m` - ``library.small_m.small_m_gemm`` (M <= 256), options ``splits``.
 * :func:`general` - the library kernel for an operand order and tile width (``library.gemm.library_gemm``),
   options ``split`` in ("none", "tail", "all") and, for a workspace output, ``c_padding_writable``.
+* :func:`general_from_registers` - its build that stores C from registers (any pitch, float32 too),
+  options ``split``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ def general(a_major: str, b_major: str, bn: int):
     from gemm_ladder.library.gemm import library_gemm
 
     return library_gemm(a_major, b_major, bn=bn)
+
+
+def general_from_registers(a_major: str, b_major: str, bn: int, out_fp32: bool = False):
+    """The general kernel's build that stores C from the consumers' registers (masked stores: any row
+    pitch and element-aligned base; ``out_fp32``: a float32 output), for outputs a TMA store cannot write."""
+    from gemm_ladder.library.gemm import library_gemm
+
+    return library_gemm(a_major, b_major, bn=bn, c_from_registers=True, out_fp32=out_fp32)
 
 
 def general_bns() -> tuple[int, ...]:
@@ -55,4 +65,4 @@ def describe(kernel) -> dict:
     return out
 
 
-__all__ = ["describe", "general", "general_bns", "kernel_splits", "small_m"]
+__all__ = ["describe", "general", "general_bns", "general_from_registers", "kernel_splits", "small_m"]

@@ -26,9 +26,11 @@ CLASSES: dict[str, str] = {
              "call the small-M kernel does not take (transposed operands included: backward passes read them)",
     "small_m": "the small-M kernel, every M bucket (8-256) and operand order, output in the input dtype: "
                "calls with M or N <= 256",
-    "fp32_out": "the small-M kernel writing float32 (out_dtype=torch.float32), every bucket and order",
+    "fp32_out": "the small-M kernel writing float32 (out_dtype=torch.float32), every bucket and order, and the "
+                "layouts kernel's float32 build storing C from registers, every order, BN 128 and 256",
     "unaligned": "the repack kernel for the dtype's element size and for float32: operands whose strides a "
-                 "TMA tensor map cannot describe, and outputs written through a workspace",
+                 "TMA tensor map cannot describe, and outputs written through a workspace; and the layouts "
+                 "kernel's build storing C from registers (outputs a TMA store cannot write), every order and BN",
 }
 
 
@@ -97,7 +99,7 @@ def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLA
     each order (and output dtype), and the repack kernel for each element size. Plans nothing, compiles
     nothing: the list is what :func:`precompile` runs. Raises ValueError for an unknown class or dtype."""
     from gemm_ladder.contract import DTYPES
-    from gemm_ladder.dispatch.kernels import general, general_bns
+    from gemm_ladder.dispatch.kernels import general, general_bns, general_from_registers
     from gemm_ladder.library.repack import REPACK
     from gemm_ladder.library.small_m import BUCKETS, small_m_gemm
 
@@ -114,6 +116,13 @@ def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLA
                         kernel = general(am, bm, bn)
                         if kernel is not None:
                             builds.append(Build(f"general A {am} B {bm} BN {bn} {dtype}",
+                                                lambda k=kernel, d=dtype: k.build(d), _loaded_general(kernel, dtype)))
+                for fp32, cls in ((False, "unaligned"), (True, "fp32_out")):
+                    if cls in classes:
+                        for bn in general_bns():
+                            kernel = general_from_registers(am, bm, bn, out_fp32=fp32)
+                            builds.append(Build(f"general from registers A {am} B {bm} BN {bn}"
+                                                f"{' fp32 out' if fp32 else ''} {dtype}",
                                                 lambda k=kernel, d=dtype: k.build(d), _loaded_general(kernel, dtype)))
                 for fp32 in (False, True):
                     if ("fp32_out" if fp32 else "small_m") not in classes:

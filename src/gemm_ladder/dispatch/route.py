@@ -13,8 +13,10 @@ kernel when the kernel's M <= 256; the general kernel for each tile width):
 
 1. each operand is read in place when it has a K- or MN-major view (library.operand.operand_view),
    else or when the kernel refuses that view, repacked into a zero-padded workspace (same major, or
-   the other one when the kernel reads only that); the output is written in place or, when the
-   kernel cannot write it, into a workspace copied back;
+   the other one when the kernel reads only that); the output is written in place (by the general
+   kernel's TMA store; where that cannot write it, e.g. N not a multiple of 16 bytes, a pitch or base
+   not 16-byte aligned, a float32 output, by its build that stores C from registers; the small-M
+   kernel always stores from registers) or, when no kernel can write it, into a workspace copied back;
 2. the combinations are tried cheapest first (bytes the repack kernel moves; a copy that changes
    the major reads element by element and counts four times); the first one ``supports`` accepts is
    that kernel's route.
@@ -112,7 +114,8 @@ class OperandPath:
 @dataclass(frozen=True)
 class OutputPath:
     """Where the kernel writes: ``c`` ((M, N), or c.T when ``transposed``) in place, or a workspace
-    ``(rows, pitch)`` copied back into it (``copy_back`` says why)."""
+    ``(rows, pitch)`` copied back into it (``copy_back`` says why). ``store``: how the kernel writes
+    (``STORE_TMA`` through shared memory and TMA stores, or ``STORE_REGISTERS`` from its registers)."""
 
     transposed: bool
     given: bool
@@ -122,6 +125,12 @@ class OutputPath:
     copy_back: str | None = None
     workspace: tuple[int, int] | None = None
     transposing: bool = False  # the copy back writes along a strided dimension (element by element)
+    store: str = "TMA store"
+
+    @property
+    def label(self) -> str:
+        """The output path in a few words: 'TMA store', 'C from registers' or 'workspace + copy back'."""
+        return "workspace + copy back" if self.workspace is not None else self.store
 
     @property
     def copy_bytes(self) -> int:
@@ -135,6 +144,7 @@ class OutputPath:
         return {"orientation": "D^T = B A^T written into c.T" if self.transposed else "D = A B^T written into c",
                 "out": "given" if self.given else "allocated", "dtype": str(self.dtype).replace("torch.", ""),
                 "path": "workspace, copied back" if self.copy_back else "in place", "why": self.copy_back,
+                "store": self.store, "output_path": self.label,
                 "workspace": list(self.workspace) if self.workspace else None, "transposing_copy": self.transposing}
 
 
@@ -274,9 +284,16 @@ def c_reason(t: torch.Tensor) -> str:
     return "the kernel does not write it in place"
 
 
+#: OutputPath.store values.
+STORE_TMA = "TMA store"
+STORE_REGISTERS = "C from registers"
+
+
 def output_options(c: torch.Tensor, transposed: bool, given: bool) -> list[tuple[OutputPath, object]]:
-    """In place, then a workspace copied back; each with the tensor ``supports`` is asked about (the
-    workspace's as a function: on the GPU it is allocated, once, only if the in-place path is refused)."""
+    """In place by a TMA store, in place from registers, then a workspace copied back; each with the
+    tensor ``supports`` is asked about (the workspace's as a function: on the GPU it is allocated, once,
+    only if the in-place paths are refused). The two in-place paths cost nothing and keep this order
+    when routes are sorted by cost: the TMA store where it can write c."""
     t = c_target(c, transposed)
     rows, cols = t.shape
     direct = OutputPath(transposed, given, rows, cols, c.dtype)
@@ -289,7 +306,8 @@ def output_options(c: torch.Tensor, transposed: bool, given: bool) -> list[tuple
         return made[0]
 
     strided = t.stride(1) != 1 and cols > 1
-    return [(direct, t), (replace(direct, copy_back=c_reason(t), workspace=shape, transposing=strided), workspace)]
+    return [(direct, t), (replace(direct, store=STORE_REGISTERS), t),
+            (replace(direct, copy_back=c_reason(t), workspace=shape, transposing=strided), workspace)]
 
 
 # --- search --------------------------------------------------------------------------------------
@@ -324,8 +342,9 @@ def _k_reads(k: int) -> tuple[int, ...]:
 
 def _route_for(kind, kernel_at, xa, xb, names, c_opts, probe, k, dtype, device, bn) -> tuple[Route | None, list[str]]:
     """The cheapest route of one kernel family: the small-M kernel, or the general kernel of one tile
-    width (built per operand order: ``kernel_at(a_major, b_major)``, None where none is built).
-    Combinations are tried cheapest first; the refusals kept are those of cheaper paths."""
+    width (built per operand order and output store: ``kernel_at(a_major, b_major, c_path)``, None
+    where none is built). Combinations are tried cheapest first; the refusals kept are those of cheaper
+    paths. The small-M kernel stores only from registers: its in-place path is the registers one."""
     refusals: list[str] = []
     for k_read in _k_reads(k):
         a_opts = operand_options(names[0], "A", xa, probe, k_read)
@@ -333,7 +352,9 @@ def _route_for(kind, kernel_at, xa, xb, names, c_opts, probe, k, dtype, device, 
         combos = sorted(itertools.product(a_opts, b_opts, c_opts),
                         key=lambda abc: _cost(abc[0].path) + _cost(abc[1].path) + abc[2][0].copy_bytes)
         for a_o, b_o, (cp, ct) in combos:
-            kernel = kernel_at(a_o.path.major, b_o.path.major)
+            if kind == "small_m" and cp.workspace is None and cp.store != STORE_REGISTERS:
+                continue
+            kernel = kernel_at(a_o.path.major, b_o.path.major, cp)
             if kernel is None:
                 refusals.append(f"no {kind} kernel reads A {a_o.path.major}-major and B {b_o.path.major}-major")
                 continue
@@ -345,6 +366,14 @@ def _route_for(kind, kernel_at, xa, xb, names, c_opts, probe, k, dtype, device, 
                              bn, options=tuple(rules.items()), refusals=tuple(dict.fromkeys(refusals))), refusals
             refusals.append(reason)
     return None, refusals
+
+
+def _general_at(a_major: str, b_major: str, bn: int, c_path: OutputPath):
+    """The general kernel's build for an output path: the TMA-store build, or (STORE_REGISTERS, in
+    place) the build that stores C from registers, in the output's dtype."""
+    if c_path.store == STORE_REGISTERS and c_path.workspace is None:
+        return K.general_from_registers(a_major, b_major, bn, out_fp32=c_path.dtype == torch.float32)
+    return K.general(a_major, b_major, bn)
 
 
 def find_routes(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, device: DeviceFacts,
@@ -363,8 +392,8 @@ def find_routes(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: boo
         c_opts = output_options(c, transposed, given)
         families = []
         if (km := K.small_m(xa.shape[0])) is not None:
-            families.append(("small_m", lambda am, bm, km=km: km, None))
-        families += [("general", lambda am, bm, bn=bn: K.general(am, bm, bn), bn) for bn in K.general_bns()]
+            families.append(("small_m", lambda am, bm, cp, km=km: km, None))
+        families += [("general", lambda am, bm, cp, bn=bn: _general_at(am, bm, bn, cp), bn) for bn in K.general_bns()]
         for kind, kernel_at, bn in families:
             r, refusals = _route_for(kind, kernel_at, xa, xb, (na, nb), c_opts, probe, k, a.dtype, device, bn)
             if r is not None:

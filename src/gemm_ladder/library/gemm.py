@@ -16,7 +16,14 @@ column-major output is D^T = B A^T, which the caller gets by swapping the views.
 
 Refused (:meth:`LibraryGemm.supports` names the rule; the API helper repacks such operands): pitches
 that are not a multiple of 16 bytes, bases not 16-byte aligned, dtypes other than bf16/fp16, an
-output dtype other than the inputs'. ``launch`` raises :class:`~gemm_ladder.contract.GemmInputError`
+output dtype other than the inputs'.
+
+The build with ``c_from_registers`` (``library_gemm(..., c_from_registers=True)``; the kernel's
+GL_C_FROM_REGISTERS) writes C straight from the consumers' registers with masked stores
+(kernels/include/gemm_ladder/register_store.cuh) instead of TMA stores: any row pitch >= N and any
+element-aligned base, and (``out_fp32``) a float32 output. Its plan stages no C in shared memory, so
+its ring is as deep as shared memory allows without the panel rings (design.smem.max_stages). The
+dispatcher takes it for outputs the TMA build cannot write (dispatch/route.py). ``launch`` raises :class:`~gemm_ladder.contract.GemmInputError`
 with the same rule before anything is launched.
 
 The stream-K split is the caller's (``split``, :func:`split_schedule`): ``"tail"`` (level 9's rule:
@@ -101,10 +108,32 @@ class LibraryGemm(TmaLevel):
 
     a_major: Major = "k"
     b_major: Major = "k"
+    #: Store C from the consumers' registers (masked global stores, any pitch) instead of TMA stores.
+    c_from_registers: bool = False
+    #: With c_from_registers: write C in float32 (the inputs stay bf16/fp16).
+    out_fp32: bool = False
     _specs: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
 
-    def layout(self) -> dict[str, str]:
-        return {"a_major": self.a_major, "b_major": self.b_major}
+    def layout(self) -> dict:
+        out = {"a_major": self.a_major, "b_major": self.b_major}
+        if self.c_from_registers:
+            out["c_from_registers"] = True
+        return out
+
+    def build_defines(self, dtype: str) -> dict[str, int | str]:
+        """The ``-D`` constants: the plan's, and GL_C_FROM_REGISTERS / GL_OUT_FP32 for a build that
+        stores C from registers (none for the TMA build, whose source and SASS stay level 9's)."""
+        out = super().build_defines(dtype)
+        if self.c_from_registers:
+            out["GL_C_FROM_REGISTERS"] = 1
+            if self.out_fp32:
+                out["GL_OUT_FP32"] = 1
+        return out
+
+    @property
+    def output_store(self) -> str:
+        """How this build writes C: 'C from registers' or 'TMA store' (``explain`` says it)."""
+        return "C from registers" if self.c_from_registers else "TMA store"
 
     #: The kernel's accumulator pairs are neighbours along a row of its output (epilogue.cuh's fragment).
     pair_along_kernel_cols = True
@@ -150,10 +179,11 @@ class LibraryGemm(TmaLevel):
         bench/results/logs/2026-12-01_tma_store_edge_3419336.log).
 
         a: (M, K) view, b: (N, K) view, c: (M, N) tensor with stride (ldc, 1). The rules, in the order
-        checked: bf16 or fp16, one dtype for all three; A and B in this kernel's majors; K equal; M, N, K
-        in 1..MAX_EXTENT; c of shape (M, N), row-major; every base 16-byte aligned and every pitch a
-        multiple of 16 bytes (TMA: CUDA Driver API, cuTensorMapEncodeTiled globalAddress and
-        globalStrides); one CUDA device.
+        checked: bf16 or fp16, one dtype for all three (c float32 for the ``out_fp32`` build); A and B in
+        this kernel's majors; K equal; M, N, K in 1..MAX_EXTENT; c of shape (M, N), row-major; every
+        base 16-byte aligned and every pitch a multiple of 16 bytes (TMA: CUDA Driver API,
+        cuTensorMapEncodeTiled globalAddress and globalStrides), except c's in the ``c_from_registers``
+        build (any pitch >= N, a base aligned to its element); one CUDA device.
         """
         for name, v in (("a", a), ("b", b)):
             if not isinstance(v, OperandView):
@@ -163,7 +193,11 @@ class LibraryGemm(TmaLevel):
         dt = a.tensor.dtype
         if dt not in DTYPES.values():
             return f"a: dtype {dt} is not one of bf16, fp16"
-        if b.tensor.dtype != dt or c.dtype != dt:
+        if self.out_fp32:
+            if b.tensor.dtype != dt or c.dtype != torch.float32:
+                return (f"a and b must share one dtype and c must be float32 ({self.name} writes a float32 output): "
+                        f"got {dt}, {b.tensor.dtype}, {c.dtype}")
+        elif b.tensor.dtype != dt or c.dtype != dt:
             return f"a, b and c must share one dtype (the output is in the inputs' dtype): got {dt}, {b.tensor.dtype}, {c.dtype}"
         for name, v, want in (("a", a, self.a_major), ("b", b, self.b_major)):
             if v.major != want:
@@ -185,11 +219,16 @@ class LibraryGemm(TmaLevel):
         if ldc < n:
             return f"c: row pitch {ldc} < N = {n}: its rows would overlap"
         e = c.element_size()
+        if self.c_from_registers:  # stored from registers: any pitch >= N, any element-aligned base
+            if c.data_ptr() % e:
+                return f"c: base {c.data_ptr():#x} is not aligned to its {e}-byte elements"
         for name, ptr, pitch in (("a", a.data_ptr, a.ld), ("b", b.data_ptr, b.ld), ("c", c.data_ptr(), ldc)):
+            if name == "c" and self.c_from_registers:
+                continue
             if ptr % TMA_ALIGN_BYTES or (pitch * e) % TMA_ALIGN_BYTES:
                 return (f"{name}: base {ptr:#x} and pitch {pitch * e} bytes must both be multiples of "
                         f"{TMA_ALIGN_BYTES} (TMA); repack it into an aligned buffer")
-        if (n * e) % TMA_ALIGN_BYTES and not (c_padding_writable and ldc * e >= -(-n * e // TMA_ALIGN_BYTES) * TMA_ALIGN_BYTES):
+        if not self.c_from_registers and (n * e) % TMA_ALIGN_BYTES and not (c_padding_writable and ldc * e >= -(-n * e // TMA_ALIGN_BYTES) * TMA_ALIGN_BYTES):
             return (f"c: N = {n} columns = {n * e} bytes, not a multiple of {TMA_ALIGN_BYTES}: the TMA store writes "
                     f"the row's last 16-byte chunk whole, into c's padding; write into a workspace "
                     f"(c_padding_writable=True) and copy back")
@@ -231,7 +270,7 @@ class LibraryGemm(TmaLevel):
         if split not in SPLITS:
             raise ValueError(f"split = {split!r}: use one of {', '.join(SPLITS)}")
         m, n, k = a.rows, b.rows, a.k
-        dtype = dtype_name(c.dtype)
+        dtype = dtype_name(a.tensor.dtype)
         if epilogue is not None and (epilogue.rows, epilogue.cols) != ((n, m) if epilogue.swap else (m, n)):
             raise GemmInputError(f"epilogue bound to a {epilogue.rows} x {epilogue.cols} output, but c is {m} x {n}"
                                  + (" (transposed)" if epilogue.swap else ""))
@@ -244,7 +283,10 @@ class LibraryGemm(TmaLevel):
             "none" if capturing else split, self.stream_k_min_idle))
         stream = torch.cuda.current_stream(c.device)  # the workspace's stream and the launch's must be one
         split_args = [ctypes.c_void_p(0), ctypes.c_void_p(0)]  # partials, counters: untouched for whole units
-        args = [*self.view_maps(a, b, c), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
+        args = [*self.view_maps(a, b, c)]
+        if self.c_from_registers:  # sm90_gemm.cu's GL_C_ARG: the output's pointer and row pitch, not a map
+            args += [ctypes.c_void_p(c.data_ptr()), ctypes.c_longlong(_ldc(c))]
+        args += [ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
                 ctypes.c_int(tail.first_unit if tail.tail_units else tail.units), ctypes.c_int(tail.max_contributors),
                 *split_args]
         params = None
@@ -271,16 +313,18 @@ class LibraryGemm(TmaLevel):
         return BoundLaunch(prepared, fresh_workspace, params=params)
 
     def view_maps(self, a: OperandView, b: OperandView, c: torch.Tensor) -> list:
-        """The three encoded tensor maps (a, b, c) of the plan for these views, cached per pointers and
-        layout (encoding costs ~10 us of Python per map; planning a new shape ~1 ms)."""
+        """The encoded tensor maps (a, b, c; a and b only in the ``c_from_registers`` build) of the plan
+        for these views, cached per pointers and layout (encoding costs ~10 us of Python per map;
+        planning a new shape ~1 ms)."""
         m, n, k, ldc = a.rows, b.rows, a.k, _ldc(c)
-        dtype = dtype_name(c.dtype)
-        shape = (m, n, k, a.ld, b.ld, ldc, dtype)
+        dtype = dtype_name(a.tensor.dtype)
+        shape = (m, n, k, a.ld, b.ld, None if self.c_from_registers else ldc, dtype)
+        names = (("a", a.data_ptr), ("b", b.data_ptr)) + (() if self.c_from_registers else (("c", c.data_ptr()),))
 
         def encode():
-            specs = cached(self._specs, shape, lambda: self.plan(m, n, k, dtype, lda=a.ld, ldb=b.ld, ldc=ldc).tensor_maps)
-            return [encode_tiled(specs[name].encode_kwargs(ptr))
-                    for name, ptr in (("a", a.data_ptr), ("b", b.data_ptr), ("c", c.data_ptr()))]
+            specs = cached(self._specs, shape, lambda: self.plan(m, n, k, dtype, lda=a.ld, ldb=b.ld,
+                                                                 ldc=shape[5]).tensor_maps)
+            return [encode_tiled(specs[name].encode_kwargs(ptr)) for name, ptr in names]
 
         return cached(self._maps, (a.data_ptr, b.data_ptr, c.data_ptr(), *shape), encode)
 
@@ -296,7 +340,7 @@ class LibraryGemm(TmaLevel):
             return torch.empty((va.rows, vb.rows), dtype=a.dtype, device=a.device)
         if va.k == 0:
             return torch.zeros((va.rows, vb.rows), dtype=a.dtype, device=a.device)
-        c = torch.empty((va.rows, vb.rows), dtype=a.dtype, device=a.device)
+        c = torch.empty((va.rows, vb.rows), dtype=torch.float32 if self.out_fp32 else a.dtype, device=a.device)
         self.launch(va, vb, c, split=split)
         return c
 
@@ -310,27 +354,39 @@ def _ldc(c: torch.Tensor) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def library_gemm(a_major: str, b_major: str, bn: int = 256) -> LibraryGemm:
+def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers: bool = False,
+                 out_fp32: bool = False) -> LibraryGemm:
     """The layouts kernel for A ``a_major`` and B ``b_major`` ("k" or "mn") with tile width ``bn``
     (128 or 256); one instance per configuration, so builds, loaded kernels and maps are cached.
 
-    Stages: the most that fit beside the panel rings (design.smem.max_stages): 4 at BN = 256
-    (level 9's), 6 at BN = 128. Raises ValueError for any other major or width.
+    ``c_from_registers``: the build that stores C from registers (any pitch; see the module docstring);
+    ``out_fp32`` (only with it): its float32-output build.
+
+    Stages: the most that fit in shared memory (design.smem.max_stages) beside the panel rings: 4 at
+    BN = 256 (level 9's), 6 at BN = 128; with no C staging (c_from_registers): 4 and 7. Raises
+    ValueError for any other major or width, or ``out_fp32`` without ``c_from_registers``.
     """
     if a_major not in MAJORS or b_major not in MAJORS:
         raise ValueError(f"a_major = {a_major!r}, b_major = {b_major!r}: each is one of {', '.join(MAJORS)}")
     if bn not in TILE_N:
         raise ValueError(f"bn = {bn!r}: the kernel is built for BN in {TILE_N}")
-    stages = max_stages(bm=128, bn=bn, bk=64, elem_bytes=2, arch=arch_info("sm_90a"), consumers=2, c_ring=2)
+    if out_fp32 and not c_from_registers:
+        raise ValueError("out_fp32=True needs c_from_registers=True: only the register store writes float32")
+    c_ring = 0 if c_from_registers else 2
+    stages = max_stages(bm=128, bn=bn, bk=64, elem_bytes=2, arch=arch_info("sm_90a"), consumers=2, c_ring=c_ring,
+                        c_from_registers=c_from_registers)
+    suffix = ("_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "")
     return LibraryGemm(
         number=9,
-        name=f"sm90_gemm_{a_major}{b_major}_bn{bn}",
+        name=f"sm90_gemm_{a_major}{b_major}_bn{bn}{suffix}",
         idea=f"level 9's kernel with A {a_major}-major and B {b_major}-major in shared memory, any TMA pitch, "
-             f"a 128 x {bn} tile",
+             f"a 128 x {bn} tile" + (", C stored from registers (any pitch)" if c_from_registers else "")
+             + (", float32 output" if out_fp32 else ""),
         source=SOURCE,
         domain=Domain(),  # supports() holds the rules (the operands are views, not the ladder's tensors)
-        tile=(128, bn, 64), stages=stages, consumers=2, c_ring=2, cluster=2, persistent=True,
+        tile=(128, bn, 64), stages=stages, consumers=2, c_ring=c_ring, cluster=2, persistent=True,
         stream_k_args=True, producer_warpgroup=True, a_major=a_major, b_major=b_major,
+        c_from_registers=c_from_registers, out_fp32=out_fp32,
     )
 
 

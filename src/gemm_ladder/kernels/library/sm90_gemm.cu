@@ -26,6 +26,17 @@
 // prefetches its slice of the epilogue's tile inputs into L2 (epilogue_prefetch), so the loads at the
 // tile's end need not wait on DRAM. Without GL_EPILOGUE the kernel is level 9's, instruction for
 // instruction, and takes no epilogue argument (tests/test_epilogue.py compares the SASS).
+//
+// GL_C_FROM_REGISTERS (1: the plan's c_from_registers) builds the kernel for outputs a TMA store cannot
+// write (N not a multiple of 16 bytes, a pitch or base not 16-byte aligned; or a float32 output,
+// GL_OUT_FP32): the consumers store each finished fragment straight from their accumulator registers
+// with masked global stores (register_store.cuh: one store per pair of columns, pairs shifted by a
+// column in rows whose even columns are misaligned) at any pitch, instead of the panel rings and TMA
+// stores; the kernel takes the output's pointer and row pitch in place of its tensor map, and no
+// shared memory holds C (the plan gives it to the stage ring). Each fragment is stored right after
+// its last wgmma, so its stores are not overlapped with the next tile's first K iterations as the
+// panel ring's deferred panels are; the producer keeps loading meanwhile. Without it (0, the default)
+// this file is unchanged.
 #include "gemm_ladder/tma_tile.cuh"
 #include "gemm_ladder/fused_epilogue_pair.cuh"
 
@@ -49,19 +60,39 @@ static_assert((GL_A_MN_MAJOR == 0 || GL_A_MN_MAJOR == 1) && (GL_B_MN_MAJOR == 0 
 #include "gemm_ladder/tile_scheduler.cuh"
 #include "gemm_ladder/tma_tile.cuh"
 
+#ifndef GL_C_FROM_REGISTERS
+#define GL_C_FROM_REGISTERS 0
+#endif
+#if GL_C_FROM_REGISTERS
+#include "gemm_ladder/register_store.cuh"
+#endif
+
 using namespace gl;
 
 GL_RELEASES_PREVIOUS_STAGE();
 
 static_assert(GL_PRODUCER_WG == 1 && BM == 64 * GL_CONSUMERS, "level 9: each consumer owns 64 rows of the tile");
+#if GL_C_FROM_REGISTERS
+static_assert(GL_C_PANELS == 0 && GL_C_RING == 0, "sm90_gemm: C from registers: the plan must stage no C (c_from_registers)");
+#if defined(GL_OUT_FP32)
+using out_t = float;
+#else
+using out_t = elem_t;
+#endif
+constexpr int kFirstStoreBarrier = 2;  // named barrier 2 + c: consumer c's 128 threads (the stream-K hand-in)
+// The output: element (r, c) of the kernel's M x N output at C[r * ldc + c], in place of map_c.
+#define GL_C_ARG out_t* __restrict__ C, long long ldc
+#else
 static_assert(GL_C_RING >= 1 && GL_C_PANELS % GL_C_RING == 0, "level 9: a ring of panel buffers per consumer");
 // Panels stored at once at the end of a tile: one per buffer, whose last stores (the previous tile's,
 // issued a whole tile ago) have long been read. The rest wait in registers for the next tile.
 constexpr int kEarlyPanels = GL_C_RING < GL_C_PANELS ? GL_C_RING : GL_C_PANELS;
 constexpr int kDeferredPanels = GL_C_PANELS - kEarlyPanels;
 constexpr int kFirstStoreBarrier = 2;  // named barrier 2 + c: consumer c's 128 threads (0 is __syncthreads)
+#define GL_C_ARG const __grid_constant__ CUtensorMap map_c
+#endif
 
-#if defined(GL_EPILOGUE)
+#if defined(GL_EPILOGUE) && !GL_C_FROM_REGISTERS
 // Column panel p (columns 64p.. of BN) of a consumer's finished 64 x BN fragment (rows row0.., columns
 // col0.. of the kernel's M x N output) through the fused epilogue, in place, then packed as
 // pack_fragment packs it. Pair (4j + 2i, 4j + 2i + 1) sits at row row0 + 16w + l/4 + 8i, columns
@@ -83,13 +114,15 @@ __device__ __forceinline__ void epilogue_pack_panel(uint32_t (&packed)[BN / 4], 
   for (int q = 16 * p; q < 16 * p + 16; ++q) packed[q] = pack2(d[2 * q], d[2 * q + 1]);
 }
 #define GL_EPILOGUE_ARG , const __grid_constant__ EpilogueParams epi
+#elif defined(GL_EPILOGUE)
+#define GL_EPILOGUE_ARG , const __grid_constant__ EpilogueParams epi
 #else
 #define GL_EPILOGUE_ARG
 #endif
 
 extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                const __grid_constant__ CUtensorMap map_c, int M, int N, int K, int tail_first_unit,
+                GL_C_ARG, int M, int N, int K, int tail_first_unit,
                 int max_contributors, float* __restrict__ partials, int* __restrict__ counters GL_EPILOGUE_ARG) {
   extern __shared__ uint8_t smem_raw[];
   const SmemMap smem(smem_raw);
@@ -105,7 +138,11 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
   const int whole_end = split ? tail_first_unit : sched.total;
   const StreamKTail tail(whole_end, sched.total - whole_end, k_tiles, unit_stride);
 
+#if GL_C_FROM_REGISTERS
+  if (threadIdx.x == 0) init_ring(smem, &map_a, &map_b, &map_b);  // no output map: b's is prefetched twice
+#else
   if (threadIdx.x == 0) init_ring(smem, &map_a, &map_b, &map_c);
+#endif
   cluster_sync();
 
   if (warpgroup_index() == 0) {
@@ -127,6 +164,33 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     setmaxnreg_inc<232>();
     const int consumer = warpgroup_index() - 1;
     const bool elected = thread_in_warpgroup() == 0;  // releases stages and issues this consumer's stores
+#if GL_C_FROM_REGISTERS
+    const int bar = kFirstStoreBarrier + consumer;
+    // Store a finished fragment of work unit `unit` from registers, the fused epilogue (if any) applied
+    // to each pair right before its store (epilogue.cuh's pairs: neighbours along a kernel row). Pairs
+    // shifted into alignment on misaligned rows, except with an epilogue (register_store.cuh: it spilled).
+#if defined(GL_EPILOGUE)
+    constexpr bool kShiftPairs = false;
+#else
+    constexpr bool kShiftPairs = true;
+#endif
+    auto store_fragment = [&](float (&d)[BN / 2], int unit) {
+      int um, tn;
+      sched.coords(unit, um, tn);
+      store_fragment_from_registers<BN, kShiftPairs>(C, ldc, d, (um * GL_CLUSTER + rank) * BM + 64 * consumer, tn * BN, M, N,
+                                        [&](float& x0, float& x1, int r, int c) {
+#if defined(GL_EPILOGUE)
+                                          epilogue_pair<true>(x0, x1, r, c, M, N, epi);
+#endif
+                                        });
+    };
+    RingPosition pos{0};
+    for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
+      float d[BN / 2];
+      consume_k_range(smem, d, consumer, 0, k_tiles, pos, elected, [](int) {});
+      store_fragment(d, unit);
+    }
+#else
     uint8_t* const ring = smem.c() + consumer * GL_C_RING * GL_SMEM_C_PANEL_BYTES;
     const int bar = kFirstStoreBarrier + consumer;
     uint32_t packed[BN / 4];  // the previous tile's outputs; its last kDeferredPanels are still to be stored
@@ -176,6 +240,7 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
       for (int p = kEarlyPanels; p < GL_C_PANELS; ++p)
         store_panel_of(last, p);
     }
+#endif
     for (int it = tail.begin(first_unit), end = tail.begin(first_unit + 1); it < end;) {
       const StreamKTail::Segment seg = tail.segment(first_unit, it, end);
       it = seg.next;
@@ -196,7 +261,9 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
           continue;  // another contributor finishes this tile
         slots.reduce(seg.contributors, d);
       }
-#if defined(GL_EPILOGUE)
+#if GL_C_FROM_REGISTERS
+      store_fragment(d, seg.unit);
+#elif defined(GL_EPILOGUE)
 #pragma unroll
       for (int p = 0; p < GL_C_PANELS; ++p) {
         {
@@ -213,7 +280,9 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
         store_panel_of(seg.unit, p);
 #endif
     }
+#if !GL_C_FROM_REGISTERS
     if (elected) tma_store_wait_read<0>();
+#endif
   }
   cluster_sync();
 }
