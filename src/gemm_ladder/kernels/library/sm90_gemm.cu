@@ -79,6 +79,7 @@ using out_t = float;
 #else
 using out_t = elem_t;
 #endif
+constexpr int kPrefetchAhead = 8;  // K iterations between a tile's epilogue prefetch and its epilogue
 constexpr int kFirstStoreBarrier = 2;  // named barrier 2 + c: consumer c's 128 threads (the stream-K hand-in)
 // The output: element (r, c) of the kernel's M x N output at C[r * ldc + c], in place of map_c.
 #define GL_C_ARG out_t* __restrict__ C, long long ldc
@@ -88,6 +89,7 @@ static_assert(GL_C_RING >= 1 && GL_C_PANELS % GL_C_RING == 0, "level 9: a ring o
 // issued a whole tile ago) have long been read. The rest wait in registers for the next tile.
 constexpr int kEarlyPanels = GL_C_RING < GL_C_PANELS ? GL_C_RING : GL_C_PANELS;
 constexpr int kDeferredPanels = GL_C_PANELS - kEarlyPanels;
+constexpr int kPrefetchAhead = 8;  // K iterations between a tile's epilogue prefetch and its epilogue
 constexpr int kFirstStoreBarrier = 2;  // named barrier 2 + c: consumer c's 128 threads (0 is __syncthreads)
 #define GL_C_ARG const __grid_constant__ CUtensorMap map_c
 #endif
@@ -207,15 +209,18 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
       sched.coords(unit, um, tn);
       const int tm = um * GL_CLUSTER + rank;
       const int prev = unit - unit_stride;  // the previous tile of this CTA, if unit != first_unit
-#if defined(GL_EPILOGUE)
-      // This consumer's 64 x BN slice of the epilogue's tile inputs (a residual) into L2 now, a tile's main
-      // loop before the epilogue loads it: a hint that orders nothing (fused_epilogue.cuh's epi_prefetch_runs).
-      epilogue_prefetch<64, BN, 128>(tm * BM + 64 * consumer, tn * BN, M, N, thread_in_warpgroup(), epi);
-#endif
       float d[BN / 2];
       consume_k_range(smem, d, consumer, 0, k_tiles, pos, elected, [&](int kt) {
         if (kt < kDeferredPanels && unit != first_unit)  // runs while this K iteration's wgmma does
           store_panel_of(prev, kEarlyPanels + kt);
+#if defined(GL_EPILOGUE)
+        // This consumer's 64 x BN slice of the epilogue's tile inputs (a residual) into L2, kPrefetchAhead
+        // K iterations before the epilogue loads it: late enough that the main loop's operand traffic
+        // does not evict it first, early enough to cover DRAM's latency. A hint that orders nothing
+        // (fused_epilogue.cuh's epi_prefetch_runs).
+        if (kt == (k_tiles > kPrefetchAhead ? k_tiles - kPrefetchAhead : 0))
+          epilogue_prefetch<64, BN, 128>(tm * BM + 64 * consumer, tn * BN, M, N, thread_in_warpgroup(), epi);
+#endif
       });
       if (unit != first_unit)  // fewer K iterations than deferred panels: finish the previous tile first
         for (int p = kEarlyPanels + k_tiles; p < GL_C_PANELS; ++p)

@@ -130,7 +130,7 @@ __device__ __forceinline__ void epi_load_pair(const void* base, Off offset, Off 
   }
 }
 
-// L2 prefetch of a tile input's block, at the start of a tile (the kernel's hook: fused_epilogue_pair.cuh's
+// L2 prefetch of a tile input's block, late in a tile's main loop (the kernel's hook: fused_epilogue_pair.cuh's
 // epilogue_prefetch), so that the epilogue's loads at the tile's end hit L2 instead of waiting on DRAM. The
 // block is kRuns runs of kRunLen elements of an input contiguous along a run (stride 1, the host checked:
 // library/epilogue.py's EpilogueCall.prefetch_runs): run i lies at outer coordinate outer0 + i, starts at
@@ -142,12 +142,13 @@ __device__ __forceinline__ void epi_load_pair(const void* base, Off offset, Off 
 // per-thread prefetch is one instruction (CCTL); cp.async.bulk.prefetch.L2 takes its address in a uniform
 // register, which costs a loop over the warp's distinct addresses when each thread has its own run. A
 // prefetch writes nothing and orders nothing (a hint): no barrier. 64-bit offsets: a few integer
-// instructions per line, before the main loop, where registers are free.
+// instructions per line, once per tile, between two K iterations (a stream-K segment: before its loop).
 template <int DT, int kRuns, int kRunLen, int kThreads>
 __device__ __forceinline__ void epi_prefetch_runs(const void* base, long long outer_stride, int outer0, int inner0,
                                                   int outer_extent, int inner_extent, int t) {
   constexpr int kBytes = DT == kEpiFp32 ? 4 : 2;
-  constexpr int kLine = 128 / kBytes;             // elements per 128-byte line
+  constexpr int kLine = 128 / kBytes;             // elements per 128-byte line (one per 32-byte sector
+                                                  // spilled the BN 256 build, the prefetch now in the loop)
   static_assert(kRunLen % kLine == 0, "epi_prefetch_runs: runs of whole lines");
   constexpr int kPoints = kRunLen / kLine + 1;    // per run: its lines from its first element, then its last
   constexpr int kItems = kRuns * kPoints;
