@@ -406,10 +406,18 @@ def bucket(m: int) -> int:
     return next(bn for bn in BUCKETS if bn >= m)
 
 
-def small_m_gemm(m: int) -> SmallMGemm:
-    """The cached :class:`SmallMGemm` for M's bucket (:func:`bucket`); raises ValueError outside 0..256."""
-    bn = bucket(m)
+def small_m_kernel(bn: int) -> SmallMGemm:
+    """The cached :class:`SmallMGemm` of bucket ``bn``; raises ValueError when ``bn`` is not in :data:`BUCKETS`.
+
+    A bucket smaller than M computes M in ceil(M / BN) tiles (the kernel's units are N tiles x M
+    tiles); the dispatcher chooses how many (dispatch/small_m_tiles.py)."""
     inst = _INSTANCES.get(bn)
     if inst is None:
         inst = _INSTANCES[bn] = SmallMGemm(bn)
     return inst
+
+
+def small_m_gemm(m: int) -> SmallMGemm:
+    """The cached :class:`SmallMGemm` for M's bucket (:func:`bucket`: M in one tile); raises ValueError
+    outside 0..256."""
+    return small_m_kernel(bucket(m))
