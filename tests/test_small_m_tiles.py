@@ -245,3 +245,13 @@ def test_precompile_builds_every_bucket_the_rule_can_choose():
         for am in ("k", "mn"):
             assert f"small-M BN {bn} A {am} B k bf16" in labels
             assert f"small-M BN {bn} A {am} B k fp32 out bf16" in labels
+
+
+def test_clear_cache_forgets_the_calls_routes_too():
+    """A regenerated table reaches calls already made: the API's call cache keeps routes, so it is cleared."""
+    from gemm_ladder.dispatch.calls import CALLS
+
+    CALLS.put_fast(("a made-up key",), object())
+    assert CALLS.fast
+    dispatch.clear_cache()
+    assert not CALLS.fast and len(CALLS) == 0

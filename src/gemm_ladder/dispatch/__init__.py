@@ -85,12 +85,16 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
 
 
 def clear_cache() -> None:
-    """Forget every route (after a table is regenerated, say)."""
+    """Forget every route, the tables read and the API's per-call cache, whose calls keep their routes
+    (after a table is regenerated, say: the next call decides again)."""
+    from gemm_ladder.dispatch.calls import CALLS
+
     global _model, _tiles
     with _lock:
         _routes.clear()
         _model = None
         _tiles = None
+    CALLS.clear()
 
 
 __all__ = ["CostModel", "DeviceFacts", "Route", "TilesRule", "clear_cache", "cost_model", "decide", "tiles_rule"]
