@@ -50,7 +50,8 @@ from gemm_ladder.library.lru import cached
 #: Largest M this kernel takes; above it the weight is no longer the whole cost (level 9's domain).
 SMALL_M_MAX = 256
 #: The M buckets, one build each: wgmma N values (PTX ISA, wgmma .m64nNk16: N a multiple of 8, <= 256)
-#: that ptx/wgmma_ops.cuh provides. M goes to the smallest bucket >= M.
+#: that ptx/wgmma_ops.cuh provides. M goes to the smallest bucket >= M (one tile), or to a smaller bucket
+#: in ceil(M / BN) tiles where the dispatcher's measured rule says so (dispatch/small_m_tiles.py).
 BUCKETS = (8, 16, 32, 64, 128, 192, 256)
 #: Weight rows per CTA tile (wgmma M): two consumer warpgroups of 64 rows.
 TILE_ROWS = 128
