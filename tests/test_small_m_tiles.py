@@ -255,3 +255,30 @@ def test_clear_cache_forgets_the_calls_routes_too():
     assert CALLS.fast
     dispatch.clear_cache()
     assert not CALLS.fast and len(CALLS) == 0
+
+
+def test_the_tune_writes_the_table_and_its_json(monkeypatch, tmp_path):
+    """tune() end to end with the GPU part (tune_rows) replaced by synthetic timings: the package's table
+    (here a copy) gets the entry, $OUT gets the table and the results JSON the provenance names."""
+    import argparse
+
+    from gemm_ladder.dispatch import heuristic
+
+    table = tmp_path / "table.json"
+    table.write_text(TABLE_PATH.read_text())
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setattr(heuristic, "TABLE_PATH", table)
+    monkeypatch.setenv("OUT", str(out))
+    rows = [{"m": m, "n": 4096, "k": 4096, "one_tile_us": [10.0, 10.0], "two_tile_us": [9.0, 9.0]} for m in (96, 256)]
+    monkeypatch.setattr(library_small_m, "tune_rows", lambda *a: rows)
+    args = argparse.Namespace(dtype="bf16", passes=2, budget=0.1, flush="write", output=None)
+    assert library_small_m.tune(args) == 0
+    written = json.loads(table.read_text())
+    assert json.loads((out / "table.json").read_text()) == written
+    rule = TilesRule.from_json(written[KEY])
+    assert rule.provenance.startswith("tuned on ") and "bench/library_small_m.py --tune, 2 passes" in rule.provenance
+    results = list(out.glob("*_library_small_m_tune_bf16_*.json"))
+    assert len(results) == 1 and f"bench/results/{results[0].name}" in rule.provenance
+    assert json.loads(results[0].read_text())["tune"]["rows"] == rows
+    assert rule.choose(200, 4096, 4096).tiles == 2 and load_table(table).provenance == load_table().provenance
