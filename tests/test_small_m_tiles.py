@@ -172,7 +172,8 @@ def test_fit_on_synthetic_timings():
 
 
 def test_the_tunes_table_keeps_the_cost_model_and_loads():
-    rows = [{"m": m, "n": n, "k": k, "one_tile_us": [10.0, 10.2], "two_tile_us": [8.0, 8.1] if m >= 64 else [11.0, 11.0]}
+    rows = [{"m": m, "n": n, "k": k, "one_tile_us": [10.0, 10.2],
+             "two_tile_us": [8.0, 8.1] if m >= 64 else [11.0, 11.0]}
             for n, k in library_small_m.NK for m in library_small_m.TUNE_M]
     table = json.loads(TABLE_PATH.read_text())
     out = library_small_m.tuned_table(rows, "tuned on a test GPU", table)

@@ -82,7 +82,8 @@ class Explanation:
             lines.append(f"  table:    {h['provenance']}")
             if h.get("m_tiles"):
                 t = h["m_tiles"]
-                lines.append(f"  M tiles:  {t['m_tiles']} of BN {t['bn']} for the kernel's M = {t['kernel_m']}: {t['why']}")
+                lines.append(f"  M tiles:  {t['m_tiles']} of BN {t['bn']} for the kernel's M = {t['kernel_m']}: "
+                             f"{t['why']}")
                 lines.append(f"  M-tile table: {t['provenance']}")
             for c in h.get("candidates", [])[:6]:
                 lines.append(f"    BN {c['bn']:>3} split {c['split']:<4} {c['predicted_us']:>9.1f} us predicted, "

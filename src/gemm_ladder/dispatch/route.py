@@ -21,8 +21,9 @@ kernel when the kernel's M <= 256; the general kernel for each tile width):
 
 Choice: the small-M kernel when it fits and copies no more than the general kernel would (copies of
 its small operand A aside), in the bucket and number of M tiles the table's measured rule picks
-(dispatch.small_m_tiles; one tile of the smallest bucket >= M when two would copy more); otherwise the route that moves the fewest repack bytes, then the (BN,
-split) the cost model (dispatch.heuristic) ranks fastest.
+(dispatch.small_m_tiles; one tile of the smallest bucket >= M when two would copy more); otherwise
+the route that moves the fewest repack bytes, then the (BN, split) the cost model (dispatch.heuristic)
+ranks fastest.
 """
 
 from __future__ import annotations

@@ -150,8 +150,8 @@ class TilesRule:
         try:
             tie = float(d.get("tie", TIE))
             shapes = tuple((int(s[0]), int(s[1])) for s in d.get("shapes", ()))
-            decisions = tuple(Decision(int(e["m"]), int(e["n"]), int(e["k"]), int(e["tiles"]),
-                                       float(e["one_tile_us"]), float(e["two_tile_us"])) for e in d.get("decisions", ()))
+            decisions = tuple(Decision(int(e["m"]), int(e["n"]), int(e["k"]), int(e["tiles"]), float(e["one_tile_us"]),
+                                       float(e["two_tile_us"])) for e in d.get("decisions", ()))
             rule = cls(str(d["provenance"]), shapes, decisions, tie)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise ValueError(f"dispatch table, {KEY}: {type(exc).__name__}: {exc}") from None
