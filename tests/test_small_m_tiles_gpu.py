@@ -31,6 +31,23 @@ M_VALUES = (96, 128, 192, 200, 256)
 NK = ((4096, 4096), (1000, 520), (264, 1032), (136, 72))  # tails: N not a multiple of 128, K not of 64
 
 
+@pytest.fixture(scope="module", autouse=True)
+def prebuilt():
+    """The plain builds these tests launch, compiled in parallel first (nvcc is most of the run's time;
+    the fused epilogue's builds compile at their first launch)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gemm_ladder.library.small_m import small_m_kernel
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    variants = [("bf16", False, "k", "k"), ("fp16", False, "k", "k"), ("bf16", False, "k", "mn"),
+                ("bf16", False, "mn", "k"), ("bf16", True, "k", "k")]
+    jobs = [(bn, *v) for bn in (64, 128) for v in variants] + [(16, "bf16", False, "k", "k")]
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        list(pool.map(lambda j: small_m_kernel(j[0]).build(j[1], out_fp32=j[2], a_major=j[3], b_major=j[4]), jobs))
+
+
 def two_everywhere(nk=NK) -> TilesRule:
     """Two tiles for every M > 8 at every timed shape (made-up times the rule agrees with)."""
     rows = [{"m": m, "n": n, "k": k, "one_tile_us": [10.0], "two_tile_us": [5.0]}
