@@ -272,7 +272,9 @@ def tune(dtype: str, quick: bool, budget: float) -> dict:
     gpu = (meta.get("gpu") or {}).get("name", "unknown GPU")
     provenance = f"tuned on {gpu} {dt.date.today().isoformat()} {(meta.get('git_commit') or 'unknown')[:7]}"
     model = fit(samples, provenance)
-    text = json.dumps(model.to_json(), indent=1) + "\n"
+    table = json.loads(TABLE_PATH.read_text())
+    table.update(model.to_json())  # the cost model's keys; other entries (the small-M kernel's "small_m") kept
+    text = json.dumps(table, indent=1) + "\n"
     TABLE_PATH.write_text(text)
     if os.environ.get("OUT"):  # a lent machine's copy of the tree does not come back: the table does
         Path(os.environ["OUT"], "table.json").write_text(text)

@@ -1,6 +1,7 @@
 """The small-M library kernel against cuBLAS, and against the memory's copy rate (issue 12, item 3).
 
     python bench/library_small_m.py [--dtype bf16] [--passes 3] [--sweep] [-o OUT.json]
+    python bench/library_small_m.py --tune [--passes 3] [--budget 0.1]   # regenerate table.json's "small_m"
     compute-sanitizer --tool memcheck python bench/library_small_m.py --sanitize   # also racecheck, synccheck
 
 Shapes: M in {1, 16, 64, 128, 256} x (N, K) in {4096 x 4096, 14336 x 4096, 4096 x 14336, 28672 x 8192}
@@ -27,6 +28,16 @@ a multiple of 8 but not of 64, M above its bucket's BN for one of them), split t
 partials, the counters and the last contributor's reduction run, unsplit, and split with the weight
 MN-major; it prints one line per launch and exits 1 if any result is wrong. That is the run for compute-sanitizer.
 
+``--tune`` instead decides how many M tiles the dispatcher computes M in (dispatch/small_m_tiles.py):
+per (N, K) above and M in {16, 32, 64, 96, 128, 192, 256}, the one-tile bucket (the smallest >= M)
+and the two-tile bucket (the smallest holding ceil(M / 2) rows) are checked against float64, then timed
+interleaved with cuBLAS (``--passes`` passes of 4 rounds, ``--budget`` seconds per callable and pass,
+L2 flushed, order alternating); the rule (two tiles when their median over passes is more than 2%
+below one tile's) fits the entry (small_m_tiles.fit), with provenance "tuned on <GPU> <date> <commit>:
+<this run's JSON>", written into src/gemm_ladder/dispatch/table.json (the cost model's keys kept) and,
+on a lent machine, into $OUT/table.json: copy that over the package's table and commit both. The
+timings go in the JSON. Exit status 0 unless a result is wrong.
+
 Targets (issue 12): >= 1.3x cuBLAS for M in {1, 16, 64} at 4096 x 4096; >= 1.0x for every shape;
 aim >= 80% of the copy bandwidth at M <= 64. Exit status 0 when the first two hold, 1 otherwise.
 """
@@ -34,8 +45,12 @@ aim >= 80% of the copy bandwidth at M <= 64. Exit status 0 when the first two ho
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import torch
 from rich.console import Console
@@ -45,13 +60,15 @@ from gemm_ladder.contract import DTYPES, cublas, reference
 from gemm_ladder.gates.correctness import absolute_cap, error_bound, random_operands
 from gemm_ladder.gates.performance import measure_dram_bandwidth, time_fns
 from gemm_ladder.library.operand import operand_view
-from gemm_ladder.library.small_m import SmallMGemm, small_m_gemm
+from gemm_ladder.library.small_m import BUCKETS, SmallMGemm, small_m_gemm, small_m_kernel
 from gemm_ladder.shapes import gemm_min_bytes
-from suite import add_output_argument, save
+from suite import RESULTS, add_output_argument, meta, result_name, save
 
 M_VALUES = (1, 16, 64, 128, 256)
 NK = ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192))
 TARGET_FAST, TARGET_FAST_M, TARGET_ALL, AIM_COPY_FRACTION = 1.3, (1, 16, 64), 1.0, 0.8
+#: M values the tune decides at: the top of each bucket with a smaller one to split into, and 96.
+TUNE_M = (16, 32, 64, 96, 128, 192, 256)
 
 
 def ours(kernel: SmallMGemm, c: torch.Tensor, splits=None):
@@ -96,12 +113,81 @@ def sanitize(dtype: str) -> int:
     return wrong
 
 
+def tune_rows(dtype: str, passes: int, budget: float, flush: str) -> list[dict]:
+    """Per (N, K) in NK and M in TUNE_M: both buckets checked against float64, then timed interleaved
+    with cuBLAS; rows for small_m_tiles.fit (per-pass medians in microseconds). Raises RuntimeError on
+    a wrong result."""
+    from gemm_ladder.dispatch.small_m_tiles import one_tile_bn, two_tile_bn
+
+    with ThreadPoolExecutor(max_workers=len(BUCKETS)) as pool:  # nvcc in parallel before the first shape
+        list(pool.map(lambda bn: small_m_kernel(bn).build(dtype), BUCKETS))
+    device = torch.device("cuda")
+    rows = []
+    for n, k in NK:
+        for m in TUNE_M:
+            x, w = random_operands(m, n, k, dtype, device, seed=m * 131 + n * 7 + k + 1)
+            one, two = small_m_kernel(one_tile_bn(m)), small_m_kernel(two_tile_bn(m))
+            fns = {"one tile": ours(one, torch.empty(m, n, dtype=DTYPES[dtype], device=device)),
+                   "two tiles": ours(two, torch.empty(m, n, dtype=DTYPES[dtype], device=device))}
+            errors = {name: check(fn, x, w, dtype) for name, fn in fns.items()}
+            times: dict[str, list[float]] = {name: [] for name in [*fns, "cuBLAS"]}
+            for i in range(passes):
+                order = {"cuBLAS": cublas, **fns} if i % 2 == 0 else {**fns, "cuBLAS": cublas}
+                for name, t in time_fns(order, x, w, budget_s=budget, rounds=4, warmup=5, flush_l2=flush).items():
+                    times[name].append(t.median_ms * 1e3)
+            row = {"m": m, "n": n, "k": k, "dtype": dtype, "one_tile_bn": one.bn, "two_tile_bn": two.bn,
+                   "one_tile_us": times["one tile"], "two_tile_us": times["two tiles"], "cublas_us": times["cuBLAS"],
+                   "rel_err": errors}
+            rows.append(row)
+            med = {name: statistics.median(v) for name, v in times.items()}
+            print(f"tune M={m} {n}x{k}: one tile (BN {one.bn}) {med['one tile']:.1f} us, two tiles (BN {two.bn}) "
+                  f"{med['two tiles']:.1f} us, cuBLAS {med['cuBLAS']:.1f} us", flush=True)
+    return rows
+
+
+def tuned_table(rows: list[dict], provenance: str, table: dict) -> dict:
+    """``table`` (the dispatch table's JSON) with its "small_m" entry fitted to ``rows`` (tune_rows'),
+    the cost model's keys unchanged."""
+    from gemm_ladder.dispatch.small_m_tiles import KEY, fit
+
+    return {**table, KEY: fit(rows, provenance).to_json()}
+
+
+def tune(args) -> int:
+    """--tune: time, fit, write the table (and $OUT/table.json) and the timings' JSON."""
+    from gemm_ladder import dispatch
+    from gemm_ladder.dispatch.heuristic import TABLE_PATH
+
+    described = meta()
+    name = f"library_small_m_tune_{args.dtype}"
+    output = args.output or Path(os.environ.get("OUT") or RESULTS) / result_name(name, described)
+    rows = tune_rows(args.dtype, args.passes, args.budget, args.flush)
+    gpu = (described.get("gpu") or {}).get("name", "unknown GPU")
+    provenance = (f"tuned on {gpu} {str(described.get('date') or '')[:10]} "
+                  f"{(described.get('git_commit') or 'unknown')[:7]}: bench/results/{output.name} "
+                  f"(bench/library_small_m.py --tune, {args.passes} passes, L2 flushed by {args.flush}s)")
+    table = tuned_table(rows, provenance, json.loads(TABLE_PATH.read_text()))
+    text = json.dumps(table, indent=1) + "\n"
+    TABLE_PATH.write_text(text)
+    if os.environ.get("OUT"):  # a lent machine's copy of the tree does not come back: the table does
+        Path(os.environ["OUT"], "table.json").write_text(text)
+    dispatch.clear_cache()
+    for d in table["small_m"]["decisions"]:
+        print(f"M={d['m']} {d['n']}x{d['k']}: {d['tiles']} tile(s) (one {d['one_tile_us']:.1f} us, "
+              f"two {d['two_tile_us']:.1f} us)")
+    print(f"wrote {TABLE_PATH} ({provenance}); copy it to src/gemm_ladder/dispatch/table.json and commit it")
+    save({"tune": {"provenance": provenance, "entry": table["small_m"], "rows": rows}}, name, output)
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--sweep", action="store_true", help="also time split-K grids and half the ring")
     p.add_argument("--sanitize", action="store_true", help="small tail shapes once each, for compute-sanitizer")
+    p.add_argument("--tune", action="store_true", help="regenerate dispatch/table.json's small_m entry (M tiles)")
+    p.add_argument("--budget", type=float, default=0.1, help="--tune: seconds of timed calls per callable and pass")
     p.add_argument("--flush", default="write", choices=("write", "read"),
                    help="how L2 is flushed before each timed call: by writes (L2 left dirty, the gates' default) "
                         "or by reads (L2 left clean); see gates.performance.time_fn")
@@ -112,6 +198,8 @@ def main() -> int:
         return 2
     if args.sanitize:
         return 1 if sanitize(args.dtype) else 0
+    if args.tune:
+        return tune(args)
     device = torch.device("cuda")
     copy_before = measure_dram_bandwidth(device)
     rows = []

@@ -88,6 +88,7 @@ class FakeSmallM:
 
     m: int
     name: str = "fake small M"
+    bn: int | None = None  # the bucket the M-tile rule picked (None: one tile)
 
     def supports(self, a, b, c):
         for n, v in (("a", a), ("b", b)):
@@ -109,7 +110,7 @@ def fakes(monkeypatch):
     monkeypatch.setattr(K, "general_from_registers", lambda am, bm, bn, out_fp32=False: FakeGeneral(
         am, bm, bn, fp32=state["fp32"], registers=True) if state["registers"] else None)
     monkeypatch.setattr(K, "general_bns", lambda: (256, 128))
-    monkeypatch.setattr(K, "small_m", lambda m: FakeSmallM(m) if 1 <= m <= 256 else None)
+    monkeypatch.setattr(K, "small_m", lambda m, bn=None: FakeSmallM(m, bn=bn) if 1 <= m <= 256 else None)
     dispatch.clear_cache()
     yield state
     dispatch.clear_cache()

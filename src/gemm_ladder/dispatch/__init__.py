@@ -1,8 +1,8 @@
 """Dispatch: from (shapes, strides, dtypes) to one kernel configuration, and ``explain`` as data.
 
 Layers (importing downwards only): :mod:`validate` (the input rules), :mod:`heuristic` (the cost
-model and its table), :mod:`kernels` (the kernels behind one protocol), :mod:`route` (the search
-and the choice), :mod:`explain` (the decision as data), :mod:`execute` (running a route).
+model and its table), :mod:`small_m_tiles` (the small-M kernel's M-tile rule, from the same table),
+:mod:`kernels` (the kernels behind one protocol), :mod:`route` (the search and the choice), :mod:`explain` (the decision as data), :mod:`execute` (running a route).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import torch
 from gemm_ladder.contract import OutsideDomainError
 from gemm_ladder.dispatch.heuristic import CostModel, load_table
 from gemm_ladder.dispatch.route import DeviceFacts, Route, choose, device_facts, find_routes
+from gemm_ladder.dispatch.small_m_tiles import TilesRule, load_rule
 from gemm_ladder.dispatch.validate import NotSupportedError
 
 #: Routes kept (least recently used dropped first): a model calls a few dozen shapes.
@@ -24,6 +25,7 @@ ROUTE_CACHE_SIZE = 256
 _routes: OrderedDict = OrderedDict()
 _lock = threading.Lock()
 _model: CostModel | None = None
+_tiles: TilesRule | None = None
 
 
 def cost_model() -> CostModel:
@@ -34,29 +36,39 @@ def cost_model() -> CostModel:
     return _model
 
 
+def tiles_rule() -> TilesRule:
+    """The package's small-M M-tile rule (dispatch/table.json's "small_m" entry), read once."""
+    global _tiles
+    if _tiles is None:
+        _tiles = load_rule()
+    return _tiles
+
+
 def _signature(t: torch.Tensor) -> tuple:
     return (tuple(t.shape), tuple(t.stride()), t.data_ptr() % 16)
 
 
 def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, device: DeviceFacts | None = None,
-           model: CostModel | None = None) -> Route:
+           model: CostModel | None = None, tiles: TilesRule | None = None) -> Route:
     """The route for ``c = a @ b`` (operands already checked by validate.check_mm; ``c`` the output,
     allocated when not ``given``). CUDA or meta tensors; cached by shapes, strides, dtypes and base
-    residues mod 16.
+    residues mod 16. ``model``/``tiles``: the cost model and the small-M M-tile rule (default: the
+    package's table).
 
     Raises NotSupportedError when only float32 output stands in the way, OutsideDomainError naming
     the kernels' refusals when no kernel computes it.
     """
     device = device or device_facts(a.device)
     model = model or cost_model()
+    tiles = tiles or tiles_rule()
     key = (a.device.type, a.device.index, a.dtype, c.dtype, given, _signature(a), _signature(b), _signature(c),
-           device, id(model))
+           device, id(model), id(tiles))
     with _lock:
         route = _routes.get(key)
         if route is not None:
             _routes.move_to_end(key)
             return route
-    routes, unfit = find_routes(a, b, c, given=given, device=device)
+    routes, unfit = find_routes(a, b, c, given=given, device=device, tiles_rule=tiles)
     route = choose(routes, model)
     if route is None:
         reasons = "; ".join(dict.fromkeys(unfit)) or "no kernel fits"
@@ -73,11 +85,16 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
 
 
 def clear_cache() -> None:
-    """Forget every route (after a table is regenerated, say)."""
-    global _model
+    """Forget every route, the tables read and the API's per-call cache, whose calls keep their routes
+    (after a table is regenerated, say: the next call decides again)."""
+    from gemm_ladder.dispatch.calls import CALLS
+
+    global _model, _tiles
     with _lock:
         _routes.clear()
         _model = None
+        _tiles = None
+    CALLS.clear()
 
 
-__all__ = ["CostModel", "DeviceFacts", "Route", "clear_cache", "cost_model", "decide"]
+__all__ = ["CostModel", "DeviceFacts", "Route", "TilesRule", "clear_cache", "cost_model", "decide", "tiles_rule"]

@@ -24,6 +24,7 @@ class Explanation:
     ``orientation``, ``operands``, ``output``: the layout and alignment path (``output['output_path']``:
     'TMA store', 'C from registers' or 'workspace + copy back'); ``launches``: in order;
     ``heuristic``: the cost model's provenance and the candidates it ranked (predicted microseconds);
+    for the small-M kernel, ``m_tiles``: its bucket, the number of M tiles and why (the table's rule);
     ``plan``: the designer's plan (conclusion and JSON), or why there is none; ``refusals``: what the
     kernel refused on the way (why an operand is repacked); ``not_taken``: the kernels that found no
     route at all, each with its first refusal.
@@ -80,6 +81,11 @@ class Explanation:
             h = self.heuristic
             lines.append(f"  choice:   {h['rule']}")
             lines.append(f"  table:    {h['provenance']}")
+            if h.get("m_tiles"):
+                t = h["m_tiles"]
+                lines.append(f"  M tiles:  {t['m_tiles']} of BN {t['bn']} for the kernel's M = {t['kernel_m']}: "
+                             f"{t['why']}")
+                lines.append(f"  M-tile table: {t['provenance']}")
             for c in h.get("candidates", [])[:6]:
                 lines.append(f"    BN {c['bn']:>3} split {c['split']:<4} {c['predicted_us']:>9.1f} us predicted, "
                              f"{c['waves']:.2f} waves")
@@ -141,6 +147,8 @@ def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostMo
         rule = "small M: the kernel's M <= 256, and the small-M kernel copies no more than the general one would"
         heuristic = {"rule": rule, "provenance": "the small-M kernel's own rule (library.small_m.SmallMGemm.ctas)",
                      "candidates": []}
+        if route.tiles is not None:  # the bucket and M tiles: the table's measured rule (dispatch/small_m_tiles.py)
+            heuristic["m_tiles"] = {**route.tiles.to_json(), "kernel_m": route.m}
     else:
         split = opts.get("split")
         heuristic = {"rule": "fewest repacked bytes, then the fastest (BN, split) by the cost model",

@@ -4,7 +4,8 @@
 ``c = A @ B^T``; else the rule broken), ``plan(m, n, k, dtype)`` (the designer's plan) and
 ``launch(a, b, c, **options)`` on the current stream.
 
-* :func:`small_m` - ``library.small_m.small_m_gemm`` (M <= 256), options ``splits``.
+* :func:`small_m` - ``library.small_m.small_m_gemm`` (M <= 256; or the bucket the table's M-tile rule
+  picks: ``small_m_kernel``), options ``splits``.
 * :func:`general` - the library kernel for an operand order and tile width (``library.gemm.library_gemm``),
   options ``split`` in ("none", "tail", "all") and, for a workspace output, ``c_padding_writable``.
 * :func:`general_from_registers` - its build that stores C from registers (any pitch, float32 too),
@@ -14,11 +15,14 @@
 from __future__ import annotations
 
 
-def small_m(m: int):
-    """The small-M kernel for M rows, or None when M is past its range."""
-    from gemm_ladder.library.small_m import SMALL_M_MAX, small_m_gemm
+def small_m(m: int, bn: int | None = None):
+    """The small-M kernel for M rows (bucket ``bn``, M in ceil(M / BN) tiles; None: the smallest bucket
+    >= M, one tile), or None when M is past its range. Raises ValueError for a ``bn`` not built."""
+    from gemm_ladder.library.small_m import SMALL_M_MAX, small_m_gemm, small_m_kernel
 
-    return small_m_gemm(m) if 1 <= m <= SMALL_M_MAX else None
+    if not 1 <= m <= SMALL_M_MAX:
+        return None
+    return small_m_gemm(m) if bn is None else small_m_kernel(bn)
 
 
 def general(a_major: str, b_major: str, bn: int):

@@ -22,8 +22,10 @@ kernel when the kernel's M <= 256; the general kernel for each tile width):
    that kernel's route.
 
 Choice: the small-M kernel when it fits and copies no more than the general kernel would (copies of
-its small operand A aside); otherwise the route that moves the fewest repack bytes, then the (BN,
-split) the cost model (dispatch.heuristic) ranks fastest.
+its small operand A aside), in the bucket and number of M tiles the table's measured rule picks
+(dispatch.small_m_tiles; one tile of the smallest bucket >= M when two would copy more); otherwise
+the route that moves the fewest repack bytes, then the (BN, split) the cost model (dispatch.heuristic)
+ranks fastest.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import torch
 
 from gemm_ladder.dispatch import kernels as K
 from gemm_ladder.dispatch.heuristic import CLUSTER, Candidate, CostModel, rank
+from gemm_ladder.dispatch.small_m_tiles import ONE_TILE, TilesChoice, TilesRule, one_tile_bn
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES, OperandView, operand_view
 from gemm_ladder.library.repack import aligned_pitch
 
@@ -153,7 +156,8 @@ class Route:
     """One decision: run ``kernel`` on operands ``a_path``/``b_path`` into ``c_path`` with ``options``.
 
     ``m``, ``n``: the kernel's problem (swapped from the caller's when ``c_path.transposed``);
-    ``bn``: the general kernel's tile width (None for the small-M kernel, whose tile follows M);
+    ``bn``: the general kernel's tile width (None for the small-M kernel, whose bucket and M tiles
+    are ``tiles``);
     ``refusals``: what the kernel's ``supports`` said of the cheaper paths it did not take.
     """
 
@@ -172,6 +176,7 @@ class Route:
     candidates: tuple[Candidate, ...] = ()
     refusals: tuple[str, ...] = ()
     unfit: tuple[str, ...] = ()  # the kernel families that found no route, with their first refusal
+    tiles: TilesChoice | None = None  # the small-M kernel's bucket and M tiles, and why (dispatch/small_m_tiles.py)
 
     @property
     def repack_cost(self) -> int:
@@ -376,12 +381,28 @@ def _general_at(a_major: str, b_major: str, bn: int, c_path: OutputPath):
     return K.general(a_major, b_major, bn)
 
 
+def _small_m_families(m: int, n: int, k: int, tiles_rule: TilesRule) -> list[tuple]:
+    """The small-M kernel's families for the kernel's (M, N, K): the bucket ``tiles_rule`` picks, and
+    when that is two tiles, one tile after it (a fallback :func:`choose` takes only when it copies
+    less: a bucket below 64 reads an MN-major A only from a copy)."""
+    if K.small_m(m) is None:
+        return []
+    choice = tiles_rule.choose(m, n, k)
+    out = [(K.small_m(m, choice.bn), choice)]
+    if choice.tiles > 1:
+        why = f"one tile: two tiles of BN {choice.bn} would copy more here (the table's choice: {choice.why})"
+        out.append((K.small_m(m), TilesChoice(one_tile_bn(m), 1, why, choice.provenance)))
+    return out
+
+
 def find_routes(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, device: DeviceFacts,
-                orientations: tuple[bool, ...] = (False, True)) -> tuple[list[Route], list[str]]:
+                orientations: tuple[bool, ...] = (False, True),
+                tiles_rule: TilesRule = ONE_TILE) -> tuple[list[Route], list[str]]:
     """Every kernel family's cheapest route for ``c = a @ b`` (a (M, K), b (K, N), c (M, N), checked),
     and for each family and orientation without one, its first refusal.
 
-    Small-M routes first, then the general kernel's by tile width.
+    Small-M routes first (the bucket ``tiles_rule`` picks, then one tile when it picked two), then
+    the general kernel's by tile width.
     """
     routes: list[Route] = []
     unfit: list[str] = []
@@ -390,14 +411,13 @@ def find_routes(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: boo
     for transposed in orientations:
         (na, xa), (nb, xb) = _operands(a, b, transposed)
         c_opts = output_options(c, transposed, given)
-        families = []
-        if (km := K.small_m(xa.shape[0])) is not None:
-            families.append(("small_m", lambda am, bm, cp, km=km: km, None))
-        families += [("general", lambda am, bm, cp, bn=bn: _general_at(am, bm, bn, cp), bn) for bn in K.general_bns()]
-        for kind, kernel_at, bn in families:
+        families = [("small_m", lambda am, bm, cp, km=km: km, None, choice)
+                    for km, choice in _small_m_families(xa.shape[0], xb.shape[0], k, tiles_rule)]
+        families += [("general", lambda am, bm, cp, bn=bn: _general_at(am, bm, bn, cp), bn, None) for bn in K.general_bns()]
+        for kind, kernel_at, bn, choice in families:
             r, refusals = _route_for(kind, kernel_at, xa, xb, (na, nb), c_opts, probe, k, a.dtype, device, bn)
             if r is not None:
-                routes.append(r)
+                routes.append(replace(r, tiles=choice) if choice else r)
             elif refusals:
                 label = kind + (f" BN {bn}" if bn else "") + (", D^T into c.T" if transposed else "")
                 unfit.append(f"{label}: {refusals[0]}")
@@ -414,7 +434,7 @@ def choose(routes: list[Route], model: CostModel) -> Route | None:
     # the small operand A (at most 256 x K) aside: a copy of the weight only it needs costs more
     # than its speed-up at small M gains.
     eligible = [r for r in small if least_general is None or r.repack_cost - _cost(r.a_path) <= least_general]
-    if eligible:
+    if eligible:  # ties: the first listed (the table's bucket before its one-tile fallback)
         best = min(eligible, key=lambda r: (r.repack_cost, r.c_path.transposed))
         return replace(best, options=(*best.options, ("splits", None)))
     if not general:

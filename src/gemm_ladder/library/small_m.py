@@ -50,7 +50,8 @@ from gemm_ladder.library.lru import cached
 #: Largest M this kernel takes; above it the weight is no longer the whole cost (level 9's domain).
 SMALL_M_MAX = 256
 #: The M buckets, one build each: wgmma N values (PTX ISA, wgmma .m64nNk16: N a multiple of 8, <= 256)
-#: that ptx/wgmma_ops.cuh provides. M goes to the smallest bucket >= M.
+#: that ptx/wgmma_ops.cuh provides. M goes to the smallest bucket >= M (one tile), or to a smaller bucket
+#: in ceil(M / BN) tiles where the dispatcher's measured rule says so (dispatch/small_m_tiles.py).
 BUCKETS = (8, 16, 32, 64, 128, 192, 256)
 #: Weight rows per CTA tile (wgmma M): two consumer warpgroups of 64 rows.
 TILE_ROWS = 128
@@ -406,10 +407,18 @@ def bucket(m: int) -> int:
     return next(bn for bn in BUCKETS if bn >= m)
 
 
-def small_m_gemm(m: int) -> SmallMGemm:
-    """The cached :class:`SmallMGemm` for M's bucket (:func:`bucket`); raises ValueError outside 0..256."""
-    bn = bucket(m)
+def small_m_kernel(bn: int) -> SmallMGemm:
+    """The cached :class:`SmallMGemm` of bucket ``bn``; raises ValueError when ``bn`` is not in :data:`BUCKETS`.
+
+    A bucket smaller than M computes M in ceil(M / BN) tiles (the kernel's units are N tiles x M
+    tiles); the dispatcher chooses how many (dispatch/small_m_tiles.py)."""
     inst = _INSTANCES.get(bn)
     if inst is None:
         inst = _INSTANCES[bn] = SmallMGemm(bn)
     return inst
+
+
+def small_m_gemm(m: int) -> SmallMGemm:
+    """The cached :class:`SmallMGemm` for M's bucket (:func:`bucket`: M in one tile); raises ValueError
+    outside 0..256."""
+    return small_m_kernel(bucket(m))
