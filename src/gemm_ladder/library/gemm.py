@@ -51,8 +51,12 @@ from gemm_ladder.library.lru import cached
 SOURCE = "library/sm90_gemm.cu"
 #: The stream-K policies :meth:`LibraryGemm.launch` takes.
 SPLITS = ("tail", "all", "none")
-#: Output tile widths built (BM is level 9's 128: two consumer warpgroups of 64 rows).
-TILE_N = (128, 256)
+#: Output tile widths built (BM is level 9's 128: two consumer warpgroups of 64 rows). 64 gives twice
+#: the tiles of 128 (1024^3: 128 tiles for 132 SMs instead of 64) for mid-size problems.
+TILE_N = (64, 128, 256)
+#: Panel buffers per consumer's store ring: level 9's 2, or the tile's panels when it has fewer (one
+#: 64-column panel at BN = 64; the ring must divide the panels: design/plan.py).
+C_RING = 2
 MAJORS = ("k", "mn")
 #: The kernel's coordinates are 32-bit ints and reach one tile past the last row or column.
 MAX_EXTENT = 2**31 - 1 - 256
@@ -312,16 +316,18 @@ def _ldc(c: torch.Tensor) -> int:
 @functools.lru_cache(maxsize=None)
 def library_gemm(a_major: str, b_major: str, bn: int = 256) -> LibraryGemm:
     """The layouts kernel for A ``a_major`` and B ``b_major`` ("k" or "mn") with tile width ``bn``
-    (128 or 256); one instance per configuration, so builds, loaded kernels and maps are cached.
+    (64, 128 or 256); one instance per configuration, so builds, loaded kernels and maps are cached.
 
     Stages: the most that fit beside the panel rings (design.smem.max_stages): 4 at BN = 256
-    (level 9's), 6 at BN = 128. Raises ValueError for any other major or width.
+    (level 9's), 6 at BN = 128, 8 at BN = 64 (one panel buffer per consumer: ``c_ring`` = min(2,
+    panels)). Raises ValueError for any other major or width.
     """
     if a_major not in MAJORS or b_major not in MAJORS:
         raise ValueError(f"a_major = {a_major!r}, b_major = {b_major!r}: each is one of {', '.join(MAJORS)}")
     if bn not in TILE_N:
         raise ValueError(f"bn = {bn!r}: the kernel is built for BN in {TILE_N}")
-    stages = max_stages(bm=128, bn=bn, bk=64, elem_bytes=2, arch=arch_info("sm_90a"), consumers=2, c_ring=2)
+    c_ring = min(C_RING, bn // 64)
+    stages = max_stages(bm=128, bn=bn, bk=64, elem_bytes=2, arch=arch_info("sm_90a"), consumers=2, c_ring=c_ring)
     return LibraryGemm(
         number=9,
         name=f"sm90_gemm_{a_major}{b_major}_bn{bn}",
@@ -329,7 +335,7 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256) -> LibraryGemm:
              f"a 128 x {bn} tile",
         source=SOURCE,
         domain=Domain(),  # supports() holds the rules (the operands are views, not the ladder's tensors)
-        tile=(128, bn, 64), stages=stages, consumers=2, c_ring=2, cluster=2, persistent=True,
+        tile=(128, bn, 64), stages=stages, consumers=2, c_ring=c_ring, cluster=2, persistent=True,
         stream_k_args=True, producer_warpgroup=True, a_major=a_major, b_major=b_major,
     )
 
