@@ -21,7 +21,8 @@ kernel when the kernel's M <= 256; the general kernel for each tile width):
 
 Choice: the small-M kernel when it fits and copies no more than the general kernel would (copies of
 its small operand A aside); otherwise the route that moves the fewest repack bytes, then the (BN,
-split) the cost model (dispatch.heuristic) ranks fastest.
+split) the cost model (dispatch.heuristic) ranks fastest, among the tile widths its table has times
+for (a width the tune has not timed is named in ``untimed_bns`` and not chosen).
 """
 
 from __future__ import annotations
@@ -162,6 +163,7 @@ class Route:
     candidates: tuple[Candidate, ...] = ()
     refusals: tuple[str, ...] = ()
     unfit: tuple[str, ...] = ()  # the kernel families that found no route, with their first refusal
+    untimed_bns: tuple[int, ...] = ()  # tile widths built with a route here but not in the cost table
 
     @property
     def repack_cost(self) -> int:
@@ -390,12 +392,20 @@ def choose(routes: list[Route], model: CostModel) -> Route | None:
         return replace(best, options=(*best.options, ("splits", None)))
     if not general:
         return None
-    least = min(r.repack_cost for r in general)
+    # Only the tile widths the table has times for are ranked: a width built but never timed by the
+    # tune (bench/library.py --tune) has no measured cost, and no hand-typed one stands in for it.
+    timed = [r for r in general if r.bn in model.k_iter_us]
+    if not timed:
+        raise ValueError(f"dispatch table ({model.provenance}) times none of the tile widths the general kernel "
+                         f"found a route for ({sorted({r.bn for r in general})}): re-tune with bench/library.py --tune")
+    untimed = tuple(sorted({r.bn for r in general if r.bn not in model.k_iter_us}, reverse=True))
+    least = min(r.repack_cost for r in timed)
     ranked = []
-    for r in general:
+    for r in timed:
         if r.repack_cost == least:
             configs = [(r.bn, s) for s in K.kernel_splits(r.kernel)]
             ranked += [(cand, r) for cand in rank(model, r.m, r.n, r.k, r.device.clusters, configs)]
     ranked.sort(key=lambda cr: round(cr[0].predicted_us, 6))  # stable: wider tiles, fewer splits first
     cand, r = ranked[0]
-    return replace(r, options=(*r.options, ("split", cand.work.split)), candidates=tuple(c for c, _ in ranked))
+    return replace(r, options=(*r.options, ("split", cand.work.split)), candidates=tuple(c for c, _ in ranked),
+                   untimed_bns=untimed)
