@@ -54,3 +54,26 @@ def test_command_line_refusals():
     if not torch.cuda.is_available():
         r = run("--quick")
         assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr
+
+
+def test_forced_shapes_and_table():
+    assert library.parse_shapes("1024x1024x1024, 4096X1024x4096") == [(1024, 1024, 1024), (4096, 1024, 4096)]
+    assert (1024, 1024, 1024) in library.FORCED_SHAPES and (1024, 4096, 4096) in library.FORCED_SHAPES
+    for bad in ("1024x1024", "ax1x1", "0x1x1"):
+        with pytest.raises(ValueError, match="--forced-shapes"):
+            library.parse_shapes(bad)
+    row = {"m": 1024, "n": 1024, "k": 1024, "cublas_us": 8.6,
+           "us": {"cuBLAS": 8.6, "gemm_ladder.mm": 13.1, "BN 64 none": 9.0},
+           "vs_cublas": {"cuBLAS": 1.0, "gemm_ladder.mm": 8.6 / 13.1, "BN 64 none": 8.6 / 9.0}}
+    table = library.forced_markdown([row])
+    assert "| M x N x K | cuBLAS us | gemm_ladder.mm | BN 64 none |" in table
+    assert "| 1024x1024x1024 | 8.6 | 13.1 (0.66x) | 9.0 (0.96x) |" in table
+
+
+def test_forced_refuses_a_bad_shape_before_the_gpu():
+    import torch
+
+    r = subprocess.run([sys.executable, str(BENCH / "library.py"), "--forced", "--forced-shapes", "12x3"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert ("needs a CUDA GPU" if not torch.cuda.is_available() else "--forced-shapes") in r.stderr
