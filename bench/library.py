@@ -227,6 +227,15 @@ def prebuild_general(dtype: str, a_major: str = "k", b_major: str = "k") -> list
         return [e for e in pool.map(build, K.general_bns()) if e]
 
 
+def cite_results(model, result_file: str):
+    """``model`` with each fitted parameter's rule naming the results file its timings are saved in
+    (``bench/results/<file> ('tune')``, where the lead commits it); unchanged for an empty name."""
+    if not result_file:
+        return model
+    return replace(model, rules={name: f"{rule}: bench/results/{result_file} ('tune')"
+                                 for name, rule in model.rules.items()})
+
+
 def tune(dtype: str, quick: bool, budget: float, result_file: str = "") -> dict:
     """Time every (BN, split) of the general kernel on a grid, fit the cost model, write the table.
 
@@ -269,10 +278,7 @@ def tune(dtype: str, quick: bool, budget: float, result_file: str = "") -> dict:
     meta = suite_meta()
     gpu = (meta.get("gpu") or {}).get("name", "unknown GPU")
     provenance = f"tuned on {gpu} {dt.date.today().isoformat()} {(meta.get('git_commit') or 'unknown')[:7]}"
-    model = fit(samples, provenance)
-    if result_file:
-        model = replace(model, rules={name: f"{rule}: bench/results/{result_file} ('tune')"
-                                      for name, rule in model.rules.items()})
+    model = cite_results(fit(samples, provenance), result_file)
     text = json.dumps(model.to_json(), indent=1) + "\n"
     TABLE_PATH.write_text(text)
     if os.environ.get("OUT"):  # a lent machine's copy of the tree does not come back: the table does

@@ -77,3 +77,19 @@ def test_forced_refuses_a_bad_shape_before_the_gpu():
                        capture_output=True, text=True)
     assert r.returncode == 2
     assert ("needs a CUDA GPU" if not torch.cuda.is_available() else "--forced-shapes") in r.stderr
+
+
+def test_a_tuned_table_cites_its_results_file():
+    """What --tune writes: every width it timed (BN 64 included) in the table, each rule naming the JSON
+    the timings are saved in, so the shipped table passes test_dispatch's provenance checks."""
+    from gemm_ladder.dispatch.heuristic import CostModel, fit, work
+
+    truth = CostModel({256: 0.6, 128: 0.33, 64: 0.2}, {256: 0.9, 128: 0.5, 64: 0.3}, 2.0, 6.0, "truth")
+    samples = [(w, truth.predict_us(w)) for s in [(1024, 1024, 1024), (2048, 4096, 4096), (4096, 1024, 4096)]
+               for bn in (256, 128, 64) for sp in ("none", "tail", "all") for w in [work(*s, bn, sp, 66)]]
+    model = library.cite_results(fit(samples, "tuned on test"), "2026-12-01_library_mid_quick_abc1234.json")
+    assert model.bns == (256, 128, 64)
+    assert all(rule.endswith(": bench/results/2026-12-01_library_mid_quick_abc1234.json ('tune')")
+               for rule in model.rules.values())
+    assert CostModel.from_json(model.to_json()) == model
+    assert library.cite_results(model, "") is model
