@@ -59,7 +59,7 @@ from gemm_ladder.contract import DTYPES, reference
 from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import measure_dram_bandwidth, time_fns
 from gemm_ladder.shapes import SHAPE_SETS, gemm_min_bytes
-from suite import add_output_argument, result_name, save
+from suite import RESULTS, add_output_argument, result_name, save
 from suite import meta as suite_meta
 
 CLASSES = ("square", "llm", "layouts", "unaligned", "small_m", "mid")
@@ -459,9 +459,13 @@ def main() -> int:
     budget = 0.1 if args.quick else 0.3
     result: dict = {"classes": classes, "quick": args.quick}
     name = f"library_{'_'.join(classes) if len(classes) < len(CLASSES) else 'all'}{'_quick' if args.quick else ''}"
+    output = args.output
     if args.tune:
-        result_file = args.output.name if args.output else result_name(name, suite_meta())
-        result["tune"] = tune(args.dtype, args.quick, budget, result_file)
+        # Named before the tune rewrites table.json (which would mark the tree dirty and change the
+        # default name): the table's rules cite this file, and the results are saved under it.
+        if output is None:
+            output = Path(os.environ.get("OUT") or RESULTS) / result_name(name, suite_meta())
+        result["tune"] = tune(args.dtype, args.quick, budget, output.name)
     failed = prebuild(classes, args.dtype, args.quick)
     for f in failed:
         print(f"build failed: {f}", file=sys.stderr)
@@ -475,7 +479,7 @@ def main() -> int:
     result["rows"] = rows
     result["targets_met"] = {f"{r['class']} {r['layout']} {r['m']}x{r['n']}x{r['k']}": r["met"]
                              for r in rows if r["met"] is not None}
-    save(result, name, args.output)
+    save(result, name, output)
     print(markdown(rows))
     return 0
 
