@@ -252,13 +252,17 @@ def gemm_tensor_maps(m: int, n: int, k: int, *, data_type: str, elem_bytes: int,
     ldc = n if ldc is None else ldc
     common = dict(data_type=data_type, elem_bytes=elem_bytes, bk=bk, swizzle=swizzle)
     b_rows = bn // cluster if cluster else bn
+    b_lines = b_mn_box_lines(bn, bk, cluster or 1, elem_bytes)
     return {
         "a": operand_map("a", m, k, major=a_major, ld=(k if a_major == "k" else m) if lda is None else lda, tile_rows=bm,
                          what="A (M, K)", **common),
         "b": operand_map("b", n, k, major=b_major, ld=(k if b_major == "k" else n) if ldb is None else ldb, tile_rows=b_rows,
-                         box_lines=b_mn_box_lines(bn, bk, cluster or 1, elem_bytes),
-                         what=("B (N, K), each CTA loads rows [r*BN/C, (r+1)*BN/C) of the BN x BK tile and multicasts "
-                               "them to the cluster;" if cluster > 1 else "B (N, K)"), **common),
+                         box_lines=b_lines,
+                         what=("B (N, K)" if not cluster or cluster == 1 else
+                               "B (N, K), each CTA loads K lines [r*BK/C, (r+1)*BK/C) of the one-box BN x BK tile and "
+                               "multicasts them to the cluster;" if b_major == "mn" and b_lines != bk else
+                               "B (N, K), each CTA loads rows [r*BN/C, (r+1)*BN/C) of the BN x BK tile and multicasts "
+                               "them to the cluster;"), **common),
         "c": TensorMapSpec(
             name="c", description=f"C (M, N) row-major (ld {ldc}), stores of one {c_rows} x {c_cols} panel (128 bytes wide) each",
             global_dim=(n, m), global_strides=(ldc * elem_bytes,), box_dim=(c_cols, c_rows),
