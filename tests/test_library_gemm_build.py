@@ -65,6 +65,16 @@ def test_mn_major_loads_issue_one_tma_per_64_elements(reports):
 
 
 @needs_nvcc
+def test_bn64_mn_major_b_is_one_k_split_box_per_rank(reports):
+    """At BN 64 an MN-major B is loaded as one box of 32 K lines per CTA rank (stage_ring.cuh's K-split
+    branch), as many TMA loads as a K-major B's 32-row slice: the K-split build issues no more loads
+    than the K-major one, where MN-major A adds its per-64-row boxes."""
+    for a in ("k", "mn"):
+        assert reports[a, "mn", 64, "bf16"][0].sass["UTMALDG"] == reports[a, "k", 64, "bf16"][0].sass["UTMALDG"]
+    assert reports["mn", "k", 64, "bf16"][0].sass["UTMALDG"] > reports["k", "k", 64, "bf16"][0].sass["UTMALDG"]
+
+
+@needs_nvcc
 def test_the_native_layout_is_level_9s_machine_code(use_cache):
     """A and B K-major at BN 256 is level 9's kernel: the same source, the same plan but for two
     constants it does not read, so the same SASS (its measurements carry over)."""
