@@ -2,6 +2,7 @@
 
     python bench/library.py [--classes square,llm,layouts,unaligned,small_m,mid] [--dtype bf16]
                             [--quick] [--tune] [-o OUT.json]
+    python bench/library.py --forced [--forced-shapes 1024x1024x1024,...] [-o OUT.json]
     compute-sanitizer --tool memcheck python bench/library.py --sanitize
 
 Classes and their targets (issue 12):
@@ -31,6 +32,13 @@ the H200 once kernels are compiled) times fewer shapes for less time each.
 model (dispatch.heuristic.fit) and rewrites ``src/gemm_ladder/dispatch/table.json`` with provenance
 "tuned on <GPU> <date> <commit>"; the timings go in the JSON. Commit the table it writes.
 
+``--forced``: per shape (default FORCED_SHAPES: the mid sizes and 1024x4096x4096, row,w.T), cuBLAS,
+``gemm_ladder.mm`` (the dispatcher's choice) and the general kernel forced to each built tile width and
+split (``library_gemm("k", "k", bn).launch(a, b, c, split=...)``, as the tune launches them), timed
+interleaved in one time_fns call; each forced configuration's output is first checked against float64
+(NaN-poisoned before its launch). About 1-2 minutes on the H200 with the kernels compiled (the three
+builds it needs are compiled first, in parallel). Nothing is written to the table.
+
 ``--sanitize``: every path once on small shapes (repacks, copy back, the four orders, small M and N,
 K = 1, a split tail), checked against float64, for compute-sanitizer; nothing timed.
 """
@@ -43,6 +51,7 @@ import json
 import math
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -53,7 +62,7 @@ from gemm_ladder.contract import DTYPES, reference
 from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import measure_dram_bandwidth, time_fns
 from gemm_ladder.shapes import SHAPE_SETS, gemm_min_bytes
-from suite import add_output_argument, save
+from suite import RESULTS, add_output_argument, result_name, save
 from suite import meta as suite_meta
 
 CLASSES = ("square", "llm", "layouts", "unaligned", "small_m", "mid")
@@ -234,12 +243,44 @@ def operands_empty(layout: str, m: int, n: int, k: int, dtype: str):
 # --- tuning -------------------------------------------------------------------------------------
 
 
-def tune(dtype: str, quick: bool, budget: float) -> dict:
-    """Time every (BN, split) of the general kernel on a grid, fit the cost model, write the table."""
+def prebuild_general(dtype: str, a_major: str = "k", b_major: str = "k") -> list[str]:
+    """Compile the general kernel at every built tile width for one operand order, in parallel (the
+    timed calls would otherwise compile them one after another inside the timing loop)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gemm_ladder.dispatch import kernels as K
+
+    def build(bn: int) -> str | None:
+        try:
+            K.general(a_major, b_major, bn).build(dtype)
+            return None
+        except Exception as exc:  # noqa: BLE001 - reported; the timed call raises it again
+            return f"BN {bn}: {type(exc).__name__}: {exc}".splitlines()[0]
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        return [e for e in pool.map(build, K.general_bns()) if e]
+
+
+def cite_results(model, result_file: str):
+    """``model`` with each fitted parameter's rule naming the results file its timings are saved in
+    (``bench/results/<file> ('tune')``, where the lead commits it); unchanged for an empty name."""
+    if not result_file:
+        return model
+    return replace(model, rules={name: f"{rule}: bench/results/{result_file} ('tune')"
+                                 for name, rule in model.rules.items()})
+
+
+def tune(dtype: str, quick: bool, budget: float, result_file: str = "") -> dict:
+    """Time every (BN, split) of the general kernel on a grid, fit the cost model, write the table.
+
+    ``result_file``: the name of the JSON this run's timings are saved in, written into each fitted
+    parameter's rule (so the table names its measurement)."""
     from gemm_ladder.dispatch import kernels as K
     from gemm_ladder.dispatch.execute import _prepare
     from gemm_ladder.dispatch.heuristic import TABLE_PATH, fit, work
 
+    for failure in prebuild_general(dtype):
+        print(f"tune: build failed: {failure}", file=sys.stderr)
     sizes = (1024, 2048, 4096) if quick else (512, 1024, 2048, 4096, 8192)
     shapes = sorted({(m, n, k) for m in sizes for n in sizes for k in (1024, 4096) if m * n * k <= 2**36})
     samples, timings = [], []
@@ -271,7 +312,7 @@ def tune(dtype: str, quick: bool, budget: float) -> dict:
     meta = suite_meta()
     gpu = (meta.get("gpu") or {}).get("name", "unknown GPU")
     provenance = f"tuned on {gpu} {dt.date.today().isoformat()} {(meta.get('git_commit') or 'unknown')[:7]}"
-    model = fit(samples, provenance)
+    model = cite_results(fit(samples, provenance), result_file)
     table = json.loads(TABLE_PATH.read_text())
     table.update(model.to_json())  # the cost model's keys; other entries (the small-M kernel's "small_m") kept
     text = json.dumps(table, indent=1) + "\n"
@@ -281,6 +322,78 @@ def tune(dtype: str, quick: bool, budget: float) -> dict:
     dispatch.clear_cache()
     print(f"wrote {TABLE_PATH} ({provenance}); copy it to src/gemm_ladder/dispatch/table.json and commit it")
     return {"provenance": provenance, "model": model.to_json(), "timings": timings}
+
+
+# --- forced configurations ------------------------------------------------------------------------
+
+#: The shapes --forced times by default: the mid class (issue 12's >= 0.95x target) and its transpose.
+FORCED_SHAPES = ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 1024, 4096), (1024, 4096, 4096))
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    """'MxNxK,MxNxK' -> [(M, N, K), ...]; raises ValueError naming the bad entry."""
+    out = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        try:
+            m, n, k = (int(v) for v in item.lower().split("x"))
+        except ValueError:
+            raise ValueError(f"--forced-shapes: {item!r} is not MxNxK") from None
+        if min(m, n, k) < 1:
+            raise ValueError(f"--forced-shapes: {item!r} has an extent < 1")
+        out.append((m, n, k))
+    return out
+
+
+def forced(dtype: str, shapes, budget: float) -> list[dict]:
+    """cuBLAS, gemm_ladder.mm and every (BN, split) of the general kernel forced, interleaved per shape."""
+    from gemm_ladder.dispatch import kernels as K
+    from gemm_ladder.library.operand import operand_view
+
+    for failure in prebuild_general(dtype):
+        print(f"forced: build failed: {failure}", file=sys.stderr)
+    rows = []
+    for i, (m, n, k) in enumerate(shapes):
+        x, y = operands("row,w.T", m, n, k, dtype, seed=7000 + i)
+        va, vb = operand_view(x, k_dim=1), operand_view(y.T, k_dim=1)
+        ref = reference(x, y.T)
+        fns = {"cuBLAS": lambda p, q: torch.mm(p, q), "gemm_ladder.mm": lambda p, q: gemm_ladder.mm(p, q)}
+        errors = {}
+        for bn in K.general_bns():
+            kernel = K.general("k", "k", bn)
+            c = torch.empty(m, n, dtype=x.dtype, device="cuda")
+            for split in K.kernel_splits(kernel):
+                c.fill_(float("nan"))  # poisoned: a tile the launch misses stays NaN
+                kernel.launch(va, vb, c, split=split)
+                err = ((c.double() - ref).norm() / ref.norm()).item()
+                if not math.isfinite(err) or err > 1e-2:
+                    raise RuntimeError(f"BN {bn} split {split} is wrong at {m}x{n}x{k}: relative error {err:.3g}")
+                errors[f"BN {bn} {split}"] = err
+                fns[f"BN {bn} {split}"] = lambda p, q, kernel=kernel, split=split, c=c: kernel.launch(va, vb, c,
+                                                                                                    split=split)
+        t = time_fns(fns, x, y, budget_s=budget, rounds=4, warmup=5)
+        cub = t["cuBLAS"].median_ms
+        chosen = decision(x, y)
+        row = {"m": m, "n": n, "k": k, "dtype": dtype, "cublas_us": cub * 1e3,
+               "us": {name: tm.median_ms * 1e3 for name, tm in t.items()},
+               "vs_cublas": {name: cub / tm.median_ms for name, tm in t.items()},
+               "spread": {name: tm.spread for name, tm in t.items()}, "rel_err": errors,
+               "decision": {key: chosen.get(key) for key in ("tile", "split", "heuristic")}}
+        best = min((name for name in t if name.startswith("BN ")), key=lambda name: t[name].median_ms)
+        row["best_forced"] = best
+        rows.append(row)
+        print(f"forced {m}x{n}x{k}: cuBLAS {cub * 1e3:.1f} us; " + ", ".join(
+            f"{name} {tm.median_ms * 1e3:.1f} us ({cub / tm.median_ms:.3f}x)" for name, tm in t.items()
+            if name != "cuBLAS") + f"; best forced {best}", flush=True)
+    return rows
+
+
+def forced_markdown(rows: list[dict]) -> str:
+    names = [name for name in rows[0]["us"] if name != "cuBLAS"] if rows else []
+    out = ["| M x N x K | cuBLAS us | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for r in rows:
+        out.append(f"| {r['m']}x{r['n']}x{r['k']} | {r['cublas_us']:.1f} | "
+                   + " | ".join(f"{r['us'][nm]:.1f} ({r['vs_cublas'][nm]:.2f}x)" for nm in names) + " |")
+    return "\n".join(out)
 
 
 def sanitize_cases():
@@ -356,6 +469,10 @@ def main() -> int:
     p.add_argument("--tune", action="store_true", help="regenerate dispatch/table.json first")
     p.add_argument("--sanitize", action="store_true", help="run every path once on small shapes (for "
                    "compute-sanitizer) and exit; nothing timed")
+    p.add_argument("--forced", action="store_true", help="time cuBLAS, mm and each (BN, split) forced on a few "
+                   "shapes, interleaved (about 1-2 minutes); nothing else is run")
+    p.add_argument("--forced-shapes", default=",".join("x".join(map(str, s)) for s in FORCED_SHAPES),
+                   help="comma list of MxNxK for --forced")
     add_output_argument(p)
     args = p.parse_args()
     classes = [c.strip() for c in args.classes.split(",") if c.strip()]
@@ -367,10 +484,26 @@ def main() -> int:
         return 2
     if args.sanitize:
         return sanitize()
+    if args.forced:
+        try:
+            shapes = parse_shapes(args.forced_shapes)
+        except ValueError as exc:
+            print(f"library.py: {exc}", file=sys.stderr)
+            return 2
+        rows = forced(args.dtype, shapes, 0.1)
+        save({"forced": rows, "table_provenance": dispatch.cost_model().provenance}, "library_forced", args.output)
+        print(forced_markdown(rows))
+        return 0
     budget = 0.1 if args.quick else 0.3
     result: dict = {"classes": classes, "quick": args.quick}
+    name = f"library_{'_'.join(classes) if len(classes) < len(CLASSES) else 'all'}{'_quick' if args.quick else ''}"
+    output = args.output
     if args.tune:
-        result["tune"] = tune(args.dtype, args.quick, budget)
+        # Named before the tune rewrites table.json (which would mark the tree dirty and change the
+        # default name): the table's rules cite this file, and the results are saved under it.
+        if output is None:
+            output = Path(os.environ.get("OUT") or RESULTS) / result_name(name, suite_meta())
+        result["tune"] = tune(args.dtype, args.quick, budget, output.name)
     failed = prebuild(classes, args.dtype, args.quick)
     for f in failed:
         print(f"build failed: {f}", file=sys.stderr)
@@ -384,8 +517,7 @@ def main() -> int:
     result["rows"] = rows
     result["targets_met"] = {f"{r['class']} {r['layout']} {r['m']}x{r['n']}x{r['k']}": r["met"]
                              for r in rows if r["met"] is not None}
-    save(result, f"library_{'_'.join(classes) if len(classes) < len(CLASSES) else 'all'}{'_quick' if args.quick else ''}",
-         args.output)
+    save(result, name, output)
     print(markdown(rows))
     return 0
 

@@ -148,3 +148,26 @@ def test_cli_round_trip_in_process(tmp_path, capsys):
     plan.write_text(capsys.readouterr().out)
     assert main(["audit", str(plan)]) == 0
     assert "OK" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("a_major,b_major", [("k", "k"), ("k", "mn"), ("mn", "k"), ("mn", "mn")])
+def test_library_bn64_plans_audit_as_the_ring_they_describe(a_major, b_major):
+    """The library kernel at BN 64 (library_gemm: 8 stages, one panel buffer per consumer, one panel per
+    tile, nothing deferred; an MN-major B split by K lines across the cluster) through its plan's JSON:
+    the auditor reads the ring the plan describes (its stages, 2-CTA cluster, 2 consumers, one staging
+    buffer each, expect_tx of the whole 128 + 64 rows) and proves it clean."""
+    from gemm_ladder.library.gemm import library_gemm
+
+    plan = library_gemm(a_major, b_major, 64).plan(8192, 1024, 128, "bf16")
+    assert (plan.stages, plan.cluster, plan.smem.c_ring, plan.smem.c_panels) == (8, 2, 1, 1)
+    assert plan.load_protocol.expect_tx_bytes == (128 + 64) * 64 * 2
+    b_box = plan.tensor_maps["b"].box_dim
+    assert b_box == (64, 32)  # BK x 32 N rows (K-major), or 64 N x 32 K lines (MN-major: the box split by K)
+    assert plan.load_protocol.b_boxes_per_stage == 2  # one slice per CTA of the cluster, multicast
+    p = protocol_from_plan(as_json(plan))
+    b = p.bounds
+    assert (b["stages"], b["cluster"], b["consumers"], b["k_iters"]) == (8, 2, 2, 2)
+    staging = [buf for buf in p.buffers if buf.kind == "staging"]
+    assert len(staging) == 2  # one panel buffer per consumer
+    r = audit(p)
+    assert r.ok, r.render()

@@ -390,7 +390,10 @@ def test_work_counts_the_busiest_cluster():
 def test_the_shipped_table_is_valid_and_says_where_it_comes_from():
     model = load_table()
     assert model.provenance.startswith(("untuned default", "tuned on ")) and model.tuned == model.provenance.startswith("tuned on ")
-    assert model.bns == (256, 128)
+    from gemm_ladder.library.gemm import TILE_N
+
+    # the widths the last tune timed: 256 and 128 at 13a1731; BN 64 too once re-tuned
+    assert model.bns in ((256, 128), (256, 128, 64)) and set(model.bns) <= set(TILE_N)
     assert {"fixup_us", "fixed_us"} <= set(model.rules) and any(r.startswith("k_iter_us") for r in model.rules)
     assert all("bench/results/" in rule for rule in model.rules.values())  # each figure names its measurement
     with pytest.raises(ValueError, match="dispatch table"):
@@ -421,3 +424,109 @@ def test_rank_breaks_ties_toward_the_earlier_config():
     ranked = rank(model, 2048, 2048, 2048, 66, [(256, "none"), (256, "tail")])  # 64 units: no tail to split
     assert [c.work.split for c in ranked] == ["none", "tail"]
     assert DeviceFacts("x", 132).clusters == 66
+
+
+# --- BN 64: the third tile width, chosen only from a table that times it ----------------------------------
+
+
+def _table_with_bn64(bn64_iter_us: float = 0.25) -> CostModel:
+    """The shipped table's figures, plus a BN 64 width at ``bn64_iter_us`` per K iteration: a stand-in for
+    a re-tuned table (its numbers are this test's, not measurements)."""
+    base = load_table()
+    return CostModel({**base.k_iter_us, 64: bn64_iter_us}, {**base.split_k_iter_us, 64: bn64_iter_us * 1.1},
+                     base.fixup_us, base.fixed_us, "tuned on test (BN 64 stand-in)")
+
+
+@pytest.fixture
+def fakes3(fakes, monkeypatch):
+    monkeypatch.setattr(K, "general_bns", lambda: (256, 128, 64))
+    dispatch.clear_cache()
+    yield fakes
+    dispatch.clear_cache()
+
+
+def test_work_counts_bn64_tiles():
+    """1024^3 at BN 64: 8 x 16 = 128 tiles, 64 units of 2 stacked tiles, one wave over 64 of 66 clusters."""
+    w = work(1024, 1024, 1024, 64, "none", 66)
+    assert (w.units, w.grid_clusters, w.whole_iters, w.split_iters) == (64, 64, 16, 0)
+    assert work(1024, 1024, 1024, 128, "none", 66).units == 32  # half the SMs at BN 128
+    w = work(4096, 1024, 4096, 64, "none", 66)  # 16 x 16 = 256 units: 4 waves on 66 clusters (last 58)
+    assert (w.units, w.whole_iters) == (256, 4 * 64)
+
+
+def test_fit_recovers_a_model_with_three_widths():
+    truth = CostModel({256: 0.6, 128: 0.33, 64: 0.2}, {256: 0.9, 128: 0.5, 64: 0.3}, 2.0, 6.0, "truth")
+    shapes = [(m, n, k) for m in (512, 1024, 4096) for n in (1024, 2048, 4096) for k in (1024, 4096)]
+    samples = [(w, truth.predict_us(w)) for s in shapes for bn in (256, 128, 64) for sp in ("none", "tail", "all")
+               for w in [work(*s, bn, sp, 66)]]
+    got = fit(samples, "tuned on test")
+    assert got.bns == (256, 128, 64)
+    for bn in (256, 128, 64):
+        assert got.k_iter_us[bn] == pytest.approx(truth.k_iter_us[bn], rel=1e-6)
+        assert got.split_k_iter_us[bn] == pytest.approx(truth.split_k_iter_us[bn], rel=1e-6)
+    assert got.fixed_us == pytest.approx(6.0, rel=1e-6) and got.fixup_us == pytest.approx(2.0, rel=1e-6)
+    assert set(got.rules) == {"k_iter_us[64]", "split_k_iter_us[64]", "k_iter_us[128]", "split_k_iter_us[128]",
+                              "k_iter_us[256]", "split_k_iter_us[256]", "fixup_us", "fixed_us"}
+    # the table round-trips with the third width, and only widths with samples get a time
+    assert CostModel.from_json(json.loads(json.dumps(got.to_json()))) == got
+    two = fit([(w, us) for w, us in samples if w.bn != 64], "tuned on test")
+    assert two.bns == (256, 128)
+    with pytest.raises(ValueError, match="at least 8"):
+        fit(samples[:7], "x")
+
+
+def test_the_table_chooses_among_bn_64_128_256(fakes3):
+    """With a table that times BN 64 cheaply enough, the route takes it where BN 128 would leave half
+    the clusters idle (1024^3), and keeps BN 256 for a large square; the candidates list all three."""
+    table = _table_with_bn64()
+    for (m, n, k), want in (((1024, 1024, 1024), 64), ((8192, 8192, 8192), 256)):
+        route = dispatch.decide(meta(m, k), meta(n, k).T, meta(m, n), given=False, model=table)
+        assert route.bn == want, [c.to_json() for c in route.candidates]
+        assert {c.work.bn for c in route.candidates} == {256, 128, 64}
+        assert route.untimed_bns == ()
+        assert route.candidates[0].predicted_us == min(c.predicted_us for c in route.candidates)
+    # a table whose BN 64 is slow never takes it
+    slow = _table_with_bn64(bn64_iter_us=10.0)
+    route = dispatch.decide(meta(1024, 1024), meta(1024, 1024).T, meta(1024, 1024), given=False, model=slow)
+    assert route.bn != 64
+
+
+def test_a_width_the_table_does_not_time_is_not_chosen_and_explain_says_so(fakes3, monkeypatch):
+    table = load_table()  # the shipped one: 256 and 128 only until a re-tune times BN 64
+    if 64 in table.k_iter_us:
+        table = CostModel({b: v for b, v in table.k_iter_us.items() if b != 64},
+                          {b: v for b, v in table.split_k_iter_us.items() if b != 64},
+                          table.fixup_us, table.fixed_us, table.provenance)
+    route = dispatch.decide(meta(1024, 1024), meta(1024, 1024).T, meta(1024, 1024), given=False, model=table)
+    assert route.bn in (256, 128) and route.untimed_bns == (64,)
+    assert {c.work.bn for c in route.candidates} == {256, 128}
+    from gemm_ladder import api
+
+    monkeypatch.setattr(api, "decide", lambda *a, **kw: dispatch.decide(*a, model=table, **kw))
+    e = gemm_ladder.explain(meta(1024, 1024), meta(1024, 1024).T)
+    assert e.heuristic["untimed_bns"] == [64]
+    assert "BN 64: built, not in the table" in str(e)
+    monkeypatch.setattr(api, "decide", lambda *a, **kw: dispatch.decide(*a, model=_table_with_bn64(), **kw))
+    dispatch.clear_cache()
+    e = gemm_ladder.explain(meta(1024, 1024), meta(1024, 1024).T)
+    assert e.tile == [128, 64, 64] and e.heuristic["untimed_bns"] == []
+    assert "BN  64 split none" in str(e) and "BN 128" in str(e) and "BN 256" in str(e)
+
+
+def test_a_table_timing_no_built_width_is_a_clear_error(fakes3):
+    none_timed = CostModel({512: 1.0}, {512: 1.0}, 1.0, 1.0, "tuned on test")
+    with pytest.raises(ValueError, match="re-tune with bench/library.py --tune"):
+        dispatch.decide(meta(1024, 1024), meta(1024, 1024).T, meta(1024, 1024), given=False, model=none_timed)
+
+
+def test_real_kernels_offer_bn64_to_the_cost_model():
+    """On the real kernels (meta tensors), BN 64 has a route in all four orders, and a table timing it
+    can choose it."""
+    dispatch.clear_cache()
+    table = _table_with_bn64()
+    for a, b in ((meta(1024, 1024), meta(1024, 1024).T), (meta(1024, 1024).T, meta(1024, 1024)),
+                 (meta(1024, 1024), meta(1024, 1024)), (meta(1024, 1024).T, meta(1024, 1024).T)):
+        route = dispatch.decide(a, b, meta(1024, 1024), given=False, model=table)
+        assert route.kind == "general" and route.bn == 64, route
+        assert route.kernel.tile == (128, 64, 64) and route.kernel.stages == 8
+    dispatch.clear_cache()

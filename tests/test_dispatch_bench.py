@@ -54,3 +54,42 @@ def test_command_line_refusals():
     if not torch.cuda.is_available():
         r = run("--quick")
         assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr
+
+
+def test_forced_shapes_and_table():
+    assert library.parse_shapes("1024x1024x1024, 4096X1024x4096") == [(1024, 1024, 1024), (4096, 1024, 4096)]
+    assert (1024, 1024, 1024) in library.FORCED_SHAPES and (1024, 4096, 4096) in library.FORCED_SHAPES
+    for bad in ("1024x1024", "ax1x1", "0x1x1"):
+        with pytest.raises(ValueError, match="--forced-shapes"):
+            library.parse_shapes(bad)
+    row = {"m": 1024, "n": 1024, "k": 1024, "cublas_us": 8.6,
+           "us": {"cuBLAS": 8.6, "gemm_ladder.mm": 13.1, "BN 64 none": 9.0},
+           "vs_cublas": {"cuBLAS": 1.0, "gemm_ladder.mm": 8.6 / 13.1, "BN 64 none": 8.6 / 9.0}}
+    table = library.forced_markdown([row])
+    assert "| M x N x K | cuBLAS us | gemm_ladder.mm | BN 64 none |" in table
+    assert "| 1024x1024x1024 | 8.6 | 13.1 (0.66x) | 9.0 (0.96x) |" in table
+
+
+def test_forced_refuses_a_bad_shape_before_the_gpu():
+    import torch
+
+    r = subprocess.run([sys.executable, str(BENCH / "library.py"), "--forced", "--forced-shapes", "12x3"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert ("needs a CUDA GPU" if not torch.cuda.is_available() else "--forced-shapes") in r.stderr
+
+
+def test_a_tuned_table_cites_its_results_file():
+    """What --tune writes: every width it timed (BN 64 included) in the table, each rule naming the JSON
+    the timings are saved in, so the shipped table passes test_dispatch's provenance checks."""
+    from gemm_ladder.dispatch.heuristic import CostModel, fit, work
+
+    truth = CostModel({256: 0.6, 128: 0.33, 64: 0.2}, {256: 0.9, 128: 0.5, 64: 0.3}, 2.0, 6.0, "truth")
+    samples = [(w, truth.predict_us(w)) for s in [(1024, 1024, 1024), (2048, 4096, 4096), (4096, 1024, 4096)]
+               for bn in (256, 128, 64) for sp in ("none", "tail", "all") for w in [work(*s, bn, sp, 66)]]
+    model = library.cite_results(fit(samples, "tuned on test"), "2026-12-01_library_mid_quick_abc1234.json")
+    assert model.bns == (256, 128, 64)
+    assert all(rule.endswith(": bench/results/2026-12-01_library_mid_quick_abc1234.json ('tune')")
+               for rule in model.rules.values())
+    assert CostModel.from_json(model.to_json()) == model
+    assert library.cite_results(model, "") is model

@@ -265,7 +265,9 @@ def test_general_kernel_builds_every_linear_epilogue_without_spills(use_cache, a
     # loads along rows (direct) or single loads (swapped), its L2 prefetch along the output's rows;
     # and the 64-bit fallback.
     paired = {n: (True, False) for n in dts}
-    for bn, swap, wide in ((256, False, False), (256, True, False), (128, False, False), (256, False, True)):
+    # BN 64 (one panel per tile): both orientations and the 64-bit offsets too.
+    for bn, swap, wide in ((256, False, False), (256, True, False), (128, False, False), (256, False, True),
+                           (64, False, False), (64, True, False), (64, False, True)):
         built = library_gemm("k", "k", bn).build("bf16", epilogue_source=ep.source(
             dts, swap, wide=wide, pairs=paired, prefetch={"gl_residual_": "cols"}))
         rep = _census(built)

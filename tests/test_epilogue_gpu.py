@@ -169,6 +169,26 @@ def test_stream_k_tail_and_full_split():
         assert_epilogue_close(c, x, w, call)
 
 
+@pytest.mark.parametrize("swap", [False, True], ids=["direct", "swapped"])
+def test_bn64_epilogue_both_orientations_and_splits(swap):
+    """The fused epilogue on the BN 64 build (one 64-column panel per tile): the caller's bias per column
+    and residual per element, directly (D = X W^T into c) and swapped (D^T = W X^T into c.T of a
+    column-major c), under every split, on shapes with tails in M and N (not multiples of 64)."""
+    kernel = library_gemm("k", "k", 64)
+    for m, n, k in ((1000, 520, 264), (1024, 1024, 1024), (304, 200, 4096)):  # N, M: 16-byte rows (TMA store)
+        x, w, b, r = rnd(m, k), rnd(n, k), rnd(n), rnd(m, n)
+        call = linear_call(x, w, b, activation="gelu_tanh", residual=r, alpha=0.5, beta=1.0)
+        for split in ("none", "tail", "all"):
+            if swap:
+                c = torch.full((n, m), float("nan"), device="cuda", dtype=BF16).T
+                kernel.launch(operand_view(w, k_dim=1), operand_view(x, k_dim=1), c.T, split=split,
+                              epilogue=call.oriented(True))
+            else:
+                c = torch.full((m, n), float("nan"), device="cuda", dtype=BF16)
+                kernel.launch(operand_view(x, k_dim=1), operand_view(w, k_dim=1), c, split=split, epilogue=call)
+            assert_epilogue_close(c, x, w, call)
+
+
 def test_out_dtype_float32():
     x, w = rnd(100, 520), rnd(1000, 520)
     y = check_linear(x, w, rnd(1000), activation="silu", residual=rnd(100, 1000), out_dtype=torch.float32)

@@ -163,7 +163,7 @@ def test_designer_descriptor_matches_the_header(header_descriptors):
 # --- the designer's tensor maps ---------------------------------------------------------------------
 @pytest.mark.parametrize("a_major", ["k", "mn"])
 @pytest.mark.parametrize("b_major", ["k", "mn"])
-@pytest.mark.parametrize("bn", [128, 256])
+@pytest.mark.parametrize("bn", [64, 128, 256])
 def test_plan_tensor_maps_take_the_layout_and_pitch(a_major, b_major, bn):
     g = library_gemm(a_major, b_major, bn)
     m, n, k, lda, ldb, ldc = 1000, 520, 200, 1032, 544, 528
@@ -171,7 +171,10 @@ def test_plan_tensor_maps_take_the_layout_and_pitch(a_major, b_major, bn):
     a, b, c = p.tensor_maps["a"], p.tensor_maps["b"], p.tensor_maps["c"]
     assert a.global_strides == (2 * lda,) and b.global_strides == (2 * ldb,) and c.global_strides == (2 * ldc,)
     assert (a.global_dim, a.box_dim) == (((k, m), (64, 128)) if a_major == "k" else ((m, k), (64, 64)))
-    assert (b.global_dim, b.box_dim) == (((k, n), (64, bn // 2)) if b_major == "k" else ((n, k), (64, 64)))
+    # B: each CTA of the cluster loads half the tile: BN / 2 N rows (K-major), or whole 64-element boxes
+    # (MN-major), or at BN = 64 (one box) half its 64 K lines
+    mn_box = (64, 64) if bn >= 128 else (64, 32)
+    assert (b.global_dim, b.box_dim) == (((k, n), (64, bn // 2)) if b_major == "k" else ((n, k), mn_box))
     assert c.global_dim == (n, m) and c.box_dim == (64, 64)
     for spec in (a, b, c):
         spec.validate()
@@ -197,8 +200,31 @@ def test_level_defines_stay_k_major():
 
 
 def test_an_mn_major_slice_must_be_whole_boxes():
-    with pytest.raises(PlanRefused, match="boxes"):
-        kernel_defines_for("bf16", (128, 64, 64), 4, 2, 2, producer_warpgroup=True, c_ring=1, b_major="mn")
+    """Per CTA, an MN-major B slice is whole 64-element boxes (BN 128, 256), or the tile is one box whose
+    BK lines split into whole 8-line atoms per CTA (BN 64: 32 lines each); anything else is refused."""
+    with pytest.raises(PlanRefused, match="boxes"):  # 96 N rows per CTA: neither
+        kernel_defines_for("bf16", (128, 192, 64), 4, 2, 2, producer_warpgroup=True, c_ring=1, b_major="mn")
+    with pytest.raises(PlanRefused, match="8-line"):  # one box, but BK 8 gives 4 lines per CTA
+        kernel_defines_for("bf16", (128, 64, 8), 4, 2, 2, producer_warpgroup=True, c_ring=1, b_major="mn")
+    d = kernel_defines_for("bf16", (128, 64, 64), 8, 2, 2, producer_warpgroup=True, c_ring=1, b_major="mn")
+    assert (d["GL_B_BOX_ROWS"], d["GL_B_MN_MAJOR"], d["GL_C_RING"], d["GL_C_PANELS"]) == (32, 1, 1, 1)
+    assert d["GL_EXPECT_TX_BYTES"] == (128 + 64) * 64 * 2
+
+
+def test_k_split_mn_major_slices_land_where_one_box_would():
+    """At BN 64 an MN-major B stage is one 64-element box of BK lines, loaded as two boxes of 32 lines
+    (the plan's box), rank r's at line 32 r (stage_ring.cuh): 32 x 128 bytes = 4096, a multiple of the
+    1024-byte swizzle atom, so every element sits where the whole box's TMA write (the descriptor
+    model above) puts it."""
+    p = library_gemm("k", "mn", 64).plan(1024, 1024, 1024, "bf16")
+    lines = p.tensor_maps["b"].box_dim[1]
+    assert lines == 32 and (lines * 128) % 1024 == 0
+    tile = 0x10400
+    for r in range(2):
+        for j in range(lines):
+            for mn in range(64):
+                whole = tma_address(tile, "mn", mn, r * lines + j)
+                assert swizzle128(tile + r * lines * 128 + j * 128 + mn * 2) == whole
 
 
 # --- the stream-K split policies ---------------------------------------------------------------------
@@ -311,6 +337,8 @@ def test_launch_refuses_before_any_launch():
 def test_library_gemm_instances_are_cached_and_checked():
     assert library_gemm("mn", "k", 128) is library_gemm("mn", "k", 128)
     assert library_gemm("k", "k").stages == 4 and library_gemm("k", "k", 128).stages == 6
+    assert library_gemm("k", "k", 64).stages == 8 and library_gemm("k", "k", 64).c_ring == 1
+    assert library_gemm("k", "k", 128).c_ring == library_gemm("k", "k").c_ring == 2
     assert library_gemm("k", "k").tile == (128, 256, 64) and library_gemm("k", "k", 128).tile == (128, 128, 64)
     with pytest.raises(ValueError, match="a_major"):
         library_gemm("row", "k")

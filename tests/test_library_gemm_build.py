@@ -1,6 +1,6 @@
 """The layouts library kernel built and audited without a GPU.
 
-Resource gate: every build (4 operand layouts x BN 128/256 x bf16/fp16) compiles with nvcc, passes
+Resource gate: every build (4 operand layouts x BN 64/128/256 x bf16/fp16) compiles with nvcc, passes
 gemm_ladder.gates.resources (no spills, no stack or local memory, HGMMA and TMA loads present), keeps
 level 9's register split (setmaxnreg: USETMAXREG in SASS), and its HGMMA carry exactly the transpose
 forms of its layout (``.tnspA`` for an MN-major A, ``.tnspB`` for an MN-major B). The builds run in
@@ -65,6 +65,16 @@ def test_mn_major_loads_issue_one_tma_per_64_elements(reports):
 
 
 @needs_nvcc
+def test_bn64_mn_major_b_is_one_k_split_box_per_rank(reports):
+    """At BN 64 an MN-major B is loaded as one box of 32 K lines per CTA rank (stage_ring.cuh's K-split
+    branch), as many TMA loads as a K-major B's 32-row slice: the K-split build issues no more loads
+    than the K-major one, where MN-major A adds its per-64-row boxes."""
+    for a in ("k", "mn"):
+        assert reports[a, "mn", 64, "bf16"][0].sass["UTMALDG"] == reports[a, "k", 64, "bf16"][0].sass["UTMALDG"]
+    assert reports["mn", "k", 64, "bf16"][0].sass["UTMALDG"] > reports["k", "k", 64, "bf16"][0].sass["UTMALDG"]
+
+
+@needs_nvcc
 def test_the_native_layout_is_level_9s_machine_code(use_cache):
     """A and B K-major at BN 256 is level 9's kernel: the same source, the same plan but for two
     constants it does not read, so the same SASS (its measurements carry over)."""
@@ -91,7 +101,10 @@ def test_the_kernels_ring_audits_clean(bn):
                            consumers=d["GL_CONSUMERS"], staging_buffers=ring, panels_per_tile=panels,
                            deferred_panels=panels - min(ring, panels), bn=bn)
     assert 2 * k_iters > stages
-    assert {buf.name for buf in p.buffers if buf.kind == "staging"} == {f"D{c}.{r}" for c in range(2) for r in range(ring)}
+    # one buffer per consumer at BN 64 (one panel per tile) is named D0, D1 (audit/ring.py)
+    assert {buf.name for buf in p.buffers if buf.kind == "staging"} == \
+        {f"D{c}" if ring == 1 else f"D{c}.{r}" for c in range(2) for r in range(ring)}
+    assert (ring, panels, stages) == {256: (2, 4, 4), 128: (2, 2, 6), 64: (1, 1, 8)}[bn]
     result = audit(p, max_states=5_000_000)
     assert result.ok, result.render()
 

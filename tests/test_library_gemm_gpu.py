@@ -1,5 +1,5 @@
-"""The layouts library kernel on the GPU: every operand order, padded pitches and offset views, BN 128
-and 256, every stream-K policy, tails in M, N and K, held to the correctness gate's bounds against the
+"""The layouts library kernel on the GPU: every operand order, padded pitches and offset views, BN 64,
+128 and 256, every stream-K policy, tails in M, N and K, held to the correctness gate's bounds against the
 float64 reference; outputs poisoned with NaN (and the padding of the output checked untouched);
 repeated launches bitwise identical; operands TMA cannot describe refused before any launch.
 
@@ -34,7 +34,7 @@ SHAPES = [(128, 256, 64), (1000, 520, 200), (300, 200, 8), (64, 72, 64), (1, 24,
 
 @pytest.fixture(scope="module", autouse=True)
 def _built_in_parallel():
-    """Compile the 16 builds at once (nvcc processes in threads) rather than one by one at first use:
+    """Compile the 24 builds at once (nvcc processes in threads) rather than one by one at first use:
     on the GPU machine's 16 cores that saves most of a minute of the GPU's lease."""
     jobs = [(a, b, bn, dt) for a, b in LAYOUTS for bn in TILE_N for dt in ("bf16", "fp16")]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
@@ -170,3 +170,67 @@ def test_the_ladders_call_takes_any_of_its_layouts():
         assert err < 4e-3, (a_major, b_major, err)
     with pytest.raises(GemmInputError, match="k-major"):
         library_gemm("mn", "k")(a, b)
+
+
+# --- BN 64 (128 x 64 tiles, one panel per tile, 8 stages; an MN-major B split by K lines) ------------
+#: Tails in M, N (N = 520, 72, 24: not a multiple of 64; N a multiple of 8, as a TMA store into c needs) and K; the mid sizes BN 64 is for (1024^3:
+#: 128 tiles on 132 SMs); many waves with a split tail (2304 x 2048: 288 units on 66 clusters).
+BN64_SHAPES = SHAPES + [(1024, 1024, 1024), (4096, 1024, 4096), (1024, 4096, 1000), (130, 72, 4100)]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("a_major,b_major", LAYOUTS)
+def test_bn64_every_layout_on_tail_shapes(a_major, b_major, dtype):
+    """BN 64 under the gate (poisoned output, padding untouched, fresh operands per check) on tail and
+    mid shapes, with the default 'tail' split."""
+    fn = LayoutCall(a_major, b_major, bn=64)
+    for m, n, k in BN64_SHAPES:
+        gate(fn, m, n, k, dtype)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("a_major,b_major", LAYOUTS)
+@pytest.mark.parametrize("split", ["tail", "all"])
+def test_bn64_repeated_launches_are_bitwise_identical(a_major, b_major, split):
+    for m, n, k in [(2304, 2048, 1000), (1024, 1024, 1024), (384, 512, 2048)]:
+        fn = LayoutCall(a_major, b_major, bn=64, split=split)
+        a, b = random_operands(m, n, k, "bf16", "cuda", seed=5 * m + k)
+        first = fn(a, b).clone()
+        assert not torch.isnan(first).any()
+        for _ in range(4):
+            assert torch.equal(fn(a, b), first), (m, n, k)
+
+
+@pytest.mark.timeout(300)
+def test_mm_routes_to_bn64_from_a_table_that_times_it(monkeypatch):
+    """gemm_ladder.mm end to end when the cost table times BN 64 (a stand-in table: the shipped one times
+    it only after bench/library.py --tune): the route takes BN 64 at 1024^3 in all four operand orders,
+    a given output is poisoned first, and the result passes the gate's bound."""
+    import gemm_ladder
+    from gemm_ladder import api, dispatch
+    from gemm_ladder.dispatch.heuristic import CostModel, load_table
+
+    base = load_table()
+    table = CostModel({**base.k_iter_us, 64: 1e-3}, {**base.split_k_iter_us, 64: 1e-3}, base.fixup_us,
+                      base.fixed_us, "tuned on test (BN 64 stand-in)")
+    from gemm_ladder.dispatch import calls
+
+    monkeypatch.setattr(api, "decide", lambda *a, **kw: dispatch.decide(*a, model=table, **kw))
+    dispatch.clear_cache()
+    calls.CALLS.clear()  # mm keeps each signature's route: earlier tests' calls must not stand in
+    try:
+        for m, n, k in [(1024, 1024, 1024), (1000, 520, 200), (777, 1000, 300)]:
+            a, w = random_operands(m, n, k, "bf16", "cuda", seed=m + 3 * n + k)
+            for x, y in ((a, w.T), (a.T.contiguous().T, w.T), (a, w.T.contiguous()), (a.T.contiguous().T, w.T.contiguous())):
+                assert gemm_ladder.explain(x, y).tile == [128, 64, 64]
+                assert dispatch.decide(x, y, torch.empty(m, n, dtype=x.dtype, device="cuda"), given=True,
+                                       model=table).bn == 64
+                out = torch.full((m, n), float("nan"), dtype=x.dtype, device="cuda")
+                gemm_ladder.mm(x, y, out=out)
+                ref = a.double() @ w.double().T
+                err = ((out.double() - ref).norm() / ref.norm()).item()
+                assert err < 4e-3 and not torch.isnan(out).any(), (m, n, k, err)
+    finally:
+        dispatch.clear_cache()
+        calls.CALLS.clear()

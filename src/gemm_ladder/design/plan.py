@@ -26,7 +26,7 @@ from gemm_ladder.design.stream_k import DEFAULT_MIN_IDLE, plan_tail
 from gemm_ladder.design.smem import (
     MmaDescriptor, SmemLayout, TmemPlan, c_store_rows, mma_descriptor, plan_smem, plan_tmem,
 )
-from gemm_ladder.design.tensor_maps import TensorMapSpec, check_box, gemm_tensor_maps
+from gemm_ladder.design.tensor_maps import TensorMapSpec, b_mn_box_lines, check_box, gemm_tensor_maps
 from gemm_ladder.design.timeline import release_mode
 
 SWIZZLE = "CU_TENSOR_MAP_SWIZZLE_128B"
@@ -164,7 +164,7 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
     bn_slice = bn // cluster if cluster else bn
     try:
         check_box("a", (bk, bm) if a_major == "k" else (128 // e, bk), e, SWIZZLE)
-        check_box("b", (bk, bn_slice) if b_major == "k" else (128 // e, bk), e, SWIZZLE)
+        check_box("b", (bk, bn_slice) if b_major == "k" else (128 // e, b_mn_box_lines(bn, bk, cluster, e)), e, SWIZZLE)
         if not c_from_registers:
             check_box("c", (128 // e, c_store_rows(bm=bm, consumers=consumers, c_ring=c_ring)), e, SWIZZLE)
     except PlanRefused as exc:
@@ -176,9 +176,11 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
             f"BN = {bn} split over a cluster of {cluster} gives {bn / cluster:g} rows per CTA; each slice must be a "
             f"whole number of 8-row swizzle atoms (BN / cluster a multiple of 8) so it lands 1024-byte aligned",
         )
-    if b_major == "mn" and (bn // cluster) % (128 // e):
+    if b_major == "mn" and (bn // cluster) % (128 // e) and not (bn == 128 // e and (bk // cluster) % 8 == 0):
         raise PlanRefused("multicast slice", f"an MN-major B slice of {bn // cluster} rows per CTA is not a whole number of "
-                          f"{128 // e}-element TMA boxes (BN / cluster a multiple of {128 // e})")
+                          f"{128 // e}-element TMA boxes (BN / cluster a multiple of {128 // e}), nor is the tile one box "
+                          f"whose {bk} K lines split into whole 8-line swizzle atoms per CTA (BN = {128 // e}, "
+                          f"BK / cluster a multiple of 8)")
     if c_ring < 0:
         raise PlanRefused("output staging", f"c_ring = {c_ring}: 0 (whole-tile staging) or the number of panel buffers per consumer")
     if c_ring and (bn * e // 128) % c_ring:

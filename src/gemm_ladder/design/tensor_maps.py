@@ -190,8 +190,18 @@ def check_box(name: str, box_dim: tuple[int, ...], elem_bytes: int, swizzle: str
         )
 
 
+def b_mn_box_lines(bn: int, bk: int, cluster: int, elem_bytes: int) -> int:
+    """K lines of one MN-major B box: BK, or BK / cluster when the cluster's slices of the shared B tile
+    are narrower than one box (BN = 128 / e, the library GEMM at BN = 64: a slice of 32 N rows is not a
+    whole 128-byte box, so each CTA rank loads BK / cluster lines of the one box instead, 1024-byte
+    aligned when that is a multiple of 8: kernels/include/gemm_ladder/stage_ring.cuh produce_stage)."""
+    inner = 128 // elem_bytes
+    return bk // cluster if cluster > 1 and bn // cluster < inner else bk
+
+
 def operand_map(name: str, rows: int, k: int, *, major: str, ld: int, tile_rows: int, bk: int, data_type: str,
-                 elem_bytes: int, swizzle: str = "CU_TENSOR_MAP_SWIZZLE_128B", what: str = "") -> TensorMapSpec:
+                 elem_bytes: int, swizzle: str = "CU_TENSOR_MAP_SWIZZLE_128B", what: str = "",
+                 box_lines: int | None = None) -> TensorMapSpec:
     """The map of one (rows, K) operand with leading dimension ``ld`` (elements), loaded ``tile_rows`` rows
     x BK per stage. Not validated.
 
@@ -199,7 +209,8 @@ def operand_map(name: str, rows: int, k: int, *, major: str, ld: int, tile_rows:
     * MN-major (element (r, k) at r + k * ld): globalDim (rows, K), stride (ld * e,), box (128 / e, BK):
       the rows are the inner dimension, and a box spans one swizzle span (128 bytes, 64 elements) of
       them, so a tile of ``tile_rows`` rows takes tile_rows * e / 128 boxes, each BK lines of 128 bytes
-      (the MN-major descriptor's LBO apart, kernels/include/gemm_ladder/ptx/wgmma.cuh).
+      (the MN-major descriptor's LBO apart, kernels/include/gemm_ladder/ptx/wgmma.cuh); ``box_lines``
+      (default BK) K lines per box when a cluster splits one box by K (:func:`b_mn_box_lines`).
     """
     if major not in ("k", "mn"):
         raise PlanRefused("operand major", f"{name}: major {major!r} is 'k' or 'mn'")
@@ -209,6 +220,11 @@ def operand_map(name: str, rows: int, k: int, *, major: str, ld: int, tile_rows:
         return TensorMapSpec(description=f"{what} K-major (ld {ld}), loads of one {tile_rows} x BK tile per stage",
                              global_dim=(k, rows), box_dim=(bk, tile_rows), **common)
     inner = 128 // elem_bytes
+    lines = bk if box_lines is None else box_lines
+    if lines != bk:
+        return TensorMapSpec(description=f"{what} MN-major (ld {ld}), loads of one box of {inner} x {lines} K lines "
+                                         f"(lines [r*{lines}, (r+1)*{lines}) of the {inner} x BK tile) per stage",
+                             global_dim=(rows, k), box_dim=(inner, lines), **common)
     return TensorMapSpec(description=f"{what} MN-major (ld {ld}), loads of {max(tile_rows // inner, 1)} box(es) of "
                                      f"{inner} x BK per {tile_rows} x BK tile per stage",
                          global_dim=(rows, k), box_dim=(inner, bk), **common)
@@ -236,12 +252,17 @@ def gemm_tensor_maps(m: int, n: int, k: int, *, data_type: str, elem_bytes: int,
     ldc = n if ldc is None else ldc
     common = dict(data_type=data_type, elem_bytes=elem_bytes, bk=bk, swizzle=swizzle)
     b_rows = bn // cluster if cluster else bn
+    b_lines = b_mn_box_lines(bn, bk, cluster or 1, elem_bytes)
     return {
         "a": operand_map("a", m, k, major=a_major, ld=(k if a_major == "k" else m) if lda is None else lda, tile_rows=bm,
                          what="A (M, K)", **common),
         "b": operand_map("b", n, k, major=b_major, ld=(k if b_major == "k" else n) if ldb is None else ldb, tile_rows=b_rows,
-                         what=("B (N, K), each CTA loads rows [r*BN/C, (r+1)*BN/C) of the BN x BK tile and multicasts "
-                               "them to the cluster;" if cluster > 1 else "B (N, K)"), **common),
+                         box_lines=b_lines,
+                         what=("B (N, K)" if not cluster or cluster == 1 else
+                               "B (N, K), each CTA loads K lines [r*BK/C, (r+1)*BK/C) of the one-box BN x BK tile and "
+                               "multicasts them to the cluster;" if b_major == "mn" and b_lines != bk else
+                               "B (N, K), each CTA loads rows [r*BN/C, (r+1)*BN/C) of the BN x BK tile and multicasts "
+                               "them to the cluster;"), **common),
         "c": TensorMapSpec(
             name="c", description=f"C (M, N) row-major (ld {ldc}), stores of one {c_rows} x {c_cols} panel (128 bytes wide) each",
             global_dim=(n, m), global_strides=(ldc * elem_bytes,), box_dim=(c_cols, c_rows),

@@ -86,9 +86,12 @@ class Explanation:
                 lines.append(f"  M tiles:  {t['m_tiles']} of BN {t['bn']} for the kernel's M = {t['kernel_m']}: "
                              f"{t['why']}")
                 lines.append(f"  M-tile table: {t['provenance']}")
-            for c in h.get("candidates", [])[:6]:
+            for c in h.get("candidates", [])[:9]:
                 lines.append(f"    BN {c['bn']:>3} split {c['split']:<4} {c['predicted_us']:>9.1f} us predicted, "
                              f"{c['waves']:.2f} waves")
+            if h.get("untimed_bns"):
+                lines.append(f"    BN {', '.join(map(str, h['untimed_bns']))}: built, not in the table (not timed by "
+                             "bench/library.py --tune), so not chosen")
         if self.plan:
             lines.append(f"  plan:     {self.plan.get('conclusion')}")
         for r in self.refusals[:4]:
@@ -153,7 +156,8 @@ def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostMo
         split = opts.get("split")
         heuristic = {"rule": "fewest repacked bytes, then the fastest (BN, split) by the cost model",
                      "provenance": model.provenance if model else "none",
-                     "candidates": [c.to_json() for c in route.candidates]}
+                     "candidates": [c.to_json() for c in route.candidates],
+                     "untimed_bns": list(route.untimed_bns)}
     tile = desc.get("tile") or (list(plan.tile) if plan is not None else None)
     return Explanation(
         m, n, k, dtype, str(out_dtype).replace("torch.", ""), route.kind, route.device.describe(), kernel=desc,

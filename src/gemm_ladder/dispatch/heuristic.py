@@ -155,16 +155,18 @@ def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[
     """``configs`` ((BN, split) pairs the kernel supports) by predicted time, fastest first.
 
     Ties go to the earlier entry of ``configs`` (list the simpler configurations first: wider tiles,
-    fewer splits)."""
+    fewer splits). Raises KeyError for a BN the table has no time for (callers keep to
+    ``model.bns``)."""
     cands = [Candidate(w, model.predict_us(w)) for w in (work(m, n, k, bn, s, clusters) for bn, s in configs)]
     order = sorted(range(len(cands)), key=lambda i: (round(cands[i].predicted_us, 6), i))
     return [cands[i] for i in order]
 
 
-def features(w: Work) -> list[float]:
-    """The model's regressors for one configuration: whole and split iterations per BN, split flag, 1."""
+def features(w: Work, bns: tuple[int, ...] = (256, 128)) -> list[float]:
+    """The model's regressors for one configuration: whole and split iterations for each tile width of
+    ``bns`` (zero but for the configuration's own BN), the split flag, 1."""
     row = []
-    for bn in (256, 128):
+    for bn in bns:
         row += [float(w.whole_iters if w.bn == bn else 0), float(w.split_iters if w.bn == bn else 0)]
     return row + [1.0 if w.splits else 0.0, 1.0]
 
@@ -172,20 +174,25 @@ def features(w: Work) -> list[float]:
 def fit(samples: list[tuple[Work, float]], provenance: str) -> CostModel:
     """Least-squares fit of the model's parameters to measured times (``(work, microseconds)`` pairs).
 
-    Relative errors are minimised (each row weighted by 1 / measured time), so a 10 us shape counts
-    as much as a 1 ms one. A parameter with no sample behind it (say, no split configuration timed)
-    or fitted below zero is clamped at zero and named in ``rules``. Uses numpy (a dependency).
+    The table gets one ``k_iter_us`` and ``split_k_iter_us`` per tile width that has timed samples
+    (widest first), so a width the tune timed becomes one the dispatcher can choose, and one it did
+    not stays out of the table (route.choose ranks only the table's widths). Relative errors are
+    minimised (each row weighted by 1 / measured time), so a 10 us shape counts as much as a 1 ms one.
+    A parameter with no sample behind it (say, no split configuration timed) or fitted below zero is
+    clamped at zero and named in ``rules``. Uses numpy (a dependency).
 
-    Raises ValueError with fewer samples than parameters.
+    Raises ValueError with fewer samples than parameters (2 per tile width, plus 2).
     """
     import numpy as np
 
-    if len(samples) < 6:
-        raise ValueError(f"fit needs at least 6 timed configurations, got {len(samples)}")
-    x = np.array([features(w) for w, _ in samples])
+    bns = tuple(sorted({w.bn for w, _ in samples}, reverse=True))
+    params = 2 * len(bns) + 2
+    if len(samples) < max(6, params):
+        raise ValueError(f"fit needs at least {max(6, params)} timed configurations, got {len(samples)}")
+    x = np.array([features(w, bns) for w, _ in samples])
     t = np.array([us for _, us in samples])
     coef, *_ = np.linalg.lstsq(x / t[:, None], np.ones_like(t), rcond=None)
-    names = ["k_iter_us[256]", "split_k_iter_us[256]", "k_iter_us[128]", "split_k_iter_us[128]", "fixup_us", "fixed_us"]
+    names = [f"{kind}[{bn}]" for bn in bns for kind in ("k_iter_us", "split_k_iter_us")] + ["fixup_us", "fixed_us"]
     rules = {}
     for i, name in enumerate(names):
         if not x[:, i].any():
@@ -197,4 +204,5 @@ def fit(samples: list[tuple[Work, float]], provenance: str) -> CostModel:
         else:
             rules[name] = f"least squares over {len(samples)} timed configurations (relative error)"
     c = [float(v) for v in coef]
-    return CostModel({256: c[0], 128: c[2]}, {256: c[1], 128: c[3]}, c[4], c[5], provenance, rules)
+    return CostModel({bn: c[2 * i] for i, bn in enumerate(bns)}, {bn: c[2 * i + 1] for i, bn in enumerate(bns)},
+                     c[-2], c[-1], provenance, rules)

@@ -95,7 +95,8 @@ def _loaded_small_m(kernel, dtype, fp32, am, bm):
 
 def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLASSES)) -> list[Build]:
     """Every build :func:`gemm_ladder.dispatch.route` can reach for ``dtypes`` in ``classes``
-    (:data:`CLASSES`): the general kernel in each operand order and tile width, each small-M bucket in
+    (:data:`CLASSES`): the general kernel in each operand order and each tile width the cost table
+times (the others are never chosen: dispatch.route.choose), each small-M bucket in
     each order (and output dtype), and the repack kernel for each element size. Plans nothing, compiles
     nothing: the list is what :func:`precompile` runs. Raises ValueError for an unknown class or dtype."""
     from gemm_ladder.contract import DTYPES
@@ -104,6 +105,10 @@ def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLA
     from gemm_ladder.library.small_m import BUCKETS, small_m_gemm
 
     classes = check_classes(classes)
+    # The general kernel's widths the route can reach: those the cost table times (route.choose).
+    from gemm_ladder.dispatch import cost_model
+
+    timed_bns = [bn for bn in general_bns() if bn in cost_model().k_iter_us]
     for d in dtypes:
         if d not in DTYPES:
             raise ValueError(f"dtype {d!r}: the library computes {', '.join(DTYPES)}")
@@ -112,7 +117,7 @@ def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLA
         for am in MAJORS:
             for bm in MAJORS:
                 if "large" in classes:
-                    for bn in general_bns():
+                    for bn in timed_bns:
                         kernel = general(am, bm, bn)
                         if kernel is not None:
                             builds.append(Build(f"general A {am} B {bm} BN {bn} {dtype}",

@@ -25,7 +25,8 @@ Choice: the small-M kernel when it fits and copies no more than the general kern
 its small operand A aside), in the bucket and number of M tiles the table's measured rule picks
 (dispatch.small_m_tiles; one tile of the smallest bucket >= M when two would copy more); otherwise
 the route that moves the fewest repack bytes, then the (BN, split) the cost model (dispatch.heuristic)
-ranks fastest.
+ranks fastest, among the tile widths its table has times for (a width the tune has not timed is
+named in ``untimed_bns`` and not chosen).
 """
 
 from __future__ import annotations
@@ -177,6 +178,7 @@ class Route:
     refusals: tuple[str, ...] = ()
     unfit: tuple[str, ...] = ()  # the kernel families that found no route, with their first refusal
     tiles: TilesChoice | None = None  # the small-M kernel's bucket and M tiles, and why (dispatch/small_m_tiles.py)
+    untimed_bns: tuple[int, ...] = ()  # tile widths built with a route here but not in the cost table
 
     @property
     def repack_cost(self) -> int:
@@ -439,12 +441,20 @@ def choose(routes: list[Route], model: CostModel) -> Route | None:
         return replace(best, options=(*best.options, ("splits", None)))
     if not general:
         return None
-    least = min(r.repack_cost for r in general)
+    # Only the tile widths the table has times for are ranked: a width built but never timed by the
+    # tune (bench/library.py --tune) has no measured cost, and no hand-typed one stands in for it.
+    timed = [r for r in general if r.bn in model.k_iter_us]
+    if not timed:
+        raise ValueError(f"dispatch table ({model.provenance}) times none of the tile widths the general kernel "
+                         f"found a route for ({sorted({r.bn for r in general})}): re-tune with bench/library.py --tune")
+    untimed = tuple(sorted({r.bn for r in general if r.bn not in model.k_iter_us}, reverse=True))
+    least = min(r.repack_cost for r in timed)
     ranked = []
-    for r in general:
+    for r in timed:
         if r.repack_cost == least:
             configs = [(r.bn, s) for s in K.kernel_splits(r.kernel)]
             ranked += [(cand, r) for cand in rank(model, r.m, r.n, r.k, r.device.clusters, configs)]
     ranked.sort(key=lambda cr: round(cr[0].predicted_us, 6))  # stable: wider tiles, fewer splits first
     cand, r = ranked[0]
-    return replace(r, options=(*r.options, ("split", cand.work.split)), candidates=tuple(c for c, _ in ranked))
+    return replace(r, options=(*r.options, ("split", cand.work.split)), candidates=tuple(c for c, _ in ranked),
+                   untimed_bns=untimed)

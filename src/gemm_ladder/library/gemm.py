@@ -58,8 +58,12 @@ from gemm_ladder.library.lru import cached
 SOURCE = "library/sm90_gemm.cu"
 #: The stream-K policies :meth:`LibraryGemm.launch` takes.
 SPLITS = ("tail", "all", "none")
-#: Output tile widths built (BM is level 9's 128: two consumer warpgroups of 64 rows).
-TILE_N = (128, 256)
+#: Output tile widths built (BM is level 9's 128: two consumer warpgroups of 64 rows). 64 gives twice
+#: the tiles of 128 (1024^3: 128 tiles for 132 SMs instead of 64) for mid-size problems.
+TILE_N = (64, 128, 256)
+#: Panel buffers per consumer's store ring: level 9's 2, or the tile's panels when it has fewer (one
+#: 64-column panel at BN = 64; the ring must divide the panels: design/plan.py).
+C_RING = 2
 MAJORS = ("k", "mn")
 #: The kernel's coordinates are 32-bit ints and reach one tile past the last row or column.
 MAX_EXTENT = 2**31 - 1 - 256
@@ -357,14 +361,15 @@ def _ldc(c: torch.Tensor) -> int:
 def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers: bool = False,
                  out_fp32: bool = False) -> LibraryGemm:
     """The layouts kernel for A ``a_major`` and B ``b_major`` ("k" or "mn") with tile width ``bn``
-    (128 or 256); one instance per configuration, so builds, loaded kernels and maps are cached.
+    (64, 128 or 256); one instance per configuration, so builds, loaded kernels and maps are cached.
 
     ``c_from_registers``: the build that stores C from registers (any pitch; see the module docstring);
     ``out_fp32`` (only with it): its float32-output build.
 
     Stages: the most that fit in shared memory (design.smem.max_stages) beside the panel rings: 4 at
-    BN = 256 (level 9's), 6 at BN = 128; with no C staging (c_from_registers): 4 and 7. Raises
-    ValueError for any other major or width, or ``out_fp32`` without ``c_from_registers``.
+    BN = 256 (level 9's), 6 at BN = 128, 8 at BN = 64 (one panel buffer per consumer: ``c_ring`` =
+    min(2, panels)); with no C staging (c_from_registers): 4 at 256, 7 at 128. Raises ValueError for
+    any other major or width, or ``out_fp32`` without ``c_from_registers``.
     """
     if a_major not in MAJORS or b_major not in MAJORS:
         raise ValueError(f"a_major = {a_major!r}, b_major = {b_major!r}: each is one of {', '.join(MAJORS)}")
@@ -372,7 +377,7 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
         raise ValueError(f"bn = {bn!r}: the kernel is built for BN in {TILE_N}")
     if out_fp32 and not c_from_registers:
         raise ValueError("out_fp32=True needs c_from_registers=True: only the register store writes float32")
-    c_ring = 0 if c_from_registers else 2
+    c_ring = 0 if c_from_registers else min(C_RING, bn // 64)
     stages = max_stages(bm=128, bn=bn, bk=64, elem_bytes=2, arch=arch_info("sm_90a"), consumers=2, c_ring=c_ring,
                         c_from_registers=c_from_registers)
     suffix = ("_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "")

@@ -12,7 +12,13 @@
 //    produce_stage), and the consumers read it with wgmma's transpose immediate and the MN-major
 //    descriptor (mma_k_tile and desc_mn_major_sw128, ptx/wgmma.cuh, through cluster_ring.cuh's
 //    consume_k_range). Every layout difference lives in those headers.
-//  - GL_BN = 128 or 256 (the dispatcher takes 128 where 128 x 256 tiles would leave SMs idle).
+//  - GL_BN = 64, 128 or 256 (the dispatcher's cost model picks it: narrower tiles where wider ones
+//    would leave SMs idle). At BN = 64 a tile is one 64-column panel: the plan gives each consumer a
+//    ring of one panel buffer (GL_C_RING = 1), so every panel is stored at the end of its tile and
+//    none is deferred (kDeferredPanels = 0); the one buffer is refilled once the store that read it,
+//    a whole tile earlier, has been read (wait_group.read 0). The cluster's B slices are 32 rows: a
+//    K-major B loads them as boxes of 32 rows; an MN-major B, whose box is 64 elements of N wide,
+//    splits the stage's K rows instead (stage_ring.cuh's produce_stage, the plan's B box).
 // And what the launch sets: the leading dimensions of A, B and D (the tensor maps' global strides),
 // and the stream-K split (tail_first_unit: the first unit split by K over every cluster; 0 splits
 // every unit, the unit count none).
@@ -42,7 +48,7 @@
 
 static_assert(gl::BM == 128 && GL_CONSUMERS == 2 && GL_CLUSTER == 2 && GL_PRODUCER_WG == 1,
               "sm90_gemm: level 9's 128-row tile, two consumer warpgroups, a 2-CTA cluster and a producer warpgroup");
-static_assert(gl::BN == 128 || gl::BN == 256, "sm90_gemm: BN is 128 or 256");
+static_assert(gl::BN == 64 || gl::BN == 128 || gl::BN == 256, "sm90_gemm: BN is 64, 128 or 256");
 static_assert(gl::BK == 64, "sm90_gemm: BK = 64, one 128-byte swizzle span of K per stage");
 static_assert((GL_A_MN_MAJOR == 0 || GL_A_MN_MAJOR == 1) && (GL_B_MN_MAJOR == 0 || GL_B_MN_MAJOR == 1),
               "sm90_gemm: each operand K-major (0) or MN-major (1)");

@@ -2,7 +2,8 @@
 // (128 bytes of columns) at a time, through its own ring of GL_C_RING panel buffers of
 // GL_SMEM_C_PANEL_BYTES each (the designer's plan: design/smem.py, c_ring) and its own store issuer.
 // A buffer is refilled only once wait_group.read GL_C_RING - 1 says the store that last read it is
-// done. Level 9 stores 4 panels per tile (64 x 256), the gated library kernel 2 (64 x 128 outputs).
+// done. Level 9 stores 4 panels per tile (64 x 256), the gated library kernel 2 (64 x 128 outputs),
+// the library GEMM at BN = 64 one, through a ring of one buffer.
 #pragma once
 #include "gemm_ladder/epilogue.cuh"
 #include "gemm_ladder/ptx/fence.cuh"

@@ -66,6 +66,17 @@ __device__ __forceinline__ void produce_stage(const SmemMap& smem, const CUtenso
   static_assert(Slice == BSlice::kOfTile || GL_CLUSTER > 1, "a slice per rank's own map needs a cluster");
   if constexpr (GL_CLUSTER == 1) {
     tma_load_operand<B_MN_MAJOR, BN>(smem.b(s), map_b, smem.full(s), kt, tn * BN);
+  } else if constexpr (B_MN_MAJOR && GL_B_BOX_ROWS < kMnBoxElems) {
+    // An MN-major B tile of one 64-element box (the library GEMM at BN = 64): a slice of 32 N rows would
+    // not be a whole 128-byte box, so the cluster splits the stage's BK lines instead. Rank r loads
+    // lines [r x BK / GL_CLUSTER, ...) of the box (the plan's B box: 64 x BK / GL_CLUSTER), which TMA
+    // writes at line r x BK / GL_CLUSTER of the stage, a multiple of 8 lines (1024-byte aligned), so the
+    // 128B swizzle of the whole box is kept.
+    static_assert(Slice == BSlice::kOfTile && BN == kMnBoxElems && (BK / GL_CLUSTER) % 8 == 0,
+                  "a K-split MN-major B slice: one 64-element box per tile, whole 8-line atoms per CTA");
+    constexpr int kLines = BK / GL_CLUSTER;
+    tma_load_2d_multicast(smem.b(s) + rank * kLines * kMnBoxElems, map_b, smem.full(s), tn * BN, kt * BK + rank * kLines,
+                          (1 << GL_CLUSTER) - 1);
   } else {
     const int b_row = Slice == BSlice::kOfTile ? tn * BN + rank * GL_B_BOX_ROWS : tn * GL_B_BOX_ROWS;
     tma_load_operand<B_MN_MAJOR, GL_B_BOX_ROWS>(smem.b(s) + rank * GL_B_BOX_ROWS * BK, map_b, smem.full(s), kt, b_row,
