@@ -124,7 +124,7 @@ times (the others are never chosen: dispatch.route.choose), each small-M bucket 
                                                 lambda k=kernel, d=dtype: k.build(d), _loaded_general(kernel, dtype)))
                 for fp32, cls in ((False, "unaligned"), (True, "fp32_out")):
                     if cls in classes:
-                        for bn in general_bns():
+                        for bn in timed_bns:
                             kernel = general_from_registers(am, bm, bn, out_fp32=fp32)
                             builds.append(Build(f"general from registers A {am} B {bm} BN {bn}"
                                                 f"{' fp32 out' if fp32 else ''} {dtype}",
