@@ -418,17 +418,45 @@ def sanitize_cases():
     yield "tail split", r(3 * 128 + 8, 200), r(200, 3 * 256 + 8), None
 
 
+def forced_sanitize_cases():
+    """(name, kernel, split, x, y, c) for every general build's stream-K paths, whatever the cost table
+    would choose: each tile width with the TMA store and with C from registers (an odd-pitch c), split
+    "tail" and "all", on a shape with M and N tails and a split tail (392 x 776 x 200)."""
+    from gemm_ladder.dispatch import kernels as K
+
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(392, 200, generator=gen, device="cuda").to(torch.bfloat16)
+    y = torch.randn(776, 200, generator=gen, device="cuda").to(torch.bfloat16).T
+    for bn in K.general_bns():
+        for store, kernel in (("TMA store", K.general("k", "k", bn)), ("C from registers", K.general_from_registers("k", "k", bn))):
+            for split in ("tail", "all"):
+                c = torch.empty(392, 779, dtype=torch.bfloat16, device="cuda")[:, :776] if store != "TMA store" \
+                    else torch.empty(392, 776, dtype=torch.bfloat16, device="cuda")
+                yield f"BN {bn} {store} split {split}", kernel, split, x, y, c
+
+
 def sanitize() -> int:
-    """Each sanitize case once, checked against float64; for compute-sanitizer. Exit 1 on a wrong one."""
+    """Each sanitize case once, checked against float64, then every general build's split paths forced
+    (:func:`forced_sanitize_cases`); for compute-sanitizer. Exit 1 on a wrong one."""
+    from gemm_ladder.library.operand import operand_view
+
     bad = 0
-    for name, x, y, out in sanitize_cases():
-        c = gemm_ladder.mm(x, y, out=out)
+
+    def check(name, x, y, c):
+        nonlocal bad
         torch.cuda.synchronize()
         ref = reference(x, y.T)
         err = ((c.double() - ref).norm() / ref.norm()).item()
         ok = err < 1e-2 and not torch.isnan(c).any()
         bad += not ok
         print(f"{name}: {tuple(x.shape)} @ {tuple(y.shape)} rel_err={err:.2e} {'ok' if ok else 'WRONG'}", flush=True)
+
+    for name, x, y, out in sanitize_cases():
+        check(name, x, y, gemm_ladder.mm(x, y, out=out))
+    for name, kernel, split, x, y, c in forced_sanitize_cases():
+        c.fill_(float("nan"))
+        kernel.launch(operand_view(x, k_dim=1), operand_view(y.T, k_dim=1), c, split=split)
+        check(name, x, y, c)
     return 1 if bad else 0
 
 
