@@ -117,6 +117,7 @@ class LibraryGemm(TmaLevel):
     #: With c_from_registers: write C in float32 (the inputs stay bf16/fp16).
     out_fp32: bool = False
     _specs: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
+    _binds: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
 
     def layout(self) -> dict:
         out = {"a_major": self.a_major, "b_major": self.b_major}
@@ -254,9 +255,19 @@ class LibraryGemm(TmaLevel):
         oriented (``swap``: c is the transpose of the caller's output); its extents must be c's (or
         c's transpose). Built into the kernel (one build per generated source).
 
+        Without an epilogue and outside a graph capture, the bound launch (:meth:`bind`) is kept per
+        :func:`bind_key` (every address, extent, stride, dtype and the stream it depends on), so a call
+        repeated on the same tensors costs one driver call: the dispatcher's repacked operands and
+        output workspaces come back at the same addresses from torch's caching allocator, and a new
+        bind per call took most of such a call's host time.
+
         Raises GemmInputError naming the rule (:meth:`supports`) and ValueError for an unknown
         ``split``, before any launch; EpilogueCompileError when nvcc rejects the epilogue's CUDA.
         """
+        if epilogue is None and c.is_cuda and not torch.cuda.is_current_stream_capturing():
+            key = bind_key(a, b, c, split, c_padding_writable, torch.cuda.current_stream(c.device).cuda_stream)
+            cached(self._binds, key, lambda: self.bind(a, b, c, split=split, c_padding_writable=c_padding_writable))()
+            return
         self.bind(a, b, c, split=split, c_padding_writable=c_padding_writable, epilogue=epilogue)()
 
     def bind(self, a: OperandView, b: OperandView, c: torch.Tensor, *, split: str = "tail",
@@ -355,6 +366,19 @@ def _ldc(c: torch.Tensor) -> int:
         return c.stride(0)
     per16 = TMA_ALIGN_BYTES // c.element_size()
     return ceil_div(max(c.shape[1], 1), per16) * per16
+
+
+def _view_key(v: OperandView) -> tuple:
+    return (v.data_ptr, v.rows, v.k, v.ld, v.major, v.tensor.dtype, v.tensor.device)
+
+
+def bind_key(a: OperandView, b: OperandView, c: torch.Tensor, split: str, c_padding_writable: bool,
+             stream_handle: int) -> tuple:
+    """What :meth:`LibraryGemm.bind` depends on, for a launch without an epilogue: each operand's first
+    element's address, extents, leading dimension, major, dtype and device; c's address, shape, strides,
+    dtype and device; the split, the padding rule and the stream. Two calls with one key bind alike."""
+    return (_view_key(a), _view_key(b), (c.data_ptr(), tuple(c.shape), tuple(c.stride()), c.dtype, c.device),
+            split, c_padding_writable, stream_handle)
 
 
 @functools.lru_cache(maxsize=None)

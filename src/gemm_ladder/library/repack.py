@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from gemm_ladder.levels.base import LaunchGeometry
+from gemm_ladder.library.lru import cached
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
 from gemm_ladder.runtime.module import LoadedKernel, device_index, load
 
@@ -167,16 +168,24 @@ class RepackKernel:
         jobs = [j for j in jobs if j.rows_pad and j.cols_pad]
         if not jobs:
             return
+        stream = torch.cuda.current_stream(device).cuda_stream
+        # The packed launch is kept per jobs and stream (a job is its addresses, extents and strides):
+        # the dispatcher's workspaces come back at the same addresses, so a repeated call packs nothing.
+        cached(_PREPARED, (tuple(jobs), device_index(device), stream), lambda: self._prepare(jobs, device, stream))()
+
+    def _prepare(self, jobs: list[Copy2D], device: torch.device, stream: int):
         args = _RepackArgs()
         first = 0
         for i, job in enumerate(jobs):
             args.job[i] = job._struct(first)
             first += job.blocks
         args.jobs = len(jobs)
-        self.loaded(jobs[0].elem_bytes, device).launch((first, 1, 1), [args], torch.cuda.current_stream(device))
+        return self.loaded(jobs[0].elem_bytes, device).prepare((first, 1, 1), [args], stream)
 
 
 _LOADED: dict[tuple[int, int], LoadedKernel] = {}
+#: Packed launches per (jobs, device, stream), least recently used dropped (library/lru.py).
+_PREPARED: dict = {}
 
 #: The process's repack kernel.
 REPACK = RepackKernel()
