@@ -22,15 +22,16 @@ MAJORS = ("k", "mn")
 
 #: Shape classes -> what the dispatcher runs for them (dispatch/route.py's search).
 CLASSES: dict[str, str] = {
-    "large": "the layouts kernel in every operand order, BN 128 and 256: calls with M and N > 256, and any "
-             "call the small-M kernel does not take (transposed operands included: backward passes read them)",
+    "large": "the layouts kernel in every operand order and each tile width the dispatch table times (BN 64, "
+             "128, 256 today): calls with M and N > 256, and any call the small-M kernel does not take "
+             "(transposed operands included: backward passes read them)",
     "small_m": "the small-M kernel, every M bucket (8-256) and operand order, output in the input dtype: "
                "calls with M or N <= 256",
     "fp32_out": "the small-M kernel writing float32 (out_dtype=torch.float32), every bucket and order, and the "
-                "layouts kernel's float32 build storing C from registers, every order, BN 128 and 256",
+                "layouts kernel's float32 build storing C from registers, every order and timed BN",
     "unaligned": "the repack kernel for the dtype's element size and for float32: operands whose strides a "
                  "TMA tensor map cannot describe, and outputs written through a workspace; and the layouts "
-                 "kernel's build storing C from registers (outputs a TMA store cannot write), every order and BN",
+                 "kernel's build storing C from registers (outputs a TMA store cannot write), every order and timed BN",
 }
 
 
@@ -96,7 +97,7 @@ def _loaded_small_m(kernel, dtype, fp32, am, bm):
 def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLASSES)) -> list[Build]:
     """Every build :func:`gemm_ladder.dispatch.route` can reach for ``dtypes`` in ``classes``
     (:data:`CLASSES`): the general kernel in each operand order and each tile width the cost table
-times (the others are never chosen: dispatch.route.choose), each small-M bucket in
+    times (the others are never chosen: dispatch.route.choose), each small-M bucket in
     each order (and output dtype), and the repack kernel for each element size. Plans nothing, compiles
     nothing: the list is what :func:`precompile` runs. Raises ValueError for an unknown class or dtype."""
     from gemm_ladder.contract import DTYPES
