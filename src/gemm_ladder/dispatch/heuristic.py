@@ -162,7 +162,7 @@ def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[
     return [cands[i] for i in order]
 
 
-def features(w: Work, bns: tuple[int, ...] = (256, 128)) -> list[float]:
+def features(w: Work, bns: tuple[int, ...]) -> list[float]:
     """The model's regressors for one configuration: whole and split iterations for each tile width of
     ``bns`` (zero but for the configuration's own BN), the split flag, 1."""
     row = []
