@@ -134,7 +134,7 @@ def test_every_layout_on_odd_outputs(a_major, b_major, dtype):
 @pytest.mark.parametrize("bn", TILE_N)
 @pytest.mark.parametrize("split", SPLITS)
 def test_tile_widths_and_stream_k_splits(bn, split):
-    """BN 128 and 256 under each stream-K policy ('all' on few tiles: every unit reduced from partials
+    """Every built BN (64, 128, 256) under each stream-K policy ('all' on few tiles: every unit reduced from partials
     and stored by the last contributor), odd pitch and base; fp16 on one shape."""
     fn = RegisterCall("k", "mn", bn=bn, split=split, c_pad=1, c_offset=1)
     for m, n, k in [(256, 255, 4096), (1000, 521, 200), (2304, 2050, 1000)]:
