@@ -339,6 +339,9 @@ def test_library_gemm_instances_are_cached_and_checked():
     assert library_gemm("k", "k").stages == 4 and library_gemm("k", "k", 128).stages == 6
     assert library_gemm("k", "k", 64).stages == 8 and library_gemm("k", "k", 64).c_ring == 1
     assert library_gemm("k", "k", 128).c_ring == library_gemm("k", "k").c_ring == 2
+    # The register-store builds stage no C: the ring takes the panel rings' space (the docstring's numbers).
+    assert [library_gemm("k", "k", bn, c_from_registers=True).stages for bn in (256, 128, 64)] == [4, 7, 9]
+    assert all(library_gemm("k", "k", bn, c_from_registers=True).c_ring == 0 for bn in (256, 128, 64))
     assert library_gemm("k", "k").tile == (128, 256, 64) and library_gemm("k", "k", 128).tile == (128, 128, 64)
     with pytest.raises(ValueError, match="a_major"):
         library_gemm("row", "k")

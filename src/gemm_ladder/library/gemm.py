@@ -392,7 +392,7 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
 
     Stages: the most that fit in shared memory (design.smem.max_stages) beside the panel rings: 4 at
     BN = 256 (level 9's), 6 at BN = 128, 8 at BN = 64 (one panel buffer per consumer: ``c_ring`` =
-    min(2, panels)); with no C staging (c_from_registers): 4 at 256, 7 at 128. Raises ValueError for
+    min(2, panels)); with no C staging (c_from_registers): 4 at 256, 7 at 128, 9 at 64. Raises ValueError for
     any other major or width, or ``out_fp32`` without ``c_from_registers``.
     """
     if a_major not in MAJORS or b_major not in MAJORS:
