@@ -85,7 +85,6 @@ using out_t = float;
 #else
 using out_t = elem_t;
 #endif
-constexpr int kPrefetchAhead = 8;  // K iterations between a tile's epilogue prefetch and its epilogue
 constexpr int kFirstStoreBarrier = 2;  // named barrier 2 + c: consumer c's 128 threads (the stream-K hand-in)
 // The output: element (r, c) of the kernel's M x N output at C[r * ldc + c], in place of map_c.
 #define GL_C_ARG out_t* __restrict__ C, long long ldc

@@ -208,8 +208,9 @@ __device__ __forceinline__ float tanh_approx(float z) {
 // true value (x = -3: gelu_tanh -3.6e-3, bound 7.3e-4), far below the rounding of the outputs' typical
 // magnitudes. Non-finite: x = -inf gives -inf * (-1) + (-inf) = NaN, +inf gives +inf, NaN gives NaN (as
 // torch); an x whose cube overflows gives z = +-inf, so x or exactly 0 (torch: x or -0).
-// An fp32 output (GL_OUT_FP32: the small-M kernel) keeps the sigmoid form, the precision its caller asked
-// for: a few fp32 ulp, plus about 2|z| ulp from the argument's rounding where the result tends to 0.
+// An fp32 output (GL_OUT_FP32: the small-M kernel's and the general kernel's register-store builds) keeps
+// the sigmoid form, the precision its caller asked for: a few fp32 ulp, plus about 2|z| ulp from the
+// argument's rounding where the result tends to 0.
 __device__ __forceinline__ float act_gelu_tanh(float x) {
 #if defined(GL_OUT_FP32)
   // 2 z = 2 sqrt(2 / pi) (x + 0.044715 x^3)
