@@ -2,7 +2,8 @@
 
 Layers (importing downwards only): :mod:`validate` (the input rules), :mod:`heuristic` (the cost
 model and its table), :mod:`small_m_tiles` (the small-M kernel's M-tile rule, from the same table),
-:mod:`kernels` (the kernels behind one protocol), :mod:`route` (the search and the choice), :mod:`explain` (the decision as data), :mod:`execute` (running a route).
+:mod:`kernels` (the kernels behind one protocol), :mod:`route` (the search and the choice),
+:mod:`explain` (the decision as data), :mod:`execute` (running a route).
 """
 
 from __future__ import annotations
