@@ -25,15 +25,14 @@ import torch
 
 import gemm_ladder
 from gemm_ladder import dispatch
-from gemm_ladder.gates.correctness import check_correctness, error_bound, random_operands
+from gemm_ladder.gates.correctness import error_bound, random_operands
 from gemm_ladder.library.epilogue import linear_epilogue
-from gemm_ladder.library.gemm import MAJORS, SPLITS, TILE_N, library_gemm
+from gemm_ladder.library.gemm import SPLITS, TILE_N, library_gemm
 from gemm_ladder.library.operand import operand_view
-from test_library_gemm_gpu import place
+from test_library_gemm_gpu import LAYOUTS, gate, place
 
 pytestmark = pytest.mark.gpu
 
-LAYOUTS = [(a, b) for a in MAJORS for b in MAJORS]
 NAN = float("nan")
 #: (M, N, K): N = 4095, 300 and 1; tails in M and K; smaller than a tile; one row; a split tail on
 #: 132 SMs (2304 x 2050: 72 units of 128 x 256 over 66 clusters).
@@ -109,12 +108,6 @@ class RegisterCall:
         torch.cuda.synchronize()
         assert_untouched(store, outside)
         return c
-
-
-def gate(fn, m, n, k, dtype):
-    result = check_correctness(fn, m, n, k, dtype, device="cuda")
-    assert result.status == "pass", (m, n, k, dtype, result.message)
-    return result
 
 
 @pytest.mark.timeout(600)
