@@ -320,6 +320,8 @@ def test_the_register_store_build_takes_any_output_pitch_and_base():
     assert "row-major" in g.supports(a, b, torch.empty(384, 256, dtype=bf).t())
     assert "pitch" in g.supports(a, b, torch.empty(256, 400, dtype=bf).as_strided((256, 384), (383, 1)))
     assert "multiples of 16" in g.supports(*views(lda=130), torch.empty(256, 384, dtype=bf))
+    # A's pitch in A's own 2-byte elements: 132 x 2 = 264 bytes (132 x 4 = 528, the float32 c's size, would pass).
+    assert "pitch 264 bytes" in f32.supports(*views(lda=132), torch.empty(256, 384, dtype=torch.float32))
     assert g.name == "sm90_gemm_kmn_bn256_creg" and f32.name.endswith("_creg_f32")
 
 

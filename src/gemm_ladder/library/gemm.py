@@ -23,8 +23,10 @@ GL_C_FROM_REGISTERS) writes C straight from the consumers' registers with masked
 (kernels/include/gemm_ladder/register_store.cuh) instead of TMA stores: any row pitch >= N and any
 element-aligned base, and (``out_fp32``) a float32 output. Its plan stages no C in shared memory, so
 its ring is as deep as shared memory allows without the panel rings (design.smem.max_stages). The
-dispatcher takes it for outputs the TMA build cannot write (dispatch/route.py). ``launch`` raises :class:`~gemm_ladder.contract.GemmInputError`
-with the same rule before anything is launched.
+dispatcher takes it for outputs the TMA build cannot write (dispatch/route.py).
+
+``launch`` raises :class:`~gemm_ladder.contract.GemmInputError` with the same rule before anything is
+launched.
 
 The stream-K split is the caller's (``split``, :func:`split_schedule`): ``"tail"`` (level 9's rule:
 the last partial wave split by K when it would leave more than 40% of the clusters idle), ``"all"``
@@ -227,11 +229,13 @@ class LibraryGemm(TmaLevel):
         if self.c_from_registers:  # stored from registers: any pitch >= N, any element-aligned base
             if c.data_ptr() % e:
                 return f"c: base {c.data_ptr():#x} is not aligned to its {e}-byte elements"
-        for name, ptr, pitch in (("a", a.data_ptr, a.ld), ("b", b.data_ptr, b.ld), ("c", c.data_ptr(), ldc)):
-            if name == "c" and self.c_from_registers:
-                continue
-            if ptr % TMA_ALIGN_BYTES or (pitch * e) % TMA_ALIGN_BYTES:
-                return (f"{name}: base {ptr:#x} and pitch {pitch * e} bytes must both be multiples of "
+        # Each map's pitch in its own element size: a float32 c (out_fp32) is 4 bytes, a and b 2.
+        tma_mapped = (("a", a.data_ptr, a.ld * a.elem_bytes), ("b", b.data_ptr, b.ld * b.elem_bytes))
+        if not self.c_from_registers:
+            tma_mapped += (("c", c.data_ptr(), ldc * e),)
+        for name, ptr, pitch_bytes in tma_mapped:
+            if ptr % TMA_ALIGN_BYTES or pitch_bytes % TMA_ALIGN_BYTES:
+                return (f"{name}: base {ptr:#x} and pitch {pitch_bytes} bytes must both be multiples of "
                         f"{TMA_ALIGN_BYTES} (TMA); repack it into an aligned buffer")
         if not self.c_from_registers and (n * e) % TMA_ALIGN_BYTES and not (c_padding_writable and ldc * e >= -(-n * e // TMA_ALIGN_BYTES) * TMA_ALIGN_BYTES):
             return (f"c: N = {n} columns = {n * e} bytes, not a multiple of {TMA_ALIGN_BYTES}: the TMA store writes "
