@@ -343,11 +343,15 @@ def test_aligned_outputs_keep_the_tma_store():
 
 def test_float32_output_from_the_general_kernel_is_stored_from_registers():
     """out_dtype=torch.float32 past the small-M range: the register-store build's float32 variant,
-    in place (no NotSupportedError, no copy)."""
+    in place (no NotSupportedError, no copy) where b's pitch suits a tensor map (N = 304: 608 bytes);
+    with N = 300 (600 bytes, in b's own 2-byte elements) b is repacked, the output still in place."""
     dispatch.clear_cache()
-    e = gemm_ladder.explain(meta(1000, 512), meta(512, 300), out_dtype=torch.float32)
+    e = gemm_ladder.explain(meta(1000, 512), meta(512, 304), out_dtype=torch.float32)
     assert e.kind == "general" and e.out_dtype == "float32" and e.output["output_path"] == "C from registers"
     assert e.kernel["name"].endswith("_creg_f32") and len(e.launches) == 1
+    e = gemm_ladder.explain(meta(1000, 512), meta(512, 300), out_dtype=torch.float32)
+    assert e.kernel["name"].endswith("_creg_f32") and e.output["output_path"] == "C from registers"
+    assert len(e.launches) == 2 and e.launches[0].startswith("repack b")
     dispatch.clear_cache()
 
 
