@@ -507,17 +507,18 @@ def main() -> int:
     if unknown := [c for c in classes if c not in CLASSES]:
         print(f"library.py: unknown class {unknown}: use {', '.join(CLASSES)}", file=sys.stderr)
         return 2
+    if args.forced:  # a bad shape list is refused before anything needs the GPU
+        try:
+            shapes = parse_shapes(args.forced_shapes)
+        except ValueError as exc:
+            print(f"library.py: {exc}", file=sys.stderr)
+            return 2
     if not torch.cuda.is_available():
         print("library.py: needs a CUDA GPU (sm_90a); nothing timed", file=sys.stderr)
         return 2
     if args.sanitize:
         return sanitize()
     if args.forced:
-        try:
-            shapes = parse_shapes(args.forced_shapes)
-        except ValueError as exc:
-            print(f"library.py: {exc}", file=sys.stderr)
-            return 2
         rows = forced(args.dtype, shapes, 0.1)
         save({"forced": rows, "table_provenance": dispatch.cost_model().provenance}, "library_forced", args.output)
         print(forced_markdown(rows))
