@@ -101,14 +101,13 @@ def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLA
     each order (and output dtype), and the repack kernel for each element size. Plans nothing, compiles
     nothing: the list is what :func:`precompile` runs. Raises ValueError for an unknown class or dtype."""
     from gemm_ladder.contract import DTYPES
+    from gemm_ladder.dispatch import cost_model
     from gemm_ladder.dispatch.kernels import general, general_bns, general_from_registers
     from gemm_ladder.library.repack import REPACK
     from gemm_ladder.library.small_m import BUCKETS, small_m_gemm
 
     classes = check_classes(classes)
     # The general kernel's widths the route can reach: those the cost table times (route.choose).
-    from gemm_ladder.dispatch import cost_model
-
     timed_bns = [bn for bn in general_bns() if bn in cost_model().k_iter_us]
     for d in dtypes:
         if d not in DTYPES:
