@@ -61,6 +61,9 @@ BK = 64
 #: Rows (M or N elements) of one MN-major box: the 128-byte swizzle span (tma_tile.cuh's kMnBoxElems).
 MN_BOX_ROWS = 64
 SOURCE = "library/sm90_gemm_small_m.cu"
+#: Cluster sizes of the cluster build (``cluster_k``): the portable ones (CUDA C++ Programming Guide,
+#: thread block clusters: up to 8 CTAs portably) that split a unit's K iterations evenly.
+CLUSTER_WAYS = (2, 4, 8)
 KERNEL_NAME = "sm90_gemm_small_m"
 #: Tensor maps and launch schedules kept per instance (least recently used dropped first).
 
@@ -108,6 +111,7 @@ class SmallMGemm:
     stages: int | None = None
     timeline: bool = False
     ctas_per_sm: int = 1
+    cluster_k: int = 1
     _defines: dict = field(default_factory=dict, repr=False)
     _builds: dict = field(default_factory=dict, repr=False)
     _kernels: dict = field(default_factory=dict, repr=False)
@@ -121,6 +125,11 @@ class SmallMGemm:
         if self.ctas_per_sm not in (1, 2) or (self.ctas_per_sm == 2 and self.bn > 64):
             raise ValueError(f"ctas_per_sm = {self.ctas_per_sm} with BN = {self.bn}: 1, or 2 for BN <= 64 (the "
                              "consumers' 96 registers hold at most a 64 x 64 fragment's 32 accumulators)")
+        if self.cluster_k not in (1, *CLUSTER_WAYS):
+            raise ValueError(f"cluster_k = {self.cluster_k}: 1 (no cluster) or a portable cluster size in {CLUSTER_WAYS}")
+        if self.cluster_k > 1 and self.ctas_per_sm != 1:
+            raise ValueError(f"cluster_k = {self.cluster_k} with ctas_per_sm = {self.ctas_per_sm}: the cluster build "
+                             "is built for one CTA per SM")
 
     @property
     def tile(self) -> tuple[int, int, int]:
@@ -170,20 +179,24 @@ class SmallMGemm:
                 defines["GL_TIMELINE"] = 1
             if self.ctas_per_sm != 1:
                 defines["GL_CTAS_PER_SM"] = self.ctas_per_sm
+            if self.cluster_k != 1:
+                defines["GL_CLUSTER_K"] = self.cluster_k
             # With an epilogue: its loads branch around out-of-range elements here (fused_epilogue.cuh's
             # GL_EPI_BRANCHED_LOADS): this kernel stores each pair right after its epilogue, and the
             # branch-free loads, hoisted together by ptxas, spilled.
             epi = f'#define GL_EPI_BRANCHED_LOADS 1\n{epilogue_source}' if epilogue_source else ""
-            unit = (f'// gemm-ladder library: small M, BN = {self.bn}, {dtype}, A {a_major}-major, B {b_major}-major\n'
+            cluster = f", K split in clusters of {self.cluster_k}" if self.cluster_k != 1 else ""
+            unit = (f'// gemm-ladder library: small M, BN = {self.bn}, {dtype}, A {a_major}-major, B {b_major}-major'
+                    f'{cluster}\n'
                     f'{epi}#include "{SOURCE}"\n')
             self._builds[key] = compile_kernel(unit, KERNEL_NAME, arch=arch, defines=defines)
         return self._builds[key]
 
     def geometry(self, dtype: str) -> LaunchGeometry:
-        """Threads (384: a producer and two consumer warpgroups) and dynamic shared memory; no cluster
-        (the same for every major)."""
+        """Threads (384: a producer and two consumer warpgroups), dynamic shared memory and the cluster:
+        ``cluster_k`` CTAs (1: none; the same for every major)."""
         d = self.defines(dtype)
-        return LaunchGeometry(threads=int(d["GL_THREADS"]), dynamic_smem=int(d["GL_SMEM_BYTES"]), cluster=1)
+        return LaunchGeometry(threads=int(d["GL_THREADS"]), dynamic_smem=int(d["GL_SMEM_BYTES"]), cluster=self.cluster_k)
 
     def plan(self, m: int, n: int, k: int, dtype: str, *, a_major: str = "k", b_major: str = "k",
              lda: int | None = None, ldb: int | None = None) -> Plan:
@@ -257,7 +270,7 @@ class SmallMGemm:
             g = self.geometry(dtype)
             kernel = load(self.build(dtype, out_fp32=out_fp32, a_major=a_major, b_major=b_major,
                                      epilogue_source=epilogue_source), device,
-                          threads=g.threads, dynamic_smem=g.dynamic_smem)
+                          threads=g.threads, dynamic_smem=g.dynamic_smem, cluster=g.cluster)
             if self.ctas_per_sm > 1:  # ask for all of the SM's shared memory, so that two rings fit beside each other
                 check(_driver().cuFuncSetAttribute(
                     kernel.function, _driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
