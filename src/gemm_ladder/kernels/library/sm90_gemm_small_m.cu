@@ -263,6 +263,7 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, GL_CTAS_PER_SM)
       produce_k_range(smem, &map_w, &map_x, share.unit / m_tiles, share.unit % m_tiles, share.kb, share.ke, 0, pos);
       GL_TIMELINE_STAMP(true, kLastLoad);
     }
+    __syncwarp();    // warp 0 whole again after thread 0's loop: the cluster barrier is .aligned
     cluster_sync();  // the consumers' barrier 1 (fragments stored)
     cluster_sync();  // and 2 (every slice read): this warpgroup arrives at each and waits, like every thread
 #else
