@@ -60,7 +60,25 @@ def test_cluster_build_resource_gate(bn, ways, dtype, out_fp32, a_major, b_major
     vec = bn // 8
     assert len(re.findall(r"\bSTS\.128\b", sass)) == vec
     assert len(re.findall(r"\bLD\.E\.128\b", sass)) == ways * -(-vec // ways)
-    assert len(re.findall(r"\bUCGABAR_ARV\b", sass)) >= 2 and len(re.findall(r"\bUCGABAR_WAIT\b", sass)) >= 2
+    assert len(re.findall(r"\bUCGABAR_ARV\b", sass)) == 4 and len(re.findall(r"\bUCGABAR_WAIT\b", sass)) == 4
+
+
+@needs_nvcc
+@pytest.mark.parametrize("bn,ways,out_fp32", [(256, 2, True), (64, 8, False), (8, 4, False)])
+def test_cluster_build_with_a_fused_epilogue(bn, ways, out_fp32, use_cache):
+    """bias + GELU + residual (alpha) fused after the cluster reduction: no spill, no local memory, both
+    cluster barriers in each role (four arrivals in the SASS: two consumer, two producer)."""
+    from gemm_ladder.library.epilogue import linear_epilogue
+    from gemm_ladder.runtime.compiler import disassemble
+
+    ep = linear_epilogue(bias=True, activation="gelu", residual=True, alpha=True)
+    dts = {"gl_bias_": BF16, "gl_residual_": BF16}
+    build = SmallMGemm(bn, cluster_k=ways).build("bf16", out_fp32=out_fp32, epilogue_source=ep.source(
+        dts, False, pairs={name: (True, False) for name in dts}))
+    sass = disassemble(build.cubin)
+    assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in build.ptxas_log
+    assert "LDL" not in sass and "STL" not in sass
+    assert len(re.findall(r"\bUCGABAR_ARV\b", sass)) == 4 and len(re.findall(r"\bUCGABAR_WAIT\b", sass)) == 4
 
 
 @needs_nvcc
