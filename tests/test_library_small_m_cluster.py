@@ -240,3 +240,87 @@ def test_explain_says_the_reduction():
     finally:
         g._fits.clear()
         g._fits.update(saved)
+
+
+
+@pytest.mark.parametrize("bn,ways", [(16, 4), (256, 2), (64, 8)])
+def test_the_cluster_builds_ring_audits_clean(bn, ways):
+    """The cluster build's ring, as test_library_small_m.py models the plain one from the plan's facts,
+    with one piece per CTA (the cluster build's one K range) of 1, S - 1, S + 1 and 2S + 1 K iterations
+    (the phase wrap-around), audits clean. Outside the model (as the plain build's stores from registers
+    are): the fragment written over the drained ring and read between the two cluster barriers."""
+    from gemm_ladder.audit import RingConfig, audit, build_ring_protocol
+
+    plan = small_m_kernel(bn).clustered(ways).plan(bn, 4096, 4096, "bf16")
+    assert plan.ring.to_json() == small_m_kernel(bn).plan(bn, 4096, 4096, "bf16").ring.to_json()  # the same ring
+    bm, tbn, bk = plan.tile
+    for k_iters in (1, plan.stages - 1, plan.stages + 1, 2 * plan.stages + 1):
+        protocol = build_ring_protocol(RingConfig(
+            stages=plan.stages, k_iters=k_iters, tiles=1, consumers=plan.consumers.warpgroups, cluster=plan.cluster,
+            warp_specialized=plan.consumers.producer_warpgroup, release_lag=1, bm=bm, bn=tbn, bk=bk,
+            full_count=plan.ring.full_init_count, empty_count=plan.ring.empty_init_count,
+            full_initial_phase=plan.ring.first_full_wait_parity, empty_initial_phase=plan.ring.first_empty_wait_parity),
+            name=f"small-m-cluster-BN{bn}-S{plan.stages}-K{k_iters}")
+        result = audit(protocol)
+        assert result.ok, f"BN={bn} S={plan.stages} K={k_iters}\n{result.render()}"
+
+
+def _cluster_program(ways: int, drop: str | None = None, early_arrive: bool = False) -> list[tuple]:
+    """One CTA's steps in the cluster build's reduction (sm90_gemm_small_m.cu's reduce_in_cluster, one
+    thread standing for its CTA; the producer warpgroup's two cluster_sync()s arrive and wait at the same
+    barriers): store its fragment, barrier 1 (arrive, wait), read its slice from every CTA q in order,
+    arrive at barrier 2, store C, wait at barrier 2, exit. ``drop`` removes one step and ``early_arrive``
+    arrives at barrier 2 before the reads: the faults the model must catch."""
+    prog = [("store",), ("arrive", 1), ("wait", 1)]
+    reads = [("read", q) for q in range(ways)]
+    prog += [("arrive", 2), *reads] if early_arrive else [*reads, ("arrive", 2)]
+    prog += [("store_c",), ("wait", 2), ("exit",)]
+    return [op for op in prog if op != drop]
+
+
+def _cluster_violations(ways: int, **fault) -> set[str]:
+    """Every state of ``ways`` CTAs running _cluster_program interleaved (barrier.cluster: a wait passes
+    once every CTA has arrived at that barrier): the kinds of violation reachable, i.e. a read of CTA q's
+    fragment before q stored it or after q exited, or a deadlock."""
+    prog = _cluster_program(ways, **fault)
+    end = len(prog)
+    seen, todo, bad = set(), [tuple([0] * ways)], set()
+
+    def done(pc, op):  # how many CTAs have passed step op
+        return sum(1 for p in pc if op in prog[:p])
+
+    while todo:
+        pc = todo.pop()
+        if pc in seen:
+            continue
+        seen.add(pc)
+        moved = False
+        for r in range(ways):
+            if pc[r] == end:
+                continue
+            op = prog[pc[r]]
+            if op[0] == "wait" and done(pc, ("arrive", op[1])) < ways:
+                continue
+            if op[0] == "read":
+                q = op[1]
+                if ("store",) in prog and ("store",) not in prog[:pc[q]]:
+                    bad.add("read before the peer stored")
+                if pc[q] == end:
+                    bad.add("read after the peer exited")
+            moved = True
+            todo.append(pc[:r] + (pc[r] + 1,) + pc[r + 1:])
+        if not moved and any(p < end for p in pc):
+            bad.add("deadlock")
+    return bad
+
+
+@pytest.mark.parametrize("ways", CLUSTER_WAYS[:2])
+def test_the_cluster_reduction_protocol_is_safe_and_each_barrier_is_needed(ways):
+    """Over every interleaving of S CTAs (S = 2, 4): each read of a peer's fragment comes after the peer's
+    store (barrier 1) and before the peer's exit (barrier 2), and nothing deadlocks. Without the wait at
+    barrier 1 a read can precede the store; without the wait at barrier 2, or with its arrival before
+    the reads, a CTA can exit while a peer still reads it: the model finds each."""
+    assert _cluster_violations(ways) == set()
+    assert "read before the peer stored" in _cluster_violations(ways, drop=("wait", 1))
+    assert "read after the peer exited" in _cluster_violations(ways, drop=("wait", 2))
+    assert "read after the peer exited" in _cluster_violations(ways, early_arrive=True)

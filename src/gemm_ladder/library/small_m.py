@@ -21,6 +21,10 @@ the plan's ``a`` is the weight B and its ``b`` is x (A), tile (128, BN, 64), two
 and a producer warpgroup, and ``c_from_registers`` (no output staging, no output tensor map). The
 launch's split (:meth:`SmallMGemm.schedule`) is :class:`~gemm_ladder.design.stream_k.StreamKTail`
 over every unit (first_unit 0): the same arithmetic as level 9's tail, the kernel's and the host's.
+Where that split gives every unit exactly S in {2, 4, 8} even K ranges and all the units' clusters of
+S are resident, :meth:`SmallMGemm.bind` launches the cluster build instead (``cluster_k`` = S;
+:meth:`SmallMGemm.cluster_ways`): the same ranges, the partials reduced through the cluster's
+distributed shared memory instead of a global workspace (bitwise the same result).
 """
 
 from __future__ import annotations
