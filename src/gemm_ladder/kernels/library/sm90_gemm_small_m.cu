@@ -116,12 +116,6 @@ enum TimelineSlot {
 #define GL_EPILOGUE_PASS
 #endif
 
-// Store a consumer's 64 x BN fragment of C^T (rows n0.., columns m0..) into C transposed, masked.
-// With a fused epilogue (GL_EPILOGUE) each pair d[4j + 2i], d[4j + 2i + 1] (C rows m, m + 1 of column n:
-// neighbours along a column of C) goes through it just before its store, so its fp32 values die there
-// (applied to the whole fragment first, the loads it hoists spilled at BN = 256).
-// Fragment layout (PTX ISA, wgmma D, see epilogue.cuh): thread t (warp w, lane l) holds
-// d[4j + 2i + c] = D[16w + l/4 + 8i][8j + 2(l%4) + c].
 // One pair: C[m][n], C[m + 1][n] = x0, x1 (after the epilogue), each masked at M; n < N is the caller's.
 __device__ __forceinline__ void store_pair(out_t* __restrict__ C, long long ldc_m, long long ldc_n, float x0, float x1,
                                           int m, int n, int M, int N GL_EPILOGUE_PARAM) {
@@ -134,6 +128,12 @@ __device__ __forceinline__ void store_pair(out_t* __restrict__ C, long long ldc_
     if (m + c < M) C[(m + c) * ldc_m + n * ldc_n] = to_out(x[c]);
 }
 
+// Store a consumer's 64 x BN fragment of C^T (rows n0.., columns m0..) into C transposed, masked.
+// With a fused epilogue (GL_EPILOGUE) each pair d[4j + 2i], d[4j + 2i + 1] (C rows m, m + 1 of column n:
+// neighbours along a column of C) goes through it just before its store, so its fp32 values die there
+// (applied to the whole fragment first, the loads it hoists spilled at BN = 256).
+// Fragment layout (PTX ISA, wgmma D, see epilogue.cuh): thread t (warp w, lane l) holds
+// d[4j + 2i + c] = D[16w + l/4 + 8i][8j + 2(l%4) + c].
 __device__ __forceinline__ void store_transposed(out_t* __restrict__ C, long long ldc_m, long long ldc_n,
                                                  const float (&d)[kAcc], int n0, int m0, int M, int N GL_EPILOGUE_PARAM) {
   const int t = thread_in_warpgroup(), warp = t / 32, lane = t % 32;
