@@ -91,6 +91,8 @@ def conclusion(plan: Plan) -> str:
             f"{plan.consumers.warpgroups} consumer warpgroup(s), {plan.consumers.threads_per_cta} threads), "
             f"tile {bm}x{bn}x{bk}, 128B swizzle, {plan.smem.total_bytes} bytes of dynamic shared memory, "
             f"{plan.smem.ctas_per_sm} CTA(s)/SM, cluster {plan.cluster}"
+            + (f"; K split {plan.schedule.k_split_cluster} ways in a cluster of {plan.schedule.k_split_cluster} CTAs, "
+               "reduced through distributed shared memory" if plan.schedule.k_split_cluster > 1 else "")
             + ("" if plan.suitability.worthwhile else "; correct but not worth it here (see suitability)"))
 
 
@@ -228,6 +230,8 @@ def _store_steps(plan: Plan) -> tuple[str, ...]:
 def _schedule_notes(plan: Plan, ar) -> tuple[str, ...]:
     sc, smem, cluster = plan.schedule, plan.smem, plan.cluster
     m_tiles, n_tiles = sc.m_tiles, sc.n_tiles
+    if sc.k_split_cluster > 1:
+        return _k_split_cluster_notes(plan)
     if not plan.persistent:
         return (f"one CTA per output tile: grid (N tiles, M tiles, 1) = {sc.grid}, no cluster; "
                 "CTA (x, y) computes rows y*BM.., columns x*BN..",)
@@ -272,6 +276,27 @@ def _schedule_notes(plan: Plan, ar) -> tuple[str, ...]:
     return tuple(notes)
 
 
+def _k_split_cluster_notes(plan: Plan) -> tuple[str, ...]:
+    """The small-M kernel's cluster build (sm90_gemm_small_m.cu, GL_CLUSTER_K): split-K in a cluster."""
+    sc, ways = plan.schedule, plan.schedule.k_split_cluster
+    units = sc.ctas // ways
+    return (
+        f"split-K in clusters, not multicast: 1-D grid of {units} units x {ways} = {sc.ctas} CTAs, cluster dims "
+        f"{sc.cluster_dims}; cluster u computes unit u alone and CTA rank r its K iterations "
+        f"[r x {sc.k_tiles} / {ways}, (r + 1) x {sc.k_tiles} / {ways}) (each CTA loads its own A and B tiles: the "
+        f"plan's cluster, the B multicast, is {plan.cluster})",
+        "after its K range each CTA writes its two consumers' fp32 fragments into its own ring (every load of the "
+        "range has landed and every wgmma has retired once both consumers are past it), cluster barrier "
+        "(arrive.release / wait.acquire), then rank r sums its 1/{ways} of the tile (float4 columns of the fragment) "
+        "from every CTA q = 0..{last} in that order (mapa + ld.shared::cluster.v4) and stores that part of C with "
+        "the epilogue: bitwise the same every run, no workspace, no counters".format(ways=ways, last=ways - 1),
+        "a second cluster barrier, arrived after the reads and waited before exit (the producer warpgroup takes "
+        "part in both), keeps every CTA's shared memory alive while a peer reads it",
+        f"taken only when all {units} clusters of {ways} are resident at once (cuOccupancyMaxActiveClusters, which "
+        "knows a cluster must fit in one GPC); otherwise the launch reduces through global memory",
+    )
+
+
 def _assumptions(ar) -> tuple[str, ...]:
     return (
         "from the user: shape, dtype, tile, stages, cluster, consumers, arch",
@@ -294,6 +319,9 @@ def _risks(plan: Plan) -> tuple[str, ...]:
     if plan.cluster > 1:
         risks.append("cluster: a CTA must not exit while a peer may multicast into it or arrive on its barriers "
                      "(end with a cluster barrier)")
+    if plan.schedule.k_split_cluster > 1:
+        risks.append("split-K cluster: a CTA must not exit while a peer reads its shared memory, nor write its "
+                     "fragment over a stage a wgmma or a TMA load may still use (both consumers done first)")
     if not suit.worthwhile:
         risks.append(f"not worth it at this size: {suit.alternative}")
     return tuple(risks)

@@ -89,6 +89,10 @@ class Schedule:
     sm_count: int
     waves: float
     stream_k: dict | None = None  # level 9's tail split (design.stream_k.StreamKTail.to_json()), if planned
+    # The small-M kernel's cluster build (library/small_m.py, cluster_k = S): each unit's K iterations split
+    # S ways over a cluster of S CTAs (cluster_dims), partials reduced through distributed shared memory.
+    # Not the plan's ``cluster`` (B multicast), which stays 1 there. 1: no such split.
+    k_split_cluster: int = 1
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}

@@ -124,17 +124,44 @@ def _grid(route: Route, plan) -> list[int] | None:
     return None
 
 
+def _small_m_split(route: Route, splits: int | None) -> tuple[str, int | None]:
+    """The small-M kernel's split in words and its launch cluster (None: none). The reduction is the
+    kernel's rule (SmallMGemm.cluster_ways): through a cluster's distributed shared memory when every
+    unit splits into S in {2, 4, 8} even K ranges and all its clusters are resident, which the
+    occupancy API says at the first launch on a GPU (before that, the text says both outcomes)."""
+    kern = route.kernel
+    given = "" if splits is None else f"splits={splits}: "
+    if not hasattr(kern, "cluster_ways"):
+        return ("K split by the small-M rule (SmallMGemm.ctas: whole units split evenly, or stream-K past the "
+                "resident CTAs)" if splits is None else f"splits={splits}"), None
+    ctas = kern.ctas(route.m, route.n, route.k, route.device.sms, splits)
+    units = kern.units(route.m, route.n)
+    ways = kern.cluster_ways(route.m, route.n, route.k, ctas, lambda s: units)  # every condition but residency
+    if ways == 1:
+        return given + kern.split_text(1), None
+    known = kern.known_clusters(ways)
+    if known is not None:
+        ways = kern.cluster_ways(route.m, route.n, route.k, ctas, lambda s: known)
+        return given + kern.split_text(ways), (ways if ways > 1 else None)
+    return (given + f"{kern.split_text(ways)}, if the occupancy API says the {units} clusters of {ways} are resident "
+            f"(asked at the first launch); otherwise {ways} ways through a global workspace"), None
+
+
 def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostModel | None) -> Explanation:
     """The explanation of ``route`` for the caller's (M, N, K), with the designer's plan."""
     dtype = dtype_name(route.dtype)
+    opts = dict(route.options)
+    cluster = None
+    if route.kind == "small_m":
+        split, cluster = _small_m_split(route, opts.get("splits"))
+    planner = route.kernel.clustered(cluster) if cluster else route.kernel  # the cluster build's plan is its launch
     plan_json, plan = None, None
     try:
-        plan = route.kernel.plan(route.m, route.n, route.k, dtype, **_leading_dims(route))
+        plan = planner.plan(route.m, route.n, route.k, dtype, **_leading_dims(route))
         plan_json = {"conclusion": conclusion(plan), "plan": plan_document(plan)}
     except Exception as exc:  # noqa: BLE001 - a refused plan is part of the explanation
         plan_json = {"conclusion": f"no plan: {type(exc).__name__}: {exc}"}
     desc = K.describe(route.kernel)
-    opts = dict(route.options)
     paths = [route.a_path, route.b_path]
     repacked = [p for p in paths if p.repack]
     launches = []
@@ -145,8 +172,6 @@ def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostMo
     if route.c_path.copy_back:
         launches.append(f"repack the output workspace back into c ({route.c_path.copy_bytes} bytes moved)")
     if route.kind == "small_m":
-        split = ("K split by the small-M rule (SmallMGemm.ctas: whole units split evenly, or stream-K past the "
-                 "resident CTAs)" if opts.get("splits") is None else f"splits={opts['splits']}")
         rule = "small M: the kernel's M <= 256, and the small-M kernel copies no more than the general one would"
         heuristic = {"rule": rule, "provenance": "the small-M kernel's own rule (library.small_m.SmallMGemm.ctas)",
                      "candidates": []}
@@ -162,7 +187,7 @@ def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostMo
     return Explanation(
         m, n, k, dtype, str(out_dtype).replace("torch.", ""), route.kind, route.device.describe(), kernel=desc,
         tile=tile, stages=desc.get("stages") or (plan.stages if plan is not None else None),
-        cluster=desc.get("cluster") or (plan.cluster if plan is not None else None),
+        cluster=cluster or desc.get("cluster") or (plan.cluster if plan is not None else None),
         grid=_grid(route, plan), split=split, orientation=route.c_path.to_json()["orientation"],
         operands=[p.to_json() for p in paths], output=route.c_path.to_json(), launches=launches,
         heuristic=heuristic, plan=plan_json, refusals=list(route.refusals),

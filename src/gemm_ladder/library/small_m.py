@@ -21,6 +21,10 @@ the plan's ``a`` is the weight B and its ``b`` is x (A), tile (128, BN, 64), two
 and a producer warpgroup, and ``c_from_registers`` (no output staging, no output tensor map). The
 launch's split (:meth:`SmallMGemm.schedule`) is :class:`~gemm_ladder.design.stream_k.StreamKTail`
 over every unit (first_unit 0): the same arithmetic as level 9's tail, the kernel's and the host's.
+Where that split gives every unit exactly S in {2, 4, 8} even K ranges and all the units' clusters of
+S are resident, :meth:`SmallMGemm.bind` launches the cluster build instead (``cluster_k`` = S;
+:meth:`SmallMGemm.cluster_ways`): the same ranges, the partials reduced through the cluster's
+distributed shared memory instead of a global workspace (bitwise the same result).
 """
 
 from __future__ import annotations
@@ -61,6 +65,9 @@ BK = 64
 #: Rows (M or N elements) of one MN-major box: the 128-byte swizzle span (tma_tile.cuh's kMnBoxElems).
 MN_BOX_ROWS = 64
 SOURCE = "library/sm90_gemm_small_m.cu"
+#: Cluster sizes of the cluster build (``cluster_k``): the portable ones (CUDA C++ Programming Guide,
+#: thread block clusters: up to 8 CTAs portably) that split a unit's K iterations evenly.
+CLUSTER_WAYS = (2, 4, 8)
 KERNEL_NAME = "sm90_gemm_small_m"
 #: Tensor maps and launch schedules kept per instance (least recently used dropped first).
 
@@ -102,18 +109,27 @@ class SmallMGemm:
     half the SM's shared memory, and the loaded kernel asks for the largest shared-memory carveout
     (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 100) so that both rings fit. The grid rule
     (:meth:`ctas`) takes its residency from the occupancy API, so twice the CTAs split the work.
+    ``cluster_k``: 1 (the global-memory split-K reduction), or S in :data:`CLUSTER_WAYS`: the cluster
+    build (the kernel's GL_CLUSTER_K), launched in clusters of S CTAs, one cluster per unit, CTA rank r
+    computing the unit's K range r of S and the S partials reduced through distributed shared memory
+    (kernels/include/gemm_ladder/cluster_fragments.cuh): no workspace, no counters. :meth:`bind` takes it
+    by :meth:`cluster_ways`'s rule (:meth:`clustered` gives the build); the plan's cluster (B multicast)
+    stays 1.
     """
 
     bn: int
     stages: int | None = None
     timeline: bool = False
     ctas_per_sm: int = 1
+    cluster_k: int = 1
     _defines: dict = field(default_factory=dict, repr=False)
     _builds: dict = field(default_factory=dict, repr=False)
     _kernels: dict = field(default_factory=dict, repr=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _specs: dict = field(default_factory=dict, repr=False)
     _launches: OrderedDict = field(default_factory=OrderedDict, repr=False)
+    _clustered: dict = field(default_factory=dict, repr=False)
+    _fits: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.bn not in BUCKETS:
@@ -121,6 +137,11 @@ class SmallMGemm:
         if self.ctas_per_sm not in (1, 2) or (self.ctas_per_sm == 2 and self.bn > 64):
             raise ValueError(f"ctas_per_sm = {self.ctas_per_sm} with BN = {self.bn}: 1, or 2 for BN <= 64 (the "
                              "consumers' 96 registers hold at most a 64 x 64 fragment's 32 accumulators)")
+        if self.cluster_k not in (1, *CLUSTER_WAYS):
+            raise ValueError(f"cluster_k = {self.cluster_k}: 1 (no cluster) or a portable cluster size in {CLUSTER_WAYS}")
+        if self.cluster_k > 1 and self.ctas_per_sm != 1:
+            raise ValueError(f"cluster_k = {self.cluster_k} with ctas_per_sm = {self.ctas_per_sm}: the cluster build "
+                             "is built for one CTA per SM")
 
     @property
     def tile(self) -> tuple[int, int, int]:
@@ -170,20 +191,24 @@ class SmallMGemm:
                 defines["GL_TIMELINE"] = 1
             if self.ctas_per_sm != 1:
                 defines["GL_CTAS_PER_SM"] = self.ctas_per_sm
+            if self.cluster_k != 1:
+                defines["GL_CLUSTER_K"] = self.cluster_k
             # With an epilogue: its loads branch around out-of-range elements here (fused_epilogue.cuh's
             # GL_EPI_BRANCHED_LOADS): this kernel stores each pair right after its epilogue, and the
             # branch-free loads, hoisted together by ptxas, spilled.
             epi = f'#define GL_EPI_BRANCHED_LOADS 1\n{epilogue_source}' if epilogue_source else ""
-            unit = (f'// gemm-ladder library: small M, BN = {self.bn}, {dtype}, A {a_major}-major, B {b_major}-major\n'
+            cluster = f", K split in clusters of {self.cluster_k}" if self.cluster_k != 1 else ""
+            unit = (f'// gemm-ladder library: small M, BN = {self.bn}, {dtype}, A {a_major}-major, B {b_major}-major'
+                    f'{cluster}\n'
                     f'{epi}#include "{SOURCE}"\n')
             self._builds[key] = compile_kernel(unit, KERNEL_NAME, arch=arch, defines=defines)
         return self._builds[key]
 
     def geometry(self, dtype: str) -> LaunchGeometry:
-        """Threads (384: a producer and two consumer warpgroups) and dynamic shared memory; no cluster
-        (the same for every major)."""
+        """Threads (384: a producer and two consumer warpgroups), dynamic shared memory and the cluster:
+        ``cluster_k`` CTAs (1: none; the same for every major)."""
         d = self.defines(dtype)
-        return LaunchGeometry(threads=int(d["GL_THREADS"]), dynamic_smem=int(d["GL_SMEM_BYTES"]), cluster=1)
+        return LaunchGeometry(threads=int(d["GL_THREADS"]), dynamic_smem=int(d["GL_SMEM_BYTES"]), cluster=self.cluster_k)
 
     def plan(self, m: int, n: int, k: int, dtype: str, *, a_major: str = "k", b_major: str = "k",
              lda: int | None = None, ldb: int | None = None) -> Plan:
@@ -194,11 +219,21 @@ class SmallMGemm:
         its ``b`` map is A (``a_major``, ``lda``); c is stored from registers (no output tensor map).
         Its ring (stages, barriers, phases, expect_tx) and shared-memory map are the kernel's
         (``kernel_defines()`` are its ``-D`` constants); the launch's split of the work is
-        :meth:`schedule`, not the plan's persistent schedule. Raises PlanRefused naming the rule.
+        :meth:`schedule`, not the plan's persistent schedule, except in the cluster build
+        (``cluster_k`` > 1), whose plan's schedule is its launch: units x cluster_k CTAs in clusters of
+        cluster_k (``schedule.k_split_cluster``), described by the designer's notes as split-K in a
+        cluster, not multicast. Raises PlanRefused naming the rule.
         """
-        return plan_gemm(n, m, k, dtype, tile=self.tile, stages=self.ring_stages(dtype), cluster=1,
+        plan = plan_gemm(n, m, k, dtype, tile=self.tile, stages=self.ring_stages(dtype), cluster=1,
                          consumers=CONSUMERS, persistent=True, producer_warpgroup=True, c_from_registers=True,
                          a_major=b_major, b_major=a_major, lda=ldb, ldb=lda)
+        if self.cluster_k == 1:
+            return plan
+        # The cluster build's launch is its schedule: a cluster of cluster_k CTAs per unit (k_split_cluster), no
+        # multicast (the plan's cluster stays 1).
+        ctas = self.units(m, n) * self.cluster_k
+        return replace(plan, schedule=replace(plan.schedule, grid=(ctas, 1, 1), cluster_dims=(self.cluster_k, 1, 1),
+                                              ctas=ctas, waves=1.0, k_split_cluster=self.cluster_k))
 
     # --- operands ----------------------------------------------------------------------------------
     def supports(self, a: OperandView, b: OperandView, c: torch.Tensor) -> str | None:
@@ -257,7 +292,7 @@ class SmallMGemm:
             g = self.geometry(dtype)
             kernel = load(self.build(dtype, out_fp32=out_fp32, a_major=a_major, b_major=b_major,
                                      epilogue_source=epilogue_source), device,
-                          threads=g.threads, dynamic_smem=g.dynamic_smem)
+                          threads=g.threads, dynamic_smem=g.dynamic_smem, cluster=g.cluster)
             if self.ctas_per_sm > 1:  # ask for all of the SM's shared memory, so that two rings fit beside each other
                 check(_driver().cuFuncSetAttribute(
                     kernel.function, _driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
@@ -291,6 +326,54 @@ class SmallMGemm:
         """How ``ctas`` CTAs share the K iterations of every unit (N tile x M tile) of (M, N, K)."""
         return split_work(ceil_div(n, TILE_ROWS) * ceil_div(m, self.bn), ceil_div(k, BK), ctas)
 
+    def units(self, m: int, n: int) -> int:
+        """Work units of (M, N): N tiles of 128 x M tiles of BN."""
+        return ceil_div(n, TILE_ROWS) * ceil_div(m, self.bn)
+
+    def cluster_ways(self, m: int, n: int, k: int, ctas: int, clusters_fit) -> int:
+        """S when a launch of ``ctas`` CTAs on (M, N, K) takes the cluster build (:meth:`clustered`), else 1.
+
+        The rule: every unit is split into exactly S even K ranges (``ctas`` = units x S, S in
+        :data:`CLUSTER_WAYS`, at least S K iterations so that no range is empty: then split_work gives
+        CTA u S + r of unit u the range r, which the kernel computes as rank r of cluster u), and all
+        ``units`` clusters of S are resident at once: ``clusters_fit(S)`` (a callable; on a GPU the
+        cluster build's cuOccupancyMaxActiveClusters, which knows that a cluster must fit in one GPC) >=
+        units. With fewer, the clusters would run in waves that :meth:`ctas`'s one-wave rule did not
+        plan for, so the global-memory reduction is kept. ``clusters_fit`` is called only when the
+        other conditions hold (it may compile and load the cluster build).
+        """
+        if self.cluster_k != 1 or self.ctas_per_sm != 1 or self.timeline:
+            return 1  # a cluster build (or an experiment's build) does not choose again
+        units, k_tiles = self.units(m, n), ceil_div(k, BK)
+        if units < 1 or ctas % units:
+            return 1
+        ways = ctas // units
+        if ways not in CLUSTER_WAYS or k_tiles < ways:
+            return 1
+        return ways if clusters_fit(ways) >= units else 1
+
+    def clustered(self, ways: int) -> "SmallMGemm":
+        """The cluster build of this bucket for S = ``ways`` (cached; the same ring depth)."""
+        inst = self._clustered.get(ways)
+        if inst is None:
+            inst = self._clustered[ways] = SmallMGemm(self.bn, stages=self.stages, cluster_k=ways)
+        return inst
+
+    def known_clusters(self, ways: int) -> int | None:
+        """Clusters of ``ways`` CTAs the cluster build keeps resident, as the occupancy API told the last
+        :meth:`bind` that asked (on its device; the same for every dtype, major and epilogue: one CTA
+        per SM, the same shared memory and launch bounds); None when none has asked yet (explain then
+        says what the launch will decide)."""
+        return self._fits.get(ways)
+
+    def split_text(self, ways: int) -> str:
+        """The split of a launch in words (explain's ``split``): ``ways`` from :meth:`cluster_ways`."""
+        if ways > 1:
+            return (f"K split {ways} ways in a cluster of {ways} CTAs per unit, reduced through distributed shared "
+                    f"memory (rank r sums its 1/{ways} of the tile from every CTA, in K order; no workspace)")
+        return ("K split by the small-M rule (SmallMGemm.ctas: whole units split evenly, or stream-K past the "
+                "resident CTAs), partials reduced through a global workspace by the last contributor")
+
     def _tensor_map(self, name: str, view: OperandView, a: OperandView, b: OperandView, dtype: str):
         """The encoded map ``name`` of the plan ('a': the weight B, 'b': A) over ``view``'s storage.
 
@@ -322,7 +405,7 @@ class SmallMGemm:
         return m, n, k
 
     def launch(self, a: OperandView, b: OperandView, c: torch.Tensor, *, splits: int | None = None,
-               epilogue: EpilogueCall | None = None) -> None:
+               epilogue: EpilogueCall | None = None, cluster_reduce: bool | None = None) -> None:
         """c = A @ B^T on the current stream. a: A (M, K); b: B (N, K); c: (M, N) (see :meth:`supports`).
 
         ``splits``: see :meth:`ctas` (None: the documented rule). Under CUDA graph capture the units
@@ -332,6 +415,10 @@ class SmallMGemm:
 
         ``epilogue``: a fused epilogue bound to the caller's output and oriented (``swap``: c is the
         transpose of the caller's output), applied after the reduction, before the one rounding.
+
+        ``cluster_reduce``: None, the cluster build where :meth:`cluster_ways` says so; False, never (the
+        global-memory reduction forced, for comparisons); True, always: ValueError when the rule's
+        conditions do not hold.
 
         Raises ValueError with the rule when :meth:`supports` refuses the operands or ``splits``
         cannot be used (or K = 0 with an epilogue: the caller decides that case); EpilogueCompileError
@@ -345,10 +432,10 @@ class SmallMGemm:
                 raise ValueError("K = 0 with an epilogue: nothing to launch; the caller applies the epilogue to zeros")
             c.zero_()  # the empty sum
             return
-        self.bind(a, b, c, splits=splits, epilogue=epilogue)()
+        self.bind(a, b, c, splits=splits, epilogue=epilogue, cluster_reduce=cluster_reduce)()
 
     def bind(self, a: OperandView, b: OperandView, c: torch.Tensor, *, splits: int | None = None,
-             epilogue: EpilogueCall | None = None) -> BoundLaunch:
+             epilogue: EpilogueCall | None = None, cluster_reduce: bool | None = None) -> BoundLaunch:
         """:meth:`launch` bound to these operands' addresses and the current stream, for repeated calls
         (library/bound.py): checks, schedule, tensor maps and packed arguments done once; each call of
         the result takes fresh zeroed counters for a split launch and launches. With ``epilogue`` the
@@ -367,9 +454,29 @@ class SmallMGemm:
                                                            b_major=b.major, epilogue_source=source), epilogue)
         if torch.cuda.is_current_stream_capturing():
             splits = 1
-        key = (m, n, k, splits, device_index(device), out_fp32, a.major, b.major, source)  # the build's occupancy
-        sched = cached(self._launches, key, lambda: self.schedule(
-            m, n, k, self.ctas(m, n, k, kernel.max_active_clusters(device), splits)))
+        index = device_index(device)
+
+        def clusters_fit(ways: int) -> int:  # the cluster build's occupancy (compiles and loads it)
+            fit = self.clustered(ways).loaded(dtype, device, out_fp32=out_fp32, a_major=a.major, b_major=b.major,
+                                              epilogue_source=source).max_active_clusters(device)
+            self._fits[ways] = fit
+            return fit
+
+        def choose() -> tuple[StreamKTail, int]:
+            ctas = self.ctas(m, n, k, kernel.max_active_clusters(device), splits)
+            ways = 1 if cluster_reduce is False else self.cluster_ways(m, n, k, ctas, clusters_fit)
+            if cluster_reduce and ways == 1:
+                raise ValueError(
+                    f"cluster_reduce=True: the launch of {ctas} CTAs on {self.units(m, n)} units (M, N, K = {m}, {n}, {k}, "
+                    f"BN = {self.bn}, splits = {splits}) does not split every unit into S in {CLUSTER_WAYS} even K "
+                    "ranges whose clusters are all resident (SmallMGemm.cluster_ways)")
+            return self.schedule(m, n, k, ctas), ways
+
+        key = (m, n, k, splits, index, out_fp32, a.major, b.major, source, cluster_reduce)  # the build's occupancy
+        sched, ways = cached(self._launches, key, choose)
+        if ways > 1:  # the cluster build: same arguments, no workspace (null partials and counters)
+            kernel = compile_with_epilogue(lambda: self.clustered(ways).loaded(
+                dtype, device, out_fp32=out_fp32, a_major=a.major, b_major=b.major, epilogue_source=source), epilogue)
         stream = torch.cuda.current_stream(device)
         split_args = [ctypes.c_void_p(0), ctypes.c_void_p(0)]  # partials, counters: unused unless split
         ldc_m, ldc_n = c.stride()
@@ -381,8 +488,8 @@ class SmallMGemm:
         if epilogue is not None:  # sm90_gemm_small_m.cu's GL_EPILOGUE_ARG: one more argument, last
             params = epilogue.params(pair_along_cols=self.pair_along_kernel_cols != epilogue.swap)
             args.append(params)
-        prepared = kernel.prepare((sched.clusters, 1, 1), args, stream.cuda_stream)
-        if sched.max_contributors <= 1:
+        prepared = kernel.prepare((sched.clusters, 1, 1), args, stream.cuda_stream)  # StreamKTail's clusters: CTAs
+        if sched.max_contributors <= 1 or ways > 1:
             return BoundLaunch(prepared, params=params)
         floats, counters = sched.workspace_floats(1, CONSUMERS, self.bn), sched.counters(1, CONSUMERS)
 

@@ -20,6 +20,13 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// 16 bytes into this CTA's shared memory at a 16-byte aligned smem_u32 address (a generic pointer
+// made by arithmetic on an address, as SmemMap's, compiles to a generic store instead).
+__device__ __forceinline__ void st_shared_v4(uint32_t addr, float4 v) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+}
+
 __device__ __forceinline__ int warpgroup_index() { return threadIdx.x / 128; }
 __device__ __forceinline__ int thread_in_warpgroup() { return threadIdx.x % 128; }
 
