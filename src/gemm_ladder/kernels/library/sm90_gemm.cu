@@ -72,6 +72,15 @@ static_assert((GL_A_MN_MAJOR == 0 || GL_A_MN_MAJOR == 1) && (GL_B_MN_MAJOR == 0 
 #if GL_C_FROM_REGISTERS
 #include "gemm_ladder/register_store.cuh"
 #endif
+#ifndef GL_C_STAGED
+#define GL_C_STAGED 0
+#endif
+#if GL_C_STAGED
+#include "gemm_ladder/staged_store.cuh"
+static_assert(GL_C_FROM_REGISTERS == 1, "sm90_gemm: the staged store is a build of the kernel that takes C's pointer (GL_C_FROM_REGISTERS)");
+static_assert(GL_SMEM_C_PANEL_BYTES == gl::kStagedWarpBytes && GL_SMEM_C_OFFSET % 16 == 0,
+              "sm90_gemm: the plan's c_staged buffers are one kStagedWarpBytes buffer per consumer warp");
+#endif
 
 using namespace gl;
 
@@ -184,12 +193,23 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     auto store_fragment = [&](float (&d)[BN / 2], int unit) {
       int um, tn;
       sched.coords(unit, um, tn);
+#if GL_C_STAGED
+      // Through this warp's own shared-memory buffer, 16-byte stores (staged_store.cuh).
+      store_fragment_staged<BN>(C, ldc, d, (um * GL_CLUSTER + rank) * BM + 64 * consumer, tn * BN, M, N,
+                                smem.c() + (4 * consumer + thread_in_warpgroup() / 32) * kStagedWarpBytes,
+                                [&](float& x0, float& x1, int r, int c) {
+#if defined(GL_EPILOGUE)
+                                  epilogue_pair<true>(x0, x1, r, c, M, N, epi);
+#endif
+                                });
+#else
       store_fragment_from_registers<BN, kShiftPairs>(C, ldc, d, (um * GL_CLUSTER + rank) * BM + 64 * consumer, tn * BN, M, N,
                                         [&](float& x0, float& x1, int r, int c) {
 #if defined(GL_EPILOGUE)
                                           epilogue_pair<true>(x0, x1, r, c, M, N, epi);
 #endif
                                         });
+#endif
     };
     RingPosition pos{0};
     for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
