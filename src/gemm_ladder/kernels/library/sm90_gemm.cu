@@ -43,6 +43,13 @@
 // its last wgmma, so its stores are not overlapped with the next tile's first K iterations as the
 // panel ring's deferred panels are; the producer keeps loading meanwhile. Without it (0, the default)
 // this file is unchanged.
+//
+// GL_C_STAGED (1, with GL_C_FROM_REGISTERS: the plan's c_staged) stores the same outputs through shared
+// memory instead: each consumer warp stages its rows of the finished fragment (the fused epilogue applied
+// per pair first, as above) in its own kStagedWarpBytes buffer at smem.c() and copies them out with
+// 16-byte stores, a funnel shift joining two staged chunks on rows not 16-byte aligned
+// (staged_store.cuh). The warp's buffer is its own, so no barrier beyond __syncwarp; the stream-K tail
+// stores through the same copy.
 #include "gemm_ladder/tma_tile.cuh"
 #include "gemm_ladder/fused_epilogue_pair.cuh"
 
