@@ -150,19 +150,28 @@ def test_staged_builds_pass_the_resource_gate(staged_reports, job):
 @pytest.mark.parametrize("activation", ["gelu", "gelu_tanh"])
 def test_staged_build_takes_the_linear_epilogue_without_spills(use_cache, activation):
     """The fused epilogue (bias, activation, residual, alpha) applied per pair right before the pair is
-    staged: the builds a call makes at BN 256 and 128, transposed, and the float32 output."""
+    staged (staged_store.cuh's kTight form), at BN 128 and 64, both orientations, and a float32 output:
+    no spill, the 16-byte copy present. At BN 256 the build stores from registers (GL_STAGED_COPY: the
+    copy spilled there), also without spills, and the library says so (store_with_epilogue)."""
     from gemm_ladder.gates.resources import check_cubin_resources
     from gemm_ladder.library.epilogue import linear_epilogue
+    from gemm_ladder.runtime.compiler import disassemble
 
     ep = linear_epilogue(bias=True, activation=activation, residual=True, alpha=True)
     dts = {"gl_bias_": BF, "gl_residual_": BF}
     paired = {n: (True, False) for n in dts}
-    for bn, swap, wide, fp32 in ((256, False, False, False), (256, True, False, False), (128, False, False, False),
+    for bn, swap, wide, fp32 in ((128, False, False, False), (128, True, False, False), (128, False, True, True),
+                                 (64, True, True, True), (256, False, False, False), (256, True, False, False),
                                  (256, False, True, True)):
-        built = staged("k", "k", bn, fp32).build("bf16", epilogue_source=ep.source(dts, swap, wide=wide, pairs=paired))
+        kernel = staged("k", "k", bn, fp32)
+        built = kernel.build("bf16", epilogue_source=ep.source(dts, swap, wide=wide, pairs=paired))
         rep = check_cubin_resources(built.cubin, built.ptxas_log, built.kernel_name, level=None, dtype="bf16")
         assert rep.passed, (bn, swap, wide, fp32, rep.messages)
         assert rep.sass["HGMMA"] and not rep.sass["UTMASTG"] and rep.sass["LDL"] == rep.sass["STL"] == 0
+        sass = disassemble(built.cubin)
+        copies = bool(re.search(r"\bSTG\.E\.128 ", sass)) and bool(re.search(r"\bLDS\.128 ", sass))
+        assert copies == (bn != 256), (bn, swap, wide, fp32)
+        assert kernel.store_with_epilogue() == ("C from registers" if bn == 256 else STAGED)
 
 
 # --- dispatch ---------------------------------------------------------------------------------------

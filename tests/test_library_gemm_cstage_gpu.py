@@ -59,7 +59,8 @@ def _built_in_parallel():
              for bn in TILE_N for f in (False, True) for make in (staged, register)]
     sources = {epilogue_case(m, n, act, "cpu").oriented(swap).source()
                for m, n, _ in EPILOGUE_SHAPES for act in (None, "gelu_tanh") for swap in (False, True)}
-    jobs += [(lambda src=src: staged("k", "k", 256).build("bf16", epilogue_source=src)) for src in sources]
+    jobs += [(lambda src=src, bn=bn: staged("k", "k", bn).build("bf16", epilogue_source=src))
+             for src in sources for bn in (256, 128)]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         list(pool.map(lambda job: job(), jobs))
 
@@ -155,14 +156,16 @@ def test_float32_output(bn, split):
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("bn", [256, 128])
 @pytest.mark.parametrize("transposed", [False, True])
 @pytest.mark.parametrize("activation", [None, "gelu_tanh"])
 @pytest.mark.parametrize("split", ["tail", "all"])
-def test_fused_epilogue_in_both_orientations(transposed, activation, split):
-    """bias + activation + residual, alpha, beta applied to each pair right before it is staged: into c
-    (row-major, odd pitch) or, D^T = B A^T, into c.T (c column-major, odd pitch; GL_EPI_SWAP)."""
+def test_fused_epilogue_in_both_orientations(bn, transposed, activation, split):
+    """bias + activation + residual, alpha, beta applied to each pair right before it is staged (BN 128;
+    at BN 256 the build stores from registers: GL_STAGED_COPY): into c (row-major, odd pitch) or,
+    D^T = B A^T, into c.T (c column-major, odd pitch; GL_EPI_SWAP)."""
     dt = torch.bfloat16
-    kernel = staged("k", "k", 256)
+    kernel = staged("k", "k", bn)
     for m, n, k in EPILOGUE_SHAPES:
         a, b = random_operands(m, n, k, "bf16", "cuda", seed=m + n + 5 * k)
         call = epilogue_case(m, n, activation, "cuda")

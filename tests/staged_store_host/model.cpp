@@ -47,7 +47,7 @@ static float value(int r, int c) { return static_cast<float>((r * 7 + c * 13) % 
 
 static uint16_t bf16(float x) { return gl::bf16_bits(x); }
 
-template <int BN, typename OutT>
+template <int BN, typename OutT, bool kTight>
 static bool run_case(int rows, int cols, long long ldc, int off, int row0, int col0, char* why, size_t why_n) {
   constexpr int E = sizeof(OutT);
   const long long elems = off + (row0 + 64 + 2) * ldc + BN + 64;
@@ -74,7 +74,7 @@ static bool run_case(int rows, int cols, long long ldc, int off, int row0, int c
           for (int c = 0; c < 2; ++c)
             d[4 * j + 2 * i + c] = value(row0 + 16 * warp + lane / 4 + 8 * i, col0 + 8 * j + 2 * q + c);
       try {
-        gl::store_fragment_staged<BN>(C, ldc, d, row0, col0, rows, cols, g_smem + warp * gl::kStagedWarpBytes,
+        gl::store_fragment_staged<BN, kTight>(C, ldc, d, row0, col0, rows, cols, g_smem + warp * gl::kStagedWarpBytes,
                                       [&](float& x0, float& x1, int r, int c) {
                                         const int lr = r - row0, lc = c - col0;
                                         if (lr < 0 || lr >= 64 || lc < 0 || lc >= BN || lc % 2 || x0 != value(r, c) ||
@@ -131,7 +131,7 @@ static bool run_case(int rows, int cols, long long ldc, int off, int row0, int c
   return true;
 }
 
-template <int BN, typename OutT>
+template <int BN, typename OutT, bool kTight>
 static int sweep(const char* name) {
   constexpr int E = sizeof(OutT);
   const int row0 = 64, col0 = BN;  // a tile with rows above it and columns left of it: neither may be written
@@ -144,8 +144,9 @@ static int sweep(const char* name) {
           const int cols = col0 + ncols, rows = row0 + rows_left;
           const long long ldc = cols + extra;
           ++cases;
-          if (!run_case<BN, OutT>(rows, cols, ldc, off, row0, col0, why, sizeof why)) {
-            printf("FAIL %s BN %d: N = %d (tile columns %d), ldc %lld, base +%d elements, M = %d: %s\n", name, BN, cols,
+          if (!run_case<BN, OutT, kTight>(rows, cols, ldc, off, row0, col0, why, sizeof why)) {
+            printf("FAIL %s%s BN %d: N = %d (tile columns %d), ldc %lld, base +%d elements, M = %d: %s\n", name,
+                   kTight ? " (kTight)" : "", BN, cols,
                    ncols, ldc, off, rows, why);
             exit(1);
           }
@@ -155,12 +156,17 @@ static int sweep(const char* name) {
 
 int main() {
   int cases = 0;
-  cases += sweep<64, gl::elem_t>("bf16");
-  cases += sweep<128, gl::elem_t>("bf16");
-  cases += sweep<256, gl::elem_t>("bf16");
-  cases += sweep<64, float>("fp32");
-  cases += sweep<128, float>("fp32");
-  cases += sweep<256, float>("fp32");
+  cases += sweep<64, gl::elem_t, false>("bf16");
+  cases += sweep<128, gl::elem_t, false>("bf16");
+  cases += sweep<256, gl::elem_t, false>("bf16");
+  cases += sweep<64, float, false>("fp32");
+  cases += sweep<128, float, false>("fp32");
+  cases += sweep<256, float, false>("fp32");
+  // kTight (the fused-epilogue builds' form: at most 8 rows per chunk, later chunks' places laundered)
+  cases += sweep<64, gl::elem_t, true>("bf16");
+  cases += sweep<128, gl::elem_t, true>("bf16");
+  cases += sweep<128, float, true>("fp32");
+  cases += sweep<64, float, true>("fp32");
   printf("ok %d\n", cases);
   return 0;
 }

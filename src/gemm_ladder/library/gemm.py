@@ -154,10 +154,18 @@ class LibraryGemm(TmaLevel):
     @property
     def output_store(self) -> str:
         """How this build writes C: 'staged copy (16-byte stores)', 'C from registers' or 'TMA store'
-        (``explain`` says it)."""
+        (``explain`` says it). The staged build compiled with a fused epilogue at BN = 256 stores from
+        registers (sm90_gemm.cu's GL_STAGED_COPY: the copy spilled there): :meth:`store_with_epilogue`."""
         if self.c_staged:
             return "staged copy (16-byte stores)"
         return "C from registers" if self.c_from_registers else "TMA store"
+
+    def store_with_epilogue(self) -> str:
+        """How this build writes C when compiled with a fused epilogue (:attr:`output_store`, except the
+        staged build at BN = 256: 'C from registers')."""
+        if self.c_staged and self.tile[1] == 256:
+            return "C from registers"
+        return self.output_store
 
     #: The kernel's accumulator pairs are neighbours along a row of its output (epilogue.cuh's fragment).
     pair_along_kernel_cols = True

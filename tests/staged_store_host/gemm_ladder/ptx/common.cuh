@@ -45,3 +45,7 @@ inline void stg_v4(uint8_t* p, const uint4& v) { check_aligned(p, 16); std::memc
 inline void stg_u16(uint8_t* p, uint16_t v) { check_aligned(p, 2); std::memcpy(p, &v, 2); count_store(2); }
 inline void stg_u32(uint8_t* p, uint32_t v) { check_aligned(p, 4); std::memcpy(p, &v, 4); count_store(4); }
 }  // namespace gl
+
+namespace gl {
+inline int opaque(int x) { return x; }
+}  // namespace gl

@@ -6,7 +6,7 @@
 //
 // Each warp owns a buffer of kStagedWarpBytes in shared memory (the plan's c_staged: design/smem.py)
 // and stores its own 16 rows of the fragment through it, R rows at a time (R = 16, 8 or 4: as many
-// whole fragment rows of BN output elements as fit the buffer). Per chunk of R rows:
+// whole fragment rows of BN output elements as fit the buffer; at most 8 with kTight). Per chunk:
 //  1. stage: each lane writes its pairs (epilogue.cuh's fragment: d[4j + 2i + c] = D[16w + l/4 + 8i]
 //     [8j + 2(l%4) + c]), converted to the output dtype, into the buffer: row r at r * BN * e bytes,
 //     its 16-byte chunk k at chunk k ^ (r % 8) (an XOR swizzle: the 8 rows one store instruction
@@ -23,7 +23,7 @@
 //     they stick out of [a, a + n e) (s != 0, or the N edge inside a window), are written element by
 //     element, and only their bytes inside the row: columns >= N, rows >= M, the bytes before the
 //     base and the pitch padding are never written;
-//  4. __syncwarp again before the next chunk's staging overwrites the buffer (the start of the loop).
+//  4. __syncwarp again before the next chunk's staging overwrites the buffer.
 // No warp waits for another: the buffer is the warp's own, so there is no named barrier and no
 // mbarrier; the producer keeps loading the next tile's stages meanwhile. The copy is synchronous: the
 // warp's next tile starts after its stores are issued (as the register store's).
@@ -53,6 +53,12 @@ __device__ __forceinline__ uint4 lds_v4b32(uint32_t addr) {
 __device__ __forceinline__ void stg_v4(uint8_t* p, const uint4& v) { *reinterpret_cast<uint4*>(p) = v; }
 __device__ __forceinline__ void stg_u16(uint8_t* p, uint16_t v) { *reinterpret_cast<uint16_t*>(p) = v; }
 __device__ __forceinline__ void stg_u32(uint8_t* p, uint32_t v) { *reinterpret_cast<uint32_t*>(p) = v; }
+// x, through an instruction the compiler cannot see into: values computed from it are not shared with
+// those computed from x before (kTight below).
+__device__ __forceinline__ int opaque(int x) {
+  asm volatile("mov.b32 %0, %0;" : "+r"(x));
+  return x;
+}
 #endif
 
 // Bytes [mis, mis + 16) of the 32 bytes lo:hi (lo first, little-endian), mis in 0..15 (a multiple of
@@ -76,19 +82,18 @@ __device__ __forceinline__ void stage_pair(uint32_t addr, float*, float x0, floa
 }
 
 // Bytes [lo, hi) of window v (both multiples of the element size) to dst .. dst + 15, one element
-// store each (the ends of a row only).
+// store each (the ends of a row only), in a loop that is not unrolled (few registers: the copy runs
+// beside a live half fragment).
 template <typename OutT>
 __device__ __forceinline__ void store_window_part(uint8_t* dst, const uint4& v, int lo, int hi) {
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};  // indexed by unrolled constants only
-  if constexpr (sizeof(OutT) == 2) {
-#pragma unroll
-    for (int b = 0; b < 8; ++b)
-      if (2 * b >= lo && 2 * b < hi)
-        stg_u16(dst + 2 * b, static_cast<uint16_t>(words[b / 2] >> (16 * (b % 2))));
-  } else {
-#pragma unroll
-    for (int b = 0; b < 4; ++b)
-      if (4 * b >= lo && 4 * b < hi) stg_u32(dst + 4 * b, words[b]);
+#pragma unroll 1
+  for (int b = lo; b < hi; b += static_cast<int>(sizeof(OutT))) {
+    const int q = b >> 2;
+    const uint32_t word = q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
+    if constexpr (sizeof(OutT) == 2)
+      stg_u16(dst + b, static_cast<uint16_t>(word >> (8 * (b & 3))));
+    else
+      stg_u32(dst + b, word);
   }
 }
 
@@ -97,13 +102,20 @@ __device__ __forceinline__ void store_window_part(uint8_t* dst, const uint4& v, 
 // warp's shared-memory buffer `warp_buf` (kStagedWarpBytes, 16-byte aligned). Rows >= rows and columns
 // >= cols are not written; col0 < cols. `pair_op(x0, x1, r, c)` runs on each pair (a fused epilogue, or
 // nothing) right before it is staged, once per pair. Every lane of the warp must call it (__syncwarp).
-template <int BN, typename OutT, typename PairOp>
+// kTight, for builds whose registers are short (a fused epilogue's): at most 8 rows per chunk, each
+// later chunk's places laundered (opaque), and the copy loop not unrolled. Without it the compiler
+// computed later chunks' epilogue (its loads, a bias shared by column) ahead of the earlier chunks' copy,
+// where the register store's global stores kept them apart, and the BN = 128 and 256 builds spilled
+// (nvcc 13: 40 to 800 bytes). With it, BN 64 and 128 build clean; BN 256 still spilled 8-16 bytes,
+// so sm90_gemm.cu stores that build's fragments from registers (GL_STAGED_COPY).
+template <int BN, bool kTight = false, typename OutT, typename PairOp>
 __device__ __forceinline__ void store_fragment_staged(OutT* __restrict__ C, long long ldc, const float (&d)[BN / 2],
                                                       int row0, int col0, int rows, int cols, uint8_t* warp_buf,
                                                       PairOp&& pair_op) {
   constexpr int E = static_cast<int>(sizeof(OutT));
   constexpr int kRowBytes = BN * E;  // one staged row: 128 .. 1024 bytes, a whole number of swizzle spans
-  constexpr int kRows = kStagedWarpBytes / kRowBytes < 16 ? kStagedWarpBytes / kRowBytes : 16;
+  constexpr int kFit = kStagedWarpBytes / kRowBytes < 16 ? kStagedWarpBytes / kRowBytes : 16;
+  constexpr int kRows = kTight && kFit > 8 ? 8 : kFit;  // rows per chunk: at most 8 (one i) with kTight
   constexpr int kChunks = 16 / kRows;
   constexpr int kWindows = kRowBytes / 16;          // 16-byte chunks of a staged row
   constexpr int kSlots = kRows * (kWindows + 1);    // a misaligned row overlaps one window more
@@ -112,33 +124,24 @@ __device__ __forceinline__ void store_fragment_staged(OutT* __restrict__ C, long
   const uint32_t buf = smem_u32(warp_buf);
   const int n_bytes = (cols - col0 < BN ? cols - col0 : BN) * E;  // the row's bytes left of the N edge
   const int warp_row0 = row0 + 16 * warp;
-#pragma unroll
-  for (int ch = 0; ch < kChunks; ++ch) {
-    __syncwarp();  // every lane's reads of the buffer (the previous chunk's or tile's copy) are done
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      if (8 * i + 8 <= ch * kRows || ch * kRows + kRows <= 8 * i) continue;  // compile time: rows of this chunk?
-      const int lr = lane / 4 + 8 * i, r = lr - ch * kRows;                  // the pair's row: warp's, chunk's
-      if (kRows < 8 && (r < 0 || r >= kRows)) continue;                      // half the lanes, at 4 rows per chunk
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        float x0 = d[4 * j + 2 * i], x1 = d[4 * j + 2 * i + 1];
-        pair_op(x0, x1, warp_row0 + lr, col0 + 8 * j + 2 * q);
-        const int byte = (8 * j + 2 * q) * E;
-        stage_pair(buf + r * kRowBytes + (((byte / 16) ^ (r & 7)) << 4) + byte % 16, C, x0, x1);
-      }
-    }
+  // The shared-memory address of pair (row r of the chunk, columns 8j + 2q, + 1).
+  auto staged_at = [&](int r, int j) -> uint32_t {
+    const int byte = (8 * j + 2 * q) * E;
+    return buf + r * kRowBytes + (((byte / 16) ^ (r & 7)) << 4) + byte % 16;
+  };
+  // Copy chunk ch's kRows staged rows to global memory (steps 2-3 above).
+  auto copy_chunk = [&](int ch) {
     __syncwarp();  // the chunk is staged: every lane may read any row
-#pragma unroll
-    for (int it = 0; it < (kSlots + 31) / 32; ++it) {
+    // One (row, window) slot of the chunk per lane and iteration.
+    auto copy_slot = [&](int it) {
       const int slot = lane + 32 * it;
       const int r = slot / (kWindows + 1), w = slot % (kWindows + 1);
       const int row = warp_row0 + ch * kRows + r;
-      if (slot >= kSlots || row >= rows) continue;
+      if (slot >= kSlots || row >= rows) return;
       uint8_t* const line = reinterpret_cast<uint8_t*>(C + static_cast<long long>(row) * ldc + col0);
       const int s = static_cast<int>(reinterpret_cast<uintptr_t>(line) % 16);  // the row's misalignment
       const int end = s + n_bytes;                                             // past its last byte, from a - s
-      if (16 * w >= end) continue;                                             // no byte of the row in this window
+      if (16 * w >= end) return;                                               // no byte of the row in this window
       const uint32_t row_addr = buf + r * kRowBytes, sw = r & 7;
       const int k_hi = w < kWindows ? w : kWindows - 1, k_lo = w > 0 ? w - 1 : 0;  // clamped: bytes unused there
       const uint4 hi = lds_v4b32(row_addr + ((k_hi ^ sw) << 4));
@@ -150,7 +153,36 @@ __device__ __forceinline__ void store_fragment_staged(OutT* __restrict__ C, long
         stg_v4(dst, v);
       else
         store_window_part<OutT>(dst, v, lo_b, hi_b);
+    };
+    if constexpr (kTight) {
+#pragma unroll 1
+      for (int it = 0; it < (kSlots + 31) / 32; ++it) copy_slot(it);
+    } else {
+#pragma unroll
+      for (int it = 0; it < (kSlots + 31) / 32; ++it) copy_slot(it);
     }
+    __syncwarp();  // every lane's reads of the buffer are done: it may be refilled
+  };
+#pragma unroll
+  for (int ch = 0; ch < kChunks; ++ch) {
+    // kTight: this chunk's rows and columns through an opaque move, so the compiler computes nothing of
+    // a later chunk's epilogue (its loads, the values shared with an earlier chunk's: a bias by column)
+    // before the earlier chunks are copied out.
+    int pair_row0 = warp_row0, pair_col0 = col0 + 2 * q;
+    if (kTight && ch > 0) pair_row0 = opaque(pair_row0), pair_col0 = opaque(pair_col0);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (8 * i + 8 <= ch * kRows || ch * kRows + kRows <= 8 * i) continue;  // compile time: rows of this chunk?
+      const int lr = lane / 4 + 8 * i, r = lr - ch * kRows;                  // the pair's row: warp's, chunk's
+      if (kRows < 8 && (r < 0 || r >= kRows)) continue;                      // half the lanes, at 4 rows per chunk
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        float x0 = d[4 * j + 2 * i], x1 = d[4 * j + 2 * i + 1];
+        pair_op(x0, x1, pair_row0 + lr, pair_col0 + 8 * j);
+        stage_pair(staged_at(r, j), C, x0, x1);
+      }
+    }
+    copy_chunk(ch);
   }
 }
 
