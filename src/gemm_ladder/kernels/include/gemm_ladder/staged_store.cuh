@@ -1,8 +1,8 @@
 // Storing a consumer warpgroup's finished 64 x BN fragment through shared memory into a row-major
 // output of any pitch and any element-aligned base, with 16-byte vector stores: the library kernel's
 // build for outputs TMA cannot write (sm90_gemm.cu, GL_C_STAGED), beside the register store
-// (register_store.cuh), whose 4-byte (bf16) or 8-byte (fp32) pair stores fill half a sector per row
-// per warp instruction.
+// (register_store.cuh), whose bf16 pair stores cover 16 bytes of a row per warp instruction (half a
+// 32-byte sector; its fp32 pairs cover 32).
 //
 // Each warp owns a buffer of kStagedWarpBytes in shared memory (the plan's c_staged: design/smem.py)
 // and stores its own 16 rows of the fragment through it, R rows at a time (R = 16, 8 or 4: as many
@@ -10,7 +10,8 @@
 //  1. stage: each lane writes its pairs (epilogue.cuh's fragment: d[4j + 2i + c] = D[16w + l/4 + 8i]
 //     [8j + 2(l%4) + c]), converted to the output dtype, into the buffer: row r at r * BN * e bytes,
 //     its 16-byte chunk k at chunk k ^ (r % 8) (an XOR swizzle: the 8 rows one store instruction
-//     covers land in 8 different chunk positions, so its 32 lanes hit 32 different banks);
+//     covers land in 8 different chunk positions: bf16's 32 lanes hit 32 different banks, fp32's
+//     8-byte stores take the two wavefronts their 256 bytes need);
 //  2. __syncwarp (orders the shared-memory writes before the other lanes' reads: CUDA C++ Programming
 //     Guide, "Synchronization Functions", __syncwarp);
 //  3. copy out: the output row's bytes [a, a + n e) (a the address of column col0, n the columns
