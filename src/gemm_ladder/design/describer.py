@@ -21,6 +21,8 @@ from gemm_ladder.design.timeline import TimelineRow, build_timeline
 STORE_NEVER = "never a byte count or an mbarrier on the store side: stores complete through bulk async-groups"
 STORE_NEVER_FROM_REGISTERS = ("never a shared-memory buffer, byte count or mbarrier on the store side: ordinary stores "
                               "from registers")
+STORE_NEVER_STAGED = ("never a TMA store, byte count, mbarrier or named barrier on the store side: each warp's buffer "
+                      "is its own, ordered by __syncwarp")
 
 
 @dataclass(frozen=True)
@@ -48,11 +50,14 @@ def describe(plan: Plan) -> PlanText:
     load, smem, sc = plan.load_protocol, plan.smem, plan.schedule
     timeline = build_timeline(k_tiles=sc.k_tiles, stages=plan.stages, expect_tx=load.expect_tx_bytes,
                               c_panels=smem.c_panels, k_steps=bk // 16, cluster=plan.cluster,
-                              persistent=plan.persistent, mma=ar.mma, c_from_registers=smem.c_from_registers)
+                              persistent=plan.persistent, mma=ar.mma, c_from_registers=smem.c_from_registers,
+                              c_staged=smem.c_staged)
     return PlanText(
         conclusion=conclusion(plan), issuer=_issuer(plan), consumers=_consumers(plan, ar.mma),
         empty_arrivers=_empty_arrivers(plan, ar.mma), load_steps=_load_steps(plan, ar.mma),
-        store_steps=_store_steps(plan), store_never=STORE_NEVER_FROM_REGISTERS if smem.c_from_registers else STORE_NEVER,
+        store_steps=_store_steps(plan),
+        store_never=(STORE_NEVER_STAGED if smem.c_staged else STORE_NEVER_FROM_REGISTERS if smem.c_from_registers
+                     else STORE_NEVER),
         schedule_notes=_schedule_notes(plan, ar),
         timeline=timeline, assumptions=_assumptions(ar), risks=_risks(plan), validation=_validation(plan.stages),
     )
@@ -180,6 +185,18 @@ def _store_steps(plan: Plan) -> tuple[str, ...]:
     smem, bm, bn = plan.smem, plan.tile[0], plan.tile[1]
     consumers, pw = plan.consumers.warpgroups, plan.consumers.producer_warpgroup
     store_thread, box = plan.issuer.store_thread, plan.store_protocol.panel_box
+    if smem.c_staged:
+        return (
+            f"after its last wgmma.wait_group 0, each consumer warp stores its 16 rows of the {bm // consumers} x {bn} "
+            f"fragment through its own {smem.c_panel_bytes}-byte buffer, as many whole rows at a time as fit: __syncwarp; "
+            "each lane writes its pairs, converted to the output dtype, into the buffer (16-byte chunks XOR-swizzled by "
+            "row); __syncwarp",
+            "the warp copies the rows out: consecutive lanes take consecutive aligned 16-byte windows of a row "
+            "(st.global.v4; a row not 16-byte aligned joins two staged chunks with a funnel shift); the partial windows "
+            "at a row's two ends and at the N edge go out element by element; rows >= M, columns >= N, the pitch padding "
+            "and the bytes before the base are never written; any output pitch, no tensor map",
+            "the copy is synchronous (no wait carries into the next tile); no warp waits for another",
+        )
     if smem.c_from_registers:
         return (
             "after its last wgmma.wait_group 0, each consumer thread converts its fp32 accumulators to the output "

@@ -22,7 +22,7 @@ class Explanation:
     'empty' (M or N is 0) or 'zeros' (K is 0); ``kernel``: name, source, tile, stages, cluster;
     ``grid``: CTAs launched; ``split``: the split policy (general kernel) or the small-M kernel's;
     ``orientation``, ``operands``, ``output``: the layout and alignment path (``output['output_path']``:
-    'TMA store', 'C from registers' or 'workspace + copy back'); ``launches``: in order;
+    'TMA store', 'C from registers', 'staged copy (16-byte stores)' or 'workspace + copy back'); ``launches``: in order;
     ``heuristic``: the cost model's provenance and the candidates it ranked (predicted microseconds);
     for the small-M kernel, ``m_tiles``: its bucket, the number of M tiles and why (the table's rule);
     ``plan``: the designer's plan (conclusion and JSON), or why there is none; ``refusals``: what the

@@ -10,6 +10,10 @@
   options ``split`` in ("none", "tail", "all") and, for a workspace output, ``c_padding_writable``.
 * :func:`general_from_registers` - its build that stores C from registers (any pitch, float32 too),
   options ``split``.
+* :func:`general_staged` - its build that stores the same outputs through per-warp shared-memory
+  buffers with 16-byte stores, options ``split``.
+* :func:`general_unaligned_out` - the one of those two the route takes for outputs a TMA store cannot
+  write (:data:`STAGED_STORE`).
 """
 
 from __future__ import annotations
@@ -38,6 +42,29 @@ def general_from_registers(a_major: str, b_major: str, bn: int, out_fp32: bool =
     from gemm_ladder.library.gemm import library_gemm
 
     return library_gemm(a_major, b_major, bn=bn, c_from_registers=True, out_fp32=out_fp32)
+
+
+def general_staged(a_major: str, b_major: str, bn: int, out_fp32: bool = False):
+    """The general kernel's build that stores the outputs :func:`general_from_registers` stores (any row
+    pitch and element-aligned base; ``out_fp32``: float32) through per-warp shared-memory buffers, copied
+    out with 16-byte stores (kernels/include/gemm_ladder/staged_store.cuh)."""
+    from gemm_ladder.library.gemm import library_gemm
+
+    return library_gemm(a_major, b_major, bn=bn, c_from_registers=True, out_fp32=out_fp32, c_staged=True)
+
+
+#: Which build writes the outputs a TMA store cannot write: the staged copy (True) or the register
+#: store (False). Both are built by precompile (dispatch/precompile.py) and timed forced by
+#: bench/staged_store.py; the switch follows that bench's result on the H200 (bench/results).
+STAGED_STORE = False
+
+
+def general_unaligned_out(a_major: str, b_major: str, bn: int, out_fp32: bool = False):
+    """The build the route takes for an output a TMA store cannot write (N not a whole number of 16
+    bytes, a pitch or base not 16-byte aligned, a float32 output): :func:`general_staged` when
+    :data:`STAGED_STORE`, else :func:`general_from_registers`."""
+    pick = general_staged if STAGED_STORE else general_from_registers
+    return pick(a_major, b_major, bn, out_fp32=out_fp32)
 
 
 def general_bns() -> tuple[int, ...]:
@@ -69,4 +96,5 @@ def describe(kernel) -> dict:
     return out
 
 
-__all__ = ["describe", "general", "general_bns", "general_from_registers", "kernel_splits", "small_m"]
+__all__ = ["STAGED_STORE", "describe", "general", "general_bns", "general_from_registers", "general_staged",
+           "general_unaligned_out", "kernel_splits", "small_m"]

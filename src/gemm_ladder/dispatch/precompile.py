@@ -29,11 +29,12 @@ CLASSES: dict[str, str] = {
                "its cluster builds (split-K in clusters of 2, 4 and 8: library.small_m.CLUSTER_WAYS): calls "
                "with M or N <= 256",
     "fp32_out": "the small-M kernel writing float32 (out_dtype=torch.float32), every bucket and order and its "
-                "cluster builds, and the "
-                "layouts kernel's float32 build storing C from registers, every order and timed BN",
+                "cluster builds, and the layouts kernel's float32 builds storing C from registers and through "
+                "the staged copy, every order and timed BN",
     "unaligned": "the repack kernel for the dtype's element size and for float32: operands whose strides a "
                  "TMA tensor map cannot describe, and outputs written through a workspace; and the layouts "
-                 "kernel's build storing C from registers (outputs a TMA store cannot write), every order and timed BN",
+                 "kernel's builds storing C from registers and through the staged copy (outputs a TMA store cannot "
+                 "write: dispatch/kernels.py's STAGED_STORE picks one), every order and timed BN",
 }
 
 
@@ -104,7 +105,7 @@ def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLA
     nothing: the list is what :func:`precompile` runs. Raises ValueError for an unknown class or dtype."""
     from gemm_ladder.contract import DTYPES
     from gemm_ladder.dispatch import cost_model
-    from gemm_ladder.dispatch.kernels import general, general_bns, general_from_registers
+    from gemm_ladder.dispatch.kernels import general, general_bns, general_from_registers, general_staged
     from gemm_ladder.library.repack import REPACK
     from gemm_ladder.library.small_m import BUCKETS, CLUSTER_WAYS, small_m_gemm
 
@@ -127,10 +128,11 @@ def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLA
                 for fp32, cls in ((False, "unaligned"), (True, "fp32_out")):
                     if cls in classes:
                         for bn in timed_bns:
-                            kernel = general_from_registers(am, bm, bn, out_fp32=fp32)
-                            builds.append(Build(f"general from registers A {am} B {bm} BN {bn}"
-                                                f"{' fp32 out' if fp32 else ''} {dtype}",
-                                                lambda k=kernel, d=dtype: k.build(d), _loaded_general(kernel, dtype)))
+                            for how, make in (("from registers", general_from_registers), ("staged", general_staged)):
+                                kernel = make(am, bm, bn, out_fp32=fp32)
+                                builds.append(Build(f"general {how} A {am} B {bm} BN {bn}"
+                                                    f"{' fp32 out' if fp32 else ''} {dtype}",
+                                                    lambda k=kernel, d=dtype: k.build(d), _loaded_general(kernel, dtype)))
                 for fp32 in (False, True):
                     if ("fp32_out" if fp32 else "small_m") not in classes:
                         continue

@@ -25,6 +25,14 @@ element-aligned base, and (``out_fp32``) a float32 output. Its plan stages no C 
 its ring is as deep as shared memory allows without the panel rings (design.smem.max_stages). The
 dispatcher takes it for outputs the TMA build cannot write (dispatch/route.py).
 
+The staged build (``library_gemm(..., c_from_registers=True, c_staged=True)``, name suffix ``_cstage``;
+the kernel's GL_C_STAGED) writes the same outputs (any pitch >= N, any element-aligned base, bf16/fp16
+or float32) but through shared memory: each consumer warp stages its rows of the finished fragment in a
+4 KiB buffer of its own and copies them out with 16-byte stores, joining two staged chunks with a funnel
+shift on rows that are not 16-byte aligned (kernels/include/gemm_ladder/staged_store.cuh). Its plan
+gives the buffers 32 KiB of shared memory (c_staged: design/smem.py), which costs the BN = 128 and 64
+builds a stage. The dispatcher's choice between the two is dispatch/kernels.py's STAGED_STORE.
+
 ``launch`` raises :class:`~gemm_ladder.contract.GemmInputError` with the same rule before anything is
 launched.
 
@@ -118,6 +126,8 @@ class LibraryGemm(TmaLevel):
     c_from_registers: bool = False
     #: With c_from_registers: write C in float32 (the inputs stay bf16/fp16).
     out_fp32: bool = False
+    #: With c_from_registers: store C through per-warp shared-memory buffers with 16-byte stores.
+    c_staged: bool = False
     _specs: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _binds: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
 
@@ -125,6 +135,8 @@ class LibraryGemm(TmaLevel):
         out = {"a_major": self.a_major, "b_major": self.b_major}
         if self.c_from_registers:
             out["c_from_registers"] = True
+        if self.c_staged:
+            out["c_staged"] = True
         return out
 
     def build_defines(self, dtype: str) -> dict[str, int | str]:
@@ -135,12 +147,25 @@ class LibraryGemm(TmaLevel):
             out["GL_C_FROM_REGISTERS"] = 1
             if self.out_fp32:
                 out["GL_OUT_FP32"] = 1
+            if self.c_staged:
+                out["GL_C_STAGED"] = 1
         return out
 
     @property
     def output_store(self) -> str:
-        """How this build writes C: 'C from registers' or 'TMA store' (``explain`` says it)."""
+        """How this build writes C: 'staged copy (16-byte stores)', 'C from registers' or 'TMA store'
+        (``explain`` says it). The staged build compiled with a fused epilogue at BN = 256 stores from
+        registers (sm90_gemm.cu's GL_STAGED_COPY: the copy spilled there): :meth:`store_with_epilogue`."""
+        if self.c_staged:
+            return "staged copy (16-byte stores)"
         return "C from registers" if self.c_from_registers else "TMA store"
+
+    def store_with_epilogue(self) -> str:
+        """How this build writes C when compiled with a fused epilogue (:attr:`output_store`, except the
+        staged build at BN = 256: 'C from registers')."""
+        if self.c_staged and self.tile[1] == 256:
+            return "C from registers"
+        return self.output_store
 
     #: The kernel's accumulator pairs are neighbours along a row of its output (epilogue.cuh's fragment).
     pair_along_kernel_cols = True
@@ -387,17 +412,19 @@ def bind_key(a: OperandView, b: OperandView, c: torch.Tensor, split: str, c_padd
 
 @functools.lru_cache(maxsize=None)
 def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers: bool = False,
-                 out_fp32: bool = False) -> LibraryGemm:
+                 out_fp32: bool = False, c_staged: bool = False) -> LibraryGemm:
     """The layouts kernel for A ``a_major`` and B ``b_major`` ("k" or "mn") with tile width ``bn``
     (64, 128 or 256); one instance per configuration, so builds, loaded kernels and maps are cached.
 
     ``c_from_registers``: the build that stores C from registers (any pitch; see the module docstring);
-    ``out_fp32`` (only with it): its float32-output build.
+    ``out_fp32`` (only with it): its float32-output build. ``c_staged`` (only with it): the build that
+    writes those outputs through per-warp shared-memory buffers with 16-byte stores (the module docstring).
 
     Stages: the most that fit in shared memory (design.smem.max_stages) beside the panel rings: 4 at
     BN = 256 (level 9's), 6 at BN = 128, 8 at BN = 64 (one panel buffer per consumer: ``c_ring`` =
-    min(2, panels)); with no C staging (c_from_registers): 4 at 256, 7 at 128, 9 at 64. Raises ValueError for
-    any other major or width, or ``out_fp32`` without ``c_from_registers``.
+    min(2, panels)); with no C staging (c_from_registers): 4 at 256, 7 at 128, 9 at 64; staged (32 KiB of
+    warp buffers): 4 at 256, 6 at 128, 8 at 64. Raises ValueError for any other major or width, or
+    ``out_fp32`` or ``c_staged`` without ``c_from_registers``.
     """
     if a_major not in MAJORS or b_major not in MAJORS:
         raise ValueError(f"a_major = {a_major!r}, b_major = {b_major!r}: each is one of {', '.join(MAJORS)}")
@@ -405,21 +432,26 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
         raise ValueError(f"bn = {bn!r}: the kernel is built for BN in {TILE_N}")
     if out_fp32 and not c_from_registers:
         raise ValueError("out_fp32=True needs c_from_registers=True: only the register store writes float32")
+    if c_staged and not c_from_registers:
+        raise ValueError("c_staged=True needs c_from_registers=True: it is the staged form of the store that takes "
+                         "C's pointer and pitch")
     c_ring = 0 if c_from_registers else min(C_RING, bn // 64)
     stages = max_stages(bm=128, bn=bn, bk=64, elem_bytes=2, arch=arch_info("sm_90a"), consumers=2, c_ring=c_ring,
-                        c_from_registers=c_from_registers)
-    suffix = ("_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "")
+                        c_from_registers=c_from_registers, c_staged=c_staged)
+    suffix = ("_cstage" if c_staged else "_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "")
     return LibraryGemm(
         number=9,
         name=f"sm90_gemm_{a_major}{b_major}_bn{bn}{suffix}",
         idea=f"level 9's kernel with A {a_major}-major and B {b_major}-major in shared memory, any TMA pitch, "
-             f"a 128 x {bn} tile" + (", C stored from registers (any pitch)" if c_from_registers else "")
+             f"a 128 x {bn} tile"
+             + (", C staged per warp and stored with 16-byte stores (any pitch)" if c_staged else
+                ", C stored from registers (any pitch)" if c_from_registers else "")
              + (", float32 output" if out_fp32 else ""),
         source=SOURCE,
         domain=Domain(),  # supports() holds the rules (the operands are views, not the ladder's tensors)
         tile=(128, bn, 64), stages=stages, consumers=2, c_ring=c_ring, cluster=2, persistent=True,
         stream_k_args=True, producer_warpgroup=True, a_major=a_major, b_major=b_major,
-        c_from_registers=c_from_registers, out_fp32=out_fp32,
+        c_from_registers=c_from_registers, out_fp32=out_fp32, c_staged=c_staged,
     )
 
 

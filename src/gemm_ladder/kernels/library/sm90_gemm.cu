@@ -43,6 +43,13 @@
 // its last wgmma, so its stores are not overlapped with the next tile's first K iterations as the
 // panel ring's deferred panels are; the producer keeps loading meanwhile. Without it (0, the default)
 // this file is unchanged.
+//
+// GL_C_STAGED (1, with GL_C_FROM_REGISTERS: the plan's c_staged) stores the same outputs through shared
+// memory instead: each consumer warp stages its rows of the finished fragment (the fused epilogue applied
+// per pair first, as above) in its own kStagedWarpBytes buffer at smem.c() and copies them out with
+// 16-byte stores, a funnel shift joining two staged chunks on rows not 16-byte aligned
+// (staged_store.cuh). The warp's buffer is its own, so no barrier beyond __syncwarp; the stream-K tail
+// stores through the same copy.
 #include "gemm_ladder/tma_tile.cuh"
 #include "gemm_ladder/fused_epilogue_pair.cuh"
 
@@ -71,6 +78,24 @@ static_assert((GL_A_MN_MAJOR == 0 || GL_A_MN_MAJOR == 1) && (GL_B_MN_MAJOR == 0 
 #endif
 #if GL_C_FROM_REGISTERS
 #include "gemm_ladder/register_store.cuh"
+#endif
+#ifndef GL_C_STAGED
+#define GL_C_STAGED 0
+#endif
+// The staged copy with a fused epilogue at BN = 256 spilled (8 to 16 bytes: the half fragment and the
+// epilogue's state live across the copy leave no register for the copy's own; staged_store.cuh's
+// kTight); that build stores from registers instead (the register store's epilogue form), and the
+// library says so (library/gemm.py's output_store).
+#if GL_C_STAGED && defined(GL_EPILOGUE) && GL_BN == 256
+#define GL_STAGED_COPY 0
+#else
+#define GL_STAGED_COPY GL_C_STAGED
+#endif
+#if GL_C_STAGED
+#include "gemm_ladder/staged_store.cuh"
+static_assert(GL_C_FROM_REGISTERS == 1, "sm90_gemm: the staged store is a build of the kernel that takes C's pointer (GL_C_FROM_REGISTERS)");
+static_assert(GL_SMEM_C_PANEL_BYTES == gl::kStagedWarpBytes && GL_SMEM_C_OFFSET % 16 == 0,
+              "sm90_gemm: the plan's c_staged buffers are one kStagedWarpBytes buffer per consumer warp");
 #endif
 
 using namespace gl;
@@ -176,6 +201,8 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     // Store a finished fragment of work unit `unit` from registers, the fused epilogue (if any) applied
     // to each pair right before its store (epilogue.cuh's pairs: neighbours along a kernel row). Pairs
     // shifted into alignment on misaligned rows, except with an epilogue (register_store.cuh: it spilled).
+    // The staged copy (GL_C_STAGED) with an epilogue keeps its copy loop rolled (staged_store.cuh's
+    // kCompactCopy) for the same reason.
 #if defined(GL_EPILOGUE)
     constexpr bool kShiftPairs = false;
 #else
@@ -184,12 +211,23 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     auto store_fragment = [&](float (&d)[BN / 2], int unit) {
       int um, tn;
       sched.coords(unit, um, tn);
+#if GL_STAGED_COPY
+      // Through this warp's own shared-memory buffer, 16-byte stores (staged_store.cuh).
+      store_fragment_staged<BN, kShiftPairs == false>(C, ldc, d, (um * GL_CLUSTER + rank) * BM + 64 * consumer, tn * BN, M, N,
+                                smem.c() + (4 * consumer + thread_in_warpgroup() / 32) * kStagedWarpBytes,
+                                [&](float& x0, float& x1, int r, int c) {
+#if defined(GL_EPILOGUE)
+                                  epilogue_pair<true>(x0, x1, r, c, M, N, epi);
+#endif
+                                });
+#else
       store_fragment_from_registers<BN, kShiftPairs>(C, ldc, d, (um * GL_CLUSTER + rank) * BM + 64 * consumer, tn * BN, M, N,
                                         [&](float& x0, float& x1, int r, int c) {
 #if defined(GL_EPILOGUE)
                                           epilogue_pair<true>(x0, x1, r, c, M, N, epi);
 #endif
                                         });
+#endif
     };
     RingPosition pos{0};
     for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
