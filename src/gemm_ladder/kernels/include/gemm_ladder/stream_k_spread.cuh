@@ -103,30 +103,53 @@ __device__ __forceinline__ void spread_reduce_store(const PartialSlots<BN>& slot
                                                     OutT* __restrict__ C, long long ldc, int row0, int col0, int rows,
                                                     int cols, PairOp&& pair_op) {
   constexpr int kF4 = PartialSlots<BN>::kFloats / 4;
-  constexpr int kBatch = 4;  // slots' loads in flight per float4; added in order after they land
+  // Loads in flight: kQ float4s of this thread's share x kBatch slots, then their adds in slot order.
+  // The reduction is latency-bound (a few float4s per thread and slot), so its round trips to L2 are
+  // what it costs: 16 loads per round trip; the accumulators (dead after the hand-in) leave the room.
+  constexpr int kQ = 4, kBatch = 4;
   const int lo = share * kF4 / shares, hi = (share + 1) * kF4 / shares;
   const float4* const src = reinterpret_cast<const float4*>(slots.base);
 #pragma unroll 1
-  for (int q = lo + thread_in_warpgroup(); q < hi; q += 128) {
-    float4 s = __ldcg(src + q);
+  for (int q0 = lo + thread_in_warpgroup(); q0 < hi; q0 += 128 * kQ) {
+    // Float4 q0 + 128 j of slot i at at[j][i * kF4]; past the share's end a j reads the last float4 of
+    // the share again (loads without predicates, sums never stored).
+    const float4* at[kQ];
+#pragma unroll
+    for (int j = 0; j < kQ; ++j) at[j] = src + min(q0 + 128 * j, hi - 1);
+    float4 s[kQ];
+#pragma unroll
+    for (int j = 0; j < kQ; ++j) s[j] = __ldcg(at[j]);
     int i = 1;
 #pragma unroll 1
     for (; i + kBatch <= n; i += kBatch) {
-      float4 x[kBatch];
+      float4 x[kBatch][kQ];
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j) x[j] = __ldcg(src + static_cast<size_t>(i + j) * kF4 + q);
+      for (int b = 0; b < kBatch; ++b)
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j) s.x += x[j].x, s.y += x[j].y, s.z += x[j].z, s.w += x[j].w;
+        for (int j = 0; j < kQ; ++j) x[b][j] = __ldcg(at[j] + (i + b) * kF4);
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b)
+#pragma unroll
+        for (int j = 0; j < kQ; ++j) s[j].x += x[b][j].x, s[j].y += x[b][j].y, s[j].z += x[b][j].z, s[j].w += x[b][j].w;
     }
 #pragma unroll 1
     for (; i < n; ++i) {
-      const float4 x = __ldcg(src + static_cast<size_t>(i) * kF4 + q);
-      s.x += x.x, s.y += x.y, s.z += x.z, s.w += x.w;
+      float4 x[kQ];
+#pragma unroll
+      for (int j = 0; j < kQ; ++j) x[j] = __ldcg(at[j] + i * kF4);
+#pragma unroll
+      for (int j = 0; j < kQ; ++j) s[j].x += x[j].x, s[j].y += x[j].y, s[j].z += x[j].z, s[j].w += x[j].w;
     }
-    const int t = q % 128, v = q / 128, lane = t % 32;
-    const int row = row0 + 16 * (t / 32) + lane / 4, col = col0 + 8 * v + 2 * (lane % 4);
-    spread_store(C, ldc, s.x, s.y, row, col, rows, cols, pair_op);
-    spread_store(C, ldc, s.z, s.w, row + 8, col, rows, cols, pair_op);
+#pragma unroll
+    for (int j = 0; j < kQ; ++j) {
+      const int q = q0 + 128 * j;
+      const int t = q % 128, v = q / 128, lane = t % 32;  // the slots' thread t (lo need not be a multiple of 128)
+      const int row = row0 + 16 * (t / 32) + lane / 4, col = col0 + 8 * v + 2 * (lane % 4);
+      if (q < hi) {
+        spread_store(C, ldc, s[j].x, s[j].y, row, col, rows, cols, pair_op);
+        spread_store(C, ldc, s[j].z, s[j].w, row + 8, col, rows, cols, pair_op);
+      }
+    }
   }
 }
 
