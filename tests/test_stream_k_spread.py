@@ -378,3 +378,17 @@ def test_the_plain_build_is_untouched_by_the_spread_code():
     sass = subprocess.run([cuobjdump_path(), "--dump-sass", str(b.cubin)], capture_output=True, text=True,
                           check=True).stdout
     assert "LDG.E.STRONG.GPU" not in sass and "LDG.E.128.STRONG.GPU" in sass  # its partials' loads, no spin
+
+
+def test_the_designer_describes_contributors_and_participants():
+    from gemm_ladder.design.describer import describe
+    from gemm_ladder.design.plan import plan_gemm
+
+    l9 = dict(tile=(128, 256, 64), stages=4, cluster=2, consumers=2, persistent=True, producer_warpgroup=True,
+              c_ring=2, stream_k=True)
+    notes = describe(plan_gemm(4097, 4096, 4096, "bf16", **l9)).schedule_notes
+    spread = [n for n in notes if n.startswith("distributed fixup")]
+    assert len(spread) == 1 and "8 split units has 9-9 contributors, of which 8-9 participate" in spread[0]
+    assert "at most 512 of its 4096 float4s" in spread[0]
+    notes = describe(plan_gemm(4096, 4096, 4096, "bf16", **l9)).schedule_notes  # no split tail: no note
+    assert not any(n.startswith("distributed fixup") for n in notes)

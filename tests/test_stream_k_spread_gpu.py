@@ -216,8 +216,11 @@ def test_fused_epilogue_on_the_shares(creg, swap):
                 torch.cuda.synchronize()
                 assert_epilogue_close(c, x, w, call)
                 outs[split] = c.float()
+            # one bf16 rounding apart at most (the same fp32 sums through the same epilogue code; only a
+            # different contraction of its math into FMAs could move a rounding)
             diff = (outs["tail"] - outs["tail_spread"]).abs()
-            assert (diff <= 2.0 ** -7 * outs["tail"].abs() + 1e-30).all(), diff.max().item()
+            scale = torch.maximum(outs["tail"].abs(), outs["tail_spread"].abs())
+            assert (diff <= 2.0 ** -7 * scale + 1e-6 * scale.max()).all(), diff.max().item()
 
 
 @pytest.mark.timeout(300)
