@@ -16,7 +16,6 @@ Run on the H200: ``python3 -m pytest -q -m gpu -n 12 tests/test_stream_k_spread_
 
 from __future__ import annotations
 
-import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -36,14 +35,14 @@ DT = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 @pytest.fixture(scope="module", autouse=True)
 def _built_in_parallel():
-    """The plain and spread builds of each width and store, compiled at once (nvcc in threads)."""
-    jobs = [library_gemm(a, b, bn, c_from_registers=creg, sk_spread=spread)
-            for a, b in (("k", "k"), ("mn", "mn")) for bn in TILE_N for creg in (False, True)
-            for spread in (False, True)]
-    jobs += [library_gemm("k", "k", bn, c_from_registers=True, out_fp32=True, sk_spread=s) for bn in TILE_N
-             for s in (False, True)]
+    """The plain and spread builds the tests launch (24; the epilogue builds compile at first use), at
+    once (nvcc in threads)."""
+    jobs = [(library_gemm("k", "k", bn, c_from_registers=creg, out_fp32=f32, sk_spread=spread), "bf16")
+            for bn in TILE_N for creg, f32 in ((False, False), (True, False), (True, True)) for spread in (False, True)]
+    jobs += [(library_gemm(a, a, 128, sk_spread=spread), dt) for a, dt in (("k", "fp16"), ("mn", "bf16"), ("mn", "fp16"))
+             for spread in (False, True)]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        list(pool.map(lambda k: [k.build(dt) for dt in ("bf16", "fp16")], jobs))
+        list(pool.map(lambda job: job[0].build(job[1]), jobs))
 
 
 def clusters(kernel) -> int:
@@ -70,12 +69,14 @@ def shapes(bn: int, g: int) -> list[tuple[int, int, int]]:
 
 
 def operands(m, n, k, dtype, a_major="k", b_major="k", seed=0):
+    """Fresh random a (M, K), b (N, K) and views of them in the given majors, each at a padded pitch
+    (extent rounded up to 8, plus 8) 16 bytes into its buffer (test_library_gemm_gpu.place)."""
+    from test_library_gemm_gpu import place
+
     g = torch.Generator(device="cuda").manual_seed(seed)
     a = torch.randn(m, k, device="cuda", generator=g).to(DT[dtype])
     b = torch.randn(n, k, device="cuda", generator=g).to(DT[dtype])
-    va = operand_view(a if a_major == "k" else a.T.contiguous().T, k_dim=1)
-    vb = operand_view(b if b_major == "k" else b.T.contiguous().T, k_dim=1)
-    return a, b, va, vb
+    return a, b, place(a, a_major, pad=None, offset=8), place(b, b_major, pad=None, offset=8)
 
 
 def assert_close(c, a, b, dtype):

@@ -31,8 +31,9 @@ launched.
 The stream-K split is the caller's (``split``, :func:`split_schedule`): ``"tail"`` (level 9's rule:
 the last partial wave split by K when it would leave more than 40% of the clusters idle), ``"all"``
 (every unit split by K over every resident cluster: for problems with fewer tiles than SMs),
-``"none"``, or ``"tail_spread"`` / ``"all_spread"``: ``"tail"``'s / ``"all"``'s schedule launched on the ``sk_spread`` sibling build
-(:meth:`LibraryGemm.spread_build`, the kernel's GL_SK_SPREAD), whose split tiles are reduced by their
+``"none"``, or ``"tail_spread"`` / ``"all_spread"``: ``"tail"``'s / ``"all"``'s schedule launched on
+the ``sk_spread`` sibling build (:meth:`LibraryGemm.spread_build`, the kernel's GL_SK_SPREAD), whose
+split tiles are reduced by their
 participants together, each adding the K-ordered partials for its share of the tile, instead of by the
 last contributor alone (kernels/include/gemm_ladder/stream_k_spread.cuh; the same sums, bitwise). Its
 participants spin until every contributor handed in, which needs every CTA of the grid to run: the grid
