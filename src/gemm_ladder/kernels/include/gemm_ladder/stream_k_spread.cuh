@@ -16,8 +16,11 @@
 // every hand-in comes before any wait of its warpgroup (a range's non-participating segment is its
 // first). So every hand-in is reached by running K iterations only, given that every CTA of the grid
 // runs: the launch sizes the grid to the clusters that can be resident at once (max_active_clusters),
-// and a CTA held back by another kernel on the SMs starts when that kernel's CTAs end, which do not
-// wait on this one.
+// and a CTA held back by another kernel on the SMs starts when that kernel's CTAs end. That last step
+// assumes the other kernel's CTAs end without waiting on CTAs that cannot start: two launches that both
+// spin (two spread launches on streams of different priority, say, each holding part of the SMs while
+// its remaining CTAs wait for the other's) could wait on each other; a cooperative launch
+// (CU_LAUNCH_ATTRIBUTE_COOPERATIVE) would make co-residency the driver's guarantee (not used yet).
 #pragma once
 #include "gemm_ladder/ptx/common.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
