@@ -44,11 +44,12 @@
 // panel ring's deferred panels are; the producer keeps loading meanwhile. Without it (0, the default)
 // this file is unchanged.
 //
-// GL_SK_SPREAD (1: library_gemm(..., sk_spread=True), split "tail_spread") reduces the split stream-K
-// tail's tiles distributed over their contributors instead of by the last one to arrive: a contributor
-// whose cluster's range goes on after the unit hands in its partial and leaves; the others wait for
-// every hand-in, then each adds the slots in K order for its share of the fragment and stores that
-// share with plain masked stores (stream_k_spread.cuh gives the protocol and why it cannot deadlock).
+// GL_SK_SPREAD (1: library_gemm(..., sk_spread=True), splits "tail_spread" and "all_spread") reduces
+// the split stream-K tiles distributed over their contributors instead of by the last one to arrive: a
+// contributor whose cluster's range goes on after the unit hands in its partial and leaves; the others
+// wait for every hand-in, then each adds the slots in K order for its share of the fragment and stores
+// that share with plain masked stores (stream_k_spread.cuh gives the protocol, why it cannot deadlock
+// and what that assumes of other kernels on the GPU).
 // The TMA-store build then takes the output's pointer and pitch too (GL_SPREAD_ARG). Without it (0,
 // the default) this file is unchanged.
 #include "gemm_ladder/tma_tile.cuh"
