@@ -282,6 +282,16 @@ def _schedule_notes(plan: Plan, ar) -> tuple[str, ...]:
                 f"finished by the last to arrive (fp32 partials in a per-stream workspace of "
                 f"{tail.workspace_floats(cluster, plan.consumers.warpgroups, plan.tile[1]) * 4 / 2**20:.1f} MiB, summed "
                 "in K order; int32 arrival counters zeroed on the stream before each launch)")
+            sp = tail.spread_json(plan.tile[1])
+            if sp["split_units"]:
+                notes.append(
+                    f"distributed fixup (the library's split \"tail_spread\", stream_k_spread.cuh): each of the "
+                    f"{sp['split_units']} split units has {sp['contributors'][0]}-{sp['contributors'][1]} contributors, "
+                    f"of which {sp['participants'][0]}-{sp['participants'][1]} participate (their cluster's range ends "
+                    "with the unit; the last contributor, when its range goes on, hands in and leaves); the "
+                    "participants wait for every hand-in, then each adds the K-ordered partials for its share of "
+                    f"each 64-row fragment, at most {sp['most_float4s_per_participant']} of its "
+                    f"{sp['float4s_per_fragment']} float4s, and stores it")
         else:
             notes.append(f"stream-K tail: not split ({units} units on {unit_stride} clusters: no partial wave, or "
                          f"it would leave at most {plan.stream_k_min_idle:.0%} of the clusters idle, or fewer tail K "

@@ -10,7 +10,7 @@ from gemm_ladder.contract import dtype_name
 from gemm_ladder.design.describer import conclusion, plan_document
 from gemm_ladder.design.problem import ceil_div
 from gemm_ladder.dispatch import kernels as K
-from gemm_ladder.dispatch.heuristic import CostModel
+from gemm_ladder.dispatch.heuristic import SPREAD, CostModel
 from gemm_ladder.dispatch.route import Route
 
 
@@ -87,8 +87,20 @@ class Explanation:
                              f"{t['why']}")
                 lines.append(f"  M-tile table: {t['provenance']}")
             for c in h.get("candidates", [])[:9]:
-                lines.append(f"    BN {c['bn']:>3} split {c['split']:<4} {c['predicted_us']:>9.1f} us predicted, "
+                lines.append(f"    BN {c['bn']:>3} split {c['split']:<11} {c['predicted_us']:>9.1f} us predicted, "
                              f"{c['waves']:.2f} waves")
+            if h.get("spread"):
+                sp = h["spread"]
+                lines.append(f"  spread:   {sp['rule']}")
+                if sp.get("split_units"):
+                    lines.append(f"            {sp['split_units']} split units, "
+                                 f"{sp['contributors'][0]}-{sp['contributors'][1]} contributors and "
+                                 f"{sp['participants'][0]}-{sp['participants'][1]} participants each; a participant "
+                                 f"reduces at most {sp['most_float4s_per_participant']} of the "
+                                 f"{sp['float4s_per_fragment']} float4s of each 64-row fragment")
+            if h.get("unpriced_splits"):
+                lines.append(f"    split {', '.join(h['unpriced_splits'])}: built on demand, not priced by the table "
+                             "(no spread_fixup_us: not timed by bench/library.py --tune), so not chosen")
             if h.get("untimed_bns"):
                 lines.append(f"    BN {', '.join(map(str, h['untimed_bns']))}: built, not in the table (not timed by "
                              "bench/library.py --tune), so not chosen")
@@ -99,6 +111,21 @@ class Explanation:
         for r in self.not_taken[:4]:
             lines.append(f"  no route: {r}")
         return "\n".join(lines)
+
+
+def _spread(route: Route, split: str) -> dict:
+    """What a spread split does on this route's shape (design/stream_k.py's spread_json)."""
+    from gemm_ladder.library.gemm import split_schedule
+
+    bn = route.bn
+    units = ceil_div(ceil_div(route.m, 128), 2) * ceil_div(route.n, bn)
+    tail = split_schedule(units, route.device.clusters, ceil_div(route.k, 64), split)
+    what = "the last partial wave" if split == "tail_spread" else "every unit"
+    return {"rule": f"{what} split by K over every cluster; each split tile's fp32 partials added "
+                    "in K order by its participants together (the contributors whose cluster's range ends with "
+                    "the tile), each storing its share, instead of by the last to arrive alone "
+                    "(kernels/include/gemm_ladder/stream_k_spread.cuh)",
+            **tail.spread_json(bn)}
 
 
 def trivial_explanation(kind: str, m: int, n: int, k: int, dtype, out_dtype, device: str) -> Explanation:
@@ -168,6 +195,7 @@ def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostMo
     if repacked:
         launches.append("repack " + " and ".join(f"{p.name} ({p.role})" for p in repacked)
                         + f" (one launch, {sum(p.repack_bytes for p in repacked)} bytes moved)")
+    kernel_launch = len(launches)
     launches.append(f"{desc['name']} ({route.m} x {route.n} x {route.k})")
     if route.c_path.copy_back:
         launches.append(f"repack the output workspace back into c ({route.c_path.copy_bytes} bytes moved)")
@@ -183,6 +211,14 @@ def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostMo
                      "provenance": model.provenance if model else "none",
                      "candidates": [c.to_json() for c in route.candidates],
                      "untimed_bns": list(route.untimed_bns)}
+        unpriced = [s for s in K.kernel_splits(route.kernel) if model is not None and not model.prices(s)]
+        if unpriced:
+            heuristic["unpriced_splits"] = unpriced
+        if split in SPREAD and hasattr(route.kernel, "spread_build"):
+            # The launch runs the sibling build with the distributed fixup (library/gemm.py bind).
+            desc = K.describe(route.kernel.spread_build())
+            launches[kernel_launch] = f"{desc['name']} ({route.m} x {route.n} x {route.k})"
+            heuristic["spread"] = _spread(route, split)
     tile = desc.get("tile") or (list(plan.tile) if plan is not None else None)
     return Explanation(
         m, n, k, dtype, str(out_dtype).replace("torch.", ""), route.kind, route.device.describe(), kernel=desc,

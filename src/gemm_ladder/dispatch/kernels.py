@@ -7,7 +7,8 @@
 * :func:`small_m` - ``library.small_m.small_m_gemm`` (M <= 256; or the bucket the table's M-tile rule
   picks: ``small_m_kernel``), options ``splits``.
 * :func:`general` - the library kernel for an operand order and tile width (``library.gemm.library_gemm``),
-  options ``split`` in ("none", "tail", "all") and, for a workspace output, ``c_padding_writable``.
+  options ``split`` in ("none", "tail", "all", and "tail_spread" / "all_spread": "tail" / "all" run by
+  its sibling build with the distributed fixup) and, for a workspace output, ``c_padding_writable``.
 * :func:`general_from_registers` - its build that stores C from registers (any pitch, float32 too),
   options ``split``.
 * :func:`general_staged` - its build that stores the same outputs through per-warp shared-memory
@@ -75,7 +76,7 @@ def general_bns() -> tuple[int, ...]:
 
 
 def kernel_splits(kernel) -> tuple[str, ...]:
-    """The split policies ``kernel.launch`` takes (``splits`` attribute; all three by default)."""
+    """The split policies ``kernel.launch`` takes (``splits`` attribute; "none", "tail", "all" by default)."""
     return tuple(getattr(kernel, "splits", ("none", "tail", "all")))
 
 

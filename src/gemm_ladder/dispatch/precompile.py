@@ -111,7 +111,15 @@ def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLA
 
     classes = check_classes(classes)
     # The general kernel's widths the route can reach: those the cost table times (route.choose).
-    timed_bns = [bn for bn in general_bns() if bn in cost_model().k_iter_us]
+    model = cost_model()
+    timed_bns = [bn for bn in general_bns() if bn in model.k_iter_us]
+    # Splits "tail_spread" and "all_spread" run each general build's sibling with the distributed fixup
+    # (library/gemm.py spread_build); the route ranks them only where the table prices them
+    # (dispatch.heuristic.CostModel.prices).
+    spread = model.prices("tail_spread")
+
+    def with_spread(kernel):
+        return [(kernel, "")] + ([(kernel.spread_build(), " spread")] if spread else [])
     for d in dtypes:
         if d not in DTYPES:
             raise ValueError(f"dtype {d!r}: the library computes {', '.join(DTYPES)}")
@@ -121,18 +129,19 @@ def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLA
             for bm in MAJORS:
                 if "large" in classes:
                     for bn in timed_bns:
-                        kernel = general(am, bm, bn)
-                        if kernel is not None:
-                            builds.append(Build(f"general A {am} B {bm} BN {bn} {dtype}",
+                        base = general(am, bm, bn)
+                        for kernel, tag in with_spread(base) if base is not None else []:
+                            builds.append(Build(f"general A {am} B {bm} BN {bn}{tag} {dtype}",
                                                 lambda k=kernel, d=dtype: k.build(d), _loaded_general(kernel, dtype)))
                 for fp32, cls in ((False, "unaligned"), (True, "fp32_out")):
                     if cls in classes:
                         for bn in timed_bns:
                             for how, make in (("from registers", general_from_registers), ("staged", general_staged)):
-                                kernel = make(am, bm, bn, out_fp32=fp32)
-                                builds.append(Build(f"general {how} A {am} B {bm} BN {bn}"
-                                                    f"{' fp32 out' if fp32 else ''} {dtype}",
-                                                    lambda k=kernel, d=dtype: k.build(d), _loaded_general(kernel, dtype)))
+                                for kernel, tag in with_spread(make(am, bm, bn, out_fp32=fp32)):
+                                    builds.append(Build(f"general {how} A {am} B {bm} BN {bn}"
+                                                        f"{' fp32 out' if fp32 else ''}{tag} {dtype}",
+                                                        lambda k=kernel, d=dtype: k.build(d),
+                                                        _loaded_general(kernel, dtype)))
                 for fp32 in (False, True):
                     if ("fp32_out" if fp32 else "small_m") not in classes:
                         continue

@@ -458,7 +458,7 @@ def choose(routes: list[Route], model: CostModel) -> Route | None:
     ranked = []
     for r in timed:
         if r.repack_cost == least:
-            configs = [(r.bn, s) for s in K.kernel_splits(r.kernel)]
+            configs = [(r.bn, s) for s in K.kernel_splits(r.kernel) if model.prices(s)]
             ranked += [(cand, r) for cand in rank(model, r.m, r.n, r.k, r.device.clusters, configs)]
     ranked.sort(key=lambda cr: round(cr[0].predicted_us, 6))  # stable: wider tiles, fewer splits first
     cand, r = ranked[0]

@@ -50,6 +50,15 @@
 // 16-byte stores, a funnel shift joining two staged chunks on rows not 16-byte aligned
 // (staged_store.cuh). The warp's buffer is its own, so no barrier beyond __syncwarp; the stream-K tail
 // stores through the same copy.
+//
+// GL_SK_SPREAD (1: library_gemm(..., sk_spread=True), splits "tail_spread" and "all_spread") reduces
+// the split stream-K tiles distributed over their contributors instead of by the last one to arrive: a
+// contributor whose cluster's range goes on after the unit hands in its partial and leaves; the others
+// wait for every hand-in, then each adds the slots in K order for its share of the fragment and stores
+// that share with plain masked stores (stream_k_spread.cuh gives the protocol, why it cannot deadlock
+// and what that assumes of other kernels on the GPU).
+// The TMA-store build then takes the output's pointer and pitch too (GL_SPREAD_ARG). Without it (0,
+// the default) this file is unchanged.
 #include "gemm_ladder/tma_tile.cuh"
 #include "gemm_ladder/fused_epilogue_pair.cuh"
 
@@ -96,6 +105,12 @@ static_assert((GL_A_MN_MAJOR == 0 || GL_A_MN_MAJOR == 1) && (GL_B_MN_MAJOR == 0 
 static_assert(GL_C_FROM_REGISTERS == 1, "sm90_gemm: the staged store is a build of the kernel that takes C's pointer (GL_C_FROM_REGISTERS)");
 static_assert(GL_SMEM_C_PANEL_BYTES == gl::kStagedWarpBytes && GL_SMEM_C_OFFSET % 16 == 0,
               "sm90_gemm: the plan's c_staged buffers are one kStagedWarpBytes buffer per consumer warp");
+#endif
+#ifndef GL_SK_SPREAD
+#define GL_SK_SPREAD 0
+#endif
+#if GL_SK_SPREAD
+#include "gemm_ladder/stream_k_spread.cuh"
 #endif
 
 using namespace gl;
@@ -152,10 +167,19 @@ __device__ __forceinline__ void epilogue_pack_panel(uint32_t (&packed)[BN / 4], 
 #define GL_EPILOGUE_ARG
 #endif
 
+#if GL_SK_SPREAD && !GL_C_FROM_REGISTERS
+// The TMA-store build's split tail stores each participant's share with plain stores
+// (stream_k_spread.cuh): it takes the output's pointer and row pitch beside its tensor map.
+#define GL_SPREAD_ARG , elem_t* __restrict__ C, long long ldc
+using out_t = elem_t;
+#else
+#define GL_SPREAD_ARG
+#endif
+
 extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 GL_C_ARG, int M, int N, int K, int tail_first_unit,
-                int max_contributors, float* __restrict__ partials, int* __restrict__ counters GL_EPILOGUE_ARG) {
+                int max_contributors, float* __restrict__ partials, int* __restrict__ counters GL_SPREAD_ARG GL_EPILOGUE_ARG) {
   extern __shared__ uint8_t smem_raw[];
   const SmemMap smem(smem_raw);
   const TileScheduler sched(M, N, BM, BN, GL_CLUSTER);
@@ -305,6 +329,26 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
       if (seg.contributors > 1) {
         const int slot = ((seg.unit - whole_end) * GL_CLUSTER + rank) * GL_CONSUMERS + consumer;
         const PartialSlots<BN> slots{partials + static_cast<size_t>(slot) * max_contributors * PartialSlots<BN>::kFloats};
+#if GL_SK_SPREAD
+        // The distributed reduction (stream_k_spread.cuh): a contributor whose range goes on hands in
+        // and leaves; the others (their range ends here) wait for every hand-in and each reduces and
+        // stores its share of the fragment.
+        if (seg.next != end) {
+          spread_hand_in(slots, counters + slot, seg.mine, d, bar, elected);
+          continue;
+        }
+        spread_hand_in_and_wait(slots, counters + slot, seg.mine, seg.contributors, d, bar, elected);
+        int um, tn;
+        sched.coords(seg.unit, um, tn);
+        spread_reduce_store<BN>(slots, seg.contributors, seg.mine, spread_participants(tail, seg), C, ldc,
+                                (um * GL_CLUSTER + rank) * BM + 64 * consumer, tn * BN, M, N,
+                                [&](float& x0, float& x1, int r, int c) {
+#if defined(GL_EPILOGUE)
+                                  epilogue_pair<true>(x0, x1, r, c, M, N, epi);
+#endif
+                                });
+        continue;
+#endif
         if (!hand_in_partial(slots, counters + slot, seg.mine, seg.contributors, d, bar, elected))
           continue;  // another contributor finishes this tile
         slots.reduce(seg.contributors, d);
