@@ -6,8 +6,8 @@ global memory, beside cuBLAS (issue 12).
 Shapes: (N, K) in {4096 x 4096, 4096 x 14336} x M in {16, 64, 128, 256}, y = x @ w.T (``F.linear``'s
 layout), each in one M tile (the smallest bucket >= M) and in two (the bucket of ceil(M / 2): the
 M-tile table's other choice, dispatch/small_m_tiles.py). Per shape and tiling, with the default grid
-rule (SmallMGemm.ctas): ``cluster`` (cluster_reduce=None: the cluster build where SmallMGemm.cluster_ways
-takes it; the row says which S, or that it did not) and ``global`` (cluster_reduce=False: the workspace
+rule (SmallMGemm.ctas): ``cluster`` (the cluster build, cluster_reduce=True, where SmallMGemm.cluster_ways
+allows it; the row says which S, or that it did not, and then times the global reduction twice) and ``global`` (cluster_reduce=False: the workspace
 reduction on the same grid). Both are checked against float64 under the correctness gate's bounds and
 must agree bitwise with each other (the same partials added in the same K order); then ``--passes``
 passes time them interleaved with cuBLAS (gates.performance.time_fns: L2 flushed before every call,
@@ -89,7 +89,7 @@ def main() -> int:
         ctas = kernel.ctas(m, n, k, kernel.loaded(dtype, device).max_active_clusters(device))
         ways = kernel.cluster_ways(m, n, k, ctas, lambda s: kernel.clustered(s).loaded(dtype, device)
                                    .max_active_clusters(device))
-        fns = {"cluster": _fn(kernel, torch.empty(m, n, dtype=DTYPES[dtype], device=device), None),
+        fns = {"cluster": _fn(kernel, torch.empty(m, n, dtype=DTYPES[dtype], device=device), ways > 1 or None),
                "global": _fn(kernel, torch.empty(m, n, dtype=DTYPES[dtype], device=device), False)}
         outs = {}
         for name, fn in fns.items():

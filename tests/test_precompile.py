@@ -10,7 +10,7 @@ import torch
 from cli_runner import cli_env, run_many
 from conftest import needs_nvcc
 from gemm_ladder.dispatch.precompile import CLASSES, check_classes, library_builds, normalize_dtypes
-from gemm_ladder.library.small_m import BUCKETS, CLUSTER_WAYS
+from gemm_ladder.library.small_m import BUCKETS
 from gemm_ladder.runtime import capture, module
 from gemm_ladder.runtime.capture import CaptureBuildError, refuse_during_capture
 
@@ -30,16 +30,15 @@ def test_each_class_plans_its_kernels():
     assert {int(lbl.split(" BN ")[1].split()[0]) for lbl in large} == set(timed)
     assert {"general A k B k BN 256 bf16", "general A mn B mn BN 128 bf16"} <= set(large)
     small = labels(("bf16",), ("small_m",))
-    builds_per_bucket = 1 + len(CLUSTER_WAYS)  # the plain build and one per cluster size
-    assert len(small) == ORDERS * len(BUCKETS) * builds_per_bucket and not any("fp32" in lbl for lbl in small)
-    assert {"small-M BN 16 A k B k bf16", "small-M BN 16 A k B k cluster 4 bf16",
-            "small-M BN 256 A mn B mn cluster 8 bf16"} <= set(small)
+    # the plain builds only: the cluster builds are opt-in (SmallMGemm.bind's cluster_reduce), never routed
+    assert len(small) == ORDERS * len(BUCKETS) and not any("fp32" in lbl or "cluster" in lbl for lbl in small)
+    assert {"small-M BN 16 A k B k bf16", "small-M BN 256 A mn B mn bf16"} <= set(small)
     fp32 = labels(("bf16",), ("fp32_out",))
-    assert "small-M BN 128 A k B mn cluster 2 fp32 out bf16" in fp32
-    # the small-M builds (plain and clustered) and the register-store and staged float32 builds of the
-    # general kernel, each (order, timed BN)
+    assert "small-M BN 128 A k B mn fp32 out bf16" in fp32
+    # the small-M builds and the register-store and staged float32 builds of the general kernel, each
+    # (order, timed BN)
     assert "repack fp32" in fp32 and len([x for x in fp32 if "fp32 out" in x]) == ORDERS * (
-        len(BUCKETS) * builds_per_bucket + 2 * len(timed))
+        len(BUCKETS) + 2 * len(timed))
     assert len([x for x in fp32 if x.startswith("general from registers") and x.endswith("fp32 out bf16")]) == ORDERS * len(timed)
     unaligned = labels(("fp16",), ("unaligned",))
     assert unaligned[-2:] == ["repack fp16", "repack fp32"] and len(unaligned) == 2 * ORDERS * len(timed) + 2

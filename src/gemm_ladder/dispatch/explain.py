@@ -152,26 +152,14 @@ def _grid(route: Route, plan) -> list[int] | None:
 
 
 def _small_m_split(route: Route, splits: int | None) -> tuple[str, int | None]:
-    """The small-M kernel's split in words and its launch cluster (None: none). The reduction is the
-    kernel's rule (SmallMGemm.cluster_ways): through a cluster's distributed shared memory when every
-    unit splits into S in {2, 4, 8} even K ranges and all its clusters are resident, which the
-    occupancy API says at the first launch on a GPU (before that, the text says both outcomes)."""
+    """The small-M kernel's split in words and its launch cluster (None: none). ``gemm_ladder.mm``
+    reduces split-K partials through a global workspace; the cluster build (SmallMGemm.cluster_ways)
+    is taken only when a caller forces it (``cluster_reduce=True``), which no route does."""
     kern = route.kernel
-    given = "" if splits is None else f"splits={splits}: "
-    if not hasattr(kern, "cluster_ways"):
+    if not hasattr(kern, "split_text"):
         return ("K split by the small-M rule (SmallMGemm.ctas: whole units split evenly, or stream-K past the "
                 "resident CTAs)" if splits is None else f"splits={splits}"), None
-    ctas = kern.ctas(route.m, route.n, route.k, route.device.sms, splits)
-    units = kern.units(route.m, route.n)
-    ways = kern.cluster_ways(route.m, route.n, route.k, ctas, lambda s: units)  # every condition but residency
-    if ways == 1:
-        return given + kern.split_text(1), None
-    known = kern.known_clusters(ways)
-    if known is not None:
-        ways = kern.cluster_ways(route.m, route.n, route.k, ctas, lambda s: known)
-        return given + kern.split_text(ways), (ways if ways > 1 else None)
-    return (given + f"{kern.split_text(ways)}, if the occupancy API says the {units} clusters of {ways} are resident "
-            f"(asked at the first launch); otherwise {ways} ways through a global workspace"), None
+    return ("" if splits is None else f"splits={splits}: ") + kern.split_text(1), None
 
 
 def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostModel | None) -> Explanation:

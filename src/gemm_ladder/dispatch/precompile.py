@@ -25,12 +25,11 @@ CLASSES: dict[str, str] = {
     "large": "the layouts kernel in every operand order and each tile width the dispatch table times (BN 64, "
              "128, 256 today): calls with M and N > 256, and any call the small-M kernel does not take "
              "(transposed operands included: backward passes read them)",
-    "small_m": "the small-M kernel, every M bucket (8-256) and operand order, output in the input dtype, and "
-               "its cluster builds (split-K in clusters of 2, 4 and 8: library.small_m.CLUSTER_WAYS): calls "
-               "with M or N <= 256",
-    "fp32_out": "the small-M kernel writing float32 (out_dtype=torch.float32), every bucket and order and its "
-                "cluster builds, and the layouts kernel's float32 builds storing C from registers and through "
-                "the staged copy, every order and timed BN",
+    "small_m": "the small-M kernel, every M bucket (8-256) and operand order, output in the input dtype: "
+               "calls with M or N <= 256 (its cluster builds are opt-in, never routed: not built here)",
+    "fp32_out": "the small-M kernel writing float32 (out_dtype=torch.float32), every bucket and order, and the "
+                "layouts kernel's float32 builds storing C from registers and through the staged copy, every "
+                "order and timed BN",
     "unaligned": "the repack kernel for the dtype's element size and for float32: operands whose strides a "
                  "TMA tensor map cannot describe, and outputs written through a workspace; and the layouts "
                  "kernel's builds storing C from registers and through the staged copy (outputs a TMA store cannot "
@@ -107,7 +106,7 @@ def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLA
     from gemm_ladder.dispatch import cost_model
     from gemm_ladder.dispatch.kernels import general, general_bns, general_from_registers, general_staged
     from gemm_ladder.library.repack import REPACK
-    from gemm_ladder.library.small_m import BUCKETS, CLUSTER_WAYS, small_m_gemm
+    from gemm_ladder.library.small_m import BUCKETS, small_m_gemm
 
     classes = check_classes(classes)
     # The general kernel's widths the route can reach: those the cost table times (route.choose).
@@ -146,14 +145,11 @@ def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLA
                     if ("fp32_out" if fp32 else "small_m") not in classes:
                         continue
                     for m in BUCKETS:
-                        # the plain build, then the cluster builds SmallMGemm.bind may take (cluster_ways)
-                        for ways in (1, *CLUSTER_WAYS):
-                            k = small_m_gemm(m) if ways == 1 else small_m_gemm(m).clustered(ways)
-                            builds.append(Build(
-                                f"small-M BN {m} A {am} B {bm}{f' cluster {ways}' if ways > 1 else ''}"
-                                f"{' fp32 out' if fp32 else ''} {dtype}",
-                                lambda k=k, d=dtype, f=fp32, a=am, b=bm: k.build(d, out_fp32=f, a_major=a, b_major=b),
-                                _loaded_small_m(k, dtype, fp32, am, bm)))
+                        k = small_m_gemm(m)
+                        builds.append(Build(
+                            f"small-M BN {m} A {am} B {bm}{' fp32 out' if fp32 else ''} {dtype}",
+                            lambda k=k, d=dtype, f=fp32, a=am, b=bm: k.build(d, out_fp32=f, a_major=a, b_major=b),
+                            _loaded_small_m(k, dtype, fp32, am, bm)))
         if "unaligned" in classes:
             builds.append(Build(f"repack {dtype}", lambda d=dtype: REPACK.build(d),
                                 lambda device: REPACK.loaded(2, device)))

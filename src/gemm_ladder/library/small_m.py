@@ -416,9 +416,12 @@ class SmallMGemm:
         ``epilogue``: a fused epilogue bound to the caller's output and oriented (``swap``: c is the
         transpose of the caller's output), applied after the reduction, before the one rounding.
 
-        ``cluster_reduce``: None, the cluster build where :meth:`cluster_ways` says so; False, never (the
-        global-memory reduction forced, for comparisons); True, always: ValueError when the rule's
-        conditions do not hold.
+        ``cluster_reduce``: True, the cluster build (ValueError when :meth:`cluster_ways`'s conditions
+        do not hold); None or False, the global-memory reduction. The cluster build is opt-in: on the
+        H200 it was not faster where it applies (bench/small_m_cluster.py,
+        bench/results/2026-12-01_small_m_cluster_bf16_a1d517d.json: clusters of 4 for 32 units do not
+        fit, and with clusters of 2 it ran 0.97-1.03x the global reduction at 4096x4096 and 0.92-0.97x
+        at 4096x14336), so ``gemm_ladder.mm`` never takes it.
 
         Raises ValueError with the rule when :meth:`supports` refuses the operands or ``splits``
         cannot be used (or K = 0 with an epilogue: the caller decides that case); EpilogueCompileError
@@ -464,7 +467,7 @@ class SmallMGemm:
 
         def choose() -> tuple[StreamKTail, int]:
             ctas = self.ctas(m, n, k, kernel.max_active_clusters(device), splits)
-            ways = 1 if cluster_reduce is False else self.cluster_ways(m, n, k, ctas, clusters_fit)
+            ways = self.cluster_ways(m, n, k, ctas, clusters_fit) if cluster_reduce else 1
             if cluster_reduce and ways == 1:
                 raise ValueError(
                     f"cluster_reduce=True: the launch of {ctas} CTAs on {self.units(m, n)} units (M, N, K = {m}, {n}, {k}, "
