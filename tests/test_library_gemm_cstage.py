@@ -234,12 +234,17 @@ def test_aligned_outputs_keep_the_tma_store_when_switched_on(staged_switch):
         assert not route.kernel.c_from_registers and route.c_path.store == "TMA store"
 
 
-def test_precompile_builds_the_staged_builds_beside_the_register_store():
-    """Every (order, timed BN) register-store build, bf16 and float32 out, has its staged twin."""
+def test_precompile_builds_the_store_the_switch_picks(monkeypatch):
+    """Precompile builds, per (order, timed BN), bf16 and float32 out, the build STAGED_STORE routes to:
+    the register store when off, its staged twin (same labels otherwise) when on."""
+    off = {cls: [b.label for b in library_builds(("bf16",), (cls,))] for cls in ("unaligned", "fp32_out")}
+    monkeypatch.setattr(K, "STAGED_STORE", True)
+    on = {cls: [b.label for b in library_builds(("bf16",), (cls,))] for cls in ("unaligned", "fp32_out")}
     for cls, tag in (("unaligned", ""), ("fp32_out", " fp32 out")):
-        labels = [b.label for b in library_builds(("bf16",), (cls,))]
-        creg = [x for x in labels if x.startswith("general from registers")]
-        cstage = [x for x in labels if x.startswith("general staged")]
+        creg = [x for x in off[cls] if x.startswith("general from registers")]
+        cstage = [x for x in on[cls] if x.startswith("general staged")]
         assert creg and len(cstage) == len(creg)
+        assert not any(x.startswith("general staged") for x in off[cls])
+        assert not any(x.startswith("general from registers") for x in on[cls])
         assert {x.replace("general staged", "general from registers") for x in cstage} == set(creg)
         assert all(x.endswith(f"{tag} bf16") for x in cstage)

@@ -98,7 +98,7 @@ def output(m, n, dtype, creg, fp32=False):
     t = torch.float32 if fp32 else DT[dtype]
     if not creg:
         return torch.full((m, n), NAN, device="cuda", dtype=t), None
-    buf = torch.full((m + 2) * (n + 3) + 1, NAN, device="cuda", dtype=t)
+    buf = torch.full(((m + 2) * (n + 3) + 1,), NAN, device="cuda", dtype=t)
     return buf[1:1 + m * (n + 3)].view(m, n + 3)[:, :n], buf
 
 

@@ -55,8 +55,11 @@ def general_staged(a_major: str, b_major: str, bn: int, out_fp32: bool = False):
 
 
 #: Which build writes the outputs a TMA store cannot write: the staged copy (True) or the register
-#: store (False). Both are built by precompile (dispatch/precompile.py) and timed forced by
-#: bench/staged_store.py; the switch follows that bench's result on the H200 (bench/results).
+#: store (False). bench/staged_store.py times both forced; the switch follows its result on the H200:
+#: at f865039 (bench/results/2026-12-01_staged_store_f865039.json) the staged copy was no faster where it
+#: would serve (N = 4095, BN 256: 207.4 us both; 4097x4095x4093 through mm: 273.8 against 268.0 us;
+#: float32 out: 10-20% slower), faster only on aligned bf16 pitches, which the TMA store writes anyway.
+#: precompile builds the one the switch picks.
 STAGED_STORE = False
 
 

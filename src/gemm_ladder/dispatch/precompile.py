@@ -28,12 +28,12 @@ CLASSES: dict[str, str] = {
     "small_m": "the small-M kernel, every M bucket (8-256) and operand order, output in the input dtype: "
                "calls with M or N <= 256 (its cluster builds are opt-in, never routed: not built here)",
     "fp32_out": "the small-M kernel writing float32 (out_dtype=torch.float32), every bucket and order, and the "
-                "layouts kernel's float32 builds storing C from registers and through the staged copy, every "
-                "order and timed BN",
+                "layouts kernel's float32 build for outputs a TMA store cannot write (from registers, or the staged "
+                "copy: dispatch/kernels.py's STAGED_STORE), every order and timed BN",
     "unaligned": "the repack kernel for the dtype's element size and for float32: operands whose strides a "
                  "TMA tensor map cannot describe, and outputs written through a workspace; and the layouts "
-                 "kernel's builds storing C from registers and through the staged copy (outputs a TMA store cannot "
-                 "write: dispatch/kernels.py's STAGED_STORE picks one), every order and timed BN",
+                 "kernel's build for outputs a TMA store cannot write (from registers, or the staged copy: "
+                 "dispatch/kernels.py's STAGED_STORE), every order and timed BN",
 }
 
 
@@ -104,7 +104,8 @@ def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLA
     nothing: the list is what :func:`precompile` runs. Raises ValueError for an unknown class or dtype."""
     from gemm_ladder.contract import DTYPES
     from gemm_ladder.dispatch import cost_model
-    from gemm_ladder.dispatch.kernels import general, general_bns, general_from_registers, general_staged
+    from gemm_ladder.dispatch import kernels
+    from gemm_ladder.dispatch.kernels import general, general_bns, general_unaligned_out
     from gemm_ladder.library.repack import REPACK
     from gemm_ladder.library.small_m import BUCKETS, small_m_gemm
 
@@ -135,12 +136,12 @@ def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLA
                 for fp32, cls in ((False, "unaligned"), (True, "fp32_out")):
                     if cls in classes:
                         for bn in timed_bns:
-                            for how, make in (("from registers", general_from_registers), ("staged", general_staged)):
-                                for kernel, tag in with_spread(make(am, bm, bn, out_fp32=fp32)):
-                                    builds.append(Build(f"general {how} A {am} B {bm} BN {bn}"
-                                                        f"{' fp32 out' if fp32 else ''}{tag} {dtype}",
-                                                        lambda k=kernel, d=dtype: k.build(d),
-                                                        _loaded_general(kernel, dtype)))
+                            how = "staged" if kernels.STAGED_STORE else "from registers"
+                            for kernel, tag in with_spread(general_unaligned_out(am, bm, bn, out_fp32=fp32)):
+                                builds.append(Build(f"general {how} A {am} B {bm} BN {bn}"
+                                                    f"{' fp32 out' if fp32 else ''}{tag} {dtype}",
+                                                    lambda k=kernel, d=dtype: k.build(d),
+                                                    _loaded_general(kernel, dtype)))
                 for fp32 in (False, True):
                     if ("fp32_out" if fp32 else "small_m") not in classes:
                         continue
