@@ -314,7 +314,10 @@ def test_route_and_explain_take_tail_spread_where_the_table_prices_it_cheaper(mo
         dispatch.clear_cache()
 
 
-def test_precompile_builds_the_spread_siblings_only_where_the_table_prices_them(monkeypatch):
+def test_precompile_builds_the_spread_siblings_only_where_the_table_lets_them_win(monkeypatch):
+    """No spread builds without spread_fixup_us, nor with one at least fixup_us (the spread splits are then
+    always predicted slower than their base split: CostModel.may_win); with a cheaper one, a spread
+    sibling beside every general build."""
     from gemm_ladder import dispatch
     from gemm_ladder.dispatch.precompile import library_builds
 
@@ -322,6 +325,12 @@ def test_precompile_builds_the_spread_siblings_only_where_the_table_prices_them(
     monkeypatch.setattr(dispatch, "cost_model", lambda: dataclasses.replace(base, spread_fixup_us=None))
     plain = [b.label for b in library_builds(("bf16",), ("large", "unaligned", "fp32_out"))]
     assert not any("spread" in label for label in plain)
+    dearer = dataclasses.replace(base, spread_fixup_us=base.fixup_us)
+    assert dearer.prices("tail_spread") and not dearer.may_win("tail_spread") and dearer.may_win("tail")
+    monkeypatch.setattr(dispatch, "cost_model", lambda: dearer)
+    assert [b.label for b in library_builds(("bf16",), ("large", "unaligned", "fp32_out"))] == plain
+    cheaper = dataclasses.replace(base, spread_fixup_us=base.fixup_us - 1.0)
+    assert cheaper.may_win("tail_spread") and cheaper.may_win("all_spread")
     monkeypatch.setattr(dispatch, "cost_model", lambda: dataclasses.replace(base, spread_fixup_us=1.0))
     labels = [b.label for b in library_builds(("bf16",), ("large", "unaligned", "fp32_out"))]
     spread = [label for label in labels if " spread " in label]

@@ -116,6 +116,14 @@ class CostModel:
         """Whether the table has a cost for ``split`` (the spread splits need ``spread_fixup_us``)."""
         return split not in SPREAD or self.spread_fixup_us is not None
 
+    def may_win(self, split: str) -> bool:
+        """Whether ``split`` can ever be predicted fastest: priced, and for a spread split a fixup cheaper
+        than the last arriver's (its schedule is its base split's, so with a dearer fixup it is always
+        predicted slower and the route never picks it)."""
+        if not self.prices(split):
+            return False
+        return split not in SPREAD or self.spread_fixup_us < self.fixup_us
+
     def predict_us(self, w: Work) -> float:
         """Predicted time of one launch, microseconds. Raises KeyError for a split the table does not
         price (:meth:`prices`)."""
