@@ -303,6 +303,19 @@ def test_a_workspace_output_may_take_the_tma_stores_padding(monkeypatch):
     dispatch.clear_cache()
 
 
+def unaligned_out(m, n, out):
+    """(c, given) for an (m, n) output on the meta device: allocated (``out`` None), or given as a view
+    with an odd pitch (("pitch", ld)), a base ``off`` elements past 16 bytes (("offset", off)) or
+    column-major with an odd pitch (("transposed", ld))."""
+    if out is None:
+        return meta(m, n), False
+    if out[0] == "pitch":
+        return meta(m, out[1])[:, :n], True
+    if out[0] == "offset":
+        return meta(m, n + 8)[:, out[1]:out[1] + n], True
+    return meta(n, out[1])[:, :m].T, True
+
+
 @pytest.mark.parametrize("shape,out", [
     ((4096, 4096, 300), None),                      # N = 300: 600-byte rows
     ((4097, 4093, 4095), None),                     # the odd benchmark shape
@@ -316,14 +329,7 @@ def test_unaligned_outputs_are_stored_from_registers_by_the_real_kernels(shape, 
     build that stores C from registers, in place, in the orientation that makes it row-major; nothing
     is copied back and the workspace rule (c_padding_writable) is not used."""
     m, k, n = shape
-    if out is None:
-        c, given = meta(m, n), False
-    elif out[0] == "pitch":
-        c, given = meta(m, out[1])[:, :n], True
-    elif out[0] == "offset":
-        c, given = meta(m, n + 8)[:, out[1]:out[1] + n], True
-    else:
-        c, given = meta(n, out[1])[:, :m].T, True
+    c, given = unaligned_out(m, n, out)
     dispatch.clear_cache()
     route = dispatch.decide(meta(m, k), meta(k, n), c, given=given, device=ASSUMED_DEVICE)
     assert route.kind == "general" and route.kernel.c_from_registers and not route.kernel.out_fp32

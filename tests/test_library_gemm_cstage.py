@@ -28,6 +28,7 @@ from gemm_ladder.dispatch.precompile import library_builds
 from gemm_ladder.dispatch.route import ASSUMED_DEVICE
 from gemm_ladder.library.gemm import MAJORS, TILE_N, library_gemm
 from gemm_ladder.library.operand import operand_view
+from test_dispatch import unaligned_out
 
 BF = torch.bfloat16
 STAGED = "staged copy (16-byte stores)"
@@ -206,14 +207,7 @@ def test_the_switch_picks_the_build():
 ])
 def test_unaligned_outputs_go_to_the_staged_build_when_switched_on(staged_switch, shape, out):
     m, k, n = shape
-    if out is None:
-        c, given = meta(m, n), False
-    elif out[0] == "pitch":
-        c, given = meta(m, out[1])[:, :n], True
-    elif out[0] == "offset":
-        c, given = meta(m, n + 8)[:, out[1]:out[1] + n], True
-    else:
-        c, given = meta(n, out[1])[:, :m].T, True
+    c, given = unaligned_out(m, n, out)
     route = dispatch.decide(meta(m, k), meta(k, n), c, given=given, device=ASSUMED_DEVICE)
     assert route.kind == "general" and route.kernel.c_staged and route.kernel.name.endswith("_cstage")
     assert route.c_path.workspace is None and route.c_path.store == STAGED and route.c_path.label == STAGED

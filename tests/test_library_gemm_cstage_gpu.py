@@ -30,8 +30,9 @@ from gemm_ladder.dispatch import kernels as K
 from gemm_ladder.gates.correctness import error_bound, random_operands
 from gemm_ladder.library.gemm import SPLITS, TILE_N, library_gemm
 from gemm_ladder.library.operand import operand_view
-from test_library_gemm_gpu import LAYOUTS, gate, place
-from test_library_gemm_regstore_gpu import EPILOGUE_SHAPES, _check_fp32, assert_untouched, epilogue_case, poisoned_out
+from test_library_gemm_gpu import LAYOUTS, gate
+from test_library_gemm_regstore_gpu import (EPILOGUE_SHAPES, RegisterCall, _check_fp32, assert_untouched, epilogue_case,
+                                            poisoned_out)
 
 pytestmark = pytest.mark.gpu
 
@@ -65,25 +66,14 @@ def _built_in_parallel():
         list(pool.map(lambda job: job(), jobs))
 
 
-class StagedCall:
-    """``fn(a, b) -> a @ b.T`` through the staged build on placed operand views, into an output of pitch
-    N + ``c_pad`` starting ``c_offset`` elements into a NaN-poisoned buffer; the buffer outside the view
-    is checked untouched after each launch."""
+class StagedCall(RegisterCall):
+    """The register-store test's call (operands at padded pitches 16 bytes into their buffers, an output of
+    pitch N + ``c_pad`` starting ``c_offset`` elements into a NaN-poisoned buffer, checked untouched
+    outside the view after each launch) through the staged build."""
 
     def __init__(self, a_major="k", b_major="k", bn=256, split="tail", c_pad=1, c_offset=1):
+        super().__init__(a_major, b_major, bn, split, c_pad, c_offset)
         self.kernel = staged(a_major, b_major, bn)
-        self.a_major, self.b_major, self.split = a_major, b_major, split
-        self.c_pad, self.c_offset = c_pad, c_offset
-
-    def __call__(self, a, b):
-        va, vb = place(a, self.a_major, pad=None, offset=8), place(b, self.b_major, pad=None, offset=8)
-        m, n = a.shape[0], b.shape[0]
-        store, c, outside = poisoned_out(m, n, a.dtype, ldc=n + self.c_pad, offset=self.c_offset)
-        assert self.kernel.supports(va, vb, c) is None
-        self.kernel.launch(va, vb, c, split=self.split)
-        torch.cuda.synchronize()
-        assert_untouched(store, outside)
-        return c
 
 
 @pytest.mark.timeout(600)
