@@ -202,17 +202,12 @@ def test_fused_epilogue_in_both_orientations(transposed, activation, split):
 
 
 @pytest.mark.timeout(300)
-def test_the_api_routes_unaligned_outputs_to_the_register_store(monkeypatch):
-    """gemm_ladder.mm and linear on outputs TMA cannot write: N = 4095 (dense, odd pitch), N = 300, an
-    out= view with an odd pitch and base, a column-major out= with an odd pitch (D^T into c.T), float32
-    output past the small-M range; explain names 'C from registers' and no copy back. The dispatcher's
-    switch between this build and the staged one (dispatch/kernels.py's STAGED_STORE) held off."""
-    from gemm_ladder.dispatch import kernels as K
-
-    monkeypatch.setattr(K, "STAGED_STORE", False)
-    dispatch.clear_cache()
-    for (m, k, n), kind in [((1025, 1000, 4095), None), ((1000, 520, 300), None), ((1000, 520, 384), "pitch"),
-                            ((1000, 520, 384), "transposed"), ((600, 130, 777), "fp32")]:
+def check_api_on_unaligned_outputs(cases, output_path: str, kernel_tag: str) -> None:
+    """gemm_ladder.mm on each ((M, K, N), kind) of ``cases`` (kind None: allocated; "pitch": an out= view
+    with an odd pitch and base; "transposed": a column-major out= with an odd pitch, D^T into c.T;
+    "fp32": out_dtype float32): explain names ``output_path`` and a kernel whose name has ``kernel_tag``,
+    nothing is copied back, nothing outside an out= view is written, the result matches float64."""
+    for (m, k, n), kind in cases:
         a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
         b = torch.randn(k, n, device="cuda").to(torch.bfloat16)
         ref = a.double() @ b.double()
@@ -229,11 +224,25 @@ def test_the_api_routes_unaligned_outputs_to_the_register_store(monkeypatch):
             gemm_ladder.mm(a, b, out=c)
             torch.cuda.synchronize()
             assert_untouched(store, outside)
-        assert e.output["output_path"] == "C from registers", str(e)
+        assert e.output["output_path"] == output_path and kernel_tag in e.kernel["name"], str(e)
         assert e.output["orientation"].startswith("D^T" if kind == "transposed" else "D = "), str(e)
         assert not any("back into c" in x for x in e.launches), e.launches
         rel = ((c.double() - ref).norm() / ref.norm()).item()
         assert not torch.isnan(c).any() and rel < (1e-5 if kind == "fp32" else 4e-3), (m, n, k, kind, rel)
+
+
+def test_the_api_routes_unaligned_outputs_to_the_register_store(monkeypatch):
+    """gemm_ladder.mm and linear on outputs TMA cannot write: N = 4095 (dense, odd pitch), N = 300, an
+    out= view with an odd pitch and base, a column-major out= with an odd pitch (D^T into c.T), float32
+    output past the small-M range; explain names 'C from registers' and no copy back. The dispatcher's
+    switch between this build and the staged one (dispatch/kernels.py's STAGED_STORE) held off."""
+    from gemm_ladder.dispatch import kernels as K
+
+    monkeypatch.setattr(K, "STAGED_STORE", False)
+    dispatch.clear_cache()
+    check_api_on_unaligned_outputs([((1025, 1000, 4095), None), ((1000, 520, 300), None), ((1000, 520, 384), "pitch"),
+                                    ((1000, 520, 384), "transposed"), ((600, 130, 777), "fp32")],
+                                   "C from registers", "_creg")
     x = torch.randn(1000, 512, device="cuda").to(torch.bfloat16)
     w = torch.randn(300, 512, device="cuda").to(torch.bfloat16)
     bias = torch.randn(300, device="cuda").to(torch.bfloat16)
