@@ -145,8 +145,8 @@ def test_general_is_not_taken_where_it_would_copy_more():
     routes, _ = find_routes(meta(256, 8192), meta(28672, 8192).T, meta(256, 28672), given=False,
                             device=ASSUMED_DEVICE, tiles_rule=rule)
     assert choose(routes, dispatch.cost_model()).kind == "general"
-    copied = [r if r.kind == "small_m" else replace(r, b_path=replace(r.b_path, repack="made up", workspace=(28672, 8192)))
-              for r in routes]
+    copied = [r if r.kind == "small_m"
+              else replace(r, b_path=replace(r.b_path, repack="made up", workspace=(28672, 8192))) for r in routes]
     assert all(r.repack_cost > 0 for r in copied if r.kind == "general")
     r = choose(copied, dispatch.cost_model())
     assert r.kind == "small_m" and r.small_m_table is None and r.tiles.general_why  # the table said general
@@ -177,3 +177,15 @@ def test_the_tunes_rows_with_general_times_make_the_table():
     assert all(d.general_us is not None for d in rule.decisions)
     assert rule.choose(256, 28672, 8192).general_why and not rule.choose(256, 4096, 4096).general_why
     assert "general kernel when its median is more than 2%" in out[KEY]["rule"]
+
+
+def test_the_tune_times_the_route_dispatch_takes_without_the_small_m_kernel():
+    """general_route (bench/library_small_m.py) on meta tensors: the general kernel, in place, with the cost
+    model's (BN, split) — the same route ``choose`` returns when the table says "general"."""
+    x, w, c = meta(256, 8192), meta(28672, 8192), meta(256, 28672)
+    route, fn = library_small_m.general_route(x, w, c)
+    assert route.kind == "general" and route.repack_cost == 0 and callable(fn)
+    rule = rule_with({(256, 28672, 8192): 9.0})
+    chosen = dispatch.decide(x, w.T, c, given=True, device=ASSUMED_DEVICE, tiles=rule)
+    assert (chosen.bn, dict(chosen.options)["split"]) == (route.bn, dict(route.options)["split"])
+    assert library_small_m.describe_general(route) == f"general BN {route.bn}, split {dict(route.options)['split']}"
