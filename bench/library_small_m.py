@@ -30,10 +30,13 @@ MN-major; it prints one line per launch and exits 1 if any result is wrong. That
 
 ``--tune`` instead decides how many M tiles the dispatcher computes M in (dispatch/small_m_tiles.py):
 per (N, K) above and M in {16, 32, 64, 96, 128, 192, 256}, the one-tile bucket (the smallest >= M)
-and the two-tile bucket (the smallest holding ceil(M / 2) rows) are checked against float64, then timed
+and the two-tile bucket (the smallest holding ceil(M / 2) rows), and the general kernel's route (the
+one dispatch takes when the small-M kernel is set aside: the fewest copies, then the (BN, split) the
+cost model ranks fastest; :func:`general_route`), are checked against float64, then timed
 interleaved with cuBLAS (``--passes`` passes of 4 rounds, ``--budget`` seconds per callable and pass,
 L2 flushed, order alternating); the rule (two tiles when their median over passes is more than 2%
-below one tile's) fits the entry (small_m_tiles.fit), with provenance "tuned on <GPU> <date> <commit>:
+below one tile's; then the general kernel when its median is more than 2% below that) fits the entry
+(small_m_tiles.fit), with provenance "tuned on <GPU> <date> <commit>:
 <this run's JSON>", written into src/gemm_ladder/dispatch/table.json (the cost model's keys kept) and,
 on a lent machine, into $OUT/table.json: copy that over the package's table and commit both. The
 timings go in the JSON. Exit status 0 unless a result is wrong.
@@ -113,22 +116,50 @@ def sanitize(dtype: str) -> int:
     return wrong
 
 
+def general_route(x: torch.Tensor, w: torch.Tensor, c: torch.Tensor):
+    """The route dispatch would take for ``c = x @ w.T`` were the small-M kernel not there: the general
+    kernel's routes only, chosen as dispatch.route.choose chooses them (fewest copies, then the cost
+    model's (BN, split)); and ``fn(x, w)`` running it into ``c``."""
+    from gemm_ladder import dispatch
+    from gemm_ladder.dispatch.execute import run
+    from gemm_ladder.dispatch.route import choose, device_facts, find_routes
+
+    routes, _ = find_routes(x, w.T, c, given=True, device=device_facts(x.device))
+    route = choose([r for r in routes if r.kind == "general"], dispatch.cost_model())
+    if route is None:
+        raise RuntimeError(f"no general-kernel route for {tuple(x.shape)} x {tuple(w.shape)}.T")
+
+    def fn(x, w):
+        run(route, x, w.T, c)
+        return c
+    return route, fn
+
+
+def describe_general(route) -> str:
+    """The general route in words: 'general BN 256, split none'."""
+    return f"general BN {route.bn}, split {dict(route.options).get('split')}"
+
+
 def tune_rows(dtype: str, passes: int, budget: float, flush: str) -> list[dict]:
-    """Per (N, K) in NK and M in TUNE_M: both buckets checked against float64, then timed interleaved
-    with cuBLAS; rows for small_m_tiles.fit (per-pass medians in microseconds). Raises RuntimeError on
-    a wrong result."""
+    """Per (N, K) in NK and M in TUNE_M: both buckets and the general kernel's route
+    (:func:`general_route`) checked against float64, then timed interleaved with cuBLAS; rows for
+    small_m_tiles.fit (per-pass medians in microseconds). Raises RuntimeError on a wrong result."""
+    from gemm_ladder.dispatch import kernels as K
     from gemm_ladder.dispatch.small_m_tiles import one_tile_bn, two_tile_bn
 
-    with ThreadPoolExecutor(max_workers=len(BUCKETS)) as pool:  # nvcc in parallel before the first shape
-        list(pool.map(lambda bn: small_m_kernel(bn).build(dtype), BUCKETS))
+    builds = [small_m_kernel(bn) for bn in BUCKETS] + [K.general("k", "k", bn) for bn in K.general_bns()]
+    with ThreadPoolExecutor(max_workers=len(builds)) as pool:  # nvcc in parallel before the first shape
+        list(pool.map(lambda kernel: kernel.build(dtype), builds))
     device = torch.device("cuda")
     rows = []
     for n, k in NK:
         for m in TUNE_M:
             x, w = random_operands(m, n, k, dtype, device, seed=m * 131 + n * 7 + k + 1)
             one, two = small_m_kernel(one_tile_bn(m)), small_m_kernel(two_tile_bn(m))
+            general, general_fn = general_route(x, w, torch.empty(m, n, dtype=DTYPES[dtype], device=device))
             fns = {"one tile": ours(one, torch.empty(m, n, dtype=DTYPES[dtype], device=device)),
-                   "two tiles": ours(two, torch.empty(m, n, dtype=DTYPES[dtype], device=device))}
+                   "two tiles": ours(two, torch.empty(m, n, dtype=DTYPES[dtype], device=device)),
+                   "general": general_fn}
             errors = {name: check(fn, x, w, dtype) for name, fn in fns.items()}
             times: dict[str, list[float]] = {name: [] for name in [*fns, "cuBLAS"]}
             for i in range(passes):
@@ -136,12 +167,13 @@ def tune_rows(dtype: str, passes: int, budget: float, flush: str) -> list[dict]:
                 for name, t in time_fns(order, x, w, budget_s=budget, rounds=4, warmup=5, flush_l2=flush).items():
                     times[name].append(t.median_ms * 1e3)
             row = {"m": m, "n": n, "k": k, "dtype": dtype, "one_tile_bn": one.bn, "two_tile_bn": two.bn,
-                   "one_tile_us": times["one tile"], "two_tile_us": times["two tiles"], "cublas_us": times["cuBLAS"],
-                   "rel_err": errors}
+                   "one_tile_us": times["one tile"], "two_tile_us": times["two tiles"], "general_us": times["general"],
+                   "general_route": describe_general(general), "cublas_us": times["cuBLAS"], "rel_err": errors}
             rows.append(row)
             med = {name: statistics.median(v) for name, v in times.items()}
             print(f"tune M={m} {n}x{k}: one tile (BN {one.bn}) {med['one tile']:.1f} us, two tiles (BN {two.bn}) "
-                  f"{med['two tiles']:.1f} us, cuBLAS {med['cuBLAS']:.1f} us", flush=True)
+                  f"{med['two tiles']:.1f} us, {describe_general(general)} {med['general']:.1f} us, "
+                  f"cuBLAS {med['cuBLAS']:.1f} us", flush=True)
     return rows
 
 
@@ -173,8 +205,9 @@ def tune(args) -> int:
         Path(os.environ["OUT"], "table.json").write_text(text)
     dispatch.clear_cache()
     for d in table["small_m"]["decisions"]:
-        print(f"M={d['m']} {d['n']}x{d['k']}: {d['tiles']} tile(s) (one {d['one_tile_us']:.1f} us, "
-              f"two {d['two_tile_us']:.1f} us)")
+        print(f"M={d['m']} {d['n']}x{d['k']}: {d.get('kernel', 'small_m')}, {d['tiles']} tile(s) "
+              f"(one {d['one_tile_us']:.1f} us, two {d['two_tile_us']:.1f} us, {d.get('general_route')} "
+              f"{d.get('general_us', float('nan')):.1f} us)")
     print(f"wrote {TABLE_PATH} ({provenance}); copy it to src/gemm_ladder/dispatch/table.json and commit it")
     save({"tune": {"provenance": provenance, "entry": table["small_m"], "rows": rows}}, name, output)
     return 0

@@ -182,7 +182,10 @@ def test_the_shipped_table_on_the_gpu():
         out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
         r = route_of(x, w.T, out)
         want = rule.choose(m, n, k)
-        assert (r.kernel.bn, r.tiles.tiles) == (want.bn, want.tiles), (m, n, k)
-        assert r.kernel.bn == (two_tile_bn(m) if want.tiles == 2 else one_tile_bn(m))
+        if want.general_why:  # a retune measured the general kernel faster here (tests/test_small_m_general_gpu.py)
+            assert r.kind == "general" and r.small_m_table == want, (m, n, k)
+        else:
+            assert (r.kernel.bn, r.tiles.tiles) == (want.bn, want.tiles), (m, n, k)
+            assert r.kernel.bn == (two_tile_bn(m) if want.tiles == 2 else one_tile_bn(m))
         gemm_ladder.mm(x, w.T, out=out)
         assert _close(out, x, w), (m, n, k)

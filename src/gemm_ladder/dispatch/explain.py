@@ -25,6 +25,7 @@ class Explanation:
     'TMA store', 'C from registers', 'staged copy (16-byte stores)' or 'workspace + copy back'); ``launches``: in order;
     ``heuristic``: the cost model's provenance and the candidates it ranked (predicted microseconds);
     for the small-M kernel, ``m_tiles``: its bucket, the number of M tiles and why (the table's rule);
+    for the general kernel where the small-M kernel fits, ``small_m_table``: why the table chose it;
     ``plan``: the designer's plan (conclusion and JSON), or why there is none; ``refusals``: what the
     kernel refused on the way (why an operand is repacked); ``not_taken``: the kernels that found no
     route at all, each with its first refusal.
@@ -86,6 +87,9 @@ class Explanation:
                 lines.append(f"  M tiles:  {t['m_tiles']} of BN {t['bn']} for the kernel's M = {t['kernel_m']}: "
                              f"{t['why']}")
                 lines.append(f"  M-tile table: {t['provenance']}")
+            if h.get("small_m_table"):
+                lines.append(f"  small M:  {h['small_m_table']['why']}")
+                lines.append(f"  M-tile table: {h['small_m_table']['provenance']}")
             for c in h.get("candidates", [])[:9]:
                 lines.append(f"    BN {c['bn']:>3} split {c['split']:<11} {c['predicted_us']:>9.1f} us predicted, "
                              f"{c['waves']:.2f} waves")
@@ -202,6 +206,11 @@ def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostMo
         unpriced = [s for s in K.kernel_splits(route.kernel) if model is not None and not model.prices(s)]
         if unpriced:
             heuristic["unpriced_splits"] = unpriced
+        if route.small_m_table:  # the small-M kernel fits, but its table measured this kernel faster
+            heuristic["rule"] = ("the small-M kernel's table measured the general kernel faster here; then "
+                                 + heuristic["rule"])
+            heuristic["small_m_table"] = {"why": route.small_m_table.general_why,
+                                          "provenance": route.small_m_table.provenance}
         if split in SPREAD and hasattr(route.kernel, "spread_build"):
             # The launch runs the sibling build with the distributed fixup (library/gemm.py bind).
             desc = K.describe(route.kernel.spread_build())

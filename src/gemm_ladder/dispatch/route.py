@@ -23,7 +23,9 @@ kernel when the kernel's M <= 256; the general kernel for each tile width):
 
 Choice: the small-M kernel when it fits and copies no more than the general kernel would (copies of
 its small operand A aside), in the bucket and number of M tiles the table's measured rule picks
-(dispatch.small_m_tiles; one tile of the smallest bucket >= M when two would copy more); otherwise
+(dispatch.small_m_tiles; one tile of the smallest bucket >= M when two would copy more), unless that
+rule measured the general kernel faster at the nearest timed shape and the general kernel's route
+copies no more than the small-M one (``Route.small_m_table`` then says why); otherwise
 the route that moves the fewest repack bytes, then the (BN, split) the cost model (dispatch.heuristic)
 ranks fastest, among the tile widths its table has times for (a width the tune has not timed is
 named in ``untimed_bns`` and not chosen).
@@ -182,6 +184,8 @@ class Route:
     unfit: tuple[str, ...] = ()  # the kernel families that found no route, with their first refusal
     tiles: TilesChoice | None = None  # the small-M kernel's bucket and M tiles, and why (dispatch/small_m_tiles.py)
     untimed_bns: tuple[int, ...] = ()  # tile widths built with a route here but not in the cost table
+    small_m_table: TilesChoice | None = None  # a general route where the small-M kernel fits: the table's
+    # choice for it, whose ``general_why`` says why the general kernel runs instead
 
     @property
     def repack_cost(self) -> int:
@@ -399,7 +403,7 @@ def _small_m_families(m: int, n: int, k: int, tiles_rule: TilesRule) -> list[tup
     out = [(K.small_m(m, choice.bn), choice)]
     if choice.tiles > 1:
         why = f"one tile: two tiles of BN {choice.bn} would copy more here (the table's choice: {choice.why})"
-        out.append((K.small_m(m), TilesChoice(one_tile_bn(m), 1, why, choice.provenance)))
+        out.append((K.small_m(m), TilesChoice(one_tile_bn(m), 1, why, choice.provenance, choice.general_why)))
     return out
 
 
@@ -444,9 +448,21 @@ def choose(routes: list[Route], model: CostModel) -> Route | None:
     eligible = [r for r in small if least_general is None or r.repack_cost - _cost(r.a_path) <= least_general]
     if eligible:  # ties: the first listed (the table's bucket before its one-tile fallback)
         best = min(eligible, key=lambda r: (r.repack_cost, r.c_path.transposed))
+        why = best.tiles.general_why if best.tiles is not None else None
+        # The table measured the general kernel faster here (in place, as the tune times it): taken
+        # when one of its timed widths copies no more than the small-M route does.
+        if why and any(r.bn in model.k_iter_us and r.repack_cost <= best.repack_cost for r in general):
+            cheap = [r for r in general if r.repack_cost <= best.repack_cost]
+            return replace(_choose_general(cheap, model), small_m_table=best.tiles)
         return replace(best, options=(*best.options, ("splits", None)))
     if not general:
         return None
+    return _choose_general(general, model)
+
+
+def _choose_general(general: list[Route], model: CostModel) -> Route:
+    """The general route to run: the fewest repack bytes among the timed tile widths, then the
+    (BN, split) the cost model ranks fastest (see :func:`choose`)."""
     # Only the tile widths the table has times for are ranked: a width built but never timed by the
     # tune (bench/library.py --tune) has no measured cost, and no hand-typed one stands in for it.
     timed = [r for r in general if r.bn in model.k_iter_us]

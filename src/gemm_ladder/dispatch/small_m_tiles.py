@@ -10,10 +10,15 @@ DRAM depends on how the units of one weight tile are scheduled, which depends on
 measurements behind the shipped entry (its ``provenance``) show both outcomes.
 
 The entry: ``shapes``, the (N, K) the tune timed; ``decisions``, one per timed (M, N, K) with both
-medians (microseconds) and the tile count the rule gives; ``tie``, the rule's margin.
+medians (microseconds) and the tile count the rule gives, and (a tune that timed it) the median of the
+general kernel's route there (the route dispatch takes when the small-M kernel is set aside: the cost
+model's (BN, split)) and the kernel the rule gives; ``tie``, the rule's margin.
 
 Rule (:func:`decide`): two tiles when their median over passes is more than ``tie`` (2%) below one
-tile's; otherwise one tile (a tie keeps the simpler launch).
+tile's; otherwise one tile (a tie keeps the simpler launch). Then (:func:`decide_kernel`) the general
+kernel when its median is more than ``tie`` below the chosen tile count's; otherwise the small-M
+kernel (a tie keeps it). A decision without a general time (an entry tuned before it was timed) keeps
+the small-M kernel.
 
 Lookup (:meth:`TilesRule.choose`), for the kernel's (M, N, K):
 
@@ -22,7 +27,7 @@ Lookup (:meth:`TilesRule.choose`), for the kernel's (M, N, K):
    first listed). Nearest among every timed shape, so a shape near one whose M was not timed falls
    to rule 4 rather than borrowing another size's decision (the choice flips with the weight's size).
 3. Among that shape's decisions whose M has the same one-tile bucket as M: the nearest M (ties: the
-   larger); its tile count.
+   larger); its tile count, and its kernel (``TilesChoice.general_why`` set when it is the general one).
 4. None there: one tile ("not measured").
 """
 
@@ -39,6 +44,8 @@ from gemm_ladder.dispatch.heuristic import TABLE_PATH
 KEY = "small_m"
 #: Two tiles must be faster by more than this fraction of one tile's time (a tie keeps one tile).
 TIE = 0.02
+#: A decision's kernel values.
+SMALL_M, GENERAL = "small_m", "general"
 #: The provenance of a table with no small-M entry.
 NO_ENTRY = "no small_m entry in the dispatch table: one tile everywhere (the smallest bucket >= M)"
 
@@ -69,9 +76,17 @@ def decide(one_tile_us: float, two_tile_us: float, tie: float = TIE) -> int:
     return 2 if two_tile_us < one_tile_us * (1.0 - tie) else 1
 
 
+def decide_kernel(small_m_us: float, general_us: float | None, tie: float = TIE) -> str:
+    """GENERAL when ``general_us < small_m_us * (1 - tie)`` (``small_m_us``: the median of the tile
+    count :func:`decide` chose), else SMALL_M; SMALL_M when the general kernel was not timed (None)."""
+    return GENERAL if general_us is not None and general_us < small_m_us * (1.0 - tie) else SMALL_M
+
+
 @dataclass(frozen=True)
 class Decision:
-    """One timed (M, N, K): both medians over passes (microseconds) and the tile count the rule gives."""
+    """One timed (M, N, K): both medians over passes (microseconds) and the tile count the rule gives;
+    ``general_us``: the general kernel's median there (None: not timed), ``general_route`` its
+    configuration in words, and ``kernel`` the one the rule gives (SMALL_M or GENERAL)."""
 
     m: int
     n: int
@@ -79,24 +94,40 @@ class Decision:
     tiles: int
     one_tile_us: float
     two_tile_us: float
+    general_us: float | None = None
+    kernel: str = SMALL_M
+    general_route: str | None = None
+
+    @property
+    def small_m_us(self) -> float:
+        """The median of the tile count chosen."""
+        return self.two_tile_us if self.tiles == 2 else self.one_tile_us
 
     def to_json(self) -> dict:
-        return {"m": self.m, "n": self.n, "k": self.k, "tiles": self.tiles, "one_tile_bn": one_tile_bn(self.m),
-                "two_tile_bn": two_tile_bn(self.m), "one_tile_us": round(self.one_tile_us, 3),
-                "two_tile_us": round(self.two_tile_us, 3)}
+        out = {"m": self.m, "n": self.n, "k": self.k, "tiles": self.tiles, "one_tile_bn": one_tile_bn(self.m),
+               "two_tile_bn": two_tile_bn(self.m), "one_tile_us": round(self.one_tile_us, 3),
+               "two_tile_us": round(self.two_tile_us, 3)}
+        if self.general_us is not None:
+            out.update(general_us=round(self.general_us, 3), general_route=self.general_route, kernel=self.kernel)
+        return out
 
 
 @dataclass(frozen=True)
 class TilesChoice:
-    """The small-M kernel's bucket ``bn`` and the number of M tiles it computes M in, and why."""
+    """The small-M kernel's bucket ``bn`` and the number of M tiles it computes M in, and why;
+    ``general_why`` (None: the small-M kernel): why the table measured the general kernel faster."""
 
     bn: int
     tiles: int
     why: str
     provenance: str
+    general_why: str | None = None
 
     def to_json(self) -> dict:
-        return {"bn": self.bn, "m_tiles": self.tiles, "why": self.why, "provenance": self.provenance}
+        out = {"bn": self.bn, "m_tiles": self.tiles, "why": self.why, "provenance": self.provenance}
+        if self.general_why:
+            out["general_why"] = self.general_why
+        return out
 
 
 @dataclass(frozen=True)
@@ -129,9 +160,15 @@ class TilesRule:
         faster = "two tiles faster by more than" if d.tiles == 2 else "two tiles not faster by more than"
         why = (f"timed at M = {d.m}, {d.n} x {d.k} (the nearest timed N x K): one tile (BN {one}) "
                f"{d.one_tile_us:.1f} us, two tiles (BN {two}) {d.two_tile_us:.1f} us; {faster} {self.tie:.0%}")
+        general = None
+        if d.kernel == GENERAL:
+            general = (f"the small_m table measured the general kernel faster at M = {d.m}, {d.n} x {d.k} (the "
+                       f"nearest timed M and N x K to the kernel's {m} x {n} x {k}): {d.general_us:.1f} us "
+                       f"({d.general_route or 'its route'}) against {d.small_m_us:.1f} us (the small-M kernel, "
+                       f"{'two tiles' if d.tiles == 2 else 'one tile'}); faster by more than {self.tie:.0%}")
         if d.tiles == 2:
-            return TilesChoice(two, -(-m // two), why, self.provenance)
-        return TilesChoice(one, 1, why, self.provenance)
+            return TilesChoice(two, -(-m // two), why, self.provenance, general)
+        return TilesChoice(one, 1, why, self.provenance, general)
 
     def buckets(self) -> set[int]:
         """Every bucket :meth:`choose` can return (the one-tile buckets, and the two-tile bucket of each
@@ -140,7 +177,8 @@ class TilesRule:
 
     def to_json(self) -> dict:
         return {"provenance": self.provenance, "rule": f"two tiles when their median over passes is more than "
-                f"{self.tie:.0%} below one tile's; else one tile", "tie": self.tie,
+                f"{self.tie:.0%} below one tile's; else one tile; then the general kernel when its median is more "
+                f"than {self.tie:.0%} below that; else the small-M kernel", "tie": self.tie,
                 "shapes": [list(s) for s in self.shapes], "decisions": [d.to_json() for d in self.decisions]}
 
     @classmethod
@@ -151,7 +189,11 @@ class TilesRule:
             tie = float(d.get("tie", TIE))
             shapes = tuple((int(s[0]), int(s[1])) for s in d.get("shapes", ()))
             decisions = tuple(Decision(int(e["m"]), int(e["n"]), int(e["k"]), int(e["tiles"]), float(e["one_tile_us"]),
-                                       float(e["two_tile_us"])) for e in d.get("decisions", ()))
+                                       float(e["two_tile_us"]),
+                                       None if e.get("general_us") is None else float(e["general_us"]),
+                                       str(e.get("kernel", SMALL_M)),
+                                       None if e.get("general_route") is None else str(e["general_route"]))
+                              for e in d.get("decisions", ()))
             rule = cls(str(d["provenance"]), shapes, decisions, tie)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise ValueError(f"dispatch table, {KEY}: {type(exc).__name__}: {exc}") from None
@@ -165,11 +207,15 @@ class TilesRule:
             if not 9 <= e.m <= _buckets()[1]:
                 raise ValueError(f"dispatch table, {KEY}: decision at M = {e.m}: M must be in 9..{_buckets()[1]} "
                                  "(M <= 8 has one bucket)")
-            if not all(math.isfinite(v) and v > 0 for v in (e.one_tile_us, e.two_tile_us)):
+            times = (e.one_tile_us, e.two_tile_us) + ((e.general_us,) if e.general_us is not None else ())
+            if not all(math.isfinite(v) and v > 0 for v in times):
                 raise ValueError(f"dispatch table, {KEY}: times at M = {e.m}, {e.n} x {e.k} must be positive")
             if e.tiles != decide(e.one_tile_us, e.two_tile_us, tie):
                 raise ValueError(f"dispatch table, {KEY}: M = {e.m}, {e.n} x {e.k} says {e.tiles} tile(s), but the "
                                  f"rule gives {decide(e.one_tile_us, e.two_tile_us, tie)} from its times")
+            if e.kernel != decide_kernel(e.small_m_us, e.general_us, tie):
+                raise ValueError(f"dispatch table, {KEY}: M = {e.m}, {e.n} x {e.k} says kernel {e.kernel!r}, but the "
+                                 f"rule gives {decide_kernel(e.small_m_us, e.general_us, tie)!r} from its times")
         return rule
 
 
@@ -186,8 +232,9 @@ def load_rule(path: Path = TABLE_PATH) -> TilesRule:
 
 def fit(rows: list[dict], provenance: str, tie: float = TIE) -> TilesRule:
     """The entry from timings: ``rows`` of {"m", "n", "k", "one_tile_us": [per pass], "two_tile_us":
-    [per pass]} (each pass's median, microseconds); each (M, N, K) decided by :func:`decide` on the
-    medians over passes. ``shapes``: every (N, K) timed, in first-seen order.
+    [per pass]} (each pass's median, microseconds), optionally with "general_us": [per pass] and
+    "general_route" (words); each (M, N, K) decided by :func:`decide`, then :func:`decide_kernel`, on
+    the medians over passes. ``shapes``: every (N, K) timed, in first-seen order.
 
     Raises ValueError for a row without passes, for M outside 9..256, or with a repeated (M, N, K).
     """
@@ -205,10 +252,14 @@ def fit(rows: list[dict], provenance: str, tie: float = TIE) -> TilesRule:
         if not r["one_tile_us"] or not r["two_tile_us"]:
             raise ValueError(f"fit: ({m}, {n}, {k}) has no timed pass")
         one, two = statistics.median(r["one_tile_us"]), statistics.median(r["two_tile_us"])
+        general = statistics.median(r["general_us"]) if r.get("general_us") else None
+        tiles = decide(one, two, tie)
         shapes[(n, k)] = None
-        decisions.append(Decision(m, n, k, decide(one, two, tie), one, two))
+        decisions.append(Decision(m, n, k, tiles, one, two, general,
+                                  decide_kernel(two if tiles == 2 else one, general, tie), r.get("general_route")))
     return TilesRule(provenance, tuple(shapes), tuple(decisions), tie)
 
 
-__all__ = ["KEY", "NO_ENTRY", "ONE_TILE", "TIE", "Decision", "TilesChoice", "TilesRule", "decide", "fit",
+__all__ = ["GENERAL", "KEY", "NO_ENTRY", "ONE_TILE", "SMALL_M", "TIE", "Decision", "TilesChoice", "TilesRule",
+           "decide", "decide_kernel", "fit",
            "load_rule", "one_tile_bn", "two_tile_bn"]
