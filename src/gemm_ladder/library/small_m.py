@@ -410,7 +410,8 @@ class SmallMGemm:
 
         ``splits``: see :meth:`ctas` (None: the documented rule). Under CUDA graph capture the units
         are not split (splits = 1): a captured graph would keep the workspace's addresses beyond its
-        cache. The result is bitwise the same on every run with the same grid (the partials are added
+        cache; except with ``cluster_reduce=True``, whose cluster build has no workspace (so a capture
+        runs, or refuses, what the same call runs outside one). The result is bitwise the same on every run with the same grid (the partials are added
         in K order).
 
         ``epilogue``: a fused epilogue bound to the caller's output and oriented (``swap``: c is the
@@ -455,8 +456,8 @@ class SmallMGemm:
         source = epilogue.source() if epilogue is not None else None
         kernel = compile_with_epilogue(lambda: self.loaded(dtype, device, out_fp32=out_fp32, a_major=a.major,
                                                            b_major=b.major, epilogue_source=source), epilogue)
-        if torch.cuda.is_current_stream_capturing():
-            splits = 1
+        if torch.cuda.is_current_stream_capturing() and not cluster_reduce:
+            splits = 1  # the cluster build keeps its split: it has no workspace for a graph to hold on to
         index = device_index(device)
 
         def clusters_fit(ways: int) -> int:  # the cluster build's occupancy (compiles and loads it)
