@@ -129,7 +129,6 @@ class SmallMGemm:
     _specs: dict = field(default_factory=dict, repr=False)
     _launches: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _clustered: dict = field(default_factory=dict, repr=False)
-    _fits: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.bn not in BUCKETS:
@@ -359,13 +358,6 @@ class SmallMGemm:
             inst = self._clustered[ways] = SmallMGemm(self.bn, stages=self.stages, cluster_k=ways)
         return inst
 
-    def known_clusters(self, ways: int) -> int | None:
-        """Clusters of ``ways`` CTAs the cluster build keeps resident, as the occupancy API told the last
-        :meth:`bind` that asked (on its device; the same for every dtype, major and epilogue: one CTA
-        per SM, the same shared memory and launch bounds); None when none has asked yet (explain then
-        says what the launch will decide)."""
-        return self._fits.get(ways)
-
     def split_text(self, ways: int) -> str:
         """The split of a launch in words (explain's ``split``): ``ways`` from :meth:`cluster_ways`."""
         if ways > 1:
@@ -461,10 +453,8 @@ class SmallMGemm:
         index = device_index(device)
 
         def clusters_fit(ways: int) -> int:  # the cluster build's occupancy (compiles and loads it)
-            fit = self.clustered(ways).loaded(dtype, device, out_fp32=out_fp32, a_major=a.major, b_major=b.major,
-                                              epilogue_source=source).max_active_clusters(device)
-            self._fits[ways] = fit
-            return fit
+            return self.clustered(ways).loaded(dtype, device, out_fp32=out_fp32, a_major=a.major, b_major=b.major,
+                                               epilogue_source=source).max_active_clusters(device)
 
         def choose() -> tuple[StreamKTail, int]:
             ctas = self.ctas(m, n, k, kernel.max_active_clusters(device), splits)
