@@ -103,6 +103,23 @@ def test_cluster_build_arguments_are_checked():
     assert small_m_kernel(64).clustered(4).cluster_k == 4 and small_m_kernel(64).clustered(4).bn == 64
 
 
+def test_a_cluster_build_is_not_bound_directly():
+    """The cluster build's kernel computes unit blockIdx.x / S whatever grid it is given: bound directly
+    (its own ctas rule: one CTA per unit at splits = 1), it would leave half the units (S = 2) unwritten.
+    Only the plain build's cluster_reduce=True, which sizes the grid, launches it; a direct bind is
+    refused with the rule, before the operands are even looked at."""
+    from gemm_ladder.library.operand import operand_view
+
+    x = operand_view(torch.empty(16, 4096, dtype=torch.bfloat16, device="meta"), k_dim=1)
+    w = operand_view(torch.empty(4096, 4096, dtype=torch.bfloat16, device="meta"), k_dim=1)
+    c = torch.empty(16, 4096, dtype=torch.bfloat16, device="meta")
+    for g in (small_m_kernel(16).clustered(2), SmallMGemm(16, cluster_k=4)):
+        with pytest.raises(ValueError, match="the cluster build is launched by its plain build"):
+            g.bind(x, w, c, splits=1)
+        with pytest.raises(ValueError, match="the cluster build is launched by its plain build"):
+            g.launch(x, w, c, splits=1)
+
+
 class _Fits:
     """A fake occupancy: clusters of S resident (a dict), recording what was asked."""
 

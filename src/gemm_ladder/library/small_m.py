@@ -385,6 +385,14 @@ class SmallMGemm:
 
         return cached(self._maps, key, encode)
 
+    def _refuse_cluster_build(self) -> None:
+        """ValueError on a cluster build (``cluster_k`` > 1): its kernel computes unit blockIdx.x / S whatever
+        grid it gets, so only its plain build's ``cluster_reduce=True`` (which sizes that grid) launches it."""
+        if self.cluster_k != 1:
+            raise ValueError(f"cluster_k = {self.cluster_k}: the cluster build is launched by its plain build "
+                             "(launch or bind with cluster_reduce=True), which gives it one cluster per unit; "
+                             "any other grid would leave units uncomputed")
+
     def _checked(self, a: OperandView, b: OperandView, c: torch.Tensor, epilogue: EpilogueCall | None):
         """(M, N, K) of a call :meth:`supports` accepts and whose epilogue is bound to c's shape, else ValueError."""
         reason = self.supports(a, b, c)
@@ -417,9 +425,11 @@ class SmallMGemm:
         at 4096x14336), so ``gemm_ladder.mm`` never takes it.
 
         Raises ValueError with the rule when :meth:`supports` refuses the operands or ``splits``
-        cannot be used (or K = 0 with an epilogue: the caller decides that case); EpilogueCompileError
-        when nvcc rejects an epilogue's CUDA; CudaError from the driver.
+        cannot be used (or K = 0 with an epilogue: the caller decides that case), or on a cluster build
+        (``cluster_k`` > 1: launched only through this plain build's ``cluster_reduce=True``);
+        EpilogueCompileError when nvcc rejects an epilogue's CUDA; CudaError from the driver.
         """
+        self._refuse_cluster_build()
         m, n, k = self._checked(a, b, c, epilogue)
         if m == 0 or n == 0:
             return
@@ -438,7 +448,10 @@ class SmallMGemm:
         kernel is its build and takes its EpilogueParams last (the kernel's GL_EPILOGUE_ARG), bound to
         the epilogue inputs' addresses; its scalars can be refreshed per call
         (:meth:`BoundLaunch.set_scalars`). M, N and K must be positive (empty problems are the
-        caller's). Raises as :meth:`launch`; launches nothing."""
+        caller's). Raises as :meth:`launch`, and ValueError on a cluster build (``cluster_k`` > 1: its
+        kernel computes unit blockIdx.x / S whatever grid it gets, so only its plain build's
+        ``cluster_reduce=True``, which sizes that grid, may launch it); launches nothing."""
+        self._refuse_cluster_build()
         m, n, k = self._checked(a, b, c, epilogue)
         if min(m, n, k) < 1:
             raise ValueError(f"M, N, K = {m}, {n}, {k}: an empty problem is not bound (launch handles it)")
