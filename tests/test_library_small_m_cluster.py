@@ -103,6 +103,23 @@ def test_cluster_build_arguments_are_checked():
     assert small_m_kernel(64).clustered(4).cluster_k == 4 and small_m_kernel(64).clustered(4).bn == 64
 
 
+def test_a_cluster_build_is_not_bound_directly():
+    """The cluster build's kernel computes unit blockIdx.x / S whatever grid it is given: bound directly
+    (its own ctas rule: one CTA per unit at splits = 1), it would leave half the units (S = 2) unwritten.
+    Only the plain build's cluster_reduce=True, which sizes the grid, launches it; a direct bind is
+    refused with the rule, before the operands are even looked at."""
+    from gemm_ladder.library.operand import operand_view
+
+    x = operand_view(torch.empty(16, 4096, dtype=torch.bfloat16, device="meta"), k_dim=1)
+    w = operand_view(torch.empty(4096, 4096, dtype=torch.bfloat16, device="meta"), k_dim=1)
+    c = torch.empty(16, 4096, dtype=torch.bfloat16, device="meta")
+    for g in (small_m_kernel(16).clustered(2), SmallMGemm(16, cluster_k=4)):
+        with pytest.raises(ValueError, match="the cluster build is launched by its plain build"):
+            g.bind(x, w, c, splits=1)
+        with pytest.raises(ValueError, match="the cluster build is launched by its plain build"):
+            g.launch(x, w, c, splits=1)
+
+
 class _Fits:
     """A fake occupancy: clusters of S resident (a dict), recording what was asked."""
 
@@ -213,28 +230,16 @@ def _explain(m, n, k):
     return gl.explain(x, w.t())
 
 
-def test_explain_says_the_global_reduction_whatever_the_occupancy():
+def test_explain_says_the_global_reduction():
     """gemm_ladder.mm never takes the cluster build (it is opt-in: SmallMGemm.bind's cluster_reduce=True),
-    so explain says the global workspace and cluster 1 even where the cluster rule's conditions hold and
-    the occupancy (faked here) says every cluster fits."""
-    from gemm_ladder.library.small_m import bucket
-
-    g = small_m_kernel(bucket(16))
-    saved = dict(g._fits)
-    try:
-        for fits in (None, 32, 20):
-            g._fits.clear()
-            if fits is not None:
-                g._fits[4] = fits
-            e = _explain(16, 4096, 4096)
-            assert e.kind == "small_m" and e.grid == [128, 1, 1] and e.cluster == 1
-            assert "global workspace" in e.split and "cluster of" not in e.split
-            assert "cluster of" not in e.plan["conclusion"]
-        e = _explain(16, 28672, 8192)
-        assert "global workspace" in e.split and e.cluster == 1
-    finally:
-        g._fits.clear()
-        g._fits.update(saved)
+    so explain says the global workspace and cluster 1 even where the cluster rule's shape conditions hold
+    (16 x 4096 x 4096: 32 units x 4 CTAs)."""
+    e = _explain(16, 4096, 4096)
+    assert e.kind == "small_m" and e.grid == [128, 1, 1] and e.cluster == 1
+    assert "global workspace" in e.split and "cluster of" not in e.split
+    assert "cluster of" not in e.plan["conclusion"]
+    e = _explain(16, 28672, 8192)
+    assert "global workspace" in e.split and e.cluster == 1
 
 
 @pytest.mark.parametrize("bn,ways", [(16, 4), (256, 2), (64, 8)])

@@ -175,3 +175,32 @@ def test_the_forced_path_refuses_what_it_cannot_do():
             kernel.launch(operand_view(x, k_dim=1), operand_view(w, k_dim=1),
                           torch.empty(16, 4096, dtype=torch.bfloat16, device="cuda"), splits=8, cluster_reduce=True)
 
+
+
+def test_the_cluster_path_is_captured_in_a_graph_as_it_runs_outside_one():
+    """cluster_reduce=True inside a CUDA graph capture launches the cluster build with the caller's split
+    (it has no workspace for the graph to keep), instead of refusing: before the fix the capture forced
+    splits = 1, which the cluster rule refuses (ValueError). The replay is right against the float64
+    reference and bitwise equal to the same launch outside the graph; re-poisoned between replays."""
+    m, n, k, bn, ways = 33, 2056, 1000, 64, 2  # 17 units x 2: K tail 40, N tail 8 (CASES)
+    kernel = small_m_kernel(bn)
+    x, w = random_operands(m, n, k, "bf16", "cuda", seed=int(torch.randint(0, 2**31 - 1, ()).item()))
+    assert _fits(kernel, ways) >= kernel.units(m, n)
+    eager = _launch(kernel, x, w, torch.empty(m, n, dtype=torch.bfloat16, device="cuda"), splits=ways,
+                    cluster_reduce=True).clone()
+    c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    va, vb = operand_view(x, k_dim=1), operand_view(w, k_dim=1)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture (builds, maps), as torch's graph docs ask
+        kernel.launch(va, vb, c, splits=ways, cluster_reduce=True)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kernel.launch(va, vb, c, splits=ways, cluster_reduce=True)
+    for _ in range(2):
+        c.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        _assert_close(c, x, w, "bf16")
+        assert torch.equal(c, eager), "the captured cluster launch differs from the same launch outside the graph"

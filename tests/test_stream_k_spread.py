@@ -223,6 +223,15 @@ def test_split_names_and_the_sibling_build():
     assert k.splits == ("none", "tail", "all", "tail_spread", "all_spread")
 
 
+def test_the_dispatchers_split_names_are_the_librarys():
+    """dispatch/heuristic.py keeps its own copy of the split names (it imports no torch-heavy module):
+    the same policies, in the same order, and the same spread-to-schedule map as library/gemm.py's."""
+    from gemm_ladder.dispatch import heuristic
+    from gemm_ladder.library.gemm import RANKED_SPLITS
+
+    assert heuristic.SPREAD == SPREAD_SPLITS and heuristic.SPLITS == RANKED_SPLITS
+
+
 def test_swiglu_refuses_the_spread_split():
     from gemm_ladder.library import swiglu
 

@@ -155,28 +155,26 @@ def _grid(route: Route, plan) -> list[int] | None:
     return None
 
 
-def _small_m_split(route: Route, splits: int | None) -> tuple[str, int | None]:
-    """The small-M kernel's split in words and its launch cluster (None: none). ``gemm_ladder.mm``
-    reduces split-K partials through a global workspace; the cluster build (SmallMGemm.cluster_ways)
-    is taken only when a caller forces it (``cluster_reduce=True``), which no route does."""
+def _small_m_split(route: Route, splits: int | None) -> str:
+    """The small-M kernel's split in words. ``gemm_ladder.mm`` reduces split-K partials through a global
+    workspace; the cluster build (SmallMGemm.cluster_ways) runs only when a caller forces it
+    (``cluster_reduce=True``), which no route does, so explain never names it."""
     kern = route.kernel
     if not hasattr(kern, "split_text"):
         return ("K split by the small-M rule (SmallMGemm.ctas: whole units split evenly, or stream-K past the "
-                "resident CTAs)" if splits is None else f"splits={splits}"), None
-    return ("" if splits is None else f"splits={splits}: ") + kern.split_text(1), None
+                "resident CTAs)" if splits is None else f"splits={splits}")
+    return ("" if splits is None else f"splits={splits}: ") + kern.split_text(1)
 
 
 def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostModel | None) -> Explanation:
     """The explanation of ``route`` for the caller's (M, N, K), with the designer's plan."""
     dtype = dtype_name(route.dtype)
     opts = dict(route.options)
-    cluster = None
     if route.kind == "small_m":
-        split, cluster = _small_m_split(route, opts.get("splits"))
-    planner = route.kernel.clustered(cluster) if cluster else route.kernel  # the cluster build's plan is its launch
+        split = _small_m_split(route, opts.get("splits"))
     plan_json, plan = None, None
     try:
-        plan = planner.plan(route.m, route.n, route.k, dtype, **_leading_dims(route))
+        plan = route.kernel.plan(route.m, route.n, route.k, dtype, **_leading_dims(route))
         plan_json = {"conclusion": conclusion(plan), "plan": plan_document(plan)}
     except Exception as exc:  # noqa: BLE001 - a refused plan is part of the explanation
         plan_json = {"conclusion": f"no plan: {type(exc).__name__}: {exc}"}
@@ -220,7 +218,7 @@ def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostMo
     return Explanation(
         m, n, k, dtype, str(out_dtype).replace("torch.", ""), route.kind, route.device.describe(), kernel=desc,
         tile=tile, stages=desc.get("stages") or (plan.stages if plan is not None else None),
-        cluster=cluster or desc.get("cluster") or (plan.cluster if plan is not None else None),
+        cluster=desc.get("cluster") or (plan.cluster if plan is not None else None),
         grid=_grid(route, plan), split=split, orientation=route.c_path.to_json()["orientation"],
         operands=[p.to_json() for p in paths], output=route.c_path.to_json(), launches=launches,
         heuristic=heuristic, plan=plan_json, refusals=list(route.refusals),

@@ -129,7 +129,6 @@ class SmallMGemm:
     _specs: dict = field(default_factory=dict, repr=False)
     _launches: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _clustered: dict = field(default_factory=dict, repr=False)
-    _fits: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.bn not in BUCKETS:
@@ -359,13 +358,6 @@ class SmallMGemm:
             inst = self._clustered[ways] = SmallMGemm(self.bn, stages=self.stages, cluster_k=ways)
         return inst
 
-    def known_clusters(self, ways: int) -> int | None:
-        """Clusters of ``ways`` CTAs the cluster build keeps resident, as the occupancy API told the last
-        :meth:`bind` that asked (on its device; the same for every dtype, major and epilogue: one CTA
-        per SM, the same shared memory and launch bounds); None when none has asked yet (explain then
-        says what the launch will decide)."""
-        return self._fits.get(ways)
-
     def split_text(self, ways: int) -> str:
         """The split of a launch in words (explain's ``split``): ``ways`` from :meth:`cluster_ways`."""
         if ways > 1:
@@ -393,6 +385,14 @@ class SmallMGemm:
 
         return cached(self._maps, key, encode)
 
+    def _refuse_cluster_build(self) -> None:
+        """ValueError on a cluster build (``cluster_k`` > 1): its kernel computes unit blockIdx.x / S whatever
+        grid it gets, so only its plain build's ``cluster_reduce=True`` (which sizes that grid) launches it."""
+        if self.cluster_k != 1:
+            raise ValueError(f"cluster_k = {self.cluster_k}: the cluster build is launched by its plain build "
+                             "(launch or bind with cluster_reduce=True), which gives it one cluster per unit; "
+                             "any other grid would leave units uncomputed")
+
     def _checked(self, a: OperandView, b: OperandView, c: torch.Tensor, epilogue: EpilogueCall | None):
         """(M, N, K) of a call :meth:`supports` accepts and whose epilogue is bound to c's shape, else ValueError."""
         reason = self.supports(a, b, c)
@@ -410,7 +410,8 @@ class SmallMGemm:
 
         ``splits``: see :meth:`ctas` (None: the documented rule). Under CUDA graph capture the units
         are not split (splits = 1): a captured graph would keep the workspace's addresses beyond its
-        cache. The result is bitwise the same on every run with the same grid (the partials are added
+        cache; except with ``cluster_reduce=True``, whose cluster build has no workspace (so a capture
+        runs, or refuses, what the same call runs outside one). The result is bitwise the same on every run with the same grid (the partials are added
         in K order).
 
         ``epilogue``: a fused epilogue bound to the caller's output and oriented (``swap``: c is the
@@ -424,9 +425,11 @@ class SmallMGemm:
         at 4096x14336), so ``gemm_ladder.mm`` never takes it.
 
         Raises ValueError with the rule when :meth:`supports` refuses the operands or ``splits``
-        cannot be used (or K = 0 with an epilogue: the caller decides that case); EpilogueCompileError
-        when nvcc rejects an epilogue's CUDA; CudaError from the driver.
+        cannot be used (or K = 0 with an epilogue: the caller decides that case), or on a cluster build
+        (``cluster_k`` > 1: launched only through this plain build's ``cluster_reduce=True``);
+        EpilogueCompileError when nvcc rejects an epilogue's CUDA; CudaError from the driver.
         """
+        self._refuse_cluster_build()
         m, n, k = self._checked(a, b, c, epilogue)
         if m == 0 or n == 0:
             return
@@ -445,7 +448,10 @@ class SmallMGemm:
         kernel is its build and takes its EpilogueParams last (the kernel's GL_EPILOGUE_ARG), bound to
         the epilogue inputs' addresses; its scalars can be refreshed per call
         (:meth:`BoundLaunch.set_scalars`). M, N and K must be positive (empty problems are the
-        caller's). Raises as :meth:`launch`; launches nothing."""
+        caller's). Raises as :meth:`launch`, and ValueError on a cluster build (``cluster_k`` > 1: its
+        kernel computes unit blockIdx.x / S whatever grid it gets, so only its plain build's
+        ``cluster_reduce=True``, which sizes that grid, may launch it); launches nothing."""
+        self._refuse_cluster_build()
         m, n, k = self._checked(a, b, c, epilogue)
         if min(m, n, k) < 1:
             raise ValueError(f"M, N, K = {m}, {n}, {k}: an empty problem is not bound (launch handles it)")
@@ -455,15 +461,13 @@ class SmallMGemm:
         source = epilogue.source() if epilogue is not None else None
         kernel = compile_with_epilogue(lambda: self.loaded(dtype, device, out_fp32=out_fp32, a_major=a.major,
                                                            b_major=b.major, epilogue_source=source), epilogue)
-        if torch.cuda.is_current_stream_capturing():
-            splits = 1
+        if torch.cuda.is_current_stream_capturing() and not cluster_reduce:
+            splits = 1  # the cluster build keeps its split: it has no workspace for a graph to hold on to
         index = device_index(device)
 
         def clusters_fit(ways: int) -> int:  # the cluster build's occupancy (compiles and loads it)
-            fit = self.clustered(ways).loaded(dtype, device, out_fp32=out_fp32, a_major=a.major, b_major=b.major,
-                                              epilogue_source=source).max_active_clusters(device)
-            self._fits[ways] = fit
-            return fit
+            return self.clustered(ways).loaded(dtype, device, out_fp32=out_fp32, a_major=a.major, b_major=b.major,
+                                               epilogue_source=source).max_active_clusters(device)
 
         def choose() -> tuple[StreamKTail, int]:
             ctas = self.ctas(m, n, k, kernel.max_active_clusters(device), splits)
