@@ -310,6 +310,12 @@ def test_route_and_explain_take_tail_spread_where_the_table_prices_it_cheaper(mo
         dispatch.clear_cache()
         monkeypatch.setattr(dispatch, "cost_model", lambda: priced)
         monkeypatch.setattr(api, "decide", lambda *a, **kw: dispatch.decide(*a, model=priced, **kw))
+        # Priced cheaper, yet not ranked while the route leaves the spinning splits alone (ROUTE_SPREAD off)
+        assert not K.ROUTE_SPREAD
+        e = gemm_ladder.explain(meta(4097, 4096), meta(4096, 4096).T)
+        assert e.split not in SPREAD_SPLITS and all(c["split"] not in SPREAD_SPLITS for c in e.heuristic["candidates"])
+        monkeypatch.setattr(K, "ROUTE_SPREAD", True)
+        dispatch.clear_cache()
         e = gemm_ladder.explain(meta(4097, 4096), meta(4096, 4096).T)
         assert e.split == "tail_spread" and e.kernel["name"].endswith(" spread")
         assert any(x.startswith(e.kernel["name"]) for x in e.launches)
@@ -334,6 +340,9 @@ def test_precompile_builds_the_spread_siblings_only_where_the_table_lets_them_wi
     monkeypatch.setattr(dispatch, "cost_model", lambda: dataclasses.replace(base, spread_fixup_us=None))
     plain = [b.label for b in library_builds(("bf16",), ("large", "unaligned", "fp32_out"))]
     assert not any("spread" in label for label in plain)
+    from gemm_ladder.dispatch import kernels as K
+
+    monkeypatch.setattr(K, "ROUTE_SPREAD", True)  # the route may rank them (off by default: no spread builds)
     dearer = dataclasses.replace(base, spread_fixup_us=base.fixup_us)
     assert dearer.prices("tail_spread") and not dearer.may_win("tail_spread") and dearer.may_win("tail")
     monkeypatch.setattr(dispatch, "cost_model", lambda: dearer)
@@ -410,3 +419,19 @@ def test_the_designer_describes_contributors_and_participants():
     assert "at most 512 of its 4096 float4s" in spread[0]
     notes = describe(plan_gemm(4096, 4096, 4096, "bf16", **l9)).schedule_notes  # no split tail: no note
     assert not any(n.startswith("distributed fixup") for n in notes)
+
+
+def test_the_route_leaves_the_spinning_splits_alone_by_default(monkeypatch):
+    """ROUTE_SPREAD off (the shipped setting: the spread splits' spin needs a co-residency only a
+    cooperative launch would guarantee): even a table pricing them cheaper builds no spread sibling and
+    ranks no spread split."""
+    from gemm_ladder import dispatch
+    from gemm_ladder.dispatch import kernels as K
+    from gemm_ladder.dispatch.precompile import library_builds
+
+    assert K.ROUTE_SPREAD is False
+    base = load_table()
+    cheaper = dataclasses.replace(base, spread_fixup_us=0.0)
+    monkeypatch.setattr(dispatch, "cost_model", lambda: cheaper)
+    assert cheaper.may_win("tail_spread")
+    assert not any("spread" in b.label for b in library_builds(("bf16",), ("large", "unaligned", "fp32_out")))

@@ -63,6 +63,15 @@ def general_staged(a_major: str, b_major: str, bn: int, out_fp32: bool = False):
 STAGED_STORE = False
 
 
+#: Whether the route ranks the distributed-fixup splits ("tail_spread", "all_spread": library/gemm.py
+#: SPREAD_SPLITS). Off: their participants spin until every contributor has handed in, which needs every
+#: CTA of the launch resident; the grid is sized to the resident clusters, but two such launches on
+#: concurrent streams (or beside another spinning kernel) can each hold SMs the other's queued CTAs
+#: need, and the launch is not cooperative (which would make residency the driver's guarantee). Until it
+#: is, they run only when forced (``LibraryGemm.launch(split=...)``, bench/library.py --forced/--tune).
+ROUTE_SPREAD = False
+
+
 def general_unaligned_out(a_major: str, b_major: str, bn: int, out_fp32: bool = False):
     """The build the route takes for an output a TMA store cannot write (N not a whole number of 16
     bytes, a pitch or base not 16-byte aligned, a float32 output): :func:`general_staged` when
@@ -100,5 +109,5 @@ def describe(kernel) -> dict:
     return out
 
 
-__all__ = ["STAGED_STORE", "describe", "general", "general_bns", "general_from_registers", "general_staged",
+__all__ = ["ROUTE_SPREAD", "STAGED_STORE", "describe", "general", "general_bns", "general_from_registers", "general_staged",
            "general_unaligned_out", "kernel_splits", "small_m"]

@@ -114,9 +114,9 @@ def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLA
     model = cost_model()
     timed_bns = [bn for bn in general_bns() if bn in model.k_iter_us]
     # Splits "tail_spread" and "all_spread" run each general build's sibling with the distributed fixup
-    # (library/gemm.py spread_build); built only where the table lets the route pick them
-    # (dispatch.heuristic.CostModel.may_win: priced, and cheaper than the last arriver's fixup).
-    spread = model.may_win("tail_spread")
+    # (library/gemm.py spread_build); built only where the route may pick them (dispatch/kernels.py
+    # ROUTE_SPREAD, and CostModel.may_win: priced, and cheaper than the last arriver's fixup).
+    spread = kernels.ROUTE_SPREAD and model.may_win("tail_spread")
 
     def with_spread(kernel):
         return [(kernel, "")] + ([(kernel.spread_build(), " spread")] if spread else [])

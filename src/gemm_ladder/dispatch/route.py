@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from gemm_ladder.dispatch import kernels as K
-from gemm_ladder.dispatch.heuristic import CLUSTER, Candidate, CostModel, rank
+from gemm_ladder.dispatch.heuristic import CLUSTER, SPREAD, Candidate, CostModel, rank
 from gemm_ladder.dispatch.small_m_tiles import ONE_TILE, TilesChoice, TilesRule, one_tile_bn
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES, OperandView, operand_view
 from gemm_ladder.library.repack import aligned_pitch
@@ -474,7 +474,8 @@ def _choose_general(general: list[Route], model: CostModel) -> Route:
     ranked = []
     for r in timed:
         if r.repack_cost == least:
-            configs = [(r.bn, s) for s in K.kernel_splits(r.kernel) if model.prices(s)]
+            configs = [(r.bn, s) for s in K.kernel_splits(r.kernel)
+                       if model.prices(s) and (K.ROUTE_SPREAD or s not in SPREAD)]
             ranked += [(cand, r) for cand in rank(model, r.m, r.n, r.k, r.device.clusters, configs)]
     ranked.sort(key=lambda cr: round(cr[0].predicted_us, 6))  # stable: wider tiles, fewer splits first
     cand, r = ranked[0]
