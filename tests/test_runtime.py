@@ -191,3 +191,44 @@ def test_jit_debug_adds_ptx_and_sass_to_an_entry_built_without_it(private_cache,
     capsys.readouterr()
     compiler.compile_kernel(WGMMA, "tiny_wgmma")  # now a plain hit: nothing runs
     assert "[gemm-ladder]" not in capsys.readouterr().err
+
+
+def test_prefer_shared_memory_carveout_asks_the_driver_and_refuses_bad_percents(monkeypatch):
+    """LoadedKernel.prefer_shared_memory_carveout sets CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT on
+    its function with the percent given (the driver faked: no GPU here), refuses a percent outside 0-100
+    before any driver call, and turns a driver error into CudaError naming the call."""
+    from cuda.bindings import driver
+
+    from gemm_ladder.runtime import module
+
+    calls = []
+
+    class FakeDriver:
+        CUresult = driver.CUresult
+        CUfunction_attribute = driver.CUfunction_attribute
+        result = driver.CUresult.CUDA_SUCCESS
+
+        @staticmethod
+        def cuGetErrorName(err):
+            return driver.CUresult.CUDA_SUCCESS, err.name.encode()
+
+        @staticmethod
+        def cuGetErrorString(err):
+            return driver.CUresult.CUDA_SUCCESS, b"faked"
+
+        def cuFuncSetAttribute(self, function, attribute, value):
+            calls.append((function, attribute, value))
+            return (self.result,)
+
+    fake = FakeDriver()
+    monkeypatch.setattr(module, "_drv", fake)
+    kernel = module.LoadedKernel(function="fn", module=None, dynamic_smem=0, threads=384, cluster=1)
+    kernel.prefer_shared_memory_carveout(100)
+    assert calls == [("fn", driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100)]
+    for bad in (-1, 101):
+        with pytest.raises(ValueError, match="0 to 100 percent"):
+            kernel.prefer_shared_memory_carveout(bad)
+    assert len(calls) == 1
+    fake.result = driver.CUresult.CUDA_ERROR_INVALID_VALUE
+    with pytest.raises(module.CudaError, match="PREFERRED_SHARED_MEMORY_CARVEOUT"):
+        kernel.prefer_shared_memory_carveout(50)

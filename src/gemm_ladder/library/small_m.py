@@ -46,7 +46,7 @@ from gemm_ladder.library.bound import BoundLaunch
 from gemm_ladder.library.epilogue import EpilogueCall, compile_with_epilogue
 from gemm_ladder.library.operand import OperandView
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
-from gemm_ladder.runtime.module import LoadedKernel, _driver, check, device_index, load
+from gemm_ladder.runtime.module import LoadedKernel, device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
 from gemm_ladder.runtime.workspace import COUNTER_ARENA, COUNTERS, WORKSPACES, CounterArena  # noqa: F401 (re-exported)
 from gemm_ladder.library.lru import cached
@@ -293,9 +293,7 @@ class SmallMGemm:
                                      epilogue_source=epilogue_source), device,
                           threads=g.threads, dynamic_smem=g.dynamic_smem, cluster=g.cluster)
             if self.ctas_per_sm > 1:  # ask for all of the SM's shared memory, so that two rings fit beside each other
-                check(_driver().cuFuncSetAttribute(
-                    kernel.function, _driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                    100), "cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT)")
+                kernel.prefer_shared_memory_carveout(100)
             self._kernels[key] = kernel
         return kernel
 

@@ -78,6 +78,17 @@ class LoadedKernel:
     _resident: int | None = None
     _configs: dict = field(default_factory=dict, repr=False)  # (grid, stream handle) -> CUlaunchConfig
 
+    def prefer_shared_memory_carveout(self, percent: int) -> None:
+        """Ask that ``percent`` (0-100) of each SM's unified L1/shared storage be shared memory when this
+        kernel runs (CUDA Driver API, cuFuncSetAttribute: CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT;
+        a hint the driver may round). Raises ValueError outside 0-100, CudaError from the driver."""
+        if not 0 <= percent <= 100:
+            raise ValueError(f"percent = {percent}: a shared-memory carveout is 0 to 100 percent")
+        drv = _driver()
+        check(drv.cuFuncSetAttribute(self.function,
+                                     drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                     percent), "cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT)")
+
     def launch(self, grid: tuple[int, int, int], args: list, stream: torch.cuda.Stream | None = None) -> None:
         """Launch with ``grid`` CTAs on ``stream`` (default: PyTorch's current stream).
 

@@ -226,7 +226,7 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     // to each pair right before its store (epilogue.cuh's pairs: neighbours along a kernel row). Pairs
     // shifted into alignment on misaligned rows, except with an epilogue (register_store.cuh: it spilled).
     // The staged copy (GL_C_STAGED) with an epilogue keeps its copy loop rolled (staged_store.cuh's
-    // kCompactCopy) for the same reason.
+    // kTight) for the same reason.
 #if defined(GL_EPILOGUE)
     constexpr bool kShiftPairs = false;
 #else
