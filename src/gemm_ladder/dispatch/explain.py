@@ -121,15 +121,14 @@ def _spread(route: Route, split: str) -> dict:
     """What a spread split does on this route's shape (design/stream_k.py's spread_json)."""
     from gemm_ladder.library.gemm import split_schedule
 
-    bn = route.bn
-    units = ceil_div(ceil_div(route.m, 128), 2) * ceil_div(route.n, bn)
-    tail = split_schedule(units, route.device.clusters, ceil_div(route.k, 64), split)
+    w = route.candidates[0].work  # the chosen (BN, split): the cost model's units and K tiles for this shape
+    tail = split_schedule(w.units, route.device.clusters, w.k_tiles, split)
     what = "the last partial wave" if split == "tail_spread" else "every unit"
     return {"rule": f"{what} split by K over every cluster; each split tile's fp32 partials added "
                     "in K order by its participants together (the contributors whose cluster's range ends with "
                     "the tile), each storing its share, instead of by the last to arrive alone "
                     "(kernels/include/gemm_ladder/stream_k_spread.cuh)",
-            **tail.spread_json(bn)}
+            **tail.spread_json(w.bn)}
 
 
 def trivial_explanation(kind: str, m: int, n: int, k: int, dtype, out_dtype, device: str) -> Explanation:

@@ -309,7 +309,7 @@ class SmallMGemm:
         units x min(s, K tiles), each unit's K tiles split in s even ranges (classic split-K; s = 1
         splits nothing and needs no workspace).
         """
-        units = ceil_div(n, TILE_ROWS) * ceil_div(m, self.bn)
+        units = self.units(m, n)
         k_tiles = ceil_div(k, BK)
         if splits is None:
             if units < resident:
@@ -321,7 +321,7 @@ class SmallMGemm:
 
     def schedule(self, m: int, n: int, k: int, ctas: int) -> StreamKTail:
         """How ``ctas`` CTAs share the K iterations of every unit (N tile x M tile) of (M, N, K)."""
-        return split_work(ceil_div(n, TILE_ROWS) * ceil_div(m, self.bn), ceil_div(k, BK), ctas)
+        return split_work(self.units(m, n), ceil_div(k, BK), ctas)
 
     def units(self, m: int, n: int) -> int:
         """Work units of (M, N): N tiles of 128 x M tiles of BN."""
