@@ -31,8 +31,9 @@ from gemm_ladder.gates.correctness import error_bound, random_operands
 from gemm_ladder.library.gemm import SPLITS, TILE_N, library_gemm
 from gemm_ladder.library.operand import operand_view
 from test_library_gemm_gpu import LAYOUTS, gate
-from test_library_gemm_regstore_gpu import (EPILOGUE_SHAPES, RegisterCall, _check_fp32, assert_untouched,
-                                            check_api_on_unaligned_outputs, epilogue_case, poisoned_out)
+from test_library_gemm_regstore_gpu import (EPILOGUE_SHAPES, RegisterCall, _check_fp32, assert_repeats_bitwise,
+                                            assert_untouched, check_api_on_unaligned_outputs, epilogue_case,
+                                            poisoned_out)
 
 pytestmark = pytest.mark.gpu
 
@@ -121,12 +122,7 @@ def test_bitwise_equal_to_the_register_store(bn, fp32):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("split", ["tail", "all"])
 def test_repeated_launches_are_bitwise_identical(split):
-    for m, n, k in [(2304, 2050, 1000), (384, 511, 2048)]:
-        fn = StagedCall("k", "k", bn=128 if split == "all" else 256, split=split)
-        a, b = random_operands(m, n, k, "bf16", "cuda", seed=7 * m + k)
-        first = fn(a, b).clone()
-        for _ in range(4):
-            assert torch.equal(fn(a, b), first), (m, n, k)
+    assert_repeats_bitwise(StagedCall, split)
 
 
 @pytest.mark.timeout(300)
