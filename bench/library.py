@@ -353,6 +353,7 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
 def forced(dtype: str, shapes, budget: float) -> list[dict]:
     """cuBLAS, gemm_ladder.mm and every (BN, split) of the general kernel forced, interleaved per shape."""
     from gemm_ladder.dispatch import kernels as K
+    from gemm_ladder.library.gemm import SPREAD_SPLITS
     from gemm_ladder.library.operand import operand_view
 
     for failure in prebuild_general(dtype):
@@ -376,7 +377,7 @@ def forced(dtype: str, shapes, budget: float) -> list[dict]:
                     raise RuntimeError(f"BN {bn} split {split} is wrong at {m}x{n}x{k}: relative error {err:.3g}")
                 errors[f"BN {bn} {split}"] = err
                 outputs[split] = c.clone()
-                base = {"tail_spread": "tail", "all_spread": "all"}.get(split)
+                base = SPREAD_SPLITS.get(split)
                 if base in outputs and not torch.equal(outputs[base], c):
                     raise RuntimeError(f"BN {bn} split {split} differs from split {base} at {m}x{n}x{k} "
                                        "(the same slots in the same order: it must be bitwise equal)")
