@@ -200,10 +200,7 @@ def test_out_dtype_float32(dtype, m, n, k):
     another launch, so the same bounds rather than the same bits)."""
     a, b = random_operands(m, n, k, dtype, "cuda", seed=m + n + k)
     e = gemm_ladder.explain(a, b.T, out_dtype=torch.float32)
-    from gemm_ladder.dispatch import kernels as K  # the general kernel's store follows its switch
-
-    staged = e.kind == "general" and K.STAGED_STORE
-    assert e.output["output_path"] == ("staged copy (16-byte stores)" if staged else "C from registers"), str(e)
+    assert e.output["output_path"] == "C from registers", str(e)
     c = gemm_ladder.mm(a, b.T, out_dtype=torch.float32)
     assert c.dtype == torch.float32 and c.shape == (m, n)
     ref = reference(a, b)

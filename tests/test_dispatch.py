@@ -106,7 +106,6 @@ class FakeSmallM:
 @pytest.fixture
 def fakes(monkeypatch):
     state = {"fp32": True, "registers": True}
-    monkeypatch.setattr(K, "STAGED_STORE", False)  # the fakes stand for the register store (the switch's off side)
     monkeypatch.setattr(K, "general", lambda am, bm, bn: FakeGeneral(am, bm, bn, fp32=state["fp32"]))
     monkeypatch.setattr(K, "general_from_registers", lambda am, bm, bn, out_fp32=False: FakeGeneral(
         am, bm, bn, fp32=state["fp32"], registers=True) if state["registers"] else None)
@@ -296,7 +295,7 @@ def test_a_workspace_output_may_take_the_tma_stores_padding(monkeypatch):
     """N = 300 bf16 is 600 bytes, no whole number of 16-byte chunks: without the register-store build
     the general kernel writes into a workspace (whose padding its TMA store may overwrite) and the
     repack copies it back."""
-    monkeypatch.setattr(K, "general_unaligned_out", lambda *a, **kw: None)  # neither the register store nor the staged copy
+    monkeypatch.setattr(K, "general_from_registers", lambda *a, **kw: None)  # no register-store build
     dispatch.clear_cache()
     route = dispatch.decide(meta(4096, 4096), meta(4096, 300), meta(4096, 300), given=True, device=ASSUMED_DEVICE)
     assert route.kind == "general" and route.c_path.copy_back and dict(route.options)["c_padding_writable"]
@@ -333,20 +332,11 @@ def test_unaligned_outputs_are_stored_from_registers_by_the_real_kernels(shape, 
     dispatch.clear_cache()
     route = dispatch.decide(meta(m, k), meta(k, n), c, given=given, device=ASSUMED_DEVICE)
     assert route.kind == "general" and route.kernel.c_from_registers and not route.kernel.out_fp32
-    assert route.c_path.workspace is None and route.c_path.store == unaligned_store()
+    assert route.c_path.workspace is None and route.c_path.store == "C from registers"
     assert route.c_path.transposed == (out is not None and out[0] == "transposed")
     assert "c_padding_writable" not in dict(route.options)
-    assert route.kernel.name.endswith(unaligned_suffix())
+    assert route.kernel.name.endswith("_creg")
     dispatch.clear_cache()
-
-
-def unaligned_store() -> str:
-    """What explain names for an output TMA cannot write, as dispatch/kernels.py's STAGED_STORE has it."""
-    return "staged copy (16-byte stores)" if K.STAGED_STORE else "C from registers"
-
-
-def unaligned_suffix() -> str:
-    return "_cstage" if K.STAGED_STORE else "_creg"
 
 
 def test_aligned_outputs_keep_the_tma_store():
@@ -363,10 +353,10 @@ def test_float32_output_from_the_general_kernel_is_stored_from_registers():
     with N = 300 (600 bytes, in b's own 2-byte elements) b is repacked, the output still in place."""
     dispatch.clear_cache()
     e = gemm_ladder.explain(meta(1000, 512), meta(512, 304), out_dtype=torch.float32)
-    assert e.kind == "general" and e.out_dtype == "float32" and e.output["output_path"] == unaligned_store()
-    assert e.kernel["name"].endswith(unaligned_suffix() + "_f32") and len(e.launches) == 1
+    assert e.kind == "general" and e.out_dtype == "float32" and e.output["output_path"] == "C from registers"
+    assert e.kernel["name"].endswith("_creg_f32") and len(e.launches) == 1
     e = gemm_ladder.explain(meta(1000, 512), meta(512, 300), out_dtype=torch.float32)
-    assert e.kernel["name"].endswith(unaligned_suffix() + "_f32") and e.output["output_path"] == unaligned_store()
+    assert e.kernel["name"].endswith("_creg_f32") and e.output["output_path"] == "C from registers"
     assert len(e.launches) == 2 and e.launches[0].startswith("repack b")
     dispatch.clear_cache()
 
@@ -377,7 +367,7 @@ def test_real_kernels_on_meta_tensors():
     e = gemm_ladder.explain(meta(4097, 4093), meta(4093, 4095))
     assert e.kind == "general" and {op["path"] for op in e.operands} == {"repacked"}
     assert all(op["k"] == 4093 for op in e.operands)  # read with the true K: TMA zero-fills the tail
-    assert e.output["output_path"] == unaligned_store() and e.kernel["name"] == "sm90_gemm_kmn_bn256" + unaligned_suffix()
+    assert e.output["output_path"] == "C from registers" and e.kernel["name"] == "sm90_gemm_kmn_bn256_creg"
     e = gemm_ladder.explain(meta(4096, 4096), meta(4096, 4096))  # b row-major: MN-major, in place
     assert {op["path"] for op in e.operands} == {"in place"}
     e = gemm_ladder.explain(meta(16, 4096), meta(4096, 4096).T)

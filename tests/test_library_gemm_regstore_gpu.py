@@ -237,14 +237,10 @@ def check_api_on_unaligned_outputs(cases, output_path: str, kernel_tag: str) -> 
         assert not torch.isnan(c).any() and rel < (1e-5 if kind == "fp32" else 4e-3), (m, n, k, kind, rel)
 
 
-def test_the_api_routes_unaligned_outputs_to_the_register_store(monkeypatch):
+def test_the_api_routes_unaligned_outputs_to_the_register_store():
     """gemm_ladder.mm and linear on outputs TMA cannot write: N = 4095 (dense, odd pitch), N = 300, an
     out= view with an odd pitch and base, a column-major out= with an odd pitch (D^T into c.T), float32
-    output past the small-M range; explain names 'C from registers' and no copy back. The dispatcher's
-    switch between this build and the staged one (dispatch/kernels.py's STAGED_STORE) held off."""
-    from gemm_ladder.dispatch import kernels as K
-
-    monkeypatch.setattr(K, "STAGED_STORE", False)
+    output past the small-M range; explain names 'C from registers' and no copy back."""
     dispatch.clear_cache()
     check_api_on_unaligned_outputs([((1025, 1000, 4095), None), ((1000, 520, 300), None), ((1000, 520, 384), "pitch"),
                                     ((1000, 520, 384), "transposed"), ((600, 130, 777), "fp32")],

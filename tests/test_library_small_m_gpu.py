@@ -99,9 +99,7 @@ def test_repeated_runs_are_bitwise_identical_where_units_are_split():
 def test_each_launch_takes_fresh_counters_whatever_the_last_left():
     """The counters a launch counts arrivals on were cleared since any launch used them: counters left
     counted (as an aborted launch would leave them) do not reach the next launch, and an arena cleared
-    again and again (three launches' worth) keeps every launch right and bitwise equal. The global-memory
-    reduction is forced (cluster_reduce=False): the cluster build, which this shape takes where its
-    clusters fit, uses no counters."""
+    again and again (three launches' worth) keeps every launch right and bitwise equal."""
     from gemm_ladder.library import small_m
 
     m, n, k = 16, 4096, 4096
@@ -112,20 +110,20 @@ def test_each_launch_takes_fresh_counters_whatever_the_last_left():
     saved = small_m._COUNTERS
     small_m._COUNTERS = small_m.CounterArena(size=2 * 2 * 32)  # fresh (earlier tests used the shared one): two launches
     try:
-        first = _poisoned(kernel, x, w, c, cluster_reduce=False).clone()
+        first = _poisoned(kernel, x, w, c).clone()
         _assert_close(first, x, w, "bf16")
         buffer, used = small_m._COUNTERS._arenas[(stream.device_index, stream.cuda_stream)][:2]
         assert used == 2 * 32  # 32 units x 2 consumers
         buffer[:used].fill_(5)  # the counters the last launch used, left counted (as an aborted launch leaves them)
         torch.cuda.synchronize()
-        assert torch.equal(_poisoned(kernel, x, w, c, cluster_reduce=False), first)
+        assert torch.equal(_poisoned(kernel, x, w, c), first)
     finally:
         small_m._COUNTERS = saved
     arena = small_m.CounterArena(size=3 * 2 * 32)
     saved, small_m._COUNTERS = small_m._COUNTERS, arena
     try:
         for _ in range(10):
-            assert torch.equal(_poisoned(kernel, x, w, c, cluster_reduce=False), first)
+            assert torch.equal(_poisoned(kernel, x, w, c), first)
     finally:
         small_m._COUNTERS = saved
 

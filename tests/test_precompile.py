@@ -30,19 +30,17 @@ def test_each_class_plans_its_kernels():
     assert {int(lbl.split(" BN ")[1].split()[0]) for lbl in large} == set(timed)
     assert {"general A k B k BN 256 bf16", "general A mn B mn BN 128 bf16"} <= set(large)
     small = labels(("bf16",), ("small_m",))
-    # the plain builds only: the cluster builds are opt-in (SmallMGemm.bind's cluster_reduce), never routed
     assert len(small) == ORDERS * len(BUCKETS) and not any("fp32" in lbl or "cluster" in lbl for lbl in small)
     assert {"small-M BN 16 A k B k bf16", "small-M BN 256 A mn B mn bf16"} <= set(small)
     fp32 = labels(("bf16",), ("fp32_out",))
     assert "small-M BN 128 A k B mn fp32 out bf16" in fp32
-    # the small-M builds and the general kernel's float32 build for outputs TMA cannot write (the one
-    # dispatch.kernels.STAGED_STORE picks), each (order, timed BN)
+    # the small-M builds and the general kernel's float32 register-store build for outputs TMA cannot
+    # write, each (order, timed BN)
     assert "repack fp32" in fp32 and len([x for x in fp32 if "fp32 out" in x]) == ORDERS * (len(BUCKETS) + len(timed))
     assert len([x for x in fp32 if x.startswith("general from registers") and x.endswith("fp32 out bf16")]) == ORDERS * len(timed)
     unaligned = labels(("fp16",), ("unaligned",))
     assert unaligned[-2:] == ["repack fp16", "repack fp32"] and len(unaligned) == ORDERS * len(timed) + 2
     assert "general from registers A mn B k BN 128 fp16" in unaligned
-    assert not any(x.startswith("general staged") for x in unaligned + fp32)  # STAGED_STORE is off
     every = labels(("bf16", "fp16"), tuple(CLASSES))
     assert len(every) == len(set(every))
     assert set(every) == set(labels(("bf16", "fp16"), "all"))

@@ -21,8 +21,6 @@ from gemm_ladder.design.timeline import TimelineRow, build_timeline
 STORE_NEVER = "never a byte count or an mbarrier on the store side: stores complete through bulk async-groups"
 STORE_NEVER_FROM_REGISTERS = ("never a shared-memory buffer, byte count or mbarrier on the store side: ordinary stores "
                               "from registers")
-STORE_NEVER_STAGED = ("never a TMA store, byte count, mbarrier or named barrier on the store side: each warp's buffer "
-                      "is its own, ordered by __syncwarp")
 
 
 @dataclass(frozen=True)
@@ -50,14 +48,12 @@ def describe(plan: Plan) -> PlanText:
     load, smem, sc = plan.load_protocol, plan.smem, plan.schedule
     timeline = build_timeline(k_tiles=sc.k_tiles, stages=plan.stages, expect_tx=load.expect_tx_bytes,
                               c_panels=smem.c_panels, k_steps=bk // 16, cluster=plan.cluster,
-                              persistent=plan.persistent, mma=ar.mma, c_from_registers=smem.c_from_registers,
-                              c_staged=smem.c_staged)
+                              persistent=plan.persistent, mma=ar.mma, c_from_registers=smem.c_from_registers)
     return PlanText(
         conclusion=conclusion(plan), issuer=_issuer(plan), consumers=_consumers(plan, ar.mma),
         empty_arrivers=_empty_arrivers(plan, ar.mma), load_steps=_load_steps(plan, ar.mma),
         store_steps=_store_steps(plan),
-        store_never=(STORE_NEVER_STAGED if smem.c_staged else STORE_NEVER_FROM_REGISTERS if smem.c_from_registers
-                     else STORE_NEVER),
+        store_never=STORE_NEVER_FROM_REGISTERS if smem.c_from_registers else STORE_NEVER,
         schedule_notes=_schedule_notes(plan, ar),
         timeline=timeline, assumptions=_assumptions(ar), risks=_risks(plan), validation=_validation(plan.stages),
     )
@@ -96,8 +92,6 @@ def conclusion(plan: Plan) -> str:
             f"{plan.consumers.warpgroups} consumer warpgroup(s), {plan.consumers.threads_per_cta} threads), "
             f"tile {bm}x{bn}x{bk}, 128B swizzle, {plan.smem.total_bytes} bytes of dynamic shared memory, "
             f"{plan.smem.ctas_per_sm} CTA(s)/SM, cluster {plan.cluster}"
-            + (f"; K split {plan.schedule.k_split_cluster} ways in a cluster of {plan.schedule.k_split_cluster} CTAs, "
-               "reduced through distributed shared memory" if plan.schedule.k_split_cluster > 1 else "")
             + ("" if plan.suitability.worthwhile else "; correct but not worth it here (see suitability)"))
 
 
@@ -185,18 +179,6 @@ def _store_steps(plan: Plan) -> tuple[str, ...]:
     smem, bm, bn = plan.smem, plan.tile[0], plan.tile[1]
     consumers, pw = plan.consumers.warpgroups, plan.consumers.producer_warpgroup
     store_thread, box = plan.issuer.store_thread, plan.store_protocol.panel_box
-    if smem.c_staged:
-        return (
-            f"after its last wgmma.wait_group 0, each consumer warp stores its 16 rows of the {bm // consumers} x {bn} "
-            f"fragment through its own {smem.c_panel_bytes}-byte buffer, as many whole rows at a time as fit: __syncwarp; "
-            "each lane writes its pairs, converted to the output dtype, into the buffer (16-byte chunks XOR-swizzled by "
-            "row); __syncwarp",
-            "the warp copies the rows out: consecutive lanes take consecutive aligned 16-byte windows of a row "
-            "(st.global.v4; a row not 16-byte aligned joins two staged chunks with a funnel shift); the partial windows "
-            "at a row's two ends and at the N edge go out element by element; rows >= M, columns >= N, the pitch padding "
-            "and the bytes before the base are never written; any output pitch, no tensor map",
-            "the copy is synchronous (no wait carries into the next tile); no warp waits for another",
-        )
     if smem.c_from_registers:
         return (
             "after its last wgmma.wait_group 0, each consumer thread converts its fp32 accumulators to the output "
@@ -247,8 +229,6 @@ def _store_steps(plan: Plan) -> tuple[str, ...]:
 def _schedule_notes(plan: Plan, ar) -> tuple[str, ...]:
     sc, smem, cluster = plan.schedule, plan.smem, plan.cluster
     m_tiles, n_tiles = sc.m_tiles, sc.n_tiles
-    if sc.k_split_cluster > 1:
-        return _k_split_cluster_notes(plan)
     if not plan.persistent:
         return (f"one CTA per output tile: grid (N tiles, M tiles, 1) = {sc.grid}, no cluster; "
                 "CTA (x, y) computes rows y*BM.., columns x*BN..",)
@@ -282,16 +262,6 @@ def _schedule_notes(plan: Plan, ar) -> tuple[str, ...]:
                 f"finished by the last to arrive (fp32 partials in a per-stream workspace of "
                 f"{tail.workspace_floats(cluster, plan.consumers.warpgroups, plan.tile[1]) * 4 / 2**20:.1f} MiB, summed "
                 "in K order; int32 arrival counters zeroed on the stream before each launch)")
-            sp = tail.spread_json(plan.tile[1])
-            if sp["split_units"]:
-                notes.append(
-                    f"distributed fixup (the library's split \"tail_spread\", stream_k_spread.cuh): each of the "
-                    f"{sp['split_units']} split units has {sp['contributors'][0]}-{sp['contributors'][1]} contributors, "
-                    f"of which {sp['participants'][0]}-{sp['participants'][1]} participate (their cluster's range ends "
-                    "with the unit; the last contributor, when its range goes on, hands in and leaves); the "
-                    "participants wait for every hand-in, then each adds the K-ordered partials for its share of "
-                    f"each 64-row fragment, at most {sp['most_float4s_per_participant']} of its "
-                    f"{sp['float4s_per_fragment']} float4s, and stores it")
         else:
             notes.append(f"stream-K tail: not split ({units} units on {unit_stride} clusters: no partial wave, or "
                          f"it would leave at most {plan.stream_k_min_idle:.0%} of the clusters idle, or fewer tail K "
@@ -301,27 +271,6 @@ def _schedule_notes(plan: Plan, ar) -> tuple[str, ...]:
                      f">= {m_tiles % cluster} compute a tile wholly below M: they still load (zero fill), multicast their B "
                      "slice and release stages; their store writes nothing (the box is clipped)")
     return tuple(notes)
-
-
-def _k_split_cluster_notes(plan: Plan) -> tuple[str, ...]:
-    """The small-M kernel's cluster build (sm90_gemm_small_m.cu, GL_CLUSTER_K): split-K in a cluster."""
-    sc, ways = plan.schedule, plan.schedule.k_split_cluster
-    units = sc.ctas // ways
-    return (
-        f"split-K in clusters, not multicast: 1-D grid of {units} units x {ways} = {sc.ctas} CTAs, cluster dims "
-        f"{sc.cluster_dims}; cluster u computes unit u alone and CTA rank r its K iterations "
-        f"[r x {sc.k_tiles} / {ways}, (r + 1) x {sc.k_tiles} / {ways}) (each CTA loads its own A and B tiles: the "
-        f"plan's cluster, the B multicast, is {plan.cluster})",
-        "after its K range each CTA writes its two consumers' fp32 fragments into its own ring (every load of the "
-        "range has landed and every wgmma has retired once both consumers are past it), cluster barrier "
-        "(arrive.release / wait.acquire), then rank r sums its 1/{ways} of the tile (float4 columns of the fragment) "
-        "from every CTA q = 0..{last} in that order (mapa + ld.shared::cluster.v4) and stores that part of C with "
-        "the epilogue: bitwise the same every run, no workspace, no counters".format(ways=ways, last=ways - 1),
-        "a second cluster barrier, arrived after the reads and waited before exit (the producer warpgroup takes "
-        "part in both), keeps every CTA's shared memory alive while a peer reads it",
-        f"taken only when all {units} clusters of {ways} are resident at once (cuOccupancyMaxActiveClusters, which "
-        "knows a cluster must fit in one GPC); otherwise the launch reduces through global memory",
-    )
 
 
 def _assumptions(ar) -> tuple[str, ...]:
@@ -346,9 +295,6 @@ def _risks(plan: Plan) -> tuple[str, ...]:
     if plan.cluster > 1:
         risks.append("cluster: a CTA must not exit while a peer may multicast into it or arrive on its barriers "
                      "(end with a cluster barrier)")
-    if plan.schedule.k_split_cluster > 1:
-        risks.append("split-K cluster: a CTA must not exit while a peer reads its shared memory, nor write its "
-                     "fragment over a stage a wgmma or a TMA load may still use (both consumers done first)")
     if not suit.worthwhile:
         risks.append(f"not worth it at this size: {suit.alternative}")
     return tuple(risks)

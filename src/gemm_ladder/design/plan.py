@@ -89,10 +89,6 @@ class Schedule:
     sm_count: int
     waves: float
     stream_k: dict | None = None  # level 9's tail split (design.stream_k.StreamKTail.to_json()), if planned
-    # The small-M kernel's cluster build (library/small_m.py, cluster_k = S): each unit's K iterations split
-    # S ways over a cluster of S CTAs (cluster_dims), partials reduced through distributed shared memory.
-    # Not the plan's ``cluster`` (B multicast), which stays 1 there. 1: no such split.
-    k_split_cluster: int = 1
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -148,8 +144,7 @@ class KernelConfig:
 
 def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: str,
             producer_warpgroup: bool | None, c_aliases_stages: bool = False, c_ring: int = 0,
-            c_from_registers: bool = False, a_major: str = "k", b_major: str = "k",
-            c_staged: bool = False) -> KernelConfig:
+            c_from_registers: bool = False, a_major: str = "k", b_major: str = "k") -> KernelConfig:
     dt, ar = dtype_info(dtype), arch_info(arch)
     for name, major in (("a_major", a_major), ("b_major", b_major)):
         if major not in ("k", "mn"):
@@ -225,7 +220,7 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
     }
     smem = plan_smem(bm=bm, bn=bn, bk=bk, elem_bytes=e, stages=stages, cluster=cluster, threads=threads, arch=ar,
                      c_aliases_stages=c_aliases_stages, consumers=consumers, c_ring=c_ring,
-                     c_from_registers=c_from_registers, c_staged=c_staged)
+                     c_from_registers=c_from_registers)
     tmem = plan_tmem(bm=bm, bn=bn, arch=ar)
     return KernelConfig(dtype=dt, arch=ar, tile=(bm, bn, bk), stages=stages, cluster=cluster, consumers=consumers,
                         producer_warpgroup=producer_warpgroup, threads=threads, smem=smem, descriptors=descriptors,
@@ -236,15 +231,14 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
 def kernel_defines_for(dtype: str = "bf16", tile=(128, 128, 64), stages: int = 4, cluster: int = 1,
                        consumers: int = 1, arch: str = "sm_90a", producer_warpgroup: bool | None = None,
                        c_aliases_stages: bool = False, c_ring: int = 0, c_from_registers: bool = False,
-                       a_major: str = "k", b_major: str = "k", c_staged: bool = False) -> dict[str, int]:
+                       a_major: str = "k", b_major: str = "k") -> dict[str, int]:
     """The compile-time constants (``-D``) of a kernel built for this configuration; no problem shape needed.
 
     ``a_major`` / ``b_major``: each operand K-major ("k") or MN-major ("mn") in memory and shared memory.
-    ``c_staged`` (with ``c_from_registers``): per-warp output staging buffers (:func:`plan_gemm`).
     Raises :class:`PlanRefused` for configurations no shape could use (box, swizzle, smem, TMEM rules).
     """
     return _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_aliases_stages, c_ring,
-                   c_from_registers, a_major, b_major, c_staged).defines()
+                   c_from_registers, a_major, b_major).defines()
 
 
 def _tensor_maps(m: int, n: int, k: int, dt: DtypeInfo, tile, cluster: int, *, c_box_rows: int | None = None,
@@ -360,7 +354,7 @@ class Plan:
                         "consumers": self.consumers.warpgroups, "persistent": self.persistent,
                         "producer_warpgroup": self.consumers.producer_warpgroup,
                         "c_aliases_stages": self.smem.c_aliases_stages, "c_ring": self.smem.c_ring,
-                        "c_from_registers": self.smem.c_from_registers, "c_staged": self.smem.c_staged,
+                        "c_from_registers": self.smem.c_from_registers,
                         "a_major": self._config.a_major, "b_major": self._config.b_major},
             "suitability": self.suitability.to_json(),
             "tensor_maps": {k: v.to_json() for k, v in self.tensor_maps.items()},
@@ -382,7 +376,7 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
               producer_warpgroup: bool | None = None, c_aliases_stages: bool = False, c_ring: int = 0,
               stream_k: bool = False, stream_k_min_idle: float = DEFAULT_MIN_IDLE,
               c_from_registers: bool = False, a_major: str = "k", b_major: str = "k", lda: int | None = None,
-              ldb: int | None = None, ldc: int | None = None, c_staged: bool = False) -> Plan:
+              ldb: int | None = None, ldc: int | None = None) -> Plan:
     """Plan ``c = a @ b.T`` for a (M, K) and b (N, K) row-major; raises :class:`PlanRefused` naming the rule.
 
     ``producer_warpgroup``: a separate producer warpgroup issues the loads (warp specialization);
@@ -397,10 +391,6 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     no output staging, no c tensor map, any c pitch, and BN need not fill a 128-byte store panel. For a
     kernel that writes its fragment in a layout of its own (library/small_m.py plans C^T = B A^T this
     way and writes each fragment transposed into C).
-    ``c_staged`` (only with ``c_from_registers``): the consumers still store c themselves (no c tensor
-    map, any pitch), but each warp through its own shared-memory buffer of design.smem.STAGED_WARP_BYTES,
-    copied out with 16-byte stores (the library GEMM's staged store, kernels/include/gemm_ladder/
-    staged_store.cuh); the buffers come out of the stages' shared memory.
     ``a_major``, ``b_major``: each operand "k" (element (r, k) at r * ld + k, the ladder's contract) or
     "mn" (at r + k * ld; the library's layouts, library/operand.py); ``lda``, ``ldb``, ``ldc``: leading
     dimensions in elements (default dense), which the tensor maps take as their global strides.
@@ -419,7 +409,7 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
         raise PlanRefused("stream-K without persistent", "the stream-K tail splits the last wave of a persistent "
                           "grid; a grid of one CTA per tile has no wave to split: use persistent=True (--persistent on the command line)")
     cfg = _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_aliases_stages, c_ring,
-                  c_from_registers, a_major, b_major, c_staged)
+                  c_from_registers, a_major, b_major)
     bm, bn, bk = cfg.tile
     e = cfg.dtype.elem_bytes
     suit = assess_suitability(m, n, k, dtype, cfg.tile, cluster, c_from_registers=c_from_registers, **layout)

@@ -34,12 +34,6 @@ or, with ``c_aliases_stages`` (level 5), C staging laid over the stages from off
 or, with ``c_from_registers`` (library/small_m.py), no C staging: the consumers store from registers::
 
     [A stage 0 .. S-1][B stage 0 .. S-1][full bar x S][empty bar x S]
-
-or, with ``c_from_registers`` and ``c_staged`` (the library GEMM's staged store,
-kernels/include/gemm_ladder/staged_store.cuh), one buffer of STAGED_WARP_BYTES per consumer warp, which
-its warp fills from registers and copies to global memory itself (no TMA, no tensor map for C)::
-
-    [A stage 0 .. S-1][B stage 0 .. S-1][warp buffer 0.0 .. 0.3, 1.0 .. 1.3, ...][full bar x S][empty bar x S]
 """
 
 from __future__ import annotations
@@ -51,11 +45,6 @@ from gemm_ladder.design.problem import ArchInfo, PlanRefused, align_up
 SWIZZLE_ATOM_BYTES = 1024  # 8 rows x 128 bytes
 BARRIER_BYTES = 8  # one mbarrier object: a 64-bit word, 8-byte aligned
 ALIGN_SLACK = 1024
-#: One consumer warp's staging buffer in the staged store (staged_store.cuh's kStagedWarpBytes: keep the
-#: two equal). 4 KiB: 8 rows of a 256-column bf16 fragment, so two consumer warpgroups' 8 warps take the
-#: 32 KiB the TMA-store build's panel rings take at BN = 256 (the same 4 stages).
-STAGED_WARP_BYTES = 4096
-WARPS_PER_WARPGROUP = 4
 
 
 @dataclass(frozen=True)
@@ -83,16 +72,10 @@ class SmemLayout:
     c_ring: int = 0  # 0: one whole-tile staging; R: R one-panel buffers per consumer warpgroup
     c_ring_owners: int = 1  # consumer warpgroups, each with its own ring (when c_ring)
     c_from_registers: bool = False  # no C staging: the consumers store the output from their registers
-    c_staged: bool = False  # with c_from_registers: one buffer per consumer warp, copied out by its warp
 
     @property
     def c_staging(self) -> str:
         """Where the output staging lives, and why that is legal."""
-        if self.c_staged:
-            return (f"C staging ({self.c_bytes} bytes): one {self.c_panel_bytes}-byte buffer per consumer warp after the "
-                    f"operand stages at offset {self.c_offset}; each warp stages its rows of the finished fragment there "
-                    "and copies them to global memory itself with 16-byte stores (any pitch, any element-aligned base; "
-                    "no TMA, no tensor map for C), ordered by __syncwarp only")
         if self.c_from_registers:
             return ("no C staging: the consumers store the output straight from their accumulator registers "
                     "(st.global), so every byte after the stages and barriers is left to the operand stages")
@@ -129,11 +112,7 @@ class SmemLayout:
         rows = [(f"A stage {s}", self.a_stage(s), self.a_stage_bytes) for s in range(self.stages)]
         rows += [(f"B stage {s}", self.b_stage(s), self.b_stage_bytes) for s in range(self.stages)]
         tag = " (overlays the stages)" if self.c_aliases_stages else ""
-        if self.c_staged:
-            rows += [(f"C warp buffer {w}.{r} (consumer {w}, warp {r})",
-                      self.c_offset + (w * WARPS_PER_WARPGROUP + r) * self.c_panel_bytes, self.c_panel_bytes)
-                     for w in range(self.c_ring_owners) for r in range(WARPS_PER_WARPGROUP)]
-        elif self.c_ring:
+        if self.c_ring:
             rows += [(f"C buffer {w}.{r} (consumer {w})", self.c_offset + (w * self.c_ring + r) * self.c_panel_bytes,
                       self.c_panel_bytes) for w in range(self.c_ring_owners) for r in range(self.c_ring)]
         else:
@@ -156,16 +135,13 @@ def c_store_rows(*, bm: int, consumers: int = 1, c_ring: int = 0) -> int:
 
 
 def c_staging_bytes(*, bm: int, bn: int, elem_bytes: int, consumers: int = 1, c_ring: int = 0,
-                    c_from_registers: bool = False, c_staged: bool = False) -> tuple[int, int, int]:
+                    c_from_registers: bool = False) -> tuple[int, int, int]:
     """(panel bytes, panels per tile row, total staging bytes) of the output staging.
 
     A panel is 128 bytes of columns (64 bf16/fp16) by the rows one store covers (:func:`c_store_rows`);
     with ``c_ring`` each consumer warpgroup has ``c_ring`` such buffers, else one per panel of the tile;
-    with ``c_from_registers`` there is none (0, 0, 0); with it and ``c_staged``, one STAGED_WARP_BYTES
-    buffer per consumer warp (STAGED_WARP_BYTES, 0 TMA panels, consumers x 4 x STAGED_WARP_BYTES).
+    with ``c_from_registers`` there is none (0, 0, 0).
     """
-    if c_staged:
-        return STAGED_WARP_BYTES, 0, consumers * WARPS_PER_WARPGROUP * STAGED_WARP_BYTES
     if c_from_registers:
         return 0, 0, 0
     panels = bn * elem_bytes // 128
@@ -175,7 +151,7 @@ def c_staging_bytes(*, bm: int, bn: int, elem_bytes: int, consumers: int = 1, c_
 
 def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluster: int, threads: int,
               arch: ArchInfo, c_aliases_stages: bool = False, consumers: int = 1, c_ring: int = 0,
-              c_from_registers: bool = False, c_staged: bool = False) -> SmemLayout:
+              c_from_registers: bool = False) -> SmemLayout:
     """Compute the layout; raise :class:`PlanRefused` when it exceeds the arch's per-block limit.
 
     ``c_aliases_stages``: the output staging overlays the operand stages instead of following them.
@@ -188,12 +164,7 @@ def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluste
     consumers and R = 2, 32 KiB instead of 64 KiB, the room for a fourth 48 KiB stage.
 
     ``c_from_registers``: no output staging at all (the consumers store from registers).
-    ``c_staged`` (only with ``c_from_registers``): a STAGED_WARP_BYTES buffer per consumer warp, which
-    the warp fills from its registers and copies to global memory itself (no TMA store, no C map).
     """
-    if c_staged and not c_from_registers:
-        raise PlanRefused("output staging", "c_staged is the staged form of c_from_registers (the consumers store C "
-                          "themselves, through per-warp buffers): set both")
     if (bool(c_ring) + c_aliases_stages + c_from_registers) > 1:
         raise PlanRefused("output staging", "c_ring, c_aliases_stages and c_from_registers are different output "
                           "layouts: pick one (on the command line: --c-ring or --c-aliases-stages)")
@@ -205,7 +176,7 @@ def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluste
     b_stage_stride = align_up(b_stage, SWIZZLE_ATOM_BYTES)
     stages_end = align_up(b_off + stages * b_stage_stride, SWIZZLE_ATOM_BYTES)
     c_panel, c_panels, c_bytes = c_staging_bytes(bm=bm, bn=bn, elem_bytes=elem_bytes, consumers=consumers, c_ring=c_ring,
-                                                 c_from_registers=c_from_registers, c_staged=c_staged)
+                                                 c_from_registers=c_from_registers)
     c_off = a_off if c_aliases_stages else stages_end
     full_off = max(stages_end, c_off + c_bytes)  # C ends 1024-aligned (c_panel is a multiple of 1024 when BM % 8 == 0)
     empty_off = full_off + stages * BARRIER_BYTES
@@ -217,7 +188,7 @@ def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluste
             f"{stages} stages x (A {a_stage} + B {b_stage}) + C staging {c_bytes} + barriers "
             f"{2 * stages * BARRIER_BYTES} + alignment slack {ALIGN_SLACK} = {total} bytes > "
             f"{arch.max_smem_per_block} bytes allowed per block on {arch.name}; "
-            f"at most {max_stages(bm=bm, bn=bn, bk=bk, elem_bytes=elem_bytes, arch=arch, c_aliases_stages=c_aliases_stages, consumers=consumers, c_ring=c_ring, c_from_registers=c_from_registers, c_staged=c_staged)}"
+            f"at most {max_stages(bm=bm, bn=bn, bk=bk, elem_bytes=elem_bytes, arch=arch, c_aliases_stages=c_aliases_stages, consumers=consumers, c_ring=c_ring, c_from_registers=c_from_registers)}"
             " stages fit this tile",
         )
     per_cta = total + arch.smem_reserved_per_block
@@ -232,16 +203,16 @@ def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluste
         b_slice_bytes=b_stage // cluster, c_offset=c_off, c_bytes=c_bytes, c_panel_bytes=c_panel, c_panels=c_panels,
         full_bar_offset=full_off, empty_bar_offset=empty_off, barriers_end=end, total_bytes=total,
         max_per_block=arch.max_smem_per_block, ctas_per_sm=ctas, ctas_per_sm_limit=limit,
-        c_aliases_stages=c_aliases_stages, c_ring=c_ring, c_ring_owners=consumers if c_ring or c_staged else 1,
-        c_from_registers=c_from_registers, c_staged=c_staged,
+        c_aliases_stages=c_aliases_stages, c_ring=c_ring, c_ring_owners=consumers if c_ring else 1,
+        c_from_registers=c_from_registers,
     )
 
 
 def max_stages(*, bm: int, bn: int, bk: int, elem_bytes: int, arch: ArchInfo, c_aliases_stages: bool = False,
-               consumers: int = 1, c_ring: int = 0, c_from_registers: bool = False, c_staged: bool = False) -> int:
+               consumers: int = 1, c_ring: int = 0, c_from_registers: bool = False) -> int:
     """The largest stage count whose layout fits the per-block limit (0 if none)."""
     c_bytes = c_staging_bytes(bm=bm, bn=bn, elem_bytes=elem_bytes, consumers=consumers, c_ring=c_ring,
-                              c_from_registers=c_from_registers, c_staged=c_staged)[2]
+                              c_from_registers=c_from_registers)[2]
     fixed = (0 if c_aliases_stages else c_bytes) + ALIGN_SLACK
     per_stage = align_up(bm * bk * elem_bytes, SWIZZLE_ATOM_BYTES) + align_up(bn * bk * elem_bytes, SWIZZLE_ATOM_BYTES) + 2 * BARRIER_BYTES
     return max(0, (arch.max_smem_per_block - fixed) // per_stage)

@@ -15,13 +15,6 @@ one that arrives last adds the slots in K order (so the sum does not depend on a
 stores the tile. The launch zeroes the counters on its stream first (runtime/workspace.py), so no
 launch depends on how the one before it ended.
 
-The distributed fixup (split "tail_spread", the library kernel's ``sk_spread`` build,
-``kernels/include/gemm_ladder/stream_k_spread.cuh``) replaces the last arriver's lone reduction: a
-unit's *participants*, its contributors whose segment ends their cluster's range (all but its last
-contributor, and that one too when its range ends with the unit), wait for every hand-in, then each
-reduces and stores its share of the tile (:meth:`StreamKTail.spread_units`, :func:`spread_share`);
-the contributor whose range goes on only hands in.
-
 This module mirrors the kernel's integer arithmetic (``kernels/include/gemm_ladder/stream_k.cuh``)
 exactly; the launch uses it to size the workspace and the tests check the two agree.
 """
@@ -108,70 +101,11 @@ class StreamKTail:
         """int32 arrival counters: one per tail unit, CTA of the cluster and consumer warpgroup."""
         return self.tail_units * cluster * consumers
 
-    def participants(self, unit: int, contributors: int) -> int:
-        """Participants of split tail unit ``unit`` (counted over all units, as Segment.unit) with
-        ``contributors`` > 1 contributors (stream_k_spread.cuh's spread_participants): its contributors
-        but the last one when that cluster's range goes on past the unit's end."""
-        base = (unit - self.first_unit) * self.k_tiles
-        last = self.owner(base) + contributors - 1
-        return contributors - (1 if self.begin(last + 1) > base + self.k_tiles else 0)
-
-    def spread_units(self) -> list["SpreadUnit"]:
-        """Each tail unit several clusters share, for the distributed fixup: its contributors in K
-        (slot) order and how many of the first of them are participants. Derived from the segments
-        (a participant's segment is the last of its cluster's range), not from :meth:`participants`,
-        so that the tests can hold one against the other."""
-        by_unit: dict[int, list[tuple[int, int, bool]]] = {}
-        for c in range(self.clusters):
-            segs = self.segments(c)
-            for i, s in enumerate(segs):
-                if s.contributors > 1:
-                    by_unit.setdefault(s.unit, []).append((s.mine, c, i == len(segs) - 1))
-        out = []
-        for unit in sorted(by_unit):
-            entries = sorted(by_unit[unit])
-            out.append(SpreadUnit(unit, tuple(c for _, c, _ in entries), tuple(c for _, c, end in entries if end)))
-        return out
-
     def to_json(self) -> dict:
         return {"units": self.units, "clusters": self.clusters, "k_tiles": self.k_tiles,
                 "whole_units": self.first_unit, "tail_units": self.tail_units,
                 "tail_iterations_per_cluster": self.total / self.clusters if self.clusters else 0.0,
                 "max_contributors": self.max_contributors}
-
-    def spread_json(self, tile_n: int) -> dict:
-        """The distributed fixup of this tail for a 64 x ``tile_n`` consumer fragment: split units,
-        contributors and participants per unit (fewest, most), and the most float4s one participant
-        reduces per fragment (``explain`` and the designer show it)."""
-        units = self.spread_units()
-        if not units:
-            return {"split_units": 0}
-        f4 = 16 * tile_n
-        parts = [len(u.participants) for u in units]
-        return {"split_units": len(units),
-                "contributors": [min(len(u.contributors) for u in units), max(len(u.contributors) for u in units)],
-                "participants": [min(parts), max(parts)],
-                "most_float4s_per_participant": -(-f4 // min(parts)), "float4s_per_fragment": f4}
-
-
-@dataclass(frozen=True)
-class SpreadUnit:
-    """One split tail unit of the distributed fixup: ``contributors`` (clusters, in K order: slot i is
-    contributors[i]) and ``participants`` (those whose segment ends their range; always the first
-    len(participants) contributors)."""
-
-    unit: int
-    contributors: tuple[int, ...]
-    participants: tuple[int, ...]
-
-
-def spread_share(share: int, shares: int, float4s: int) -> tuple[int, int]:
-    """Float4s [lo, hi) of a fragment of ``float4s`` (16 x BN for a 64 x BN fragment) that participant
-    ``share`` of ``shares`` reduces (stream_k_spread.cuh's spread_reduce_store): the shares differ by
-    at most one float4 and cover the fragment once. Raises ValueError unless 0 <= share < shares."""
-    if not 0 <= share < shares:
-        raise ValueError(f"share = {share} of shares = {shares}: need 0 <= share < shares")
-    return share * float4s // shares, (share + 1) * float4s // shares
 
 
 #: Default of plan_tail's ``min_idle``. Measured on the H200 (bench/results/2026-11-30_stream_k*.json,

@@ -56,12 +56,10 @@ def next_load(k: int, stages: int, mode: str) -> int | None:
 
 
 def build_timeline(*, k_tiles: int, stages: int, expect_tx: int, c_panels: int, k_steps: int, cluster: int = 1,
-                   persistent: bool = False, mma: str = "wgmma", c_from_registers: bool = False,
-                   c_staged: bool = False) -> tuple[TimelineRow, ...]:
+                   persistent: bool = False, mma: str = "wgmma", c_from_registers: bool = False) -> tuple[TimelineRow, ...]:
     """The rows for one output tile with ``k_tiles`` K iterations and ``stages`` stages.
 
-    ``c_from_registers``: the drain stores the accumulators from registers (no staging, no TMA store);
-    with ``c_staged`` too, each warp through its own shared-memory buffer with 16-byte stores.
+    ``c_from_registers``: the drain stores the accumulators from registers (no staging, no TMA store).
     """
     S, KT = stages, k_tiles
     mode = release_mode(S)
@@ -109,13 +107,6 @@ def build_timeline(*, k_tiles: int, stages: int, expect_tx: int, c_panels: int, 
             finish += f"; release stage {last_stage} (k={KT - 1}): arrive empty[{last_stage}]"
     else:
         finish = "tcgen05.commit -> accumulator barrier; wait it; tcgen05.ld the accumulator from tensor memory"
-    if c_staged:
-        rows.append(TimelineRow(
-            "drain", None, "-", finish,
-            "every consumer warp stages its rows (fp32 -> output dtype) in its own shared-memory buffer, __syncwarp, and "
-            "copies them out with 16-byte stores (element stores at the rows' ends and the N edge); nothing to drain",
-            None, None))
-        return tuple(rows)
     if c_from_registers:
         rows.append(TimelineRow(
             "drain", None, "-", finish,

@@ -10,7 +10,7 @@ from gemm_ladder.contract import dtype_name
 from gemm_ladder.design.describer import conclusion, plan_document
 from gemm_ladder.design.problem import ceil_div
 from gemm_ladder.dispatch import kernels as K
-from gemm_ladder.dispatch.heuristic import SPREAD, CostModel
+from gemm_ladder.dispatch.heuristic import CostModel
 from gemm_ladder.dispatch.route import Route
 
 
@@ -22,7 +22,7 @@ class Explanation:
     'empty' (M or N is 0) or 'zeros' (K is 0); ``kernel``: name, source, tile, stages, cluster;
     ``grid``: CTAs launched; ``split``: the split policy (general kernel) or the small-M kernel's;
     ``orientation``, ``operands``, ``output``: the layout and alignment path (``output['output_path']``:
-    'TMA store', 'C from registers', 'staged copy (16-byte stores)' or 'workspace + copy back'); ``launches``: in order;
+    'TMA store', 'C from registers' or 'workspace + copy back'); ``launches``: in order;
     ``heuristic``: the cost model's provenance and the candidates it ranked (predicted microseconds);
     for the small-M kernel, ``m_tiles``: its bucket, the number of M tiles and why (the table's rule);
     for the general kernel where the small-M kernel fits, ``small_m_table``: why the table chose it;
@@ -93,18 +93,6 @@ class Explanation:
             for c in h.get("candidates", [])[:9]:
                 lines.append(f"    BN {c['bn']:>3} split {c['split']:<11} {c['predicted_us']:>9.1f} us predicted, "
                              f"{c['waves']:.2f} waves")
-            if h.get("spread"):
-                sp = h["spread"]
-                lines.append(f"  spread:   {sp['rule']}")
-                if sp.get("split_units"):
-                    lines.append(f"            {sp['split_units']} split units, "
-                                 f"{sp['contributors'][0]}-{sp['contributors'][1]} contributors and "
-                                 f"{sp['participants'][0]}-{sp['participants'][1]} participants each; a participant "
-                                 f"reduces at most {sp['most_float4s_per_participant']} of the "
-                                 f"{sp['float4s_per_fragment']} float4s of each 64-row fragment")
-            if h.get("unpriced_splits"):
-                lines.append(f"    split {', '.join(h['unpriced_splits'])}: built on demand, not priced by the table "
-                             "(no spread_fixup_us: not timed by bench/library.py --tune), so not chosen")
             if h.get("untimed_bns"):
                 lines.append(f"    BN {', '.join(map(str, h['untimed_bns']))}: built, not in the table (not timed by "
                              "bench/library.py --tune), so not chosen")
@@ -115,20 +103,6 @@ class Explanation:
         for r in self.not_taken[:4]:
             lines.append(f"  no route: {r}")
         return "\n".join(lines)
-
-
-def _spread(route: Route, split: str) -> dict:
-    """What a spread split does on this route's shape (design/stream_k.py's spread_json)."""
-    from gemm_ladder.library.gemm import split_schedule
-
-    w = route.candidates[0].work  # the chosen (BN, split): the cost model's units and K tiles for this shape
-    tail = split_schedule(w.units, route.device.clusters, w.k_tiles, split)
-    what = "the last partial wave" if split == "tail_spread" else "every unit"
-    return {"rule": f"{what} split by K over every cluster; each split tile's fp32 partials added "
-                    "in K order by its participants together (the contributors whose cluster's range ends with "
-                    "the tile), each storing its share, instead of by the last to arrive alone "
-                    "(kernels/include/gemm_ladder/stream_k_spread.cuh)",
-            **tail.spread_json(w.bn)}
 
 
 def trivial_explanation(kind: str, m: int, n: int, k: int, dtype, out_dtype, device: str) -> Explanation:
@@ -155,14 +129,12 @@ def _grid(route: Route, plan) -> list[int] | None:
 
 
 def _small_m_split(route: Route, splits: int | None) -> str:
-    """The small-M kernel's split in words. ``gemm_ladder.mm`` reduces split-K partials through a global
-    workspace; the cluster build (SmallMGemm.cluster_ways) runs only when a caller forces it
-    (``cluster_reduce=True``), which no route does, so explain never names it."""
+    """The small-M kernel's split in words: split-K partials reduced through a global workspace."""
     kern = route.kernel
     if not hasattr(kern, "split_text"):
         return ("K split by the small-M rule (SmallMGemm.ctas: whole units split evenly, or stream-K past the "
                 "resident CTAs)" if splits is None else f"splits={splits}")
-    return ("" if splits is None else f"splits={splits}: ") + kern.split_text(1)
+    return ("" if splits is None else f"splits={splits}: ") + kern.split_text()
 
 
 def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostModel | None) -> Explanation:
@@ -184,7 +156,6 @@ def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostMo
     if repacked:
         launches.append("repack " + " and ".join(f"{p.name} ({p.role})" for p in repacked)
                         + f" (one launch, {sum(p.repack_bytes for p in repacked)} bytes moved)")
-    kernel_launch = len(launches)
     launches.append(f"{desc['name']} ({route.m} x {route.n} x {route.k})")
     if route.c_path.copy_back:
         launches.append(f"repack the output workspace back into c ({route.c_path.copy_bytes} bytes moved)")
@@ -200,19 +171,11 @@ def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostMo
                      "provenance": model.provenance if model else "none",
                      "candidates": [c.to_json() for c in route.candidates],
                      "untimed_bns": list(route.untimed_bns)}
-        unpriced = [s for s in K.kernel_splits(route.kernel) if model is not None and not model.prices(s)]
-        if unpriced:
-            heuristic["unpriced_splits"] = unpriced
         if route.small_m_table:  # the small-M kernel fits, but its table measured this kernel faster
             heuristic["rule"] = ("the small-M kernel's table measured the general kernel faster here; then "
                                  + heuristic["rule"])
             heuristic["small_m_table"] = {"why": route.small_m_table.general_why,
                                           "provenance": route.small_m_table.provenance}
-        if split in SPREAD and hasattr(route.kernel, "spread_build"):
-            # The launch runs the sibling build with the distributed fixup (library/gemm.py bind).
-            desc = K.describe(route.kernel.spread_build())
-            launches[kernel_launch] = f"{desc['name']} ({route.m} x {route.n} x {route.k})"
-            heuristic["spread"] = _spread(route, split)
     tile = desc.get("tile") or (list(plan.tile) if plan is not None else None)
     return Explanation(
         m, n, k, dtype, str(out_dtype).replace("torch.", ""), route.kind, route.device.describe(), kernel=desc,

@@ -4,15 +4,12 @@ named parameters live in ``table.json`` beside this file, regenerated from timin
 
 The library kernel is persistent: up to G clusters (of ``cluster`` CTAs, one per SM) walk U work
 units, a unit being ``cluster`` stacked 128 x BN tiles, each K_t = ceil(K / 64) K iterations long;
-its split policy ("none", "tail", "all", "tail_spread", "all_spread": library/gemm.py split_schedule) decides which
+its split policy ("none", "tail", "all": library/gemm.py split_schedule) decides which
 units are computed whole and which are shared by K over every cluster (stream-K). The model charges the
 busiest cluster's critical path (:func:`work`): ``k_iter_us[BN]`` per whole K iteration,
 ``split_k_iter_us[BN]`` per shared one, ``fixup_us`` once when any unit is shared (partials written,
 added by the last arriver), and ``fixed_us`` per launch (setup, the first load's latency, the last
-tile's store). "tail_spread" and "all_spread" are "tail"'s and "all"'s schedules with the distributed
-fixup (a unit's participants reduce it together: kernels/include/gemm_ladder/stream_k_spread.cuh),
-charged ``spread_fixup_us`` in place of ``fixup_us``; a table without that parameter (no tune timed
-them) does not price them, and the dispatcher then never picks them (:meth:`CostModel.prices`).
+tile's store).
 
 The table's ``provenance`` says where the numbers come from: "untuned default: ..." (derived by the
 rule written beside each value from measurements in bench/results/) or "tuned on <GPU> <date>
@@ -30,9 +27,7 @@ from gemm_ladder.design.problem import ceil_div
 from gemm_ladder.design.stream_k import StreamKTail, plan_tail
 
 TABLE_PATH = Path(__file__).with_name("table.json")
-SPLITS = ("none", "tail", "all", "tail_spread", "all_spread")
-#: The distributed-fixup splits and the schedule each runs (library/gemm.py SPREAD_SPLITS).
-SPREAD = {"tail_spread": "tail", "all_spread": "all"}
+SPLITS = ("none", "tail", "all")
 #: The library kernel's tile rows and K depth, and its cluster (CTAs stacked along M).
 TILE_M, TILE_K, CLUSTER = 128, 64, 2
 
@@ -77,13 +72,12 @@ def work(m: int, n: int, k: int, bn: int, split: str, clusters: int, *, cluster:
         raise ValueError(f"M, N, K, BN and clusters must be positive, got {m}, {n}, {k}, {bn}, {clusters}")
     units = ceil_div(ceil_div(m, TILE_M), cluster) * ceil_div(n, bn)
     kt = ceil_div(k, TILE_K)
-    schedule = SPREAD.get(split, split)
-    if schedule == "all":
+    if split == "all":
         g = min(clusters, units * kt)
         sched = StreamKTail(units=units, clusters=g, k_tiles=kt, first_unit=0)
     else:
         g = min(units, clusters)
-        sched = plan_tail(units, g, kt) if schedule == "tail" else StreamKTail(units, g, kt, units)
+        sched = plan_tail(units, g, kt) if split == "tail" else StreamKTail(units, g, kt, units)
     whole = ceil_div(sched.first_unit, g) * kt
     shared = ceil_div(sched.total, g) if sched.tail_units else 0
     if shared and sched.max_contributors == 1:  # every unit computed by one cluster: nothing to fix up
@@ -101,8 +95,6 @@ class CostModel:
     fixed_us: float
     provenance: str
     rules: dict[str, str] = field(default_factory=dict)
-    #: The distributed fixup's cost ("tail_spread", "all_spread"); None: not timed, so not priced.
-    spread_fixup_us: float | None = None
 
     @property
     def tuned(self) -> bool:
@@ -112,34 +104,16 @@ class CostModel:
     def bns(self) -> tuple[int, ...]:
         return tuple(sorted(self.k_iter_us, reverse=True))
 
-    def prices(self, split: str) -> bool:
-        """Whether the table has a cost for ``split`` (the spread splits need ``spread_fixup_us``)."""
-        return split not in SPREAD or self.spread_fixup_us is not None
-
-    def may_win(self, split: str) -> bool:
-        """Whether ``split`` can ever be predicted fastest: priced, and for a spread split a fixup cheaper
-        than the last arriver's (its schedule is its base split's, so with a dearer fixup it is always
-        predicted slower and the route never picks it)."""
-        if not self.prices(split):
-            return False
-        return split not in SPREAD or self.spread_fixup_us < self.fixup_us
-
     def predict_us(self, w: Work) -> float:
-        """Predicted time of one launch, microseconds. Raises KeyError for a split the table does not
-        price (:meth:`prices`)."""
-        if not self.prices(w.split):
-            raise KeyError(f"the dispatch table ({self.provenance}) has no spread_fixup_us: split {w.split!r} "
-                           "is not priced (re-tune with bench/library.py --tune)")
+        """Predicted time of one launch, microseconds."""
         t = self.fixed_us + w.whole_iters * self.k_iter_us[w.bn] + w.split_iters * self.split_k_iter_us[w.bn]
-        fixup = self.spread_fixup_us if w.split in SPREAD else self.fixup_us
-        return t + (fixup if w.splits else 0.0)
+        return t + (self.fixup_us if w.splits else 0.0)
 
     def to_json(self) -> dict:
         return {"provenance": self.provenance,
                 "k_iter_us": {str(bn): v for bn, v in self.k_iter_us.items()},
                 "split_k_iter_us": {str(bn): v for bn, v in self.split_k_iter_us.items()},
-                "fixup_us": self.fixup_us, "fixed_us": self.fixed_us, "rules": dict(self.rules),
-                **({"spread_fixup_us": self.spread_fixup_us} if self.spread_fixup_us is not None else {})}
+                "fixup_us": self.fixup_us, "fixed_us": self.fixed_us, "rules": dict(self.rules)}
 
     @classmethod
     def from_json(cls, d: dict) -> "CostModel":
@@ -147,12 +121,10 @@ class CostModel:
         try:
             model = cls({int(bn): float(v) for bn, v in d["k_iter_us"].items()},
                         {int(bn): float(v) for bn, v in d["split_k_iter_us"].items()},
-                        float(d["fixup_us"]), float(d["fixed_us"]), str(d["provenance"]), dict(d.get("rules", {})),
-                        None if d.get("spread_fixup_us") is None else float(d["spread_fixup_us"]))
+                        float(d["fixup_us"]), float(d["fixed_us"]), str(d["provenance"]), dict(d.get("rules", {})))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"dispatch table: {type(exc).__name__}: {exc}") from None
-        values = [*model.k_iter_us.values(), *model.split_k_iter_us.values(), model.fixup_us, model.fixed_us,
-                  *([model.spread_fixup_us] if model.spread_fixup_us is not None else [])]
+        values = [*model.k_iter_us.values(), *model.split_k_iter_us.values(), model.fixup_us, model.fixed_us]
         if not all(math.isfinite(v) and v >= 0 for v in values):
             raise ValueError(f"dispatch table: every time must be a finite number >= 0, got {values}")
         if set(model.k_iter_us) != set(model.split_k_iter_us) or not model.k_iter_us:
@@ -190,16 +162,12 @@ def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[
     return [cands[i] for i in order]
 
 
-def features(w: Work, bns: tuple[int, ...], spread: bool = False) -> list[float]:
+def features(w: Work, bns: tuple[int, ...]) -> list[float]:
     """The model's regressors for one configuration: whole and split iterations for each tile width of
-    ``bns`` (zero but for the configuration's own BN), the split flag, 1. With ``spread`` (the fit
-    has spread samples) the split flag is two: the last arriver's fixup, the distributed one."""
+    ``bns`` (zero but for the configuration's own BN), the split flag, 1."""
     row = []
     for bn in bns:
         row += [float(w.whole_iters if w.bn == bn else 0), float(w.split_iters if w.bn == bn else 0)]
-    if spread:
-        dist = w.split in SPREAD
-        return row + [1.0 if w.splits and not dist else 0.0, 1.0 if w.splits and dist else 0.0, 1.0]
     return row + [1.0 if w.splits else 0.0, 1.0]
 
 
@@ -213,24 +181,18 @@ def fit(samples: list[tuple[Work, float]], provenance: str) -> CostModel:
     A parameter with no sample behind it (say, no split configuration timed) or fitted below zero is
     clamped at zero and named in ``rules``. Uses numpy (a dependency).
 
-    Samples of a spread split ("tail_spread", "all_spread") that split add ``spread_fixup_us`` (the
-    distributed fixup's cost); without any, the table has none and does not price them
-    (:meth:`CostModel.prices`).
-
-    Raises ValueError with fewer samples than parameters (2 per tile width, plus 2, plus 1 with spread).
+    Raises ValueError with fewer samples than parameters (2 per tile width, plus 2).
     """
     import numpy as np
 
     bns = tuple(sorted({w.bn for w, _ in samples}, reverse=True))
-    spread = any(w.split in SPREAD and w.splits for w, _ in samples)
-    params = 2 * len(bns) + 2 + spread
+    params = 2 * len(bns) + 2
     if len(samples) < max(6, params):
         raise ValueError(f"fit needs at least {max(6, params)} timed configurations, got {len(samples)}")
-    x = np.array([features(w, bns, spread) for w, _ in samples])
+    x = np.array([features(w, bns) for w, _ in samples])
     t = np.array([us for _, us in samples])
     coef, *_ = np.linalg.lstsq(x / t[:, None], np.ones_like(t), rcond=None)
-    names = ([f"{kind}[{bn}]" for bn in bns for kind in ("k_iter_us", "split_k_iter_us")] + ["fixup_us"]
-             + (["spread_fixup_us"] if spread else []) + ["fixed_us"])
+    names = [f"{kind}[{bn}]" for bn in bns for kind in ("k_iter_us", "split_k_iter_us")] + ["fixup_us", "fixed_us"]
     rules = {}
     for i, name in enumerate(names):
         if not x[:, i].any():
@@ -244,4 +206,4 @@ def fit(samples: list[tuple[Work, float]], provenance: str) -> CostModel:
     c = [float(v) for v in coef]
     fixup = c[2 * len(bns)]
     return CostModel({bn: c[2 * i] for i, bn in enumerate(bns)}, {bn: c[2 * i + 1] for i, bn in enumerate(bns)},
-                     fixup, c[-1], provenance, rules, c[-2] if spread else None)
+                     fixup, c[-1], provenance, rules)

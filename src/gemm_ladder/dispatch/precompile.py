@@ -28,12 +28,11 @@ CLASSES: dict[str, str] = {
     "small_m": "the small-M kernel, every M bucket (8-256) and operand order, output in the input dtype: "
                "calls with M or N <= 256 (its cluster builds are opt-in, never routed: not built here)",
     "fp32_out": "the small-M kernel writing float32 (out_dtype=torch.float32), every bucket and order, and the "
-                "layouts kernel's float32 build for outputs a TMA store cannot write (from registers, or the staged "
-                "copy: dispatch/kernels.py's STAGED_STORE), every order and timed BN",
+                "layouts kernel's float32 build for outputs a TMA store cannot write (from registers), every order "
+                "and timed BN",
     "unaligned": "the repack kernel for the dtype's element size and for float32: operands whose strides a "
                  "TMA tensor map cannot describe, and outputs written through a workspace; and the layouts "
-                 "kernel's build for outputs a TMA store cannot write (from registers, or the staged copy: "
-                 "dispatch/kernels.py's STAGED_STORE), every order and timed BN",
+                 "kernel's build for outputs a TMA store cannot write (from registers), every order and timed BN",
 }
 
 
@@ -104,8 +103,7 @@ def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLA
     nothing: the list is what :func:`precompile` runs. Raises ValueError for an unknown class or dtype."""
     from gemm_ladder.contract import DTYPES
     from gemm_ladder.dispatch import cost_model
-    from gemm_ladder.dispatch import kernels
-    from gemm_ladder.dispatch.kernels import general, general_bns, general_unaligned_out
+    from gemm_ladder.dispatch.kernels import general, general_bns, general_from_registers
     from gemm_ladder.library.repack import REPACK
     from gemm_ladder.library.small_m import BUCKETS, small_m_gemm
 
@@ -113,13 +111,6 @@ def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLA
     # The general kernel's widths the route can reach: those the cost table times (route.choose).
     model = cost_model()
     timed_bns = [bn for bn in general_bns() if bn in model.k_iter_us]
-    # Splits "tail_spread" and "all_spread" run each general build's sibling with the distributed fixup
-    # (library/gemm.py spread_build); built only where the route may pick them (dispatch/kernels.py
-    # ROUTE_SPREAD, and CostModel.may_win: priced, and cheaper than the last arriver's fixup).
-    spread = kernels.ROUTE_SPREAD and model.may_win("tail_spread")
-
-    def with_spread(kernel):
-        return [(kernel, "")] + ([(kernel.spread_build(), " spread")] if spread else [])
     for d in dtypes:
         if d not in DTYPES:
             raise ValueError(f"dtype {d!r}: the library computes {', '.join(DTYPES)}")
@@ -129,19 +120,16 @@ def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLA
             for bm in MAJORS:
                 if "large" in classes:
                     for bn in timed_bns:
-                        base = general(am, bm, bn)
-                        for kernel, tag in with_spread(base) if base is not None else []:
-                            builds.append(Build(f"general A {am} B {bm} BN {bn}{tag} {dtype}",
-                                                lambda k=kernel, d=dtype: k.build(d), _loaded_general(kernel, dtype)))
+                        kernel = general(am, bm, bn)
+                        builds.append(Build(f"general A {am} B {bm} BN {bn} {dtype}",
+                                            lambda k=kernel, d=dtype: k.build(d), _loaded_general(kernel, dtype)))
                 for fp32, cls in ((False, "unaligned"), (True, "fp32_out")):
                     if cls in classes:
                         for bn in timed_bns:
-                            how = "staged" if kernels.STAGED_STORE else "from registers"
-                            for kernel, tag in with_spread(general_unaligned_out(am, bm, bn, out_fp32=fp32)):
-                                builds.append(Build(f"general {how} A {am} B {bm} BN {bn}"
-                                                    f"{' fp32 out' if fp32 else ''}{tag} {dtype}",
-                                                    lambda k=kernel, d=dtype: k.build(d),
-                                                    _loaded_general(kernel, dtype)))
+                            kernel = general_from_registers(am, bm, bn, out_fp32=fp32)
+                            builds.append(Build(f"general from registers A {am} B {bm} BN {bn}"
+                                                f"{' fp32 out' if fp32 else ''} {dtype}",
+                                                lambda k=kernel, d=dtype: k.build(d), _loaded_general(kernel, dtype)))
                 for fp32 in (False, True):
                     if ("fp32_out" if fp32 else "small_m") not in classes:
                         continue

@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from gemm_ladder.dispatch import kernels as K
-from gemm_ladder.dispatch.heuristic import CLUSTER, SPREAD, Candidate, CostModel, rank
+from gemm_ladder.dispatch.heuristic import CLUSTER, Candidate, CostModel, rank
 from gemm_ladder.dispatch.small_m_tiles import ONE_TILE, TilesChoice, TilesRule, one_tile_bn
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES, OperandView, operand_view
 from gemm_ladder.library.repack import aligned_pitch
@@ -122,8 +122,7 @@ class OutputPath:
     """Where the kernel writes: ``c`` ((M, N), or c.T when ``transposed``) in place, or a workspace
     ``(rows, pitch)`` copied back into it (``copy_back`` says why). ``store``: how the kernel writes
     (``STORE_TMA`` through shared memory and TMA stores, or ``STORE_REGISTERS`` by the consumers
-    themselves: from their registers, or, once the route has picked the staged build, the kernel's
-    ``output_store``, 'staged copy (16-byte stores)')."""
+    themselves, from their registers)."""
 
     transposed: bool
     given: bool
@@ -137,8 +136,7 @@ class OutputPath:
 
     @property
     def label(self) -> str:
-        """The output path in a few words: 'TMA store', 'C from registers', 'staged copy (16-byte stores)'
-        or 'workspace + copy back'."""
+        """The output path in a few words: 'TMA store', 'C from registers' or 'workspace + copy back'."""
         return "workspace + copy back" if self.workspace is not None else self.store
 
     @property
@@ -376,8 +374,6 @@ def _route_for(kind, kernel_at, xa, xb, names, c_opts, probe, k, dtype, device, 
             rules = {"c_padding_writable": True} if kind == "general" and callable(ct) else {}
             reason = supports(kernel, a_o.view, b_o.view, ct() if callable(ct) else ct, **rules)
             if reason is None:
-                if cp.store == STORE_REGISTERS and getattr(kernel, "c_staged", False):
-                    cp = replace(cp, store=kernel.output_store)  # explain names the staged copy
                 return Route(kind, kernel, xa.shape[0], xb.shape[0], k_read, dtype, a_o.path, b_o.path, cp, device,
                              bn, options=tuple(rules.items()), refusals=tuple(dict.fromkeys(refusals))), refusals
             refusals.append(reason)
@@ -386,10 +382,10 @@ def _route_for(kind, kernel_at, xa, xb, names, c_opts, probe, k, dtype, device, 
 
 def _general_at(a_major: str, b_major: str, bn: int, c_path: OutputPath):
     """The general kernel's build for an output path: the TMA-store build, or (STORE_REGISTERS, in
-    place) the build for outputs a TMA store cannot write (the register store or the staged copy:
-    dispatch/kernels.py's general_unaligned_out), in the output's dtype."""
+    place) the build that stores C from registers for outputs a TMA store cannot write, in the output's
+    dtype."""
     if c_path.store == STORE_REGISTERS and c_path.workspace is None:
-        return K.general_unaligned_out(a_major, b_major, bn, out_fp32=c_path.dtype == torch.float32)
+        return K.general_from_registers(a_major, b_major, bn, out_fp32=c_path.dtype == torch.float32)
     return K.general(a_major, b_major, bn)
 
 
@@ -474,8 +470,7 @@ def _choose_general(general: list[Route], model: CostModel) -> Route:
     ranked = []
     for r in timed:
         if r.repack_cost == least:
-            configs = [(r.bn, s) for s in K.kernel_splits(r.kernel)
-                       if model.prices(s) and (K.ROUTE_SPREAD or s not in SPREAD)]
+            configs = [(r.bn, s) for s in K.kernel_splits(r.kernel)]
             ranked += [(cand, r) for cand in rank(model, r.m, r.n, r.k, r.device.clusters, configs)]
     ranked.sort(key=lambda cr: round(cr[0].predicted_us, 6))  # stable: wider tiles, fewer splits first
     cand, r = ranked[0]

@@ -25,27 +25,17 @@ element-aligned base, and (``out_fp32``) a float32 output. Its plan stages no C 
 its ring is as deep as shared memory allows without the panel rings (design.smem.max_stages). The
 dispatcher takes it for outputs the TMA build cannot write (dispatch/route.py).
 
-The staged build (``library_gemm(..., c_from_registers=True, c_staged=True)``, name suffix ``_cstage``;
-the kernel's GL_C_STAGED) writes the same outputs (any pitch >= N, any element-aligned base, bf16/fp16
-or float32) but through shared memory: each consumer warp stages its rows of the finished fragment in a
-4 KiB buffer of its own and copies them out with 16-byte stores, joining two staged chunks with a funnel
-shift on rows that are not 16-byte aligned (kernels/include/gemm_ladder/staged_store.cuh). Its plan
-gives the buffers 32 KiB of shared memory (c_staged: design/smem.py), which costs the BN = 128 and 64
-builds a stage. The dispatcher's choice between the two is dispatch/kernels.py's STAGED_STORE.
-
 ``launch`` raises :class:`~gemm_ladder.contract.GemmInputError` with the same rule before anything is
 launched.
 
 The stream-K split is the caller's (``split``, :func:`split_schedule`): ``"tail"`` (level 9's rule:
 the last partial wave split by K when it would leave more than 40% of the clusters idle), ``"all"``
-(every unit split by K over every resident cluster: for problems with fewer tiles than SMs),
-``"none"``, or ``"tail_spread"`` / ``"all_spread"``: ``"tail"``'s / ``"all"``'s schedule launched on
-the ``sk_spread`` sibling build (:meth:`LibraryGemm.spread_build`, the kernel's GL_SK_SPREAD), whose
-split tiles are reduced by their
-participants together, each adding the K-ordered partials for its share of the tile, instead of by the
-last contributor alone (kernels/include/gemm_ladder/stream_k_spread.cuh; the same sums, bitwise). Its
-participants spin until every contributor handed in, which needs every CTA of the grid to run: the grid
-is the clusters that can be resident at once (the occupancy query), as for every split.
+(every unit split by K over every resident cluster: for problems with fewer tiles than SMs), or
+``"none"``. A split tile is reduced by its last contributor to arrive, adding the partials in K order.
+
+Two other builds were measured without gain and removed (docs/library.md: what was measured, and the
+commit that last had them): a staged copy of C through per-warp shared memory for the outputs the
+register store writes, and a stream-K fixup distributed over a split tile's contributors.
 """
 
 from __future__ import annotations
@@ -72,15 +62,11 @@ from gemm_ladder.runtime.workspace import COUNTERS, WORKSPACES
 from gemm_ladder.library.lru import cached
 
 SOURCE = "library/sm90_gemm.cu"
-#: The stream-K schedules (:func:`split_schedule`; the swiglu kernel takes these).
+#: The stream-K schedules (:func:`split_schedule`, what :meth:`LibraryGemm.launch` takes; the swiglu
+#: kernel takes these too).
 SPLITS = ("tail", "all", "none")
-#: The distributed-fixup policies and the schedule each runs: "tail"'s / "all"'s, on the sibling build
-#: whose split tiles are reduced by their participants together (``sk_spread``).
-SPREAD_SPLITS = {"tail_spread": "tail", "all_spread": "all"}
-#: What :meth:`LibraryGemm.launch` takes: the schedules and the distributed-fixup policies.
-LAUNCH_SPLITS = SPLITS + tuple(SPREAD_SPLITS)
 #: The policies the dispatcher ranks and the bench times (dispatch/kernels.py kernel_splits): the simpler first.
-RANKED_SPLITS = ("none", "tail", "all", "tail_spread", "all_spread")
+RANKED_SPLITS = ("none", "tail", "all")
 #: Output tile widths built (BM is level 9's 128: two consumer warpgroups of 64 rows). 64 gives twice
 #: the tiles of 128 (1024^3: 128 tiles for 132 SMs instead of 64) for mid-size problems.
 TILE_N = (64, 128, 256)
@@ -105,15 +91,12 @@ def split_schedule(units: int, resident_clusters: int, k_tiles: int, split: str,
     * ``"all"``: every unit split over min(resident, units x k_tiles) clusters, so that each has at
       least one K iteration (the kernel's count of a unit's contributors assumes it). For problems
       with fewer tiles than SMs, whose whole grid would otherwise leave SMs idle.
-    * ``"tail_spread"``, ``"all_spread"``: ``"tail"``'s, ``"all"``'s schedule (the kernel reducing it is
-      the ``sk_spread`` build).
 
     Raises ValueError for an unknown ``split``, non-positive counts, or an ``"all"`` split beyond the
     kernel's 32-bit tail arithmetic ((clusters + 1) x units x k_tiles < 2^31).
     """
-    if split not in LAUNCH_SPLITS:
-        raise ValueError(f"split = {split!r}: use one of {', '.join(LAUNCH_SPLITS)}")
-    split = SPREAD_SPLITS.get(split, split)
+    if split not in SPLITS:
+        raise ValueError(f"split = {split!r}: use one of {', '.join(SPLITS)}")
     if units < 1 or resident_clusters < 1 or k_tiles < 1:
         raise ValueError(f"units, resident_clusters and k_tiles must be positive, got {units}, {resident_clusters}, {k_tiles}")
     if split == "all":
@@ -142,11 +125,6 @@ class LibraryGemm(TmaLevel):
     c_from_registers: bool = False
     #: With c_from_registers: write C in float32 (the inputs stay bf16/fp16).
     out_fp32: bool = False
-    #: With c_from_registers: store C through per-warp shared-memory buffers with 16-byte stores.
-    c_staged: bool = False
-    #: The build whose split tail is reduced by its participants together (split "tail_spread",
-    #: GL_SK_SPREAD; kernels/include/gemm_ladder/stream_k_spread.cuh).
-    sk_spread: bool = False
     _specs: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _binds: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
 
@@ -154,22 +132,12 @@ class LibraryGemm(TmaLevel):
         out = {"a_major": self.a_major, "b_major": self.b_major}
         if self.c_from_registers:
             out["c_from_registers"] = True
-        if self.c_staged:
-            out["c_staged"] = True
         return out
 
     @property
     def splits(self) -> tuple[str, ...]:
         """The split policies the dispatcher may rank for this kernel (dispatch/kernels.py kernel_splits)."""
         return RANKED_SPLITS
-
-    def spread_build(self) -> "LibraryGemm":
-        """This configuration's build with the distributed fixup (GL_SK_SPREAD): what splits "tail_spread"
-        and "all_spread" launch."""
-        return self if self.sk_spread else library_gemm(self.a_major, self.b_major, self.tile[1],
-                                                        c_from_registers=self.c_from_registers,
-                                                        out_fp32=self.out_fp32, c_staged=self.c_staged,
-                                                        sk_spread=True)
 
     def build_defines(self, dtype: str) -> dict[str, int | str]:
         """The ``-D`` constants: the plan's, and GL_C_FROM_REGISTERS / GL_OUT_FP32 for a build that
@@ -179,27 +147,12 @@ class LibraryGemm(TmaLevel):
             out["GL_C_FROM_REGISTERS"] = 1
             if self.out_fp32:
                 out["GL_OUT_FP32"] = 1
-            if self.c_staged:
-                out["GL_C_STAGED"] = 1
-        if self.sk_spread:
-            out["GL_SK_SPREAD"] = 1
         return out
 
     @property
     def output_store(self) -> str:
-        """How this build writes C: 'staged copy (16-byte stores)', 'C from registers' or 'TMA store'
-        (``explain`` says it). The staged build compiled with a fused epilogue at BN = 256 stores from
-        registers (sm90_gemm.cu's GL_STAGED_COPY: the copy spilled there): :meth:`store_with_epilogue`."""
-        if self.c_staged:
-            return "staged copy (16-byte stores)"
+        """How this build writes C: 'C from registers' or 'TMA store' (``explain`` says it)."""
         return "C from registers" if self.c_from_registers else "TMA store"
-
-    def store_with_epilogue(self) -> str:
-        """How this build writes C when compiled with a fused epilogue (:attr:`output_store`, except the
-        staged build at BN = 256: 'C from registers')."""
-        if self.c_staged and self.tile[1] == 256:
-            return "C from registers"
-        return self.output_store
 
     #: The kernel's accumulator pairs are neighbours along a row of its output (epilogue.cuh's fragment).
     pair_along_kernel_cols = True
@@ -310,8 +263,7 @@ class LibraryGemm(TmaLevel):
                c_padding_writable: bool = False, epilogue: EpilogueCall | None = None) -> None:
         """``c = A @ B^T`` on the current stream. a: (M, K), b: (N, K) views; c: (M, N), stride (ldc, 1).
 
-        ``split``: "tail", "all", "none" (:func:`split_schedule`), "tail_spread" or "all_spread" (the module
-        docstring). While a CUDA graph is being
+        ``split``: "tail", "all" or "none" (:func:`split_schedule`). While a CUDA graph is being
         captured the launch runs unsplit (as level 9 does: a graph would keep the stream-K
         workspace's addresses beyond its cache).
 
@@ -346,11 +298,8 @@ class LibraryGemm(TmaLevel):
         reason = self.supports(a, b, c, c_padding_writable=c_padding_writable)
         if reason is not None:
             raise GemmInputError(reason)
-        if split not in LAUNCH_SPLITS:
-            raise ValueError(f"split = {split!r}: use one of {', '.join(LAUNCH_SPLITS)}")
-        if split in SPREAD_SPLITS and not self.sk_spread:  # the sibling build reduces split tiles distributed
-            return self.spread_build().bind(a, b, c, split=split, c_padding_writable=c_padding_writable,
-                                            epilogue=epilogue)
+        if split not in SPLITS:
+            raise ValueError(f"split = {split!r}: use one of {', '.join(SPLITS)}")
         m, n, k = a.rows, b.rows, a.k
         dtype = dtype_name(a.tensor.dtype)
         if epilogue is not None and (epilogue.rows, epilogue.cols) != ((n, m) if epilogue.swap else (m, n)):
@@ -371,8 +320,6 @@ class LibraryGemm(TmaLevel):
         args += [ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
                 ctypes.c_int(tail.first_unit if tail.tail_units else tail.units), ctypes.c_int(tail.max_contributors),
                 *split_args]
-        if self.sk_spread and not self.c_from_registers:  # sm90_gemm.cu's GL_SPREAD_ARG: the shares' plain stores
-            args += [ctypes.c_void_p(c.data_ptr()), ctypes.c_longlong(_ldc(c))]
         params = None
         if epilogue is not None:  # sm90_gemm.cu's GL_EPILOGUE_ARG: one more argument, last
             params = epilogue.params(pair_along_cols=self.pair_along_kernel_cols != epilogue.swap)
@@ -451,60 +398,48 @@ def bind_key(a: OperandView, b: OperandView, c: torch.Tensor, split: str, c_padd
 
 
 def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers: bool = False,
-                 out_fp32: bool = False, c_staged: bool = False, sk_spread: bool = False) -> LibraryGemm:
+                 out_fp32: bool = False) -> LibraryGemm:
     """The layouts kernel for A ``a_major`` and B ``b_major`` ("k" or "mn") with tile width ``bn``
     (64, 128 or 256); one instance per configuration, so builds, loaded kernels and maps are cached.
 
     ``c_from_registers``: the build that stores C from registers (any pitch; see the module docstring);
-    ``out_fp32`` (only with it): its float32-output build. ``c_staged`` (only with it): the build that
-    writes those outputs through per-warp shared-memory buffers with 16-byte stores (the module docstring).
-    ``sk_spread``: the build whose split stream-K tiles are reduced by their participants together
-    (GL_SK_SPREAD, kernels/include/gemm_ladder/stream_k_spread.cuh): what splits "tail_spread" and
-    "all_spread" run.
+    ``out_fp32`` (only with it): its float32-output build.
 
     Stages: the most that fit in shared memory (design.smem.max_stages) beside the panel rings: 4 at
     BN = 256 (level 9's), 6 at BN = 128, 8 at BN = 64 (one panel buffer per consumer: ``c_ring`` =
-    min(2, panels)); with no C staging (c_from_registers): 4 at 256, 7 at 128, 9 at 64; staged (32 KiB of
-    warp buffers): 4 at 256, 6 at 128, 8 at 64. Raises ValueError for any other major or width, or
-    ``out_fp32`` or ``c_staged`` without ``c_from_registers``.
+    min(2, panels)); with no C staging (c_from_registers): 4 at 256, 7 at 128, 9 at 64. Raises ValueError
+    for any other major or width, or ``out_fp32`` without ``c_from_registers``.
     """
     # One cache key per configuration however it is spelled (bn positional or by name, flags defaulted
-    # or given): spread_build and the dispatcher then share one instance, and its builds and bindings.
-    return _library_gemm(a_major, b_major, bn, bool(c_from_registers), bool(out_fp32), bool(c_staged), bool(sk_spread))
+    # or given): every caller then shares one instance, and its builds and bindings.
+    return _library_gemm(a_major, b_major, bn, bool(c_from_registers), bool(out_fp32))
 
 
 @functools.lru_cache(maxsize=None)
-def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, out_fp32: bool,
-                  c_staged: bool, sk_spread: bool) -> LibraryGemm:
+def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, out_fp32: bool) -> LibraryGemm:
     if a_major not in MAJORS or b_major not in MAJORS:
         raise ValueError(f"a_major = {a_major!r}, b_major = {b_major!r}: each is one of {', '.join(MAJORS)}")
     if bn not in TILE_N:
         raise ValueError(f"bn = {bn!r}: the kernel is built for BN in {TILE_N}")
     if out_fp32 and not c_from_registers:
         raise ValueError("out_fp32=True needs c_from_registers=True: only the register store writes float32")
-    if c_staged and not c_from_registers:
-        raise ValueError("c_staged=True needs c_from_registers=True: it is the staged form of the store that takes "
-                         "C's pointer and pitch")
     c_ring = 0 if c_from_registers else min(C_RING, bn // 64)
     stages = max_stages(bm=128, bn=bn, bk=64, elem_bytes=2, arch=arch_info("sm_90a"), consumers=2, c_ring=c_ring,
-                        c_from_registers=c_from_registers, c_staged=c_staged)
-    suffix = (("_cstage" if c_staged else "_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "")
-              + ("_spread" if sk_spread else ""))
+                        c_from_registers=c_from_registers)
+    suffix = ("_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "")
     return LibraryGemm(
         number=9,
         name=f"sm90_gemm_{a_major}{b_major}_bn{bn}{suffix}",
         idea=f"level 9's kernel with A {a_major}-major and B {b_major}-major in shared memory, any TMA pitch, "
              f"a 128 x {bn} tile"
-             + (", C staged per warp and stored with 16-byte stores (any pitch)" if c_staged else
-                ", C stored from registers (any pitch)" if c_from_registers else "")
-             + (", float32 output" if out_fp32 else "")
-             + (", split tiles reduced by their participants together" if sk_spread else ""),
+             + (", C stored from registers (any pitch)" if c_from_registers else "")
+             + (", float32 output" if out_fp32 else ""),
         source=SOURCE,
         domain=Domain(),  # supports() holds the rules (the operands are views, not the ladder's tensors)
         tile=(128, bn, 64), stages=stages, consumers=2, c_ring=c_ring, cluster=2, persistent=True,
         stream_k_args=True, producer_warpgroup=True, a_major=a_major, b_major=b_major,
-        c_from_registers=c_from_registers, out_fp32=out_fp32, c_staged=c_staged, sk_spread=sk_spread,
+        c_from_registers=c_from_registers, out_fp32=out_fp32,
     )
 
 
-__all__ = ["LAUNCH_SPLITS", "LibraryGemm", "SPLITS", "SPREAD_SPLITS", "library_gemm", "split_schedule"]
+__all__ = ["LibraryGemm", "SPLITS", "library_gemm", "split_schedule"]

@@ -21,10 +21,8 @@ the plan's ``a`` is the weight B and its ``b`` is x (A), tile (128, BN, 64), two
 and a producer warpgroup, and ``c_from_registers`` (no output staging, no output tensor map). The
 launch's split (:meth:`SmallMGemm.schedule`) is :class:`~gemm_ladder.design.stream_k.StreamKTail`
 over every unit (first_unit 0): the same arithmetic as level 9's tail, the kernel's and the host's.
-Where that split gives every unit exactly S in {2, 4, 8} even K ranges and all the units' clusters of
-S are resident, :meth:`SmallMGemm.bind` launches the cluster build instead (``cluster_k`` = S;
-:meth:`SmallMGemm.cluster_ways`): the same ranges, the partials reduced through the cluster's
-distributed shared memory instead of a global workspace (bitwise the same result).
+(A build reducing the partials through a cluster's distributed shared memory instead of a global
+workspace was measured no faster and removed: docs/library.md.)
 """
 
 from __future__ import annotations
@@ -65,9 +63,6 @@ BK = 64
 #: Rows (M or N elements) of one MN-major box: the 128-byte swizzle span (tma_tile.cuh's kMnBoxElems).
 MN_BOX_ROWS = 64
 SOURCE = "library/sm90_gemm_small_m.cu"
-#: Cluster sizes of the cluster build (``cluster_k``): the portable ones (CUDA C++ Programming Guide,
-#: thread block clusters: up to 8 CTAs portably) that split a unit's K iterations evenly.
-CLUSTER_WAYS = (2, 4, 8)
 KERNEL_NAME = "sm90_gemm_small_m"
 #: Tensor maps and launch schedules kept per instance (least recently used dropped first).
 
@@ -109,26 +104,18 @@ class SmallMGemm:
     half the SM's shared memory, and the loaded kernel asks for the largest shared-memory carveout
     (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 100) so that both rings fit. The grid rule
     (:meth:`ctas`) takes its residency from the occupancy API, so twice the CTAs split the work.
-    ``cluster_k``: 1 (the global-memory split-K reduction), or S in :data:`CLUSTER_WAYS`: the cluster
-    build (the kernel's GL_CLUSTER_K), launched in clusters of S CTAs, one cluster per unit, CTA rank r
-    computing the unit's K range r of S and the S partials reduced through distributed shared memory
-    (kernels/include/gemm_ladder/cluster_fragments.cuh): no workspace, no counters. :meth:`bind` takes it
-    by :meth:`cluster_ways`'s rule (:meth:`clustered` gives the build); the plan's cluster (B multicast)
-    stays 1.
     """
 
     bn: int
     stages: int | None = None
     timeline: bool = False
     ctas_per_sm: int = 1
-    cluster_k: int = 1
     _defines: dict = field(default_factory=dict, repr=False)
     _builds: dict = field(default_factory=dict, repr=False)
     _kernels: dict = field(default_factory=dict, repr=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _specs: dict = field(default_factory=dict, repr=False)
     _launches: OrderedDict = field(default_factory=OrderedDict, repr=False)
-    _clustered: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.bn not in BUCKETS:
@@ -136,11 +123,6 @@ class SmallMGemm:
         if self.ctas_per_sm not in (1, 2) or (self.ctas_per_sm == 2 and self.bn > 64):
             raise ValueError(f"ctas_per_sm = {self.ctas_per_sm} with BN = {self.bn}: 1, or 2 for BN <= 64 (the "
                              "consumers' 96 registers hold at most a 64 x 64 fragment's 32 accumulators)")
-        if self.cluster_k not in (1, *CLUSTER_WAYS):
-            raise ValueError(f"cluster_k = {self.cluster_k}: 1 (no cluster) or a portable cluster size in {CLUSTER_WAYS}")
-        if self.cluster_k > 1 and self.ctas_per_sm != 1:
-            raise ValueError(f"cluster_k = {self.cluster_k} with ctas_per_sm = {self.ctas_per_sm}: the cluster build "
-                             "is built for one CTA per SM")
 
     @property
     def tile(self) -> tuple[int, int, int]:
@@ -190,24 +172,19 @@ class SmallMGemm:
                 defines["GL_TIMELINE"] = 1
             if self.ctas_per_sm != 1:
                 defines["GL_CTAS_PER_SM"] = self.ctas_per_sm
-            if self.cluster_k != 1:
-                defines["GL_CLUSTER_K"] = self.cluster_k
             # With an epilogue: its loads branch around out-of-range elements here (fused_epilogue.cuh's
             # GL_EPI_BRANCHED_LOADS): this kernel stores each pair right after its epilogue, and the
             # branch-free loads, hoisted together by ptxas, spilled.
             epi = f'#define GL_EPI_BRANCHED_LOADS 1\n{epilogue_source}' if epilogue_source else ""
-            cluster = f", K split in clusters of {self.cluster_k}" if self.cluster_k != 1 else ""
-            unit = (f'// gemm-ladder library: small M, BN = {self.bn}, {dtype}, A {a_major}-major, B {b_major}-major'
-                    f'{cluster}\n'
+            unit = (f'// gemm-ladder library: small M, BN = {self.bn}, {dtype}, A {a_major}-major, B {b_major}-major\n'
                     f'{epi}#include "{SOURCE}"\n')
             self._builds[key] = compile_kernel(unit, KERNEL_NAME, arch=arch, defines=defines)
         return self._builds[key]
 
     def geometry(self, dtype: str) -> LaunchGeometry:
-        """Threads (384: a producer and two consumer warpgroups), dynamic shared memory and the cluster:
-        ``cluster_k`` CTAs (1: none; the same for every major)."""
+        """Threads (384: a producer and two consumer warpgroups), dynamic shared memory, no cluster."""
         d = self.defines(dtype)
-        return LaunchGeometry(threads=int(d["GL_THREADS"]), dynamic_smem=int(d["GL_SMEM_BYTES"]), cluster=self.cluster_k)
+        return LaunchGeometry(threads=int(d["GL_THREADS"]), dynamic_smem=int(d["GL_SMEM_BYTES"]), cluster=1)
 
     def plan(self, m: int, n: int, k: int, dtype: str, *, a_major: str = "k", b_major: str = "k",
              lda: int | None = None, ldb: int | None = None) -> Plan:
@@ -218,21 +195,12 @@ class SmallMGemm:
         its ``b`` map is A (``a_major``, ``lda``); c is stored from registers (no output tensor map).
         Its ring (stages, barriers, phases, expect_tx) and shared-memory map are the kernel's
         (``kernel_defines()`` are its ``-D`` constants); the launch's split of the work is
-        :meth:`schedule`, not the plan's persistent schedule, except in the cluster build
-        (``cluster_k`` > 1), whose plan's schedule is its launch: units x cluster_k CTAs in clusters of
-        cluster_k (``schedule.k_split_cluster``), described by the designer's notes as split-K in a
-        cluster, not multicast. Raises PlanRefused naming the rule.
+        :meth:`schedule`, not the plan's persistent schedule. Raises PlanRefused naming the rule.
         """
         plan = plan_gemm(n, m, k, dtype, tile=self.tile, stages=self.ring_stages(dtype), cluster=1,
                          consumers=CONSUMERS, persistent=True, producer_warpgroup=True, c_from_registers=True,
                          a_major=b_major, b_major=a_major, lda=ldb, ldb=lda)
-        if self.cluster_k == 1:
-            return plan
-        # The cluster build's launch is its schedule: a cluster of cluster_k CTAs per unit (k_split_cluster), no
-        # multicast (the plan's cluster stays 1).
-        ctas = self.units(m, n) * self.cluster_k
-        return replace(plan, schedule=replace(plan.schedule, grid=(ctas, 1, 1), cluster_dims=(self.cluster_k, 1, 1),
-                                              ctas=ctas, waves=1.0, k_split_cluster=self.cluster_k))
+        return plan
 
     # --- operands ----------------------------------------------------------------------------------
     def supports(self, a: OperandView, b: OperandView, c: torch.Tensor) -> str | None:
@@ -327,40 +295,8 @@ class SmallMGemm:
         """Work units of (M, N): N tiles of 128 x M tiles of BN."""
         return ceil_div(n, TILE_ROWS) * ceil_div(m, self.bn)
 
-    def cluster_ways(self, m: int, n: int, k: int, ctas: int, clusters_fit) -> int:
-        """S when a launch of ``ctas`` CTAs on (M, N, K) takes the cluster build (:meth:`clustered`), else 1.
-
-        The rule: every unit is split into exactly S even K ranges (``ctas`` = units x S, S in
-        :data:`CLUSTER_WAYS`, at least S K iterations so that no range is empty: then split_work gives
-        CTA u S + r of unit u the range r, which the kernel computes as rank r of cluster u), and all
-        ``units`` clusters of S are resident at once: ``clusters_fit(S)`` (a callable; on a GPU the
-        cluster build's cuOccupancyMaxActiveClusters, which knows that a cluster must fit in one GPC) >=
-        units. With fewer, the clusters would run in waves that :meth:`ctas`'s one-wave rule did not
-        plan for, so the global-memory reduction is kept. ``clusters_fit`` is called only when the
-        other conditions hold (it may compile and load the cluster build).
-        """
-        if self.cluster_k != 1 or self.ctas_per_sm != 1 or self.timeline:
-            return 1  # a cluster build (or an experiment's build) does not choose again
-        units, k_tiles = self.units(m, n), ceil_div(k, BK)
-        if units < 1 or ctas % units:
-            return 1
-        ways = ctas // units
-        if ways not in CLUSTER_WAYS or k_tiles < ways:
-            return 1
-        return ways if clusters_fit(ways) >= units else 1
-
-    def clustered(self, ways: int) -> "SmallMGemm":
-        """The cluster build of this bucket for S = ``ways`` (cached; the same ring depth)."""
-        inst = self._clustered.get(ways)
-        if inst is None:
-            inst = self._clustered[ways] = SmallMGemm(self.bn, stages=self.stages, cluster_k=ways)
-        return inst
-
-    def split_text(self, ways: int) -> str:
-        """The split of a launch in words (explain's ``split``): ``ways`` from :meth:`cluster_ways`."""
-        if ways > 1:
-            return (f"K split {ways} ways in a cluster of {ways} CTAs per unit, reduced through distributed shared "
-                    f"memory (rank r sums its 1/{ways} of the tile from every CTA, in K order; no workspace)")
+    def split_text(self) -> str:
+        """The split of a launch in words (explain's ``split``)."""
         return ("K split by the small-M rule (SmallMGemm.ctas: whole units split evenly, or stream-K past the "
                 "resident CTAs), partials reduced through a global workspace by the last contributor")
 
@@ -383,14 +319,6 @@ class SmallMGemm:
 
         return cached(self._maps, key, encode)
 
-    def _refuse_cluster_build(self) -> None:
-        """ValueError on a cluster build (``cluster_k`` > 1): its kernel computes unit blockIdx.x / S whatever
-        grid it gets, so only its plain build's ``cluster_reduce=True`` (which sizes that grid) launches it."""
-        if self.cluster_k != 1:
-            raise ValueError(f"cluster_k = {self.cluster_k}: the cluster build is launched by its plain build "
-                             "(launch or bind with cluster_reduce=True), which gives it one cluster per unit; "
-                             "any other grid would leave units uncomputed")
-
     def _checked(self, a: OperandView, b: OperandView, c: torch.Tensor, epilogue: EpilogueCall | None):
         """(M, N, K) of a call :meth:`supports` accepts and whose epilogue is bound to c's shape, else ValueError."""
         reason = self.supports(a, b, c)
@@ -403,31 +331,21 @@ class SmallMGemm:
         return m, n, k
 
     def launch(self, a: OperandView, b: OperandView, c: torch.Tensor, *, splits: int | None = None,
-               epilogue: EpilogueCall | None = None, cluster_reduce: bool | None = None) -> None:
+               epilogue: EpilogueCall | None = None) -> None:
         """c = A @ B^T on the current stream. a: A (M, K); b: B (N, K); c: (M, N) (see :meth:`supports`).
 
         ``splits``: see :meth:`ctas` (None: the documented rule). Under CUDA graph capture the units
         are not split (splits = 1): a captured graph would keep the workspace's addresses beyond its
-        cache; except with ``cluster_reduce=True``, whose cluster build has no workspace (so a capture
-        runs, or refuses, what the same call runs outside one). The result is bitwise the same on every run with the same grid (the partials are added
+        cache. The result is bitwise the same on every run with the same grid (the partials are added
         in K order).
 
         ``epilogue``: a fused epilogue bound to the caller's output and oriented (``swap``: c is the
         transpose of the caller's output), applied after the reduction, before the one rounding.
 
-        ``cluster_reduce``: True, the cluster build (ValueError when :meth:`cluster_ways`'s conditions
-        do not hold); None or False, the global-memory reduction. The cluster build is opt-in: on the
-        H200 it was not faster where it applies (bench/small_m_cluster.py,
-        bench/results/2026-12-01_small_m_cluster_bf16_a1d517d.json: clusters of 4 for 32 units do not
-        fit, and with clusters of 2 it ran 0.97-1.03x the global reduction at 4096x4096 and 0.92-0.97x
-        at 4096x14336), so ``gemm_ladder.mm`` never takes it.
-
         Raises ValueError with the rule when :meth:`supports` refuses the operands or ``splits``
-        cannot be used (or K = 0 with an epilogue: the caller decides that case), or on a cluster build
-        (``cluster_k`` > 1: launched only through this plain build's ``cluster_reduce=True``);
+        cannot be used (or K = 0 with an epilogue: the caller decides that case);
         EpilogueCompileError when nvcc rejects an epilogue's CUDA; CudaError from the driver.
         """
-        self._refuse_cluster_build()
         m, n, k = self._checked(a, b, c, epilogue)
         if m == 0 or n == 0:
             return
@@ -436,20 +354,17 @@ class SmallMGemm:
                 raise ValueError("K = 0 with an epilogue: nothing to launch; the caller applies the epilogue to zeros")
             c.zero_()  # the empty sum
             return
-        self.bind(a, b, c, splits=splits, epilogue=epilogue, cluster_reduce=cluster_reduce)()
+        self.bind(a, b, c, splits=splits, epilogue=epilogue)()
 
     def bind(self, a: OperandView, b: OperandView, c: torch.Tensor, *, splits: int | None = None,
-             epilogue: EpilogueCall | None = None, cluster_reduce: bool | None = None) -> BoundLaunch:
+             epilogue: EpilogueCall | None = None) -> BoundLaunch:
         """:meth:`launch` bound to these operands' addresses and the current stream, for repeated calls
         (library/bound.py): checks, schedule, tensor maps and packed arguments done once; each call of
         the result takes fresh zeroed counters for a split launch and launches. With ``epilogue`` the
         kernel is its build and takes its EpilogueParams last (the kernel's GL_EPILOGUE_ARG), bound to
         the epilogue inputs' addresses; its scalars can be refreshed per call
         (:meth:`BoundLaunch.set_scalars`). M, N and K must be positive (empty problems are the
-        caller's). Raises as :meth:`launch`, and ValueError on a cluster build (``cluster_k`` > 1: its
-        kernel computes unit blockIdx.x / S whatever grid it gets, so only its plain build's
-        ``cluster_reduce=True``, which sizes that grid, may launch it); launches nothing."""
-        self._refuse_cluster_build()
+        caller's). Raises as :meth:`launch`; launches nothing."""
         m, n, k = self._checked(a, b, c, epilogue)
         if min(m, n, k) < 1:
             raise ValueError(f"M, N, K = {m}, {n}, {k}: an empty problem is not bound (launch handles it)")
@@ -459,29 +374,15 @@ class SmallMGemm:
         source = epilogue.source() if epilogue is not None else None
         kernel = compile_with_epilogue(lambda: self.loaded(dtype, device, out_fp32=out_fp32, a_major=a.major,
                                                            b_major=b.major, epilogue_source=source), epilogue)
-        if torch.cuda.is_current_stream_capturing() and not cluster_reduce:
-            splits = 1  # the cluster build keeps its split: it has no workspace for a graph to hold on to
+        if torch.cuda.is_current_stream_capturing():
+            splits = 1
         index = device_index(device)
 
-        def clusters_fit(ways: int) -> int:  # the cluster build's occupancy (compiles and loads it)
-            return self.clustered(ways).loaded(dtype, device, out_fp32=out_fp32, a_major=a.major, b_major=b.major,
-                                               epilogue_source=source).max_active_clusters(device)
+        def choose() -> StreamKTail:
+            return self.schedule(m, n, k, self.ctas(m, n, k, kernel.max_active_clusters(device), splits))
 
-        def choose() -> tuple[StreamKTail, int]:
-            ctas = self.ctas(m, n, k, kernel.max_active_clusters(device), splits)
-            ways = self.cluster_ways(m, n, k, ctas, clusters_fit) if cluster_reduce else 1
-            if cluster_reduce and ways == 1:
-                raise ValueError(
-                    f"cluster_reduce=True: the launch of {ctas} CTAs on {self.units(m, n)} units (M, N, K = {m}, {n}, {k}, "
-                    f"BN = {self.bn}, splits = {splits}) does not split every unit into S in {CLUSTER_WAYS} even K "
-                    "ranges whose clusters are all resident (SmallMGemm.cluster_ways)")
-            return self.schedule(m, n, k, ctas), ways
-
-        key = (m, n, k, splits, index, out_fp32, a.major, b.major, source, cluster_reduce)  # the build's occupancy
-        sched, ways = cached(self._launches, key, choose)
-        if ways > 1:  # the cluster build: same arguments, no workspace (null partials and counters)
-            kernel = compile_with_epilogue(lambda: self.clustered(ways).loaded(
-                dtype, device, out_fp32=out_fp32, a_major=a.major, b_major=b.major, epilogue_source=source), epilogue)
+        key = (m, n, k, splits, index, out_fp32, a.major, b.major, source)  # the build's occupancy
+        sched = cached(self._launches, key, choose)
         stream = torch.cuda.current_stream(device)
         split_args = [ctypes.c_void_p(0), ctypes.c_void_p(0)]  # partials, counters: unused unless split
         ldc_m, ldc_n = c.stride()
@@ -494,7 +395,7 @@ class SmallMGemm:
             params = epilogue.params(pair_along_cols=self.pair_along_kernel_cols != epilogue.swap)
             args.append(params)
         prepared = kernel.prepare((sched.clusters, 1, 1), args, stream.cuda_stream)  # StreamKTail's clusters: CTAs
-        if sched.max_contributors <= 1 or ways > 1:
+        if sched.max_contributors <= 1:
             return BoundLaunch(prepared, params=params)
         floats, counters = sched.workspace_floats(1, CONSUMERS, self.bn), sched.counters(1, CONSUMERS)
 

@@ -44,21 +44,9 @@
 // panel ring's deferred panels are; the producer keeps loading meanwhile. Without it (0, the default)
 // this file is unchanged.
 //
-// GL_C_STAGED (1, with GL_C_FROM_REGISTERS: the plan's c_staged) stores the same outputs through shared
-// memory instead: each consumer warp stages its rows of the finished fragment (the fused epilogue applied
-// per pair first, as above) in its own kStagedWarpBytes buffer at smem.c() and copies them out with
-// 16-byte stores, a funnel shift joining two staged chunks on rows not 16-byte aligned
-// (staged_store.cuh). The warp's buffer is its own, so no barrier beyond __syncwarp; the stream-K tail
-// stores through the same copy.
-//
-// GL_SK_SPREAD (1: library_gemm(..., sk_spread=True), splits "tail_spread" and "all_spread") reduces
-// the split stream-K tiles distributed over their contributors instead of by the last one to arrive: a
-// contributor whose cluster's range goes on after the unit hands in its partial and leaves; the others
-// wait for every hand-in, then each adds the slots in K order for its share of the fragment and stores
-// that share with plain masked stores (stream_k_spread.cuh gives the protocol, why it cannot deadlock
-// and what that assumes of other kernels on the GPU).
-// The TMA-store build then takes the output's pointer and pitch too (GL_SPREAD_ARG). Without it (0,
-// the default) this file is unchanged.
+// Two other ways to store and reduce were built, measured no faster where they apply, and removed: a
+// staged copy of C through per-warp shared memory with 16-byte stores, and a stream-K fixup distributed
+// over a split tile's contributors (docs/library.md says what was measured and where the code is in git).
 #include "gemm_ladder/tma_tile.cuh"
 #include "gemm_ladder/fused_epilogue_pair.cuh"
 
@@ -87,30 +75,6 @@ static_assert((GL_A_MN_MAJOR == 0 || GL_A_MN_MAJOR == 1) && (GL_B_MN_MAJOR == 0 
 #endif
 #if GL_C_FROM_REGISTERS
 #include "gemm_ladder/register_store.cuh"
-#endif
-#ifndef GL_C_STAGED
-#define GL_C_STAGED 0
-#endif
-// The staged copy with a fused epilogue at BN = 256 spilled (8 to 16 bytes: the half fragment and the
-// epilogue's state live across the copy leave no register for the copy's own; staged_store.cuh's
-// kTight); that build stores from registers instead (the register store's epilogue form), and the
-// library says so (library/gemm.py's output_store).
-#if GL_C_STAGED && defined(GL_EPILOGUE) && GL_BN == 256
-#define GL_STAGED_COPY 0
-#else
-#define GL_STAGED_COPY GL_C_STAGED
-#endif
-#if GL_C_STAGED
-#include "gemm_ladder/staged_store.cuh"
-static_assert(GL_C_FROM_REGISTERS == 1, "sm90_gemm: the staged store is a build of the kernel that takes C's pointer (GL_C_FROM_REGISTERS)");
-static_assert(GL_SMEM_C_PANEL_BYTES == gl::kStagedWarpBytes && GL_SMEM_C_OFFSET % 16 == 0,
-              "sm90_gemm: the plan's c_staged buffers are one kStagedWarpBytes buffer per consumer warp");
-#endif
-#ifndef GL_SK_SPREAD
-#define GL_SK_SPREAD 0
-#endif
-#if GL_SK_SPREAD
-#include "gemm_ladder/stream_k_spread.cuh"
 #endif
 
 using namespace gl;
@@ -167,19 +131,10 @@ __device__ __forceinline__ void epilogue_pack_panel(uint32_t (&packed)[BN / 4], 
 #define GL_EPILOGUE_ARG
 #endif
 
-#if GL_SK_SPREAD && !GL_C_FROM_REGISTERS
-// The TMA-store build's split tail stores each participant's share with plain stores
-// (stream_k_spread.cuh): it takes the output's pointer and row pitch beside its tensor map.
-#define GL_SPREAD_ARG , elem_t* __restrict__ C, long long ldc
-using out_t = elem_t;
-#else
-#define GL_SPREAD_ARG
-#endif
-
 extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 GL_C_ARG, int M, int N, int K, int tail_first_unit,
-                int max_contributors, float* __restrict__ partials, int* __restrict__ counters GL_SPREAD_ARG GL_EPILOGUE_ARG) {
+                int max_contributors, float* __restrict__ partials, int* __restrict__ counters GL_EPILOGUE_ARG) {
   extern __shared__ uint8_t smem_raw[];
   const SmemMap smem(smem_raw);
   const TileScheduler sched(M, N, BM, BN, GL_CLUSTER);
@@ -225,8 +180,6 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     // Store a finished fragment of work unit `unit` from registers, the fused epilogue (if any) applied
     // to each pair right before its store (epilogue.cuh's pairs: neighbours along a kernel row). Pairs
     // shifted into alignment on misaligned rows, except with an epilogue (register_store.cuh: it spilled).
-    // The staged copy (GL_C_STAGED) with an epilogue keeps its copy loop rolled (staged_store.cuh's
-    // kTight) for the same reason.
 #if defined(GL_EPILOGUE)
     constexpr bool kShiftPairs = false;
 #else
@@ -235,23 +188,12 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     auto store_fragment = [&](float (&d)[BN / 2], int unit) {
       int um, tn;
       sched.coords(unit, um, tn);
-#if GL_STAGED_COPY
-      // Through this warp's own shared-memory buffer, 16-byte stores (staged_store.cuh).
-      store_fragment_staged<BN, kShiftPairs == false>(C, ldc, d, (um * GL_CLUSTER + rank) * BM + 64 * consumer, tn * BN, M, N,
-                                smem.c() + (4 * consumer + thread_in_warpgroup() / 32) * kStagedWarpBytes,
-                                [&](float& x0, float& x1, int r, int c) {
-#if defined(GL_EPILOGUE)
-                                  epilogue_pair<true>(x0, x1, r, c, M, N, epi);
-#endif
-                                });
-#else
       store_fragment_from_registers<BN, kShiftPairs>(C, ldc, d, (um * GL_CLUSTER + rank) * BM + 64 * consumer, tn * BN, M, N,
                                         [&](float& x0, float& x1, int r, int c) {
 #if defined(GL_EPILOGUE)
                                           epilogue_pair<true>(x0, x1, r, c, M, N, epi);
 #endif
                                         });
-#endif
     };
     RingPosition pos{0};
     for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
@@ -329,26 +271,6 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
       if (seg.contributors > 1) {
         const int slot = ((seg.unit - whole_end) * GL_CLUSTER + rank) * GL_CONSUMERS + consumer;
         const PartialSlots<BN> slots{partials + static_cast<size_t>(slot) * max_contributors * PartialSlots<BN>::kFloats};
-#if GL_SK_SPREAD
-        // The distributed reduction (stream_k_spread.cuh): a contributor whose range goes on hands in
-        // and leaves; the others (their range ends here) wait for every hand-in and each reduces and
-        // stores its share of the fragment.
-        if (seg.next != end) {
-          spread_hand_in(slots, counters + slot, seg.mine, d, bar, elected);
-          continue;
-        }
-        spread_hand_in_and_wait(slots, counters + slot, seg.mine, seg.contributors, d, bar, elected);
-        int um, tn;
-        sched.coords(seg.unit, um, tn);
-        spread_reduce_store<BN>(slots, seg.contributors, seg.mine, spread_participants(tail, seg), C, ldc,
-                                (um * GL_CLUSTER + rank) * BM + 64 * consumer, tn * BN, M, N,
-                                [&](float& x0, float& x1, int r, int c) {
-#if defined(GL_EPILOGUE)
-                                  epilogue_pair<true>(x0, x1, r, c, M, N, epi);
-#endif
-                                });
-        continue;
-#endif
         if (!hand_in_partial(slots, counters + slot, seg.mine, seg.contributors, d, bar, elected))
           continue;  // another contributor finishes this tile
         slots.reduce(seg.contributors, d);

@@ -16,13 +16,9 @@
 // - the stage ring is as deep as shared memory allows (the designer's plan: no output staging, every
 //   byte goes to stages), so the producer has up to STAGES weight tiles in flight from the start;
 // - a unit several CTAs contributed to is reduced from fp32 partials in a workspace by the last
-//   contributor to arrive, in K order (fragment_partials.cuh): bitwise the same result every run;
-// - or, in the cluster build (GL_CLUSTER_K = S in {2, 4, 8}; the host takes it when every unit is split
-//   into exactly S even K ranges and units clusters of S fit on the GPU at once), one cluster per unit:
-//   CTA rank r computes K iterations [r kt / S, (r + 1) kt / S), puts its fp32 fragment into its own
-//   shared memory (the ring, free by then), and after a cluster barrier reduces its 1/S slice of the
-//   tile from every CTA's shared memory in rank (= K) order and stores that slice of C
-//   (cluster_fragments.cuh): no workspace, no counters, every SM of the cluster reduces and stores.
+//   contributor to arrive, in K order (fragment_partials.cuh): bitwise the same result every run.
+//   (A reduction through the shared memory of a cluster of the unit's contributors was built, measured
+//   no faster, and removed: docs/library.md.)
 //
 // A fused epilogue (GL_EPILOGUE: library/epilogue.py's generated code, fused_epilogue.cuh) is applied to
 // the fp32 fragment after the split-K reduction, pair by pair just before the store rounds it once.
@@ -35,7 +31,6 @@
 //
 // GL_TIMELINE (a measuring build, never shipped: bench/small_m_timeline.py) stamps the points of
 // TimelineSlot per CTA (timeline.cuh); without it the stamps compile to nothing.
-#include "gemm_ladder/cluster_fragments.cuh"
 #include "gemm_ladder/fragment_partials.cuh"
 #include "gemm_ladder/fused_epilogue_pair.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
@@ -52,14 +47,6 @@ GL_RELEASES_PREVIOUS_STAGE();
 static_assert(GL_PRODUCER_WG == 1 && GL_CLUSTER == 1 && BM == 64 * GL_CONSUMERS,
               "small M: a producer warpgroup and consumers of 64 weight rows each, no cluster");
 static_assert(GL_C_PANELS == 0, "small M: the plan must store C from registers (c_from_registers)");
-
-// GL_CLUSTER_K: the cluster build's S (1: none). It is not the plan's GL_CLUSTER (a multicast of B
-// tiles, which stays 1): the S CTAs of a cluster load different K ranges and share only the reduction.
-#ifndef GL_CLUSTER_K
-#define GL_CLUSTER_K 1
-#endif
-static_assert(GL_CLUSTER_K == 1 || GL_CLUSTER_K == 2 || GL_CLUSTER_K == 4 || GL_CLUSTER_K == 8,
-              "the cluster build: S in {2, 4, 8} (portable cluster sizes)");
 
 #if defined(GL_OUT_FP32)
 using out_t = float;
@@ -83,7 +70,6 @@ static_assert(GL_CTAS_PER_SM == 1 || (GL_CTAS_PER_SM == 2 && BN <= 64), "two CTA
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = GL_CTAS_PER_SM == 1 ? 232 : 96;
 constexpr int kFirstReduceBarrier = 2;   // named barrier 2 + c: consumer c's 128 threads (0 is __syncthreads)
-constexpr int kConsumersBarrier = 1;     // named barrier 1: both consumers' 256 threads (the cluster build)
 
 // The timeline build's slots (GL_TIMELINE; bench/small_m_timeline.py reads this enum). Stamped by
 // thread 0 (the producer) or by consumer 0's elected thread; values and counts where said.
@@ -169,67 +155,6 @@ __device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[
   if (elected) consumer_release(smem, pos.previous_stage());
 }
 
-#if GL_CLUSTER_K > 1
-using Fragments = ClusterFragments<kAcc, GL_CLUSTER_K>;
-// The fragments go into the ring's bytes (stages' A then B tiles, contiguous from the map's base).
-static_assert(GL_SMEM_A_OFFSET == 0 && GL_SMEM_B_OFFSET == STAGES * GL_SMEM_A_STAGE_BYTES &&
-                  GL_CONSUMERS * Fragments::kFloats * 4 <= GL_SMEM_B_OFFSET + STAGES * GL_SMEM_B_STAGE_BYTES &&
-                  GL_SMEM_FULL_BAR_OFFSET >= GL_SMEM_B_OFFSET + STAGES * GL_SMEM_B_STAGE_BYTES &&
-                  GL_SMEM_EMPTY_BAR_OFFSET >= GL_SMEM_B_OFFSET + STAGES * GL_SMEM_B_STAGE_BYTES,
-              "the cluster build: both consumers' fp32 fragments fit in the ring, below its barriers");
-
-// The cluster build's one unit per cluster: CTA `rank` computes K iterations [kb, ke) of unit
-// blockIdx.x / S, the same ranges as split_work's StreamKTail over units x S CTAs (the host checks
-// k_tiles >= S, so no range is empty).
-struct ClusterShare {
-  int unit, rank, kb, ke;
-  __device__ __forceinline__ explicit ClusterShare(int K) {
-    const int k_tiles = (K + BK - 1) / BK;
-    unit = blockIdx.x / GL_CLUSTER_K;
-    rank = static_cast<int>(cluster_cta_rank());  // = blockIdx.x % S: the launch's cluster is (S, 1, 1)
-    kb = rank * k_tiles / GL_CLUSTER_K;
-    ke = (rank + 1) * k_tiles / GL_CLUSTER_K;
-  }
-};
-
-// A consumer's part of the cluster build once its K range is done: hand the fragment to the cluster,
-// reduce this CTA's slice in rank order, store it. Both cluster barriers are matched by the producer
-// warpgroup's two cluster_sync()s (every thread of every CTA of the cluster takes part in each).
-__device__ __forceinline__ void reduce_in_cluster(const SmemMap& smem, float (&d)[kAcc], int consumer, int rank,
-                                                  out_t* __restrict__ C, long long ldc_m, long long ldc_n, int n0,
-                                                  int m0, int M, int N GL_EPILOGUE_PARAM) {
-  const Fragments frags{reinterpret_cast<float*>(smem.a(0))};
-  // The ring is free once both consumers are here: each has waited for every stage of its range to be
-  // full, so every TMA load the producer issued (only this range's) has landed, and each has waited
-  // for its last wgmma (wait_group 0), so no wgmma reads a stage any more. The other consumer may
-  // still be in its last wgmma: hence this barrier before either writes over the stages.
-  named_barrier_sync(kConsumersBarrier, 2 * 128);
-  frags.store(consumer, d);
-  cluster_arrive_release();  // barrier 1: every CTA's fragment stored (release) ...
-  cluster_wait_acquire();    // ... and visible to this thread's reads of any CTA's (acquire)
-  float4 sum[Fragments::kPer];
-  frags.reduce_slice(consumer, rank, sum);
-  // Barrier 2, arrived as soon as this thread's reads are done (release orders them before it); it is
-  // waited on only before exit, so that no CTA leaves (its shared memory gone) while a peer reads it.
-  cluster_arrive_release();
-  GL_TIMELINE_STAMP(consumer == 0 && thread_in_warpgroup() == 0, kReduceEnd);
-  const int t = thread_in_warpgroup(), warp = t / 32, lane = t % 32;
-#pragma unroll
-  for (int i = 0; i < Fragments::kPer; ++i) {
-    const int j = Fragments::first(rank) + i;  // the float4 column: C rows m0 + 8j + 2(lane % 4) + {0, 1}
-    if (Fragments::kVec % GL_CLUSTER_K != 0 && j >= Fragments::kVec) continue;
-    const float x[4] = {sum[i].x, sum[i].y, sum[i].z, sum[i].w};
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {  // rows n and n + 8 of C^T: d[4j + 2h], d[4j + 2h + 1]
-      const int n = n0 + 16 * warp + lane / 4 + 8 * h;
-      if (n < N) store_pair(C, ldc_m, ldc_n, x[2 * h], x[2 * h + 1], m0 + 8 * j + 2 * (lane % 4), n, M, N GL_EPILOGUE_PASS);
-    }
-  }
-  GL_TIMELINE_STAMP(consumer == 0 && thread_in_warpgroup() == 0, kStoreEnd);
-  cluster_wait_acquire();
-}
-#endif
-
 // map_w: B = w (N, K), the plan's a map (K-major box (BK, BM), or MN-major boxes of 64 rows x BK);
 // map_x: A = x (M, K), the plan's b map (box (BK, BN), or MN-major boxes of 64 rows x BK).
 // C: element (m, n) at C[m * ldc_m + n * ldc_n]. partials / counters: the workspace, null when no unit
@@ -255,18 +180,6 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, GL_CTAS_PER_SM)
 
   if (warpgroup_index() == 0) {
     setmaxnreg_dec<kProducerRegs>();
-#if GL_CLUSTER_K > 1
-    if (threadIdx.x == 0) {
-      const ClusterShare share(K);
-      RingPosition pos{0};
-      GL_TIMELINE_STAMP(true, kFirstLoad);
-      produce_k_range(smem, &map_w, &map_x, share.unit / m_tiles, share.unit % m_tiles, share.kb, share.ke, 0, pos);
-      GL_TIMELINE_STAMP(true, kLastLoad);
-    }
-    __syncwarp();    // warp 0 whole again after thread 0's loop: the cluster barrier is .aligned
-    cluster_sync();  // the consumers' barrier 1 (fragments stored)
-    cluster_sync();  // and 2 (every slice read): this warpgroup arrives at each and waits, like every thread
-#else
     if (threadIdx.x == 0) {
       const StreamKTail work = split();
       const int first = work.begin(blockIdx.x), end = work.begin(blockIdx.x + 1);
@@ -280,7 +193,6 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, GL_CTAS_PER_SM)
       }
       GL_TIMELINE_STAMP(true, kLastLoad);
     }
-#endif
   } else {
     // The pool split (kConsumerRegs, above): with one CTA per SM, BN = 256 needs 128 accumulators.
     setmaxnreg_inc<kConsumerRegs>();
@@ -288,17 +200,6 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, GL_CTAS_PER_SM)
     const bool elected = thread_in_warpgroup() == 0;  // releases stages, counts the arrival
     const int bar = kFirstReduceBarrier + consumer;
     GL_TIMELINE_STAMP(consumer == 0 && elected, kReady);
-#if GL_CLUSTER_K > 1
-    const ClusterShare share(K);
-    RingPosition pos{0};
-    float d[kAcc];
-    consume_k_range(smem, d, consumer, share.kb, share.ke, pos, elected);
-    GL_TIMELINE_STAMP(consumer == 0 && elected, kLoopEnd);
-    const int tn = share.unit / m_tiles, tm = share.unit % m_tiles;
-    reduce_in_cluster(smem, d, consumer, share.rank, C, ldc_m, ldc_n, tn * BM + 64 * consumer, tm * BN, M, N
-                      GL_EPILOGUE_PASS);
-    (void)bar;
-#else
     const StreamKTail work = split();
     const int first = work.begin(blockIdx.x), end = work.begin(blockIdx.x + 1);
     RingPosition pos{0};
@@ -325,7 +226,6 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, GL_CTAS_PER_SM)
       store_transposed(C, ldc_m, ldc_n, d, tn * BM + 64 * consumer, tm * BN, M, N GL_EPILOGUE_PASS);
       GL_TIMELINE_STAMP(consumer == 0 && elected, kStoreEnd);
     }
-#endif
     GL_TIMELINE_STAMP(elected, consumer == 0 ? kExit0 : kExit1);
   }
 }
