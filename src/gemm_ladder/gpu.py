@@ -19,7 +19,7 @@ PEAK_TFLOPS: dict[str, float] = {"bf16": 989.4, "fp16": 989.4}
 
 #: Largest dynamic + static shared memory one block may opt into on sm_90 (227 KiB), from the CUDA C
 #: Programming Guide's compute capability table; the H200 reports the same 232448
-#: (``meta.gpu.max_smem_per_block_optin`` in bench/results/2026-11-30_climb_bf16_edge_square_llm_d3b6198.json).
+#: (``meta.gpu.max_smem_per_block_optin`` of a climb's result: docs/measured-choices.md).
 MAX_SMEM_PER_BLOCK_OPTIN = 232448
 
 #: L2 size of H100/H200 SXM (50 MiB on H100; 60 MiB on H200, ``meta.gpu.l2_bytes`` in the result named
@@ -28,9 +28,9 @@ MAX_SMEM_PER_BLOCK_OPTIN = 232448
 DEFAULT_L2_BYTES = 60 * 1024 * 1024
 
 #: Work below this many floating-point operations (2MNK) is judged launch-bound: 1e11 FLOP take
-#: ~0.1 ms at peak, and on the H200 run of 2026-11-30 (bench/results/2026-11-30_climb_square_llm_bf16_v1.json)
-#: every Python-launched level sat at 0.1-0.4x cuBLAS at 1024^3 and 2048^3 but 0.6-0.9x at 4096^3,
-#: the signature of per-call host overhead rather than kernel speed. Such shapes are still timed and
+#: ~0.1 ms at peak, and on the H200 the Python-launched levels fell far behind cuBLAS below that size and
+#: much less above it (docs/measured-choices.md): the signature of per-call host overhead rather than
+#: kernel speed. Such shapes are still timed and
 #: reported; the performance gate does not judge them.
 MIN_TIMED_FLOPS = 1e11
 

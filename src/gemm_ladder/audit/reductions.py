@@ -1,9 +1,8 @@
 """The reduced searches: when they may be used, and where a role's atomic blocks end.
 
 **Reduced searches** (``reduce=True``, the default) decide whether any violation is reachable while
-visiting far fewer states (level 8 at S=4, K=5, T=3: 1,090 states in 0.2 s; atomic blocks alone:
-1.8 million states in 4 minutes; the full search spent 10 minutes on level 8's matrix before
-reaching S=4, K=2, T=2). A clean, complete reduced search proves the protocol for its bounds; when
+visiting far fewer states (orders of magnitude fewer on level 8's larger bounds, where the full search
+does not finish in CI's time: docs/measured-choices.md). A clean, complete reduced search proves the protocol for its bounds; when
 one finds a violation, the full search (:func:`gemm_ladder.audit.audit`) runs to report the shortest counterexample of each
 kind, so a report never depends on the reduction. A reduced search reports only real violations
 (each of its transitions is a run of the full search's). The first of the two whose preconditions

@@ -11,8 +11,8 @@ Sources for the numbers below:
   SM and 227 KB per block.
 * Tensor memory (sm_100a): PTX ISA, "Tensor Memory": 128 lanes x 512 columns of 32-bit cells per CTA;
   ``tcgen05.alloc`` takes a power-of-two number of columns, at least 32.
-* SM counts: H200 SXM 132 SMs (measured: ``meta.gpu.sm_count`` of the results in bench/results/, e.g.
-  bench/results/2026-11-30_climb_bf16_edge_square_llm_d3b6198.json), B200 148 SMs (datasheet). Used
+* SM counts: H200 SXM 132 SMs (measured: ``meta.gpu.sm_count`` of the results in bench/results/;
+  docs/measured-choices.md names one), B200 148 SMs (datasheet). Used
   only for the persistent grid; the plan says which value it used.
 """
 

@@ -108,17 +108,12 @@ class StreamKTail:
                 "max_contributors": self.max_contributors}
 
 
-#: Default of plan_tail's ``min_idle``. Measured on the H200 (bench/results/2026-11-30_stream_k*.json,
-#: two runs, every tail split against every tail computed whole): splitting cost 5-6% at 4096^3
-#: (R / G = 0.88) and 9-10% at 4096x4096x14336, far beyond the up to 3.5% that separated two identical
-#: configurations in one run; where the last wave was mostly idle (8192^3: R / G = 0.52;
-#: 4096x28672x8192: 0.15) it gained 0.7-3.7%, within that spread. The costs fit a split tail's K
-#: iterations running ~1.5x slower than whole units' (then a split tail takes ~1.5 R / G of a unit's
-#: time instead of one, a gain only below R / G ~ 2/3). Profiled (bench/results/ncu/2026-11-30_L9_whole_vs_split_*.txt):
-#: at 4096x4096x14336 the clusters, at staggered K offsets, no longer share A and B slices in L2 (DRAM
-#: reads 1.24 GB against 521 MB whole); at 4096^3 the extra traffic is small (179 against 148 MB), and
-#: the partials' writes and the last arriver's reduction are the likelier cost. The tail also stores
-#: its tiles without the epilogue overlap.
+#: Default of plan_tail's ``min_idle``. Measured on the H200 (docs/ladder.md, level 9; the figures in
+#: docs/measured-choices.md): splitting a tail cost more than it saved where the last wave was mostly
+#: busy, and gained no more than the run-to-run noise where it was mostly idle. A split tail's K
+#: iterations run slower than whole units' (the clusters, at staggered K offsets, no longer share A
+#: and B slices in L2; the partials' writes and the last arriver's reduction), so splitting pays only
+#: when most clusters would otherwise sit idle. The tail also stores its tiles without the epilogue overlap.
 DEFAULT_MIN_IDLE = 0.4
 
 

@@ -69,7 +69,7 @@ def time_fn(
         fn: the callable timed, ``fn(a, b)``; its result is discarded.
         a, b: operands (on CUDA for event timing; on CPU wall-clock time is used, for tests).
         budget_s: aim for about this much total timed work; the repeat count is the budget over a
-            probe's per-call time, clamped to [min_repeats, max_repeats] (so 8192^3 takes ~0.5 s).
+            probe's per-call time, clamped to [min_repeats, max_repeats].
         warmup: untimed calls first (JIT load, clocks ramping, allocator warm).
         flush_l2: before each timed call, write a buffer twice the L2 size (H200: 2 x 60 MB), so the
             operands come from DRAM as in a real model; the write is not timed. It leaves L2 full of
@@ -104,8 +104,7 @@ def time_fns(
     arguments), split into ``rounds`` rounds; each round times every callable in turn, the first one
     rotating from round to round. The repeat count is sized from an unspun probe (so it errs short). A GPU that
     warms up and lowers its clock during a run then slows every callable alike, instead of the ones
-    timed last (on the H200, cuBLAS at 8192^3 read 719 TFLOP/s at the start of a one-minute run and
-    682 at its end: bench/results/2026-11-29_l9_epilogue.json), so ratios between them hold.
+    timed last (a drift measured on the H200: docs/measured-choices.md), so ratios between them hold.
     """
     if not fns:
         return {}
@@ -166,8 +165,8 @@ def measure_dram_bandwidth(device: str | torch.device = "cuda", nbytes: int = 1 
     """Device memory bandwidth in GB/s (1e9 bytes/s) from a ``nbytes`` device-to-device copy.
 
     Counts bytes read plus bytes written (2 x nbytes) per copy; median of ``repeats``. The copy is
-    far larger than L2, so it measures DRAM (4259 GB/s on the H200: ceilings.dram_gbs in
-    bench/results/2026-11-30_climb_bf16_edge_square_llm_d3b6198.json). None without a GPU.
+    far larger than L2, so it measures DRAM (the H200's figure: docs/measured-choices.md). None without
+    a GPU.
     """
     device = torch.device(device)
     if device.type != "cuda" or not torch.cuda.is_available():

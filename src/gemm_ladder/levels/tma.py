@@ -21,8 +21,8 @@ from gemm_ladder.levels.base import LaunchGeometry, Level
 from gemm_ladder.runtime.tensor_map import encode_tiled
 from gemm_ladder.runtime.workspace import WORKSPACES
 
-#: Tensor maps are cached per (operand pointers, shape, dtype): encoding costs ~10 us of Python per
-#: map, which would otherwise be paid on every launch of a sub-millisecond kernel.
+#: Tensor maps are cached per (operand pointers, shape, dtype): encoding one in Python costs a
+#: noticeable part of a sub-millisecond kernel's launch (docs/measured-choices.md), paid on every launch otherwise.
 _MAP_CACHE_SIZE = 64
 
 
@@ -54,7 +54,7 @@ class TmaLevel(Level):
         return {}
 
     def defines(self, dtype: str) -> dict[str, int | str]:
-        # Cached: planning costs ~80 us of Python, paid on every launch otherwise.
+        # Cached: planning in Python would otherwise be paid on every launch (docs/measured-choices.md).
         if dtype not in self._defines:
             self._defines[dtype] = kernel_defines_for(
                 dtype, self.tile, self.stages, self.cluster, self.consumers, "sm_90a",

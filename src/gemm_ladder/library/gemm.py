@@ -194,8 +194,7 @@ class LibraryGemm(TmaLevel):
 
         ``c_padding_writable``: c is the caller's own workspace, whose row padding up to the next 16
         bytes may be overwritten. Without it, N must fill whole 16-byte chunks: the TMA store writes
-        the last chunk of a row whole (on the H200, N = 300 bf16 wrote columns 300-303 of a padded c:
-        bench/results/logs/2026-12-01_tma_store_edge_3419336.log).
+        the last chunk of a row whole, into c's padding (measured: docs/measured-choices.md).
 
         a: (M, K) view, b: (N, K) view, c: (M, N) tensor with stride (ldc, 1). The rules, in the order
         checked: bf16 or fp16, one dtype for all three (c float32 for the ``out_fp32`` build); A and B in
@@ -345,8 +344,8 @@ class LibraryGemm(TmaLevel):
 
     def view_maps(self, a: OperandView, b: OperandView, c: torch.Tensor) -> list:
         """The encoded tensor maps (a, b, c; a and b only in the ``c_from_registers`` build) of the plan
-        for these views, cached per pointers and layout (encoding costs ~10 us of Python per map;
-        planning a new shape ~1 ms)."""
+        for these views, cached per pointers and layout (encoding and planning in Python cost more than a
+        small launch: docs/measured-choices.md)."""
         m, n, k, ldc = a.rows, b.rows, a.k, _ldc(c)
         dtype = dtype_name(a.tensor.dtype)
         shape = (m, n, k, a.ld, b.ld, None if self.c_from_registers else ldc, dtype)

@@ -271,9 +271,8 @@ class SmallMGemm:
         ``splits`` None: with fewer units than resident CTAs, each unit's K split in
         resident // units even ranges (no CTA straddles two units); with as many units as resident
         CTAs or more, min(resident CTAs, K iterations) CTAs share every iteration evenly (stream-K).
-        On the H200 the first beat stream-K by 7-14% wherever units < 132 (4096 x 4096: 18.0 against
-        20.5 us at M = 1) and stream-K beat one CTA per unit at 224 units (28672 x 8192: 124.7 against
-        132.5 us): bench/results/2026-12-01_library_small_m_bf16_sweep_d3acff9.json. ``splits`` = s:
+        On the H200 the first beat stream-K wherever units < 132 and stream-K beat one CTA per unit at
+        224 units (docs/measured-choices.md). ``splits`` = s:
         units x min(s, K tiles), each unit's K tiles split in s even ranges (classic split-K; s = 1
         splits nothing and needs no workspace).
         """
@@ -304,7 +303,7 @@ class SmallMGemm:
         """The encoded map ``name`` of the plan ('a': the weight B, 'b': A) over ``view``'s storage.
 
         Cached per operand: a weight keeps its map while the activations change from call to call, so
-        a decode step encodes one map (~10 us of Python), not two, and plans nothing. The plan gives the
+        a decode step encodes one map (Python's cost per map: docs/measured-choices.md), not two, and plans nothing. The plan gives the
         map's dimensions, box and swizzle for the operands' majors; the pitch is the view's.
         """
         key = (name, view.data_ptr, view.ld, view.major, view.rows, view.k, dtype)

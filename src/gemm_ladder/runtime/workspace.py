@@ -96,8 +96,8 @@ class CounterArena:
     since the clear, so it starts from zeros however the launches before it ended (the rule level 9's
     workspace keeps by clearing before every launch). When the rest of the buffer is too short, it is
     cleared again on the stream, after every launch that used it. A memset per launch would cost the
-    stream a small operation and its gap before each ~10 us kernel; here it is one per thousands of
-    launches. At most ``MAX_STREAMS`` streams are kept, least recently used dropped first; buffers are
+    stream a small operation and its gap before each launch of a kernel that is itself short (a decode
+    GEMM: docs/measured-choices.md); here it is one per thousands of launches. At most ``MAX_STREAMS`` streams are kept, least recently used dropped first; buffers are
     allocated on their stream. Not for CUDA graph capture (a graph would keep the addresses).
 
     A bound launch takes its stream's arena once (:meth:`held`) and its counters per launch with

@@ -170,8 +170,8 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     }
   } else {
     // 232 and the producer's 40 use the whole pool the launch gives the CTA (168 x 384 = 2 x 128 x 232 +
-    // 128 x 40 registers): an increase past it cannot be granted (a 240 / 32 split never finished: the
-    // run timed out after 400 s). ptxas uses all 232: one added line in this role (a sleep) spills.
+    // 128 x 40 registers): an increase past it cannot be granted (a 240 / 32 split never finished:
+    // docs/measured-choices.md). ptxas uses all 232: one added line in this role (a sleep) spills.
     setmaxnreg_inc<232>();
     const int consumer = warpgroup_index() - 1;
     const bool elected = thread_in_warpgroup() == 0;  // releases stages and issues this consumer's stores

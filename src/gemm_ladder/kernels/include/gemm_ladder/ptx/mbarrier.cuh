@@ -22,8 +22,8 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 
 // Arrive on the barrier at the same shared-memory offset in cluster CTA `cta_rank` (may be this CTA).
 // Default semantics (release at CTA scope): the consumer's reads it orders were done by wgmma and
-// have retired. An explicit .release.cluster here cost level 8 a factor of 2.2 on the H200
-// (286 vs 631 TFLOP/s at 8192^3, bench/results/2026-11-30_experiments_8192.json).
+// have retired. An explicit .release.cluster here made level 8 much slower on the H200
+// (docs/measured-choices.md).
 __device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta_rank) {
   asm volatile(
       "{\n.reg .b32 remote;\n"
