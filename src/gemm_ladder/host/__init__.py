@@ -61,7 +61,9 @@ def _use_c10_cuda() -> bool:
     from torch.utils import cpp_extension
 
     home = cpp_extension.CUDA_HOME
-    return (torch.backends.cuda.is_built() and home is not None and (Path(torch.__file__).parent / "lib" / "libc10_cuda.so").exists()
+    root = Path(torch.__file__).parent
+    return (torch.backends.cuda.is_built() and home is not None and (root / "lib" / "libc10_cuda.so").exists()
+            and (root / "include" / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").exists()
             and (Path(home) / "include" / "cuda_runtime_api.h").exists())
 
 
