@@ -32,11 +32,13 @@ def host():
     return module
 
 
-def poison():
-    """Fill the caching allocator's free blocks with NaN: an output element the kernel does not write
-    stays NaN."""
-    t = torch.full((64 << 20,), float("nan"), device="cuda", dtype=FP32)
-    del t
+def poison(shape=(), dtype=BF16):
+    """Fill the caching allocator's free blocks with NaN (a large one, and several of the output's
+    size, which the small pool hands back for a small output): an output element the kernel does not
+    write stays NaN."""
+    blocks = [torch.full((64 << 20,), float("nan"), device="cuda", dtype=FP32)]
+    blocks += [torch.full(shape, float("nan"), device="cuda", dtype=dtype) for _ in range(8)]
+    del blocks
 
 
 def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
@@ -75,7 +77,7 @@ def test_linear_with_parameters_and_fresh_activations(host, shape, ep, grad):
         x = torch.randn(*lead, k, device="cuda", dtype=BF16)
         res = torch.randn(*lead, n, device="cuda", dtype=ep["residual"]) if "residual" in ep else None
         kw = {key: ep[key] for key in ("activation", "alpha", "beta") if key in ep}
-        poison()
+        poison((*lead, n))
         with torch.set_grad_enabled(grad):
             y = gemm_ladder.linear(x, w, bias, residual=res, **kw)
         assert y.shape == (*lead, n) and y.dtype == BF16 and (y.grad_fn is not None) == grad
@@ -91,10 +93,10 @@ def test_mm_with_parameters_and_fresh_activations(host, shape):
     w = torch.nn.Parameter(torch.randn(n, k, device="cuda", dtype=BF16) / k ** 0.5)
     for _ in range(3):
         a = torch.randn(m, k, device="cuda", dtype=BF16)
-        poison()
+        poison((m, n))
         c = gemm_ladder.mm(a, w.T)
         assert rel_err(c, a.double() @ w.detach().double().T) < 1e-2
-        poison()
+        poison((m, n), FP32)
         c32 = gemm_ladder.mm(a, w.T, out_dtype=FP32)
         assert c32.dtype == FP32 and rel_err(c32, a.double() @ w.detach().double().T) < 1e-2
 
