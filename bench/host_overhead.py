@@ -4,6 +4,8 @@
     python bench/host_overhead.py [--shapes 256x256x256,16x4096x4096] [--calls 2000] [--levels] [-o OUT.json]
     python bench/host_overhead.py --profile          # + cProfile of each gemm_ladder path (where the time goes)
     python bench/host_overhead.py --fake-gpu         # no GPU: the Python path alone, GPU parts faked
+    python bench/host_overhead.py --model            # + the model's case (Parameter weight, new activation
+                                                     #   every call, grad off and on) against F.linear
 
 Wall time of ``--calls`` back-to-back calls divided by their number (best of ``--repeats`` rounds),
 on shapes small enough that the GPU keeps up, so the figure is what the host spends per call. The
@@ -11,7 +13,9 @@ paths, on ``a`` (M, K) and ``w`` (N, K) row-major: ``F.linear(a, w)`` and ``torc
 ``gemm_ladder.mm(a, w.T)`` and ``gemm_ladder.linear(a, w)`` (the direct path: call cache, bound
 launch), ``torch.ops.gemm_ladder.mm`` / ``.linear`` (the registered ops: the dispatcher's boundary
 on top). The target (issue 14): every gemm_ladder path at most cuBLAS's ``F.linear`` on each shape;
-``meets_target`` in the result says whether it did.
+``meets_target`` in the result says whether it did. ``--model`` adds what a model passes (issue 21):
+an ``nn.Parameter`` weight and bias and one of ROTATE activations in turn (a new tensor and address
+each call), grad off and on, against F.linear on the same Parameters (``verdict[shape]["model"]``).
 
 ``--fake-gpu`` runs on a machine without a GPU: CPU tensors, the call cache's entry made by hand,
 the bound launch a no-op, the stream handle a constant. It times the Python that a repeated call
@@ -134,6 +138,54 @@ def fake_gpu(args) -> dict:
     return {"rows": rows, "profile": profiles, "fake_gpu": True}
 
 
+#: Distinct activations the model case cycles through: more than any per-address cache keeps, so no
+#: call finds the one before it by address (a model's next activation is a new tensor).
+ROTATE = 97
+
+
+def model_paths(m: int, n: int, k: int) -> dict:
+    """The model's case (issue 21): an ``nn.Parameter`` weight (and bias) and a different activation
+    tensor every call, grad mode off and on (on: the call records an autograd node, as in training;
+    no backward is run), for F.linear and gemm_ladder.linear on the same Parameters."""
+    import gemm_ladder
+
+    w = torch.nn.Parameter(torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5)
+    b = torch.nn.Parameter(torch.randn(n, device="cuda", dtype=torch.bfloat16))
+    xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATE)]
+    it = [0]
+
+    def nxt():
+        it[0] = (it[0] + 1) % ROTATE
+        return xs[it[0]]
+
+    def mode(fn, grad):
+        def run():
+            with torch.set_grad_enabled(grad):
+                fn()
+        return run
+
+    out = {}
+    for grad in (False, True):
+        g = "grad on" if grad else "grad off"
+        out[f"model: cuBLAS F.linear ({g})"] = mode(lambda: F.linear(nxt(), w), grad)
+        out[f"model: gemm_ladder.linear ({g})"] = mode(lambda: gemm_ladder.linear(nxt(), w), grad)
+        out[f"model: cuBLAS F.linear + bias ({g})"] = mode(lambda: F.linear(nxt(), w, b), grad)
+        out[f"model: gemm_ladder.linear + bias ({g})"] = mode(lambda: gemm_ladder.linear(nxt(), w, b), grad)
+    return out
+
+
+def model_verdict(times: dict) -> dict:
+    """Per grad mode and bias: gemm_ladder's time against F.linear's (the target: at most it)."""
+    out = {}
+    for key, theirs in times.items():
+        if key.startswith("model: cuBLAS"):
+            ours_key = key.replace("cuBLAS F.linear", "gemm_ladder.linear")
+            if ours_key in times:
+                out[key[len("model: cuBLAS "):]] = {"cublas_us": theirs, "ours_us": times[ours_key],
+                                                    "meets_target": times[ours_key] <= theirs}
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", default="256x256x256,16x4096x4096")
@@ -142,6 +194,8 @@ def main() -> int:
     p.add_argument("--levels", action="store_true", help="also the ladder's levels 3-9 (at 256^3-like shapes)")
     p.add_argument("--profile", action="store_true", help="cProfile each gemm_ladder path (top functions by own time)")
     p.add_argument("--fake-gpu", action="store_true", help="no GPU: time and profile the Python path alone")
+    p.add_argument("--model", action="store_true",
+                   help="also the model's case: a Parameter weight, a new activation every call, grad off and on")
     add_output_argument(p)
     args = p.parse_args()
     if args.fake_gpu:
@@ -153,6 +207,8 @@ def main() -> int:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         fns = paths(a, w, torch.randn(n, device="cuda", dtype=torch.bfloat16))
+        if args.model:
+            fns.update(model_paths(m, n, k))
         if args.levels:
             from gemm_ladder.levels import LEVELS
 
@@ -167,7 +223,8 @@ def main() -> int:
                 continue
             rows.append({"path": name, "m": m, "n": n, "k": k, "calls": args.calls, "host_us_per_call": times[name]})
             print(rows[-1], flush=True)
-        ours = {k_: v for k_, v in times.items() if "gemm_ladder" in k_ and "+ bias" not in k_}
+        ours = {k_: v for k_, v in times.items() if "gemm_ladder" in k_ and "+ bias" not in k_
+                and not k_.startswith("model:")}
         failed = [r["path"] for r in rows if "error" in r and r["m"] == m and r["n"] == n and r["k"] == k]
         if failed or "gemm_ladder.linear + bias" not in times:
             verdicts[spec] = {"meets_target": False, "failed": failed}  # a path that raised is not timed, never met
@@ -179,6 +236,10 @@ def main() -> int:
                           "bias": {"cublas_us": times["cuBLAS F.linear + bias"],
                                    "ours_us": times["gemm_ladder.linear + bias"],
                                    "meets_target": times["gemm_ladder.linear + bias"] <= times["cuBLAS F.linear + bias"]}}
+        if args.model:
+            verdicts[spec]["model"] = model_verdict(times)
+            verdicts[spec]["meets_target"] = verdicts[spec]["meets_target"] and all(
+                v["meets_target"] for v in verdicts[spec]["model"].values())
         print(spec, verdicts[spec], flush=True)
         if args.profile:
             for name in ("gemm_ladder.mm", "torch.ops.gemm_ladder.mm"):

@@ -16,6 +16,19 @@ __all__ = ["Epilogue", "Explanation", "__version__", "explain", "linear", "mm", 
 _API = ("Epilogue", "Explanation", "explain", "linear", "mm", "swiglu")
 
 
+def _register_ops() -> None:
+    """``import gemm_ladder`` registers ``torch.ops.gemm_ladder.*`` (so that an exported program that
+    calls them loads) when torch is already imported: the usual ``import torch, gemm_ladder``. Without
+    torch imported first nothing is imported here, so ``import gemm_ladder.design`` (pure Python)
+    stays free of torch; ``import gemm_ladder.ops`` registers them at any time."""
+    import sys
+
+    if "torch" in sys.modules:
+        import importlib
+
+        importlib.import_module("gemm_ladder.ops")
+
+
 def __getattr__(name: str):
     # The API is imported on first use: ``import gemm_ladder.design`` (pure Python) stays light.
     if name in _API:
@@ -36,3 +49,6 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_API) | {"nn", "ops", "precompile"})
+
+
+_register_ops()

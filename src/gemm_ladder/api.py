@@ -60,6 +60,7 @@ _is_compiling = torch.compiler.is_compiling
 _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
 _FAST = CALLS.fast
+_REALS = (int, float)
 
 
 def _eager_plain(a, b) -> bool:
@@ -68,6 +69,31 @@ def _eager_plain(a, b) -> bool:
     operand (bias, residual) are the fast key's business: it has their devices and types."""
     return (type(a) is _Tensor and type(b) is _Tensor and not _is_compiling()
             and not ((a.requires_grad or b.requires_grad) and _grad_enabled()))
+
+
+#: The registered functional ops (torch.ops.gemm_ladder.mm.default, .linear.default) once the compiled
+#: host module serves their CUDA kernels (gemm_ladder.ops.use_host), else None: then every call of
+#: mm/linear on CUDA tensors goes through the op (one dispatcher hop into C++), whatever the weight's
+#: type, the activation's address or grad mode.
+_HOST_OPS: tuple | None = None
+_DTYPE = torch.dtype
+
+
+def set_host_ops(ops: tuple | None) -> None:
+    """Route mm/linear through ``ops`` (mm, linear OpOverloads) or, with None, the Python path."""
+    global _HOST_OPS
+    _HOST_OPS = ops
+
+
+def _host_call(*tensors) -> bool:
+    """Whether a call may go straight to the op: CUDA tensors for the operands (anything else takes
+    the checked path, whose errors name the rule), optional tensors None or tensors."""
+    for i, t in enumerate(tensors):
+        if t is None and i >= 2:
+            continue
+        if not isinstance(t, _Tensor) or (i < 2 and not t.is_cuda):
+            return False
+    return True
 
 
 def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
@@ -95,6 +121,9 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
         output dtype no kernel writes yet; OutsideDomainError for an extent past 2^31 - 1;
         CaptureBuildError when a CUDA graph is being captured and a kernel is not built and loaded.
     """
+    host = _HOST_OPS
+    if host is not None and out is None and (out_dtype is None or type(out_dtype) is _DTYPE) and _host_call(a, b):
+        return host[0](a, b, out_dtype=out_dtype)
     key = None
     if out is None and _eager_plain(a, b):
         # The fast path (dispatch.calls, "The fast key"): one key, one lookup, the output, one launch.
@@ -212,6 +241,12 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
     if epilogue is not None or inputs:
         return _linear_user(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
                             out_dtype=out_dtype, epilogue=epilogue, inputs=inputs)
+    host = _HOST_OPS
+    if (host is not None and (out_dtype is None or type(out_dtype) is _DTYPE) and type(alpha) in _REALS
+            and type(beta) in _REALS and (activation is None or type(activation) is str)
+            and _host_call(x, w, bias, residual)):
+        return host[1](x, w, bias, residual, activation=activation, alpha=float(alpha), beta=float(beta),
+                       out_dtype=out_dtype)
     key = None
     if _eager_plain(x, w) and not (_grad_enabled() and (_requires_grad(bias) or _requires_grad(residual))):
         key = fast_linear_key(x, w, bias, residual, activation, alpha, beta, out_dtype)  # see mm
@@ -460,7 +495,28 @@ def explain(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None
     from gemm_ladder.dispatch import cost_model
 
     route = decide(a, b, c, given=given)
-    return explain_route(route, shape.m, shape.n, shape.k, shape.out_dtype, cost_model())
+    out = explain_route(route, shape.m, shape.n, shape.k, shape.out_dtype, cost_model())
+    out.host = host_path(route, given)
+    return out
+
+
+def host_path(route, given: bool) -> str:
+    """Who launches a call of ``route`` (``explain``'s ``host``): the compiled host path when it is
+    loaded and the route reads and writes everything in place, else Python, with the reason."""
+    from gemm_ladder import host
+
+    if _HOST_OPS is None:
+        return f"python (host module not in use: {host.describe()})"
+    if given:
+        return "python (out= calls run the Python path)"
+    paths = (route.a_path, route.b_path, route.c_path)
+    if any(p.workspace is not None for p in paths):
+        return "python (a repacked operand or an output workspace: the Python path runs this signature)"
+    return "C++ (planned once per signature; per call the compiled host module encodes the maps and launches)"
 
 
 __all__ = ["Epilogue", "Explanation", "NotSupportedError", "explain", "linear", "mm", "swiglu"]
+
+# The ops are registered with the API (they import it: last, once every name above exists); on a
+# machine with a CUDA device that also switches mm/linear to the compiled host path (set_host_ops).
+from gemm_ladder import ops as _ops  # noqa: E402,F401

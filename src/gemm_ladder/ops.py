@@ -80,8 +80,7 @@ def _linear_out_cuda(x, w, bias=None, residual=None, *, out, activation=None, al
                   out=out, check_grad=True)
 
 
-for _name, _fn in (("mm", _mm_cuda), ("mm_out", _mm_out_cuda), ("linear", _linear_cuda),
-                   ("linear_out", _linear_out_cuda)):
+for _name, _fn in (("mm_out", _mm_out_cuda), ("linear_out", _linear_out_cuda)):
     _LIB.impl(_name, _fn, "CUDA")
 
 
@@ -241,7 +240,7 @@ def _register_autograd(name: str, backward, setup_context) -> None:
         op = getattr(torch.ops.gemm_ladder, name).default
         generated = make_autograd_impl(op, Info(backward, setup_context))
     except (ImportError, AttributeError, TypeError):
-        torch.library.register_autograd(qualname, backward, setup_context=setup_context, lib=_LIB)
+        torch.library.register_autograd(qualname, backward, setup_context=setup_context, lib=_AUTOGRAD_LIB)
         return
     grad_enabled, any_requires_grad = torch.is_grad_enabled, torch._C._any_requires_grad
     below_autograd, redispatch = torch._C._AutoDispatchBelowAutograd, op.redispatch
@@ -263,11 +262,81 @@ def _register_autograd(name: str, backward, setup_context) -> None:
         with below_autograd():
             return redispatch(keyset & _BELOW_AUTOGRAD, *args, **kwargs)
 
-    _LIB.impl(name, autograd_kernel, "Autograd", with_keyset=True)
+    _AUTOGRAD_LIB.impl(name, autograd_kernel, "Autograd", with_keyset=True)
 
 
-_register_autograd("mm", _mm_backward, _mm_setup)
-_register_autograd("linear", _linear_backward, _linear_setup)
+def _register_python_kernels() -> None:
+    """The Python CUDA and Autograd kernels of mm and linear, each set in a Library of its own, so that
+    :func:`use_host` can remove them (``_destroy``) before the compiled host module registers its own
+    (no registration overrides another) and :func:`use_python` can put them back."""
+    global _CUDA_LIB, _AUTOGRAD_LIB
+    _CUDA_LIB = torch.library.Library(NAMESPACE, "IMPL")
+    _CUDA_LIB.impl("mm", _mm_cuda, "CUDA")
+    _CUDA_LIB.impl("linear", _linear_cuda, "CUDA")
+    _AUTOGRAD_LIB = torch.library.Library(NAMESPACE, "IMPL")
+    _register_autograd("mm", _mm_backward, _mm_setup)
+    _register_autograd("linear", _linear_backward, _linear_setup)
+    DIRECT_KERNELS["mm"][torch._C.DispatchKey.CUDA] = _mm_cuda
+    DIRECT_KERNELS["linear"][torch._C.DispatchKey.CUDA] = _linear_cuda
+    clear_direct_kernels()
+
+
+_register_python_kernels()
+
+
+# --- the compiled host path -----------------------------------------------------------------------
+
+_HOST: dict = {}
+
+
+def use_host():
+    """Switch the CUDA and Autograd kernels of mm and linear to the compiled host module
+    (gemm_ladder/host): build or load it, give it its planner, remove the Python kernels and register
+    its own (launch.cpp, autograd.cpp). Returns the module, or None where it is not used
+    (``GEMM_LADDER_HOST=0``, or the build failed: a warning said why, and the Python kernels stay).
+    Done at most once per process; called at import on a machine with a CUDA device, and never from
+    inside a kernel (a registration must not change while its kernel runs). Raises HostBuildError
+    under ``GEMM_LADDER_HOST=require`` when the build fails."""
+    if _HOST.get("module") is not None:
+        return _HOST["module"]
+    if "module" in _HOST and _HOST.get("off"):
+        return None
+    from gemm_ladder import api, host
+    from gemm_ladder.host import planner
+
+    module = host.load()
+    if module is not None:
+        planner.register(module)
+        _CUDA_LIB._destroy()
+        _AUTOGRAD_LIB._destroy()
+        module.register_kernels()
+        module.register_autograd()
+        api.set_host_ops((_MM, _LINEAR))
+    _HOST["module"] = module
+    _HOST["off"] = module is None
+    return module
+
+
+def use_python() -> None:
+    """Back to the Python kernels (the host module's registrations removed; for tests and benchmarks
+    comparing the two paths). Never call it while a kernel runs."""
+    module = _HOST.get("module")
+    if module is None:
+        return
+    from gemm_ladder import api
+
+    api.set_host_ops(None)
+    module.unregister_kernels()
+    module.unregister_autograd()
+    module.clear()
+    _register_python_kernels()
+    _HOST["module"] = None
+    _HOST["off"] = False
+
+
+def host_module():
+    """The compiled host module when :func:`use_host` switched to it, else None."""
+    return _HOST.get("module")
 
 
 # --- Python entry points ------------------------------------------------------------------------------
@@ -313,4 +382,13 @@ def linear(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, beta=1
     return out
 
 
-__all__ = ["FAKE_DEVICES", "NAMESPACE", "SCHEMAS", "linear", "mm"]
+__all__ = ["FAKE_DEVICES", "NAMESPACE", "SCHEMAS", "host_module", "linear", "mm", "use_host", "use_python"]
+
+
+# On a machine with a CUDA device the compiled host path is used from the start (built at first
+# import, as a kernel is at first use); elsewhere gemm_ladder.ops.use_host() switches to it.
+if torch.cuda.is_available():
+    from gemm_ladder.host import mode as _host_mode
+
+    if _host_mode() != "off":
+        use_host()

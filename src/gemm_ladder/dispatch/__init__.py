@@ -86,8 +86,8 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
 
 
 def clear_cache() -> None:
-    """Forget every route, the tables read and the API's per-call cache, whose calls keep their routes
-    (after a table is regenerated, say: the next call decides again)."""
+    """Forget every route, the tables read, the API's per-call cache and the compiled host path's launch
+    templates, which keep their routes (after a table is regenerated, say: the next call decides again)."""
     from gemm_ladder.dispatch.calls import CALLS
 
     global _model, _tiles
@@ -96,6 +96,11 @@ def clear_cache() -> None:
         _model = None
         _tiles = None
     CALLS.clear()
+    from gemm_ladder.host import loaded
+
+    module = loaded()
+    if module is not None:
+        module.clear()  # the compiled host path's templates hold routes decided from the old tables
 
 
 __all__ = ["CostModel", "DeviceFacts", "Route", "TilesRule", "clear_cache", "cost_model", "decide", "tiles_rule"]

@@ -52,6 +52,8 @@ class Explanation:
     plan: dict | None = None
     refusals: list[str] = field(default_factory=list)
     not_taken: list[str] = field(default_factory=list)
+    #: Who launches the call: "C++ ..." (the compiled host path, gemm_ladder/host) or "python ..." and why.
+    host: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -64,6 +66,8 @@ class Explanation:
                                                      else "K is 0, the result is zeros (the empty sum)"))
             return "\n".join(lines)
         kern = self.kernel or {}
+        if self.host:
+            lines.append(f"  host:     {self.host}")
         lines.append(f"  kernel:   {kern.get('name')} ({kern.get('source', '?')})")
         lines.append(f"  tile {self.tile}, {self.stages} stages, cluster {self.cluster}, grid {self.grid}, "
                      f"split: {self.split}")

@@ -19,14 +19,25 @@ class BoundLaunch:
     """``launch()`` for the operands it was bound to. ``before``, when set, runs first on every call
     (it refreshes the per-launch arguments in place: the prepared launch holds ctypes values).
     ``params``: the fused epilogue's EpilogueParams argument (library/epilogue.py), held by the
-    prepared launch, or None without an epilogue."""
+    prepared launch, or None without an epilogue.
 
-    __slots__ = ("prepared", "before", "params")
+    ``roles``: what each kernel argument is, in order (the compiled host path's launch template,
+    gemm_ladder/host/templates.py, is made from them: one source of truth for the argument layout):
+    ``("map", operand, encode_kwargs)`` a tensor map over the kernel's operand "A", "B" or "C";
+    ``("ptr", operand)`` its address; ``("value",)`` a value fixed by the signature (extents, pitches,
+    the schedule); ``("partials",)`` / ``("counters",)`` the split workspace's addresses (set per
+    launch; ``workspace`` = (fp32 partials, int32 counters) it needs, or None unsplit);
+    ``("epilogue",)`` the EpilogueParams. None where the binder records none."""
 
-    def __init__(self, prepared: Callable[[], None], before: Callable[[], None] | None = None, *, params=None):
+    __slots__ = ("prepared", "before", "params", "roles", "workspace")
+
+    def __init__(self, prepared: Callable[[], None], before: Callable[[], None] | None = None, *, params=None,
+                 roles: list | None = None, workspace: tuple[int, int] | None = None):
         self.prepared = prepared
         self.before = before
         self.params = params
+        self.roles = roles
+        self.workspace = workspace
 
     def set_scalars(self, scalars) -> None:
         """Write the epilogue's scalar inputs (in its slot order, as fp32) into the bound argument, so

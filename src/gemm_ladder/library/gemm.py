@@ -323,9 +323,10 @@ class LibraryGemm(TmaLevel):
         if epilogue is not None:  # sm90_gemm.cu's GL_EPILOGUE_ARG: one more argument, last
             params = epilogue.params(pair_along_cols=self.pair_along_kernel_cols != epilogue.swap)
             args.append(params)
+        roles = self.arg_roles(a, b, c, epilogue is not None)
         prepared = kernel.prepare((tail.clusters * self.cluster, 1, 1), args, stream.cuda_stream)
         if not tail.tail_units:
-            return BoundLaunch(prepared, params=params)
+            return BoundLaunch(prepared, params=params, roles=roles)
         floats = tail.workspace_floats(self.cluster, self.consumers, self.tile[1])
         counters = tail.counters(self.cluster, self.consumers)
 
@@ -340,7 +341,31 @@ class LibraryGemm(TmaLevel):
             split_args[0].value = held[0][2]
             split_args[1].value = COUNTERS.take_from(held[1], counters)
 
-        return BoundLaunch(prepared, fresh_workspace, params=params)
+        return BoundLaunch(prepared, fresh_workspace, params=params, roles=roles, workspace=(floats, counters))
+
+    def arg_roles(self, a: OperandView, b: OperandView, c: torch.Tensor, epilogue: bool) -> list:
+        """What each argument :meth:`bind` packs is, in its order (:class:`BoundLaunch`'s ``roles``):
+        kept beside ``bind``'s argument list, which it mirrors."""
+        roles = [("map", name.upper(), kw) for name, kw in self.view_map_kwargs(a, b, c)]
+        if self.c_from_registers:
+            roles += [("ptr", "C"), ("value",)]
+        roles += [("value",)] * 5 + [("partials",), ("counters",)]
+        if self.sk_spread and not self.c_from_registers:
+            roles += [("ptr", "C"), ("value",)]
+        if epilogue:
+            roles.append(("epilogue",))
+        return roles
+
+    def view_map_kwargs(self, a: OperandView, b: OperandView, c: torch.Tensor) -> list[tuple[str, dict]]:
+        """(name, cuTensorMapEncodeTiled keyword arguments) of each map :meth:`view_maps` encodes, in its
+        order; the plan's specs cached per layout."""
+        m, n, k, ldc = a.rows, b.rows, a.k, _ldc(c)
+        dtype = dtype_name(a.tensor.dtype)
+        shape = (m, n, k, a.ld, b.ld, None if self.c_from_registers else ldc, dtype)
+        names = (("a", a.data_ptr), ("b", b.data_ptr)) + (() if self.c_from_registers else (("c", c.data_ptr()),))
+        specs = cached(self._specs, shape, lambda: self.plan(m, n, k, dtype, lda=a.ld, ldb=b.ld,
+                                                             ldc=shape[5]).tensor_maps)
+        return [(name, specs[name].encode_kwargs(ptr)) for name, ptr in names]
 
     def view_maps(self, a: OperandView, b: OperandView, c: torch.Tensor) -> list:
         """The encoded tensor maps (a, b, c; a and b only in the ``c_from_registers`` build) of the plan

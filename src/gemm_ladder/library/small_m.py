@@ -318,6 +318,14 @@ class SmallMGemm:
 
         return cached(self._maps, key, encode)
 
+    def _tensor_map_kwargs(self, name: str, view: OperandView, a: OperandView, b: OperandView, dtype: str) -> dict:
+        """The cuTensorMapEncodeTiled keyword arguments of :meth:`_tensor_map` (the same plan and pitch)."""
+        m, n, k = a.rows, b.rows, a.k
+        plan_key = (m, n, k, dtype, a.major, b.major, a.ld, b.ld)
+        specs = cached(self._specs, plan_key, lambda: self.plan(m, n, k, dtype, a_major=a.major, b_major=b.major,
+                                                                lda=a.ld, ldb=b.ld).tensor_maps)
+        return replace(specs[name], global_strides=(view.ld * view.elem_bytes,)).encode_kwargs(view.data_ptr)
+
     def _checked(self, a: OperandView, b: OperandView, c: torch.Tensor, epilogue: EpilogueCall | None):
         """(M, N, K) of a call :meth:`supports` accepts and whose epilogue is bound to c's shape, else ValueError."""
         reason = self.supports(a, b, c)
@@ -393,9 +401,14 @@ class SmallMGemm:
         if epilogue is not None:  # sm90_gemm_small_m.cu's GL_EPILOGUE_ARG: one more argument, last
             params = epilogue.params(pair_along_cols=self.pair_along_kernel_cols != epilogue.swap)
             args.append(params)
+        # What each argument above is (BoundLaunch.roles; the compiled host path's template): the plan's
+        # map "a" is over the kernel's B (the weight), its "b" over A.
+        roles = [("map", "B", self._tensor_map_kwargs("a", b, a, b, dtype)),
+                 ("map", "A", self._tensor_map_kwargs("b", a, a, b, dtype)), ("ptr", "C"),
+                 *[("value",)] * 6, ("partials",), ("counters",)] + ([("epilogue",)] if epilogue is not None else [])
         prepared = kernel.prepare((sched.clusters, 1, 1), args, stream.cuda_stream)  # StreamKTail's clusters: CTAs
         if sched.max_contributors <= 1:
-            return BoundLaunch(prepared, params=params)
+            return BoundLaunch(prepared, params=params, roles=roles)
         floats, counters = sched.workspace_floats(1, CONSUMERS, self.bn), sched.counters(1, CONSUMERS)
 
         arena, held = _COUNTERS, []  # the stream's partials holder and arena, taken at the first launch
@@ -406,7 +419,7 @@ class SmallMGemm:
             split_args[0].value = held[0][2]
             split_args[1].value = arena.take_from(held[1], counters)
 
-        return BoundLaunch(prepared, fresh_counters, params=params)
+        return BoundLaunch(prepared, fresh_counters, params=params, roles=roles, workspace=(floats, counters))
 
 
 _INSTANCES: dict[int, SmallMGemm] = {}

@@ -1,8 +1,12 @@
 """Global-memory scratch a kernel needs beside its operands: level 9's stream-K partials and counters.
 
 Kept per (device, stream), at most MAX_STREAMS streams (least recently used dropped first), and
-grown on demand, so a launch allocates nothing. Each buffer is allocated on the stream that uses it,
-so torch's caching allocator hands its memory to another allocation only in that stream's order.
+grown on demand, so a launch allocates nothing. Each buffer comes from the driver's stream-ordered
+allocator (cuMemAllocAsync on the stream that uses it, freed by cuMemFreeAsync on it once no one
+holds it: :func:`driver_empty`), never from torch's caching allocator: inside the warm-up run of a
+CUDA-graph tree (``torch.compile(mode="reduce-overhead")``) torch's allocator hands out the graph's
+pool, and a buffer this cache keeps from there is a tensor the tree does not track ("tensors in the
+cudagraph pool not tracked as outputs").
 The counters are zeroed on that stream before every launch (cuMemsetD32Async, a few hundred bytes):
 no launch depends on how the one before it ended.
 
@@ -22,6 +26,36 @@ from gemm_ladder.runtime.module import _driver, check
 #: Streams whose buffers are kept; a pipeline rarely uses more.
 MAX_STREAMS = 8
 
+_TYPESTR = {torch.float32: "<f4", torch.int32: "<i4"}
+
+
+class _DriverMemory:
+    """``count`` elements of device memory from cuMemAllocAsync on a stream, exposed to torch through
+    ``__cuda_array_interface__``; freed on the same stream (cuMemFreeAsync: after the work queued
+    there) when the last tensor over it is gone."""
+
+    def __init__(self, count: int, dtype: torch.dtype, stream: torch.cuda.Stream):
+        drv = _driver()
+        self._drv = drv
+        self._stream = drv.CUstream(stream.cuda_stream)
+        size = torch.empty((), dtype=dtype).element_size()
+        self.ptr = int(check(drv.cuMemAllocAsync(count * size, self._stream), "cuMemAllocAsync"))
+        self.__cuda_array_interface__ = {"shape": (count,), "typestr": _TYPESTR[dtype], "data": (self.ptr, False),
+                                         "version": 3, "strides": None, "stream": None}
+
+    def __del__(self) -> None:
+        try:
+            self._drv.cuMemFreeAsync(self.ptr, self._stream)
+        except Exception:  # interpreter shutdown: the driver may be gone, and the process with it
+            pass
+
+
+def driver_empty(count: int, dtype: torch.dtype, stream: torch.cuda.Stream) -> torch.Tensor:
+    """An uninitialised 1-D tensor of ``count`` float32 or int32 elements on ``stream``'s device, in
+    memory of the driver's stream-ordered allocator (outside torch's caching allocator and any CUDA
+    graph pool); ordered on ``stream``. Raises CudaError if the driver refuses."""
+    return torch.as_tensor(_DriverMemory(max(count, 1), dtype, stream), device=stream.device)
+
 
 class StreamWorkspaces:
     """fp32 partials and int32 counters for each (device, stream) that asks."""
@@ -40,11 +74,10 @@ class StreamWorkspaces:
                 held = [None, None, 0]
             part, ctr = held[0], held[1]
             if part is None or part.numel() < floats or ctr.numel() < counters:
-                with torch.cuda.stream(stream):  # allocated for this stream: reused only in its order
-                    if part is None or part.numel() < floats:
-                        part = torch.empty(max(floats, 1), dtype=torch.float32, device=stream.device)
-                    if ctr is None or ctr.numel() < counters:
-                        ctr = torch.empty(max(counters, 1), dtype=torch.int32, device=stream.device)
+                if part is None or part.numel() < floats:
+                    part = driver_empty(floats, torch.float32, stream)
+                if ctr is None or ctr.numel() < counters:
+                    ctr = driver_empty(counters, torch.int32, stream)
                 held[:] = [part, ctr, part.data_ptr()]
             self._buffers[key] = held
             while len(self._buffers) > MAX_STREAMS:
@@ -97,8 +130,9 @@ class CounterArena:
     workspace keeps by clearing before every launch). When the rest of the buffer is too short, it is
     cleared again on the stream, after every launch that used it. A memset per launch would cost the
     stream a small operation and its gap before each launch of a kernel that is itself short (a decode
-    GEMM: docs/measured-choices.md); here it is one per thousands of launches. At most ``MAX_STREAMS`` streams are kept, least recently used dropped first; buffers are
-    allocated on their stream. Not for CUDA graph capture (a graph would keep the addresses).
+    GEMM: docs/measured-choices.md); here it is one per thousands of launches. At most ``MAX_STREAMS``
+    streams are kept, least recently used dropped first; buffers come from :func:`driver_empty` on their
+    stream (never from a CUDA graph's pool). Not for CUDA graph capture (a graph would keep the addresses).
 
     A bound launch takes its stream's arena once (:meth:`held`) and its counters per launch with
     :meth:`take_from`: a few integer operations, no lookup.
@@ -117,8 +151,7 @@ class CounterArena:
         with self._lock:
             held = self._arenas.pop(key, None)
             if held is None or count > held[2]:
-                with torch.cuda.stream(stream):  # allocated for this stream: reused only in its order
-                    buffer = torch.empty(max(self.size, count), dtype=torch.int32, device=stream.device)
+                buffer = driver_empty(max(self.size, count), torch.int32, stream)
                 fresh = [buffer, buffer.numel(), buffer.numel(), buffer.data_ptr(), _driver().CUstream(stream.cuda_stream)]
                 if held is None:
                     held = fresh

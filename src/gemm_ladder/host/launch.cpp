@@ -1,0 +1,570 @@
+// gemm-ladder's compiled host path: the CUDA kernels of gemm_ladder::mm and gemm_ladder::linear.
+//
+// A call's route is decided once per signature (shapes, strides, dtypes, each base address's
+// residue mod 16, the epilogue's identity, out_dtype, device, whether the stream is capturing) by a
+// Python planner (gemm_ladder/host/__init__.py, registered at load). It answers with a launch
+// template (the packed kernel arguments of the library's own bind, with the places where addresses
+// and alpha/beta go) or with None: that signature then runs the Python path on every call. Per call
+// this file only builds the key, allocates the output, copies the argument buffer, encodes the tensor
+// maps for the call's addresses (cuTensorMapEncodeTiled), writes pointers and scalars, takes split
+// workspace and calls cuLaunchKernelEx on the current stream. libcuda is opened with dlopen: nothing
+// here links against it, so the module builds and loads on a machine without a GPU.
+#include <torch/extension.h>
+#include <torch/library.h>
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#ifdef GL_HOST_C10_CUDA
+#include <c10/cuda/CUDAStream.h>
+#else
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#endif
+
+namespace py = pybind11;
+
+namespace gl_host {
+
+// --- the driver, opened at first use --------------------------------------------------------------
+
+// cuda.h's CUlaunchAttribute (an id, padding, a 64-byte value union) and CUlaunchConfig (CUDA 12+).
+struct LaunchAttr {
+  int id;
+  int pad;
+  unsigned x, y, z;
+  char rest[52];
+};
+struct LaunchConfig {
+  unsigned gx, gy, gz, bx, by, bz, smem;
+  void* stream;
+  LaunchAttr* attrs;
+  unsigned nattrs;
+};
+static_assert(sizeof(LaunchAttr) == 72, "CUlaunchAttribute is 72 bytes");
+
+struct Driver {
+  bool tried = false;
+  std::string error;
+  int (*launch)(const LaunchConfig*, void*, void**, void**) = nullptr;
+  int (*encode)(void*, int, unsigned, void*, const uint64_t*, const uint64_t*, const uint32_t*, const uint32_t*,
+                int, int, int, int) = nullptr;
+  int (*capturing)(void*, int*) = nullptr;
+  int (*memset32)(uint64_t, unsigned, size_t, void*) = nullptr;
+  int (*alloc_async)(uint64_t*, size_t, void*) = nullptr;
+  int (*free_async)(uint64_t, void*) = nullptr;
+  int (*error_string)(int, const char**) = nullptr;
+};
+
+static Driver& driver() {
+  static Driver d;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    d.tried = true;
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (lib == nullptr) {
+      d.error = "libcuda.so.1 could not be opened (no NVIDIA driver)";
+      return;
+    }
+    auto sym = [&](const char* name) -> void* {
+      void* p = dlsym(lib, name);
+      if (p == nullptr && d.error.empty()) d.error = std::string("libcuda has no ") + name;
+      return p;
+    };
+    d.launch = reinterpret_cast<decltype(d.launch)>(sym("cuLaunchKernelEx"));
+    d.encode = reinterpret_cast<decltype(d.encode)>(sym("cuTensorMapEncodeTiled"));
+    d.capturing = reinterpret_cast<decltype(d.capturing)>(sym("cuStreamIsCapturing"));
+    d.memset32 = reinterpret_cast<decltype(d.memset32)>(sym("cuMemsetD32Async"));
+    d.alloc_async = reinterpret_cast<decltype(d.alloc_async)>(sym("cuMemAllocAsync"));
+    d.free_async = reinterpret_cast<decltype(d.free_async)>(sym("cuMemFreeAsync"));
+    d.error_string = reinterpret_cast<decltype(d.error_string)>(sym("cuGetErrorString"));
+  });
+  TORCH_CHECK(d.error.empty(), "gemm_ladder host: ", d.error);
+  return d;
+}
+
+static void check(int err, const char* what) {
+  if (err == 0) return;
+  const char* text = nullptr;
+  if (driver().error_string != nullptr) driver().error_string(err, &text);
+  TORCH_CHECK(false, "gemm_ladder host: ", what, " failed: CUDA error ", err, " (", text ? text : "?", ")");
+}
+
+static void* current_stream(const at::Device& device) {
+#ifdef GL_HOST_C10_CUDA
+  return c10::cuda::getCurrentCUDAStream(device.index()).stream();
+#else
+  return c10::impl::getDeviceGuardImpl(device.type())->getStream(device).native_handle();
+#endif
+}
+
+static bool stream_capturing(void* stream) {
+  int status = 0;
+  check(driver().capturing(stream, &status), "cuStreamIsCapturing");
+  return status != 0;  // active or invalidated: either way a capture is under way
+}
+
+// --- launch templates ------------------------------------------------------------------------------
+
+// Where an address comes from: the op's arguments, in this order.
+enum Source { kA = 0, kB = 1, kOut = 2, kBias = 3, kResidual = 4, kSources = 5 };
+
+struct MapPatch {
+  int64_t offset;
+  int source;
+  int dtype;
+  unsigned rank;
+  uint64_t dims[5];
+  uint64_t strides[4];
+  uint32_t box[5];
+  uint32_t element_strides[5];
+  int interleave, swizzle, l2, oob;
+};
+
+struct Patch {
+  int64_t offset;
+  int source;  // a tensor (Source) for pointers; 0 alpha / 1 beta for scalars
+};
+
+struct Template {
+  bool python = true;  // run the Python path for this signature
+  void* function = nullptr;
+  unsigned grid[3] = {1, 1, 1};
+  unsigned threads = 0, smem = 0, cluster = 1;
+  int cluster_attr = 4;  // CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+  std::vector<uint8_t> buffer;
+  std::vector<int64_t> arg_offsets;
+  std::vector<MapPatch> maps;
+  std::vector<Patch> pointers, scalars;
+  int64_t partials_offset = -1, partial_floats = 0;
+  int64_t counters_offset = -1, counters = 0;
+  std::vector<int64_t> out_shape;
+  at::ScalarType out_dtype = at::kBFloat16;
+  std::string describe;
+};
+
+constexpr size_t kMaxBuffer = 4096;
+
+static Template parse_template(const py::handle& t) {
+  Template out;
+  if (t.is_none()) return out;
+  out.python = false;
+  out.function = reinterpret_cast<void*>(t.attr("function").cast<uintptr_t>());
+  auto grid = t.attr("grid").cast<std::vector<unsigned>>();
+  TORCH_CHECK(grid.size() == 3, "gemm_ladder host: a template's grid has 3 dimensions");
+  std::copy(grid.begin(), grid.end(), out.grid);
+  out.threads = t.attr("threads").cast<unsigned>();
+  out.smem = t.attr("dynamic_smem").cast<unsigned>();
+  out.cluster = t.attr("cluster").cast<unsigned>();
+  out.cluster_attr = t.attr("cluster_attr").cast<int>();
+  std::string bytes = t.attr("buffer").cast<std::string>();
+  TORCH_CHECK(bytes.size() <= kMaxBuffer, "gemm_ladder host: kernel arguments of ", bytes.size(), " bytes");
+  out.buffer.assign(bytes.begin(), bytes.end());
+  out.arg_offsets = t.attr("arg_offsets").cast<std::vector<int64_t>>();
+  for (auto m : t.attr("maps")) {
+    auto tup = m.cast<py::tuple>();
+    MapPatch p{};
+    p.offset = tup[0].cast<int64_t>();
+    p.source = tup[1].cast<int>();
+    p.dtype = tup[2].cast<int>();
+    p.rank = tup[3].cast<unsigned>();
+    auto dims = tup[4].cast<std::vector<uint64_t>>();
+    auto strides = tup[5].cast<std::vector<uint64_t>>();
+    auto box = tup[6].cast<std::vector<uint32_t>>();
+    auto es = tup[7].cast<std::vector<uint32_t>>();
+    TORCH_CHECK(p.rank >= 1 && p.rank <= 5 && dims.size() == p.rank && strides.size() == p.rank - 1 &&
+                    box.size() == p.rank && es.size() == p.rank,
+                "gemm_ladder host: a tensor map's extents disagree with its rank");
+    std::copy(dims.begin(), dims.end(), p.dims);
+    std::copy(strides.begin(), strides.end(), p.strides);
+    std::copy(box.begin(), box.end(), p.box);
+    std::copy(es.begin(), es.end(), p.element_strides);
+    p.interleave = tup[8].cast<int>();
+    p.swizzle = tup[9].cast<int>();
+    p.l2 = tup[10].cast<int>();
+    p.oob = tup[11].cast<int>();
+    out.maps.push_back(p);
+  }
+  for (auto q : t.attr("pointers")) {
+    auto tup = q.cast<py::tuple>();
+    out.pointers.push_back({tup[0].cast<int64_t>(), tup[1].cast<int>()});
+  }
+  for (auto q : t.attr("scalars")) {
+    auto tup = q.cast<py::tuple>();
+    out.scalars.push_back({tup[0].cast<int64_t>(), tup[1].cast<int>()});
+  }
+  py::object part = t.attr("partials"), ctr = t.attr("counters");
+  if (!part.is_none()) {
+    auto tup = part.cast<py::tuple>();
+    out.partials_offset = tup[0].cast<int64_t>();
+    out.partial_floats = tup[1].cast<int64_t>();
+  }
+  if (!ctr.is_none()) {
+    auto tup = ctr.cast<py::tuple>();
+    out.counters_offset = tup[0].cast<int64_t>();
+    out.counters = tup[1].cast<int64_t>();
+  }
+  out.out_shape = t.attr("out_shape").cast<std::vector<int64_t>>();
+  out.out_dtype = torch::python::detail::py_object_to_dtype(t.attr("out_dtype"));
+  return out;
+}
+
+// --- split workspaces: per (device, stream), from the driver's stream-ordered allocator ----------
+
+// Never from torch's caching allocator: inside a CUDA-graph tree's warm-up run that would hand out
+// memory of the graph's pool, which this cache would then keep alive untracked. A capture runs
+// unsplit (its templates have no workspace), so nothing is allocated or memset while capturing.
+constexpr int64_t kCounterArena = 1 << 18;
+
+struct Arena {
+  uint64_t partials = 0;
+  int64_t partial_floats = 0;
+  uint64_t counters = 0;
+  int64_t capacity = 0, next = 0;
+};
+
+static std::mutex arena_lock;
+static std::unordered_map<uint64_t, Arena>& arenas() {
+  static auto* a = new std::unordered_map<uint64_t, Arena>();  // never destroyed: the driver may be gone at exit
+  return *a;
+}
+
+static void take_workspace(int device, void* stream, int64_t floats, int64_t counters, uint64_t* partials,
+                           uint64_t* counter_base) {
+  Driver& d = driver();
+  std::lock_guard<std::mutex> guard(arena_lock);
+  Arena& a = arenas()[(reinterpret_cast<uint64_t>(stream) << 8) ^ static_cast<uint64_t>(device)];
+  if (floats > a.partial_floats) {
+    if (a.partials) check(d.free_async(a.partials, stream), "cuMemFreeAsync");
+    check(d.alloc_async(&a.partials, static_cast<size_t>(floats) * 4, stream), "cuMemAllocAsync");
+    a.partial_floats = floats;
+  }
+  if (counters > a.capacity) {
+    if (a.counters) check(d.free_async(a.counters, stream), "cuMemFreeAsync");
+    int64_t cap = std::max(kCounterArena, counters);
+    check(d.alloc_async(&a.counters, static_cast<size_t>(cap) * 4, stream), "cuMemAllocAsync");
+    a.capacity = cap;
+    a.next = cap;  // cleared before its first use, below
+  }
+  if (a.next + counters > a.capacity) {  // cleared on the stream, after every launch that used it
+    check(d.memset32(a.counters, 0, static_cast<size_t>(a.capacity), stream), "cuMemsetD32Async");
+    a.next = 0;
+  }
+  *partials = a.partials;
+  *counter_base = a.counters + 4 * static_cast<uint64_t>(a.next);
+  a.next += counters;
+}
+
+// Writes a template's per-call values into ``buf`` (a copy of its buffer): maps (unless
+// ``encode_maps`` is false: the CPU test), pointers, scalars. Split workspace is the caller's.
+static void patch(const Template& t, uint8_t* buf, const uint64_t* ptrs, float alpha, float beta, bool encode_maps) {
+  for (const MapPatch& m : t.maps) {
+    if (!encode_maps) continue;
+    check(driver().encode(buf + m.offset, m.dtype, m.rank, reinterpret_cast<void*>(ptrs[m.source]), m.dims,
+                          m.strides, m.box, m.element_strides, m.interleave, m.swizzle, m.l2, m.oob),
+          "cuTensorMapEncodeTiled");
+  }
+  for (const Patch& p : t.pointers) std::memcpy(buf + p.offset, &ptrs[p.source], 8);
+  for (const Patch& p : t.scalars) {
+    float v = p.source == 0 ? alpha : beta;
+    std::memcpy(buf + p.offset, &v, 4);
+  }
+}
+
+// Launches made from C++ (tests read it: a CUDA-graph replay makes none).
+static std::atomic<int64_t> launch_count{0};
+
+static void launch(const Template& t, const uint64_t* ptrs, float alpha, float beta, int device, void* stream) {
+  alignas(64) uint8_t buf[kMaxBuffer];
+  std::memcpy(buf, t.buffer.data(), t.buffer.size());
+  patch(t, buf, ptrs, alpha, beta, true);
+  if (t.partials_offset >= 0 || t.counters_offset >= 0) {
+    uint64_t partials = 0, counters = 0;
+    take_workspace(device, stream, t.partial_floats, t.counters, &partials, &counters);
+    if (t.partials_offset >= 0) std::memcpy(buf + t.partials_offset, &partials, 8);
+    if (t.counters_offset >= 0) std::memcpy(buf + t.counters_offset, &counters, 8);
+  }
+  void* params[64];
+  TORCH_CHECK(t.arg_offsets.size() <= 64, "gemm_ladder host: more than 64 kernel arguments");
+  for (size_t i = 0; i < t.arg_offsets.size(); ++i) params[i] = buf + t.arg_offsets[i];
+  LaunchAttr attr{};
+  LaunchConfig cfg{t.grid[0], t.grid[1], t.grid[2], t.threads, 1, 1, t.smem, stream, nullptr, 0};
+  if (t.cluster > 1) {
+    attr.id = t.cluster_attr;
+    attr.x = t.cluster;
+    attr.y = attr.z = 1;
+    cfg.attrs = &attr;
+    cfg.nattrs = 1;
+  }
+  check(driver().launch(&cfg, t.function, params, nullptr), "cuLaunchKernelEx");
+  launch_count.fetch_add(1, std::memory_order_relaxed);
+}
+
+// --- signatures ------------------------------------------------------------------------------------
+
+enum Op : int64_t { kMm = 1, kLinear = 2 };
+
+static void push_tensor(std::vector<int64_t>& k, const at::Tensor& t) {
+  k.push_back(t.dim());
+  for (int64_t s : t.sizes()) k.push_back(s);
+  for (int64_t s : t.strides()) k.push_back(s);
+  k.push_back(static_cast<int64_t>(t.scalar_type()));
+  k.push_back(t.device().index());
+  k.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.data_ptr()) & 15));
+}
+
+static void push_optional(std::vector<int64_t>& k, const std::optional<at::Tensor>& t) {
+  if (t.has_value() && t->defined()) {
+    k.push_back(1);
+    push_tensor(k, *t);
+  } else {
+    k.push_back(0);
+  }
+}
+
+static int64_t dtype_code(std::optional<at::ScalarType> d) { return d.has_value() ? static_cast<int64_t>(*d) : -1; }
+
+static std::vector<int64_t> mm_key(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype,
+                                   bool capturing) {
+  std::vector<int64_t> k;
+  k.reserve(24);
+  k.push_back(kMm);
+  k.push_back(capturing);
+  k.push_back(dtype_code(out_dtype));
+  push_tensor(k, a);
+  push_tensor(k, b);
+  return k;
+}
+
+// linear's activations get their own numbers; any other string a number past them (the planner
+// refuses it, so no template is ever kept under it).
+static int64_t activation_id(const std::optional<c10::string_view>& activation) {
+  if (!activation.has_value()) return -1;
+  std::string_view a(activation->data(), activation->size());
+  static const char* known[] = {"relu", "gelu", "gelu_tanh", "silu"};
+  for (int64_t i = 0; i < 4; ++i) {
+    if (a == known[i]) return i;
+  }
+  return 4 + static_cast<int64_t>(std::hash<std::string_view>{}(a) >> 2);
+}
+
+static std::vector<int64_t> linear_key(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias,
+                                       const std::optional<at::Tensor>& residual,
+                                       std::optional<c10::string_view> activation, double alpha, double beta,
+                                       std::optional<at::ScalarType> out_dtype, bool capturing) {
+  std::vector<int64_t> k;
+  k.reserve(48);
+  k.push_back(kLinear);
+  k.push_back(capturing);
+  k.push_back(dtype_code(out_dtype));
+  push_tensor(k, x);
+  push_tensor(k, w);
+  push_optional(k, bias);
+  push_optional(k, residual);
+  // The epilogue's identity: the activation (by name), alpha != 1 (a multiply), beta == 0 (the
+  // residual is not read); their values are written per call.
+  k.push_back(activation_id(activation));
+  k.push_back(alpha != 1.0);
+  k.push_back(beta == 0.0);
+  return k;
+}
+
+struct KeyHash {
+  size_t operator()(const std::vector<int64_t>& k) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t v : k) h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+// --- the planner and the Python path (registered from Python) ------------------------------------
+
+struct Callbacks {
+  py::object plan_mm, plan_linear, run_mm, run_linear;
+};
+static Callbacks* callbacks = nullptr;  // never destroyed: Python may be finalised first
+
+static std::mutex cache_lock;
+static std::unordered_map<std::vector<int64_t>, std::shared_ptr<const Template>, KeyHash>& cache() {
+  static auto* c = new std::unordered_map<std::vector<int64_t>, std::shared_ptr<const Template>, KeyHash>();
+  return *c;
+}
+static int64_t planner_calls = 0;
+constexpr size_t kCacheSize = 4096;
+
+static std::shared_ptr<const Template> find(const std::vector<int64_t>& key) {
+  std::lock_guard<std::mutex> guard(cache_lock);
+  auto it = cache().find(key);
+  return it == cache().end() ? nullptr : it->second;
+}
+
+static std::shared_ptr<const Template> keep(const std::vector<int64_t>& key, Template t) {
+  auto p = std::make_shared<const Template>(std::move(t));
+  std::lock_guard<std::mutex> guard(cache_lock);
+  if (cache().size() >= kCacheSize) cache().clear();
+  cache()[key] = p;
+  ++planner_calls;
+  return p;
+}
+
+static void require_callbacks() {
+  TORCH_CHECK(callbacks != nullptr, "gemm_ladder host: the Python planner is not registered (import gemm_ladder.ops)");
+}
+
+// --- the ops' CUDA kernels ------------------------------------------------------------------------
+
+at::Tensor mm_cuda(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype) {
+  void* stream = current_stream(a.device());
+  bool capturing = stream_capturing(stream);
+  auto key = mm_key(a, b, out_dtype, capturing);
+  auto t = find(key);
+  if (t == nullptr) {
+    require_callbacks();
+    py::gil_scoped_acquire gil;
+    t = keep(key, parse_template(callbacks->plan_mm(a, b, out_dtype)));  // raises the library's errors
+  }
+  if (t->python) {
+    require_callbacks();
+    py::gil_scoped_acquire gil;
+    return callbacks->run_mm(a, b, out_dtype).cast<at::Tensor>();
+  }
+  at::Tensor out = at::empty(t->out_shape, a.options().dtype(t->out_dtype));
+  uint64_t ptrs[kSources] = {reinterpret_cast<uint64_t>(a.data_ptr()), reinterpret_cast<uint64_t>(b.data_ptr()),
+                             reinterpret_cast<uint64_t>(out.data_ptr()), 0, 0};
+  launch(*t, ptrs, 1.0f, 1.0f, a.device().index(), stream);
+  return out;
+}
+
+at::Tensor linear_cuda(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias,
+                       const std::optional<at::Tensor>& residual, std::optional<c10::string_view> activation,
+                       double alpha, double beta, std::optional<at::ScalarType> out_dtype) {
+  void* stream = current_stream(x.device());
+  bool capturing = stream_capturing(stream);
+  auto key = linear_key(x, w, bias, residual, activation, alpha, beta, out_dtype, capturing);
+  auto t = find(key);
+  auto py_activation = [&]() -> py::object {
+    if (!activation.has_value()) return py::none();
+    return py::str(std::string(activation->data(), activation->size()));
+  };
+  if (t == nullptr) {
+    require_callbacks();
+    py::gil_scoped_acquire gil;
+    t = keep(key, parse_template(callbacks->plan_linear(x, w, bias, residual, py_activation(), alpha, beta, out_dtype)));
+  }
+  if (t->python) {
+    require_callbacks();
+    py::gil_scoped_acquire gil;
+    return callbacks->run_linear(x, w, bias, residual, py_activation(), alpha, beta, out_dtype).cast<at::Tensor>();
+  }
+  at::Tensor out = at::empty(t->out_shape, x.options().dtype(t->out_dtype));
+  auto ptr = [](const std::optional<at::Tensor>& v) -> uint64_t {
+    return v.has_value() && v->defined() ? reinterpret_cast<uint64_t>(v->data_ptr()) : 0;
+  };
+  uint64_t ptrs[kSources] = {reinterpret_cast<uint64_t>(x.data_ptr()), reinterpret_cast<uint64_t>(w.data_ptr()),
+                             reinterpret_cast<uint64_t>(out.data_ptr()), ptr(bias), ptr(residual)};
+  launch(*t, ptrs, static_cast<float>(alpha), static_cast<float>(beta), x.device().index(), stream);
+  return out;
+}
+
+// --- test and introspection hooks -----------------------------------------------------------------
+
+static py::bytes key_bytes(const std::vector<int64_t>& k) {
+  return py::bytes(reinterpret_cast<const char*>(k.data()), k.size() * sizeof(int64_t));
+}
+
+py::bytes mm_signature(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype, bool capturing) {
+  return key_bytes(mm_key(a, b, out_dtype, capturing));
+}
+
+py::bytes linear_signature(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias,
+                           const std::optional<at::Tensor>& residual, std::optional<std::string> activation,
+                           double alpha, double beta, std::optional<at::ScalarType> out_dtype, bool capturing) {
+  std::optional<c10::string_view> act;
+  if (activation.has_value()) act = c10::string_view(activation->data(), activation->size());
+  return key_bytes(linear_key(x, w, bias, residual, act, alpha, beta, out_dtype, capturing));
+}
+
+// The argument buffer a template gives the kernel for these addresses and scalars (maps left as the
+// template has them, workspace pointers untouched): what the CPU tests compare with Python's packing.
+py::bytes patched_buffer(const py::object& tmpl, const std::vector<uint64_t>& ptrs, double alpha, double beta) {
+  Template t = parse_template(tmpl);
+  TORCH_CHECK(!t.python && ptrs.size() == kSources, "patched_buffer takes a template and 5 addresses");
+  std::vector<uint8_t> buf(t.buffer);
+  patch(t, buf.data(), ptrs.data(), static_cast<float>(alpha), static_cast<float>(beta), false);
+  return py::bytes(reinterpret_cast<const char*>(buf.data()), buf.size());
+}
+
+// Which path a signature takes: "C++" (a template), "python", or None (not planned yet).
+py::object path_of(const py::bytes& key) {
+  std::string s = key;
+  std::vector<int64_t> k(s.size() / sizeof(int64_t));
+  std::memcpy(k.data(), s.data(), k.size() * sizeof(int64_t));
+  auto t = find(k);
+  if (t == nullptr) return py::none();
+  return py::str(t->python ? "python" : "C++");
+}
+
+void set_callbacks(py::object plan_mm, py::object plan_linear, py::object run_mm, py::object run_linear) {
+  if (callbacks == nullptr) callbacks = new Callbacks();
+  callbacks->plan_mm = std::move(plan_mm);
+  callbacks->plan_linear = std::move(plan_linear);
+  callbacks->run_mm = std::move(run_mm);
+  callbacks->run_linear = std::move(run_linear);
+}
+
+void clear() {
+  std::lock_guard<std::mutex> guard(cache_lock);
+  cache().clear();
+}
+
+int64_t stats_planner_calls() {
+  std::lock_guard<std::mutex> guard(cache_lock);
+  return planner_calls;
+}
+
+int64_t stats_launches() { return launch_count.load(); }
+
+int64_t stats_signatures() {
+  std::lock_guard<std::mutex> guard(cache_lock);
+  return static_cast<int64_t>(cache().size());
+}
+
+static std::unique_ptr<torch::Library> cuda_lib;
+
+// Registers the CUDA kernels. Called from Python after the Python kernels it replaces are removed,
+// so no registration overrides another; unregister_kernels removes them (never while one runs).
+void register_kernels() {
+  if (cuda_lib) return;
+  cuda_lib = std::make_unique<torch::Library>(torch::Library::IMPL, "gemm_ladder", c10::DispatchKey::CUDA, __FILE__,
+                                              __LINE__);
+  cuda_lib->impl("mm", TORCH_FN(mm_cuda));
+  cuda_lib->impl("linear", TORCH_FN(linear_cuda));
+}
+
+void unregister_kernels() { cuda_lib.reset(); }
+
+void register_autograd();  // autograd.cpp
+void unregister_autograd();
+
+}  // namespace gl_host
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "gemm-ladder's compiled host path (gemm_ladder/host/launch.cpp)";
+  m.def("set_callbacks", &gl_host::set_callbacks);
+  m.def("register_kernels", &gl_host::register_kernels);
+  m.def("unregister_kernels", &gl_host::unregister_kernels);
+  m.def("register_autograd", &gl_host::register_autograd);
+  m.def("unregister_autograd", &gl_host::unregister_autograd);
+  m.def("clear", &gl_host::clear);
+  m.def("planner_calls", &gl_host::stats_planner_calls);
+  m.def("signatures", &gl_host::stats_signatures);
+  m.def("launches", &gl_host::stats_launches);
+  m.def("mm_signature", &gl_host::mm_signature);
+  m.def("linear_signature", &gl_host::linear_signature);
+  m.def("patched_buffer", &gl_host::patched_buffer);
+  m.def("path_of", &gl_host::path_of);
+}

@@ -1,0 +1,83 @@
+"""The Python side of the compiled host path: plans a signature once, and runs the calls C++ leaves.
+
+``launch.cpp`` calls :func:`plan_mm` / :func:`plan_linear` (with the GIL) on the first call of a
+signature. They check the call in full (:mod:`gemm_ladder.dispatch.validate`, through the API's
+checked call cache: the library's errors are raised to the caller, and nothing is kept for a refused
+call), decide its route, and answer with a :class:`~gemm_ladder.host.templates.LaunchTemplate` when
+the route reads and writes everything in place (one kernel launch, addresses patched per call), or
+None for what C++ does not launch: repacked operands, an output workspace, a reshape that copies,
+K = 0 and empty problems. C++ then calls :func:`run_mm` / :func:`run_linear` (the Python path, the
+same kernels) for that signature on every call.
+
+:func:`register` hands these four functions to the module (:func:`gemm_ladder.ops` does at import).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gemm_ladder.api import _epilogue_args, _linear_call, _mm_call, linear_direct, mm_direct
+from gemm_ladder.dispatch.calls import CALLS, bind_route, linear_key, mm_key
+from gemm_ladder.host.templates import LaunchTemplate, template_from_bound
+
+
+def _plain(t):
+    """``t`` as a plain tensor (an nn.Parameter's data, without autograd history): the checked call
+    cache keys plain tensors only, and below autograd nothing is recorded."""
+    return t if t is None or type(t) is torch.Tensor else t.detach()
+
+
+def plan_mm(a, b, out_dtype) -> LaunchTemplate | None:
+    """The template of ``mm(a, b, out_dtype=out_dtype)``'s signature, or None (the Python path).
+    Raises what :func:`gemm_ladder.mm` raises for bad input."""
+    a, b = _plain(a), _plain(b)
+    key = mm_key(a, b, None, out_dtype)
+    call = CALLS.get(key) or CALLS.put(key, _mm_call(a, b, None, out_dtype))
+    if call.kind != "bound":
+        return None
+    c = torch.empty(call.out_shape, dtype=call.out_dtype, device=a.device)  # stands for each call's output
+    bound = bind_route(call.route, a, b, c)
+    return template_from_bound(bound, transposed=call.route.c_path.transposed, out_shape=call.out_shape,
+                               out_dtype=call.out_dtype)
+
+
+def plan_linear(x, w, bias, residual, activation, alpha, beta, out_dtype) -> LaunchTemplate | None:
+    """The template of ``linear(...)``'s signature with the built-in epilogue, or None (the Python
+    path: also where x's batch dimensions or a read residual's do not merge into a view, since a copy
+    has another address). Raises what :func:`gemm_ladder.linear` raises for bad input."""
+    x, w, bias, residual = _plain(x), _plain(w), _plain(bias), _plain(residual)
+    key = linear_key(x, w, out_dtype, bias, residual, activation, alpha, beta)
+    call = CALLS.get(key) or CALLS.put(key, _linear_call(x, w, bias, activation, residual, alpha, beta, out_dtype))
+    if call.kind != "bound" or not call.view:
+        return None
+    m, n, k = call.m, call.n, call.k
+    if residual is not None and beta != 0 and residual.dim() != 2:
+        try:
+            residual.view(m, n)
+        except RuntimeError:
+            return None  # reshape would copy: a new address every call
+    c = torch.empty(call.out_shape, dtype=call.out_dtype, device=x.device)
+    tensors, scalars = _epilogue_args(call, bias, residual, alpha, beta)
+    epilogue = call.epilogue_call(tensors, scalars, x.device)
+    bound = bind_route(call.route, x.view(m, k), w.T, c.view(m, n), epilogue)
+    return template_from_bound(bound, transposed=call.route.c_path.transposed, epilogue=call.epilogue,
+                               out_shape=call.out_shape, out_dtype=call.out_dtype)
+
+
+def run_mm(a, b, out_dtype) -> torch.Tensor:
+    """The Python path of an mm signature C++ does not launch."""
+    return mm_direct(_plain(a), _plain(b), None, out_dtype)
+
+
+def run_linear(x, w, bias, residual, activation, alpha, beta, out_dtype) -> torch.Tensor:
+    """The Python path of a linear signature C++ does not launch."""
+    return linear_direct(_plain(x), _plain(w), _plain(bias), activation=activation, residual=_plain(residual),
+                         alpha=alpha, beta=beta, out_dtype=out_dtype)
+
+
+def register(module) -> None:
+    """Give the host module its planner and Python paths."""
+    module.set_callbacks(plan_mm, plan_linear, run_mm, run_linear)
+
+
+__all__ = ["plan_linear", "plan_mm", "register", "run_linear", "run_mm"]

@@ -1,0 +1,169 @@
+"""Launch templates: a library kernel's bound launch turned into what the compiled host path
+(``launch.cpp``) patches and launches per call.
+
+A :class:`~gemm_ladder.library.bound.BoundLaunch` made by ``LibraryGemm.bind`` or ``SmallMGemm.bind``
+holds the kernel's arguments packed for one set of addresses, and its ``roles`` say what each
+argument is. :func:`template_from_bound` lays those arguments out in one buffer, each at its
+alignment (a ``CUtensorMap`` at 64 bytes, as cuTensorMapEncodeTiled requires of its output), and
+records what changes per call: each tensor map's encode arguments less its global address and the
+tensor it is over, each pointer's tensor, the EpilogueParams' pointer slots (bias, residual) and
+scalar slots (alpha, beta, written as fp32), and the split workspace's two pointers. The bytes are
+the bound launch's own (the same code binds both paths), so the layout has one source of truth.
+
+Tensors are named by where the op gets them: :data:`SOURCES` (the first operand, the second, the
+output, the bias, the residual). The kernel's operands "A", "B", "C" map to them through the
+route's orientation (:func:`operand_sources`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+
+from gemm_ladder.library.epilogue import EpilogueParams
+
+#: The op's tensors, by index: what launch.cpp's Source enum numbers.
+SOURCES = ("a", "b", "out", "bias", "residual")
+#: Bytes of a CUtensorMap and its alignment (cuda.h: CU_TENSOR_MAP_NUM_QWORDS = 16, alignas(64)).
+TENSOR_MAP_BYTES, TENSOR_MAP_ALIGN = 128, 64
+#: The EpilogueParams' slot names of linear's built-in epilogue (library/epilogue.py linear_epilogue)
+#: and the op's tensor or scalar each one is.
+EPILOGUE_TENSORS = {"gl_bias_": "bias", "gl_residual_": "residual"}
+EPILOGUE_SCALARS = {"gl_alpha_": 0, "gl_beta_": 1}
+#: cuda.h's CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION.
+CLUSTER_ATTRIBUTE = 4
+
+
+class TemplateError(RuntimeError):
+    """A bound launch cannot be made a template (an argument whose role is unknown)."""
+
+
+@dataclass
+class LaunchTemplate:
+    """What launch.cpp reads (by attribute name) to launch one signature.
+
+    ``function``: the CUfunction handle; ``grid``, ``threads``, ``dynamic_smem``, ``cluster``: the
+    launch configuration; ``buffer``: the packed arguments; ``arg_offsets``: each argument's offset
+    in it; ``maps``: (offset, source, data type, rank, dims, strides, box, element strides,
+    interleave, swizzle, L2 promotion, OOB fill) as ints; ``pointers``: (offset, source);
+    ``scalars``: (offset, 0 alpha / 1 beta); ``partials``/``counters``: (offset, fp32 floats /
+    int32 counters) or None; ``out_shape`` and ``out_dtype`` (a torch.dtype) of the output.
+    """
+
+    function: int
+    grid: tuple[int, int, int]
+    threads: int
+    dynamic_smem: int
+    cluster: int
+    buffer: bytes
+    arg_offsets: list[int]
+    maps: list[tuple] = field(default_factory=list)
+    pointers: list[tuple[int, int]] = field(default_factory=list)
+    scalars: list[tuple[int, int]] = field(default_factory=list)
+    partials: tuple[int, int] | None = None
+    counters: tuple[int, int] | None = None
+    out_shape: tuple[int, ...] = ()
+    out_dtype: object = None
+    cluster_attr: int = CLUSTER_ATTRIBUTE
+
+
+def operand_sources(transposed: bool) -> dict[str, int]:
+    """The op's tensor (an index into :data:`SOURCES`) behind the kernel's operand "A", "B", "C": a
+    route that writes D^T = B A^T into c.T reads the second operand as A (dispatch.calls.bind_route)."""
+    return {"A": 1 if transposed else 0, "B": 0 if transposed else 1, "C": 2}
+
+
+_MAP_ENUMS = ("tensorDataType", "interleave", "swizzle", "l2Promotion", "oobFill")
+_ENUM_TYPES = {"tensorDataType": "CUtensorMapDataType", "interleave": "CUtensorMapInterleave",
+               "swizzle": "CUtensorMapSwizzle", "l2Promotion": "CUtensorMapL2promotion",
+               "oobFill": "CUtensorMapFloatOOBfill"}
+
+
+def enum_value(key: str, name: str) -> int:
+    """The driver's number for a tensor-map enum named as TensorMapSpec.encode_kwargs names it."""
+    from cuda.bindings import driver
+
+    return int(getattr(getattr(driver, _ENUM_TYPES[key]), name))
+
+
+def _arg_bytes(arg) -> tuple[bytes, int]:
+    """(bytes, alignment) of one argument as PreparedLaunch passes it: a CUtensorMap by its storage
+    (``getPtr()``), a ctypes value by its own."""
+    if hasattr(arg, "getPtr"):
+        return ctypes.string_at(int(arg.getPtr()), TENSOR_MAP_BYTES), TENSOR_MAP_ALIGN
+    return ctypes.string_at(ctypes.addressof(arg), ctypes.sizeof(arg)), ctypes.alignment(arg)
+
+
+def pack(args: list) -> tuple[bytes, list[int]]:
+    """The arguments laid out in one buffer, each at its alignment: (buffer, offsets)."""
+    buf = bytearray()
+    offsets = []
+    for arg in args:
+        data, align = _arg_bytes(arg)
+        buf += bytes(-len(buf) % align)
+        offsets.append(len(buf))
+        buf += data
+    return bytes(buf), offsets
+
+
+def template_from_bound(bound, *, transposed: bool, epilogue=None, out_shape: tuple[int, ...],
+                        out_dtype, enum=enum_value) -> LaunchTemplate:
+    """The :class:`LaunchTemplate` of ``bound`` (a BoundLaunch with ``roles``; its PreparedLaunch's
+    arguments, configuration and kernel). ``transposed``: the route's orientation; ``epilogue``: the
+    Epilogue it was bound with (linear's built-in one) or None; ``enum(key, name)``: the driver's
+    number of a tensor-map enum (injectable for tests without cuda-python). Raises TemplateError for
+    a bound launch without roles or with an argument it cannot place."""
+    roles = bound.roles
+    prepared = bound.prepared
+    args = prepared.args
+    if roles is None or len(roles) != len(args):
+        raise TemplateError(f"bound launch with {len(args)} arguments and roles {roles!r}")
+    buf, offsets = pack(args)
+    sources = operand_sources(transposed)
+    t = LaunchTemplate(function=int(prepared.kernel.function), grid=_grid(prepared), threads=prepared.kernel.threads,
+                       dynamic_smem=prepared.kernel.dynamic_smem, cluster=prepared.kernel.cluster, buffer=buf,
+                       arg_offsets=offsets, out_shape=tuple(out_shape), out_dtype=out_dtype)
+    for role, offset, arg in zip(roles, offsets, args):
+        kind = role[0]
+        if kind == "map":
+            kw = role[2]
+            rank = kw["tensorRank"]
+            t.maps.append((offset, sources[role[1]], enum("tensorDataType", kw["tensorDataType"]), rank,
+                           [int(v) for v in kw["globalDim"]], [int(v) for v in kw["globalStrides"]],
+                           [int(v) for v in kw["boxDim"]], [int(v) for v in kw["elementStrides"]],
+                           *(enum(k, kw[k]) for k in _MAP_ENUMS[1:])))
+        elif kind == "ptr":
+            t.pointers.append((offset, sources[role[1]]))
+        elif kind == "partials":
+            t.partials = (offset, bound.workspace[0]) if bound.workspace else None
+        elif kind == "counters":
+            t.counters = (offset, bound.workspace[1]) if bound.workspace else None
+        elif kind == "epilogue":
+            _epilogue_patches(t, offset, epilogue)
+        elif kind != "value":
+            raise TemplateError(f"argument role {role!r}")
+    return t
+
+
+def _epilogue_patches(t: LaunchTemplate, offset: int, epilogue) -> None:
+    """The EpilogueParams' per-call slots: its tensor inputs' pointers and its scalars (alpha, beta)."""
+    if epilogue is None:
+        raise TemplateError("an EpilogueParams argument without the epilogue it was bound with")
+    ptr0 = offset + EpilogueParams.ptr.offset
+    scalar0 = offset + EpilogueParams.scalar.offset
+    for slot, name in enumerate(epilogue.tensor_inputs):
+        if name not in EPILOGUE_TENSORS:
+            raise TemplateError(f"epilogue input {name!r} is not linear's (a user Epilogue runs in Python)")
+        t.pointers.append((ptr0 + 8 * slot, SOURCES.index(EPILOGUE_TENSORS[name])))
+    for slot, name in enumerate(epilogue.scalar_inputs):
+        if name not in EPILOGUE_SCALARS:
+            raise TemplateError(f"epilogue scalar {name!r} is not linear's")
+        t.scalars.append((scalar0 + 4 * slot, EPILOGUE_SCALARS[name]))
+
+
+def _grid(prepared) -> tuple[int, int, int]:
+    cfg = prepared._config
+    return (int(cfg.gridDimX), int(cfg.gridDimY), int(cfg.gridDimZ))
+
+
+__all__ = ["LaunchTemplate", "SOURCES", "TemplateError", "operand_sources", "pack", "template_from_bound"]
