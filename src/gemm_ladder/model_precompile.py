@@ -142,7 +142,7 @@ def record(model: torch.nn.Module, example_inputs=(), example_kwargs: dict | Non
     """Run ``model(*example_inputs, **example_kwargs)`` once on meta or fake tensors (``mode``, see the
     module docstring) and return every gemm-ladder op call it made, in order; with ``backward`` (default:
     when the model is in training mode and a parameter requires grad) also the backward's calls, by
-    ``backward()`` on the sum of the output (or its loss, logits, first tensor). Nothing is built or
+    ``backward()`` of the output (or its loss, logits, first tensor) with a dense gradient of ones. Nothing is built or
     launched; the model and its parameters are not changed.
 
     Raises TypeError for a model that is not an nn.Module, ValueError for another mode, and what the
@@ -172,7 +172,7 @@ def record(model: torch.nn.Module, example_inputs=(), example_kwargs: dict | Non
                     t = _first_tensor(out)
                     if t is None or not t.requires_grad:
                         raise ValueError("backward=True: the model's output has no tensor that requires grad")
-                    t.float().sum().backward()
+                    t.backward(torch.ones_like(t))  # a dense gradient, as a loss gives (a sum's would be expanded)
 
     if mode == "meta":
         import contextlib
