@@ -319,8 +319,10 @@ class Cases:
     def llama_decode(self, rows: list) -> None:
         pair = self.llama_pair()
         vocab = self.s.llama["vocab_size"]
+        # the prompts, the one-token steps, and the comparison's forward of prompt + generated tokens
         pair.precompile((ids(1, self.s.prompt, vocab, self.s.device, 0),),
-                        rows=[b * self.s.prompt for b in self.s.decode_batches] + list(self.s.decode_batches))
+                        rows=[b * m for b in self.s.decode_batches
+                              for m in (self.s.prompt, 1, self.s.prompt + self.s.decode_steps)])
         for b in self.s.decode_batches:
             def one(b=b):
                 prompt = ids(b, self.s.prompt, vocab, self.s.device, 100 + b)

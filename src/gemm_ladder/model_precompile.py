@@ -36,6 +36,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from gemm_ladder.dispatch.precompile import Build, Outcomes, normalize_dtypes, route_builds, run_builds
 
+#: The registered ops whose calls are recorded (a GEMM each); any other gemm_ladder op runs unrecorded.
+RECORDED_OPS = ("mm", "mm_out", "linear", "linear_out")
 #: How a recorded operand is described: shape, strides, dtype, storage offset in elements.
 TensorMeta = tuple
 
@@ -104,19 +106,27 @@ class CallRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func.namespace == "gemm_ladder":
+        if func.namespace == "gemm_ladder" and func._schema.name.split("::")[-1] in RECORDED_OPS:
             self.calls.append(self._record(func, _arguments(func, args, kwargs)))
         return func(*args, **kwargs)
 
     @staticmethod
     def _record(func, a: dict) -> RecordedCall:
         op = func._schema.name.split("::")[-1]
+        pos = list(a.values())  # the schema's order: the two operands first, by whatever names it gives them
+
+        def arg(name, index=None, default=None):
+            if name in a:
+                return a[name]
+            return pos[index] if index is not None and index < len(pos) else default
+
         if op.startswith("mm"):
-            return RecordedCall(op, _meta_of(a["a"]), _meta_of(a["b"]), a.get("out_dtype"), out=_meta_of(a.get("out")))
+            return RecordedCall(op, _meta_of(arg("a", 0)), _meta_of(arg("b", 1)), arg("out_dtype"),
+                                out=_meta_of(arg("out")))
         if op.startswith("linear"):
-            return RecordedCall(op, _meta_of(a["x"]), _meta_of(a["w"]), a.get("out_dtype"), _meta_of(a.get("bias")),
-                                _meta_of(a.get("residual")), _meta_of(a.get("out")), a.get("activation"),
-                                float(a.get("alpha", 1.0)), float(a.get("beta", 1.0)))
+            return RecordedCall(op, _meta_of(arg("x", 0)), _meta_of(arg("w", 1)), arg("out_dtype"),
+                                _meta_of(arg("bias")), _meta_of(arg("residual")), _meta_of(arg("out")),
+                                arg("activation"), float(arg("alpha", default=1.0)), float(arg("beta", default=1.0)))
         raise ValueError(f"gemm_ladder::{op}: not an op precompile knows (mm, mm_out, linear, linear_out)")
 
 
