@@ -38,8 +38,9 @@ GPU (else one line, exit 2) and the ``[models]`` extra (``transformers``, ``timm
 library is missing is recorded as skipped with the reason (all requested skipped: one line, exit 2).
 Exit 1 when a row failed or its outputs disagree (``rel_err`` above 0.05 or argmax agreement below
 0.9), else 0. Result: ``DATE_models[_quick]_COMMIT.json`` (bench/suite.py) with ``rows`` and
-``summary`` (geometric mean of the speedups, and whether every row reached 1.0x). The full run takes
-about 5 minutes on the H200, most of it torch.compile's; ``--quick``: fewer shapes and repetitions.
+``summary`` (geometric mean of the speedups, and whether every row reached 1.0x). The full run is
+estimated at 4-6 minutes on the H200 (not yet timed there), most of it torch.compile's and the first
+precompile's; ``--quick``: fewer shapes and repetitions.
 """
 
 from __future__ import annotations
