@@ -241,3 +241,28 @@ def test_a_class_epilogue_build_compiles(tmp_path, monkeypatch):
     out = run_builds([build], load=False)
     assert out.summary() == "1 builds ready, 1 compiled, 0 already cached", dict(out)
     assert CLASSES  # the classes the builds are named by
+
+
+def test_cli_prints_the_count(monkeypatch, capsys, tmp_path):
+    import argparse
+
+    from gemm_ladder.commands import precompile as command
+    from gemm_ladder.dispatch import precompile as module
+    from gemm_ladder.dispatch.precompile import Outcomes
+
+    seen = {}
+
+    def fake(dtypes, **kwargs):
+        seen.update(kwargs, dtypes=dtypes)
+        out = Outcomes({"a": "built", "b": "built, loaded on cuda:0", "c": "failed: CompileError: x"})
+        out.compiled, out.cached = {"a"}, {"b"}
+        return out
+
+    monkeypatch.setattr(module, "precompile", fake)
+    monkeypatch.setenv("GEMM_LADDER_CACHE", str(tmp_path))
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    assert command.run(parser.parse_args(["--dtype", "bf16", "--epilogues", "all", "--no-load"])) == 1
+    assert seen["epilogues"] == "all" and seen["dtypes"] == ("bf16",) and seen["load"] is False
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == f"2 builds ready, 1 compiled, 1 already cached; 1 failed (of 3) in {tmp_path}"
