@@ -36,8 +36,8 @@ def __getattr__(name: str):
 
         value = globals()[name] = getattr(api, name)  # kept: a per-call gemm_ladder.mm skips this hook
         return value
-    if name == "precompile":
-        from gemm_ladder.dispatch.precompile import precompile
+    if name == "precompile":  # by dtype and shape class, or a model's own set (precompile(model, example_inputs))
+        from gemm_ladder.model_precompile import precompile
 
         return precompile
     if name in ("nn", "ops"):

@@ -2,12 +2,17 @@
 
     gemm-ladder precompile                                  # bf16 and fp16, every shape class
     gemm-ladder precompile --dtype bf16 --classes large,small_m
+    gemm-ladder precompile --epilogues all                  # every built-in epilogue combination too
     GEMM_LADDER_CACHE=/srv/kcache gemm-ladder precompile --json builds.json
 
 Fills the kernel cache (``GEMM_LADDER_CACHE``) so that no call compiles: deployment and CUDA-graph
 capture need that (a capture that would need a build raises CaptureBuildError). Needs nvcc, not a
 GPU; on a GPU it also loads each build (``--no-load`` to skip). Shape classes
-(dispatch/precompile.py CLASSES): large, small_m, fp32_out, unaligned, or all.
+(dispatch/precompile.py CLASSES): large, small_m, fp32_out, unaligned, or all. Epilogues
+(dispatch/precompile.py EPILOGUE_LEVELS): linear's built-in fused epilogues compiled into each class's
+kernels, none, common (default: bias, activation, residual in the input dtype) or all (also float32
+bias and residual, alpha). The last line says how many builds are ready, how many were compiled now
+and how many were already cached. A model's own set: gemm_ladder.precompile(model, example_inputs).
 
 Exit status: 0 every build built (or is not a variant the kernel plans), 1 a build failed or no nvcc,
 2 bad input (one line on stderr, nothing built).
@@ -30,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="all", help="bf16, fp16 or all (default), or a comma list")
     parser.add_argument("--classes", default="all",
                         help="comma list of shape classes: large, small_m, fp32_out, unaligned, or all (default)")
+    parser.add_argument("--epilogues", default="common",
+                        help="linear's built-in epilogues built into each kernel: none, common (default) or all")
     parser.add_argument("--levels", action="store_true", help="also build the ladder's nine levels")
     parser.add_argument("--workers", default=None, help="parallel builds (default: the CPU count)")
     parser.add_argument("--no-load", action="store_true", help="do not load the builds on the GPU")
@@ -38,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gemm_ladder.contract import parse_dtypes
-    from gemm_ladder.dispatch.precompile import check_classes, library_builds, precompile
+    from gemm_ladder.dispatch.precompile import check_classes, epilogue_variants, library_builds, precompile
     from gemm_ladder.runtime.compiler import CompilerNotFoundError, cache_root
 
     try:
@@ -48,20 +55,20 @@ def run(args: argparse.Namespace) -> int:
         if args.json is not None:
             writable_file(args.json, "--json")
         library_builds(dtypes, classes)  # every rule checked before anything is built
+        epilogue_variants(args.epilogues)
     except (BadArgument, ValueError) as exc:
         print(f"gemm-ladder precompile: {exc}", file=sys.stderr)
         return 2
     try:
         outcomes = precompile(dtypes, classes=classes, workers=workers, levels=args.levels,
-                              load=False if args.no_load else None)
+                              load=False if args.no_load else None, epilogues=args.epilogues)
     except CompilerNotFoundError as exc:
         print(f"gemm-ladder precompile: {exc}", file=sys.stderr)
         return 1
-    failed = {k: v for k, v in outcomes.items() if v.startswith("failed")}
+    failed = outcomes.failed
     for label, outcome in outcomes.items():
         print(f"{label}: {outcome}")
-    print(f"{len(outcomes) - len(failed)} of {len(outcomes)} builds ready in {cache_root()}"
-          + (f"; {len(failed)} failed" if failed else ""))
+    print(f"{outcomes.summary()} (of {len(outcomes)}) in {cache_root()}")
     if args.json is not None:
         args.json.write_text(json.dumps(outcomes, indent=1))
     return 1 if failed else 0

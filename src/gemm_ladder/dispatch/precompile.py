@@ -148,40 +148,102 @@ def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLA
 
 
 def precompile(dtypes: tuple[str, ...] = ("bf16", "fp16"), *, classes=tuple(CLASSES), workers: int | None = None,
-               levels: bool = False, device=None, load: bool | None = None) -> dict[str, str]:
+               levels: bool = False, device=None, load: bool | None = None,
+               epilogues: str = "common") -> "Outcomes":
     """Compile every library build for ``dtypes`` and shape ``classes`` (and, with ``levels``, the
-    ladder's levels), in parallel; then load each on ``device`` (default: the current CUDA device)
-    when ``load`` (default: when torch sees a GPU).
+    ladder's levels), with the built-in epilogue variants of ``epilogues`` (:data:`EPILOGUE_LEVELS`:
+    "none", "common" (default) or "all"; :func:`epilogue_builds`), in parallel; then load each on
+    ``device`` (default: the current CUDA device) when ``load`` (default: when torch sees a GPU).
 
-    Returns {label: outcome}: 'built', 'built, loaded on cuda:N', 'not a variant: <rule>' for an order
-    a kernel refuses to plan (e.g. an MN-major activation below 64 rows), or 'failed: <error>'. Raises
-    CompilerNotFoundError without nvcc, ValueError for an unknown class or dtype.
+    Returns an :class:`Outcomes` ({label: outcome}, with ``.summary()``): 'built', 'built, loaded on
+    cuda:N', 'not a variant: <rule>' for an order a kernel refuses to plan (e.g. an MN-major activation
+    below 64 rows), or 'failed: <error>'. Raises CompilerNotFoundError without nvcc, ValueError for an
+    unknown class, dtype or epilogue level.
     """
-    import torch
-
-    from gemm_ladder.runtime.compiler import CompilerNotFoundError, nvcc_path
+    from gemm_ladder.runtime.compiler import nvcc_path
 
     dtypes = normalize_dtypes(dtypes)
     builds = library_builds(dtypes, classes)  # bad input refused before looking for nvcc
+    builds += epilogue_builds(dtypes, classes, epilogues)
     nvcc_path()  # no nvcc: one clear error, not one per build
     if levels:
         from gemm_ladder.levels import LEVELS
 
         builds += [Build(f"level {n} {d}", lambda lv=lv, d=d: lv.build(d)) for n, lv in LEVELS.items() for d in dtypes]
+    return run_builds(builds, workers=workers, device=device, load=load)
+
+
+class Outcomes(dict):
+    """{label: outcome} of :func:`run_builds`, and which builds were compiled by this run
+    (``compiled``) and which were already in the kernel cache (``cached``): labels. A build whose
+    cubin another label of the same run compiled (one source, two labels) counts as compiled."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.compiled: set[str] = set()
+        self.cached: set[str] = set()
+
+    @property
+    def failed(self) -> dict[str, str]:
+        return {k: v for k, v in self.items() if v.startswith("failed")}
+
+    @property
+    def ready(self) -> int:
+        """Builds that are in the cache now (built or already there; 'not a variant' and failures not counted)."""
+        return sum(1 for v in self.values() if v.startswith("built"))
+
+    def summary(self) -> str:
+        """'N builds ready, M compiled, K already cached' (and the refusals and failures, when any)."""
+        refused = sum(1 for v in self.values() if v.startswith("not a variant"))
+        text = f"{self.ready} builds ready, {len(self.compiled)} compiled, {len(self.cached)} already cached"
+        if refused:
+            text += f"; {refused} not a variant"
+        if self.failed:
+            text += f"; {len(self.failed)} failed"
+        return text
+
+
+def _cache_entries() -> set[str]:
+    from gemm_ladder.runtime.compiler import cache_root
+
+    root = cache_root()
+    try:
+        return {p.name for p in root.iterdir() if (p / "kernel.cubin").exists()}
+    except OSError:  # no cache yet
+        return set()
+
+
+def run_builds(builds: list[Build], *, workers: int | None = None, device=None, load: bool | None = None) -> Outcomes:
+    """Run ``builds`` on a pool of ``workers`` threads (default: the CPU count; each build is one nvcc
+    process, so threads build in parallel), then load each on ``device`` when ``load`` (default: when
+    torch sees a GPU). Labels must be distinct (later duplicates are dropped). Returns
+    :class:`Outcomes`; raises CompilerNotFoundError without nvcc."""
+    import torch
+
+    from gemm_ladder.runtime.compiler import CompilerNotFoundError
+
+    first: dict[str, Build] = {}
+    for b in builds:  # the first build of each label, in order
+        first.setdefault(b.label, b)
+    builds = list(first.values())
+    before = _cache_entries()
+    outcomes = Outcomes()
 
     def one(build: Build) -> str:
         try:
-            build.run()
-            return "built"
+            entry = build.run()
         except PlanRefused as exc:
             return f"not a variant: {exc}"
         except CompilerNotFoundError:
             raise
         except Exception as exc:  # noqa: BLE001 - reported per build; the caller decides
             return f"failed: {type(exc).__name__}: {exc}".splitlines()[0]
+        key = getattr(entry, "key", None)
+        (outcomes.cached if key is not None and key in before else outcomes.compiled).add(build.label)
+        return "built"
 
     with ThreadPoolExecutor(max_workers=workers or max(2, os.cpu_count() or 2)) as pool:
-        outcomes = dict(zip((b.label for b in builds), pool.map(one, builds)))
+        outcomes.update(zip((b.label for b in builds), pool.map(one, builds)))
     if load is None:
         load = torch.cuda.is_available()
     if load:
@@ -196,4 +258,198 @@ def precompile(dtypes: tuple[str, ...] = ("bf16", "fp16"), *, classes=tuple(CLAS
     return outcomes
 
 
-__all__ = ["Build", "CLASSES", "check_classes", "library_builds", "normalize_dtypes", "precompile"]
+# --- built-in epilogue variants ---------------------------------------------------------------------------
+
+#: Which of linear's built-in epilogues :func:`epilogue_builds` compiles into each kernel of a class.
+EPILOGUE_LEVELS: dict[str, str] = {
+    "none": "no epilogue builds (the plain kernels only)",
+    "common": "a bias in the input dtype or none, each activation or none, a row-major residual in the input dtype "
+              "or none, alpha = 1: what nn.Linear layers and fused MLP/residual blocks pass (19 epilogues)",
+    "all": "also a float32 bias, a float32 residual and alpha != 1: every combination linear's built-in epilogue "
+           "takes (89 epilogues)",
+}
+
+
+@dataclass(frozen=True)
+class EpilogueVariant:
+    """One built-in epilogue of ``linear`` as a build sees it: the bias's dtype ("same" as x, "fp32", or
+    None), the activation, the residual's dtype (row-major, as a model passes it) and whether alpha != 1.
+    The generated source also depends on N's parity (a pair of a bias's or a residual's neighbours is one
+    load only when N is even) and on the route's orientation (``swap``), which the builds take in turn."""
+
+    bias: str | None = None
+    activation: str | None = None
+    residual: str | None = None
+    alpha: bool = False
+
+    @property
+    def has_tensors(self) -> bool:
+        return self.bias is not None or self.residual is not None
+
+    @property
+    def label(self) -> str:
+        parts = ["alpha" if self.alpha else "", f"bias {self.bias}" if self.bias else "", self.activation or "",
+                 f"residual {self.residual}" if self.residual else ""]
+        return "+".join(p for p in parts if p)
+
+
+def epilogue_variants(level: str = "common") -> list[EpilogueVariant]:
+    """The built-in epilogues of an :data:`EPILOGUE_LEVELS` level (none without a fused operation);
+    raises ValueError for another level."""
+    import itertools
+
+    from gemm_ladder.library.epilogue import ACTIVATIONS
+
+    if level not in EPILOGUE_LEVELS:
+        raise ValueError(f"epilogues={level!r}: use one of {', '.join(EPILOGUE_LEVELS)}")
+    if level == "none":
+        return []
+    dtypes = (None, "same") if level == "common" else (None, "same", "fp32")
+    alphas = (False,) if level == "common" else (False, True)
+    out = [EpilogueVariant(b, a, r, al) for b, a, r, al in itertools.product(dtypes, (None, *ACTIVATIONS), dtypes, alphas)]
+    return [v for v in out if v.has_tensors or v.activation or v.alpha]
+
+
+def linear_epilogue_source(variant: EpilogueVariant, dtype: str, *, swap: bool, n_even: bool = True) -> str:
+    """The generated epilogue source of a ``linear`` call with ``variant`` on ``dtype`` inputs, as the
+    op path makes it (library.epilogue.linear_epilogue bound to a contiguous bias and a row-major
+    residual of a (64, N) output, N even or odd, then oriented by ``swap``): a build's key."""
+    import torch
+
+    from gemm_ladder.contract import DTYPES
+    from gemm_ladder.library.epilogue import linear_epilogue
+
+    x_dtype = DTYPES[dtype]
+    rows, cols = 64, 64 if n_even else 63
+    meta = torch.device("meta")
+    ep = linear_epilogue(bias=variant.bias is not None, activation=variant.activation,
+                         residual=variant.residual is not None, alpha=variant.alpha)
+    of = {"same": x_dtype, "fp32": torch.float32}
+    tensors = []
+    if variant.bias is not None:
+        tensors.append(torch.empty(cols, dtype=of[variant.bias], device=meta))
+    if variant.residual is not None:
+        tensors.append(torch.empty(rows, cols, dtype=of[variant.residual], device=meta))
+    scalars = ([2.0] if variant.alpha else []) + ([1.0] if variant.residual is not None else [])
+    values = dict(zip(ep.tensor_inputs, tensors))
+    values.update(zip(ep.scalar_inputs, scalars))
+    return ep.bind(values, rows, cols, meta, check_grad=False).oriented(swap).source()
+
+
+def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLASSES),
+                    epilogues: str = "common") -> list[Build]:
+    """The builds of linear's built-in epilogues (:func:`epilogue_variants` of level ``epilogues``) in
+    the kernels of ``classes`` that a forward ``linear`` reaches: x and the weight are K-major (a
+    row-major activation, nn.Linear's weight), so one operand order. Per class:
+
+    * large: the general kernel's TMA-store build, each timed tile width, N even (its rows are whole
+      16-byte chunks), the direct orientation (a row-major output);
+    * unaligned: its build for outputs a TMA store cannot write, N even and odd;
+    * small_m: the small-M kernel, every bucket, N even and odd, both orientations (M <= 256 direct;
+      N <= 256 < M swapped: the caller's output is the kernel's transpose);
+    * fp32_out: the float32-output builds of the two above.
+
+    Not built (compiled at first use): an MN-major activation (a transposed view passed as x), a
+    residual that is not row-major or whose offsets need 64 bits (2^31 elements), a bias or residual
+    not aligned to two elements. Raises ValueError for an unknown class, dtype or level.
+    """
+    from gemm_ladder.contract import DTYPES
+    from gemm_ladder.dispatch import cost_model
+    from gemm_ladder.dispatch.kernels import general, general_bns, general_unaligned_out
+    from gemm_ladder.library.small_m import BUCKETS, small_m_kernel
+
+    classes = check_classes(classes)
+    variants = epilogue_variants(epilogues)
+    for d in dtypes:
+        if d not in DTYPES:
+            raise ValueError(f"dtype {d!r}: the library computes {', '.join(DTYPES)}")
+    if not variants:
+        return []
+    model = cost_model()
+    timed_bns = [bn for bn in general_bns() if bn in model.k_iter_us]
+    # (label, kernel, out_fp32, swaps, parities, small_m?)
+    kernels = []
+    parities_all = (True, False)
+    for bn in timed_bns:
+        if "large" in classes:
+            kernels.append((f"general A k B k BN {bn}", general("k", "k", bn), False, (False,), (True,), False))
+        if "unaligned" in classes:
+            kernels.append((f"general unaligned out A k B k BN {bn}", general_unaligned_out("k", "k", bn), False,
+                            (False,), parities_all, False))
+        if "fp32_out" in classes:
+            kernels.append((f"general unaligned out A k B k BN {bn} fp32 out",
+                            general_unaligned_out("k", "k", bn, out_fp32=True), True, (False,), parities_all, False))
+    for m in BUCKETS:
+        for fp32, cls in ((False, "small_m"), (True, "fp32_out")):
+            if cls in classes:
+                kernels.append((f"small-M BN {m} A k B k{' fp32 out' if fp32 else ''}", small_m_kernel(m), fp32,
+                                (False, True), parities_all, True))
+    builds = []
+    for dtype in dtypes:
+        for label, kernel, fp32, swaps, parities, is_small in kernels:
+            for v in variants:
+                for swap in swaps:
+                    for n_even in (parities if v.has_tensors else (True,)):
+                        source = linear_epilogue_source(v, dtype, swap=swap, n_even=n_even)
+                        name = (f"{label} {dtype} epilogue {v.label}" + (" swapped" if swap else "")
+                                + ("" if not v.has_tensors else " N even" if n_even else " N odd"))
+                        builds.append(_kernel_build(name, kernel, dtype, source, small_m=is_small, out_fp32=fp32))
+    return builds
+
+
+def _kernel_build(label: str, kernel, dtype: str, source: str | None, *, small_m: bool, out_fp32: bool = False,
+                  a_major: str = "k", b_major: str = "k") -> Build:
+    """A Build of ``kernel`` (a general LibraryGemm, or a SmallMGemm with its output dtype and majors) for
+    ``dtype`` with the generated epilogue ``source`` (or none)."""
+    if small_m:
+        def run():
+            return kernel.build(dtype, out_fp32=out_fp32, a_major=a_major, b_major=b_major, epilogue_source=source)
+
+        def load(device):
+            kernel.loaded(dtype, device, out_fp32=out_fp32, a_major=a_major, b_major=b_major,
+                          epilogue_source=source).max_active_clusters(device)
+    else:
+        def run():
+            return kernel.build(dtype, epilogue_source=source)
+
+        def load(device):
+            kernel.loaded(dtype, device, source).max_active_clusters(device)
+    return Build(label, run, load)
+
+
+def route_builds(route, dtype: str, epilogue_source: str | None = None, epilogue_name: str | None = None) -> list[Build]:
+    """The builds a decided ``route`` (dispatch.decide) runs on ``dtype`` inputs with the generated
+    epilogue ``epilogue_source`` (already oriented as the route runs it; None without one; ``epilogue_name``
+    labels it): its kernel
+    (the small-M kernel in its operand majors and output dtype), and the repack kernel for each
+    operand or output it copies through a workspace."""
+    import hashlib
+
+    import torch
+
+    from gemm_ladder.library.repack import REPACK
+
+    fp32 = route.c_path.dtype == torch.float32
+    name = getattr(route.kernel, "name", None) or f"small-M BN {route.kernel.bn}"
+    epi = ""
+    if epilogue_source is not None:
+        digest = hashlib.sha256(epilogue_source.encode()).hexdigest()[:8]  # orientation, dtypes, loads: in the source
+        epi = f" epilogue {epilogue_name or 'fused'} #{digest}"
+    small = route.kind == "small_m"
+    majors = f" A {route.a_path.major} B {route.b_path.major}" if small else ""
+    label = f"{name}{majors}{' fp32 out' if fp32 and small else ''} {dtype}{epi}"
+    out = [_kernel_build(label, route.kernel, dtype, epilogue_source, small_m=small, out_fp32=fp32,
+                         a_major=route.a_path.major, b_major=route.b_path.major)]
+    if route.a_path.workspace is not None or route.b_path.workspace is not None:
+        out.append(Build(f"repack {dtype}", lambda: REPACK.build(dtype), lambda device: REPACK.loaded(2, device)))
+    if route.c_path.workspace is not None:
+        if fp32:
+            out.append(Build("repack fp32", lambda: REPACK.build("fp32"), lambda device: REPACK.loaded(4, device)))
+        else:
+            out.append(Build(f"repack {dtype}", lambda: REPACK.build(dtype), lambda device: REPACK.loaded(2, device)))
+    return out
+
+
+__all__ = ["Build", "CLASSES", "EPILOGUE_LEVELS", "EpilogueVariant", "Outcomes", "check_classes", "epilogue_builds",
+           "epilogue_variants", "library_builds", "linear_epilogue_source", "normalize_dtypes", "precompile", "route_builds",
+           "run_builds"]

@@ -1,0 +1,320 @@
+"""Precompile what one model uses: trace its forward (and backward) once without running a kernel,
+record every ``torch.ops.gemm_ladder`` call it makes, decide each call's route as the dispatcher
+will, and build exactly those kernels (with their fused epilogues) in parallel.
+
+    model = gemm_ladder.nn.replace_linear(model)
+    gemm_ladder.precompile(model, (input_ids,))        # or precompile_model(model, (input_ids,))
+    model(input_ids)                                   # builds nothing: every kernel is in the cache
+
+How the calls are seen: the model runs on **meta** tensors (``mode="meta"``: its parameters and the
+inputs replaced by meta tensors of the same shapes, strides, dtypes and storage offsets, through
+``torch.func.functional_call``; no memory, no GPU) or on **fake** tensors (``mode="fake"``:
+``FakeTensorMode``; for models whose Python asks for a device, such as Hugging Face models that
+build masks on the inputs' device). Either way every gemm-ladder call goes through the registered
+op (api.py sends meta tensors and tensor subclasses there), and a ``TorchDispatchMode`` below
+autograd records each op's operands' metadata: so the backward's calls (grad_x, grad_w, and the
+recomputed pre-activation) are recorded too, by running ``backward`` on the traced output.
+
+From a recorded call to builds: the call's operands as meta tensors (same strides and 16-byte
+residues: the caching allocator's bases are 16-byte aligned, so a meta tensor's residue is its
+offset's), the dispatcher's :func:`~gemm_ladder.dispatch.decide` on them (for the GPU it will run
+on, or the H200 assumed without one), the built-in epilogue of ``linear`` bound and oriented as the
+route runs it (library.epilogue), and the route's builds (dispatch.precompile.route_builds).
+
+A model sees other row counts than the example's (a server's batches, decode after prefill):
+``rows`` adds, for every recorded ``linear`` call, the same call at each of those row counts (its
+batch dimensions merged), so that the small-M buckets and tile widths those pick are built too.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from gemm_ladder.dispatch.precompile import Build, Outcomes, normalize_dtypes, route_builds, run_builds
+
+#: The registered ops whose calls are recorded (a GEMM each); any other gemm_ladder op runs unrecorded.
+RECORDED_OPS = ("mm", "mm_out", "linear", "linear_out")
+#: How a recorded operand is described: shape, strides, dtype, storage offset in elements.
+TensorMeta = tuple
+
+
+def _meta_of(t) -> TensorMeta | None:
+    if not isinstance(t, torch.Tensor):
+        return None
+    return (tuple(t.shape), tuple(t.stride()), t.dtype, t.storage_offset())
+
+
+def _on_meta(m: TensorMeta | None) -> torch.Tensor | None:
+    if m is None:
+        return None
+    shape, stride, dtype, offset = m
+    span = 0 if 0 in shape else 1 + sum((s - 1) * abs(st) for s, st in zip(shape, stride))
+    return torch.empty(offset + span, dtype=dtype, device="meta").as_strided(shape, stride, offset)
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """One gemm-ladder op call of a traced model: ``op`` ('mm', 'mm_out', 'linear', 'linear_out'), each
+    tensor operand's (shape, strides, dtype, storage offset), and linear's epilogue arguments."""
+
+    op: str
+    a: TensorMeta  # mm's a, linear's x
+    b: TensorMeta  # mm's b, linear's w
+    out_dtype: torch.dtype | None = None
+    bias: TensorMeta | None = None
+    residual: TensorMeta | None = None
+    out: TensorMeta | None = None
+    activation: str | None = None
+    alpha: float = 1.0
+    beta: float = 1.0
+
+    @property
+    def is_linear(self) -> bool:
+        return self.op.startswith("linear")
+
+    def with_rows(self, m: int) -> "RecordedCall | None":
+        """This linear call with x's batch dimensions merged into ``m`` rows (x row-major (m, K); a
+        residual, row-major (m, N)); None for an mm or out= call (their rows are not a batch)."""
+        if self.op != "linear":
+            return None
+        k = self.a[0][-1]
+        n = self.b[0][0]
+        res = None if self.residual is None else ((m, n), (n, 1), self.residual[2], 0)
+        return RecordedCall("linear", ((m, k), (k, 1), self.a[2], 0), self.b, self.out_dtype, self.bias, res,
+                            None, self.activation, self.alpha, self.beta)
+
+
+def _arguments(func, args, kwargs) -> dict:
+    """The op's arguments by schema name (positional and keyword), whatever their order."""
+    names = [a.name for a in func._schema.arguments]
+    out = dict(zip(names, args))
+    out.update(kwargs)
+    return out
+
+
+class CallRecorder(TorchDispatchMode):
+    """A dispatch mode that records every ``gemm_ladder`` op call (:class:`RecordedCall`) and runs it on
+    (its fake or meta implementation: the mode is used with meta or fake tensors only)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[RecordedCall] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.namespace == "gemm_ladder" and func._schema.name.split("::")[-1] in RECORDED_OPS:
+            self.calls.append(self._record(func, _arguments(func, args, kwargs)))
+        return func(*args, **kwargs)
+
+    @staticmethod
+    def _record(func, a: dict) -> RecordedCall:
+        op = func._schema.name.split("::")[-1]
+        pos = list(a.values())  # the schema's order: the two operands first, by whatever names it gives them
+
+        def arg(name, index=None, default=None):
+            if name in a:
+                return a[name]
+            return pos[index] if index is not None and index < len(pos) else default
+
+        if op.startswith("mm"):
+            return RecordedCall(op, _meta_of(arg("a", 0)), _meta_of(arg("b", 1)), arg("out_dtype"),
+                                out=_meta_of(arg("out")))
+        if op.startswith("linear"):
+            return RecordedCall(op, _meta_of(arg("x", 0)), _meta_of(arg("w", 1)), arg("out_dtype"),
+                                _meta_of(arg("bias")), _meta_of(arg("residual")), _meta_of(arg("out")),
+                                arg("activation"), float(arg("alpha", default=1.0)), float(arg("beta", default=1.0)))
+        raise ValueError(f"gemm_ladder::{op}: not an op precompile knows (mm, mm_out, linear, linear_out)")
+
+
+def _first_tensor(out):
+    """The tensor a traced forward returned, for its backward: the output itself, a Hugging Face
+    output's ``loss`` or ``logits`` or its first tensor, the first tensor of a tuple or dict."""
+    if isinstance(out, torch.Tensor):
+        return out
+    for name in ("loss", "logits", "last_hidden_state"):
+        v = getattr(out, name, None)
+        if isinstance(v, torch.Tensor):
+            return v
+    values = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) else ()
+    for v in values:
+        t = _first_tensor(v)
+        if t is not None:
+            return t
+    return None
+
+
+def record(model: torch.nn.Module, example_inputs=(), example_kwargs: dict | None = None, *, backward: bool | None = None,
+           mode: str = "meta") -> list[RecordedCall]:
+    """Run ``model(*example_inputs, **example_kwargs)`` once on meta or fake tensors (``mode``, see the
+    module docstring) and return every gemm-ladder op call it made, in order; with ``backward`` (default:
+    when the model is in training mode and a parameter requires grad) also the backward's calls, by
+    ``backward()`` of the output (or its loss, logits, first tensor) with a dense gradient of ones. Nothing is built or
+    launched; the model and its parameters are not changed.
+
+    Raises TypeError for a model that is not an nn.Module, ValueError for another mode, and what the
+    model raises on meta or fake tensors (a model whose Python reads tensor values: try the other mode).
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if mode not in ("meta", "fake"):
+        raise ValueError(f"mode={mode!r}: use 'meta' or 'fake'")
+    if not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    example_kwargs = dict(example_kwargs or {})
+    named = dict(model.named_parameters())
+    named.update(dict(model.named_buffers()))
+    if backward is None:
+        backward = model.training and any(p.requires_grad for p in model.parameters())
+    recorder = CallRecorder()
+
+    def run(convert, ctx):
+        with ctx:
+            state = {k: convert(v) for k, v in named.items()}
+            args = [convert(v) if isinstance(v, torch.Tensor) else v for v in example_inputs]
+            kwargs = {k: convert(v) if isinstance(v, torch.Tensor) else v for k, v in example_kwargs.items()}
+            with recorder, torch.set_grad_enabled(backward or torch.is_grad_enabled()):
+                out = torch.func.functional_call(model, state, tuple(args), kwargs, tie_weights=True, strict=False)
+                if backward:
+                    t = _first_tensor(out)
+                    if t is None or not t.requires_grad:
+                        raise ValueError("backward=True: the model's output has no tensor that requires grad")
+                    t.backward(torch.ones_like(t))  # a dense gradient, as a loss gives (a sum's would be expanded)
+
+    if mode == "meta":
+        import contextlib
+
+        def to_meta(t: torch.Tensor) -> torch.Tensor:
+            m = _on_meta(_meta_of(t))
+            return m.requires_grad_(t.requires_grad) if t.is_floating_point() else m
+
+        run(to_meta, contextlib.nullcontext())
+    else:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        fake = FakeTensorMode(allow_non_fake_inputs=True)
+
+        def to_fake(t: torch.Tensor) -> torch.Tensor:
+            f = fake.from_tensor(t.detach())
+            return f.requires_grad_(t.requires_grad) if t.is_floating_point() else f
+
+        run(to_fake, fake)
+    return recorder.calls
+
+
+def _linear_problem(call: RecordedCall):
+    """(a (M, K), b (K, N), c (M, N), the epilogue call or None) on meta tensors for a recorded
+    linear call, as api.linear makes them (x's batch dimensions merged, w.T, the built-in epilogue
+    bound to bias and the residual (M, N) when read)."""
+    from gemm_ladder.dispatch.validate import result_dtype
+    from gemm_ladder.library.epilogue import linear_epilogue
+
+    x, w = _on_meta(call.a), _on_meta(call.b)
+    n, k = w.shape
+    m = math.prod(x.shape[:-1])
+    try:
+        x2 = x.view(m, k)
+    except RuntimeError:  # batch dimensions that do not merge: api.linear reshapes (a contiguous copy)
+        x2 = x.reshape(m, k)
+    out_dtype = result_dtype(call.out_dtype, x.dtype)
+    c = torch.empty((m, n), dtype=out_dtype, device="meta")
+    if call.out is not None:
+        out = _on_meta(call.out)
+        c = out.reshape(m, n) if out.dim() != 2 else out
+    read_residual = call.residual is not None and call.beta != 0
+    ep = linear_epilogue(bias=call.bias is not None, activation=call.activation, residual=read_residual,
+                         alpha=call.alpha != 1)
+    epilogue = None
+    if ep is not None:
+        tensors = [] if call.bias is None else [_on_meta(call.bias)]
+        if read_residual:
+            r = _on_meta(call.residual)
+            tensors.append(r if r.dim() == 2 else r.reshape(m, n))
+        scalars = ([call.alpha] if call.alpha != 1 else []) + ([call.beta] if read_residual else [])
+        values = dict(zip(ep.tensor_inputs, tensors))
+        values.update(zip(ep.scalar_inputs, scalars))
+        epilogue = ep.bind(values, m, n, torch.device("meta"), check_grad=False)
+    return x2, w.T, c, epilogue
+
+
+def call_builds(call: RecordedCall, device=None) -> list[Build]:
+    """The builds a recorded call runs: its route decided on meta tensors for ``device``'s facts
+    (dispatch.route.DeviceFacts; default the current CUDA device's, or the H200 assumed), with its
+    epilogue's generated source oriented as the route runs it. [] for an empty problem (M, N = 0:
+    nothing launched) or K = 0 (zeros, or the epilogue's reference)."""
+    from gemm_ladder.contract import dtype_name
+    from gemm_ladder.dispatch import decide
+    from gemm_ladder.dispatch.validate import result_dtype
+
+    if call.is_linear:
+        a, b, c, epilogue = _linear_problem(call)
+        given = call.out is not None
+    else:
+        a, b = _on_meta(call.a), _on_meta(call.b)
+        given = call.out is not None
+        c = _on_meta(call.out) if given else torch.empty((a.shape[0], b.shape[1]),
+                                                         dtype=result_dtype(call.out_dtype, a.dtype), device="meta")
+        epilogue = None
+    if min(a.shape[0], b.shape[1], a.shape[1]) == 0:
+        return []
+    route = decide(a, b, c, given=given, device=device)
+    source = name = None
+    if epilogue is not None:
+        source = epilogue.oriented(route.c_path.transposed).source()
+        name = epilogue.epilogue.name
+    return route_builds(route, dtype_name(a.dtype), source, name)
+
+
+def model_builds(calls: list[RecordedCall], *, rows=(), device=None) -> list[Build]:
+    """The distinct builds of ``calls`` (:func:`call_builds`), and of every plain ``linear`` call at
+    each row count in ``rows`` (:meth:`RecordedCall.with_rows`), in order of first use."""
+    if device is None and torch.cuda.is_available():
+        from gemm_ladder.dispatch.route import device_facts
+
+        device = device_facts(torch.device("cuda", torch.cuda.current_device()))
+    todo = list(dict.fromkeys(calls))
+    for m in rows:
+        todo += [c for c in (call.with_rows(int(m)) for call in calls) if c is not None]
+    builds: dict[str, Build] = {}
+    for call in dict.fromkeys(todo):
+        for b in call_builds(call, device):
+            builds.setdefault(b.label, b)
+    return list(builds.values())
+
+
+def precompile_model(model: torch.nn.Module, example_inputs=(), example_kwargs: dict | None = None, *,
+                     backward: bool | None = None, rows=(), mode: str = "meta", workers: int | None = None,
+                     device=None, load: bool | None = None) -> Outcomes:
+    """Build every kernel ``model`` uses on ``example_inputs`` (and its backward, see :func:`record`),
+    and the same linear calls at each row count in ``rows``, in parallel (dispatch.precompile.run_builds),
+    then load them on ``device`` (default: the current CUDA device, when there is one and ``load`` is
+    not False). After it, the model's first forward on inputs of those shapes compiles nothing.
+
+    Returns :class:`~gemm_ladder.dispatch.precompile.Outcomes` ({label: outcome}; ``.summary()`` says
+    'N builds ready, M compiled, K already cached'). Raises as :func:`record`, and
+    CompilerNotFoundError without nvcc.
+    """
+    from gemm_ladder.runtime.compiler import nvcc_path
+
+    calls = record(model, example_inputs, example_kwargs, backward=backward, mode=mode)
+    builds = model_builds(calls, rows=rows)
+    nvcc_path()
+    return run_builds(builds, workers=workers, device=device, load=load)
+
+
+def precompile(*args, **kwargs) -> Outcomes:
+    """``gemm_ladder.precompile``: with a model first, :func:`precompile_model` (``precompile(model,
+    example_inputs, ...)``); otherwise the library's builds by dtype and shape class
+    (:func:`gemm_ladder.dispatch.precompile.precompile`: ``precompile(dtypes=("bf16",), classes=...)``)."""
+    if args and isinstance(args[0], torch.nn.Module):
+        return precompile_model(*args, **kwargs)
+    from gemm_ladder.dispatch.precompile import precompile as by_class
+
+    return by_class(*args, **kwargs)
+
+
+__all__ = ["CallRecorder", "RecordedCall", "call_builds", "model_builds", "normalize_dtypes", "precompile",
+           "precompile_model", "record"]
