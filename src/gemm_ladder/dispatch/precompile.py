@@ -2,7 +2,7 @@
 build inside a CUDA-graph capture cannot work, and one inside a timed loop is a stall).
 
 What to build is chosen by input dtype and **shape class** (:data:`CLASSES`): the kernel families
-the dispatcher (dispatch/route.py) reaches for a kind of call. Building needs nvcc, not a GPU; builds
+the dispatcher (dispatch/route.py) reaches for a kind of call. Building needs nvcc or NVRTC, not a GPU; builds
 land in the kernel cache (``GEMM_LADDER_CACHE``), so a cache built on one machine serves another
 with the same nvcc. On a machine with a GPU, :func:`precompile` also loads every build on the device
 (and asks its occupancy once), so that a CUDA-graph capture needs neither a build nor a module load
@@ -167,15 +167,15 @@ def precompile(dtypes: tuple[str, ...] = ("bf16", "fp16"), *, classes=tuple(CLAS
 
     Returns {label: outcome}: 'built', 'built, loaded on cuda:N', 'not a variant: <rule>' for an order
     a kernel refuses to plan (e.g. an MN-major activation below 64 rows), or 'failed: <error>'. Raises
-    CompilerNotFoundError without nvcc, ValueError for an unknown class or dtype.
+    CompilerNotFoundError without a compiler (nvcc or NVRTC), ValueError for an unknown class or dtype.
     """
     import torch
 
-    from gemm_ladder.runtime.compiler import CompilerNotFoundError, nvcc_path
+    from gemm_ladder.runtime.compiler import CompilerNotFoundError, compiler_choice
 
     dtypes = normalize_dtypes(dtypes)
-    builds = library_builds(dtypes, classes)  # bad input refused before looking for nvcc
-    nvcc_path()  # no nvcc: one clear error, not one per build
+    builds = library_builds(dtypes, classes)  # bad input refused before looking for a compiler
+    compiler_choice()  # no compiler (nvcc or NVRTC): one clear error, not one per build
     if levels:
         from gemm_ladder.levels import LEVELS
 

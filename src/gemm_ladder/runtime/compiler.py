@@ -207,6 +207,31 @@ def cache_key(source: str, flags: list[str], compiler_version: str, headers_dige
     return h.hexdigest()[:32]
 
 
+def key_flags(flags: list[str]) -> list[str]:
+    """``flags`` as the cache key sees them: the package's own kernel directory written as ``$KERNELS``,
+    so that a build made in one checkout or install serves another (the kernels ahead of time, aot.py)."""
+    root = str(KERNEL_ROOT)
+    return [f.replace(root, "$KERNELS") for f in flags]
+
+
+def _shipped_entry(source: str, flags: list[str], kernel_name: str) -> CompiledKernel | None:
+    """The build of ``source`` among the kernels the package carries, built ahead of time (runtime/aot.py),
+    or None: when none was shipped, when ``GEMM_LADDER_AOT=0``, or when GEMM_LADDER_COMPILER or
+    GEMM_LADDER_NVCC asks for a compiler (its builds are then the ones wanted)."""
+    if os.environ.get("GEMM_LADDER_COMPILER", "auto").strip().lower() not in ("", "auto") or os.environ.get("GEMM_LADDER_NVCC"):
+        return None
+    from gemm_ladder.runtime import aot
+
+    shipped = aot.shipped()
+    if shipped is None:
+        return None
+    key = cache_key(source, key_flags(flags), shipped.identity, _headers_digest())
+    directory = shipped.directory / key
+    if not (directory / "kernel.cubin").exists():
+        return None
+    return CompiledKernel(key=key, directory=directory, kernel_name=kernel_name, flags=tuple(flags))
+
+
 def build_flags(arch: str, defines: dict[str, int | str] | None = None, extra: list[str] | None = None) -> list[str]:
     """The nvcc flags for one kernel: arch, optimisation, includes and ``-D`` defines in sorted order."""
     if arch not in ARCH_FLAGS:
@@ -248,8 +273,11 @@ def compile_kernel(
         CaptureBuildError: the build is not cached and a CUDA graph is being captured (runtime.capture).
     """
     flags = build_flags(arch, defines, extra_flags)
+    shipped = _shipped_entry(source, flags, kernel_name)
+    if shipped is not None:
+        return shipped
     compiler = compiler_choice()
-    key = cache_key(source, flags, compiler_identity(compiler), _headers_digest())
+    key = cache_key(source, key_flags(flags), compiler_identity(compiler), _headers_digest())
     final = cache_root() / key
     entry = CompiledKernel(key=key, directory=final, kernel_name=kernel_name, flags=tuple(flags))
     if not (final / "kernel.cubin").exists():

@@ -114,7 +114,8 @@ def identity() -> str:
 
 def options_from_nvcc_flags(flags: list[str]) -> list[str]:
     """NVRTC's options for the nvcc ``flags`` of :func:`gemm_ladder.runtime.compiler.build_flags` (plus
-    ``-maxrregcount=N`` and ``-Xptxas X``), the NVRTC-only include directories first.
+    ``-maxrregcount=N`` and ``-Xptxas X``), the stand-in headers' directory first. The CUDA headers'
+    directory (:func:`header_dir`) is not among them: :func:`compile_program` appends it.
 
     ``-O3`` is dropped: it sets nvcc's host optimisation, and NVRTC optimises device code at -O3 by
     default, as nvcc does. Raises ValueError naming a flag that has no NVRTC spelling here.
@@ -134,7 +135,7 @@ def options_from_nvcc_flags(flags: list[str]) -> list[str]:
             opts.append(flag)
         else:
             raise ValueError(f"nvcc flag {flag!r} has no NVRTC translation here (runtime/nvrtc.py)")
-    return opts + [f"-I{header_dir()}"]
+    return opts
 
 
 def compile_program(source: str, name: str, options: list[str], *, want_ptx: bool = False) -> tuple[bytes, str, str | None]:
@@ -146,6 +147,7 @@ def compile_program(source: str, name: str, options: list[str], *, want_ptx: boo
     """
     nvrtc = _nvrtc()
     version()  # a clear error when the library is missing
+    options = [*options, f"-I{header_dir()}"]
     prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "nvrtcCreateProgram")
     try:
         encoded = [o.encode() for o in options]
