@@ -180,9 +180,16 @@ def _targets():
     return {"level 9": LEVELS[9], "library general BN 256": general("k", "k", 256)}
 
 
+def _same_release() -> bool:
+    m = re.search(r"release (\d+)\.(\d+)", compiler.nvcc_version(compiler.nvcc_path()))
+    return m is not None and (int(m.group(1)), int(m.group(2))) == nvrtc.version()
+
+
 @needs_both
 @pytest.mark.parametrize("name", ["level 9", "library general BN 256"])
 def test_nvcc_and_nvrtc_give_the_same_resources_and_design_opcodes(name, tmp_path, monkeypatch):
+    if not _same_release():  # another release's ptxas makes other code (13.5: half level 9's HGMMA, docs/install.md)
+        pytest.skip(f"NVRTC {nvrtc.version()} is not nvcc's release: the comparison holds within one release")
     monkeypatch.delenv("GEMM_LADDER_NVCC", raising=False)
     target = _targets()[name]
     (p1, c1), (p2, c2) = (_built(target, c, tmp_path, monkeypatch) for c in ("nvcc", "nvrtc"))

@@ -77,9 +77,19 @@ def version() -> tuple[int, int]:
 def header_dir() -> Path:
     """The directory holding ``cuda_bf16.h`` and ``cuda_fp16.h`` (the nvidia-cuda-runtime wheel, a conda
     environment or a toolkit, as cuda.pathfinder finds it). Raises NvrtcUnavailableError without one."""
-    from cuda.pathfinder import find_nvidia_header_directory
+    found = None
+    try:
+        from cuda.pathfinder import find_nvidia_header_directory
 
-    found = find_nvidia_header_directory("cudart")
+        found = find_nvidia_header_directory("cudart")
+    except (ImportError, AttributeError):  # an older cuda-pathfinder: look in the wheels ourselves
+        try:
+            import nvidia  # type: ignore[import-not-found]
+
+            found = next((str(h.parent) for root in nvidia.__path__ for h in sorted(Path(root).glob("*/include/cuda_bf16.h"))),
+                         None)
+        except ImportError:
+            pass
     if found is None or not (Path(found) / "cuda_bf16.h").exists():
         raise NvrtcUnavailableError("the CUDA headers (cuda_bf16.h) were not found: pip install nvidia-cuda-runtime")
     return Path(found)
