@@ -26,7 +26,7 @@ def test_write_json_nulls_non_finite_numbers_and_round_trips(tmp_path):
 def test_run_meta_has_every_key():
     meta = results.run_meta("gemm-ladder climb")
     assert set(meta) == {"date", "git_commit", "git_dirty", "command", "host", "gpu", "versions"}
-    assert meta["command"] == "gemm-ladder climb" and set(meta["versions"]) == {"torch", "cuda", "nvcc", "python"}
+    assert meta["command"] == "gemm-ladder climb" and set(meta["versions"]) == {"torch", "cuda", "nvcc", "kernel_compiler", "python"}
 
 
 @pytest.mark.parametrize("content, says", [

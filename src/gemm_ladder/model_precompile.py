@@ -295,13 +295,13 @@ def precompile_model(model: torch.nn.Module, example_inputs=(), example_kwargs: 
 
     Returns :class:`~gemm_ladder.dispatch.precompile.Outcomes` ({label: outcome}; ``.summary()`` says
     'N builds ready, M compiled, K already cached'). Raises as :func:`record`, and
-    CompilerNotFoundError without nvcc.
+    CompilerNotFoundError without a compiler (nvcc or NVRTC).
     """
-    from gemm_ladder.runtime.compiler import nvcc_path
+    from gemm_ladder.runtime.compiler import compiler_choice
 
     calls = record(model, example_inputs, example_kwargs, backward=backward, mode=mode)
     builds = model_builds(calls, rows=rows)
-    nvcc_path()
+    compiler_choice()  # no compiler: one clear error, not one per build
     return run_builds(builds, workers=workers, device=device, load=load)
 
 

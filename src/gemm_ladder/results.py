@@ -65,6 +65,18 @@ def _nvcc_version() -> str | None:
         return None
 
 
+def _kernel_compiler() -> str | None:
+    """The compiler kernels are built with here (GEMM_LADDER_COMPILER, auto: nvcc, else NVRTC) and its
+    release, e.g. 'nvcc 13.0.88' or 'nvrtc 13.0 (nvidia-cuda-nvrtc 13.0.88) headers ...'; None without one."""
+    try:
+        from gemm_ladder.runtime.compiler import compiler_choice, compiler_identity
+
+        chosen = compiler_choice()
+        return f"nvcc {_nvcc_version()}" if chosen == "nvcc" else compiler_identity(chosen)
+    except Exception:  # noqa: BLE001 - a version string is a report, not a requirement
+        return None
+
+
 def run_meta(command: str) -> dict[str, Any]:
     """The ``meta`` object: date (UTC), git commit and dirtiness, command, host, GPU, versions.
 
@@ -89,7 +101,7 @@ def run_meta(command: str) -> dict[str, Any]:
         "host": socket.gethostname(),
         "gpu": gpu_facts(),
         "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "nvcc": _nvcc_version(),
-                     "python": platform.python_version()},
+                     "kernel_compiler": _kernel_compiler(), "python": platform.python_version()},
     }
 
 

@@ -3,7 +3,7 @@
     gemm-ladder compile --level 3 --dtype bf16          # registers, shared memory, spills, census
     gemm-ladder compile --level 3 --sass | less          # ... and the whole SASS
 
-Needs nvcc and cuobjdump, not a GPU. Exit status 1 when the build fails (no nvcc included) or the
+Needs nvcc or NVRTC, and cuobjdump, not a GPU. Exit status 1 when the build fails (no compiler included) or the
 resource gate fails, 2 on a usage error (a level or dtype that does not exist, an architecture the
 ladder is not built for).
 """

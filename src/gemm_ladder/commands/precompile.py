@@ -6,7 +6,7 @@
     GEMM_LADDER_CACHE=/srv/kcache gemm-ladder precompile --json builds.json
 
 Fills the kernel cache (``GEMM_LADDER_CACHE``) so that no call compiles: deployment and CUDA-graph
-capture need that (a capture that would need a build raises CaptureBuildError). Needs nvcc, not a
+capture need that (a capture that would need a build raises CaptureBuildError). Needs nvcc or NVRTC, not a
 GPU; on a GPU it also loads each build (``--no-load`` to skip). Shape classes
 (dispatch/precompile.py CLASSES): large, small_m, fp32_out, unaligned, or all. Epilogues
 (dispatch/precompile.py EPILOGUE_LEVELS): linear's built-in fused epilogues compiled into each class's

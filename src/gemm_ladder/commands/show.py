@@ -69,7 +69,7 @@ def _usage(message: str) -> int:
 
 
 def describe(level, dtype: str) -> str:
-    """The level's idea, files, ``-D`` constants and nvcc command for ``dtype``, as text."""
+    """The level's idea, files, ``-D`` constants, nvcc command and NVRTC options for ``dtype``, as text."""
     from gemm_ladder.runtime.compiler import build_flags, nvcc_command
 
     defines = level.build_defines(dtype)
@@ -84,6 +84,10 @@ def describe(level, dtype: str) -> str:
     lines += ["", f"nvcc command ({dtype}, sm_90a; {UNIT} is the translation unit below, written into a cache entry):",
               "  " + shlex.join(command), "", f"{UNIT}:"]
     lines += [f"  {line}" for line in level.translation_unit(dtype).splitlines()]
+    from gemm_ladder.runtime.nvrtc import options_from_nvcc_flags
+
+    lines += ["", "NVRTC options (the same build without a CUDA toolkit, runtime/nvrtc.py; then -I<the CUDA headers>):",
+              "  " + shlex.join(options_from_nvcc_flags(build_flags("sm_90a", defines)))]
     return "\n".join(lines)
 
 

@@ -2,7 +2,7 @@
 build inside a CUDA-graph capture cannot work, and one inside a timed loop is a stall).
 
 What to build is chosen by input dtype and **shape class** (:data:`CLASSES`): the kernel families
-the dispatcher (dispatch/route.py) reaches for a kind of call. Building needs nvcc, not a GPU; builds
+the dispatcher (dispatch/route.py) reaches for a kind of call. Building needs nvcc or NVRTC, not a GPU; builds
 land in the kernel cache (``GEMM_LADDER_CACHE``), so a cache built on one machine serves another
 with the same nvcc. On a machine with a GPU, :func:`precompile` also loads every build on the device
 (and asks its occupancy once), so that a CUDA-graph capture needs neither a build nor a module load
@@ -157,15 +157,15 @@ def precompile(dtypes: tuple[str, ...] = ("bf16", "fp16"), *, classes=tuple(CLAS
 
     Returns an :class:`Outcomes` ({label: outcome}, with ``.summary()``): 'built', 'built, loaded on
     cuda:N', 'not a variant: <rule>' for an order a kernel refuses to plan (e.g. an MN-major activation
-    below 64 rows), or 'failed: <error>'. Raises CompilerNotFoundError without nvcc, ValueError for an
-    unknown class, dtype or epilogue level.
+    below 64 rows), or 'failed: <error>'. Raises CompilerNotFoundError without a compiler (nvcc or
+    NVRTC), ValueError for an unknown class, dtype or epilogue level.
     """
-    from gemm_ladder.runtime.compiler import nvcc_path
+    from gemm_ladder.runtime.compiler import compiler_choice
 
     dtypes = normalize_dtypes(dtypes)
-    builds = library_builds(dtypes, classes)  # bad input refused before looking for nvcc
+    builds = library_builds(dtypes, classes)  # bad input refused before looking for a compiler
     builds += epilogue_builds(dtypes, classes, epilogues)
-    nvcc_path()  # no nvcc: one clear error, not one per build
+    compiler_choice()  # no compiler (nvcc or NVRTC): one clear error, not one per build
     if levels:
         from gemm_ladder.levels import LEVELS
 
@@ -214,10 +214,10 @@ def _cache_entries() -> set[str]:
 
 
 def run_builds(builds: list[Build], *, workers: int | None = None, device=None, load: bool | None = None) -> Outcomes:
-    """Run ``builds`` on a pool of ``workers`` threads (default: the CPU count; each build is one nvcc
+    """Run ``builds`` on a pool of ``workers`` threads (default: the CPU count; each nvcc build is a
     process, so threads build in parallel), then load each on ``device`` when ``load`` (default: when
     torch sees a GPU). Labels must be distinct (later duplicates are dropped). Returns
-    :class:`Outcomes`; raises CompilerNotFoundError without nvcc."""
+    :class:`Outcomes`; raises CompilerNotFoundError without a compiler."""
     import torch
 
     from gemm_ladder.runtime.compiler import CompilerNotFoundError

@@ -1,8 +1,13 @@
-"""Compile CUDA C++ kernel sources to sm_90a cubins with nvcc, cached on disk.
+"""Compile CUDA C++ kernel sources to sm_90a cubins with nvcc or NVRTC, cached on disk.
+
+Two compilers build the same source from the same flags (:func:`build_flags`, in nvcc's spelling):
+a CUDA toolkit's ``nvcc``, or NVRTC from the ``nvidia-cuda-nvrtc`` wheel (runtime/nvrtc.py), which
+needs no toolkit and no host compiler. ``GEMM_LADDER_COMPILER`` picks one; by default (``auto``) nvcc
+where one is found, else NVRTC (docs/install.md says why, with the measurements).
 
 The cache key hashes the generated source, every header under the package's kernel tree (a superset
-of what the source includes, so an edited header always rebuilds), the nvcc flags and ``nvcc
---version``. An entry is a directory built under a temporary name and renamed into place, so a
+of what the source includes, so an edited header always rebuilds), the flags and the compiler's
+identity (``nvcc --version``, or NVRTC's release, wheel version and CUDA headers). An entry is a directory built under a temporary name and renamed into place, so a
 reader never sees half a cubin and two processes compiling the same kernel both end with one whole
 entry.
 
@@ -10,7 +15,8 @@ Environment:
     GEMM_LADDER_CACHE: cache root (default ``~/.cache/gemm_ladder``).
     GEMM_LADDER_JIT_DEBUG=1: print each compile command and keep ``kernel.ptx`` and ``kernel.sass``
         next to the cubin.
-    GEMM_LADDER_NVCC: the nvcc to use (default: on PATH, then ``$CUDA_HOME/bin``).
+    GEMM_LADDER_COMPILER: ``auto`` (default), ``nvcc`` or ``nvrtc``.
+    GEMM_LADDER_NVCC: the nvcc to use (default: on PATH, then ``$CUDA_HOME/bin``); setting it asks for nvcc.
 """
 
 from __future__ import annotations
@@ -43,12 +49,16 @@ ARCH_FLAGS = {real: [f"-gencode=arch={virtual},code={real}"] for real, virtual i
 BASE_FLAGS = ["-O3", "-std=c++17", "--use_fast_math", "-Xptxas", "-v", "-lineinfo"]
 
 
+#: The compilers GEMM_LADDER_COMPILER may name ("auto" picks one of them).
+COMPILERS = ("nvcc", "nvrtc")
+
+
 class CompilerNotFoundError(RuntimeError):
-    """No nvcc (or cuobjdump) could be found."""
+    """No compiler (nvcc or NVRTC), or no cuobjdump, could be found."""
 
 
 class CompileError(RuntimeError):
-    """nvcc rejected a kernel; ``log`` holds the compiler's own message."""
+    """The compiler (nvcc or NVRTC) rejected a kernel; ``log`` holds its own message."""
 
     def __init__(self, message: str, log: str):
         super().__init__(f"{message}\n{log}")
@@ -119,6 +129,50 @@ def nvcc_path() -> str:
     return _find_tool("nvcc", "GEMM_LADDER_NVCC")
 
 
+def compiler_choice() -> str:
+    """The compiler kernels are built with: 'nvcc' or 'nvrtc'.
+
+    ``GEMM_LADDER_COMPILER=nvcc|nvrtc`` asks for one; ``auto`` (the default) takes nvcc where one is
+    found (GEMM_LADDER_NVCC, PATH, ``$CUDA_HOME/bin``, /usr/local/cuda/bin), else NVRTC. Raises
+    ValueError for another value, CompilerNotFoundError when the one asked for (or, under auto, either)
+    cannot be found.
+    """
+    asked = os.environ.get("GEMM_LADDER_COMPILER", "auto").strip().lower() or "auto"
+    if asked not in (*COMPILERS, "auto"):
+        raise ValueError(f"GEMM_LADDER_COMPILER={asked!r}: use nvcc, nvrtc or auto")
+    if asked == "nvcc" or (asked == "auto" and os.environ.get("GEMM_LADDER_NVCC")):
+        nvcc_path()
+        return "nvcc"
+    if asked == "auto":
+        try:
+            nvcc_path()
+            return "nvcc"
+        except CompilerNotFoundError:
+            pass
+    from gemm_ladder.runtime import nvrtc
+
+    try:
+        nvrtc.version()
+        nvrtc.header_dir()
+    except nvrtc.NvrtcUnavailableError as exc:
+        hint = "" if asked == "nvrtc" else "no nvcc (CUDA toolkit) on PATH or in $CUDA_HOME, and "
+        raise CompilerNotFoundError(f"no kernel compiler: {hint}{exc}") from None
+    return "nvrtc"
+
+
+def compiler_identity(compiler: str) -> str:
+    """The text that names ``compiler``'s build in the cache key: ``nvcc --version``, or NVRTC's
+    release, wheel version and CUDA headers (runtime/nvrtc.py identity)."""
+    if compiler == "nvcc":
+        return nvcc_version(nvcc_path())
+    from gemm_ladder.runtime import nvrtc
+
+    try:
+        return nvrtc.identity()
+    except nvrtc.NvrtcUnavailableError as exc:
+        raise CompilerNotFoundError(str(exc)) from None
+
+
 def cuobjdump_path() -> str:
     return _find_tool("cuobjdump")
 
@@ -151,6 +205,31 @@ def cache_key(source: str, flags: list[str], compiler_version: str, headers_dige
         h.update(part.encode())
         h.update(b"\0\0")
     return h.hexdigest()[:32]
+
+
+def key_flags(flags: list[str]) -> list[str]:
+    """``flags`` as the cache key sees them: the package's own kernel directory written as ``$KERNELS``,
+    so that a build made in one checkout or install serves another (the kernels ahead of time, aot.py)."""
+    root = str(KERNEL_ROOT)
+    return [f.replace(root, "$KERNELS") for f in flags]
+
+
+def _shipped_entry(source: str, flags: list[str], kernel_name: str) -> CompiledKernel | None:
+    """The build of ``source`` among the kernels the package carries, built ahead of time (runtime/aot.py),
+    or None: when none was shipped, when ``GEMM_LADDER_AOT=0``, or when GEMM_LADDER_COMPILER or
+    GEMM_LADDER_NVCC asks for a compiler (its builds are then the ones wanted)."""
+    if os.environ.get("GEMM_LADDER_COMPILER", "auto").strip().lower() not in ("", "auto") or os.environ.get("GEMM_LADDER_NVCC"):
+        return None
+    from gemm_ladder.runtime import aot
+
+    shipped = aot.shipped()
+    if shipped is None:
+        return None
+    key = cache_key(source, key_flags(flags), shipped.identity, _headers_digest())
+    directory = shipped.directory / key
+    if not (directory / "kernel.cubin").exists():
+        return None
+    return CompiledKernel(key=key, directory=directory, kernel_name=kernel_name, flags=tuple(flags))
 
 
 def build_flags(arch: str, defines: dict[str, int | str] | None = None, extra: list[str] | None = None) -> list[str]:
@@ -188,35 +267,45 @@ def compile_kernel(
     an entry built earlier without them).
 
     Raises:
-        ValueError: an architecture not in ARCH_FLAGS.
-        CompilerNotFoundError: no nvcc (or, with JIT debug, no cuobjdump).
-        CompileError: nvcc failed; carries nvcc's stderr.
+        ValueError: an architecture not in ARCH_FLAGS, a bad GEMM_LADDER_COMPILER.
+        CompilerNotFoundError: no compiler (or, with JIT debug, no cuobjdump).
+        CompileError: the compiler failed; carries its message (nvcc's stderr, NVRTC's log).
         CaptureBuildError: the build is not cached and a CUDA graph is being captured (runtime.capture).
     """
     flags = build_flags(arch, defines, extra_flags)
-    nvcc = nvcc_path()
-    key = cache_key(source, flags, nvcc_version(nvcc), _headers_digest())
+    shipped = _shipped_entry(source, flags, kernel_name)
+    if shipped is not None:
+        return shipped
+    compiler = compiler_choice()
+    key = cache_key(source, key_flags(flags), compiler_identity(compiler), _headers_digest())
     final = cache_root() / key
     entry = CompiledKernel(key=key, directory=final, kernel_name=kernel_name, flags=tuple(flags))
     if not (final / "kernel.cubin").exists():
         from gemm_ladder.runtime.capture import refuse_during_capture
 
         refuse_during_capture(f"building kernel {kernel_name} (not in the kernel cache {cache_root()})")
-        _build_entry(nvcc, source, kernel_name, flags, final)
+        _build_entry(compiler, source, kernel_name, flags, final)
     if debug_enabled() and not (final / "kernel.sass").exists():
-        _keep_ptx_and_sass(nvcc, arch, flags, final)
+        _keep_ptx_and_sass(compiler, arch, flags, final)
     return entry
 
 
-def _build_entry(nvcc: str, source: str, kernel_name: str, flags: list[str], final: Path) -> None:
+def _build_entry(compiler: str, source: str, kernel_name: str, flags: list[str], final: Path) -> None:
     """Compile into a temporary directory beside ``final``, then rename it into place."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
         (tmp / "kernel.cu").write_text(source)
-        cmd = nvcc_command(nvcc, flags, tmp / "kernel.cu", tmp / "kernel.cubin")
-        _run_nvcc(cmd, f"nvcc failed for {kernel_name}", tmp / "ptxas.log")
-        (tmp / "meta.json").write_text(json.dumps({"kernel": kernel_name, "flags": flags, "nvcc": nvcc_version(nvcc)}))
+        if compiler == "nvcc":
+            nvcc = nvcc_path()
+            cmd = nvcc_command(nvcc, flags, tmp / "kernel.cu", tmp / "kernel.cubin")
+            _run_nvcc(cmd, f"nvcc failed for {kernel_name}", tmp / "ptxas.log")
+        else:
+            cubin, log, _ = _run_nvrtc(source, flags, f"NVRTC failed for {kernel_name}")
+            (tmp / "kernel.cubin").write_bytes(cubin)
+            (tmp / "ptxas.log").write_text(log)
+        (tmp / "meta.json").write_text(json.dumps({"kernel": kernel_name, "flags": flags, "compiler": compiler,
+                                                   compiler: compiler_identity(compiler)}))
         try:
             os.rename(tmp, final)
         except OSError:
@@ -238,17 +327,40 @@ def _run_nvcc(cmd: list[str], failure: str, log: Path) -> None:
     log.write_text(proc.stderr + proc.stdout)
 
 
-def _keep_ptx_and_sass(nvcc: str, arch: str, flags: list[str], entry: Path) -> None:
-    """Add ``kernel.ptx`` (nvcc -ptx for ``arch``'s virtual architecture) and ``kernel.sass`` to ``entry``.
+def _run_nvrtc(source: str, flags: list[str], failure: str, *, want_ptx: bool = False):
+    """Compile with NVRTC (the options printed under JIT debug): (cubin, log, ptx); CompileError on failure."""
+    from gemm_ladder.runtime import nvrtc
+
+    try:
+        options = nvrtc.options_from_nvcc_flags(flags)
+    except nvrtc.NvrtcUnavailableError as exc:
+        raise CompilerNotFoundError(str(exc)) from None
+    if debug_enabled():
+        print("[gemm-ladder] nvrtc " + " ".join(options), file=sys.stderr)
+    try:
+        return nvrtc.compile_program(source, "kernel.cu", options, want_ptx=want_ptx)
+    except nvrtc.NvrtcCompileError as exc:
+        raise CompileError(failure, exc.log) from None
+    except nvrtc.NvrtcUnavailableError as exc:
+        raise CompilerNotFoundError(str(exc)) from None
+
+
+def _keep_ptx_and_sass(compiler: str, arch: str, flags: list[str], entry: Path) -> None:
+    """Add ``kernel.ptx`` (nvcc -ptx for ``arch``'s virtual architecture, or NVRTC's PTX of the build)
+    and ``kernel.sass`` to ``entry``.
 
     Both are made in a temporary directory and moved in, the SASS last: its presence means both are whole.
     """
     tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.debug.", dir=entry.parent))
     try:
-        ptx_flags = [f for f in flags if f not in ARCH_FLAGS[arch]]
-        cmd = [nvcc, *ptx_flags, f"-arch={VIRTUAL_ARCH[arch]}", "-ptx", "-o", str(tmp / "kernel.ptx"),
-               str(entry / "kernel.cu")]
-        _run_nvcc(cmd, "nvcc -ptx failed", tmp / "ptx.log")
+        if compiler == "nvcc":
+            ptx_flags = [f for f in flags if f not in ARCH_FLAGS[arch]]
+            cmd = [nvcc_path(), *ptx_flags, f"-arch={VIRTUAL_ARCH[arch]}", "-ptx", "-o", str(tmp / "kernel.ptx"),
+                   str(entry / "kernel.cu")]
+            _run_nvcc(cmd, "nvcc -ptx failed", tmp / "ptx.log")
+        else:
+            _, _, ptx = _run_nvrtc((entry / "kernel.cu").read_text(), flags, "NVRTC failed", want_ptx=True)
+            (tmp / "kernel.ptx").write_text(ptx or "")
         (tmp / "kernel.sass").write_text(disassemble(entry / "kernel.cubin"))
         os.replace(tmp / "kernel.ptx", entry / "kernel.ptx")
         os.replace(tmp / "kernel.sass", entry / "kernel.sass")
