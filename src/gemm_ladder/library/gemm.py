@@ -350,8 +350,6 @@ class LibraryGemm(TmaLevel):
         if self.c_from_registers:
             roles += [("ptr", "C"), ("value",)]
         roles += [("value",)] * 5 + [("partials",), ("counters",)]
-        if self.sk_spread and not self.c_from_registers:
-            roles += [("ptr", "C"), ("value",)]
         if epilogue:
             roles.append(("epilogue",))
         return roles
