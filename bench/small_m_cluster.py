@@ -35,7 +35,7 @@ from gemm_ladder.gates.correctness import absolute_cap, error_bound, random_oper
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.library.operand import operand_view
 from gemm_ladder.library.small_m import small_m_kernel
-from suite import add_output_argument, save
+from suite import add_output_argument, require_gpu, save
 
 M_VALUES = (16, 64, 128, 256)
 NK = ((4096, 4096), (4096, 14336))
@@ -66,9 +66,7 @@ def main() -> int:
     p.add_argument("--budget", type=float, default=0.1, help="seconds of timed calls per callable and pass")
     add_output_argument(p)
     args = p.parse_args()
-    if not torch.cuda.is_available():
-        print("small_m_cluster: needs a CUDA GPU (sm_90a)", file=sys.stderr)
-        return 2
+    require_gpu(__file__)
     from gemm_ladder.dispatch.small_m_tiles import one_tile_bn, two_tile_bn
 
     device, dtype = torch.device("cuda"), args.dtype

@@ -38,7 +38,7 @@ from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.library.gemm import library_gemm
 from gemm_ladder.library.operand import operand_view
-from suite import add_output_argument, save
+from suite import add_output_argument, require_gpu, save
 
 SHAPES = [(4096, 4096, 4096), (4096, 4095, 4096), (2048, 2048, 4096)]
 MM_SHAPE = (4097, 4095, 4093)
@@ -130,9 +130,7 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=0.15, help="seconds of timed calls per entry and shape")
     add_output_argument(parser)
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("staged_store: needs a CUDA GPU", file=sys.stderr)
-        return 2
+    require_gpu(__file__)
     kernels = builds()
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:  # nvcc in parallel, before any timing
         jobs = list(kernels.values()) + [K.general_from_registers("k", "k", bn) for bn in BNS]

@@ -10,10 +10,9 @@ two tail shapes, each checked against float64. Prints one line per spread launch
 """
 import sys, os
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from suite import require_gpu
+require_gpu(__file__)
 import torch
-if not torch.cuda.is_available():
-    print("sanitize_staged_spread: needs a CUDA GPU (sm_90a)", file=sys.stderr)
-    sys.exit(2)
 import library as L
 from gemm_ladder.dispatch import kernels as K
 K.STAGED_STORE = True
