@@ -240,6 +240,8 @@ def _verdict_html(v: model.Verdict) -> str:
            f'<p class="headline">{_e(v.headline)}</p><ul class="gates">']
     out += [f'<li class="gate {STATE_CLASS.get(g.state, "unknown")}">{_e(g.text)}</li>' for g in v.gates]
     out.append("</ul>")
+    if v.note:
+        out.append(f'<p class="note">{_e(v.note)}</p>')
     if v.failures:
         shown, rest = v.failures[:FAILURES_SHOWN], v.failures[FAILURES_SHOWN:]
         out.append(f"<p><b>{len(v.failures)} failure(s):</b></p><ul>" + "".join(f"<li>{_e(f)}</li>" for f in shown) + "</ul>")
@@ -348,7 +350,7 @@ def render_markdown(report: Report, stem: str = "report") -> str:
     out = [f"# {report.title}", "", report.subtitle, ""]
     if report.synthetic:
         out += [f"> **{SYNTHETIC_TEXT}**", ""]
-    out += [f"**{v.headline}**", ""] + [f"- {g.text}" for g in v.gates] + [""]
+    out += [f"**{v.headline}**", ""] + [f"- {g.text}" for g in v.gates] + [""] + ([f"_{v.note}_", ""] if v.note else [])
     if v.failures:
         out += [f"{len(v.failures)} failure(s):", ""] + [f"- {f}" for f in v.failures] + [""]
     if not any(ladder.table.rows for ladder in report.ladders):
