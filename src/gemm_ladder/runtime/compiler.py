@@ -25,6 +25,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from gemm_ladder.errors import CompileError, CompilerNotFoundError  # noqa: F401 - the public classes (re-exported here)
 
 #: Root of the kernel sources shipped in the package (levels and PTX headers).
 KERNEL_ROOT = Path(__file__).resolve().parent.parent / "kernels"
@@ -41,18 +42,6 @@ VIRTUAL_ARCH = {"sm_90a": "compute_90a", "sm_100a": "compute_100a"}
 #: (``nvcc -arch=sm_90a -c --dryrun`` lists it).
 ARCH_FLAGS = {real: [f"-gencode=arch={virtual},code={real}"] for real, virtual in VIRTUAL_ARCH.items()}
 BASE_FLAGS = ["-O3", "-std=c++17", "--use_fast_math", "-Xptxas", "-v", "-lineinfo"]
-
-
-class CompilerNotFoundError(RuntimeError):
-    """No nvcc (or cuobjdump) could be found."""
-
-
-class CompileError(RuntimeError):
-    """nvcc rejected a kernel; ``log`` holds the compiler's own message."""
-
-    def __init__(self, message: str, log: str):
-        super().__init__(f"{message}\n{log}")
-        self.log = log
 
 
 @dataclass(frozen=True)
