@@ -57,11 +57,24 @@ def run(args: argparse.Namespace) -> int:
     except CompilerNotFoundError as exc:
         print(f"gemm-ladder precompile: {exc}", file=sys.stderr)
         return 1
-    failed = {k: v for k, v in outcomes.items() if v.startswith("failed")}
     for label, outcome in outcomes.items():
         print(f"{label}: {outcome}")
-    print(f"{len(outcomes) - len(failed)} of {len(outcomes)} builds ready in {cache_root()}"
-          + (f"; {len(failed)} failed" if failed else ""))
+    print(summary(outcomes, str(cache_root())))
+    failed = [v for v in outcomes.values() if v.startswith("failed")]
     if args.json is not None:
         args.json.write_text(json.dumps(outcomes, indent=1))
     return 1 if failed else 0
+
+
+def summary(outcomes: dict[str, str], where: str) -> str:
+    """The closing line: builds ready (built, or loaded too) out of the builds there are, then the
+    entries that are no build (a variant the kernel does not plan) and the failures, each counted."""
+    ready = sum(v.startswith("built") for v in outcomes.values())
+    skipped = sum(v.startswith("not a variant") for v in outcomes.values())
+    failed = sum(v.startswith("failed") for v in outcomes.values())
+    line = f"{ready} of {ready + failed} builds ready in {where}"
+    if failed:
+        line += f"; {failed} failed"
+    if skipped:
+        line += f"; {skipped} of the {len(outcomes)} entries are not a variant the kernels plan (nothing to build)"
+    return line
