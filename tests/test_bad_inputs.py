@@ -196,6 +196,15 @@ def test_help_documents_the_exit_statuses(capsys):
         assert info.value.code == 0
         text = capsys.readouterr().out
         assert "exit status:" in text and "2  usage error or bad input" in text
+        assert "3  incomplete: nothing failed, but a gate that applies did not run" in text
+
+
+def test_version(capsys):
+    import gemm_ladder
+
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out == f"gemm-ladder {gemm_ladder.__version__}\n"
 
 
 def test_building_the_parser_imports_no_torch(tmp_path):
