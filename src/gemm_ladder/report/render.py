@@ -131,7 +131,7 @@ li.gate.not-run, li.gate.unknown { color: var(--warn); }
 .scroll { overflow-x: auto; }
 table { border-collapse: collapse; font-size: 12.5px; }
 th, td { border: 1px solid var(--line); padding: 2px 7px; text-align: left; white-space: nowrap; vertical-align: top; }
-th { background: #f4f4f6; }
+th { background: #f4f4f6; white-space: normal; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.note { white-space: normal; min-width: 0; max-width: 36em; color: #444; }
 tr.cublas td { background: var(--cublas-bg); }
@@ -173,7 +173,9 @@ def html_table(table: Table, box: str = "") -> str:
     note_cols = {i for i, h in enumerate(table.headers) if h in ("note", "messages", "failures")}
     attr = f' data-box="{_e(box)}"' if box else ""
     out = [f'<div class="scroll"{attr}><table>', "<thead><tr>"]
-    out += [f"<th>{_e(h)}</th>" for h in table.headers]
+    # Headers may wrap (after a '×' of a shape, or between words): at 1280 px the ladder's seven shape
+    # columns and its geomean column then fit, where one-line headers made the table scroll sideways.
+    out += [f"<th>{_e(h).replace('×', '×<wbr>')}</th>" for h in table.headers]
     out.append("</tr></thead><tbody>")
     for row in table.rows:
         out.append(f'<tr class="{" ".join(sorted(row.marks))}">' if row.marks else "<tr>")
