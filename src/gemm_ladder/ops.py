@@ -357,8 +357,8 @@ def linear(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, beta=1
             and type(alpha) is float and type(beta) is float and (activation is None or type(activation) is str)
             and (bias is None or isinstance(bias, _Tensor)) and (residual is None or isinstance(residual, _Tensor))
             and (out_dtype is None or type(out_dtype) is _dtype)):
-        _refuse("linear" if out is None else "linear_out", check_linear, x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
-                out_dtype=out_dtype)
+        _refuse("linear" if out is None else "linear_out", check_linear, x, w, bias, activation=activation,
+                residual=residual, alpha=alpha, beta=beta, out_dtype=out_dtype)
     if out is None:
         return _LINEAR(x, w, bias, residual, activation=activation, alpha=alpha, beta=beta, out_dtype=out_dtype)
     _refuse_grad_for_out(x, w, bias, residual)
