@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from rich.console import Console
 from rich.table import Table
-from suite import add_output_argument, save
+from suite import add_output_argument, require_gpu, save
 
 import gemm_ladder
 from gemm_ladder.contract import DTYPES, reference
@@ -147,9 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     if passes < 1:
         print(f"bench/epilogues.py: --passes {passes}: at least 1", file=sys.stderr)
         return 2
-    if not torch.cuda.is_available():
-        print("bench/epilogues.py needs a CUDA GPU", file=sys.stderr)
-        return 2
+    require_gpu(__file__)
     shapes = HEADLINE[:2] if args.quick else list(dict.fromkeys(HEADLINE + [tuple(s) for s in SHAPE_SETS["llm"]]))
     torch.set_grad_enabled(False)
     compiled = {name: torch.compile(f, dynamic=True) for name, f in eager_fns().items()}

@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from suite import add_output_argument, save
+from suite import add_output_argument, require_gpu, save
 
 from gemm_ladder.contract import cublas
 from gemm_ladder.gates.performance import time_fns
@@ -36,6 +36,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     add_output_argument(p)
     args = p.parse_args()
+    require_gpu(__file__)
     rows, fits = [], []
     for mn in (4096, 8192):
         times = {"cuBLAS": [], "L9": []}

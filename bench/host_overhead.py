@@ -35,7 +35,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from suite import add_output_argument, save
+from suite import add_output_argument, require_gpu, save
 
 from gemm_ladder.shapes import parse_shape
 
@@ -201,6 +201,7 @@ def main() -> int:
     if args.fake_gpu:
         save(fake_gpu(args), "host_overhead_fake_gpu", args.output)
         return 0
+    require_gpu(__file__)
     rows, profiles, verdicts = [], {}, {}
     for spec in args.shapes.split(","):
         m, n, k = parse_shape(spec)

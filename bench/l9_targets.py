@@ -22,7 +22,7 @@ import sys
 
 from rich.console import Console
 from rich.table import Table
-from suite import add_output_argument, save
+from suite import add_output_argument, require_gpu, save
 from variants import check_targets
 
 from gemm_ladder.contract import DTYPES, cublas
@@ -40,6 +40,7 @@ def main() -> int:
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     add_output_argument(p)
     args = p.parse_args()
+    require_gpu(__file__)
     l9 = LEVELS[9]
     shapes = [("square", (4096, 4096, 4096)), ("square", (8192, 8192, 8192))]
     shapes += [("llm", s) for s in SHAPE_SETS["llm"]]

@@ -36,7 +36,7 @@ import sys
 import torch
 from rich.console import Console
 from rich.table import Table
-from suite import add_output_argument, save
+from suite import add_output_argument, require_gpu, save
 from variants import with_edit
 
 from gemm_ladder.gates.correctness import random_operands
@@ -215,6 +215,7 @@ def main() -> int:
     p.add_argument("--flush", default="write,read,none", help="comma list of: write, read, none (see trace())")
     add_output_argument(p)
     args = p.parse_args()
+    require_gpu(__file__)
     level = with_edit(LEVELS[9], "l9_traced", traced_edit, stream_k_min_idle=2.0)
     results = [trace(level, *(int(x) for x in s.split(",")), flush=f)
                for s in args.shapes.split(";") for f in args.flush.split(",")]

@@ -25,7 +25,7 @@ import argparse
 import json
 import sys
 
-from suite import add_output_argument, save
+from suite import add_output_argument, require_gpu, save
 from variants import check_targets, function_source, no_multicast_edit, rename_calls, with_defines, with_edit
 
 from gemm_ladder.contract import cublas
@@ -57,6 +57,7 @@ def main() -> int:
                         "bounds: level 9 without its epilogue")
     add_output_argument(p)
     args = p.parse_args()
+    require_gpu(__file__)
     targets = {
         "cuBLAS": cublas,
         "L5": LEVELS[5], "L5 S=2": LEVELS[5].variant(stages=2),

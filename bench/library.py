@@ -63,7 +63,7 @@ from gemm_ladder.contract import DTYPES, reference
 from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import measure_dram_bandwidth, time_fns
 from gemm_ladder.shapes import SHAPE_SETS, gemm_min_bytes
-from suite import RESULTS, add_output_argument, result_name, save
+from suite import RESULTS, add_output_argument, require_gpu, result_name, save
 from suite import meta as suite_meta
 
 CLASSES = ("square", "llm", "layouts", "unaligned", "small_m", "mid")
@@ -514,9 +514,7 @@ def main() -> int:
         except ValueError as exc:
             print(f"library.py: {exc}", file=sys.stderr)
             return 2
-    if not torch.cuda.is_available():
-        print("library.py: needs a CUDA GPU (sm_90a); nothing timed", file=sys.stderr)
-        return 2
+    require_gpu(__file__)
     if args.sanitize:
         return sanitize()
     if args.forced:

@@ -26,7 +26,7 @@ import sys
 import torch
 from rich.console import Console
 from rich.table import Table
-from suite import add_output_argument, save
+from suite import add_output_argument, require_gpu, save
 from variants import check_targets
 
 from gemm_ladder.contract import DTYPES
@@ -82,6 +82,7 @@ def main() -> int:
     p.add_argument("--split", default="tail", choices=SPLITS)
     add_output_argument(p)
     args = p.parse_args()
+    require_gpu(__file__)
     layouts = [f"{x}/{y}" for x in MAJORS for y in MAJORS]
     rows, verdicts = [], {}
     for size in (int(s) for s in args.sizes.split(",")):

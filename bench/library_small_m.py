@@ -65,7 +65,7 @@ from gemm_ladder.gates.performance import measure_dram_bandwidth, time_fns
 from gemm_ladder.library.operand import operand_view
 from gemm_ladder.library.small_m import BUCKETS, SmallMGemm, small_m_gemm, small_m_kernel
 from gemm_ladder.shapes import gemm_min_bytes
-from suite import RESULTS, add_output_argument, meta, result_name, save
+from suite import RESULTS, add_output_argument, meta, require_gpu, result_name, save
 
 M_VALUES = (1, 16, 64, 128, 256)
 NK = ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192))
@@ -226,9 +226,7 @@ def main() -> int:
                         "or by reads (L2 left clean); see gates.performance.time_fn")
     add_output_argument(p)
     args = p.parse_args()
-    if not torch.cuda.is_available():
-        print("library_small_m: needs a CUDA GPU (sm_90a)", file=sys.stderr)
-        return 2
+    require_gpu(__file__)
     if args.sanitize:
         return 1 if sanitize(args.dtype) else 0
     if args.tune:

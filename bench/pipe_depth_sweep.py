@@ -17,7 +17,7 @@ import argparse
 import json
 import sys
 
-from suite import add_output_argument, save
+from suite import add_output_argument, require_gpu, save
 from variants import check_targets
 
 from gemm_ladder.contract import cublas
@@ -39,6 +39,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=4)
     add_output_argument(p)
     args = p.parse_args()
+    require_gpu(__file__)
     base = LEVELS[args.level]
     depths, refused = {}, []
     for stages in range(2, MAX_STAGES + 1):

@@ -20,6 +20,7 @@ import sys
 
 import torch
 
+from suite import require_gpu
 from gemm_ladder.contract import cublas
 from gemm_ladder.levels import LEVELS
 
@@ -31,6 +32,7 @@ def main() -> int:
     p.add_argument("--split", action="store_true", help="also level 9 with its tail whole, then split")
     p.add_argument("--sol", action="store_true", help="also the math-alone kernel (bench/tensor_pipe_sol.py), last")
     args = p.parse_args()
+    require_gpu(__file__)
     m, n, k = (int(x) for x in args.shape.split(","))
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)

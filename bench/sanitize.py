@@ -16,6 +16,7 @@ import sys
 
 import torch
 
+from suite import require_gpu
 from gemm_ladder.contract import reference
 from gemm_ladder.gates.climb import parse_level_range
 from gemm_ladder.levels import LEVELS
@@ -43,6 +44,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--levels", default="1-9", help="as the climb takes them: 1-9, 4,9")
     args = p.parse_args()
+    require_gpu(__file__)
     bad = 0
     for n in parse_level_range(args.levels, sorted(LEVELS)):
         level = LEVELS[n]

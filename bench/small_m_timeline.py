@@ -76,7 +76,7 @@ from l9_timeline import read_global, spread, zero_global
 from library_small_m import check, ours
 from rich.console import Console
 from rich.table import Table
-from suite import add_output_argument, save
+from suite import add_output_argument, require_gpu, save
 
 from gemm_ladder import explain
 from gemm_ladder.contract import DTYPES, cublas
@@ -340,9 +340,7 @@ def main() -> int:
     p.add_argument("--trace-repeats", type=int, default=3)
     add_output_argument(p)
     args = p.parse_args()
-    if not torch.cuda.is_available():
-        print("small_m_timeline: needs a CUDA GPU (sm_90a)", file=sys.stderr)
-        return 2
+    require_gpu(__file__)
     cases = [tuple(int(v) for v in c.split(",")) for c in args.cases.split(";")]
     modes = args.trace_flush.split(",")
     device = torch.device("cuda")

@@ -25,7 +25,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from suite import add_output_argument, save
+from suite import add_output_argument, require_gpu, save
 
 from gemm_ladder.contract import cublas
 from gemm_ladder.gates.correctness import random_operands
@@ -64,6 +64,7 @@ def main() -> int:
     p.add_argument("--skip-timing", action="store_true")
     add_output_argument(p)
     args = p.parse_args()
+    require_gpu(__file__)
     l9 = LEVELS[9]
     whole = l9.variant(stream_k_min_idle=2.0)  # never splits: every unit computed whole
     split = l9.variant(stream_k_min_idle=0.0)  # splits every tail it may

@@ -21,10 +21,30 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import torch
+
 # Every maintained bench script gets run_meta and write_json through this module only.
 from gemm_ladder.results import run_meta, write_json
 
-RESULTS = Path(__file__).resolve().parent / "results"
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results"
+
+
+def require_gpu(script: str) -> None:
+    """Exit with status 2 and one line on stderr, before any work, when torch sees no CUDA GPU.
+
+    ``script``: the caller's ``__file__`` (named in the line as ``bench/...``). Every bench script
+    that launches a kernel calls this right after parsing its arguments (so ``--help`` still works
+    without a GPU); one-off experiments without arguments call it before their imports."""
+    if torch.cuda.is_available():
+        return
+    path = Path(script).resolve()
+    try:
+        name = path.relative_to(BENCH.parent).as_posix()
+    except ValueError:
+        name = path.name
+    print(f"{name}: needs a CUDA GPU (sm_90a); nothing run", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def add_output_argument(parser: argparse.ArgumentParser) -> None:

@@ -46,7 +46,7 @@ from gemm_ladder.contract import DTYPES
 from gemm_ladder.gates.correctness import error_bound
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.shapes import SHAPE_SETS
-from suite import add_output_argument, save
+from suite import add_output_argument, require_gpu, save
 
 MLP = (4096, 14336, 4096)
 TARGET_VS_EAGER = 1.1
@@ -153,9 +153,7 @@ def main() -> int:
     p.add_argument("--sanitize", action="store_true", help="every path once, checked, nothing timed (for compute-sanitizer)")
     add_output_argument(p)
     args = p.parse_args()
-    if not torch.cuda.is_available():
-        print("bench/swiglu.py needs a CUDA GPU (sm_90a)", file=sys.stderr)
-        return 2
+    require_gpu(__file__)
     if args.sanitize:
         return sanitize()
     rounds = args.rounds or (2 if args.quick else 4)

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-from suite import add_output_argument, save
+from suite import add_output_argument, require_gpu, save
 from variants import check_targets, with_defines, with_edit, with_source
 from wave_quantization import Sampler
 
@@ -63,6 +63,7 @@ def main() -> int:
                    help="main: cuBLAS, level 9, level 9 deferred, SOL; wait: cuBLAS, SOL, SOL without waits in its loop")
     add_output_argument(p)
     args = p.parse_args()
+    require_gpu(__file__)
     targets = {"cuBLAS": cublas, "L9": LEVELS[9],
                "L9 deferred": with_edit(LEVELS[9], "l9_all_panels_deferred", _all_panels_deferred),
                "SOL": with_source(LEVELS[9], SOL_SOURCE)}

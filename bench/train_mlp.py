@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from suite import add_output_argument, save
+from suite import add_output_argument, require_gpu, save
 
 CLASSES = 64
 SMOOTH = 20
@@ -128,6 +128,7 @@ def main() -> int:
     p.add_argument("--bias", action="store_true", help="biased up and down layers (gemm-ladder fuses the bias)")
     add_output_argument(p)
     args = p.parse_args()
+    require_gpu(__file__)
     from gemm_ladder.nn import replace_linear
 
     xs, ys = make_data(args.steps, args.tokens, args.dim)

@@ -31,7 +31,7 @@ import time
 
 from rich.console import Console
 from rich.table import Table
-from suite import add_output_argument, save
+from suite import add_output_argument, require_gpu, save
 from variants import check_targets
 
 from gemm_ladder.contract import cublas
@@ -89,6 +89,7 @@ def main() -> int:
     p.add_argument("--passes", type=int, default=3)
     add_output_argument(p)
     args = p.parse_args()
+    require_gpu(__file__)
     l9 = LEVELS[9]
     sampler = Sampler()
     rows = []

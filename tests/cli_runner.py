@@ -1,4 +1,4 @@
-"""Run many ``python -m gemm_ladder ...`` command lines as real processes, cheaply.
+"""Run many ``python -m gemm_ladder ...`` (or ``python SCRIPT ...``) command lines as real processes, cheaply.
 
 Each command line runs in its own process, forked from one Python that has already imported torch,
 matplotlib, rich and every ``gemm_ladder`` module (``preload``): the child runs ``gemm_ladder`` as ``__main__``
@@ -44,9 +44,14 @@ def child(i, case):
     os.dup2(null, 0)
     for fd, stream in ((1, "out"), (2, "err")):
         os.dup2(os.open(os.path.join(scratch, f"{i}.{stream}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-    sys.argv = ["gemm-ladder", *case["argv"]]
+    script = case.get("script")
+    sys.argv = [script or "gemm-ladder", *case["argv"]]
     try:
-        runpy.run_module("gemm_ladder", run_name="__main__", alter_sys=True)
+        if script:  # ``python SCRIPT``: its directory first on sys.path
+            sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+            runpy.run_path(script, run_name="__main__")
+        else:
+            runpy.run_module("gemm_ladder", run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exc:  # what the interpreter does with it
         code = exc.code
@@ -140,6 +145,20 @@ def run_many(cases: list[tuple[list[str], Path]], scratch: Path, env: dict[str, 
                           timeout=deadline_s * (len(cases) // jobs + 2) + 120)
     if proc.returncode != 0:
         raise RuntimeError(f"the CLI runner itself failed (exit {proc.returncode}):\n{proc.stderr[-5000:]}")
+    return [Outcome(**r) for r in json.loads(proc.stdout)]
+
+
+def run_scripts(cases: list[tuple[Path, list[str]]], cwd: Path, scratch: Path, env: dict[str, str],
+                deadline_s: float = 120.0) -> list[Outcome]:
+    """Run each (script, argv) as ``python SCRIPT *argv`` in ``cwd`` (forked as :func:`run_many`)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    payload = json.dumps([{"argv": list(argv), "cwd": str(cwd), "script": str(script)} for script, argv in cases])
+    jobs = max(2, os.cpu_count() or 2)
+    proc = subprocess.run([sys.executable, "-c", _PARENT, str(jobs), str(deadline_s), str(scratch), "1"],
+                          input=payload, capture_output=True, text=True, env=env,
+                          timeout=deadline_s * (len(cases) // jobs + 2) + 120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the script runner itself failed (exit {proc.returncode}):\n{proc.stderr[-5000:]}")
     return [Outcome(**r) for r in json.loads(proc.stdout)]
 
 

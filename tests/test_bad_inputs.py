@@ -71,6 +71,13 @@ CASES = [
     ("climb-dtype-fp8", ["climb", "--dtype", "fp8"], ()),
     ("climb-arch-banana", ["climb", "--arch", "banana"], ()),
     ("climb-arch-sm_100a", ["climb", "--arch", "sm_100a"], ()),
+    # Output paths in a folder where no file can be created (os.access says yes there, as root): refused
+    # before any build (GEMM_LADDER_NVCC points nowhere, so a build would end in exit 1, not 2).
+    ("precompile-json-in-proc", ["precompile", "--dtype", "bf16", "--json", "/proc/nope.json"], ()),
+    ("design-timeline-in-proc", ["design", "--shape", "4096x4096x4096", "--timeline", "/proc/nope.png"], ()),
+    ("climb-json-in-proc", ["climb", "--levels", "1", "--json", "/proc/nope.json"], ()),
+    ("gate-json-in-proc", ["gate", str(ROOT / "examples" / "my_gemm.py") + ":gemm", "--json", "/proc/nope.json"], ()),
+    ("report-output-in-proc", ["report", RESULT, "-o", "/proc/nope"], ()),
     ("show-level-0", ["show", "--level", "0"], ()),
     ("show-level-99", ["show", "--level", "99"], ()),
     ("no-subcommand", [], ()),
@@ -189,6 +196,15 @@ def test_help_documents_the_exit_statuses(capsys):
         assert info.value.code == 0
         text = capsys.readouterr().out
         assert "exit status:" in text and "2  usage error or bad input" in text
+        assert "3  incomplete: nothing failed, but a gate that applies did not run" in text
+
+
+def test_version(capsys):
+    import gemm_ladder
+
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out == f"gemm-ladder {gemm_ladder.__version__}\n"
 
 
 def test_building_the_parser_imports_no_torch(tmp_path):

@@ -95,21 +95,41 @@ def test_replace_linear_strict_refuses_before_swapping():
     assert type(m[0]) is torch.nn.Linear
 
 
-def test_replace_linear_on_a_single_layer_and_leaves_subclasses():
+def test_replace_linear_on_a_single_layer_and_names_the_subclasses_it_leaves():
     layer = torch.nn.Linear(8, 8, bias=False, device="meta", dtype=BF16)
     new = replace_linear(layer)
     assert type(new) is Linear and new.weight is layer.weight
 
     class Mine(torch.nn.Linear):
-        pass
+        def forward(self, x):
+            return super().forward(x) * 2
 
-    m = torch.nn.Sequential(Mine(8, 8, bias=False, device="meta", dtype=BF16))
+    m = torch.nn.Sequential(Mine(8, 8, bias=False, device="meta", dtype=BF16),
+                            torch.nn.Linear(8, 8, bias=False, device="meta", dtype=BF16))
+    with pytest.warns(UserWarning, match=r"left 1 subclass\(es\) of torch.nn.Linear.*subclasses=True.*0 \(.*Mine\)"):
+        replace_linear(m)  # was silent
+    assert type(m[0]) is Mine and type(m[1]) is Linear
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # nothing to say: nothing skipped
-        replace_linear(m)
-    assert type(m[0]) is Mine
+        warnings.simplefilter("error")  # asked for: nothing to say
+        replace_linear(m, subclasses=True)
+    assert type(m[0]) is Linear and m[0].weight.shape == (8, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # our own Linear is never swapped, nor named
+        again = replace_linear(m)
+    assert again is m and type(m[1]) is Linear
     with pytest.raises(TypeError, match="torch.nn.Module"):
         replace_linear("model")
+
+
+def test_replace_linear_keeps_a_shared_module_one_module():
+    """One module registered in two places (tied layers) was turned into two modules."""
+    shared = torch.nn.Linear(8, 8, bias=False, device="meta", dtype=BF16)
+    inner = torch.nn.Sequential(shared)
+    m = torch.nn.Sequential(shared, torch.nn.GELU(), inner, shared)
+    replace_linear(m)
+    assert type(m[0]) is Linear and m[0] is m[3] and m[0] is m[2][0] and m[0].weight is shared.weight
+    assert len({id(x) for x in m.modules() if isinstance(x, torch.nn.Linear)}) == 1
+    assert list(dict(m.named_parameters())) == ["0.weight"]  # still one Parameter, deduplicated as before
 
 
 def test_unsupported_reasons():

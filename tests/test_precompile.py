@@ -106,3 +106,27 @@ def test_a_module_load_during_capture_is_refused_before_the_driver(capturing, mo
     monkeypatch.setattr(module, "ensure_context", lambda device: pytest.fail("the driver was called"))
     with pytest.raises(CaptureBuildError, match="loading kernel k on cuda:0 during CUDA graph capture"):
         module._load_once(("never loaded",), lambda: b"", "k", 0, threads=128, dynamic_smem=0, cluster=1)
+
+
+def test_the_closing_line_counts_only_real_builds(monkeypatch, capsys, tmp_path):
+    """'94 of 94 builds ready' was printed above 12 lines saying 'not a variant': count them apart."""
+    from gemm_ladder import cli
+    from gemm_ladder.dispatch import precompile as P
+
+    outcomes = {"a": "built", "b": "not a variant: no such order", "c": "built, loaded on cuda:0",
+                "d": "not a variant: no such order"}
+
+    def fake(*args, **kwargs):
+        out = P.Outcomes(outcomes)
+        out.compiled = {"a", "c"}
+        return out
+
+    monkeypatch.setattr(P, "precompile", fake)
+    monkeypatch.setenv("GEMM_LADDER_CACHE", str(tmp_path))
+    assert cli.main(["precompile", "--dtype", "bf16", "--classes", "large"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("2 builds ready, 2 compiled, 0 already cached; 2 not a variant (of 4) in "), last
+    outcomes["e"] = "failed: CompileError: boom"
+    assert cli.main(["precompile", "--dtype", "bf16", "--classes", "large"]) == 1
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("2 builds ready, 2 compiled, 0 already cached; 2 not a variant; 1 failed (of 5) in "), last

@@ -138,16 +138,39 @@ def test_cli_report(tmp_path, capsys):
     assert "report.html" in capsys.readouterr().out
 
 
-def test_cli_default_dir_and_bad_input(tmp_path, capsys):
-    copy_path = tmp_path / "run.json"
+def test_cli_default_dir_and_bad_input(tmp_path, capsys, monkeypatch):
+    copy_path = tmp_path / "results" / "run.json"
+    copy_path.parent.mkdir()
     copy_path.write_text(FIXTURE.read_text(encoding="utf-8"), encoding="utf-8")
-    assert main(["report", str(copy_path)]) == 0
-    assert (tmp_path / "run-report" / "report.html").is_file()
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["report", str(copy_path)]) == 0  # into the current directory, not beside the result
+    assert (work / "run-report" / "report.html").is_file() and list(copy_path.parent.iterdir()) == [copy_path]
     bad = tmp_path / "bad.json"
     bad.write_text('{"schema": "something-else"}', encoding="utf-8")
     assert main(["report", str(bad)]) == 2
     assert main(["report", str(tmp_path / "absent.json")]) == 2
     assert "schema" in capsys.readouterr().err
+
+
+def test_cli_default_dir_is_never_inside_the_checkout(tmp_path, capsys, monkeypatch):
+    """``report X.json`` without -o wrote into bench/results/ (beside X); run from inside the checkout it
+    now writes into a new temporary folder, and says where."""
+    import subprocess
+    import tempfile
+
+    root = H200_RESULT.parents[2]
+    before = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=root, capture_output=True, text=True).stdout
+    monkeypatch.chdir(H200_RESULT.parent)
+    assert main(["report", H200_RESULT.name, "--name", "r"]) == 0
+    wrote = Path(capsys.readouterr().out.splitlines()[0].removeprefix("wrote "))
+    after = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=root, capture_output=True, text=True).stdout
+    assert before == after and Path(tempfile.gettempdir()) in wrote.parents and wrote.is_file()
+    assert root not in wrote.parents
+    import shutil
+
+    shutil.rmtree(wrote.parent)
 
 
 def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
@@ -273,23 +296,31 @@ def test_intensity_falls_back_to_shape():
 # --- the verdict: which gates ran ----------------------------------------------------------------
 
 
-def test_old_result_never_reads_as_passed(tmp_path):
-    """A schema-1 file says neither which gates ran nor whether they did: "unknown", never "passed"
-    (the README's climb reported "All gates passed" in green)."""
+def test_schema_1_result_gets_its_verdict_from_its_rows(tmp_path):
+    """The README's showcase (a schema-1 climb) said "Verdict unknown": its verdict and each gate are now
+    read from its rows, on the first screen, saying that they were derived."""
     h200 = load_result(H200_RESULT)
     assert h200["summary"]["passed"] is True and "gates" not in h200
     v = model.verdict(h200)
-    assert v.verdict == "unknown" and v.headline.startswith("Verdict unknown")
-    assert [g.state for g in v.gates] == ["unknown"] and "records no failure" in v.gates[0].detail
+    assert v.verdict == "passed" and v.headline == "All gates ran and passed" and "schema-1" in v.note
+    assert [g.state for g in v.gates] == ["passed"] * 3 and all(g.detail for g in v.gates)
     page = write_report(h200, tmp_path, timelines=False).html.read_text(encoding="utf-8")
     verdict = page[page.index('data-box="verdict"'):page.index("</section>")]
-    assert "passed" not in verdict.lower() and 'class="verdict unknown"' in page
+    assert "unknown" not in verdict.lower() and 'class="verdict passed"' in page
+    broken = copy.deepcopy(h200)
+    row = next(r for r in broken["rows"] if r["kind"] == "level" and r["status"] == "pass")
+    row["correctness"]["passed"], row["status"] = False, "fail"
+    v = model.verdict(broken)
+    assert v.verdict == "failed" and [g.state for g in v.gates] == ["failed", "passed", "passed"]
 
 
-def test_old_failed_result_says_failed(result):
+def test_old_failed_result_says_which_gate_failed(result):
+    """The wrong-gemm report showed "Gates failed" above "? unknown": each failed gate is named now."""
     v = model.verdict(result)  # schema 1 with failures recorded
     assert v.verdict == "failed" and v.headline == "Gates failed" and len(v.failures) == 2
-    assert {g.state for g in v.gates} == {"unknown"}
+    assert {g.state for g in v.gates} == {"failed"}
+    wrong = model.verdict(load_result(H200_RESULT.with_name("2026-11-30_gate_examples_wrong_gemm_1c37d0d.json")))
+    assert wrong.verdict == "failed" and wrong.gates[0].state == "failed" and "11 of 24" in wrong.gates[0].detail
 
 
 def test_verdict_names_each_gate_and_why_it_did_not_run(result, tmp_path):

@@ -139,6 +139,20 @@ def test_first_screen_and_no_overlap(loaded):
     assert found["height"] < 6000, found["height"]
 
 
+def test_tables_fit_a_1280_px_window(page, tmp_path):
+    """At 1280 px the ladder table scrolled sideways and cut off its geomean column (headers on one line)."""
+    probe = page.with_name("probe1280.html")
+    probe.write_text(page.read_text(encoding="utf-8").replace("</head>", f"<script>{MEASURE}</script></head>", 1),
+                     encoding="utf-8")
+    proc = chromium(["--dump-dom", "--window-size=1280,1000", probe.as_uri()], tmp_path / "profile")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(html.unescape(re.search(r'data-layout="([^"]*)"', proc.stdout).group(1)))
+    assert found["overflow"] == [], found["overflow"]
+    x, y, w, h = found["boxes"]["ladder-bf16"]
+    assert 0 <= x and x + w <= 1280 and y + h <= 1000, found["boxes"]["ladder-bf16"]
+    assert found["overlaps"] == []
+
+
 def test_screenshot(page, loaded, tmp_path):
     shot = tmp_path / "report.png"
     proc = chromium([f"--screenshot={shot}", f"--window-size={SCREEN[0]},{SCREEN[1]}", page.as_uri()], tmp_path / "profile")

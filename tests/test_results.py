@@ -60,14 +60,39 @@ def test_check_writable(tmp_path):
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=[p.name for p in COMMITTED])
-def test_committed_results_load_and_their_gates_are_unknown(path):
-    """Written before per-gate records: loadable, each gate "unknown", the verdict "failed" where the
-    file records a failure and "unknown" otherwise, never "passed"."""
+def test_committed_results_load_and_their_verdict_agrees_with_their_gates(path):
+    """Written before per-gate records (schema 1): loadable; each gate's state derived from the rows
+    (never "unknown": the README's showcase said "Verdict unknown"); the verdict "failed" exactly when
+    the summary or a gate records a failure, so the page never shows "Gates failed" above no failed gate."""
     result = load_result(path)
     assert result["schema"] in READABLE_SCHEMAS and "gates" not in result
-    assert {g["state"] for g in results.gate_states(result).values()} == {results.UNKNOWN}
-    assert results.verdict(result) == ("failed" if result["summary"]["failures"] or not result["summary"]["passed"]
-                                       else results.UNKNOWN)
+    states = results.gate_states(result)
+    assert all(g["derived"] and g["state"] in (results.PASSED, results.FAILED, results.NOT_RUN) for g in states.values())
+    recorded_failure = bool(result["summary"]["failures"]) or not result["summary"]["passed"]
+    any_failed = any(g["state"] == results.FAILED for g in states.values())
+    assert recorded_failure == any_failed, states
+    assert (results.verdict(result) == "failed") == recorded_failure
+    assert results.verdict(result) != results.UNKNOWN
+    assert states["correctness"]["ran"] > 0  # every committed climb checked something
+
+
+def test_schema_1_gates_are_derived_from_the_rows():
+    row = {"kind": "level", "status": "pass", "correctness": {"passed": True}, "performance": {"passed": True}}
+    cublas = {"kind": "cublas", "status": "fail", "correctness": {"passed": False}, "performance": {"passed": False}}
+    base = {"schema": "gemm-ladder/result/1", "rows": [row, cublas], "resources": [{"passed": True}],
+            "summary": {"passed": True, "failures": []}}
+    states = results.gate_states(base)  # the cuBLAS row is the baseline, not a check
+    assert [(states[g]["state"], states[g]["ran"]) for g in results.GATES] == [("passed", 1)] * 3
+    assert results.verdict(base) == "passed"
+    slow = {**base, "rows": [row, {**row, "status": "fail", "performance": {"passed": False}}]}
+    assert results.gate_states(slow)["performance"]["failed"] == 1 and results.verdict(slow) == "failed"
+    crashed = {**base, "rows": [row, {"kind": "level", "status": "error", "correctness": None}]}
+    assert results.gate_states(crashed)["correctness"]["failed"] == 1 and results.verdict(crashed) == "failed"
+    no_gpu = {**base, "rows": [{"kind": "level", "status": "skipped", "message": "no GPU"}], "resources": []}
+    states = results.gate_states(no_gpu)
+    assert states["correctness"] == {**states["correctness"], "state": "not run", "reason": "no GPU", "not_run": 1}
+    assert not states["performance"]["applies"] and results.verdict(no_gpu) == "incomplete"
+    assert results.verdict({"schema": SCHEMA, "summary": {}}) == results.UNKNOWN  # schema 2 records them or not
 
 
 def test_there_are_committed_results_to_check():

@@ -8,7 +8,9 @@ Its question belongs in a GPU test beside the stream-K tests; until then it is k
 """
 import sys, json
 from pathlib import Path
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: variants.py
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: suite.py, variants.py
+from suite import require_gpu
+require_gpu(__file__)
 from variants import with_edit
 from gemm_ladder.levels import LEVELS
 from gemm_ladder.gates.correctness import check_correctness

@@ -22,9 +22,9 @@ import sys
 from pathlib import Path
 
 import torch
-from triton.testing import do_bench
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: variants.py
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: suite.py, variants.py
+from suite import require_gpu  # noqa: E402
 from variants import check_targets, no_multicast_edit, with_edit  # noqa: E402
 
 from gemm_ladder.contract import cublas
@@ -35,6 +35,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--size", type=int, default=8192)
     args = p.parse_args()
+    require_gpu(__file__)
+    from triton.testing import do_bench  # the H200 has triton; a machine without a GPU need not
     s = args.size
     a = torch.randn(s, s, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(s, s, device="cuda", dtype=torch.bfloat16)

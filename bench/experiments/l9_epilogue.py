@@ -35,7 +35,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: suite.py, variants.py
-from suite import add_output_argument, save  # noqa: E402
+from suite import add_output_argument, require_gpu, save  # noqa: E402
 from variants import check_targets, with_defines, with_source  # noqa: E402
 
 from gemm_ladder.contract import cublas
@@ -55,6 +55,7 @@ def main() -> int:
     p.add_argument("--group-m", default="4,16", help="grouped-order heights to try besides the default (empty: none)")
     add_output_argument(p)
     args = p.parse_args()
+    require_gpu(__file__)
 
     l9 = LEVELS[9]
     targets = {"cuBLAS": cublas, "L7": LEVELS[7], "L8": LEVELS[8]}

@@ -9,10 +9,9 @@ under $OUT without the suite's meta (bench/results/2026-12-01_register_store_pro
 """
 import json, os, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from suite import require_gpu
+require_gpu(__file__)
 import torch
-if not torch.cuda.is_available():
-    print("register_store_cost: needs a CUDA GPU (sm_90a)", file=sys.stderr)
-    sys.exit(2)
 import library as L
 from gemm_ladder.dispatch import kernels as K
 from gemm_ladder.library.operand import operand_view

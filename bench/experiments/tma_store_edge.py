@@ -1,5 +1,10 @@
 """Which columns past N a TMA store of the layouts kernel writes into a padded c (N = 300 wrote 300-303:
 the row's last 16-byte chunk goes out whole). One-off; its output: bench/results/logs/2026-12-01_tma_store_edge_3419336.log."""
+import sys
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: suite.py
+from suite import require_gpu
+require_gpu(__file__)
 import torch
 from gemm_ladder.library.gemm import library_gemm
 from gemm_ladder.library.operand import operand_view

@@ -10,10 +10,9 @@ the suite's meta (bench/results/2026-12-01_unaligned_probe_5e7c704.json adds it 
 """
 import json, os, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from suite import require_gpu
+require_gpu(__file__)
 import torch
-if not torch.cuda.is_available():
-    print("unaligned_decomposed: needs a CUDA GPU (sm_90a)", file=sys.stderr)
-    sys.exit(2)
 import library as L, gemm_ladder
 from gemm_ladder.gates.performance import time_fns
 out = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%FT%TZ", time.gmtime()),

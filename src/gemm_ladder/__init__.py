@@ -3,7 +3,8 @@ multi-consumer kernel, the gates that prove each one, and a TMA pipeline designe
 top of them a library: :func:`mm`, :func:`linear` (with fused epilogues, and your own :class:`Epilogue`),
 :func:`swiglu` and :func:`explain` (:mod:`gemm_ladder.api`), registered as PyTorch ops (:mod:`gemm_ladder.ops`),
 ``nn.Linear`` and ``nn.replace_linear`` (:mod:`gemm_ladder.nn`), and :func:`precompile`
-(:mod:`gemm_ladder.dispatch.precompile`).
+(:mod:`gemm_ladder.dispatch.precompile`); the exceptions they raise (:mod:`gemm_ladder.errors`:
+``GemmInputError``, ``GemmTypeError``, ``NotSupportedError``, ``OutsideDomainError``, ``CaptureBuildError``, ...).
 
 The ladder's contract: ``c = a @ b.T`` with ``a`` (M, K) and ``b`` (N, K) row-major, bf16 or fp16
 (see :mod:`gemm_ladder.contract`).
@@ -11,7 +12,25 @@ The ladder's contract: ``c = a @ b.T`` with ``a`` (M, K) and ``b`` (N, K) row-ma
 
 __version__ = "0.1.0"
 
-__all__ = ["Epilogue", "Explanation", "__version__", "explain", "linear", "mm", "nn", "ops", "precompile", "swiglu"]
+# The exceptions live in a light module (no torch): importing them keeps ``import gemm_ladder.design`` light.
+from gemm_ladder.errors import (  # noqa: E402
+    CaptureBuildError,
+    CompileError,
+    CompilerNotFoundError,
+    CudaError,
+    EpilogueCompileError,
+    EpilogueError,
+    GemmInputError,
+    GemmTypeError,
+    NotSupportedError,
+    OutsideDomainError,
+)
+
+_ERRORS = ("CaptureBuildError", "CompileError", "CompilerNotFoundError", "CudaError", "EpilogueCompileError",
+          "EpilogueError", "GemmInputError", "GemmTypeError", "NotSupportedError", "OutsideDomainError")
+
+__all__ = ["Epilogue", "Explanation", "__version__", "explain", "linear", "mm", "nn", "ops", "precompile", "swiglu",
+           *_ERRORS]
 
 _API = ("Epilogue", "Explanation", "explain", "linear", "mm", "swiglu")
 

@@ -31,6 +31,7 @@ from gemm_ladder.dispatch.calls import CALLS, fast_linear_key, fast_mm_key, line
 from gemm_ladder.dispatch.execute import run
 from gemm_ladder.dispatch.explain import Explanation, explain_route, trivial_explanation
 from gemm_ladder.dispatch.validate import (
+    GemmTypeError,
     MmShape,
     NotSupportedError,
     check_domain,
@@ -399,8 +400,10 @@ def _run_fused(x2, w, c, call) -> None:
 
 
 def _linear_user(x, w, bias, *, activation, residual, alpha, beta, out_dtype, epilogue, inputs):
-    """linear with a user Epilogue (or stray keyword inputs, which check_linear refuses): eager only,
-    checked, decided and built on every call (not cached)."""
+    """linear with a user Epilogue: eager only, checked, decided and built on every call (not cached).
+    Keywords without an epilogue are a misspelled argument: GemmTypeError (a TypeError), as Python says it."""
+    if epilogue is None:
+        raise _unexpected_keywords("linear", inputs, _LINEAR_KEYWORDS)
     if isinstance(epilogue, Epilogue):
         values = [v for v in (x, w, bias, residual, *inputs.values()) if isinstance(v, torch.Tensor)]
         if _is_compiling() or any(type(t) is not torch.Tensor or t.is_meta for t in values):
@@ -421,6 +424,20 @@ def _linear_user(x, w, bias, *, activation, residual, alpha, beta, out_dtype, ep
     out = torch.empty((*lead, n), dtype=result_dtype(out_dtype, x.dtype), device=x.device)
     _run_fused(x.reshape(rows(lead), k), w, out.view(rows(lead), n), call)  # N = 0: view(-1, 0) is undetermined
     return out
+
+
+_LINEAR_KEYWORDS = ("x", "w", "bias", "activation", "residual", "alpha", "beta", "out_dtype", "epilogue")
+
+
+def _unexpected_keywords(function: str, given: dict, known: tuple[str, ...]) -> GemmTypeError:
+    """The TypeError Python raises for an unknown keyword, with the closest known name, before any check."""
+    import difflib
+
+    name = next(iter(given))
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return GemmTypeError(f"{function}() got an unexpected keyword argument {name!r}{hint}; keyword inputs other "
+                         f"than {', '.join(known[2:])} are a user Epilogue's, passed with epilogue=")
 
 
 def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
@@ -452,7 +469,21 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.T
     ValueError) naming the argument and the rule (device, dtype, rank, K, w_gate and w_up shapes);
     NotSupportedError (a NotImplementedError) for a layout TMA cannot describe, or inputs requiring
     grad (no backward); OutsideDomainError for an extent past 2^31 - 1.
+
+    Under ``torch.compile``, on tensor subclasses and on meta tensors the call goes through the
+    registered op ``torch.ops.gemm_ladder.swiglu`` (its fake applies the same rules and gives the
+    output's shape and dtype), checked here first.
     """
+    if _through_op(x, w_gate, w_up):
+        check_swiglu(x, w_gate, w_up, device_types=("cuda", "meta"))  # the library's errors, grad refused
+        from gemm_ladder import ops
+
+        return ops.swiglu(x, w_gate, w_up)
+    return swiglu_direct(x, w_gate, w_up)
+
+
+def swiglu_direct(x, w_gate, w_up) -> torch.Tensor:
+    """:func:`swiglu` without the op boundary (a plain eager call, and the op's CUDA kernel)."""
     from gemm_ladder.library.operand import operand_view
     from gemm_ladder.library.swiglu import swiglu_kernel
 

@@ -11,6 +11,8 @@ import argparse
 import importlib
 import sys
 
+from gemm_ladder import __version__
+
 COMMANDS = ("climb", "compile", "design", "audit", "report", "gate", "show", "advise", "criteria", "precompile")
 
 #: The exit statuses every subcommand keeps to (tests/test_bad_inputs.py holds them to it).
@@ -20,6 +22,8 @@ exit status:
   1  a finding: a gate failed, a build failed, the audit found a violation or did not finish
   2  usage error or bad input, refused before any compile or launch with one line on stderr
      ("gemm-ladder COMMAND: ...")
+  3  incomplete: nothing failed, but a gate that applies did not run (climb and gate without a GPU:
+     correctness and timing need one; the summary line names each gate and why)
 """
 
 
@@ -31,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXIT_STATUS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"gemm-ladder {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         module = importlib.import_module(f"gemm_ladder.commands.{name}")

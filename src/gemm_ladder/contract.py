@@ -14,19 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
+from gemm_ladder.errors import GemmInputError, OutsideDomainError  # noqa: F401 - the public classes (re-exported here)
+
 #: The dtypes of the contract, by their short names (used on the command line and in JSON).
 DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-class GemmInputError(ValueError):
-    """An operand breaks the contract (device, dtype, rank, shape, stride or alignment).
-
-    The message names the argument and the rule it breaks.
-    """
-
-
-class OutsideDomainError(GemmInputError):
-    """The operands are valid for the contract but outside the shapes a kernel declares it handles."""
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -59,10 +59,17 @@ def unsupported_reason(layer: torch.nn.Linear) -> str | None:
     return None
 
 
-def replace_linear(model: torch.nn.Module, *, strict: bool = False) -> torch.nn.Module:
-    """Swap every ``torch.nn.Linear`` in ``model`` (exactly that class: subclasses and our own Linear
-    are left as they are) for :class:`Linear` holding the same parameters; returns ``model`` (changed
-    in place). ``model`` itself may be a Linear: then the new layer is returned.
+def replace_linear(model: torch.nn.Module, *, strict: bool = False, subclasses: bool = False) -> torch.nn.Module:
+    """Swap every ``torch.nn.Linear`` in ``model`` for :class:`Linear` holding the same parameters;
+    returns ``model`` (changed in place). ``model`` itself may be a Linear: then the new layer is returned.
+
+    Only layers of exactly the class ``torch.nn.Linear`` are swapped: a subclass may override
+    ``forward`` (LoRA, quantized or custom layers), which the swap would drop. Subclasses are left as
+    they are and named in one UserWarning; ``subclasses=True`` swaps them too (their own forward is
+    then not called). Our own :class:`Linear` is never swapped.
+
+    A module registered in several places (tied or shared layers) is swapped once: every place gets
+    the same new :class:`Linear`, so it stays one module.
 
     A layer :func:`unsupported_reason` refuses is left alone: one UserWarning names every such layer
     and why; with ``strict=True`` NotSupportedError is raised instead, before anything is swapped.
@@ -71,25 +78,37 @@ def replace_linear(model: torch.nn.Module, *, strict: bool = False) -> torch.nn.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    swaps, skipped = [], []
-    for name, module in model.named_modules():
-        if type(module) is torch.nn.Linear:
-            reason = unsupported_reason(module)
-            (skipped if reason else swaps).append((name, module, reason))
+    chosen: dict[int, tuple[str, torch.nn.Module]] = {}  # id -> (first name, module): one decision per module
+    skipped, others = [], []
+    for name, module in model.named_modules():  # each module once, at its first name
+        if not isinstance(module, torch.nn.Linear) or isinstance(module, Linear):
+            continue
+        if type(module) is not torch.nn.Linear and not subclasses:
+            others.append(f"{name or '<model>'} ({type(module).__qualname__})")
+            continue
+        reason = unsupported_reason(module)
+        if reason:
+            skipped.append(f"{name or '<model>'}: {reason}")
+        else:
+            chosen[id(module)] = (name, module)
     if skipped:
-        listed = "; ".join(f"{name or '<model>'}: {reason}" for name, _, reason in skipped)
+        listed = "; ".join(skipped)
         if strict:
             raise NotSupportedError(f"replace_linear(strict=True): {len(skipped)} Linear layer(s) cannot run on "
                                     f"gemm-ladder's kernels: {listed}")
         warnings.warn(f"replace_linear left {len(skipped)} torch.nn.Linear layer(s) as they are: {listed}",
                       stacklevel=2)
-    for name, module, _ in swaps:
-        new = Linear.from_linear(module)
-        if not name:
-            return new
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, new)
+    if others:
+        warnings.warn(f"replace_linear left {len(others)} subclass(es) of torch.nn.Linear as they are (a subclass "
+                      f"may override forward; pass subclasses=True to swap them too): {'; '.join(others)}",
+                      stacklevel=2)
+    new = {key: Linear.from_linear(module) for key, (_, module) in chosen.items()}
+    if id(model) in new:
+        return new[id(model)]
+    for _, parent in model.named_modules(remove_duplicate=False):
+        for child, module in list(parent._modules.items()):  # every registration, shared ones included
+            if module is not None and id(module) in new:
+                setattr(parent, child, new[id(module)])
     return model
 
 

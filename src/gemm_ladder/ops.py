@@ -1,4 +1,4 @@
-"""gemm-ladder's kernels as PyTorch operators: ``torch.ops.gemm_ladder.{mm, mm_out, linear, linear_out}``.
+"""gemm-ladder's kernels as PyTorch operators: ``torch.ops.gemm_ladder.{mm, mm_out, linear, linear_out, swiglu}``.
 
 Importing this module registers them (``import gemm_ladder.ops``; any call of ``gemm_ladder.mm`` or
 ``linear`` that needs them imports it too). Schemas::
@@ -9,6 +9,7 @@ Importing this module registers them (``import gemm_ladder.ops``; any call of ``
                         float alpha=1., float beta=1., ScalarType? out_dtype=None) -> Tensor
     gemm_ladder::linear_out(Tensor x, Tensor w, Tensor? bias=None, Tensor? residual=None, *, Tensor(a!) out,
                             str? activation=None, float alpha=1., float beta=1., ScalarType? out_dtype=None) -> ()
+    gemm_ladder::swiglu(Tensor x, Tensor w_gate, Tensor w_up) -> Tensor     (no backward)
 
 ``linear`` computes ``activation(alpha * x @ w.T + bias) + beta * residual``, fused into the GEMM
 kernel (issue 13's built-in epilogue). ``residual`` is positional in the schema because
@@ -32,15 +33,22 @@ us through ``Library.define`` (bench/host_overhead.py measures both paths on the
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from gemm_ladder.api import linear_direct, linear_op, mm_direct, mm_op
+from gemm_ladder.api import linear_direct, linear_op, mm_direct, mm_op, swiglu_direct
 from gemm_ladder.dispatch.validate import (
+    MmShape,
     NotSupportedError,
+    check_domain,
     check_linear,
     check_linear_out,
     check_mm,
+    check_swiglu,
+    check_swiglu_layout,
     result_dtype,
+    trivial,
 )
 
 NAMESPACE = "gemm_ladder"
@@ -55,6 +63,7 @@ SCHEMAS = {
                "float alpha=1.0, float beta=1.0, ScalarType? out_dtype=None) -> Tensor"),
     "linear_out": ("linear_out(Tensor x, Tensor w, Tensor? bias=None, Tensor? residual=None, *, Tensor(a!) out, "
                    "str? activation=None, float alpha=1.0, float beta=1.0, ScalarType? out_dtype=None) -> ()"),
+    "swiglu": "swiglu(Tensor x, Tensor w_gate, Tensor w_up) -> Tensor",
 }
 
 _LIB = torch.library.Library(NAMESPACE, "DEF")
@@ -80,28 +89,38 @@ def _linear_out_cuda(x, w, bias=None, residual=None, *, out, activation=None, al
                   out=out, check_grad=True)
 
 
-for _name, _fn in (("mm_out", _mm_out_cuda), ("linear_out", _linear_out_cuda)):
+for _name, _fn in (("mm_out", _mm_out_cuda), ("linear_out", _linear_out_cuda), ("swiglu", swiglu_direct)):
     _LIB.impl(_name, _fn, "CUDA")
 
 
 # --- fake implementations (FakeTensor and meta) -------------------------------------------------------
 
 
+def _check_domain(shape: MmShape) -> None:
+    """The kernels' limits (an extent past 2^31 - 1 raises OutsideDomainError), as the real kernel and
+    ``explain`` apply them: after the empty problems, which are valid whatever their other extents."""
+    if trivial(shape) is None:
+        check_domain(shape)
+
+
 @torch.library.register_fake(f"{NAMESPACE}::mm", lib=_LIB)
 def _mm_fake(a, b, *, out_dtype=None):
     shape = check_mm(a, b, None, out_dtype, device_types=FAKE_DEVICES, check_grad=False)
+    _check_domain(shape)
     return a.new_empty((shape.m, shape.n), dtype=shape.out_dtype)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::mm_out", lib=_LIB)
 def _mm_out_fake(a, b, *, out, out_dtype=None):
-    check_mm(a, b, out, out_dtype, device_types=FAKE_DEVICES, check_grad=False)
+    _check_domain(check_mm(a, b, out, out_dtype, device_types=FAKE_DEVICES, check_grad=False))
 
 
 def _linear_meta(x, w, bias, residual, activation, alpha, beta, out_dtype) -> tuple[int, torch.dtype]:
-    _, n = check_linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+    k, n = check_linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
                         device_types=FAKE_DEVICES, check_grad=False)
-    return n, result_dtype(out_dtype, x.dtype)
+    dtype = result_dtype(out_dtype, x.dtype)
+    _check_domain(MmShape(math.prod(x.shape[:-1]), n, k, dtype))
+    return n, dtype
 
 
 @torch.library.register_fake(f"{NAMESPACE}::linear", lib=_LIB)
@@ -115,6 +134,16 @@ def _linear_out_fake(x, w, bias=None, residual=None, *, out, activation=None, al
     n, dtype = _linear_meta(x, w, bias, residual, activation, alpha, beta, out_dtype)
     out2 = check_linear_out(out, x, n, dtype)
     check_mm(x.reshape(-1, x.shape[-1]), w.T, out2, out_dtype, device_types=FAKE_DEVICES, check_grad=False)
+
+
+@torch.library.register_fake(f"{NAMESPACE}::swiglu", lib=_LIB)
+def _swiglu_fake(x, w_gate, w_up):
+    k, n = check_swiglu(x, w_gate, w_up, device_types=FAKE_DEVICES)
+    m = math.prod(x.shape[:-1])
+    if m and n and k:  # as the kernel: empty problems first, then the domain and the layouts it reads
+        check_domain(MmShape(m, n, k, x.dtype))
+        check_swiglu_layout(x.reshape(m, k), w_gate, w_up, addresses=False)
+    return x.new_empty((*x.shape[:-1], n))
 
 
 # --- autograd -------------------------------------------------------------------------------------------
@@ -345,6 +374,7 @@ _MM = torch.ops.gemm_ladder.mm.default
 _MM_OUT = torch.ops.gemm_ladder.mm_out.default
 _LINEAR = torch.ops.gemm_ladder.linear.default
 _LINEAR_OUT = torch.ops.gemm_ladder.linear_out.default
+_SWIGLU = torch.ops.gemm_ladder.swiglu.default
 
 
 def _refuse_grad_for_out(*tensors) -> None:
@@ -361,9 +391,26 @@ def _real(v):
     return float(v) if type(v) is int else v
 
 
+_Tensor, _dtype = torch.Tensor, torch.dtype
+
+
+def _refuse(op: str, check, *args, **kwargs) -> None:
+    """Run the full ``check`` on arguments the op's dispatcher would refuse with its own message (a
+    non-tensor, a schema type mismatch, a CPU tensor: no CPU kernel), so that the library's exception
+    (GemmTypeError, GemmInputError naming the argument) is raised instead. Rules as the fakes'; a CPU
+    tensor passes where a CPU kernel was registered for ``op`` (the autograd tests, host_overhead --fake-gpu)."""
+    cpu = torch._C._dispatch_has_kernel_for_dispatch_key(f"{NAMESPACE}::{op}", "CPU")
+    check(*args, **kwargs, device_types=FAKE_DEVICES + (("cpu",) if cpu else ()), check_grad=False)
+
+
 def mm(a, b, *, out=None, out_dtype=None):
     """``torch.ops.gemm_ladder.mm`` (or ``mm_out`` with ``out``): :func:`gemm_ladder.mm` through the
-    registered op (what compiled graphs and autograd see). Raises as gemm_ladder.mm."""
+    registered op (what compiled graphs and autograd see). Raises as gemm_ladder.mm, before the
+    dispatcher sees the call."""
+    # A few attribute reads, no allocation: what the dispatcher needs (tensors on CUDA or meta, a dtype).
+    if not (isinstance(a, _Tensor) and isinstance(b, _Tensor) and (a.is_cuda or a.is_meta)
+            and (b.is_cuda or b.is_meta) and (out_dtype is None or type(out_dtype) is _dtype)):
+        _refuse("mm" if out is None else "mm_out", check_mm, a, b, out, out_dtype)
     if out is None:
         return _MM(a, b, out_dtype=out_dtype)
     _refuse_grad_for_out(a, b)
@@ -373,8 +420,14 @@ def mm(a, b, *, out=None, out_dtype=None):
 
 def linear(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, beta=1.0, out_dtype=None, out=None):
     """``torch.ops.gemm_ladder.linear`` (or ``linear_out`` with ``out``): :func:`gemm_ladder.linear`
-    through the registered op. Raises as gemm_ladder.linear."""
+    through the registered op. Raises as gemm_ladder.linear, before the dispatcher sees the call."""
     alpha, beta = _real(alpha), _real(beta)
+    if not (isinstance(x, _Tensor) and isinstance(w, _Tensor) and (x.is_cuda or x.is_meta) and (w.is_cuda or w.is_meta)
+            and type(alpha) is float and type(beta) is float and (activation is None or type(activation) is str)
+            and (bias is None or isinstance(bias, _Tensor)) and (residual is None or isinstance(residual, _Tensor))
+            and (out_dtype is None or type(out_dtype) is _dtype)):
+        _refuse("linear" if out is None else "linear_out", check_linear, x, w, bias, activation=activation,
+                residual=residual, alpha=alpha, beta=beta, out_dtype=out_dtype)
     if out is None:
         return _LINEAR(x, w, bias, residual, activation=activation, alpha=alpha, beta=beta, out_dtype=out_dtype)
     _refuse_grad_for_out(x, w, bias, residual)
@@ -382,7 +435,18 @@ def linear(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, beta=1
     return out
 
 
-__all__ = ["FAKE_DEVICES", "NAMESPACE", "SCHEMAS", "host_module", "linear", "mm", "use_host", "use_python"]
+def swiglu(x, w_gate, w_up):
+    """``torch.ops.gemm_ladder.swiglu``: :func:`gemm_ladder.swiglu` through the registered op (compiled
+    graphs, meta tensors). No backward (as gemm_ladder.swiglu: it refuses inputs requiring grad).
+    Raises as gemm_ladder.swiglu, before the dispatcher sees the call."""
+    if not (isinstance(x, _Tensor) and isinstance(w_gate, _Tensor) and isinstance(w_up, _Tensor)
+            and (x.is_cuda or x.is_meta)):
+        _refuse("swiglu", check_swiglu, x, w_gate, w_up)
+    return _SWIGLU(x, w_gate, w_up)
+
+
+__all__ = ["FAKE_DEVICES", "NAMESPACE", "SCHEMAS", "host_module", "linear", "mm", "swiglu", "use_host",
+           "use_python"]
 
 
 # On a machine with a CUDA device the compiled host path is used from the start (built at first

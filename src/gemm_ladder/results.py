@@ -25,7 +25,7 @@ from typing import Any
 
 #: The schema id written by this version. 2 adds ``gates`` (which gates ran) and ``summary.verdict``.
 SCHEMA = "gemm-ladder/result/2"
-#: Every schema id :func:`load_result` reads; files of schema 1 lack ``gates`` (read as "unknown").
+#: Every schema id :func:`load_result` reads; files of schema 1 lack ``gates`` (derived from their rows).
 READABLE_SCHEMAS = ("gemm-ladder/result/1", SCHEMA)
 
 #: The three gates, in the order the summary names them.
@@ -204,9 +204,12 @@ def load_result(path: str | Path) -> dict[str, Any]:
 def gate_states(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """``{gate: {"state", "reason", ...}}`` for the three :data:`GATES` of a loaded result.
 
-    A result without ``gates`` (schema 1) or without an entry for a gate gives that gate the state
-    :data:`UNKNOWN`: an old file never reads as "passed".
+    A schema-1 file (no ``gates``) has its states derived from its rows and resources
+    (:func:`derived_gate_states`, each entry marked ``"derived": True``). A schema-2 file without an
+    entry for a gate gives that gate the state :data:`UNKNOWN`: such a file never reads as "passed".
     """
+    if not isinstance(result.get("gates"), dict) and result.get("schema") != SCHEMA:
+        return derived_gate_states(result)
     recorded = result.get("gates") if isinstance(result.get("gates"), dict) else {}
     out = {}
     for gate in GATES:
@@ -214,18 +217,64 @@ def gate_states(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
         if isinstance(entry, dict) and entry.get("state") in (PASSED, FAILED, NOT_RUN):
             out[gate] = dict(entry)
         else:
-            out[gate] = {"state": UNKNOWN, "reason": "this result does not record which gates ran"
-                         + (" (schema 1, before per-gate records)" if result.get("schema") != SCHEMA else "")}
+            out[gate] = {"state": UNKNOWN, "reason": "this result does not record whether this gate ran"}
+    return out
+
+
+def derived_gate_states(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The gates of a schema-1 result, from what it does record: each level row's ``correctness.passed``
+    (its status ``error`` a failed check, ``skipped`` a check that did not run: schema 1 wrote those
+    rows without a GPU), each row's ``performance.passed`` (true or false: a judged timing; null: not
+    judged), each resource entry's ``passed``. cuBLAS rows are the baseline, not checks. A gate with
+    nothing recorded is "not run"; performance and resources then do not apply (as schema 2 says of a
+    run without timed shapes or builds), correctness always does. Entries carry ``derived: True``."""
+    rows = [r for r in result.get("rows") or [] if isinstance(r, dict) and r.get("kind") != "cublas"]
+    tally = {gate: {"ran": 0, "failed": 0, "not_run": 0} for gate in GATES}
+    skipped = []
+    for r in rows:
+        checked = (r.get("correctness") or {}).get("passed") if isinstance(r.get("correctness"), dict) else None
+        if r.get("status") == "error" or checked is not None:
+            tally["correctness"]["ran"] += 1
+            tally["correctness"]["failed"] += r.get("status") == "error" or checked is False
+        elif r.get("status") == "skipped":
+            tally["correctness"]["not_run"] += 1
+            skipped.append(str(r.get("message") or "skipped"))
+        timed = (r.get("performance") or {}).get("passed") if isinstance(r.get("performance"), dict) else None
+        if isinstance(timed, bool):
+            tally["performance"]["ran"] += 1
+            tally["performance"]["failed"] += not timed
+    for e in result.get("resources") or []:
+        if isinstance(e, dict) and isinstance(e.get("passed"), bool):
+            tally["resources"]["ran"] += 1
+            tally["resources"]["failed"] += not e["passed"]
+    idle = {"correctness": "no check recorded", "performance": "no judged timing recorded",
+            "resources": "no build recorded"}
+    out = {}
+    for gate, t in tally.items():
+        state = FAILED if t["failed"] else NOT_RUN if t["not_run"] or not t["ran"] else PASSED
+        reason = None
+        if state == NOT_RUN:
+            reason = "; ".join(dict.fromkeys(skipped)) if gate == "correctness" and skipped else idle[gate]
+        out[gate] = {"state": state, "applies": gate == "correctness" or bool(t["ran"] or t["not_run"]),
+                     "reason": reason, **t, "derived": True}
     return out
 
 
 def verdict(result: dict[str, Any]) -> str:
-    """The run's verdict: ``summary.verdict`` when recorded; for an older file "failed" when its
-    summary says a gate failed, else :data:`UNKNOWN` (it does not say which gates ran)."""
+    """The run's verdict: ``summary.verdict`` when recorded. For a schema-1 file, from its summary and
+    its derived gates (:func:`derived_gate_states`): "failed" when the summary or a gate records a
+    failure, "incomplete" when a gate that applies did not run, else "passed". A schema-2 file without
+    a verdict: "failed" when its summary records a failure, else :data:`UNKNOWN`."""
     summary = result.get("summary") if isinstance(result.get("summary"), dict) else {}
     recorded = summary.get("verdict")
     if recorded in (VERDICT_PASSED, VERDICT_FAILED, VERDICT_INCOMPLETE):
         return recorded
-    if summary.get("passed") is False or summary.get("failures"):
+    failed = summary.get("passed") is False or bool(summary.get("failures"))
+    gates = gate_states(result)
+    if failed or any(g["state"] == FAILED for g in gates.values()):
         return VERDICT_FAILED
-    return UNKNOWN
+    if not any(g.get("derived") for g in gates.values()):
+        return UNKNOWN
+    if any(g["state"] == NOT_RUN and g.get("applies") for g in gates.values()):
+        return VERDICT_INCOMPLETE
+    return VERDICT_PASSED

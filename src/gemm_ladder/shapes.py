@@ -53,6 +53,21 @@ SHAPE_SETS: dict[str, list[Shape]] = {
 }
 
 
+#: The ``llm`` shapes ``gemm-ladder climb`` times by default on a GPU, beside ``square``: Llama-3-8B's MLP
+#: gate/up and down projections and Llama-3-70B's gate/up (4096^3, its q/o projection, is in ``square``).
+CLIMB_LLM: list[Shape] = [(4096, 14336, 4096), (4096, 4096, 14336), (4096, 28672, 8192)]
+
+
+def default_climb_shapes(gpu: bool) -> list[tuple[str, Shape]]:
+    """What ``gemm-ladder climb`` runs without ``--shapes``: on a GPU the ``edge`` set (checked), ``square``
+    (1024^3 and 2048^3 checked, 4096^3 and 8192^3 timed) and :data:`CLIMB_LLM` (timed), so that the ladder's
+    performance gate and stopping rule have timed shapes to judge (about two minutes on an H200);
+    without a GPU the ``edge`` set alone (nothing can be timed there)."""
+    if not gpu:
+        return parse_shape_sets("edge")
+    return parse_shape_sets("edge,square") + [("llm", s) for s in CLIMB_LLM]
+
+
 def parse_shape_sets(spec: str) -> list[tuple[str, Shape]]:
     """'edge,square' -> [(set_name, (M, N, K)), ...] in order; raises ValueError on an unknown name.
 

@@ -1,6 +1,6 @@
 """``gemm-ladder climb``: run the resource, correctness and performance gates over the ladder.
 
-    gemm-ladder climb                                  # every level, bf16, edge shapes
+    gemm-ladder climb                                  # every level, bf16; on a GPU edge checked, square and 3 llm shapes timed
     gemm-ladder climb --levels 1-3 --dtype all --shapes edge,square --json bench/results/run.json
 
 Without a GPU it compiles every level and runs the resource gate; correctness and performance are
@@ -25,9 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.add_argument("--levels", default="all", help="levels to climb: 'all' (default), N, N-M or a comma list (1-3,5)")
     parser.add_argument("--dtype", default="bf16", help="bf16 (default), fp16, all, or a comma list")
-    parser.add_argument("--shapes", default="edge",
+    parser.add_argument("--shapes", default=None,
                         help="comma list of shape sets (edge, square, llm, unaligned) or MxNxK with 1 <= M, N, K < 2^31 "
-                             "(default: edge)")
+                             "(default: on a GPU, edge checked and square plus three llm shapes timed, about two "
+                             "minutes on an H200, ending with the stopping rule's verdict; without a GPU, edge)")
     parser.add_argument("--json", metavar="PATH", default=None, help="write the result JSON (docs/results-schema.md) here")
     parser.add_argument("--arch", default="sm_90a", help="target architecture for the builds (default and only choice: sm_90a)")
     parser.add_argument("--budget", type=float, default=0.5, metavar="SECONDS",
@@ -41,12 +42,13 @@ def run(args: argparse.Namespace) -> int:
     from gemm_ladder.gates.verdict import EXIT_USAGE, exit_status
     from gemm_ladder.levels import LEVELS, arch_refusal
     from gemm_ladder.results import check_writable, write_json
-    from gemm_ladder.shapes import parse_shape_sets
+    from gemm_ladder import gpu
+    from gemm_ladder.shapes import default_climb_shapes, parse_shape_sets
 
     try:
         numbers = parse_level_range(args.levels, list(LEVELS))
         dtypes = parse_dtypes(args.dtype)
-        shapes = parse_shape_sets(args.shapes)
+        shapes = parse_shape_sets(args.shapes) if args.shapes is not None else default_climb_shapes(gpu.gpu_available())
         check_run_arguments(shapes, args.budget)
         if (refusal := arch_refusal(args.arch)) is not None:
             raise ValueError(refusal)

@@ -72,3 +72,4 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps(outcomes, indent=1))
     return 1 if failed else 0
+

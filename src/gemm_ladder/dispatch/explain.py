@@ -11,7 +11,7 @@ from gemm_ladder.design.describer import conclusion, plan_document
 from gemm_ladder.design.problem import ceil_div
 from gemm_ladder.dispatch import kernels as K
 from gemm_ladder.dispatch.heuristic import CostModel
-from gemm_ladder.dispatch.route import Route
+from gemm_ladder.dispatch.route import STORE_TMA, Route
 
 
 @dataclass
@@ -141,6 +141,17 @@ def _small_m_split(route: Route, splits: int | None) -> str:
     return ("" if splits is None else f"splits={splits}: ") + kern.split_text()
 
 
+def _refusal(reason: str, route: Route) -> str:
+    """A cheaper path's refusal, as what it means for this route: the TMA store's rule on c, when c is
+    then written in place another way (from registers, or a staged copy), is why that store was not
+    used, not advice to repack c."""
+    c = route.c_path
+    if reason.startswith("c: ") and c.workspace is None and c.store != STORE_TMA:
+        rule = reason[3:].removesuffix("; repack it into an aligned buffer")
+        return f"c: no TMA store ({rule}), so C is written in place by the {c.label} path instead"
+    return reason
+
+
 def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostModel | None) -> Explanation:
     """The explanation of ``route`` for the caller's (M, N, K), with the designer's plan."""
     dtype = dtype_name(route.dtype)
@@ -187,7 +198,7 @@ def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostMo
         cluster=desc.get("cluster") or (plan.cluster if plan is not None else None),
         grid=_grid(route, plan), split=split, orientation=route.c_path.to_json()["orientation"],
         operands=[p.to_json() for p in paths], output=route.c_path.to_json(), launches=launches,
-        heuristic=heuristic, plan=plan_json, refusals=list(route.refusals),
+        heuristic=heuristic, plan=plan_json, refusals=[_refusal(r, route) for r in route.refusals],
         not_taken=list(route.unfit))
 
 

@@ -366,6 +366,8 @@ def _route_for(kind, kernel_at, xa, xb, names, c_opts, probe, k, dtype, device, 
         for a_o, b_o, (cp, ct) in combos:
             if kind == "small_m" and cp.workspace is None and cp.store != STORE_REGISTERS:
                 continue
+            if cp.dtype == torch.float32 and cp.store != STORE_REGISTERS:
+                continue  # only the register store writes float32 (the TMA-store builds write the inputs' dtype)
             kernel = kernel_at(a_o.path.major, b_o.path.major, cp)
             if kernel is None:
                 refusals.append(f"no {kind} kernel reads A {a_o.path.major}-major and B {b_o.path.major}-major")

@@ -18,6 +18,7 @@ import torch
 
 from gemm_ladder.contract import DTYPES, GemmInputError, OutsideDomainError
 from gemm_ladder.library.epilogue import ACTIVATIONS, Epilogue, EpilogueCall, linear_epilogue
+from gemm_ladder.errors import GemmTypeError, NotSupportedError  # noqa: F401 - the public classes (re-exported here)
 
 #: Input dtypes the library computes (the contract's); fp32 accumulation in every kernel.
 INPUT_DTYPES = tuple(DTYPES.values())
@@ -25,14 +26,6 @@ INPUT_DTYPES = tuple(DTYPES.values())
 #: box coordinates are int32 too: PTX ISA, cp.async.bulk.tensor "tensorCoords"). Element counts of
 #: an operand are not limited: addresses are 64-bit (tensor maps, the repack kernel's offsets).
 MAX_DIM = 2**31 - 1
-
-
-class GemmTypeError(GemmInputError, TypeError):
-    """An argument that must be a tensor (or a dtype) is something else."""
-
-
-class NotSupportedError(NotImplementedError):
-    """A valid request the library's kernels do not compute yet; the message says which issue brings it."""
 
 
 @dataclass(frozen=True)
@@ -271,6 +264,8 @@ def check_linear(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, 
     _check_out_dtype(out_dtype, x.dtype)
     n = w.shape[0]
     out_shape = (*x.shape[:-1], n)
+    if activation is not None and not isinstance(activation, str):
+        raise GemmTypeError(f"activation must be a str or None, got {type(activation).__name__}")
     if activation is not None and activation not in ACTIVATIONS:
         raise GemmInputError(f"activation={activation!r}: use one of {', '.join(map(repr, ACTIVATIONS))} or None")
     for name, v in (("alpha", alpha), ("beta", beta)):
@@ -348,7 +343,7 @@ def check_linear_out(out, x: torch.Tensor, n: int, dtype: torch.dtype) -> torch.
                              "view of (M, N) rows: pass a contiguous out") from None
 
 
-def check_swiglu(x, w_gate, w_up, *, device_types: tuple[str, ...] = ("cuda",)) -> tuple[int, int]:
+def check_swiglu(x, w_gate, w_up, *, device_types: tuple[str, ...] = ("cuda",), check_grad: bool = True) -> tuple[int, int]:
     """Check ``swiglu(x, w_gate, w_up)``: x (*, K) with at least one dimension, w_gate and w_up (N, K).
 
     Rules, in order (each raises before any launch, naming the argument): x, w_gate, w_up
@@ -372,8 +367,9 @@ def check_swiglu(x, w_gate, w_up, *, device_types: tuple[str, ...] = ("cuda",)) 
     if x.shape[-1] != w_gate.shape[1]:
         raise GemmInputError(f"x is (*, K) = {tuple(x.shape)} and w_gate, w_up are (N, K) = {tuple(w_gate.shape)}: "
                              f"x.shape[-1] = {x.shape[-1]} must equal w_gate.shape[1] = {w_gate.shape[1]}")
-    _check_grad(("x", "w_gate"), x, w_gate)
-    _check_grad(("x", "w_up"), x, w_up)
+    if check_grad:
+        _check_grad(("x", "w_gate"), x, w_gate)
+        _check_grad(("x", "w_up"), x, w_up)
     return w_gate.shape[1], w_gate.shape[0]
 
 
@@ -382,13 +378,14 @@ def check_swiglu(x, w_gate, w_up, *, device_types: tuple[str, ...] = ("cuda",)) 
 _TMA_BYTES = 16
 
 
-def check_swiglu_layout(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> None:
+def check_swiglu_layout(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, *, addresses: bool = True) -> None:
     """The layouts the swiglu kernel reads in place: x2 (M, K) (x with its batch dimensions merged),
     w_gate and w_up (N, K), each row-major (K-major: stride (ld, 1), ld >= K, the layout of
     ``nn.Linear``'s weight and of a contiguous x) with a 16-byte aligned base and a pitch of a multiple
     of 16 bytes, so that a TMA tensor map describes it. Nothing is repacked: a non-empty operand
     outside these rules raises NotSupportedError naming it, the rule and what to pass instead.
     Metadata only (runs on CPU and meta tensors; a meta tensor's base counts as aligned).
+    ``addresses=False`` leaves the base addresses out (a FakeTensor has none: the op's fake).
     """
     m, k = x2.shape
     if 0 in (m, k, w_gate.shape[0]):
@@ -408,11 +405,10 @@ def check_swiglu_layout(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tens
             raise NotSupportedError(
                 f"{name}: rows {pitch} elements apart = {pitch * e} bytes, not a multiple of {_TMA_BYTES}: a TMA tensor "
                 f"map cannot describe it (cuTensorMapEncodeTiled globalStrides); {fix}")
-        if t.device.type != "meta" and t.data_ptr() % _TMA_BYTES:
+        if addresses and t.device.type != "meta" and t.data_ptr() % _TMA_BYTES:
             raise NotSupportedError(
                 f"{name}: base address {t.data_ptr():#x} is not {_TMA_BYTES}-byte aligned (TMA, cuTensorMapEncodeTiled "
                 f"globalAddress); pass {name}.clone() (a fresh allocation is aligned)")
-
 
 
 __all__ = ["ACTIVATIONS", "GemmInputError", "GemmTypeError", "MAX_DIM", "MmShape", "NotSupportedError",

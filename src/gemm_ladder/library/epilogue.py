@@ -48,6 +48,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from gemm_ladder.contract import GemmInputError
+from gemm_ladder.errors import EpilogueCompileError, EpilogueError  # noqa: F401 - the public classes (re-exported here)
 
 #: Input kinds: a vector over the output's rows (M), one over its columns (N), a tile of the output's
 #: shape, a scalar.
@@ -89,18 +90,6 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
         current = torch.cuda.current_device()
         return (current if a.index is None else a.index) == (current if b.index is None else b.index)
     return False
-
-
-class EpilogueError(GemmInputError):
-    """An epilogue's declaration, or the inputs of one call, break a rule (the message names it)."""
-
-
-class EpilogueCompileError(EpilogueError):
-    """nvcc rejected an epilogue's CUDA; ``log`` holds the compiler's message."""
-
-    def __init__(self, message: str, log: str):
-        super().__init__(f"{message}\n{log}")
-        self.log = log
 
 
 class Epilogue:

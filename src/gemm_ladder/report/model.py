@@ -400,17 +400,20 @@ class Verdict:
     headline: str
     gates: list[GateLine]
     failures: list[str]
+    note: str = ""  # how the verdict was read, when not from the file's own gates
 
 
 UNITS = {"correctness": "check", "performance": "timing", "resources": "build"}
 
 
 def verdict(result: dict[str, Any]) -> Verdict:
-    """What the page says first. A result that does not record its gates (schema 1) gets "unknown"
-    for each gate and for the verdict unless its summary records a failure: never "passed"."""
+    """What the page says first. A schema-1 result's gates are derived from its rows (results.
+    derived_gate_states) and the note says so; a result that records neither gates nor rows
+    gets "unknown" unless its summary records a failure: never "passed"."""
     word = results.verdict(result)
     gates = []
-    for name, g in results.gate_states(result).items():
+    states = results.gate_states(result)
+    for name, g in states.items():
         state = g["state"]
         ran, failed = _number(g.get("ran")), _number(g.get("failed"))
         if state in (results.NOT_RUN, results.UNKNOWN):
@@ -423,11 +426,13 @@ def verdict(result: dict[str, Any]) -> Verdict:
     headline = HEADLINES[word]
     if word == results.VERDICT_PASSED and all(g.state == results.PASSED for g in gates):
         headline = "All gates ran and passed"
+    note = ("Read from the rows and resources: this schema-1 result records no per-gate states."
+            if any(g.get("derived") for g in states.values()) else "")
     if all(g.state == results.UNKNOWN for g in gates):  # an old file: say it once
         gates = [GateLine(", ".join(results.GATES), results.UNKNOWN, gates[0].detail
                           + ("; it records no failure" if word == results.UNKNOWN else ""))]
     s = result.get("summary") if isinstance(result.get("summary"), dict) else {}
-    return Verdict(word, headline, gates, [one_line(f) for f in s.get("failures") or []])
+    return Verdict(word, headline, gates, [one_line(f) for f in s.get("failures") or []], note)
 
 
 # --- the ladder: timed shapes as a level x shape table -------------------------------------------

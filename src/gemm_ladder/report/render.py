@@ -131,7 +131,7 @@ li.gate.not-run, li.gate.unknown { color: var(--warn); }
 .scroll { overflow-x: auto; }
 table { border-collapse: collapse; font-size: 12.5px; }
 th, td { border: 1px solid var(--line); padding: 2px 7px; text-align: left; white-space: nowrap; vertical-align: top; }
-th { background: #f4f4f6; }
+th { background: #f4f4f6; white-space: normal; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.note { white-space: normal; min-width: 0; max-width: 36em; color: #444; }
 tr.cublas td { background: var(--cublas-bg); }
@@ -173,7 +173,9 @@ def html_table(table: Table, box: str = "") -> str:
     note_cols = {i for i, h in enumerate(table.headers) if h in ("note", "messages", "failures")}
     attr = f' data-box="{_e(box)}"' if box else ""
     out = [f'<div class="scroll"{attr}><table>', "<thead><tr>"]
-    out += [f"<th>{_e(h)}</th>" for h in table.headers]
+    # Headers may wrap (after a '×' of a shape, or between words): at 1280 px the ladder's seven shape
+    # columns and its geomean column then fit, where one-line headers made the table scroll sideways.
+    out += [f"<th>{_e(h).replace('×', '×<wbr>')}</th>" for h in table.headers]
     out.append("</tr></thead><tbody>")
     for row in table.rows:
         out.append(f'<tr class="{" ".join(sorted(row.marks))}">' if row.marks else "<tr>")
@@ -240,6 +242,8 @@ def _verdict_html(v: model.Verdict) -> str:
            f'<p class="headline">{_e(v.headline)}</p><ul class="gates">']
     out += [f'<li class="gate {STATE_CLASS.get(g.state, "unknown")}">{_e(g.text)}</li>' for g in v.gates]
     out.append("</ul>")
+    if v.note:
+        out.append(f'<p class="note">{_e(v.note)}</p>')
     if v.failures:
         shown, rest = v.failures[:FAILURES_SHOWN], v.failures[FAILURES_SHOWN:]
         out.append(f"<p><b>{len(v.failures)} failure(s):</b></p><ul>" + "".join(f"<li>{_e(f)}</li>" for f in shown) + "</ul>")
@@ -348,7 +352,7 @@ def render_markdown(report: Report, stem: str = "report") -> str:
     out = [f"# {report.title}", "", report.subtitle, ""]
     if report.synthetic:
         out += [f"> **{SYNTHETIC_TEXT}**", ""]
-    out += [f"**{v.headline}**", ""] + [f"- {g.text}" for g in v.gates] + [""]
+    out += [f"**{v.headline}**", ""] + [f"- {g.text}" for g in v.gates] + [""] + ([f"_{v.note}_", ""] if v.note else [])
     if v.failures:
         out += [f"{len(v.failures)} failure(s):", ""] + [f"- {f}" for f in v.failures] + [""]
     if not any(ladder.table.rows for ladder in report.ladders):

@@ -11,10 +11,7 @@ naming what was missing and how to build it ahead of time (``gemm_ladder.precomp
 from __future__ import annotations
 
 import torch
-
-
-class CaptureBuildError(RuntimeError):
-    """A kernel had to be built or loaded while a CUDA graph was being captured."""
+from gemm_ladder.errors import CaptureBuildError  # noqa: F401 - the public classes (re-exported here)
 
 
 def capturing() -> bool:

@@ -31,6 +31,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from gemm_ladder.errors import CompileError, CompilerNotFoundError  # noqa: F401 - the public classes (re-exported here)
 
 #: Root of the kernel sources shipped in the package (levels and PTX headers).
 KERNEL_ROOT = Path(__file__).resolve().parent.parent / "kernels"
@@ -51,18 +52,6 @@ BASE_FLAGS = ["-O3", "-std=c++17", "--use_fast_math", "-Xptxas", "-v", "-lineinf
 
 #: The compilers GEMM_LADDER_COMPILER may name ("auto" picks one of them).
 COMPILERS = ("nvcc", "nvrtc")
-
-
-class CompilerNotFoundError(RuntimeError):
-    """No compiler (nvcc or NVRTC), or no cuobjdump, could be found."""
-
-
-class CompileError(RuntimeError):
-    """The compiler (nvcc or NVRTC) rejected a kernel; ``log`` holds its own message."""
-
-    def __init__(self, message: str, log: str):
-        super().__init__(f"{message}\n{log}")
-        self.log = log
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import torch
 
 from gemm_ladder.runtime.capture import refuse_during_capture
 from gemm_ladder.runtime.compiler import CompiledKernel
+from gemm_ladder.errors import CudaError  # noqa: F401 - the public classes (re-exported here)
 
 #: Above this, a kernel must opt in to more dynamic shared memory (CUDA C Programming Guide,
 #: "Shared Memory" for compute capability 9.0).
@@ -24,10 +25,6 @@ DEFAULT_DYNAMIC_SMEM_LIMIT = 48 * 1024
 
 #: Launch configurations kept per kernel (one per grid and stream seen; cleared when full).
 _CONFIG_CACHE_SIZE = 64
-
-
-class CudaError(RuntimeError):
-    """A CUDA driver call failed; the message names the call and the driver's error."""
 
 
 _drv = None

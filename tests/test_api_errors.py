@@ -1,0 +1,157 @@
+"""The library's own exceptions on every path a newcomer's call can take (issue 26), without a GPU:
+the op path (Parameters requiring grad, meta tensors, torch.compile) raises them before torch's
+dispatcher does; they are importable from the package; mm's and swiglu's meta paths agree with the
+kernels' domain and with ``explain``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import gemm_ladder
+from gemm_ladder import ops
+
+BF16 = torch.bfloat16
+
+
+def meta(*shape, dtype=BF16):
+    return torch.empty(*shape, device="meta", dtype=dtype)
+
+
+def test_nn_linear_on_cpu_raises_the_library_error_not_the_dispatchers():
+    layer = gemm_ladder.nn.Linear(8, 8, dtype=BF16)  # CPU Parameters requiring grad: the op path
+    with pytest.raises(gemm_ladder.GemmInputError, match="x must be on a cuda"):
+        layer(torch.randn(2, 8, dtype=BF16))
+    with pytest.raises(gemm_ladder.GemmInputError, match="a must be on a cuda"):
+        gemm_ladder.mm(torch.randn(2, 8, dtype=BF16, requires_grad=True), torch.randn(8, 3, dtype=BF16))
+
+
+BAD_TYPES = {
+    "mm b a list": (lambda: gemm_ladder.mm(meta(4, 8), [1, 2]), "b must be a torch.Tensor"),
+    "mm out_dtype a str": (lambda: gemm_ladder.mm(meta(4, 8), meta(8, 3), out_dtype="float32"), "out_dtype must be"),
+    "linear w a list": (lambda: gemm_ladder.linear(meta(4, 8), [1]), "w must be a torch.Tensor"),
+    "linear alpha a str": (lambda: gemm_ladder.linear(meta(4, 8), meta(3, 8), alpha="abc"), "alpha must be"),
+    "linear beta a bool": (lambda: gemm_ladder.linear(meta(4, 8), meta(3, 8), beta=True), "beta must be"),
+    "linear out_dtype a str": (lambda: gemm_ladder.linear(meta(4, 8), meta(3, 8), out_dtype="float32"), "out_dtype"),
+    "linear bias a list": (lambda: gemm_ladder.linear(meta(4, 8), meta(3, 8), [1.0] * 3), "bias must be"),
+    "linear activation an int": (lambda: gemm_ladder.linear(meta(4, 8), meta(3, 8), activation=3), "activation must"),
+    "ops.mm a list": (lambda: ops.mm([1], meta(8, 3)), "a must be a torch.Tensor"),
+    "ops.linear alpha a str": (lambda: ops.linear(meta(4, 8), meta(3, 8), alpha="abc"), "alpha must be"),
+    "swiglu w_up a list": (lambda: gemm_ladder.swiglu(meta(4, 8), meta(3, 8), [1]), "w_up must be a torch.Tensor"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_TYPES)
+def test_wrong_types_beside_a_meta_tensor_raise_the_documented_type_error(case):
+    call, says = BAD_TYPES[case]
+    with pytest.raises(TypeError, match=says) as info:  # never torch's schema RuntimeError
+        call()
+    assert isinstance(info.value, gemm_ladder.GemmTypeError)
+
+
+def test_a_misspelled_keyword_is_named_as_python_names_it():
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'activaton' \(did you mean 'activation'\?\)"):
+        gemm_ladder.linear(meta(4, 8), meta(3, 8), activaton="gelu")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+        gemm_ladder.linear(torch.randn(4, 8, dtype=BF16), torch.randn(3, 8, dtype=BF16), colour=1)
+
+
+def test_valid_meta_calls_still_give_their_results():
+    assert gemm_ladder.mm(meta(4, 8), meta(8, 3), out_dtype=torch.float32).dtype == torch.float32
+    y = gemm_ladder.linear(meta(2, 4, 8), meta(3, 8), meta(3), activation="gelu", alpha=2, beta=0)
+    assert y.shape == (2, 4, 3) and y.is_meta
+
+
+def test_error_classes_are_exported_at_the_top_level():
+    from gemm_ladder.dispatch.validate import GemmTypeError, NotSupportedError
+    from gemm_ladder.library.epilogue import EpilogueCompileError, EpilogueError
+    from gemm_ladder.runtime.capture import CaptureBuildError
+
+    assert gemm_ladder.GemmTypeError is GemmTypeError and gemm_ladder.NotSupportedError is NotSupportedError
+    assert gemm_ladder.CaptureBuildError is CaptureBuildError and gemm_ladder.EpilogueError is EpilogueError
+    assert gemm_ladder.EpilogueCompileError is EpilogueCompileError
+    assert issubclass(gemm_ladder.OutsideDomainError, gemm_ladder.GemmInputError)
+    assert issubclass(gemm_ladder.GemmInputError, ValueError) and issubclass(gemm_ladder.GemmTypeError, TypeError)
+    for name in gemm_ladder.__all__:
+        assert getattr(gemm_ladder, name) is not None, name
+
+
+def test_importing_the_errors_and_the_designer_imports_no_torch():
+    code = ("import sys, gemm_ladder, gemm_ladder.design; from gemm_ladder import GemmInputError, CaptureBuildError; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
+def test_mm_on_meta_refuses_what_explain_refuses():
+    a, b = meta(2**31, 8), meta(8, 16)
+    with pytest.raises(gemm_ladder.OutsideDomainError):
+        gemm_ladder.explain(a, b)
+    with pytest.raises(gemm_ladder.OutsideDomainError, match="M = 2147483648"):
+        gemm_ladder.mm(a, b)
+    with pytest.raises(gemm_ladder.OutsideDomainError):
+        gemm_ladder.mm(a, b, out=meta(2**31, 16))
+    with pytest.raises(gemm_ladder.OutsideDomainError):
+        gemm_ladder.linear(meta(2**16, 2**15, 8), meta(16, 8))  # M = 2^31 once batch dimensions merge
+    assert gemm_ladder.mm(meta(2**31 - 1, 8), b).shape == (2**31 - 1, 16)
+    assert gemm_ladder.mm(meta(2**31, 0), meta(0, 16)).shape == (2**31, 16)  # K = 0: zeros, no kernel
+
+
+def test_swiglu_has_a_meta_path_with_the_same_rules():
+    x, w = meta(2, 5, 64), meta(96, 64)
+    y = gemm_ladder.swiglu(x, w, w)
+    assert y.is_meta and y.shape == (2, 5, 96) and y.dtype == BF16
+    assert gemm_ladder.swiglu(meta(3, 64, dtype=torch.float16), *(meta(8, 64, dtype=torch.float16),) * 2).dtype == torch.float16
+    with pytest.raises(gemm_ladder.GemmInputError, match="one shape"):
+        gemm_ladder.swiglu(x, w, meta(96, 32))
+    with pytest.raises(gemm_ladder.GemmInputError, match="dtype"):
+        gemm_ladder.swiglu(meta(2, 64, dtype=torch.float32), w, w)
+    with pytest.raises(gemm_ladder.NotSupportedError, match="TMA"):
+        gemm_ladder.swiglu(meta(2, 60), meta(8, 60), meta(8, 60))  # rows of 120 bytes
+    with pytest.raises(gemm_ladder.OutsideDomainError):
+        gemm_ladder.swiglu(meta(2**31, 64), w, w)
+    with pytest.raises(gemm_ladder.NotSupportedError, match="requires grad"):
+        gemm_ladder.swiglu(meta(2, 64).requires_grad_(), w, w)
+    assert gemm_ladder.swiglu(meta(0, 64), w, w).shape == (0, 96)
+
+
+def test_swiglu_is_a_registered_op_that_torch_compile_traces():
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("gemm_ladder::swiglu", "CUDA")
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("gemm_ladder::swiglu", "Meta")
+
+    def mlp(x, w_gate, w_up, w_down):
+        return gemm_ladder.linear(gemm_ladder.swiglu(x, w_gate, w_up), w_down)
+
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    torch._dynamo.reset()
+    compiled = torch.compile(mlp, backend=backend, fullgraph=True, dynamic=True)
+    out = compiled(meta(7, 64), meta(96, 64), meta(96, 64), meta(64, 96))
+    assert out.shape == (7, 64) and out.is_meta and len(graphs) == 1
+    assert "gemm_ladder.swiglu" in str(graphs[0].graph)
+
+
+@pytest.mark.gpu
+def test_swiglu_compiled_runs_the_same_kernel_as_eager():
+    """On the GPU: torch.compile(fullgraph=True) of swiglu goes through the registered op's CUDA kernel
+    (the same launch as the eager call), so the two results are bitwise equal; the op path refuses
+    a CPU operand with the library's error."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 70, 512, device="cuda", dtype=BF16)
+    w_gate, w_up = (torch.randn(1000, 512, device="cuda", dtype=BF16) / 16 for _ in range(2))
+    eager = gemm_ladder.swiglu(x, w_gate, w_up)
+    torch._dynamo.reset()
+    compiled = torch.compile(gemm_ladder.swiglu, fullgraph=True, dynamic=True)(x, w_gate, w_up)
+    assert compiled.shape == (3, 70, 1000) and torch.equal(compiled, eager)
+    ref = torch.nn.functional.silu(x.double() @ w_gate.double().T) * (x.double() @ w_up.double().T)
+    assert (eager.double() - ref).abs().max().item() < 0.05 * ref.abs().max().item()
+    with pytest.raises(gemm_ladder.GemmInputError, match="one device"):
+        ops.swiglu(x, w_gate.cpu(), w_up)
