@@ -355,7 +355,7 @@ def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CL
     """
     from gemm_ladder.contract import DTYPES
     from gemm_ladder.dispatch import cost_model
-    from gemm_ladder.dispatch.kernels import general, general_bns, general_unaligned_out
+    from gemm_ladder.dispatch.kernels import general, general_bns, general_from_registers
     from gemm_ladder.library.small_m import BUCKETS, small_m_kernel
 
     classes = check_classes(classes)
@@ -374,11 +374,11 @@ def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CL
         if "large" in classes:
             kernels.append((f"general A k B k BN {bn}", general("k", "k", bn), False, (False,), (True,), False))
         if "unaligned" in classes:
-            kernels.append((f"general unaligned out A k B k BN {bn}", general_unaligned_out("k", "k", bn), False,
+            kernels.append((f"general unaligned out A k B k BN {bn}", general_from_registers("k", "k", bn), False,
                             (False,), parities_all, False))
         if "fp32_out" in classes:
             kernels.append((f"general unaligned out A k B k BN {bn} fp32 out",
-                            general_unaligned_out("k", "k", bn, out_fp32=True), True, (False,), parities_all, False))
+                            general_from_registers("k", "k", bn, out_fp32=True), True, (False,), parities_all, False))
     for m in BUCKETS:
         for fp32, cls in ((False, "small_m"), (True, "fp32_out")):
             if cls in classes:
