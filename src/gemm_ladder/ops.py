@@ -174,12 +174,7 @@ def _mm_backward(ctx, grad):
 
 
 #: The derivative of each activation at the pre-activation z, by torch's own backward kernels.
-_ACTIVATION_BACKWARD = {
-    "relu": lambda g, z: torch.ops.aten.threshold_backward(g, z, 0),
-    "gelu": lambda g, z: torch.ops.aten.gelu_backward(g, z, approximate="none"),
-    "gelu_tanh": lambda g, z: torch.ops.aten.gelu_backward(g, z, approximate="tanh"),
-    "silu": lambda g, z: torch.ops.aten.silu_backward(g, z),
-}
+from gemm_ladder.library.activations import DERIVATIVES as _ACTIVATION_BACKWARD  # noqa: E402
 
 
 def _linear_setup(ctx, inputs, keyword_only_inputs, output):

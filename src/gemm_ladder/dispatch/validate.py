@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import torch
 
 from gemm_ladder.contract import DTYPES, GemmInputError, OutsideDomainError
-from gemm_ladder.library.epilogue import ACTIVATIONS, Epilogue, EpilogueCall, linear_epilogue
 from gemm_ladder.errors import GemmTypeError, NotSupportedError  # noqa: F401 - the public classes (re-exported here)
+from gemm_ladder.library.activations import ACTIVATIONS
+from gemm_ladder.library.epilogue import Epilogue, EpilogueCall, linear_epilogue
 
 #: Input dtypes the library computes (the contract's); fp32 accumulation in every kernel.
 INPUT_DTYPES = tuple(DTYPES.values())
@@ -241,7 +242,7 @@ def check_linear(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, 
 
     Rules, in order: x and w as mm's operands (types, devices, bf16/fp16, one dtype), x (*, K) with at
     least one dimension, w (N, K), K equal; ``out_dtype`` None, x's dtype or torch.float32;
-    ``activation`` None or one of relu, gelu, gelu_tanh, silu; ``alpha``, ``beta`` Python ints or
+    ``activation`` None or a name in library/activations.py's ACTIVATIONS (relu, gelu, gelu_tanh, silu); ``alpha``, ``beta`` Python ints or
     floats (not bool); ``bias`` None or a 1-D (N,) tensor of x's dtype or float32 on x's device;
     ``residual`` None or a tensor of the output's shape (*, N), of x's dtype or float32, on x's device
     (any strides); ``epilogue`` None or a gemm_ladder.Epilogue, and then bias, activation, residual

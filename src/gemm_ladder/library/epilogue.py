@@ -49,6 +49,7 @@ import torch
 
 from gemm_ladder.contract import GemmInputError
 from gemm_ladder.errors import EpilogueCompileError, EpilogueError  # noqa: F401 - the public classes (re-exported here)
+from gemm_ladder.library.activations import ACTIVATIONS
 
 #: Input kinds: a vector over the output's rows (M), one over its columns (N), a tile of the output's
 #: shape, a scalar.
@@ -480,14 +481,6 @@ class EpilogueCall:
 
 # --- the built-in epilogue of gemm_ladder.linear ------------------------------------------------------
 
-#: linear's activations: name -> (the CUDA function in fused_epilogue.cuh, the float64 reference).
-ACTIVATIONS: dict[str, tuple[str, Callable[[torch.Tensor], torch.Tensor]]] = {
-    "relu": ("gl::act_relu", torch.relu),
-    "gelu": ("gl::act_gelu", lambda v: torch.nn.functional.gelu(v)),
-    "gelu_tanh": ("gl::act_gelu_tanh", lambda v: torch.nn.functional.gelu(v, approximate="tanh")),
-    "silu": ("gl::act_silu", torch.nn.functional.silu),
-}
-
 _LINEAR_EPILOGUES: dict[tuple, Epilogue] = {}
 
 
@@ -516,10 +509,10 @@ def linear_epilogue(*, bias: bool, activation: str | None, residual: bool, alpha
     if bias:
         v += " + gl_bias_"
     if activation is not None:
-        v = f"{ACTIVATIONS[activation][0]}({v})"
+        v = ACTIVATIONS[activation].cuda_of(v)
     if residual:
         v += " + gl_beta_ * gl_residual_"
-    act = ACTIVATIONS[activation][1] if activation else None
+    act = ACTIVATIONS[activation].reference if activation else None
 
     def reference(acc, gl_alpha_=1.0, gl_bias_=None, gl_residual_=None, gl_beta_=1.0):
         out = acc * gl_alpha_ if alpha else acc
