@@ -72,7 +72,8 @@ the designer. Command line: ``gemm-ladder audit``.
 """
 
 from gemm_ladder.audit.levels import LEVELS, LevelRefused, protocol_for_level
-from gemm_ladder.audit.plans import PLAN_SCHEMA, PlanFormatError, protocol_from_json, protocol_from_plan
+from gemm_ladder.audit.plans import (PLAN_SCHEMA, PlanBoundsError, PlanFormatError, audit_plan, check_plan,
+                                     min_iterations, plan_bounds, protocol_from_json, protocol_from_plan)
 from gemm_ladder.audit.protocol import Barrier, Buffer, Op, Protocol, ProtocolError, Role
 from gemm_ladder.audit.result import AuditResult, Violation
 from gemm_ladder.audit.ring import RingConfig, build_ring_protocol
@@ -80,6 +81,7 @@ from gemm_ladder.audit.search import DEFAULT_MAX_STATES, TRACE_STEPS, audit, sta
 
 __all__ = [
     "DEFAULT_MAX_STATES", "LEVELS", "PLAN_SCHEMA", "TRACE_STEPS", "AuditResult", "Barrier", "Buffer", "LevelRefused",
-    "Op", "PlanFormatError", "Protocol", "ProtocolError", "RingConfig", "Role", "Violation", "audit",
-    "build_ring_protocol", "protocol_for_level", "protocol_from_json", "protocol_from_plan", "static_check",
+    "Op", "PlanBoundsError", "PlanFormatError", "Protocol", "ProtocolError", "RingConfig", "Role", "Violation",
+    "audit", "audit_plan", "build_ring_protocol", "check_plan", "min_iterations", "plan_bounds",
+    "protocol_for_level", "protocol_from_json", "protocol_from_plan", "static_check",
 ]

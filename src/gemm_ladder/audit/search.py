@@ -98,7 +98,7 @@ def audit(protocol: Protocol, *, max_states: int = DEFAULT_MAX_STATES, trace_ste
     return AuditResult(protocol=protocol.name, ok=complete and not found, complete=complete,
                        violations=found, states_explored=states, transitions=transitions,
                        bounds=bounds, seconds=time.perf_counter() - t0, max_states=max_states,
-                       reduction=reduction)
+                       reduction=reduction, notes=list(protocol.notes))
 
 
 
