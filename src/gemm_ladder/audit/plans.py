@@ -88,8 +88,8 @@ def plan_bounds(stages: int, k_tiles: int, persistent: bool, k_iters: int | None
     ``k_iters`` / ``tiles`` (``--k-iters`` / ``--tiles``) are taken as given; left out: a plan that is
     not persistent runs one tile of 3 x stages K iterations (the plan's ``k_tiles`` capped there, or
     raised there: the kernel's ring does not depend on K); a persistent plan runs tiles of its own
-    K (``k_tiles``, capped at 3 x stages) and as many tiles (at least 2: the phase is carried from tile
-    to tile) as the minimum needs. A plan that is not persistent always has 1 tile.
+    K (``k_tiles``, capped at half the minimum) and as many tiles (at least 2: the phase is carried
+    from tile to tile) as the minimum needs. A plan that is not persistent always has 1 tile.
 
     Raises:
         PlanBoundsError: ``k_iters`` x tiles below the minimum (naming the least ``k_iters`` that is
@@ -102,7 +102,7 @@ def plan_bounds(stages: int, k_tiles: int, persistent: bool, k_iters: int | None
     if not persistent:
         k, t = (need if k_iters is None else k_iters), 1
     else:
-        k = min(k_tiles, need) if k_iters is None else k_iters
+        k = min(k_tiles, math.ceil(need / 2)) if k_iters is None else k_iters
         t = max(2, math.ceil(need / k)) if tiles is None else tiles
     if k * t < need:
         least = math.ceil(need / t)
