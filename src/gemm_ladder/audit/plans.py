@@ -176,7 +176,7 @@ class _Plan:
         self.full_parity = r.integer("ring.first_full_wait_parity", 0)
         self.empty_parity = r.integer("ring.first_empty_wait_parity", 0)
         self.release_mode = r.choice("ring.release_mode", tuple(_RELEASE_LAG))
-        self.panels = r.integer("smem.c_panels", 1)
+        self.panels = r.integer("smem.c_panels", 0)  # 0: C stored from registers (no staging)
         self.k_tiles = r.integer("schedule.k_tiles", 1)
         self.tail = r.optional_object("schedule.stream_k")
         self.expect = r.integer("load_protocol.expect_tx_bytes", 1)
@@ -241,6 +241,8 @@ def protocol_from_plan(plan: dict, *, k_iters: int | None = None, tiles: int | N
                               "(wgmma consumers that each release a stage); tcgen05.commit releases are not modelled")
     bm, bn, bk = f.tile
     k, t = plan_bounds(f.stages, f.k_tiles, f.persistent, k_iters, tiles)
+    from_registers = f.panels == 0
+    f.panels = max(f.panels, 1)
     early = min(f.c_ring, f.panels)
     try:
         config = RingConfig(
@@ -266,6 +268,10 @@ def protocol_from_plan(plan: dict, *, k_iters: int | None = None, tiles: int | N
     elif k > f.k_tiles:
         p.notes.append(f"{k} K iterations per tile, more than the plan's {f.k_tiles}: the kernel's ring does not "
                        "depend on K (its kernel_defines), so the audit covers the reuse a longer K brings")
+    if from_registers:
+        p.notes.append("C is stored from registers (smem.c_panels 0): no output staging in shared memory; the "
+                       "model's one private staging buffer per consumer stands for that store and proves nothing "
+                       "about it")
     if f.order is None:
         p.notes.append("the plan has no ring.order (an older plan): each role's steps taken in the right order")
     if f.aliased:
