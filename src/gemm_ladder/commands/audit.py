@@ -37,7 +37,8 @@ from pathlib import Path
 from gemm_ladder.commands.argcheck import BadArgument, integer, writable_file
 
 NAME = "audit"
-HELP = "Prove a stage-ring protocol (a ladder level or a PLAN.json) free of deadlock, early reuse and phase errors."
+HELP = ("Prove a stage-ring protocol (a ladder level or a PLAN.json) free of deadlock, early reuse and phase errors, "
+        "every stage reused twice; check a plan's bytes, arrival counts, phases and shared memory.")
 
 #: The integer options and their defaults (None: the level's own value).
 _COUNTS = (("k_iters", "--k-iters"), ("tiles", "--tiles"), ("stages", "--stages"), ("cluster", "--cluster"),
