@@ -319,7 +319,7 @@ def plan_json(**ring_over) -> dict:
 
 def test_protocol_from_plan_good_and_faulty():
     p = protocol_from_plan(plan_json())
-    assert p.bounds["k_iters"] == 4 and p.bounds["stages"] == 3
+    assert p.bounds["k_iters"] == 9 and p.bounds["stages"] == 3  # 3 x stages: every stage reused twice
     assert audit(p).ok
     bad = protocol_from_plan(plan_json(first_empty_wait_parity=0))
     assert "deadlock" in kinds(audit(bad))
@@ -328,7 +328,8 @@ def test_protocol_from_plan_good_and_faulty():
 def test_protocol_from_plan_reads_the_designers_ring_spelling():
     plan = plan_gemm(4096, 4096, 128, tile=(128, 256, 64), stages=2, consumers=2, persistent=True)
     p = protocol_from_plan(json.loads(json.dumps(plan.to_json())))
-    assert p.role_counts() == {"producer": 1, "consumer": 2} and p.bounds["tiles_per_cta"] == 2
+    # K = 128 is 2 K tiles per tile: 3 tiles reuse each of the 2 stages twice
+    assert p.role_counts() == {"producer": 1, "consumer": 2} and p.bounds["tiles_per_cta"] == 3
     assert audit(p).ok
 
 

@@ -14,20 +14,23 @@ from gemm_ladder.design import plan_gemm
 def test_audit_level5_exits_0_and_prints_the_result(capsys):
     assert main(["audit", "--level", "5"]) == 0
     out = capsys.readouterr().out
-    assert "audit level5" in out and "OK" in out and "states" in out and "k_iters=3" in out
+    # level 5 ships 3 stages: 9 K iterations use every stage three times (reused twice)
+    assert "audit level5" in out and "OK" in out and "states" in out and "k_iters=9" in out
 
 
 def test_audit_full_search_gives_the_same_verdict(capsys):
-    assert main(["audit", "--level", "8", "--k-iters", "2", "--tiles", "1", "--json"]) == 0
+    # the full search is slow: level 8 at 2 stages, 6 K iterations in one tile (each stage used 3 times)
+    args = ["audit", "--level", "8", "--stages", "2", "--k-iters", "6", "--tiles", "1", "--json"]
+    assert main(args) == 0
     reduced = json.loads(capsys.readouterr().out)
-    assert main(["audit", "--level", "8", "--k-iters", "2", "--tiles", "1", "--json", "--full-search"]) == 0
+    assert main([*args, "--full-search"]) == 0
     full = json.loads(capsys.readouterr().out)
     assert reduced["reduction"] == "bursts" and full["reduction"] == "none"
     assert full["ok"] and full["states_explored"] > reduced["states_explored"]
 
 
 def test_audit_level_json_output(capsys):
-    assert main(["audit", "--level", "7", "--k-iters", "2", "--tiles", "2", "--json"]) == 0
+    assert main(["audit", "--level", "7", "--k-iters", "6", "--tiles", "2", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["ok"] is True and res["states_explored"] > 0 and res["bounds"]["tiles_per_cta"] == 2
 
@@ -55,7 +58,7 @@ def test_audit_faulty_plan_exits_1_with_the_trace(tmp_path, capsys):
 
 def test_audit_edited_protocol_json_exits_1(tmp_path, capsys):
     dump = tmp_path / "p.json"
-    assert main(["audit", "--level", "6", "--k-iters", "1", "--tiles", "2", "--dump-protocol", str(dump)]) == 0
+    assert main(["audit", "--level", "6", "--k-iters", "3", "--tiles", "2", "--dump-protocol", str(dump)]) == 0
     d = json.loads(dump.read_text())
     for role in d["roles"]:  # seed: drop the wait_group before staging is reused
         role["program"] = [op for op in role["program"]
@@ -83,7 +86,7 @@ def test_audit_level_audits_the_configuration_the_level_ships(number, capsys):
     from gemm_ladder.levels import LEVELS
 
     lv = LEVELS[number]
-    assert main(["audit", "--level", str(number), "--k-iters", "1", "--json"]) == 0
+    assert main(["audit", "--level", str(number), "--json"]) == 0
     b = json.loads(capsys.readouterr().out)["bounds"]
     assert (b["stages"], b["cluster"], b["consumers"]) == (lv.stages, lv.cluster, lv.consumers)
     assert b["warp_specialized"] == lv.producer_warpgroup and b["tiles_per_cta"] == (2 if lv.persistent else 1)
@@ -93,7 +96,8 @@ def test_audit_level_audits_the_configuration_the_level_ships(number, capsys):
 def test_audit_level9_with_no_flags_is_level9_as_shipped(capsys):
     assert main(["audit", "--level", "9"]) == 0
     out = capsys.readouterr().out
-    assert "audit level9-S4-K3-T2: OK" in out and "cluster=2" in out and "consumers=2" in out
+    # 4 stages over 2 tiles: 6 K iterations per tile use every stage three times
+    assert "audit level9-S4-K6-T2: OK" in out and "cluster=2" in out and "consumers=2" in out
 
 
 @pytest.mark.parametrize("args,rule", [
@@ -141,7 +145,9 @@ def test_audit_bad_plan_files_end_in_one_line_and_exit_2(name, tmp_path, capsys)
     ["--level", "5", "--k-iters", "-3"], ["--level", "5", "--tiles", "0"], ["--level", "5", "--tiles", "x"],
     ["--level", "5", "--stages", "0"], ["--level", "5", "--stages", "-1"], ["--level", "9", "--cluster", "0"],
     ["--level", "5", "--max-states", "0"], ["--level", "5", "--max-states", "-5"], ["--level", "x"],
-    ["--level", "5", "--k-iters", "1000", "--tiles", "3"], ["--level", "5", "PLAN"], []], ids=repr)
+    ["--level", "5", "--k-iters", "1000", "--tiles", "3"], ["--level", "5", "PLAN"], [],
+    ["--level", "9", "--k-iters", "3"], ["--level", "5", "--k-iters", "8"], ["PLAN", "--k-iters", "3"],
+    ["PLAN", "--k-iters", "1", "--tiles", "2"]], ids=repr)
 def test_audit_bad_arguments_end_in_one_line_and_exit_2(args, tmp_path, capsys):
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(_plan(1)))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 
 from gemm_ladder import __version__
@@ -24,6 +26,7 @@ exit status:
      ("gemm-ladder COMMAND: ...")
   3  incomplete: nothing failed, but a gate that applies did not run (climb and gate without a GPU:
      correctness and timing need one; the summary line names each gate and why)
+  141 the reader of the output went away (a closed pipe, as `| head`): stopped quietly
 """
 
 
@@ -47,9 +50,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse ``argv`` (default: sys.argv[1:]) and run the subcommand; returns its exit status."""
+    """Parse ``argv`` (default: sys.argv[1:]) and run the subcommand; returns its exit status.
+
+    A reader that closes stdout early (``gemm-ladder audit plan.json | head -2``) ends the command
+    quietly with status 141 (128 + SIGPIPE, what a shell reports for a command stopped that way).
+    """
     args = build_parser().parse_args(argv)
-    return int(args._run(args) or 0)
+    try:
+        return int(args._run(args) or 0)
+    except BrokenPipeError:
+        # stdout's reader is gone: point stdout at /dev/null so the interpreter's final flush is quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

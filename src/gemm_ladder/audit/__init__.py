@@ -52,15 +52,24 @@ What the model cannot see:
 * the memory model and the proxies: ``fence.proxy.async`` between ``st.shared`` and a TMA store,
   ``fence.mbarrier_init``, acquire/release scopes of cluster arrivals are assumed right;
 * real timing: only orderings; a protocol that is correct but slow looks the same as a fast one;
-* hardware limits: the tx-count range (2^20 - 1), the number of bulk groups in flight, shared memory
-  capacity, and whether the byte counts match the tensor maps' boxes (they are taken as given);
+* hardware limits: the tx-count range (2^20 - 1) and the number of bulk groups in flight (a plan's
+  byte counts against its tensor maps' boxes, and its stages against shared memory, are checked by
+  :func:`check_plan`, outside the search);
 * threads inside a role: a warpgroup is one program counter (``wgmma`` is ``.sync.aligned``), so races
   between the threads of one warpgroup (say, writing staging before the elected thread's wait_group
   returned, without a named barrier) are invisible; a ``consume`` op is one atomic read unless the
   program splits it into ``read_begin`` / ``read_end``;
-* more K iterations or tiles than were unrolled: a bug that needs a longer run goes unseen (ring
-  protocols repeat with period 2 * stages iterations, so K up to 2 * stages + 1 covers the phase
-  wrap-around, but this is an argument, not a proof).
+* more K iterations or tiles than were unrolled: a bug that needs a longer run goes unseen. The
+  command line and :func:`audit_plan` unroll at least 3 x stages K iterations per CTA, so that every
+  stage is used three times (reused twice) and every barrier's parity wraps around
+  (:func:`min_iterations`); ring protocols repeat with period 2 * stages iterations, so a longer run
+  adds states, not cases (an argument, not a proof). The builders themselves take any bounds.
+
+A designer plan is audited by :func:`audit_plan`: :func:`check_plan`'s arithmetic (expect_tx against
+the bytes its tensor maps deliver per stage, arrival counts against the arrivers it names, the phase
+ledger against the ring's initial phases, its stages against shared memory), then the search over
+the ring it describes, each role's steps in the plan's ``ring.order``. docs/auditor.md says what each
+check means and lists the seeded faults it rejects (tests/audit_faults.py).
 
 The package, by concern: :mod:`~gemm_ladder.audit.protocol` (the model: roles, barriers, buffers,
 ops, JSON), :mod:`~gemm_ladder.audit.ring` (one builder for every ring, from a :class:`RingConfig`),
@@ -72,7 +81,8 @@ the designer. Command line: ``gemm-ladder audit``.
 """
 
 from gemm_ladder.audit.levels import LEVELS, LevelRefused, protocol_for_level
-from gemm_ladder.audit.plans import PLAN_SCHEMA, PlanFormatError, protocol_from_json, protocol_from_plan
+from gemm_ladder.audit.plans import (PLAN_SCHEMA, PlanBoundsError, PlanFormatError, audit_plan, check_plan,
+                                     min_iterations, plan_bounds, protocol_from_json, protocol_from_plan)
 from gemm_ladder.audit.protocol import Barrier, Buffer, Op, Protocol, ProtocolError, Role
 from gemm_ladder.audit.result import AuditResult, Violation
 from gemm_ladder.audit.ring import RingConfig, build_ring_protocol
@@ -80,6 +90,7 @@ from gemm_ladder.audit.search import DEFAULT_MAX_STATES, TRACE_STEPS, audit, sta
 
 __all__ = [
     "DEFAULT_MAX_STATES", "LEVELS", "PLAN_SCHEMA", "TRACE_STEPS", "AuditResult", "Barrier", "Buffer", "LevelRefused",
-    "Op", "PlanFormatError", "Protocol", "ProtocolError", "RingConfig", "Role", "Violation", "audit",
-    "build_ring_protocol", "protocol_for_level", "protocol_from_json", "protocol_from_plan", "static_check",
+    "Op", "PlanBoundsError", "PlanFormatError", "Protocol", "ProtocolError", "RingConfig", "Role", "Violation",
+    "audit", "audit_plan", "build_ring_protocol", "check_plan", "min_iterations", "plan_bounds",
+    "protocol_for_level", "protocol_from_json", "protocol_from_plan", "static_check",
 ]

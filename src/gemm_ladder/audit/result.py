@@ -46,13 +46,14 @@ class AuditResult:
     seconds: float
     max_states: int
     reduction: str = "none"  # the reduced search that proved it ("bursts", "blocks"; see audit.reductions)
+    notes: list[str] = field(default_factory=list)  # what the bounds mean for this protocol (its notes)
 
     def to_json(self) -> dict:
         return {"protocol": self.protocol, "ok": self.ok, "complete": self.complete,
                 "violations": [v.to_json() for v in self.violations],
                 "states_explored": self.states_explored, "transitions": self.transitions,
                 "bounds": dict(self.bounds), "seconds": round(self.seconds, 3), "max_states": self.max_states,
-                "reduction": self.reduction}
+                "reduction": self.reduction, "notes": list(self.notes)}
 
     def render(self) -> str:
         bounds = ", ".join(f"{k}={v}" for k, v in self.bounds.items())

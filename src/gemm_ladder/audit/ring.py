@@ -14,6 +14,11 @@ from dataclasses import dataclass, fields
 
 from gemm_ladder.audit.protocol import Barrier, Buffer, Op, Protocol, Role
 
+#: The steps of each role, in the right order (RingConfig's ``*_order`` fields permute or drop them).
+PRODUCER_STEPS = ("acquire", "commit")
+CONSUMER_STEPS = ("wait", "read", "release")
+STORE_STEPS = ("drain", "write", "store")
+
 #: The most K iterations (tiles x k_iters) one protocol unrolls: a ring repeats every 2 x stages
 #: iterations, so a longer run adds states, not cases.
 MAX_ITERATIONS = 1024
@@ -65,7 +70,20 @@ class RingConfig:
             every panel but the role's first (there no group is in flight and the kernel's wait is a
             no-op).
 
-    Operand tile (the bytes each load moves): bm, bn, bk and elem_bytes.
+    Operand tile (the bytes each load moves): bm, bn, bk and elem_bytes; a plan's own numbers override
+    them: ``a_load_bytes`` (what the A loads of one stage complete on the CTA's full barrier; default
+    bm x bk x elem_bytes), ``b_load_bytes`` (what each CTA's B load completes on each destination's
+    full barrier; default bn x bk x elem_bytes / the multicast slices), ``expect_tx_bytes`` (the
+    producer's ``arrive.expect_tx`` per stage; default A + B of the tile). A plan whose expect_tx
+    differs from what its loads deliver completes a phase early (or never): the search shows it.
+
+    The order of each role's steps (a plan's ``ring.order``; the right order by default):
+    ``producer_order`` of ``acquire`` (wait empty[s]) and ``commit`` (arrive.expect_tx and the loads),
+    ``consumer_order`` of ``wait`` (full[s]), ``read`` (the wgmma) and ``release`` (the arrivals on
+    empty), ``store_order`` of ``drain`` (wait_group.read before a staging buffer is written again),
+    ``write`` (st.shared into staging) and ``store`` (TMA store + commit_group). A step left out is
+    not done; a permutation runs the steps in that order (consume before the load's wait, a load
+    issued before the stage's release, staging written before the store drained).
 
     Each consumer stores panel q (in order of q) as: ``wait_group.read pending`` (q > 0), write
     staging q % R, TMA store + ``commit_group`` (the store issuer is thread 0 of the warpgroup; the
@@ -111,9 +129,22 @@ class RingConfig:
     drain_staging_before_reuse: bool = True
     final_store_wait: bool = True
     shared_staging: bool = False
+    a_load_bytes: int | None = None
+    b_load_bytes: int | None = None
+    expect_tx_bytes: int | None = None
+    producer_order: tuple[str, ...] = PRODUCER_STEPS
+    consumer_order: tuple[str, ...] = CONSUMER_STEPS
+    store_order: tuple[str, ...] = STORE_STEPS
 
     def __post_init__(self):
+        for name, allowed in (("producer_order", PRODUCER_STEPS), ("consumer_order", CONSUMER_STEPS),
+                              ("store_order", STORE_STEPS)):
+            order = getattr(self, name)
+            if not isinstance(order, tuple) or len(set(order)) != len(order) or not set(order) <= set(allowed):
+                raise ValueError(f"RingConfig.{name} must be distinct steps of {', '.join(allowed)}, got {order!r}")
         for f in fields(self):
+            if f.name.endswith("_order"):
+                continue
             value, want = getattr(self, f.name), bool if str(f.type).startswith("bool") else int
             if value is None and str(f.type).endswith("None"):
                 continue
@@ -122,6 +153,9 @@ class RingConfig:
         for name in ("stages", "k_iters", "tiles", "consumers", "cluster", "staging_buffers", "panels_per_tile",
                      "consumer_threads", "release_weight", "full_count", "bm", "bn", "bk", "elem_bytes"):
             if getattr(self, name) < 1:
+                raise ValueError(f"RingConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("a_load_bytes", "b_load_bytes", "expect_tx_bytes"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"RingConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.empty_count is not None and self.empty_count < 1:
             raise ValueError(f"RingConfig.empty_count must be >= 1 (an mbarrier counts at least one arrival), "
@@ -184,14 +218,16 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
     drain_staging_before_reuse, final_store_wait = cfg.drain_staging_before_reuse, cfg.final_store_wait
     shared_staging = cfg.shared_staging
     release_ctas = cluster if (multicast and cfg.remote_release) else 1
-    a_bytes, b_bytes = bm * bk * elem_bytes, bn * bk * elem_bytes
     b_parts = cluster if multicast else 1
+    a_bytes = cfg.a_load_bytes or bm * bk * elem_bytes
+    b_load = cfg.b_load_bytes or bn * bk * elem_bytes // b_parts  # each CTA's B load, per destination
+    expect = cfg.expect_tx_bytes or a_bytes + b_load * b_parts
     b_names = tuple(f"B{j}" for j in range(b_parts)) if multicast else ("B",)
     total = tiles * k_iters
 
     barriers = [Barrier("full", full_count, full_initial_phase, stages),
                 Barrier("empty", empty_count, empty_initial_phase, stages)]
-    buffers = [Buffer("A", stages, a_bytes)] + [Buffer(n, stages, b_bytes // b_parts) for n in b_names]
+    buffers = [Buffer("A", stages, a_bytes)] + [Buffer(n, stages, b_load) for n in b_names]
     # staging[i][b]: buffer b of consumer i's ring (the same names for every consumer when shared).
     rings = 1 if (shared_staging or consumers == 1) else consumers
     prefixes = ["D"] if rings == 1 else [f"D{i}" for i in range(rings)]
@@ -212,18 +248,19 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
 
     def produce(c: int, g: int) -> list[Op]:
         s, r, true_r = sched[g]
-        ops = []
+        steps = {"acquire": [], "commit": []}
         if empty_wait:
-            ops.append(Op("wait", "empty", s, parity=(r + empty_initial_phase) % 2, phase=true_r - 1,
-                          note=f"producer_acquire k#{g}"))
-        ops.append(Op("expect_tx", "full", s, bytes=a_bytes + b_bytes))
-        ops.append(Op("issue_load", "full", s, buffers=("A",), bytes=a_bytes, tag=g))
+            steps["acquire"].append(Op("wait", "empty", s, parity=(r + empty_initial_phase) % 2, phase=true_r - 1,
+                                       note=f"producer_acquire k#{g}"))
+        commit = steps["commit"]
+        commit.append(Op("expect_tx", "full", s, bytes=expect))
+        commit.append(Op("issue_load", "full", s, buffers=("A",), bytes=a_bytes, tag=g))
         if multicast:
-            ops.append(Op("issue_load", "full", s, buffers=(b_names[c],), bytes=b_bytes // b_parts, tag=g,
-                          dests=tuple(range(cluster))))
+            commit.append(Op("issue_load", "full", s, buffers=(b_names[c],), bytes=b_load, tag=g,
+                             dests=tuple(range(cluster))))
         else:
-            ops.append(Op("issue_load", "full", s, buffers=("B",), bytes=b_bytes, tag=g))
-        return ops
+            commit.append(Op("issue_load", "full", s, buffers=("B",), bytes=b_load, tag=g))
+        return [op for step in cfg.producer_order for op in steps[step]]
 
     def release(c: int, g: int) -> list[Op]:
         s = sched[g][0]
@@ -234,16 +271,15 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
         """Wait for stage k#g and read it; with release_lag 0 also release it, with 1 release k#g-1
         (not across a tile start: a tile's last stage is released at its end)."""
         s, r, true_r = sched[g]
-        ops = []
+        steps = {"wait": [], "read": [Op("consume", stage=s, buffers=("A",) + b_names, tag=g)], "release": []}
         if full_wait:
-            ops.append(Op("wait", "full", s, parity=(r + full_initial_phase) % 2, phase=true_r,
-                          note=f"consumer_wait k#{g}"))
-        ops.append(Op("consume", stage=s, buffers=("A",) + b_names, tag=g))
+            steps["wait"].append(Op("wait", "full", s, parity=(r + full_initial_phase) % 2, phase=true_r,
+                                    note=f"consumer_wait k#{g}"))
         if release_lag == 0:
-            ops += release(c, g)
+            steps["release"] = release(c, g)
         elif g % k_iters > 0:
-            ops += release(c, g - 1)
-        return ops
+            steps["release"] = release(c, g - 1)
+        return [op for step in cfg.consumer_order for op in steps[step]]
 
     early = panels_per_tile - deferred_panels  # panels stored at the end of their own tile
 
@@ -252,16 +288,16 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
         q = t * panels_per_tile + p
         buf = staging[i][q % staging_buffers]
         tag_panel = None if panels_per_tile == 1 else p
-        ops = []
+        steps = {"drain": [], "write": [Op("write_staging", buffers=(buf,), tag=t, panel=tag_panel,
+                                           note="" if tag_panel is None else
+                                           "st.shared; fence.proxy.async; named barrier")],
+                 "store": [Op("store_commit", buffers=(buf,), tag=t, panel=tag_panel)]}
         if q > 0 and drain_staging_before_reuse:
             whole = panels_per_tile == 1 and staging_buffers == 1
             why = ("drain the previous tile's store before reuse" if whole
                    else f"issuer, before reuse of {buf}; then named barrier")
-            ops.append(Op("store_wait", pending=staging_wait_pending, note=why))
-        ops.append(Op("write_staging", buffers=(buf,), tag=t, panel=tag_panel,
-                      note="" if tag_panel is None else "st.shared; fence.proxy.async; named barrier"))
-        ops.append(Op("store_commit", buffers=(buf,), tag=t, panel=tag_panel))
-        return ops
+            steps["drain"].append(Op("store_wait", pending=staging_wait_pending, note=why))
+        return [op for step in cfg.store_order for op in steps[step]]
 
     def iteration(c: int, i: int, g: int) -> list[Op]:
         """K iteration g of consumer i: its wait, wgmma and release, with a deferred panel of the

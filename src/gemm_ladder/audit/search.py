@@ -98,7 +98,7 @@ def audit(protocol: Protocol, *, max_states: int = DEFAULT_MAX_STATES, trace_ste
     return AuditResult(protocol=protocol.name, ok=complete and not found, complete=complete,
                        violations=found, states_explored=states, transitions=transitions,
                        bounds=bounds, seconds=time.perf_counter() - t0, max_states=max_states,
-                       reduction=reduction)
+                       reduction=reduction, notes=list(protocol.notes))
 
 
 
@@ -128,8 +128,9 @@ def search(cp: CompiledProtocol, explorer: Explorer, static: list[Violation], ma
             steps.append(last_label)
         steps = [part for label in steps for part in (label[1] if label[0] == "B" else (label,))]
         shown = steps[-trace_steps:]
-        violations.append(Violation(kind, message, [explorer.render(lbl) for lbl in shown],
-                                    omitted_steps=len(steps) - len(shown)))
+        lines = [explorer.render(lbl) for lbl in shown] or ["(the initial state: every barrier in phase 0, nothing "
+                                                            "issued; no role can take its first step)"]
+        violations.append(Violation(kind, message, lines, omitted_steps=len(steps) - len(shown)))
 
     while queue:
         if stop_at_first and violations:

@@ -445,7 +445,7 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     load = LoadProtocol(
         full_arrival_count=1, expect_tx_bytes=tx, a_box_bytes=a_box, b_box_bytes=b_box,
         b_boxes_per_stage=cluster * b_boxes, multicast_mask=(1 << cluster) - 1 if cluster > 1 else 0,
-        empty_arrival_count=cfg.empty_arrivals,
+        empty_arrival_count=cfg.empty_arrivals, a_boxes_per_stage=a_boxes,
     )
     store = StoreProtocol(panels=smem.c_panels, panel_box=tuple(maps["c"].box_dim) if "c" in maps else (),
                           panel_bytes=smem.c_panel_bytes)

@@ -77,6 +77,7 @@ class LoadProtocol:
     b_boxes_per_stage: int  # TMA instructions landing in each CTA's B stage (one per cluster CTA)
     multicast_mask: int  # 0 without multicast
     empty_arrival_count: int
+    a_boxes_per_stage: int = 1  # TMA instructions landing in each CTA's A stage (an MN-major A: one per 64 rows)
 
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -139,8 +140,16 @@ class Ring:
     smem_total_bytes: int
     ctas_per_sm: int
     ledger: tuple[LedgerRow, ...]
+    #: The order of each role's steps, as the kernels run them (the auditor builds its programs from it,
+    #: so an order that breaks the protocol can be written into a plan and is found): the producer's per
+    #: stage, the consumer's per K iteration, the store issuer's per staging buffer.
+    order: tuple[tuple[str, tuple[str, ...]], ...] = (
+        ("producer", ("producer_acquire", "producer_commit")),
+        ("consumer", ("consumer_wait", "mma", "consumer_release")),
+        ("store", ("store_drain", "write_staging", "store_commit")))
 
     def to_json(self) -> dict:
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "ledger"}
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("ledger", "order")}
         out["ledger"] = [r.to_json() for r in self.ledger]
+        out["order"] = {role: list(steps) for role, steps in self.order}
         return out
