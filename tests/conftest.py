@@ -1,11 +1,19 @@
-"""Shared test setup: import from the source tree, a private nvcc cache, and the GPU marker.
+"""Shared test setup: import from the source tree, a private nvcc cache, the GPU marker, parallel runs.
 
 Tests marked ``@pytest.mark.gpu`` run only where torch sees a CUDA device; elsewhere (the
 development and CI machines) they are skipped with the reason below, never silently passed.
+
+The whole suite (``python3 -m pytest -q``, no test files named) on a machine without a GPU runs on
+every CPU with pytest-xdist, one test module per worker at a time (``--dist loadscope``: a module's
+fixtures are built once). Naming files, ``-n N`` or ``-p no:xdist`` keeps the choice yours; with a GPU
+the run stays one process (the GPU tests share one device and time it). The workers share one
+kernel cache, and a build two workers want at once is compiled by one while the other waits.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import shutil
 import sys
@@ -34,10 +42,61 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """The whole suite without a GPU: one pytest-xdist worker per CPU, whole modules to a worker."""
+    if getattr(config.option, "numprocesses", "no xdist") is not None:  # -n given, or xdist absent/disabled
+        return
+    if hasattr(config, "workerinput") or config.args_source == pytest.Config.ArgsSource.ARGS:
+        return  # a worker, or files named on the command line: one process, as before
+    if config.option.collectonly or config.option.usepdb or torch.cuda.is_available():
+        return
+    cpus = len(os.sched_getaffinity(0))
+    if cpus > 1:
+        config.option.numprocesses = cpus
+        if config.option.dist == "no":
+            config.option.dist = "loadscope"
+
+
+def _run_root(tmp_path_factory) -> Path:
+    """The run's temporary root: the session's own, or the one all xdist workers of the run share."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def nvcc_cache(tmp_path_factory) -> Path:
-    """One nvcc cache for the session, so each tiny kernel is compiled once."""
-    return tmp_path_factory.mktemp("gemm_ladder_cache")
+    """One nvcc cache for the run (shared by its xdist workers), so each kernel is compiled once."""
+    path = _run_root(tmp_path_factory) / "gemm_ladder_cache"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_compile_per_build(tmp_path_factory):
+    """Two workers asking for one uncached build: the first compiles it, the second waits and reads it.
+
+    The compiler's entries are atomic, so without this both would compile (correct, twice the work).
+    """
+    from gemm_ladder.runtime import compiler
+
+    build = getattr(compiler, "_build_entry", None)
+    if build is None:
+        yield
+        return
+    locks = _run_root(tmp_path_factory) / "gemm_ladder_build_locks"
+    locks.mkdir(exist_ok=True)
+
+    def build_once(nvcc, source, kernel_name, flags, final):
+        name = hashlib.sha256(str(final).encode()).hexdigest()[:32]
+        with open(locks / name, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (Path(final) / "kernel.cubin").exists():
+                build(nvcc, source, kernel_name, flags, final)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(compiler, "_build_entry", build_once)
+        yield
 
 
 @pytest.fixture
