@@ -125,15 +125,11 @@ def main() -> int:
     parser.add_argument("--hidden", type=int, default=4096, help="model width (default 4096, Llama-3-8B)")
     parser.add_argument("--intermediate", type=int, default=14336, help="MLP width (default 14336, Llama-3-8B)")
     sys.path.insert(0, str(HERE))
-    from suite import add_output_argument, save
+    from suite import add_output_argument, require_gpu, save
 
     add_output_argument(parser)
     args = parser.parse_args()
-    import torch
-
-    if not torch.cuda.is_available():
-        print("cold_start.py: needs a CUDA GPU (the forward runs on it)", file=sys.stderr)
-        return 2
+    require_gpu(__file__)  # the forward runs on it
     with tempfile.TemporaryDirectory() as cache:
         cmd, hidden = _child_command(args)
         env = _hidden_env(cache)

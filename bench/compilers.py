@@ -21,7 +21,7 @@ import sys
 
 from rich.console import Console
 from rich.table import Table
-from suite import add_output_argument, save
+from suite import add_output_argument, require_gpu, save
 from variants import check_targets
 
 from gemm_ladder.contract import DTYPES, cublas
@@ -50,13 +50,11 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="4096^3 and 8192^3 only, 2 passes")
     add_output_argument(p)
     args = p.parse_args()
+    require_gpu(__file__)
     import torch
 
     from gemm_ladder.runtime.compiler import CompilerNotFoundError, compiler_identity
 
-    if not torch.cuda.is_available():
-        print("compilers.py: needs a CUDA GPU", file=sys.stderr)
-        return 2
     os.environ["GEMM_LADDER_AOT"] = "0"
     device = torch.device("cuda")
     try:

@@ -56,7 +56,7 @@ from typing import Callable
 
 import torch
 
-from suite import add_output_argument, save
+from suite import add_output_argument, require_gpu, save
 
 CASES = ("llama_prefill", "llama_decode", "bert", "vit", "train", "compile_prefill", "reduce_overhead")
 #: What each case needs beyond torch.
@@ -542,9 +542,7 @@ def main() -> int:
     except ValueError as exc:
         print(f"bench/models.py: {exc}", file=sys.stderr)
         return 2
-    if not torch.cuda.is_available():
-        print("bench/models.py needs a CUDA GPU (sm_90a)", file=sys.stderr)
-        return 2
+    require_gpu(__file__)
     reasons = {c: missing(c) for c in cases}
     if all(reasons.values()):
         print(f"bench/models.py: nothing to run: {'; '.join(sorted(set(reasons.values())))}", file=sys.stderr)
