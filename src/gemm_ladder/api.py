@@ -174,9 +174,7 @@ def mm_direct(a, b, out=None, out_dtype=None, *, check_grad: bool = False, fast_
     key = mm_key(a, b, out, out_dtype)
     if check_grad and key is not None and torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         check_mm(a, b, out, out_dtype, check_grad=True)  # raises NotSupportedError naming the operand
-    call = CALLS.get(key)
-    if call is None:
-        call = CALLS.put(key, _mm_call(a, b, out, out_dtype))
+    call = CALLS.get_or_make(key, lambda: _mm_call(a, b, out, out_dtype))
     if key is not None:
         CALLS.put_fast(fast_key, call)
     c = out if out is not None else torch.empty(call.out_shape, dtype=call.out_dtype, device=a.device)
@@ -337,9 +335,7 @@ def linear_direct(x, w, bias=None, *, activation=None, residual=None, alpha=1.0,
         return _linear_out(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
                            out_dtype=out_dtype, out=out)
     key = linear_key(x, w, out_dtype, bias, residual, activation, alpha, beta)
-    call = CALLS.get(key)
-    if call is None:
-        call = CALLS.put(key, _linear_call(x, w, bias, activation, residual, alpha, beta, out_dtype))
+    call = CALLS.get_or_make(key, lambda: _linear_call(x, w, bias, activation, residual, alpha, beta, out_dtype))
     if key is not None:
         CALLS.put_fast(fast_key, call)
     c = torch.empty(call.out_shape, dtype=call.out_dtype, device=x.device)

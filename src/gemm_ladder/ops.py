@@ -38,6 +38,8 @@ import math
 import torch
 
 from gemm_ladder.api import linear_direct, linear_op, mm_direct, mm_op, swiglu_direct
+# The derivative of each activation at the pre-activation z, by torch's own backward kernels.
+from gemm_ladder.library.activations import DERIVATIVES as _ACTIVATION_BACKWARD
 from gemm_ladder.dispatch.validate import (
     MmShape,
     NotSupportedError,
@@ -173,8 +175,6 @@ def _mm_backward(ctx, grad):
     return grad_a, grad_b
 
 
-#: The derivative of each activation at the pre-activation z, by torch's own backward kernels.
-from gemm_ladder.library.activations import DERIVATIVES as _ACTIVATION_BACKWARD  # noqa: E402
 
 
 def _linear_setup(ctx, inputs, keyword_only_inputs, output):

@@ -237,6 +237,11 @@ class CallCache:
             self._calls[key] = call
         return call
 
+    def get_or_make(self, key: tuple | None, make) -> Call:
+        """The Call of ``key``; on a miss ``make()`` checks and decides it, and it is kept."""
+        call = self.get(key)
+        return call if call is not None else self.put(key, make())
+
     def put_fast(self, key: tuple | None, call: Call) -> None:
         """Keep ``call`` under its fast key (made only after its signature was checked)."""
         if key is not None:

@@ -32,7 +32,7 @@ def plan_mm(a, b, out_dtype) -> LaunchTemplate | None:
     Raises what :func:`gemm_ladder.mm` raises for bad input."""
     a, b = _plain(a), _plain(b)
     key = mm_key(a, b, None, out_dtype)
-    call = CALLS.get(key) or CALLS.put(key, _mm_call(a, b, None, out_dtype))
+    call = CALLS.get_or_make(key, lambda: _mm_call(a, b, None, out_dtype))
     if call.kind != "bound":
         return None
     c = torch.empty(call.out_shape, dtype=call.out_dtype, device=a.device)  # stands for each call's output
@@ -47,7 +47,7 @@ def plan_linear(x, w, bias, residual, activation, alpha, beta, out_dtype) -> Lau
     has another address). Raises what :func:`gemm_ladder.linear` raises for bad input."""
     x, w, bias, residual = _plain(x), _plain(w), _plain(bias), _plain(residual)
     key = linear_key(x, w, out_dtype, bias, residual, activation, alpha, beta)
-    call = CALLS.get(key) or CALLS.put(key, _linear_call(x, w, bias, activation, residual, alpha, beta, out_dtype))
+    call = CALLS.get_or_make(key, lambda: _linear_call(x, w, bias, activation, residual, alpha, beta, out_dtype))
     if call.kind != "bound" or not call.view:
         return None
     m, n, k = call.m, call.n, call.k
