@@ -100,10 +100,13 @@ def main() -> int:
         except Exception as exc:  # noqa: BLE001 - a refused plan (not a variant) is part of the record
             return f"{label}|{type(exc).__name__}"
 
+    lines = []
     with ThreadPoolExecutor(args.workers) as pool:
-        lines = list(pool.map(one, [j for j in jobs() if not args.only or re.search(args.only, j[0])]))
+        for line in pool.map(one, [j for j in jobs() if not args.only or re.search(args.only, j[0])]):
+            lines.append(line)
+            if not args.compare:  # each as it comes, in order: a run cut short keeps what it finished
+                print(line, flush=True)
     if not args.compare:
-        print("\n".join(lines))
         return 0
     before = dict(line.rsplit("|", 1) for line in open(args.compare).read().splitlines() if "|" in line)
     if args.only:
