@@ -77,6 +77,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--compare", metavar="FILE", help="a previous output: exit 1 if any fingerprint differs")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--only", metavar="REGEX",
+                        help="only the builds whose label matches (re.search); with --compare, only those are compared")
     parser.add_argument("--cached-only", action="store_true",
                         help="compile nothing: fingerprint the builds already in the cache, report the others as NotBuilt")
     args = parser.parse_args()
@@ -98,12 +100,17 @@ def main() -> int:
         except Exception as exc:  # noqa: BLE001 - a refused plan (not a variant) is part of the record
             return f"{label}|{type(exc).__name__}"
 
+    lines = []
     with ThreadPoolExecutor(args.workers) as pool:
-        lines = list(pool.map(one, jobs()))
+        for line in pool.map(one, [j for j in jobs() if not args.only or re.search(args.only, j[0])]):
+            lines.append(line)
+            if not args.compare:  # each as it comes, in order: a run cut short keeps what it finished
+                print(line, flush=True)
     if not args.compare:
-        print("\n".join(lines))
         return 0
     before = dict(line.rsplit("|", 1) for line in open(args.compare).read().splitlines() if "|" in line)
+    if args.only:
+        before = {k: v for k, v in before.items() if re.search(args.only, k)}
     now = dict(line.rsplit("|", 1) for line in lines)
     bad = 0
     unbuilt = 0

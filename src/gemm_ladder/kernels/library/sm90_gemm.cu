@@ -4,106 +4,118 @@
 //
 // Level 9's kernel, compiled from the designer's plan for one layout: persistent, a producer
 // warpgroup, 2-CTA clusters that multicast B, two consumer warpgroups of 64 rows on a 128 x BN tile,
-// each storing through its own panel ring overlapped with the next tile, and a stream-K split. What
-// the plan sets, beyond level 9's:
-//  - GL_A_MN_MAJOR / GL_B_MN_MAJOR: each operand K-major or MN-major in memory and in shared memory.
+// each storing through its own panel ring overlapped with the next tile, and a stream-K split.
+//
+// One templated kernel body, sm90_gemm<Cfg, COut, Epi>, reads top to bottom; each build's variant is a
+// type, chosen with `if constexpr`, never a preprocessor branch. The instantiation block at the end of
+// this file is the one place that reads the build's -D constants (the plan's, design/plan.py
+// kernel_defines, and library/gemm.py's build_defines): it makes them the config type and defines the
+// extern "C" entry point the loader finds by name. What a config sets, beyond level 9's:
+//  - kAMnMajor / kBMnMajor: each operand K-major or MN-major in memory and in shared memory.
 //    An MN-major operand's tensor map has M (or N) as its inner dimension: the producer loads it as
 //    boxes of 64 elements x BK rows (tma_load_operand, tma_tile.cuh, through stage_ring.cuh's
 //    produce_stage), and the consumers read it with wgmma's transpose immediate and the MN-major
 //    descriptor (mma_k_tile and desc_mn_major_sw128, ptx/wgmma.cuh, through cluster_ring.cuh's
 //    consume_k_range). Every layout difference lives in those headers.
-//  - GL_BN = 64, 128 or 256 (the dispatcher's cost model picks it: narrower tiles where wider ones
+//  - BN = 64, 128 or 256 (the dispatcher's cost model picks it: narrower tiles where wider ones
 //    would leave SMs idle). At BN = 64 a tile is one 64-column panel: the plan gives each consumer a
-//    ring of one panel buffer (GL_C_RING = 1), so every panel is stored at the end of its tile and
+//    ring of one panel buffer (kCRing = 1), so every panel is stored at the end of its tile and
 //    none is deferred (kDeferredPanels = 0); the one buffer is refilled once the store that read it,
 //    a whole tile earlier, has been read (wait_group.read 0). The cluster's B slices are 32 rows: a
 //    K-major B loads them as boxes of 32 rows; an MN-major B, whose box is 64 elements of N wide,
 //    splits the stage's K rows instead (stage_ring.cuh's produce_stage, the plan's B box).
+//  - kStore: how C is written (CStore below), and Out, its element type.
+//  - Epi: the fused epilogue or none (fused_epilogue_pair.cuh's FusedEpilogue, NoEpilogue).
+// The stage ring's headers (tma_tile.cuh's SmemMap, stage_ring.cuh, cluster_ring.cuh, panel_ring.cuh)
+// are shared with the ladder's levels 4-9 and read the same plan constants themselves; the config is
+// made from those constants in the one block, so the two cannot differ.
 // And what the launch sets: the leading dimensions of A, B and D (the tensor maps' global strides),
 // and the stream-K split (tail_first_unit: the first unit split by K over every cluster; 0 splits
 // every unit, the unit count none).
 //
 // The body is level 9's (levels/level9_multi_consumer.cu, which stays the ladder's rung), with one
 // hook: where level 9 packs a finished fragment to the output dtype (pack_fragment: at the end of
-// each whole tile, and in the stream-K tail after the partials are reduced), a build with
-// GL_EPILOGUE applies the fused epilogue to each pair of fp32 accumulators first (epilogue_pack):
+// each whole tile, and in the stream-K tail after the partials are reduced), a build with a fused
+// epilogue (Epi::kFused) applies it to each pair of fp32 accumulators first (epilogue_pack_panel):
 // its loads and math run in the registers the packing already uses, and the output is rounded
 // once. And at the start of each tile (whole or a stream-K segment), before its main loop, each consumer
-// prefetches its slice of the epilogue's tile inputs into L2 (epilogue_prefetch), so the loads at the
-// tile's end need not wait on DRAM. Without GL_EPILOGUE the kernel is level 9's, instruction for
+// prefetches its slice of the epilogue's tile inputs into L2 (epi.prefetch), so the loads at the
+// tile's end need not wait on DRAM. Without an epilogue the kernel is level 9's, instruction for
 // instruction, and takes no epilogue argument (tests/test_epilogue.py compares the SASS).
 //
-// GL_C_FROM_REGISTERS (1: the plan's c_from_registers) builds the kernel for outputs a TMA store cannot
+// CStore::kRegisters (the plan's c_from_registers) builds the kernel for outputs a TMA store cannot
 // write (N not a multiple of 16 bytes, a pitch or base not 16-byte aligned; or a float32 output,
-// GL_OUT_FP32): the consumers store each finished fragment straight from their accumulator registers
+// Out = float): the consumers store each finished fragment straight from their accumulator registers
 // with masked global stores (register_store.cuh: one store per pair of columns, pairs shifted by a
 // column in rows whose even columns are misaligned) at any pitch, instead of the panel rings and TMA
 // stores; the kernel takes the output's pointer and row pitch in place of its tensor map, and no
 // shared memory holds C (the plan gives it to the stage ring). Each fragment is stored right after
 // its last wgmma, so its stores are not overlapped with the next tile's first K iterations as the
-// panel ring's deferred panels are; the producer keeps loading meanwhile. Without it (0, the default)
-// this file is unchanged.
+// panel ring's deferred panels are; the producer keeps loading meanwhile.
 //
 // Two other ways to store and reduce were built, measured no faster where they apply, and removed: a
 // staged copy of C through per-warp shared memory with 16-byte stores, and a stream-K fixup distributed
 // over a split tile's contributors (docs/library.md says what was measured and where the code is in git).
-#include "gemm_ladder/tma_tile.cuh"
-#include "gemm_ladder/fused_epilogue_pair.cuh"
-
-static_assert(gl::BM == 128 && GL_CONSUMERS == 2 && GL_CLUSTER == 2 && GL_PRODUCER_WG == 1,
-              "sm90_gemm: level 9's 128-row tile, two consumer warpgroups, a 2-CTA cluster and a producer warpgroup");
-static_assert(gl::BN == 64 || gl::BN == 128 || gl::BN == 256, "sm90_gemm: BN is 64, 128 or 256");
-static_assert(gl::BK == 64, "sm90_gemm: BK = 64, one 128-byte swizzle span of K per stage");
-static_assert((GL_A_MN_MAJOR == 0 || GL_A_MN_MAJOR == 1) && (GL_B_MN_MAJOR == 0 || GL_B_MN_MAJOR == 1),
-              "sm90_gemm: each operand K-major (0) or MN-major (1)");
-
 #include "gemm_ladder/cluster_ring.cuh"
 #include "gemm_ladder/epilogue.cuh"
+#include "gemm_ladder/fused_epilogue_pair.cuh"
 #include "gemm_ladder/panel_ring.cuh"
 #include "gemm_ladder/ptx/cluster.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
 #include "gemm_ladder/ptx/mbarrier.cuh"
 #include "gemm_ladder/ptx/tma.cuh"
 #include "gemm_ladder/ptx/wgmma.cuh"
+#include "gemm_ladder/register_store.cuh"
 #include "gemm_ladder/stage_ring.cuh"
 #include "gemm_ladder/stream_k.cuh"
 #include "gemm_ladder/tile_scheduler.cuh"
 #include "gemm_ladder/tma_tile.cuh"
 
-#ifndef GL_C_FROM_REGISTERS
-#define GL_C_FROM_REGISTERS 0
-#endif
-#if GL_C_FROM_REGISTERS
-#include "gemm_ladder/register_store.cuh"
-#endif
-
 using namespace gl;
 
 GL_RELEASES_PREVIOUS_STAGE();
 
-static_assert(GL_PRODUCER_WG == 1 && BM == 64 * GL_CONSUMERS, "level 9: each consumer owns 64 rows of the tile");
-#if GL_C_FROM_REGISTERS
-static_assert(GL_C_PANELS == 0 && GL_C_RING == 0, "sm90_gemm: C from registers: the plan must stage no C (c_from_registers)");
-#if defined(GL_OUT_FP32)
-using out_t = float;
-#else
-using out_t = elem_t;
-#endif
-constexpr int kFirstStoreBarrier = 2;  // named barrier 2 + c: consumer c's 128 threads (the stream-K hand-in)
-// The output: element (r, c) of the kernel's M x N output at C[r * ldc + c], in place of map_c.
-#define GL_C_ARG out_t* __restrict__ C, long long ldc
-#else
-static_assert(GL_C_RING >= 1 && GL_C_PANELS % GL_C_RING == 0, "level 9: a ring of panel buffers per consumer");
-// Panels stored at once at the end of a tile: one per buffer, whose last stores (the previous tile's,
-// issued a whole tile ago) have long been read. The rest wait in registers for the next tile.
-constexpr int kEarlyPanels = GL_C_RING < GL_C_PANELS ? GL_C_RING : GL_C_PANELS;
-constexpr int kDeferredPanels = GL_C_PANELS - kEarlyPanels;
-constexpr int kPrefetchAhead = 8;  // K iterations between a tile's epilogue prefetch and its epilogue
-constexpr int kFirstStoreBarrier = 2;  // named barrier 2 + c: consumer c's 128 threads (0 is __syncthreads)
-#define GL_C_ARG const __grid_constant__ CUtensorMap map_c
-#endif
+// How a build writes C.
+enum class CStore {
+  kTmaPanels,  // level 9's: each consumer's panel ring and TMA stores, the last panels deferred to the next tile
+  kRegisters,  // masked global stores straight from the accumulators, any pitch (register_store.cuh)
+};
 
-#if defined(GL_EPILOGUE) && !GL_C_FROM_REGISTERS
+// Where a kTmaPanels build writes C: the output's tensor map (a __grid_constant__ kernel argument).
+struct TmaC {
+  const CUtensorMap* map;
+};
+// Where a kRegisters build writes C: element (r, c) of the kernel's M x N output at ptr[r * ld + c].
+template <class OutT>
+struct PointerC {
+  OutT* ptr;
+  long long ld;
+};
+
+// What a config (Cfg) holds, each a static constexpr member: the tile BM, BN, BK; kStages; kCluster,
+// kConsumers, kProducerWarpgroups, kThreads; kAMnMajor, kBMnMajor; the output panels per tile kCPanels,
+// the ring of panel buffers per consumer kCRing and a buffer's bytes kCPanelBytes (the plan's shared
+// memory for C: none with kRegisters); kStore; and the type Out. The instantiation block's BuildConfig
+// is the one a build compiles.
+template <class Cfg>
+__host__ __device__ constexpr bool config_ok() {
+  static_assert(Cfg::BM == 128 && Cfg::kConsumers == 2 && Cfg::kCluster == 2 && Cfg::kProducerWarpgroups == 1,
+                "sm90_gemm: level 9's 128-row tile, two consumer warpgroups, a 2-CTA cluster and a producer warpgroup");
+  static_assert(Cfg::BN == 64 || Cfg::BN == 128 || Cfg::BN == 256, "sm90_gemm: BN is 64, 128 or 256");
+  static_assert(Cfg::BK == 64, "sm90_gemm: BK = 64, one 128-byte swizzle span of K per stage");
+  static_assert((Cfg::kAMnMajor == 0 || Cfg::kAMnMajor == 1) && (Cfg::kBMnMajor == 0 || Cfg::kBMnMajor == 1),
+                "sm90_gemm: each operand K-major (0) or MN-major (1)");
+  static_assert(Cfg::BM == 64 * Cfg::kConsumers, "level 9: each consumer owns 64 rows of the tile");
+  if constexpr (Cfg::kStore == CStore::kRegisters) {
+    static_assert(Cfg::kCPanels == 0 && Cfg::kCRing == 0,
+                  "sm90_gemm: C from registers: the plan must stage no C (c_from_registers)");
+  } else {
+    static_assert(Cfg::kCRing >= 1 && Cfg::kCPanels % Cfg::kCRing == 0, "level 9: a ring of panel buffers per consumer");
+    static_assert(std::is_same<typename Cfg::Out, elem_t>::value, "sm90_gemm: a TMA store writes the input dtype");
+  }
+  return true;
+}
+
 // Column panel p (columns 64p.. of BN) of a consumer's finished 64 x BN fragment (rows row0.., columns
 // col0.. of the kernel's M x N output) through the fused epilogue, in place, then packed as
 // pack_fragment packs it. Pair (4j + 2i, 4j + 2i + 1) sits at row row0 + 16w + l/4 + 8i, columns
@@ -111,36 +123,46 @@ constexpr int kFirstStoreBarrier = 2;  // named barrier 2 + c: consumer c's 128 
 // kernel's output. The kernel calls it for each panel right before that panel's staging (or, for the
 // panels stored later, after the earlier panels' stores): ptxas sinks the math to where the packed
 // values are used, and the whole fragment's math sunk into the first panel's store spilled.
+template <int BN, class Epi>
 __device__ __forceinline__ void epilogue_pack_panel(uint32_t (&packed)[BN / 4], float (&d)[BN / 2], int p, int row0,
-                                                    int col0, int M, int N, const EpilogueParams& epi) {
+                                                    int col0, int M, int N, const Epi& epi) {
   const int t = thread_in_warpgroup(), warp = t / 32, lane = t % 32;
 #pragma unroll
   for (int j = 8 * p; j < 8 * p + 8; ++j) {
 #pragma unroll
     for (int i = 0; i < 2; ++i)
-      epilogue_pair<true>(d[4 * j + 2 * i], d[4 * j + 2 * i + 1], row0 + 16 * warp + lane / 4 + 8 * i,
-                          col0 + 8 * j + 2 * (lane % 4), M, N, epi);
+      epi.pair_along_row(d[4 * j + 2 * i], d[4 * j + 2 * i + 1], row0 + 16 * warp + lane / 4 + 8 * i,
+                         col0 + 8 * j + 2 * (lane % 4), M, N);
   }
 #pragma unroll
   for (int q = 16 * p; q < 16 * p + 16; ++q) packed[q] = pack2(d[2 * q], d[2 * q + 1]);
 }
-#define GL_EPILOGUE_ARG , const __grid_constant__ EpilogueParams epi
-#elif defined(GL_EPILOGUE)
-#define GL_EPILOGUE_ARG , const __grid_constant__ EpilogueParams epi
-#else
-#define GL_EPILOGUE_ARG
-#endif
 
-extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
-    gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                GL_C_ARG, int M, int N, int K, int tail_first_unit,
-                int max_contributors, float* __restrict__ partials, int* __restrict__ counters GL_EPILOGUE_ARG) {
+// The kernel: map_a, map_b the operands' tensor maps; c_out where C goes (TmaC or PointerC, as
+// Cfg::kStore says); the problem; the stream-K split (tail_first_unit) and its workspace (partials,
+// counters: null when no unit has two contributors); epi the epilogue (NoEpilogue or FusedEpilogue).
+template <class Cfg, class COut, class Epi>
+__device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b, const COut& c_out, int M,
+                                          int N, int K, int tail_first_unit, int max_contributors,
+                                          float* __restrict__ partials, int* __restrict__ counters, const Epi& epi) {
+  static_assert(config_ok<Cfg>());
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kCluster = Cfg::kCluster;
+  constexpr bool kFromRegisters = Cfg::kStore == CStore::kRegisters;
+  // Panels stored at once at the end of a tile: one per buffer, whose last stores (the previous tile's,
+  // issued a whole tile ago) have long been read. The rest wait in registers for the next tile.
+  constexpr int kEarlyPanels = Cfg::kCRing < Cfg::kCPanels ? Cfg::kCRing : Cfg::kCPanels;
+  constexpr int kDeferredPanels = Cfg::kCPanels - kEarlyPanels;
+  constexpr int kPrefetchAhead = 8;  // K iterations between a tile's epilogue prefetch and its epilogue
+  // Named barrier 2 + c: consumer c's 128 threads (0 is __syncthreads; the panel ring's stores and the
+  // stream-K hand-in).
+  constexpr int kFirstStoreBarrier = 2;
+
   extern __shared__ uint8_t smem_raw[];
   const SmemMap smem(smem_raw);
-  const TileScheduler sched(M, N, BM, BN, GL_CLUSTER);
+  const TileScheduler sched(M, N, BM, BN, kCluster);
   const int k_tiles = (K + BK - 1) / BK;
   const int rank = cluster_cta_rank();
-  const int first_unit = blockIdx.x / GL_CLUSTER, unit_stride = gridDim.x / GL_CLUSTER;
+  const int first_unit = blockIdx.x / kCluster, unit_stride = gridDim.x / kCluster;
   // Units [0, whole_end) are computed whole, unit_stride apart. The launch splits a tail only with at
   // least one K iteration per cluster (design/stream_k.py); any other argument runs whole, so it
   // cannot miscount a tile's contributors.
@@ -149,11 +171,11 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
   const int whole_end = split ? tail_first_unit : sched.total;
   const StreamKTail tail(whole_end, sched.total - whole_end, k_tiles, unit_stride);
 
-#if GL_C_FROM_REGISTERS
-  if (threadIdx.x == 0) init_ring(smem, &map_a, &map_b, &map_b);  // no output map: b's is prefetched twice
-#else
-  if (threadIdx.x == 0) init_ring(smem, &map_a, &map_b, &map_c);
-#endif
+  if constexpr (kFromRegisters) {
+    if (threadIdx.x == 0) init_ring(smem, &map_a, &map_b, &map_b);  // no output map: b's is prefetched twice
+  } else {
+    if (threadIdx.x == 0) init_ring(smem, &map_a, &map_b, c_out.map);
+  }
   cluster_sync();
 
   if (warpgroup_index() == 0) {
@@ -175,128 +197,167 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     setmaxnreg_inc<232>();
     const int consumer = warpgroup_index() - 1;
     const bool elected = thread_in_warpgroup() == 0;  // releases stages and issues this consumer's stores
-#if GL_C_FROM_REGISTERS
+    uint8_t* const ring = smem.c() + consumer * Cfg::kCRing * Cfg::kCPanelBytes;  // kTmaPanels: this consumer's
     const int bar = kFirstStoreBarrier + consumer;
-    // Store a finished fragment of work unit `unit` from registers, the fused epilogue (if any) applied
-    // to each pair right before its store (epilogue.cuh's pairs: neighbours along a kernel row). Pairs
-    // shifted into alignment on misaligned rows, except with an epilogue (register_store.cuh: it spilled).
-#if defined(GL_EPILOGUE)
-    constexpr bool kShiftPairs = false;
-#else
-    constexpr bool kShiftPairs = true;
-#endif
+    uint32_t packed[BN / 4];  // kTmaPanels: the previous tile's outputs; its last kDeferredPanels are still to be stored
+    // kRegisters: store a finished fragment of work unit `unit` from registers, the fused epilogue (if
+    // any) applied to each pair right before its store (epilogue.cuh's pairs: neighbours along a kernel
+    // row). Pairs shifted into alignment on misaligned rows, except with an epilogue (register_store.cuh:
+    // it spilled).
     auto store_fragment = [&](float (&d)[BN / 2], int unit) {
-      int um, tn;
-      sched.coords(unit, um, tn);
-      store_fragment_from_registers<BN, kShiftPairs>(C, ldc, d, (um * GL_CLUSTER + rank) * BM + 64 * consumer, tn * BN, M, N,
-                                        [&](float& x0, float& x1, int r, int c) {
-#if defined(GL_EPILOGUE)
-                                          epilogue_pair<true>(x0, x1, r, c, M, N, epi);
-#endif
-                                        });
-    };
-    RingPosition pos{0};
-    for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
-      float d[BN / 2];
-      consume_k_range(smem, d, consumer, 0, k_tiles, pos, elected, [](int) {});
-      store_fragment(d, unit);
-    }
-#else
-    uint8_t* const ring = smem.c() + consumer * GL_C_RING * GL_SMEM_C_PANEL_BYTES;
-    const int bar = kFirstStoreBarrier + consumer;
-    uint32_t packed[BN / 4];  // the previous tile's outputs; its last kDeferredPanels are still to be stored
-    // Store panel p of this consumer's rows of work unit `unit`, its place recomputed from the unit
-    // rather than kept from the tile before: registers are what this loop is short of.
-    auto store_panel_of = [&](int unit, int p) {
-      int um, tn;
-      sched.coords(unit, um, tn);
-      store_panel(p, packed, ring, &map_c, tn * BN, (um * GL_CLUSTER + rank) * BM + 64 * consumer, bar, elected);
-    };
-    RingPosition pos{0};
-    for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
-      int um, tn;
-      sched.coords(unit, um, tn);
-      const int tm = um * GL_CLUSTER + rank;
-      const int prev = unit - unit_stride;  // the previous tile of this CTA, if unit != first_unit
-      float d[BN / 2];
-      consume_k_range(smem, d, consumer, 0, k_tiles, pos, elected, [&](int kt) {
-        if (kt < kDeferredPanels && unit != first_unit)  // runs while this K iteration's wgmma does
-          store_panel_of(prev, kEarlyPanels + kt);
-#if defined(GL_EPILOGUE)
-        // This consumer's 64 x BN slice of the epilogue's tile inputs (a residual) into L2, kPrefetchAhead
-        // K iterations before the epilogue loads it: late enough that the main loop's operand traffic
-        // does not evict it first, early enough to cover DRAM's latency. A hint that orders nothing
-        // (fused_epilogue.cuh's epi_prefetch_runs).
-        if (kt == (k_tiles > kPrefetchAhead ? k_tiles - kPrefetchAhead : 0))
-          epilogue_prefetch<64, BN, 128>(tm * BM + 64 * consumer, tn * BN, M, N, thread_in_warpgroup(), epi);
-#endif
-      });
-      if (unit != first_unit)  // fewer K iterations than deferred panels: finish the previous tile first
-        for (int p = kEarlyPanels + k_tiles; p < GL_C_PANELS; ++p)
-          store_panel_of(prev, p);
-#if defined(GL_EPILOGUE)
-      // Each panel's epilogue right before its staging, in the same block: ptxas sinks the math to
-      // where the packed values are used, so a panel's inputs stay live only across its own store.
-#pragma unroll
-      for (int p = 0; p < GL_C_PANELS; ++p) {
-        epilogue_pack_panel(packed, d, p, tm * BM + 64 * consumer, tn * BN, M, N, epi);
-        if (p < kEarlyPanels) store_panel(p, packed, ring, &map_c, tn * BN, tm * BM + 64 * consumer, bar, elected);
+      if constexpr (kFromRegisters) {
+        int um, tn;
+        sched.coords(unit, um, tn);
+        store_fragment_from_registers<BN, !Epi::kFused>(c_out.ptr, c_out.ld, d, (um * kCluster + rank) * BM + 64 * consumer,
+                                                        tn * BN, M, N, [&](float& x0, float& x1, int r, int c) {
+                                                          if constexpr (Epi::kFused) epi.pair_along_row(x0, x1, r, c, M, N);
+                                                        });
       }
-#else
-      pack_fragment<BN>(packed, d);
+    };
+    // kTmaPanels: store panel p of this consumer's rows of work unit `unit`, its place recomputed from
+    // the unit rather than kept from the tile before: registers are what this loop is short of.
+    auto store_panel_of = [&](int unit, int p) {
+      if constexpr (!kFromRegisters) {
+        int um, tn;
+        sched.coords(unit, um, tn);
+        store_panel(p, packed, ring, c_out.map, tn * BN, (um * kCluster + rank) * BM + 64 * consumer, bar, elected);
+      }
+    };
+    RingPosition pos{0};
+    if constexpr (kFromRegisters) {
+      for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
+        float d[BN / 2];
+        consume_k_range(smem, d, consumer, 0, k_tiles, pos, elected, [](int) {});
+        store_fragment(d, unit);
+      }
+    } else {
+      for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
+        int um, tn;
+        sched.coords(unit, um, tn);
+        const int tm = um * kCluster + rank;
+        const int prev = unit - unit_stride;  // the previous tile of this CTA, if unit != first_unit
+        float d[BN / 2];
+        consume_k_range(smem, d, consumer, 0, k_tiles, pos, elected, [&](int kt) {
+          if (kt < kDeferredPanels && unit != first_unit)  // runs while this K iteration's wgmma does
+            store_panel_of(prev, kEarlyPanels + kt);
+          if constexpr (Epi::kFused) {
+            // This consumer's 64 x BN slice of the epilogue's tile inputs (a residual) into L2, kPrefetchAhead
+            // K iterations before the epilogue loads it: late enough that the main loop's operand traffic
+            // does not evict it first, early enough to cover DRAM's latency. A hint that orders nothing
+            // (fused_epilogue.cuh's epi_prefetch_runs).
+            if (kt == (k_tiles > kPrefetchAhead ? k_tiles - kPrefetchAhead : 0))
+              epi.template prefetch<64, BN, 128>(tm * BM + 64 * consumer, tn * BN, M, N, thread_in_warpgroup());
+          }
+        });
+        if (unit != first_unit)  // fewer K iterations than deferred panels: finish the previous tile first
+          for (int p = kEarlyPanels + k_tiles; p < Cfg::kCPanels; ++p)
+            store_panel_of(prev, p);
+        if constexpr (Epi::kFused) {
+          // Each panel's epilogue right before its staging, in the same block: ptxas sinks the math to
+          // where the packed values are used, so a panel's inputs stay live only across its own store.
 #pragma unroll
-      for (int p = 0; p < kEarlyPanels; ++p)
-        store_panel(p, packed, ring, &map_c, tn * BN, tm * BM + 64 * consumer, bar, elected);
-#endif
+          for (int p = 0; p < Cfg::kCPanels; ++p) {
+            epilogue_pack_panel<BN>(packed, d, p, tm * BM + 64 * consumer, tn * BN, M, N, epi);
+            if (p < kEarlyPanels) store_panel(p, packed, ring, c_out.map, tn * BN, tm * BM + 64 * consumer, bar, elected);
+          }
+        } else {
+          pack_fragment<BN>(packed, d);
+#pragma unroll
+          for (int p = 0; p < kEarlyPanels; ++p)
+            store_panel(p, packed, ring, c_out.map, tn * BN, tm * BM + 64 * consumer, bar, elected);
+        }
+      }
+      if (first_unit < whole_end) {  // the last whole tile's deferred panels
+        const int last = first_unit + (whole_end - 1 - first_unit) / unit_stride * unit_stride;
+        for (int p = kEarlyPanels; p < Cfg::kCPanels; ++p)
+          store_panel_of(last, p);
+      }
     }
-    if (first_unit < whole_end) {  // the last whole tile's deferred panels
-      const int last = first_unit + (whole_end - 1 - first_unit) / unit_stride * unit_stride;
-      for (int p = kEarlyPanels; p < GL_C_PANELS; ++p)
-        store_panel_of(last, p);
-    }
-#endif
     for (int it = tail.begin(first_unit), end = tail.begin(first_unit + 1); it < end;) {
       const StreamKTail::Segment seg = tail.segment(first_unit, it, end);
       it = seg.next;
-#if defined(GL_EPILOGUE)
-      {  // every contributor of a split tile prefetches (which one finishes it is decided at its end)
+      if constexpr (Epi::kFused) {  // every contributor of a split tile prefetches (which one finishes it is decided at its end)
         int um, tn;
         sched.coords(seg.unit, um, tn);
-        epilogue_prefetch<64, BN, 128>((um * GL_CLUSTER + rank) * BM + 64 * consumer, tn * BN, M, N,
-                                       thread_in_warpgroup(), epi);
+        epi.template prefetch<64, BN, 128>((um * kCluster + rank) * BM + 64 * consumer, tn * BN, M, N,
+                                           thread_in_warpgroup());
       }
-#endif
       float d[BN / 2];
       consume_k_range(smem, d, consumer, seg.kb, seg.ke, pos, elected, [](int) {});
       if (seg.contributors > 1) {
-        const int slot = ((seg.unit - whole_end) * GL_CLUSTER + rank) * GL_CONSUMERS + consumer;
+        const int slot = ((seg.unit - whole_end) * kCluster + rank) * Cfg::kConsumers + consumer;
         const PartialSlots<BN> slots{partials + static_cast<size_t>(slot) * max_contributors * PartialSlots<BN>::kFloats};
         if (!hand_in_partial(slots, counters + slot, seg.mine, seg.contributors, d, bar, elected))
           continue;  // another contributor finishes this tile
         slots.reduce(seg.contributors, d);
       }
-#if GL_C_FROM_REGISTERS
-      store_fragment(d, seg.unit);
-#elif defined(GL_EPILOGUE)
+      if constexpr (kFromRegisters) {
+        store_fragment(d, seg.unit);
+      } else if constexpr (Epi::kFused) {
 #pragma unroll
-      for (int p = 0; p < GL_C_PANELS; ++p) {
-        {
-          int um, tn;
-          sched.coords(seg.unit, um, tn);
-          epilogue_pack_panel(packed, d, p, (um * GL_CLUSTER + rank) * BM + 64 * consumer, tn * BN, M, N, epi);
+        for (int p = 0; p < Cfg::kCPanels; ++p) {
+          {
+            int um, tn;
+            sched.coords(seg.unit, um, tn);
+            epilogue_pack_panel<BN>(packed, d, p, (um * kCluster + rank) * BM + 64 * consumer, tn * BN, M, N, epi);
+          }
+          store_panel_of(seg.unit, p);
         }
-        store_panel_of(seg.unit, p);
-      }
-#else
-      pack_fragment<BN>(packed, d);
+      } else {
+        pack_fragment<BN>(packed, d);
 #pragma unroll
-      for (int p = 0; p < GL_C_PANELS; ++p)
-        store_panel_of(seg.unit, p);
-#endif
+        for (int p = 0; p < Cfg::kCPanels; ++p)
+          store_panel_of(seg.unit, p);
+      }
     }
-#if !GL_C_FROM_REGISTERS
-    if (elected) tma_store_wait_read<0>();
-#endif
+    if constexpr (!kFromRegisters) {
+      if (elected) tma_store_wait_read<0>();
+    }
   }
   cluster_sync();
+}
+
+// ---- The build: its -D constants as the config, and the entry point ------------------------------
+// The plan's constants (design/plan.py kernel_defines) and library/gemm.py's build_defines:
+// GL_C_FROM_REGISTERS 1 for the plan's c_from_registers, GL_OUT_FP32 for a float32 output; GL_EPILOGUE
+// when the translation unit starts with a fused epilogue's generated code (library/epilogue.py).
+#ifndef GL_C_FROM_REGISTERS
+#define GL_C_FROM_REGISTERS 0
+#endif
+struct BuildConfig {
+  static constexpr int BM = GL_BM, BN = GL_BN, BK = GL_BK, kStages = GL_STAGES;
+  static constexpr int kCluster = GL_CLUSTER, kConsumers = GL_CONSUMERS, kProducerWarpgroups = GL_PRODUCER_WG;
+  static constexpr int kThreads = GL_THREADS;
+  static constexpr int kAMnMajor = GL_A_MN_MAJOR, kBMnMajor = GL_B_MN_MAJOR;
+  static constexpr int kCPanels = GL_C_PANELS, kCRing = GL_C_RING, kCPanelBytes = GL_SMEM_C_PANEL_BYTES;
+  static constexpr CStore kStore = GL_C_FROM_REGISTERS ? CStore::kRegisters : CStore::kTmaPanels;
+#if defined(GL_OUT_FP32)
+  using Out = float;
+#else
+  using Out = elem_t;
+#endif
+};
+// The output's arguments: the pointer and row pitch (library/gemm.py passes them for c_from_registers),
+// or the tensor map; the epilogue's parameters last, with an epilogue only.
+#if GL_C_FROM_REGISTERS
+#define GL_C_ARG BuildConfig::Out* __restrict__ C, long long ldc
+#define GL_C_OUT PointerC<BuildConfig::Out>{C, ldc}
+#else
+#define GL_C_ARG const __grid_constant__ CUtensorMap map_c
+#define GL_C_OUT TmaC{&map_c}
+#endif
+#if defined(GL_EPILOGUE)
+#define GL_EPILOGUE_ARG , const __grid_constant__ EpilogueParams epi
+#define GL_EPILOGUE_OBJ FusedEpilogue{epi}
+#else
+#define GL_EPILOGUE_ARG
+#define GL_EPILOGUE_OBJ NoEpilogue{}
+#endif
+
+extern "C" __global__ void __launch_bounds__(BuildConfig::kThreads, 1)
+    gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                GL_C_ARG, int M, int N, int K, int tail_first_unit,
+                int max_contributors, float* __restrict__ partials, int* __restrict__ counters GL_EPILOGUE_ARG) {
+  sm90_gemm<BuildConfig>(map_a, map_b, GL_C_OUT, M, N, K, tail_first_unit, max_contributors, partials, counters,
+                         GL_EPILOGUE_OBJ);
 }

@@ -20,14 +20,20 @@
 //   (A reduction through the shared memory of a cluster of the unit's contributors was built, measured
 //   no faster, and removed: docs/library.md.)
 //
-// A fused epilogue (GL_EPILOGUE: library/epilogue.py's generated code, fused_epilogue.cuh) is applied to
-// the fp32 fragment after the split-K reduction, pair by pair just before the store rounds it once.
+// A fused epilogue (Epi = FusedEpilogue: library/epilogue.py's generated code, fused_epilogue.cuh) is
+// applied to the fp32 fragment after the split-K reduction, pair by pair just before the store rounds it
+// once.
 //
 // The epilogue stores straight from the accumulator registers into C, transposed (C[m][n] = D[n][m]),
 // masked at the M and N edges, with the strides the caller gives (row- or column-major, any pitch):
 // the output is at most 256 x N elements, a few percent of the weight's bytes, so a staging buffer
 // would cost ring stages (shared memory) for no measurable gain, and an stmatrix.trans + TMA store
 // would need C's pitch 16-byte aligned, which a decode's output need not be.
+//
+// One templated kernel body, sm90_gemm_small_m<Cfg, Epi>, with its variants as types (the output's
+// element type Cfg::Out, the epilogue Epi) chosen by `if constexpr`; the instantiation block at the end
+// is the one place that reads the build's -D constants (the plan's, design/plan.py kernel_defines, and
+// library/small_m.py's) and defines the extern "C" entry point the loader finds by name.
 //
 // GL_TIMELINE (a measuring build, never shipped: bench/small_m_timeline.py) stamps the points of
 // TimelineSlot per CTA (timeline.cuh); without it the stamps compile to nothing.
@@ -43,33 +49,6 @@
 using namespace gl;
 
 GL_RELEASES_PREVIOUS_STAGE();
-
-static_assert(GL_PRODUCER_WG == 1 && GL_CLUSTER == 1 && BM == 64 * GL_CONSUMERS,
-              "small M: a producer warpgroup and consumers of 64 weight rows each, no cluster");
-static_assert(GL_C_PANELS == 0, "small M: the plan must store C from registers (c_from_registers)");
-
-#if defined(GL_OUT_FP32)
-using out_t = float;
-__device__ __forceinline__ out_t to_out(float x) { return x; }
-#else
-using out_t = elem_t;
-__device__ __forceinline__ out_t to_out(float x) { return to_elem(x); }
-#endif
-
-constexpr int kAcc = BN / 2;             // fp32 accumulators per consumer thread: one 64 x BN fragment
-
-// CTAs per SM (GL_CTAS_PER_SM, default 1). Registers are the limit: 384 threads x 168 (one CTA) fill the
-// SM's 65536, which level 9's split of the pool uses (168 x 384 = 2 x 128 x 232 + 128 x 40). Two CTAs
-// get 85 each, 80 after ptxas's rounding (80 x 384 = 30720 >= 2 x 128 x 96 + 128 x 40), so the consumers
-// keep 96: enough for BN <= 64's accumulators (32). The ring must fit in half the SM's shared memory (the
-// plan's stages). An experiment's build (bench/small_m_timeline.py), not the dispatcher's.
-#ifndef GL_CTAS_PER_SM
-#define GL_CTAS_PER_SM 1
-#endif
-static_assert(GL_CTAS_PER_SM == 1 || (GL_CTAS_PER_SM == 2 && BN <= 64), "two CTAs per SM: BN <= 64");
-constexpr int kProducerRegs = 40;
-constexpr int kConsumerRegs = GL_CTAS_PER_SM == 1 ? 232 : 96;
-constexpr int kFirstReduceBarrier = 2;   // named barrier 2 + c: consumer c's 128 threads (0 is __syncthreads)
 
 // The timeline build's slots (GL_TIMELINE; bench/small_m_timeline.py reads this enum). Stamped by
 // thread 0 (the producer) or by consumer 0's elected thread; values and counts where said.
@@ -92,36 +71,57 @@ enum TimelineSlot {
   kHandIns = 15,    // count: partials consumer 0 handed in
 };
 
-#if defined(GL_EPILOGUE)
-#define GL_EPILOGUE_ARG , const __grid_constant__ EpilogueParams epi
-#define GL_EPILOGUE_PARAM , const EpilogueParams& epi
-#define GL_EPILOGUE_PASS , epi
-#else
-#define GL_EPILOGUE_ARG
-#define GL_EPILOGUE_PARAM
-#define GL_EPILOGUE_PASS
-#endif
+// What a config (Cfg) holds, each a static constexpr member: the tile BM (weight rows), BN (the M
+// bucket), BK; kCluster, kConsumers, kProducerWarpgroups, kThreads; kAMnMajor, kBMnMajor (the ring's A is
+// the weight, its B is x); kCPanels (the plan's staged C panels: none); kCtasPerSm; and the type Out (C's
+// elements: elem_t, or float). The instantiation block's BuildConfig is the one a build compiles.
+//
+// CTAs per SM (kCtasPerSm, default 1). Registers are the limit: 384 threads x 168 (one CTA) fill the
+// SM's 65536, which level 9's split of the pool uses (168 x 384 = 2 x 128 x 232 + 128 x 40). Two CTAs
+// get 85 each, 80 after ptxas's rounding (80 x 384 = 30720 >= 2 x 128 x 96 + 128 x 40), so the consumers
+// keep 96: enough for BN <= 64's accumulators (32). The ring must fit in half the SM's shared memory (the
+// plan's stages). An experiment's build (bench/small_m_timeline.py), not the dispatcher's.
+template <class Cfg>
+__host__ __device__ constexpr bool config_ok() {
+  static_assert(Cfg::kProducerWarpgroups == 1 && Cfg::kCluster == 1 && Cfg::BM == 64 * Cfg::kConsumers,
+                "small M: a producer warpgroup and consumers of 64 weight rows each, no cluster");
+  static_assert(Cfg::kCPanels == 0, "small M: the plan must store C from registers (c_from_registers)");
+  static_assert(Cfg::kCtasPerSm == 1 || (Cfg::kCtasPerSm == 2 && Cfg::BN <= 64), "two CTAs per SM: BN <= 64");
+  static_assert(std::is_same<typename Cfg::Out, float>::value || std::is_same<typename Cfg::Out, elem_t>::value,
+                "small M: C in the input dtype or float32");
+  return true;
+}
+
+// One fp32 value as C's element type, rounded to nearest.
+template <class OutT>
+__device__ __forceinline__ OutT to_out(float x) {
+  if constexpr (std::is_same<OutT, float>::value) {
+    return x;
+  } else {
+    return to_elem(x);
+  }
+}
 
 // One pair: C[m][n], C[m + 1][n] = x0, x1 (after the epilogue), each masked at M; n < N is the caller's.
-__device__ __forceinline__ void store_pair(out_t* __restrict__ C, long long ldc_m, long long ldc_n, float x0, float x1,
-                                          int m, int n, int M, int N GL_EPILOGUE_PARAM) {
+template <class OutT, class Epi>
+__device__ __forceinline__ void store_pair(OutT* __restrict__ C, long long ldc_m, long long ldc_n, float x0, float x1,
+                                          int m, int n, int M, int N, const Epi& epi) {
   float x[2] = {x0, x1};
-#if defined(GL_EPILOGUE)
-  epilogue_pair<false>(x[0], x[1], m, n, M, N, epi);
-#endif
+  if constexpr (Epi::kFused) epi.pair_along_col(x[0], x[1], m, n, M, N);
 #pragma unroll
   for (int c = 0; c < 2; ++c)
-    if (m + c < M) C[(m + c) * ldc_m + n * ldc_n] = to_out(x[c]);
+    if (m + c < M) C[(m + c) * ldc_m + n * ldc_n] = to_out<OutT>(x[c]);
 }
 
 // Store a consumer's 64 x BN fragment of C^T (rows n0.., columns m0..) into C transposed, masked.
-// With a fused epilogue (GL_EPILOGUE) each pair d[4j + 2i], d[4j + 2i + 1] (C rows m, m + 1 of column n:
-// neighbours along a column of C) goes through it just before its store, so its fp32 values die there
-// (applied to the whole fragment first, the loads it hoists spilled at BN = 256).
+// With a fused epilogue each pair d[4j + 2i], d[4j + 2i + 1] (C rows m, m + 1 of column n: neighbours
+// along a column of C) goes through it just before its store, so its fp32 values die there (applied to
+// the whole fragment first, the loads it hoists spilled at BN = 256).
 // Fragment layout (PTX ISA, wgmma D, see epilogue.cuh): thread t (warp w, lane l) holds
 // d[4j + 2i + c] = D[16w + l/4 + 8i][8j + 2(l%4) + c].
-__device__ __forceinline__ void store_transposed(out_t* __restrict__ C, long long ldc_m, long long ldc_n,
-                                                 const float (&d)[kAcc], int n0, int m0, int M, int N GL_EPILOGUE_PARAM) {
+template <int BN, class OutT, class Epi>
+__device__ __forceinline__ void store_transposed(OutT* __restrict__ C, long long ldc_m, long long ldc_n,
+                                                 const float (&d)[BN / 2], int n0, int m0, int M, int N, const Epi& epi) {
   const int t = thread_in_warpgroup(), warp = t / 32, lane = t % 32;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -129,15 +129,15 @@ __device__ __forceinline__ void store_transposed(out_t* __restrict__ C, long lon
     if (n >= N) continue;
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j)
-      store_pair(C, ldc_m, ldc_n, d[4 * j + 2 * i], d[4 * j + 2 * i + 1], m0 + 8 * j + 2 * (lane % 4), n, M, N
-                 GL_EPILOGUE_PASS);
+      store_pair(C, ldc_m, ldc_n, d[4 * j + 2 * i], d[4 * j + 2 * i + 1], m0 + 8 * j + 2 * (lane % 4), n, M, N, epi);
   }
 }
 
 // K tiles [kb, ke) of one unit into d, from ring position `pos` on: stage k goes back to the
 // producer once the wgmma of k + 1 is issued (wait_group 1), the last one once all have completed.
-__device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[kAcc], int consumer, int kb, int ke,
-                                                RingPosition& pos, bool elected) {
+template <class Cfg>
+__device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[Cfg::BN / 2], int consumer, int kb,
+                                                int ke, RingPosition& pos, bool elected) {
   for (int kt = kb; kt < ke; ++kt, pos.advance()) {
     const int s = pos.stage();
     consumer_wait(smem, pos);
@@ -145,7 +145,7 @@ __device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[
     wgmma_fence();
     // A consumer's 64 weight rows start 64 x BK elements into the tile in either major (K-major: 64
     // rows of BK; MN-major: the tile's second 64-row box).
-    mma_k_tile<BN, A_MN_MAJOR, B_MN_MAJOR>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), kt > kb);
+    mma_k_tile<Cfg::BN, Cfg::kAMnMajor, Cfg::kBMnMajor>(d, smem.a(s) + consumer * 64 * Cfg::BK, smem.b(s), kt > kb);
     wgmma_commit();
     wgmma_wait<1>();
     if (kt > kb && elected) consumer_release(smem, pos.previous_stage());
@@ -159,10 +159,20 @@ __device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[
 // map_x: A = x (M, K), the plan's b map (box (BK, BN), or MN-major boxes of 64 rows x BK).
 // C: element (m, n) at C[m * ldc_m + n * ldc_n]. partials / counters: the workspace, null when no unit
 // has two contributors (max_contributors == 1); the counters (one per unit and consumer) are zero.
-extern "C" __global__ void __launch_bounds__(GL_THREADS, GL_CTAS_PER_SM)
-    sm90_gemm_small_m(const __grid_constant__ CUtensorMap map_w, const __grid_constant__ CUtensorMap map_x,
-                      out_t* __restrict__ C, long long ldc_m, long long ldc_n, int M, int N, int K,
-                      int max_contributors, float* __restrict__ partials, int* __restrict__ counters GL_EPILOGUE_ARG) {
+// epi: the epilogue (NoEpilogue or FusedEpilogue).
+template <class Cfg, class Epi>
+__device__ __forceinline__ void sm90_gemm_small_m(const CUtensorMap& map_w, const CUtensorMap& map_x,
+                                                  typename Cfg::Out* __restrict__ C, long long ldc_m, long long ldc_n,
+                                                  int M, int N, int K, int max_contributors,
+                                                  float* __restrict__ partials, int* __restrict__ counters,
+                                                  const Epi& epi) {
+  static_assert(config_ok<Cfg>());
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
+  constexpr int kAcc = BN / 2;  // fp32 accumulators per consumer thread: one 64 x BN fragment
+  constexpr int kProducerRegs = 40;
+  constexpr int kConsumerRegs = Cfg::kCtasPerSm == 1 ? 232 : 96;  // the pool split (config_ok's note)
+  constexpr int kFirstReduceBarrier = 2;  // named barrier 2 + c: consumer c's 128 threads (0 is __syncthreads)
+
   extern __shared__ uint8_t smem_raw[];
   GL_TIMELINE_STAMP(threadIdx.x == 0, kEntry);
   GL_TIMELINE_VALUE(threadIdx.x == 0, kSmId, smid());
@@ -207,11 +217,11 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, GL_CTAS_PER_SM)
       const StreamKTail::Segment seg = work.segment(blockIdx.x, it, end);
       it = seg.next;
       float d[kAcc];
-      consume_k_range(smem, d, consumer, seg.kb, seg.ke, pos, elected);
+      consume_k_range<Cfg>(smem, d, consumer, seg.kb, seg.ke, pos, elected);
       GL_TIMELINE_STAMP(consumer == 0 && elected, kLoopEnd);
       GL_TIMELINE_COUNT(consumer == 0 && elected, kSegments);
       if (seg.contributors > 1) {
-        const int slot = seg.unit * GL_CONSUMERS + consumer;
+        const int slot = seg.unit * Cfg::kConsumers + consumer;
         const FragmentPartials<kAcc> slots{partials + static_cast<size_t>(slot) * max_contributors *
                                                           FragmentPartials<kAcc>::kFloats};
         const bool last = hand_in_fragment(slots, counters + slot, seg.mine, seg.contributors, d, bar, elected);
@@ -223,9 +233,45 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, GL_CTAS_PER_SM)
         GL_TIMELINE_COUNT(consumer == 0 && elected, kReductions);
       }
       const int tn = seg.unit / m_tiles, tm = seg.unit % m_tiles;
-      store_transposed(C, ldc_m, ldc_n, d, tn * BM + 64 * consumer, tm * BN, M, N GL_EPILOGUE_PASS);
+      store_transposed<BN>(C, ldc_m, ldc_n, d, tn * BM + 64 * consumer, tm * BN, M, N, epi);
       GL_TIMELINE_STAMP(consumer == 0 && elected, kStoreEnd);
     }
     GL_TIMELINE_STAMP(elected, consumer == 0 ? kExit0 : kExit1);
   }
+}
+
+// ---- The build: its -D constants as the config, and the entry point ------------------------------
+// The plan's constants (design/plan.py kernel_defines) and library/small_m.py's: GL_OUT_FP32 for a
+// float32 C, GL_CTAS_PER_SM (default 1); GL_EPILOGUE when the translation unit starts with a fused
+// epilogue's generated code (library/epilogue.py).
+#ifndef GL_CTAS_PER_SM
+#define GL_CTAS_PER_SM 1
+#endif
+struct BuildConfig {
+  static constexpr int BM = GL_BM, BN = GL_BN, BK = GL_BK;
+  static constexpr int kCluster = GL_CLUSTER, kConsumers = GL_CONSUMERS, kProducerWarpgroups = GL_PRODUCER_WG;
+  static constexpr int kThreads = GL_THREADS, kCtasPerSm = GL_CTAS_PER_SM;
+  static constexpr int kAMnMajor = GL_A_MN_MAJOR, kBMnMajor = GL_B_MN_MAJOR;
+  static constexpr int kCPanels = GL_C_PANELS;
+#if defined(GL_OUT_FP32)
+  using Out = float;
+#else
+  using Out = elem_t;
+#endif
+};
+// The epilogue's parameters, the last argument, with an epilogue only.
+#if defined(GL_EPILOGUE)
+#define GL_EPILOGUE_ARG , const __grid_constant__ EpilogueParams epi
+#define GL_EPILOGUE_OBJ FusedEpilogue{epi}
+#else
+#define GL_EPILOGUE_ARG
+#define GL_EPILOGUE_OBJ NoEpilogue{}
+#endif
+
+extern "C" __global__ void __launch_bounds__(BuildConfig::kThreads, BuildConfig::kCtasPerSm)
+    sm90_gemm_small_m(const __grid_constant__ CUtensorMap map_w, const __grid_constant__ CUtensorMap map_x,
+                      BuildConfig::Out* __restrict__ C, long long ldc_m, long long ldc_n, int M, int N, int K,
+                      int max_contributors, float* __restrict__ partials, int* __restrict__ counters GL_EPILOGUE_ARG) {
+  sm90_gemm_small_m<BuildConfig>(map_w, map_x, C, ldc_m, ldc_n, M, N, K, max_contributors, partials, counters,
+                                 GL_EPILOGUE_OBJ);
 }

@@ -1,8 +1,20 @@
 // The kernels' side of a fused epilogue (fused_epilogue.cuh): from the kernel's output coordinates to
 // the caller's, then the generated gl_epilogue_pair. Included by a kernel after the translation unit's
-// generated code (library/epilogue.py), so that function is declared; without GL_EPILOGUE, nothing.
+// generated code (library/epilogue.py), so that function is declared; without GL_EPILOGUE, only
+// NoEpilogue.
+//
+// A library kernel takes its epilogue as a template parameter `Epi` (NoEpilogue or FusedEpilogue) and an
+// object of it, and applies it under `if constexpr (Epi::kFused)`: the calls name members of a dependent
+// type, so a build without the generated code compiles them not at all.
 #pragma once
 #include "gemm_ladder/fused_epilogue.cuh"
+
+namespace gl {
+// A plain GEMM: no epilogue, no kernel argument for one.
+struct NoEpilogue {
+  static constexpr bool kFused = false;
+};
+}  // namespace gl
 
 #if defined(GL_EPILOGUE)
 #ifndef GL_EPI_SWAP
@@ -33,5 +45,25 @@ __device__ __forceinline__ void epilogue_prefetch(int kr0, int kc0, int kernel_r
     gl_epilogue_prefetch<kKernelRows, kKernelCols, kThreads>(kr0, kc0, kernel_rows, kernel_cols, t, p);
   }
 }
+// The translation unit's generated epilogue with its parameters (the kernel's last argument, which stays
+// in parameter space: `p` refers to it), as a kernel's `Epi`.
+struct FusedEpilogue {
+  static constexpr bool kFused = true;
+  const EpilogueParams& p;
+  // x1 is the kernel output's next column (row kr, column kc + 1): the general kernel's pairs.
+  __device__ __forceinline__ void pair_along_row(float& x0, float& x1, int kr, int kc, int kernel_rows,
+                                                 int kernel_cols) const {
+    epilogue_pair<true>(x0, x1, kr, kc, kernel_rows, kernel_cols, p);
+  }
+  // x1 is the kernel output's next row (row kr + 1, column kc): the small-M kernel's pairs.
+  __device__ __forceinline__ void pair_along_col(float& x0, float& x1, int kr, int kc, int kernel_rows,
+                                                 int kernel_cols) const {
+    epilogue_pair<false>(x0, x1, kr, kc, kernel_rows, kernel_cols, p);
+  }
+  template <int kKernelRows, int kKernelCols, int kThreads>
+  __device__ __forceinline__ void prefetch(int kr0, int kc0, int kernel_rows, int kernel_cols, int t) const {
+    epilogue_prefetch<kKernelRows, kKernelCols, kThreads>(kr0, kc0, kernel_rows, kernel_cols, t, p);
+  }
+};
 }  // namespace gl
 #endif
