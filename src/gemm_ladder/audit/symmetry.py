@@ -260,7 +260,7 @@ class Symmetry:
     def canon(self, state):
         """(a canonical image of ``state``, the index of the renaming that gives it).
 
-        The image with the least program counters, ties broken by the image's hash: an image of the
+        The image with the least program counters, then barriers, ties broken by the image's hash: an image of the
         state whatever the tie-break (what soundness needs); the same one for every state of the
         orbit except on a hash collision, which only costs a state visited twice."""
         group = self.group
@@ -274,6 +274,11 @@ class Symmetry:
                 best_pcs, ties = q, [i]
             elif q == best_pcs:
                 ties.append(i)
+        if len(ties) > 1:  # then the least barriers (cheap to rename: integers only)
+            bars = state[1]
+            keyed = [(bars if i == 0 else tuple([bars[j] for j in group[i].bars_src]), i) for i in ties]
+            lo = min(k for k, _ in keyed)
+            ties = [i for k, i in keyed if k == lo]
         if len(ties) == 1:
             i = ties[0]
             return (state, 0) if i == 0 else (group[i].state(state, best_pcs), i)
