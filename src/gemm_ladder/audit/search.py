@@ -121,6 +121,7 @@ def search(cp: CompiledProtocol, explorer: Explorer, static: list[Violation], ma
     if canon is not None:
         init = canon(init)[0]
     parent: dict = {init: None}
+    images: dict = {}  # a state reached -> its canonical image (many transitions reach one state)
     queue = deque([init])
     transitions = 0
     complete = True
@@ -175,10 +176,15 @@ def search(cp: CompiledProtocol, explorer: Explorer, static: list[Violation], ma
                 report(viol[0], viol[1], state, label)
                 continue
             gi = 0
-            if canon is not None:
-                new, gi = canon(new)
             if new in parent:
-                continue
+                continue  # seen (a state kept is canonical, and its own canonical image)
+            if canon is not None:
+                hit = images.get(new)
+                if hit is None:
+                    hit = images[new] = canon(new)
+                new, gi = hit
+                if new in parent:
+                    continue
             if len(parent) >= max_states:
                 complete = False
                 continue

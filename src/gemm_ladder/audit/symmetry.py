@@ -93,9 +93,13 @@ class _Perm:
         masks = self.masks
         nbufs = []
         for j, stg in zip(self.bufs_src, self.staging_src):
-            ver, landed, unread, reading, st = bufs[j]
+            b = bufs[j]
+            ver, landed, unread, reading, st = b
             if stg and ver is not None:
                 ver = (r[ver[0]], ver[1], ver[2])
+            elif not unread and not reading:
+                nbufs.append(b)  # nothing in it names a role
+                continue
             nbufs.append((ver, landed, masks[unread], masks[reading], st))
         if events:
             memo = self._events
