@@ -91,7 +91,8 @@ class CompiledProtocol:
             for d in (op.dests if op.dests else (cta,)):
                 bufs = tuple(self._buf(ri, op, n, d, op.stage, "operand") for n in op.buffers)
                 dests.append((d, bufs, self._bar(ri, op, d)))
-            return ("load", tuple(dests), op.bytes, -1 if op.tag is None else op.tag)
+            # destinations by CTA (they land as one event, in no order): a renamed load compares equal
+            return ("load", tuple(sorted(dests)), op.bytes, -1 if op.tag is None else op.tag)
         if op.op in ("consume", "read_begin", "read_end"):
             bufs = tuple(self._buf(ri, op, n, cta, op.stage, "operand") for n in op.buffers)
             if op.op != "read_end":

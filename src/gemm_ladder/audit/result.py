@@ -47,19 +47,21 @@ class AuditResult:
     max_states: int
     reduction: str = "none"  # the reduced search that proved it ("bursts", "blocks"; see audit.reductions)
     notes: list[str] = field(default_factory=list)  # what the bounds mean for this protocol (its notes)
+    symmetry_order: int = 1  # states visited per orbit of this many renamings (see audit.symmetry)
 
     def to_json(self) -> dict:
         return {"protocol": self.protocol, "ok": self.ok, "complete": self.complete,
                 "violations": [v.to_json() for v in self.violations],
                 "states_explored": self.states_explored, "transitions": self.transitions,
                 "bounds": dict(self.bounds), "seconds": round(self.seconds, 3), "max_states": self.max_states,
-                "reduction": self.reduction, "notes": list(self.notes)}
+                "reduction": self.reduction, "symmetry_order": self.symmetry_order, "notes": list(self.notes)}
 
     def render(self) -> str:
         bounds = ", ".join(f"{k}={v}" for k, v in self.bounds.items())
         verdict = "OK" if self.ok else ("VIOLATIONS" if self.violations else "INCOMPLETE")
         lines = [f"audit {self.protocol}: {verdict}",
-                 f"  bounded model check{REDUCTION_NAMES.get(self.reduction, '')}: "
+                 f"  bounded model check{REDUCTION_NAMES.get(self.reduction, '')}"
+                 f"{'' if self.symmetry_order == 1 else f' (one state per orbit of {self.symmetry_order} renamings)'}: "
                  f"{self.states_explored} states, {self.transitions} transitions, "
                  f"{self.seconds:.2f} s; bounds: {bounds or 'none recorded'}"]
         if not self.complete:

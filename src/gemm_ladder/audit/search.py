@@ -14,6 +14,7 @@ from gemm_ladder.audit.explorer import Explorer
 from gemm_ladder.audit.protocol import Protocol
 from gemm_ladder.audit.reductions import ReductionVoid
 from gemm_ladder.audit.result import AuditResult, Violation
+from gemm_ladder.audit.symmetry import Symmetry
 
 DEFAULT_MAX_STATES = 2_000_000
 TRACE_STEPS = 20
@@ -45,7 +46,8 @@ def static_check(p: Protocol) -> list[Violation]:
 
 
 def audit(protocol: Protocol, *, max_states: int = DEFAULT_MAX_STATES, trace_steps: int = TRACE_STEPS,
-          stop_at_first: bool = False, split_multicast: bool = False, reduce: bool = True) -> AuditResult:
+          stop_at_first: bool = False, split_multicast: bool = False, reduce: bool = True,
+          symmetry: bool = True) -> AuditResult:
     """Explore every interleaving of ``protocol`` (bounded by its unrolled programs and ``max_states``).
 
     Returns an :class:`AuditResult`: ``ok`` (complete and no violation), ``violations`` (the first,
@@ -59,7 +61,9 @@ def audit(protocol: Protocol, *, max_states: int = DEFAULT_MAX_STATES, trace_ste
     blocks; see :mod:`gemm_ladder.audit.reductions`: each finds a violation whenever the full search does, and
     only real ones); when it finds one, the full search runs to report the shortest counterexample
     of each kind, so the report does not depend on ``reduce``. ``reduction`` in the result names the
-    search that decided.
+    search that decided. ``symmetry`` (with ``reduce``): the reduced searches visit one state per orbit
+    of the protocol's automorphisms (interchangeable consumers, CTAs; :mod:`gemm_ladder.audit.symmetry`);
+    ``symmetry_order`` in the result is the group's order (1: no symmetry used).
     """
     t0 = time.perf_counter()
     cp = CompiledProtocol(protocol)
@@ -70,10 +74,11 @@ def audit(protocol: Protocol, *, max_states: int = DEFAULT_MAX_STATES, trace_ste
     if reduce and cp.blocks_why_not is None:
         modes.append("blocks")
     result = None
+    sym = Symmetry(cp) if reduce and symmetry and modes else None
     for mode in modes:
         try:
             result = search(cp, Explorer(cp, split_multicast, mode), static, max_states, trace_steps,
-                             stop_at_first)
+                             stop_at_first, sym)
         except ReductionVoid:
             result = None
             continue
@@ -98,17 +103,25 @@ def audit(protocol: Protocol, *, max_states: int = DEFAULT_MAX_STATES, trace_ste
     return AuditResult(protocol=protocol.name, ok=complete and not found, complete=complete,
                        violations=found, states_explored=states, transitions=transitions,
                        bounds=bounds, seconds=time.perf_counter() - t0, max_states=max_states,
-                       reduction=reduction, notes=list(protocol.notes))
+                       reduction=reduction, notes=list(protocol.notes),
+                       symmetry_order=sym.order if sym is not None and reduction != "none" else 1)
 
 
 
 def search(cp: CompiledProtocol, explorer: Explorer, static: list[Violation], max_states: int, trace_steps: int,
-            stop_at_first: bool):
-    """Breadth-first search from the initial state: (violations, states, transitions, complete)."""
+            stop_at_first: bool, symmetry: Symmetry | None = None):
+    """Breadth-first search from the initial state: (violations, states, transitions, complete).
+
+    With ``symmetry``, each state reached is replaced by its canonical image (one state per orbit);
+    ``parent`` then also records which renaming led there, so that a trace is told in one naming."""
     violations: list[Violation] = list(static)
     seen_kinds = {v.kind for v in violations}
+    canon = symmetry.canon if symmetry is not None and symmetry.order > 1 else None
     init = explorer.initial()
+    if canon is not None:
+        init = canon(init)[0]
     parent: dict = {init: None}
+    images: dict = {}  # a state reached -> its canonical image (many transitions reach one state)
     queue = deque([init])
     transitions = 0
     complete = True
@@ -119,13 +132,29 @@ def search(cp: CompiledProtocol, explorer: Explorer, static: list[Violation], ma
         seen_kinds.add(kind)
         steps = []
         s = state
+        renamings = []
         while parent[s] is not None:
-            prev, label = parent[s]
+            prev, label, gi = parent[s]
             steps.append(label)
+            renamings.append(gi)
             s = prev
         steps.reverse()
+        renamings.reverse()
         if last_label is not None:
             steps.append(last_label)
+        if canon is not None:
+            # step i was taken in the canonical naming of the state before it; map it back through the
+            # inverse renamings of the canonicalisations before it (the run as it happened)
+            h = None
+            for i, label in enumerate(steps):
+                if h is not None:
+                    steps[i] = h.label(label)
+                if i < len(renamings) and renamings[i]:
+                    g_inv = symmetry.inverse[renamings[i]]
+                    h = g_inv if h is None else h.compose(g_inv)
+            if h is not None:
+                message = _renamed_message(explorer, kind, message, h.state(state),
+                                           None if last_label is None else steps[-1])
         steps = [part for label in steps for part in (label[1] if label[0] == "B" else (label,))]
         shown = steps[-trace_steps:]
         lines = [explorer.render(lbl) for lbl in shown] or ["(the initial state: every barrier in phase 0, nothing "
@@ -146,13 +175,36 @@ def search(cp: CompiledProtocol, explorer: Explorer, static: list[Violation], ma
             if viol is not None:
                 report(viol[0], viol[1], state, label)
                 continue
+            gi = 0
             if new in parent:
-                continue
+                continue  # seen (a state kept is canonical, and its own canonical image)
+            if canon is not None:
+                hit = images.get(new)
+                if hit is None:
+                    hit = images[new] = canon(new)
+                new, gi = hit
+                if new in parent:
+                    continue
             if len(parent) >= max_states:
                 complete = False
                 continue
-            parent[new] = (state, label)
+            parent[new] = (state, label, gi)
             queue.append(new)
     if queue:
         complete = False
     return violations, len(parent), transitions, complete
+
+
+def _renamed_message(explorer: Explorer, kind: str, message: str, state, last_label) -> str:
+    """The violation's message told of ``state`` (the run's own naming, not the canonical one)."""
+    if last_label is None:
+        found = [m for k, m in explorer.state_violations(state) if k == kind]
+        if found:
+            return found[0]
+        if kind == "deadlock":
+            return explorer.describe_deadlock(state)
+        return message
+    for _new, label, viol in explorer.successors(state):
+        if label == last_label and viol is not None and viol[0] == kind:
+            return viol[1]
+    return message

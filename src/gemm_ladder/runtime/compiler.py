@@ -17,6 +17,9 @@ Environment:
         next to the cubin.
     GEMM_LADDER_COMPILER: ``auto`` (default), ``nvcc`` or ``nvrtc``.
     GEMM_LADDER_NVCC: the nvcc to use (default: on PATH, then ``$CUDA_HOME/bin``); setting it asks for nvcc.
+    GEMM_LADDER_BUILD_LOG: a file to which each :func:`compile_kernel` call appends one line (tab
+        separated: ``built`` or ``cached``, seconds, kernel name, cache key, the ``-D`` flags), to see
+        what a test run compiles and what it costs.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from gemm_ladder.errors import CompileError, CompilerNotFoundError  # noqa: F401 - the public classes (re-exported here)
@@ -273,10 +277,25 @@ def compile_kernel(
         from gemm_ladder.runtime.capture import refuse_during_capture
 
         refuse_during_capture(f"building kernel {kernel_name} (not in the kernel cache {cache_root()})")
+        t0 = time.perf_counter()
         _build_entry(compiler, source, kernel_name, flags, final)
+        _log_build("built", time.perf_counter() - t0, kernel_name, key, flags)
+    else:
+        _log_build("cached", 0.0, kernel_name, key, flags)
     if debug_enabled() and not (final / "kernel.sass").exists():
         _keep_ptx_and_sass(compiler, arch, flags, final)
     return entry
+
+
+def _log_build(what: str, seconds: float, kernel_name: str, key: str, flags: list[str]) -> None:
+    """One line per compile_kernel call to ``GEMM_LADDER_BUILD_LOG`` (unset: nothing)."""
+    path = os.environ.get("GEMM_LADDER_BUILD_LOG")
+    if not path:
+        return
+    defines = " ".join(f for f in flags if f.startswith("-D"))
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
+    with open(path, "a") as f:  # one short write per line: concurrent appenders do not interleave
+        f.write(f"{what}\t{seconds:.2f}\t{kernel_name}\t{key}\t{defines}\t{test}\n")
 
 
 def _build_entry(compiler: str, source: str, kernel_name: str, flags: list[str], final: Path) -> None:
