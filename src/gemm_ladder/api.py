@@ -45,6 +45,7 @@ from gemm_ladder.dispatch.validate import (
     trivial,
 )
 from gemm_ladder.library.epilogue import Epilogue, linear_epilogue
+from gemm_ladder.runtime.module import elsewhere, on_device
 
 
 def _through_op(*tensors) -> bool:
@@ -125,6 +126,10 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     host = _HOST_OPS
     if host is not None and out is None and (out_dtype is None or type(out_dtype) is _DTYPE) and _host_call(a, b):
         return host[0](a, b, out_dtype=out_dtype)
+    index = elsewhere(a)
+    if index is not None:  # run on a's device; the caller's current device is put back
+        with on_device(index):
+            return mm(a, b, out=out, out_dtype=out_dtype)
     key = None
     if out is None and _eager_plain(a, b):
         # The fast path (dispatch.calls, "The fast key"): one key, one lookup, the output, one launch.
@@ -157,6 +162,10 @@ def mm_op(a, b, *, out_dtype=None) -> torch.Tensor:
     Autograd kernel's, above; this functional op has no grad rule of its own). The fast entry is
     made by mm_direct only once the call's signature is checked, as for the eager call; the fast
     key reads the addresses, stream and capture state on every call. Raises as :func:`mm`."""
+    index = elsewhere(a)
+    if index is not None:
+        with on_device(index):
+            return mm_op(a, b, out_dtype=out_dtype)
     key = fast_mm_key(a, b, out_dtype)
     call = _FAST.get(key)
     if call is None:
@@ -171,6 +180,10 @@ def mm_direct(a, b, out=None, out_dtype=None, *, check_grad: bool = False, fast_
     has no backward); requires_grad is not part of the signature, so it is checked on every call.
     ``fast_key``: the call's fast key (:func:`~gemm_ladder.dispatch.calls.fast_mm_key`), kept for
     the Call once its signature is checked (``out`` must be None)."""
+    index = elsewhere(a)
+    if index is not None:
+        with on_device(index):
+            return mm_direct(a, b, out, out_dtype, check_grad=check_grad, fast_key=fast_key)
     key = mm_key(a, b, out, out_dtype)
     if check_grad and key is not None and torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         check_mm(a, b, out, out_dtype, check_grad=True)  # raises NotSupportedError naming the operand
@@ -238,6 +251,11 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
     EpilogueCompileError with nvcc's message when a user epilogue's CUDA does not compile.
     """
     if epilogue is not None or inputs:
+        index = elsewhere(x)
+        if index is not None:  # run on x's device; the caller's current device is put back
+            with on_device(index):
+                return linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                              out_dtype=out_dtype, epilogue=epilogue, **inputs)
         return _linear_user(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
                             out_dtype=out_dtype, epilogue=epilogue, inputs=inputs)
     host = _HOST_OPS
@@ -246,6 +264,11 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
             and _host_call(x, w, bias, residual)):
         return host[1](x, w, bias, residual, activation=activation, alpha=float(alpha), beta=float(beta),
                        out_dtype=out_dtype)
+    index = elsewhere(x)
+    if index is not None:  # run on x's device; the caller's current device is put back
+        with on_device(index):
+            return linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                          out_dtype=out_dtype)
     key = None
     if _eager_plain(x, w) and not (_grad_enabled() and (_requires_grad(bias) or _requires_grad(residual))):
         key = fast_linear_key(x, w, bias, residual, activation, alpha, beta, out_dtype)  # see mm
@@ -264,6 +287,11 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
 def linear_op(x, w, bias=None, residual=None, *, activation=None, alpha=1.0, beta=1.0, out_dtype=None) -> torch.Tensor:
     """The ``gemm_ladder::linear`` op's CUDA kernel (see :func:`mm_op`: the dispatcher has made the
     eager checks): :func:`linear`'s fast path, then :func:`linear_direct`. Raises as :func:`linear`."""
+    index = elsewhere(x)
+    if index is not None:
+        with on_device(index):
+            return linear_op(x, w, bias, residual, activation=activation, alpha=alpha, beta=beta,
+                             out_dtype=out_dtype)
     key = fast_linear_key(x, w, bias, residual, activation, alpha, beta, out_dtype)
     call = _FAST.get(key) if key is not None else None
     if call is None:
@@ -327,6 +355,11 @@ def linear_direct(x, w, bias=None, *, activation=None, residual=None, alpha=1.0,
     op's), checked by validate.check_linear_out and mm's out rules; not cached. ``check_grad``: refuse
     tensors requiring grad with grad mode on (the out= op: it has no backward). ``fast_key``: the
     call's fast key (:func:`~gemm_ladder.dispatch.calls.fast_linear_key`), kept once checked."""
+    index = elsewhere(x)
+    if index is not None:
+        with on_device(index):
+            return linear_direct(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                                 out_dtype=out_dtype, out=out, check_grad=check_grad, fast_key=fast_key)
     if check_grad and torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
                                                       for t in (x, w, bias, residual)):
         check_linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
@@ -483,6 +516,10 @@ def swiglu_direct(x, w_gate, w_up) -> torch.Tensor:
     from gemm_ladder.library.operand import operand_view
     from gemm_ladder.library.swiglu import swiglu_kernel
 
+    index = elsewhere(x)
+    if index is not None:
+        with on_device(index):
+            return swiglu_direct(x, w_gate, w_up)
     k, n = check_swiglu(x, w_gate, w_up)
     lead = tuple(x.shape[:-1])
     m = math.prod(lead)

@@ -21,8 +21,10 @@
 #include <vector>
 
 #ifdef GL_HOST_C10_CUDA
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #else
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #endif
 
@@ -101,6 +103,15 @@ static void* current_stream(const at::Device& device) {
   return c10::impl::getDeviceGuardImpl(device.type())->getStream(device).native_handle();
 #endif
 }
+
+// Makes the tensors' device current for the call (its primary context, so that the planner's loads,
+// the workspace's allocations and the launch happen there) and restores the caller's on return. A
+// custom op's CUDA kernel gets no device guard from the dispatcher (only native functions do).
+#ifdef GL_HOST_C10_CUDA
+using DeviceGuard = c10::cuda::CUDAGuard;
+#else
+using DeviceGuard = c10::DeviceGuard;
+#endif
 
 static bool stream_capturing(void* stream) {
   int status = 0;
@@ -418,6 +429,7 @@ static void require_callbacks() {
 // --- the ops' CUDA kernels ------------------------------------------------------------------------
 
 at::Tensor mm_cuda(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype) {
+  DeviceGuard device_guard(a.device());
   void* stream = current_stream(a.device());
   bool capturing = stream_capturing(stream);
   auto key = mm_key(a, b, out_dtype, capturing);
@@ -442,6 +454,7 @@ at::Tensor mm_cuda(const at::Tensor& a, const at::Tensor& b, std::optional<at::S
 at::Tensor linear_cuda(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias,
                        const std::optional<at::Tensor>& residual, std::optional<c10::string_view> activation,
                        double alpha, double beta, std::optional<at::ScalarType> out_dtype) {
+  DeviceGuard device_guard(x.device());
   void* stream = current_stream(x.device());
   bool capturing = stream_capturing(stream);
   auto key = linear_key(x, w, bias, residual, activation, alpha, beta, out_dtype, capturing);
