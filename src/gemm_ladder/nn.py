@@ -7,6 +7,9 @@
 differs: ``gemm_ladder.linear(x, weight, bias)``, differentiable through the registered op. A layer
 with a bias adds it in the GEMM's fused epilogue (issue 13: one kernel, the bias added in fp32 before
 the one rounding; its gradient is the sum of the output's gradient over the rows).
+
+The tensor-parallel layers :class:`ColumnParallelLinear` and :class:`RowParallelLinear` (issue 27,
+on torch.distributed) are defined in :mod:`gemm_ladder.parallel` and exported here.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import torch
 
 from gemm_ladder.contract import DTYPES
 from gemm_ladder.dispatch.validate import NotSupportedError
+from gemm_ladder.parallel import ColumnParallelLinear, RowParallelLinear
 
 
 class Linear(torch.nn.Linear):
@@ -112,4 +116,4 @@ def replace_linear(model: torch.nn.Module, *, strict: bool = False, subclasses: 
     return model
 
 
-__all__ = ["Linear", "replace_linear", "unsupported_reason"]
+__all__ = ["ColumnParallelLinear", "Linear", "RowParallelLinear", "replace_linear", "unsupported_reason"]
