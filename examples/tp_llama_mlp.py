@@ -80,7 +80,7 @@ def sharded(layers, x, args):
     gate = ColumnParallelLinear.from_linear(layers["gate"])
     up = ColumnParallelLinear.from_linear(layers["up"])
     down = RowParallelLinear.from_linear(layers["down"])
-    mlp = down(gemm_ladder.swiglu(x, gate.weight, up.weight))
+    mlp = down(gemm_ladder.swiglu(x, gate.weight.detach(), up.weight.detach()))  # swiglu has no backward
     q, k, v = (ColumnParallelLinear.from_linear(layers[n]) for n in ("q", "k", "v"))
     o = RowParallelLinear.from_linear(layers["o"])
     a = attention(q(x), k(x), v(x), args.heads // p, args.kv_heads // p, args.head_dim)
