@@ -73,10 +73,12 @@ def _eager_plain(a, b) -> bool:
             and not ((a.requires_grad or b.requires_grad) and _grad_enabled()))
 
 
-#: The registered functional ops (torch.ops.gemm_ladder.mm.default, .linear.default) once the compiled
-#: host module serves their CUDA kernels (gemm_ladder.ops.use_host), else None: then every call of
-#: mm/linear on CUDA tensors goes through the op (one dispatcher hop into C++), whatever the weight's
-#: type, the activation's address or grad mode.
+#: The compiled host module's entries ``mm(a, b, out_dtype)`` and ``linear(x, w, bias, residual,
+#: activation, alpha, beta, out_dtype)`` (positional: a typed dispatcher call of the registered ops,
+#: without the OpOverload's argument parsing) once it serves the ops' CUDA kernels
+#: (gemm_ladder.ops.use_host), else None: then every eager call of mm/linear on CUDA tensors goes
+#: through the op (one call into C++), whatever the weight's type, the activation's address or grad
+#: mode; under torch.compile the OpOverload is traced instead.
 _HOST_OPS: tuple | None = None
 _DTYPE = torch.dtype
 
@@ -87,15 +89,12 @@ def set_host_ops(ops: tuple | None) -> None:
     _HOST_OPS = ops
 
 
-def _host_call(*tensors) -> bool:
+def _host_call(a, b, bias=None, residual=None) -> bool:
     """Whether a call may go straight to the op: CUDA tensors for the operands (anything else takes
-    the checked path, whose errors name the rule), optional tensors None or tensors."""
-    for i, t in enumerate(tensors):
-        if t is None and i >= 2:
-            continue
-        if not isinstance(t, _Tensor) or (i < 2 and not t.is_cuda):
-            return False
-    return True
+    the checked path, whose errors name the rule), optional tensors None or tensors. Unrolled: it is
+    on every eager call's path."""
+    return (isinstance(a, _Tensor) and isinstance(b, _Tensor) and a.is_cuda and b.is_cuda
+            and (bias is None or isinstance(bias, _Tensor)) and (residual is None or isinstance(residual, _Tensor)))
 
 
 def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
@@ -124,8 +123,9 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
         CaptureBuildError when a CUDA graph is being captured and a kernel is not built and loaded.
     """
     host = _HOST_OPS
-    if host is not None and out is None and (out_dtype is None or type(out_dtype) is _DTYPE) and _host_call(a, b):
-        return host[0](a, b, out_dtype=out_dtype)
+    if (host is not None and out is None and (out_dtype is None or type(out_dtype) is _DTYPE) and _host_call(a, b)
+            and not _is_compiling()):
+        return host[0](a, b, out_dtype)
     index = elsewhere(a)
     if index is not None:  # run on a's device; the caller's current device is put back
         with on_device(index):
@@ -261,9 +261,8 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
     host = _HOST_OPS
     if (host is not None and (out_dtype is None or type(out_dtype) is _DTYPE) and type(alpha) in _REALS
             and type(beta) in _REALS and (activation is None or type(activation) is str)
-            and _host_call(x, w, bias, residual)):
-        return host[1](x, w, bias, residual, activation=activation, alpha=float(alpha), beta=float(beta),
-                       out_dtype=out_dtype)
+            and _host_call(x, w, bias, residual) and not _is_compiling()):
+        return host[1](x, w, bias, residual, activation, float(alpha), float(beta), out_dtype)
     index = elsewhere(x)
     if index is not None:  # run on x's device; the caller's current device is put back
         with on_device(index):

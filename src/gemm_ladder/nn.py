@@ -23,6 +23,20 @@ from gemm_ladder.dispatch.validate import NotSupportedError
 from gemm_ladder.parallel import ColumnParallelLinear, RowParallelLinear
 
 
+_API: list = []
+
+
+def _api():
+    """The module gemm_ladder.api, imported at the first forward (it imports the dispatcher, which a
+    plain ``import gemm_ladder.nn`` does not need) and then kept: a function-level import on every
+    forward costs an import-machinery lookup per layer call."""
+    if not _API:
+        from gemm_ladder import api
+
+        _API.append(api)
+    return _API[0]
+
+
 class Linear(torch.nn.Linear):
     """``y = x @ weight.T (+ bias)`` by :func:`gemm_ladder.linear` (the bias fused into the GEMM).
 
@@ -32,9 +46,7 @@ class Linear(torch.nn.Linear):
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from gemm_ladder.api import linear
-
-        return linear(x, self.weight, self.bias)
+        return _api().linear(x, self.weight, self.bias)
 
     @classmethod
     def from_linear(cls, layer: torch.nn.Linear) -> "Linear":
