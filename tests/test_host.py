@@ -74,6 +74,21 @@ def test_fakes_and_meta_still_answer(host):
         OPS.linear(x, torch.empty(48, 63, dtype=BF16, device="meta"))
 
 
+def test_direct_entries_dispatch_like_the_op_and_raise_the_library_errors(host):
+    """host.mm / host.linear (what gemm_ladder.mm / linear call on CUDA tensors): a typed dispatcher
+    call from the top, so meta tensors reach the fakes; a Python kernel's exception comes back as
+    itself (HANDLE_TH_ERRORS), not as a RuntimeError."""
+    x = torch.empty(3, 5, 64, dtype=BF16, device="meta")
+    w = torch.empty(48, 64, dtype=BF16, device="meta")
+    y = host.linear(x, w, None, None, "gelu", 1.0, 1.0, None)
+    assert y.shape == (3, 5, 48) and y.dtype == BF16 and y.device.type == "meta"
+    assert host.mm(x[0], w.T, FP32).dtype == FP32 and host.mm(x[0], w.T, None).shape == (5, 48)
+    with pytest.raises(GemmInputError, match="must equal"):
+        host.linear(x, torch.empty(48, 63, dtype=BF16, device="meta"), None, None, None, 1.0, 1.0, None)
+    with pytest.raises(GemmInputError, match="must equal"):
+        host.mm(x[0], w, None)
+
+
 def test_planner_refuses_with_the_library_errors(host):
     cpu = torch.randn(8, 16, dtype=BF16)
     with pytest.raises(GemmInputError):

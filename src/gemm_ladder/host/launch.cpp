@@ -9,6 +9,7 @@
 // maps for the call's addresses (cuTensorMapEncodeTiled), writes pointers and scalars, takes split
 // workspace and calls cuLaunchKernelEx on the current stream. libcuda is opened with dlopen: nothing
 // here links against it, so the module builds and loads on a machine without a GPU.
+#include <torch/csrc/Exceptions.h>
 #include <torch/extension.h>
 #include <torch/library.h>
 
@@ -578,14 +579,21 @@ static std::optional<at::ScalarType> dtype_arg(const py::object& d) {
   return torch::python::detail::py_object_to_dtype(d);
 }
 
+// Errors as torch's own bindings raise them (HANDLE_TH_ERRORS): a Python kernel's exception (the
+// planner's GemmInputError, a fake's) comes back as itself, a c10::Error as RuntimeError without the
+// C++ backtrace, c10's ValueError/TypeError/NotImplementedError as theirs.
 at::Tensor py_mm(const at::Tensor& a, const at::Tensor& b, const py::object& out_dtype) {
+  HANDLE_TH_ERRORS
   return mm_entry(a, b, dtype_arg(out_dtype));
+  END_HANDLE_TH_ERRORS_PYBIND
 }
 
 at::Tensor py_linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias,
                      const std::optional<at::Tensor>& residual, std::optional<std::string> activation, double alpha,
                      double beta, const py::object& out_dtype) {
+  HANDLE_TH_ERRORS
   return linear_entry(x, w, bias, residual, std::move(activation), alpha, beta, dtype_arg(out_dtype));
+  END_HANDLE_TH_ERRORS_PYBIND
 }
 
 }  // namespace gl_host
