@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import types
 
 from gemm_ladder.parallel import NO_MULTICAST
 
@@ -100,8 +101,8 @@ def run(rank: int, world: int, args) -> dict:
         if rank != 0:
             return {}
         one = unsharded(layers, x, args, lambda a, w: gemm_ladder.linear(a, w))
-        ref = unsharded({n: l.to(torch.float64) for n, l in layers.items()}, x.double(), args,
-                        lambda a, w: a @ w.T)
+        weights64 = {n: types.SimpleNamespace(weight=l.weight.double()) for n, l in layers.items()}
+        ref = unsharded(weights64, x.double(), args, lambda a, w: a @ w.T)
     out = {}
     for name, t, o, r in zip(("mlp", "attention"), tp, one, ref):
         e_tp, e_one = rel(t, r), rel(o, r)
