@@ -317,3 +317,25 @@ def test_cpp_autograd_on_meta_tensors(host):
     assert y.grad_fn is not None and "LinearFunction" in type(y.grad_fn).__name__ + y.grad_fn.name()
     gx, gw = torch.autograd.grad(y.sum(), (x, w))
     assert gx.shape == x.shape and gw.shape == w.shape and gx.device.type == "meta"
+
+
+def test_api_takes_the_entries_for_plain_tensors_and_the_op_for_subclasses(monkeypatch):
+    """gemm_ladder.mm/linear with the host in use: plain tensors and Parameters go to the module's
+    typed entries, a subclass (here a FakeTensor on CUDA) to the OpOverload, so that a
+    __torch_function__ override still sees it."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from gemm_ladder import api
+
+    seen = []
+    ops4 = (lambda *a: seen.append(("mm entry", a)), lambda *a: seen.append(("linear entry", a)),
+            lambda *a, **k: seen.append(("mm op", k)), lambda *a, **k: seen.append(("linear op", k)))
+    monkeypatch.setattr(api, "_HOST_OPS", ops4)
+    with FakeTensorMode():
+        x = torch.empty(4, 8, dtype=BF16, device="cuda")
+        w = torch.empty(6, 8, dtype=BF16, device="cuda")
+        api.mm(x, w.T)
+        api.linear(x, w, activation="gelu", alpha=2)
+    assert [s[0] for s in seen] == ["mm op", "linear op"]
+    assert seen[1][1] == {"activation": "gelu", "alpha": 2.0, "beta": 1.0, "out_dtype": None}
+    assert api._PLAIN == (torch.Tensor, torch.nn.Parameter)

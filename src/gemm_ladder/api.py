@@ -73,14 +73,17 @@ def _eager_plain(a, b) -> bool:
             and not ((a.requires_grad or b.requires_grad) and _grad_enabled()))
 
 
-#: The compiled host module's entries ``mm(a, b, out_dtype)`` and ``linear(x, w, bias, residual,
-#: activation, alpha, beta, out_dtype)`` (positional: a typed dispatcher call of the registered ops,
-#: without the OpOverload's argument parsing) once it serves the ops' CUDA kernels
-#: (gemm_ladder.ops.use_host), else None: then every eager call of mm/linear on CUDA tensors goes
-#: through the op (one call into C++), whatever the weight's type, the activation's address or grad
-#: mode; under torch.compile the OpOverload is traced instead.
+#: Once the compiled host module serves the ops' CUDA kernels (gemm_ladder.ops.use_host): its entries
+#: ``mm(a, b, out_dtype)`` and ``linear(x, w, bias, residual, activation, alpha, beta, out_dtype)``
+#: (positional: a typed dispatcher call of the registered ops, without the OpOverload's argument
+#: parsing), then the OpOverloads (mm, linear) for tensor subclasses (a ``__torch_function__`` sees
+#: those); else None. Every eager call of mm/linear on CUDA tensors goes through the op (one call into
+#: C++), whatever the weight's type, the activation's address or grad mode; under torch.compile the
+#: OpOverload is traced instead.
 _HOST_OPS: tuple | None = None
 _DTYPE = torch.dtype
+#: Tensor types the host entries take directly (anything else is a subclass: the OpOverload).
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 def set_host_ops(ops: tuple | None) -> None:
@@ -125,7 +128,9 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     host = _HOST_OPS
     if (host is not None and out is None and (out_dtype is None or type(out_dtype) is _DTYPE) and _host_call(a, b)
             and not _is_compiling()):
-        return host[0](a, b, out_dtype)
+        if type(a) in _PLAIN and type(b) in _PLAIN:
+            return host[0](a, b, out_dtype)
+        return host[2](a, b, out_dtype=out_dtype)  # a subclass: the OpOverload (its __torch_function__ too)
     index = elsewhere(a)
     if index is not None:  # run on a's device; the caller's current device is put back
         with on_device(index):
@@ -262,7 +267,11 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
     if (host is not None and (out_dtype is None or type(out_dtype) is _DTYPE) and type(alpha) in _REALS
             and type(beta) in _REALS and (activation is None or type(activation) is str)
             and _host_call(x, w, bias, residual) and not _is_compiling()):
-        return host[1](x, w, bias, residual, activation, float(alpha), float(beta), out_dtype)
+        if type(x) in _PLAIN and type(w) in _PLAIN and (bias is None or type(bias) in _PLAIN) and (
+                residual is None or type(residual) in _PLAIN):
+            return host[1](x, w, bias, residual, activation, float(alpha), float(beta), out_dtype)
+        return host[3](x, w, bias, residual, activation=activation, alpha=float(alpha), beta=float(beta),
+                       out_dtype=out_dtype)
     index = elsewhere(x)
     if index is not None:  # run on x's device; the caller's current device is put back
         with on_device(index):
