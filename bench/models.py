@@ -3,7 +3,7 @@ each run with torch's ``nn.Linear`` and, side by side in the same run, after
 ``gemm_ladder.nn.replace_linear`` (a deep copy with the same weights).
 
     python bench/models.py [--quick] [--only llama_prefill,llama_decode,bert,vit,train,compile_prefill,reduce_overhead]
-                           [--no-precompile] [--reps N] [-o OUT.json]
+                           [--no-precompile] [--no-breakdown] [--reps N] [-o OUT.json]
 
 The cases (bf16 unless said; models built from a config, never downloaded):
 
@@ -25,7 +25,21 @@ host included: that is the point of this benchmark, whose issue is the host path
 gives the medians and ``speedup`` = t_torch / t_gl. Outputs are compared on the same inputs:
 ``rel_err`` is the relative Frobenius error of the logits (BERT: the last hidden state; training:
 the relative difference of the losses after the timed steps) against the torch model, and
-``argmax_agreement`` the fraction of positions whose argmax agrees (decode: of the generated tokens).
+``argmax_agreement`` the fraction of positions whose argmax agrees.
+
+Decode is compared teacher-forced: both models are fed the same tokens (the prompt, then the tokens
+torch's greedy decode chose), one step at a time with their KV caches, and each step's logits are
+compared (``rel_err``: the largest step's relative error; ``per_step_rel_err``; ``argmax_agreement``
+over every step and sequence). A free-running greedy decode of random-weight models meets a near-tie
+within a few steps, and after one differing token every later one differs: its agreement
+(``free_running_agreement``) is reported as information only, never judged.
+
+Why a row is below 1.0: unless ``--no-breakdown``, each side is also run under ``torch.profiler``
+and the row gets the GPU time of its GEMM-class kernels (``gemm_gpu_ms_torch`` / ``gemm_gpu_ms_gl``,
+by kernel name: cuBLAS's and gemm-ladder's GEMM, GEMV, SwiGLU and repack kernels), of all kernels
+(``gpu_ms_*``), and the host time to issue one call (``host_ms_*``: wall time of the call without
+the closing synchronization), each per call (decode: per token); ``slower_because`` says "kernels"
+when the GEMM kernels' difference covers at least half of the wall-time difference, else "host".
 
 Kernel builds: unless ``--no-precompile``, each model is first precompiled
 (``gemm_ladder.precompile(model, example_inputs, rows=..., mode="fake")``: its forward, and backward
@@ -37,7 +51,7 @@ A row that fails records its error (``error``) and the script goes on with the o
 GPU (else one line, exit 2) and the ``[models]`` extra (``transformers``, ``timm``): a case whose
 library is missing is recorded as skipped with the reason (all requested skipped: one line, exit 2).
 Exit 1 when a row failed or its outputs disagree (``rel_err`` above 0.05 or argmax agreement below
-0.9), else 0. Result: ``DATE_models[_quick]_COMMIT.json`` (bench/suite.py) with ``rows`` and
+0.9; decode: teacher-forced), else 0. Result: ``DATE_models[_quick]_COMMIT.json`` (bench/suite.py) with ``rows`` and
 ``summary`` (geometric mean of the speedups, and whether every row reached 1.0x). The full run is
 estimated at 4-6 minutes on the H200 (not yet timed there), most of it torch.compile's and the first
 precompile's; ``--quick``: fewer shapes and repetitions.
@@ -48,6 +62,7 @@ from __future__ import annotations
 import argparse
 import copy
 import math
+import re
 import statistics
 import sys
 import time
@@ -97,6 +112,8 @@ class Settings:
     precompile: bool = True
     #: gemm-ladder's side from torch's model: a deep copy with replace_linear (tests: a plain copy).
     convert: Callable | None = None
+    #: Profile each row's two sides (GEMM kernels' GPU time, host time): CUDA devices only.
+    breakdown: bool = True
 
 
 def quick(settings: Settings) -> Settings:
@@ -142,6 +159,63 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 def argmax_agreement(out: torch.Tensor, ref: torch.Tensor) -> float:
     return (out.argmax(-1) == ref.argmax(-1)).double().mean().item()
+
+
+#: Kernels that count as GEMM work, by name: cuBLAS(Lt)'s (nvjet, cutlass, xmma, gemm, gemv) and
+#: gemm-ladder's (gemm_kernel, sm90_gemm_small_m, the SwiGLU kernel, repack_kernel).
+GEMM_KERNEL = re.compile(r"gemm|gemv|nvjet|cutlass|xmma|cublas|swiglu|repack", re.IGNORECASE)
+
+
+def kernel_ms(kernels: list[tuple[str, float]], per: int = 1) -> tuple[float, float]:
+    """(GEMM-class ms, all kernels' ms) of ``kernels`` ((name, microseconds) pairs), divided by ``per``."""
+    gemm = sum(us for name, us in kernels if GEMM_KERNEL.search(name))
+    total = sum(us for _, us in kernels)
+    return gemm / 1e3 / per, total / 1e3 / per
+
+
+def profiled_kernels(fn: Callable) -> list[tuple[str, float]]:
+    """(name, microseconds) of every GPU kernel, memcpy and memset ``fn()`` ran (torch.profiler)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [(e.name, e.time_range.elapsed_us()) for e in prof.events() if e.device_type == DeviceType.CUDA]
+
+
+def host_ms(fn: Callable, reps: int = 3) -> float:
+    """Median wall ms of ``fn()`` without the closing synchronization: the host's time to issue it
+    (where the GPU keeps up, also the call's wall time)."""
+    out = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(out)
+
+
+def breakdown(fns: list[Callable], per: int = 1) -> dict:
+    """GPU kernel time (GEMM class and all) and host time per call (``per``: calls in one fn) of
+    the torch side and the gemm-ladder side (``fns``, in that order)."""
+    out = {}
+    for side, fn in zip(("torch", "gl"), fns):
+        gemm, total = kernel_ms(profiled_kernels(fn), per)
+        out.update({f"gemm_gpu_ms_{side}": round(gemm, 4), f"gpu_ms_{side}": round(total, 4),
+                    f"host_ms_{side}": round(host_ms(fn) / per, 4)})
+    return out
+
+
+def slower_because(r: dict) -> str | None:
+    """'kernels' when the GEMM kernels' GPU time explains at least half of a row's wall-time deficit,
+    'host' when they do not, None when the row is not slower (or was not broken down)."""
+    if r.get("speedup") is None or r["speedup"] >= 1.0 or r.get("gemm_gpu_ms_gl") is None:
+        return None
+    deficit = r["t_gl_ms"] - r["t_torch_ms"]
+    return "kernels" if r["gemm_gpu_ms_gl"] - r["gemm_gpu_ms_torch"] >= 0.5 * deficit else "host"
 
 
 def cache_files() -> int:
@@ -216,6 +290,8 @@ def row(model: str, mode: str, shape: str, t: list[float] | None, err: float | N
     if t is not None:
         out.update(t_torch_ms=round(t[0], 4), t_gl_ms=round(t[1], 4), speedup=round(t[0] / t[1], 4))
     out.update(extra)
+    if "gemm_gpu_ms_gl" in out:
+        out["slower_because"] = slower_because(out)
     return out
 
 
@@ -273,6 +349,15 @@ class Cases:
             self.pairs.append(self._llama)
         return self._llama
 
+    def why(self, fns: list[Callable], per: int = 1) -> dict:
+        """The row's :func:`breakdown` (CUDA only, unless turned off); a failure is recorded."""
+        if not (self.s.breakdown and self.s.device.startswith("cuda")):
+            return {}
+        try:
+            return breakdown(fns, per)
+        except Exception as exc:  # noqa: BLE001 - the timing stands without it
+            return {"breakdown_error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
+
     def guarded(self, rows: list, model: str, mode: str, shape: str, fn: Callable[[], dict]) -> None:
         try:
             r = fn()
@@ -294,28 +379,44 @@ class Cases:
                 with torch.no_grad():
                     pair.first(lambda: pair.gl(x))
                     ref, out = pair.torch(x).logits, pair.gl(x).logits
-                    t = interleaved_ms([lambda: pair.torch(x), lambda: pair.gl(x)], self.s.warmup, self.s.reps,
-                                       self.s.device)
-                return row(pair.name, "prefill", f"{b}x{n}", t, rel_err(out, ref), argmax_agreement(out, ref))
+                    fns = [lambda: pair.torch(x), lambda: pair.gl(x)]
+                    t = interleaved_ms(fns, self.s.warmup, self.s.reps, self.s.device)
+                    why = self.why(fns)
+                return row(pair.name, "prefill", f"{b}x{n}", t, rel_err(out, ref), argmax_agreement(out, ref), **why)
             self.guarded(rows, pair.name, "prefill", f"{b}x{n}", one)
 
-    def _greedy(self, model, prompt: torch.Tensor, steps: int, timed: list | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _greedy(self, model, prompt: torch.Tensor, steps: int, timed: list | None = None,
+                synchronize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Greedy decode: the prompt, then ``steps`` one-token steps with the KV cache; returns the
-        tokens and the last step's logits; ``timed``: the decode steps' wall ms is appended."""
+        tokens and the last step's logits; ``timed``: the decode steps' wall ms is appended;
+        ``synchronize=False``: no synchronization (the breakdown's host time)."""
         out = model(input_ids=prompt, use_cache=True)
         tok = out.logits[:, -1:].argmax(-1)
         cache, tokens = out.past_key_values, [tok]
-        sync(self.s.device)
+        if synchronize:
+            sync(self.s.device)
         t0 = time.perf_counter()
         for _ in range(steps):
             out = model(input_ids=tok, past_key_values=cache, use_cache=True)
             cache = out.past_key_values
             tok = out.logits[:, -1:].argmax(-1)
             tokens.append(tok)
-        sync(self.s.device)
+        if synchronize:
+            sync(self.s.device)
         if timed is not None:
             timed.append((time.perf_counter() - t0) * 1e3 / steps)
         return torch.cat(tokens, 1), out.logits[:, -1]
+
+    def _forced(self, model, prompt: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced decode: ``model`` fed the prompt, then ``tokens`` (B, S) one at a time with its
+        KV cache; the (B, S + 1, V) logits of each step's last position (the prompt's, then each token's)."""
+        out = model(input_ids=prompt, use_cache=True)
+        cache, logits = out.past_key_values, [out.logits[:, -1]]
+        for i in range(tokens.shape[1]):
+            out = model(input_ids=tokens[:, i:i + 1], past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            logits.append(out.logits[:, -1])
+        return torch.stack(logits, 1)
 
     def llama_decode(self, rows: list) -> None:
         pair = self.llama_pair()
@@ -332,9 +433,10 @@ class Cases:
                     pair.first(lambda: self._greedy(pair.gl, prompt, 1))
                     ref_tokens, ref_logits = self._greedy(pair.torch, prompt, steps)
                     tokens, logits = self._greedy(pair.gl, prompt, steps)
-                    # the last step's logits on the same tokens (each side fed torch's tokens)
-                    same = pair.gl(input_ids=torch.cat([prompt, ref_tokens[:, :-1]], 1)).logits[:, -1]
-                    ref_same = pair.torch(input_ids=torch.cat([prompt, ref_tokens[:, :-1]], 1)).logits[:, -1]
+                    # teacher-forced: both fed the prompt and torch's tokens, each step's logits compared
+                    fed = ref_tokens[:, :-1]
+                    forced, ref_forced = self._forced(pair.gl, prompt, fed), self._forced(pair.torch, prompt, fed)
+                    per_step = [rel_err(forced[:, i], ref_forced[:, i]) for i in range(forced.shape[1])]
                     for _ in range(self.s.warmup):
                         self._greedy(pair.torch, prompt, steps)
                         self._greedy(pair.gl, prompt, steps)
@@ -342,10 +444,15 @@ class Cases:
                     for r in range(self.s.reps):
                         for i in ((0, 1) if r % 2 == 0 else (1, 0)):
                             self._greedy((pair.torch, pair.gl)[i], prompt, steps, times[i])
+                    # per token, prompt included (the breakdown times whole greedy calls)
+                    why = self.why([lambda: self._greedy(pair.torch, prompt, steps, synchronize=False),
+                                    lambda: self._greedy(pair.gl, prompt, steps, synchronize=False)], per=steps)
                 t = [statistics.median(x) for x in times]
                 return row(pair.name, "greedy decode (ms/token)", f"batch {b}, prompt {self.s.prompt}, {steps} steps", t,
-                           rel_err(same, ref_same), (tokens == ref_tokens).double().mean().item(),
-                           last_step_rel_err=rel_err(logits, ref_logits))
+                           max(per_step), argmax_agreement(forced, ref_forced),
+                           per_step_rel_err=[round(e, 6) for e in per_step], compared="teacher-forced",
+                           free_running_agreement=(tokens == ref_tokens).double().mean().item(),
+                           free_running_last_step_rel_err=rel_err(logits, ref_logits), **why)
             self.guarded(rows, pair.name, "greedy decode (ms/token)", f"batch {b}", one)
 
     def bert(self, rows: list) -> None:
@@ -359,8 +466,10 @@ class Cases:
             with torch.no_grad():
                 pair.first(lambda: pair.gl(x))
                 ref, out = pair.torch(x).last_hidden_state, pair.gl(x).last_hidden_state
-                t = interleaved_ms([lambda: pair.torch(x), lambda: pair.gl(x)], self.s.warmup, self.s.reps, self.s.device)
-            return row(pair.name, "forward", f"{b}x{n}", t, rel_err(out, ref), None, dtype=str(ref.dtype))
+                fns = [lambda: pair.torch(x), lambda: pair.gl(x)]
+                t = interleaved_ms(fns, self.s.warmup, self.s.reps, self.s.device)
+                why = self.why(fns)
+            return row(pair.name, "forward", f"{b}x{n}", t, rel_err(out, ref), None, dtype=str(ref.dtype), **why)
         self.guarded(rows, pair.name, "forward", f"{b}x{n}", one)
 
     def vit(self, rows: list) -> None:
@@ -376,8 +485,11 @@ class Cases:
             with torch.no_grad():
                 pair.first(lambda: pair.gl(x))
                 ref, out = pair.torch(x), pair.gl(x)
-                t = interleaved_ms([lambda: pair.torch(x), lambda: pair.gl(x)], self.s.warmup, self.s.reps, self.s.device)
-            return row(pair.name, "forward", f"batch {self.s.vit_batch}", t, rel_err(out, ref), argmax_agreement(out, ref))
+                fns = [lambda: pair.torch(x), lambda: pair.gl(x)]
+                t = interleaved_ms(fns, self.s.warmup, self.s.reps, self.s.device)
+                why = self.why(fns)
+            return row(pair.name, "forward", f"batch {self.s.vit_batch}", t, rel_err(out, ref), argmax_agreement(out, ref),
+                       **why)
         self.guarded(rows, pair.name, "forward", f"batch {self.s.vit_batch}", one)
 
     def train(self, rows: list) -> None:
@@ -405,10 +517,11 @@ class Cases:
             step(0)
             pair.first(lambda: step(1))
             t = interleaved_ms([lambda: step(0), lambda: step(1)], self.s.warmup, self.s.reps, self.s.device)
+            why = self.why([lambda: step(0), lambda: step(1)])  # the same number of extra steps on each side
             first = [float(v[0]) for v in losses]
             last = [float(v[-1]) for v in losses]
             return row(pair.name, "training step (AdamW)", f"{b}x{n}", t, abs(last[1] - last[0]) / abs(last[0]), None,
-                       loss_first=first, loss_last=last, steps=len(losses[0]))
+                       loss_first=first, loss_last=last, steps=len(losses[0]), **why)
         self.guarded(rows, pair.name, "training step (AdamW)", f"{b}x{n}", one)
 
     def compile_prefill(self, rows: list) -> None:
@@ -428,8 +541,9 @@ class Cases:
                 out = cg(x).logits
                 compile_gl = time.perf_counter() - t0
                 t = interleaved_ms([lambda: ct(x), lambda: cg(x)], self.s.warmup, self.s.reps, self.s.device)
+                why = self.why([lambda: ct(x), lambda: cg(x)])
             return row(pair.name, "torch.compile prefill", f"{b}x{n}", t, rel_err(out, ref), argmax_agreement(out, ref),
-                       first_compile_s=[round(compile_torch, 1), round(compile_gl, 1)])
+                       first_compile_s=[round(compile_torch, 1), round(compile_gl, 1)], **why)
         self.guarded(rows, pair.name, "torch.compile prefill", f"{b}x{n}", one)
 
     def reduce_overhead(self, rows: list) -> None:
@@ -452,8 +566,9 @@ class Cases:
                 ref = [st() for _ in range(3)][-1]
                 out = [sg() for _ in range(3)][-1]
                 t = interleaved_ms([st, sg], self.s.warmup, self.s.reps, self.s.device)
+                why = self.why([st, sg])
             return row(pair.name, 'torch.compile(mode="reduce-overhead") one-token step', "1x1", t, rel_err(out, ref),
-                       argmax_agreement(out, ref))
+                       argmax_agreement(out, ref), **why)
         self.guarded(rows, pair.name, 'torch.compile(mode="reduce-overhead") one-token step', "1x1", one)
 
 
@@ -464,8 +579,14 @@ def describe(r: dict) -> str:
     if r.get("skipped"):
         return f"{head} skipped: {r['skipped']}"
     agree = "" if r["argmax_agreement"] is None else f", argmax {r['argmax_agreement']:.3f}"
+    why = ""
+    if r.get("gemm_gpu_ms_gl") is not None:
+        why = (f"; GEMM GPU torch {r['gemm_gpu_ms_torch']:.3f} / gl {r['gemm_gpu_ms_gl']:.3f} ms, host torch "
+               f"{r['host_ms_torch']:.3f} / gl {r['host_ms_gl']:.3f} ms")
+        if r.get("slower_because"):
+            why += f": slower because of the {r['slower_because']}"
     return (f"{head} torch {r['t_torch_ms']:8.3f} ms  gl {r['t_gl_ms']:8.3f} ms  {r['speedup']:.3f}x  "
-            f"rel_err {r['rel_err']:.2e}{agree}")
+            f"rel_err {r['rel_err']:.2e}{agree}{why}")
 
 
 def missing(case: str) -> str | None:
@@ -533,6 +654,8 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=None, help="timed repetitions per row (default 15, --quick 5)")
     p.add_argument("--no-precompile", action="store_true",
                    help="do not precompile the models first (the first call then builds; counted in the result)")
+    p.add_argument("--no-breakdown", action="store_true",
+                   help="do not profile the rows (GEMM kernels' GPU time and host time per side)")
     add_output_argument(p)
     args = p.parse_args()
     try:
@@ -551,6 +674,7 @@ def main() -> int:
     if args.reps is not None:
         s.reps = args.reps
     s.precompile = not args.no_precompile
+    s.breakdown = not args.no_breakdown
     for limit in ("recompile_limit", "cache_size_limit"):
         if hasattr(torch._dynamo.config, limit):
             setattr(torch._dynamo.config, limit, 64)
@@ -560,7 +684,7 @@ def main() -> int:
     from gemm_ladder.runtime.compiler import cache_root
 
     result["settings"] = {"quick": args.quick, "cases": cases, "warmup": s.warmup, "reps": s.reps,
-                          "precompile": s.precompile, "kernel_cache": str(cache_root())}
+                          "precompile": s.precompile, "breakdown": s.breakdown, "kernel_cache": str(cache_root())}
     summary = result["summary"]
     if summary["geomean_speedup"]:
         print(f"geomean speedup {summary['geomean_speedup']:.3f}x over {summary['rows_timed']} rows; "

@@ -145,3 +145,29 @@ def test_the_result_file_and_the_command_line(tmp_path, monkeypatch, capsys):
             models.main()
         assert refused.value.code == 2
         assert capsys.readouterr().err.strip() == "bench/models.py: needs a CUDA GPU (sm_90a); nothing run"
+
+
+def test_decode_is_judged_teacher_forced_and_free_running_is_information():
+    result = models.run(["llama_decode"], tiny(decode_batches=(2,)))
+    r = result["rows"][0]
+    assert r["compared"] == "teacher-forced" and len(r["per_step_rel_err"]) == 3 + 1
+    assert r["rel_err"] == pytest.approx(0.0, abs=1e-6) and r["argmax_agreement"] == 1.0
+    assert r["free_running_agreement"] == 1.0
+    # a free-running divergence alone does not fail a row: only the teacher-forced figures are judged
+    diverged = models.row("m", "greedy decode (ms/token)", "b", [1.0, 1.0], 1e-3, 0.99, free_running_agreement=0.1)
+    assert models.agrees(diverged)
+
+
+def test_breakdown_classifies_gemm_kernels_and_says_why_a_row_is_slower():
+    kernels = [("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT", 900.0), ("gemm_kernel", 1000.0),
+               ("sm90_gemm_small_m", 50.0), ("void at::native::vectorized_elementwise_kernel<4>", 300.0),
+               ("gemv2T_kernel_val<int, int, __nv_bfloat16>", 40.0), ("repack_kernel", 10.0),
+               ("Memset (Device)", 1.0)]
+    gemm, total = models.kernel_ms(kernels, per=2)
+    assert gemm == pytest.approx((900 + 1000 + 50 + 40 + 10) / 2e3) and total == pytest.approx(2301 / 2e3)
+    base = dict(gemm_gpu_ms_torch=1.0, host_ms_torch=0.5, gpu_ms_torch=1.5, host_ms_gl=0.6, gpu_ms_gl=1.8)
+    by_kernels = models.row("m", "forward", "s", [2.0, 2.4], 1e-3, None, gemm_gpu_ms_gl=1.3, **base)
+    by_host = models.row("m", "forward", "s", [2.0, 2.4], 1e-3, None, gemm_gpu_ms_gl=1.05, **base)
+    faster = models.row("m", "forward", "s", [2.0, 1.9], 1e-3, None, gemm_gpu_ms_gl=1.3, **base)
+    assert by_kernels["slower_because"] == "kernels" and by_host["slower_because"] == "host"
+    assert faster["slower_because"] is None and "slower because of the host" in models.describe(by_host)

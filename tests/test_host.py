@@ -74,6 +74,21 @@ def test_fakes_and_meta_still_answer(host):
         OPS.linear(x, torch.empty(48, 63, dtype=BF16, device="meta"))
 
 
+def test_direct_entries_dispatch_like_the_op_and_raise_the_library_errors(host):
+    """host.mm / host.linear (what gemm_ladder.mm / linear call on CUDA tensors): a typed dispatcher
+    call from the top, so meta tensors reach the fakes; a Python kernel's exception comes back as
+    itself (HANDLE_TH_ERRORS), not as a RuntimeError."""
+    x = torch.empty(3, 5, 64, dtype=BF16, device="meta")
+    w = torch.empty(48, 64, dtype=BF16, device="meta")
+    y = host.linear(x, w, None, None, "gelu", 1.0, 1.0, None)
+    assert y.shape == (3, 5, 48) and y.dtype == BF16 and y.device.type == "meta"
+    assert host.mm(x[0], w.T, FP32).dtype == FP32 and host.mm(x[0], w.T, None).shape == (5, 48)
+    with pytest.raises(GemmInputError, match="must equal"):
+        host.linear(x, torch.empty(48, 63, dtype=BF16, device="meta"), None, None, None, 1.0, 1.0, None)
+    with pytest.raises(GemmInputError, match="must equal"):
+        host.mm(x[0], w, None)
+
+
 def test_planner_refuses_with_the_library_errors(host):
     cpu = torch.randn(8, 16, dtype=BF16)
     with pytest.raises(GemmInputError):
@@ -302,3 +317,25 @@ def test_cpp_autograd_on_meta_tensors(host):
     assert y.grad_fn is not None and "LinearFunction" in type(y.grad_fn).__name__ + y.grad_fn.name()
     gx, gw = torch.autograd.grad(y.sum(), (x, w))
     assert gx.shape == x.shape and gw.shape == w.shape and gx.device.type == "meta"
+
+
+def test_api_takes_the_entries_for_plain_tensors_and_the_op_for_subclasses(monkeypatch):
+    """gemm_ladder.mm/linear with the host in use: plain tensors and Parameters go to the module's
+    typed entries, a subclass (here a FakeTensor on CUDA) to the OpOverload, so that a
+    __torch_function__ override still sees it."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from gemm_ladder import api
+
+    seen = []
+    ops4 = (lambda *a: seen.append(("mm entry", a)), lambda *a: seen.append(("linear entry", a)),
+            lambda *a, **k: seen.append(("mm op", k)), lambda *a, **k: seen.append(("linear op", k)))
+    monkeypatch.setattr(api, "_HOST_OPS", ops4)
+    with FakeTensorMode():
+        x = torch.empty(4, 8, dtype=BF16, device="cuda")
+        w = torch.empty(6, 8, dtype=BF16, device="cuda")
+        api.mm(x, w.T)
+        api.linear(x, w, activation="gelu", alpha=2)
+    assert [s[0] for s in seen] == ["mm op", "linear op"]
+    assert seen[1][1] == {"activation": "gelu", "alpha": 2.0, "beta": 1.0, "out_dtype": None}
+    assert api._PLAIN == (torch.Tensor, torch.nn.Parameter)

@@ -45,6 +45,7 @@ from gemm_ladder.dispatch.validate import (
     trivial,
 )
 from gemm_ladder.library.epilogue import Epilogue, linear_epilogue
+from gemm_ladder.runtime.module import elsewhere, on_device
 
 
 def _through_op(*tensors) -> bool:
@@ -72,12 +73,17 @@ def _eager_plain(a, b) -> bool:
             and not ((a.requires_grad or b.requires_grad) and _grad_enabled()))
 
 
-#: The registered functional ops (torch.ops.gemm_ladder.mm.default, .linear.default) once the compiled
-#: host module serves their CUDA kernels (gemm_ladder.ops.use_host), else None: then every call of
-#: mm/linear on CUDA tensors goes through the op (one dispatcher hop into C++), whatever the weight's
-#: type, the activation's address or grad mode.
+#: Once the compiled host module serves the ops' CUDA kernels (gemm_ladder.ops.use_host): its entries
+#: ``mm(a, b, out_dtype)`` and ``linear(x, w, bias, residual, activation, alpha, beta, out_dtype)``
+#: (positional: a typed dispatcher call of the registered ops, without the OpOverload's argument
+#: parsing), then the OpOverloads (mm, linear) for tensor subclasses (a ``__torch_function__`` sees
+#: those); else None. Every eager call of mm/linear on CUDA tensors goes through the op (one call into
+#: C++), whatever the weight's type, the activation's address or grad mode; under torch.compile the
+#: OpOverload is traced instead.
 _HOST_OPS: tuple | None = None
 _DTYPE = torch.dtype
+#: Tensor types the host entries take directly (anything else is a subclass: the OpOverload).
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 def set_host_ops(ops: tuple | None) -> None:
@@ -86,15 +92,12 @@ def set_host_ops(ops: tuple | None) -> None:
     _HOST_OPS = ops
 
 
-def _host_call(*tensors) -> bool:
+def _host_call(a, b, bias=None, residual=None) -> bool:
     """Whether a call may go straight to the op: CUDA tensors for the operands (anything else takes
-    the checked path, whose errors name the rule), optional tensors None or tensors."""
-    for i, t in enumerate(tensors):
-        if t is None and i >= 2:
-            continue
-        if not isinstance(t, _Tensor) or (i < 2 and not t.is_cuda):
-            return False
-    return True
+    the checked path, whose errors name the rule), optional tensors None or tensors. Unrolled: it is
+    on every eager call's path."""
+    return (isinstance(a, _Tensor) and isinstance(b, _Tensor) and a.is_cuda and b.is_cuda
+            and (bias is None or isinstance(bias, _Tensor)) and (residual is None or isinstance(residual, _Tensor)))
 
 
 def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
@@ -123,8 +126,15 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
         CaptureBuildError when a CUDA graph is being captured and a kernel is not built and loaded.
     """
     host = _HOST_OPS
-    if host is not None and out is None and (out_dtype is None or type(out_dtype) is _DTYPE) and _host_call(a, b):
-        return host[0](a, b, out_dtype=out_dtype)
+    if (host is not None and out is None and (out_dtype is None or type(out_dtype) is _DTYPE) and _host_call(a, b)
+            and not _is_compiling()):
+        if type(a) in _PLAIN and type(b) in _PLAIN:
+            return host[0](a, b, out_dtype)
+        return host[2](a, b, out_dtype=out_dtype)  # a subclass: the OpOverload (its __torch_function__ too)
+    index = elsewhere(a)
+    if index is not None:  # run on a's device; the caller's current device is put back
+        with on_device(index):
+            return mm(a, b, out=out, out_dtype=out_dtype)
     key = None
     if out is None and _eager_plain(a, b):
         # The fast path (dispatch.calls, "The fast key"): one key, one lookup, the output, one launch.
@@ -157,6 +167,10 @@ def mm_op(a, b, *, out_dtype=None) -> torch.Tensor:
     Autograd kernel's, above; this functional op has no grad rule of its own). The fast entry is
     made by mm_direct only once the call's signature is checked, as for the eager call; the fast
     key reads the addresses, stream and capture state on every call. Raises as :func:`mm`."""
+    index = elsewhere(a)
+    if index is not None:
+        with on_device(index):
+            return mm_op(a, b, out_dtype=out_dtype)
     key = fast_mm_key(a, b, out_dtype)
     call = _FAST.get(key)
     if call is None:
@@ -171,6 +185,10 @@ def mm_direct(a, b, out=None, out_dtype=None, *, check_grad: bool = False, fast_
     has no backward); requires_grad is not part of the signature, so it is checked on every call.
     ``fast_key``: the call's fast key (:func:`~gemm_ladder.dispatch.calls.fast_mm_key`), kept for
     the Call once its signature is checked (``out`` must be None)."""
+    index = elsewhere(a)
+    if index is not None:
+        with on_device(index):
+            return mm_direct(a, b, out, out_dtype, check_grad=check_grad, fast_key=fast_key)
     key = mm_key(a, b, out, out_dtype)
     if check_grad and key is not None and torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         check_mm(a, b, out, out_dtype, check_grad=True)  # raises NotSupportedError naming the operand
@@ -238,14 +256,27 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
     EpilogueCompileError with nvcc's message when a user epilogue's CUDA does not compile.
     """
     if epilogue is not None or inputs:
+        index = elsewhere(x)
+        if index is not None:  # run on x's device; the caller's current device is put back
+            with on_device(index):
+                return linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                              out_dtype=out_dtype, epilogue=epilogue, **inputs)
         return _linear_user(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
                             out_dtype=out_dtype, epilogue=epilogue, inputs=inputs)
     host = _HOST_OPS
     if (host is not None and (out_dtype is None or type(out_dtype) is _DTYPE) and type(alpha) in _REALS
             and type(beta) in _REALS and (activation is None or type(activation) is str)
-            and _host_call(x, w, bias, residual)):
-        return host[1](x, w, bias, residual, activation=activation, alpha=float(alpha), beta=float(beta),
+            and _host_call(x, w, bias, residual) and not _is_compiling()):
+        if type(x) in _PLAIN and type(w) in _PLAIN and (bias is None or type(bias) in _PLAIN) and (
+                residual is None or type(residual) in _PLAIN):
+            return host[1](x, w, bias, residual, activation, float(alpha), float(beta), out_dtype)
+        return host[3](x, w, bias, residual, activation=activation, alpha=float(alpha), beta=float(beta),
                        out_dtype=out_dtype)
+    index = elsewhere(x)
+    if index is not None:  # run on x's device; the caller's current device is put back
+        with on_device(index):
+            return linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                          out_dtype=out_dtype)
     key = None
     if _eager_plain(x, w) and not (_grad_enabled() and (_requires_grad(bias) or _requires_grad(residual))):
         key = fast_linear_key(x, w, bias, residual, activation, alpha, beta, out_dtype)  # see mm
@@ -264,6 +295,11 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
 def linear_op(x, w, bias=None, residual=None, *, activation=None, alpha=1.0, beta=1.0, out_dtype=None) -> torch.Tensor:
     """The ``gemm_ladder::linear`` op's CUDA kernel (see :func:`mm_op`: the dispatcher has made the
     eager checks): :func:`linear`'s fast path, then :func:`linear_direct`. Raises as :func:`linear`."""
+    index = elsewhere(x)
+    if index is not None:
+        with on_device(index):
+            return linear_op(x, w, bias, residual, activation=activation, alpha=alpha, beta=beta,
+                             out_dtype=out_dtype)
     key = fast_linear_key(x, w, bias, residual, activation, alpha, beta, out_dtype)
     call = _FAST.get(key) if key is not None else None
     if call is None:
@@ -327,6 +363,11 @@ def linear_direct(x, w, bias=None, *, activation=None, residual=None, alpha=1.0,
     op's), checked by validate.check_linear_out and mm's out rules; not cached. ``check_grad``: refuse
     tensors requiring grad with grad mode on (the out= op: it has no backward). ``fast_key``: the
     call's fast key (:func:`~gemm_ladder.dispatch.calls.fast_linear_key`), kept once checked."""
+    index = elsewhere(x)
+    if index is not None:
+        with on_device(index):
+            return linear_direct(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                                 out_dtype=out_dtype, out=out, check_grad=check_grad, fast_key=fast_key)
     if check_grad and torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
                                                       for t in (x, w, bias, residual)):
         check_linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
@@ -483,6 +524,10 @@ def swiglu_direct(x, w_gate, w_up) -> torch.Tensor:
     from gemm_ladder.library.operand import operand_view
     from gemm_ladder.library.swiglu import swiglu_kernel
 
+    index = elsewhere(x)
+    if index is not None:
+        with on_device(index):
+            return swiglu_direct(x, w_gate, w_up)
     k, n = check_swiglu(x, w_gate, w_up)
     lead = tuple(x.shape[:-1])
     m = math.prod(lead)

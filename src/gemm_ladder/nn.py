@@ -7,6 +7,9 @@
 differs: ``gemm_ladder.linear(x, weight, bias)``, differentiable through the registered op. A layer
 with a bias adds it in the GEMM's fused epilogue (issue 13: one kernel, the bias added in fp32 before
 the one rounding; its gradient is the sum of the output's gradient over the rows).
+
+The tensor-parallel layers :class:`ColumnParallelLinear` and :class:`RowParallelLinear` (issue 27,
+on torch.distributed) are defined in :mod:`gemm_ladder.parallel` and exported here.
 """
 
 from __future__ import annotations
@@ -17,6 +20,21 @@ import torch
 
 from gemm_ladder.contract import DTYPES
 from gemm_ladder.dispatch.validate import NotSupportedError
+from gemm_ladder.parallel import ColumnParallelLinear, RowParallelLinear
+
+
+_API: list = []
+
+
+def _api():
+    """The module gemm_ladder.api, imported at the first forward (it imports the dispatcher, which a
+    plain ``import gemm_ladder.nn`` does not need) and then kept: a function-level import on every
+    forward costs an import-machinery lookup per layer call."""
+    if not _API:
+        from gemm_ladder import api
+
+        _API.append(api)
+    return _API[0]
 
 
 class Linear(torch.nn.Linear):
@@ -28,9 +46,7 @@ class Linear(torch.nn.Linear):
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from gemm_ladder.api import linear
-
-        return linear(x, self.weight, self.bias)
+        return _api().linear(x, self.weight, self.bias)
 
     @classmethod
     def from_linear(cls, layer: torch.nn.Linear) -> "Linear":
@@ -112,4 +128,4 @@ def replace_linear(model: torch.nn.Module, *, strict: bool = False, subclasses: 
     return model
 
 
-__all__ = ["Linear", "replace_linear", "unsupported_reason"]
+__all__ = ["ColumnParallelLinear", "Linear", "RowParallelLinear", "replace_linear", "unsupported_reason"]

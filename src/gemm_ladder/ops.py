@@ -335,7 +335,7 @@ def use_host():
         _AUTOGRAD_LIB._destroy()
         module.register_kernels()
         module.register_autograd()
-        api.set_host_ops((_MM, _LINEAR))
+        api.set_host_ops((module.mm, module.linear, _MM, _LINEAR))  # typed dispatcher calls of _MM, _LINEAR
     _HOST["module"] = module
     _HOST["off"] = module is None
     return module

@@ -131,13 +131,43 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
   }
 };
 
+// Whether a call has something for autograd to record. Without (grad mode off, or no input that
+// requires grad: inference with Parameters under no_grad) the call goes below autograd at once:
+// Function::apply would still make a node, copy the inputs' metadata and fill its saved data.
+static bool recording(const Tensor& a, const Tensor& b, const OptTensor& c = std::nullopt,
+                      const OptTensor& d = std::nullopt) {
+  if (!at::GradMode::is_enabled()) return false;
+  auto needs = [](const OptTensor& t) { return t.has_value() && t->defined() && t->requires_grad(); };
+  return a.requires_grad() || b.requires_grad() || needs(c) || needs(d);
+}
+
 Tensor mm_autograd(const Tensor& a, const Tensor& b, OptDtype out_dtype) {
+  if (!recording(a, b)) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return call_mm(a, b, out_dtype);
+  }
   return MmFunction::apply(a, b, out_dtype);
 }
 
 Tensor linear_autograd(const Tensor& x, const Tensor& w, const OptTensor& bias, const OptTensor& residual,
                        OptStr activation, double alpha, double beta, OptDtype out_dtype) {
+  if (!recording(x, w, bias, residual)) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return call_linear(x, w, bias, residual, activation, alpha, beta, out_dtype);
+  }
   return LinearFunction::apply(x, w, bias, residual, activation, alpha, beta, out_dtype);
+}
+
+// The ops called from Python without the OpOverload's boxed argument parsing (a typed dispatcher
+// call from the top: autograd, FakeTensor and every other key still see it). api.mm / api.linear use
+// these on eager calls (torch.compile traces the OpOverload instead).
+Tensor mm_entry(const Tensor& a, const Tensor& b, OptDtype out_dtype) { return call_mm(a, b, out_dtype); }
+
+Tensor linear_entry(const Tensor& x, const Tensor& w, const OptTensor& bias, const OptTensor& residual,
+                    std::optional<std::string> activation, double alpha, double beta, OptDtype out_dtype) {
+  OptStr act;
+  if (activation.has_value()) act = c10::string_view(activation->data(), activation->size());
+  return call_linear(x, w, bias, residual, act, alpha, beta, out_dtype);
 }
 
 static std::unique_ptr<torch::Library> autograd_lib;

@@ -9,6 +9,7 @@
 // maps for the call's addresses (cuTensorMapEncodeTiled), writes pointers and scalars, takes split
 // workspace and calls cuLaunchKernelEx on the current stream. libcuda is opened with dlopen: nothing
 // here links against it, so the module builds and loads on a machine without a GPU.
+#include <torch/csrc/Exceptions.h>
 #include <torch/extension.h>
 #include <torch/library.h>
 
@@ -21,8 +22,10 @@
 #include <vector>
 
 #ifdef GL_HOST_C10_CUDA
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #else
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #endif
 
@@ -101,6 +104,15 @@ static void* current_stream(const at::Device& device) {
   return c10::impl::getDeviceGuardImpl(device.type())->getStream(device).native_handle();
 #endif
 }
+
+// Makes the tensors' device current for the call (its primary context, so that the planner's loads,
+// the workspace's allocations and the launch happen there) and restores the caller's on return. A
+// custom op's CUDA kernel gets no device guard from the dispatcher (only native functions do).
+#ifdef GL_HOST_C10_CUDA
+using DeviceGuard = c10::cuda::CUDAGuard;
+#else
+using DeviceGuard = c10::DeviceGuard;
+#endif
 
 static bool stream_capturing(void* stream) {
   int status = 0;
@@ -328,16 +340,15 @@ static void push_optional(std::vector<int64_t>& k, const std::optional<at::Tenso
 
 static int64_t dtype_code(std::optional<at::ScalarType> d) { return d.has_value() ? static_cast<int64_t>(*d) : -1; }
 
-static std::vector<int64_t> mm_key(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype,
-                                   bool capturing) {
-  std::vector<int64_t> k;
-  k.reserve(24);
+// The keys are built into a caller's vector (per call: a thread-local one, cleared, so no allocation).
+static void mm_key(std::vector<int64_t>& k, const at::Tensor& a, const at::Tensor& b,
+                   std::optional<at::ScalarType> out_dtype, bool capturing) {
+  k.clear();
   k.push_back(kMm);
   k.push_back(capturing);
   k.push_back(dtype_code(out_dtype));
   push_tensor(k, a);
   push_tensor(k, b);
-  return k;
 }
 
 // linear's activations get their own numbers; any other string a number past them (the planner
@@ -352,12 +363,11 @@ static int64_t activation_id(const std::optional<c10::string_view>& activation) 
   return 4 + static_cast<int64_t>(std::hash<std::string_view>{}(a) >> 2);
 }
 
-static std::vector<int64_t> linear_key(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias,
-                                       const std::optional<at::Tensor>& residual,
-                                       std::optional<c10::string_view> activation, double alpha, double beta,
-                                       std::optional<at::ScalarType> out_dtype, bool capturing) {
-  std::vector<int64_t> k;
-  k.reserve(48);
+static void linear_key(std::vector<int64_t>& k, const at::Tensor& x, const at::Tensor& w,
+                       const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& residual,
+                       std::optional<c10::string_view> activation, double alpha, double beta,
+                       std::optional<at::ScalarType> out_dtype, bool capturing) {
+  k.clear();
   k.push_back(kLinear);
   k.push_back(capturing);
   k.push_back(dtype_code(out_dtype));
@@ -370,7 +380,6 @@ static std::vector<int64_t> linear_key(const at::Tensor& x, const at::Tensor& w,
   k.push_back(activation_id(activation));
   k.push_back(alpha != 1.0);
   k.push_back(beta == 0.0);
-  return k;
 }
 
 struct KeyHash {
@@ -418,14 +427,17 @@ static void require_callbacks() {
 // --- the ops' CUDA kernels ------------------------------------------------------------------------
 
 at::Tensor mm_cuda(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype) {
+  DeviceGuard device_guard(a.device());
   void* stream = current_stream(a.device());
   bool capturing = stream_capturing(stream);
-  auto key = mm_key(a, b, out_dtype, capturing);
+  thread_local std::vector<int64_t> key;
+  mm_key(key, a, b, out_dtype, capturing);
   auto t = find(key);
   if (t == nullptr) {
     require_callbacks();
     py::gil_scoped_acquire gil;
-    t = keep(key, parse_template(callbacks->plan_mm(a, b, out_dtype)));  // raises the library's errors
+    std::vector<int64_t> owned(key);  // the planner may re-enter an op on this thread (the key is thread-local)
+    t = keep(owned, parse_template(callbacks->plan_mm(a, b, out_dtype)));  // raises the library's errors
   }
   if (t->python) {
     require_callbacks();
@@ -442,9 +454,11 @@ at::Tensor mm_cuda(const at::Tensor& a, const at::Tensor& b, std::optional<at::S
 at::Tensor linear_cuda(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias,
                        const std::optional<at::Tensor>& residual, std::optional<c10::string_view> activation,
                        double alpha, double beta, std::optional<at::ScalarType> out_dtype) {
+  DeviceGuard device_guard(x.device());
   void* stream = current_stream(x.device());
   bool capturing = stream_capturing(stream);
-  auto key = linear_key(x, w, bias, residual, activation, alpha, beta, out_dtype, capturing);
+  thread_local std::vector<int64_t> key;
+  linear_key(key, x, w, bias, residual, activation, alpha, beta, out_dtype, capturing);
   auto t = find(key);
   auto py_activation = [&]() -> py::object {
     if (!activation.has_value()) return py::none();
@@ -453,7 +467,9 @@ at::Tensor linear_cuda(const at::Tensor& x, const at::Tensor& w, const std::opti
   if (t == nullptr) {
     require_callbacks();
     py::gil_scoped_acquire gil;
-    t = keep(key, parse_template(callbacks->plan_linear(x, w, bias, residual, py_activation(), alpha, beta, out_dtype)));
+    std::vector<int64_t> owned(key);
+    t = keep(owned,
+             parse_template(callbacks->plan_linear(x, w, bias, residual, py_activation(), alpha, beta, out_dtype)));
   }
   if (t->python) {
     require_callbacks();
@@ -477,7 +493,9 @@ static py::bytes key_bytes(const std::vector<int64_t>& k) {
 }
 
 py::bytes mm_signature(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype, bool capturing) {
-  return key_bytes(mm_key(a, b, out_dtype, capturing));
+  std::vector<int64_t> k;
+  mm_key(k, a, b, out_dtype, capturing);
+  return key_bytes(k);
 }
 
 py::bytes linear_signature(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias,
@@ -485,7 +503,9 @@ py::bytes linear_signature(const at::Tensor& x, const at::Tensor& w, const std::
                            double alpha, double beta, std::optional<at::ScalarType> out_dtype, bool capturing) {
   std::optional<c10::string_view> act;
   if (activation.has_value()) act = c10::string_view(activation->data(), activation->size());
-  return key_bytes(linear_key(x, w, bias, residual, act, alpha, beta, out_dtype, capturing));
+  std::vector<int64_t> k;
+  linear_key(k, x, w, bias, residual, act, alpha, beta, out_dtype, capturing);
+  return key_bytes(k);
 }
 
 // The argument buffer a template gives the kernel for these addresses and scalars (maps left as the
@@ -549,6 +569,32 @@ void unregister_kernels() { cuda_lib.reset(); }
 
 void register_autograd();  // autograd.cpp
 void unregister_autograd();
+at::Tensor mm_entry(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype);
+at::Tensor linear_entry(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias,
+                        const std::optional<at::Tensor>& residual, std::optional<std::string> activation,
+                        double alpha, double beta, std::optional<at::ScalarType> out_dtype);
+
+static std::optional<at::ScalarType> dtype_arg(const py::object& d) {
+  if (d.is_none()) return std::nullopt;
+  return torch::python::detail::py_object_to_dtype(d);
+}
+
+// Errors as torch's own bindings raise them (HANDLE_TH_ERRORS): a Python kernel's exception (the
+// planner's GemmInputError, a fake's) comes back as itself, a c10::Error as RuntimeError without the
+// C++ backtrace, c10's ValueError/TypeError/NotImplementedError as theirs.
+at::Tensor py_mm(const at::Tensor& a, const at::Tensor& b, const py::object& out_dtype) {
+  HANDLE_TH_ERRORS
+  return mm_entry(a, b, dtype_arg(out_dtype));
+  END_HANDLE_TH_ERRORS_PYBIND
+}
+
+at::Tensor py_linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias,
+                     const std::optional<at::Tensor>& residual, std::optional<std::string> activation, double alpha,
+                     double beta, const py::object& out_dtype) {
+  HANDLE_TH_ERRORS
+  return linear_entry(x, w, bias, residual, std::move(activation), alpha, beta, dtype_arg(out_dtype));
+  END_HANDLE_TH_ERRORS_PYBIND
+}
 
 }  // namespace gl_host
 
@@ -567,4 +613,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear_signature", &gl_host::linear_signature);
   m.def("patched_buffer", &gl_host::patched_buffer);
   m.def("path_of", &gl_host::path_of);
+  m.def("mm", &gl_host::py_mm);
+  m.def("linear", &gl_host::py_linear);
 }

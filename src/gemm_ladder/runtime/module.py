@@ -52,15 +52,47 @@ def check(result, what: str):
     return values[0] if len(values) == 1 else tuple(values)
 
 
+def _current_context() -> int:
+    """The driver context current on this thread (0: none)."""
+    drv = _driver()
+    return int(check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent"))
+
+
 def ensure_context(device: torch.device) -> None:
-    """Make PyTorch's primary context for ``device`` current on this thread (the driver API needs one)."""
+    """Make PyTorch's primary context for ``device`` current on this thread (the driver API needs one).
+
+    This changes the caller's current device; :func:`on_device` is the form that restores it."""
     torch.cuda.set_device(device)
     torch.cuda.current_stream(device)  # forces PyTorch to create and bind its context
     drv = _driver()
-    if int(check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")) == 0:
+    if _current_context() == 0:
         dev = check(drv.cuDeviceGet(device.index or 0), "cuDeviceGet")
         ctx = check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
         check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+
+
+class on_device:
+    """``with on_device(index):`` runs its body with CUDA device ``index`` current (PyTorch's current
+    device and its primary context bound on this thread, what cuModuleLoadData and the other
+    context-scoped driver calls use) and afterwards puts back the caller's current device and the
+    driver context that was current (a context of the caller's own included). Nests."""
+
+    __slots__ = ("index", "_device", "_context")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __enter__(self) -> "on_device":
+        self._context = _current_context()
+        self._device = torch.cuda.device(self.index)
+        self._device.__enter__()
+        ensure_context(torch.device("cuda", self.index))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._device.__exit__(*exc)
+        if self._context and _current_context() != self._context:
+            check(_driver().cuCtxSetCurrent(self._context), "cuCtxSetCurrent")
 
 
 @dataclass
@@ -252,20 +284,34 @@ def _load_once(key: tuple, read_cubin, kernel_name: str, index: int, *, threads:
         # cuModuleLoadData is not a stream operation a graph can hold; inside a capture it would fail
         # or invalidate the capture: refuse with the remedy instead.
         refuse_during_capture(f"loading kernel {kernel_name} on cuda:{index}")
-        ensure_context(torch.device("cuda", index))
         drv = _driver()
-        module = check(drv.cuModuleLoadData(read_cubin()), "cuModuleLoadData")
-        function = check(drv.cuModuleGetFunction(module, kernel_name.encode()), f"cuModuleGetFunction({kernel_name})")
-        if dynamic_smem > DEFAULT_DYNAMIC_SMEM_LIMIT:
-            check(
-                drv.cuFuncSetAttribute(
-                    function, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_smem
-                ),
-                "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
-            )
+        # The module is loaded into device ``index``'s primary context (the one its tensors' streams
+        # belong to); the caller's current device and context are put back.
+        with on_device(index):
+            module = check(drv.cuModuleLoadData(read_cubin()), "cuModuleLoadData")
+            function = check(drv.cuModuleGetFunction(module, kernel_name.encode()),
+                             f"cuModuleGetFunction({kernel_name})")
+            if dynamic_smem > DEFAULT_DYNAMIC_SMEM_LIMIT:
+                check(
+                    drv.cuFuncSetAttribute(
+                        function, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        dynamic_smem),
+                    "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+                )
         kernel = LoadedKernel(function, module, dynamic_smem, threads, cluster)
         _loaded[key] = kernel
         return kernel
+
+
+def elsewhere(t) -> int | None:
+    """The index of ``t``'s CUDA device when ``t`` is a CUDA tensor on a device other than the current
+    one (the call must run under :func:`on_device`), else None (a CPU or meta tensor, or anything
+    else: the checks say what is wrong with it). A few attribute reads."""
+    if isinstance(t, torch.Tensor) and t.is_cuda:
+        index = t.get_device()
+        if index != torch.cuda.current_device():
+            return index
+    return None
 
 
 def device_index(device: torch.device) -> int:
