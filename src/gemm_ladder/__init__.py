@@ -46,6 +46,7 @@ def _register_ops() -> None:
         import importlib
 
         importlib.import_module("gemm_ladder.ops")
+        importlib.import_module("gemm_ladder.ops_grouped")
 
 
 def __getattr__(name: str):
@@ -55,6 +56,8 @@ def __getattr__(name: str):
 
         value = globals()[name] = getattr(api, name)  # kept: a per-call gemm_ladder.mm skips this hook
         return value
+    if name in ("grouped_mm", "grouped_linear"):  # mixture-of-experts grouped GEMM (ops_grouped.py)
+        return getattr(__import__("gemm_ladder.ops_grouped", fromlist=[name]), name)
     if name == "precompile":  # by dtype and shape class, or a model's own set (precompile(model, example_inputs))
         from gemm_ladder.model_precompile import precompile
 
@@ -67,7 +70,7 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_API) | {"nn", "ops", "precompile"})
+    return sorted(set(globals()) | set(_API) | {"nn", "ops", "precompile", "grouped_mm", "grouped_linear"})
 
 
 _register_ops()
