@@ -114,6 +114,8 @@ def check_grouped_mm(a, b, offs, out_dtype=None) -> tuple[str, torch.dtype]:
     if a.dim() == 2 and a.shape[0] > 1 and a.stride(0) % _ALIGN_ELEMS:
         raise GemmInputError(f"a: row pitch {a.stride(0)} elements is not a multiple of 16 bytes (a TMA tensor map)")
     major = b_major_of(b)
+    if min(rows, n, k) == 0:  # nothing is loaded: no tensor map, no stride rule
+        return case, dt
     e = a.element_size()
     w_pitch = (b.stride(2) if n > 1 else k) if major == "k" else (b.stride(1) if k > 1 else n)
     w_group = b.stride(0) if groups > 1 else n * k

@@ -1,0 +1,128 @@
+"""The grouped GEMM's benchmark (issue 24): gemm_ladder.grouped_mm against torch._grouped_mm and a loop
+of torch.mm per expert, in one run, interleaved, on the same tensors.
+
+    python bench/grouped.py [--quick] [--cases NAME,...] [--bn 128|256] [-o OUT.json]
+
+Cases (the issue's table; rows sorted by expert, group sizes from a fixed-seed log-normal routing
+scaled to the issue's ranges, int32 ``offs`` on the device): Mixtral-8x7B gate+up and down (skewed),
+Qwen3-30B-A3B gate+up and down (128 experts), DeepSeek-V3-like 32 experts, decode (128 experts, about
+4 rows each). Directions: ``fwd`` (x @ w[e].T, the weight K-major) and ``grad_x`` (grad_y @ w[e], the
+weight N-major). ``--quick``: three cases, forward only, shorter budget.
+
+Per case and direction, three callables timed with gates.performance.time_fns (L2 flushed before each
+call, interleaved rounds): ``grouped`` (this library), ``torch_grouped`` (torch._grouped_mm, bf16 only),
+``loop`` (torch.mm per expert over host-side slices: the group sizes known on the host, which the other
+two do not need). The library's output is checked against torch._grouped_mm's first (relative
+Frobenius error <= 2e-2) and a row is marked ``"correct": false`` otherwise.
+
+Result: ``DATE_grouped_COMMIT.json`` (bench/suite.py) with ``rows: [{case, layout, direction, E, rows,
+N, K, tflops, ratio_torch_grouped, ratio_loop, ...}]`` (ratios: library speed / theirs, > 1 faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from gemm_ladder.api_grouped import grouped_mm_direct
+from gemm_ladder.gates.performance import time_fns
+from suite import add_output_argument, require_gpu, save
+
+#: name -> (E, rows, N, K, smallest, largest group): the issue's table.
+CASES = {
+    "mixtral_gate_up": (8, 16384, 28672, 4096, 2048, 2048),
+    "mixtral_down_skewed": (8, 16384, 4096, 14336, 412, 4390),
+    "qwen3_gate_up": (128, 32768, 1536, 2048, 0, 463),
+    "qwen3_down": (128, 32768, 2048, 768, 0, 515),
+    "deepseek_v3_32": (32, 32768, 4096, 7168, 21, 2423),
+    "decode_128": (128, 512, 1536, 2048, 0, 12),
+}
+QUICK = ("mixtral_down_skewed", "qwen3_gate_up", "decode_128")
+
+
+def group_sizes(e: int, rows: int, lo: int, hi: int, seed: int = 0) -> list[int]:
+    """``e`` sizes summing to ``rows``, equal when lo == hi, else log-normal clipped to [lo, hi]."""
+    if lo == hi:
+        return [rows // e] * (e - 1) + [rows - rows // e * (e - 1)]
+    g = torch.Generator().manual_seed(seed)
+    w = torch.exp(torch.randn(e, generator=g) * 0.8)
+    sizes = (w / w.sum() * rows).round().clamp(lo, hi).long()
+    while int(sizes.sum()) != rows:  # move the remainder into groups with room
+        d = rows - int(sizes.sum())
+        i = int(torch.randint(e, (1,), generator=g))
+        sizes[i] += min(d, hi - int(sizes[i])) if d > 0 else max(d, lo - int(sizes[i]))
+    return sizes.tolist()
+
+
+def run_case(name: str, direction: str, budget: float, bn: int | None) -> dict:
+    e, rows, n, k, lo, hi = CASES[name]
+    sizes = group_sizes(e, rows, lo, hi)
+    dev = "cuda"
+    offs = torch.tensor(sizes).cumsum(0).to(torch.int32).to(dev)
+    if direction == "fwd":  # y = x @ w[e].T, w (E, N, K)
+        a = torch.randn(rows, k, dtype=torch.bfloat16, device=dev)
+        w = torch.randn(e, n, k, dtype=torch.bfloat16, device=dev) / k**0.5
+        b = w.transpose(1, 2)  # (E, K, N), K-major per group
+        out_n, red = n, k
+    else:  # grad_x = grad_y @ w[e], grad_y (R, N): the weight (E, N, K) is N-major as b
+        a = torch.randn(rows, n, dtype=torch.bfloat16, device=dev)
+        b = torch.randn(e, n, k, dtype=torch.bfloat16, device=dev) / n**0.5
+        out_n, red = k, n
+    starts = [0] + torch.tensor(sizes).cumsum(0).tolist()[:-1]
+    slices = [(s, s + z, i) for i, (s, z) in enumerate(zip(starts, sizes)) if z]
+
+    def loop():
+        out = torch.empty(rows, out_n, dtype=torch.bfloat16, device=dev)
+        for s, t, i in slices:
+            torch.mm(a[s:t], b[i], out=out[s:t])
+        return out
+
+    fns = {
+        "grouped": lambda: grouped_mm_direct(a, b, offs, bn=bn),
+        "torch_grouped": lambda: torch._grouped_mm(a, b, offs),
+        "loop": loop,
+    }
+    ref = torch._grouped_mm(a, b, offs).double()
+    got = fns["grouped"]().double()
+    err = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+    t = time_fns(fns, a, b[0], budget_s=budget, rounds=3, warmup=3)
+    flop = 2.0 * rows * out_n * red
+    ours = t["grouped"].median_ms
+    row = {
+        "case": name, "layout": "contiguous", "direction": direction, "E": e, "rows": rows, "N": out_n, "K": red,
+        "tflops": flop / ours / 1e9, "ratio_torch_grouped": t["torch_grouped"].median_ms / ours,
+        "ratio_loop": t["loop"].median_ms / ours, "correct": err <= 2e-2, "rel_err_vs_torch": err,
+        "group_sizes": {"min": min(sizes), "max": max(sizes), "empty": sizes.count(0)},
+        "bn": bn or (256 if out_n >= 2048 else 128),
+        "ms": {k2: v.median_ms for k2, v in t.items()}, "spread": {k2: round(v.spread, 4) for k2, v in t.items()},
+        "tflops_torch_grouped": flop / t["torch_grouped"].median_ms / 1e9, "tflops_loop": flop / t["loop"].median_ms / 1e9,
+    }
+    print(f"{name:22s} {direction:6s} E={e:4d} rows={rows:6d} N={out_n:6d} K={red:6d}  grouped {ours:8.3f} ms "
+          f"{row['tflops']:6.1f} TF/s  x{row['ratio_torch_grouped']:.2f} torch_grouped  x{row['ratio_loop']:.2f} loop"
+          f"  err {err:.2e}", flush=True)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--cases", default=None, help=f"comma list of {', '.join(CASES)}")
+    p.add_argument("--bn", type=int, default=None, choices=(128, 256), help="tile width (default by N)")
+    add_output_argument(p)
+    args = p.parse_args(argv)
+    require_gpu(__file__)
+    names = args.cases.split(",") if args.cases else list(QUICK if args.quick else CASES)
+    for nm in names:
+        if nm not in CASES:
+            print(f"bench/grouped.py: unknown case {nm!r}: use {', '.join(CASES)}", file=sys.stderr)
+            return 2
+    directions = ("fwd",) if args.quick else ("fwd", "grad_x")
+    rows = [run_case(nm, d, 0.3 if args.quick else 0.8, args.bn) for nm in names for d in directions]
+    save({"rows": rows, "quick": args.quick}, "grouped" + ("_quick" if args.quick else ""), args.output)
+    return 0 if all(r["correct"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""gemm_ladder.grouped_mm / grouped_linear on the GPU, against a float64 reference per group.
+
+Fresh random normal operands each check (the seed printed on failure); outputs poisoned (a NaN-filled
+block of the output's size freed just before the call, which the caching allocator hands back; and the
+kernel-level checks launch into a NaN-filled output whose rows past offs[-1] must stay NaN). The error
+rule per group is the correctness gate's: relative Frobenius error at most 2 x torch's own bf16/fp16
+result's (one mm per group) + the unit roundoff, and the largest element error under a cap.
+Covered: empty groups, one-row groups, unaligned group sizes, a group ending mid-tile, all rows in one
+group, rows past offs[-1], K not a multiple of 64, N not a multiple of BN, both tile widths, the
+N-major weight (grad_x), fp32 output, bias, batched 3-D x 3-D, NaN/Inf propagation, bitwise
+repeatability, CUDA-graph capture, torch.compile(fullgraph=True), autograd.
+
+Run on the H200: ``python3 -m pytest -q -m gpu tests/test_grouped_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+import torch
+
+import gemm_ladder
+from gemm_ladder.api_grouped import grouped_mm_direct
+from gemm_ladder.gates.correctness import UNIT_ROUNDOFF
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = [torch.bfloat16, torch.float16]
+
+
+def _seed() -> int:
+    s = secrets.randbelow(2**31)
+    torch.manual_seed(s)
+    return s
+
+
+def _offs(sizes, device="cuda") -> torch.Tensor:
+    return torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(torch.int32).to(device)
+
+
+def _poison(shape, dtype):
+    torch.full(shape, float("nan"), dtype=dtype, device="cuda")  # freed at once: the output reuses the block
+
+
+def _check(out, x, w_nk, offs_list, dtype, seed, bias=None, tag=""):
+    """out (R, N) against x[rows_e] @ w_nk[e].T (+ bias[e]) in float64, per group."""
+    start = 0
+    for e, end in enumerate(offs_list):
+        if end == start:
+            continue
+        xs = x[start:end]
+        ref = xs.double() @ w_nk[e].double().T
+        low = (xs @ w_nk[e].T).double()  # torch's own result in the dtype (cuBLAS)
+        if bias is not None:
+            ref = ref + bias[e].double()
+            low = (xs @ w_nk[e].T + bias[e]).double()
+        got = out[start:end].double()
+        assert not torch.isnan(got).any(), f"{tag} group {e}: NaN in output (seed {seed})"
+        err = (got - ref).norm() / ref.norm().clamp_min(1e-30)
+        base = (low - ref).norm() / ref.norm().clamp_min(1e-30)
+        u = UNIT_ROUNDOFF[{torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "bf16")]
+        assert err <= 2 * base + u, f"{tag} group {e} rows {start}:{end}: rel err {err:.3g} vs torch {base:.3g} (seed {seed})"
+        cap = 8 * u * (xs.double().abs() @ w_nk[e].double().abs().T).max() + 1e-6
+        assert (got - ref).abs().max() <= cap, f"{tag} group {e}: max abs err over cap (seed {seed})"
+        start = end
+
+
+SIZES = [
+    [128, 128, 128, 128],  # whole tiles
+    [0, 5, 0, 1, 300, 0],  # empty, one-row, unaligned; empty groups at both ends
+    [1, 1, 1, 1, 1, 1, 1, 1],  # one row each
+    [257],  # one group
+    [37, 129, 64, 255, 3, 0, 511],  # groups ending mid-tile
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("sizes", SIZES)
+@pytest.mark.parametrize("n,k", [(256, 128), (200, 72), (384, 1000)])
+def test_grouped_mm_matches_reference(dtype, sizes, n, k):
+    seed = _seed()
+    e = len(sizes)
+    rows = sum(sizes) + 7  # rows past offs[-1]: not written
+    x = torch.randn(rows, k, dtype=dtype, device="cuda")
+    w = torch.randn(e, n, k, dtype=dtype, device="cuda")
+    offs = _offs(sizes)
+    ends = offs.tolist()
+    for bn in (128, 256):
+        out = torch.full((rows, n), float("nan"), dtype=dtype, device="cuda")
+        from gemm_ladder.library.grouped import grouped_gemm
+        grouped_gemm(bn, "k").launch(x, w, offs, out)
+        _check(out, x, w, ends, dtype, seed, tag=f"bn {bn}")
+        assert torch.isnan(out[ends[-1]:]).all(), f"rows past offs[-1] were written (seed {seed})"
+    _poison((rows, n), dtype)
+    out = gemm_ladder.grouped_mm(x, w.transpose(1, 2), offs)
+    _check(out, x, w, ends, dtype, seed, tag="api")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_n_major_weight_and_fp32_out(dtype):
+    seed = _seed()
+    sizes = [33, 0, 200, 1, 90]
+    e, n, k = len(sizes), 192, 136
+    x = torch.randn(sum(sizes), k, dtype=dtype, device="cuda")
+    b = torch.randn(e, k, n, dtype=dtype, device="cuda")  # (E, K, N) row-major: N-major per group
+    offs = _offs(sizes)
+    out = gemm_ladder.grouped_mm(x, b, offs)
+    _check(out, x, b.transpose(1, 2), offs.tolist(), dtype, seed, tag="n-major")
+    out32 = gemm_ladder.grouped_mm(x, b, offs, out_dtype=torch.float32)
+    assert out32.dtype == torch.float32
+    _check(out32, x, b.transpose(1, 2), offs.tolist(), dtype, seed, tag="fp32 out")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_grouped_linear_bias_activation(dtype):
+    seed = _seed()
+    sizes = [10, 0, 130, 7]
+    e, n, k = len(sizes), 136, 64
+    x = torch.randn(sum(sizes), k, dtype=dtype, device="cuda")
+    w = torch.randn(e, n, k, dtype=dtype, device="cuda")
+    bias = torch.randn(e, n, dtype=dtype, device="cuda")
+    offs = _offs(sizes)
+    out = gemm_ladder.grouped_linear(x, w, offs, bias)
+    _check(out, x, w, offs.tolist(), dtype, seed, bias=bias, tag="bias")
+    act = gemm_ladder.grouped_linear(x, w, offs, bias, activation="silu")
+    torch.testing.assert_close(act, torch.nn.functional.silu(out))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_batched_3d(dtype):
+    seed = _seed()
+    e, m, n, k = 5, 77, 144, 200
+    a = torch.randn(e, m, k, dtype=dtype, device="cuda")
+    b = torch.randn(e, k, n, dtype=dtype, device="cuda")
+    out = gemm_ladder.grouped_mm(a, b)
+    assert out.shape == (e, m, n)
+    _check(out.reshape(e * m, n), a.reshape(e * m, k), b.transpose(1, 2), [m * (i + 1) for i in range(e)], dtype, seed,
+           tag="batched")
+
+
+def test_nan_inf_propagate_within_their_group_only():
+    seed = _seed()
+    sizes = [64, 64, 64]
+    x = torch.randn(192, 128, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(3, 128, 128, dtype=torch.bfloat16, device="cuda")
+    x[10, 5] = float("nan")  # group 0, row 10: NaN across the row
+    w[1, 7, 3] = float("inf")  # group 1, column 7: +-Inf (or NaN) down the column
+    out = gemm_ladder.grouped_mm(x, w.transpose(1, 2), _offs(sizes))
+    ref = torch.cat([x[64 * i:64 * (i + 1)].double() @ w[i].double().T for i in range(3)])
+    assert torch.isnan(out[10]).all(), f"NaN row lost (seed {seed})"
+    assert (torch.isnan(out[64:128, 7]) == torch.isnan(ref[64:128, 7])).all()
+    assert (torch.isinf(out[64:128, 7]) == torch.isinf(ref[64:128, 7])).all(), f"Inf column (seed {seed})"
+    # group 2's rows are the tile after group 1's: no NaN or Inf borrowed from a neighbour
+    assert torch.isfinite(out[128:]).all() and torch.isfinite(out[:10]).all(), f"leak across groups (seed {seed})"
+
+
+def test_bitwise_repeatable():
+    _seed()
+    sizes = [300, 0, 17, 900, 1]
+    x = torch.randn(sum(sizes), 512, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(len(sizes), 640, 512, dtype=torch.bfloat16, device="cuda")
+    offs = _offs(sizes)
+    first = gemm_ladder.grouped_mm(x, w.transpose(1, 2), offs)
+    for _ in range(3):
+        assert torch.equal(gemm_ladder.grouped_mm(x, w.transpose(1, 2), offs), first)
+
+
+def test_cuda_graph_replays_new_routing():
+    seed = _seed()
+    e, n, k, rows = 8, 256, 256, 1024
+    x = torch.randn(rows, k, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(e, n, k, dtype=torch.bfloat16, device="cuda")
+    offs = _offs([128] * e)
+    gemm_ladder.grouped_mm(x, w.transpose(1, 2), offs)  # build and load outside the capture
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = gemm_ladder.grouped_mm(x, w.transpose(1, 2), offs)
+    for sizes in ([128] * e, [0, 1, 500, 3, 0, 200, 20, 300], [1024, 0, 0, 0, 0, 0, 0, 0]):
+        offs.copy_(_offs(sizes))  # new routing, same graph: sizes never reached the host
+        x.copy_(torch.randn_like(x))
+        g.replay()
+        torch.cuda.synchronize()
+        _check(out, x, w, offs.tolist(), torch.bfloat16, seed, tag=f"graph {sizes}")
+
+
+def test_torch_compile_fullgraph():
+    seed = _seed()
+    e, n, k = 4, 128, 192
+    x = torch.randn(400, k, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(e, n, k, dtype=torch.bfloat16, device="cuda")
+    offs = _offs([100, 0, 250, 50])
+
+    @torch.compile(fullgraph=True)
+    def f(x, w, offs):
+        return torch.relu(gemm_ladder.grouped_mm(x, w.transpose(1, 2), offs)) * 2
+
+    got = f(x, w, offs)
+    want = torch.relu(grouped_mm_direct(x, w.transpose(1, 2), offs)) * 2
+    assert torch.equal(got, want), f"seed {seed}"
+
+
+def test_autograd_grad_x_and_grad_w():
+    seed = _seed()
+    sizes = [40, 0, 130, 1, 85]
+    e, n, k = len(sizes), 192, 128
+    x = torch.randn(sum(sizes), k, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+    w = torch.randn(e, n, k, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+    bias = torch.randn(e, n, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+    offs = _offs(sizes)
+    gy = torch.randn(sum(sizes), n, dtype=torch.bfloat16, device="cuda")
+    gemm_ladder.grouped_linear(x, w, offs, bias).backward(gy)
+    xr, wr, br = (t.detach().double().requires_grad_() for t in (x, w, bias))
+    ends = offs.tolist()
+    outs, start = [], 0
+    for i, end in enumerate(ends):
+        outs.append(xr[start:end] @ wr[i].T + br[i])
+        start = end
+    torch.cat(outs).backward(gy.double())
+    for name, got, ref in (("grad_x", x.grad, xr.grad), ("grad_w", w.grad, wr.grad), ("grad_bias", bias.grad, br.grad)):
+        err = (got.double() - ref).norm() / ref.norm().clamp_min(1e-30)
+        assert err < 2e-2, f"{name}: rel err {err:.3g} (seed {seed})"
+
+
+def test_empty_problems_launch_nothing():
+    x = torch.randn(0, 64, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(3, 32, 64, dtype=torch.bfloat16, device="cuda")
+    offs = torch.zeros(3, dtype=torch.int32, device="cuda")
+    assert gemm_ladder.grouped_mm(x, w.transpose(1, 2), offs).shape == (0, 32)
+    x = torch.randn(10, 0, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(3, 32, 0, dtype=torch.bfloat16, device="cuda")
+    out = gemm_ladder.grouped_mm(x, w.transpose(1, 2), _offs([4, 0, 6]))
+    assert torch.equal(out, torch.zeros_like(out))
