@@ -231,3 +231,69 @@ def test_empty_problems_launch_nothing():
     w = torch.randn(3, 32, 0, dtype=torch.bfloat16, device="cuda")
     out = gemm_ladder.grouped_mm(x, w.transpose(1, 2), _offs([4, 0, 6]))
     assert torch.equal(out, torch.zeros_like(out))
+
+
+KSIZES = [
+    [64, 64, 64],  # whole K tiles
+    [0, 5, 0, 1, 300, 0],  # empty (zeros), one-row, unaligned
+    [37, 129, 70, 255, 3],  # K ranges starting and ending mid-tile
+    [1000],
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("sizes", KSIZES)
+@pytest.mark.parametrize("m,n", [(128, 256), (200, 136)])
+def test_grouped_along_k_matches_reference(dtype, sizes, m, n):
+    """2-D x 2-D: out[e] = a[:, K_e] @ b[K_e, :] with a = x.t() (x (R, M) row-major) and b (R, N)."""
+    seed = _seed()
+    rows = sum(sizes) + 9  # rows past offs[-1]: in no group
+    x = torch.randn(rows, m, dtype=dtype, device="cuda")
+    b = torch.randn(rows, n, dtype=dtype, device="cuda")
+    offs = _offs(sizes)
+    for bn in (128, 256):
+        _poison((len(sizes), m, n), dtype)
+        out = grouped_mm_direct(x.t(), b, offs, bn=bn)
+        assert out.shape == (len(sizes), m, n)
+        start = 0
+        for e, end in enumerate(offs.tolist()):
+            if end == start:
+                assert torch.equal(out[e], torch.zeros_like(out[e])), f"empty group {e} not zeros (seed {seed})"
+                continue
+            _check(out[e], x[start:end].t().contiguous(), b[start:end].t().contiguous()[None], [m], dtype, seed,
+                   tag=f"k-grouped bn {bn} group {e}")
+            start = end
+
+
+def test_grouped_along_k_masks_the_neighbours_rows():
+    """Inf and NaN in the rows of group 1 never reach groups 0 and 2 (their last K tiles share its rows)."""
+    seed = _seed()
+    sizes = [70, 10, 100]
+    x = torch.randn(180, 128, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(180, 128, dtype=torch.bfloat16, device="cuda")
+    x[75, :] = float("inf")
+    b[72, :] = float("nan")
+    out = gemm_ladder.grouped_mm(x.t(), b, _offs(sizes))
+    assert torch.isfinite(out[0]).all() and torch.isfinite(out[2]).all(), f"seed {seed}"
+    assert torch.isnan(out[1]).all(), f"group 1's NaN row and Inf column must reach every element (seed {seed})"
+
+
+def test_autograd_grouped_mm_2d3d():
+    seed = _seed()
+    sizes = [50, 0, 140, 1]
+    e, n, k = len(sizes), 136, 192
+    x = torch.randn(sum(sizes), k, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+    w = torch.randn(e, n, k, dtype=torch.bfloat16, device="cuda")
+    b = w.transpose(1, 2).detach().requires_grad_()
+    offs = _offs(sizes)
+    gy = torch.randn(sum(sizes), n, dtype=torch.bfloat16, device="cuda")
+    gemm_ladder.grouped_mm(x, b, offs).backward(gy)
+    xr, br = x.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+    outs, start = [], 0
+    for i, end in enumerate(offs.tolist()):
+        outs.append(xr[start:end] @ br[i])
+        start = end
+    torch.cat(outs).backward(gy.double())
+    for name, got, ref in (("grad_a", x.grad, xr.grad), ("grad_b", b.grad, br.grad)):
+        err = (got.double() - ref).norm() / ref.norm().clamp_min(1e-30)
+        assert err < 2e-2, f"{name}: rel err {err:.3g} (seed {seed})"

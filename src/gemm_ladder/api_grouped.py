@@ -11,7 +11,12 @@
   as (E x M, K) with offs M, 2M, ... made on the device (a copy of a first when its batches are not
   stacked rows: a.reshape).
 
-Not yet: 2-D x 2-D grouped along K (the weight gradient) and 3-D x 2-D: NotSupportedError.
+* 2-D x 2-D (grouped along K, the weight gradient): a (M, total K) with stride(0) == 1 (x.t() of a
+  row-major x), b (total K, N) row-major, offs (E,): out (E, M, N), out[e] = a[:, K_e] @ b[K_e, :] over
+  group e's range K_e = offs[e-1]..offs[e]; an empty group's out[e] is zeros. Other layouts:
+  NotSupportedError.
+
+Not yet: 3-D x 2-D: NotSupportedError.
 Errors, raised before any launch: GemmTypeError (a non-tensor), GemmInputError (dtype, device, shape,
 stride, alignment, offs), NotSupportedError (a case the kernel does not compute).
 """
@@ -61,7 +66,7 @@ def b_major_of(b: torch.Tensor) -> str:
 
 
 def check_grouped_mm(a, b, offs, out_dtype=None) -> tuple[str, torch.dtype]:
-    """Validate a grouped_mm call; returns (case, result dtype), case '2d3d' or '3d3d'. Raises as the
+    """Validate a grouped_mm call; returns (case, result dtype), case '2d3d', '3d3d' or '2d2d'. Raises as the
     module docstring says; checks no value of offs on the device (no device-to-host copy)."""
     a, b = _tensor("a", a), _tensor("b", b)
     if offs is not None:
@@ -74,8 +79,7 @@ def check_grouped_mm(a, b, offs, out_dtype=None) -> tuple[str, torch.dtype]:
     if a.dim() not in (2, 3) or b.dim() not in (2, 3):
         raise GemmInputError(f"a and b must be 2-D or 3-D, got {a.dim()}-D and {b.dim()}-D")
     if a.dim() == 2 and b.dim() == 2:
-        raise NotSupportedError("grouped_mm of a 2-D a and a 2-D b (grouped along K, the weight gradient) is not "
-                                "computed by the library's grouped kernel yet")
+        return _check_grouped_k(a, b, offs), dt
     if a.dim() == 3 and b.dim() == 2:
         raise NotSupportedError("grouped_mm of a 3-D a and a 2-D b is not computed by the library's grouped kernel")
     if a.shape[-1] != b.shape[-2]:
@@ -85,18 +89,10 @@ def check_grouped_mm(a, b, offs, out_dtype=None) -> tuple[str, torch.dtype]:
     if groups > MAX_GROUPS:
         raise NotSupportedError(f"E = {groups} groups: the grouped kernel takes at most {MAX_GROUPS}")
     dev = a.device
-    if dev.type != "cuda" or b.device != dev:
-        raise GemmInputError(f"a and b must be on one CUDA device: got {a.device} and {b.device}")
     if a.dim() == 2:
         if offs is None:
             raise GemmInputError("offs is required for a 2-D a: int32 cumulative row ends, one per group of b")
-        if offs.dtype != torch.int32 or offs.dim() != 1 or offs.numel() != groups:
-            raise GemmInputError(f"offs: an int32 tensor of shape ({groups},) expected, got {offs.dtype} "
-                                 f"{tuple(offs.shape)}")
-        if offs.device != dev:
-            raise GemmInputError(f"offs must be on a's device {dev}, got {offs.device}")
-        if not offs.is_contiguous():
-            raise GemmInputError(f"offs must be contiguous, got strides {tuple(offs.stride())}")
+        _check_offs(offs, groups, dev)
         rows = a.shape[0]
         case = "2d3d"
     else:
@@ -106,6 +102,7 @@ def check_grouped_mm(a, b, offs, out_dtype=None) -> tuple[str, torch.dtype]:
             raise GemmInputError(f"a {tuple(a.shape)} and b {tuple(b.shape)}: batch sizes differ")
         rows = a.shape[0] * a.shape[1]
         case = "3d3d"
+    _check_device(a, b)
     k, n = b.shape[1], b.shape[2]
     if max(rows, n, k) > MAX_EXTENT:
         raise GemmInputError(f"rows, N, K = {rows}, {n}, {k}: each must be at most {MAX_EXTENT}")
@@ -134,6 +131,51 @@ def group_of_rows(offs: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.searchsorted(offs, torch.arange(rows, device=offs.device, dtype=torch.int32), right=True)
 
 
+def _check_grouped_k(a: torch.Tensor, b: torch.Tensor, offs) -> str:
+    """The 2-D x 2-D case (grouped along K): a (M, total K) with stride(0) == 1, b (total K, N) with
+    stride(1) == 1 (the backward's x^T / grad_y^T and grad_y / x: rows of row-major tensors)."""
+    m, total_k = a.shape
+    if b.shape[0] != total_k:
+        raise GemmInputError(f"a {tuple(a.shape)} and b {tuple(b.shape)}: contraction dimensions {total_k} and "
+                             f"{b.shape[0]} differ")
+    n = b.shape[1]
+    if offs is None:
+        raise GemmInputError("offs is required for a 2-D a and a 2-D b: int32 cumulative ends along K")
+    _check_offs(offs, offs.numel() if offs.dim() == 1 else -1, a.device)
+    if offs.numel() > MAX_GROUPS:
+        raise NotSupportedError(f"E = {offs.numel()} groups: the grouped kernel takes at most {MAX_GROUPS}")
+    _check_device(a, b)
+    if max(m, n, total_k) > MAX_EXTENT:
+        raise GemmInputError(f"M, N, total K = {m}, {n}, {total_k}: each must be at most {MAX_EXTENT}")
+    if (m > 1 and a.stride(0) != 1) or (n > 1 and b.stride(1) != 1):
+        raise NotSupportedError(f"grouped along K, the kernel reads a (M, K) with stride(0) == 1 (x.t() of a row-major "
+                                f"x) and b (K, N) with stride(1) == 1 (row-major): got a strides {tuple(a.stride())}, "
+                                f"b strides {tuple(b.stride())}")
+    if min(m, n, total_k) == 0:
+        return "2d2d"
+    e = a.element_size()
+    for name, t, pitch in (("a", a, a.stride(1) if total_k > 1 else m), ("b", b, b.stride(0) if total_k > 1 else n)):
+        if t.data_ptr() % TMA_ALIGN_BYTES or (pitch * e) % TMA_ALIGN_BYTES:
+            raise GemmInputError(f"{name}: base {t.data_ptr():#x} and pitch {pitch * e} bytes must be multiples of 16 "
+                                 "(a TMA tensor map)")
+    return "2d2d"
+
+
+def _check_device(a: torch.Tensor, b: torch.Tensor) -> None:
+    if a.device.type != "cuda" or b.device != a.device:
+        raise GemmInputError(f"a and b must be on one CUDA device: got {a.device} and {b.device}")
+
+
+def _check_offs(offs, groups: int, device) -> None:
+    if offs.dtype != torch.int32 or offs.dim() != 1 or offs.numel() != groups:
+        raise GemmInputError(f"offs: an int32 tensor of shape ({groups},) expected, got {offs.dtype} "
+                             f"{tuple(offs.shape)}")
+    if offs.device != device:
+        raise GemmInputError(f"offs must be on a's device {device}, got {offs.device}")
+    if not offs.is_contiguous():
+        raise GemmInputError(f"offs must be contiguous, got strides {tuple(offs.stride())}")
+
+
 def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None,
                       bias: torch.Tensor | None = None, bn: int | None = None) -> torch.Tensor:
     """``torch._grouped_mm(a, b, offs)`` on the library's grouped kernel (module docstring: cases,
@@ -142,6 +184,17 @@ def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | Non
     ``bias``: (E, N) in a's dtype, added per group (grouped_linear). ``bn``: the tile width (128 or
     256; default by N)."""
     case, dt = check_grouped_mm(a, b, offs, out_dtype)
+    if case == "2d2d":
+        if bias is not None:
+            raise GemmInputError("bias is not taken by grouped_mm grouped along K")
+        (m, total_k), n, groups = a.shape, b.shape[1], offs.numel()
+        out = torch.empty((groups, m, n), dtype=dt, device=a.device)
+        if min(m, n, groups) == 0:
+            return out
+        if total_k == 0:
+            return out.zero_()
+        grouped_gemm(bn or 128, "mn", dt == torch.float32, False, True).launch_k(a, b, offs, out)
+        return out
     groups, k, n = b.shape
     if case == "3d3d":
         m = a.shape[1]

@@ -8,8 +8,7 @@ group size on the host, so a compiled graph or a CUDA graph holds for every rout
 Backward (autograd), for y = grouped_mm(x (R, K), b (E, K, N), offs):
 * grad_x = grouped_mm(grad_y, b.transpose(-2, -1), offs): grouped along M, the weight read N-major
   (the library's kernel, its ``b_major="mn"`` build);
-* grad_b[e] = x[rows_e].T @ grad_y[rows_e], grouped along K: computed by ``torch._grouped_mm`` (bf16
-  only; fp16 raises NotSupportedError) until the library's kernel has its K-grouped build;
+* grad_b[e] = x[rows_e].T @ grad_y[rows_e], grouped along K (the library's K-grouped build);
 * grouped_linear's grad_bias[e] = the sum of grad_y's rows of group e (index_add_ in fp32 on the device).
 """
 
@@ -24,7 +23,9 @@ from gemm_ladder.library.activations import activation as _activation
 NAMESPACE = "gemm_ladder"
 
 
-def _out_shape(a: torch.Tensor, b: torch.Tensor) -> tuple[int, ...]:
+def _out_shape(a: torch.Tensor, b: torch.Tensor, offs) -> tuple[int, ...]:
+    if a.dim() == 2 and b.dim() == 2:  # grouped along K: one (M, N) result per group
+        return (offs.shape[0], a.shape[0], b.shape[1])
     return (a.shape[0], b.shape[-1]) if a.dim() == 2 else (a.shape[0], a.shape[1], b.shape[-1])
 
 
@@ -36,7 +37,7 @@ def _grouped_mm_op(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None =
 
 @_grouped_mm_op.register_fake
 def _grouped_mm_fake(a, b, offs=None, out_dtype=None):
-    return a.new_empty(_out_shape(a, b), dtype=out_dtype or a.dtype)
+    return a.new_empty(_out_shape(a, b, offs), dtype=out_dtype or a.dtype)
 
 
 @torch.library.custom_op(f"{NAMESPACE}::grouped_linear", mutates_args=())
@@ -51,11 +52,9 @@ def _grouped_linear_fake(x, w, offs, bias=None):
 
 
 def _grad_b_grouped_k(a: torch.Tensor, grad: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-    """(E, K, N): per group a[rows_e].T @ grad[rows_e], by torch._grouped_mm (module docstring)."""
-    if a.dtype != torch.bfloat16:
-        raise NotSupportedError(f"the weight gradient of grouped_mm in {a.dtype}: computed by torch._grouped_mm, "
-                                "which takes bf16 only, until the library's K-grouped kernel exists")
-    return torch._grouped_mm(a.t(), grad.to(a.dtype), offs)
+    """(E, K, N): per group a[rows_e].T @ grad[rows_e], the library's K-grouped build (a.t() is read
+    MN-major; both must be row-major: made contiguous first)."""
+    return torch.ops.gemm_ladder.grouped_mm(a.contiguous().t(), grad.contiguous(), offs)
 
 
 def _mm_setup(ctx, inputs, output):
@@ -67,6 +66,8 @@ def _mm_backward(ctx, grad):
     a, b, offs = ctx.saved_tensors
     grad_a = grad_b = None
     g = grad.to(a.dtype)
+    if a.dim() == 2 and b.dim() == 2:
+        raise NotSupportedError("the backward of grouped_mm grouped along K (2-D x 2-D) is not implemented")
     if a.dim() == 3:  # batched: a (E, M, K) @ b (E, K, N)
         if ctx.needs_input_grad[0]:
             grad_a = torch.ops.gemm_ladder.grouped_mm(g, b.transpose(-2, -1))
@@ -122,7 +123,9 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
         out_dtype: None (a's dtype) or torch.float32.
 
     Returns (R, N) (rows past offs[E-1] not written, as torch's) or (E, M, N).
-    Raises GemmTypeError, GemmInputError, NotSupportedError (2-D x 2-D, 3-D x 2-D; more than 1024 groups)
+    2-D x 2-D (grouped along K): a (M, total K) with stride(0) == 1, b (total K, N) row-major, offs (E,):
+    returns (E, M, N), out[e] = a[:, offs[e-1]:offs[e]] @ b[offs[e-1]:offs[e]] (zeros for an empty group).
+    Raises GemmTypeError, GemmInputError, NotSupportedError (3-D x 2-D; other 2-D x 2-D layouts; more than 1024 groups)
     before any launch. Source: torch._grouped_mm's semantics (torch/_meta_registrations.py).
     """
     check_grouped_mm(a, b, offs, out_dtype)
@@ -149,10 +152,10 @@ def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: t
         raise GemmInputError(f"w must be (E, N, K), got {w.dim()}-D {tuple(w.shape)}")
     if w.shape[2] > 1 and w.stride(2) != 1:
         raise GemmInputError(f"w has strides {tuple(w.stride())}: (E, N, K) with stride(2) == 1 (nn.Linear's layout)")
+    if bias is not None and not isinstance(bias, torch.Tensor):
+        raise GemmTypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
     check_grouped_mm(x, w.transpose(-2, -1), offs)
     if bias is not None:
-        if not isinstance(bias, torch.Tensor):
-            raise GemmTypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
         if tuple(bias.shape) != (w.shape[0], w.shape[1]) or bias.dtype != x.dtype or bias.device != x.device:
             raise GemmInputError(f"bias: ({w.shape[0]}, {w.shape[1]}) {x.dtype} on {x.device} expected, got "
                                  f"{bias.dtype} {tuple(bias.shape)} on {bias.device}")

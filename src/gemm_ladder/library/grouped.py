@@ -132,6 +132,9 @@ class GroupedGemm:
     b_major: str = "k"
     out_fp32: bool = False
     bias: bool = False
+    #: The K-grouped build (GL_GROUPED_K, the weight gradient): a (M, total K) and b (total K, N), both
+    #: MN-major, out (E, M, N); b_major is then "mn".
+    k_grouped: bool = False
     _defines: dict = field(default_factory=dict, repr=False)
     _builds: dict = field(default_factory=dict, repr=False)
     _kernels: dict = field(default_factory=dict, repr=False)
@@ -144,8 +147,8 @@ class GroupedGemm:
 
     @property
     def name(self) -> str:
-        return (f"sm90_grouped_gemm_{self.bn}_{self.b_major}" + ("_f32" if self.out_fp32 else "")
-                + ("_bias" if self.bias else ""))
+        return (f"sm90_grouped_gemm_{self.bn}_{'kgrouped' if self.k_grouped else self.b_major}"
+                + ("_f32" if self.out_fp32 else "") + ("_bias" if self.bias else ""))
 
     @staticmethod
     def stages(bn: int, dtype: str = "bf16", arch: str = "sm_90a") -> int:
@@ -162,8 +165,11 @@ class GroupedGemm:
         key = (dtype, arch)
         if key not in self._defines:
             d = kernel_defines_for(dtype, self.tile, self.stages(self.bn, dtype, arch), 1, CONSUMERS, arch,
-                                   producer_warpgroup=True, c_from_registers=True, b_major=self.b_major)
+                                   producer_warpgroup=True, c_from_registers=True, b_major=self.b_major,
+                                   a_major="mn" if self.k_grouped else "k")
             d = {**d, "GL_MAX_GROUPS": MAX_GROUPS}
+            if self.k_grouped:
+                d["GL_GROUPED_K"] = 1
             if self.out_fp32:
                 d["GL_OUT_FP32"] = 1
             if self.bias:
@@ -215,22 +221,29 @@ class GroupedGemm:
                            gemm=gemm, tensor_maps=maps)
 
     def ring_protocol(self, k_iters: int | None = None, tiles: int = 2, dtype: str = "bf16", **faults):
-        """The kernel's stage ring as the auditor models it (gemm_ladder.audit): one CTA, a producer
-        warpgroup, two consumer warpgroups that each release every stage once (GL_EMPTY_ARRIVALS = 2),
-        release one K iteration late (wgmma.wait_group 1), no output staging (C from registers), the
-        planned stage count. ``k_iters`` defaults to stages / 2 + 1 so that ``tiles`` tiles wrap the
-        ring. ``faults`` go to :class:`gemm_ladder.audit.ring.RingConfig`."""
+        """The kernel's stage ring as the auditor models it (gemm_ladder.audit), from its plan's facts: a
+        producer thread, two consumer warpgroups reading every stage, each stage released once the wgmma
+        of the next is issued (release_lag 1, wgmma.wait_group 1), the planned stage count, barrier
+        counts and first parities; the counters carried across a CTA's tiles. A tile's K iterations
+        differ between tiles in the kernel (the K-grouped build: each group's K range; an empty group's
+        tiles take none and touch no stage), which audits at several (k_iters, tiles) bound. The model's
+        epilogue stages into a private buffer per consumer; the kernel stores from registers, which
+        touches no shared memory, so it adds no hazard the kernel has and hides none. ``k_iters``
+        defaults to stages + 1 (the ring wraps within a tile). ``faults`` go to
+        :class:`gemm_ladder.audit.ring.RingConfig` (to show the audit can fail)."""
         from gemm_ladder.audit.ring import RingConfig, build_ring_protocol
 
-        d = self.defines(dtype)
-        stages = d["GL_STAGES"]
-        k_iters = stages // 2 + 1 if k_iters is None else k_iters
-        cfg = dict(stages=stages, k_iters=k_iters, tiles=tiles, release_lag=1, consumers=d["GL_CONSUMERS"], cluster=1,
-                   warp_specialized=True, staging_buffers=0, bm=d["GL_BM"], bn=d["GL_BN"], bk=d["GL_BK"])
-        cfg.update(faults)
-        p = build_ring_protocol(RingConfig(**cfg))
-        p.name = f"{self.name}-ring"
-        return p
+        plan = self.plan_k(256, 256, 4096, 2, dtype) if self.k_grouped else self.plan(256, 256, 4096, 2, dtype)
+        g = plan if self.k_grouped else plan.gemm
+        k_iters = g.stages + 1 if k_iters is None else k_iters
+        ring = dict(full_count=g.ring.full_init_count, empty_count=g.ring.empty_init_count,
+                    full_initial_phase=g.ring.first_full_wait_parity, empty_initial_phase=g.ring.first_empty_wait_parity,
+                    expect_tx_bytes=g.load_protocol.expect_tx_bytes)
+        bm, bn, bk = g.tile
+        return build_ring_protocol(RingConfig(
+            stages=g.stages, k_iters=k_iters, tiles=tiles, consumers=g.consumers.warpgroups, cluster=1,
+            warp_specialized=g.consumers.producer_warpgroup, release_lag=1, bm=bm, bn=bn, bk=bk, **{**ring, **faults}),
+            name=f"{self.name}-S{g.stages}-K{k_iters}-T{tiles}")
 
     # --- operands ---------------------------------------------------------------------------------
     def supports(self, x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, out: torch.Tensor,
@@ -331,20 +344,98 @@ class GroupedGemm:
                                                 encode_tiled(plan.tensor_maps["w"].encode_kwargs(w.data_ptr()))])
 
 
+    # --- the K-grouped build (the weight gradient) -------------------------------------------------
+    def plan_k(self, m: int, n: int, total_k: int, groups: int, dtype: str, *, lda: int | None = None,
+               ldb: int | None = None) -> Plan:
+        """The K-grouped build's plan: the designer's plan of the dense (M, N, total K) GEMM with a and b
+        MN-major, whose tensor maps (a: globalDim (M, total K), b: (N, total K), boxes of 64 x BK) are the
+        kernel's: a group's K tiles start at its first row (any K coordinate), its last one masked in
+        shared memory. ``lda``/``ldb``: the pitch along K in elements (default M, N)."""
+        key = ("k", m, n, total_k, groups, dtype, lda, ldb)
+        return cached(self._plans, key, lambda: plan_gemm(
+            m, n, total_k, dtype, tile=self.tile, stages=self.stages(self.bn, dtype), cluster=1, consumers=CONSUMERS,
+            persistent=True, producer_warpgroup=True, c_from_registers=True, a_major="mn", b_major="mn", lda=lda,
+            ldb=ldb))
+
+    def supports_k(self, a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out: torch.Tensor) -> str | None:
+        """None when the K-grouped build computes ``out[e] = a[:, K_e] @ b[K_e, :]``, else the rule broken.
+        a (M, total K) with stride(0) == 1, b (total K, N) with stride(1) == 1, out (E, M, N) with rows
+        of stride(2) == 1; pitches along K multiples of 16 bytes, bases 16-byte aligned; one CUDA device."""
+        if not self.k_grouped:
+            return "this build is grouped along M: use a k_grouped build"
+        dt = a.dtype
+        if dt not in DTYPES.values() or b.dtype != dt:
+            return f"a and b: one dtype of bf16, fp16 expected, got {a.dtype}, {b.dtype}"
+        if out.dtype != (torch.float32 if self.out_fp32 else dt):
+            return f"out: dtype {out.dtype} is not what this build writes"
+        if a.dim() != 2 or b.dim() != 2 or out.dim() != 3:
+            return "a (M, total K), b (total K, N), out (E, M, N) expected"
+        m, total_k = a.shape
+        n = b.shape[1]
+        groups = out.shape[0]
+        if b.shape[0] != total_k or tuple(out.shape) != (groups, m, n):
+            return f"a {tuple(a.shape)}, b {tuple(b.shape)}, out {tuple(out.shape)}: shapes do not match"
+        if min(m, n, total_k, groups) < 1:
+            return "an empty problem is not launched (the caller returns it)"
+        if max(m, n, total_k) > MAX_EXTENT or groups > MAX_GROUPS:
+            return f"M, N, total K = {m}, {n}, {total_k} (at most {MAX_EXTENT}), E = {groups} (at most {MAX_GROUPS})"
+        if offs.dtype != torch.int32 or offs.dim() != 1 or offs.numel() != groups:
+            return f"offs: int32 of shape ({groups},) expected"
+        if (m > 1 and a.stride(0) != 1) or (n > 1 and b.stride(1) != 1):
+            return (f"a strides {tuple(a.stride())}, b strides {tuple(b.stride())}: the K-grouped build reads both "
+                    "MN-major (a.stride(0) == 1, b.stride(1) == 1)")
+        if n > 1 and out.stride(2) != 1:
+            return f"out strides {tuple(out.stride())}: rows must be contiguous"
+        e = a.element_size()
+        for name, t, pitch in (("a", a, _ld(a, 1, m)), ("b", b, _ld(b, 0, n))):
+            if t.data_ptr() % TMA_ALIGN_BYTES or (pitch * e) % TMA_ALIGN_BYTES:
+                return (f"{name}: base {t.data_ptr():#x} and pitch {pitch * e} bytes must be multiples of "
+                        f"{TMA_ALIGN_BYTES} (a TMA tensor map)")
+        dev = a.device
+        if dev.type != "cuda" or any(t.device != dev for t in (b, offs, out)):
+            return "a, b, offs and out must be on one CUDA device"
+        return None
+
+    def launch_k(self, a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out: torch.Tensor) -> None:
+        """``out[e] = a[:, offs[e-1]:offs[e]] @ b[offs[e-1]:offs[e], :]`` (zeros for an empty group) on
+        torch's current stream. Raises GemmInputError naming the rule (:meth:`supports_k`) before any launch."""
+        reason = self.supports_k(a, b, offs, out)
+        if reason is not None:
+            raise GemmInputError(reason)
+        m, total_k = a.shape
+        n, groups = b.shape[1], out.shape[0]
+        dtype = dtype_name(a.dtype)
+        kernel = self.loaded(dtype, out.device)
+        lda, ldb = _ld(a, 1, m), _ld(b, 0, n)
+        plan = self.plan_k(m, n, total_k, groups, dtype, lda=lda, ldb=ldb)
+        tiles = groups * ceil_div(m, BM) * ceil_div(n, self.bn)
+        grid = min(kernel.max_active_clusters(out.device), tiles)
+        maps = cached(self._maps, (a.data_ptr(), b.data_ptr(), id(plan)), lambda: [
+            encode_tiled(plan.tensor_maps["a"].encode_kwargs(a.data_ptr())),
+            encode_tiled(plan.tensor_maps["b"].encode_kwargs(b.data_ptr()))])
+        args = [*maps, ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld(out, 1, n)),
+                ctypes.c_longlong(out.stride(0) if groups > 1 else m * n), ctypes.c_void_p(offs.data_ptr()),
+                ctypes.c_int(groups), ctypes.c_int(total_k), ctypes.c_int(m), ctypes.c_int(n)]
+        kernel.launch((grid, 1, 1), args, torch.cuda.current_stream(out.device))
+
+
 def _ld(t: torch.Tensor, dim: int, dense: int) -> int:
     """The pitch of dimension ``dim`` (elements); a size-1 dimension's is the dense one."""
     return t.stride(dim) if t.shape[dim] > 1 else dense
 
 
 @functools.lru_cache(maxsize=None)
-def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias: bool = False) -> GroupedGemm:
+def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias: bool = False,
+                 k_grouped: bool = False) -> GroupedGemm:
     """The shared :class:`GroupedGemm` of one build configuration. Raises ValueError for a BN not in
-    :data:`BNS` or a major not in :data:`B_MAJORS`."""
+    :data:`BNS`, a major not in :data:`B_MAJORS`, or a K-grouped build with a K-major b or a bias."""
     if bn not in BNS:
         raise ValueError(f"bn = {bn}: the grouped kernel is built with BN in {BNS}")
     if b_major not in B_MAJORS:
         raise ValueError(f"b_major = {b_major!r}: 'k' or 'mn'")
-    return GroupedGemm(bn=bn, b_major=b_major, out_fp32=bool(out_fp32), bias=bool(bias))
+    if k_grouped and (b_major != "mn" or bias):
+        raise ValueError("the K-grouped build reads b MN-major (b_major='mn') and adds no bias")
+    return GroupedGemm(bn=bn, b_major=b_major, out_fp32=bool(out_fp32), bias=bool(bias), k_grouped=bool(k_grouped))
 
 
 __all__ = ["BM", "BK", "BNS", "B_MAJORS", "GROUP_TABLE_BYTES", "KERNEL_NAME", "MAX_GROUPS", "SOURCE", "GroupedGemm",

@@ -103,4 +103,24 @@ struct GroupedScheduler {
   }
 };
 
+// The walk of the K-grouped problem (the weight gradient, GL_GROUPED_K): out[e] (M, N) = the product over
+// group e's K range [row_begin(e), row_end[e]) (a GroupTable built with bm = BK: tile_start counts each
+// group's K tiles). Every group owns the same M x N tiles, empty groups included (their tiles are zeros);
+// units run group by group, tile_scheduler.cuh's order inside a group.
+struct GroupedKScheduler {
+  const GroupTable& table;
+  int groups, per_group;
+  TileScheduler order;
+  __device__ __forceinline__ GroupedKScheduler(const GroupTable& t, int groups_, int m, int n, int bm, int bn)
+      : table(t), groups(groups_), order(m, n, bm, bn, 1) {
+    per_group = order.total;
+  }
+  __device__ __forceinline__ int total() const { return groups * per_group; }
+  // Unit -> (group e, M tile tm, N tile tn).
+  __device__ __forceinline__ void coords(int unit, int& e, int& tm, int& tn) const {
+    e = unit / per_group;
+    order.coords(unit - e * per_group, tm, tn);
+  }
+};
+
 }  // namespace gl

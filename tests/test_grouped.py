@@ -1,0 +1,188 @@
+"""The grouped GEMM's CPU-checkable parts: refusals before any launch, the fake kernels and op
+registration, the plan (maps, ring, stages), the ring audit (clean, and failing on seeded faults), the
+group-size routing of the bench, and the builds (sm_90a cubins with no spill, through the resource gate).
+
+GPU results: tests/test_grouped_gpu.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gemm_ladder
+from conftest import needs_nvcc
+from gemm_ladder.api_grouped import check_grouped_mm
+from gemm_ladder.audit import audit
+from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
+from gemm_ladder.library.grouped import GROUP_TABLE_BYTES, MAX_GROUPS, grouped_gemm
+
+BF = torch.bfloat16
+
+
+def _meta(*shape, dtype=BF):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+def _offs(n, device="meta"):
+    return torch.empty(n, dtype=torch.int32, device=device)
+
+
+# --- refusals ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args,exc,words", [
+    (("x", _meta(3, 8, 16), None), GemmTypeError, "a must be a torch.Tensor"),
+    ((_meta(10, 16, dtype=torch.float32), _meta(3, 16, 8, dtype=torch.float32), _offs(3)), GemmInputError, "dtype"),
+    ((_meta(10, 16), _meta(3, 16, 8, dtype=torch.float16), _offs(3)), GemmInputError, "share one dtype"),
+    ((_meta(10, 16), _meta(3, 12, 8), _offs(3)), GemmInputError, "contraction"),
+    ((_meta(10, 16), _meta(3, 16, 8), None), GemmInputError, "offs is required"),
+    ((_meta(10, 16), _meta(3, 16, 8), torch.empty(3, dtype=torch.int64, device="meta")), GemmInputError, "int32"),
+    ((_meta(10, 16), _meta(3, 16, 8), _offs(4)), GemmInputError, "shape (3,)"),
+    ((_meta(3, 10, 16), _meta(3, 16, 8), _offs(3)), GemmInputError, "offs must be None"),
+    ((_meta(2, 10, 16), _meta(3, 16, 8), None), GemmInputError, "batch sizes differ"),
+    ((_meta(3, 10, 16), _meta(16, 8), None), NotSupportedError, "3-D a and a 2-D b"),
+    ((_meta(10, 16), _meta(MAX_GROUPS + 1, 16, 8), _offs(MAX_GROUPS + 1)), NotSupportedError, "at most"),
+    ((_meta(10, 16), _meta(3, 16, 8), _offs(3)), GemmInputError, "CUDA device"),
+    ((_meta(16, 10), _meta(10, 8), _offs(3)), GemmInputError, "CUDA device"),
+    ((_meta(1, 5, 16), _meta(1, 16, 8), None), GemmInputError, "CUDA device"),
+])
+def test_refusals_name_the_rule(args, exc, words):
+    with pytest.raises(exc, match=None) as info:
+        check_grouped_mm(*args)
+    assert words in str(info.value)
+
+
+def test_out_dtype_refusals():
+    with pytest.raises(GemmTypeError):
+        check_grouped_mm(_meta(10, 16), _meta(3, 16, 8), _offs(3), out_dtype="float32")
+    with pytest.raises(GemmInputError, match="out_dtype"):
+        check_grouped_mm(_meta(10, 16), _meta(3, 16, 8), _offs(3), out_dtype=torch.float16)
+
+
+def test_public_functions_refuse_before_launch():
+    with pytest.raises(GemmInputError, match="CUDA device"):  # CPU tensors: nothing built or launched
+        gemm_ladder.grouped_mm(torch.randn(10, 16, dtype=BF), torch.randn(3, 8, 16, dtype=BF).transpose(1, 2),
+                               torch.tensor([3, 5, 10], dtype=torch.int32))
+    with pytest.raises(GemmInputError, match=r"\(E, N, K\)"):
+        gemm_ladder.grouped_linear(_meta(10, 16), _meta(8, 16), _offs(3))
+    with pytest.raises(GemmInputError, match="stride"):
+        gemm_ladder.grouped_linear(_meta(10, 16), _meta(3, 16, 8).transpose(1, 2), _offs(3))
+    with pytest.raises(ValueError, match="activation"):
+        gemm_ladder.grouped_linear(_meta(10, 16), _meta(3, 8, 16), _offs(3), activation="swish9")
+    with pytest.raises(GemmTypeError):
+        gemm_ladder.grouped_linear(_meta(10, 16), _meta(3, 8, 16), _offs(3), bias=1.0)
+
+
+def test_kernel_supports_names_the_rule():
+    k = grouped_gemm(128, "k")
+    x, w, offs, out = torch.randn(10, 16, dtype=BF), torch.randn(3, 8, 16, dtype=BF), torch.zeros(3, dtype=torch.int32), \
+        torch.empty(10, 8, dtype=BF)
+    assert "CUDA device" in k.supports(x, w, offs, out)
+    assert "int32" in k.supports(x, w, offs.long(), out)
+    assert "K-major" in k.supports(x, w.transpose(1, 2).contiguous().transpose(1, 2), offs, out)
+    assert "pass one" in grouped_gemm(128, "k", bias=True).supports(x, w, offs, out)
+    assert "k_grouped" in k.supports_k(x.t(), x, offs, torch.empty(3, 16, 16, dtype=BF))
+    with pytest.raises(ValueError):
+        grouped_gemm(192)
+    with pytest.raises(ValueError):
+        grouped_gemm(128, "k", k_grouped=True)
+
+
+# --- ops and fakes -----------------------------------------------------------------------------------
+def test_ops_are_registered_with_fakes():
+    assert hasattr(torch.ops.gemm_ladder, "grouped_mm") and hasattr(torch.ops.gemm_ladder, "grouped_linear")
+    assert torch.ops.gemm_ladder.grouped_mm(_meta(10, 16), _meta(3, 16, 8), _offs(3)).shape == (10, 8)
+    assert torch.ops.gemm_ladder.grouped_mm(_meta(3, 5, 16), _meta(3, 16, 8)).shape == (3, 5, 8)
+    assert torch.ops.gemm_ladder.grouped_mm(_meta(16, 10), _meta(10, 8), _offs(4)).shape == (4, 16, 8)
+    out = torch.ops.gemm_ladder.grouped_mm(_meta(10, 16), _meta(3, 16, 8), _offs(3), torch.float32)
+    assert out.dtype == torch.float32
+    assert torch.ops.gemm_ladder.grouped_linear(_meta(10, 16), _meta(3, 8, 16), _offs(3), _meta(3, 8)).shape == (10, 8)
+
+
+def test_fake_tensor_mode_traces_with_symbolic_rows():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    with FakeTensorMode(shape_env=ShapeEnv()) as mode:
+        x = mode.from_tensor(torch.empty(10, 16, dtype=BF))
+        w = mode.from_tensor(torch.empty(3, 8, 16, dtype=BF))
+        offs = mode.from_tensor(torch.empty(3, dtype=torch.int32))
+        y = torch.ops.gemm_ladder.grouped_linear(x, w, offs)
+        assert y.shape == (10, 8) and y.dtype == BF
+
+
+def test_exported_names():
+    assert gemm_ladder.grouped_mm.__module__ == "gemm_ladder.ops_grouped"
+    assert "grouped_linear" in dir(gemm_ladder)
+
+
+# --- plan and audit ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("bn,stages", [(128, 6), (256, 4)])
+def test_plan_fits_beside_the_group_table(bn, stages):
+    k = grouped_gemm(bn, "k")
+    d = k.defines("bf16")
+    assert d["GL_STAGES"] == stages and d["GL_CLUSTER"] == 1 and d["GL_CONSUMERS"] == 2
+    assert d["GL_C_PANELS"] == 0 and d["GL_MAX_GROUPS"] == MAX_GROUPS
+    assert d["GL_SMEM_BYTES"] + GROUP_TABLE_BYTES <= 232448
+    p = k.plan(1000, 520, 200, 8, "bf16")
+    w = p.tensor_maps["w"]
+    assert w.rank == 3 and w.global_dim == (200, 520, 8) and w.box_dim == (64, bn, 1)
+    assert w.global_strides == (200 * 2, 520 * 200 * 2)
+    assert p.tensor_maps["x"].global_dim == (200, 1000) and p.max_tiles == (8 + 8) * -(-520 // bn)
+    n_major = grouped_gemm(bn, "mn").plan(1000, 520, 200, 8, "bf16").tensor_maps["w"]
+    assert n_major.global_dim == (520, 200, 8) and n_major.box_dim == (64, 64, 1)
+    assert "globalStrides" in _refusal(lambda: k.plan(1000, 520, 200, 8, "bf16", w_strides=(520 * 200, 201)))
+
+
+def _refusal(fn) -> str:
+    from gemm_ladder.design.problem import PlanRefused
+
+    with pytest.raises(PlanRefused) as info:
+        fn()
+    return str(info.value)
+
+
+@pytest.mark.parametrize("cfg", [dict(bn=128), dict(bn=256), dict(bn=128, b_major="mn", k_grouped=True)])
+def test_the_ring_audits_clean_and_fails_on_seeded_faults(cfg):
+    k = grouped_gemm(**cfg)
+    s = k.defines("bf16")["GL_STAGES"]
+    for k_iters, tiles in [(1, 3), (2, 3), (s - 1, 2), (s + 1, 2), (2 * s + 1, 1)]:
+        result = audit(k.ring_protocol(k_iters, tiles))
+        assert result.ok, result.render()
+    assert "early_overwrite" in {v.kind for v in audit(k.ring_protocol(s + 1, 1, empty_count=1)).violations}
+    assert "deadlock" in {v.kind for v in audit(k.ring_protocol(s + 1, 2, empty_initial_phase=0)).violations}
+
+
+def test_bench_routing_matches_the_issue_ranges():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import grouped as bench
+
+    for name, (e, rows, _, _, lo, hi) in bench.CASES.items():
+        sizes = bench.group_sizes(e, rows, lo, hi)
+        assert len(sizes) == e and sum(sizes) == rows and min(sizes) >= lo and max(sizes) <= hi, name
+
+
+# --- builds ------------------------------------------------------------------------------------------
+@needs_nvcc
+@pytest.mark.parametrize("cfg,dtype", [
+    (dict(bn=128), "bf16"), (dict(bn=256), "bf16"), (dict(bn=256, b_major="mn"), "fp16"),
+    (dict(bn=128, b_major="mn", k_grouped=True), "bf16"), (dict(bn=256, bias=True), "bf16"),
+    (dict(bn=256, b_major="mn", k_grouped=True, out_fp32=True), "fp16"),
+])
+def test_builds_pass_the_resource_gate(cfg, dtype, use_cache):
+    from gemm_ladder.gates.resources import check_cubin_resources
+    from gemm_ladder.runtime.compiler import disassemble
+
+    k = grouped_gemm(**cfg)
+    built = k.build(dtype)
+    geo = k.geometry(dtype)
+    sass = disassemble(built.cubin)
+    report = check_cubin_resources(built.cubin, built.ptxas_log, built.kernel_name, level=None, dtype=dtype,
+                                   threads=geo.threads, dynamic_smem=geo.dynamic_smem, cluster=geo.cluster, sass=sass)
+    assert report.passed, report.messages
+    assert (report.spill_stores, report.spill_loads, report.stack_bytes) == (0, 0, 0)
+    assert report.sass["LDL"] == report.sass["STL"] == 0
+    assert report.sass["UTMALDG"] > 0 and report.sass["UTMASTG"] == 0  # TMA loads, register stores
+    assert "USETMAXREG" in sass
+    assert f"HGMMA.64x{cfg['bn']}x16.F32" in sass
