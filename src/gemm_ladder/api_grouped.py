@@ -110,19 +110,37 @@ def check_grouped_mm(a, b, offs, out_dtype=None) -> tuple[str, torch.dtype]:
         raise GemmInputError(f"a has strides {tuple(a.stride())}: its rows must be contiguous (stride(-1) == 1)")
     if a.dim() == 2 and a.shape[0] > 1 and a.stride(0) % _ALIGN_ELEMS:
         raise GemmInputError(f"a: row pitch {a.stride(0)} elements is not a multiple of 16 bytes (a TMA tensor map)")
+    if a.dim() == 3 and rows > 1 and k % _ALIGN_ELEMS:
+        raise GemmInputError(f"a: K = {k} elements per row is not a multiple of 16 bytes (a TMA tensor map over its "
+                             "E x M rows)")
     major = b_major_of(b)
     if min(rows, n, k) == 0:  # nothing is loaded: no tensor map, no stride rule
         return case, dt
     e = a.element_size()
-    w_pitch = (b.stride(2) if n > 1 else k) if major == "k" else (b.stride(1) if k > 1 else n)
-    w_group = b.stride(0) if groups > 1 else n * k
+    w_pitch = (b.stride(2) if n > 1 else 0) if major == "k" else (b.stride(1) if k > 1 else 0)
+    w_group = b.stride(0) if groups > 1 else 0  # a size-1 dimension is never stepped over
     if (w_pitch * e) % TMA_ALIGN_BYTES or (w_group * e) % TMA_ALIGN_BYTES:
         raise GemmInputError(f"b: strides {tuple(b.stride())} must be multiples of 16 bytes (a TMA tensor map): "
                              f"K (K-major) or N (N-major) a multiple of {_ALIGN_ELEMS}")
-    for name, t in (("a", a), ("b", b)):
+    _check_bases(a, b)
+    return case, dt
+
+
+def _pointers_known(*ts: torch.Tensor) -> bool:
+    """False while torch.compile traces (fake tensors have no address): the op's kernel checks the
+    addresses again at run time, before its launch."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return not torch.compiler.is_compiling() and not any(isinstance(t, FakeTensor) or t.device.type == "meta"
+                                                         for t in ts)
+
+
+def _check_bases(*named: torch.Tensor) -> None:
+    if not _pointers_known(*named):
+        return
+    for name, t in zip("ab", named):
         if t.numel() and t.data_ptr() % TMA_ALIGN_BYTES:
             raise GemmInputError(f"{name}: base address {t.data_ptr():#x} is not 16-byte aligned (a TMA tensor map)")
-    return case, dt
 
 
 def group_of_rows(offs: torch.Tensor, rows: int) -> torch.Tensor:
@@ -154,10 +172,10 @@ def _check_grouped_k(a: torch.Tensor, b: torch.Tensor, offs) -> str:
     if min(m, n, total_k) == 0:
         return "2d2d"
     e = a.element_size()
-    for name, t, pitch in (("a", a, a.stride(1) if total_k > 1 else m), ("b", b, b.stride(0) if total_k > 1 else n)):
-        if t.data_ptr() % TMA_ALIGN_BYTES or (pitch * e) % TMA_ALIGN_BYTES:
-            raise GemmInputError(f"{name}: base {t.data_ptr():#x} and pitch {pitch * e} bytes must be multiples of 16 "
-                                 "(a TMA tensor map)")
+    for name, t, pitch in (("a", a, a.stride(1) if total_k > 1 else 0), ("b", b, b.stride(0) if total_k > 1 else 0)):
+        if (pitch * e) % TMA_ALIGN_BYTES:
+            raise GemmInputError(f"{name}: pitch {pitch * e} bytes along K must be a multiple of 16 (a TMA tensor map)")
+    _check_bases(a, b)
     return "2d2d"
 
 

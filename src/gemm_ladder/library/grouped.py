@@ -32,7 +32,7 @@ import torch
 
 from gemm_ladder.contract import DTYPES, GemmInputError, dtype_name
 from gemm_ladder.design.plan import Plan, kernel_defines_for, plan_gemm
-from gemm_ladder.design.problem import arch_info, ceil_div, dtype_info
+from gemm_ladder.design.problem import PlanRefused, arch_info, ceil_div, dtype_info
 from gemm_ladder.design.smem import max_stages
 from gemm_ladder.design.tensor_maps import TensorMapSpec, operand_map
 from gemm_ladder.levels.base import LaunchGeometry
@@ -202,7 +202,7 @@ class GroupedGemm:
     def _plan(self, rows, n, k, groups, dtype, ldx, w_strides) -> GroupedPlan:
         gemm = plan_gemm(rows, n, k, dtype, tile=self.tile, stages=self.stages(self.bn, dtype), cluster=1,
                          consumers=CONSUMERS, persistent=True, producer_warpgroup=True, c_from_registers=True,
-                         b_major=self.b_major, lda=ldx)
+                         b_major=self.b_major, lda=ldx, ldb=None if w_strides is None else w_strides[1])
         dt = dtype_info(dtype)
         if w_strides is None:
             w_strides = (n * k, k if self.b_major == "k" else n)
@@ -303,9 +303,8 @@ class GroupedGemm:
         """(group stride, major stride) of w in elements, as its map takes them; a size-1 dimension's
         stride is replaced by the dense one (it is never stepped over)."""
         groups, n, k = w.shape
-        major = (w.stride(1) if n > 1 else k) if self.b_major == "k" else (w.stride(2) if k > 1 else n)
-        inner_extent = n * k
-        return (w.stride(0) if groups > 1 else inner_extent, major)
+        major = _ld(w, 1, k) if self.b_major == "k" else _ld(w, 2, n)
+        return (_ld(w, 0, n * k), major)
 
     # --- launching (GPU) --------------------------------------------------------------------------
     def loaded(self, dtype: str, device: torch.device) -> LoadedKernel:
@@ -328,7 +327,10 @@ class GroupedGemm:
         groups, n, _ = w.shape
         dtype = dtype_name(x.dtype)
         kernel = self.loaded(dtype, out.device)
-        plan = self.plan(rows, n, k, groups, dtype, ldx=_ld(x, 0, k), w_strides=self.w_strides(w))
+        try:
+            plan = self.plan(rows, n, k, groups, dtype, ldx=_ld(x, 0, k), w_strides=self.w_strides(w))
+        except PlanRefused as exc:
+            raise GemmInputError(str(exc)) from None
         grid = min(kernel.max_active_clusters(out.device), plan.max_tiles)
         map_x, map_w = self.maps(plan, x, w)
         args = [map_x, map_w, ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld(out, 0, n)),
@@ -339,7 +341,7 @@ class GroupedGemm:
     def maps(self, plan: GroupedPlan, x: torch.Tensor, w: torch.Tensor) -> list:
         """The encoded maps (x, w), cached per pointers and plan (tensor maps per call: a new pointer
         encodes new maps; a cache hit reuses them)."""
-        key = (x.data_ptr(), w.data_ptr(), id(plan))
+        key = (x.data_ptr(), w.data_ptr(), plan.tensor_maps["x"], plan.tensor_maps["w"])
         return cached(self._maps, key, lambda: [encode_tiled(plan.tensor_maps["x"].encode_kwargs(x.data_ptr())),
                                                 encode_tiled(plan.tensor_maps["w"].encode_kwargs(w.data_ptr()))])
 
@@ -407,10 +409,13 @@ class GroupedGemm:
         dtype = dtype_name(a.dtype)
         kernel = self.loaded(dtype, out.device)
         lda, ldb = _ld(a, 1, m), _ld(b, 0, n)
-        plan = self.plan_k(m, n, total_k, groups, dtype, lda=lda, ldb=ldb)
+        try:
+            plan = self.plan_k(m, n, total_k, groups, dtype, lda=lda, ldb=ldb)
+        except PlanRefused as exc:
+            raise GemmInputError(str(exc)) from None
         tiles = groups * ceil_div(m, BM) * ceil_div(n, self.bn)
         grid = min(kernel.max_active_clusters(out.device), tiles)
-        maps = cached(self._maps, (a.data_ptr(), b.data_ptr(), id(plan)), lambda: [
+        maps = cached(self._maps, (a.data_ptr(), b.data_ptr(), plan.tensor_maps["a"], plan.tensor_maps["b"]), lambda: [
             encode_tiled(plan.tensor_maps["a"].encode_kwargs(a.data_ptr())),
             encode_tiled(plan.tensor_maps["b"].encode_kwargs(b.data_ptr()))])
         args = [*maps, ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld(out, 1, n)),
@@ -420,8 +425,14 @@ class GroupedGemm:
 
 
 def _ld(t: torch.Tensor, dim: int, dense: int) -> int:
-    """The pitch of dimension ``dim`` (elements); a size-1 dimension's is the dense one."""
-    return t.stride(dim) if t.shape[dim] > 1 else dense
+    """The pitch of dimension ``dim`` (elements); a size-1 dimension is never stepped over, so its pitch
+    is the dense one rounded up to 16 bytes (a tensor map's stride rule)."""
+    return t.stride(dim) if t.shape[dim] > 1 else _round16(dense, t.element_size())
+
+
+def _round16(elems: int, elem_bytes: int) -> int:
+    per = TMA_ALIGN_BYTES // elem_bytes
+    return max(per, -(-elems // per) * per)
 
 
 @functools.lru_cache(maxsize=None)
