@@ -24,6 +24,7 @@ stride, alignment, offs), NotSupportedError (a case the kernel does not compute)
 from __future__ import annotations
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 from gemm_ladder.contract import DTYPES
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
@@ -129,8 +130,6 @@ def check_grouped_mm(a, b, offs, out_dtype=None) -> tuple[str, torch.dtype]:
 def _pointers_known(*ts: torch.Tensor) -> bool:
     """False while torch.compile traces (fake tensors have no address): the op's kernel checks the
     addresses again at run time, before its launch."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
     return not torch.compiler.is_compiling() and not any(isinstance(t, FakeTensor) or t.device.type == "meta"
                                                          for t in ts)
 
