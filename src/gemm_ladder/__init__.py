@@ -31,6 +31,7 @@ _ERRORS = ("CaptureBuildError", "CompileError", "CompilerNotFoundError", "CudaEr
 
 __all__ = ["Epilogue", "Explanation", "__version__", "explain", "linear", "mm", "nn", "ops", "precompile", "swiglu",
            *_ERRORS]
+__all__ += ["grouped_linear", "grouped_mm"]  # mixture-of-experts grouped GEMM (ops_grouped.py)
 
 _API = ("Epilogue", "Explanation", "explain", "linear", "mm", "swiglu")
 
