@@ -97,6 +97,18 @@ def test_ops_are_registered_with_fakes():
     assert torch.ops.gemm_ladder.grouped_linear(_meta(10, 16), _meta(3, 8, 16), _offs(3), _meta(3, 8)).shape == (10, 8)
 
 
+def test_masked_layout_op_and_refusals():
+    out = torch.ops.gemm_ladder.grouped_mm_masked(_meta(4, 16, 64), _meta(4, 64, 32), _offs(4))
+    assert out.shape == (4, 16, 32)
+    with pytest.raises(GemmInputError, match="3-D"):
+        gemm_ladder.grouped_mm_masked(_meta(16, 64), _meta(4, 64, 32), _offs(4))
+    with pytest.raises(GemmInputError, match="CUDA device"):
+        gemm_ladder.grouped_mm_masked(_meta(4, 16, 64), _meta(4, 64, 32), _offs(4))
+    with pytest.raises(ValueError):
+        grouped_gemm(128, "mn", k_grouped=True, masked=True)
+    assert grouped_gemm(128, masked=True).defines("bf16")["GL_MASKED"] == 1
+
+
 def test_fake_tensor_mode_traces_with_symbolic_rows():
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
@@ -168,7 +180,7 @@ def test_bench_routing_matches_the_issue_ranges():
 @pytest.mark.parametrize("cfg,dtype", [
     (dict(bn=128), "bf16"), (dict(bn=256), "bf16"), (dict(bn=256, b_major="mn"), "fp16"),
     (dict(bn=128, b_major="mn", k_grouped=True), "bf16"), (dict(bn=256, bias=True), "bf16"),
-    (dict(bn=256, b_major="mn", k_grouped=True, out_fp32=True), "fp16"),
+    (dict(bn=256, b_major="mn", k_grouped=True, out_fp32=True), "fp16"), (dict(bn=128, masked=True), "bf16"),
 ])
 def test_builds_pass_the_resource_gate(cfg, dtype, use_cache):
     from gemm_ladder.gates.resources import check_cubin_resources

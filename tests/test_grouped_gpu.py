@@ -297,3 +297,39 @@ def test_autograd_grouped_mm_2d3d():
     for name, got, ref in (("grad_a", x.grad, xr.grad), ("grad_b", b.grad, br.grad)):
         err = (got.double() - ref).norm() / ref.norm().clamp_min(1e-30)
         assert err < 2e-2, f"{name}: rel err {err:.3g} (seed {seed})"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_masked_layout_writes_only_the_counted_rows(dtype):
+    seed = _seed()
+    e, m_max, n, k = 6, 40, 136, 256
+    counts = torch.tensor([3, 0, 40, 1, 77, -2], dtype=torch.int32, device="cuda")  # clamped to [0, M_max]
+    a = torch.randn(e, m_max, k, dtype=dtype, device="cuda")
+    w = torch.randn(e, n, k, dtype=dtype, device="cuda")
+    from gemm_ladder.api_grouped import grouped_mm_masked_direct
+
+    for call in (grouped_mm_masked_direct, gemm_ladder.grouped_mm_masked):
+        _poison((e, m_max, n), dtype)
+        got = call(a, w.transpose(1, 2), counts)
+        for i, c in enumerate(counts.clamp(0, m_max).tolist()):
+            if c:
+                _check(got[i, :c], a[i, :c], w[i:i + 1], [c], dtype, seed, tag=f"masked expert {i}")
+
+
+def test_masked_layout_under_a_cuda_graph():
+    seed = _seed()
+    e, m_max, n, k = 8, 16, 256, 512
+    a = torch.randn(e, m_max, k, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(e, n, k, dtype=torch.bfloat16, device="cuda")
+    counts = torch.full((e,), 4, dtype=torch.int32, device="cuda")
+    gemm_ladder.grouped_mm_masked(a, w.transpose(1, 2), counts)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = gemm_ladder.grouped_mm_masked(a, w.transpose(1, 2), counts)
+    for cs in ([4] * e, [0, 16, 1, 0, 0, 3, 9, 2]):
+        counts.copy_(torch.tensor(cs, dtype=torch.int32))
+        g.replay()
+        torch.cuda.synchronize()
+        for i, c in enumerate(cs):
+            if c:
+                _check(out[i, :c], a[i, :c], w[i:i + 1], [c], torch.bfloat16, seed, tag=f"graph expert {i}")

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from gemm_ladder.library.grouped import grouped_gemm
 cfgs = [dict(bn=bn, b_major=m) for bn in (128, 256) for m in ("k", "mn")]
 cfgs += [dict(bn=bn, b_major="mn", k_grouped=True) for bn in (128, 256)]
-cfgs += [dict(bn=128, bias=True), dict(bn=128, b_major="mn", out_fp32=True)]
+cfgs += [dict(bn=128, bias=True), dict(bn=128, b_major="mn", out_fp32=True), dict(bn=128, masked=True)]
 jobs = [(c, dt) for c in cfgs for dt in ("bf16", "fp16")]
 def build(job):
     c, dt = job

@@ -227,7 +227,31 @@ def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | Non
     return out
 
 
-def _launch(x, b, offs, out, bias, bn) -> None:
+def grouped_mm_masked_direct(a: torch.Tensor, b: torch.Tensor, counts: torch.Tensor, *, out_dtype=None,
+                             bn: int | None = None) -> torch.Tensor:
+    """The masked layout of decode: a (E, M_max, K), b (E, K, N) (each b[e] K- or N-major), counts (E,)
+    int32 on a's device, the valid rows of each a[e]. Returns out (E, M_max, N) with
+    out[e, :counts[e]] = a[e, :counts[e]] @ b[e]; rows past a count are not written (a count is clamped
+    to [0, M_max]); an expert with no row costs no tile. The counts stay on the device (one launch and
+    one CUDA graph for every routing). Raises as :func:`check_grouped_mm` for the 3-D x 3-D case, and
+    GemmInputError for counts of another dtype, shape or device."""
+    a, b, counts = _tensor("a", a), _tensor("b", b), _tensor("counts", counts)
+    if a.dim() != 3:
+        raise GemmInputError(f"a must be (E, M_max, K) for the masked layout, got {a.dim()}-D")
+    _, dt = check_grouped_mm(a, b, None, out_dtype)
+    _check_offs(counts, b.shape[0], a.device)
+    groups, m_max, k = a.shape
+    n = b.shape[2]
+    out = torch.empty((groups, m_max, n), dtype=dt, device=a.device)
+    if min(groups, m_max, n) == 0:
+        return out
+    if k == 0:
+        return out.zero_()
+    _launch(a.reshape(groups * m_max, k), b, counts, out.view(groups * m_max, n), None, bn, masked=True)
+    return out
+
+
+def _launch(x, b, offs, out, bias, bn, masked: bool = False) -> None:
     rows, k = x.shape
     groups, _, n = b.shape
     if rows == 0 or n == 0 or groups == 0:
@@ -251,8 +275,8 @@ def _launch(x, b, offs, out, bias, bn) -> None:
     w = b.transpose(1, 2)  # (E, N, K): stride(2) == 1 for a K-major b, stride(1) == 1 for an N-major one
     if bn is None:
         bn = 256 if n >= 2048 else 128
-    kernel = grouped_gemm(bn, major, out.dtype == torch.float32, bias is not None)
+    kernel = grouped_gemm(bn, major, out.dtype == torch.float32, bias is not None, masked=masked)
     kernel.launch(x, w, offs, out, bias)
 
 
-__all__ = ["b_major_of", "check_grouped_mm", "group_of_rows", "grouped_mm_direct", "out_dtype_of"]
+__all__ = ["b_major_of", "check_grouped_mm", "group_of_rows", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of"]

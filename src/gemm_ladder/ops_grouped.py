@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from gemm_ladder.api_grouped import check_grouped_mm, group_of_rows, grouped_mm_direct
+from gemm_ladder.api_grouped import check_grouped_mm, group_of_rows, grouped_mm_direct, grouped_mm_masked_direct
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
 from gemm_ladder.library.activations import activation as _activation
 
@@ -109,6 +109,42 @@ def _linear_backward(ctx, grad):
 _grouped_linear_op.register_autograd(_linear_backward, setup_context=_linear_setup)
 
 
+@torch.library.custom_op(f"{NAMESPACE}::grouped_mm_masked", mutates_args=())
+def _grouped_mm_masked_op(a: torch.Tensor, b: torch.Tensor, counts: torch.Tensor,
+                          out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    return grouped_mm_masked_direct(a, b, counts, out_dtype=out_dtype)
+
+
+@_grouped_mm_masked_op.register_fake
+def _grouped_mm_masked_fake(a, b, counts, out_dtype=None):
+    return a.new_empty((a.shape[0], a.shape[1], b.shape[2]), dtype=out_dtype or a.dtype)
+
+
+def _masked_backward(ctx, grad):
+    raise NotSupportedError("grouped_mm_masked (the decode layout) has no backward")
+
+
+_grouped_mm_masked_op.register_autograd(_masked_backward, setup_context=lambda ctx, inputs, output: None)
+
+
+def grouped_mm_masked(a: torch.Tensor, b: torch.Tensor, counts: torch.Tensor, *,
+                      out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The masked layout of decode, as the op ``torch.ops.gemm_ladder.grouped_mm_masked``: a (E, M_max, K),
+    b (E, K, N), counts (E,) int32 on a's device (valid rows per expert, never read on the host).
+    Returns (E, M_max, N): out[e, :counts[e]] = a[e, :counts[e]] @ b[e]; rows past a count are not
+    written. Experts with no rows cost nothing. Inference only (no backward: NotSupportedError).
+    Raises GemmTypeError, GemmInputError, NotSupportedError before any launch."""
+    if not isinstance(a, torch.Tensor) or a.dim() != 3:
+        raise GemmInputError("a must be a 3-D (E, M_max, K) tensor for the masked layout")
+    check_grouped_mm(a, b, None, out_dtype)
+    if not isinstance(counts, torch.Tensor):
+        raise GemmTypeError(f"counts must be a torch.Tensor, got {type(counts).__name__}")
+    if counts.dtype != torch.int32 or counts.dim() != 1 or counts.numel() != a.shape[0] or counts.device != a.device:
+        raise GemmInputError(f"counts: int32 ({a.shape[0]},) on {a.device} expected, got {counts.dtype} "
+                             f"{tuple(counts.shape)} on {counts.device}")
+    return torch.ops.gemm_ladder.grouped_mm_masked(a, b, counts, out_dtype)
+
+
 def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *,
                out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """``torch._grouped_mm(a, b, offs, out_dtype=...)`` on the library's grouped kernel, as the op
@@ -163,4 +199,4 @@ def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: t
     return y if act is None else act.reference(y)
 
 
-__all__ = ["grouped_linear", "grouped_mm"]
+__all__ = ["grouped_linear", "grouped_mm", "grouped_mm_masked"]

@@ -50,8 +50,8 @@ BNS = (128, 256)
 CONSUMERS = 2
 #: The most groups one launch takes: the group table in each CTA's shared memory has this many entries.
 MAX_GROUPS = 1024
-#: Bytes of the group table (grouped_scheduler.cuh's GroupTable: MAX_GROUPS + 1 tile starts, MAX_GROUPS row ends).
-GROUP_TABLE_BYTES = (2 * MAX_GROUPS + 1) * 4
+#: Bytes of the group table (grouped_scheduler.cuh: MAX_GROUPS + 1 tile starts, MAX_GROUPS row ends, the layout word).
+GROUP_TABLE_BYTES = (2 * MAX_GROUPS + 2) * 4
 B_MAJORS = ("k", "mn")
 
 
@@ -135,6 +135,8 @@ class GroupedGemm:
     #: The K-grouped build (GL_GROUPED_K, the weight gradient): a (M, total K) and b (total K, N), both
     #: MN-major, out (E, M, N); b_major is then "mn".
     k_grouped: bool = False
+    #: The masked layout (GL_MASKED, decode): x (E x M_max, K), ``offs`` the valid rows per group.
+    masked: bool = False
     _defines: dict = field(default_factory=dict, repr=False)
     _builds: dict = field(default_factory=dict, repr=False)
     _kernels: dict = field(default_factory=dict, repr=False)
@@ -148,7 +150,7 @@ class GroupedGemm:
     @property
     def name(self) -> str:
         return (f"sm90_grouped_gemm_{self.bn}_{'kgrouped' if self.k_grouped else self.b_major}"
-                + ("_f32" if self.out_fp32 else "") + ("_bias" if self.bias else ""))
+                + ("_f32" if self.out_fp32 else "") + ("_bias" if self.bias else "") + ("_masked" if self.masked else ""))
 
     @staticmethod
     def stages(bn: int, dtype: str = "bf16", arch: str = "sm_90a") -> int:
@@ -170,6 +172,8 @@ class GroupedGemm:
             d = {**d, "GL_MAX_GROUPS": MAX_GROUPS}
             if self.k_grouped:
                 d["GL_GROUPED_K"] = 1
+            if self.masked:
+                d["GL_MASKED"] = 1
             if self.out_fp32:
                 d["GL_OUT_FP32"] = 1
             if self.bias:
@@ -273,6 +277,8 @@ class GroupedGemm:
             return f"E = {groups} groups: at most {MAX_GROUPS} (the group table in each CTA's shared memory)"
         if offs.dtype != torch.int32 or offs.dim() != 1 or offs.numel() != groups:
             return f"offs: int32 of shape ({groups},) expected, got {offs.dtype} of shape {tuple(offs.shape)}"
+        if self.masked and rows % groups:
+            return f"the masked layout: R = {rows} rows must be E x M_max (E = {groups})"
         if tuple(out.shape) != (rows, n) or (n > 1 and out.stride(1) != 1) or (rows > 1 and out.stride(0) < n):
             return f"out: shape {tuple(out.shape)}, strides {tuple(out.stride())}: (R, N) = ({rows}, {n}) row-major expected"
         e = x.element_size()
@@ -437,7 +443,7 @@ def _round16(elems: int, elem_bytes: int) -> int:
 
 @functools.lru_cache(maxsize=None)
 def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias: bool = False,
-                 k_grouped: bool = False) -> GroupedGemm:
+                 k_grouped: bool = False, masked: bool = False) -> GroupedGemm:
     """The shared :class:`GroupedGemm` of one build configuration. Raises ValueError for a BN not in
     :data:`BNS`, a major not in :data:`B_MAJORS`, or a K-grouped build with a K-major b or a bias."""
     if bn not in BNS:
@@ -446,7 +452,10 @@ def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias
         raise ValueError(f"b_major = {b_major!r}: 'k' or 'mn'")
     if k_grouped and (b_major != "mn" or bias):
         raise ValueError("the K-grouped build reads b MN-major (b_major='mn') and adds no bias")
-    return GroupedGemm(bn=bn, b_major=b_major, out_fp32=bool(out_fp32), bias=bool(bias), k_grouped=bool(k_grouped))
+    if k_grouped and masked:
+        raise ValueError("the masked layout is grouped along M, not K")
+    return GroupedGemm(bn=bn, b_major=b_major, out_fp32=bool(out_fp32), bias=bool(bias), k_grouped=bool(k_grouped),
+                       masked=bool(masked))
 
 
 __all__ = ["BM", "BK", "BNS", "B_MAJORS", "GROUP_TABLE_BYTES", "KERNEL_NAME", "MAX_GROUPS", "SOURCE", "GroupedGemm",

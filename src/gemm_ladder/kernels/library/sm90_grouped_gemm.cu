@@ -23,6 +23,11 @@
 //    group's end, so the rows a tile borrowed from the next group are never written, and any pitch.
 // Rows past offs[E - 1] are not written (torch._grouped_mm leaves them too).
 //
+// GL_MASKED builds the masked layout of decode under CUDA graphs: x (E x M_max, K), group e's rows
+// start at e x M_max, and `offs` holds each group's count of valid rows (on the device); rows past a
+// count are neither loaded into a tile of their own, computed nor written (a group with no row has no
+// tile).
+//
 // GL_GROUPED_K builds the other grouped problem, the weight gradient: out[e] (M, N) = a[:, K_e] @ b[K_e, :]
 // over group e's range K_e = [offs[e - 1], offs[e]) of the shared K (torch._grouped_mm of a 2-D a and a
 // 2-D b), with a (M, total K) and b (total K, N) both read MN-major (a = grad_y^T or x^T, b = x or grad_y:
@@ -150,7 +155,11 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
   __shared__ GroupTable table;
   const SmemMap smem(smem_raw);
   if (threadIdx.x == 0) init_ring(smem, &map_a, &map_b, &map_b);  // no output map: b's is prefetched twice
+#if defined(GL_MASKED)
+  table.build_masked(offs, groups, total_rows / groups, BM);  // offs: valid rows per group of total_rows / groups
+#else
   table.build(offs, groups, total_rows, BM);  // its __syncthreads also publish the ring's barriers
+#endif
   const GroupedScheduler sched(table, groups, N, BM, BN);
   const int k_tiles = (K + BK - 1) / BK;
   const int total = sched.total();

@@ -26,14 +26,46 @@ constexpr int kMaxGroups = GL_MAX_GROUPS;
 struct GroupTable {
   int tile_start[kMaxGroups + 1];
   int row_end[kMaxGroups];
+  int rows_per_group;  // 0: contiguous groups (offs); > 0: the masked layout, group e's rows start at e x this
 
-  __device__ __forceinline__ int row_begin(int e) const { return e ? row_end[e - 1] : 0; }
+  __device__ __forceinline__ int row_begin(int e) const {
+    return rows_per_group ? e * rows_per_group : (e ? row_end[e - 1] : 0);
+  }
+
+  // The masked layout (decode): group e owns rows [e x m_max, e x m_max + counts[e]) of an (E x m_max)-row
+  // x, counts clamped to [0, m_max]; the rows past a group's count are neither computed nor written,
+  // so an expert with no token costs nothing. Every thread of the CTA calls it (it holds __syncthreads).
+  __device__ __forceinline__ void build_masked(const int* __restrict__ counts, int groups, int m_max, int bm) {
+    const int t = threadIdx.x;
+    if (t == 0) rows_per_group = m_max;
+    if (t < 32) {  // warp 0: the prefix of the tile counts, 32 groups at a time
+      int tile_carry = 0;
+      for (int base = 0; base < groups; base += 32) {
+        const int e = base + t;
+        const int rows = e < groups ? min(max(counts[e], 0), m_max) : 0;
+        int tiles = (rows + bm - 1) / bm;
+#pragma unroll
+        for (int d = 1; d < 32; d *= 2) {
+          const int up = __shfl_up_sync(0xffffffffu, tiles, d);
+          if (t >= d) tiles += up;
+        }
+        if (e < groups) {
+          row_end[e] = e * m_max + rows;
+          tile_start[e + 1] = tile_carry + tiles;
+        }
+        tile_carry += __shfl_sync(0xffffffffu, tiles, 31);
+      }
+      if (t == 0) tile_start[0] = 0;
+    }
+    __syncthreads();
+  }
 
   // Fill the table from `offs` (groups entries, cumulative row ends) with every thread of the CTA (it
   // holds __syncthreads). Each end is clamped to [0, total_rows] and to the previous end, so offsets
   // that break the contract (decreasing, past the rows) give empty groups, never a row out of range.
   __device__ __forceinline__ void build(const int* __restrict__ offs, int groups, int total_rows, int bm) {
     const int t = threadIdx.x;
+    if (t == 0) rows_per_group = 0;
     for (int e = t; e < groups; e += blockDim.x) row_end[e] = min(max(offs[e], 0), total_rows);
     __syncthreads();
     if (t < 32) {  // warp 0: the running maximum of the ends, then the prefix of tile counts, 32 groups at a time
