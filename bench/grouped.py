@@ -7,7 +7,9 @@ Cases (the issue's table; rows sorted by expert, group sizes from a fixed-seed l
 scaled to the issue's ranges, int32 ``offs`` on the device): Mixtral-8x7B gate+up and down (skewed),
 Qwen3-30B-A3B gate+up and down (128 experts), DeepSeek-V3-like 32 experts, decode (128 experts, about
 4 rows each). Directions: ``fwd`` (x @ w[e].T, the weight K-major) and ``grad_x`` (grad_y @ w[e], the
-weight N-major). ``--quick``: three cases, forward only, shorter budget.
+weight N-major); the decode case also in the masked layout (a (E, M_max, K) with counts on the device),
+with its weight bandwidth against a measured device copy (``ratio_copy_bandwidth``). ``--quick``: three
+cases, forward only, shorter budget.
 
 Per case and direction, three callables timed with gates.performance.time_fns (L2 flushed before each
 call, interleaved rounds): ``grouped`` (this library), ``torch_grouped`` (torch._grouped_mm, bf16 only),
@@ -105,6 +107,58 @@ def run_case(name: str, direction: str, budget: float, bn: int | None) -> dict:
     return row
 
 
+def copy_bandwidth_gbs(nbytes: int) -> float:
+    """A device-to-device copy of ``nbytes`` (read + write bytes per second, GB/s): the decode rows'
+    bandwidth yardstick (issue 24: decode >= 85% of the measured copy bandwidth in weight bytes read)."""
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda")
+    dst = torch.empty_like(src)
+    t = time_fns({"copy": lambda: dst.copy_(src)}, src, dst, budget_s=0.3, rounds=1)["copy"]
+    return 2 * nbytes / t.median_ms / 1e6
+
+
+def run_masked_decode(name: str, budget: float, bn: int | None, copy_gbs: float) -> dict:
+    """The decode case in the masked layout: a (E, M_max, K) with the same routing's counts on the device."""
+    from gemm_ladder.api_grouped import grouped_mm_masked_direct
+
+    e, rows, n, k, lo, hi = CASES[name]
+    sizes = group_sizes(e, rows, lo, hi)
+    m_max = max(16, max(sizes))
+    counts = torch.tensor(sizes, dtype=torch.int32, device="cuda")
+    a = torch.randn(e, m_max, k, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(e, n, k, dtype=torch.bfloat16, device="cuda") / k**0.5
+    b = w.transpose(1, 2)
+    x = torch.cat([a[i, :z] for i, z in enumerate(sizes)])
+    offs = counts.cumsum(0).to(torch.int32)
+    starts = [0] + torch.tensor(sizes).cumsum(0).tolist()[:-1]
+    slices = [(s, s + z, i) for i, (s, z) in enumerate(zip(starts, sizes)) if z]
+
+    def loop():
+        out = torch.empty(rows, n, dtype=torch.bfloat16, device="cuda")
+        for s, t, i in slices:
+            torch.mm(x[s:t], b[i], out=out[s:t])
+        return out
+
+    fns = {"grouped": lambda: grouped_mm_masked_direct(a, b, counts, bn=bn),
+           "torch_grouped": lambda: torch._grouped_mm(x, b, offs), "loop": loop}
+    got = fns["grouped"]()
+    ref = torch._grouped_mm(x, b, offs).double()
+    mine = torch.cat([got[i, :z] for i, z in enumerate(sizes)]).double()
+    err = float((mine - ref).norm() / ref.norm().clamp_min(1e-30))
+    t = time_fns(fns, a, w, budget_s=budget, rounds=3, warmup=3)
+    ours = t["grouped"].median_ms
+    flop = 2.0 * rows * n * k
+    weight_bytes = sum(1 for z in sizes if z) * n * k * 2
+    row = {"case": name, "layout": "masked", "direction": "fwd", "E": e, "rows": rows, "N": n, "K": k,
+           "tflops": flop / ours / 1e9, "ratio_torch_grouped": t["torch_grouped"].median_ms / ours,
+           "ratio_loop": t["loop"].median_ms / ours, "correct": err <= 2e-2, "rel_err_vs_torch": err, "m_max": m_max,
+           "ms": {k2: v.median_ms for k2, v in t.items()}, "weights_gbs": weight_bytes / ours / 1e6,
+           "copy_gbs": copy_gbs, "ratio_copy_bandwidth": weight_bytes / ours / 1e6 / copy_gbs}
+    print(f"{name:22s} masked E={e:4d} rows={rows:6d} N={n:6d} K={k:6d}  grouped {ours:8.3f} ms  weights "
+          f"{row['weights_gbs']:.0f} GB/s ({row['ratio_copy_bandwidth']:.2f} of copy)  x{row['ratio_torch_grouped']:.2f} "
+          f"torch_grouped  x{row['ratio_loop']:.2f} loop  err {err:.2e}", flush=True)
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true")
@@ -119,7 +173,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench/grouped.py: unknown case {nm!r}: use {', '.join(CASES)}", file=sys.stderr)
             return 2
     directions = ("fwd",) if args.quick else ("fwd", "grad_x")
-    rows = [run_case(nm, d, 0.3 if args.quick else 0.8, args.bn) for nm in names for d in directions]
+    budget = 0.3 if args.quick else 0.8
+    rows = [run_case(nm, d, budget, args.bn) for nm in names for d in directions]
+    decode = [nm for nm in names if nm.startswith("decode")]
+    if decode:
+        e, _, n, k, _, _ = CASES[decode[0]]
+        copy_gbs = copy_bandwidth_gbs(e * n * k * 2)
+        for r in rows:  # the contiguous decode rows' bandwidth too
+            if r["case"] in decode and r["direction"] == "fwd":
+                sizes = group_sizes(*[CASES[r["case"]][i] for i in (0, 1, 4, 5)])
+                wb = sum(1 for z in sizes if z) * n * k * 2
+                r.update(weights_gbs=wb / r["ms"]["grouped"] / 1e6, copy_gbs=copy_gbs,
+                         ratio_copy_bandwidth=wb / r["ms"]["grouped"] / 1e6 / copy_gbs)
+        rows += [run_masked_decode(nm, budget, args.bn, copy_gbs) for nm in decode]
     save({"rows": rows, "quick": args.quick}, "grouped" + ("_quick" if args.quick else ""), args.output)
     return 0 if all(r["correct"] for r in rows) else 1
 
