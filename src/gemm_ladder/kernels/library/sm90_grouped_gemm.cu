@@ -126,8 +126,18 @@ __device__ __forceinline__ void mask_k_lines(const SmemMap& smem, int s, int con
 // of cluster_ring.cuh's consume_k_range, releasing to this CTA alone: consumer_release). Stage k goes back
 // once the wgmma of k + 1 is issued (wait_group 1), the last once all have completed. `valid_last`: K
 // lines of the last K tile that belong to the tile's group (BK: all; fewer: mask_k_lines first).
+// `compute` false (grouped along M: none of this consumer's 64 rows is in the tile's group, a small
+// group's last tile): the consumer still waits for each stage and releases it, in the ring's order, but
+// issues no wgmma, so the other consumer's run alone; its accumulators are garbage and never stored.
 __device__ __forceinline__ void consume_tile(const SmemMap& smem, float (&d)[BN / 2], int consumer, int k_tiles,
-                                             int valid_last, RingPosition& pos, bool elected) {
+                                             int valid_last, RingPosition& pos, bool elected, bool compute = true) {
+  if (!compute) {
+    for (int kt = 0; kt < k_tiles; ++kt, pos.advance()) {
+      consumer_wait(smem, pos);
+      if (elected) consumer_release(smem, pos.stage());
+    }
+    return;
+  }
   for (int kt = 0; kt < k_tiles; ++kt, pos.advance()) {
     const int s = pos.stage();
     consumer_wait(smem, pos);
@@ -182,8 +192,8 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     RingPosition pos{0};
     for (int unit = blockIdx.x; unit < total; unit += gridDim.x) {
       float d[BN / 2];
-      consume_tile(smem, d, consumer, k_tiles, BK, pos, elected);
       const GroupedTile t = sched.tile(unit);
+      consume_tile(smem, d, consumer, k_tiles, BK, pos, elected, t.row0 + 64 * consumer < t.row_end);
       store_fragment_from_registers<BN, true>(C, ldc, d, t.row0 + 64 * consumer, t.tn * BN, t.row_end, N,
                                               [&](float& x0, float& x1, int, int c) {
 #if defined(GL_BIAS)
