@@ -6,8 +6,8 @@ of torch.mm per expert, in one run, interleaved, on the same tensors.
 Cases (the issue's table; rows sorted by expert, group sizes from a fixed-seed log-normal routing
 scaled to the issue's ranges, int32 ``offs`` on the device): Mixtral-8x7B gate+up and down (skewed),
 Qwen3-30B-A3B gate+up and down (128 experts), DeepSeek-V3-like 32 experts, decode (128 experts, about
-4 rows each). Directions: ``fwd`` (x @ w[e].T, the weight K-major) and ``grad_x`` (grad_y @ w[e], the
-weight N-major); the decode case also in the masked layout (a (E, M_max, K) with counts on the device),
+4 rows each). Directions: ``fwd`` (x @ w[e].T, the weight K-major), ``grad_x`` (grad_y @ w[e], the
+weight N-major) and ``grad_w`` (x[rows_e].T @ grad_y[rows_e], grouped along K; not for decode); the decode case also in the masked layout (a (E, M_max, K) with counts on the device),
 with its weight bandwidth against a measured device copy (``ratio_copy_bandwidth``). ``--quick``: three
 cases, forward only, shorter budget.
 
@@ -63,6 +63,8 @@ def run_case(name: str, direction: str, budget: float, bn: int | None) -> dict:
     sizes = group_sizes(e, rows, lo, hi)
     dev = "cuda"
     offs = torch.tensor(sizes).cumsum(0).to(torch.int32).to(dev)
+    if direction == "grad_w":  # grad_w[e] = x[rows_e].T @ grad_y[rows_e]: (E, K, N), grouped along K
+        return run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn)
     if direction == "fwd":  # y = x @ w[e].T, w (E, N, K)
         a = torch.randn(rows, k, dtype=torch.bfloat16, device=dev)
         w = torch.randn(e, n, k, dtype=torch.bfloat16, device=dev) / k**0.5
@@ -102,6 +104,38 @@ def run_case(name: str, direction: str, budget: float, bn: int | None) -> dict:
         "tflops_torch_grouped": flop / t["torch_grouped"].median_ms / 1e9, "tflops_loop": flop / t["loop"].median_ms / 1e9,
     }
     print(f"{name:22s} {direction:6s} E={e:4d} rows={rows:6d} N={out_n:6d} K={red:6d}  grouped {ours:8.3f} ms "
+          f"{row['tflops']:6.1f} TF/s  x{row['ratio_torch_grouped']:.2f} torch_grouped  x{row['ratio_loop']:.2f} loop"
+          f"  err {err:.2e}", flush=True)
+    return row
+
+
+def run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn) -> dict:
+    x = torch.randn(rows, k, dtype=torch.bfloat16, device="cuda")
+    gy = torch.randn(rows, n, dtype=torch.bfloat16, device="cuda")
+    starts = [0] + torch.tensor(sizes).cumsum(0).tolist()[:-1]
+
+    def loop():
+        out = torch.zeros(e, k, n, dtype=torch.bfloat16, device="cuda")
+        for i, (s, z) in enumerate(zip(starts, sizes)):
+            if z:
+                torch.mm(x[s:s + z].t(), gy[s:s + z], out=out[i])
+        return out
+
+    fns = {"grouped": lambda: grouped_mm_direct(x.t(), gy, offs, bn=bn),
+           "torch_grouped": lambda: torch._grouped_mm(x.t(), gy, offs), "loop": loop}
+    ref = torch._grouped_mm(x.t(), gy, offs).double()
+    got = fns["grouped"]().double()
+    err = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+    t = time_fns(fns, x, gy, budget_s=budget, rounds=3, warmup=3)
+    ours = t["grouped"].median_ms
+    flop = 2.0 * rows * n * k
+    row = {"case": name, "layout": "contiguous", "direction": "grad_w", "E": e, "rows": rows, "N": n, "K": k,
+           "tflops": flop / ours / 1e9, "ratio_torch_grouped": t["torch_grouped"].median_ms / ours,
+           "ratio_loop": t["loop"].median_ms / ours, "correct": err <= 2e-2, "rel_err_vs_torch": err,
+           "bn": bn or 128, "ms": {k2: v.median_ms for k2, v in t.items()},
+           "spread": {k2: round(v.spread, 4) for k2, v in t.items()},
+           "tflops_torch_grouped": flop / t["torch_grouped"].median_ms / 1e9, "tflops_loop": flop / t["loop"].median_ms / 1e9}
+    print(f"{name:22s} grad_w E={e:4d} rows={rows:6d} N={n:6d} K={k:6d}  grouped {ours:8.3f} ms "
           f"{row['tflops']:6.1f} TF/s  x{row['ratio_torch_grouped']:.2f} torch_grouped  x{row['ratio_loop']:.2f} loop"
           f"  err {err:.2e}", flush=True)
     return row
@@ -172,9 +206,10 @@ def main(argv: list[str] | None = None) -> int:
         if nm not in CASES:
             print(f"bench/grouped.py: unknown case {nm!r}: use {', '.join(CASES)}", file=sys.stderr)
             return 2
-    directions = ("fwd",) if args.quick else ("fwd", "grad_x")
+    directions = ("fwd",) if args.quick else ("fwd", "grad_x", "grad_w")
     budget = 0.3 if args.quick else 0.8
-    rows = [run_case(nm, d, budget, args.bn) for nm in names for d in directions]
+    rows = [run_case(nm, d, budget, args.bn) for nm in names for d in directions
+            if not (d == "grad_w" and nm.startswith("decode"))]
     decode = [nm for nm in names if nm.startswith("decode")]
     if decode:
         e, _, n, k, _, _ = CASES[decode[0]]
