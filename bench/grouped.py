@@ -7,9 +7,10 @@ Cases (the issue's table; rows sorted by expert, group sizes from a fixed-seed l
 scaled to the issue's ranges, int32 ``offs`` on the device): Mixtral-8x7B gate+up and down (skewed),
 Qwen3-30B-A3B gate+up and down (128 experts), DeepSeek-V3-like 32 experts, decode (128 experts, about
 4 rows each). Directions: ``fwd`` (x @ w[e].T, the weight K-major), ``grad_x`` (grad_y @ w[e], the
-weight N-major) and ``grad_w`` (x[rows_e].T @ grad_y[rows_e], grouped along K; not for decode); the decode case also in the masked layout (a (E, M_max, K) with counts on the device),
-with its weight bandwidth against a measured device copy (``ratio_copy_bandwidth``). ``--quick``: three
-cases, forward only, shorter budget.
+weight N-major) and ``grad_w`` (x[rows_e].T @ grad_y[rows_e], grouped along K; not for decode). The
+decode case also runs in the masked layout (a (E, M_max, K) with counts on the device), with its
+weight bandwidth against a measured device copy (``ratio_copy_bandwidth``). ``--quick``: three cases,
+forward only, shorter budget; ``--directions`` picks others.
 
 Per case and direction, three callables timed with gates.performance.time_fns (L2 flushed before each
 call, interleaved rounds): ``grouped`` (this library), ``torch_grouped`` (torch._grouped_mm, bf16 only),
@@ -198,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--cases", default=None, help=f"comma list of {', '.join(CASES)}")
     p.add_argument("--bn", type=int, default=None, choices=(128, 256), help="tile width (default by N)")
+    p.add_argument("--directions", default=None, help="comma list of fwd, grad_x, grad_w")
     add_output_argument(p)
     args = p.parse_args(argv)
     require_gpu(__file__)
@@ -207,6 +209,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench/grouped.py: unknown case {nm!r}: use {', '.join(CASES)}", file=sys.stderr)
             return 2
     directions = ("fwd",) if args.quick else ("fwd", "grad_x", "grad_w")
+    if args.directions:
+        directions = tuple(args.directions.split(","))
+        if not set(directions) <= {"fwd", "grad_x", "grad_w"}:
+            print(f"bench/grouped.py: --directions {args.directions!r}: use fwd, grad_x, grad_w", file=sys.stderr)
+            return 2
     budget = 0.3 if args.quick else 0.8
     rows = [run_case(nm, d, budget, args.bn) for nm in names for d in directions
             if not (d == "grad_w" and nm.startswith("decode"))]
