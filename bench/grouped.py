@@ -1,7 +1,7 @@
 """The grouped GEMM's benchmark (issue 24): gemm_ladder.grouped_mm against torch._grouped_mm and a loop
 of torch.mm per expert, in one run, interleaved, on the same tensors.
 
-    python bench/grouped.py [--quick] [--cases NAME,...] [--bn 128|256] [-o OUT.json]
+    python bench/grouped.py [--quick] [--cases NAME,...] [--directions fwd,grad_x,grad_w] [--bn 128|256] [-o OUT.json]
 
 Cases (the issue's table; rows sorted by expert, group sizes from a fixed-seed log-normal routing
 scaled to the issue's ranges, int32 ``offs`` on the device): Mixtral-8x7B gate+up and down (skewed),

@@ -47,10 +47,10 @@ crc=$?
 echo "canary rc=$crc" >>"$OUT/canary.log"
 rc=$crc
 if [ $crc -eq 0 ]; then
-  timeout 280 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_grouped*.py >"$OUT/pytest.log" 2>&1
+  timeout 260 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_grouped*.py >"$OUT/pytest.log" 2>&1
   rc=$?
   echo "pytest rc=$rc" >>"$OUT/pytest.log"
-  (cd bench && timeout 100 python3 grouped.py --quick --directions fwd,grad_x,grad_w) >"$OUT/bench.log" 2>&1
+  (cd bench && timeout 120 python3 grouped.py --quick --directions fwd,grad_x,grad_w) >"$OUT/bench.log" 2>&1
   echo "bench rc=$?" >>"$OUT/bench.log"
 fi
 tail -n 40 "$OUT/build.log" "$OUT/canary.log" "$OUT/pytest.log" "$OUT/bench.log" 2>/dev/null
