@@ -78,15 +78,15 @@ def run_case(name: str, direction: str, budget: float, bn: int | None) -> dict:
     starts = [0] + torch.tensor(sizes).cumsum(0).tolist()[:-1]
     slices = [(s, s + z, i) for i, (s, z) in enumerate(zip(starts, sizes)) if z]
 
-    def loop():
+    def loop(*_):
         out = torch.empty(rows, out_n, dtype=torch.bfloat16, device=dev)
         for s, t, i in slices:
             torch.mm(a[s:t], b[i], out=out[s:t])
         return out
 
     fns = {
-        "grouped": lambda: grouped_mm_direct(a, b, offs, bn=bn),
-        "torch_grouped": lambda: torch._grouped_mm(a, b, offs),
+        "grouped": lambda *_: grouped_mm_direct(a, b, offs, bn=bn),
+        "torch_grouped": lambda *_: torch._grouped_mm(a, b, offs),
         "loop": loop,
     }
     ref = torch._grouped_mm(a, b, offs).double()
@@ -115,15 +115,15 @@ def run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn) -> dict:
     gy = torch.randn(rows, n, dtype=torch.bfloat16, device="cuda")
     starts = [0] + torch.tensor(sizes).cumsum(0).tolist()[:-1]
 
-    def loop():
+    def loop(*_):
         out = torch.zeros(e, k, n, dtype=torch.bfloat16, device="cuda")
         for i, (s, z) in enumerate(zip(starts, sizes)):
             if z:
                 torch.mm(x[s:s + z].t(), gy[s:s + z], out=out[i])
         return out
 
-    fns = {"grouped": lambda: grouped_mm_direct(x.t(), gy, offs, bn=bn),
-           "torch_grouped": lambda: torch._grouped_mm(x.t(), gy, offs), "loop": loop}
+    fns = {"grouped": lambda *_: grouped_mm_direct(x.t(), gy, offs, bn=bn),
+           "torch_grouped": lambda *_: torch._grouped_mm(x.t(), gy, offs), "loop": loop}
     ref = torch._grouped_mm(x.t(), gy, offs).double()
     got = fns["grouped"]().double()
     err = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
@@ -147,7 +147,7 @@ def copy_bandwidth_gbs(nbytes: int) -> float:
     bandwidth yardstick (issue 24: decode >= 85% of the measured copy bandwidth in weight bytes read)."""
     src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda")
     dst = torch.empty_like(src)
-    t = time_fns({"copy": lambda: dst.copy_(src)}, src, dst, budget_s=0.3, rounds=1)["copy"]
+    t = time_fns({"copy": lambda *_: dst.copy_(src)}, src, dst, budget_s=0.3, rounds=1)["copy"]
     return 2 * nbytes / t.median_ms / 1e6
 
 
@@ -167,14 +167,14 @@ def run_masked_decode(name: str, budget: float, bn: int | None, copy_gbs: float)
     starts = [0] + torch.tensor(sizes).cumsum(0).tolist()[:-1]
     slices = [(s, s + z, i) for i, (s, z) in enumerate(zip(starts, sizes)) if z]
 
-    def loop():
+    def loop(*_):
         out = torch.empty(rows, n, dtype=torch.bfloat16, device="cuda")
         for s, t, i in slices:
             torch.mm(x[s:t], b[i], out=out[s:t])
         return out
 
-    fns = {"grouped": lambda: grouped_mm_masked_direct(a, b, counts, bn=bn),
-           "torch_grouped": lambda: torch._grouped_mm(x, b, offs), "loop": loop}
+    fns = {"grouped": lambda *_: grouped_mm_masked_direct(a, b, counts, bn=bn),
+           "torch_grouped": lambda *_: torch._grouped_mm(x, b, offs), "loop": loop}
     got = fns["grouped"]()
     ref = torch._grouped_mm(x, b, offs).double()
     mine = torch.cat([got[i, :z] for i, z in enumerate(sizes)]).double()
