@@ -2,6 +2,7 @@
 of torch.mm per expert, in one run, interleaved, on the same tensors.
 
     python bench/grouped.py [--quick] [--cases NAME,...] [--directions fwd,grad_x,grad_w] [--bn 128|256] [-o OUT.json]
+    compute-sanitizer --tool memcheck python bench/grouped.py --sanitize
 
 Cases (the issue's table; rows sorted by expert, group sizes from a fixed-seed log-normal routing
 scaled to the issue's ranges, int32 ``offs`` on the device): Mixtral-8x7B gate+up and down (skewed),
@@ -194,15 +195,61 @@ def run_masked_decode(name: str, budget: float, bn: int | None, copy_gbs: float)
     return row
 
 
+def sanitize() -> int:
+    """Every build once on small shapes (both dtypes, both tile widths, K- and N-major weights, bias, fp32
+    out, grouped along K, the masked layout; empty, one-row and unaligned groups), each checked against
+    float64; nothing timed or written. For compute-sanitizer (memcheck, racecheck, synccheck)."""
+    from gemm_ladder.api_grouped import grouped_mm_masked_direct
+
+    sizes = [0, 1, 70, 129, 0, 33]
+    offs = torch.tensor(sizes).cumsum(0).to(torch.int32).cuda()
+    ends = [0] + offs.tolist()
+    bad = 0
+
+    def check(tag, got, ref):
+        nonlocal bad
+        err = float((got.double() - ref).norm() / ref.norm().clamp_min(1e-30))
+        ok = err <= 2e-2
+        bad += not ok
+        print(f"{tag:40s} rel err {err:.2e} {'ok' if ok else 'WRONG'}", flush=True)
+
+    for dt in (torch.bfloat16, torch.float16):
+        x = torch.randn(sum(sizes), 200, dtype=dt, device="cuda")
+        w = torch.randn(len(sizes), 136, 200, dtype=dt, device="cuda")
+        bias = torch.randn(len(sizes), 136, dtype=dt, device="cuda")
+        ref = torch.cat([x[ends[i]:ends[i + 1]].double() @ w[i].double().T for i in range(len(sizes))])
+        for bn in (128, 256):
+            check(f"{dt} fwd bn {bn}", grouped_mm_direct(x, w.transpose(1, 2), offs, bn=bn), ref)
+            wn = w.transpose(1, 2).contiguous()  # (E, K, N) row-major: N-major
+            check(f"{dt} n-major bn {bn}", grouped_mm_direct(x, wn, offs, bn=bn), ref)
+            check(f"{dt} grouped along K bn {bn}", grouped_mm_direct(x.t(), ref.to(dt), offs, bn=bn),
+                  torch.stack([x[ends[i]:ends[i + 1]].double().T @ ref[ends[i]:ends[i + 1]].to(dt).double()
+                               for i in range(len(sizes))]))
+        rows_bias = torch.cat([bias[i].double().expand(ends[i + 1] - ends[i], -1) for i in range(len(sizes))])
+        check(f"{dt} bias", grouped_mm_direct(x, w.transpose(1, 2), offs, bias=bias), ref + rows_bias)
+        check(f"{dt} fp32 out", grouped_mm_direct(x, w.transpose(1, 2), offs, out_dtype=torch.float32), ref)
+        counts = torch.tensor([3, 0, 16, 1, 9, 16], dtype=torch.int32, device="cuda")
+        a = torch.randn(len(sizes), 16, 200, dtype=dt, device="cuda")
+        got = grouped_mm_masked_direct(a, w.transpose(1, 2), counts)
+        cs = counts.tolist()
+        check(f"{dt} masked", torch.cat([got[i, :c] for i, c in enumerate(cs)]),
+              torch.cat([a[i, :c].double() @ w[i].double().T for i, c in enumerate(cs)]))
+    torch.cuda.synchronize()
+    return 1 if bad else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--cases", default=None, help=f"comma list of {', '.join(CASES)}")
     p.add_argument("--bn", type=int, default=None, choices=(128, 256), help="tile width (default by N)")
     p.add_argument("--directions", default=None, help="comma list of fwd, grad_x, grad_w")
+    p.add_argument("--sanitize", action="store_true", help="every build once on small shapes, checked; nothing timed")
     add_output_argument(p)
     args = p.parse_args(argv)
     require_gpu(__file__)
+    if args.sanitize:
+        return sanitize()
     names = args.cases.split(",") if args.cases else list(QUICK if args.quick else CASES)
     for nm in names:
         if nm not in CASES:
