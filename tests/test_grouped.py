@@ -198,3 +198,55 @@ def test_builds_pass_the_resource_gate(cfg, dtype, use_cache):
     assert report.sass["UTMALDG"] > 0 and report.sass["UTMASTG"] == 0  # TMA loads, register stores
     assert "USETMAXREG" in sass
     assert f"HGMMA.64x{cfg['bn']}x16.F32" in sass
+
+
+# --- the schedule's arithmetic (grouped_scheduler.cuh, mirrored) ----------------------------------------
+def _table(offs, total_rows, bm):
+    """GroupTable::build: clamped running maximum of the ends, the prefix of M-tile counts."""
+    ends, tiles, prev = [], [0], 0
+    for o in offs:
+        end = max(prev, min(max(o, 0), total_rows))
+        tiles.append(tiles[-1] + -(-(end - prev) // bm))
+        ends.append(end)
+        prev = end
+    return ends, tiles
+
+
+def _group_of(tile_start, mt):
+    lo, hi = 0, len(tile_start) - 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if tile_start[mid + 1] > mt:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_grouped_schedule_writes_every_grouped_row_once(seed):
+    import random
+
+    from gemm_ladder.design.plan import GROUP_M, unit_coords
+
+    rng = random.Random(seed)
+    e = rng.choice([1, 3, 8, 33])
+    sizes = [rng.choice([0, 0, 1, rng.randrange(1, 300)]) for _ in range(e)]
+    offs = list(__import__("itertools").accumulate(sizes))
+    total = offs[-1] + rng.randrange(0, 40)
+    if rng.random() < 0.2 and e > 1:  # offsets past the rows or decreasing: clamped, never out of range
+        offs[rng.randrange(e)] = rng.choice([-5, total + 100])
+    bm, tiles_n = 128, 3
+    ends, tile_start = _table(offs, total, bm)
+    written = {}
+    for unit in range(tile_start[-1] * tiles_n):
+        mt, tn = unit_coords(unit, tile_start[-1], tiles_n, GROUP_M)
+        g = _group_of(tile_start, mt)
+        begin = ends[g - 1] if g else 0
+        row0 = begin + (mt - tile_start[g]) * bm
+        for r in range(row0, min(row0 + bm, ends[g])):
+            assert r not in written.get(tn, {}), f"row {r} written twice"
+            written.setdefault(tn, {})[r] = g
+    for tn in range(tiles_n):
+        want = {r: g for g in range(e) for r in range(ends[g - 1] if g else 0, ends[g])}
+        assert written.get(tn, {}) == want
