@@ -184,20 +184,22 @@ def test_cuda_graph_replays_new_routing():
         _check(out, x, w, offs.tolist(), torch.bfloat16, seed, tag=f"graph {sizes}")
 
 
-def test_torch_compile_fullgraph():
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_torch_compile_fullgraph(dynamic):
     seed = _seed()
     e, n, k = 4, 128, 192
-    x = torch.randn(400, k, dtype=torch.bfloat16, device="cuda")
-    w = torch.randn(e, n, k, dtype=torch.bfloat16, device="cuda")
-    offs = _offs([100, 0, 250, 50])
 
-    @torch.compile(fullgraph=True)
+    @torch.compile(fullgraph=True, dynamic=dynamic)
     def f(x, w, offs):
         return torch.relu(gemm_ladder.grouped_mm(x, w.transpose(1, 2), offs)) * 2
 
-    got = f(x, w, offs)
-    want = torch.relu(grouped_mm_direct(x, w.transpose(1, 2), offs)) * 2
-    assert torch.equal(got, want), f"seed {seed}"
+    for rows in (400, 1000) if dynamic else (400,):  # a second row count: the same graph when dynamic
+        x = torch.randn(rows, k, dtype=torch.bfloat16, device="cuda")
+        w = torch.randn(e, n, k, dtype=torch.bfloat16, device="cuda")
+        offs = _offs([100, 0, rows - 150, 50])
+        got = f(x, w, offs)
+        want = torch.relu(grouped_mm_direct(x, w.transpose(1, 2), offs)) * 2
+        assert torch.equal(got, want), f"rows {rows} (seed {seed})"
 
 
 def test_autograd_grad_x_and_grad_w():
