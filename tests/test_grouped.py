@@ -250,3 +250,23 @@ def test_the_grouped_schedule_writes_every_grouped_row_once(seed):
     for tn in range(tiles_n):
         want = {r: g for g in range(e) for r in range(ends[g - 1] if g else 0, ends[g])}
         assert written.get(tn, {}) == want
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_dynamo_traces_the_public_functions_without_a_graph_break(dynamic):
+    """torch.compile(fullgraph=True)'s front end on fake CUDA tensors (no GPU needed): one graph holding
+    the ops, the validation traced as guards (no address read: fake tensors have none)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def f(x, w, bias, offs):
+        h = gemm_ladder.grouped_linear(x, w, offs, bias, activation="silu")
+        return gemm_ladder.grouped_mm(h, w, offs)  # w (E, N, K) as b: N-major, the grad_x layout
+
+    with FakeTensorMode():
+        x = torch.empty(400, 128, dtype=BF, device="cuda")
+        w = torch.empty(4, 128, 128, dtype=BF, device="cuda")
+        bias = torch.empty(4, 128, dtype=BF, device="cuda")
+        offs = torch.empty(4, dtype=torch.int32, device="cuda")
+    out = torch._dynamo.export(f, aten_graph=False, assume_static_by_default=not dynamic)(x, w, bias, offs)
+    code = out.graph_module.code
+    assert "gemm_ladder.grouped_linear" in code and "gemm_ladder.grouped_mm" in code
