@@ -270,3 +270,30 @@ def test_dynamo_traces_the_public_functions_without_a_graph_break(dynamic):
     out = torch._dynamo.export(f, aten_graph=False, assume_static_by_default=not dynamic)(x, w, bias, offs)
     code = out.graph_module.code
     assert "gemm_ladder.grouped_linear" in code and "gemm_ladder.grouped_mm" in code
+
+
+def test_an_empty_problem_passes_validation_before_the_stride_rules():
+    """GPU round 2: x (10, 0) has a row pitch of 1 element; an empty K returns zeros, never a stride refusal."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = torch.randn(10, 0, dtype=BF, device="cuda")
+        w = torch.randn(3, 32, 0, dtype=BF, device="cuda")
+        offs = torch.zeros(3, dtype=torch.int32, device="cuda")
+        assert check_grouped_mm(x, w.transpose(1, 2), offs) == ("2d3d", BF)
+        assert check_grouped_mm(torch.randn(0, 7, dtype=BF, device="cuda"), torch.randn(3, 7, 32, dtype=BF, device="cuda"),
+                                offs)[0] == "2d3d"
+
+
+def test_maps_are_encoded_with_the_device_context_current(monkeypatch):
+    """GPU round 2: autograd's backward thread has no current driver context; every encode (and launch)
+    makes the device's context current first."""
+    import gemm_ladder.library.grouped as g
+
+    calls = []
+    monkeypatch.setattr(g, "ensure_context", lambda device: calls.append(("context", device)))
+    monkeypatch.setattr(g, "encode_tiled", lambda kwargs: calls.append(("encode", kwargs["globalAddress"])) or object())
+    spec = grouped_gemm(128).plan(256, 256, 256, 2, "bf16").tensor_maps["x"]
+    t = torch.empty(256, 256, dtype=BF)
+    g._encode(torch.device("cuda", 0), (spec, t))
+    assert calls[0] == ("context", torch.device("cuda", 0)) and calls[1][0] == "encode"

@@ -107,6 +107,8 @@ def check_grouped_mm(a, b, offs, out_dtype=None) -> tuple[str, torch.dtype]:
     k, n = b.shape[1], b.shape[2]
     if max(rows, n, k) > MAX_EXTENT:
         raise GemmInputError(f"rows, N, K = {rows}, {n}, {k}: each must be at most {MAX_EXTENT}")
+    if min(rows, n, k) == 0:  # nothing is loaded (an empty or zero result): no tensor map, no stride rule
+        return case, dt
     if a.shape[-1] > 1 and a.stride(-1) != 1:
         raise GemmInputError(f"a has strides {tuple(a.stride())}: its rows must be contiguous (stride(-1) == 1)")
     if a.dim() == 2 and a.shape[0] > 1 and a.stride(0) % _ALIGN_ELEMS:
@@ -115,8 +117,6 @@ def check_grouped_mm(a, b, offs, out_dtype=None) -> tuple[str, torch.dtype]:
         raise GemmInputError(f"a: K = {k} elements per row is not a multiple of 16 bytes (a TMA tensor map over its "
                              "E x M rows)")
     major = b_major_of(b)
-    if min(rows, n, k) == 0:  # nothing is loaded: no tensor map, no stride rule
-        return case, dt
     e = a.element_size()
     w_pitch = (b.stride(2) if n > 1 else 0) if major == "k" else (b.stride(1) if k > 1 else 0)
     w_group = b.stride(0) if groups > 1 else 0  # a size-1 dimension is never stepped over

@@ -40,7 +40,7 @@ from gemm_ladder.library.gemm import MAX_EXTENT
 from gemm_ladder.library.lru import cached
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
-from gemm_ladder.runtime.module import LoadedKernel, device_index, load
+from gemm_ladder.runtime.module import LoadedKernel, device_index, ensure_context, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
 
 SOURCE = "library/sm90_grouped_gemm.cu"
@@ -332,6 +332,7 @@ class GroupedGemm:
         rows, k = x.shape
         groups, n, _ = w.shape
         dtype = dtype_name(x.dtype)
+        ensure_context(out.device)  # autograd's backward thread has no current driver context
         kernel = self.loaded(dtype, out.device)
         try:
             plan = self.plan(rows, n, k, groups, dtype, ldx=_ld(x, 0, k), w_strides=self.w_strides(w))
@@ -348,8 +349,7 @@ class GroupedGemm:
         """The encoded maps (x, w), cached per pointers and plan (tensor maps per call: a new pointer
         encodes new maps; a cache hit reuses them)."""
         key = (x.data_ptr(), w.data_ptr(), plan.tensor_maps["x"], plan.tensor_maps["w"])
-        return cached(self._maps, key, lambda: [encode_tiled(plan.tensor_maps["x"].encode_kwargs(x.data_ptr())),
-                                                encode_tiled(plan.tensor_maps["w"].encode_kwargs(w.data_ptr()))])
+        return cached(self._maps, key, lambda: _encode(x.device, (plan.tensor_maps["x"], x), (plan.tensor_maps["w"], w)))
 
 
     # --- the K-grouped build (the weight gradient) -------------------------------------------------
@@ -413,6 +413,7 @@ class GroupedGemm:
         m, total_k = a.shape
         n, groups = b.shape[1], out.shape[0]
         dtype = dtype_name(a.dtype)
+        ensure_context(out.device)  # autograd's backward thread has no current driver context
         kernel = self.loaded(dtype, out.device)
         lda, ldb = _ld(a, 1, m), _ld(b, 0, n)
         try:
@@ -421,13 +422,20 @@ class GroupedGemm:
             raise GemmInputError(str(exc)) from None
         tiles = groups * ceil_div(m, BM) * ceil_div(n, self.bn)
         grid = min(kernel.max_active_clusters(out.device), tiles)
-        maps = cached(self._maps, (a.data_ptr(), b.data_ptr(), plan.tensor_maps["a"], plan.tensor_maps["b"]), lambda: [
-            encode_tiled(plan.tensor_maps["a"].encode_kwargs(a.data_ptr())),
-            encode_tiled(plan.tensor_maps["b"].encode_kwargs(b.data_ptr()))])
+        maps = cached(self._maps, (a.data_ptr(), b.data_ptr(), plan.tensor_maps["a"], plan.tensor_maps["b"]),
+                      lambda: _encode(a.device, (plan.tensor_maps["a"], a), (plan.tensor_maps["b"], b)))
         args = [*maps, ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld(out, 1, n)),
                 ctypes.c_longlong(out.stride(0) if groups > 1 else m * n), ctypes.c_void_p(offs.data_ptr()),
                 ctypes.c_int(groups), ctypes.c_int(total_k), ctypes.c_int(m), ctypes.c_int(n)]
         kernel.launch((grid, 1, 1), args, torch.cuda.current_stream(out.device))
+
+
+def _encode(device: torch.device, *specs) -> list:
+    """Encode (spec, tensor) pairs into CUtensorMaps, the device's context made current first: autograd
+    runs a backward on a thread of its own, which has no current driver context (cuTensorMapEncodeTiled
+    then fails with CUDA_ERROR_INVALID_CONTEXT)."""
+    ensure_context(device)
+    return [encode_tiled(spec.encode_kwargs(t.data_ptr())) for spec, t in specs]
 
 
 def _ld(t: torch.Tensor, dim: int, dense: int) -> int:
