@@ -101,7 +101,7 @@ def run_case(name: str, direction: str, budget: float, bn: int | None) -> dict:
         "tflops": flop / ours / 1e9, "ratio_torch_grouped": t["torch_grouped"].median_ms / ours,
         "ratio_loop": t["loop"].median_ms / ours, "correct": err <= 2e-2, "rel_err_vs_torch": err,
         "group_sizes": {"min": min(sizes), "max": max(sizes), "empty": sizes.count(0)},
-        "bn": bn or (256 if out_n >= 2048 else 128),
+        "bn": bn or (256 if out_n >= 2048 or (out_n >= 1024 and rows >= 64 * e) else 128),
         "ms": {k2: v.median_ms for k2, v in t.items()}, "spread": {k2: round(v.spread, 4) for k2, v in t.items()},
         "tflops_torch_grouped": flop / t["torch_grouped"].median_ms / 1e9, "tflops_loop": flop / t["loop"].median_ms / 1e9,
     }

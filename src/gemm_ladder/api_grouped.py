@@ -273,8 +273,8 @@ def _launch(x, b, offs, out, bias, bn, masked: bool = False) -> None:
         return
     major = b_major_of(b)
     w = b.transpose(1, 2)  # (E, N, K): stride(2) == 1 for a K-major b, stride(1) == 1 for an N-major one
-    if bn is None:
-        bn = 256 if n >= 2048 else 128
+    if bn is None:  # measured (docs/grouped.md): 256 won on Qwen3's N = 1536 prefill; decode kept at 128
+        bn = 256 if n >= 2048 or (n >= 1024 and rows >= 64 * groups) else 128
     kernel = grouped_gemm(bn, major, out.dtype == torch.float32, bias is not None, masked=masked)
     kernel.launch(x, w, offs, out, bias)
 
