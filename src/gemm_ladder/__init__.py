@@ -31,6 +31,7 @@ _ERRORS = ("CaptureBuildError", "CompileError", "CompilerNotFoundError", "CudaEr
 
 __all__ = ["Epilogue", "Explanation", "__version__", "explain", "linear", "mm", "nn", "ops", "precompile", "swiglu",
            *_ERRORS]
+__all__ += ["grouped_linear", "grouped_mm", "grouped_mm_masked"]  # mixture-of-experts grouped GEMM (ops_grouped.py)
 
 _API = ("Epilogue", "Explanation", "explain", "linear", "mm", "swiglu")
 
@@ -46,6 +47,7 @@ def _register_ops() -> None:
         import importlib
 
         importlib.import_module("gemm_ladder.ops")
+        importlib.import_module("gemm_ladder.ops_grouped")
 
 
 def __getattr__(name: str):
@@ -55,6 +57,8 @@ def __getattr__(name: str):
 
         value = globals()[name] = getattr(api, name)  # kept: a per-call gemm_ladder.mm skips this hook
         return value
+    if name in ("grouped_mm", "grouped_linear", "grouped_mm_masked"):  # mixture-of-experts grouped GEMM (ops_grouped.py)
+        return getattr(__import__("gemm_ladder.ops_grouped", fromlist=[name]), name)
     if name == "precompile":  # by dtype and shape class, or a model's own set (precompile(model, example_inputs))
         from gemm_ladder.model_precompile import precompile
 
@@ -67,7 +71,7 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_API) | {"nn", "ops", "precompile"})
+    return sorted(set(globals()) | set(_API) | {"nn", "ops", "precompile", "grouped_mm", "grouped_linear", "grouped_mm_masked"})
 
 
 _register_ops()

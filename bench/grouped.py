@@ -1,0 +1,283 @@
+"""The grouped GEMM's benchmark (issue 24): gemm_ladder.grouped_mm against torch._grouped_mm and a loop
+of torch.mm per expert, in one run, interleaved, on the same tensors.
+
+    python bench/grouped.py [--quick] [--cases NAME,...] [--directions fwd,grad_x,grad_w] [--bn 128|256] [-o OUT.json]
+    compute-sanitizer --tool memcheck python bench/grouped.py --sanitize
+
+Cases (the issue's table; rows sorted by expert, group sizes from a fixed-seed log-normal routing
+scaled to the issue's ranges, int32 ``offs`` on the device): Mixtral-8x7B gate+up and down (skewed),
+Qwen3-30B-A3B gate+up and down (128 experts), DeepSeek-V3-like 32 experts, decode (128 experts, about
+4 rows each). Directions: ``fwd`` (x @ w[e].T, the weight K-major), ``grad_x`` (grad_y @ w[e], the
+weight N-major) and ``grad_w`` (x[rows_e].T @ grad_y[rows_e], grouped along K; not for decode). The
+decode case also runs in the masked layout (a (E, M_max, K) with counts on the device), with its
+weight bandwidth against a measured device copy (``ratio_copy_bandwidth``). ``--quick``: three cases,
+forward only, shorter budget; ``--directions`` picks others.
+
+Per case and direction, three callables timed with gates.performance.time_fns (L2 flushed before each
+call, interleaved rounds): ``grouped`` (this library), ``torch_grouped`` (torch._grouped_mm, bf16 only),
+``loop`` (torch.mm per expert over host-side slices: the group sizes known on the host, which the other
+two do not need). The library's output is checked against torch._grouped_mm's first (relative
+Frobenius error <= 2e-2) and a row is marked ``"correct": false`` otherwise.
+
+Result: ``DATE_grouped_COMMIT.json`` (bench/suite.py) with ``rows: [{case, layout, direction, E, rows,
+N, K, tflops, ratio_torch_grouped, ratio_loop, ...}]`` (ratios: library speed / theirs, > 1 faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from gemm_ladder.api_grouped import grouped_mm_direct
+from gemm_ladder.gates.performance import time_fns
+from suite import add_output_argument, require_gpu, save
+
+#: name -> (E, rows, N, K, smallest, largest group): the issue's table.
+CASES = {
+    "mixtral_gate_up": (8, 16384, 28672, 4096, 2048, 2048),
+    "mixtral_down_skewed": (8, 16384, 4096, 14336, 412, 4390),
+    "qwen3_gate_up": (128, 32768, 1536, 2048, 0, 463),
+    "qwen3_down": (128, 32768, 2048, 768, 0, 515),
+    "deepseek_v3_32": (32, 32768, 4096, 7168, 21, 2423),
+    "decode_128": (128, 512, 1536, 2048, 0, 12),
+}
+QUICK = ("mixtral_down_skewed", "qwen3_gate_up", "decode_128")
+
+
+def group_sizes(e: int, rows: int, lo: int, hi: int, seed: int = 0) -> list[int]:
+    """``e`` sizes summing to ``rows``, equal when lo == hi, else log-normal clipped to [lo, hi]."""
+    if lo == hi:
+        return [rows // e] * (e - 1) + [rows - rows // e * (e - 1)]
+    g = torch.Generator().manual_seed(seed)
+    w = torch.exp(torch.randn(e, generator=g) * 0.8)
+    sizes = (w / w.sum() * rows).round().clamp(lo, hi).long()
+    while int(sizes.sum()) != rows:  # move the remainder into groups with room
+        d = rows - int(sizes.sum())
+        i = int(torch.randint(e, (1,), generator=g))
+        sizes[i] += min(d, hi - int(sizes[i])) if d > 0 else max(d, lo - int(sizes[i]))
+    return sizes.tolist()
+
+
+def run_case(name: str, direction: str, budget: float, bn: int | None) -> dict:
+    e, rows, n, k, lo, hi = CASES[name]
+    sizes = group_sizes(e, rows, lo, hi)
+    dev = "cuda"
+    offs = torch.tensor(sizes).cumsum(0).to(torch.int32).to(dev)
+    if direction == "grad_w":  # grad_w[e] = x[rows_e].T @ grad_y[rows_e]: (E, K, N), grouped along K
+        return run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn)
+    if direction == "fwd":  # y = x @ w[e].T, w (E, N, K)
+        a = torch.randn(rows, k, dtype=torch.bfloat16, device=dev)
+        w = torch.randn(e, n, k, dtype=torch.bfloat16, device=dev) / k**0.5
+        b = w.transpose(1, 2)  # (E, K, N), K-major per group
+        out_n, red = n, k
+    else:  # grad_x = grad_y @ w[e], grad_y (R, N): the weight (E, N, K) is N-major as b
+        a = torch.randn(rows, n, dtype=torch.bfloat16, device=dev)
+        b = torch.randn(e, n, k, dtype=torch.bfloat16, device=dev) / n**0.5
+        out_n, red = k, n
+    starts = [0] + torch.tensor(sizes).cumsum(0).tolist()[:-1]
+    slices = [(s, s + z, i) for i, (s, z) in enumerate(zip(starts, sizes)) if z]
+
+    def loop(*_):
+        out = torch.empty(rows, out_n, dtype=torch.bfloat16, device=dev)
+        for s, t, i in slices:
+            torch.mm(a[s:t], b[i], out=out[s:t])
+        return out
+
+    fns = {
+        "grouped": lambda *_: grouped_mm_direct(a, b, offs, bn=bn),
+        "torch_grouped": lambda *_: torch._grouped_mm(a, b, offs),
+        "loop": loop,
+    }
+    ref = torch._grouped_mm(a, b, offs).double()
+    got = fns["grouped"]().double()
+    err = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+    t = time_fns(fns, a, b[0], budget_s=budget, rounds=3, warmup=3)
+    flop = 2.0 * rows * out_n * red
+    ours = t["grouped"].median_ms
+    row = {
+        "case": name, "layout": "contiguous", "direction": direction, "E": e, "rows": rows, "N": out_n, "K": red,
+        "tflops": flop / ours / 1e9, "ratio_torch_grouped": t["torch_grouped"].median_ms / ours,
+        "ratio_loop": t["loop"].median_ms / ours, "correct": err <= 2e-2, "rel_err_vs_torch": err,
+        "group_sizes": {"min": min(sizes), "max": max(sizes), "empty": sizes.count(0)},
+        "bn": bn or (256 if out_n >= 2048 or (out_n >= 1024 and rows >= 64 * e) else 128),
+        "ms": {k2: v.median_ms for k2, v in t.items()}, "spread": {k2: round(v.spread, 4) for k2, v in t.items()},
+        "tflops_torch_grouped": flop / t["torch_grouped"].median_ms / 1e9, "tflops_loop": flop / t["loop"].median_ms / 1e9,
+    }
+    print(f"{name:22s} {direction:6s} E={e:4d} rows={rows:6d} N={out_n:6d} K={red:6d}  grouped {ours:8.3f} ms "
+          f"{row['tflops']:6.1f} TF/s  x{row['ratio_torch_grouped']:.2f} torch_grouped  x{row['ratio_loop']:.2f} loop"
+          f"  err {err:.2e}", flush=True)
+    return row
+
+
+def run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn) -> dict:
+    x = torch.randn(rows, k, dtype=torch.bfloat16, device="cuda")
+    gy = torch.randn(rows, n, dtype=torch.bfloat16, device="cuda")
+    starts = [0] + torch.tensor(sizes).cumsum(0).tolist()[:-1]
+
+    def loop(*_):
+        out = torch.zeros(e, k, n, dtype=torch.bfloat16, device="cuda")
+        for i, (s, z) in enumerate(zip(starts, sizes)):
+            if z:
+                torch.mm(x[s:s + z].t(), gy[s:s + z], out=out[i])
+        return out
+
+    fns = {"grouped": lambda *_: grouped_mm_direct(x.t(), gy, offs, bn=bn),
+           "torch_grouped": lambda *_: torch._grouped_mm(x.t(), gy, offs), "loop": loop}
+    ref = torch._grouped_mm(x.t(), gy, offs).double()
+    got = fns["grouped"]().double()
+    err = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+    t = time_fns(fns, x, gy, budget_s=budget, rounds=3, warmup=3)
+    ours = t["grouped"].median_ms
+    flop = 2.0 * rows * n * k
+    row = {"case": name, "layout": "contiguous", "direction": "grad_w", "E": e, "rows": rows, "N": n, "K": k,
+           "tflops": flop / ours / 1e9, "ratio_torch_grouped": t["torch_grouped"].median_ms / ours,
+           "ratio_loop": t["loop"].median_ms / ours, "correct": err <= 2e-2, "rel_err_vs_torch": err,
+           "bn": bn or 128, "ms": {k2: v.median_ms for k2, v in t.items()},
+           "spread": {k2: round(v.spread, 4) for k2, v in t.items()},
+           "tflops_torch_grouped": flop / t["torch_grouped"].median_ms / 1e9, "tflops_loop": flop / t["loop"].median_ms / 1e9}
+    print(f"{name:22s} grad_w E={e:4d} rows={rows:6d} N={n:6d} K={k:6d}  grouped {ours:8.3f} ms "
+          f"{row['tflops']:6.1f} TF/s  x{row['ratio_torch_grouped']:.2f} torch_grouped  x{row['ratio_loop']:.2f} loop"
+          f"  err {err:.2e}", flush=True)
+    return row
+
+
+def copy_bandwidth_gbs(nbytes: int) -> float:
+    """A device-to-device copy of ``nbytes`` (read + write bytes per second, GB/s): the decode rows'
+    bandwidth yardstick (issue 24: decode >= 85% of the measured copy bandwidth in weight bytes read)."""
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda")
+    dst = torch.empty_like(src)
+    t = time_fns({"copy": lambda *_: dst.copy_(src)}, src, dst, budget_s=0.3, rounds=1)["copy"]
+    return 2 * nbytes / t.median_ms / 1e6
+
+
+def run_masked_decode(name: str, budget: float, bn: int | None, copy_gbs: float) -> dict:
+    """The decode case in the masked layout: a (E, M_max, K) with the same routing's counts on the device."""
+    from gemm_ladder.api_grouped import grouped_mm_masked_direct
+
+    e, rows, n, k, lo, hi = CASES[name]
+    sizes = group_sizes(e, rows, lo, hi)
+    m_max = max(16, max(sizes))
+    counts = torch.tensor(sizes, dtype=torch.int32, device="cuda")
+    a = torch.randn(e, m_max, k, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(e, n, k, dtype=torch.bfloat16, device="cuda") / k**0.5
+    b = w.transpose(1, 2)
+    x = torch.cat([a[i, :z] for i, z in enumerate(sizes)])
+    offs = counts.cumsum(0).to(torch.int32)
+    starts = [0] + torch.tensor(sizes).cumsum(0).tolist()[:-1]
+    slices = [(s, s + z, i) for i, (s, z) in enumerate(zip(starts, sizes)) if z]
+
+    def loop(*_):
+        out = torch.empty(rows, n, dtype=torch.bfloat16, device="cuda")
+        for s, t, i in slices:
+            torch.mm(x[s:t], b[i], out=out[s:t])
+        return out
+
+    fns = {"grouped": lambda *_: grouped_mm_masked_direct(a, b, counts, bn=bn),
+           "torch_grouped": lambda *_: torch._grouped_mm(x, b, offs), "loop": loop}
+    got = fns["grouped"]()
+    ref = torch._grouped_mm(x, b, offs).double()
+    mine = torch.cat([got[i, :z] for i, z in enumerate(sizes)]).double()
+    err = float((mine - ref).norm() / ref.norm().clamp_min(1e-30))
+    t = time_fns(fns, a, w, budget_s=budget, rounds=3, warmup=3)
+    ours = t["grouped"].median_ms
+    flop = 2.0 * rows * n * k
+    weight_bytes = sum(1 for z in sizes if z) * n * k * 2
+    row = {"case": name, "layout": "masked", "direction": "fwd", "E": e, "rows": rows, "N": n, "K": k,
+           "tflops": flop / ours / 1e9, "ratio_torch_grouped": t["torch_grouped"].median_ms / ours,
+           "ratio_loop": t["loop"].median_ms / ours, "correct": err <= 2e-2, "rel_err_vs_torch": err, "m_max": m_max,
+           "ms": {k2: v.median_ms for k2, v in t.items()}, "weights_gbs": weight_bytes / ours / 1e6,
+           "copy_gbs": copy_gbs, "ratio_copy_bandwidth": weight_bytes / ours / 1e6 / copy_gbs}
+    print(f"{name:22s} masked E={e:4d} rows={rows:6d} N={n:6d} K={k:6d}  grouped {ours:8.3f} ms  weights "
+          f"{row['weights_gbs']:.0f} GB/s ({row['ratio_copy_bandwidth']:.2f} of copy)  x{row['ratio_torch_grouped']:.2f} "
+          f"torch_grouped  x{row['ratio_loop']:.2f} loop  err {err:.2e}", flush=True)
+    return row
+
+
+def sanitize() -> int:
+    """Every build once on small shapes (both dtypes, both tile widths, K- and N-major weights, bias, fp32
+    out, grouped along K, the masked layout; empty, one-row and unaligned groups), each checked against
+    float64; nothing timed or written. For compute-sanitizer (memcheck, racecheck, synccheck)."""
+    from gemm_ladder.api_grouped import grouped_mm_masked_direct
+
+    sizes = [0, 1, 70, 129, 0, 33]
+    offs = torch.tensor(sizes).cumsum(0).to(torch.int32).cuda()
+    ends = [0] + offs.tolist()
+    bad = 0
+
+    def check(tag, got, ref):
+        nonlocal bad
+        err = float((got.double() - ref).norm() / ref.norm().clamp_min(1e-30))
+        ok = err <= 2e-2
+        bad += not ok
+        print(f"{tag:40s} rel err {err:.2e} {'ok' if ok else 'WRONG'}", flush=True)
+
+    for dt in (torch.bfloat16, torch.float16):
+        x = torch.randn(sum(sizes), 200, dtype=dt, device="cuda")
+        w = torch.randn(len(sizes), 136, 200, dtype=dt, device="cuda")
+        bias = torch.randn(len(sizes), 136, dtype=dt, device="cuda")
+        ref = torch.cat([x[ends[i]:ends[i + 1]].double() @ w[i].double().T for i in range(len(sizes))])
+        for bn in (128, 256):
+            check(f"{dt} fwd bn {bn}", grouped_mm_direct(x, w.transpose(1, 2), offs, bn=bn), ref)
+            wn = w.transpose(1, 2).contiguous()  # (E, K, N) row-major: N-major
+            check(f"{dt} n-major bn {bn}", grouped_mm_direct(x, wn, offs, bn=bn), ref)
+            check(f"{dt} grouped along K bn {bn}", grouped_mm_direct(x.t(), ref.to(dt), offs, bn=bn),
+                  torch.stack([x[ends[i]:ends[i + 1]].double().T @ ref[ends[i]:ends[i + 1]].to(dt).double()
+                               for i in range(len(sizes))]))
+        rows_bias = torch.cat([bias[i].double().expand(ends[i + 1] - ends[i], -1) for i in range(len(sizes))])
+        check(f"{dt} bias", grouped_mm_direct(x, w.transpose(1, 2), offs, bias=bias), ref + rows_bias)
+        check(f"{dt} fp32 out", grouped_mm_direct(x, w.transpose(1, 2), offs, out_dtype=torch.float32), ref)
+        counts = torch.tensor([3, 0, 16, 1, 9, 16], dtype=torch.int32, device="cuda")
+        a = torch.randn(len(sizes), 16, 200, dtype=dt, device="cuda")
+        got = grouped_mm_masked_direct(a, w.transpose(1, 2), counts)
+        cs = counts.tolist()
+        check(f"{dt} masked", torch.cat([got[i, :c] for i, c in enumerate(cs)]),
+              torch.cat([a[i, :c].double() @ w[i].double().T for i, c in enumerate(cs)]))
+    torch.cuda.synchronize()
+    return 1 if bad else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--cases", default=None, help=f"comma list of {', '.join(CASES)}")
+    p.add_argument("--bn", type=int, default=None, choices=(128, 256), help="tile width (default by N)")
+    p.add_argument("--directions", default=None, help="comma list of fwd, grad_x, grad_w")
+    p.add_argument("--sanitize", action="store_true", help="every build once on small shapes, checked; nothing timed")
+    add_output_argument(p)
+    args = p.parse_args(argv)
+    require_gpu(__file__)
+    if args.sanitize:
+        return sanitize()
+    names = args.cases.split(",") if args.cases else list(QUICK if args.quick else CASES)
+    for nm in names:
+        if nm not in CASES:
+            print(f"bench/grouped.py: unknown case {nm!r}: use {', '.join(CASES)}", file=sys.stderr)
+            return 2
+    directions = ("fwd",) if args.quick else ("fwd", "grad_x", "grad_w")
+    if args.directions:
+        directions = tuple(args.directions.split(","))
+        if not set(directions) <= {"fwd", "grad_x", "grad_w"}:
+            print(f"bench/grouped.py: --directions {args.directions!r}: use fwd, grad_x, grad_w", file=sys.stderr)
+            return 2
+    budget = 0.3 if args.quick else 0.8
+    rows = [run_case(nm, d, budget, args.bn) for nm in names for d in directions
+            if not (d == "grad_w" and nm.startswith("decode"))]
+    decode = [nm for nm in names if nm.startswith("decode")]
+    if decode:
+        e, _, n, k, _, _ = CASES[decode[0]]
+        copy_gbs = copy_bandwidth_gbs(e * n * k * 2)
+        for r in rows:  # the contiguous decode rows' bandwidth too
+            if r["case"] in decode and r["direction"] == "fwd":
+                sizes = group_sizes(*[CASES[r["case"]][i] for i in (0, 1, 4, 5)])
+                wb = sum(1 for z in sizes if z) * n * k * 2
+                r.update(weights_gbs=wb / r["ms"]["grouped"] / 1e6, copy_gbs=copy_gbs,
+                         ratio_copy_bandwidth=wb / r["ms"]["grouped"] / 1e6 / copy_gbs)
+        rows += [run_masked_decode(nm, budget, args.bn, copy_gbs) for nm in decode]
+    save({"rows": rows, "quick": args.quick}, "grouped" + ("_quick" if args.quick else ""), args.output)
+    return 0 if all(r["correct"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,282 @@
+"""Grouped GEMM for mixture-of-experts layers: validation and the direct calls (no torch op boundary).
+
+:func:`grouped_mm_direct` follows ``torch._grouped_mm``'s semantics for the cases the library kernel
+(:mod:`gemm_ladder.library.grouped`) computes:
+
+* 2-D x 3-D: a (R, K), b (E, K, N), offs (E,) int32 cumulative row ends on a's device: group e's rows
+  ``a[offs[e-1]:offs[e]] @ b[e]`` into out (R, N). ``b[e]`` K-major (``w.transpose(-2, -1)`` of an
+  ``nn.Linear``-layout (E, N, K) weight) or N-major (an (E, K, N) row-major tensor) per group. Rows past
+  ``offs[E-1]`` are not written (as torch._grouped_mm).
+* 3-D x 3-D (batched): a (E, M, K), b (E, K, N), offs None: out (E, M, N), the same kernel over a viewed
+  as (E x M, K) with offs M, 2M, ... made on the device (a copy of a first when its batches are not
+  stacked rows: a.reshape).
+
+* 2-D x 2-D (grouped along K, the weight gradient): a (M, total K) with stride(0) == 1 (x.t() of a
+  row-major x), b (total K, N) row-major, offs (E,): out (E, M, N), out[e] = a[:, K_e] @ b[K_e, :] over
+  group e's range K_e = offs[e-1]..offs[e]; an empty group's out[e] is zeros. Other layouts:
+  NotSupportedError.
+
+Not yet: 3-D x 2-D: NotSupportedError.
+Errors, raised before any launch: GemmTypeError (a non-tensor), GemmInputError (dtype, device, shape,
+stride, alignment, offs), NotSupportedError (a case the kernel does not compute).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+
+from gemm_ladder.contract import DTYPES
+from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
+from gemm_ladder.library.grouped import MAX_GROUPS, grouped_gemm
+from gemm_ladder.library.gemm import MAX_EXTENT
+from gemm_ladder.library.operand import TMA_ALIGN_BYTES
+
+_ALIGN_ELEMS = TMA_ALIGN_BYTES // 2
+
+
+def _tensor(name: str, t) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise GemmTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    return t
+
+
+def out_dtype_of(a: torch.Tensor, out_dtype) -> torch.dtype:
+    """The result dtype: a's (None), or torch.float32; anything else is refused."""
+    if out_dtype is None:
+        return a.dtype
+    if not isinstance(out_dtype, torch.dtype):
+        raise GemmTypeError(f"out_dtype must be a torch.dtype or None, got {type(out_dtype).__name__}")
+    if out_dtype not in (a.dtype, torch.float32):
+        raise GemmInputError(f"out_dtype {out_dtype}: the grouped kernel writes {a.dtype} or torch.float32")
+    return out_dtype
+
+
+def b_major_of(b: torch.Tensor) -> str:
+    """'k' when each b[e] (K, N) is K-major (stride(-2) == 1, the transpose of an (E, N, K) weight),
+    'mn' when it is N-major (stride(-1) == 1); GemmInputError otherwise."""
+    _, k, n = b.shape
+    if k <= 1 or b.stride(1) == 1:
+        if n > 1 and b.stride(2) < k:
+            raise GemmInputError(f"b has strides {tuple(b.stride())}: b[e] columns overlap")
+        return "k"
+    if n <= 1 or b.stride(2) == 1:
+        return "mn"
+    raise GemmInputError(f"b has strides {tuple(b.stride())}: each b[e] (K, N) must be K-major (stride(1) == 1, "
+                         "w.transpose(-2, -1) of an (E, N, K) weight) or N-major (stride(2) == 1)")
+
+
+def check_grouped_mm(a, b, offs, out_dtype=None) -> tuple[str, torch.dtype]:
+    """Validate a grouped_mm call; returns (case, result dtype), case '2d3d', '3d3d' or '2d2d'. Raises as the
+    module docstring says; checks no value of offs on the device (no device-to-host copy)."""
+    a, b = _tensor("a", a), _tensor("b", b)
+    if offs is not None:
+        offs = _tensor("offs", offs)
+    if a.dtype not in DTYPES.values():
+        raise GemmInputError(f"a: dtype {a.dtype}, the grouped kernel takes {', '.join(str(d) for d in DTYPES.values())}")
+    if b.dtype != a.dtype:
+        raise GemmInputError(f"a and b must share one dtype: got {a.dtype} and {b.dtype}")
+    dt = out_dtype_of(a, out_dtype)
+    if a.dim() not in (2, 3) or b.dim() not in (2, 3):
+        raise GemmInputError(f"a and b must be 2-D or 3-D, got {a.dim()}-D and {b.dim()}-D")
+    if a.dim() == 2 and b.dim() == 2:
+        return _check_grouped_k(a, b, offs), dt
+    if a.dim() == 3 and b.dim() == 2:
+        raise NotSupportedError("grouped_mm of a 3-D a and a 2-D b is not computed by the library's grouped kernel")
+    if a.shape[-1] != b.shape[-2]:
+        raise GemmInputError(f"a {tuple(a.shape)} and b {tuple(b.shape)}: contraction dimensions {a.shape[-1]} and "
+                             f"{b.shape[-2]} differ")
+    groups = b.shape[0]
+    if groups > MAX_GROUPS:
+        raise NotSupportedError(f"E = {groups} groups: the grouped kernel takes at most {MAX_GROUPS}")
+    dev = a.device
+    if a.dim() == 2:
+        if offs is None:
+            raise GemmInputError("offs is required for a 2-D a: int32 cumulative row ends, one per group of b")
+        _check_offs(offs, groups, dev)
+        rows = a.shape[0]
+        case = "2d3d"
+    else:
+        if offs is not None:
+            raise GemmInputError("offs must be None for a 3-D a and a 3-D b (batched)")
+        if a.shape[0] != groups:
+            raise GemmInputError(f"a {tuple(a.shape)} and b {tuple(b.shape)}: batch sizes differ")
+        rows = a.shape[0] * a.shape[1]
+        case = "3d3d"
+    _check_device(a, b)
+    k, n = b.shape[1], b.shape[2]
+    if max(rows, n, k) > MAX_EXTENT:
+        raise GemmInputError(f"rows, N, K = {rows}, {n}, {k}: each must be at most {MAX_EXTENT}")
+    if min(rows, n, k) == 0:  # nothing is loaded (an empty or zero result): no tensor map, no stride rule
+        return case, dt
+    if a.shape[-1] > 1 and a.stride(-1) != 1:
+        raise GemmInputError(f"a has strides {tuple(a.stride())}: its rows must be contiguous (stride(-1) == 1)")
+    if a.dim() == 2 and a.shape[0] > 1 and a.stride(0) % _ALIGN_ELEMS:
+        raise GemmInputError(f"a: row pitch {a.stride(0)} elements is not a multiple of 16 bytes (a TMA tensor map)")
+    if a.dim() == 3 and rows > 1 and k % _ALIGN_ELEMS:
+        raise GemmInputError(f"a: K = {k} elements per row is not a multiple of 16 bytes (a TMA tensor map over its "
+                             "E x M rows)")
+    major = b_major_of(b)
+    e = a.element_size()
+    w_pitch = (b.stride(2) if n > 1 else 0) if major == "k" else (b.stride(1) if k > 1 else 0)
+    w_group = b.stride(0) if groups > 1 else 0  # a size-1 dimension is never stepped over
+    if (w_pitch * e) % TMA_ALIGN_BYTES or (w_group * e) % TMA_ALIGN_BYTES:
+        raise GemmInputError(f"b: strides {tuple(b.stride())} must be multiples of 16 bytes (a TMA tensor map): "
+                             f"K (K-major) or N (N-major) a multiple of {_ALIGN_ELEMS}")
+    _check_bases(a, b)
+    return case, dt
+
+
+def _pointers_known(*ts: torch.Tensor) -> bool:
+    """False while torch.compile traces (fake tensors have no address): the op's kernel checks the
+    addresses again at run time, before its launch."""
+    return not torch.compiler.is_compiling() and not any(isinstance(t, FakeTensor) or t.device.type == "meta"
+                                                         for t in ts)
+
+
+def _check_bases(*named: torch.Tensor) -> None:
+    if not _pointers_known(*named):
+        return
+    for name, t in zip("ab", named):
+        if t.numel() and t.data_ptr() % TMA_ALIGN_BYTES:
+            raise GemmInputError(f"{name}: base address {t.data_ptr():#x} is not 16-byte aligned (a TMA tensor map)")
+
+
+def group_of_rows(offs: torch.Tensor, rows: int) -> torch.Tensor:
+    """Each row's group (int64, on offs' device; E for rows past offs[E-1]), by a search of offs on the
+    device: no device-to-host copy."""
+    return torch.searchsorted(offs, torch.arange(rows, device=offs.device, dtype=torch.int32), right=True)
+
+
+def _check_grouped_k(a: torch.Tensor, b: torch.Tensor, offs) -> str:
+    """The 2-D x 2-D case (grouped along K): a (M, total K) with stride(0) == 1, b (total K, N) with
+    stride(1) == 1 (the backward's x^T / grad_y^T and grad_y / x: rows of row-major tensors)."""
+    m, total_k = a.shape
+    if b.shape[0] != total_k:
+        raise GemmInputError(f"a {tuple(a.shape)} and b {tuple(b.shape)}: contraction dimensions {total_k} and "
+                             f"{b.shape[0]} differ")
+    n = b.shape[1]
+    if offs is None:
+        raise GemmInputError("offs is required for a 2-D a and a 2-D b: int32 cumulative ends along K")
+    _check_offs(offs, offs.numel() if offs.dim() == 1 else -1, a.device)
+    if offs.numel() > MAX_GROUPS:
+        raise NotSupportedError(f"E = {offs.numel()} groups: the grouped kernel takes at most {MAX_GROUPS}")
+    _check_device(a, b)
+    if max(m, n, total_k) > MAX_EXTENT:
+        raise GemmInputError(f"M, N, total K = {m}, {n}, {total_k}: each must be at most {MAX_EXTENT}")
+    if (m > 1 and a.stride(0) != 1) or (n > 1 and b.stride(1) != 1):
+        raise NotSupportedError(f"grouped along K, the kernel reads a (M, K) with stride(0) == 1 (x.t() of a row-major "
+                                f"x) and b (K, N) with stride(1) == 1 (row-major): got a strides {tuple(a.stride())}, "
+                                f"b strides {tuple(b.stride())}")
+    if min(m, n, total_k) == 0:
+        return "2d2d"
+    e = a.element_size()
+    for name, t, pitch in (("a", a, a.stride(1) if total_k > 1 else 0), ("b", b, b.stride(0) if total_k > 1 else 0)):
+        if (pitch * e) % TMA_ALIGN_BYTES:
+            raise GemmInputError(f"{name}: pitch {pitch * e} bytes along K must be a multiple of 16 (a TMA tensor map)")
+    _check_bases(a, b)
+    return "2d2d"
+
+
+def _check_device(a: torch.Tensor, b: torch.Tensor) -> None:
+    if a.device.type != "cuda" or b.device != a.device:
+        raise GemmInputError(f"a and b must be on one CUDA device: got {a.device} and {b.device}")
+
+
+def _check_offs(offs, groups: int, device) -> None:
+    if offs.dtype != torch.int32 or offs.dim() != 1 or offs.numel() != groups:
+        raise GemmInputError(f"offs: an int32 tensor of shape ({groups},) expected, got {offs.dtype} "
+                             f"{tuple(offs.shape)}")
+    if offs.device != device:
+        raise GemmInputError(f"offs must be on a's device {device}, got {offs.device}")
+    if not offs.is_contiguous():
+        raise GemmInputError(f"offs must be contiguous, got strides {tuple(offs.stride())}")
+
+
+def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None,
+                      bias: torch.Tensor | None = None, bn: int | None = None) -> torch.Tensor:
+    """``torch._grouped_mm(a, b, offs)`` on the library's grouped kernel (module docstring: cases,
+    layouts, errors), on torch's current stream, without the op boundary (no autograd).
+
+    ``bias``: (E, N) in a's dtype, added per group (grouped_linear). ``bn``: the tile width (128 or
+    256; default by N)."""
+    case, dt = check_grouped_mm(a, b, offs, out_dtype)
+    if case == "2d2d":
+        if bias is not None:
+            raise GemmInputError("bias is not taken by grouped_mm grouped along K")
+        (m, total_k), n, groups = a.shape, b.shape[1], offs.numel()
+        out = torch.empty((groups, m, n), dtype=dt, device=a.device)
+        if min(m, n, groups) == 0:
+            return out
+        if total_k == 0:
+            return out.zero_()
+        grouped_gemm(bn or 128, "mn", dt == torch.float32, False, True).launch_k(a, b, offs, out)
+        return out
+    groups, k, n = b.shape
+    if case == "3d3d":
+        m = a.shape[1]
+        out = torch.empty((groups, m, n), dtype=dt, device=a.device)
+        if m == 0 or n == 0:
+            return out
+        x = a.reshape(groups * m, k)
+        offs = torch.arange(1, groups + 1, dtype=torch.int32, device=a.device) * m
+        _launch(x, b, offs, out.view(groups * m, n), bias, bn)
+        return out
+    out = torch.empty((a.shape[0], n), dtype=dt, device=a.device)
+    _launch(a, b, offs, out, bias, bn)
+    return out
+
+
+def grouped_mm_masked_direct(a: torch.Tensor, b: torch.Tensor, counts: torch.Tensor, *, out_dtype=None,
+                             bn: int | None = None) -> torch.Tensor:
+    """The masked layout of decode: a (E, M_max, K), b (E, K, N) (each b[e] K- or N-major), counts (E,)
+    int32 on a's device, the valid rows of each a[e]. Returns out (E, M_max, N) with
+    out[e, :counts[e]] = a[e, :counts[e]] @ b[e]; rows past a count are not written (a count is clamped
+    to [0, M_max]); an expert with no row costs no tile. The counts stay on the device (one launch and
+    one CUDA graph for every routing). Raises as :func:`check_grouped_mm` for the 3-D x 3-D case, and
+    GemmInputError for counts of another dtype, shape or device."""
+    a, b, counts = _tensor("a", a), _tensor("b", b), _tensor("counts", counts)
+    if a.dim() != 3:
+        raise GemmInputError(f"a must be (E, M_max, K) for the masked layout, got {a.dim()}-D")
+    _, dt = check_grouped_mm(a, b, None, out_dtype)
+    _check_offs(counts, b.shape[0], a.device)
+    groups, m_max, k = a.shape
+    n = b.shape[2]
+    out = torch.empty((groups, m_max, n), dtype=dt, device=a.device)
+    if min(groups, m_max, n) == 0:
+        return out
+    if k == 0:
+        return out.zero_()
+    _launch(a.reshape(groups * m_max, k), b, counts, out.view(groups * m_max, n), None, bn, masked=True)
+    return out
+
+
+def _launch(x, b, offs, out, bias, bn, masked: bool = False) -> None:
+    rows, k = x.shape
+    groups, _, n = b.shape
+    if rows == 0 or n == 0 or groups == 0:
+        if groups == 0 and rows and n:
+            out.zero_()  # no group owns a row; zeros rather than uninitialised memory
+        return
+    if bias is not None:
+        bias = _tensor("bias", bias)
+        if bias.dtype != x.dtype or tuple(bias.shape) != (groups, n) or bias.device != x.device:
+            raise GemmInputError(f"bias: ({groups}, {n}) {x.dtype} on {x.device} expected, got {bias.dtype} "
+                                 f"{tuple(bias.shape)} on {bias.device}")
+        bias = bias.contiguous()
+    if k == 0:  # an empty sum: zeros (plus the bias) in every grouped row
+        out.zero_()
+        if bias is not None:  # no device-to-host copy: each row's group by a search of offs on the device
+            group = group_of_rows(offs, rows)
+            rows_bias = bias[group.clamp_max(groups - 1)].to(out.dtype)
+            out.copy_(torch.where((group < groups)[:, None], rows_bias, torch.zeros_like(rows_bias)))
+        return
+    major = b_major_of(b)
+    w = b.transpose(1, 2)  # (E, N, K): stride(2) == 1 for a K-major b, stride(1) == 1 for an N-major one
+    if bn is None:  # measured (docs/grouped.md): 256 won on Qwen3's N = 1536 prefill; decode kept at 128
+        bn = 256 if n >= 2048 or (n >= 1024 and rows >= 64 * groups) else 128
+    kernel = grouped_gemm(bn, major, out.dtype == torch.float32, bias is not None, masked=masked)
+    kernel.launch(x, w, offs, out, bias)
+
+
+__all__ = ["b_major_of", "check_grouped_mm", "group_of_rows", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of"]

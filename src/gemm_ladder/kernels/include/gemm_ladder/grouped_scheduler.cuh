@@ -1,0 +1,158 @@
+// The grouped GEMM's tile scheduler (kernels/library/sm90_grouped_gemm.cu): the output rows are split
+// into groups by a device array of cumulative row ends (torch._grouped_mm's `offs`: group e has rows
+// [offs[e - 1], offs[e]), group 0 from row 0), and a persistent CTA walks the M x N tiles of every group
+// in one order, with a problem index (the group) for each tile.
+//
+// No group size reaches the host: each CTA reads `offs` at its start and builds, in shared memory, the
+// prefix of the groups' M-tile counts (GroupTable). A tile index then maps to (M tile, N tile) in
+// tile_scheduler.cuh's grouped order over the M tiles of all groups stacked, and the M tile to its group
+// by a binary search of the prefix. A group's M tiles start at its first row, so a group's last tile may
+// reach into the next group's rows: the load reads them (one tensor map over all rows), the store masks
+// them (rows >= the group's end are never written). Empty groups own no tile.
+#pragma once
+#include "gemm_ladder/ptx/common.cuh"
+#include "gemm_ladder/tile_scheduler.cuh"
+
+#ifndef GL_MAX_GROUPS
+#error "GL_MAX_GROUPS (the most groups one launch takes) comes from the grouped plan's kernel_defines()"
+#endif
+
+namespace gl {
+
+constexpr int kMaxGroups = GL_MAX_GROUPS;
+
+// Per CTA, in shared memory. Group e has rows [row_begin(e), row_end[e]) and M tiles
+// [tile_start[e], tile_start[e + 1]); tile_start[groups] is every group's M tiles together.
+struct GroupTable {
+  int tile_start[kMaxGroups + 1];
+  int row_end[kMaxGroups];
+  int rows_per_group;  // 0: contiguous groups (offs); > 0: the masked layout, group e's rows start at e x this
+
+  __device__ __forceinline__ int row_begin(int e) const {
+    return rows_per_group ? e * rows_per_group : (e ? row_end[e - 1] : 0);
+  }
+
+  // The masked layout (decode): group e owns rows [e x m_max, e x m_max + counts[e]) of an (E x m_max)-row
+  // x, counts clamped to [0, m_max]; the rows past a group's count are neither computed nor written,
+  // so an expert with no token costs nothing. Every thread of the CTA calls it (it holds __syncthreads).
+  __device__ __forceinline__ void build_masked(const int* __restrict__ counts, int groups, int m_max, int bm) {
+    const int t = threadIdx.x;
+    if (t == 0) rows_per_group = m_max;
+    if (t < 32) {  // warp 0: the prefix of the tile counts, 32 groups at a time
+      int tile_carry = 0;
+      for (int base = 0; base < groups; base += 32) {
+        const int e = base + t;
+        const int rows = e < groups ? min(max(counts[e], 0), m_max) : 0;
+        int tiles = (rows + bm - 1) / bm;
+#pragma unroll
+        for (int d = 1; d < 32; d *= 2) {
+          const int up = __shfl_up_sync(0xffffffffu, tiles, d);
+          if (t >= d) tiles += up;
+        }
+        if (e < groups) {
+          row_end[e] = e * m_max + rows;
+          tile_start[e + 1] = tile_carry + tiles;
+        }
+        tile_carry += __shfl_sync(0xffffffffu, tiles, 31);
+      }
+      if (t == 0) tile_start[0] = 0;
+    }
+    __syncthreads();
+  }
+
+  // Fill the table from `offs` (groups entries, cumulative row ends) with every thread of the CTA (it
+  // holds __syncthreads). Each end is clamped to [0, total_rows] and to the previous end, so offsets
+  // that break the contract (decreasing, past the rows) give empty groups, never a row out of range.
+  __device__ __forceinline__ void build(const int* __restrict__ offs, int groups, int total_rows, int bm) {
+    const int t = threadIdx.x;
+    if (t == 0) rows_per_group = 0;
+    for (int e = t; e < groups; e += blockDim.x) row_end[e] = min(max(offs[e], 0), total_rows);
+    __syncthreads();
+    if (t < 32) {  // warp 0: the running maximum of the ends, then the prefix of tile counts, 32 groups at a time
+      int end_carry = 0, tile_carry = 0;
+      for (int base = 0; base < groups; base += 32) {
+        const int e = base + t;
+        int end = e < groups ? row_end[e] : 0;
+#pragma unroll
+        for (int d = 1; d < 32; d *= 2) {
+          const int up = __shfl_up_sync(0xffffffffu, end, d);
+          if (t >= d) end = max(end, up);
+        }
+        end = max(end, end_carry);
+        int prev = __shfl_up_sync(0xffffffffu, end, 1);
+        if (t == 0) prev = end_carry;
+        int tiles = e < groups ? (end - prev + bm - 1) / bm : 0;
+#pragma unroll
+        for (int d = 1; d < 32; d *= 2) {
+          const int up = __shfl_up_sync(0xffffffffu, tiles, d);
+          if (t >= d) tiles += up;
+        }
+        if (e < groups) {
+          row_end[e] = end;
+          tile_start[e + 1] = tile_carry + tiles;
+        }
+        end_carry = __shfl_sync(0xffffffffu, end, 31);
+        tile_carry += __shfl_sync(0xffffffffu, tiles, 31);
+      }
+      if (t == 0) tile_start[0] = 0;
+    }
+    __syncthreads();
+  }
+
+  // The group of M tile `mt` (< tile_start[groups]): the first e with tile_start[e + 1] > mt, which
+  // skips the empty groups before it.
+  __device__ __forceinline__ int group_of(int mt, int groups) const {
+    int lo = 0, hi = groups - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (tile_start[mid + 1] > mt) hi = mid;
+      else lo = mid + 1;
+    }
+    return lo;
+  }
+};
+
+// One output tile of a grouped problem: rows [row0, row0 + BM) of the output (masked to row_end), N
+// tile tn, weights of group `group`.
+struct GroupedTile {
+  int group, row0, row_end, tn;
+};
+
+// The walk: tile_scheduler.cuh's order over (all groups' M tiles stacked) x (N tiles), each M tile
+// placed in its group.
+struct GroupedScheduler {
+  const GroupTable& table;
+  int groups, bm;
+  TileScheduler order;
+  __device__ __forceinline__ GroupedScheduler(const GroupTable& t, int groups_, int n, int bm_, int bn)
+      : table(t), groups(groups_), bm(bm_), order(t.tile_start[groups_] * bm_, n, bm_, bn, 1) {}
+  __device__ __forceinline__ int total() const { return order.total; }
+  __device__ __forceinline__ GroupedTile tile(int unit) const {
+    int mt, tn;
+    order.coords(unit, mt, tn);
+    const int e = table.group_of(mt, groups);
+    return GroupedTile{e, table.row_begin(e) + (mt - table.tile_start[e]) * bm, table.row_end[e], tn};
+  }
+};
+
+// The walk of the K-grouped problem (the weight gradient, GL_GROUPED_K): out[e] (M, N) = the product over
+// group e's K range [row_begin(e), row_end[e]) (a GroupTable built with bm = BK: tile_start counts each
+// group's K tiles). Every group owns the same M x N tiles, empty groups included (their tiles are zeros);
+// units run group by group, tile_scheduler.cuh's order inside a group.
+struct GroupedKScheduler {
+  const GroupTable& table;
+  int groups, per_group;
+  TileScheduler order;
+  __device__ __forceinline__ GroupedKScheduler(const GroupTable& t, int groups_, int m, int n, int bm, int bn)
+      : table(t), groups(groups_), order(m, n, bm, bn, 1) {
+    per_group = order.total;
+  }
+  __device__ __forceinline__ int total() const { return groups * per_group; }
+  // Unit -> (group e, M tile tm, N tile tn).
+  __device__ __forceinline__ void coords(int unit, int& e, int& tm, int& tn) const {
+    e = unit / per_group;
+    order.coords(unit - e * per_group, tm, tn);
+  }
+};
+
+}  // namespace gl

@@ -1,0 +1,470 @@
+"""The grouped GEMM library kernel (mixture-of-experts): plan, build, bind and launch.
+
+Kernel: ``kernels/library/sm90_grouped_gemm.cu`` (its header comment gives the design). The problem is
+torch._grouped_mm's contiguous layout: x (R, K) row-major with its R rows split into E groups by
+``offs`` (int32, on the device, cumulative row ends), w (E, N, K) (one ``nn.Linear`` weight per group),
+``out[r] = x[r] @ w[e].T`` for each row r of group e. Group sizes stay on the device: the launch (grid,
+arguments) depends on R, N, K, E and the pointers only.
+
+**The plan.** The kernel's ring, shared memory, stage count, expect_tx bytes and roles are those of the
+designer's plan (:func:`plan_gemm`) of one dense GEMM (R, N, K) on the configuration the kernel is built
+with: tile 128 x BN x 64, one CTA per cluster, two consumer warpgroups, a producer warpgroup, C stored
+from registers (no C staging), persistent. Its stage count is the most that fit in shared memory beside
+the kernel's group table (:data:`GROUP_TABLE_BYTES`, static shared memory). What the grouped kernel
+changes is named in :class:`GroupedPlan`: the weight's tensor map is rank 3 over (E, N, K) (the group is
+its outer coordinate), the schedule's tile count is known on the device only, and rows are masked at
+each group's end.
+
+**Operands** (:meth:`GroupedGemm.supports`): x row-major (pitch a multiple of 16 bytes, base 16-byte
+aligned); w K-major per group (``b_major="k"``: element (e, n, k) at e * s_e + n * s_n + k) or N-major
+(``"mn"``: at e * s_e + k * s_k + n, the backward's grad_x = grad_out @ w[e]), strides multiples of 16
+bytes; out (R, N) row-major with any pitch >= N; E <= :data:`MAX_GROUPS`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from gemm_ladder.contract import DTYPES, GemmInputError, dtype_name
+from gemm_ladder.design.plan import Plan, kernel_defines_for, plan_gemm
+from gemm_ladder.design.problem import PlanRefused, arch_info, ceil_div, dtype_info
+from gemm_ladder.design.smem import max_stages
+from gemm_ladder.design.tensor_maps import TensorMapSpec, operand_map
+from gemm_ladder.levels.base import LaunchGeometry
+from gemm_ladder.library.gemm import MAX_EXTENT
+from gemm_ladder.library.lru import cached
+from gemm_ladder.library.operand import TMA_ALIGN_BYTES
+from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
+from gemm_ladder.runtime.module import LoadedKernel, device_index, ensure_context, load
+from gemm_ladder.runtime.tensor_map import encode_tiled
+
+SOURCE = "library/sm90_grouped_gemm.cu"
+KERNEL_NAME = "grouped_gemm_kernel"
+BM, BK = 128, 64
+BNS = (128, 256)
+CONSUMERS = 2
+#: The most groups one launch takes: the group table in each CTA's shared memory has this many entries.
+MAX_GROUPS = 1024
+#: Bytes of the group table (grouped_scheduler.cuh: MAX_GROUPS + 1 tile starts, MAX_GROUPS row ends, the layout word).
+GROUP_TABLE_BYTES = (2 * MAX_GROUPS + 2) * 4
+B_MAJORS = ("k", "mn")
+
+
+@dataclass(frozen=True)
+class GroupedPlan:
+    """The designer's plan of the grouped kernel on one problem (R rows, N, K, E groups).
+
+    ``gemm``: the plan of the dense (R, N, K) GEMM on the kernel's configuration (ring, shared memory,
+    stages, load protocol, roles). ``tensor_maps``: the kernel's own maps, ``x`` (rank 2 over all rows)
+    and ``w`` (rank 3, the group outermost), validated against cuTensorMapEncodeTiled's rules.
+    ``max_tiles``: an upper bound of the launch's tiles, sum over groups of ceil(rows / 128) <=
+    ceil(R / 128) + E, times the N tiles (the exact count is computed on the device).
+    """
+
+    rows: int
+    n: int
+    k: int
+    groups: int
+    dtype: str
+    bn: int
+    b_major: str
+    gemm: Plan
+    tensor_maps: dict[str, TensorMapSpec]
+
+    @property
+    def max_tiles(self) -> int:
+        return (ceil_div(self.rows, BM) + self.groups) * ceil_div(self.n, self.bn)
+
+    def to_json(self) -> dict:
+        return {
+            "schema": "gemm-ladder/grouped-plan/1",
+            "problem": {"rows": self.rows, "n": self.n, "k": self.k, "groups": self.groups, "dtype": self.dtype,
+                        "bn": self.bn, "b_major": self.b_major, "max_tiles": self.max_tiles},
+            "tensor_maps": {k: v.to_json() for k, v in self.tensor_maps.items()},
+            "gemm": self.gemm.to_json(),
+        }
+
+    def describe(self) -> str:
+        g = self.gemm
+        lines = [
+            f"grouped GEMM: x ({self.rows}, {self.k}) in {self.groups} groups by offs, w ({self.groups}, {self.n}, "
+            f"{self.k}) {'K' if self.b_major == 'k' else 'N'}-major per group, {self.dtype}",
+            f"tile {BM} x {self.bn} x {BK}, {g.stages} stages of {g.load_protocol.expect_tx_bytes} bytes, "
+            f"{g.smem.total_bytes} bytes of dynamic shared memory + {GROUP_TABLE_BYTES} of group table",
+            f"at most {self.max_tiles} tiles (exact count on the device), C stored from registers, rows masked per group",
+        ]
+        lines += [f"map {name}: {spec.description}; globalDim {spec.global_dim}, box {spec.box_dim}"
+                  for name, spec in self.tensor_maps.items()]
+        return "\n".join(lines)
+
+
+def weight_map(groups: int, n: int, k: int, *, b_major: str, stride_major: int, stride_group: int, bn: int,
+               data_type: str, elem_bytes: int) -> TensorMapSpec:
+    """The rank-3 map of the weights (not validated). ``b_major="k"``: element (e, n, k) at
+    e * stride_group + n * stride_major + k: globalDim (K, N, E), box (BK, BN, 1). ``"mn"``: at
+    e * stride_group + k * stride_major + n: globalDim (N, K, E), box (128 / e, BK, 1), BN / 64 boxes
+    per stage. Strides in elements."""
+    strides = (stride_major * elem_bytes, stride_group * elem_bytes)
+    common = dict(name="w", data_type=data_type, elem_bytes=elem_bytes, rank=3, element_strides=(1, 1, 1),
+                  global_strides=strides)
+    if b_major == "k":
+        return TensorMapSpec(description=f"w (E, N, K) K-major per group (ld {stride_major}, group stride "
+                                         f"{stride_group}), one {bn} x BK box of group e per stage",
+                             global_dim=(k, n, groups), box_dim=(BK, bn, 1), **common)
+    inner = 128 // elem_bytes
+    return TensorMapSpec(description=f"w (E, K, N) N-major per group (ld {stride_major}, group stride {stride_group}), "
+                                     f"{bn // inner} boxes of {inner} N x BK K of group e per stage",
+                         global_dim=(n, k, groups), box_dim=(inner, BK, 1), **common)
+
+
+@dataclass(frozen=True, eq=False)
+class GroupedGemm:
+    """One build configuration of the grouped kernel: ``bn`` 128 or 256, the weight's ``b_major``,
+    ``out_fp32`` (write float32), ``bias`` (add a bias row per group). Use :func:`grouped_gemm` for the
+    shared instance, whose builds, loaded kernels, plans and maps are cached."""
+
+    bn: int = 128
+    b_major: str = "k"
+    out_fp32: bool = False
+    bias: bool = False
+    #: The K-grouped build (GL_GROUPED_K, the weight gradient): a (M, total K) and b (total K, N), both
+    #: MN-major, out (E, M, N); b_major is then "mn".
+    k_grouped: bool = False
+    #: The masked layout (GL_MASKED, decode): x (E x M_max, K), ``offs`` the valid rows per group.
+    masked: bool = False
+    _defines: dict = field(default_factory=dict, repr=False)
+    _builds: dict = field(default_factory=dict, repr=False)
+    _kernels: dict = field(default_factory=dict, repr=False)
+    _plans: OrderedDict = field(default_factory=OrderedDict, repr=False)
+    _maps: OrderedDict = field(default_factory=OrderedDict, repr=False)
+
+    @property
+    def tile(self) -> tuple[int, int, int]:
+        return (BM, self.bn, BK)
+
+    @property
+    def name(self) -> str:
+        return (f"sm90_grouped_gemm_{self.bn}_{'kgrouped' if self.k_grouped else self.b_major}"
+                + ("_f32" if self.out_fp32 else "") + ("_bias" if self.bias else "") + ("_masked" if self.masked else ""))
+
+    @staticmethod
+    def stages(bn: int, dtype: str = "bf16", arch: str = "sm_90a") -> int:
+        """The ring depth: the most stages that fit beside the group table (6 at BN 128, 4 at 256)."""
+        ar = arch_info(arch)
+        ar = replace(ar, max_smem_per_block=ar.max_smem_per_block - GROUP_TABLE_BYTES)
+        return max_stages(bm=BM, bn=bn, bk=BK, elem_bytes=DTYPES[dtype].itemsize, arch=ar, consumers=CONSUMERS,
+                          c_from_registers=True)
+
+    # --- building (no GPU needed) -----------------------------------------------------------------
+    def defines(self, dtype: str, arch: str = "sm_90a") -> dict[str, int]:
+        """The kernel's ``-D`` constants: the designer's for the configuration, GL_MAX_GROUPS, and the
+        build's variants (GL_OUT_FP32, GL_BIAS). Raises PlanRefused, KeyError for a dtype."""
+        key = (dtype, arch)
+        if key not in self._defines:
+            d = kernel_defines_for(dtype, self.tile, self.stages(self.bn, dtype, arch), 1, CONSUMERS, arch,
+                                   producer_warpgroup=True, c_from_registers=True, b_major=self.b_major,
+                                   a_major="mn" if self.k_grouped else "k")
+            d = {**d, "GL_MAX_GROUPS": MAX_GROUPS}
+            if self.k_grouped:
+                d["GL_GROUPED_K"] = 1
+            if self.masked:
+                d["GL_MASKED"] = 1
+            if self.out_fp32:
+                d["GL_OUT_FP32"] = 1
+            if self.bias:
+                d["GL_BIAS"] = 1
+            self._defines[key] = d
+        return self._defines[key]
+
+    def geometry(self, dtype: str) -> LaunchGeometry:
+        """384 threads (a producer and two consumer warpgroups), the planned dynamic shared memory."""
+        d = self.defines(dtype)
+        return LaunchGeometry(threads=int(d["GL_THREADS"]), dynamic_smem=int(d["GL_SMEM_BYTES"]), cluster=1)
+
+    def build(self, dtype: str, arch: str = "sm_90a") -> CompiledKernel:
+        """Compile (or fetch from the cache) the cubin for ``dtype``; needs nvcc, not a GPU.
+        Raises CompilerNotFoundError without a compiler and CompileError with its message."""
+        key = (dtype, arch)
+        if key not in self._builds:
+            defines = {"GL_DTYPE_" + dtype.upper(): 1, **self.defines(dtype, arch)}
+            unit = f'// gemm-ladder library: {self.name}, {dtype}\n#include "{SOURCE}"\n'
+            self._builds[key] = compile_kernel(unit, KERNEL_NAME, arch=arch, defines=defines)
+        return self._builds[key]
+
+    def plan(self, rows: int, n: int, k: int, groups: int, dtype: str, *, ldx: int | None = None,
+             w_strides: tuple[int, int] | None = None) -> GroupedPlan:
+        """The plan on one problem (:class:`GroupedPlan`). ``ldx``: x's pitch (default K); ``w_strides``:
+        (group stride, major stride) in elements (default dense). Raises PlanRefused naming the rule."""
+        key = (rows, n, k, groups, dtype, ldx, w_strides)
+        return cached(self._plans, key, lambda: self._plan(rows, n, k, groups, dtype, ldx, w_strides))
+
+    def _plan(self, rows, n, k, groups, dtype, ldx, w_strides) -> GroupedPlan:
+        gemm = plan_gemm(rows, n, k, dtype, tile=self.tile, stages=self.stages(self.bn, dtype), cluster=1,
+                         consumers=CONSUMERS, persistent=True, producer_warpgroup=True, c_from_registers=True,
+                         b_major=self.b_major, lda=ldx, ldb=None if w_strides is None else w_strides[1])
+        dt = dtype_info(dtype)
+        if w_strides is None:
+            w_strides = (n * k, k if self.b_major == "k" else n)
+        maps = {
+            "x": operand_map("x", rows, k, major="k", ld=k if ldx is None else ldx, tile_rows=BM, bk=BK,
+                             data_type=dt.tensor_map_type, elem_bytes=dt.elem_bytes, what="x (R, K) over every group's rows"),
+            "w": weight_map(groups, n, k, b_major=self.b_major, stride_major=w_strides[1], stride_group=w_strides[0],
+                            bn=self.bn, data_type=dt.tensor_map_type, elem_bytes=dt.elem_bytes),
+        }
+        for spec in maps.values():
+            spec.validate()
+        w_boxes = 1 if self.b_major == "k" else self.bn // maps["w"].box_dim[0]
+        box_bytes = maps["x"].box_bytes + maps["w"].box_bytes * w_boxes
+        assert box_bytes == gemm.load_protocol.expect_tx_bytes, (box_bytes, gemm.load_protocol.expect_tx_bytes)
+        return GroupedPlan(rows=rows, n=n, k=k, groups=groups, dtype=dtype, bn=self.bn, b_major=self.b_major,
+                           gemm=gemm, tensor_maps=maps)
+
+    def ring_protocol(self, k_iters: int | None = None, tiles: int = 2, dtype: str = "bf16", **faults):
+        """The kernel's stage ring as the auditor models it (gemm_ladder.audit), from its plan's facts: a
+        producer thread, two consumer warpgroups reading every stage, each stage released once the wgmma
+        of the next is issued (release_lag 1, wgmma.wait_group 1), the planned stage count, barrier
+        counts and first parities; the counters carried across a CTA's tiles. A tile's K iterations
+        differ between tiles in the kernel (the K-grouped build: each group's K range; an empty group's
+        tiles take none and touch no stage), which audits at several (k_iters, tiles) bound. The model's
+        epilogue stages into a private buffer per consumer; the kernel stores from registers, which
+        touches no shared memory, so it adds no hazard the kernel has and hides none. ``k_iters``
+        defaults to stages + 1 (the ring wraps within a tile). ``faults`` go to
+        :class:`gemm_ladder.audit.ring.RingConfig` (to show the audit can fail)."""
+        from gemm_ladder.audit.ring import RingConfig, build_ring_protocol
+
+        plan = self.plan_k(256, 256, 4096, 2, dtype) if self.k_grouped else self.plan(256, 256, 4096, 2, dtype)
+        g = plan if self.k_grouped else plan.gemm
+        k_iters = g.stages + 1 if k_iters is None else k_iters
+        ring = dict(full_count=g.ring.full_init_count, empty_count=g.ring.empty_init_count,
+                    full_initial_phase=g.ring.first_full_wait_parity, empty_initial_phase=g.ring.first_empty_wait_parity,
+                    expect_tx_bytes=g.load_protocol.expect_tx_bytes)
+        bm, bn, bk = g.tile
+        return build_ring_protocol(RingConfig(
+            stages=g.stages, k_iters=k_iters, tiles=tiles, consumers=g.consumers.warpgroups, cluster=1,
+            warp_specialized=g.consumers.producer_warpgroup, release_lag=1, bm=bm, bn=bn, bk=bk, **{**ring, **faults}),
+            name=f"{self.name}-S{g.stages}-K{k_iters}-T{tiles}")
+
+    # --- operands ---------------------------------------------------------------------------------
+    def supports(self, x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, out: torch.Tensor,
+                 bias: torch.Tensor | None = None) -> str | None:
+        """None when this build computes ``out[r] = x[r] @ W[e].T (+ bias[e])`` for these tensors, else the
+        rule they break. ``w`` is the (E, N, K) weight as the build reads it: for ``b_major="k"`` its
+        stride(2) is 1; for ``"mn"`` its stride(1) is 1 (an (E, K, N) row-major tensor transposed)."""
+        dt = x.dtype
+        if dt not in DTYPES.values():
+            return f"x: dtype {dt} is not one of bf16, fp16"
+        if w.dtype != dt:
+            return f"x and w must share one dtype: got {dt}, {w.dtype}"
+        want_out = torch.float32 if self.out_fp32 else dt
+        if out.dtype != want_out:
+            return f"out: dtype {out.dtype}, this build writes {want_out}"
+        if x.dim() != 2 or w.dim() != 3 or out.dim() != 2:
+            return f"x (R, K), w (E, N, K), out (R, N): got {x.dim()}-D, {w.dim()}-D, {out.dim()}-D"
+        rows, k = x.shape
+        groups, n, wk = w.shape
+        if wk != k:
+            return f"x has K = {k} but w has K = {wk}"
+        if min(rows, n, k, groups) < 1:
+            return f"R, N, K, E = {rows}, {n}, {k}, {groups}: an empty problem is not launched (the caller returns it)"
+        if max(rows, n, k) > MAX_EXTENT:
+            return f"R, N, K = {rows}, {n}, {k}: each must be at most {MAX_EXTENT} (the kernel's 32-bit coordinates)"
+        if groups > MAX_GROUPS:
+            return f"E = {groups} groups: at most {MAX_GROUPS} (the group table in each CTA's shared memory)"
+        if offs.dtype != torch.int32 or offs.dim() != 1 or offs.numel() != groups:
+            return f"offs: int32 of shape ({groups},) expected, got {offs.dtype} of shape {tuple(offs.shape)}"
+        if self.masked and rows % groups:
+            return f"the masked layout: R = {rows} rows must be E x M_max (E = {groups})"
+        if tuple(out.shape) != (rows, n) or (n > 1 and out.stride(1) != 1) or (rows > 1 and out.stride(0) < n):
+            return f"out: shape {tuple(out.shape)}, strides {tuple(out.stride())}: (R, N) = ({rows}, {n}) row-major expected"
+        e = x.element_size()
+        if k > 1 and x.stride(1) != 1:
+            return f"x has strides {tuple(x.stride())}: it must be row-major (stride (ldx, 1))"
+        if self.b_major == "k" and k > 1 and w.stride(2) != 1:
+            return f"w has strides {tuple(w.stride())}: this build reads w[e] K-major (stride(2) == 1)"
+        if self.b_major == "mn" and n > 1 and w.stride(1) != 1:
+            return f"w has strides {tuple(w.stride())}: this build reads w[e] N-major (stride(1) == 1)"
+        for name, ptr, pitches in (("x", x.data_ptr(), (_ld(x, 0, k),)), ("w", w.data_ptr(), self.w_strides(w))):
+            if ptr % TMA_ALIGN_BYTES or any((p * e) % TMA_ALIGN_BYTES for p in pitches):
+                return (f"{name}: base {ptr:#x} and strides {tuple(p * e for p in pitches)} bytes must be multiples of "
+                        f"{TMA_ALIGN_BYTES} (a TMA tensor map, cuTensorMapEncodeTiled globalAddress and globalStrides)")
+        if bias is not None:
+            if not self.bias:
+                return "bias given to a build without GL_BIAS"
+            if bias.dtype != dt or tuple(bias.shape) != (groups, n) or not bias.is_contiguous():
+                return f"bias: a contiguous ({groups}, {n}) {dt} tensor expected, got {bias.dtype} {tuple(bias.shape)}"
+        elif self.bias:
+            return "this build adds a bias: pass one"
+        dev = x.device
+        tensors = (w, offs, out) + (() if bias is None else (bias,))
+        if dev.type != "cuda" or any(t.device != dev for t in tensors):
+            return "x, w, offs, out (and bias) must be on one CUDA device"
+        return None
+
+    def w_strides(self, w: torch.Tensor) -> tuple[int, int]:
+        """(group stride, major stride) of w in elements, as its map takes them; a size-1 dimension's
+        stride is replaced by the dense one (it is never stepped over)."""
+        groups, n, k = w.shape
+        major = _ld(w, 1, k) if self.b_major == "k" else _ld(w, 2, n)
+        return (_ld(w, 0, n * k), major)
+
+    # --- launching (GPU) --------------------------------------------------------------------------
+    def loaded(self, dtype: str, device: torch.device) -> LoadedKernel:
+        key = (dtype, device_index(device))
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            g = self.geometry(dtype)
+            kernel = self._kernels[key] = load(self.build(dtype), device, threads=g.threads,
+                                               dynamic_smem=g.dynamic_smem, cluster=1)
+        return kernel
+
+    def launch(self, x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, out: torch.Tensor,
+               bias: torch.Tensor | None = None) -> None:
+        """``out[r] = x[r] @ w[e].T (+ bias[e])`` on torch's current stream (see :meth:`supports`).
+        Raises GemmInputError naming the rule, before any launch."""
+        reason = self.supports(x, w, offs, out, bias)
+        if reason is not None:
+            raise GemmInputError(reason)
+        rows, k = x.shape
+        groups, n, _ = w.shape
+        dtype = dtype_name(x.dtype)
+        ensure_context(out.device)  # autograd's backward thread has no current driver context
+        kernel = self.loaded(dtype, out.device)
+        try:
+            plan = self.plan(rows, n, k, groups, dtype, ldx=_ld(x, 0, k), w_strides=self.w_strides(w))
+        except PlanRefused as exc:
+            raise GemmInputError(str(exc)) from None
+        grid = min(kernel.max_active_clusters(out.device), plan.max_tiles)
+        map_x, map_w = self.maps(plan, x, w)
+        args = [map_x, map_w, ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld(out, 0, n)),
+                ctypes.c_void_p(offs.data_ptr()), ctypes.c_int(groups), ctypes.c_int(rows), ctypes.c_int(n),
+                ctypes.c_int(k), ctypes.c_void_p(0 if bias is None else bias.data_ptr())]
+        kernel.launch((grid, 1, 1), args, torch.cuda.current_stream(out.device))
+
+    def maps(self, plan: GroupedPlan, x: torch.Tensor, w: torch.Tensor) -> list:
+        """The encoded maps (x, w), cached per pointers and plan (tensor maps per call: a new pointer
+        encodes new maps; a cache hit reuses them)."""
+        key = (x.data_ptr(), w.data_ptr(), plan.tensor_maps["x"], plan.tensor_maps["w"])
+        return cached(self._maps, key, lambda: _encode(x.device, (plan.tensor_maps["x"], x), (plan.tensor_maps["w"], w)))
+
+
+    # --- the K-grouped build (the weight gradient) -------------------------------------------------
+    def plan_k(self, m: int, n: int, total_k: int, groups: int, dtype: str, *, lda: int | None = None,
+               ldb: int | None = None) -> Plan:
+        """The K-grouped build's plan: the designer's plan of the dense (M, N, total K) GEMM with a and b
+        MN-major, whose tensor maps (a: globalDim (M, total K), b: (N, total K), boxes of 64 x BK) are the
+        kernel's: a group's K tiles start at its first row (any K coordinate), its last one masked in
+        shared memory. ``lda``/``ldb``: the pitch along K in elements (default M, N)."""
+        key = ("k", m, n, total_k, groups, dtype, lda, ldb)
+        return cached(self._plans, key, lambda: plan_gemm(
+            m, n, total_k, dtype, tile=self.tile, stages=self.stages(self.bn, dtype), cluster=1, consumers=CONSUMERS,
+            persistent=True, producer_warpgroup=True, c_from_registers=True, a_major="mn", b_major="mn", lda=lda,
+            ldb=ldb))
+
+    def supports_k(self, a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out: torch.Tensor) -> str | None:
+        """None when the K-grouped build computes ``out[e] = a[:, K_e] @ b[K_e, :]``, else the rule broken.
+        a (M, total K) with stride(0) == 1, b (total K, N) with stride(1) == 1, out (E, M, N) with rows
+        of stride(2) == 1; pitches along K multiples of 16 bytes, bases 16-byte aligned; one CUDA device."""
+        if not self.k_grouped:
+            return "this build is grouped along M: use a k_grouped build"
+        dt = a.dtype
+        if dt not in DTYPES.values() or b.dtype != dt:
+            return f"a and b: one dtype of bf16, fp16 expected, got {a.dtype}, {b.dtype}"
+        if out.dtype != (torch.float32 if self.out_fp32 else dt):
+            return f"out: dtype {out.dtype} is not what this build writes"
+        if a.dim() != 2 or b.dim() != 2 or out.dim() != 3:
+            return "a (M, total K), b (total K, N), out (E, M, N) expected"
+        m, total_k = a.shape
+        n = b.shape[1]
+        groups = out.shape[0]
+        if b.shape[0] != total_k or tuple(out.shape) != (groups, m, n):
+            return f"a {tuple(a.shape)}, b {tuple(b.shape)}, out {tuple(out.shape)}: shapes do not match"
+        if min(m, n, total_k, groups) < 1:
+            return "an empty problem is not launched (the caller returns it)"
+        if max(m, n, total_k) > MAX_EXTENT or groups > MAX_GROUPS:
+            return f"M, N, total K = {m}, {n}, {total_k} (at most {MAX_EXTENT}), E = {groups} (at most {MAX_GROUPS})"
+        if offs.dtype != torch.int32 or offs.dim() != 1 or offs.numel() != groups:
+            return f"offs: int32 of shape ({groups},) expected"
+        if (m > 1 and a.stride(0) != 1) or (n > 1 and b.stride(1) != 1):
+            return (f"a strides {tuple(a.stride())}, b strides {tuple(b.stride())}: the K-grouped build reads both "
+                    "MN-major (a.stride(0) == 1, b.stride(1) == 1)")
+        if n > 1 and out.stride(2) != 1:
+            return f"out strides {tuple(out.stride())}: rows must be contiguous"
+        e = a.element_size()
+        for name, t, pitch in (("a", a, _ld(a, 1, m)), ("b", b, _ld(b, 0, n))):
+            if t.data_ptr() % TMA_ALIGN_BYTES or (pitch * e) % TMA_ALIGN_BYTES:
+                return (f"{name}: base {t.data_ptr():#x} and pitch {pitch * e} bytes must be multiples of "
+                        f"{TMA_ALIGN_BYTES} (a TMA tensor map)")
+        dev = a.device
+        if dev.type != "cuda" or any(t.device != dev for t in (b, offs, out)):
+            return "a, b, offs and out must be on one CUDA device"
+        return None
+
+    def launch_k(self, a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out: torch.Tensor) -> None:
+        """``out[e] = a[:, offs[e-1]:offs[e]] @ b[offs[e-1]:offs[e], :]`` (zeros for an empty group) on
+        torch's current stream. Raises GemmInputError naming the rule (:meth:`supports_k`) before any launch."""
+        reason = self.supports_k(a, b, offs, out)
+        if reason is not None:
+            raise GemmInputError(reason)
+        m, total_k = a.shape
+        n, groups = b.shape[1], out.shape[0]
+        dtype = dtype_name(a.dtype)
+        ensure_context(out.device)  # autograd's backward thread has no current driver context
+        kernel = self.loaded(dtype, out.device)
+        lda, ldb = _ld(a, 1, m), _ld(b, 0, n)
+        try:
+            plan = self.plan_k(m, n, total_k, groups, dtype, lda=lda, ldb=ldb)
+        except PlanRefused as exc:
+            raise GemmInputError(str(exc)) from None
+        tiles = groups * ceil_div(m, BM) * ceil_div(n, self.bn)
+        grid = min(kernel.max_active_clusters(out.device), tiles)
+        maps = cached(self._maps, (a.data_ptr(), b.data_ptr(), plan.tensor_maps["a"], plan.tensor_maps["b"]),
+                      lambda: _encode(a.device, (plan.tensor_maps["a"], a), (plan.tensor_maps["b"], b)))
+        args = [*maps, ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld(out, 1, n)),
+                ctypes.c_longlong(out.stride(0) if groups > 1 else m * n), ctypes.c_void_p(offs.data_ptr()),
+                ctypes.c_int(groups), ctypes.c_int(total_k), ctypes.c_int(m), ctypes.c_int(n)]
+        kernel.launch((grid, 1, 1), args, torch.cuda.current_stream(out.device))
+
+
+def _encode(device: torch.device, *specs) -> list:
+    """Encode (spec, tensor) pairs into CUtensorMaps, the device's context made current first: autograd
+    runs a backward on a thread of its own, which has no current driver context (cuTensorMapEncodeTiled
+    then fails with CUDA_ERROR_INVALID_CONTEXT)."""
+    ensure_context(device)
+    return [encode_tiled(spec.encode_kwargs(t.data_ptr())) for spec, t in specs]
+
+
+def _ld(t: torch.Tensor, dim: int, dense: int) -> int:
+    """The pitch of dimension ``dim`` (elements); a size-1 dimension is never stepped over, so its pitch
+    is the dense one rounded up to 16 bytes (a tensor map's stride rule)."""
+    return t.stride(dim) if t.shape[dim] > 1 else _round16(dense, t.element_size())
+
+
+def _round16(elems: int, elem_bytes: int) -> int:
+    per = TMA_ALIGN_BYTES // elem_bytes
+    return max(per, -(-elems // per) * per)
+
+
+@functools.lru_cache(maxsize=None)
+def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias: bool = False,
+                 k_grouped: bool = False, masked: bool = False) -> GroupedGemm:
+    """The shared :class:`GroupedGemm` of one build configuration. Raises ValueError for a BN not in
+    :data:`BNS`, a major not in :data:`B_MAJORS`, or a K-grouped build with a K-major b or a bias."""
+    if bn not in BNS:
+        raise ValueError(f"bn = {bn}: the grouped kernel is built with BN in {BNS}")
+    if b_major not in B_MAJORS:
+        raise ValueError(f"b_major = {b_major!r}: 'k' or 'mn'")
+    if k_grouped and (b_major != "mn" or bias):
+        raise ValueError("the K-grouped build reads b MN-major (b_major='mn') and adds no bias")
+    if k_grouped and masked:
+        raise ValueError("the masked layout is grouped along M, not K")
+    return GroupedGemm(bn=bn, b_major=b_major, out_fp32=bool(out_fp32), bias=bool(bias), k_grouped=bool(k_grouped),
+                       masked=bool(masked))
+
+
+__all__ = ["BM", "BK", "BNS", "B_MAJORS", "GROUP_TABLE_BYTES", "KERNEL_NAME", "MAX_GROUPS", "SOURCE", "GroupedGemm",
+           "GroupedPlan", "grouped_gemm", "weight_map"]

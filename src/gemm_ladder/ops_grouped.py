@@ -1,0 +1,202 @@
+"""The grouped GEMM as PyTorch ops: ``torch.ops.gemm_ladder.grouped_mm`` and ``grouped_linear``, with
+fake implementations (``torch.compile(fullgraph=True)``, meta tensors) and autograd; and the public
+:func:`grouped_mm` and :func:`grouped_linear` that call them.
+
+Registered with ``torch.library.custom_op`` (schema inferred from the annotations). The ops take no
+group size on the host, so a compiled graph or a CUDA graph holds for every routing.
+
+Backward (autograd), for y = grouped_mm(x (R, K), b (E, K, N), offs):
+* grad_x = grouped_mm(grad_y, b.transpose(-2, -1), offs): grouped along M, the weight read N-major
+  (the library's kernel, its ``b_major="mn"`` build);
+* grad_b[e] = x[rows_e].T @ grad_y[rows_e], grouped along K (the library's K-grouped build);
+* grouped_linear's grad_bias[e] = the sum of grad_y's rows of group e (index_add_ in fp32 on the device).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gemm_ladder.api_grouped import check_grouped_mm, group_of_rows, grouped_mm_direct, grouped_mm_masked_direct
+from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
+from gemm_ladder.library.activations import activation as _activation
+
+NAMESPACE = "gemm_ladder"
+
+
+def _out_shape(a: torch.Tensor, b: torch.Tensor, offs) -> tuple[int, ...]:
+    if a.dim() == 2 and b.dim() == 2:  # grouped along K: one (M, N) result per group
+        return (offs.shape[0], a.shape[0], b.shape[1])
+    return (a.shape[0], b.shape[-1]) if a.dim() == 2 else (a.shape[0], a.shape[1], b.shape[-1])
+
+
+@torch.library.custom_op(f"{NAMESPACE}::grouped_mm", mutates_args=())
+def _grouped_mm_op(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None,
+                   out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    return grouped_mm_direct(a, b, offs, out_dtype=out_dtype)
+
+
+@_grouped_mm_op.register_fake
+def _grouped_mm_fake(a, b, offs=None, out_dtype=None):
+    return a.new_empty(_out_shape(a, b, offs), dtype=out_dtype or a.dtype)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::grouped_linear", mutates_args=())
+def _grouped_linear_op(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor,
+                       bias: torch.Tensor | None = None) -> torch.Tensor:
+    return grouped_mm_direct(x, w.transpose(-2, -1), offs, bias=bias)
+
+
+@_grouped_linear_op.register_fake
+def _grouped_linear_fake(x, w, offs, bias=None):
+    return x.new_empty((x.shape[0], w.shape[1]))
+
+
+def _grad_b_grouped_k(a: torch.Tensor, grad: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """(E, K, N): per group a[rows_e].T @ grad[rows_e], the library's K-grouped build (a.t() is read
+    MN-major; both must be row-major: made contiguous first)."""
+    return torch.ops.gemm_ladder.grouped_mm(a.contiguous().t(), grad.contiguous(), offs)
+
+
+def _mm_setup(ctx, inputs, output):
+    a, b, offs, out_dtype = inputs
+    ctx.save_for_backward(a, b, offs)
+
+
+def _mm_backward(ctx, grad):
+    a, b, offs = ctx.saved_tensors
+    grad_a = grad_b = None
+    g = grad.to(a.dtype)
+    if a.dim() == 2 and b.dim() == 2:
+        raise NotSupportedError("the backward of grouped_mm grouped along K (2-D x 2-D) is not implemented")
+    if a.dim() == 3:  # batched: a (E, M, K) @ b (E, K, N)
+        if ctx.needs_input_grad[0]:
+            grad_a = torch.ops.gemm_ladder.grouped_mm(g, b.transpose(-2, -1))
+        if ctx.needs_input_grad[1]:
+            grad_b = torch.ops.gemm_ladder.grouped_mm(a.transpose(-2, -1).contiguous(), g.contiguous())
+        return grad_a, grad_b, None, None
+    if ctx.needs_input_grad[0]:
+        grad_a = torch.ops.gemm_ladder.grouped_mm(g, b.transpose(-2, -1), offs)
+    if ctx.needs_input_grad[1]:
+        grad_b = _grad_b_grouped_k(a, g, offs)
+    return grad_a, grad_b, None, None
+
+
+_grouped_mm_op.register_autograd(_mm_backward, setup_context=_mm_setup)
+
+
+def _linear_setup(ctx, inputs, output):
+    x, w, offs, bias = inputs
+    ctx.save_for_backward(x, w, offs)
+    ctx.has_bias = bias is not None
+
+
+def _linear_backward(ctx, grad):
+    x, w, offs = ctx.saved_tensors
+    g = grad.to(x.dtype)
+    grad_x = grad_w = grad_bias = None
+    if ctx.needs_input_grad[0]:
+        grad_x = torch.ops.gemm_ladder.grouped_mm(g, w, offs)  # w (E, N, K): read N-major
+    if ctx.needs_input_grad[1]:
+        grad_w = _grad_b_grouped_k(g, x, offs)  # (E, N, K): g[rows_e].T @ x[rows_e]
+    if ctx.has_bias and ctx.needs_input_grad[3]:
+        groups, rows = w.shape[0], x.shape[0]
+        sums = torch.zeros((groups + 1, w.shape[1]), dtype=torch.float32, device=g.device)
+        sums.index_add_(0, group_of_rows(offs, rows), grad.float())  # rows past offs[E-1] land in row E
+        grad_bias = sums[:groups].to(w.dtype)
+    return grad_x, grad_w, None, grad_bias
+
+
+_grouped_linear_op.register_autograd(_linear_backward, setup_context=_linear_setup)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::grouped_mm_masked", mutates_args=())
+def _grouped_mm_masked_op(a: torch.Tensor, b: torch.Tensor, counts: torch.Tensor,
+                          out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    return grouped_mm_masked_direct(a, b, counts, out_dtype=out_dtype)
+
+
+@_grouped_mm_masked_op.register_fake
+def _grouped_mm_masked_fake(a, b, counts, out_dtype=None):
+    return a.new_empty((a.shape[0], a.shape[1], b.shape[2]), dtype=out_dtype or a.dtype)
+
+
+def _masked_backward(ctx, grad):
+    raise NotSupportedError("grouped_mm_masked (the decode layout) has no backward")
+
+
+_grouped_mm_masked_op.register_autograd(_masked_backward, setup_context=lambda ctx, inputs, output: None)
+
+
+def grouped_mm_masked(a: torch.Tensor, b: torch.Tensor, counts: torch.Tensor, *,
+                      out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The masked layout of decode, as the op ``torch.ops.gemm_ladder.grouped_mm_masked``: a (E, M_max, K),
+    b (E, K, N), counts (E,) int32 on a's device (valid rows per expert, never read on the host).
+    Returns (E, M_max, N): out[e, :counts[e]] = a[e, :counts[e]] @ b[e]; rows past a count are not
+    written. Experts with no rows cost nothing. Inference only (no backward: NotSupportedError).
+    Raises GemmTypeError, GemmInputError, NotSupportedError before any launch."""
+    if not isinstance(a, torch.Tensor) or a.dim() != 3:
+        raise GemmInputError("a must be a 3-D (E, M_max, K) tensor for the masked layout")
+    check_grouped_mm(a, b, None, out_dtype)
+    if not isinstance(counts, torch.Tensor):
+        raise GemmTypeError(f"counts must be a torch.Tensor, got {type(counts).__name__}")
+    if counts.dtype != torch.int32 or counts.dim() != 1 or counts.numel() != a.shape[0] or counts.device != a.device:
+        raise GemmInputError(f"counts: int32 ({a.shape[0]},) on {a.device} expected, got {counts.dtype} "
+                             f"{tuple(counts.shape)} on {counts.device}")
+    return torch.ops.gemm_ladder.grouped_mm_masked(a, b, counts, out_dtype)
+
+
+def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *,
+               out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``torch._grouped_mm(a, b, offs, out_dtype=...)`` on the library's grouped kernel, as the op
+    ``torch.ops.gemm_ladder.grouped_mm`` (autograd, fake kernel, torch.compile, CUDA graphs).
+
+    Args:
+        a: (R, K) bf16/fp16 with rows split into groups by ``offs`` (2-D x 3-D), or (E, M, K) (3-D x 3-D).
+        b: (E, K, N), same dtype; each b[e] K-major (``w.transpose(-2, -1)`` of an (E, N, K) weight)
+            or N-major (row-major (K, N)); strides multiples of 16 bytes.
+        offs: int32 (E,) on a's device, cumulative row ends (group e: rows offs[e-1]..offs[e]); None
+            for a 3-D a. Its values stay on the device; groups may be empty or of any size.
+        out_dtype: None (a's dtype) or torch.float32.
+
+    Returns (R, N) (rows past offs[E-1] not written, as torch's) or (E, M, N).
+    2-D x 2-D (grouped along K): a (M, total K) with stride(0) == 1, b (total K, N) row-major, offs (E,):
+    returns (E, M, N), out[e] = a[:, offs[e-1]:offs[e]] @ b[offs[e-1]:offs[e]] (zeros for an empty group).
+    Raises GemmTypeError, GemmInputError, NotSupportedError (3-D x 2-D; other 2-D x 2-D layouts; more than 1024 groups)
+    before any launch. Source: torch._grouped_mm's semantics (torch/_meta_registrations.py).
+    """
+    check_grouped_mm(a, b, offs, out_dtype)
+    return torch.ops.gemm_ladder.grouped_mm(a, b, offs, out_dtype)
+
+
+def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: torch.Tensor | None = None, *,
+                   activation: str | None = None) -> torch.Tensor:
+    """The experts' linear layers: ``y[r] = act(x[r] @ w[e].T + bias[e])`` for each row r of group e.
+
+    Args:
+        x: (R, K) bf16/fp16, rows grouped by ``offs``; w: (E, N, K) (``nn.Linear``'s layout per expert,
+            stride(2) == 1); offs: int32 (E,) cumulative row ends on x's device; bias: (E, N) or None,
+            added in the kernel's epilogue; activation: None or a name of
+            :data:`gemm_ladder.library.activations.ACTIVATIONS`, applied after the op by its PyTorch
+            reference (not fused yet).
+    Returns (R, N) in x's dtype. Raises GemmTypeError, GemmInputError, NotSupportedError, ValueError
+    (an unknown activation) before any launch.
+    """
+    act = None if activation is None else _activation(activation)
+    if not isinstance(w, torch.Tensor):
+        raise GemmTypeError(f"w must be a torch.Tensor, got {type(w).__name__}")
+    if w.dim() != 3:
+        raise GemmInputError(f"w must be (E, N, K), got {w.dim()}-D {tuple(w.shape)}")
+    if w.shape[2] > 1 and w.stride(2) != 1:
+        raise GemmInputError(f"w has strides {tuple(w.stride())}: (E, N, K) with stride(2) == 1 (nn.Linear's layout)")
+    if bias is not None and not isinstance(bias, torch.Tensor):
+        raise GemmTypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
+    check_grouped_mm(x, w.transpose(-2, -1), offs)
+    if bias is not None:
+        if tuple(bias.shape) != (w.shape[0], w.shape[1]) or bias.dtype != x.dtype or bias.device != x.device:
+            raise GemmInputError(f"bias: ({w.shape[0]}, {w.shape[1]}) {x.dtype} on {x.device} expected, got "
+                                 f"{bias.dtype} {tuple(bias.shape)} on {bias.device}")
+    y = torch.ops.gemm_ladder.grouped_linear(x, w, offs, bias)
+    return y if act is None else act.reference(y)
+
+
+__all__ = ["grouped_linear", "grouped_mm", "grouped_mm_masked"]

@@ -1,0 +1,299 @@
+"""The grouped GEMM's CPU-checkable parts: refusals before any launch, the fake kernels and op
+registration, the plan (maps, ring, stages), the ring audit (clean, and failing on seeded faults), the
+group-size routing of the bench, and the builds (sm_90a cubins with no spill, through the resource gate).
+
+GPU results: tests/test_grouped_gpu.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gemm_ladder
+from conftest import needs_nvcc
+from gemm_ladder.api_grouped import check_grouped_mm
+from gemm_ladder.audit import audit
+from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
+from gemm_ladder.library.grouped import GROUP_TABLE_BYTES, MAX_GROUPS, grouped_gemm
+
+BF = torch.bfloat16
+
+
+def _meta(*shape, dtype=BF):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+def _offs(n, device="meta"):
+    return torch.empty(n, dtype=torch.int32, device=device)
+
+
+# --- refusals ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args,exc,words", [
+    (("x", _meta(3, 8, 16), None), GemmTypeError, "a must be a torch.Tensor"),
+    ((_meta(10, 16, dtype=torch.float32), _meta(3, 16, 8, dtype=torch.float32), _offs(3)), GemmInputError, "dtype"),
+    ((_meta(10, 16), _meta(3, 16, 8, dtype=torch.float16), _offs(3)), GemmInputError, "share one dtype"),
+    ((_meta(10, 16), _meta(3, 12, 8), _offs(3)), GemmInputError, "contraction"),
+    ((_meta(10, 16), _meta(3, 16, 8), None), GemmInputError, "offs is required"),
+    ((_meta(10, 16), _meta(3, 16, 8), torch.empty(3, dtype=torch.int64, device="meta")), GemmInputError, "int32"),
+    ((_meta(10, 16), _meta(3, 16, 8), _offs(4)), GemmInputError, "shape (3,)"),
+    ((_meta(3, 10, 16), _meta(3, 16, 8), _offs(3)), GemmInputError, "offs must be None"),
+    ((_meta(2, 10, 16), _meta(3, 16, 8), None), GemmInputError, "batch sizes differ"),
+    ((_meta(3, 10, 16), _meta(16, 8), None), NotSupportedError, "3-D a and a 2-D b"),
+    ((_meta(10, 16), _meta(MAX_GROUPS + 1, 16, 8), _offs(MAX_GROUPS + 1)), NotSupportedError, "at most"),
+    ((_meta(10, 16), _meta(3, 16, 8), _offs(3)), GemmInputError, "CUDA device"),
+    ((_meta(16, 10), _meta(10, 8), _offs(3)), GemmInputError, "CUDA device"),
+    ((_meta(1, 5, 16), _meta(1, 16, 8), None), GemmInputError, "CUDA device"),
+])
+def test_refusals_name_the_rule(args, exc, words):
+    with pytest.raises(exc, match=None) as info:
+        check_grouped_mm(*args)
+    assert words in str(info.value)
+
+
+def test_out_dtype_refusals():
+    with pytest.raises(GemmTypeError):
+        check_grouped_mm(_meta(10, 16), _meta(3, 16, 8), _offs(3), out_dtype="float32")
+    with pytest.raises(GemmInputError, match="out_dtype"):
+        check_grouped_mm(_meta(10, 16), _meta(3, 16, 8), _offs(3), out_dtype=torch.float16)
+
+
+def test_public_functions_refuse_before_launch():
+    with pytest.raises(GemmInputError, match="CUDA device"):  # CPU tensors: nothing built or launched
+        gemm_ladder.grouped_mm(torch.randn(10, 16, dtype=BF), torch.randn(3, 8, 16, dtype=BF).transpose(1, 2),
+                               torch.tensor([3, 5, 10], dtype=torch.int32))
+    with pytest.raises(GemmInputError, match=r"\(E, N, K\)"):
+        gemm_ladder.grouped_linear(_meta(10, 16), _meta(8, 16), _offs(3))
+    with pytest.raises(GemmInputError, match="stride"):
+        gemm_ladder.grouped_linear(_meta(10, 16), _meta(3, 16, 8).transpose(1, 2), _offs(3))
+    with pytest.raises(ValueError, match="activation"):
+        gemm_ladder.grouped_linear(_meta(10, 16), _meta(3, 8, 16), _offs(3), activation="swish9")
+    with pytest.raises(GemmTypeError):
+        gemm_ladder.grouped_linear(_meta(10, 16), _meta(3, 8, 16), _offs(3), bias=1.0)
+
+
+def test_kernel_supports_names_the_rule():
+    k = grouped_gemm(128, "k")
+    x, w, offs, out = torch.randn(10, 16, dtype=BF), torch.randn(3, 8, 16, dtype=BF), torch.zeros(3, dtype=torch.int32), \
+        torch.empty(10, 8, dtype=BF)
+    assert "CUDA device" in k.supports(x, w, offs, out)
+    assert "int32" in k.supports(x, w, offs.long(), out)
+    assert "K-major" in k.supports(x, w.transpose(1, 2).contiguous().transpose(1, 2), offs, out)
+    assert "pass one" in grouped_gemm(128, "k", bias=True).supports(x, w, offs, out)
+    assert "k_grouped" in k.supports_k(x.t(), x, offs, torch.empty(3, 16, 16, dtype=BF))
+    with pytest.raises(ValueError):
+        grouped_gemm(192)
+    with pytest.raises(ValueError):
+        grouped_gemm(128, "k", k_grouped=True)
+
+
+# --- ops and fakes -----------------------------------------------------------------------------------
+def test_ops_are_registered_with_fakes():
+    assert hasattr(torch.ops.gemm_ladder, "grouped_mm") and hasattr(torch.ops.gemm_ladder, "grouped_linear")
+    assert torch.ops.gemm_ladder.grouped_mm(_meta(10, 16), _meta(3, 16, 8), _offs(3)).shape == (10, 8)
+    assert torch.ops.gemm_ladder.grouped_mm(_meta(3, 5, 16), _meta(3, 16, 8)).shape == (3, 5, 8)
+    assert torch.ops.gemm_ladder.grouped_mm(_meta(16, 10), _meta(10, 8), _offs(4)).shape == (4, 16, 8)
+    out = torch.ops.gemm_ladder.grouped_mm(_meta(10, 16), _meta(3, 16, 8), _offs(3), torch.float32)
+    assert out.dtype == torch.float32
+    assert torch.ops.gemm_ladder.grouped_linear(_meta(10, 16), _meta(3, 8, 16), _offs(3), _meta(3, 8)).shape == (10, 8)
+
+
+def test_masked_layout_op_and_refusals():
+    out = torch.ops.gemm_ladder.grouped_mm_masked(_meta(4, 16, 64), _meta(4, 64, 32), _offs(4))
+    assert out.shape == (4, 16, 32)
+    with pytest.raises(GemmInputError, match="3-D"):
+        gemm_ladder.grouped_mm_masked(_meta(16, 64), _meta(4, 64, 32), _offs(4))
+    with pytest.raises(GemmInputError, match="CUDA device"):
+        gemm_ladder.grouped_mm_masked(_meta(4, 16, 64), _meta(4, 64, 32), _offs(4))
+    with pytest.raises(ValueError):
+        grouped_gemm(128, "mn", k_grouped=True, masked=True)
+    assert grouped_gemm(128, masked=True).defines("bf16")["GL_MASKED"] == 1
+
+
+def test_fake_tensor_mode_traces_with_symbolic_rows():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    with FakeTensorMode(shape_env=ShapeEnv()) as mode:
+        x = mode.from_tensor(torch.empty(10, 16, dtype=BF))
+        w = mode.from_tensor(torch.empty(3, 8, 16, dtype=BF))
+        offs = mode.from_tensor(torch.empty(3, dtype=torch.int32))
+        y = torch.ops.gemm_ladder.grouped_linear(x, w, offs)
+        assert y.shape == (10, 8) and y.dtype == BF
+
+
+def test_exported_names():
+    assert gemm_ladder.grouped_mm.__module__ == "gemm_ladder.ops_grouped"
+    assert "grouped_linear" in dir(gemm_ladder)
+
+
+# --- plan and audit ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("bn,stages", [(128, 6), (256, 4)])
+def test_plan_fits_beside_the_group_table(bn, stages):
+    k = grouped_gemm(bn, "k")
+    d = k.defines("bf16")
+    assert d["GL_STAGES"] == stages and d["GL_CLUSTER"] == 1 and d["GL_CONSUMERS"] == 2
+    assert d["GL_C_PANELS"] == 0 and d["GL_MAX_GROUPS"] == MAX_GROUPS
+    assert d["GL_SMEM_BYTES"] + GROUP_TABLE_BYTES <= 232448
+    p = k.plan(1000, 520, 200, 8, "bf16")
+    w = p.tensor_maps["w"]
+    assert w.rank == 3 and w.global_dim == (200, 520, 8) and w.box_dim == (64, bn, 1)
+    assert w.global_strides == (200 * 2, 520 * 200 * 2)
+    assert p.tensor_maps["x"].global_dim == (200, 1000) and p.max_tiles == (8 + 8) * -(-520 // bn)
+    n_major = grouped_gemm(bn, "mn").plan(1000, 520, 200, 8, "bf16").tensor_maps["w"]
+    assert n_major.global_dim == (520, 200, 8) and n_major.box_dim == (64, 64, 1)
+    assert "globalStrides" in _refusal(lambda: k.plan(1000, 520, 200, 8, "bf16", w_strides=(520 * 200, 201)))
+
+
+def _refusal(fn) -> str:
+    from gemm_ladder.design.problem import PlanRefused
+
+    with pytest.raises(PlanRefused) as info:
+        fn()
+    return str(info.value)
+
+
+@pytest.mark.parametrize("cfg", [dict(bn=128), dict(bn=256), dict(bn=128, b_major="mn", k_grouped=True)])
+def test_the_ring_audits_clean_and_fails_on_seeded_faults(cfg):
+    k = grouped_gemm(**cfg)
+    s = k.defines("bf16")["GL_STAGES"]
+    for k_iters, tiles in [(1, 3), (2, 3), (s - 1, 2), (s + 1, 2), (2 * s + 1, 1)]:
+        result = audit(k.ring_protocol(k_iters, tiles))
+        assert result.ok, result.render()
+    assert "early_overwrite" in {v.kind for v in audit(k.ring_protocol(s + 1, 1, empty_count=1)).violations}
+    assert "deadlock" in {v.kind for v in audit(k.ring_protocol(s + 1, 2, empty_initial_phase=0)).violations}
+
+
+def test_bench_routing_matches_the_issue_ranges():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import grouped as bench
+
+    for name, (e, rows, _, _, lo, hi) in bench.CASES.items():
+        sizes = bench.group_sizes(e, rows, lo, hi)
+        assert len(sizes) == e and sum(sizes) == rows and min(sizes) >= lo and max(sizes) <= hi, name
+
+
+# --- builds ------------------------------------------------------------------------------------------
+@needs_nvcc
+@pytest.mark.parametrize("cfg,dtype", [
+    (dict(bn=128), "bf16"), (dict(bn=256), "bf16"), (dict(bn=256, b_major="mn"), "fp16"),
+    (dict(bn=128, b_major="mn", k_grouped=True), "bf16"), (dict(bn=256, bias=True), "bf16"),
+    (dict(bn=256, b_major="mn", k_grouped=True, out_fp32=True), "fp16"), (dict(bn=128, masked=True), "bf16"),
+])
+def test_builds_pass_the_resource_gate(cfg, dtype, use_cache):
+    from gemm_ladder.gates.resources import check_cubin_resources
+    from gemm_ladder.runtime.compiler import disassemble
+
+    k = grouped_gemm(**cfg)
+    built = k.build(dtype)
+    geo = k.geometry(dtype)
+    sass = disassemble(built.cubin)
+    report = check_cubin_resources(built.cubin, built.ptxas_log, built.kernel_name, level=None, dtype=dtype,
+                                   threads=geo.threads, dynamic_smem=geo.dynamic_smem, cluster=geo.cluster, sass=sass)
+    assert report.passed, report.messages
+    assert (report.spill_stores, report.spill_loads, report.stack_bytes) == (0, 0, 0)
+    assert report.sass["LDL"] == report.sass["STL"] == 0
+    assert report.sass["UTMALDG"] > 0 and report.sass["UTMASTG"] == 0  # TMA loads, register stores
+    assert "USETMAXREG" in sass
+    assert f"HGMMA.64x{cfg['bn']}x16.F32" in sass
+
+
+# --- the schedule's arithmetic (grouped_scheduler.cuh, mirrored) ----------------------------------------
+def _table(offs, total_rows, bm):
+    """GroupTable::build: clamped running maximum of the ends, the prefix of M-tile counts."""
+    ends, tiles, prev = [], [0], 0
+    for o in offs:
+        end = max(prev, min(max(o, 0), total_rows))
+        tiles.append(tiles[-1] + -(-(end - prev) // bm))
+        ends.append(end)
+        prev = end
+    return ends, tiles
+
+
+def _group_of(tile_start, mt):
+    lo, hi = 0, len(tile_start) - 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if tile_start[mid + 1] > mt:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_grouped_schedule_writes_every_grouped_row_once(seed):
+    import random
+
+    from gemm_ladder.design.plan import GROUP_M, unit_coords
+
+    rng = random.Random(seed)
+    e = rng.choice([1, 3, 8, 33])
+    sizes = [rng.choice([0, 0, 1, rng.randrange(1, 300)]) for _ in range(e)]
+    offs = list(__import__("itertools").accumulate(sizes))
+    total = offs[-1] + rng.randrange(0, 40)
+    if rng.random() < 0.2 and e > 1:  # offsets past the rows or decreasing: clamped, never out of range
+        offs[rng.randrange(e)] = rng.choice([-5, total + 100])
+    bm, tiles_n = 128, 3
+    ends, tile_start = _table(offs, total, bm)
+    written = {}
+    for unit in range(tile_start[-1] * tiles_n):
+        mt, tn = unit_coords(unit, tile_start[-1], tiles_n, GROUP_M)
+        g = _group_of(tile_start, mt)
+        begin = ends[g - 1] if g else 0
+        row0 = begin + (mt - tile_start[g]) * bm
+        for r in range(row0, min(row0 + bm, ends[g])):
+            assert r not in written.get(tn, {}), f"row {r} written twice"
+            written.setdefault(tn, {})[r] = g
+    for tn in range(tiles_n):
+        want = {r: g for g in range(e) for r in range(ends[g - 1] if g else 0, ends[g])}
+        assert written.get(tn, {}) == want
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_dynamo_traces_the_public_functions_without_a_graph_break(dynamic):
+    """torch.compile(fullgraph=True)'s front end on fake CUDA tensors (no GPU needed): one graph holding
+    the ops, the validation traced as guards (no address read: fake tensors have none)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def f(x, w, bias, offs):
+        h = gemm_ladder.grouped_linear(x, w, offs, bias, activation="silu")
+        return gemm_ladder.grouped_mm(h, w, offs)  # w (E, N, K) as b: N-major, the grad_x layout
+
+    with FakeTensorMode():
+        x = torch.empty(400, 128, dtype=BF, device="cuda")
+        w = torch.empty(4, 128, 128, dtype=BF, device="cuda")
+        bias = torch.empty(4, 128, dtype=BF, device="cuda")
+        offs = torch.empty(4, dtype=torch.int32, device="cuda")
+    out = torch._dynamo.export(f, aten_graph=False, assume_static_by_default=not dynamic)(x, w, bias, offs)
+    code = out.graph_module.code
+    assert "gemm_ladder.grouped_linear" in code and "gemm_ladder.grouped_mm" in code
+
+
+def test_an_empty_problem_passes_validation_before_the_stride_rules():
+    """GPU round 2: x (10, 0) has a row pitch of 1 element; an empty K returns zeros, never a stride refusal."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = torch.randn(10, 0, dtype=BF, device="cuda")
+        w = torch.randn(3, 32, 0, dtype=BF, device="cuda")
+        offs = torch.zeros(3, dtype=torch.int32, device="cuda")
+        assert check_grouped_mm(x, w.transpose(1, 2), offs) == ("2d3d", BF)
+        assert check_grouped_mm(torch.randn(0, 7, dtype=BF, device="cuda"), torch.randn(3, 7, 32, dtype=BF, device="cuda"),
+                                offs)[0] == "2d3d"
+
+
+def test_maps_are_encoded_with_the_device_context_current(monkeypatch):
+    """GPU round 2: autograd's backward thread has no current driver context; every encode (and launch)
+    makes the device's context current first."""
+    import gemm_ladder.library.grouped as g
+
+    calls = []
+    monkeypatch.setattr(g, "ensure_context", lambda device: calls.append(("context", device)))
+    monkeypatch.setattr(g, "encode_tiled", lambda kwargs: calls.append(("encode", kwargs["globalAddress"])) or object())
+    spec = grouped_gemm(128).plan(256, 256, 256, 2, "bf16").tensor_maps["x"]
+    t = torch.empty(256, 256, dtype=BF)
+    g._encode(torch.device("cuda", 0), (spec, t))
+    assert calls[0] == ("context", torch.device("cuda", 0)) and calls[1][0] == "encode"
