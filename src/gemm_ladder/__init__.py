@@ -30,7 +30,7 @@ _ERRORS = ("CaptureBuildError", "CompileError", "CompilerNotFoundError", "CudaEr
           "EpilogueError", "GemmInputError", "GemmTypeError", "NotSupportedError", "OutsideDomainError")
 
 __all__ = ["Epilogue", "Explanation", "__version__", "explain", "linear", "mm", "nn", "ops", "precompile", "swiglu",
-           *_ERRORS]
+           "scaled_mm", "quantize_fp8", *_ERRORS]
 
 _API = ("Epilogue", "Explanation", "explain", "linear", "mm", "swiglu")
 
@@ -46,6 +46,7 @@ def _register_ops() -> None:
         import importlib
 
         importlib.import_module("gemm_ladder.ops")
+        importlib.import_module("gemm_ladder.ops_fp8")  # fp8 scaled_mm
 
 
 def __getattr__(name: str):
@@ -59,6 +60,10 @@ def __getattr__(name: str):
         from gemm_ladder.model_precompile import precompile
 
         return precompile
+    if name in ("scaled_mm", "quantize_fp8"):  # fp8 (ops_fp8.py)
+        import importlib
+
+        return getattr(importlib.import_module("gemm_ladder.ops_fp8"), name)
     if name in ("nn", "ops"):
         import importlib
 
@@ -67,7 +72,7 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_API) | {"nn", "ops", "precompile"})
+    return sorted(set(globals()) | set(_API) | {"nn", "ops", "precompile", "scaled_mm", "quantize_fp8"})
 
 
 _register_ops()
