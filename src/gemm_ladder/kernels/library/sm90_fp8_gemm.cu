@@ -205,7 +205,8 @@ extern "C" __global__ void __launch_bounds__(fp8::kThreads, 1)
   const int consumer = warpgroup_index() - 1;
   const int warp = thread_in_warpgroup() / 32, lane = threadIdx.x % 32;
   const int row_in_tile = 64 * consumer + 16 * warp + lane / 4;  // this thread's first row; the second is 8 below
-  const bool pairs = (N % 2 == 0) && (ldc % 2 == 0);
+  // Two columns per store where every pair is aligned to its size: N and the pitch even, the base aligned.
+  const bool pairs = (N % 2 == 0) && (ldc % 2 == 0) && (reinterpret_cast<uintptr_t>(C) % (2 * sizeof(out_t)) == 0);
   float ta = 1.0f;  // tensorwise: the product of the two scales
   if constexpr (kScaleMode == 0) ta = scale_a[0] * scale_b[0];
   int it = 0;
