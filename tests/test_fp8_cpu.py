@@ -215,3 +215,50 @@ def test_kernel_builds_for_sm90a_without_spills(use_cache, kernel):
     shapes = set(re.findall(r"QGMMA\.(\d+x\d+x\d+)", sass))
     assert shapes == {"64x128x32"}, shapes
     assert kernel.dynamic_smem <= 232448
+
+
+# --- the launch's arguments, with the driver replaced (CPU tensors stand in for the GPU's) ----------
+
+class _Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def launch(self, grid, args, stream):
+        self.calls.append((grid, args))
+
+
+@pytest.mark.parametrize("mode", ["tensorwise", "rowwise", "blockwise"])
+@pytest.mark.parametrize("shape", [(130, 97, 272), (1, 256, 16), (1000, 1040, 4096)], ids=lambda s: "x".join(map(str, s)))
+def test_launch_arguments(monkeypatch, mode, shape):
+    m, n, k = shape
+    rec = _Recorder()
+    monkeypatch.setattr(fp8, "encode_tiled", lambda kwargs: kwargs)  # the spec was validated by encode_kwargs
+    monkeypatch.setattr(fp8, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(fp8, "_stream", lambda device: None)
+    monkeypatch.setattr(Fp8Kernel, "loaded", lambda self, device: rec)
+    blocks = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "blockwise": ((1, 128), (128, 128))}
+    qa, sa = quantize_fp8(torch.randn(m, k), blocks[mode][0])
+    qw, sw = quantize_fp8(torch.randn(n, k), blocks[mode][1])
+    sb = sw.T if sw.dim() == 2 else sw
+    bias = torch.randn(n, dtype=torch.bfloat16)
+    call = check_scaled_mm(qa, qw.T, sa, sb, bias, device_type="cpu")
+    out = fp8.scaled_mm_launch(qa, qw.T, sa, sb, bias, call)
+    assert out.shape == (m, n) and out.dtype == torch.bfloat16
+    (grid, args), = rec.calls
+    tiles = math.ceil(m / 128) * math.ceil(n / 128)
+    assert grid == (min(tiles, 132), 1, 1)
+    map_a, map_b, map_sa = args[:3]
+    assert map_a["globalDim"] == [k, m] and map_a["boxDim"] == [128, 128] and map_a["globalStrides"] == [qa.stride(0)]
+    assert map_b["globalDim"] == [k, n] and map_b["boxDim"] == [128, 128] and map_b["globalStrides"] == [qw.T.stride(1)]
+    assert map_a["swizzle"] == map_b["swizzle"] == "CU_TENSOR_MAP_SWIZZLE_128B"
+    assert [a.value for a in args[-3:]] == [m, n, k]
+    assert args[-4].value == out.stride(0) and args[-5].value == out.data_ptr()
+    if mode == "blockwise":
+        kb = math.ceil(k / 128)
+        assert map_sa["tensorDataType"] == "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"
+        assert map_sa["globalDim"] == [m, kb] and map_sa["boxDim"] == [128, 1]
+        assert map_sa["globalStrides"][0] % 16 == 0 and map_sa["globalStrides"][0] >= 4 * m
+        assert (args[5].value, args[6].value) == (sb.stride(0), sb.stride(1))
+    else:
+        assert map_sa is map_a
+        assert args[3].value == sa.data_ptr() and args[4].value == sb.data_ptr()

@@ -75,7 +75,9 @@ def test_output_dtypes_bias_and_tails(mode, out_dtype):
     y = gemm_ladder.scaled_mm(qa, qb, sa, sb, bias=bias, out_dtype=out_dtype)
     assert y.dtype == out_dtype and y.shape == (m, n)
     floor = _rel_err(ref.to(out_dtype), ref)
-    assert _rel_err(y, ref) <= 1.5 * floor + (1e-5 if out_dtype == torch.float32 else 1e-4)
+    # fp32 output: the floor is fp32 rounding, far below the fp8 tensor core's own accumulation inside a
+    # 128-wide K block (not fp32-exact on Hopper), which the additive term allows for.
+    assert _rel_err(y, ref) <= 1.5 * floor + (2**-10 if out_dtype == torch.float32 else 1e-4)
 
 
 def test_out_with_row_pitch_and_odd_n():
@@ -133,7 +135,7 @@ def test_edge_scales(mode, edge):
     assert torch.equal(torch.isfinite(y), finite), "non-finite where and only where the reference is"
     if finite.any():
         yf, rf = y[finite].double(), ref[finite]
-        assert ((yf - rf).abs().max() / rf.abs().max().clamp_min(1e-300)).item() <= 1e-5
+        assert ((yf - rf).abs().max() / rf.abs().max().clamp_min(1e-300)).item() <= 2**-10
     if edge == "zeros":
         assert (y[:128] == 0).all()
 

@@ -202,9 +202,14 @@ def check_scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16,
     devices = {t.device for _, t in tensors if t is not None}
     if len(devices) > 1:
         raise GemmInputError(f"every tensor must be on one device, got {sorted(str(d) for d in devices)}")
-    if device_type is not None and a.device.type != device_type:
+    if device_type is None:  # the fake kernels: no addresses to check (meta and fake tensors have none)
+        return ScaledMmCall(m, n, k, mode, out_dtype)
+    if a.device.type != device_type:
         raise GemmInputError(f"a must be on a {device_type} device, got {a.device}")
-    if out is not None and out.device.type != "meta":
+    for name, t in (("a", a), ("b", b)):
+        if t.numel() and t.data_ptr() % 16:
+            raise GemmInputError(f"{name}'s base address must be 16-byte aligned (a TMA tensor map's), got {t.data_ptr():#x}")
+    if out is not None:
         for name, t in (("a", a), ("b", b)):
             if t.numel() and out.numel() and _overlaps(out, t):
                 raise GemmInputError(f"out overlaps {name}: the kernel would read what it writes")
@@ -224,6 +229,10 @@ def _map(name: str, ptr: int, data_type: str, elem_bytes: int, dims: tuple[int, 
                          rank=2, global_dim=dims, global_strides=(pitch_bytes,), box_dim=box,
                          element_strides=(1, 1), swizzle=swizzle)
     return encode_tiled(spec.encode_kwargs(ptr))
+
+
+def _stream(device: torch.device):
+    return torch.cuda.current_stream(device)
 
 
 def _sm_count(device: torch.device) -> int:
@@ -292,7 +301,7 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
             ctypes.c_longlong(out.stride(0)), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
     # Tensors made here (keep) are freed after the launch is queued on this stream, the stream they were
     # made on: the caching allocator reuses their memory only in that stream's order.
-    loaded.launch((grid, 1, 1), args, torch.cuda.current_stream(a.device))
+    loaded.launch((grid, 1, 1), args, _stream(a.device))
     del keep
     return out
 
