@@ -16,8 +16,10 @@ issue's five. Before timing, each scheme's first 256 output rows are checked aga
 dequantized inputs: ours must be within 1.5x torch's error (``err``, ``err_torch`` in the row).
 
 Rows (``rows: [{M, N, K, scheme, fused_quant, tflops, ratio_torch, ...}]``): ``ratio_torch`` is
-torch's time over ours for the same scheme (> 1: ours faster); for ``bf16_mm`` rows it is None.
-``fused_quant`` is False (the fp8-output linear is not built yet). Timing: gates.performance.time_fns
+torch's time over ours for the same scheme (> 1: ours faster); for ``bf16_mm`` rows it is None. The
+``fused_quant`` row (blockwise, ``out_dtype=torch.float8_e4m3fn``: e4m3 output with 1 x 128 scales from
+the epilogue) has ``ratio_torch`` = (torch._scaled_mm blockwise to bf16, then quantize_fp8) over ours,
+and ``ratio_ours_unfused`` = (our bf16 scaled_mm, then quantize_fp8) over ours (issue target >= 1.2x). Timing: gates.performance.time_fns
 (L2 flushed before each call, median, rounds rotating the first callable). One JSON
 (bench/suite.py: DATE_fp8[_quick]_COMMIT.json). Exit 1 when a result is wrong, else 0.
 """
@@ -86,6 +88,13 @@ def run_shape(m: int, n: int, k: int, budget: float) -> tuple[list[dict], bool]:
         errors[f"err_{scheme}"] = (e_ours, e_torch, good)
         fns[f"ours_{scheme}"] = (lambda x, y, s=scheme: gemm_ladder.scaled_mm(*args[s]))
     fns["bf16_mm"] = lambda x, y: torch.mm(a16, w16.T)
+    # The quantized output (blockwise in, e4m3 with 1 x 128 scales out) against the GEMM then quantize_fp8.
+    blk = args["blockwise"]
+    fns["ours_blockwise_fq"] = lambda x, y: gemm_ladder.scaled_mm(*blk, out_dtype=torch.float8_e4m3fn)
+    fns["ours_blockwise_then_quant"] = lambda x, y: quantize_fp8(gemm_ladder.scaled_mm(*blk), (1, 128))
+    if "torch_blockwise" in fns:
+        fns["torch_blockwise_then_quant"] = lambda x, y: quantize_fp8(
+            torch._scaled_mm(*blk, out_dtype=torch.bfloat16), (1, 128))
     times = time_fns(fns, a16, w16, budget_s=budget, rounds=3)
     flop = 2.0 * m * n * k
     rows = []
@@ -98,6 +107,12 @@ def run_shape(m: int, n: int, k: int, budget: float) -> tuple[list[dict], bool]:
                      "median_ms": t_ours, "torch_tflops": flop / t_torch / 1e9 if t_torch else None,
                      "spread": times[f"ours_{scheme}"].spread, "err": e_ours, "err_torch": e_torch,
                      "correct": good, "torch_refused": errors.get(scheme)})
+    t_fq = times["ours_blockwise_fq"].median_ms
+    t_tq = times["torch_blockwise_then_quant"].median_ms if "torch_blockwise_then_quant" in times else None
+    rows.append({"M": m, "N": n, "K": k, "scheme": "blockwise", "fused_quant": True, "tflops": flop / t_fq / 1e9,
+                 "ratio_torch": (t_tq / t_fq) if t_tq else None, "median_ms": t_fq,
+                 "ratio_ours_unfused": times["ours_blockwise_then_quant"].median_ms / t_fq,
+                 "spread": times["ours_blockwise_fq"].spread})
     t16 = times["bf16_mm"].median_ms
     rows.append({"M": m, "N": n, "K": k, "scheme": "bf16_mm", "fused_quant": False, "tflops": flop / t16 / 1e9,
                  "ratio_torch": None, "median_ms": t16})
@@ -120,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += shape_rows
         for r in shape_rows:
             ratio = f"{r['ratio_torch']:.3f}x" if r.get("ratio_torch") else "-"
-            extra = "" if r["scheme"] == "bf16_mm" else f" err {r['err']:.2e} (torch {r['err_torch']})"
+            extra = (f" err {r['err']:.2e} (torch {r['err_torch']})" if "err" in r else
+                     f" fused quant (vs ours unfused {r['ratio_ours_unfused']:.3f}x)" if r["fused_quant"] else "")
             print(f"{m}x{n}x{k} {r['scheme']:>10}: {r['tflops']:7.1f} TFLOP/s  vs torch {ratio}{extra}", flush=True)
         torch.cuda.empty_cache()
     save({"rows": rows, "quick": args.quick}, "fp8_quick" if args.quick else "fp8", args.output)

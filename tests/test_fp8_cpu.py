@@ -78,7 +78,8 @@ def _bad_calls():
     yield "1x128 x 1x128", dict(scale_a=torch.empty((256, 4), device="meta"),
                                 scale_b=torch.empty((4, 384), device="meta")), NotSupportedError, "not built"
     yield "bias shape", dict(bias=torch.empty(383, device="meta")), GemmInputError, "bias"
-    yield "out dtype", dict(out_dtype=torch.float8_e4m3fn), GemmInputError, "out_dtype"
+    yield "out dtype", dict(out_dtype=torch.float8_e5m2), GemmInputError, "out_dtype"
+    yield "fp8 out=", dict(out_dtype=E4M3, out=torch.empty((256, 384), dtype=E4M3, device="meta")), NotSupportedError, "out="
     yield "out_dtype type", dict(out_dtype="bf16"), GemmTypeError, "torch.dtype"
     yield "out shape", dict(out=torch.empty((256, 383), dtype=torch.bfloat16, device="meta")), GemmInputError, "shape"
     yield "not a tensor", dict(scale_b=1.0), GemmTypeError, "torch.Tensor"
@@ -198,7 +199,7 @@ def test_quantize_refuses_bad_input():
 # --- the kernel's builds (nvcc, no GPU) -----------------------------------------------------------
 
 BUILDS = [Fp8Kernel("tensorwise"), Fp8Kernel("rowwise", out_dtype="fp32"), Fp8Kernel("blockwise", bias=True),
-          Fp8Kernel("blockwise", a_dtype="e5m2", out_dtype="fp16")]
+          Fp8Kernel("blockwise", a_dtype="e5m2", out_dtype="fp16"), Fp8Kernel("blockwise", out_dtype="fp8", bias=True)]
 
 
 @needs_nvcc
@@ -252,7 +253,8 @@ def test_launch_arguments(monkeypatch, mode, shape):
     assert map_b["globalDim"] == [k, n] and map_b["boxDim"] == [128, 128] and map_b["globalStrides"] == [qw.T.stride(1)]
     assert map_a["swizzle"] == map_b["swizzle"] == "CU_TENSOR_MAP_SWIZZLE_128B"
     assert [a.value for a in args[-3:]] == [m, n, k]
-    assert args[-4].value == out.stride(0) and args[-5].value == out.data_ptr()
+    assert args[9].value == out.stride(0) and args[8].value == out.data_ptr()
+    assert (args[10].value, args[11].value) == (None, 0)  # no quantized output
     if mode == "blockwise":
         kb = math.ceil(k / 128)
         assert map_sa["tensorDataType"] == "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"
@@ -262,3 +264,28 @@ def test_launch_arguments(monkeypatch, mode, shape):
     else:
         assert map_sa is map_a
         assert args[3].value == sa.data_ptr() and args[4].value == sb.data_ptr()
+
+
+def test_quantized_output_launch_and_fake(monkeypatch):
+    m, n, k = 130, 296, 256  # N % 16 = 8: the values' pitch is padded to 304
+    rec = _Recorder()
+    monkeypatch.setattr(fp8, "encode_tiled", lambda kwargs: kwargs)
+    monkeypatch.setattr(fp8, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(fp8, "_stream", lambda device: None)
+    monkeypatch.setattr(Fp8Kernel, "loaded", lambda self, device: rec)
+    qa, sa = quantize_fp8(torch.randn(m, k), (1, 128))
+    qw, sw = quantize_fp8(torch.randn(n, k), (128, 128))
+    call = check_scaled_mm(qa, qw.T, sa, sw.T, None, E4M3, device_type="cpu")
+    values, scales = fp8.scaled_mm_launch(qa, qw.T, sa, sw.T, None, call)
+    assert values.shape == (m, n) and values.dtype == E4M3 and values.stride() == (304, 1)
+    assert scales.shape == (m, 3) and scales.stride() == (1, 132)
+    (grid, args), = rec.calls
+    assert args[8].value == values.data_ptr() and args[9].value == 304
+    assert args[10].value == scales.data_ptr() and args[11].value == 132
+    # The outputs chain (when N is a multiple of 16, the next K): the next layer's blockwise call takes
+    # them as they are (no rule broken, no copy of scale_a: its pitch is a multiple of 4).
+    qw2, sw2 = quantize_fp8(torch.randn(64, 288), (128, 128))
+    v2, s2 = values[:, :288], scales[:, :3]
+    assert check_scaled_mm(v2, qw2.T, s2, sw2.T, device_type="cpu").scale_mode == "blockwise"
+    fv, fs = torch.ops.gemm_ladder.scaled_mm_fp8(qa.to("meta"), qw.T.to("meta"), sa.to("meta"), sw.T.to("meta"), None)
+    assert (fv.shape, fv.dtype, fs.shape) == ((m, n), E4M3, (m, 3))

@@ -150,3 +150,44 @@ def test_current_stream_and_empty_shapes():
     assert _rel_err(y, ref) <= 1.5 * _rel_err(ref.to(torch.bfloat16), ref) + 1e-4
     e = gemm_ladder.scaled_mm(qa[:0], qb, sa[:0], sb)
     assert e.shape == (0, 256)
+
+
+@pytest.mark.parametrize("mode", list(BLOCKS))
+@pytest.mark.parametrize("shape", [(300, 296, 272), (1024, 2048, 1024)], ids=lambda s: "x".join(map(str, s)))
+def test_quantized_output_is_quantize_fp8_of_the_fp32_product(mode, shape):
+    m, n, k = shape
+    qa, qb, sa, sb, *_ = _problem(m, n, k, mode, seed=6)
+    bias = torch.randn(n, device="cuda")
+    values, scales = gemm_ladder.scaled_mm(qa, qb, sa, sb, bias=bias, out_dtype=torch.float8_e4m3fn)
+    full = gemm_ladder.scaled_mm(qa, qb, sa, sb, bias=bias, out_dtype=torch.float32)
+    ref_v, ref_s = quantize_fp8(full, (1, 128))
+    assert values.shape == (m, n) and values.dtype == torch.float8_e4m3fn and scales.shape == ref_s.shape
+    assert torch.equal(scales, ref_s)
+    assert torch.equal(values.view(torch.uint8), ref_v.view(torch.uint8))
+
+
+def test_two_fp8_layers_chain_against_bf16():
+    m, d, h = 512, 1024, 2048
+    g = torch.Generator(device="cuda").manual_seed(7)
+    x = torch.randn((m, d), device="cuda", generator=g)
+    w1 = torch.randn((h, d), device="cuda", generator=g) / math.sqrt(d)
+    w2 = torch.randn((d, h), device="cuda", generator=g) / math.sqrt(h)
+    qx, sx = quantize_fp8(x, (1, 128))
+    q1, s1 = quantize_fp8(w1, (128, 128))
+    q2, s2 = quantize_fp8(w2, (128, 128))
+    hv, hs = gemm_ladder.scaled_mm(qx, q1.T, sx, s1.T, out_dtype=torch.float8_e4m3fn)
+    y = gemm_ladder.scaled_mm(hv, q2.T, hs, s2.T)
+    ref = (x.double() @ w1.double().T) @ w2.double().T
+    bf16 = torch.nn.functional.linear(torch.nn.functional.linear(x.bfloat16(), w1.bfloat16()), w2.bfloat16())
+    err = ((y.double() - ref).norm() / ref.norm()).item()
+    err_bf16 = ((bf16.double() - ref).norm() / ref.norm()).item()
+    assert err < 0.1, (err, err_bf16)  # three fp8 roundings (x, h, weights) of 2^-4 at most each
+    try:  # the same chain through torch._scaled_mm and quantize_fp8 between the layers
+        t1 = torch._scaled_mm(qx, q1.T, sx, s1.T, out_dtype=torch.bfloat16)
+        tv, ts = quantize_fp8(t1, (1, 128))
+        t2 = torch._scaled_mm(tv, q2.T, ts, s2.T, out_dtype=torch.bfloat16)
+    except (RuntimeError, ValueError) as e:
+        print(f"torch._scaled_mm refused the blockwise chain: {str(e).splitlines()[0]}")
+        return
+    err_torch = ((t2.double() - ref).norm() / ref.norm()).item()
+    assert err <= 1.5 * err_torch, (err, err_torch)

@@ -41,6 +41,9 @@ for m, n, k in ((128, 128, 128), (300, 333, 272), (4096, 4096, 4096)):
         except Exception as e:
             et = f"refused: {str(e).splitlines()[0][:120]}"
         print(f"{m}x{n}x{k} {mode}: err {err:.3e} torch {et}")
+        v, s = gemm_ladder.scaled_mm(qa, qw.T, sa, sb, out_dtype=torch.float8_e4m3fn)
+        rv, rs = quantize_fp8(gemm_ladder.scaled_mm(qa, qw.T, sa, sb, out_dtype=torch.float32), (1, 128))
+        print(f"   fp8 out: scales equal {torch.equal(s, rs)}, values equal {torch.equal(v.view(torch.uint8), rv.view(torch.uint8))}")
 PY
 step pytest 420 python3 -m pytest -q -m gpu tests/test_fp8_cpu.py tests/test_fp8_gpu.py
 step bench 300 python3 bench/fp8.py --quick

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from gemm_ladder.library.fp8 import check_scaled_mm, quantize_fp8, scaled_mm_launch
+from gemm_ladder.library.fp8 import QUANT_OUT, check_scaled_mm, quantize_fp8, scaled_mm_launch
 
 __all__ = ["quantize_fp8", "scaled_mm"]
 
@@ -42,6 +42,21 @@ def _scaled_mm_out_fake(a, b, scale_a, scale_b, bias, out_dtype, out):
     check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, out, device_type=None)
 
 
+@torch.library.custom_op("gemm_ladder::scaled_mm_fp8", mutates_args=())
+def _scaled_mm_fp8_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                      bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    call = check_scaled_mm(a, b, scale_a, scale_b, bias, QUANT_OUT)
+    values, scales = scaled_mm_launch(a, b, scale_a, scale_b, bias, call)
+    return values.contiguous(), scales.contiguous()  # an op's outputs may not alias padded buffers
+
+
+@_scaled_mm_fp8_op.register_fake
+def _scaled_mm_fp8_fake(a, b, scale_a, scale_b, bias):
+    call = check_scaled_mm(a, b, scale_a, scale_b, bias, QUANT_OUT, device_type=None)
+    return (a.new_empty((call.m, call.n), dtype=QUANT_OUT),
+            a.new_empty((call.m, -(-call.n // 128)), dtype=torch.float32))
+
+
 def scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=torch.bfloat16, out=None):
     """``torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype)`` on gemm-ladder's fp8 kernel.
 
@@ -53,17 +68,25 @@ def scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=torch.bfloat16, ou
             tensorwise (one element each), rowwise ((M, 1) and (1, N)), or blockwise ((M, ceil(K/128))
             per row and 128-wide K block, and (ceil(K/128), ceil(N/128)) per 128 x 128 block of b).
         bias: optional (N,) vector (bf16, fp16 or fp32), added after the scales.
-        out_dtype: torch.bfloat16 (default), torch.float16 or torch.float32.
-        out: optional (M, N) tensor of out_dtype with unit column stride, written and returned.
+        out_dtype: torch.bfloat16 (default), torch.float16 or torch.float32; or torch.float8_e4m3fn:
+            the product quantized in the kernel's epilogue with one scale per row and 128 columns.
+        out: optional (M, N) tensor of out_dtype with unit column stride, written and returned (not
+            with the float8 output).
 
     Returns the (M, N) product ``(a * scales_a) @ (b * scales_b) + bias``: fp32 accumulation, the
-    wgmma partial sums promoted into an fp32 accumulator every 128 elements of K, rounded once.
+    wgmma partial sums promoted into an fp32 accumulator every 128 elements of K, rounded once. With
+    ``out_dtype=torch.float8_e4m3fn``: ``(values, scales)`` as ``quantize_fp8(product, (1, 128))``
+    computes them from the fp32 product (values (M, N) e4m3 with a row pitch that is a multiple of 16;
+    scales (M, ceil(N/128)) fp32, column-major): the next layer's ``scaled_mm(values, w2.T, scales, ...)``
+    takes them as they are.
 
     Raises (before any launch): GemmTypeError, GemmInputError (the rule broken),
     NotSupportedError (blockwise pairings other than 1 x 128 with 128 x 128). Only gemm-ladder's kernel
     runs: nothing falls back to cuBLAS. Kernel: kernels/library/sm90_fp8_gemm.cu (library/fp8.py).
     """
     if torch.compiler.is_compiling():
+        if out_dtype == QUANT_OUT and out is None:
+            return torch.ops.gemm_ladder.scaled_mm_fp8(a, b, scale_a, scale_b, bias)
         if out is None:
             return torch.ops.gemm_ladder.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype)
         torch.ops.gemm_ladder.scaled_mm_out(a, b, scale_a, scale_b, bias, out_dtype, out)

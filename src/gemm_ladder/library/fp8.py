@@ -49,6 +49,8 @@ SCALE_MODES = ("tensorwise", "rowwise", "blockwise")
 PROMOTION_K = 128
 FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 OUT_DTYPES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
+#: The quantized output: e4m3 values with 1 x 128 scales computed in the kernel's epilogue.
+QUANT_OUT = torch.float8_e4m3fn
 #: The kernel's coordinates are 32-bit ints.
 MAX_EXTENT = 2**31 - 1 - 256
 
@@ -66,7 +68,7 @@ class Fp8Kernel:
     scale_mode: str = "tensorwise"
     a_dtype: str = "e4m3"
     b_dtype: str = "e4m3"
-    out_dtype: str = "bf16"  # bf16, fp16 or fp32
+    out_dtype: str = "bf16"  # bf16, fp16, fp32, or fp8 (e4m3 values with 1 x 128 scales)
     bias: bool = False
     stages: int = STAGES
 
@@ -76,7 +78,7 @@ class Fp8Kernel:
             "GL_FP8_SCALE": SCALE_MODES.index(self.scale_mode),
             "GL_FP8_A_E5M2": int(self.a_dtype == "e5m2"),
             "GL_FP8_B_E5M2": int(self.b_dtype == "e5m2"),
-            "GL_FP8_OUT": ("bf16", "fp16", "fp32").index(self.out_dtype),
+            "GL_FP8_OUT": ("bf16", "fp16", "fp32", "fp8").index(self.out_dtype),
             "GL_FP8_BIAS": int(self.bias),
             "GL_FP8_STAGES": self.stages,
             "GL_FP8_BN": BN,
@@ -101,7 +103,7 @@ def _loaded(kernel: Fp8Kernel, index: int):
 
 
 def _short_out(dtype: torch.dtype) -> str:
-    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", QUANT_OUT: "fp8"}[dtype]
 
 
 @dataclass(frozen=True)
@@ -144,8 +146,12 @@ def check_scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16,
         _is_tensor("out", out)
     if not isinstance(out_dtype, torch.dtype):
         raise GemmTypeError(f"out_dtype must be a torch.dtype, got {type(out_dtype).__name__}")
-    if out_dtype not in OUT_DTYPES:
-        raise GemmInputError(f"out_dtype = {out_dtype}: use torch.bfloat16, torch.float16 or torch.float32")
+    if out_dtype not in OUT_DTYPES and out_dtype != QUANT_OUT:
+        raise GemmInputError(f"out_dtype = {out_dtype}: use torch.bfloat16, torch.float16, torch.float32 or "
+                             "torch.float8_e4m3fn (quantized with 1 x 128 scales)")
+    if out_dtype == QUANT_OUT and out is not None:
+        raise NotSupportedError("out= with out_dtype=torch.float8_e4m3fn: the quantized output is returned as "
+                                "(values, scales), allocated by the call")
     for name, t in (("a", a), ("b", b)):
         if t.dtype not in FP8_DTYPES:
             raise GemmInputError(f"{name} has dtype {t.dtype}; scaled_mm takes torch.float8_e4m3fn or torch.float8_e5m2")
@@ -241,12 +247,26 @@ def _sm_count(device: torch.device) -> int:
 
 def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                      bias: torch.Tensor | None, call: ScaledMmCall, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Run the fp8 kernel on a checked call (:func:`check_scaled_mm`) on torch's current stream; return out.
+    """Run the fp8 kernel on a checked call (:func:`check_scaled_mm`) on torch's current stream; return out,
+    or for ``out_dtype=torch.float8_e4m3fn`` the tuple (values (M, N) e4m3, scales (M, ceil(N/128)) fp32
+    column-major), as ``quantize_fp8(result, (1, 128))`` lays them out.
 
     Empty M or N: the empty output, no launch. K = 0: zeros (plus the bias), no launch.
     """
     m, n, k = call.m, call.n, call.k
-    if out is None:
+    quantized = call.out_dtype == QUANT_OUT
+    if quantized:
+        if m == 0 or n == 0 or k == 0:
+            full = torch.zeros((m, n), dtype=torch.float32, device=a.device)
+            if bias is not None:
+                full += bias.float()
+            return quantize_fp8(full, (1, 128))
+        # Values with a row pitch that is a multiple of 16 and scales K-block-major with a pitch that is a
+        # multiple of 4: the next scaled_mm takes both without a copy.
+        values = torch.empty((m, -(-n // 16) * 16), dtype=QUANT_OUT, device=a.device)[:, :n]
+        scale_buf = torch.empty((math.ceil(n / BN), -(-m // 4) * 4), dtype=torch.float32, device=a.device)
+        out = values
+    elif out is None:
         out = torch.empty((m, n), dtype=call.out_dtype, device=a.device)
     if m == 0 or n == 0:
         return out
@@ -298,11 +318,14 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
     grid = min(tiles, _sm_count(a.device))
     args = [map_a, map_b, map_sa, ctypes.c_void_p(sa_ptr), ctypes.c_void_p(sb_ptr), ctypes.c_longlong(sb_k),
             ctypes.c_longlong(sb_n), ctypes.c_void_p(bias_ptr), ctypes.c_void_p(out.data_ptr()),
-            ctypes.c_longlong(out.stride(0)), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
+            ctypes.c_longlong(out.stride(0)), ctypes.c_void_p(scale_buf.data_ptr() if quantized else 0),
+            ctypes.c_longlong(scale_buf.stride(0) if quantized else 0), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
     # Tensors made here (keep) are freed after the launch is queued on this stream, the stream they were
     # made on: the caching allocator reuses their memory only in that stream's order.
     loaded.launch((grid, 1, 1), args, _stream(a.device))
     del keep
+    if quantized:
+        return values, scale_buf[:, :m].t()
     return out
 
 

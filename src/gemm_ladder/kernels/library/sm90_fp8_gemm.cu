@@ -27,6 +27,8 @@
 // The epilogue stores from registers with plain global stores (two neighbouring columns per store when
 // N and the output pitch are even), masked to the matrix, with the rowwise/tensorwise scales and the
 // optional bias (GL_FP8_BIAS: an fp32 vector of N) applied in fp32 before the one rounding.
+// GL_FP8_OUT = 3 quantizes the output in the epilogue instead (e4m3 values and one fp32 scale per row and
+// 128 columns, as quantize_fp8 with block (1, 128) computes them), so that the next fp8 GEMM reads it as is.
 //
 // The operand element types of the 16-bit headers (GL_DTYPE_BF16) are unused here; the ptx/ headers need one.
 #ifndef GL_DTYPE_BF16
@@ -83,9 +85,12 @@ using Mma = WgmmaFp8<BN, a_t, b_t>;
 using out_t = __nv_bfloat16;
 #elif GL_FP8_OUT == 1
 using out_t = __half;
-#else
+#elif GL_FP8_OUT == 2
 using out_t = float;
+#else
+using out_t = __nv_fp8_e4m3;  // 3: e4m3 values, with 1 x 128 scales computed in the epilogue
 #endif
+constexpr float kE4m3Max = 448.0f;
 
 constexpr int kABytes = BM * BK, kBBytes = BN * BK;
 constexpr int kSaBytes = kScaleMode == 2 ? BM * 4 : 0;  // blockwise: 128 rows' scales of one K block
@@ -120,6 +125,20 @@ __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int
   const int r = t % per_group;
   tm = first_m + r % rows;
   tn = r / rows;
+}
+
+// Two e4m3 values, rounded to nearest and saturated to +-448 (NaN stays NaN), at (row, col) and (row, col + 1).
+__device__ __forceinline__ void store_pair_e4m3(__nv_fp8_e4m3* __restrict__ C, long long ldc, int row, int col, int M,
+                                                int N, float x0, float x1, bool pairs) {
+  if (row >= M || col >= N) return;
+  const __nv_fp8x2_storage_t v = __nv_cvt_float2_to_fp8x2(make_float2(x0, x1), __NV_SATFINITE, __NV_E4M3);
+  uint8_t* p = reinterpret_cast<uint8_t*>(C + static_cast<long long>(row) * ldc + col);
+  if (pairs && col + 1 < N) {
+    *reinterpret_cast<__nv_fp8x2_storage_t*>(p) = v;
+    return;
+  }
+  p[0] = static_cast<uint8_t>(v & 0xFF);
+  if (col + 1 < N) p[1] = static_cast<uint8_t>(v >> 8);
 }
 
 // A template, so that only the output type's branch is compiled.
@@ -158,11 +177,13 @@ __device__ __forceinline__ void store_pair(T* __restrict__ C, long long ldc, int
 // map_sa (blockwise): scale_a as (K/128 rows, M inner) fp32, box 1 x 128, no swizzle; other modes pass
 // map_a again (never read). scale_a / scale_b: tensorwise one value each; rowwise M and N values;
 // blockwise scale_b[kb * sb_k + nb * sb_n] (scale_a unused). bias: N fp32 values (GL_FP8_BIAS).
+// scale_out (GL_FP8_OUT = 3 only): the output's 1 x 128 scales, scale_out[nb * ld_scale_out + row].
 extern "C" __global__ void __launch_bounds__(fp8::kThreads, 1)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                     const __grid_constant__ CUtensorMap map_sa, const float* __restrict__ scale_a,
                     const float* __restrict__ scale_b, long long sb_k, long long sb_n,
-                    const float* __restrict__ bias, fp8::out_t* __restrict__ C, long long ldc, int M, int N, int K) {
+                    const float* __restrict__ bias, fp8::out_t* __restrict__ C, long long ldc,
+                    float* __restrict__ scale_out, long long ld_scale_out, int M, int N, int K) {
   using namespace fp8;
   extern __shared__ uint8_t smem_raw[];
   const Smem smem(smem_raw);
@@ -270,8 +291,44 @@ extern "C" __global__ void __launch_bounds__(fp8::kThreads, 1)
           x0 = x0 * (ra[i] * cb0);
           x1 = x1 * (ra[i] * cb1);
         }
+#if GL_FP8_OUT == 3  // kept for the row's amax, stored below
+        d[4 * j + 2 * i] = col < N ? x0 + bias0 : 0.0f;
+        d[4 * j + 2 * i + 1] = col + 1 < N ? x1 + bias1 : 0.0f;
+#else
         store_pair(C, ldc, r0 + 8 * i, col, M, N, x0 + bias0, x1 + bias1, pairs);
+#endif
       }
     }
+#if GL_FP8_OUT == 3
+    {
+      // 1 x 128 quantization of the output: a row's 128 columns of this tile (BN = 128, one scale block)
+      // are held by the four lanes of a quad, 32 values each. amax over the quad (shuffles by lane ^ 1 and
+      // lane ^ 2), scale = max(amax / 448, FLT_MIN) as quantize_fp8 computes it, values = x / scale
+      // (IEEE division, whatever the fast-math flags), saturated to +-448. fmaxf ignores NaN, so a NaN
+      // output leaves its row's scale finite and is stored as an e4m3 NaN.
+      float amax[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        amax[0] = fmaxf(amax[0], fmaxf(fabsf(d[4 * j + 0]), fabsf(d[4 * j + 1])));
+        amax[1] = fmaxf(amax[1], fmaxf(fabsf(d[4 * j + 2]), fabsf(d[4 * j + 3])));
+      }
+      float scale[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        amax[i] = fmaxf(amax[i], __shfl_xor_sync(0xffffffffu, amax[i], 1));
+        amax[i] = fmaxf(amax[i], __shfl_xor_sync(0xffffffffu, amax[i], 2));
+        scale[i] = fmaxf(__fdiv_rn(amax[i], kE4m3Max), 1.17549435e-38f);
+        if (lane % 4 == 0 && r0 + 8 * i < M) scale_out[tn * ld_scale_out + r0 + 8 * i] = scale[i];
+      }
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        const int col = tn * BN + 8 * j + 2 * (lane % 4);
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+          store_pair_e4m3(C, ldc, r0 + 8 * i, col, M, N, __fdiv_rn(d[4 * j + 2 * i], scale[i]),
+                          __fdiv_rn(d[4 * j + 2 * i + 1], scale[i]), pairs);
+      }
+    }
+#endif
   }
 }
