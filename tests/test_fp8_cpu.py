@@ -199,11 +199,12 @@ def test_quantize_refuses_bad_input():
 # --- the kernel's builds (nvcc, no GPU) -----------------------------------------------------------
 
 BUILDS = [Fp8Kernel("tensorwise"), Fp8Kernel("rowwise", out_dtype="fp32"), Fp8Kernel("blockwise", bias=True),
-          Fp8Kernel("blockwise", a_dtype="e5m2", out_dtype="fp16"), Fp8Kernel("blockwise", out_dtype="fp8", bias=True)]
+          Fp8Kernel("blockwise", a_dtype="e5m2", out_dtype="fp16"), Fp8Kernel("blockwise", out_dtype="fp8", bias=True),
+          Fp8Kernel("blockwise", bn=64), Fp8Kernel("rowwise", bn=64, bias=True)]
 
 
 @needs_nvcc
-@pytest.mark.parametrize("kernel", BUILDS, ids=lambda k: f"{k.scale_mode}-{k.a_dtype}-{k.out_dtype}-bias{int(k.bias)}")
+@pytest.mark.parametrize("kernel", BUILDS, ids=lambda k: f"{k.scale_mode}-{k.a_dtype}-{k.out_dtype}-bias{int(k.bias)}-bn{k.bn}")
 def test_kernel_builds_for_sm90a_without_spills(use_cache, kernel):
     from gemm_ladder.gates.resources import parse_ptxas_log
     from gemm_ladder.runtime.compiler import disassemble
@@ -214,7 +215,7 @@ def test_kernel_builds_for_sm90a_without_spills(use_cache, kernel):
     assert "wgmma" not in built.ptxas_log.lower() or "serializ" not in built.ptxas_log.lower(), built.ptxas_log
     sass = disassemble(built.cubin)
     shapes = set(re.findall(r"QGMMA\.(\d+x\d+x\d+)", sass))
-    assert shapes == {"64x128x32"}, shapes
+    assert shapes == {f"64x{kernel.bn}x32"}, shapes
     assert kernel.dynamic_smem <= 232448
 
 
@@ -246,11 +247,13 @@ def test_launch_arguments(monkeypatch, mode, shape):
     out = fp8.scaled_mm_launch(qa, qw.T, sa, sb, bias, call)
     assert out.shape == (m, n) and out.dtype == torch.bfloat16
     (grid, args), = rec.calls
-    tiles = math.ceil(m / 128) * math.ceil(n / 128)
+    bn = fp8.tile_n(m, n, 132)
+    assert bn == (64 if math.ceil(m / 128) * math.ceil(n / 128) < 132 else 128)
+    tiles = math.ceil(m / 128) * math.ceil(n / bn)
     assert grid == (min(tiles, 132), 1, 1)
     map_a, map_b, map_sa = args[:3]
     assert map_a["globalDim"] == [k, m] and map_a["boxDim"] == [128, 128] and map_a["globalStrides"] == [qa.stride(0)]
-    assert map_b["globalDim"] == [k, n] and map_b["boxDim"] == [128, 128] and map_b["globalStrides"] == [qw.T.stride(1)]
+    assert map_b["globalDim"] == [k, n] and map_b["boxDim"] == [128, bn] and map_b["globalStrides"] == [qw.T.stride(1)]
     assert map_a["swizzle"] == map_b["swizzle"] == "CU_TENSOR_MAP_SWIZZLE_128B"
     assert [a.value for a in args[-3:]] == [m, n, k]
     assert args[9].value == out.stride(0) and args[8].value == out.data_ptr()

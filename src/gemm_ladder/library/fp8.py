@@ -39,10 +39,13 @@ from gemm_ladder.runtime.tensor_map import encode_tiled
 
 SOURCE = "library/sm90_fp8_gemm.cu"
 KERNEL_NAME = "fp8_gemm_kernel"
-BM = BN = BK = 128
+BM = BK = 128
+#: Tile widths: 128, or 64 when 128-wide tiles would leave SMs idle (small M or N; not the quantized output).
+TILE_N = (128, 64)
 THREADS = 384
-#: Stages of the ring: 6 x (16 KiB of A + 16 KiB of B (+ 512 B of scale_a)) fits the 227 KiB a block may have.
-STAGES = 6
+#: Stages of the ring per tile width: 6 x (16 KiB of A + 16 KiB of B (+ 512 B of scale_a)), 8 x (16 + 8 KiB
+#: (+ 512 B)), within the 227 KiB a block may have.
+STAGES = {128: 6, 64: 8}
 SCALE_MODES = ("tensorwise", "rowwise", "blockwise")
 #: The promotion interval in K (elements): the kernel adds each 128-wide K block's wgmma result, scaled,
 #: into its fp32 main accumulator.
@@ -55,10 +58,10 @@ QUANT_OUT = torch.float8_e4m3fn
 MAX_EXTENT = 2**31 - 1 - 256
 
 
-def smem_bytes(scale_mode: str, stages: int = STAGES) -> int:
+def smem_bytes(scale_mode: str, stages: int, bn: int = 128) -> int:
     """Dynamic shared memory of one CTA: the ring, the blockwise scale_a ring, barriers, alignment slack."""
     sa = BM * 4 if scale_mode == "blockwise" else 0
-    return stages * (BM * BK + BN * BK + sa) + 2 * stages * 8 + 1024
+    return stages * (BM * BK + bn * BK + sa) + 2 * stages * 8 + 1024
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,12 @@ class Fp8Kernel:
     b_dtype: str = "e4m3"
     out_dtype: str = "bf16"  # bf16, fp16, fp32, or fp8 (e4m3 values with 1 x 128 scales)
     bias: bool = False
-    stages: int = STAGES
+    bn: int = 128
+    stages: int = 0  # 0: STAGES[bn]
+
+    @property
+    def ring_stages(self) -> int:
+        return self.stages or STAGES[self.bn]
 
     def defines(self) -> dict[str, int]:
         """The ``-D`` constants of this build."""
@@ -80,13 +88,13 @@ class Fp8Kernel:
             "GL_FP8_B_E5M2": int(self.b_dtype == "e5m2"),
             "GL_FP8_OUT": ("bf16", "fp16", "fp32", "fp8").index(self.out_dtype),
             "GL_FP8_BIAS": int(self.bias),
-            "GL_FP8_STAGES": self.stages,
-            "GL_FP8_BN": BN,
+            "GL_FP8_STAGES": self.ring_stages,
+            "GL_FP8_BN": self.bn,
         }
 
     @property
     def dynamic_smem(self) -> int:
-        return smem_bytes(self.scale_mode, self.stages)
+        return smem_bytes(self.scale_mode, self.ring_stages, self.bn)
 
     def build(self, arch: str = "sm_90a"):
         """Compile (or fetch from the kernel cache) this build's cubin; raises CompileError with nvcc's message."""
@@ -237,6 +245,14 @@ def _map(name: str, ptr: int, data_type: str, elem_bytes: int, dims: tuple[int, 
     return encode_tiled(spec.encode_kwargs(ptr))
 
 
+def tile_n(m: int, n: int, sms: int, quantized: bool = False) -> int:
+    """The tile width: 128, or 64 when 128-wide tiles are fewer than the SMs (twice the tiles to spread);
+    always 128 for the quantized output (its 1 x 128 scale blocks are whole tiles)."""
+    if quantized:
+        return 128
+    return 64 if math.ceil(m / BM) * math.ceil(n / 128) < sms else 128
+
+
 def _stream(device: torch.device):
     return torch.cuda.current_stream(device)
 
@@ -264,7 +280,7 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
         # Values with a row pitch that is a multiple of 16 and scales K-block-major with a pitch that is a
         # multiple of 4: the next scaled_mm takes both without a copy.
         values = torch.empty((m, -(-n // 16) * 16), dtype=QUANT_OUT, device=a.device)[:, :n]
-        scale_buf = torch.empty((math.ceil(n / BN), -(-m // 4) * 4), dtype=torch.float32, device=a.device)
+        scale_buf = torch.empty((math.ceil(n / 128), -(-m // 4) * 4), dtype=torch.float32, device=a.device)
         out = values
     elif out is None:
         out = torch.empty((m, n), dtype=call.out_dtype, device=a.device)
@@ -275,13 +291,15 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
         if bias is not None:
             out += bias.to(out.dtype)
         return out
+    sms = _sm_count(a.device)
+    bn = tile_n(m, n, sms, quantized)
     kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
-                       out_dtype=_short_out(call.out_dtype), bias=bias is not None)
+                       out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn)
     loaded = kernel.loaded(a.device)
     u8 = "CU_TENSOR_MAP_DATA_TYPE_UINT8"
     sw = "CU_TENSOR_MAP_SWIZZLE_128B"
     map_a = _map("a", a.data_ptr(), u8, 1, (k, m), a.stride(0), (BK, BM), sw)
-    map_b = _map("b", b.data_ptr(), u8, 1, (k, n), b.stride(1), (BK, BN), sw)
+    map_b = _map("b", b.data_ptr(), u8, 1, (k, n), b.stride(1), (BK, bn), sw)
     keep = []  # tensors made here, alive until the launch is queued
     sb_k = sb_n = 0
     map_sa = map_a
@@ -314,8 +332,8 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
             bias = bias.float().contiguous()
             keep.append(bias)
         bias_ptr = bias.data_ptr()
-    tiles = math.ceil(m / BM) * math.ceil(n / BN)
-    grid = min(tiles, _sm_count(a.device))
+    tiles = math.ceil(m / BM) * math.ceil(n / bn)
+    grid = min(tiles, sms)
     args = [map_a, map_b, map_sa, ctypes.c_void_p(sa_ptr), ctypes.c_void_p(sb_ptr), ctypes.c_longlong(sb_k),
             ctypes.c_longlong(sb_n), ctypes.c_void_p(bias_ptr), ctypes.c_void_p(out.data_ptr()),
             ctypes.c_longlong(out.stride(0)), ctypes.c_void_p(scale_buf.data_ptr() if quantized else 0),

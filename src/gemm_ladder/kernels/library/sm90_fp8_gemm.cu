@@ -3,7 +3,7 @@
 //
 // Both operands are K-major (A row-major, B the (N, K) rows of torch._scaled_mm's column-major mat2): the
 // fp8 forms of wgmma read K-major shared memory only. One stage holds a 128 x 128 tile of A and a BN x 128
-// tile of B, each row one 128-byte swizzle span of 1-byte elements (BK = 128 = four k32 steps), loaded by
+// tile of B (BN = 128, or 64 for problems with fewer 128-wide tiles than SMs), each row one 128-byte swizzle span of 1-byte elements (BK = 128 = four k32 steps), loaded by
 // TMA with zero fill outside the matrix, so the M, N and K tails need no masks in the main loop (a K tail
 // of 16..112 elements multiplies zeros). The roles are level 7's: a producer warpgroup whose one thread
 // issues the loads, and two consumer warpgroups of 64 rows each, on a ring of GL_FP8_STAGES stages with
@@ -16,7 +16,7 @@
 //                (K/128, M) matrix: a tensor map over it, one 512-byte box of 128 rows per stage, loaded by
 //                the producer with the operands and counted in the stage's expect_tx), and scale_b per
 //                128 x 128 block of B (torch's (K/128, N/128), read by the consumers from global memory:
-//                one value per tile and K block, with BN = 128).
+//                one value per tile and K block: BN is 128 or 64, so a tile lies in one block).
 // Promotion: every K block of 128 (one stage), the four k32 wgmmas write a temporary accumulator t
 // (the first with scale-d = 0), and once they are complete each consumer adds t, times the block's
 // scale (blockwise) or 1 (the other modes), into its fp32 main accumulator d with ordinary FMAs. The
@@ -74,7 +74,10 @@ constexpr int BM = 128, BN = GL_FP8_BN, BK = 128, STAGES = GL_FP8_STAGES;
 constexpr int kScaleMode = GL_FP8_SCALE;  // 0 tensorwise, 1 rowwise, 2 blockwise
 constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers);
 constexpr int kGroupM = 8;  // M tiles walked together, so that a wave of CTAs shares B tiles in L2
-static_assert(BN == 128, "sm90_fp8_gemm: BN = 128 (a 128 x 128 block of B has one scale per K block)");
+// A 128 x 128 block of B (one scale per K block) spans one tile at BN = 128, two at BN = 64 (the launch takes
+// 64 when 128-wide tiles would leave SMs idle).
+static_assert(BN == 128 || BN == 64, "sm90_fp8_gemm: BN = 64 or 128");
+static_assert(GL_FP8_OUT != 3 || BN == 128, "the quantized output's 1 x 128 blocks are whole 128-wide tiles");
 static_assert(kScaleMode >= 0 && kScaleMode <= 2, "GL_FP8_SCALE: 0 tensorwise, 1 rowwise, 2 blockwise");
 static_assert(STAGES >= 2, "a ring of at least two stages");
 
@@ -249,7 +252,7 @@ extern "C" __global__ void __launch_bounds__(fp8::kThreads, 1)
       wgmma_commit();
       float s0 = 1.0f, s1 = 1.0f;  // the promotion's scales for this thread's two rows
       if constexpr (kScaleMode == 2) {
-        const float sb = scale_b[kb * sb_k + tn * sb_n];
+        const float sb = scale_b[kb * sb_k + (tn * BN / 128) * sb_n];
         s0 = smem.sa(s)[row_in_tile] * sb;
         s1 = smem.sa(s)[row_in_tile + 8] * sb;
       }
