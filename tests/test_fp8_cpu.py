@@ -292,3 +292,22 @@ def test_quantized_output_launch_and_fake(monkeypatch):
     assert check_scaled_mm(v2, qw2.T, s2, sw2.T, device_type="cpu").scale_mode == "blockwise"
     fv, fs = torch.ops.gemm_ladder.scaled_mm_fp8(qa.to("meta"), qw.T.to("meta"), sa.to("meta"), sw.T.to("meta"), None)
     assert (fv.shape, fv.dtype, fs.shape) == ((m, n), E4M3, (m, 3))
+
+
+@pytest.mark.parametrize("kernel", [Fp8Kernel("blockwise"), Fp8Kernel("tensorwise", bn=64)], ids=["blockwise", "tensorwise-bn64"])
+def test_ring_audited(kernel):
+    from gemm_ladder.audit import audit, build_ring_protocol
+
+    assert audit(build_ring_protocol(kernel.ring_config(k_iters=4, tiles=3), name="fp8")).ok
+    assert kernel.dynamic_smem <= 232448
+
+
+def test_ring_audit_catches_a_seeded_fault():
+    from dataclasses import replace
+
+    from gemm_ladder.audit import audit, build_ring_protocol
+
+    ring = Fp8Kernel("blockwise").ring_config(k_iters=4, tiles=2)
+    # The scale_a box left out of expect_tx: the phase completes before (or never) the loads land.
+    bad = replace(ring, expect_tx_bytes=ring.expect_tx_bytes - 512)
+    assert not audit(build_ring_protocol(bad, name="fp8-fault"), stop_at_first=True).ok

@@ -96,6 +96,23 @@ class Fp8Kernel:
     def dynamic_smem(self) -> int:
         return smem_bytes(self.scale_mode, self.ring_stages, self.bn)
 
+    @property
+    def expect_tx_bytes(self) -> int:
+        """The bytes a stage's full barrier waits for (the kernel's kExpectTx): A, B and, blockwise, scale_a."""
+        return BM * BK + self.bn * BK + (BM * 4 if self.scale_mode == "blockwise" else 0)
+
+    def ring_config(self, k_iters: int, tiles: int = 1):
+        """This kernel's stage ring as the auditor models it (:class:`gemm_ladder.audit.ring.RingConfig`):
+        a producer thread, two consumer warpgroups each releasing a stage with one arrival per warp
+        (4, after the warp's own reads) right after its wgmma completes, stores from registers (no
+        staging), the blockwise scale_a box riding on A's barrier completion."""
+        from gemm_ladder.audit.ring import RingConfig
+
+        return RingConfig(stages=self.ring_stages, k_iters=k_iters, tiles=tiles, release_lag=0, consumers=2,
+                          warp_specialized=True, release_weight=4, bm=BM, bn=self.bn, bk=BK, elem_bytes=1,
+                          a_load_bytes=self.expect_tx_bytes - self.bn * BK, expect_tx_bytes=self.expect_tx_bytes,
+                          store_order=())
+
     def build(self, arch: str = "sm_90a"):
         """Compile (or fetch from the kernel cache) this build's cubin; raises CompileError with nvcc's message."""
         return compile_kernel(f'// gemm-ladder library fp8 {self}\n#include "{SOURCE}"\n', KERNEL_NAME, arch=arch,
