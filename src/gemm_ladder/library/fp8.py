@@ -54,6 +54,9 @@ FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 OUT_DTYPES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
 #: The quantized output: e4m3 values with 1 x 128 scales computed in the kernel's epilogue.
 QUANT_OUT = torch.float8_e4m3fn
+#: The launch's build: True overlaps each K block's promotion with the next block's wgmmas (two temporary
+#: accumulators); False promotes after each block's wgmmas complete (one temporary; kept for comparison).
+OVERLAP_PROMOTION = True
 #: The kernel's coordinates are 32-bit ints.
 MAX_EXTENT = 2**31 - 1 - 256
 
@@ -75,6 +78,7 @@ class Fp8Kernel:
     bias: bool = False
     bn: int = 128
     stages: int = 0  # 0: STAGES[bn]
+    overlap: bool = True  # the promotion of block kb overlapped with block kb + 1's wgmmas
 
     @property
     def ring_stages(self) -> int:
@@ -90,6 +94,7 @@ class Fp8Kernel:
             "GL_FP8_BIAS": int(self.bias),
             "GL_FP8_STAGES": self.ring_stages,
             "GL_FP8_BN": self.bn,
+            "GL_FP8_OVERLAP": int(self.overlap),
         }
 
     @property
@@ -104,11 +109,12 @@ class Fp8Kernel:
     def ring_config(self, k_iters: int, tiles: int = 1):
         """This kernel's stage ring as the auditor models it (:class:`gemm_ladder.audit.ring.RingConfig`):
         a producer thread, two consumer warpgroups each releasing a stage with one arrival per warp
-        (4, after the warp's own reads) right after its wgmma completes, stores from registers (no
-        staging), the blockwise scale_a box riding on A's barrier completion."""
+        (4, after the warp's own reads) once its wgmma group completes (with ``overlap``, after the next
+        block's group is issued: release lag 1), stores from registers (no staging), the blockwise
+        scale_a box riding on A's barrier completion."""
         from gemm_ladder.audit.ring import RingConfig
 
-        return RingConfig(stages=self.ring_stages, k_iters=k_iters, tiles=tiles, release_lag=0, consumers=2,
+        return RingConfig(stages=self.ring_stages, k_iters=k_iters, tiles=tiles, release_lag=int(self.overlap), consumers=2,
                           warp_specialized=True, release_weight=4, bm=BM, bn=self.bn, bk=BK, elem_bytes=1,
                           a_load_bytes=self.expect_tx_bytes - self.bn * BK, expect_tx_bytes=self.expect_tx_bytes,
                           store_order=())
@@ -311,7 +317,8 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
     sms = _sm_count(a.device)
     bn = tile_n(m, n, sms, quantized)
     kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
-                       out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn)
+                       out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn,
+                       overlap=OVERLAP_PROMOTION)
     loaded = kernel.loaded(a.device)
     u8 = "CU_TENSOR_MAP_DATA_TYPE_UINT8"
     sw = "CU_TENSOR_MAP_SWIZZLE_128B"
