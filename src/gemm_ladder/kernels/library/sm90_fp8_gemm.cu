@@ -236,93 +236,46 @@ extern "C" __global__ void __launch_bounds__(fp8::kThreads, 1)
   const bool pairs = (N % 2 == 0) && (ldc % 2 == 0) && (reinterpret_cast<uintptr_t>(C) % (2 * sizeof(out_t)) == 0);
   float ta = 1.0f;  // tensorwise: the product of the two scales
   if constexpr (kScaleMode == 0) ta = scale_a[0] * scale_b[0];
-  int it = 0;
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-    int tm, tn;
-    tile_coords(t, tiles_m, tiles_n, tm, tn);
-    float d[BN / 2];
+  int it = 0;       // K blocks this role has passed through the ring, over all its tiles
+  float d[BN / 2];  // the fp32 main accumulator of the current tile
+  // K block kb of a tile in N column tn (ring position pos) into acc: wait for its stage, issue its four
+  // k32 wgmmas (the first with scale-d = 0) and commit them as one group; read the block's promotion
+  // scales for this thread's two rows (blockwise; 1 otherwise) while they run.
+  auto issue = [&](float (&acc)[BN / 2], int pos, int kb, int tn, float& s0, float& s1) {
+    const int s = pos % STAGES;
+    mbarrier_wait(smem.full(s), (pos / STAGES) & 1);  // consumer_wait
+    const uint32_t a0 = smem_u32(smem.a(s) + consumer * 64 * BK), b0 = smem_u32(smem.b(s));
+    wgmma_fence();
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
-    // K block kb (ring position pos) into acc: wait for its stage, issue its four k32 wgmmas (the first
-    // with scale-d = 0) and commit them as one group; read the block's promotion scales for this thread's
-    // two rows (blockwise; 1 otherwise) while they run.
-    auto issue = [&](float (&acc)[BN / 2], int pos, int kb, float& s0, float& s1) {
-      const int s = pos % STAGES;
-      mbarrier_wait(smem.full(s), (pos / STAGES) & 1);  // consumer_wait
-      const uint32_t a0 = smem_u32(smem.a(s) + consumer * 64 * BK), b0 = smem_u32(smem.b(s));
-      wgmma_fence();
+    for (int k = 0; k < BK / 32; ++k)
+      Mma::mma(acc, operand_desc_at<0>(a0 + 32 * k), operand_desc_at<0>(b0 + 32 * k), k > 0 ? 1 : 0);
+    wgmma_commit();
+    s0 = s1 = 1.0f;
+    if constexpr (kScaleMode == 2) {
+      const float sb = scale_b[kb * sb_k + (tn * BN / 128) * sb_n];
+      s0 = smem.sa(s)[row_in_tile] * sb;
+      s1 = smem.sa(s)[row_in_tile + 8] * sb;
+    }
+  };
+  // The stage of ring position pos is no longer read by this warp (its wgmma group is complete and its
+  // scales are in registers): consumer_release.
+  auto release = [&](int pos) {
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(smem.empty(pos % STAGES));
+  };
+  // Promotion: d += acc x scale, in fp32 FMAs.
+  auto promote = [&](float (&acc)[BN / 2], float s0, float s1) {
 #pragma unroll
-      for (int k = 0; k < BK / 32; ++k)
-        Mma::mma(acc, operand_desc_at<0>(a0 + 32 * k), operand_desc_at<0>(b0 + 32 * k), k > 0 ? 1 : 0);
-      wgmma_commit();
-      s0 = s1 = 1.0f;
-      if constexpr (kScaleMode == 2) {
-        const float sb = scale_b[kb * sb_k + (tn * BN / 128) * sb_n];
-        s0 = smem.sa(s)[row_in_tile] * sb;
-        s1 = smem.sa(s)[row_in_tile + 8] * sb;
-      }
-    };
-    // The stage of ring position pos is no longer read by this warp (its wgmma group is complete and its
-    // scales are in registers): consumer_release.
-    auto release = [&](int pos) {
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(smem.empty(pos % STAGES));
-    };
-    // Promotion: d += acc x scale, in fp32 FMAs.
-    auto promote = [&](float (&acc)[BN / 2], float s0, float s1) {
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        d[4 * j + 0] = fmaf(acc[4 * j + 0], s0, d[4 * j + 0]);
-        d[4 * j + 1] = fmaf(acc[4 * j + 1], s0, d[4 * j + 1]);
-        d[4 * j + 2] = fmaf(acc[4 * j + 2], s1, d[4 * j + 2]);
-        d[4 * j + 3] = fmaf(acc[4 * j + 3], s1, d[4 * j + 3]);
-      }
-    };
-#if GL_FP8_OVERLAP
-    // Two temporaries: block kb + 1's wgmmas are issued before block kb's promotion, so the tensor core
-    // works on kb + 1 while this warpgroup waits for kb (wait_group 1) and promotes it.
-    float acc0[BN / 2], acc1[BN / 2], p0a, p0b, p1a, p1b;
-    issue(acc0, it, 0, p0a, p0b);
-    int kb = 0;  // block kb is in flight in acc0
-    for (; kb + 2 < k_blocks; kb += 2) {
-      issue(acc1, it + 1, kb + 1, p1a, p1b);
-      wgmma_wait<1>();
-      fence_accumulators(acc0);
-      release(it++);
-      promote(acc0, p0a, p0b);
-      issue(acc0, it + 1, kb + 2, p0a, p0b);
-      wgmma_wait<1>();
-      fence_accumulators(acc1);
-      release(it++);
-      promote(acc1, p1a, p1b);
+    for (int j = 0; j < BN / 8; ++j) {
+      d[4 * j + 0] = fmaf(acc[4 * j + 0], s0, d[4 * j + 0]);
+      d[4 * j + 1] = fmaf(acc[4 * j + 1], s0, d[4 * j + 1]);
+      d[4 * j + 2] = fmaf(acc[4 * j + 2], s1, d[4 * j + 2]);
+      d[4 * j + 3] = fmaf(acc[4 * j + 3], s1, d[4 * j + 3]);
     }
-    if (kb + 1 < k_blocks) {  // two blocks left: kb (in acc0) and kb + 1
-      issue(acc1, it + 1, kb + 1, p1a, p1b);
-      wgmma_wait<1>();
-      fence_accumulators(acc0);
-      release(it++);
-      promote(acc0, p0a, p0b);
-      wgmma_wait<0>();
-      fence_accumulators(acc1);
-      release(it++);
-      promote(acc1, p1a, p1b);
-    } else {  // one block left
-      wgmma_wait<0>();
-      fence_accumulators(acc0);
-      release(it++);
-      promote(acc0, p0a, p0b);
-    }
-#else
-    for (int kb = 0; kb < k_blocks; ++kb, ++it) {
-      float acc[BN / 2], s0, s1;
-      issue(acc, it, kb, s0, s1);
-      wgmma_wait<0>();
-      fence_accumulators(acc);
-      release(it);
-      promote(acc, s0, s1);
-    }
-#endif
-    // Epilogue: pair (4j + 2i, 4j + 2i + 1) sits at row row_in_tile + 8i, columns 8j + 2 (lane % 4) + {0, 1}.
+  };
+  // The epilogue of tile (tm, tn): pair (4j + 2i, 4j + 2i + 1) of d sits at row row_in_tile + 8i, columns
+  // 8j + 2 (lane % 4) + {0, 1}.
+  auto epilogue = [&](int tm, int tn) {
     const int r0 = tm * BM + row_in_tile;
     float ra[2] = {ta, ta};
     if constexpr (kScaleMode == 1) {
@@ -387,5 +340,64 @@ extern "C" __global__ void __launch_bounds__(fp8::kThreads, 1)
       }
     }
 #endif
+  };
+#if GL_FP8_OVERLAP
+  // Two temporaries: block kb + 1's wgmmas are issued before block kb's promotion, so the tensor core
+  // works on kb + 1 while this warpgroup waits for kb (wait_group 1) and promotes it. (Issuing the next
+  // tile's first block before this tile's epilogue made ptxas serialise the wgmmas: C7514.)
+  float acc0[BN / 2], acc1[BN / 2], p0a, p0b, p1a, p1b;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int tm, tn;
+    tile_coords(t, tiles_m, tiles_n, tm, tn);
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+    issue(acc0, it, 0, tn, p0a, p0b);
+    int kb = 0;  // block kb is in flight in acc0
+    for (; kb + 2 < k_blocks; kb += 2) {
+      issue(acc1, it + 1, kb + 1, tn, p1a, p1b);
+      wgmma_wait<1>();
+      fence_accumulators(acc0);
+      release(it++);
+      promote(acc0, p0a, p0b);
+      issue(acc0, it + 1, kb + 2, tn, p0a, p0b);
+      wgmma_wait<1>();
+      fence_accumulators(acc1);
+      release(it++);
+      promote(acc1, p1a, p1b);
+    }
+    if (kb + 1 < k_blocks) {  // two blocks left: kb (in acc0) and kb + 1
+      issue(acc1, it + 1, kb + 1, tn, p1a, p1b);
+      wgmma_wait<1>();
+      fence_accumulators(acc0);
+      release(it++);
+      promote(acc0, p0a, p0b);
+      wgmma_wait<0>();
+      fence_accumulators(acc1);
+      release(it++);
+      promote(acc1, p1a, p1b);
+    } else {  // one block left
+      wgmma_wait<0>();
+      fence_accumulators(acc0);
+      release(it++);
+      promote(acc0, p0a, p0b);
+    }
+    epilogue(tm, tn);
   }
+#else
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int tm, tn;
+    tile_coords(t, tiles_m, tiles_n, tm, tn);
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+    for (int kb = 0; kb < k_blocks; ++kb, ++it) {
+      float acc[BN / 2], s0, s1;
+      issue(acc, it, kb, tn, s0, s1);
+      wgmma_wait<0>();
+      fence_accumulators(acc);
+      release(it);
+      promote(acc, s0, s1);
+    }
+    epilogue(tm, tn);
+  }
+#endif
 }
