@@ -313,3 +313,19 @@ def test_ring_audit_catches_a_seeded_fault():
     # The scale_a box left out of expect_tx: the phase completes before (or never) the loads land.
     bad = replace(ring, expect_tx_bytes=ring.expect_tx_bytes - 512)
     assert not audit(build_ring_protocol(bad, name="fp8-fault"), stop_at_first=True).ok
+
+
+def test_explain_scaled_mm_on_meta():
+    m, n, k = 4096, 7168, 16400  # a K tail of 16
+    a, b = _operands(m, n, k)
+    sa, sb = _block_scales(m, n, k)
+    e = gemm_ladder.explain_scaled_mm(a, b, sa, sb, bias=torch.empty(n, dtype=torch.bfloat16, device="meta"))
+    assert e["scale_mode"] == "blockwise" and e["tile"] == {"BM": 128, "BN": 128, "BK": 128}
+    assert e["promotion_interval_k"] == 128 and e["grid"] == 132 and e["tiles"] == 32 * 56
+    assert e["expect_tx_bytes"] == 128 * 128 * 2 + 512 and "zero-filled" in e["k_tail"]
+    assert e["copies"] == ["bias to float32"]
+    small = gemm_ladder.explain_scaled_mm(*_operands(128, 7168, 2048), torch.empty((), device="meta"),
+                                          torch.empty((), device="meta"))
+    assert small["tile"]["BN"] == 64 and small["stages"] == 8 and small["copies"] == []
+    with pytest.raises(GemmInputError):
+        gemm_ladder.explain_scaled_mm(a, b.T, sa, sb)

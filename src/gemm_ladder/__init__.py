@@ -30,7 +30,7 @@ _ERRORS = ("CaptureBuildError", "CompileError", "CompilerNotFoundError", "CudaEr
           "EpilogueError", "GemmInputError", "GemmTypeError", "NotSupportedError", "OutsideDomainError")
 
 __all__ = ["Epilogue", "Explanation", "__version__", "explain", "linear", "mm", "nn", "ops", "precompile", "swiglu",
-           "scaled_mm", "quantize_fp8", *_ERRORS]
+           "scaled_mm", "quantize_fp8", "explain_scaled_mm", *_ERRORS]
 
 _API = ("Epilogue", "Explanation", "explain", "linear", "mm", "swiglu")
 
@@ -60,7 +60,7 @@ def __getattr__(name: str):
         from gemm_ladder.model_precompile import precompile
 
         return precompile
-    if name in ("scaled_mm", "quantize_fp8"):  # fp8 (ops_fp8.py)
+    if name in ("scaled_mm", "quantize_fp8", "explain_scaled_mm"):  # fp8 (ops_fp8.py)
         import importlib
 
         return getattr(importlib.import_module("gemm_ladder.ops_fp8"), name)
@@ -72,7 +72,7 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_API) | {"nn", "ops", "precompile", "scaled_mm", "quantize_fp8"})
+    return sorted(set(globals()) | set(_API) | {"nn", "ops", "precompile", "scaled_mm", "quantize_fp8", "explain_scaled_mm"})
 
 
 _register_ops()

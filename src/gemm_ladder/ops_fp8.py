@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from gemm_ladder.library.fp8 import QUANT_OUT, check_scaled_mm, quantize_fp8, scaled_mm_launch
+from gemm_ladder.library.fp8 import QUANT_OUT, check_scaled_mm, describe, quantize_fp8, scaled_mm_launch
 
-__all__ = ["quantize_fp8", "scaled_mm"]
+__all__ = ["explain_scaled_mm", "quantize_fp8", "scaled_mm"]
 
 
 @torch.library.custom_op("gemm_ladder::scaled_mm", mutates_args=())
@@ -93,3 +93,11 @@ def scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=torch.bfloat16, ou
         return out
     call = check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, out)
     return scaled_mm_launch(a, b, scale_a, scale_b, bias, call, out)
+
+
+def explain_scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=torch.bfloat16, out=None) -> dict:
+    """What :func:`scaled_mm` would run for these arguments, as a dict (the kernel build and its defines,
+    tile, ring stages, promotion interval, grid, shared memory, copies made first); builds and launches
+    nothing, and takes meta and CPU tensors too. Raises what :func:`scaled_mm` raises for bad input."""
+    call = check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, out, device_type=None)
+    return describe(call, a, b, scale_a, bias)

@@ -371,6 +371,46 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
     return out
 
 
+def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, bias: torch.Tensor | None,
+             sms: int | None = None) -> dict:
+    """What :func:`scaled_mm_launch` runs for a checked call, as data (no build, no launch; any device):
+    the kernel build, tile, ring, promotion interval, grid, shared memory, and the copies made first.
+    ``sms``: the SM count (default: the tensors' GPU, else the H200's 132 from the designer's arch table)."""
+    if sms is None:
+        if a.device.type == "cuda":
+            sms = _sm_count(a.device)
+        else:
+            from gemm_ladder.design.problem import arch_info
+
+            sms = arch_info("sm_90a").sm_count
+    quantized = call.out_dtype == QUANT_OUT
+    bn = tile_n(call.m, call.n, sms, quantized)
+    kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
+                       out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn, overlap=OVERLAP_PROMOTION)
+    tiles = math.ceil(call.m / BM) * math.ceil(call.n / bn) if call.m and call.n else 0
+    copies = []
+    if call.scale_mode == "blockwise" and call.m and call.k:
+        kb = math.ceil(call.k / BK)
+        sa_t = scale_a.t()
+        pitch = sa_t.stride(0) if kb > 1 else -(-call.m // 4) * 4
+        if not ((sa_t.stride(1) == 1 or call.m == 1) and pitch % 4 == 0 and pitch >= call.m):
+            copies.append(f"scale_a into a K-block-major ({kb}, {-(-call.m // 4) * 4}) fp32 buffer")
+    if bias is not None and bias.dtype != torch.float32:
+        copies.append("bias to float32")
+    return {
+        "kernel": SOURCE, "entry": KERNEL_NAME, "defines": kernel.defines(),
+        "problem": {"M": call.m, "N": call.n, "K": call.k}, "scale_mode": call.scale_mode,
+        "inputs": {"a": FP8_DTYPES[a.dtype], "b": FP8_DTYPES[b.dtype]},
+        "output": "e4m3 values + 1x128 fp32 scales" if quantized else str(call.out_dtype).replace("torch.", ""),
+        "tile": {"BM": BM, "BN": bn, "BK": BK}, "stages": kernel.ring_stages, "threads": THREADS,
+        "dynamic_smem_bytes": kernel.dynamic_smem, "expect_tx_bytes": kernel.expect_tx_bytes,
+        "promotion_interval_k": PROMOTION_K, "promotion_overlapped": kernel.overlap,
+        "k_tail": (f"K % 128 = {call.k % 128}: the last K block zero-filled by TMA" if call.k % 128 else None),
+        "tiles": tiles, "grid": min(tiles, sms), "sms": sms, "copies": copies,
+        "no_launch": ("empty output" if not (call.m and call.n) else "K = 0: zeros plus bias" if not call.k else None),
+    }
+
+
 # --- quantization ----------------------------------------------------------------------------------
 
 #: The blocks quantize_fp8 takes: (rows, columns) per scale; -1 spans the whole dimension.
