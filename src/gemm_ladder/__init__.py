@@ -30,7 +30,7 @@ _ERRORS = ("CaptureBuildError", "CompileError", "CompilerNotFoundError", "CudaEr
           "EpilogueError", "GemmInputError", "GemmTypeError", "NotSupportedError", "OutsideDomainError")
 
 __all__ = ["Epilogue", "Explanation", "__version__", "explain", "linear", "mm", "nn", "ops", "precompile", "swiglu",
-           *_ERRORS]
+           "scaled_mm", "quantize_fp8", "explain_scaled_mm", *_ERRORS]
 __all__ += ["grouped_linear", "grouped_mm", "grouped_mm_masked"]  # mixture-of-experts grouped GEMM (ops_grouped.py)
 
 _API = ("Epilogue", "Explanation", "explain", "linear", "mm", "swiglu")
@@ -48,6 +48,7 @@ def _register_ops() -> None:
 
         importlib.import_module("gemm_ladder.ops")
         importlib.import_module("gemm_ladder.ops_grouped")
+        importlib.import_module("gemm_ladder.ops_fp8")  # fp8 scaled_mm
 
 
 def __getattr__(name: str):
@@ -63,6 +64,10 @@ def __getattr__(name: str):
         from gemm_ladder.model_precompile import precompile
 
         return precompile
+    if name in ("scaled_mm", "quantize_fp8", "explain_scaled_mm"):  # fp8 (ops_fp8.py)
+        import importlib
+
+        return getattr(importlib.import_module("gemm_ladder.ops_fp8"), name)
     if name in ("nn", "ops"):
         import importlib
 
@@ -71,7 +76,8 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_API) | {"nn", "ops", "precompile", "grouped_mm", "grouped_linear", "grouped_mm_masked"})
+    return sorted(set(globals()) | set(_API) | {"nn", "ops", "precompile", "grouped_mm", "grouped_linear",
+                                                 "grouped_mm_masked", "scaled_mm", "quantize_fp8", "explain_scaled_mm"})
 
 
 _register_ops()

@@ -1,0 +1,149 @@
+"""The fp8 GEMM's benchmark: ``gemm_ladder.scaled_mm`` against ``torch._scaled_mm`` of each scaling and bf16
+``torch.mm``, interleaved in one run (issue 25).
+
+    python bench/fp8.py [--quick] [--shapes MxNxK,...] [-o OUT.json]
+
+Per shape (M x N x K: a (M, K), weight w (N, K), b = w.T), on the same quantized tensors:
+
+* ``ours_<scheme>``  gemm_ladder.scaled_mm (kernels/library/sm90_fp8_gemm.cu), bf16 output;
+* ``torch_<scheme>`` torch._scaled_mm with the same arguments (cuBLASLt); a scheme torch refuses is
+                     recorded with its reason and no time;
+* ``bf16_mm``        torch.mm of the bf16 operands (cuBLAS).
+
+Schemes: tensorwise, rowwise, blockwise (1 x 128 scales on a, 128 x 128 on w). Shapes: the issue's five,
+then DeepSeek-V3 and Llama-3-8B linear layers at decode (M = 64) and prefill (M = 4096); ``--quick``: the
+issue's five. Before timing, each scheme's first 256 output rows are checked against float64 of the
+dequantized inputs: ours must be within 1.5x torch's error (``err``, ``err_torch`` in the row).
+
+Rows (``rows: [{M, N, K, scheme, fused_quant, tflops, ratio_torch, ...}]``): ``ratio_torch`` is
+torch's time over ours for the same scheme (> 1: ours faster); for ``bf16_mm`` rows it is None. The
+``fused_quant`` row (blockwise, ``out_dtype=torch.float8_e4m3fn``: e4m3 output with 1 x 128 scales from
+the epilogue) has ``ratio_torch`` = (torch._scaled_mm blockwise to bf16, then quantize_fp8) over ours,
+and ``ratio_ours_unfused`` = (our bf16 scaled_mm, then quantize_fp8) over ours (issue target >= 1.2x). Timing: gates.performance.time_fns
+(L2 flushed before each call, median, rounds rotating the first callable). One JSON
+(bench/suite.py: DATE_fp8[_quick]_COMMIT.json). Exit 1 when a result is wrong, else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import torch
+
+import gemm_ladder
+from gemm_ladder.gates.performance import time_fns
+from gemm_ladder.library.fp8 import dequantize, quantize_fp8
+from suite import add_output_argument, require_gpu, save
+
+ISSUE = [(4096, 7168, 16384), (4096, 4096, 4096), (8192, 8192, 8192), (4096, 24576, 1536), (128, 7168, 2048)]
+#: (N, K) of linear layers: DeepSeek-V3 (q_a, q_b, kv_a, o, shared-expert gate/up, down) and Llama-3-8B
+#: (qkv, o, gate_up, down).
+LAYERS = {"dsv3": [(1536, 7168), (24576, 1536), (576, 7168), (7168, 16384), (4096, 7168), (7168, 2048)],
+          "llama3_8b": [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)]}
+BLOCKS = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "blockwise": ((1, 128), (128, 128))}
+CHECK_ROWS = 256
+
+
+def shapes(quick: bool, spec: str | None) -> list[tuple[int, int, int]]:
+    if spec:
+        return [tuple(int(v) for v in s.lower().split("x")) for s in spec.split(",")]
+    out = list(ISSUE)
+    if not quick:
+        for layers in LAYERS.values():
+            for m in (64, 4096):
+                out += [(m, n, k) for n, k in layers if (m, n, k) not in out]
+    return out
+
+
+def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
+
+
+def run_shape(m: int, n: int, k: int, budget: float) -> tuple[list[dict], bool]:
+    a = torch.randn((m, k), device="cuda")
+    w = torch.randn((n, k), device="cuda") / math.sqrt(k)
+    a16, w16 = a.bfloat16(), w.bfloat16()
+    fns, args, errors, ok = {}, {}, {}, True
+    for scheme, (ba, bw) in BLOCKS.items():
+        qa, sa = quantize_fp8(a, ba)
+        qw, sw = quantize_fp8(w, bw)
+        sb = sw.T if sw.dim() == 2 else sw
+        b = qw.T
+        args[scheme] = (qa, b, sa, sb)
+        ref = dequantize(qa[:CHECK_ROWS], sa[:CHECK_ROWS] if sa.dim() == 2 else sa, ba) @ dequantize(qw, sw, bw).T
+        ours = gemm_ladder.scaled_mm(qa, b, sa, sb)
+        e_ours = rel_err(ours[:CHECK_ROWS], ref)
+        try:
+            theirs = torch._scaled_mm(qa, b, sa, sb, out_dtype=torch.bfloat16)
+            e_torch = rel_err(theirs[:CHECK_ROWS], ref)
+            fns[f"torch_{scheme}"] = (lambda x, y, s=scheme: torch._scaled_mm(*args[s][:2], *args[s][2:],
+                                                                               out_dtype=torch.bfloat16))
+        except (RuntimeError, ValueError) as e:
+            e_torch = None
+            errors[scheme] = str(e).splitlines()[0][:200]
+        good = e_torch is None or e_ours <= 1.5 * e_torch + 1e-6
+        ok &= good and math.isfinite(e_ours)
+        errors[f"err_{scheme}"] = (e_ours, e_torch, good)
+        fns[f"ours_{scheme}"] = (lambda x, y, s=scheme: gemm_ladder.scaled_mm(*args[s]))
+    fns["bf16_mm"] = lambda x, y: torch.mm(a16, w16.T)
+    # The quantized output (blockwise in, e4m3 with 1 x 128 scales out) against the GEMM then quantize_fp8.
+    blk = args["blockwise"]
+    fns["ours_blockwise_fq"] = lambda x, y: gemm_ladder.scaled_mm(*blk, out_dtype=torch.float8_e4m3fn)
+    fns["ours_blockwise_then_quant"] = lambda x, y: quantize_fp8(gemm_ladder.scaled_mm(*blk), (1, 128))
+    if "torch_blockwise" in fns:
+        fns["torch_blockwise_then_quant"] = lambda x, y: quantize_fp8(
+            torch._scaled_mm(*blk, out_dtype=torch.bfloat16), (1, 128))
+    times = time_fns(fns, a16, w16, budget_s=budget, rounds=3)
+    flop = 2.0 * m * n * k
+    rows = []
+    for scheme in BLOCKS:
+        t_ours = times[f"ours_{scheme}"].median_ms
+        t_torch = times[f"torch_{scheme}"].median_ms if f"torch_{scheme}" in times else None
+        e_ours, e_torch, good = errors[f"err_{scheme}"]
+        rows.append({"M": m, "N": n, "K": k, "scheme": scheme, "fused_quant": False,
+                     "tflops": flop / t_ours / 1e9, "ratio_torch": (t_torch / t_ours) if t_torch else None,
+                     "median_ms": t_ours, "torch_tflops": flop / t_torch / 1e9 if t_torch else None,
+                     "spread": times[f"ours_{scheme}"].spread, "err": e_ours, "err_torch": e_torch,
+                     "correct": good, "torch_refused": errors.get(scheme)})
+    t_fq = times["ours_blockwise_fq"].median_ms
+    t_tq = times["torch_blockwise_then_quant"].median_ms if "torch_blockwise_then_quant" in times else None
+    rows.append({"M": m, "N": n, "K": k, "scheme": "blockwise", "fused_quant": True, "tflops": flop / t_fq / 1e9,
+                 "ratio_torch": (t_tq / t_fq) if t_tq else None, "median_ms": t_fq,
+                 "ratio_ours_unfused": times["ours_blockwise_then_quant"].median_ms / t_fq,
+                 "spread": times["ours_blockwise_fq"].spread})
+    t16 = times["bf16_mm"].median_ms
+    rows.append({"M": m, "N": n, "K": k, "scheme": "bf16_mm", "fused_quant": False, "tflops": flop / t16 / 1e9,
+                 "ratio_torch": None, "median_ms": t16})
+    return rows, ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the issue's five shapes, shorter timings")
+    parser.add_argument("--shapes", default=None, help="comma list of MxNxK (overrides the sets)")
+    add_output_argument(parser)
+    args = parser.parse_args(argv)
+    require_gpu(__file__)
+    torch.manual_seed(0)
+    rows, ok = [], True
+    budget = 0.15 if args.quick else 0.3
+    for m, n, k in shapes(args.quick, args.shapes):
+        shape_rows, good = run_shape(m, n, k, budget)
+        ok &= good
+        rows += shape_rows
+        for r in shape_rows:
+            ratio = f"{r['ratio_torch']:.3f}x" if r.get("ratio_torch") else "-"
+            extra = (f" err {r['err']:.2e} (torch {r['err_torch']})" if "err" in r else
+                     f" fused quant (vs ours unfused {r['ratio_ours_unfused']:.3f}x)" if r["fused_quant"] else "")
+            print(f"{m}x{n}x{k} {r['scheme']:>10}: {r['tflops']:7.1f} TFLOP/s  vs torch {ratio}{extra}", flush=True)
+        torch.cuda.empty_cache()
+    save({"rows": rows, "quick": args.quick}, "fp8_quick" if args.quick else "fp8", args.output)
+    if not ok:
+        print("a result was wrong (err above 1.5x torch's): see the rows' 'correct'", file=sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,403 @@
+// Library kernel sm90_fp8_gemm: D (M, N) = scale(A (M, K) @ B (N, K)^T) (+ bias) with fp8 inputs (e4m3 or
+// e5m2), fp32 accumulation and a bf16, fp16 or fp32 output (library/fp8.py plans, builds and launches it).
+//
+// Both operands are K-major (A row-major, B the (N, K) rows of torch._scaled_mm's column-major mat2): the
+// fp8 forms of wgmma read K-major shared memory only. One stage holds a 128 x 128 tile of A and a BN x 128
+// tile of B (BN = 128, or 64 for problems with fewer 128-wide tiles than SMs), each row one 128-byte swizzle span of 1-byte elements (BK = 128 = four k32 steps), loaded by
+// TMA with zero fill outside the matrix, so the M, N and K tails need no masks in the main loop (a K tail
+// of 16..112 elements multiplies zeros). The roles are level 7's: a producer warpgroup whose one thread
+// issues the loads, and two consumer warpgroups of 64 rows each, on a ring of GL_FP8_STAGES stages with
+// full and empty mbarriers; the CTA is persistent and walks its tiles in groups of kGroupM M tiles.
+//
+// The scales (GL_FP8_SCALE):
+//  0 tensorwise: one fp32 scale each for A and B, applied once to the finished accumulators;
+//  1 rowwise:    scale_a[m] and scale_b[n], applied once to the finished accumulators;
+//  2 blockwise:  scale_a per row and 128-wide K block (torch's (M, K/128), passed K-block-major as a
+//                (K/128, M) matrix: a tensor map over it, one 512-byte box of 128 rows per stage, loaded by
+//                the producer with the operands and counted in the stage's expect_tx), and scale_b per
+//                128 x 128 block of B (torch's (K/128, N/128), read by the consumers from global memory:
+//                one value per tile and K block: BN is 128 or 64, so a tile lies in one block).
+// Promotion: every K block of 128 (one stage), the four k32 wgmmas write a temporary accumulator t
+// (the first with scale-d = 0), and once they are complete each consumer adds t, times the block's
+// scale (blockwise) or 1 (the other modes), into its fp32 main accumulator d with ordinary FMAs. The
+// tensor core's own accumulation is thus never longer than 128 products; the sum over K blocks is fp32
+// FMA (the accuracy torch._scaled_mm gets with use_fast_accum=False). The wait for t before the FMAs
+// serialises each consumer's wgmma with its promotion; the two consumers interleave.
+//
+// The epilogue stores from registers with plain global stores (two neighbouring columns per store when
+// N and the output pitch are even), masked to the matrix, with the rowwise/tensorwise scales and the
+// optional bias (GL_FP8_BIAS: an fp32 vector of N) applied in fp32 before the one rounding.
+// GL_FP8_OUT = 3 quantizes the output in the epilogue instead (e4m3 values and one fp32 scale per row and
+// 128 columns, as quantize_fp8 with block (1, 128) computes them), so that the next fp8 GEMM reads it as is.
+//
+// The operand element types of the 16-bit headers (GL_DTYPE_BF16) are unused here; the ptx/ headers need one.
+#ifndef GL_DTYPE_BF16
+#define GL_DTYPE_BF16 1
+#endif
+#include <cuda.h>
+#include <cuda_fp8.h>
+#include <type_traits>
+
+#include "gemm_ladder/ptx/common.cuh"
+#include "gemm_ladder/ptx/fence.cuh"
+#include "gemm_ladder/ptx/mbarrier.cuh"
+#include "gemm_ladder/ptx/tma.cuh"
+#include "gemm_ladder/ptx/wgmma.cuh"
+#include "gemm_ladder/ptx/wgmma_fp8_ops.cuh"
+
+#ifndef GL_FP8_BN
+#define GL_FP8_BN 128
+#endif
+#ifndef GL_FP8_STAGES
+#define GL_FP8_STAGES 6
+#endif
+#ifndef GL_FP8_SCALE
+#define GL_FP8_SCALE 0
+#endif
+#ifndef GL_FP8_A_E5M2
+#define GL_FP8_A_E5M2 0
+#endif
+#ifndef GL_FP8_B_E5M2
+#define GL_FP8_B_E5M2 0
+#endif
+#ifndef GL_FP8_OUT
+#define GL_FP8_OUT 0
+#endif
+#ifndef GL_FP8_BIAS
+#define GL_FP8_BIAS 0
+#endif
+#ifndef GL_FP8_OVERLAP
+#define GL_FP8_OVERLAP 1
+#endif
+
+namespace fp8 {
+using namespace gl;
+
+constexpr int BM = 128, BN = GL_FP8_BN, BK = 128, STAGES = GL_FP8_STAGES;
+constexpr int kScaleMode = GL_FP8_SCALE;  // 0 tensorwise, 1 rowwise, 2 blockwise
+constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers);
+constexpr int kGroupM = 8;  // M tiles walked together, so that a wave of CTAs shares B tiles in L2
+// A 128 x 128 block of B (one scale per K block) spans one tile at BN = 128, two at BN = 64 (the launch takes
+// 64 when 128-wide tiles would leave SMs idle).
+static_assert(BN == 128 || BN == 64, "sm90_fp8_gemm: BN = 64 or 128");
+static_assert(GL_FP8_OUT != 3 || BN == 128, "the quantized output's 1 x 128 blocks are whole 128-wide tiles");
+static_assert(kScaleMode >= 0 && kScaleMode <= 2, "GL_FP8_SCALE: 0 tensorwise, 1 rowwise, 2 blockwise");
+static_assert(STAGES >= 2, "a ring of at least two stages");
+
+using a_t = std::conditional_t<GL_FP8_A_E5M2, __nv_fp8_e5m2, __nv_fp8_e4m3>;
+using b_t = std::conditional_t<GL_FP8_B_E5M2, __nv_fp8_e5m2, __nv_fp8_e4m3>;
+using Mma = WgmmaFp8<BN, a_t, b_t>;
+#if GL_FP8_OUT == 0
+using out_t = __nv_bfloat16;
+#elif GL_FP8_OUT == 1
+using out_t = __half;
+#elif GL_FP8_OUT == 2
+using out_t = float;
+#else
+using out_t = __nv_fp8_e4m3;  // 3: e4m3 values, with 1 x 128 scales computed in the epilogue
+#endif
+constexpr float kE4m3Max = 448.0f;
+
+constexpr int kABytes = BM * BK, kBBytes = BN * BK;
+constexpr int kSaBytes = kScaleMode == 2 ? BM * 4 : 0;  // blockwise: 128 rows' scales of one K block
+constexpr int kStageBytes = kABytes + kBBytes;
+constexpr int kAOffset = 0;
+constexpr int kBOffset = kAOffset + STAGES * kABytes;
+constexpr int kSaOffset = kBOffset + STAGES * kBBytes;
+constexpr int kBarOffset = kSaOffset + STAGES * kSaBytes;
+constexpr int kSmemBytes = kBarOffset + 2 * STAGES * 8 + 1024;  // + the worst case of aligning the base
+constexpr uint32_t kExpectTx = kABytes + kBBytes + kSaBytes;
+// Empty barriers complete on one arrival per consumer warp, each after its own reads of the stage's
+// scales (a warp may lag its warpgroup's other warps; one arrival per warpgroup would not cover them).
+constexpr int kEmptyArrivals = kConsumers * 4;
+
+struct Smem {
+  uint8_t* base;  // 1024-byte aligned: the 128B swizzle pattern repeats every 1024 bytes
+  __device__ __forceinline__ explicit Smem(uint8_t* raw) : base(align_up<1024>(raw)) {}
+  __device__ __forceinline__ uint8_t* a(int s) const { return base + kAOffset + s * kABytes; }
+  __device__ __forceinline__ uint8_t* b(int s) const { return base + kBOffset + s * kBBytes; }
+  __device__ __forceinline__ float* sa(int s) const { return reinterpret_cast<float*>(base + kSaOffset + s * kSaBytes); }
+  __device__ __forceinline__ uint64_t* full(int s) const { return reinterpret_cast<uint64_t*>(base + kBarOffset) + s; }
+  __device__ __forceinline__ uint64_t* empty(int s) const {
+    return reinterpret_cast<uint64_t*>(base + kBarOffset) + STAGES + s;
+  }
+};
+
+// Tile `t` of a grid of tiles_m x tiles_n, walked in groups of kGroupM M tiles (N fastest inside a group's column).
+__device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int& tm, int& tn) {
+  const int per_group = kGroupM * tiles_n;
+  const int first_m = (t / per_group) * kGroupM;
+  const int rows = min(tiles_m - first_m, kGroupM);
+  const int r = t % per_group;
+  tm = first_m + r % rows;
+  tn = r / rows;
+}
+
+// Two e4m3 values, rounded to nearest and saturated to +-448 (NaN stays NaN), at (row, col) and (row, col + 1).
+__device__ __forceinline__ void store_pair_e4m3(__nv_fp8_e4m3* __restrict__ C, long long ldc, int row, int col, int M,
+                                                int N, float x0, float x1, bool pairs) {
+  if (row >= M || col >= N) return;
+  const __nv_fp8x2_storage_t v = __nv_cvt_float2_to_fp8x2(make_float2(x0, x1), __NV_SATFINITE, __NV_E4M3);
+  uint8_t* p = reinterpret_cast<uint8_t*>(C + static_cast<long long>(row) * ldc + col);
+  if (pairs && col + 1 < N) {
+    *reinterpret_cast<__nv_fp8x2_storage_t*>(p) = v;
+    return;
+  }
+  p[0] = static_cast<uint8_t>(v & 0xFF);
+  if (col + 1 < N) p[1] = static_cast<uint8_t>(v >> 8);
+}
+
+// A template, so that only the output type's branch is compiled.
+template <typename T>
+__device__ __forceinline__ void store_pair(T* __restrict__ C, long long ldc, int row, int col, int M, int N,
+                                           float x0, float x1, bool pairs) {
+  if (row >= M || col >= N) return;
+  T* p = C + static_cast<long long>(row) * ldc + col;
+  if constexpr (std::is_same_v<T, float>) {
+    if (pairs && col + 1 < N) {
+      *reinterpret_cast<float2*>(p) = make_float2(x0, x1);
+      return;
+    }
+    p[0] = x0;
+    if (col + 1 < N) p[1] = x1;
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if (pairs && col + 1 < N) {
+      *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x0, x1);
+      return;
+    }
+    p[0] = __float2bfloat16_rn(x0);
+    if (col + 1 < N) p[1] = __float2bfloat16_rn(x1);
+  } else {
+    if (pairs && col + 1 < N) {
+      *reinterpret_cast<__half2*>(p) = __floats2half2_rn(x0, x1);
+      return;
+    }
+    p[0] = __float2half_rn(x0);
+    if (col + 1 < N) p[1] = __float2half_rn(x1);
+  }
+}
+
+}  // namespace fp8
+
+// map_a: A (M rows, K inner) uint8, box 128 x 128, 128B swizzle. map_b: B (N rows, K inner), box 128 x BN.
+// map_sa (blockwise): scale_a as (K/128 rows, M inner) fp32, box 1 x 128, no swizzle; other modes pass
+// map_a again (never read). scale_a / scale_b: tensorwise one value each; rowwise M and N values;
+// blockwise scale_b[kb * sb_k + nb * sb_n] (scale_a unused). bias: N fp32 values (GL_FP8_BIAS).
+// scale_out (GL_FP8_OUT = 3 only): the output's 1 x 128 scales, scale_out[nb * ld_scale_out + row].
+extern "C" __global__ void __launch_bounds__(fp8::kThreads, 1)
+    fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                    const __grid_constant__ CUtensorMap map_sa, const float* __restrict__ scale_a,
+                    const float* __restrict__ scale_b, long long sb_k, long long sb_n,
+                    const float* __restrict__ bias, fp8::out_t* __restrict__ C, long long ldc,
+                    float* __restrict__ scale_out, long long ld_scale_out, int M, int N, int K) {
+  using namespace fp8;
+  extern __shared__ uint8_t smem_raw[];
+  const Smem smem(smem_raw);
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
+  const int k_blocks = (K + BK - 1) / BK;
+
+  if (threadIdx.x == 0) {
+    tma_prefetch_descriptor(&map_a);
+    tma_prefetch_descriptor(&map_b);
+    if constexpr (kScaleMode == 2) tma_prefetch_descriptor(&map_sa);
+    for (int s = 0; s < STAGES; ++s) {
+      mbarrier_init(smem.full(s), 1);
+      mbarrier_init(smem.empty(s), kEmptyArrivals);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warpgroup_index() == 0) {
+    setmaxnreg_dec<40>();
+    if (threadIdx.x == 0) {
+      int it = 0;  // K blocks this role has passed through the ring, over all its tiles
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int tm, tn;
+        tile_coords(t, tiles_m, tiles_n, tm, tn);
+        for (int kb = 0; kb < k_blocks; ++kb, ++it) {
+          const int s = it % STAGES;
+          mbarrier_wait(smem.empty(s), ((it / STAGES) & 1) ^ 1);  // producer_acquire
+          mbarrier_arrive_expect_tx(smem.full(s), kExpectTx);     // producer_commit
+          tma_load_2d(smem.a(s), &map_a, smem.full(s), kb * BK, tm * BM);
+          tma_load_2d(smem.b(s), &map_b, smem.full(s), kb * BK, tn * BN);
+          if constexpr (kScaleMode == 2) tma_load_2d(smem.sa(s), &map_sa, smem.full(s), tm * BM, kb);
+        }
+      }
+    }
+    return;
+  }
+
+  setmaxnreg_inc<232>();
+  const int consumer = warpgroup_index() - 1;
+  const int warp = thread_in_warpgroup() / 32, lane = threadIdx.x % 32;
+  const int row_in_tile = 64 * consumer + 16 * warp + lane / 4;  // this thread's first row; the second is 8 below
+  // Two columns per store where every pair is aligned to its size: N and the pitch even, the base aligned.
+  const bool pairs = (N % 2 == 0) && (ldc % 2 == 0) && (reinterpret_cast<uintptr_t>(C) % (2 * sizeof(out_t)) == 0);
+  float ta = 1.0f;  // tensorwise: the product of the two scales
+  if constexpr (kScaleMode == 0) ta = scale_a[0] * scale_b[0];
+  int it = 0;       // K blocks this role has passed through the ring, over all its tiles
+  float d[BN / 2];  // the fp32 main accumulator of the current tile
+  // K block kb of a tile in N column tn (ring position pos) into acc: wait for its stage, issue its four
+  // k32 wgmmas (the first with scale-d = 0) and commit them as one group; read the block's promotion
+  // scales for this thread's two rows (blockwise; 1 otherwise) while they run.
+  auto issue = [&](float (&acc)[BN / 2], int pos, int kb, int tn, float& s0, float& s1) {
+    const int s = pos % STAGES;
+    mbarrier_wait(smem.full(s), (pos / STAGES) & 1);  // consumer_wait
+    const uint32_t a0 = smem_u32(smem.a(s) + consumer * 64 * BK), b0 = smem_u32(smem.b(s));
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < BK / 32; ++k)
+      Mma::mma(acc, operand_desc_at<0>(a0 + 32 * k), operand_desc_at<0>(b0 + 32 * k), k > 0 ? 1 : 0);
+    wgmma_commit();
+    s0 = s1 = 1.0f;
+    if constexpr (kScaleMode == 2) {
+      const float sb = scale_b[kb * sb_k + (tn * BN / 128) * sb_n];
+      s0 = smem.sa(s)[row_in_tile] * sb;
+      s1 = smem.sa(s)[row_in_tile + 8] * sb;
+    }
+  };
+  // The stage of ring position pos is no longer read by this warp (its wgmma group is complete and its
+  // scales are in registers): consumer_release.
+  auto release = [&](int pos) {
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(smem.empty(pos % STAGES));
+  };
+  // Promotion: d += acc x scale, in fp32 FMAs.
+  auto promote = [&](float (&acc)[BN / 2], float s0, float s1) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      d[4 * j + 0] = fmaf(acc[4 * j + 0], s0, d[4 * j + 0]);
+      d[4 * j + 1] = fmaf(acc[4 * j + 1], s0, d[4 * j + 1]);
+      d[4 * j + 2] = fmaf(acc[4 * j + 2], s1, d[4 * j + 2]);
+      d[4 * j + 3] = fmaf(acc[4 * j + 3], s1, d[4 * j + 3]);
+    }
+  };
+  // The epilogue of tile (tm, tn): pair (4j + 2i, 4j + 2i + 1) of d sits at row row_in_tile + 8i, columns
+  // 8j + 2 (lane % 4) + {0, 1}.
+  auto epilogue = [&](int tm, int tn) {
+    const int r0 = tm * BM + row_in_tile;
+    float ra[2] = {ta, ta};
+    if constexpr (kScaleMode == 1) {
+      ra[0] = r0 < M ? scale_a[r0] : 0.0f;
+      ra[1] = r0 + 8 < M ? scale_a[r0 + 8] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const int col = tn * BN + 8 * j + 2 * (lane % 4);
+      float cb0 = 1.0f, cb1 = 1.0f, bias0 = 0.0f, bias1 = 0.0f;
+      if constexpr (kScaleMode == 1) {
+        cb0 = col < N ? scale_b[col] : 0.0f;
+        cb1 = col + 1 < N ? scale_b[col + 1] : 0.0f;
+      }
+#if GL_FP8_BIAS
+      bias0 = col < N ? bias[col] : 0.0f;
+      bias1 = col + 1 < N ? bias[col + 1] : 0.0f;
+#endif
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float x0 = d[4 * j + 2 * i], x1 = d[4 * j + 2 * i + 1];
+        if constexpr (kScaleMode != 2) {
+          x0 = x0 * (ra[i] * cb0);
+          x1 = x1 * (ra[i] * cb1);
+        }
+#if GL_FP8_OUT == 3  // kept for the row's amax, stored below
+        d[4 * j + 2 * i] = col < N ? x0 + bias0 : 0.0f;
+        d[4 * j + 2 * i + 1] = col + 1 < N ? x1 + bias1 : 0.0f;
+#else
+        store_pair(C, ldc, r0 + 8 * i, col, M, N, x0 + bias0, x1 + bias1, pairs);
+#endif
+      }
+    }
+#if GL_FP8_OUT == 3
+    {
+      // 1 x 128 quantization of the output: a row's 128 columns of this tile (BN = 128, one scale block)
+      // are held by the four lanes of a quad, 32 values each. amax over the quad (shuffles by lane ^ 1 and
+      // lane ^ 2), scale = max(amax / 448, FLT_MIN) as quantize_fp8 computes it, values = x / scale
+      // (IEEE division, whatever the fast-math flags), saturated to +-448. fmaxf ignores NaN, so a NaN
+      // output leaves its row's scale finite and is stored as an e4m3 NaN.
+      float amax[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        amax[0] = fmaxf(amax[0], fmaxf(fabsf(d[4 * j + 0]), fabsf(d[4 * j + 1])));
+        amax[1] = fmaxf(amax[1], fmaxf(fabsf(d[4 * j + 2]), fabsf(d[4 * j + 3])));
+      }
+      float scale[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        amax[i] = fmaxf(amax[i], __shfl_xor_sync(0xffffffffu, amax[i], 1));
+        amax[i] = fmaxf(amax[i], __shfl_xor_sync(0xffffffffu, amax[i], 2));
+        scale[i] = fmaxf(__fdiv_rn(amax[i], kE4m3Max), 1.17549435e-38f);
+        if (lane % 4 == 0 && r0 + 8 * i < M) scale_out[tn * ld_scale_out + r0 + 8 * i] = scale[i];
+      }
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        const int col = tn * BN + 8 * j + 2 * (lane % 4);
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+          store_pair_e4m3(C, ldc, r0 + 8 * i, col, M, N, __fdiv_rn(d[4 * j + 2 * i], scale[i]),
+                          __fdiv_rn(d[4 * j + 2 * i + 1], scale[i]), pairs);
+      }
+    }
+#endif
+  };
+#if GL_FP8_OVERLAP
+  // Two temporaries: block kb + 1's wgmmas are issued before block kb's promotion, so the tensor core
+  // works on kb + 1 while this warpgroup waits for kb (wait_group 1) and promotes it. (Issuing the next
+  // tile's first block before this tile's epilogue made ptxas serialise the wgmmas: C7514.)
+  float acc0[BN / 2], acc1[BN / 2], p0a, p0b, p1a, p1b;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int tm, tn;
+    tile_coords(t, tiles_m, tiles_n, tm, tn);
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+    issue(acc0, it, 0, tn, p0a, p0b);
+    int kb = 0;  // block kb is in flight in acc0
+    for (; kb + 2 < k_blocks; kb += 2) {
+      issue(acc1, it + 1, kb + 1, tn, p1a, p1b);
+      wgmma_wait<1>();
+      fence_accumulators(acc0);
+      release(it++);
+      promote(acc0, p0a, p0b);
+      issue(acc0, it + 1, kb + 2, tn, p0a, p0b);
+      wgmma_wait<1>();
+      fence_accumulators(acc1);
+      release(it++);
+      promote(acc1, p1a, p1b);
+    }
+    if (kb + 1 < k_blocks) {  // two blocks left: kb (in acc0) and kb + 1
+      issue(acc1, it + 1, kb + 1, tn, p1a, p1b);
+      wgmma_wait<1>();
+      fence_accumulators(acc0);
+      release(it++);
+      promote(acc0, p0a, p0b);
+      wgmma_wait<0>();
+      fence_accumulators(acc1);
+      release(it++);
+      promote(acc1, p1a, p1b);
+    } else {  // one block left
+      wgmma_wait<0>();
+      fence_accumulators(acc0);
+      release(it++);
+      promote(acc0, p0a, p0b);
+    }
+    epilogue(tm, tn);
+  }
+#else
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int tm, tn;
+    tile_coords(t, tiles_m, tiles_n, tm, tn);
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+    for (int kb = 0; kb < k_blocks; ++kb, ++it) {
+      float acc[BN / 2], s0, s1;
+      issue(acc, it, kb, tn, s0, s1);
+      wgmma_wait<0>();
+      fence_accumulators(acc);
+      release(it);
+      promote(acc, s0, s1);
+    }
+    epilogue(tm, tn);
+  }
+#endif
+}

@@ -1,0 +1,476 @@
+"""The fp8 library kernel: ``torch._scaled_mm``'s product on gemm-ladder's own kernel, and ``quantize_fp8``.
+
+Kernel: ``kernels/library/sm90_fp8_gemm.cu`` (its header comment gives the design): fp8 A (M, K)
+row-major and B given as torch gives ``mat2`` to ``_scaled_mm``, (K, N) column-major, so that ``B.T`` is
+the (N, K) K-major operand the fp8 wgmma reads; fp32 accumulation promoted into an fp32 main accumulator
+every 128-wide K block; output bf16, fp16 or fp32 written from registers; an optional bias.
+
+Scale layouts (``torch._scaled_mm``'s, checked against torch/_meta_registrations.py):
+
+* tensorwise: ``scale_a`` and ``scale_b`` one fp32 element each;
+* rowwise: ``scale_a`` (M, 1), ``scale_b`` (1, N), fp32;
+* blockwise 1 x 128 with 128 x 128: ``scale_a`` (M, ceil(K/128)) (one per row and K block) and
+  ``scale_b`` (ceil(K/128), ceil(N/128)) (one per 128 x 128 block of mat2), fp32, any strides. The
+  kernel reads ``scale_a`` K-block-major (torch's column-major layout, ``quantize_fp8``'s output): any
+  other layout, or M not a multiple of 4 (the tensor map's 16-byte row pitch), is copied into that
+  layout first (M x K/128 x 4 bytes).
+
+K: a multiple of 16 (a TMA row pitch of 1-byte elements is a multiple of 16 bytes; torch asks the same).
+K not a multiple of 128 is handled: TMA fills the last K block's missing columns of A and B with zeros.
+M and N: any (torch asks N % 16 == 0; this kernel does not). Refused (GemmInputError, before any
+launch): other dtypes, layouts or scale shapes; the other blockwise pairings torch knows (1 x 128 with
+1 x 128, 128 x 128 with 1 x 128: NotSupportedError).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+
+from gemm_ladder.design.tensor_maps import TensorMapSpec
+from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
+from gemm_ladder.runtime.compiler import compile_kernel
+from gemm_ladder.runtime.module import device_index, load
+from gemm_ladder.runtime.tensor_map import encode_tiled
+
+SOURCE = "library/sm90_fp8_gemm.cu"
+KERNEL_NAME = "fp8_gemm_kernel"
+BM = BK = 128
+#: Tile widths: 128, or 64 when 128-wide tiles would leave SMs idle (small M or N; not the quantized output).
+TILE_N = (128, 64)
+THREADS = 384
+#: Stages of the ring per tile width: 6 x (16 KiB of A + 16 KiB of B (+ 512 B of scale_a)), 8 x (16 + 8 KiB
+#: (+ 512 B)), within the 227 KiB a block may have.
+STAGES = {128: 6, 64: 8}
+SCALE_MODES = ("tensorwise", "rowwise", "blockwise")
+#: The promotion interval in K (elements): the kernel adds each 128-wide K block's wgmma result, scaled,
+#: into its fp32 main accumulator.
+PROMOTION_K = 128
+FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
+OUT_DTYPES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
+#: The quantized output: e4m3 values with 1 x 128 scales computed in the kernel's epilogue.
+QUANT_OUT = torch.float8_e4m3fn
+#: The launch's build: True overlaps each K block's promotion with the next block's wgmmas (two temporary
+#: accumulators); False promotes after each block's wgmmas complete (one temporary; kept for comparison).
+OVERLAP_PROMOTION = True
+#: The kernel's coordinates are 32-bit ints.
+MAX_EXTENT = 2**31 - 1 - 256
+
+
+def smem_bytes(scale_mode: str, stages: int, bn: int = 128) -> int:
+    """Dynamic shared memory of one CTA: the ring, the blockwise scale_a ring, barriers, alignment slack."""
+    sa = BM * 4 if scale_mode == "blockwise" else 0
+    return stages * (BM * BK + bn * BK + sa) + 2 * stages * 8 + 1024
+
+
+@dataclass(frozen=True)
+class Fp8Kernel:
+    """One build of sm90_fp8_gemm.cu: scale mode, input fp8 kinds, output dtype, bias or not."""
+
+    scale_mode: str = "tensorwise"
+    a_dtype: str = "e4m3"
+    b_dtype: str = "e4m3"
+    out_dtype: str = "bf16"  # bf16, fp16, fp32, or fp8 (e4m3 values with 1 x 128 scales)
+    bias: bool = False
+    bn: int = 128
+    stages: int = 0  # 0: STAGES[bn]
+    overlap: bool = True  # the promotion of block kb overlapped with block kb + 1's wgmmas
+
+    @property
+    def ring_stages(self) -> int:
+        return self.stages or STAGES[self.bn]
+
+    def defines(self) -> dict[str, int]:
+        """The ``-D`` constants of this build."""
+        return {
+            "GL_FP8_SCALE": SCALE_MODES.index(self.scale_mode),
+            "GL_FP8_A_E5M2": int(self.a_dtype == "e5m2"),
+            "GL_FP8_B_E5M2": int(self.b_dtype == "e5m2"),
+            "GL_FP8_OUT": ("bf16", "fp16", "fp32", "fp8").index(self.out_dtype),
+            "GL_FP8_BIAS": int(self.bias),
+            "GL_FP8_STAGES": self.ring_stages,
+            "GL_FP8_BN": self.bn,
+            "GL_FP8_OVERLAP": int(self.overlap),
+        }
+
+    @property
+    def dynamic_smem(self) -> int:
+        return smem_bytes(self.scale_mode, self.ring_stages, self.bn)
+
+    @property
+    def expect_tx_bytes(self) -> int:
+        """The bytes a stage's full barrier waits for (the kernel's kExpectTx): A, B and, blockwise, scale_a."""
+        return BM * BK + self.bn * BK + (BM * 4 if self.scale_mode == "blockwise" else 0)
+
+    def ring_config(self, k_iters: int, tiles: int = 1):
+        """This kernel's stage ring as the auditor models it (:class:`gemm_ladder.audit.ring.RingConfig`):
+        a producer thread, two consumer warpgroups each releasing a stage with one arrival per warp
+        (4, after the warp's own reads) once its wgmma group completes (with ``overlap``, after the next
+        block's group is issued: release lag 1), stores from registers (no staging), the blockwise
+        scale_a box riding on A's barrier completion."""
+        from gemm_ladder.audit.ring import RingConfig
+
+        return RingConfig(stages=self.ring_stages, k_iters=k_iters, tiles=tiles, release_lag=int(self.overlap), consumers=2,
+                          warp_specialized=True, release_weight=4, bm=BM, bn=self.bn, bk=BK, elem_bytes=1,
+                          a_load_bytes=self.expect_tx_bytes - self.bn * BK, expect_tx_bytes=self.expect_tx_bytes,
+                          store_order=())
+
+    def build(self, arch: str = "sm_90a"):
+        """Compile (or fetch from the kernel cache) this build's cubin; raises CompileError with nvcc's message."""
+        return compile_kernel(f'// gemm-ladder library fp8 {self}\n#include "{SOURCE}"\n', KERNEL_NAME, arch=arch,
+                              defines=self.defines())
+
+    def loaded(self, device: torch.device):
+        return _loaded(self, device_index(device))
+
+
+@functools.lru_cache(maxsize=None)
+def _loaded(kernel: Fp8Kernel, index: int):
+    return load(kernel.build(), torch.device("cuda", index), threads=THREADS, dynamic_smem=kernel.dynamic_smem)
+
+
+def _short_out(dtype: torch.dtype) -> str:
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", QUANT_OUT: "fp8"}[dtype]
+
+
+@dataclass(frozen=True)
+class ScaledMmCall:
+    """A checked call: the extents, the scale mode and the output dtype."""
+
+    m: int
+    n: int
+    k: int
+    scale_mode: str
+    out_dtype: torch.dtype
+
+
+def _is_tensor(name: str, t) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise GemmTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    return t
+
+
+def check_scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, out=None, *,
+                    device_type: str | None = "cuda") -> ScaledMmCall:
+    """Check a ``scaled_mm`` call before anything runs; return its :class:`ScaledMmCall`.
+
+    Rules, in the order checked: tensors; fp8 inputs (e4m3fn or e5m2), 2-D, a (M, K) row-major with
+    a row pitch that is a multiple of 16 bytes and a 16-byte aligned base, b (K, N) column-major likewise
+    (b.T row-major); K a multiple of 16; fp32 scales of a tensorwise, rowwise or blockwise 1x128 / 128x128
+    layout; bias (N,) in bf16, fp16 or fp32; out_dtype bf16, fp16 or fp32; ``out`` (M, N) of out_dtype
+    with unit column stride, not overlapping the inputs; every tensor on one device (``device_type``:
+    'cuda' for a launch, None for the fake kernels, which also see meta tensors).
+
+    Raises GemmTypeError (non-tensors, a non-dtype out_dtype), GemmInputError (the rule broken),
+    NotSupportedError (blockwise pairings other than 1x128 with 128x128), OutsideDomainError-sized
+    extents as GemmInputError.
+    """
+    for name, t in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
+        _is_tensor(name, t)
+    if bias is not None:
+        _is_tensor("bias", bias)
+    if out is not None:
+        _is_tensor("out", out)
+    if not isinstance(out_dtype, torch.dtype):
+        raise GemmTypeError(f"out_dtype must be a torch.dtype, got {type(out_dtype).__name__}")
+    if out_dtype not in OUT_DTYPES and out_dtype != QUANT_OUT:
+        raise GemmInputError(f"out_dtype = {out_dtype}: use torch.bfloat16, torch.float16, torch.float32 or "
+                             "torch.float8_e4m3fn (quantized with 1 x 128 scales)")
+    if out_dtype == QUANT_OUT and out is not None:
+        raise NotSupportedError("out= with out_dtype=torch.float8_e4m3fn: the quantized output is returned as "
+                                "(values, scales), allocated by the call")
+    for name, t in (("a", a), ("b", b)):
+        if t.dtype not in FP8_DTYPES:
+            raise GemmInputError(f"{name} has dtype {t.dtype}; scaled_mm takes torch.float8_e4m3fn or torch.float8_e5m2")
+        if t.dim() != 2:
+            raise GemmInputError(f"{name} must be 2-D, got {t.dim()} dimensions")
+    m, k = a.shape
+    k2, n = b.shape
+    if k != k2:
+        raise GemmInputError(f"a is (M, K) = {tuple(a.shape)} and b is (K, N) = {tuple(b.shape)}: K differs")
+    if max(m, n, k) > MAX_EXTENT:
+        raise GemmInputError(f"(M, N, K) = ({m}, {n}, {k}): each extent must be at most {MAX_EXTENT}")
+    if k % 16:
+        raise GemmInputError(f"K = {k} must be a multiple of 16 (a TMA row of 1-byte elements is a multiple of 16 bytes)")
+    if m and k and (a.stride(1) != 1 or a.stride(0) % 16 or a.stride(0) < k):
+        raise GemmInputError(f"a must be row-major with a row pitch that is a multiple of 16 elements, got stride {a.stride()}")
+    if n and k and (b.stride(0) != 1 or b.stride(1) % 16 or b.stride(1) < k):
+        raise GemmInputError(
+            f"b must be column-major (b.T row-major, as torch._scaled_mm takes mat2) with a pitch that is a "
+            f"multiple of 16 elements, got stride {b.stride()}")
+    for name, t in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if t.dtype != torch.float32:
+            raise GemmInputError(f"{name} has dtype {t.dtype}; the fp8 scales are torch.float32")
+    kb, nb = math.ceil(k / 128), math.ceil(n / 128)
+    if scale_a.numel() == 1 and scale_b.numel() == 1 and scale_a.dim() <= 2 and scale_b.dim() <= 2:
+        mode = "tensorwise"
+    elif scale_a.dim() != 2 or scale_b.dim() != 2:
+        raise GemmInputError(f"scale_a and scale_b: one element each (tensorwise) or 2-D, got shapes "
+                             f"{tuple(scale_a.shape)} and {tuple(scale_b.shape)}")
+    elif tuple(scale_a.shape) == (m, 1) and tuple(scale_b.shape) == (1, n):
+        mode = "rowwise"
+    elif tuple(scale_a.shape) == (m, kb) and tuple(scale_b.shape) == (kb, nb):
+        mode = "blockwise"
+    elif tuple(scale_a.shape) == (m, kb) and tuple(scale_b.shape) == (kb, n) or \
+            tuple(scale_a.shape) == (math.ceil(m / 128), kb) and tuple(scale_b.shape) == (kb, n):
+        raise NotSupportedError("blockwise 1x128 x 1x128 and 128x128 x 1x128 scales are not built yet (issue 25): "
+                                "use scale_a (M, K/128) with scale_b (K/128, N/128)")
+    else:
+        raise GemmInputError(
+            f"scale_a {tuple(scale_a.shape)} and scale_b {tuple(scale_b.shape)} match no scaling: tensorwise one "
+            f"element each; rowwise ({m}, 1) and (1, {n}); blockwise ({m}, {kb}) and ({kb}, {nb})")
+    if bias is not None:
+        if bias.dtype not in OUT_DTYPES:
+            raise GemmInputError(f"bias has dtype {bias.dtype}; use bfloat16, float16 or float32")
+        if tuple(bias.shape) != (n,):
+            raise GemmInputError(f"bias must have shape ({n},), got {tuple(bias.shape)}")
+    if out is not None:
+        if out.dtype != out_dtype:
+            raise GemmInputError(f"out has dtype {out.dtype}, out_dtype is {out_dtype}")
+        if tuple(out.shape) != (m, n):
+            raise GemmInputError(f"out must have shape ({m}, {n}), got {tuple(out.shape)}")
+        if m and n and (out.stride(1) != 1 or out.stride(0) < n):
+            raise GemmInputError(f"out must be row-major (unit column stride, row pitch >= N), got stride {out.stride()}")
+    tensors = [("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b), ("bias", bias), ("out", out)]
+    devices = {t.device for _, t in tensors if t is not None}
+    if len(devices) > 1:
+        raise GemmInputError(f"every tensor must be on one device, got {sorted(str(d) for d in devices)}")
+    if device_type is None:  # the fake kernels: no addresses to check (meta and fake tensors have none)
+        return ScaledMmCall(m, n, k, mode, out_dtype)
+    if a.device.type != device_type:
+        raise GemmInputError(f"a must be on a {device_type} device, got {a.device}")
+    for name, t in (("a", a), ("b", b)):
+        if t.numel() and t.data_ptr() % 16:
+            raise GemmInputError(f"{name}'s base address must be 16-byte aligned (a TMA tensor map's), got {t.data_ptr():#x}")
+    if out is not None:
+        for name, t in (("a", a), ("b", b)):
+            if t.numel() and out.numel() and _overlaps(out, t):
+                raise GemmInputError(f"out overlaps {name}: the kernel would read what it writes")
+    return ScaledMmCall(m, n, k, mode, out_dtype)
+
+
+def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
+    xs, ys = x.data_ptr(), y.data_ptr()
+    xe = xs + sum((d - 1) * s for d, s in zip(x.shape, x.stride())) * x.element_size() + x.element_size()
+    ye = ys + sum((d - 1) * s for d, s in zip(y.shape, y.stride())) * y.element_size() + y.element_size()
+    return xs < ye and ys < xe
+
+
+def _map(name: str, ptr: int, data_type: str, elem_bytes: int, dims: tuple[int, int], pitch_bytes: int,
+         box: tuple[int, int], swizzle: str):
+    spec = TensorMapSpec(name=name, description=f"fp8 GEMM {name}", data_type=data_type, elem_bytes=elem_bytes,
+                         rank=2, global_dim=dims, global_strides=(pitch_bytes,), box_dim=box,
+                         element_strides=(1, 1), swizzle=swizzle)
+    return encode_tiled(spec.encode_kwargs(ptr))
+
+
+def tile_n(m: int, n: int, sms: int, quantized: bool = False) -> int:
+    """The tile width: 128, or 64 when 128-wide tiles are fewer than the SMs (twice the tiles to spread);
+    always 128 for the quantized output (its 1 x 128 scale blocks are whole tiles)."""
+    if quantized:
+        return 128
+    return 64 if math.ceil(m / BM) * math.ceil(n / 128) < sms else 128
+
+
+def _stream(device: torch.device):
+    return torch.cuda.current_stream(device)
+
+
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                     bias: torch.Tensor | None, call: ScaledMmCall, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Run the fp8 kernel on a checked call (:func:`check_scaled_mm`) on torch's current stream; return out,
+    or for ``out_dtype=torch.float8_e4m3fn`` the tuple (values (M, N) e4m3, scales (M, ceil(N/128)) fp32
+    column-major), as ``quantize_fp8(result, (1, 128))`` lays them out.
+
+    Empty M or N: the empty output, no launch. K = 0: zeros (plus the bias), no launch.
+    """
+    m, n, k = call.m, call.n, call.k
+    quantized = call.out_dtype == QUANT_OUT
+    if quantized:
+        if m == 0 or n == 0 or k == 0:
+            full = torch.zeros((m, n), dtype=torch.float32, device=a.device)
+            if bias is not None:
+                full += bias.float()
+            return quantize_fp8(full, (1, 128))
+        # Values with a row pitch that is a multiple of 16 and scales K-block-major with a pitch that is a
+        # multiple of 4: the next scaled_mm takes both without a copy.
+        values = torch.empty((m, -(-n // 16) * 16), dtype=QUANT_OUT, device=a.device)[:, :n]
+        scale_buf = torch.empty((math.ceil(n / 128), -(-m // 4) * 4), dtype=torch.float32, device=a.device)
+        out = values
+    elif out is None:
+        out = torch.empty((m, n), dtype=call.out_dtype, device=a.device)
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        out.zero_()
+        if bias is not None:
+            out += bias.to(out.dtype)
+        return out
+    sms = _sm_count(a.device)
+    bn = tile_n(m, n, sms, quantized)
+    kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
+                       out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn,
+                       overlap=OVERLAP_PROMOTION)
+    loaded = kernel.loaded(a.device)
+    u8 = "CU_TENSOR_MAP_DATA_TYPE_UINT8"
+    sw = "CU_TENSOR_MAP_SWIZZLE_128B"
+    map_a = _map("a", a.data_ptr(), u8, 1, (k, m), a.stride(0), (BK, BM), sw)
+    map_b = _map("b", b.data_ptr(), u8, 1, (k, n), b.stride(1), (BK, bn), sw)
+    keep = []  # tensors made here, alive until the launch is queued
+    sb_k = sb_n = 0
+    map_sa = map_a
+    sa_ptr, sb_ptr = scale_a.data_ptr(), scale_b.data_ptr()
+    if call.scale_mode == "blockwise":
+        kb = math.ceil(k / BK)
+        sa_t = scale_a.t()  # (K/128, M): one row of M scales per K block
+        # The map's row pitch must be a multiple of 16 bytes and its base 16-byte aligned; with one K
+        # block the pitch is never used, so any multiple of 16 >= 4M serves.
+        pitch = sa_t.stride(0) if kb > 1 else -(-m // 4) * 4
+        if not ((sa_t.stride(1) == 1 or m == 1) and pitch % 4 == 0 and pitch >= m and sa_t.data_ptr() % 16 == 0):
+            padded = torch.zeros((kb, -(-m // 4) * 4), dtype=torch.float32, device=a.device)
+            padded[:, :m].copy_(sa_t)
+            keep.append(padded)
+            sa_t, pitch = padded, padded.stride(0)
+        map_sa = _map("scale_a", sa_t.data_ptr(), "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", 4, (m, kb), pitch * 4,
+                      (BM, 1), "CU_TENSOR_MAP_SWIZZLE_NONE")
+        sb_k, sb_n = scale_b.stride(0), scale_b.stride(1)
+    elif call.scale_mode == "rowwise":
+        if not scale_a.is_contiguous():
+            scale_a = scale_a.contiguous()
+            keep.append(scale_a)
+        if not scale_b.is_contiguous():
+            scale_b = scale_b.contiguous()
+            keep.append(scale_b)
+        sa_ptr, sb_ptr = scale_a.data_ptr(), scale_b.data_ptr()
+    bias_ptr = 0
+    if bias is not None:
+        if bias.dtype != torch.float32 or not bias.is_contiguous():
+            bias = bias.float().contiguous()
+            keep.append(bias)
+        bias_ptr = bias.data_ptr()
+    tiles = math.ceil(m / BM) * math.ceil(n / bn)
+    grid = min(tiles, sms)
+    args = [map_a, map_b, map_sa, ctypes.c_void_p(sa_ptr), ctypes.c_void_p(sb_ptr), ctypes.c_longlong(sb_k),
+            ctypes.c_longlong(sb_n), ctypes.c_void_p(bias_ptr), ctypes.c_void_p(out.data_ptr()),
+            ctypes.c_longlong(out.stride(0)), ctypes.c_void_p(scale_buf.data_ptr() if quantized else 0),
+            ctypes.c_longlong(scale_buf.stride(0) if quantized else 0), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
+    # Tensors made here (keep) are freed after the launch is queued on this stream, the stream they were
+    # made on: the caching allocator reuses their memory only in that stream's order.
+    loaded.launch((grid, 1, 1), args, _stream(a.device))
+    del keep
+    if quantized:
+        return values, scale_buf[:, :m].t()
+    return out
+
+
+def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, bias: torch.Tensor | None,
+             sms: int | None = None) -> dict:
+    """What :func:`scaled_mm_launch` runs for a checked call, as data (no build, no launch; any device):
+    the kernel build, tile, ring, promotion interval, grid, shared memory, and the copies made first.
+    ``sms``: the SM count (default: the tensors' GPU, else the H200's 132 from the designer's arch table)."""
+    if sms is None:
+        if a.device.type == "cuda":
+            sms = _sm_count(a.device)
+        else:
+            from gemm_ladder.design.problem import arch_info
+
+            sms = arch_info("sm_90a").sm_count
+    quantized = call.out_dtype == QUANT_OUT
+    bn = tile_n(call.m, call.n, sms, quantized)
+    kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
+                       out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn, overlap=OVERLAP_PROMOTION)
+    tiles = math.ceil(call.m / BM) * math.ceil(call.n / bn) if call.m and call.n else 0
+    copies = []
+    if call.scale_mode == "blockwise" and call.m and call.k:
+        kb = math.ceil(call.k / BK)
+        sa_t = scale_a.t()
+        pitch = sa_t.stride(0) if kb > 1 else -(-call.m // 4) * 4
+        if not ((sa_t.stride(1) == 1 or call.m == 1) and pitch % 4 == 0 and pitch >= call.m):
+            copies.append(f"scale_a into a K-block-major ({kb}, {-(-call.m // 4) * 4}) fp32 buffer")
+    if bias is not None and bias.dtype != torch.float32:
+        copies.append("bias to float32")
+    return {
+        "kernel": SOURCE, "entry": KERNEL_NAME, "defines": kernel.defines(),
+        "problem": {"M": call.m, "N": call.n, "K": call.k}, "scale_mode": call.scale_mode,
+        "inputs": {"a": FP8_DTYPES[a.dtype], "b": FP8_DTYPES[b.dtype]},
+        "output": "e4m3 values + 1x128 fp32 scales" if quantized else str(call.out_dtype).replace("torch.", ""),
+        "tile": {"BM": BM, "BN": bn, "BK": BK}, "stages": kernel.ring_stages, "threads": THREADS,
+        "dynamic_smem_bytes": kernel.dynamic_smem, "expect_tx_bytes": kernel.expect_tx_bytes,
+        "promotion_interval_k": PROMOTION_K, "promotion_overlapped": kernel.overlap,
+        "k_tail": (f"K % 128 = {call.k % 128}: the last K block zero-filled by TMA" if call.k % 128 else None),
+        "tiles": tiles, "grid": min(tiles, sms), "sms": sms, "copies": copies,
+        "no_launch": ("empty output" if not (call.m and call.n) else "K = 0: zeros plus bias" if not call.k else None),
+    }
+
+
+# --- quantization ----------------------------------------------------------------------------------
+
+#: The blocks quantize_fp8 takes: (rows, columns) per scale; -1 spans the whole dimension.
+BLOCKS = ((1, 128), (128, 128), (1, -1), (-1, -1))
+
+
+def quantize_fp8(x: torch.Tensor, block=(1, 128), *, dtype: torch.dtype = torch.float8_e4m3fn):
+    """Quantize a 2-D floating tensor to fp8 with one fp32 scale per block; return ``(values, scales)``.
+
+    ``values`` (same shape as x, ``dtype``) times the block's scale approximates x: per block,
+    ``amax = max |x|`` in fp32, ``scale = max(amax / fmax, finfo(float32).tiny)`` (fmax 448 for e4m3fn,
+    57344 for e5m2; the floor keeps an all-zero or subnormal block's scale a positive normal number, so
+    its values are x / scale, finite and at most fmax), ``values = clamp(x / scale, -fmax, fmax)``. A block
+    holding Inf or NaN gets an Inf or NaN scale (its dequantized values are NaN, not silently finite).
+
+    ``block`` and the ``scales`` layout (the layouts ``scaled_mm`` and ``torch._scaled_mm`` take):
+
+    * ``(1, 128)``: (R, ceil(C/128)), column-major (stride (1, R)): activations, ``scale_a``;
+    * ``(128, 128)``: (ceil(R/128), ceil(C/128)) row-major: a weight w (N, K) -> pass ``values.T`` as b
+      and ``scales.T`` as ``scale_b``;
+    * ``(1, -1)``: (R, 1), rowwise; ``(-1, -1)``: one element, shape (), tensorwise.
+
+    Raises GemmTypeError (not a tensor), GemmInputError (not 2-D, not floating, an unknown block or dtype).
+    """
+    _is_tensor("x", x)
+    if x.dim() != 2:
+        raise GemmInputError(f"x must be 2-D, got {x.dim()} dimensions")
+    if not x.dtype.is_floating_point or x.dtype in FP8_DTYPES:
+        raise GemmInputError(f"x has dtype {x.dtype}; quantize_fp8 takes a float32, bfloat16 or float16 tensor")
+    if dtype not in FP8_DTYPES:
+        raise GemmInputError(f"dtype = {dtype}: use torch.float8_e4m3fn or torch.float8_e5m2")
+    block = tuple(block) if isinstance(block, (tuple, list)) else block
+    if block not in BLOCKS:
+        raise GemmInputError(f"block = {block!r}: use one of {', '.join(map(str, BLOCKS))}")
+    fmax = torch.finfo(dtype).max
+    rows, cols = x.shape
+    br = rows if block[0] == -1 else block[0]
+    bc = cols if block[1] == -1 else block[1]
+    br, bc = max(br, 1), max(bc, 1)
+    nr, nc = math.ceil(rows / br), math.ceil(cols / bc)
+    xf = x.float()
+    padded = torch.nn.functional.pad(xf, (0, nc * bc - cols, 0, nr * br - rows))
+    blocks = padded.view(nr, br, nc, bc)
+    amax = blocks.abs().amax(dim=(1, 3)) if blocks.numel() else torch.zeros((nr, nc), device=x.device)
+    # amax of a block holding NaN is NaN (torch.amax propagates NaN).
+    scales = torch.clamp(amax / fmax, min=torch.finfo(torch.float32).tiny)
+    values = (blocks / scales[:, None, :, None]).clamp(-fmax, fmax).reshape(nr * br, nc * bc)[:rows, :cols]
+    values = values.to(dtype).contiguous()
+    if block == (1, 128):
+        scales = scales.t().contiguous().t()
+    elif block == (-1, -1):
+        scales = scales.reshape(())
+    return values, scales
+
+
+def dequantize(values: torch.Tensor, scales: torch.Tensor, block) -> torch.Tensor:
+    """The float64 tensor ``quantize_fp8`` approximated: each value times its block's scale (tests' reference)."""
+    rows, cols = values.shape
+    br = rows if block[0] == -1 else block[0]
+    bc = cols if block[1] == -1 else block[1]
+    s = scales.double().reshape(math.ceil(rows / max(br, 1)), math.ceil(cols / max(bc, 1)))
+    full = s.repeat_interleave(max(br, 1), 0)[:rows].repeat_interleave(max(bc, 1), 1)[:, :cols]
+    return values.double() * full

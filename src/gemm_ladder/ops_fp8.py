@@ -1,0 +1,103 @@
+"""The fp8 API: :func:`scaled_mm` and :func:`quantize_fp8`, and their PyTorch ops with fake kernels.
+
+``torch.ops.gemm_ladder.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype)`` (functional) and
+``torch.ops.gemm_ladder.scaled_mm_out(a, b, scale_a, scale_b, bias, out_dtype, out)`` (writes ``out``)
+are ``torch.library.custom_op`` ops whose fakes check the call as the real kernel does (so
+``torch.compile`` sees the same errors) and return the output's shape and dtype. An eager call of
+:func:`scaled_mm` goes straight to the launch, skipping the custom-op boundary's host time; under
+``torch.compile`` it calls the op.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gemm_ladder.library.fp8 import QUANT_OUT, check_scaled_mm, describe, quantize_fp8, scaled_mm_launch
+
+__all__ = ["explain_scaled_mm", "quantize_fp8", "scaled_mm"]
+
+
+@torch.library.custom_op("gemm_ladder::scaled_mm", mutates_args=())
+def _scaled_mm_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                  bias: torch.Tensor | None, out_dtype: torch.dtype) -> torch.Tensor:
+    call = check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype)
+    return scaled_mm_launch(a, b, scale_a, scale_b, bias, call)
+
+
+@_scaled_mm_op.register_fake
+def _scaled_mm_fake(a, b, scale_a, scale_b, bias, out_dtype):
+    call = check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, device_type=None)
+    return a.new_empty((call.m, call.n), dtype=out_dtype)
+
+
+@torch.library.custom_op("gemm_ladder::scaled_mm_out", mutates_args=("out",))
+def _scaled_mm_out_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                      bias: torch.Tensor | None, out_dtype: torch.dtype, out: torch.Tensor) -> None:
+    call = check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, out)
+    scaled_mm_launch(a, b, scale_a, scale_b, bias, call, out)
+
+
+@_scaled_mm_out_op.register_fake
+def _scaled_mm_out_fake(a, b, scale_a, scale_b, bias, out_dtype, out):
+    check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, out, device_type=None)
+
+
+@torch.library.custom_op("gemm_ladder::scaled_mm_fp8", mutates_args=())
+def _scaled_mm_fp8_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                      bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    call = check_scaled_mm(a, b, scale_a, scale_b, bias, QUANT_OUT)
+    values, scales = scaled_mm_launch(a, b, scale_a, scale_b, bias, call)
+    return values.contiguous(), scales.contiguous()  # an op's outputs may not alias padded buffers
+
+
+@_scaled_mm_fp8_op.register_fake
+def _scaled_mm_fp8_fake(a, b, scale_a, scale_b, bias):
+    call = check_scaled_mm(a, b, scale_a, scale_b, bias, QUANT_OUT, device_type=None)
+    return (a.new_empty((call.m, call.n), dtype=QUANT_OUT),
+            a.new_empty((call.m, -(-call.n // 128)), dtype=torch.float32))
+
+
+def scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=torch.bfloat16, out=None):
+    """``torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype)`` on gemm-ladder's fp8 kernel.
+
+    Args:
+        a: (M, K) fp8 (``torch.float8_e4m3fn`` or ``torch.float8_e5m2``), row-major, row pitch a
+            multiple of 16 elements; K a multiple of 16 (K not a multiple of 128 is handled).
+        b: (K, N) fp8, column-major (``w.T`` of a row-major (N, K) weight ``w``), pitch a multiple of 16.
+        scale_a, scale_b: fp32 dequantization scales (``x ~ values * scale``), one of
+            tensorwise (one element each), rowwise ((M, 1) and (1, N)), or blockwise ((M, ceil(K/128))
+            per row and 128-wide K block, and (ceil(K/128), ceil(N/128)) per 128 x 128 block of b).
+        bias: optional (N,) vector (bf16, fp16 or fp32), added after the scales.
+        out_dtype: torch.bfloat16 (default), torch.float16 or torch.float32; or torch.float8_e4m3fn:
+            the product quantized in the kernel's epilogue with one scale per row and 128 columns.
+        out: optional (M, N) tensor of out_dtype with unit column stride, written and returned (not
+            with the float8 output).
+
+    Returns the (M, N) product ``(a * scales_a) @ (b * scales_b) + bias``: fp32 accumulation, the
+    wgmma partial sums promoted into an fp32 accumulator every 128 elements of K, rounded once. With
+    ``out_dtype=torch.float8_e4m3fn``: ``(values, scales)`` as ``quantize_fp8(product, (1, 128))``
+    computes them from the fp32 product (values (M, N) e4m3 with a row pitch that is a multiple of 16;
+    scales (M, ceil(N/128)) fp32, column-major): the next layer's ``scaled_mm(values, w2.T, scales, ...)``
+    takes them as they are.
+
+    Raises (before any launch): GemmTypeError, GemmInputError (the rule broken),
+    NotSupportedError (blockwise pairings other than 1 x 128 with 128 x 128). Only gemm-ladder's kernel
+    runs: nothing falls back to cuBLAS. Kernel: kernels/library/sm90_fp8_gemm.cu (library/fp8.py).
+    """
+    if torch.compiler.is_compiling():
+        if out_dtype == QUANT_OUT and out is None:
+            return torch.ops.gemm_ladder.scaled_mm_fp8(a, b, scale_a, scale_b, bias)
+        if out is None:
+            return torch.ops.gemm_ladder.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype)
+        torch.ops.gemm_ladder.scaled_mm_out(a, b, scale_a, scale_b, bias, out_dtype, out)
+        return out
+    call = check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, out)
+    return scaled_mm_launch(a, b, scale_a, scale_b, bias, call, out)
+
+
+def explain_scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=torch.bfloat16, out=None) -> dict:
+    """What :func:`scaled_mm` would run for these arguments, as a dict (the kernel build and its defines,
+    tile, ring stages, promotion interval, grid, shared memory, copies made first); builds and launches
+    nothing, and takes meta and CPU tensors too. Raises what :func:`scaled_mm` raises for bad input."""
+    call = check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, out, device_type=None)
+    return describe(call, a, b, scale_a, bias)
