@@ -29,10 +29,10 @@ from gemm_ladder.errors import (  # noqa: E402
 _ERRORS = ("CaptureBuildError", "CompileError", "CompilerNotFoundError", "CudaError", "EpilogueCompileError",
           "EpilogueError", "GemmInputError", "GemmTypeError", "NotSupportedError", "OutsideDomainError")
 
-__all__ = ["Epilogue", "Explanation", "__version__", "explain", "linear", "mm", "nn", "ops", "precompile", "swiglu",
+__all__ = ["Epilogue", "Explanation", "__version__", "explain", "explain_swiglu", "linear", "mm", "nn", "ops", "precompile", "swiglu",
            *_ERRORS]
 
-_API = ("Epilogue", "Explanation", "explain", "linear", "mm", "swiglu")
+_API = ("Epilogue", "Explanation", "explain", "explain_swiglu", "linear", "mm", "swiglu")
 
 
 def _register_ops() -> None:
