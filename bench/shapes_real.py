@@ -22,9 +22,9 @@ built on the torch composition's own error, gates.correctness.error_bound, and f
 reference is); a row that fails is recorded with its error and not timed.
 
 ``--quick``: 30 plain and 8 fused rows (QUICK_PLAIN, QUICK_FUSED), shorter timing, about 150 s on the
-H200 with a warm kernel cache. The full set skips rows above FLOP_CAP (prefill of the largest
-vocabularies) and times each distinct (M, N, K, dtype, epilogue) once (Mixtral's attention is
-Llama-3-8B's: its rows say ``same_as``).
+H200 with a warm kernel cache; ``--deadline S`` records the rows not started after S seconds as not
+run. The full set skips rows above FLOP_CAP (prefill of the largest vocabularies) and times each
+distinct (M, N, K, dtype, epilogue) once (Mixtral's attention is Llama-3-8B's: its rows say ``same_as``).
 
 Result (bench/suite.py): ``DATE_shapes_real[_quick]_COMMIT.json`` with ``rows: [{model, layer, M, N, K,
 dtype, epilogue, ratio_cublas, ratio_eager, ratio_compile, ours_us, cublas_us, eager_us, compile_us,
@@ -209,9 +209,9 @@ def full_cases(models=MODELS, dtypes=("bf16", "fp16"), flop_cap: float = FLOP_CA
 
 
 def quick_cases(models=MODELS) -> list[Case]:
-    """QUICK_PLAIN's plain rows, then QUICK_FUSED's fused rows (each at its layer's epilogue)."""
+    """QUICK_FUSED's fused rows (each at its layer's epilogue), then QUICK_PLAIN's plain rows."""
     out = []
-    for fused, table in ((False, QUICK_PLAIN), (True, QUICK_FUSED)):
+    for fused, table in ((True, QUICK_FUSED), (False, QUICK_PLAIN)):
         for model_name, layer_name, m, dtype in table:
             model = model_named(model_name, models)
             out.append(case(model, layer_named(model, layer_name), m, dtype, fused))
@@ -384,15 +384,21 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def run(cases: list[Case], s: Settings, *, models=MODELS, log: Callable[[str], None] = print) -> list[dict]:
+def run(cases: list[Case], s: Settings, *, models=MODELS, log: Callable[[str], None] = print,
+        deadline_s: float | None = None) -> list[dict]:
     """Measure every case, each distinct key once (a repeated key's row copies the first's numbers and
-    names it in ``same_as``)."""
+    names it in ``same_as``). Cases not started within ``deadline_s`` seconds are recorded as not run
+    (``skipped``), so that a time-limited run still writes its result."""
+    t0 = time.perf_counter()
     compiled = make_compiled({c.epilogue for c in cases if c.epilogue}) if s.compile else {}
     done: dict[tuple, dict] = {}
     rows = []
     for i, c in enumerate(cases):
         first = done.get(c.key)
-        if first is not None:
+        if deadline_s is not None and time.perf_counter() - t0 > deadline_s:
+            row = {"model": c.model, "layer": c.layer, "M": c.m, "N": c.n, "K": c.k, "dtype": c.dtype,
+                   "epilogue": c.epilogue, "ratio_cublas": None, "ok": None, "skipped": f"not run: past --deadline {deadline_s} s"}
+        elif first is not None:
             row = {**first, "model": c.model, "layer": c.layer, "same_as": f"{first['model']} {first['layer']}"}
         else:
             with torch.no_grad():
@@ -405,6 +411,8 @@ def run(cases: list[Case], s: Settings, *, models=MODELS, log: Callable[[str], N
 
 def describe(r: dict) -> str:
     head = f"{r['model']:>13} {r['layer']:<22} {r['M']:>5}x{r['N']}x{r['K']} {r['dtype']} {r['epilogue'] or 'plain':<14}"
+    if r.get("skipped"):
+        return f"{head} {r['skipped']}"
     if r.get("error"):
         return f"{head} FAILED: {r['error']}"
     parts = [f"ours {r['ours_us']:8.1f} us", f"vs cuBLAS {r['ratio_cublas']:.3f}"]
@@ -453,9 +461,10 @@ def summarize(rows: list[dict]) -> dict:
         target("swiglu: vs eager >= 1.1 at M >= 2048", [r["ratio_eager"] for r in large_swi], 1.1, large_swi),
     ]
     return {
-        "rows": len(rows), "rows_timed": len(timed), "rows_failed": sum(1 for r in rows if not r.get("ok")),
+        "rows": len(rows), "rows_timed": len(timed), "rows_failed": sum(1 for r in rows if r.get("ok") is False),
+        "rows_not_run": sum(1 for r in rows if r.get("skipped")),
         "failed": [f"{r['model']} {r['layer']} {r['M']} {r['dtype']} {r['epilogue']}: {r.get('error')}"
-                   for r in rows if not r.get("ok")],
+                   for r in rows if r.get("ok") is False],
         "plain_geomean_vs_cublas": g,
         "plain_min_vs_cublas": min((r["ratio_cublas"] for r in plain), default=None),
         "fused_geomean_vs_eager": geomean([r["ratio_eager"] for r in fused + swi]),
@@ -482,9 +491,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="30 plain and 8 fused rows, shorter timing (about 150 s)")
     p.add_argument("--dtype", default=None, help="comma list of bf16, fp16 (full set; default both)")
     p.add_argument("--models", default=None, help="comma list of model names (full set; default all)")
-    p.add_argument("--budget", type=float, default=None, help="seconds of timed calls per callable (default 0.1; --quick 0.06)")
+    p.add_argument("--budget", type=float, default=None, help="seconds of timed calls per callable (default 0.1; --quick 0.03)")
     p.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     p.add_argument("--strict", action="store_true", help="exit 1 when a target is missed too")
+    p.add_argument("--deadline", type=float, default=None,
+                   help="seconds after which rows not yet started are recorded as not run (the result is still written)")
     add_output_argument(p)
     args = p.parse_args(argv)
     try:
@@ -496,16 +507,17 @@ def main(argv: list[str] | None = None) -> int:
     require_gpu(__file__)
     models = tuple(m for m in MODELS if m.name in names)
     cases = quick_cases() if args.quick else full_cases(models, tuple(dtypes))
-    s = Settings(budget_s=args.budget or (0.06 if args.quick else 0.1), compile=not args.no_compile)
+    s = Settings(budget_s=args.budget or (0.03 if args.quick else 0.1), compile=not args.no_compile)
     t0 = time.perf_counter()
-    rows = run(cases, s)
+    rows = run(cases, s, deadline_s=args.deadline)
     summary = summarize(rows)
     summary["wall_s"] = round(time.perf_counter() - t0, 1)
     for t in summary["targets"]:
         v = t.get("value", t.get("min"))
         state = "not run" if t["met"] is None else "met" if t["met"] else "MISSED"
         print(f"target {t['what']}: {state}" + ("" if v is None else f" ({v:.3f})"))
-    print(f"{summary['rows_timed']} rows timed, {summary['rows_failed']} failed, {summary['wall_s']} s")
+    print(f"{summary['rows_timed']} rows timed, {summary['rows_failed']} failed, {summary['rows_not_run']} not run, "
+          f"{summary['wall_s']} s")
     save({"quick": args.quick, "budget_s": s.budget_s, "rounds": s.rounds,
           "models": [{"name": m.name, "source": m.source} for m in MODELS], "rows": rows, "summary": summary},
          "shapes_real" + ("_quick" if args.quick else ""), args.output)

@@ -216,3 +216,11 @@ def test_the_result_file_and_the_command_line(tmp_path, monkeypatch, capsys):
             sr.main(["--quick"])
         assert refused.value.code == 2
         assert capsys.readouterr().err.strip() == "bench/shapes_real.py: needs a CUDA GPU (sm_90a); nothing run"
+
+
+def test_rows_past_the_deadline_are_recorded_as_not_run():
+    rows = sr.run(sr.full_cases(TINY[:1], dtypes=("bf16",)), cpu(), log=lambda s: None, deadline_s=0.0)
+    assert all(r["skipped"].startswith("not run") and r["ok"] is None and r["ratio_cublas"] is None for r in rows)
+    s = sr.summarize(rows)
+    assert s["rows_not_run"] == len(rows) and s["rows_failed"] == 0 and s["rows_timed"] == 0
+    assert all(t["met"] is None for t in s["targets"])
