@@ -34,7 +34,7 @@ from gemm_ladder.library.epilogue import Epilogue
 
 #: Largest M routed here (``bench/swiglu_small_m.py`` measures where this path stops beating the fused
 #: kernel; docs/library.md gives the run). Above it, the fused kernel.
-SMALL_M_MAX = 128
+SMALL_M_MAX = 192
 
 #: The second GEMM's epilogue: ``silu(gate) * up`` in fp32, ``up`` the first GEMM's float32 output.
 GATED = Epilogue("gl::act_silu(acc) * up", lambda acc, up: F.silu(acc) * up, {"up": "tile"},
