@@ -84,3 +84,60 @@ def test_the_ops_backward_and_the_validator_read_the_registry():
 
     assert ops._ACTIVATION_BACKWARD is DERIVATIVES
     assert validate.ACTIVATIONS is ACTIVATIONS
+
+
+# --- the erf GELU's approximation (fused_epilogue.cuh's act_gelu, bf16/fp16 outputs) ------------------
+GELU_REL_BOUND = 2.0**-15  # the bound fused_epilogue.cuh states
+GELU_TINY = 2.0**-122  # below it (x < -12.9) an absolute bound of the same size
+
+
+def _act_gelu_constants() -> list[float]:
+    """The fp32 constants of act_gelu's polynomial branch, in source order, read from the header itself."""
+    import re
+    from pathlib import Path
+
+    import gemm_ladder
+
+    src = (Path(gemm_ladder.__file__).parent / "kernels/include/gemm_ladder/fused_epilogue.cuh").read_text()
+    body = src[src.index("float act_gelu(float x) {"):]
+    body = body[body.index("#else"):body.index("#endif")]
+    return [float(v) for v in re.findall(r"(-?\d+\.\d+)f", body)]
+
+
+def act_gelu_float32(x: torch.Tensor) -> torch.Tensor:
+    """act_gelu's polynomial form evaluated step by step in float32 (IEEE division and exp2 in place of
+    rcp.approx and ex2.approx; fmaf as one rounding: addcmul)."""
+    p, *coef, k = _act_gelu_constants()
+    x = x.float()
+    a = x.abs()
+    t = 1.0 / torch.addcmul(torch.ones_like(a), a, torch.full_like(a, p))
+    r = torch.full_like(a, coef[0])
+    for c in coef[1:]:
+        r = torch.addcmul(torch.full_like(a, c), r, t)
+    q = r * t * torch.exp2(a * a * k)
+    return x * torch.where(x >= 0, 1 - q, q)
+
+
+def test_act_gelu_constants_are_the_fit():
+    p, *coef, k = _act_gelu_constants()
+    assert p == 0.3 and len(coef) == 6 and k == pytest.approx(-math.log2(math.e) / 2, rel=1e-15)
+    assert sum(coef) == pytest.approx(0.5, rel=1e-5)  # R(0) = erfcx(0) / 2 = 1/2, to the fit's relative error
+
+
+def test_act_gelu_approximation_within_its_bound_over_a_dense_grid():
+    """10^6 points over [-10, 10], the tail to -14, and the extremes, against float64 erf GELU."""
+    x = torch.cat([torch.linspace(-10, 10, 1_000_001), torch.linspace(-14, -10, 100_001),
+                   torch.tensor([0.0, 1e-30, -1e-30, 1e-3, -1e-3, 20.0, 100.0, 3e38, -3e38, -13.0, -12.9])])
+    exact = x.double() * 0.5 * torch.special.erfc(-x.double() / math.sqrt(2))
+    y = act_gelu_float32(x).double()
+    err = (y - exact).abs()
+    big = exact.abs() >= GELU_TINY
+    rel = (err[big] / exact.abs()[big]).max().item()
+    assert rel <= GELU_REL_BOUND, rel
+    assert err[~big].max().item() <= GELU_TINY
+    # the erf form it replaces loses all relative accuracy in the negative tail (1 + erf cancels)
+    old = (0.5 * x.float() * (1 + torch.erf(x.float() * 0.70710678118654752))).double()
+    tail = big & (x < -5) & (x > -10)
+    assert ((old - exact).abs()[tail] / exact.abs()[tail]).max().item() > 1e-2
+    nonfinite = act_gelu_float32(torch.tensor([math.inf, -math.inf, math.nan]))
+    assert nonfinite[0] == math.inf and nonfinite[1:].isnan().all()  # as torch: +inf, NaN, NaN

@@ -15,6 +15,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import gemm_ladder
 from gemm_ladder.gates.correctness import check_nonfinite
@@ -54,3 +55,51 @@ def test_every_activation_over_a_dense_grid(name, m, out_dtype):
     worst = ratio.argmax().item()
     assert ratio.max().item() <= 1.0, (name, ratio.max().item(), v[fin][worst].item(), y.double()[fin][worst].item(),
                                        g[fin][worst].item())
+
+
+# --- the erf GELU's polynomial form in the kernels (fused_epilogue.cuh's act_gelu, bf16/fp16 outputs) ---
+GELU_REL_BOUND = 2.0**-15  # fused_epilogue.cuh's stated bound
+GELU_TINY = 2.0**-122
+
+
+@pytest.mark.parametrize("m", [64, 512])  # the small-M kernel and the general kernel
+def test_act_gelu_relative_error_in_the_kernels_over_a_dense_grid(m):
+    """The kernel's own fp32 act_gelu (MUFU rcp.approx and ex2.approx, ftz) before its rounding: a user
+    epilogue on a bf16 output computes (act_gelu(v) - g) / g with v = acc + b (one fp32 add, as torch's
+    on the GPU) and g = the float64 erf GELU of that v rounded to fp32 (2^-24 relative), so the output
+    is act_gelu's relative error (scaled by 2^15 to sit far above bf16's rounding)."""
+    from gemm_ladder import Epilogue
+
+    x, w, b, _ = _grid(m, torch.bfloat16)
+    fin = torch.isfinite(b)
+    w, b = w[fin], b[fin].contiguous()
+    v32 = x[:, :1].float() + b.view(1, -1)  # what the kernel's acc + b is, in fp32
+    g64 = v32.double() * 0.5 * torch.special.erfc(-v32.double() / math.sqrt(2))
+    g = g64.float()
+    use = g64.abs() >= GELU_TINY
+    ep = Epilogue("(gl::act_gelu(acc + b) - g) / g * 32768.0f", lambda acc, b, g: (F.gelu(acc + b) - g) / g * 32768.0,
+                  {"b": "col", "g": "tile"}, name="gelu_rel_err")
+    y = gemm_ladder.linear(x, w, epilogue=ep, b=b, g=torch.where(use, g, torch.ones_like(g)))
+    torch.cuda.synchronize()
+    rel = (y.double()[use].abs() / 32768.0).max().item()
+    assert rel <= GELU_REL_BOUND * (1 + 2.0**-7) + 2.0**-23, rel
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_bias_gelu_output_within_one_rounding_plus_the_bound(dtype):
+    """bf16 / fp16 output: |y - gelu(v)| <= (u + 2^-15) |gelu(v)| + the output's subnormal half-spacing
+    + 2^-122 (the flushed tail), element by element, the negative tail included (the erf form failed
+    there: 1 + erf cancels)."""
+    x, w, b, _ = _grid(512, dtype)
+    fin = torch.isfinite(b) & (b.abs() <= 12.5)
+    w, b = w[fin], b[fin].contiguous()
+    y = gemm_ladder.linear(x, w, b.to(dtype), activation="gelu")
+    bq = b.to(dtype).double()  # the bias the kernel reads, rounded to the dtype
+    v = x[:, :1].double() + bq.view(1, -1)
+    g = v * 0.5 * torch.special.erfc(-v / math.sqrt(2))
+    u, sub = (2.0**-8, 2.0**-134) if dtype == torch.bfloat16 else (2.0**-11, 2.0**-25)
+    err = (y.double() - g).abs()
+    # v = acc + b is exact in fp32 here (x on a 2^-10 grid below 1/4, b with 8 or 11 significant bits, |v| < 13)
+    bound = (u + 2.0**-15) * g.abs() * (1 + 2.0**-20) + sub + GELU_TINY
+    ratio = (err / bound).max().item()
+    assert ratio <= 1.0, ratio

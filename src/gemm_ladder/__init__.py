@@ -29,11 +29,11 @@ from gemm_ladder.errors import (  # noqa: E402
 _ERRORS = ("CaptureBuildError", "CompileError", "CompilerNotFoundError", "CudaError", "EpilogueCompileError",
           "EpilogueError", "GemmInputError", "GemmTypeError", "NotSupportedError", "OutsideDomainError")
 
-__all__ = ["Epilogue", "Explanation", "__version__", "explain", "linear", "mm", "nn", "ops", "precompile", "swiglu",
-           "scaled_mm", "quantize_fp8", "explain_scaled_mm", *_ERRORS]
+__all__ = ["Epilogue", "Explanation", "__version__", "explain", "explain_swiglu", "linear", "mm", "nn", "ops",
+           "precompile", "swiglu", "scaled_mm", "quantize_fp8", "explain_scaled_mm", *_ERRORS]
 __all__ += ["grouped_linear", "grouped_mm", "grouped_mm_masked"]  # mixture-of-experts grouped GEMM (ops_grouped.py)
 
-_API = ("Epilogue", "Explanation", "explain", "linear", "mm", "swiglu")
+_API = ("Epilogue", "Explanation", "explain", "explain_swiglu", "linear", "mm", "swiglu")
 
 
 def _register_ops() -> None:

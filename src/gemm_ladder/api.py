@@ -507,6 +507,11 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.T
     NotSupportedError (a NotImplementedError) for a layout TMA cannot describe, or inputs requiring
     grad (no backward); OutsideDomainError for an extent past 2^31 - 1.
 
+    Small M (M <= ``dispatch.swiglu_small_m.SMALL_M_MAX``, where reading the weights is the cost):
+    two launches on the small-M route instead, x @ w_up.T into float32 and x @ w_gate.T with
+    ``silu(gate) * up`` fused in its epilogue (the same fp32 math and one rounding);
+    :func:`explain_swiglu` says which path a call takes.
+
     Under ``torch.compile``, on tensor subclasses and on meta tensors the call goes through the
     registered op ``torch.ops.gemm_ladder.swiglu`` (its fake applies the same rules and gives the
     output's shape and dtype), checked here first.
@@ -521,6 +526,7 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.T
 
 def swiglu_direct(x, w_gate, w_up) -> torch.Tensor:
     """:func:`swiglu` without the op boundary (a plain eager call, and the op's CUDA kernel)."""
+    from gemm_ladder.dispatch import swiglu_small_m
     from gemm_ladder.library.operand import operand_view
     from gemm_ladder.library.swiglu import swiglu_kernel
 
@@ -538,6 +544,10 @@ def swiglu_direct(x, w_gate, w_up) -> torch.Tensor:
     check_domain(MmShape(m, n, k, x.dtype))
     x2 = x.reshape(m, k)
     check_swiglu_layout(x2, w_gate, w_up)
+    if swiglu_small_m.takes(m, n, k):  # small M: two small-M GEMMs, gate and up meeting in the second's epilogue
+        out = torch.empty((*lead, n), dtype=x.dtype, device=x.device)
+        swiglu_small_m.run(x2, w_gate, w_up, out.view(m, n))
+        return out
     views = [operand_view(t, k_dim=1) for t in (x2, w_gate, w_up)]
     per16 = 16 // x.element_size()  # elements in the TMA store's 16-byte chunk
     if n % per16 == 0:
@@ -547,6 +557,16 @@ def swiglu_direct(x, w_gate, w_up) -> torch.Tensor:
     padded = torch.empty((m, -(-n // per16) * per16), dtype=x.dtype, device=x.device)
     swiglu_kernel().launch(*views, padded[:, :n], out_padding_writable=True)
     return padded[:, :n].contiguous().view(*lead, n)
+
+
+def explain_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
+    """What :func:`swiglu` would run on these tensors and why, without running it, as a dict: ``path``
+    ('small_m_pair' or 'fused'), ``reason``, ``threshold`` and ``launches`` (for the small-M pair, each
+    GEMM's :func:`explain` as a dict). CUDA or meta tensors; raises what :func:`swiglu` raises for bad
+    input (dispatch/swiglu_small_m.py's ``explain``)."""
+    from gemm_ladder.dispatch import swiglu_small_m
+
+    return swiglu_small_m.explain(x, w_gate, w_up)
 
 
 def explain(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
@@ -587,7 +607,7 @@ def host_path(route, given: bool) -> str:
     return "C++ (planned once per signature; per call the compiled host module encodes the maps and launches)"
 
 
-__all__ = ["Epilogue", "Explanation", "NotSupportedError", "explain", "linear", "mm", "swiglu"]
+__all__ = ["Epilogue", "Explanation", "NotSupportedError", "explain", "explain_swiglu", "linear", "mm", "swiglu"]
 
 # The ops are registered with the API (they import it: last, once every name above exists); on a
 # machine with a CUDA device that also switches mm/linear to the compiled host path (set_host_ops).

@@ -188,7 +188,36 @@ __device__ __forceinline__ float times_sigmoid(float x, float s) {
   return x * rcp_approx_ftz(1.f + ex2_approx_ftz(s * -1.4426950408889634f));
 }
 __device__ __forceinline__ float act_relu(float x) { return x < 0.f ? 0.f : x; }
-__device__ __forceinline__ float act_gelu(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
+// gelu(x) = x Phi(x), Phi the standard normal CDF (torch's erf GELU). With a = |x| and q = Phi(-a) = erfc(a / sqrt 2)
+// / 2, gelu(x) = x (1 - q) for x >= 0 and x q for x < 0: no cancellation on either side (the erf form
+// 0.5 x (1 + erf(x / sqrt 2)) cancels for x < 0, where 1 + erf loses all its digits below x = -5.5). q is
+// exp(-a^2 / 2) R(a) with R(a) = erfcx(a / sqrt 2) / 2 approximated as t P(t), t = 1 / (1 + 0.3 a), P of degree 5:
+// coefficients fitted by iteratively reweighted least squares for the minimax relative error over a in [0, 14]
+// (8.3e-6 in exact arithmetic). Cost: two MUFU (rcp.approx, ex2.approx) and about 16 FP32
+// instructions, against erff's one MUFU and about 34 (bf16 BN 256 builds: docs/epilogues.md).
+// Error against the exact erf GELU (float64) of the fp32 result, measured on a dense grid (tests/test_activations.py
+// on the CPU with IEEE division and exp2, tests/test_activations_gpu.py with the kernels' MUFU instructions):
+// relative error <= 2^-15 (3.1e-5; bf16's unit roundoff is 2^-8, fp16's 2^-11) wherever |gelu(x)| >= 2^-122,
+// absolute <= 2^-122 below (x < -12.9, where q, then the result, flush to 0 under ftz: -0).
+// The exponent's fp32 argument carries a relative rounding of 2^-24, an absolute 8e-6 at a = 13: most of the
+// bound in the tail. Non-finite: +inf -> +inf (1 - 0), -inf -> NaN (-inf * 0), NaN -> NaN, as torch.
+// An fp32 output (GL_OUT_FP32, as act_gelu_tanh) keeps the erff form, a few fp32 ulp where it does not cancel.
+__device__ __forceinline__ float act_gelu(float x) {
+#if defined(GL_OUT_FP32)
+  return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
+#else
+  const float a = fabsf(x);
+  const float t = rcp_approx_ftz(fmaf(a, 0.3f, 1.f));
+  float r = -0.077099156842869f;
+  r = fmaf(r, t, 0.21604314542578096f);
+  r = fmaf(r, t, -0.01695592288193045f);
+  r = fmaf(r, t, 0.14420103319694993f);
+  r = fmaf(r, t, 0.11374066333482324f);
+  r = fmaf(r, t, 0.12007435736773633f);
+  const float q = r * t * ex2_approx_ftz(a * a * -0.72134752044448170f);  // -log2(e) / 2
+  return x * (x >= 0.f ? 1.f - q : q);
+#endif
+}
 // tanh.approx.f32 (PTX ISA, "tanh", sm_75 and later): one MUFU. Its documented maximum relative error is
 // 2^-11 over the whole fp32 range; -inf -> -1, +inf -> 1, NaN -> NaN.
 __device__ __forceinline__ float tanh_approx(float z) {

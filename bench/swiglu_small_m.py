@@ -1,0 +1,142 @@
+"""Where does swiglu's small-M path (two small-M GEMMs, gate and up meeting in the second's epilogue)
+beat the fused swiglu kernel, and by how much does it beat what users write? Its threshold.
+
+    python bench/swiglu_small_m.py [--quick] [--dtype bf16] [--ms 1,7,16,...] [--no-compile] [-o OUT.json]
+
+Per MLP shape (N x K: w_gate and w_up (N, K)) and M, timed interleaved on the same tensors
+(gates.performance.time_fns: L2 flushed before every call, launch latency hidden, medians):
+
+* ``pair``     dispatch/swiglu_small_m.run: x @ w_up^T into float32, then x @ w_gate^T with
+               silu(gate) * up in its epilogue (the small-M route, two launches);
+* ``fused``    the one-kernel swiglu (library/swiglu.py's SwigluKernel.launch);
+* ``eager``    F.silu(F.linear(x, wg)) * F.linear(x, wu);
+* ``compiled`` torch.compile of that composition (static shapes; not with --no-compile).
+
+Both library paths are checked against float64 first (gates' bound on the eager composition's error).
+Shapes: Llama-3-8B / Mixtral-8x7B expert (14336 x 4096), Qwen2.5-7B (18944 x 3584), Phi-3-mini (8192 x
+3072); M = 1-256 (``--quick``: Llama-3-8B only). ``threshold``: the largest M of the run at and below
+which ``pair`` is faster than ``fused`` on every shape (what dispatch/swiglu_small_m.SMALL_M_MAX should
+be); the JSON (``swiglu_small_m_DTYPE[_quick]``) keeps every time. Exit status 1 on a wrong result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import torch
+import torch.nn.functional as F
+
+SHAPES = {"llama3_8b": (14336, 4096), "qwen2.5_7b": (18944, 3584), "phi3_mini": (8192, 3072)}
+MS = (1, 7, 16, 32, 64, 96, 128, 160, 192, 256)
+
+
+def eager(x, wg, wu):
+    return F.silu(F.linear(x, wg)) * F.linear(x, wu)
+
+
+def threshold(rows: list[dict]) -> int | None:
+    """The largest M such that at every M' <= M of the run ``pair`` beat ``fused`` on every shape
+    (None: not even at the smallest M)."""
+    best = None
+    for m in sorted({r["m"] for r in rows}):
+        at = [r for r in rows if r["m"] == m]
+        if not at or any(not r["ok"] or r["pair_us"] >= r["fused_us"] for r in at):
+            break
+        best = m
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    from suite import add_output_argument, require_gpu, save
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="Llama-3-8B's MLP only")
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
+    p.add_argument("--ms", default=None, help="comma list of M (default 1-256)")
+    p.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    p.add_argument("--budget", type=float, default=0.1, help="seconds of timed calls per callable")
+    add_output_argument(p)
+    args = p.parse_args(argv)
+    try:
+        ms = MS if args.ms is None else tuple(int(v) for v in args.ms.split(","))
+        if any(not 1 <= m <= 256 for m in ms):
+            raise ValueError
+    except ValueError:
+        print(f"bench/swiglu_small_m.py: --ms {args.ms!r}: a comma list of M in 1..256", file=sys.stderr)
+        return 2
+    require_gpu(__file__)
+
+    from gemm_ladder.contract import DTYPES
+    from gemm_ladder.dispatch import swiglu_small_m
+    from gemm_ladder.gates.correctness import _rel_err, error_bound
+    from gemm_ladder.gates.performance import time_fns
+    from gemm_ladder.library.operand import operand_view
+    from gemm_ladder.library.swiglu import swiglu_kernel
+
+    torch.set_grad_enabled(False)
+    compiled = None
+    if not args.no_compile:
+        for limit in ("recompile_limit", "cache_size_limit"):
+            if hasattr(torch._dynamo.config, limit):
+                setattr(torch._dynamo.config, limit, 256)
+        compiled = torch.compile(eager, dynamic=False)
+    shapes = {"llama3_8b": SHAPES["llama3_8b"]} if args.quick else SHAPES
+    dt = DTYPES[args.dtype]
+    rows = []
+    for name, (n, k) in shapes.items():
+        for m in ms:
+            gen = torch.Generator(device="cuda").manual_seed(m * 31 + n)
+            x = torch.randn((m, k), generator=gen, device="cuda").to(dt)
+            wg = (torch.randn((n, k), generator=gen, device="cuda") / math.sqrt(k)).to(dt)
+            wu = (torch.randn((n, k), generator=gen, device="cuda") / math.sqrt(k)).to(dt)
+            views = [operand_view(t, k_dim=1) for t in (x, wg, wu)]
+
+            def pair(a_, b_):
+                out = torch.empty((m, n), dtype=dt, device="cuda")
+                swiglu_small_m.run(x, wg, wu, out)
+                return out
+
+            def fused(a_, b_):
+                out = torch.empty((m, n), dtype=dt, device="cuda")
+                swiglu_kernel().launch(*views, out)
+                return out
+
+            x64 = x.double()
+            ref = F.silu(x64 @ wg.double().T) * (x64 @ wu.double().T)
+            bound = error_bound(_rel_err(eager(x, wg, wu), ref), args.dtype)
+            errs = {"pair": _rel_err(pair(0, 0), ref), "fused": _rel_err(fused(0, 0), ref)}
+            row = {"shape": name, "m": m, "n": n, "k": k, "dtype": args.dtype, "bound": bound,
+                   **{f"{p}_rel_err": e for p, e in errs.items()}, "ok": all(e <= bound for e in errs.values())}
+            if row["ok"]:
+                fns = {"pair": pair, "fused": fused, "eager": lambda a_, b_: eager(x, wg, wu)}
+                if compiled is not None:
+                    compiled(x, wg, wu)
+                    fns["compiled"] = lambda a_, b_: compiled(x, wg, wu)
+                t = time_fns(fns, x, wg, budget_s=args.budget, rounds=2)
+                for f, tm in t.items():
+                    row[f"{f}_us"] = tm.median_ms * 1e3
+                for f in ("fused", "eager", "compiled"):
+                    if f"{f}_us" in row:
+                        row[f"pair_vs_{f}"] = row[f"{f}_us"] / row["pair_us"]
+                row["fused_vs_eager"] = row["eager_us"] / row["fused_us"]
+            rows.append(row)
+            if row["ok"]:
+                extra = f", compiled {row['compiled_us']:.1f}" if "compiled_us" in row else ""
+                print(f"{name} M={m:>3}: pair {row['pair_us']:.1f} us, fused {row['fused_us']:.1f}, eager "
+                      f"{row['eager_us']:.1f}{extra}; pair vs fused {row['pair_vs_fused']:.3f}x, vs eager "
+                      f"{row['pair_vs_eager']:.3f}x", flush=True)
+            else:
+                print(f"{name} M={m:>3}: WRONG (pair {errs['pair']:.2e}, fused {errs['fused']:.2e}, bound {bound:.2e})",
+                      flush=True)
+    th = threshold(rows)
+    print(f"threshold (pair faster than fused at every M <= it, every shape): {th}; "
+          f"shipped SMALL_M_MAX = {swiglu_small_m.SMALL_M_MAX}")
+    save({"dtype": args.dtype, "threshold": th, "shipped_small_m_max": swiglu_small_m.SMALL_M_MAX, "rows": rows},
+         f"swiglu_small_m_{args.dtype}" + ("_quick" if args.quick else ""), args.output)
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

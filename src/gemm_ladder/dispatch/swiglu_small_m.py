@@ -1,0 +1,110 @@
+"""``swiglu`` at small M: two GEMMs of the dispatcher's small-M route, the second's epilogue pairing
+gate with up.
+
+At small M the gated MLP is bound by reading its two weights (2 N K elements against M K of x), and
+the one-kernel swiglu (``kernels/library/sm90_swiglu.cu``, 128 x 256 tiles over ceil(M / 256) x
+ceil(N / 128) work units) leaves most of the GPU's bandwidth unused there. This path runs instead:
+
+1. ``up = x @ w_up^T`` into a float32 (M, N) buffer: the dispatcher's route for the plain GEMM with a
+   float32 output (for M <= 256, the small-M kernel: the weight's N on wgmma's M, split-K over the CTAs
+   with its deterministic reduction, C written from registers in fp32);
+2. ``out = silu(x @ w_gate^T) * up`` by the same route with a fused epilogue (library/epilogue.py's
+   mechanism: :data:`GATED`, a tile input ``up`` read in the output's coordinates), rounded once to
+   x's dtype.
+
+Each weight is read once, as in the fused kernel; x (M K elements) is read twice and ``up`` (M N fp32)
+is written and read once, a few percent of the weights' bytes at the M this path takes. The result
+is the fused kernel's: silu(g) * u in fp32 from two fp32 accumulators, one rounding (``up`` is kept in
+fp32, never rounded to the input dtype). Both launches are deterministic (the small-M kernel's split-K
+reduction is in a fixed order), so the result is bitwise repeatable.
+
+Which path runs is :func:`takes`: M <= :data:`SMALL_M_MAX`, the largest M at which this path was
+measured faster than the fused kernel (``bench/swiglu_small_m.py`` prints the threshold its run
+supports). :func:`explain` returns the decision and both launches' routes as data.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from gemm_ladder.library.epilogue import Epilogue
+
+#: Largest M routed here (``bench/swiglu_small_m.py`` measures where this path stops beating the fused
+#: kernel; docs/library.md gives the run). Above it, the fused kernel.
+SMALL_M_MAX = 192
+
+#: The second GEMM's epilogue: ``silu(gate) * up`` in fp32, ``up`` the first GEMM's float32 output.
+GATED = Epilogue("gl::act_silu(acc) * up", lambda acc, up: F.silu(acc) * up, {"up": "tile"},
+                 name="swiglu_small_m:silu(gate)*up")
+
+
+def takes(m: int, n: int, k: int) -> bool:
+    """Whether ``swiglu`` on (M, N, K) runs this path (M <= :data:`SMALL_M_MAX`), not the fused kernel."""
+    return 1 <= m <= SMALL_M_MAX and n >= 1 and k >= 1
+
+
+def reason(m: int) -> str:
+    """Why ``swiglu`` at this M takes the path it takes, in one sentence."""
+    if m <= SMALL_M_MAX:
+        return (f"M = {m} <= {SMALL_M_MAX} (dispatch/swiglu_small_m.SMALL_M_MAX, measured by bench/swiglu_small_m.py): "
+                "two GEMMs on the small-M route, up into float32, then gate with silu(gate) * up fused in its epilogue")
+    return (f"M = {m} > {SMALL_M_MAX}: the fused swiglu kernel (sm90_swiglu), x read once for both products")
+
+
+def _routes(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, up: torch.Tensor, out2: torch.Tensor):
+    from gemm_ladder.dispatch import decide
+
+    return decide(x2, w_up.T, up, given=True), decide(x2, w_gate.T, out2, given=True)
+
+
+def run(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out2: torch.Tensor) -> None:
+    """``out2 (M, N) = silu(x2 @ w_gate^T) * (x2 @ w_up^T)`` by two launches (see the module docstring).
+
+    x2 (M, K), w_gate and w_up (N, K), out2 (M, N) contiguous, one dtype (bf16/fp16), one CUDA device,
+    already checked by the caller (api.swiglu_direct: validate.check_swiglu, check_swiglu_layout).
+    Raises what dispatch.decide raises when no kernel computes a step (OutsideDomainError)."""
+    from gemm_ladder.dispatch.execute import run as run_route
+
+    m, n = out2.shape
+    up = torch.empty((m, n), dtype=torch.float32, device=out2.device)
+    route_up, route_gate = _routes(x2, w_gate, w_up, up, out2)
+    run_route(route_up, x2, w_up.T, up)
+    call = GATED.bind({"up": up}, m, n, out2.device, check_grad=False)
+    run_route(route_gate, x2, w_gate.T, out2, epilogue=call)
+
+
+def explain(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
+    """What ``gemm_ladder.swiglu(x, w_gate, w_up)`` runs and why, as data, without running it.
+
+    CUDA or meta tensors (x (*, K), w_gate and w_up (N, K)). Keys: ``path`` ('small_m_pair' or 'fused'),
+    ``m``, ``n``, ``k``, ``threshold`` (:data:`SMALL_M_MAX`), ``reason`` (one sentence), ``launches``
+    (in order; for the small-M pair each launch's ``gemm_ladder.explain`` of its GEMM as a dict, the
+    epilogue named). Raises what ``swiglu`` raises for bad input."""
+    from gemm_ladder.dispatch import cost_model
+    from gemm_ladder.dispatch.explain import explain_route
+    from gemm_ladder.dispatch.validate import check_swiglu
+
+    k, n = check_swiglu(x, w_gate, w_up, device_types=("cuda", "meta"), check_grad=False)
+    m = math.prod(x.shape[:-1])
+    out = {"path": "small_m_pair" if takes(m, n, k) else "fused", "m": m, "n": n, "k": k, "threshold": SMALL_M_MAX,
+           "reason": reason(m), "launches": []}
+    if not takes(m, n, k):
+        out["launches"] = [f"sm90_swiglu ({m} x {n} x {k}): one kernel, x read once for both products"]
+        return out
+    x2 = x.reshape(m, k)
+    up = torch.empty((m, n), dtype=torch.float32, device=x.device)
+    out2 = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    routes = _routes(x2, w_gate, w_up, up, out2)
+    for what, route, out_dtype in (("up = x @ w_up^T into float32", routes[0], torch.float32),
+                                   (f"out = silu(x @ w_gate^T) * up, epilogue {GATED.name!r}", routes[1], x.dtype)):
+        e = explain_route(route, m, n, k, out_dtype, cost_model()).to_dict()
+        e.pop("plan", None)  # the designer's plan is gemm_ladder.explain's; here the route suffices
+        out["launches"].append({"step": what, "kind": e["kind"], "kernel": e["kernel"], "split": e["split"],
+                                "launches": e["launches"], "explain": e})
+    return out
+
+
+__all__ = ["GATED", "SMALL_M_MAX", "explain", "reason", "run", "takes"]

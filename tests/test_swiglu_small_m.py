@@ -1,0 +1,76 @@
+"""swiglu's small-M path without a GPU (dispatch/swiglu_small_m.py): which M takes it, what
+explain_swiglu says (meta tensors), the gated epilogue's reference and its CUDA compiling."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import gemm_ladder
+from gemm_ladder.dispatch import swiglu_small_m as ssm
+from gemm_ladder.errors import GemmInputError
+from conftest import needs_nvcc
+
+
+def meta(m, n, k, dtype=torch.bfloat16):
+    return (torch.empty(m, k, dtype=dtype, device="meta"), torch.empty(n, k, dtype=dtype, device="meta"),
+            torch.empty(n, k, dtype=dtype, device="meta"))
+
+
+def test_which_m_takes_the_path():
+    assert ssm.takes(1, 14336, 4096) and ssm.takes(ssm.SMALL_M_MAX, 8, 8)
+    assert not ssm.takes(ssm.SMALL_M_MAX + 1, 14336, 4096) and not ssm.takes(0, 8, 8)
+    assert 1 <= ssm.SMALL_M_MAX <= 256  # the small-M kernel's domain
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+def test_explain_swiglu_names_both_launches_on_the_small_m_kernel(dtype):
+    e = gemm_ladder.explain_swiglu(*meta(7, 14336, 4096, dtype))
+    assert e["path"] == "small_m_pair" and (e["m"], e["n"], e["k"]) == (7, 14336, 4096)
+    assert e["threshold"] == ssm.SMALL_M_MAX and "M = 7 <=" in e["reason"]
+    assert [step["kind"] for step in e["launches"]] == ["small_m", "small_m"]
+    assert "float32" in e["launches"][0]["step"] and "silu(x @ w_gate^T) * up" in e["launches"][1]["step"]
+    assert e["launches"][0]["explain"]["out_dtype"] == "float32"
+    assert all("sm90_gemm_small_m" in step["kernel"]["source"] for step in e["launches"])
+
+
+def test_explain_swiglu_batch_dims_and_the_fused_path():
+    x, wg, wu = meta(6, 512, 256)
+    assert gemm_ladder.explain_swiglu(x.view(2, 3, 256), wg, wu)["m"] == 6
+    e = gemm_ladder.explain_swiglu(*meta(ssm.SMALL_M_MAX + 1, 512, 256))
+    assert e["path"] == "fused" and e["launches"][0].startswith("sm90_swiglu")
+
+
+def test_explain_swiglu_refuses_bad_input_like_swiglu():
+    x, wg, _ = meta(7, 512, 256)
+    with pytest.raises(GemmInputError):
+        gemm_ladder.explain_swiglu(x, wg, torch.empty(512, 128, dtype=torch.bfloat16, device="meta"))
+
+
+def test_the_gated_epilogue_reference():
+    acc, up = torch.randn(5, 7, dtype=torch.float64), torch.randn(5, 7, dtype=torch.float64)
+    assert torch.equal(ssm.GATED.reference(acc, up), F.silu(acc) * up)
+    assert ssm.GATED.inputs == {"up": "tile"}
+
+
+@needs_nvcc
+def test_the_gated_epilogue_compiles_with_a_float32_up():
+    ssm.GATED.compile_check({"up": torch.float32})
+
+
+def test_the_bench_threshold_is_the_largest_m_won_on_every_shape():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import swiglu_small_m as bench
+
+    def row(shape, m, pair, fused, ok=True):
+        return {"shape": shape, "m": m, "pair_us": pair, "fused_us": fused, "ok": ok}
+
+    rows = [row("a", 1, 50, 100), row("b", 1, 40, 90), row("a", 64, 60, 100), row("b", 64, 70, 69),
+            row("a", 128, 60, 100), row("b", 128, 60, 100)]
+    assert bench.threshold(rows) == 1  # b loses at 64: nothing above 1, even though 128 wins again
+    assert bench.threshold(rows[:2]) == 1 and bench.threshold([row("a", 1, 50, 10)]) is None
+    assert bench.threshold([row("a", 1, 5, 10, ok=False)]) is None
