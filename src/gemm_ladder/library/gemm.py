@@ -52,14 +52,13 @@ from gemm_ladder.design.plan import plan_gemm
 from gemm_ladder.design.problem import arch_info, ceil_div
 from gemm_ladder.design.smem import max_stages
 from gemm_ladder.design.stream_k import DEFAULT_MIN_IDLE, INT32_LIMIT, StreamKTail, plan_tail
-from gemm_ladder.levels.base import LaunchGeometry
 from gemm_ladder.library import kernel as K
 from gemm_ladder.library.bound import BoundLaunch
 from gemm_ladder.library.epilogue import EpilogueCall, compile_with_epilogue
 from gemm_ladder.library.kernel import STORE_REGISTERS, STORE_TMA, STREAM_K, KernelConfig, Operands
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES, Major, OperandView, operand_view
 from gemm_ladder.runtime.compiler import compile_kernel
-from gemm_ladder.runtime.module import device_index, load
+from gemm_ladder.runtime.module import LaunchGeometry, device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
 from gemm_ladder.runtime.workspace import COUNTERS, WORKSPACES
 from gemm_ladder.library.lru import cached
@@ -347,7 +346,8 @@ class LibraryGemm:
             "none" if capturing else split, self.stream_k_min_idle))
         stream = torch.cuda.current_stream(c.device)  # the workspace's stream and the launch's must be one
         split_args = [ctypes.c_void_p(0), ctypes.c_void_p(0)]  # partials, counters: untouched for whole units
-        args = [*self.view_maps(a, b, c)]
+        map_kwargs = self.view_map_kwargs(a, b, c)
+        args = [*self.view_maps(a, b, c, map_kwargs)]
         if self.c_from_registers:  # sm90_gemm.cu's GL_C_ARG: the output's pointer and row pitch, not a map
             args += [ctypes.c_void_p(c.data_ptr()), ctypes.c_longlong(_ldc(c))]
         args += [ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
@@ -357,7 +357,7 @@ class LibraryGemm:
         if epilogue is not None:  # sm90_gemm.cu's GL_EPILOGUE_ARG: one more argument, last
             params = epilogue.params(pair_along_cols=self.pair_along_kernel_cols != epilogue.swap)
             args.append(params)
-        roles = self.arg_roles(a, b, c, epilogue is not None)
+        roles = self.arg_roles(a, b, c, epilogue is not None, map_kwargs)
         prepared = kernel.prepare((tail.clusters * self.cluster, 1, 1), args, stream.cuda_stream)
         if not tail.tail_units:
             return BoundLaunch(prepared, params=params, roles=roles)
@@ -377,10 +377,12 @@ class LibraryGemm:
 
         return BoundLaunch(prepared, fresh_workspace, params=params, roles=roles, workspace=(floats, counters))
 
-    def arg_roles(self, a: OperandView, b: OperandView, c: torch.Tensor, epilogue: bool) -> list:
+    def arg_roles(self, a: OperandView, b: OperandView, c: torch.Tensor, epilogue: bool,
+                  map_kwargs: list | None = None) -> list:
         """What each argument :meth:`bind` packs is, in its order (:class:`BoundLaunch`'s ``roles``):
-        kept beside ``bind``'s argument list, which it mirrors."""
-        roles = [("map", name.upper(), kw) for name, kw in self.view_map_kwargs(a, b, c)]
+        kept beside ``bind``'s argument list, which it mirrors. ``map_kwargs``: :meth:`view_map_kwargs`
+        of these views, when the caller has them."""
+        roles = [("map", name.upper(), kw) for name, kw in map_kwargs or self.view_map_kwargs(a, b, c)]
         if self.c_from_registers:
             roles += [("ptr", "C"), ("value",)]
         roles += [("value",)] * 5 + [("partials",), ("counters",)]
@@ -399,21 +401,15 @@ class LibraryGemm:
                                                              ldc=shape[5]).tensor_maps)
         return [(name, specs[name].encode_kwargs(ptr)) for name, ptr in names]
 
-    def view_maps(self, a: OperandView, b: OperandView, c: torch.Tensor) -> list:
+    def view_maps(self, a: OperandView, b: OperandView, c: torch.Tensor, map_kwargs: list | None = None) -> list:
         """The encoded tensor maps (a, b, c; a and b only in the ``c_from_registers`` build) of the plan
-        for these views, cached per pointers and layout (encoding and planning in Python cost more than a
-        small launch: docs/measured-choices.md)."""
-        m, n, k, ldc = a.rows, b.rows, a.k, _ldc(c)
-        dtype = dtype_name(a.tensor.dtype)
-        shape = (m, n, k, a.ld, b.ld, None if self.c_from_registers else ldc, dtype)
-        names = (("a", a.data_ptr), ("b", b.data_ptr)) + (() if self.c_from_registers else (("c", c.data_ptr()),))
-
-        def encode():
-            specs = cached(self._specs, shape, lambda: self.plan(m, n, k, dtype, lda=a.ld, ldb=b.ld,
-                                                                 ldc=shape[5]).tensor_maps)
-            return [encode_tiled(specs[name].encode_kwargs(ptr)) for name, ptr in names]
-
-        return cached(self._maps, (a.data_ptr, b.data_ptr, c.data_ptr(), *shape), encode)
+        for these views (its specs: :meth:`view_map_kwargs`, or ``map_kwargs`` when the caller has
+        them), cached per pointers and layout: a bind made again for addresses the bound launches no
+        longer hold encodes nothing (encoding in Python costs more than a small launch:
+        docs/measured-choices.md)."""
+        key = (a.data_ptr, b.data_ptr, c.data_ptr(), a.rows, b.rows, a.k, a.ld, b.ld,
+               None if self.c_from_registers else _ldc(c), a.tensor.dtype)
+        return cached(self._maps, key, lambda: [encode_tiled(kw) for _, kw in map_kwargs or self.view_map_kwargs(a, b, c)])
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor, *, split: str = "tail") -> torch.Tensor:
         """``a @ b.T`` (the ladder's contract, ``F.linear(a, b)``) with a (M, K) and b (N, K) in this
@@ -557,6 +553,9 @@ class Sm90Gemm:
 
     def launch(self, bound: BoundLaunch, stream=None) -> None:
         bound()
+
+    def loaded(self, config: KernelConfig, device: torch.device):
+        return kernel_for(config.with_epilogue(None)).loaded(config.dtype, device, config.epilogue)
 
     def describe(self, config: KernelConfig) -> dict:
         kernel = kernel_for(config.with_epilogue(None))

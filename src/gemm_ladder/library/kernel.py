@@ -180,6 +180,9 @@ class Kernel(Protocol):
     def launch(self, bound, stream=None) -> None:
         """Launch ``bound`` (made on ``stream``, the current stream when it was bound)."""
 
+    def loaded(self, config: KernelConfig, device):
+        """The build loaded on a CUDA ``device`` (runtime.module.LoadedKernel), built first if needed."""
+
 
 class BindCache:
     """Bound launches kept by (config, what a call changes): the launch options, each operand's
@@ -239,22 +242,20 @@ _lock = threading.Lock()
 
 def built(config: KernelConfig, make):
     """The build of ``config``: ``make()`` (the family's compile) once per config, then kept."""
-    entry = _builds.get(config)
-    if entry is None:
-        entry = make()
-        with _lock:
-            entry = _builds.setdefault(config, entry)
-    return entry
+    return _kept(_builds, config, make)
 
 
 def loaded(config: KernelConfig, device_index: int, make):
     """The build of ``config`` loaded on device ``device_index``: ``make()`` once, then kept."""
-    key = (config, device_index)
-    entry = _loaded.get(key)
-    if entry is None:
+    return _kept(_loaded, (config, device_index), make)
+
+
+def _kept(cache: dict, key, make):
+    entry = cache.get(key)
+    if entry is None:  # two threads may both make it: the first one kept is the one every caller gets
         entry = make()
         with _lock:
-            entry = _loaded.setdefault(key, entry)
+            entry = cache.setdefault(key, entry)
     return entry
 
 

@@ -39,14 +39,13 @@ from gemm_ladder.design.plan import Plan, plan_gemm
 from gemm_ladder.design.problem import arch_info, ceil_div
 from gemm_ladder.design.smem import max_stages
 from gemm_ladder.design.stream_k import INT32_LIMIT, StreamKTail
-from gemm_ladder.levels.base import LaunchGeometry
 from gemm_ladder.library import kernel as K
 from gemm_ladder.library.bound import BoundLaunch
 from gemm_ladder.library.kernel import SPLIT_K, STORE_REGISTERS, KernelConfig, Operands
 from gemm_ladder.library.epilogue import EpilogueCall, compile_with_epilogue
 from gemm_ladder.library.operand import OperandView
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
-from gemm_ladder.runtime.module import LoadedKernel, device_index, load
+from gemm_ladder.runtime.module import LaunchGeometry, LoadedKernel, device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
 from gemm_ladder.runtime.workspace import COUNTER_ARENA, COUNTERS, WORKSPACES, CounterArena  # noqa: F401 (re-exported)
 from gemm_ladder.library.lru import cached
@@ -150,12 +149,7 @@ class SmallMGemm:
         output (``out_fp32``) or not, and the fused epilogue ``epilogue_source`` (or none): its key and
         its ``-D`` constants (:meth:`KernelConfig.defines`). The kernel computes C^T = B A^T
         (``swap_operands``: its plan's first operand is B), stores from registers and splits K."""
-        extra = ((("GL_TIMELINE", 1),) if self.timeline else ()) + (
-            (("GL_CTAS_PER_SM", self.ctas_per_sm),) if self.ctas_per_sm != 1 else ())
-        return KernelConfig(FAMILY, dtype=dtype, out_dtype="fp32" if out_fp32 else dtype, arch=arch, a_major=a_major,
-                            b_major=b_major, tile=self.tile, stages=self.ring_stages(dtype, arch), cluster=1,
-                            consumers=CONSUMERS, producer_warpgroup=True, c_ring=0, store=STORE_REGISTERS,
-                            schedule=SPLIT_K, swap_operands=True, epilogue=epilogue_source, extra=extra)
+        return _config(self, dtype, arch, out_fp32, a_major, b_major).with_epilogue(epilogue_source)
 
     def defines(self, dtype: str, arch: str = "sm_90a", *, a_major: str = "k", b_major: str = "k") -> dict[str, int]:
         """The plan's compile-time constants for ``dtype`` ('bf16' or 'fp16'); raises PlanRefused."""
@@ -426,6 +420,16 @@ class SmallMGemm:
         return BoundLaunch(prepared, fresh_counters, params=params, roles=roles, workspace=(floats, counters))
 
 
+@functools.lru_cache(maxsize=1024)
+def _config(kernel: SmallMGemm, dtype: str, arch: str, out_fp32: bool, a_major: str, b_major: str) -> KernelConfig:
+    extra = ((("GL_TIMELINE", 1),) if kernel.timeline else ()) + (
+        (("GL_CTAS_PER_SM", kernel.ctas_per_sm),) if kernel.ctas_per_sm != 1 else ())
+    return KernelConfig(FAMILY, dtype=dtype, out_dtype="fp32" if out_fp32 else dtype, arch=arch, a_major=a_major,
+                        b_major=b_major, tile=kernel.tile, stages=kernel.ring_stages(dtype, arch), cluster=1,
+                        consumers=CONSUMERS, producer_warpgroup=True, c_ring=0, store=STORE_REGISTERS,
+                        schedule=SPLIT_K, swap_operands=True, extra=extra)
+
+
 _INSTANCES: dict[int, SmallMGemm] = {}
 
 
@@ -508,9 +512,15 @@ class Sm90GemmSmallM:
     def launch(self, bound: BoundLaunch, stream=None) -> None:
         bound()
 
+    def loaded(self, config: KernelConfig, device: torch.device) -> LoadedKernel:
+        return kernel_for(config.with_epilogue(None)).loaded(config.dtype, device, out_fp32=config.out_fp32,
+                                                             a_major=config.a_major, b_major=config.b_major,
+                                                             epilogue_source=config.epilogue)
+
     def describe(self, config: KernelConfig) -> dict:
-        return {"name": f"{KERNEL_NAME} BN {config.tile[1]}", "source": SOURCE, "tile": list(config.tile),
-                "stages": config.stages, "cluster": config.cluster, "bn": config.tile[1]}
+        # The names explain has always printed (bench/small_m_timeline.py reads them).
+        return {"name": f"SmallMGemm(bn={config.tile[1]})", "source": SOURCE, "tile": list(config.tile),
+                "bn": config.tile[1]}
 
 
 #: The small-M kernel family (library/kernel.py's Kernel protocol).

@@ -40,13 +40,12 @@ from gemm_ladder.design.problem import arch_info, ceil_div, dtype_info
 from gemm_ladder.design.smem import max_stages
 from gemm_ladder.design.stream_k import StreamKTail
 from gemm_ladder.design.tensor_maps import TensorMapSpec, gemm_tensor_maps
-from gemm_ladder.levels.base import LaunchGeometry
 from gemm_ladder.library import kernel as K
 from gemm_ladder.library.kernel import STORE_TMA, STREAM_K, KernelConfig, Operands
 from gemm_ladder.library.gemm import MAX_EXTENT, SPLITS, split_schedule
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES, OperandView
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
-from gemm_ladder.runtime.module import LoadedKernel, device_index, load
+from gemm_ladder.runtime.module import LaunchGeometry, LoadedKernel, device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
 from gemm_ladder.runtime.workspace import WORKSPACES
 from gemm_ladder.library.lru import cached
@@ -387,6 +386,9 @@ class Sm90Swiglu:
     def launch(self, bound, stream=None) -> None:
         bound()
 
+    def loaded(self, config: KernelConfig, device: torch.device) -> LoadedKernel:
+        return swiglu_kernel().loaded(config.dtype, device)
+
     def describe(self, config: KernelConfig) -> dict:
         return {"name": KERNEL_NAME, "source": SOURCE, "tile": list(config.tile), "stages": config.stages,
                 "cluster": config.cluster}
@@ -404,3 +406,10 @@ def swiglu_kernel() -> SwigluKernel:
 
 __all__ = ["C_RING", "CLUSTER", "CONSUMERS", "KERNEL_NAME", "MAP_NAMES", "OUT_BN", "SOURCE", "TILE", "SwigluKernel",
            "SwigluPlan", "swiglu_kernel", "virtual_n"]
+
+
+def kernel_for(config: KernelConfig) -> SwigluKernel:
+    """The shared :class:`SwigluKernel`, whose builds ``config`` describes; raises ValueError otherwise."""
+    if config.family != FAMILY or config != swiglu_kernel().config(config.dtype, config.arch):
+        raise ValueError(f"{FAMILY} builds no such configuration: {config}")
+    return swiglu_kernel()
