@@ -560,7 +560,7 @@ class Sm90Gemm:
     def describe(self, config: KernelConfig) -> dict:
         kernel = kernel_for(config.with_epilogue(None))
         return {"name": kernel.name, "source": SOURCE, "tile": list(config.tile), "stages": config.stages,
-                "cluster": config.cluster, "bn": config.tile[1]}
+                "cluster": config.cluster}
 
 
 #: The general kernel family (library/kernel.py's Kernel protocol).
