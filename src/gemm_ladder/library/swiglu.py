@@ -404,8 +404,8 @@ def swiglu_kernel() -> SwigluKernel:
     return SwigluKernel()
 
 
-__all__ = ["C_RING", "CLUSTER", "CONSUMERS", "KERNEL_NAME", "MAP_NAMES", "OUT_BN", "SOURCE", "TILE", "SwigluKernel",
-           "SwigluPlan", "swiglu_kernel", "virtual_n"]
+__all__ = ["C_RING", "FAMILY", "SWIGLU", "Sm90Swiglu", "CLUSTER", "CONSUMERS", "KERNEL_NAME", "MAP_NAMES", "OUT_BN", "SOURCE", "TILE", "SwigluKernel",
+           "SwigluPlan", "swiglu_kernel", "kernel_for", "virtual_n"]
 
 
 def kernel_for(config: KernelConfig) -> SwigluKernel:
