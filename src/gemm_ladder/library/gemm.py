@@ -145,6 +145,9 @@ class LibraryGemm:
 
     source = SOURCE
     kernel_name = KERNEL_NAME
+    #: The rung whose rules the resource gate holds this kernel to (gates/resources.py's
+    #: check_level_resources: wgmma in SASS, TMA loads): level 9's, whose kernel this is.
+    number = 9
     #: Level 9's configuration: two consumer warpgroups, a producer warpgroup, 2-CTA clusters multicasting
     #: B, persistent with a stream-K tail.
     consumers = 2
