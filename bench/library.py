@@ -250,10 +250,11 @@ def prebuild_general(dtype: str, a_major: str = "k", b_major: str = "k") -> list
     from concurrent.futures import ThreadPoolExecutor
 
     from gemm_ladder.dispatch import kernels as K
+    from gemm_ladder.library.gemm import library_gemm
 
     def build(bn: int) -> str | None:
         try:
-            K.general(a_major, b_major, bn).build(dtype)
+            library_gemm(a_major, b_major, bn).build(dtype)
             return None
         except Exception as exc:  # noqa: BLE001 - reported; the timed call raises it again
             return f"BN {bn}: {type(exc).__name__}: {exc}".splitlines()[0]
@@ -277,6 +278,7 @@ def tune(dtype: str, quick: bool, budget: float, result_file: str = "") -> dict:
     ``result_file``: the name of the JSON this run's timings are saved in, written into each fitted
     parameter's rule (so the table names its measurement)."""
     from gemm_ladder.dispatch import kernels as K
+    from gemm_ladder.library.gemm import library_gemm
     from gemm_ladder.dispatch.execute import _prepare
     from gemm_ladder.dispatch.heuristic import TABLE_PATH, fit, work
 
@@ -298,10 +300,10 @@ def tune(dtype: str, quick: bool, budget: float, result_file: str = "") -> dict:
         assert not jobs, "an aligned row,w.T operand was repacked"
         fns = {}
         for bn in K.general_bns():
-            kernel = K.general(route.a_path.major, route.b_path.major, bn)
+            kernel = library_gemm(route.a_path.major, route.b_path.major, bn)
             if kernel is None or kernel.supports(va, vb, c) is not None:
                 continue
-            for split in K.kernel_splits(kernel):
+            for split in kernel.splits:
                 fns[(bn, split)] = lambda p, q, kernel=kernel, split=split: kernel.launch(va, vb, c, split=split)
         t = time_fns({f"{bn} {s}": f for (bn, s), f in fns.items()}, x, y, budget_s=budget, rounds=2, warmup=3)
         for (bn, split) in fns:
@@ -348,6 +350,7 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
 def forced(dtype: str, shapes, budget: float) -> list[dict]:
     """cuBLAS, gemm_ladder.mm and every (BN, split) of the general kernel forced, interleaved per shape."""
     from gemm_ladder.dispatch import kernels as K
+    from gemm_ladder.library.gemm import library_gemm
     from gemm_ladder.library.operand import operand_view
 
     for failure in prebuild_general(dtype):
@@ -360,9 +363,9 @@ def forced(dtype: str, shapes, budget: float) -> list[dict]:
         fns = {"cuBLAS": lambda p, q: torch.mm(p, q), "gemm_ladder.mm": lambda p, q: gemm_ladder.mm(p, q)}
         errors = {}
         for bn in K.general_bns():
-            kernel = K.general("k", "k", bn)
+            kernel = library_gemm("k", "k", bn)
             c = torch.empty(m, n, dtype=x.dtype, device="cuda")
-            for split in K.kernel_splits(kernel):
+            for split in kernel.splits:
                 c.fill_(float("nan"))  # poisoned: a tile the launch misses stays NaN
                 kernel.launch(va, vb, c, split=split)
                 err = ((c.double() - ref).norm() / ref.norm()).item()
@@ -424,12 +427,13 @@ def forced_sanitize_cases():
     would choose: each tile width with the TMA store and with C from registers (an odd-pitch c), split
     "tail" and "all", on a shape with M and N tails and a split tail (392 x 776 x 200)."""
     from gemm_ladder.dispatch import kernels as K
+    from gemm_ladder.library.gemm import library_gemm
 
     gen = torch.Generator(device="cuda").manual_seed(1)
     x = torch.randn(392, 200, generator=gen, device="cuda").to(torch.bfloat16)
     y = torch.randn(776, 200, generator=gen, device="cuda").to(torch.bfloat16).T
     for bn in K.general_bns():
-        for store, kernel in (("TMA store", K.general("k", "k", bn)), ("C from registers", K.general_from_registers("k", "k", bn))):
+        for store, kernel in (("TMA store", library_gemm("k", "k", bn)), ("C from registers", library_gemm("k", "k", bn, c_from_registers=True))):
             for split in ("tail", "all"):
                 c = torch.empty(392, 779, dtype=torch.bfloat16, device="cuda")[:, :776] if store != "TMA store" \
                     else torch.empty(392, 776, dtype=torch.bfloat16, device="cuda")

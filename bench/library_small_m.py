@@ -145,9 +145,10 @@ def tune_rows(dtype: str, passes: int, budget: float, flush: str) -> list[dict]:
     (:func:`general_route`) checked against float64, then timed interleaved with cuBLAS; rows for
     small_m_tiles.fit (per-pass medians in microseconds). Raises RuntimeError on a wrong result."""
     from gemm_ladder.dispatch import kernels as K
+    from gemm_ladder.library.gemm import library_gemm
     from gemm_ladder.dispatch.small_m_tiles import one_tile_bn, two_tile_bn
 
-    builds = [small_m_kernel(bn) for bn in BUCKETS] + [K.general("k", "k", bn) for bn in K.general_bns()]
+    builds = [small_m_kernel(bn) for bn in BUCKETS] + [library_gemm("k", "k", bn) for bn in K.general_bns()]
     with ThreadPoolExecutor(max_workers=len(builds)) as pool:  # nvcc in parallel before the first shape
         list(pool.map(lambda kernel: kernel.build(dtype), builds))
     device = torch.device("cuda")

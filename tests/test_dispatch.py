@@ -22,6 +22,7 @@ from gemm_ladder.dispatch import kernels as K
 from gemm_ladder.dispatch.heuristic import CostModel, fit, load_table, rank, work
 from gemm_ladder.dispatch.route import ASSUMED_DEVICE, DeviceFacts
 from gemm_ladder.dispatch.validate import NotSupportedError
+from gemm_ladder.library.kernel import KernelConfig
 
 BF16 = torch.bfloat16
 
@@ -102,15 +103,56 @@ class FakeSmallM:
     def ctas(self, m, n, k, resident, splits=None):
         return min(resident, -(-n // 128) * -(-k // 64))
 
+    def split_text(self):
+        return "K split by the small-M rule (fake)"
+
+
+class FakeFamily:
+    """Stands for a kernel family (library/kernel.py's Kernel protocol): each config it is asked about
+    names the fake kernel object made for it."""
+
+    splits = ("none", "tail", "all")
+
+    def __init__(self):
+        self.objects = {}
+
+    def config(self, fake, **fields):
+        config = KernelConfig(f"fake_{type(fake).__name__}", extra=(("fake", len(self.objects)),), **fields)
+        config = next((c for c, f in self.objects.items() if f == fake), config)
+        self.objects[config] = fake
+        return config
+
+    def supports(self, config, problem, **rules):
+        return self.objects[config].supports(problem.a, problem.b, problem.c, **rules)
+
+    def describe(self, config):
+        k = self.objects[config]
+        out = {"name": k.name, "source": getattr(k, "source", "fake")}
+        for attr in ("tile", "stages", "cluster", "bn"):
+            value = getattr(k, attr, None)
+            if value is not None:
+                out[attr] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    def bind(self, config, problem, **options):
+        raise AssertionError("CPU tests never launch")
+
+    launch = build = bind
+
 
 @pytest.fixture
 def fakes(monkeypatch):
     state = {"fp32": True, "registers": True}
-    monkeypatch.setattr(K, "general", lambda am, bm, bn: FakeGeneral(am, bm, bn, fp32=state["fp32"]))
-    monkeypatch.setattr(K, "general_from_registers", lambda am, bm, bn, out_fp32=False: FakeGeneral(
-        am, bm, bn, fp32=state["fp32"], registers=True) if state["registers"] else None)
+    fam = FakeFamily()
+    real_family, real_object = K.family, K.kernel_object
+    monkeypatch.setattr(K, "family", lambda c: fam if c.family.startswith("fake_") else real_family(c))
+    monkeypatch.setattr(K, "kernel_object", lambda c: fam.objects[c] if c.family.startswith("fake_") else real_object(c))
+    monkeypatch.setattr(K, "general", lambda am, bm, bn, dtype="bf16": fam.config(FakeGeneral(am, bm, bn, fp32=state["fp32"])))
+    monkeypatch.setattr(K, "general_from_registers", lambda am, bm, bn, dtype="bf16", out_fp32=False: fam.config(
+        FakeGeneral(am, bm, bn, fp32=state["fp32"], registers=True)) if state["registers"] else None)
     monkeypatch.setattr(K, "general_bns", lambda: (256, 128))
-    monkeypatch.setattr(K, "small_m", lambda m, bn=None: FakeSmallM(m, bn=bn) if 1 <= m <= 256 else None)
+    monkeypatch.setattr(K, "small_m", lambda m, bn=None, dtype="bf16", **kw: fam.config(FakeSmallM(m, bn=bn))
+                        if 1 <= m <= 256 else None)
     dispatch.clear_cache()
     yield state
     dispatch.clear_cache()
@@ -225,7 +267,7 @@ def test_float32_output(fakes):
 
 
 def test_no_kernel_names_the_refusals(monkeypatch, fakes):
-    monkeypatch.setattr(K, "general", lambda am, bm, bn: None)
+    monkeypatch.setattr(K, "general", lambda *a, **kw: None)
     monkeypatch.setattr(K, "general_from_registers", lambda *a, **kw: None)
     dispatch.clear_cache()
     with pytest.raises(OutsideDomainError, match="no general kernel reads A k-major"):
@@ -282,7 +324,7 @@ def test_explain_is_data_and_text(fakes):
 def test_an_odd_k_is_read_from_copies_with_an_aligned_pitch(monkeypatch):
     """A pitch of K = 4093 elements (8186 bytes) is no multiple of 16: both operands are read from
     copies with a 4096-element pitch; the kernel keeps K = 4093 (the TMA box's K tail reads zeros)."""
-    monkeypatch.setattr(K, "small_m", lambda m: None)
+    monkeypatch.setattr(K, "small_m", lambda m, *a, **kw: None)
     dispatch.clear_cache()
     route = dispatch.decide(meta(512, 4093), meta(1024, 4093).T, meta(512, 1024), given=False, device=ASSUMED_DEVICE)
     assert route.kind == "general" and route.k == 4093

@@ -54,9 +54,10 @@ def test_fast_path_runs_the_checked_call_and_grad_goes_to_the_op(monkeypatch):
     assert c.shape == (8, 8) and len(runs) == 1 and runs[0][0] is a
     a.requires_grad_(True)  # autograd must record: the op path, never the cached direct call
     seen = []
-    from gemm_ladder import ops
+    import gemm_ladder.ops  # noqa: F401 - registers the ops with the API (api._OPS)
 
-    monkeypatch.setattr(ops, "mm", lambda *args, **kw: seen.append(args) or "op")
+    # The API reaches the registered ops through what gemm_ladder.ops handed it (it does not import ops).
+    monkeypatch.setattr(api, "_OPS", (lambda *args, **kw: seen.append(args) or "op", *api._OPS[1:]))
     assert api.mm(a, b) == "op" and len(runs) == 1
     with torch.no_grad():
         api.mm(a, b)

@@ -90,7 +90,7 @@ def fake_gpu(monkeypatch):
         monkeypatch.setattr(mod, "device_index", lambda device: 0)
     for cls in (gemm_mod.LibraryGemm, small_m_mod.SmallMGemm):
         monkeypatch.setattr(cls, "supports", lambda self, *a, **k: None)
-    monkeypatch.setattr(gemm_mod.LibraryGemm, "view_maps", lambda self, a, b, c: [FakeMap(), FakeMap(), FakeMap()])
+    monkeypatch.setattr(gemm_mod.LibraryGemm, "view_maps", lambda self, a, b, c, kw=None: [FakeMap(), FakeMap(), FakeMap()])
     monkeypatch.setattr(small_m_mod.SmallMGemm, "_tensor_map", lambda self, *a: FakeMap())
 
     def loaded(self, dtype, device, epilogue_source=None, **kw):

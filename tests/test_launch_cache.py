@@ -1,4 +1,5 @@
-"""The library kernels keep bound launches per addresses and layouts (library/gemm.py bind_key,
+"""The library kernels keep bound launches per config, addresses and layouts (library/kernel.py's bind
+cache, library/gemm.py bind_key,
 library/repack.py's packed launches): every field a launch depends on is in the key, a repeated call on
 the same tensors reuses it, and bad input is still refused with the kernel's rule."""
 
@@ -10,7 +11,8 @@ import torch
 import gemm_ladder
 from gemm_ladder import dispatch
 from gemm_ladder.contract import GemmInputError, reference
-from gemm_ladder.library.gemm import LibraryGemm, bind_key, library_gemm
+from gemm_ladder.library.gemm import LibraryGemm, library_gemm
+from gemm_ladder.library.gemm import bind_key as _bind_key
 from gemm_ladder.library.operand import OperandView
 
 BF16 = torch.bfloat16
@@ -25,10 +27,16 @@ def _views(dtype=BF16):
 
 def test_bind_key_holds_every_field_a_launch_depends_on():
     a, b, c = _views()
+    cfg = library_gemm("k", "k", 128).config("bf16")
+
+    def bind_key(*args):
+        return _bind_key(cfg, *args)
+
     base = bind_key(a, b, c, "tail", False, 7)
     assert base == bind_key(a, b, c, "tail", False, 7)
     other = torch.zeros(64, 48, dtype=BF16)
     changed = [
+        _bind_key(library_gemm("k", "k", 256).config("bf16"), a, b, c, "tail", False, 7),  # the build
         bind_key(OperandView(torch.zeros(64, 40, dtype=BF16), 64, 40, 40, "k"), b, c, "tail", False, 7),  # a's address
         bind_key(OperandView(a.tensor, 64, 40, 48, "k"), b, c, "tail", False, 7),  # a's leading dimension
         bind_key(OperandView(a.tensor, 64, 40, 40, "mn"), b, c, "tail", False, 7),  # a's major

@@ -54,6 +54,9 @@ def _register_ops() -> None:
 def __getattr__(name: str):
     # The API is imported on first use: ``import gemm_ladder.design`` (pure Python) stays light.
     if name in _API:
+        import importlib
+
+        importlib.import_module("gemm_ladder.ops")  # registers the ops (it imports the API: ops is above it)
         from gemm_ladder import api
 
         value = globals()[name] = getattr(api, name)  # kept: a per-call gemm_ladder.mm skips this hook

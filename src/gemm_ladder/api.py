@@ -92,6 +92,29 @@ def set_host_ops(ops: tuple | None) -> None:
     _HOST_OPS = ops
 
 
+#: The registered ops' entry points (gemm_ladder.ops's mm, linear, swiglu), handed over by gemm_ladder.ops
+#: when it registers them: ops is the layer above this module (it imports this one, never the reverse).
+_OPS: tuple | None = None
+
+
+def set_registered_ops(ops: tuple) -> None:
+    """Keep the registered ops' entry points (mm, linear, swiglu) for the calls that must go through
+    them (autograd, torch.compile, meta and tensor subclasses); called by gemm_ladder.ops."""
+    global _OPS
+    _OPS = ops
+
+
+def _registered_ops() -> tuple:
+    """The registered ops' entry points. ``import gemm_ladder`` (with torch imported) and the package's
+    ``gemm_ladder.mm``/``linear``/``swiglu`` register them first; a process that imported this module
+    before torch asks the package here, once (the package, not this module, imports the ops)."""
+    if _OPS is None:
+        import gemm_ladder
+
+        gemm_ladder.__getattr__("ops")  # registers them: gemm_ladder.ops calls set_registered_ops
+    return _OPS
+
+
 def _host_call(a, b, bias=None, residual=None) -> bool:
     """Whether a call may go straight to the op: CUDA tensors for the operands (anything else takes
     the checked path, whose errors name the rule), optional tensors None or tensors. Unrolled: it is
@@ -143,9 +166,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
         if call is not None:
             return _launch_mm(call, key, a, b)
     if _through_op(a, b, out):
-        from gemm_ladder import ops
-
-        return ops.mm(a, b, out=out, out_dtype=out_dtype)
+        return _registered_ops()[0](a, b, out=out, out_dtype=out_dtype)
     return mm_direct(a, b, out, out_dtype, fast_key=key)
 
 
@@ -284,9 +305,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
         if call is not None:
             return _launch_linear(call, key, x, w, bias, residual, alpha, beta)
     if _through_op(x, w, bias, residual):
-        from gemm_ladder import ops
-
-        return ops.linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+        return _registered_ops()[1](x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
                           out_dtype=out_dtype)
     return linear_direct(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
                          out_dtype=out_dtype, fast_key=key)
@@ -518,9 +537,7 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.T
     """
     if _through_op(x, w_gate, w_up):
         check_swiglu(x, w_gate, w_up, device_types=("cuda", "meta"))  # the library's errors, grad refused
-        from gemm_ladder import ops
-
-        return ops.swiglu(x, w_gate, w_up)
+        return _registered_ops()[2](x, w_gate, w_up)
     return swiglu_direct(x, w_gate, w_up)
 
 
@@ -608,7 +625,3 @@ def host_path(route, given: bool) -> str:
 
 
 __all__ = ["Epilogue", "Explanation", "NotSupportedError", "explain", "explain_swiglu", "linear", "mm", "swiglu"]
-
-# The ops are registered with the API (they import it: last, once every name above exists); on a
-# machine with a CUDA device that also switches mm/linear to the compiled host path (set_host_ops).
-from gemm_ladder import ops as _ops  # noqa: E402,F401

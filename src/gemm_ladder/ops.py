@@ -37,6 +37,7 @@ import math
 
 import torch
 
+from gemm_ladder import api as _api
 from gemm_ladder.api import linear_direct, linear_op, mm_direct, mm_op, swiglu_direct
 # The derivative of each activation at the pre-activation z, by torch's own backward kernels.
 from gemm_ladder.library.activations import DERIVATIVES as _ACTIVATION_BACKWARD
@@ -442,6 +443,9 @@ def swiglu(x, w_gate, w_up):
 
 __all__ = ["FAKE_DEVICES", "NAMESPACE", "SCHEMAS", "host_module", "linear", "mm", "swiglu", "use_host",
            "use_python"]
+
+# The API reaches these entry points through what it is handed here (it never imports this module).
+_api.set_registered_ops((mm, linear, swiglu))
 
 
 # On a machine with a CUDA device the compiled host path is used from the start (built at first

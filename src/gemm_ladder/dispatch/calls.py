@@ -281,10 +281,11 @@ def bind_route(route, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, epilogu
     va, vb = in_place_view(xa), in_place_view(xb)
     for v, path in ((va, route.a_path), (vb, route.b_path)):
         assert v is not None and (v.major, v.ld) == (path.major, path.ld), "route and operand disagree"
-    options = dict(route.options)
-    if epilogue is not None:
-        options["epilogue"] = epilogue.oriented(route.c_path.transposed)
-    return route.kernel.bind(va, vb, c_target(c, route.c_path.transposed), **options)
+    from gemm_ladder.library.kernel import Operands
+
+    ep = epilogue.oriented(route.c_path.transposed) if epilogue is not None else None
+    return route.family.bind(route.config, Operands(va, vb, c_target(c, route.c_path.transposed), ep),
+                             **dict(route.options))
 
 
 def rows(shape: tuple[int, ...]) -> int:

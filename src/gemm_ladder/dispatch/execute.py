@@ -8,6 +8,7 @@ import torch
 
 from gemm_ladder.dispatch.route import OperandPath, Route, c_target, in_place_view
 from gemm_ladder.library.epilogue import EpilogueCall
+from gemm_ladder.library.kernel import BINDS, Operands
 from gemm_ladder.library.operand import OperandView
 from gemm_ladder.library.repack import REPACK, Copy2D
 
@@ -38,12 +39,21 @@ def run(route: Route, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, epilogu
     if jobs:
         REPACK.launch(jobs, a.device)
     target = c_target(c, route.c_path.transposed)
-    options = dict(route.options)
-    if epilogue is not None:
-        options["epilogue"] = epilogue.oriented(route.c_path.transposed)
-    if route.c_path.workspace is None:
-        route.kernel.launch(va, vb, target, **options)
-        return
-    ws = torch.empty(route.c_path.workspace, dtype=c.dtype, device=c.device)[:, :target.shape[1]]
-    route.kernel.launch(va, vb, ws, **options)
-    REPACK.launch([Copy2D.between(ws, target)], c.device)
+    ep = epilogue.oriented(route.c_path.transposed) if epilogue is not None else None
+    out = target if route.c_path.workspace is None else (
+        torch.empty(route.c_path.workspace, dtype=c.dtype, device=c.device)[:, :target.shape[1]])
+    launch(route, Operands(va, vb, out, ep))
+    if out is not target:
+        REPACK.launch([Copy2D.between(out, target)], c.device)
+
+
+def launch(route: Route, problem: Operands) -> None:
+    """Launch ``route``'s build on ``problem`` (the kernel's views and output) through its family: the
+    bound launch kept in library/kernel.py's bind cache by (config, options, addresses, layouts, stream),
+    bound anew where it has none (outside a graph capture; an epilogue's launch is bound per call)."""
+    family, config, options = route.family, route.config, route.options
+    c = problem.c
+    key = None
+    if problem.epilogue is None and c.is_cuda and not torch.cuda.is_current_stream_capturing():
+        key = BINDS.key(config, problem, options, torch.cuda.current_stream(c.device).cuda_stream)
+    family.launch(BINDS.get_or_bind(key, lambda: family.bind(config, problem, **dict(options))))

@@ -3,7 +3,6 @@ readable ``str``), built from a route without launching anything."""
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import asdict, dataclass, field
 
 from gemm_ladder.contract import dtype_name
@@ -114,19 +113,20 @@ def trivial_explanation(kind: str, m: int, n: int, k: int, dtype, out_dtype, dev
 
 
 def _leading_dims(route: Route) -> dict:
-    """lda, ldb, ldc for kernels whose ``plan`` takes them (the general kernel's tensor maps)."""
-    if "lda" not in inspect.signature(route.kernel.plan).parameters:
+    """lda, ldb, ldc for the general kernel's plan (its tensor maps take them; the small-M kernel's plan
+    is of the transposed problem)."""
+    if route.kind != "general":
         return {}
     ldc = route.c_path.workspace[1] if route.c_path.workspace else None
     return {"lda": route.a_path.ld, "ldb": route.b_path.ld, **({"ldc": ldc} if ldc else {})}
 
 
 def _grid(route: Route, plan) -> list[int] | None:
-    if route.kind == "small_m" and hasattr(route.kernel, "ctas"):
+    if route.kind == "small_m":
         # One CTA per SM: the small-M kernel's ring takes all of an SM's shared memory.
         return [route.kernel.ctas(route.m, route.n, route.k, route.device.sms), 1, 1]
     if route.candidates:
-        return [route.candidates[0].work.grid_clusters * getattr(route.kernel, "cluster", 2), 1, 1]
+        return [route.candidates[0].work.grid_clusters * route.config.cluster, 1, 1]
     if plan is not None:
         return list(plan.schedule.grid)
     return None
@@ -134,11 +134,7 @@ def _grid(route: Route, plan) -> list[int] | None:
 
 def _small_m_split(route: Route, splits: int | None) -> str:
     """The small-M kernel's split in words: split-K partials reduced through a global workspace."""
-    kern = route.kernel
-    if not hasattr(kern, "split_text"):
-        return ("K split by the small-M rule (SmallMGemm.ctas: whole units split evenly, or stream-K past the "
-                "resident CTAs)" if splits is None else f"splits={splits}")
-    return ("" if splits is None else f"splits={splits}: ") + kern.split_text()
+    return ("" if splits is None else f"splits={splits}: ") + route.kernel.split_text()
 
 
 def _refusal(reason: str, route: Route) -> str:
@@ -164,7 +160,7 @@ def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostMo
         plan_json = {"conclusion": conclusion(plan), "plan": plan_document(plan)}
     except Exception as exc:  # noqa: BLE001 - a refused plan is part of the explanation
         plan_json = {"conclusion": f"no plan: {type(exc).__name__}: {exc}"}
-    desc = K.describe(route.kernel)
+    desc = K.describe(route.config)
     paths = [route.a_path, route.b_path]
     repacked = [p for p in paths if p.repack]
     launches = []

@@ -1,43 +1,91 @@
-"""The GEMM kernels the dispatcher chooses from, each behind the library's protocol:
+"""The kernel families the dispatcher chooses from, reached by their configs
+(:class:`~gemm_ladder.library.kernel.KernelConfig`) through the
+:class:`~gemm_ladder.library.kernel.Kernel` protocol: ``supports(config, problem)``,
+``build(config)``, ``bind(config, problem, **options)``, ``launch(bound)``.
 
-``supports(a: OperandView, b: OperandView, c: Tensor) -> str | None`` (None: computes
-``c = A @ B^T``; else the rule broken), ``plan(m, n, k, dtype)`` (the designer's plan) and
-``launch(a, b, c, **options)`` on the current stream.
-
-* :func:`small_m` - ``library.small_m.small_m_gemm`` (M <= 256; or the bucket the table's M-tile rule
-  picks: ``small_m_kernel``), options ``splits``.
-* :func:`general` - the library kernel for an operand order and tile width (``library.gemm.library_gemm``),
-  options ``split`` in ("none", "tail", "all") and, for a workspace output, ``c_padding_writable``.
+* :func:`small_m` - the small-M kernel's config (``library/small_m.py``: M <= 256, a bucket of M
+  rows per tile), options ``splits``.
+* :func:`general` - the general kernel's config for an operand order and tile width
+  (``library/gemm.py``), options ``split`` in ("none", "tail", "all") and, for a workspace output,
+  ``c_padding_writable``.
 * :func:`general_from_registers` - its build that stores C from registers (any pitch, float32 too):
   the route's build for outputs a TMA store cannot write; options ``split``.
+
+:func:`family` gives a config's family (its host module's protocol object), :func:`kernel_object`
+the per-configuration object the tests, benches and ``explain`` read (plan, tile, stages, name).
 """
 
 from __future__ import annotations
 
+import importlib
 
-def small_m(m: int, bn: int | None = None):
-    """The small-M kernel for M rows (bucket ``bn``, M in ceil(M / BN) tiles; None: the smallest bucket
-    >= M, one tile), or None when M is past its range. Raises ValueError for a ``bn`` not built."""
-    from gemm_ladder.library.small_m import SMALL_M_MAX, small_m_gemm, small_m_kernel
+from gemm_ladder.library.kernel import STORE_REGISTERS, STORE_TMA, Kernel, KernelConfig
+
+#: Family name -> (host module, its protocol object's name). Imported on first use: a route on meta
+#: tensors needs no kernel module it does not choose from.
+FAMILIES: dict[str, tuple[str, str]] = {
+    "sm90_gemm": ("gemm_ladder.library.gemm", "GEMM"),
+    "sm90_gemm_small_m": ("gemm_ladder.library.small_m", "SMALL_M"),
+    "sm90_swiglu": ("gemm_ladder.library.swiglu", "SWIGLU"),
+}
+
+
+def family(config: KernelConfig | str) -> Kernel:
+    """The family (its :class:`Kernel` protocol object) of ``config`` or of a family name; raises
+    KeyError for an unknown family."""
+    name = config if isinstance(config, str) else config.family
+    module, attr = FAMILIES[name]
+    return getattr(importlib.import_module(module), attr)
+
+
+def kernel_object(config: KernelConfig):
+    """The per-configuration object of ``config`` (a LibraryGemm, a SmallMGemm or the SwigluKernel):
+    its plan, tile, stages and name, for ``explain``, the benches and the tests."""
+    return importlib.import_module(FAMILIES[config.family][0]).kernel_for(config)
+
+
+def small_m(m: int, bn: int | None = None, dtype: str = "bf16", *, a_major: str = "k", b_major: str = "k",
+            out_dtype: str | None = None) -> KernelConfig | None:
+    """The small-M kernel's config for M rows (bucket ``bn``, M in ceil(M / BN) tiles; None: the
+    smallest bucket >= M, one tile), or None when M is past its range. Raises ValueError for a ``bn``
+    not built."""
+    from gemm_ladder.library.small_m import SMALL_M, SMALL_M_MAX, bucket
 
     if not 1 <= m <= SMALL_M_MAX:
         return None
-    return small_m_gemm(m) if bn is None else small_m_kernel(bn)
+    return SMALL_M.config(bucket(m) if bn is None else bn, dtype, a_major=a_major, b_major=b_major,
+                          out_dtype=out_dtype)
 
 
-def general(a_major: str, b_major: str, bn: int):
-    """The general kernel reading A ``a_major`` and B ``b_major`` with 128 x ``bn`` tiles."""
-    from gemm_ladder.library.gemm import library_gemm
+def small_m_bn(m: int) -> int | None:
+    """The bucket of M rows in one tile, or None past the small-M kernel's range."""
+    from gemm_ladder.library.small_m import SMALL_M_MAX, bucket
 
-    return library_gemm(a_major, b_major, bn=bn)
+    return bucket(m) if 1 <= m <= SMALL_M_MAX else None
 
 
-def general_from_registers(a_major: str, b_major: str, bn: int, out_fp32: bool = False):
+def small_m_buckets() -> tuple[int, ...]:
+    """The small-M kernel's buckets (BN: M rows per tile)."""
+    from gemm_ladder.library.small_m import BUCKETS
+
+    return BUCKETS
+
+
+def general(a_major: str, b_major: str, bn: int, dtype: str = "bf16") -> KernelConfig:
+    """The general kernel's config reading A ``a_major`` and B ``b_major`` with 128 x ``bn`` tiles
+    (TMA store)."""
+    from gemm_ladder.library.gemm import GEMM
+
+    return GEMM.config(a_major, b_major, bn, dtype, store=STORE_TMA)
+
+
+def general_from_registers(a_major: str, b_major: str, bn: int, dtype: str = "bf16",
+                           out_fp32: bool = False) -> KernelConfig:
     """The general kernel's build that stores C from the consumers' registers (masked stores: any row
     pitch and element-aligned base; ``out_fp32``: a float32 output), for outputs a TMA store cannot write."""
-    from gemm_ladder.library.gemm import library_gemm
+    from gemm_ladder.library.gemm import GEMM
 
-    return library_gemm(a_major, b_major, bn=bn, c_from_registers=True, out_fp32=out_fp32)
+    return GEMM.config(a_major, b_major, bn, dtype, store=STORE_REGISTERS, out_dtype="fp32" if out_fp32 else None)
 
 
 def general_bns() -> tuple[int, ...]:
@@ -47,26 +95,15 @@ def general_bns() -> tuple[int, ...]:
     return tuple(sorted(TILE_N, reverse=True))
 
 
-def kernel_splits(kernel) -> tuple[str, ...]:
-    """The split policies ``kernel.launch`` takes (``splits`` attribute; "none", "tail", "all" by default)."""
-    return tuple(getattr(kernel, "splits", ("none", "tail", "all")))
+def kernel_splits(config: KernelConfig) -> tuple[str, ...]:
+    """The split policies a launch of ``config`` takes that the dispatcher ranks (its family's ``splits``)."""
+    return family(config).splits
 
 
-def describe(kernel) -> dict:
-    """Name, source file, tile, stages, cluster and BN of a kernel, as far as it says (the source
-    from its module's ``SOURCE`` where the object has none)."""
-    import sys
-
-    name = getattr(kernel, "name", None) or f"{type(kernel).__name__}(bn={getattr(kernel, 'bn', '?')})"
-    out = {"name": name}
-    source = getattr(kernel, "source", None) or getattr(sys.modules.get(type(kernel).__module__), "SOURCE", None)
-    if source:
-        out["source"] = source
-    for attr in ("tile", "stages", "cluster", "bn"):
-        value = getattr(kernel, attr, None)
-        if value is not None and not callable(value):
-            out[attr] = list(value) if isinstance(value, tuple) else value
-    return out
+def describe(config: KernelConfig) -> dict:
+    """Name, source file, tile, stages, cluster and BN of a config, as its family says them."""
+    return family(config).describe(config)
 
 
-__all__ = ["describe", "general", "general_bns", "general_from_registers", "kernel_splits", "small_m"]
+__all__ = ["FAMILIES", "describe", "family", "general", "general_bns", "general_from_registers", "kernel_object",
+           "kernel_splits", "small_m", "small_m_bn", "small_m_buckets"]

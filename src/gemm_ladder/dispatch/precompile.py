@@ -83,62 +83,74 @@ def normalize_dtypes(dtypes) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def _loaded_general(kernel, dtype):
-    def load(device):
-        kernel.loaded(dtype, device).max_active_clusters(device)
-    return load
+def config_label(config) -> str:
+    """A build's label in reports: the family, tile width or bucket, operand order, store and dtypes
+    (with the epilogue's digest when one is built in)."""
+    am, bm, bn, dtype = config.a_major, config.b_major, config.tile[1], config.dtype
+    fp32 = " fp32 out" if config.out_fp32 else ""
+    if config.family == "sm90_gemm_small_m":
+        label = f"small-M BN {bn} A {am} B {bm}{fp32} {dtype}"
+    elif config.family == "sm90_gemm" and config.c_from_registers:
+        label = f"general from registers A {am} B {bm} BN {bn}{fp32} {dtype}"
+    elif config.family == "sm90_gemm":
+        label = f"general A {am} B {bm} BN {bn} {dtype}"
+    else:
+        label = f"{config.family} {dtype}"
+    return label + (f" epilogue #{config.epilogue_id}" if config.epilogue is not None else "")
 
 
-def _loaded_small_m(kernel, dtype, fp32, am, bm):
+def config_build(config, label: str | None = None) -> Build:
+    """The Build of ``config``: compiled by its family (library/kernel.py's Kernel protocol) and loaded
+    on a device (its occupancy asked once, so that a capture needs neither)."""
+    from gemm_ladder.dispatch.kernels import family
+
+    fam = family(config)
+
     def load(device):
-        kernel.loaded(dtype, device, out_fp32=fp32, a_major=am, b_major=bm).max_active_clusters(device)
-    return load
+        fam.loaded(config, device).max_active_clusters(device)
+
+    return Build(label or config_label(config), lambda: fam.build(config), load)
+
+
+def _timed_bns() -> tuple[int, ...]:
+    """The general kernel's widths the route can reach: those the cost table times (route.choose)."""
+    from gemm_ladder.dispatch import cost_model
+    from gemm_ladder.dispatch.kernels import general_bns
+
+    model = cost_model()
+    return tuple(bn for bn in general_bns() if bn in model.k_iter_us)
 
 
 def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLASSES)) -> list[Build]:
     """Every build :func:`gemm_ladder.dispatch.route` can reach for ``dtypes`` in ``classes``
-    (:data:`CLASSES`): the general kernel in each operand order and each tile width the cost table
-    times (the others are never chosen: dispatch.route.choose), each small-M bucket in
-    each order (and output dtype), and the repack kernel for each element size. Plans nothing, compiles
-    nothing: the list is what :func:`precompile` runs. Raises ValueError for an unknown class or dtype."""
+    (:data:`CLASSES`), as the route lists them (:func:`gemm_ladder.dispatch.route.class_configs`): the
+    general kernel in each operand order and each tile width the cost table times (the others are never
+    chosen: dispatch.route.choose), each small-M bucket in each order (and output dtype), and the repack
+    kernel for each element size. Plans nothing, compiles nothing: the list is what :func:`precompile`
+    runs. Raises ValueError for an unknown class or dtype."""
     from gemm_ladder.contract import DTYPES
-    from gemm_ladder.dispatch import cost_model
-    from gemm_ladder.dispatch.kernels import general, general_bns, general_from_registers
+    from gemm_ladder.dispatch.route import class_configs
     from gemm_ladder.library.repack import REPACK
-    from gemm_ladder.library.small_m import BUCKETS, small_m_gemm
 
     classes = check_classes(classes)
-    # The general kernel's widths the route can reach: those the cost table times (route.choose).
-    model = cost_model()
-    timed_bns = [bn for bn in general_bns() if bn in model.k_iter_us]
+    bns = _timed_bns()
     for d in dtypes:
         if d not in DTYPES:
             raise ValueError(f"dtype {d!r}: the library computes {', '.join(DTYPES)}")
+    # In the order the builds were always listed: per operand order, the general kernel's TMA-store builds,
+    # its register-store builds (input dtype, then float32), the small-M buckets (input dtype, then float32).
+    order = ("large", "unaligned", "fp32_out", "small_m", "fp32_out")
     builds = []
     for dtype in dtypes:
         for am in MAJORS:
             for bm in MAJORS:
-                if "large" in classes:
-                    for bn in timed_bns:
-                        kernel = general(am, bm, bn)
-                        builds.append(Build(f"general A {am} B {bm} BN {bn} {dtype}",
-                                            lambda k=kernel, d=dtype: k.build(d), _loaded_general(kernel, dtype)))
-                for fp32, cls in ((False, "unaligned"), (True, "fp32_out")):
-                    if cls in classes:
-                        for bn in timed_bns:
-                            kernel = general_from_registers(am, bm, bn, out_fp32=fp32)
-                            builds.append(Build(f"general from registers A {am} B {bm} BN {bn}"
-                                                f"{' fp32 out' if fp32 else ''} {dtype}",
-                                                lambda k=kernel, d=dtype: k.build(d), _loaded_general(kernel, dtype)))
-                for fp32 in (False, True):
-                    if ("fp32_out" if fp32 else "small_m") not in classes:
+                for i, cls in enumerate(order):
+                    if cls not in classes:
                         continue
-                    for m in BUCKETS:
-                        k = small_m_gemm(m)
-                        builds.append(Build(
-                            f"small-M BN {m} A {am} B {bm}{' fp32 out' if fp32 else ''} {dtype}",
-                            lambda k=k, d=dtype, f=fp32, a=am, b=bm: k.build(d, out_fp32=f, a_major=a, b_major=b),
-                            _loaded_small_m(k, dtype, fp32, am, bm)))
+                    configs = class_configs(cls, dtype, bns, am, bm)
+                    if cls == "fp32_out":  # its general builds third, its small-M ones last
+                        configs = [c for c in configs if (c.family == "sm90_gemm") == (i == 2)]
+                    builds += [config_build(c) for c in configs]
         if "unaligned" in classes:
             builds.append(Build(f"repack {dtype}", lambda d=dtype: REPACK.build(d),
                                 lambda device: REPACK.loaded(2, device)))
@@ -354,9 +366,7 @@ def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CL
     not aligned to two elements. Raises ValueError for an unknown class, dtype or level.
     """
     from gemm_ladder.contract import DTYPES
-    from gemm_ladder.dispatch import cost_model
-    from gemm_ladder.dispatch.kernels import general, general_bns, general_from_registers
-    from gemm_ladder.library.small_m import BUCKETS, small_m_kernel
+    from gemm_ladder.dispatch.route import class_configs
 
     classes = check_classes(classes)
     variants = epilogue_variants(epilogues)
@@ -365,56 +375,33 @@ def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CL
             raise ValueError(f"dtype {d!r}: the library computes {', '.join(DTYPES)}")
     if not variants:
         return []
-    model = cost_model()
-    timed_bns = [bn for bn in general_bns() if bn in model.k_iter_us]
-    # (label, kernel, out_fp32, swaps, parities, small_m?)
-    kernels = []
-    parities_all = (True, False)
-    for bn in timed_bns:
-        if "large" in classes:
-            kernels.append((f"general A k B k BN {bn}", general("k", "k", bn), False, (False,), (True,), False))
-        if "unaligned" in classes:
-            kernels.append((f"general unaligned out A k B k BN {bn}", general_from_registers("k", "k", bn), False,
-                            (False,), parities_all, False))
-        if "fp32_out" in classes:
-            kernels.append((f"general unaligned out A k B k BN {bn} fp32 out",
-                            general_from_registers("k", "k", bn, out_fp32=True), True, (False,), parities_all, False))
-    for m in BUCKETS:
-        for fp32, cls in ((False, "small_m"), (True, "fp32_out")):
-            if cls in classes:
-                kernels.append((f"small-M BN {m} A k B k{' fp32 out' if fp32 else ''}", small_m_kernel(m), fp32,
-                                (False, True), parities_all, True))
+    bns = _timed_bns()
     builds = []
     for dtype in dtypes:
-        for label, kernel, fp32, swaps, parities, is_small in kernels:
+        # (label, config, swaps, parities): K-major x and weight, as a forward linear passes them.
+        kernels = []
+        for bn in bns:
+            for cls, label, swaps, parities in (("large", f"general A k B k BN {bn}", (False,), (True,)),
+                                                ("unaligned", f"general unaligned out A k B k BN {bn}", (False,),
+                                                 (True, False)),
+                                                ("fp32_out", f"general unaligned out A k B k BN {bn} fp32 out",
+                                                 (False,), (True, False))):
+                if cls in classes:
+                    config = next(c for c in class_configs(cls, dtype, (bn,), "k", "k") if c.family == "sm90_gemm")
+                    kernels.append((label, config, swaps, parities))
+        for cls, fp32 in (("small_m", ""), ("fp32_out", " fp32 out")):
+            if cls in classes:
+                kernels += [(f"small-M BN {c.tile[1]} A k B k{fp32}", c, (False, True), (True, False))
+                            for c in class_configs(cls, dtype, (), "k", "k") if c.family == "sm90_gemm_small_m"]
+        for label, config, swaps, parities in kernels:
             for v in variants:
                 for swap in swaps:
                     for n_even in (parities if v.has_tensors else (True,)):
                         source = linear_epilogue_source(v, dtype, swap=swap, n_even=n_even)
                         name = (f"{label} {dtype} epilogue {v.label}" + (" swapped" if swap else "")
                                 + ("" if not v.has_tensors else " N even" if n_even else " N odd"))
-                        builds.append(_kernel_build(name, kernel, dtype, source, small_m=is_small, out_fp32=fp32))
+                        builds.append(config_build(config.with_epilogue(source), name))
     return builds
-
-
-def _kernel_build(label: str, kernel, dtype: str, source: str | None, *, small_m: bool, out_fp32: bool = False,
-                  a_major: str = "k", b_major: str = "k") -> Build:
-    """A Build of ``kernel`` (a general LibraryGemm, or a SmallMGemm with its output dtype and majors) for
-    ``dtype`` with the generated epilogue ``source`` (or none)."""
-    if small_m:
-        def run():
-            return kernel.build(dtype, out_fp32=out_fp32, a_major=a_major, b_major=b_major, epilogue_source=source)
-
-        def load(device):
-            kernel.loaded(dtype, device, out_fp32=out_fp32, a_major=a_major, b_major=b_major,
-                          epilogue_source=source).max_active_clusters(device)
-    else:
-        def run():
-            return kernel.build(dtype, epilogue_source=source)
-
-        def load(device):
-            kernel.loaded(dtype, device, source).max_active_clusters(device)
-    return Build(label, run, load)
 
 
 def route_builds(route, dtype: str, epilogue_source: str | None = None, epilogue_name: str | None = None) -> list[Build]:
@@ -430,16 +417,15 @@ def route_builds(route, dtype: str, epilogue_source: str | None = None, epilogue
     from gemm_ladder.library.repack import REPACK
 
     fp32 = route.c_path.dtype == torch.float32
-    name = getattr(route.kernel, "name", None) or f"small-M BN {route.kernel.bn}"
+    small = route.kind == "small_m"
+    name = f"small-M BN {route.config.tile[1]}" if small else route.kernel.name
     epi = ""
     if epilogue_source is not None:
         digest = hashlib.sha256(epilogue_source.encode()).hexdigest()[:8]  # orientation, dtypes, loads: in the source
         epi = f" epilogue {epilogue_name or 'fused'} #{digest}"
-    small = route.kind == "small_m"
     majors = f" A {route.a_path.major} B {route.b_path.major}" if small else ""
     label = f"{name}{majors}{' fp32 out' if fp32 and small else ''} {dtype}{epi}"
-    out = [_kernel_build(label, route.kernel, dtype, epilogue_source, small_m=small, out_fp32=fp32,
-                         a_major=route.a_path.major, b_major=route.b_path.major)]
+    out = [config_build(route.config.with_epilogue(epilogue_source), label)]
     if route.a_path.workspace is not None or route.b_path.workspace is not None:
         out.append(Build(f"repack {dtype}", lambda: REPACK.build(dtype), lambda device: REPACK.loaded(2, device)))
     if route.c_path.workspace is not None:

@@ -39,9 +39,11 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from gemm_ladder.contract import dtype_name
 from gemm_ladder.dispatch import kernels as K
 from gemm_ladder.dispatch.heuristic import CLUSTER, Candidate, CostModel, rank
 from gemm_ladder.dispatch.small_m_tiles import ONE_TILE, TilesChoice, TilesRule, one_tile_bn
+from gemm_ladder.library.kernel import KernelConfig, Operands
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES, OperandView, operand_view
 from gemm_ladder.library.repack import aligned_pitch
 
@@ -157,7 +159,8 @@ class OutputPath:
 
 @dataclass(frozen=True, eq=False)
 class Route:
-    """One decision: run ``kernel`` on operands ``a_path``/``b_path`` into ``c_path`` with ``options``.
+    """One decision: run the build ``config`` on operands ``a_path``/``b_path`` into ``c_path`` with
+    ``options`` (the launch options its family's ``bind`` takes).
 
     ``m``, ``n``: the kernel's problem (swapped from the caller's when ``c_path.transposed``);
     ``bn``: the general kernel's tile width (None for the small-M kernel, whose bucket and M tiles
@@ -166,7 +169,7 @@ class Route:
     """
 
     kind: str  # 'small_m' or 'general'
-    kernel: object
+    config: KernelConfig
     m: int
     n: int
     k: int
@@ -184,6 +187,17 @@ class Route:
     untimed_bns: tuple[int, ...] = ()  # tile widths built with a route here but not in the cost table
     small_m_table: TilesChoice | None = None  # a general route where the small-M kernel fits: the table's
     # choice for it, whose ``general_why`` says why the general kernel runs instead
+
+    @property
+    def family(self):
+        """The config's kernel family (library/kernel.py's Kernel protocol: supports, build, bind, launch)."""
+        return K.family(self.config)
+
+    @property
+    def kernel(self):
+        """The per-configuration kernel object of the config (LibraryGemm or SmallMGemm: its plan, tile,
+        stages and name, for explain and the benches)."""
+        return K.kernel_object(self.config)
 
     @property
     def repack_cost(self) -> int:
@@ -325,15 +339,16 @@ def output_options(c: torch.Tensor, transposed: bool, given: bool) -> list[tuple
 # --- search --------------------------------------------------------------------------------------
 
 
-def supports(kernel, a: OperandView, b: OperandView, c: torch.Tensor, **rules) -> str | None:
-    """``kernel.supports(a, b, c)``, with its device rule set aside for meta tensors.
+def supports(config: KernelConfig, a: OperandView, b: OperandView, c: torch.Tensor, **rules) -> str | None:
+    """Whether the build ``config`` computes ``c = A @ B^T`` (its family's ``supports``), with its
+    device rule set aside for meta tensors.
 
     The library kernels check the device last (library/gemm.py and library/small_m.py: "one CUDA
     device" ends their rules), so on meta tensors, which describe a call without running it, a refusal
     naming the meta device means every other rule held: it is taken as acceptance. On CUDA tensors
     every rule counts.
     """
-    reason = kernel.supports(a, b, c, **rules)
+    reason = K.family(config).supports(config, Operands(a, b, c), **rules)
     if reason is not None and c.device.type == "meta" and "meta" in reason:
         return None
     return reason
@@ -354,7 +369,7 @@ def _k_reads(k: int) -> tuple[int, ...]:
 
 def _route_for(kind, kernel_at, xa, xb, names, c_opts, probe, k, dtype, device, bn) -> tuple[Route | None, list[str]]:
     """The cheapest route of one kernel family: the small-M kernel, or the general kernel of one tile
-    width (built per operand order and output store: ``kernel_at(a_major, b_major, c_path)``, None
+    width (a config per operand order and output store: ``kernel_at(a_major, b_major, c_path)``, None
     where none is built). Combinations are tried cheapest first; the refusals kept are those of cheaper
     paths. The small-M kernel stores only from registers: its in-place path is the registers one."""
     refusals: list[str] = []
@@ -368,40 +383,81 @@ def _route_for(kind, kernel_at, xa, xb, names, c_opts, probe, k, dtype, device, 
                 continue
             if cp.dtype == torch.float32 and cp.store != STORE_REGISTERS:
                 continue  # only the register store writes float32 (the TMA-store builds write the inputs' dtype)
-            kernel = kernel_at(a_o.path.major, b_o.path.major, cp)
-            if kernel is None:
+            config = kernel_at(a_o.path.major, b_o.path.major, cp)
+            if config is None:
                 refusals.append(f"no {kind} kernel reads A {a_o.path.major}-major and B {b_o.path.major}-major")
                 continue
             # A workspace is ours: the general kernel's TMA store may write its row padding.
             rules = {"c_padding_writable": True} if kind == "general" and callable(ct) else {}
-            reason = supports(kernel, a_o.view, b_o.view, ct() if callable(ct) else ct, **rules)
+            reason = supports(config, a_o.view, b_o.view, ct() if callable(ct) else ct, **rules)
             if reason is None:
-                return Route(kind, kernel, xa.shape[0], xb.shape[0], k_read, dtype, a_o.path, b_o.path, cp, device,
+                return Route(kind, config, xa.shape[0], xb.shape[0], k_read, dtype, a_o.path, b_o.path, cp, device,
                              bn, options=tuple(rules.items()), refusals=tuple(dict.fromkeys(refusals))), refusals
             refusals.append(reason)
     return None, refusals
 
 
-def _general_at(a_major: str, b_major: str, bn: int, c_path: OutputPath):
+def _general_at(a_major: str, b_major: str, bn: int, c_path: OutputPath, dtype: str) -> KernelConfig:
     """The general kernel's build for an output path: the TMA-store build, or (STORE_REGISTERS, in
     place) the build that stores C from registers for outputs a TMA store cannot write, in the output's
     dtype."""
     if c_path.store == STORE_REGISTERS and c_path.workspace is None:
-        return K.general_from_registers(a_major, b_major, bn, out_fp32=c_path.dtype == torch.float32)
-    return K.general(a_major, b_major, bn)
+        return K.general_from_registers(a_major, b_major, bn, dtype, out_fp32=c_path.dtype == torch.float32)
+    return K.general(a_major, b_major, bn, dtype)
 
 
-def _small_m_families(m: int, n: int, k: int, tiles_rule: TilesRule) -> list[tuple]:
-    """The small-M kernel's families for the kernel's (M, N, K): the bucket ``tiles_rule`` picks, and
-    when that is two tiles, one tile after it (a fallback :func:`choose` takes only when it copies
-    less: a bucket below 64 reads an MN-major A only from a copy)."""
+def _small_m_at(m: int, bn: int, a_major: str, b_major: str, c_path: OutputPath, dtype: str) -> KernelConfig:
+    """The small-M kernel's build of bucket ``bn`` for these majors, in the output's dtype."""
+    return K.small_m(m, bn, dtype, a_major=a_major, b_major=b_major,
+                     out_dtype="fp32" if c_path.dtype == torch.float32 else None)
+
+
+def _small_m_families(m: int, n: int, k: int, tiles_rule: TilesRule) -> list[tuple[int, TilesChoice]]:
+    """The small-M kernel's buckets for the kernel's (M, N, K), with the tile choice of each: the
+    bucket ``tiles_rule`` picks, and when that is two tiles, one tile after it (a fallback
+    :func:`choose` takes only when it copies less: a bucket below 64 reads an MN-major A only from a
+    copy)."""
     if K.small_m(m) is None:
         return []
+    one = one_tile_bn(m)
     choice = tiles_rule.choose(m, n, k)
-    out = [(K.small_m(m, choice.bn), choice)]
+    out = [(choice.bn, choice)]
     if choice.tiles > 1:
         why = f"one tile: two tiles of BN {choice.bn} would copy more here (the table's choice: {choice.why})"
-        out.append((K.small_m(m), TilesChoice(one_tile_bn(m), 1, why, choice.provenance, choice.general_why)))
+        out.append((one, TilesChoice(one_tile_bn(m), 1, why, choice.provenance, choice.general_why)))
+    return out
+
+
+#: The shape classes :func:`class_configs` lists builds for (dispatch/precompile.py's CLASSES describe them).
+SHAPE_CLASSES = ("large", "small_m", "fp32_out", "unaligned")
+_MAJORS = ("k", "mn")
+
+
+def class_configs(shape_class: str, dtype: str, bns: tuple[int, ...], a_major: str | None = None,
+                  b_major: str | None = None) -> list[KernelConfig]:
+    """Every build the search above reaches for calls of ``shape_class`` on ``dtype`` inputs, made by the
+    same constructors it uses (:func:`_general_at`, :func:`_small_m_at`): per operand order (each of
+    A's and B's majors, or the one given), the general kernel's TMA-store build ("large") or its
+    register-store build ("unaligned": outputs a TMA store cannot write; "fp32_out": its float32
+    output) in each tile width of ``bns``, and the small-M kernel in every bucket ("small_m"; its
+    float32 output for "fp32_out"). What ``precompile`` builds; raises ValueError for another class."""
+    if shape_class not in SHAPE_CLASSES:
+        raise ValueError(f"shape class {shape_class!r}: one of {', '.join(SHAPE_CLASSES)}")
+    bf16 = torch.bfloat16
+    tma = OutputPath(False, False, 1, 1, bf16)
+    registers = replace(tma, store=STORE_REGISTERS)
+    fp32 = replace(registers, dtype=torch.float32)
+    out: list[KernelConfig] = []
+    for am in (a_major,) if a_major else _MAJORS:
+        for bm in (b_major,) if b_major else _MAJORS:
+            if shape_class == "large":
+                out += [_general_at(am, bm, bn, tma, dtype) for bn in bns]
+            if shape_class in ("unaligned", "fp32_out"):
+                path = fp32 if shape_class == "fp32_out" else registers
+                out += [_general_at(am, bm, bn, path, dtype) for bn in bns]
+            if shape_class in ("small_m", "fp32_out"):
+                path = fp32 if shape_class == "fp32_out" else registers
+                out += [_small_m_at(bn, bn, am, bm, path, dtype) for bn in K.small_m_buckets()]
     return out
 
 
@@ -418,12 +474,15 @@ def find_routes(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: boo
     unfit: list[str] = []
     probe = torch.empty(8, dtype=a.dtype, device=a.device)  # stands for a workspace (16-byte aligned)
     k = a.shape[1]
+    dtype = dtype_name(a.dtype)
     for transposed in orientations:
         (na, xa), (nb, xb) = _operands(a, b, transposed)
         c_opts = output_options(c, transposed, given)
-        families = [("small_m", lambda am, bm, cp, km=km: km, None, choice)
-                    for km, choice in _small_m_families(xa.shape[0], xb.shape[0], k, tiles_rule)]
-        families += [("general", lambda am, bm, cp, bn=bn: _general_at(am, bm, bn, cp), bn, None) for bn in K.general_bns()]
+        m = xa.shape[0]
+        families = [("small_m", lambda am, bm, cp, sbn=sbn: _small_m_at(m, sbn, am, bm, cp, dtype), None, choice)
+                    for sbn, choice in _small_m_families(m, xb.shape[0], k, tiles_rule)]
+        families += [("general", lambda am, bm, cp, bn=bn: _general_at(am, bm, bn, cp, dtype), bn, None)
+                     for bn in K.general_bns()]
         for kind, kernel_at, bn, choice in families:
             r, refusals = _route_for(kind, kernel_at, xa, xb, (na, nb), c_opts, probe, k, a.dtype, device, bn)
             if r is not None:
@@ -472,7 +531,7 @@ def _choose_general(general: list[Route], model: CostModel) -> Route:
     ranked = []
     for r in timed:
         if r.repack_cost == least:
-            configs = [(r.bn, s) for s in K.kernel_splits(r.kernel)]
+            configs = [(r.bn, s) for s in K.kernel_splits(r.config)]
             ranked += [(cand, r) for cand in rank(model, r.m, r.n, r.k, r.device.clusters, configs)]
     ranked.sort(key=lambda cr: round(cr[0].predicted_us, 6))  # stable: wider tiles, fewer splits first
     cand, r = ranked[0]

@@ -16,7 +16,7 @@ import torch
 
 from gemm_ladder.contract import Domain, check_operands, dtype_name, trivial_result
 from gemm_ladder.runtime.compiler import KERNEL_ROOT, CompiledKernel, compile_kernel
-from gemm_ladder.runtime.module import LoadedKernel, device_index, load
+from gemm_ladder.runtime.module import LaunchGeometry, LoadedKernel, device_index, load  # noqa: F401 (LaunchGeometry re-exported)
 
 
 @dataclass(frozen=True)
@@ -31,15 +31,6 @@ class PerfExpectation:
     min_vs_cublas: float = 0.0
     min_vs_previous: float | None = None
     noise: float = 0.03
-
-
-@dataclass(frozen=True)
-class LaunchGeometry:
-    """Threads per CTA, dynamic shared memory in bytes and cluster size of one launch."""
-
-    threads: int
-    dynamic_smem: int
-    cluster: int = 1
 
 
 @dataclass(frozen=True, eq=False)

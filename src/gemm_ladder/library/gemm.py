@@ -47,21 +47,26 @@ from dataclasses import dataclass, field
 
 import torch
 
-from gemm_ladder.contract import DTYPES, Domain, GemmInputError, dtype_name
+from gemm_ladder.contract import DTYPES, GemmInputError, dtype_name
+from gemm_ladder.design.plan import plan_gemm
 from gemm_ladder.design.problem import arch_info, ceil_div
 from gemm_ladder.design.smem import max_stages
 from gemm_ladder.design.stream_k import DEFAULT_MIN_IDLE, INT32_LIMIT, StreamKTail, plan_tail
-from gemm_ladder.levels.tma import TmaLevel
+from gemm_ladder.library import kernel as K
 from gemm_ladder.library.bound import BoundLaunch
 from gemm_ladder.library.epilogue import EpilogueCall, compile_with_epilogue
+from gemm_ladder.library.kernel import STORE_REGISTERS, STORE_TMA, STREAM_K, KernelConfig, Operands
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES, Major, OperandView, operand_view
 from gemm_ladder.runtime.compiler import compile_kernel
-from gemm_ladder.runtime.module import device_index, load
+from gemm_ladder.runtime.module import LaunchGeometry, device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
 from gemm_ladder.runtime.workspace import COUNTERS, WORKSPACES
 from gemm_ladder.library.lru import cached
 
 SOURCE = "library/sm90_gemm.cu"
+#: The family's name in a KernelConfig, and its kernel's entry point.
+FAMILY = "sm90_gemm"
+KERNEL_NAME = "gemm_kernel"
 #: The stream-K schedules (:func:`split_schedule`, what :meth:`LibraryGemm.launch` takes; the swiglu
 #: kernel takes these too).
 SPLITS = ("tail", "all", "none")
@@ -112,42 +117,70 @@ def split_schedule(units: int, resident_clusters: int, k_tiles: int, split: str,
 
 
 @dataclass(frozen=True, eq=False)
-class LibraryGemm(TmaLevel):
+class LibraryGemm:
     """Level 9's kernel for one operand layout and tile width, on :class:`OperandView` operands.
 
-    Build with :func:`library_gemm`. ``build``, ``geometry``, ``defines`` and ``loaded`` are
-    :class:`~gemm_ladder.levels.tma.TmaLevel`'s, planned with this instance's operand majors.
+    Build with :func:`library_gemm`. Each dtype (and fused epilogue) is one build, whose
+    :class:`~gemm_ladder.library.kernel.KernelConfig` is :meth:`config`; builds and loaded modules are
+    kept per config (library/kernel.py). The ladder's level 9 (levels/tma.py) runs the same kernel
+    source as a teaching rung; this class shares its planner (design/) and none of its code.
     """
 
+    name: str
+    idea: str
+    tile: tuple[int, int, int]
+    stages: int
+    c_ring: int
     a_major: Major = "k"
     b_major: Major = "k"
     #: Store C from the consumers' registers (masked global stores, any pitch) instead of TMA stores.
     c_from_registers: bool = False
     #: With c_from_registers: write C in float32 (the inputs stay bf16/fp16).
     out_fp32: bool = False
+    #: The tail split's threshold (design.stream_k.plan_tail): level 9's.
+    stream_k_min_idle: float = DEFAULT_MIN_IDLE
+    _launches: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
+    _maps: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _specs: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
-    _binds: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
 
-    def layout(self) -> dict:
-        out = {"a_major": self.a_major, "b_major": self.b_major}
-        if self.c_from_registers:
-            out["c_from_registers"] = True
-        return out
+    source = SOURCE
+    kernel_name = KERNEL_NAME
+    #: The rung whose rules the resource gate holds this kernel to (gates/resources.py's
+    #: check_level_resources: wgmma in SASS, TMA loads): level 9's, whose kernel this is.
+    number = 9
+    #: Level 9's configuration: two consumer warpgroups, a producer warpgroup, 2-CTA clusters multicasting
+    #: B, persistent with a stream-K tail.
+    consumers = 2
+    cluster = 2
+    persistent = True
+    producer_warpgroup = True
 
-    @property
-    def splits(self) -> tuple[str, ...]:
-        """The split policies the dispatcher may rank for this kernel (dispatch/kernels.py kernel_splits)."""
-        return RANKED_SPLITS
+    def config(self, dtype: str, arch: str = "sm_90a", epilogue_source: str | None = None) -> KernelConfig:
+        """The build of this kernel for ``dtype`` inputs ('bf16' or 'fp16') with the fused epilogue
+        ``epilogue_source`` (or none): its key and its ``-D`` constants (:meth:`KernelConfig.defines`)."""
+        return _config(self, dtype, arch).with_epilogue(epilogue_source)
+
+    def defines(self, dtype: str) -> dict[str, int | str]:
+        """The designer's ``-D`` constants of this kernel's plan (without the dtype and store switches)."""
+        return self.config(dtype).plan_defines()
 
     def build_defines(self, dtype: str) -> dict[str, int | str]:
-        """The ``-D`` constants: the plan's, and GL_C_FROM_REGISTERS / GL_OUT_FP32 for a build that
-        stores C from registers (none for the TMA build, whose source and SASS stay level 9's)."""
-        out = super().build_defines(dtype)
-        if self.c_from_registers:
-            out["GL_C_FROM_REGISTERS"] = 1
-            if self.out_fp32:
-                out["GL_OUT_FP32"] = 1
-        return out
+        """Every ``-D`` constant of the build for ``dtype``: the plan's, and GL_C_FROM_REGISTERS /
+        GL_OUT_FP32 for a build that stores C from registers (none for the TMA build, whose source and
+        SASS stay level 9's)."""
+        return self.config(dtype).defines()
+
+    def geometry(self, dtype: str) -> LaunchGeometry:
+        """Threads, dynamic shared memory and cluster size of a launch (the plan's)."""
+        d = self.defines(dtype)
+        return LaunchGeometry(threads=int(d["GL_THREADS"]), dynamic_smem=int(d["GL_SMEM_BYTES"]), cluster=self.cluster)
+
+    def _units(self, m: int, n: int) -> int:
+        """Work units of a persistent launch: cluster-sized stacks of M tiles x N tiles."""
+        return ceil_div(ceil_div(m, self.tile[0]), self.cluster) * ceil_div(n, self.tile[1])
+
+    #: The split policies the dispatcher may rank for this kernel.
+    splits = RANKED_SPLITS
 
     @property
     def output_store(self) -> str:
@@ -161,31 +194,32 @@ class LibraryGemm(TmaLevel):
         """The source compiled: a fused epilogue's generated code (library/epilogue.py), then the kernel."""
         return f'// gemm-ladder library {self.name}, {dtype}\n{epilogue_source or ""}#include "{SOURCE}"\n'
 
-    def build(self, dtype: str, arch: str = "sm_90a", epilogue_source: str | None = None):  # type: ignore[override]
+    def build(self, dtype: str, arch: str = "sm_90a", epilogue_source: str | None = None):
         """Compile (or fetch from the cache) the cubin for ``dtype``, with the fused epilogue whose generated
         code is ``epilogue_source`` (:meth:`EpilogueCall.source`) or none. Raises CompileError with nvcc's
         message (an epilogue's: see :func:`compile_with_epilogue`)."""
-        key = (dtype, arch, epilogue_source)
-        if key not in self._builds:
-            self._builds[key] = compile_kernel(self.translation_unit(dtype, epilogue_source), self.kernel_name,
-                                               arch=arch, defines=self.build_defines(dtype))
-        return self._builds[key]
+        return GEMM.build(self.config(dtype, arch, epilogue_source))
 
-    def loaded(self, dtype: str, device: torch.device, epilogue_source: str | None = None):  # type: ignore[override]
-        key = (dtype, device_index(device), epilogue_source)
-        kernel = self._kernels.get(key)
-        if kernel is None:
+    def loaded(self, dtype: str, device: torch.device, epilogue_source: str | None = None):
+        """The build for ``dtype`` (and epilogue) loaded on ``device``, compiled first if needed."""
+        config = self.config(dtype, epilogue_source=epilogue_source)
+
+        def make():
             g = self.geometry(dtype)
-            kernel = load(self.build(dtype, epilogue_source=epilogue_source), device, threads=g.threads,
-                          dynamic_smem=g.dynamic_smem, cluster=g.cluster)
-            self._kernels[key] = kernel
-        return kernel
+            return load(GEMM.build(config), device, threads=g.threads, dynamic_smem=g.dynamic_smem, cluster=g.cluster)
+
+        return K.loaded(config, device_index(device), make)
 
     def plan(self, m: int, n: int, k: int, dtype: str, *, lda: int | None = None, ldb: int | None = None,
              ldc: int | None = None):
         """The designer's plan on one problem: (M, N, K), dtype 'bf16'/'fp16', leading dimensions in
         elements (default dense), which its tensor maps take as global strides. Raises PlanRefused."""
-        return super().plan(m, n, k, dtype, lda=lda, ldb=ldb, ldc=ldc)
+        extra = {"c_from_registers": True} if self.c_from_registers else {}
+        return plan_gemm(m, n, k, dtype, tile=self.tile, stages=self.stages, cluster=self.cluster,
+                         consumers=self.consumers, persistent=self.persistent,
+                         producer_warpgroup=self.producer_warpgroup, c_ring=self.c_ring, stream_k=True,
+                         stream_k_min_idle=self.stream_k_min_idle, a_major=self.a_major, b_major=self.b_major,
+                         lda=lda, ldb=ldb, ldc=ldc, **extra)
 
     # --- the rules ------------------------------------------------------------------------------
     def supports(self, a: OperandView, b: OperandView, c: torch.Tensor, *,
@@ -258,7 +292,7 @@ class LibraryGemm(TmaLevel):
         return None
 
     # --- launching (GPU) --------------------------------------------------------------------------
-    def launch(self, a: OperandView, b: OperandView, c: torch.Tensor, *, split: str = "tail",  # type: ignore[override]
+    def launch(self, a: OperandView, b: OperandView, c: torch.Tensor, *, split: str = "tail",
                c_padding_writable: bool = False, epilogue: EpilogueCall | None = None) -> None:
         """``c = A @ B^T`` on the current stream. a: (M, K), b: (N, K) views; c: (M, N), stride (ldc, 1).
 
@@ -270,8 +304,9 @@ class LibraryGemm(TmaLevel):
         oriented (``swap``: c is the transpose of the caller's output); its extents must be c's (or
         c's transpose). Built into the kernel (one build per generated source).
 
-        Without an epilogue and outside a graph capture, the bound launch (:meth:`bind`) is kept per
-        :func:`bind_key` (every address, extent, stride, dtype and the stream it depends on), so a call
+        Without an epilogue and outside a graph capture, the bound launch (:meth:`bind`) is kept in
+        library/kernel.py's bind cache by its config and what a call changes (every address, extent,
+        stride, dtype and the stream it depends on: :meth:`BindCache.key`), so a call
         repeated on the same tensors costs one driver call: the dispatcher's repacked operands and
         output workspaces come back at the same addresses from torch's caching allocator, and a new
         bind per call took most of such a call's host time.
@@ -280,8 +315,9 @@ class LibraryGemm(TmaLevel):
         ``split``, before any launch; EpilogueCompileError when nvcc rejects the epilogue's CUDA.
         """
         if epilogue is None and c.is_cuda and not torch.cuda.is_current_stream_capturing():
-            key = bind_key(a, b, c, split, c_padding_writable, torch.cuda.current_stream(c.device).cuda_stream)
-            cached(self._binds, key, lambda: self.bind(a, b, c, split=split, c_padding_writable=c_padding_writable))()
+            key = bind_key(self.config(dtype_name(a.tensor.dtype)), a, b, c, split, c_padding_writable,
+                           torch.cuda.current_stream(c.device).cuda_stream)
+            K.BINDS.get_or_bind(key, lambda: self.bind(a, b, c, split=split, c_padding_writable=c_padding_writable))()
             return
         self.bind(a, b, c, split=split, c_padding_writable=c_padding_writable, epilogue=epilogue)()
 
@@ -313,7 +349,8 @@ class LibraryGemm(TmaLevel):
             "none" if capturing else split, self.stream_k_min_idle))
         stream = torch.cuda.current_stream(c.device)  # the workspace's stream and the launch's must be one
         split_args = [ctypes.c_void_p(0), ctypes.c_void_p(0)]  # partials, counters: untouched for whole units
-        args = [*self.view_maps(a, b, c)]
+        map_kwargs = self.view_map_kwargs(a, b, c)
+        args = [*self.view_maps(a, b, c, map_kwargs)]
         if self.c_from_registers:  # sm90_gemm.cu's GL_C_ARG: the output's pointer and row pitch, not a map
             args += [ctypes.c_void_p(c.data_ptr()), ctypes.c_longlong(_ldc(c))]
         args += [ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
@@ -323,7 +360,7 @@ class LibraryGemm(TmaLevel):
         if epilogue is not None:  # sm90_gemm.cu's GL_EPILOGUE_ARG: one more argument, last
             params = epilogue.params(pair_along_cols=self.pair_along_kernel_cols != epilogue.swap)
             args.append(params)
-        roles = self.arg_roles(a, b, c, epilogue is not None)
+        roles = self.arg_roles(a, b, c, epilogue is not None, map_kwargs)
         prepared = kernel.prepare((tail.clusters * self.cluster, 1, 1), args, stream.cuda_stream)
         if not tail.tail_units:
             return BoundLaunch(prepared, params=params, roles=roles)
@@ -343,10 +380,12 @@ class LibraryGemm(TmaLevel):
 
         return BoundLaunch(prepared, fresh_workspace, params=params, roles=roles, workspace=(floats, counters))
 
-    def arg_roles(self, a: OperandView, b: OperandView, c: torch.Tensor, epilogue: bool) -> list:
+    def arg_roles(self, a: OperandView, b: OperandView, c: torch.Tensor, epilogue: bool,
+                  map_kwargs: list | None = None) -> list:
         """What each argument :meth:`bind` packs is, in its order (:class:`BoundLaunch`'s ``roles``):
-        kept beside ``bind``'s argument list, which it mirrors."""
-        roles = [("map", name.upper(), kw) for name, kw in self.view_map_kwargs(a, b, c)]
+        kept beside ``bind``'s argument list, which it mirrors. ``map_kwargs``: :meth:`view_map_kwargs`
+        of these views, when the caller has them."""
+        roles = [("map", name.upper(), kw) for name, kw in map_kwargs or self.view_map_kwargs(a, b, c)]
         if self.c_from_registers:
             roles += [("ptr", "C"), ("value",)]
         roles += [("value",)] * 5 + [("partials",), ("counters",)]
@@ -365,23 +404,17 @@ class LibraryGemm(TmaLevel):
                                                              ldc=shape[5]).tensor_maps)
         return [(name, specs[name].encode_kwargs(ptr)) for name, ptr in names]
 
-    def view_maps(self, a: OperandView, b: OperandView, c: torch.Tensor) -> list:
+    def view_maps(self, a: OperandView, b: OperandView, c: torch.Tensor, map_kwargs: list | None = None) -> list:
         """The encoded tensor maps (a, b, c; a and b only in the ``c_from_registers`` build) of the plan
-        for these views, cached per pointers and layout (encoding and planning in Python cost more than a
-        small launch: docs/measured-choices.md)."""
-        m, n, k, ldc = a.rows, b.rows, a.k, _ldc(c)
-        dtype = dtype_name(a.tensor.dtype)
-        shape = (m, n, k, a.ld, b.ld, None if self.c_from_registers else ldc, dtype)
-        names = (("a", a.data_ptr), ("b", b.data_ptr)) + (() if self.c_from_registers else (("c", c.data_ptr()),))
+        for these views (its specs: :meth:`view_map_kwargs`, or ``map_kwargs`` when the caller has
+        them), cached per pointers and layout: a bind made again for addresses the bound launches no
+        longer hold encodes nothing (encoding in Python costs more than a small launch:
+        docs/measured-choices.md)."""
+        key = (a.data_ptr, b.data_ptr, c.data_ptr(), a.rows, b.rows, a.k, a.ld, b.ld,
+               None if self.c_from_registers else _ldc(c), a.tensor.dtype)
+        return cached(self._maps, key, lambda: [encode_tiled(kw) for _, kw in map_kwargs or self.view_map_kwargs(a, b, c)])
 
-        def encode():
-            specs = cached(self._specs, shape, lambda: self.plan(m, n, k, dtype, lda=a.ld, ldb=b.ld,
-                                                                 ldc=shape[5]).tensor_maps)
-            return [encode_tiled(specs[name].encode_kwargs(ptr)) for name, ptr in names]
-
-        return cached(self._maps, (a.data_ptr, b.data_ptr, c.data_ptr(), *shape), encode)
-
-    def __call__(self, a: torch.Tensor, b: torch.Tensor, *, split: str = "tail") -> torch.Tensor:  # type: ignore[override]
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, *, split: str = "tail") -> torch.Tensor:
         """``a @ b.T`` (the ladder's contract, ``F.linear(a, b)``) with a (M, K) and b (N, K) in this
         kernel's layouts: a K-major is row-major, MN-major column-major; likewise b. Returns a new
         row-major (M, N) tensor. Raises GemmInputError naming the rule before any launch."""
@@ -406,17 +439,18 @@ def _ldc(c: torch.Tensor) -> int:
     return ceil_div(max(c.shape[1], 1), per16) * per16
 
 
-def _view_key(v: OperandView) -> tuple:
-    return (v.data_ptr, v.rows, v.k, v.ld, v.major, v.tensor.dtype, v.tensor.device)
+def bind_key(config: KernelConfig, a: OperandView, b: OperandView, c: torch.Tensor, split: str,
+             c_padding_writable: bool, stream_handle: int) -> tuple:
+    """What :meth:`LibraryGemm.bind` depends on, for a launch without an epilogue: the build's config,
+    each operand's first element's address, extents, leading dimension, major, dtype and device; c's
+    address, shape, strides, dtype and device; the split, the padding rule and the stream
+    (:meth:`BindCache.key <gemm_ladder.library.kernel.BindCache.key>`). Two calls with one key bind alike."""
+    return K.BindCache.key(config, Operands(a, b, c), _options(split, c_padding_writable), stream_handle)
 
 
-def bind_key(a: OperandView, b: OperandView, c: torch.Tensor, split: str, c_padding_writable: bool,
-             stream_handle: int) -> tuple:
-    """What :meth:`LibraryGemm.bind` depends on, for a launch without an epilogue: each operand's first
-    element's address, extents, leading dimension, major, dtype and device; c's address, shape, strides,
-    dtype and device; the split, the padding rule and the stream. Two calls with one key bind alike."""
-    return (_view_key(a), _view_key(b), (c.data_ptr(), tuple(c.shape), tuple(c.stride()), c.dtype, c.device),
-            split, c_padding_writable, stream_handle)
+def _options(split: str, c_padding_writable: bool) -> tuple:
+    """The launch options of a bind, as the bind cache keys them (the route's ``options`` order)."""
+    return (("c_padding_writable", c_padding_writable), ("split", split))
 
 
 def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers: bool = False,
@@ -450,18 +484,90 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
                         c_from_registers=c_from_registers)
     suffix = ("_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "")
     return LibraryGemm(
-        number=9,
         name=f"sm90_gemm_{a_major}{b_major}_bn{bn}{suffix}",
         idea=f"level 9's kernel with A {a_major}-major and B {b_major}-major in shared memory, any TMA pitch, "
              f"a 128 x {bn} tile"
              + (", C stored from registers (any pitch)" if c_from_registers else "")
              + (", float32 output" if out_fp32 else ""),
-        source=SOURCE,
-        domain=Domain(),  # supports() holds the rules (the operands are views, not the ladder's tensors)
-        tile=(128, bn, 64), stages=stages, consumers=2, c_ring=c_ring, cluster=2, persistent=True,
-        stream_k_args=True, producer_warpgroup=True, a_major=a_major, b_major=b_major,
+        tile=(128, bn, 64), stages=stages, c_ring=c_ring, a_major=a_major, b_major=b_major,
         c_from_registers=c_from_registers, out_fp32=out_fp32,
     )
 
 
-__all__ = ["LibraryGemm", "SPLITS", "library_gemm", "split_schedule"]
+@functools.lru_cache(maxsize=1024)
+def _config(kernel: LibraryGemm, dtype: str, arch: str) -> KernelConfig:
+    # The register-store build reads GL_C_FROM_REGISTERS (the small-M kernel always stores from registers,
+    # so the switch is this family's own constant); GL_OUT_FP32 comes with the config's output dtype.
+    return KernelConfig(
+        FAMILY, dtype=dtype, out_dtype="fp32" if kernel.out_fp32 else dtype, arch=arch, a_major=kernel.a_major,
+        b_major=kernel.b_major, tile=kernel.tile, stages=kernel.stages, cluster=kernel.cluster,
+        consumers=kernel.consumers, producer_warpgroup=kernel.producer_warpgroup, c_ring=kernel.c_ring,
+        store=STORE_REGISTERS if kernel.c_from_registers else STORE_TMA, schedule=STREAM_K,
+        extra=(("GL_C_FROM_REGISTERS", 1),) if kernel.c_from_registers else ())
+
+
+def kernel_for(config: KernelConfig) -> LibraryGemm:
+    """The :class:`LibraryGemm` whose builds ``config`` describes (its majors, tile width, store and
+    output dtype); raises ValueError for a config of another family or one this family does not build."""
+    if config.family != FAMILY:
+        raise ValueError(f"config of family {config.family!r} given to {FAMILY}")
+    kernel = library_gemm(config.a_major, config.b_major, config.tile[1], c_from_registers=config.c_from_registers,
+                          out_fp32=config.out_fp32)
+    if kernel.config(config.dtype, config.arch, config.epilogue) != config:
+        raise ValueError(f"{FAMILY} builds no such configuration: {config}")
+    return kernel
+
+
+class Sm90Gemm:
+    """The general kernel family behind the :class:`~gemm_ladder.library.kernel.Kernel` protocol:
+    configs in, builds and bound launches out (the dispatcher's way in; :class:`LibraryGemm` is the
+    per-configuration object the tests and benches hold)."""
+
+    family = FAMILY
+    splits = RANKED_SPLITS
+
+    def config(self, a_major: str, b_major: str, bn: int, dtype: str, *, store: str = STORE_TMA,
+               out_dtype: str | None = None) -> KernelConfig:
+        """The build for A ``a_major``, B ``b_major``, tile width ``bn``, ``dtype`` inputs, C stored by
+        ``store`` in ``out_dtype`` (default the inputs'; "fp32" only from registers)."""
+        return library_gemm(a_major, b_major, bn, c_from_registers=store == STORE_REGISTERS,
+                            out_fp32=out_dtype == "fp32").config(dtype)
+
+    def supports(self, config: KernelConfig, problem: Operands, **rules) -> str | None:
+        a = problem.a
+        if isinstance(a, OperandView) and a.tensor.dtype in DTYPES.values() and dtype_name(a.tensor.dtype) != config.dtype:
+            return f"a has dtype {a.tensor.dtype}: this build ({config.dtype}) takes {config.dtype} inputs"
+        return kernel_for(config).supports(problem.a, problem.b, problem.c, **rules)
+
+    def build(self, config: KernelConfig):
+        kernel = kernel_for(config)
+
+        def make():
+            return compile_kernel(kernel.translation_unit(config.dtype, config.epilogue), KERNEL_NAME,
+                                  arch=config.arch, defines=config.defines())
+
+        return K.built(config, make)
+
+    def bind(self, config: KernelConfig, problem: Operands, *, split: str = "tail",
+             c_padding_writable: bool = False) -> BoundLaunch:
+        return kernel_for(config.with_epilogue(None)).bind(problem.a, problem.b, problem.c, split=split,
+                                                            c_padding_writable=c_padding_writable,
+                                                            epilogue=problem.epilogue)
+
+    def launch(self, bound: BoundLaunch, stream=None) -> None:
+        bound()
+
+    def loaded(self, config: KernelConfig, device: torch.device):
+        return kernel_for(config.with_epilogue(None)).loaded(config.dtype, device, config.epilogue)
+
+    def describe(self, config: KernelConfig) -> dict:
+        kernel = kernel_for(config.with_epilogue(None))
+        return {"name": kernel.name, "source": SOURCE, "tile": list(config.tile), "stages": config.stages,
+                "cluster": config.cluster}
+
+
+#: The general kernel family (library/kernel.py's Kernel protocol).
+GEMM = Sm90Gemm()
+
+
+__all__ = ["FAMILY", "GEMM", "LibraryGemm", "SPLITS", "Sm90Gemm", "bind_key", "kernel_for", "library_gemm", "split_schedule"]

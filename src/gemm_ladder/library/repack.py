@@ -17,10 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from gemm_ladder.levels.base import LaunchGeometry
 from gemm_ladder.library.lru import cached
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
-from gemm_ladder.runtime.module import LoadedKernel, device_index, load
+from gemm_ladder.runtime.module import LaunchGeometry, LoadedKernel, device_index, load
 
 #: TMA's alignment for bases and row pitches, in bytes (cuTensorMapEncodeTiled).
 ALIGN_BYTES = 16

@@ -35,16 +35,17 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from gemm_ladder.contract import DTYPES, dtype_name
-from gemm_ladder.design.plan import Plan, kernel_defines_for, plan_gemm
+from gemm_ladder.design.plan import Plan, plan_gemm
 from gemm_ladder.design.problem import arch_info, ceil_div
 from gemm_ladder.design.smem import max_stages
 from gemm_ladder.design.stream_k import INT32_LIMIT, StreamKTail
-from gemm_ladder.levels.base import LaunchGeometry
+from gemm_ladder.library import kernel as K
 from gemm_ladder.library.bound import BoundLaunch
+from gemm_ladder.library.kernel import SPLIT_K, STORE_REGISTERS, KernelConfig, Operands
 from gemm_ladder.library.epilogue import EpilogueCall, compile_with_epilogue
 from gemm_ladder.library.operand import OperandView
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
-from gemm_ladder.runtime.module import LoadedKernel, device_index, load
+from gemm_ladder.runtime.module import LaunchGeometry, LoadedKernel, device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
 from gemm_ladder.runtime.workspace import COUNTER_ARENA, COUNTERS, WORKSPACES, CounterArena  # noqa: F401 (re-exported)
 from gemm_ladder.library.lru import cached
@@ -64,6 +65,8 @@ BK = 64
 MN_BOX_ROWS = 64
 SOURCE = "library/sm90_gemm_small_m.cu"
 KERNEL_NAME = "sm90_gemm_small_m"
+#: The family's name in a KernelConfig.
+FAMILY = KERNEL_NAME
 #: Tensor maps and launch schedules kept per instance (least recently used dropped first).
 
 
@@ -110,9 +113,6 @@ class SmallMGemm:
     stages: int | None = None
     timeline: bool = False
     ctas_per_sm: int = 1
-    _defines: dict = field(default_factory=dict, repr=False)
-    _builds: dict = field(default_factory=dict, repr=False)
-    _kernels: dict = field(default_factory=dict, repr=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _specs: dict = field(default_factory=dict, repr=False)
     _launches: OrderedDict = field(default_factory=OrderedDict, repr=False)
@@ -143,14 +143,17 @@ class SmallMGemm:
     # --- building (no GPU needed) -----------------------------------------------------------------
     # ``a_major`` / ``b_major``: A's (x) and B's (w) order, "k" or "mn" (library/operand.py). In the plan
     # of the transposed problem they swap places: its a is B, its b is A.
+    def config(self, dtype: str, arch: str = "sm_90a", *, out_fp32: bool = False, a_major: str = "k",
+               b_major: str = "k", epilogue_source: str | None = None) -> KernelConfig:
+        """The build of this bucket for ``dtype`` inputs, A ``a_major`` and B ``b_major``, a float32
+        output (``out_fp32``) or not, and the fused epilogue ``epilogue_source`` (or none): its key and
+        its ``-D`` constants (:meth:`KernelConfig.defines`). The kernel computes C^T = B A^T
+        (``swap_operands``: its plan's first operand is B), stores from registers and splits K."""
+        return _config(self, dtype, arch, out_fp32, a_major, b_major).with_epilogue(epilogue_source)
+
     def defines(self, dtype: str, arch: str = "sm_90a", *, a_major: str = "k", b_major: str = "k") -> dict[str, int]:
         """The plan's compile-time constants for ``dtype`` ('bf16' or 'fp16'); raises PlanRefused."""
-        key = (dtype, arch, a_major, b_major)
-        if key not in self._defines:
-            self._defines[key] = kernel_defines_for(
-                dtype, self.tile, self.ring_stages(dtype, arch), 1, CONSUMERS, arch, producer_warpgroup=True,
-                c_from_registers=True, a_major=b_major, b_major=a_major)
-        return self._defines[key]
+        return self.config(dtype, arch, a_major=a_major, b_major=b_major).plan_defines()
 
     #: The kernel's accumulator pairs are neighbours along a column of its C (rows m, m + 1).
     pair_along_kernel_cols = False
@@ -163,23 +166,17 @@ class SmallMGemm:
         Needs nvcc, not a GPU. Raises CompilerNotFoundError without nvcc, CompileError with its message,
         PlanRefused for majors this bucket cannot load (A MN-major below BN = 64).
         """
-        key = (dtype, arch, out_fp32, a_major, b_major, epilogue_source)
-        if key not in self._builds:
-            defines = {"GL_DTYPE_" + dtype.upper(): 1, **self.defines(dtype, arch, a_major=a_major, b_major=b_major)}
-            if out_fp32:
-                defines["GL_OUT_FP32"] = 1
-            if self.timeline:
-                defines["GL_TIMELINE"] = 1
-            if self.ctas_per_sm != 1:
-                defines["GL_CTAS_PER_SM"] = self.ctas_per_sm
-            # With an epilogue: its loads branch around out-of-range elements here (fused_epilogue.cuh's
-            # GL_EPI_BRANCHED_LOADS): this kernel stores each pair right after its epilogue, and the
-            # branch-free loads, hoisted together by ptxas, spilled.
-            epi = f'#define GL_EPI_BRANCHED_LOADS 1\n{epilogue_source}' if epilogue_source else ""
-            unit = (f'// gemm-ladder library: small M, BN = {self.bn}, {dtype}, A {a_major}-major, B {b_major}-major\n'
-                    f'{epi}#include "{SOURCE}"\n')
-            self._builds[key] = compile_kernel(unit, KERNEL_NAME, arch=arch, defines=defines)
-        return self._builds[key]
+        return SMALL_M.build(self.config(dtype, arch, out_fp32=out_fp32, a_major=a_major, b_major=b_major,
+                                         epilogue_source=epilogue_source))
+
+    def translation_unit(self, config: KernelConfig) -> str:
+        """The source compiled for ``config``: a fused epilogue's generated code, then the kernel."""
+        # With an epilogue: its loads branch around out-of-range elements here (fused_epilogue.cuh's
+        # GL_EPI_BRANCHED_LOADS): this kernel stores each pair right after its epilogue, and the
+        # branch-free loads, hoisted together by ptxas, spilled.
+        epi = f'#define GL_EPI_BRANCHED_LOADS 1\n{config.epilogue}' if config.epilogue else ""
+        return (f'// gemm-ladder library: small M, BN = {self.bn}, {config.dtype}, A {config.a_major}-major, '
+                f'B {config.b_major}-major\n{epi}#include "{SOURCE}"\n')
 
     def geometry(self, dtype: str) -> LaunchGeometry:
         """Threads (384: a producer and two consumer warpgroups), dynamic shared memory, no cluster."""
@@ -253,17 +250,18 @@ class SmallMGemm:
     def loaded(self, dtype: str, device: torch.device, *, out_fp32: bool = False, a_major: str = "k",
                b_major: str = "k", epilogue_source: str | None = None) -> LoadedKernel:
         """The kernel for ``dtype`` and these majors loaded on ``device`` (compiled first if needed)."""
-        key = (dtype, out_fp32, a_major, b_major, device_index(device), epilogue_source)
-        kernel = self._kernels.get(key)
-        if kernel is None:
+        config = self.config(dtype, out_fp32=out_fp32, a_major=a_major, b_major=b_major,
+                             epilogue_source=epilogue_source)
+
+        def make():
             g = self.geometry(dtype)
-            kernel = load(self.build(dtype, out_fp32=out_fp32, a_major=a_major, b_major=b_major,
-                                     epilogue_source=epilogue_source), device,
-                          threads=g.threads, dynamic_smem=g.dynamic_smem, cluster=g.cluster)
+            kernel = load(SMALL_M.build(config), device, threads=g.threads, dynamic_smem=g.dynamic_smem,
+                          cluster=g.cluster)
             if self.ctas_per_sm > 1:  # ask for all of the SM's shared memory, so that two rings fit beside each other
                 kernel.prefer_shared_memory_carveout(100)
-            self._kernels[key] = kernel
-        return kernel
+            return kernel
+
+        return K.loaded(config, device_index(device), make)
 
     def ctas(self, m: int, n: int, k: int, resident: int, splits: int | None = None) -> int:
         """The grid (CTAs) for a problem, by the documented rule.
@@ -422,6 +420,16 @@ class SmallMGemm:
         return BoundLaunch(prepared, fresh_counters, params=params, roles=roles, workspace=(floats, counters))
 
 
+@functools.lru_cache(maxsize=1024)
+def _config(kernel: SmallMGemm, dtype: str, arch: str, out_fp32: bool, a_major: str, b_major: str) -> KernelConfig:
+    extra = ((("GL_TIMELINE", 1),) if kernel.timeline else ()) + (
+        (("GL_CTAS_PER_SM", kernel.ctas_per_sm),) if kernel.ctas_per_sm != 1 else ())
+    return KernelConfig(FAMILY, dtype=dtype, out_dtype="fp32" if out_fp32 else dtype, arch=arch, a_major=a_major,
+                        b_major=b_major, tile=kernel.tile, stages=kernel.ring_stages(dtype, arch), cluster=1,
+                        consumers=CONSUMERS, producer_warpgroup=True, c_ring=0, store=STORE_REGISTERS,
+                        schedule=SPLIT_K, swap_operands=True, extra=extra)
+
+
 _INSTANCES: dict[int, SmallMGemm] = {}
 
 
@@ -447,3 +455,73 @@ def small_m_gemm(m: int) -> SmallMGemm:
     """The cached :class:`SmallMGemm` for M's bucket (:func:`bucket`: M in one tile); raises ValueError
     outside 0..256."""
     return small_m_kernel(bucket(m))
+
+
+def kernel_for(config: KernelConfig) -> SmallMGemm:
+    """The :class:`SmallMGemm` whose builds ``config`` describes (its bucket, ring depth and experiment
+    switches); raises ValueError for a config of another family or one this family does not build."""
+    if config.family != FAMILY:
+        raise ValueError(f"config of family {config.family!r} given to {FAMILY}")
+    extra = dict(config.extra)
+    kernel = small_m_kernel(config.tile[1])
+    if extra or config.stages != kernel.ring_stages(config.dtype, config.arch):
+        kernel = _variant(config.tile[1], config.stages, bool(extra.get("GL_TIMELINE")), extra.get("GL_CTAS_PER_SM", 1))
+    if kernel.config(config.dtype, config.arch, out_fp32=config.out_fp32, a_major=config.a_major,
+                     b_major=config.b_major, epilogue_source=config.epilogue) != config:
+        raise ValueError(f"{FAMILY} builds no such configuration: {config}")
+    return kernel
+
+
+@functools.lru_cache(maxsize=64)
+def _variant(bn: int, stages: int, timeline: bool, ctas_per_sm: int) -> SmallMGemm:
+    return SmallMGemm(bn, stages=stages, timeline=timeline, ctas_per_sm=ctas_per_sm)
+
+
+class Sm90GemmSmallM:
+    """The small-M kernel family behind the :class:`~gemm_ladder.library.kernel.Kernel` protocol (the
+    dispatcher's way in; :class:`SmallMGemm` is the per-bucket object the tests and benches hold). Its
+    split is its own rule (:meth:`SmallMGemm.ctas`): no split policy to rank."""
+
+    family = FAMILY
+    splits: tuple[str, ...] = ()
+
+    def config(self, bn: int, dtype: str, *, a_major: str = "k", b_major: str = "k",
+               out_dtype: str | None = None) -> KernelConfig:
+        """The build of bucket ``bn`` for ``dtype`` inputs, A ``a_major``, B ``b_major``, C in
+        ``out_dtype`` (default the inputs'; or "fp32")."""
+        return small_m_kernel(bn).config(dtype, out_fp32=out_dtype == "fp32", a_major=a_major, b_major=b_major)
+
+    def supports(self, config: KernelConfig, problem: Operands, **rules) -> str | None:
+        a = problem.a
+        if a.tensor.dtype in DTYPES.values() and dtype_name(a.tensor.dtype) != config.dtype:
+            return f"a has dtype {a.tensor.dtype}: this build ({config.dtype}) takes {config.dtype} inputs"
+        if (a.major, problem.b.major) != (config.a_major, config.b_major):
+            return (f"A is {a.major}-major and B {problem.b.major}-major: this build reads A {config.a_major}-major "
+                    f"and B {config.b_major}-major")
+        return kernel_for(config).supports(problem.a, problem.b, problem.c, **rules)
+
+    def build(self, config: KernelConfig) -> CompiledKernel:
+        kernel = kernel_for(config)
+        return K.built(config, lambda: compile_kernel(kernel.translation_unit(config), KERNEL_NAME, arch=config.arch,
+                                                      defines=config.defines()))
+
+    def bind(self, config: KernelConfig, problem: Operands, *, splits: int | None = None) -> BoundLaunch:
+        return kernel_for(config.with_epilogue(None)).bind(problem.a, problem.b, problem.c, splits=splits,
+                                                            epilogue=problem.epilogue)
+
+    def launch(self, bound: BoundLaunch, stream=None) -> None:
+        bound()
+
+    def loaded(self, config: KernelConfig, device: torch.device) -> LoadedKernel:
+        return kernel_for(config.with_epilogue(None)).loaded(config.dtype, device, out_fp32=config.out_fp32,
+                                                             a_major=config.a_major, b_major=config.b_major,
+                                                             epilogue_source=config.epilogue)
+
+    def describe(self, config: KernelConfig) -> dict:
+        # The names explain has always printed (bench/small_m_timeline.py reads them).
+        return {"name": f"SmallMGemm(bn={config.tile[1]})", "source": SOURCE, "tile": list(config.tile),
+                "bn": config.tile[1]}
+
+
+#: The small-M kernel family (library/kernel.py's Kernel protocol).
+SMALL_M = Sm90GemmSmallM()

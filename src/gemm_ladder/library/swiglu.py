@@ -35,22 +35,25 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from gemm_ladder.contract import DTYPES, GemmInputError, dtype_name
-from gemm_ladder.design.plan import Plan, kernel_defines_for, plan_gemm
+from gemm_ladder.design.plan import Plan, plan_gemm
 from gemm_ladder.design.problem import arch_info, ceil_div, dtype_info
 from gemm_ladder.design.smem import max_stages
 from gemm_ladder.design.stream_k import StreamKTail
 from gemm_ladder.design.tensor_maps import TensorMapSpec, gemm_tensor_maps
-from gemm_ladder.levels.base import LaunchGeometry
+from gemm_ladder.library import kernel as K
+from gemm_ladder.library.kernel import STORE_TMA, STREAM_K, KernelConfig, Operands
 from gemm_ladder.library.gemm import MAX_EXTENT, SPLITS, split_schedule
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES, OperandView
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
-from gemm_ladder.runtime.module import LoadedKernel, device_index, load
+from gemm_ladder.runtime.module import LaunchGeometry, LoadedKernel, device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
 from gemm_ladder.runtime.workspace import WORKSPACES
 from gemm_ladder.library.lru import cached
 
 SOURCE = "library/sm90_swiglu.cu"
 KERNEL_NAME = "sm90_swiglu"
+#: The family's name in a KernelConfig.
+FAMILY = KERNEL_NAME
 #: The accumulator tile: 128 rows (two consumer warpgroups of 64), 128 gate + 128 up columns, BK 64.
 TILE = (128, 256, 64)
 #: Output columns per tile: half the accumulator's.
@@ -132,9 +135,6 @@ class SwigluKernel:
     instance, whose builds, loaded kernels, tensor maps and schedules are cached."""
 
     stream_k_min_idle: float | None = None  # None: level 9's threshold (design.stream_k.DEFAULT_MIN_IDLE)
-    _defines: dict = field(default_factory=dict, repr=False)
-    _builds: dict = field(default_factory=dict, repr=False)
-    _kernels: dict = field(default_factory=dict, repr=False)
     _plans: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _launches: OrderedDict = field(default_factory=OrderedDict, repr=False)
@@ -153,15 +153,18 @@ class SwigluKernel:
         return OUT_BN * DTYPES[dtype].itemsize // 128
 
     # --- building (no GPU needed) -----------------------------------------------------------------
+    def config(self, dtype: str, arch: str = "sm_90a") -> KernelConfig:
+        """The build for ``dtype`` ('bf16' or 'fp16'): level 9's configuration (the virtual GEMM's), with
+        the output tile's panel count ``GL_C_PANELS`` as the family's own constant. Raises KeyError for a dtype."""
+        return KernelConfig(FAMILY, dtype=dtype, out_dtype=dtype, arch=arch, tile=TILE, stages=self.stages(dtype, arch),
+                            cluster=CLUSTER, consumers=CONSUMERS, producer_warpgroup=True, c_ring=C_RING,
+                            store=STORE_TMA, schedule=STREAM_K, extra=(("GL_C_PANELS", self.out_panels(dtype)),))
+
     def defines(self, dtype: str, arch: str = "sm_90a") -> dict[str, int]:
         """The kernel's ``-D`` constants for ``dtype`` ('bf16' or 'fp16'): the designer's for level 9's
         configuration, with ``GL_C_PANELS`` the output tile's (2). Raises PlanRefused, KeyError for a dtype."""
-        key = (dtype, arch)
-        if key not in self._defines:
-            d = kernel_defines_for(dtype, TILE, self.stages(dtype, arch), CLUSTER, CONSUMERS, arch,
-                                   producer_warpgroup=True, c_ring=C_RING)
-            self._defines[key] = {**d, "GL_C_PANELS": self.out_panels(dtype)}
-        return self._defines[key]
+        config = self.config(dtype, arch)
+        return {**config.plan_defines(), **dict(config.extra)}
 
     def geometry(self, dtype: str) -> LaunchGeometry:
         """384 threads (a producer and two consumer warpgroups), the planned shared memory, clusters of 2."""
@@ -172,12 +175,7 @@ class SwigluKernel:
         """Compile (or fetch from the cache) the cubin for ``dtype``; needs nvcc, not a GPU.
 
         Raises CompilerNotFoundError without nvcc and CompileError with nvcc's message."""
-        key = (dtype, arch)
-        if key not in self._builds:
-            defines = {"GL_DTYPE_" + dtype.upper(): 1, **self.defines(dtype, arch)}
-            unit = f'// gemm-ladder library: swiglu, {dtype}\n#include "{SOURCE}"\n'
-            self._builds[key] = compile_kernel(unit, KERNEL_NAME, arch=arch, defines=defines)
-        return self._builds[key]
+        return SWIGLU.build(self.config(dtype, arch))
 
     def plan(self, m: int, n: int, k: int, dtype: str, *, ldx: int | None = None, ldw_gate: int | None = None,
              ldw_up: int | None = None, ldo: int | None = None) -> SwigluPlan:
@@ -294,13 +292,13 @@ class SwigluKernel:
     # --- launching (GPU) --------------------------------------------------------------------------
     def loaded(self, dtype: str, device: torch.device) -> LoadedKernel:
         """The kernel for ``dtype`` loaded on ``device`` (compiled first if needed)."""
-        key = (dtype, device_index(device))
-        kernel = self._kernels.get(key)
-        if kernel is None:
+        config = self.config(dtype)
+
+        def make():
             g = self.geometry(dtype)
-            kernel = self._kernels[key] = load(self.build(dtype), device, threads=g.threads,
-                                               dynamic_smem=g.dynamic_smem, cluster=g.cluster)
-        return kernel
+            return load(SWIGLU.build(config), device, threads=g.threads, dynamic_smem=g.dynamic_smem, cluster=g.cluster)
+
+        return K.loaded(config, device_index(device), make)
 
     def schedule(self, m: int, n: int, k: int, resident_clusters: int, split: str = "tail") -> StreamKTail:
         """The launch's clusters and stream-K split over ceil(M / 256) x ceil(N / 128) work units
@@ -362,11 +360,56 @@ def _ld_out(out: torch.Tensor) -> int:
     return ceil_div(max(out.shape[1], 1), per16) * per16
 
 
+class Sm90Swiglu:
+    """The swiglu kernel family behind the :class:`~gemm_ladder.library.kernel.Kernel` protocol: the
+    problem's ``a`` is x, ``b`` w_gate, ``more`` = (w_up,), ``c`` the output."""
+
+    family = FAMILY
+    splits = SPLITS
+
+    def supports(self, config: KernelConfig, problem: Operands, **rules) -> str | None:
+        if problem.a.tensor.dtype in DTYPES.values() and dtype_name(problem.a.tensor.dtype) != config.dtype:
+            return f"x has dtype {problem.a.tensor.dtype}: this build ({config.dtype}) takes {config.dtype} inputs"
+        return swiglu_kernel().supports(problem.a, problem.b, *problem.more, problem.c, **rules)
+
+    def build(self, config: KernelConfig) -> CompiledKernel:
+        if config != swiglu_kernel().config(config.dtype, config.arch):
+            raise ValueError(f"{FAMILY} builds no such configuration: {config}")
+        unit = f'// gemm-ladder library: swiglu, {config.dtype}\n#include "{SOURCE}"\n'
+        return K.built(config, lambda: compile_kernel(unit, KERNEL_NAME, arch=config.arch, defines=config.defines()))
+
+    def bind(self, config: KernelConfig, problem: Operands, **options):
+        """Swiglu launches are not bound yet: the result launches when called (its ``launch`` is one)."""
+        kernel = swiglu_kernel()
+        return lambda: kernel.launch(problem.a, problem.b, *problem.more, problem.c, **options)
+
+    def launch(self, bound, stream=None) -> None:
+        bound()
+
+    def loaded(self, config: KernelConfig, device: torch.device) -> LoadedKernel:
+        return swiglu_kernel().loaded(config.dtype, device)
+
+    def describe(self, config: KernelConfig) -> dict:
+        return {"name": KERNEL_NAME, "source": SOURCE, "tile": list(config.tile), "stages": config.stages,
+                "cluster": config.cluster}
+
+
+#: The swiglu kernel family (library/kernel.py's Kernel protocol).
+SWIGLU = Sm90Swiglu()
+
+
 @functools.lru_cache(maxsize=None)
 def swiglu_kernel() -> SwigluKernel:
     """The shared :class:`SwigluKernel` (builds, loaded kernels and maps cached on it)."""
     return SwigluKernel()
 
 
-__all__ = ["C_RING", "CLUSTER", "CONSUMERS", "KERNEL_NAME", "MAP_NAMES", "OUT_BN", "SOURCE", "TILE", "SwigluKernel",
-           "SwigluPlan", "swiglu_kernel", "virtual_n"]
+__all__ = ["C_RING", "FAMILY", "SWIGLU", "Sm90Swiglu", "CLUSTER", "CONSUMERS", "KERNEL_NAME", "MAP_NAMES", "OUT_BN", "SOURCE", "TILE", "SwigluKernel",
+           "SwigluPlan", "swiglu_kernel", "kernel_for", "virtual_n"]
+
+
+def kernel_for(config: KernelConfig) -> SwigluKernel:
+    """The shared :class:`SwigluKernel`, whose builds ``config`` describes; raises ValueError otherwise."""
+    if config.family != FAMILY or config != swiglu_kernel().config(config.dtype, config.arch):
+        raise ValueError(f"{FAMILY} builds no such configuration: {config}")
+    return swiglu_kernel()

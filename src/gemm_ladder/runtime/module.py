@@ -95,6 +95,16 @@ class on_device:
             check(_driver().cuCtxSetCurrent(self._context), "cuCtxSetCurrent")
 
 
+@dataclass(frozen=True)
+class LaunchGeometry:
+    """Threads per CTA, dynamic shared memory in bytes and cluster size of one launch (what :func:`load`
+    takes; the ladder's levels and the library's kernels each derive theirs from their plan)."""
+
+    threads: int
+    dynamic_smem: int
+    cluster: int = 1
+
+
 @dataclass
 class LoadedKernel:
     """A kernel function of a loaded cubin, ready to launch on one device."""

@@ -1,0 +1,271 @@
+"""One library kernel build as data (:class:`KernelConfig`), the protocol every kernel family's host
+module implements (:class:`Kernel`), and the caches keyed by a config (builds, loaded modules, bound
+launches).
+
+A :class:`KernelConfig` is the key of a build: two equal configs compile the same translation unit with
+the same ``-D`` constants (:meth:`KernelConfig.defines`), so one cubin. It names the family (the host
+module and ``.cu`` file), the architecture, the input, output and accumulator dtypes, each operand's
+major, the tile, the ring's stages, the cluster, the consumers, how C is stored, the schedule and the
+fused epilogue built in. The dispatcher's route holds one (dispatch/route.py); ``precompile`` lists
+them (dispatch/precompile.py); each family turns one into a build, a bound launch and a launch.
+
+A new family (grouped GEMM, fp8) is a new ``family`` value and host module; a new schedule is a new
+``schedule`` value that the family's plan and ``-D`` constants read (docs/architecture.md says which
+files each touches).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import threading
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, runtime_checkable
+
+from gemm_ladder.design.plan import kernel_defines_for
+
+#: How C is stored: through shared memory by TMA stores, or by the consumers from their registers.
+STORE_TMA = "tma"
+STORE_REGISTERS = "registers"
+STORES = (STORE_TMA, STORE_REGISTERS)
+#: The schedules: one CTA (or cluster) per output tile; each tile's K split in even ranges reduced
+#: through a workspace; persistent clusters whose last wave is split by K iterations (level 9's);
+#: several problems in one launch (no family yet: the tile scheduler has no problem index).
+DATA_PARALLEL = "data_parallel"
+SPLIT_K = "split_k"
+STREAM_K = "stream_k"
+GROUPED = "grouped"
+SCHEDULES = (DATA_PARALLEL, SPLIT_K, STREAM_K, GROUPED)
+#: Input dtypes by the names the designer and the ``-D`` switch use; "fp32" is an output dtype only.
+INPUT_DTYPES = ("bf16", "fp16")
+OUTPUT_DTYPES = ("bf16", "fp16", "fp32")
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """One build of a library kernel family. Frozen and hashable: it is the build's key.
+
+    ``family``: the host module's family name ("sm90_gemm", "sm90_gemm_small_m", "sm90_swiglu").
+    ``dtype``: the inputs' dtype ("bf16" or "fp16"); ``out_dtype``: the output's (the inputs', or
+    "fp32"); ``acc_dtype``: the accumulator's ("fp32"). ``a_major``/``b_major``: A's and B's order
+    ("k" or "mn") of ``D (M, N) = A (M, K) @ B (N, K)^T`` as the caller sees it. ``tile``: (BM, BN, BK)
+    of the kernel's own problem; ``stages``: the operand ring's depth; ``cluster``: CTAs per cluster;
+    ``consumers``: consumer warpgroups; ``producer_warpgroup``: a warpgroup that only issues loads;
+    ``c_ring``: output panel buffers per consumer (TMA store). ``store``: :data:`STORE_TMA` or
+    :data:`STORE_REGISTERS`. ``schedule``: one of :data:`SCHEDULES`. ``swap_operands``: the kernel
+    computes ``C^T = B A^T`` (its plan's first operand is B: the small-M kernel). ``epilogue``: the
+    generated source of the fused epilogue built in (library/epilogue.py), or None. ``extra``: the
+    family's own ``-D`` constants beyond the plan's, as (name, value) pairs in a fixed order.
+    """
+
+    family: str
+    dtype: str = "bf16"
+    out_dtype: str = "bf16"
+    acc_dtype: str = "fp32"
+    arch: str = "sm_90a"
+    a_major: str = "k"
+    b_major: str = "k"
+    tile: tuple[int, int, int] = (128, 256, 64)
+    stages: int = 4
+    cluster: int = 1
+    consumers: int = 2
+    producer_warpgroup: bool = True
+    c_ring: int = 0
+    store: str = STORE_TMA
+    schedule: str = STREAM_K
+    swap_operands: bool = False
+    epilogue: str | None = field(default=None, repr=False)
+    extra: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.dtype not in INPUT_DTYPES or self.out_dtype not in OUTPUT_DTYPES or self.acc_dtype != "fp32":
+            raise ValueError(f"dtypes {self.dtype} -> {self.out_dtype} (acc {self.acc_dtype}): the library builds "
+                             f"{'/'.join(INPUT_DTYPES)} inputs, {'/'.join(OUTPUT_DTYPES)} outputs, fp32 accumulators")
+        if self.store not in STORES:
+            raise ValueError(f"store = {self.store!r}: one of {', '.join(STORES)}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule = {self.schedule!r}: one of {', '.join(SCHEDULES)}")
+        if self.a_major not in ("k", "mn") or self.b_major not in ("k", "mn"):
+            raise ValueError(f"a_major = {self.a_major!r}, b_major = {self.b_major!r}: each 'k' or 'mn'")
+
+    @property
+    def out_fp32(self) -> bool:
+        return self.out_dtype == "fp32"
+
+    @property
+    def c_from_registers(self) -> bool:
+        return self.store == STORE_REGISTERS
+
+    @property
+    def epilogue_id(self) -> str | None:
+        """A short digest of the epilogue source (labels and logs), or None."""
+        return None if self.epilogue is None else hashlib.sha256(self.epilogue.encode()).hexdigest()[:8]
+
+    def plan_majors(self) -> dict[str, str]:
+        """The operand majors as the designer plans the kernel's own problem (swapped for a kernel
+        that computes ``C^T = B A^T``)."""
+        if self.swap_operands:
+            return {"a_major": self.b_major, "b_major": self.a_major}
+        return {"a_major": self.a_major, "b_major": self.b_major}
+
+    def plan_defines(self) -> dict[str, int]:
+        """The designer's constants for this configuration (design.plan.kernel_defines_for), cached."""
+        return _plan_defines(self.dtype, self.tile, self.stages, self.cluster, self.consumers, self.arch,
+                             self.producer_warpgroup, self.c_ring, self.c_from_registers,
+                             *self.plan_majors().values())
+
+    def defines(self) -> dict[str, int | str]:
+        """Every ``-D`` constant of the build: the dtype switch, the plan's constants, the float32
+        output switch, then the family's own (``extra``). A new dict on every call."""
+        out: dict[str, int | str] = {"GL_DTYPE_" + self.dtype.upper(): 1, **self.plan_defines()}
+        if self.out_fp32:
+            out["GL_OUT_FP32"] = 1
+        out.update(self.extra)
+        return out
+
+    def with_epilogue(self, source: str | None) -> "KernelConfig":
+        """This config with the fused epilogue ``source`` built in (None: without one)."""
+        return self if source == self.epilogue else replace(self, epilogue=source)
+
+    def describe(self) -> dict[str, Any]:
+        """The config as JSON-able data (explain, precompile's reports)."""
+        return {"family": self.family, "arch": self.arch, "dtype": self.dtype, "out_dtype": self.out_dtype,
+                "acc_dtype": self.acc_dtype, "a_major": self.a_major, "b_major": self.b_major,
+                "tile": list(self.tile), "stages": self.stages, "cluster": self.cluster, "consumers": self.consumers,
+                "store": self.store, "schedule": self.schedule, "epilogue": self.epilogue_id}
+
+
+@functools.lru_cache(maxsize=None)
+def _plan_defines(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_ring, c_from_registers,
+                  a_major, b_major) -> dict[str, int]:
+    return kernel_defines_for(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup=producer_warpgroup,
+                              c_ring=c_ring, c_from_registers=c_from_registers, a_major=a_major, b_major=b_major)
+
+
+@dataclass(frozen=True)
+class Operands:
+    """What one launch computes on: ``D = A @ B^T`` into ``c`` (the kernel's own orientation), A and B
+    as :class:`~gemm_ladder.library.operand.OperandView`, and a fused epilogue bound to its inputs and
+    oriented (an :class:`~gemm_ladder.library.epilogue.EpilogueCall`), or None. A family with more
+    operands (swiglu's two weights) takes them in ``more``."""
+
+    a: Any
+    b: Any
+    c: Any
+    epilogue: Any = None
+    more: tuple = ()
+
+
+@runtime_checkable
+class Kernel(Protocol):
+    """A library kernel family's host side, reached through its configs.
+
+    ``family``: the name :attr:`KernelConfig.family` holds. ``splits``: the launch's split policies the
+    dispatcher may rank (the ``split`` option of :meth:`bind`), or () where the family chooses.
+    """
+
+    family: str
+    splits: tuple[str, ...]
+
+    def supports(self, config: KernelConfig, problem: Operands, **rules) -> str | None:
+        """None when the build ``config`` computes ``problem``; else the rule broken, in words."""
+
+    def build(self, config: KernelConfig):
+        """The compiled build (runtime.compiler.CompiledKernel), from the kernel cache or nvcc."""
+
+    def bind(self, config: KernelConfig, problem: Operands, **options):
+        """The launch bound to ``problem``'s addresses and the current stream (library.bound.BoundLaunch):
+        checked, scheduled, tensor maps encoded, arguments packed; nothing launched."""
+
+    def launch(self, bound, stream=None) -> None:
+        """Launch ``bound`` (made on ``stream``, the current stream when it was bound)."""
+
+    def loaded(self, config: KernelConfig, device):
+        """The build loaded on a CUDA ``device`` (runtime.module.LoadedKernel), built first if needed."""
+
+
+class BindCache:
+    """Bound launches kept by (config, what a call changes): the launch options, each operand's
+    address, extents, pitch, major, dtype and device, c's address, shape and strides, the epilogue
+    inputs' addresses and the stream. Bounded: past ``size`` entries the least recently used goes.
+    Safe from several threads (two that miss one key at once may both bind; the last kept)."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._entries: dict = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(config: KernelConfig, problem: Operands, options: tuple, stream: int) -> tuple | None:
+        """The key of a bind, or None where one is not kept (an epilogue: its inputs are bound per call
+        by the call cache, dispatch/calls.py)."""
+        if problem.epilogue is not None or problem.more:
+            return None
+        a, b, c = problem.a, problem.b, problem.c
+        return (config, options, _view_key(a), _view_key(b),
+                (c.data_ptr(), tuple(c.shape), tuple(c.stride()), c.dtype, c.device), stream)
+
+    def get_or_bind(self, key: tuple | None, make):
+        if key is None:
+            return make()
+        with self._lock:
+            bound = self._entries.pop(key, None)
+            if bound is not None:
+                self._entries[key] = bound
+                return bound
+        bound = make()
+        with self._lock:
+            self._entries[key] = bound
+            while len(self._entries) > self.size:
+                del self._entries[next(iter(self._entries))]
+        return bound
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _view_key(v) -> tuple:
+    return (v.data_ptr, v.rows, v.k, v.ld, v.major, v.tensor.dtype, v.tensor.device)
+
+
+#: The process's bound launches (every family's ``launch`` of views, outside the call cache).
+BINDS = BindCache()
+
+_builds: dict = {}
+_loaded: dict = {}
+_lock = threading.Lock()
+
+
+def built(config: KernelConfig, make):
+    """The build of ``config``: ``make()`` (the family's compile) once per config, then kept."""
+    return _kept(_builds, config, make)
+
+
+def loaded(config: KernelConfig, device_index: int, make):
+    """The build of ``config`` loaded on device ``device_index``: ``make()`` once, then kept."""
+    return _kept(_loaded, (config, device_index), make)
+
+
+def _kept(cache: dict, key, make):
+    entry = cache.get(key)
+    if entry is None:  # two threads may both make it: the first one kept is the one every caller gets
+        entry = make()
+        with _lock:
+            entry = cache.setdefault(key, entry)
+    return entry
+
+
+def clear() -> None:
+    """Forget every build, loaded module and bound launch kept here (tests that swap the compiler)."""
+    with _lock:
+        _builds.clear()
+        _loaded.clear()
+    BINDS.clear()
+
+
+__all__ = ["BINDS", "BindCache", "DATA_PARALLEL", "GROUPED", "Kernel", "KernelConfig", "Operands", "SCHEDULES",
+           "SPLIT_K", "STORES", "STORE_REGISTERS", "STORE_TMA", "STREAM_K", "built", "clear", "loaded"]

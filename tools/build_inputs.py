@@ -1,0 +1,83 @@
+"""Every library build precompile enumerates, as what the compiler receives: its label, kernel name,
+a digest of its translation unit and its ``-D`` constants. Nothing is compiled: ``compile_kernel`` is
+replaced by a recorder in this process, so run it as its own process (the builds' caches then hold
+records, not cubins).
+
+    PYTHONPATH=src python3 tools/build_inputs.py > tests/data/build_inputs.json
+
+Two runs that print the same JSON give the compiler the same inputs for every build: the same cubins
+and SASS (the compiler's cache key is the unit, the sorted flags, the compiler and the headers).
+tests/test_kernel_config.py compares the package's output against the committed file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+
+
+class _Recorded:
+    key = None
+
+    def __init__(self, record: dict):
+        self.record = record
+
+
+def _other_builds(Build) -> list:
+    """Builds precompile does not make: the swiglu kernel's, and the small-M kernel's measuring and
+    two-CTA experiment builds (bench/)."""
+    from gemm_ladder.library.small_m import SmallMGemm
+    from gemm_ladder.library.swiglu import swiglu_kernel
+
+    out = []
+    for d in ("bf16", "fp16"):
+        out.append(Build(f"swiglu {d}", lambda d=d: swiglu_kernel().build(d)))
+        out.append(Build(f"small-M BN 64 timeline {d}", lambda d=d: SmallMGemm(64, timeline=True).build(d)))
+        out.append(Build(f"small-M BN 32 two CTAs per SM {d}", lambda d=d: SmallMGemm(32, ctas_per_sm=2).build(d)))
+        out.append(Build(f"small-M BN 64 3 stages A mn fp32 out {d}",
+                         lambda d=d: SmallMGemm(64, stages=3).build(d, a_major="mn", out_fp32=True)))
+    return out
+
+
+def capture(epilogues: str = "common") -> dict:
+    """{label: {kernel, unit, defines}} of every build of ``precompile`` for bf16 and fp16, every shape
+    class and the epilogue level ``epilogues``; the defines of each distinct set once, by digest."""
+    import gemm_ladder.runtime.compiler as compiler
+    from gemm_ladder.dispatch import precompile as P
+
+    def record(source, kernel_name, *, arch="sm_90a", defines=None, extra_flags=None):
+        return _Recorded({"kernel": kernel_name, "arch": arch, "defines": dict(sorted((defines or {}).items())),
+                          "unit": hashlib.sha256(source.encode()).hexdigest()[:16], "extra": extra_flags})
+
+    def patch() -> None:
+        for name, mod in list(sys.modules.items()):
+            if name.startswith("gemm_ladder") and getattr(mod, "compile_kernel", None) is not None:
+                mod.compile_kernel = record
+
+    compiler.compile_kernel = record
+    builds = P.library_builds(("bf16", "fp16"), tuple(P.CLASSES))
+    builds += P.epilogue_builds(("bf16", "fp16"), tuple(P.CLASSES), epilogues)
+    builds += _other_builds(P.Build)
+    patch()
+    defines: dict[str, dict] = {}
+    out: dict[str, dict] = {}
+    for b in builds:
+        if b.label in out:
+            continue
+        patch()  # modules imported by a build's first run
+        try:
+            r = b.run().record
+        except Exception as exc:  # noqa: BLE001 - a refused variant is part of the record
+            out[b.label] = {"refused": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+            continue
+        digest = hashlib.sha256(json.dumps(r["defines"], sort_keys=True).encode()).hexdigest()[:12]
+        defines[digest] = r["defines"]
+        out[b.label] = {"kernel": r["kernel"], "arch": r["arch"], "unit": r["unit"], "defines": digest,
+                        "extra": r["extra"]}
+    return {"defines": dict(sorted(defines.items())), "builds": dict(sorted(out.items()))}
+
+
+if __name__ == "__main__":
+    json.dump(capture(*sys.argv[1:]), sys.stdout, indent=0, sort_keys=True, separators=(",", ":"))
+    sys.stdout.write("\n")
