@@ -35,7 +35,7 @@ from gemm_ladder.design.plan import Plan, kernel_defines_for, plan_gemm
 from gemm_ladder.design.problem import PlanRefused, arch_info, ceil_div, dtype_info
 from gemm_ladder.design.smem import max_stages
 from gemm_ladder.design.tensor_maps import TensorMapSpec, operand_map
-from gemm_ladder.levels.base import LaunchGeometry
+from gemm_ladder.runtime.module import LaunchGeometry
 from gemm_ladder.library.gemm import MAX_EXTENT
 from gemm_ladder.library.lru import cached
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES
