@@ -33,6 +33,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="all", help="bf16, fp16 or all (default)")
     parser.add_argument("--workers", type=int, default=None, help="parallel builds (default: the CPU count)")
+    parser.add_argument("--epilogues", default="none",
+                        help="linear's built-in epilogues built in too: none (default), common or all")
     parser.add_argument("--out", type=Path, default=SRC / "gemm_ladder" / "aot_kernels", help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ.update(GEMM_LADDER_COMPILER="nvrtc", GEMM_LADDER_AOT="0")
@@ -44,6 +46,8 @@ def main() -> int:
 
     try:
         dtypes = tuple(parse_dtypes(args.dtype))
+        from gemm_ladder.dispatch.precompile import epilogue_variants
+        epilogue_variants(args.epilogues)
     except ValueError as exc:
         print(f"build_aot: {exc}", file=sys.stderr)
         return 2
@@ -51,7 +55,7 @@ def main() -> int:
         os.environ["GEMM_LADDER_CACHE"] = cache
         t0 = time.perf_counter()
         try:
-            outcomes = precompile(dtypes, workers=args.workers, load=False)
+            outcomes = precompile(dtypes, workers=args.workers, load=False, epilogues=args.epilogues)
         except CompilerNotFoundError as exc:
             print(f"build_aot: {exc}", file=sys.stderr)
             return 1
