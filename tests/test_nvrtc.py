@@ -244,3 +244,19 @@ def test_no_shipped_builds_is_none(tmp_path, monkeypatch):
     monkeypatch.setattr(aot, "AOT_DIR", tmp_path / "nothing")
     monkeypatch.setenv("GEMM_LADDER_AOT", "1")
     assert aot.shipped() is None
+
+
+def test_the_grouped_and_fp8_families_build_with_nvrtc(private_cache, monkeypatch):
+    """The families beside the protocol's three compile through NVRTC's stand-in headers too (the fp8
+    kernel's std::is_same_v / conditional_t once failed there, and every fp8 GPU test with it)."""
+    monkeypatch.setenv("GEMM_LADDER_COMPILER", "nvrtc")
+    from gemm_ladder.library.fp8 import Fp8Kernel
+    from gemm_ladder.library.grouped import grouped_gemm
+
+    builds = [Fp8Kernel(scale_mode="blockwise", out_dtype="fp8"), Fp8Kernel(scale_mode="rowwise", bias=True)]
+    for kernel in builds:
+        log = kernel.build().ptxas_log
+        assert "0 bytes spill stores" in log, log
+    assert "0 bytes spill stores" in grouped_gemm(128, "k").build("bf16").ptxas_log
+    meta = json.loads((next(private_cache.glob("*/meta.json"))).read_text())
+    assert meta["compiler"].startswith("nvrtc"), meta
