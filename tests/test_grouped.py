@@ -183,15 +183,9 @@ def test_bench_routing_matches_the_issue_ranges():
     (dict(bn=256, b_major="mn", k_grouped=True, out_fp32=True), "fp16"), (dict(bn=128, masked=True), "bf16"),
 ])
 def test_builds_pass_the_resource_gate(cfg, dtype, use_cache):
-    from gemm_ladder.gates.resources import check_cubin_resources
-    from gemm_ladder.runtime.compiler import disassemble
+    from gemm_ladder.gates.resources import check_level_resources
 
-    k = grouped_gemm(**cfg)
-    built = k.build(dtype)
-    geo = k.geometry(dtype)
-    sass = disassemble(built.cubin)
-    report = check_cubin_resources(built.cubin, built.ptxas_log, built.kernel_name, level=None, dtype=dtype,
-                                   threads=geo.threads, dynamic_smem=geo.dynamic_smem, cluster=geo.cluster, sass=sass)
+    report, sass = check_level_resources(grouped_gemm(**cfg), dtype)
     assert report.passed, report.messages
     assert (report.spill_stores, report.spill_loads, report.stack_bytes) == (0, 0, 0)
     assert report.sass["LDL"] == report.sass["STL"] == 0

@@ -252,15 +252,9 @@ def test_gate_and_up_of_one_output_are_in_one_thread():
 def test_resource_gate(dtype, mnemonic, use_cache):
     import re
 
-    from gemm_ladder.gates.resources import check_cubin_resources
-    from gemm_ladder.runtime.compiler import disassemble
+    from gemm_ladder.gates.resources import check_level_resources
 
-    k = SwigluKernel()
-    built = k.build(dtype)
-    geo = k.geometry(dtype)
-    sass = disassemble(built.cubin)
-    report = check_cubin_resources(built.cubin, built.ptxas_log, built.kernel_name, level=None, dtype=dtype,
-                                   threads=geo.threads, dynamic_smem=geo.dynamic_smem, cluster=geo.cluster, sass=sass)
+    report, sass = check_level_resources(SwigluKernel(), dtype)
     assert report.passed, report.messages
     assert (report.spill_stores, report.spill_loads, report.stack_bytes) == (0, 0, 0)
     assert report.sass["LDL"] == report.sass["STL"] == 0

@@ -304,8 +304,9 @@ def check_cubin_resources(
 def check_level_resources(level: Any, dtype: str, arch: str = "sm_90a") -> tuple[ResourceReport, str]:
     """Build ``level`` for ``dtype`` and run the resource gate; returns (report, SASS text).
 
-    ``level`` follows :class:`gemm_ladder.levels.base.Level` (``build``, ``geometry``, ``number``,
-    ``kernel_name``). Raises CompileError if nvcc rejects the level.
+    ``level`` follows :class:`gemm_ladder.levels.base.Level` (``build(dtype, arch)``, ``geometry(dtype)``
+    and ``number``); a library kernel without a ladder ``number`` is judged by the level-free rules
+    (``level=None``). Raises CompileError if the compiler rejects the kernel.
     """
     from gemm_ladder.runtime.compiler import disassemble
 
@@ -313,7 +314,7 @@ def check_level_resources(level: Any, dtype: str, arch: str = "sm_90a") -> tuple
     geo = level.geometry(dtype)
     sass = disassemble(kernel.cubin)
     report = check_cubin_resources(
-        kernel.cubin, kernel.ptxas_log, kernel.kernel_name, level=level.number, dtype=dtype,
+        kernel.cubin, kernel.ptxas_log, kernel.kernel_name, level=getattr(level, "number", None), dtype=dtype,
         threads=geo.threads, dynamic_smem=geo.dynamic_smem, cluster=geo.cluster, sass=sass,
     )
     return report, sass
