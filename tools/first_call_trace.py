@@ -102,6 +102,26 @@ def trace(fn) -> tuple[list[str], Counter]:
     return list(modules), keys
 
 
+def output_allocations(fn, shapes: set[tuple[int, ...]]) -> tuple[object, int]:
+    """``fn()``'s result and how many tensors of the output's shapes (``shapes``: the result's, and its
+    (M, N) view's; not a route's workspace for the transposed orientation, (N, M)) it allocated."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    made = []
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func in (torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default) and \
+                    tuple(out.shape) in shapes:
+                made.append(out)
+            return out
+
+    with Count():
+        result = fn()
+    return result, len(made)
+
+
 def main(which: str) -> None:
     _fakes()
     from gemm_ladder import api
@@ -112,14 +132,14 @@ def main(which: str) -> None:
     x = torch.empty(4, 128, 1024, dtype=torch.bfloat16, device=meta)
     w = torch.empty(768, 1024, dtype=torch.bfloat16, device=meta)
     bias = torch.empty(768, dtype=torch.bfloat16, device=meta)
-    calls = {"mm": ("mm (512 x 1024) @ (1024 x 768)", lambda: api.mm_direct(a, b)),
+    calls = {"mm": ("mm (512 x 1024) @ (1024 x 768)", lambda: api.mm_direct(a, b), {(512, 768)}),
              "linear": ("linear x (4, 128, 1024), w (768, 1024), bias, gelu",
-                        lambda: api.linear_direct(x, w, bias, activation="gelu"))}
-    for label, fn in (calls[which],):
-        modules, keys = trace(fn)
-        print(f"## first {label}: {len(modules)} modules")
-        print("modules: " + ", ".join(m.removeprefix("gemm_ladder.") for m in modules))
-        print("key makers called: " + ", ".join(f"{k.removeprefix('gemm_ladder.')} x{n}" for k, n in sorted(keys.items())))
+                        lambda: api.linear_direct(x, w, bias, activation="gelu"), {(512, 768), (4, 128, 768)})}
+    label, fn, shapes = calls[which]
+    (modules, keys), allocations = output_allocations(lambda: trace(fn), shapes)
+    print(f"## first {label}: {len(modules)} modules, {allocations} output allocation(s)")
+    print("modules: " + ", ".join(m.removeprefix("gemm_ladder.") for m in modules))
+    print("key makers called: " + ", ".join(f"{k.removeprefix('gemm_ladder.')} x{n}" for k, n in sorted(keys.items())))
 
 
 if __name__ == "__main__":

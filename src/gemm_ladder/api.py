@@ -213,15 +213,20 @@ def mm_direct(a, b, out=None, out_dtype=None, *, check_grad: bool = False, fast_
     key = mm_key(a, b, out, out_dtype)
     if check_grad and key is not None and torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         check_mm(a, b, out, out_dtype, check_grad=True)  # raises NotSupportedError naming the operand
-    call = CALLS.get_or_make(key, lambda: _mm_call(a, b, out, out_dtype))
+    fresh: list[torch.Tensor] = []  # the output a first call's decision allocated: run into it
+    call = CALLS.get_or_make(key, lambda: _mm_call(a, b, out, out_dtype, fresh))
     if key is not None:
         CALLS.put_fast(fast_key, call)
-    c = out if out is not None else torch.empty(call.out_shape, dtype=call.out_dtype, device=a.device)
+    c = out if out is not None else (fresh[0] if fresh else
+                                     torch.empty(call.out_shape, dtype=call.out_dtype, device=a.device))
     call.run(a, b, c)
     return c
 
 
-def _mm_call(a, b, out, out_dtype):
+def _mm_call(a, b, out, out_dtype, fresh: list | None = None):
+    """The checked and decided :class:`~gemm_ladder.dispatch.calls.Call` of ``mm(a, b, out=out)``. The
+    route is decided for an output like the one the call will write; where ``out`` is None that output
+    is allocated here and appended to ``fresh`` (when given), so that the first call runs into it."""
     shape = check_mm(a, b, out, out_dtype, check_grad=False)
     kind = trivial(shape)
     if kind is not None:
@@ -229,6 +234,8 @@ def _mm_call(a, b, out, out_dtype):
     check_domain(shape)
     given = out is not None
     c = out if given else torch.empty((shape.m, shape.n), dtype=shape.out_dtype, device=a.device)
+    if not given and fresh is not None:
+        fresh.append(c)
     return make_call("route", (shape.m, shape.n), shape.out_dtype, shape.m, shape.n, shape.k,
                      route=decide(a, b, c, given=given))
 
@@ -395,15 +402,18 @@ def linear_direct(x, w, bias=None, *, activation=None, residual=None, alpha=1.0,
         return _linear_out(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
                            out_dtype=out_dtype, out=out)
     key = linear_key(x, w, out_dtype, bias, residual, activation, alpha, beta)
-    call = CALLS.get_or_make(key, lambda: _linear_call(x, w, bias, activation, residual, alpha, beta, out_dtype))
+    fresh: list[torch.Tensor] = []  # see mm_direct
+    call = CALLS.get_or_make(key, lambda: _linear_call(x, w, bias, activation, residual, alpha, beta, out_dtype,
+                                                       fresh))
     if key is not None:
         CALLS.put_fast(fast_key, call)
-    c = torch.empty(call.out_shape, dtype=call.out_dtype, device=x.device)
+    c = fresh[0].view(call.out_shape) if fresh else torch.empty(call.out_shape, dtype=call.out_dtype,
+                                                                device=x.device)
     _run_linear(call, x, w, c, bias, residual, alpha, beta)
     return c
 
 
-def _linear_call(x, w, bias, activation, residual, alpha, beta, out_dtype):
+def _linear_call(x, w, bias, activation, residual, alpha, beta, out_dtype, fresh: list | None = None):
     k, n = check_linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
                         out_dtype=out_dtype, check_grad=False)
     lead = tuple(x.shape[:-1])
@@ -412,7 +422,7 @@ def _linear_call(x, w, bias, activation, residual, alpha, beta, out_dtype):
         x2, view = x.view(m, k), True
     except RuntimeError:  # batch dimensions that do not merge: reshape copies on every call
         x2, view = x.reshape(m, k), False
-    call = _mm_call(x2, w.T, None, out_dtype)
+    call = _mm_call(x2, w.T, None, out_dtype, fresh)
     call.out_shape, call.view = (*lead, n), view
     call.epilogue = linear_epilogue(bias=bias is not None, activation=activation,
                                     residual=residual is not None and beta != 0, alpha=alpha != 1)

@@ -32,10 +32,12 @@ def plan_mm(a, b, out_dtype) -> LaunchTemplate | None:
     Raises what :func:`gemm_ladder.mm` raises for bad input."""
     a, b = _plain(a), _plain(b)
     key = mm_key(a, b, None, out_dtype)
-    call = CALLS.get_or_make(key, lambda: _mm_call(a, b, None, out_dtype))
+    fresh: list[torch.Tensor] = []  # the output the decision allocated, if it decided here
+    call = CALLS.get_or_make(key, lambda: _mm_call(a, b, None, out_dtype, fresh))
     if call.kind != "bound":
         return None
-    c = torch.empty(call.out_shape, dtype=call.out_dtype, device=a.device)  # stands for each call's output
+    # stands for each call's output
+    c = fresh[0] if fresh else torch.empty(call.out_shape, dtype=call.out_dtype, device=a.device)
     bound = bind_route(call.route, a, b, c)
     return template_from_bound(bound, transposed=call.route.c_path.transposed, out_shape=call.out_shape,
                                out_dtype=call.out_dtype)
@@ -47,7 +49,9 @@ def plan_linear(x, w, bias, residual, activation, alpha, beta, out_dtype) -> Lau
     has another address). Raises what :func:`gemm_ladder.linear` raises for bad input."""
     x, w, bias, residual = _plain(x), _plain(w), _plain(bias), _plain(residual)
     key = linear_key(x, w, out_dtype, bias, residual, activation, alpha, beta)
-    call = CALLS.get_or_make(key, lambda: _linear_call(x, w, bias, activation, residual, alpha, beta, out_dtype))
+    fresh: list[torch.Tensor] = []  # see plan_mm
+    call = CALLS.get_or_make(key, lambda: _linear_call(x, w, bias, activation, residual, alpha, beta, out_dtype,
+                                                       fresh))
     if call.kind != "bound" or not call.view:
         return None
     m, n, k = call.m, call.n, call.k
@@ -56,7 +60,8 @@ def plan_linear(x, w, bias, residual, activation, alpha, beta, out_dtype) -> Lau
             residual.view(m, n)
         except RuntimeError:
             return None  # reshape would copy: a new address every call
-    c = torch.empty(call.out_shape, dtype=call.out_dtype, device=x.device)
+    c = fresh[0].view(call.out_shape) if fresh else torch.empty(call.out_shape, dtype=call.out_dtype,
+                                                                device=x.device)
     tensors, scalars = _epilogue_args(call, bias, residual, alpha, beta)
     epilogue = call.epilogue_call(tensors, scalars, x.device)
     bound = bind_route(call.route, x.view(m, k), w.T, c.view(m, n), epilogue)
