@@ -10,7 +10,10 @@ if [ "${GL_TOOLKIT_HIDDEN:-}" != 1 ]; then
   toolkit=$(readlink -f /usr/local/cuda 2>/dev/null || true)
   hide="true"
   [ -n "$toolkit" ] && [ -d "$toolkit" ] && hide="mount --bind \$(mktemp -d) $toolkit"
-  for n in $(which -a nvcc 2>/dev/null | sort -u); do hide="$hide && mount --bind /dev/null $n"; done
+  for n in $(which -a nvcc 2>/dev/null | sort -u); do
+    real=$(readlink -f "$n")
+    case "$real" in "$toolkit"/*) ;; *) hide="$hide && mount --bind /dev/null $real" ;; esac  # outside the toolkit
+  done
   exec unshare -m sh -c "$hide && GL_TOOLKIT_HIDDEN=1 exec bash \"\$0\" \"\$@\"" "$0" "$@"
 fi
 unset CUDA_HOME CUDA_PATH GEMM_LADDER_NVCC GEMM_LADDER_COMPILER
