@@ -431,6 +431,40 @@ def test_gate_epilogue_without_gpu(use_cache, tmp_path):
 
 
 @needs_nvcc
+def test_gate_epilogue_without_cuobjdump(use_cache, tmp_path, monkeypatch, capsys):
+    """No disassembler (a machine without the toolkit or the nvidia-cuda-cuobjdump wheel): the resource
+    gate is 'not run' with the reason, never a traceback; exit 3. In-process, cuobjdump made unfindable
+    (the builds come from the shared cache when the test above ran first)."""
+    from gemm_ladder import cli
+    from gemm_ladder.errors import CompilerNotFoundError
+    from gemm_ladder.runtime import compiler
+
+    def gone():
+        raise CompilerNotFoundError("cuobjdump not found: put the CUDA toolkit's bin on PATH")
+
+    monkeypatch.setattr(compiler, "cuobjdump_path", gone)
+    status = cli.main(["gate", "--epilogue", "examples/scale_clamp.py:epilogue", "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert status == 3, out
+    assert "resources not run (cuobjdump not found" in out and "correctness not run" in out
+
+
+def test_cli_names_a_missing_tool_in_one_line(monkeypatch, capsys):
+    """A command that meets a missing compiler or cuobjdump ends with one line naming it and exit 3."""
+    from gemm_ladder import cli
+    from gemm_ladder.commands import design
+    from gemm_ladder.errors import CompilerNotFoundError
+
+    def run(args):
+        raise CompilerNotFoundError("no kernel compiler: nvcc not found")
+
+    monkeypatch.setattr(design, "run", run)
+    assert cli.main(["design", "--shape", "256x256x256"]) == 3
+    err = capsys.readouterr().err
+    assert err.strip() == "gemm-ladder design: no kernel compiler: nvcc not found"
+
+
+@needs_nvcc
 def test_gate_epilogue_usage_errors(use_cache, tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("import gemm_ladder, torch\nepilogue = gemm_ladder.Epilogue(cuda='return acc +* 2;', "

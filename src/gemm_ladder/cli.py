@@ -25,7 +25,8 @@ exit status:
   2  usage error or bad input, refused before any compile or launch with one line on stderr
      ("gemm-ladder COMMAND: ...")
   3  incomplete: nothing failed, but a gate that applies did not run (climb and gate without a GPU:
-     correctness and timing need one; the summary line names each gate and why)
+     correctness and timing need one; the summary line names each gate and why), or a tool the
+     command needs is missing (no kernel compiler, no cuobjdump): one line on stderr names it
   141 the reader of the output went away (a closed pipe, as `| head`): stopped quietly
 """
 
@@ -55,9 +56,14 @@ def main(argv: list[str] | None = None) -> int:
     A reader that closes stdout early (``gemm-ladder audit plan.json | head -2``) ends the command
     quietly with status 141 (128 + SIGPIPE, what a shell reports for a command stopped that way).
     """
+    from gemm_ladder.errors import CompilerNotFoundError
+
     args = build_parser().parse_args(argv)
     try:
         return int(args._run(args) or 0)
+    except CompilerNotFoundError as exc:  # the machine lacks a tool: say which, no traceback
+        print(f"gemm-ladder {args.command}: {exc}", file=sys.stderr)
+        return 3
     except BrokenPipeError:
         # stdout's reader is gone: point stdout at /dev/null so the interpreter's final flush is quiet
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -154,7 +154,13 @@ def run_epilogue(args: argparse.Namespace, dtypes: list[str], shapes: list) -> i
     except EpilogueCompileError as exc:
         print(f"gemm-ladder gate: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    resources = epilogue_resources(ep, dtypes, args.arch)
+    from gemm_ladder.errors import CompilerNotFoundError
+
+    try:
+        resources = epilogue_resources(ep, dtypes, args.arch)
+        r_why = ""
+    except CompilerNotFoundError as exc:  # no compiler or no cuobjdump: the census cannot be read
+        resources, r_why = [], str(exc)
     for r in resources:
         print(f"resources {r['kernel']:<34} {r['dtype']} {r['orientation']:<8} "
               + ("passed" if r["passed"] else "FAILED: " + "; ".join(r["messages"])))
@@ -168,9 +174,10 @@ def run_epilogue(args: argparse.Namespace, dtypes: list[str], shapes: list) -> i
     statuses = [r["status"] for r in rows]
     c_state = ("failed" if any(s in ("fail", "error") for s in statuses)
                else "not run" if any(s == "not run" for s in statuses) else "passed")
-    r_state = "passed" if all(r["passed"] for r in resources) else "failed"
+    r_state = "not run" if r_why else "passed" if all(r["passed"] for r in resources) else "failed"
     why = next((r["message"] for r in rows if r["status"] == "not run"), "")
-    print(f"gates: correctness {c_state}" + (f" ({why})" if c_state == "not run" else "") + f"; resources {r_state}")
+    print(f"gates: correctness {c_state}" + (f" ({why})" if c_state == "not run" else "") + f"; resources {r_state}"
+          + (f" ({r_why})" if r_why else ""))
     if args.json:
         from pathlib import Path as _Path
 
@@ -179,7 +186,7 @@ def run_epilogue(args: argparse.Namespace, dtypes: list[str], shapes: list) -> i
         print(f"wrote {args.json}")
     if "failed" in (c_state, r_state):
         return EXIT_FAILED
-    return EXIT_INCOMPLETE if c_state == "not run" else EXIT_PASSED
+    return EXIT_INCOMPLETE if "not run" in (c_state, r_state) else EXIT_PASSED
 
 
 def epilogue_resources(ep, dtypes: list[str], arch: str) -> list[dict]:
