@@ -543,7 +543,6 @@ class Sm90GroupedGemm:
 GROUPED_GEMM = Sm90GroupedGemm()
 
 
-@functools.lru_cache(maxsize=None)
 def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias: bool = False,
                  k_grouped: bool = False, masked: bool = False) -> GroupedGemm:
     """The shared :class:`GroupedGemm` of one build configuration. Raises ValueError for a BN not in
@@ -556,8 +555,13 @@ def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias
         raise ValueError("the K-grouped build reads b MN-major (b_major='mn') and adds no bias")
     if k_grouped and masked:
         raise ValueError("the masked layout is grouped along M, not K")
-    return GroupedGemm(bn=bn, b_major=b_major, out_fp32=bool(out_fp32), bias=bool(bias), k_grouped=bool(k_grouped),
-                       masked=bool(masked))
+    return _grouped_gemm(bn, b_major, bool(out_fp32), bool(bias), bool(k_grouped), bool(masked))
+
+
+@functools.lru_cache(maxsize=None)
+def _grouped_gemm(bn: int, b_major: str, out_fp32: bool, bias: bool, k_grouped: bool, masked: bool) -> GroupedGemm:
+    # One instance per configuration however the arguments were spelled (positional or by keyword).
+    return GroupedGemm(bn=bn, b_major=b_major, out_fp32=out_fp32, bias=bias, k_grouped=k_grouped, masked=masked)
 
 
 __all__ = ["BM", "BK", "BNS", "B_MAJORS", "FAMILY", "GROUPED_GEMM", "GROUP_TABLE_BYTES", "KERNEL_NAME", "MAX_GROUPS",
