@@ -185,7 +185,6 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
   static_assert(config_ok<Cfg>());
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
   constexpr bool kAlongK = Cfg::kMode == GroupedMode::kAlongK;
-  using Scheduler = std::conditional_t<kAlongK, GroupedKScheduler, GroupedScheduler>;
 
   extern __shared__ uint8_t smem_raw[];
   __shared__ GroupTable table;
@@ -195,7 +194,7 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
   if constexpr (Cfg::kMode == GroupedMode::kMasked) table.build_masked(offs, groups, extent / groups, BM);
   else if constexpr (kAlongK) table.build(offs, groups, extent, BK);  // tile_start: each group's K tiles
   else table.build(offs, groups, extent, BM);
-  const Scheduler sched = [&] {
+  const auto sched = [&] {  // GroupedKScheduler along K, else GroupedScheduler
     if constexpr (kAlongK) return GroupedKScheduler(table, groups, M, N, BM, BN);
     else return GroupedScheduler(table, groups, N, BM, BN);
   }();
