@@ -16,7 +16,8 @@
 // Level 9's roles on one CTA (no cluster): a producer warpgroup whose one thread issues the TMA loads,
 // two consumer warpgroups of 64 rows each on a 128 x BN tile (BN 128 or 256, BK 64), the stage ring of
 // stage_ring.cuh (producer_acquire / producer_commit / consumer_wait / consumer_release; the consumers'
-// loop is cluster_ring.cuh's consume_k_range releasing to this CTA alone), persistent CTAs. What differs from sm90_gemm.cu:
+// loop is cluster_ring.cuh's consume_k_range releasing to this CTA alone), persistent CTAs. What differs
+// from sm90_gemm.cu:
 //  - The schedule (grouped_scheduler.cuh): every CTA reads `offs` at its start and builds the prefix of
 //    the groups' M-tile counts in shared memory; tile index -> (M tile over all groups, N tile) in the
 //    library's grouped order, M tile -> its group by a binary search. No group size reaches the host, so
@@ -30,13 +31,13 @@
 //    group's end, so the rows a tile borrowed from the next group are never written, and any pitch.
 // Rows past offs[E - 1] are not written (torch._grouped_mm leaves them too).
 //
-// GroupedMode::kMasked builds the masked layout of decode under CUDA graphs: x (E x M_max, K), group e's rows
-// start at e x M_max, and `offs` holds each group's count of valid rows (on the device); rows past a
-// count are neither loaded into a tile of their own, computed nor written (a group with no row has no
-// tile).
+// GroupedMode::kMasked builds the masked layout of decode under CUDA graphs: x (E x M_max, K), group
+// e's rows start at e x M_max, and `offs` holds each group's count of valid rows (on the device); rows
+// past a count are neither loaded into a tile of their own, computed nor written (a group with no row
+// has no tile).
 //
-// GroupedMode::kAlongK builds the other grouped problem, the weight gradient: out[e] (M, N) = a[:, K_e] @ b[K_e, :]
-// over group e's range K_e = [offs[e - 1], offs[e]) of the shared K (torch._grouped_mm of a 2-D a and a
+// GroupedMode::kAlongK builds the other grouped problem, the weight gradient:
+// out[e] (M, N) = a[:, K_e] @ b[K_e, :] over group e's range K_e = [offs[e - 1], offs[e]) of the shared K (torch._grouped_mm of a 2-D a and a
 // 2-D b), with a (M, total K) and b (total K, N) both read MN-major (a = grad_y^T or x^T, b = x or grad_y:
 // rows of the forward's operands, M or N contiguous). Every group owns all M x N tiles; an empty group's
 // tiles are zeros. A group's K range starts anywhere: its K tiles start at its first row, and its last
