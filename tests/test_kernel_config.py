@@ -53,7 +53,7 @@ def test_bad_configs_are_refused():
                 {"a_major": "row"}):
         with pytest.raises(ValueError):
             KernelConfig("sm90_gemm", **bad)
-    assert GROUPED in SCHEDULES  # a value no family builds yet: room for the grouped GEMM
+    assert GROUPED in SCHEDULES  # the grouped GEMM family's (tests/test_families.py)
     with pytest.raises(ValueError, match="builds no such configuration"):
         GEMM.build(dataclasses.replace(library_gemm("k", "k", 128).config("bf16"), stages=2))
 

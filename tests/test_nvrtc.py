@@ -256,9 +256,10 @@ def test_no_shipped_builds_is_none(tmp_path, monkeypatch):
 
 
 def test_the_grouped_and_fp8_families_build_with_nvrtc(private_cache, monkeypatch):
-    """The families beside the protocol's three compile through NVRTC's stand-in headers too (the fp8
-    kernel's std::is_same_v / conditional_t once failed there, and every fp8 GPU test with it)."""
+    """The grouped and fp8 families compile through NVRTC's stand-in headers too (the fp8 kernel's
+    std::is_same_v / conditional_t once failed there, and every fp8 GPU test with it)."""
     monkeypatch.setenv("GEMM_LADDER_COMPILER", "nvrtc")
+    _forget_builds(None)  # their builds are kept per KernelConfig in this process
     from gemm_ladder.library.fp8 import Fp8Kernel
     from gemm_ladder.library.grouped import grouped_gemm
 
