@@ -5,10 +5,13 @@
 For a problem (M, N, K0), ours and torch's are timed at K = K0 x (1/4, 1/2, 1, 3/2, 2) (K rounded to a
 multiple of 128: the kernels' K block and the fp8 block scales'), and a least-squares line
 t(K) = a + b K is fitted to each side's times. The slope gives the mainloop's rate, 2 M N / b
-(TFLOP/s of the K loop alone); the intercept a (us) is what does not grow with K: launch, prologue and
-pipeline fill, epilogue and store, the last wave's tail. R^2 says whether a line describes the times at
-all. The gap at K0 splits as t_ours(K0) - t_torch(K0) ~ (a_ours - a_torch) + (b_ours - b_torch) K0:
-``miss_fixed_us`` and ``miss_mainloop_us`` in the result.
+(TFLOP/s of the K loop); the intercept a (us) is what does not grow with K: launch, prologue and
+pipeline fill, epilogue and store, per-tile scheduling. R^2 says whether a line describes the times at
+all. Everything that grows with K lands in the slope: the MMA issue rate, the operands' load bandwidth,
+and how many waves the tiles take (a partial last wave runs its whole K loop, so wave quantization
+lowers the rate, not the intercept, unless a stream-K split spreads it). The gap at K0 splits as
+t_ours(K0) - t_torch(K0) ~ (a_ours - a_torch) + (b_ours - b_torch) K0: ``miss_fixed_us`` and
+``miss_mainloop_us`` in the result.
 
 Ops (the problems the issues' targets miss, plus one control):
 
