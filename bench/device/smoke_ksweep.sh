@@ -4,6 +4,7 @@
 # ours against torch, for mm (bf16), scaled_mm (fp8, three scalings) and the grouped GEMM (fwd, grad_w).
 #
 #   OUT=/tmp/out bash bench/device/smoke_ksweep.sh
+#   OUT=/tmp/out KSWEEP_ARGS="--quick" bash bench/device/smoke_ksweep.sh   # 3 K points, half the budget: ~50 s
 #
 # Writes $OUT/ksweep/k_sweep.log and the result JSON ($OUT/ksweep/DATE_k_sweep_COMMIT.json), nothing else.
 # About 90 s with cold kernel builds (about 25 builds in parallel first); no case starts after 110 s
@@ -22,7 +23,7 @@ export GEMM_LADDER_GIT_COMMIT=${GEMM_LADDER_GIT_COMMIT:-$(git rev-parse --short 
   nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv
 } >>"$LOG" 2>&1
 start=$(date +%s)
-OUT="$DEST" timeout 150 python3 bench/experiments/k_sweep.py --deadline 110 >>"$LOG" 2>&1
+OUT="$DEST" timeout 150 python3 bench/experiments/k_sweep.py --deadline 110 ${KSWEEP_ARGS:-} >>"$LOG" 2>&1
 rc=$?
 echo "== k_sweep rc=$rc in $(( $(date +%s) - start )) s" >>"$LOG"
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv >>"$LOG" 2>&1
