@@ -4,15 +4,16 @@ no existing configuration good enough?
 
     python bench/tiles_forced.py [--shapes NAME,...] [--budget 0.03] [-o OUT_DIR]
 
-Shapes: :data:`SHAPES`, the plain (no epilogue) rows of bench/results/2026-12-03_shapes_real_quick_5c39c94.json
+``--check`` adds :data:`CHECK_SHAPES`. Shapes: :data:`SHAPES`, the plain (no epilogue) rows of bench/results/2026-12-03_shapes_real_quick_5c39c94.json
 below 0.85x cuBLAS (M x N x K of ``F.linear(x, w)``, x (M, K), w (N, K), both row-major).
 
 Configurations per shape:
 
 * ``cuBLAS``: ``F.linear(x, w)``; ``route``: ``gemm_ladder.linear(x, w)`` (what the dispatcher runs;
   ``explain``'s choice and the cost model's candidates are recorded beside it);
-* ``general BN {64,128,256} {none,tail,all}``: the general kernel (library/gemm.py, 128 x BN tiles,
-  2-CTA cluster) bound in place with each split policy;
+* ``general BN {64,128,256} {none,tail,all,wave}``: the general kernel (library/gemm.py, 128 x BN
+  tiles, 2-CTA cluster) bound in place with each split policy (library.gemm.SPLITS, the ones the route
+  ranks and any it does not);
 * for M <= 256, ``small_m BN b splits s``: the small-M kernel in the bucket of one tile and the
   smaller buckets of up to 4 M tiles, its own split rule (s = None) and classic split-K (s = 1, 2, 4,
   8, where the grid differs from the rule's).
@@ -58,6 +59,17 @@ SHAPES = (
     ("qwen2.5_7b o_proj", 64, 3584, 3584, "bf16"),
     ("vit_l16 attn.qkv", 12608, 3072, 1024, "bf16"),
 )
+#: Real layer shapes at 0.87-0.99x in the same run, and two squares: where a new split policy must not lose.
+CHECK_SHAPES = (
+    ("square 2048", 2048, 2048, 2048, "bf16"),
+    ("square 4096", 4096, 4096, 4096, "bf16"),
+    ("gemma_7b q_proj", 4097, 4096, 3072, "bf16"),
+    ("phi3_mini qkv_proj", 2048, 9216, 3072, "bf16"),
+    ("vit_l16 mlp.fc1", 12608, 4096, 1024, "bf16"),
+    ("bert_large output.dense", 16384, 1024, 4096, "fp16"),
+    ("qwen2.5_7b down_proj", 1000, 3584, 18944, "bf16"),
+    ("llama3_8b down_proj", 1000, 4096, 14336, "fp16"),
+)
 SPLITS_TRIED = (1, 2, 4, 8)
 MAX_M_TILES = 4
 
@@ -99,7 +111,7 @@ def prebuild(shapes, workers: int) -> list[str]:
 def forced_fns(x: torch.Tensor, w: torch.Tensor, dtype: str) -> dict[str, tuple]:
     """name -> (bound launch, its output c, facts) of every forced configuration on (x, w)."""
     from gemm_ladder.dispatch import kernels as K
-    from gemm_ladder.library.gemm import library_gemm
+    from gemm_ladder.library.gemm import SPLITS, library_gemm
     from gemm_ladder.library.operand import operand_view
     from gemm_ladder.library.small_m import small_m_kernel
 
@@ -109,7 +121,7 @@ def forced_fns(x: torch.Tensor, w: torch.Tensor, dtype: str) -> dict[str, tuple]
     out = {}
     for bn in K.general_bns():
         kernel = library_gemm("k", "k", bn)
-        for split in kernel.splits:
+        for split in sorted(SPLITS, key=lambda sp: (sp not in kernel.splits, sp)):  # every policy, ranked ones first
             c = torch.empty(m, n, dtype=x.dtype, device=x.device)
             bound = kernel.bind(va, vb, c, split=split)
             out[f"general BN {bn} {split}"] = (bound, c, {"kernel": "general", "bn": bn, "split": split,
@@ -223,12 +235,14 @@ def markdown(results: list[dict]) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", default="", help="comma list of shape names (default: all of SHAPES)")
+    p.add_argument("--check", action="store_true", help="also the CHECK_SHAPES (where a change must not lose)")
     p.add_argument("--budget", type=float, default=0.03, help="seconds of timed calls per configuration")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="parallel builds")
     p.add_argument("-o", "--output", default=None, help="output folder (default $OUT/tiles or ./tiles_out)")
     args = p.parse_args()
     want = [s.strip() for s in args.shapes.split(",") if s.strip()]
-    shapes = [s for s in SHAPES if not want or s[0] in want]
+    pool = SHAPES + (CHECK_SHAPES if args.check else ())
+    shapes = [s for s in pool if not want or s[0] in want]
     if want and len(shapes) != len(want):
         print(f"tiles_forced.py: unknown shapes in {want}; names: {[s[0] for s in SHAPES]}", file=sys.stderr)
         return 2

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gemm_ladder.design.problem import ceil_div
-from gemm_ladder.design.stream_k import StreamKTail, plan_tail
+from gemm_ladder.design.stream_k import StreamKTail, plan_tail, plan_wave
 
 TABLE_PATH = Path(__file__).with_name("table.json")
-SPLITS = ("none", "tail", "all")
+SPLITS = ("none", "tail", "all", "wave")
 #: The library kernel's tile rows and K depth, and its cluster (CTAs stacked along M).
 TILE_M, TILE_K, CLUSTER = 128, 64, 2
 
@@ -61,7 +61,8 @@ def work(m: int, n: int, k: int, bn: int, split: str, clusters: int, *, cluster:
     library kernel's schedule (library/gemm.py split_schedule): "none" every unit whole over
     min(units, clusters) clusters; "tail" level 9's rule (design.stream_k.plan_tail, the last partial
     wave split when it would leave more than DEFAULT_MIN_IDLE of the clusters idle); "all" every
-    unit's K iterations shared by min(clusters, iterations) clusters. Iterations of a unit that no
+    unit's K iterations shared by min(clusters, iterations) clusters; "wave" the last partial wave
+    and one whole wave shared (design.stream_k.plan_wave; "all" below two waves). Iterations of a unit that no
     other cluster shares count as whole.
 
     Raises ValueError for an unknown split or non-positive extents.
@@ -72,7 +73,10 @@ def work(m: int, n: int, k: int, bn: int, split: str, clusters: int, *, cluster:
         raise ValueError(f"M, N, K, BN and clusters must be positive, got {m}, {n}, {k}, {bn}, {clusters}")
     units = ceil_div(ceil_div(m, TILE_M), cluster) * ceil_div(n, bn)
     kt = ceil_div(k, TILE_K)
-    if split == "all":
+    if split == "wave" and units >= 2 * min(units, clusters):
+        g = min(units, clusters)
+        sched = plan_wave(units, g, kt)
+    elif split in ("all", "wave"):  # "wave" with fewer than two waves of units is "all" (library/gemm.py)
         g = min(clusters, units * kt)
         sched = StreamKTail(units=units, clusters=g, k_tiles=kt, first_unit=0)
     else:
