@@ -71,7 +71,7 @@ KERNEL_NAME = "gemm_kernel"
 #: kernel takes these too).
 SPLITS = ("tail", "all", "none", "wave")
 #: The policies the dispatcher ranks and the bench times (dispatch/kernels.py kernel_splits): the simpler first.
-RANKED_SPLITS = ("none", "tail", "all")
+RANKED_SPLITS = ("none", "tail", "all", "wave")
 #: Output tile widths built (BM is level 9's 128: two consumer warpgroups of 64 rows). 64 gives twice
 #: the tiles of 128 (1024^3: 128 tiles for 132 SMs instead of 64) for mid-size problems.
 TILE_N = (64, 128, 256)
