@@ -69,8 +69,8 @@ from suite import RESULTS, add_output_argument, meta, require_gpu, result_name, 
 
 M_VALUES = (1, 16, 64, 128, 256)
 NK = ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192))
-#: (N, K) the tune decides at: NK and two short-K shapes (ViT-L's attn.proj is 1024 x 1024), where the
-#: general kernel's BN 64 tiles beat the small-M kernel from M = 96 or 192 on.
+#: (N, K) the tune decides at: NK and two short-K shapes (ViT-L's attn.proj is 1024 x 1024), so that
+#: short-K layers are not decided by 4096 x 4096's times (docs/library.md says what they measured).
 TUNE_NK = NK + ((1024, 1024), (4096, 1024))
 TARGET_FAST, TARGET_FAST_M, TARGET_ALL, AIM_COPY_FRACTION = 1.3, (1, 16, 64), 1.0, 0.8
 #: M values the tune decides at: the top of each bucket with a smaller one to split into, and 96.
