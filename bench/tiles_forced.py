@@ -40,6 +40,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from suite import require_gpu
+
 import gemm_ladder
 from gemm_ladder import dispatch
 from gemm_ladder.contract import DTYPES, reference
@@ -246,9 +248,7 @@ def main() -> int:
     if want and len(shapes) != len(want):
         print(f"tiles_forced.py: unknown shapes in {want}; names: {[s[0] for s in SHAPES]}", file=sys.stderr)
         return 2
-    if not torch.cuda.is_available():
-        print("tiles_forced.py: needs a CUDA GPU", file=sys.stderr)
-        return 2
+    require_gpu(__file__)
     out_dir = Path(args.output or Path(os.environ.get("OUT", "."), "tiles"))
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
