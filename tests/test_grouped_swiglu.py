@@ -80,9 +80,16 @@ def test_swiglu_grads_match_autograd_in_float64():
 
 
 def _cpu_grouped_mm(a, b, offs=None, *, out_dtype=None, bias=None, bn=None):
-    """The grouped kernel's results on the CPU, in fp32 (torch._grouped_mm's CPU path): a stand-in."""
-    out = torch._grouped_mm(a.float(), b.float(), offs)
-    return out.to(out_dtype or a.dtype)
+    """The grouped kernel's results on the CPU, in fp32, a loop over the groups: a stand-in (2-D x 3-D
+    grouped along M, 2-D x 2-D grouped along K)."""
+    ends = [0] + offs.tolist()
+    dt = out_dtype or a.dtype
+    if b.dim() == 2:
+        return torch.stack([a[:, s:t].float() @ b[s:t].float() for s, t in zip(ends, ends[1:])]).to(dt)
+    out = torch.zeros(a.shape[0], b.shape[2])
+    for e, (s, t) in enumerate(zip(ends, ends[1:])):
+        out[s:t] = a[s:t].float() @ b[e].float()
+    return out.to(dt)
 
 
 @pytest.fixture
