@@ -162,9 +162,11 @@ def test_torch_compile_fullgraph_forward_and_backward():
         p.grad = None
     want = gemm_ladder.grouped_swiglu(x, wg, wu, offs) * 2
     want.sum().backward()
-    assert torch.equal(got, want), f"forward (seed {seed})"
+    assert torch.equal(got, want), f"forward (seed {seed})"  # the op is opaque to the compiler: same bits
+    # the backward's pointwise part is traced (AOTAutograd) and may be fused differently: rounding only
     for name, a, c in zip(("grad_x", "grad_w_gate", "grad_w_up"), compiled, (x.grad, wg.grad, wu.grad)):
-        assert torch.equal(a, c), f"{name} (seed {seed})"
+        err = (a.double() - c.double()).norm() / c.double().norm()
+        assert err < 1e-2, f"{name}: compiled against eager rel err {err:.3g} (seed {seed})"
 
 
 def test_cuda_graph_replays_new_routing():
