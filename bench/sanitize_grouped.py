@@ -10,6 +10,7 @@ against float64 (a wrong one exits 1). Builds are compiled first outside the san
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import torch
@@ -21,7 +22,8 @@ SIZES = [0, 1, 70, 129, 0, 33]  # empty at both ends, one row, groups ending mid
 N, K = 136, 200  # tails in N and K
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     require_gpu(__file__)
     import gemm_ladder
     from gemm_ladder.api_grouped import grouped_mm_direct, grouped_mm_masked_direct
