@@ -154,7 +154,7 @@ def explain_grouped_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Te
     dt = str(x.dtype).replace("torch.", "")
 
     def gemm(step, bn, major, out_dtype, k_grouped=False):
-        build = grouped_gemm(bn, major, out_dtype == "float32" and not k_grouped, False, k_grouped)
+        build = grouped_gemm(bn=bn, b_major=major, out_fp32=out_dtype == "float32" and not k_grouped, k_grouped=k_grouped)
         return {"step": step, "kind": "grouped_gemm", "kernel": build.name, "source": SOURCE, "tile": [BM, bn, BK],
                 "b_major": major, "out_dtype": out_dtype, "grouped_along": "K" if k_grouped else "M"}
 
