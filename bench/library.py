@@ -32,6 +32,10 @@ the H200 once kernels are compiled) times fewer shapes for less time each.
 model (dispatch.heuristic.fit) and rewrites ``src/gemm_ladder/dispatch/table.json`` with provenance
 "tuned on <GPU> <date> <commit>"; the timings go in the JSON. Commit the table it writes.
 
+``--refit RESULTS.json``: fit the cost model again to the timings a ``--tune`` run saved (its
+``tune.timings``, with the model's terms as they are now: dispatch.heuristic.features) and rewrite the
+table, keeping the tune's provenance; no GPU needed.
+
 ``--forced``: per shape (default FORCED_SHAPES: the mid sizes and 1024x4096x4096, row,w.T), cuBLAS,
 ``gemm_ladder.mm`` (the dispatcher's choice) and the general kernel forced to each built tile width and
 split (``library_gemm("k", "k", bn).launch(a, b, c, split=...)``, as the tune launches them), timed
@@ -327,6 +331,26 @@ def tune(dtype: str, quick: bool, budget: float, result_file: str = "") -> dict:
     return {"provenance": provenance, "model": model.to_json(), "timings": timings}
 
 
+def refit(path: str) -> dict:
+    """Fit the cost model to the timings of a saved ``--tune`` run (``path``'s ``tune.timings``) on the
+    SM count of its GPU, and write it to the package's table; returns the model's JSON."""
+    from gemm_ladder.dispatch.heuristic import TABLE_PATH, fit, work
+
+    saved = json.loads(Path(path).read_text())
+    sms = ((saved.get("meta") or {}).get("gpu") or {}).get("sm_count") or 132
+    clusters = dispatch.route.DeviceFacts("saved", sms).clusters
+    samples = [(work(t["m"], t["n"], t["k"], t["bn"], t["split"], clusters), t["us"])
+               for t in saved["tune"]["timings"] if t["split"] in ("none", "tail", "all", "wave")]
+    provenance = saved["tune"]["provenance"]
+    model = cite_results(fit(samples, provenance), Path(path).name)
+    table = json.loads(TABLE_PATH.read_text())
+    table.update(model.to_json())
+    TABLE_PATH.write_text(json.dumps(table, indent=1) + "\n")
+    dispatch.clear_cache()
+    print(f"refitted {TABLE_PATH} from {len(samples)} timings of {path} ({provenance})")
+    return model.to_json()
+
+
 # --- forced configurations ------------------------------------------------------------------------
 
 #: The shapes --forced times by default: the mid class (issue 12's >= 0.95x target) and its transpose.
@@ -425,7 +449,8 @@ def sanitize_cases():
 def forced_sanitize_cases():
     """(name, kernel, split, x, y, c) for every general build's stream-K paths, whatever the cost table
     would choose: each tile width with the TMA store and with C from registers (an odd-pitch c), split
-    "tail" and "all", on a shape with M and N tails and a split tail (392 x 776 x 200)."""
+    "tail", "all" and "wave", on a shape with M and N tails and a split tail (392 x 776 x 200); and "wave"
+    over two waves of units at BN 64 (4200 x 520 x 200), where it differs from "all"."""
     from gemm_ladder.dispatch import kernels as K
     from gemm_ladder.library.gemm import library_gemm
 
@@ -434,10 +459,18 @@ def forced_sanitize_cases():
     y = torch.randn(776, 200, generator=gen, device="cuda").to(torch.bfloat16).T
     for bn in K.general_bns():
         for store, kernel in (("TMA store", library_gemm("k", "k", bn)), ("C from registers", library_gemm("k", "k", bn, c_from_registers=True))):
-            for split in ("tail", "all"):
+            for split in ("tail", "all", "wave"):
                 c = torch.empty(392, 779, dtype=torch.bfloat16, device="cuda")[:, :776] if store != "TMA store" \
                     else torch.empty(392, 776, dtype=torch.bfloat16, device="cuda")
                 yield f"BN {bn} {store} split {split}", kernel, split, x, y, c
+    # "wave" proper needs two waves of units: 33 M tiles (17 cluster rows, the last half empty) x 9 N tiles of
+    # 64 = 153 units on 66 clusters, a tail of 21 + 66 units with an N tail.
+    xw = torch.randn(4200, 200, generator=gen, device="cuda").to(torch.bfloat16)
+    yw = torch.randn(520, 200, generator=gen, device="cuda").to(torch.bfloat16).T
+    for store, kernel in (("TMA store", library_gemm("k", "k", 64)), ("C from registers", library_gemm("k", "k", 64, c_from_registers=True))):
+        c = torch.empty(4200, 523, dtype=torch.bfloat16, device="cuda")[:, :520] if store != "TMA store" \
+            else torch.empty(4200, 520, dtype=torch.bfloat16, device="cuda")
+        yield f"BN 64 {store} split wave, two waves", kernel, "wave", xw, yw, c
 
 
 def sanitize() -> int:
@@ -506,8 +539,13 @@ def main() -> int:
                    "shapes, interleaved (about 1-2 minutes); nothing else is run")
     p.add_argument("--forced-shapes", default=",".join("x".join(map(str, s)) for s in FORCED_SHAPES),
                    help="comma list of MxNxK for --forced")
+    p.add_argument("--refit", default=None, metavar="RESULTS.json", help="fit the cost model to a saved --tune run's "
+                   "timings and rewrite the table (no GPU)")
     add_output_argument(p)
     args = p.parse_args()
+    if args.refit:
+        refit(args.refit)
+        return 0
     classes = [c.strip() for c in args.classes.split(",") if c.strip()]
     if unknown := [c for c in classes if c not in CLASSES]:
         print(f"library.py: unknown class {unknown}: use {', '.join(CLASSES)}", file=sys.stderr)

@@ -183,3 +183,14 @@ def test_library_bn64_plans_audit_as_the_ring_they_describe(a_major, b_major):
     assert check_plan(as_json(plan)) == []
     # the search at this depth (8 stages, 2 CTAs x 3 roles, 24 K iterations) is beyond CI's budget:
     # tests/test_audit_designer_plans.py BEYOND_BUDGET
+
+
+@pytest.mark.parametrize("bn", (64, 128, 256))
+def test_the_library_kernels_rings_audit(bn):
+    """The general kernel's own plans (library/gemm.py: its stages and panel ring per width), on a shape
+    with a split tail."""
+    from gemm_ladder.library.gemm import library_gemm
+
+    plan = library_gemm("k", "k", bn).plan(8192, 768, 3072, "bf16")
+    r = audit_plan(as_json(plan))
+    assert r.ok, r.render()

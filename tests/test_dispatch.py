@@ -10,7 +10,7 @@ dispatcher, not a kernel's current limits; the last ones use the real kernels' `
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 import torch
@@ -471,6 +471,45 @@ def test_fit_recovers_a_known_model():
         fit(samples[:3], "x")
 
 
+def test_fit_recovers_a_per_contributor_fixup():
+    """The fixup's two terms (per split launch and per contributor of the most shared unit, both scaled by
+    BN / 256) are told apart when the timed splits share units among few and many clusters ("wave" and
+    "all" against "tail")."""
+    truth = CostModel({256: 0.6, 128: 0.33}, {256: 0.8, 128: 0.45}, 8.0, 6.0, "truth", fixup_contributor_us=0.5)
+    shapes = [(m, n, k) for m in (1024, 4096, 12608) for n in (1024, 3072, 4096) for k in (1024, 4096)]
+    samples = [(w, truth.predict_us(w)) for s in shapes for bn in (256, 128) for sp in ("none", "tail", "all", "wave")
+               for w in [work(*s, bn, sp, 66)]]
+    got = fit(samples, "tuned on test")
+    assert got.fixup_us == pytest.approx(8.0, rel=1e-6) and got.fixup_contributor_us == pytest.approx(0.5, rel=1e-6)
+    assert CostModel.from_json(json.loads(json.dumps(got.to_json()))) == got
+    old = got.to_json()
+    del old["fixup_contributor_us"]  # a table fitted before the term: none
+    assert CostModel.from_json(old).fixup_contributor_us == 0.0
+
+
+def test_work_of_the_wave_split():
+    """"wave" splits the last partial wave and one whole wave (two contributors per unit at most); below
+    two waves it is "all"; with whole waves it splits nothing."""
+    w = work(12608, 1024, 4096, 256, "wave", 66)  # 200 units: 2 whole waves, 68 units split
+    assert (w.units, w.whole_iters, w.split_iters, w.contributors) == (200, 2 * 64, -(-68 * 64 // 66), 2)
+    tail = work(12608, 1024, 4096, 256, "tail", 66)  # "tail" splits the 2 units of the last wave over 66
+    assert tail.contributors == 33 and tail.split_iters == 2
+    assert work(1000, 4608, 3584, 256, "wave", 66) == replace(work(1000, 4608, 3584, 256, "all", 66), split="wave")
+    w = work(8448, 2048, 4096, 256, "wave", 66)  # 33 x 8 = 264 units: 4 whole waves
+    assert (w.whole_iters, w.split_iters, w.contributors) == (4 * 64, 0, 1)
+
+
+def test_the_shipped_table_splits_by_contributors():
+    """The shipped table's choices on real layer shapes measured forced on the H200
+    (bench/results/2026-12-03_tiles_forced_wave_35977db.json: the fastest general policy at each): "wave"
+    where the last wave is nearly empty and K long, "all" below two waves, no split at K = 1024."""
+    model = load_table()
+    for (m, n, k), want in (((12608, 1024, 4096), "wave"), ((4097, 4096, 3072), "wave"), ((1000, 4608, 3584), "all"),
+                            ((12608, 3072, 1024), "none"), ((12608, 4096, 1024), "none")):
+        best = rank(model, m, n, k, 66, [(256, s) for s in ("none", "tail", "all", "wave")])[0]
+        assert best.work.split == want, (m, n, k, [c.to_json() for c in rank(model, m, n, k, 66, [(256, s) for s in ("none", "tail", "all", "wave")])])
+
+
 def test_rank_breaks_ties_toward_the_earlier_config():
     model = load_table()
     ranked = rank(model, 2048, 2048, 2048, 66, [(256, "none"), (256, "tail")])  # 64 units: no tail to split
@@ -518,12 +557,12 @@ def test_fit_recovers_a_model_with_three_widths():
         assert got.split_k_iter_us[bn] == pytest.approx(truth.split_k_iter_us[bn], rel=1e-6)
     assert got.fixed_us == pytest.approx(6.0, rel=1e-6) and got.fixup_us == pytest.approx(2.0, rel=1e-6)
     assert set(got.rules) == {"k_iter_us[64]", "split_k_iter_us[64]", "k_iter_us[128]", "split_k_iter_us[128]",
-                              "k_iter_us[256]", "split_k_iter_us[256]", "fixup_us", "fixed_us"}
+                              "k_iter_us[256]", "split_k_iter_us[256]", "fixup_us", "fixup_contributor_us", "fixed_us"}
     # the table round-trips with the third width, and only widths with samples get a time
     assert CostModel.from_json(json.loads(json.dumps(got.to_json()))) == got
     two = fit([(w, us) for w, us in samples if w.bn != 64], "tuned on test")
     assert two.bns == (256, 128)
-    with pytest.raises(ValueError, match="at least 8"):
+    with pytest.raises(ValueError, match="at least 9"):
         fit(samples[:7], "x")
 
 

@@ -53,7 +53,7 @@ def test_bad_configs_are_refused():
                 {"a_major": "row"}):
         with pytest.raises(ValueError):
             KernelConfig("sm90_gemm", **bad)
-    assert GROUPED in SCHEDULES  # a value no family builds yet: room for the grouped GEMM
+    assert GROUPED in SCHEDULES  # the grouped GEMM family's (tests/test_families.py)
     with pytest.raises(ValueError, match="builds no such configuration"):
         GEMM.build(dataclasses.replace(library_gemm("k", "k", 128).config("bf16"), stages=2))
 
@@ -63,7 +63,7 @@ def test_every_family_implements_the_protocol():
         assert isinstance(fam, Kernel) and K.family(fam.family) is fam
     config = K.general("k", "mn", 64, "fp16")
     assert K.family(config) is GEMM and K.kernel_object(config) is library_gemm("k", "mn", 64)
-    assert K.kernel_splits(config) == ("none", "tail", "all") and K.kernel_splits(K.small_m(40)) == ()
+    assert K.kernel_splits(config) == ("none", "tail", "all", "wave") and K.kernel_splits(K.small_m(40)) == ()
     assert K.kernel_object(K.small_m(40, 16)).bn == 16 and K.small_m(300) is None
 
 

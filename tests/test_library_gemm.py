@@ -263,7 +263,22 @@ def test_split_refusals():
     with pytest.raises(ValueError, match="32-bit"):
         split_schedule(2**16, 66, 2**10, "all")
     assert (66 + 1) * 2**16 * 2**10 >= INT32_LIMIT
-    assert SPLITS == ("tail", "all", "none")
+    assert SPLITS == ("tail", "all", "none", "wave")
+
+
+def test_wave_split_schedule():
+    """"wave": the last partial wave and one whole wave split over the grid, two contributors at most;
+    "all" below two waves; nothing with whole waves (design.stream_k.plan_wave)."""
+    s = split_schedule(200, 66, 64, "wave")  # ViT-L fc2 at BN 256: 3.03 waves
+    assert (s.clusters, s.first_unit, s.tail_units, s.max_contributors) == (66, 132, 68, 2)
+    assert split_schedule(72, 66, 56, "wave") == split_schedule(72, 66, 56, "all")
+    assert split_schedule(40, 66, 16, "wave") == split_schedule(40, 66, 16, "all")
+    assert split_schedule(264, 66, 64, "wave").tail_units == 0
+    for units in range(132, 700, 13):  # every iteration of the tail once, in the cluster ranges the kernel walks
+        s = split_schedule(units, 66, 16, "wave")
+        seen = [(seg.unit, kt) for c in range(s.clusters) for seg in s.segments(c) for kt in range(seg.kb, seg.ke)]
+        assert sorted(seen) == [(u, kt) for u in range(s.first_unit, units) for kt in range(16)]
+        assert s.max_contributors <= 2 and s.first_unit % 66 == 0
 
 
 # --- the rules supports() names (CPU tensors: every rule but the device is checked first) --------------

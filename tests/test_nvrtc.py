@@ -101,6 +101,25 @@ def test_nvrtc_builds_a_cubin_with_ptxas_report_and_names_itself_in_the_entry(pr
 
 
 @needs_nvrtc
+def test_an_empty_nvrtc_log_leaves_pythons_shared_bytes_alone():
+    """A program NVRTC compiles with an empty log (size 1): the log, cubin and PTX buffers must be the
+    compiler's own. ``b" " * 1`` is CPython's shared one-byte object: NVRTC's NUL written into it made
+    every b" " in the process b"\\0" (print's separators came out as NUL bytes on the H200). Run in a
+    child process so that a failure cannot corrupt this one."""
+    import subprocess
+    import sys
+
+    code = ("from gemm_ladder.runtime import nvrtc\n"
+            "cubin, log, ptx = nvrtc.compile_program('extern \"C\" __global__ void k() {}', 'k.cu', "
+            "['--gpu-architecture=sm_90a'], want_ptx=True)\n"
+            "assert cubin and ptx and log == '', (len(cubin), log)\n"
+            "print(repr(b' '), repr(' '.encode()))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "b' ' b' '", run.stdout
+
+
+@needs_nvrtc
 def test_nvrtc_reports_spills_through_ptxas_options(private_cache, monkeypatch):
     monkeypatch.setenv("GEMM_LADDER_COMPILER", "nvrtc")
     k = compiler.compile_kernel(SPILL, "spill", extra_flags=SPILL_FLAGS)
@@ -256,9 +275,10 @@ def test_no_shipped_builds_is_none(tmp_path, monkeypatch):
 
 
 def test_the_grouped_and_fp8_families_build_with_nvrtc(private_cache, monkeypatch):
-    """The families beside the protocol's three compile through NVRTC's stand-in headers too (the fp8
-    kernel's std::is_same_v / conditional_t once failed there, and every fp8 GPU test with it)."""
+    """The grouped and fp8 families compile through NVRTC's stand-in headers too (the fp8 kernel's
+    std::is_same_v / conditional_t once failed there, and every fp8 GPU test with it)."""
     monkeypatch.setenv("GEMM_LADDER_COMPILER", "nvrtc")
+    _forget_builds(None)  # their builds are kept per KernelConfig in this process
     from gemm_ladder.library.fp8 import Fp8Kernel
     from gemm_ladder.library.grouped import grouped_gemm
 

@@ -113,7 +113,7 @@ def test_the_shipped_entry_is_the_tune_it_cites():
     tuned = json.loads((ROOT / cited).read_text())["tune"]["entry"]
     assert TilesRule.from_json(tuned).decisions == rule.decisions
     shapes = {(d.n, d.k) for d in rule.decisions}
-    assert shapes == {(4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192)}
+    assert shapes == {(4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (1024, 1024), (4096, 1024)}
     for d in rule.decisions:  # each decision is the 2% rule applied to its own medians
         assert d.tiles == (2 if d.two_tile_us < (1 - rule.tie) * d.one_tile_us else 1), d
 

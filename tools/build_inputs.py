@@ -4,10 +4,14 @@ replaced by a recorder in this process, so run it as its own process (the builds
 records, not cubins).
 
     PYTHONPATH=src python3 tools/build_inputs.py > tests/data/build_inputs.json
+    PYTHONPATH=src python3 tools/build_inputs.py grouped_fp8 > tests/data/build_inputs_grouped_fp8.json
 
 Two runs that print the same JSON give the compiler the same inputs for every build: the same cubins
 and SASS (the compiler's cache key is the unit, the sorted flags, the compiler and the headers).
-tests/test_kernel_config.py compares the package's output against the committed file.
+tests/test_build_inputs.py compares the package's output against the committed file. The second form
+records every grouped GEMM build the host code can ask for and every fp8 build (tests/test_families.py
+compares it); it builds through ``grouped_gemm(...).build(dtype)`` and ``Fp8Kernel(...).build()``, which
+the trees before and after those kernels became KernelConfig families (issue 22) both take.
 """
 
 from __future__ import annotations
@@ -78,6 +82,42 @@ def capture(epilogues: str = "common") -> dict:
     return {"defines": dict(sorted(defines.items())), "builds": dict(sorted(out.items()))}
 
 
+def capture_grouped_fp8() -> dict:
+    """{label: {kernel, unit, defines}} of every grouped GEMM build api_grouped.py can ask for (bf16 and
+    fp16) and every fp8 build (scale granularity, A and B fp8 dtypes, output, bias, tile width, overlap)."""
+    import itertools
+
+    import gemm_ladder.library.fp8 as fp8
+    import gemm_ladder.library.grouped as grouped
+
+    def record(source, kernel_name, *, arch="sm_90a", defines=None, extra_flags=None):
+        return _Recorded({"kernel": kernel_name, "arch": arch, "defines": dict(sorted((defines or {}).items())),
+                          "unit": hashlib.sha256(source.encode()).hexdigest()[:16], "extra": extra_flags})
+
+    grouped.compile_kernel = fp8.compile_kernel = record
+    builds = []
+    for bn, major, f32, (bias, masked, kg), d in itertools.product(
+            (128, 256), ("k", "mn"), (False, True), ((0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1)), ("bf16", "fp16")):
+        if not (kg and major == "k"):
+            kw = dict(bn=bn, b_major=major, out_fp32=f32, bias=bool(bias), k_grouped=bool(kg), masked=bool(masked))
+            builds.append((f"grouped {sorted(kw.items())} {d}", lambda kw=kw, d=d: grouped.grouped_gemm(**kw).build(d)))
+    for mode, a, b, out, bias, bn, overlap in itertools.product(
+            fp8.SCALE_MODES, ("e4m3", "e5m2"), ("e4m3", "e5m2"), ("bf16", "fp16", "fp32", "fp8"), (False, True),
+            fp8.TILE_N, (True, False)):
+        if not (out == "fp8" and bn != 128):
+            k = fp8.Fp8Kernel(mode, a, b, out, bias, bn, overlap=overlap)
+            builds.append((f"fp8 {k}", k.build))
+    defines: dict[str, dict] = {}
+    out: dict[str, dict] = {}
+    for label, run in builds:
+        r = run().record
+        digest = hashlib.sha256(json.dumps(r["defines"], sort_keys=True).encode()).hexdigest()[:12]
+        defines[digest] = r["defines"]
+        out[label] = {"kernel": r["kernel"], "arch": r["arch"], "unit": r["unit"], "defines": digest, "extra": r["extra"]}
+    return {"defines": dict(sorted(defines.items())), "builds": dict(sorted(out.items()))}
+
+
 if __name__ == "__main__":
-    json.dump(capture(*sys.argv[1:]), sys.stdout, indent=0, sort_keys=True, separators=(",", ":"))
+    result = capture_grouped_fp8() if sys.argv[1:] == ["grouped_fp8"] else capture(*sys.argv[1:])
+    json.dump(result, sys.stdout, indent=0, sort_keys=True, separators=(",", ":"))
     sys.stdout.write("\n")

@@ -39,9 +39,9 @@ def run(args: argparse.Namespace) -> int:
     """Climb; the exit status of :data:`EPILOG`."""
     from gemm_ladder.contract import parse_dtypes
     from gemm_ladder.gates.climb import Target, check_run_arguments, command_line, parse_level_range, run_gates
-    from gemm_ladder.gates.verdict import EXIT_USAGE, exit_status
+    from gemm_ladder.gates.verdict import EXIT_USAGE, finish
     from gemm_ladder.levels import LEVELS, arch_refusal
-    from gemm_ladder.results import check_writable, write_json
+    from gemm_ladder.results import check_writable
     from gemm_ladder import gpu
     from gemm_ladder.shapes import default_climb_shapes, parse_shape_sets
 
@@ -59,10 +59,4 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     targets = [Target.from_level(LEVELS[n]) for n in numbers]
     result = run_gates(targets, dtypes, shapes, arch=args.arch, command=command_line(), time_budget_s=args.budget)
-    if args.json:
-        try:
-            print(f"wrote {write_json(result, args.json)}")
-        except OSError as exc:
-            print(f"gemm-ladder climb: cannot write {args.json}: {exc.strerror or exc}", file=sys.stderr)
-            return EXIT_USAGE
-    return exit_status(result)
+    return finish(result, args.json, "climb")

@@ -96,8 +96,8 @@ def run(args: argparse.Namespace) -> int:
     """Gate the callable; the exit status of :data:`EPILOG`."""
     from gemm_ladder.contract import Domain, parse_dtypes
     from gemm_ladder.gates.climb import Target, check_run_arguments, command_line, run_gates
-    from gemm_ladder.gates.verdict import EXIT_USAGE, exit_status
-    from gemm_ladder.results import check_writable, write_json
+    from gemm_ladder.gates.verdict import EXIT_USAGE, finish
+    from gemm_ladder.results import check_writable
     from gemm_ladder.shapes import parse_shape_sets
 
     try:
@@ -127,13 +127,7 @@ def run(args: argparse.Namespace) -> int:
     )
     result = run_gates([target], dtypes, shapes, arch=args.arch, device=args.device, command=command_line(),
                        time_budget_s=args.budget)
-    if args.json:
-        try:
-            print(f"wrote {write_json(result, args.json)}")
-        except OSError as exc:
-            print(f"gemm-ladder gate: cannot write {args.json}: {exc.strerror or exc}", file=sys.stderr)
-            return EXIT_USAGE
-    return exit_status(result)
+    return finish(result, args.json, "gate")
 
 
 def run_epilogue(args: argparse.Namespace, dtypes: list[str], shapes: list) -> int:

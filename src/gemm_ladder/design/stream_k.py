@@ -138,3 +138,28 @@ def plan_tail(units: int, clusters: int, k_tiles: int, min_idle: float = DEFAULT
     split = (units > clusters and tail > 0 and (clusters - tail) / clusters > min_idle
              and tail * k_tiles >= clusters and (clusters + 1) * tail * k_tiles < INT32_LIMIT)
     return StreamKTail(units=units, clusters=clusters, k_tiles=k_tiles, first_unit=units - tail if split else units)
+
+
+@functools.lru_cache(maxsize=256)
+def plan_wave(units: int, clusters: int, k_tiles: int) -> StreamKTail:
+    """Split the last partial wave and the whole wave before it by K over every cluster ("data-parallel
+    + one stream-K wave", the hybrid of Osama et al.'s paper, section 5): units
+    [0, units - R - G) are computed whole (the same number by every cluster), and the R + G tail units'
+    K iterations are divided evenly, so every cluster's range holds between k_tiles and 2 k_tiles
+    iterations and no unit has more than two contributors. (plan_tail's split of the R units alone
+    gives each of them about G / R contributors, whose partials the last arriver reads one after
+    another.)
+
+    With no partial wave (R = 0), no split (first_unit = units); with fewer than two waves of units,
+    every unit is split (first_unit = 0, as the "all" policy over ``clusters``). The caller's
+    ``clusters`` is the grid's: min(units, resident) for whole waves. Raises ValueError for
+    non-positive counts or a tail beyond the kernel's 32-bit arithmetic.
+    """
+    if units < 1 or clusters < 1 or k_tiles < 1:
+        raise ValueError(f"units, clusters and k_tiles must be positive, got {units}, {clusters}, {k_tiles}")
+    tail = units % clusters
+    first = units if tail == 0 else max(0, units - tail - clusters)
+    if (clusters + 1) * (units - first) * k_tiles >= INT32_LIMIT:
+        raise ValueError(f"a split of {units - first} units x {k_tiles} K iterations over {clusters} clusters exceeds "
+                         "the kernel's 32-bit stream-K arithmetic")
+    return StreamKTail(units=units, clusters=clusters, k_tiles=k_tiles, first_unit=first)

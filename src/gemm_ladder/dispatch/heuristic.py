@@ -4,12 +4,15 @@ named parameters live in ``table.json`` beside this file, regenerated from timin
 
 The library kernel is persistent: up to G clusters (of ``cluster`` CTAs, one per SM) walk U work
 units, a unit being ``cluster`` stacked 128 x BN tiles, each K_t = ceil(K / 64) K iterations long;
-its split policy ("none", "tail", "all": library/gemm.py split_schedule) decides which
+its split policy ("none", "tail", "all", "wave": library/gemm.py split_schedule) decides which
 units are computed whole and which are shared by K over every cluster (stream-K). The model charges the
 busiest cluster's critical path (:func:`work`): ``k_iter_us[BN]`` per whole K iteration,
-``split_k_iter_us[BN]`` per shared one, ``fixup_us`` once when any unit is shared (partials written,
-added by the last arriver), and ``fixed_us`` per launch (setup, the first load's latency, the last
-tile's store).
+``split_k_iter_us[BN]`` per shared one, and when any unit is shared its fixup (each contributor's
+fp32 partial written, the last arriver adding them in K order): ``fixup_us`` once plus
+``fixup_contributor_us`` per contributor of the most shared unit, both quoted for BN = 256 and scaled
+by BN / 256 (a partial is 64 x BN floats per consumer); and ``fixed_us`` per launch (setup, the first
+load's latency, the last tile's store). The per-contributor term is what tells "tail" (a few units,
+each shared by about G / R clusters) from "wave" (R + G units, two contributors each).
 
 The table's ``provenance`` says where the numbers come from: "untuned default: ..." (derived by the
 rule written beside each value from measurements in bench/results/) or "tuned on <GPU> <date>
@@ -24,18 +27,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gemm_ladder.design.problem import ceil_div
-from gemm_ladder.design.stream_k import StreamKTail, plan_tail
+from gemm_ladder.design.stream_k import StreamKTail, plan_tail, plan_wave
 
 TABLE_PATH = Path(__file__).with_name("table.json")
-SPLITS = ("none", "tail", "all")
+SPLITS = ("none", "tail", "all", "wave")
 #: The library kernel's tile rows and K depth, and its cluster (CTAs stacked along M).
 TILE_M, TILE_K, CLUSTER = 128, 64, 2
+#: The tile width the fixup's figures are quoted for (they scale with BN / FIXUP_BN).
+FIXUP_BN = 256
 
 
 @dataclass(frozen=True)
 class Work:
     """The critical path of one configuration: whole and split K iterations of the busiest cluster,
-    and the clusters the launch uses (``grid_clusters``)."""
+    the clusters the launch uses (``grid_clusters``), and the most clusters sharing one unit
+    (``contributors``: 1 when no unit is shared)."""
 
     bn: int
     split: str
@@ -45,6 +51,7 @@ class Work:
     whole_iters: int
     split_iters: int
     grid_clusters: int
+    contributors: int = 1
 
     @property
     def waves(self) -> float:
@@ -61,7 +68,8 @@ def work(m: int, n: int, k: int, bn: int, split: str, clusters: int, *, cluster:
     library kernel's schedule (library/gemm.py split_schedule): "none" every unit whole over
     min(units, clusters) clusters; "tail" level 9's rule (design.stream_k.plan_tail, the last partial
     wave split when it would leave more than DEFAULT_MIN_IDLE of the clusters idle); "all" every
-    unit's K iterations shared by min(clusters, iterations) clusters. Iterations of a unit that no
+    unit's K iterations shared by min(clusters, iterations) clusters; "wave" the last partial wave
+    and one whole wave shared (design.stream_k.plan_wave; "all" below two waves). Iterations of a unit that no
     other cluster shares count as whole.
 
     Raises ValueError for an unknown split or non-positive extents.
@@ -72,7 +80,10 @@ def work(m: int, n: int, k: int, bn: int, split: str, clusters: int, *, cluster:
         raise ValueError(f"M, N, K, BN and clusters must be positive, got {m}, {n}, {k}, {bn}, {clusters}")
     units = ceil_div(ceil_div(m, TILE_M), cluster) * ceil_div(n, bn)
     kt = ceil_div(k, TILE_K)
-    if split == "all":
+    if split == "wave" and units >= 2 * min(units, clusters):
+        g = min(units, clusters)
+        sched = plan_wave(units, g, kt)
+    elif split in ("all", "wave"):  # "wave" with fewer than two waves of units is "all" (library/gemm.py)
         g = min(clusters, units * kt)
         sched = StreamKTail(units=units, clusters=g, k_tiles=kt, first_unit=0)
     else:
@@ -82,12 +93,13 @@ def work(m: int, n: int, k: int, bn: int, split: str, clusters: int, *, cluster:
     shared = ceil_div(sched.total, g) if sched.tail_units else 0
     if shared and sched.max_contributors == 1:  # every unit computed by one cluster: nothing to fix up
         whole, shared = whole + shared, 0
-    return Work(bn, split, units, clusters, kt, whole, shared, g)
+    return Work(bn, split, units, clusters, kt, whole, shared, g, sched.max_contributors if shared else 1)
 
 
 @dataclass(frozen=True)
 class CostModel:
-    """Microseconds per K iteration (whole and split, per BN), per split launch, and per launch."""
+    """Microseconds per K iteration (whole and split, per BN), per split launch and per contributor of its
+    most shared unit (at BN = FIXUP_BN), and per launch."""
 
     k_iter_us: dict[int, float]
     split_k_iter_us: dict[int, float]
@@ -95,6 +107,7 @@ class CostModel:
     fixed_us: float
     provenance: str
     rules: dict[str, str] = field(default_factory=dict)
+    fixup_contributor_us: float = 0.0
 
     @property
     def tuned(self) -> bool:
@@ -107,24 +120,30 @@ class CostModel:
     def predict_us(self, w: Work) -> float:
         """Predicted time of one launch, microseconds."""
         t = self.fixed_us + w.whole_iters * self.k_iter_us[w.bn] + w.split_iters * self.split_k_iter_us[w.bn]
-        return t + (self.fixup_us if w.splits else 0.0)
+        if w.splits:
+            t += (self.fixup_us + self.fixup_contributor_us * w.contributors) * w.bn / FIXUP_BN
+        return t
 
     def to_json(self) -> dict:
         return {"provenance": self.provenance,
                 "k_iter_us": {str(bn): v for bn, v in self.k_iter_us.items()},
                 "split_k_iter_us": {str(bn): v for bn, v in self.split_k_iter_us.items()},
-                "fixup_us": self.fixup_us, "fixed_us": self.fixed_us, "rules": dict(self.rules)}
+                "fixup_us": self.fixup_us, "fixup_contributor_us": self.fixup_contributor_us, "fixed_us": self.fixed_us,
+                "rules": dict(self.rules)}
 
     @classmethod
     def from_json(cls, d: dict) -> "CostModel":
-        """Parse a table; raises ValueError naming what is missing or not a finite non-negative number."""
+        """Parse a table; raises ValueError naming what is missing or not a finite non-negative number.
+        ``fixup_contributor_us`` may be absent (a table fitted before it: 0)."""
         try:
             model = cls({int(bn): float(v) for bn, v in d["k_iter_us"].items()},
                         {int(bn): float(v) for bn, v in d["split_k_iter_us"].items()},
-                        float(d["fixup_us"]), float(d["fixed_us"]), str(d["provenance"]), dict(d.get("rules", {})))
+                        float(d["fixup_us"]), float(d["fixed_us"]), str(d["provenance"]), dict(d.get("rules", {})),
+                        float(d.get("fixup_contributor_us", 0.0)))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"dispatch table: {type(exc).__name__}: {exc}") from None
-        values = [*model.k_iter_us.values(), *model.split_k_iter_us.values(), model.fixup_us, model.fixed_us]
+        values = [*model.k_iter_us.values(), *model.split_k_iter_us.values(), model.fixup_us, model.fixed_us,
+                  model.fixup_contributor_us]
         if not all(math.isfinite(v) and v >= 0 for v in values):
             raise ValueError(f"dispatch table: every time must be a finite number >= 0, got {values}")
         if set(model.k_iter_us) != set(model.split_k_iter_us) or not model.k_iter_us:
@@ -148,7 +167,7 @@ class Candidate:
         w = self.work
         return {"bn": w.bn, "split": w.split, "predicted_us": round(self.predicted_us, 2), "units": w.units,
                 "waves": round(w.waves, 3), "whole_k_iters": w.whole_iters, "split_k_iters": w.split_iters,
-                "grid_clusters": w.grid_clusters}
+                "grid_clusters": w.grid_clusters, "contributors": w.contributors}
 
 
 def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[tuple[int, str]]) -> list[Candidate]:
@@ -164,11 +183,13 @@ def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[
 
 def features(w: Work, bns: tuple[int, ...]) -> list[float]:
     """The model's regressors for one configuration: whole and split iterations for each tile width of
-    ``bns`` (zero but for the configuration's own BN), the split flag, 1."""
+    ``bns`` (zero but for the configuration's own BN), the split flag and the contributors of the most
+    shared unit (each times BN / FIXUP_BN; zero without a split), 1."""
     row = []
     for bn in bns:
         row += [float(w.whole_iters if w.bn == bn else 0), float(w.split_iters if w.bn == bn else 0)]
-    return row + [1.0 if w.splits else 0.0, 1.0]
+    scale = w.bn / FIXUP_BN if w.splits else 0.0
+    return row + [scale, scale * w.contributors, 1.0]
 
 
 def fit(samples: list[tuple[Work, float]], provenance: str) -> CostModel:
@@ -181,18 +202,19 @@ def fit(samples: list[tuple[Work, float]], provenance: str) -> CostModel:
     A parameter with no sample behind it (say, no split configuration timed) or fitted below zero is
     clamped at zero and named in ``rules``. Uses numpy (a dependency).
 
-    Raises ValueError with fewer samples than parameters (2 per tile width, plus 2).
+    Raises ValueError with fewer samples than parameters (2 per tile width, plus 3).
     """
     import numpy as np
 
     bns = tuple(sorted({w.bn for w, _ in samples}, reverse=True))
-    params = 2 * len(bns) + 2
+    params = 2 * len(bns) + 3
     if len(samples) < max(6, params):
         raise ValueError(f"fit needs at least {max(6, params)} timed configurations, got {len(samples)}")
     x = np.array([features(w, bns) for w, _ in samples])
     t = np.array([us for _, us in samples])
     coef, *_ = np.linalg.lstsq(x / t[:, None], np.ones_like(t), rcond=None)
-    names = [f"{kind}[{bn}]" for bn in bns for kind in ("k_iter_us", "split_k_iter_us")] + ["fixup_us", "fixed_us"]
+    names = [f"{kind}[{bn}]" for bn in bns for kind in ("k_iter_us", "split_k_iter_us")] + ["fixup_us",
+                                                                                          "fixup_contributor_us", "fixed_us"]
     rules = {}
     for i, name in enumerate(names):
         if not x[:, i].any():
@@ -204,6 +226,6 @@ def fit(samples: list[tuple[Work, float]], provenance: str) -> CostModel:
         else:
             rules[name] = f"least squares over {len(samples)} timed configurations (relative error)"
     c = [float(v) for v in coef]
-    fixup = c[2 * len(bns)]
+    fixup, per_contributor = c[2 * len(bns)], c[2 * len(bns) + 1]
     return CostModel({bn: c[2 * i] for i, bn in enumerate(bns)}, {bn: c[2 * i + 1] for i, bn in enumerate(bns)},
-                     fixup, c[-1], provenance, rules)
+                     fixup, c[-1], provenance, rules, per_contributor)

@@ -11,6 +11,10 @@
 * :func:`general_from_registers` - its build that stores C from registers (any pitch, float32 too):
   the route's build for outputs a TMA store cannot write; options ``split``.
 
+The grouped GEMM (``sm90_grouped_gemm``, library/grouped.py) and fp8 (``sm90_fp8_gemm``,
+library/fp8.py) families are reached the same way; the public grouped and fp8 calls (api_grouped.py,
+the ``scaled_mm`` op) choose their builds themselves (no route ranks them).
+
 :func:`family` gives a config's family (its host module's protocol object), :func:`kernel_object`
 the per-configuration object the tests, benches and ``explain`` read (plan, tile, stages, name).
 """
@@ -27,6 +31,8 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "sm90_gemm": ("gemm_ladder.library.gemm", "GEMM"),
     "sm90_gemm_small_m": ("gemm_ladder.library.small_m", "SMALL_M"),
     "sm90_swiglu": ("gemm_ladder.library.swiglu", "SWIGLU"),
+    "sm90_grouped_gemm": ("gemm_ladder.library.grouped", "GROUPED_GEMM"),
+    "sm90_fp8_gemm": ("gemm_ladder.library.fp8", "FP8_GEMM"),
 }
 
 
@@ -39,7 +45,8 @@ def family(config: KernelConfig | str) -> Kernel:
 
 
 def kernel_object(config: KernelConfig):
-    """The per-configuration object of ``config`` (a LibraryGemm, a SmallMGemm or the SwigluKernel):
+    """The per-configuration object of ``config`` (a LibraryGemm, a SmallMGemm, the SwigluKernel, a
+    GroupedGemm or an Fp8Kernel):
     its plan, tile, stages and name, for ``explain``, the benches and the tests."""
     return importlib.import_module(FAMILIES[config.family][0]).kernel_for(config)
 

@@ -11,6 +11,8 @@ the verdict incomplete. No gate is ever "passed" without a check that ran.
 
 from __future__ import annotations
 
+import sys
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,3 +154,18 @@ def exit_status(result: dict[str, Any]) -> int:
     """0 passed, 1 failed, 3 incomplete (:data:`EXIT_PASSED`, ...), from ``summary.verdict``."""
     return {VERDICT_PASSED: EXIT_PASSED, VERDICT_FAILED: EXIT_FAILED,
             VERDICT_INCOMPLETE: EXIT_INCOMPLETE}[result["summary"]["verdict"]]
+
+
+def finish(result: dict[str, Any], json_path: str | None, command: str) -> int:
+    """The end of a gate-running command (``climb``, ``gate``): ``result`` written to ``json_path``
+    when one is given ("wrote PATH" on stdout), then :func:`exit_status`. A path that cannot be
+    written ends in one line on stderr naming ``command`` and :data:`EXIT_USAGE`."""
+    from gemm_ladder.results import write_json
+
+    if json_path:
+        try:
+            print(f"wrote {write_json(result, json_path)}")
+        except OSError as exc:
+            print(f"gemm-ladder {command}: cannot write {json_path}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_USAGE
+    return exit_status(result)

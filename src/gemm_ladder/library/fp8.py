@@ -1,4 +1,11 @@
-"""The fp8 library kernel: ``torch._scaled_mm``'s product on gemm-ladder's own kernel, and ``quantize_fp8``.
+"""The fp8 library kernel family: ``torch._scaled_mm``'s product on gemm-ladder's own kernel, and ``quantize_fp8``.
+
+The family ``sm90_fp8_gemm`` (:data:`FP8_GEMM`, the :class:`~gemm_ladder.library.kernel.Kernel`
+protocol) takes a :class:`~gemm_ladder.library.kernel.KernelConfig` whose input dtypes are fp8
+(``dtype`` A's, ``b_dtype`` B's where it differs: "e4m3" or "e5m2"), whose ``scale`` is the scale
+granularity and whose ``out_dtype`` is "bf16", "fp16", "fp32" or "e4m3" (quantized). :class:`Fp8Kernel`
+is the per-configuration object; its builds and loaded modules are the kernel module's, keyed by the
+config (library/kernel.py ``built`` and ``loaded``).
 
 Kernel: ``kernels/library/sm90_fp8_gemm.cu`` (its header comment gives the design): fp8 A (M, K)
 row-major and B given as torch gives ``mat2`` to ``_scaled_mm``, (K, N) column-major, so that ``B.T`` is
@@ -33,11 +40,14 @@ import torch
 
 from gemm_ladder.design.tensor_maps import TensorMapSpec
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
+from gemm_ladder.library import kernel as K
+from gemm_ladder.library.kernel import DATA_PARALLEL, STORE_REGISTERS, KernelConfig, Operands
 from gemm_ladder.runtime.compiler import compile_kernel
 from gemm_ladder.runtime.module import device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
 
 SOURCE = "library/sm90_fp8_gemm.cu"
+FAMILY = "sm90_fp8_gemm"
 KERNEL_NAME = "fp8_gemm_kernel"
 BM = BK = 128
 #: Tile widths: 128, or 64 when 128-wide tiles would leave SMs idle (small M or N; not the quantized output).
@@ -119,18 +129,132 @@ class Fp8Kernel:
                           a_load_bytes=self.expect_tx_bytes - self.bn * BK, expect_tx_bytes=self.expect_tx_bytes,
                           store_order=())
 
+    def config(self, arch: str = "sm_90a") -> KernelConfig:
+        """This build as a :class:`KernelConfig` (its key; its ``-D`` constants are :meth:`defines`, in
+        ``extra``). Raises ValueError for a field this family does not build."""
+        return _config(self, arch)
+
+    def translation_unit(self) -> str:
+        """The source compiled: a comment naming the build, then the kernel."""
+        return f'// gemm-ladder library fp8 {self}\n#include "{SOURCE}"\n'
+
     def build(self, arch: str = "sm_90a"):
         """Compile (or fetch from the kernel cache) this build's cubin; raises CompileError with nvcc's message."""
-        return compile_kernel(f'// gemm-ladder library fp8 {self}\n#include "{SOURCE}"\n', KERNEL_NAME, arch=arch,
-                              defines=self.defines())
+        config = self.config(arch)
+        return K.built(config, lambda: _compile(self, config))
 
     def loaded(self, device: torch.device):
-        return _loaded(self, device_index(device))
+        """This build loaded on ``device`` (compiled first if needed)."""
+        config = self.config()
+        return K.loaded(config, device_index(device), lambda: load(
+            self.build(), torch.device("cuda", device_index(device)), threads=THREADS,
+            dynamic_smem=self.dynamic_smem))
 
 
-@functools.lru_cache(maxsize=None)
-def _loaded(kernel: Fp8Kernel, index: int):
-    return load(kernel.build(), torch.device("cuda", index), threads=THREADS, dynamic_smem=kernel.dynamic_smem)
+#: The output dtype names of a KernelConfig for Fp8Kernel's (the quantized output is e4m3 values).
+_CONFIG_OUT = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8": "e4m3"}
+
+
+@functools.lru_cache(maxsize=1024)
+def _config(kernel: Fp8Kernel, arch: str) -> KernelConfig:
+    if kernel.scale_mode not in SCALE_MODES or kernel.out_dtype not in _CONFIG_OUT or kernel.bn not in TILE_N:
+        raise ValueError(f"{FAMILY} builds no such configuration: {kernel}")
+    return KernelConfig(
+        FAMILY, dtype=kernel.a_dtype, b_dtype=None if kernel.b_dtype == kernel.a_dtype else kernel.b_dtype,
+        out_dtype=_CONFIG_OUT[kernel.out_dtype], arch=arch, tile=(BM, kernel.bn, BK), stages=kernel.ring_stages,
+        cluster=1, consumers=2, producer_warpgroup=True, c_ring=0, store=STORE_REGISTERS, schedule=DATA_PARALLEL,
+        scale=kernel.scale_mode, extra=tuple(kernel.defines().items()))
+
+
+def kernel_for(config: KernelConfig) -> Fp8Kernel:
+    """The :class:`Fp8Kernel` whose build ``config`` describes; raises ValueError for a config of another
+    family or one this family does not build."""
+    if config.family != FAMILY:
+        raise ValueError(f"config of family {config.family!r} given to {FAMILY}")
+    extra = dict(config.extra)
+    out = {v: k for k, v in _CONFIG_OUT.items()}.get(config.out_dtype)
+    try:
+        kernel = Fp8Kernel(scale_mode=config.scale, a_dtype=config.dtype, b_dtype=config.b_dtype or config.dtype,
+                           out_dtype=out, bias=bool(extra.get("GL_FP8_BIAS")), bn=config.tile[1],
+                           stages=0 if config.stages == STAGES.get(config.tile[1]) else config.stages,
+                           overlap=bool(extra.get("GL_FP8_OVERLAP", 1)))
+        same = kernel.config(config.arch) == config
+    except (ValueError, KeyError):
+        same = False
+    if not same:
+        raise ValueError(f"{FAMILY} builds no such configuration: {config}")
+    return kernel
+
+
+def _compile(kernel: Fp8Kernel, config: KernelConfig):
+    return compile_kernel(kernel.translation_unit(), KERNEL_NAME, arch=config.arch, defines=config.defines())
+
+
+class Sm90Fp8Gemm:
+    """The fp8 kernel family behind the :class:`~gemm_ladder.library.kernel.Kernel` protocol. A problem
+    (:class:`~gemm_ladder.library.kernel.Operands`): ``a`` (M, K) and ``b`` (K, N) fp8 tensors as
+    ``torch._scaled_mm`` takes them, ``c`` the output (M, N) or None (a new one; the quantized output is
+    always new), ``more`` = (scale_a, scale_b, bias or None)."""
+
+    family = FAMILY
+    splits: tuple[str, ...] = ()
+
+    def config(self, scale: str, a_dtype: str = "e4m3", b_dtype: str = "e4m3", out_dtype: str = "bf16", *,
+               bias: bool = False, bn: int = 128) -> KernelConfig:
+        """The build for ``scale`` granularity, A and B fp8 dtypes, ``out_dtype`` ("bf16", "fp16", "fp32" or
+        "e4m3": quantized), a bias, tile width ``bn``; the promotion as the launch builds it."""
+        out = {v: k for k, v in _CONFIG_OUT.items()}.get(out_dtype, out_dtype)
+        return Fp8Kernel(scale_mode=scale, a_dtype=a_dtype, b_dtype=b_dtype, out_dtype=out, bias=bias, bn=bn,
+                         overlap=OVERLAP_PROMOTION).config()
+
+    def _call(self, config: KernelConfig, problem: Operands) -> ScaledMmCall:
+        scale_a, scale_b, bias = problem.more
+        out_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "e4m3": QUANT_OUT}
+        return check_scaled_mm(problem.a, problem.b, scale_a, scale_b, bias, out_dtype[config.out_dtype], problem.c)
+
+    def supports(self, config: KernelConfig, problem: Operands, **rules) -> str | None:
+        kernel = kernel_for(config)
+        try:
+            call = self._call(config, problem)
+        except (GemmInputError, NotSupportedError) as exc:
+            return str(exc)
+        a, b, bias = problem.a, problem.b, problem.more[2]
+        got = (call.scale_mode, FP8_DTYPES[a.dtype], FP8_DTYPES[b.dtype], bias is not None)
+        want = (kernel.scale_mode, kernel.a_dtype, kernel.b_dtype, kernel.bias)
+        if got != want:
+            return f"(scale, a, b, bias) = {got}: this build takes {want}"
+        return None
+
+    def build(self, config: KernelConfig):
+        kernel = kernel_for(config)
+        return K.built(config, lambda: _compile(kernel, config))
+
+    def bind(self, config: KernelConfig, problem: Operands, **options):
+        """fp8 launches are not bound ahead: the result runs this build when called (checked now, by
+        :meth:`supports`'s rules; raises GemmInputError naming the rule) and returns what
+        :func:`scaled_mm_launch` returns."""
+        if options:
+            raise TypeError(f"{FAMILY} takes no launch options, got {sorted(options)}")
+        reason = self.supports(config, problem)
+        if reason is not None:
+            raise GemmInputError(reason)
+        kernel, call = kernel_for(config), self._call(config, problem)
+        scale_a, scale_b, bias = problem.more
+        return lambda: scaled_mm_launch(problem.a, problem.b, scale_a, scale_b, bias, call, problem.c, kernel=kernel)
+
+    def launch(self, bound, stream=None):
+        return bound()
+
+    def loaded(self, config: KernelConfig, device: torch.device):
+        return kernel_for(config).loaded(device)
+
+    def describe(self, config: KernelConfig) -> dict:
+        return {"name": f"sm90_fp8_gemm_{config.scale}_{config.tile[1]}", "source": SOURCE, "tile": list(config.tile),
+                "stages": config.stages, "cluster": config.cluster}
+
+
+#: The fp8 kernel family (library/kernel.py's Kernel protocol).
+FP8_GEMM = Sm90Fp8Gemm()
 
 
 def _short_out(dtype: torch.dtype) -> str:
@@ -285,10 +409,13 @@ def _sm_count(device: torch.device) -> int:
 
 
 def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                     bias: torch.Tensor | None, call: ScaledMmCall, out: torch.Tensor | None = None) -> torch.Tensor:
+                     bias: torch.Tensor | None, call: ScaledMmCall, out: torch.Tensor | None = None, *,
+                     kernel: Fp8Kernel | None = None) -> torch.Tensor:
     """Run the fp8 kernel on a checked call (:func:`check_scaled_mm`) on torch's current stream; return out,
     or for ``out_dtype=torch.float8_e4m3fn`` the tuple (values (M, N) e4m3, scales (M, ceil(N/128)) fp32
-    column-major), as ``quantize_fp8(result, (1, 128))`` lays them out.
+    column-major), as ``quantize_fp8(result, (1, 128))`` lays them out. ``kernel``: the build to run (the
+    family's bind passes its config's); default the one this call's scales, dtypes, bias and tile width
+    (:func:`tile_n`) pick.
 
     Empty M or N: the empty output, no launch. K = 0: zeros (plus the bias), no launch.
     """
@@ -315,10 +442,11 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
             out += bias.to(out.dtype)
         return out
     sms = _sm_count(a.device)
-    bn = tile_n(m, n, sms, quantized)
-    kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
-                       out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn,
-                       overlap=OVERLAP_PROMOTION)
+    if kernel is None:
+        kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
+                           out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=tile_n(m, n, sms, quantized),
+                           overlap=OVERLAP_PROMOTION)
+    bn = kernel.bn
     loaded = kernel.loaded(a.device)
     u8 = "CU_TENSOR_MAP_DATA_TYPE_UINT8"
     sw = "CU_TENSOR_MAP_SWIZZLE_128B"

@@ -51,7 +51,7 @@ from gemm_ladder.contract import DTYPES, GemmInputError, dtype_name
 from gemm_ladder.design.plan import plan_gemm
 from gemm_ladder.design.problem import arch_info, ceil_div
 from gemm_ladder.design.smem import max_stages
-from gemm_ladder.design.stream_k import DEFAULT_MIN_IDLE, INT32_LIMIT, StreamKTail, plan_tail
+from gemm_ladder.design.stream_k import DEFAULT_MIN_IDLE, INT32_LIMIT, StreamKTail, plan_tail, plan_wave
 from gemm_ladder.library import kernel as K
 from gemm_ladder.library.bound import BoundLaunch
 from gemm_ladder.library.epilogue import EpilogueCall, compile_with_epilogue
@@ -69,9 +69,9 @@ FAMILY = "sm90_gemm"
 KERNEL_NAME = "gemm_kernel"
 #: The stream-K schedules (:func:`split_schedule`, what :meth:`LibraryGemm.launch` takes; the swiglu
 #: kernel takes these too).
-SPLITS = ("tail", "all", "none")
+SPLITS = ("tail", "all", "none", "wave")
 #: The policies the dispatcher ranks and the bench times (dispatch/kernels.py kernel_splits): the simpler first.
-RANKED_SPLITS = ("none", "tail", "all")
+RANKED_SPLITS = ("none", "tail", "all", "wave")
 #: Output tile widths built (BM is level 9's 128: two consumer warpgroups of 64 rows). 64 gives twice
 #: the tiles of 128 (1024^3: 128 tiles for 132 SMs instead of 64) for mid-size problems.
 TILE_N = (64, 128, 256)
@@ -96,6 +96,9 @@ def split_schedule(units: int, resident_clusters: int, k_tiles: int, split: str,
     * ``"all"``: every unit split over min(resident, units x k_tiles) clusters, so that each has at
       least one K iteration (the kernel's count of a unit's contributors assumes it). For problems
       with fewer tiles than SMs, whose whole grid would otherwise leave SMs idle.
+    * ``"wave"``: the last partial wave and the whole wave before it split over min(units, resident)
+      clusters, at most two contributors per unit (:func:`gemm_ladder.design.stream_k.plan_wave`);
+      "all" where there are fewer than two waves of units, nothing where the waves are whole.
 
     Raises ValueError for an unknown ``split``, non-positive counts, or an ``"all"`` split beyond the
     kernel's 32-bit tail arithmetic ((clusters + 1) x units x k_tiles < 2^31).
@@ -111,6 +114,10 @@ def split_schedule(units: int, resident_clusters: int, k_tiles: int, split: str,
                              "the kernel's 32-bit stream-K arithmetic; use split='tail' or 'none'")
         return StreamKTail(units=units, clusters=clusters, k_tiles=k_tiles, first_unit=0)
     clusters = min(units, resident_clusters)
+    if split == "wave":
+        if units < 2 * clusters:  # fewer than two waves: every unit split, as "all" (each cluster one K iteration at least)
+            return split_schedule(units, resident_clusters, k_tiles, "all")
+        return plan_wave(units, clusters, k_tiles)
     if split == "tail":
         return plan_tail(units, clusters, k_tiles, min_idle)
     return StreamKTail(units=units, clusters=clusters, k_tiles=k_tiles, first_unit=units)

@@ -1,4 +1,12 @@
-"""The grouped GEMM library kernel (mixture-of-experts): plan, build, bind and launch.
+"""The grouped GEMM library kernel family (mixture-of-experts): configs, plan, build, bind and launch.
+
+The family ``sm90_grouped_gemm`` (:data:`GROUPED`, the :class:`~gemm_ladder.library.kernel.Kernel`
+protocol) takes a :class:`~gemm_ladder.library.kernel.KernelConfig` whose schedule is ``grouped``
+and whose ``grouping`` says how the problems split: along M by cumulative row ends (``"m"``), along M in
+the masked layout (``"m_masked"``) or along K (``"k"``). :class:`GroupedGemm` is the per-configuration
+object (:func:`grouped_gemm`) the public API (api_grouped.py), the tests and the benches hold; its
+builds and loaded modules are the kernel module's, keyed by the config (library/kernel.py ``built``
+and ``loaded``).
 
 Kernel: ``kernels/library/sm90_grouped_gemm.cu`` (its header comment gives the design). The problem is
 torch._grouped_mm's contiguous layout: x (R, K) row-major with its R rows split into E groups by
@@ -31,12 +39,14 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from gemm_ladder.contract import DTYPES, GemmInputError, dtype_name
-from gemm_ladder.design.plan import Plan, kernel_defines_for, plan_gemm
+from gemm_ladder.design.plan import Plan, plan_gemm
 from gemm_ladder.design.problem import PlanRefused, arch_info, ceil_div, dtype_info
 from gemm_ladder.design.smem import max_stages
 from gemm_ladder.design.tensor_maps import TensorMapSpec, operand_map
 from gemm_ladder.runtime.module import LaunchGeometry
+from gemm_ladder.library import kernel as K
 from gemm_ladder.library.gemm import MAX_EXTENT
+from gemm_ladder.library.kernel import GROUP_K, GROUP_M, GROUP_M_MASKED, GROUPED, STORE_REGISTERS, KernelConfig, Operands
 from gemm_ladder.library.lru import cached
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
@@ -44,6 +54,7 @@ from gemm_ladder.runtime.module import LoadedKernel, device_index, ensure_contex
 from gemm_ladder.runtime.tensor_map import encode_tiled
 
 SOURCE = "library/sm90_grouped_gemm.cu"
+FAMILY = "sm90_grouped_gemm"
 KERNEL_NAME = "grouped_gemm_kernel"
 BM, BK = 128, 64
 BNS = (128, 256)
@@ -126,7 +137,8 @@ def weight_map(groups: int, n: int, k: int, *, b_major: str, stride_major: int, 
 class GroupedGemm:
     """One build configuration of the grouped kernel: ``bn`` 128 or 256, the weight's ``b_major``,
     ``out_fp32`` (write float32), ``bias`` (add a bias row per group). Use :func:`grouped_gemm` for the
-    shared instance, whose builds, loaded kernels, plans and maps are cached."""
+    shared instance, whose plans and maps are cached on it (its builds and loaded kernels in
+    library/kernel.py, keyed by :meth:`config`)."""
 
     bn: int = 128
     b_major: str = "k"
@@ -137,9 +149,6 @@ class GroupedGemm:
     k_grouped: bool = False
     #: The masked layout (GL_MASKED, decode): x (E x M_max, K), ``offs`` the valid rows per group.
     masked: bool = False
-    _defines: dict = field(default_factory=dict, repr=False)
-    _builds: dict = field(default_factory=dict, repr=False)
-    _kernels: dict = field(default_factory=dict, repr=False)
     _plans: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False)
 
@@ -160,41 +169,36 @@ class GroupedGemm:
         return max_stages(bm=BM, bn=bn, bk=BK, elem_bytes=DTYPES[dtype].itemsize, arch=ar, consumers=CONSUMERS,
                           c_from_registers=True)
 
+    @property
+    def grouping(self) -> str:
+        """How this build splits its problems (library/kernel.py GROUPINGS)."""
+        return GROUP_K if self.k_grouped else GROUP_M_MASKED if self.masked else GROUP_M
+
     # --- building (no GPU needed) -----------------------------------------------------------------
+    def config(self, dtype: str, arch: str = "sm_90a") -> KernelConfig:
+        """The build of this configuration for ``dtype`` inputs ('bf16' or 'fp16'): its key and its
+        ``-D`` constants (:meth:`KernelConfig.defines`). Raises PlanRefused, KeyError for a dtype."""
+        return _config(self, dtype, arch)
+
     def defines(self, dtype: str, arch: str = "sm_90a") -> dict[str, int]:
-        """The kernel's ``-D`` constants: the designer's for the configuration, GL_MAX_GROUPS, and the
-        build's variants (GL_OUT_FP32, GL_BIAS). Raises PlanRefused, KeyError for a dtype."""
-        key = (dtype, arch)
-        if key not in self._defines:
-            d = kernel_defines_for(dtype, self.tile, self.stages(self.bn, dtype, arch), 1, CONSUMERS, arch,
-                                   producer_warpgroup=True, c_from_registers=True, b_major=self.b_major,
-                                   a_major="mn" if self.k_grouped else "k")
-            d = {**d, "GL_MAX_GROUPS": MAX_GROUPS}
-            if self.k_grouped:
-                d["GL_GROUPED_K"] = 1
-            if self.masked:
-                d["GL_MASKED"] = 1
-            if self.out_fp32:
-                d["GL_OUT_FP32"] = 1
-            if self.bias:
-                d["GL_BIAS"] = 1
-            self._defines[key] = d
-        return self._defines[key]
+        """The kernel's ``-D`` constants without the dtype switch: the designer's for the configuration,
+        the float32 output switch (GL_OUT_FP32), GL_MAX_GROUPS, and the build's variants (GL_GROUPED_K,
+        GL_MASKED, GL_BIAS). Raises PlanRefused, KeyError for a dtype."""
+        return {k: v for k, v in self.config(dtype, arch).defines().items() if not k.startswith("GL_DTYPE_")}
 
     def geometry(self, dtype: str) -> LaunchGeometry:
         """384 threads (a producer and two consumer warpgroups), the planned dynamic shared memory."""
         d = self.defines(dtype)
         return LaunchGeometry(threads=int(d["GL_THREADS"]), dynamic_smem=int(d["GL_SMEM_BYTES"]), cluster=1)
 
+    def translation_unit(self, dtype: str) -> str:
+        """The source compiled: a comment naming the build, then the kernel."""
+        return f'// gemm-ladder library: {self.name}, {dtype}\n#include "{SOURCE}"\n'
+
     def build(self, dtype: str, arch: str = "sm_90a") -> CompiledKernel:
         """Compile (or fetch from the cache) the cubin for ``dtype``; needs nvcc, not a GPU.
         Raises CompilerNotFoundError without a compiler and CompileError with its message."""
-        key = (dtype, arch)
-        if key not in self._builds:
-            defines = {"GL_DTYPE_" + dtype.upper(): 1, **self.defines(dtype, arch)}
-            unit = f'// gemm-ladder library: {self.name}, {dtype}\n#include "{SOURCE}"\n'
-            self._builds[key] = compile_kernel(unit, KERNEL_NAME, arch=arch, defines=defines)
-        return self._builds[key]
+        return GROUPED_GEMM.build(self.config(dtype, arch))
 
     def plan(self, rows: int, n: int, k: int, groups: int, dtype: str, *, ldx: int | None = None,
              w_strides: tuple[int, int] | None = None) -> GroupedPlan:
@@ -314,13 +318,14 @@ class GroupedGemm:
 
     # --- launching (GPU) --------------------------------------------------------------------------
     def loaded(self, dtype: str, device: torch.device) -> LoadedKernel:
-        key = (dtype, device_index(device))
-        kernel = self._kernels.get(key)
-        if kernel is None:
+        """The build for ``dtype`` loaded on ``device`` (compiled first if needed)."""
+        config = self.config(dtype)
+
+        def make():
             g = self.geometry(dtype)
-            kernel = self._kernels[key] = load(self.build(dtype), device, threads=g.threads,
-                                               dynamic_smem=g.dynamic_smem, cluster=1)
-        return kernel
+            return load(GROUPED_GEMM.build(config), device, threads=g.threads, dynamic_smem=g.dynamic_smem, cluster=1)
+
+        return K.loaded(config, device_index(device), make)
 
     def launch(self, x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, out: torch.Tensor,
                bias: torch.Tensor | None = None) -> None:
@@ -449,7 +454,95 @@ def _round16(elems: int, elem_bytes: int) -> int:
     return max(per, -(-elems // per) * per)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=1024)
+def _config(kernel: GroupedGemm, dtype: str, arch: str) -> KernelConfig:
+    # The -D constants beyond the plan's, in the order the build always passed them (GL_OUT_FP32 comes
+    # with the config's output dtype).
+    extra = [("GL_MAX_GROUPS", MAX_GROUPS)]
+    extra += [("GL_GROUPED_K", 1)] if kernel.k_grouped else []
+    extra += [("GL_MASKED", 1)] if kernel.masked else []
+    extra += [("GL_BIAS", 1)] if kernel.bias else []
+    return KernelConfig(
+        FAMILY, dtype=dtype, out_dtype="fp32" if kernel.out_fp32 else dtype, arch=arch,
+        a_major="mn" if kernel.k_grouped else "k", b_major=kernel.b_major, tile=kernel.tile,
+        stages=kernel.stages(kernel.bn, dtype, arch), cluster=1, consumers=CONSUMERS, producer_warpgroup=True,
+        c_ring=0, store=STORE_REGISTERS, schedule=GROUPED, grouping=kernel.grouping, extra=tuple(extra))
+
+
+def kernel_for(config: KernelConfig) -> GroupedGemm:
+    """The :class:`GroupedGemm` whose builds ``config`` describes (its tile width, weight major, output
+    dtype, bias and grouping); raises ValueError for a config of another family or one this family does
+    not build."""
+    if config.family != FAMILY:
+        raise ValueError(f"config of family {config.family!r} given to {FAMILY}")
+    try:
+        kernel = grouped_gemm(config.tile[1], config.b_major, config.out_fp32, ("GL_BIAS", 1) in config.extra,
+                              config.grouping == GROUP_K, config.grouping == GROUP_M_MASKED)
+        same = kernel.config(config.dtype, config.arch) == config
+    except (ValueError, KeyError):
+        same = False
+    if not same:
+        raise ValueError(f"{FAMILY} builds no such configuration: {config}")
+    return kernel
+
+
+class Sm90GroupedGemm:
+    """The grouped GEMM family behind the :class:`~gemm_ladder.library.kernel.Kernel` protocol. A
+    problem (:class:`~gemm_ladder.library.kernel.Operands`) grouped along M: ``a`` x (R, K), ``b`` w
+    (E, N, K) as the build reads it, ``c`` out (R, N), ``more`` = (offs,) or (offs, bias); grouped along
+    K: ``a`` (M, total K), ``b`` (total K, N), ``c`` out (E, M, N), ``more`` = (offs,). Tensors, not
+    operand views: the group's extents are on the device."""
+
+    family = FAMILY
+    splits: tuple[str, ...] = ()
+
+    def config(self, bn: int, b_major: str, dtype: str, *, out_dtype: str | None = None, bias: bool = False,
+               grouping: str = GROUP_M) -> KernelConfig:
+        """The build with tile width ``bn``, the weight ``b_major``, ``dtype`` inputs, ``out_dtype``
+        (default the inputs'; or "fp32"), a bias row per group, and ``grouping``. Raises ValueError for a
+        build this family does not make."""
+        return grouped_gemm(bn, b_major, out_dtype == "fp32", bias, grouping == GROUP_K,
+                            grouping == GROUP_M_MASKED).config(dtype)
+
+    def supports(self, config: KernelConfig, problem: Operands, **rules) -> str | None:
+        kernel = kernel_for(config)
+        a = problem.a
+        if a.dtype in DTYPES.values() and dtype_name(a.dtype) != config.dtype:
+            return f"a has dtype {a.dtype}: this build ({config.dtype}) takes {config.dtype} inputs"
+        if kernel.k_grouped:
+            return kernel.supports_k(problem.a, problem.b, problem.more[0], problem.c)
+        return kernel.supports(problem.a, problem.b, problem.more[0], problem.c, *problem.more[1:])
+
+    def build(self, config: KernelConfig) -> CompiledKernel:
+        kernel = kernel_for(config)
+        return K.built(config, lambda: compile_kernel(kernel.translation_unit(config.dtype), KERNEL_NAME,
+                                                      arch=config.arch, defines=config.defines()))
+
+    def bind(self, config: KernelConfig, problem: Operands, **options):
+        """Grouped launches are not bound ahead (their maps are cached per pointer): the result launches
+        when called, checked then, on the stream current then."""
+        if options:
+            raise TypeError(f"{FAMILY} takes no launch options, got {sorted(options)}")
+        kernel = kernel_for(config)
+        if kernel.k_grouped:
+            return lambda: kernel.launch_k(problem.a, problem.b, problem.more[0], problem.c)
+        return lambda: kernel.launch(problem.a, problem.b, problem.more[0], problem.c, *problem.more[1:])
+
+    def launch(self, bound, stream=None) -> None:
+        bound()
+
+    def loaded(self, config: KernelConfig, device: torch.device) -> LoadedKernel:
+        return kernel_for(config).loaded(config.dtype, device)
+
+    def describe(self, config: KernelConfig) -> dict:
+        return {"name": kernel_for(config).name, "source": SOURCE, "tile": list(config.tile), "stages": config.stages,
+                "cluster": config.cluster}
+
+
+#: The grouped GEMM family (library/kernel.py's Kernel protocol).
+GROUPED_GEMM = Sm90GroupedGemm()
+
+
 def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias: bool = False,
                  k_grouped: bool = False, masked: bool = False) -> GroupedGemm:
     """The shared :class:`GroupedGemm` of one build configuration. Raises ValueError for a BN not in
@@ -462,9 +555,14 @@ def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias
         raise ValueError("the K-grouped build reads b MN-major (b_major='mn') and adds no bias")
     if k_grouped and masked:
         raise ValueError("the masked layout is grouped along M, not K")
-    return GroupedGemm(bn=bn, b_major=b_major, out_fp32=bool(out_fp32), bias=bool(bias), k_grouped=bool(k_grouped),
-                       masked=bool(masked))
+    return _grouped_gemm(bn, b_major, bool(out_fp32), bool(bias), bool(k_grouped), bool(masked))
 
 
-__all__ = ["BM", "BK", "BNS", "B_MAJORS", "GROUP_TABLE_BYTES", "KERNEL_NAME", "MAX_GROUPS", "SOURCE", "GroupedGemm",
-           "GroupedPlan", "grouped_gemm", "weight_map"]
+@functools.lru_cache(maxsize=None)
+def _grouped_gemm(bn: int, b_major: str, out_fp32: bool, bias: bool, k_grouped: bool, masked: bool) -> GroupedGemm:
+    # One instance per configuration however the arguments were spelled (positional or by keyword).
+    return GroupedGemm(bn=bn, b_major=b_major, out_fp32=out_fp32, bias=bias, k_grouped=k_grouped, masked=masked)
+
+
+__all__ = ["BM", "BK", "BNS", "B_MAJORS", "FAMILY", "GROUPED_GEMM", "GROUP_TABLE_BYTES", "KERNEL_NAME", "MAX_GROUPS",
+           "SOURCE", "GroupedGemm", "GroupedPlan", "Sm90GroupedGemm", "grouped_gemm", "kernel_for", "weight_map"]

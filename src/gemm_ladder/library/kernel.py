@@ -9,9 +9,11 @@ major, the tile, the ring's stages, the cluster, the consumers, how C is stored,
 fused epilogue built in. The dispatcher's route holds one (dispatch/route.py); ``precompile`` lists
 them (dispatch/precompile.py); each family turns one into a build, a bound launch and a launch.
 
-A new family (grouped GEMM, fp8) is a new ``family`` value and host module; a new schedule is a new
-``schedule`` value that the family's plan and ``-D`` constants read (docs/architecture.md says which
-files each touches).
+A new family is a new ``family`` value and host module; a new schedule is a new ``schedule`` value
+that the family's plan and ``-D`` constants read; a new input dtype is a new :data:`INPUT_DTYPES`
+value. The grouped GEMM is the :data:`GROUPED` schedule with a ``grouping`` (library/grouped.py), fp8
+the ``e4m3``/``e5m2`` input dtypes with a ``scale`` granularity (library/fp8.py); docs/architecture.md
+says which files each touches.
 """
 
 from __future__ import annotations
@@ -30,32 +32,51 @@ STORE_REGISTERS = "registers"
 STORES = (STORE_TMA, STORE_REGISTERS)
 #: The schedules: one CTA (or cluster) per output tile; each tile's K split in even ranges reduced
 #: through a workspace; persistent clusters whose last wave is split by K iterations (level 9's);
-#: several problems in one launch (no family yet: the tile scheduler has no problem index).
+#: several problems in one launch (the grouped GEMM, library/grouped.py: its tile scheduler maps a
+#: tile to its problem, grouped_scheduler.cuh).
 DATA_PARALLEL = "data_parallel"
 SPLIT_K = "split_k"
 STREAM_K = "stream_k"
 GROUPED = "grouped"
 SCHEDULES = (DATA_PARALLEL, SPLIT_K, STREAM_K, GROUPED)
-#: Input dtypes by the names the designer and the ``-D`` switch use; "fp32" is an output dtype only.
-INPUT_DTYPES = ("bf16", "fp16")
-OUTPUT_DTYPES = ("bf16", "fp16", "fp32")
+#: How a grouped schedule splits its problems: along M by cumulative row ends (torch._grouped_mm's
+#: contiguous layout), along M in the masked layout (E x M_max rows, a count of valid rows per group), or
+#: along K (the weight gradient).
+GROUP_M = "m"
+GROUP_M_MASKED = "m_masked"
+GROUP_K = "k"
+GROUPINGS = (GROUP_M, GROUP_M_MASKED, GROUP_K)
+#: The 16-bit input dtypes (the designer's names; the ``-D`` switch GL_DTYPE_<NAME>) and the fp8 ones.
+HALF_DTYPES = ("bf16", "fp16")
+FP8_DTYPES = ("e4m3", "e5m2")
+#: Input dtypes; "fp32" is an output dtype only, "e4m3" an fp8 kernel's quantized output.
+INPUT_DTYPES = HALF_DTYPES + FP8_DTYPES
+OUTPUT_DTYPES = ("bf16", "fp16", "fp32", "e4m3")
+#: How an fp8 build's scales are laid out (torch._scaled_mm's): one per tensor, one per row of A and
+#: column of B, or per 1 x 128 block of A and 128 x 128 block of B.
+SCALES = ("tensorwise", "rowwise", "blockwise")
 
 
 @dataclass(frozen=True)
 class KernelConfig:
     """One build of a library kernel family. Frozen and hashable: it is the build's key.
 
-    ``family``: the host module's family name ("sm90_gemm", "sm90_gemm_small_m", "sm90_swiglu").
-    ``dtype``: the inputs' dtype ("bf16" or "fp16"); ``out_dtype``: the output's (the inputs', or
-    "fp32"); ``acc_dtype``: the accumulator's ("fp32"). ``a_major``/``b_major``: A's and B's order
+    ``family``: the host module's family name (dispatch/kernels.py FAMILIES). ``dtype``: the inputs'
+    dtype ("bf16", "fp16", or fp8 "e4m3"/"e5m2": then A's); ``b_dtype``: B's where it differs (fp8 only;
+    None: ``dtype``); ``out_dtype``: the output's (the inputs', "fp32", or for fp8 inputs "bf16", "fp16",
+    "fp32" or "e4m3"); ``acc_dtype``: the accumulator's ("fp32"). ``scale``: an fp8 build's scale
+    granularity (one of :data:`SCALES`; None for 16-bit inputs). ``a_major``/``b_major``: A's and B's order
     ("k" or "mn") of ``D (M, N) = A (M, K) @ B (N, K)^T`` as the caller sees it. ``tile``: (BM, BN, BK)
     of the kernel's own problem; ``stages``: the operand ring's depth; ``cluster``: CTAs per cluster;
     ``consumers``: consumer warpgroups; ``producer_warpgroup``: a warpgroup that only issues loads;
     ``c_ring``: output panel buffers per consumer (TMA store). ``store``: :data:`STORE_TMA` or
-    :data:`STORE_REGISTERS`. ``schedule``: one of :data:`SCHEDULES`. ``swap_operands``: the kernel
+    :data:`STORE_REGISTERS`. ``schedule``: one of :data:`SCHEDULES`; ``grouping``: how a
+    :data:`GROUPED` schedule splits its problems (one of :data:`GROUPINGS`; None for the others).
+    ``swap_operands``: the kernel
     computes ``C^T = B A^T`` (its plan's first operand is B: the small-M kernel). ``epilogue``: the
     generated source of the fused epilogue built in (library/epilogue.py), or None. ``extra``: the
-    family's own ``-D`` constants beyond the plan's, as (name, value) pairs in a fixed order.
+    family's own ``-D`` constants beyond the plan's, as (name, value) pairs in a fixed order (an fp8
+    build has no designer plan: its constants are all its family's).
     """
 
     family: str
@@ -76,17 +97,40 @@ class KernelConfig:
     swap_operands: bool = False
     epilogue: str | None = field(default=None, repr=False)
     extra: tuple[tuple[str, int], ...] = ()
+    # Added after the fields above, so that the configs made before them stay equal and positional.
+    b_dtype: str | None = None
+    scale: str | None = None
+    grouping: str | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in INPUT_DTYPES or self.out_dtype not in OUTPUT_DTYPES or self.acc_dtype != "fp32":
             raise ValueError(f"dtypes {self.dtype} -> {self.out_dtype} (acc {self.acc_dtype}): the library builds "
                              f"{'/'.join(INPUT_DTYPES)} inputs, {'/'.join(OUTPUT_DTYPES)} outputs, fp32 accumulators")
+        if self.is_fp8:
+            if self.b_dtype is not None and self.b_dtype not in FP8_DTYPES:
+                raise ValueError(f"b_dtype = {self.b_dtype!r}: an fp8 build's B is one of {', '.join(FP8_DTYPES)}")
+            if self.scale not in SCALES:
+                raise ValueError(f"scale = {self.scale!r}: an fp8 build names its scales, one of {', '.join(SCALES)}")
+        else:
+            if self.b_dtype not in (None, self.dtype):
+                raise ValueError(f"b_dtype = {self.b_dtype!r}: a {self.dtype} build reads A and B in one dtype")
+            if self.scale is not None or self.out_dtype == "e4m3":
+                raise ValueError(f"scale = {self.scale!r}, out_dtype = {self.out_dtype!r}: scales and an e4m3 "
+                                 f"output are an fp8 build's ({'/'.join(FP8_DTYPES)} inputs)")
         if self.store not in STORES:
             raise ValueError(f"store = {self.store!r}: one of {', '.join(STORES)}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule = {self.schedule!r}: one of {', '.join(SCHEDULES)}")
+        if (self.schedule == GROUPED) != (self.grouping is not None) or self.grouping not in (None, *GROUPINGS):
+            raise ValueError(f"schedule = {self.schedule!r}, grouping = {self.grouping!r}: a {GROUPED} schedule "
+                             f"names its grouping (one of {', '.join(GROUPINGS)}), the others none")
         if self.a_major not in ("k", "mn") or self.b_major not in ("k", "mn"):
             raise ValueError(f"a_major = {self.a_major!r}, b_major = {self.b_major!r}: each 'k' or 'mn'")
+
+    @property
+    def is_fp8(self) -> bool:
+        """Whether the inputs are fp8 (e4m3 or e5m2)."""
+        return self.dtype in FP8_DTYPES
 
     @property
     def out_fp32(self) -> bool:
@@ -116,7 +160,10 @@ class KernelConfig:
 
     def defines(self) -> dict[str, int | str]:
         """Every ``-D`` constant of the build: the dtype switch, the plan's constants, the float32
-        output switch, then the family's own (``extra``). A new dict on every call."""
+        output switch, then the family's own (``extra``); an fp8 build's are its family's alone (the fp8
+        kernel is not planned by the designer). A new dict on every call."""
+        if self.is_fp8:
+            return dict(self.extra)
         out: dict[str, int | str] = {"GL_DTYPE_" + self.dtype.upper(): 1, **self.plan_defines()}
         if self.out_fp32:
             out["GL_OUT_FP32"] = 1
@@ -132,7 +179,9 @@ class KernelConfig:
         return {"family": self.family, "arch": self.arch, "dtype": self.dtype, "out_dtype": self.out_dtype,
                 "acc_dtype": self.acc_dtype, "a_major": self.a_major, "b_major": self.b_major,
                 "tile": list(self.tile), "stages": self.stages, "cluster": self.cluster, "consumers": self.consumers,
-                "store": self.store, "schedule": self.schedule, "epilogue": self.epilogue_id}
+                "store": self.store, "schedule": self.schedule, "epilogue": self.epilogue_id,
+                **{k: v for k, v in (("b_dtype", self.b_dtype), ("scale", self.scale), ("grouping", self.grouping))
+                   if v is not None}}
 
 
 @functools.lru_cache(maxsize=None)
@@ -267,5 +316,7 @@ def clear() -> None:
     BINDS.clear()
 
 
-__all__ = ["BINDS", "BindCache", "DATA_PARALLEL", "GROUPED", "Kernel", "KernelConfig", "Operands", "SCHEDULES",
-           "SPLIT_K", "STORES", "STORE_REGISTERS", "STORE_TMA", "STREAM_K", "built", "clear", "loaded"]
+__all__ = ["BINDS", "BindCache", "DATA_PARALLEL", "FP8_DTYPES", "GROUPED", "GROUPINGS", "GROUP_K", "GROUP_M",
+           "GROUP_M_MASKED", "HALF_DTYPES", "INPUT_DTYPES", "Kernel", "KernelConfig", "OUTPUT_DTYPES", "Operands",
+           "SCALES", "SCHEDULES", "SPLIT_K", "STORES", "STORE_REGISTERS", "STORE_TMA", "STREAM_K", "built", "clear",
+           "loaded"]

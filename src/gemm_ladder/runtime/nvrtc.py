@@ -163,21 +163,24 @@ def compile_program(source: str, name: str, options: list[str], *, want_ptx: boo
         encoded = [o.encode() for o in options]
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
         size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-        buf = b" " * size
+        # NVRTC writes into the buffer it is given: always a fresh bytearray. (``b" " * 1`` is CPython's
+        # shared one-byte object b" "; an empty log (size 1) written into it turned every b" " in the
+        # process into b"\0", so print's separators came out as NUL bytes.)
+        buf = bytearray(size)
         _check(nvrtc.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
-        log = buf.rstrip(b"\0").decode(errors="replace")
+        log = bytes(buf).rstrip(b"\0").decode(errors="replace")
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise NvrtcCompileError(f"NVRTC: {status.name}", log)
         size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-        cubin = b" " * size
+        cubin = bytearray(size)
         _check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
         ptx = None
         if want_ptx:
             size = _check(nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
-            buf = b" " * size
+            buf = bytearray(size)
             _check(nvrtc.nvrtcGetPTX(prog, buf), "nvrtcGetPTX")
-            ptx = buf.rstrip(b"\0").decode()
-        return cubin, log, ptx
+            ptx = bytes(buf).rstrip(b"\0").decode()
+        return bytes(cubin), log, ptx
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 

@@ -6,10 +6,10 @@
 // tile of B (BN = 128, or 64 for problems with fewer 128-wide tiles than SMs), each row one 128-byte swizzle span of 1-byte elements (BK = 128 = four k32 steps), loaded by
 // TMA with zero fill outside the matrix, so the M, N and K tails need no masks in the main loop (a K tail
 // of 16..112 elements multiplies zeros). The roles are level 7's: a producer warpgroup whose one thread
-// issues the loads, and two consumer warpgroups of 64 rows each, on a ring of GL_FP8_STAGES stages with
+// issues the loads, and two consumer warpgroups of 64 rows each, on a ring of Cfg::kStages stages with
 // full and empty mbarriers; the CTA is persistent and walks its tiles in groups of kGroupM M tiles.
 //
-// The scales (GL_FP8_SCALE):
+// The scales (Cfg::kScaleMode, GL_FP8_SCALE):
 //  0 tensorwise: one fp32 scale each for A and B, applied once to the finished accumulators;
 //  1 rowwise:    scale_a[m] and scale_b[n], applied once to the finished accumulators;
 //  2 blockwise:  scale_a per row and 128-wide K block (torch's (M, K/128), passed K-block-major as a
@@ -26,9 +26,16 @@
 //
 // The epilogue stores from registers with plain global stores (two neighbouring columns per store when
 // N and the output pitch are even), masked to the matrix, with the rowwise/tensorwise scales and the
-// optional bias (GL_FP8_BIAS: an fp32 vector of N) applied in fp32 before the one rounding.
-// GL_FP8_OUT = 3 quantizes the output in the epilogue instead (e4m3 values and one fp32 scale per row and
+// optional bias (Cfg::kBias: an fp32 vector of N) applied in fp32 before the one rounding.
+// An e4m3 Out (GL_FP8_OUT = 3) quantizes the output in the epilogue instead (e4m3 values and one fp32 scale per row and
 // 128 columns, as quantize_fp8 with block (1, 128) computes them), so that the next fp8 GEMM reads it as is.
+//
+// One templated kernel body, fp8::sm90_fp8_gemm<Cfg>, reads top to bottom; each build's variant is a
+// member of its config, chosen with `if constexpr`, never a preprocessor branch: the tile width kBN, the
+// ring's kStages, kScaleMode, the operands' fp8 types A and B, the output type Out, kBias, and kOverlap
+// (the promotion overlapped with the next K block's wgmmas, or not). The instantiation block at the end
+// of this file is the one place that reads the build's -D constants (library/fp8.py's GL_FP8_*): it
+// makes them the config type and defines the extern "C" entry point the loader finds by name.
 //
 // The operand element types of the 16-bit headers (GL_DTYPE_BF16) are unused here; the ptx/ headers need one.
 #ifndef GL_DTYPE_BF16
@@ -45,73 +52,48 @@
 #include "gemm_ladder/ptx/wgmma.cuh"
 #include "gemm_ladder/ptx/wgmma_fp8_ops.cuh"
 
-#ifndef GL_FP8_BN
-#define GL_FP8_BN 128
-#endif
-#ifndef GL_FP8_STAGES
-#define GL_FP8_STAGES 6
-#endif
-#ifndef GL_FP8_SCALE
-#define GL_FP8_SCALE 0
-#endif
-#ifndef GL_FP8_A_E5M2
-#define GL_FP8_A_E5M2 0
-#endif
-#ifndef GL_FP8_B_E5M2
-#define GL_FP8_B_E5M2 0
-#endif
-#ifndef GL_FP8_OUT
-#define GL_FP8_OUT 0
-#endif
-#ifndef GL_FP8_BIAS
-#define GL_FP8_BIAS 0
-#endif
-#ifndef GL_FP8_OVERLAP
-#define GL_FP8_OVERLAP 1
-#endif
-
 namespace fp8 {
 using namespace gl;
 
-constexpr int BM = 128, BN = GL_FP8_BN, BK = 128, STAGES = GL_FP8_STAGES;
-constexpr int kScaleMode = GL_FP8_SCALE;  // 0 tensorwise, 1 rowwise, 2 blockwise
+constexpr int BM = 128, BK = 128;
 constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers);
 constexpr int kGroupM = 8;  // M tiles walked together, so that a wave of CTAs shares B tiles in L2
-// A 128 x 128 block of B (one scale per K block) spans one tile at BN = 128, two at BN = 64 (the launch takes
-// 64 when 128-wide tiles would leave SMs idle).
-static_assert(BN == 128 || BN == 64, "sm90_fp8_gemm: BN = 64 or 128");
-static_assert(GL_FP8_OUT != 3 || BN == 128, "the quantized output's 1 x 128 blocks are whole 128-wide tiles");
-static_assert(kScaleMode >= 0 && kScaleMode <= 2, "GL_FP8_SCALE: 0 tensorwise, 1 rowwise, 2 blockwise");
-static_assert(STAGES >= 2, "a ring of at least two stages");
-
-using a_t = std::conditional_t<GL_FP8_A_E5M2, __nv_fp8_e5m2, __nv_fp8_e4m3>;
-using b_t = std::conditional_t<GL_FP8_B_E5M2, __nv_fp8_e5m2, __nv_fp8_e4m3>;
-using Mma = WgmmaFp8<BN, a_t, b_t>;
-#if GL_FP8_OUT == 0
-using out_t = __nv_bfloat16;
-#elif GL_FP8_OUT == 1
-using out_t = __half;
-#elif GL_FP8_OUT == 2
-using out_t = float;
-#else
-using out_t = __nv_fp8_e4m3;  // 3: e4m3 values, with 1 x 128 scales computed in the epilogue
-#endif
 constexpr float kE4m3Max = 448.0f;
-
-constexpr int kABytes = BM * BK, kBBytes = BN * BK;
-constexpr int kSaBytes = kScaleMode == 2 ? BM * 4 : 0;  // blockwise: 128 rows' scales of one K block
-constexpr int kStageBytes = kABytes + kBBytes;
-constexpr int kAOffset = 0;
-constexpr int kBOffset = kAOffset + STAGES * kABytes;
-constexpr int kSaOffset = kBOffset + STAGES * kBBytes;
-constexpr int kBarOffset = kSaOffset + STAGES * kSaBytes;
-constexpr int kSmemBytes = kBarOffset + 2 * STAGES * 8 + 1024;  // + the worst case of aligning the base
-constexpr uint32_t kExpectTx = kABytes + kBBytes + kSaBytes;
+constexpr int kTensorwise = 0, kRowwise = 1, kBlockwise = 2;  // Cfg::kScaleMode (library/fp8.py SCALE_MODES)
 // Empty barriers complete on one arrival per consumer warp, each after its own reads of the stage's
 // scales (a warp may lag its warpgroup's other warps; one arrival per warpgroup would not cover them).
 constexpr int kEmptyArrivals = kConsumers * 4;
 
+// What a config (Cfg) holds, each a static constexpr member or type: kBN (64 or 128), kStages,
+// kScaleMode (kTensorwise, kRowwise, kBlockwise), A and B (__nv_fp8_e4m3 or __nv_fp8_e5m2), Out
+// (__nv_bfloat16, __half, float, or __nv_fp8_e4m3: e4m3 values with 1 x 128 scales computed in the
+// epilogue), kBias, kOverlap. The instantiation block's BuildConfig is the one a build compiles.
+template <class Cfg>
+__host__ __device__ constexpr bool config_ok() {
+  // A 128 x 128 block of B (one scale per K block) spans one tile at BN = 128, two at BN = 64 (the launch
+  // takes 64 when 128-wide tiles would leave SMs idle).
+  static_assert(Cfg::kBN == 128 || Cfg::kBN == 64, "sm90_fp8_gemm: BN = 64 or 128");
+  static_assert(!std::is_same_v<typename Cfg::Out, __nv_fp8_e4m3> || Cfg::kBN == 128,
+                "the quantized output's 1 x 128 blocks are whole 128-wide tiles");
+  static_assert(Cfg::kScaleMode >= kTensorwise && Cfg::kScaleMode <= kBlockwise,
+                "kScaleMode: 0 tensorwise, 1 rowwise, 2 blockwise");
+  static_assert(Cfg::kStages >= 2, "a ring of at least two stages");
+  return true;
+}
+
+// The ring's shared memory of a config: per stage A (128 x 128), B (BN x 128) and, blockwise, scale_a.
+template <class Cfg>
 struct Smem {
+  static constexpr int BN = Cfg::kBN, STAGES = Cfg::kStages;
+  static constexpr int kABytes = BM * BK, kBBytes = BN * BK;
+  static constexpr int kSaBytes = Cfg::kScaleMode == kBlockwise ? BM * 4 : 0;  // 128 rows' scales of one K block
+  static constexpr int kAOffset = 0;
+  static constexpr int kBOffset = kAOffset + STAGES * kABytes;
+  static constexpr int kSaOffset = kBOffset + STAGES * kBBytes;
+  static constexpr int kBarOffset = kSaOffset + STAGES * kSaBytes;
+  static constexpr int kBytes = kBarOffset + 2 * STAGES * 8 + 1024;  // + the worst case of aligning the base
+  static constexpr uint32_t kExpectTx = kABytes + kBBytes + kSaBytes;
+
   uint8_t* base;  // 1024-byte aligned: the 128B swizzle pattern repeats every 1024 bytes
   __device__ __forceinline__ explicit Smem(uint8_t* raw) : base(align_up<1024>(raw)) {}
   __device__ __forceinline__ uint8_t* a(int s) const { return base + kAOffset + s * kABytes; }
@@ -177,22 +159,26 @@ __device__ __forceinline__ void store_pair(T* __restrict__ C, long long ldc, int
   }
 }
 
-}  // namespace fp8
-
 // map_a: A (M rows, K inner) uint8, box 128 x 128, 128B swizzle. map_b: B (N rows, K inner), box 128 x BN.
 // map_sa (blockwise): scale_a as (K/128 rows, M inner) fp32, box 1 x 128, no swizzle; other modes pass
 // map_a again (never read). scale_a / scale_b: tensorwise one value each; rowwise M and N values;
-// blockwise scale_b[kb * sb_k + nb * sb_n] (scale_a unused). bias: N fp32 values (GL_FP8_BIAS).
-// scale_out (GL_FP8_OUT = 3 only): the output's 1 x 128 scales, scale_out[nb * ld_scale_out + row].
-extern "C" __global__ void __launch_bounds__(fp8::kThreads, 1)
-    fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                    const __grid_constant__ CUtensorMap map_sa, const float* __restrict__ scale_a,
-                    const float* __restrict__ scale_b, long long sb_k, long long sb_n,
-                    const float* __restrict__ bias, fp8::out_t* __restrict__ C, long long ldc,
-                    float* __restrict__ scale_out, long long ld_scale_out, int M, int N, int K) {
-  using namespace fp8;
+// blockwise scale_b[kb * sb_k + nb * sb_n] (scale_a unused). bias: N fp32 values (Cfg::kBias).
+// scale_out (a quantized Out only): the output's 1 x 128 scales, scale_out[nb * ld_scale_out + row].
+template <class Cfg>
+__device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b,
+                                              const CUtensorMap& map_sa, const float* __restrict__ scale_a,
+                                              const float* __restrict__ scale_b, long long sb_k, long long sb_n,
+                                              const float* __restrict__ bias, typename Cfg::Out* __restrict__ C,
+                                              long long ldc, float* __restrict__ scale_out, long long ld_scale_out,
+                                              int M, int N, int K) {
+  static_assert(config_ok<Cfg>());
+  constexpr int BN = Cfg::kBN, STAGES = Cfg::kStages, kScaleMode = Cfg::kScaleMode;
+  constexpr uint32_t kExpectTx = Smem<Cfg>::kExpectTx;
+  using out_t = typename Cfg::Out;
+  using Mma = WgmmaFp8<BN, typename Cfg::A, typename Cfg::B>;
+  constexpr bool kQuantized = std::is_same_v<out_t, __nv_fp8_e4m3>;  // e4m3 values with 1 x 128 scales
   extern __shared__ uint8_t smem_raw[];
-  const Smem smem(smem_raw);
+  const Smem<Cfg> smem(smem_raw);
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
   const int k_blocks = (K + BK - 1) / BK;
 
@@ -290,10 +276,10 @@ extern "C" __global__ void __launch_bounds__(fp8::kThreads, 1)
         cb0 = col < N ? scale_b[col] : 0.0f;
         cb1 = col + 1 < N ? scale_b[col + 1] : 0.0f;
       }
-#if GL_FP8_BIAS
-      bias0 = col < N ? bias[col] : 0.0f;
-      bias1 = col + 1 < N ? bias[col + 1] : 0.0f;
-#endif
+      if constexpr (Cfg::kBias) {
+        bias0 = col < N ? bias[col] : 0.0f;
+        bias1 = col + 1 < N ? bias[col + 1] : 0.0f;
+      }
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         float x0 = d[4 * j + 2 * i], x1 = d[4 * j + 2 * i + 1];
@@ -301,16 +287,15 @@ extern "C" __global__ void __launch_bounds__(fp8::kThreads, 1)
           x0 = x0 * (ra[i] * cb0);
           x1 = x1 * (ra[i] * cb1);
         }
-#if GL_FP8_OUT == 3  // kept for the row's amax, stored below
-        d[4 * j + 2 * i] = col < N ? x0 + bias0 : 0.0f;
-        d[4 * j + 2 * i + 1] = col + 1 < N ? x1 + bias1 : 0.0f;
-#else
-        store_pair(C, ldc, r0 + 8 * i, col, M, N, x0 + bias0, x1 + bias1, pairs);
-#endif
+        if constexpr (kQuantized) {  // kept for the row's amax, stored below
+          d[4 * j + 2 * i] = col < N ? x0 + bias0 : 0.0f;
+          d[4 * j + 2 * i + 1] = col + 1 < N ? x1 + bias1 : 0.0f;
+        } else {
+          store_pair(C, ldc, r0 + 8 * i, col, M, N, x0 + bias0, x1 + bias1, pairs);
+        }
       }
     }
-#if GL_FP8_OUT == 3
-    {
+    if constexpr (kQuantized) {
       // 1 x 128 quantization of the output: a row's 128 columns of this tile (BN = 128, one scale block)
       // are held by the four lanes of a quad, 32 values each. amax over the quad (shuffles by lane ^ 1 and
       // lane ^ 2), scale = max(amax / 448, FLT_MIN) as quantize_fp8 computes it, values = x / scale
@@ -339,65 +324,115 @@ extern "C" __global__ void __launch_bounds__(fp8::kThreads, 1)
                           __fdiv_rn(d[4 * j + 2 * i + 1], scale[i]), pairs);
       }
     }
-#endif
   };
-#if GL_FP8_OVERLAP
-  // Two temporaries: block kb + 1's wgmmas are issued before block kb's promotion, so the tensor core
-  // works on kb + 1 while this warpgroup waits for kb (wait_group 1) and promotes it. (Issuing the next
-  // tile's first block before this tile's epilogue made ptxas serialise the wgmmas: C7514.)
-  float acc0[BN / 2], acc1[BN / 2], p0a, p0b, p1a, p1b;
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-    int tm, tn;
-    tile_coords(t, tiles_m, tiles_n, tm, tn);
+  if constexpr (Cfg::kOverlap) {
+    // Two temporaries: block kb + 1's wgmmas are issued before block kb's promotion, so the tensor core
+    // works on kb + 1 while this warpgroup waits for kb (wait_group 1) and promotes it. (Issuing the next
+    // tile's first block before this tile's epilogue made ptxas serialise the wgmmas: C7514.)
+    float acc0[BN / 2], acc1[BN / 2], p0a, p0b, p1a, p1b;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      int tm, tn;
+      tile_coords(t, tiles_m, tiles_n, tm, tn);
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
-    issue(acc0, it, 0, tn, p0a, p0b);
-    int kb = 0;  // block kb is in flight in acc0
-    for (; kb + 2 < k_blocks; kb += 2) {
-      issue(acc1, it + 1, kb + 1, tn, p1a, p1b);
-      wgmma_wait<1>();
-      fence_accumulators(acc0);
-      release(it++);
-      promote(acc0, p0a, p0b);
-      issue(acc0, it + 1, kb + 2, tn, p0a, p0b);
-      wgmma_wait<1>();
-      fence_accumulators(acc1);
-      release(it++);
-      promote(acc1, p1a, p1b);
+      for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+      issue(acc0, it, 0, tn, p0a, p0b);
+      int kb = 0;  // block kb is in flight in acc0
+      for (; kb + 2 < k_blocks; kb += 2) {
+        issue(acc1, it + 1, kb + 1, tn, p1a, p1b);
+        wgmma_wait<1>();
+        fence_accumulators(acc0);
+        release(it++);
+        promote(acc0, p0a, p0b);
+        issue(acc0, it + 1, kb + 2, tn, p0a, p0b);
+        wgmma_wait<1>();
+        fence_accumulators(acc1);
+        release(it++);
+        promote(acc1, p1a, p1b);
+      }
+      if (kb + 1 < k_blocks) {  // two blocks left: kb (in acc0) and kb + 1
+        issue(acc1, it + 1, kb + 1, tn, p1a, p1b);
+        wgmma_wait<1>();
+        fence_accumulators(acc0);
+        release(it++);
+        promote(acc0, p0a, p0b);
+        wgmma_wait<0>();
+        fence_accumulators(acc1);
+        release(it++);
+        promote(acc1, p1a, p1b);
+      } else {  // one block left
+        wgmma_wait<0>();
+        fence_accumulators(acc0);
+        release(it++);
+        promote(acc0, p0a, p0b);
+      }
+      epilogue(tm, tn);
     }
-    if (kb + 1 < k_blocks) {  // two blocks left: kb (in acc0) and kb + 1
-      issue(acc1, it + 1, kb + 1, tn, p1a, p1b);
-      wgmma_wait<1>();
-      fence_accumulators(acc0);
-      release(it++);
-      promote(acc0, p0a, p0b);
-      wgmma_wait<0>();
-      fence_accumulators(acc1);
-      release(it++);
-      promote(acc1, p1a, p1b);
-    } else {  // one block left
-      wgmma_wait<0>();
-      fence_accumulators(acc0);
-      release(it++);
-      promote(acc0, p0a, p0b);
-    }
-    epilogue(tm, tn);
-  }
-#else
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-    int tm, tn;
-    tile_coords(t, tiles_m, tiles_n, tm, tn);
+  } else {
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      int tm, tn;
+      tile_coords(t, tiles_m, tiles_n, tm, tn);
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
-    for (int kb = 0; kb < k_blocks; ++kb, ++it) {
-      float acc[BN / 2], s0, s1;
-      issue(acc, it, kb, tn, s0, s1);
-      wgmma_wait<0>();
-      fence_accumulators(acc);
-      release(it);
-      promote(acc, s0, s1);
+      for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+      for (int kb = 0; kb < k_blocks; ++kb, ++it) {
+        float acc[BN / 2], s0, s1;
+        issue(acc, it, kb, tn, s0, s1);
+        wgmma_wait<0>();
+        fence_accumulators(acc);
+        release(it);
+        promote(acc, s0, s1);
+      }
+      epilogue(tm, tn);
     }
-    epilogue(tm, tn);
   }
+}
+
+}  // namespace fp8
+
+// ---- The build: its -D constants as the config, and the entry point ------------------------------
+// library/fp8.py's Fp8Kernel.defines: GL_FP8_BN, GL_FP8_STAGES, GL_FP8_SCALE (0 tensorwise, 1 rowwise,
+// 2 blockwise), GL_FP8_A_E5M2 / GL_FP8_B_E5M2 (1: e5m2, else e4m3), GL_FP8_OUT (0 bf16, 1 fp16, 2 fp32,
+// 3 e4m3 quantized), GL_FP8_BIAS, GL_FP8_OVERLAP.
+#ifndef GL_FP8_BN
+#define GL_FP8_BN 128
 #endif
+#ifndef GL_FP8_STAGES
+#define GL_FP8_STAGES 6
+#endif
+#ifndef GL_FP8_SCALE
+#define GL_FP8_SCALE 0
+#endif
+#ifndef GL_FP8_A_E5M2
+#define GL_FP8_A_E5M2 0
+#endif
+#ifndef GL_FP8_B_E5M2
+#define GL_FP8_B_E5M2 0
+#endif
+#ifndef GL_FP8_OUT
+#define GL_FP8_OUT 0
+#endif
+#ifndef GL_FP8_BIAS
+#define GL_FP8_BIAS 0
+#endif
+#ifndef GL_FP8_OVERLAP
+#define GL_FP8_OVERLAP 1
+#endif
+struct BuildConfig {
+  static constexpr int kBN = GL_FP8_BN, kStages = GL_FP8_STAGES, kScaleMode = GL_FP8_SCALE;
+  static constexpr bool kBias = GL_FP8_BIAS, kOverlap = GL_FP8_OVERLAP;
+  using A = std::conditional_t<GL_FP8_A_E5M2, __nv_fp8_e5m2, __nv_fp8_e4m3>;
+  using B = std::conditional_t<GL_FP8_B_E5M2, __nv_fp8_e5m2, __nv_fp8_e4m3>;
+  using Out = std::conditional_t<GL_FP8_OUT == 0, __nv_bfloat16,
+                                 std::conditional_t<GL_FP8_OUT == 1, __half,
+                                                    std::conditional_t<GL_FP8_OUT == 2, float, __nv_fp8_e4m3>>>;
+};
+static_assert(GL_FP8_OUT >= 0 && GL_FP8_OUT <= 3, "GL_FP8_OUT: 0 bf16, 1 fp16, 2 fp32, 3 e4m3");
+
+extern "C" __global__ void __launch_bounds__(fp8::kThreads, 1)
+    fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                    const __grid_constant__ CUtensorMap map_sa, const float* __restrict__ scale_a,
+                    const float* __restrict__ scale_b, long long sb_k, long long sb_n,
+                    const float* __restrict__ bias, BuildConfig::Out* __restrict__ C, long long ldc,
+                    float* __restrict__ scale_out, long long ld_scale_out, int M, int N, int K) {
+  fp8::sm90_fp8_gemm<BuildConfig>(map_a, map_b, map_sa, scale_a, scale_b, sb_k, sb_n, bias, C, ldc, scale_out,
+                                  ld_scale_out, M, N, K);
 }

@@ -338,20 +338,14 @@ struct BuildConfig {
 #endif
 };
 // The output's arguments: the pointer and row pitch (library/gemm.py passes them for c_from_registers),
-// or the tensor map; the epilogue's parameters last, with an epilogue only.
+// or the tensor map; the epilogue's parameters last, with an epilogue only (GL_EPILOGUE_ARG and
+// GL_EPILOGUE_OBJ: fused_epilogue_pair.cuh).
 #if GL_C_FROM_REGISTERS
 #define GL_C_ARG BuildConfig::Out* __restrict__ C, long long ldc
 #define GL_C_OUT PointerC<BuildConfig::Out>{C, ldc}
 #else
 #define GL_C_ARG const __grid_constant__ CUtensorMap map_c
 #define GL_C_OUT TmaC{&map_c}
-#endif
-#if defined(GL_EPILOGUE)
-#define GL_EPILOGUE_ARG , const __grid_constant__ EpilogueParams epi
-#define GL_EPILOGUE_OBJ FusedEpilogue{epi}
-#else
-#define GL_EPILOGUE_ARG
-#define GL_EPILOGUE_OBJ NoEpilogue{}
 #endif
 
 extern "C" __global__ void __launch_bounds__(BuildConfig::kThreads, 1)

@@ -259,14 +259,8 @@ struct BuildConfig {
   using Out = elem_t;
 #endif
 };
-// The epilogue's parameters, the last argument, with an epilogue only.
-#if defined(GL_EPILOGUE)
-#define GL_EPILOGUE_ARG , const __grid_constant__ EpilogueParams epi
-#define GL_EPILOGUE_OBJ FusedEpilogue{epi}
-#else
-#define GL_EPILOGUE_ARG
-#define GL_EPILOGUE_OBJ NoEpilogue{}
-#endif
+// The epilogue's parameters, the last argument, with an epilogue only (GL_EPILOGUE_ARG and
+// GL_EPILOGUE_OBJ: fused_epilogue_pair.cuh).
 
 extern "C" __global__ void __launch_bounds__(BuildConfig::kThreads, BuildConfig::kCtasPerSm)
     sm90_gemm_small_m(const __grid_constant__ CUtensorMap map_w, const __grid_constant__ CUtensorMap map_x,

@@ -3,33 +3,41 @@
 // array of cumulative row ends: group e has rows [offs[e - 1], offs[e]), group 0 from row 0), times w
 // (E, N, K), one (N, K) weight per group (nn.Linear's layout):
 //   out[r, :] = x[r, :] @ w[e]^T  for each row r of group e,
-// fp32 accumulation, out in the inputs' dtype (or fp32, GL_OUT_FP32), optionally plus a bias row per
-// group (GL_BIAS: bias (E, N)). library/grouped.py plans, binds and launches it.
+// fp32 accumulation, out in the inputs' dtype (or fp32), optionally plus a bias row per group (bias
+// (E, N)). library/grouped.py plans, binds and launches it.
+//
+// One templated kernel body, sm90_grouped_gemm<Cfg>, reads top to bottom; each build's variant is a
+// member of its config, chosen with `if constexpr`, never a preprocessor branch: kMode (the schedule's
+// problem: GroupedMode below), kBias, and the type Out. The instantiation block at the end of this file
+// is the one place that reads the build's -D constants (the plan's, design/plan.py kernel_defines, and
+// library/grouped.py's: GL_MAX_GROUPS, GL_GROUPED_K, GL_MASKED, GL_BIAS, GL_OUT_FP32): it makes them the
+// config type and defines the extern "C" entry point the loader finds by name.
 //
 // Level 9's roles on one CTA (no cluster): a producer warpgroup whose one thread issues the TMA loads,
 // two consumer warpgroups of 64 rows each on a 128 x BN tile (BN 128 or 256, BK 64), the stage ring of
 // stage_ring.cuh (producer_acquire / producer_commit / consumer_wait / consumer_release; the consumers'
-// loop is cluster_ring.cuh's consume_k_range releasing to this CTA alone), persistent CTAs. What differs from sm90_gemm.cu:
+// loop is cluster_ring.cuh's consume_k_range releasing to this CTA alone), persistent CTAs. What differs
+// from sm90_gemm.cu:
 //  - The schedule (grouped_scheduler.cuh): every CTA reads `offs` at its start and builds the prefix of
 //    the groups' M-tile counts in shared memory; tile index -> (M tile over all groups, N tile) in the
 //    library's grouped order, M tile -> its group by a binary search. No group size reaches the host, so
 //    a launch is the same for every routing (CUDA graphs, torch.compile).
 //  - The loads: one 2-D map over all of x's rows (a group's last tile loads the next group's first rows,
 //    or zeros past the last row: TMA's out-of-bounds fill), and one 3-D map over w, (K, N, E) innermost
-//    first, the group as its outer coordinate. With GL_B_MN_MAJOR the weight is read N-major, (N, K, E):
+//    first, the group as its outer coordinate. An N-major weight (GL_B_MN_MAJOR) is read as (N, K, E):
 //    w given as (E, K, N) row-major per group (the backward's grad_x = grad_out @ w[e]), BN / 64 boxes
 //    of 64 N x BK K per stage, as tma_tile.cuh's tma_load_operand loads an MN-major operand.
 //  - The store: straight from the accumulator registers (register_store.cuh), rows masked to the
 //    group's end, so the rows a tile borrowed from the next group are never written, and any pitch.
 // Rows past offs[E - 1] are not written (torch._grouped_mm leaves them too).
 //
-// GL_MASKED builds the masked layout of decode under CUDA graphs: x (E x M_max, K), group e's rows
-// start at e x M_max, and `offs` holds each group's count of valid rows (on the device); rows past a
-// count are neither loaded into a tile of their own, computed nor written (a group with no row has no
-// tile).
+// GroupedMode::kMasked builds the masked layout of decode under CUDA graphs: x (E x M_max, K), group
+// e's rows start at e x M_max, and `offs` holds each group's count of valid rows (on the device); rows
+// past a count are neither loaded into a tile of their own, computed nor written (a group with no row
+// has no tile).
 //
-// GL_GROUPED_K builds the other grouped problem, the weight gradient: out[e] (M, N) = a[:, K_e] @ b[K_e, :]
-// over group e's range K_e = [offs[e - 1], offs[e]) of the shared K (torch._grouped_mm of a 2-D a and a
+// GroupedMode::kAlongK builds the other grouped problem, the weight gradient:
+// out[e] (M, N) = a[:, K_e] @ b[K_e, :] over group e's range K_e = [offs[e - 1], offs[e]) of the shared K (torch._grouped_mm of a 2-D a and a
 // 2-D b), with a (M, total K) and b (total K, N) both read MN-major (a = grad_y^T or x^T, b = x or grad_y:
 // rows of the forward's operands, M or N contiguous). Every group owns all M x N tiles; an empty group's
 // tiles are zeros. A group's K range starts anywhere: its K tiles start at its first row, and its last
@@ -39,19 +47,6 @@
 // to the async proxy and meet at a named barrier, so no value of another group (not even a NaN or an Inf)
 // enters the sum.
 #include "gemm_ladder/tma_tile.cuh"
-
-#ifndef GL_GROUPED_K
-#define GL_GROUPED_K 0
-#endif
-
-static_assert(gl::BM == 128 && GL_CONSUMERS == 2 && GL_CLUSTER == 1 && GL_PRODUCER_WG == 1,
-              "sm90_grouped_gemm: a 128-row tile, two consumer warpgroups, one CTA per cluster, a producer warpgroup");
-static_assert(gl::BN == 128 || gl::BN == 256, "sm90_grouped_gemm: BN is 128 or 256");
-static_assert(gl::BK == 64, "sm90_grouped_gemm: BK = 64, one 128-byte swizzle span of K per stage");
-static_assert(GL_GROUPED_K ? (GL_A_MN_MAJOR == 1 && GL_B_MN_MAJOR == 1) : GL_A_MN_MAJOR == 0,
-              "sm90_grouped_gemm: x K-major (grouped along M); a and b MN-major (grouped along K)");
-static_assert(GL_C_PANELS == 0 && GL_C_RING == 0, "sm90_grouped_gemm: C is stored from registers (c_from_registers)");
-
 #include "gemm_ladder/grouped_scheduler.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
 #include "gemm_ladder/ptx/mbarrier.cuh"
@@ -64,11 +59,28 @@ using namespace gl;
 
 GL_RELEASES_PREVIOUS_STAGE();
 
-#if defined(GL_OUT_FP32)
-using out_t = float;
-#else
-using out_t = elem_t;
-#endif
+// The problem a build's schedule walks.
+enum class GroupedMode {
+  kContiguous,  // grouped along M, torch._grouped_mm's layout: offs the groups' cumulative row ends
+  kMasked,      // grouped along M, decode's masked layout: group e's rows from e x M_max, offs their counts
+  kAlongK,      // grouped along K (the weight gradient): offs the groups' cumulative ends along K
+};
+
+// What a config (Cfg) holds, each a static constexpr member: the tile BM, BN, BK; kConsumers, kCluster,
+// kProducerWarpgroups; kAMnMajor, kBMnMajor; kCPanels, kCRing (the plan's shared memory for C: none);
+// kMode, kBias; and the type Out. The instantiation block's BuildConfig is the one a build compiles.
+template <class Cfg>
+__host__ __device__ constexpr bool config_ok() {
+  static_assert(Cfg::BM == 128 && Cfg::kConsumers == 2 && Cfg::kCluster == 1 && Cfg::kProducerWarpgroups == 1,
+                "sm90_grouped_gemm: a 128-row tile, two consumer warpgroups, one CTA per cluster, a producer warpgroup");
+  static_assert(Cfg::BN == 128 || Cfg::BN == 256, "sm90_grouped_gemm: BN is 128 or 256");
+  static_assert(Cfg::BK == 64, "sm90_grouped_gemm: BK = 64, one 128-byte swizzle span of K per stage");
+  static_assert(Cfg::kMode == GroupedMode::kAlongK ? (Cfg::kAMnMajor == 1 && Cfg::kBMnMajor == 1) : Cfg::kAMnMajor == 0,
+                "sm90_grouped_gemm: x K-major (grouped along M); a and b MN-major (grouped along K)");
+  static_assert(Cfg::kCPanels == 0 && Cfg::kCRing == 0, "sm90_grouped_gemm: C is stored from registers (c_from_registers)");
+  static_assert(!(Cfg::kBias && Cfg::kMode == GroupedMode::kAlongK), "sm90_grouped_gemm: grouped along K adds no bias");
+  return true;
+}
 
 constexpr int kMaskBarrier = 1;  // named barrier 1: the two consumer warpgroups (256 threads) after masking
 
@@ -125,10 +137,12 @@ __device__ __forceinline__ void mask_k_lines(const SmemMap& smem, int s, int con
 // A consumer warpgroup's K tiles [0, k_tiles) of one tile into d, from ring position `pos` on (the loop
 // of cluster_ring.cuh's consume_k_range, releasing to this CTA alone: consumer_release). Stage k goes back
 // once the wgmma of k + 1 is issued (wait_group 1), the last once all have completed. `valid_last`: K
-// lines of the last K tile that belong to the tile's group (BK: all; fewer: mask_k_lines first).
-// `compute` false (grouped along M: none of this consumer's 64 rows is in the tile's group, a small
-// group's last tile): the consumer still waits for each stage and releases it, in the ring's order, but
-// issues no wgmma, so the other consumer's run alone; its accumulators are garbage and never stored.
+// lines of the last K tile that belong to the tile's group (BK: all; fewer, with kMaskLastK: mask_k_lines
+// first). `compute` false (grouped along M: none of this consumer's 64 rows is in the tile's group, a
+// small group's last tile): the consumer still waits for each stage and releases it, in the ring's
+// order, but issues no wgmma, so the other consumer's run alone; its accumulators are garbage and never
+// stored.
+template <bool kMaskLastK>
 __device__ __forceinline__ void consume_tile(const SmemMap& smem, float (&d)[BN / 2], int consumer, int k_tiles,
                                              int valid_last, RingPosition& pos, bool elected, bool compute = true) {
   if (!compute) {
@@ -141,7 +155,9 @@ __device__ __forceinline__ void consume_tile(const SmemMap& smem, float (&d)[BN 
   for (int kt = 0; kt < k_tiles; ++kt, pos.advance()) {
     const int s = pos.stage();
     consumer_wait(smem, pos);
-    if (GL_GROUPED_K && kt == k_tiles - 1 && valid_last < BK) mask_k_lines(smem, s, consumer, valid_last);
+    if constexpr (kMaskLastK) {
+      if (kt == k_tiles - 1 && valid_last < BK) mask_k_lines(smem, s, consumer, valid_last);
+    }
     wgmma_fence();
     mma_k_tile<BN, A_MN_MAJOR, B_MN_MAJOR>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), kt > 0);
     wgmma_commit();
@@ -153,25 +169,37 @@ __device__ __forceinline__ void consume_tile(const SmemMap& smem, float (&d)[BN 
   if (k_tiles > 0 && elected) consumer_release(smem, pos.previous_stage());
 }
 
-#if !GL_GROUPED_K
-// map_a: x (total_rows, K) K-major, box (BK, BM). map_b: w, rank 3 (GL_B_MN_MAJOR 0: (K, N, E), box
-// (BK, BN, 1); 1: (N, K, E), box (64, BK, 1)). C: out (total_rows, N), element (r, c) at C[r * ldc + c].
-// offs: `groups` int32 cumulative row ends. bias: (groups, N) contiguous (GL_BIAS), else unused.
-extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
-    grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                        out_t* __restrict__ C, long long ldc, const int* __restrict__ offs, int groups, int total_rows,
-                        int N, int K, const elem_t* __restrict__ bias) {
+// The kernel. Grouped along M (kContiguous, kMasked): map_a x (total_rows, K) K-major, box (BK, BM);
+// map_b w, rank 3 (K-major: (K, N, E), box (BK, BN, 1); N-major: (N, K, E), box (64, BK, 1)); C out
+// (total_rows, N), element (r, c) at C[r * ldc + c]; offs `groups` int32 (kContiguous: cumulative row
+// ends; kMasked: valid rows per group of extent / groups); extent the total rows; bias (groups, N)
+// contiguous (kBias), else unused; M and group_stride unused.
+// Grouped along K (kAlongK): map_a a (M, total_k) MN-major, globalDim (M, total_k), box (64, BK); map_b
+// b (total_k, N) MN-major, globalDim (N, total_k), box (64, BK); C out (groups, M, N), element (e, r, c)
+// at C[e * group_stride + r * ldc + c]; offs `groups` int32 cumulative ends along K; extent the total K;
+// K and bias unused.
+template <class Cfg>
+__device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b,
+                                                  typename Cfg::Out* __restrict__ C, long long ldc,
+                                                  long long group_stride, const int* __restrict__ offs, int groups,
+                                                  int extent, int M, int N, int K, const elem_t* __restrict__ bias) {
+  static_assert(config_ok<Cfg>());
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
+  constexpr bool kAlongK = Cfg::kMode == GroupedMode::kAlongK;
+
   extern __shared__ uint8_t smem_raw[];
   __shared__ GroupTable table;
   const SmemMap smem(smem_raw);
   if (threadIdx.x == 0) init_ring(smem, &map_a, &map_b, &map_b);  // no output map: b's is prefetched twice
-#if defined(GL_MASKED)
-  table.build_masked(offs, groups, total_rows / groups, BM);  // offs: valid rows per group of total_rows / groups
-#else
-  table.build(offs, groups, total_rows, BM);  // its __syncthreads also publish the ring's barriers
-#endif
-  const GroupedScheduler sched(table, groups, N, BM, BN);
-  const int k_tiles = (K + BK - 1) / BK;
+  // Its __syncthreads also publish the ring's barriers.
+  if constexpr (Cfg::kMode == GroupedMode::kMasked) table.build_masked(offs, groups, extent / groups, BM);
+  else if constexpr (kAlongK) table.build(offs, groups, extent, BK);  // tile_start: each group's K tiles
+  else table.build(offs, groups, extent, BM);
+  const auto sched = [&] {  // GroupedKScheduler along K, else GroupedScheduler
+    if constexpr (kAlongK) return GroupedKScheduler(table, groups, M, N, BM, BN);
+    else return GroupedScheduler(table, groups, N, BM, BN);
+  }();
+  const int k_tiles = (K + BK - 1) / BK;  // grouped along M: every tile's (along K: each group's, below)
   const int total = sched.total();
 
   if (warpgroup_index() == 0) {
@@ -179,9 +207,17 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     if (threadIdx.x == 0) {
       RingPosition pos{0};
       for (int unit = blockIdx.x; unit < total; unit += gridDim.x) {
-        const GroupedTile t = sched.tile(unit);
-        for (int kt = 0; kt < k_tiles; ++kt, pos.advance())
-          produce_grouped_stage(smem, &map_a, &map_b, pos, kt * BK, t.row0, t.tn * BN, t.group);
+        if constexpr (kAlongK) {
+          int e, tm, tn;
+          sched.coords(unit, e, tm, tn);
+          const int k_begin = table.row_begin(e), e_k_tiles = table.tile_start[e + 1] - table.tile_start[e];
+          for (int kt = 0; kt < e_k_tiles; ++kt, pos.advance())
+            produce_grouped_stage(smem, &map_a, &map_b, pos, k_begin + kt * BK, tm * BM, tn * BN, -1);
+        } else {
+          const GroupedTile t = sched.tile(unit);
+          for (int kt = 0; kt < k_tiles; ++kt, pos.advance())
+            produce_grouped_stage(smem, &map_a, &map_b, pos, kt * BK, t.row0, t.tn * BN, t.group);
+        }
       }
     }
   } else {
@@ -191,65 +227,77 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     const bool elected = thread_in_warpgroup() == 0;  // releases stages
     RingPosition pos{0};
     for (int unit = blockIdx.x; unit < total; unit += gridDim.x) {
-      float d[BN / 2];
-      const GroupedTile t = sched.tile(unit);
-      consume_tile(smem, d, consumer, k_tiles, BK, pos, elected, t.row0 + 64 * consumer < t.row_end);
-      store_fragment_from_registers<BN, true>(C, ldc, d, t.row0 + 64 * consumer, t.tn * BN, t.row_end, N,
-                                              [&](float& x0, float& x1, int, int c) {
-#if defined(GL_BIAS)
-                                                const elem_t* b = bias + static_cast<long long>(t.group) * N;
-                                                if (c < N) x0 += static_cast<float>(b[c]);
-                                                if (c + 1 < N) x1 += static_cast<float>(b[c + 1]);
-#endif
-                                              });
+      if constexpr (kAlongK) {
+        int e, tm, tn;
+        sched.coords(unit, e, tm, tn);
+        const int k_begin = table.row_begin(e), k_end = table.row_end[e];
+        const int e_k_tiles = table.tile_start[e + 1] - table.tile_start[e];
+        float d[BN / 2];
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;  // an empty group's tile is zeros
+        consume_tile<true>(smem, d, consumer, e_k_tiles, k_end - k_begin - (e_k_tiles - 1) * BK, pos, elected);
+        store_fragment_from_registers<BN, true>(C + e * group_stride, ldc, d, tm * BM + 64 * consumer, tn * BN, M, N,
+                                                [](float&, float&, int, int) {});
+      } else {
+        float d[BN / 2];
+        const GroupedTile t = sched.tile(unit);
+        consume_tile<false>(smem, d, consumer, k_tiles, BK, pos, elected, t.row0 + 64 * consumer < t.row_end);
+        store_fragment_from_registers<BN, true>(C, ldc, d, t.row0 + 64 * consumer, t.tn * BN, t.row_end, N,
+                                                [&](float& x0, float& x1, int, int c) {
+                                                  if constexpr (Cfg::kBias) {
+                                                    const elem_t* b = bias + static_cast<long long>(t.group) * N;
+                                                    if (c < N) x0 += static_cast<float>(b[c]);
+                                                    if (c + 1 < N) x1 += static_cast<float>(b[c + 1]);
+                                                  }
+                                                });
+      }
     }
   }
 }
+
+// ---- The build: its -D constants as the config, and the entry point ------------------------------
+// The plan's constants (design/plan.py kernel_defines) and library/grouped.py's: GL_MAX_GROUPS (read by
+// grouped_scheduler.cuh), GL_GROUPED_K or GL_MASKED for the mode, GL_BIAS, GL_OUT_FP32 for a float32 out.
+#ifndef GL_GROUPED_K
+#define GL_GROUPED_K 0
+#endif
+struct BuildConfig {
+  static constexpr int BM = GL_BM, BN = GL_BN, BK = GL_BK;
+  static constexpr int kCluster = GL_CLUSTER, kConsumers = GL_CONSUMERS, kProducerWarpgroups = GL_PRODUCER_WG;
+  static constexpr int kAMnMajor = GL_A_MN_MAJOR, kBMnMajor = GL_B_MN_MAJOR;
+  static constexpr int kCPanels = GL_C_PANELS, kCRing = GL_C_RING;
+#if GL_GROUPED_K
+  static constexpr GroupedMode kMode = GroupedMode::kAlongK;
+#elif defined(GL_MASKED)
+  static constexpr GroupedMode kMode = GroupedMode::kMasked;
 #else
-// map_a: a (M, total_k) MN-major, globalDim (M, total_k), box (64, BK). map_b: b (total_k, N) MN-major,
-// globalDim (N, total_k), box (64, BK). C: out (groups, M, N), element (e, r, c) at
-// C[e * group_stride + r * ldc + c]. offs: `groups` int32 cumulative ends along K.
+  static constexpr GroupedMode kMode = GroupedMode::kContiguous;
+#endif
+#if defined(GL_BIAS)
+  static constexpr bool kBias = true;
+#else
+  static constexpr bool kBias = false;
+#endif
+#if defined(GL_OUT_FP32)
+  using Out = float;
+#else
+  using Out = elem_t;
+#endif
+};
+
+// The launch's arguments, as library/grouped.py packs them: grouped along M (launch), or along K (launch_k).
+#if GL_GROUPED_K
 extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                        out_t* __restrict__ C, long long ldc, long long group_stride, const int* __restrict__ offs,
-                        int groups, int total_k, int M, int N) {
-  extern __shared__ uint8_t smem_raw[];
-  __shared__ GroupTable table;
-  const SmemMap smem(smem_raw);
-  if (threadIdx.x == 0) init_ring(smem, &map_a, &map_b, &map_b);
-  table.build(offs, groups, total_k, BK);  // tile_start: each group's K tiles
-  const GroupedKScheduler sched(table, groups, M, N, BM, BN);
-  const int total = sched.total();
-
-  if (warpgroup_index() == 0) {
-    setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) {
-      RingPosition pos{0};
-      for (int unit = blockIdx.x; unit < total; unit += gridDim.x) {
-        int e, tm, tn;
-        sched.coords(unit, e, tm, tn);
-        const int k_begin = table.row_begin(e), k_tiles = table.tile_start[e + 1] - table.tile_start[e];
-        for (int kt = 0; kt < k_tiles; ++kt, pos.advance())
-          produce_grouped_stage(smem, &map_a, &map_b, pos, k_begin + kt * BK, tm * BM, tn * BN, -1);
-      }
-    }
-  } else {
-    setmaxnreg_inc<232>();
-    const int consumer = warpgroup_index() - 1;
-    const bool elected = thread_in_warpgroup() == 0;
-    RingPosition pos{0};
-    for (int unit = blockIdx.x; unit < total; unit += gridDim.x) {
-      int e, tm, tn;
-      sched.coords(unit, e, tm, tn);
-      const int k_begin = table.row_begin(e), k_end = table.row_end[e];
-      const int k_tiles = table.tile_start[e + 1] - table.tile_start[e];
-      float d[BN / 2];
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;  // an empty group's tile is zeros
-      consume_tile(smem, d, consumer, k_tiles, k_end - k_begin - (k_tiles - 1) * BK, pos, elected);
-      store_fragment_from_registers<BN, true>(C + e * group_stride, ldc, d, tm * BM + 64 * consumer, tn * BN, M, N,
-                                              [](float&, float&, int, int) {});
-    }
-  }
+                        BuildConfig::Out* __restrict__ C, long long ldc, long long group_stride,
+                        const int* __restrict__ offs, int groups, int total_k, int M, int N) {
+  sm90_grouped_gemm<BuildConfig>(map_a, map_b, C, ldc, group_stride, offs, groups, total_k, M, N, 0, nullptr);
+}
+#else
+extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
+    grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                        BuildConfig::Out* __restrict__ C, long long ldc, const int* __restrict__ offs, int groups,
+                        int total_rows, int N, int K, const elem_t* __restrict__ bias) {
+  sm90_grouped_gemm<BuildConfig>(map_a, map_b, C, ldc, 0, offs, groups, total_rows, 0, N, K, bias);
 }
 #endif

@@ -6,6 +6,13 @@
 // A library kernel takes its epilogue as a template parameter `Epi` (NoEpilogue or FusedEpilogue) and an
 // object of it, and applies it under `if constexpr (Epi::kFused)`: the calls name members of a dependent
 // type, so a build without the generated code compiles them not at all.
+//
+// A kernel's entry point takes the epilogue's parameters as its last argument, with an epilogue only:
+// GL_EPILOGUE_ARG is that parameter (with its leading comma; empty without an epilogue) and
+// GL_EPILOGUE_OBJ the kernel's Epi object made from it (FusedEpilogue{epi}, or NoEpilogue{}). Defined
+// here once for every kernel: this header is included once per translation unit, after the generated
+// code defines GL_EPILOGUE (library/epilogue.py's source; the generated code itself includes only
+// fused_epilogue.cuh), so the branch taken is the build's.
 #pragma once
 #include "gemm_ladder/fused_epilogue.cuh"
 
@@ -15,6 +22,14 @@ struct NoEpilogue {
   static constexpr bool kFused = false;
 };
 }  // namespace gl
+
+#if defined(GL_EPILOGUE)
+#define GL_EPILOGUE_ARG , const __grid_constant__ EpilogueParams epi
+#define GL_EPILOGUE_OBJ FusedEpilogue{epi}
+#else
+#define GL_EPILOGUE_ARG
+#define GL_EPILOGUE_OBJ NoEpilogue{}
+#endif
 
 #if defined(GL_EPILOGUE)
 #ifndef GL_EPI_SWAP

@@ -1,0 +1,281 @@
+"""Every built configuration forced on the real layer shapes the route loses most on (issue 23), against
+cuBLAS and the route, interleaved in one process: does the route pick badly among what exists, or is
+no existing configuration good enough?
+
+    python bench/tiles_forced.py [--shapes NAME,...] [--budget 0.03] [-o OUT_DIR]
+
+``--check`` adds :data:`CHECK_SHAPES`. Shapes: :data:`SHAPES`, the plain (no epilogue) rows of bench/results/2026-12-03_shapes_real_quick_5c39c94.json
+below 0.85x cuBLAS (M x N x K of ``F.linear(x, w)``, x (M, K), w (N, K), both row-major).
+
+Configurations per shape:
+
+* ``cuBLAS``: ``F.linear(x, w)``; ``route``: ``gemm_ladder.linear(x, w)`` (what the dispatcher runs;
+  ``explain``'s choice and the cost model's candidates are recorded beside it);
+* ``general BN {64,128,256} {none,tail,all,wave}``: the general kernel (library/gemm.py, 128 x BN
+  tiles, 2-CTA cluster) bound in place with each split policy (library.gemm.SPLITS, the ones the route
+  ranks and any it does not);
+* for M <= 256, ``small_m BN b splits s``: the small-M kernel in the bucket of one tile and the
+  smaller buckets of up to 4 M tiles, its own split rule (s = None) and classic split-K (s = 1, 2, 4,
+  8, where the grid differs from the rule's).
+
+Method: fresh random operands per shape (gates.correctness.random_operands); every configuration's
+output NaN-poisoned, computed once and checked against the float64 reference (gates.correctness's
+error_bound on the relative Frobenius error, absolute_cap on the largest element error); then all of
+them timed interleaved in one gates.performance.time_fns call (L2 flushed by writes before every
+call, launch latency hidden, median over 4 rounds). The builds are compiled first, in parallel
+(dispatch.precompile.run_builds). Writes ``tiles_forced.json`` and ``tiles_forced.md`` into the
+output folder (default ``$OUT/tiles``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import gemm_ladder
+from gemm_ladder import dispatch
+from gemm_ladder.contract import DTYPES, reference
+from gemm_ladder.gates.correctness import absolute_cap, error_bound, random_operands
+
+#: (name, M, N, K, dtype): the plain rows below 0.85x in the 2026-12-03 shapes_real quick run.
+SHAPES = (
+    ("vit_l16 attn.proj", 197, 1024, 1024, "fp16"),
+    ("gpt2 mlp.c_proj", 1023, 768, 3072, "bf16"),
+    ("gpt2 attn.c_attn", 1023, 2304, 768, "bf16"),
+    ("phi3_mini mlp.down_proj", 333, 3072, 8192, "bf16"),
+    ("qwen2.5_7b qkv_proj", 1000, 4608, 3584, "bf16"),
+    ("t5_base wo", 2048, 768, 3072, "bf16"),
+    ("t5_base q", 512, 768, 768, "bf16"),
+    ("vit_l16 mlp.fc2", 12608, 1024, 4096, "bf16"),
+    ("gpt2 mlp.c_proj 8k", 8192, 768, 3072, "bf16"),
+    ("qwen2.5_7b o_proj", 64, 3584, 3584, "bf16"),
+    ("vit_l16 attn.qkv", 12608, 3072, 1024, "bf16"),
+)
+#: Real layer shapes at 0.87-0.99x in the same run, and two squares: where a new split policy must not lose.
+CHECK_SHAPES = (
+    ("square 2048", 2048, 2048, 2048, "bf16"),
+    ("square 4096", 4096, 4096, 4096, "bf16"),
+    ("gemma_7b q_proj", 4097, 4096, 3072, "bf16"),
+    ("phi3_mini qkv_proj", 2048, 9216, 3072, "bf16"),
+    ("vit_l16 mlp.fc1", 12608, 4096, 1024, "bf16"),
+    ("bert_large output.dense", 16384, 1024, 4096, "fp16"),
+    ("qwen2.5_7b down_proj", 1000, 3584, 18944, "bf16"),
+    ("llama3_8b down_proj", 1000, 4096, 14336, "fp16"),
+)
+SPLITS_TRIED = (1, 2, 4, 8)
+MAX_M_TILES = 4
+
+
+def small_m_buckets(m: int) -> list[int]:
+    """The small-M buckets tried for M rows: the one-tile bucket and smaller ones of <= MAX_M_TILES tiles."""
+    from gemm_ladder.library.small_m import BUCKETS, SMALL_M_MAX, bucket
+
+    if m > SMALL_M_MAX:
+        return []
+    return [bn for bn in BUCKETS if bn <= bucket(m) and math.ceil(m / bn) <= MAX_M_TILES]
+
+
+def configs_for(m: int, dtype: str):
+    """The KernelConfigs a shape's forced runs need (general TMA-store builds K-major, small-M buckets)."""
+    from gemm_ladder.dispatch import kernels as K
+
+    out = [K.general("k", "k", bn, dtype) for bn in K.general_bns()]
+    out += [K.small_m(m, bn, dtype) for bn in small_m_buckets(m)]
+    return out
+
+
+def prebuild(shapes, workers: int) -> list[str]:
+    """Compile (and load) every build the shapes need, and each route's, in parallel; returns failures."""
+    from gemm_ladder.dispatch.precompile import config_build, run_builds
+
+    configs = {}
+    for _, m, n, k, dtype in shapes:
+        for c in configs_for(m, dtype):
+            configs[c] = None
+        x = torch.empty(m, k, dtype=DTYPES[dtype], device="cuda")
+        w = torch.empty(n, k, dtype=DTYPES[dtype], device="cuda")
+        route = dispatch.decide(x, w.T, torch.empty(m, n, dtype=x.dtype, device="cuda"), given=False)
+        configs[route.config] = None
+    outcomes = run_builds([config_build(c) for c in configs], workers=workers)
+    return [f"{label}: {o}" for label, o in outcomes.items() if not o.startswith("built")]
+
+
+def forced_fns(x: torch.Tensor, w: torch.Tensor, dtype: str) -> dict[str, tuple]:
+    """name -> (bound launch, its output c, facts) of every forced configuration on (x, w)."""
+    from gemm_ladder.dispatch import kernels as K
+    from gemm_ladder.library.gemm import SPLITS, library_gemm
+    from gemm_ladder.library.operand import operand_view
+    from gemm_ladder.library.small_m import small_m_kernel
+
+    m, k = x.shape
+    n = w.shape[0]
+    va, vb = operand_view(x, k_dim=1), operand_view(w, k_dim=1)
+    out = {}
+    for bn in K.general_bns():
+        kernel = library_gemm("k", "k", bn)
+        for split in sorted(SPLITS, key=lambda sp: (sp not in kernel.splits, sp)):  # every policy, ranked ones first
+            c = torch.empty(m, n, dtype=x.dtype, device=x.device)
+            bound = kernel.bind(va, vb, c, split=split)
+            out[f"general BN {bn} {split}"] = (bound, c, {"kernel": "general", "bn": bn, "split": split,
+                                                           "stages": kernel.stages})
+    for bn in small_m_buckets(m):
+        kernel = small_m_kernel(bn)
+        resident = kernel.loaded(dtype, x.device).max_active_clusters(x.device)
+        grids = {}
+        for splits in (None, *SPLITS_TRIED):
+            try:
+                grid = kernel.ctas(m, n, k, resident, splits)
+                kernel.schedule(m, n, k, grid)
+            except ValueError:
+                continue
+            if grid in grids.values():
+                continue
+            grids[splits] = grid
+            c = torch.empty(m, n, dtype=x.dtype, device=x.device)
+            bound = kernel.bind(va, vb, c, splits=splits)
+            out[f"small_m BN {bn} splits {splits}"] = (bound, c, {
+                "kernel": "small_m", "bn": bn, "m_tiles": math.ceil(m / bn), "splits": splits, "grid": grid,
+                "stages": kernel.ring_stages(dtype)})
+    return out
+
+
+def route_label(d: dict) -> str:
+    """The forced configuration's name that explain's decision corresponds to."""
+    if d["kind"] == "general":
+        return f"general BN {d['tile'][1]} {d['split']}"
+    if d["kind"] == "small_m":
+        return f"small_m BN {d['tile'][1]} splits None"
+    return d["kind"]
+
+
+def bench_shape(name, m, n, k, dtype, budget, seed) -> dict:
+    from gemm_ladder.gates.performance import time_fns
+
+    x, w = random_operands(m, n, k, dtype, "cuda", seed)
+    ref = reference(x, w)
+    ref_absmax = ref.abs().max().item()
+    cap = absolute_cap(x, w, ref_absmax, dtype)
+
+    def err(c: torch.Tensor) -> tuple[float, float]:
+        d = c.double() - ref
+        return (torch.linalg.vector_norm(d) / torch.linalg.vector_norm(ref)).item(), d.abs().max().item()
+
+    cublas_err, _ = err(F.linear(x, w))
+    bound = error_bound(cublas_err, dtype)
+    forced = forced_fns(x, w, dtype)
+    rows = {}
+    for label, (launch, c, facts) in forced.items():
+        c.fill_(float("nan"))
+        launch()
+        rel, absmax = err(c)
+        ok = math.isfinite(rel) and rel <= bound and absmax <= cap
+        rows[label] = {**facts, "rel_err": rel, "max_abs_err": absmax, "ok": ok}
+    route_out = gemm_ladder.linear(x, w)
+    rel, absmax = err(route_out)
+    d = gemm_ladder.explain(x, w.T).to_dict()
+    rows["route"] = {"kernel": "route", "choice": route_label(d), "rel_err": rel, "max_abs_err": absmax,
+                     "ok": math.isfinite(rel) and rel <= bound and absmax <= cap}
+    fns = {"cuBLAS": lambda p, q: F.linear(p, q), "route": lambda p, q: gemm_ladder.linear(p, q)}
+    fns.update({label: (lambda p, q, launch=launch: launch()) for label, (launch, _, _) in forced.items()
+                if rows[label]["ok"]})
+    t = time_fns(fns, x, w, budget_s=budget, rounds=4, warmup=3, max_repeats=200)
+    cub = t["cuBLAS"].median_ms * 1e3
+    for label, tm in t.items():
+        rows.setdefault(label, {"kernel": "cuBLAS"})
+        rows[label].update(us=tm.median_ms * 1e3, p10_us=tm.p10_ms * 1e3, p90_us=tm.p90_ms * 1e3,
+                           vs_cublas=cub / (tm.median_ms * 1e3))
+    timed = [lb for lb in forced if "us" in rows[lb]]
+    best = min(timed, key=lambda lb: rows[lb]["us"])
+    h = d.get("heuristic") or {}
+    predicted = {f"general BN {c['bn']} {c['split']}": c["predicted_us"] for c in h.get("candidates", [])}
+    for label, p in predicted.items():
+        if label in rows:
+            rows[label]["predicted_us"] = p
+    return {"name": name, "m": m, "n": n, "k": k, "dtype": dtype, "cublas_us": cub, "cublas_rel_err": cublas_err,
+            "error_bound": bound, "absolute_cap": cap, "route_choice": route_label(d),
+            "route_tile": d.get("tile"), "route_stages": d.get("stages"), "route_cluster": d.get("cluster"),
+            "route_grid": d.get("grid"), "route_split": d.get("split"),
+            "route_predicted_us": predicted.get(route_label(d)), "best_forced": best,
+            "best_forced_us": rows[best]["us"], "best_vs_cublas": rows[best]["vs_cublas"],
+            "route_vs_best": rows[best]["us"] / rows["route"]["us"], "configs": rows}
+
+
+def markdown(results: list[dict]) -> str:
+    out = ["| shape | dtype | cuBLAS us | route (choice) us | route/cuBLAS | best forced | best us | best/cuBLAS |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        c = r["configs"]
+        out.append(f"| {r['name']} {r['m']}x{r['n']}x{r['k']} | {r['dtype']} | {r['cublas_us']:.1f} | "
+                   f"{c['route']['us']:.1f} ({r['route_choice']}) | {c['route']['vs_cublas']:.2f} | {r['best_forced']} | "
+                   f"{r['best_forced_us']:.1f} | {r['best_vs_cublas']:.2f} |")
+    out.append("")
+    for r in results:
+        out.append(f"### {r['name']} {r['m']}x{r['n']}x{r['k']} {r['dtype']} (cuBLAS {r['cublas_us']:.1f} us)")
+        out.append("| config | us | vs cuBLAS | predicted us | rel err | ok |")
+        out.append("|---|---|---|---|---|---|")
+        for label, v in sorted(r["configs"].items(), key=lambda kv: kv[1].get("us", math.inf)):
+            p = v.get("predicted_us")
+            us = v.get("us")
+            vs = v.get("vs_cublas")
+            cells = ["" if us is None else f"{us:.1f}", "" if vs is None else f"{vs:.2f}", "" if p is None else f"{p:.1f}",
+                     f"{v.get('rel_err', float('nan')):.2e}", str(v.get("ok", ""))]
+            out.append(f"| {label} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", default="", help="comma list of shape names (default: all of SHAPES)")
+    p.add_argument("--check", action="store_true", help="also the CHECK_SHAPES (where a change must not lose)")
+    p.add_argument("--budget", type=float, default=0.03, help="seconds of timed calls per configuration")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="parallel builds")
+    p.add_argument("-o", "--output", default=None, help="output folder (default $OUT/tiles or ./tiles_out)")
+    args = p.parse_args()
+    want = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    pool = SHAPES + (CHECK_SHAPES if args.check else ())
+    shapes = [s for s in pool if not want or s[0] in want]
+    if want and len(shapes) != len(want):
+        print(f"tiles_forced.py: unknown shapes in {want}; names: {[s[0] for s in SHAPES]}", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("tiles_forced.py: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    out_dir = Path(args.output or Path(os.environ.get("OUT", "."), "tiles"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    failures = prebuild(shapes, args.workers)
+    print(f"builds: {time.time() - t0:.1f} s; failures: {failures}", flush=True)
+    results = []
+    for i, (name, m, n, k, dtype) in enumerate(shapes):
+        t1 = time.time()
+        r = bench_shape(name, m, n, k, dtype, args.budget, seed=23000 + i)
+        results.append(r)
+        bad = [lb for lb, v in r["configs"].items() if v.get("ok") is False]
+        print(f"{name} {m}x{n}x{k} {dtype}: cuBLAS {r['cublas_us']:.1f} us, route {r['configs']['route']['us']:.1f} us "
+              f"({r['route_choice']}), best {r['best_forced']} {r['best_forced_us']:.1f} us "
+              f"({r['best_vs_cublas']:.2f}x cuBLAS){'; WRONG: ' + ', '.join(bad) if bad else ''} "
+              f"[{time.time() - t1:.1f} s]", flush=True)
+    from suite import meta as suite_meta
+
+    doc = {"meta": suite_meta(), "budget_s": args.budget, "build_failures": failures,
+           "table_provenance": dispatch.cost_model().provenance, "rows": results}
+    (out_dir / "tiles_forced.json").write_text(json.dumps(doc, indent=1) + "\n")
+    md = markdown(results)
+    (out_dir / "tiles_forced.md").write_text(md + "\n")
+    print(md)
+    wrong = sum(v.get("ok") is False for r in results for v in r["configs"].values())
+    print(f"total {time.time() - t0:.1f} s; wrong configurations: {wrong}")
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
