@@ -1,17 +1,23 @@
 """The grouped GEMM's benchmark (issue 24): gemm_ladder.grouped_mm against torch._grouped_mm and a loop
 of torch.mm per expert, in one run, interleaved, on the same tensors.
 
-    python bench/grouped.py [--quick] [--cases NAME,...] [--directions fwd,grad_x,grad_w] [--bn 128|256] [-o OUT.json]
+    python bench/grouped.py [--quick] [--cases NAME,...] [--directions fwd,grad_x,grad_w] [--swiglu none|NAME,...]
+                            [--bn 128|256] [-o OUT.json]
     compute-sanitizer --tool memcheck python bench/grouped.py --sanitize
 
-Cases (the issue's table; rows sorted by expert, group sizes from a fixed-seed log-normal routing
-scaled to the issue's ranges, int32 ``offs`` on the device): Mixtral-8x7B gate+up and down (skewed),
-Qwen3-30B-A3B gate+up and down (128 experts), DeepSeek-V3-like 32 experts, decode (128 experts, about
-4 rows each). Directions: ``fwd`` (x @ w[e].T, the weight K-major), ``grad_x`` (grad_y @ w[e], the
-weight N-major) and ``grad_w`` (x[rows_e].T @ grad_y[rows_e], grouped along K; not for decode). The
-decode case also runs in the masked layout (a (E, M_max, K) with counts on the device), with its
-weight bandwidth against a measured device copy (``ratio_copy_bandwidth``). ``--quick``: three cases,
-forward only, shorter budget; ``--directions`` picks others.
+Cases (rows sorted by expert, group sizes from a fixed-seed log-normal routing clipped to each case's
+range, int32 ``offs`` on the device): the issue's table (Mixtral-8x7B gate+up and down (skewed),
+Qwen3-30B-A3B gate+up and down, DeepSeek-V3-like 32 experts, Qwen3 decode ``decode_128``), and the
+models' own shapes at prefill and decode token counts: Mixtral decode (E 8), DeepSeek-V3 (E 256 routed
+experts, hidden 7168, moe intermediate 2048) and gpt-oss-120b (E 128, hidden 2880, intermediate 2880).
+E = 8, 32, 128 and 256. Directions: ``fwd`` (x @ w[e].T, the weight K-major), ``grad_x`` (grad_y @ w[e],
+the weight N-major) and ``grad_w`` (x[rows_e].T @ grad_y[rows_e], grouped along K; not for decode). The
+decode cases also run in the masked layout (a (E, M_max, K) with counts on the device), with their
+weight bandwidth against a measured device copy (``ratio_copy_bandwidth``). The gate+up and decode
+cases also give ``layout: "swiglu"`` rows: gemm_ladder.grouped_swiglu (w_gate, w_up (E, N / 2, K))
+against torch's composition on ``_grouped_mm`` and a loop per expert, direction ``fwd`` or ``fwd_bwd``.
+``--quick``: six cases and three swiglu cases, forward only, shorter budget (about 90 s on the H200,
+builds cached); ``--directions`` and ``--swiglu`` pick others.
 
 Per case and direction, three callables timed with gates.performance.time_fns (L2 flushed before each
 call, interleaved rounds): ``grouped`` (this library), ``torch_grouped`` (torch._grouped_mm, bf16 only),
@@ -34,16 +40,35 @@ from gemm_ladder.api_grouped import grouped_mm_direct
 from gemm_ladder.gates.performance import time_fns
 from suite import add_output_argument, require_gpu, save
 
-#: name -> (E, rows, N, K, smallest, largest group): the issue's table.
+#: name -> (E, rows, N, K, smallest, largest group): the issue's table, then the models' own shapes at
+#: prefill (rows = tokens x top-k) and decode token counts. Gate+up cases are the two projections side by
+#: side (N = 2 x the expert's intermediate size); the grouped_swiglu rows take them as w_gate and w_up.
 CASES = {
     "mixtral_gate_up": (8, 16384, 28672, 4096, 2048, 2048),
     "mixtral_down_skewed": (8, 16384, 4096, 14336, 412, 4390),
+    "mixtral_decode": (8, 64, 28672, 4096, 2, 20),  # 32 tokens, top-2
     "qwen3_gate_up": (128, 32768, 1536, 2048, 0, 463),
     "qwen3_down": (128, 32768, 2048, 768, 0, 515),
-    "deepseek_v3_32": (32, 32768, 4096, 7168, 21, 2423),
-    "decode_128": (128, 512, 1536, 2048, 0, 12),
+    "decode_128": (128, 512, 1536, 2048, 0, 12),  # Qwen3-30B-A3B decode: 64 tokens, top-8
+    "deepseek_v3_32": (32, 32768, 4096, 7168, 21, 2423),  # 32 of the 256 experts on one GPU
+    # DeepSeek-V3: 256 routed experts, hidden 7168, moe intermediate 2048, top-8 (4096 tokens; decode 64)
+    "deepseek_v3_gate_up": (256, 32768, 4096, 7168, 0, 400),
+    "deepseek_v3_down": (256, 32768, 7168, 2048, 0, 400),
+    "deepseek_v3_decode": (256, 512, 4096, 7168, 0, 8),
+    # gpt-oss-120b: 128 experts, hidden 2880, intermediate 2880, top-4 (8192 tokens; decode 128)
+    "gptoss_gate_up": (128, 32768, 5760, 2880, 0, 700),
+    "gptoss_down": (128, 32768, 2880, 2880, 0, 700),
+    "gptoss_decode": (128, 512, 5760, 2880, 0, 12),
 }
-QUICK = ("mixtral_down_skewed", "qwen3_gate_up", "decode_128")
+QUICK = ("mixtral_down_skewed", "qwen3_gate_up", "decode_128", "deepseek_v3_gate_up", "gptoss_gate_up",
+         "gptoss_decode")
+#: The grouped_swiglu rows: the gate+up and decode cases (w_gate and w_up (E, N / 2, K) each).
+SWIGLU = tuple(n for n in CASES if "gate_up" in n or "decode" in n)
+SWIGLU_QUICK = ("qwen3_gate_up", "gptoss_gate_up", "decode_128")
+
+
+def is_decode(name: str) -> bool:
+    return "decode" in name
 
 
 def group_sizes(e: int, rows: int, lo: int, hi: int, seed: int = 0) -> list[int]:
@@ -139,6 +164,55 @@ def run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn) -> dict:
            "tflops_torch_grouped": flop / t["torch_grouped"].median_ms / 1e9, "tflops_loop": flop / t["loop"].median_ms / 1e9}
     print(f"{name:22s} grad_w E={e:4d} rows={rows:6d} N={n:6d} K={k:6d}  grouped {ours:8.3f} ms "
           f"{row['tflops']:6.1f} TF/s  x{row['ratio_torch_grouped']:.2f} torch_grouped  x{row['ratio_loop']:.2f} loop"
+          f"  err {err:.2e}", flush=True)
+    return row
+
+
+def run_swiglu(name: str, direction: str, budget: float) -> dict:
+    """gemm_ladder.grouped_swiglu on a gate+up case (w_gate, w_up (E, N / 2, K)) against torch's composition
+    ``silu(_grouped_mm(x, w_gate^T)) * _grouped_mm(x, w_up^T)`` (``ratio_torch_grouped``) and a loop of
+    ``silu(x_e @ w_gate[e]^T) * (x_e @ w_up[e]^T)`` per expert (``ratio_loop``). ``direction`` "fwd", or
+    "fwd_bwd": the forward and torch.autograd.grad of x, w_gate and w_up (3 x the forward's FLOPs)."""
+    import torch.nn.functional as F
+
+    from gemm_ladder.ops_grouped_swiglu import grouped_swiglu
+
+    e, rows, n2, k, lo, hi = CASES[name]
+    n = n2 // 2
+    sizes = group_sizes(e, rows, lo, hi)
+    offs = torch.tensor(sizes).cumsum(0).to(torch.int32).to("cuda")
+    x = torch.randn(rows, k, dtype=torch.bfloat16, device="cuda")
+    wg, wu = (torch.randn(e, n, k, dtype=torch.bfloat16, device="cuda").mul_(k**-0.5) for _ in range(2))
+    starts = [0] + torch.tensor(sizes).cumsum(0).tolist()[:-1]
+    slices = [(s, s + z, i) for i, (s, z) in enumerate(zip(starts, sizes)) if z]
+
+    def composed(x, wg, wu):
+        return F.silu(torch._grouped_mm(x, wg.transpose(1, 2), offs)) * torch._grouped_mm(x, wu.transpose(1, 2), offs)
+
+    def looped(x, wg, wu):
+        return torch.cat([F.silu(x[s:t] @ wg[i].T) * (x[s:t] @ wu[i].T) for s, t, i in slices])
+
+    impls = {"grouped": lambda x, wg, wu: grouped_swiglu(x, wg, wu, offs), "torch_grouped": composed, "loop": looped}
+    if direction == "fwd":
+        fns = {nm: (lambda f: lambda *_: f(x, wg, wu))(f) for nm, f in impls.items()}
+    else:
+        leaves = [t.detach().requires_grad_() for t in (x, wg, wu)]
+        gy = torch.randn(rows, n, dtype=torch.bfloat16, device="cuda")
+        fns = {nm: (lambda f: lambda *_: torch.autograd.grad(f(*leaves), leaves, gy))(f) for nm, f in impls.items()}
+    ref = composed(x, wg, wu).double()  # torch's composition in bf16, as the GEMM rows compare with torch's
+    got = impls["grouped"](x, wg, wu).double()
+    err = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+    t = time_fns(fns, x, wg[0], budget_s=budget, rounds=3, warmup=3)
+    flop = 2.0 * 2 * rows * n * k * (3 if direction == "fwd_bwd" else 1)
+    ours = t["grouped"].median_ms
+    row = {"case": name, "layout": "swiglu", "direction": direction, "E": e, "rows": rows, "N": n, "K": k,
+           "tflops": flop / ours / 1e9, "ratio_torch_grouped": t["torch_grouped"].median_ms / ours,
+           "ratio_loop": t["loop"].median_ms / ours, "correct": err <= 2e-2, "rel_err_vs_torch": err,
+           "group_sizes": {"min": min(sizes), "max": max(sizes), "empty": sizes.count(0)},
+           "ms": {k2: v.median_ms for k2, v in t.items()}, "spread": {k2: round(v.spread, 4) for k2, v in t.items()},
+           "tflops_torch_grouped": flop / t["torch_grouped"].median_ms / 1e9, "tflops_loop": flop / t["loop"].median_ms / 1e9}
+    print(f"{name:22s} swiglu {direction:7s} E={e:4d} rows={rows:6d} N={n:6d} K={k:6d}  grouped {ours:8.3f} ms "
+          f"{row['tflops']:6.1f} TF/s  x{row['ratio_torch_grouped']:.2f} torch composition  x{row['ratio_loop']:.2f} loop"
           f"  err {err:.2e}", flush=True)
     return row
 
@@ -244,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cases", default=None, help=f"comma list of {', '.join(CASES)}")
     p.add_argument("--bn", type=int, default=None, choices=(128, 256), help="tile width (default by N)")
     p.add_argument("--directions", default=None, help="comma list of fwd, grad_x, grad_w")
+    p.add_argument("--swiglu", default=None, help="grouped_swiglu cases: none or a comma list of gate+up and decode "
+                   "cases (default: three with --quick, all of them otherwise)")
     p.add_argument("--sanitize", action="store_true", help="every build once on small shapes, checked; nothing timed")
     add_output_argument(p)
     args = p.parse_args(argv)
@@ -263,13 +339,23 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     budget = 0.3 if args.quick else 0.8
     rows = [run_case(nm, d, budget, args.bn) for nm in names for d in directions
-            if not (d == "grad_w" and nm.startswith("decode"))]
-    decode = [nm for nm in names if nm.startswith("decode")]
+            if not (d == "grad_w" and is_decode(nm))]
+    swiglu = SWIGLU_QUICK if args.quick else SWIGLU
+    if args.swiglu is not None:
+        swiglu = () if args.swiglu == "none" else tuple(args.swiglu.split(","))
+        if not set(swiglu) <= set(SWIGLU):
+            print(f"bench/grouped.py: --swiglu {args.swiglu!r}: use none or a comma list of {', '.join(SWIGLU)}",
+                  file=sys.stderr)
+            return 2
+    for nm in swiglu:
+        rows += [run_swiglu(nm, d, budget) for d in (("fwd",) if args.quick or is_decode(nm) else ("fwd", "fwd_bwd"))]
+    decode = [nm for nm in names if is_decode(nm)]
     if decode:
         e, _, n, k, _, _ = CASES[decode[0]]
-        copy_gbs = copy_bandwidth_gbs(e * n * k * 2)
+        copy_gbs = copy_bandwidth_gbs(min(e * n * k * 2, 2**31))  # a copy's speed is flat past a few hundred MB
         for r in rows:  # the contiguous decode rows' bandwidth too
             if r["case"] in decode and r["direction"] == "fwd":
+                _, _, n, k, _, _ = CASES[r["case"]]
                 sizes = group_sizes(*[CASES[r["case"]][i] for i in (0, 1, 4, 5)])
                 wb = sum(1 for z in sizes if z) * n * k * 2
                 r.update(weights_gbs=wb / r["ms"]["grouped"] / 1e6, copy_gbs=copy_gbs,

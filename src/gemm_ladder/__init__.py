@@ -32,6 +32,7 @@ _ERRORS = ("CaptureBuildError", "CompileError", "CompilerNotFoundError", "CudaEr
 __all__ = ["Epilogue", "Explanation", "__version__", "explain", "explain_swiglu", "linear", "mm", "nn", "ops",
            "precompile", "swiglu", "scaled_mm", "quantize_fp8", "explain_scaled_mm", *_ERRORS]
 __all__ += ["grouped_linear", "grouped_mm", "grouped_mm_masked"]  # mixture-of-experts grouped GEMM (ops_grouped.py)
+__all__ += ["grouped_swiglu", "explain_grouped_swiglu"]  # the experts' gated MLP (ops_grouped_swiglu.py)
 
 _API = ("Epilogue", "Explanation", "explain", "explain_swiglu", "linear", "mm", "swiglu")
 
@@ -48,6 +49,7 @@ def _register_ops() -> None:
 
         importlib.import_module("gemm_ladder.ops")
         importlib.import_module("gemm_ladder.ops_grouped")
+        importlib.import_module("gemm_ladder.ops_grouped_swiglu")
         importlib.import_module("gemm_ladder.ops_fp8")  # fp8 scaled_mm
 
 
@@ -63,6 +65,8 @@ def __getattr__(name: str):
         return value
     if name in ("grouped_mm", "grouped_linear", "grouped_mm_masked"):  # mixture-of-experts grouped GEMM (ops_grouped.py)
         return getattr(__import__("gemm_ladder.ops_grouped", fromlist=[name]), name)
+    if name in ("grouped_swiglu", "explain_grouped_swiglu"):  # the experts' gated MLP (ops_grouped_swiglu.py)
+        return getattr(__import__("gemm_ladder.ops_grouped_swiglu", fromlist=[name]), name)
     if name == "precompile":  # by dtype and shape class, or a model's own set (precompile(model, example_inputs))
         from gemm_ladder.model_precompile import precompile
 
@@ -80,7 +84,7 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_API) | {"nn", "ops", "precompile", "grouped_mm", "grouped_linear",
-                                                 "grouped_mm_masked", "scaled_mm", "quantize_fp8", "explain_scaled_mm"})
+                                                 "grouped_mm_masked", "grouped_swiglu", "explain_grouped_swiglu", "scaled_mm", "quantize_fp8", "explain_scaled_mm"})
 
 
 _register_ops()

@@ -251,6 +251,12 @@ def grouped_mm_masked_direct(a: torch.Tensor, b: torch.Tensor, counts: torch.Ten
     return out
 
 
+def choose_bn(n: int, rows: int, groups: int) -> int:
+    """The tile width a grouped-along-M call takes by default (N columns, R rows, E groups). Measured
+    (docs/grouped.md): 256 won on Qwen3's N = 1536 prefill; decode kept at 128."""
+    return 256 if n >= 2048 or (n >= 1024 and rows >= 64 * groups) else 128
+
+
 def _launch(x, b, offs, out, bias, bn, masked: bool = False) -> None:
     rows, k = x.shape
     groups, _, n = b.shape
@@ -273,10 +279,10 @@ def _launch(x, b, offs, out, bias, bn, masked: bool = False) -> None:
         return
     major = b_major_of(b)
     w = b.transpose(1, 2)  # (E, N, K): stride(2) == 1 for a K-major b, stride(1) == 1 for an N-major one
-    if bn is None:  # measured (docs/grouped.md): 256 won on Qwen3's N = 1536 prefill; decode kept at 128
-        bn = 256 if n >= 2048 or (n >= 1024 and rows >= 64 * groups) else 128
+    if bn is None:
+        bn = choose_bn(n, rows, groups)
     kernel = grouped_gemm(bn, major, out.dtype == torch.float32, bias is not None, masked=masked)
     kernel.launch(x, w, offs, out, bias)
 
 
-__all__ = ["b_major_of", "check_grouped_mm", "group_of_rows", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of"]
+__all__ = ["b_major_of", "check_grouped_mm", "choose_bn", "group_of_rows", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of"]

@@ -1,0 +1,75 @@
+"""The mixture-of-experts ops once each on small shapes, for compute-sanitizer (memcheck, racecheck):
+grouped_mm forward, grad_x (the weight N-major) and grad_w (grouped along K), the masked layout, and
+grouped_swiglu forward and backward. Groups empty, of one row and unaligned; every result checked
+against float64 (a wrong one exits 1). Builds are compiled first outside the sanitizer (run the tests or
+``bench/grouped.py --sanitize`` before) or here, which is slow under it.
+
+    compute-sanitizer --tool memcheck --report-api-errors no python3 bench/sanitize_grouped.py
+    compute-sanitizer --tool racecheck python3 bench/sanitize_grouped.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from suite import require_gpu
+
+SIZES = [0, 1, 70, 129, 0, 33]  # empty at both ends, one row, groups ending mid-tile
+N, K = 136, 200  # tails in N and K
+
+
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
+    require_gpu(__file__)
+    import gemm_ladder
+    from gemm_ladder.api_grouped import grouped_mm_direct, grouped_mm_masked_direct
+
+    torch.manual_seed(0)
+    offs = torch.tensor(SIZES).cumsum(0).to(torch.int32).cuda()
+    ends = [0] + offs.tolist()
+    groups = list(zip(range(len(SIZES)), ends, ends[1:]))
+    x = torch.randn(sum(SIZES), K, dtype=torch.bfloat16, device="cuda")
+    w = (torch.randn(len(SIZES), N, K, device="cuda") / K**0.5).to(torch.bfloat16)
+    wu = (torch.randn(len(SIZES), N, K, device="cuda") / K**0.5).to(torch.bfloat16)
+    gy = torch.randn(sum(SIZES), N, dtype=torch.bfloat16, device="cuda")
+    bad = 0
+
+    def check(tag, got, ref):
+        nonlocal bad
+        err = float((got.double() - ref).norm() / ref.norm().clamp_min(1e-30))
+        ok = err <= 2e-2 and bool(torch.isfinite(got).all())
+        bad += not ok
+        print(f"{tag:24s} rel err {err:.2e} {'ok' if ok else 'WRONG'}", flush=True)
+
+    xd, wd, wud, gyd = (t.double() for t in (x, w, wu, gy))
+    check("grouped_mm fwd", grouped_mm_direct(x, w.transpose(1, 2), offs),
+          torch.cat([xd[s:t] @ wd[e].T for e, s, t in groups]))
+    check("grouped_mm grad_x", grouped_mm_direct(gy, w, offs), torch.cat([gyd[s:t] @ wd[e] for e, s, t in groups]))
+    check("grouped_mm grad_w", grouped_mm_direct(gy.t(), x, offs),
+          torch.stack([gyd[s:t].T @ xd[s:t] for e, s, t in groups]))
+    counts = torch.tensor([3, 0, 16, 1, 9, 16], dtype=torch.int32, device="cuda")
+    a = torch.randn(len(SIZES), 16, K, dtype=torch.bfloat16, device="cuda")
+    got = grouped_mm_masked_direct(a, w.transpose(1, 2), counts)
+    cs = counts.tolist()
+    check("grouped_mm masked", torch.cat([got[e, :c] for e, c in enumerate(cs)]),
+          torch.cat([a[e, :c].double() @ wd[e].T for e, c in enumerate(cs)]))
+
+    leaves = [t.clone().requires_grad_() for t in (x, w, wu)]
+    out = gemm_ladder.grouped_swiglu(*leaves, offs)
+    out.backward(gy)
+    refs = [t.double().requires_grad_() for t in (x, w, wu)]
+    ref = torch.cat([F.silu(refs[0][s:t] @ refs[1][e].T) * (refs[0][s:t] @ refs[2][e].T) for e, s, t in groups])
+    ref.backward(gyd)
+    check("grouped_swiglu fwd", out.detach(), ref.detach())
+    for name, got_, want in zip(("grad_x", "grad_w_gate", "grad_w_up"), leaves, refs):
+        check(f"grouped_swiglu {name}", got_.grad, want.grad)
+    torch.cuda.synchronize()
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

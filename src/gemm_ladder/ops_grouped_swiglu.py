@@ -1,0 +1,182 @@
+"""The experts' gated MLP, ``gemm_ladder.grouped_swiglu(x, w_gate, w_up, offs)``: for each row r of group
+e, ``silu(x[r] @ w_gate[e].T) * (x[r] @ w_up[e].T)``, as the op ``torch.ops.gemm_ladder.grouped_swiglu``
+(fake implementation, autograd, ``torch.compile(fullgraph=True)``, CUDA graphs), and
+:func:`explain_grouped_swiglu`, what a call runs, as data.
+
+What runs (the library's grouped kernel for every product, never cuBLAS):
+
+* forward: two grouped GEMMs (``kernels/library/sm90_grouped_gemm.cu``, weight K-major, fp32 output):
+  gate = x @ w_gate[e].T and up = x @ w_up[e].T; then ``silu(gate) * up`` in fp32 by PyTorch's pointwise
+  ops, rounded once to x's dtype. Not fused: the grouped kernel's epilogue adds a bias and nothing else,
+  so the product runs after the second GEMM (one more read of gate and up, 8 bytes per output element).
+* backward, from the saved fp32 gate and up (no recomputation): d_up = g * silu(gate),
+  d_gate = g * up * s * (1 + gate * (1 - s)) with s = sigmoid(gate), in fp32, rounded to x's dtype;
+  grad_x = d_gate @ w_gate[e] + d_up @ w_up[e] (two grouped GEMMs, weight N-major, fp32 outputs summed,
+  rounded once); grad_w_gate[e] = d_gate[rows_e].T @ x[rows_e] and grad_w_up likewise (the grouped-along-K
+  build). Deterministic: no atomics, every output element written by one CTA in one order.
+
+The op returns (out, gate, up): gate and up (fp32, (T, N)) are what the backward reads, marked
+non-differentiable; :func:`grouped_swiglu` returns out only. As ``torch._grouped_mm``, rows past
+``offs[E-1]`` belong to no group: their output (and their grad_x) is not defined.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from gemm_ladder.api_grouped import check_grouped_mm, choose_bn, grouped_mm_direct
+from gemm_ladder.errors import GemmInputError, GemmTypeError
+from gemm_ladder.ops_grouped import NAMESPACE, _grad_b_grouped_k
+
+F32 = torch.float32
+
+
+def check_grouped_swiglu(x, w_gate, w_up, offs) -> None:
+    """Validate a grouped_swiglu call before any launch (no value of offs read on the host). Raises
+    GemmTypeError (a non-tensor), GemmInputError (rank, shapes, dtype, device, strides, offs),
+    NotSupportedError (more groups than the kernel takes)."""
+    for name, t in (("x", x), ("w_gate", w_gate), ("w_up", w_up), ("offs", offs)):
+        if not isinstance(t, torch.Tensor):
+            raise GemmTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if x.dim() != 2:
+        raise GemmInputError(f"x must be (T, K), rows grouped by offs; got {x.dim()}-D {tuple(x.shape)}")
+    for name, w in (("w_gate", w_gate), ("w_up", w_up)):
+        if w.dim() != 3:
+            raise GemmInputError(f"{name} must be (E, N, K) (nn.Linear's layout per expert), got {w.dim()}-D "
+                                 f"{tuple(w.shape)}")
+        if w.shape[2] > 1 and w.stride(2) != 1:
+            raise GemmInputError(f"{name} has strides {tuple(w.stride())}: (E, N, K) with stride(2) == 1 "
+                                 "(nn.Linear's layout)")
+    if w_gate.shape != w_up.shape:
+        raise GemmInputError(f"w_gate {tuple(w_gate.shape)} and w_up {tuple(w_up.shape)} must have one shape")
+    if w_up.dtype != w_gate.dtype or w_up.device != w_gate.device:
+        raise GemmInputError(f"w_gate and w_up must share one dtype and device: got {w_gate.dtype} on "
+                             f"{w_gate.device}, {w_up.dtype} on {w_up.device}")
+    check_grouped_mm(x, w_gate.transpose(-2, -1), offs)
+    check_grouped_mm(x, w_up.transpose(-2, -1), offs)
+
+
+def grouped_swiglu_direct(x, w_gate, w_up, offs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(out, gate, up) without the op boundary (no autograd): gate and up in fp32 from two grouped GEMMs,
+    out = silu(gate) * up rounded once to x's dtype. Validates first (:func:`check_grouped_swiglu`)."""
+    check_grouped_swiglu(x, w_gate, w_up, offs)
+    gate = grouped_mm_direct(x, w_gate.transpose(-2, -1), offs, out_dtype=F32)
+    up = grouped_mm_direct(x, w_up.transpose(-2, -1), offs, out_dtype=F32)
+    return (F.silu(gate) * up).to(x.dtype), gate, up
+
+
+@torch.library.custom_op(f"{NAMESPACE}::grouped_swiglu", mutates_args=())
+def _grouped_swiglu_op(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
+                       offs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return grouped_swiglu_direct(x, w_gate, w_up, offs)
+
+
+@_grouped_swiglu_op.register_fake
+def _grouped_swiglu_fake(x, w_gate, w_up, offs):
+    shape = (x.shape[0], w_gate.shape[1])
+    return x.new_empty(shape), x.new_empty(shape, dtype=F32), x.new_empty(shape, dtype=F32)
+
+
+def _setup(ctx, inputs, output):
+    x, w_gate, w_up, offs = inputs
+    _, gate, up = output
+    ctx.mark_non_differentiable(gate, up)  # saved for the backward, not results of the function
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(x, w_gate, w_up, offs, gate, up)
+
+
+def swiglu_grads(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(d_gate, d_up) in fp32 of out = silu(gate) * up for the output's gradient ``grad``:
+    d_up = grad * silu(gate), d_gate = grad * up * s * (1 + gate * (1 - s)), s = sigmoid(gate)."""
+    g = grad.float()
+    s = torch.sigmoid(gate)
+    return g * up * s * (1 + gate * (1 - s)), g * gate * s
+
+
+def _backward(ctx, grad, _grad_gate, _grad_up):
+    x, w_gate, w_up, offs, gate, up = ctx.saved_tensors
+    if grad is None:
+        return None, None, None, None
+    d_gate, d_up = (d.to(x.dtype) for d in swiglu_grads(grad, gate, up))
+    grad_x = grad_gate_w = grad_up_w = None
+    if ctx.needs_input_grad[0]:  # w (E, N, K) as b: read N-major; fp32 halves summed, rounded once
+        grad_x = torch.ops.gemm_ladder.grouped_mm(d_gate, w_gate, offs, F32)
+        grad_x = (grad_x + torch.ops.gemm_ladder.grouped_mm(d_up, w_up, offs, F32)).to(x.dtype)
+    if ctx.needs_input_grad[1]:
+        grad_gate_w = _grad_b_grouped_k(d_gate, x, offs)  # (E, N, K): d_gate[rows_e].T @ x[rows_e]
+    if ctx.needs_input_grad[2]:
+        grad_up_w = _grad_b_grouped_k(d_up, x, offs)
+    return grad_x, grad_gate_w, grad_up_w, None
+
+
+_grouped_swiglu_op.register_autograd(_backward, setup_context=_setup)
+
+
+def grouped_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """The experts' gated MLP: ``out[r] = silu(x[r] @ w_gate[e].T) * (x[r] @ w_up[e].T)`` for each row r
+    of group e, on the library's grouped kernel (module docstring: what runs; :func:`explain_grouped_swiglu`).
+
+    Args:
+        x: (T, K) bf16/fp16, rows sorted by group; row pitch a multiple of 16 bytes, rows contiguous.
+        w_gate, w_up: (E, N, K) each, ``nn.Linear``'s layout per expert (stride(2) == 1), x's dtype and
+            device, strides multiples of 16 bytes (K a multiple of 8 for dense weights).
+        offs: int32 (E,) on x's device, cumulative row ends (group e: rows offs[e-1]..offs[e]). Its
+            values stay on the device: any group size, 0 and 1 included, no padding.
+
+    Returns (T, N) in x's dtype: gate and up accumulated in fp32, the product in fp32, rounded once.
+    Rows past offs[E-1] are in no group and not defined (as ``torch._grouped_mm``'s). Differentiable in
+    x, w_gate and w_up (the op ``torch.ops.gemm_ladder.grouped_swiglu``; its fake for torch.compile).
+    Raises GemmTypeError, GemmInputError, NotSupportedError (more than 1024 groups) before any launch.
+    """
+    check_grouped_swiglu(x, w_gate, w_up, offs)
+    return torch.ops.gemm_ladder.grouped_swiglu(x, w_gate, w_up, offs)[0]
+
+
+def explain_grouped_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, offs: torch.Tensor) -> dict:
+    """What :func:`grouped_swiglu` runs on these tensors, without running it, as a dict: ``path``
+    ('two_grouped_gemms'), ``fused`` (False) and ``reason``, ``t``, ``n``, ``k``, ``groups``,
+    ``launches`` (forward, in order) and ``backward`` (each a dict: ``step``, ``kind`` ('grouped_gemm' or
+    'pointwise'), and for a GEMM ``kernel``, ``source``, ``tile``, ``b_major``, ``out_dtype``), ``cublas``
+    (False). CUDA or meta tensors (meta: checked as CUDA tensors of the same shapes and strides); raises
+    what :func:`grouped_swiglu` raises for bad input."""
+    from gemm_ladder.library.grouped import BK, BM, SOURCE, grouped_gemm
+
+    if all(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in (x, w_gate, w_up, offs)):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        with FakeTensorMode():  # shapes and strides only: no GPU needed
+            check_grouped_swiglu(*(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cuda")
+                                   for t in (x, w_gate, w_up, offs)))
+    else:
+        check_grouped_swiglu(x, w_gate, w_up, offs)
+    (t, k), (e, n, _) = x.shape, w_gate.shape
+    dt = str(x.dtype).replace("torch.", "")
+
+    def gemm(step, bn, major, out_dtype, k_grouped=False):
+        build = grouped_gemm(bn=bn, b_major=major, out_fp32=out_dtype == "float32" and not k_grouped, k_grouped=k_grouped)
+        return {"step": step, "kind": "grouped_gemm", "kernel": build.name, "source": SOURCE, "tile": [BM, bn, BK],
+                "b_major": major, "out_dtype": out_dtype, "grouped_along": "K" if k_grouped else "M"}
+
+    bn_fwd, bn_dx = choose_bn(n, t, e), choose_bn(k, t, e)
+    return {
+        "path": "two_grouped_gemms", "fused": False, "cublas": False, "t": t, "n": n, "k": k, "groups": e,
+        "dtype": dt,
+        "reason": ("the grouped kernel's epilogue adds a per-group bias and nothing else: gate and up are written "
+                   "in fp32 and silu(gate) * up runs after them (one rounding to the output dtype)"),
+        "launches": [
+            gemm("gate = x @ w_gate[e]^T (fp32)", bn_fwd, "k", "float32"),
+            gemm("up = x @ w_up[e]^T (fp32)", bn_fwd, "k", "float32"),
+            {"step": f"out = silu(gate) * up in fp32, rounded to {dt}", "kind": "pointwise"},
+        ],
+        "backward": [
+            {"step": "d_gate, d_up from the saved fp32 gate and up", "kind": "pointwise"},
+            gemm("grad_x = d_gate @ w_gate[e] (fp32)", bn_dx, "mn", "float32"),
+            gemm("grad_x += d_up @ w_up[e] (fp32), rounded once", bn_dx, "mn", "float32"),
+            gemm("grad_w_gate[e] = d_gate[rows_e]^T @ x[rows_e]", 128, "mn", dt, k_grouped=True),
+            gemm("grad_w_up[e] = d_up[rows_e]^T @ x[rows_e]", 128, "mn", dt, k_grouped=True),
+        ],
+    }
+
+
+__all__ = ["check_grouped_swiglu", "explain_grouped_swiglu", "grouped_swiglu", "grouped_swiglu_direct", "swiglu_grads"]
