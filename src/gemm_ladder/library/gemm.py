@@ -303,7 +303,7 @@ class LibraryGemm:
                c_padding_writable: bool = False, epilogue: EpilogueCall | None = None) -> None:
         """``c = A @ B^T`` on the current stream. a: (M, K), b: (N, K) views; c: (M, N), stride (ldc, 1).
 
-        ``split``: "tail", "all" or "none" (:func:`split_schedule`). While a CUDA graph is being
+        ``split``: "tail", "all", "none" or "wave" (:func:`split_schedule`). While a CUDA graph is being
         captured the launch runs unsplit (as level 9 does: a graph would keep the stream-K
         workspace's addresses beyond its cache).
 
