@@ -157,3 +157,11 @@ def test_the_grouped_familys_config_refuses_what_it_does_not_build(kwargs):
         GROUPED_GEMM.config(128, "k", "e4m3")
     assert GROUPED_GEMM.config(128, "k", "bf16", out_dtype="bf16") == GROUPED_GEMM.config(128, "k", "bf16")
     assert GROUPED_GEMM.config(128, "k", "bf16", out_dtype="fp32").out_dtype == "fp32"
+
+
+@pytest.mark.parametrize("kwargs", [dict(a_dtype="bf16"), dict(b_dtype="fp16"), dict(a_dtype="e4m3fn")])
+def test_the_fp8_familys_config_names_the_build_for_a_non_fp8_dtype(kwargs):
+    """A 16-bit (or misspelled) input dtype is refused as a build this family does not make, not with
+    KernelConfig's rule for 16-bit builds ("a bf16 build reads A and B in one dtype")."""
+    with pytest.raises(ValueError, match="sm90_fp8_gemm builds no such configuration"):
+        FP8_GEMM.config("tensorwise", **kwargs)
