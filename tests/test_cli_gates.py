@@ -292,3 +292,18 @@ def test_a_shape_too_large_for_a_cpu_check_is_not_run_not_passed(tmp_path):
     assert corr["state"] == "not run" or corr["not_run"] >= 1, corr
     assert "too large to check on a CPU" in json.dumps(result["gates"])
     assert {(r["m"], r["n"], r["k"]) for r in result["rows"] if r["kind"] == "user"} == {(5, 6, 7)}
+
+
+@pytest.mark.parametrize("argv", [["compile", "--level", "1", "--dtype", "bf16"],
+                                  ["precompile", "--dtype", "bf16", "--classes", "large", "--no-load"]])
+def test_missing_compiler_is_one_line_and_exit_3(argv, tmp_path):
+    """compile and precompile, like every command, end a missing compiler with one line and exit 3
+    (cli.py's epilog), not 1: no build failed, the tool to build with is absent. In a child: this
+    process may hold the builds already."""
+    nvcc = tmp_path / "no-nvcc"
+    env = {**os.environ, "GEMM_LADDER_CACHE": str(tmp_path / "cache"), "GEMM_LADDER_AOT": "0",
+           "GEMM_LADDER_NVCC": str(nvcc)}
+    proc = subprocess.run([sys.executable, "-m", "gemm_ladder", *argv], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.strip() == f"gemm-ladder {argv[0]}: GEMM_LADDER_NVCC='{nvcc}' is not an executable file"

@@ -621,3 +621,27 @@ def test_real_kernels_offer_bn64_to_the_cost_model():
         assert route.kind == "general" and route.bn == 64, route
         assert route.kernel.tile == (128, 64, 64) and route.kernel.stages == 8
     dispatch.clear_cache()
+
+
+@pytest.mark.parametrize("m, n, k", [(1536, 1536, 2**24), (4096, 4096, 2**24), (1024, 1024, 2**27)])
+def test_the_route_ranks_only_splits_the_kernel_can_launch(m, n, k):
+    """At very long K an "all" or "wave" split passes the kernel's 32-bit stream-K arithmetic
+    (split_schedule refuses it): the cost model leaves it out instead of raising (mm and explain
+    raised a bare ValueError from plan_wave at 4096 x 4096 x 2^24) or ranking a launch that would
+    raise ("all" at 1024 x 1024 x 2^27)."""
+    from gemm_ladder.design.stream_k import SplitOverflowError
+    from gemm_ladder.library.gemm import split_schedule
+
+    for split in ("wave", "all"):
+        with pytest.raises(SplitOverflowError):
+            work(4096, 4096, 2**24, 256, split, 66)
+    model = load_table()
+    configs = [(bn, s) for bn in sorted(model.k_iter_us, reverse=True) for s in ("none", "tail", "all", "wave")]
+    ranked = rank(model, m, n, k, 66, configs)
+    assert {c.work.split for c in ranked} >= {"none", "tail"}
+    for c in ranked:  # every candidate is a launch split_schedule makes
+        split_schedule(c.work.units, 66, c.work.k_tiles, c.work.split)
+    a = torch.empty(m, k, dtype=torch.bfloat16, device="meta")
+    b = torch.empty(n, k, dtype=torch.bfloat16, device="meta")
+    d = gemm_ladder.explain(a, b.T).to_dict()
+    assert gemm_ladder.mm(a, b.T).shape == (m, n) and d["split"] in ("none", "tail", "all", "wave")

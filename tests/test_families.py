@@ -144,3 +144,24 @@ def test_supports_through_the_protocol_names_the_rule(monkeypatch):
     assert "tensorwise" in reason and "rowwise" in reason  # tensorwise scales given to a rowwise build
     assert "float32" in FP8_GEMM.supports(FP8_GEMM.config("tensorwise", out_dtype="fp32"),
                                           Operands(a, b, torch.empty(32, 48, dtype=torch.bfloat16), more=(one, one, None)))
+
+
+@pytest.mark.parametrize("kwargs", [dict(out_dtype="fp16"), dict(out_dtype="bf16x"), dict(grouping="n"),
+                                    dict(grouping=None)])
+def test_the_grouped_familys_config_refuses_what_it_does_not_build(kwargs):
+    """An output dtype other than the inputs' or fp32, or an unknown grouping, is a ValueError, not the
+    bf16-output, M-grouped build (the flags the config is made from used to drop them silently)."""
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        GROUPED_GEMM.config(128, "k", "bf16", **kwargs)
+    with pytest.raises(ValueError, match="dtype = 'e4m3'"):
+        GROUPED_GEMM.config(128, "k", "e4m3")
+    assert GROUPED_GEMM.config(128, "k", "bf16", out_dtype="bf16") == GROUPED_GEMM.config(128, "k", "bf16")
+    assert GROUPED_GEMM.config(128, "k", "bf16", out_dtype="fp32").out_dtype == "fp32"
+
+
+@pytest.mark.parametrize("kwargs", [dict(a_dtype="bf16"), dict(b_dtype="fp16"), dict(a_dtype="e4m3fn")])
+def test_the_fp8_familys_config_names_the_build_for_a_non_fp8_dtype(kwargs):
+    """A 16-bit (or misspelled) input dtype is refused as a build this family does not make, not with
+    KernelConfig's rule for 16-bit builds ("a bf16 build reads A and B in one dtype")."""
+    with pytest.raises(ValueError, match="sm90_fp8_gemm builds no such configuration"):
+        FP8_GEMM.config("tensorwise", **kwargs)

@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Build, judge and print; 0 when the resource gate passes, 1 when it fails, 2 on a usage error."""
+    """Build, judge and print; 0 when the resource gate passes, 1 when it fails, 2 on a usage error.
+    A missing compiler or cuobjdump propagates (the CLI's one line and exit 3)."""
     from rich.table import Table
 
     from gemm_ladder.contract import parse_dtypes
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from gemm_ladder.gates.resources import sass_census
     from gemm_ladder.gates.tables import make_console, print_resources
     from gemm_ladder.levels import LEVELS, arch_refusal
-    from gemm_ladder.runtime.compiler import CompileError, CompilerNotFoundError
+    from gemm_ladder.runtime.compiler import CompileError
 
     if args.level not in LEVELS:
         print(f"gemm-ladder compile: no level {args.level}: the ladder has levels {sorted(LEVELS)}", file=sys.stderr)
@@ -60,9 +61,6 @@ def run(args: argparse.Namespace) -> int:
             print(exc.log, file=sys.stderr)
             status = 1
             continue
-        except CompilerNotFoundError as exc:  # nothing else can build either
-            print(f"gemm-ladder compile: {exc}", file=sys.stderr)
-            return 1
         kernel = LEVELS[args.level].build(dtype, args.arch)
         console.print(f"[bold]{target.title}[/] {dtype} {args.arch}: {kernel.cubin}")
         print_resources([report.to_json()], [target], console)

@@ -14,8 +14,8 @@ kernels, none, common (default: bias, activation, residual in the input dtype) o
 bias and residual, alpha). The last line says how many builds are ready, how many were compiled now
 and how many were already cached. A model's own set: gemm_ladder.precompile(model, example_inputs).
 
-Exit status: 0 every build built (or is not a variant the kernel plans), 1 a build failed or no nvcc,
-2 bad input (one line on stderr, nothing built).
+Exit status: 0 every build built (or is not a variant the kernel plans), 1 a build failed, 2 bad input
+(one line on stderr, nothing built), 3 no kernel compiler (one line on stderr naming it).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from gemm_ladder.contract import parse_dtypes
     from gemm_ladder.dispatch.precompile import check_classes, epilogue_variants, library_builds, precompile
-    from gemm_ladder.runtime.compiler import CompilerNotFoundError, cache_root
+    from gemm_ladder.runtime.compiler import cache_root
 
     try:
         dtypes = tuple(parse_dtypes(args.dtype))
@@ -59,12 +59,9 @@ def run(args: argparse.Namespace) -> int:
     except (BadArgument, ValueError) as exc:
         print(f"gemm-ladder precompile: {exc}", file=sys.stderr)
         return 2
-    try:
-        outcomes = precompile(dtypes, classes=classes, workers=workers, levels=args.levels,
-                              load=False if args.no_load else None, epilogues=args.epilogues)
-    except CompilerNotFoundError as exc:
-        print(f"gemm-ladder precompile: {exc}", file=sys.stderr)
-        return 1
+    # A missing compiler propagates: the CLI ends the command with one line and exit 3 (cli.py).
+    outcomes = precompile(dtypes, classes=classes, workers=workers, levels=args.levels,
+                          load=False if args.no_load else None, epilogues=args.epilogues)
     failed = outcomes.failed
     for label, outcome in outcomes.items():
         print(f"{label}: {outcome}")

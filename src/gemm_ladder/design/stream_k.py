@@ -28,6 +28,11 @@ from dataclasses import dataclass
 INT32_LIMIT = 2**31
 
 
+class SplitOverflowError(ValueError):
+    """A stream-K split whose workspace offsets ((clusters + 1) x split units x K iterations) pass the
+    kernel's 32-bit arithmetic: the kernel cannot launch it (a ValueError)."""
+
+
 @dataclass(frozen=True)
 class Segment:
     """K tiles [kb, ke) of ``unit`` computed by one cluster; it is contributor ``mine`` of ``contributors``."""
@@ -153,13 +158,13 @@ def plan_wave(units: int, clusters: int, k_tiles: int) -> StreamKTail:
     With no partial wave (R = 0), no split (first_unit = units); with fewer than two waves of units,
     every unit is split (first_unit = 0, as the "all" policy over ``clusters``). The caller's
     ``clusters`` is the grid's: min(units, resident) for whole waves. Raises ValueError for
-    non-positive counts or a tail beyond the kernel's 32-bit arithmetic.
+    non-positive counts, SplitOverflowError for a tail beyond the kernel's 32-bit arithmetic.
     """
     if units < 1 or clusters < 1 or k_tiles < 1:
         raise ValueError(f"units, clusters and k_tiles must be positive, got {units}, {clusters}, {k_tiles}")
     tail = units % clusters
     first = units if tail == 0 else max(0, units - tail - clusters)
     if (clusters + 1) * (units - first) * k_tiles >= INT32_LIMIT:
-        raise ValueError(f"a split of {units - first} units x {k_tiles} K iterations over {clusters} clusters exceeds "
+        raise SplitOverflowError(f"a split of {units - first} units x {k_tiles} K iterations over {clusters} clusters exceeds "
                          "the kernel's 32-bit stream-K arithmetic")
     return StreamKTail(units=units, clusters=clusters, k_tiles=k_tiles, first_unit=first)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gemm_ladder.design.problem import ceil_div
-from gemm_ladder.design.stream_k import StreamKTail, plan_tail, plan_wave
+from gemm_ladder.design.stream_k import INT32_LIMIT, SplitOverflowError, StreamKTail, plan_tail, plan_wave
 
 TABLE_PATH = Path(__file__).with_name("table.json")
 SPLITS = ("none", "tail", "all", "wave")
@@ -72,7 +72,8 @@ def work(m: int, n: int, k: int, bn: int, split: str, clusters: int, *, cluster:
     and one whole wave shared (design.stream_k.plan_wave; "all" below two waves). Iterations of a unit that no
     other cluster shares count as whole.
 
-    Raises ValueError for an unknown split or non-positive extents.
+    Raises ValueError for an unknown split or non-positive extents, SplitOverflowError (a ValueError)
+    for an "all" or "wave" split the kernel's 32-bit stream-K arithmetic cannot launch.
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
@@ -85,6 +86,9 @@ def work(m: int, n: int, k: int, bn: int, split: str, clusters: int, *, cluster:
         sched = plan_wave(units, g, kt)
     elif split in ("all", "wave"):  # "wave" with fewer than two waves of units is "all" (library/gemm.py)
         g = min(clusters, units * kt)
+        if (g + 1) * units * kt >= INT32_LIMIT:  # as library/gemm.py split_schedule: no such launch
+            raise SplitOverflowError(f"split {split!r} of {units} units x {kt} K iterations over {g} clusters exceeds "
+                                     "the kernel's 32-bit stream-K arithmetic")
         sched = StreamKTail(units=units, clusters=g, k_tiles=kt, first_unit=0)
     else:
         g = min(units, clusters)
@@ -174,9 +178,16 @@ def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[
     """``configs`` ((BN, split) pairs the kernel supports) by predicted time, fastest first.
 
     Ties go to the earlier entry of ``configs`` (list the simpler configurations first: wider tiles,
-    fewer splits). Raises KeyError for a BN the table has no time for (callers keep to
+    fewer splits). A split the kernel cannot launch (:class:`SplitOverflowError`: "all" or "wave"
+    at very long K) is left out. Raises KeyError for a BN the table has no time for (callers keep to
     ``model.bns``)."""
-    cands = [Candidate(w, model.predict_us(w)) for w in (work(m, n, k, bn, s, clusters) for bn, s in configs)]
+    cands = []
+    for bn, s in configs:
+        try:
+            w = work(m, n, k, bn, s, clusters)
+        except SplitOverflowError:
+            continue
+        cands.append(Candidate(w, model.predict_us(w)))
     order = sorted(range(len(cands)), key=lambda i: (round(cands[i].predicted_us, 6), i))
     return [cands[i] for i in order]
 

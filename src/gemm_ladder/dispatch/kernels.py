@@ -6,7 +6,7 @@
 * :func:`small_m` - the small-M kernel's config (``library/small_m.py``: M <= 256, a bucket of M
   rows per tile), options ``splits``.
 * :func:`general` - the general kernel's config for an operand order and tile width
-  (``library/gemm.py``), options ``split`` in ("none", "tail", "all") and, for a workspace output,
+  (``library/gemm.py``), options ``split`` in ("none", "tail", "all", "wave") and, for a workspace output,
   ``c_padding_writable``.
 * :func:`general_from_registers` - its build that stores C from registers (any pitch, float32 too):
   the route's build for outputs a TMA store cannot write; options ``split``.

@@ -157,7 +157,8 @@ _CONFIG_OUT = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8": "e4m3"}
 
 @functools.lru_cache(maxsize=1024)
 def _config(kernel: Fp8Kernel, arch: str) -> KernelConfig:
-    if kernel.scale_mode not in SCALE_MODES or kernel.out_dtype not in _CONFIG_OUT or kernel.bn not in TILE_N:
+    if (kernel.scale_mode not in SCALE_MODES or kernel.out_dtype not in _CONFIG_OUT or kernel.bn not in TILE_N
+            or not {kernel.a_dtype, kernel.b_dtype} <= set(FP8_DTYPES.values())):
         raise ValueError(f"{FAMILY} builds no such configuration: {kernel}")
     return KernelConfig(
         FAMILY, dtype=kernel.a_dtype, b_dtype=None if kernel.b_dtype == kernel.a_dtype else kernel.b_dtype,

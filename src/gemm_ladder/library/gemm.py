@@ -51,7 +51,9 @@ from gemm_ladder.contract import DTYPES, GemmInputError, dtype_name
 from gemm_ladder.design.plan import plan_gemm
 from gemm_ladder.design.problem import arch_info, ceil_div
 from gemm_ladder.design.smem import max_stages
-from gemm_ladder.design.stream_k import DEFAULT_MIN_IDLE, INT32_LIMIT, StreamKTail, plan_tail, plan_wave
+from gemm_ladder.design.stream_k import (
+    DEFAULT_MIN_IDLE, INT32_LIMIT, SplitOverflowError, StreamKTail, plan_tail, plan_wave,
+)
 from gemm_ladder.library import kernel as K
 from gemm_ladder.library.bound import BoundLaunch
 from gemm_ladder.library.epilogue import EpilogueCall, compile_with_epilogue
@@ -110,7 +112,7 @@ def split_schedule(units: int, resident_clusters: int, k_tiles: int, split: str,
     if split == "all":
         clusters = min(resident_clusters, units * k_tiles)
         if (clusters + 1) * units * k_tiles >= INT32_LIMIT:
-            raise ValueError(f"split='all' over {units} units x {k_tiles} K iterations on {clusters} clusters exceeds "
+            raise SplitOverflowError(f"split='all' over {units} units x {k_tiles} K iterations on {clusters} clusters exceeds "
                              "the kernel's 32-bit stream-K arithmetic; use split='tail' or 'none'")
         return StreamKTail(units=units, clusters=clusters, k_tiles=k_tiles, first_unit=0)
     clusters = min(units, resident_clusters)
@@ -303,7 +305,7 @@ class LibraryGemm:
                c_padding_writable: bool = False, epilogue: EpilogueCall | None = None) -> None:
         """``c = A @ B^T`` on the current stream. a: (M, K), b: (N, K) views; c: (M, N), stride (ldc, 1).
 
-        ``split``: "tail", "all" or "none" (:func:`split_schedule`). While a CUDA graph is being
+        ``split``: "tail", "all", "none" or "wave" (:func:`split_schedule`). While a CUDA graph is being
         captured the launch runs unsplit (as level 9 does: a graph would keep the stream-K
         workspace's addresses beyond its cache).
 

@@ -46,7 +46,9 @@ from gemm_ladder.design.tensor_maps import TensorMapSpec, operand_map
 from gemm_ladder.runtime.module import LaunchGeometry
 from gemm_ladder.library import kernel as K
 from gemm_ladder.library.gemm import MAX_EXTENT
-from gemm_ladder.library.kernel import GROUP_K, GROUP_M, GROUP_M_MASKED, GROUPED, STORE_REGISTERS, KernelConfig, Operands
+from gemm_ladder.library.kernel import (
+    GROUP_K, GROUP_M, GROUP_M_MASKED, GROUPED, GROUPINGS, HALF_DTYPES, STORE_REGISTERS, KernelConfig, Operands,
+)
 from gemm_ladder.library.lru import cached
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
@@ -501,6 +503,14 @@ class Sm90GroupedGemm:
         """The build with tile width ``bn``, the weight ``b_major``, ``dtype`` inputs, ``out_dtype``
         (default the inputs'; or "fp32"), a bias row per group, and ``grouping``. Raises ValueError for a
         build this family does not make."""
+        # Checked here: the flags below would turn an unknown grouping into "m" and an output dtype
+        # other than the inputs' or fp32 into the inputs'.
+        if dtype not in HALF_DTYPES:
+            raise ValueError(f"dtype = {dtype!r}: {FAMILY} takes {', '.join(HALF_DTYPES)} inputs")
+        if out_dtype not in (None, dtype, "fp32"):
+            raise ValueError(f"out_dtype = {out_dtype!r}: {FAMILY} writes the inputs' dtype ({dtype}) or fp32")
+        if grouping not in GROUPINGS:
+            raise ValueError(f"grouping = {grouping!r}: one of {', '.join(GROUPINGS)}")
         return grouped_gemm(bn, b_major, out_dtype == "fp32", bias, grouping == GROUP_K,
                             grouping == GROUP_M_MASKED).config(dtype)
 

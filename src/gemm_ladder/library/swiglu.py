@@ -311,7 +311,7 @@ class SwigluKernel:
                split: str = "tail", out_padding_writable: bool = False) -> None:
         """``out = silu(x w_gate^T) * (x w_up^T)`` on the current stream (see :meth:`supports`).
 
-        ``split``: "tail" (level 9's rule), "all" or "none" (:func:`split_schedule`); a CUDA graph
+        ``split``: "tail" (level 9's rule), "all", "none" or "wave" (:func:`split_schedule`); a CUDA graph
         capture runs unsplit (a graph would keep the stream-K workspace's addresses).
         Raises GemmInputError naming the rule and ValueError for an unknown ``split``, before any launch.
         """
