@@ -5,9 +5,11 @@ development and CI machines) they are skipped with the reason below, never silen
 
 The whole suite (``python3 -m pytest -q``, no test files named) on a machine without a GPU runs on
 every CPU with pytest-xdist, one test module per worker at a time (``--dist loadscope``: a module's
-fixtures are built once). Naming files, ``-n N`` or ``-p no:xdist`` keeps the choice yours; with a GPU
-the run stays one process (the GPU tests share one device and time it). The workers share one
-kernel cache, and a build two workers want at once is compiled by one while the other waits.
+fixtures are built once), except the modules of independent builds (:data:`_PER_TEST`), whose tests
+go out one by one; the longest modules go out first (:data:`_FIRST`). Naming files, ``-n N`` or
+``-p no:xdist`` keeps the choice yours; with a GPU the run stays one process (the GPU tests share one
+device and time it). The workers share one kernel cache, and a build two workers want at once is
+compiled by one while the other waits.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ os.environ.setdefault("GEMM_LADDER_AOT", "0")
 
 
 def pytest_collection_modifyitems(config, items):
+    if hasattr(config, "workerinput"):  # an xdist worker: the long modules first (see _FIRST)
+        rank = {name: i for i, name in enumerate(_FIRST)}
+        items.sort(key=lambda item: rank.get(_module(item.nodeid), len(rank)))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason=GPU_SKIP_REASON)
@@ -44,7 +49,8 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
-    """The whole suite without a GPU: one pytest-xdist worker per CPU, whole modules to a worker."""
+    """The whole suite without a GPU: one pytest-xdist worker per CPU, whole modules to a worker (but
+    see :data:`_PER_TEST`), the longest first."""
     if getattr(config.option, "numprocesses", "no xdist") is not None:  # -n given, or xdist absent/disabled
         return
     if hasattr(config, "workerinput") or config.args_source == pytest.Config.ArgsSource.ARGS:
@@ -56,6 +62,43 @@ def pytest_cmdline_main(config):
         config.option.numprocesses = cpus
         if config.option.dist == "no":
             config.option.dist = "loadscope"
+            # the order of _FIRST, not xdist's default (most tests first, which sends the long modules last)
+            config.option.loadscopereorder = False
+
+
+#: The modules that take longest without a GPU (nvcc builds, the auditor's proofs, the host module's
+#: C++ build), longest first: the workers start on them, so the run does not end with one worker busy
+#: on a long module while the others idle. The rest follow in file order. The modules that run
+#: ``gemm-ladder`` in subprocesses come after the in-process builds of the same kernels: a subprocess
+#: does not take the build lock (_one_compile_per_build), it finds them in the cache instead of
+#: compiling them a second time. (A module missing from this list runs later, nothing more.)
+_FIRST = ("test_library_gemm_build.py", "test_epilogue.py", "test_audit_designer_plans.py", "test_host.py",
+          "test_levels.py", "test_library_small_m.py", "test_grouped.py", "test_fp8_cpu.py",
+          "test_library_swiglu.py", "test_nvrtc.py", "test_cli_gates.py", "test_advise_levels.py", "test_show.py",
+          "test_readme_commands.py", "test_bench_scripts.py", "test_bench_shapes_real.py")
+
+#: Modules whose tests are independent builds (no module- or class-scoped state): each test is a scope
+#: of its own, so their compiles spread over every worker instead of queueing on one.
+_PER_TEST = ("test_epilogue.py", "test_levels.py", "test_library_small_m.py", "test_grouped.py",
+             "test_fp8_cpu.py", "test_library_swiglu.py", "test_cli_gates.py", "test_nvrtc.py")
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: unknown without it
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadscope, with the tests of :data:`_PER_TEST` scheduled one by one."""
+    if config.option.dist != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduler(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return nodeid if _module(nodeid) in _PER_TEST else super()._split_scope(nodeid)
+
+    return Scheduler(config, log)
 
 
 def _run_root(tmp_path_factory) -> Path:

@@ -21,7 +21,9 @@ def test_registry_has_nine_levels_each_with_its_own_source():
 
 
 @pytest.mark.parametrize("number", sorted(LEVELS))
-def test_every_level_compiles_and_passes_the_resource_gate(number):
+def test_every_level_compiles_and_passes_the_resource_gate(number, use_cache):
+    # use_cache: into the run's cache, where the advisor's, show's, climb's and the library's tests find
+    # the same builds (not the user's cache, and not compiled twice)
     for dtype in ("bf16", "fp16"):
         result, _ = check_level_resources(LEVELS[number], dtype, "sm_90a")
         assert result.passed, result.messages

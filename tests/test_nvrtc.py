@@ -183,8 +183,10 @@ DESIGN_OPCODES = ("HGMMA", "WARPGROUP", "UTMALDG", "UTMASTG", "SYNCS", "BAR", "U
 
 
 def _built(target, compiler_name, cache: Path, monkeypatch):
+    """The build by ``compiler_name``: the cache key names the compiler, so the two builds are two entries
+    of one cache (the run's: nvcc's is the one the level and library tests compile)."""
     monkeypatch.setenv("GEMM_LADDER_COMPILER", compiler_name)
-    monkeypatch.setenv("GEMM_LADDER_CACHE", str(cache / compiler_name))
+    monkeypatch.setenv("GEMM_LADDER_CACHE", str(cache))
     _forget_builds(target)
     kernel = target.build("bf16")
     _forget_builds(target)
@@ -215,12 +217,12 @@ def _same_release() -> bool:
 
 @needs_both
 @pytest.mark.parametrize("name", ["level 9", "library general BN 256"])
-def test_nvcc_and_nvrtc_give_the_same_resources_and_design_opcodes(name, tmp_path, monkeypatch):
+def test_nvcc_and_nvrtc_give_the_same_resources_and_design_opcodes(name, nvcc_cache, monkeypatch):
     if not _same_release():  # another release's ptxas makes other code (13.5: half level 9's HGMMA, docs/install.md)
         pytest.skip(f"NVRTC {nvrtc.version()} is not nvcc's release: the comparison holds within one release")
     monkeypatch.delenv("GEMM_LADDER_NVCC", raising=False)
     target = _targets()[name]
-    (p1, c1), (p2, c2) = (_built(target, c, tmp_path, monkeypatch) for c in ("nvcc", "nvrtc"))
+    (p1, c1), (p2, c2) = (_built(target, c, nvcc_cache, monkeypatch) for c in ("nvcc", "nvrtc"))
     for field in ("registers", "barriers", "smem_static", "stack_bytes", "spill_stores", "spill_loads"):
         assert getattr(p1, field) == getattr(p2, field), (field, p1, p2)
     for op in DESIGN_OPCODES:

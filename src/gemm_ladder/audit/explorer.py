@@ -33,6 +33,7 @@ class Explorer:
         self.blocks = mode in ("blocks", "bursts")
         self.bursts = mode == "bursts"
         self.n_roles = len(cp.roles)
+        self._ev_bars: dict = {}  # in-flight load -> the barriers it completes on (one per load op)
 
     def initial(self):
         bars = tuple((0, info[3], 0) for info in self.cp.bar_info)
@@ -143,7 +144,14 @@ class Explorer:
     # -- TMA completions in bursts -------------------------------------------------------------
     def _bursts_to(self, events, bi: int, target: int):
         """The sets of in-flight loads completing on barrier ``bi`` whose bytes sum to ``target``."""
-        cands = [ev for ev in events if any(bari == bi for _, bari in ev[2])]
+        memo = self._ev_bars
+        cands = []
+        for ev in events:
+            bars = memo.get(ev)
+            if bars is None:
+                bars = memo[ev] = frozenset(bari for _, bari in ev[2])
+            if bi in bars:
+                cands.append(ev)
         seen = set()
         for n in range(1, len(cands) + 1):
             for combo in itertools.combinations(cands, n):

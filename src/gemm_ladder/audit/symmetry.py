@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 from math import factorial
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -46,6 +47,13 @@ class _Perm:
         self.staging_src = [staging[j] for j in self.bufs_src]
         self.masks = [self._mask(m) for m in range(1 << len(roles))]
         self._events: dict = {}
+        # the gathers as C-level calls (the search renames every state it reaches)
+        self._take_roles = _gather(self.roles_src)
+        self._take_bars = _gather(self.bars_src)
+        self._operand_images: dict = {}
+        self._staging_images: dict = {}
+        self._buf_plan = [(j, self._staging_images if stg else self._operand_images)
+                          for j, stg in zip(self.bufs_src, self.staging_src)]
 
     def inverse(self) -> _Perm:
         return _Perm(_inverse(self.roles), _inverse(self.bars), _inverse(self.bufs), _inverse(self.ctas),
@@ -80,7 +88,10 @@ class _Perm:
                 self.roles[ri])
 
     def pcs(self, pcs):
-        return tuple([pcs[j] for j in self.roles_src])
+        return self._take_roles(pcs)
+
+    def barriers(self, bars):
+        return self._take_bars(bars)
 
     def state(self, state, pcs=None):
         pcs0, bars, bufs, groups, events, obs = state
@@ -88,19 +99,15 @@ class _Perm:
         if pcs is None:
             pcs = self.pcs(pcs0)
         fb = self.bufs
-        ngroups = tuple([tuple([fb[b] for b in g]) if g else g for g in (groups[j] for j in self.roles_src)])
-        nbars = tuple([bars[j] for j in self.bars_src])
-        masks = self.masks
+        ngroups = tuple([tuple([fb[b] for b in g]) if g else g for g in self._take_roles(groups)])
+        nbars = self._take_bars(bars)
         nbufs = []
-        for j, stg in zip(self.bufs_src, self.staging_src):
+        for j, memo in self._buf_plan:  # a buffer's image depends on its value alone: memoised
             b = bufs[j]
-            ver, landed, unread, reading, st = b
-            if stg and ver is not None:
-                ver = (r[ver[0]], ver[1], ver[2])
-            elif not unread and not reading:
-                nbufs.append(b)  # nothing in it names a role
-                continue
-            nbufs.append((ver, landed, masks[unread], masks[reading], st))
+            img = memo.get(b)
+            if img is None:
+                img = memo[b] = self._buffer(b, memo is self._staging_images)
+            nbufs.append(img)
         if events:
             memo = self._events
             nevents = tuple(sorted([memo[ev] if ev in memo else self.event(ev) for ev in events]))
@@ -109,12 +116,29 @@ class _Perm:
         nobs = tuple(sorted([((r[ri], self.bars[bi]), c) for (ri, bi), c in obs])) if obs else obs
         return (pcs, nbars, tuple(nbufs), ngroups, nevents, nobs)
 
+    def _buffer(self, b, staging: bool):
+        """The renamed value of one buffer (see :class:`gemm_ladder.audit.explorer.Explorer`)."""
+        ver, landed, unread, reading, st = b
+        if staging and ver is not None:
+            ver = (self.roles[ver[0]], ver[1], ver[2])
+        elif not unread and not reading:
+            return b  # nothing in it names a role
+        return (ver, landed, self.masks[unread], self.masks[reading], st)
+
     def label(self, label):
         if label[0] == "B":
             return ("B", tuple(self.label(x) for x in label[1]))
         if label[0] == "R":
             return ("R", self.roles[label[1]]) + tuple(label[2:])
         return ("L", self.event(label[1]))
+
+
+def _gather(src):
+    """``seq -> tuple(seq[j] for j in src)``, as one itemgetter call."""
+    if len(src) == 1:
+        j = src[0]
+        return lambda seq: (seq[j],)
+    return itemgetter(*src) if src else (lambda seq: ())
 
 
 def _inverse(m):
@@ -280,7 +304,7 @@ class Symmetry:
                 ties.append(i)
         if len(ties) > 1:  # then the least barriers (cheap to rename: integers only)
             bars = state[1]
-            keyed = [(bars if i == 0 else tuple([bars[j] for j in group[i].bars_src]), i) for i in ties]
+            keyed = [(bars if i == 0 else group[i].barriers(bars), i) for i in ties]
             lo = min(k for k, _ in keyed)
             ties = [i for k, i in keyed if k == lo]
         if len(ties) == 1:
