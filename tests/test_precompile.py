@@ -69,8 +69,11 @@ def test_cli_refuses_bad_input_in_one_line_and_needs_nvcc(tmp_path):
         assert out.rc == 2, (argv, out.describe())
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("gemm-ladder precompile: ") and not out.traceback, out.describe()
-    # cli_env points GEMM_LADDER_NVCC nowhere: a valid request ends with exit 1 and the reason, nothing built.
-    assert outs[4].rc == 1 and "GEMM_LADDER_NVCC" in outs[4].stderr and not outs[4].traceback, outs[4].describe()
+    # cli_env points GEMM_LADDER_NVCC nowhere: a valid request ends with exit 3 (a missing tool, the CLI's
+    # rule) and the reason in one line, nothing built.
+    lines = outs[4].stderr.strip().splitlines()
+    assert outs[4].rc == 3 and len(lines) == 1 and "GEMM_LADDER_NVCC" in lines[0] and not outs[4].traceback, \
+        outs[4].describe()
 
 
 @pytest.fixture
