@@ -102,8 +102,10 @@ def test_masked_layout_op_and_refusals():
     assert out.shape == (4, 16, 32)
     with pytest.raises(GemmInputError, match="3-D"):
         gemm_ladder.grouped_mm_masked(_meta(16, 64), _meta(4, 64, 32), _offs(4))
-    with pytest.raises(GemmInputError, match="CUDA device"):
-        gemm_ladder.grouped_mm_masked(_meta(4, 16, 64), _meta(4, 64, 32), _offs(4))
+    assert gemm_ladder.grouped_mm_masked(_meta(4, 16, 64), _meta(4, 64, 32), _offs(4)).shape == (4, 16, 32)
+    with pytest.raises(GemmInputError, match="CUDA device"):  # CPU tensors
+        gemm_ladder.grouped_mm_masked(torch.empty(4, 16, 64, dtype=BF), torch.empty(4, 64, 32, dtype=BF),
+                                      torch.empty(4, dtype=torch.int32))
     with pytest.raises(ValueError):
         grouped_gemm(128, "mn", k_grouped=True, masked=True)
     assert grouped_gemm(128, masked=True).defines("bf16")["GL_MASKED"] == 1
@@ -291,3 +293,29 @@ def test_maps_are_encoded_with_the_device_context_current(monkeypatch):
     t = torch.empty(256, 256, dtype=BF)
     g._encode(torch.device("cuda", 0), (spec, t))
     assert calls[0] == ("context", torch.device("cuda", 0)) and calls[1][0] == "encode"
+
+
+def test_the_public_grouped_functions_describe_a_call_on_meta_tensors():
+    """On meta tensors the public functions check the call and give the result's shape and dtype (their ops'
+    fake implementations); CPU tensors are refused with the library's error, naming both devices."""
+    import gemm_ladder
+    from gemm_ladder.errors import GemmInputError
+
+    meta, bf = torch.device("meta"), torch.bfloat16
+    x = torch.empty(100, 64, dtype=bf, device=meta)
+    offs = torch.empty(4, dtype=torch.int32, device=meta)
+    w_kn = torch.empty(4, 64, 32, dtype=bf, device=meta)
+    w_nk = torch.empty(4, 32, 64, dtype=bf, device=meta)
+    y = gemm_ladder.grouped_mm(x, w_kn, offs, out_dtype=torch.float32)
+    assert (y.shape, y.dtype, y.device) == ((100, 32), torch.float32, meta)
+    assert gemm_ladder.grouped_linear(x, w_nk, offs, torch.empty(4, 32, dtype=bf, device=meta),
+                                      activation="silu").shape == (100, 32)
+    assert gemm_ladder.grouped_mm_masked(torch.empty(4, 16, 64, dtype=bf, device=meta), w_kn, offs).shape == (4, 16, 32)
+    assert gemm_ladder.grouped_swiglu(x, w_nk, w_nk, offs).shape == (100, 32)
+    grads = gemm_ladder.grouped_mm(torch.empty(100, 32, dtype=bf, device=meta).T, x, offs)  # grouped along K
+    assert grads.shape == (4, 32, 64)
+    with pytest.raises(GemmInputError, match="got cpu and cpu"):
+        gemm_ladder.grouped_mm(torch.empty(100, 64, dtype=bf), torch.empty(4, 64, 32, dtype=bf),
+                               torch.empty(4, dtype=torch.int32))
+    with pytest.raises(GemmInputError, match="shape \\(4,\\)"):
+        gemm_ladder.grouped_mm(x, w_kn, torch.empty(3, dtype=torch.int32, device=meta))

@@ -66,9 +66,15 @@ def b_major_of(b: torch.Tensor) -> str:
                          "w.transpose(-2, -1) of an (E, N, K) weight) or N-major (stride(2) == 1)")
 
 
-def check_grouped_mm(a, b, offs, out_dtype=None) -> tuple[str, torch.dtype]:
+#: The devices the public grouped functions take: CUDA, and meta (their ops' fake implementations).
+PUBLIC_DEVICES = ("cuda", "meta")
+
+
+def check_grouped_mm(a, b, offs, out_dtype=None, *, device_types: tuple[str, ...] = ("cuda",)) -> tuple[str, torch.dtype]:
     """Validate a grouped_mm call; returns (case, result dtype), case '2d3d', '3d3d' or '2d2d'. Raises as the
-    module docstring says; checks no value of offs on the device (no device-to-host copy)."""
+    module docstring says; checks no value of offs on the device (no device-to-host copy). ``device_types``:
+    the devices a and b may be on: CUDA for a launch; the public functions also take "meta" (their ops'
+    fake implementations give the result's shape and dtype)."""
     a, b = _tensor("a", a), _tensor("b", b)
     if offs is not None:
         offs = _tensor("offs", offs)
@@ -80,7 +86,7 @@ def check_grouped_mm(a, b, offs, out_dtype=None) -> tuple[str, torch.dtype]:
     if a.dim() not in (2, 3) or b.dim() not in (2, 3):
         raise GemmInputError(f"a and b must be 2-D or 3-D, got {a.dim()}-D and {b.dim()}-D")
     if a.dim() == 2 and b.dim() == 2:
-        return _check_grouped_k(a, b, offs), dt
+        return _check_grouped_k(a, b, offs, device_types), dt
     if a.dim() == 3 and b.dim() == 2:
         raise NotSupportedError("grouped_mm of a 3-D a and a 2-D b is not computed by the library's grouped kernel")
     if a.shape[-1] != b.shape[-2]:
@@ -103,7 +109,7 @@ def check_grouped_mm(a, b, offs, out_dtype=None) -> tuple[str, torch.dtype]:
             raise GemmInputError(f"a {tuple(a.shape)} and b {tuple(b.shape)}: batch sizes differ")
         rows = a.shape[0] * a.shape[1]
         case = "3d3d"
-    _check_device(a, b)
+    _check_device(a, b, device_types)
     k, n = b.shape[1], b.shape[2]
     if max(rows, n, k) > MAX_EXTENT:
         raise GemmInputError(f"rows, N, K = {rows}, {n}, {k}: each must be at most {MAX_EXTENT}")
@@ -148,7 +154,7 @@ def group_of_rows(offs: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.searchsorted(offs, torch.arange(rows, device=offs.device, dtype=torch.int32), right=True)
 
 
-def _check_grouped_k(a: torch.Tensor, b: torch.Tensor, offs) -> str:
+def _check_grouped_k(a: torch.Tensor, b: torch.Tensor, offs, device_types: tuple[str, ...] = ("cuda",)) -> str:
     """The 2-D x 2-D case (grouped along K): a (M, total K) with stride(0) == 1, b (total K, N) with
     stride(1) == 1 (the backward's x^T / grad_y^T and grad_y / x: rows of row-major tensors)."""
     m, total_k = a.shape
@@ -161,7 +167,7 @@ def _check_grouped_k(a: torch.Tensor, b: torch.Tensor, offs) -> str:
     _check_offs(offs, offs.numel() if offs.dim() == 1 else -1, a.device)
     if offs.numel() > MAX_GROUPS:
         raise NotSupportedError(f"E = {offs.numel()} groups: the grouped kernel takes at most {MAX_GROUPS}")
-    _check_device(a, b)
+    _check_device(a, b, device_types)
     if max(m, n, total_k) > MAX_EXTENT:
         raise GemmInputError(f"M, N, total K = {m}, {n}, {total_k}: each must be at most {MAX_EXTENT}")
     if (m > 1 and a.stride(0) != 1) or (n > 1 and b.stride(1) != 1):
@@ -178,9 +184,11 @@ def _check_grouped_k(a: torch.Tensor, b: torch.Tensor, offs) -> str:
     return "2d2d"
 
 
-def _check_device(a: torch.Tensor, b: torch.Tensor) -> None:
-    if a.device.type != "cuda" or b.device != a.device:
-        raise GemmInputError(f"a and b must be on one CUDA device: got {a.device} and {b.device}")
+def _check_device(a: torch.Tensor, b: torch.Tensor, device_types: tuple[str, ...] = ("cuda",)) -> None:
+    if a.device.type not in device_types or b.device != a.device:
+        where = "one CUDA device" if "meta" not in device_types else \
+            "one CUDA device (or both meta tensors, which describe a call without running it)"
+        raise GemmInputError(f"a and b must be on {where}: got {a.device} and {b.device}")
 
 
 def _check_offs(offs, groups: int, device) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from gemm_ladder.api_grouped import check_grouped_mm, group_of_rows, grouped_mm_direct, grouped_mm_masked_direct
+from gemm_ladder.api_grouped import PUBLIC_DEVICES, check_grouped_mm, group_of_rows, grouped_mm_direct, grouped_mm_masked_direct
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
 from gemm_ladder.library.activations import activation as _activation
 
@@ -136,7 +136,7 @@ def grouped_mm_masked(a: torch.Tensor, b: torch.Tensor, counts: torch.Tensor, *,
     Raises GemmTypeError, GemmInputError, NotSupportedError before any launch."""
     if not isinstance(a, torch.Tensor) or a.dim() != 3:
         raise GemmInputError("a must be a 3-D (E, M_max, K) tensor for the masked layout")
-    check_grouped_mm(a, b, None, out_dtype)
+    check_grouped_mm(a, b, None, out_dtype, device_types=PUBLIC_DEVICES)
     if not isinstance(counts, torch.Tensor):
         raise GemmTypeError(f"counts must be a torch.Tensor, got {type(counts).__name__}")
     if counts.dtype != torch.int32 or counts.dim() != 1 or counts.numel() != a.shape[0] or counts.device != a.device:
@@ -158,13 +158,15 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
             for a 3-D a. Its values stay on the device; groups may be empty or of any size.
         out_dtype: None (a's dtype) or torch.float32.
 
-    Returns (R, N) (rows past offs[E-1] not written, as torch's) or (E, M, N).
+    Returns (R, N) (rows past offs[E-1] not written, as torch's) or (E, M, N). On meta tensors the call is
+    checked and a meta result of the right shape and dtype returned (the op's fake implementation), as for
+    grouped_linear, grouped_mm_masked and grouped_swiglu.
     2-D x 2-D (grouped along K): a (M, total K) with stride(0) == 1, b (total K, N) row-major, offs (E,):
     returns (E, M, N), out[e] = a[:, offs[e-1]:offs[e]] @ b[offs[e-1]:offs[e]] (zeros for an empty group).
     Raises GemmTypeError, GemmInputError, NotSupportedError (3-D x 2-D; other 2-D x 2-D layouts; more than 1024 groups)
     before any launch. Source: torch._grouped_mm's semantics (torch/_meta_registrations.py).
     """
-    check_grouped_mm(a, b, offs, out_dtype)
+    check_grouped_mm(a, b, offs, out_dtype, device_types=PUBLIC_DEVICES)
     return torch.ops.gemm_ladder.grouped_mm(a, b, offs, out_dtype)
 
 
@@ -190,7 +192,7 @@ def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: t
         raise GemmInputError(f"w has strides {tuple(w.stride())}: (E, N, K) with stride(2) == 1 (nn.Linear's layout)")
     if bias is not None and not isinstance(bias, torch.Tensor):
         raise GemmTypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
-    check_grouped_mm(x, w.transpose(-2, -1), offs)
+    check_grouped_mm(x, w.transpose(-2, -1), offs, device_types=PUBLIC_DEVICES)
     if bias is not None:
         if tuple(bias.shape) != (w.shape[0], w.shape[1]) or bias.dtype != x.dtype or bias.device != x.device:
             raise GemmInputError(f"bias: ({w.shape[0]}, {w.shape[1]}) {x.dtype} on {x.device} expected, got "

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gemm_ladder.api_grouped import check_grouped_mm, choose_bn, grouped_mm_direct
+from gemm_ladder.api_grouped import PUBLIC_DEVICES, check_grouped_mm, choose_bn, grouped_mm_direct
 from gemm_ladder.errors import GemmInputError, GemmTypeError
 from gemm_ladder.ops_grouped import NAMESPACE, _grad_b_grouped_k
 
@@ -53,8 +53,8 @@ def check_grouped_swiglu(x, w_gate, w_up, offs) -> None:
     if w_up.dtype != w_gate.dtype or w_up.device != w_gate.device:
         raise GemmInputError(f"w_gate and w_up must share one dtype and device: got {w_gate.dtype} on "
                              f"{w_gate.device}, {w_up.dtype} on {w_up.device}")
-    check_grouped_mm(x, w_gate.transpose(-2, -1), offs)
-    check_grouped_mm(x, w_up.transpose(-2, -1), offs)
+    check_grouped_mm(x, w_gate.transpose(-2, -1), offs, device_types=PUBLIC_DEVICES)
+    check_grouped_mm(x, w_up.transpose(-2, -1), offs, device_types=PUBLIC_DEVICES)
 
 
 def grouped_swiglu_direct(x, w_gate, w_up, offs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
