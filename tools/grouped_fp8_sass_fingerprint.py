@@ -15,14 +15,11 @@ tree before the families (issue 22) and after take.
 
 from __future__ import annotations
 
-import argparse
-import re
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from library_sass_fingerprint import fingerprint  # noqa: E402
+from library_sass_fingerprint import main  # noqa: E402 - the same command line and comparison
 
 
 def grouped_jobs(dtypes=("bf16", "fp16")) -> list[tuple[str, object]]:
@@ -53,41 +50,5 @@ def fp8_jobs() -> list[tuple[str, object]]:
     return [("fp8 " + " ".join(f"{k}={v}" for k, v in kw.items()), lambda kw=kw: Fp8Kernel(**kw).build()) for kw in kws]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--compare", metavar="FILE", help="a previous output: exit 1 if any fingerprint differs")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--only", metavar="REGEX", help="only the builds whose label matches (re.search)")
-    args = parser.parse_args()
-
-    def one(job):
-        label, build = job
-        try:
-            return f"{label}|{fingerprint(str(build().cubin))}"
-        except Exception as exc:  # noqa: BLE001 - a refused build is part of the record
-            return f"{label}|{type(exc).__name__}"
-
-    todo = [j for j in grouped_jobs() + fp8_jobs() if not args.only or re.search(args.only, j[0])]
-    lines = []
-    with ThreadPoolExecutor(args.workers) as pool:
-        for line in pool.map(one, todo):
-            lines.append(line)
-            if not args.compare:
-                print(line, flush=True)
-    if not args.compare:
-        return 0
-    before = dict(line.rsplit("|", 1) for line in open(args.compare).read().splitlines() if "|" in line)
-    if args.only:
-        before = {k: v for k, v in before.items() if re.search(args.only, k)}
-    now = dict(line.rsplit("|", 1) for line in lines)
-    bad = 0
-    for label in sorted(set(before) | set(now)):
-        b, a = before.get(label, "absent"), now.get(label, "absent")
-        print(f"{label}|{b}|{a}|{'same' if a == b else 'CHANGED'}")
-        bad += a != b
-    print(f"# {len(now)} builds now, {len(before)} before, {bad} differ")
-    return 1 if bad else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(lambda: grouped_jobs() + fp8_jobs(), __doc__))

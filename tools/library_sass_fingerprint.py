@@ -18,19 +18,15 @@ with the cubin's file name and blank lines removed.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import re
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sass_fingerprint import fingerprint  # noqa: E402 - the one hash (tools/sass_fingerprint.py)
 
 
-def fingerprint(cubin: str) -> str:
-    from gemm_ladder.runtime.compiler import cuobjdump_path
-
-    sass = subprocess.run([cuobjdump_path(), "--dump-sass", cubin], capture_output=True, text=True, check=True).stdout
-    body = "\n".join(line for line in sass.splitlines() if not re.match(r"\s*(Fatbin|code for|\.?\s*$|File )", line))
-    return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
 def epilogue_jobs() -> list[tuple[str, object]]:
@@ -73,8 +69,11 @@ def jobs() -> list[tuple[str, object]]:
     return out + epilogue_jobs()
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(make_jobs=None, doc: str = __doc__) -> int:
+    """The command line over ``make_jobs()`` ((label, build) pairs; default :func:`jobs`), described by
+    ``doc``'s first line: print each fingerprint, or compare with ``--compare``'s file (exit 1 if any
+    differs). tools/grouped_fp8_sass_fingerprint.py runs it over its own builds."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--compare", metavar="FILE", help="a previous output: exit 1 if any fingerprint differs")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--only", metavar="REGEX",
@@ -102,7 +101,7 @@ def main() -> int:
 
     lines = []
     with ThreadPoolExecutor(args.workers) as pool:
-        for line in pool.map(one, [j for j in jobs() if not args.only or re.search(args.only, j[0])]):
+        for line in pool.map(one, [j for j in (make_jobs or jobs)() if not args.only or re.search(args.only, j[0])]):
             lines.append(line)
             if not args.compare:  # each as it comes, in order: a run cut short keeps what it finished
                 print(line, flush=True)
