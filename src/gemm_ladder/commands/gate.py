@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_epilogue(args: argparse.Namespace, dtypes: list[str], shapes: list) -> int:
     """``gate --epilogue``: the resource and correctness gates of the top kernel with the epilogue fused."""
-    from gemm_ladder.gates.verdict import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, EXIT_USAGE
+    from gemm_ladder.gates.verdict import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, EXIT_USAGE, write_result
     from gemm_ladder.library.epilogue import Epilogue, EpilogueCompileError
 
     try:
@@ -170,16 +170,10 @@ def run_epilogue(args: argparse.Namespace, dtypes: list[str], shapes: list) -> i
     why = next((r["message"] for r in rows if r["status"] == "not run"), "")
     print(f"gates: correctness {c_state}" + (f" ({why})" if c_state == "not run" else "") + f"; resources {r_state}"
           + (f" ({r_why})" if r_why else ""))
-    if args.json:
-        from gemm_ladder.results import write_json
-
-        try:  # checked writable before any work; this catches what changed since (a full disk)
-            print("wrote " + str(write_json({"epilogue": args.epilogue, "gates": {"correctness": c_state,
-                                             "resources": r_state}, "resources": resources, "correctness": rows},
-                                            args.json)))
-        except OSError as exc:
-            print(f"gemm-ladder gate: cannot write {args.json}: {exc.strerror or exc}", file=sys.stderr)
-            return EXIT_USAGE
+    summary = {"epilogue": args.epilogue, "gates": {"correctness": c_state, "resources": r_state},
+               "resources": resources, "correctness": rows}
+    if not write_result(summary, args.json, "gate"):
+        return EXIT_USAGE
     if "failed" in (c_state, r_state):
         return EXIT_FAILED
     return EXIT_INCOMPLETE if "not run" in (c_state, r_state) else EXIT_PASSED

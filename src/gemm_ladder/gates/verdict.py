@@ -156,10 +156,9 @@ def exit_status(result: dict[str, Any]) -> int:
             VERDICT_INCOMPLETE: EXIT_INCOMPLETE}[result["summary"]["verdict"]]
 
 
-def finish(result: dict[str, Any], json_path: str | None, command: str) -> int:
-    """The end of a gate-running command (``climb``, ``gate``): ``result`` written to ``json_path``
-    when one is given ("wrote PATH" on stdout), then :func:`exit_status`. A path that cannot be
-    written ends in one line on stderr naming ``command`` and :data:`EXIT_USAGE`."""
+def write_result(result: dict[str, Any], json_path: str | None, command: str) -> bool:
+    """``result`` written to ``json_path`` when one is given ("wrote PATH" on stdout); False, after one
+    line on stderr naming ``command``, when it cannot be written."""
     from gemm_ladder.results import write_json
 
     if json_path:
@@ -167,5 +166,11 @@ def finish(result: dict[str, Any], json_path: str | None, command: str) -> int:
             print(f"wrote {write_json(result, json_path)}")
         except OSError as exc:
             print(f"gemm-ladder {command}: cannot write {json_path}: {exc.strerror or exc}", file=sys.stderr)
-            return EXIT_USAGE
-    return exit_status(result)
+            return False
+    return True
+
+
+def finish(result: dict[str, Any], json_path: str | None, command: str) -> int:
+    """The end of a gate-running command (``climb``, ``gate``): :func:`write_result`, then
+    :func:`exit_status`, or :data:`EXIT_USAGE` when the result could not be written."""
+    return exit_status(result) if write_result(result, json_path, command) else EXIT_USAGE
