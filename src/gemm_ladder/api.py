@@ -217,10 +217,17 @@ def mm_direct(a, b, out=None, out_dtype=None, *, check_grad: bool = False, fast_
     call = CALLS.get_or_make(key, lambda: _mm_call(a, b, out, out_dtype, fresh))
     if key is not None:
         CALLS.put_fast(fast_key, call)
-    c = out if out is not None else (fresh[0] if fresh else
-                                     torch.empty(call.out_shape, dtype=call.out_dtype, device=a.device))
+    c = out if out is not None else output_for(call, fresh, a.device)
     call.run(a, b, c)
     return c
+
+
+def output_for(call, fresh: list, device) -> torch.Tensor:
+    """The output of ``call`` (its ``out_shape`` and ``out_dtype``): the one its decision allocated, if
+    it was decided just now (``fresh``, filled by :func:`_mm_call`), else a new one."""
+    if fresh:
+        return fresh[0].view(call.out_shape)
+    return torch.empty(call.out_shape, dtype=call.out_dtype, device=device)
 
 
 def _mm_call(a, b, out, out_dtype, fresh: list | None = None):
@@ -407,8 +414,7 @@ def linear_direct(x, w, bias=None, *, activation=None, residual=None, alpha=1.0,
                                                        fresh))
     if key is not None:
         CALLS.put_fast(fast_key, call)
-    c = fresh[0].view(call.out_shape) if fresh else torch.empty(call.out_shape, dtype=call.out_dtype,
-                                                                device=x.device)
+    c = output_for(call, fresh, x.device)
     _run_linear(call, x, w, c, bias, residual, alpha, beta)
     return c
 

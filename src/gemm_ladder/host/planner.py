@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from gemm_ladder.api import _epilogue_args, _linear_call, _mm_call, linear_direct, mm_direct
+from gemm_ladder.api import _epilogue_args, _linear_call, _mm_call, linear_direct, mm_direct, output_for
 from gemm_ladder.dispatch.calls import CALLS, bind_route, linear_key, mm_key
 from gemm_ladder.host.templates import LaunchTemplate, template_from_bound
 
@@ -37,7 +37,7 @@ def plan_mm(a, b, out_dtype) -> LaunchTemplate | None:
     if call.kind != "bound":
         return None
     # stands for each call's output
-    c = fresh[0] if fresh else torch.empty(call.out_shape, dtype=call.out_dtype, device=a.device)
+    c = output_for(call, fresh, a.device)
     bound = bind_route(call.route, a, b, c)
     return template_from_bound(bound, transposed=call.route.c_path.transposed, out_shape=call.out_shape,
                                out_dtype=call.out_dtype)
@@ -60,8 +60,7 @@ def plan_linear(x, w, bias, residual, activation, alpha, beta, out_dtype) -> Lau
             residual.view(m, n)
         except RuntimeError:
             return None  # reshape would copy: a new address every call
-    c = fresh[0].view(call.out_shape) if fresh else torch.empty(call.out_shape, dtype=call.out_dtype,
-                                                                device=x.device)
+    c = output_for(call, fresh, x.device)
     tensors, scalars = _epilogue_args(call, bias, residual, alpha, beta)
     epilogue = call.epilogue_call(tensors, scalars, x.device)
     bound = bind_route(call.route, x.view(m, k), w.T, c.view(m, n), epilogue)
