@@ -119,6 +119,31 @@ def test_an_empty_nvrtc_log_leaves_pythons_shared_bytes_alone():
     assert run.stdout.strip() == "b' ' b' '", run.stdout
 
 
+def test_nvrtcs_own_compile_cache_is_off_where_it_has_one(monkeypatch):
+    """NVRTC 12.9+ caches compiles itself and, on a hit, skips ptxas: the -v report is then empty (8 of 337
+    builds of a GPU suite on the H200). Its cache is switched off from 12.9 on, not before (no option)."""
+    for release, want in (((12, 8), []), ((12, 9), ["--no-cache"]), ((13, 0), ["--no-cache"])):
+        monkeypatch.setattr(nvrtc, "version", lambda release=release: release)
+        assert nvrtc.cache_options() == want, release
+
+
+def test_a_build_without_the_ptxas_report_it_asked_for_is_an_error():
+    report = ("ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
+              "ptxas info    : Used 8 registers, used 0 barriers\n")
+    nvrtc.check_ptxas_report(report, ["--ptxas-options=-v"])
+    nvrtc.check_ptxas_report("", ["--gpu-architecture=sm_90a"])  # no report asked for
+    warning_only = 'generated epilogue code(1000009): warning #177-D: variable "gl_in0" was declared but never referenced\n'
+    for log in ("", warning_only):
+        with pytest.raises(nvrtc.NvrtcCompileError, match="no ptxas report"):
+            nvrtc.check_ptxas_report(log, ["--gpu-architecture=sm_90a", "--ptxas-options=-v"])
+
+
+@needs_nvrtc
+def test_the_cache_key_names_nvrtcs_cache_off():
+    """Builds made with NVRTC's cache on may lack their report: the identity (part of every key) changes."""
+    assert nvrtc.identity().endswith(" no-cache") == (nvrtc.version() >= nvrtc.NO_CACHE_FROM)
+
+
 @needs_nvrtc
 def test_nvrtc_reports_spills_through_ptxas_options(private_cache, monkeypatch):
     monkeypatch.setenv("GEMM_LADDER_COMPILER", "nvrtc")

@@ -119,7 +119,9 @@ def identity() -> str:
         if path.exists():
             h.update(name.encode() + b"\0" + path.read_bytes())
     wheel = _distribution_version("nvidia-cuda-nvrtc")
-    return f"nvrtc {major}.{minor}" + (f" (nvidia-cuda-nvrtc {wheel})" if wheel else "") + f" headers {h.hexdigest()[:16]}"
+    # "no-cache": builds made with NVRTC's own cache on may lack their ptxas report; a new key rebuilds them.
+    return (f"nvrtc {major}.{minor}" + (f" (nvidia-cuda-nvrtc {wheel})" if wheel else "") + f" headers {h.hexdigest()[:16]}"
+            + (" no-cache" if cache_options() else ""))
 
 
 def options_from_nvcc_flags(flags: list[str]) -> list[str]:
@@ -148,16 +150,37 @@ def options_from_nvcc_flags(flags: list[str]) -> list[str]:
     return opts
 
 
+#: NVRTC's own compile cache (NVRTC guide, "Caching (CUDA 12.9+)") answers a program it has seen without
+#: running ptxas, so ``--ptxas-options=-v`` then reports nothing: on the H200, 8 of a GPU suite's 337
+#: NVRTC builds came back with no ptxas report (no resources to gate). The kernel cache keeps the cubin
+#: and its report already; NVRTC's cache is switched off from the release that has it.
+NO_CACHE_FROM = (12, 9)
+
+
+def cache_options() -> list[str]:
+    """``["--no-cache"]`` where NVRTC has its own compile cache (:data:`NO_CACHE_FROM`), else ``[]``."""
+    return ["--no-cache"] if version() >= NO_CACHE_FROM else []
+
+
+def check_ptxas_report(log: str, options: list[str]) -> None:
+    """Raise NvrtcCompileError when ``options`` ask ptxas for its ``-v`` report and ``log`` holds none: the
+    resource gates would otherwise read an empty report (or none) for a kernel that was built."""
+    if "--ptxas-options=-v" in options and "Compiling entry function" not in log:
+        raise NvrtcCompileError("NVRTC built the program but its log has no ptxas report, though "
+                                "--ptxas-options=-v was given (a compile cache answered?)", log)
+
+
 def compile_program(source: str, name: str, options: list[str], *, want_ptx: bool = False) -> tuple[bytes, str, str | None]:
-    """Compile ``source`` (file name ``name`` in messages) with NVRTC ``options`` for a real architecture.
+    """Compile ``source`` (file name ``name`` in messages) with NVRTC ``options`` for a real architecture,
+    NVRTC's own compile cache off (:func:`cache_options`).
 
     Returns (cubin bytes, NVRTC's log: with ``--ptxas-options=-v`` it holds ptxas's report in nvcc's
     format, PTX text when ``want_ptx`` else None). Raises NvrtcCompileError with the log when NVRTC
-    rejects the program, NvrtcUnavailableError without NVRTC.
+    rejects the program or, asked for ptxas's report, gives none; NvrtcUnavailableError without NVRTC.
     """
     nvrtc = _nvrtc()
     version()  # a clear error when the library is missing
-    options = [*options, f"-I{header_dir()}"]
+    options = [*options, *cache_options(), f"-I{header_dir()}"]
     prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "nvrtcCreateProgram")
     try:
         encoded = [o.encode() for o in options]
@@ -171,6 +194,7 @@ def compile_program(source: str, name: str, options: list[str], *, want_ptx: boo
         log = bytes(buf).rstrip(b"\0").decode(errors="replace")
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise NvrtcCompileError(f"NVRTC: {status.name}", log)
+        check_ptxas_report(log, options)
         size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
         cubin = bytearray(size)
         _check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
@@ -185,5 +209,5 @@ def compile_program(source: str, name: str, options: list[str], *, want_ptx: boo
         nvrtc.nvrtcDestroyProgram(prog)
 
 
-__all__ = ["NvrtcCompileError", "NvrtcUnavailableError", "SHIM_DIR", "compile_program", "header_dir", "identity",
-           "options_from_nvcc_flags", "version"]
+__all__ = ["NO_CACHE_FROM", "NvrtcCompileError", "NvrtcUnavailableError", "SHIM_DIR", "cache_options", "check_ptxas_report",
+           "compile_program", "header_dir", "identity", "options_from_nvcc_flags", "version"]
