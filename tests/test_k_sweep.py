@@ -134,6 +134,52 @@ def test_run_case_fits_every_side_and_checks_each_output():
     assert not wrong["correct"] and wrong["rel_err"]["ours"] == pytest.approx(1.0, rel=1e-3)
 
 
+class _RefCase(_CpuCase):
+    """With a float64 reference of the first rows: every side, torch's too, is checked against it."""
+
+    def __init__(self, wrong: bool = False, torch_wrong_at: int | None = None):
+        super().__init__(wrong)
+        self.torch_wrong_at = torch_wrong_at
+
+    def make(self, k, alt):
+        import torch
+
+        a, b = torch.randn(64, k), torch.randn(k, 64)
+        bad = k == self.torch_wrong_at
+        fns = {"ours": lambda *_: (a @ b) * (2.0 if self.wrong else 1.0),
+               "torch": lambda *_: (a @ b) * (0.0 if bad else 1.0)}
+        outs = {name: fn() for name, fn in fns.items()}
+        outs["float64"] = a[:16].double() @ b.double()
+        return fns, outs
+
+
+def test_a_wrong_torch_output_is_recorded_and_not_taken_for_ours(capsys):
+    """torch._scaled_mm blockwise at K = 768 was wrong on the H200; checked against torch, ours looked wrong."""
+    row = k_sweep.run_case(_RefCase(torch_wrong_at=128), budget=0.002, rounds=1)
+    assert row["correct"] and row["torch_wrong"] == {"torch": [128]}
+    assert row["rel_err"]["ours"] < 1e-5 and row["rel_err"]["torch"] == pytest.approx(1.0)
+    k_sweep.table([row])
+    assert "WRONG at K=128" in capsys.readouterr().out
+    ours_wrong = k_sweep.run_case(_RefCase(wrong=True), budget=0.002, rounds=1)
+    assert not ours_wrong["correct"] and ours_wrong["torch_wrong"] is None
+
+
+def test_grouped_reference_is_each_groups_product():
+    import torch
+
+    offs = torch.tensor([3, 3, 10, 300], dtype=torch.int32)  # an empty group; the last crosses CHECK_ROWS
+    a, b = torch.randn(300, 8), torch.randn(4, 8, 5)
+    ref = k_sweep.grouped_reference(a, b, offs, "fwd")
+    assert ref.shape == (k_sweep.CHECK_ROWS, 5) and ref.dtype == torch.float64
+    want = torch.cat([a[:3] @ b[0], a[3:10] @ b[2], a[10:k_sweep.CHECK_ROWS] @ b[3]])
+    torch.testing.assert_close(ref, want.double(), rtol=1e-5, atol=1e-5)
+    at, bw = torch.randn(6, 300), torch.randn(300, 5)  # grad_w: a (K, rows), b (rows, N)
+    ref = k_sweep.grouped_reference(at, bw, offs, "grad_w")
+    assert ref.shape == (2, 6, 5)
+    torch.testing.assert_close(ref[0], (at[:, :3] @ bw[:3]).double(), rtol=1e-5, atol=1e-5)
+    assert not ref[1].any()  # the empty group
+
+
 def test_table_prints_fits_and_errors(capsys):
     row = k_sweep.run_case(_CpuCase(), budget=0.002, rounds=1)
     k_sweep.table([row, {"op": "mm", "case": "x", "error": "boom", "correct": False}])

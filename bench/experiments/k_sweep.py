@@ -33,8 +33,13 @@ the bytes), beside the bf16 one in the same interleaved call: ``alt.extra_us`` p
 
 Timing: gates.performance.time_fns (ours and torch's interleaved in rounds, L2 flushed before every
 call, the launch hidden behind a spin, median). Inputs are made fresh for every K. Before timing, every
-output of ours is compared once with torch's (relative Frobenius error <= 2e-2; a wrong kernel cannot
-look fast: its case is marked ``correct: false`` and the run exits 1). Kernels are built first, in
+output, ours and torch's, is compared once with float64 of the same inputs on a leading slice (the first
+256 rows; grouped grad_w: the first two experts; fp8: the dequantized inputs), relative Frobenius error
+<= 2e-2. A wrong kernel of ours cannot look fast: its case is marked ``correct: false`` and the run
+exits 1. A wrong torch output is recorded (``torch_wrong``: side and K) and its comparison flagged, not
+taken for ours: torch 2.11's ``_scaled_mm`` blockwise is wrong at K = 768 on the H200
+(bench/experiments/fp8_reference_check.py), which the first version of this script, checking ours
+against torch's output, reported as ours wrong. Kernels are built first, in
 parallel (dispatch.precompile.run_builds), so no timed call compiles; GEMM_LADDER_HOST defaults to 0
 here (the events time GPU work only, and the compiled host module's build would cost a minute).
 
@@ -70,8 +75,11 @@ FACTORS = (0.25, 0.5, 1.0, 1.5, 2.0)
 QUICK_FACTORS = (0.5, 1.0, 2.0)
 #: The fp8 kernel's BK and the block scales' K extent (the bf16 kernels' 64 divides it).
 K_MULTIPLE = 128
-#: Ours within this relative Frobenius error of torch's output, or the case is wrong.
+#: Every side within this relative Frobenius error of the float64 reference (or, for a case without
+#: one, ours of torch's output), or it is wrong.
 MAX_REL_ERR = 2e-2
+#: The float64 reference covers this leading slice of the output (rows; grouped grad_w: 2 experts).
+CHECK_ROWS = 256
 
 MM_SHAPES = [(1000, 4608, 3584), (12608, 1024, 4096), (8192, 768, 3072), (4096, 4096, 4096)]
 FP8_SHAPES = [(4096, 7168, 16384), (4096, 24576, 1536)]
@@ -142,6 +150,17 @@ def summarize(xs, us: dict[str, list[float]], flop_per_k: float, x0: float, ref:
     return {"fits": fits, "vs_torch": vs}
 
 
+def check_outputs(outs: dict, ref64: torch.Tensor | None) -> dict[str, float]:
+    """Each side's relative error: against ``ref64`` (float64 of the slice ``out[:len(ref64)]``) where
+    given, every side torch's included; else ours against torch's output (float32 sides against
+    ``torch_fp32`` where torch gave one)."""
+    if ref64 is not None:
+        return {side: rel_err(out[: ref64.shape[0]], ref64) for side, out in outs.items()}
+    ref, ref32 = outs["torch"], outs.get("torch_fp32", outs["torch"])
+    return {side: rel_err(out, ref32 if side.endswith("fp32") else ref)
+            for side, out in outs.items() if side not in ("torch", "torch_fp32")}
+
+
 def rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
     """Relative Frobenius error of ``got`` against ``ref`` (float32 arithmetic; inf for a NaN)."""
     d = (got.float() - ref.float()).norm().item()
@@ -155,8 +174,10 @@ def rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
 
 class Case:
     """One problem swept along its reduction extent: ``make(x, alt)`` builds fresh inputs for that extent
-    and returns ({side: callable}, {side: output to check against torch's}); ``alt`` adds the float32-output
-    pair (``ours_fp32``, ``torch_fp32``; a refusal is kept in ``refused``)."""
+    and returns ({side: callable}, {side: output}); ``alt`` adds the float32-output pair (``ours_fp32``,
+    ``torch_fp32``; a refusal is kept in ``refused``). ``outs["float64"]``, where the case gives one, is
+    the float64 result of a leading slice of the output (``out[:len(ref)]``), which every side is checked
+    against; without it ours is checked against torch's output."""
 
     op = ""
     device = "cuda"  # where the timing probe lives (a test's case runs on the CPU)
@@ -242,7 +263,8 @@ class MmCase(Case):
                "torch": lambda *_: torch.mm(a, b)}
         c.fill_(float("nan"))
         fns["ours_pinned"]()
-        outs = {"ours": fns["ours"](), "ours_pinned": c, "torch": fns["torch"]()}
+        outs = {"ours": fns["ours"](), "ours_pinned": c, "torch": fns["torch"](),
+                "float64": a[:CHECK_ROWS].double() @ b.double()}
         if alt:
             self._alt(fns, lambda *_: gemm_ladder.mm(a, b, out_dtype=torch.float32),
                       lambda *_: torch.mm(a, b, out_dtype=torch.float32))
@@ -270,7 +292,7 @@ class Fp8Case(Case):
 
     def make(self, k, alt):
         import gemm_ladder
-        from gemm_ladder.library.fp8 import quantize_fp8
+        from gemm_ladder.library.fp8 import dequantize, quantize_fp8
 
         ba, bw = FP8_BLOCKS[self.mode]
         qa, sa = quantize_fp8(torch.randn(self.m, k, device="cuda"), ba)
@@ -279,6 +301,8 @@ class Fp8Case(Case):
         fns = {"ours": lambda *_: gemm_ladder.scaled_mm(*args),
                "torch": lambda *_: torch._scaled_mm(*args, out_dtype=torch.bfloat16)}
         outs = {name: fn() for name, fn in fns.items()}
+        outs["float64"] = (dequantize(qa[:CHECK_ROWS], sa[:CHECK_ROWS] if sa.dim() == 2 else sa, ba).double()
+                           @ dequantize(qw, sw, bw).double().T)
         if alt:
             self._alt(fns, lambda *_: gemm_ladder.scaled_mm(*args, out_dtype=torch.float32),
                       lambda *_: torch._scaled_mm(*args, out_dtype=torch.float32))
@@ -339,6 +363,7 @@ class GroupedCase(Case):
             b = torch.randn(x, self.n, dtype=bf, device=dev) / math.sqrt(x)
         fns = {"ours": lambda *_: grouped_mm_direct(a, b, offs), "torch": lambda *_: torch._grouped_mm(a, b, offs)}
         outs = {name: fn() for name, fn in fns.items()}
+        outs["float64"] = grouped_reference(a, b, offs, self.direction)
         if alt:
             self._alt(fns, lambda *_: grouped_mm_direct(a, b, offs, out_dtype=torch.float32),
                       lambda *_: torch._grouped_mm(a, b, offs, out_dtype=torch.float32))
@@ -346,6 +371,22 @@ class GroupedCase(Case):
             if "torch_fp32" in fns:
                 outs["torch_fp32"] = fns["torch_fp32"]()
         return fns, outs
+
+
+def grouped_reference(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, direction: str) -> torch.Tensor:
+    """float64 of the leading slice the check covers: ``fwd`` (a (rows, K), b (E, K, N)), the first
+    CHECK_ROWS rows, each by its group's weight; ``grad_w`` (a (K, rows), b (rows, N)), the first two
+    experts' (K, N) products over their rows (an empty group's is zero)."""
+    ends = [0, *offs.tolist()]
+    if direction == "fwd":
+        rows = min(CHECK_ROWS, a.shape[0])
+        ref = torch.zeros(rows, b.shape[-1], dtype=torch.float64, device=a.device)
+        for g in range(len(ends) - 1):
+            lo, hi = ends[g], min(ends[g + 1], rows)
+            if lo < hi:
+                ref[lo:hi] = a[lo:hi].double() @ b[g].double()
+        return ref
+    return torch.stack([a[:, ends[g]:ends[g + 1]].double() @ b[ends[g]:ends[g + 1]].double() for g in range(2)])
 
 
 def make_cases(ops, factors) -> list[Case]:
@@ -373,16 +414,17 @@ def run_case(case: Case, budget: float, rounds: int) -> dict:
     against torch's once; then the fits."""
     us: dict[str, list[float]] = {}
     errs: dict[str, float] = {}
+    torch_wrong: dict[str, list[int]] = {}
     alt: dict = {}
     probe = torch.empty(1, device=case.device)
     for x in case.xs:
         fns, outs = case.make(x, alt=(x == case.x0))
-        ref, ref32 = outs["torch"], outs.get("torch_fp32", outs["torch"])
-        for side, out in outs.items():
-            if side not in ("torch", "torch_fp32"):
-                e = rel_err(out, ref32 if side.endswith("fp32") else ref)
-                errs[side] = max(errs.get(side, 0.0), e)
-        del outs, ref, ref32
+        ref64 = outs.pop("float64", None)
+        for side, e in check_outputs(outs, ref64).items():
+            errs[side] = max(errs.get(side, 0.0), e)
+            if side.startswith("torch") and not e <= MAX_REL_ERR:
+                torch_wrong.setdefault(side, []).append(x)
+        del outs, ref64
         t = time_fns(fns, probe, probe, budget_s=budget, rounds=rounds, warmup=3, max_repeats=100)
         for side, tm in t.items():
             if side.endswith("fp32"):
@@ -396,7 +438,8 @@ def run_case(case: Case, budget: float, rounds: int) -> dict:
     flop_per_k = 2.0 * case.m * case.n
     out = {"op": case.op, "case": case.label, "M": case.m, "N": case.n, "K0": case.x0, "ks": case.xs, "us": us,
            **summarize(case.xs, us, flop_per_k, case.x0), "rel_err": errs,
-           "correct": all(math.isfinite(e) and e <= MAX_REL_ERR for e in errs.values()), "notes": case.notes}
+           "correct": all(e <= MAX_REL_ERR for side, e in errs.items() if not side.startswith("torch")),
+           "torch_wrong": torch_wrong or None, "notes": case.notes}
     i0 = case.xs.index(case.x0)
     if alt:
         extra = {}
@@ -424,6 +467,12 @@ def table(rows: list[dict]) -> None:
     def f(v, fmt):
         return "-" if v is None else format(v, fmt)
 
+    def ok(r, side):
+        wrong_at = (r.get("torch_wrong") or {}).get(side)
+        if side.startswith("torch"):
+            return f"WRONG at K={','.join(map(str, wrong_at))}" if wrong_at else "yes"
+        return "yes" if r["correct"] else "NO"
+
     for r in rows:
         if "error" in r:
             t.add_row(r["op"], r["case"], "-", *["-"] * 10, "ERROR")
@@ -435,7 +484,7 @@ def table(rows: list[dict]) -> None:
             t.add_row(r["op"], r["case"], side, f(fit["rate_tflops"], ".0f"), f(fit["a_us"], ".1f"),
                       f(fit["r2"], ".4f"), f(r["us"][side][i0], ".1f"), f(vs.get("rate"), ".3f"),
                       f(vs.get("speed_k0"), ".3f"), f(vs.get("gap_us"), ".1f"), f(vs.get("miss_fixed_us"), ".1f"),
-                      f(vs.get("miss_mainloop_us"), ".1f"), f(extra, ".1f"), "yes" if r["correct"] else "NO")
+                      f(vs.get("miss_mainloop_us"), ".1f"), f(extra, ".1f"), ok(r, side))
     Console(width=200).print(t)
 
 
@@ -499,7 +548,8 @@ def main(argv: list[str] | None = None) -> int:
               f"ours {row['fits']['ours']['rate_tflops'] or 0:6.0f} TF/s a {row['fits']['ours']['a_us']:7.1f} us | "
               f"torch {row['fits']['torch']['rate_tflops'] or 0:6.0f} TF/s a {row['fits']['torch']['a_us']:7.1f} us | "
               f"gap {vs['gap_us']:7.1f} = fixed {vs['miss_fixed_us']:7.1f} + mainloop {vs['miss_mainloop_us']:7.1f}"
-              f"{'' if row['correct'] else '  WRONG'}"), flush=True)
+              f"{'' if row['correct'] else '  WRONG'}"
+              f"{'  (torch wrong: ' + str(row['torch_wrong']) + ')' if row.get('torch_wrong') else ''}"), flush=True)
         clock_samples.append({"at": f"after {case.op} {case.label}", **(clocks() or {})})
     table(rows)
     result = {"cases": rows, "factors": list(QUICK_FACTORS if args.quick else FACTORS), "k_multiple": K_MULTIPLE,
