@@ -7,8 +7,20 @@ points and beside. Run on the H200 (torch 2.11+cu130) at f8a20ee: ours within 1.
 
     python3 bench/experiments/fp8_reference_check.py      # prints one FP8CHECK line per case
 """
-import math, torch, gemm_ladder
-from gemm_ladder.library.fp8 import quantize_fp8, dequantize
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: suite.py
+from suite import require_gpu  # noqa: E402
+
+require_gpu(__file__)
+
+import torch  # noqa: E402
+
+import gemm_ladder  # noqa: E402
+from gemm_ladder.library.fp8 import dequantize, quantize_fp8  # noqa: E402
+
 BLOCKS = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "blockwise": ((1, 128), (128, 128))}
 def rel(x, r): return ((x.double() - r).norm() / r.norm()).item()
 torch.manual_seed(0)
