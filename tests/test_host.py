@@ -52,6 +52,7 @@ def test_module_builds_loads_and_registers_the_cuda_kernels(host):
     from gemm_ladder import host as host_pkg
 
     assert host_pkg.loaded() is host and host_pkg.describe() == "C++"
+    assert host_pkg.load_seconds() > 0  # the cold start reports it apart from the rest of the import
     for name in ("mm", "linear"):
         qualname = f"gemm_ladder::{name}"
         for key in ("CUDA", "Autograd", "Meta"):
@@ -243,6 +244,8 @@ def test_import_gemm_ladder_registers_the_ops_and_design_stays_torch_free():
                                       timeout=300)
     r = run("import torch, gemm_ladder; print(torch.ops.gemm_ladder.linear.default.name())")
     assert r.returncode == 0 and "gemm_ladder::linear" in r.stdout, r.stderr
+    r = run("import gemm_ladder.host as h; h.load(); print(h.load_seconds())")
+    assert r.returncode == 0 and r.stdout.strip() == "None", r.stderr  # the host path off: nothing loaded
     r = run("import sys, gemm_ladder.design; print('torch' in sys.modules)")
     assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr
 

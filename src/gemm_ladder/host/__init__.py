@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -116,6 +117,7 @@ def load():
         module = None
         how = mode()
         if how != "off":
+            start = time.perf_counter()
             try:
                 module = _build()
             except HostBuildError as exc:
@@ -124,8 +126,15 @@ def load():
                 _state["error"] = str(exc)
                 warnings.warn(f"{exc}\ngemm-ladder runs its Python host path instead (slower per call, same "
                               "kernels); GEMM_LADDER_HOST=0 skips the build", RuntimeWarning, stacklevel=2)
+            _state["seconds"] = time.perf_counter() - start
         _state["module"] = module
         return module
+
+
+def load_seconds() -> float | None:
+    """Wall seconds :func:`load` spent building or loading the module in this process (a loaded build:
+    torch's extension loader checking it and the import), None before it ran or with the host path off."""
+    return _state.get("seconds")
 
 
 def loaded():
@@ -142,4 +151,4 @@ def describe() -> str:
     return "python (GEMM_LADDER_HOST=0)" if mode() == "off" else "python"
 
 
-__all__ = ["HostBuildError", "build_key", "describe", "load", "loaded", "mode"]
+__all__ = ["HostBuildError", "build_key", "describe", "load", "load_seconds", "loaded", "mode"]
