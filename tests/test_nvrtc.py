@@ -138,6 +138,30 @@ def test_a_build_without_the_ptxas_report_it_asked_for_is_an_error():
             nvrtc.check_ptxas_report(log, ["--gpu-architecture=sm_90a", "--ptxas-options=-v"])
 
 
+def test_the_ptxas_census_names_builds_without_their_report(tmp_path):
+    """tools/ptxas_census.py: the diagnosis that found NVRTC's cache on the H200, on a made-up cache."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ptxas_census", Path(__file__).resolve().parent.parent / "tools" / "ptxas_census.py")
+    census = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(census)
+    report = ("ptxas info    : Compiling entry function 'gemm_kernel' for 'sm_90a'\n"
+              "ptxas info    : Function properties for gemm_kernel\n"
+              "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+              "ptxas info    : Used 168 registers, used 16 barriers\n")
+    logs = {"good": report, "warnings": 'kernel.cu(9): warning #177-D: variable "x" was declared but never referenced\n',
+            "empty": "", "absent": None}
+    for key, log in logs.items():
+        (tmp_path / key).mkdir()
+        (tmp_path / key / "meta.json").write_text(json.dumps({"kernel": "gemm_kernel", "compiler": "nvrtc"}))
+        if log is not None:
+            (tmp_path / key / "ptxas.log").write_text(log)
+    count, missing = census.missing_reports(tmp_path)
+    assert count == 4 and sorted(m["key"] for m in missing) == ["absent", "empty", "warnings"]
+    assert census.main([str(tmp_path)]) == 1 and census.main([str(tmp_path / "good")]) == 0
+    assert census.main([str(tmp_path / "nowhere")]) == 2
+
+
 @needs_nvrtc
 def test_the_cache_key_names_nvrtcs_cache_off():
     """Builds made with NVRTC's cache on may lack their report: the identity (part of every key) changes."""
