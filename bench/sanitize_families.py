@@ -1,46 +1,91 @@
 """One small call of each library kernel family through the public API, for compute-sanitizer.
 
-    compute-sanitizer --tool racecheck python bench/sanitize_families.py
+    compute-sanitizer --tool memcheck --report-api-errors no python3 bench/sanitize_families.py
+    compute-sanitizer --tool racecheck python3 bench/sanitize_families.py
 
 The general kernel (tails; a stream-K split), small-M, linear with fused epilogues, swiglu (small-M and
 general), scaled_mm (tensorwise, rowwise, blockwise), grouped_mm (along M with empty and one-row
-groups, along K), grouped_linear and grouped_mm_masked. Correctness is the GPU tests' job; this runs
-each kernel once where the sanitizer can watch it. Prints the number of calls; exit 2 without a GPU.
+groups, along K), grouped_linear and grouped_mm_masked: each once, so the sanitizer sees every family,
+and each result checked against float64 of its inputs (relative Frobenius error <= 2e-2; fp8 against
+the dequantized inputs). Builds are compiled here first if not cached, which is slow under the
+sanitizer: run the tests or this script once without it before. Exit status: 0 every result right,
+1 a result wrong, 2 no GPU.
 """
+
+from __future__ import annotations
+
+import argparse
+import sys
 
 import torch
 
 from suite import require_gpu
-import gemm_ladder as g
-from gemm_ladder.library.fp8 import quantize_fp8
 
-require_gpu(__file__)
-dev = "cuda"
-torch.manual_seed(0)
-bf = torch.bfloat16
-def r(*s, dt=bf):
-    return torch.randn(*s, device=dev, dtype=dt)
-out = []
-out.append(g.mm(r(300, 520), r(520, 264)))              # general, tails
-out.append(g.mm(r(2048, 1024), r(1024, 2048)))          # general, stream-K
-out.append(g.mm(r(7, 4096), r(4096, 1024)))             # small-M
-out.append(g.linear(r(333, 768), r(512, 768), r(512), activation="gelu", residual=r(333, 512)))
-out.append(g.linear(r(5, 768), r(512, 768), r(512), activation="silu"))
-out.append(g.swiglu(r(64, 1024), r(1536, 1024), r(1536, 1024)))
-out.append(g.swiglu(r(300, 1024), r(1536, 1024), r(1536, 1024)))
-BLOCKS = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "blockwise": ((1, 128), (128, 128))}
-for mode, (ba, bw) in BLOCKS.items():
-    a = torch.randn(384, 1024, device=dev); w = torch.randn(640, 1024, device=dev) / 32
-    qa, sa = quantize_fp8(a, ba); qw, sw = quantize_fp8(w, bw)
-    sb = sw.T if sw.dim() == 2 else sw
-    out.append(g.scaled_mm(qa, qw.T, sa, sb))
-E, K, N = 8, 512, 384
-x = r(1000, K); w = r(E, K, N)
-offs = torch.tensor([0, 1, 130, 130, 400, 777, 900, 1000], device=dev, dtype=torch.int32)
-out.append(g.grouped_mm(x, w, offs))
-out.append(g.grouped_mm(r(1000, N).T, r(1000, K), offs))                 # grouped along K (weight gradient)
-wl = r(E, N, K, dt=bf); out.append(g.grouped_linear(x, wl, offs, r(E, N), activation="silu"))
-counts = torch.tensor([0, 3, 64, 1, 17, 0, 5, 40], device=dev, dtype=torch.int32)
-out.append(g.grouped_mm_masked(r(E, 64, K), w, counts))
-torch.cuda.synchronize()
-print(f"sanitize_families: {len(out)} calls ran")
+#: The scale granularities of scaled_mm: (a's block, w's block), as quantize_fp8 takes them.
+FP8_BLOCKS = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "blockwise": ((1, 128), (128, 128))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
+    require_gpu(__file__)
+    import torch.nn.functional as F
+
+    import gemm_ladder as g
+    from gemm_ladder.library.fp8 import dequantize, quantize_fp8
+
+    torch.manual_seed(0)
+    bad = 0
+
+    def r(*shape, dtype=torch.bfloat16):
+        return torch.randn(*shape, device="cuda", dtype=dtype)
+
+    def check(tag, got, ref):
+        nonlocal bad
+        err = float((got.double() - ref).norm() / ref.norm().clamp_min(1e-30))
+        ok = err <= 2e-2 and bool(torch.isfinite(got).all())
+        bad += not ok
+        print(f"{tag:28s} rel err {err:.2e} {'ok' if ok else 'WRONG'}", flush=True)
+
+    for tag, (m, n, k) in (("mm general, tails", (300, 264, 520)), ("mm general, stream-K", (2048, 2048, 1024)),
+                           ("mm small-M", (7, 1024, 4096))):
+        a, b = r(m, k), r(k, n)
+        check(tag, g.mm(a, b), a.double() @ b.double())
+    x, w, bias, res = r(333, 768), r(512, 768), r(512), r(333, 512)
+    check("linear gelu + residual", g.linear(x, w, bias, activation="gelu", residual=res),
+          F.gelu(x.double() @ w.double().T + bias.double()) + res.double())
+    x = r(5, 768)
+    check("linear small-M silu", g.linear(x, w, bias, activation="silu"), F.silu(x.double() @ w.double().T + bias.double()))
+    for m in (64, 300):
+        x, wg, wu = r(m, 1024), r(1536, 1024), r(1536, 1024)
+        check(f"swiglu M={m}", g.swiglu(x, wg, wu), F.silu(x.double() @ wg.double().T) * (x.double() @ wu.double().T))
+    for mode, (ba, bw) in FP8_BLOCKS.items():
+        qa, sa = quantize_fp8(torch.randn(384, 1024, device="cuda"), ba)
+        qw, sw = quantize_fp8(torch.randn(640, 1024, device="cuda") / 32, bw)
+        check(f"scaled_mm {mode}", g.scaled_mm(qa, qw.T, sa, sw.T if sw.dim() == 2 else sw),
+              dequantize(qa, sa, ba).double() @ dequantize(qw, sw, bw).double().T)
+
+    E, K, N = 8, 512, 384
+    ends = [0, 1, 130, 130, 400, 777, 900, 1000]  # an empty first group, a one-row group, an empty one
+    offs = torch.tensor(ends, device="cuda", dtype=torch.int32)
+    groups = list(zip([0, *ends[:-1]], ends))
+    x, w = r(1000, K), r(E, K, N)
+    check("grouped_mm along M", g.grouped_mm(x, w, offs), torch.cat([x[s:t].double() @ w[e].double()
+                                                                        for e, (s, t) in enumerate(groups)]))
+    gy = r(1000, N)
+    check("grouped_mm along K", g.grouped_mm(gy.T, x, offs),
+          torch.stack([gy[s:t].double().T @ x[s:t].double() for s, t in groups]))
+    wl, bl = r(E, N, K), r(E, N)
+    check("grouped_linear silu", g.grouped_linear(x, wl, offs, bl, activation="silu"),
+          torch.cat([F.silu(x[s:t].double() @ wl[e].double().T + bl[e].double()) for e, (s, t) in enumerate(groups)]))
+    counts = [0, 3, 64, 1, 17, 0, 5, 40]
+    a = r(E, 64, K)
+    got = g.grouped_mm_masked(a, w, torch.tensor(counts, device="cuda", dtype=torch.int32))
+    check("grouped_mm_masked", torch.cat([got[e, :c] for e, c in enumerate(counts)]),
+          torch.cat([a[e, :c].double() @ w[e].double() for e, c in enumerate(counts)]))
+    torch.cuda.synchronize()
+    print(f"sanitize_families: {'all results right' if not bad else f'{bad} WRONG'}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

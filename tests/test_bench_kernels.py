@@ -129,7 +129,7 @@ def test_every_cited_result_file_exists():
     root = BENCH.parent
     results = BENCH / "results"
     texts = [root / "README.md", *(root / "docs").glob("*.md"), BENCH / "README.md", *BENCH.rglob("*.py"),
-             *(root / "src").rglob("*.py"), *(root / "src").rglob("*.cu*")]
+             *(root / "src").rglob("*.py"), *(root / "src").rglob("*.cu"), *(root / "src").rglob("*.cuh")]  # not *.cubin
     missing, cited = [], 0
     for path in texts:
         for sub, name in _CITED.findall(path.read_text()):
