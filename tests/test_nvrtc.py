@@ -162,6 +162,47 @@ def test_the_ptxas_census_names_builds_without_their_report(tmp_path):
     assert census.main([str(tmp_path / "nowhere")]) == 2
 
 
+class _SpyNvrtc:
+    """cuda.bindings' nvrtc with the compile's options recorded and, with ``empty_log``, the log NVRTC's
+    cache gives on a hit (no ptxas report): the real compiler underneath."""
+
+    def __init__(self, real, empty_log: bool = False):
+        self._real, self._empty_log, self.options = real, empty_log, []
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def nvrtcCompileProgram(self, prog, count, options):
+        self.options = [o.decode() for o in options]
+        return self._real.nvrtcCompileProgram(prog, count, options)
+
+    def nvrtcGetProgramLogSize(self, prog):
+        return (self._real.nvrtcResult.NVRTC_SUCCESS, 1) if self._empty_log else self._real.nvrtcGetProgramLogSize(prog)
+
+    def nvrtcGetProgramLog(self, prog, buf):
+        if self._empty_log:
+            buf[:] = b"\0"
+            return (self._real.nvrtcResult.NVRTC_SUCCESS,)
+        return self._real.nvrtcGetProgramLog(prog, buf)
+
+
+@needs_nvrtc
+def test_compile_program_passes_no_cache_and_refuses_a_build_without_its_report(monkeypatch):
+    """The wiring, not the helpers: compile_program hands NVRTC --no-cache (12.9+) and raises when a build
+    asked for ptxas's report comes back without one (the H200's cache hits), on the CPU."""
+    source = 'extern "C" __global__ void k(float* x) { x[0] = 1.0f; }'
+    options = ["--gpu-architecture=sm_90a", "--ptxas-options=-v"]
+    spy = _SpyNvrtc(nvrtc._nvrtc())
+    monkeypatch.setattr(nvrtc, "_nvrtc", lambda: spy)
+    cubin, log, _ = nvrtc.compile_program(source, "k.cu", options)
+    assert cubin and "Compiling entry function 'k'" in log
+    assert ("--no-cache" in spy.options) == (nvrtc.version() >= nvrtc.NO_CACHE_FROM), spy.options
+    hit = _SpyNvrtc(spy._real, empty_log=True)
+    monkeypatch.setattr(nvrtc, "_nvrtc", lambda: hit)
+    with pytest.raises(nvrtc.NvrtcCompileError, match="no ptxas report"):
+        nvrtc.compile_program(source, "k.cu", options)
+
+
 @needs_nvrtc
 def test_the_cache_key_names_nvrtcs_cache_off():
     """Builds made with NVRTC's cache on may lack their report: the identity (part of every key) changes."""

@@ -411,7 +411,7 @@ def clocks() -> dict | None:
 
 def run_case(case: Case, budget: float, rounds: int) -> dict:
     """Every point of ``case`` timed (ours, torch and the other sides interleaved), each output checked
-    against torch's once; then the fits."""
+    once (check_outputs: against the case's float64 slice, a wrong torch side recorded); then the fits."""
     us: dict[str, list[float]] = {}
     errs: dict[str, float] = {}
     torch_wrong: dict[str, list[int]] = {}
