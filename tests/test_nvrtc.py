@@ -134,8 +134,10 @@ def test_a_build_without_the_ptxas_report_it_asked_for_is_an_error():
     nvrtc.check_ptxas_report("", ["--gpu-architecture=sm_90a"])  # no report asked for
     warning_only = 'generated epilogue code(1000009): warning #177-D: variable "gl_in0" was declared but never referenced\n'
     for log in ("", warning_only):
-        with pytest.raises(nvrtc.NvrtcCompileError, match="no ptxas report"):
-            nvrtc.check_ptxas_report(log, ["--gpu-architecture=sm_90a", "--ptxas-options=-v"])
+        for asked in (["--ptxas-options=-v"], ["-Xptxas", "-v"], ["-Xptxas=--verbose"]):
+            with pytest.raises(nvrtc.NvrtcCompileError, match="names no entry function"):
+                nvrtc.check_ptxas_report(log, ["--gpu-architecture=sm_90a", *asked])
+    nvrtc.check_ptxas_report("", ["-Xptxas", "-O3"])  # another ptxas option: no report asked for
 
 
 def test_the_ptxas_census_names_builds_without_their_report(tmp_path):
@@ -199,7 +201,7 @@ def test_compile_program_passes_no_cache_and_refuses_a_build_without_its_report(
     assert ("--no-cache" in spy.options) == (nvrtc.version() >= nvrtc.NO_CACHE_FROM), spy.options
     hit = _SpyNvrtc(spy._real, empty_log=True)
     monkeypatch.setattr(nvrtc, "_nvrtc", lambda: hit)
-    with pytest.raises(nvrtc.NvrtcCompileError, match="no ptxas report"):
+    with pytest.raises(nvrtc.NvrtcCompileError, match="names no entry function"):
         nvrtc.compile_program(source, "k.cu", options)
 
 

@@ -162,12 +162,23 @@ def cache_options() -> list[str]:
     return ["--no-cache"] if version() >= NO_CACHE_FROM else []
 
 
+#: The spellings NVRTC accepts for ptxas's verbose report (``--ptxas-options=-v`` is the one this module makes).
+_VERBOSE = ("--ptxas-options=-v", "--ptxas-options=--verbose", "-Xptxas=-v", "-Xptxas=--verbose")
+
+
+def _asks_for_report(options: list[str]) -> bool:
+    pairs = zip(options, options[1:])
+    return any(o in _VERBOSE for o in options) or any(a == "-Xptxas" and b in ("-v", "--verbose") for a, b in pairs)
+
+
 def check_ptxas_report(log: str, options: list[str]) -> None:
-    """Raise NvrtcCompileError when ``options`` ask ptxas for its ``-v`` report and ``log`` holds none: the
-    resource gates would otherwise read an empty report (or none) for a kernel that was built."""
-    if "--ptxas-options=-v" in options and "Compiling entry function" not in log:
-        raise NvrtcCompileError("NVRTC built the program but its log has no ptxas report, though "
-                                "--ptxas-options=-v was given (a compile cache answered?)", log)
+    """Raise NvrtcCompileError when ``options`` ask ptxas for its ``-v`` report and ``log`` names no
+    entry function (no "Compiling entry function" line): the resource gates would otherwise read an
+    empty report for a kernel that was built. Every program built here has a kernel."""
+    if _asks_for_report(options) and "Compiling entry function" not in log:
+        raise NvrtcCompileError("NVRTC built the program but its log names no entry function ('Compiling entry "
+                                "function'), though ptxas's -v report was asked for (NVRTC's own cache answered, "
+                                "or the program has no kernel)", log)
 
 
 def compile_program(source: str, name: str, options: list[str], *, want_ptx: bool = False) -> tuple[bytes, str, str | None]:
