@@ -88,6 +88,7 @@ def test_grouped_grad_w_sweeps_the_rows_and_keeps_the_routing_at_one():
 def test_every_case_sweeps_through_its_k0():
     for case in k_sweep.make_cases(k_sweep.OPS, k_sweep.FACTORS):
         assert case.x0 in case.xs and len(case.xs) >= 3, case.label
+        assert case.swept == ("rows" if case.label.endswith("grad_w") else "K"), case.label  # the table's label
     labels = [c.label for c in k_sweep.make_cases(("fp8",), k_sweep.QUICK_FACTORS)]
     assert len(labels) == 6 and "4096x24576x1536 blockwise" in labels
 

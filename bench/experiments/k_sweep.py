@@ -181,6 +181,7 @@ class Case:
 
     op = ""
     device = "cuda"  # where the timing probe lives (a test's case runs on the CPU)
+    swept = "K"  # what x is (grouped grad_w sweeps the rows)
 
     def __init__(self, label: str, m: int, n: int, x0: int, xs: list[int]):
         self.label, self.m, self.n, self.x0, self.xs = label, m, n, x0, xs
@@ -334,6 +335,7 @@ class GroupedCase(Case):
                 self.scaled[sum(sizes)] = sizes
             xs = sorted(self.scaled)
             super().__init__(f"{name} grad_w", k, n, rows, xs)
+            self.swept = "rows"
         self.notes = {"E": e, "group_sizes": {"min": min(self.sizes), "max": max(self.sizes),
                                               "empty": self.sizes.count(0)}}
 
@@ -439,7 +441,7 @@ def run_case(case: Case, budget: float, rounds: int) -> dict:
     out = {"op": case.op, "case": case.label, "M": case.m, "N": case.n, "K0": case.x0, "ks": case.xs, "us": us,
            **summarize(case.xs, us, flop_per_k, case.x0), "rel_err": errs,
            "correct": all(e <= MAX_REL_ERR for side, e in errs.items() if not side.startswith("torch")),
-           "torch_wrong": torch_wrong or None, "notes": case.notes}
+           "torch_wrong": torch_wrong or None, "swept": case.swept, "notes": case.notes}
     i0 = case.xs.index(case.x0)
     if alt:
         extra = {}
@@ -470,7 +472,7 @@ def table(rows: list[dict]) -> None:
     def ok(r, side):
         wrong_at = (r.get("torch_wrong") or {}).get(side)
         if side.startswith("torch"):
-            return f"WRONG at K={','.join(map(str, wrong_at))}" if wrong_at else "yes"
+            return f"WRONG at {r.get('swept', 'K')}={','.join(map(str, wrong_at))}" if wrong_at else "yes"
         return "yes" if r["correct"] else "NO"
 
     for r in rows:
