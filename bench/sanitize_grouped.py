@@ -16,7 +16,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from suite import require_gpu
+from suite import ResultCheck, require_gpu
 
 SIZES = [0, 1, 70, 129, 0, 33]  # empty at both ends, one row, groups ending mid-tile
 N, K = 136, 200  # tails in N and K
@@ -36,14 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     w = (torch.randn(len(SIZES), N, K, device="cuda") / K**0.5).to(torch.bfloat16)
     wu = (torch.randn(len(SIZES), N, K, device="cuda") / K**0.5).to(torch.bfloat16)
     gy = torch.randn(sum(SIZES), N, dtype=torch.bfloat16, device="cuda")
-    bad = 0
-
-    def check(tag, got, ref):
-        nonlocal bad
-        err = float((got.double() - ref).norm() / ref.norm().clamp_min(1e-30))
-        ok = err <= 2e-2 and bool(torch.isfinite(got).all())
-        bad += not ok
-        print(f"{tag:24s} rel err {err:.2e} {'ok' if ok else 'WRONG'}", flush=True)
+    check = ResultCheck()
 
     xd, wd, wud, gyd = (t.double() for t in (x, w, wu, gy))
     check("grouped_mm fwd", grouped_mm_direct(x, w.transpose(1, 2), offs),
@@ -68,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, got_, want in zip(("grad_x", "grad_w_gate", "grad_w_up"), leaves, refs):
         check(f"grouped_swiglu {name}", got_.grad, want.grad)
     torch.cuda.synchronize()
-    return 1 if bad else 0
+    return 1 if check.wrong else 0
 
 
 if __name__ == "__main__":

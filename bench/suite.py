@@ -47,6 +47,23 @@ def require_gpu(script: str) -> None:
     raise SystemExit(2)
 
 
+class ResultCheck:
+    """Results checked one at a time against float64, for scripts that run kernels under a tool (the
+    sanitizer drivers): ``check(tag, got, ref)`` prints the relative Frobenius error of ``got`` against
+    ``ref`` (float64) with ok or WRONG and returns whether it is within ``tol`` and finite; ``wrong``
+    counts those that were not."""
+
+    def __init__(self, tol: float = 2e-2, width: int = 24):
+        self.tol, self.width, self.wrong = tol, width, 0
+
+    def __call__(self, tag: str, got: torch.Tensor, ref: torch.Tensor) -> bool:
+        err = float((got.double() - ref).norm() / ref.norm().clamp_min(1e-30))
+        ok = err <= self.tol and bool(torch.isfinite(got).all())
+        self.wrong += not ok
+        print(f"{tag:{self.width}s} rel err {err:.2e} {'ok' if ok else 'WRONG'}", flush=True)
+        return ok
+
+
 def add_output_argument(parser: argparse.ArgumentParser) -> None:
     """``-o/--output PATH``: the result file; default DATE_NAME_COMMIT.json in $OUT or bench/results/."""
     parser.add_argument("-o", "--output", type=Path, default=None,

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import needs_nvcc
 
 from gemm_ladder.gates.resources import parse_ptxas_log
@@ -86,6 +87,15 @@ def test_maintained_script_has_one_timing_and_one_output(name):
         assert writer not in src, f"{name}.py writes its result itself ({writer}): use suite.save"
     if "add_output_argument(" in src:
         assert "save(" in src
+
+
+def test_result_check_counts_what_is_wrong(capsys):
+    """suite.ResultCheck, the sanitizer drivers' check: beyond the tolerance or not finite is wrong."""
+    ref = torch.randn(8, 8, dtype=torch.float64)
+    check = suite.ResultCheck(width=6)
+    assert check("same", ref.float(), ref) and not check("twice", 2 * ref.float(), ref)
+    assert not check("nan", torch.full((8, 8), float("nan")), ref) and check.wrong == 2
+    assert capsys.readouterr().out.splitlines()[1].startswith("twice  rel err 1.00e+00 WRONG")
 
 
 def test_result_name_is_date_name_commit():

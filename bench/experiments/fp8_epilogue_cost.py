@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from gemm_ladder.gates.performance import time_fns
     from gemm_ladder.library import fp8
-    from k_sweep import FP8_BLOCKS, describe_fit, k_points
+    from k_sweep import FP8_BLOCKS, describe_fit, k_points, rel_err as relative_error
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     bn = fp8.tile_n(m, n, sms)
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             fn()
         torch.cuda.synchronize()
         ref = fp8.dequantize(qa[:256], sa[:256] if sa.dim() == 2 else sa, ba).double() @ fp8.dequantize(qw, sw, bw).double().T
-        rel_err = max(rel_err, float((outs["stores"][:256].double() - ref).norm() / ref.norm()))
+        rel_err = max(rel_err, relative_error(outs["stores"][:256], ref))
         nothing_stored = nothing_stored and bool(outs["no_stores"].isnan().all())
         timings = time_fns(fns, qa, qw, budget_s=args.budget, rounds=2, warmup=3, max_repeats=100)
         for name, t in timings.items():
