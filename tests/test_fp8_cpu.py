@@ -252,22 +252,23 @@ def test_launch_arguments(monkeypatch, mode, shape):
     assert bn == (64 if math.ceil(m / 128) * math.ceil(n / 128) < 132 else 128)
     tiles = math.ceil(m / 128) * math.ceil(n / bn)
     assert grid == (min(tiles, 132), 1, 1)
-    map_a, map_b, map_sa = args[:3]
+    map_a, map_b, map_sa, map_c = args[:4]
+    assert map_c is map_a  # the register store (fp8.STORE_DEFAULT) never reads it
     assert map_a["globalDim"] == [k, m] and map_a["boxDim"] == [128, 128] and map_a["globalStrides"] == [qa.stride(0)]
     assert map_b["globalDim"] == [k, n] and map_b["boxDim"] == [128, bn] and map_b["globalStrides"] == [qw.T.stride(1)]
     assert map_a["swizzle"] == map_b["swizzle"] == "CU_TENSOR_MAP_SWIZZLE_128B"
     assert [a.value for a in args[-3:]] == [m, n, k]
-    assert args[9].value == out.stride(0) and args[8].value == out.data_ptr()
-    assert (args[10].value, args[11].value) == (None, 0)  # no quantized output
+    assert args[10].value == out.stride(0) and args[9].value == out.data_ptr()
+    assert (args[11].value, args[12].value) == (None, 0)  # no quantized output
     if mode == "blockwise":
         kb = math.ceil(k / 128)
         assert map_sa["tensorDataType"] == "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"
         assert map_sa["globalDim"] == [m, kb] and map_sa["boxDim"] == [128, 1]
         assert map_sa["globalStrides"][0] % 16 == 0 and map_sa["globalStrides"][0] >= 4 * m
-        assert (args[5].value, args[6].value) == (sb.stride(0), sb.stride(1))
+        assert (args[6].value, args[7].value) == (sb.stride(0), sb.stride(1))
     else:
         assert map_sa is map_a
-        assert args[3].value == sa.data_ptr() and args[4].value == sb.data_ptr()
+        assert args[4].value == sa.data_ptr() and args[5].value == sb.data_ptr()
 
 
 def test_quantized_output_launch_and_fake(monkeypatch):
@@ -284,8 +285,8 @@ def test_quantized_output_launch_and_fake(monkeypatch):
     assert values.shape == (m, n) and values.dtype == E4M3 and values.stride() == (304, 1)
     assert scales.shape == (m, 3) and scales.stride() == (1, 132)
     (grid, args), = rec.calls
-    assert args[8].value == values.data_ptr() and args[9].value == 304
-    assert args[10].value == scales.data_ptr() and args[11].value == 132
+    assert args[9].value == values.data_ptr() and args[10].value == 304
+    assert args[11].value == scales.data_ptr() and args[12].value == 132
     # The outputs chain (when N is a multiple of 16, the next K): the next layer's blockwise call takes
     # them as they are (no rule broken, no copy of scale_a: its pitch is a multiple of 4).
     qw2, sw2 = quantize_fp8(torch.randn(64, 288), (128, 128))

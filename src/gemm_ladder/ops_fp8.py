@@ -100,4 +100,4 @@ def explain_scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=torch.bflo
     tile, ring stages, promotion interval, grid, shared memory, copies made first); builds and launches
     nothing, and takes meta and CPU tensors too. Raises what :func:`scaled_mm` raises for bad input."""
     call = check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, out, device_type=None)
-    return describe(call, a, b, scale_a, bias)
+    return describe(call, a, b, scale_a, bias, out=out)

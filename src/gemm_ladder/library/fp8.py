@@ -10,7 +10,15 @@ config (library/kernel.py ``built`` and ``loaded``).
 Kernel: ``kernels/library/sm90_fp8_gemm.cu`` (its header comment gives the design): fp8 A (M, K)
 row-major and B given as torch gives ``mat2`` to ``_scaled_mm``, (K, N) column-major, so that ``B.T`` is
 the (N, K) K-major operand the fp8 wgmma reads; fp32 accumulation promoted into an fp32 main accumulator
-every 128-wide K block; output bf16, fp16 or fp32 written from registers; an optional bias.
+every 128-wide K block; output bf16, fp16 or fp32 written from registers, or (``store="tma"``, bf16 and
+fp16 only) staged in shared memory and written by TMA stores; an optional bias.
+
+The output store (:attr:`Fp8Kernel.store`): "registers" (plain global stores from the accumulators, any
+pitch) or "tma" (each consumer's 64 rows staged in shared memory and stored by TMA, the consumers going
+on to the next tile meanwhile; a ring of fewer stages where the staging buffers need the room:
+:func:`stages_for`). The launch builds :data:`STORE_DEFAULT` where the output allows it
+(:func:`store_for`: a bf16 or fp16 output with a 16-byte aligned base and row pitch), else the register
+store; :func:`describe` (``explain_scaled_mm``) names the store a call uses and why.
 
 Scale layouts (``torch._scaled_mm``'s, checked against torch/_meta_registrations.py):
 
@@ -32,6 +40,7 @@ launch): other dtypes, layouts or scale shapes; the other blockwise pairings tor
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -41,7 +50,7 @@ import torch
 from gemm_ladder.design.tensor_maps import TensorMapSpec
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
 from gemm_ladder.library import kernel as K
-from gemm_ladder.library.kernel import DATA_PARALLEL, STORE_REGISTERS, KernelConfig, Operands
+from gemm_ladder.library.kernel import DATA_PARALLEL, STORE_REGISTERS, STORE_TMA, KernelConfig, Operands
 from gemm_ladder.runtime.compiler import compile_kernel
 from gemm_ladder.runtime.module import device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
@@ -67,14 +76,55 @@ QUANT_OUT = torch.float8_e4m3fn
 #: The launch's build: True overlaps each K block's promotion with the next block's wgmmas (two temporary
 #: accumulators); False promotes after each block's wgmmas complete (one temporary; kept for comparison).
 OVERLAP_PROMOTION = True
+#: The output store the launch builds where the output allows it (:func:`store_for`): STORE_REGISTERS until
+#: the TMA store (STORE_TMA) is measured faster on the GPU.
+STORE_DEFAULT = STORE_REGISTERS
+#: The output dtypes the TMA store writes (2-byte elements in 128-byte swizzled panels of 64 columns).
+TMA_STORE_OUT = ("bf16", "fp16")
+#: Dynamic shared memory a block may opt in to on sm_90.
+SMEM_LIMIT = 232448
 #: The kernel's coordinates are 32-bit ints.
 MAX_EXTENT = 2**31 - 1 - 256
 
 
-def smem_bytes(scale_mode: str, stages: int, bn: int = 128) -> int:
-    """Dynamic shared memory of one CTA: the ring, the blockwise scale_a ring, barriers, alignment slack."""
+def smem_bytes(scale_mode: str, stages: int, bn: int = 128, store: str = STORE_REGISTERS) -> int:
+    """Dynamic shared memory of one CTA: the ring, the TMA store's staging buffers (two consumers' 64 x bn
+    2-byte outputs), the blockwise scale_a ring, barriers, alignment slack."""
     sa = BM * 4 if scale_mode == "blockwise" else 0
-    return stages * (BM * BK + bn * BK + sa) + 2 * stages * 8 + 1024
+    staging = 2 * 64 * bn * 2 if store == STORE_TMA else 0
+    return stages * (BM * BK + bn * BK + sa) + staging + 2 * stages * 8 + 1024
+
+
+def stages_for(scale_mode: str, bn: int, store: str) -> int:
+    """The ring's stages: :data:`STAGES` [bn], fewer where the TMA store's staging buffers would pass
+    :data:`SMEM_LIMIT` (BN 128: 6 stages tensorwise and rowwise, 5 blockwise)."""
+    stages = STAGES[bn]
+    while stages > 2 and smem_bytes(scale_mode, stages, bn, store) > SMEM_LIMIT:
+        stages -= 1
+    return stages
+
+
+def store_for(out_dtype: str, out: torch.Tensor | None, n: int, preferred: str | None = None) -> tuple[str, str]:
+    """The output store a launch builds, and why: ``preferred`` (default :data:`STORE_DEFAULT`, read at
+    the call) where the output allows it, else the register store. The TMA store needs a bf16 or fp16 output (``out_dtype``: "bf16", "fp16", "fp32" or
+    "fp8") whose base and row pitch are multiples of 16 bytes: ``out`` as given (meta and fake tensors: the
+    pitch only), or a new contiguous (M, ``n``) output (N a multiple of 8)."""
+    preferred = STORE_DEFAULT if preferred is None else preferred
+    if preferred == STORE_REGISTERS:
+        return STORE_REGISTERS, "the default store (fp8.STORE_DEFAULT)"
+    if out_dtype not in TMA_STORE_OUT:
+        return STORE_REGISTERS, f"a {out_dtype} output: the TMA store writes bf16 and fp16 only"
+    pitch = out.stride(0) if out is not None else n
+    if pitch * 2 % 16:
+        return STORE_REGISTERS, f"the output's row pitch ({pitch} elements) is not a multiple of 16 bytes"
+    if out is not None and out.device.type != "meta" and out.numel():
+        try:
+            base = out.data_ptr()
+        except RuntimeError:  # a fake tensor has no storage: its pitch is all there is to check
+            base = 0
+        if base % 16:
+            return STORE_REGISTERS, f"the output's base address {base:#x} is not 16-byte aligned"
+    return STORE_TMA, "the output's base and row pitch are 16-byte aligned"
 
 
 @dataclass(frozen=True)
@@ -89,10 +139,11 @@ class Fp8Kernel:
     bn: int = 128
     stages: int = 0  # 0: STAGES[bn]
     overlap: bool = True  # the promotion of block kb overlapped with block kb + 1's wgmmas
+    store: str = STORE_REGISTERS  # STORE_TMA: the output staged in shared memory and written by TMA stores
 
     @property
     def ring_stages(self) -> int:
-        return self.stages or STAGES[self.bn]
+        return self.stages or stages_for(self.scale_mode, self.bn, self.store)
 
     def defines(self) -> dict[str, int]:
         """The ``-D`` constants of this build."""
@@ -105,11 +156,12 @@ class Fp8Kernel:
             "GL_FP8_STAGES": self.ring_stages,
             "GL_FP8_BN": self.bn,
             "GL_FP8_OVERLAP": int(self.overlap),
+            "GL_FP8_TMA_STORE": int(self.store == STORE_TMA),
         }
 
     @property
     def dynamic_smem(self) -> int:
-        return smem_bytes(self.scale_mode, self.ring_stages, self.bn)
+        return smem_bytes(self.scale_mode, self.ring_stages, self.bn, self.store)
 
     @property
     def expect_tx_bytes(self) -> int:
@@ -120,14 +172,19 @@ class Fp8Kernel:
         """This kernel's stage ring as the auditor models it (:class:`gemm_ladder.audit.ring.RingConfig`):
         a producer thread, two consumer warpgroups each releasing a stage with one arrival per warp
         (4, after the warp's own reads) once its wgmma group completes (with ``overlap``, after the next
-        block's group is issued: release lag 1), stores from registers (no staging), the blockwise
-        scale_a box riding on A's barrier completion."""
+        block's group is issued: release lag 1), the blockwise scale_a box riding on A's barrier
+        completion. The register store has no staging (no store steps); the TMA store gives each consumer
+        one staging buffer holding its whole 64 x BN tile (one panel of the auditor's model, all BN / 64
+        boxes in one bulk group): wait_group.read 0, write, store + commit at each tile's end, a final
+        wait_group.read 0."""
         from gemm_ladder.audit.ring import RingConfig
 
+        staging = {"store_order": ()} if self.store == STORE_REGISTERS else {
+            "staging_buffers": 1, "panels_per_tile": 1, "deferred_panels": 0, "staging_wait_pending": 0}
         return RingConfig(stages=self.ring_stages, k_iters=k_iters, tiles=tiles, release_lag=int(self.overlap), consumers=2,
                           warp_specialized=True, release_weight=4, bm=BM, bn=self.bn, bk=BK, elem_bytes=1,
                           a_load_bytes=self.expect_tx_bytes - self.bn * BK, expect_tx_bytes=self.expect_tx_bytes,
-                          store_order=())
+                          **staging)
 
     def config(self, arch: str = "sm_90a") -> KernelConfig:
         """This build as a :class:`KernelConfig` (its key; its ``-D`` constants are :meth:`defines`, in
@@ -158,12 +215,15 @@ _CONFIG_OUT = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8": "e4m3"}
 @functools.lru_cache(maxsize=1024)
 def _config(kernel: Fp8Kernel, arch: str) -> KernelConfig:
     if (kernel.scale_mode not in SCALE_MODES or kernel.out_dtype not in _CONFIG_OUT or kernel.bn not in TILE_N
-            or not {kernel.a_dtype, kernel.b_dtype} <= set(FP8_DTYPES.values())):
+            or not {kernel.a_dtype, kernel.b_dtype} <= set(FP8_DTYPES.values())
+            or kernel.store not in (STORE_REGISTERS, STORE_TMA)
+            or kernel.store == STORE_TMA and kernel.out_dtype not in TMA_STORE_OUT):
         raise ValueError(f"{FAMILY} builds no such configuration: {kernel}")
     return KernelConfig(
         FAMILY, dtype=kernel.a_dtype, b_dtype=None if kernel.b_dtype == kernel.a_dtype else kernel.b_dtype,
         out_dtype=_CONFIG_OUT[kernel.out_dtype], arch=arch, tile=(BM, kernel.bn, BK), stages=kernel.ring_stages,
-        cluster=1, consumers=2, producer_warpgroup=True, c_ring=0, store=STORE_REGISTERS, schedule=DATA_PARALLEL,
+        cluster=1, consumers=2, producer_warpgroup=True, c_ring=int(kernel.store == STORE_TMA), store=kernel.store,
+        schedule=DATA_PARALLEL,
         scale=kernel.scale_mode, extra=tuple(kernel.defines().items()))
 
 
@@ -177,8 +237,9 @@ def kernel_for(config: KernelConfig) -> Fp8Kernel:
     try:
         kernel = Fp8Kernel(scale_mode=config.scale, a_dtype=config.dtype, b_dtype=config.b_dtype or config.dtype,
                            out_dtype=out, bias=bool(extra.get("GL_FP8_BIAS")), bn=config.tile[1],
-                           stages=0 if config.stages == STAGES.get(config.tile[1]) else config.stages,
-                           overlap=bool(extra.get("GL_FP8_OVERLAP", 1)))
+                           stages=0, overlap=bool(extra.get("GL_FP8_OVERLAP", 1)), store=config.store)
+        if config.stages != kernel.ring_stages:
+            kernel = dataclasses.replace(kernel, stages=config.stages)
         same = kernel.config(config.arch) == config
     except (ValueError, KeyError):
         same = False
@@ -201,12 +262,15 @@ class Sm90Fp8Gemm:
     splits: tuple[str, ...] = ()
 
     def config(self, scale: str, a_dtype: str = "e4m3", b_dtype: str = "e4m3", out_dtype: str = "bf16", *,
-               bias: bool = False, bn: int = 128) -> KernelConfig:
+               bias: bool = False, bn: int = 128, store: str | None = None) -> KernelConfig:
         """The build for ``scale`` granularity, A and B fp8 dtypes, ``out_dtype`` ("bf16", "fp16", "fp32" or
-        "e4m3": quantized), a bias, tile width ``bn``; the promotion as the launch builds it."""
+        "e4m3": quantized), a bias, tile width ``bn``, the output ``store`` (default :data:`STORE_DEFAULT`
+        where the dtype allows it); the promotion as the launch builds it."""
         out = {v: k for k, v in _CONFIG_OUT.items()}.get(out_dtype, out_dtype)
+        if store is None:
+            store = STORE_DEFAULT if out in TMA_STORE_OUT else STORE_REGISTERS
         return Fp8Kernel(scale_mode=scale, a_dtype=a_dtype, b_dtype=b_dtype, out_dtype=out, bias=bias, bn=bn,
-                         overlap=OVERLAP_PROMOTION).config()
+                         overlap=OVERLAP_PROMOTION, store=store).config()
 
     def _call(self, config: KernelConfig, problem: Operands) -> ScaledMmCall:
         scale_a, scale_b, bias = problem.more
@@ -224,6 +288,10 @@ class Sm90Fp8Gemm:
         want = (kernel.scale_mode, kernel.a_dtype, kernel.b_dtype, kernel.bias)
         if got != want:
             return f"(scale, a, b, bias) = {got}: this build takes {want}"
+        if kernel.store == STORE_TMA:
+            store, why = store_for(kernel.out_dtype, problem.c, call.n, STORE_TMA)
+            if store != STORE_TMA:
+                return f"this build stores C by TMA, but {why}"
         return None
 
     def build(self, config: KernelConfig):
@@ -251,7 +319,7 @@ class Sm90Fp8Gemm:
 
     def describe(self, config: KernelConfig) -> dict:
         return {"name": f"sm90_fp8_gemm_{config.scale}_{config.tile[1]}", "source": SOURCE, "tile": list(config.tile),
-                "stages": config.stages, "cluster": config.cluster}
+                "stages": config.stages, "cluster": config.cluster, "store": config.store}
 
 
 #: The fp8 kernel family (library/kernel.py's Kernel protocol).
@@ -416,7 +484,9 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
     or for ``out_dtype=torch.float8_e4m3fn`` the tuple (values (M, N) e4m3, scales (M, ceil(N/128)) fp32
     column-major), as ``quantize_fp8(result, (1, 128))`` lays them out. ``kernel``: the build to run (the
     family's bind passes its config's); default the one this call's scales, dtypes, bias and tile width
-    (:func:`tile_n`) pick.
+    (:func:`tile_n`) and output (:func:`store_for`, from :data:`STORE_DEFAULT`) pick. A ``kernel`` whose
+    store is "tma" needs an output :func:`store_for` gives the TMA store: otherwise GemmInputError (never
+    another build in its place).
 
     Empty M or N: the empty output, no launch. K = 0: zeros (plus the bias), no launch.
     """
@@ -446,7 +516,11 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
     if kernel is None:
         kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
                            out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=tile_n(m, n, sms, quantized),
-                           overlap=OVERLAP_PROMOTION)
+                           overlap=OVERLAP_PROMOTION, store=store_for(_short_out(call.out_dtype), out, n)[0])
+    elif kernel.store == STORE_TMA:
+        store, why = store_for(kernel.out_dtype, out, n, STORE_TMA)
+        if store != STORE_TMA:
+            raise GemmInputError(f"the fp8 build {kernel} stores C by TMA, but {why}: run the register-store build")
     bn = kernel.bn
     loaded = kernel.loaded(a.device)
     u8 = "CU_TENSOR_MAP_DATA_TYPE_UINT8"
@@ -485,9 +559,13 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
             bias = bias.float().contiguous()
             keep.append(bias)
         bias_ptr = bias.data_ptr()
+    map_c = map_a  # the register store never reads it
+    if kernel.store == STORE_TMA:  # C (M rows, N inner), one 64 x 64 box per 128-byte swizzled staging panel
+        c_type = {torch.bfloat16: "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", torch.float16: "CU_TENSOR_MAP_DATA_TYPE_FLOAT16"}
+        map_c = _map("c", out.data_ptr(), c_type[out.dtype], 2, (n, m), out.stride(0) * 2, (64, 64), sw)
     tiles = math.ceil(m / BM) * math.ceil(n / bn)
     grid = min(tiles, sms)
-    args = [map_a, map_b, map_sa, ctypes.c_void_p(sa_ptr), ctypes.c_void_p(sb_ptr), ctypes.c_longlong(sb_k),
+    args = [map_a, map_b, map_sa, map_c, ctypes.c_void_p(sa_ptr), ctypes.c_void_p(sb_ptr), ctypes.c_longlong(sb_k),
             ctypes.c_longlong(sb_n), ctypes.c_void_p(bias_ptr), ctypes.c_void_p(out.data_ptr()),
             ctypes.c_longlong(out.stride(0)), ctypes.c_void_p(scale_buf.data_ptr() if quantized else 0),
             ctypes.c_longlong(scale_buf.stride(0) if quantized else 0), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
@@ -501,10 +579,11 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
 
 
 def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, bias: torch.Tensor | None,
-             sms: int | None = None) -> dict:
+             sms: int | None = None, out: torch.Tensor | None = None) -> dict:
     """What :func:`scaled_mm_launch` runs for a checked call, as data (no build, no launch; any device):
-    the kernel build, tile, ring, promotion interval, grid, shared memory, and the copies made first.
-    ``sms``: the SM count (default: the tensors' GPU, else the H200's 132 from the designer's arch table)."""
+    the kernel build, tile, ring, promotion interval, grid, shared memory, the output store and why
+    (``store``, ``store_reason``), and the copies made first. ``sms``: the SM count (default: the
+    tensors' GPU, else the H200's 132 from the designer's arch table); ``out``: the output given, if any."""
     if sms is None:
         if a.device.type == "cuda":
             sms = _sm_count(a.device)
@@ -514,8 +593,10 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
             sms = arch_info("sm_90a").sm_count
     quantized = call.out_dtype == QUANT_OUT
     bn = tile_n(call.m, call.n, sms, quantized)
+    store, store_reason = store_for(_short_out(call.out_dtype), None if quantized else out, call.n)
     kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
-                       out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn, overlap=OVERLAP_PROMOTION)
+                       out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn, overlap=OVERLAP_PROMOTION,
+                       store=store)
     tiles = math.ceil(call.m / BM) * math.ceil(call.n / bn) if call.m and call.n else 0
     copies = []
     if call.scale_mode == "blockwise" and call.m and call.k:
@@ -534,6 +615,7 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
         "tile": {"BM": BM, "BN": bn, "BK": BK}, "stages": kernel.ring_stages, "threads": THREADS,
         "dynamic_smem_bytes": kernel.dynamic_smem, "expect_tx_bytes": kernel.expect_tx_bytes,
         "promotion_interval_k": PROMOTION_K, "promotion_overlapped": kernel.overlap,
+        "store": store, "store_reason": store_reason,
         "k_tail": (f"K % 128 = {call.k % 128}: the last K block zero-filled by TMA" if call.k % 128 else None),
         "tiles": tiles, "grid": min(tiles, sms), "sms": sms, "copies": copies,
         "no_launch": ("empty output" if not (call.m and call.n) else "K = 0: zeros plus bias" if not call.k else None),

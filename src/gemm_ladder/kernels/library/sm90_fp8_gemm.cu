@@ -27,13 +27,22 @@
 // The epilogue stores from registers with plain global stores (two neighbouring columns per store when
 // N and the output pitch are even), masked to the matrix, with the rowwise/tensorwise scales and the
 // optional bias (Cfg::kBias: an fp32 vector of N) applied in fp32 before the one rounding.
+// Cfg::kTmaStore (a bf16 or fp16 Out only) stores through shared memory instead: each consumer packs its
+// 64 x BN rows, writes them into its own staging buffer (BN / 64 panels of 64 rows x 128 bytes, the 128B
+// swizzle, the output tensor map's 64 x 64 box: the writes are free of bank conflicts), and its thread 0
+// issues one TMA store per panel and one bulk group; the consumer goes straight on to the next tile's main
+// loop. Before it writes the next tile into the same buffer, thread 0 waits until the last group has read
+// shared memory (wait_group.read 0), then a named barrier over the warpgroup's 128 threads; after the
+// writes, fence.proxy.async and the barrier again, so the store sees all of them. The C tail needs no
+// mask there: the copy engine clips the box to the tensor map's extents.
 // An e4m3 Out (GL_FP8_OUT = 3) quantizes the output in the epilogue instead (e4m3 values and one fp32 scale per row and
 // 128 columns, as quantize_fp8 with block (1, 128) computes them), so that the next fp8 GEMM reads it as is.
 //
 // One templated kernel body, fp8::sm90_fp8_gemm<Cfg>, reads top to bottom; each build's variant is a
 // member of its config, chosen with `if constexpr`, never a preprocessor branch: the tile width kBN, the
 // ring's kStages, kScaleMode, the operands' fp8 types A and B, the output type Out, kBias, and kOverlap
-// (the promotion overlapped with the next K block's wgmmas, or not). The instantiation block at the end
+// (the promotion overlapped with the next K block's wgmmas, or not), and kTmaStore (the output staged in
+// shared memory and written by TMA stores, or stored from registers). The instantiation block at the end
 // of this file is the one place that reads the build's -D constants (library/fp8.py's GL_FP8_*): it
 // makes them the config type and defines the extern "C" entry point the loader finds by name.
 //
@@ -45,6 +54,7 @@
 #include <cuda_fp8.h>
 #include <type_traits>
 
+#include "gemm_ladder/epilogue.cuh"  // stage_packed_panel_sw128
 #include "gemm_ladder/ptx/common.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
 #include "gemm_ladder/ptx/mbarrier.cuh"
@@ -63,11 +73,14 @@ constexpr int kTensorwise = 0, kRowwise = 1, kBlockwise = 2;  // Cfg::kScaleMode
 // Empty barriers complete on one arrival per consumer warp, each after its own reads of the stage's
 // scales (a warp may lag its warpgroup's other warps; one arrival per warpgroup would not cover them).
 constexpr int kEmptyArrivals = kConsumers * 4;
+// kTmaStore: named barrier kStoreBarrier + consumer orders each consumer's staging writes and its store
+// (id 0 is __syncthreads); one staging panel is 64 rows x 128 bytes (64 columns of a 2-byte Out).
+constexpr int kStoreBarrier = 1, kPanelBytes = 64 * 128;
 
 // What a config (Cfg) holds, each a static constexpr member or type: kBN (64 or 128), kStages,
 // kScaleMode (kTensorwise, kRowwise, kBlockwise), A and B (__nv_fp8_e4m3 or __nv_fp8_e5m2), Out
 // (__nv_bfloat16, __half, float, or __nv_fp8_e4m3: e4m3 values with 1 x 128 scales computed in the
-// epilogue), kBias, kOverlap. The instantiation block's BuildConfig is the one a build compiles.
+// epilogue), kBias, kOverlap, kTmaStore. The instantiation block's BuildConfig is the one a build compiles.
 template <class Cfg>
 __host__ __device__ constexpr bool config_ok() {
   // A 128 x 128 block of B (one scale per K block) spans one tile at BN = 128, two at BN = 64 (the launch
@@ -78,10 +91,14 @@ __host__ __device__ constexpr bool config_ok() {
   static_assert(Cfg::kScaleMode >= kTensorwise && Cfg::kScaleMode <= kBlockwise,
                 "kScaleMode: 0 tensorwise, 1 rowwise, 2 blockwise");
   static_assert(Cfg::kStages >= 2, "a ring of at least two stages");
+  static_assert(!Cfg::kTmaStore || std::is_same_v<typename Cfg::Out, __nv_bfloat16> ||
+                    std::is_same_v<typename Cfg::Out, __half>,
+                "the TMA store stages 2-byte outputs (bf16, fp16) in 128-byte swizzled panels");
   return true;
 }
 
-// The ring's shared memory of a config: per stage A (128 x 128), B (BN x 128) and, blockwise, scale_a.
+// The ring's shared memory of a config: per stage A (128 x 128), B (BN x 128) and, blockwise, scale_a;
+// with kTmaStore, each consumer's staging buffer (64 x BN of Out, 1024-byte aligned after B's ring).
 template <class Cfg>
 struct Smem {
   static constexpr int BN = Cfg::kBN, STAGES = Cfg::kStages;
@@ -89,7 +106,9 @@ struct Smem {
   static constexpr int kSaBytes = Cfg::kScaleMode == kBlockwise ? BM * 4 : 0;  // 128 rows' scales of one K block
   static constexpr int kAOffset = 0;
   static constexpr int kBOffset = kAOffset + STAGES * kABytes;
-  static constexpr int kSaOffset = kBOffset + STAGES * kBBytes;
+  static constexpr int kCBytes = Cfg::kTmaStore ? 64 * BN * 2 : 0;  // one consumer's staging buffer
+  static constexpr int kCOffset = kBOffset + STAGES * kBBytes;
+  static constexpr int kSaOffset = kCOffset + kConsumers * kCBytes;
   static constexpr int kBarOffset = kSaOffset + STAGES * kSaBytes;
   static constexpr int kBytes = kBarOffset + 2 * STAGES * 8 + 1024;  // + the worst case of aligning the base
   static constexpr uint32_t kExpectTx = kABytes + kBBytes + kSaBytes;
@@ -98,6 +117,7 @@ struct Smem {
   __device__ __forceinline__ explicit Smem(uint8_t* raw) : base(align_up<1024>(raw)) {}
   __device__ __forceinline__ uint8_t* a(int s) const { return base + kAOffset + s * kABytes; }
   __device__ __forceinline__ uint8_t* b(int s) const { return base + kBOffset + s * kBBytes; }
+  __device__ __forceinline__ uint8_t* c(int consumer) const { return base + kCOffset + consumer * kCBytes; }
   __device__ __forceinline__ float* sa(int s) const { return reinterpret_cast<float*>(base + kSaOffset + s * kSaBytes); }
   __device__ __forceinline__ uint64_t* full(int s) const { return reinterpret_cast<uint64_t*>(base + kBarOffset) + s; }
   __device__ __forceinline__ uint64_t* empty(int s) const {
@@ -113,6 +133,18 @@ __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int
   const int r = t % per_group;
   tm = first_m + r % rows;
   tn = r / rows;
+}
+
+// Two outputs rounded to a 2-byte Out, packed as they lie in memory (x0 at the lower address).
+template <typename T>
+__device__ __forceinline__ uint32_t pack_pair(float x0, float x1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(x0, x1);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(x0, x1);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
 }
 
 // Two e4m3 values, rounded to nearest and saturated to +-448 (NaN stays NaN), at (row, col) and (row, col + 1).
@@ -161,12 +193,14 @@ __device__ __forceinline__ void store_pair(T* __restrict__ C, long long ldc, int
 
 // map_a: A (M rows, K inner) uint8, box 128 x 128, 128B swizzle. map_b: B (N rows, K inner), box 128 x BN.
 // map_sa (blockwise): scale_a as (K/128 rows, M inner) fp32, box 1 x 128, no swizzle; other modes pass
-// map_a again (never read). scale_a / scale_b: tensorwise one value each; rowwise M and N values;
+// map_a again (never read). map_c (kTmaStore): C (M rows, N inner) of Out, box 64 x 64, 128B swizzle; the
+// register store passes map_a again (never read) and writes C at pitch ldc. scale_a / scale_b: tensorwise one value each; rowwise M and N values;
 // blockwise scale_b[kb * sb_k + nb * sb_n] (scale_a unused). bias: N fp32 values (Cfg::kBias).
 // scale_out (a quantized Out only): the output's 1 x 128 scales, scale_out[nb * ld_scale_out + row].
 template <class Cfg>
 __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b,
-                                              const CUtensorMap& map_sa, const float* __restrict__ scale_a,
+                                              const CUtensorMap& map_sa, const CUtensorMap& map_c,
+                                              const float* __restrict__ scale_a,
                                               const float* __restrict__ scale_b, long long sb_k, long long sb_n,
                                               const float* __restrict__ bias, typename Cfg::Out* __restrict__ C,
                                               long long ldc, float* __restrict__ scale_out, long long ld_scale_out,
@@ -186,6 +220,7 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
     tma_prefetch_descriptor(&map_a);
     tma_prefetch_descriptor(&map_b);
     if constexpr (kScaleMode == 2) tma_prefetch_descriptor(&map_sa);
+    if constexpr (Cfg::kTmaStore) tma_prefetch_descriptor(&map_c);
     for (int s = 0; s < STAGES; ++s) {
       mbarrier_init(smem.full(s), 1);
       mbarrier_init(smem.empty(s), kEmptyArrivals);
@@ -218,6 +253,7 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
   const int consumer = warpgroup_index() - 1;
   const int warp = thread_in_warpgroup() / 32, lane = threadIdx.x % 32;
   const int row_in_tile = 64 * consumer + 16 * warp + lane / 4;  // this thread's first row; the second is 8 below
+  const bool elected = thread_in_warpgroup() == 0;                 // kTmaStore: issues this consumer's stores
   // Two columns per store where every pair is aligned to its size: N and the pitch even, the base aligned.
   const bool pairs = (N % 2 == 0) && (ldc % 2 == 0) && (reinterpret_cast<uintptr_t>(C) % (2 * sizeof(out_t)) == 0);
   float ta = 1.0f;  // tensorwise: the product of the two scales
@@ -263,6 +299,7 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
   // 8j + 2 (lane % 4) + {0, 1}.
   auto epilogue = [&](int tm, int tn) {
     const int r0 = tm * BM + row_in_tile;
+    uint32_t packed[Cfg::kTmaStore ? BN / 4 : 1];  // kTmaStore: the rounded outputs, two per word
     float ra[2] = {ta, ta};
     if constexpr (kScaleMode == 1) {
       ra[0] = r0 < M ? scale_a[r0] : 0.0f;
@@ -290,9 +327,31 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
         if constexpr (kQuantized) {  // kept for the row's amax, stored below
           d[4 * j + 2 * i] = col < N ? x0 + bias0 : 0.0f;
           d[4 * j + 2 * i + 1] = col + 1 < N ? x1 + bias1 : 0.0f;
+        } else if constexpr (Cfg::kTmaStore) {
+          packed[2 * j + i] = pack_pair<out_t>(x0 + bias0, x1 + bias1);
         } else {
           store_pair(C, ldc, r0 + 8 * i, col, M, N, x0 + bias0, x1 + bias1, pairs);
         }
+      }
+    }
+    if constexpr (Cfg::kTmaStore) {
+      // Stage this consumer's 64 rows once its previous tile's store has read the buffer, then store each
+      // 64-column panel that starts inside C (the copy engine clips the rest of the box).
+      // Addressed from smem_raw itself, so that the compiler knows the writes are shared (st.shared, not a
+      // generic store): Smem's base is aligned by integer arithmetic, which loses the address space.
+      uint8_t* const staging = smem_raw + (smem_u32(smem.c(consumer)) - smem_u32(smem_raw));
+      const int m0 = tm * BM + 64 * consumer;
+      if (elected) tma_store_wait_read<0>();
+      named_barrier_sync(kStoreBarrier + consumer, 128);
+#pragma unroll
+      for (int p = 0; p < BN / 64; ++p) stage_packed_panel_sw128<BN>(staging + p * kPanelBytes, packed, p);
+      fence_proxy_async_smem();
+      named_barrier_sync(kStoreBarrier + consumer, 128);
+      if (elected) {
+#pragma unroll
+        for (int p = 0; p < BN / 64; ++p)
+          if (m0 < M && tn * BN + 64 * p < N) tma_store_2d(&map_c, staging + p * kPanelBytes, tn * BN + 64 * p, m0);
+        tma_store_commit();
       }
     }
     if constexpr (kQuantized) {
@@ -384,6 +443,10 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
       epilogue(tm, tn);
     }
   }
+  // The last stores must have read the staging buffers before the CTA's shared memory is released.
+  if constexpr (Cfg::kTmaStore) {
+    if (elected) tma_store_wait_read<0>();
+  }
 }
 
 }  // namespace fp8
@@ -391,7 +454,8 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
 // ---- The build: its -D constants as the config, and the entry point ------------------------------
 // library/fp8.py's Fp8Kernel.defines: GL_FP8_BN, GL_FP8_STAGES, GL_FP8_SCALE (0 tensorwise, 1 rowwise,
 // 2 blockwise), GL_FP8_A_E5M2 / GL_FP8_B_E5M2 (1: e5m2, else e4m3), GL_FP8_OUT (0 bf16, 1 fp16, 2 fp32,
-// 3 e4m3 quantized), GL_FP8_BIAS, GL_FP8_OVERLAP.
+// 3 e4m3 quantized), GL_FP8_BIAS, GL_FP8_OVERLAP, GL_FP8_TMA_STORE (1: C through shared memory and TMA
+// stores; a bf16 or fp16 output only).
 #ifndef GL_FP8_BN
 #define GL_FP8_BN 128
 #endif
@@ -416,9 +480,12 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
 #ifndef GL_FP8_OVERLAP
 #define GL_FP8_OVERLAP 1
 #endif
+#ifndef GL_FP8_TMA_STORE
+#define GL_FP8_TMA_STORE 0
+#endif
 struct BuildConfig {
   static constexpr int kBN = GL_FP8_BN, kStages = GL_FP8_STAGES, kScaleMode = GL_FP8_SCALE;
-  static constexpr bool kBias = GL_FP8_BIAS, kOverlap = GL_FP8_OVERLAP;
+  static constexpr bool kBias = GL_FP8_BIAS, kOverlap = GL_FP8_OVERLAP, kTmaStore = GL_FP8_TMA_STORE;
   using A = std::conditional_t<GL_FP8_A_E5M2, __nv_fp8_e5m2, __nv_fp8_e4m3>;
   using B = std::conditional_t<GL_FP8_B_E5M2, __nv_fp8_e5m2, __nv_fp8_e4m3>;
   using Out = std::conditional_t<GL_FP8_OUT == 0, __nv_bfloat16,
@@ -429,10 +496,11 @@ static_assert(GL_FP8_OUT >= 0 && GL_FP8_OUT <= 3, "GL_FP8_OUT: 0 bf16, 1 fp16, 2
 
 extern "C" __global__ void __launch_bounds__(fp8::kThreads, 1)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                    const __grid_constant__ CUtensorMap map_sa, const float* __restrict__ scale_a,
+                    const __grid_constant__ CUtensorMap map_sa, const __grid_constant__ CUtensorMap map_c,
+                    const float* __restrict__ scale_a,
                     const float* __restrict__ scale_b, long long sb_k, long long sb_n,
                     const float* __restrict__ bias, BuildConfig::Out* __restrict__ C, long long ldc,
                     float* __restrict__ scale_out, long long ld_scale_out, int M, int N, int K) {
-  fp8::sm90_fp8_gemm<BuildConfig>(map_a, map_b, map_sa, scale_a, scale_b, sb_k, sb_n, bias, C, ldc, scale_out,
+  fp8::sm90_fp8_gemm<BuildConfig>(map_a, map_b, map_sa, map_c, scale_a, scale_b, sb_k, sb_n, bias, C, ldc, scale_out,
                                   ld_scale_out, M, N, K);
 }
