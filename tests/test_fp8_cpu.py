@@ -200,11 +200,13 @@ def test_quantize_refuses_bad_input():
 
 BUILDS = [Fp8Kernel("tensorwise"), Fp8Kernel("rowwise", out_dtype="fp32"), Fp8Kernel("blockwise", bias=True),
           Fp8Kernel("blockwise", a_dtype="e5m2", out_dtype="fp16"), Fp8Kernel("blockwise", out_dtype="fp8", bias=True),
-          Fp8Kernel("blockwise", bn=64), Fp8Kernel("rowwise", bn=64, bias=True), Fp8Kernel("blockwise", overlap=False)]
+          Fp8Kernel("blockwise", bn=64), Fp8Kernel("rowwise", bn=64, bias=True), Fp8Kernel("blockwise", overlap=False),
+          Fp8Kernel("tensorwise", store="tma"), Fp8Kernel("blockwise", out_dtype="fp16", bias=True, store="tma"),
+          Fp8Kernel("rowwise", bn=64, store="tma"), Fp8Kernel("blockwise", overlap=False, store="tma")]
 
 
 @needs_nvcc
-@pytest.mark.parametrize("kernel", BUILDS, ids=lambda k: f"{k.scale_mode}-{k.a_dtype}-{k.out_dtype}-bias{int(k.bias)}-bn{k.bn}-ov{int(k.overlap)}")
+@pytest.mark.parametrize("kernel", BUILDS, ids=lambda k: f"{k.scale_mode}-{k.a_dtype}-{k.out_dtype}-bias{int(k.bias)}-bn{k.bn}-ov{int(k.overlap)}-{k.store}")
 def test_kernel_builds_for_sm90a_without_spills(use_cache, kernel):
     from gemm_ladder.gates.resources import parse_ptxas_log
     from gemm_ladder.runtime.compiler import disassemble
@@ -296,8 +298,11 @@ def test_quantized_output_launch_and_fake(monkeypatch):
     assert (fv.shape, fv.dtype, fs.shape) == ((m, n), E4M3, (m, 3))
 
 
-@pytest.mark.parametrize("kernel", [Fp8Kernel("blockwise"), Fp8Kernel("tensorwise", bn=64), Fp8Kernel("rowwise", overlap=False)],
-                         ids=["blockwise", "tensorwise-bn64", "rowwise-serial"])
+@pytest.mark.parametrize("kernel", [Fp8Kernel("blockwise"), Fp8Kernel("tensorwise", bn=64), Fp8Kernel("rowwise", overlap=False),
+                                    Fp8Kernel("tensorwise", store="tma"), Fp8Kernel("blockwise", bn=64, store="tma"),
+                                    Fp8Kernel("rowwise", overlap=False, store="tma")],
+                         ids=["blockwise", "tensorwise-bn64", "rowwise-serial", "tensorwise-tma", "blockwise-bn64-tma",
+                              "rowwise-serial-tma"])
 def test_ring_audited(kernel):
     from gemm_ladder.audit import audit, build_ring_protocol
 
