@@ -6,7 +6,6 @@ one TMA store per 64-column panel, the staging writes as st.shared."""
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import pytest
 import torch
