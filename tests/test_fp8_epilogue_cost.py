@@ -33,3 +33,12 @@ def test_the_no_store_build_is_keyed_apart_from_the_real_one():
     included = edited.translation_unit().split('#include "')[1].rstrip('"\n')
     assert Path(included).read_text() == cost.no_store_source((KERNEL_ROOT / fp8.SOURCE).read_text())
     assert real.translation_unit() != edited.translation_unit()
+
+
+def test_the_edit_leaves_the_tma_store_build_alone():
+    """The third build (tma_store) is the family's own TMA-store config, untouched by the edit: its
+    epilogue has no store_pair, so the guarded and unguarded sources give it the same code."""
+    real = fp8.Fp8Kernel("tensorwise", bn=128, overlap=fp8.OVERLAP_PROMOTION)
+    tma = fp8.Fp8Kernel("tensorwise", bn=128, overlap=fp8.OVERLAP_PROMOTION, store=fp8.STORE_TMA)
+    assert tma.config() not in (real.config(), cost.no_store_kernel(real).config())
+    assert dict(tma.config().extra)["GL_FP8_TMA_STORE"] == 1 and tma.config().store == fp8.STORE_TMA
