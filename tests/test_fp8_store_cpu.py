@@ -34,9 +34,11 @@ def test_store_for_names_why_the_register_store_runs():
         return torch.empty(rows * pitch + 8, dtype=dtype)[offset:offset + rows * pitch].view(rows, pitch)
 
     assert fp8.store_for("bf16", None, 4096, TMA)[0] == TMA
-    assert fp8.store_for("fp16", out(4, 200)[:, :197], 197, TMA)[0] == TMA  # N any, the pitch 400 bytes
-    store, why = fp8.store_for("bf16", None, 97, TMA)  # a new (M, 97) output: a pitch of 194 bytes
-    assert store == REGISTERS and "row pitch (97 elements)" in why
+    assert fp8.store_for("fp16", out(4, 200)[:, :192], 192, TMA)[0] == TMA  # the pitch 400 bytes
+    store, why = fp8.store_for("fp16", out(4, 200)[:, :197], 197, TMA)  # a row's last chunk partly past N
+    assert store == REGISTERS and "N = 197 is not a multiple of 8" in why
+    store, why = fp8.store_for("bf16", out(4, 100)[:, :96], 96, TMA)  # a pitch of 200 bytes
+    assert store == REGISTERS and "row pitch (100 elements)" in why
     store, why = fp8.store_for("bf16", out(4, 136, offset=1)[:, :128], 128, TMA)
     assert store == REGISTERS and "not 16-byte aligned" in why
     for out_dtype in ("fp32", "fp8"):
@@ -125,15 +127,16 @@ def test_an_output_tma_cannot_write_runs_the_register_store_and_says_so(monkeypa
     fp8.scaled_mm_launch(qa, qb, sa, sb, None, call)
     assert rec[-1][3] is rec[-1][0]  # map_c: the register store's stand-in (map_a)
     e = fp8.describe(call, qa, qb, sa, None, sms=132)
-    assert e["store"] == REGISTERS and "row pitch (97 elements)" in e["store_reason"]
+    assert e["store"] == REGISTERS and "N = 97 is not a multiple of 8" in e["store_reason"]
     assert e["defines"]["GL_FP8_TMA_STORE"] == 0
     # A TMA-store build asked for by name is never replaced: the call is refused, saying why.
-    with pytest.raises(GemmInputError, match="stores C by TMA, but the output's row pitch"):
+    with pytest.raises(GemmInputError, match="stores C by TMA, but N = 97"):
         fp8.scaled_mm_launch(qa, qb, sa, sb, None, call, kernel=Fp8Kernel("blockwise", store=TMA, bn=64))
-    padded = torch.empty((m, 104), dtype=torch.bfloat16)[:, :n]  # pitch 208 bytes: TMA writes it
+    qa, qb, sa, sb = _problem(m, 96, k)
+    padded = torch.empty((m, 104), dtype=torch.bfloat16)[:, :96]  # pitch 208 bytes: TMA writes it
     call = check_scaled_mm(qa, qb, sa, sb, out=padded, device_type="cpu")
     fp8.scaled_mm_launch(qa, qb, sa, sb, None, call, padded)
-    assert rec[-1][3]["globalStrides"] == [208]
+    assert rec[-1][3]["globalStrides"] == [208] and rec[-1][3]["globalDim"] == [96, m]
 
 
 def test_explain_names_the_store(monkeypatch):

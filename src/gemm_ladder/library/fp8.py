@@ -106,14 +106,19 @@ def stages_for(scale_mode: str, bn: int, store: str) -> int:
 
 def store_for(out_dtype: str, out: torch.Tensor | None, n: int, preferred: str | None = None) -> tuple[str, str]:
     """The output store a launch builds, and why: ``preferred`` (default :data:`STORE_DEFAULT`, read at
-    the call) where the output allows it, else the register store. The TMA store needs a bf16 or fp16 output (``out_dtype``: "bf16", "fp16", "fp32" or
-    "fp8") whose base and row pitch are multiples of 16 bytes: ``out`` as given (meta and fake tensors: the
-    pitch only), or a new contiguous (M, ``n``) output (N a multiple of 8)."""
+    the call) where the output allows it, else the register store. The TMA store needs a bf16 or fp16
+    output (``out_dtype``: "bf16", "fp16", "fp32" or "fp8") whose rows are whole 16-byte chunks (N a
+    multiple of 8: a TMA store was seen writing a row's last chunk whole, past N,
+    bench/results/logs/2026-12-01_tma_store_edge_3419336.log) and whose base and row pitch are multiples
+    of 16 bytes: ``out`` as given (meta and fake tensors: the pitch only), or a new contiguous (M, ``n``)
+    output."""
     preferred = STORE_DEFAULT if preferred is None else preferred
     if preferred == STORE_REGISTERS:
         return STORE_REGISTERS, "the default store (fp8.STORE_DEFAULT)"
     if out_dtype not in TMA_STORE_OUT:
         return STORE_REGISTERS, f"a {out_dtype} output: the TMA store writes bf16 and fp16 only"
+    if n % 8:
+        return STORE_REGISTERS, f"N = {n} is not a multiple of 8 (rows of whole 16-byte chunks)"
     pitch = out.stride(0) if out is not None else n
     if pitch * 2 % 16:
         return STORE_REGISTERS, f"the output's row pitch ({pitch} elements) is not a multiple of 16 bytes"
