@@ -194,8 +194,8 @@ __device__ __forceinline__ void store_pair(T* __restrict__ C, long long ldc, int
 // map_a: A (M rows, K inner) uint8, box 128 x 128, 128B swizzle. map_b: B (N rows, K inner), box 128 x BN.
 // map_sa (blockwise): scale_a as (K/128 rows, M inner) fp32, box 1 x 128, no swizzle; other modes pass
 // map_a again (never read). map_c (kTmaStore): C (M rows, N inner) of Out, box 64 x 64, 128B swizzle; the
-// register store passes map_a again (never read) and writes C at pitch ldc. scale_a / scale_b: tensorwise one value each; rowwise M and N values;
-// blockwise scale_b[kb * sb_k + nb * sb_n] (scale_a unused). bias: N fp32 values (Cfg::kBias).
+// register store passes map_a again (never read) and writes C at pitch ldc. scale_a / scale_b: tensorwise
+// one value each; rowwise M and N values; blockwise scale_b[kb * sb_k + nb * sb_n] (scale_a unused). bias: N fp32 values (Cfg::kBias).
 // scale_out (a quantized Out only): the output's 1 x 128 scales, scale_out[nb * ld_scale_out + row].
 template <class Cfg>
 __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b,
