@@ -76,6 +76,16 @@ def test_config_round_trips_and_refuses_what_it_cannot_build():
         with pytest.raises(ValueError, match="no such configuration"):
             bad.config()
     assert fp8.FP8_GEMM.describe(Fp8Kernel(store=TMA).config())["store"] == TMA
+    with pytest.raises(ValueError, match="233568 bytes of shared memory"):  # explicit stages past the limit
+        Fp8Kernel("blockwise", stages=6, store=TMA).config()
+
+
+def test_an_explicit_build_of_another_output_dtype_is_refused(monkeypatch):
+    _calls(monkeypatch)
+    qa, qb, sa, sb = _problem(300, 200, 272)
+    call = check_scaled_mm(qa, qb, sa, sb, None, torch.float16, device_type="cpu")
+    with pytest.raises(GemmInputError, match="writes bf16"):
+        fp8.scaled_mm_launch(qa, qb, sa, sb, None, call, kernel=Fp8Kernel("blockwise", out_dtype="bf16"))
 
 
 def _calls(monkeypatch):

@@ -224,6 +224,9 @@ def _config(kernel: Fp8Kernel, arch: str) -> KernelConfig:
             or kernel.store not in (STORE_REGISTERS, STORE_TMA)
             or kernel.store == STORE_TMA and kernel.out_dtype not in TMA_STORE_OUT):
         raise ValueError(f"{FAMILY} builds no such configuration: {kernel}")
+    if kernel.dynamic_smem > SMEM_LIMIT:  # stages given explicitly: refuse here, not at the driver's load
+        raise ValueError(f"{FAMILY}: {kernel} needs {kernel.dynamic_smem} bytes of shared memory, more than the "
+                         f"{SMEM_LIMIT} a CTA can have; use fewer stages")
     return KernelConfig(
         FAMILY, dtype=kernel.a_dtype, b_dtype=None if kernel.b_dtype == kernel.a_dtype else kernel.b_dtype,
         out_dtype=_CONFIG_OUT[kernel.out_dtype], arch=arch, tile=(BM, kernel.bn, BK), stages=kernel.ring_stages,
@@ -522,6 +525,8 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
         kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
                            out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=tile_n(m, n, sms, quantized),
                            overlap=OVERLAP_PROMOTION, store=store_for(_short_out(call.out_dtype), out, n)[0])
+    elif kernel.out_dtype != _short_out(out.dtype):  # an explicit build must write the output's own dtype
+        raise GemmInputError(f"the output is {out.dtype}; the fp8 build {kernel} writes {kernel.out_dtype}")
     elif kernel.store == STORE_TMA:
         store, why = store_for(kernel.out_dtype, out, n, STORE_TMA)
         if store != STORE_TMA:
