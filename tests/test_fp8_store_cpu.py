@@ -23,10 +23,12 @@ TMA_BUILDS = [Fp8Kernel(mode, out_dtype=out, bias=bias, store=TMA)
               for mode in fp8.SCALE_MODES for out in fp8.TMA_STORE_OUT for bias in (False, True)]
 
 
-def test_the_default_store_is_still_the_register_store():
-    assert fp8.STORE_DEFAULT == REGISTERS and Fp8Kernel().store == REGISTERS
-    assert fp8.FP8_GEMM.config("tensorwise").store == REGISTERS
-    assert fp8.store_for("bf16", None, 4096) == (REGISTERS, "the default store (fp8.STORE_DEFAULT)")
+def test_the_default_store_is_the_tma_store_where_the_output_allows_it():
+    assert fp8.STORE_DEFAULT == TMA and Fp8Kernel().store == REGISTERS  # an explicit build names its store
+    assert fp8.FP8_GEMM.config("tensorwise").store == TMA
+    assert fp8.FP8_GEMM.config("tensorwise", out_dtype="fp32").store == REGISTERS
+    assert fp8.store_for("bf16", None, 4096) == (TMA, "the output's base and row pitch are 16-byte aligned")
+    assert fp8.store_for("bf16", None, 4096, REGISTERS) == (REGISTERS, "the register store was asked for (fp8.STORE_DEFAULT or the build)")
 
 
 def test_store_for_names_why_the_register_store_runs():
@@ -153,8 +155,9 @@ def test_explain_names_the_store(monkeypatch):
     a = torch.empty((4096, 1536), dtype=torch.float8_e4m3fn, device="meta")
     b = torch.empty((24576, 1536), dtype=torch.float8_e4m3fn, device="meta").T
     s = torch.empty((), device="meta")
+    monkeypatch.setattr(fp8, "STORE_DEFAULT", REGISTERS)
     e = gemm_ladder.explain_scaled_mm(a, b, s, s)
-    assert e["store"] == REGISTERS and e["store_reason"] == "the default store (fp8.STORE_DEFAULT)"
+    assert e["store"] == REGISTERS and e["store_reason"] == "the register store was asked for (fp8.STORE_DEFAULT or the build)"
     monkeypatch.setattr(fp8, "STORE_DEFAULT", TMA)
     e = gemm_ladder.explain_scaled_mm(a, b, s, s)
     assert (e["store"], e["stages"], e["dynamic_smem_bytes"]) == (TMA, 6, 230496)
