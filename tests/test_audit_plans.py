@@ -185,10 +185,10 @@ def test_library_bn64_plans_audit_as_the_ring_they_describe(a_major, b_major):
     # tests/test_audit_designer_plans.py BEYOND_BUDGET
 
 
-@pytest.mark.parametrize("bn", (64, 128, 256))
+@pytest.mark.parametrize("bn", (64, 128, 192, 256))
 def test_the_library_kernels_rings_audit(bn):
-    """The general kernel's own plans (library/gemm.py: its stages and panel ring per width), on a shape
-    with a split tail."""
+    """The general kernel's own plans (library/gemm.py: its stages and panel ring per width, BN 192's
+    ring of one panel buffer for three panels among them), on a shape with a split tail."""
     from gemm_ladder.library.gemm import library_gemm
 
     plan = library_gemm("k", "k", bn).plan(8192, 768, 3072, "bf16")

@@ -363,6 +363,12 @@ def test_library_gemm_instances_are_cached_and_checked():
     with pytest.raises(ValueError, match="a_major"):
         library_gemm("row", "k")
     with pytest.raises(ValueError, match="bn"):
-        library_gemm("k", "k", 192)
+        library_gemm("k", "k", 96)
+    # BN 192: three panels, a ring of one buffer (the ring divides the panels), five stages; a K-major B only
+    wide = library_gemm("mn", "k", 192)
+    assert (wide.stages, wide.c_ring, wide.tile) == (5, 1, (128, 192, 64))
+    assert wide.build_defines("bf16")["GL_B_BOX_ROWS"] == 96
+    with pytest.raises(ValueError, match="K-major B"):
+        library_gemm("k", "mn", 192)
     assert isinstance(views()[0], OperandView)
     assert ceil_div(1, 1) == 1

@@ -22,9 +22,10 @@ from conftest import needs_nvcc
 
 from gemm_ladder.audit import audit, protocol_for_level
 from gemm_ladder.gates.resources import check_level_resources
-from gemm_ladder.library.gemm import MAJORS, TILE_N, library_gemm
+from gemm_ladder.library.gemm import K_MAJOR_B_TILE_N, MAJORS, TILE_N, library_gemm
 
-CONFIGS = [(a, b, bn) for a in MAJORS for b in MAJORS for bn in TILE_N]
+CONFIGS = [(a, b, bn) for a in MAJORS for b in MAJORS for bn in TILE_N] + \
+    [(a, "k", bn) for a in MAJORS for bn in K_MAJOR_B_TILE_N]  # BN 192: a K-major B only
 #: wgmma in SASS: HGMMA.64xNx16.F32.BF16 for bf16 inputs, HGMMA.64xNx16.F32 for fp16 (nvcc 13.0).
 _HGMMA = re.compile(r"HGMMA\.(\d+x\d+x16)\.F32((?:\.BF16)?) [^;]*gdesc\[\w+\]((?:\.tnsp[AB])*)")
 

@@ -77,6 +77,11 @@ RANKED_SPLITS = ("none", "tail", "all", "wave")
 #: Output tile widths built (BM is level 9's 128: two consumer warpgroups of 64 rows). 64 gives twice
 #: the tiles of 128 (1024^3: 128 tiles for 132 SMs instead of 64) for mid-size problems.
 TILE_N = (64, 128, 256)
+#: Tile widths built beside TILE_N for a K-major B only (the designer refuses an MN-major B's 96-row
+#: cluster slice at 192: not whole 64-element boxes), and not among the route's widths
+#: (dispatch.kernels.general_bns) until a tune times them: 128 x 192 tiles fill the SMs where 128 and 256
+#: leave a wave part-empty (8192 x 768: 128 units of 192 against 192 of 128 or 96 of 256 on 66 clusters).
+K_MAJOR_B_TILE_N = (192,)
 #: Panel buffers per consumer's store ring: level 9's 2, or the tile's panels when it has fewer (one
 #: 64-column panel at BN = 64; the ring must divide the panels: design/plan.py).
 C_RING = 2
@@ -465,14 +470,16 @@ def _options(split: str, c_padding_writable: bool) -> tuple:
 def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers: bool = False,
                  out_fp32: bool = False) -> LibraryGemm:
     """The layouts kernel for A ``a_major`` and B ``b_major`` ("k" or "mn") with tile width ``bn``
-    (64, 128 or 256); one instance per configuration, so builds, loaded kernels and maps are cached.
+    (64, 128 or 256; 192 with a K-major B); one instance per configuration, so builds, loaded kernels and
+    maps are cached.
 
     ``c_from_registers``: the build that stores C from registers (any pitch; see the module docstring);
     ``out_fp32`` (only with it): its float32-output build.
 
     Stages: the most that fit in shared memory (design.smem.max_stages) beside the panel rings: 4 at
-    BN = 256 (level 9's), 6 at BN = 128, 8 at BN = 64 (one panel buffer per consumer: ``c_ring`` =
-    min(2, panels)); with no C staging (c_from_registers): 4 at 256, 7 at 128, 9 at 64. Raises ValueError
+    BN = 256 (level 9's), 5 at 192, 6 at BN = 128, 8 at BN = 64 (``c_ring``: the largest ring of at most 2
+    panel buffers per consumer that divides the tile's panels: 2, 1, 2, 1); with no C staging
+    (c_from_registers): 4 at 256, 7 at 128, 9 at 64. Raises ValueError
     for any other major or width, or ``out_fp32`` without ``c_from_registers``.
     """
     # One cache key per configuration however it is spelled (bn positional or by name, flags defaulted
@@ -484,11 +491,13 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
 def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, out_fp32: bool) -> LibraryGemm:
     if a_major not in MAJORS or b_major not in MAJORS:
         raise ValueError(f"a_major = {a_major!r}, b_major = {b_major!r}: each is one of {', '.join(MAJORS)}")
-    if bn not in TILE_N:
-        raise ValueError(f"bn = {bn!r}: the kernel is built for BN in {TILE_N}")
+    if bn not in TILE_N and not (bn in K_MAJOR_B_TILE_N and b_major == "k"):
+        raise ValueError(f"bn = {bn!r}: the kernel is built for BN in {TILE_N}, and {K_MAJOR_B_TILE_N} with a K-major B"
+                         + (f" (b_major = {b_major!r})" if bn in K_MAJOR_B_TILE_N else ""))
     if out_fp32 and not c_from_registers:
         raise ValueError("out_fp32=True needs c_from_registers=True: only the register store writes float32")
-    c_ring = 0 if c_from_registers else min(C_RING, bn // 64)
+    panels = bn // 64
+    c_ring = 0 if c_from_registers else max(r for r in range(1, C_RING + 1) if panels % r == 0)  # the ring divides the panels
     stages = max_stages(bm=128, bn=bn, bk=64, elem_bytes=2, arch=arch_info("sm_90a"), consumers=2, c_ring=c_ring,
                         c_from_registers=c_from_registers)
     suffix = ("_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "")

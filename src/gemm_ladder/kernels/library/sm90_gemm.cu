@@ -24,6 +24,9 @@
 //    a whole tile earlier, has been read (wait_group.read 0). The cluster's B slices are 32 rows: a
 //    K-major B loads them as boxes of 32 rows; an MN-major B, whose box is 64 elements of N wide,
 //    splits the stage's K rows instead (stage_ring.cuh's produce_stage, the plan's B box).
+//    BN = 192 (three panels, a ring of one: kCRing divides kCPanels) is built for a K-major B only,
+//    whose cluster slices are 96-row boxes; the designer refuses an MN-major B there (its 96-element
+//    slice is not whole 64-element boxes).
 //  - kStore: how C is written (CStore below), and Out, its element type.
 //  - Epi: the fused epilogue or none (fused_epilogue_pair.cuh's FusedEpilogue, NoEpilogue).
 // The stage ring's headers (tma_tile.cuh's SmemMap, stage_ring.cuh, cluster_ring.cuh, panel_ring.cuh)
@@ -101,7 +104,8 @@ template <class Cfg>
 __host__ __device__ constexpr bool config_ok() {
   static_assert(Cfg::BM == 128 && Cfg::kConsumers == 2 && Cfg::kCluster == 2 && Cfg::kProducerWarpgroups == 1,
                 "sm90_gemm: level 9's 128-row tile, two consumer warpgroups, a 2-CTA cluster and a producer warpgroup");
-  static_assert(Cfg::BN == 64 || Cfg::BN == 128 || Cfg::BN == 256, "sm90_gemm: BN is 64, 128 or 256");
+  static_assert(Cfg::BN == 64 || Cfg::BN == 128 || Cfg::BN == 192 || Cfg::BN == 256,
+                "sm90_gemm: BN is 64, 128, 192 or 256");
   static_assert(Cfg::BK == 64, "sm90_gemm: BK = 64, one 128-byte swizzle span of K per stage");
   static_assert((Cfg::kAMnMajor == 0 || Cfg::kAMnMajor == 1) && (Cfg::kBMnMajor == 0 || Cfg::kBMnMajor == 1),
                 "sm90_gemm: each operand K-major (0) or MN-major (1)");
