@@ -454,10 +454,12 @@ def forced_sanitize_cases():
     from gemm_ladder.dispatch import kernels as K
     from gemm_ladder.library.gemm import library_gemm
 
+    from gemm_ladder.library.gemm import K_MAJOR_B_TILE_N
+
     gen = torch.Generator(device="cuda").manual_seed(1)
     x = torch.randn(392, 200, generator=gen, device="cuda").to(torch.bfloat16)
     y = torch.randn(776, 200, generator=gen, device="cuda").to(torch.bfloat16).T
-    for bn in K.general_bns():
+    for bn in (*K.general_bns(), *K_MAJOR_B_TILE_N):  # y.T is K-major: BN 192 too
         for store, kernel in (("TMA store", library_gemm("k", "k", bn)), ("C from registers", library_gemm("k", "k", bn, c_from_registers=True))):
             for split in ("tail", "all", "wave"):
                 c = torch.empty(392, 779, dtype=torch.bfloat16, device="cuda")[:, :776] if store != "TMA store" \
@@ -473,9 +475,10 @@ def forced_sanitize_cases():
         yield f"BN 64 {store} split wave, two waves", kernel, "wave", xw, yw, c
 
 
-def sanitize() -> int:
+def sanitize(only: str | None = None) -> int:
     """Each sanitize case once, checked against float64, then every general build's split paths forced
-    (:func:`forced_sanitize_cases`); for compute-sanitizer. Exit 1 on a wrong one."""
+    (:func:`forced_sanitize_cases`); for compute-sanitizer. ``only``: just the forced cases whose name
+    holds it (say "BN 192": fewer builds). Exit 1 on a wrong one."""
     from gemm_ladder.library.operand import operand_view
 
     bad = 0
@@ -489,9 +492,11 @@ def sanitize() -> int:
         bad += not ok
         print(f"{name}: {tuple(x.shape)} @ {tuple(y.shape)} rel_err={err:.2e} {'ok' if ok else 'WRONG'}", flush=True)
 
-    for name, x, y, out in sanitize_cases():
+    for name, x, y, out in () if only else sanitize_cases():
         check(name, x, y, gemm_ladder.mm(x, y, out=out))
     for name, kernel, split, x, y, c in forced_sanitize_cases():
+        if only and only not in name:
+            continue
         c.fill_(float("nan"))
         kernel.launch(operand_view(x, k_dim=1), operand_view(y.T, k_dim=1), c, split=split)
         check(name, x, y, c)
@@ -533,6 +538,8 @@ def main() -> int:
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     p.add_argument("--quick", action="store_true", help="fewer shapes, less time each (about 3 minutes)")
     p.add_argument("--tune", action="store_true", help="regenerate dispatch/table.json first")
+    p.add_argument("--sanitize-only", default=None, metavar="TEXT", help="with --sanitize: only the forced cases "
+                   "whose name holds TEXT (say 'BN 192')")
     p.add_argument("--sanitize", action="store_true", help="run every path once on small shapes (for "
                    "compute-sanitizer) and exit; nothing timed")
     p.add_argument("--forced", action="store_true", help="time cuBLAS, mm and each (BN, split) forced on a few "
@@ -558,7 +565,7 @@ def main() -> int:
             return 2
     require_gpu(__file__)
     if args.sanitize:
-        return sanitize()
+        return sanitize(args.sanitize_only)
     if args.forced:
         rows = forced(args.dtype, shapes, 0.1)
         save({"forced": rows, "table_provenance": dispatch.cost_model().provenance}, "library_forced", args.output)

@@ -11,7 +11,7 @@ Configurations per shape:
 
 * ``cuBLAS``: ``F.linear(x, w)``; ``route``: ``gemm_ladder.linear(x, w)`` (what the dispatcher runs;
   ``explain``'s choice and the cost model's candidates are recorded beside it);
-* ``general BN {64,128,256} {none,tail,all,wave}``: the general kernel (library/gemm.py, 128 x BN
+* ``general BN {64,128,192,256} {none,tail,all,wave}``: the general kernel (library/gemm.py, 128 x BN
   tiles, 2-CTA cluster) bound in place with each split policy (library.gemm.SPLITS, the ones the route
   ranks and any it does not);
 * for M <= 256, ``small_m BN b splits s``: the small-M kernel in the bucket of one tile and the
@@ -85,11 +85,20 @@ def small_m_buckets(m: int) -> list[int]:
     return [bn for bn in BUCKETS if bn <= bucket(m) and math.ceil(m / bn) <= MAX_M_TILES]
 
 
+def general_widths() -> tuple[int, ...]:
+    """The general kernel's widths forced here: the route's, and those built for a K-major B only (the
+    weights here are K-major) that no tune has timed yet."""
+    from gemm_ladder.dispatch import kernels as K
+    from gemm_ladder.library.gemm import K_MAJOR_B_TILE_N
+
+    return tuple(sorted(set(K.general_bns()) | set(K_MAJOR_B_TILE_N), reverse=True))
+
+
 def configs_for(m: int, dtype: str):
     """The KernelConfigs a shape's forced runs need (general TMA-store builds K-major, small-M buckets)."""
     from gemm_ladder.dispatch import kernels as K
 
-    out = [K.general("k", "k", bn, dtype) for bn in K.general_bns()]
+    out = [K.general("k", "k", bn, dtype) for bn in general_widths()]
     out += [K.small_m(m, bn, dtype) for bn in small_m_buckets(m)]
     return out
 
@@ -121,7 +130,7 @@ def forced_fns(x: torch.Tensor, w: torch.Tensor, dtype: str) -> dict[str, tuple]
     n = w.shape[0]
     va, vb = operand_view(x, k_dim=1), operand_view(w, k_dim=1)
     out = {}
-    for bn in K.general_bns():
+    for bn in general_widths():
         kernel = library_gemm("k", "k", bn)
         for split in sorted(SPLITS, key=lambda sp: (sp not in kernel.splits, sp)):  # every policy, ranked ones first
             c = torch.empty(m, n, dtype=x.dtype, device=x.device)
