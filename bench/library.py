@@ -264,7 +264,7 @@ def prebuild_general(dtype: str, a_major: str = "k", b_major: str = "k") -> list
             return f"BN {bn}: {type(exc).__name__}: {exc}".splitlines()[0]
 
     with ThreadPoolExecutor(max_workers=3) as pool:
-        return [e for e in pool.map(build, K.general_bns()) if e]
+        return [e for e in pool.map(build, [bn for bn in K.general_bns() if K.general_built(b_major, bn)]) if e]
 
 
 def cite_results(model, result_file: str):
@@ -304,6 +304,8 @@ def tune(dtype: str, quick: bool, budget: float, result_file: str = "") -> dict:
         assert not jobs, "an aligned row,w.T operand was repacked"
         fns = {}
         for bn in K.general_bns():
+            if not K.general_built(route.b_path.major, bn):
+                continue
             kernel = library_gemm(route.a_path.major, route.b_path.major, bn)
             if kernel is None or kernel.supports(va, vb, c) is not None:
                 continue
@@ -454,12 +456,10 @@ def forced_sanitize_cases():
     from gemm_ladder.dispatch import kernels as K
     from gemm_ladder.library.gemm import library_gemm
 
-    from gemm_ladder.library.gemm import K_MAJOR_B_TILE_N
-
     gen = torch.Generator(device="cuda").manual_seed(1)
     x = torch.randn(392, 200, generator=gen, device="cuda").to(torch.bfloat16)
     y = torch.randn(776, 200, generator=gen, device="cuda").to(torch.bfloat16).T
-    for bn in (*K.general_bns(), *K_MAJOR_B_TILE_N):  # y.T is K-major: BN 192 too
+    for bn in K.general_bns():  # y.T is K-major: every width, BN 192 included
         for store, kernel in (("TMA store", library_gemm("k", "k", bn)), ("C from registers", library_gemm("k", "k", bn, c_from_registers=True))):
             for split in ("tail", "all", "wave"):
                 c = torch.empty(392, 779, dtype=torch.bfloat16, device="cuda")[:, :776] if store != "TMA store" \

@@ -86,12 +86,11 @@ def small_m_buckets(m: int) -> list[int]:
 
 
 def general_widths() -> tuple[int, ...]:
-    """The general kernel's widths forced here: the route's, and those built for a K-major B only (the
-    weights here are K-major) that no tune has timed yet."""
+    """The general kernel's widths forced here: every width built for a K-major B (the weights here are
+    K-major), BN 192 included."""
     from gemm_ladder.dispatch import kernels as K
-    from gemm_ladder.library.gemm import K_MAJOR_B_TILE_N
 
-    return tuple(sorted(set(K.general_bns()) | set(K_MAJOR_B_TILE_N), reverse=True))
+    return tuple(bn for bn in K.general_bns() if K.general_built("k", bn))
 
 
 def configs_for(m: int, dtype: str):

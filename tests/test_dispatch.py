@@ -623,6 +623,32 @@ def test_real_kernels_offer_bn64_to_the_cost_model():
     dispatch.clear_cache()
 
 
+def test_bn192_is_offered_for_a_k_major_weight_only():
+    """BN 192 is among the general kernel's widths, built for a K-major B only: a table timing it (a stand-in
+    that makes it the cheapest width: its numbers are this test's, not measurements) routes F.linear's
+    layout (w.T, K-major) to it, and a row-major b (MN-major B) to another width, with BN 192's refusal
+    named; a table without it (the shipped one before a tune) lists it as built and untimed."""
+    assert 192 in K.general_bns() and K.general_bns() == tuple(sorted(K.general_bns(), reverse=True))
+    assert K.general_built("k", 192) and not K.general_built("mn", 192)
+    assert all(K.general_built(major, bn) for major in ("k", "mn") for bn in (64, 128, 256))
+    dispatch.clear_cache()
+    base = load_table()
+    table = CostModel({**base.k_iter_us, 192: 0.05}, {**base.split_k_iter_us, 192: 0.06}, base.fixup_us, base.fixed_us,
+                      "tuned on test (BN 192 stand-in)")
+    x, w = meta(8192, 3072), meta(768, 3072)
+    route = dispatch.decide(x, w.T, meta(8192, 768), given=False, model=table)
+    assert route.kind == "general" and route.bn == 192 and route.kernel.tile == (128, 192, 64), route
+    assert route.b_path.major == "k"
+    route = dispatch.decide(x, meta(3072, 768), meta(8192, 768), given=False, model=table)  # b row-major: B MN-major
+    assert route.kind == "general" and route.bn != 192 and route.b_path.major == "mn", route
+    e = gemm_ladder.explain(x, meta(3072, 768))
+    assert e.kind == "general" and e.tile[1] != 192
+    if 192 not in base.k_iter_us:
+        route = dispatch.decide(x, w.T, meta(8192, 768), given=False, model=base)
+        assert route.bn != 192 and 192 in route.untimed_bns
+    dispatch.clear_cache()
+
+
 @pytest.mark.parametrize("m, n, k", [(1536, 1536, 2**24), (4096, 4096, 2**24), (1024, 1024, 2**27)])
 def test_the_route_ranks_only_splits_the_kernel_can_launch(m, n, k):
     """At very long K an "all" or "wave" split passes the kernel's 32-bit stream-K arithmetic

@@ -96,10 +96,20 @@ def general_from_registers(a_major: str, b_major: str, bn: int, dtype: str = "bf
 
 
 def general_bns() -> tuple[int, ...]:
-    """Tile widths the general kernel is built for, widest first."""
-    from gemm_ladder.library.gemm import TILE_N
+    """Tile widths the general kernel is built for, widest first: for some B major (BN 192 for a K-major B
+    only, :func:`general_built`)."""
+    from gemm_ladder.library.gemm import K_MAJOR_B_TILE_N, TILE_N
 
-    return tuple(sorted(TILE_N, reverse=True))
+    return tuple(sorted({*TILE_N, *K_MAJOR_B_TILE_N}, reverse=True))
+
+
+def general_built(b_major: str, bn: int) -> bool:
+    """Whether the general kernel is built at tile width ``bn`` for a B of major ``b_major`` ("k" or "mn"):
+    every width of library/gemm.py's TILE_N, and K_MAJOR_B_TILE_N's for a K-major B (the designer refuses
+    an MN-major B's 96-row cluster slice at BN 192)."""
+    from gemm_ladder.library.gemm import K_MAJOR_B_TILE_N, TILE_N
+
+    return bn in TILE_N or (bn in K_MAJOR_B_TILE_N and b_major == "k")
 
 
 def kernel_splits(config: KernelConfig) -> tuple[str, ...]:
@@ -112,5 +122,5 @@ def describe(config: KernelConfig) -> dict:
     return family(config).describe(config)
 
 
-__all__ = ["FAMILIES", "describe", "family", "general", "general_bns", "general_from_registers", "kernel_object",
+__all__ = ["FAMILIES", "describe", "family", "general", "general_bns", "general_built", "general_from_registers", "kernel_object",
            "kernel_splits", "small_m", "small_m_bn", "small_m_buckets"]

@@ -397,10 +397,12 @@ def _route_for(kind, kernel_at, xa, xb, names, c_opts, probe, k, dtype, device, 
     return None, refusals
 
 
-def _general_at(a_major: str, b_major: str, bn: int, c_path: OutputPath, dtype: str) -> KernelConfig:
+def _general_at(a_major: str, b_major: str, bn: int, c_path: OutputPath, dtype: str) -> KernelConfig | None:
     """The general kernel's build for an output path: the TMA-store build, or (STORE_REGISTERS, in
     place) the build that stores C from registers for outputs a TMA store cannot write, in the output's
-    dtype."""
+    dtype; None where the width is not built for B's major (BN 192 and an MN-major B)."""
+    if not K.general_built(b_major, bn):
+        return None
     if c_path.store == STORE_REGISTERS and c_path.workspace is None:
         return K.general_from_registers(a_major, b_major, bn, dtype, out_fp32=c_path.dtype == torch.float32)
     return K.general(a_major, b_major, bn, dtype)
@@ -451,10 +453,10 @@ def class_configs(shape_class: str, dtype: str, bns: tuple[int, ...], a_major: s
     for am in (a_major,) if a_major else _MAJORS:
         for bm in (b_major,) if b_major else _MAJORS:
             if shape_class == "large":
-                out += [_general_at(am, bm, bn, tma, dtype) for bn in bns]
+                out += [_general_at(am, bm, bn, tma, dtype) for bn in bns if K.general_built(bm, bn)]
             if shape_class in ("unaligned", "fp32_out"):
                 path = fp32 if shape_class == "fp32_out" else registers
-                out += [_general_at(am, bm, bn, path, dtype) for bn in bns]
+                out += [_general_at(am, bm, bn, path, dtype) for bn in bns if K.general_built(bm, bn)]
             if shape_class in ("small_m", "fp32_out"):
                 path = fp32 if shape_class == "fp32_out" else registers
                 out += [_small_m_at(bn, bn, am, bm, path, dtype) for bn in K.small_m_buckets()]

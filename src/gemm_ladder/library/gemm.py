@@ -78,9 +78,9 @@ RANKED_SPLITS = ("none", "tail", "all", "wave")
 #: the tiles of 128 (1024^3: 128 tiles for 132 SMs instead of 64) for mid-size problems.
 TILE_N = (64, 128, 256)
 #: Tile widths built beside TILE_N for a K-major B only (the designer refuses an MN-major B's 96-row
-#: cluster slice at 192: not whole 64-element boxes), and not among the route's widths
-#: (dispatch.kernels.general_bns) until a tune times them: 128 x 192 tiles fill the SMs where 128 and 256
-#: leave a wave part-empty (8192 x 768: 128 units of 192 against 192 of 128 or 96 of 256 on 66 clusters).
+#: cluster slice at 192: not whole 64-element boxes; dispatch.kernels.general_built). The route ranks them
+#: where the cost table times them: 128 x 192 tiles fill the SMs where 128 and 256 leave a wave part-empty
+#: (8192 x 768: 128 units of 192 against 192 of 128 or 96 of 256 on 66 clusters).
 K_MAJOR_B_TILE_N = (192,)
 #: Panel buffers per consumer's store ring: level 9's 2, or the tile's panels when it has fewer (one
 #: 64-column panel at BN = 64; the ring must divide the panels: design/plan.py).
