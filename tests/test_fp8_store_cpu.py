@@ -52,7 +52,7 @@ def test_store_for_names_why_the_register_store_runs():
 
 def test_config_stages_and_shared_memory():
     # BN 128: the two consumers' 64 x 128 bf16 staging buffers (32 KiB) fit beside 6 stages in the
-    # tensorwise and rowwise modes; blockwise (512 bytes of scale_a per stage more) keeps 5.
+    # tensorwise and rowwise modes; blockwise (512 bytes of scale_a per stage more) drops to 5.
     assert {mode: fp8.stages_for(mode, 128, TMA) for mode in fp8.SCALE_MODES} == \
         {"tensorwise": 6, "rowwise": 6, "blockwise": 5}
     assert {mode: fp8.stages_for(mode, 64, TMA) for mode in fp8.SCALE_MODES} == dict.fromkeys(fp8.SCALE_MODES, 8)

@@ -5,7 +5,7 @@
 The K sweep (docs/where-time-goes.md, results/2026-12-03_k_sweep_bba1224.json) found the fp8 kernel
 92-108 us behind cuBLAS at 4096x24576x1536 in a cost that does not grow with K, about 2 us per
 128 x 128 tile; its source runs the epilogue in both consumer warpgroups at once, storing from
-registers, with no wgmma in flight. This builds sm90_fp8_gemm.cu twice, as shipped (``stores``) and
+registers, with no wgmma in flight. This builds sm90_fp8_gemm.cu's register-store epilogue twice, as it is (``stores``) and
 with each of the epilogue's global stores behind a condition no output value meets (``no_stores``: the
 values are still computed, scaled and biased; nothing is written), launches both through
 library/fp8.py's scaled_mm_launch on the same inputs at K = K0 x 1/4 .. 2 (K0 = 1536), interleaved,

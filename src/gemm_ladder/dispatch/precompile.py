@@ -23,7 +23,7 @@ MAJORS = ("k", "mn")
 #: Shape classes -> what the dispatcher runs for them (dispatch/route.py's search).
 CLASSES: dict[str, str] = {
     "large": "the layouts kernel in every operand order and each tile width the dispatch table times (BN 64, "
-             "128, 256 today): calls with M and N > 256, and any call the small-M kernel does not take "
+             "128, 192, 256 today; 192 for a K-major B only): calls with M and N > 256, and any call the small-M kernel does not take "
              "(transposed operands included: backward passes read them)",
     "small_m": "the small-M kernel, every M bucket (8-256) and operand order, output in the input dtype: "
                "calls with M or N <= 256 (its cluster builds are opt-in, never routed: not built here)",
