@@ -6,6 +6,7 @@ one TMA store per 64-column panel, the staging writes as st.shared."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import pytest
 import torch
@@ -48,6 +49,17 @@ def test_store_for_names_why_the_register_store_runs():
         assert store == REGISTERS and "bf16 and fp16 only" in why
     meta = torch.empty((8, 4096), dtype=torch.bfloat16, device="meta")
     assert fp8.store_for("bf16", meta, 4096, TMA)[0] == TMA
+    # meta and fake outputs: the view's storage offset, as the launch's base address would show it
+    shifted = torch.empty(8 * 4104 + 8, dtype=torch.bfloat16, device="meta")[1:1 + 8 * 4104].view(8, 4104)[:, :4096]
+    store, why = fp8.store_for("bf16", shifted, 4096, TMA)
+    assert store == REGISTERS and "0x2 is not 16-byte aligned" in why
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # no deprecated data_ptr of a fake tensor
+        fake = torch.empty(8 * 4104 + 8, dtype=torch.bfloat16)
+        assert fp8.store_for("bf16", fake[8:8 + 8 * 4104].view(8, 4104)[:, :4096], 4096, TMA)[0] == TMA
+        assert fp8.store_for("bf16", fake[1:1 + 8 * 4104].view(8, 4104)[:, :4096], 4096, TMA)[0] == REGISTERS
 
 
 def test_config_stages_and_shared_memory():

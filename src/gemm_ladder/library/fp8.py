@@ -46,6 +46,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from gemm_ladder.design.tensor_maps import TensorMapSpec
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
@@ -110,8 +111,8 @@ def store_for(out_dtype: str, out: torch.Tensor | None, n: int, preferred: str |
     output (``out_dtype``: "bf16", "fp16", "fp32" or "fp8") whose rows are whole 16-byte chunks (N a
     multiple of 8: a TMA store was seen writing a row's last chunk whole, past N,
     bench/results/logs/2026-12-01_tma_store_edge_3419336.log) and whose base and row pitch are multiples
-    of 16 bytes: ``out`` as given (meta and fake tensors: the pitch only), or a new contiguous (M, ``n``)
-    output."""
+    of 16 bytes: ``out`` as given (meta and fake tensors: their pitch and storage offset), or a new
+    contiguous (M, ``n``) output."""
     preferred = STORE_DEFAULT if preferred is None else preferred
     if preferred == STORE_REGISTERS:
         return STORE_REGISTERS, "the register store was asked for (fp8.STORE_DEFAULT or the build)"
@@ -122,11 +123,10 @@ def store_for(out_dtype: str, out: torch.Tensor | None, n: int, preferred: str |
     pitch = out.stride(0) if out is not None else n
     if pitch * 2 % 16:
         return STORE_REGISTERS, f"the output's row pitch ({pitch} elements) is not a multiple of 16 bytes"
-    if out is not None and out.device.type != "meta" and out.numel():
-        try:
-            base = out.data_ptr()
-        except RuntimeError:  # a fake tensor has no storage: its pitch is all there is to check
-            base = 0
+    if out is not None and out.numel():
+        # Meta and fake tensors: the view's offset into its storage (allocations are aligned), as the
+        # launch would see it; a fake tensor's data_ptr is deprecated.
+        base = out.storage_offset() * out.element_size() if is_fake(out) or out.device.type == "meta" else out.data_ptr()
         if base % 16:
             return STORE_REGISTERS, f"the output's base address {base:#x} is not 16-byte aligned"
     return STORE_TMA, "the output's base and row pitch are 16-byte aligned"
