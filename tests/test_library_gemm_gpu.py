@@ -20,7 +20,7 @@ import torch
 
 from gemm_ladder.contract import GemmInputError
 from gemm_ladder.gates.correctness import check_correctness, random_operands
-from gemm_ladder.library.gemm import MAJORS, SPLITS, TILE_N, library_gemm
+from gemm_ladder.library.gemm import K_MAJOR_B_TILE_N, MAJORS, SPLITS, TILE_N, library_gemm
 from gemm_ladder.library.operand import operand_view
 
 pytestmark = pytest.mark.gpu
@@ -37,6 +37,7 @@ def _built_in_parallel():
     """Compile the 24 builds at once (nvcc processes in threads) rather than one by one at first use:
     on the GPU machine's 16 cores that saves most of a minute of the GPU's lease."""
     jobs = [(a, b, bn, dt) for a, b in LAYOUTS for bn in TILE_N for dt in ("bf16", "fp16")]
+    jobs += [(a, "k", bn, dt) for a in MAJORS for bn in K_MAJOR_B_TILE_N for dt in ("bf16", "fp16")]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         list(pool.map(lambda j: library_gemm(*j[:3]).build(j[3]), jobs))
 
@@ -113,6 +114,20 @@ def test_tile_widths_and_splits(a_major, b_major, bn, split):
     clusters), 'tail' where the last wave is split, 'none'; fp16 on one shape."""
     fn = LayoutCall(a_major, b_major, bn=bn, split=split)
     for m, n, k in [(256, 256, 4096), (1000, 520, 200), (2304, 2048, 1000)]:
+        gate(fn, m, n, k, "bf16")
+    gate(fn, 777, 1000, 300, "fp16")
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("a_major", MAJORS)
+@pytest.mark.parametrize("bn", K_MAJOR_B_TILE_N)
+@pytest.mark.parametrize("split", SPLITS)
+def test_k_major_b_tile_widths_and_splits(a_major, bn, split):
+    """BN 192 (built for a K-major B only; the route takes it since the 2026-12-04 table) under each
+    stream-K policy, M, N and K tails (N not a multiple of 192: a part-empty last column of tiles), padded
+    pitches and offset bases; fp16 on one shape."""
+    fn = LayoutCall(a_major, "k", bn=bn, split=split)
+    for m, n, k in [(256, 384, 4096), (1000, 520, 200), (2304, 2048, 1000), (8192, 768, 320)]:
         gate(fn, m, n, k, "bf16")
     gate(fn, 777, 1000, 300, "fp16")
 

@@ -27,7 +27,7 @@ import gemm_ladder
 from gemm_ladder import dispatch
 from gemm_ladder.gates.correctness import error_bound, random_operands
 from gemm_ladder.library.epilogue import linear_epilogue
-from gemm_ladder.library.gemm import SPLITS, TILE_N, library_gemm
+from gemm_ladder.library.gemm import K_MAJOR_B_TILE_N, SPLITS, TILE_N, library_gemm
 from gemm_ladder.library.operand import operand_view
 from test_library_gemm_gpu import LAYOUTS, gate, place
 
@@ -61,8 +61,10 @@ def _built_in_parallel():
     float32, and each fused-epilogue build the epilogue test makes."""
     jobs = [(lambda a=a, b=b, bn=bn, dt=dt: library_gemm(a, b, bn, c_from_registers=True).build(dt))
             for a, b in LAYOUTS for bn in TILE_N for dt in ("bf16", "fp16")]
+    jobs += [(lambda a=a, bn=bn, dt=dt: library_gemm(a, "k", bn, c_from_registers=True).build(dt))
+             for a in ("k", "mn") for bn in K_MAJOR_B_TILE_N for dt in ("bf16", "fp16")]
     jobs += [(lambda bn=bn: library_gemm("k", "k", bn, c_from_registers=True, out_fp32=True).build("bf16"))
-             for bn in TILE_N]
+             for bn in (*TILE_N, *K_MAJOR_B_TILE_N)]
     sources = {epilogue_case(m, n, act, "cpu").oriented(swap).source()
                for m, n, _ in EPILOGUE_SHAPES for act in (None, "gelu_tanh") for swap in (False, True)}
     jobs += [(lambda src=src: library_gemm("k", "k", 256, c_from_registers=True).build("bf16", epilogue_source=src))
@@ -135,6 +137,19 @@ def test_tile_widths_and_stream_k_splits(bn, split):
     gate(fn, 777, 1001, 300, "fp16")
 
 
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("a_major", ["k", "mn"])
+@pytest.mark.parametrize("bn", K_MAJOR_B_TILE_N)
+@pytest.mark.parametrize("split", SPLITS)
+def test_k_major_b_tile_widths_and_stream_k_splits(a_major, bn, split):
+    """BN 192 (a K-major B only) from registers under each stream-K policy, odd pitch and base, N not a
+    multiple of 192; fp16 on one shape."""
+    fn = RegisterCall(a_major, "k", bn=bn, split=split, c_pad=1, c_offset=1)
+    for m, n, k in [(256, 255, 4096), (1000, 521, 200), (2304, 2050, 1000)]:
+        gate(fn, m, n, k, "bf16")
+    gate(fn, 777, 1001, 300, "fp16")
+
+
 def assert_repeats_bitwise(call_class, split: str) -> None:
     """Five launches of ``call_class("k", "k", bn, split)`` (BN 256 for 'tail', 128 otherwise) on the same
     operands give the same bits, at two shapes with M, N and K tails."""
@@ -163,7 +178,7 @@ def _check_fp32(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("bn", TILE_N)
+@pytest.mark.parametrize("bn", (*TILE_N, *K_MAJOR_B_TILE_N))
 @pytest.mark.parametrize("split", SPLITS)
 def test_float32_output(bn, split):
     kernel = library_gemm("k", "k", bn, c_from_registers=True, out_fp32=True)
