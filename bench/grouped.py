@@ -2,7 +2,7 @@
 of torch.mm per expert, in one run, interleaved, on the same tensors.
 
     python bench/grouped.py [--quick] [--cases NAME,...] [--directions fwd,grad_x,grad_w] [--swiglu none|NAME,...]
-                            [--bn 128|256] [-o OUT.json]
+                            [--bn 128|256] [--cluster 1|2|both] [--check64] [-o OUT.json]
     compute-sanitizer --tool memcheck python bench/grouped.py --sanitize
 
 Cases (rows sorted by expert, group sizes from a fixed-seed log-normal routing clipped to each case's
@@ -25,6 +25,14 @@ call, interleaved rounds): ``grouped`` (this library), ``torch_grouped`` (torch.
 two do not need). The library's output is checked against torch._grouped_mm's first (relative
 Frobenius error <= 2e-2) and a row is marked ``"correct": false`` otherwise.
 
+``--cluster``: the grouped kernel's build, 1 (one CTA per cluster, the default), 2 (the cluster build:
+pairs of M tiles sharing the weight tile) or ``both``: ``grouped`` is then cluster 1 and a fourth
+callable ``grouped_c2`` the cluster build, timed in the same rounds (``ratio_cluster2``: cluster 1's
+time / cluster 2's, > 1 when the cluster build is faster). ``--check64``: each callable's output is
+also checked against a float64 product per group first (``rel_err_f64``: relative Frobenius error over
+all groups; a library output above 1e-2 marks the row ``"correct": false``). Both apply to the
+contiguous fwd, grad_x and grad_w rows (not to the swiglu or masked decode rows).
+
 Result: ``DATE_grouped_COMMIT.json`` (bench/suite.py) with ``rows: [{case, layout, direction, E, rows,
 N, K, tflops, ratio_torch_grouped, ratio_loop, ...}]`` (ratios: library speed / theirs, > 1 faster).
 """
@@ -38,6 +46,7 @@ import torch
 
 from gemm_ladder.api_grouped import grouped_mm_direct
 from gemm_ladder.gates.performance import time_fns
+from gemm_ladder.library.grouped import DEFAULT_CLUSTER
 from suite import add_output_argument, require_gpu, save
 
 #: name -> (E, rows, N, K, smallest, largest group): the issue's table, then the models' own shapes at
@@ -85,13 +94,51 @@ def group_sizes(e: int, rows: int, lo: int, hi: int, seed: int = 0) -> list[int]
     return sizes.tolist()
 
 
-def run_case(name: str, direction: str, budget: float, bn: int | None) -> dict:
+#: --check64's bound on the library's relative Frobenius error against float64 (bf16 inputs and output).
+F64_TOL = 1e-2
+
+
+def library_fns(a, b, offs, bn, clusters) -> dict:
+    """The library's callables: ``grouped`` on the first of ``clusters``, ``grouped_c2`` on a second."""
+    fns = {"grouped": lambda *_: grouped_mm_direct(a, b, offs, bn=bn, cluster=clusters[0])}
+    if len(clusters) > 1:
+        fns["grouped_c2"] = lambda *_: grouped_mm_direct(a, b, offs, bn=bn, cluster=clusters[1])
+    return fns
+
+
+def check64(fns: dict, pieces) -> dict:
+    """Each callable's output against float64: ``pieces(out)`` yields (got, want64) per group; the
+    relative Frobenius error over all groups, per callable."""
+    errs = {}
+    for name, fn in fns.items():
+        out = fn()
+        num = den = 0.0
+        for got, want in pieces(out):
+            num += float((got.double() - want).square().sum())
+            den += float(want.square().sum())
+        errs[name] = (num / max(den, 1e-300)) ** 0.5
+        del out
+    return errs
+
+
+def cluster_fields(t: dict, flop: float, errs: dict | None) -> dict:
+    """The row's fields of --cluster both and --check64."""
+    out = {}
+    if "grouped_c2" in t:
+        out.update(ratio_cluster2=t["grouped"].median_ms / t["grouped_c2"].median_ms,
+                   tflops_c2=flop / t["grouped_c2"].median_ms / 1e9)
+    if errs is not None:
+        out["rel_err_f64"] = errs
+    return out
+
+
+def run_case(name: str, direction: str, budget: float, bn: int | None, clusters=(None,), f64: bool = False) -> dict:
     e, rows, n, k, lo, hi = CASES[name]
     sizes = group_sizes(e, rows, lo, hi)
     dev = "cuda"
     offs = torch.tensor(sizes).cumsum(0).to(torch.int32).to(dev)
     if direction == "grad_w":  # grad_w[e] = x[rows_e].T @ grad_y[rows_e]: (E, K, N), grouped along K
-        return run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn)
+        return run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn, clusters, f64)
     if direction == "fwd":  # y = x @ w[e].T, w (E, N, K)
         a = torch.randn(rows, k, dtype=torch.bfloat16, device=dev)
         w = torch.randn(e, n, k, dtype=torch.bfloat16, device=dev) / k**0.5
@@ -111,32 +158,46 @@ def run_case(name: str, direction: str, budget: float, bn: int | None) -> dict:
         return out
 
     fns = {
-        "grouped": lambda *_: grouped_mm_direct(a, b, offs, bn=bn),
+        **library_fns(a, b, offs, bn, clusters),
         "torch_grouped": lambda *_: torch._grouped_mm(a, b, offs),
         "loop": loop,
     }
+    errs = check64(fns, lambda out: ((out[s:t], a[s:t].double() @ b[i].double()) for s, t, i in slices)) if f64 else None
     ref = torch._grouped_mm(a, b, offs).double()
     got = fns["grouped"]().double()
     err = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+    del ref, got
     t = time_fns(fns, a, b[0], budget_s=budget, rounds=3, warmup=3)
     flop = 2.0 * rows * out_n * red
-    ours = t["grouped"].median_ms
+    ours_ms = t["grouped"].median_ms
     row = {
         "case": name, "layout": "contiguous", "direction": direction, "E": e, "rows": rows, "N": out_n, "K": red,
-        "tflops": flop / ours / 1e9, "ratio_torch_grouped": t["torch_grouped"].median_ms / ours,
-        "ratio_loop": t["loop"].median_ms / ours, "correct": err <= 2e-2, "rel_err_vs_torch": err,
+        "tflops": flop / ours_ms / 1e9, "ratio_torch_grouped": t["torch_grouped"].median_ms / ours_ms,
+        "ratio_loop": t["loop"].median_ms / ours_ms, "correct": err <= 2e-2 and _f64_ok(errs), "rel_err_vs_torch": err,
+        "cluster": clusters[0] or DEFAULT_CLUSTER, **cluster_fields(t, flop, errs),
         "group_sizes": {"min": min(sizes), "max": max(sizes), "empty": sizes.count(0)},
         "bn": bn or (256 if out_n >= 2048 or (out_n >= 1024 and rows >= 64 * e) else 128),
         "ms": {k2: v.median_ms for k2, v in t.items()}, "spread": {k2: round(v.spread, 4) for k2, v in t.items()},
         "tflops_torch_grouped": flop / t["torch_grouped"].median_ms / 1e9, "tflops_loop": flop / t["loop"].median_ms / 1e9,
     }
-    print(f"{name:22s} {direction:6s} E={e:4d} rows={rows:6d} N={out_n:6d} K={red:6d}  grouped {ours:8.3f} ms "
-          f"{row['tflops']:6.1f} TF/s  x{row['ratio_torch_grouped']:.2f} torch_grouped  x{row['ratio_loop']:.2f} loop"
-          f"  err {err:.2e}", flush=True)
+    _print(row, ours_ms, err)
     return row
 
 
-def run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn) -> dict:
+def _f64_ok(errs: dict | None) -> bool:
+    return errs is None or all(v <= F64_TOL for n, v in errs.items() if n.startswith("grouped"))
+
+
+def _print(row: dict, ours_ms: float, err: float) -> None:
+    extra = f"  x{row['ratio_cluster2']:.3f} cluster2/cluster1" if "ratio_cluster2" in row else ""
+    if "rel_err_f64" in row:
+        extra += "  f64 " + " ".join(f"{n} {v:.1e}" for n, v in row["rel_err_f64"].items())
+    print(f"{row['case']:22s} {row['direction']:6s} E={row['E']:4d} rows={row['rows']:6d} N={row['N']:6d} "
+          f"K={row['K']:6d}  grouped {ours_ms:8.3f} ms {row['tflops']:6.1f} TF/s  x{row['ratio_torch_grouped']:.2f} "
+          f"torch_grouped  x{row['ratio_loop']:.2f} loop  err {err:.2e}{extra}", flush=True)
+
+
+def run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn, clusters=(None,), f64: bool = False) -> dict:
     x = torch.randn(rows, k, dtype=torch.bfloat16, device="cuda")
     gy = torch.randn(rows, n, dtype=torch.bfloat16, device="cuda")
     starts = [0] + torch.tensor(sizes).cumsum(0).tolist()[:-1]
@@ -148,23 +209,29 @@ def run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn) -> dict:
                 torch.mm(x[s:s + z].t(), gy[s:s + z], out=out[i])
         return out
 
-    fns = {"grouped": lambda *_: grouped_mm_direct(x.t(), gy, offs, bn=bn),
+    fns = {**library_fns(x.t(), gy, offs, bn, clusters),
            "torch_grouped": lambda *_: torch._grouped_mm(x.t(), gy, offs), "loop": loop}
+    errs = None
+    if f64:
+        def pieces(out):
+            for i, (s, z) in enumerate(zip(starts, sizes)):
+                yield out[i], (x[s:s + z].t().double() @ gy[s:s + z].double() if z else torch.zeros_like(out[i], dtype=torch.float64))
+        errs = check64(fns, pieces)
     ref = torch._grouped_mm(x.t(), gy, offs).double()
     got = fns["grouped"]().double()
     err = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+    del ref, got
     t = time_fns(fns, x, gy, budget_s=budget, rounds=3, warmup=3)
-    ours = t["grouped"].median_ms
+    ours_ms = t["grouped"].median_ms
     flop = 2.0 * rows * n * k
     row = {"case": name, "layout": "contiguous", "direction": "grad_w", "E": e, "rows": rows, "N": n, "K": k,
-           "tflops": flop / ours / 1e9, "ratio_torch_grouped": t["torch_grouped"].median_ms / ours,
-           "ratio_loop": t["loop"].median_ms / ours, "correct": err <= 2e-2, "rel_err_vs_torch": err,
+           "tflops": flop / ours_ms / 1e9, "ratio_torch_grouped": t["torch_grouped"].median_ms / ours_ms,
+           "ratio_loop": t["loop"].median_ms / ours_ms, "correct": err <= 2e-2 and _f64_ok(errs), "rel_err_vs_torch": err,
+           "cluster": clusters[0] or DEFAULT_CLUSTER, **cluster_fields(t, flop, errs),
            "bn": bn or 128, "ms": {k2: v.median_ms for k2, v in t.items()},
            "spread": {k2: round(v.spread, 4) for k2, v in t.items()},
            "tflops_torch_grouped": flop / t["torch_grouped"].median_ms / 1e9, "tflops_loop": flop / t["loop"].median_ms / 1e9}
-    print(f"{name:22s} grad_w E={e:4d} rows={rows:6d} N={n:6d} K={k:6d}  grouped {ours:8.3f} ms "
-          f"{row['tflops']:6.1f} TF/s  x{row['ratio_torch_grouped']:.2f} torch_grouped  x{row['ratio_loop']:.2f} loop"
-          f"  err {err:.2e}", flush=True)
+    _print(row, ours_ms, err)
     return row
 
 
@@ -320,6 +387,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--directions", default=None, help="comma list of fwd, grad_x, grad_w")
     p.add_argument("--swiglu", default=None, help="grouped_swiglu cases: none or a comma list of gate+up and decode "
                    "cases (default: three with --quick, all of them otherwise)")
+    p.add_argument("--cluster", default=None, choices=("1", "2", "both"),
+                   help="the grouped build's cluster size; both: cluster 1 as grouped, cluster 2 as grouped_c2 "
+                        "(default: the library's DEFAULT_CLUSTER)")
+    p.add_argument("--check64", action="store_true", help="check every callable's output against float64 per group first")
     p.add_argument("--sanitize", action="store_true", help="every build once on small shapes, checked; nothing timed")
     add_output_argument(p)
     args = p.parse_args(argv)
@@ -338,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench/grouped.py: --directions {args.directions!r}: use fwd, grad_x, grad_w", file=sys.stderr)
             return 2
     budget = 0.3 if args.quick else 0.8
-    rows = [run_case(nm, d, budget, args.bn) for nm in names for d in directions
+    clusters = {None: (None,), "1": (1,), "2": (2,), "both": (1, 2)}[args.cluster]
+    rows = [run_case(nm, d, budget, args.bn, clusters, args.check64) for nm in names for d in directions
             if not (d == "grad_w" and is_decode(nm))]
     swiglu = SWIGLU_QUICK if args.quick else SWIGLU
     if args.swiglu is not None:

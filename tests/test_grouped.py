@@ -183,6 +183,8 @@ def test_bench_routing_matches_the_issue_ranges():
     (dict(bn=128), "bf16"), (dict(bn=256), "bf16"), (dict(bn=256, b_major="mn"), "fp16"),
     (dict(bn=128, b_major="mn", k_grouped=True), "bf16"), (dict(bn=256, bias=True), "bf16"),
     (dict(bn=256, b_major="mn", k_grouped=True, out_fp32=True), "fp16"), (dict(bn=128, masked=True), "bf16"),
+    (dict(bn=128, cluster=2), "bf16"), (dict(bn=256, cluster=2), "bf16"), (dict(bn=256, b_major="mn", cluster=2), "bf16"),
+    (dict(bn=128, b_major="mn", k_grouped=True, cluster=2), "bf16"), (dict(bn=256, masked=True, cluster=2), "fp16"),
 ])
 def test_builds_pass_the_resource_gate(cfg, dtype, use_cache):
     from gemm_ladder.gates.resources import check_level_resources
@@ -194,6 +196,8 @@ def test_builds_pass_the_resource_gate(cfg, dtype, use_cache):
     assert report.sass["UTMALDG"] > 0 and report.sass["UTMASTG"] == 0  # TMA loads, register stores
     assert "USETMAXREG" in sass
     assert f"HGMMA.64x{cfg['bn']}x16.F32" in sass
+    # the cluster build multicasts its half of B (UTMALDG .MULTICAST) and meets its peer (UCGABAR)
+    assert ("MULTICAST" in sass and "UCGABAR" in sass) == (cfg.get("cluster", 1) == 2)
 
 
 # --- the schedule's arithmetic (grouped_scheduler.cuh, mirrored) ----------------------------------------
@@ -319,3 +323,167 @@ def test_the_public_grouped_functions_describe_a_call_on_meta_tensors():
                                torch.empty(4, dtype=torch.int32))
     with pytest.raises(GemmInputError, match="shape \\(4,\\)"):
         gemm_ladder.grouped_mm(x, w_kn, torch.empty(3, dtype=torch.int32, device=meta))
+
+
+# --- the cluster build (cluster=2: pairs of M tiles sharing the weight tile) ----------------------------
+@pytest.mark.parametrize("cfg", [dict(bn=128), dict(bn=256), dict(bn=256, b_major="mn"),
+                                 dict(bn=128, b_major="mn", k_grouped=True), dict(bn=256, b_major="mn", k_grouped=True),
+                                 dict(bn=128, masked=True)])
+def test_the_cluster_plan_is_the_designers_at_cluster_2(cfg):
+    one, two = grouped_gemm(**cfg), grouped_gemm(**cfg, cluster=2)
+    d1, d2 = one.defines("bf16"), two.defines("bf16")
+    bn = cfg["bn"]
+    assert (d2["GL_CLUSTER"], d2["GL_B_BOX_ROWS"], d2["GL_EMPTY_ARRIVALS"]) == (2, bn // 2, 2 * d1["GL_EMPTY_ARRIVALS"])
+    # every CTA's stage receives A + the whole B, shared or not: the full barriers' bytes are cluster 1's
+    assert d2["GL_EXPECT_TX_BYTES"] == d1["GL_EXPECT_TX_BYTES"] == (128 + bn) * 64 * 2
+    assert d2["GL_STAGES"] == d1["GL_STAGES"] and d2["GL_SMEM_BYTES"] == d1["GL_SMEM_BYTES"]
+    assert two.geometry("bf16").cluster == 2 and one.geometry("bf16").cluster == 1
+    assert two.name == one.name + "_c2" and two.config("bf16").cluster == 2
+    from gemm_ladder.library.grouped import kernel_for
+
+    assert kernel_for(two.config("fp16")) is two and kernel_for(one.config("fp16")) is one
+    if cfg.get("k_grouped"):
+        p = two.plan_k(1000, 520, 2000, 8, "bf16")
+        assert p.tensor_maps["b"].box_dim == (64, 64) and p.cluster == 2
+    else:
+        p = two.plan(1000, 520, 200, 8, "bf16")
+        w = p.tensor_maps["w"]
+        # a K-major weight is loaded as halves of BN / 2 rows (one per CTA when shared, both when not)
+        assert w.box_dim == ((64, bn // 2, 1) if cfg.get("b_major", "k") == "k" else (64, 64, 1))
+        assert p.max_units == -(-(8 + 8) // 2) * -(-520 // bn) and p.max_tiles == 2 * p.max_units
+        assert p.to_json()["problem"]["cluster"] == 2 and "multicast" in p.describe()
+
+
+def test_the_cluster_size_is_checked():
+    with pytest.raises(ValueError, match="cluster"):
+        grouped_gemm(128, "k", cluster=4)
+    with pytest.raises(ValueError, match="cluster"):
+        grouped_gemm(128, "k", cluster=True)
+    assert grouped_gemm(128, "k", cluster=2) is grouped_gemm(bn=128, b_major="k", cluster=2)
+    from gemm_ladder.library.grouped import DEFAULT_CLUSTER, GROUPED_GEMM
+
+    assert DEFAULT_CLUSTER == 1  # until the GPU measures the cluster build
+    assert GROUPED_GEMM.config(256, "k", "bf16", cluster=2) == grouped_gemm(256, "k", cluster=2).config("bf16")
+    with pytest.raises(ValueError, match="shared"):
+        grouped_gemm(128, "k").ring_protocol(2, 2, shared=(True, False))
+
+
+_SHARED = [(True,), (False,), (True, False, True), (False, True, False), (True, True, False)]
+
+
+@pytest.mark.parametrize("cfg", [dict(bn=128), dict(bn=256), dict(bn=128, b_major="mn", k_grouped=True)])
+def test_the_cluster_ring_audits_clean_in_both_cases_and_mixed(cfg):
+    """The cluster ring as the auditor models it: 2 CTAs, each consumer releasing every stage to both
+    CTAs, and per unit B shared (each CTA multicasts its half) or not (each loads both halves into its
+    own stage), in the sequences given: all shared, none, and mixes (a pair straddling two groups or a
+    rank without a tile between shared pairs). The kernel chooses per unit at run time; the audit covers
+    these sequences at these bounds."""
+    k = grouped_gemm(**cfg, cluster=2)
+    s = k.defines("bf16")["GL_STAGES"]
+    for shared in _SHARED:
+        for k_iters in ((1, 2) if len(shared) > 1 else (s - 1, s + 1)):
+            p = k.ring_protocol(k_iters, len(shared), shared=shared)
+            assert p.ctas == 2 and p.bounds["shared_tiles"] == "".join("S" if x else "O" for x in shared)
+            loads = [op for r in p.roles if r.kind == "producer" for op in r.program if op.op == "issue_load"]
+            assert any(op.dests == (0, 1) for op in loads) == any(shared)
+            result = audit(p)
+            assert result.ok, result.render()
+    # seeded faults the search finds at once: a fresh empty barrier waited with the wrong parity; a full
+    # barrier armed for A + half of B (what one CTA's own load of a shared unit brings) completes early
+    faults = audit(k.ring_protocol(2, 2, shared=(False, True), empty_initial_phase=0), stop_at_first=True)
+    assert "deadlock" in {v.kind for v in faults.violations}
+    bn = cfg["bn"]
+    faults = audit(k.ring_protocol(2, 2, shared=(True, False), expect_tx_bytes=(128 + bn // 2) * 64 * 2),
+                   stop_at_first=True)
+    assert not faults.ok and {v.kind for v in faults.violations} & {"stale_read", "read_before_landed"}
+    # (an empty barrier counting one CTA's releases, empty_count=2, is found too, as phase aliasing,
+    # but its search takes tens of seconds: not run here)
+
+
+def _pair_units(tile_start, tiles_n, group_of, ranks=2):
+    """GroupedScheduler::unit<2> (grouped_scheduler.cuh), mirrored: unit -> per rank (M tile, mine, share)."""
+    from gemm_ladder.design.plan import GROUP_M, unit_coords
+
+    tiles = tile_start[-1]
+    units_m = -(-tiles // ranks)
+    out = []
+    for unit in range(units_m * tiles_n):
+        um, tn = unit_coords(unit, units_m, tiles_n, GROUP_M)
+        first, last = um * ranks, um * ranks + ranks - 1
+        both = last < tiles
+        share = both and group_of(tile_start, last) == group_of(tile_start, first)
+        out.append((tn, [(first + r if (r == 0 or both) else first, r == 0 or both, share) for r in range(ranks)]))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_cluster_schedule_writes_every_grouped_row_once(seed):
+    """Pairs of M tiles over the grouped order (the scheduler's mirror): every grouped row written once
+    by the rank whose tile it is; both ranks agree on `share`, which holds exactly when both tiles are
+    one group's; a rank without a tile (odd M-tile count) stores nothing and mirrors rank 0's tile."""
+    import itertools
+    import random
+
+    rng = random.Random(seed)
+    e = rng.choice([1, 2, 3, 8, 33])
+    sizes = [rng.choice([0, 0, 1, 128, 129, rng.randrange(1, 600)]) for _ in range(e)]
+    offs = list(itertools.accumulate(sizes))
+    total = offs[-1] + rng.randrange(0, 40)
+    bm, tiles_n = 128, rng.choice([1, 3])
+    ends, tile_start = _table(offs, total, bm)
+    written, straddled = {}, 0
+    units = _pair_units(tile_start, tiles_n, _group_of)
+    assert len(units) == -(-tile_start[-1] // 2) * tiles_n
+    for tn, ranks in units:
+        groups = [_group_of(tile_start, mt) for mt, _, _ in ranks]
+        assert ranks[0][2] == ranks[1][2] == (ranks[1][1] and groups[0] == groups[1])
+        straddled += ranks[1][1] and groups[0] != groups[1]
+        if not ranks[1][1]:
+            assert ranks[1][0] == ranks[0][0]  # loads rank 0's rows, computes and stores nothing
+        for mt, mine, _ in ranks:
+            if not mine:
+                continue
+            g = _group_of(tile_start, mt)
+            row0 = (ends[g - 1] if g else 0) + (mt - tile_start[g]) * bm
+            for r in range(row0, min(row0 + bm, ends[g])):
+                assert r not in written.get(tn, {}), f"row {r} written twice"
+                written.setdefault(tn, {})[r] = g
+    for tn in range(tiles_n):
+        want = {r: g for g in range(e) for r in range(ends[g - 1] if g else 0, ends[g])}
+        assert written.get(tn, {}) == want
+
+
+def test_pairs_straddle_groups_of_odd_tile_counts():
+    """Groups of 2, 1, 3, 0, 1, 3 M tiles (the GPU test's first sizes): pairs (0, 1), (4, 5), (8, 9)
+    shared (one group each), (2, 3) and (6, 7) straddle two groups; 10 tiles, no rank without a tile;
+    one group more of one tile leaves rank 1 of the last pair without one."""
+    ends, tile_start = _table(list(__import__("itertools").accumulate([129, 1, 300, 0, 128, 257])), 815, 128)
+    assert tile_start == [0, 2, 3, 6, 6, 7, 10]
+    shares = [ranks[0][2] for _, ranks in _pair_units(tile_start, 1, _group_of)]
+    assert shares == [True, False, True, False, True]
+    ends, tile_start = _table(list(__import__("itertools").accumulate([129, 1, 300, 0, 128, 257, 5])), 900, 128)
+    last = _pair_units(tile_start, 1, _group_of)[-1][1]
+    assert last[1][1] is False and last[0][2] is False and last[1][0] == last[0][0] == 10
+
+
+@pytest.mark.parametrize("m,n,groups", [(128, 256, 3), (256, 128, 2), (300, 520, 4), (1, 128, 1)])
+def test_the_cluster_k_schedule_covers_every_tile_once(m, n, groups):
+    """GroupedKScheduler::unit<2> mirrored: per group, pairs of M tiles x N tiles; every (group, M tile,
+    N tile) computed by exactly one rank; B shared exactly when both ranks have a tile."""
+    from gemm_ladder.design.plan import GROUP_M, unit_coords
+
+    bm, bn = 128, 128
+    tiles_m, tiles_n = -(-m // bm), -(-n // bn)
+    units_m = -(-tiles_m // 2)
+    per_group = units_m * tiles_n
+    seen = []
+    for unit in range(groups * per_group):
+        e, rest = divmod(unit, per_group)
+        um, tn = unit_coords(rest, units_m, tiles_n, GROUP_M)
+        share = um * 2 + 1 < tiles_m
+        for rank in (0, 1):
+            mine = um * 2 + rank < tiles_m
+            assert share <= mine
+            if mine:
+                seen.append((e, um * 2 + rank, tn))
+    assert sorted(seen) == [(e, t, c) for e in range(groups) for t in range(tiles_m) for c in range(tiles_n)]

@@ -379,3 +379,122 @@ def test_a_moe_layer_trains_like_torch():
                     p.grad = None
             losses.append(loss.item())
         assert abs(losses[0] - losses[1]) <= 2e-2 * abs(losses[1]), f"step {step}: {losses} (seed {seed})"
+
+
+# --- the cluster build (cluster=2: pairs of M tiles sharing the weight tile by multicast) ---------------
+# Forced through grouped_mm_direct(cluster=2) whatever DEFAULT_CLUSTER says; each output checked against
+# float64 per group and, bit for bit, against the cluster-1 build (the same wgmma sequence on the same
+# data per tile: sharing B changes where its bytes come from, not what they are).
+CSIZES = [
+    [129, 1, 300, 0, 128, 257],  # odd M-tile counts (2, 1, 3, 0, 1, 3): pairs straddle two groups
+    [0, 5, 0, 1, 300, 0],  # empty and one-row groups, empty at both ends
+    [1, 1, 1, 1, 1, 1, 1],  # one row each: every pair straddles, the last rank has no tile
+    [512, 256],  # every pair shared
+    [37, 129, 64, 255, 3, 0, 511],  # groups ending mid-tile
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("sizes", CSIZES)
+@pytest.mark.parametrize("n,k", [(256, 128), (200, 72), (384, 1000)])
+def test_cluster_build_matches_reference(dtype, sizes, n, k):
+    seed = _seed()
+    e = len(sizes)
+    rows = sum(sizes) + 7  # rows past offs[-1]: not written
+    x = torch.randn(rows, k, dtype=dtype, device="cuda")
+    w = torch.randn(e, n, k, dtype=dtype, device="cuda")
+    offs = _offs(sizes)
+    ends = offs.tolist()
+    for bn in (128, 256):
+        for major in ("k", "mn"):  # the weight K-major (forward) or N-major (grad_x = grad_y @ w[e])
+            b = w.transpose(1, 2) if major == "k" else w.transpose(1, 2).contiguous()
+            from gemm_ladder.library.grouped import grouped_gemm
+
+            out = torch.full((rows, n), float("nan"), dtype=dtype, device="cuda")
+            grouped_gemm(bn, major, cluster=2).launch(x, b.transpose(1, 2), offs, out)
+            tag = f"cluster 2 bn {bn} {major}-major"
+            _check(out, x, w, ends, dtype, seed, tag=tag)
+            assert torch.isnan(out[ends[-1]:]).all(), f"{tag}: rows past offs[-1] were written (seed {seed})"
+            one = grouped_mm_direct(x, b, offs, bn=bn, cluster=1)
+            assert torch.equal(out[:ends[-1]], one[:ends[-1]]), f"{tag}: differs from the cluster-1 build (seed {seed})"
+            again = grouped_mm_direct(x, b, offs, bn=bn, cluster=2)
+            assert torch.equal(again[:ends[-1]], out[:ends[-1]]), f"{tag}: not bitwise repeatable (seed {seed})"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cluster_build_bias_and_fp32_out(dtype):
+    seed = _seed()
+    sizes = [10, 0, 130, 7, 129]
+    e, n, k = len(sizes), 136, 200
+    x = torch.randn(sum(sizes), k, dtype=dtype, device="cuda")
+    w = torch.randn(e, n, k, dtype=dtype, device="cuda")
+    bias = torch.randn(e, n, dtype=dtype, device="cuda")
+    offs = _offs(sizes)
+    _poison((sum(sizes), n), dtype)
+    got = grouped_mm_direct(x, w.transpose(1, 2), offs, bias=bias, cluster=2)
+    _check(got, x, w, offs.tolist(), dtype, seed, bias=bias, tag="cluster 2 bias")
+    got32 = grouped_mm_direct(x, w.transpose(1, 2), offs, out_dtype=torch.float32, cluster=2)
+    assert got32.dtype == torch.float32
+    _check(got32, x, w, offs.tolist(), dtype, seed, tag="cluster 2 fp32 out")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m_max,counts", [(40, [3, 0, 40, 1, 77, -2]), (300, [129, 0, 300, 1, 257, 200])])
+def test_cluster_build_masked_layout(dtype, m_max, counts):
+    seed = _seed()
+    e, n, k = len(counts), 136, 256
+    counts = torch.tensor(counts, dtype=torch.int32, device="cuda")
+    a = torch.randn(e, m_max, k, dtype=dtype, device="cuda")
+    w = torch.randn(e, n, k, dtype=dtype, device="cuda")
+    from gemm_ladder.api_grouped import grouped_mm_masked_direct
+
+    for bn in (128, 256):
+        _poison((e, m_max, n), dtype)
+        got = grouped_mm_masked_direct(a, w.transpose(1, 2), counts, bn=bn, cluster=2)
+        one = grouped_mm_masked_direct(a, w.transpose(1, 2), counts, bn=bn, cluster=1)
+        for i, c in enumerate(counts.clamp(0, m_max).tolist()):
+            if c:
+                _check(got[i, :c], a[i, :c], w[i:i + 1], [c], dtype, seed, tag=f"cluster 2 masked bn {bn} expert {i}")
+                assert torch.equal(got[i, :c], one[i, :c]), f"masked expert {i}: differs from cluster 1 (seed {seed})"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("sizes", KSIZES)
+@pytest.mark.parametrize("m,n", [(128, 256), (200, 136), (384, 136)])
+def test_cluster_build_grouped_along_k(dtype, sizes, m, n):
+    """The weight gradient on the cluster build: M = 384 is three M tiles (the last pair's rank 1 has no
+    tile: B loaded whole by rank 0), 128 one (never shared), 200 two (always shared)."""
+    seed = _seed()
+    rows = sum(sizes) + 9
+    x = torch.randn(rows, m, dtype=dtype, device="cuda")
+    b = torch.randn(rows, n, dtype=dtype, device="cuda")
+    offs = _offs(sizes)
+    for bn in (128, 256):
+        _poison((len(sizes), m, n), dtype)
+        out = grouped_mm_direct(x.t(), b, offs, bn=bn, cluster=2)
+        one = grouped_mm_direct(x.t(), b, offs, bn=bn, cluster=1)
+        assert torch.equal(out, one), f"k-grouped cluster 2 bn {bn}: differs from cluster 1 (seed {seed})"
+        start = 0
+        for e, end in enumerate(offs.tolist()):
+            if end == start:
+                assert torch.equal(out[e], torch.zeros_like(out[e])), f"empty group {e} not zeros (seed {seed})"
+                continue
+            _check(out[e], x[start:end].t().contiguous(), b[start:end].t().contiguous()[None], [m], dtype, seed,
+                   tag=f"k-grouped cluster 2 bn {bn} group {e}")
+            start = end
+        assert torch.equal(grouped_mm_direct(x.t(), b, offs, bn=bn, cluster=2), out), f"not repeatable (seed {seed})"
+
+
+def test_cluster_build_along_k_masks_the_neighbours_rows():
+    """As test_grouped_along_k_masks_the_neighbours_rows, on the cluster build: each CTA masks its own
+    copy of a stage whose B half came from the peer."""
+    seed = _seed()
+    sizes = [70, 10, 100]
+    x = torch.randn(180, 256, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(180, 256, dtype=torch.bfloat16, device="cuda")
+    x[75, :] = float("inf")
+    b[72, :] = float("nan")
+    for bn in (128, 256):
+        out = grouped_mm_direct(x.t(), b, _offs(sizes), bn=bn, cluster=2)
+        assert torch.isfinite(out[0]).all() and torch.isfinite(out[2]).all(), f"bn {bn} (seed {seed})"
+        assert torch.isnan(out[1]).all(), f"bn {bn}: group 1's NaN row must reach every element (seed {seed})"

@@ -28,7 +28,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from gemm_ladder.contract import DTYPES
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
-from gemm_ladder.library.grouped import MAX_GROUPS, grouped_gemm
+from gemm_ladder.library.grouped import DEFAULT_CLUSTER, MAX_GROUPS, grouped_gemm
 from gemm_ladder.library.gemm import MAX_EXTENT
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES
 
@@ -202,12 +202,14 @@ def _check_offs(offs, groups: int, device) -> None:
 
 
 def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None,
-                      bias: torch.Tensor | None = None, bn: int | None = None) -> torch.Tensor:
+                      bias: torch.Tensor | None = None, bn: int | None = None,
+                      cluster: int | None = None) -> torch.Tensor:
     """``torch._grouped_mm(a, b, offs)`` on the library's grouped kernel (module docstring: cases,
     layouts, errors), on torch's current stream, without the op boundary (no autograd).
 
     ``bias``: (E, N) in a's dtype, added per group (grouped_linear). ``bn``: the tile width (128 or
-    256; default by N)."""
+    256; default by N). ``cluster``: CTAs per cluster of the build (1, or 2: pairs of M tiles sharing
+    the weight tile; default library/grouped.py's DEFAULT_CLUSTER); ValueError for another value."""
     case, dt = check_grouped_mm(a, b, offs, out_dtype)
     if case == "2d2d":
         if bias is not None:
@@ -218,7 +220,8 @@ def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | Non
             return out
         if total_k == 0:
             return out.zero_()
-        grouped_gemm(bn or 128, "mn", dt == torch.float32, False, True).launch_k(a, b, offs, out)
+        grouped_gemm(bn or 128, "mn", dt == torch.float32, False, True,
+                     cluster=DEFAULT_CLUSTER if cluster is None else cluster).launch_k(a, b, offs, out)
         return out
     groups, k, n = b.shape
     if case == "3d3d":
@@ -228,21 +231,22 @@ def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | Non
             return out
         x = a.reshape(groups * m, k)
         offs = torch.arange(1, groups + 1, dtype=torch.int32, device=a.device) * m
-        _launch(x, b, offs, out.view(groups * m, n), bias, bn)
+        _launch(x, b, offs, out.view(groups * m, n), bias, bn, cluster=cluster)
         return out
     out = torch.empty((a.shape[0], n), dtype=dt, device=a.device)
-    _launch(a, b, offs, out, bias, bn)
+    _launch(a, b, offs, out, bias, bn, cluster=cluster)
     return out
 
 
 def grouped_mm_masked_direct(a: torch.Tensor, b: torch.Tensor, counts: torch.Tensor, *, out_dtype=None,
-                             bn: int | None = None) -> torch.Tensor:
+                             bn: int | None = None, cluster: int | None = None) -> torch.Tensor:
     """The masked layout of decode: a (E, M_max, K), b (E, K, N) (each b[e] K- or N-major), counts (E,)
     int32 on a's device, the valid rows of each a[e]. Returns out (E, M_max, N) with
     out[e, :counts[e]] = a[e, :counts[e]] @ b[e]; rows past a count are not written (a count is clamped
     to [0, M_max]); an expert with no row costs no tile. The counts stay on the device (one launch and
-    one CUDA graph for every routing). Raises as :func:`check_grouped_mm` for the 3-D x 3-D case, and
-    GemmInputError for counts of another dtype, shape or device."""
+    one CUDA graph for every routing). ``bn``, ``cluster``: the build, as :func:`grouped_mm_direct`'s.
+    Raises as :func:`check_grouped_mm` for the 3-D x 3-D case, and GemmInputError for counts of another
+    dtype, shape or device."""
     a, b, counts = _tensor("a", a), _tensor("b", b), _tensor("counts", counts)
     if a.dim() != 3:
         raise GemmInputError(f"a must be (E, M_max, K) for the masked layout, got {a.dim()}-D")
@@ -255,7 +259,8 @@ def grouped_mm_masked_direct(a: torch.Tensor, b: torch.Tensor, counts: torch.Ten
         return out
     if k == 0:
         return out.zero_()
-    _launch(a.reshape(groups * m_max, k), b, counts, out.view(groups * m_max, n), None, bn, masked=True)
+    _launch(a.reshape(groups * m_max, k), b, counts, out.view(groups * m_max, n), None, bn, masked=True,
+            cluster=cluster)
     return out
 
 
@@ -265,7 +270,7 @@ def choose_bn(n: int, rows: int, groups: int) -> int:
     return 256 if n >= 2048 or (n >= 1024 and rows >= 64 * groups) else 128
 
 
-def _launch(x, b, offs, out, bias, bn, masked: bool = False) -> None:
+def _launch(x, b, offs, out, bias, bn, masked: bool = False, cluster: int | None = None) -> None:
     rows, k = x.shape
     groups, _, n = b.shape
     if rows == 0 or n == 0 or groups == 0:
@@ -289,7 +294,8 @@ def _launch(x, b, offs, out, bias, bn, masked: bool = False) -> None:
     w = b.transpose(1, 2)  # (E, N, K): stride(2) == 1 for a K-major b, stride(1) == 1 for an N-major one
     if bn is None:
         bn = choose_bn(n, rows, groups)
-    kernel = grouped_gemm(bn, major, out.dtype == torch.float32, bias is not None, masked=masked)
+    kernel = grouped_gemm(bn, major, out.dtype == torch.float32, bias is not None, masked=masked,
+                          cluster=DEFAULT_CLUSTER if cluster is None else cluster)
     kernel.launch(x, w, offs, out, bias)
 
 

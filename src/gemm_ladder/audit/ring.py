@@ -42,6 +42,10 @@ class RingConfig:
         consumers: consumer warpgroups per CTA (cooperative: all read every stage).
         cluster: CTAs per cluster; with ``multicast`` (default: cluster > 1) B is split in ``cluster``
             equal parts (``bn`` must divide), each loaded by one CTA and multicast to all.
+        shared_tiles: with multicast, whether each tile (one entry per tile) shares B: True as above;
+            False, each CTA loads every part of B into its own stage alone, while the releases, the
+            barriers and expect_tx stay the cluster's (the grouped kernel's cluster build, whose units
+            decide one by one whether their two M tiles read one weight). None: every tile shares.
         warp_specialized: separate producer thread; otherwise one warpgroup whose thread 0 also issues
             (then ``consumers`` must be 1).
         consumer_threads: threads a consumer role stands for (128: a warpgroup).
@@ -129,6 +133,7 @@ class RingConfig:
     drain_staging_before_reuse: bool = True
     final_store_wait: bool = True
     shared_staging: bool = False
+    shared_tiles: tuple[bool, ...] | None = None
     a_load_bytes: int | None = None
     b_load_bytes: int | None = None
     expect_tx_bytes: int | None = None
@@ -143,7 +148,7 @@ class RingConfig:
             if not isinstance(order, tuple) or len(set(order)) != len(order) or not set(order) <= set(allowed):
                 raise ValueError(f"RingConfig.{name} must be distinct steps of {', '.join(allowed)}, got {order!r}")
         for f in fields(self):
-            if f.name.endswith("_order"):
+            if f.name.endswith("_order") or f.name == "shared_tiles":
                 continue
             value, want = getattr(self, f.name), bool if str(f.type).startswith("bool") else int
             if value is None and str(f.type).endswith("None"):
@@ -157,6 +162,11 @@ class RingConfig:
         for name in ("a_load_bytes", "b_load_bytes", "expect_tx_bytes"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"RingConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.shared_tiles is not None and (
+                not isinstance(self.shared_tiles, tuple) or len(self.shared_tiles) != self.tiles
+                or not all(isinstance(x, bool) for x in self.shared_tiles) or not self.b_multicast):
+            raise ValueError(f"RingConfig.shared_tiles must be a tuple of {self.tiles} bools (one per tile) on a "
+                             f"multicast ring, got {self.shared_tiles!r}")
         if self.empty_count is not None and self.empty_count < 1:
             raise ValueError(f"RingConfig.empty_count must be >= 1 (an mbarrier counts at least one arrival), "
                              f"got {self.empty_count}")
@@ -255,9 +265,11 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
         commit = steps["commit"]
         commit.append(Op("expect_tx", "full", s, bytes=expect))
         commit.append(Op("issue_load", "full", s, buffers=("A",), bytes=a_bytes, tag=g))
-        if multicast:
+        if multicast and (cfg.shared_tiles is None or cfg.shared_tiles[g // k_iters]):
             commit.append(Op("issue_load", "full", s, buffers=(b_names[c],), bytes=b_load, tag=g,
                              dests=tuple(range(cluster))))
+        elif multicast:  # this tile does not share B: every part into this CTA's own stage
+            commit += [Op("issue_load", "full", s, buffers=(name,), bytes=b_load, tag=g) for name in b_names]
         else:
             commit.append(Op("issue_load", "full", s, buffers=("B",), bytes=b_load, tag=g))
         return [op for step in cfg.producer_order for op in steps[step]]
@@ -359,6 +371,8 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
 
     b = {"stages": stages, "k_iters": k_iters, "tiles_per_cta": tiles, "consumers": consumers,
          "cluster": cluster, "warp_specialized": warp_specialized, "multicast": multicast}
+    if cfg.shared_tiles is not None:
+        b["shared_tiles"] = "".join("S" if x else "O" for x in cfg.shared_tiles)
     if staging_buffers > 1 or panels_per_tile > 1:
         b.update(staging_buffers=staging_buffers, panels_per_tile=panels_per_tile, deferred_panels=deferred_panels)
     if bounds:

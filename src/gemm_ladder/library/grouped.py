@@ -16,8 +16,8 @@ arguments) depends on R, N, K, E and the pointers only.
 
 **The plan.** The kernel's ring, shared memory, stage count, expect_tx bytes and roles are those of the
 designer's plan (:func:`plan_gemm`) of one dense GEMM (R, N, K) on the configuration the kernel is built
-with: tile 128 x BN x 64, one CTA per cluster, two consumer warpgroups, a producer warpgroup, C stored
-from registers (no C staging), persistent. Its stage count is the most that fit in shared memory beside
+with: tile 128 x BN x 64, one CTA per cluster (or two: below), two consumer warpgroups, a producer
+warpgroup, C stored from registers (no C staging), persistent. Its stage count is the most that fit in shared memory beside
 the kernel's group table (:data:`GROUP_TABLE_BYTES`, static shared memory). What the grouped kernel
 changes is named in :class:`GroupedPlan`: the weight's tensor map is rank 3 over (E, N, K) (the group is
 its outer coordinate), the schedule's tile count is known on the device only, and rows are masked at
@@ -27,6 +27,13 @@ each group's end.
 aligned); w K-major per group (``b_major="k"``: element (e, n, k) at e * s_e + n * s_n + k) or N-major
 (``"mn"``: at e * s_e + k * s_k + n, the backward's grad_x = grad_out @ w[e]), strides multiples of 16
 bytes; out (R, N) row-major with any pitch >= N; E <= :data:`MAX_GROUPS`.
+
+**The cluster build** (``cluster=2``, :data:`CLUSTERS`; not measured yet, so :data:`DEFAULT_CLUSTER`
+stays 1): two CTAs per cluster take units of two vertically adjacent M tiles (one N tile; along K, one
+group), and when both tiles read one weight each CTA loads half of the B tile and multicasts it to
+both (the dense library kernel's level-8 sharing). The plan is the designer's at cluster 2 (B boxes of
+BN / 2 rows for a K-major weight, empty barriers counting both CTAs' consumers, expect_tx A + the whole
+B); the launch is a grid of 2 x the resident clusters, at most 2 x the units.
 """
 
 from __future__ import annotations
@@ -60,6 +67,11 @@ FAMILY = "sm90_grouped_gemm"
 KERNEL_NAME = "grouped_gemm_kernel"
 BM, BK = 128, 64
 BNS = (128, 256)
+#: CTAs per cluster a build may have: 1, or 2 sharing the weight tile by multicast.
+CLUSTERS = (1, 2)
+#: The cluster size the public calls (api_grouped.py) build with unless told: 1 until the cluster build
+#: is measured on the GPU.
+DEFAULT_CLUSTER = 1
 CONSUMERS = 2
 #: The most groups one launch takes: the group table in each CTA's shared memory has this many entries.
 MAX_GROUPS = 1024
@@ -76,7 +88,8 @@ class GroupedPlan:
     stages, load protocol, roles). ``tensor_maps``: the kernel's own maps, ``x`` (rank 2 over all rows)
     and ``w`` (rank 3, the group outermost), validated against cuTensorMapEncodeTiled's rules.
     ``max_tiles``: an upper bound of the launch's tiles, sum over groups of ceil(rows / 128) <=
-    ceil(R / 128) + E, times the N tiles (the exact count is computed on the device).
+    ceil(R / 128) + E, times the N tiles (the exact count is computed on the device); ``max_units`` the
+    same bound over the ``cluster``'s units (pairs of M tiles at cluster 2).
     """
 
     rows: int
@@ -88,16 +101,22 @@ class GroupedPlan:
     b_major: str
     gemm: Plan
     tensor_maps: dict[str, TensorMapSpec]
+    cluster: int = 1
 
     @property
     def max_tiles(self) -> int:
         return (ceil_div(self.rows, BM) + self.groups) * ceil_div(self.n, self.bn)
 
+    @property
+    def max_units(self) -> int:
+        return ceil_div(ceil_div(self.rows, BM) + self.groups, self.cluster) * ceil_div(self.n, self.bn)
+
     def to_json(self) -> dict:
         return {
             "schema": "gemm-ladder/grouped-plan/1",
             "problem": {"rows": self.rows, "n": self.n, "k": self.k, "groups": self.groups, "dtype": self.dtype,
-                        "bn": self.bn, "b_major": self.b_major, "max_tiles": self.max_tiles},
+                        "bn": self.bn, "b_major": self.b_major, "max_tiles": self.max_tiles,
+                        "cluster": self.cluster, "max_units": self.max_units},
             "tensor_maps": {k: v.to_json() for k, v in self.tensor_maps.items()},
             "gemm": self.gemm.to_json(),
         }
@@ -111,24 +130,30 @@ class GroupedPlan:
             f"{g.smem.total_bytes} bytes of dynamic shared memory + {GROUP_TABLE_BYTES} of group table",
             f"at most {self.max_tiles} tiles (exact count on the device), C stored from registers, rows masked per group",
         ]
+        if self.cluster > 1:
+            lines.append(f"clusters of {self.cluster} CTAs on units of {self.cluster} M tiles; B multicast in halves when "
+                         "both tiles are one group's, else loaded whole by each CTA")
         lines += [f"map {name}: {spec.description}; globalDim {spec.global_dim}, box {spec.box_dim}"
                   for name, spec in self.tensor_maps.items()]
         return "\n".join(lines)
 
 
 def weight_map(groups: int, n: int, k: int, *, b_major: str, stride_major: int, stride_group: int, bn: int,
-               data_type: str, elem_bytes: int) -> TensorMapSpec:
+               data_type: str, elem_bytes: int, cluster: int = 1) -> TensorMapSpec:
     """The rank-3 map of the weights (not validated). ``b_major="k"``: element (e, n, k) at
-    e * stride_group + n * stride_major + k: globalDim (K, N, E), box (BK, BN, 1). ``"mn"``: at
+    e * stride_group + n * stride_major + k: globalDim (K, N, E), box (BK, BN / cluster, 1) (a cluster
+    of 2 loads B as two halves: one per CTA when shared, both by one CTA when not). ``"mn"``: at
     e * stride_group + k * stride_major + n: globalDim (N, K, E), box (128 / e, BK, 1), BN / 64 boxes
-    per stage. Strides in elements."""
+    per stage (a half is BN / 128 of them). Strides in elements."""
     strides = (stride_major * elem_bytes, stride_group * elem_bytes)
     common = dict(name="w", data_type=data_type, elem_bytes=elem_bytes, rank=3, element_strides=(1, 1, 1),
                   global_strides=strides)
     if b_major == "k":
+        rows = bn // cluster
+        per_stage = f"one {bn} x BK box" if cluster == 1 else f"{cluster} boxes of {rows} x BK"
         return TensorMapSpec(description=f"w (E, N, K) K-major per group (ld {stride_major}, group stride "
-                                         f"{stride_group}), one {bn} x BK box of group e per stage",
-                             global_dim=(k, n, groups), box_dim=(BK, bn, 1), **common)
+                                         f"{stride_group}), {per_stage} of group e per stage",
+                             global_dim=(k, n, groups), box_dim=(BK, rows, 1), **common)
     inner = 128 // elem_bytes
     return TensorMapSpec(description=f"w (E, K, N) N-major per group (ld {stride_major}, group stride {stride_group}), "
                                      f"{bn // inner} boxes of {inner} N x BK K of group e per stage",
@@ -138,7 +163,8 @@ def weight_map(groups: int, n: int, k: int, *, b_major: str, stride_major: int, 
 @dataclass(frozen=True, eq=False)
 class GroupedGemm:
     """One build configuration of the grouped kernel: ``bn`` 128 or 256, the weight's ``b_major``,
-    ``out_fp32`` (write float32), ``bias`` (add a bias row per group). Use :func:`grouped_gemm` for the
+    ``out_fp32`` (write float32), ``bias`` (add a bias row per group), ``cluster`` (1, or 2: pairs of M
+    tiles sharing the weight tile by multicast; module docstring). Use :func:`grouped_gemm` for the
     shared instance, whose plans and maps are cached on it (its builds and loaded kernels in
     library/kernel.py, keyed by :meth:`config`)."""
 
@@ -151,6 +177,8 @@ class GroupedGemm:
     k_grouped: bool = False
     #: The masked layout (GL_MASKED, decode): x (E x M_max, K), ``offs`` the valid rows per group.
     masked: bool = False
+    #: CTAs per cluster (:data:`CLUSTERS`).
+    cluster: int = 1
     _plans: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False)
 
@@ -161,7 +189,8 @@ class GroupedGemm:
     @property
     def name(self) -> str:
         return (f"sm90_grouped_gemm_{self.bn}_{'kgrouped' if self.k_grouped else self.b_major}"
-                + ("_f32" if self.out_fp32 else "") + ("_bias" if self.bias else "") + ("_masked" if self.masked else ""))
+                + ("_f32" if self.out_fp32 else "") + ("_bias" if self.bias else "") + ("_masked" if self.masked else "")
+                + ("" if self.cluster == 1 else f"_c{self.cluster}"))
 
     @staticmethod
     def stages(bn: int, dtype: str = "bf16", arch: str = "sm_90a") -> int:
@@ -189,9 +218,10 @@ class GroupedGemm:
         return {k: v for k, v in self.config(dtype, arch).defines().items() if not k.startswith("GL_DTYPE_")}
 
     def geometry(self, dtype: str) -> LaunchGeometry:
-        """384 threads (a producer and two consumer warpgroups), the planned dynamic shared memory."""
+        """384 threads (a producer and two consumer warpgroups), the planned dynamic shared memory, the
+        build's cluster size."""
         d = self.defines(dtype)
-        return LaunchGeometry(threads=int(d["GL_THREADS"]), dynamic_smem=int(d["GL_SMEM_BYTES"]), cluster=1)
+        return LaunchGeometry(threads=int(d["GL_THREADS"]), dynamic_smem=int(d["GL_SMEM_BYTES"]), cluster=self.cluster)
 
     def translation_unit(self, dtype: str) -> str:
         """The source compiled: a comment naming the build, then the kernel."""
@@ -210,7 +240,7 @@ class GroupedGemm:
         return cached(self._plans, key, lambda: self._plan(rows, n, k, groups, dtype, ldx, w_strides))
 
     def _plan(self, rows, n, k, groups, dtype, ldx, w_strides) -> GroupedPlan:
-        gemm = plan_gemm(rows, n, k, dtype, tile=self.tile, stages=self.stages(self.bn, dtype), cluster=1,
+        gemm = plan_gemm(rows, n, k, dtype, tile=self.tile, stages=self.stages(self.bn, dtype), cluster=self.cluster,
                          consumers=CONSUMERS, persistent=True, producer_warpgroup=True, c_from_registers=True,
                          b_major=self.b_major, lda=ldx, ldb=None if w_strides is None else w_strides[1])
         dt = dtype_info(dtype)
@@ -220,17 +250,18 @@ class GroupedGemm:
             "x": operand_map("x", rows, k, major="k", ld=k if ldx is None else ldx, tile_rows=BM, bk=BK,
                              data_type=dt.tensor_map_type, elem_bytes=dt.elem_bytes, what="x (R, K) over every group's rows"),
             "w": weight_map(groups, n, k, b_major=self.b_major, stride_major=w_strides[1], stride_group=w_strides[0],
-                            bn=self.bn, data_type=dt.tensor_map_type, elem_bytes=dt.elem_bytes),
+                            bn=self.bn, data_type=dt.tensor_map_type, elem_bytes=dt.elem_bytes, cluster=self.cluster),
         }
         for spec in maps.values():
             spec.validate()
-        w_boxes = 1 if self.b_major == "k" else self.bn // maps["w"].box_dim[0]
+        w_boxes = self.bn // maps["w"].box_dim[1 if self.b_major == "k" else 0]  # every CTA receives the whole B
         box_bytes = maps["x"].box_bytes + maps["w"].box_bytes * w_boxes
         assert box_bytes == gemm.load_protocol.expect_tx_bytes, (box_bytes, gemm.load_protocol.expect_tx_bytes)
         return GroupedPlan(rows=rows, n=n, k=k, groups=groups, dtype=dtype, bn=self.bn, b_major=self.b_major,
-                           gemm=gemm, tensor_maps=maps)
+                           gemm=gemm, tensor_maps=maps, cluster=self.cluster)
 
-    def ring_protocol(self, k_iters: int | None = None, tiles: int = 2, dtype: str = "bf16", **faults):
+    def ring_protocol(self, k_iters: int | None = None, tiles: int = 2, dtype: str = "bf16",
+                      shared: tuple[bool, ...] | None = None, **faults):
         """The kernel's stage ring as the auditor models it (gemm_ladder.audit), from its plan's facts: a
         producer thread, two consumer warpgroups reading every stage, each stage released once the wgmma
         of the next is issued (release_lag 1, wgmma.wait_group 1), the planned stage count, barrier
@@ -240,7 +271,14 @@ class GroupedGemm:
         epilogue stages into a private buffer per consumer; the kernel stores from registers, which
         touches no shared memory, so it adds no hazard the kernel has and hides none. ``k_iters``
         defaults to stages + 1 (the ring wraps within a tile). ``faults`` go to
-        :class:`gemm_ladder.audit.ring.RingConfig` (to show the audit can fail)."""
+        :class:`gemm_ladder.audit.ring.RingConfig` (to show the audit can fail).
+
+        The cluster build: two CTAs, each consumer releasing every stage to both, B in two halves.
+        ``shared`` says per unit (tile of the model) whether the pair shares B (each CTA loads its half
+        and multicasts it) or not (each loads both halves into its own stage): a tuple of ``tiles``
+        bools, default every unit shared. The kernel decides per unit at run time; the audit covers the
+        sequences it is given (the model's units all take ``k_iters`` K iterations; a rank without a
+        tile walks its units' stages as a CTA that does not share)."""
         from gemm_ladder.audit.ring import RingConfig, build_ring_protocol
 
         plan = self.plan_k(256, 256, 4096, 2, dtype) if self.k_grouped else self.plan(256, 256, 4096, 2, dtype)
@@ -250,10 +288,16 @@ class GroupedGemm:
                     full_initial_phase=g.ring.first_full_wait_parity, empty_initial_phase=g.ring.first_empty_wait_parity,
                     expect_tx_bytes=g.load_protocol.expect_tx_bytes)
         bm, bn, bk = g.tile
+        if self.cluster > 1:
+            shared = (True,) * tiles if shared is None else tuple(shared)
+            faults = {"shared_tiles": shared, **faults}
+        elif shared is not None:
+            raise ValueError("shared: only a cluster build shares B")
+        label = "" if shared is None else "-" + "".join("S" if x else "O" for x in shared)
         return build_ring_protocol(RingConfig(
-            stages=g.stages, k_iters=k_iters, tiles=tiles, consumers=g.consumers.warpgroups, cluster=1,
+            stages=g.stages, k_iters=k_iters, tiles=tiles, consumers=g.consumers.warpgroups, cluster=self.cluster,
             warp_specialized=g.consumers.producer_warpgroup, release_lag=1, bm=bm, bn=bn, bk=bk, **{**ring, **faults}),
-            name=f"{self.name}-S{g.stages}-K{k_iters}-T{tiles}")
+            name=f"{self.name}-S{g.stages}-K{k_iters}-T{tiles}{label}")
 
     # --- operands ---------------------------------------------------------------------------------
     def supports(self, x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, out: torch.Tensor,
@@ -325,7 +369,8 @@ class GroupedGemm:
 
         def make():
             g = self.geometry(dtype)
-            return load(GROUPED_GEMM.build(config), device, threads=g.threads, dynamic_smem=g.dynamic_smem, cluster=1)
+            return load(GROUPED_GEMM.build(config), device, threads=g.threads, dynamic_smem=g.dynamic_smem,
+                        cluster=g.cluster)
 
         return K.loaded(config, device_index(device), make)
 
@@ -345,7 +390,8 @@ class GroupedGemm:
             plan = self.plan(rows, n, k, groups, dtype, ldx=_ld(x, 0, k), w_strides=self.w_strides(w))
         except PlanRefused as exc:
             raise GemmInputError(str(exc)) from None
-        grid = min(kernel.max_active_clusters(out.device), plan.max_tiles)
+        # Whole clusters, at most one per unit (a unit is `cluster` M tiles x one N tile).
+        grid = self.cluster * min(kernel.max_active_clusters(out.device), plan.max_units)
         map_x, map_w = self.maps(plan, x, w)
         args = [map_x, map_w, ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld(out, 0, n)),
                 ctypes.c_void_p(offs.data_ptr()), ctypes.c_int(groups), ctypes.c_int(rows), ctypes.c_int(n),
@@ -368,7 +414,8 @@ class GroupedGemm:
         shared memory. ``lda``/``ldb``: the pitch along K in elements (default M, N)."""
         key = ("k", m, n, total_k, groups, dtype, lda, ldb)
         return cached(self._plans, key, lambda: plan_gemm(
-            m, n, total_k, dtype, tile=self.tile, stages=self.stages(self.bn, dtype), cluster=1, consumers=CONSUMERS,
+            m, n, total_k, dtype, tile=self.tile, stages=self.stages(self.bn, dtype), cluster=self.cluster,
+            consumers=CONSUMERS,
             persistent=True, producer_warpgroup=True, c_from_registers=True, a_major="mn", b_major="mn", lda=lda,
             ldb=ldb))
 
@@ -427,8 +474,8 @@ class GroupedGemm:
             plan = self.plan_k(m, n, total_k, groups, dtype, lda=lda, ldb=ldb)
         except PlanRefused as exc:
             raise GemmInputError(str(exc)) from None
-        tiles = groups * ceil_div(m, BM) * ceil_div(n, self.bn)
-        grid = min(kernel.max_active_clusters(out.device), tiles)
+        units = groups * ceil_div(ceil_div(m, BM), self.cluster) * ceil_div(n, self.bn)
+        grid = self.cluster * min(kernel.max_active_clusters(out.device), units)
         maps = cached(self._maps, (a.data_ptr(), b.data_ptr(), plan.tensor_maps["a"], plan.tensor_maps["b"]),
                       lambda: _encode(a.device, (plan.tensor_maps["a"], a), (plan.tensor_maps["b"], b)))
         args = [*maps, ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld(out, 1, n)),
@@ -467,19 +514,19 @@ def _config(kernel: GroupedGemm, dtype: str, arch: str) -> KernelConfig:
     return KernelConfig(
         FAMILY, dtype=dtype, out_dtype="fp32" if kernel.out_fp32 else dtype, arch=arch,
         a_major="mn" if kernel.k_grouped else "k", b_major=kernel.b_major, tile=kernel.tile,
-        stages=kernel.stages(kernel.bn, dtype, arch), cluster=1, consumers=CONSUMERS, producer_warpgroup=True,
+        stages=kernel.stages(kernel.bn, dtype, arch), cluster=kernel.cluster, consumers=CONSUMERS, producer_warpgroup=True,
         c_ring=0, store=STORE_REGISTERS, schedule=GROUPED, grouping=kernel.grouping, extra=tuple(extra))
 
 
 def kernel_for(config: KernelConfig) -> GroupedGemm:
     """The :class:`GroupedGemm` whose builds ``config`` describes (its tile width, weight major, output
-    dtype, bias and grouping); raises ValueError for a config of another family or one this family does
-    not build."""
+    dtype, bias, grouping and cluster); raises ValueError for a config of another family or one this
+    family does not build."""
     if config.family != FAMILY:
         raise ValueError(f"config of family {config.family!r} given to {FAMILY}")
     try:
         kernel = grouped_gemm(config.tile[1], config.b_major, config.out_fp32, ("GL_BIAS", 1) in config.extra,
-                              config.grouping == GROUP_K, config.grouping == GROUP_M_MASKED)
+                              config.grouping == GROUP_K, config.grouping == GROUP_M_MASKED, config.cluster)
         same = kernel.config(config.dtype, config.arch) == config
     except (ValueError, KeyError):
         same = False
@@ -499,10 +546,10 @@ class Sm90GroupedGemm:
     splits: tuple[str, ...] = ()
 
     def config(self, bn: int, b_major: str, dtype: str, *, out_dtype: str | None = None, bias: bool = False,
-               grouping: str = GROUP_M) -> KernelConfig:
+               grouping: str = GROUP_M, cluster: int = 1) -> KernelConfig:
         """The build with tile width ``bn``, the weight ``b_major``, ``dtype`` inputs, ``out_dtype``
-        (default the inputs'; or "fp32"), a bias row per group, and ``grouping``. Raises ValueError for a
-        build this family does not make."""
+        (default the inputs'; or "fp32"), a bias row per group, ``grouping`` and ``cluster`` (1 or 2).
+        Raises ValueError for a build this family does not make."""
         # Checked here: the flags below would turn an unknown grouping into "m" and an output dtype
         # other than the inputs' or fp32 into the inputs'.
         if dtype not in HALF_DTYPES:
@@ -512,7 +559,7 @@ class Sm90GroupedGemm:
         if grouping not in GROUPINGS:
             raise ValueError(f"grouping = {grouping!r}: one of {', '.join(GROUPINGS)}")
         return grouped_gemm(bn, b_major, out_dtype == "fp32", bias, grouping == GROUP_K,
-                            grouping == GROUP_M_MASKED).config(dtype)
+                            grouping == GROUP_M_MASKED, cluster).config(dtype)
 
     def supports(self, config: KernelConfig, problem: Operands, **rules) -> str | None:
         kernel = kernel_for(config)
@@ -554,9 +601,10 @@ GROUPED_GEMM = Sm90GroupedGemm()
 
 
 def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias: bool = False,
-                 k_grouped: bool = False, masked: bool = False) -> GroupedGemm:
+                 k_grouped: bool = False, masked: bool = False, cluster: int = 1) -> GroupedGemm:
     """The shared :class:`GroupedGemm` of one build configuration. Raises ValueError for a BN not in
-    :data:`BNS`, a major not in :data:`B_MAJORS`, or a K-grouped build with a K-major b or a bias."""
+    :data:`BNS`, a major not in :data:`B_MAJORS`, a cluster not in :data:`CLUSTERS`, or a K-grouped
+    build with a K-major b or a bias."""
     if bn not in BNS:
         raise ValueError(f"bn = {bn}: the grouped kernel is built with BN in {BNS}")
     if b_major not in B_MAJORS:
@@ -565,14 +613,18 @@ def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias
         raise ValueError("the K-grouped build reads b MN-major (b_major='mn') and adds no bias")
     if k_grouped and masked:
         raise ValueError("the masked layout is grouped along M, not K")
-    return _grouped_gemm(bn, b_major, bool(out_fp32), bool(bias), bool(k_grouped), bool(masked))
+    if cluster not in CLUSTERS or isinstance(cluster, bool):
+        raise ValueError(f"cluster = {cluster!r}: the grouped kernel is built with clusters of {CLUSTERS} CTAs")
+    return _grouped_gemm(bn, b_major, bool(out_fp32), bool(bias), bool(k_grouped), bool(masked), int(cluster))
 
 
 @functools.lru_cache(maxsize=None)
-def _grouped_gemm(bn: int, b_major: str, out_fp32: bool, bias: bool, k_grouped: bool, masked: bool) -> GroupedGemm:
+def _grouped_gemm(bn: int, b_major: str, out_fp32: bool, bias: bool, k_grouped: bool, masked: bool,
+                  cluster: int) -> GroupedGemm:
     # One instance per configuration however the arguments were spelled (positional or by keyword).
-    return GroupedGemm(bn=bn, b_major=b_major, out_fp32=out_fp32, bias=bias, k_grouped=k_grouped, masked=masked)
+    return GroupedGemm(bn=bn, b_major=b_major, out_fp32=out_fp32, bias=bias, k_grouped=k_grouped, masked=masked,
+                       cluster=cluster)
 
 
-__all__ = ["BM", "BK", "BNS", "B_MAJORS", "FAMILY", "GROUPED_GEMM", "GROUP_TABLE_BYTES", "KERNEL_NAME", "MAX_GROUPS",
+__all__ = ["BM", "BK", "BNS", "B_MAJORS", "CLUSTERS", "DEFAULT_CLUSTER", "FAMILY", "GROUPED_GEMM", "GROUP_TABLE_BYTES", "KERNEL_NAME", "MAX_GROUPS",
            "SOURCE", "GroupedGemm", "GroupedPlan", "Sm90GroupedGemm", "grouped_gemm", "kernel_for", "weight_map"]

@@ -8,12 +8,12 @@
 //
 // One templated kernel body, sm90_grouped_gemm<Cfg>, reads top to bottom; each build's variant is a
 // member of its config, chosen with `if constexpr`, never a preprocessor branch: kMode (the schedule's
-// problem: GroupedMode below), kBias, and the type Out. The instantiation block at the end of this file
+// problem: GroupedMode below), kBias, kCluster (1 or 2, below), and the type Out. The instantiation block at the end of this file
 // is the one place that reads the build's -D constants (the plan's, design/plan.py kernel_defines, and
 // library/grouped.py's: GL_MAX_GROUPS, GL_GROUPED_K, GL_MASKED, GL_BIAS, GL_OUT_FP32): it makes them the
 // config type and defines the extern "C" entry point the loader finds by name.
 //
-// Level 9's roles on one CTA (no cluster): a producer warpgroup whose one thread issues the TMA loads,
+// Level 9's roles on one CTA (kCluster 1, the default build): a producer warpgroup whose one thread issues the TMA loads,
 // two consumer warpgroups of 64 rows each on a 128 x BN tile (BN 128 or 256, BK 64), the stage ring of
 // stage_ring.cuh (producer_acquire / producer_commit / consumer_wait / consumer_release; the consumers'
 // loop is cluster_ring.cuh's consume_k_range releasing to this CTA alone), persistent CTAs. What differs
@@ -31,6 +31,17 @@
 //    group's end, so the rows a tile borrowed from the next group are never written, and any pitch.
 // Rows past offs[E - 1] are not written (torch._grouped_mm leaves them too).
 //
+// kCluster = 2 (GL_CLUSTER 2; library/grouped.py's cluster=2, not measured yet) is level 8's idea on the
+// grouped schedule: a cluster of two CTAs takes units of two vertically adjacent M tiles (M tiles 2p and
+// 2p + 1 of the schedule's order, one N tile; grouped along K, of one group), CTA rank r computing M tile
+// 2p + r, both CTAs walking the same units in the same order with the same K iterations per unit. When
+// both tiles exist and read one weight (grouped along M: one group; along K: always), each CTA loads
+// half of the B tile and multicasts it into both CTAs' stage (per CTA, 32 KB of L2 traffic a stage at
+// BN 256 instead of 48 KB); otherwise (a pair straddling two groups, or rank 1 past the last M tile)
+// each loads the whole B into its own stage, and a rank without a tile loads rank 0's rows, computes and
+// stores nothing. Every stage is released to both CTAs either way, so one ring protocol (the plan's
+// GL_EMPTY_ARRIVALS, expect_tx A + the whole B) holds whatever each unit decides.
+//
 // GroupedMode::kMasked builds the masked layout of decode under CUDA graphs: x (E x M_max, K), group
 // e's rows start at e x M_max, and `offs` holds each group's count of valid rows (on the device); rows
 // past a count are neither loaded into a tile of their own, computed nor written (a group with no row
@@ -47,7 +58,9 @@
 // to the async proxy and meet at a named barrier, so no value of another group (not even a NaN or an Inf)
 // enters the sum.
 #include "gemm_ladder/tma_tile.cuh"
+#include "gemm_ladder/cluster_ring.cuh"
 #include "gemm_ladder/grouped_scheduler.cuh"
+#include "gemm_ladder/ptx/cluster.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
 #include "gemm_ladder/ptx/mbarrier.cuh"
 #include "gemm_ladder/ptx/tma.cuh"
@@ -71,8 +84,9 @@ enum class GroupedMode {
 // kMode, kBias; and the type Out. The instantiation block's BuildConfig is the one a build compiles.
 template <class Cfg>
 __host__ __device__ constexpr bool config_ok() {
-  static_assert(Cfg::BM == 128 && Cfg::kConsumers == 2 && Cfg::kCluster == 1 && Cfg::kProducerWarpgroups == 1,
-                "sm90_grouped_gemm: a 128-row tile, two consumer warpgroups, one CTA per cluster, a producer warpgroup");
+  static_assert(Cfg::BM == 128 && Cfg::kConsumers == 2 && Cfg::kProducerWarpgroups == 1,
+                "sm90_grouped_gemm: a 128-row tile, two consumer warpgroups, a producer warpgroup");
+  static_assert(Cfg::kCluster == 1 || Cfg::kCluster == 2, "sm90_grouped_gemm: one CTA per cluster, or a pair sharing B");
   static_assert(Cfg::BN == 128 || Cfg::BN == 256, "sm90_grouped_gemm: BN is 128 or 256");
   static_assert(Cfg::BK == 64, "sm90_grouped_gemm: BK = 64, one 128-byte swizzle span of K per stage");
   static_assert(Cfg::kMode == GroupedMode::kAlongK ? (Cfg::kAMnMajor == 1 && Cfg::kBMnMajor == 1) : Cfg::kAMnMajor == 0,
@@ -86,14 +100,33 @@ constexpr int kMaskBarrier = 1;  // named barrier 1: the two consumer warpgroups
 
 // K tile at K offset k0 of an MN-major operand's rows [r0, r0 + ROWS) into `dst`: ROWS / 64 boxes of
 // 64 rows x BK K lines, kMnGroupBytes apart (tma_tile.cuh's tma_load_operand, at any K offset). `z`: the
-// group coordinate of a rank-3 map, or -1 for a rank-2 one.
+// group coordinate of a rank-3 map, or -1 for a rank-2 one. A non-zero `cta_mask` multicasts each box
+// into the same place of every CTA of the cluster whose bit is set.
 template <int ROWS>
-__device__ __forceinline__ void load_mn_major(elem_t* dst, const CUtensorMap* map, uint64_t* bar, int k0, int r0, int z) {
+__device__ __forceinline__ void load_mn_major(elem_t* dst, const CUtensorMap* map, uint64_t* bar, int k0, int r0, int z,
+                                              uint16_t cta_mask = 0) {
 #pragma unroll
   for (int i = 0; i < ROWS / kMnBoxElems; ++i) {
-    if (z >= 0) tma_load_3d(dst + i * kMnBoxElems * BK, map, bar, r0 + i * kMnBoxElems, k0, z);
-    else tma_load_2d(dst + i * kMnBoxElems * BK, map, bar, r0 + i * kMnBoxElems, k0);
+    elem_t* box = dst + i * kMnBoxElems * BK;
+    if (z >= 0) {
+      if (cta_mask) tma_load_3d_multicast(box, map, bar, r0 + i * kMnBoxElems, k0, z, cta_mask);
+      else tma_load_3d(box, map, bar, r0 + i * kMnBoxElems, k0, z);
+    } else {
+      if (cta_mask) tma_load_2d_multicast(box, map, bar, r0 + i * kMnBoxElems, k0, cta_mask);
+      else tma_load_2d(box, map, bar, r0 + i * kMnBoxElems, k0);
+    }
   }
+}
+
+// B's rows [r0, r0 + ROWS) at K offset k0 into `dst`, in B's planned major: K-major, one box of the
+// rank-3 weight map (group z; its box is ROWS rows: BN, or BN / 2 in a cluster); MN-major, ROWS / 64
+// boxes (load_mn_major). `cta_mask` as load_mn_major's.
+template <int ROWS>
+__device__ __forceinline__ void load_b_rows(elem_t* dst, const CUtensorMap* map, uint64_t* bar, int k0, int r0, int z,
+                                            uint16_t cta_mask) {
+  if constexpr (B_MN_MAJOR) load_mn_major<ROWS>(dst, map, bar, k0, r0, z, cta_mask);
+  else if (cta_mask) tma_load_3d_multicast(dst, map, bar, k0, r0, z, cta_mask);
+  else tma_load_3d(dst, map, bar, k0, r0, z);
 }
 
 // The producer's one step: producer_acquire the stage at `pos`, producer_commit its full barrier with
@@ -101,22 +134,53 @@ __device__ __forceinline__ void load_mn_major(elem_t* dst, const CUtensorMap* ma
 //  grouped along M: A = x rows [a_row0, +BM) (K-major), B = w[group] rows [b_row0, +BN) (K-major, or
 //    N-major boxes with GL_B_MN_MAJOR), group the 3-D map's outer coordinate;
 //  grouped along K: A = a's M rows [a_row0, +BM), B = b's N rows [b_row0, +BN), both MN-major, group -1.
+// In a cluster (kCluster 2) B comes in GL_B_BOX_ROWS = BN / 2 row slices: with `share`, CTA `rank`
+// loads slice `rank` and multicasts it into this stage of both CTAs (the peer loads the other half);
+// without, it loads both slices into its own stage alone. Either way every CTA's stage receives A + the
+// whole B, the GL_EXPECT_TX_BYTES it armed, so the full barriers do not depend on the choice.
+template <int kCluster>
 __device__ __forceinline__ void produce_grouped_stage(const SmemMap& smem, const CUtensorMap* map_a,
                                                       const CUtensorMap* map_b, RingPosition pos, int k0, int a_row0,
-                                                      int b_row0, int group) {
+                                                      int b_row0, int group, int rank = 0, bool share = false) {
   const int s = pos.stage();
   producer_acquire(smem, pos);
   mbarrier_arrive_expect_tx(smem.full(s), GL_EXPECT_TX_BYTES);  // producer_commit
   if constexpr (A_MN_MAJOR) load_mn_major<BM>(smem.a(s), map_a, smem.full(s), k0, a_row0, -1);
   else tma_load_2d(smem.a(s), map_a, smem.full(s), k0, a_row0);
-  if constexpr (!B_MN_MAJOR) tma_load_3d(smem.b(s), map_b, smem.full(s), k0, b_row0, group);
-  else load_mn_major<BN>(smem.b(s), map_b, smem.full(s), k0, b_row0, group);
+  if constexpr (kCluster == 1) {
+    load_b_rows<BN>(smem.b(s), map_b, smem.full(s), k0, b_row0, group, 0);
+  } else {
+    constexpr int kRows = GL_B_BOX_ROWS;
+    static_assert(kRows * kCluster == BN && (kRows * BK * sizeof(elem_t)) % 1024 == 0,
+                  "a B slice is BN / cluster rows, 1024-byte aligned in the stage (whole 128B swizzle atoms)");
+    // Shared: slice `rank`, multicast; not: every slice, here alone. One loop for both keeps the
+    // producer within its 40 registers (two unrolled paths spilled at BN 256 with an N-major B).
+    const uint16_t mask = share ? (1 << kCluster) - 1 : 0;
+    const int first = share ? rank : 0, end = share ? rank + 1 : kCluster;
+#pragma unroll 1
+    for (int r = first; r < end; ++r)
+      load_b_rows<kRows>(smem.b(s) + r * kRows * BK, map_b, smem.full(s), k0, b_row0 + r * kRows, group, mask);
+  }
+}
+
+// consumer_release of stage s: to this CTA, or in a cluster to both (release_stage_to_cluster), whether
+// or not this unit shared B. Either producer may multicast into this CTA's stage on a later unit, and it
+// must have waited for both CTAs' consumers (GL_EMPTY_ARRIVALS counts them); one uniform protocol keeps
+// the two CTAs' rings in lockstep whatever each unit decides.
+template <int kCluster>
+__device__ __forceinline__ void release_grouped_stage(const SmemMap& smem, int s) {
+  if constexpr (kCluster == 1) consumer_release(smem, s);
+  else release_stage_to_cluster(smem, s);
 }
 
 // Zero K lines [valid, BK) of every box of the stage (grouped along K: the last K tile of a group, whose
 // other lines are the next group's rows), then make the writes visible to wgmma: each writing thread
 // fences them to the async proxy, and both consumer warpgroups meet before either reads the stage.
 // Consumer c clears its own A box (its 64 rows) and B boxes c, c + 2, ...
+// In a cluster each CTA masks its own copy of the stage, B halves from the peer's multicast included:
+// those landed before full[s] completed (consumer_wait), both CTAs mask the same lines (one group, one
+// `valid`), and no producer writes this stage again before both CTAs' consumers released it, after
+// the wgmma that read the masked lines; the writes never reach the peer's shared memory.
 __device__ __forceinline__ void mask_k_lines(const SmemMap& smem, int s, int consumer, int valid) {
   constexpr int kChunks = 128 / 16;  // 16-byte chunks per 128-byte K line
   constexpr int kBBoxes = BN / kMnBoxElems;
@@ -142,13 +206,13 @@ __device__ __forceinline__ void mask_k_lines(const SmemMap& smem, int s, int con
 // small group's last tile): the consumer still waits for each stage and releases it, in the ring's
 // order, but issues no wgmma, so the other consumer's run alone; its accumulators are garbage and never
 // stored.
-template <bool kMaskLastK>
+template <bool kMaskLastK, int kCluster>
 __device__ __forceinline__ void consume_tile(const SmemMap& smem, float (&d)[BN / 2], int consumer, int k_tiles,
                                              int valid_last, RingPosition& pos, bool elected, bool compute = true) {
   if (!compute) {
     for (int kt = 0; kt < k_tiles; ++kt, pos.advance()) {
       consumer_wait(smem, pos);
-      if (elected) consumer_release(smem, pos.stage());
+      if (elected) release_grouped_stage<kCluster>(smem, pos.stage());
     }
     return;
   }
@@ -162,11 +226,11 @@ __device__ __forceinline__ void consume_tile(const SmemMap& smem, float (&d)[BN 
     mma_k_tile<BN, A_MN_MAJOR, B_MN_MAJOR>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), kt > 0);
     wgmma_commit();
     wgmma_wait<1>();
-    if (kt > 0 && elected) consumer_release(smem, pos.previous_stage());
+    if (kt > 0 && elected) release_grouped_stage<kCluster>(smem, pos.previous_stage());
   }
   wgmma_wait<0>();
   fence_accumulators(d);
-  if (k_tiles > 0 && elected) consumer_release(smem, pos.previous_stage());
+  if (k_tiles > 0 && elected) release_grouped_stage<kCluster>(smem, pos.previous_stage());
 }
 
 // The kernel. Grouped along M (kContiguous, kMasked): map_a x (total_rows, K) K-major, box (BK, BM);
@@ -186,6 +250,7 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
   static_assert(config_ok<Cfg>());
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
   constexpr bool kAlongK = Cfg::kMode == GroupedMode::kAlongK;
+  constexpr int kCluster = Cfg::kCluster;
 
   extern __shared__ uint8_t smem_raw[];
   __shared__ GroupTable table;
@@ -195,28 +260,39 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
   if constexpr (Cfg::kMode == GroupedMode::kMasked) table.build_masked(offs, groups, extent / groups, BM);
   else if constexpr (kAlongK) table.build(offs, groups, extent, BK);  // tile_start: each group's K tiles
   else table.build(offs, groups, extent, BM);
-  const auto sched = [&] {  // GroupedKScheduler along K, else GroupedScheduler
-    if constexpr (kAlongK) return GroupedKScheduler(table, groups, M, N, BM, BN);
-    else return GroupedScheduler(table, groups, N, BM, BN);
+  int rank = 0;  // this CTA's rank in its cluster: it computes M tile unit_row x kCluster + rank
+  if constexpr (kCluster > 1) {
+    rank = cluster_cta_rank();
+    cluster_sync();  // both CTAs' barriers exist before either producer multicasts or a consumer releases
+  }
+  const auto sched = [&] {  // GroupedKScheduler along K, else GroupedScheduler; units of kCluster M tiles
+    if constexpr (kAlongK) return GroupedKScheduler(table, groups, M, N, BM, BN, kCluster);
+    else return GroupedScheduler(table, groups, N, BM, BN, kCluster);
   }();
   const int k_tiles = (K + BK - 1) / BK;  // grouped along M: every tile's (along K: each group's, below)
   const int total = sched.total();
+  // A cluster walks one unit at a time, both CTAs the same units in the same order: their rings' stage
+  // counts stay equal, which the shared stages need.
+  const int first_unit = blockIdx.x / kCluster, unit_stride = gridDim.x / kCluster;
 
   if (warpgroup_index() == 0) {
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
       RingPosition pos{0};
-      for (int unit = blockIdx.x; unit < total; unit += gridDim.x) {
+      for (int unit = first_unit; unit < total; unit += unit_stride) {
         if constexpr (kAlongK) {
           int e, tm, tn;
-          sched.coords(unit, e, tm, tn);
+          bool mine, share;
+          sched.template unit<kCluster>(unit, rank, e, tm, tn, mine, share);
           const int k_begin = table.row_begin(e), e_k_tiles = table.tile_start[e + 1] - table.tile_start[e];
           for (int kt = 0; kt < e_k_tiles; ++kt, pos.advance())
-            produce_grouped_stage(smem, &map_a, &map_b, pos, k_begin + kt * BK, tm * BM, tn * BN, -1);
+            produce_grouped_stage<kCluster>(smem, &map_a, &map_b, pos, k_begin + kt * BK, tm * BM, tn * BN, -1, rank,
+                                            share);
         } else {
-          const GroupedTile t = sched.tile(unit);
+          const GroupedUnit u = sched.template unit<kCluster>(unit, rank);
           for (int kt = 0; kt < k_tiles; ++kt, pos.advance())
-            produce_grouped_stage(smem, &map_a, &map_b, pos, kt * BK, t.row0, t.tn * BN, t.group);
+            produce_grouped_stage<kCluster>(smem, &map_a, &map_b, pos, kt * BK, u.t.row0, u.t.tn * BN, u.t.group, rank,
+                                            u.share);
         }
       }
     }
@@ -226,33 +302,44 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
     const int consumer = warpgroup_index() - 1;
     const bool elected = thread_in_warpgroup() == 0;  // releases stages
     RingPosition pos{0};
-    for (int unit = blockIdx.x; unit < total; unit += gridDim.x) {
+    for (int unit = first_unit; unit < total; unit += unit_stride) {
+      // `mine` false (a cluster's last unit of an odd M-tile count, rank 1): walk the unit's stages in
+      // step with the peer, compute nothing, store nothing (a constant true with one CTA per cluster).
       if constexpr (kAlongK) {
         int e, tm, tn;
-        sched.coords(unit, e, tm, tn);
+        bool mine, share;
+        sched.template unit<kCluster>(unit, rank, e, tm, tn, mine, share);
         const int k_begin = table.row_begin(e), k_end = table.row_end[e];
         const int e_k_tiles = table.tile_start[e + 1] - table.tile_start[e];
         float d[BN / 2];
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;  // an empty group's tile is zeros
-        consume_tile<true>(smem, d, consumer, e_k_tiles, k_end - k_begin - (e_k_tiles - 1) * BK, pos, elected);
-        store_fragment_from_registers<BN, true>(C + e * group_stride, ldc, d, tm * BM + 64 * consumer, tn * BN, M, N,
-                                                [](float&, float&, int, int) {});
+        consume_tile<true, kCluster>(smem, d, consumer, e_k_tiles, k_end - k_begin - (e_k_tiles - 1) * BK, pos, elected,
+                                     mine);
+        if (mine)
+          store_fragment_from_registers<BN, true>(C + e * group_stride, ldc, d, tm * BM + 64 * consumer, tn * BN, M, N,
+                                                  [](float&, float&, int, int) {});
       } else {
         float d[BN / 2];
-        const GroupedTile t = sched.tile(unit);
-        consume_tile<false>(smem, d, consumer, k_tiles, BK, pos, elected, t.row0 + 64 * consumer < t.row_end);
-        store_fragment_from_registers<BN, true>(C, ldc, d, t.row0 + 64 * consumer, t.tn * BN, t.row_end, N,
-                                                [&](float& x0, float& x1, int, int c) {
-                                                  if constexpr (Cfg::kBias) {
-                                                    const elem_t* b = bias + static_cast<long long>(t.group) * N;
-                                                    if (c < N) x0 += static_cast<float>(b[c]);
-                                                    if (c + 1 < N) x1 += static_cast<float>(b[c + 1]);
-                                                  }
-                                                });
+        const GroupedUnit u = sched.template unit<kCluster>(unit, rank);
+        const GroupedTile& t = u.t;
+        consume_tile<false, kCluster>(smem, d, consumer, k_tiles, BK, pos, elected,
+                                      u.mine && t.row0 + 64 * consumer < t.row_end);
+        if (u.mine)
+          store_fragment_from_registers<BN, true>(C, ldc, d, t.row0 + 64 * consumer, t.tn * BN, t.row_end, N,
+                                                  [&](float& x0, float& x1, int, int c) {
+                                                    if constexpr (Cfg::kBias) {
+                                                      const elem_t* b = bias + static_cast<long long>(t.group) * N;
+                                                      if (c < N) x0 += static_cast<float>(b[c]);
+                                                      if (c + 1 < N) x1 += static_cast<float>(b[c + 1]);
+                                                    }
+                                                  });
       }
     }
   }
+  // In a cluster no CTA exits while its peer may still arrive on its empty barriers or multicast into
+  // its stages.
+  if constexpr (kCluster > 1) cluster_sync();
 }
 
 // ---- The build: its -D constants as the config, and the entry point ------------------------------

@@ -9,6 +9,12 @@
 // by a binary search of the prefix. A group's M tiles start at its first row, so a group's last tile may
 // reach into the next group's rows: the load reads them (one tensor map over all rows), the store masks
 // them (rows >= the group's end are never written). Empty groups own no tile.
+//
+// A 2-CTA cluster (the kernel's kCluster = 2) walks units of two vertically adjacent M tiles in the
+// same order (tile_scheduler.cuh's rows_per_unit): CTA rank r computes M tile 2u + r of unit row u.
+// Both CTAs derive the same unit, and from it the same `share` (both tiles exist and read the same
+// weight rows, so each CTA loads half of the B tile and multicasts it), from the unit index and the
+// group table alone, so their producers never disagree about whose bytes land in which stage.
 #pragma once
 #include "gemm_ladder/ptx/common.cuh"
 #include "gemm_ladder/tile_scheduler.cuh"
@@ -118,20 +124,51 @@ struct GroupedTile {
   int group, row0, row_end, tn;
 };
 
+// A cluster's work unit as CTA rank r sees it: its tile; `mine` false when the unit has no M tile for
+// this rank (the last unit of an odd M-tile count, rank 1: `t` is then rank 0's tile, whose rows the
+// rank loads so the ring's bytes stay uniform, and it computes and stores nothing); `share` when every
+// rank has a tile of one group (one weight, one N tile: B is loaded once, half by each rank, multicast).
+struct GroupedUnit {
+  GroupedTile t;
+  bool mine, share;
+};
+
 // The walk: tile_scheduler.cuh's order over (all groups' M tiles stacked) x (N tiles), each M tile
-// placed in its group.
+// placed in its group; with `cluster` 2, over pairs of M tiles (units of rows_per_unit 2).
 struct GroupedScheduler {
   const GroupTable& table;
   int groups, bm;
   TileScheduler order;
-  __device__ __forceinline__ GroupedScheduler(const GroupTable& t, int groups_, int n, int bm_, int bn)
-      : table(t), groups(groups_), bm(bm_), order(t.tile_start[groups_] * bm_, n, bm_, bn, 1) {}
+  __device__ __forceinline__ GroupedScheduler(const GroupTable& t, int groups_, int n, int bm_, int bn, int cluster = 1)
+      : table(t), groups(groups_), bm(bm_), order(t.tile_start[groups_] * bm_, n, bm_, bn, cluster) {}
   __device__ __forceinline__ int total() const { return order.total; }
+  __device__ __forceinline__ GroupedTile tile_at(int mt, int tn) const {
+    const int e = table.group_of(mt, groups);
+    return GroupedTile{e, table.row_begin(e) + (mt - table.tile_start[e]) * bm, table.row_end[e], tn};
+  }
+  // One CTA per cluster: unit = tile.
   __device__ __forceinline__ GroupedTile tile(int unit) const {
     int mt, tn;
     order.coords(unit, mt, tn);
-    const int e = table.group_of(mt, groups);
-    return GroupedTile{e, table.row_begin(e) + (mt - table.tile_start[e]) * bm, table.row_end[e], tn};
+    return tile_at(mt, tn);
+  }
+  // Unit `unit` as CTA `rank` of a kCluster-CTA cluster sees it (the order built with cluster = kCluster).
+  // Groups own contiguous M tiles, so the unit's first and last tiles in one group put all in it.
+  template <int kCluster>
+  __device__ __forceinline__ GroupedUnit unit(int unit, int rank) const {
+    if constexpr (kCluster == 1) {
+      return GroupedUnit{tile(unit), true, false};
+    } else {
+      static_assert(kCluster == 2, "a unit is a pair of M tiles");
+      int um, tn;
+      order.coords(unit, um, tn);
+      const int first = um * kCluster, last = first + kCluster - 1, tiles = table.tile_start[groups];
+      const GroupedTile head = tile_at(first, tn);
+      const bool both = last < tiles;
+      const GroupedTile tail = both ? tile_at(last, tn) : head;
+      const bool mine = rank == 0 || both;
+      return GroupedUnit{rank == 0 ? head : tail, mine, both && tail.group == head.group};
+    }
   }
 };
 
@@ -141,17 +178,37 @@ struct GroupedScheduler {
 // units run group by group, tile_scheduler.cuh's order inside a group.
 struct GroupedKScheduler {
   const GroupTable& table;
-  int groups, per_group;
+  int groups, per_group, tiles_m;
   TileScheduler order;
-  __device__ __forceinline__ GroupedKScheduler(const GroupTable& t, int groups_, int m, int n, int bm, int bn)
-      : table(t), groups(groups_), order(m, n, bm, bn, 1) {
+  __device__ __forceinline__ GroupedKScheduler(const GroupTable& t, int groups_, int m, int n, int bm, int bn,
+                                               int cluster = 1)
+      : table(t), groups(groups_), order(m, n, bm, bn, cluster) {
     per_group = order.total;
+    tiles_m = (m + bm - 1) / bm;
   }
   __device__ __forceinline__ int total() const { return groups * per_group; }
-  // Unit -> (group e, M tile tm, N tile tn).
+  // Unit -> (group e, M tile tm, N tile tn) (one CTA per cluster: unit = tile).
   __device__ __forceinline__ void coords(int unit, int& e, int& tm, int& tn) const {
     e = unit / per_group;
     order.coords(unit - e * per_group, tm, tn);
+  }
+  // Unit -> (group e, this rank's M tile tm, N tile tn) in a kCluster-CTA cluster (the order built with
+  // cluster = kCluster); `mine` and `share` as GroupedUnit's: every tile of a unit is group e's at N
+  // tile tn, so B is shared whenever every rank has a tile. A rank without one takes rank 0's tm.
+  template <int kCluster>
+  __device__ __forceinline__ void unit(int unit, int rank, int& e, int& tm, int& tn, bool& mine, bool& share) const {
+    if constexpr (kCluster == 1) {
+      coords(unit, e, tm, tn);
+      mine = true;
+      share = false;
+    } else {
+      int um;
+      coords(unit, e, um, tn);
+      const int first = um * kCluster;
+      share = first + kCluster - 1 < tiles_m;
+      mine = first + rank < tiles_m;
+      tm = mine ? first + rank : first;
+    }
   }
 };
 
