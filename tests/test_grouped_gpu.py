@@ -8,7 +8,10 @@ result's (one mm per group) + the unit roundoff, and the largest element error u
 Covered: empty groups, one-row groups, unaligned group sizes, a group ending mid-tile, all rows in one
 group, rows past offs[-1], K not a multiple of 64, N not a multiple of BN, both tile widths, the
 N-major weight (grad_x), fp32 output, bias, batched 3-D x 3-D, NaN/Inf propagation, bitwise
-repeatability, CUDA-graph capture, torch.compile(fullgraph=True), autograd.
+repeatability, CUDA-graph capture, torch.compile(fullgraph=True), autograd; and the cluster build
+(cluster=2, forced whatever the default: pairs of M tiles sharing B) on each mode, groups of odd M-tile
+counts (pairs straddling two groups), one-row and empty groups, against float64 and bit for bit against
+the cluster-1 build.
 
 Run on the H200: ``python3 -m pytest -q -m gpu tests/test_grouped_gpu.py``.
 """

@@ -38,7 +38,7 @@ FAILED=""
   echo "== smoke_gcluster $(date -u +%FT%TZ) commit $GEMM_LADDER_GIT_COMMIT"
   nvidia-smi --query-gpu=name,clocks.sm,power.limit,temperature.gpu --format=csv
 } >>"$LOG" 2>&1
-step prebuild 30 python3 - <<'PY'
+step prebuild 25 python3 - <<'PY'
 import time
 from concurrent.futures import ThreadPoolExecutor
 from gemm_ladder.gates.resources import parse_ptxas_log
@@ -62,7 +62,7 @@ for (kw, d), b in zip(jobs, built):
 print(f"builds with spills: {bad}")
 raise SystemExit(1 if bad else 0)
 PY
-step pytest 70 python3 -m pytest -q -p no:cacheprovider -m gpu -rfE --tb=short tests/test_grouped_gpu.py \
+step pytest 55 python3 -m pytest -q -p no:cacheprovider -m gpu -rfE --tb=short tests/test_grouped_gpu.py \
   tests/test_grouped_swiglu_gpu.py
 SAN='
 import torch
@@ -102,9 +102,9 @@ torch.cuda.synchronize()
 print(f"sanitize cases done, {bad} wrong")
 raise SystemExit(1 if bad else 0)
 '
-step memcheck 25 compute-sanitizer --report-api-errors no --tool memcheck --error-exitcode 1 python3 -c "$SAN"
+step memcheck 20 compute-sanitizer --report-api-errors no --tool memcheck --error-exitcode 1 python3 -c "$SAN"
 step racecheck 60 compute-sanitizer --report-api-errors no --tool racecheck --error-exitcode 1 python3 -c "$SAN"
-step bench_fwd 30 python3 bench/grouped.py --quick --swiglu none --cluster both --check64 \
+step bench_fwd 25 python3 bench/grouped.py --quick --swiglu none --cluster both --check64 \
   --cases mixtral_gate_up,mixtral_down_skewed,qwen3_gate_up,qwen3_down --directions fwd -o "$DEST/grouped_fwd.json"
 step bench_grad_w 15 python3 bench/grouped.py --quick --swiglu none --cluster both --check64 \
   --cases mixtral_down_skewed --directions grad_w -o "$DEST/grouped_grad_w.json"

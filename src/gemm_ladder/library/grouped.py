@@ -17,11 +17,11 @@ arguments) depends on R, N, K, E and the pointers only.
 **The plan.** The kernel's ring, shared memory, stage count, expect_tx bytes and roles are those of the
 designer's plan (:func:`plan_gemm`) of one dense GEMM (R, N, K) on the configuration the kernel is built
 with: tile 128 x BN x 64, one CTA per cluster (or two: below), two consumer warpgroups, a producer
-warpgroup, C stored from registers (no C staging), persistent. Its stage count is the most that fit in shared memory beside
-the kernel's group table (:data:`GROUP_TABLE_BYTES`, static shared memory). What the grouped kernel
-changes is named in :class:`GroupedPlan`: the weight's tensor map is rank 3 over (E, N, K) (the group is
-its outer coordinate), the schedule's tile count is known on the device only, and rows are masked at
-each group's end.
+warpgroup, C stored from registers (no C staging), persistent. Its stage count is the most that fit in
+shared memory beside the kernel's group table (:data:`GROUP_TABLE_BYTES`, static shared memory). What
+the grouped kernel changes is named in :class:`GroupedPlan`: the weight's tensor map is rank 3 over (E,
+N, K) (the group is its outer coordinate), the schedule's tile count is known on the device only, and
+rows are masked at each group's end.
 
 **Operands** (:meth:`GroupedGemm.supports`): x row-major (pitch a multiple of 16 bytes, base 16-byte
 aligned); w K-major per group (``b_major="k"``: element (e, n, k) at e * s_e + n * s_n + k) or N-major
@@ -131,8 +131,8 @@ class GroupedPlan:
             f"at most {self.max_tiles} tiles (exact count on the device), C stored from registers, rows masked per group",
         ]
         if self.cluster > 1:
-            lines.append(f"clusters of {self.cluster} CTAs on units of {self.cluster} M tiles; B multicast in halves when "
-                         "both tiles are one group's, else loaded whole by each CTA")
+            lines.append(f"clusters of {self.cluster} CTAs on units of {self.cluster} M tiles; B multicast in "
+                         "halves when both tiles are one group's, else loaded whole by each CTA")
         lines += [f"map {name}: {spec.description}; globalDim {spec.global_dim}, box {spec.box_dim}"
                   for name, spec in self.tensor_maps.items()]
         return "\n".join(lines)
@@ -189,8 +189,8 @@ class GroupedGemm:
     @property
     def name(self) -> str:
         return (f"sm90_grouped_gemm_{self.bn}_{'kgrouped' if self.k_grouped else self.b_major}"
-                + ("_f32" if self.out_fp32 else "") + ("_bias" if self.bias else "") + ("_masked" if self.masked else "")
-                + ("" if self.cluster == 1 else f"_c{self.cluster}"))
+                + ("_f32" if self.out_fp32 else "") + ("_bias" if self.bias else "")
+                + ("_masked" if self.masked else "") + ("" if self.cluster == 1 else f"_c{self.cluster}"))
 
     @staticmethod
     def stages(bn: int, dtype: str = "bf16", arch: str = "sm_90a") -> int:
@@ -514,7 +514,8 @@ def _config(kernel: GroupedGemm, dtype: str, arch: str) -> KernelConfig:
     return KernelConfig(
         FAMILY, dtype=dtype, out_dtype="fp32" if kernel.out_fp32 else dtype, arch=arch,
         a_major="mn" if kernel.k_grouped else "k", b_major=kernel.b_major, tile=kernel.tile,
-        stages=kernel.stages(kernel.bn, dtype, arch), cluster=kernel.cluster, consumers=CONSUMERS, producer_warpgroup=True,
+        stages=kernel.stages(kernel.bn, dtype, arch), cluster=kernel.cluster, consumers=CONSUMERS,
+        producer_warpgroup=True,
         c_ring=0, store=STORE_REGISTERS, schedule=GROUPED, grouping=kernel.grouping, extra=tuple(extra))
 
 
@@ -626,5 +627,6 @@ def _grouped_gemm(bn: int, b_major: str, out_fp32: bool, bias: bool, k_grouped: 
                        cluster=cluster)
 
 
-__all__ = ["BM", "BK", "BNS", "B_MAJORS", "CLUSTERS", "DEFAULT_CLUSTER", "FAMILY", "GROUPED_GEMM", "GROUP_TABLE_BYTES", "KERNEL_NAME", "MAX_GROUPS",
+__all__ = ["BM", "BK", "BNS", "B_MAJORS", "CLUSTERS", "DEFAULT_CLUSTER",
+           "FAMILY", "GROUPED_GEMM", "GROUP_TABLE_BYTES", "KERNEL_NAME", "MAX_GROUPS",
            "SOURCE", "GroupedGemm", "GroupedPlan", "Sm90GroupedGemm", "grouped_gemm", "kernel_for", "weight_map"]

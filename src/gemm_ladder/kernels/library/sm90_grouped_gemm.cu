@@ -8,13 +8,14 @@
 //
 // One templated kernel body, sm90_grouped_gemm<Cfg>, reads top to bottom; each build's variant is a
 // member of its config, chosen with `if constexpr`, never a preprocessor branch: kMode (the schedule's
-// problem: GroupedMode below), kBias, kCluster (1 or 2, below), and the type Out. The instantiation block at the end of this file
-// is the one place that reads the build's -D constants (the plan's, design/plan.py kernel_defines, and
-// library/grouped.py's: GL_MAX_GROUPS, GL_GROUPED_K, GL_MASKED, GL_BIAS, GL_OUT_FP32): it makes them the
-// config type and defines the extern "C" entry point the loader finds by name.
+// problem: GroupedMode below), kBias, kCluster (1 or 2, below), and the type Out. The instantiation
+// block at the end of this file is the one place that reads the build's -D constants (the plan's,
+// design/plan.py kernel_defines, and library/grouped.py's: GL_MAX_GROUPS, GL_GROUPED_K, GL_MASKED,
+// GL_BIAS, GL_OUT_FP32): it makes them the config type and defines the extern "C" entry point the
+// loader finds by name.
 //
-// Level 9's roles on one CTA (kCluster 1, the default build): a producer warpgroup whose one thread issues the TMA loads,
-// two consumer warpgroups of 64 rows each on a 128 x BN tile (BN 128 or 256, BK 64), the stage ring of
+// Level 9's roles on one CTA (kCluster 1, the default build): a producer warpgroup whose one thread
+// issues the TMA loads, two consumer warpgroups of 64 rows each on a 128 x BN tile (BN 128 or 256, BK 64), the stage ring of
 // stage_ring.cuh (producer_acquire / producer_commit / consumer_wait / consumer_release; the consumers'
 // loop is cluster_ring.cuh's consume_k_range releasing to this CTA alone), persistent CTAs. What differs
 // from sm90_gemm.cu:
