@@ -25,8 +25,9 @@ call, interleaved rounds): ``grouped`` (this library), ``torch_grouped`` (torch.
 two do not need). The library's output is checked against torch._grouped_mm's first (relative
 Frobenius error <= 2e-2) and a row is marked ``"correct": false`` otherwise.
 
-``--cluster``: the grouped kernel's build, 1 (one CTA per cluster, the default), 2 (the cluster build:
-pairs of M tiles sharing the weight tile) or ``both``: ``grouped`` is then cluster 1 and a fourth
+``--cluster``: the grouped kernel's build, 1 (one CTA per cluster), 2 (the cluster build: pairs of M
+tiles sharing the weight tile) or ``both`` (default: the library's rule, ``choose_cluster``, recorded
+as the row's ``cluster``): ``grouped`` is then cluster 1 and a fourth
 callable ``grouped_c2`` the cluster build, timed in the same rounds (``ratio_cluster2``: cluster 1's
 time / cluster 2's, > 1 when the cluster build is faster). ``--check64``: each callable's output is
 also checked against a float64 product per group first (``rel_err_f64``: relative Frobenius error over
@@ -46,7 +47,7 @@ import torch
 
 from gemm_ladder.api_grouped import grouped_mm_direct
 from gemm_ladder.gates.performance import time_fns
-from gemm_ladder.library.grouped import DEFAULT_CLUSTER
+from gemm_ladder.library.grouped import choose_cluster
 from suite import add_output_argument, require_gpu, save
 
 #: name -> (E, rows, N, K, smallest, largest group): the issue's table, then the models' own shapes at
@@ -174,7 +175,8 @@ def run_case(name: str, direction: str, budget: float, bn: int | None, clusters=
         "case": name, "layout": "contiguous", "direction": direction, "E": e, "rows": rows, "N": out_n, "K": red,
         "tflops": flop / ours_ms / 1e9, "ratio_torch_grouped": t["torch_grouped"].median_ms / ours_ms,
         "ratio_loop": t["loop"].median_ms / ours_ms, "correct": err <= 2e-2 and _f64_ok(errs), "rel_err_vs_torch": err,
-        "cluster": clusters[0] or DEFAULT_CLUSTER, **cluster_fields(t, flop, errs),
+        "cluster": clusters[0] or choose_cluster(red, "k" if direction == "fwd" else "mn")[0],
+        **cluster_fields(t, flop, errs),
         "group_sizes": {"min": min(sizes), "max": max(sizes), "empty": sizes.count(0)},
         "bn": bn or (256 if out_n >= 2048 or (out_n >= 1024 and rows >= 64 * e) else 128),
         "ms": {k2: v.median_ms for k2, v in t.items()}, "spread": {k2: round(v.spread, 4) for k2, v in t.items()},
@@ -227,7 +229,7 @@ def run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn, clusters=(None,), f
     row = {"case": name, "layout": "contiguous", "direction": "grad_w", "E": e, "rows": rows, "N": n, "K": k,
            "tflops": flop / ours_ms / 1e9, "ratio_torch_grouped": t["torch_grouped"].median_ms / ours_ms,
            "ratio_loop": t["loop"].median_ms / ours_ms, "correct": err <= 2e-2 and _f64_ok(errs), "rel_err_vs_torch": err,
-           "cluster": clusters[0] or DEFAULT_CLUSTER, **cluster_fields(t, flop, errs),
+           "cluster": clusters[0] or 1, **cluster_fields(t, flop, errs),  # along K: choose_cluster's 1
            "bn": bn or 128, "ms": {k2: v.median_ms for k2, v in t.items()},
            "spread": {k2: round(v.spread, 4) for k2, v in t.items()},
            "tflops_torch_grouped": flop / t["torch_grouped"].median_ms / 1e9, "tflops_loop": flop / t["loop"].median_ms / 1e9}
@@ -389,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
                    "cases (default: three with --quick, all of them otherwise)")
     p.add_argument("--cluster", default=None, choices=("1", "2", "both"),
                    help="the grouped build's cluster size; both: cluster 1 as grouped, cluster 2 as grouped_c2 "
-                        "(default: the library's DEFAULT_CLUSTER)")
+                        "(default: the library's rule, choose_cluster)")
     p.add_argument("--check64", action="store_true", help="check every callable's output against float64 per group first")
     p.add_argument("--sanitize", action="store_true", help="every build once on small shapes, checked; nothing timed")
     add_output_argument(p)

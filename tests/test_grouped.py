@@ -360,9 +360,8 @@ def test_the_cluster_size_is_checked():
     with pytest.raises(ValueError, match="cluster"):
         grouped_gemm(128, "k", cluster=True)
     assert grouped_gemm(128, "k", cluster=2) is grouped_gemm(bn=128, b_major="k", cluster=2)
-    from gemm_ladder.library.grouped import DEFAULT_CLUSTER, GROUPED_GEMM
+    from gemm_ladder.library.grouped import GROUPED_GEMM
 
-    assert DEFAULT_CLUSTER == 1  # until the GPU measures the cluster build
     assert GROUPED_GEMM.config(256, "k", "bf16", cluster=2) == grouped_gemm(256, "k", cluster=2).config("bf16")
     with pytest.raises(ValueError, match="shared"):
         grouped_gemm(128, "k").ring_protocol(2, 2, shared=(True, False))
@@ -487,3 +486,101 @@ def test_the_cluster_k_schedule_covers_every_tile_once(m, n, groups):
             if mine:
                 seen.append((e, um * 2 + rank, tn))
     assert sorted(seen) == [(e, t, c) for e in range(groups) for t in range(tiles_m) for c in range(tiles_n)]
+
+
+# --- the route's cluster rule (library/grouped.py choose_cluster; measured at 3935e4e) -------------------
+def test_the_cluster_rule_takes_cluster_2_for_the_forward_at_long_k():
+    from gemm_ladder.library.grouped import CLUSTER_EVIDENCE, CLUSTER_MIN_K, choose_cluster
+    from gemm_ladder.library.kernel import GROUP_K, GROUP_M, GROUP_M_MASKED
+
+    assert CLUSTER_MIN_K == 2048
+    assert choose_cluster(2048, "k")[0] == 2 and choose_cluster(14336, "k", GROUP_M)[0] == 2
+    assert choose_cluster(2040, "k")[0] == 1 and choose_cluster(768, "k")[0] == 1
+    assert "0.903" in choose_cluster(768, "k")[1] and CLUSTER_EVIDENCE in choose_cluster(4096, "k")[1]
+    for args, words in [((4096, "k", GROUP_M_MASKED), "masked"), ((4096, "mn", GROUP_M), "N-major"),
+                        ((16384, "mn", GROUP_K), "0.968")]:
+        cluster, why = choose_cluster(*args)
+        assert cluster == 1 and words in why, (args, why)
+    with pytest.raises(ValueError, match="grouping"):
+        choose_cluster(4096, "k", "n")
+    import json
+    from pathlib import Path
+
+    rows = json.loads((Path(__file__).resolve().parents[1] / CLUSTER_EVIDENCE).read_text())["rows"]
+    ratios = {r["K"]: r["ratio_cluster2"] for r in rows}
+    assert all((ratio > 1) == (k >= CLUSTER_MIN_K) for k, ratio in ratios.items()), ratios
+
+
+def _explained(*shapes, b_transposed=False, **kw):
+    """explain_grouped_mm on meta tensors: a, b (and offs for a 2-D a)."""
+    import gemm_ladder
+
+    meta = torch.device("meta")
+    a = torch.empty(*shapes[0], dtype=BF, device=meta)
+    b = torch.empty(*shapes[1], dtype=BF, device=meta)
+    if b_transposed:
+        b = b.transpose(-2, -1)
+    offs = torch.empty(shapes[1][0] if len(shapes[1]) == 3 else 4, dtype=torch.int32, device=meta)
+    return gemm_ladder.explain_grouped_mm(a, b, offs if a.dim() == 2 or kw.get("masked") else None, **kw)
+
+
+@pytest.mark.parametrize("shapes,kw,cluster,words", [
+    (((4096, 2048), (8, 768, 2048)), dict(b_transposed=True), 2, "K = 2048 >= 2048"),  # forward, K-major weight
+    (((4096, 2040), (8, 768, 2040)), dict(b_transposed=True), 1, "K = 2040 < 2048"),
+    (((4096, 768), (8, 768, 4096)), dict(), 1, "N-major"),  # grad_x: the weight (E, K, N) row-major
+    (((8, 64, 4096), (8, 768, 4096)), dict(b_transposed=True, masked=True), 1, "masked"),
+    (((8, 64, 4096), (8, 768, 4096)), dict(b_transposed=True), 2, ">= 2048"),  # batched 3-D x 3-D
+])
+def test_explain_says_which_cluster_a_call_runs_and_why(shapes, kw, cluster, words):
+    e = _explained(*shapes, **kw)
+    assert e["cluster"] == cluster and words in e["cluster_reason"], e
+    assert e["kernel"].endswith("_c2") == (cluster == 2) and e["grouped_along"] == "M"
+
+
+def test_explain_grouped_along_k_and_swiglu_take_cluster_1_for_grad_w():
+    import gemm_ladder
+
+    meta = torch.device("meta")
+    x = torch.empty(16384, 4096, dtype=BF, device=meta)
+    e = gemm_ladder.explain_grouped_mm(x.T, torch.empty(16384, 1024, dtype=BF, device=meta),
+                                       torch.empty(8, dtype=torch.int32, device=meta))
+    assert (e["case"], e["grouped_along"], e["cluster"]) == ("2d2d", "K", 1) and "0.968" in e["cluster_reason"]
+    w = torch.empty(8, 1024, 4096, dtype=BF, device=meta)
+    sw = gemm_ladder.explain_grouped_swiglu(x, w, w, torch.empty(8, dtype=torch.int32, device=meta))
+    assert [g["cluster"] for g in sw["launches"] if g["kind"] == "grouped_gemm"] == [2, 2]  # K = 4096, K-major
+    assert [g["cluster"] for g in sw["backward"] if g["kind"] == "grouped_gemm"] == [1, 1, 1, 1]  # grad_x, grad_w
+
+
+def test_the_launch_takes_the_rule_unless_told(monkeypatch):
+    """grouped_mm_direct builds what choose_cluster says (a spy in place of the build; fake CUDA tensors)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from gemm_ladder import api_grouped
+
+    seen = []
+
+    class Spy:
+        def launch(self, *args):
+            pass
+
+        launch_k = launch
+
+    def spy(*args, **kw):
+        seen.append(kw["cluster"] if "cluster" in kw else args[6])
+        return Spy()
+
+    monkeypatch.setattr(api_grouped, "grouped_gemm", spy)
+    with FakeTensorMode():
+        x = torch.empty(4096, 2048, dtype=BF, device="cuda")
+        offs = torch.empty(8, dtype=torch.int32, device="cuda")
+        w = torch.empty(8, 768, 2048, dtype=BF, device="cuda")
+        api_grouped.grouped_mm_direct(x, w.transpose(1, 2), offs)  # forward, K 2048: 2
+        x1k = torch.empty(4096, 1024, dtype=BF, device="cuda")
+        w1k = torch.empty(8, 768, 1024, dtype=BF, device="cuda")
+        api_grouped.grouped_mm_direct(x1k, w1k.transpose(1, 2), offs)  # K 1024: 1
+        api_grouped.grouped_mm_direct(x, w.transpose(1, 2), offs, cluster=1)  # told
+        gy = torch.empty(4096, 256, dtype=BF, device="cuda")
+        api_grouped.grouped_mm_direct(x.T, gy, offs)  # along K: 1
+        a3 = torch.empty(8, 512, 2048, dtype=BF, device="cuda")
+        api_grouped.grouped_mm_masked_direct(a3, w.transpose(1, 2), offs)  # masked: 1
+    assert seen == [2, 1, 1, 1, 1]

@@ -385,7 +385,7 @@ def test_a_moe_layer_trains_like_torch():
 
 
 # --- the cluster build (cluster=2: pairs of M tiles sharing the weight tile by multicast) ---------------
-# Forced through grouped_mm_direct(cluster=2) whatever DEFAULT_CLUSTER says; each output checked against
+# Forced through grouped_mm_direct(cluster=2) whatever the route's rule says; each output checked against
 # float64 per group and, bit for bit, against the cluster-1 build (the same wgmma sequence on the same
 # data per tile: sharing B changes where its bytes come from, not what they are).
 CSIZES = [
@@ -501,3 +501,18 @@ def test_cluster_build_along_k_masks_the_neighbours_rows():
         out = grouped_mm_direct(x.t(), b, _offs(sizes), bn=bn, cluster=2)
         assert torch.isfinite(out[0]).all() and torch.isfinite(out[2]).all(), f"bn {bn} (seed {seed})"
         assert torch.isnan(out[1]).all(), f"bn {bn}: group 1's NaN row must reach every element (seed {seed})"
+
+
+def test_the_route_takes_the_cluster_build_at_long_k():
+    """The public call at K = 2048 with a K-major weight runs the cluster build (library/grouped.py
+    choose_cluster), checked against float64 and bit for bit against the forced cluster-1 build."""
+    seed = _seed()
+    sizes = [300, 0, 129, 1, 640]
+    e, n, k = len(sizes), 256, 2048
+    x = torch.randn(sum(sizes), k, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(e, n, k, dtype=torch.bfloat16, device="cuda")
+    offs = _offs(sizes)
+    assert gemm_ladder.explain_grouped_mm(x, w.transpose(1, 2), offs)["cluster"] == 2
+    out = gemm_ladder.grouped_mm(x, w.transpose(1, 2), offs)
+    _check(out, x, w, offs.tolist(), torch.bfloat16, seed, tag="route at K 2048")
+    assert torch.equal(out, grouped_mm_direct(x, w.transpose(1, 2), offs, cluster=1)), f"seed {seed}"

@@ -61,7 +61,9 @@ def test_explain_on_meta_names_the_grouped_kernel_builds():
     assert (e["t"], e["n"], e["k"], e["groups"]) == (4096, 768, 2048, 128)
     gemms = [s for s in e["launches"] + e["backward"] if s["kind"] == "grouped_gemm"]
     assert len(gemms) == 6 and all(s["kernel"].startswith("sm90_grouped_gemm_") for s in gemms)
-    assert [s["kernel"] for s in e["launches"][:2]] == ["sm90_grouped_gemm_128_k_f32"] * 2
+    # K = 2048, the weights K-major: the route's cluster build (library/grouped.py choose_cluster)
+    assert [s["kernel"] for s in e["launches"][:2]] == ["sm90_grouped_gemm_128_k_f32_c2"] * 2
+    assert [s["cluster"] for s in gemms] == [2, 2, 1, 1, 1, 1] and all(s["cluster_reason"] for s in gemms)
     assert {s["kernel"] for s in e["backward"][3:]} == {"sm90_grouped_gemm_128_kgrouped"}
     assert e["launches"][2]["kind"] == "pointwise"
     with pytest.raises(GemmInputError, match="one shape"):

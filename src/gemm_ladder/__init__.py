@@ -31,7 +31,7 @@ _ERRORS = ("CaptureBuildError", "CompileError", "CompilerNotFoundError", "CudaEr
 
 __all__ = ["Epilogue", "Explanation", "__version__", "explain", "explain_swiglu", "linear", "mm", "nn", "ops",
            "precompile", "swiglu", "scaled_mm", "quantize_fp8", "explain_scaled_mm", *_ERRORS]
-__all__ += ["grouped_linear", "grouped_mm", "grouped_mm_masked"]  # mixture-of-experts grouped GEMM (ops_grouped.py)
+__all__ += ["grouped_linear", "grouped_mm", "grouped_mm_masked", "explain_grouped_mm"]  # mixture-of-experts grouped GEMM (ops_grouped.py)
 __all__ += ["grouped_swiglu", "explain_grouped_swiglu"]  # the experts' gated MLP (ops_grouped_swiglu.py)
 
 _API = ("Epilogue", "Explanation", "explain", "explain_swiglu", "linear", "mm", "swiglu")
@@ -63,7 +63,7 @@ def __getattr__(name: str):
 
         value = globals()[name] = getattr(api, name)  # kept: a per-call gemm_ladder.mm skips this hook
         return value
-    if name in ("grouped_mm", "grouped_linear", "grouped_mm_masked"):  # mixture-of-experts grouped GEMM (ops_grouped.py)
+    if name in ("grouped_mm", "grouped_linear", "grouped_mm_masked", "explain_grouped_mm"):  # grouped GEMM (ops_grouped.py)
         return getattr(__import__("gemm_ladder.ops_grouped", fromlist=[name]), name)
     if name in ("grouped_swiglu", "explain_grouped_swiglu"):  # the experts' gated MLP (ops_grouped_swiglu.py)
         return getattr(__import__("gemm_ladder.ops_grouped_swiglu", fromlist=[name]), name)
@@ -84,7 +84,7 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_API) | {"nn", "ops", "precompile", "grouped_mm", "grouped_linear",
-                                                 "grouped_mm_masked", "grouped_swiglu", "explain_grouped_swiglu", "scaled_mm", "quantize_fp8", "explain_scaled_mm"})
+                                                 "grouped_mm_masked", "explain_grouped_mm", "grouped_swiglu", "explain_grouped_swiglu", "scaled_mm", "quantize_fp8", "explain_scaled_mm"})
 
 
 _register_ops()

@@ -28,7 +28,8 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from gemm_ladder.contract import DTYPES
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
-from gemm_ladder.library.grouped import DEFAULT_CLUSTER, MAX_GROUPS, grouped_gemm
+from gemm_ladder.library.grouped import MAX_GROUPS, choose_cluster, grouped_gemm
+from gemm_ladder.library.kernel import GROUP_K, GROUP_M, GROUP_M_MASKED
 from gemm_ladder.library.gemm import MAX_EXTENT
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES
 
@@ -209,7 +210,8 @@ def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | Non
 
     ``bias``: (E, N) in a's dtype, added per group (grouped_linear). ``bn``: the tile width (128 or
     256; default by N). ``cluster``: CTAs per cluster of the build (1, or 2: pairs of M tiles sharing
-    the weight tile; default library/grouped.py's DEFAULT_CLUSTER); ValueError for another value."""
+    the weight tile; default library/grouped.py's choose_cluster, the measured rule); ValueError for
+    another value."""
     case, dt = check_grouped_mm(a, b, offs, out_dtype)
     if case == "2d2d":
         if bias is not None:
@@ -220,8 +222,9 @@ def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | Non
             return out
         if total_k == 0:
             return out.zero_()
-        grouped_gemm(bn or 128, "mn", dt == torch.float32, False, True,
-                     cluster=DEFAULT_CLUSTER if cluster is None else cluster).launch_k(a, b, offs, out)
+        if cluster is None:
+            cluster = choose_cluster(total_k, "mn", GROUP_K)[0]
+        grouped_gemm(bn or 128, "mn", dt == torch.float32, False, True, cluster=cluster).launch_k(a, b, offs, out)
         return out
     groups, k, n = b.shape
     if case == "3d3d":
@@ -294,9 +297,45 @@ def _launch(x, b, offs, out, bias, bn, masked: bool = False, cluster: int | None
     w = b.transpose(1, 2)  # (E, N, K): stride(2) == 1 for a K-major b, stride(1) == 1 for an N-major one
     if bn is None:
         bn = choose_bn(n, rows, groups)
-    kernel = grouped_gemm(bn, major, out.dtype == torch.float32, bias is not None, masked=masked,
-                          cluster=DEFAULT_CLUSTER if cluster is None else cluster)
+    if cluster is None:
+        cluster = choose_cluster(k, major, GROUP_M_MASKED if masked else GROUP_M)[0]
+    kernel = grouped_gemm(bn, major, out.dtype == torch.float32, bias is not None, masked=masked, cluster=cluster)
     kernel.launch(x, w, offs, out, bias)
 
 
-__all__ = ["b_major_of", "check_grouped_mm", "choose_bn", "group_of_rows", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of"]
+def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None,
+                       bias: torch.Tensor | None = None, masked: bool = False) -> dict:
+    """What :func:`grouped_mm_direct` (``grouped_mm``; ``grouped_linear`` with ``bias``) or, with
+    ``masked``, :func:`grouped_mm_masked_direct` (``offs`` then the counts) runs on these tensors, without
+    running it, as a dict: ``case`` ('2d3d', '3d3d', '2d2d' or 'masked'), ``grouped_along`` ('M' or 'K'),
+    ``kernel`` (the build's name), ``source``, ``tile`` [BM, BN, BK], ``b_major``, ``out_dtype``,
+    ``cluster`` (1 or 2) and ``cluster_reason`` (library/grouped.py choose_cluster: the rule and the
+    measurement behind it). An empty problem still names the build a non-empty one would run. CUDA or
+    meta tensors (shapes, strides and dtypes only); raises what the call raises for bad input."""
+    from gemm_ladder.library.grouped import BK, BM, SOURCE
+
+    devices = ("cuda", "meta")
+    if masked:
+        a, b = _tensor("a", a), _tensor("b", b)
+        if a.dim() != 3:
+            raise GemmInputError(f"a must be (E, M_max, K) for the masked layout, got {a.dim()}-D")
+        case, dt = check_grouped_mm(a, b, None, out_dtype, device_types=devices)
+        case = "masked"
+    else:
+        case, dt = check_grouped_mm(a, b, offs, out_dtype, device_types=devices)
+    if case == "2d2d":
+        (m, total_k), n = a.shape, b.shape[1]
+        bn, major, k, grouping = 128, "mn", total_k, GROUP_K
+    else:
+        groups, k, n = b.shape
+        rows = a.shape[0] if a.dim() == 2 else a.shape[0] * a.shape[1]
+        bn, major, grouping = choose_bn(n, rows, groups), b_major_of(b), GROUP_M_MASKED if masked else GROUP_M
+    cluster, why = choose_cluster(k, major, grouping)
+    build = grouped_gemm(bn, major, dt == torch.float32, bias is not None, grouping == GROUP_K,
+                         grouping == GROUP_M_MASKED, cluster)
+    return {"case": case, "grouped_along": "K" if grouping == GROUP_K else "M", "kernel": build.name,
+            "source": SOURCE, "tile": [BM, bn, BK], "b_major": major, "out_dtype": str(dt).replace("torch.", ""),
+            "cluster": cluster, "cluster_reason": why}
+
+
+__all__ = ["b_major_of", "check_grouped_mm", "choose_bn", "explain_grouped_mm", "group_of_rows", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of"]

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import torch
 
-from gemm_ladder.api_grouped import PUBLIC_DEVICES, check_grouped_mm, group_of_rows, grouped_mm_direct, grouped_mm_masked_direct
+from gemm_ladder.api_grouped import (
+    PUBLIC_DEVICES, check_grouped_mm, explain_grouped_mm, group_of_rows, grouped_mm_direct, grouped_mm_masked_direct,
+)
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
 from gemm_ladder.library.activations import activation as _activation
 
@@ -201,4 +203,4 @@ def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: t
     return y if act is None else act.reference(y)
 
 
-__all__ = ["grouped_linear", "grouped_mm", "grouped_mm_masked"]
+__all__ = ["explain_grouped_mm", "grouped_linear", "grouped_mm", "grouped_mm_masked"]

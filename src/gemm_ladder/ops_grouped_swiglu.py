@@ -137,10 +137,12 @@ def explain_grouped_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Te
     """What :func:`grouped_swiglu` runs on these tensors, without running it, as a dict: ``path``
     ('two_grouped_gemms'), ``fused`` (False) and ``reason``, ``t``, ``n``, ``k``, ``groups``,
     ``launches`` (forward, in order) and ``backward`` (each a dict: ``step``, ``kind`` ('grouped_gemm' or
-    'pointwise'), and for a GEMM ``kernel``, ``source``, ``tile``, ``b_major``, ``out_dtype``), ``cublas``
+    'pointwise'), and for a GEMM ``kernel``, ``source``, ``tile``, ``b_major``, ``out_dtype``, ``cluster`` and
+    ``cluster_reason`` (library/grouped.py choose_cluster)), ``cublas``
     (False). CUDA or meta tensors (meta: checked as CUDA tensors of the same shapes and strides); raises
     what :func:`grouped_swiglu` raises for bad input."""
-    from gemm_ladder.library.grouped import BK, BM, SOURCE, grouped_gemm
+    from gemm_ladder.library.grouped import BK, BM, SOURCE, choose_cluster, grouped_gemm
+    from gemm_ladder.library.kernel import GROUP_K, GROUP_M
 
     if all(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in (x, w_gate, w_up, offs)):
         from torch._subclasses.fake_tensor import FakeTensorMode
@@ -154,9 +156,14 @@ def explain_grouped_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Te
     dt = str(x.dtype).replace("torch.", "")
 
     def gemm(step, bn, major, out_dtype, k_grouped=False):
-        build = grouped_gemm(bn=bn, b_major=major, out_fp32=out_dtype == "float32" and not k_grouped, k_grouped=k_grouped)
+        # the contraction: x's K (gate, up), N (grad_x), the T rows (grad_w)
+        red = t if k_grouped else k if major == "k" else n
+        cluster, why = choose_cluster(red, major, GROUP_K if k_grouped else GROUP_M)
+        build = grouped_gemm(bn=bn, b_major=major, out_fp32=out_dtype == "float32" and not k_grouped, k_grouped=k_grouped,
+                             cluster=cluster)
         return {"step": step, "kind": "grouped_gemm", "kernel": build.name, "source": SOURCE, "tile": [BM, bn, BK],
-                "b_major": major, "out_dtype": out_dtype, "grouped_along": "K" if k_grouped else "M"}
+                "b_major": major, "out_dtype": out_dtype, "grouped_along": "K" if k_grouped else "M",
+                "cluster": cluster, "cluster_reason": why}
 
     bn_fwd, bn_dx = choose_bn(n, t, e), choose_bn(k, t, e)
     return {

@@ -28,10 +28,11 @@ aligned); w K-major per group (``b_major="k"``: element (e, n, k) at e * s_e + n
 (``"mn"``: at e * s_e + k * s_k + n, the backward's grad_x = grad_out @ w[e]), strides multiples of 16
 bytes; out (R, N) row-major with any pitch >= N; E <= :data:`MAX_GROUPS`.
 
-**The cluster build** (``cluster=2``, :data:`CLUSTERS`; not measured yet, so :data:`DEFAULT_CLUSTER`
-stays 1): two CTAs per cluster take units of two vertically adjacent M tiles (one N tile; along K, one
-group), and when both tiles read one weight each CTA loads half of the B tile and multicasts it to
-both (the dense library kernel's level-8 sharing). The plan is the designer's at cluster 2 (B boxes of
+**The cluster build** (``cluster=2``, :data:`CLUSTERS`): two CTAs per cluster take units of two
+vertically adjacent M tiles (one N tile; along K, one group), and when both tiles read one weight each
+CTA loads half of the B tile and multicasts it to both (the dense library kernel's level-8 sharing).
+The public calls take it where it measured faster (:func:`choose_cluster`: grouped along M, a K-major
+weight, K >= :data:`CLUSTER_MIN_K`), cluster 1 elsewhere. The plan is the designer's at cluster 2 (B boxes of
 BN / 2 rows for a K-major weight, empty barriers counting both CTAs' consumers, expect_tx A + the whole
 B); the launch is a grid of 2 x the resident clusters, at most 2 x the units.
 """
@@ -69,9 +70,19 @@ BM, BK = 128, 64
 BNS = (128, 256)
 #: CTAs per cluster a build may have: 1, or 2 sharing the weight tile by multicast.
 CLUSTERS = (1, 2)
-#: The cluster size the public calls (api_grouped.py) build with unless told: 1 until the cluster build
-#: is measured on the GPU.
-DEFAULT_CLUSTER = 1
+#: The route's cluster rule (:func:`choose_cluster`): the cluster build for a call grouped along M with a
+#: K-major weight (the forward) and K >= CLUSTER_MIN_K, cluster 1 otherwise. Measured on the H200 at
+#: 3935e4e (bench/grouped.py --quick --cluster both --check64, cluster 1 and 2 timed interleaved in one
+#: run, every output checked against float64), cluster 2's speed over cluster 1's: Mixtral-8x7B gate+up
+#: (K 4096) 1.026, down skewed (K 14336) 1.152, Qwen3-30B-A3B gate+up (K 2048) 1.027, Qwen3 down (K 768)
+#: 0.903 (:data:`CLUSTER_EVIDENCE`); the weight gradient (grouped along K, Mixtral down) 0.968
+#: (:data:`CLUSTER_EVIDENCE_GRAD_W`). Not measured with cluster 2, so cluster 1: the masked layout and an
+#: N-major weight (grad_x). The bound is the one K measured each side of it (768 slower, 2048 faster);
+#: one run, and the 1.03 at K 2048-4096 is within cluster 1's timing spread there (2.6-4.8%): not slower,
+#: more than faster. K between 768 and 2048 is not measured.
+CLUSTER_MIN_K = 2048
+CLUSTER_EVIDENCE = "bench/results/2026-12-04_grouped_cluster_fwd_3935e4e.json"
+CLUSTER_EVIDENCE_GRAD_W = "bench/results/2026-12-04_grouped_cluster_grad_w_3935e4e.json"
 CONSUMERS = 2
 #: The most groups one launch takes: the group table in each CTA's shared memory has this many entries.
 MAX_GROUPS = 1024
@@ -136,6 +147,27 @@ class GroupedPlan:
         lines += [f"map {name}: {spec.description}; globalDim {spec.global_dim}, box {spec.box_dim}"
                   for name, spec in self.tensor_maps.items()]
         return "\n".join(lines)
+
+
+def choose_cluster(k: int, b_major: str, grouping: str = GROUP_M) -> tuple[int, str]:
+    """The cluster size (1 or 2) a public call takes, and why: 2 for a call grouped along M (contiguous
+    rows, ``grouping`` "m") with a K-major weight (``b_major`` "k") and ``k`` >= :data:`CLUSTER_MIN_K`,
+    else 1 (the rule and its measurements: :data:`CLUSTER_MIN_K`). ``k``: the contraction length (along
+    K: the total K). Raises ValueError for a grouping or major this family does not know."""
+    if grouping not in GROUPINGS or b_major not in B_MAJORS:
+        raise ValueError(f"grouping = {grouping!r}, b_major = {b_major!r}: one of {GROUPINGS}, one of {B_MAJORS}")
+    if grouping == GROUP_K:
+        return 1, (f"grouped along K (the weight gradient): the cluster build measured 0.968x cluster 1's speed on "
+                   f"Mixtral down's ({CLUSTER_EVIDENCE_GRAD_W})")
+    if grouping == GROUP_M_MASKED:
+        return 1, "the masked layout (decode): the cluster build is not measured there"
+    if b_major != "k":
+        return 1, "an N-major weight (grad_x): the cluster build is not measured there"
+    if k < CLUSTER_MIN_K:
+        return 1, (f"K = {k} < {CLUSTER_MIN_K}: the cluster build measured 0.903x cluster 1's speed at K = 768 "
+                   f"(Qwen3-30B-A3B down, {CLUSTER_EVIDENCE})")
+    return 2, (f"grouped along M, K-major weight, K = {k} >= {CLUSTER_MIN_K}: the cluster build measured 1.026-1.152x "
+               f"cluster 1's speed at K = 2048-14336 (Mixtral-8x7B, Qwen3-30B-A3B gate+up, {CLUSTER_EVIDENCE})")
 
 
 def weight_map(groups: int, n: int, k: int, *, b_major: str, stride_major: int, stride_group: int, bn: int,
@@ -627,6 +659,6 @@ def _grouped_gemm(bn: int, b_major: str, out_fp32: bool, bias: bool, k_grouped: 
                        cluster=cluster)
 
 
-__all__ = ["BM", "BK", "BNS", "B_MAJORS", "CLUSTERS", "DEFAULT_CLUSTER",
-           "FAMILY", "GROUPED_GEMM", "GROUP_TABLE_BYTES", "KERNEL_NAME", "MAX_GROUPS",
+__all__ = ["BM", "BK", "BNS", "B_MAJORS", "CLUSTERS", "CLUSTER_EVIDENCE", "CLUSTER_EVIDENCE_GRAD_W", "CLUSTER_MIN_K",
+           "FAMILY", "choose_cluster", "GROUPED_GEMM", "GROUP_TABLE_BYTES", "KERNEL_NAME", "MAX_GROUPS",
            "SOURCE", "GroupedGemm", "GroupedPlan", "Sm90GroupedGemm", "grouped_gemm", "kernel_for", "weight_map"]

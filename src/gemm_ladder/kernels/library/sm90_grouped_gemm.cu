@@ -32,16 +32,17 @@
 //    group's end, so the rows a tile borrowed from the next group are never written, and any pitch.
 // Rows past offs[E - 1] are not written (torch._grouped_mm leaves them too).
 //
-// kCluster = 2 (GL_CLUSTER 2; library/grouped.py's cluster=2, not measured yet) is level 8's idea on the
-// grouped schedule: a cluster of two CTAs takes units of two vertically adjacent M tiles (M tiles 2p and
-// 2p + 1 of the schedule's order, one N tile; grouped along K, of one group), CTA rank r computing M tile
-// 2p + r, both CTAs walking the same units in the same order with the same K iterations per unit. When
-// both tiles exist and read one weight (grouped along M: one group; along K: always), each CTA loads
-// half of the B tile and multicasts it into both CTAs' stage (per CTA, 32 KB of L2 traffic a stage at
-// BN 256 instead of 48 KB); otherwise (a pair straddling two groups, or rank 1 past the last M tile)
-// each loads the whole B into its own stage, and a rank without a tile loads rank 0's rows, computes and
-// stores nothing. Every stage is released to both CTAs either way, so one ring protocol (the plan's
-// GL_EMPTY_ARRIVALS, expect_tx A + the whole B) holds whatever each unit decides.
+// kCluster = 2 (GL_CLUSTER 2; library/grouped.py's cluster=2, which the public calls take where it
+// measured faster: choose_cluster) is level 8's idea on the grouped schedule: a cluster of two CTAs
+// takes units of two vertically adjacent M tiles (M tiles 2p and 2p + 1 of the schedule's order, one N
+// tile; grouped along K, of one group), CTA rank r computing M tile 2p + r, both CTAs walking the same
+// units in the same order with the same K iterations per unit. When both tiles exist and read one
+// weight (grouped along M: one group; along K: always), each CTA loads half of the B tile and
+// multicasts it into both CTAs' stage (per CTA, 32 KB of L2 traffic a stage at BN 256 instead of 48 KB);
+// otherwise (a pair straddling two groups, or rank 1 past the last M tile) each loads the whole B into
+// its own stage, and a rank without a tile loads rank 0's rows, computes and stores nothing. Every
+// stage is released to both CTAs either way, so one ring protocol (the plan's GL_EMPTY_ARRIVALS,
+// expect_tx A + the whole B) holds whatever each unit decides.
 //
 // GroupedMode::kMasked builds the masked layout of decode under CUDA graphs: x (E x M_max, K), group
 // e's rows start at e x M_max, and `offs` holds each group's count of valid rows (on the device); rows
