@@ -71,15 +71,11 @@ BNS = (128, 256)
 #: CTAs per cluster a build may have: 1, or 2 sharing the weight tile by multicast.
 CLUSTERS = (1, 2)
 #: The route's cluster rule (:func:`choose_cluster`): the cluster build for a call grouped along M with a
-#: K-major weight (the forward) and K >= CLUSTER_MIN_K, cluster 1 otherwise. Measured on the H200 at
-#: 3935e4e (bench/grouped.py --quick --cluster both --check64, cluster 1 and 2 timed interleaved in one
-#: run, every output checked against float64), cluster 2's speed over cluster 1's: Mixtral-8x7B gate+up
-#: (K 4096) 1.026, down skewed (K 14336) 1.152, Qwen3-30B-A3B gate+up (K 2048) 1.027, Qwen3 down (K 768)
-#: 0.903 (:data:`CLUSTER_EVIDENCE`); the weight gradient (grouped along K, Mixtral down) 0.968
-#: (:data:`CLUSTER_EVIDENCE_GRAD_W`). Not measured with cluster 2, so cluster 1: the masked layout and an
-#: N-major weight (grad_x). The bound is the one K measured each side of it (768 slower, 2048 faster);
-#: one run, and the 1.03 at K 2048-4096 is within cluster 1's timing spread there (2.6-4.8%): not slower,
-#: more than faster. K between 768 and 2048 is not measured.
+#: K-major weight (the forward) and K >= CLUSTER_MIN_K, cluster 1 otherwise: where cluster 2 measured
+#: faster and slower in one interleaved, float64-checked run (:data:`CLUSTER_EVIDENCE`,
+#: :data:`CLUSTER_EVIDENCE_GRAD_W`; the figures in docs/grouped.md). The bound lies between the two K
+#: measured each side of it; the masked layout and an N-major weight (grad_x) were not measured with
+#: cluster 2, so they keep cluster 1.
 CLUSTER_MIN_K = 2048
 CLUSTER_EVIDENCE = "bench/results/2026-12-04_grouped_cluster_fwd_3935e4e.json"
 CLUSTER_EVIDENCE_GRAD_W = "bench/results/2026-12-04_grouped_cluster_grad_w_3935e4e.json"
