@@ -672,3 +672,8 @@ def test_the_route_ranks_only_splits_the_kernel_can_launch(m, n, k):
     b = torch.empty(n, k, dtype=torch.bfloat16, device="meta")
     d = gemm_ladder.explain(a, b.T).to_dict()
     assert gemm_ladder.mm(a, b.T).shape == (m, n) and d["split"] in ("none", "tail", "all", "wave")
+    # explain's plan carries the timeline's ends and one marker for the K iterations between (it took
+    # minutes to build and copy the whole timeline at K = 2^27: two million rows)
+    timeline = d["plan"]["plan"]["timeline"]
+    marker, = [r for r in timeline if "elided_iterations" in r]
+    assert len(timeline) < 40 and marker["elided_iterations"][1] == k // 64 - 1 - 6

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from gemm_ladder.design.plan import GROUP_M, Plan, unit_coords
 from gemm_ladder.design.problem import arch_info, dtype_info
 from gemm_ladder.design.stream_k import StreamKTail
-from gemm_ladder.design.timeline import TimelineRow, build_timeline
+from gemm_ladder.design.timeline import TimelineRow, build_timeline, elided_iterations
 
 #: What the store side never uses: through shared memory (TMA stores), or from registers (c_from_registers).
 STORE_NEVER = "never a byte count or an mbarrier on the store side: stores complete through bulk async-groups"
@@ -41,14 +41,17 @@ class PlanText:
     validation: tuple[str, ...]
 
 
-def describe(plan: Plan) -> PlanText:
-    """Every sentence of ``plan``, from its numbers (nothing here changes a number)."""
+def describe(plan: Plan, *, elide_timeline: bool = False) -> PlanText:
+    """Every sentence of ``plan``, from its numbers (nothing here changes a number). ``elide_timeline``:
+    the timeline without the middle K iterations (:func:`~gemm_ladder.design.timeline.build_timeline`'s
+    ``elide``)."""
     ar = arch_info(plan.arch)
     bm, bn, bk = plan.tile
     load, smem, sc = plan.load_protocol, plan.smem, plan.schedule
     timeline = build_timeline(k_tiles=sc.k_tiles, stages=plan.stages, expect_tx=load.expect_tx_bytes,
                               c_panels=smem.c_panels, k_steps=bk // 16, cluster=plan.cluster,
-                              persistent=plan.persistent, mma=ar.mma, c_from_registers=smem.c_from_registers)
+                              persistent=plan.persistent, mma=ar.mma, c_from_registers=smem.c_from_registers,
+                              elide=elide_timeline)
     return PlanText(
         conclusion=conclusion(plan), issuer=_issuer(plan), consumers=_consumers(plan, ar.mma),
         empty_arrivers=_empty_arrivers(plan, ar.mma), load_steps=_load_steps(plan, ar.mma),
@@ -59,10 +62,15 @@ def describe(plan: Plan) -> PlanText:
     )
 
 
-def plan_document(plan: Plan) -> dict:
+def plan_document(plan: Plan, *, elide_timeline: bool = False) -> dict:
     """The plan as ``gemm-ladder design --format json`` prints it: :meth:`Plan.to_json` with the prose
-    of :func:`describe` in its sections (the keys in the order the designer has always written them)."""
-    text = describe(plan)
+    of :func:`describe` in its sections (the keys in the order the designer has always written them).
+
+    ``elide_timeline``: the timeline's middle K iterations (:func:`~gemm_ladder.design.timeline.elided_iterations`)
+    replaced by one row ``{"phase": "steady", "elided_iterations": [first, last]}``, so that the
+    document's size does not grow with K (``explain`` embeds it: at K = 2^27 the whole timeline is two
+    million rows)."""
+    text = describe(plan, elide_timeline=elide_timeline)
     data = plan.to_json()
     issuer = dict(data["issuer"])
     store_threads = issuer.pop("store_threads")
@@ -78,11 +86,23 @@ def plan_document(plan: Plan) -> dict:
                           "steps": list(text.load_steps)},
         "store_protocol": {**data["store_protocol"], "steps": list(text.store_steps), "never": text.store_never},
         "ring": data["ring"],
-        "timeline": [r.to_json() for r in text.timeline],
+        "timeline": _timeline_json(text.timeline, plan.schedule.k_tiles if elide_timeline else None),
         "schedule": {**sched, "notes": list(text.schedule_notes), "stream_k": stream_k},
         "kernel_defines": data["kernel_defines"],
         "assumptions": list(text.assumptions), "risks": list(text.risks), "validation": list(text.validation),
     }
+
+
+def _timeline_json(rows: tuple[TimelineRow, ...], elided_k_tiles: int | None) -> list[dict]:
+    """The rows as JSON; ``elided_k_tiles`` (rows built with ``elide``): the K iterations of the whole
+    timeline, whose left-out middle is marked by one row where it was."""
+    gap = elided_iterations(elided_k_tiles) if elided_k_tiles is not None else None
+    out: list[dict] = []
+    for r in rows:
+        if gap is not None and r.iteration == gap.stop:  # the first row after the left-out iterations
+            out.append({"phase": "steady", "elided_iterations": [gap.start, gap.stop - 1]})
+        out.append(r.to_json())
+    return out
 
 
 def conclusion(plan: Plan) -> str:

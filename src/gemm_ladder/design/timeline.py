@@ -56,10 +56,13 @@ def next_load(k: int, stages: int, mode: str) -> int | None:
 
 
 def build_timeline(*, k_tiles: int, stages: int, expect_tx: int, c_panels: int, k_steps: int, cluster: int = 1,
-                   persistent: bool = False, mma: str = "wgmma", c_from_registers: bool = False) -> tuple[TimelineRow, ...]:
+                   persistent: bool = False, mma: str = "wgmma", c_from_registers: bool = False,
+                   elide: bool = False) -> tuple[TimelineRow, ...]:
     """The rows for one output tile with ``k_tiles`` K iterations and ``stages`` stages.
 
     ``c_from_registers``: the drain stores the accumulators from registers (no staging, no TMA store).
+    ``elide``: leave out the rows of :func:`elided_iterations` (what :func:`elide_rows` would drop), so
+    that the rows' number does not grow with K.
     """
     S, KT = stages, k_tiles
     mode = release_mode(S)
@@ -77,7 +80,10 @@ def build_timeline(*, k_tiles: int, stages: int, expect_tx: int, c_panels: int, 
 
     # the last iteration that issues a load: steady state runs through it, drain follows
     last_loading = max((k for k in range(KT) if (nl := next_load(k, S, mode)) is not None and nl < KT), default=None)
+    gap = elided_iterations(KT) if elide else None
     for k in range(KT):
+        if gap is not None and k in gap:
+            continue
         s, p = k % S, (k // S) & 1
         consumer = f"wait full[{s}] parity {p}; {mma_issue} k={k} ({k_steps} x k16)"
         if mma == "wgmma":

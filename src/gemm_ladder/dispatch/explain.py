@@ -157,7 +157,7 @@ def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostMo
     plan_json, plan = None, None
     try:
         plan = route.kernel.plan(route.m, route.n, route.k, dtype, **_leading_dims(route))
-        plan_json = {"conclusion": conclusion(plan), "plan": plan_document(plan)}
+        plan_json = {"conclusion": conclusion(plan), "plan": plan_document(plan, elide_timeline=True)}
     except Exception as exc:  # noqa: BLE001 - a refused plan is part of the explanation
         plan_json = {"conclusion": f"no plan: {type(exc).__name__}: {exc}"}
     desc = K.describe(route.config)
