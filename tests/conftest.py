@@ -74,13 +74,14 @@ def pytest_cmdline_main(config):
 #: compiling them a second time. (A module missing from this list runs later, nothing more.)
 _FIRST = ("test_library_gemm_build.py", "test_epilogue.py", "test_audit_designer_plans.py", "test_host.py",
           "test_levels.py", "test_library_small_m.py", "test_grouped.py", "test_fp8_cpu.py",
-          "test_library_swiglu.py", "test_nvrtc.py", "test_cli_gates.py", "test_advise_levels.py", "test_show.py",
+          "test_library_swiglu.py", "test_nvrtc.py", "test_fp8_store_cpu.py", "test_cli_gates.py",
+          "test_advise_levels.py", "test_show.py",
           "test_readme_commands.py", "test_bench_scripts.py", "test_bench_shapes_real.py")
 
 #: Modules whose tests are independent builds (no module- or class-scoped state): each test is a scope
 #: of its own, so their compiles spread over every worker instead of queueing on one.
 _PER_TEST = ("test_epilogue.py", "test_levels.py", "test_library_small_m.py", "test_grouped.py",
-             "test_fp8_cpu.py", "test_library_swiglu.py", "test_cli_gates.py", "test_nvrtc.py")
+             "test_fp8_cpu.py", "test_library_swiglu.py", "test_cli_gates.py", "test_nvrtc.py", "test_fp8_store_cpu.py")
 
 
 def _module(nodeid: str) -> str:
