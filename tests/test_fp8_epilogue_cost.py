@@ -42,3 +42,10 @@ def test_the_edit_leaves_the_tma_store_build_alone():
     tma = fp8.Fp8Kernel("tensorwise", bn=128, overlap=fp8.OVERLAP_PROMOTION, store=fp8.STORE_TMA)
     assert tma.config() not in (real.config(), cost.no_store_kernel(real).config())
     assert dict(tma.config().extra)["GL_FP8_TMA_STORE"] == 1 and tma.config().store == fp8.STORE_TMA
+    # The edited statement sits in the branch a TMA-store build does not compile: the `else` right after
+    # the `if constexpr (Cfg::kTmaStore)` branch, with no other compile-time branch between them.
+    source = (KERNEL_ROOT / fp8.SOURCE).read_text()
+    at = source.index(cost.STORE)
+    tma_branch = source.rindex("else if constexpr (Cfg::kTmaStore)", 0, at)
+    between = source[tma_branch + len("else if constexpr (Cfg::kTmaStore)"):at]
+    assert "} else {" in between and "constexpr" not in between, between
