@@ -13,15 +13,7 @@ mkdir -p "$OUT/fam"
 LOG="$OUT/fam/log.txt"
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD/src}
 export GEMM_LADDER_CACHE=${GEMM_LADDER_CACHE:-$PWD/.kcache}
-step() {  # NAME SECONDS COMMAND...
-  local name=$1 secs=$2; shift 2
-  echo "== $name ($secs s): $*" >>"$LOG"
-  local start=$(date +%s)
-  timeout "$secs" "$@" >>"$LOG" 2>&1
-  local rc=$?
-  echo "== $name rc=$rc in $(( $(date +%s) - start )) s" >>"$LOG"
-  return $rc
-}
+source "$(dirname "$0")/step.sh"  # step NAME SECONDS COMMAND...
 {
   echo "== smoke_fam $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader

@@ -24,16 +24,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD/src}
 export GEMM_LADDER_CACHE=${GEMM_LADDER_CACHE:-$PWD/.kcache}
 export GEMM_LADDER_HOST=${GEMM_LADDER_HOST:-0}
 export GEMM_LADDER_GIT_COMMIT=${GEMM_LADDER_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-step() {  # NAME SECONDS COMMAND...
-  local name=$1 secs=$2; shift 2
-  echo "== $name ($secs s): $*" >>"$LOG"
-  local start=$(date +%s)
-  timeout "$secs" "$@" >>"$LOG" 2>&1
-  local rc=$?
-  echo "== $name rc=$rc in $(( $(date +%s) - start )) s" >>"$LOG"
-  [ $rc -eq 0 ] || FAILED="$FAILED $name"
-}
-FAILED=""
+source "$(dirname "$0")/step.sh"  # step NAME SECONDS COMMAND...
 {
   echo "== smoke_gcluster $(date -u +%FT%TZ) commit $GEMM_LADDER_GIT_COMMIT"
   nvidia-smi --query-gpu=name,clocks.sm,power.limit,temperature.gpu --format=csv

@@ -17,15 +17,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD/src}
 export GEMM_LADDER_CACHE=${GEMM_LADDER_CACHE:-$PWD/.kcache}
 export GEMM_LADDER_GIT_COMMIT=${GEMM_LADDER_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 FAILED=""
-step() {  # NAME SECONDS COMMAND...
-  local name=$1 secs=$2; shift 2
-  echo "== $name ($secs s): $*" >>"$LOG"
-  local start=$(date +%s)
-  timeout "$secs" "$@" >>"$LOG" 2>&1
-  local rc=$?
-  echo "== $name rc=$rc in $(( $(date +%s) - start )) s" >>"$LOG"
-  [ $rc -eq 0 ] || FAILED="$FAILED $name"
-}
+source "$(dirname "$0")/step.sh"  # step NAME SECONDS COMMAND...
 T0=$(date +%s)
 {
   echo "== smoke_moe $(date -u +%FT%TZ) commit $GEMM_LADDER_GIT_COMMIT"

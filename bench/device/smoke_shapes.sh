@@ -17,13 +17,7 @@ LOG="$OUT/smoke_shapes.log"
   echo "== smoke_shapes $(date -u +%FT%TZ) commit $GEMM_LADDER_GIT_COMMIT cache ${GEMM_LADDER_CACHE:-unset}"
   nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv
 } >>"$LOG" 2>&1
-step() {  # NAME SECONDS COMMAND...
-  local name=$1 secs=$2; shift 2
-  local start=$(date +%s)
-  echo "== $name ($secs s): $*" >>"$LOG"
-  timeout "$secs" "$@" >>"$LOG" 2>&1
-  echo "== $name rc=$? in $(( $(date +%s) - start )) s" >>"$LOG"
-}
+source "$(dirname "$0")/step.sh"  # step NAME SECONDS COMMAND...
 step pytest 65 python3 -m pytest -q -m gpu -p no:cacheprovider --tb=short tests/test_swiglu_small_m_gpu.py \
   tests/test_activations_gpu.py -k "small_m or act_gelu or bias_gelu or batch or nan or compile or repeats"
 step swiglu_small_m 30 python3 bench/swiglu_small_m.py --quick --no-compile --budget 0.03 --ms 1,7,16,32,64,128,192,256

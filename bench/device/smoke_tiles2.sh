@@ -20,13 +20,7 @@ LOG="$OUT/tiles/smoke_tiles2.log"
   echo "== smoke_tiles2 $(date -u +%FT%TZ) commit $GEMM_LADDER_GIT_COMMIT cache $GEMM_LADDER_CACHE"
   nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv
 } >>"$LOG" 2>&1
-step() {  # NAME SECONDS COMMAND...
-  local name=$1 secs=$2; shift 2
-  local start=$(date +%s)
-  echo "== $name ($secs s): $*" >>"$LOG"
-  timeout "$secs" "$@" >>"$LOG" 2>&1
-  echo "== $name rc=$? in $(( $(date +%s) - start )) s" >>"$LOG"
-}
+source "$(dirname "$0")/step.sh"  # step NAME SECONDS COMMAND...
 step pytest 100 python3 -m pytest -q -m gpu -p no:cacheprovider --tb=short tests/test_library_gemm_gpu.py \
   tests/test_library_gemm_regstore_gpu.py -k wave
 step sanitize 90 compute-sanitizer --report-api-errors no --tool memcheck --error-exitcode 1 \

@@ -20,13 +20,7 @@ LOG="$OUT/tiles/smoke_tiles3.log"
   echo "== smoke_tiles3 $(date -u +%FT%TZ) commit $GEMM_LADDER_GIT_COMMIT cache $GEMM_LADDER_CACHE"
   nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv
 } >>"$LOG" 2>&1
-step() {  # NAME SECONDS COMMAND...
-  local name=$1 secs=$2; shift 2
-  local start=$(date +%s)
-  echo "== $name ($secs s): $*" >>"$LOG"
-  timeout "$secs" "$@" >>"$LOG" 2>&1
-  echo "== $name rc=$? in $(( $(date +%s) - start )) s" >>"$LOG"
-}
+source "$(dirname "$0")/step.sh"  # step NAME SECONDS COMMAND...
 step tiles_forced 220 python3 bench/tiles_forced.py --budget 0.03 --check -o "$OUT/tiles"
 step sanitize 75 compute-sanitizer --report-api-errors no --tool memcheck --error-exitcode 1 \
   python3 bench/library.py --sanitize --sanitize-only "BN 192"
