@@ -105,11 +105,11 @@ def general_bns() -> tuple[int, ...]:
 
 def general_built(b_major: str, bn: int) -> bool:
     """Whether the general kernel is built at tile width ``bn`` for a B of major ``b_major`` ("k" or "mn"):
-    every width of library/gemm.py's TILE_N, and K_MAJOR_B_TILE_N's for a K-major B (the designer refuses
-    an MN-major B's 96-row cluster slice at BN 192)."""
-    from gemm_ladder.library.gemm import K_MAJOR_B_TILE_N, TILE_N
+    library/gemm.py's tile_n_built (BN 192 for a K-major B only: the designer refuses an MN-major B's 96-row
+    cluster slice there)."""
+    from gemm_ladder.library.gemm import tile_n_built
 
-    return bn in TILE_N or (bn in K_MAJOR_B_TILE_N and b_major == "k")
+    return tile_n_built(b_major, bn)
 
 
 def kernel_splits(config: KernelConfig) -> tuple[str, ...]:

@@ -453,10 +453,10 @@ def class_configs(shape_class: str, dtype: str, bns: tuple[int, ...], a_major: s
     for am in (a_major,) if a_major else _MAJORS:
         for bm in (b_major,) if b_major else _MAJORS:
             if shape_class == "large":
-                out += [_general_at(am, bm, bn, tma, dtype) for bn in bns if K.general_built(bm, bn)]
+                out += [c for bn in bns if (c := _general_at(am, bm, bn, tma, dtype)) is not None]
             if shape_class in ("unaligned", "fp32_out"):
                 path = fp32 if shape_class == "fp32_out" else registers
-                out += [_general_at(am, bm, bn, path, dtype) for bn in bns if K.general_built(bm, bn)]
+                out += [c for bn in bns if (c := _general_at(am, bm, bn, path, dtype)) is not None]
             if shape_class in ("small_m", "fp32_out"):
                 path = fp32 if shape_class == "fp32_out" else registers
                 out += [_small_m_at(bn, bn, am, bm, path, dtype) for bn in K.small_m_buckets()]

@@ -78,7 +78,7 @@ RANKED_SPLITS = ("none", "tail", "all", "wave")
 #: the tiles of 128 (1024^3: 128 tiles for 132 SMs instead of 64) for mid-size problems.
 TILE_N = (64, 128, 256)
 #: Tile widths built beside TILE_N for a K-major B only (the designer refuses an MN-major B's 96-row
-#: cluster slice at 192: not whole 64-element boxes; dispatch.kernels.general_built). The route ranks them
+#: cluster slice at 192: not whole 64-element boxes; tile_n_built). The route ranks them
 #: where the cost table times them: 128 x 192 tiles fill the SMs where 128 and 256 leave a wave part-empty
 #: (8192 x 768: 128 units of 192 against 192 of 128 or 96 of 256 on 66 clusters).
 K_MAJOR_B_TILE_N = (192,)
@@ -88,6 +88,12 @@ C_RING = 2
 MAJORS = ("k", "mn")
 #: The kernel's coordinates are 32-bit ints and reach one tile past the last row or column.
 MAX_EXTENT = 2**31 - 1 - 256
+
+
+def tile_n_built(b_major: str, bn: int) -> bool:
+    """Whether the kernel is built at tile width ``bn`` for a B of major ``b_major`` ("k" or "mn"): every
+    width of :data:`TILE_N`, and :data:`K_MAJOR_B_TILE_N`'s for a K-major B."""
+    return bn in TILE_N or (bn in K_MAJOR_B_TILE_N and b_major == "k")
 
 
 def split_schedule(units: int, resident_clusters: int, k_tiles: int, split: str,
@@ -491,7 +497,7 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
 def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, out_fp32: bool) -> LibraryGemm:
     if a_major not in MAJORS or b_major not in MAJORS:
         raise ValueError(f"a_major = {a_major!r}, b_major = {b_major!r}: each is one of {', '.join(MAJORS)}")
-    if bn not in TILE_N and not (bn in K_MAJOR_B_TILE_N and b_major == "k"):
+    if not tile_n_built(b_major, bn):
         raise ValueError(f"bn = {bn!r}: the kernel is built for BN in {TILE_N}, and {K_MAJOR_B_TILE_N} with a K-major B"
                          + (f" (b_major = {b_major!r})" if bn in K_MAJOR_B_TILE_N else ""))
     if out_fp32 and not c_from_registers:
@@ -588,4 +594,5 @@ class Sm90Gemm:
 GEMM = Sm90Gemm()
 
 
-__all__ = ["FAMILY", "GEMM", "LibraryGemm", "SPLITS", "Sm90Gemm", "bind_key", "kernel_for", "library_gemm", "split_schedule"]
+__all__ = ["FAMILY", "GEMM", "LibraryGemm", "SPLITS", "Sm90Gemm", "bind_key", "kernel_for", "library_gemm", "split_schedule",
+           "tile_n_built"]
