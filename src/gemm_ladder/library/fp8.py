@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
+from gemm_ladder.design.problem import arch_info
 from gemm_ladder.design.tensor_maps import TensorMapSpec
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
 from gemm_ladder.library import kernel as K
@@ -82,8 +83,8 @@ OVERLAP_PROMOTION = True
 STORE_DEFAULT = STORE_TMA
 #: The output dtypes the TMA store writes (2-byte elements in 128-byte swizzled panels of 64 columns).
 TMA_STORE_OUT = ("bf16", "fp16")
-#: Dynamic shared memory a block may opt in to on sm_90.
-SMEM_LIMIT = 232448
+#: Dynamic shared memory a block may opt in to on sm_90 (the designer's arch table).
+SMEM_LIMIT = arch_info("sm_90a").max_smem_per_block
 #: The kernel's coordinates are 32-bit ints.
 MAX_EXTENT = 2**31 - 1 - 256
 
@@ -130,6 +131,13 @@ def store_for(out_dtype: str, out: torch.Tensor | None, n: int, preferred: str |
         if base % 16:
             return STORE_REGISTERS, f"the output's base address {base:#x} is not 16-byte aligned"
     return STORE_TMA, "the output's base and row pitch are 16-byte aligned"
+
+
+def tma_store_refusal(kernel: Fp8Kernel, out: torch.Tensor | None, n: int) -> str | None:
+    """Why a TMA-store ``kernel`` cannot write ``out`` (N = ``n``), or None: an explicit build is run as
+    given or refused, never swapped for the register store."""
+    store, why = store_for(kernel.out_dtype, out, n, STORE_TMA)
+    return None if store == STORE_TMA else f"the fp8 build {kernel} stores C by TMA, but {why}"
 
 
 @dataclass(frozen=True)
@@ -296,11 +304,7 @@ class Sm90Fp8Gemm:
         want = (kernel.scale_mode, kernel.a_dtype, kernel.b_dtype, kernel.bias)
         if got != want:
             return f"(scale, a, b, bias) = {got}: this build takes {want}"
-        if kernel.store == STORE_TMA:
-            store, why = store_for(kernel.out_dtype, problem.c, call.n, STORE_TMA)
-            if store != STORE_TMA:
-                return f"this build stores C by TMA, but {why}"
-        return None
+        return tma_store_refusal(kernel, problem.c, call.n) if kernel.store == STORE_TMA else None
 
     def build(self, config: KernelConfig):
         kernel = kernel_for(config)
@@ -527,10 +531,8 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
                            overlap=OVERLAP_PROMOTION, store=store_for(_short_out(call.out_dtype), out, n)[0])
     elif kernel.out_dtype != _short_out(out.dtype):  # an explicit build must write the output's own dtype
         raise GemmInputError(f"the output is {out.dtype}; the fp8 build {kernel} writes {kernel.out_dtype}")
-    elif kernel.store == STORE_TMA:
-        store, why = store_for(kernel.out_dtype, out, n, STORE_TMA)
-        if store != STORE_TMA:
-            raise GemmInputError(f"the fp8 build {kernel} stores C by TMA, but {why}: run the register-store build")
+    elif kernel.store == STORE_TMA and (refusal := tma_store_refusal(kernel, out, n)):
+        raise GemmInputError(f"{refusal}: run the register-store build")
     bn = kernel.bn
     loaded = kernel.loaded(a.device)
     u8 = "CU_TENSOR_MAP_DATA_TYPE_UINT8"
@@ -598,8 +600,6 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
         if a.device.type == "cuda":
             sms = _sm_count(a.device)
         else:
-            from gemm_ladder.design.problem import arch_info
-
             sms = arch_info("sm_90a").sm_count
     quantized = call.out_dtype == QUANT_OUT
     bn = tile_n(call.m, call.n, sms, quantized)
