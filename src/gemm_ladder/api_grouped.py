@@ -222,9 +222,7 @@ def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | Non
             return out
         if total_k == 0:
             return out.zero_()
-        if cluster is None:
-            cluster = choose_cluster(total_k, "mn", GROUP_K)[0]
-        grouped_gemm(bn or 128, "mn", dt == torch.float32, False, True, cluster=cluster).launch_k(a, b, offs, out)
+        grouped_build(bn or 128, "mn", total_k, GROUP_K, dt == torch.float32, False, cluster)[0].launch_k(a, b, offs, out)
         return out
     groups, k, n = b.shape
     if case == "3d3d":
@@ -295,12 +293,23 @@ def _launch(x, b, offs, out, bias, bn, masked: bool = False, cluster: int | None
         return
     major = b_major_of(b)
     w = b.transpose(1, 2)  # (E, N, K): stride(2) == 1 for a K-major b, stride(1) == 1 for an N-major one
+    grouping = GROUP_M_MASKED if masked else GROUP_M
     if bn is None:
         bn = choose_bn(n, rows, groups)
-    if cluster is None:
-        cluster = choose_cluster(k, major, GROUP_M_MASKED if masked else GROUP_M)[0]
-    kernel = grouped_gemm(bn, major, out.dtype == torch.float32, bias is not None, masked=masked, cluster=cluster)
+    kernel, _ = grouped_build(bn, major, k, grouping, out.dtype == torch.float32, bias is not None, cluster)
     kernel.launch(x, w, offs, out, bias)
+
+
+def grouped_build(bn: int, major: str, k: int, grouping: str, out_fp32: bool, bias: bool, cluster: int | None):
+    """The grouped build a call runs, and why its cluster size: ``cluster`` as given, else library/grouped.py's
+    choose_cluster for the contraction length ``k`` (along K: the total K), the weight's major and the
+    grouping. The launches, :func:`explain_grouped_mm` and ``explain_grouped_swiglu`` all ask here, so they
+    cannot disagree."""
+    why = f"cluster = {cluster} asked for"
+    if cluster is None:
+        cluster, why = choose_cluster(k, major, grouping)
+    return grouped_gemm(bn, major, out_fp32, bias, grouping == GROUP_K, grouping == GROUP_M_MASKED,
+                        cluster=cluster), why
 
 
 def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None,
@@ -330,12 +339,10 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
         groups, k, n = b.shape
         rows = a.shape[0] if a.dim() == 2 else a.shape[0] * a.shape[1]
         bn, major, grouping = choose_bn(n, rows, groups), b_major_of(b), GROUP_M_MASKED if masked else GROUP_M
-    cluster, why = choose_cluster(k, major, grouping)
-    build = grouped_gemm(bn, major, dt == torch.float32, bias is not None, grouping == GROUP_K,
-                         grouping == GROUP_M_MASKED, cluster)
+    build, why = grouped_build(bn, major, k, grouping, dt == torch.float32, bias is not None, None)
     return {"case": case, "grouped_along": "K" if grouping == GROUP_K else "M", "kernel": build.name,
             "source": SOURCE, "tile": [BM, bn, BK], "b_major": major, "out_dtype": str(dt).replace("torch.", ""),
-            "cluster": cluster, "cluster_reason": why}
+            "cluster": build.cluster, "cluster_reason": why}
 
 
-__all__ = ["b_major_of", "check_grouped_mm", "choose_bn", "explain_grouped_mm", "group_of_rows", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of"]
+__all__ = ["b_major_of", "check_grouped_mm", "choose_bn", "explain_grouped_mm", "group_of_rows", "grouped_build", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of"]

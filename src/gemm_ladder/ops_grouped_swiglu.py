@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gemm_ladder.api_grouped import PUBLIC_DEVICES, check_grouped_mm, choose_bn, grouped_mm_direct
+from gemm_ladder.api_grouped import PUBLIC_DEVICES, check_grouped_mm, choose_bn, grouped_build, grouped_mm_direct
 from gemm_ladder.errors import GemmInputError, GemmTypeError
 from gemm_ladder.ops_grouped import NAMESPACE, _grad_b_grouped_k
 
@@ -141,7 +141,7 @@ def explain_grouped_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Te
     ``cluster_reason`` (library/grouped.py choose_cluster)), ``cublas``
     (False). CUDA or meta tensors (meta: checked as CUDA tensors of the same shapes and strides); raises
     what :func:`grouped_swiglu` raises for bad input."""
-    from gemm_ladder.library.grouped import BK, BM, SOURCE, choose_cluster, grouped_gemm
+    from gemm_ladder.library.grouped import BK, BM, SOURCE
     from gemm_ladder.library.kernel import GROUP_K, GROUP_M
 
     if all(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in (x, w_gate, w_up, offs)):
@@ -158,12 +158,11 @@ def explain_grouped_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Te
     def gemm(step, bn, major, out_dtype, k_grouped=False):
         # the contraction: x's K (gate, up), N (grad_x), the T rows (grad_w)
         red = t if k_grouped else k if major == "k" else n
-        cluster, why = choose_cluster(red, major, GROUP_K if k_grouped else GROUP_M)
-        build = grouped_gemm(bn=bn, b_major=major, out_fp32=out_dtype == "float32" and not k_grouped, k_grouped=k_grouped,
-                             cluster=cluster)
+        build, why = grouped_build(bn, major, red, GROUP_K if k_grouped else GROUP_M,
+                                   out_dtype == "float32" and not k_grouped, False, None)
         return {"step": step, "kind": "grouped_gemm", "kernel": build.name, "source": SOURCE, "tile": [BM, bn, BK],
                 "b_major": major, "out_dtype": out_dtype, "grouped_along": "K" if k_grouped else "M",
-                "cluster": cluster, "cluster_reason": why}
+                "cluster": build.cluster, "cluster_reason": why}
 
     bn_fwd, bn_dx = choose_bn(n, t, e), choose_bn(k, t, e)
     return {
