@@ -45,9 +45,8 @@ import sys
 
 import torch
 
-from gemm_ladder.api_grouped import grouped_mm_direct
+from gemm_ladder.api_grouped import explain_grouped_mm, grouped_mm_direct
 from gemm_ladder.gates.performance import time_fns
-from gemm_ladder.library.grouped import choose_cluster
 from suite import add_output_argument, require_gpu, save
 
 #: name -> (E, rows, N, K, smallest, largest group): the issue's table, then the models' own shapes at
@@ -158,6 +157,7 @@ def run_case(name: str, direction: str, budget: float, bn: int | None, clusters=
             torch.mm(a[s:t], b[i], out=out[s:t])
         return out
 
+    chosen = explain_grouped_mm(a, b, offs)  # the build the library picks where bn and the cluster are not given
     fns = {
         **library_fns(a, b, offs, bn, clusters),
         "torch_grouped": lambda *_: torch._grouped_mm(a, b, offs),
@@ -175,10 +175,10 @@ def run_case(name: str, direction: str, budget: float, bn: int | None, clusters=
         "case": name, "layout": "contiguous", "direction": direction, "E": e, "rows": rows, "N": out_n, "K": red,
         "tflops": flop / ours_ms / 1e9, "ratio_torch_grouped": t["torch_grouped"].median_ms / ours_ms,
         "ratio_loop": t["loop"].median_ms / ours_ms, "correct": err <= 2e-2 and _f64_ok(errs), "rel_err_vs_torch": err,
-        "cluster": clusters[0] or choose_cluster(red, "k" if direction == "fwd" else "mn")[0],
+        "cluster": clusters[0] or chosen["cluster"],
         **cluster_fields(t, flop, errs),
         "group_sizes": {"min": min(sizes), "max": max(sizes), "empty": sizes.count(0)},
-        "bn": bn or (256 if out_n >= 2048 or (out_n >= 1024 and rows >= 64 * e) else 128),
+        "bn": bn or chosen["tile"][1],
         "ms": {k2: v.median_ms for k2, v in t.items()}, "spread": {k2: round(v.spread, 4) for k2, v in t.items()},
         "tflops_torch_grouped": flop / t["torch_grouped"].median_ms / 1e9, "tflops_loop": flop / t["loop"].median_ms / 1e9,
     }
@@ -211,6 +211,7 @@ def run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn, clusters=(None,), f
                 torch.mm(x[s:s + z].t(), gy[s:s + z], out=out[i])
         return out
 
+    chosen = explain_grouped_mm(x.t(), gy, offs)  # the build the library picks where bn and the cluster are not given
     fns = {**library_fns(x.t(), gy, offs, bn, clusters),
            "torch_grouped": lambda *_: torch._grouped_mm(x.t(), gy, offs), "loop": loop}
     errs = None
@@ -229,8 +230,8 @@ def run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn, clusters=(None,), f
     row = {"case": name, "layout": "contiguous", "direction": "grad_w", "E": e, "rows": rows, "N": n, "K": k,
            "tflops": flop / ours_ms / 1e9, "ratio_torch_grouped": t["torch_grouped"].median_ms / ours_ms,
            "ratio_loop": t["loop"].median_ms / ours_ms, "correct": err <= 2e-2 and _f64_ok(errs), "rel_err_vs_torch": err,
-           "cluster": clusters[0] or 1, **cluster_fields(t, flop, errs),  # along K: choose_cluster's 1
-           "bn": bn or 128, "ms": {k2: v.median_ms for k2, v in t.items()},
+           "cluster": clusters[0] or chosen["cluster"], **cluster_fields(t, flop, errs),
+           "bn": bn or chosen["tile"][1], "ms": {k2: v.median_ms for k2, v in t.items()},
            "spread": {k2: round(v.spread, 4) for k2, v in t.items()},
            "tflops_torch_grouped": flop / t["torch_grouped"].median_ms / 1e9, "tflops_loop": flop / t["loop"].median_ms / 1e9}
     _print(row, ours_ms, err)
