@@ -2,9 +2,9 @@
 cuBLAS and the route, interleaved in one process: does the route pick badly among what exists, or is
 no existing configuration good enough?
 
-    python bench/tiles_forced.py [--shapes NAME,...] [--budget 0.03] [-o OUT_DIR]
+    python bench/tiles_forced.py [--shapes NAME,...] [--check] [--full-run] [--clusters 2,1] [--budget 0.03] [-o OUT_DIR]
 
-``--check`` adds :data:`CHECK_SHAPES`. Shapes: :data:`SHAPES`, the plain (no epilogue) rows of bench/results/2026-12-03_shapes_real_quick_5c39c94.json
+``--check`` adds :data:`CHECK_SHAPES`, ``--full-run`` :data:`SHAPES_FULL_RUN`. Shapes: :data:`SHAPES`, the plain (no epilogue) rows of bench/results/2026-12-03_shapes_real_quick_5c39c94.json
 below 0.85x cuBLAS (M x N x K of ``F.linear(x, w)``, x (M, K), w (N, K), both row-major).
 
 Configurations per shape:
@@ -13,7 +13,7 @@ Configurations per shape:
   ``explain``'s choice and the cost model's candidates are recorded beside it);
 * ``general BN {64,128,192,256} {none,tail,all,wave}``: the general kernel (library/gemm.py, 128 x BN
   tiles, 2-CTA cluster) bound in place with each split policy (library.gemm.SPLITS, the ones the route
-  ranks and any it does not);
+  ranks and any it does not); ``general c1 BN ...`` the same with one CTA per cluster (``--clusters``);
 * for M <= 256, ``small_m BN b splits s``: the small-M kernel in the bucket of one tile and the
   smaller buckets of up to 4 M tiles, its own split rule (s = None) and classic split-K (s = 1, 2, 4,
   8, where the grid differs from the rule's).
@@ -61,6 +61,19 @@ SHAPES = (
     ("qwen2.5_7b o_proj", 64, 3584, 3584, "bf16"),
     ("vit_l16 attn.qkv", 12608, 3072, 1024, "bf16"),
 )
+#: The plain rows furthest below cuBLAS in the full run of 2026-12-04
+#: (bench/results/2026-12-04_shapes_real_beaafa4.json, 0.53-0.80x; M = 333 three M tiles, an odd count).
+SHAPES_FULL_RUN = (
+    ("phi3_mini qkv_proj 333", 333, 9216, 3072, "bf16"),
+    ("phi3_mini gate_up_proj 333", 333, 8192, 3072, "bf16"),
+    ("phi3_mini o_proj 333", 333, 3072, 3072, "bf16"),
+    ("phi3_mini lm_head 333", 333, 32064, 3072, "bf16"),
+    ("bert_large output.dense 512", 512, 1024, 4096, "bf16"),
+    ("t5_base wo 512", 512, 768, 3072, "bf16"),
+    ("vit_l16 mlp.fc2 1576", 1576, 1024, 4096, "bf16"),
+    ("gemma_7b down_proj 511", 511, 3072, 24576, "bf16"),
+    ("mixtral_8x7b gate 37", 37, 8, 4096, "bf16"),
+)
 #: Real layer shapes at 0.87-0.99x in the same run, and two squares: where a new split policy must not lose.
 CHECK_SHAPES = (
     ("square 2048", 2048, 2048, 2048, "bf16"),
@@ -93,22 +106,33 @@ def general_widths() -> tuple[int, ...]:
     return tuple(bn for bn in K.general_bns() if K.general_built("k", bn))
 
 
-def configs_for(m: int, dtype: str):
-    """The KernelConfigs a shape's forced runs need (general TMA-store builds K-major, small-M buckets)."""
+#: The general kernel's cluster sizes forced (--clusters): level 9's pair sharing B, and one CTA.
+CLUSTERS = (2, 1)
+
+
+def general_label(bn: int, split: str, cluster: int) -> str:
+    """A forced general configuration's name: 'general BN 256 tail', or 'general c1 BN 256 tail' for one
+    CTA per cluster."""
+    return f"general {'c1 ' if cluster == 1 else ''}BN {bn} {split}"
+
+
+def configs_for(m: int, dtype: str, clusters=CLUSTERS):
+    """The KernelConfigs a shape's forced runs need (general TMA-store builds K-major at each cluster
+    size, small-M buckets)."""
     from gemm_ladder.dispatch import kernels as K
 
-    out = [K.general("k", "k", bn, dtype) for bn in general_widths()]
+    out = [K.general("k", "k", bn, dtype, cluster) for bn in general_widths() for cluster in clusters]
     out += [K.small_m(m, bn, dtype) for bn in small_m_buckets(m)]
     return out
 
 
-def prebuild(shapes, workers: int) -> list[str]:
+def prebuild(shapes, workers: int, clusters=CLUSTERS) -> list[str]:
     """Compile (and load) every build the shapes need, and each route's, in parallel; returns failures."""
     from gemm_ladder.dispatch.precompile import config_build, run_builds
 
     configs = {}
     for _, m, n, k, dtype in shapes:
-        for c in configs_for(m, dtype):
+        for c in configs_for(m, dtype, clusters):
             configs[c] = None
         x = torch.empty(m, k, dtype=DTYPES[dtype], device="cuda")
         w = torch.empty(n, k, dtype=DTYPES[dtype], device="cuda")
@@ -118,7 +142,7 @@ def prebuild(shapes, workers: int) -> list[str]:
     return [f"{label}: {o}" for label, o in outcomes.items() if not o.startswith("built")]
 
 
-def forced_fns(x: torch.Tensor, w: torch.Tensor, dtype: str) -> dict[str, tuple]:
+def forced_fns(x: torch.Tensor, w: torch.Tensor, dtype: str, clusters=CLUSTERS) -> dict[str, tuple]:
     """name -> (bound launch, its output c, facts) of every forced configuration on (x, w)."""
     from gemm_ladder.dispatch import kernels as K
     from gemm_ladder.library.gemm import SPLITS, library_gemm
@@ -129,13 +153,14 @@ def forced_fns(x: torch.Tensor, w: torch.Tensor, dtype: str) -> dict[str, tuple]
     n = w.shape[0]
     va, vb = operand_view(x, k_dim=1), operand_view(w, k_dim=1)
     out = {}
-    for bn in general_widths():
-        kernel = library_gemm("k", "k", bn)
-        for split in sorted(SPLITS, key=lambda sp: (sp not in kernel.splits, sp)):  # every policy, ranked ones first
-            c = torch.empty(m, n, dtype=x.dtype, device=x.device)
-            bound = kernel.bind(va, vb, c, split=split)
-            out[f"general BN {bn} {split}"] = (bound, c, {"kernel": "general", "bn": bn, "split": split,
-                                                           "stages": kernel.stages})
+    for cluster in clusters:
+        for bn in general_widths():
+            kernel = library_gemm("k", "k", bn, cluster=cluster)
+            for split in sorted(SPLITS, key=lambda sp: (sp not in kernel.splits, sp)):  # every policy, ranked ones first
+                c = torch.empty(m, n, dtype=x.dtype, device=x.device)
+                bound = kernel.bind(va, vb, c, split=split)
+                out[general_label(bn, split, cluster)] = (bound, c, {"kernel": "general", "bn": bn, "split": split,
+                                                                     "cluster": cluster, "stages": kernel.stages})
     for bn in small_m_buckets(m):
         kernel = small_m_kernel(bn)
         resident = kernel.loaded(dtype, x.device).max_active_clusters(x.device)
@@ -160,13 +185,13 @@ def forced_fns(x: torch.Tensor, w: torch.Tensor, dtype: str) -> dict[str, tuple]
 def route_label(d: dict) -> str:
     """The forced configuration's name that explain's decision corresponds to."""
     if d["kind"] == "general":
-        return f"general BN {d['tile'][1]} {d['split']}"
+        return general_label(d["tile"][1], d["split"], d.get("cluster") or 2)
     if d["kind"] == "small_m":
         return f"small_m BN {d['tile'][1]} splits None"
     return d["kind"]
 
 
-def bench_shape(name, m, n, k, dtype, budget, seed) -> dict:
+def bench_shape(name, m, n, k, dtype, budget, seed, clusters=CLUSTERS) -> dict:
     from gemm_ladder.gates.performance import time_fns
 
     x, w = random_operands(m, n, k, dtype, "cuda", seed)
@@ -180,7 +205,7 @@ def bench_shape(name, m, n, k, dtype, budget, seed) -> dict:
 
     cublas_err, _ = err(F.linear(x, w))
     bound = error_bound(cublas_err, dtype)
-    forced = forced_fns(x, w, dtype)
+    forced = forced_fns(x, w, dtype, clusters)
     rows = {}
     for label, (launch, c, facts) in forced.items():
         c.fill_(float("nan"))
@@ -205,7 +230,7 @@ def bench_shape(name, m, n, k, dtype, budget, seed) -> dict:
     timed = [lb for lb in forced if "us" in rows[lb]]
     best = min(timed, key=lambda lb: rows[lb]["us"])
     h = d.get("heuristic") or {}
-    predicted = {f"general BN {c['bn']} {c['split']}": c["predicted_us"] for c in h.get("candidates", [])}
+    predicted = {general_label(c["bn"], c["split"], c.get("cluster", 2)): c["predicted_us"] for c in h.get("candidates", [])}
     for label, p in predicted.items():
         if label in rows:
             rows[label]["predicted_us"] = p
@@ -246,26 +271,37 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", default="", help="comma list of shape names (default: all of SHAPES)")
     p.add_argument("--check", action="store_true", help="also the CHECK_SHAPES (where a change must not lose)")
+    p.add_argument("--full-run", action="store_true", help="also SHAPES_FULL_RUN (the 2026-12-04 full run's worst rows)")
+    p.add_argument("--clusters", default="2,1", help="the general kernel's cluster sizes forced (default 2,1)")
     p.add_argument("--budget", type=float, default=0.03, help="seconds of timed calls per configuration")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="parallel builds")
     p.add_argument("-o", "--output", default=None, help="output folder (default $OUT/tiles or ./tiles_out)")
     args = p.parse_args()
     want = [s.strip() for s in args.shapes.split(",") if s.strip()]
-    pool = SHAPES + (CHECK_SHAPES if args.check else ())
+    pool = SHAPES + (CHECK_SHAPES if args.check else ()) + (SHAPES_FULL_RUN if args.full_run else ())
     shapes = [s for s in pool if not want or s[0] in want]
     if want and len(shapes) != len(want):
-        print(f"tiles_forced.py: unknown shapes in {want}; names: {[s[0] for s in SHAPES]}", file=sys.stderr)
+        names = [s[0] for s in SHAPES + CHECK_SHAPES + SHAPES_FULL_RUN]
+        print(f"tiles_forced.py: unknown shapes in {want} (--check, --full-run add their sets); names: {names}",
+              file=sys.stderr)
+        return 2
+    try:
+        clusters = tuple(int(c) for c in args.clusters.split(","))
+        if not clusters or any(c not in CLUSTERS for c in clusters):
+            raise ValueError
+    except ValueError:
+        print(f"tiles_forced.py: --clusters {args.clusters!r}: a comma list of {', '.join(map(str, CLUSTERS))}", file=sys.stderr)
         return 2
     require_gpu(__file__)
     out_dir = Path(args.output or Path(os.environ.get("OUT", "."), "tiles"))
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    failures = prebuild(shapes, args.workers)
+    failures = prebuild(shapes, args.workers, clusters)
     print(f"builds: {time.time() - t0:.1f} s; failures: {failures}", flush=True)
     results = []
     for i, (name, m, n, k, dtype) in enumerate(shapes):
         t1 = time.time()
-        r = bench_shape(name, m, n, k, dtype, args.budget, seed=23000 + i)
+        r = bench_shape(name, m, n, k, dtype, args.budget, seed=23000 + i, clusters=clusters)
         results.append(r)
         bad = [lb for lb, v in r["configs"].items() if v.get("ok") is False]
         print(f"{name} {m}x{n}x{k} {dtype}: cuBLAS {r['cublas_us']:.1f} us, route {r['configs']['route']['us']:.1f} us "

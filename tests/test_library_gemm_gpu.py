@@ -1,5 +1,5 @@
 """The layouts library kernel on the GPU: every operand order, padded pitches and offset views, BN 64,
-128 and 256, every stream-K policy, tails in M, N and K, held to the correctness gate's bounds against the
+128, 192 and 256, 2-CTA clusters and one CTA, every stream-K policy, tails in M, N and K, held to the correctness gate's bounds against the
 float64 reference; outputs poisoned with NaN (and the padding of the output checked untouched);
 repeated launches bitwise identical; operands TMA cannot describe refused before any launch.
 
@@ -20,7 +20,7 @@ import torch
 
 from gemm_ladder.contract import GemmInputError
 from gemm_ladder.gates.correctness import check_correctness, random_operands
-from gemm_ladder.library.gemm import K_MAJOR_B_TILE_N, MAJORS, SPLITS, TILE_N, library_gemm
+from gemm_ladder.library.gemm import K_MAJOR_B_TILE_N, MAJORS, SPLITS, TILE_N, library_gemm, tile_n_built
 from gemm_ladder.library.operand import operand_view
 
 pytestmark = pytest.mark.gpu
@@ -38,8 +38,9 @@ def _built_in_parallel():
     on the GPU machine's 16 cores that saves most of a minute of the GPU's lease."""
     jobs = [(a, b, bn, dt) for a, b in LAYOUTS for bn in TILE_N for dt in ("bf16", "fp16")]
     jobs += [(a, "k", bn, dt) for a in MAJORS for bn in K_MAJOR_B_TILE_N for dt in ("bf16", "fp16")]
+    jobs = [(*j, cluster) for j in jobs for cluster in (2, 1)]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        list(pool.map(lambda j: library_gemm(*j[:3]).build(j[3]), jobs))
+        list(pool.map(lambda j: library_gemm(*j[:3], cluster=j[4]).build(j[3]), jobs))
 
 
 def _round8(x: int) -> int:
@@ -69,8 +70,8 @@ class LayoutCall:
     """``fn(a, b) -> a @ b.T`` through library_gemm(a_major, b_major, bn) on placed views, writing into
     a NaN-poisoned output of pitch ldc (padding columns checked to stay NaN)."""
 
-    def __init__(self, a_major, b_major, bn=256, split="tail", pad=None, offset=8, c_pad=16):
-        self.kernel = library_gemm(a_major, b_major, bn)
+    def __init__(self, a_major, b_major, bn=256, split="tail", pad=None, offset=8, c_pad=16, cluster=2):
+        self.kernel = library_gemm(a_major, b_major, bn, cluster=cluster)
         self.a_major, self.b_major, self.split = a_major, b_major, split
         self.pad, self.offset, self.c_pad = pad, offset, c_pad
 
@@ -155,6 +156,38 @@ def test_dense_views_compute_or_are_refused(a_major, b_major):
         with pytest.raises(GemmInputError, match=rule):
             fn.kernel.launch(va, vb, c)
     assert refused, "no dense view was unaligned: the refusal path went unchecked"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("a_major,b_major", LAYOUTS)
+@pytest.mark.parametrize("bn", [*TILE_N, *K_MAJOR_B_TILE_N])
+@pytest.mark.parametrize("split", SPLITS)
+def test_one_cta_per_cluster(a_major, b_major, bn, split):
+    """The cluster-1 builds (one CTA, B loaded whole, stages released to itself) under each stream-K
+    policy: an odd number of M tiles (333: three; 1000 x 520: eight, 2304: eighteen), M, N and K tails,
+    padded pitches and offset bases; fp16 on one shape."""
+    if not tile_n_built(b_major, bn):
+        pytest.skip(f"BN {bn} is not built for a {b_major}-major B")
+    fn = LayoutCall(a_major, b_major, bn=bn, split=split, cluster=1)
+    for m, n, k in [(333, 9216, 640), (1000, 520, 200), (2304, 2048, 1000), (129, 384, 4096)]:
+        gate(fn, m, n, k, "bf16")
+    gate(fn, 777, 1000, 300, "fp16")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("split", ["none", "tail", "all", "wave"])
+def test_one_cta_per_cluster_is_bitwise_repeatable_and_equals_the_pair(split):
+    """Five cluster-1 launches into fresh NaN-poisoned outputs agree bit for bit, and with the 2-CTA
+    build's: each tile's K order is the same whichever cluster size computes it (for whole tiles; a split
+    tile's partials are summed in the same K order too, but the two builds split at different K)."""
+    m, n, k = 333, 4608, 3584
+    a, b = random_operands(m, n, k, "bf16", "cuda", seed=333)
+    one = LayoutCall("k", "k", bn=128, split=split, cluster=1)
+    first = one(a, b).clone()
+    for _ in range(4):
+        assert torch.equal(one(a, b), first)
+    if split == "none":
+        assert torch.equal(LayoutCall("k", "k", bn=128, split="none")(a, b), first)
 
 
 @pytest.mark.timeout(300)

@@ -78,21 +78,22 @@ def small_m_buckets() -> tuple[int, ...]:
     return BUCKETS
 
 
-def general(a_major: str, b_major: str, bn: int, dtype: str = "bf16") -> KernelConfig:
+def general(a_major: str, b_major: str, bn: int, dtype: str = "bf16", cluster: int = 2) -> KernelConfig:
     """The general kernel's config reading A ``a_major`` and B ``b_major`` with 128 x ``bn`` tiles
-    (TMA store)."""
+    (TMA store), in clusters of ``cluster`` CTAs (2: sharing B; 1)."""
     from gemm_ladder.library.gemm import GEMM
 
-    return GEMM.config(a_major, b_major, bn, dtype, store=STORE_TMA)
+    return GEMM.config(a_major, b_major, bn, dtype, store=STORE_TMA, cluster=cluster)
 
 
 def general_from_registers(a_major: str, b_major: str, bn: int, dtype: str = "bf16",
-                           out_fp32: bool = False) -> KernelConfig:
+                           out_fp32: bool = False, cluster: int = 2) -> KernelConfig:
     """The general kernel's build that stores C from the consumers' registers (masked stores: any row
     pitch and element-aligned base; ``out_fp32``: a float32 output), for outputs a TMA store cannot write."""
     from gemm_ladder.library.gemm import GEMM
 
-    return GEMM.config(a_major, b_major, bn, dtype, store=STORE_REGISTERS, out_dtype="fp32" if out_fp32 else None)
+    return GEMM.config(a_major, b_major, bn, dtype, store=STORE_REGISTERS, out_dtype="fp32" if out_fp32 else None,
+                       cluster=cluster)
 
 
 def general_bns() -> tuple[int, ...]:
@@ -112,6 +113,13 @@ def general_built(b_major: str, bn: int) -> bool:
     return tile_n_built(b_major, bn)
 
 
+def general_clusters() -> tuple[int, ...]:
+    """The cluster sizes the general kernel is built for (library/gemm.py's CLUSTERS: 2, level 9's, first)."""
+    from gemm_ladder.library.gemm import CLUSTERS
+
+    return CLUSTERS
+
+
 def kernel_splits(config: KernelConfig) -> tuple[str, ...]:
     """The split policies a launch of ``config`` takes that the dispatcher ranks (its family's ``splits``)."""
     return family(config).splits
@@ -122,5 +130,5 @@ def describe(config: KernelConfig) -> dict:
     return family(config).describe(config)
 
 
-__all__ = ["FAMILIES", "describe", "family", "general", "general_bns", "general_built", "general_from_registers", "kernel_object",
+__all__ = ["FAMILIES", "describe", "family", "general", "general_bns", "general_built", "general_clusters", "general_from_registers", "kernel_object",
            "kernel_splits", "small_m", "small_m_bn", "small_m_buckets"]

@@ -82,6 +82,8 @@ TILE_N = (64, 128, 256)
 #: where the cost table times them: 128 x 192 tiles fill the SMs where 128 and 256 leave a wave part-empty
 #: (8192 x 768: 128 units of 192 against 192 of 128 or 96 of 256 on 66 clusters).
 K_MAJOR_B_TILE_N = (192,)
+#: CTAs per cluster built: level 9's 2 (B multicast to vertically adjacent tiles), and 1.
+CLUSTERS = (2, 1)
 #: Panel buffers per consumer's store ring: level 9's 2, or the tile's panels when it has fewer (one
 #: 64-column panel at BN = 64; the ring must divide the panels: design/plan.py).
 C_RING = 2
@@ -159,6 +161,9 @@ class LibraryGemm:
     out_fp32: bool = False
     #: The tail split's threshold (design.stream_k.plan_tail): level 9's.
     stream_k_min_idle: float = DEFAULT_MIN_IDLE
+    #: CTAs per cluster: level 9's 2 (vertically adjacent tiles sharing B by multicast), or 1 (one CTA
+    #: per SM alone: no idle twin where the M tiles are odd in number, no multicast).
+    cluster: int = 2
     _launches: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _specs: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
@@ -168,10 +173,9 @@ class LibraryGemm:
     #: The rung whose rules the resource gate holds this kernel to (gates/resources.py's
     #: check_level_resources: wgmma in SASS, TMA loads): level 9's, whose kernel this is.
     number = 9
-    #: Level 9's configuration: two consumer warpgroups, a producer warpgroup, 2-CTA clusters multicasting
-    #: B, persistent with a stream-K tail.
+    #: Level 9's configuration: two consumer warpgroups, a producer warpgroup, persistent with a stream-K
+    #: tail (and its 2-CTA clusters multicasting B, or one CTA: ``cluster`` above).
     consumers = 2
-    cluster = 2
     persistent = True
     producer_warpgroup = True
 
@@ -474,27 +478,32 @@ def _options(split: str, c_padding_writable: bool) -> tuple:
 
 
 def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers: bool = False,
-                 out_fp32: bool = False) -> LibraryGemm:
+                 out_fp32: bool = False, cluster: int = 2) -> LibraryGemm:
     """The layouts kernel for A ``a_major`` and B ``b_major`` ("k" or "mn") with tile width ``bn``
     (64, 128 or 256; 192 with a K-major B); one instance per configuration, so builds, loaded kernels and
     maps are cached.
 
     ``c_from_registers``: the build that stores C from registers (any pitch; see the module docstring);
-    ``out_fp32`` (only with it): its float32-output build.
+    ``out_fp32`` (only with it): its float32-output build. ``cluster``: 2 (level 9's pair of CTAs sharing
+    B) or 1 (one CTA per cluster: the build for an odd number of M tiles, whose last pair would have an
+    idle twin).
 
     Stages: the most that fit in shared memory (design.smem.max_stages) beside the panel rings: 4 at
     BN = 256 (level 9's), 5 at 192, 6 at BN = 128, 8 at BN = 64 (``c_ring``: the largest ring of at most 2
     panel buffers per consumer that divides the tile's panels: 2, 1, 2, 1); with no C staging
     (c_from_registers): 4 at 256, 5 at 192, 7 at 128, 9 at 64. Raises ValueError
-    for any other major or width, or ``out_fp32`` without ``c_from_registers``.
+    for any other major, width or cluster, or ``out_fp32`` without ``c_from_registers``.
     """
     # One cache key per configuration however it is spelled (bn positional or by name, flags defaulted
     # or given): every caller then shares one instance, and its builds and bindings.
-    return _library_gemm(a_major, b_major, bn, bool(c_from_registers), bool(out_fp32))
+    return _library_gemm(a_major, b_major, bn, bool(c_from_registers), bool(out_fp32), cluster)
 
 
 @functools.lru_cache(maxsize=None)
-def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, out_fp32: bool) -> LibraryGemm:
+def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, out_fp32: bool,
+                  cluster: int = 2) -> LibraryGemm:
+    if cluster not in CLUSTERS:
+        raise ValueError(f"cluster = {cluster!r}: the kernel is built for clusters of {' or '.join(map(str, CLUSTERS))} CTAs")
     if a_major not in MAJORS or b_major not in MAJORS:
         raise ValueError(f"a_major = {a_major!r}, b_major = {b_major!r}: each is one of {', '.join(MAJORS)}")
     if not tile_n_built(b_major, bn):
@@ -506,15 +515,16 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
     c_ring = 0 if c_from_registers else max(r for r in range(1, C_RING + 1) if panels % r == 0)  # the ring divides the panels
     stages = max_stages(bm=128, bn=bn, bk=64, elem_bytes=2, arch=arch_info("sm_90a"), consumers=2, c_ring=c_ring,
                         c_from_registers=c_from_registers)
-    suffix = ("_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "")
+    suffix = ("_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "") + ("_c1" if cluster == 1 else "")
     return LibraryGemm(
         name=f"sm90_gemm_{a_major}{b_major}_bn{bn}{suffix}",
         idea=f"level 9's kernel with A {a_major}-major and B {b_major}-major in shared memory, any TMA pitch, "
              f"a 128 x {bn} tile"
              + (", C stored from registers (any pitch)" if c_from_registers else "")
-             + (", float32 output" if out_fp32 else ""),
+             + (", float32 output" if out_fp32 else "")
+             + (", one CTA per cluster" if cluster == 1 else ""),
         tile=(128, bn, 64), stages=stages, c_ring=c_ring, a_major=a_major, b_major=b_major,
-        c_from_registers=c_from_registers, out_fp32=out_fp32,
+        c_from_registers=c_from_registers, out_fp32=out_fp32, cluster=cluster,
     )
 
 
@@ -535,8 +545,10 @@ def kernel_for(config: KernelConfig) -> LibraryGemm:
     output dtype); raises ValueError for a config of another family or one this family does not build."""
     if config.family != FAMILY:
         raise ValueError(f"config of family {config.family!r} given to {FAMILY}")
+    if config.cluster not in CLUSTERS:
+        raise ValueError(f"{FAMILY} builds no such configuration: {config}")
     kernel = library_gemm(config.a_major, config.b_major, config.tile[1], c_from_registers=config.c_from_registers,
-                          out_fp32=config.out_fp32)
+                          out_fp32=config.out_fp32, cluster=config.cluster)
     if kernel.config(config.dtype, config.arch, config.epilogue) != config:
         raise ValueError(f"{FAMILY} builds no such configuration: {config}")
     return kernel
@@ -551,11 +563,12 @@ class Sm90Gemm:
     splits = RANKED_SPLITS
 
     def config(self, a_major: str, b_major: str, bn: int, dtype: str, *, store: str = STORE_TMA,
-               out_dtype: str | None = None) -> KernelConfig:
+               out_dtype: str | None = None, cluster: int = 2) -> KernelConfig:
         """The build for A ``a_major``, B ``b_major``, tile width ``bn``, ``dtype`` inputs, C stored by
-        ``store`` in ``out_dtype`` (default the inputs'; "fp32" only from registers)."""
+        ``store`` in ``out_dtype`` (default the inputs'; "fp32" only from registers), clusters of
+        ``cluster`` CTAs (2 or 1)."""
         return library_gemm(a_major, b_major, bn, c_from_registers=store == STORE_REGISTERS,
-                            out_fp32=out_dtype == "fp32").config(dtype)
+                            out_fp32=out_dtype == "fp32", cluster=cluster).config(dtype)
 
     def supports(self, config: KernelConfig, problem: Operands, **rules) -> str | None:
         a = problem.a

@@ -3,7 +3,7 @@
 // with an optional fused epilogue (library/epilogue.py generates it; fused_epilogue.cuh).
 //
 // Level 9's kernel, compiled from the designer's plan for one layout: persistent, a producer
-// warpgroup, 2-CTA clusters that multicast B, two consumer warpgroups of 64 rows on a 128 x BN tile,
+// warpgroup, 2-CTA clusters that multicast B (or, a build's choice, one CTA per cluster), two consumer warpgroups of 64 rows on a 128 x BN tile,
 // each storing through its own panel ring overlapped with the next tile, and a stream-K split.
 //
 // One templated kernel body, sm90_gemm<Cfg, COut, Epi>, reads top to bottom; each build's variant is a
@@ -17,7 +17,11 @@
 //    produce_stage), and the consumers read it with wgmma's transpose immediate and the MN-major
 //    descriptor (mma_k_tile and desc_mn_major_sw128, ptx/wgmma.cuh, through cluster_ring.cuh's
 //    consume_k_range). Every layout difference lives in those headers.
-//  - BN = 64, 128 or 256 (the dispatcher's cost model picks it: narrower tiles where wider ones
+//  - kCluster: 2, level 9's pair of CTAs on vertically adjacent tiles sharing B by multicast, or 1, one
+//    CTA alone (B loaded whole, stages released to itself: cluster_ring.cuh, sync_cta_or_cluster). A
+//    pair needs an even number of M tiles: with an odd one (M = 333: three), the pair of the last has
+//    an idle twin computing a tile of nothing; one CTA has none, at the price of B's multicast.
+//  - BN = 64, 128, 192 or 256 (the dispatcher's cost model picks it: narrower tiles where wider ones
 //    would leave SMs idle). At BN = 64 a tile is one 64-column panel: the plan gives each consumer a
 //    ring of one panel buffer (kCRing = 1), so every panel is stored at the end of its tile and
 //    none is deferred (kDeferredPanels = 0); the one buffer is refilled once the store that read it,
@@ -102,8 +106,9 @@ struct PointerC {
 // is the one a build compiles.
 template <class Cfg>
 __host__ __device__ constexpr bool config_ok() {
-  static_assert(Cfg::BM == 128 && Cfg::kConsumers == 2 && Cfg::kCluster == 2 && Cfg::kProducerWarpgroups == 1,
-                "sm90_gemm: level 9's 128-row tile, two consumer warpgroups, a 2-CTA cluster and a producer warpgroup");
+  static_assert(Cfg::BM == 128 && Cfg::kConsumers == 2 && Cfg::kProducerWarpgroups == 1,
+                "sm90_gemm: level 9's 128-row tile, two consumer warpgroups and a producer warpgroup");
+  static_assert(Cfg::kCluster == 1 || Cfg::kCluster == 2, "sm90_gemm: a 2-CTA cluster sharing B, or one CTA");
   static_assert(Cfg::BN == 64 || Cfg::BN == 128 || Cfg::BN == 192 || Cfg::BN == 256,
                 "sm90_gemm: BN is 64, 128, 192 or 256");
   static_assert(Cfg::BK == 64, "sm90_gemm: BK = 64, one 128-byte swizzle span of K per stage");
@@ -180,7 +185,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
   } else {
     if (threadIdx.x == 0) init_ring(smem, &map_a, &map_b, c_out.map);
   }
-  cluster_sync();
+  sync_cta_or_cluster<kCluster>();
 
   if (warpgroup_index() == 0) {
     setmaxnreg_dec<40>();
@@ -318,7 +323,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
       if (elected) tma_store_wait_read<0>();
     }
   }
-  cluster_sync();
+  sync_cta_or_cluster<kCluster>();
 }
 
 // ---- The build: its -D constants as the config, and the entry point ------------------------------

@@ -10,8 +10,13 @@ namespace gl {
 
 // consumer_release of stage s to every CTA of the cluster: each CTA's producer multicasts into this
 // CTA's stage, so each must hear that this consumer is done with it (GL_EMPTY_ARRIVALS counts them).
+// A build of one CTA (GL_CLUSTER 1: the library kernel's cluster-1 builds) releases to itself.
 __device__ __forceinline__ void release_stage_to_cluster(const SmemMap& smem, int s) {
-  for (int r = 0; r < GL_CLUSTER; ++r) mbarrier_arrive_cluster(smem.empty(s), r);
+  if constexpr (GL_CLUSTER == 1) {
+    consumer_release(smem, s);
+  } else {
+    for (int r = 0; r < GL_CLUSTER; ++r) mbarrier_arrive_cluster(smem.empty(s), r);
+  }
 }
 
 // Level 9's consumer warpgroup `consumer` (rows [64c, 64c + 64) of the tile): its K tiles [kb, ke) of

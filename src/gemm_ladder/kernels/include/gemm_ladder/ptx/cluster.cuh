@@ -16,6 +16,14 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
+// cluster_sync for a kernel built for clusters of kCluster CTAs, __syncthreads for one CTA (a launch
+// without a cluster: nothing beyond the CTA to wait for).
+template <int kCluster>
+__device__ __forceinline__ void sync_cta_or_cluster() {
+  if constexpr (kCluster > 1) cluster_sync();
+  else __syncthreads();
+}
+
 // The two halves of cluster_sync, for work in between (PTX ISA barrier.cluster): every thread of every
 // CTA of the cluster arrives (.aligned: all threads of a warp execute the same one); release orders
 // the thread's earlier memory accesses (loads included) before its arrival, and acquire makes the
