@@ -147,10 +147,13 @@ def fakes(monkeypatch):
     real_family, real_object = K.family, K.kernel_object
     monkeypatch.setattr(K, "family", lambda c: fam if c.family.startswith("fake_") else real_family(c))
     monkeypatch.setattr(K, "kernel_object", lambda c: fam.objects[c] if c.family.startswith("fake_") else real_object(c))
-    monkeypatch.setattr(K, "general", lambda am, bm, bn, dtype="bf16": fam.config(FakeGeneral(am, bm, bn, fp32=state["fp32"])))
-    monkeypatch.setattr(K, "general_from_registers", lambda am, bm, bn, dtype="bf16", out_fp32=False: fam.config(
-        FakeGeneral(am, bm, bn, fp32=state["fp32"], registers=True)) if state["registers"] else None)
+    # The fake general kernel is built for level 9's 2-CTA clusters only (as the route ranks a config by its cluster).
+    monkeypatch.setattr(K, "general", lambda am, bm, bn, dtype="bf16", cluster=2: fam.config(
+        FakeGeneral(am, bm, bn, fp32=state["fp32"]), cluster=cluster))
+    monkeypatch.setattr(K, "general_from_registers", lambda am, bm, bn, dtype="bf16", out_fp32=False, cluster=2: fam.config(
+        FakeGeneral(am, bm, bn, fp32=state["fp32"], registers=True), cluster=cluster) if state["registers"] else None)
     monkeypatch.setattr(K, "general_bns", lambda: (256, 128))
+    monkeypatch.setattr(K, "general_clusters", lambda: (2,))
     monkeypatch.setattr(K, "small_m", lambda m, bn=None, dtype="bf16", **kw: fam.config(FakeSmallM(m, bn=bn))
                         if 1 <= m <= 256 else None)
     dispatch.clear_cache()
@@ -677,3 +680,51 @@ def test_the_route_ranks_only_splits_the_kernel_can_launch(m, n, k):
     timeline = d["plan"]["plan"]["timeline"]
     marker, = [r for r in timeline if "elided_iterations" in r]
     assert len(timeline) < 40 and marker["elided_iterations"][1] == k // 64 - 1 - 6
+
+
+# --- one CTA per cluster (the general kernel's cluster-1 builds) ------------------------------------
+
+
+def test_work_of_one_cta_per_cluster_counts_no_idle_twin():
+    """M = 333 is three 128-row tiles: level 9's pairs make two units a column of tiles (the second with
+    an idle twin), one CTA per cluster three; both one wave here at BN 256 (72 of 66 pairs is not)."""
+    pair = work(333, 9216, 3072, 256, "none", 66)
+    one = work(333, 9216, 3072, 256, "none", 132, cluster=1)
+    assert (pair.units, pair.cluster) == (2 * 36, 2) and (one.units, one.cluster) == (3 * 36, 1)
+    assert one.whole_iters == 48 < pair.whole_iters == 96  # 108 tiles in one wave of 132; 72 units in two of 66
+    # one M tile split by K: shared by 132 single CTAs, or by 66 pairs (each with an idle twin)
+    assert work(128, 256, 16384, 256, "all", 132, cluster=1).contributors == 132
+    assert work(128, 256, 16384, 256, "all", 66).contributors == 66
+
+
+def test_route_takes_one_cta_per_cluster_only_where_the_model_predicts_it_faster():
+    """The committed table: M = 333 (three M tiles) and ViT-L's 12608 rows (99) run one CTA per cluster
+    (measured 38.6 against 64.0 us and 142.0 against 163.9 us: bench/results/2026-12-04_tiles_forced_clusters_08fda8b.json);
+    4096^3 (32 M tiles, a tie in the model) keeps level 9's pair; the explanation says which."""
+    dispatch.clear_cache()
+    for (m, n, k), cluster in (((333, 9216, 3072), 1), ((12608, 1024, 4096), 1), ((4096, 4096, 4096), 2)):
+        e = gemm_ladder.explain(meta(m, k), meta(n, k).T)
+        assert e.kind == "general" and e.cluster == cluster, (m, n, k, e)
+        d = e.to_dict()
+        assert d["heuristic"]["candidates"][0]["cluster"] == cluster
+        assert ("_c1" in d["kernel"]["name"]) == (cluster == 1)
+        assert ("1 CTA" in str(e)) == (cluster == 1 or any(c["cluster"] == 1 for c in d["heuristic"]["candidates"][:9]))
+
+
+def test_one_cta_per_cluster_is_never_the_register_store():
+    """The cluster-1 builds are the TMA store's only: an output the TMA store cannot write (N = 50257)
+    takes level 9's pair from registers, whatever M."""
+    dispatch.clear_cache()
+    e = gemm_ladder.explain(meta(333, 768), meta(50257, 768).T)
+    assert e.cluster == 2 and "creg" in e.to_dict()["kernel"]["name"]
+
+
+def test_cluster_sizes_of_the_general_kernel():
+    from gemm_ladder.library.gemm import kernel_for, library_gemm
+
+    assert K.general_clusters() == (2, 1)
+    c1 = K.general("k", "k", 256, "bf16", 1)
+    assert c1.cluster == 1 and c1 != K.general("k", "k", 256, "bf16") and kernel_for(c1).name == "sm90_gemm_kk_bn256_c1"
+    assert kernel_for(c1).plan(333, 9216, 3072, "bf16").cluster == 1
+    with pytest.raises(ValueError, match="clusters of 2 or 1"):
+        library_gemm("k", "k", 256, cluster=4)

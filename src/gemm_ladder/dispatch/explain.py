@@ -94,7 +94,8 @@ class Explanation:
                 lines.append(f"  small M:  {h['small_m_table']['why']}")
                 lines.append(f"  M-tile table: {h['small_m_table']['provenance']}")
             for c in h.get("candidates", [])[:9]:
-                lines.append(f"    BN {c['bn']:>3} split {c['split']:<11} {c['predicted_us']:>9.1f} us predicted, "
+                split = c["split"] + (", 1 CTA" if c.get("cluster") == 1 else "")  # one CTA per cluster
+                lines.append(f"    BN {c['bn']:>3} split {split:<11} {c['predicted_us']:>9.1f} us predicted, "
                              f"{c['waves']:.2f} waves")
             if h.get("untimed_bns"):
                 lines.append(f"    BN {', '.join(map(str, h['untimed_bns']))}: built, not in the table (not timed by "

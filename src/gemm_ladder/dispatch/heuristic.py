@@ -52,6 +52,8 @@ class Work:
     split_iters: int
     grid_clusters: int
     contributors: int = 1
+    #: CTAs per cluster of the build (2: level 9's pair sharing B; 1: one CTA).
+    cluster: int = CLUSTER
 
     @property
     def waves(self) -> float:
@@ -97,7 +99,7 @@ def work(m: int, n: int, k: int, bn: int, split: str, clusters: int, *, cluster:
     shared = ceil_div(sched.total, g) if sched.tail_units else 0
     if shared and sched.max_contributors == 1:  # every unit computed by one cluster: nothing to fix up
         whole, shared = whole + shared, 0
-    return Work(bn, split, units, clusters, kt, whole, shared, g, sched.max_contributors if shared else 1)
+    return Work(bn, split, units, clusters, kt, whole, shared, g, sched.max_contributors if shared else 1, cluster)
 
 
 @dataclass(frozen=True)
@@ -171,11 +173,20 @@ class Candidate:
         w = self.work
         return {"bn": w.bn, "split": w.split, "predicted_us": round(self.predicted_us, 2), "units": w.units,
                 "waves": round(w.waves, 3), "whole_k_iters": w.whole_iters, "split_k_iters": w.split_iters,
-                "grid_clusters": w.grid_clusters, "contributors": w.contributors}
+                "grid_clusters": w.grid_clusters, "contributors": w.contributors, "cluster": w.cluster}
 
 
-def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[tuple[int, str]]) -> list[Candidate]:
-    """``configs`` ((BN, split) pairs the kernel supports) by predicted time, fastest first.
+def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[tuple[int, str]], *,
+         cluster: int = CLUSTER) -> list[Candidate]:
+    """``configs`` ((BN, split) pairs the kernel supports, built for clusters of ``cluster`` CTAs, of which
+    ``clusters`` are resident) by predicted time, fastest first.
+
+    A cluster-1 build's unit is one tile on one SM, charged the same ``k_iter_us`` per K iteration as a
+    2-CTA unit (two tiles on two SMs): measured on the H200, one CTA per cluster took 0.992x the pair's
+    time (median; 0.83-1.04x) over 28 whole-tile configurations at even M-tile counts, where both have
+    the same tiles per SM (bench/tiles_forced.py, bench/results/2026-12-04_tiles_forced_clusters_08fda8b.json).
+    Where the M tiles are odd in number the pair's units count an idle twin's tile and a cluster-1
+    launch's do not; a split cluster-1 unit has up to twice the contributors (132 clusters, not 66).
 
     Ties go to the earlier entry of ``configs`` (list the simpler configurations first: wider tiles,
     fewer splits). A split the kernel cannot launch (:class:`SplitOverflowError`: "all" or "wave"
@@ -184,7 +195,7 @@ def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[
     cands = []
     for bn, s in configs:
         try:
-            w = work(m, n, k, bn, s, clusters)
+            w = work(m, n, k, bn, s, clusters, cluster=cluster)
         except SplitOverflowError:
             continue
         cands.append(Candidate(w, model.predict_us(w)))
