@@ -13,6 +13,12 @@ the (N, K) K-major operand the fp8 wgmma reads; fp32 accumulation promoted into 
 every 128-wide K block; output bf16, fp16 or fp32 written from registers, or (``store="tma"``, bf16 and
 fp16 only) staged in shared memory and written by TMA stores; an optional bias.
 
+Split K (:attr:`Fp8Kernel.split`, :func:`split_plan`): where the tiles are fewer than the SMs (decode's
+M <= 128), the launch builds the kernel's stream-K variant and splits every tile's K blocks over up to
+one CTA per SM (at least :data:`MIN_SPLIT_K_BLOCKS` K blocks each); each tile's last contributor adds the
+fp32 partials in K order (bitwise repeatable) and runs the epilogue. :data:`SPLIT_DEFAULT` (environment
+GL_FP8_SPLIT at import: "auto" or "none") turns it off; a CUDA-graph capture runs unsplit.
+
 The output store (:attr:`Fp8Kernel.store`): "registers" (plain global stores from the accumulators, any
 pitch) or "tma" (each consumer's 64 rows staged in shared memory and stored by TMA, the consumers going
 on to the next tile meanwhile; a ring of fewer stages where the staging buffers need the room:
@@ -303,15 +309,16 @@ class Sm90Fp8Gemm:
     splits: tuple[str, ...] = ()
 
     def config(self, scale: str, a_dtype: str = "e4m3", b_dtype: str = "e4m3", out_dtype: str = "bf16", *,
-               bias: bool = False, bn: int = 128, store: str | None = None) -> KernelConfig:
+               bias: bool = False, bn: int = 128, store: str | None = None, split: bool = False) -> KernelConfig:
         """The build for ``scale`` granularity, A and B fp8 dtypes, ``out_dtype`` ("bf16", "fp16", "fp32" or
         "e4m3": quantized), a bias, tile width ``bn``, the output ``store`` (default :data:`STORE_DEFAULT`
-        where the dtype allows it); the promotion as the launch builds it."""
+        where the dtype allows it), the stream-K ``split`` built in or not; the promotion as the launch
+        builds it."""
         out = {v: k for k, v in _CONFIG_OUT.items()}.get(out_dtype, out_dtype)
         if store is None:
             store = STORE_DEFAULT if out in TMA_STORE_OUT else STORE_REGISTERS
         return Fp8Kernel(scale_mode=scale, a_dtype=a_dtype, b_dtype=b_dtype, out_dtype=out, bias=bias, bn=bn,
-                         overlap=OVERLAP_PROMOTION, store=store).config()
+                         overlap=OVERLAP_PROMOTION, store=store, split=split).config()
 
     def _call(self, config: KernelConfig, problem: Operands) -> ScaledMmCall:
         scale_a, scale_b, bias = problem.more
@@ -506,7 +513,6 @@ def tile_n(m: int, n: int, sms: int, quantized: bool = False) -> int:
     return 64 if math.ceil(m / BM) * math.ceil(n / 128) < sms else 128
 
 
-@functools.lru_cache(maxsize=4096)  # a launch asks per call: the contributor count walks the tiles
 def split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str = "auto") -> tuple[StreamKTail, str]:
     """The stream-K schedule of an (``m``, ``n``, ``k``) problem on tiles 128 x ``bn`` and ``sms`` SMs, and why.
 
@@ -522,6 +528,11 @@ def split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str = "auto") -
     """
     if split not in SPLITS:
         raise ValueError(f"split = {split!r}: use one of {', '.join(SPLITS)}")
+    return _split_plan(m, n, k, bn, sms, split, MIN_SPLIT_K_BLOCKS)  # the constant read per call (tests set it)
+
+
+@functools.lru_cache(maxsize=4096)  # a launch asks per call: the contributor count walks the tiles
+def _split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str, min_k_blocks: int) -> tuple[StreamKTail, str]:
     tiles = math.ceil(m / BM) * math.ceil(n / bn)
     k_blocks = math.ceil(k / BK)
     whole = StreamKTail(units=tiles, clusters=min(tiles, sms), k_tiles=k_blocks, first_unit=tiles)
@@ -531,9 +542,9 @@ def split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str = "auto") -
         return whole, "the split was turned off (fp8.SPLIT_DEFAULT, GL_FP8_SPLIT, or an unsplit build)"
     if tiles >= sms:
         return whole, f"{tiles} tiles fill the {sms} SMs"
-    grid = min(sms, tiles * k_blocks // MIN_SPLIT_K_BLOCKS)
+    grid = min(sms, tiles * k_blocks // min_k_blocks)
     if grid <= tiles:
-        return whole, (f"{tiles} tiles x {k_blocks} K blocks: splitting with at least {MIN_SPLIT_K_BLOCKS} K blocks "
+        return whole, (f"{tiles} tiles x {k_blocks} K blocks: splitting with at least {min_k_blocks} K blocks "
                        f"per CTA would use no more CTAs than tiles")
     if (grid + 1) * tiles * k_blocks >= INT32_LIMIT:
         return whole, "a split this long passes the kernel's 32-bit stream-K arithmetic"
