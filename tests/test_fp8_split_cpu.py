@@ -214,3 +214,25 @@ def test_split_builds_without_spills_or_serialised_wgmma(use_cache, kernel):
     plain = disassemble(Fp8Kernel(kernel.scale_mode, kernel.a_dtype, kernel.b_dtype, kernel.out_dtype, kernel.bias,
                                   kernel.bn, overlap=kernel.overlap, store=kernel.store).build().cubin)
     assert not re.search(r"\bATOMG?\.|\bRED\.", plain)
+
+
+def test_bench_times_the_unsplit_launch_beside_the_split_one(monkeypatch, capsys):
+    """bench/fp8.py: --split is a documented option, and its unsplit wrapper turns the split off for the
+    call only (what the interleaved timing relies on)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parent.parent / "bench"
+    monkeypatch.syspath_prepend(str(bench))
+    spec = importlib.util.spec_from_file_location("gl_bench_fp8", bench / "fp8.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(SystemExit) as exit_:
+        module.main(["--help"])
+    assert exit_.value.code == 0 and "--split {auto,none,both}" in capsys.readouterr().out
+    monkeypatch.setattr(fp8, "SPLIT_DEFAULT", "auto")
+    seen = module.unsplit(lambda x, y: (fp8.SPLIT_DEFAULT, gemm_ladder.explain_scaled_mm(*_meta(64, 4096, 14336))["split"]))
+    assert seen(None, None) == ("none", "none") and fp8.SPLIT_DEFAULT == "auto"
+    assert module.split_of(*_meta(64, 4096, 14336)) == {"split": "all", "grid": SMS, "contributors": 3}
+    assert "gl_bench_fp8" not in sys.modules
