@@ -219,7 +219,9 @@ class Fp8Kernel:
         completion. The register store has no staging (no store steps); the TMA store gives each consumer
         one staging buffer holding its whole 64 x BN tile (one panel of the auditor's model, all BN / 64
         boxes in one bulk group): wait_group.read 0, write, store + commit at each tile's end, a final
-        wait_group.read 0."""
+        wait_group.read 0. A split build (``split``) runs the same ring: each segment is a tile of
+        ``k_iters`` = its 1..K-blocks range, and a CTA's segments follow one another as tiles do (the
+        hand-in of partials touches no stage)."""
         from gemm_ladder.audit.ring import RingConfig
 
         staging = {"store_order": ()} if self.store == STORE_REGISTERS else {
