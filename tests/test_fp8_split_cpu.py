@@ -236,3 +236,24 @@ def test_bench_times_the_unsplit_launch_beside_the_split_one(monkeypatch, capsys
     assert seen(None, None) == ("none", "none") and fp8.SPLIT_DEFAULT == "auto"
     assert module.split_of(*_meta(64, 4096, 14336)) == {"split": "all", "grid": SMS, "contributors": 3}
     assert "gl_bench_fp8" not in sys.modules
+
+
+def test_an_explicit_split_build_through_the_family_launches_split(monkeypatch):
+    """FP8_GEMM.config(..., split=True)'s build launched as the family's bind launches it (scaled_mm_launch
+    with kernel=; the bind itself checks for a CUDA device): split by the rule (16 tiles of 128 x 128
+    here); the unsplit config of the same call launches whole."""
+    rec, built, workspaces = _patched_launch(monkeypatch)
+    m, n, k = 64, 2048, 7232
+    qa, sa = quantize_fp8(torch.randn(m, k), (1, 128))
+    qw, sw = quantize_fp8(torch.randn(n, k), (128, 128))
+    for split in (True, False):
+        config = fp8.FP8_GEMM.config("blockwise", bn=128, store="registers", split=split)
+        out = torch.empty((m, n), dtype=torch.bfloat16)
+        call = check_scaled_mm(qa, qw.T, sa, sw.T, None, torch.bfloat16, out, device_type="cpu")
+        fp8.scaled_mm_launch(qa, qw.T, sa, sw.T, None, call, out, kernel=fp8.kernel_for(config))
+        assert built[-1] == fp8.kernel_for(config) and built[-1].split == split
+    (g1, a1), (g2, a2) = rec.calls
+    plan, _ = fp8.split_plan(m, n, k, 128, SMS)
+    assert g1 == (SMS, 1, 1) and [x.value for x in a1[16:]] == [0, plan.max_contributors, 0x1000, 0x2000]
+    assert g2 == (16, 1, 1) and [x.value for x in a2[16:]] == [16, 1, None, None]
+    assert workspaces == [(16 * 2 * plan.max_contributors * 64 * 128, 32)]

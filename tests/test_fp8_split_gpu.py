@@ -142,3 +142,26 @@ def test_split_on_a_side_stream_and_back_to_back(monkeypatch):
     for y in ys:
         assert torch.equal(y, expect)
     assert _rel_err(expect, ref) <= 1.5 * _rel_err(ref.to(torch.bfloat16), ref) + 1e-4
+
+
+@pytest.mark.parametrize("shape", [(64, 2048, 7232), (1152, 4096, 1040)], ids=lambda s: "x".join(map(str, s)))
+def test_explicit_split_builds_at_128_wide_tiles_and_whole(shape):
+    """An explicit split build through the family (library/kernel.py's protocol): at 128-wide tiles on a
+    decode shape (16 tiles, split), and where the tiles fill the SMs (9 x 32 = 288 tiles: the split build
+    runs every tile whole, tail_first_unit = tiles); both against float64 and bitwise equal to the
+    unsplit build of the same tile where nothing is split."""
+    from gemm_ladder.library.kernel import Operands
+
+    m, n, k = shape
+    qa, qb, sa, sb, da, dw = _problem(m, n, k, "blockwise", seed=14)
+    ref = da @ dw.T
+    outs = {}
+    for split in (True, False):
+        config = fp8.FP8_GEMM.config("blockwise", bn=128, store="tma", split=split)
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        fp8.FP8_GEMM.launch(fp8.FP8_GEMM.bind(config, Operands(qa, qb, out, more=(sa, sb, None))))
+        outs[split] = out
+        assert _rel_err(out, ref) <= 1.5 * _rel_err(ref.to(torch.bfloat16), ref) + 1e-4
+    plan, _ = fp8.split_plan(m, n, k, 128, torch.cuda.get_device_properties(0).multi_processor_count)
+    if not plan.tail_units:
+        assert torch.equal(outs[True].view(torch.int16), outs[False].view(torch.int16))
