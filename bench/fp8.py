@@ -1,7 +1,7 @@
 """The fp8 GEMM's benchmark: ``gemm_ladder.scaled_mm`` against ``torch._scaled_mm`` of each scaling and bf16
 ``torch.mm``, interleaved in one run (issue 25).
 
-    python bench/fp8.py [--quick] [--shapes MxNxK,...] [-o OUT.json]
+    python bench/fp8.py [--quick] [--shapes MxNxK,...] [--split auto|none|both] [-o OUT.json]
 
 Per shape (M x N x K: a (M, K), weight w (N, K), b = w.T), on the same quantized tensors:
 
@@ -15,7 +15,14 @@ then DeepSeek-V3 and Llama-3-8B linear layers at decode (M = 64) and prefill (M 
 issue's five. Before timing, each scheme's first 256 output rows are checked against float64 of the
 dequantized inputs: ours must be within 1.5x torch's error (``err``, ``err_torch`` in the row).
 
-Rows (``rows: [{M, N, K, scheme, fused_quant, tflops, ratio_torch, ...}]``): ``ratio_torch`` is
+Split K (library/fp8.py ``split_plan``): each of our rows records the split its call ran (``split``: "all" or
+"none", ``grid``, ``contributors``, from ``explain_scaled_mm``). ``--split``: "auto" (default: the library's
+choice), "none" (the split turned off, fp8.SPLIT_DEFAULT), or "both": where the library splits, the unsplit
+launch of the same call is timed too, interleaved with the others (``ours_<scheme>_nosplit``), and the row
+gets ``median_ms_nosplit`` and ``ratio_nosplit`` (unsplit time over split time: > 1, the split is faster);
+None where nothing is split.
+
+Rows (``rows: [{M, N, K, scheme, fused_quant, tflops, ratio_torch, split, ...}]``): ``ratio_torch`` is
 torch's time over ours for the same scheme (> 1: ours faster); for ``bf16_mm`` rows it is None. The
 ``fused_quant`` row (blockwise, ``out_dtype=torch.float8_e4m3fn``: e4m3 output with 1 x 128 scales from
 the epilogue) has ``ratio_torch`` = (torch._scaled_mm blockwise to bf16, then quantize_fp8) over ours,
@@ -34,6 +41,7 @@ import torch
 
 import gemm_ladder
 from gemm_ladder.gates.performance import time_fns
+from gemm_ladder.library import fp8
 from gemm_ladder.library.fp8 import dequantize, quantize_fp8
 from suite import add_output_argument, require_gpu, save
 
@@ -61,11 +69,29 @@ def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
     return ((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
 
 
-def run_shape(m: int, n: int, k: int, budget: float) -> tuple[list[dict], bool]:
+def unsplit(fn):
+    """``fn`` run with the library's split turned off (fp8.SPLIT_DEFAULT = "none" during the call)."""
+    def run(x, y):
+        before, fp8.SPLIT_DEFAULT = fp8.SPLIT_DEFAULT, "none"
+        try:
+            return fn(x, y)
+        finally:
+            fp8.SPLIT_DEFAULT = before
+    return run
+
+
+def split_of(*args, **kwargs) -> dict:
+    """The split-K schedule scaled_mm runs for these arguments (explain_scaled_mm's fields)."""
+    e = gemm_ladder.explain_scaled_mm(*args, **kwargs)
+    return {"split": e["split"], "grid": e["grid"], "contributors": e["contributors"]}
+
+
+def run_shape(m: int, n: int, k: int, budget: float, both: bool = False) -> tuple[list[dict], bool]:
+    """Time and check one shape; ``both``: also the unsplit launch where the library splits."""
     a = torch.randn((m, k), device="cuda")
     w = torch.randn((n, k), device="cuda") / math.sqrt(k)
     a16, w16 = a.bfloat16(), w.bfloat16()
-    fns, args, errors, ok = {}, {}, {}, True
+    fns, args, errors, splits, ok = {}, {}, {}, {}, True
     for scheme, (ba, bw) in BLOCKS.items():
         qa, sa = quantize_fp8(a, ba)
         qw, sw = quantize_fp8(w, bw)
@@ -87,10 +113,20 @@ def run_shape(m: int, n: int, k: int, budget: float) -> tuple[list[dict], bool]:
         ok &= good and math.isfinite(e_ours)
         errors[f"err_{scheme}"] = (e_ours, e_torch, good)
         fns[f"ours_{scheme}"] = (lambda x, y, s=scheme: gemm_ladder.scaled_mm(*args[s]))
+        splits[scheme] = split_of(*args[scheme])
+        if both and splits[scheme]["split"] != "none":
+            fns[f"ours_{scheme}_nosplit"] = unsplit(fns[f"ours_{scheme}"])
+            e_nosplit = rel_err(unsplit(lambda x, y, s=scheme: gemm_ladder.scaled_mm(*args[s]))(None, None)[:CHECK_ROWS], ref)
+            good_nosplit = e_torch is None or e_nosplit <= 1.5 * e_torch + 1e-6
+            ok &= good_nosplit and math.isfinite(e_nosplit)
+            errors[f"err_{scheme}_nosplit"] = e_nosplit
     fns["bf16_mm"] = lambda x, y: torch.mm(a16, w16.T)
     # The quantized output (blockwise in, e4m3 with 1 x 128 scales out) against the GEMM then quantize_fp8.
     blk = args["blockwise"]
     fns["ours_blockwise_fq"] = lambda x, y: gemm_ladder.scaled_mm(*blk, out_dtype=torch.float8_e4m3fn)
+    splits["fq"] = split_of(*blk, out_dtype=torch.float8_e4m3fn)
+    if both and splits["fq"]["split"] != "none":
+        fns["ours_blockwise_fq_nosplit"] = unsplit(fns["ours_blockwise_fq"])
     fns["ours_blockwise_then_quant"] = lambda x, y: quantize_fp8(gemm_ladder.scaled_mm(*blk), (1, 128))
     if "torch_blockwise" in fns:
         fns["torch_blockwise_then_quant"] = lambda x, y: quantize_fp8(
@@ -106,40 +142,57 @@ def run_shape(m: int, n: int, k: int, budget: float) -> tuple[list[dict], bool]:
                      "tflops": flop / t_ours / 1e9, "ratio_torch": (t_torch / t_ours) if t_torch else None,
                      "median_ms": t_ours, "torch_tflops": flop / t_torch / 1e9 if t_torch else None,
                      "spread": times[f"ours_{scheme}"].spread, "err": e_ours, "err_torch": e_torch,
-                     "correct": good, "torch_refused": errors.get(scheme)})
+                     "correct": good, "torch_refused": errors.get(scheme), **splits[scheme],
+                     **_nosplit(times, f"ours_{scheme}", errors.get(f"err_{scheme}_nosplit"))})
     t_fq = times["ours_blockwise_fq"].median_ms
     t_tq = times["torch_blockwise_then_quant"].median_ms if "torch_blockwise_then_quant" in times else None
     rows.append({"M": m, "N": n, "K": k, "scheme": "blockwise", "fused_quant": True, "tflops": flop / t_fq / 1e9,
                  "ratio_torch": (t_tq / t_fq) if t_tq else None, "median_ms": t_fq,
                  "ratio_ours_unfused": times["ours_blockwise_then_quant"].median_ms / t_fq,
-                 "spread": times["ours_blockwise_fq"].spread})
+                 "spread": times["ours_blockwise_fq"].spread, **splits["fq"], **_nosplit(times, "ours_blockwise_fq")})
     t16 = times["bf16_mm"].median_ms
     rows.append({"M": m, "N": n, "K": k, "scheme": "bf16_mm", "fused_quant": False, "tflops": flop / t16 / 1e9,
                  "ratio_torch": None, "median_ms": t16})
     return rows, ok
 
 
+def _nosplit(times: dict, name: str, err: float | None = None) -> dict:
+    """The unsplit launch's median and its time over the split one's (None where it was not timed)."""
+    if f"{name}_nosplit" not in times:
+        return {"median_ms_nosplit": None, "ratio_nosplit": None}
+    t = times[f"{name}_nosplit"].median_ms
+    return {"median_ms_nosplit": t, "ratio_nosplit": t / times[name].median_ms,
+            **({"err_nosplit": err} if err is not None else {})}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the issue's five shapes, shorter timings")
     parser.add_argument("--shapes", default=None, help="comma list of MxNxK (overrides the sets)")
+    parser.add_argument("--split", choices=("auto", "none", "both"), default="auto",
+                        help="split K as the library chooses (auto), never (none), or time both where it splits")
     add_output_argument(parser)
     args = parser.parse_args(argv)
     require_gpu(__file__)
+    fp8.SPLIT_DEFAULT = "none" if args.split == "none" else "auto"
     torch.manual_seed(0)
     rows, ok = [], True
     budget = 0.15 if args.quick else 0.3
     for m, n, k in shapes(args.quick, args.shapes):
-        shape_rows, good = run_shape(m, n, k, budget)
+        shape_rows, good = run_shape(m, n, k, budget, both=args.split == "both")
         ok &= good
         rows += shape_rows
         for r in shape_rows:
             ratio = f"{r['ratio_torch']:.3f}x" if r.get("ratio_torch") else "-"
             extra = (f" err {r['err']:.2e} (torch {r['err_torch']})" if "err" in r else
                      f" fused quant (vs ours unfused {r['ratio_ours_unfused']:.3f}x)" if r["fused_quant"] else "")
+            if r.get("split") not in (None, "none"):
+                extra += f" split over {r['grid']} CTAs (<= {r['contributors']} per tile)"
+                if r.get("ratio_nosplit"):
+                    extra += f", unsplit {r['ratio_nosplit']:.3f}x slower"
             print(f"{m}x{n}x{k} {r['scheme']:>10}: {r['tflops']:7.1f} TFLOP/s  vs torch {ratio}{extra}", flush=True)
         torch.cuda.empty_cache()
-    save({"rows": rows, "quick": args.quick}, "fp8_quick" if args.quick else "fp8", args.output)
+    save({"rows": rows, "quick": args.quick, "split": args.split}, "fp8_quick" if args.quick else "fp8", args.output)
     if not ok:
         print("a result was wrong (err above 1.5x torch's): see the rows' 'correct'", file=sys.stderr)
     return 0 if ok else 1

@@ -263,7 +263,9 @@ def test_launch_arguments(monkeypatch, mode, shape):
     assert map_a["globalDim"] == [k, m] and map_a["boxDim"] == [128, 128] and map_a["globalStrides"] == [qa.stride(0)]
     assert map_b["globalDim"] == [k, n] and map_b["boxDim"] == [128, bn] and map_b["globalStrides"] == [qw.T.stride(1)]
     assert map_a["swizzle"] == map_b["swizzle"] == "CU_TENSOR_MAP_SWIZZLE_128B"
-    assert [a.value for a in args[-3:]] == [m, n, k]
+    assert [a.value for a in args[13:16]] == [m, n, k]
+    # None of these splits (tiles fill the SMs, or too few K blocks): tail_first_unit = tiles, no workspace.
+    assert [a.value for a in args[16:]] == [tiles, 1, None, None]
     assert args[10].value == out.stride(0) and args[9].value == out.data_ptr()
     assert (args[11].value, args[12].value) == (None, 0)  # no quantized output
     if mode == "blockwise":

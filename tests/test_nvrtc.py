@@ -377,7 +377,8 @@ def test_the_grouped_and_fp8_families_build_with_nvrtc(private_cache, monkeypatc
     from gemm_ladder.library.grouped import grouped_gemm
 
     builds = [Fp8Kernel(scale_mode="blockwise", out_dtype="fp8"), Fp8Kernel(scale_mode="rowwise", bias=True),
-              Fp8Kernel(scale_mode="blockwise", out_dtype="fp16", bias=True, store="tma")]  # the TMA-store epilogue
+              Fp8Kernel(scale_mode="blockwise", out_dtype="fp16", bias=True, store="tma"),  # the TMA-store epilogue
+              Fp8Kernel(scale_mode="blockwise", bn=64, store="tma", split=True)]  # the split-K tail (stream_k.cuh)
     for kernel in builds:
         log = kernel.build().ptxas_log
         assert "0 bytes spill stores" in log, log

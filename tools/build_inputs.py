@@ -85,7 +85,8 @@ def capture(epilogues: str = "common") -> dict:
 def capture_grouped_fp8() -> dict:
     """{label: {kernel, unit, defines}} of every grouped GEMM build api_grouped.py can ask for (bf16 and
     fp16) and every fp8 build (scale granularity, A and B fp8 dtypes, output, bias, tile width, overlap,
-    and for a bf16 or fp16 output the store: the register store and the TMA store the launch defaults to)."""
+    and for a bf16 or fp16 output the store: the register store and the TMA store the launch defaults to;
+    and the split-K builds the launch asks for)."""
     import itertools
 
     import gemm_ladder.library.fp8 as fp8
@@ -109,6 +110,14 @@ def capture_grouped_fp8() -> dict:
             for store in (fp8.STORE_REGISTERS, fp8.STORE_TMA) if out in fp8.TMA_STORE_OUT else (fp8.STORE_REGISTERS,):
                 k = fp8.Fp8Kernel(mode, a, b, out, bias, bn, overlap=overlap, store=store)
                 builds.append((f"fp8 {k}", k.build))
+    # The split-K builds the launch asks for (library/fp8.py split_plan: tiles fewer than the SMs, so BN 64,
+    # or 128 for the quantized output), with the launch's promotion.
+    for mode, a, b, out, bias in itertools.product(
+            fp8.SCALE_MODES, ("e4m3", "e5m2"), ("e4m3", "e5m2"), ("bf16", "fp16", "fp32", "fp8"), (False, True)):
+        for store in (fp8.STORE_REGISTERS, fp8.STORE_TMA) if out in fp8.TMA_STORE_OUT else (fp8.STORE_REGISTERS,):
+            k = fp8.Fp8Kernel(mode, a, b, out, bias, 128 if out == "fp8" else 64, overlap=fp8.OVERLAP_PROMOTION,
+                              store=store, split=True)
+            builds.append((f"fp8 {k}", k.build))
     defines: dict[str, dict] = {}
     out: dict[str, dict] = {}
     for label, run in builds:

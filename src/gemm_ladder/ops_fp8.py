@@ -97,7 +97,8 @@ def scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=torch.bfloat16, ou
 
 def explain_scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=torch.bfloat16, out=None) -> dict:
     """What :func:`scaled_mm` would run for these arguments, as a dict (the kernel build and its defines,
-    tile, ring stages, promotion interval, grid, shared memory, copies made first); builds and launches
+    tile, ring stages, promotion interval, grid, shared memory, the split-K schedule (``split``, ``split_reason``,
+    ``contributors``, ``workspace_bytes``), copies made first); builds and launches
     nothing, and takes meta and CPU tensors too. Raises what :func:`scaled_mm` raises for bad input."""
     call = check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, out, device_type=None)
     return describe(call, a, b, scale_a, bias, out=out)

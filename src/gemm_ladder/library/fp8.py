@@ -13,6 +13,12 @@ the (N, K) K-major operand the fp8 wgmma reads; fp32 accumulation promoted into 
 every 128-wide K block; output bf16, fp16 or fp32 written from registers, or (``store="tma"``, bf16 and
 fp16 only) staged in shared memory and written by TMA stores; an optional bias.
 
+Split K (:attr:`Fp8Kernel.split`, :func:`split_plan`): where the tiles are fewer than the SMs (decode's
+M <= 128), the launch builds the kernel's stream-K variant and splits every tile's K blocks over up to
+one CTA per SM (at least :data:`MIN_SPLIT_K_BLOCKS` K blocks each); each tile's last contributor adds the
+fp32 partials in K order (bitwise repeatable) and runs the epilogue. :data:`SPLIT_DEFAULT` (environment
+GL_FP8_SPLIT at import: "auto" or "none") turns it off; a CUDA-graph capture runs unsplit.
+
 The output store (:attr:`Fp8Kernel.store`): "registers" (plain global stores from the accumulators, any
 pitch) or "tma" (each consumer's 64 rows staged in shared memory and stored by TMA, the consumers going
 on to the next tile meanwhile; a ring of fewer stages where the staging buffers need the room:
@@ -43,19 +49,22 @@ import ctypes
 import dataclasses
 import functools
 import math
+import os
 from dataclasses import dataclass
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
 from gemm_ladder.design.problem import arch_info
+from gemm_ladder.design.stream_k import INT32_LIMIT, StreamKTail
 from gemm_ladder.design.tensor_maps import TensorMapSpec
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
 from gemm_ladder.library import kernel as K
-from gemm_ladder.library.kernel import DATA_PARALLEL, STORE_REGISTERS, STORE_TMA, KernelConfig, Operands
+from gemm_ladder.library.kernel import DATA_PARALLEL, STORE_REGISTERS, STORE_TMA, STREAM_K, KernelConfig, Operands
 from gemm_ladder.runtime.compiler import compile_kernel
 from gemm_ladder.runtime.module import device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
+from gemm_ladder.runtime.workspace import COUNTERS, WORKSPACES
 
 SOURCE = "library/sm90_fp8_gemm.cu"
 FAMILY = "sm90_fp8_gemm"
@@ -87,6 +96,16 @@ TMA_STORE_OUT = ("bf16", "fp16")
 SMEM_LIMIT = arch_info("sm_90a").max_smem_per_block
 #: The kernel's coordinates are 32-bit ints.
 MAX_EXTENT = 2**31 - 1 - 256
+#: The split-K choices (:func:`split_plan`): "auto" splits every tile's K over the grid when the tiles are
+#: fewer than the SMs (and K has enough blocks); "none" never splits.
+SPLITS = ("auto", "none")
+#: The split the launch asks for: the environment's GL_FP8_SPLIT ("auto" or "none") when the module is
+#: imported, else "auto"; a benchmark sets this attribute to time both (bench/fp8.py --split both).
+SPLIT_DEFAULT = os.environ.get("GL_FP8_SPLIT", "auto")
+#: K blocks (of 128) each CTA of a split gets at least: fewer CTAs than that makes each tile's partials
+#: (one 128 x BN fp32 slot per contributor, written and read back by the last) cost more than the
+#: blocks' operand bytes they let more SMs stream.
+MIN_SPLIT_K_BLOCKS = 4
 
 
 def smem_bytes(scale_mode: str, stages: int, bn: int = 128, store: str = STORE_REGISTERS) -> int:
@@ -142,7 +161,9 @@ def tma_store_refusal(kernel: Fp8Kernel, out: torch.Tensor | None, n: int) -> st
 
 @dataclass(frozen=True)
 class Fp8Kernel:
-    """One build of sm90_fp8_gemm.cu: scale mode, input fp8 kinds, output dtype, bias or not."""
+    """One build of sm90_fp8_gemm.cu: scale mode, input fp8 kinds, output dtype, bias or not; ``split``:
+    the stream-K split built in (GL_FP8_SPLIT; the launch's :func:`split_plan` says which tiles are split,
+    possibly none). A build without the split runs every tile whole."""
 
     scale_mode: str = "tensorwise"
     a_dtype: str = "e4m3"
@@ -153,6 +174,14 @@ class Fp8Kernel:
     stages: int = 0  # 0: STAGES[bn]
     overlap: bool = True  # the promotion of block kb overlapped with block kb + 1's wgmmas
     store: str = STORE_REGISTERS  # STORE_TMA: the output staged in shared memory and written by TMA stores
+    split: bool = False  # the stream-K split built in (GL_FP8_SPLIT = 1)
+
+    def __repr__(self) -> str:
+        # The dataclass's repr, ``split`` named only when set: the repr heads the translation unit and
+        # labels the build, so the builds without the split keep the inputs they had before it existed
+        # (tests/data/build_inputs_grouped_fp8.json).
+        fields = [f for f in dataclasses.fields(self) if f.name != "split" or self.split]
+        return f"Fp8Kernel({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in fields)})"
 
     @property
     def ring_stages(self) -> int:
@@ -170,6 +199,7 @@ class Fp8Kernel:
             "GL_FP8_BN": self.bn,
             "GL_FP8_OVERLAP": int(self.overlap),
             "GL_FP8_TMA_STORE": int(self.store == STORE_TMA),
+            **({"GL_FP8_SPLIT": 1} if self.split else {}),  # absent, not 0: the unsplit builds' inputs unchanged
         }
 
     @property
@@ -189,7 +219,9 @@ class Fp8Kernel:
         completion. The register store has no staging (no store steps); the TMA store gives each consumer
         one staging buffer holding its whole 64 x BN tile (one panel of the auditor's model, all BN / 64
         boxes in one bulk group): wait_group.read 0, write, store + commit at each tile's end, a final
-        wait_group.read 0."""
+        wait_group.read 0. A split build (``split``) runs the same ring: each segment is a tile of
+        ``k_iters`` = its 1..K-blocks range, and a CTA's segments follow one another as tiles do (the
+        hand-in of partials touches no stage)."""
         from gemm_ladder.audit.ring import RingConfig
 
         staging = {"store_order": ()} if self.store == STORE_REGISTERS else {
@@ -239,7 +271,7 @@ def _config(kernel: Fp8Kernel, arch: str) -> KernelConfig:
         FAMILY, dtype=kernel.a_dtype, b_dtype=None if kernel.b_dtype == kernel.a_dtype else kernel.b_dtype,
         out_dtype=_CONFIG_OUT[kernel.out_dtype], arch=arch, tile=(BM, kernel.bn, BK), stages=kernel.ring_stages,
         cluster=1, consumers=2, producer_warpgroup=True, c_ring=int(kernel.store == STORE_TMA), store=kernel.store,
-        schedule=DATA_PARALLEL,
+        schedule=STREAM_K if kernel.split else DATA_PARALLEL,
         scale=kernel.scale_mode, extra=tuple(kernel.defines().items()))
 
 
@@ -253,7 +285,8 @@ def kernel_for(config: KernelConfig) -> Fp8Kernel:
     try:
         kernel = Fp8Kernel(scale_mode=config.scale, a_dtype=config.dtype, b_dtype=config.b_dtype or config.dtype,
                            out_dtype=out, bias=bool(extra.get("GL_FP8_BIAS")), bn=config.tile[1],
-                           stages=0, overlap=bool(extra.get("GL_FP8_OVERLAP", 1)), store=config.store)
+                           stages=0, overlap=bool(extra.get("GL_FP8_OVERLAP", 1)), store=config.store,
+                           split=bool(extra.get("GL_FP8_SPLIT", 0)))
         if config.stages != kernel.ring_stages:
             kernel = dataclasses.replace(kernel, stages=config.stages)
         same = kernel.config(config.arch) == config
@@ -278,15 +311,16 @@ class Sm90Fp8Gemm:
     splits: tuple[str, ...] = ()
 
     def config(self, scale: str, a_dtype: str = "e4m3", b_dtype: str = "e4m3", out_dtype: str = "bf16", *,
-               bias: bool = False, bn: int = 128, store: str | None = None) -> KernelConfig:
+               bias: bool = False, bn: int = 128, store: str | None = None, split: bool = False) -> KernelConfig:
         """The build for ``scale`` granularity, A and B fp8 dtypes, ``out_dtype`` ("bf16", "fp16", "fp32" or
         "e4m3": quantized), a bias, tile width ``bn``, the output ``store`` (default :data:`STORE_DEFAULT`
-        where the dtype allows it); the promotion as the launch builds it."""
+        where the dtype allows it), the stream-K ``split`` built in or not; the promotion as the launch
+        builds it."""
         out = {v: k for k, v in _CONFIG_OUT.items()}.get(out_dtype, out_dtype)
         if store is None:
             store = STORE_DEFAULT if out in TMA_STORE_OUT else STORE_REGISTERS
         return Fp8Kernel(scale_mode=scale, a_dtype=a_dtype, b_dtype=b_dtype, out_dtype=out, bias=bias, bn=bn,
-                         overlap=OVERLAP_PROMOTION, store=store).config()
+                         overlap=OVERLAP_PROMOTION, store=store, split=split).config()
 
     def _call(self, config: KernelConfig, problem: Operands) -> ScaledMmCall:
         scale_a, scale_b, bias = problem.more
@@ -481,8 +515,64 @@ def tile_n(m: int, n: int, sms: int, quantized: bool = False) -> int:
     return 64 if math.ceil(m / BM) * math.ceil(n / 128) < sms else 128
 
 
+def split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str = "auto") -> tuple[StreamKTail, str]:
+    """The stream-K schedule of an (``m``, ``n``, ``k``) problem on tiles 128 x ``bn`` and ``sms`` SMs, and why.
+
+    The result's ``clusters`` is the grid (CTAs), ``first_unit`` the kernel's tail_first_unit: 0 when every
+    tile's K is split over the grid ("all"), the tile count when none is. ``split`` ("auto" or "none",
+    :data:`SPLITS`): "auto" splits when the tiles are fewer than ``sms`` (their whole-tile grid would leave
+    SMs with no weight bytes to stream: decode's M <= 128) over min(``sms``, tiles x K blocks //
+    :data:`MIN_SPLIT_K_BLOCKS`) CTAs, so that each CTA gets at least MIN_SPLIT_K_BLOCKS K blocks and a tile
+    never has more contributors than K blocks; not when that grid is no larger than the tiles, when no tile
+    would get two contributors, or past the kernel's 32-bit tail arithmetic. Empty problems: no split.
+
+    Raises ValueError for an unknown ``split``.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split = {split!r}: use one of {', '.join(SPLITS)}")
+    return _split_plan(m, n, k, bn, sms, split, MIN_SPLIT_K_BLOCKS)  # the constant read per call (tests set it)
+
+
+@functools.lru_cache(maxsize=4096)  # a launch asks per call: the contributor count walks the tiles
+def _split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str, min_k_blocks: int) -> tuple[StreamKTail, str]:
+    tiles = math.ceil(m / BM) * math.ceil(n / bn)
+    k_blocks = math.ceil(k / BK)
+    whole = StreamKTail(units=tiles, clusters=min(tiles, sms), k_tiles=k_blocks, first_unit=tiles)
+    if tiles == 0 or k_blocks == 0:
+        return whole, "an empty problem: no launch"
+    if split == "none":
+        return whole, "the split was turned off (fp8.SPLIT_DEFAULT, GL_FP8_SPLIT, or an unsplit build)"
+    if tiles >= sms:
+        return whole, f"{tiles} tiles fill the {sms} SMs"
+    grid = min(sms, tiles * k_blocks // min_k_blocks)
+    if grid <= tiles:
+        return whole, (f"{tiles} tiles x {k_blocks} K blocks: splitting with at least {min_k_blocks} K blocks "
+                       f"per CTA would use no more CTAs than tiles")
+    if (grid + 1) * tiles * k_blocks >= INT32_LIMIT:
+        return whole, "a split this long passes the kernel's 32-bit stream-K arithmetic"
+    plan = StreamKTail(units=tiles, clusters=grid, k_tiles=k_blocks, first_unit=0)
+    if plan.max_contributors < 2:
+        return whole, "no tile would have two contributors"
+    return plan, (f"{tiles} tiles on {sms} SMs: every tile's {k_blocks} K blocks split over {grid} CTAs "
+                  f"({tiles * k_blocks / grid:.1f} K blocks each, at most {plan.max_contributors} per tile)")
+
+
 def _stream(device: torch.device):
     return torch.cuda.current_stream(device)
+
+
+def _capturing(device: torch.device) -> bool:
+    """Whether the current stream of ``device`` is capturing a CUDA graph: the split's workspace comes from
+    per-stream arenas a graph would keep the addresses of (runtime/workspace.py), so a capture runs unsplit."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def _workspace(stream, plan: StreamKTail, bn: int) -> tuple[int, int]:
+    """Device addresses of a split launch's partials and zeroed counters on ``stream`` (the stream's arenas,
+    as library/gemm.py's launches take them): 2 consumers x max_contributors slots of 64 x ``bn`` fp32
+    per tile, one int32 counter per tile and consumer."""
+    partials = WORKSPACES.partials(stream, plan.workspace_floats(1, 2, bn))[2]
+    return partials, COUNTERS.take(stream, plan.counters(1, 2))
 
 
 def _sm_count(device: torch.device) -> int:
@@ -525,14 +615,21 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
             out += bias.to(out.dtype)
         return out
     sms = _sm_count(a.device)
+    capturing = _capturing(a.device)
     if kernel is None:
+        bn = tile_n(m, n, sms, quantized)
+        plan = split_plan(m, n, k, bn, sms, "none" if capturing else SPLIT_DEFAULT)[0]
         kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
-                           out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=tile_n(m, n, sms, quantized),
-                           overlap=OVERLAP_PROMOTION, store=store_for(_short_out(call.out_dtype), out, n)[0])
-    elif kernel.out_dtype != _short_out(out.dtype):  # an explicit build must write the output's own dtype
-        raise GemmInputError(f"the output is {out.dtype}; the fp8 build {kernel} writes {kernel.out_dtype}")
-    elif kernel.store == STORE_TMA and (refusal := tma_store_refusal(kernel, out, n)):
-        raise GemmInputError(f"{refusal}: run the register-store build")
+                           out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn,
+                           overlap=OVERLAP_PROMOTION, store=store_for(_short_out(call.out_dtype), out, n)[0],
+                           split=plan.tail_units > 0)
+    else:
+        if kernel.out_dtype != _short_out(out.dtype):  # an explicit build must write the output's own dtype
+            raise GemmInputError(f"the output is {out.dtype}; the fp8 build {kernel} writes {kernel.out_dtype}")
+        if kernel.store == STORE_TMA and (refusal := tma_store_refusal(kernel, out, n)):
+            raise GemmInputError(f"{refusal}: run the register-store build")
+        # Split by the rule where the build has the split built in, else never.
+        plan = split_plan(m, n, k, kernel.bn, sms, "auto" if kernel.split and not capturing else "none")[0]
     bn = kernel.bn
     loaded = kernel.loaded(a.device)
     u8 = "CU_TENSOR_MAP_DATA_TYPE_UINT8"
@@ -575,15 +672,18 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
     if kernel.store == STORE_TMA:  # C (M rows, N inner), one 64 x 64 box per 128-byte swizzled staging panel
         c_type = {torch.bfloat16: "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", torch.float16: "CU_TENSOR_MAP_DATA_TYPE_FLOAT16"}
         map_c = _map("c", out.data_ptr(), c_type[out.dtype], 2, (n, m), out.stride(0) * 2, (64, 64), sw)
-    tiles = math.ceil(m / BM) * math.ceil(n / bn)
-    grid = min(tiles, sms)
+    partials = counters = 0  # the unsplit launch's: the kernel runs every tile whole
+    if plan.tail_units:
+        partials, counters = _workspace(_stream(a.device), plan, bn)
     args = [map_a, map_b, map_sa, map_c, ctypes.c_void_p(sa_ptr), ctypes.c_void_p(sb_ptr), ctypes.c_longlong(sb_k),
             ctypes.c_longlong(sb_n), ctypes.c_void_p(bias_ptr), ctypes.c_void_p(out.data_ptr()),
             ctypes.c_longlong(out.stride(0)), ctypes.c_void_p(scale_buf.data_ptr() if quantized else 0),
-            ctypes.c_longlong(scale_buf.stride(0) if quantized else 0), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
+            ctypes.c_longlong(scale_buf.stride(0) if quantized else 0), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
+            ctypes.c_int(plan.first_unit), ctypes.c_int(plan.max_contributors), ctypes.c_void_p(partials),
+            ctypes.c_void_p(counters)]
     # Tensors made here (keep) are freed after the launch is queued on this stream, the stream they were
     # made on: the caching allocator reuses their memory only in that stream's order.
-    loaded.launch((grid, 1, 1), args, _stream(a.device))
+    loaded.launch((plan.clusters, 1, 1), args, _stream(a.device))
     del keep
     if quantized:
         return values, scale_buf[:, :m].t()
@@ -594,7 +694,10 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
              sms: int | None = None, out: torch.Tensor | None = None) -> dict:
     """What :func:`scaled_mm_launch` runs for a checked call, as data (no build, no launch; any device):
     the kernel build, tile, ring, promotion interval, grid, shared memory, the output store and why
-    (``store``, ``store_reason``), and the copies made first. ``sms``: the SM count (default: the
+    (``store``, ``store_reason``), the split-K schedule and why (``split``: "all" when every tile's K is
+    split over the grid, else "none"; ``split_reason``; ``contributors``: the most CTAs adding into one
+    tile; ``workspace_bytes``: its partials and counters; :func:`split_plan`, from :data:`SPLIT_DEFAULT`;
+    a launch under CUDA-graph capture runs unsplit), and the copies made first. ``sms``: the SM count (default: the
     tensors' GPU, else the H200's 132 from the designer's arch table); ``out``: the output given, if any."""
     if sms is None:
         if a.device.type == "cuda":
@@ -604,9 +707,10 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
     quantized = call.out_dtype == QUANT_OUT
     bn = tile_n(call.m, call.n, sms, quantized)
     store, store_reason = store_for(_short_out(call.out_dtype), None if quantized else out, call.n)
+    plan, split_reason = split_plan(call.m, call.n, call.k, bn, sms, SPLIT_DEFAULT)
     kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
                        out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn, overlap=OVERLAP_PROMOTION,
-                       store=store)
+                       store=store, split=plan.tail_units > 0)
     tiles = math.ceil(call.m / BM) * math.ceil(call.n / bn) if call.m and call.n else 0
     copies = []
     if call.scale_mode == "blockwise" and call.m and call.k:
@@ -627,7 +731,10 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
         "promotion_interval_k": PROMOTION_K, "promotion_overlapped": kernel.overlap,
         "store": store, "store_reason": store_reason,
         "k_tail": (f"K % 128 = {call.k % 128}: the last K block zero-filled by TMA" if call.k % 128 else None),
-        "tiles": tiles, "grid": min(tiles, sms), "sms": sms, "copies": copies,
+        "tiles": tiles, "grid": plan.clusters, "sms": sms, "copies": copies,
+        "split": "all" if plan.tail_units else "none", "split_reason": split_reason,
+        "k_blocks": math.ceil(call.k / BK), "contributors": plan.max_contributors if plan.tail_units else 1,
+        "workspace_bytes": 4 * (plan.workspace_floats(1, 2, bn) + plan.counters(1, 2)) if plan.tail_units else 0,
         "no_launch": ("empty output" if not (call.m and call.n) else "K = 0: zeros plus bias" if not call.k else None),
     }
 

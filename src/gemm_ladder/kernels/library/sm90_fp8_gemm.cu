@@ -35,14 +35,27 @@
 // shared memory (wait_group.read 0), then a named barrier over the warpgroup's 128 threads; after the
 // writes, fence.proxy.async and the barrier again, so the store sees all of them. The C tail needs no
 // mask there: the copy engine clips the box to the tensor map's extents.
+// Split K (Cfg::kSplit, GL_FP8_SPLIT = 1; library/fp8.py picks it when the tiles are fewer than the SMs, as at
+// decode's M <= 128, where the whole-tile grid would leave SMs without weight bytes to stream): the launch's
+// tail_first_unit says which tiles are split. Tiles [0, tail_first_unit) run whole as above; the K blocks of
+// the rest are numbered over the tiles and divided evenly over the grid (stream_k.cuh's StreamKTail, level
+// 9's stream-K tail; the launch passes 0, every tile split). The producer and the consumers walk the same
+// segments (a tile and a K-block range [kb, ke)), so their ring positions agree. A segment's partial is the
+// consumer's fp32 main accumulator d after the promotion of its last K block (blockwise scales are applied
+// per K block, inside the range). A tile with several contributors: each hands its partial in
+// (hand_in_partial: a slot in the global workspace, a fence, an atomic count per tile and consumer), and
+// the one that arrives last adds the slots in K order (PartialSlots::reduce, bitwise the same whoever
+// arrives last) and runs the epilogue: the tensorwise and rowwise scales, the bias, the quantized output
+// and both stores happen once, on the reduced sum. No contributor waits for another, so the split cannot
+// deadlock on CTAs that are not resident. Without kSplit the kernel is the whole-tile loop alone.
 // An e4m3 Out (GL_FP8_OUT = 3) quantizes the output in the epilogue instead (e4m3 values and one fp32 scale per row and
 // 128 columns, as quantize_fp8 with block (1, 128) computes them), so that the next fp8 GEMM reads it as is.
 //
 // One templated kernel body, fp8::sm90_fp8_gemm<Cfg>, reads top to bottom; each build's variant is a
 // member of its config, chosen with `if constexpr`, never a preprocessor branch: the tile width kBN, the
 // ring's kStages, kScaleMode, the operands' fp8 types A and B, the output type Out, kBias, and kOverlap
-// (the promotion overlapped with the next K block's wgmmas, or not), and kTmaStore (the output staged in
-// shared memory and written by TMA stores, or stored from registers). The instantiation block at the end
+// (the promotion overlapped with the next K block's wgmmas, or not), kTmaStore (the output staged in
+// shared memory and written by TMA stores, or stored from registers) and kSplit (the stream-K split). The instantiation block at the end
 // of this file is the one place that reads the build's -D constants (library/fp8.py's GL_FP8_*): it
 // makes them the config type and defines the extern "C" entry point the loader finds by name.
 //
@@ -61,6 +74,7 @@
 #include "gemm_ladder/ptx/tma.cuh"
 #include "gemm_ladder/ptx/wgmma.cuh"
 #include "gemm_ladder/ptx/wgmma_fp8_ops.cuh"
+#include "gemm_ladder/stream_k.cuh"  // StreamKTail, PartialSlots, hand_in_partial
 
 namespace fp8 {
 using namespace gl;
@@ -74,13 +88,13 @@ constexpr int kTensorwise = 0, kRowwise = 1, kBlockwise = 2;  // Cfg::kScaleMode
 // scales (a warp may lag its warpgroup's other warps; one arrival per warpgroup would not cover them).
 constexpr int kEmptyArrivals = kConsumers * 4;
 // kTmaStore: named barrier kStoreBarrier + consumer orders each consumer's staging writes and its store
-// (id 0 is __syncthreads); one staging panel is 64 rows x 128 bytes (64 columns of a 2-byte Out).
+// (id 0 is __syncthreads; kSplit's hand-in of a partial uses the same barrier, in program order); one staging panel is 64 rows x 128 bytes (64 columns of a 2-byte Out).
 constexpr int kStoreBarrier = 1, kPanelBytes = 64 * 128;
 
 // What a config (Cfg) holds, each a static constexpr member or type: kBN (64 or 128), kStages,
 // kScaleMode (kTensorwise, kRowwise, kBlockwise), A and B (__nv_fp8_e4m3 or __nv_fp8_e5m2), Out
 // (__nv_bfloat16, __half, float, or __nv_fp8_e4m3: e4m3 values with 1 x 128 scales computed in the
-// epilogue), kBias, kOverlap, kTmaStore. The instantiation block's BuildConfig is the one a build compiles.
+// epilogue), kBias, kOverlap, kTmaStore, kSplit. The instantiation block's BuildConfig is the one a build compiles.
 template <class Cfg>
 __host__ __device__ constexpr bool config_ok() {
   // A 128 x 128 block of B (one scale per K block) spans one tile at BN = 128, two at BN = 64 (the launch
@@ -197,6 +211,10 @@ __device__ __forceinline__ void store_pair(T* __restrict__ C, long long ldc, int
 // register store passes map_a again (never read) and writes C at pitch ldc. scale_a / scale_b: tensorwise
 // one value each; rowwise M and N values; blockwise scale_b[kb * sb_k + nb * sb_n] (scale_a unused). bias: N fp32 values (Cfg::kBias).
 // scale_out (a quantized Out only): the output's 1 x 128 scales, scale_out[nb * ld_scale_out + row].
+// kSplit: tail_first_unit the first split tile (tiles on are split by K over the grid; >= tiles: none),
+// partials (max_contributors slots of 64 x BN fp32 per split tile and consumer) and counters (one int per
+// split tile and consumer, zeroed by the launch). A null partials or counters pointer, or a split with
+// fewer K blocks than CTAs, runs every tile whole. Builds without kSplit ignore the four.
 template <class Cfg>
 __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b,
                                               const CUtensorMap& map_sa, const CUtensorMap& map_c,
@@ -204,7 +222,8 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
                                               const float* __restrict__ scale_b, long long sb_k, long long sb_n,
                                               const float* __restrict__ bias, typename Cfg::Out* __restrict__ C,
                                               long long ldc, float* __restrict__ scale_out, long long ld_scale_out,
-                                              int M, int N, int K) {
+                                              int M, int N, int K, int tail_first_unit, int max_contributors,
+                                              float* __restrict__ partials, int* __restrict__ counters) {
   static_assert(config_ok<Cfg>());
   constexpr int BN = Cfg::kBN, STAGES = Cfg::kStages, kScaleMode = Cfg::kScaleMode;
   constexpr uint32_t kExpectTx = Smem<Cfg>::kExpectTx;
@@ -215,6 +234,17 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
   const Smem<Cfg> smem(smem_raw);
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
   const int k_blocks = (K + BK - 1) / BK;
+  // Tiles [0, whole_end) run whole, gridDim.x apart; the rest are the stream-K tail (kSplit). The tail's
+  // contributor counts assume every CTA has at least one K block of it (stream_k.cuh), so any other
+  // argument runs whole.
+  int whole_end = tiles;
+  if constexpr (Cfg::kSplit) {
+    const int tail_tiles = tiles - tail_first_unit;
+    if (partials != nullptr && counters != nullptr && tail_first_unit >= 0 && tail_tiles > 0 &&
+        tail_tiles * k_blocks >= static_cast<int>(gridDim.x))
+      whole_end = tail_first_unit;
+  }
+  const StreamKTail tail(whole_end, tiles - whole_end, k_blocks, gridDim.x);
 
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(&map_a);
@@ -233,16 +263,25 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
       int it = 0;  // K blocks this role has passed through the ring, over all its tiles
-      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      // K blocks [kb0, kb1) of tile t into the ring.
+      auto produce = [&](int t, int kb0, int kb1) {
         int tm, tn;
         tile_coords(t, tiles_m, tiles_n, tm, tn);
-        for (int kb = 0; kb < k_blocks; ++kb, ++it) {
+        for (int kb = kb0; kb < kb1; ++kb, ++it) {
           const int s = it % STAGES;
           mbarrier_wait(smem.empty(s), ((it / STAGES) & 1) ^ 1);  // producer_acquire
           mbarrier_arrive_expect_tx(smem.full(s), kExpectTx);     // producer_commit
           tma_load_2d(smem.a(s), &map_a, smem.full(s), kb * BK, tm * BM);
           tma_load_2d(smem.b(s), &map_b, smem.full(s), kb * BK, tn * BN);
           if constexpr (kScaleMode == 2) tma_load_2d(smem.sa(s), &map_sa, smem.full(s), tm * BM, kb);
+        }
+      };
+      for (int t = blockIdx.x; t < whole_end; t += gridDim.x) produce(t, 0, k_blocks);
+      if constexpr (Cfg::kSplit) {  // the consumers' segments, in their order
+        for (int i = tail.begin(blockIdx.x), end = tail.begin(blockIdx.x + 1); i < end;) {
+          const StreamKTail::Segment seg = tail.segment(blockIdx.x, i, end);
+          produce(seg.unit, seg.kb, seg.ke);
+          i = seg.next;
         }
       }
     }
@@ -384,19 +423,18 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
       }
     }
   };
-  if constexpr (Cfg::kOverlap) {
-    // Two temporaries: block kb + 1's wgmmas are issued before block kb's promotion, so the tensor core
-    // works on kb + 1 while this warpgroup waits for kb (wait_group 1) and promotes it. (Issuing the next
-    // tile's first block before this tile's epilogue made ptxas serialise the wgmmas: C7514.)
-    float acc0[BN / 2], acc1[BN / 2], p0a, p0b, p1a, p1b;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-      int tm, tn;
-      tile_coords(t, tiles_m, tiles_n, tm, tn);
+  // The main loop of K blocks [kb0, kb1) (kb0 < kb1) of a tile in N column tn: d = their promoted sum.
+  auto mainloop = [&](int tn, int kb0, int kb1) {
 #pragma unroll
-      for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
-      issue(acc0, it, 0, tn, p0a, p0b);
-      int kb = 0;  // block kb is in flight in acc0
-      for (; kb + 2 < k_blocks; kb += 2) {
+    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+    if constexpr (Cfg::kOverlap) {
+      // Two temporaries: block kb + 1's wgmmas are issued before block kb's promotion, so the tensor core
+      // works on kb + 1 while this warpgroup waits for kb (wait_group 1) and promotes it. (Issuing the next
+      // tile's first block before this tile's epilogue made ptxas serialise the wgmmas: C7514.)
+      float acc0[BN / 2], acc1[BN / 2], p0a, p0b, p1a, p1b;
+      issue(acc0, it, kb0, tn, p0a, p0b);
+      int kb = kb0;  // block kb is in flight in acc0
+      for (; kb + 2 < kb1; kb += 2) {
         issue(acc1, it + 1, kb + 1, tn, p1a, p1b);
         wgmma_wait<1>();
         fence_accumulators(acc0);
@@ -408,7 +446,7 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
         release(it++);
         promote(acc1, p1a, p1b);
       }
-      if (kb + 1 < k_blocks) {  // two blocks left: kb (in acc0) and kb + 1
+      if (kb + 1 < kb1) {  // two blocks left: kb (in acc0) and kb + 1
         issue(acc1, it + 1, kb + 1, tn, p1a, p1b);
         wgmma_wait<1>();
         fence_accumulators(acc0);
@@ -424,21 +462,37 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
         release(it++);
         promote(acc0, p0a, p0b);
       }
-      epilogue(tm, tn);
-    }
-  } else {
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-      int tm, tn;
-      tile_coords(t, tiles_m, tiles_n, tm, tn);
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
-      for (int kb = 0; kb < k_blocks; ++kb, ++it) {
+    } else {
+      for (int kb = kb0; kb < kb1; ++kb, ++it) {
         float acc[BN / 2], s0, s1;
         issue(acc, it, kb, tn, s0, s1);
         wgmma_wait<0>();
         fence_accumulators(acc);
         release(it);
         promote(acc, s0, s1);
+      }
+    }
+  };
+  for (int t = blockIdx.x; t < whole_end; t += gridDim.x) {
+    int tm, tn;
+    tile_coords(t, tiles_m, tiles_n, tm, tn);
+    mainloop(tn, 0, k_blocks);
+    epilogue(tm, tn);
+  }
+  if constexpr (Cfg::kSplit) {
+    // The stream-K tail: this CTA's segments, in the producer's order.
+    for (int i = tail.begin(blockIdx.x), end = tail.begin(blockIdx.x + 1); i < end;) {
+      const StreamKTail::Segment seg = tail.segment(blockIdx.x, i, end);
+      i = seg.next;
+      int tm, tn;
+      tile_coords(seg.unit, tiles_m, tiles_n, tm, tn);
+      mainloop(tn, seg.kb, seg.ke);
+      if (seg.contributors > 1) {
+        const int slot = (seg.unit - whole_end) * kConsumers + consumer;
+        const PartialSlots<BN> slots{partials + static_cast<size_t>(slot) * max_contributors * PartialSlots<BN>::kFloats};
+        if (!hand_in_partial(slots, counters + slot, seg.mine, seg.contributors, d, kStoreBarrier + consumer, elected))
+          continue;  // another contributor finishes this tile
+        slots.reduce(seg.contributors, d);
       }
       epilogue(tm, tn);
     }
@@ -455,7 +509,8 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
 // library/fp8.py's Fp8Kernel.defines: GL_FP8_BN, GL_FP8_STAGES, GL_FP8_SCALE (0 tensorwise, 1 rowwise,
 // 2 blockwise), GL_FP8_A_E5M2 / GL_FP8_B_E5M2 (1: e5m2, else e4m3), GL_FP8_OUT (0 bf16, 1 fp16, 2 fp32,
 // 3 e4m3 quantized), GL_FP8_BIAS, GL_FP8_OVERLAP, GL_FP8_TMA_STORE (1: C through shared memory and TMA
-// stores; a bf16 or fp16 output only).
+// stores; a bf16 or fp16 output only), GL_FP8_SPLIT (1: the stream-K split, taken from the launch's
+// tail_first_unit; 0 or undefined: every tile whole, the split arguments ignored).
 #ifndef GL_FP8_BN
 #define GL_FP8_BN 128
 #endif
@@ -483,9 +538,12 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
 #ifndef GL_FP8_TMA_STORE
 #define GL_FP8_TMA_STORE 0
 #endif
+#ifndef GL_FP8_SPLIT
+#define GL_FP8_SPLIT 0
+#endif
 struct BuildConfig {
   static constexpr int kBN = GL_FP8_BN, kStages = GL_FP8_STAGES, kScaleMode = GL_FP8_SCALE;
-  static constexpr bool kBias = GL_FP8_BIAS, kOverlap = GL_FP8_OVERLAP, kTmaStore = GL_FP8_TMA_STORE;
+  static constexpr bool kBias = GL_FP8_BIAS, kOverlap = GL_FP8_OVERLAP, kTmaStore = GL_FP8_TMA_STORE, kSplit = GL_FP8_SPLIT;
   using A = std::conditional_t<GL_FP8_A_E5M2, __nv_fp8_e5m2, __nv_fp8_e4m3>;
   using B = std::conditional_t<GL_FP8_B_E5M2, __nv_fp8_e5m2, __nv_fp8_e4m3>;
   using Out = std::conditional_t<GL_FP8_OUT == 0, __nv_bfloat16,
@@ -500,7 +558,8 @@ extern "C" __global__ void __launch_bounds__(fp8::kThreads, 1)
                     const float* __restrict__ scale_a,
                     const float* __restrict__ scale_b, long long sb_k, long long sb_n,
                     const float* __restrict__ bias, BuildConfig::Out* __restrict__ C, long long ldc,
-                    float* __restrict__ scale_out, long long ld_scale_out, int M, int N, int K) {
+                    float* __restrict__ scale_out, long long ld_scale_out, int M, int N, int K, int tail_first_unit,
+                    int max_contributors, float* __restrict__ partials, int* __restrict__ counters) {
   fp8::sm90_fp8_gemm<BuildConfig>(map_a, map_b, map_sa, map_c, scale_a, scale_b, sb_k, sb_n, bias, C, ldc, scale_out,
-                                  ld_scale_out, M, N, K);
+                                  ld_scale_out, M, N, K, tail_first_unit, max_contributors, partials, counters);
 }
