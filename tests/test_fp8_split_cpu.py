@@ -26,6 +26,13 @@ LAYERS = [(1536, 7168), (24576, 1536), (576, 7168), (7168, 16384), (4096, 7168),
 DECODE = [(m, n, k) for m in (64, 128) for n, k in LAYERS]
 
 
+
+@pytest.fixture(autouse=True)
+def _split_at_any_k(monkeypatch):
+    """These tests exercise the split's mechanics at any K: the rule that leaves tiles of fewer than
+    fp8.MIN_SPLIT_TILE_K_BLOCKS K blocks whole (measured slower there) has its own test."""
+    monkeypatch.setattr(fp8, "MIN_SPLIT_TILE_K_BLOCKS", 0)
+
 def _meta(m, n, k):
     a = torch.empty((m, k), dtype=E4M3, device="meta")
     b = torch.empty((n, k), dtype=E4M3, device="meta").T
@@ -257,3 +264,14 @@ def test_an_explicit_split_build_through_the_family_launches_split(monkeypatch):
     assert g1 == (SMS, 1, 1) and [x.value for x in a1[16:]] == [0, plan.max_contributors, 0x1000, 0x2000]
     assert g2 == (16, 1, 1) and [x.value for x in a2[16:]] == [16, 1, None, None]
     assert workspaces == [(16 * 2 * plan.max_contributors * 64 * 128, 32)]
+
+
+def test_short_k_tiles_stay_whole_as_measured(monkeypatch):
+    """Below MIN_SPLIT_TILE_K_BLOCKS K blocks a tile the split measured slower than whole tiles
+    (bench/results/2026-12-04_fp8_quick_2134406.json: 0.65-0.93x at K = 2048 and 4096, 1.01-1.55x faster at
+    K = 7168 and 14336): DeepSeek-V3's 128 x 7168 x 2048 runs whole, 64 x 4096 x 14336 splits."""
+    monkeypatch.setattr(fp8, "MIN_SPLIT_TILE_K_BLOCKS", 48)
+    plan, why = fp8.split_plan(128, 7168, 2048, 64, 132)
+    assert plan.first_unit == plan.units and "measured slower" in why
+    plan, why = fp8.split_plan(64, 4096, 14336, 64, 132)
+    assert plan.first_unit == 0 and plan.max_contributors >= 2, why

@@ -28,6 +28,13 @@ BLOCKS = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "bl
 SHAPES = [(1, 1024, 4000), (7, 577, 7184), (64, 4096, 7232), (128, 7168, 2064)]
 
 
+
+@pytest.fixture(autouse=True)
+def _split_at_any_k(monkeypatch):
+    """These tests exercise the split's mechanics at any K: the rule that leaves tiles of fewer than
+    fp8.MIN_SPLIT_TILE_K_BLOCKS K blocks whole (measured slower there) has its own test."""
+    monkeypatch.setattr(fp8, "MIN_SPLIT_TILE_K_BLOCKS", 0)
+
 def _problem(m, n, k, mode, *, seed=0):
     """Quantized a (M, K) and w (N, K), their scales in scaled_mm's layouts, and the float64 dequantized
     operands."""

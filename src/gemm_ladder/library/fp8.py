@@ -106,6 +106,10 @@ SPLIT_DEFAULT = os.environ.get("GL_FP8_SPLIT", "auto")
 #: (one 128 x BN fp32 slot per contributor, written and read back by the last) cost more than the
 #: blocks' operand bytes they let more SMs stream.
 MIN_SPLIT_K_BLOCKS = 4
+#: A tile's K blocks below which "auto" does not split: measured on the H200 (bench/fp8.py --split both,
+#: bench/results/2026-12-04_fp8_quick_2134406.json, M = 64 and 128), the split ran 1.01-1.55x faster than
+#: the whole tiles at K = 7168 and 14336 (56 and 112 blocks) but 0.65-0.93x at K = 2048 and 4096 (16, 32).
+MIN_SPLIT_TILE_K_BLOCKS = 48
 
 
 def smem_bytes(scale_mode: str, stages: int, bn: int = 128, store: str = STORE_REGISTERS) -> int:
@@ -523,18 +527,21 @@ def split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str = "auto") -
     :data:`SPLITS`): "auto" splits when the tiles are fewer than ``sms`` (their whole-tile grid would leave
     SMs with no weight bytes to stream: decode's M <= 128) over min(``sms``, tiles x K blocks //
     :data:`MIN_SPLIT_K_BLOCKS`) CTAs, so that each CTA gets at least MIN_SPLIT_K_BLOCKS K blocks and a tile
-    never has more contributors than K blocks; not when that grid is no larger than the tiles, when no tile
+    never has more contributors than K blocks; not when a tile has fewer than :data:`MIN_SPLIT_TILE_K_BLOCKS`
+    K blocks (measured slower there), when that grid is no larger than the tiles, when no tile
     would get two contributors, or past the kernel's 32-bit tail arithmetic. Empty problems: no split.
 
     Raises ValueError for an unknown ``split``.
     """
     if split not in SPLITS:
         raise ValueError(f"split = {split!r}: use one of {', '.join(SPLITS)}")
-    return _split_plan(m, n, k, bn, sms, split, MIN_SPLIT_K_BLOCKS)  # the constant read per call (tests set it)
+    # the constants read per call (tests set them)
+    return _split_plan(m, n, k, bn, sms, split, MIN_SPLIT_K_BLOCKS, MIN_SPLIT_TILE_K_BLOCKS)
 
 
 @functools.lru_cache(maxsize=4096)  # a launch asks per call: the contributor count walks the tiles
-def _split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str, min_k_blocks: int) -> tuple[StreamKTail, str]:
+def _split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str, min_k_blocks: int,
+                min_tile_k_blocks: int) -> tuple[StreamKTail, str]:
     tiles = math.ceil(m / BM) * math.ceil(n / bn)
     k_blocks = math.ceil(k / BK)
     whole = StreamKTail(units=tiles, clusters=min(tiles, sms), k_tiles=k_blocks, first_unit=tiles)
@@ -544,6 +551,9 @@ def _split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str, min_k_blo
         return whole, "the split was turned off (fp8.SPLIT_DEFAULT, GL_FP8_SPLIT, or an unsplit build)"
     if tiles >= sms:
         return whole, f"{tiles} tiles fill the {sms} SMs"
+    if k_blocks < min_tile_k_blocks:
+        return whole, (f"{k_blocks} K blocks a tile, fewer than {min_tile_k_blocks}: the split measured slower "
+                       "than whole tiles there (fp8.MIN_SPLIT_TILE_K_BLOCKS)")
     grid = min(sms, tiles * k_blocks // min_k_blocks)
     if grid <= tiles:
         return whole, (f"{tiles} tiles x {k_blocks} K blocks: splitting with at least {min_k_blocks} K blocks "
