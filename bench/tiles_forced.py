@@ -16,7 +16,7 @@ Configurations per shape:
   ranks and any it does not); ``general c1 BN ...`` the same with one CTA per cluster (``--clusters``);
 * for M <= 256, ``small_m BN b splits s``: the small-M kernel in the bucket of one tile and the
   smaller buckets of up to 4 M tiles, its own split rule (s = None) and classic split-K (s = 1, 2, 4,
-  8, where the grid differs from the rule's).
+  8, 16, where the grid differs from the rule's).
 
 Method: fresh random operands per shape (gates.correctness.random_operands); every configuration's
 output NaN-poisoned, computed once and checked against the float64 reference (gates.correctness's
@@ -73,6 +73,12 @@ SHAPES_FULL_RUN = (
     ("vit_l16 mlp.fc2 1576", 1576, 1024, 4096, "bf16"),
     ("gemma_7b down_proj 511", 511, 3072, 24576, "bf16"),
     ("mixtral_8x7b gate 37", 37, 8, 4096, "bf16"),
+    ("mixtral_8x7b gate 1", 1, 8, 4096, "bf16"),
+    ("gpt2 attn.c_proj 1", 1, 768, 768, "bf16"),
+    ("gpt2 attn.c_proj 64", 64, 768, 768, "bf16"),
+    ("t5_base wo 1", 1, 768, 3072, "bf16"),
+    ("bert_large query 128", 128, 1024, 1024, "bf16"),
+    ("qwen2.5_7b o_proj 64", 64, 3584, 3584, "bf16"),
 )
 #: Real layer shapes at 0.87-0.99x in the same run, and two squares: where a new split policy must not lose.
 CHECK_SHAPES = (
@@ -85,7 +91,7 @@ CHECK_SHAPES = (
     ("qwen2.5_7b down_proj", 1000, 3584, 18944, "bf16"),
     ("llama3_8b down_proj", 1000, 4096, 14336, "fp16"),
 )
-SPLITS_TRIED = (1, 2, 4, 8)
+SPLITS_TRIED = (1, 2, 4, 8, 16)
 MAX_M_TILES = 4
 
 
