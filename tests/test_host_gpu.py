@@ -216,3 +216,40 @@ def test_exported_program_loads_after_import_gemm_ladder(host, tmp_path):
             "print(tuple(ep.module()(x).shape))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and "(32, 256)" in r.stdout, r.stderr[-3000:]
+
+
+# --- calls from threads with no CUDA context current -------------------------------------------------
+
+_THREADS = r"""
+import threading, torch, gemm_ladder, gemm_ladder.ops as ops
+assert ops.use_host() is not None
+torch.manual_seed(1)
+a = torch.randn(300, 264, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(264, 520, device="cuda", dtype=torch.bfloat16)
+w = torch.randn(520, 264, device="cuda", dtype=torch.bfloat16)
+out = {}
+def run():
+    out["mm"] = gemm_ladder.mm(a, b)  # a fresh thread: no context current until the call makes one
+    out["linear"] = gemm_ladder.linear(a, w)
+t = threading.Thread(target=run); t.start(); t.join()
+x, y = a.clone().requires_grad_(), b.clone().requires_grad_()
+gemm_ladder.mm(x, y).backward(torch.ones(300, 520, device="cuda", dtype=torch.bfloat16))  # the autograd thread
+torch.cuda.synchronize()
+ref = a.double() @ b.double()
+for name, got, want in (("mm", out["mm"], ref), ("linear", out["linear"], a.double() @ w.double().T),
+                        ("grad_b", y.grad, a.double().T @ torch.ones(300, 520, device="cuda", dtype=torch.float64))):
+    err = ((got.double() - want).norm() / want.norm()).item()
+    assert err < 1e-2, (name, err)
+print("OK")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_calls_from_threads_with_no_context_current():
+    """A thread that has not called the CUDA runtime has no driver context current (c10's device guard
+    does not set one for the device already 'current'): the host path makes the primary context current
+    before its driver calls. Before that every such call segfaulted, the backward of mm on the autograd
+    engine's device thread among them (bench/results/logs/2026-12-04_device_host_thread_segfault_smallm_fp8_be836b8.log).
+    In a fresh process, so a crash fails this test instead of the session."""
+    r = subprocess.run([sys.executable, "-c", _THREADS], capture_output=True, text=True, timeout=110)
+    assert r.returncode == 0 and r.stdout.strip().endswith("OK"), (r.returncode, r.stdout[-2000:], r.stderr[-2000:])

@@ -61,6 +61,10 @@ struct Driver {
   int (*alloc_async)(uint64_t*, size_t, void*) = nullptr;
   int (*free_async)(uint64_t, void*) = nullptr;
   int (*error_string)(int, const char**) = nullptr;
+  int (*ctx_get_current)(void**) = nullptr;
+  int (*ctx_set_current)(void*) = nullptr;
+  int (*device_get)(int*, int) = nullptr;
+  int (*primary_ctx_retain)(void**, int) = nullptr;
 };
 
 static Driver& driver() {
@@ -85,6 +89,10 @@ static Driver& driver() {
     d.alloc_async = reinterpret_cast<decltype(d.alloc_async)>(sym("cuMemAllocAsync"));
     d.free_async = reinterpret_cast<decltype(d.free_async)>(sym("cuMemFreeAsync"));
     d.error_string = reinterpret_cast<decltype(d.error_string)>(sym("cuGetErrorString"));
+    d.ctx_get_current = reinterpret_cast<decltype(d.ctx_get_current)>(sym("cuCtxGetCurrent"));
+    d.ctx_set_current = reinterpret_cast<decltype(d.ctx_set_current)>(sym("cuCtxSetCurrent"));
+    d.device_get = reinterpret_cast<decltype(d.device_get)>(sym("cuDeviceGet"));
+    d.primary_ctx_retain = reinterpret_cast<decltype(d.primary_ctx_retain)>(sym("cuDevicePrimaryCtxRetain"));
   });
   TORCH_CHECK(d.error.empty(), "gemm_ladder host: ", d.error);
   return d;
@@ -113,6 +121,25 @@ using DeviceGuard = c10::cuda::CUDAGuard;
 #else
 using DeviceGuard = c10::DeviceGuard;
 #endif
+
+// Makes the device's primary context current on this thread when none is. The driver calls below act on
+// the thread's current context, and a thread that has not yet called the CUDA runtime has none: c10's
+// device guard calls cudaSetDevice only when the device changes (so that no context is created on device
+// 0 by accident), and cudaGetDevice makes none current. Such a thread (the autograd engine's device
+// thread running a backward, any Python thread) crashed in cuStreamIsCapturing / cuLaunchKernelEx
+// (bench/results/logs/2026-12-04_device_host_thread_segfault_smallm_fp8_be836b8.log: every call from a new thread). The
+// primary context is torch's own (retained by it already); the retain here is never released, like the
+// arenas below.
+static void ensure_context(int device) {
+  Driver& d = driver();
+  void* ctx = nullptr;
+  check(d.ctx_get_current(&ctx), "cuCtxGetCurrent");
+  if (ctx != nullptr) return;
+  int dev = 0;
+  check(d.device_get(&dev, device), "cuDeviceGet");
+  check(d.primary_ctx_retain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  check(d.ctx_set_current(ctx), "cuCtxSetCurrent");
+}
 
 static bool stream_capturing(void* stream) {
   int status = 0;
@@ -428,6 +455,7 @@ static void require_callbacks() {
 
 at::Tensor mm_cuda(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype) {
   DeviceGuard device_guard(a.device());
+  ensure_context(a.device().index());
   void* stream = current_stream(a.device());
   bool capturing = stream_capturing(stream);
   thread_local std::vector<int64_t> key;
@@ -455,6 +483,7 @@ at::Tensor linear_cuda(const at::Tensor& x, const at::Tensor& w, const std::opti
                        const std::optional<at::Tensor>& residual, std::optional<c10::string_view> activation,
                        double alpha, double beta, std::optional<at::ScalarType> out_dtype) {
   DeviceGuard device_guard(x.device());
+  ensure_context(x.device().index());
   void* stream = current_stream(x.device());
   bool capturing = stream_capturing(stream);
   thread_local std::vector<int64_t> key;
