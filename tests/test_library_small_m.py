@@ -185,6 +185,11 @@ def test_the_grid_rule_and_its_limits():
     assert g.ctas(16, 4096, 4096, 132, splits=4) == 128  # classic split-K: 32 units x 4
     assert g.ctas(16, 4096, 128, 132, splits=4) == 64  # 2 K tiles: at most 2 ranges per unit
     assert g.ctas(40, 1000, 520, 132, splits=1) == 8 * 3  # M = 40 > BN = 16: 3 M tiles per N tile
+    # Few units, short K: a range keeps MIN_SPLIT_K_ITERS = 8 K tiles. Mixtral's router (N = 8, K = 4096, M = 37
+    # at BN 32: 2 units of 64 K tiles) in 8 ranges a unit, not 66; GPT-2's c_proj at M = 1 (6 units of 12
+    # K tiles) whole, not 22 ranges of one K tile or less.
+    assert SmallMGemm(32).ctas(37, 8, 4096, 132) == 2 * 8 and SmallMGemm(8).ctas(1, 768, 768, 132) == 6
+    assert SmallMGemm(8).ctas(1, 768, 3072, 132) == 6 * 6  # T5's wo at M = 1: 48 K tiles in 6 ranges
     with pytest.raises(ValueError, match="splits"):
         g.ctas(16, 4096, 4096, 132, splits=0)
     split4 = g.schedule(16, 4096, 4096, 128)

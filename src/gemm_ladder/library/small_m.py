@@ -61,6 +61,14 @@ TILE_ROWS = 128
 CONSUMERS = 2
 #: K per stage: one 128-byte swizzle span of 2-byte elements.
 BK = 64
+#: K iterations (of BK) each range of a split unit gets at least, by the grid rule (SmallMGemm.ctas): the
+#: unit's last contributor adds every range's fp32 partial, so a unit split to one iteration a CTA spends
+#: longer reducing than streaming. Measured on the H200 (bench/tiles_forced.py,
+#: bench/results/2026-12-04_tiles_forced_small_m_be836b8.json): Mixtral's router 37 x 8 x 4096 (64
+#: iterations) took 23.0 us split over 64 CTAs a unit and 9.7 us over 8; T5's wo at M = 1 (48 iterations,
+#: 6 units) 12.2 us over 22 a unit, 9.8-9.9 over 4-8; GPT-2's c_proj at M = 1 and 64 (12 iterations)
+#: 8.9 and 10.4 us split, 7.1 and 8.0 whole.
+MIN_SPLIT_K_ITERS = 8
 #: Rows (M or N elements) of one MN-major box: the 128-byte swizzle span (tma_tile.cuh's kMnBoxElems).
 MN_BOX_ROWS = 64
 SOURCE = "library/sm90_gemm_small_m.cu"
@@ -267,10 +275,12 @@ class SmallMGemm:
         """The grid (CTAs) for a problem, by the documented rule.
 
         ``splits`` None: with fewer units than resident CTAs, each unit's K split in
-        resident // units even ranges (no CTA straddles two units); with as many units as resident
-        CTAs or more, min(resident CTAs, K iterations) CTAs share every iteration evenly (stream-K).
-        On the H200 the first beat stream-K wherever units < 132 and stream-K beat one CTA per unit at
-        224 units (docs/measured-choices.md). ``splits`` = s:
+        min(resident // units, K iterations // :data:`MIN_SPLIT_K_ITERS`) even ranges, at least one (no
+        CTA straddles two units); with as many units as resident CTAs or more, min(resident CTAs, K
+        iterations) CTAs share every iteration evenly (stream-K). On the H200 the first beat stream-K
+        wherever units < 132 and stream-K beat one CTA per unit at 224 units; the cap at
+        MIN_SPLIT_K_ITERS iterations a range was measured on decode rows with few units
+        (docs/measured-choices.md). ``splits`` = s:
         units x min(s, K tiles), each unit's K tiles split in s even ranges (classic split-K; s = 1
         splits nothing and needs no workspace).
         """
@@ -278,7 +288,7 @@ class SmallMGemm:
         k_tiles = ceil_div(k, BK)
         if splits is None:
             if units < resident:
-                return units * min(resident // units, k_tiles)
+                return units * max(1, min(resident // units, k_tiles // MIN_SPLIT_K_ITERS))
             return min(resident, units * k_tiles)
         if splits < 1:
             raise ValueError(f"splits = {splits}: at least 1 (None chooses)")
