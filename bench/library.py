@@ -323,7 +323,7 @@ def tune(dtype: str, quick: bool, budget: float, result_file: str = "") -> dict:
     provenance = f"tuned on {gpu} {dt.date.today().isoformat()} {(meta.get('git_commit') or 'unknown')[:7]}"
     model = cite_results(fit(samples, provenance), result_file)
     table = json.loads(TABLE_PATH.read_text())
-    table.update(model.to_json())  # the cost model's keys; other entries (the small-M kernel's "small_m") kept
+    table.update(merged_model_json(table, model))  # the cost model's keys; other entries (the small-M kernel's "small_m") kept
     text = json.dumps(table, indent=1) + "\n"
     TABLE_PATH.write_text(text)
     if os.environ.get("OUT"):  # a lent machine's copy of the tree does not come back: the table does
@@ -331,6 +331,15 @@ def tune(dtype: str, quick: bool, budget: float, result_file: str = "") -> dict:
     dispatch.clear_cache()
     print(f"wrote {TABLE_PATH} ({provenance}); copy it to src/gemm_ladder/dispatch/table.json and commit it")
     return {"provenance": provenance, "model": model.to_json(), "timings": timings}
+
+
+def merged_model_json(table: dict, model) -> dict:
+    """A fitted model's table entries, keeping the table's measured (not fitted) cluster-1 scales and their
+    rules: the tune times the 2-CTA builds only."""
+    out = model.to_json()
+    kept = {k: v for k, v in table.get("rules", {}).items() if k.startswith("cluster1_")}
+    out["rules"] = {**out["rules"], **kept}
+    return out
 
 
 def refit(path: str) -> dict:
@@ -346,7 +355,7 @@ def refit(path: str) -> dict:
     provenance = saved["tune"]["provenance"]
     model = cite_results(fit(samples, provenance), Path(path).name)
     table = json.loads(TABLE_PATH.read_text())
-    table.update(model.to_json())
+    table.update(merged_model_json(table, model))
     TABLE_PATH.write_text(json.dumps(table, indent=1) + "\n")
     dispatch.clear_cache()
     print(f"refitted {TABLE_PATH} from {len(samples)} timings of {path} ({provenance})")

@@ -114,6 +114,9 @@ class CostModel:
     provenance: str
     rules: dict[str, str] = field(default_factory=dict)
     fixup_contributor_us: float = 0.0
+    #: Per tile width, a cluster-1 build's K iteration time over the 2-CTA pair's (1.0 where absent):
+    #: measured, not fitted by the tune (which times the pair).
+    cluster1_k_iter_scale: dict[int, float] = field(default_factory=dict)
 
     @property
     def tuned(self) -> bool:
@@ -125,17 +128,23 @@ class CostModel:
 
     def predict_us(self, w: Work) -> float:
         """Predicted time of one launch, microseconds."""
-        t = self.fixed_us + w.whole_iters * self.k_iter_us[w.bn] + w.split_iters * self.split_k_iter_us[w.bn]
+        scale = self.cluster1_k_iter_scale.get(w.bn, 1.0) if w.cluster == 1 else 1.0
+        t = self.fixed_us + (w.whole_iters * self.k_iter_us[w.bn] + w.split_iters * self.split_k_iter_us[w.bn]) * scale
         if w.splits:
             t += (self.fixup_us + self.fixup_contributor_us * w.contributors) * w.bn / FIXUP_BN
         return t
 
     def to_json(self) -> dict:
-        return {"provenance": self.provenance,
-                "k_iter_us": {str(bn): v for bn, v in self.k_iter_us.items()},
-                "split_k_iter_us": {str(bn): v for bn, v in self.split_k_iter_us.items()},
-                "fixup_us": self.fixup_us, "fixup_contributor_us": self.fixup_contributor_us, "fixed_us": self.fixed_us,
-                "rules": dict(self.rules)}
+        """The table's entries; ``cluster1_k_iter_scale`` only when set (a refit from the tune, which has
+        none, then leaves the table's own in place)."""
+        out = {"provenance": self.provenance,
+               "k_iter_us": {str(bn): v for bn, v in self.k_iter_us.items()},
+               "split_k_iter_us": {str(bn): v for bn, v in self.split_k_iter_us.items()},
+               "fixup_us": self.fixup_us, "fixup_contributor_us": self.fixup_contributor_us, "fixed_us": self.fixed_us,
+               "rules": dict(self.rules)}
+        if self.cluster1_k_iter_scale:
+            out["cluster1_k_iter_scale"] = {str(bn): v for bn, v in self.cluster1_k_iter_scale.items()}
+        return out
 
     @classmethod
     def from_json(cls, d: dict) -> "CostModel":
@@ -145,13 +154,16 @@ class CostModel:
             model = cls({int(bn): float(v) for bn, v in d["k_iter_us"].items()},
                         {int(bn): float(v) for bn, v in d["split_k_iter_us"].items()},
                         float(d["fixup_us"]), float(d["fixed_us"]), str(d["provenance"]), dict(d.get("rules", {})),
-                        float(d.get("fixup_contributor_us", 0.0)))
-        except (KeyError, TypeError, ValueError) as exc:
+                        float(d.get("fixup_contributor_us", 0.0)),
+                        {int(bn): float(v) for bn, v in d.get("cluster1_k_iter_scale", {}).items()})
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"dispatch table: {type(exc).__name__}: {exc}") from None
         values = [*model.k_iter_us.values(), *model.split_k_iter_us.values(), model.fixup_us, model.fixed_us,
                   model.fixup_contributor_us]
         if not all(math.isfinite(v) and v >= 0 for v in values):
             raise ValueError(f"dispatch table: every time must be a finite number >= 0, got {values}")
+        if not all(math.isfinite(v) and v > 0 for v in model.cluster1_k_iter_scale.values()):
+            raise ValueError(f"dispatch table: cluster1_k_iter_scale must be finite and > 0, got {model.cluster1_k_iter_scale}")
         if set(model.k_iter_us) != set(model.split_k_iter_us) or not model.k_iter_us:
             raise ValueError("dispatch table: k_iter_us and split_k_iter_us must name the same tile widths")
         return model
@@ -181,10 +193,12 @@ def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[
     """``configs`` ((BN, split) pairs the kernel supports, built for clusters of ``cluster`` CTAs, of which
     ``clusters`` are resident) by predicted time, fastest first.
 
-    A cluster-1 build's unit is one tile on one SM, charged the same ``k_iter_us`` per K iteration as a
-    2-CTA unit (two tiles on two SMs): measured on the H200, one CTA per cluster took 0.992x the pair's
-    time (median; 0.83-1.04x) over 28 whole-tile configurations at even M-tile counts, where both have
-    the same tiles per SM (bench/tiles_forced.py, bench/results/2026-12-04_tiles_forced_clusters_08fda8b.json).
+    A cluster-1 build's unit is one tile on one SM, charged ``k_iter_us`` per K iteration as a 2-CTA unit
+    (two tiles on two SMs) is, times the table's ``cluster1_k_iter_scale`` for its width (1.0 where absent):
+    measured on the H200 (bench/tiles_forced.py, bench/results/2026-12-04_tiles_forced_clusters_08fda8b.json,
+    whole tiles at even M-tile counts, where both have the same tiles per SM), one CTA per cluster took
+    0.85x the pair's time at BN 64 (median of 14; 13 below 0.97x: its cluster slices of B are 32-row
+    boxes) and 0.97-1.06x at BN 128-256 (medians 1.01, 1.02, 0.98), which the table leaves at 1.0.
     Where the M tiles are odd in number the pair's units count an idle twin's tile and a cluster-1
     launch's do not; a split cluster-1 unit has up to twice the contributors (132 clusters, not 66).
 
