@@ -275,3 +275,20 @@ def test_short_k_tiles_stay_whole_as_measured(monkeypatch):
     assert plan.first_unit == plan.units and "measured slower" in why
     plan, why = fp8.split_plan(64, 4096, 14336, 64, 132)
     assert plan.first_unit == 0 and plan.max_contributors >= 2, why
+
+
+def test_a_capture_runs_the_build_the_eager_call_loaded(monkeypatch):
+    """A CUDA-graph capture after one eager call of the shape must need no module load (runtime/capture.py
+    refuses one): the capture runs the split build the eager call loaded, unsplit (whole tiles, null workspace)."""
+    rec, built, workspaces = _patched_launch(monkeypatch)
+    m, n, k = 64, 4096, 14336
+    qa, sa = quantize_fp8(torch.randn(m, k), (1, 128))
+    qw, sw = quantize_fp8(torch.randn(n, k), (128, 128))
+    call = check_scaled_mm(qa, qw.T, sa, sw.T, None, device_type="cpu")
+    for capturing in (False, True):
+        monkeypatch.setattr(fp8, "_capturing", lambda device, c=capturing: c)
+        fp8.scaled_mm_launch(qa, qw.T, sa, sw.T, None, call)
+    assert built[0] == built[1] and built[0].split
+    (g1, _), (g2, a2) = rec.calls
+    assert g1 == (SMS, 1, 1) and g2 == (64, 1, 1) and [x.value for x in a2[16:]] == [64, 1, None, None]
+    assert len(workspaces) == 1

@@ -628,11 +628,15 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
     capturing = _capturing(a.device)
     if kernel is None:
         bn = tile_n(m, n, sms, quantized)
-        plan = split_plan(m, n, k, bn, sms, "none" if capturing else SPLIT_DEFAULT)[0]
+        # The build is the one an eager call of this shape loads (so that a capture after one warm-up call
+        # needs no module load); under capture it runs unsplit (its workspace arguments null).
+        plan = split_plan(m, n, k, bn, sms, SPLIT_DEFAULT)[0]
         kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
                            out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn,
                            overlap=OVERLAP_PROMOTION, store=store_for(_short_out(call.out_dtype), out, n)[0],
                            split=plan.tail_units > 0)
+        if capturing:
+            plan = split_plan(m, n, k, bn, sms, "none")[0]
     else:
         if kernel.out_dtype != _short_out(out.dtype):  # an explicit build must write the output's own dtype
             raise GemmInputError(f"the output is {out.dtype}; the fp8 build {kernel} writes {kernel.out_dtype}")
