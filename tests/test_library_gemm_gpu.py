@@ -282,3 +282,29 @@ def test_mm_routes_to_bn64_from_a_table_that_times_it(monkeypatch):
     finally:
         dispatch.clear_cache()
         calls.CALLS.clear()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("activation,dtype", [("gelu", torch.bfloat16), ("relu", torch.float16)])
+def test_linear_with_a_fused_epilogue_on_one_cta_per_cluster(activation, dtype):
+    """``linear`` with a bias and an activation where the route takes a cluster-1 build (M = 333: three M
+    tiles; explain says so first), against float64, the output poisoned; and a residual at M = 1023 (BN 64,
+    one CTA per cluster by the table's BN 64 scale)."""
+    import torch.nn.functional as F
+
+    import gemm_ladder
+
+    torch.manual_seed(333)
+    for m, n, k, residual in ((333, 9216, 3072, False), (1023, 768, 3072, True)):
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        w = torch.randn(n, k, device="cuda", dtype=dtype) / k ** 0.5
+        b = torch.randn(n, device="cuda", dtype=dtype)
+        r = torch.randn(m, n, device="cuda", dtype=dtype) if residual else None
+        assert gemm_ladder.explain(x, w.T).cluster == 1, (m, n, k)
+        torch.full((64 << 20,), float("nan"), device="cuda")  # the allocator's next blocks hold NaN
+        out = gemm_ladder.linear(x, w, b, residual=r, activation=activation) if residual else \
+            gemm_ladder.linear(x, w, b, activation=activation)
+        z = x.double() @ w.double().T + b.double()
+        ref = getattr(F, activation)(z) + (r.double() if residual else 0)
+        err = ((out.double() - ref).norm() / ref.norm()).item()
+        assert torch.isfinite(out).all() and err < 1e-2, (m, n, k, activation, err)

@@ -41,7 +41,7 @@ import torch
 
 from gemm_ladder.contract import dtype_name
 from gemm_ladder.dispatch import kernels as K
-from gemm_ladder.dispatch.heuristic import CLUSTER, Candidate, CostModel, rank
+from gemm_ladder.dispatch.heuristic import CLUSTER, CLUSTER1_SPLITS, Candidate, CostModel, rank
 from gemm_ladder.dispatch.small_m_tiles import ONE_TILE, TilesChoice, TilesRule, one_tile_bn
 from gemm_ladder.library.kernel import KernelConfig, Operands
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES, OperandView, operand_view
@@ -540,8 +540,8 @@ def _choose_general(general: list[Route], model: CostModel) -> Route:
     ranked = []
     for r in timed:
         if r.repack_cost == least:
-            configs = [(r.bn, s) for s in K.kernel_splits(r.config)]
             cluster = r.config.cluster
+            configs = [(r.bn, s) for s in K.kernel_splits(r.config) if cluster != 1 or s in CLUSTER1_SPLITS]
             ranked += [(cand, r) for cand in rank(model, r.m, r.n, r.k, max(1, r.device.sms // cluster), configs,
                                                   cluster=cluster)]
     ranked.sort(key=lambda cr: round(cr[0].predicted_us, 6))  # stable: wider tiles, fewer splits first
