@@ -385,7 +385,11 @@ def _route_for(kind, kernel_at, xa, xb, names, c_opts, probe, k, dtype, device, 
                 continue  # only the register store writes float32 (the TMA-store builds write the inputs' dtype)
             config = kernel_at(a_o.path.major, b_o.path.major, cp)
             if config is None:
-                refusals.append(f"no {kind} kernel reads A {a_o.path.major}-major and B {b_o.path.major}-major")
+                if kind == "general" and cp.store == STORE_REGISTERS and cp.workspace is None and \
+                        kernel_at(a_o.path.major, b_o.path.major, replace(cp, store=STORE_TMA)) is not None:
+                    refusals.append("this build stores C only by TMA; this output needs the register store")
+                else:
+                    refusals.append(f"no {kind} kernel reads A {a_o.path.major}-major and B {b_o.path.major}-major")
                 continue
             # A workspace is ours: the general kernel's TMA store may write its row padding.
             rules = {"c_padding_writable": True} if kind == "general" and callable(ct) else {}
