@@ -368,3 +368,23 @@ def test_level_protocols_release_as_the_kernels_do():
     assert seq[:5] == [("consume", 0), ("consume", 1), ("arrive", "consumer_release k#0"), ("consume", 2),
                        ("arrive", "consumer_release k#1")]
     assert seq[5:7] == [("arrive", "consumer_release k#2"), ("write_staging", "")]
+
+
+
+def test_tiles_of_different_lengths():
+    """tile_k_iters: equal lengths unroll exactly as k_iters does; different lengths (a stream-K CTA's
+    segments) audit clean on level 9's ring, and the phase-reset fault (carry_phase=False) is caught on
+    them; malformed entries are refused."""
+    from gemm_ladder.audit import audit, build_ring_protocol
+    from gemm_ladder.audit.ring import RingConfig
+
+    base = dict(stages=2, consumers=2, warp_specialized=True, release_lag=1, tiles=3)
+    same = build_ring_protocol(RingConfig(k_iters=5, **base))
+    listed = build_ring_protocol(RingConfig(k_iters=5, tile_k_iters=(5, 5, 5), **base))
+    assert [r.program for r in same.roles] == [r.program for r in listed.roles]
+    for lengths in ((3, 1, 2), (1, 2, 1)):
+        assert audit(build_ring_protocol(RingConfig(k_iters=3, tile_k_iters=lengths, **base))).ok, lengths
+    assert not audit(build_ring_protocol(RingConfig(k_iters=3, tile_k_iters=(3, 2, 1), carry_phase=False, **base))).ok
+    for bad in ((5, 5), (5, 0, 5), (5, True, 5), [5, 5, 5]):
+        with pytest.raises(ValueError, match="tile_k_iters"):
+            RingConfig(k_iters=5, tile_k_iters=bad, **base)

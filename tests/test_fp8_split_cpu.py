@@ -292,3 +292,26 @@ def test_a_capture_runs_the_build_the_eager_call_loaded(monkeypatch):
     (g1, _), (g2, a2) = rec.calls
     assert g1 == (SMS, 1, 1) and g2 == (64, 1, 1) and [x.value for x in a2[16:]] == [64, 1, None, None]
     assert len(workspaces) == 1
+
+
+@pytest.mark.parametrize("kernel", [Fp8Kernel("blockwise", bn=64, split=True),
+                                    Fp8Kernel("tensorwise", bn=64, store="tma", split=True),
+                                    Fp8Kernel("rowwise", overlap=False, split=True)], ids=["blockwise", "tma", "serial"])
+def test_ring_audited_on_the_split_plans_own_segments(kernel):
+    """Each CTA's segments as the split plan gives them (different lengths, back to back: the auditor's
+    tile_k_iters), for the decode shapes the split takes and the most-contributors stress of the GPU tests."""
+    from gemm_ladder.audit import audit, build_ring_protocol
+
+    seen = set()
+    for m, n, k, min_blocks in ((64, 4096, 14336, fp8.MIN_SPLIT_K_BLOCKS), (64, 576, 7168, fp8.MIN_SPLIT_K_BLOCKS),
+                                (128, 1152, 7296, 1)):
+        plan = fp8._split_plan(m, n, k, 64, 132, "auto", min_blocks, 0)[0]
+        assert plan.first_unit == 0, (m, n, k)
+        for c in range(plan.clusters):
+            lengths = tuple(s.ke - s.kb for s in plan.segments(c))
+            if lengths in seen or sum(lengths) > 256:
+                continue
+            seen.add(lengths)
+            report = audit(build_ring_protocol(kernel.ring_config(0, segments=lengths), name="fp8-split-segments"))
+            assert report.ok, (m, n, k, c, lengths, report)
+    assert any(len(set(x)) > 1 for x in seen)  # segments of different lengths on one CTA were audited

@@ -32,6 +32,9 @@ class RingConfig:
         stages: ring depth S (>= 1).
         k_iters, tiles: loads per tile and tiles per CTA (phases carried across tiles); at most
             :data:`MAX_ITERATIONS` in all.
+        tile_k_iters: tiles of different lengths, one entry per tile (each >= 1), in place of ``k_iters``:
+            a stream-K CTA's segments (the fp8 kernel's split walks ranges of 1..K blocks back to back,
+            e.g. 9 then 2). None: every tile is ``k_iters`` long.
         release_lag: 0, a consumer releases stage k right after reading it (level 4: its
             ``__syncthreads``, ``wgmma.wait_group 0``); 1, as levels 5-9 do: ``wgmma.wait_group 1``
             after issuing the wgmma of k + 1 proves the one of k done, so stage k is released then,
@@ -134,6 +137,7 @@ class RingConfig:
     final_store_wait: bool = True
     shared_staging: bool = False
     shared_tiles: tuple[bool, ...] | None = None
+    tile_k_iters: tuple[int, ...] | None = None
     a_load_bytes: int | None = None
     b_load_bytes: int | None = None
     expect_tx_bytes: int | None = None
@@ -148,7 +152,7 @@ class RingConfig:
             if not isinstance(order, tuple) or len(set(order)) != len(order) or not set(order) <= set(allowed):
                 raise ValueError(f"RingConfig.{name} must be distinct steps of {', '.join(allowed)}, got {order!r}")
         for f in fields(self):
-            if f.name.endswith("_order") or f.name == "shared_tiles":
+            if f.name.endswith("_order") or f.name in ("shared_tiles", "tile_k_iters"):
                 continue
             value, want = getattr(self, f.name), bool if str(f.type).startswith("bool") else int
             if value is None and str(f.type).endswith("None"):
@@ -170,9 +174,14 @@ class RingConfig:
         if self.empty_count is not None and self.empty_count < 1:
             raise ValueError(f"RingConfig.empty_count must be >= 1 (an mbarrier counts at least one arrival), "
                              f"got {self.empty_count}")
-        if self.k_iters * self.tiles > MAX_ITERATIONS:
-            raise ValueError(f"RingConfig: tiles x k_iters = {self.tiles} x {self.k_iters} > {MAX_ITERATIONS} "
-                             "K iterations to unroll (a ring repeats every 2 x stages iterations)")
+        if self.tile_k_iters is not None and (
+                not isinstance(self.tile_k_iters, tuple) or len(self.tile_k_iters) != self.tiles
+                or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in self.tile_k_iters)):
+            raise ValueError(f"RingConfig.tile_k_iters must be a tuple of {self.tiles} ints >= 1 (one per tile), "
+                             f"got {self.tile_k_iters!r}")
+        if sum(self.tile_lengths) > MAX_ITERATIONS:
+            raise ValueError(f"RingConfig: {sum(self.tile_lengths)} K iterations (tiles x k_iters) > {MAX_ITERATIONS} "
+                             "to unroll (a ring repeats every 2 x stages iterations)")
         if not 0 <= self.deferred_panels <= self.panels_per_tile:
             raise ValueError(f"RingConfig.deferred_panels must be 0..panels_per_tile ({self.panels_per_tile}), "
                              f"not {self.deferred_panels}")
@@ -190,6 +199,11 @@ class RingConfig:
         if self.bm % self.consumers or self.bn % self.panels_per_tile:
             raise ValueError(f"a {self.bm} x {self.bn} tile does not split into {self.consumers} consumer(s) x "
                              f"{self.panels_per_tile} panel(s) of equal size")
+
+    @property
+    def tile_lengths(self) -> tuple[int, ...]:
+        """Each tile's K iterations: ``tile_k_iters``, or ``k_iters`` for each of ``tiles``."""
+        return self.tile_k_iters if self.tile_k_iters is not None else (self.k_iters,) * self.tiles
 
     @property
     def b_multicast(self) -> bool:
@@ -210,7 +224,8 @@ class RingConfig:
 
 
 def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict | None = None) -> Protocol:
-    """Unroll ``config``'s ring for ``config.tiles`` tiles of ``config.k_iters`` K iterations per CTA.
+    """Unroll ``config``'s ring for ``config.tiles`` tiles of ``config.k_iters`` K iterations per CTA (or of
+    ``config.tile_k_iters``).
 
     ``name`` names the protocol; ``bounds`` adds entries to the bounds it records (the audit can only
     speak for those).
@@ -233,7 +248,12 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
     b_load = cfg.b_load_bytes or bn * bk * elem_bytes // b_parts  # each CTA's B load, per destination
     expect = cfg.expect_tx_bytes or a_bytes + b_load * b_parts
     b_names = tuple(f"B{j}" for j in range(b_parts)) if multicast else ("B",)
-    total = tiles * k_iters
+    lengths = cfg.tile_lengths
+    total = sum(lengths)
+    # K iteration g's tile, its index in the tile, and whether it is the tile's last.
+    tile_of = [t for t, n in enumerate(lengths) for _ in range(n)]
+    kt_of = [kt for n in lengths for kt in range(n)]
+    last_of = [kt == lengths[t] - 1 for t, kt in zip(tile_of, kt_of)]
 
     barriers = [Barrier("full", full_count, full_initial_phase, stages),
                 Barrier("empty", empty_count, empty_initial_phase, stages)]
@@ -251,7 +271,7 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
     sched = []
     uses = [0] * stages
     for g in range(total):
-        i = g if carry_phase else g % k_iters
+        i = g if carry_phase else kt_of[g]
         s, r = i % stages, i // stages
         sched.append((s, r, uses[s]))
         uses[s] += 1
@@ -265,7 +285,7 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
         commit = steps["commit"]
         commit.append(Op("expect_tx", "full", s, bytes=expect))
         commit.append(Op("issue_load", "full", s, buffers=("A",), bytes=a_bytes, tag=g))
-        if multicast and (cfg.shared_tiles is None or cfg.shared_tiles[g // k_iters]):
+        if multicast and (cfg.shared_tiles is None or cfg.shared_tiles[tile_of[g]]):
             commit.append(Op("issue_load", "full", s, buffers=(b_names[c],), bytes=b_load, tag=g,
                              dests=tuple(range(cluster))))
         elif multicast:  # this tile does not share B: every part into this CTA's own stage
@@ -289,7 +309,7 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
                                     note=f"consumer_wait k#{g}"))
         if release_lag == 0:
             steps["release"] = release(c, g)
-        elif g % k_iters > 0:
+        elif kt_of[g] > 0:
             steps["release"] = release(c, g - 1)
         return [op for step in cfg.consumer_order for op in steps[step]]
 
@@ -315,7 +335,7 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
         """K iteration g of consumer i: its wait, wgmma and release, with a deferred panel of the
         previous tile stored right after the wgmma is issued when the schedule puts one there."""
         ops = consume(c, g)
-        t, kt = divmod(g, k_iters)
+        t, kt = tile_of[g], kt_of[g]
         if t > 0 and kt < deferred_panels:
             at = next(j for j, op in enumerate(ops) if op.op == "consume") + 1
             ops[at:at] = panel(i, t - 1, early + kt)
@@ -326,7 +346,7 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
         take, this tile's early panels; after the last tile its deferred panels and the final drain."""
         ops = []
         if t > 0:
-            for p in range(early + k_iters, panels_per_tile):
+            for p in range(early + lengths[t], panels_per_tile):
                 ops += panel(i, t - 1, p)
         for p in range(early):
             ops += panel(i, t, p)
@@ -346,10 +366,10 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
                 prog = []
                 for g in range(total):
                     prog += iteration(c, i, g)
-                    if g % k_iters == k_iters - 1:
+                    if last_of[g]:
                         if release_lag:
                             prog += release(c, g)  # after wgmma.wait_group 0
-                        prog += tile_end(i, g // k_iters)
+                        prog += tile_end(i, tile_of[g])
                 cname = f"cta{c}.consumer" if consumers == 1 else f"cta{c}.consumer{i}"
                 roles.append(Role(cname, "consumer", c, consumer_threads, prog))
         else:
@@ -358,21 +378,23 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
                 prog += produce(c, g)
             for g in range(total):
                 prog += iteration(c, 0, g)
-                freed = g - release_lag if (release_lag == 0 or g % k_iters > 0) else None
+                freed = g - release_lag if (release_lag == 0 or kt_of[g] > 0) else None
                 if freed is not None and freed + stages < total:
                     prog += produce(c, freed + stages)  # refill the stage just released
-                if g % k_iters == k_iters - 1:
+                if last_of[g]:
                     if release_lag:
                         prog += release(c, g)  # after wgmma.wait_group 0
                         if g + stages < total:
                             prog += produce(c, g + stages)
-                    prog += tile_end(0, g // k_iters)
+                    prog += tile_end(0, tile_of[g])
             roles.append(Role(f"cta{c}.wg", "issuer_consumer", c, consumer_threads, prog))
 
     b = {"stages": stages, "k_iters": k_iters, "tiles_per_cta": tiles, "consumers": consumers,
          "cluster": cluster, "warp_specialized": warp_specialized, "multicast": multicast}
     if cfg.shared_tiles is not None:
         b["shared_tiles"] = "".join("S" if x else "O" for x in cfg.shared_tiles)
+    if cfg.tile_k_iters is not None:
+        b["tile_k_iters"] = list(cfg.tile_k_iters)
     if staging_buffers > 1 or panels_per_tile > 1:
         b.update(staging_buffers=staging_buffers, panels_per_tile=panels_per_tile, deferred_panels=deferred_panels)
     if bounds:

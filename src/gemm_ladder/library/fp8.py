@@ -215,7 +215,7 @@ class Fp8Kernel:
         """The bytes a stage's full barrier waits for (the kernel's kExpectTx): A, B and, blockwise, scale_a."""
         return BM * BK + self.bn * BK + (BM * 4 if self.scale_mode == "blockwise" else 0)
 
-    def ring_config(self, k_iters: int, tiles: int = 1):
+    def ring_config(self, k_iters: int, tiles: int = 1, segments: tuple[int, ...] | None = None):
         """This kernel's stage ring as the auditor models it (:class:`gemm_ladder.audit.ring.RingConfig`):
         a producer thread, two consumer warpgroups each releasing a stage with one arrival per warp
         (4, after the warp's own reads) once its wgmma group completes (with ``overlap``, after the next
@@ -225,12 +225,17 @@ class Fp8Kernel:
         boxes in one bulk group): wait_group.read 0, write, store + commit at each tile's end, a final
         wait_group.read 0. A split build (``split``) runs the same ring: each segment is a tile of
         ``k_iters`` = its 1..K-blocks range, and a CTA's segments follow one another as tiles do (the
-        hand-in of partials touches no stage)."""
+        hand-in of partials touches no stage). ``segments``: a CTA's tiles or segments of different
+        lengths, back to back (their K blocks each, e.g. from :func:`split_plan`'s schedule); then
+        ``k_iters`` and ``tiles`` are ignored."""
         from gemm_ladder.audit.ring import RingConfig
 
         staging = {"store_order": ()} if self.store == STORE_REGISTERS else {
             "staging_buffers": 1, "panels_per_tile": 1, "deferred_panels": 0, "staging_wait_pending": 0}
-        return RingConfig(stages=self.ring_stages, k_iters=k_iters, tiles=tiles, release_lag=int(self.overlap), consumers=2,
+        if segments is not None:
+            k_iters, tiles = max(segments), len(segments)
+        return RingConfig(stages=self.ring_stages, k_iters=k_iters, tiles=tiles, tile_k_iters=segments,
+                          release_lag=int(self.overlap), consumers=2,
                           warp_specialized=True, release_weight=4, bm=BM, bn=self.bn, bk=BK, elem_bytes=1,
                           a_load_bytes=self.expect_tx_bytes - self.bn * BK, expect_tx_bytes=self.expect_tx_bytes,
                           **staging)
