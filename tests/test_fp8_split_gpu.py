@@ -17,12 +17,15 @@ import torch
 
 import gemm_ladder
 from gemm_ladder.library import fp8
-from gemm_ladder.library.fp8 import dequantize, quantize_fp8
+from gemm_ladder.library.fp8 import quantize_fp8
+
+from fp8_cases import BLOCKS
+from fp8_cases import fp8_problem as _problem
+from fp8_cases import rel_err as _rel_err
 
 pytestmark = pytest.mark.gpu
 
 E4M3 = torch.float8_e4m3fn
-BLOCKS = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "blockwise": ((1, 128), (128, 128))}
 #: M of decode (1, 7, 64, 128 rows), N with and without a multiple of 8 (the TMA store and the register
 #: store), K with a tail of 16..112 past a multiple of 128.
 SHAPES = [(1, 1024, 4000), (7, 577, 7184), (64, 4096, 7232), (128, 7168, 2064)]
@@ -35,17 +38,6 @@ def _split_at_any_k(monkeypatch):
     fp8.MIN_SPLIT_TILE_K_BLOCKS K blocks whole (measured slower there) has its own test."""
     monkeypatch.setattr(fp8, "MIN_SPLIT_TILE_K_BLOCKS", 0)
 
-def _problem(m, n, k, mode, *, seed=0):
-    """Quantized a (M, K) and w (N, K), their scales in scaled_mm's layouts, and the float64 dequantized
-    operands."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    a = torch.randn((m, k), device="cuda", generator=g) * torch.logspace(-1, 1, k, device="cuda")
-    w = torch.randn((n, k), device="cuda", generator=g) / math.sqrt(k)
-    ba, bw = BLOCKS[mode]
-    qa, sa = quantize_fp8(a, ba)
-    qw, sw = quantize_fp8(w, bw)
-    sb = sw.T if sw.dim() == 2 else sw
-    return qa, qw.T, sa, sb, dequantize(qa, sa, ba), dequantize(qw, sw, bw)
 
 
 def _run(monkeypatch, split: str, *args, **kwargs):
@@ -56,8 +48,6 @@ def _run(monkeypatch, split: str, *args, **kwargs):
     return gemm_ladder.scaled_mm(*args, **kwargs)
 
 
-def _rel_err(y, ref):
-    return ((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
 
 
 @pytest.mark.parametrize("mode", list(BLOCKS))

@@ -7,20 +7,21 @@ describe/explain say so."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
 import gemm_ladder
 from gemm_ladder.errors import GemmInputError
 from gemm_ladder.library import fp8
-from gemm_ladder.library.fp8 import Fp8Kernel, dequantize, quantize_fp8
+
+from fp8_cases import BLOCKS
+from fp8_cases import fp8_problem as _problem
+from fp8_cases import rel_err as _rel_err
+from gemm_ladder.library.fp8 import Fp8Kernel
 
 pytestmark = pytest.mark.gpu
 
 E4M3 = torch.float8_e4m3fn
-BLOCKS = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "blockwise": ((1, 128), (128, 128))}
 TMA, REGISTERS = fp8.STORE_TMA, fp8.STORE_REGISTERS
 #: (M, N, K): BN 64 with M and N tails; BN 128 with ~4 tiles per CTA on 132 SMs (the staging buffer
 #: reused), a last tile whose second panel starts past N, and one row.
@@ -32,19 +33,8 @@ def tma_default(monkeypatch):
     monkeypatch.setattr(fp8, "STORE_DEFAULT", TMA)
 
 
-def _problem(m, n, k, mode, *, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    a = torch.randn((m, k), device="cuda", generator=g) * torch.logspace(-1, 1, k, device="cuda")
-    w = torch.randn((n, k), device="cuda", generator=g) / math.sqrt(k)
-    ba, bw = BLOCKS[mode]
-    qa, sa = quantize_fp8(a, ba)
-    qw, sw = quantize_fp8(w, bw)
-    sb = sw.T if sw.dim() == 2 else sw
-    return qa, qw.T, sa, sb, dequantize(qa, sa, ba), dequantize(qw, sw, bw)
 
 
-def _rel_err(y, ref) -> float:
-    return ((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
 
 
 def _explain(qa, qb, sa, sb, bias, out_dtype, out=None) -> dict:
