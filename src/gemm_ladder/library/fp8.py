@@ -14,7 +14,8 @@ every 128-wide K block; output bf16, fp16 or fp32 written from registers, or (``
 fp16 only) staged in shared memory and written by TMA stores; an optional bias.
 
 Split K (:attr:`Fp8Kernel.split`, :func:`split_plan`): where the tiles are fewer than the SMs (decode's
-M <= 128), the launch builds the kernel's stream-K variant and splits every tile's K blocks over up to
+M <= 128) and each has at least :data:`MIN_SPLIT_TILE_K_BLOCKS` K blocks (K >= 6144), the launch builds
+the kernel's stream-K variant and splits every tile's K blocks over up to
 one CTA per SM (at least :data:`MIN_SPLIT_K_BLOCKS` K blocks each); each tile's last contributor adds the
 fp32 partials in K order (bitwise repeatable) and runs the epilogue. :data:`SPLIT_DEFAULT` (environment
 GL_FP8_SPLIT at import: "auto" or "none") turns it off; a CUDA-graph capture runs unsplit.
@@ -108,7 +109,8 @@ SPLIT_DEFAULT = os.environ.get("GL_FP8_SPLIT", "auto")
 MIN_SPLIT_K_BLOCKS = 4
 #: A tile's K blocks below which "auto" does not split: measured on the H200 (bench/fp8.py --split both,
 #: bench/results/2026-12-04_fp8_quick_2134406.json, M = 64 and 128), the split ran 1.01-1.55x faster than
-#: the whole tiles at K = 7168 and 14336 (56 and 112 blocks) but 0.65-0.93x at K = 2048 and 4096 (16, 32).
+#: the whole tiles at K = 7168 and 14336 (56 and 112 blocks; one row 0.98x in the re-check, ..._be836b8.json)
+#: but 0.65-0.93x at K = 2048 and 4096 (16, 32). 33-55 blocks are not measured.
 MIN_SPLIT_TILE_K_BLOCKS = 48
 
 
