@@ -289,7 +289,10 @@ def tune(dtype: str, quick: bool, budget: float, result_file: str = "") -> dict:
     for failure in prebuild_general(dtype):
         print(f"tune: build failed: {failure}", file=sys.stderr)
     sizes = (1024, 2048, 4096) if quick else (512, 1024, 2048, 4096, 8192)
-    shapes = sorted({(m, n, k) for m in sizes for n in sizes for k in (1024, 4096) if m * n * k <= 2**36})
+    # K = 16384 beside 1024 and 4096: the model's per-iteration rates fitted on short K alone mis-ranked
+    # long-K mid-M layers (Qwen2.5 down 1000 x 3584 x 18944: BN 192 "tail" predicted 198.1 us, ran 210.7,
+    # BN 256 "none" 203.5; 2026-12-04_tiles_forced_clusters_08fda8b.json)
+    shapes = sorted({(m, n, k) for m in sizes for n in sizes for k in (1024, 4096, 16384) if m * n * k <= 2**36})
     samples, timings = [], []
     clusters = dispatch.route.device_facts(torch.device("cuda")).clusters
     for m, n, k in shapes:
