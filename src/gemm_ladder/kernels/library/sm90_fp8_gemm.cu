@@ -236,7 +236,8 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
   const int k_blocks = (K + BK - 1) / BK;
   // Tiles [0, whole_end) run whole, gridDim.x apart; the rest are the stream-K tail (kSplit). The tail's
   // contributor counts assume every CTA has at least one K block of it (stream_k.cuh), so any other
-  // argument runs whole.
+  // argument runs whole: stream_k.cuh's whole_units_end, plus the workspace check, written out here
+  // (calling the helper compiles to other SASS than the split builds the H200 tests passed on).
   int whole_end = tiles;
   if constexpr (Cfg::kSplit) {
     const int tail_tiles = tiles - tail_first_unit;

@@ -172,12 +172,8 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
   const int k_tiles = (K + BK - 1) / BK;
   const int rank = cluster_cta_rank();
   const int first_unit = blockIdx.x / kCluster, unit_stride = gridDim.x / kCluster;
-  // Units [0, whole_end) are computed whole, unit_stride apart. The launch splits a tail only with at
-  // least one K iteration per cluster (design/stream_k.py); any other argument runs whole, so it
-  // cannot miscount a tile's contributors.
-  const int tail_units = sched.total - tail_first_unit;
-  const bool split = tail_first_unit >= 0 && tail_units > 0 && tail_units * k_tiles >= unit_stride;
-  const int whole_end = split ? tail_first_unit : sched.total;
+  // Units [0, whole_end) are computed whole, unit_stride apart; the rest are the stream-K tail.
+  const int whole_end = whole_units_end(sched.total, tail_first_unit, k_tiles, unit_stride);
   const StreamKTail tail(whole_end, sched.total - whole_end, k_tiles, unit_stride);
 
   if constexpr (kFromRegisters) {

@@ -65,10 +65,8 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
   const int rank = cluster_cta_rank();
   const CUtensorMap* const map_w = rank == 0 ? &map_gate : &map_up;  // this CTA's half of every B stage
   const int first_unit = blockIdx.x / GL_CLUSTER, unit_stride = gridDim.x / GL_CLUSTER;
-  // As level 9: a tail is split only with at least one K iteration per cluster (design/stream_k.py).
-  const int tail_units = sched.total - tail_first_unit;
-  const bool split = tail_first_unit >= 0 && tail_units > 0 && tail_units * k_tiles >= unit_stride;
-  const int whole_end = split ? tail_first_unit : sched.total;
+  // As level 9: units [0, whole_end) whole, the rest the stream-K tail.
+  const int whole_end = whole_units_end(sched.total, tail_first_unit, k_tiles, unit_stride);
   const StreamKTail tail(whole_end, sched.total - whole_end, k_tiles, unit_stride);
 
   if (threadIdx.x == 0) init_ring(smem, &map_x, map_w, &map_out);

@@ -43,6 +43,15 @@ struct StreamKTail {
   }
 };
 
+// The end of a persistent launch's whole units: `tail_first_unit` when the launch splits the units from
+// it on by K over its `stride` clusters, else `units`. A split needs at least one K iteration of the tail
+// per cluster (the tail's contributor counts assume it: design/stream_k.py); any other argument runs
+// every unit whole, so it cannot miscount a unit's contributors.
+__host__ __device__ __forceinline__ int whole_units_end(int units, int tail_first_unit, int k_tiles, int stride) {
+  const int tail_units = units - tail_first_unit;
+  return tail_first_unit >= 0 && tail_units > 0 && tail_units * k_tiles >= stride ? tail_first_unit : units;
+}
+
 // Partials of one consumer's 64 x BN fragment, one slot of 64 * BN floats per contributor, stored
 // so that a warp's float4 accesses are contiguous: float4 v of thread t lives at slot[v * 128 + t].
 template <int BN>
