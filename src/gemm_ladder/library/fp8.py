@@ -584,12 +584,17 @@ def _capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
+def _workspace_sizes(plan: StreamKTail, bn: int) -> tuple[int, int]:
+    """A split launch's partials (fp32 elements) and counters (int32): 2 consumers x max_contributors
+    slots of 64 x ``bn`` fp32 per split tile, one counter per split tile and consumer (one CTA a cluster)."""
+    return plan.workspace_floats(1, 2, bn), plan.counters(1, 2)
+
+
 def _workspace(stream, plan: StreamKTail, bn: int) -> tuple[int, int]:
-    """Device addresses of a split launch's partials and zeroed counters on ``stream`` (the stream's arenas,
-    as library/gemm.py's launches take them): 2 consumers x max_contributors slots of 64 x ``bn`` fp32
-    per tile, one int32 counter per tile and consumer."""
-    partials = WORKSPACES.partials(stream, plan.workspace_floats(1, 2, bn))[2]
-    return partials, COUNTERS.take(stream, plan.counters(1, 2))
+    """Device addresses of a split launch's partials and zeroed counters (:func:`_workspace_sizes`) on
+    ``stream``: the stream's arenas, as library/gemm.py's launches take them."""
+    floats, counters = _workspace_sizes(plan, bn)
+    return WORKSPACES.partials(stream, floats)[2], COUNTERS.take(stream, counters)
 
 
 def _sm_count(device: torch.device) -> int:
@@ -755,7 +760,7 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
         "tiles": tiles, "grid": plan.clusters, "sms": sms, "copies": copies,
         "split": "all" if plan.tail_units else "none", "split_reason": split_reason,
         "k_blocks": math.ceil(call.k / BK), "contributors": plan.max_contributors if plan.tail_units else 1,
-        "workspace_bytes": 4 * (plan.workspace_floats(1, 2, bn) + plan.counters(1, 2)) if plan.tail_units else 0,
+        "workspace_bytes": 4 * sum(_workspace_sizes(plan, bn)) if plan.tail_units else 0,
         "no_launch": ("empty output" if not (call.m and call.n) else "K = 0: zeros plus bias" if not call.k else None),
     }
 
