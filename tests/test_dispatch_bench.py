@@ -91,3 +91,18 @@ def test_a_tuned_table_cites_its_results_file():
                for rule in model.rules.values())
     assert CostModel.from_json(model.to_json()) == model
     assert library.cite_results(model, "") is model
+
+
+def test_a_refit_keeps_the_tables_measured_cluster1_scale():
+    """A model fitted from the tune (which times the 2-CTA builds only) has no cluster-1 scale, so
+    merged_model_json keeps the table's measured one and its rule when the refit writes the table."""
+    from gemm_ladder.dispatch.heuristic import CostModel, load_table
+
+    model = load_table()
+    table = model.to_json()
+    fitted = CostModel.from_json({k: v for k, v in table.items() if k != "cluster1_k_iter_scale"})
+    fitted = CostModel(fitted.k_iter_us, fitted.split_k_iter_us, fitted.fixup_us, fitted.fixed_us, "refit",
+                       {"fixed_us": "least squares"}, fitted.fixup_contributor_us)
+    table.update(library.merged_model_json(table, fitted))
+    assert table["cluster1_k_iter_scale"] == {"64": 0.853} and table["provenance"] == "refit"
+    assert set(table["rules"]) == {"fixed_us", "cluster1_k_iter_scale[64]"}
