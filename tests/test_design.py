@@ -484,8 +484,11 @@ def test_c_ring_staging_buys_a_fourth_stage_at_level_9():
         plan_gemm(8192, 8192, 8192, tile=(128, 256, 64), stages=4, cluster=2, consumers=2, persistent=True)
     with pytest.raises(PlanRefused, match="does not divide"):
         plan_gemm(8192, 8192, 8192, tile=(128, 256, 64), stages=3, cluster=2, consumers=2, persistent=True, c_ring=3)
-    with pytest.raises(PlanRefused, match="two or more consumer warpgroups"):
+    with pytest.raises(PlanRefused, match="producer warpgroup of their own"):
         plan_gemm(4096, 4096, 4096, stages=3, persistent=True, c_ring=2)
+    # One consumer with a producer warpgroup (the library's 64-row tile) keeps its own panel ring.
+    one = plan_gemm(4096, 4096, 4096, tile=(64, 128, 64), stages=8, cluster=2, consumers=1, persistent=True, c_ring=2)
+    assert (one.kernel_defines()["GL_CONSUMERS"], one.kernel_defines()["GL_THREADS"]) == (1, 256)
 
 
 def test_plan_gemm_computes_numbers_only(monkeypatch):

@@ -186,9 +186,9 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
     if c_ring and (bn * e // 128) % c_ring:
         raise PlanRefused("output staging", f"c_ring = {c_ring} does not divide the {bn * e // 128} column panels of a "
                           f"{bm} x {bn} tile: panel p must always use buffer p % c_ring")
-    if c_ring and (consumers < 2 or producer_warpgroup is False):
+    if c_ring and not (producer_warpgroup or (producer_warpgroup is None and (consumers > 1 or cluster > 1))):
         raise PlanRefused("output staging", "c_ring gives each consumer warpgroup its own staging ring and store issuer "
-                          "(level 9): it needs two or more consumer warpgroups and a producer warpgroup")
+                          "(level 9): the loads need a producer warpgroup of their own")
     if (bn * e) % 128 and not c_from_registers:
         raise PlanRefused("C panels", f"BN * {e} = {bn * e} bytes is not a whole number of 128-byte store panels (BN a multiple of {128 // e})")
     rows_per_wg = bm // consumers

@@ -82,6 +82,9 @@ TILE_N = (64, 128, 256)
 #: where the cost table times them: 128 x 192 tiles fill the SMs where 128 and 256 leave a wave part-empty
 #: (8192 x 768: 128 units of 192 against 192 of 128 or 96 of 256 on 66 clusters).
 K_MAJOR_B_TILE_N = (192,)
+#: Tile heights built: level 9's 128 (two consumer warpgroups of 64 rows), and 64 (one consumer: twice
+#: the tiles, where 128-row tiles leave SMs idle).
+TILE_M = (128, 64)
 #: CTAs per cluster built: level 9's 2 (B multicast to vertically adjacent tiles), and 1.
 CLUSTERS = (2, 1)
 #: Panel buffers per consumer's store ring: level 9's 2, or the tile's panels when it has fewer (one
@@ -164,6 +167,8 @@ class LibraryGemm:
     #: CTAs per cluster: level 9's 2 (vertically adjacent tiles sharing B by multicast), or 1 (one CTA
     #: per SM alone: no idle twin where the M tiles are odd in number, no multicast).
     cluster: int = 2
+    #: Consumer warpgroups, each 64 rows of the tile: level 9's 2 (BM = 128), or 1 (BM = 64).
+    consumers: int = 2
     _launches: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _specs: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
@@ -173,9 +178,8 @@ class LibraryGemm:
     #: The rung whose rules the resource gate holds this kernel to (gates/resources.py's
     #: check_level_resources: wgmma in SASS, TMA loads): level 9's, whose kernel this is.
     number = 9
-    #: Level 9's configuration: two consumer warpgroups, a producer warpgroup, persistent with a stream-K
-    #: tail (and its 2-CTA clusters multicasting B, or one CTA: ``cluster`` above).
-    consumers = 2
+    #: Level 9's configuration: a producer warpgroup, persistent with a stream-K tail (its two consumer
+    #: warpgroups, or one: ``consumers``; its 2-CTA clusters multicasting B, or one CTA: ``cluster``).
     persistent = True
     producer_warpgroup = True
 
@@ -478,7 +482,7 @@ def _options(split: str, c_padding_writable: bool) -> tuple:
 
 
 def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers: bool = False,
-                 out_fp32: bool = False, cluster: int = 2) -> LibraryGemm:
+                 out_fp32: bool = False, cluster: int = 2, bm: int = 128) -> LibraryGemm:
     """The layouts kernel for A ``a_major`` and B ``b_major`` ("k" or "mn") with tile width ``bn``
     (64, 128 or 256; 192 with a K-major B); one instance per configuration, so builds, loaded kernels and
     maps are cached.
@@ -486,7 +490,8 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     ``c_from_registers``: the build that stores C from registers (any pitch; see the module docstring);
     ``out_fp32`` (only with it): its float32-output build. ``cluster``: 2 (level 9's pair of CTAs sharing
     B) or 1 (one CTA per cluster: the build for an odd number of M tiles, whose last pair would have an
-    idle twin).
+    idle twin). ``bm``: 128 (level 9's two consumer warpgroups of 64 rows) or 64 (one consumer: twice the
+    tiles of a 128-row tile, for problems whose 128-row tiles leave SMs idle).
 
     Stages: the most that fit in shared memory (design.smem.max_stages) beside the panel rings: 4 at
     BN = 256 (level 9's), 5 at 192, 6 at BN = 128, 8 at BN = 64 (``c_ring``: the largest ring of at most 2
@@ -496,12 +501,14 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     """
     # One cache key per configuration however it is spelled (bn positional or by name, flags defaulted
     # or given): every caller then shares one instance, and its builds and bindings.
-    return _library_gemm(a_major, b_major, bn, bool(c_from_registers), bool(out_fp32), cluster)
+    return _library_gemm(a_major, b_major, bn, bool(c_from_registers), bool(out_fp32), cluster, bm)
 
 
 @functools.lru_cache(maxsize=None)
 def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, out_fp32: bool,
-                  cluster: int = 2) -> LibraryGemm:
+                  cluster: int = 2, bm: int = 128) -> LibraryGemm:
+    if bm not in TILE_M:
+        raise ValueError(f"bm = {bm!r}: the kernel is built for BM in {TILE_M} (64 rows per consumer warpgroup)")
     if cluster not in CLUSTERS:
         raise ValueError(f"cluster = {cluster!r}: the kernel is built for clusters of {' or '.join(map(str, CLUSTERS))} CTAs")
     if a_major not in MAJORS or b_major not in MAJORS:
@@ -513,18 +520,20 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
         raise ValueError("out_fp32=True needs c_from_registers=True: only the register store writes float32")
     panels = bn // 64
     c_ring = 0 if c_from_registers else max(r for r in range(1, C_RING + 1) if panels % r == 0)  # the ring divides the panels
-    stages = max_stages(bm=128, bn=bn, bk=64, elem_bytes=2, arch=arch_info("sm_90a"), consumers=2, c_ring=c_ring,
+    consumers = bm // 64
+    stages = max_stages(bm=bm, bn=bn, bk=64, elem_bytes=2, arch=arch_info("sm_90a"), consumers=consumers, c_ring=c_ring,
                         c_from_registers=c_from_registers)
-    suffix = ("_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "") + ("_c1" if cluster == 1 else "")
+    suffix = (("_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "") + ("_c1" if cluster == 1 else "")
+              + ("_bm64" if bm == 64 else ""))
     return LibraryGemm(
         name=f"sm90_gemm_{a_major}{b_major}_bn{bn}{suffix}",
         idea=f"level 9's kernel with A {a_major}-major and B {b_major}-major in shared memory, any TMA pitch, "
-             f"a 128 x {bn} tile"
+             f"a {bm} x {bn} tile"
              + (", C stored from registers (any pitch)" if c_from_registers else "")
              + (", float32 output" if out_fp32 else "")
              + (", one CTA per cluster" if cluster == 1 else ""),
-        tile=(128, bn, 64), stages=stages, c_ring=c_ring, a_major=a_major, b_major=b_major,
-        c_from_registers=c_from_registers, out_fp32=out_fp32, cluster=cluster,
+        tile=(bm, bn, 64), stages=stages, c_ring=c_ring, a_major=a_major, b_major=b_major,
+        c_from_registers=c_from_registers, out_fp32=out_fp32, cluster=cluster, consumers=consumers,
     )
 
 
@@ -546,7 +555,7 @@ def kernel_for(config: KernelConfig) -> LibraryGemm:
     if config.family != FAMILY:
         raise ValueError(f"config of family {config.family!r} given to {FAMILY}")
     kernel = library_gemm(config.a_major, config.b_major, config.tile[1], c_from_registers=config.c_from_registers,
-                          out_fp32=config.out_fp32, cluster=config.cluster)
+                          out_fp32=config.out_fp32, cluster=config.cluster, bm=config.tile[0])
     if kernel.config(config.dtype, config.arch, config.epilogue) != config:
         raise ValueError(f"{FAMILY} builds no such configuration: {config}")
     return kernel
@@ -561,12 +570,12 @@ class Sm90Gemm:
     splits = RANKED_SPLITS
 
     def config(self, a_major: str, b_major: str, bn: int, dtype: str, *, store: str = STORE_TMA,
-               out_dtype: str | None = None, cluster: int = 2) -> KernelConfig:
-        """The build for A ``a_major``, B ``b_major``, tile width ``bn``, ``dtype`` inputs, C stored by
+               out_dtype: str | None = None, cluster: int = 2, bm: int = 128) -> KernelConfig:
+        """The build for A ``a_major``, B ``b_major``, tile ``bm`` x ``bn``, ``dtype`` inputs, C stored by
         ``store`` in ``out_dtype`` (default the inputs'; "fp32" only from registers), clusters of
         ``cluster`` CTAs (2 or 1)."""
         return library_gemm(a_major, b_major, bn, c_from_registers=store == STORE_REGISTERS,
-                            out_fp32=out_dtype == "fp32", cluster=cluster).config(dtype)
+                            out_fp32=out_dtype == "fp32", cluster=cluster, bm=bm).config(dtype)
 
     def supports(self, config: KernelConfig, problem: Operands, **rules) -> str | None:
         a = problem.a

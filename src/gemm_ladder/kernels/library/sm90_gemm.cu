@@ -3,7 +3,8 @@
 // with an optional fused epilogue (library/epilogue.py generates it; fused_epilogue.cuh).
 //
 // Level 9's kernel, compiled from the designer's plan for one layout: persistent, a producer
-// warpgroup, 2-CTA clusters that multicast B (or, a build's choice, one CTA per cluster), two consumer warpgroups of 64 rows on a 128 x BN tile,
+// warpgroup, 2-CTA clusters that multicast B (or, a build's choice, one CTA per cluster), two consumer warpgroups of 64 rows on a 128 x BN tile
+// (or, a build's choice, one consumer on a 64 x BN tile: twice the tiles, for problems too small to fill the SMs),
 // each storing through its own panel ring overlapped with the next tile, and a stream-K split.
 //
 // One templated kernel body, sm90_gemm<Cfg, COut, Epi>, reads top to bottom; each build's variant is a
@@ -106,8 +107,9 @@ struct PointerC {
 // is the one a build compiles.
 template <class Cfg>
 __host__ __device__ constexpr bool config_ok() {
-  static_assert(Cfg::BM == 128 && Cfg::kConsumers == 2 && Cfg::kProducerWarpgroups == 1,
-                "sm90_gemm: level 9's 128-row tile, two consumer warpgroups and a producer warpgroup");
+  static_assert(((Cfg::BM == 128 && Cfg::kConsumers == 2) || (Cfg::BM == 64 && Cfg::kConsumers == 1)) &&
+                    Cfg::kProducerWarpgroups == 1,
+                "sm90_gemm: level 9's 128-row tile on two consumer warpgroups, or a 64-row tile on one; a producer warpgroup");
   static_assert(Cfg::kCluster == 1 || Cfg::kCluster == 2, "sm90_gemm: a 2-CTA cluster sharing B, or one CTA");
   static_assert(Cfg::BN == 64 || Cfg::BN == 128 || Cfg::BN == 192 || Cfg::BN == 256,
                 "sm90_gemm: BN is 64, 128, 192 or 256");
@@ -184,7 +186,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
   sync_cta_or_cluster<kCluster>();
 
   if (warpgroup_index() == 0) {
-    setmaxnreg_dec<40>();
+    if constexpr (Cfg::kConsumers == 2) setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
       RingPosition pos = produce_units(smem, &map_a, &map_b, sched, k_tiles, rank, first_unit, unit_stride, whole_end);
       for (int it = tail.begin(first_unit), end = tail.begin(first_unit + 1); it < end;) {
@@ -199,7 +201,8 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
     // 232 and the producer's 40 use the whole pool the launch gives the CTA (168 x 384 = 2 x 128 x 232 +
     // 128 x 40 registers): an increase past it cannot be granted (a 240 / 32 split never finished:
     // docs/measured-choices.md). ptxas uses all 232: one added line in this role (a sleep) spills.
-    setmaxnreg_inc<232>();
+    // One consumer (the 64-row tile) already has every register ptxas gave the kernel: no exchange.
+    if constexpr (Cfg::kConsumers == 2) setmaxnreg_inc<232>();
     const int consumer = warpgroup_index() - 1;
     const bool elected = thread_in_warpgroup() == 0;  // releases stages and issues this consumer's stores
     uint8_t* const ring = smem.c() + consumer * Cfg::kCRing * Cfg::kCPanelBytes;  // kTmaPanels: this consumer's
