@@ -148,12 +148,13 @@ def fakes(monkeypatch):
     monkeypatch.setattr(K, "family", lambda c: fam if c.family.startswith("fake_") else real_family(c))
     monkeypatch.setattr(K, "kernel_object", lambda c: fam.objects[c] if c.family.startswith("fake_") else real_object(c))
     # The fake general kernel is built for level 9's 2-CTA clusters only (as the route ranks a config by its cluster).
-    monkeypatch.setattr(K, "general", lambda am, bm, bn, dtype="bf16", cluster=2: fam.config(
+    monkeypatch.setattr(K, "general", lambda am, bm, bn, dtype="bf16", cluster=2, tile_m=128: fam.config(
         FakeGeneral(am, bm, bn, fp32=state["fp32"]), cluster=cluster))
     monkeypatch.setattr(K, "general_from_registers", lambda am, bm, bn, dtype="bf16", out_fp32=False, cluster=2: fam.config(
         FakeGeneral(am, bm, bn, fp32=state["fp32"], registers=True), cluster=cluster) if state["registers"] else None)
     monkeypatch.setattr(K, "general_bns", lambda: (256, 128))
     monkeypatch.setattr(K, "general_clusters", lambda: (2,))
+    monkeypatch.setattr(K, "general_tile_ms", lambda: (128,))  # the fake is built with 128-row tiles only
     monkeypatch.setattr(K, "small_m", lambda m, bn=None, dtype="bf16", **kw: fam.config(FakeSmallM(m, bn=bn))
                         if 1 <= m <= 256 else None)
     dispatch.clear_cache()
@@ -730,13 +731,15 @@ def test_cluster_sizes_of_the_general_kernel():
         library_gemm("k", "k", 256, cluster=4)
 
 
-def test_cluster1_scale_from_the_table():
+def test_cluster1_scale_from_the_table(monkeypatch):
     """The table's measured cluster-1 scale (BN 64: 0.853) makes one CTA per cluster cheaper at BN 64 only:
-    GPT-2's c_proj at 1023 x 768 x 3072 (measured 16.4 against the pair's 19.4 us) runs it, 4096^3 keeps the
-    pair at BN 256; a table without the key reads 1.0 (tests/test_dispatch_bench.py: a refit keeps it)."""
-    dispatch.clear_cache()
+    GPT-2's c_proj at 1023 x 768 x 3072 (measured 16.4 against the pair's 19.4 us) runs it among the
+    128-row builds (the 64-row ones left out of the table here), 4096^3 keeps the pair at BN 256; a table
+    without the key reads 1.0 (tests/test_dispatch_bench.py: a refit keeps it)."""
     model = load_table()
     assert model.cluster1_k_iter_scale == {64: 0.853}
+    monkeypatch.setattr(dispatch, "cost_model", lambda: replace(model, bm64_k_iter_scale={}))
+    dispatch.clear_cache()
     e = gemm_ladder.explain(meta(1023, 3072), meta(768, 3072).T)
     assert e.cluster == 1 and e.to_dict()["kernel"]["name"] == "sm90_gemm_kk_bn64_c1"
     assert gemm_ladder.explain(meta(4096, 4096), meta(4096, 4096).T).cluster == 2
@@ -746,3 +749,39 @@ def test_cluster1_scale_from_the_table():
     assert bare.cluster1_k_iter_scale == {} and bare.predict_us(w1) == bare.predict_us(w2)
     with pytest.raises(ValueError, match="cluster1_k_iter_scale"):
         CostModel.from_json({**model.to_json(), "cluster1_k_iter_scale": {"64": 0.0}})
+    dispatch.clear_cache()
+
+
+def test_the_64_row_tile_from_the_table():
+    """The table's measured 64-row scale (bm64_k_iter_scale: BN 64 0.80, 128 0.59, 192 0.63, 256 0.62) ranks
+    the 64-row build where 128-row tiles leave SMs idle: BERT-large's output dense at 512 x 1024 x 4096
+    (measured 16.9 us against the route's 22.2 before it; bench/results/2026-12-04_tiles_forced_bm64_dd7709e.json)
+    runs 64 x 64 tiles; 4096^3 keeps 128 x 256; an operand order other than F.linear's (K-major A and B) never
+    gets it; a width absent from the scale is not ranked at 64 rows."""
+    from gemm_ladder.library.gemm import kernel_for, library_gemm
+
+    dispatch.clear_cache()
+    model = load_table()
+    assert model.bm64_k_iter_scale == {256: 0.62, 192: 0.63, 128: 0.59, 64: 0.8}
+    e = gemm_ladder.explain(meta(512, 4096), meta(1024, 4096).T)
+    assert e.to_dict()["kernel"]["name"].endswith("_bm64") and e.to_dict()["tile"][0] == 64
+    assert "BM 64 BN" in str(e)
+    assert gemm_ladder.explain(meta(4096, 4096), meta(4096, 4096).T).to_dict()["tile"][:2] == [128, 256]
+    for a, b in ((meta(4096, 512).T, meta(1024, 4096).T), (meta(512, 4096), meta(4096, 1024))):  # MN-major A, B
+        assert gemm_ladder.explain(a, b).to_dict()["tile"][0] == 128
+    # 64 x 64 tiles: 8 x 16 M x N tiles of 512 x 1024, in 2-CTA units: 64 units; each iteration scaled
+    w64, w128 = work(512, 1024, 4096, 64, "none", 66, bm=64), work(512, 1024, 4096, 64, "none", 66)
+    assert (w64.units, w128.units) == (64, 32)
+    assert model.predict_us(w64) == pytest.approx(model.fixed_us + 64 * model.k_iter_us[64] * 0.8)
+    without = replace(model, bm64_k_iter_scale={128: 0.59})
+    with pytest.raises(KeyError):  # the route ranks no 64-row width the scale lacks (route._choose_general)
+        rank(without, 512, 1024, 4096, 66, [(64, "none")], bm=64)
+    with pytest.raises(ValueError, match="bm64_k_iter_scale"):
+        CostModel.from_json({**model.to_json(), "bm64_k_iter_scale": {"64": -1.0}})
+    assert CostModel.from_json(model.to_json()).bm64_k_iter_scale == model.bm64_k_iter_scale
+    with pytest.raises(ValueError, match="bm = 96"):
+        library_gemm("k", "k", 128, bm=96)
+    k64 = library_gemm("k", "k", 128, bm=64, cluster=1)
+    assert (k64.name, k64.tile, k64.consumers, k64.stages) == ("sm90_gemm_kk_bn128_c1_bm64", (64, 128, 64), 1, 8)
+    assert k64.geometry("bf16").threads == 256 and kernel_for(k64.config("bf16")) is k64
+    dispatch.clear_cache()

@@ -95,7 +95,8 @@ class Explanation:
                 lines.append(f"  M-tile table: {h['small_m_table']['provenance']}")
             for c in h.get("candidates", [])[:9]:
                 split = c["split"] + (", 1 CTA" if c.get("cluster") == 1 else "")  # one CTA per cluster
-                lines.append(f"    BN {c['bn']:>3} split {split:<11} {c['predicted_us']:>9.1f} us predicted, "
+                rows = "BM 64 " if c.get("bm") == 64 else ""  # the 64-row build (one consumer)
+                lines.append(f"    {rows}BN {c['bn']:>3} split {split:<11} {c['predicted_us']:>9.1f} us predicted, "
                              f"{c['waves']:.2f} waves")
             if h.get("untimed_bns"):
                 lines.append(f"    BN {', '.join(map(str, h['untimed_bns']))}: built, not in the table (not timed by "

@@ -59,6 +59,8 @@ class Work:
     contributors: int = 1
     #: CTAs per cluster of the build (2: level 9's pair sharing B; 1: one CTA).
     cluster: int = CLUSTER
+    #: Tile rows of the build (128: level 9's two consumers; 64: one).
+    bm: int = TILE_M
 
     @property
     def waves(self) -> float:
@@ -70,7 +72,7 @@ class Work:
         return self.split_iters > 0
 
 
-def work(m: int, n: int, k: int, bn: int, split: str, clusters: int, *, cluster: int = CLUSTER) -> Work:
+def work(m: int, n: int, k: int, bn: int, split: str, clusters: int, *, cluster: int = CLUSTER, bm: int = TILE_M) -> Work:
     """The critical path of (BN, split) on (M, N, K) over ``clusters`` resident clusters, by the
     library kernel's schedule (library/gemm.py split_schedule): "none" every unit whole over
     min(units, clusters) clusters; "tail" level 9's rule (design.stream_k.plan_tail, the last partial
@@ -86,7 +88,7 @@ def work(m: int, n: int, k: int, bn: int, split: str, clusters: int, *, cluster:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if min(m, n, k, clusters, bn) < 1:
         raise ValueError(f"M, N, K, BN and clusters must be positive, got {m}, {n}, {k}, {bn}, {clusters}")
-    units = ceil_div(ceil_div(m, TILE_M), cluster) * ceil_div(n, bn)
+    units = ceil_div(ceil_div(m, bm), cluster) * ceil_div(n, bn)
     kt = ceil_div(k, TILE_K)
     if split == "wave" and units >= 2 * min(units, clusters):
         g = min(units, clusters)
@@ -104,7 +106,7 @@ def work(m: int, n: int, k: int, bn: int, split: str, clusters: int, *, cluster:
     shared = ceil_div(sched.total, g) if sched.tail_units else 0
     if shared and sched.max_contributors == 1:  # every unit computed by one cluster: nothing to fix up
         whole, shared = whole + shared, 0
-    return Work(bn, split, units, clusters, kt, whole, shared, g, sched.max_contributors if shared else 1, cluster)
+    return Work(bn, split, units, clusters, kt, whole, shared, g, sched.max_contributors if shared else 1, cluster, bm)
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,9 @@ class CostModel:
     #: Per tile width, a cluster-1 build's K iteration time over the 2-CTA pair's (1.0 where absent):
     #: measured, not fitted by the tune (which times the pair).
     cluster1_k_iter_scale: dict[int, float] = field(default_factory=dict)
+    #: Per tile width, a 64-row build's whole K iteration time over the 128-row build's at the same cluster
+    #: size (a width absent: the 64-row build is not ranked): measured, not fitted by the tune.
+    bm64_k_iter_scale: dict[int, float] = field(default_factory=dict)
 
     @property
     def tuned(self) -> bool:
@@ -134,7 +139,9 @@ class CostModel:
     def predict_us(self, w: Work) -> float:
         """Predicted time of one launch, microseconds."""
         scale = self.cluster1_k_iter_scale.get(w.bn, 1.0) if w.cluster == 1 else 1.0  # measured on whole tiles only
-        t = self.fixed_us + w.whole_iters * self.k_iter_us[w.bn] * scale + w.split_iters * self.split_k_iter_us[w.bn]
+        rows = self.bm64_k_iter_scale[w.bn] if w.bm == 64 else 1.0  # a 64-row tile's iteration over a 128-row one's
+        t = (self.fixed_us + w.whole_iters * self.k_iter_us[w.bn] * scale * rows
+             + w.split_iters * self.split_k_iter_us[w.bn] * rows)
         if w.splits:
             t += (self.fixup_us + self.fixup_contributor_us * w.contributors) * w.bn / FIXUP_BN
         return t
@@ -149,6 +156,8 @@ class CostModel:
                "rules": dict(self.rules)}
         if self.cluster1_k_iter_scale:
             out["cluster1_k_iter_scale"] = {str(bn): v for bn, v in self.cluster1_k_iter_scale.items()}
+        if self.bm64_k_iter_scale:
+            out["bm64_k_iter_scale"] = {str(bn): v for bn, v in self.bm64_k_iter_scale.items()}
         return out
 
     @classmethod
@@ -160,15 +169,17 @@ class CostModel:
                         {int(bn): float(v) for bn, v in d["split_k_iter_us"].items()},
                         float(d["fixup_us"]), float(d["fixed_us"]), str(d["provenance"]), dict(d.get("rules", {})),
                         float(d.get("fixup_contributor_us", 0.0)),
-                        {int(bn): float(v) for bn, v in d.get("cluster1_k_iter_scale", {}).items()})
+                        {int(bn): float(v) for bn, v in d.get("cluster1_k_iter_scale", {}).items()},
+                        {int(bn): float(v) for bn, v in d.get("bm64_k_iter_scale", {}).items()})
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"dispatch table: {type(exc).__name__}: {exc}") from None
         values = [*model.k_iter_us.values(), *model.split_k_iter_us.values(), model.fixup_us, model.fixed_us,
                   model.fixup_contributor_us]
         if not all(math.isfinite(v) and v >= 0 for v in values):
             raise ValueError(f"dispatch table: every time must be a finite number >= 0, got {values}")
-        if not all(math.isfinite(v) and v > 0 for v in model.cluster1_k_iter_scale.values()):
-            raise ValueError(f"dispatch table: cluster1_k_iter_scale must be finite and > 0, got {model.cluster1_k_iter_scale}")
+        for name in ("cluster1_k_iter_scale", "bm64_k_iter_scale"):
+            if not all(math.isfinite(v) and v > 0 for v in getattr(model, name).values()):
+                raise ValueError(f"dispatch table: {name} must be finite and > 0, got {getattr(model, name)}")
         if set(model.k_iter_us) != set(model.split_k_iter_us) or not model.k_iter_us:
             raise ValueError("dispatch table: k_iter_us and split_k_iter_us must name the same tile widths")
         return model
@@ -190,11 +201,11 @@ class Candidate:
         w = self.work
         return {"bn": w.bn, "split": w.split, "predicted_us": round(self.predicted_us, 2), "units": w.units,
                 "waves": round(w.waves, 3), "whole_k_iters": w.whole_iters, "split_k_iters": w.split_iters,
-                "grid_clusters": w.grid_clusters, "contributors": w.contributors, "cluster": w.cluster}
+                "grid_clusters": w.grid_clusters, "contributors": w.contributors, "cluster": w.cluster, "bm": w.bm}
 
 
 def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[tuple[int, str]], *,
-         cluster: int = CLUSTER) -> list[Candidate]:
+         cluster: int = CLUSTER, bm: int = TILE_M) -> list[Candidate]:
     """``configs`` ((BN, split) pairs the kernel supports, built for clusters of ``cluster`` CTAs, of which
     ``clusters`` are resident) by predicted time, fastest first.
 
@@ -207,6 +218,15 @@ def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[
     Where the M tiles are odd in number the pair's units count an idle twin's tile and a cluster-1
     launch's do not; a split cluster-1 unit has up to twice the contributors (132 clusters, not 66).
 
+    A 64-row build (``bm`` 64: one consumer warpgroup, twice the M tiles) is charged its whole and split K
+    iterations times the table's ``bm64_k_iter_scale`` for its width (KeyError where absent), its fixup as the
+    128-row build's: measured on the H200 (bench/tiles_forced.py --tile-m 128,64,
+    bench/results/2026-12-04_tiles_forced_bm64_dd7709e.json, 16 real layer shapes), a 64-row tile's whole
+    K iteration took 0.80x the 128-row tile's at BN 64 and 0.59-0.63x at BN 128-256 (the medians over both
+    cluster sizes of the model's fitted per-iteration time); with the same scale on its split
+    iterations and the fixup unchanged, the model's median error on the 64-row split launches is 6-10%
+    (slower predicted than measured), on the 128-row ones 0-3%.
+
     Ties go to the earlier entry of ``configs`` (list the simpler configurations first: wider tiles,
     fewer splits). A split the kernel cannot launch (:class:`SplitOverflowError`: "all" or "wave"
     at very long K) is left out. Raises KeyError for a BN the table has no time for (callers keep to
@@ -214,7 +234,7 @@ def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[
     cands = []
     for bn, s in configs:
         try:
-            w = work(m, n, k, bn, s, clusters, cluster=cluster)
+            w = work(m, n, k, bn, s, clusters, cluster=cluster, bm=bm)
         except SplitOverflowError:
             continue
         cands.append(Candidate(w, model.predict_us(w)))

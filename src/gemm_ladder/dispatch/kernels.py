@@ -78,12 +78,12 @@ def small_m_buckets() -> tuple[int, ...]:
     return BUCKETS
 
 
-def general(a_major: str, b_major: str, bn: int, dtype: str = "bf16", cluster: int = 2) -> KernelConfig:
-    """The general kernel's config reading A ``a_major`` and B ``b_major`` with 128 x ``bn`` tiles
-    (TMA store), in clusters of ``cluster`` CTAs (2: sharing B; 1)."""
+def general(a_major: str, b_major: str, bn: int, dtype: str = "bf16", cluster: int = 2, bm: int = 128) -> KernelConfig:
+    """The general kernel's config reading A ``a_major`` and B ``b_major`` with ``bm`` x ``bn`` tiles
+    (TMA store; BM 128 or 64), in clusters of ``cluster`` CTAs (2: sharing B; 1)."""
     from gemm_ladder.library.gemm import GEMM
 
-    return GEMM.config(a_major, b_major, bn, dtype, store=STORE_TMA, cluster=cluster)
+    return GEMM.config(a_major, b_major, bn, dtype, store=STORE_TMA, cluster=cluster, bm=bm)
 
 
 def general_from_registers(a_major: str, b_major: str, bn: int, dtype: str = "bf16",
@@ -120,6 +120,20 @@ def general_clusters() -> tuple[int, ...]:
     return CLUSTERS
 
 
+def general_tile_ms() -> tuple[int, ...]:
+    """The tile heights the general kernel is built for (library/gemm.py's TILE_M: 128, level 9's, first)."""
+    from gemm_ladder.library.gemm import TILE_M
+
+    return TILE_M
+
+
+def general_tile_m_routed(tile_m: int, a_major: str, b_major: str) -> bool:
+    """Whether the route offers the general kernel's ``tile_m``-row build for these operand majors: the
+    128-row build everywhere, the 64-row build for K-major A and B only (``F.linear``'s layout of a
+    row-major activation and weight: what its GPU tests and measurements cover)."""
+    return tile_m == 128 or (a_major, b_major) == ("k", "k")
+
+
 def kernel_splits(config: KernelConfig) -> tuple[str, ...]:
     """The split policies a launch of ``config`` takes that the dispatcher ranks (its family's ``splits``)."""
     return family(config).splits
@@ -130,5 +144,5 @@ def describe(config: KernelConfig) -> dict:
     return family(config).describe(config)
 
 
-__all__ = ["FAMILIES", "describe", "family", "general", "general_bns", "general_built", "general_clusters", "general_from_registers", "kernel_object",
+__all__ = ["FAMILIES", "describe", "family", "general", "general_bns", "general_built", "general_clusters", "general_tile_m_routed", "general_tile_ms", "general_from_registers", "kernel_object",
            "kernel_splits", "small_m", "small_m_bn", "small_m_buckets"]

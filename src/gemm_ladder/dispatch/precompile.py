@@ -93,7 +93,8 @@ def config_label(config) -> str:
     elif config.family == "sm90_gemm" and config.c_from_registers:
         label = f"general from registers A {am} B {bm} BN {bn}{fp32} {dtype}"
     elif config.family == "sm90_gemm":
-        label = f"general A {am} B {bm} BN {bn}{' 1 CTA' if config.cluster == 1 else ''} {dtype}"
+        label = (f"general A {am} B {bm}{' BM 64' if config.tile[0] == 64 else ''} BN {bn}"
+                 f"{' 1 CTA' if config.cluster == 1 else ''} {dtype}")
     else:
         label = f"{config.family} {dtype}"
     return label + (f" epilogue #{config.epilogue_id}" if config.epilogue is not None else "")

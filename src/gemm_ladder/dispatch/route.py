@@ -402,18 +402,19 @@ def _route_for(kind, kernel_at, xa, xb, names, c_opts, probe, k, dtype, device, 
 
 
 def _general_at(a_major: str, b_major: str, bn: int, c_path: OutputPath, dtype: str,
-                cluster: int = CLUSTER) -> KernelConfig | None:
+                cluster: int = CLUSTER, tile_m: int = 128) -> KernelConfig | None:
     """The general kernel's build for an output path: the TMA-store build, or (STORE_REGISTERS, in
     place) the build that stores C from registers for outputs a TMA store cannot write, in the output's
-    dtype; None where the width is not built for B's major (BN 192 and an MN-major B), and for a
-    cluster-1 build anywhere but the TMA store (the one its GPU tests and measurements cover)."""
-    if not K.general_built(b_major, bn):
+    dtype; None where the width is not built for B's major (BN 192 and an MN-major B), for a
+    cluster-1 or 64-row build anywhere but the TMA store (the one their GPU tests and measurements
+    cover), and for a 64-row build of majors the route does not offer it for (K.general_tile_m_routed)."""
+    if not K.general_built(b_major, bn) or not K.general_tile_m_routed(tile_m, a_major, b_major):
         return None
     if c_path.store == STORE_REGISTERS and c_path.workspace is None:
-        if cluster != CLUSTER:
+        if cluster != CLUSTER or tile_m != 128:
             return None
         return K.general_from_registers(a_major, b_major, bn, dtype, out_fp32=c_path.dtype == torch.float32)
-    return K.general(a_major, b_major, bn, dtype, cluster)
+    return K.general(a_major, b_major, bn, dtype, cluster, tile_m)
 
 
 def _small_m_at(m: int, bn: int, a_major: str, b_major: str, c_path: OutputPath, dtype: str) -> KernelConfig:
@@ -461,8 +462,8 @@ def class_configs(shape_class: str, dtype: str, bns: tuple[int, ...], a_major: s
     for am in (a_major,) if a_major else _MAJORS:
         for bm in (b_major,) if b_major else _MAJORS:
             if shape_class == "large":
-                out += [c for bn in bns for cl in K.general_clusters()
-                        if (c := _general_at(am, bm, bn, tma, dtype, cl)) is not None]
+                out += [c for bn in bns for cl in K.general_clusters() for tm in K.general_tile_ms()
+                        if (c := _general_at(am, bm, bn, tma, dtype, cl, tm)) is not None]
             if shape_class in ("unaligned", "fp32_out"):
                 path = fp32 if shape_class == "fp32_out" else registers
                 out += [c for bn in bns if (c := _general_at(am, bm, bn, path, dtype)) is not None]
@@ -492,15 +493,18 @@ def find_routes(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: boo
         m = xa.shape[0]
         families = [("small_m", lambda am, bm, cp, sbn=sbn: _small_m_at(m, sbn, am, bm, cp, dtype), None, choice, CLUSTER)
                     for sbn, choice in _small_m_families(m, xb.shape[0], k, tiles_rule)]
-        # Each width in level 9's 2-CTA clusters, then one CTA per cluster: a tie in predicted time keeps the pair.
-        families += [("general", lambda am, bm, cp, bn=bn, cl=cl: _general_at(am, bm, bn, cp, dtype, cl), bn, None, cl)
-                     for bn in K.general_bns() for cl in K.general_clusters()]
-        for kind, kernel_at, bn, choice, cl in families:
+        # Each width in level 9's 2-CTA clusters, then one CTA per cluster, each with 128-row tiles then
+        # 64-row ones: a tie in predicted time keeps the earlier (the pair, the 128-row tile).
+        families += [("general", lambda am, bm, cp, bn=bn, cl=cl, tm=tm: _general_at(am, bm, bn, cp, dtype, cl, tm), bn,
+                      None, cl, tm)
+                     for bn in K.general_bns() for cl in K.general_clusters() for tm in K.general_tile_ms()]
+        for kind, kernel_at, bn, choice, cl, *tm in families:
             r, refusals = _route_for(kind, kernel_at, xa, xb, (na, nb), c_opts, probe, k, a.dtype, device, bn)
             if r is not None:
                 routes.append(replace(r, tiles=choice) if choice else r)
             elif refusals:
-                label = (kind + (f" BN {bn}" if bn else "") + (" (1 CTA per cluster)" if cl == 1 else "")
+                label = (kind + (f" BM 64" if tm and tm[0] == 64 else "") + (f" BN {bn}" if bn else "")
+                         + (" (1 CTA per cluster)" if cl == 1 else "")
                          + (", D^T into c.T" if transposed else ""))
                 unfit.append(f"{label}: {refusals[0]}")
     return routes, unfit
@@ -543,11 +547,13 @@ def _choose_general(general: list[Route], model: CostModel) -> Route:
     least = min(r.repack_cost for r in timed)
     ranked = []
     for r in timed:
-        if r.repack_cost == least:
+        # A 64-row build is ranked at the widths whose K iteration the table has measured against the
+        # 128-row build's (bm64_k_iter_scale); none other.
+        if r.repack_cost == least and (r.config.tile[0] == 128 or r.bn in model.bm64_k_iter_scale):
             cluster = r.config.cluster
             configs = [(r.bn, s) for s in K.kernel_splits(r.config) if cluster != 1 or s in CLUSTER1_SPLITS]
             ranked += [(cand, r) for cand in rank(model, r.m, r.n, r.k, max(1, r.device.sms // cluster), configs,
-                                                  cluster=cluster)]
+                                                  cluster=cluster, bm=r.config.tile[0])]
     ranked.sort(key=lambda cr: round(cr[0].predicted_us, 6))  # stable: wider tiles, fewer splits first
     cand, r = ranked[0]
     return replace(r, options=(*r.options, ("split", cand.work.split)), candidates=tuple(c for c, _ in ranked),
