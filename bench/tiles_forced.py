@@ -13,7 +13,8 @@ Configurations per shape:
   ``explain``'s choice and the cost model's candidates are recorded beside it);
 * ``general BN {64,128,192,256} {none,tail,all,wave}``: the general kernel (library/gemm.py, 128 x BN
   tiles, 2-CTA cluster) bound in place with each split policy (library.gemm.SPLITS, the ones the route
-  ranks and any it does not); ``general c1 BN ...`` the same with one CTA per cluster (``--clusters``);
+  ranks and any it does not); ``general c1 BN ...`` the same with one CTA per cluster (``--clusters``), ``general BM 64 BN ...`` with
+  64-row tiles (``--tile-m``);
 * for M <= 256, ``small_m BN b splits s``: the small-M kernel in the bucket of one tile and the
   smaller buckets of up to 4 M tiles, its own split rule (s = None) and classic split-K (s = 1, 2, 4,
   8, 16, where the grid differs from the rule's).
@@ -116,29 +117,34 @@ def general_widths() -> tuple[int, ...]:
 CLUSTERS = (2, 1)
 
 
-def general_label(bn: int, split: str, cluster: int) -> str:
-    """A forced general configuration's name: 'general BN 256 tail', or 'general c1 BN 256 tail' for one
-    CTA per cluster."""
-    return f"general {'c1 ' if cluster == 1 else ''}BN {bn} {split}"
+def general_label(bn: int, split: str, cluster: int, bm: int = 128) -> str:
+    """A forced general configuration's name: 'general BN 256 tail', 'general c1 BN 256 tail' for one
+    CTA per cluster, 'general BM 64 BN 128 none' for a 64-row tile."""
+    return f"general {'c1 ' if cluster == 1 else ''}{'BM 64 ' if bm == 64 else ''}BN {bn} {split}"
 
 
-def configs_for(m: int, dtype: str, clusters=CLUSTERS):
+#: The general kernel's tile heights forced (--tile-m): level 9's 128, and 64 (one consumer).
+TILE_M = (128,)
+
+
+def configs_for(m: int, dtype: str, clusters=CLUSTERS, tile_m=TILE_M):
     """The KernelConfigs a shape's forced runs need (general TMA-store builds K-major at each cluster
-    size, small-M buckets)."""
+    size and tile height, small-M buckets)."""
     from gemm_ladder.dispatch import kernels as K
 
-    out = [K.general("k", "k", bn, dtype, cluster) for bn in general_widths() for cluster in clusters]
+    out = [K.general("k", "k", bn, dtype, cluster, bm) for bn in general_widths() for cluster in clusters
+           for bm in tile_m]
     out += [K.small_m(m, bn, dtype) for bn in small_m_buckets(m)]
     return out
 
 
-def prebuild(shapes, workers: int, clusters=CLUSTERS) -> list[str]:
+def prebuild(shapes, workers: int, clusters=CLUSTERS, tile_m=TILE_M) -> list[str]:
     """Compile (and load) every build the shapes need, and each route's, in parallel; returns failures."""
     from gemm_ladder.dispatch.precompile import config_build, run_builds
 
     configs = {}
     for _, m, n, k, dtype in shapes:
-        for c in configs_for(m, dtype, clusters):
+        for c in configs_for(m, dtype, clusters, tile_m):
             configs[c] = None
         x = torch.empty(m, k, dtype=DTYPES[dtype], device="cuda")
         w = torch.empty(n, k, dtype=DTYPES[dtype], device="cuda")
@@ -148,7 +154,7 @@ def prebuild(shapes, workers: int, clusters=CLUSTERS) -> list[str]:
     return [f"{label}: {o}" for label, o in outcomes.items() if not o.startswith("built")]
 
 
-def forced_fns(x: torch.Tensor, w: torch.Tensor, dtype: str, clusters=CLUSTERS) -> dict[str, tuple]:
+def forced_fns(x: torch.Tensor, w: torch.Tensor, dtype: str, clusters=CLUSTERS, tile_m=TILE_M) -> dict[str, tuple]:
     """name -> (bound launch, its output c, facts) of every forced configuration on (x, w)."""
     from gemm_ladder.dispatch import kernels as K
     from gemm_ladder.library.gemm import SPLITS, library_gemm
@@ -160,13 +166,15 @@ def forced_fns(x: torch.Tensor, w: torch.Tensor, dtype: str, clusters=CLUSTERS) 
     va, vb = operand_view(x, k_dim=1), operand_view(w, k_dim=1)
     out = {}
     for cluster in clusters:
-        for bn in general_widths():
-            kernel = library_gemm("k", "k", bn, cluster=cluster)
-            for split in sorted(SPLITS, key=lambda sp: (sp not in kernel.splits, sp)):  # every policy, ranked ones first
-                c = torch.empty(m, n, dtype=x.dtype, device=x.device)
-                bound = kernel.bind(va, vb, c, split=split)
-                out[general_label(bn, split, cluster)] = (bound, c, {"kernel": "general", "bn": bn, "split": split,
-                                                                     "cluster": cluster, "stages": kernel.stages})
+        for bm in tile_m:
+            for bn in general_widths():
+                kernel = library_gemm("k", "k", bn, cluster=cluster, bm=bm)
+                for split in sorted(SPLITS, key=lambda sp: (sp not in kernel.splits, sp)):  # every policy, ranked ones first
+                    c = torch.empty(m, n, dtype=x.dtype, device=x.device)
+                    bound = kernel.bind(va, vb, c, split=split)
+                    out[general_label(bn, split, cluster, bm)] = (bound, c, {
+                        "kernel": "general", "bm": bm, "bn": bn, "split": split, "cluster": cluster,
+                        "stages": kernel.stages})
     for bn in small_m_buckets(m):
         kernel = small_m_kernel(bn)
         resident = kernel.loaded(dtype, x.device).max_active_clusters(x.device)
@@ -191,13 +199,13 @@ def forced_fns(x: torch.Tensor, w: torch.Tensor, dtype: str, clusters=CLUSTERS) 
 def route_label(d: dict) -> str:
     """The forced configuration's name that explain's decision corresponds to."""
     if d["kind"] == "general":
-        return general_label(d["tile"][1], d["split"], d.get("cluster") or 2)
+        return general_label(d["tile"][1], d["split"], d.get("cluster") or 2, d["tile"][0])
     if d["kind"] == "small_m":
         return f"small_m BN {d['tile'][1]} splits None"
     return d["kind"]
 
 
-def bench_shape(name, m, n, k, dtype, budget, seed, clusters=CLUSTERS) -> dict:
+def bench_shape(name, m, n, k, dtype, budget, seed, clusters=CLUSTERS, tile_m=TILE_M) -> dict:
     from gemm_ladder.gates.performance import time_fns
 
     x, w = random_operands(m, n, k, dtype, "cuda", seed)
@@ -211,7 +219,7 @@ def bench_shape(name, m, n, k, dtype, budget, seed, clusters=CLUSTERS) -> dict:
 
     cublas_err, _ = err(F.linear(x, w))
     bound = error_bound(cublas_err, dtype)
-    forced = forced_fns(x, w, dtype, clusters)
+    forced = forced_fns(x, w, dtype, clusters, tile_m)
     rows = {}
     for label, (launch, c, facts) in forced.items():
         c.fill_(float("nan"))
@@ -236,7 +244,8 @@ def bench_shape(name, m, n, k, dtype, budget, seed, clusters=CLUSTERS) -> dict:
     timed = [lb for lb in forced if "us" in rows[lb]]
     best = min(timed, key=lambda lb: rows[lb]["us"])
     h = d.get("heuristic") or {}
-    predicted = {general_label(c["bn"], c["split"], c.get("cluster", 2)): c["predicted_us"] for c in h.get("candidates", [])}
+    predicted = {general_label(c["bn"], c["split"], c.get("cluster", 2), c.get("bm", 128)): c["predicted_us"]
+                 for c in h.get("candidates", [])}
     for label, p in predicted.items():
         if label in rows:
             rows[label]["predicted_us"] = p
@@ -279,6 +288,7 @@ def main() -> int:
     p.add_argument("--check", action="store_true", help="also the CHECK_SHAPES (where a change must not lose)")
     p.add_argument("--full-run", action="store_true", help="also SHAPES_FULL_RUN (the 2026-12-04 full run's worst rows)")
     p.add_argument("--clusters", default="2,1", help="the general kernel's cluster sizes forced (default 2,1)")
+    p.add_argument("--tile-m", default="128", help="the general kernel's tile heights forced: 128, 64 or 128,64 (default 128)")
     p.add_argument("--budget", type=float, default=0.03, help="seconds of timed calls per configuration")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="parallel builds")
     p.add_argument("-o", "--output", default=None, help="output folder (default $OUT/tiles or ./tiles_out)")
@@ -298,16 +308,23 @@ def main() -> int:
     except ValueError:
         print(f"tiles_forced.py: --clusters {args.clusters!r}: a comma list of {', '.join(map(str, CLUSTERS))}", file=sys.stderr)
         return 2
+    try:
+        tile_m = tuple(int(c) for c in args.tile_m.split(","))
+        if not tile_m or any(c not in (128, 64) for c in tile_m):
+            raise ValueError
+    except ValueError:
+        print(f"tiles_forced.py: --tile-m {args.tile_m!r}: a comma list of 128, 64", file=sys.stderr)
+        return 2
     require_gpu(__file__)
     out_dir = Path(args.output or Path(os.environ.get("OUT", "."), "tiles"))
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    failures = prebuild(shapes, args.workers, clusters)
+    failures = prebuild(shapes, args.workers, clusters, tile_m)
     print(f"builds: {time.time() - t0:.1f} s; failures: {failures}", flush=True)
     results = []
     for i, (name, m, n, k, dtype) in enumerate(shapes):
         t1 = time.time()
-        r = bench_shape(name, m, n, k, dtype, args.budget, seed=23000 + i, clusters=clusters)
+        r = bench_shape(name, m, n, k, dtype, args.budget, seed=23000 + i, clusters=clusters, tile_m=tile_m)
         results.append(r)
         bad = [lb for lb, v in r["configs"].items() if v.get("ok") is False]
         print(f"{name} {m}x{n}x{k} {dtype}: cuBLAS {r['cublas_us']:.1f} us, route {r['configs']['route']['us']:.1f} us "
