@@ -3,7 +3,7 @@
     compute-sanitizer --tool memcheck --report-api-errors no python3 bench/sanitize_families.py
     compute-sanitizer --tool racecheck python3 bench/sanitize_families.py
 
-The general kernel (tails; a stream-K split), small-M, linear with fused epilogues, swiglu (small-M and
+The general kernel (tails; a stream-K split; its 64-row builds forced, and through linear), small-M, linear with fused epilogues, swiglu (small-M and
 general), scaled_mm (tensorwise, rowwise, blockwise), grouped_mm (along M with empty and one-row
 groups, along K), grouped_linear and grouped_mm_masked: each once, so the sanitizer sees every family,
 and each result checked against float64 of its inputs (relative Frobenius error <= 2e-2; fp8 against
@@ -44,6 +44,20 @@ def main(argv: list[str] | None = None) -> int:
                            ("mm small-M", (7, 1024, 4096))):
         a, b = r(m, k), r(k, n)
         check(tag, g.mm(a, b), a.double() @ b.double())
+    # The 64-row builds (one consumer warpgroup), forced: whole tiles and a split tail, then split throughout,
+    # in 2-CTA clusters and one CTA, K-major A and B (the route's; it takes 64 x 64 tiles at 512 x 1024 x 4096).
+    from gemm_ladder.library.gemm import library_gemm
+    from gemm_ladder.library.operand import operand_view
+
+    for cluster in (2, 1):
+        for split, (m, n, k) in (("tail", (333, 264, 520)), ("all", (200, 384, 2048))):
+            a, w = r(m, k), r(n, k)
+            c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            library_gemm("k", "k", 128, cluster=cluster, bm=64).launch(operand_view(a, k_dim=1), operand_view(w, k_dim=1),
+                                                                      c, split=split)
+            check(f"mm 64-row c{cluster} {split}", c, a.double() @ w.double().T)
+    x, w, res = r(512, 4096), r(1024, 4096), r(512, 1024)
+    check("linear 64-row + residual", g.linear(x, w, residual=res), x.double() @ w.double().T + res.double())
     x, w, bias, res = r(333, 768), r(512, 768), r(512), r(333, 512)
     check("linear gelu + residual", g.linear(x, w, bias, activation="gelu", residual=res),
           F.gelu(x.double() @ w.double().T + bias.double()) + res.double())

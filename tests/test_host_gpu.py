@@ -10,8 +10,10 @@ reference; inputs are fresh random tensors on every call.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -221,8 +223,9 @@ def test_exported_program_loads_after_import_gemm_ladder(host, tmp_path):
 # --- calls from threads with no CUDA context current -------------------------------------------------
 
 _THREADS = r"""
-import threading, torch, gemm_ladder, gemm_ladder.ops as ops
-assert ops.use_host() is not None
+import os, threading, torch, gemm_ladder, gemm_ladder.ops as ops
+from gemm_ladder import host
+assert ops.use_host() is not None, (host.mode(), host.describe(), torch.cuda.is_available(), os.environ.get("GEMM_LADDER_HOST_CACHE"))
 torch.manual_seed(1)
 a = torch.randn(300, 264, device="cuda", dtype=torch.bfloat16)
 b = torch.randn(264, 520, device="cuda", dtype=torch.bfloat16)
@@ -245,11 +248,14 @@ print("OK")
 
 
 @pytest.mark.timeout(120)
-def test_calls_from_threads_with_no_context_current():
+def test_calls_from_threads_with_no_context_current(host):
     """A thread that has not called the CUDA runtime has no driver context current (c10's device guard
     does not set one for the device already 'current'): the host path makes the primary context current
     before its driver calls. Before that every such call segfaulted, the backward of mm on the autograd
     engine's device thread among them (bench/results/logs/2026-12-04_device_host_thread_segfault_smallm_fp8_be836b8.log).
     In a fresh process, so a crash fails this test instead of the session."""
-    r = subprocess.run([sys.executable, "-c", _THREADS], capture_output=True, text=True, timeout=110)
+    # The child loads this process's build of the host module (a test's private kernel cache would make it
+    # build another), and must use it: GEMM_LADDER_HOST=require raises, with the reason, where it would not.
+    env = dict(os.environ, GEMM_LADDER_HOST="require", GEMM_LADDER_HOST_CACHE=str(Path(host.__file__).parent.parent))
+    r = subprocess.run([sys.executable, "-c", _THREADS], capture_output=True, text=True, timeout=110, env=env)
     assert r.returncode == 0 and r.stdout.strip().endswith("OK"), (r.returncode, r.stdout[-2000:], r.stderr[-2000:])

@@ -1,5 +1,5 @@
 """The layouts library kernel on the GPU: every operand order, padded pitches and offset views, BN 64,
-128, 192 and 256, 2-CTA clusters and one CTA, every stream-K policy, tails in M, N and K, held to the correctness gate's bounds against the
+128, 192 and 256, 128- and 64-row tiles, 2-CTA clusters and one CTA, every stream-K policy, tails in M, N and K, held to the correctness gate's bounds against the
 float64 reference; outputs poisoned with NaN (and the padding of the output checked untouched);
 repeated launches bitwise identical; operands TMA cannot describe refused before any launch.
 
@@ -38,9 +38,13 @@ def _built_in_parallel():
     on the GPU machine's 16 cores that saves most of a minute of the GPU's lease."""
     jobs = [(a, b, bn, dt) for a, b in LAYOUTS for bn in TILE_N for dt in ("bf16", "fp16")]
     jobs += [(a, "k", bn, dt) for a in MAJORS for bn in K_MAJOR_B_TILE_N for dt in ("bf16", "fp16")]
-    jobs = [(*j, cluster) for j in jobs for cluster in (2, 1)]
+    jobs = [(*j, cluster, 128) for j in jobs for cluster in (2, 1)]
+    # The 64-row builds: K-major A and B (what the route offers them for) at every width and cluster size;
+    # every other operand order at BN 128 (the kernel reads any, the route does not offer them).
+    jobs += [("k", "k", bn, dt, cl, 64) for bn in (*TILE_N, *K_MAJOR_B_TILE_N) for dt in ("bf16", "fp16") for cl in (2, 1)]
+    jobs += [(a, b, 128, "bf16", 2, 64) for a, b in LAYOUTS if (a, b) != ("k", "k")]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        list(pool.map(lambda j: library_gemm(*j[:3], cluster=j[4]).build(j[3]), jobs))
+        list(pool.map(lambda j: library_gemm(*j[:3], cluster=j[4], bm=j[5]).build(j[3]), jobs))
 
 
 def _round8(x: int) -> int:
@@ -70,8 +74,8 @@ class LayoutCall:
     """``fn(a, b) -> a @ b.T`` through library_gemm(a_major, b_major, bn) on placed views, writing into
     a NaN-poisoned output of pitch ldc (padding columns checked to stay NaN)."""
 
-    def __init__(self, a_major, b_major, bn=256, split="tail", pad=None, offset=8, c_pad=16, cluster=2):
-        self.kernel = library_gemm(a_major, b_major, bn, cluster=cluster)
+    def __init__(self, a_major, b_major, bn=256, split="tail", pad=None, offset=8, c_pad=16, cluster=2, bm=128):
+        self.kernel = library_gemm(a_major, b_major, bn, cluster=cluster, bm=bm)
         self.a_major, self.b_major, self.split = a_major, b_major, split
         self.pad, self.offset, self.c_pad = pad, offset, c_pad
 
@@ -284,23 +288,63 @@ def test_mm_routes_to_bn64_from_a_table_that_times_it(monkeypatch):
         calls.CALLS.clear()
 
 
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("bn", [*TILE_N, *K_MAJOR_B_TILE_N])
+@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("cluster", [2, 1])
+def test_64_row_tiles(bn, split, cluster):
+    """The 64-row builds (one consumer warpgroup on a 64 x BN tile, no register exchange) under each
+    stream-K policy and cluster size, K-major A and B (the route's): an odd number of 64-row M tiles
+    (333: six; 1000: sixteen; 129: three), M, N and K tails, padded pitches and offset bases; fp16 once."""
+    fn = LayoutCall("k", "k", bn=bn, split=split, cluster=cluster, bm=64)
+    for m, n, k in [(333, 3072, 640), (1000, 520, 200), (129, 384, 4096), (64, 72, 64), (1, 24, 40)]:
+        gate(fn, m, n, k, "bf16")
+    gate(fn, 777, 1000, 300, "fp16")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("a_major,b_major", [lay for lay in LAYOUTS if lay != ("k", "k")])
+def test_64_row_tiles_read_every_operand_order(a_major, b_major):
+    """The 64-row build at BN 128 reads MN-major operands as the 128-row build does (the route offers it
+    for K-major A and B only): tails, pitches, offsets, a split tail and a split throughout."""
+    for split in ("tail", "all"):
+        fn = LayoutCall(a_major, b_major, bn=128, split=split, bm=64)
+        for m, n, k in [(1000, 520, 200), (333, 384, 2048), (2304, 2048, 1000)]:
+            gate(fn, m, n, k, "bf16")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("split", ["none", "tail", "all", "wave"])
+def test_64_row_tiles_are_bitwise_repeatable(split):
+    """Five 64-row launches into fresh NaN-poisoned outputs agree bit for bit (split partials added in K
+    order, whichever CTA arrives last), at both cluster sizes."""
+    m, n, k = 512, 1024, 4096
+    a, b = random_operands(m, n, k, "bf16", "cuda", seed=512)
+    for cluster in (2, 1):
+        fn = LayoutCall("k", "k", bn=64, split=split, cluster=cluster, bm=64)
+        first = fn(a, b).clone()
+        for _ in range(4):
+            assert torch.equal(fn(a, b), first)
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("activation,dtype", [("gelu", torch.bfloat16), ("relu", torch.float16)])
 def test_linear_with_a_fused_epilogue_on_one_cta_per_cluster(activation, dtype):
     """``linear`` with a bias and an activation where the route takes a cluster-1 build (M = 333: three M
-    tiles; explain says so first), against float64, the output poisoned; and a residual at M = 1023 (BN 64,
-    one CTA per cluster by the table's BN 64 scale)."""
+    tiles; explain says so first), against float64, the output poisoned; and a residual at 512 x 1024 x
+    4096, where the route takes a 64-row build, one CTA per cluster (BERT-large's output dense)."""
     import torch.nn.functional as F
 
     import gemm_ladder
 
     torch.manual_seed(333)
-    for m, n, k, residual in ((333, 9216, 3072, False), (1023, 768, 3072, True)):
+    for m, n, k, residual in ((333, 9216, 3072, False), (512, 1024, 4096, True)):
         x = torch.randn(m, k, device="cuda", dtype=dtype)
         w = torch.randn(n, k, device="cuda", dtype=dtype) / k ** 0.5
         b = torch.randn(n, device="cuda", dtype=dtype)
         r = torch.randn(m, n, device="cuda", dtype=dtype) if residual else None
-        assert gemm_ladder.explain(x, w.T).cluster == 1, (m, n, k)
+        e = gemm_ladder.explain(x, w.T)
+        assert e.cluster == 1 and e.to_dict()["tile"][0] == (64 if residual else 128), (m, n, k, str(e))
         torch.full((64 << 20,), float("nan"), device="cuda")  # the allocator's next blocks hold NaN
         out = gemm_ladder.linear(x, w, b, residual=r, activation=activation) if residual else \
             gemm_ladder.linear(x, w, b, activation=activation)
