@@ -4,7 +4,7 @@ no existing configuration good enough?
 
     python bench/tiles_forced.py [--shapes NAME,...] [--check] [--full-run] [--clusters 2,1] [--budget 0.03] [-o OUT_DIR]
 
-``--check`` adds :data:`CHECK_SHAPES`, ``--full-run`` :data:`SHAPES_FULL_RUN`. Shapes: :data:`SHAPES`, the plain (no epilogue) rows of bench/results/2026-12-03_shapes_real_quick_5c39c94.json
+``--check`` adds :data:`CHECK_SHAPES`, ``--full-run`` :data:`SHAPES_FULL_RUN`, ``--small-m`` :data:`SHAPES_SMALL_M`. Shapes: :data:`SHAPES`, the plain (no epilogue) rows of bench/results/2026-12-03_shapes_real_quick_5c39c94.json
 below 0.85x cuBLAS (M x N x K of ``F.linear(x, w)``, x (M, K), w (N, K), both row-major).
 
 Configurations per shape:
@@ -80,6 +80,18 @@ SHAPES_FULL_RUN = (
     ("t5_base wo 1", 1, 768, 3072, "bf16"),
     ("bert_large query 128", 128, 1024, 1024, "bf16"),
     ("qwen2.5_7b o_proj 64", 64, 3584, 3584, "bf16"),
+)
+#: Small-M rows (M <= 256, the small-M kernel's) at 0.64-0.86x cuBLAS in the partial full runs of 2026-12-04
+#: (bench/results/2026-12-04_shapes_real_f8feda9.json): the small-M kernel's buckets against the general
+#: kernel's 64-row tiles, which the route does not weigh against it.
+SHAPES_SMALL_M = (
+    ("vit_l16 mlp.fc2 197", 197, 1024, 4096, "bf16"),
+    ("vit_l16 attn.qkv 197", 197, 3072, 1024, "bf16"),
+    ("vit_l16 mlp.fc1 197", 197, 4096, 1024, "bf16"),
+    ("bert_large output.dense 128", 128, 1024, 4096, "bf16"),
+    ("bert_large intermediate 128", 128, 4096, 1024, "bf16"),
+    ("gpt2 mlp.c_fc 64", 64, 3072, 768, "bf16"),
+    ("llama3_8b qkv_proj 256", 256, 6144, 4096, "bf16"),
 )
 #: Real layer shapes at 0.87-0.99x in the same run, and two squares: where a new split policy must not lose.
 CHECK_SHAPES = (
@@ -287,6 +299,7 @@ def main() -> int:
     p.add_argument("--shapes", default="", help="comma list of shape names (default: all of SHAPES)")
     p.add_argument("--check", action="store_true", help="also the CHECK_SHAPES (where a change must not lose)")
     p.add_argument("--full-run", action="store_true", help="also SHAPES_FULL_RUN (the 2026-12-04 full run's worst rows)")
+    p.add_argument("--small-m", action="store_true", help="also SHAPES_SMALL_M (small-M rows below 0.9x cuBLAS)")
     p.add_argument("--clusters", default="2,1", help="the general kernel's cluster sizes forced (default 2,1)")
     p.add_argument("--tile-m", default="128", help="the general kernel's tile heights forced: 128, 64 or 128,64 (default 128)")
     p.add_argument("--budget", type=float, default=0.03, help="seconds of timed calls per configuration")
@@ -294,11 +307,12 @@ def main() -> int:
     p.add_argument("-o", "--output", default=None, help="output folder (default $OUT/tiles or ./tiles_out)")
     args = p.parse_args()
     want = [s.strip() for s in args.shapes.split(",") if s.strip()]
-    pool = SHAPES + (CHECK_SHAPES if args.check else ()) + (SHAPES_FULL_RUN if args.full_run else ())
+    pool = (SHAPES + (CHECK_SHAPES if args.check else ()) + (SHAPES_FULL_RUN if args.full_run else ())
+            + (SHAPES_SMALL_M if args.small_m else ()))
     shapes = [s for s in pool if not want or s[0] in want]
     if want and len(shapes) != len(want):
-        names = [s[0] for s in SHAPES + CHECK_SHAPES + SHAPES_FULL_RUN]
-        print(f"tiles_forced.py: unknown shapes in {want} (--check, --full-run add their sets); names: {names}",
+        names = [s[0] for s in SHAPES + CHECK_SHAPES + SHAPES_FULL_RUN + SHAPES_SMALL_M]
+        print(f"tiles_forced.py: unknown shapes in {want} (--check, --full-run, --small-m add their sets); names: {names}",
               file=sys.stderr)
         return 2
     try:
