@@ -185,12 +185,36 @@ def test_library_bn64_plans_audit_as_the_ring_they_describe(a_major, b_major):
     # tests/test_audit_designer_plans.py BEYOND_BUDGET
 
 
+@pytest.mark.parametrize("bm", (128, 64))
+@pytest.mark.parametrize("cluster", (2, 1))
 @pytest.mark.parametrize("bn", (64, 128, 192, 256))
-def test_the_library_kernels_rings_audit(bn):
+def test_the_library_kernels_rings_audit(bn, cluster, bm):
     """The general kernel's own plans (library/gemm.py: its stages and panel ring per width, BN 192's
-    ring of one panel buffer for three panels among them), on a shape with a split tail."""
+    ring of one panel buffer for three panels among them; one CTA per cluster; the 64-row build's one
+    consumer warpgroup and its deeper ring), on a shape with a split tail."""
     from gemm_ladder.library.gemm import library_gemm
 
-    plan = library_gemm("k", "k", bn).plan(8192, 768, 3072, "bf16")
+    kernel = library_gemm("k", "k", bn, cluster=cluster, bm=bm)
+    plan = kernel.plan(8192, 768, 3072, "bf16")
+    p = protocol_from_plan(as_json(plan))
+    assert (p.bounds["consumers"], p.bounds["cluster"], p.bounds["stages"]) == (bm // 64, cluster, kernel.stages)
+    assert p.barrier("empty").arrival_count == plan.ring.empty_init_count == (bm // 64) * cluster
     r = audit_plan(as_json(plan))
     assert r.ok, r.render()
+
+
+@pytest.mark.parametrize("field,value,kind", [("first_empty_wait_parity", 0, "deadlock"),
+                                              ("empty_init_count", 3, "deadlock"),
+                                              ("empty_init_count", 1, "early_overwrite")])
+def test_a_fault_written_into_the_64_row_builds_ring_is_found(field, value, kind):
+    """The 64-row build's ring (one consumer, a 2-CTA cluster: two releases a stage) with a seeded fault:
+    small, 3 K tiles and one tile, so the full search reports it."""
+    from gemm_ladder.library.gemm import library_gemm
+
+    kernel = library_gemm("k", "k", 128, bm=64)
+    plan = plan_gemm(128, 1024, 192, "bf16", tile=kernel.tile, stages=2, cluster=2, consumers=1, persistent=True,
+                     producer_warpgroup=True, c_ring=kernel.c_ring)
+    doc = as_json(plan)
+    assert doc["ring"]["empty_init_count"] == 2
+    doc["ring"][field] = value
+    assert kind in {v.kind for v in audit(protocol_from_plan(doc)).violations}
