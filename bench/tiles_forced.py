@@ -82,7 +82,7 @@ SHAPES_FULL_RUN = (
     ("qwen2.5_7b o_proj 64", 64, 3584, 3584, "bf16"),
 )
 #: Small-M rows (M <= 256, the small-M kernel's) at 0.64-0.86x cuBLAS in the partial full runs of 2026-12-04
-#: (bench/results/2026-12-04_shapes_real_f8feda9.json): the small-M kernel's buckets against the general
+#: (bench/results/2026-12-04_shapes_real_5models_f8feda9.json): the small-M kernel's buckets against the general
 #: kernel's 64-row tiles, which the route does not weigh against it.
 SHAPES_SMALL_M = (
     ("vit_l16 mlp.fc2 197", 197, 1024, 4096, "bf16"),

@@ -79,9 +79,11 @@ def test_supports_through_the_protocol_names_the_rule():
 def test_the_routes_configs_per_class_are_what_precompile_builds():
     bns = (256, 128)
     large = class_configs("large", "bf16", bns)
-    # 4 operand orders x 2 widths, each in 2-CTA clusters and with one CTA per cluster
-    assert len(large) == 4 * 2 * 2 and all(c.family == "sm90_gemm" and c.store == "tma" for c in large)
-    assert sorted(c.cluster for c in large) == [1] * 8 + [2] * 8
+    # 4 operand orders x 2 widths, each in 2-CTA clusters and with one CTA per cluster, with 128-row tiles;
+    # and the 64-row builds of K-major A and B (the route offers them there only), 2 widths x 2 cluster sizes
+    assert len(large) == 4 * 2 * 2 + 2 * 2 and all(c.family == "sm90_gemm" and c.store == "tma" for c in large)
+    assert sorted(c.cluster for c in large) == [1] * 10 + [2] * 10
+    assert sorted((c.a_major, c.b_major) for c in large if c.tile[0] == 64) == [("k", "k")] * 4
     fp32 = class_configs("fp32_out", "bf16", bns)
     assert all(c.out_fp32 for c in fp32) and {c.family for c in fp32} == {"sm90_gemm", "sm90_gemm_small_m"}
     assert all(c.store == STORE_REGISTERS for c in class_configs("unaligned", "bf16", bns))

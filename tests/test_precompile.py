@@ -30,8 +30,11 @@ def test_each_class_plans_its_kernels():
     # each (order, timed BN) the general kernel is built for: BN 192 for the two orders with a K-major B only;
     # each in 2-CTA clusters and with one CTA per cluster
     builds = sum(1 for bn in timed for b_major in ("k", "mn") for _ in range(2) if K.general_built(b_major, bn))
-    assert len(large) == 2 * builds and all(lbl.startswith("general") and lbl.endswith("bf16") for lbl in large)
-    assert len(set(large)) == len(large) and sum(" 1 CTA " in lbl for lbl in large) == builds
+    # and the 64-row builds: K-major A and B only, each timed width, both cluster sizes
+    rows64 = [lbl for lbl in large if " BM 64 " in lbl]
+    assert len(rows64) == 2 * len(timed) and all(lbl.startswith("general A k B k BM 64 ") for lbl in rows64)
+    assert len(large) == 2 * builds + len(rows64) and all(lbl.startswith("general") and lbl.endswith("bf16") for lbl in large)
+    assert len(set(large)) == len(large) and sum(" 1 CTA " in lbl for lbl in large) == builds + len(timed)
     assert {int(lbl.split(" BN ")[1].split()[0]) for lbl in large} == set(timed)
     assert {"general A k B k BN 256 bf16", "general A mn B mn BN 128 bf16"} <= set(large)
     small = labels(("bf16",), ("small_m",))

@@ -4,13 +4,25 @@ time of 50 calls back to back in a CUDA graph (no host) and triton's do_bench (L
 
     python3 bench/experiments/kernel_floor.py      # on the H200; writes $OUT/floor.json
 
-Run at dd7709e (bench/results/logs/2026-12-04_kernel_floor_dd7709e.json): one kernel a call on both sides;
+Run at dd7709e (bench/results/logs/2026-12-04_kernel_floor_dd7709e.json, from this script before it
+recorded suite.meta: the GPU's name only; its clocks are in logs/2026-12-04_device_floor_suite_shapes_dd7709e.log):
+one kernel a call on both sides;
 ours 1.5-2x cuBLAS's kernel time at 333-1576 rows, where cuBLAS runs 64-row tiles (its kernel names)."""
-import json, os, sys, time, collections
-import torch, torch.nn.functional as F
-import gemm_ladder
-from torch.profiler import profile, ProfilerActivity
-from triton.testing import do_bench
+import collections
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from suite import meta, require_gpu  # noqa: E402
+
+require_gpu(__file__)
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+from triton.testing import do_bench  # noqa: E402
+
+import gemm_ladder  # noqa: E402
 
 SHAPES = [(1,768,768),(64,768,768),(128,1024,1024),(197,1024,1024),(512,768,768),(512,1024,4096),
           (1023,768,3072),(1576,1024,4096),(333,3072,3072),(4096,4096,4096)]
@@ -51,4 +63,5 @@ for M,N,K in SHAPES:
         row[name+'_dobench_us'] = round(do_bench(fn, warmup=25, rep=100)*1000,2)
     print(json.dumps(row), flush=True)
     out.append(row)
-json.dump({'gpu':torch.cuda.get_device_name(),'rows':out}, open(os.path.join(os.environ.get('OUT','.'),'floor.json'),'w'), indent=1)
+json.dump({'meta': meta(), 'gpu': torch.cuda.get_device_name(), 'rows': out},
+          open(os.path.join(os.environ.get('OUT', '.'), 'floor.json'), 'w'), indent=1)
