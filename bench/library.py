@@ -337,10 +337,10 @@ def tune(dtype: str, quick: bool, budget: float, result_file: str = "") -> dict:
 
 
 def merged_model_json(table: dict, model) -> dict:
-    """A fitted model's table entries, keeping the table's measured (not fitted) cluster-1 scales and their
-    rules: the tune times the 2-CTA builds only."""
+    """A fitted model's table entries, keeping the table's measured (not fitted) cluster-1 and 64-row scales
+    and their rules: the tune times the 2-CTA, 128-row builds only."""
     out = model.to_json()
-    kept = {k: v for k, v in table.get("rules", {}).items() if k.startswith("cluster1_")}
+    kept = {k: v for k, v in table.get("rules", {}).items() if k.startswith(("cluster1_", "bm64_"))}
     out["rules"] = {**out["rules"], **kept}
     return out
 
