@@ -785,3 +785,46 @@ def test_the_64_row_tile_from_the_table():
     assert (k64.name, k64.tile, k64.consumers, k64.stages) == ("sm90_gemm_kk_bn128_c1_bm64", (64, 128, 64), 1, 8)
     assert k64.geometry("bf16").threads == 256 and kernel_for(k64.config("bf16")) is k64
     dispatch.clear_cache()
+
+
+def test_the_64_row_scale_is_derived_from_its_committed_timings():
+    """table.json's bm64_k_iter_scale, recomputed from the forced timings it cites
+    (bench/results/2026-12-04_tiles_forced_bm64_dd7709e.json): for each (tile rows, cluster size, BN), the
+    median over the launches without a split (``work``'s critical path has no shared iteration) of
+    (us - fixed_us) / (whole iterations x k_iter_us[BN] x the cluster-1 scale); the 64-row median over the
+    128-row one at each cluster size; the scale the mean of the two, to 0.01."""
+    import statistics
+    from collections import defaultdict
+    from pathlib import Path
+
+    model = load_table()
+    doc = json.loads((Path(__file__).resolve().parent.parent / "bench" / "results"
+                      / "2026-12-04_tiles_forced_bm64_dd7709e.json").read_text())
+    per = defaultdict(list)
+    for row in doc["rows"]:
+        for v in row["configs"].values():
+            if v.get("kernel") != "general" or "us" not in v:
+                continue
+            bn, cluster, bm = v["bn"], v["cluster"], v.get("bm", 128)
+            w = work(row["m"], row["n"], row["k"], bn, v["split"], 132 // cluster, cluster=cluster, bm=bm)
+            if w.splits:
+                continue
+            c1 = model.cluster1_k_iter_scale.get(bn, 1.0) if cluster == 1 else 1.0
+            per[(bm, cluster, bn)].append((v["us"] - model.fixed_us) / (w.whole_iters * model.k_iter_us[bn] * c1))
+    for bn, scale in model.bm64_k_iter_scale.items():
+        ratios = [statistics.median(per[(64, c, bn)]) / statistics.median(per[(128, c, bn)]) for c in (2, 1)]
+        assert sum(ratios) / 2 == pytest.approx(scale, abs=0.01), (bn, ratios)
+
+
+def test_the_route_ranks_64_row_builds_only_at_the_scales_widths(monkeypatch):
+    """A table whose bm64_k_iter_scale names BN 128 only: the route ranks 64-row builds at BN 128 and no other
+    width (it would raise KeyError were another ranked), and still chooses among them."""
+    model = load_table()
+    monkeypatch.setattr(dispatch, "cost_model", lambda: replace(model, bm64_k_iter_scale={128: 0.59}))
+    dispatch.clear_cache()
+    try:
+        cands = gemm_ladder.explain(meta(512, 4096), meta(1024, 4096).T).to_dict()["heuristic"]["candidates"]
+        rows64 = {c["bn"] for c in cands if c.get("bm") == 64}
+        assert rows64 == {128} and any(c.get("bm", 128) == 128 for c in cands)
+    finally:
+        dispatch.clear_cache()

@@ -297,7 +297,10 @@ def test_64_row_tiles(bn, split, cluster):
     stream-K policy and cluster size, K-major A and B (the route's): an odd number of 64-row M tiles
     (333: six; 1000: sixteen; 129: three), M, N and K tails, padded pitches and offset bases; fp16 once."""
     fn = LayoutCall("k", "k", bn=bn, split=split, cluster=cluster, bm=64)
-    for m, n, k in [(333, 3072, 640), (1000, 520, 200), (129, 384, 4096), (64, 72, 64), (1, 24, 40)]:
+    # 1500 x 3072 x 1024 and 1100 x 3000 x 700: whole units that defer panels (BN 128-256) before a split
+    # tail in one launch (reviewer's shapes; not yet run on the GPU when added)
+    for m, n, k in [(333, 3072, 640), (1000, 520, 200), (129, 384, 4096), (64, 72, 64), (1, 24, 40),
+                    (1500, 3072, 1024), (1100, 3000, 700)]:
         gate(fn, m, n, k, "bf16")
     gate(fn, 777, 1000, 300, "fp16")
 
@@ -331,14 +334,15 @@ def test_64_row_tiles_are_bitwise_repeatable(split):
 @pytest.mark.parametrize("activation,dtype", [("gelu", torch.bfloat16), ("relu", torch.float16)])
 def test_linear_with_a_fused_epilogue_on_one_cta_per_cluster(activation, dtype):
     """``linear`` with a bias and an activation where the route takes a cluster-1 build (M = 333: three M
-    tiles; explain says so first), against float64, the output poisoned; and a residual at 512 x 1024 x
-    4096, where the route takes a 64-row build, one CTA per cluster (BERT-large's output dense)."""
+    tiles; explain says so first), against float64, the output poisoned, with and without a residual; and a
+    residual at 512 x 1024 x 4096, where the route takes a 64-row build, one CTA per cluster (BERT-large's
+    output dense)."""
     import torch.nn.functional as F
 
     import gemm_ladder
 
     torch.manual_seed(333)
-    for m, n, k, residual in ((333, 9216, 3072, False), (512, 1024, 4096, True)):
+    for m, n, k, residual in ((333, 9216, 3072, False), (333, 9216, 3072, True), (512, 1024, 4096, True)):
         x = torch.randn(m, k, device="cuda", dtype=dtype)
         w = torch.randn(n, k, device="cuda", dtype=dtype) / k ** 0.5
         b = torch.randn(n, device="cuda", dtype=dtype)

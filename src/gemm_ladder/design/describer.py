@@ -149,7 +149,10 @@ def _consumers(plan: Plan, mma: str) -> str:
             + (f"it computes the whole {bm} x {bn} tile; " if consumers == 1 else
                f"consumer c computes rows [{bm // consumers}c, {bm // consumers}c + {bm // consumers}) x all {bn} columns; ")
             + releasers
-            + ("; setmaxnreg: producer down (40), consumers up (232)" if con.producer_warpgroup else
+            + (("; setmaxnreg: producer down (40), consumers up (232)" if consumers > 1 else
+                "; levels 7 and 8 move registers with setmaxnreg (producer down to 40, consumer up to 232); the "
+                "library's one-consumer build (sm90_gemm's 64-row tile) moves none")
+               if con.producer_warpgroup else
                "; thread 0 is both the TMA issuer and a consumer"))
 
 

@@ -364,7 +364,10 @@ def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CL
 
     Not built (compiled at first use): an MN-major activation (a transposed view passed as x), a
     residual that is not row-major or whose offsets need 64 bits (2^31 elements), a bias or residual
-    not aligned to two elements. Raises ValueError for an unknown class, dtype or level.
+    not aligned to two elements; the general kernel's one-CTA-per-cluster and 64-row builds (the route
+    takes them at mid-size shapes: their epilogue builds compile at first use, or through
+    ``gemm_ladder.precompile(model, inputs)`` for a model's own shapes). Raises ValueError for an unknown class,
+    dtype or level.
     """
     from gemm_ladder.contract import DTYPES
     from gemm_ladder.dispatch.route import class_configs

@@ -496,8 +496,9 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     Stages: the most that fit in shared memory (design.smem.max_stages) beside the panel rings: 4 at
     BN = 256 (level 9's), 5 at 192, 6 at BN = 128, 8 at BN = 64 (``c_ring``: the largest ring of at most 2
     panel buffers per consumer that divides the tile's panels: 2, 1, 2, 1); with no C staging
-    (c_from_registers): 4 at 256, 5 at 192, 7 at 128, 9 at 64. Raises ValueError
-    for any other major, width or cluster, or ``out_fp32`` without ``c_from_registers``.
+    (c_from_registers): 4 at 256, 5 at 192, 7 at 128, 9 at 64; with 64-row tiles (one consumer's panel ring):
+    5 at 256, 6 at 192, 8 at 128, 13 at 64. Raises ValueError for any other major, width, cluster or tile
+    height, or ``out_fp32`` without ``c_from_registers``.
     """
     # One cache key per configuration however it is spelled (bn positional or by name, flags defaulted
     # or given): every caller then shares one instance, and its builds and bindings.
