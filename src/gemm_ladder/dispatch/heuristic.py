@@ -224,8 +224,8 @@ def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[
     bench/results/2026-12-04_tiles_forced_bm64_dd7709e.json, 16 real layer shapes), a 64-row tile's whole
     K iteration took 0.80x the 128-row tile's at BN 64 and 0.59-0.63x at BN 128-256 (the medians over both
     cluster sizes of the model's fitted per-iteration time); with the same scale on its split
-    iterations and the fixup unchanged, the model's median error on the 64-row split launches is 6-10%
-    (slower predicted than measured), on the 128-row ones 0-3%.
+    iterations and the fixup unchanged, the model predicts the 64-row split launches 6% (one CTA) and 11%
+    (2-CTA) slower than measured (medians), the 128-row ones within 0-3%.
 
     Ties go to the earlier entry of ``configs`` (list the simpler configurations first: wider tiles,
     fewer splits). A split the kernel cannot launch (:class:`SplitOverflowError`: "all" or "wave"

@@ -491,19 +491,19 @@ def find_routes(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: boo
         (na, xa), (nb, xb) = _operands(a, b, transposed)
         c_opts = output_options(c, transposed, given)
         m = xa.shape[0]
-        families = [("small_m", lambda am, bm, cp, sbn=sbn: _small_m_at(m, sbn, am, bm, cp, dtype), None, choice, CLUSTER)
-                    for sbn, choice in _small_m_families(m, xb.shape[0], k, tiles_rule)]
+        families = [("small_m", lambda am, bm, cp, sbn=sbn: _small_m_at(m, sbn, am, bm, cp, dtype), None, choice, CLUSTER,
+                     None) for sbn, choice in _small_m_families(m, xb.shape[0], k, tiles_rule)]
         # Each width in level 9's 2-CTA clusters, then one CTA per cluster, each with 128-row tiles then
         # 64-row ones: a tie in predicted time keeps the earlier (the pair, the 128-row tile).
         families += [("general", lambda am, bm, cp, bn=bn, cl=cl, tm=tm: _general_at(am, bm, bn, cp, dtype, cl, tm), bn,
                       None, cl, tm)
                      for bn in K.general_bns() for cl in K.general_clusters() for tm in K.general_tile_ms()]
-        for kind, kernel_at, bn, choice, cl, *tm in families:
+        for kind, kernel_at, bn, choice, cl, tm in families:
             r, refusals = _route_for(kind, kernel_at, xa, xb, (na, nb), c_opts, probe, k, a.dtype, device, bn)
             if r is not None:
                 routes.append(replace(r, tiles=choice) if choice else r)
             elif refusals:
-                label = (kind + (f" BM 64" if tm and tm[0] == 64 else "") + (f" BN {bn}" if bn else "")
+                label = (kind + (" BM 64" if tm == 64 else "") + (f" BN {bn}" if bn else "")
                          + (" (1 CTA per cluster)" if cl == 1 else "")
                          + (", D^T into c.T" if transposed else ""))
                 unfit.append(f"{label}: {refusals[0]}")

@@ -167,8 +167,6 @@ class LibraryGemm:
     #: CTAs per cluster: level 9's 2 (vertically adjacent tiles sharing B by multicast), or 1 (one CTA
     #: per SM alone: no idle twin where the M tiles are odd in number, no multicast).
     cluster: int = 2
-    #: Consumer warpgroups, each 64 rows of the tile: level 9's 2 (BM = 128), or 1 (BM = 64).
-    consumers: int = 2
     _launches: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _specs: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
@@ -206,6 +204,11 @@ class LibraryGemm:
     def _units(self, m: int, n: int) -> int:
         """Work units of a persistent launch: cluster-sized stacks of M tiles x N tiles."""
         return ceil_div(ceil_div(m, self.tile[0]), self.cluster) * ceil_div(n, self.tile[1])
+
+    @property
+    def consumers(self) -> int:
+        """Consumer warpgroups, each 64 rows of the tile: level 9's 2 (BM = 128), or 1 (BM = 64)."""
+        return self.tile[0] // 64
 
     #: The split policies the dispatcher may rank for this kernel.
     splits = RANKED_SPLITS
@@ -521,8 +524,7 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
         raise ValueError("out_fp32=True needs c_from_registers=True: only the register store writes float32")
     panels = bn // 64
     c_ring = 0 if c_from_registers else max(r for r in range(1, C_RING + 1) if panels % r == 0)  # the ring divides the panels
-    consumers = bm // 64
-    stages = max_stages(bm=bm, bn=bn, bk=64, elem_bytes=2, arch=arch_info("sm_90a"), consumers=consumers, c_ring=c_ring,
+    stages = max_stages(bm=bm, bn=bn, bk=64, elem_bytes=2, arch=arch_info("sm_90a"), consumers=bm // 64, c_ring=c_ring,
                         c_from_registers=c_from_registers)
     suffix = (("_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "") + ("_c1" if cluster == 1 else "")
               + ("_bm64" if bm == 64 else ""))
@@ -534,7 +536,7 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
              + (", float32 output" if out_fp32 else "")
              + (", one CTA per cluster" if cluster == 1 else ""),
         tile=(bm, bn, 64), stages=stages, c_ring=c_ring, a_major=a_major, b_major=b_major,
-        c_from_registers=c_from_registers, out_fp32=out_fp32, cluster=cluster, consumers=consumers,
+        c_from_registers=c_from_registers, out_fp32=out_fp32, cluster=cluster,
     )
 
 
