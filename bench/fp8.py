@@ -1,7 +1,7 @@
 """The fp8 GEMM's benchmark: ``gemm_ladder.scaled_mm`` against ``torch._scaled_mm`` of each scaling and bf16
 ``torch.mm``, interleaved in one run (issue 25).
 
-    python bench/fp8.py [--quick] [--shapes MxNxK,...] [--split auto|none|both] [--cluster 1|auto|both] [-o OUT.json]
+    python bench/fp8.py [--quick] [--shapes MxNxK,...] [--split auto|none|both] [-o OUT.json]
 
 Per shape (M x N x K: a (M, K), weight w (N, K), b = w.T), on the same quantized tensors:
 
@@ -21,12 +21,6 @@ choice), "none" (the split turned off, fp8.SPLIT_DEFAULT), or "both": where the 
 launch of the same call is timed too, interleaved with the others (``ours_<scheme>_nosplit``), and the row
 gets ``median_ms_nosplit`` and ``ratio_nosplit`` (unsplit time over split time: > 1, the split is faster);
 None where nothing is split.
-
-Clusters (library/fp8.py ``cluster_for``): each row records the CTAs per cluster its call ran (``cluster``,
-from ``explain_scaled_mm``). ``--cluster``: "1" (default: the library's default, one CTA), "auto" (the
-2-CTA pair where the rule takes it), or "both": "auto", and where it takes the pair the one-CTA launch of
-the same call is timed too, interleaved (``ours_<scheme>_onecta``): the row gets ``median_ms_onecta``,
-``ratio_onecta`` (one-CTA time over the pair's: > 1, the pair is faster) and ``err_onecta``.
 
 Rows (``rows: [{M, N, K, scheme, fused_quant, tflops, ratio_torch, split, ...}]``): ``ratio_torch`` is
 torch's time over ours for the same scheme (> 1: ours faster); for ``bf16_mm`` rows it is None. The
@@ -75,38 +69,25 @@ def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
     return ((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
 
 
-def with_default(fn, name: str, value: str):
-    """``fn`` run with the library's ``fp8.<name>`` set to ``value`` during the call."""
+def unsplit(fn):
+    """``fn`` run with the library's split turned off (fp8.SPLIT_DEFAULT = "none" during the call)."""
     def run(x, y):
-        before = getattr(fp8, name)
-        setattr(fp8, name, value)
+        before, fp8.SPLIT_DEFAULT = fp8.SPLIT_DEFAULT, "none"
         try:
             return fn(x, y)
         finally:
-            setattr(fp8, name, before)
+            fp8.SPLIT_DEFAULT = before
     return run
 
 
-def unsplit(fn):
-    """``fn`` run with the library's split turned off (fp8.SPLIT_DEFAULT = "none" during the call)."""
-    return with_default(fn, "SPLIT_DEFAULT", "none")
-
-
-def one_cta(fn):
-    """``fn`` run with one CTA a cluster (fp8.CLUSTER_DEFAULT = "1" during the call)."""
-    return with_default(fn, "CLUSTER_DEFAULT", "1")
-
-
 def split_of(*args, **kwargs) -> dict:
-    """The split-K schedule and cluster scaled_mm runs for these arguments (explain_scaled_mm's fields)."""
+    """The split-K schedule scaled_mm runs for these arguments (explain_scaled_mm's fields)."""
     e = gemm_ladder.explain_scaled_mm(*args, **kwargs)
-    return {"split": e["split"], "grid": e["grid"], "contributors": e["contributors"], "cluster": e["cluster"]}
+    return {"split": e["split"], "grid": e["grid"], "contributors": e["contributors"]}
 
 
-def run_shape(m: int, n: int, k: int, budget: float, both: bool = False,
-              both_clusters: bool = False) -> tuple[list[dict], bool]:
-    """Time and check one shape; ``both``: also the unsplit launch where the library splits;
-    ``both_clusters``: also the one-CTA launch where the library takes the 2-CTA pair."""
+def run_shape(m: int, n: int, k: int, budget: float, both: bool = False) -> tuple[list[dict], bool]:
+    """Time and check one shape; ``both``: also the unsplit launch where the library splits."""
     a = torch.randn((m, k), device="cuda")
     w = torch.randn((n, k), device="cuda") / math.sqrt(k)
     a16, w16 = a.bfloat16(), w.bfloat16()
@@ -139,11 +120,6 @@ def run_shape(m: int, n: int, k: int, budget: float, both: bool = False,
             good_nosplit = e_torch is None or e_nosplit <= 1.5 * e_torch + 1e-6
             ok &= good_nosplit and math.isfinite(e_nosplit)
             errors[f"err_{scheme}_nosplit"] = e_nosplit
-        if both_clusters and splits[scheme]["cluster"] > 1:
-            fns[f"ours_{scheme}_onecta"] = one_cta(fns[f"ours_{scheme}"])
-            e_one = rel_err(one_cta(lambda x, y, s=scheme: gemm_ladder.scaled_mm(*args[s]))(None, None)[:CHECK_ROWS], ref)
-            ok &= (e_torch is None or e_one <= 1.5 * e_torch + 1e-6) and math.isfinite(e_one)
-            errors[f"err_{scheme}_onecta"] = e_one
     fns["bf16_mm"] = lambda x, y: torch.mm(a16, w16.T)
     # The quantized output (blockwise in, e4m3 with 1 x 128 scales out) against the GEMM then quantize_fp8.
     blk = args["blockwise"]
@@ -151,8 +127,6 @@ def run_shape(m: int, n: int, k: int, budget: float, both: bool = False,
     splits["fq"] = split_of(*blk, out_dtype=torch.float8_e4m3fn)
     if both and splits["fq"]["split"] != "none":
         fns["ours_blockwise_fq_nosplit"] = unsplit(fns["ours_blockwise_fq"])
-    if both_clusters and splits["fq"]["cluster"] > 1:
-        fns["ours_blockwise_fq_onecta"] = one_cta(fns["ours_blockwise_fq"])
     fns["ours_blockwise_then_quant"] = lambda x, y: quantize_fp8(gemm_ladder.scaled_mm(*blk), (1, 128))
     if "torch_blockwise" in fns:
         fns["torch_blockwise_then_quant"] = lambda x, y: quantize_fp8(
@@ -169,33 +143,26 @@ def run_shape(m: int, n: int, k: int, budget: float, both: bool = False,
                      "median_ms": t_ours, "torch_tflops": flop / t_torch / 1e9 if t_torch else None,
                      "spread": times[f"ours_{scheme}"].spread, "err": e_ours, "err_torch": e_torch,
                      "correct": good, "torch_refused": errors.get(scheme), **splits[scheme],
-                     **_nosplit(times, f"ours_{scheme}", errors.get(f"err_{scheme}_nosplit")),
-                     **_other(times, f"ours_{scheme}", "onecta", errors.get(f"err_{scheme}_onecta"))})
+                     **_nosplit(times, f"ours_{scheme}", errors.get(f"err_{scheme}_nosplit"))})
     t_fq = times["ours_blockwise_fq"].median_ms
     t_tq = times["torch_blockwise_then_quant"].median_ms if "torch_blockwise_then_quant" in times else None
     rows.append({"M": m, "N": n, "K": k, "scheme": "blockwise", "fused_quant": True, "tflops": flop / t_fq / 1e9,
                  "ratio_torch": (t_tq / t_fq) if t_tq else None, "median_ms": t_fq,
                  "ratio_ours_unfused": times["ours_blockwise_then_quant"].median_ms / t_fq,
-                 "spread": times["ours_blockwise_fq"].spread, **splits["fq"], **_nosplit(times, "ours_blockwise_fq"),
-                 **_other(times, "ours_blockwise_fq", "onecta")})
+                 "spread": times["ours_blockwise_fq"].spread, **splits["fq"], **_nosplit(times, "ours_blockwise_fq")})
     t16 = times["bf16_mm"].median_ms
     rows.append({"M": m, "N": n, "K": k, "scheme": "bf16_mm", "fused_quant": False, "tflops": flop / t16 / 1e9,
                  "ratio_torch": None, "median_ms": t16})
     return rows, ok
 
 
-def _other(times: dict, name: str, variant: str, err: float | None = None) -> dict:
-    """The ``variant`` launch's median and its time over the library's (None where it was not timed)."""
-    if f"{name}_{variant}" not in times:
-        return {f"median_ms_{variant}": None, f"ratio_{variant}": None}
-    t = times[f"{name}_{variant}"].median_ms
-    return {f"median_ms_{variant}": t, f"ratio_{variant}": t / times[name].median_ms,
-            **({f"err_{variant}": err} if err is not None else {})}
-
-
 def _nosplit(times: dict, name: str, err: float | None = None) -> dict:
     """The unsplit launch's median and its time over the split one's (None where it was not timed)."""
-    return _other(times, name, "nosplit", err)
+    if f"{name}_nosplit" not in times:
+        return {"median_ms_nosplit": None, "ratio_nosplit": None}
+    t = times[f"{name}_nosplit"].median_ms
+    return {"median_ms_nosplit": t, "ratio_nosplit": t / times[name].median_ms,
+            **({"err_nosplit": err} if err is not None else {})}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,19 +171,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default=None, help="comma list of MxNxK (overrides the sets)")
     parser.add_argument("--split", choices=("auto", "none", "both"), default="auto",
                         help="split K as the library chooses (auto), never (none), or time both where it splits")
-    parser.add_argument("--cluster", choices=("1", "auto", "both"), default="1",
-                        help="one CTA a cluster (1), the 2-CTA pair where the rule takes it (auto), or auto and "
-                             "the one-CTA launch timed too where it takes the pair (both)")
     add_output_argument(parser)
     args = parser.parse_args(argv)
     require_gpu(__file__)
     fp8.SPLIT_DEFAULT = "none" if args.split == "none" else "auto"
-    fp8.CLUSTER_DEFAULT = "1" if args.cluster == "1" else "auto"
     torch.manual_seed(0)
     rows, ok = [], True
     budget = 0.15 if args.quick else 0.3
     for m, n, k in shapes(args.quick, args.shapes):
-        shape_rows, good = run_shape(m, n, k, budget, both=args.split == "both", both_clusters=args.cluster == "both")
+        shape_rows, good = run_shape(m, n, k, budget, both=args.split == "both")
         ok &= good
         rows += shape_rows
         for r in shape_rows:
@@ -227,13 +190,9 @@ def main(argv: list[str] | None = None) -> int:
                 extra += f" split over {r['grid']} CTAs (<= {r['contributors']} per tile)"
                 if r.get("ratio_nosplit"):
                     extra += f", unsplit {r['ratio_nosplit']:.3f}x slower"
-            if r.get("cluster", 1) > 1:
-                extra += " 2-CTA pair"
-                if r.get("ratio_onecta"):
-                    extra += f", one CTA {r['ratio_onecta']:.3f}x slower"
             print(f"{m}x{n}x{k} {r['scheme']:>10}: {r['tflops']:7.1f} TFLOP/s  vs torch {ratio}{extra}", flush=True)
         torch.cuda.empty_cache()
-    save({"rows": rows, "quick": args.quick, "split": args.split, "cluster": args.cluster}, "fp8_quick" if args.quick else "fp8", args.output)
+    save({"rows": rows, "quick": args.quick, "split": args.split}, "fp8_quick" if args.quick else "fp8", args.output)
     if not ok:
         print("a result was wrong (err above 1.5x torch's): see the rows' 'correct'", file=sys.stderr)
     return 0 if ok else 1

@@ -112,14 +112,6 @@ MIN_SPLIT_K_BLOCKS = 4
 #: the whole tiles at K = 7168 and 14336 (56 and 112 blocks; one row 0.98x in the re-check, ..._be836b8.json)
 #: but 0.65-0.93x at K = 2048 and 4096 (16, 32). 33-55 blocks are not measured.
 MIN_SPLIT_TILE_K_BLOCKS = 48
-#: CTAs per cluster a build may have: 1, or 2 on vertically adjacent tiles, each loading half of the
-#: shared B tile and multicasting it to both (the bf16 library kernel's pair, levels 8-9).
-CLUSTERS = (1, 2)
-#: The cluster the launch asks for (:func:`cluster_for`): "1" one CTA always; "auto" the pair where the
-#: whole-tile grid fills the SMs with at least two M tiles. The environment's GL_FP8_CLUSTER at import,
-#: else "1" (the pair is not measured yet); a benchmark sets this attribute to time both.
-CLUSTER_CHOICES = ("1", "auto")
-CLUSTER_DEFAULT = os.environ.get("GL_FP8_CLUSTER", "1")
 
 
 def smem_bytes(scale_mode: str, stages: int, bn: int = 128, store: str = STORE_REGISTERS) -> int:
@@ -177,9 +169,7 @@ def tma_store_refusal(kernel: Fp8Kernel, out: torch.Tensor | None, n: int) -> st
 class Fp8Kernel:
     """One build of sm90_fp8_gemm.cu: scale mode, input fp8 kinds, output dtype, bias or not; ``split``:
     the stream-K split built in (GL_FP8_SPLIT; the launch's :func:`split_plan` says which tiles are split,
-    possibly none). A build without the split runs every tile whole. ``cluster``: 2 builds the 2-CTA pair
-    (GL_FP8_CLUSTER; units of two vertically adjacent tiles, each CTA loading half of B's tile and
-    multicasting it to both; :func:`cluster_for` says when a launch takes it); not with the split."""
+    possibly none). A build without the split runs every tile whole."""
 
     scale_mode: str = "tensorwise"
     a_dtype: str = "e4m3"
@@ -191,14 +181,12 @@ class Fp8Kernel:
     overlap: bool = True  # the promotion of block kb overlapped with block kb + 1's wgmmas
     store: str = STORE_REGISTERS  # STORE_TMA: the output staged in shared memory and written by TMA stores
     split: bool = False  # the stream-K split built in (GL_FP8_SPLIT = 1)
-    cluster: int = 1  # CTAs per cluster: 2 share each B tile by multicast (GL_FP8_CLUSTER = 2)
 
     def __repr__(self) -> str:
-        # The dataclass's repr, ``split`` and ``cluster`` named only when not their defaults: the repr heads
-        # the translation unit and labels the build, so the builds without them keep the inputs they had
-        # before they existed (tests/data/build_inputs_grouped_fp8.json).
-        hidden = {"split": not self.split, "cluster": self.cluster == 1}
-        fields = [f for f in dataclasses.fields(self) if not hidden.get(f.name, False)]
+        # The dataclass's repr, ``split`` named only when set: the repr heads the translation unit and
+        # labels the build, so the builds without the split keep the inputs they had before it existed
+        # (tests/data/build_inputs_grouped_fp8.json).
+        fields = [f for f in dataclasses.fields(self) if f.name != "split" or self.split]
         return f"Fp8Kernel({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in fields)})"
 
     @property
@@ -218,7 +206,6 @@ class Fp8Kernel:
             "GL_FP8_OVERLAP": int(self.overlap),
             "GL_FP8_TMA_STORE": int(self.store == STORE_TMA),
             **({"GL_FP8_SPLIT": 1} if self.split else {}),  # absent, not 0: the unsplit builds' inputs unchanged
-            **({"GL_FP8_CLUSTER": self.cluster} if self.cluster != 1 else {}),  # likewise
         }
 
     @property
@@ -250,7 +237,7 @@ class Fp8Kernel:
         if segments is not None:
             k_iters, tiles = max(segments), len(segments)
         return RingConfig(stages=self.ring_stages, k_iters=k_iters, tiles=tiles, tile_k_iters=segments,
-                          release_lag=int(self.overlap), consumers=2, cluster=self.cluster,
+                          release_lag=int(self.overlap), consumers=2,
                           warp_specialized=True, release_weight=4, bm=BM, bn=self.bn, bk=BK, elem_bytes=1,
                           a_load_bytes=self.expect_tx_bytes - self.bn * BK, expect_tx_bytes=self.expect_tx_bytes,
                           **staging)
@@ -274,7 +261,7 @@ class Fp8Kernel:
         config = self.config()
         return K.loaded(config, device_index(device), lambda: load(
             self.build(), torch.device("cuda", device_index(device)), threads=THREADS,
-            dynamic_smem=self.dynamic_smem, cluster=self.cluster))
+            dynamic_smem=self.dynamic_smem))
 
 
 #: The output dtype names of a KernelConfig for Fp8Kernel's (the quantized output is e4m3 values).
@@ -286,8 +273,7 @@ def _config(kernel: Fp8Kernel, arch: str) -> KernelConfig:
     if (kernel.scale_mode not in SCALE_MODES or kernel.out_dtype not in _CONFIG_OUT or kernel.bn not in TILE_N
             or not {kernel.a_dtype, kernel.b_dtype} <= set(FP8_DTYPES.values())
             or kernel.store not in (STORE_REGISTERS, STORE_TMA)
-            or kernel.store == STORE_TMA and kernel.out_dtype not in TMA_STORE_OUT
-            or kernel.cluster not in CLUSTERS or kernel.cluster > 1 and kernel.split):
+            or kernel.store == STORE_TMA and kernel.out_dtype not in TMA_STORE_OUT):
         raise ValueError(f"{FAMILY} builds no such configuration: {kernel}")
     if kernel.dynamic_smem > SMEM_LIMIT:  # stages given explicitly: refuse here, not at the driver's load
         raise ValueError(f"{FAMILY}: {kernel} needs {kernel.dynamic_smem} bytes of shared memory, more than the "
@@ -295,7 +281,7 @@ def _config(kernel: Fp8Kernel, arch: str) -> KernelConfig:
     return KernelConfig(
         FAMILY, dtype=kernel.a_dtype, b_dtype=None if kernel.b_dtype == kernel.a_dtype else kernel.b_dtype,
         out_dtype=_CONFIG_OUT[kernel.out_dtype], arch=arch, tile=(BM, kernel.bn, BK), stages=kernel.ring_stages,
-        cluster=kernel.cluster, consumers=2, producer_warpgroup=True, c_ring=int(kernel.store == STORE_TMA), store=kernel.store,
+        cluster=1, consumers=2, producer_warpgroup=True, c_ring=int(kernel.store == STORE_TMA), store=kernel.store,
         schedule=STREAM_K if kernel.split else DATA_PARALLEL,
         scale=kernel.scale_mode, extra=tuple(kernel.defines().items()))
 
@@ -311,7 +297,7 @@ def kernel_for(config: KernelConfig) -> Fp8Kernel:
         kernel = Fp8Kernel(scale_mode=config.scale, a_dtype=config.dtype, b_dtype=config.b_dtype or config.dtype,
                            out_dtype=out, bias=bool(extra.get("GL_FP8_BIAS")), bn=config.tile[1],
                            stages=0, overlap=bool(extra.get("GL_FP8_OVERLAP", 1)), store=config.store,
-                           split=bool(extra.get("GL_FP8_SPLIT", 0)), cluster=config.cluster)
+                           split=bool(extra.get("GL_FP8_SPLIT", 0)))
         if config.stages != kernel.ring_stages:
             kernel = dataclasses.replace(kernel, stages=config.stages)
         same = kernel.config(config.arch) == config
@@ -336,17 +322,16 @@ class Sm90Fp8Gemm:
     splits: tuple[str, ...] = ()
 
     def config(self, scale: str, a_dtype: str = "e4m3", b_dtype: str = "e4m3", out_dtype: str = "bf16", *,
-               bias: bool = False, bn: int = 128, store: str | None = None, split: bool = False,
-               cluster: int = 1) -> KernelConfig:
+               bias: bool = False, bn: int = 128, store: str | None = None, split: bool = False) -> KernelConfig:
         """The build for ``scale`` granularity, A and B fp8 dtypes, ``out_dtype`` ("bf16", "fp16", "fp32" or
         "e4m3": quantized), a bias, tile width ``bn``, the output ``store`` (default :data:`STORE_DEFAULT`
-        where the dtype allows it), the stream-K ``split`` built in or not, CTAs per ``cluster`` (1 or 2,
-        not with the split); the promotion as the launch builds it."""
+        where the dtype allows it), the stream-K ``split`` built in or not; the promotion as the launch
+        builds it."""
         out = {v: k for k, v in _CONFIG_OUT.items()}.get(out_dtype, out_dtype)
         if store is None:
             store = STORE_DEFAULT if out in TMA_STORE_OUT else STORE_REGISTERS
         return Fp8Kernel(scale_mode=scale, a_dtype=a_dtype, b_dtype=b_dtype, out_dtype=out, bias=bias, bn=bn,
-                         overlap=OVERLAP_PROMOTION, store=store, split=split, cluster=cluster).config()
+                         overlap=OVERLAP_PROMOTION, store=store, split=split).config()
 
     def _call(self, config: KernelConfig, problem: Operands) -> ScaledMmCall:
         scale_a, scale_b, bias = problem.more
@@ -589,30 +574,6 @@ def _split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str, min_k_blo
                   f"({tiles * k_blocks / grid:.1f} K blocks each, at most {plan.max_contributors} per tile)")
 
 
-def cluster_for(m: int, n: int, bn: int, sms: int, split: bool, preferred: str | None = None) -> tuple[int, str]:
-    """The cluster size a launch of an (``m``, ``n``) problem on 128 x ``bn`` tiles builds, and why.
-    ``split``: whether the launch splits K (:func:`split_plan`; the split runs one CTA a cluster).
-    ``preferred``: "1" or "auto" (:data:`CLUSTER_CHOICES`; default :data:`CLUSTER_DEFAULT`, read at the call).
-    "auto" takes the pair where the tiles fill the SMs (``tiles >= sms``) and M has at least two tiles: an
-    odd M-tile count leaves the last pair's second CTA a tile of nothing (it loads its half of B for
-    its twin), which two M tiles or more keep to one unit row in ``ceil(tiles_m / 2)``.
-    Raises ValueError for an unknown ``preferred``."""
-    preferred = CLUSTER_DEFAULT if preferred is None else preferred
-    if preferred not in CLUSTER_CHOICES:
-        raise ValueError(f"cluster = {preferred!r}: use one of {', '.join(CLUSTER_CHOICES)}")
-    if preferred == "1":
-        return 1, "one CTA a cluster was asked for (fp8.CLUSTER_DEFAULT or GL_FP8_CLUSTER)"
-    if split:
-        return 1, "the split-K launch runs one CTA a cluster"
-    tiles_m, tiles = math.ceil(m / BM), math.ceil(m / BM) * math.ceil(n / bn)
-    if tiles_m < 2:
-        return 1, f"M = {m} is one 128-row tile: a pair would leave one CTA of each cluster without a tile"
-    if tiles < sms:
-        return 1, f"{tiles} tiles on {sms} SMs: pairs would halve the units that fill them"
-    return 2, (f"{tiles} tiles fill the {sms} SMs: pairs of CTAs on vertically adjacent tiles share each B tile "
-               "by multicast (half of B's L2 reads)")
-
-
 def _stream(device: torch.device):
     return torch.cuda.current_stream(device)
 
@@ -685,7 +646,7 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
         kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
                            out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn,
                            overlap=OVERLAP_PROMOTION, store=store_for(_short_out(call.out_dtype), out, n)[0],
-                           split=plan.tail_units > 0, cluster=cluster_for(m, n, bn, sms, plan.tail_units > 0)[0])
+                           split=plan.tail_units > 0)
         if capturing:
             plan = split_plan(m, n, k, bn, sms, "none")[0]
     else:
@@ -700,7 +661,7 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
     u8 = "CU_TENSOR_MAP_DATA_TYPE_UINT8"
     sw = "CU_TENSOR_MAP_SWIZZLE_128B"
     map_a = _map("a", a.data_ptr(), u8, 1, (k, m), a.stride(0), (BK, BM), sw)
-    map_b = _map("b", b.data_ptr(), u8, 1, (k, n), b.stride(1), (BK, bn // kernel.cluster), sw)  # a CTA's share of B
+    map_b = _map("b", b.data_ptr(), u8, 1, (k, n), b.stride(1), (BK, bn), sw)
     keep = []  # tensors made here, alive until the launch is queued
     sb_k = sb_n = 0
     map_sa = map_a
@@ -748,11 +709,7 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
             ctypes.c_void_p(counters)]
     # Tensors made here (keep) are freed after the launch is queued on this stream, the stream they were
     # made on: the caching allocator reuses their memory only in that stream's order.
-    grid = plan.clusters
-    if kernel.cluster > 1:  # every resident cluster, at most one a unit (kernel.cluster M tiles x one N tile)
-        units = math.ceil(math.ceil(m / BM) / kernel.cluster) * math.ceil(n / bn)
-        grid = kernel.cluster * min(units, loaded.max_active_clusters(a.device))
-    loaded.launch((grid, 1, 1), args, _stream(a.device))
+    loaded.launch((plan.clusters, 1, 1), args, _stream(a.device))
     del keep
     if quantized:
         return values, scale_buf[:, :m].t()
@@ -766,9 +723,7 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
     (``store``, ``store_reason``), the split-K schedule and why (``split``: "all" when every tile's K is
     split over the grid, else "none"; ``split_reason``; ``contributors``: the most CTAs adding into one
     tile; ``workspace_bytes``: its partials and counters; :func:`split_plan`, from :data:`SPLIT_DEFAULT`;
-    a launch under CUDA-graph capture runs unsplit), the cluster and why (``cluster``, ``cluster_reason``:
-    :func:`cluster_for`, from :data:`CLUSTER_DEFAULT`; a pair's ``grid`` is :func:`_pair_grid`'s bound), and the
-    copies made first. ``sms``: the SM count (default: the
+    a launch under CUDA-graph capture runs unsplit), and the copies made first. ``sms``: the SM count (default: the
     tensors' GPU, else the H200's 132 from the designer's arch table); ``out``: the output given, if any."""
     if sms is None:
         if a.device.type == "cuda":
@@ -779,10 +734,9 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
     bn = tile_n(call.m, call.n, sms, quantized)
     store, store_reason = store_for(_short_out(call.out_dtype), None if quantized else out, call.n)
     plan, split_reason = split_plan(call.m, call.n, call.k, bn, sms, SPLIT_DEFAULT)
-    cluster, cluster_reason = cluster_for(call.m, call.n, bn, sms, plan.tail_units > 0)
     kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
                        out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn, overlap=OVERLAP_PROMOTION,
-                       store=store, split=plan.tail_units > 0, cluster=cluster)
+                       store=store, split=plan.tail_units > 0)
     tiles = math.ceil(call.m / BM) * math.ceil(call.n / bn) if call.m and call.n else 0
     copies = []
     if call.scale_mode == "blockwise" and call.m and call.k:
@@ -803,21 +757,12 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
         "promotion_interval_k": PROMOTION_K, "promotion_overlapped": kernel.overlap,
         "store": store, "store_reason": store_reason,
         "k_tail": (f"K % 128 = {call.k % 128}: the last K block zero-filled by TMA" if call.k % 128 else None),
-        "tiles": tiles, "grid": plan.clusters if cluster == 1 else _pair_grid(call.m, call.n, bn, sms), "sms": sms,
-        "copies": copies,
-        "cluster": cluster, "cluster_reason": cluster_reason,
+        "tiles": tiles, "grid": plan.clusters, "sms": sms, "copies": copies,
         "split": "all" if plan.tail_units else "none", "split_reason": split_reason,
         "k_blocks": math.ceil(call.k / BK), "contributors": plan.max_contributors if plan.tail_units else 1,
         "workspace_bytes": 4 * sum(_workspace_sizes(plan, bn)) if plan.tail_units else 0,
         "no_launch": ("empty output" if not (call.m and call.n) else "K = 0: zeros plus bias" if not call.k else None),
     }
-
-
-def _pair_grid(m: int, n: int, bn: int, sms: int) -> int:
-    """The grid of a 2-CTA launch as :func:`describe` reports it: two CTAs a unit, at most ``sms`` / 2
-    clusters (the launch asks the occupancy API, which may give fewer where a GPC has an odd SM count)."""
-    units = math.ceil(math.ceil(m / BM) / 2) * math.ceil(n / bn)
-    return 2 * min(units, sms // 2)
 
 
 # --- quantization ----------------------------------------------------------------------------------

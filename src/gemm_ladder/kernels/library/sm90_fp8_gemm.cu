@@ -68,7 +68,6 @@
 #include <type_traits>
 
 #include "gemm_ladder/epilogue.cuh"  // stage_packed_panel_sw128
-#include "gemm_ladder/ptx/cluster.cuh"
 #include "gemm_ladder/ptx/common.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
 #include "gemm_ladder/ptx/mbarrier.cuh"
@@ -85,12 +84,9 @@ constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers);
 constexpr int kGroupM = 8;  // M tiles walked together, so that a wave of CTAs shares B tiles in L2
 constexpr float kE4m3Max = 448.0f;
 constexpr int kTensorwise = 0, kRowwise = 1, kBlockwise = 2;  // Cfg::kScaleMode (library/fp8.py SCALE_MODES)
-// Empty barriers complete on one arrival per consumer warp of every CTA of the cluster, each after its
-// own reads of the stage's scales (a warp may lag its warpgroup's other warps; one arrival per warpgroup
-// would not cover them). In a 2-CTA cluster each producer multicasts into its peer's stage too, so it
-// must hear from the peer's consumers as well (cluster_ring.cuh's rule, per warp here).
-template <int kCluster>
-constexpr int kEmptyArrivals = kCluster * kConsumers * 4;
+// Empty barriers complete on one arrival per consumer warp, each after its own reads of the stage's
+// scales (a warp may lag its warpgroup's other warps; one arrival per warpgroup would not cover them).
+constexpr int kEmptyArrivals = kConsumers * 4;
 // kTmaStore: named barrier kStoreBarrier + consumer orders each consumer's staging writes and its store
 // (id 0 is __syncthreads; kSplit's hand-in of a partial uses the same barrier, in program order); one staging panel is 64 rows x 128 bytes (64 columns of a 2-byte Out).
 constexpr int kStoreBarrier = 1, kPanelBytes = 64 * 128;
@@ -98,8 +94,7 @@ constexpr int kStoreBarrier = 1, kPanelBytes = 64 * 128;
 // What a config (Cfg) holds, each a static constexpr member or type: kBN (64 or 128), kStages,
 // kScaleMode (kTensorwise, kRowwise, kBlockwise), A and B (__nv_fp8_e4m3 or __nv_fp8_e5m2), Out
 // (__nv_bfloat16, __half, float, or __nv_fp8_e4m3: e4m3 values with 1 x 128 scales computed in the
-// epilogue), kBias, kOverlap, kTmaStore, kSplit, kCluster (1, or 2: a pair of CTAs sharing B). The
-// instantiation block's BuildConfig is the one a build compiles.
+// epilogue), kBias, kOverlap, kTmaStore, kSplit. The instantiation block's BuildConfig is the one a build compiles.
 template <class Cfg>
 __host__ __device__ constexpr bool config_ok() {
   // A 128 x 128 block of B (one scale per K block) spans one tile at BN = 128, two at BN = 64 (the launch
@@ -110,8 +105,6 @@ __host__ __device__ constexpr bool config_ok() {
   static_assert(Cfg::kScaleMode >= kTensorwise && Cfg::kScaleMode <= kBlockwise,
                 "kScaleMode: 0 tensorwise, 1 rowwise, 2 blockwise");
   static_assert(Cfg::kStages >= 2, "a ring of at least two stages");
-  static_assert(Cfg::kCluster == 1 || Cfg::kCluster == 2, "sm90_fp8_gemm: one CTA, or a 2-CTA cluster sharing B");
-  static_assert(Cfg::kCluster == 1 || !Cfg::kSplit, "the stream-K split runs one CTA a cluster");
   static_assert(!Cfg::kTmaStore || std::is_same_v<typename Cfg::Out, __nv_bfloat16> ||
                     std::is_same_v<typename Cfg::Out, __half>,
                 "the TMA store stages 2-byte outputs (bf16, fp16) in 128-byte swizzled panels");
@@ -146,15 +139,11 @@ struct Smem {
   }
 };
 
-// Unit `t` of a grid of units_m x tiles_n, walked in groups of kGroup unit rows (M fastest inside a
-// group's column). A unit is kCluster vertically adjacent M tiles: unit row um holds M tiles
-// kCluster x um + rank, rank the CTA's in its cluster; with one CTA a unit is a tile. kGroup = kGroupM /
-// kCluster, so that a group spans kGroupM M tiles either way.
-template <int kGroup>
+// Tile `t` of a grid of tiles_m x tiles_n, walked in groups of kGroupM M tiles (N fastest inside a group's column).
 __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int& tm, int& tn) {
-  const int per_group = kGroup * tiles_n;
-  const int first_m = (t / per_group) * kGroup;
-  const int rows = min(tiles_m - first_m, kGroup);
+  const int per_group = kGroupM * tiles_n;
+  const int first_m = (t / per_group) * kGroupM;
+  const int rows = min(tiles_m - first_m, kGroupM);
   const int r = t % per_group;
   tm = first_m + r % rows;
   tn = r / rows;
@@ -236,37 +225,27 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
                                               int M, int N, int K, int tail_first_unit, int max_contributors,
                                               float* __restrict__ partials, int* __restrict__ counters) {
   static_assert(config_ok<Cfg>());
-  constexpr int BN = Cfg::kBN, STAGES = Cfg::kStages, kScaleMode = Cfg::kScaleMode, kCluster = Cfg::kCluster;
-  constexpr int kGroup = kGroupM / kCluster;
+  constexpr int BN = Cfg::kBN, STAGES = Cfg::kStages, kScaleMode = Cfg::kScaleMode;
   constexpr uint32_t kExpectTx = Smem<Cfg>::kExpectTx;
   using out_t = typename Cfg::Out;
   using Mma = WgmmaFp8<BN, typename Cfg::A, typename Cfg::B>;
   constexpr bool kQuantized = std::is_same_v<out_t, __nv_fp8_e4m3>;  // e4m3 values with 1 x 128 scales
   extern __shared__ uint8_t smem_raw[];
   const Smem<Cfg> smem(smem_raw);
-  // Units of kCluster vertically adjacent M tiles (one tile with one CTA): the cluster's CTAs walk the
-  // same units (cluster id = blockIdx.x / kCluster) and the CTA of rank r computes M tile kCluster x um + r
-  // of unit row um. With an odd M tile count, rank 1 of the last unit row computes a tile past M: its A
-  // is TMA's zero fill and its epilogue stores nothing, but it loads and multicasts its half of B, which
-  // rank 0 waits for (level 9's idle twin).
-  const int rank = kCluster > 1 ? static_cast<int>(cluster_cta_rank()) : 0;
-  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-  const int units_m = (tiles_m + kCluster - 1) / kCluster, units = units_m * tiles_n;
-  const int first_unit = blockIdx.x / kCluster, unit_stride = gridDim.x / kCluster;
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
   const int k_blocks = (K + BK - 1) / BK;
-  // Units [0, whole_end) run whole, unit_stride apart; the rest are the stream-K tail (kSplit, one CTA a
-  // cluster: a unit is a tile, unit_stride the grid). The tail's
+  // Tiles [0, whole_end) run whole, gridDim.x apart; the rest are the stream-K tail (kSplit). The tail's
   // contributor counts assume every CTA has at least one K block of it (stream_k.cuh), so any other
   // argument runs whole: stream_k.cuh's whole_units_end, plus the workspace check, written out here
   // (calling the helper compiles to other SASS than the split builds the H200 tests passed on).
-  int whole_end = units;
+  int whole_end = tiles;
   if constexpr (Cfg::kSplit) {
-    const int tail_tiles = units - tail_first_unit;
+    const int tail_tiles = tiles - tail_first_unit;
     if (partials != nullptr && counters != nullptr && tail_first_unit >= 0 && tail_tiles > 0 &&
         tail_tiles * k_blocks >= static_cast<int>(gridDim.x))
       whole_end = tail_first_unit;
   }
-  const StreamKTail tail(whole_end, units - whole_end, k_blocks, gridDim.x);
+  const StreamKTail tail(whole_end, tiles - whole_end, k_blocks, gridDim.x);
 
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(&map_a);
@@ -275,41 +254,30 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
     if constexpr (Cfg::kTmaStore) tma_prefetch_descriptor(&map_c);
     for (int s = 0; s < STAGES; ++s) {
       mbarrier_init(smem.full(s), 1);
-      mbarrier_init(smem.empty(s), kEmptyArrivals<kCluster>);
+      mbarrier_init(smem.empty(s), kEmptyArrivals);
     }
     fence_barrier_init();
   }
-  // A cluster's peer multicasts into this CTA's stages and arrives on its barriers: both must be
-  // initialised first.
-  sync_cta_or_cluster<kCluster>();
+  __syncthreads();
 
   if (warpgroup_index() == 0) {
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
       int it = 0;  // K blocks this role has passed through the ring, over all its tiles
-      // K blocks [kb0, kb1) of unit t into the ring. In a cluster, this CTA loads its own A (and scale_a)
-      // and rows [rank x BN / 2, (rank + 1) x BN / 2) of B, multicast into the same stage of both CTAs
-      // (map_b's box is BN / 2 rows then); each stage's expect_tx is the whole stage either way.
+      // K blocks [kb0, kb1) of tile t into the ring.
       auto produce = [&](int t, int kb0, int kb1) {
-        int um, tn;
-        tile_coords<kGroup>(t, units_m, tiles_n, um, tn);
-        const int tm = um * kCluster + rank;
+        int tm, tn;
+        tile_coords(t, tiles_m, tiles_n, tm, tn);
         for (int kb = kb0; kb < kb1; ++kb, ++it) {
           const int s = it % STAGES;
           mbarrier_wait(smem.empty(s), ((it / STAGES) & 1) ^ 1);  // producer_acquire
           mbarrier_arrive_expect_tx(smem.full(s), kExpectTx);     // producer_commit
           tma_load_2d(smem.a(s), &map_a, smem.full(s), kb * BK, tm * BM);
-          if constexpr (kCluster == 1) {
-            tma_load_2d(smem.b(s), &map_b, smem.full(s), kb * BK, tn * BN);
-          } else {
-            constexpr int kSlice = BN / kCluster;  // rows of B this CTA loads for the cluster
-            tma_load_2d_multicast(smem.b(s) + rank * kSlice * BK, &map_b, smem.full(s), kb * BK,
-                                  tn * BN + rank * kSlice, (1u << kCluster) - 1);
-          }
+          tma_load_2d(smem.b(s), &map_b, smem.full(s), kb * BK, tn * BN);
           if constexpr (kScaleMode == 2) tma_load_2d(smem.sa(s), &map_sa, smem.full(s), tm * BM, kb);
         }
       };
-      for (int t = first_unit; t < whole_end; t += unit_stride) produce(t, 0, k_blocks);
+      for (int t = blockIdx.x; t < whole_end; t += gridDim.x) produce(t, 0, k_blocks);
       if constexpr (Cfg::kSplit) {  // the consumers' segments, in their order
         for (int i = tail.begin(blockIdx.x), end = tail.begin(blockIdx.x + 1); i < end;) {
           const StreamKTail::Segment seg = tail.segment(blockIdx.x, i, end);
@@ -318,8 +286,6 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
         }
       }
     }
-    // The peer may still multicast into this CTA's stages and arrive on its barriers until it is done.
-    if constexpr (kCluster > 1) cluster_sync();
     return;
   }
 
@@ -354,18 +320,10 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
     }
   };
   // The stage of ring position pos is no longer read by this warp (its wgmma group is complete and its
-  // scales are in registers): consumer_release, to every CTA of the cluster (each one's producer writes
-  // this CTA's stage).
+  // scales are in registers): consumer_release.
   auto release = [&](int pos) {
     __syncwarp();
-    if (lane == 0) {
-      if constexpr (kCluster == 1) {
-        mbarrier_arrive(smem.empty(pos % STAGES));
-      } else {
-#pragma unroll
-        for (int r = 0; r < kCluster; ++r) mbarrier_arrive_cluster(smem.empty(pos % STAGES), r);
-      }
-    }
+    if (lane == 0) mbarrier_arrive(smem.empty(pos % STAGES));
   };
   // Promotion: d += acc x scale, in fp32 FMAs.
   auto promote = [&](float (&acc)[BN / 2], float s0, float s1) {
@@ -516,11 +474,11 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
       }
     }
   };
-  for (int t = first_unit; t < whole_end; t += unit_stride) {
-    int um, tn;
-    tile_coords<kGroup>(t, units_m, tiles_n, um, tn);
+  for (int t = blockIdx.x; t < whole_end; t += gridDim.x) {
+    int tm, tn;
+    tile_coords(t, tiles_m, tiles_n, tm, tn);
     mainloop(tn, 0, k_blocks);
-    epilogue(um * kCluster + rank, tn);
+    epilogue(tm, tn);
   }
   if constexpr (Cfg::kSplit) {
     // The stream-K tail: this CTA's segments, in the producer's order.
@@ -528,7 +486,7 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
       const StreamKTail::Segment seg = tail.segment(blockIdx.x, i, end);
       i = seg.next;
       int tm, tn;
-      tile_coords<kGroup>(seg.unit, tiles_m, tiles_n, tm, tn);
+      tile_coords(seg.unit, tiles_m, tiles_n, tm, tn);
       mainloop(tn, seg.kb, seg.ke);
       if (seg.contributors > 1) {
         const int slot = (seg.unit - whole_end) * kConsumers + consumer;
@@ -544,9 +502,6 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
   if constexpr (Cfg::kTmaStore) {
     if (elected) tma_store_wait_read<0>();
   }
-  // This CTA's last releases arrive on the peer's barriers: the peer stays until they have (and the
-  // peer's on this CTA's).
-  if constexpr (kCluster > 1) cluster_sync();
 }
 
 }  // namespace fp8
@@ -556,8 +511,7 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
 // 2 blockwise), GL_FP8_A_E5M2 / GL_FP8_B_E5M2 (1: e5m2, else e4m3), GL_FP8_OUT (0 bf16, 1 fp16, 2 fp32,
 // 3 e4m3 quantized), GL_FP8_BIAS, GL_FP8_OVERLAP, GL_FP8_TMA_STORE (1: C through shared memory and TMA
 // stores; a bf16 or fp16 output only), GL_FP8_SPLIT (1: the stream-K split, taken from the launch's
-// tail_first_unit; 0 or undefined: every tile whole, the split arguments ignored), GL_FP8_CLUSTER (2: a
-// 2-CTA cluster sharing B; 1 or undefined: one CTA).
+// tail_first_unit; 0 or undefined: every tile whole, the split arguments ignored).
 #ifndef GL_FP8_BN
 #define GL_FP8_BN 128
 #endif
@@ -588,13 +542,9 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
 #ifndef GL_FP8_SPLIT
 #define GL_FP8_SPLIT 0
 #endif
-#ifndef GL_FP8_CLUSTER
-#define GL_FP8_CLUSTER 1
-#endif
 struct BuildConfig {
   static constexpr int kBN = GL_FP8_BN, kStages = GL_FP8_STAGES, kScaleMode = GL_FP8_SCALE;
   static constexpr bool kBias = GL_FP8_BIAS, kOverlap = GL_FP8_OVERLAP, kTmaStore = GL_FP8_TMA_STORE, kSplit = GL_FP8_SPLIT;
-  static constexpr int kCluster = GL_FP8_CLUSTER;
   using A = std::conditional_t<GL_FP8_A_E5M2, __nv_fp8_e5m2, __nv_fp8_e4m3>;
   using B = std::conditional_t<GL_FP8_B_E5M2, __nv_fp8_e5m2, __nv_fp8_e4m3>;
   using Out = std::conditional_t<GL_FP8_OUT == 0, __nv_bfloat16,
