@@ -2,7 +2,11 @@
 (dispatch/small_m_tiles.py's ``decide_kernel``, dispatch/route.py's ``choose``), without a GPU: the rule
 on made-up times (general only beyond the tie), the shipped table read as before (no general times: the
 small-M kernel), the lookup for untimed shapes, the tune's rows to the table, and routes and explain on
-meta tensors with a table that says "general" at one shape and "one tile" at another."""
+meta tensors with a table that says "general" at one shape and "one tile" at another; and the general
+kernel's 64-row build with one CTA per cluster (GENERAL_BM64): taken only past the tie (against the
+small-M kernel or the route, whichever the rule had chosen), the BN recorded and returned by the lookup,
+the route launching that build at that BN (and the small-M kernel where it has no route), explain's
+words, and the tune timing the build dispatch runs."""
 
 from __future__ import annotations
 
@@ -17,11 +21,14 @@ import gemm_ladder
 from gemm_ladder import dispatch
 from gemm_ladder.dispatch.heuristic import TABLE_PATH
 from gemm_ladder.dispatch.route import ASSUMED_DEVICE
+from gemm_ladder.dispatch.heuristic import CLUSTER1_SPLITS
 from gemm_ladder.dispatch.small_m_tiles import (
     GENERAL,
+    GENERAL_BM64,
     KEY,
     SMALL_M,
     TilesRule,
+    decide_general,
     decide_kernel,
     fit,
     load_rule,
@@ -198,3 +205,143 @@ def test_the_tune_times_the_route_dispatch_takes_without_the_small_m_kernel():
     chosen = dispatch.decide(x, w.T, c, given=True, device=ASSUMED_DEVICE, tiles=rule)
     assert (chosen.bn, dict(chosen.options)["split"]) == (route.bn, dict(route.options)["split"])
     assert library_small_m.describe_general(route) == f"general BN {route.bn}, split {dict(route.options)['split']}"
+
+
+# --- the 64-row build with one CTA per cluster ------------------------------------------------------
+
+
+def bm64_rule(at: dict[tuple[int, int, int], tuple[float | None, float, int]], one=10.0, two=12.0) -> TilesRule:
+    """Decisions at each (M, N, K) with one tile at ``one`` us, two at ``two``, and (route us or None, 64-row
+    build us, its BN)."""
+    rows = [{"m": m, "n": n, "k": k, "one_tile_us": [one], "two_tile_us": [two],
+             **({"general_us": [g], "general_route": "general BM 64 BN 64, 1 CTA per cluster, split none"}
+                if g is not None else {}),
+             "general_bm64_us": [b], "general_bm64_bn": bn, "general_bm64_route": f"general BM 64 BN {bn}, 1 CTA per "
+                                                                                  "cluster, split none"}
+            for (m, n, k), (g, b, bn) in at.items()]
+    return fit(rows, "made up: the 64-row build")
+
+
+def test_decide_general_takes_the_64_row_build_only_past_the_tie():
+    assert decide_general(100.0, None, 97.9) == GENERAL_BM64
+    assert decide_general(100.0, None, 98.0) == SMALL_M  # exactly 2%: a tie keeps the small-M kernel
+    assert decide_general(100.0, 97.0, 95.1) == GENERAL  # held to the route's 97.0 once the route is chosen
+    assert decide_general(100.0, 97.0, 95.0) == GENERAL_BM64
+    assert decide_general(100.0, 99.0, 97.5) == GENERAL_BM64  # the route not chosen: held to the small-M kernel's
+    assert decide_general(100.0, 99.0, 98.5) == SMALL_M and decide_general(100.0, 150.0, 120.0) == SMALL_M
+    assert decide_general(100.0, 95.0, 90.0, tie=0.1) == SMALL_M
+    for small, general in ((100.0, 97.9), (100.0, 98.0), (100.0, None), (20.0, 19.5)):
+        assert decide_general(small, general, None) == decide_kernel(small, general)  # no 64-row time: as before
+
+
+def test_fit_records_which_general_configuration_won():
+    rule = bm64_rule({(128, 4096, 1024): (9.9, 8.0, 128), (197, 3072, 1024): (9.0, 8.9, 128),
+                      (64, 768, 768): (None, 9.8, 64)})
+    d128, d197, d64 = rule.decisions
+    assert (d128.kernel, d128.general_bm64_bn, d128.general_bm64_us) == (GENERAL_BM64, 128, 8.0)
+    assert d197.kernel == GENERAL  # 8.9 is within 2% of the route's 9.0: the route
+    assert d64.kernel == SMALL_M  # 9.8 against 10.0: a tie
+    j = rule.to_json()["decisions"][0]
+    assert (j["kernel"], j["general_bm64_bn"], j["general_bm64_us"]) == (GENERAL_BM64, 128, 8.0)
+    assert "general_bm64_us" not in rule_with({(256, 4096, 4096): 5.0}).to_json()["decisions"][0]
+    again = TilesRule.from_json(json.loads(json.dumps(rule.to_json())))
+    assert again.decisions == rule.decisions
+    bad = json.loads(json.dumps(rule.to_json()))
+    bad["decisions"][0]["kernel"] = GENERAL
+    with pytest.raises(ValueError, match="says kernel 'general', but the rule gives 'general_bm64'"):
+        TilesRule.from_json(bad)
+    bad["decisions"][0].update(kernel=GENERAL_BM64, general_bm64_bn=96)
+    with pytest.raises(ValueError, match="general_bm64_bn = 96"):
+        TilesRule.from_json(bad)
+    bad = json.loads(json.dumps(rule.to_json()))
+    del bad["decisions"][0]["general_bm64_us"]  # the 64-row answer without its time (the route 9.9: a tie)
+    with pytest.raises(ValueError, match="says kernel 'general_bm64', but the rule gives 'small_m'"):
+        TilesRule.from_json(bad)
+
+
+def test_the_lookup_returns_the_64_row_build():
+    rule = bm64_rule({(128, 4096, 1024): (9.9, 8.0, 128), (128, 4096, 4096): (9.0, 8.0, 64),
+                      (197, 3072, 1024): (9.0, 8.9, 128)})
+    c = rule.choose(128, 4096, 1024)
+    assert c.general_bm64_bn == 128 and (c.bn, c.tiles) == (128, 1)
+    assert ("the small_m table measured the general kernel's 64-row build with one CTA per cluster at BN 128 faster "
+            "at M = 128, 4096 x 1024") in c.general_why
+    assert ("8.0 us (general BM 64 BN 128, 1 CTA per cluster, split none) against 10.0 us (the small-M kernel, one "
+            "tile) and 9.9 us (the route, general BM 64 BN 64, 1 CTA per cluster, split none); faster than the "
+            "small-M kernel by more than 2%") in c.general_why
+    assert "faster than the route by more than 2%" in rule.choose(128, 4096, 4096).general_why
+    assert rule.choose(120, 4000, 1100).general_bm64_bn == 128  # the nearest timed M and N x K
+    c = rule.choose(197, 3072, 1024)  # the route's answer: no 64-row BN
+    assert c.general_why and c.general_bm64_bn is None and "the general kernel faster" in c.general_why
+
+
+def test_the_route_runs_the_64_row_build_at_the_tables_bn(monkeypatch):
+    """Where the table says GENERAL_BM64, the route launches the general kernel's 64-row build with one CTA
+    per cluster at the table's BN (128 here, where the cost model alone would rank BN 64 for that build),
+    its split one the cost model ranks for it; where it says GENERAL, the route is the cost model's."""
+    from gemm_ladder.dispatch.route import choose_general_build, find_routes
+
+    x, w, c = meta(128, 1024), meta(4096, 1024).T, meta(128, 4096)
+    rule = bm64_rule({(128, 4096, 1024): (9.9, 8.0, 128)})
+    r = dispatch.decide(x, w, c, given=False, device=ASSUMED_DEVICE, tiles=rule)
+    assert r.kind == "general" and (r.config.tile[0], r.config.cluster, r.bn) == (64, 1, 128)
+    assert dict(r.options)["split"] in CLUSTER1_SPLITS and r.small_m_table.general_bm64_bn == 128
+    assert r.a_path.repack is None and r.b_path.repack is None and not r.c_path.transposed
+    assert {(cand.work.bn, cand.work.bm, cand.work.cluster) for cand in r.candidates} == {(128, 64, 1)}
+    routes, _ = find_routes(x, w, c, given=False, device=ASSUMED_DEVICE)
+    own = choose_general_build(routes, dispatch.cost_model(), bm=64, cluster=1)
+    assert own.bn != 128  # so the BN above is the table's, not the cost model's
+    general = dispatch.decide(x, w, c, given=False, device=ASSUMED_DEVICE,
+                              tiles=rule_with({(128, 4096, 1024): 5.0}))
+    assert general.kind == "general" and general.small_m_table.general_bm64_bn is None
+    assert (general.config, dict(general.options)["split"]) != (r.config, dict(r.options)["split"])
+    # An MN-major x: the 64-row build is not routed for it, so the small-M kernel runs (in place).
+    r = dispatch.decide(meta(1024, 128).T, w, c, given=False, device=ASSUMED_DEVICE, tiles=rule)
+    assert r.kind == "small_m" and r.a_path.repack is None and r.small_m_table is None
+    assert r.tiles.general_bm64_bn == 128  # the table's answer, kept on the route for explain
+
+
+def test_explain_says_which_general_configuration_runs_and_why(monkeypatch):
+    monkeypatch.setattr(dispatch, "_tiles", bm64_rule({(128, 4096, 1024): (9.9, 8.0, 128)}))
+    e = gemm_ladder.explain(meta(128, 1024), meta(4096, 1024).T)
+    assert e.kind == "general" and e.tile == [64, 128, 64] and e.cluster == 1
+    h = e.to_dict()["heuristic"]
+    assert h["small_m_table"]["general_bm64_bn"] == 128
+    assert h["small_m_table"]["provenance"] == "made up: the 64-row build"
+    text = str(e)
+    assert ("choice:   the small-M kernel's table measured the general kernel's 64-row build with one CTA per cluster "
+            "at BN 128 faster here; then the fastest split of that build by the cost model") in text
+    assert ("small M:  the small_m table measured the general kernel's 64-row build with one CTA per cluster at "
+            "BN 128") in text
+    assert "8.0 us (general BM 64 BN 128, 1 CTA per cluster, split none) against 10.0 us" in text
+    assert "BM 64 BN 128 split none, 1 CTA" in text
+
+
+def test_the_tune_times_the_64_row_build_dispatch_runs():
+    """general_bm64_route (bench/library_small_m.py) on meta tensors: the 64-row one-CTA build in place at the
+    cost model's (BN, split) for it — the route dispatch takes when the table says GENERAL_BM64 at that BN."""
+    x, w, c = meta(197, 1024), meta(3072, 1024), meta(197, 3072)
+    route, fn = library_small_m.general_bm64_route(x, w, c)
+    assert (route.config.tile[0], route.config.cluster) == (64, 1) and route.repack_cost == 0 and callable(fn)
+    assert library_small_m.describe_general(route).startswith(f"general BM 64 BN {route.bn}, 1 CTA per cluster, split ")
+    rule = bm64_rule({(197, 3072, 1024): (None, 5.0, route.bn)})
+    chosen = dispatch.decide(x, w.T, c, given=True, device=ASSUMED_DEVICE, tiles=rule)
+    assert library_small_m.same_launch(chosen, route)
+    other = dispatch.decide(x, w.T, c, given=True, device=ASSUMED_DEVICE,
+                            tiles=bm64_rule({(197, 3072, 1024): (None, 5.0, 256 if route.bn != 256 else 64)}))
+    assert other.kind == "general" and not library_small_m.same_launch(other, route)  # another BN: another launch
+
+
+def test_the_tunes_rows_with_64_row_times_make_the_table():
+    rows = [{"m": 128, "n": 4096, "k": 1024, "one_tile_us": [10.0, 10.2], "two_tile_us": [11.0, 11.0],
+             "four_tile_us": [10.5, 10.5], "general_us": [9.9, 9.9], "general_route": "general BM 64 BN 64, split none",
+             "general_bm64_us": [9.0, 9.1], "general_bm64_bn": 64, "general_bm64_route": "general BM 64 BN 64, 1 CTA "
+             "per cluster, split none", "cublas_us": [8.5, 8.5]},
+            {"m": 197, "n": 4096, "k": 1024, "one_tile_us": [15.0], "two_tile_us": [14.0], "four_tile_us": [11.0],
+             "general_us": [11.5], "general_route": "general BM 64 BN 128, split none"}]  # no 64-row time
+    table = json.loads(TABLE_PATH.read_text())
+    out = json.loads(json.dumps(library_small_m.tuned_table(rows, "tuned on a test GPU", table)))
+    rule = TilesRule.from_json(out[KEY])
+    assert [(d.kernel, d.tiles) for d in rule.decisions] == [(GENERAL_BM64, 1), (SMALL_M, 4)]
+    assert rule.choose(128, 4096, 1024).general_bm64_bn == 64 and rule.choose(197, 4096, 1024).tiles == 4
+    assert "64-row build with one CTA per cluster when its median is more than 2%" in out[KEY]["rule"]

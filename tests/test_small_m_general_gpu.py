@@ -7,6 +7,9 @@ Each check: fresh random operands, the output NaN-filled before the call (``chec
 2 x cuBLAS's error + u and the absolute cap against float64, every element written), tails in M, N and
 K, both dtypes, both orientations (a small N takes D^T = B A^T).
 
+A table saying GENERAL_BM64 (the general kernel's 64-row build with one CTA per cluster, at a BN the
+table names) routes ``mm`` to that build at that BN, computed right (not yet run on the GPU).
+
 Run on the H200: ``python3 -m pytest -q -m gpu tests/test_small_m_general_gpu.py``.
 """
 
@@ -119,3 +122,36 @@ def test_linear_where_the_table_says_general(table, full):
             assert _rel_err(y, ref) <= bound, (m, n, k, out_dtype, _rel_err(y, ref), bound)
             cap = absolute_cap(x, w, ref.abs().max().item(), "bf16") + 2 * (base.double() - ref).abs().max().item()
             assert (y.double() - ref).abs().max().item() <= cap, (m, n, k, out_dtype)
+
+
+#: (M, N, K) where a made-up table says GENERAL_BM64 at BN 128 (a K not a multiple of 64, an N not of 128).
+BM64_AT = ((128, 4096, 1024), (197, 3000, 1000))
+
+
+class MmBm64(Mm):
+    """``mm(a, b.T)`` seen by the gate, asserting first that the route is the 64-row one-CTA build at BN 128."""
+
+    def __init__(self):
+        super().__init__("general")
+
+    def check(self, a, b):
+        r = kind_of(a, b.T)
+        assert r.kind == "general" and (r.config.tile[0], r.config.cluster, r.bn) == (64, 1, 128), r.config
+        assert r.small_m_table is not None and r.small_m_table.general_bm64_bn == 128
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_mm_where_the_table_says_the_64_row_build(monkeypatch, dtype):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    rows = [{"m": m, "n": n, "k": k, "one_tile_us": [10.0], "two_tile_us": [12.0], "general_us": [20.0],
+             "general_route": "made up", "general_bm64_us": [5.0], "general_bm64_bn": 128,
+             "general_bm64_route": "made up"} for m, n, k in BM64_AT]
+    dispatch.clear_cache()
+    monkeypatch.setattr(dispatch, "_tiles", fit(rows, "made up: the 64-row build at BM64_AT"))
+    try:
+        for m, n, k in BM64_AT:
+            r = check_correctness(MmBm64(), m, n, k, dtype, device="cuda")
+            assert r.status == "pass", (m, n, k, dtype, r.message, r.seed)
+    finally:
+        dispatch.clear_cache()

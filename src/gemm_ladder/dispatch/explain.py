@@ -24,7 +24,8 @@ class Explanation:
     'TMA store', 'C from registers' or 'workspace + copy back'); ``launches``: in order;
     ``heuristic``: the cost model's provenance and the candidates it ranked (predicted microseconds);
     for the small-M kernel, ``m_tiles``: its bucket, the number of M tiles and why (the table's rule);
-    for the general kernel where the small-M kernel fits, ``small_m_table``: why the table chose it;
+    for the general kernel where the small-M kernel fits, ``small_m_table``: why the table chose it (and
+    ``general_bm64_bn``: the BN of the 64-row one-CTA build it chose, None for the general kernel's route);
     ``plan``: the designer's plan (conclusion and JSON), or why there is none; ``refusals``: what the
     kernel refused on the way (why an operand is repacked); ``not_taken``: the kernels that found no
     route at all, each with its first refusal.
@@ -185,10 +186,17 @@ def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostMo
                      "candidates": [c.to_json() for c in route.candidates],
                      "untimed_bns": list(route.untimed_bns)}
         if route.small_m_table:  # the small-M kernel fits, but its table measured this kernel faster
-            heuristic["rule"] = ("the small-M kernel's table measured the general kernel faster here; then "
-                                 + heuristic["rule"])
+            bm64 = route.small_m_table.general_bm64_bn
+            if bm64 is None:  # the general kernel's route
+                heuristic["rule"] = ("the small-M kernel's table measured the general kernel faster here; then "
+                                     + heuristic["rule"])
+            else:  # its 64-row build with one CTA per cluster, at the table's BN: the split is the cost model's
+                heuristic["rule"] = (f"the small-M kernel's table measured the general kernel's 64-row build with one "
+                                     f"CTA per cluster at BN {bm64} faster here; then the fastest split of that "
+                                     "build by the cost model")
             heuristic["small_m_table"] = {"why": route.small_m_table.general_why,
-                                          "provenance": route.small_m_table.provenance}
+                                          "provenance": route.small_m_table.provenance,
+                                          "general_bm64_bn": bm64}
     tile = desc.get("tile") or (list(plan.tile) if plan is not None else None)
     return Explanation(
         m, n, k, dtype, str(out_dtype).replace("torch.", ""), route.kind, route.device.describe(), kernel=desc,

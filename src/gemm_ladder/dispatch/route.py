@@ -23,9 +23,11 @@ kernel when the kernel's M <= 256; the general kernel for each tile width):
 
 Choice: the small-M kernel when it fits and copies no more than the general kernel would (copies of
 its small operand A aside), in the bucket and number of M tiles the table's measured rule picks
-(dispatch.small_m_tiles; one tile of the smallest bucket >= M when two would copy more), unless that
-rule measured the general kernel faster at the nearest timed shape and the general kernel's route
-copies no more than the small-M one (``Route.small_m_table`` then says why); otherwise
+(dispatch.small_m_tiles; one tile of the smallest bucket >= M when more tiles would copy more), unless
+that rule measured a general configuration faster at the nearest timed shape and the general kernel
+has a route of it that copies no more than the small-M one (``Route.small_m_table`` then says why):
+the general kernel's route below (the rule's GENERAL), or its 64-row build with one CTA per cluster at
+the table's BN, split as the cost model ranks (GENERAL_BM64: :func:`choose_general_build`); otherwise
 the route that moves the fewest repack bytes, then the (BN, split) the cost model (dispatch.heuristic)
 ranks fastest, among the tile widths its table has times for (a width the tune has not timed is
 named in ``untimed_bns`` and not chosen).
@@ -42,7 +44,8 @@ import torch
 from gemm_ladder.contract import dtype_name
 from gemm_ladder.dispatch import kernels as K
 from gemm_ladder.dispatch.heuristic import CLUSTER, CLUSTER1_SPLITS, Candidate, CostModel, rank
-from gemm_ladder.dispatch.small_m_tiles import ONE_TILE, TilesChoice, TilesRule, one_tile_bn
+from gemm_ladder.dispatch.small_m_tiles import (BM64_CLUSTER, BM64_TILE_M, ONE_TILE, WORDS, TilesChoice, TilesRule,
+                                                one_tile_bn)
 from gemm_ladder.library.kernel import KernelConfig, Operands
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES, OperandView, operand_view
 from gemm_ladder.library.repack import aligned_pitch
@@ -425,7 +428,7 @@ def _small_m_at(m: int, bn: int, a_major: str, b_major: str, c_path: OutputPath,
 
 def _small_m_families(m: int, n: int, k: int, tiles_rule: TilesRule) -> list[tuple[int, TilesChoice]]:
     """The small-M kernel's buckets for the kernel's (M, N, K), with the tile choice of each: the
-    bucket ``tiles_rule`` picks, and when that is two tiles, one tile after it (a fallback
+    bucket ``tiles_rule`` picks, and when that is more than one tile, one tile after it (a fallback
     :func:`choose` takes only when it copies less: a bucket below 64 reads an MN-major A only from a
     copy)."""
     if K.small_m(m) is None:
@@ -434,8 +437,10 @@ def _small_m_families(m: int, n: int, k: int, tiles_rule: TilesRule) -> list[tup
     choice = tiles_rule.choose(m, n, k)
     out = [(choice.bn, choice)]
     if choice.tiles > 1:
-        why = f"one tile: two tiles of BN {choice.bn} would copy more here (the table's choice: {choice.why})"
-        out.append((one, TilesChoice(one_tile_bn(m), 1, why, choice.provenance, choice.general_why)))
+        why = (f"one tile: {WORDS.get(choice.tiles, choice.tiles)} tiles of BN {choice.bn} would copy more here "
+               f"(the table's choice: {choice.why})")
+        out.append((one, TilesChoice(one_tile_bn(m), 1, why, choice.provenance, choice.general_why,
+                                     choice.general_bm64_bn)))
     return out
 
 
@@ -522,12 +527,17 @@ def choose(routes: list[Route], model: CostModel) -> Route | None:
     eligible = [r for r in small if least_general is None or r.repack_cost - _cost(r.a_path) <= least_general]
     if eligible:  # ties: the first listed (the table's bucket before its one-tile fallback)
         best = min(eligible, key=lambda r: (r.repack_cost, r.c_path.transposed))
-        why = best.tiles.general_why if best.tiles is not None else None
-        # The table measured the general kernel faster here (in place, as the tune times it): taken
-        # when one of its timed widths copies no more than the small-M route does.
-        if why and any(r.bn in model.k_iter_us and r.repack_cost <= best.repack_cost for r in general):
-            cheap = [r for r in general if r.repack_cost <= best.repack_cost]
-            return replace(_choose_general(cheap, model), small_m_table=best.tiles)
+        table = best.tiles
+        cheap = [r for r in general if r.repack_cost <= best.repack_cost]
+        # The table measured a general configuration faster here (in place, as the tune times it): taken
+        # when the general kernel has a route of it (the 64-row one-CTA build at the table's BN, or any of
+        # its timed widths for its route) that copies no more than the small-M route does.
+        if table is not None and table.general_why and table.general_bm64_bn is not None:
+            forced = choose_general_build(cheap, model, bm=BM64_TILE_M, cluster=BM64_CLUSTER, bn=table.general_bm64_bn)
+            if forced is not None:
+                return replace(forced, small_m_table=table)
+        elif table is not None and table.general_why and any(r.bn in model.k_iter_us for r in cheap):
+            return replace(_choose_general(cheap, model), small_m_table=table)
         return replace(best, options=(*best.options, ("splits", None)))
     if not general:
         return None
@@ -558,3 +568,17 @@ def _choose_general(general: list[Route], model: CostModel) -> Route:
     cand, r = ranked[0]
     return replace(r, options=(*r.options, ("split", cand.work.split)), candidates=tuple(c for c, _ in ranked),
                    untimed_bns=untimed)
+
+
+def choose_general_build(routes: list[Route], model: CostModel, *, bm: int, cluster: int,
+                         bn: int | None = None) -> Route | None:
+    """The general kernel's route of one build among ``routes``: ``bm``-row tiles, ``cluster`` CTAs per
+    cluster, tile width ``bn`` (None: any), chosen as :func:`choose` chooses among general routes (the
+    fewest repack bytes, then the (BN, split) the cost model ranks fastest); None where ``routes`` has
+    no route of that build at a width the cost table times (``k_iter_us``, and ``bm64_k_iter_scale`` for
+    64 rows). What the small-M table's GENERAL_BM64 answer runs, and what bench/library_small_m.py
+    --tune times for it (dispatch/small_m_tiles.py)."""
+    ok = [r for r in routes if r.kind == "general" and r.config.tile[0] == bm and r.config.cluster == cluster
+          and (bn is None or r.bn == bn) and r.bn in model.k_iter_us
+          and (bm == 128 or r.bn in model.bm64_k_iter_scale)]
+    return _choose_general(ok, model) if ok else None
