@@ -90,8 +90,8 @@ def test_a_table_without_general_times_reads_as_before():
     shipped one with its general fields removed): every decision keeps the small-M kernel, no choice names
     the general kernel, the tile counts are the entry's, and the JSON round trip is unchanged."""
     shipped = json.loads(TABLE_PATH.read_text())[KEY]
-    old = {**shipped, "decisions": [{key: v for key, v in d.items() if key not in ("general_us", "general_route",
-                                                                                     "kernel")}
+    general_keys = ("general_us", "general_route", "kernel", "general_bm64_us", "general_bm64_bn", "general_bm64_route")
+    old = {**shipped, "decisions": [{key: v for key, v in d.items() if key not in general_keys}
                                     for d in shipped["decisions"]]}
     rule = TilesRule.from_json(old)
     assert rule.decisions and all(d.general_us is None and d.kernel == SMALL_M for d in rule.decisions)

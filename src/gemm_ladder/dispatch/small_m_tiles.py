@@ -33,8 +33,9 @@ three- and four-tile counts and the 64-row build were timed), this is the earlie
 more than 2% below one tile, then the route when more than 2% below that. A decision without a
 general time keeps the small-M kernel.
 
-Not tuned yet: the shipped entry (see its ``provenance``) has only one- and two-tile and route times;
-the three- and four-tile counts and the 64-row build take part once ``--tune`` is run again on the GPU.
+The shipped entry (its ``provenance``: the H200 tune of 2026-12-04, 80 (M, N, K) over ten (N, K)) takes
+all of them: of its 80 decisions, 32 the general kernel's route, 12 its 64-row one-CTA build, and the
+small-M kernel in one (12), two (6), three (4) and four (14) tiles.
 
 Lookup (:meth:`TilesRule.choose`), for the kernel's (M, N, K):
 
@@ -378,9 +379,12 @@ class TilesRule:
 
 
 def _general_bns() -> tuple[int, ...]:
-    from gemm_ladder.dispatch.kernels import general_bns
+    """The widths the general kernel has builds at (library/gemm.py's), read there rather than through
+    dispatch.kernels.general_bns, which tests narrow to steer the cost model: a width the route cannot
+    launch leaves the small-M kernel in place (route.choose), it does not make the table malformed."""
+    from gemm_ladder.library.gemm import K_MAJOR_B_TILE_N, TILE_N
 
-    return general_bns()
+    return tuple(sorted({*TILE_N, *K_MAJOR_B_TILE_N}, reverse=True))
 
 
 #: The rule with no entry: one tile everywhere.
