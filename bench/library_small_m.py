@@ -93,8 +93,13 @@ NK = ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192))
 #: (bench/results/2026-12-04_tiles_forced_small_m_bm64_7555144.json) that are far from these in the
 #: lookup's log distance: BERT-large's output.dense and ViT-L's fc2 (1024 x 4096), ViT-L's qkv (3072 x
 #: 1024), GPT-2's MLP (768 x 3072 and 3072 x 768). Its 768 x 768 and 3584 x 3584 are left to 1024 x 1024's
-#: and 4096 x 4096's decisions, and 6144 x 4096 to 4096 x 4096's.
-TUNE_NK = NK + ((1024, 1024), (4096, 1024), (1024, 4096), (3072, 1024), (768, 3072), (3072, 768))
+#: and 4096 x 4096's decisions. And three weights larger than their nearest timed shape's, whose decisions
+#: would otherwise come from a weight that L2 holds t times over and theirs does not: Llama-3's qkv
+#: (6144 x 4096: 4096 x 4096's four tiles ran it 2x slower, 46.1 against 23.7 us at M = 64,
+#: bench/results/2026-12-04_shapes_real_5models_20a70b3.json), Phi-3's qkv (9216 x 3072) and Qwen2.5's
+#: down (3584 x 18944).
+TUNE_NK = NK + ((1024, 1024), (4096, 1024), (1024, 4096), (3072, 1024), (768, 3072), (3072, 768),
+                (6144, 4096), (9216, 3072), (3584, 18944))
 TARGET_FAST, TARGET_FAST_M, TARGET_ALL, AIM_COPY_FRACTION = 1.3, (1, 16, 64), 1.0, 0.8
 #: M values the tune decides at: the top of each bucket with a smaller one to split into, 96, and
 #: ViT's 197 (196 patches and the class token; the forced run's M = 64, 128 and 256 are here already).
