@@ -150,9 +150,10 @@ def test_swapped_orientation(m, n, k):
 
 
 def test_small_m_kernel_in_both_orientations():
-    # Shapes the route sends to the small-M kernel (M = 200: two M tiles; it takes the general kernel at
-    # 200 x 1000 x 512 since the 2026-12-03 small-M rule). The assert keeps the test on that kernel.
-    for m, n, k in ((1, 4096, 512), (16, 4096, 512), (200, 2048, 4096), (1000, 64, 512), (4096, 8, 512)):
+    # Shapes the route sends to the small-M kernel (200 x 1024 x 4096: four M tiles by the table tuned at
+    # 4cc6b09, timed at that N x K; 200 x 2048 x 4096 takes the general kernel since; 1000 x 64 x 4096 swapped,
+    # two tiles: 1000 x 64 x 512 takes the general kernel since). The assert keeps the test on that kernel.
+    for m, n, k in ((1, 4096, 512), (16, 4096, 512), (200, 1024, 4096), (1000, 64, 4096), (4096, 8, 512)):
         x, w = rnd(m, k), rnd(n, k)
         route = decide(x, w.T, torch.empty(m, n, device="cuda", dtype=BF16), given=True)
         assert route.kind == "small_m", (m, n, k, route.kind)

@@ -270,7 +270,10 @@ def test_the_lookup_returns_the_64_row_build():
             "tile) and 9.9 us (the route, general BM 64 BN 64, 1 CTA per cluster, split none); faster than the "
             "small-M kernel by more than 2%") in c.general_why
     assert "faster than the route by more than 2%" in rule.choose(128, 4096, 4096).general_why
-    assert rule.choose(120, 4000, 1100).general_bm64_bn == 128  # the nearest timed M and N x K
+    assert rule.choose(120, 4096, 1024).general_bm64_bn == 128  # the nearest timed M, the N x K timed
+    # Away from the timed N x K the 64-row build is not borrowed: the small-M and route times decide.
+    c = rule.choose(120, 4000, 1100)
+    assert c.general_bm64_bn is None and "taken only at the N x K they were timed at" in c.why
     c = rule.choose(197, 3072, 1024)  # the route's answer: no 64-row BN
     assert c.general_why and c.general_bm64_bn is None and "the general kernel faster" in c.general_why
 
@@ -345,3 +348,23 @@ def test_the_tunes_rows_with_64_row_times_make_the_table():
     assert [(d.kernel, d.tiles) for d in rule.decisions] == [(GENERAL_BM64, 1), (SMALL_M, 4)]
     assert rule.choose(128, 4096, 1024).general_bm64_bn == 64 and rule.choose(197, 4096, 1024).tiles == 4
     assert "64-row build with one CTA per cluster when its median is more than 2%" in out[KEY]["rule"]
+
+
+def test_swiglus_small_m_path_keeps_the_small_m_kernel(monkeypatch):
+    """swiglu's small-M path decides both products with the table's tile counts but never its general
+    answers (timed for plain GEMMs: dispatch.tiles_rule_small_m_only), while a plain GEMM of the same
+    shape takes the general kernel the table names."""
+    from gemm_ladder.dispatch import swiglu_small_m
+
+    rule = bm64_rule({(64, 4096, 1024): (9.9, 8.0, 128)})
+    monkeypatch.setattr(dispatch, "_tiles", rule)
+    monkeypatch.setattr(dispatch, "_tiles_small_m", None)
+    assert dispatch.decide(meta(64, 1024), meta(4096, 1024).T, meta(64, 4096), given=True).kind == "general"
+    only = dispatch.tiles_rule_small_m_only()
+    assert only is dispatch.tiles_rule_small_m_only()  # read once: the route cache keys on it
+    assert all(d.kernel == SMALL_M and d.general_us is None and d.general_bm64_us is None for d in only.decisions)
+    assert [d.tiles for d in only.decisions] == [d.tiles for d in rule.decisions]
+    x, wg, wu = meta(64, 1024), meta(4096, 1024), meta(4096, 1024)
+    up = torch.empty(64, 4096, dtype=torch.float32, device="meta")
+    r_up, r_gate = swiglu_small_m._routes(x, wg, wu, up, meta(64, 4096))
+    assert r_up.kind == r_gate.kind == "small_m"

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gemm_ladder.dispatch.heuristic import TABLE_PATH
@@ -77,6 +77,8 @@ BM64_TILE_M, BM64_CLUSTER = 64, 1
 #: The tile counts the rule decides among, and their words (the JSON keys ``<word>_tile_us``).
 TILE_COUNTS = (1, 2, 3, 4)
 WORDS = {1: "one", 2: "two", 3: "three", 4: "four"}
+#: The run that showed three and four tiles (and the 64-row build) do not carry to a neighbouring N x K.
+MIN_TILES_EVIDENCE = "bench/results/2026-12-04_shapes_real_5models_bf16_cd0fc03.json"
 #: The provenance of a table with no small-M entry.
 NO_ENTRY = "no small_m entry in the dispatch table: one tile everywhere (the smallest bucket >= M)"
 
@@ -200,6 +202,16 @@ class Decision:
         """The bucket ``tiles`` tiles were timed in (at this decision's M)."""
         return tile_bn(self.m, tiles)
 
+    def restricted(self, tie: float = TIE) -> "Decision":
+        """This decision on its one- and two-tile and route times alone (three and four tiles and the
+        64-row build dropped, tile count and kernel decided again by the rule): what the lookup uses
+        away from the (N, K) it was timed at (:meth:`TilesRule.choose`)."""
+        tiles = decide_tiles({1: self.one_tile_us, 2: self.two_tile_us}, tie)
+        small = self.one_tile_us if tiles == 1 else self.two_tile_us
+        return replace(self, tiles=tiles, three_tile_us=None, four_tile_us=None, general_bm64_us=None,
+                       general_bm64_bn=None, general_bm64_route=None,
+                       kernel=decide_general(small, self.general_us, None, tie))
+
     def to_json(self) -> dict:
         out = {"m": self.m, "n": self.n, "k": self.k, "tiles": self.tiles, "one_tile_bn": one_tile_bn(self.m),
                "two_tile_bn": two_tile_bn(self.m), "one_tile_us": round(self.one_tile_us, 3),
@@ -289,12 +301,23 @@ class TilesRule:
             return TilesChoice(one, 1, f"not measured for M in BN {one}'s range {where}: one tile (the default)",
                                self.provenance)
         d = min(same, key=lambda d: (abs(d.m - m), -d.m))
+        borrowed = ""
+        if (d.n, d.k) != (n, k) and (d.tiles > 2 or d.kernel == GENERAL_BM64):
+            # Three or four tiles, or the 64-row build, only at the (N, K) they were timed at: how their
+            # units fill the SMs (N / 128 x tiles against 132) and whether t reads of the weight stay in L2
+            # change between neighbouring shapes (measured: four tiles borrowed from 4096 x 4096 ran
+            # 4608 x 3584 at M = 64 in 26.1 us, MIN_TILES_EVIDENCE, where two tiles had run it in 19.1,
+            # bench/results/2026-12-04_shapes_real_dd7709e.json). Elsewhere
+            # the nearest shape's one- and two-tile and route times decide, as before those were timed.
+            d = d.restricted(self.tie)
+            borrowed = (f" (three and four tiles and the 64-row build are taken only at the N x K they were timed "
+                        f"at; here the one- and two-tile and route times decide)")
         # Buckets named as at the kernel's M for one and two tiles (the same across a one-tile bucket's
         # range), as timed for three and four (their buckets vary across it).
         timed = ", ".join(f"{_tiles_words(t)} (BN {tile_bn(m, t) if t <= 2 else d.bn(t)}) {us:.1f} us"
                           for t, us in d.tile_us.items())
         why = (f"timed at M = {d.m}, {d.n} x {d.k} (the nearest timed N x K): {timed}; "
-               f"{_tiles_verdict(d, self.tie)}")
+               f"{_tiles_verdict(d, self.tie)}{borrowed}")
         bn = tile_bn(m, d.tiles) if d.tiles <= 2 else d.bn(d.tiles)
         general, bm64 = None, None
         if d.kernel in (GENERAL, GENERAL_BM64):
@@ -313,6 +336,15 @@ class TilesRule:
                            f"({d.general_bm64_route or f'BM 64 BN {bm64}'}) against {small}{route}; faster than "
                            f"{'the route' if route_won else 'the small-M kernel'} by more than {self.tie:.0%}")
         return TilesChoice(bn, -(-m // bn), why, self.provenance, general, bm64)
+
+    def small_m_only(self) -> "TilesRule":
+        """This rule with every decision's kernel the small-M one (tile counts kept, general times
+        dropped): for a product the general times were not measured for (swiglu's small-M path: its up
+        product writes float32 and its gate product carries the gated epilogue; the table timed plain
+        GEMMs)."""
+        return replace(self, decisions=tuple(replace(d, general_us=None, general_route=None, general_bm64_us=None,
+                                                      general_bm64_bn=None, general_bm64_route=None, kernel=SMALL_M)
+                                              for d in self.decisions))
 
     def buckets(self) -> set[int]:
         """Every bucket :meth:`choose` can return (the one-tile buckets, and the bucket of each decision

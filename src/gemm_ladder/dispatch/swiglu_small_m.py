@@ -55,9 +55,12 @@ def reason(m: int) -> str:
 
 
 def _routes(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, up: torch.Tensor, out2: torch.Tensor):
-    from gemm_ladder.dispatch import decide
+    """The two products' routes, on the small-M kernel in the table's tile counts (never its general
+    answers, timed for plain GEMMs: dispatch.tiles_rule_small_m_only)."""
+    from gemm_ladder.dispatch import decide, tiles_rule_small_m_only
 
-    return decide(x2, w_up.T, up, given=True), decide(x2, w_gate.T, out2, given=True)
+    tiles = tiles_rule_small_m_only()
+    return decide(x2, w_up.T, up, given=True, tiles=tiles), decide(x2, w_gate.T, out2, given=True, tiles=tiles)
 
 
 def run(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out2: torch.Tensor) -> None:
