@@ -341,3 +341,30 @@ def test_explain_scaled_mm_on_meta():
     assert small["tile"]["BN"] == 64 and small["stages"] == 8 and small["copies"] == []
     with pytest.raises(GemmInputError):
         gemm_ladder.explain_scaled_mm(a, b.T, sa, sb)
+
+
+def test_tensor_maps_are_encoded_once_per_address(monkeypatch):
+    """The launch's tensor maps come from a cache keyed by every input of the encoding: a second call on
+    the same tensors encodes nothing, a new activation address encodes only its own map, and a map of
+    another box (another tile width) is another entry."""
+    encoded = []
+    monkeypatch.setattr(fp8, "_MAPS", {})
+    monkeypatch.setattr(fp8, "encode_tiled", lambda kwargs: encoded.append(kwargs) or kwargs)
+    monkeypatch.setattr(fp8, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(fp8, "_stream", lambda device: None)
+    rec = _Recorder()
+    monkeypatch.setattr(Fp8Kernel, "loaded", lambda self, device: rec)
+    qa, sa = quantize_fp8(torch.randn(1000, 1024), (1, 128))
+    qw, sw = quantize_fp8(torch.randn(1040, 1024), (128, 128))
+    call = check_scaled_mm(qa, qw.T, sa, sw.T, device_type="cpu")
+    out = torch.empty((1000, 1040), dtype=torch.bfloat16)
+    fp8.scaled_mm_launch(qa, qw.T, sa, sw.T, None, call, out)
+    assert len(encoded) == 4  # a, b, scale_a, c
+    fp8.scaled_mm_launch(qa, qw.T, sa, sw.T, None, call, out)
+    assert len(encoded) == 4 and rec.calls[0][1][:4] == rec.calls[1][1][:4]
+    qa2 = qa.clone()  # a new activation at a new address: only a's map is new
+    fp8.scaled_mm_launch(qa2, qw.T, sa, sw.T, None, call, out)
+    assert len(encoded) == 5 and encoded[-1]["globalAddress"] == qa2.data_ptr()
+    assert encoded[1]["boxDim"] == [128, 64]  # the launch's tile width here: 8 x 17 tiles of 64 (fewer than the SMs at 128)
+    fp8.scaled_mm_launch(qa2, qw.T, sa, sw.T, None, call, out, kernel=Fp8Kernel("blockwise", bn=128, store="tma"))
+    assert len(encoded) == 6 and encoded[-1]["boxDim"] == [128, 128]  # b's map at the other tile width

@@ -62,6 +62,7 @@ from gemm_ladder.design.tensor_maps import TensorMapSpec
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
 from gemm_ladder.library import kernel as K
 from gemm_ladder.library.kernel import DATA_PARALLEL, STORE_REGISTERS, STORE_TMA, STREAM_K, KernelConfig, Operands
+from gemm_ladder.library.lru import cached
 from gemm_ladder.runtime.compiler import compile_kernel
 from gemm_ladder.runtime.module import device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
@@ -510,12 +511,25 @@ def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
     return xs < ye and ys < xe
 
 
+#: Encoded tensor maps, per everything a map encodes (the address, dtype, extents, pitch, box, swizzle):
+#: a weight's maps are encoded once, an activation's again only when its address is new. The host's
+#: share of a decode call is most of its time (bench/results/logs/2026-12-04_fp8_small_m_floor_20a70b3.json:
+#: do_bench 140-290 us a call against 6-37 us of kernel), and each map was validated and encoded per call.
+MAP_CACHE_SIZE = 256
+_MAPS: dict = {}
+
+
 def _map(name: str, ptr: int, data_type: str, elem_bytes: int, dims: tuple[int, int], pitch_bytes: int,
          box: tuple[int, int], swizzle: str):
-    spec = TensorMapSpec(name=name, description=f"fp8 GEMM {name}", data_type=data_type, elem_bytes=elem_bytes,
-                         rank=2, global_dim=dims, global_strides=(pitch_bytes,), box_dim=box,
-                         element_strides=(1, 1), swizzle=swizzle)
-    return encode_tiled(spec.encode_kwargs(ptr))
+    """The encoded rank-2 tensor map of ``name`` at ``ptr``, from :data:`_MAPS` when encoded before (the
+    key is every input of the encoding, so a hit is the same map)."""
+    def make():
+        spec = TensorMapSpec(name=name, description=f"fp8 GEMM {name}", data_type=data_type, elem_bytes=elem_bytes,
+                             rank=2, global_dim=dims, global_strides=(pitch_bytes,), box_dim=box,
+                             element_strides=(1, 1), swizzle=swizzle)
+        return encode_tiled(spec.encode_kwargs(ptr))
+    key = (name, ptr, data_type, elem_bytes, tuple(dims), pitch_bytes, tuple(box), swizzle)
+    return cached(_MAPS, key, make, MAP_CACHE_SIZE)
 
 
 def tile_n(m: int, n: int, sms: int, quantized: bool = False) -> int:
