@@ -1,7 +1,7 @@
 """The fp8 GEMM's benchmark: ``gemm_ladder.scaled_mm`` against ``torch._scaled_mm`` of each scaling and bf16
 ``torch.mm``, interleaved in one run (issue 25).
 
-    python bench/fp8.py [--quick] [--shapes MxNxK,...] [--split auto|none|both] [-o OUT.json]
+    python bench/fp8.py [--quick] [--shapes MxNxK,...] [--split auto|none|both] [--tile-m 128|auto|both] [-o OUT.json]
 
 Per shape (M x N x K: a (M, K), weight w (N, K), b = w.T), on the same quantized tensors:
 
@@ -21,6 +21,11 @@ choice), "none" (the split turned off, fp8.SPLIT_DEFAULT), or "both": where the 
 launch of the same call is timed too, interleaved with the others (``ours_<scheme>_nosplit``), and the row
 gets ``median_ms_nosplit`` and ``ratio_nosplit`` (unsplit time over split time: > 1, the split is faster);
 None where nothing is split.
+
+Tile height (library/fp8.py ``tile_m``): each of our rows records it (``bm``). ``--tile-m``: "128" (default:
+the library's default), "auto" (64-row tiles where M <= 64), or "both": "auto", and where it takes 64 rows
+the 128-row launch of the same call is timed too, interleaved (``ours_<scheme>_rows128``): the row gets
+``median_ms_rows128`` and ``ratio_rows128`` (the 128-row time over the 64-row one: > 1, 64 rows faster).
 
 Rows (``rows: [{M, N, K, scheme, fused_quant, tflops, ratio_torch, split, ...}]``): ``ratio_torch`` is
 torch's time over ours for the same scheme (> 1: ours faster); for ``bf16_mm`` rows it is None. The
@@ -69,25 +74,38 @@ def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
     return ((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
 
 
-def unsplit(fn):
-    """``fn`` run with the library's split turned off (fp8.SPLIT_DEFAULT = "none" during the call)."""
+def with_default(fn, name: str, value: str):
+    """``fn`` run with the library's ``fp8.<name>`` set to ``value`` during the call only."""
     def run(x, y):
-        before, fp8.SPLIT_DEFAULT = fp8.SPLIT_DEFAULT, "none"
+        before = getattr(fp8, name)
+        setattr(fp8, name, value)
         try:
             return fn(x, y)
         finally:
-            fp8.SPLIT_DEFAULT = before
+            setattr(fp8, name, before)
     return run
 
 
+def unsplit(fn):
+    """``fn`` run with the library's split turned off (fp8.SPLIT_DEFAULT = "none" during the call)."""
+    return with_default(fn, "SPLIT_DEFAULT", "none")
+
+
+def rows128(fn):
+    """``fn`` run with 128-row tiles (fp8.TILE_M_DEFAULT = "128" during the call)."""
+    return with_default(fn, "TILE_M_DEFAULT", "128")
+
+
 def split_of(*args, **kwargs) -> dict:
-    """The split-K schedule scaled_mm runs for these arguments (explain_scaled_mm's fields)."""
+    """The split-K schedule and tile height scaled_mm runs for these arguments (explain_scaled_mm's fields)."""
     e = gemm_ladder.explain_scaled_mm(*args, **kwargs)
-    return {"split": e["split"], "grid": e["grid"], "contributors": e["contributors"]}
+    return {"split": e["split"], "grid": e["grid"], "contributors": e["contributors"], "bm": e["tile"]["BM"]}
 
 
-def run_shape(m: int, n: int, k: int, budget: float, both: bool = False) -> tuple[list[dict], bool]:
-    """Time and check one shape; ``both``: also the unsplit launch where the library splits."""
+def run_shape(m: int, n: int, k: int, budget: float, both: bool = False,
+              both_tile_m: bool = False) -> tuple[list[dict], bool]:
+    """Time and check one shape; ``both``: also the unsplit launch where the library splits;
+    ``both_tile_m``: also the 128-row launch where the library takes 64-row tiles."""
     a = torch.randn((m, k), device="cuda")
     w = torch.randn((n, k), device="cuda") / math.sqrt(k)
     a16, w16 = a.bfloat16(), w.bfloat16()
@@ -120,6 +138,11 @@ def run_shape(m: int, n: int, k: int, budget: float, both: bool = False) -> tupl
             good_nosplit = e_torch is None or e_nosplit <= 1.5 * e_torch + 1e-6
             ok &= good_nosplit and math.isfinite(e_nosplit)
             errors[f"err_{scheme}_nosplit"] = e_nosplit
+        if both_tile_m and splits[scheme]["bm"] == 64:
+            fns[f"ours_{scheme}_rows128"] = rows128(fns[f"ours_{scheme}"])
+            e_128 = rel_err(rows128(lambda x, y, s=scheme: gemm_ladder.scaled_mm(*args[s]))(None, None)[:CHECK_ROWS], ref)
+            ok &= (e_torch is None or e_128 <= 1.5 * e_torch + 1e-6) and math.isfinite(e_128)
+            errors[f"err_{scheme}_rows128"] = e_128
     fns["bf16_mm"] = lambda x, y: torch.mm(a16, w16.T)
     # The quantized output (blockwise in, e4m3 with 1 x 128 scales out) against the GEMM then quantize_fp8.
     blk = args["blockwise"]
@@ -143,7 +166,8 @@ def run_shape(m: int, n: int, k: int, budget: float, both: bool = False) -> tupl
                      "median_ms": t_ours, "torch_tflops": flop / t_torch / 1e9 if t_torch else None,
                      "spread": times[f"ours_{scheme}"].spread, "err": e_ours, "err_torch": e_torch,
                      "correct": good, "torch_refused": errors.get(scheme), **splits[scheme],
-                     **_nosplit(times, f"ours_{scheme}", errors.get(f"err_{scheme}_nosplit"))})
+                     **_nosplit(times, f"ours_{scheme}", errors.get(f"err_{scheme}_nosplit")),
+                     **_other(times, f"ours_{scheme}", "rows128", errors.get(f"err_{scheme}_rows128"))})
     t_fq = times["ours_blockwise_fq"].median_ms
     t_tq = times["torch_blockwise_then_quant"].median_ms if "torch_blockwise_then_quant" in times else None
     rows.append({"M": m, "N": n, "K": k, "scheme": "blockwise", "fused_quant": True, "tflops": flop / t_fq / 1e9,
@@ -156,13 +180,18 @@ def run_shape(m: int, n: int, k: int, budget: float, both: bool = False) -> tupl
     return rows, ok
 
 
+def _other(times: dict, name: str, variant: str, err: float | None = None) -> dict:
+    """The ``variant`` launch's median and its time over the library's (None where it was not timed)."""
+    if f"{name}_{variant}" not in times:
+        return {f"median_ms_{variant}": None, f"ratio_{variant}": None}
+    t = times[f"{name}_{variant}"].median_ms
+    return {f"median_ms_{variant}": t, f"ratio_{variant}": t / times[name].median_ms,
+            **({f"err_{variant}": err} if err is not None else {})}
+
+
 def _nosplit(times: dict, name: str, err: float | None = None) -> dict:
     """The unsplit launch's median and its time over the split one's (None where it was not timed)."""
-    if f"{name}_nosplit" not in times:
-        return {"median_ms_nosplit": None, "ratio_nosplit": None}
-    t = times[f"{name}_nosplit"].median_ms
-    return {"median_ms_nosplit": t, "ratio_nosplit": t / times[name].median_ms,
-            **({"err_nosplit": err} if err is not None else {})}
+    return _other(times, name, "nosplit", err)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,15 +200,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default=None, help="comma list of MxNxK (overrides the sets)")
     parser.add_argument("--split", choices=("auto", "none", "both"), default="auto",
                         help="split K as the library chooses (auto), never (none), or time both where it splits")
+    parser.add_argument("--tile-m", choices=("128", "auto", "both"), default="128",
+                        help="128-row tiles (128), 64-row tiles where M <= 64 (auto), or auto and the 128-row "
+                             "launch timed too where it takes 64 rows (both)")
     add_output_argument(parser)
     args = parser.parse_args(argv)
     require_gpu(__file__)
     fp8.SPLIT_DEFAULT = "none" if args.split == "none" else "auto"
+    fp8.TILE_M_DEFAULT = "128" if args.tile_m == "128" else "auto"
     torch.manual_seed(0)
     rows, ok = [], True
     budget = 0.15 if args.quick else 0.3
     for m, n, k in shapes(args.quick, args.shapes):
-        shape_rows, good = run_shape(m, n, k, budget, both=args.split == "both")
+        shape_rows, good = run_shape(m, n, k, budget, both=args.split == "both", both_tile_m=args.tile_m == "both")
         ok &= good
         rows += shape_rows
         for r in shape_rows:
@@ -190,9 +223,13 @@ def main(argv: list[str] | None = None) -> int:
                 extra += f" split over {r['grid']} CTAs (<= {r['contributors']} per tile)"
                 if r.get("ratio_nosplit"):
                     extra += f", unsplit {r['ratio_nosplit']:.3f}x slower"
+            if r.get("bm") == 64:
+                extra += " 64-row tiles"
+                if r.get("ratio_rows128"):
+                    extra += f", 128 rows {r['ratio_rows128']:.3f}x slower"
             print(f"{m}x{n}x{k} {r['scheme']:>10}: {r['tflops']:7.1f} TFLOP/s  vs torch {ratio}{extra}", flush=True)
         torch.cuda.empty_cache()
-    save({"rows": rows, "quick": args.quick, "split": args.split}, "fp8_quick" if args.quick else "fp8", args.output)
+    save({"rows": rows, "quick": args.quick, "split": args.split, "tile_m": args.tile_m}, "fp8_quick" if args.quick else "fp8", args.output)
     if not ok:
         print("a result was wrong (err above 1.5x torch's): see the rows' 'correct'", file=sys.stderr)
     return 0 if ok else 1

@@ -4,7 +4,7 @@
     compute-sanitizer --tool racecheck python3 bench/sanitize_families.py
 
 The general kernel (tails; a stream-K split; its 64-row builds forced, and through linear), small-M, linear with fused epilogues, swiglu (small-M and
-general), scaled_mm (tensorwise, rowwise, blockwise), grouped_mm (along M with empty and one-row
+general), scaled_mm (tensorwise, rowwise, blockwise; and the 64-row build forced, whole and split), grouped_mm (along M with empty and one-row
 groups, along K), grouped_linear and grouped_mm_masked: each once, so the sanitizer sees every family,
 and each result checked against float64 of its inputs (relative Frobenius error <= 2e-2; fp8 against
 the dequantized inputs). Builds are compiled here first if not cached, which is slow under the
@@ -73,6 +73,19 @@ def main(argv: list[str] | None = None) -> int:
         qw, sw = quantize_fp8(torch.randn(640, 1024, device="cuda") / 32, bw)
         check(f"scaled_mm {mode}", g.scaled_mm(qa, qw.T, sa, sw.T if sw.dim() == 2 else sw),
               dequantize(qa, sa, ba).double() @ dequantize(qw, sw, bw).double().T)
+    # The 64-row fp8 build, forced: 100 rows (two 64-row tiles, a tail), whole and split along K.
+    from gemm_ladder.library import fp8 as fp8_lib
+
+    for mode, (ba, bw) in FP8_BLOCKS.items():
+        for split, k in ((False, 1040), (True, 7232)):
+            qa, sa = quantize_fp8(torch.randn(100, k, device="cuda"), ba)
+            qw, sw = quantize_fp8(torch.randn(1536, k, device="cuda") / 32, bw)
+            sb = sw.T if sw.dim() == 2 else sw
+            out = torch.full((100, 1536), float("nan"), device="cuda", dtype=torch.bfloat16)
+            fp8_lib.scaled_mm_launch(qa, qw.T, sa, sb, None, fp8_lib.check_scaled_mm(qa, qw.T, sa, sb), out,
+                                     kernel=fp8_lib.Fp8Kernel(mode, bn=64, store="tma", split=split, bm=64))
+            check(f"scaled_mm {mode} 64 rows{' split' if split else ''}", out,
+                  dequantize(qa, sa, ba).double() @ dequantize(qw, sw, bw).double().T)
 
     E, K, N = 8, 512, 384
     ends = [0, 1, 130, 130, 400, 777, 900, 1000]  # an empty first group, a one-row group, an empty one

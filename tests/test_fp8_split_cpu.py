@@ -138,8 +138,8 @@ def _patched_launch(monkeypatch):
         built.append(self)
         return rec
 
-    def workspace(stream, plan, bn):
-        workspaces.append((plan.workspace_floats(1, 2, bn), plan.counters(1, 2)))
+    def workspace(stream, plan, bn, consumers=2):
+        workspaces.append((plan.workspace_floats(1, consumers, bn), plan.counters(1, consumers)))
         return 0x1000, 0x2000
 
     monkeypatch.setattr(Fp8Kernel, "loaded", loaded)
@@ -241,7 +241,7 @@ def test_bench_times_the_unsplit_launch_beside_the_split_one(monkeypatch, capsys
     monkeypatch.setattr(fp8, "SPLIT_DEFAULT", "auto")
     seen = module.unsplit(lambda x, y: (fp8.SPLIT_DEFAULT, gemm_ladder.explain_scaled_mm(*_meta(64, 4096, 14336))["split"]))
     assert seen(None, None) == ("none", "none") and fp8.SPLIT_DEFAULT == "auto"
-    assert module.split_of(*_meta(64, 4096, 14336)) == {"split": "all", "grid": SMS, "contributors": 3}
+    assert module.split_of(*_meta(64, 4096, 14336)) == {"split": "all", "grid": SMS, "contributors": 3, "bm": 128}
     assert "gl_bench_fp8" not in sys.modules
 
 

@@ -72,12 +72,21 @@ SOURCE = "library/sm90_fp8_gemm.cu"
 FAMILY = "sm90_fp8_gemm"
 KERNEL_NAME = "fp8_gemm_kernel"
 BM = BK = 128
+#: Tile heights: 128 (two consumer warpgroups of 64 rows) or 64 (one: decode's M <= 64, where half of a
+#: 128-row tile is rows past M). The launch takes 128 unless :data:`TILE_M_DEFAULT` says otherwise.
+TILE_M = (128, 64)
+#: The tile height the launch asks for (:func:`tile_m`): "128" always, or "auto" (64 where M <= 64). The
+#: environment's GL_FP8_TILE_M at import, else "128": the 64-row build is not measured on the H200 yet.
+TILE_M_CHOICES = ("128", "auto")
+TILE_M_DEFAULT = os.environ.get("GL_FP8_TILE_M", "128")
 #: Tile widths: 128, or 64 when 128-wide tiles would leave SMs idle (small M or N; not the quantized output).
 TILE_N = (128, 64)
-THREADS = 384
 #: Stages of the ring per tile width: 6 x (16 KiB of A + 16 KiB of B (+ 512 B of scale_a)), 8 x (16 + 8 KiB
 #: (+ 512 B)), within the 227 KiB a block may have.
 STAGES = {128: 6, 64: 8}
+#: Stages of the 64-row tile's ring per tile width: 8 x (8 KiB of A + 16 KiB of B), 13 x (8 + 8 KiB), the
+#: most that fit beside the one consumer's staging buffer.
+STAGES_64_ROWS = {128: 8, 64: 13}
 SCALE_MODES = ("tensorwise", "rowwise", "blockwise")
 #: The promotion interval in K (elements): the kernel adds each 128-wide K block's wgmma result, scaled,
 #: into its fp32 main accumulator.
@@ -115,19 +124,20 @@ MIN_SPLIT_K_BLOCKS = 4
 MIN_SPLIT_TILE_K_BLOCKS = 48
 
 
-def smem_bytes(scale_mode: str, stages: int, bn: int = 128, store: str = STORE_REGISTERS) -> int:
-    """Dynamic shared memory of one CTA: the ring, the TMA store's staging buffers (two consumers' 64 x bn
-    2-byte outputs), the blockwise scale_a ring, barriers, alignment slack."""
-    sa = BM * 4 if scale_mode == "blockwise" else 0
-    staging = 2 * 64 * bn * 2 if store == STORE_TMA else 0
-    return stages * (BM * BK + bn * BK + sa) + staging + 2 * stages * 8 + 1024
+def smem_bytes(scale_mode: str, stages: int, bn: int = 128, store: str = STORE_REGISTERS, bm: int = BM) -> int:
+    """Dynamic shared memory of one CTA: the ring, the TMA store's staging buffers (each consumer's 64 x bn
+    2-byte outputs; a consumer per 64 rows of ``bm``), the blockwise scale_a ring, barriers, alignment slack."""
+    sa = bm * 4 if scale_mode == "blockwise" else 0
+    staging = (bm // 64) * 64 * bn * 2 if store == STORE_TMA else 0
+    return stages * (bm * BK + bn * BK + sa) + staging + 2 * stages * 8 + 1024
 
 
-def stages_for(scale_mode: str, bn: int, store: str) -> int:
-    """The ring's stages: :data:`STAGES` [bn], fewer where the TMA store's staging buffers would pass
-    :data:`SMEM_LIMIT` (BN 128: 6 stages tensorwise and rowwise, 5 blockwise)."""
-    stages = STAGES[bn]
-    while stages > 2 and smem_bytes(scale_mode, stages, bn, store) > SMEM_LIMIT:
+def stages_for(scale_mode: str, bn: int, store: str, bm: int = BM) -> int:
+    """The ring's stages: :data:`STAGES` [bn] (:data:`STAGES_64_ROWS` at ``bm`` 64), fewer where the TMA
+    store's staging buffers would pass :data:`SMEM_LIMIT` (BN 128: 6 stages tensorwise and rowwise, 5
+    blockwise)."""
+    stages = (STAGES if bm == BM else STAGES_64_ROWS)[bn]
+    while stages > 2 and smem_bytes(scale_mode, stages, bn, store, bm) > SMEM_LIMIT:
         stages -= 1
     return stages
 
@@ -182,17 +192,29 @@ class Fp8Kernel:
     overlap: bool = True  # the promotion of block kb overlapped with block kb + 1's wgmmas
     store: str = STORE_REGISTERS  # STORE_TMA: the output staged in shared memory and written by TMA stores
     split: bool = False  # the stream-K split built in (GL_FP8_SPLIT = 1)
+    bm: int = BM  # tile rows: 128 (two consumer warpgroups) or 64 (one; GL_FP8_BM = 64)
 
     def __repr__(self) -> str:
-        # The dataclass's repr, ``split`` named only when set: the repr heads the translation unit and
-        # labels the build, so the builds without the split keep the inputs they had before it existed
-        # (tests/data/build_inputs_grouped_fp8.json).
-        fields = [f for f in dataclasses.fields(self) if f.name != "split" or self.split]
+        # The dataclass's repr, ``split`` and ``bm`` named only when not their defaults: the repr heads the
+        # translation unit and labels the build, so the builds without them keep the inputs they had
+        # before they existed (tests/data/build_inputs_grouped_fp8.json).
+        hidden = {"split": not self.split, "bm": self.bm == BM}
+        fields = [f for f in dataclasses.fields(self) if not hidden.get(f.name, False)]
         return f"Fp8Kernel({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in fields)})"
 
     @property
     def ring_stages(self) -> int:
-        return self.stages or stages_for(self.scale_mode, self.bn, self.store)
+        return self.stages or stages_for(self.scale_mode, self.bn, self.store, self.bm)
+
+    @property
+    def consumers(self) -> int:
+        """Consumer warpgroups: one per 64 rows of the tile."""
+        return self.bm // 64
+
+    @property
+    def threads(self) -> int:
+        """Threads per CTA: the producer warpgroup and the consumers (384 at 128 rows, 256 at 64)."""
+        return 128 * (1 + self.consumers)
 
     def defines(self) -> dict[str, int]:
         """The ``-D`` constants of this build."""
@@ -207,16 +229,17 @@ class Fp8Kernel:
             "GL_FP8_OVERLAP": int(self.overlap),
             "GL_FP8_TMA_STORE": int(self.store == STORE_TMA),
             **({"GL_FP8_SPLIT": 1} if self.split else {}),  # absent, not 0: the unsplit builds' inputs unchanged
+            **({"GL_FP8_BM": self.bm} if self.bm != BM else {}),  # likewise
         }
 
     @property
     def dynamic_smem(self) -> int:
-        return smem_bytes(self.scale_mode, self.ring_stages, self.bn, self.store)
+        return smem_bytes(self.scale_mode, self.ring_stages, self.bn, self.store, self.bm)
 
     @property
     def expect_tx_bytes(self) -> int:
         """The bytes a stage's full barrier waits for (the kernel's kExpectTx): A, B and, blockwise, scale_a."""
-        return BM * BK + self.bn * BK + (BM * 4 if self.scale_mode == "blockwise" else 0)
+        return self.bm * BK + self.bn * BK + (self.bm * 4 if self.scale_mode == "blockwise" else 0)
 
     def ring_config(self, k_iters: int, tiles: int = 1, segments: tuple[int, ...] | None = None):
         """This kernel's stage ring as the auditor models it (:class:`gemm_ladder.audit.ring.RingConfig`):
@@ -238,8 +261,8 @@ class Fp8Kernel:
         if segments is not None:
             k_iters, tiles = max(segments), len(segments)
         return RingConfig(stages=self.ring_stages, k_iters=k_iters, tiles=tiles, tile_k_iters=segments,
-                          release_lag=int(self.overlap), consumers=2,
-                          warp_specialized=True, release_weight=4, bm=BM, bn=self.bn, bk=BK, elem_bytes=1,
+                          release_lag=int(self.overlap), consumers=self.consumers,
+                          warp_specialized=True, release_weight=4, bm=self.bm, bn=self.bn, bk=BK, elem_bytes=1,
                           a_load_bytes=self.expect_tx_bytes - self.bn * BK, expect_tx_bytes=self.expect_tx_bytes,
                           **staging)
 
@@ -261,7 +284,7 @@ class Fp8Kernel:
         """This build loaded on ``device`` (compiled first if needed)."""
         config = self.config()
         return K.loaded(config, device_index(device), lambda: load(
-            self.build(), torch.device("cuda", device_index(device)), threads=THREADS,
+            self.build(), torch.device("cuda", device_index(device)), threads=self.threads,
             dynamic_smem=self.dynamic_smem))
 
 
@@ -274,15 +297,15 @@ def _config(kernel: Fp8Kernel, arch: str) -> KernelConfig:
     if (kernel.scale_mode not in SCALE_MODES or kernel.out_dtype not in _CONFIG_OUT or kernel.bn not in TILE_N
             or not {kernel.a_dtype, kernel.b_dtype} <= set(FP8_DTYPES.values())
             or kernel.store not in (STORE_REGISTERS, STORE_TMA)
-            or kernel.store == STORE_TMA and kernel.out_dtype not in TMA_STORE_OUT):
+            or kernel.store == STORE_TMA and kernel.out_dtype not in TMA_STORE_OUT or kernel.bm not in TILE_M):
         raise ValueError(f"{FAMILY} builds no such configuration: {kernel}")
     if kernel.dynamic_smem > SMEM_LIMIT:  # stages given explicitly: refuse here, not at the driver's load
         raise ValueError(f"{FAMILY}: {kernel} needs {kernel.dynamic_smem} bytes of shared memory, more than the "
                          f"{SMEM_LIMIT} a CTA can have; use fewer stages")
     return KernelConfig(
         FAMILY, dtype=kernel.a_dtype, b_dtype=None if kernel.b_dtype == kernel.a_dtype else kernel.b_dtype,
-        out_dtype=_CONFIG_OUT[kernel.out_dtype], arch=arch, tile=(BM, kernel.bn, BK), stages=kernel.ring_stages,
-        cluster=1, consumers=2, producer_warpgroup=True, c_ring=int(kernel.store == STORE_TMA), store=kernel.store,
+        out_dtype=_CONFIG_OUT[kernel.out_dtype], arch=arch, tile=(kernel.bm, kernel.bn, BK), stages=kernel.ring_stages,
+        cluster=1, consumers=kernel.consumers, producer_warpgroup=True, c_ring=int(kernel.store == STORE_TMA), store=kernel.store,
         schedule=STREAM_K if kernel.split else DATA_PARALLEL,
         scale=kernel.scale_mode, extra=tuple(kernel.defines().items()))
 
@@ -298,7 +321,7 @@ def kernel_for(config: KernelConfig) -> Fp8Kernel:
         kernel = Fp8Kernel(scale_mode=config.scale, a_dtype=config.dtype, b_dtype=config.b_dtype or config.dtype,
                            out_dtype=out, bias=bool(extra.get("GL_FP8_BIAS")), bn=config.tile[1],
                            stages=0, overlap=bool(extra.get("GL_FP8_OVERLAP", 1)), store=config.store,
-                           split=bool(extra.get("GL_FP8_SPLIT", 0)))
+                           split=bool(extra.get("GL_FP8_SPLIT", 0)), bm=config.tile[0])
         if config.stages != kernel.ring_stages:
             kernel = dataclasses.replace(kernel, stages=config.stages)
         same = kernel.config(config.arch) == config
@@ -323,7 +346,8 @@ class Sm90Fp8Gemm:
     splits: tuple[str, ...] = ()
 
     def config(self, scale: str, a_dtype: str = "e4m3", b_dtype: str = "e4m3", out_dtype: str = "bf16", *,
-               bias: bool = False, bn: int = 128, store: str | None = None, split: bool = False) -> KernelConfig:
+               bias: bool = False, bn: int = 128, store: str | None = None, split: bool = False,
+               bm: int = BM) -> KernelConfig:
         """The build for ``scale`` granularity, A and B fp8 dtypes, ``out_dtype`` ("bf16", "fp16", "fp32" or
         "e4m3": quantized), a bias, tile width ``bn``, the output ``store`` (default :data:`STORE_DEFAULT`
         where the dtype allows it), the stream-K ``split`` built in or not; the promotion as the launch
@@ -332,7 +356,7 @@ class Sm90Fp8Gemm:
         if store is None:
             store = STORE_DEFAULT if out in TMA_STORE_OUT else STORE_REGISTERS
         return Fp8Kernel(scale_mode=scale, a_dtype=a_dtype, b_dtype=b_dtype, out_dtype=out, bias=bias, bn=bn,
-                         overlap=OVERLAP_PROMOTION, store=store, split=split).config()
+                         overlap=OVERLAP_PROMOTION, store=store, split=split, bm=bm).config()
 
     def _call(self, config: KernelConfig, problem: Operands) -> ScaledMmCall:
         scale_a, scale_b, bias = problem.more
@@ -532,16 +556,31 @@ def _map(name: str, ptr: int, data_type: str, elem_bytes: int, dims: tuple[int, 
     return cached(_MAPS, key, make, MAP_CACHE_SIZE)
 
 
-def tile_n(m: int, n: int, sms: int, quantized: bool = False) -> int:
-    """The tile width: 128, or 64 when 128-wide tiles are fewer than the SMs (twice the tiles to spread);
-    always 128 for the quantized output (its 1 x 128 scale blocks are whole tiles)."""
+def tile_m(m: int, preferred: str | None = None) -> tuple[int, str]:
+    """The tile height a launch of M rows builds, and why: 128, or (``preferred`` "auto") 64 where M <= 64
+    (one 64-row tile holds M; a 128-row tile's second half would be rows past M). ``preferred``: "128" or
+    "auto" (:data:`TILE_M_CHOICES`; default :data:`TILE_M_DEFAULT`, read at the call). Raises ValueError
+    for an unknown ``preferred``."""
+    preferred = TILE_M_DEFAULT if preferred is None else preferred
+    if preferred not in TILE_M_CHOICES:
+        raise ValueError(f"tile_m = {preferred!r}: use one of {', '.join(TILE_M_CHOICES)}")
+    if preferred == "128":
+        return BM, "128-row tiles (fp8.TILE_M_DEFAULT or GL_FP8_TILE_M: the 64-row build is not measured yet)"
+    if m <= 64:
+        return 64, f"M = {m} <= 64: one 64-row tile holds it (a 128-row tile would be half rows past M)"
+    return BM, f"M = {m} > 64: 128-row tiles"
+
+
+def tile_n(m: int, n: int, sms: int, quantized: bool = False, bm: int = BM) -> int:
+    """The tile width: 128, or 64 when 128-wide tiles (``bm`` rows high) are fewer than the SMs (twice the
+    tiles to spread); always 128 for the quantized output (its 1 x 128 scale blocks are whole tiles)."""
     if quantized:
         return 128
-    return 64 if math.ceil(m / BM) * math.ceil(n / 128) < sms else 128
+    return 64 if math.ceil(m / bm) * math.ceil(n / 128) < sms else 128
 
 
-def split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str = "auto") -> tuple[StreamKTail, str]:
-    """The stream-K schedule of an (``m``, ``n``, ``k``) problem on tiles 128 x ``bn`` and ``sms`` SMs, and why.
+def split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str = "auto", bm: int = BM) -> tuple[StreamKTail, str]:
+    """The stream-K schedule of an (``m``, ``n``, ``k``) problem on tiles ``bm`` x ``bn`` and ``sms`` SMs, and why.
 
     The result's ``clusters`` is the grid (CTAs), ``first_unit`` the kernel's tail_first_unit: 0 when every
     tile's K is split over the grid ("all"), the tile count when none is. ``split`` ("auto" or "none",
@@ -557,13 +596,13 @@ def split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str = "auto") -
     if split not in SPLITS:
         raise ValueError(f"split = {split!r}: use one of {', '.join(SPLITS)}")
     # the constants read per call (tests set them)
-    return _split_plan(m, n, k, bn, sms, split, MIN_SPLIT_K_BLOCKS, MIN_SPLIT_TILE_K_BLOCKS)
+    return _split_plan(m, n, k, bn, sms, split, MIN_SPLIT_K_BLOCKS, MIN_SPLIT_TILE_K_BLOCKS, bm)
 
 
 @functools.lru_cache(maxsize=4096)  # a launch asks per call: the contributor count walks the tiles
 def _split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str, min_k_blocks: int,
-                min_tile_k_blocks: int) -> tuple[StreamKTail, str]:
-    tiles = math.ceil(m / BM) * math.ceil(n / bn)
+                min_tile_k_blocks: int, bm: int = BM) -> tuple[StreamKTail, str]:
+    tiles = math.ceil(m / bm) * math.ceil(n / bn)
     k_blocks = math.ceil(k / BK)
     whole = StreamKTail(units=tiles, clusters=min(tiles, sms), k_tiles=k_blocks, first_unit=tiles)
     if tiles == 0 or k_blocks == 0:
@@ -598,16 +637,16 @@ def _capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
-def _workspace_sizes(plan: StreamKTail, bn: int) -> tuple[int, int]:
-    """A split launch's partials (fp32 elements) and counters (int32): 2 consumers x max_contributors
+def _workspace_sizes(plan: StreamKTail, bn: int, consumers: int = 2) -> tuple[int, int]:
+    """A split launch's partials (fp32 elements) and counters (int32): ``consumers`` x max_contributors
     slots of 64 x ``bn`` fp32 per split tile, one counter per split tile and consumer (one CTA a cluster)."""
-    return plan.workspace_floats(1, 2, bn), plan.counters(1, 2)
+    return plan.workspace_floats(1, consumers, bn), plan.counters(1, consumers)
 
 
-def _workspace(stream, plan: StreamKTail, bn: int) -> tuple[int, int]:
+def _workspace(stream, plan: StreamKTail, bn: int, consumers: int = 2) -> tuple[int, int]:
     """Device addresses of a split launch's partials and zeroed counters (:func:`_workspace_sizes`) on
     ``stream``: the stream's arenas, as library/gemm.py's launches take them."""
-    floats, counters = _workspace_sizes(plan, bn)
+    floats, counters = _workspace_sizes(plan, bn, consumers)
     return WORKSPACES.partials(stream, floats)[2], COUNTERS.take(stream, counters)
 
 
@@ -653,28 +692,29 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
     sms = _sm_count(a.device)
     capturing = _capturing(a.device)
     if kernel is None:
-        bn = tile_n(m, n, sms, quantized)
+        bm = tile_m(m)[0]
+        bn = tile_n(m, n, sms, quantized, bm)
         # The build is the one an eager call of this shape loads (so that a capture after one warm-up call
         # needs no module load); under capture it runs unsplit (its workspace arguments null).
-        plan = split_plan(m, n, k, bn, sms, SPLIT_DEFAULT)[0]
+        plan = split_plan(m, n, k, bn, sms, SPLIT_DEFAULT, bm)[0]
         kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
                            out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn,
                            overlap=OVERLAP_PROMOTION, store=store_for(_short_out(call.out_dtype), out, n)[0],
-                           split=plan.tail_units > 0)
+                           split=plan.tail_units > 0, bm=bm)
         if capturing:
-            plan = split_plan(m, n, k, bn, sms, "none")[0]
+            plan = split_plan(m, n, k, bn, sms, "none", bm)[0]
     else:
         if kernel.out_dtype != _short_out(out.dtype):  # an explicit build must write the output's own dtype
             raise GemmInputError(f"the output is {out.dtype}; the fp8 build {kernel} writes {kernel.out_dtype}")
         if kernel.store == STORE_TMA and (refusal := tma_store_refusal(kernel, out, n)):
             raise GemmInputError(f"{refusal}: run the register-store build")
         # Split by the rule where the build has the split built in, else never.
-        plan = split_plan(m, n, k, kernel.bn, sms, "auto" if kernel.split and not capturing else "none")[0]
+        plan = split_plan(m, n, k, kernel.bn, sms, "auto" if kernel.split and not capturing else "none", kernel.bm)[0]
     bn = kernel.bn
     loaded = kernel.loaded(a.device)
     u8 = "CU_TENSOR_MAP_DATA_TYPE_UINT8"
     sw = "CU_TENSOR_MAP_SWIZZLE_128B"
-    map_a = _map("a", a.data_ptr(), u8, 1, (k, m), a.stride(0), (BK, BM), sw)
+    map_a = _map("a", a.data_ptr(), u8, 1, (k, m), a.stride(0), (BK, kernel.bm), sw)
     map_b = _map("b", b.data_ptr(), u8, 1, (k, n), b.stride(1), (BK, bn), sw)
     keep = []  # tensors made here, alive until the launch is queued
     sb_k = sb_n = 0
@@ -692,7 +732,7 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
             keep.append(padded)
             sa_t, pitch = padded, padded.stride(0)
         map_sa = _map("scale_a", sa_t.data_ptr(), "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", 4, (m, kb), pitch * 4,
-                      (BM, 1), "CU_TENSOR_MAP_SWIZZLE_NONE")
+                      (kernel.bm, 1), "CU_TENSOR_MAP_SWIZZLE_NONE")
         sb_k, sb_n = scale_b.stride(0), scale_b.stride(1)
     elif call.scale_mode == "rowwise":
         if not scale_a.is_contiguous():
@@ -714,7 +754,7 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
         map_c = _map("c", out.data_ptr(), c_type[out.dtype], 2, (n, m), out.stride(0) * 2, (64, 64), sw)
     partials = counters = 0  # the unsplit launch's: the kernel runs every tile whole
     if plan.tail_units:
-        partials, counters = _workspace(_stream(a.device), plan, bn)
+        partials, counters = _workspace(_stream(a.device), plan, bn, kernel.consumers)
     args = [map_a, map_b, map_sa, map_c, ctypes.c_void_p(sa_ptr), ctypes.c_void_p(sb_ptr), ctypes.c_longlong(sb_k),
             ctypes.c_longlong(sb_n), ctypes.c_void_p(bias_ptr), ctypes.c_void_p(out.data_ptr()),
             ctypes.c_longlong(out.stride(0)), ctypes.c_void_p(scale_buf.data_ptr() if quantized else 0),
@@ -737,21 +777,23 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
     (``store``, ``store_reason``), the split-K schedule and why (``split``: "all" when every tile's K is
     split over the grid, else "none"; ``split_reason``; ``contributors``: the most CTAs adding into one
     tile; ``workspace_bytes``: its partials and counters; :func:`split_plan`, from :data:`SPLIT_DEFAULT`;
-    a launch under CUDA-graph capture runs unsplit), and the copies made first. ``sms``: the SM count (default: the
-    tensors' GPU, else the H200's 132 from the designer's arch table); ``out``: the output given, if any."""
+    a launch under CUDA-graph capture runs unsplit), the tile height and why (``tile_m_reason``:
+    :func:`tile_m`, from :data:`TILE_M_DEFAULT`), and the copies made first. ``sms``: the SM count (default:
+    the tensors' GPU, else the H200's 132 from the designer's arch table); ``out``: the output given, if any."""
     if sms is None:
         if a.device.type == "cuda":
             sms = _sm_count(a.device)
         else:
             sms = arch_info("sm_90a").sm_count
     quantized = call.out_dtype == QUANT_OUT
-    bn = tile_n(call.m, call.n, sms, quantized)
+    bm, tile_m_reason = tile_m(call.m)
+    bn = tile_n(call.m, call.n, sms, quantized, bm)
     store, store_reason = store_for(_short_out(call.out_dtype), None if quantized else out, call.n)
-    plan, split_reason = split_plan(call.m, call.n, call.k, bn, sms, SPLIT_DEFAULT)
+    plan, split_reason = split_plan(call.m, call.n, call.k, bn, sms, SPLIT_DEFAULT, bm)
     kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
                        out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn, overlap=OVERLAP_PROMOTION,
-                       store=store, split=plan.tail_units > 0)
-    tiles = math.ceil(call.m / BM) * math.ceil(call.n / bn) if call.m and call.n else 0
+                       store=store, split=plan.tail_units > 0, bm=bm)
+    tiles = math.ceil(call.m / bm) * math.ceil(call.n / bn) if call.m and call.n else 0
     copies = []
     if call.scale_mode == "blockwise" and call.m and call.k:
         kb = math.ceil(call.k / BK)
@@ -766,7 +808,8 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
         "problem": {"M": call.m, "N": call.n, "K": call.k}, "scale_mode": call.scale_mode,
         "inputs": {"a": FP8_DTYPES[a.dtype], "b": FP8_DTYPES[b.dtype]},
         "output": "e4m3 values + 1x128 fp32 scales" if quantized else str(call.out_dtype).replace("torch.", ""),
-        "tile": {"BM": BM, "BN": bn, "BK": BK}, "stages": kernel.ring_stages, "threads": THREADS,
+        "tile": {"BM": bm, "BN": bn, "BK": BK}, "tile_m_reason": tile_m_reason, "stages": kernel.ring_stages,
+        "threads": kernel.threads,
         "dynamic_smem_bytes": kernel.dynamic_smem, "expect_tx_bytes": kernel.expect_tx_bytes,
         "promotion_interval_k": PROMOTION_K, "promotion_overlapped": kernel.overlap,
         "store": store, "store_reason": store_reason,
@@ -774,7 +817,7 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
         "tiles": tiles, "grid": plan.clusters, "sms": sms, "copies": copies,
         "split": "all" if plan.tail_units else "none", "split_reason": split_reason,
         "k_blocks": math.ceil(call.k / BK), "contributors": plan.max_contributors if plan.tail_units else 1,
-        "workspace_bytes": 4 * sum(_workspace_sizes(plan, bn)) if plan.tail_units else 0,
+        "workspace_bytes": 4 * sum(_workspace_sizes(plan, bn, kernel.consumers)) if plan.tail_units else 0,
         "no_launch": ("empty output" if not (call.m and call.n) else "K = 0: zeros plus bias" if not call.k else None),
     }
 

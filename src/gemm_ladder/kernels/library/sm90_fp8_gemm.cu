@@ -7,7 +7,10 @@
 // TMA with zero fill outside the matrix, so the M, N and K tails need no masks in the main loop (a K tail
 // of 16..112 elements multiplies zeros). The roles are level 7's: a producer warpgroup whose one thread
 // issues the loads, and two consumer warpgroups of 64 rows each, on a ring of Cfg::kStages stages with
-// full and empty mbarriers; the CTA is persistent and walks its tiles in groups of kGroupM M tiles.
+// full and empty mbarriers; the CTA is persistent and walks its tiles in groups of kGroupM M tiles. A
+// build with Cfg::kBM = 64 (GL_FP8_BM) has one consumer warpgroup on a 64-row tile (256 threads, no
+// register exchange, half the A bytes a stage, so a deeper ring): for decode's M <= 64, where a 128-row
+// tile's second half is rows past M.
 //
 // The scales (Cfg::kScaleMode, GL_FP8_SCALE):
 //  0 tensorwise: one fp32 scale each for A and B, applied once to the finished accumulators;
@@ -79,13 +82,19 @@
 namespace fp8 {
 using namespace gl;
 
-constexpr int BM = 128, BK = 128;
-constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers);
+constexpr int BK = 128;
+// The tile's rows (Cfg::kBM): 128 on two consumer warpgroups of 64 rows, or 64 on one (decode's M <= 64,
+// where a 128-row tile's second half is rows past M: half the A bytes and wgmma work spent on nothing).
+template <int kBM>
+constexpr int kConsumersOf = kBM / 64;
+template <int kBM>
+constexpr int kThreadsOf = 128 * (1 + kConsumersOf<kBM>);
 constexpr int kGroupM = 8;  // M tiles walked together, so that a wave of CTAs shares B tiles in L2
 constexpr float kE4m3Max = 448.0f;
 constexpr int kTensorwise = 0, kRowwise = 1, kBlockwise = 2;  // Cfg::kScaleMode (library/fp8.py SCALE_MODES)
 // Empty barriers complete on one arrival per consumer warp, each after its own reads of the stage's
 // scales (a warp may lag its warpgroup's other warps; one arrival per warpgroup would not cover them).
+template <int kConsumers>
 constexpr int kEmptyArrivals = kConsumers * 4;
 // kTmaStore: named barrier kStoreBarrier + consumer orders each consumer's staging writes and its store
 // (id 0 is __syncthreads; kSplit's hand-in of a partial uses the same barrier, in program order); one staging panel is 64 rows x 128 bytes (64 columns of a 2-byte Out).
@@ -94,7 +103,8 @@ constexpr int kStoreBarrier = 1, kPanelBytes = 64 * 128;
 // What a config (Cfg) holds, each a static constexpr member or type: kBN (64 or 128), kStages,
 // kScaleMode (kTensorwise, kRowwise, kBlockwise), A and B (__nv_fp8_e4m3 or __nv_fp8_e5m2), Out
 // (__nv_bfloat16, __half, float, or __nv_fp8_e4m3: e4m3 values with 1 x 128 scales computed in the
-// epilogue), kBias, kOverlap, kTmaStore, kSplit. The instantiation block's BuildConfig is the one a build compiles.
+// epilogue), kBias, kOverlap, kTmaStore, kSplit, kBM (128, or 64: one consumer warpgroup). The instantiation
+// block's BuildConfig is the one a build compiles.
 template <class Cfg>
 __host__ __device__ constexpr bool config_ok() {
   // A 128 x 128 block of B (one scale per K block) spans one tile at BN = 128, two at BN = 64 (the launch
@@ -105,19 +115,20 @@ __host__ __device__ constexpr bool config_ok() {
   static_assert(Cfg::kScaleMode >= kTensorwise && Cfg::kScaleMode <= kBlockwise,
                 "kScaleMode: 0 tensorwise, 1 rowwise, 2 blockwise");
   static_assert(Cfg::kStages >= 2, "a ring of at least two stages");
+  static_assert(Cfg::kBM == 128 || Cfg::kBM == 64, "sm90_fp8_gemm: BM = 128 (two consumers) or 64 (one)");
   static_assert(!Cfg::kTmaStore || std::is_same_v<typename Cfg::Out, __nv_bfloat16> ||
                     std::is_same_v<typename Cfg::Out, __half>,
                 "the TMA store stages 2-byte outputs (bf16, fp16) in 128-byte swizzled panels");
   return true;
 }
 
-// The ring's shared memory of a config: per stage A (128 x 128), B (BN x 128) and, blockwise, scale_a;
+// The ring's shared memory of a config: per stage A (BM x 128), B (BN x 128) and, blockwise, scale_a;
 // with kTmaStore, each consumer's staging buffer (64 x BN of Out, 1024-byte aligned after B's ring).
 template <class Cfg>
 struct Smem {
-  static constexpr int BN = Cfg::kBN, STAGES = Cfg::kStages;
+  static constexpr int BN = Cfg::kBN, STAGES = Cfg::kStages, BM = Cfg::kBM, kConsumers = kConsumersOf<BM>;
   static constexpr int kABytes = BM * BK, kBBytes = BN * BK;
-  static constexpr int kSaBytes = Cfg::kScaleMode == kBlockwise ? BM * 4 : 0;  // 128 rows' scales of one K block
+  static constexpr int kSaBytes = Cfg::kScaleMode == kBlockwise ? BM * 4 : 0;  // BM rows' scales of one K block
   static constexpr int kAOffset = 0;
   static constexpr int kBOffset = kAOffset + STAGES * kABytes;
   static constexpr int kCBytes = Cfg::kTmaStore ? 64 * BN * 2 : 0;  // one consumer's staging buffer
@@ -226,6 +237,7 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
                                               float* __restrict__ partials, int* __restrict__ counters) {
   static_assert(config_ok<Cfg>());
   constexpr int BN = Cfg::kBN, STAGES = Cfg::kStages, kScaleMode = Cfg::kScaleMode;
+  constexpr int BM = Cfg::kBM, kConsumers = kConsumersOf<BM>;
   constexpr uint32_t kExpectTx = Smem<Cfg>::kExpectTx;
   using out_t = typename Cfg::Out;
   using Mma = WgmmaFp8<BN, typename Cfg::A, typename Cfg::B>;
@@ -254,14 +266,16 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
     if constexpr (Cfg::kTmaStore) tma_prefetch_descriptor(&map_c);
     for (int s = 0; s < STAGES; ++s) {
       mbarrier_init(smem.full(s), 1);
-      mbarrier_init(smem.empty(s), kEmptyArrivals);
+      mbarrier_init(smem.empty(s), kEmptyArrivals<kConsumers>);
     }
     fence_barrier_init();
   }
   __syncthreads();
 
   if (warpgroup_index() == 0) {
-    setmaxnreg_dec<40>();
+    // Two consumers take the producer's registers (setmaxnreg); one (the 64-row tile) already has every
+    // register the launch gives a thread of a 256-thread CTA: no exchange.
+    if constexpr (kConsumers == 2) setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
       int it = 0;  // K blocks this role has passed through the ring, over all its tiles
       // K blocks [kb0, kb1) of tile t into the ring.
@@ -289,7 +303,7 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
     return;
   }
 
-  setmaxnreg_inc<232>();
+  if constexpr (kConsumers == 2) setmaxnreg_inc<232>();
   const int consumer = warpgroup_index() - 1;
   const int warp = thread_in_warpgroup() / 32, lane = threadIdx.x % 32;
   const int row_in_tile = 64 * consumer + 16 * warp + lane / 4;  // this thread's first row; the second is 8 below
@@ -511,7 +525,8 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
 // 2 blockwise), GL_FP8_A_E5M2 / GL_FP8_B_E5M2 (1: e5m2, else e4m3), GL_FP8_OUT (0 bf16, 1 fp16, 2 fp32,
 // 3 e4m3 quantized), GL_FP8_BIAS, GL_FP8_OVERLAP, GL_FP8_TMA_STORE (1: C through shared memory and TMA
 // stores; a bf16 or fp16 output only), GL_FP8_SPLIT (1: the stream-K split, taken from the launch's
-// tail_first_unit; 0 or undefined: every tile whole, the split arguments ignored).
+// tail_first_unit; 0 or undefined: every tile whole, the split arguments ignored), GL_FP8_BM (64: a 64-row
+// tile on one consumer warpgroup, 256 threads; 128 or undefined: two consumers, 384 threads).
 #ifndef GL_FP8_BN
 #define GL_FP8_BN 128
 #endif
@@ -542,9 +557,13 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
 #ifndef GL_FP8_SPLIT
 #define GL_FP8_SPLIT 0
 #endif
+#ifndef GL_FP8_BM
+#define GL_FP8_BM 128
+#endif
 struct BuildConfig {
   static constexpr int kBN = GL_FP8_BN, kStages = GL_FP8_STAGES, kScaleMode = GL_FP8_SCALE;
   static constexpr bool kBias = GL_FP8_BIAS, kOverlap = GL_FP8_OVERLAP, kTmaStore = GL_FP8_TMA_STORE, kSplit = GL_FP8_SPLIT;
+  static constexpr int kBM = GL_FP8_BM;
   using A = std::conditional_t<GL_FP8_A_E5M2, __nv_fp8_e5m2, __nv_fp8_e4m3>;
   using B = std::conditional_t<GL_FP8_B_E5M2, __nv_fp8_e5m2, __nv_fp8_e4m3>;
   using Out = std::conditional_t<GL_FP8_OUT == 0, __nv_bfloat16,
@@ -553,7 +572,7 @@ struct BuildConfig {
 };
 static_assert(GL_FP8_OUT >= 0 && GL_FP8_OUT <= 3, "GL_FP8_OUT: 0 bf16, 1 fp16, 2 fp32, 3 e4m3");
 
-extern "C" __global__ void __launch_bounds__(fp8::kThreads, 1)
+extern "C" __global__ void __launch_bounds__(fp8::kThreadsOf<BuildConfig::kBM>, 1)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                     const __grid_constant__ CUtensorMap map_sa, const __grid_constant__ CUtensorMap map_c,
                     const float* __restrict__ scale_a,
