@@ -518,7 +518,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"target {t['what']}: {state}" + ("" if v is None else f" ({v:.3f})"))
     print(f"{summary['rows_timed']} rows timed, {summary['rows_failed']} failed, {summary['rows_not_run']} not run, "
           f"{summary['wall_s']} s")
-    save({"quick": args.quick, "budget_s": s.budget_s, "rounds": s.rounds,
+    from gemm_ladder.dispatch import cost_model, tiles_rule
+
+    # The tables the routes came from (a table merged on the machine before the run is not the commit's).
+    tables = {"cost_model": cost_model().provenance, "small_m": tiles_rule().provenance}
+    save({"quick": args.quick, "budget_s": s.budget_s, "rounds": s.rounds, "dispatch_tables": tables,
           "models": [{"name": m.name, "source": m.source} for m in MODELS], "rows": rows, "summary": summary},
          "shapes_real" + ("_quick" if args.quick else ""), args.output)
     missed = any(t["met"] is False for t in summary["targets"])

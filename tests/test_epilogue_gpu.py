@@ -149,11 +149,25 @@ def test_swapped_orientation(m, n, k):
     assert_epilogue_close(c, x, w, call)
 
 
-def test_small_m_kernel_in_both_orientations():
-    # Shapes the route sends to the small-M kernel (200 x 1024 x 4096: four M tiles by the table tuned at
-    # 4cc6b09, timed at that N x K; 200 x 2048 x 4096 takes the general kernel since; 1000 x 64 x 4096 swapped,
-    # two tiles: 1000 x 64 x 512 takes the general kernel since). The assert keeps the test on that kernel.
-    for m, n, k in ((1, 4096, 512), (16, 4096, 512), (200, 1024, 4096), (1000, 64, 4096), (4096, 8, 512)):
+@pytest.fixture
+def one_tile_table(monkeypatch):
+    """The small-M rule with no entry (one tile of the smallest bucket everywhere, the small-M kernel), so
+    that a test stays on the small-M kernel whatever the shipped table says; every cached route is
+    forgotten before and after (the API's call cache and the host path's templates hold routes)."""
+    from gemm_ladder import dispatch
+    from gemm_ladder.dispatch.small_m_tiles import ONE_TILE
+
+    dispatch.clear_cache()
+    monkeypatch.setattr(dispatch, "_tiles", ONE_TILE)
+    yield
+    monkeypatch.undo()
+    dispatch.clear_cache()
+
+
+def test_small_m_kernel_in_both_orientations(one_tile_table):
+    # Shapes the route sends to the small-M kernel under the one-tile rule (M = 200: one tile of BN 256;
+    # 1000 x 64 swapped: the kernel's M is 64). The assert keeps the test on that kernel.
+    for m, n, k in ((1, 4096, 512), (16, 4096, 512), (200, 2048, 4096), (1000, 64, 512), (4096, 8, 512)):
         x, w = rnd(m, k), rnd(n, k)
         route = decide(x, w.T, torch.empty(m, n, device="cuda", dtype=BF16), given=True)
         assert route.kind == "small_m", (m, n, k, route.kind)

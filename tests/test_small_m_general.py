@@ -273,7 +273,7 @@ def test_the_lookup_returns_the_64_row_build():
     assert rule.choose(120, 4096, 1024).general_bm64_bn == 128  # the nearest timed M, the N x K timed
     # Away from the timed N x K the 64-row build is not borrowed: the small-M and route times decide.
     c = rule.choose(120, 4000, 1100)
-    assert c.general_bm64_bn is None and "taken only at the N x K they were timed at" in c.why
+    assert c.general_bm64_bn is None and c.general_why is None and "taken only at the N x K they were timed at" in c.why
     c = rule.choose(197, 3072, 1024)  # the route's answer: no 64-row BN
     assert c.general_why and c.general_bm64_bn is None and "the general kernel faster" in c.general_why
 

@@ -484,7 +484,7 @@ def find_routes(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: boo
     """Every kernel family's cheapest route for ``c = a @ b`` (a (M, K), b (K, N), c (M, N), checked),
     and for each family and orientation without one, its first refusal.
 
-    Small-M routes first (the bucket ``tiles_rule`` picks, then one tile when it picked two), then
+    Small-M routes first (the bucket ``tiles_rule`` picks, then one tile when it picked more), then
     the general kernel's by tile width.
     """
     routes: list[Route] = []

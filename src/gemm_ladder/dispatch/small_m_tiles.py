@@ -33,9 +33,9 @@ three- and four-tile counts and the 64-row build were timed), this is the earlie
 more than 2% below one tile, then the route when more than 2% below that. A decision without a
 general time keeps the small-M kernel.
 
-The shipped entry (its ``provenance``: the H200 tune of 2026-12-04, 80 (M, N, K) over ten (N, K)) takes
-all of them: of its 80 decisions, 32 the general kernel's route, 12 its 64-row one-CTA build, and the
-small-M kernel in one (12), two (6), three (4) and four (14) tiles.
+The shipped entry (its ``provenance``: the H200 tunes of 2026-12-04 at 4cc6b09 and cd0fc03, merged: 104
+(M, N, K) over 13 (N, K)) takes all of them: of its 104 decisions, 37 the general kernel's route, 12 its
+64-row one-CTA build, and the small-M kernel in one (22), two (15), three (4) and four (14) tiles.
 
 Lookup (:meth:`TilesRule.choose`), for the kernel's (M, N, K):
 
@@ -48,6 +48,9 @@ Lookup (:meth:`TilesRule.choose`), for the kernel's (M, N, K):
    one-tile bucket's range; three and four tiles name the bucket that was timed, then M takes
    ceil(M / BN) tiles of it), and its kernel (``TilesChoice.general_why`` set when it is a general
    configuration, ``TilesChoice.general_bm64_bn`` when that is the 64-row one-CTA build, whose BN it is).
+   When that shape is not the call's own (N, K) and the decision is three or four tiles or the 64-row
+   build, it is decided again on its one- and two-tile and route times alone (:meth:`Decision.restricted`:
+   those choices do not carry to a neighbouring N x K, MIN_TILES_EVIDENCE), and the why says so.
 4. None there: one tile ("not measured").
 
 dispatch/route.py's ``choose`` runs the choice: the small-M kernel in that bucket, or for GENERAL the
@@ -325,7 +328,8 @@ class TilesRule:
             small = f"{d.small_m_us:.1f} us (the small-M kernel, {_tiles_words(d.tiles)})"
             if d.kernel == GENERAL:
                 general = (f"the small_m table measured the general kernel faster {near}: {d.general_us:.1f} us "
-                           f"({d.general_route or 'its route'}) against {small}; faster by more than {self.tie:.0%}")
+                           f"({d.general_route or 'its route'}) against {small}; faster by more than {self.tie:.0%}"
+                           f"{borrowed}")
             else:
                 bm64 = d.general_bm64_bn
                 route_won = decide_general(d.small_m_us, d.general_us, None, self.tie) == GENERAL

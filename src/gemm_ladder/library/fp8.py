@@ -538,8 +538,11 @@ def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
 #: Encoded tensor maps, per everything a map encodes (the address, dtype, extents, pitch, box, swizzle):
 #: a weight's maps are encoded once, an activation's again only when its address is new. The host's
 #: share of a decode call is most of its time (bench/results/logs/2026-12-04_fp8_small_m_floor_20a70b3.json:
-#: do_bench 140-290 us a call against 6-37 us of kernel), and each map was validated and encoded per call.
-MAP_CACHE_SIZE = 256
+#: do_bench 141-293 us a call against 6-37 us of kernel), and each map was validated and encoded per call.
+#: Large enough that a decode step's cycle of maps (a 70B model's weights alone are 320 and more) stays
+#: in it: an LRU smaller than the cycle would evict every weight's map before its next use. A map is 128
+#: bytes.
+MAP_CACHE_SIZE = 8192
 _MAPS: dict = {}
 
 
