@@ -475,6 +475,8 @@ def main() -> int:
                    help="fit the rows of these --tune parts' JSONs together into the table (no GPU)")
     add_output_argument(p)
     args = p.parse_args()
+    if not args.tune and (args.dry_run or args.nk or args.m):
+        p.error("--dry-run, --nk and --m go with --tune")  # exit status 2, before anything runs
     if args.merge:
         return merge(args)
     if args.tune and args.dry_run:

@@ -508,6 +508,10 @@ def test_the_dry_run_needs_no_gpu():
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "library_small_m.py"), "--tune", "--dry-run", "--m", "8"],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 2 and "each M in 9..256" in r.stderr
+    # Without --tune the options are refused before anything runs (not the GPU benchmark run instead).
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "library_small_m.py"), "--dry-run"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 2 and "go with --tune" in r.stderr
 
 
 def test_a_tune_in_parts_is_merged(monkeypatch, tmp_path):

@@ -26,7 +26,9 @@ CLASSES: dict[str, str] = {
              "128, 192, 256 today; 192 for a K-major B only): calls with M and N > 256, and any call the small-M kernel does not take "
              "(transposed operands included: backward passes read them)",
     "small_m": "the small-M kernel, every M bucket (8-256) and operand order, output in the input dtype: "
-               "calls with M or N <= 256 (its cluster builds are opt-in, never routed: not built here)",
+               "calls with M or N <= 256 (its cluster builds are opt-in, never routed: not built here); where "
+               "the small-M table measured the general kernel faster (its route, or its 64-row one-CTA build), "
+               "such calls run a build of the \"large\" class instead",
     "fp32_out": "the small-M kernel writing float32 (out_dtype=torch.float32), every bucket and order, and the "
                 "layouts kernel's float32 build for outputs a TMA store cannot write (from registers), every order "
                 "and timed BN",
