@@ -1,6 +1,8 @@
-"""Operands the fp8 GPU tests share (tests/test_fp8_store_gpu.py, tests/test_fp8_split_gpu.py): quantized
-a and w in scaled_mm's scale layouts for each scheme, their float64 dequantized values, and the error the
-tests bound. Not a test module (no test_ prefix); imported like conftest's helpers."""
+"""What the fp8 tests share: operands for the GPU tests (tests/test_fp8_store_gpu.py,
+tests/test_fp8_split_gpu.py, ...): quantized a and w in scaled_mm's scale layouts for each scheme, their
+float64 dequantized values, and the error the tests bound; and for the CPU tests, a build's resource
+check (:func:`assert_build_clean`) and bench/fp8.py loaded as a module (:func:`load_bench_fp8`). Not a
+test module (no test_ prefix); imported like conftest's helpers."""
 
 from __future__ import annotations
 
@@ -31,3 +33,38 @@ def fp8_problem(m: int, n: int, k: int, mode: str, *, seed: int = 0):
 def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
     """Largest element error over the reference's largest magnitude."""
     return ((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
+
+
+def assert_build_clean(kernel) -> str:
+    """Build ``kernel`` (an fp8.Fp8Kernel) and assert what every fp8 build must be: no stack and no spill,
+    neither wgmma serialised (C7514) nor a wait injected by ptxas (C7517: the overlap is what was written),
+    only the 64 x BN x 32 wgmma shape in its SASS, shared memory within a CTA's; return the SASS."""
+    import re
+
+    from gemm_ladder.gates.resources import parse_ptxas_log
+    from gemm_ladder.library import fp8
+    from gemm_ladder.runtime.compiler import disassemble
+
+    built = kernel.build()
+    usage = parse_ptxas_log(built.ptxas_log)[fp8.KERNEL_NAME]
+    assert (usage.stack_bytes, usage.spill_stores, usage.spill_loads) == (0, 0, 0)
+    assert "C7514" not in built.ptxas_log and "C7517" not in built.ptxas_log, built.ptxas_log
+    sass = disassemble(built.cubin)
+    shapes = set(re.findall(r"QGMMA\.(\d+x\d+x\d+)", sass))
+    assert shapes == {f"64x{kernel.bn}x32"}, shapes
+    assert kernel.dynamic_smem <= fp8.SMEM_LIMIT
+    return sass
+
+
+def load_bench_fp8(monkeypatch, name: str):
+    """bench/fp8.py loaded as module ``name`` (bench/ on sys.path for its ``suite`` import, for the test
+    only; the module is not left in sys.modules)."""
+    import importlib.util
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parent.parent / "bench"
+    monkeypatch.syspath_prepend(str(bench))
+    spec = importlib.util.spec_from_file_location(name, bench / "fp8.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -4,8 +4,6 @@ scale_a's boxes 64 rows, the split's workspace for one consumer), the tile-heigh
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import replace
 
 import pytest
@@ -15,6 +13,7 @@ from gemm_ladder.library import fp8
 from gemm_ladder.library.fp8 import Fp8Kernel, check_scaled_mm, quantize_fp8
 
 from conftest import needs_nvcc
+from fp8_cases import assert_build_clean, load_bench_fp8
 
 SMS = 132
 BLOCKS = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "blockwise": ((1, 128), (128, 128))}
@@ -33,15 +32,7 @@ def _id(k: Fp8Kernel) -> str:
 @needs_nvcc
 @pytest.mark.parametrize("kernel", ROWS64, ids=_id)
 def test_64_row_builds_for_sm90a_without_spills(use_cache, kernel):
-    from gemm_ladder.gates.resources import parse_ptxas_log
-    from gemm_ladder.runtime.compiler import disassemble
-
-    built = kernel.build()
-    usage = parse_ptxas_log(built.ptxas_log)[fp8.KERNEL_NAME]
-    assert (usage.stack_bytes, usage.spill_stores, usage.spill_loads) == (0, 0, 0)
-    assert "C7514" not in built.ptxas_log and "C7517" not in built.ptxas_log, built.ptxas_log
-    sass = disassemble(built.cubin)
-    assert set(re.findall(r"QGMMA\.(\d+x\d+x\d+)", sass)) == {f"64x{kernel.bn}x32"}
+    sass = assert_build_clean(kernel)
     assert "USETMAXREG" not in sass  # one consumer: no register exchange with the producer
     assert kernel.threads == 256 and kernel.consumers == 1
     assert kernel.dynamic_smem <= fp8.SMEM_LIMIT
@@ -164,17 +155,11 @@ def test_explain_names_the_tile_height(monkeypatch):
 def test_bench_times_the_128_row_launch_beside_the_64_row_one(monkeypatch, capsys):
     """bench/fp8.py: --tile-m is a documented option, and its 128-row wrapper sets the tile height for the
     call only (what the interleaved timing relies on)."""
-    import importlib.util
     import sys
-    from pathlib import Path
 
     import gemm_ladder
 
-    bench = Path(__file__).resolve().parent.parent / "bench"
-    monkeypatch.syspath_prepend(str(bench))
-    spec = importlib.util.spec_from_file_location("gl_bench_fp8_rows", bench / "fp8.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_bench_fp8(monkeypatch, "gl_bench_fp8_rows")
     with pytest.raises(SystemExit) as exit_:
         module.main(["--help"])
     assert exit_.value.code == 0 and "--tile-m {128,auto,both}" in capsys.readouterr().out

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from gemm_ladder.library import fp8
 from gemm_ladder.library.fp8 import Fp8Kernel, check_scaled_mm, dequantize, quantize_fp8
 
 from conftest import needs_nvcc
+from fp8_cases import assert_build_clean
 
 ROOT = Path(__file__).resolve().parent.parent
 E4M3 = torch.float8_e4m3fn
@@ -208,18 +208,7 @@ BUILDS = [Fp8Kernel("tensorwise"), Fp8Kernel("rowwise", out_dtype="fp32"), Fp8Ke
 @needs_nvcc
 @pytest.mark.parametrize("kernel", BUILDS, ids=lambda k: f"{k.scale_mode}-{k.a_dtype}-{k.out_dtype}-bias{int(k.bias)}-bn{k.bn}-ov{int(k.overlap)}-{k.store}")
 def test_kernel_builds_for_sm90a_without_spills(use_cache, kernel):
-    from gemm_ladder.gates.resources import parse_ptxas_log
-    from gemm_ladder.runtime.compiler import disassemble
-
-    built = kernel.build()
-    usage = parse_ptxas_log(built.ptxas_log)[fp8.KERNEL_NAME]
-    assert (usage.stack_bytes, usage.spill_stores, usage.spill_loads) == (0, 0, 0)
-    # Neither wgmma serialised (C7514) nor a wait injected by ptxas (C7517): the overlap is what was written.
-    assert "C7514" not in built.ptxas_log and "C7517" not in built.ptxas_log, built.ptxas_log
-    sass = disassemble(built.cubin)
-    shapes = set(re.findall(r"QGMMA\.(\d+x\d+x\d+)", sass))
-    assert shapes == {f"64x{kernel.bn}x32"}, shapes
-    assert kernel.dynamic_smem <= 232448
+    assert_build_clean(kernel)
 
 
 # --- the launch's arguments, with the driver replaced (CPU tensors stand in for the GPU's) ----------

@@ -226,15 +226,11 @@ def test_split_builds_without_spills_or_serialised_wgmma(use_cache, kernel):
 def test_bench_times_the_unsplit_launch_beside_the_split_one(monkeypatch, capsys):
     """bench/fp8.py: --split is a documented option, and its unsplit wrapper turns the split off for the
     call only (what the interleaved timing relies on)."""
-    import importlib.util
     import sys
-    from pathlib import Path
 
-    bench = Path(__file__).resolve().parent.parent / "bench"
-    monkeypatch.syspath_prepend(str(bench))
-    spec = importlib.util.spec_from_file_location("gl_bench_fp8", bench / "fp8.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from fp8_cases import load_bench_fp8
+
+    module = load_bench_fp8(monkeypatch, "gl_bench_fp8")
     with pytest.raises(SystemExit) as exit_:
         module.main(["--help"])
     assert exit_.value.code == 0 and "--split {auto,none,both}" in capsys.readouterr().out

@@ -275,12 +275,9 @@ def test_clear_cache_forgets_the_calls_routes_too():
     dispatch.clear_cache()
     assert not CALLS.fast and len(CALLS) == 0
 
-
-def test_the_tune_writes_the_table_and_its_json(monkeypatch, tmp_path):
-    """tune() end to end with the GPU part (tune_rows) replaced by synthetic timings: the package's table
-    (here a copy) gets the entry, $OUT gets the table and the results JSON the provenance names."""
-    import argparse
-
+def _table_copy_and_out(monkeypatch, tmp_path):
+    """A copy of the package's table made the one the tune writes (heuristic.TABLE_PATH), and an $OUT
+    folder: (the copy's path, the folder)."""
     from gemm_ladder.dispatch import heuristic
 
     table = tmp_path / "table.json"
@@ -289,6 +286,16 @@ def test_the_tune_writes_the_table_and_its_json(monkeypatch, tmp_path):
     out.mkdir()
     monkeypatch.setattr(heuristic, "TABLE_PATH", table)
     monkeypatch.setenv("OUT", str(out))
+    return table, out
+
+
+
+def test_the_tune_writes_the_table_and_its_json(monkeypatch, tmp_path):
+    """tune() end to end with the GPU part (tune_rows) replaced by synthetic timings: the package's table
+    (here a copy) gets the entry, $OUT gets the table and the results JSON the provenance names."""
+    import argparse
+
+    table, out = _table_copy_and_out(monkeypatch, tmp_path)
     rows = [{"m": m, "n": 4096, "k": 4096, "one_tile_us": [10.0, 10.0], "two_tile_us": [9.0, 9.0]} for m in (96, 256)]
     monkeypatch.setattr(library_small_m, "tune_rows", lambda *a: rows)
     args = argparse.Namespace(dtype="bf16", passes=2, budget=0.1, flush="write", output=None)
@@ -520,14 +527,7 @@ def test_a_tune_in_parts_is_merged(monkeypatch, tmp_path):
     (M, N, K) in two parts is refused."""
     import argparse
 
-    from gemm_ladder.dispatch import heuristic
-
-    table = tmp_path / "table.json"
-    table.write_text(TABLE_PATH.read_text())
-    out = tmp_path / "out"
-    out.mkdir()
-    monkeypatch.setattr(heuristic, "TABLE_PATH", table)
-    monkeypatch.setenv("OUT", str(out))
+    table, out = _table_copy_and_out(monkeypatch, tmp_path)
 
     def rows_for(nk):
         return [{"m": m, "n": n, "k": k, "dtype": "bf16", "one_tile_us": [10.0, 10.0], "two_tile_us": [11.0, 11.0],
