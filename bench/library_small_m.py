@@ -156,23 +156,34 @@ def sanitize(dtype: str) -> int:
     return wrong
 
 
+def _general_routes(x: torch.Tensor, w: torch.Tensor, c: torch.Tensor) -> list:
+    """Every route dispatch finds for ``c = x @ w.T`` (dispatch.route.find_routes), on x's device."""
+    from gemm_ladder.dispatch.route import device_facts, find_routes
+
+    return find_routes(x, w.T, c, given=True, device=device_facts(x.device))[0]
+
+
+def _runner(route, c: torch.Tensor):
+    """``fn(x, w)`` running ``route`` for ``c = x @ w.T`` into ``c``."""
+    from gemm_ladder.dispatch.execute import run
+
+    def fn(x, w):
+        run(route, x, w.T, c)
+        return c
+    return fn
+
+
 def general_route(x: torch.Tensor, w: torch.Tensor, c: torch.Tensor):
     """The route dispatch would take for ``c = x @ w.T`` were the small-M kernel not there: the general
     kernel's routes only, chosen as dispatch.route.choose chooses them (fewest copies, then the cost
     model's (BN, split)); and ``fn(x, w)`` running it into ``c``."""
     from gemm_ladder import dispatch
-    from gemm_ladder.dispatch.execute import run
-    from gemm_ladder.dispatch.route import choose, device_facts, find_routes
+    from gemm_ladder.dispatch.route import choose
 
-    routes, _ = find_routes(x, w.T, c, given=True, device=device_facts(x.device))
-    route = choose([r for r in routes if r.kind == "general"], dispatch.cost_model())
+    route = choose([r for r in _general_routes(x, w, c) if r.kind == "general"], dispatch.cost_model())
     if route is None:
         raise RuntimeError(f"no general-kernel route for {tuple(x.shape)} x {tuple(w.shape)}.T")
-
-    def fn(x, w):
-        run(route, x, w.T, c)
-        return c
-    return route, fn
+    return route, _runner(route, c)
 
 
 def general_bm64_route(x: torch.Tensor, w: torch.Tensor, c: torch.Tensor):
@@ -181,19 +192,12 @@ def general_bm64_route(x: torch.Tensor, w: torch.Tensor, c: torch.Tensor):
     dispatch runs where the small-M table says GENERAL_BM64, there at the table's BN); and ``fn(x, w)``
     running it into ``c``. (None, None) where that build has no route."""
     from gemm_ladder import dispatch
-    from gemm_ladder.dispatch.execute import run
-    from gemm_ladder.dispatch.route import choose_general_build, device_facts, find_routes
+    from gemm_ladder.dispatch.route import choose_general_build
     from gemm_ladder.dispatch.small_m_tiles import BM64_CLUSTER, BM64_TILE_M
 
-    routes, _ = find_routes(x, w.T, c, given=True, device=device_facts(x.device))
-    route = choose_general_build(routes, dispatch.cost_model(), bm=BM64_TILE_M, cluster=BM64_CLUSTER)
-    if route is None:
-        return None, None
-
-    def fn(x, w):
-        run(route, x, w.T, c)
-        return c
-    return route, fn
+    route = choose_general_build(_general_routes(x, w, c), dispatch.cost_model(), bm=BM64_TILE_M,
+                                 cluster=BM64_CLUSTER)
+    return (None, None) if route is None else (route, _runner(route, c))
 
 
 def same_launch(a, b) -> bool:

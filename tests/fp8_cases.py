@@ -68,3 +68,14 @@ def load_bench_fp8(monkeypatch, name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+class LaunchRecorder:
+    """Stands for a loaded fp8 kernel in the CPU tests (``Fp8Kernel.loaded`` patched to return it): keeps
+    each launch's (grid, arguments) in ``calls`` instead of launching."""
+
+    def __init__(self):
+        self.calls = []
+
+    def launch(self, grid, args, stream):
+        self.calls.append((grid, args))

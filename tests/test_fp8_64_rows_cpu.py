@@ -13,7 +13,7 @@ from gemm_ladder.library import fp8
 from gemm_ladder.library.fp8 import Fp8Kernel, check_scaled_mm, quantize_fp8
 
 from conftest import needs_nvcc
-from fp8_cases import assert_build_clean, load_bench_fp8
+from fp8_cases import LaunchRecorder, assert_build_clean, load_bench_fp8
 
 SMS = 132
 BLOCKS = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "blockwise": ((1, 128), (128, 128))}
@@ -88,19 +88,11 @@ def test_64_row_ring_audit_catches_a_seeded_fault():
     assert not audit(build_ring_protocol(replace(ring, empty_count=8), name="fp8-64-fault2"), stop_at_first=True).ok
 
 
-class _Recorder:
-    def __init__(self):
-        self.calls = []
-
-    def launch(self, grid, args, stream):
-        self.calls.append((grid, args))
-
-
 @pytest.mark.parametrize("mode", list(BLOCKS))
 @pytest.mark.parametrize("shape", [(64, 4096, 14336), (7, 1040, 4000), (100, 2048, 2048)], ids=lambda s: "x".join(map(str, s)))
 def test_64_row_launch_arguments(monkeypatch, mode, shape):
     m, n, k = shape
-    rec, workspaces = _Recorder(), []
+    rec, workspaces = LaunchRecorder(), []
     monkeypatch.setattr(fp8, "_MAPS", {})
     monkeypatch.setattr(fp8, "encode_tiled", lambda kwargs: kwargs)
     monkeypatch.setattr(fp8, "_sm_count", lambda device: SMS)

@@ -16,7 +16,7 @@ from gemm_ladder.library import fp8
 from gemm_ladder.library.fp8 import Fp8Kernel, check_scaled_mm, dequantize, quantize_fp8
 
 from conftest import needs_nvcc
-from fp8_cases import assert_build_clean
+from fp8_cases import LaunchRecorder, assert_build_clean
 
 ROOT = Path(__file__).resolve().parent.parent
 E4M3 = torch.float8_e4m3fn
@@ -213,19 +213,11 @@ def test_kernel_builds_for_sm90a_without_spills(use_cache, kernel):
 
 # --- the launch's arguments, with the driver replaced (CPU tensors stand in for the GPU's) ----------
 
-class _Recorder:
-    def __init__(self):
-        self.calls = []
-
-    def launch(self, grid, args, stream):
-        self.calls.append((grid, args))
-
-
 @pytest.mark.parametrize("mode", ["tensorwise", "rowwise", "blockwise"])
 @pytest.mark.parametrize("shape", [(130, 97, 272), (1, 256, 16), (1000, 1040, 4096)], ids=lambda s: "x".join(map(str, s)))
 def test_launch_arguments(monkeypatch, mode, shape):
     m, n, k = shape
-    rec = _Recorder()
+    rec = LaunchRecorder()
     monkeypatch.setattr(fp8, "encode_tiled", lambda kwargs: kwargs)  # the spec was validated by encode_kwargs
     monkeypatch.setattr(fp8, "_sm_count", lambda device: 132)
     monkeypatch.setattr(fp8, "_stream", lambda device: None)
@@ -270,7 +262,7 @@ def test_launch_arguments(monkeypatch, mode, shape):
 
 def test_quantized_output_launch_and_fake(monkeypatch):
     m, n, k = 130, 296, 256  # N % 16 = 8: the values' pitch is padded to 304
-    rec = _Recorder()
+    rec = LaunchRecorder()
     monkeypatch.setattr(fp8, "encode_tiled", lambda kwargs: kwargs)
     monkeypatch.setattr(fp8, "_sm_count", lambda device: 132)
     monkeypatch.setattr(fp8, "_stream", lambda device: None)
@@ -341,7 +333,7 @@ def test_tensor_maps_are_encoded_once_per_address(monkeypatch):
     monkeypatch.setattr(fp8, "encode_tiled", lambda kwargs: encoded.append(kwargs) or kwargs)
     monkeypatch.setattr(fp8, "_sm_count", lambda device: 132)
     monkeypatch.setattr(fp8, "_stream", lambda device: None)
-    rec = _Recorder()
+    rec = LaunchRecorder()
     monkeypatch.setattr(Fp8Kernel, "loaded", lambda self, device: rec)
     qa, sa = quantize_fp8(torch.randn(1000, 1024), (1, 128))
     qw, sw = quantize_fp8(torch.randn(1040, 1024), (128, 128))

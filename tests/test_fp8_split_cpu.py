@@ -17,6 +17,7 @@ from gemm_ladder.library.fp8 import Fp8Kernel, check_scaled_mm, quantize_fp8
 from gemm_ladder.library.kernel import DATA_PARALLEL, STREAM_K
 
 from conftest import needs_nvcc
+from fp8_cases import LaunchRecorder
 
 E4M3 = torch.float8_e4m3fn
 SMS = 132
@@ -120,16 +121,8 @@ def test_quantized_output_splits_on_128_wide_tiles():
     assert (e["tile"]["BN"], e["tiles"], e["split"], e["grid"]) == (128, 32, "all", SMS)
 
 
-class _Recorder:
-    def __init__(self):
-        self.calls = []
-
-    def launch(self, grid, args, stream):
-        self.calls.append((grid, args))
-
-
 def _patched_launch(monkeypatch):
-    rec, built, workspaces = _Recorder(), [], []
+    rec, built, workspaces = LaunchRecorder(), [], []
     monkeypatch.setattr(fp8, "encode_tiled", lambda kwargs: kwargs)
     monkeypatch.setattr(fp8, "_sm_count", lambda device: SMS)
     monkeypatch.setattr(fp8, "_stream", lambda device: None)

@@ -358,7 +358,6 @@ def test_swiglus_small_m_path_keeps_the_small_m_kernel(monkeypatch):
 
     rule = bm64_rule({(64, 4096, 1024): (9.9, 8.0, 128)})
     monkeypatch.setattr(dispatch, "_tiles", rule)
-    monkeypatch.setattr(dispatch, "_tiles_small_m", None)
     assert dispatch.decide(meta(64, 1024), meta(4096, 1024).T, meta(64, 4096), given=True).kind == "general"
     only = dispatch.tiles_rule_small_m_only()
     assert only is dispatch.tiles_rule_small_m_only()  # read once: the route cache keys on it

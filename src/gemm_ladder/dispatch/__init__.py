@@ -27,7 +27,6 @@ _routes: OrderedDict = OrderedDict()
 _lock = threading.Lock()
 _model: CostModel | None = None
 _tiles: TilesRule | None = None
-_tiles_small_m: TilesRule | None = None
 
 
 def cost_model() -> CostModel:
@@ -48,15 +47,12 @@ def tiles_rule() -> TilesRule:
 
 def tiles_rule_small_m_only() -> TilesRule:
     """:func:`tiles_rule` with every decision's kernel the small-M one, its tile counts kept
-    (TilesRule.small_m_only), read once: swiglu's small-M path (dispatch/swiglu_small_m.py) decides its
+    (TilesRule.small_m_only, made once per rule): swiglu's small-M path (dispatch/swiglu_small_m.py) decides its
     two products with it, since the table's general answers were timed for plain GEMMs, not for a float32
     up product and a gated epilogue (taking them ran Llama-3's swiglu at M = 64 in 93.5 us against the
     small-M kernel's 80.2: bench/results/2026-12-04_shapes_real_5models_bf16_cd0fc03.json and
     ..._dd7709e.json)."""
-    global _tiles_small_m
-    if _tiles_small_m is None:
-        _tiles_small_m = tiles_rule().small_m_only()
-    return _tiles_small_m
+    return tiles_rule().small_m_only
 
 
 def _signature(t: torch.Tensor) -> tuple:
@@ -104,12 +100,11 @@ def clear_cache() -> None:
     templates, which keep their routes (after a table is regenerated, say: the next call decides again)."""
     from gemm_ladder.dispatch.calls import CALLS
 
-    global _model, _tiles, _tiles_small_m
+    global _model, _tiles
     with _lock:
         _routes.clear()
         _model = None
         _tiles = None
-        _tiles_small_m = None
     CALLS.clear()
     from gemm_ladder.host import loaded
 

@@ -532,12 +532,14 @@ def choose(routes: list[Route], model: CostModel) -> Route | None:
         # The table measured a general configuration faster here (in place, as the tune times it): taken
         # when the general kernel has a route of it (the 64-row one-CTA build at the table's BN, or any of
         # its timed widths for its route) that copies no more than the small-M route does.
-        if table is not None and table.general_why and table.general_bm64_bn is not None:
-            forced = choose_general_build(cheap, model, bm=BM64_TILE_M, cluster=BM64_CLUSTER, bn=table.general_bm64_bn)
-            if forced is not None:
-                return replace(forced, small_m_table=table)
-        elif table is not None and table.general_why and any(r.bn in model.k_iter_us for r in cheap):
-            return replace(_choose_general(cheap, model), small_m_table=table)
+        if table is not None and table.general_why:
+            if table.general_bm64_bn is not None:
+                forced = choose_general_build(cheap, model, bm=BM64_TILE_M, cluster=BM64_CLUSTER,
+                                              bn=table.general_bm64_bn)
+                if forced is not None:
+                    return replace(forced, small_m_table=table)
+            elif any(r.bn in model.k_iter_us for r in cheap):
+                return replace(_choose_general(cheap, model), small_m_table=table)
         return replace(best, options=(*best.options, ("splits", None)))
     if not general:
         return None

@@ -60,6 +60,7 @@ cost model's), each where it copies no more than the small-M route (else the sma
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass, replace
@@ -131,14 +132,23 @@ def _replaces(candidate: float | None, current: float, tie: float) -> bool:
     return candidate is not None and candidate < current * (1.0 - tie)
 
 
+def _tile_steps(times: dict[int, float], tie: float) -> list[tuple[int, int]]:
+    """The rule's steps over the timed counts (``times``: count -> median): (count, the count it
+    replaced) for each count taken, one tile first, each larger one taken when more than ``tie`` below the
+    current choice's time."""
+    chosen, steps = 1, []
+    for t in sorted(times):
+        if t > 1 and _replaces(times[t], times[chosen], tie):
+            steps.append((t, chosen))
+            chosen = t
+    return steps
+
+
 def decide_tiles(times: dict[int, float], tie: float = TIE) -> int:
     """The tile count: one tile, then each larger count timed (``times``: count -> median, microseconds)
     in turn, taken when more than ``tie`` below the current choice's time."""
-    chosen = 1
-    for t in sorted(times):
-        if t > 1 and _replaces(times[t], times[chosen], tie):
-            chosen = t
-    return chosen
+    steps = _tile_steps(times, tie)
+    return steps[-1][0] if steps else 1
 
 
 def decide(one_tile_us: float, two_tile_us: float, tie: float = TIE) -> int:
@@ -209,11 +219,9 @@ class Decision:
         """This decision on its one- and two-tile and route times alone (three and four tiles and the
         64-row build dropped, tile count and kernel decided again by the rule): what the lookup uses
         away from the (N, K) it was timed at (:meth:`TilesRule.choose`)."""
-        tiles = decide_tiles({1: self.one_tile_us, 2: self.two_tile_us}, tie)
-        small = self.one_tile_us if tiles == 1 else self.two_tile_us
-        return replace(self, tiles=tiles, three_tile_us=None, four_tile_us=None, general_bm64_us=None,
-                       general_bm64_bn=None, general_bm64_route=None,
-                       kernel=decide_general(small, self.general_us, None, tie))
+        two = replace(self, tiles=decide_tiles({1: self.one_tile_us, 2: self.two_tile_us}, tie), three_tile_us=None,
+                      four_tile_us=None, general_bm64_us=None, general_bm64_bn=None, general_bm64_route=None)
+        return replace(two, kernel=decide_general(two.small_m_us, self.general_us, None, tie))
 
     def to_json(self) -> dict:
         out = {"m": self.m, "n": self.n, "k": self.k, "tiles": self.tiles, "one_tile_bn": one_tile_bn(self.m),
@@ -261,11 +269,8 @@ def _tiles_words(t: int) -> str:
 
 def _tiles_verdict(d: Decision, tie: float) -> str:
     """Why the rule gave ``d.tiles``, in words ("two tiles faster by more than 2%")."""
-    times, chosen, steps = d.tile_us, 1, []
-    for t in sorted(times)[1:]:
-        if _replaces(times[t], times[chosen], tie):
-            steps.append((t, chosen))
-            chosen = t
+    times, steps = d.tile_us, _tile_steps(d.tile_us, tie)
+    chosen = steps[-1][0] if steps else 1
     if chosen == 1:
         return f"{' or '.join(WORDS[t] for t in sorted(times)[1:])} tiles not faster by more than {tie:.0%}"
     said = [f"{_tiles_words(t)} faster by more than {tie:.0%}" if prev == 1
@@ -341,11 +346,12 @@ class TilesRule:
                            f"{'the route' if route_won else 'the small-M kernel'} by more than {self.tie:.0%}")
         return TilesChoice(bn, -(-m // bn), why, self.provenance, general, bm64)
 
+    @functools.cached_property
     def small_m_only(self) -> "TilesRule":
         """This rule with every decision's kernel the small-M one (tile counts kept, general times
-        dropped): for a product the general times were not measured for (swiglu's small-M path: its up
-        product writes float32 and its gate product carries the gated epilogue; the table timed plain
-        GEMMs)."""
+        dropped), made once per rule (the route cache keys on the rule's identity): for a product the
+        general times were not measured for (swiglu's small-M path: its up product writes float32 and its
+        gate product carries the gated epilogue; the table timed plain GEMMs)."""
         return replace(self, decisions=tuple(replace(d, general_us=None, general_route=None, general_bm64_us=None,
                                                       general_bm64_bn=None, general_bm64_route=None, kernel=SMALL_M)
                                               for d in self.decisions))

@@ -657,6 +657,23 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def default_build(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+                  out: torch.Tensor | None, sms: int) -> tuple[Fp8Kernel, StreamKTail, dict[str, str]]:
+    """The build a checked call runs when none is given, its split schedule, and why each choice was made
+    (``{"tile_m", "store", "split"}``): the tile height (:func:`tile_m`), width (:func:`tile_n`), output
+    store (:func:`store_for`, for ``out`` as given or a new output) and split (:func:`split_plan`), from the
+    module's defaults read at the call. What :func:`scaled_mm_launch` runs and :func:`describe` reports."""
+    quantized = call.out_dtype == QUANT_OUT
+    bm, tile_m_reason = tile_m(call.m)
+    bn = tile_n(call.m, call.n, sms, quantized, bm)
+    store, store_reason = store_for(_short_out(call.out_dtype), None if quantized else out, call.n)
+    plan, split_reason = split_plan(call.m, call.n, call.k, bn, sms, SPLIT_DEFAULT, bm)
+    kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
+                       out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn, overlap=OVERLAP_PROMOTION,
+                       store=store, split=plan.tail_units > 0, bm=bm)
+    return kernel, plan, {"tile_m": tile_m_reason, "store": store_reason, "split": split_reason}
+
+
 def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                      bias: torch.Tensor | None, call: ScaledMmCall, out: torch.Tensor | None = None, *,
                      kernel: Fp8Kernel | None = None) -> torch.Tensor:
@@ -695,17 +712,11 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
     sms = _sm_count(a.device)
     capturing = _capturing(a.device)
     if kernel is None:
-        bm = tile_m(m)[0]
-        bn = tile_n(m, n, sms, quantized, bm)
         # The build is the one an eager call of this shape loads (so that a capture after one warm-up call
         # needs no module load); under capture it runs unsplit (its workspace arguments null).
-        plan = split_plan(m, n, k, bn, sms, SPLIT_DEFAULT, bm)[0]
-        kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
-                           out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn,
-                           overlap=OVERLAP_PROMOTION, store=store_for(_short_out(call.out_dtype), out, n)[0],
-                           split=plan.tail_units > 0, bm=bm)
+        kernel, plan, _ = default_build(call, a, b, bias, out, sms)
         if capturing:
-            plan = split_plan(m, n, k, bn, sms, "none", bm)[0]
+            plan = split_plan(m, n, k, kernel.bn, sms, "none", kernel.bm)[0]
     else:
         if kernel.out_dtype != _short_out(out.dtype):  # an explicit build must write the output's own dtype
             raise GemmInputError(f"the output is {out.dtype}; the fp8 build {kernel} writes {kernel.out_dtype}")
@@ -789,13 +800,8 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
         else:
             sms = arch_info("sm_90a").sm_count
     quantized = call.out_dtype == QUANT_OUT
-    bm, tile_m_reason = tile_m(call.m)
-    bn = tile_n(call.m, call.n, sms, quantized, bm)
-    store, store_reason = store_for(_short_out(call.out_dtype), None if quantized else out, call.n)
-    plan, split_reason = split_plan(call.m, call.n, call.k, bn, sms, SPLIT_DEFAULT, bm)
-    kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
-                       out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn, overlap=OVERLAP_PROMOTION,
-                       store=store, split=plan.tail_units > 0, bm=bm)
+    kernel, plan, why = default_build(call, a, b, bias, out, sms)
+    bm, bn, store = kernel.bm, kernel.bn, kernel.store
     tiles = math.ceil(call.m / bm) * math.ceil(call.n / bn) if call.m and call.n else 0
     copies = []
     if call.scale_mode == "blockwise" and call.m and call.k:
@@ -811,14 +817,14 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
         "problem": {"M": call.m, "N": call.n, "K": call.k}, "scale_mode": call.scale_mode,
         "inputs": {"a": FP8_DTYPES[a.dtype], "b": FP8_DTYPES[b.dtype]},
         "output": "e4m3 values + 1x128 fp32 scales" if quantized else str(call.out_dtype).replace("torch.", ""),
-        "tile": {"BM": bm, "BN": bn, "BK": BK}, "tile_m_reason": tile_m_reason, "stages": kernel.ring_stages,
+        "tile": {"BM": bm, "BN": bn, "BK": BK}, "tile_m_reason": why["tile_m"], "stages": kernel.ring_stages,
         "threads": kernel.threads,
         "dynamic_smem_bytes": kernel.dynamic_smem, "expect_tx_bytes": kernel.expect_tx_bytes,
         "promotion_interval_k": PROMOTION_K, "promotion_overlapped": kernel.overlap,
-        "store": store, "store_reason": store_reason,
+        "store": store, "store_reason": why["store"],
         "k_tail": (f"K % 128 = {call.k % 128}: the last K block zero-filled by TMA" if call.k % 128 else None),
         "tiles": tiles, "grid": plan.clusters, "sms": sms, "copies": copies,
-        "split": "all" if plan.tail_units else "none", "split_reason": split_reason,
+        "split": "all" if plan.tail_units else "none", "split_reason": why["split"],
         "k_blocks": math.ceil(call.k / BK), "contributors": plan.max_contributors if plan.tail_units else 1,
         "workspace_bytes": 4 * sum(_workspace_sizes(plan, bn, kernel.consumers)) if plan.tail_units else 0,
         "no_launch": ("empty output" if not (call.m and call.n) else "K = 0: zeros plus bias" if not call.k else None),
