@@ -31,8 +31,11 @@ DECODE = [(m, n, k) for m in (64, 128) for n, k in LAYERS]
 @pytest.fixture(autouse=True)
 def _split_at_any_k(monkeypatch):
     """These tests exercise the split's mechanics at any K: the rule that leaves tiles of fewer than
-    fp8.MIN_SPLIT_TILE_K_BLOCKS K blocks whole (measured slower there) has its own test."""
+    fp8.MIN_SPLIT_TILE_K_BLOCKS K blocks whole (measured slower there) has its own test. They split
+    128-row tiles (M <= 64 takes 64-row tiles by default; their split: test_fp8_64_rows_cpu.py)."""
     monkeypatch.setattr(fp8, "MIN_SPLIT_TILE_K_BLOCKS", 0)
+    monkeypatch.setattr(fp8, "TILE_M_DEFAULT", "128")
+
 
 def _meta(m, n, k):
     a = torch.empty((m, k), dtype=E4M3, device="meta")

@@ -73,12 +73,14 @@ FAMILY = "sm90_fp8_gemm"
 KERNEL_NAME = "fp8_gemm_kernel"
 BM = BK = 128
 #: Tile heights: 128 (two consumer warpgroups of 64 rows) or 64 (one: decode's M <= 64, where half of a
-#: 128-row tile is rows past M). The launch takes 128 unless :data:`TILE_M_DEFAULT` says otherwise.
+#: 128-row tile is rows past M). The launch takes 64 where M <= 64 unless :data:`TILE_M_DEFAULT` says "128".
 TILE_M = (128, 64)
 #: The tile height the launch asks for (:func:`tile_m`): "128" always, or "auto" (64 where M <= 64). The
-#: environment's GL_FP8_TILE_M at import, else "128": the 64-row build is not measured on the H200 yet.
+#: environment's GL_FP8_TILE_M at import, else "auto": on the H200 the 64-row build ran 1.05-1.49x faster
+#: than the 128-row one at every decode shape timed, each scaling, M 1-64 (interleaved in one run:
+#: bench/results/2026-12-04_fp8_tile_m_both_64162fa.json).
 TILE_M_CHOICES = ("128", "auto")
-TILE_M_DEFAULT = os.environ.get("GL_FP8_TILE_M", "128")
+TILE_M_DEFAULT = os.environ.get("GL_FP8_TILE_M", "auto")
 #: Tile widths: 128, or 64 when 128-wide tiles would leave SMs idle (small M or N; not the quantized output).
 TILE_N = (128, 64)
 #: Stages of the ring per tile width: 6 x (16 KiB of A + 16 KiB of B (+ 512 B of scale_a)), 8 x (16 + 8 KiB
@@ -568,7 +570,7 @@ def tile_m(m: int, preferred: str | None = None) -> tuple[int, str]:
     if preferred not in TILE_M_CHOICES:
         raise ValueError(f"tile_m = {preferred!r}: use one of {', '.join(TILE_M_CHOICES)}")
     if preferred == "128":
-        return BM, "128-row tiles (fp8.TILE_M_DEFAULT or GL_FP8_TILE_M: the 64-row build is not measured yet)"
+        return BM, "128-row tiles (asked: fp8.TILE_M_DEFAULT or GL_FP8_TILE_M = '128')"
     if m <= 64:
         return 64, f"M = {m} <= 64: one 64-row tile holds it (a 128-row tile would be half rows past M)"
     return BM, f"M = {m} > 64: 128-row tiles"
