@@ -13,11 +13,13 @@
 namespace gl {
 
 // Stage panel `p` (runtime) of a consumer's packed fragment (`Words` = 16 registers per panel) into its
-// ring and store it at (n0 + 64p, m0). The unrolled dispatch keeps the register indices compile-time
-// (no local memory). `bar`: the consumer's named barrier (its 128 threads); `issuer`: its thread 0.
+// ring and store it at (n0 + 64p, m0), or at (n0 + 64p, m0, z) of a rank-3 map when z >= 0 (the grouped
+// kernel's per-group outputs). The unrolled dispatch keeps the register indices compile-time (no local
+// memory). `bar`: the consumer's named barrier (its 128 threads); `issuer`: its thread 0.
 template <int Words>
 __device__ __forceinline__ void store_panel(int p, const uint32_t (&packed)[Words], uint8_t* ring,
-                                            const CUtensorMap* map_c, int n0, int m0, int bar, bool issuer) {
+                                            const CUtensorMap* map_c, int n0, int m0, int bar, bool issuer,
+                                            int z = -1) {
   constexpr int kPanels = Words / 16;
   static_assert(Words % 16 == 0 && kPanels % GL_C_RING == 0, "whole panels, each always in buffer p % GL_C_RING");
 #pragma unroll
@@ -30,7 +32,8 @@ __device__ __forceinline__ void store_panel(int p, const uint32_t (&packed)[Word
     fence_proxy_async_smem();
     named_barrier_sync(bar, 128);
     if (issuer) {
-      tma_store_2d(map_c, buf, n0 + 64 * q, m0);
+      if (z >= 0) tma_store_3d(map_c, buf, n0 + 64 * q, m0, z);
+      else tma_store_2d(map_c, buf, n0 + 64 * q, m0);
       tma_store_commit();
     }
   }
