@@ -134,8 +134,13 @@ def test_plan_fits_beside_the_group_table(bn, stages):
     k = grouped_gemm(bn, "k")
     d = k.defines("bf16")
     assert d["GL_STAGES"] == stages and d["GL_CLUSTER"] == 1 and d["GL_CONSUMERS"] == 2
-    assert d["GL_C_PANELS"] == 0 and d["GL_MAX_GROUPS"] == MAX_GROUPS
+    # A 2-byte output through the panel ring (one 64 x 64 buffer per consumer: the stages the register
+    # store had); a float32 output from registers, no staging.
+    assert (d["GL_C_PANELS"], d["GL_C_RING"], d["GL_MAX_GROUPS"]) == (bn // 64, 1, MAX_GROUPS)
     assert d["GL_SMEM_BYTES"] + GROUP_TABLE_BYTES <= 232448
+    f32 = grouped_gemm(bn, "k", out_fp32=True).defines("bf16")
+    assert (f32["GL_STAGES"], f32["GL_C_PANELS"], f32["GL_C_RING"]) == (stages, 0, 0)
+    assert f32["GL_SMEM_BYTES"] < d["GL_SMEM_BYTES"]
     p = k.plan(1000, 520, 200, 8, "bf16")
     w = p.tensor_maps["w"]
     assert w.rank == 3 and w.global_dim == (200, 520, 8) and w.box_dim == (64, bn, 1)
@@ -193,7 +198,8 @@ def test_builds_pass_the_resource_gate(cfg, dtype, use_cache):
     assert report.passed, report.messages
     assert (report.spill_stores, report.spill_loads, report.stack_bytes) == (0, 0, 0)
     assert report.sass["LDL"] == report.sass["STL"] == 0
-    assert report.sass["UTMALDG"] > 0 and report.sass["UTMASTG"] == 0  # TMA loads, register stores
+    # TMA loads; TMA stores (the panel ring) where the build has one, register stores alone elsewhere
+    assert report.sass["UTMALDG"] > 0 and (report.sass["UTMASTG"] > 0) == (grouped_gemm(**cfg).c_ring > 0)
     assert "USETMAXREG" in sass
     assert f"HGMMA.64x{cfg['bn']}x16.F32" in sass
     # the cluster build multicasts its half of B (UTMALDG .MULTICAST) and meets its peer (UCGABAR)
@@ -584,3 +590,87 @@ def test_the_launch_takes_the_rule_unless_told(monkeypatch):
         a3 = torch.empty(8, 512, 2048, dtype=BF, device="cuda")
         api_grouped.grouped_mm_masked_direct(a3, w.transpose(1, 2), offs)  # masked: 1
     assert seen == [2, 1, 1, 1, 1]
+
+
+# --- the output's store: the panel ring (TMA) or registers ---------------------------------------------
+def test_out_map_covers_the_output_or_is_none():
+    """out_map: (N, R) over every row grouped along M, (N, M, E) along K, 64 x 64 boxes; None where TMA
+    cannot write the output (a pitch or base that is not a multiple of 16 bytes)."""
+    from gemm_ladder.library.grouped import out_map
+
+    out = torch.empty(1000, 384, dtype=BF)
+    spec = out_map(out, k_grouped=False)
+    assert spec.global_dim == (384, 1000) and spec.box_dim == (64, 64) and spec.global_strides == (768,)
+    assert out_map(torch.empty(1000, 385, dtype=BF)[:, :384], k_grouped=False) is None  # a 770-byte pitch
+    assert out_map(torch.empty(384001, dtype=BF)[1:].view(1000, 384), k_grouped=False) is None  # a 2-byte offset
+    gk = out_map(torch.empty(8, 200, 136, dtype=BF), k_grouped=True)
+    assert gk.global_dim == (136, 200, 8) and gk.box_dim == (64, 64, 1) and gk.global_strides == (272, 200 * 272)
+    assert out_map(torch.empty(1, 200, 136, dtype=BF), k_grouped=True).global_strides == (272, 200 * 272)
+
+
+def test_store_rule_and_explain_name_the_store(monkeypatch):
+    import gemm_ladder.library.grouped as g
+    from gemm_ladder.api_grouped import explain_grouped_mm
+
+    assert grouped_gemm(256).c_ring == 1 and grouped_gemm(256, out_fp32=True).c_ring == 0
+    assert grouped_gemm(128, masked=True).c_ring == 0
+    assert g.store_rule(grouped_gemm(256), 384, 2)[0] == "tma"
+    assert g.store_rule(grouped_gemm(256), 385, 2) == ("registers", g.store_rule(grouped_gemm(256), 385, 2)[1])
+    assert "770 bytes" in g.store_rule(grouped_gemm(256), 385, 2)[1]
+    assert g.store_rule(grouped_gemm(256, out_fp32=True), 384, 4)[0] == "registers"
+    meta = torch.device("meta")
+    x = torch.empty(4096, 1024, dtype=BF, device=meta)
+    w = torch.empty(8, 768, 1024, dtype=BF, device=meta)
+    offs = torch.empty(8, dtype=torch.int32, device=meta)
+    e = explain_grouped_mm(x, w.transpose(1, 2), offs)
+    assert e["store"] == "tma" and "partial slice from registers" in e["store_reason"]
+    assert explain_grouped_mm(x, w.transpose(1, 2), offs, out_dtype=torch.float32)["store"] == "registers"
+    monkeypatch.setattr(g, "STORE_DEFAULT", "registers")
+    assert explain_grouped_mm(x, w.transpose(1, 2), offs)["store"] == "registers"
+    monkeypatch.setattr(g, "STORE_DEFAULT", "smem")
+    with pytest.raises(ValueError, match="STORE_DEFAULT"):
+        explain_grouped_mm(x, w.transpose(1, 2), offs)
+
+
+@pytest.mark.parametrize("store,n,want", [("tma", 384, 1), ("tma", 385, 0), ("registers", 384, 0)])
+def test_the_launch_passes_the_output_map_and_the_store_flag(monkeypatch, store, n, want):
+    """The launch's map_c and tma_store arguments (the driver replaced; CPU tensors stand in): out's own
+    map and 1 where TMA can write it and the store is "tma"; else x's map (never read) and 0."""
+    import ctypes
+
+    import gemm_ladder.library.grouped as g
+
+    calls = []
+
+    class Rec:
+        def max_active_clusters(self, device):
+            return 132
+
+        def launch(self, grid, args, stream):
+            calls.append(args)
+
+    monkeypatch.setattr(g, "STORE_DEFAULT", store)
+    monkeypatch.setattr(g, "ensure_context", lambda device: None)
+    monkeypatch.setattr(g, "encode_tiled", lambda kwargs: kwargs)
+    monkeypatch.setattr(g.GroupedGemm, "loaded", lambda self, dtype, device: Rec())
+    monkeypatch.setattr(g.GroupedGemm, "supports", lambda self, *a: None)
+    monkeypatch.setattr(g.GroupedGemm, "supports_k", lambda self, *a: None)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    kern = grouped_gemm(256)
+    x, w = torch.empty(1000, 512, dtype=BF), torch.empty(4, n, 512, dtype=BF)
+    out = torch.empty(1000, n, dtype=BF)
+    kern.launch(x, w, torch.empty(4, dtype=torch.int32), out)
+    args = calls[-1]
+    assert args[-1].value == want and isinstance(args[-1], ctypes.c_int)
+    if want:
+        assert args[2]["globalDim"] == [n, 1000] and args[2]["globalAddress"] == out.data_ptr()
+    else:
+        assert args[2] is args[0]
+    kk = grouped_gemm(128, "mn", k_grouped=True)
+    a, b = torch.empty(1000, 200, dtype=BF).T, torch.empty(1000, 392, dtype=BF)[:, :n]  # b's pitch 16-byte
+    outk = torch.empty(4, 200, n, dtype=BF)
+    kk.launch_k(a, b, torch.empty(4, dtype=torch.int32), outk)
+    args = calls[-1]
+    assert args[-1].value == want
+    if want:
+        assert args[2]["globalDim"] == [n, 200, 4] and args[2]["boxDim"] == [64, 64, 1]

@@ -516,3 +516,100 @@ def test_the_route_takes_the_cluster_build_at_long_k():
     out = gemm_ladder.grouped_mm(x, w.transpose(1, 2), offs)
     _check(out, x, w, offs.tolist(), torch.bfloat16, seed, tag="route at K 2048")
     assert torch.equal(out, grouped_mm_direct(x, w.transpose(1, 2), offs, cluster=1)), f"seed {seed}"
+
+
+# --- the panel ring's TMA store (bf16/fp16 outputs) against the register store -------------------------
+# Groups of whole 64-row slices (TMA), partial ones (registers), empty and one-row groups, and a tile
+# count that leaves a CTA more than one tile (deferred panels carried across tiles).
+STORE_SIZES = [0, 64, 1, 128, 200, 0, 256, 63, 640, 7, 384, 129]
+
+
+def _both_stores(monkeypatch, run) -> dict:
+    """run() under grouped.STORE_DEFAULT "tma" and "registers" (the same build): the two outputs."""
+    from gemm_ladder.library import grouped
+
+    outs = {}
+    for store in grouped.STORES:
+        monkeypatch.setattr(grouped, "STORE_DEFAULT", store)
+        outs[store] = run()
+    return outs
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bn,major,cluster", [(128, "k", 1), (256, "k", 1), (256, "k", 2), (256, "mn", 1),
+                                              (128, "k", 2)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_tma_store_equals_the_register_store_along_m(monkeypatch, dtype, bn, major, cluster, bias):
+    """Bit for bit the register store's output, float64-right per group, rows past offs[-1] left NaN."""
+    from gemm_ladder.library.grouped import grouped_gemm
+
+    seed = _seed()
+    n, k, e = 384, 520, len(STORE_SIZES)
+    offs_list = torch.tensor(STORE_SIZES).cumsum(0).tolist()
+    rows = offs_list[-1] + 5
+    x = torch.randn(rows, k, dtype=dtype, device="cuda")
+    w_nk = torch.randn(e, n, k, dtype=dtype, device="cuda") / k**0.5
+    w = w_nk if major == "k" else w_nk.transpose(1, 2).contiguous().transpose(1, 2)  # N-major: stride(1) == 1
+    b = torch.randn(e, n, dtype=dtype, device="cuda") if bias else None
+    kern = grouped_gemm(bn, major, bias=bias, cluster=cluster)
+    offs = _offs(STORE_SIZES)
+
+    def run():
+        out = torch.full((rows, n), float("nan"), dtype=dtype, device="cuda")
+        kern.launch(x, w, offs, out, b)
+        return out
+
+    outs = _both_stores(monkeypatch, run)
+    end = offs_list[-1]
+    assert torch.equal(outs["tma"][:end].view(torch.int16), outs["registers"][:end].view(torch.int16)), f"seed {seed}"
+    assert outs["tma"][end:].isnan().all() and outs["registers"][end:].isnan().all()
+    _check(outs["tma"], x, w_nk, offs_list, dtype, seed, bias=b, tag=f"tma bn {bn} {major} c{cluster}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bn,cluster", [(128, 1), (256, 1), (128, 2)])
+@pytest.mark.parametrize("m,n", [(200, 384), (128, 136)])
+def test_tma_store_equals_the_register_store_along_k(monkeypatch, dtype, bn, cluster, m, n):
+    """Grouped along K (the weight gradient): the rank-3 output map clips M and N; empty groups zeros."""
+    from gemm_ladder.library.grouped import grouped_gemm
+
+    seed = _seed()
+    sizes = [0, 64, 1, 300, 0, 129, 512]
+    total = sum(sizes)
+    a = torch.randn(total, m, dtype=dtype, device="cuda").T  # (M, total K), stride(0) == 1
+    bk = torch.randn(total, n, dtype=dtype, device="cuda")
+    kern = grouped_gemm(bn, "mn", k_grouped=True, cluster=cluster)
+    offs = _offs(sizes)
+
+    def run():
+        out = torch.full((len(sizes), m, n), float("nan"), dtype=dtype, device="cuda")
+        kern.launch_k(a, bk, offs, out)
+        return out
+
+    outs = _both_stores(monkeypatch, run)
+    assert torch.equal(outs["tma"].view(torch.int16), outs["registers"].view(torch.int16)), f"seed {seed}"
+    start = 0
+    for g, z in enumerate(sizes):
+        ref = a[:, start:start + z].double() @ bk[start:start + z].double()
+        got = outs["tma"][g].double()
+        assert not got.isnan().any(), f"group {g} (seed {seed})"
+        if z == 0:
+            assert (got == 0).all()
+        else:
+            assert (got - ref).norm() / ref.norm() <= 2e-2 * 0.25, f"group {g} (seed {seed})"
+        start += z
+
+
+def test_an_output_tma_cannot_write_goes_from_registers(monkeypatch):
+    """A pitch of 385 elements (770 bytes): the launch passes tma_store 0; the result is right."""
+    from gemm_ladder.library.grouped import grouped_gemm
+
+    seed = _seed()
+    n, k = 384, 256
+    offs_list = torch.tensor(STORE_SIZES).cumsum(0).tolist()
+    x = torch.randn(offs_list[-1], k, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(len(STORE_SIZES), n, k, dtype=torch.bfloat16, device="cuda") / k**0.5
+    out = torch.full((offs_list[-1], n + 1), float("nan"), dtype=torch.bfloat16, device="cuda")[:, :n]
+    grouped_gemm(256).launch(x, w, _offs(STORE_SIZES), out)
+    _check(out, x, w, offs_list, torch.bfloat16, seed, tag="pitch 385")
+    assert out.stride(0) == n + 1

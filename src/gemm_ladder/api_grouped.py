@@ -319,9 +319,10 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
     running it, as a dict: ``case`` ('2d3d', '3d3d', '2d2d' or 'masked'), ``grouped_along`` ('M' or 'K'),
     ``kernel`` (the build's name), ``source``, ``tile`` [BM, BN, BK], ``b_major``, ``out_dtype``,
     ``cluster`` (1 or 2) and ``cluster_reason`` (library/grouped.py choose_cluster: the rule and the
-    measurement behind it). An empty problem still names the build a non-empty one would run. CUDA or
+    measurement behind it), ``store`` ("tma" or "registers") and ``store_reason`` (library/grouped.py
+    store_rule, for the new output the call makes). An empty problem still names the build a non-empty one would run. CUDA or
     meta tensors (shapes, strides and dtypes only); raises what the call raises for bad input."""
-    from gemm_ladder.library.grouped import BK, BM, SOURCE
+    from gemm_ladder.library.grouped import BK, BM, SOURCE, store_rule
 
     devices = ("cuda", "meta")
     if masked:
@@ -340,9 +341,10 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
         rows = a.shape[0] if a.dim() == 2 else a.shape[0] * a.shape[1]
         bn, major, grouping = choose_bn(n, rows, groups), b_major_of(b), GROUP_M_MASKED if masked else GROUP_M
     build, why = grouped_build(bn, major, k, grouping, dt == torch.float32, bias is not None, None)
+    store, store_why = store_rule(build, n, dt.itemsize)
     return {"case": case, "grouped_along": "K" if grouping == GROUP_K else "M", "kernel": build.name,
             "source": SOURCE, "tile": [BM, bn, BK], "b_major": major, "out_dtype": str(dt).replace("torch.", ""),
-            "cluster": build.cluster, "cluster_reason": why}
+            "cluster": build.cluster, "cluster_reason": why, "store": store, "store_reason": store_why}
 
 
 __all__ = ["b_major_of", "check_grouped_mm", "choose_bn", "explain_grouped_mm", "group_of_rows", "grouped_build", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of"]

@@ -17,16 +17,21 @@ arguments) depends on R, N, K, E and the pointers only.
 **The plan.** The kernel's ring, shared memory, stage count, expect_tx bytes and roles are those of the
 designer's plan (:func:`plan_gemm`) of one dense GEMM (R, N, K) on the configuration the kernel is built
 with: tile 128 x BN x 64, one CTA per cluster (or two: below), two consumer warpgroups, a producer
-warpgroup, C stored from registers (no C staging), persistent. Its stage count is the most that fit in
+warpgroup, persistent, and C through level 9's panel ring (a ring of :data:`C_RING` 64 x 64 panel buffer
+per consumer, a tile's last panel stored during the next tile's first K iteration) for a bf16 or
+fp16 output, from registers (no C staging) for a float32 one. Its stage count is the most that fit in
 shared memory beside the kernel's group table (:data:`GROUP_TABLE_BYTES`, static shared memory). What
 the grouped kernel changes is named in :class:`GroupedPlan`: the weight's tensor map is rank 3 over (E,
 N, K) (the group is its outer coordinate), the schedule's tile count is known on the device only, and
-rows are masked at each group's end.
+rows are masked at each group's end: a consumer's 64 rows go through the panel ring when all are its
+group's and the output is one TMA can write (:func:`out_map`: 16-byte base and pitches), from registers
+with the rows masked otherwise (a group's last, partial slice; any pitch).
 
 **Operands** (:meth:`GroupedGemm.supports`): x row-major (pitch a multiple of 16 bytes, base 16-byte
 aligned); w K-major per group (``b_major="k"``: element (e, n, k) at e * s_e + n * s_n + k) or N-major
 (``"mn"``: at e * s_e + k * s_k + n, the backward's grad_x = grad_out @ w[e]), strides multiples of 16
-bytes; out (R, N) row-major with any pitch >= N; E <= :data:`MAX_GROUPS`.
+bytes; out (R, N) row-major with any pitch >= N (a pitch or base TMA cannot write is stored from registers
+throughout); E <= :data:`MAX_GROUPS`.
 
 **The cluster build** (``cluster=2``, :data:`CLUSTERS`): two CTAs per cluster take units of two
 vertically adjacent M tiles (one N tile; along K, one group), and when both tiles read one weight each
@@ -41,6 +46,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
@@ -55,7 +61,8 @@ from gemm_ladder.runtime.module import LaunchGeometry
 from gemm_ladder.library import kernel as K
 from gemm_ladder.library.gemm import MAX_EXTENT
 from gemm_ladder.library.kernel import (
-    GROUP_K, GROUP_M, GROUP_M_MASKED, GROUPED, GROUPINGS, HALF_DTYPES, STORE_REGISTERS, KernelConfig, Operands,
+    GROUP_K, GROUP_M, GROUP_M_MASKED, GROUPED, GROUPINGS, HALF_DTYPES, STORE_REGISTERS, STORE_TMA, KernelConfig,
+    Operands,
 )
 from gemm_ladder.library.lru import cached
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES
@@ -85,6 +92,18 @@ MAX_GROUPS = 1024
 #: Bytes of the group table (grouped_scheduler.cuh: MAX_GROUPS + 1 tile starts, MAX_GROUPS row ends, the layout word).
 GROUP_TABLE_BYTES = (2 * MAX_GROUPS + 2) * 4
 B_MAJORS = ("k", "mn")
+#: Panel buffers per consumer in the output's ring (bf16/fp16 outputs; the plan's c_ring): one 64 x 64
+#: panel (8 KiB), so the stage count stays what the register store had beside the group table (6 at BN
+#: 128, 4 at 256; two buffers would cost a stage). A tile's panels but the last go at its end, each after
+#: the one before has left the buffer (wait_group.read 0); the last during the next tile's first K
+#: iteration (holding more across the K loop spilled at BN 256).
+C_RING = 1
+#: What a build with the panel ring does with an output TMA can write: "tma" (the ring; a group's partial
+#: slices still from registers) or "registers" (every slice from registers, the build otherwise the
+#: same: how the tests and bench/grouped.py --store both compare the two). The environment's
+#: GL_GROUPED_STORE at import, else "tma".
+STORES = (STORE_TMA, STORE_REGISTERS)
+STORE_DEFAULT = os.environ.get("GL_GROUPED_STORE", STORE_TMA)
 
 
 @dataclass(frozen=True)
@@ -115,6 +134,12 @@ class GroupedPlan:
         return (ceil_div(self.rows, BM) + self.groups) * ceil_div(self.n, self.bn)
 
     @property
+    def store(self) -> str:
+        """How C leaves: "tma" (the panel ring; a group's partial slices and outputs TMA cannot write from
+        registers) or "registers"."""
+        return STORE_TMA if self.gemm.smem.c_ring else STORE_REGISTERS
+
+    @property
     def max_units(self) -> int:
         return ceil_div(ceil_div(self.rows, BM) + self.groups, self.cluster) * ceil_div(self.n, self.bn)
 
@@ -135,7 +160,10 @@ class GroupedPlan:
             f"{self.k}) {'K' if self.b_major == 'k' else 'N'}-major per group, {self.dtype}",
             f"tile {BM} x {self.bn} x {BK}, {g.stages} stages of {g.load_protocol.expect_tx_bytes} bytes, "
             f"{g.smem.total_bytes} bytes of dynamic shared memory + {GROUP_TABLE_BYTES} of group table",
-            f"at most {self.max_tiles} tiles (exact count on the device), C stored from registers, rows masked per group",
+            f"at most {self.max_tiles} tiles (exact count on the device), "
+            + (f"C by TMA through a ring of {g.smem.c_ring} 64 x 64 panel buffer(s) per consumer where a consumer's "
+               "64 rows are all its group's and the output takes a tensor map, else from registers with the rows "
+               "masked per group" if self.store == STORE_TMA else "C stored from registers, rows masked per group"),
         ]
         if self.cluster > 1:
             lines.append(f"clusters of {self.cluster} CTAs on units of {self.cluster} M tiles; B multicast in "
@@ -188,6 +216,51 @@ def weight_map(groups: int, n: int, k: int, *, b_major: str, stride_major: int, 
                          global_dim=(n, k, groups), box_dim=(inner, BK, 1), **common)
 
 
+def out_map(out: torch.Tensor, *, k_grouped: bool) -> TensorMapSpec | None:
+    """The panel ring's map of a bf16/fp16 output, or None when TMA cannot write it (a base or pitch not a
+    multiple of 16 bytes, or another cuTensorMapEncodeTiled rule: the launch then stores every slice from
+    registers). Grouped along M: out (R, N), globalDim (N, R); along K: out (E, M, N), globalDim (N, M,
+    E), the group outermost, so the copy engine clips each group's rows at M. Box 64 x 64 (x 1), 128B
+    swizzle: one panel of stage_packed_panel_sw128 (kernels epilogue.cuh)."""
+    e = out.element_size()
+    dt = dtype_info(dtype_name(out.dtype))
+    if out.data_ptr() % TMA_ALIGN_BYTES:
+        return None
+    if k_grouped:
+        groups, m, n = out.shape
+        strides = (_ld(out, 1, n) * e, (out.stride(0) if groups > 1 else m * _ld(out, 1, n)) * e)
+        dims, box, what = (n, m, groups), (128 // e, 64, 1), "out (E, M, N), the group outermost"
+    else:
+        rows, n = out.shape
+        strides, dims, box, what = (_ld(out, 0, n) * e,), (n, rows), (128 // e, 64), "out (R, N) over every group's rows"
+    spec = TensorMapSpec(name="c", description=f"{what}: 64 x 64 panels stored from each consumer's ring",
+                         data_type=dt.tensor_map_type, elem_bytes=e, rank=len(dims), global_dim=dims,
+                         global_strides=strides, box_dim=box, element_strides=(1,) * len(dims))
+    try:
+        spec.validate()
+    except PlanRefused:
+        return None
+    return spec
+
+
+def store_rule(kernel: "GroupedGemm", n: int, elem_bytes: int) -> tuple[str, str]:
+    """The store (:data:`STORES`) a call of ``kernel`` into a new contiguous output of ``n`` columns of
+    ``elem_bytes`` takes, and why (what explain_grouped_mm reports). Reads :data:`STORE_DEFAULT`; raises
+    ValueError for a value not in :data:`STORES`."""
+    if STORE_DEFAULT not in STORES:
+        raise ValueError(f"grouped.STORE_DEFAULT = {STORE_DEFAULT!r}: one of {', '.join(STORES)}")
+    if not kernel.c_ring:
+        return STORE_REGISTERS, ("a float32 output: from registers" if kernel.out_fp32
+                                 else "the masked layout: from registers (no panel ring in its builds)")
+    if STORE_DEFAULT == STORE_REGISTERS:
+        return STORE_REGISTERS, "grouped.STORE_DEFAULT (GL_GROUPED_STORE) = 'registers': every slice from registers"
+    if (n * elem_bytes) % TMA_ALIGN_BYTES:
+        return STORE_REGISTERS, (f"N = {n}: a row of {n * elem_bytes} bytes is not a multiple of {TMA_ALIGN_BYTES} "
+                                 "(a tensor map's pitch): from registers")
+    return STORE_TMA, ("by TMA through each consumer's panel ring where its 64 rows are all one group's; a group's "
+                       "last, partial slice from registers")
+
+
 @dataclass(frozen=True, eq=False)
 class GroupedGemm:
     """One build configuration of the grouped kernel: ``bn`` 128 or 256, the weight's ``b_major``,
@@ -220,13 +293,21 @@ class GroupedGemm:
                 + ("_f32" if self.out_fp32 else "") + ("_bias" if self.bias else "")
                 + ("_masked" if self.masked else "") + ("" if self.cluster == 1 else f"_c{self.cluster}"))
 
+    @property
+    def c_ring(self) -> int:
+        """Panel buffers per consumer for the output: :data:`C_RING` for a bf16/fp16 output, 0 (stored from
+        registers) for float32 and for the masked layout (decode's few rows per expert rarely fill a
+        64-row slice, and its cluster build at BN 256 spilled with the ring)."""
+        return 0 if self.out_fp32 or self.masked else C_RING
+
     @staticmethod
-    def stages(bn: int, dtype: str = "bf16", arch: str = "sm_90a") -> int:
-        """The ring depth: the most stages that fit beside the group table (6 at BN 128, 4 at 256)."""
+    def stages(bn: int, dtype: str = "bf16", arch: str = "sm_90a", c_ring: int = 0) -> int:
+        """The ring depth: the most stages that fit beside the group table and ``c_ring`` panel buffers per
+        consumer (6 at BN 128, 4 at 256, with no ring or one buffer)."""
         ar = arch_info(arch)
         ar = replace(ar, max_smem_per_block=ar.max_smem_per_block - GROUP_TABLE_BYTES)
         return max_stages(bm=BM, bn=bn, bk=BK, elem_bytes=DTYPES[dtype].itemsize, arch=ar, consumers=CONSUMERS,
-                          c_from_registers=True)
+                          c_from_registers=not c_ring, c_ring=c_ring)
 
     @property
     def grouping(self) -> str:
@@ -268,9 +349,10 @@ class GroupedGemm:
         return cached(self._plans, key, lambda: self._plan(rows, n, k, groups, dtype, ldx, w_strides))
 
     def _plan(self, rows, n, k, groups, dtype, ldx, w_strides) -> GroupedPlan:
-        gemm = plan_gemm(rows, n, k, dtype, tile=self.tile, stages=self.stages(self.bn, dtype), cluster=self.cluster,
-                         consumers=CONSUMERS, persistent=True, producer_warpgroup=True, c_from_registers=True,
-                         b_major=self.b_major, lda=ldx, ldb=None if w_strides is None else w_strides[1])
+        gemm = plan_gemm(rows, n, k, dtype, tile=self.tile, stages=self.stages(self.bn, dtype, c_ring=self.c_ring),
+                         cluster=self.cluster, consumers=CONSUMERS, persistent=True, producer_warpgroup=True,
+                         c_from_registers=not self.c_ring, c_ring=self.c_ring, b_major=self.b_major, lda=ldx,
+                         ldb=None if w_strides is None else w_strides[1], ldc=self._ldc(n, dtype))
         dt = dtype_info(dtype)
         if w_strides is None:
             w_strides = (n * k, k if self.b_major == "k" else n)
@@ -288,6 +370,11 @@ class GroupedGemm:
         return GroupedPlan(rows=rows, n=n, k=k, groups=groups, dtype=dtype, bn=self.bn, b_major=self.b_major,
                            gemm=gemm, tensor_maps=maps, cluster=self.cluster)
 
+    def _ldc(self, n: int, dtype: str) -> int | None:
+        """The output pitch the plan's C map is checked at: N rounded up to 16 bytes, the map a TMA-writable
+        output takes (an output whose own pitch is not is stored from registers, :func:`out_map`)."""
+        return _round16(n, DTYPES[dtype].itemsize) if self.c_ring else None
+
     def ring_protocol(self, k_iters: int | None = None, tiles: int = 2, dtype: str = "bf16",
                       shared: tuple[bool, ...] | None = None, **faults):
         """The kernel's stage ring as the auditor models it (gemm_ladder.audit), from its plan's facts: a
@@ -295,9 +382,13 @@ class GroupedGemm:
         of the next is issued (release_lag 1, wgmma.wait_group 1), the planned stage count, barrier
         counts and first parities; the counters carried across a CTA's tiles. A tile's K iterations
         differ between tiles in the kernel (the K-grouped build: each group's K range; an empty group's
-        tiles take none and touch no stage), which audits at several (k_iters, tiles) bound. The model's
-        epilogue stages into a private buffer per consumer; the kernel stores from registers, which
-        touches no shared memory, so it adds no hazard the kernel has and hides none. ``k_iters``
+        tiles take none and touch no stage), which audits at several (k_iters, tiles) bound. The output:
+        a build with the panel ring (bf16/fp16) is modelled with it, every tile's panels through each
+        consumer's ring of :attr:`c_ring` buffers, all but the last at the tile's end and the last
+        deferred to the next tile's first K iteration (the kernel stores a group's partial slices from registers,
+        which touch no shared memory: a subset of the modelled accesses); a float32 build's register
+        store is modelled as a private staging buffer per consumer, which adds no hazard the kernel has
+        and hides none. ``k_iters``
         defaults to stages + 1 (the ring wraps within a tile). ``faults`` go to
         :class:`gemm_ladder.audit.ring.RingConfig` (to show the audit can fail).
 
@@ -316,6 +407,9 @@ class GroupedGemm:
                     full_initial_phase=g.ring.first_full_wait_parity, empty_initial_phase=g.ring.first_empty_wait_parity,
                     expect_tx_bytes=g.load_protocol.expect_tx_bytes)
         bm, bn, bk = g.tile
+        if self.c_ring:
+            panels = bn * DTYPES[dtype].itemsize // 128
+            faults = {"staging_buffers": self.c_ring, "panels_per_tile": panels, "deferred_panels": 1, **faults}
         if self.cluster > 1:
             shared = (True,) * tiles if shared is None else tuple(shared)
             faults = {"shared_tiles": shared, **faults}
@@ -421,10 +515,21 @@ class GroupedGemm:
         # Whole clusters, at most one per unit (a unit is `cluster` M tiles x one N tile).
         grid = self.cluster * min(kernel.max_active_clusters(out.device), plan.max_units)
         map_x, map_w = self.maps(plan, x, w)
-        args = [map_x, map_w, ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld(out, 0, n)),
+        map_c, tma_store = self.out_map(out, map_x)
+        args = [map_x, map_w, map_c, ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld(out, 0, n)),
                 ctypes.c_void_p(offs.data_ptr()), ctypes.c_int(groups), ctypes.c_int(rows), ctypes.c_int(n),
-                ctypes.c_int(k), ctypes.c_void_p(0 if bias is None else bias.data_ptr())]
+                ctypes.c_int(k), ctypes.c_void_p(0 if bias is None else bias.data_ptr()), ctypes.c_int(tma_store)]
         kernel.launch((grid, 1, 1), args, torch.cuda.current_stream(out.device))
+
+    def out_map(self, out: torch.Tensor, unused):
+        """(map, tma_store) for the kernel's map_c and tma_store arguments: out's encoded map (cached per
+        address and encoding) and 1 where this build has the panel ring, :data:`STORE_DEFAULT` is "tma"
+        and TMA can write out (:func:`out_map`); else ``unused`` (an encoded map the kernel never reads) and 0."""
+        use_ring = self.c_ring and STORE_DEFAULT != STORE_REGISTERS
+        spec = out_map(out, k_grouped=self.k_grouped) if use_ring else None
+        if spec is None:
+            return unused, 0
+        return cached(self._maps, (out.data_ptr(), spec), lambda: _encode(out.device, (spec, out))[0]), 1
 
     def maps(self, plan: GroupedPlan, x: torch.Tensor, w: torch.Tensor) -> list:
         """The encoded maps (x, w), cached per pointers and plan (tensor maps per call: a new pointer
@@ -442,10 +547,10 @@ class GroupedGemm:
         shared memory. ``lda``/``ldb``: the pitch along K in elements (default M, N)."""
         key = ("k", m, n, total_k, groups, dtype, lda, ldb)
         return cached(self._plans, key, lambda: plan_gemm(
-            m, n, total_k, dtype, tile=self.tile, stages=self.stages(self.bn, dtype), cluster=self.cluster,
-            consumers=CONSUMERS,
-            persistent=True, producer_warpgroup=True, c_from_registers=True, a_major="mn", b_major="mn", lda=lda,
-            ldb=ldb))
+            m, n, total_k, dtype, tile=self.tile, stages=self.stages(self.bn, dtype, c_ring=self.c_ring),
+            cluster=self.cluster, consumers=CONSUMERS, persistent=True, producer_warpgroup=True,
+            c_from_registers=not self.c_ring, c_ring=self.c_ring, a_major="mn", b_major="mn", lda=lda, ldb=ldb,
+            ldc=self._ldc(n, dtype)))
 
     def supports_k(self, a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out: torch.Tensor) -> str | None:
         """None when the K-grouped build computes ``out[e] = a[:, K_e] @ b[K_e, :]``, else the rule broken.
@@ -506,9 +611,10 @@ class GroupedGemm:
         grid = self.cluster * min(kernel.max_active_clusters(out.device), units)
         maps = cached(self._maps, (a.data_ptr(), b.data_ptr(), plan.tensor_maps["a"], plan.tensor_maps["b"]),
                       lambda: _encode(a.device, (plan.tensor_maps["a"], a), (plan.tensor_maps["b"], b)))
-        args = [*maps, ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld(out, 1, n)),
+        map_c, tma_store = self.out_map(out, maps[0])
+        args = [*maps, map_c, ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld(out, 1, n)),
                 ctypes.c_longlong(out.stride(0) if groups > 1 else m * n), ctypes.c_void_p(offs.data_ptr()),
-                ctypes.c_int(groups), ctypes.c_int(total_k), ctypes.c_int(m), ctypes.c_int(n)]
+                ctypes.c_int(groups), ctypes.c_int(total_k), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(tma_store)]
         kernel.launch((grid, 1, 1), args, torch.cuda.current_stream(out.device))
 
 
@@ -542,9 +648,9 @@ def _config(kernel: GroupedGemm, dtype: str, arch: str) -> KernelConfig:
     return KernelConfig(
         FAMILY, dtype=dtype, out_dtype="fp32" if kernel.out_fp32 else dtype, arch=arch,
         a_major="mn" if kernel.k_grouped else "k", b_major=kernel.b_major, tile=kernel.tile,
-        stages=kernel.stages(kernel.bn, dtype, arch), cluster=kernel.cluster, consumers=CONSUMERS,
-        producer_warpgroup=True,
-        c_ring=0, store=STORE_REGISTERS, schedule=GROUPED, grouping=kernel.grouping, extra=tuple(extra))
+        stages=kernel.stages(kernel.bn, dtype, arch, kernel.c_ring), cluster=kernel.cluster, consumers=CONSUMERS,
+        producer_warpgroup=True, c_ring=kernel.c_ring, store=STORE_TMA if kernel.c_ring else STORE_REGISTERS,
+        schedule=GROUPED, grouping=kernel.grouping, extra=tuple(extra))
 
 
 def kernel_for(config: KernelConfig) -> GroupedGemm:
@@ -622,7 +728,7 @@ class Sm90GroupedGemm:
 
     def describe(self, config: KernelConfig) -> dict:
         return {"name": kernel_for(config).name, "source": SOURCE, "tile": list(config.tile), "stages": config.stages,
-                "cluster": config.cluster}
+                "cluster": config.cluster, "store": config.store, "c_ring": config.c_ring}
 
 
 #: The grouped GEMM family (library/kernel.py's Kernel protocol).
@@ -655,6 +761,6 @@ def _grouped_gemm(bn: int, b_major: str, out_fp32: bool, bias: bool, k_grouped: 
                        cluster=cluster)
 
 
-__all__ = ["BM", "BK", "BNS", "B_MAJORS", "CLUSTERS", "CLUSTER_EVIDENCE", "CLUSTER_EVIDENCE_GRAD_W", "CLUSTER_MIN_K",
+__all__ = ["BM", "BK", "BNS", "B_MAJORS", "C_RING", "CLUSTERS", "CLUSTER_EVIDENCE", "CLUSTER_EVIDENCE_GRAD_W", "CLUSTER_MIN_K",
            "FAMILY", "choose_cluster", "GROUPED_GEMM", "GROUP_TABLE_BYTES", "KERNEL_NAME", "MAX_GROUPS",
-           "SOURCE", "GroupedGemm", "GroupedPlan", "Sm90GroupedGemm", "grouped_gemm", "kernel_for", "weight_map"]
+           "SOURCE", "STORES", "STORE_DEFAULT", "GroupedGemm", "GroupedPlan", "Sm90GroupedGemm", "grouped_gemm", "kernel_for", "out_map", "store_rule", "weight_map"]

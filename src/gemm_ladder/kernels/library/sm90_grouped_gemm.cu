@@ -28,8 +28,14 @@
 //    first, the group as its outer coordinate. An N-major weight (GL_B_MN_MAJOR) is read as (N, K, E):
 //    w given as (E, K, N) row-major per group (the backward's grad_x = grad_out @ w[e]), BN / 64 boxes
 //    of 64 N x BK K per stage, as tma_tile.cuh's tma_load_operand loads an MN-major operand.
-//  - The store: straight from the accumulator registers (register_store.cuh), rows masked to the
-//    group's end, so the rows a tile borrowed from the next group are never written, and any pitch.
+//  - The store. Builds of a 2-byte output carry level 9's panel ring (Cfg::kCRing > 0, the plan's c_ring:
+//    panel_ring.cuh): a consumer's 64 rows go out by TMA one 64 x 64 panel at a time, all but the
+//    last at the tile's end and the last while the next tile's first wgmma runs; the copy engine writes
+//    global memory while the tensor cores go on. That takes a consumer slice whose 64 rows all belong to the tile's
+//    group (grouped along K: every slice, the rank-3 output map clipping M and N) and an output TMA can
+//    write (the launch's tma_store: 16-byte base and pitches). The rest, and every float32 output, goes
+//    straight from the accumulator registers (register_store.cuh), rows masked to the group's end, so
+//    the rows a tile borrowed from the next group are never written, at any pitch.
 // Rows past offs[E - 1] are not written (torch._grouped_mm leaves them too).
 //
 // kCluster = 2 (GL_CLUSTER 2; library/grouped.py's cluster=2, which the public calls take where it
@@ -61,7 +67,9 @@
 // enters the sum.
 #include "gemm_ladder/tma_tile.cuh"
 #include "gemm_ladder/cluster_ring.cuh"
+#include "gemm_ladder/epilogue.cuh"
 #include "gemm_ladder/grouped_scheduler.cuh"
+#include "gemm_ladder/panel_ring.cuh"
 #include "gemm_ladder/ptx/cluster.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
 #include "gemm_ladder/ptx/mbarrier.cuh"
@@ -82,7 +90,8 @@ enum class GroupedMode {
 };
 
 // What a config (Cfg) holds, each a static constexpr member: the tile BM, BN, BK; kConsumers, kCluster,
-// kProducerWarpgroups; kAMnMajor, kBMnMajor; kCPanels, kCRing (the plan's shared memory for C: none);
+// kProducerWarpgroups; kAMnMajor, kBMnMajor; kCPanels, kCRing (the plan's output panels and panel ring per consumer: 0 and 0
+// store from registers only);
 // kMode, kBias; and the type Out. The instantiation block's BuildConfig is the one a build compiles.
 template <class Cfg>
 __host__ __device__ constexpr bool config_ok() {
@@ -93,12 +102,16 @@ __host__ __device__ constexpr bool config_ok() {
   static_assert(Cfg::BK == 64, "sm90_grouped_gemm: BK = 64, one 128-byte swizzle span of K per stage");
   static_assert(Cfg::kMode == GroupedMode::kAlongK ? (Cfg::kAMnMajor == 1 && Cfg::kBMnMajor == 1) : Cfg::kAMnMajor == 0,
                 "sm90_grouped_gemm: x K-major (grouped along M); a and b MN-major (grouped along K)");
-  static_assert(Cfg::kCPanels == 0 && Cfg::kCRing == 0, "sm90_grouped_gemm: C is stored from registers (c_from_registers)");
+  static_assert((Cfg::kCPanels == 0 && Cfg::kCRing == 0) ||
+                    (Cfg::kCPanels == Cfg::BN / 64 && Cfg::kCRing > 0 && Cfg::kCPanels % Cfg::kCRing == 0 &&
+                     sizeof(typename Cfg::Out) == 2),
+                "sm90_grouped_gemm: C from registers only (no panels), or a panel ring of a 2-byte output");
   static_assert(!(Cfg::kBias && Cfg::kMode == GroupedMode::kAlongK), "sm90_grouped_gemm: grouped along K adds no bias");
   return true;
 }
 
 constexpr int kMaskBarrier = 1;  // named barrier 1: the two consumer warpgroups (256 threads) after masking
+constexpr int kFirstStoreBarrier = 2;  // named barrier 2 + c: consumer c's 128 threads around its panel ring
 
 // K tile at K offset k0 of an MN-major operand's rows [r0, r0 + ROWS) into `dst`: ROWS / 64 boxes of
 // 64 rows x BK K lines, kMnGroupBytes apart (tma_tile.cuh's tma_load_operand, at any K offset). `z`: the
@@ -207,13 +220,16 @@ __device__ __forceinline__ void mask_k_lines(const SmemMap& smem, int s, int con
 // first). `compute` false (grouped along M: none of this consumer's 64 rows is in the tile's group, a
 // small group's last tile): the consumer still waits for each stage and releases it, in the ring's
 // order, but issues no wgmma, so the other consumer's run alone; its accumulators are garbage and never
-// stored.
-template <bool kMaskLastK, int kCluster>
+// stored. after_issue(kt) runs at each K tile, while its wgmma does (the previous tile's deferred panels
+// are stored there), with or without `compute`: every thread of the warpgroup calls it.
+template <bool kMaskLastK, int kCluster, class AfterIssue>
 __device__ __forceinline__ void consume_tile(const SmemMap& smem, float (&d)[BN / 2], int consumer, int k_tiles,
-                                             int valid_last, RingPosition& pos, bool elected, bool compute = true) {
+                                             int valid_last, RingPosition& pos, bool elected, bool compute,
+                                             AfterIssue&& after_issue) {
   if (!compute) {
     for (int kt = 0; kt < k_tiles; ++kt, pos.advance()) {
       consumer_wait(smem, pos);
+      after_issue(kt);
       if (elected) release_grouped_stage<kCluster>(smem, pos.stage());
     }
     return;
@@ -227,6 +243,7 @@ __device__ __forceinline__ void consume_tile(const SmemMap& smem, float (&d)[BN 
     wgmma_fence();
     mma_k_tile<BN, A_MN_MAJOR, B_MN_MAJOR>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), kt > 0);
     wgmma_commit();
+    after_issue(kt);
     wgmma_wait<1>();
     if (kt > 0 && elected) release_grouped_stage<kCluster>(smem, pos.previous_stage());
   }
@@ -235,29 +252,58 @@ __device__ __forceinline__ void consume_tile(const SmemMap& smem, float (&d)[BN 
   if (k_tiles > 0 && elected) release_grouped_stage<kCluster>(smem, pos.previous_stage());
 }
 
+// Add a bias row to a consumer's fragment before it is packed for the panel ring: column col0 + 8j +
+// 2(l%4) + c of bias_row (N entries) to d[4j + 2i + c] (epilogue.cuh's layout), columns >= N adding
+// nothing; the same float additions as the register store's per-pair bias, so both stores round alike.
+template <int BN>
+__device__ __forceinline__ void add_bias_row(float (&d)[BN / 2], const elem_t* __restrict__ bias_row, int col0, int N) {
+  const int q = thread_in_warpgroup() % 4;
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int c = col0 + 8 * j + 2 * q;
+    const float b0 = c < N ? static_cast<float>(bias_row[c]) : 0.f, b1 = c + 1 < N ? static_cast<float>(bias_row[c + 1]) : 0.f;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      d[4 * j + 2 * i] += b0;
+      d[4 * j + 2 * i + 1] += b1;
+    }
+  }
+}
+
 // The kernel. Grouped along M (kContiguous, kMasked): map_a x (total_rows, K) K-major, box (BK, BM);
 // map_b w, rank 3 (K-major: (K, N, E), box (BK, BN, 1); N-major: (N, K, E), box (64, BK, 1)); C out
 // (total_rows, N), element (r, c) at C[r * ldc + c]; offs `groups` int32 (kContiguous: cumulative row
 // ends; kMasked: valid rows per group of extent / groups); extent the total rows; bias (groups, N)
-// contiguous (kBias), else unused; M and group_stride unused.
+// contiguous (kBias), else unused; M and group_stride unused. map_c (kTmaStore): out as (N, total_rows), box
+// (64, 64), 128B swizzle; a build without the ring gets any map, never read.
 // Grouped along K (kAlongK): map_a a (M, total_k) MN-major, globalDim (M, total_k), box (64, BK); map_b
 // b (total_k, N) MN-major, globalDim (N, total_k), box (64, BK); C out (groups, M, N), element (e, r, c)
 // at C[e * group_stride + r * ldc + c]; offs `groups` int32 cumulative ends along K; extent the total K;
-// K and bias unused.
+// K and bias unused; map_c (kTmaStore): out as (N, M, groups), box (64, 64, 1), 128B swizzle.
+// tma_store: 1 when out's base and pitches are 16-byte multiples (the launch decides), so the panel
+// ring may write it; 0 stores everything from registers. Ignored without the ring.
 template <class Cfg>
 __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b,
-                                                  typename Cfg::Out* __restrict__ C, long long ldc,
-                                                  long long group_stride, const int* __restrict__ offs, int groups,
-                                                  int extent, int M, int N, int K, const elem_t* __restrict__ bias) {
+                                                  const CUtensorMap& map_c, typename Cfg::Out* __restrict__ C,
+                                                  long long ldc, long long group_stride, const int* __restrict__ offs,
+                                                  int groups, int extent, int M, int N, int K,
+                                                  const elem_t* __restrict__ bias, int tma_store) {
   static_assert(config_ok<Cfg>());
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
   constexpr bool kAlongK = Cfg::kMode == GroupedMode::kAlongK;
   constexpr int kCluster = Cfg::kCluster;
+  constexpr bool kTmaStore = Cfg::kCRing > 0;
+  // Panels stored at a tile's end: all but the last (each after the one before has left the one
+  // buffer); the last waits in registers for the next tile's first K iteration (sm90_gemm.cu's split of
+  // level 9's store). Holding more panels' words across the K loop spilled at BN 256.
+  constexpr int kEarlyPanels = Cfg::kCPanels - 1;
+  constexpr int kDeferredPanels = Cfg::kCPanels - kEarlyPanels;
 
   extern __shared__ uint8_t smem_raw[];
   __shared__ GroupTable table;
   const SmemMap smem(smem_raw);
-  if (threadIdx.x == 0) init_ring(smem, &map_a, &map_b, &map_b);  // no output map: b's is prefetched twice
+  // Without the ring no output map is read: b's is prefetched twice.
+  if (threadIdx.x == 0) init_ring(smem, &map_a, &map_b, kTmaStore ? &map_c : &map_b);
   // Its __syncthreads also publish the ring's barriers.
   if constexpr (Cfg::kMode == GroupedMode::kMasked) table.build_masked(offs, groups, extent / groups, BM);
   else if constexpr (kAlongK) table.build(offs, groups, extent, BK);  // tile_start: each group's K tiles
@@ -302,33 +348,108 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
     // The register split of sm90_gemm.cu: 2 x 128 x 232 + 128 x 40 registers, the CTA's whole pool.
     setmaxnreg_inc<232>();
     const int consumer = warpgroup_index() - 1;
-    const bool elected = thread_in_warpgroup() == 0;  // releases stages
+    const bool elected = thread_in_warpgroup() == 0;  // releases stages and issues this consumer's TMA stores
+    // kTmaStore: this consumer's panel ring, the packed outputs of the last slice stored by TMA, and the
+    // unit whose panels are still to store (-1: none). The slice's place is recomputed from the unit when
+    // a panel goes, not kept: registers are what the main loop is short of at BN 256.
+    uint8_t* const ring = smem.c() + consumer * Cfg::kCRing * GL_SMEM_C_PANEL_BYTES;
+    const int bar = kFirstStoreBarrier + consumer;
+    const bool tma_ok = kTmaStore && tma_store != 0;
+    uint32_t packed[kTmaStore ? BN / 4 : 1];
+    int held_unit = -1;
+    auto store_held = [&](int p) {
+      if constexpr (kTmaStore) {
+        if constexpr (kAlongK) {
+          int e, tm, tn;
+          bool mine, share;
+          sched.template unit<kCluster>(held_unit, rank, e, tm, tn, mine, share);
+          store_panel(p, packed, ring, &map_c, tn * BN, tm * BM + 64 * consumer, bar, elected, e);
+        } else {
+          const GroupedTile t = sched.template unit<kCluster>(held_unit, rank).t;
+          store_panel(p, packed, ring, &map_c, t.tn * BN, t.row0 + 64 * consumer, bar, elected);
+        }
+      }
+    };
+    // store_held is called with a panel index the unrolled loops make constant: a runtime index would
+    // dispatch over every panel and keep the early panels' words live across the next tile's K loop.
+    // While K tile kt's wgmma runs: the held slice's deferred panel kEarlyPanels + kt.
+    auto after_issue = [&](int kt) {
+      if constexpr (kDeferredPanels > 0) {
+        if (held_unit >= 0) {
+#pragma unroll
+          for (int p = kEarlyPanels; p < Cfg::kCPanels; ++p)
+            if (p == kEarlyPanels + kt) store_held(p);
+        }
+      }
+    };
+    // After a tile's K loop: the held panels its K tiles did not cover (fewer K tiles than deferred
+    // panels), then nothing is held.
+    auto finish_held = [&](int k_done) {
+      if constexpr (kTmaStore) {
+        if (held_unit >= 0) {
+#pragma unroll
+          for (int p = kEarlyPanels; p < Cfg::kCPanels; ++p)
+            if (p >= kEarlyPanels + k_done) store_held(p);
+        }
+        held_unit = -1;
+      }
+    };
+    // Pack a finished slice of `unit`, store its first panels, hold the rest for the next tile.
+    auto store_by_tma = [&](float (&d)[BN / 2], int unit) {
+      if constexpr (kTmaStore) {
+        pack_fragment<BN>(packed, d);
+        held_unit = unit;
+#pragma unroll
+        for (int p = 0; p < kEarlyPanels; ++p) store_held(p);
+      }
+    };
     RingPosition pos{0};
     for (int unit = first_unit; unit < total; unit += unit_stride) {
       // `mine` false (a cluster's last unit of an odd M-tile count, rank 1): walk the unit's stages in
       // step with the peer, compute nothing, store nothing (a constant true with one CTA per cluster).
+      // The unit is decoded before its K loop and again after it (not kept live across the loop).
       if constexpr (kAlongK) {
-        int e, tm, tn;
-        bool mine, share;
-        sched.template unit<kCluster>(unit, rank, e, tm, tn, mine, share);
-        const int k_begin = table.row_begin(e), k_end = table.row_end[e];
-        const int e_k_tiles = table.tile_start[e + 1] - table.tile_start[e];
         float d[BN / 2];
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) d[i] = 0.f;  // an empty group's tile is zeros
-        consume_tile<true, kCluster>(smem, d, consumer, e_k_tiles, k_end - k_begin - (e_k_tiles - 1) * BK, pos, elected,
-                                     mine);
-        if (mine)
-          store_fragment_from_registers<BN, true>(C + e * group_stride, ldc, d, tm * BM + 64 * consumer, tn * BN, M, N,
-                                                  [](float&, float&, int, int) {});
+        int e_k_tiles;
+        {
+          int e, tm, tn;
+          bool mine, share;
+          sched.template unit<kCluster>(unit, rank, e, tm, tn, mine, share);
+          const int k_begin = table.row_begin(e), k_end = table.row_end[e];
+          e_k_tiles = table.tile_start[e + 1] - table.tile_start[e];
+          consume_tile<true, kCluster>(smem, d, consumer, e_k_tiles, k_end - k_begin - (e_k_tiles - 1) * BK, pos,
+                                       elected, mine, after_issue);
+        }
+        finish_held(e_k_tiles);
+        int e, tm, tn;
+        bool mine, share;
+        sched.template unit<kCluster>(unit, rank, e, tm, tn, mine, share);
+        if (mine) {
+          if (tma_ok) {  // rows >= M and columns >= N clipped by the map
+            store_by_tma(d, unit);
+          } else {
+            store_fragment_from_registers<BN, !kTmaStore>(C + e * group_stride, ldc, d, tm * BM + 64 * consumer, tn * BN, M,
+                                                    N, [](float&, float&, int, int) {});
+          }
+        }
       } else {
         float d[BN / 2];
+        {
+          const GroupedUnit u = sched.template unit<kCluster>(unit, rank);
+          consume_tile<false, kCluster>(smem, d, consumer, k_tiles, BK, pos, elected,
+                                        u.mine && u.t.row0 + 64 * consumer < u.t.row_end, after_issue);
+        }
+        finish_held(k_tiles);
         const GroupedUnit u = sched.template unit<kCluster>(unit, rank);
         const GroupedTile& t = u.t;
-        consume_tile<false, kCluster>(smem, d, consumer, k_tiles, BK, pos, elected,
-                                      u.mine && t.row0 + 64 * consumer < t.row_end);
-        if (u.mine)
-          store_fragment_from_registers<BN, true>(C, ldc, d, t.row0 + 64 * consumer, t.tn * BN, t.row_end, N,
+        const int row0 = t.row0 + 64 * consumer;
+        if (tma_ok && u.mine && row0 + 64 <= t.row_end) {  // all 64 rows the group's: no mask needed
+          if constexpr (Cfg::kBias) add_bias_row<BN>(d, bias + static_cast<long long>(t.group) * N, t.tn * BN, N);
+          store_by_tma(d, unit);
+        } else if (u.mine) {
+          store_fragment_from_registers<BN, !kTmaStore>(C, ldc, d, row0, t.tn * BN, t.row_end, N,
                                                   [&](float& x0, float& x1, int, int c) {
                                                     if constexpr (Cfg::kBias) {
                                                       const elem_t* b = bias + static_cast<long long>(t.group) * N;
@@ -336,7 +457,12 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
                                                       if (c + 1 < N) x1 += static_cast<float>(b[c + 1]);
                                                     }
                                                   });
+        }
       }
+    }
+    if constexpr (kTmaStore) {
+      finish_held(0);  // the last slice's deferred panels
+      if (elected) tma_store_wait_read<0>();  // no store still reads this CTA's shared memory at its exit
     }
   }
   // In a cluster no CTA exits while its peer may still arrive on its empty barriers or multicast into
@@ -375,18 +501,23 @@ struct BuildConfig {
 };
 
 // The launch's arguments, as library/grouped.py packs them: grouped along M (launch), or along K (launch_k).
+// map_c and tma_store in every build (one argument list per mode): a build without the panel ring
+// never reads them.
 #if GL_GROUPED_K
 extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                        BuildConfig::Out* __restrict__ C, long long ldc, long long group_stride,
-                        const int* __restrict__ offs, int groups, int total_k, int M, int N) {
-  sm90_grouped_gemm<BuildConfig>(map_a, map_b, C, ldc, group_stride, offs, groups, total_k, M, N, 0, nullptr);
+                        const __grid_constant__ CUtensorMap map_c, BuildConfig::Out* __restrict__ C, long long ldc,
+                        long long group_stride, const int* __restrict__ offs, int groups, int total_k, int M, int N,
+                        int tma_store) {
+  sm90_grouped_gemm<BuildConfig>(map_a, map_b, map_c, C, ldc, group_stride, offs, groups, total_k, M, N, 0, nullptr,
+                                 tma_store);
 }
 #else
 extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                        BuildConfig::Out* __restrict__ C, long long ldc, const int* __restrict__ offs, int groups,
-                        int total_rows, int N, int K, const elem_t* __restrict__ bias) {
-  sm90_grouped_gemm<BuildConfig>(map_a, map_b, C, ldc, 0, offs, groups, total_rows, 0, N, K, bias);
+                        const __grid_constant__ CUtensorMap map_c, BuildConfig::Out* __restrict__ C, long long ldc,
+                        const int* __restrict__ offs, int groups, int total_rows, int N, int K,
+                        const elem_t* __restrict__ bias, int tma_store) {
+  sm90_grouped_gemm<BuildConfig>(map_a, map_b, map_c, C, ldc, 0, offs, groups, total_rows, 0, N, K, bias, tma_store);
 }
 #endif
