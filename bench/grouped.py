@@ -2,7 +2,8 @@
 of torch.mm per expert, in one run, interleaved, on the same tensors.
 
     python bench/grouped.py [--quick] [--cases NAME,...] [--directions fwd,grad_x,grad_w] [--swiglu none|NAME,...]
-                            [--bn 128|256] [--cluster 1|2|both] [--check64] [-o OUT.json]
+                            [--bn 128|256] [--cluster 1|2|both] [--store tma|registers|both] [--check64]
+                            [-o OUT.json]
     compute-sanitizer --tool memcheck python bench/grouped.py --sanitize
 
 Cases (rows sorted by expert, group sizes from a fixed-seed log-normal routing clipped to each case's
@@ -29,7 +30,12 @@ Frobenius error <= 2e-2) and a row is marked ``"correct": false`` otherwise.
 tiles sharing the weight tile) or ``both`` (default: the library's rule, ``choose_cluster``, recorded
 as the row's ``cluster``): ``grouped`` is then cluster 1 and a fourth
 callable ``grouped_c2`` the cluster build, timed in the same rounds (``ratio_cluster2``: cluster 1's
-time / cluster 2's, > 1 when the cluster build is faster). ``--check64``: each callable's output is
+time / cluster 2's, > 1 when the cluster build is faster). ``--store``: how a bf16 output leaves the
+grouped kernel, ``tma`` (the library's: each consumer's panel ring, a group's partial slices from
+registers), ``registers`` (every slice from registers, the same build: library/grouped.py
+STORE_DEFAULT), or ``both``: ``grouped`` the TMA store and a callable ``grouped_registers`` the
+register store, timed in the same rounds (``ratio_store_tma``: the register store's time / the TMA
+store's, > 1 when TMA is faster). ``--check64``: each callable's output is
 also checked against a float64 product per group first (``rel_err_f64``: relative Frobenius error over
 all groups; a library output above 1e-2 marks the row ``"correct": false``). Both apply to the
 contiguous fwd, grad_x and grad_w rows (not to the swiglu or masked decode rows).
@@ -47,6 +53,7 @@ import torch
 
 from gemm_ladder.api_grouped import explain_grouped_mm, grouped_mm_direct
 from gemm_ladder.gates.performance import time_fns
+from gemm_ladder.library import grouped as grouped_lib
 from suite import add_output_argument, require_gpu, save
 
 #: name -> (E, rows, N, K, smallest, largest group): the issue's table, then the models' own shapes at
@@ -98,11 +105,26 @@ def group_sizes(e: int, rows: int, lo: int, hi: int, seed: int = 0) -> list[int]
 F64_TOL = 1e-2
 
 
-def library_fns(a, b, offs, bn, clusters) -> dict:
-    """The library's callables: ``grouped`` on the first of ``clusters``, ``grouped_c2`` on a second."""
+def with_store(fn, store: str):
+    """``fn`` run with library/grouped.py's STORE_DEFAULT = ``store`` during the call."""
+    def run(*args):
+        before = grouped_lib.STORE_DEFAULT
+        grouped_lib.STORE_DEFAULT = store
+        try:
+            return fn(*args)
+        finally:
+            grouped_lib.STORE_DEFAULT = before
+    return run
+
+
+def library_fns(a, b, offs, bn, clusters, both_stores: bool = False) -> dict:
+    """The library's callables: ``grouped`` on the first of ``clusters``, ``grouped_c2`` on a second,
+    ``grouped_registers`` (``both_stores``) the first with every slice stored from registers."""
     fns = {"grouped": lambda *_: grouped_mm_direct(a, b, offs, bn=bn, cluster=clusters[0])}
     if len(clusters) > 1:
         fns["grouped_c2"] = lambda *_: grouped_mm_direct(a, b, offs, bn=bn, cluster=clusters[1])
+    if both_stores:
+        fns["grouped_registers"] = with_store(fns["grouped"], "registers")
     return fns
 
 
@@ -122,8 +144,11 @@ def check64(fns: dict, pieces) -> dict:
 
 
 def cluster_fields(t: dict, flop: float, errs: dict | None) -> dict:
-    """The row's fields of --cluster both and --check64."""
-    out = {}
+    """The row's fields of --cluster both, --store both and --check64."""
+    out = {"store": grouped_lib.STORE_DEFAULT}
+    if "grouped_registers" in t:
+        out.update(ratio_store_tma=t["grouped_registers"].median_ms / t["grouped"].median_ms,
+                   tflops_registers=flop / t["grouped_registers"].median_ms / 1e9)
     if "grouped_c2" in t:
         out.update(ratio_cluster2=t["grouped"].median_ms / t["grouped_c2"].median_ms,
                    tflops_c2=flop / t["grouped_c2"].median_ms / 1e9)
@@ -132,13 +157,14 @@ def cluster_fields(t: dict, flop: float, errs: dict | None) -> dict:
     return out
 
 
-def run_case(name: str, direction: str, budget: float, bn: int | None, clusters=(None,), f64: bool = False) -> dict:
+def run_case(name: str, direction: str, budget: float, bn: int | None, clusters=(None,), f64: bool = False,
+             both_stores: bool = False) -> dict:
     e, rows, n, k, lo, hi = CASES[name]
     sizes = group_sizes(e, rows, lo, hi)
     dev = "cuda"
     offs = torch.tensor(sizes).cumsum(0).to(torch.int32).to(dev)
     if direction == "grad_w":  # grad_w[e] = x[rows_e].T @ grad_y[rows_e]: (E, K, N), grouped along K
-        return run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn, clusters, f64)
+        return run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn, clusters, f64, both_stores)
     if direction == "fwd":  # y = x @ w[e].T, w (E, N, K)
         a = torch.randn(rows, k, dtype=torch.bfloat16, device=dev)
         w = torch.randn(e, n, k, dtype=torch.bfloat16, device=dev) / k**0.5
@@ -159,7 +185,7 @@ def run_case(name: str, direction: str, budget: float, bn: int | None, clusters=
 
     chosen = explain_grouped_mm(a, b, offs)  # the build the library picks where bn and the cluster are not given
     fns = {
-        **library_fns(a, b, offs, bn, clusters),
+        **library_fns(a, b, offs, bn, clusters, both_stores),
         "torch_grouped": lambda *_: torch._grouped_mm(a, b, offs),
         "loop": loop,
     }
@@ -192,6 +218,8 @@ def _f64_ok(errs: dict | None) -> bool:
 
 def _print(row: dict, ours_ms: float, err: float) -> None:
     extra = f"  x{row['ratio_cluster2']:.3f} cluster2/cluster1" if "ratio_cluster2" in row else ""
+    if "ratio_store_tma" in row:
+        extra += f"  x{row['ratio_store_tma']:.3f} tma/registers"
     if "rel_err_f64" in row:
         extra += "  f64 " + " ".join(f"{n} {v:.1e}" for n, v in row["rel_err_f64"].items())
     print(f"{row['case']:22s} {row['direction']:6s} E={row['E']:4d} rows={row['rows']:6d} N={row['N']:6d} "
@@ -199,7 +227,8 @@ def _print(row: dict, ours_ms: float, err: float) -> None:
           f"torch_grouped  x{row['ratio_loop']:.2f} loop  err {err:.2e}{extra}", flush=True)
 
 
-def run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn, clusters=(None,), f64: bool = False) -> dict:
+def run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn, clusters=(None,), f64: bool = False,
+               both_stores: bool = False) -> dict:
     x = torch.randn(rows, k, dtype=torch.bfloat16, device="cuda")
     gy = torch.randn(rows, n, dtype=torch.bfloat16, device="cuda")
     starts = [0] + torch.tensor(sizes).cumsum(0).tolist()[:-1]
@@ -212,7 +241,7 @@ def run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn, clusters=(None,), f
         return out
 
     chosen = explain_grouped_mm(x.t(), gy, offs)  # the build the library picks where bn and the cluster are not given
-    fns = {**library_fns(x.t(), gy, offs, bn, clusters),
+    fns = {**library_fns(x.t(), gy, offs, bn, clusters, both_stores),
            "torch_grouped": lambda *_: torch._grouped_mm(x.t(), gy, offs), "loop": loop}
     errs = None
     if f64:
@@ -393,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cluster", default=None, choices=("1", "2", "both"),
                    help="the grouped build's cluster size; both: cluster 1 as grouped, cluster 2 as grouped_c2 "
                         "(default: the library's rule, choose_cluster)")
+    p.add_argument("--store", default=None, choices=("tma", "registers", "both"),
+                   help="how a bf16 output leaves the kernel: tma (the library's), registers, or both timed "
+                        "(grouped_registers beside grouped)")
     p.add_argument("--check64", action="store_true", help="check every callable's output against float64 per group first")
     p.add_argument("--sanitize", action="store_true", help="every build once on small shapes, checked; nothing timed")
     add_output_argument(p)
@@ -413,8 +445,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     budget = 0.3 if args.quick else 0.8
     clusters = {None: (None,), "1": (1,), "2": (2,), "both": (1, 2)}[args.cluster]
-    rows = [run_case(nm, d, budget, args.bn, clusters, args.check64) for nm in names for d in directions
-            if not (d == "grad_w" and is_decode(nm))]
+    if args.store in ("tma", "registers"):
+        grouped_lib.STORE_DEFAULT = args.store
+    rows = [run_case(nm, d, budget, args.bn, clusters, args.check64, args.store == "both") for nm in names
+            for d in directions if not (d == "grad_w" and is_decode(nm))]
     swiglu = SWIGLU_QUICK if args.quick else SWIGLU
     if args.swiglu is not None:
         swiglu = () if args.swiglu == "none" else tuple(args.swiglu.split(","))
@@ -436,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
                 r.update(weights_gbs=wb / r["ms"]["grouped"] / 1e6, copy_gbs=copy_gbs,
                          ratio_copy_bandwidth=wb / r["ms"]["grouped"] / 1e6 / copy_gbs)
         rows += [run_masked_decode(nm, budget, args.bn, copy_gbs) for nm in decode]
-    save({"rows": rows, "quick": args.quick}, "grouped" + ("_quick" if args.quick else ""), args.output)
+    save({"rows": rows, "quick": args.quick, "store": args.store or grouped_lib.STORE_DEFAULT}, "grouped" + ("_quick" if args.quick else ""), args.output)
     return 0 if all(r["correct"] for r in rows) else 1
 
 
