@@ -371,7 +371,8 @@ def run_masked_decode(name: str, budget: float, bn: int | None, copy_gbs: float)
 def sanitize() -> int:
     """Every build once on small shapes (both dtypes, both tile widths, K- and N-major weights, bias, fp32
     out, grouped along K, the masked layout; empty, one-row and unaligned groups), each checked against
-    float64; nothing timed or written. For compute-sanitizer (memcheck, racecheck, synccheck)."""
+    float64; the cluster build; more tiles than CTAs (the TMA store's panel carried into a CTA's next
+    tile); nothing timed or written. For compute-sanitizer (memcheck, racecheck, synccheck)."""
     from gemm_ladder.api_grouped import grouped_mm_masked_direct
 
     sizes = [0, 1, 70, 129, 0, 33]
@@ -407,6 +408,18 @@ def sanitize() -> int:
         cs = counts.tolist()
         check(f"{dt} masked", torch.cat([got[i, :c] for i, c in enumerate(cs)]),
               torch.cat([a[i, :c].double() @ w[i].double().T for i, c in enumerate(cs)]))
+        check(f"{dt} fwd cluster 2", grouped_mm_direct(x, w.transpose(1, 2), offs, bn=256, cluster=2), ref)
+    # More tiles than CTAs (each CTA's last panel of a tile stored during its next tile: the TMA store's
+    # ring carried across tiles), cluster 1 and 2, and grouped along K.
+    xs = torch.randn(4096, 128, dtype=torch.bfloat16, device="cuda")
+    ws = torch.randn(16, 1024, 128, dtype=torch.bfloat16, device="cuda")
+    offs16 = (torch.arange(1, 17, device="cuda") * 256).to(torch.int32)
+    ref16 = torch.cat([xs[256 * i:256 * (i + 1)].double() @ ws[i].double().T for i in range(16)])
+    for cl in (1, 2):
+        check(f"many tiles cluster {cl}", grouped_mm_direct(xs, ws.transpose(1, 2), offs16, bn=128, cluster=cl), ref16)
+    gy = ref16.to(torch.bfloat16)
+    check("many tiles grouped along K", grouped_mm_direct(xs.t(), gy, offs16, bn=128),
+          torch.stack([xs[256 * i:256 * (i + 1)].double().T @ gy[256 * i:256 * (i + 1)].double() for i in range(16)]))
     torch.cuda.synchronize()
     return 1 if bad else 0
 
