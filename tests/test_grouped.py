@@ -674,3 +674,27 @@ def test_the_launch_passes_the_output_map_and_the_store_flag(monkeypatch, store,
     assert args[-1].value == want
     if want:
         assert args[2]["globalDim"] == [n, 200, 4] and args[2]["boxDim"] == [64, 64, 1]
+
+
+def test_the_weight_gradient_takes_the_measured_tile_width():
+    """grouped.GRAD_W_BN (256): its evidence files exist, each a run of one tile width, and BN 256 was the
+    faster in every case there; explain and the route take it for a call grouped along K."""
+    import json
+    from pathlib import Path
+
+    from gemm_ladder.api_grouped import explain_grouped_mm
+    from gemm_ladder.library.grouped import GRAD_W_BN, GRAD_W_BN_EVIDENCE
+
+    root = Path(__file__).resolve().parents[1]
+    times = {}
+    for path in GRAD_W_BN_EVIDENCE:
+        rows = json.loads((root / path).read_text())["rows"]
+        assert {r["direction"] for r in rows} == {"grad_w"} and len({r["bn"] for r in rows}) == 1
+        times[rows[0]["bn"]] = {r["case"]: r["ms"]["grouped"] for r in rows if r["correct"]}
+    assert set(times) == {128, 256} and times[128].keys() == times[256].keys()
+    assert GRAD_W_BN == 256 and all(times[256][c] < times[128][c] for c in times[128])
+    meta = torch.device("meta")
+    x = torch.empty(4096, 2048, dtype=BF, device=meta)
+    gy = torch.empty(4096, 1536, dtype=BF, device=meta)
+    e = explain_grouped_mm(x.T, gy, torch.empty(8, dtype=torch.int32, device=meta))
+    assert e["grouped_along"] == "K" and e["tile"][1] == GRAD_W_BN and e["kernel"] == "sm90_grouped_gemm_256_kgrouped"

@@ -87,6 +87,14 @@ CLUSTER_MIN_K = 2048
 CLUSTER_EVIDENCE = "bench/results/2026-12-04_grouped_cluster_fwd_3935e4e.json"
 CLUSTER_EVIDENCE_GRAD_W = "bench/results/2026-12-04_grouped_cluster_grad_w_3935e4e.json"
 CONSUMERS = 2
+#: The tile width of the grouped-along-K build (the weight gradient) where none is asked for: 256. With the
+#: TMA store, two runs of bench/grouped.py --directions grad_w in one H200 session (ee503e2), each against
+#: torch._grouped_mm in its own interleaved rounds: BN 256 took 0.547 / 2.843 / 2.798 ms where BN 128 took
+#: 0.669 / 3.461 / 3.454 (Qwen3-30B-A3B gate+up, gpt-oss-120b gate+up, Mixtral down skewed; 0.81-0.90x ->
+#: 0.99-1.05x torch): half the tiles, each a short reduction, so half the per-tile cost (GRAD_W_BN_EVIDENCE).
+GRAD_W_BN = 256
+GRAD_W_BN_EVIDENCE = ("bench/results/2026-12-04_grouped_grad_w_bn128_ee503e2.json",
+                      "bench/results/2026-12-04_grouped_grad_w_bn256_ee503e2.json")
 #: The most groups one launch takes: the group table in each CTA's shared memory has this many entries.
 MAX_GROUPS = 1024
 #: Bytes of the group table (grouped_scheduler.cuh: MAX_GROUPS + 1 tile starts, MAX_GROUPS row ends, the layout word).
@@ -762,5 +770,5 @@ def _grouped_gemm(bn: int, b_major: str, out_fp32: bool, bias: bool, k_grouped: 
 
 
 __all__ = ["BM", "BK", "BNS", "B_MAJORS", "C_RING", "CLUSTERS", "CLUSTER_EVIDENCE", "CLUSTER_EVIDENCE_GRAD_W", "CLUSTER_MIN_K",
-           "FAMILY", "choose_cluster", "GROUPED_GEMM", "GROUP_TABLE_BYTES", "KERNEL_NAME", "MAX_GROUPS",
+           "FAMILY", "GRAD_W_BN", "GRAD_W_BN_EVIDENCE", "choose_cluster", "GROUPED_GEMM", "GROUP_TABLE_BYTES", "KERNEL_NAME", "MAX_GROUPS",
            "SOURCE", "STORES", "STORE_DEFAULT", "GroupedGemm", "GroupedPlan", "Sm90GroupedGemm", "grouped_gemm", "kernel_for", "out_map", "store_rule", "weight_map"]
