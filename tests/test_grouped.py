@@ -190,12 +190,17 @@ def test_bench_routing_matches_the_issue_ranges():
     (dict(bn=256, b_major="mn", k_grouped=True, out_fp32=True), "fp16"), (dict(bn=128, masked=True), "bf16"),
     (dict(bn=128, cluster=2), "bf16"), (dict(bn=256, cluster=2), "bf16"), (dict(bn=256, b_major="mn", cluster=2), "bf16"),
     (dict(bn=128, b_major="mn", k_grouped=True, cluster=2), "bf16"), (dict(bn=256, masked=True, cluster=2), "fp16"),
+    (dict(bn=256, b_major="mn", k_grouped=True), "bf16"), (dict(bn=128, bias=True, cluster=2), "fp16"),
 ])
 def test_builds_pass_the_resource_gate(cfg, dtype, use_cache):
     from gemm_ladder.gates.resources import check_level_resources
 
     report, sass = check_level_resources(grouped_gemm(**cfg), dtype)
     assert report.passed, report.messages
+    # No wgmma serialised by ptxas (C7514, C7515) nor a wait injected (C7517): a bias added in place to the
+    # accumulators before the panel ring's packing once serialised every wgmma of the bias builds.
+    log = grouped_gemm(**cfg).build(dtype).ptxas_log
+    assert not any(code in log for code in ("C7514", "C7515", "C7517")), log
     assert (report.spill_stores, report.spill_loads, report.stack_bytes) == (0, 0, 0)
     assert report.sass["LDL"] == report.sass["STL"] == 0
     # TMA loads; TMA stores (the panel ring) where the build has one, register stores alone elsewhere
@@ -603,6 +608,9 @@ def test_out_map_covers_the_output_or_is_none():
     assert spec.global_dim == (384, 1000) and spec.box_dim == (64, 64) and spec.global_strides == (768,)
     assert out_map(torch.empty(1000, 385, dtype=BF)[:, :384], k_grouped=False) is None  # a 770-byte pitch
     assert out_map(torch.empty(384001, dtype=BF)[1:].view(1000, 384), k_grouped=False) is None  # a 2-byte offset
+    # A row of 100 elements (200 bytes) in a 16-byte pitch: TMA would write the row's last chunk past N.
+    assert out_map(torch.empty(1000, 104, dtype=BF)[:, :100], k_grouped=False) is None
+    assert out_map(torch.empty(1, 1, 100, dtype=BF), k_grouped=True) is None
     gk = out_map(torch.empty(8, 200, 136, dtype=BF), k_grouped=True)
     assert gk.global_dim == (136, 200, 8) and gk.box_dim == (64, 64, 1) and gk.global_strides == (272, 200 * 272)
     assert out_map(torch.empty(1, 200, 136, dtype=BF), k_grouped=True).global_strides == (272, 200 * 272)
@@ -613,7 +621,9 @@ def test_store_rule_and_explain_name_the_store(monkeypatch):
     from gemm_ladder.api_grouped import explain_grouped_mm
 
     assert grouped_gemm(256).c_ring == 1 and grouped_gemm(256, out_fp32=True).c_ring == 0
-    assert grouped_gemm(128, masked=True).c_ring == 0
+    assert grouped_gemm(128, masked=True).c_ring == 0 and grouped_gemm(128, bias=True).c_ring == 0
+    assert "bias build" in g.store_rule(grouped_gemm(128, bias=True), 384, 2)[1]
+    assert "clips M and N" in g.store_rule(grouped_gemm(256, "mn", k_grouped=True), 384, 2)[1]
     assert g.store_rule(grouped_gemm(256), 384, 2)[0] == "tma"
     assert g.store_rule(grouped_gemm(256), 385, 2) == ("registers", g.store_rule(grouped_gemm(256), 385, 2)[1])
     assert "770 bytes" in g.store_rule(grouped_gemm(256), 385, 2)[1]
@@ -630,6 +640,8 @@ def test_store_rule_and_explain_name_the_store(monkeypatch):
     monkeypatch.setattr(g, "STORE_DEFAULT", "smem")
     with pytest.raises(ValueError, match="STORE_DEFAULT"):
         explain_grouped_mm(x, w.transpose(1, 2), offs)
+    with pytest.raises(ValueError, match="STORE_DEFAULT"):  # the launch refuses it too, before encoding anything
+        grouped_gemm(256).out_map(torch.empty(8, 384, dtype=BF), None)
 
 
 @pytest.mark.parametrize("store,n,want", [("tma", 384, 1), ("tma", 385, 0), ("registers", 384, 0)])
@@ -693,6 +705,8 @@ def test_the_weight_gradient_takes_the_measured_tile_width():
         times[rows[0]["bn"]] = {r["case"]: r["ms"]["grouped"] for r in rows if r["correct"]}
     assert set(times) == {128, 256} and times[128].keys() == times[256].keys()
     assert GRAD_W_BN == 256 and all(times[256][c] < times[128][c] for c in times[128])
+    from gemm_ladder.library.grouped import grad_w_bn
+    assert [grad_w_bn(n) for n in (64, 128, 129, 4096)] == [128, 128, 256, 256]
     meta = torch.device("meta")
     x = torch.empty(4096, 2048, dtype=BF, device=meta)
     gy = torch.empty(4096, 1536, dtype=BF, device=meta)

@@ -519,8 +519,9 @@ def test_the_route_takes_the_cluster_build_at_long_k():
 
 
 # --- the panel ring's TMA store (bf16/fp16 outputs) against the register store -------------------------
-# Groups of whole 64-row slices (TMA), partial ones (registers), empty and one-row groups, and a tile
-# count that leaves a CTA more than one tile (deferred panels carried across tiles).
+# Groups of whole 64-row slices (TMA), partial ones (registers), empty and one-row groups. Those tests'
+# tiles are fewer than the SMs; the carried panel (a CTA's next tile storing its last panel) has its own
+# tests below, with more tiles than CTAs.
 STORE_SIZES = [0, 64, 1, 128, 200, 0, 256, 63, 640, 7, 384, 129]
 
 
@@ -538,9 +539,9 @@ def _both_stores(monkeypatch, run) -> dict:
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("bn,major,cluster", [(128, "k", 1), (256, "k", 1), (256, "k", 2), (256, "mn", 1),
                                               (128, "k", 2)])
-@pytest.mark.parametrize("bias", [False, True])
-def test_tma_store_equals_the_register_store_along_m(monkeypatch, dtype, bn, major, cluster, bias):
-    """Bit for bit the register store's output, float64-right per group, rows past offs[-1] left NaN."""
+def test_tma_store_equals_the_register_store_along_m(monkeypatch, dtype, bn, major, cluster):
+    """Bit for bit the register store's output, float64-right per group, rows past offs[-1] left NaN (bias
+    builds have no panel ring: library/grouped.py GroupedGemm.c_ring)."""
     from gemm_ladder.library.grouped import grouped_gemm
 
     seed = _seed()
@@ -550,8 +551,8 @@ def test_tma_store_equals_the_register_store_along_m(monkeypatch, dtype, bn, maj
     x = torch.randn(rows, k, dtype=dtype, device="cuda")
     w_nk = torch.randn(e, n, k, dtype=dtype, device="cuda") / k**0.5
     w = w_nk if major == "k" else w_nk.transpose(1, 2).contiguous().transpose(1, 2)  # N-major: stride(1) == 1
-    b = torch.randn(e, n, dtype=dtype, device="cuda") if bias else None
-    kern = grouped_gemm(bn, major, bias=bias, cluster=cluster)
+    b = None
+    kern = grouped_gemm(bn, major, cluster=cluster)
     offs = _offs(STORE_SIZES)
 
     def run():
@@ -613,3 +614,81 @@ def test_an_output_tma_cannot_write_goes_from_registers(monkeypatch):
     grouped_gemm(256).launch(x, w, _offs(STORE_SIZES), out)
     _check(out, x, w, offs_list, torch.bfloat16, seed, tag="pitch 385")
     assert out.stride(0) == n + 1
+
+
+@pytest.mark.parametrize("bn,cluster", [(128, 1), (256, 1), (128, 2), (256, 2)])
+def test_the_carried_panel_along_m(monkeypatch, bn, cluster):
+    """More tiles than CTAs (each CTA stores its tile's last panel during its next tile's first K
+    iteration, and after its last tile): bit for bit the register store into NaN-poisoned outputs, rows
+    past offs[-1] left NaN, float64-right per group; groups of whole and partial slices, empty ones between."""
+    from gemm_ladder.library.grouped import grouped_gemm
+
+    seed = _seed()
+    sizes = [256, 0, 200, 64, 1, 0, 640, 129, 384, 63, 512, 0, 1000, 77, 256, 300] * 3
+    n, k = 1024, 192
+    offs_list = torch.tensor(sizes).cumsum(0).tolist()
+    rows = offs_list[-1] + 3
+    x = torch.randn(rows, k, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(len(sizes), n, k, dtype=torch.bfloat16, device="cuda") / k**0.5
+    kern = grouped_gemm(bn, "k", cluster=cluster)
+    assert sum(-(-z // 128) for z in sizes) * (n // bn) // cluster > 132, "more units than CTAs"
+
+    def run():
+        out = torch.full((rows, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        kern.launch(x, w, _offs(sizes), out)
+        return out
+
+    outs = _both_stores(monkeypatch, run)
+    end = offs_list[-1]
+    assert torch.equal(outs["tma"][:end].view(torch.int16), outs["registers"][:end].view(torch.int16)), f"seed {seed}"
+    assert outs["tma"][end:].isnan().all()
+    _check(outs["tma"], x, w, offs_list, torch.bfloat16, seed, tag=f"carried bn {bn} c{cluster}")
+
+
+@pytest.mark.parametrize("bn,cluster", [(128, 1), (256, 1), (256, 2)])
+def test_the_carried_panel_along_k(monkeypatch, bn, cluster):
+    """Grouped along K with more units than CTAs and empty groups between held slices (finish_held with
+    no K tile): bit for bit the register store, float64-right per group, empty groups zeros."""
+    from gemm_ladder.library.grouped import grouped_gemm
+
+    seed = _seed()
+    sizes = [300, 0, 64, 129, 0, 0, 512, 1, 200, 0, 77, 256]
+    m, n = 512, 768
+    total = sum(sizes)
+    a = torch.randn(total, m, dtype=torch.bfloat16, device="cuda").T
+    bk = torch.randn(total, n, dtype=torch.bfloat16, device="cuda")
+    kern = grouped_gemm(bn, "mn", k_grouped=True, cluster=cluster)
+    assert len(sizes) * (m // 128) * -(-n // bn) // cluster > 132
+
+    def run():
+        out = torch.full((len(sizes), m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        kern.launch_k(a, bk, _offs(sizes), out)
+        return out
+
+    outs = _both_stores(monkeypatch, run)
+    assert torch.equal(outs["tma"].view(torch.int16), outs["registers"].view(torch.int16)), f"seed {seed}"
+    start = 0
+    for g, z in enumerate(sizes):
+        got = outs["tma"][g].double()
+        if z == 0:
+            assert (got == 0).all(), f"group {g} (seed {seed})"
+        else:
+            ref = a[:, start:start + z].double() @ bk[start:start + z].double()
+            assert (got - ref).norm() / ref.norm() <= 5e-3, f"group {g} (seed {seed})"
+        start += z
+
+
+def test_an_output_row_tma_would_overrun_goes_from_registers():
+    """N = 100 in a 104-element pitch: a TMA store would write columns 100-103 (a row's last 16-byte chunk
+    whole); the launch stores from registers and the padding keeps its values."""
+    from gemm_ladder.library.grouped import grouped_gemm
+
+    seed = _seed()
+    n, k = 100, 256
+    offs_list = torch.tensor(STORE_SIZES).cumsum(0).tolist()
+    x = torch.randn(offs_list[-1], k, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(len(STORE_SIZES), n, k, dtype=torch.bfloat16, device="cuda") / k**0.5
+    big = torch.full((offs_list[-1], 104), 7.0, dtype=torch.bfloat16, device="cuda")
+    grouped_gemm(128).launch(x, w, _offs(STORE_SIZES), big[:, :n])
+    assert (big[:, n:] == 7.0).all(), f"the padding was written (seed {seed})"
+    _check(big[:, :n], x, w, offs_list, torch.bfloat16, seed, tag="N 100")

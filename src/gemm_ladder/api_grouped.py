@@ -28,7 +28,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from gemm_ladder.contract import DTYPES
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
-from gemm_ladder.library.grouped import GRAD_W_BN, MAX_GROUPS, choose_cluster, grouped_gemm
+from gemm_ladder.library.grouped import MAX_GROUPS, choose_cluster, grad_w_bn, grouped_gemm
 from gemm_ladder.library.kernel import GROUP_K, GROUP_M, GROUP_M_MASKED
 from gemm_ladder.library.gemm import MAX_EXTENT
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES
@@ -209,7 +209,7 @@ def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | Non
     layouts, errors), on torch's current stream, without the op boundary (no autograd).
 
     ``bias``: (E, N) in a's dtype, added per group (grouped_linear). ``bn``: the tile width (128 or
-    256; default by N, and library/grouped.py's GRAD_W_BN grouped along K). ``cluster``: CTAs per cluster of the build (1, or 2: pairs of M tiles sharing
+    256; default by N: choose_bn, and library/grouped.py's grad_w_bn grouped along K). ``cluster``: CTAs per cluster of the build (1, or 2: pairs of M tiles sharing
     the weight tile; default library/grouped.py's choose_cluster, the measured rule); ValueError for
     another value."""
     case, dt = check_grouped_mm(a, b, offs, out_dtype)
@@ -222,7 +222,7 @@ def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | Non
             return out
         if total_k == 0:
             return out.zero_()
-        grouped_build(bn or GRAD_W_BN, "mn", total_k, GROUP_K, dt == torch.float32, False, cluster)[0].launch_k(
+        grouped_build(bn or grad_w_bn(n), "mn", total_k, GROUP_K, dt == torch.float32, False, cluster)[0].launch_k(
             a, b, offs, out)
         return out
     groups, k, n = b.shape
@@ -336,7 +336,7 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
         case, dt = check_grouped_mm(a, b, offs, out_dtype, device_types=devices)
     if case == "2d2d":
         (m, total_k), n = a.shape, b.shape[1]
-        bn, major, k, grouping = GRAD_W_BN, "mn", total_k, GROUP_K
+        bn, major, k, grouping = grad_w_bn(n), "mn", total_k, GROUP_K
     else:
         groups, k, n = b.shape
         rows = a.shape[0] if a.dim() == 2 else a.shape[0] * a.shape[1]

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from gemm_ladder.api_grouped import PUBLIC_DEVICES, check_grouped_mm, choose_bn, grouped_build, grouped_mm_direct
 from gemm_ladder.errors import GemmInputError, GemmTypeError
-from gemm_ladder.library.grouped import GRAD_W_BN
+from gemm_ladder.library.grouped import grad_w_bn
 from gemm_ladder.ops_grouped import NAMESPACE, _grad_b_grouped_k
 
 F32 = torch.float32
@@ -180,8 +180,8 @@ def explain_grouped_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Te
             {"step": "d_gate, d_up from the saved fp32 gate and up", "kind": "pointwise"},
             gemm("grad_x = d_gate @ w_gate[e] (fp32)", bn_dx, "mn", "float32"),
             gemm("grad_x += d_up @ w_up[e] (fp32), rounded once", bn_dx, "mn", "float32"),
-            gemm("grad_w_gate[e] = d_gate[rows_e]^T @ x[rows_e]", GRAD_W_BN, "mn", dt, k_grouped=True),
-            gemm("grad_w_up[e] = d_up[rows_e]^T @ x[rows_e]", GRAD_W_BN, "mn", dt, k_grouped=True),
+            gemm("grad_w_gate[e] = d_gate[rows_e]^T @ x[rows_e]", grad_w_bn(k), "mn", dt, k_grouped=True),
+            gemm("grad_w_up[e] = d_up[rows_e]^T @ x[rows_e]", grad_w_bn(k), "mn", dt, k_grouped=True),
         ],
     }
 

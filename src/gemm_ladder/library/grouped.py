@@ -225,14 +225,16 @@ def weight_map(groups: int, n: int, k: int, *, b_major: str, stride_major: int, 
 
 
 def out_map(out: torch.Tensor, *, k_grouped: bool) -> TensorMapSpec | None:
-    """The panel ring's map of a bf16/fp16 output, or None when TMA cannot write it (a base or pitch not a
-    multiple of 16 bytes, or another cuTensorMapEncodeTiled rule: the launch then stores every slice from
-    registers). Grouped along M: out (R, N), globalDim (N, R); along K: out (E, M, N), globalDim (N, M,
+    """The panel ring's map of a bf16/fp16 output, or None when TMA cannot write it: a base or pitch not a
+    multiple of 16 bytes, a row of N elements not a multiple of 16 bytes (a TMA store writes a row's last
+    16-byte chunk whole, past N: bench/results/logs/2026-12-01_tma_store_edge_3419336.log; library/gemm.py
+    and library/fp8.py refuse it for the same reason), or another cuTensorMapEncodeTiled rule. The launch
+    then stores every slice from registers. Grouped along M: out (R, N), globalDim (N, R); along K: out (E, M, N), globalDim (N, M,
     E), the group outermost, so the copy engine clips each group's rows at M. Box 64 x 64 (x 1), 128B
     swizzle: one panel of stage_packed_panel_sw128 (kernels epilogue.cuh)."""
     e = out.element_size()
     dt = dtype_info(dtype_name(out.dtype))
-    if out.data_ptr() % TMA_ALIGN_BYTES:
+    if out.data_ptr() % TMA_ALIGN_BYTES or (out.shape[-1] * e) % TMA_ALIGN_BYTES:
         return None
     if k_grouped:
         groups, m, n = out.shape
@@ -255,18 +257,31 @@ def store_rule(kernel: "GroupedGemm", n: int, elem_bytes: int) -> tuple[str, str
     """The store (:data:`STORES`) a call of ``kernel`` into a new contiguous output of ``n`` columns of
     ``elem_bytes`` takes, and why (what explain_grouped_mm reports). Reads :data:`STORE_DEFAULT`; raises
     ValueError for a value not in :data:`STORES`."""
-    if STORE_DEFAULT not in STORES:
-        raise ValueError(f"grouped.STORE_DEFAULT = {STORE_DEFAULT!r}: one of {', '.join(STORES)}")
+    _check_store_default()
     if not kernel.c_ring:
         return STORE_REGISTERS, ("a float32 output: from registers" if kernel.out_fp32
+                                 else "a bias build: from registers (no panel ring in its builds)" if kernel.bias
                                  else "the masked layout: from registers (no panel ring in its builds)")
     if STORE_DEFAULT == STORE_REGISTERS:
         return STORE_REGISTERS, "grouped.STORE_DEFAULT (GL_GROUPED_STORE) = 'registers': every slice from registers"
     if (n * elem_bytes) % TMA_ALIGN_BYTES:
         return STORE_REGISTERS, (f"N = {n}: a row of {n * elem_bytes} bytes is not a multiple of {TMA_ALIGN_BYTES} "
                                  "(a tensor map's pitch): from registers")
+    if kernel.k_grouped:
+        return STORE_TMA, "by TMA through each consumer's panel ring (the rank-3 output map clips M and N per group)"
     return STORE_TMA, ("by TMA through each consumer's panel ring where its 64 rows are all one group's; a group's "
                        "last, partial slice from registers")
+
+
+def _check_store_default() -> None:
+    if STORE_DEFAULT not in STORES:
+        raise ValueError(f"grouped.STORE_DEFAULT = {STORE_DEFAULT!r} (GL_GROUPED_STORE): one of {', '.join(STORES)}")
+
+
+def grad_w_bn(n: int) -> int:
+    """The tile width of a grouped-along-K call with N output columns: :data:`GRAD_W_BN`, or 128 where
+    N <= 128 (a 256-wide tile's right half would be past N)."""
+    return 128 if n <= 128 else GRAD_W_BN
 
 
 @dataclass(frozen=True, eq=False)
@@ -304,9 +319,11 @@ class GroupedGemm:
     @property
     def c_ring(self) -> int:
         """Panel buffers per consumer for the output: :data:`C_RING` for a bf16/fp16 output, 0 (stored from
-        registers) for float32 and for the masked layout (decode's few rows per expert rarely fill a
-        64-row slice, and its cluster build at BN 256 spilled with the ring)."""
-        return 0 if self.out_fp32 or self.masked else C_RING
+        registers) for float32, for the masked layout (decode's few rows per expert rarely fill a 64-row
+        slice, and its cluster build at BN 256 spilled with the ring) and for a bias build (the bias added
+        to the accumulators before packing made ptxas serialise every wgmma of the kernel, C7515; adding it
+        while packing is not built yet)."""
+        return 0 if self.out_fp32 or self.masked or self.bias else C_RING
 
     @staticmethod
     def stages(bn: int, dtype: str = "bf16", arch: str = "sm_90a", c_ring: int = 0) -> int:
@@ -533,6 +550,7 @@ class GroupedGemm:
         """(map, tma_store) for the kernel's map_c and tma_store arguments: out's encoded map (cached per
         address and encoding) and 1 where this build has the panel ring, :data:`STORE_DEFAULT` is "tma"
         and TMA can write out (:func:`out_map`); else ``unused`` (an encoded map the kernel never reads) and 0."""
+        _check_store_default()
         use_ring = self.c_ring and STORE_DEFAULT != STORE_REGISTERS
         spec = out_map(out, k_grouped=self.k_grouped) if use_ring else None
         if spec is None:
@@ -771,4 +789,4 @@ def _grouped_gemm(bn: int, b_major: str, out_fp32: bool, bias: bool, k_grouped: 
 
 __all__ = ["BM", "BK", "BNS", "B_MAJORS", "C_RING", "CLUSTERS", "CLUSTER_EVIDENCE", "CLUSTER_EVIDENCE_GRAD_W", "CLUSTER_MIN_K",
            "FAMILY", "GRAD_W_BN", "GRAD_W_BN_EVIDENCE", "choose_cluster", "GROUPED_GEMM", "GROUP_TABLE_BYTES", "KERNEL_NAME", "MAX_GROUPS",
-           "SOURCE", "STORES", "STORE_DEFAULT", "GroupedGemm", "GroupedPlan", "Sm90GroupedGemm", "grouped_gemm", "kernel_for", "out_map", "store_rule", "weight_map"]
+           "SOURCE", "STORES", "STORE_DEFAULT", "GroupedGemm", "GroupedPlan", "Sm90GroupedGemm", "grouped_gemm", "grad_w_bn", "kernel_for", "out_map", "store_rule", "weight_map"]

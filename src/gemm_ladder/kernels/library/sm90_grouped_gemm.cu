@@ -296,7 +296,7 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
   // Panels stored at a tile's end: all but the last (each after the one before has left the one
   // buffer); the last waits in registers for the next tile's first K iteration (sm90_gemm.cu's split of
   // level 9's store). Holding more panels' words across the K loop spilled at BN 256.
-  constexpr int kEarlyPanels = Cfg::kCPanels - 1;
+  constexpr int kEarlyPanels = kTmaStore ? Cfg::kCPanels - 1 : 0;
   constexpr int kDeferredPanels = Cfg::kCPanels - kEarlyPanels;
 
   extern __shared__ uint8_t smem_raw[];
