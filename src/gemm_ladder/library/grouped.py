@@ -143,8 +143,9 @@ class GroupedPlan:
 
     @property
     def store(self) -> str:
-        """How C leaves: "tma" (the panel ring; a group's partial slices and outputs TMA cannot write from
-        registers) or "registers"."""
+        """How this build's C can leave: "tma" (it has the panel ring; a group's partial slices, outputs TMA
+        cannot write and STORE_DEFAULT "registers" still go from registers, decided at each launch) or
+        "registers"."""
         return STORE_TMA if self.gemm.smem.c_ring else STORE_REGISTERS
 
     @property
