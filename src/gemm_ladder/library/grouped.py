@@ -255,10 +255,12 @@ def out_map(out: torch.Tensor, *, k_grouped: bool) -> TensorMapSpec | None:
 
 
 def store_rule(kernel: "GroupedGemm", n: int, elem_bytes: int) -> tuple[str, str]:
-    """The store (:data:`STORES`) a call of ``kernel`` into a new contiguous output of ``n`` columns of
-    ``elem_bytes`` takes, and why (what explain_grouped_mm reports). Reads :data:`STORE_DEFAULT`; raises
-    ValueError for a value not in :data:`STORES`."""
-    _check_store_default()
+    """The store (:data:`STORES`) a call of ``kernel`` into an output of ``n`` columns of ``elem_bytes``
+    takes, and why: what explain_grouped_mm reports for the new output a call makes, and what the launch
+    asks first (then :func:`out_map` checks the output's own base and pitch). Reads :data:`STORE_DEFAULT`;
+    raises ValueError for a value not in :data:`STORES`."""
+    if STORE_DEFAULT not in STORES:
+        raise ValueError(f"grouped.STORE_DEFAULT = {STORE_DEFAULT!r} (GL_GROUPED_STORE): one of {', '.join(STORES)}")
     if not kernel.c_ring:
         return STORE_REGISTERS, ("a float32 output: from registers" if kernel.out_fp32
                                  else "a bias build: from registers (no panel ring in its builds)" if kernel.bias
@@ -272,11 +274,6 @@ def store_rule(kernel: "GroupedGemm", n: int, elem_bytes: int) -> tuple[str, str
         return STORE_TMA, "by TMA through each consumer's panel ring (the rank-3 output map clips M and N per group)"
     return STORE_TMA, ("by TMA through each consumer's panel ring where its 64 rows are all one group's; a group's "
                        "last, partial slice from registers")
-
-
-def _check_store_default() -> None:
-    if STORE_DEFAULT not in STORES:
-        raise ValueError(f"grouped.STORE_DEFAULT = {STORE_DEFAULT!r} (GL_GROUPED_STORE): one of {', '.join(STORES)}")
 
 
 def grad_w_bn(n: int) -> int:
@@ -549,11 +546,11 @@ class GroupedGemm:
 
     def out_map(self, out: torch.Tensor, unused):
         """(map, tma_store) for the kernel's map_c and tma_store arguments: out's encoded map (cached per
-        address and encoding) and 1 where this build has the panel ring, :data:`STORE_DEFAULT` is "tma"
-        and TMA can write out (:func:`out_map`); else ``unused`` (an encoded map the kernel never reads) and 0."""
-        _check_store_default()
-        use_ring = self.c_ring and STORE_DEFAULT != STORE_REGISTERS
-        spec = out_map(out, k_grouped=self.k_grouped) if use_ring else None
+        address and encoding) and 1 where :func:`store_rule` gives this build and out's N the TMA store and
+        TMA can write out itself (:func:`out_map`); else ``unused`` (an encoded map the kernel never reads)
+        and 0."""
+        store, _ = store_rule(self, out.shape[-1], out.element_size())
+        spec = out_map(out, k_grouped=self.k_grouped) if store == STORE_TMA else None
         if spec is None:
             return unused, 0
         return cached(self._maps, (out.data_ptr(), spec), lambda: _encode(out.device, (spec, out))[0]), 1
