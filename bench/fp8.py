@@ -48,7 +48,7 @@ import gemm_ladder
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.library import fp8
 from gemm_ladder.library.fp8 import dequantize, quantize_fp8
-from suite import add_output_argument, require_gpu, save
+from suite import add_output_argument, require_gpu, save, with_setting
 
 ISSUE = [(4096, 7168, 16384), (4096, 4096, 4096), (8192, 8192, 8192), (4096, 24576, 1536), (128, 7168, 2048)]
 #: (N, K) of linear layers: DeepSeek-V3 (q_a, q_b, kv_a, o, shared-expert gate/up, down) and Llama-3-8B
@@ -74,26 +74,14 @@ def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
     return ((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
 
 
-def with_default(fn, name: str, value: str):
-    """``fn`` run with the library's ``fp8.<name>`` set to ``value`` during the call only."""
-    def run(x, y):
-        before = getattr(fp8, name)
-        setattr(fp8, name, value)
-        try:
-            return fn(x, y)
-        finally:
-            setattr(fp8, name, before)
-    return run
-
-
 def unsplit(fn):
     """``fn`` run with the library's split turned off (fp8.SPLIT_DEFAULT = "none" during the call)."""
-    return with_default(fn, "SPLIT_DEFAULT", "none")
+    return with_setting(fp8, "SPLIT_DEFAULT", "none", fn)
 
 
 def rows128(fn):
     """``fn`` run with 128-row tiles (fp8.TILE_M_DEFAULT = "128" during the call)."""
-    return with_default(fn, "TILE_M_DEFAULT", "128")
+    return with_setting(fp8, "TILE_M_DEFAULT", "128", fn)
 
 
 def split_of(*args, **kwargs) -> dict:

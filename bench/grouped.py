@@ -54,7 +54,7 @@ import torch
 from gemm_ladder.api_grouped import explain_grouped_mm, grouped_mm_direct
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.library import grouped as grouped_lib
-from suite import add_output_argument, require_gpu, save
+from suite import ResultCheck, add_output_argument, require_gpu, save, with_setting
 
 #: name -> (E, rows, N, K, smallest, largest group): the issue's table, then the models' own shapes at
 #: prefill (rows = tokens x top-k) and decode token counts. Gate+up cases are the two projections side by
@@ -105,18 +105,6 @@ def group_sizes(e: int, rows: int, lo: int, hi: int, seed: int = 0) -> list[int]
 F64_TOL = 1e-2
 
 
-def with_store(fn, store: str):
-    """``fn`` run with library/grouped.py's STORE_DEFAULT = ``store`` during the call."""
-    def run(*args):
-        before = grouped_lib.STORE_DEFAULT
-        grouped_lib.STORE_DEFAULT = store
-        try:
-            return fn(*args)
-        finally:
-            grouped_lib.STORE_DEFAULT = before
-    return run
-
-
 def library_fns(a, b, offs, bn, clusters, both_stores: bool = False) -> dict:
     """The library's callables: ``grouped`` on the first of ``clusters``, ``grouped_c2`` on a second,
     ``grouped_registers`` (``both_stores``) the first with every slice stored from registers."""
@@ -124,7 +112,7 @@ def library_fns(a, b, offs, bn, clusters, both_stores: bool = False) -> dict:
     if len(clusters) > 1:
         fns["grouped_c2"] = lambda *_: grouped_mm_direct(a, b, offs, bn=bn, cluster=clusters[1])
     if both_stores:
-        fns["grouped_registers"] = with_store(fns["grouped"], "registers")
+        fns["grouped_registers"] = with_setting(grouped_lib, "STORE_DEFAULT", "registers", fns["grouped"])
     return fns
 
 
@@ -134,13 +122,19 @@ def check64(fns: dict, pieces) -> dict:
     errs = {}
     for name, fn in fns.items():
         out = fn()
-        num = den = 0.0
-        for got, want in pieces(out):
-            num += float((got.double() - want).square().sum())
-            den += float(want.square().sum())
-        errs[name] = (num / max(den, 1e-300)) ** 0.5
+        errs[name] = rel_err_over(pieces(out))
         del out
     return errs
+
+
+def rel_err_over(pairs) -> float:
+    """Relative Frobenius error over (got, want) pairs (one a group), each accumulated in float64 on its
+    own: a whole (E, K, N) output in float64 at once ran out of memory at E = 256."""
+    num = den = 0.0
+    for got, want in pairs:
+        num += float((got.double() - want.double()).square().sum())
+        den += float(want.double().square().sum())
+    return (num / max(den, 1e-300)) ** 0.5
 
 
 def cluster_fields(t: dict, flop: float, errs: dict | None) -> dict:
@@ -212,15 +206,6 @@ def run_case(name: str, direction: str, budget: float, bn: int | None, clusters=
     return row
 
 
-def _rel_err_per_group(got: torch.Tensor, ref: torch.Tensor) -> float:
-    """Relative Frobenius error of got against ref, both (E, ...), accumulated one group at a time in float64."""
-    num = den = 0.0
-    for g, r in zip(got, ref):
-        num += float((g.double() - r.double()).square().sum())
-        den += float(r.double().square().sum())
-    return (num / max(den, 1e-300)) ** 0.5
-
-
 def _f64_ok(errs: dict | None) -> bool:
     return errs is None or all(v <= F64_TOL for n, v in errs.items() if n.startswith("grouped"))
 
@@ -259,7 +244,7 @@ def run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn, clusters=(None,), f
                 yield out[i], (x[s:s + z].t().double() @ gy[s:s + z].double() if z else torch.zeros_like(out[i], dtype=torch.float64))
         errs = check64(fns, pieces)
     ref, got = torch._grouped_mm(x.t(), gy, offs), fns["grouped"]()
-    err = _rel_err_per_group(got, ref)  # group by group: (E, K, N) in float64 at once ran out of memory at E = 256
+    err = rel_err_over(zip(got, ref))  # group by group
     del ref, got
     t = time_fns(fns, x, gy, budget_s=budget, rounds=3, warmup=3)
     ours_ms = t["grouped"].median_ms
@@ -386,14 +371,7 @@ def sanitize() -> int:
     sizes = [0, 1, 70, 129, 0, 33]
     offs = torch.tensor(sizes).cumsum(0).to(torch.int32).cuda()
     ends = [0] + offs.tolist()
-    bad = 0
-
-    def check(tag, got, ref):
-        nonlocal bad
-        err = float((got.double() - ref).norm() / ref.norm().clamp_min(1e-30))
-        ok = err <= 2e-2
-        bad += not ok
-        print(f"{tag:40s} rel err {err:.2e} {'ok' if ok else 'WRONG'}", flush=True)
+    check = ResultCheck(width=40)
 
     for dt in (torch.bfloat16, torch.float16):
         x = torch.randn(sum(sizes), 200, dtype=dt, device="cuda")
@@ -433,7 +411,7 @@ def sanitize() -> int:
     check("many tiles grouped along K", grouped_mm_direct(xk.t(), gy, offs16, bn=256),  # 256 units of 128 x 256
           torch.stack([xk[256 * i:256 * (i + 1)].double().T @ gy[256 * i:256 * (i + 1)].double() for i in range(16)]))
     torch.cuda.synchronize()
-    return 1 if bad else 0
+    return 1 if check.wrong else 0
 
 
 def main(argv: list[str] | None = None) -> int:

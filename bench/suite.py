@@ -47,6 +47,20 @@ def require_gpu(script: str) -> None:
     raise SystemExit(2)
 
 
+def with_setting(module, name: str, value, fn):
+    """``fn`` run with ``module.<name>`` (a library default read at each call, e.g. fp8.SPLIT_DEFAULT or
+    grouped.STORE_DEFAULT) set to ``value`` during the call only: how a bench times the library's choice
+    and its alternative interleaved in one run."""
+    def run(*args):
+        before = getattr(module, name)
+        setattr(module, name, value)
+        try:
+            return fn(*args)
+        finally:
+            setattr(module, name, before)
+    return run
+
+
 class ResultCheck:
     """Results checked one at a time against float64, for scripts that run kernels under a tool (the
     sanitizer drivers): ``check(tag, got, ref)`` prints the relative Frobenius error of ``got`` against

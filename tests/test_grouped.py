@@ -182,6 +182,24 @@ def test_bench_routing_matches_the_issue_ranges():
         assert len(sizes) == e and sum(sizes) == rows and min(sizes) >= lo and max(sizes) <= hi, name
 
 
+def test_bench_store_both_runs_the_register_store_for_its_call_only(monkeypatch):
+    """bench/grouped.py --store both: ``grouped_registers`` runs with grouped.STORE_DEFAULT = "registers"
+    during its call only (what the interleaved timing relies on); the per-group error accumulates as one."""
+    import sys
+    from pathlib import Path
+
+    import gemm_ladder.library.grouped as g
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import grouped as bench
+
+    monkeypatch.setattr(bench, "grouped_mm_direct", lambda *a, **kw: g.STORE_DEFAULT)
+    fns = bench.library_fns(None, None, None, None, (None,), both_stores=True)
+    assert (fns["grouped"](), fns["grouped_registers"](), g.STORE_DEFAULT) == ("tma", "registers", "tma")
+    got, ref = torch.tensor([[1.0, 2.0], [3.0, 4.0]]), torch.tensor([[1.0, 2.0], [3.0, 5.0]])
+    assert bench.rel_err_over(zip(got, ref)) == pytest.approx(float((got - ref).norm() / ref.norm()))
+
+
 # --- builds ------------------------------------------------------------------------------------------
 @needs_nvcc
 @pytest.mark.parametrize("cfg,dtype", [
