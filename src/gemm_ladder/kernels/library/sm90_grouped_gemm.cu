@@ -28,14 +28,15 @@
 //    first, the group as its outer coordinate. An N-major weight (GL_B_MN_MAJOR) is read as (N, K, E):
 //    w given as (E, K, N) row-major per group (the backward's grad_x = grad_out @ w[e]), BN / 64 boxes
 //    of 64 N x BK K per stage, as tma_tile.cuh's tma_load_operand loads an MN-major operand.
-//  - The store. Builds of a 2-byte output carry level 9's panel ring (Cfg::kCRing > 0, the plan's c_ring:
-//    panel_ring.cuh): a consumer's 64 rows go out by TMA one 64 x 64 panel at a time, all but the
-//    last at the tile's end and the last while the next tile's first wgmma runs; the copy engine writes
-//    global memory while the tensor cores go on. That takes a consumer slice whose 64 rows all belong to the tile's
-//    group (grouped along K: every slice, the rank-3 output map clipping M and N) and an output TMA can
-//    write (the launch's tma_store: 16-byte base and pitches). The rest, and every float32 output, goes
-//    straight from the accumulator registers (register_store.cuh), rows masked to the group's end, so
-//    the rows a tile borrowed from the next group are never written, at any pitch.
+//  - The store. Builds of a 2-byte output without a bias, grouped along M contiguously or along K, carry
+//    level 9's panel ring (Cfg::kCRing > 0, the plan's c_ring: panel_ring.cuh): a consumer's 64 rows go
+//    out by TMA one 64 x 64 panel at a time, all but the last at the tile's end and the last while the
+//    next tile's first wgmma runs; the copy engine writes global memory while the tensor cores go on.
+//    That takes a consumer slice whose 64 rows all belong to the tile's group (grouped along K: every
+//    slice, the rank-3 output map clipping M and N) and an output TMA can write (the launch's
+//    tma_store: 16-byte base, pitches and rows). The rest, and every other build's output, goes straight
+//    from the accumulator registers (register_store.cuh), rows masked to the group's end, so the rows a
+//    tile borrowed from the next group are never written, at any pitch.
 // Rows past offs[E - 1] are not written (torch._grouped_mm leaves them too).
 //
 // kCluster = 2 (GL_CLUSTER 2; library/grouped.py's cluster=2, which the public calls take where it
@@ -107,6 +108,9 @@ __host__ __device__ constexpr bool config_ok() {
                      sizeof(typename Cfg::Out) == 2),
                 "sm90_grouped_gemm: C from registers only (no panels), or a panel ring of a 2-byte output");
   static_assert(!(Cfg::kBias && Cfg::kMode == GroupedMode::kAlongK), "sm90_grouped_gemm: grouped along K adds no bias");
+  static_assert(!(Cfg::kBias && Cfg::kCRing > 0),
+                "sm90_grouped_gemm: a bias build stores from registers (the bias added to the accumulators before "
+                "packing made ptxas serialise every wgmma, C7515; library/grouped.py GroupedGemm.c_ring)");
   return true;
 }
 
@@ -252,24 +256,6 @@ __device__ __forceinline__ void consume_tile(const SmemMap& smem, float (&d)[BN 
   if (k_tiles > 0 && elected) release_grouped_stage<kCluster>(smem, pos.previous_stage());
 }
 
-// Add a bias row to a consumer's fragment before it is packed for the panel ring: column col0 + 8j +
-// 2(l%4) + c of bias_row (N entries) to d[4j + 2i + c] (epilogue.cuh's layout), columns >= N adding
-// nothing; the same float additions as the register store's per-pair bias, so both stores round alike.
-template <int BN>
-__device__ __forceinline__ void add_bias_row(float (&d)[BN / 2], const elem_t* __restrict__ bias_row, int col0, int N) {
-  const int q = thread_in_warpgroup() % 4;
-#pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
-    const int c = col0 + 8 * j + 2 * q;
-    const float b0 = c < N ? static_cast<float>(bias_row[c]) : 0.f, b1 = c + 1 < N ? static_cast<float>(bias_row[c + 1]) : 0.f;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      d[4 * j + 2 * i] += b0;
-      d[4 * j + 2 * i + 1] += b1;
-    }
-  }
-}
-
 // The kernel. Grouped along M (kContiguous, kMasked): map_a x (total_rows, K) K-major, box (BK, BM);
 // map_b w, rank 3 (K-major: (K, N, E), box (BK, BN, 1); N-major: (N, K, E), box (64, BK, 1)); C out
 // (total_rows, N), element (r, c) at C[r * ldc + c]; offs `groups` int32 (kContiguous: cumulative row
@@ -280,8 +266,9 @@ __device__ __forceinline__ void add_bias_row(float (&d)[BN / 2], const elem_t* _
 // b (total_k, N) MN-major, globalDim (N, total_k), box (64, BK); C out (groups, M, N), element (e, r, c)
 // at C[e * group_stride + r * ldc + c]; offs `groups` int32 cumulative ends along K; extent the total K;
 // K and bias unused; map_c (kTmaStore): out as (N, M, groups), box (64, 64, 1), 128B swizzle.
-// tma_store: 1 when out's base and pitches are 16-byte multiples (the launch decides), so the panel
-// ring may write it; 0 stores everything from registers. Ignored without the ring.
+// tma_store: 1 when out's base, pitches and rows of N elements are 16-byte multiples (the launch decides:
+// library/grouped.py store_rule and out_map), so the panel ring may write it; 0 stores everything from
+// registers. Ignored without the ring.
 template <class Cfg>
 __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b,
                                                   const CUtensorMap& map_c, typename Cfg::Out* __restrict__ C,
@@ -446,7 +433,6 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
         const GroupedTile& t = u.t;
         const int row0 = t.row0 + 64 * consumer;
         if (tma_ok && u.mine && row0 + 64 <= t.row_end) {  // all 64 rows the group's: no mask needed
-          if constexpr (Cfg::kBias) add_bias_row<BN>(d, bias + static_cast<long long>(t.group) * N, t.tn * BN, N);
           store_by_tma(d, unit);
         } else if (u.mine) {
           store_fragment_from_registers<BN, !kTmaStore>(C, ldc, d, row0, t.tn * BN, t.row_end, N,
