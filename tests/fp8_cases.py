@@ -70,6 +70,18 @@ def load_bench_fp8(monkeypatch, name: str):
     return module
 
 
+def load_bench_fp8_offering(monkeypatch, capsys, name: str, usage: str):
+    """bench/fp8.py loaded as module ``name`` (:func:`load_bench_fp8`) once its ``--help`` has exited 0
+    showing ``usage`` (an option the bench documents, e.g. "--split {auto,none,both}")."""
+    import pytest
+
+    module = load_bench_fp8(monkeypatch, name)
+    with pytest.raises(SystemExit) as exit_:
+        module.main(["--help"])
+    assert exit_.value.code == 0 and usage in capsys.readouterr().out
+    return module
+
+
 class LaunchRecorder:
     """Stands for a loaded fp8 kernel in the CPU tests (``Fp8Kernel.loaded`` patched to return it): keeps
     each launch's (grid, arguments) in ``calls`` instead of launching."""

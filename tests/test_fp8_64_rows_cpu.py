@@ -13,7 +13,7 @@ from gemm_ladder.library import fp8
 from gemm_ladder.library.fp8 import Fp8Kernel, check_scaled_mm, quantize_fp8
 
 from conftest import needs_nvcc
-from fp8_cases import LaunchRecorder, assert_build_clean, load_bench_fp8
+from fp8_cases import LaunchRecorder, assert_build_clean, load_bench_fp8_offering
 
 SMS = 132
 BLOCKS = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "blockwise": ((1, 128), (128, 128))}
@@ -151,10 +151,7 @@ def test_bench_times_the_128_row_launch_beside_the_64_row_one(monkeypatch, capsy
 
     import gemm_ladder
 
-    module = load_bench_fp8(monkeypatch, "gl_bench_fp8_rows")
-    with pytest.raises(SystemExit) as exit_:
-        module.main(["--help"])
-    assert exit_.value.code == 0 and "--tile-m {128,auto,both}" in capsys.readouterr().out
+    module = load_bench_fp8_offering(monkeypatch, capsys, "gl_bench_fp8_rows", "--tile-m {128,auto,both}")
     meta = dict(device="meta")
     args = (torch.empty((64, 2048), dtype=torch.float8_e4m3fn, **meta),
             torch.empty((4096, 2048), dtype=torch.float8_e4m3fn, **meta).T, torch.empty((), **meta), torch.empty((), **meta))

@@ -224,12 +224,9 @@ def test_bench_times_the_unsplit_launch_beside_the_split_one(monkeypatch, capsys
     call only (what the interleaved timing relies on)."""
     import sys
 
-    from fp8_cases import load_bench_fp8
+    from fp8_cases import load_bench_fp8_offering
 
-    module = load_bench_fp8(monkeypatch, "gl_bench_fp8")
-    with pytest.raises(SystemExit) as exit_:
-        module.main(["--help"])
-    assert exit_.value.code == 0 and "--split {auto,none,both}" in capsys.readouterr().out
+    module = load_bench_fp8_offering(monkeypatch, capsys, "gl_bench_fp8", "--split {auto,none,both}")
     monkeypatch.setattr(fp8, "SPLIT_DEFAULT", "auto")
     seen = module.unsplit(lambda x, y: (fp8.SPLIT_DEFAULT, gemm_ladder.explain_scaled_mm(*_meta(64, 4096, 14336))["split"]))
     assert seen(None, None) == ("none", "none") and fp8.SPLIT_DEFAULT == "auto"
