@@ -539,9 +539,10 @@ def _both_stores(monkeypatch, run) -> dict:
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("bn,major,cluster", [(128, "k", 1), (256, "k", 1), (256, "k", 2), (256, "mn", 1),
                                               (128, "k", 2)])
-def test_tma_store_equals_the_register_store_along_m(monkeypatch, dtype, bn, major, cluster):
-    """Bit for bit the register store's output, float64-right per group, rows past offs[-1] left NaN (bias
-    builds have no panel ring: library/grouped.py GroupedGemm.c_ring)."""
+@pytest.mark.parametrize("bias", [False, True])
+def test_tma_store_equals_the_register_store_along_m(monkeypatch, dtype, bn, major, cluster, bias):
+    """Bit for bit the register store's output (a bias added while packing), float64-right per group, rows
+    past offs[-1] left NaN."""
     from gemm_ladder.library.grouped import grouped_gemm
 
     seed = _seed()
@@ -551,8 +552,8 @@ def test_tma_store_equals_the_register_store_along_m(monkeypatch, dtype, bn, maj
     x = torch.randn(rows, k, dtype=dtype, device="cuda")
     w_nk = torch.randn(e, n, k, dtype=dtype, device="cuda") / k**0.5
     w = w_nk if major == "k" else w_nk.transpose(1, 2).contiguous().transpose(1, 2)  # N-major: stride(1) == 1
-    b = None
-    kern = grouped_gemm(bn, major, cluster=cluster)
+    b = torch.randn(e, n, dtype=dtype, device="cuda") if bias else None
+    kern = grouped_gemm(bn, major, bias=bias, cluster=cluster)
     offs = _offs(STORE_SIZES)
 
     def run():

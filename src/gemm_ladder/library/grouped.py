@@ -263,7 +263,6 @@ def store_rule(kernel: "GroupedGemm", n: int, elem_bytes: int) -> tuple[str, str
         raise ValueError(f"grouped.STORE_DEFAULT = {STORE_DEFAULT!r} (GL_GROUPED_STORE): one of {', '.join(STORES)}")
     if not kernel.c_ring:
         return STORE_REGISTERS, ("a float32 output: from registers" if kernel.out_fp32
-                                 else "a bias build: from registers (no panel ring in its builds)" if kernel.bias
                                  else "the masked layout: from registers (no panel ring in its builds)")
     if STORE_DEFAULT == STORE_REGISTERS:
         return STORE_REGISTERS, "grouped.STORE_DEFAULT (GL_GROUPED_STORE) = 'registers': every slice from registers"
@@ -317,11 +316,10 @@ class GroupedGemm:
     @property
     def c_ring(self) -> int:
         """Panel buffers per consumer for the output: :data:`C_RING` for a bf16/fp16 output, 0 (stored from
-        registers) for float32, for the masked layout (decode's few rows per expert rarely fill a 64-row
-        slice, and its cluster build at BN 256 spilled with the ring) and for a bias build (the bias added
-        to the accumulators before packing made ptxas serialise every wgmma of the kernel, C7515; adding it
-        while packing is not built yet)."""
-        return 0 if self.out_fp32 or self.masked or self.bias else C_RING
+        registers) for float32 and for the masked layout (decode's few rows per expert rarely fill a 64-row
+        slice, and its cluster build at BN 256 spilled with the ring). A bias build adds the bias while
+        packing (an in-place add to the accumulators made ptxas serialise every wgmma, C7515)."""
+        return 0 if self.out_fp32 or self.masked else C_RING
 
     @staticmethod
     def stages(bn: int, dtype: str = "bf16", arch: str = "sm_90a", c_ring: int = 0) -> int:

@@ -28,13 +28,13 @@
 //    first, the group as its outer coordinate. An N-major weight (GL_B_MN_MAJOR) is read as (N, K, E):
 //    w given as (E, K, N) row-major per group (the backward's grad_x = grad_out @ w[e]), BN / 64 boxes
 //    of 64 N x BK K per stage, as tma_tile.cuh's tma_load_operand loads an MN-major operand.
-//  - The store. Builds of a 2-byte output without a bias, grouped along M contiguously or along K, carry
+//  - The store. Builds of a 2-byte output, grouped along M contiguously or along K, carry
 //    level 9's panel ring (Cfg::kCRing > 0, the plan's c_ring: panel_ring.cuh): a consumer's 64 rows go
 //    out by TMA one 64 x 64 panel at a time, all but the last at the tile's end and the last while the
 //    next tile's first wgmma runs; the copy engine writes global memory while the tensor cores go on.
 //    That takes a consumer slice whose 64 rows all belong to the tile's group (grouped along K: every
 //    slice, the rank-3 output map clipping M and N) and an output TMA can write (the launch's
-//    tma_store: 16-byte base, pitches and rows). The rest, and every other build's output, goes straight
+//    tma_store: 16-byte base, pitches and rows); a bias row is added while packing. The rest, and every other build's output, goes straight
 //    from the accumulator registers (register_store.cuh), rows masked to the group's end, so the rows a
 //    tile borrowed from the next group are never written, at any pitch.
 // Rows past offs[E - 1] are not written (torch._grouped_mm leaves them too).
@@ -108,9 +108,6 @@ __host__ __device__ constexpr bool config_ok() {
                      sizeof(typename Cfg::Out) == 2),
                 "sm90_grouped_gemm: C from registers only (no panels), or a panel ring of a 2-byte output");
   static_assert(!(Cfg::kBias && Cfg::kMode == GroupedMode::kAlongK), "sm90_grouped_gemm: grouped along K adds no bias");
-  static_assert(!(Cfg::kBias && Cfg::kCRing > 0),
-                "sm90_grouped_gemm: a bias build stores from registers (the bias added to the accumulators before "
-                "packing made ptxas serialise every wgmma, C7515; library/grouped.py GroupedGemm.c_ring)");
   return true;
 }
 
@@ -256,6 +253,24 @@ __device__ __forceinline__ void consume_tile(const SmemMap& smem, float (&d)[BN 
   if (k_tiles > 0 && elected) release_grouped_stage<kCluster>(smem, pos.previous_stage());
 }
 
+// Pack a consumer's fragment for the panel ring with a bias row added: packed[2j + i] = the pair
+// d[4j + 2i + c] + bias_row[col0 + 8j + 2(l%4) + c] (epilogue.cuh's layout; columns >= N add nothing),
+// the same float additions as the register store's per-pair bias, so both stores round alike. The
+// accumulators are read, never written: a bias added to them in place made ptxas serialise every wgmma
+// of the kernel (C7515).
+template <int BN>
+__device__ __forceinline__ void pack_fragment_with_bias(uint32_t (&packed)[BN / 4], const float (&d)[BN / 2],
+                                                        const elem_t* __restrict__ bias_row, int col0, int N) {
+  const int q = thread_in_warpgroup() % 4;
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int c = col0 + 8 * j + 2 * q;
+    const float b0 = c < N ? static_cast<float>(bias_row[c]) : 0.f, b1 = c + 1 < N ? static_cast<float>(bias_row[c + 1]) : 0.f;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) packed[2 * j + i] = pack2(d[4 * j + 2 * i] + b0, d[4 * j + 2 * i + 1] + b1);
+  }
+}
+
 // The kernel. Grouped along M (kContiguous, kMasked): map_a x (total_rows, K) K-major, box (BK, BM);
 // map_b w, rank 3 (K-major: (K, N, E), box (BK, BN, 1); N-major: (N, K, E), box (64, BK, 1)); C out
 // (total_rows, N), element (r, c) at C[r * ldc + c]; offs `groups` int32 (kContiguous: cumulative row
@@ -381,10 +396,12 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
         held_unit = -1;
       }
     };
-    // Pack a finished slice of `unit`, store its first panels, hold the rest for the next tile.
-    auto store_by_tma = [&](float (&d)[BN / 2], int unit) {
+    // Pack a finished slice of `unit` (plus the bias row, if any), store its first panels, hold the rest
+    // for the next tile.
+    auto store_by_tma = [&](float (&d)[BN / 2], int unit, const elem_t* bias_row = nullptr, int col0 = 0) {
       if constexpr (kTmaStore) {
-        pack_fragment<BN>(packed, d);
+        if constexpr (Cfg::kBias) pack_fragment_with_bias<BN>(packed, d, bias_row, col0, N);
+        else pack_fragment<BN>(packed, d);
         held_unit = unit;
 #pragma unroll
         for (int p = 0; p < kEarlyPanels; ++p) store_held(p);
@@ -433,7 +450,7 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
         const GroupedTile& t = u.t;
         const int row0 = t.row0 + 64 * consumer;
         if (tma_ok && u.mine && row0 + 64 <= t.row_end) {  // all 64 rows the group's: no mask needed
-          store_by_tma(d, unit);
+          store_by_tma(d, unit, Cfg::kBias ? bias + static_cast<long long>(t.group) * N : nullptr, t.tn * BN);
         } else if (u.mine) {
           store_fragment_from_registers<BN, !kTmaStore>(C, ldc, d, row0, t.tn * BN, t.row_end, N,
                                                   [&](float& x0, float& x1, int, int c) {
