@@ -632,7 +632,8 @@ def test_the_carried_panel_along_m(monkeypatch, bn, cluster):
     x = torch.randn(rows, k, dtype=torch.bfloat16, device="cuda")
     w = torch.randn(len(sizes), n, k, dtype=torch.bfloat16, device="cuda") / k**0.5
     kern = grouped_gemm(bn, "k", cluster=cluster)
-    assert sum(-(-z // 128) for z in sizes) * (n // bn) // cluster > 132, "more units than CTAs"
+    # A unit is `cluster` tiles; the grid holds at most 132 // cluster clusters on the H200's 132 SMs.
+    assert sum(-(-z // 128) for z in sizes) * (n // bn) // cluster > 132 // cluster, "more units than clusters"
 
     def run():
         out = torch.full((rows, n), float("nan"), dtype=torch.bfloat16, device="cuda")
@@ -659,7 +660,7 @@ def test_the_carried_panel_along_k(monkeypatch, bn, cluster):
     a = torch.randn(total, m, dtype=torch.bfloat16, device="cuda").T
     bk = torch.randn(total, n, dtype=torch.bfloat16, device="cuda")
     kern = grouped_gemm(bn, "mn", k_grouped=True, cluster=cluster)
-    assert len(sizes) * (m // 128) * -(-n // bn) // cluster > 132
+    assert len(sizes) * (m // 128) * -(-n // bn) // cluster > 132 // cluster, "more units than clusters"
 
     def run():
         out = torch.full((len(sizes), m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
