@@ -7,6 +7,8 @@
     python bench/host_overhead.py --model            # + the model's case (Parameter weight, new activation
                                                      #   every call, grad off and on) against F.linear
     python bench/host_overhead.py --extra            # + mm(out=), linear(out=), swiglu (information)
+    python bench/host_overhead.py --fp8              # + scaled_mm per scaling, the model's case, against
+                                                     #   torch._scaled_mm (issue 25, information)
 
 Wall time of ``--calls`` back-to-back calls divided by their number (best of ``--repeats`` rounds),
 on shapes small enough that the GPU keeps up, so the figure is what the host spends per call. The
@@ -215,6 +217,50 @@ def model_verdict(times: dict) -> dict:
     return out
 
 
+def fp8_paths(m: int, n: int, k: int) -> dict:
+    """scaled_mm as a model calls it (issue 25): one e4m3 weight (N, K) with its scales, and one of ROTATE
+    quantized activations in turn (new tensors and addresses every call: the per-address tensor-map cache
+    misses on ``a`` as in a model), each scaling, ours and ``torch._scaled_mm`` on the same arguments.
+    A scaling torch refuses at this shape is left out of torch's side."""
+    import gemm_ladder
+    from gemm_ladder.library.fp8 import quantize_fp8
+
+    blocks = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)),
+              "blockwise": ((1, 128), (128, 128))}
+    out = {}
+    w = torch.randn(n, k, device="cuda") / k ** 0.5
+    for scheme, (ba, bw) in blocks.items():
+        qw, sw = quantize_fp8(w, bw)
+        b, sb = qw.T, (sw.T if sw.dim() == 2 else sw)
+        calls = [(qa, b, sa, sb) for qa, sa in (quantize_fp8(torch.randn(m, k, device="cuda"), ba)
+                                                for _ in range(ROTATE))]
+        it = [0]
+
+        def nxt(calls=calls, it=it):
+            it[0] = (it[0] + 1) % ROTATE
+            return calls[it[0]]
+
+        out[f"fp8: gemm_ladder.scaled_mm {scheme}"] = lambda nxt=nxt: gemm_ladder.scaled_mm(*nxt())
+        try:
+            torch._scaled_mm(*calls[0], out_dtype=torch.bfloat16)
+        except (RuntimeError, ValueError):
+            continue
+        out[f"fp8: torch._scaled_mm {scheme}"] = lambda nxt=nxt: torch._scaled_mm(*nxt(), out_dtype=torch.bfloat16)
+    return out
+
+
+def fp8_verdict(times: dict) -> dict:
+    """Per scaling: our host time against torch._scaled_mm's (information; None where torch refused)."""
+    out = {}
+    for key, ours in times.items():
+        if key.startswith("fp8: gemm_ladder.scaled_mm "):
+            scheme = key.rsplit(" ", 1)[1]
+            theirs = times.get(f"fp8: torch._scaled_mm {scheme}")
+            out[scheme] = {"ours_us": ours, "torch_us": theirs,
+                           "at_most_torch": None if theirs is None else ours <= theirs}
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", default="256x256x256,16x4096x4096")
@@ -227,6 +273,8 @@ def main() -> int:
                    help="also the model's case: a Parameter weight, a new activation every call, grad off and on")
     p.add_argument("--extra", action="store_true",
                    help="also mm(out=), linear(out=) and swiglu against torch's nearest calls (information)")
+    p.add_argument("--fp8", action="store_true",
+                   help="also scaled_mm per scaling (the model's case) against torch._scaled_mm (information)")
     add_output_argument(p)
     args = p.parse_args()
     if args.fake_gpu:
@@ -243,6 +291,8 @@ def main() -> int:
             fns.update(model_paths(m, n, k))
         if args.extra:
             fns.update(extra_paths(a, w))
+        if args.fp8:
+            fns.update(fp8_paths(m, n, k))
         if args.levels:
             from gemm_ladder.levels import LEVELS
 
@@ -258,7 +308,7 @@ def main() -> int:
             rows.append({"path": name, "m": m, "n": n, "k": k, "calls": args.calls, "host_us_per_call": times[name]})
             print(rows[-1], flush=True)
         ours = {k_: v for k_, v in times.items() if "gemm_ladder" in k_ and "+ bias" not in k_
-                and not k_.startswith(("model:", "extra:"))}
+                and not k_.startswith(("model:", "extra:", "fp8:"))}
         failed = [r["path"] for r in rows if "error" in r and r["m"] == m and r["n"] == n and r["k"] == k]
         if failed or "gemm_ladder.linear + bias" not in times:
             verdicts[spec] = {"meets_target": False, "failed": failed}  # a path that raised is not timed, never met
@@ -272,13 +322,16 @@ def main() -> int:
                                    "meets_target": times["gemm_ladder.linear + bias"] <= times["cuBLAS F.linear + bias"]}}
         if args.extra:
             verdicts[spec]["extra"] = extra_verdict(times)  # information, not part of meets_target
+        if args.fp8:
+            verdicts[spec]["fp8"] = fp8_verdict(times)  # information, not part of meets_target
         if args.model:
             verdicts[spec]["model"] = model_verdict(times)
             verdicts[spec]["meets_target"] = verdicts[spec]["meets_target"] and all(
                 v["meets_target"] for v in verdicts[spec]["model"].values())
         print(spec, verdicts[spec], flush=True)
         if args.profile:
-            for name in ("gemm_ladder.mm", "torch.ops.gemm_ladder.mm"):
+            for name in ("gemm_ladder.mm", "torch.ops.gemm_ladder.mm") + tuple(
+                    f for f in fns if f.startswith("fp8: gemm_ladder")):
                 profiles[f"{name} {spec}"] = profile_rows(fns[name], args.calls)
                 torch.cuda.synchronize()
     save({"rows": rows, "verdict": verdicts, "profile": profiles,
