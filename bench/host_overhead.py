@@ -220,10 +220,22 @@ def model_verdict(times: dict) -> dict:
 def fp8_paths(m: int, n: int, k: int) -> dict:
     """scaled_mm as a model calls it (issue 25): one e4m3 weight (N, K) with its scales, and one of ROTATE
     quantized activations in turn (new tensors and addresses every call: the per-address tensor-map cache
-    misses on ``a`` as in a model), each scaling, ours and ``torch._scaled_mm`` on the same arguments.
-    A scaling torch refuses at this shape is left out of torch's side."""
+    misses on ``a`` as in a model), each scaling, ours and ``torch._scaled_mm`` on the same arguments, and
+    ours with the compiled host entry switched off ("python path": library/fp8.py's launch). A scaling
+    torch refuses at this shape is left out of torch's side."""
     import gemm_ladder
+    import gemm_ladder.ops_fp8 as ops_fp8
     from gemm_ladder.library.fp8 import quantize_fp8
+
+    def python_path(fn):
+        def run():
+            entry = ops_fp8._HOST
+            ops_fp8.set_host(None)
+            try:
+                fn()
+            finally:
+                ops_fp8.set_host(entry)
+        return run
 
     blocks = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)),
               "blockwise": ((1, 128), (128, 128))}
@@ -241,6 +253,7 @@ def fp8_paths(m: int, n: int, k: int) -> dict:
             return calls[it[0]]
 
         out[f"fp8: gemm_ladder.scaled_mm {scheme}"] = lambda nxt=nxt: gemm_ladder.scaled_mm(*nxt())
+        out[f"fp8: python path scaled_mm {scheme}"] = python_path(lambda nxt=nxt: gemm_ladder.scaled_mm(*nxt()))
         try:
             torch._scaled_mm(*calls[0], out_dtype=torch.bfloat16)
         except (RuntimeError, ValueError):
@@ -257,6 +270,7 @@ def fp8_verdict(times: dict) -> dict:
             scheme = key.rsplit(" ", 1)[1]
             theirs = times.get(f"fp8: torch._scaled_mm {scheme}")
             out[scheme] = {"ours_us": ours, "torch_us": theirs,
+                           "python_path_us": times.get(f"fp8: python path scaled_mm {scheme}"),
                            "at_most_torch": None if theirs is None else ours <= theirs}
     return out
 

@@ -22,30 +22,10 @@ import gemm_ladder.ops as ops
 from gemm_ladder.contract import GemmInputError
 from gemm_ladder.host import planner, templates
 from gemm_ladder.library.epilogue import EpilogueParams, linear_epilogue
+from host_fakes import FakeBound, FakeMap, host  # noqa: F401 - host: the module fixture
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 OPS = torch.ops.gemm_ladder
-
-
-@pytest.fixture(scope="module")
-def host(nvcc_cache):
-    """The host module in use (built into the session's private cache: a failed build fails the
-    test); the Python kernels are put back afterwards (unless the process used the host already)."""
-    saved = {k: os.environ.get(k) for k in ("GEMM_LADDER_CACHE", "GEMM_LADDER_HOST")}
-    os.environ["GEMM_LADDER_CACHE"], os.environ["GEMM_LADDER_HOST"] = str(nvcc_cache), "require"
-    was = ops.host_module()
-    try:
-        module = ops.use_host()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    assert module is not None
-    yield module
-    if was is None:
-        ops.use_python()
 
 
 def test_module_builds_loads_and_registers_the_cuda_kernels(host):
@@ -139,34 +119,6 @@ def test_signature_changes_with_everything_the_checks_read(host):
     assert lin(x, w, None, r, None, 2.0, 0.5, None, False) == lin(x, w, None, r, None, 3.0, 2.0, None, False)
 
 
-class _FakeMap:
-    """Stands for a cuda.bindings CUtensorMap: 128 bytes behind getPtr()."""
-
-    def __init__(self, fill: int):
-        self.storage = (ctypes.c_ubyte * 128)(*([fill] * 128))
-
-    def getPtr(self):
-        return ctypes.addressof(self.storage)
-
-
-class _Kernel:
-    function, threads, dynamic_smem, cluster = 0xABC0, 384, 200000, 2
-
-
-class _Config:
-    gridDimX, gridDimY, gridDimZ = 132, 1, 1
-
-
-class _Prepared:
-    def __init__(self, args):
-        self.args, self.kernel, self._config = args, _Kernel(), _Config()
-
-
-class _Bound:
-    def __init__(self, args, roles, workspace=None):
-        self.prepared, self.roles, self.workspace = _Prepared(args), roles, workspace
-
-
 def _kw(addr):
     return {"tensorDataType": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "tensorRank": 2, "globalAddress": addr,
             "globalDim": [64, 16], "globalStrides": [128], "boxDim": [64, 128], "elementStrides": [1, 1],
@@ -178,12 +130,12 @@ def test_template_packs_the_bound_arguments_and_patches_addresses_and_scalars(ho
     ep = linear_epilogue(bias=True, activation="gelu", residual=True, alpha=True)
     params = EpilogueParams()
     params.stride_row[1], params.stride_col[1], params.pair_ok = 32, 1, 2
-    args = [_FakeMap(1), _FakeMap(2), _FakeMap(3), ctypes.c_int(16), ctypes.c_int(32), ctypes.c_int(64),
+    args = [FakeMap(1), FakeMap(2), FakeMap(3), ctypes.c_int(16), ctypes.c_int(32), ctypes.c_int(64),
             ctypes.c_int(5), ctypes.c_int(2), ctypes.c_void_p(0), ctypes.c_void_p(0), params]
     roles = [("map", "A", _kw(0x1000)), ("map", "B", _kw(0x2000)), ("map", "C", _kw(0x3000)),
              *[("value",)] * 5, ("partials",), ("counters",), ("epilogue",)]
     enums = {}
-    t = templates.template_from_bound(_Bound(args, roles, (4096, 64)), transposed=True, epilogue=ep,
+    t = templates.template_from_bound(FakeBound(args, roles, (4096, 64)), transposed=True, epilogue=ep,
                                       out_shape=(16, 32), out_dtype=BF16,
                                       enum=lambda key, name: enums.setdefault((key, name), len(enums) + 1))
     # Each argument at its alignment, its bytes those PreparedLaunch would point the driver at.
@@ -216,9 +168,9 @@ def test_template_packs_the_bound_arguments_and_patches_addresses_and_scalars(ho
 def test_template_needs_roles_and_known_slots(host):
     args = [ctypes.c_int(1)]
     with pytest.raises(templates.TemplateError):
-        templates.template_from_bound(_Bound(args, None), transposed=False, out_shape=(1, 1), out_dtype=BF16)
+        templates.template_from_bound(FakeBound(args, None), transposed=False, out_shape=(1, 1), out_dtype=BF16)
     with pytest.raises(templates.TemplateError):
-        templates.template_from_bound(_Bound(args, [("what",)]), transposed=False, out_shape=(1, 1), out_dtype=BF16)
+        templates.template_from_bound(FakeBound(args, [("what",)]), transposed=False, out_shape=(1, 1), out_dtype=BF16)
 
 
 def test_library_roles_mirror_the_maps_the_binders_encode():

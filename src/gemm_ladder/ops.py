@@ -317,7 +317,7 @@ _HOST: dict = {}
 def use_host():
     """Switch the CUDA and Autograd kernels of mm and linear to the compiled host module
     (gemm_ladder/host): build or load it, give it its planner, remove the Python kernels and register
-    its own (launch.cpp, autograd.cpp). Returns the module, or None where it is not used
+    its own (launch.cpp, autograd.cpp); and scaled_mm's functional calls to its entry (ops_fp8.set_host). Returns the module, or None where it is not used
     (``GEMM_LADDER_HOST=0``, or the build failed: a warning said why, and the Python kernels stay).
     Done at most once per process; called at import on a machine with a CUDA device, and never from
     inside a kernel (a registration must not change while its kernel runs). Raises HostBuildError
@@ -337,6 +337,9 @@ def use_host():
         module.register_kernels()
         module.register_autograd()
         api.set_host_ops((module.mm, module.linear, _MM, _LINEAR))  # typed dispatcher calls of _MM, _LINEAR
+        from gemm_ladder import ops_fp8
+
+        ops_fp8.set_host(module.scaled_mm)
     _HOST["module"] = module
     _HOST["off"] = module is None
     return module
@@ -351,6 +354,9 @@ def use_python() -> None:
     from gemm_ladder import api
 
     api.set_host_ops(None)
+    from gemm_ladder import ops_fp8
+
+    ops_fp8.set_host(None)
     module.unregister_kernels()
     module.unregister_autograd()
     module.clear()

@@ -6,22 +6,52 @@ are ``torch.library.custom_op`` ops whose fakes check the call as the real kerne
 ``torch.compile`` sees the same errors) and return the output's shape and dtype. An eager call of
 :func:`scaled_mm` goes straight to the launch, skipping the custom-op boundary's host time; under
 ``torch.compile`` it calls the op.
+
+The launch of a functional call with a bf16, fp16 or fp32 output goes through the compiled host module
+(gemm_ladder/host/launch.cpp ``scaled_mm``) where :func:`gemm_ladder.ops.use_host` switched to it: checked
+and planned once per signature in Python (host/planner.py ``plan_scaled_mm``), then per call the tensor
+maps encoded and the kernel launched from C++. ``out=``, the quantized output and the signatures the
+planner leaves to Python (a scale or bias copied per call) run :func:`scaled_mm_launch`; both paths launch
+the same build with the same arguments (library/fp8.py ``launch_args``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from gemm_ladder.library.fp8 import QUANT_OUT, check_scaled_mm, describe, quantize_fp8, scaled_mm_launch
+from gemm_ladder.library.fp8 import QUANT_OUT, check_scaled_mm, describe, quantize_fp8, scaled_mm_launch, settings
 
 __all__ = ["explain_scaled_mm", "quantize_fp8", "scaled_mm"]
+
+#: The compiled host module's scaled_mm entry, or None (the Python path): set by gemm_ladder.ops.use_host.
+_HOST = None
+#: The output dtypes the host entry takes (the quantized output returns two tensors: Python).
+_HOST_OUT = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def set_host(entry) -> None:
+    """Launch functional calls through ``entry`` (the host module's ``scaled_mm``), or with None in Python."""
+    global _HOST
+    _HOST = entry
+
+
+def _functional(a, b, scale_a, scale_b, bias, out_dtype):
+    """A functional call's output: through the host module where it is on and every argument a CUDA tensor
+    (anything else reaches check_scaled_mm, whose errors are the API's), else checked and launched here."""
+    host = _HOST
+    if (host is not None and type(out_dtype) is torch.dtype and out_dtype in _HOST_OUT
+            and isinstance(a, torch.Tensor) and a.is_cuda
+            and isinstance(b, torch.Tensor) and isinstance(scale_a, torch.Tensor)
+            and isinstance(scale_b, torch.Tensor) and (bias is None or isinstance(bias, torch.Tensor))):
+        return host(a, b, scale_a, scale_b, bias, out_dtype, settings())
+    call = check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype)
+    return scaled_mm_launch(a, b, scale_a, scale_b, bias, call)
 
 
 @torch.library.custom_op("gemm_ladder::scaled_mm", mutates_args=())
 def _scaled_mm_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                   bias: torch.Tensor | None, out_dtype: torch.dtype) -> torch.Tensor:
-    call = check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype)
-    return scaled_mm_launch(a, b, scale_a, scale_b, bias, call)
+    return _functional(a, b, scale_a, scale_b, bias, out_dtype)
 
 
 @_scaled_mm_op.register_fake
@@ -91,6 +121,8 @@ def scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=torch.bfloat16, ou
             return torch.ops.gemm_ladder.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype)
         torch.ops.gemm_ladder.scaled_mm_out(a, b, scale_a, scale_b, bias, out_dtype, out)
         return out
+    if out is None and out_dtype != QUANT_OUT:
+        return _functional(a, b, scale_a, scale_b, bias, out_dtype)
     call = check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, out)
     return scaled_mm_launch(a, b, scale_a, scale_b, bias, call, out)
 
@@ -102,3 +134,7 @@ def explain_scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=torch.bflo
     nothing, and takes meta and CPU tensors too. Raises what :func:`scaled_mm` raises for bad input."""
     call = check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, out, device_type=None)
     return describe(call, a, b, scale_a, bias, out=out)
+
+
+# Importing the ops switches to the compiled host path on a CUDA machine (use_host calls set_host above).
+import gemm_ladder.ops  # noqa: E402,F401

@@ -1,4 +1,5 @@
-// gemm-ladder's compiled host path: the CUDA kernels of gemm_ladder::mm and gemm_ladder::linear.
+// gemm-ladder's compiled host path: the CUDA kernels of gemm_ladder::mm and gemm_ladder::linear, and
+// scaled_mm's eager entry (the fp8 kernel; called from gemm_ladder.scaled_mm, not registered as a kernel).
 //
 // A call's route is decided once per signature (shapes, strides, dtypes, each base address's
 // residue mod 16, the epilogue's identity, out_dtype, device, whether the stream is capturing) by a
@@ -150,7 +151,7 @@ static bool stream_capturing(void* stream) {
 // --- launch templates ------------------------------------------------------------------------------
 
 // Where an address comes from: the op's arguments, in this order.
-enum Source { kA = 0, kB = 1, kOut = 2, kBias = 3, kResidual = 4, kSources = 5 };
+enum Source { kA = 0, kB = 1, kOut = 2, kBias = 3, kResidual = 4, kScaleA = 5, kScaleB = 6, kSources = 7 };
 
 struct MapPatch {
   int64_t offset;
@@ -345,7 +346,7 @@ static void launch(const Template& t, const uint64_t* ptrs, float alpha, float b
 
 // --- signatures ------------------------------------------------------------------------------------
 
-enum Op : int64_t { kMm = 1, kLinear = 2 };
+enum Op : int64_t { kMm = 1, kLinear = 2, kScaledMm = 3 };
 
 static void push_tensor(std::vector<int64_t>& k, const at::Tensor& t) {
   k.push_back(t.dim());
@@ -409,6 +410,23 @@ static void linear_key(std::vector<int64_t>& k, const at::Tensor& x, const at::T
   k.push_back(beta == 0.0);
 }
 
+// scaled_mm's key also holds ``settings``: a number for the fp8 module's defaults (library/fp8.py
+// settings()), so that a default changed between calls is planned anew.
+static void scaled_mm_key(std::vector<int64_t>& k, const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                          const at::Tensor& scale_b, const std::optional<at::Tensor>& bias, at::ScalarType out_dtype,
+                          int64_t settings, bool capturing) {
+  k.clear();
+  k.push_back(kScaledMm);
+  k.push_back(capturing);
+  k.push_back(static_cast<int64_t>(out_dtype));
+  k.push_back(settings);
+  push_tensor(k, a);
+  push_tensor(k, b);
+  push_tensor(k, scale_a);
+  push_tensor(k, scale_b);
+  push_optional(k, bias);
+}
+
 struct KeyHash {
   size_t operator()(const std::vector<int64_t>& k) const {
     uint64_t h = 1469598103934665603ull;
@@ -420,7 +438,7 @@ struct KeyHash {
 // --- the planner and the Python path (registered from Python) ------------------------------------
 
 struct Callbacks {
-  py::object plan_mm, plan_linear, run_mm, run_linear;
+  py::object plan_mm, plan_linear, run_mm, run_linear, plan_scaled_mm, run_scaled_mm;
 };
 static Callbacks* callbacks = nullptr;  // never destroyed: Python may be finalised first
 
@@ -515,6 +533,43 @@ at::Tensor linear_cuda(const at::Tensor& x, const at::Tensor& w, const std::opti
   return out;
 }
 
+// scaled_mm: the checks run once per signature in the planner (their address rules are in the key as
+// each base's residue mod 16); a call the planner answers None for runs the Python path.
+at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                          const at::Tensor& scale_b, const std::optional<at::Tensor>& bias, const py::object& dtype,
+                          int64_t settings) {
+  at::ScalarType out_dtype = torch::python::detail::py_object_to_dtype(dtype);
+  DeviceGuard device_guard(a.device());
+  ensure_context(a.device().index());
+  void* stream = current_stream(a.device());
+  bool capturing = stream_capturing(stream);
+  thread_local std::vector<int64_t> key;
+  scaled_mm_key(key, a, b, scale_a, scale_b, bias, out_dtype, settings, capturing);
+  auto t = find(key);
+  auto py_bias = [&]() -> py::object { return bias.has_value() ? py::cast(*bias) : py::none(); };
+  if (t == nullptr) {
+    require_callbacks();
+    py::gil_scoped_acquire gil;
+    std::vector<int64_t> owned(key);
+    t = keep(owned, parse_template(callbacks->plan_scaled_mm(a, b, scale_a, scale_b, py_bias(), dtype)));
+  }
+  if (t->python) {
+    require_callbacks();
+    py::gil_scoped_acquire gil;
+    return callbacks->run_scaled_mm(a, b, scale_a, scale_b, py_bias(), dtype).cast<at::Tensor>();
+  }
+  at::Tensor out = at::empty(t->out_shape, a.options().dtype(t->out_dtype));
+  uint64_t ptrs[kSources] = {reinterpret_cast<uint64_t>(a.data_ptr()),
+                             reinterpret_cast<uint64_t>(b.data_ptr()),
+                             reinterpret_cast<uint64_t>(out.data_ptr()),
+                             bias.has_value() ? reinterpret_cast<uint64_t>(bias->data_ptr()) : 0,
+                             0,
+                             reinterpret_cast<uint64_t>(scale_a.data_ptr()),
+                             reinterpret_cast<uint64_t>(scale_b.data_ptr())};
+  launch(*t, ptrs, 1.0f, 1.0f, a.device().index(), stream);
+  return out;
+}
+
 // --- test and introspection hooks -----------------------------------------------------------------
 
 static py::bytes key_bytes(const std::vector<int64_t>& k) {
@@ -537,13 +592,26 @@ py::bytes linear_signature(const at::Tensor& x, const at::Tensor& w, const std::
   return key_bytes(k);
 }
 
-// The argument buffer a template gives the kernel for these addresses and scalars (maps left as the
-// template has them, workspace pointers untouched): what the CPU tests compare with Python's packing.
+py::bytes scaled_mm_signature(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                              const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
+                              const py::object& out_dtype, int64_t settings, bool capturing) {
+  std::vector<int64_t> k;
+  scaled_mm_key(k, a, b, scale_a, scale_b, bias, torch::python::detail::py_object_to_dtype(out_dtype), settings,
+                capturing);
+  return key_bytes(k);
+}
+
+// The argument buffer a template gives the kernel for these addresses (Source order, the missing ones 0)
+// and scalars (maps left as the template has them, workspace pointers untouched): what the CPU tests
+// compare with Python's packing.
 py::bytes patched_buffer(const py::object& tmpl, const std::vector<uint64_t>& ptrs, double alpha, double beta) {
   Template t = parse_template(tmpl);
-  TORCH_CHECK(!t.python && ptrs.size() == kSources, "patched_buffer takes a template and 5 addresses");
+  TORCH_CHECK(!t.python && ptrs.size() <= kSources, "patched_buffer takes a template and at most ", kSources,
+              " addresses");
+  uint64_t all[kSources] = {};
+  std::copy(ptrs.begin(), ptrs.end(), all);
   std::vector<uint8_t> buf(t.buffer);
-  patch(t, buf.data(), ptrs.data(), static_cast<float>(alpha), static_cast<float>(beta), false);
+  patch(t, buf.data(), all, static_cast<float>(alpha), static_cast<float>(beta), false);
   return py::bytes(reinterpret_cast<const char*>(buf.data()), buf.size());
 }
 
@@ -557,12 +625,15 @@ py::object path_of(const py::bytes& key) {
   return py::str(t->python ? "python" : "C++");
 }
 
-void set_callbacks(py::object plan_mm, py::object plan_linear, py::object run_mm, py::object run_linear) {
+void set_callbacks(py::object plan_mm, py::object plan_linear, py::object run_mm, py::object run_linear,
+                   py::object plan_scaled_mm, py::object run_scaled_mm) {
   if (callbacks == nullptr) callbacks = new Callbacks();
   callbacks->plan_mm = std::move(plan_mm);
   callbacks->plan_linear = std::move(plan_linear);
   callbacks->run_mm = std::move(run_mm);
   callbacks->run_linear = std::move(run_linear);
+  callbacks->plan_scaled_mm = std::move(plan_scaled_mm);
+  callbacks->run_scaled_mm = std::move(run_scaled_mm);
 }
 
 void clear() {
@@ -625,6 +696,16 @@ at::Tensor py_linear(const at::Tensor& x, const at::Tensor& w, const std::option
   END_HANDLE_TH_ERRORS_PYBIND
 }
 
+// scaled_mm's eager entry: gemm_ladder.scaled_mm calls it for a functional call with a bf16, fp16 or fp32
+// output, after checking that every argument is a CUDA tensor (anything else takes the Python path and
+// its errors). Errors come back as py_mm's do.
+at::Tensor py_scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
+                        const std::optional<at::Tensor>& bias, const py::object& out_dtype, int64_t settings) {
+  HANDLE_TH_ERRORS
+  return scaled_mm_cuda(a, b, scale_a, scale_b, bias, out_dtype, settings);
+  END_HANDLE_TH_ERRORS_PYBIND
+}
+
 }  // namespace gl_host
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -644,4 +725,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("path_of", &gl_host::path_of);
   m.def("mm", &gl_host::py_mm);
   m.def("linear", &gl_host::py_linear);
+  m.def("scaled_mm", &gl_host::py_scaled_mm);
+  m.def("scaled_mm_signature", &gl_host::scaled_mm_signature);
 }

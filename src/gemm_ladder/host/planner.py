@@ -9,7 +9,11 @@ None for what C++ does not launch: repacked operands, an output workspace, a res
 K = 0 and empty problems. C++ then calls :func:`run_mm` / :func:`run_linear` (the Python path, the
 same kernels) for that signature on every call.
 
-:func:`register` hands these four functions to the module (:func:`gemm_ladder.ops` does at import).
+The same for ``scaled_mm`` (:func:`plan_scaled_mm`, :func:`run_scaled_mm`): the fp8 kernel's launch
+(library/fp8.py ``bind_scaled_mm``) as a template, or None where a call copies a scale or the bias,
+returns the quantized output, or launches nothing.
+
+:func:`register` hands these six functions to the module (:func:`gemm_ladder.ops` does at import).
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import torch
 
 from gemm_ladder.api import _epilogue_args, _linear_call, _mm_call, linear_direct, mm_direct, output_for
 from gemm_ladder.dispatch.calls import CALLS, bind_route, linear_key, mm_key
-from gemm_ladder.host.templates import LaunchTemplate, template_from_bound
+from gemm_ladder.host.templates import FP8_SOURCES, LaunchTemplate, template_from_bound
+from gemm_ladder.library import fp8
 
 
 def _plain(t):
@@ -79,9 +84,27 @@ def run_linear(x, w, bias, residual, activation, alpha, beta, out_dtype) -> torc
                          alpha=alpha, beta=beta, out_dtype=out_dtype)
 
 
+def plan_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype) -> LaunchTemplate | None:
+    """The template of ``scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype)``'s signature
+    (with the fp8 module's defaults as they are now: the key holds :func:`gemm_ladder.library.fp8.settings`),
+    or None (the Python path: library/fp8.py ``bind_scaled_mm`` says why). Raises what
+    :func:`gemm_ladder.scaled_mm` raises for bad input."""
+    call = fp8.check_scaled_mm(a, b, scale_a, scale_b, _plain(bias), out_dtype)
+    bound = fp8.bind_scaled_mm(a, b, scale_a, scale_b, _plain(bias), call)
+    if isinstance(bound, str):
+        return None
+    return template_from_bound(bound, out_shape=(call.m, call.n), out_dtype=call.out_dtype, sources=FP8_SOURCES)
+
+
+def run_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype) -> torch.Tensor:
+    """The Python path of a scaled_mm signature C++ does not launch."""
+    call = fp8.check_scaled_mm(a, b, scale_a, scale_b, _plain(bias), out_dtype)
+    return fp8.scaled_mm_launch(a, b, scale_a, scale_b, _plain(bias), call)
+
+
 def register(module) -> None:
-    """Give the host module its planner and Python paths."""
-    module.set_callbacks(plan_mm, plan_linear, run_mm, run_linear)
+    """Give the host module its planners and Python paths."""
+    module.set_callbacks(plan_mm, plan_linear, run_mm, run_linear, plan_scaled_mm, run_scaled_mm)
 
 
-__all__ = ["plan_linear", "plan_mm", "register", "run_linear", "run_mm"]
+__all__ = ["plan_linear", "plan_mm", "plan_scaled_mm", "register", "run_linear", "run_mm", "run_scaled_mm"]

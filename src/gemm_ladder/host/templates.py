@@ -11,8 +11,9 @@ scalar slots (alpha, beta, written as fp32), and the split workspace's two point
 the bound launch's own (the same code binds both paths), so the layout has one source of truth.
 
 Tensors are named by where the op gets them: :data:`SOURCES` (the first operand, the second, the
-output, the bias, the residual). The kernel's operands "A", "B", "C" map to them through the
-route's orientation (:func:`operand_sources`).
+output, the bias, the residual, and scaled_mm's two scales). The bf16 kernels' operands "A", "B",
+"C" map to them through the route's orientation (:func:`operand_sources`); the fp8 kernel's roles
+name the op's tensors themselves (:data:`FP8_SOURCES`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from dataclasses import dataclass, field
 from gemm_ladder.library.epilogue import EpilogueParams
 
 #: The op's tensors, by index: what launch.cpp's Source enum numbers.
-SOURCES = ("a", "b", "out", "bias", "residual")
+SOURCES = ("a", "b", "out", "bias", "residual", "scale_a", "scale_b")
+#: scaled_mm's tensors as library/fp8.py's launch_args roles name them, to their SOURCES index.
+FP8_SOURCES = {name: SOURCES.index(name) for name in ("a", "b", "out", "bias", "scale_a", "scale_b")}
 #: Bytes of a CUtensorMap and its alignment (cuda.h: CU_TENSOR_MAP_NUM_QWORDS = 16, alignas(64)).
 TENSOR_MAP_BYTES, TENSOR_MAP_ALIGN = 128, 64
 #: The EpilogueParams' slot names of linear's built-in epilogue (library/epilogue.py linear_epilogue)
@@ -106,20 +109,28 @@ def pack(args: list) -> tuple[bytes, list[int]]:
     return bytes(buf), offsets
 
 
-def template_from_bound(bound, *, transposed: bool, epilogue=None, out_shape: tuple[int, ...],
-                        out_dtype, enum=enum_value) -> LaunchTemplate:
+def template_from_bound(bound, *, transposed: bool = False, epilogue=None, out_shape: tuple[int, ...],
+                        out_dtype, enum=enum_value, sources: dict | None = None) -> LaunchTemplate:
     """The :class:`LaunchTemplate` of ``bound`` (a BoundLaunch with ``roles``; its PreparedLaunch's
     arguments, configuration and kernel). ``transposed``: the route's orientation; ``epilogue``: the
     Epilogue it was bound with (linear's built-in one) or None; ``enum(key, name)``: the driver's
-    number of a tensor-map enum (injectable for tests without cuda-python). Raises TemplateError for
-    a bound launch without roles or with an argument it cannot place."""
+    number of a tensor-map enum (injectable for tests without cuda-python); ``sources``: what the
+    roles' tensor names are (default: the bf16 kernels' operands, :func:`operand_sources`). Raises
+    TemplateError for a bound launch without roles or with an argument it cannot place (a role of a
+    tensor not in ``sources``: one made per call)."""
     roles = bound.roles
     prepared = bound.prepared
     args = prepared.args
     if roles is None or len(roles) != len(args):
         raise TemplateError(f"bound launch with {len(args)} arguments and roles {roles!r}")
     buf, offsets = pack(args)
-    sources = operand_sources(transposed)
+    sources = operand_sources(transposed) if sources is None else sources
+
+    def source(name) -> int:
+        if name not in sources:
+            raise TemplateError(f"an argument over {name!r}, which is not one of the op's tensors")
+        return sources[name]
+
     t = LaunchTemplate(function=int(prepared.kernel.function), grid=_grid(prepared), threads=prepared.kernel.threads,
                        dynamic_smem=prepared.kernel.dynamic_smem, cluster=prepared.kernel.cluster, buffer=buf,
                        arg_offsets=offsets, out_shape=tuple(out_shape), out_dtype=out_dtype)
@@ -128,12 +139,12 @@ def template_from_bound(bound, *, transposed: bool, epilogue=None, out_shape: tu
         if kind == "map":
             kw = role[2]
             rank = kw["tensorRank"]
-            t.maps.append((offset, sources[role[1]], enum("tensorDataType", kw["tensorDataType"]), rank,
+            t.maps.append((offset, source(role[1]), enum("tensorDataType", kw["tensorDataType"]), rank,
                            [int(v) for v in kw["globalDim"]], [int(v) for v in kw["globalStrides"]],
                            [int(v) for v in kw["boxDim"]], [int(v) for v in kw["elementStrides"]],
                            *(enum(k, kw[k]) for k in _MAP_ENUMS[1:])))
         elif kind == "ptr":
-            t.pointers.append((offset, sources[role[1]]))
+            t.pointers.append((offset, source(role[1])))
         elif kind == "partials":
             t.partials = (offset, bound.workspace[0]) if bound.workspace else None
         elif kind == "counters":
@@ -166,4 +177,4 @@ def _grid(prepared) -> tuple[int, int, int]:
     return (int(cfg.gridDimX), int(cfg.gridDimY), int(cfg.gridDimZ))
 
 
-__all__ = ["LaunchTemplate", "SOURCES", "TemplateError", "operand_sources", "pack", "template_from_bound"]
+__all__ = ["FP8_SOURCES", "LaunchTemplate", "SOURCES", "TemplateError", "operand_sources", "pack", "template_from_bound"]

@@ -548,17 +548,32 @@ MAP_CACHE_SIZE = 8192
 _MAPS: dict = {}
 
 
+def _map_spec(name: str, data_type: str, elem_bytes: int, dims: tuple[int, int], pitch_bytes: int,
+              box: tuple[int, int], swizzle: str) -> TensorMapSpec:
+    """The rank-2 tensor map of operand ``name``: ``dims`` (inner, outer) elements, ``pitch_bytes`` per outer
+    step, one ``box`` per TMA copy."""
+    return TensorMapSpec(name=name, description=f"fp8 GEMM {name}", data_type=data_type, elem_bytes=elem_bytes,
+                         rank=2, global_dim=dims, global_strides=(pitch_bytes,), box_dim=box, element_strides=(1, 1),
+                         swizzle=swizzle)
+
+
 def _map(name: str, ptr: int, data_type: str, elem_bytes: int, dims: tuple[int, int], pitch_bytes: int,
          box: tuple[int, int], swizzle: str):
-    """The encoded rank-2 tensor map of ``name`` at ``ptr``, from :data:`_MAPS` when encoded before (the
-    key is every input of the encoding, so a hit is the same map)."""
+    """The encoded rank-2 tensor map of ``name`` at ``ptr`` (:func:`_map_spec`), from :data:`_MAPS` when encoded
+    before (the key is every input of the encoding, so a hit is the same map)."""
     def make():
-        spec = TensorMapSpec(name=name, description=f"fp8 GEMM {name}", data_type=data_type, elem_bytes=elem_bytes,
-                             rank=2, global_dim=dims, global_strides=(pitch_bytes,), box_dim=box,
-                             element_strides=(1, 1), swizzle=swizzle)
-        return encode_tiled(spec.encode_kwargs(ptr))
+        return encode_tiled(_map_spec(name, data_type, elem_bytes, dims, pitch_bytes, box, swizzle).encode_kwargs(ptr))
     key = (name, ptr, data_type, elem_bytes, tuple(dims), pitch_bytes, tuple(box), swizzle)
     return cached(_MAPS, key, make, MAP_CACHE_SIZE)
+
+
+def settings() -> int:
+    """One number for the module defaults a launch reads at the call (:data:`TILE_M_DEFAULT`,
+    :data:`STORE_DEFAULT`, :data:`SPLIT_DEFAULT`, :data:`OVERLAP_PROMOTION`, :data:`MIN_SPLIT_K_BLOCKS`,
+    :data:`MIN_SPLIT_TILE_K_BLOCKS`), equal for equal defaults within a process: the compiled host path keys
+    its plans with it, so a default changed between calls is planned anew."""
+    return hash((TILE_M_DEFAULT, STORE_DEFAULT, SPLIT_DEFAULT, OVERLAP_PROMOTION, MIN_SPLIT_K_BLOCKS,
+                 MIN_SPLIT_TILE_K_BLOCKS))
 
 
 def tile_m(m: int, preferred: str | None = None) -> tuple[int, str]:
@@ -726,64 +741,143 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
             raise GemmInputError(f"{refusal}: run the register-store build")
         # Split by the rule where the build has the split built in, else never.
         plan = split_plan(m, n, k, kernel.bn, sms, "auto" if kernel.split and not capturing else "none", kernel.bm)[0]
+    partials = counters = 0  # the unsplit launch's: the kernel runs every tile whole
+    if plan.tail_units:
+        partials, counters = _workspace(_stream(a.device), plan, kernel.bn, kernel.consumers)
+    args = launch_args(kernel, call, plan, a, b, scale_a, scale_b, bias, out, scale_buf if quantized else None,
+                       (partials, counters))
+    # Tensors made here (args.made) are freed after the launch is queued on this stream, the stream they
+    # were made on: the caching allocator reuses their memory only in that stream's order.
+    kernel.loaded(a.device).launch((plan.clusters, 1, 1), args.args, _stream(a.device))
+    del args
+    if quantized:
+        return values, scale_buf[:, :m].t()
+    return out
+
+
+@dataclass
+class LaunchArgs:
+    """One launch's kernel arguments in the kernel's order (``args``: CUtensorMaps and ctypes values), what
+    each is (``roles``, as library/bound.py's BoundLaunch names them, over the op's tensors "a", "b", "out",
+    "bias", "scale_a", "scale_b": what the compiled host path's template is made from), and the tensors made
+    for this launch (``made``: a padded scale, a float32 bias; kept alive until the launch is queued)."""
+
+    args: list
+    roles: list
+    made: list
+
+
+def launch_args(kernel: Fp8Kernel, call: ScaledMmCall, plan: StreamKTail, a: torch.Tensor, b: torch.Tensor,
+                scale_a: torch.Tensor, scale_b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor,
+                scale_buf: torch.Tensor | None, workspace: tuple[int, int], *, roles: bool = False) -> LaunchArgs:
+    """The arguments of one launch of ``kernel`` (sm90_fp8_gemm.cu's parameter order) for a checked call, its
+    split ``plan`` and output ``out`` (the values, for the quantized output, with ``scale_buf`` its scales);
+    ``workspace``: the split's (partials, counters) addresses, 0 unsplit. ``roles``: also say what each
+    argument is (the maps' encode arguments are validated again: the planner's cost, not a launch's)."""
+    m, n, k = call.m, call.n, call.k
     bn = kernel.bn
-    loaded = kernel.loaded(a.device)
     u8 = "CU_TENSOR_MAP_DATA_TYPE_UINT8"
     sw = "CU_TENSOR_MAP_SWIZZLE_128B"
-    map_a = _map("a", a.data_ptr(), u8, 1, (k, m), a.stride(0), (BK, kernel.bm), sw)
-    map_b = _map("b", b.data_ptr(), u8, 1, (k, n), b.stride(1), (BK, bn), sw)
-    keep = []  # tensors made here, alive until the launch is queued
+    maps = {}  # argument name -> (source, _map arguments after the address)
+
+    def tmap(arg: str, source: str, ptr: int, *spec):
+        maps[arg] = (source, ptr, spec)
+        return _map(arg, ptr, *spec)
+
+    made = []
+    map_a = tmap("a", "a", a.data_ptr(), u8, 1, (k, m), a.stride(0), (BK, kernel.bm), sw)
+    map_b = tmap("b", "b", b.data_ptr(), u8, 1, (k, n), b.stride(1), (BK, bn), sw)
     sb_k = sb_n = 0
-    map_sa = map_a
+    map_sa, sa_map_source = map_a, "a"  # not read unless blockwise: any valid map serves
     sa_ptr, sb_ptr = scale_a.data_ptr(), scale_b.data_ptr()
+    sa_source, sb_source = "scale_a", "scale_b"
     if call.scale_mode == "blockwise":
         kb = math.ceil(k / BK)
         sa_t = scale_a.t()  # (K/128, M): one row of M scales per K block
         # The map's row pitch must be a multiple of 16 bytes and its base 16-byte aligned; with one K
         # block the pitch is never used, so any multiple of 16 >= 4M serves.
         pitch = sa_t.stride(0) if kb > 1 else -(-m // 4) * 4
+        source = "scale_a"
         if not ((sa_t.stride(1) == 1 or m == 1) and pitch % 4 == 0 and pitch >= m and sa_t.data_ptr() % 16 == 0):
             padded = torch.zeros((kb, -(-m // 4) * 4), dtype=torch.float32, device=a.device)
             padded[:, :m].copy_(sa_t)
-            keep.append(padded)
-            sa_t, pitch = padded, padded.stride(0)
-        map_sa = _map("scale_a", sa_t.data_ptr(), "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", 4, (m, kb), pitch * 4,
+            made.append(padded)
+            sa_t, pitch, source = padded, padded.stride(0), "made"
+        map_sa = tmap("scale_a", source, sa_t.data_ptr(), "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", 4, (m, kb), pitch * 4,
                       (kernel.bm, 1), "CU_TENSOR_MAP_SWIZZLE_NONE")
+        sa_map_source = "scale_a"
         sb_k, sb_n = scale_b.stride(0), scale_b.stride(1)
     elif call.scale_mode == "rowwise":
         if not scale_a.is_contiguous():
             scale_a = scale_a.contiguous()
-            keep.append(scale_a)
+            made.append(scale_a)
+            sa_source = "made"
         if not scale_b.is_contiguous():
             scale_b = scale_b.contiguous()
-            keep.append(scale_b)
+            made.append(scale_b)
+            sb_source = "made"
         sa_ptr, sb_ptr = scale_a.data_ptr(), scale_b.data_ptr()
-    bias_ptr = 0
+    bias_ptr, bias_source = 0, None
     if bias is not None:
+        bias_source = "bias"
         if bias.dtype != torch.float32 or not bias.is_contiguous():
             bias = bias.float().contiguous()
-            keep.append(bias)
+            made.append(bias)
+            bias_source = "made"
         bias_ptr = bias.data_ptr()
-    map_c = map_a  # the register store never reads it
+    map_c, c_map = map_a, "a"  # the register store never reads it
     if kernel.store == STORE_TMA:  # C (M rows, N inner), one 64 x 64 box per 128-byte swizzled staging panel
         c_type = {torch.bfloat16: "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", torch.float16: "CU_TENSOR_MAP_DATA_TYPE_FLOAT16"}
-        map_c = _map("c", out.data_ptr(), c_type[out.dtype], 2, (n, m), out.stride(0) * 2, (64, 64), sw)
-    partials = counters = 0  # the unsplit launch's: the kernel runs every tile whole
-    if plan.tail_units:
-        partials, counters = _workspace(_stream(a.device), plan, bn, kernel.consumers)
+        map_c = tmap("c", "out", out.data_ptr(), c_type[out.dtype], 2, (n, m), out.stride(0) * 2, (64, 64), sw)
+        c_map = "c"
+    partials, counters = workspace
     args = [map_a, map_b, map_sa, map_c, ctypes.c_void_p(sa_ptr), ctypes.c_void_p(sb_ptr), ctypes.c_longlong(sb_k),
             ctypes.c_longlong(sb_n), ctypes.c_void_p(bias_ptr), ctypes.c_void_p(out.data_ptr()),
-            ctypes.c_longlong(out.stride(0)), ctypes.c_void_p(scale_buf.data_ptr() if quantized else 0),
-            ctypes.c_longlong(scale_buf.stride(0) if quantized else 0), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
-            ctypes.c_int(plan.first_unit), ctypes.c_int(plan.max_contributors), ctypes.c_void_p(partials),
-            ctypes.c_void_p(counters)]
-    # Tensors made here (keep) are freed after the launch is queued on this stream, the stream they were
-    # made on: the caching allocator reuses their memory only in that stream's order.
-    loaded.launch((plan.clusters, 1, 1), args, _stream(a.device))
-    del keep
-    if quantized:
-        return values, scale_buf[:, :m].t()
-    return out
+            ctypes.c_longlong(out.stride(0)), ctypes.c_void_p(scale_buf.data_ptr() if scale_buf is not None else 0),
+            ctypes.c_longlong(scale_buf.stride(0) if scale_buf is not None else 0), ctypes.c_int(m), ctypes.c_int(n),
+            ctypes.c_int(k), ctypes.c_int(plan.first_unit), ctypes.c_int(plan.max_contributors),
+            ctypes.c_void_p(partials), ctypes.c_void_p(counters)]
+    if not roles:
+        return LaunchArgs(args, [], made)
+
+    def map_role(arg: str):
+        source, ptr, spec = maps[arg]
+        return ("map", source, _map_spec(arg, *spec).encode_kwargs(ptr))
+
+    split = bool(plan.tail_units)
+    arg_roles = [map_role("a"), map_role("b"), map_role(sa_map_source), map_role(c_map), ("ptr", sa_source),
+                 ("ptr", sb_source), ("value",), ("value",), ("ptr", bias_source) if bias_source else ("value",),
+                 ("ptr", "out"), ("value",), ("made",) if scale_buf is not None else ("value",)] + [("value",)] * 6 + \
+                [("partials",) if split else ("value",), ("counters",) if split else ("value",)]
+    return LaunchArgs(args, arg_roles, made)
+
+
+def bind_scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                   bias: torch.Tensor | None, call: ScaledMmCall):
+    """The launch :func:`scaled_mm_launch` makes for a checked call of this signature (shapes, strides, dtypes,
+    the module's defaults, whether the stream is capturing), bound for these tensors and a new output, as a
+    :class:`~gemm_ladder.library.bound.BoundLaunch` with roles, or a string saying why it cannot be replayed
+    per call with only addresses changed (the compiled host path then runs :func:`scaled_mm_launch`): the
+    quantized output, an empty problem or K = 0 (no launch), a scale or bias copied per call."""
+    from gemm_ladder.library.bound import BoundLaunch
+
+    m, n, k = call.m, call.n, call.k
+    if call.out_dtype == QUANT_OUT:
+        return "the quantized output (two tensors, the scales padded)"
+    if not (m and n and k):
+        return "an empty problem or K = 0: no launch"
+    out = torch.empty((m, n), dtype=call.out_dtype, device=a.device)  # stands for each call's output
+    sms = _sm_count(a.device)
+    kernel, plan, _ = default_build(call, a, b, bias, out, sms)
+    if _capturing(a.device):
+        plan = split_plan(m, n, k, kernel.bn, sms, "none", kernel.bm)[0]
+    launch = launch_args(kernel, call, plan, a, b, scale_a, scale_b, bias, out, None, (0, 0), roles=True)
+    if launch.made:
+        return "a scale or the bias is copied per call (a new address each time)"
+    loaded = kernel.loaded(a.device)
+    prepared = loaded.prepare((plan.clusters, 1, 1), launch.args, _stream(a.device).cuda_stream)
+    workspace = _workspace_sizes(plan, kernel.bn, kernel.consumers) if plan.tail_units else None
+    return BoundLaunch(prepared, roles=launch.roles, workspace=workspace)
 
 
 def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, bias: torch.Tensor | None,

@@ -1,0 +1,167 @@
+"""scaled_mm on the compiled host path, without a GPU: the fp8 launch's argument roles (library/fp8.py
+``launch_args``, the one layout both paths launch) make a template over the op's own tensors, C++ patches
+exactly the pointer slots those roles name, a copy made per call is refused as a template, and
+scaled_mm's signature key changes with everything the checks and the plan read (the fp8 module's
+defaults too) and with nothing else.
+
+The GPU side (the host path's output bitwise the Python path's, launches counted, the Python path kept
+where the planner says so, capture, threads) is tests/test_fp8_host_gpu.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+
+import pytest
+import torch
+
+from gemm_ladder.host import templates
+from gemm_ladder.library import fp8
+from host_fakes import FakeBound, FakeMap, host  # noqa: F401 - host: the module fixture
+
+E4M3 = torch.float8_e4m3fn
+SMS = 132
+
+
+def _operands(m, n, k, scheme, bias_dtype=None, scale_a_strided=False):
+    a = torch.zeros(m, k, dtype=E4M3)
+    b = torch.zeros(n, k, dtype=E4M3).T
+    if scheme == "tensorwise":
+        sa, sb = torch.ones(()), torch.ones(())
+    elif scheme == "rowwise":
+        sa = torch.ones(m, 2)[:, :1] if scale_a_strided else torch.ones(m, 1)
+        sb = torch.ones(1, n)
+    else:
+        kb, nb = -(-k // 128), -(-n // 128)
+        sa, sb = torch.ones(kb, m).T, torch.ones(nb, kb).T
+    bias = None if bias_dtype is None else torch.zeros(n, dtype=bias_dtype)
+    return a, b, sa, sb, bias
+
+
+def _args(monkeypatch, m, n, k, scheme, out_dtype=torch.bfloat16, bias_dtype=None, scale_a_strided=False):
+    """launch_args with roles for a CPU call (the maps stood in for: encoding needs the driver)."""
+    fills = itertools.count(1)
+    monkeypatch.setattr(fp8, "_map", lambda *a, **kw: FakeMap(next(fills)))
+    a, b, sa, sb, bias = _operands(m, n, k, scheme, bias_dtype, scale_a_strided)
+    call = fp8.check_scaled_mm(a, b, sa, sb, bias, out_dtype, device_type=None)
+    out = torch.empty(m, n, dtype=out_dtype)
+    kernel, plan, _ = fp8.default_build(call, a, b, bias, out, SMS)
+    args = fp8.launch_args(kernel, call, plan, a, b, sa, sb, bias, out, None, (0, 0), roles=True)
+    workspace = fp8._workspace_sizes(plan, kernel.bn, kernel.consumers) if plan.tail_units else None
+    return kernel, plan, args, workspace
+
+
+def _template(args, workspace, m, n, out_dtype=torch.bfloat16):
+    enums = {}
+    return templates.template_from_bound(FakeBound(args.args, args.roles, workspace), out_shape=(m, n),
+                                         out_dtype=out_dtype, sources=templates.FP8_SOURCES,
+                                         enum=lambda key, name: enums.setdefault((key, name), len(enums) + 1))
+
+
+SRC = {name: templates.SOURCES.index(name) for name in templates.SOURCES}
+
+
+@pytest.mark.parametrize("scheme", ["tensorwise", "rowwise", "blockwise"])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("bias", [None, torch.float32])
+def test_fp8_roles_make_a_template_over_the_ops_tensors(monkeypatch, scheme, out_dtype, bias):
+    m, n, k = 300, 1024, 640
+    kernel, plan, args, workspace = _args(monkeypatch, m, n, k, scheme, out_dtype, bias)
+    assert not args.made and len(args.roles) == len(args.args) == 20
+    t = _template(args, workspace, m, n, out_dtype)
+    # The maps: a, b, then scale_a's (blockwise; otherwise a's stands in, never read), then C's (the TMA
+    # store; otherwise a's again).
+    tma = kernel.store == fp8.STORE_TMA
+    assert tma == (out_dtype == torch.bfloat16)
+    assert [mp[1] for mp in t.maps] == [SRC["a"], SRC["b"], SRC["scale_a" if scheme == "blockwise" else "a"],
+                                        SRC["out" if tma else "a"]]
+    dims = [mp[4] for mp in t.maps]
+    assert dims[0] == [k, m] and dims[1] == [k, n]
+    if scheme == "blockwise":
+        assert dims[2] == [m, -(-k // 128)] and t.maps[2][5] == [4 * m]  # K-block-major, pitch M fp32
+    # The pointers: the two scales, the bias (when given), the output.
+    off = t.arg_offsets
+    want = [(off[4], SRC["scale_a"]), (off[5], SRC["scale_b"])] + ([(off[8], SRC["bias"])] if bias else []) + \
+        [(off[9], SRC["out"])]
+    assert t.pointers == want
+    assert t.scalars == [] and t.partials is None and t.counters is None  # 300 rows: 3 x 8 tiles, unsplit
+    assert not plan.tail_units
+    # Each argument's bytes at its offset are those the Python launch passes.
+    for arg, o in zip(args.args, off):
+        data, align = templates._arg_bytes(arg)
+        assert o % align == 0 and t.buffer[o:o + len(data)] == data
+
+
+def test_fp8_split_template_takes_the_workspace_from_cpp(monkeypatch, host):
+    m, n, k = 64, 4096, 7168  # 64 tiles of 64 x 64 on 132 SMs, 56 K blocks: split
+    kernel, plan, args, workspace = _args(monkeypatch, m, n, k, "blockwise")
+    assert plan.tail_units and workspace
+    t = _template(args, workspace, m, n)
+    assert t.partials == (t.arg_offsets[18], workspace[0]) and t.counters == (t.arg_offsets[19], workspace[1])
+    assert t.grid == (132, 1, 1)
+
+
+def test_cpp_patches_only_the_slots_the_fp8_roles_name(monkeypatch, host):
+    m, n, k = 128, 512, 256
+    _, _, args, workspace = _args(monkeypatch, m, n, k, "rowwise", bias_dtype=torch.float32)
+    t = _template(args, workspace, m, n)
+    ptrs = [0x7100_0000_0000 + 0x100 * i for i in range(len(templates.SOURCES))]
+    out = host.patched_buffer(t, ptrs, 1.0, 1.0)
+    assert len(out) == len(t.buffer)
+    for offset, source in t.pointers:
+        assert struct.unpack_from("<Q", out, offset)[0] == ptrs[source]
+    slots = {o + i for o, _ in t.pointers for i in range(8)}
+    assert {i for i in range(len(out)) if out[i] != t.buffer[i]} <= slots
+    assert [templates.SOURCES[s] for _, s in t.pointers] == ["scale_a", "scale_b", "bias", "out"]
+
+
+@pytest.mark.parametrize("case", ["bf16 bias", "strided rowwise scale", "padded blockwise scale"])
+def test_a_copy_made_per_call_is_no_template(monkeypatch, case):
+    """A scale or bias copied for the launch has a new address every call: its role names the copy, and
+    the template refuses it (the planner then leaves the signature to Python)."""
+    if case == "bf16 bias":
+        _, _, args, ws = _args(monkeypatch, 128, 512, 256, "tensorwise", bias_dtype=torch.bfloat16)
+    elif case == "strided rowwise scale":
+        _, _, args, ws = _args(monkeypatch, 128, 512, 256, "rowwise", scale_a_strided=True)
+    else:
+        _, _, args, ws = _args(monkeypatch, 130, 512, 256, "blockwise")  # pitch 130 fp32: not 16-byte
+    assert len(args.made) == 1
+    with pytest.raises(templates.TemplateError, match="made"):
+        _template(args, ws, 128, 512)
+
+
+def _sig(host, a, b, sa, sb, bias=None, out_dtype=torch.bfloat16, settings=0, capturing=False):
+    return host.scaled_mm_signature(a, b, sa, sb, bias, out_dtype, settings, capturing)
+
+
+def test_scaled_mm_signature_changes_with_what_the_checks_and_the_plan_read(host):
+    a, b, sa, sb, _ = _operands(128, 256, 512, "rowwise")
+    base = _sig(host, a, b, sa, sb)
+    assert _sig(host, a.clone(), b.T.clone().T, sa.clone(), sb.clone()) == base  # addresses alone: same
+    changed = {
+        "out dtype": _sig(host, a, b, sa, sb, out_dtype=torch.float32),
+        "settings": _sig(host, a, b, sa, sb, settings=1),
+        "capturing": _sig(host, a, b, sa, sb, capturing=True),
+        "bias": _sig(host, a, b, sa, sb, torch.zeros(256)),
+        "bias dtype": _sig(host, a, b, sa, sb, torch.zeros(256, dtype=torch.bfloat16)),
+        "M": _sig(host, a[:64], b, sa[:64], sb),
+        "a's pitch": _sig(host, torch.zeros(128, 528, dtype=E4M3)[:, :512], b, sa, sb),
+        "a's residue": _sig(host, torch.zeros(128 * 512 + 8, dtype=E4M3)[8:].view(128, 512), b, sa, sb),
+        "b's dtype": _sig(host, a, b.view(torch.float8_e5m2), sa, sb),
+        "scale_a's strides": _sig(host, a, b, torch.ones(128, 2)[:, :1], sb),
+        "scale_b's shape": _sig(host, a, b, sa, torch.ones(1, 1)),
+    }
+    assert all(v != base for v in changed.values()), [k for k, v in changed.items() if v == base]
+    assert len(set(changed.values())) == len(changed)
+
+
+def test_fp8_settings_follow_the_module_defaults(monkeypatch):
+    base = fp8.settings()
+    assert fp8.settings() == base
+    for name, value in (("TILE_M_DEFAULT", "128"), ("STORE_DEFAULT", fp8.STORE_REGISTERS), ("SPLIT_DEFAULT", "none"),
+                        ("OVERLAP_PROMOTION", False), ("MIN_SPLIT_K_BLOCKS", 5), ("MIN_SPLIT_TILE_K_BLOCKS", 7)):
+        with monkeypatch.context() as mp:
+            mp.setattr(fp8, name, value)
+            assert fp8.settings() != base, name
+    assert fp8.settings() == base
