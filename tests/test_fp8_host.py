@@ -116,19 +116,33 @@ def test_cpp_patches_only_the_slots_the_fp8_roles_name(monkeypatch, host):
     assert [templates.SOURCES[s] for _, s in t.pointers] == ["scale_a", "scale_b", "bias", "out"]
 
 
-@pytest.mark.parametrize("case", ["bf16 bias", "strided rowwise scale", "padded blockwise scale"])
+@pytest.mark.parametrize("case", ["bf16 bias", "strided rowwise scale"])
 def test_a_copy_made_per_call_is_no_template(monkeypatch, case):
-    """A scale or bias copied for the launch has a new address every call: its role names the copy, and
-    the template refuses it (the planner then leaves the signature to Python)."""
+    """A rowwise scale or the bias copied for the launch has a new address every call: its role names the
+    copy, and the template refuses it (the planner then leaves the signature to Python)."""
     if case == "bf16 bias":
         _, _, args, ws = _args(monkeypatch, 128, 512, 256, "tensorwise", bias_dtype=torch.bfloat16)
-    elif case == "strided rowwise scale":
-        _, _, args, ws = _args(monkeypatch, 128, 512, 256, "rowwise", scale_a_strided=True)
     else:
-        _, _, args, ws = _args(monkeypatch, 130, 512, 256, "blockwise")  # pitch 130 fp32: not 16-byte
-    assert len(args.made) == 1
+        _, _, args, ws = _args(monkeypatch, 128, 512, 256, "rowwise", scale_a_strided=True)
+    assert len(args.made) == 1 and args.pad_scale_a is None
     with pytest.raises(templates.TemplateError, match="made"):
         _template(args, ws, 128, 512)
+
+
+@pytest.mark.parametrize("m", [1, 130, 7])
+def test_blockwise_scale_a_padded_per_call_is_a_template_slot(monkeypatch, host, m):
+    """Blockwise scale_a that TMA cannot read in place (M = 1, or M fp32 a row not 16 bytes) is copied
+    into a zeroed (K/128, ceil(M/4)*4) buffer: the template's map is over that buffer (pad_scale_a), whose
+    address C++ makes per call; with M a multiple of 4 the map is over scale_a itself."""
+    n, k = 512, 640
+    _, _, args, ws = _args(monkeypatch, m, n, k, "blockwise")
+    kb, pitch = -(-k // 128), -(-m // 4) * 4
+    assert args.pad_scale_a == (kb, pitch) and len(args.made) == 1
+    t = _template(args, ws, m, n)
+    assert t.maps[2][1] == SRC["scale_a_padded"] and t.maps[2][4] == [m, kb] and t.maps[2][5] == [4 * pitch]
+    _, _, args4, ws4 = _args(monkeypatch, 128, n, k, "blockwise")
+    assert args4.pad_scale_a is None and not args4.made
+    assert _template(args4, ws4, 128, n).maps[2][1] == SRC["scale_a"]
 
 
 def _sig(host, a, b, sa, sb, bias=None, out_dtype=torch.bfloat16, settings=0, capturing=False):

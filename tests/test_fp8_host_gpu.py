@@ -58,9 +58,9 @@ def counted(host, fn):
     return y, host.launches() - launches, host.planner_calls() - plans
 
 
-#: (M, N, K): decode on 64-row tiles, split along K (64 tiles, 56 K blocks); 300 rows with M, N and K
-#: tails; prefill on 128-row tiles.
-SHAPES = [(1, 4096, 4096), (64, 4096, 7168), (300, 1000, 1040), (2048, 3072, 1024)]
+#: (M, N, K): decode on 64-row tiles (M = 1 and 7: blockwise scale_a padded per call by C++), split
+#: along K (64 tiles, 56 K blocks); 300 rows with M, N and K tails; prefill on 128-row tiles.
+SHAPES = [(1, 4096, 4096), (7, 2048, 1024), (64, 4096, 7168), (300, 1000, 1040), (2048, 3072, 1024)]
 
 
 #: (output dtype, bias dtype): bf16 with and without a float32 bias, fp16 and fp32 without.
@@ -140,7 +140,8 @@ def test_what_the_planner_leaves_to_python_is_right_and_launches_nothing_from_cp
         values, scales = y
         y = values.double() * scales.double().repeat_interleave(128, 1)[:, :n]
     if k:
-        assert rel_err(y, ref.cuda()) < 2e-2
+        # e4m3 values round to 3 mantissa bits (half an ulp: 2^-4 of a value) in the quantized output
+        assert rel_err(y, ref.cuda()) < (7e-2 if case == "quantized output" else 2e-2)
     else:
         assert torch.equal(y.double().cpu(), ref)
 

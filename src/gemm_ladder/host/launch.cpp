@@ -151,7 +151,8 @@ static bool stream_capturing(void* stream) {
 // --- launch templates ------------------------------------------------------------------------------
 
 // Where an address comes from: the op's arguments, in this order.
-enum Source { kA = 0, kB = 1, kOut = 2, kBias = 3, kResidual = 4, kScaleA = 5, kScaleB = 6, kSources = 7 };
+enum Source { kA = 0, kB = 1, kOut = 2, kBias = 3, kResidual = 4, kScaleA = 5, kScaleB = 6, kScaleAPadded = 7,
+              kSources = 8 };
 
 struct MapPatch {
   int64_t offset;
@@ -184,6 +185,7 @@ struct Template {
   int64_t counters_offset = -1, counters = 0;
   std::vector<int64_t> out_shape;
   at::ScalarType out_dtype = at::kBFloat16;
+  int64_t pad_rows = 0, pad_pitch = 0;  // scaled_mm: blockwise scale_a copied into a (rows, pitch) buffer
   std::string describe;
 };
 
@@ -250,6 +252,11 @@ static Template parse_template(const py::handle& t) {
   }
   out.out_shape = t.attr("out_shape").cast<std::vector<int64_t>>();
   out.out_dtype = torch::python::detail::py_object_to_dtype(t.attr("out_dtype"));
+  if (py::hasattr(t, "pad_scale_a") && !t.attr("pad_scale_a").is_none()) {
+    auto pad = t.attr("pad_scale_a").cast<py::tuple>();
+    out.pad_rows = pad[0].cast<int64_t>();
+    out.pad_pitch = pad[1].cast<int64_t>();
+  }
   return out;
 }
 
@@ -559,13 +566,22 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
     return callbacks->run_scaled_mm(a, b, scale_a, scale_b, py_bias(), dtype).cast<at::Tensor>();
   }
   at::Tensor out = at::empty(t->out_shape, a.options().dtype(t->out_dtype));
+  // Blockwise scale_a whose K-block-major view TMA cannot read in place (M = 1, or a pitch of M fp32 that
+  // is not 16 bytes): copied into a zeroed buffer as library/fp8.py launch_args does, alive (and its
+  // memory reused only in this stream's order) until the launch is queued.
+  at::Tensor padded;
+  if (t->pad_rows > 0) {
+    padded = at::zeros({t->pad_rows, t->pad_pitch}, scale_a.options());
+    padded.narrow(1, 0, scale_a.size(0)).copy_(scale_a.t());
+  }
   uint64_t ptrs[kSources] = {reinterpret_cast<uint64_t>(a.data_ptr()),
                              reinterpret_cast<uint64_t>(b.data_ptr()),
                              reinterpret_cast<uint64_t>(out.data_ptr()),
                              bias.has_value() ? reinterpret_cast<uint64_t>(bias->data_ptr()) : 0,
                              0,
                              reinterpret_cast<uint64_t>(scale_a.data_ptr()),
-                             reinterpret_cast<uint64_t>(scale_b.data_ptr())};
+                             reinterpret_cast<uint64_t>(scale_b.data_ptr()),
+                             padded.defined() ? reinterpret_cast<uint64_t>(padded.data_ptr()) : 0};
   launch(*t, ptrs, 1.0f, 1.0f, a.device().index(), stream);
   return out;
 }

@@ -93,7 +93,10 @@ def plan_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype) -> LaunchTemplate | 
     bound = fp8.bind_scaled_mm(a, b, scale_a, scale_b, _plain(bias), call)
     if isinstance(bound, str):
         return None
-    return template_from_bound(bound, out_shape=(call.m, call.n), out_dtype=call.out_dtype, sources=FP8_SOURCES)
+    bound, pad = bound
+    t = template_from_bound(bound, out_shape=(call.m, call.n), out_dtype=call.out_dtype, sources=FP8_SOURCES)
+    t.pad_scale_a = pad
+    return t
 
 
 def run_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype) -> torch.Tensor:

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from gemm_ladder.library.epilogue import EpilogueParams
 
 #: The op's tensors, by index: what launch.cpp's Source enum numbers.
-SOURCES = ("a", "b", "out", "bias", "residual", "scale_a", "scale_b")
-#: scaled_mm's tensors as library/fp8.py's launch_args roles name them, to their SOURCES index.
-FP8_SOURCES = {name: SOURCES.index(name) for name in ("a", "b", "out", "bias", "scale_a", "scale_b")}
+SOURCES = ("a", "b", "out", "bias", "residual", "scale_a", "scale_b", "scale_a_padded")
+#: scaled_mm's tensors as library/fp8.py's launch_args roles name them, to their SOURCES index
+#: ("scale_a_padded": blockwise scale_a copied per call into the buffer the template's pad_scale_a gives).
+FP8_SOURCES = {name: SOURCES.index(name) for name in ("a", "b", "out", "bias", "scale_a", "scale_b", "scale_a_padded")}
 #: Bytes of a CUtensorMap and its alignment (cuda.h: CU_TENSOR_MAP_NUM_QWORDS = 16, alignas(64)).
 TENSOR_MAP_BYTES, TENSOR_MAP_ALIGN = 128, 64
 #: The EpilogueParams' slot names of linear's built-in epilogue (library/epilogue.py linear_epilogue)
@@ -50,7 +51,9 @@ class LaunchTemplate:
     in it; ``maps``: (offset, source, data type, rank, dims, strides, box, element strides,
     interleave, swizzle, L2 promotion, OOB fill) as ints; ``pointers``: (offset, source);
     ``scalars``: (offset, 0 alpha / 1 beta); ``partials``/``counters``: (offset, fp32 floats /
-    int32 counters) or None; ``out_shape`` and ``out_dtype`` (a torch.dtype) of the output.
+    int32 counters) or None; ``out_shape`` and ``out_dtype`` (a torch.dtype) of the output;
+    ``pad_scale_a``: (rows, pitch) of the zeroed fp32 buffer scaled_mm's blockwise scale_a is copied
+    into per call, transposed (K-block-major), before the launch, or None.
     """
 
     function: int
@@ -68,6 +71,7 @@ class LaunchTemplate:
     out_shape: tuple[int, ...] = ()
     out_dtype: object = None
     cluster_attr: int = CLUSTER_ATTRIBUTE
+    pad_scale_a: tuple[int, int] | None = None
 
 
 def operand_sources(transposed: bool) -> dict[str, int]:

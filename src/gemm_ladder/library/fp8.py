@@ -760,11 +760,15 @@ class LaunchArgs:
     """One launch's kernel arguments in the kernel's order (``args``: CUtensorMaps and ctypes values), what
     each is (``roles``, as library/bound.py's BoundLaunch names them, over the op's tensors "a", "b", "out",
     "bias", "scale_a", "scale_b": what the compiled host path's template is made from), and the tensors made
-    for this launch (``made``: a padded scale, a float32 bias; kept alive until the launch is queued)."""
+    for this launch (``made``: a padded scale, a float32 bias; kept alive until the launch is queued). A role
+    over "made" is a copy the compiled host path cannot redo; "scale_a_padded" is blockwise scale_a copied
+    into a zeroed K-block-major (K/128, ``pad_scale_a``[1]) buffer, which it redoes per call.
+    ``pad_scale_a``: that buffer's (rows, pitch) in fp32 elements, or None."""
 
     args: list
     roles: list
     made: list
+    pad_scale_a: tuple[int, int] | None = None
 
 
 def launch_args(kernel: Fp8Kernel, call: ScaledMmCall, plan: StreamKTail, a: torch.Tensor, b: torch.Tensor,
@@ -785,6 +789,7 @@ def launch_args(kernel: Fp8Kernel, call: ScaledMmCall, plan: StreamKTail, a: tor
         return _map(arg, ptr, *spec)
 
     made = []
+    pad_scale_a = None
     map_a = tmap("a", "a", a.data_ptr(), u8, 1, (k, m), a.stride(0), (BK, kernel.bm), sw)
     map_b = tmap("b", "b", b.data_ptr(), u8, 1, (k, n), b.stride(1), (BK, bn), sw)
     sb_k = sb_n = 0
@@ -802,7 +807,8 @@ def launch_args(kernel: Fp8Kernel, call: ScaledMmCall, plan: StreamKTail, a: tor
             padded = torch.zeros((kb, -(-m // 4) * 4), dtype=torch.float32, device=a.device)
             padded[:, :m].copy_(sa_t)
             made.append(padded)
-            sa_t, pitch, source = padded, padded.stride(0), "made"
+            sa_t, pitch, source = padded, padded.stride(0), "scale_a_padded"
+            pad_scale_a = tuple(padded.shape)
         map_sa = tmap("scale_a", source, sa_t.data_ptr(), "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", 4, (m, kb), pitch * 4,
                       (kernel.bm, 1), "CU_TENSOR_MAP_SWIZZLE_NONE")
         sa_map_source = "scale_a"
@@ -838,7 +844,7 @@ def launch_args(kernel: Fp8Kernel, call: ScaledMmCall, plan: StreamKTail, a: tor
             ctypes.c_int(k), ctypes.c_int(plan.first_unit), ctypes.c_int(plan.max_contributors),
             ctypes.c_void_p(partials), ctypes.c_void_p(counters)]
     if not roles:
-        return LaunchArgs(args, [], made)
+        return LaunchArgs(args, [], made, pad_scale_a)
 
     def map_role(arg: str):
         source, ptr, spec = maps[arg]
@@ -849,16 +855,18 @@ def launch_args(kernel: Fp8Kernel, call: ScaledMmCall, plan: StreamKTail, a: tor
                  ("ptr", sb_source), ("value",), ("value",), ("ptr", bias_source) if bias_source else ("value",),
                  ("ptr", "out"), ("value",), ("made",) if scale_buf is not None else ("value",)] + [("value",)] * 6 + \
                 [("partials",) if split else ("value",), ("counters",) if split else ("value",)]
-    return LaunchArgs(args, arg_roles, made)
+    return LaunchArgs(args, arg_roles, made, pad_scale_a)
 
 
 def bind_scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                    bias: torch.Tensor | None, call: ScaledMmCall):
     """The launch :func:`scaled_mm_launch` makes for a checked call of this signature (shapes, strides, dtypes,
     the module's defaults, whether the stream is capturing), bound for these tensors and a new output, as a
-    :class:`~gemm_ladder.library.bound.BoundLaunch` with roles, or a string saying why it cannot be replayed
+    (:class:`~gemm_ladder.library.bound.BoundLaunch` with roles, :attr:`LaunchArgs.pad_scale_a`), or a string
+    saying why it cannot be replayed
     per call with only addresses changed (the compiled host path then runs :func:`scaled_mm_launch`): the
-    quantized output, an empty problem or K = 0 (no launch), a scale or bias copied per call."""
+    quantized output, an empty problem or K = 0 (no launch), a scale or bias copied per call (other than
+    blockwise scale_a's padded copy, which the host path makes itself: the result's ``pad_scale_a``)."""
     from gemm_ladder.library.bound import BoundLaunch
 
     m, n, k = call.m, call.n, call.k
@@ -872,12 +880,13 @@ def bind_scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scal
     if _capturing(a.device):
         plan = split_plan(m, n, k, kernel.bn, sms, "none", kernel.bm)[0]
     launch = launch_args(kernel, call, plan, a, b, scale_a, scale_b, bias, out, None, (0, 0), roles=True)
-    if launch.made:
-        return "a scale or the bias is copied per call (a new address each time)"
+    if any(role[1] == "made" for role in launch.roles if len(role) > 1):
+        return "a rowwise scale or the bias is copied per call (a new address each time)"
     loaded = kernel.loaded(a.device)
     prepared = loaded.prepare((plan.clusters, 1, 1), launch.args, _stream(a.device).cuda_stream)
     workspace = _workspace_sizes(plan, kernel.bn, kernel.consumers) if plan.tail_units else None
-    return BoundLaunch(prepared, roles=launch.roles, workspace=workspace)
+    bound = BoundLaunch(prepared, roles=launch.roles, workspace=workspace)
+    return bound, launch.pad_scale_a
 
 
 def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, bias: torch.Tensor | None,
