@@ -179,3 +179,31 @@ def test_fp8_settings_follow_the_module_defaults(monkeypatch):
             mp.setattr(fp8, name, value)
             assert fp8.settings() != base, name
     assert fp8.settings() == base
+
+
+def test_explain_says_who_launches(monkeypatch):
+    """explain_scaled_mm's ``host``: C++ for a functional call the planner templates (the padded blockwise
+    scale included), Python with the reason for out=, the quantized output, K = 0, a copied rowwise scale or
+    bias, and when the host module is not in use; the copies listed are the launch's own."""
+    import gemm_ladder.ops_fp8 as ops_fp8
+
+    def explain(m, n, k, scheme, **kw):
+        strided = kw.pop("strided", False)
+        bias_dtype = kw.pop("bias_dtype", None)
+        a, b, sa, sb, bias = _operands(m, n, k, scheme, bias_dtype, strided)
+        return ops_fp8.explain_scaled_mm(a, b, sa, sb, bias=bias, **kw)
+
+    monkeypatch.setattr(ops_fp8, "_HOST", lambda *args: None)
+    assert explain(128, 512, 256, "rowwise")["host"].startswith("C++")
+    padded = explain(7, 512, 256, "blockwise")
+    assert padded["host"].startswith("C++") and padded["copies"] == ["scale_a into a K-block-major (2, 8) fp32 buffer"]
+    assert "out=" in explain(128, 512, 256, "rowwise", out=torch.empty(128, 512, dtype=torch.bfloat16))["host"]
+    assert "quantized" in explain(128, 512, 256, "blockwise", out_dtype=torch.float8_e4m3fn)["host"]
+    assert "K = 0" in explain(128, 512, 0, "tensorwise")["host"]
+    strided = explain(128, 512, 256, "rowwise", strided=True)
+    assert strided["host"].startswith("python (scale_a made contiguous")
+    assert strided["copies"] == ["scale_a made contiguous"]
+    assert "bias to float32" in explain(128, 512, 256, "tensorwise", bias_dtype=torch.bfloat16)["host"]
+    assert explain(128, 512, 256, "tensorwise", bias_dtype=torch.float32)["host"].startswith("C++")
+    monkeypatch.setattr(ops_fp8, "_HOST", None)
+    assert "not in use" in explain(128, 512, 256, "rowwise")["host"]

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from gemm_ladder.library.fp8 import QUANT_OUT, check_scaled_mm, describe, quantize_fp8, scaled_mm_launch, settings
+from gemm_ladder.library.fp8 import (QUANT_OUT, check_scaled_mm, copies, describe, quantize_fp8, scaled_mm_launch,
+                                     settings)
 
 __all__ = ["explain_scaled_mm", "quantize_fp8", "scaled_mm"]
 
@@ -130,10 +131,29 @@ def scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=torch.bfloat16, ou
 def explain_scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=torch.bfloat16, out=None) -> dict:
     """What :func:`scaled_mm` would run for these arguments, as a dict (the kernel build and its defines,
     tile, ring stages, promotion interval, grid, shared memory, the split-K schedule (``split``, ``split_reason``,
-    ``contributors``, ``workspace_bytes``), copies made first); builds and launches
+    ``contributors``, ``workspace_bytes``), copies made first, and ``host``: who launches it, "C++ ..." (the
+    compiled host module) or "python (why)"); builds and launches
     nothing, and takes meta and CPU tensors too. Raises what :func:`scaled_mm` raises for bad input."""
     call = check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, out, device_type=None)
-    return describe(call, a, b, scale_a, bias, out=out)
+    explained = describe(call, a, b, scale_a, bias, out=out, scale_b=scale_b)
+    explained["host"] = _host_path(call, scale_a, scale_b, bias, out)
+    return explained
+
+
+def _host_path(call, scale_a, scale_b, bias, out) -> str:
+    """Who launches the call (``explain_scaled_mm``'s ``host``): the compiled host module, or Python and why."""
+    if _HOST is None:
+        return "python (the compiled host module is not in use: see gemm_ladder.host.describe())"
+    if out is not None:
+        return "python (out= calls run the Python launch)"
+    if call.out_dtype == QUANT_OUT:
+        return "python (the quantized output: two tensors, run by the Python launch)"
+    if not (call.m and call.n and call.k):
+        return "python (an empty problem or K = 0: no kernel launch)"
+    redone = [what for what, by_host in copies(call, scale_a, scale_b, bias, addresses=False) if not by_host]
+    if redone:
+        return f"python ({', '.join(redone)} per call: a new address each time)"
+    return "C++ (planned once per signature; per call the compiled host module encodes the maps and launches)"
 
 
 # Importing the ops switches to the compiled host path on a CUDA machine (use_host calls set_host above).

@@ -755,6 +755,42 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
     return out
 
 
+def _scale_a_pitch(scale_a: torch.Tensor, m: int, kb: int, addresses: bool = True) -> int | None:
+    """The row pitch (fp32 elements) of blockwise scale_a's K-block-major view (K/128, M) that its tensor map
+    reads in place, or None where it is copied into a zeroed (K/128, ceil(M/4)*4) buffer first: the pitch
+    must be a multiple of 16 bytes and the base 16-byte aligned (``addresses``: check the base; meta and
+    fake tensors have none); with one K block the pitch is never used, so any multiple of 16 bytes >= 4M serves."""
+    sa_t = scale_a.t()
+    pitch = sa_t.stride(0) if kb > 1 else -(-m // 4) * 4
+    if (sa_t.stride(1) == 1 or m == 1) and pitch % 4 == 0 and pitch >= m and (
+            not addresses or sa_t.data_ptr() % 16 == 0):
+        return pitch
+    return None
+
+
+def _bias_copied(bias: torch.Tensor | None) -> bool:
+    """Whether the launch reads a float32 copy of ``bias`` (the kernel reads a contiguous fp32 vector)."""
+    return bias is not None and (bias.dtype != torch.float32 or not bias.is_contiguous())
+
+
+def copies(call: ScaledMmCall, scale_a: torch.Tensor, scale_b: torch.Tensor | None, bias: torch.Tensor | None, *,
+           addresses: bool = True) -> list[tuple[str, bool]]:
+    """The tensors a launch of this checked call makes before the kernel, each as (what, whether the compiled
+    host path makes it too: otherwise the signature takes the Python launch). ``addresses``: check base
+    alignments (False for meta and fake tensors); ``scale_b`` None: not looked at."""
+    out = []
+    if call.scale_mode == "blockwise" and call.m and call.k:
+        kb = math.ceil(call.k / BK)
+        if _scale_a_pitch(scale_a, call.m, kb, addresses) is None:
+            out.append((f"scale_a into a K-block-major ({kb}, {-(-call.m // 4) * 4}) fp32 buffer", True))
+    if call.scale_mode == "rowwise":
+        out += [(f"{name} made contiguous", False) for name, t in (("scale_a", scale_a), ("scale_b", scale_b))
+                if t is not None and not t.is_contiguous()]
+    if _bias_copied(bias):
+        out.append(("bias to float32", False))
+    return out
+
+
 @dataclass
 class LaunchArgs:
     """One launch's kernel arguments in the kernel's order (``args``: CUtensorMaps and ctypes values), what
@@ -799,11 +835,9 @@ def launch_args(kernel: Fp8Kernel, call: ScaledMmCall, plan: StreamKTail, a: tor
     if call.scale_mode == "blockwise":
         kb = math.ceil(k / BK)
         sa_t = scale_a.t()  # (K/128, M): one row of M scales per K block
-        # The map's row pitch must be a multiple of 16 bytes and its base 16-byte aligned; with one K
-        # block the pitch is never used, so any multiple of 16 >= 4M serves.
-        pitch = sa_t.stride(0) if kb > 1 else -(-m // 4) * 4
+        pitch = _scale_a_pitch(scale_a, m, kb)
         source = "scale_a"
-        if not ((sa_t.stride(1) == 1 or m == 1) and pitch % 4 == 0 and pitch >= m and sa_t.data_ptr() % 16 == 0):
+        if pitch is None:
             padded = torch.zeros((kb, -(-m // 4) * 4), dtype=torch.float32, device=a.device)
             padded[:, :m].copy_(sa_t)
             made.append(padded)
@@ -826,7 +860,7 @@ def launch_args(kernel: Fp8Kernel, call: ScaledMmCall, plan: StreamKTail, a: tor
     bias_ptr, bias_source = 0, None
     if bias is not None:
         bias_source = "bias"
-        if bias.dtype != torch.float32 or not bias.is_contiguous():
+        if _bias_copied(bias):
             bias = bias.float().contiguous()
             made.append(bias)
             bias_source = "made"
@@ -890,15 +924,16 @@ def bind_scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scal
 
 
 def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, bias: torch.Tensor | None,
-             sms: int | None = None, out: torch.Tensor | None = None) -> dict:
+             sms: int | None = None, out: torch.Tensor | None = None, *, scale_b: torch.Tensor | None = None) -> dict:
     """What :func:`scaled_mm_launch` runs for a checked call, as data (no build, no launch; any device):
     the kernel build, tile, ring, promotion interval, grid, shared memory, the output store and why
     (``store``, ``store_reason``), the split-K schedule and why (``split``: "all" when every tile's K is
     split over the grid, else "none"; ``split_reason``; ``contributors``: the most CTAs adding into one
     tile; ``workspace_bytes``: its partials and counters; :func:`split_plan`, from :data:`SPLIT_DEFAULT`;
     a launch under CUDA-graph capture runs unsplit), the tile height and why (``tile_m_reason``:
-    :func:`tile_m`, from :data:`TILE_M_DEFAULT`), and the copies made first. ``sms``: the SM count (default:
-    the tensors' GPU, else the H200's 132 from the designer's arch table); ``out``: the output given, if any."""
+    :func:`tile_m`, from :data:`TILE_M_DEFAULT`), and the copies made first (:func:`copies`; ``scale_b``'s only
+    when given). ``sms``: the SM count (default: the tensors' GPU, else the H200's 132 from the designer's arch
+    table); ``out``: the output given, if any."""
     if sms is None:
         if a.device.type == "cuda":
             sms = _sm_count(a.device)
@@ -908,15 +943,7 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
     kernel, plan, why = default_build(call, a, b, bias, out, sms)
     bm, bn, store = kernel.bm, kernel.bn, kernel.store
     tiles = math.ceil(call.m / bm) * math.ceil(call.n / bn) if call.m and call.n else 0
-    copies = []
-    if call.scale_mode == "blockwise" and call.m and call.k:
-        kb = math.ceil(call.k / BK)
-        sa_t = scale_a.t()
-        pitch = sa_t.stride(0) if kb > 1 else -(-call.m // 4) * 4
-        if not ((sa_t.stride(1) == 1 or call.m == 1) and pitch % 4 == 0 and pitch >= call.m):
-            copies.append(f"scale_a into a K-block-major ({kb}, {-(-call.m // 4) * 4}) fp32 buffer")
-    if bias is not None and bias.dtype != torch.float32:
-        copies.append("bias to float32")
+    made = copies(call, scale_a, scale_b, bias, addresses=False)
     return {
         "kernel": SOURCE, "entry": KERNEL_NAME, "defines": kernel.defines(),
         "problem": {"M": call.m, "N": call.n, "K": call.k}, "scale_mode": call.scale_mode,
@@ -928,7 +955,7 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
         "promotion_interval_k": PROMOTION_K, "promotion_overlapped": kernel.overlap,
         "store": store, "store_reason": why["store"],
         "k_tail": (f"K % 128 = {call.k % 128}: the last K block zero-filled by TMA" if call.k % 128 else None),
-        "tiles": tiles, "grid": plan.clusters, "sms": sms, "copies": copies,
+        "tiles": tiles, "grid": plan.clusters, "sms": sms, "copies": [what for what, _ in made],
         "split": "all" if plan.tail_units else "none", "split_reason": why["split"],
         "k_blocks": math.ceil(call.k / BK), "contributors": plan.max_contributors if plan.tail_units else 1,
         "workspace_bytes": 4 * sum(_workspace_sizes(plan, bn, kernel.consumers)) if plan.tail_units else 0,
