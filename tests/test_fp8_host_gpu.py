@@ -17,28 +17,14 @@ import pytest
 import torch
 
 import gemm_ladder
-import gemm_ladder.ops as ops
 import gemm_ladder.ops_fp8 as ops_fp8
 from fp8_cases import fp8_problem, rel_err
+from test_host_gpu import host, poison  # noqa: F401 - host: the module fixture
 from gemm_ladder.errors import GemmInputError
 from gemm_ladder.library import fp8
 
 pytestmark = pytest.mark.gpu
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
-
-
-@pytest.fixture(scope="module")
-def host():
-    module = ops.use_host()
-    if module is None:
-        pytest.fail("the host module did not build on the GPU machine (see the warning)")
-    return module
-
-
-def poison(m, n):
-    blocks = [torch.full((64 << 20,), float("nan"), device="cuda", dtype=FP32)]
-    blocks += [torch.full((m, n), float("nan"), device="cuda", dtype=FP32) for _ in range(8)]
-    del blocks
 
 
 def python_path(*args, **kwargs):
@@ -75,12 +61,12 @@ def test_cpp_launch_is_the_python_launch_bit_for_bit(host, shape, mode, out_dtyp
     qa, qb, sa, sb, da, dw = fp8_problem(m, n, k, mode, seed=m + n)
     b = None if bias is None else torch.randn(n, device="cuda", dtype=bias)
     ref = da @ dw.T + (0 if b is None else b.double())
-    poison(m, n)
+    poison((m, n), FP32)
     y, launched, _ = counted(host, lambda: gemm_ladder.scaled_mm(qa, qb, sa, sb, bias=b, out_dtype=out_dtype))
     assert launched == 1 and y.dtype == out_dtype and y.shape == (m, n)
     assert not torch.isnan(y).any(), "an output element was not written"
     assert rel_err(y, ref) <= 1.5 * rel_err(ref.to(out_dtype), ref) + 2e-3
-    poison(m, n)
+    poison((m, n), FP32)
     y_py, launched, _ = counted(host, lambda: python_path(qa, qb, sa, sb, bias=b, out_dtype=out_dtype))
     assert launched == 0
     assert torch.equal(y.view(torch.uint8), y_py.view(torch.uint8))
@@ -92,7 +78,7 @@ def test_one_plan_per_signature_and_new_activations_every_call(host):
     plans = 0
     for i in range(6):
         qa, _, sa, _, da, _ = fp8_problem(64, n, k, "blockwise", seed=100 + i)
-        poison(64, n)
+        poison((64, n), FP32)
         y, launched, planned = counted(host, lambda: gemm_ladder.scaled_mm(qa, qb, sa, sb))
         plans += planned
         assert launched == 1
