@@ -93,7 +93,7 @@ def test_fp8_roles_make_a_template_over_the_ops_tensors(monkeypatch, scheme, out
         assert o % align == 0 and t.buffer[o:o + len(data)] == data
 
 
-def test_fp8_split_template_takes_the_workspace_from_cpp(monkeypatch, host):
+def test_fp8_split_template_names_the_workspace_slots(monkeypatch):
     m, n, k = 64, 4096, 7168  # 64 tiles of 64 x 64 on 132 SMs, 56 K blocks: split
     kernel, plan, args, workspace = _args(monkeypatch, m, n, k, "blockwise")
     assert plan.tail_units and workspace
@@ -116,17 +116,46 @@ def test_cpp_patches_only_the_slots_the_fp8_roles_name(monkeypatch, host):
     assert [templates.SOURCES[s] for _, s in t.pointers] == ["scale_a", "scale_b", "bias", "out"]
 
 
+class _FakeLoaded:
+    """Stands for a loaded fp8 build: prepare() gives what template_from_bound reads."""
+
+    def prepare(self, grid, args, stream_handle):
+        from host_fakes import FakePrepared
+
+        return FakePrepared(args)
+
+
+def _plan(monkeypatch, m, n, k, scheme, bias_dtype=None, scale_a_strided=False):
+    """planner.plan_scaled_mm on CPU tensors: the GPU's parts (SM count, stream, the build's load, the maps'
+    encoding) stood in for; what it answers is what C++ keeps for the signature."""
+    from gemm_ladder.host import planner
+
+    fills = itertools.count(1)
+    monkeypatch.setattr(fp8, "_map", lambda *a, **kw: FakeMap(next(fills)))
+    monkeypatch.setattr(fp8, "_sm_count", lambda device: SMS)
+    monkeypatch.setattr(fp8, "_stream", lambda device: type("S", (), {"cuda_stream": 0})())
+    monkeypatch.setattr(fp8.Fp8Kernel, "loaded", lambda self, device: _FakeLoaded())
+    monkeypatch.setattr(templates, "enum_value", lambda key, name: 1)
+    check = fp8.check_scaled_mm  # the address rules (a CUDA device) are the GPU's
+    monkeypatch.setattr(fp8, "check_scaled_mm", lambda *args, **kw: check(*args, **{**kw, "device_type": None}))
+    a, b, sa, sb, bias = _operands(m, n, k, scheme, bias_dtype, scale_a_strided)
+    return planner.plan_scaled_mm(a, b, sa, sb, bias, torch.bfloat16)
+
+
 @pytest.mark.parametrize("case", ["bf16 bias", "strided rowwise scale"])
-def test_a_copy_made_per_call_is_no_template(monkeypatch, case):
-    """A rowwise scale or the bias copied for the launch has a new address every call: its role names the
-    copy, and the template refuses it (the planner then leaves the signature to Python)."""
+def test_a_copy_made_per_call_is_left_to_python(monkeypatch, case):
+    """A rowwise scale or the bias copied for the launch has a new address every call: the planner answers
+    None (C++ then runs the Python launch for the signature), and a template over the copy is refused."""
     if case == "bf16 bias":
+        assert _plan(monkeypatch, 128, 512, 256, "tensorwise", bias_dtype=torch.bfloat16) is None
         _, _, args, ws = _args(monkeypatch, 128, 512, 256, "tensorwise", bias_dtype=torch.bfloat16)
     else:
+        assert _plan(monkeypatch, 128, 512, 256, "rowwise", scale_a_strided=True) is None
         _, _, args, ws = _args(monkeypatch, 128, 512, 256, "rowwise", scale_a_strided=True)
     assert len(args.made) == 1 and args.pad_scale_a is None
     with pytest.raises(templates.TemplateError, match="made"):
         _template(args, ws, 128, 512)
+    assert _plan(monkeypatch, 128, 512, 256, "rowwise", bias_dtype=torch.float32) is not None
 
 
 @pytest.mark.parametrize("m", [1, 130, 7])
@@ -143,6 +172,10 @@ def test_blockwise_scale_a_padded_per_call_is_a_template_slot(monkeypatch, host,
     _, _, args4, ws4 = _args(monkeypatch, 128, n, k, "blockwise")
     assert args4.pad_scale_a is None and not args4.made
     assert _template(args4, ws4, 128, n).maps[2][1] == SRC["scale_a"]
+    # What the planner hands C++: the buffer's extent with the map over it.
+    planned = _plan(monkeypatch, m, n, k, "blockwise")
+    assert planned.pad_scale_a == (kb, pitch) and planned.maps[2][1] == SRC["scale_a_padded"]
+    assert _plan(monkeypatch, 128, n, k, "blockwise").pad_scale_a is None
 
 
 def _sig(host, a, b, sa, sb, bias=None, out_dtype=torch.bfloat16, settings=0, capturing=False):
@@ -207,3 +240,28 @@ def test_explain_says_who_launches(monkeypatch):
     assert explain(128, 512, 256, "tensorwise", bias_dtype=torch.float32)["host"].startswith("C++")
     monkeypatch.setattr(ops_fp8, "_HOST", None)
     assert "not in use" in explain(128, 512, 256, "rowwise")["host"]
+
+
+def test_only_plain_strided_tensors_reach_the_host_entry():
+    """A wrapper subclass or a sparse tensor goes to the Python path, whose checks refuse it with the
+    library's errors (C++ would read strides and addresses first); a Parameter is a plain tensor."""
+    import gemm_ladder.ops_fp8 as ops_fp8
+
+    class Wrapped(torch.Tensor):
+        pass
+
+    t = torch.zeros(4, 4)
+    assert ops_fp8._plain(t) and ops_fp8._plain(torch.nn.Parameter(t, requires_grad=False))
+    assert not ops_fp8._plain(t.as_subclass(Wrapped))
+    assert not ops_fp8._plain(t.to_sparse())
+
+
+def test_an_out_dtype_that_is_no_dtype_is_a_type_error():
+    import numpy as np
+
+    import gemm_ladder
+    from gemm_ladder.errors import GemmTypeError
+
+    a, b, sa, sb, _ = _operands(16, 32, 64, "tensorwise")
+    with pytest.raises(GemmTypeError, match="out_dtype"):
+        gemm_ladder.scaled_mm(a, b, sa, sb, out_dtype=np.array([1, 2]))

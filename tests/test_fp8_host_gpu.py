@@ -162,8 +162,11 @@ def test_capture_and_replay(host):
         gemm_ladder.scaled_mm(qa, qb, sa, sb)  # loads the build outside the capture
     torch.cuda.current_stream().wait_stream(s)
     graph = torch.cuda.CUDAGraph()
+    launches, plans = host.launches(), host.planner_calls()
     with torch.cuda.graph(graph):
         y = gemm_ladder.scaled_mm(qa, qb, sa, sb)
+    # captured from C++, planned under its own key (capturing: unsplit)
+    assert (host.launches() - launches, host.planner_calls() - plans) == (1, 1)
     for i in range(3):
         qa2, _, sa2, _, da2, _ = fp8_problem(m, n, k, "blockwise", seed=60 + i)
         qa.copy_(qa2)

@@ -28,6 +28,13 @@ __all__ = ["explain_scaled_mm", "quantize_fp8", "scaled_mm"]
 _HOST = None
 #: The output dtypes the host entry takes (the quantized output returns two tensors: Python).
 _HOST_OUT = (torch.bfloat16, torch.float16, torch.float32)
+#: The tensor types the host entry takes: a wrapper subclass (DTensor, a torchao float8 tensor) or a sparse
+#: or nested layout goes to the Python path, whose checks refuse it with the library's errors.
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _plain(t) -> bool:
+    return type(t) in _PLAIN and t.layout is torch.strided
 
 
 def set_host(entry) -> None:
@@ -37,13 +44,13 @@ def set_host(entry) -> None:
 
 
 def _functional(a, b, scale_a, scale_b, bias, out_dtype):
-    """A functional call's output: through the host module where it is on and every argument a CUDA tensor
-    (anything else reaches check_scaled_mm, whose errors are the API's), else checked and launched here."""
+    """A functional call's output: through the host module where it is on, ``a`` is on a CUDA device and every
+    tensor a plain strided one (the planner's checks, once per signature, refuse the rest of what is wrong:
+    another device, a dtype, a shape); anything else is checked and launched here, with the API's errors."""
     host = _HOST
     if (host is not None and type(out_dtype) is torch.dtype and out_dtype in _HOST_OUT
-            and isinstance(a, torch.Tensor) and a.is_cuda
-            and isinstance(b, torch.Tensor) and isinstance(scale_a, torch.Tensor)
-            and isinstance(scale_b, torch.Tensor) and (bias is None or isinstance(bias, torch.Tensor))):
+            and _plain(a) and a.is_cuda and _plain(b) and _plain(scale_a) and _plain(scale_b)
+            and (bias is None or _plain(bias))):
         return host(a, b, scale_a, scale_b, bias, out_dtype, settings())
     call = check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype)
     return scaled_mm_launch(a, b, scale_a, scale_b, bias, call)
@@ -122,7 +129,7 @@ def scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=torch.bfloat16, ou
             return torch.ops.gemm_ladder.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype)
         torch.ops.gemm_ladder.scaled_mm_out(a, b, scale_a, scale_b, bias, out_dtype, out)
         return out
-    if out is None and out_dtype != QUANT_OUT:
+    if out is None and out_dtype is not QUANT_OUT:
         return _functional(a, b, scale_a, scale_b, bias, out_dtype)
     call = check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, out)
     return scaled_mm_launch(a, b, scale_a, scale_b, bias, call, out)

@@ -713,8 +713,8 @@ at::Tensor py_linear(const at::Tensor& x, const at::Tensor& w, const std::option
 }
 
 // scaled_mm's eager entry: gemm_ladder.scaled_mm calls it for a functional call with a bf16, fp16 or fp32
-// output, after checking that every argument is a CUDA tensor (anything else takes the Python path and
-// its errors). Errors come back as py_mm's do.
+// output, after checking that a is on a CUDA device and every tensor a plain strided one (anything else
+// takes the Python path and its errors; the planner checks the rest). Errors come back as py_mm's do.
 at::Tensor py_scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b,
                         const std::optional<at::Tensor>& bias, const py::object& out_dtype, int64_t settings) {
   HANDLE_TH_ERRORS

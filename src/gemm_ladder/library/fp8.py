@@ -569,11 +569,11 @@ def _map(name: str, ptr: int, data_type: str, elem_bytes: int, dims: tuple[int, 
 
 def settings() -> int:
     """One number for the module defaults a launch reads at the call (:data:`TILE_M_DEFAULT`,
-    :data:`STORE_DEFAULT`, :data:`SPLIT_DEFAULT`, :data:`OVERLAP_PROMOTION`, :data:`MIN_SPLIT_K_BLOCKS`,
-    :data:`MIN_SPLIT_TILE_K_BLOCKS`), equal for equal defaults within a process: the compiled host path keys
-    its plans with it, so a default changed between calls is planned anew."""
-    return hash((TILE_M_DEFAULT, STORE_DEFAULT, SPLIT_DEFAULT, OVERLAP_PROMOTION, MIN_SPLIT_K_BLOCKS,
-                 MIN_SPLIT_TILE_K_BLOCKS))
+    :data:`STORE_DEFAULT`, :data:`TMA_STORE_OUT`, :data:`SPLIT_DEFAULT`, :data:`OVERLAP_PROMOTION`,
+    :data:`MIN_SPLIT_K_BLOCKS`, :data:`MIN_SPLIT_TILE_K_BLOCKS`), equal for equal defaults within a process:
+    the compiled host path keys its plans with it, so a default changed between calls is planned anew."""
+    return hash((TILE_M_DEFAULT, STORE_DEFAULT, tuple(TMA_STORE_OUT), SPLIT_DEFAULT, OVERLAP_PROMOTION,
+                 MIN_SPLIT_K_BLOCKS, MIN_SPLIT_TILE_K_BLOCKS))
 
 
 def tile_m(m: int, preferred: str | None = None) -> tuple[int, str]:
