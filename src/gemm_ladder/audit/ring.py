@@ -43,6 +43,20 @@ class RingConfig:
 
     Roles:
         consumers: consumer warpgroups per CTA (cooperative: all read every stage).
+        pingpong: the consumers take the tiles in turn instead (tile t is consumer t % consumers's, a
+            whole bm x bn tile in its own accumulators, CUTLASS's "ping-pong" schedule): each stage is
+            read and released by one consumer, so the empty barriers count one consumer's releases, and a
+            consumer stores its tile while the other runs its main loop. The producer fills the ring in
+            tile order; each consumer walks the same ring counter, stepping over the other consumers'
+            tiles (``skip_others``), and the consumers run their main loops in tile order (``ordered``).
+        ordered: (ping-pong) consumer i waits on ``order[i]`` before each of its tiles' main loops and,
+            after its last ``full`` wait of the tile, arrives on ``order[(i + 1) % consumers]`` (CUTLASS's
+            ordered math-warpgroup barrier). Not only a matter of speed: without it a consumer can wait
+            on a stage for phase n + 1 before phase n (another consumer's load) has completed, and
+            ``try_wait.parity`` passes on the older phase of that parity (False: the fault).
+        skip_others: (ping-pong) whether a consumer's ring counter advances over the K iterations of the
+            tiles it does not run (True: right; False, the fault: it counts its own loads only, and waits
+            on the wrong stage and parity).
         cluster: CTAs per cluster; with ``multicast`` (default: cluster > 1) B is split in ``cluster``
             equal parts (``bn`` must divide), each loaded by one CTA and multicast to all.
         shared_tiles: with multicast, whether each tile (one entry per tile) shares B: True as above;
@@ -112,6 +126,9 @@ class RingConfig:
     tiles: int = 1
     release_lag: int = 0
     consumers: int = 1
+    pingpong: bool = False
+    skip_others: bool = True
+    ordered: bool = True
     cluster: int = 1
     warp_specialized: bool = False
     multicast: bool | None = None
@@ -193,10 +210,13 @@ class RingConfig:
         if not self.warp_specialized and self.consumers != 1:
             raise ValueError("without warp specialization the issuing thread sits in the one consumer warpgroup: "
                              "consumers must be 1")
+        if self.pingpong and (not self.warp_specialized or self.consumers < 2):
+            raise ValueError("a ping-pong schedule takes a producer and at least two consumer warpgroups "
+                             "(warp_specialized, consumers >= 2)")
         if self.b_multicast and self.bn % self.cluster:
             raise ValueError(f"B's {self.bn} rows do not split into {self.cluster} equal multicast slices, one per "
                              "CTA of the cluster")
-        if self.bm % self.consumers or self.bn % self.panels_per_tile:
+        if (not self.pingpong and self.bm % self.consumers) or self.bn % self.panels_per_tile:
             raise ValueError(f"a {self.bm} x {self.bn} tile does not split into {self.consumers} consumer(s) x "
                              f"{self.panels_per_tile} panel(s) of equal size")
 
@@ -215,7 +235,8 @@ class RingConfig:
         """The empty barriers' init count: ``empty_count``, or what the consumers' releases add up to."""
         if self.empty_count is not None:
             return self.empty_count
-        return self.consumers * self.release_weight * (self.cluster if self.b_multicast else 1)
+        readers = 1 if self.pingpong else self.consumers  # ping-pong: one consumer reads each stage
+        return readers * self.release_weight * (self.cluster if self.b_multicast else 1)
 
     @property
     def staging_wait(self) -> int:
@@ -257,13 +278,22 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
 
     barriers = [Barrier("full", full_count, full_initial_phase, stages),
                 Barrier("empty", empty_count, empty_initial_phase, stages)]
+    ordered = cfg.pingpong and cfg.ordered
+    if ordered:  # order[i]: consumer i's turn to run a main loop (consumer 0's first turn is free)
+        barriers.append(Barrier("order", 1, 0, consumers))
     buffers = [Buffer("A", stages, a_bytes)] + [Buffer(n, stages, b_load) for n in b_names]
     # staging[i][b]: buffer b of consumer i's ring (the same names for every consumer when shared).
     rings = 1 if (shared_staging or consumers == 1) else consumers
     prefixes = ["D"] if rings == 1 else [f"D{i}" for i in range(rings)]
     ring_names = [[n] if staging_buffers == 1 else [f"{n}.{b}" for b in range(staging_buffers)] for n in prefixes]
     staging = [ring_names[i % rings] for i in range(consumers)]
-    panel_bytes = (bm // consumers) * (bn // panels_per_tile) * elem_bytes
+    pingpong = cfg.pingpong
+    panel_bytes = (bm if pingpong else bm // consumers) * (bn // panels_per_tile) * elem_bytes
+    # Ping-pong: tile t is consumer t % consumers's; its previous own tile is t - consumers.
+    step = consumers if pingpong else 1
+
+    def owner(t: int) -> int:
+        return t % consumers if pingpong else -1  # -1: every consumer
     buffers += [Buffer(n, 1, panel_bytes, kind="staging") for ring in ring_names for n in ring]
 
     # The ring schedule: the counter a kernel keeps (maybe reset per tile: the fault) gives stage and
@@ -275,6 +305,13 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
         s, r = i % stages, i // stages
         sched.append((s, r, uses[s]))
         uses[s] += 1
+    # The fault of a ping-pong consumer that counts its own loads only: its stage and parity.
+    own_sched = {}
+    if pingpong and not cfg.skip_others:
+        for i in range(consumers):
+            own = [g for g in range(total) if owner(tile_of[g]) == i]
+            for j, g in enumerate(own):
+                own_sched[(i, g)] = (j % stages, j // stages, sched[g][2])
 
     def produce(c: int, g: int) -> list[Op]:
         s, r, true_r = sched[g]
@@ -294,30 +331,30 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
             commit.append(Op("issue_load", "full", s, buffers=("B",), bytes=b_load, tag=g))
         return [op for step in cfg.producer_order for op in steps[step]]
 
-    def release(c: int, g: int) -> list[Op]:
-        s = sched[g][0]
+    def release(c: int, g: int, i: int = 0) -> list[Op]:
+        s = own_sched.get((i, g), sched[g])[0]
         return [Op("arrive", "empty", s, cta=None if (c + j) % cluster == c else (c + j) % cluster,
                    count=release_weight, note=f"consumer_release k#{g}") for j in range(release_ctas)]
 
-    def consume(c: int, g: int) -> list[Op]:
-        """Wait for stage k#g and read it; with release_lag 0 also release it, with 1 release k#g-1
-        (not across a tile start: a tile's last stage is released at its end)."""
-        s, r, true_r = sched[g]
+    def consume(c: int, g: int, i: int = 0) -> list[Op]:
+        """Consumer i waits for stage k#g and reads it; with release_lag 0 also releases it, with 1
+        releases k#g-1 (not across a tile start: a tile's last stage is released at its end)."""
+        s, r, true_r = own_sched.get((i, g), sched[g])
         steps = {"wait": [], "read": [Op("consume", stage=s, buffers=("A",) + b_names, tag=g)], "release": []}
         if full_wait:
             steps["wait"].append(Op("wait", "full", s, parity=(r + full_initial_phase) % 2, phase=true_r,
                                     note=f"consumer_wait k#{g}"))
         if release_lag == 0:
-            steps["release"] = release(c, g)
+            steps["release"] = release(c, g, i)
         elif kt_of[g] > 0:
-            steps["release"] = release(c, g - 1)
+            steps["release"] = release(c, g - 1, i)
         return [op for step in cfg.consumer_order for op in steps[step]]
 
     early = panels_per_tile - deferred_panels  # panels stored at the end of their own tile
 
     def panel(i: int, t: int, p: int) -> list[Op]:
         """Consumer i stores panel p of tile t: wait_group.read, write staging q % R, store + commit."""
-        q = t * panels_per_tile + p
+        q = (t // step) * panels_per_tile + p  # the consumer's running panel (ping-pong: over its own tiles)
         buf = staging[i][q % staging_buffers]
         tag_panel = None if panels_per_tile == 1 else p
         steps = {"drain": [], "write": [Op("write_staging", buffers=(buf,), tag=t, panel=tag_panel,
@@ -334,23 +371,23 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
     def iteration(c: int, i: int, g: int) -> list[Op]:
         """K iteration g of consumer i: its wait, wgmma and release, with a deferred panel of the
         previous tile stored right after the wgmma is issued when the schedule puts one there."""
-        ops = consume(c, g)
+        ops = consume(c, g, i)
         t, kt = tile_of[g], kt_of[g]
-        if t > 0 and kt < deferred_panels:
+        if t >= step and kt < deferred_panels:
             at = next(j for j, op in enumerate(ops) if op.op == "consume") + 1
-            ops[at:at] = panel(i, t - 1, early + kt)
+            ops[at:at] = panel(i, t - step, early + kt)
         return ops
 
     def tile_end(i: int, t: int) -> list[Op]:
         """After tile t's main loop: the previous tile's deferred panels its K iterations did not
         take, this tile's early panels; after the last tile its deferred panels and the final drain."""
         ops = []
-        if t > 0:
+        if t >= step:
             for p in range(early + lengths[t], panels_per_tile):
-                ops += panel(i, t - 1, p)
+                ops += panel(i, t - step, p)
         for p in range(early):
             ops += panel(i, t, p)
-        if t == tiles - 1:
+        if t + step >= tiles:  # the consumer's last tile
             for p in range(early, panels_per_tile):
                 ops += panel(i, t, p)
             if final_store_wait:
@@ -365,10 +402,20 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
             for i in range(consumers):
                 prog = []
                 for g in range(total):
+                    if owner(tile_of[g]) not in (-1, i):
+                        continue  # ping-pong: another consumer's tile (the ring counter steps over it)
+                    n = tile_of[g] // step  # the consumer's own tile ordinal
+                    if ordered and kt_of[g] == 0:  # my turn: the previous tile's consumer has waited on all its loads
+                        phase = n - 1 if i == 0 else n
+                        prog.append(Op("wait", "order", i, parity=phase % 2, phase=phase,
+                                       note=f"consumer{i} turn, tile {tile_of[g]}"))
                     prog += iteration(c, i, g)
+                    if ordered and last_of[g]:
+                        prog.append(Op("arrive", "order", (i + 1) % consumers,
+                                       note=f"consumer{(i + 1) % consumers}'s turn"))
                     if last_of[g]:
                         if release_lag:
-                            prog += release(c, g)  # after wgmma.wait_group 0
+                            prog += release(c, g, i)  # after wgmma.wait_group 0
                         prog += tile_end(i, tile_of[g])
                 cname = f"cta{c}.consumer" if consumers == 1 else f"cta{c}.consumer{i}"
                 roles.append(Role(cname, "consumer", c, consumer_threads, prog))
@@ -391,6 +438,8 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
 
     b = {"stages": stages, "k_iters": k_iters, "tiles_per_cta": tiles, "consumers": consumers,
          "cluster": cluster, "warp_specialized": warp_specialized, "multicast": multicast}
+    if pingpong:
+        b["pingpong"] = True
     if cfg.shared_tiles is not None:
         b["shared_tiles"] = "".join("S" if x else "O" for x in cfg.shared_tiles)
     if cfg.tile_k_iters is not None:
