@@ -7,6 +7,7 @@ part), as JSON data: it imports nothing from the designer.
 
 * ``problem``: ``k``, ``tile`` ([BM, BN, BK]), ``stages``, ``cluster``, ``consumers``, ``persistent``,
   ``producer_warpgroup``, ``c_ring``, ``c_aliases_stages``, ``arch`` (and ``m``, ``n`` for the name);
+  ``schedule`` (optional: "cooperative", the default, or "pingpong": RingConfig.pingpong);
 * ``ring``: ``pipe_depth``, ``full_init_count``, ``empty_init_count``, ``initial_phase``,
   ``first_full_wait_parity``, ``first_empty_wait_parity``, ``release_mode`` (``previous``: stage k is
   released after the wgmma of k + 1 is issued; ``current``: right after its own), ``ledger`` (the
@@ -81,15 +82,16 @@ def min_iterations(stages: int) -> int:
 
 
 def plan_bounds(stages: int, k_tiles: int, persistent: bool, k_iters: int | None = None,
-                tiles: int | None = None) -> tuple[int, int]:
+                tiles: int | None = None, min_tiles: int = 2) -> tuple[int, int]:
     """(K iterations per tile, tiles per CTA) an audit of a plan unrolls; at least
     :func:`min_iterations` K iterations per CTA.
 
     ``k_iters`` / ``tiles`` (``--k-iters`` / ``--tiles``) are taken as given; left out: a plan that is
     not persistent runs one tile of 3 x stages K iterations (the plan's ``k_tiles`` capped there, or
     raised there: the kernel's ring does not depend on K); a persistent plan runs tiles of its own
-    K (``k_tiles``, capped at half the minimum) and as many tiles (at least 2: the phase is carried
-    from tile to tile) as the minimum needs. A plan that is not persistent always has 1 tile.
+    K (``k_tiles``, capped at the minimum over ``min_tiles``) and as many tiles (at least ``min_tiles``,
+    2: the phase is carried from tile to tile; a ping-pong plan's 2 x consumers: each consumer carries
+    it over two of its own tiles) as the minimum needs. A plan that is not persistent always has 1 tile.
 
     Raises:
         PlanBoundsError: ``k_iters`` x tiles below the minimum (naming the least ``k_iters`` that is
@@ -102,8 +104,8 @@ def plan_bounds(stages: int, k_tiles: int, persistent: bool, k_iters: int | None
     if not persistent:
         k, t = (need if k_iters is None else k_iters), 1
     else:
-        k = min(k_tiles, math.ceil(need / 2)) if k_iters is None else k_iters
-        t = max(2, math.ceil(need / k)) if tiles is None else tiles
+        k = min(k_tiles, math.ceil(need / min_tiles)) if k_iters is None else k_iters
+        t = max(min_tiles, math.ceil(need / k)) if tiles is None else tiles
     if k * t < need:
         least = math.ceil(need / t)
         per = "" if t == 1 else f" per tile over {t} tiles"
@@ -185,6 +187,9 @@ class _Plan:
         self.b_boxes = r.integer("load_protocol.b_boxes_per_stage", 1)
         self.order = r.optional_object("ring.order", default=None)
         r.done()
+        self.schedule = (plan.get("problem") or {}).get("schedule", "cooperative")
+        if self.schedule not in ("cooperative", "pingpong"):
+            raise PlanFormatError(f"problem.schedule = {self.schedule!r}: 'cooperative' or 'pingpong'")
         self.plan = plan
         self.a_boxes = plan["load_protocol"].get("a_boxes_per_stage", 1)
 
@@ -240,14 +245,15 @@ def protocol_from_plan(plan: dict, *, k_iters: int | None = None, tiles: int | N
         raise PlanFormatError(f"a plan for {f.arch}: the auditor models the sm_90a ring the ladder's kernels run "
                               "(wgmma consumers that each release a stage); tcgen05.commit releases are not modelled")
     bm, bn, bk = f.tile
-    k, t = plan_bounds(f.stages, f.k_tiles, f.persistent, k_iters, tiles)
+    k, t = plan_bounds(f.stages, f.k_tiles, f.persistent, k_iters, tiles,
+                       min_tiles=2 * f.consumers if f.schedule == "pingpong" else 2)
     from_registers = f.panels == 0
     f.panels = max(f.panels, 1)
     early = min(f.c_ring, f.panels)
     try:
         config = RingConfig(
             stages=f.stages, k_iters=k, tiles=t, release_lag=_RELEASE_LAG[f.release_mode], consumers=f.consumers,
-            cluster=f.cluster, warp_specialized=f.producer, full_count=f.full_count, empty_count=f.empty_count,
+            pingpong=f.schedule == "pingpong", cluster=f.cluster, warp_specialized=f.producer, full_count=f.full_count, empty_count=f.empty_count,
             full_initial_phase=f.full_parity, empty_initial_phase=f.empty_parity,
             staging_buffers=max(f.c_ring, 1), panels_per_tile=f.panels if f.c_ring else 1,
             deferred_panels=f.panels - early if f.c_ring else 0, bm=bm, bn=bn, bk=bk,
@@ -380,9 +386,11 @@ def check_plan(plan: dict) -> list[Violation]:
     releasers = (doc.get("consumers") or {}).get("release_threads")
     n_rel = len(releasers) if isinstance(releasers, list) else f.consumers
     peers = f.cluster if f.multicast else 1
-    want_empty = n_rel * peers
-    arith = [f"arrivers on empty[s]: {n_rel} consumer warpgroup release thread(s) {releasers} x {peers} CTA(s) whose "
-             f"stage each releases = {want_empty}",
+    readers = 1 if f.schedule == "pingpong" else n_rel  # ping-pong: the one consumer whose tile the stage holds
+    want_empty = readers * peers
+    who = (f"1 release thread (ping-pong: the consumer of the stage's tile, one of {releasers})"
+           if f.schedule == "pingpong" else f"{n_rel} consumer warpgroup release thread(s) {releasers}")
+    arith = [f"arrivers on empty[s]: {who} x {peers} CTA(s) whose stage each releases = {want_empty}",
              "arrivers on full[s]: 1 (the issuer's arrive.expect_tx; the TMA bytes complete the rest)"]
     if n_rel != f.consumers:
         out.append(Violation("arrival_count", f"consumers.release_threads names {n_rel} arrivers but the plan has "

@@ -22,7 +22,8 @@ NAME = "design"
 HELP = "Plan a TMA pipeline (tensor maps, smem layout, barriers, phases, timeline) for a GEMM; no GPU needed."
 
 #: The choices of the options checked in run() (argparse's own check would print its usage, not one line).
-_CHOICES = {"dtype": ("bf16", "fp16"), "arch": ("sm_90a", "sm_100a"), "format": ("md", "json")}
+_CHOICES = {"dtype": ("bf16", "fp16"), "arch": ("sm_90a", "sm_100a"), "format": ("md", "json"),
+            "schedule": ("cooperative", "pingpong")}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stream-k", action="store_true",
                         help="split the last partial wave's units by K iterations over every cluster where it pays "
                              "(level 9's stream-K tail; needs --persistent)")
+    parser.add_argument("--schedule", default="cooperative", metavar="{cooperative,pingpong}",
+                        help="how the consumer warpgroups share the work: cooperative (every one reads every stage, "
+                             "BM / consumers rows each; the default) or pingpong (tiles in turn, a whole tile each, "
+                             "one storing while another computes; needs --persistent, --consumers >= 2 and --c-ring)")
     parser.add_argument("--format", default="md", metavar="{md,json}")
     parser.add_argument("--timeline", metavar="FILE.png", help="also draw the timeline picture into this PNG")
 
@@ -68,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         tile = parse_triple(args.tile, "--tile")
         plan = plan_gemm(m, n, k, dtype=args.dtype, tile=tile, arch=args.arch, persistent=args.persistent,
                          producer_warpgroup=args.producer_warpgroup, c_aliases_stages=args.c_aliases_stages,
-                         stream_k=args.stream_k, **counts)
+                         stream_k=args.stream_k, schedule=args.schedule, **counts)
     except PlanRefused as exc:
         print(f"gemm-ladder design: plan refused: {exc}", file=sys.stderr)
         return 2

@@ -147,6 +147,11 @@ def _consumers(plan: Plan, mma: str) -> str:
             f"(threads {first_thread}-{con.threads_per_cta - 1}), 128 threads each, wait on full[s] and read stage s "
             f"through {'wgmma descriptors' if mma == 'wgmma' else 'tcgen05.mma (issued by one thread) descriptors'}; "
             + (f"it computes the whole {bm} x {bn} tile; " if consumers == 1 else
+               f"ping-pong: consumer c takes the CTA's tiles c, c + {consumers}, ... and computes each whole {bm} x {bn} "
+               f"tile in its own accumulators, reading and releasing only that tile's stages; the consumers run their "
+               f"main loops in tile order (consumer c waits on order[c] before each tile and arrives on "
+               f"order[(c + 1) % {consumers}] after its tile's last full wait), so one stores its tile while the next "
+               f"computes; " if _pingpong(plan) else
                f"consumer c computes rows [{bm // consumers}c, {bm // consumers}c + {bm // consumers}) x all {bn} columns; ")
             + releasers
             + (("; setmaxnreg: producer down (40), consumers up (232)" if consumers > 1 else
@@ -156,8 +161,16 @@ def _consumers(plan: Plan, mma: str) -> str:
                "; thread 0 is both the TMA issuer and a consumer"))
 
 
+def _pingpong(plan: Plan) -> bool:
+    """Whether the plan's consumers take tiles in turn (design.plan SCHEDULES: its order barriers)."""
+    return plan.smem.order_bar_offset is not None
+
+
 def _empty_arrivers(plan: Plan, mma: str) -> str:
     consumers, cluster, threads = plan.consumers.warpgroups, plan.cluster, plan.consumers.release_threads
+    if mma == "wgmma" and _pingpong(plan):
+        return (f"thread 0 of the consumer warpgroup whose tile the stage holds (one of threads "
+                f"{', '.join(map(str, threads))}) x CTAs per cluster ({cluster})")
     if mma == "wgmma":
         return (f"thread 0 of each consumer warpgroup ({consumers}: thread{'s' if consumers > 1 else ''} "
                 f"{', '.join(map(str, threads))}) x CTAs per cluster ({cluster})")
@@ -181,7 +194,13 @@ def _load_steps(plan: Plan, mma: str) -> tuple[str, ...]:
         f"cp.async.bulk.tensor.2d A box{f' x {a_boxes} (MN-major)' if a_boxes > 1 else ''} -> A stage s; "
         f"B box{f' x {b_boxes} (MN-major)' if b_boxes > 1 else ''}{' slice r, .multicast::cluster mask ' + hex(mask) + ' -> B stage s + r*' + str(b_box * b_boxes) + ' in every CTA' if cluster > 1 else ' -> B stage s'}, "
         "both .mbarrier::complete_tx::bytes on full[s]",
-        "consumer_wait: every consumer thread waits full[s] with parity (i / S) & 1",
+        ("consumer_wait: the threads of the consumer whose tile holds load i wait full[s] with parity (i / S) & 1 "
+         "(i counts every load, the other consumers' too: each consumer's counter steps over their tiles)"
+         if _pingpong(plan) else "consumer_wait: every consumer thread waits full[s] with parity (i / S) & 1"),
+        ("consumer_release: after the MMA that read stage s is complete, thread 0 of that tile's consumer "
+         f"warpgroup (one of threads {', '.join(map(str, release_threads))}) "
+         + ("arrives on empty[s] of every CTA of the cluster (mapa + mbarrier.arrive.shared::cluster)" if cluster > 1
+            else "arrives on empty[s]")) if mma == "wgmma" and _pingpong(plan) else
         ("consumer_release: after the MMA that read stage s is complete, thread 0 of each consumer warpgroup "
          f"(thread{'s' if consumers > 1 else ''} {', '.join(map(str, release_threads))}) "
          + ("arrives on empty[s] of every CTA of the cluster (mapa + mbarrier.arrive.shared::cluster)" if cluster > 1
@@ -210,7 +229,7 @@ def _store_steps(plan: Plan) -> tuple[str, ...]:
             "the stores need no wait before the next tile: the registers are free once the values are issued",
         )
     if smem.c_ring:
-        R, rows = smem.c_ring, bm // consumers
+        R, rows = smem.c_ring, bm if _pingpong(plan) else bm // consumers
         issuers = ", ".join(str(t) for t in plan.consumers.release_threads)
         return (
             f"each consumer warpgroup w has its own ring of {R} one-panel buffers ({rows} rows x 128 B) and its own store "
@@ -221,11 +240,11 @@ def _store_steps(plan: Plan) -> tuple[str, ...]:
             "the warpgroup writes the panel's 64 columns, converted to the input dtype, into the buffer (128B swizzle); "
             "fence.proxy.async.shared::cta; named barrier 2 + w again",
             f"the issuer: cp.async.bulk.tensor.2d.global.shared::cta.bulk_group (c map, box {box}) at "
-            f"(n0 + 64p, m0 + {rows}w), then cp.async.bulk.commit_group: one bulk group per panel; out-of-bounds "
-            "rows/columns are clipped",
+            + ("(n0 + 64p, m0) of its own tile" if _pingpong(plan) else f"(n0 + 64p, m0 + {rows}w)")
+            + ", then cp.async.bulk.commit_group: one bulk group per panel; out-of-bounds rows/columns are clipped",
             f"schedule: panels 0..{min(R, smem.c_panels) - 1} at the end of the tile (their buffers were last read a tile "
             f"ago); panels {min(R, smem.c_panels)}..{smem.c_panels - 1} stay in registers, packed to the output dtype, and go "
-            "out one per K iteration of the next tile, each right after that iteration's wgmma is issued (after the "
+            f"out one per K iteration of the {'consumer' + chr(39) + 's next own' if _pingpong(plan) else 'next'} tile, each right after that iteration's wgmma is issued (after the "
             "CTA's last tile, at once), so the tensor cores are not idle while they drain",
             "no consumer waits for another's store, and the producer keeps loading the next tile's stages meanwhile; "
             "each issuer waits cp.async.bulk.wait_group.read 0 before the CTA exits",

@@ -35,6 +35,11 @@ MAX_REGISTERS = 255  # per thread (PTX ISA / CUDA C Programming Guide: 255 regis
 #: Below this many operand bytes per CTA tile, the host-side encode and the barrier round trips are not
 #: amortised: TMA is correct but not worth it.
 SMALL_COPY_BYTES = 64 * 1024
+#: How the consumer warpgroups share the work: "cooperative" (every consumer reads every stage and holds
+#: BM / consumers rows of each tile: the ladder's levels 7-9) or "pingpong" (tiles in turn, each consumer
+#: a whole tile, one storing while another computes; its ring audit/ring.py RingConfig.pingpong proves).
+SCHEDULES = ("cooperative", "pingpong")
+
 #: Unit rows per group of the persistent kernels' grouped order: the kernels get it as -DGL_GROUP_M
 #: (TileScheduler::kGroupM in tile_scheduler.cuh, which refuses to compile without it).
 GROUP_M = 8
@@ -115,12 +120,15 @@ class KernelConfig:
     expect_tx_bytes: int
     a_major: str = "k"  # "k" (the ladder's contract) or "mn" (library/operand.py)
     b_major: str = "k"
+    pingpong: bool = False  # the consumers take tiles in turn (SCHEDULES), each a whole tile
 
     @property
     def empty_arrivals(self) -> int:
-        """Arrivals that free a stage: one elected thread per consumer warpgroup (wgmma) or the one
-        tcgen05.commit of the MMA-issuing thread (sm_100a), from every CTA of the cluster."""
-        return (self.consumers if self.arch.mma == "wgmma" else 1) * self.cluster
+        """Arrivals that free a stage: one elected thread per consumer warpgroup that read it (wgmma: every
+        consumer when cooperative, the tile's one consumer when ping-pong) or the one tcgen05.commit of
+        the MMA-issuing thread (sm_100a), from every CTA of the cluster."""
+        readers = 1 if self.pingpong else self.consumers
+        return (readers if self.arch.mma == "wgmma" else 1) * self.cluster
 
     def defines(self) -> dict[str, int]:
         bm, bn, bk = self.tile
@@ -139,13 +147,27 @@ class KernelConfig:
             "GL_EMPTY_ARRIVALS": self.empty_arrivals,
             "GL_A_MN_MAJOR": int(self.a_major == "mn"), "GL_B_MN_MAJOR": int(self.b_major == "mn"),
             "GL_GROUP_M": GROUP_M,
+            # ping-pong builds only (a cooperative kernel's defines, and so its build keys, are unchanged)
+            **({"GL_PINGPONG": 1, "GL_SMEM_ORDER_BAR_OFFSET": s.order_bar_offset} if self.pingpong else {}),
         }
 
 
 def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: str,
             producer_warpgroup: bool | None, c_aliases_stages: bool = False, c_ring: int = 0,
-            c_from_registers: bool = False, a_major: str = "k", b_major: str = "k") -> KernelConfig:
+            c_from_registers: bool = False, a_major: str = "k", b_major: str = "k",
+            pingpong: bool = False) -> KernelConfig:
     dt, ar = dtype_info(dtype), arch_info(arch)
+    if pingpong:
+        if consumers < 2 or producer_warpgroup is False:
+            raise PlanRefused("ping-pong", f"consumers = {consumers}: a ping-pong schedule alternates tiles between at "
+                              "least two consumer warpgroups, fed by a producer warpgroup of their own")
+        if ar.mma != "wgmma":
+            raise PlanRefused("ping-pong", f"{ar.name}: the ping-pong schedule is planned for wgmma consumers "
+                              "(sm_90a); tcgen05 keeps its accumulators in TMEM")
+        if not (c_ring or c_from_registers):
+            raise PlanRefused("ping-pong", "c_ring = 0: each ping-pong consumer stores its own tile while the other "
+                              "computes, so each needs its own staging ring and store issuer (c_ring >= 1) or "
+                              "stores from registers")
     for name, major in (("a_major", a_major), ("b_major", b_major)):
         if major not in ("k", "mn"):
             raise PlanRefused("operand major", f"{name} = {major!r}: 'k' (K-major) or 'mn' (MN-major)")
@@ -166,7 +188,8 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
         check_box("a", (bk, bm) if a_major == "k" else (128 // e, bk), e, SWIZZLE)
         check_box("b", (bk, bn_slice) if b_major == "k" else (128 // e, b_mn_box_lines(bn, bk, cluster, e)), e, SWIZZLE)
         if not c_from_registers:
-            check_box("c", (128 // e, c_store_rows(bm=bm, consumers=consumers, c_ring=c_ring)), e, SWIZZLE)
+            check_box("c", (128 // e, c_store_rows(bm=bm, consumers=consumers, c_ring=c_ring, pingpong=pingpong)), e,
+                      SWIZZLE)
     except PlanRefused as exc:
         raise PlanRefused(exc.rule, f"{exc.detail}; TMA does not fit this tile: use a {ALTERNATIVE_COPY.format(w=16)}"
                           f" or a tile with BM, BN/cluster <= 256 and BK * {e} a multiple of 16") from None
@@ -191,9 +214,9 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
                           "(level 9): the loads need a producer warpgroup of their own")
     if (bn * e) % 128 and not c_from_registers:
         raise PlanRefused("C panels", f"BN * {e} = {bn * e} bytes is not a whole number of 128-byte store panels (BN a multiple of {128 // e})")
-    rows_per_wg = bm // consumers
+    rows_per_wg = bm if pingpong else bm // consumers  # ping-pong: each consumer holds a whole tile
     if ar.mma == "wgmma":
-        if bm % consumers or rows_per_wg % 64:
+        if (not pingpong and bm % consumers) or rows_per_wg % 64:
             raise PlanRefused("wgmma M", f"BM = {bm} over {consumers} consumer warpgroup(s) gives {bm / consumers:g} rows each; "
                               "wgmma computes 64 rows per instruction, so each warpgroup needs a multiple of 64")
         if bn % 8 or bn > 256:
@@ -202,8 +225,9 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
         if acc > MAX_REGISTERS:
             raise PlanRefused(
                 "wgmma accumulator registers",
-                f"({bm} / {consumers}) x {bn} fp32 accumulator = {acc} registers per thread > {MAX_REGISTERS}; "
-                f"use {2 * consumers} consumer warpgroups or a smaller BN",
+                f"({bm} / {1 if pingpong else consumers}) x {bn} fp32 accumulator = {acc} registers per thread > "
+                f"{MAX_REGISTERS}; " + ("use BM 64 or a smaller BN (a ping-pong consumer holds a whole tile)" if pingpong
+                                        else f"use {2 * consumers} consumer warpgroups or a smaller BN"),
             )
     else:
         if bm not in (64, 128, 256) or bm % consumers:
@@ -220,12 +244,12 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
     }
     smem = plan_smem(bm=bm, bn=bn, bk=bk, elem_bytes=e, stages=stages, cluster=cluster, threads=threads, arch=ar,
                      c_aliases_stages=c_aliases_stages, consumers=consumers, c_ring=c_ring,
-                     c_from_registers=c_from_registers)
+                     c_from_registers=c_from_registers, pingpong=pingpong)
     tmem = plan_tmem(bm=bm, bn=bn, arch=ar)
     return KernelConfig(dtype=dt, arch=ar, tile=(bm, bn, bk), stages=stages, cluster=cluster, consumers=consumers,
                         producer_warpgroup=producer_warpgroup, threads=threads, smem=smem, descriptors=descriptors,
                         tmem=tmem, accumulator_registers=acc, expect_tx_bytes=(bm + bn) * bk * e,
-                        a_major=a_major, b_major=b_major)
+                        a_major=a_major, b_major=b_major, pingpong=pingpong)
 
 
 def kernel_defines_for(dtype: str = "bf16", tile=(128, 128, 64), stages: int = 4, cluster: int = 1,
@@ -355,7 +379,8 @@ class Plan:
                         "producer_warpgroup": self.consumers.producer_warpgroup,
                         "c_aliases_stages": self.smem.c_aliases_stages, "c_ring": self.smem.c_ring,
                         "c_from_registers": self.smem.c_from_registers,
-                        "a_major": self._config.a_major, "b_major": self._config.b_major},
+                        "a_major": self._config.a_major, "b_major": self._config.b_major,
+                        **({"schedule": "pingpong"} if self._config.pingpong else {})},
             "suitability": self.suitability.to_json(),
             "tensor_maps": {k: v.to_json() for k, v in self.tensor_maps.items()},
             "smem": self.smem.to_json(),
@@ -376,7 +401,7 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
               producer_warpgroup: bool | None = None, c_aliases_stages: bool = False, c_ring: int = 0,
               stream_k: bool = False, stream_k_min_idle: float = DEFAULT_MIN_IDLE,
               c_from_registers: bool = False, a_major: str = "k", b_major: str = "k", lda: int | None = None,
-              ldb: int | None = None, ldc: int | None = None) -> Plan:
+              ldb: int | None = None, ldc: int | None = None, schedule: str = "cooperative") -> Plan:
     """Plan ``c = a @ b.T`` for a (M, K) and b (N, K) row-major; raises :class:`PlanRefused` naming the rule.
 
     ``producer_warpgroup``: a separate producer warpgroup issues the loads (warp specialization);
@@ -394,8 +419,17 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     ``a_major``, ``b_major``: each operand "k" (element (r, k) at r * ld + k, the ladder's contract) or
     "mn" (at r + k * ld; the library's layouts, library/operand.py); ``lda``, ``ldb``, ``ldc``: leading
     dimensions in elements (default dense), which the tensor maps take as their global strides.
+    ``schedule``: one of :data:`SCHEDULES`; "pingpong" needs a persistent grid, two or more consumers and
+    each consumer's own output staging ring (``c_ring``) or ``c_from_registers``; its plan JSON says
+    ``problem.schedule`` and its shared memory holds one ``order`` mbarrier per consumer.
     """
     m, n, k = int(m), int(n), int(k)
+    if schedule not in SCHEDULES:
+        raise PlanRefused("schedule", f"schedule = {schedule!r}: use one of {', '.join(SCHEDULES)}")
+    pingpong = schedule == "pingpong"
+    if pingpong and not persistent:
+        raise PlanRefused("ping-pong without persistent", "a ping-pong schedule alternates a CTA's tiles between its "
+                          "consumers; a grid of one tile per CTA has none to alternate: use persistent=True")
     layout = {key: v for key, v in (("a_major", a_major), ("b_major", b_major), ("lda", lda), ("ldb", ldb),
                                     ("ldc", ldc)) if v not in (None, "k")}
     if c_aliases_stages and persistent:
@@ -409,7 +443,7 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
         raise PlanRefused("stream-K without persistent", "the stream-K tail splits the last wave of a persistent "
                           "grid; a grid of one CTA per tile has no wave to split: use persistent=True (--persistent on the command line)")
     cfg = _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_aliases_stages, c_ring,
-                  c_from_registers, a_major, b_major)
+                  c_from_registers, a_major, b_major, pingpong)
     bm, bn, bk = cfg.tile
     e = cfg.dtype.elem_bytes
     suit = assess_suitability(m, n, k, dtype, cfg.tile, cluster, c_from_registers=c_from_registers, **layout)
@@ -417,7 +451,7 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
         raise PlanRefused(suit.reasons[0].split(":", 1)[0], suit.reasons[0].split(":", 1)[1].strip()
                           + f"; TMA does not fit: use {suit.alternative}")
     maps = _tensor_maps(m, n, k, cfg.dtype, cfg.tile, cluster, c_from_registers=c_from_registers,
-                        c_box_rows=c_store_rows(bm=bm, consumers=consumers, c_ring=c_ring), **layout)
+                        c_box_rows=c_store_rows(bm=bm, consumers=consumers, c_ring=c_ring, pingpong=pingpong), **layout)
     for spec in maps.values():
         spec.validate()
     ar, smem, S = cfg.arch, cfg.smem, stages
@@ -432,7 +466,8 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     issuer = Issuer(thread=0, warpgroup="producer" if pw else "consumer 0", store_thread=store_thread,
                     store_warpgroup="consumer 0", store_threads=release_threads if smem.c_ring else (store_thread,))
     consumers_info = Consumers(
-        warpgroups=consumers, threads=128 * consumers, rows_per_warpgroup=bm // consumers, producer_warpgroup=pw,
+        warpgroups=consumers, threads=128 * consumers, rows_per_warpgroup=bm if pingpong else bm // consumers,
+        producer_warpgroup=pw,
         threads_per_cta=cfg.threads, accumulator_registers=cfg.accumulator_registers,
         first_warpgroup=first_wg, first_thread=first_thread, release_threads=release_threads,
     )

@@ -72,6 +72,7 @@ class SmemLayout:
     c_ring: int = 0  # 0: one whole-tile staging; R: R one-panel buffers per consumer warpgroup
     c_ring_owners: int = 1  # consumer warpgroups, each with its own ring (when c_ring)
     c_from_registers: bool = False  # no C staging: the consumers store the output from their registers
+    order_bar_offset: int | None = None  # ping-pong: one order[i] mbarrier per consumer warpgroup after empty[]
 
     @property
     def c_staging(self) -> str:
@@ -120,22 +121,30 @@ class SmemLayout:
                      for p in range(self.c_panels)]
         rows += [(f"full[{s}]", self.full_bar(s), BARRIER_BYTES) for s in range(self.stages)]
         rows += [(f"empty[{s}]", self.empty_bar(s), BARRIER_BYTES) for s in range(self.stages)]
+        if self.order_bar_offset is not None:
+            rows += [(f"order[{w}]", self.order_bar_offset + w * BARRIER_BYTES, BARRIER_BYTES)
+                     for w in range(self.c_ring_owners)]
         return rows
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        if out["order_bar_offset"] is None:  # a cooperative kernel has none (its plans' JSON unchanged)
+            del out["order_bar_offset"]
         out["c_staging"] = self.c_staging
         out["regions"] = [{"name": n, "offset": o, "bytes": b} for n, o, b in self.regions()]
         return out
 
 
-def c_store_rows(*, bm: int, consumers: int = 1, c_ring: int = 0) -> int:
-    """Rows one output store covers: the tile's BM, or with ``c_ring`` one consumer warpgroup's BM / consumers."""
+def c_store_rows(*, bm: int, consumers: int = 1, c_ring: int = 0, pingpong: bool = False) -> int:
+    """Rows one output store covers: the tile's BM, or with ``c_ring`` one consumer warpgroup's BM / consumers
+    (``pingpong``: a consumer holds the whole tile, BM)."""
+    if pingpong:
+        return bm
     return bm // consumers if c_ring else bm
 
 
 def c_staging_bytes(*, bm: int, bn: int, elem_bytes: int, consumers: int = 1, c_ring: int = 0,
-                    c_from_registers: bool = False) -> tuple[int, int, int]:
+                    c_from_registers: bool = False, pingpong: bool = False) -> tuple[int, int, int]:
     """(panel bytes, panels per tile row, total staging bytes) of the output staging.
 
     A panel is 128 bytes of columns (64 bf16/fp16) by the rows one store covers (:func:`c_store_rows`);
@@ -145,13 +154,13 @@ def c_staging_bytes(*, bm: int, bn: int, elem_bytes: int, consumers: int = 1, c_
     if c_from_registers:
         return 0, 0, 0
     panels = bn * elem_bytes // 128
-    panel = c_store_rows(bm=bm, consumers=consumers, c_ring=c_ring) * 128
+    panel = c_store_rows(bm=bm, consumers=consumers, c_ring=c_ring, pingpong=pingpong) * 128
     return panel, panels, panel * (consumers * c_ring if c_ring else panels)
 
 
 def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluster: int, threads: int,
               arch: ArchInfo, c_aliases_stages: bool = False, consumers: int = 1, c_ring: int = 0,
-              c_from_registers: bool = False) -> SmemLayout:
+              c_from_registers: bool = False, pingpong: bool = False) -> SmemLayout:
     """Compute the layout; raise :class:`PlanRefused` when it exceeds the arch's per-block limit.
 
     ``c_aliases_stages``: the output staging overlays the operand stages instead of following them.
@@ -164,6 +173,9 @@ def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluste
     consumers and R = 2, 32 KiB instead of 64 KiB, the room for a fourth 48 KiB stage.
 
     ``c_from_registers``: no output staging at all (the consumers store from registers).
+
+    ``pingpong``: the consumers take tiles in turn, each storing whole BM-row panels through its own ring,
+    and one ``order`` mbarrier per consumer follows the empty barriers (audit/ring.py RingConfig.pingpong).
     """
     if (bool(c_ring) + c_aliases_stages + c_from_registers) > 1:
         raise PlanRefused("output staging", "c_ring, c_aliases_stages and c_from_registers are different output "
@@ -176,19 +188,20 @@ def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluste
     b_stage_stride = align_up(b_stage, SWIZZLE_ATOM_BYTES)
     stages_end = align_up(b_off + stages * b_stage_stride, SWIZZLE_ATOM_BYTES)
     c_panel, c_panels, c_bytes = c_staging_bytes(bm=bm, bn=bn, elem_bytes=elem_bytes, consumers=consumers, c_ring=c_ring,
-                                                 c_from_registers=c_from_registers)
+                                                 c_from_registers=c_from_registers, pingpong=pingpong)
     c_off = a_off if c_aliases_stages else stages_end
     full_off = max(stages_end, c_off + c_bytes)  # C ends 1024-aligned (c_panel is a multiple of 1024 when BM % 8 == 0)
     empty_off = full_off + stages * BARRIER_BYTES
-    end = empty_off + stages * BARRIER_BYTES
+    order_off = empty_off + stages * BARRIER_BYTES if pingpong else None
+    end = empty_off + stages * BARRIER_BYTES + (consumers * BARRIER_BYTES if pingpong else 0)
     total = end + ALIGN_SLACK
     if total > arch.max_smem_per_block:
         raise PlanRefused(
             "shared memory per block",
             f"{stages} stages x (A {a_stage} + B {b_stage}) + C staging {c_bytes} + barriers "
-            f"{2 * stages * BARRIER_BYTES} + alignment slack {ALIGN_SLACK} = {total} bytes > "
+            f"{end - empty_off + stages * BARRIER_BYTES} + alignment slack {ALIGN_SLACK} = {total} bytes > "
             f"{arch.max_smem_per_block} bytes allowed per block on {arch.name}; "
-            f"at most {max_stages(bm=bm, bn=bn, bk=bk, elem_bytes=elem_bytes, arch=arch, c_aliases_stages=c_aliases_stages, consumers=consumers, c_ring=c_ring, c_from_registers=c_from_registers)}"
+            f"at most {max_stages(bm=bm, bn=bn, bk=bk, elem_bytes=elem_bytes, arch=arch, c_aliases_stages=c_aliases_stages, consumers=consumers, c_ring=c_ring, c_from_registers=c_from_registers, pingpong=pingpong)}"
             " stages fit this tile",
         )
     per_cta = total + arch.smem_reserved_per_block
@@ -204,16 +217,16 @@ def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluste
         full_bar_offset=full_off, empty_bar_offset=empty_off, barriers_end=end, total_bytes=total,
         max_per_block=arch.max_smem_per_block, ctas_per_sm=ctas, ctas_per_sm_limit=limit,
         c_aliases_stages=c_aliases_stages, c_ring=c_ring, c_ring_owners=consumers if c_ring else 1,
-        c_from_registers=c_from_registers,
+        c_from_registers=c_from_registers, order_bar_offset=order_off,
     )
 
 
 def max_stages(*, bm: int, bn: int, bk: int, elem_bytes: int, arch: ArchInfo, c_aliases_stages: bool = False,
-               consumers: int = 1, c_ring: int = 0, c_from_registers: bool = False) -> int:
+               consumers: int = 1, c_ring: int = 0, c_from_registers: bool = False, pingpong: bool = False) -> int:
     """The largest stage count whose layout fits the per-block limit (0 if none)."""
     c_bytes = c_staging_bytes(bm=bm, bn=bn, elem_bytes=elem_bytes, consumers=consumers, c_ring=c_ring,
-                              c_from_registers=c_from_registers)[2]
-    fixed = (0 if c_aliases_stages else c_bytes) + ALIGN_SLACK
+                              c_from_registers=c_from_registers, pingpong=pingpong)[2]
+    fixed = (0 if c_aliases_stages else c_bytes) + ALIGN_SLACK + (consumers * BARRIER_BYTES if pingpong else 0)
     per_stage = align_up(bm * bk * elem_bytes, SWIZZLE_ATOM_BYTES) + align_up(bn * bk * elem_bytes, SWIZZLE_ATOM_BYTES) + 2 * BARRIER_BYTES
     return max(0, (arch.max_smem_per_block - fixed) // per_stage)
 
