@@ -317,8 +317,9 @@ _HOST: dict = {}
 def use_host():
     """Switch the CUDA and Autograd kernels of mm and linear to the compiled host module
     (gemm_ladder/host): build or load it, give it its planner, remove the Python kernels and register
-    its own (launch.cpp, autograd.cpp); and scaled_mm's functional calls to its entry (ops_fp8.set_host). Returns the module, or None where it is not used
-    (``GEMM_LADDER_HOST=0``, or the build failed: a warning said why, and the Python kernels stay).
+    its own (launch.cpp, autograd.cpp); and scaled_mm's functional calls to its entry (ops_fp8.set_host).
+    Returns the module, or None where it is not used (``GEMM_LADDER_HOST=0``, or the build failed: a
+    warning said why, and the Python kernels stay).
     Done at most once per process; called at import on a machine with a CUDA device, and never from
     inside a kernel (a registration must not change while its kernel runs). Raises HostBuildError
     under ``GEMM_LADDER_HOST=require`` when the build fails."""

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from gemm_ladder.library.fp8 import (QUANT_OUT, check_scaled_mm, copies, describe, quantize_fp8, scaled_mm_launch,
-                                     settings)
+from gemm_ladder.library.fp8 import (QUANT_OUT, check_scaled_mm, describe, host_refusal, quantize_fp8,
+                                     scaled_mm_launch, settings)
 
 __all__ = ["explain_scaled_mm", "quantize_fp8", "scaled_mm"]
 
@@ -148,18 +148,15 @@ def explain_scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=torch.bflo
 
 
 def _host_path(call, scale_a, scale_b, bias, out) -> str:
-    """Who launches the call (``explain_scaled_mm``'s ``host``): the compiled host module, or Python and why."""
+    """Who launches the call (``explain_scaled_mm``'s ``host``): the compiled host module, or Python and why
+    (library/fp8.py ``host_refusal``, what the planner answers by)."""
     if _HOST is None:
         return "python (the compiled host module is not in use: see gemm_ladder.host.describe())"
     if out is not None:
         return "python (out= calls run the Python launch)"
-    if call.out_dtype == QUANT_OUT:
-        return "python (the quantized output: two tensors, run by the Python launch)"
-    if not (call.m and call.n and call.k):
-        return "python (an empty problem or K = 0: no kernel launch)"
-    redone = [what for what, by_host in copies(call, scale_a, scale_b, bias, addresses=False) if not by_host]
-    if redone:
-        return f"python ({', '.join(redone)} per call: a new address each time)"
+    why = host_refusal(call, scale_a, scale_b, bias, addresses=False)
+    if why is not None:
+        return f"python ({why})"
     return "C++ (planned once per signature; per call the compiled host module encodes the maps and launches)"
 
 

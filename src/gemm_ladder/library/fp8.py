@@ -791,6 +791,22 @@ def copies(call: ScaledMmCall, scale_a: torch.Tensor, scale_b: torch.Tensor | No
     return out
 
 
+def host_refusal(call: ScaledMmCall, scale_a: torch.Tensor, scale_b: torch.Tensor | None,
+                 bias: torch.Tensor | None, *, addresses: bool = True) -> str | None:
+    """Why the compiled host path cannot replay a checked functional call's launch with only its addresses
+    changed (it then runs :func:`scaled_mm_launch` for the signature), or None: the quantized output, an
+    empty problem or K = 0 (no launch), a copy it does not make itself (:func:`copies`). What
+    :func:`bind_scaled_mm` and ``explain_scaled_mm``'s ``host`` both answer by."""
+    if call.out_dtype == QUANT_OUT:
+        return "the quantized output: two tensors, run by the Python launch"
+    if not (call.m and call.n and call.k):
+        return "an empty problem or K = 0: no kernel launch"
+    redone = [what for what, by_host in copies(call, scale_a, scale_b, bias, addresses=addresses) if not by_host]
+    if redone:
+        return f"{', '.join(redone)} per call: a new address each time"
+    return None
+
+
 @dataclass
 class LaunchArgs:
     """One launch's kernel arguments in the kernel's order (``args``: CUtensorMaps and ctypes values), what
@@ -898,24 +914,23 @@ def bind_scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scal
     the module's defaults, whether the stream is capturing), bound for these tensors and a new output, as a
     (:class:`~gemm_ladder.library.bound.BoundLaunch` with roles, :attr:`LaunchArgs.pad_scale_a`), or a string
     saying why it cannot be replayed
-    per call with only addresses changed (the compiled host path then runs :func:`scaled_mm_launch`): the
-    quantized output, an empty problem or K = 0 (no launch), a scale or bias copied per call (other than
-    blockwise scale_a's padded copy, which the host path makes itself: the result's ``pad_scale_a``)."""
+    per call with only addresses changed (:func:`host_refusal`; the compiled host path then runs
+    :func:`scaled_mm_launch`). Blockwise scale_a's padded copy the host path makes itself (the result's
+    ``pad_scale_a``)."""
     from gemm_ladder.library.bound import BoundLaunch
 
+    why = host_refusal(call, scale_a, scale_b, bias)
+    if why is not None:
+        return why
     m, n, k = call.m, call.n, call.k
-    if call.out_dtype == QUANT_OUT:
-        return "the quantized output (two tensors, the scales padded)"
-    if not (m and n and k):
-        return "an empty problem or K = 0: no launch"
     out = torch.empty((m, n), dtype=call.out_dtype, device=a.device)  # stands for each call's output
     sms = _sm_count(a.device)
     kernel, plan, _ = default_build(call, a, b, bias, out, sms)
     if _capturing(a.device):
         plan = split_plan(m, n, k, kernel.bn, sms, "none", kernel.bm)[0]
+    # A copy made here that host_refusal let through would be a role over "made", which the template
+    # refuses (TemplateError): loudly, never a stale address replayed.
     launch = launch_args(kernel, call, plan, a, b, scale_a, scale_b, bias, out, None, (0, 0), roles=True)
-    if any(role[1] == "made" for role in launch.roles if len(role) > 1):
-        return "a rowwise scale or the bias is copied per call (a new address each time)"
     loaded = kernel.loaded(a.device)
     prepared = loaded.prepare((plan.clusters, 1, 1), launch.args, _stream(a.device).cuda_stream)
     workspace = _workspace_sizes(plan, kernel.bn, kernel.consumers) if plan.tail_units else None
