@@ -30,6 +30,8 @@ def test_a_pingpong_plan():
     assert smem["order_bar_offset"] == defines["GL_SMEM_ORDER_BAR_OFFSET"] == smem["empty_bar_offset"] + 5 * 8
     assert [r["name"] for r in smem["regions"]][-2:] == ["order[0]", "order[1]"]
     assert smem["c_panel_bytes"] == 128 * 128  # a consumer stores whole 128-row panels
+    regs = plan_gemm(4096, 4096, 4096, tile=(128, 128, 64), stages=6, c_from_registers=True, **PP).to_json()["smem"]
+    assert [r["name"] for r in regs["regions"]][-2:] == ["order[0]", "order[1]"]  # no staging ring, still two
     two = plan_gemm(4096, 4096, 4096, tile=(128, 128, 64), stages=4, c_ring=1, cluster=2, **PP).to_json()
     assert two["ring"]["empty_init_count"] == 2  # the tile's consumer, in each CTA of the cluster
 

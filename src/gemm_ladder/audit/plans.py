@@ -187,9 +187,10 @@ class _Plan:
         self.b_boxes = r.integer("load_protocol.b_boxes_per_stage", 1)
         self.order = r.optional_object("ring.order", default=None)
         r.done()
-        self.schedule = (plan.get("problem") or {}).get("schedule", "cooperative")
-        if self.schedule not in ("cooperative", "pingpong"):
-            raise PlanFormatError(f"problem.schedule = {self.schedule!r}: 'cooperative' or 'pingpong'")
+        schedule = (plan.get("problem") or {}).get("schedule", "cooperative")
+        if schedule not in ("cooperative", "pingpong"):
+            raise PlanFormatError(f"problem.schedule = {schedule!r}: 'cooperative' or 'pingpong'")
+        self.pingpong = schedule == "pingpong"
         self.plan = plan
         self.a_boxes = plan["load_protocol"].get("a_boxes_per_stage", 1)
 
@@ -246,14 +247,15 @@ def protocol_from_plan(plan: dict, *, k_iters: int | None = None, tiles: int | N
                               "(wgmma consumers that each release a stage); tcgen05.commit releases are not modelled")
     bm, bn, bk = f.tile
     k, t = plan_bounds(f.stages, f.k_tiles, f.persistent, k_iters, tiles,
-                       min_tiles=2 * f.consumers if f.schedule == "pingpong" else 2)
+                       min_tiles=2 * f.consumers if f.pingpong else 2)
     from_registers = f.panels == 0
     f.panels = max(f.panels, 1)
     early = min(f.c_ring, f.panels)
     try:
         config = RingConfig(
             stages=f.stages, k_iters=k, tiles=t, release_lag=_RELEASE_LAG[f.release_mode], consumers=f.consumers,
-            pingpong=f.schedule == "pingpong", cluster=f.cluster, warp_specialized=f.producer, full_count=f.full_count, empty_count=f.empty_count,
+            pingpong=f.pingpong, cluster=f.cluster, warp_specialized=f.producer, full_count=f.full_count,
+            empty_count=f.empty_count,
             full_initial_phase=f.full_parity, empty_initial_phase=f.empty_parity,
             staging_buffers=max(f.c_ring, 1), panels_per_tile=f.panels if f.c_ring else 1,
             deferred_panels=f.panels - early if f.c_ring else 0, bm=bm, bn=bn, bk=bk,
@@ -386,10 +388,10 @@ def check_plan(plan: dict) -> list[Violation]:
     releasers = (doc.get("consumers") or {}).get("release_threads")
     n_rel = len(releasers) if isinstance(releasers, list) else f.consumers
     peers = f.cluster if f.multicast else 1
-    readers = 1 if f.schedule == "pingpong" else n_rel  # ping-pong: the one consumer whose tile the stage holds
+    readers = 1 if f.pingpong else n_rel  # ping-pong: the one consumer whose tile the stage holds
     want_empty = readers * peers
     who = (f"1 release thread (ping-pong: the consumer of the stage's tile, one of {releasers})"
-           if f.schedule == "pingpong" else f"{n_rel} consumer warpgroup release thread(s) {releasers}")
+           if f.pingpong else f"{n_rel} consumer warpgroup release thread(s) {releasers}")
     arith = [f"arrivers on empty[s]: {who} x {peers} CTA(s) whose stage each releases = {want_empty}",
              "arrivers on full[s]: 1 (the issuer's arrive.expect_tx; the TMA bytes complete the rest)"]
     if n_rel != f.consumers:

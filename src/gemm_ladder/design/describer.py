@@ -230,6 +230,7 @@ def _store_steps(plan: Plan) -> tuple[str, ...]:
         )
     if smem.c_ring:
         R, rows = smem.c_ring, bm if _pingpong(plan) else bm // consumers
+        next_tile = "the consumer's next own tile" if _pingpong(plan) else "the next tile"
         issuers = ", ".join(str(t) for t in plan.consumers.release_threads)
         return (
             f"each consumer warpgroup w has its own ring of {R} one-panel buffers ({rows} rows x 128 B) and its own store "
@@ -244,7 +245,7 @@ def _store_steps(plan: Plan) -> tuple[str, ...]:
             + ", then cp.async.bulk.commit_group: one bulk group per panel; out-of-bounds rows/columns are clipped",
             f"schedule: panels 0..{min(R, smem.c_panels) - 1} at the end of the tile (their buffers were last read a tile "
             f"ago); panels {min(R, smem.c_panels)}..{smem.c_panels - 1} stay in registers, packed to the output dtype, and go "
-            f"out one per K iteration of the {'consumer' + chr(39) + 's next own' if _pingpong(plan) else 'next'} tile, each right after that iteration's wgmma is issued (after the "
+            f"out one per K iteration of {next_tile}, each right after that iteration's wgmma is issued (after the "
             "CTA's last tile, at once), so the tensor cores are not idle while they drain",
             "no consumer waits for another's store, and the producer keeps loading the next tile's stages meanwhile; "
             "each issuer waits cp.async.bulk.wait_group.read 0 before the CTA exits",

@@ -121,9 +121,9 @@ class SmemLayout:
                      for p in range(self.c_panels)]
         rows += [(f"full[{s}]", self.full_bar(s), BARRIER_BYTES) for s in range(self.stages)]
         rows += [(f"empty[{s}]", self.empty_bar(s), BARRIER_BYTES) for s in range(self.stages)]
-        if self.order_bar_offset is not None:
+        if self.order_bar_offset is not None:  # one per consumer, up to the barriers' end
             rows += [(f"order[{w}]", self.order_bar_offset + w * BARRIER_BYTES, BARRIER_BYTES)
-                     for w in range(self.c_ring_owners)]
+                     for w in range((self.barriers_end - self.order_bar_offset) // BARRIER_BYTES)]
         return rows
 
     def to_json(self) -> dict:
@@ -141,6 +141,11 @@ def c_store_rows(*, bm: int, consumers: int = 1, c_ring: int = 0, pingpong: bool
     if pingpong:
         return bm
     return bm // consumers if c_ring else bm
+
+
+def _order_bar_bytes(consumers: int, pingpong: bool) -> int:
+    """A ping-pong plan's order mbarriers, one per consumer warpgroup (none otherwise)."""
+    return consumers * BARRIER_BYTES if pingpong else 0
 
 
 def c_staging_bytes(*, bm: int, bn: int, elem_bytes: int, consumers: int = 1, c_ring: int = 0,
@@ -193,7 +198,7 @@ def plan_smem(*, bm: int, bn: int, bk: int, elem_bytes: int, stages: int, cluste
     full_off = max(stages_end, c_off + c_bytes)  # C ends 1024-aligned (c_panel is a multiple of 1024 when BM % 8 == 0)
     empty_off = full_off + stages * BARRIER_BYTES
     order_off = empty_off + stages * BARRIER_BYTES if pingpong else None
-    end = empty_off + stages * BARRIER_BYTES + (consumers * BARRIER_BYTES if pingpong else 0)
+    end = empty_off + stages * BARRIER_BYTES + _order_bar_bytes(consumers, pingpong)
     total = end + ALIGN_SLACK
     if total > arch.max_smem_per_block:
         raise PlanRefused(
@@ -226,7 +231,7 @@ def max_stages(*, bm: int, bn: int, bk: int, elem_bytes: int, arch: ArchInfo, c_
     """The largest stage count whose layout fits the per-block limit (0 if none)."""
     c_bytes = c_staging_bytes(bm=bm, bn=bn, elem_bytes=elem_bytes, consumers=consumers, c_ring=c_ring,
                               c_from_registers=c_from_registers, pingpong=pingpong)[2]
-    fixed = (0 if c_aliases_stages else c_bytes) + ALIGN_SLACK + (consumers * BARRIER_BYTES if pingpong else 0)
+    fixed = (0 if c_aliases_stages else c_bytes) + ALIGN_SLACK + _order_bar_bytes(consumers, pingpong)
     per_stage = align_up(bm * bk * elem_bytes, SWIZZLE_ATOM_BYTES) + align_up(bn * bk * elem_bytes, SWIZZLE_ATOM_BYTES) + 2 * BARRIER_BYTES
     return max(0, (arch.max_smem_per_block - fixed) // per_stage)
 
