@@ -47,7 +47,7 @@ import torch
 import gemm_ladder
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.library import fp8
-from gemm_ladder.library.fp8 import dequantize, quantize_fp8
+from gemm_ladder.library.fp8 import SCHEME_BLOCKS, dequantize, quantize_fp8
 from suite import add_output_argument, require_gpu, save, with_setting
 
 ISSUE = [(4096, 7168, 16384), (4096, 4096, 4096), (8192, 8192, 8192), (4096, 24576, 1536), (128, 7168, 2048)]
@@ -55,7 +55,7 @@ ISSUE = [(4096, 7168, 16384), (4096, 4096, 4096), (8192, 8192, 8192), (4096, 245
 #: (qkv, o, gate_up, down).
 LAYERS = {"dsv3": [(1536, 7168), (24576, 1536), (576, 7168), (7168, 16384), (4096, 7168), (7168, 2048)],
           "llama3_8b": [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)]}
-BLOCKS = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "blockwise": ((1, 128), (128, 128))}
+BLOCKS = SCHEME_BLOCKS
 CHECK_ROWS = 256
 
 

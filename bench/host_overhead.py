@@ -225,23 +225,17 @@ def fp8_paths(m: int, n: int, k: int) -> dict:
     torch refuses at this shape is left out of torch's side."""
     import gemm_ladder
     import gemm_ladder.ops_fp8 as ops_fp8
-    from gemm_ladder.library.fp8 import quantize_fp8
+    from gemm_ladder.library.fp8 import SCHEME_BLOCKS, quantize_fp8
 
     def python_path(fn):
         def run():
-            entry = ops_fp8._HOST
-            ops_fp8.set_host(None)
-            try:
+            with ops_fp8.python_launch():
                 fn()
-            finally:
-                ops_fp8.set_host(entry)
         return run
 
-    blocks = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)),
-              "blockwise": ((1, 128), (128, 128))}
     out = {}
     w = torch.randn(n, k, device="cuda") / k ** 0.5
-    for scheme, (ba, bw) in blocks.items():
+    for scheme, (ba, bw) in SCHEME_BLOCKS.items():
         qw, sw = quantize_fp8(w, bw)
         b, sb = qw.T, (sw.T if sw.dim() == 2 else sw)
         calls = [(qa, b, sa, sb) for qa, sa in (quantize_fp8(torch.randn(m, k, device="cuda"), ba)

@@ -21,8 +21,7 @@ import torch
 
 from suite import ResultCheck, require_gpu
 
-#: The scale granularities of scaled_mm: (a's block, w's block), as quantize_fp8 takes them.
-FP8_BLOCKS = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "blockwise": ((1, 128), (128, 128))}
+from gemm_ladder.library.fp8 import SCHEME_BLOCKS  # each scaling's (a's block, w's block), as quantize_fp8 takes them
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     for m in (64, 300):
         x, wg, wu = r(m, 1024), r(1536, 1024), r(1536, 1024)
         check(f"swiglu M={m}", g.swiglu(x, wg, wu), F.silu(x.double() @ wg.double().T) * (x.double() @ wu.double().T))
-    for mode, (ba, bw) in FP8_BLOCKS.items():
+    for mode, (ba, bw) in SCHEME_BLOCKS.items():
         qa, sa = quantize_fp8(torch.randn(384, 1024, device="cuda"), ba)
         qw, sw = quantize_fp8(torch.randn(640, 1024, device="cuda") / 32, bw)
         check(f"scaled_mm {mode}", g.scaled_mm(qa, qw.T, sa, sw.T if sw.dim() == 2 else sw),
@@ -76,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     # The 64-row fp8 build, forced: 100 rows (two 64-row tiles, a tail), whole and split along K.
     from gemm_ladder.library import fp8 as fp8_lib
 
-    for mode, (ba, bw) in FP8_BLOCKS.items():
+    for mode, (ba, bw) in SCHEME_BLOCKS.items():
         for split, k in ((False, 1040), (True, 7232)):
             qa, sa = quantize_fp8(torch.randn(100, k, device="cuda"), ba)
             qw, sw = quantize_fp8(torch.randn(1536, k, device="cuda") / 32, bw)

@@ -10,10 +10,10 @@ import math
 
 import torch
 
-from gemm_ladder.library.fp8 import dequantize, quantize_fp8
+from gemm_ladder.library.fp8 import SCHEME_BLOCKS, dequantize, quantize_fp8
 
 #: Each scheme's quantization blocks of a and of w (quantize_fp8's ``block``).
-BLOCKS = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "blockwise": ((1, 128), (128, 128))}
+BLOCKS = SCHEME_BLOCKS
 
 
 def fp8_problem(m: int, n: int, k: int, mode: str, *, seed: int = 0):

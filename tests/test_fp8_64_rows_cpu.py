@@ -13,10 +13,9 @@ from gemm_ladder.library import fp8
 from gemm_ladder.library.fp8 import Fp8Kernel, check_scaled_mm, quantize_fp8
 
 from conftest import needs_nvcc
-from fp8_cases import LaunchRecorder, assert_build_clean, load_bench_fp8_offering
+from fp8_cases import BLOCKS, LaunchRecorder, assert_build_clean, load_bench_fp8_offering
 
 SMS = 132
-BLOCKS = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "blockwise": ((1, 128), (128, 128))}
 
 ROWS64 = [Fp8Kernel("tensorwise", bn=64, store="tma", bm=64), Fp8Kernel("rowwise", bm=64),
           Fp8Kernel("blockwise", bn=64, bias=True, store="tma", bm=64), Fp8Kernel("blockwise", out_dtype="fp8", bm=64),

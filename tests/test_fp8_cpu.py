@@ -224,7 +224,7 @@ def test_launch_arguments(monkeypatch, mode, shape):
     monkeypatch.setattr(Fp8Kernel, "loaded", lambda self, device: rec)
     # The 128-row launch's arguments (the 64-row one's, which M <= 64 takes by default: test_fp8_64_rows_cpu.py).
     monkeypatch.setattr(fp8, "TILE_M_DEFAULT", "128")
-    blocks = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "blockwise": ((1, 128), (128, 128))}
+    blocks = fp8.SCHEME_BLOCKS
     qa, sa = quantize_fp8(torch.randn(m, k), blocks[mode][0])
     qw, sw = quantize_fp8(torch.randn(n, k), blocks[mode][1])
     sb = sw.T if sw.dim() == 2 else sw

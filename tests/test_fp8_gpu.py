@@ -9,12 +9,12 @@ import pytest
 import torch
 
 import gemm_ladder
-from gemm_ladder.library.fp8 import dequantize, quantize_fp8
+from gemm_ladder.library.fp8 import SCHEME_BLOCKS, dequantize, quantize_fp8
 
 pytestmark = pytest.mark.gpu
 
 E4M3 = torch.float8_e4m3fn
-BLOCKS = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "blockwise": ((1, 128), (128, 128))}
+BLOCKS = SCHEME_BLOCKS
 
 
 def _problem(m, n, k, mode, *, seed=0, a_dtype=E4M3, b_dtype=E4M3):

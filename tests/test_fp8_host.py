@@ -265,3 +265,16 @@ def test_an_out_dtype_that_is_no_dtype_is_a_type_error():
     a, b, sa, sb, _ = _operands(16, 32, 64, "tensorwise")
     with pytest.raises(GemmTypeError, match="out_dtype"):
         gemm_ladder.scaled_mm(a, b, sa, sb, out_dtype=np.array([1, 2]))
+
+
+def test_python_launch_switches_the_host_entry_off_and_back(monkeypatch):
+    import gemm_ladder.ops_fp8 as ops_fp8
+
+    entry = object()
+    monkeypatch.setattr(ops_fp8, "_HOST", entry)
+    with ops_fp8.python_launch():
+        assert ops_fp8._HOST is None
+    assert ops_fp8._HOST is entry
+    with pytest.raises(RuntimeError), ops_fp8.python_launch():
+        raise RuntimeError("a failing call")
+    assert ops_fp8._HOST is entry

@@ -29,12 +29,8 @@ BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 
 def python_path(*args, **kwargs):
     """The same call with the host entry switched off (library/fp8.py scaled_mm_launch)."""
-    entry = ops_fp8._HOST
-    ops_fp8.set_host(None)
-    try:
+    with ops_fp8.python_launch():
         return gemm_ladder.scaled_mm(*args, **kwargs)
-    finally:
-        ops_fp8.set_host(entry)
 
 
 def counted(host, fn):

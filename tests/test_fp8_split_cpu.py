@@ -147,7 +147,7 @@ def _patched_launch(monkeypatch):
 def test_split_launch_arguments(monkeypatch, mode):
     rec, built, workspaces = _patched_launch(monkeypatch)
     m, n, k = 64, 1024, 4112  # 16 tiles of 128 x 64, 33 K blocks (a K tail of 16)
-    blocks = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "blockwise": ((1, 128), (128, 128))}
+    blocks = fp8.SCHEME_BLOCKS
     qa, sa = quantize_fp8(torch.randn(m, k), blocks[mode][0])
     qw, sw = quantize_fp8(torch.randn(n, k), blocks[mode][1])
     sb = sw.T if sw.dim() == 2 else sw

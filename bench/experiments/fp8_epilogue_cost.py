@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from gemm_ladder.gates.performance import time_fns
     from gemm_ladder.library import fp8
-    from k_sweep import FP8_BLOCKS, describe_fit, k_points, rel_err as relative_error
+    from k_sweep import describe_fit, k_points, rel_err as relative_error
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     bn = fp8.tile_n(m, n, sms)
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     for kernel in builds.values():
         kernel.build()
     ks = k_points(args.k0, FACTORS)
-    ba, bw = FP8_BLOCKS[args.scale]
+    ba, bw = fp8.SCHEME_BLOCKS[args.scale]
     torch.manual_seed(0)
     us: dict[str, list[float]] = {name: [] for name in builds}
     rel_err, nothing_stored, tma_err, tma_equal = 0.0, True, 0.0, 1.0

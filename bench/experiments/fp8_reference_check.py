@@ -19,9 +19,9 @@ require_gpu(__file__)
 import torch  # noqa: E402
 
 import gemm_ladder  # noqa: E402
-from gemm_ladder.library.fp8 import dequantize, quantize_fp8  # noqa: E402
+from gemm_ladder.library.fp8 import SCHEME_BLOCKS, dequantize, quantize_fp8  # noqa: E402
 
-BLOCKS = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "blockwise": ((1, 128), (128, 128))}
+BLOCKS = SCHEME_BLOCKS
 def rel(x, r): return ((x.double() - r).norm() / r.norm()).item()
 torch.manual_seed(0)
 for (m, n, ks, modes) in ((4096, 24576, (768, 1536, 3072), ("blockwise", "rowwise", "tensorwise")),

@@ -69,6 +69,7 @@ from suite import add_output_argument, require_gpu, save  # noqa: E402
 import torch  # noqa: E402
 
 from gemm_ladder.gates.performance import time_fns  # noqa: E402
+from gemm_ladder.library.fp8 import SCHEME_BLOCKS  # noqa: E402
 
 #: K = K0 x factor, rounded to a multiple of K_MULTIPLE.
 FACTORS = (0.25, 0.5, 1.0, 1.5, 2.0)
@@ -83,7 +84,6 @@ CHECK_ROWS = 256
 
 MM_SHAPES = [(1000, 4608, 3584), (12608, 1024, 4096), (8192, 768, 3072), (4096, 4096, 4096)]
 FP8_SHAPES = [(4096, 7168, 16384), (4096, 24576, 1536)]
-FP8_BLOCKS = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "blockwise": ((1, 128), (128, 128))}
 GROUPED_CASES = ("qwen3_gate_up", "mixtral_down_skewed")
 OPS = ("mm", "fp8", "grouped")
 
@@ -295,7 +295,7 @@ class Fp8Case(Case):
         import gemm_ladder
         from gemm_ladder.library.fp8 import dequantize, quantize_fp8
 
-        ba, bw = FP8_BLOCKS[self.mode]
+        ba, bw = SCHEME_BLOCKS[self.mode]
         qa, sa = quantize_fp8(torch.randn(self.m, k, device="cuda"), ba)
         qw, sw = quantize_fp8(torch.randn(self.n, k, device="cuda") / math.sqrt(k), bw)
         args = (qa, qw.T, sa, sw.T if sw.dim() == 2 else sw)
@@ -396,7 +396,7 @@ def make_cases(ops, factors) -> list[Case]:
     if "mm" in ops:
         cases += [MmCase(m, n, k, factors) for m, n, k in MM_SHAPES]
     if "fp8" in ops:
-        cases += [Fp8Case(m, n, k, mode, factors) for m, n, k in FP8_SHAPES for mode in FP8_BLOCKS]
+        cases += [Fp8Case(m, n, k, mode, factors) for m, n, k in FP8_SHAPES for mode in SCHEME_BLOCKS]
     if "grouped" in ops:
         cases += [GroupedCase(name, d, factors) for name in GROUPED_CASES for d in ("fwd", "grad_w")]
     return cases

@@ -17,6 +17,8 @@ the same build with the same arguments (library/fp8.py ``launch_args``).
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from gemm_ladder.library.fp8 import (QUANT_OUT, check_scaled_mm, describe, host_refusal, quantize_fp8,
@@ -41,6 +43,18 @@ def set_host(entry) -> None:
     """Launch functional calls through ``entry`` (the host module's ``scaled_mm``), or with None in Python."""
     global _HOST
     _HOST = entry
+
+
+@contextlib.contextmanager
+def python_launch():
+    """Within the block, functional calls take the Python launch (the host entry switched off, then put back):
+    for the tests and benchmarks that compare the two paths."""
+    entry = _HOST
+    set_host(None)
+    try:
+        yield
+    finally:
+        set_host(entry)
 
 
 def _functional(a, b, scale_a, scale_b, bias, out_dtype):

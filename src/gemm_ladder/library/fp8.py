@@ -982,6 +982,9 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
 
 #: The blocks quantize_fp8 takes: (rows, columns) per scale; -1 spans the whole dimension.
 BLOCKS = ((1, 128), (128, 128), (1, -1), (-1, -1))
+#: Each scaling scaled_mm takes, as the blocks of ``a`` (M, K) and of ``w`` (N, K) that quantize_fp8 quantizes
+#: them with (check_scaled_mm's scale layouts: tensorwise, rowwise, blockwise 1 x 128 with 128 x 128).
+SCHEME_BLOCKS = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "blockwise": ((1, 128), (128, 128))}
 
 
 def quantize_fp8(x: torch.Tensor, block=(1, 128), *, dtype: torch.dtype = torch.float8_e4m3fn):
