@@ -74,8 +74,10 @@ class LayoutCall:
     """``fn(a, b) -> a @ b.T`` through library_gemm(a_major, b_major, bn) on placed views, writing into
     a NaN-poisoned output of pitch ldc (padding columns checked to stay NaN)."""
 
-    def __init__(self, a_major, b_major, bn=256, split="tail", pad=None, offset=8, c_pad=16, cluster=2, bm=128):
-        self.kernel = library_gemm(a_major, b_major, bn, cluster=cluster, bm=bm)
+    def __init__(self, a_major, b_major, bn=256, split="tail", pad=None, offset=8, c_pad=16, cluster=2, bm=128,
+                 pingpong=False, c_from_registers=False):
+        self.kernel = library_gemm(a_major, b_major, bn, cluster=cluster, bm=bm, pingpong=pingpong,
+                                   c_from_registers=c_from_registers)
         self.a_major, self.b_major, self.split = a_major, b_major, split
         self.pad, self.offset, self.c_pad = pad, offset, c_pad
 

@@ -255,14 +255,16 @@ def _config(dtype: str, tile, stages: int, cluster: int, consumers: int, arch: s
 def kernel_defines_for(dtype: str = "bf16", tile=(128, 128, 64), stages: int = 4, cluster: int = 1,
                        consumers: int = 1, arch: str = "sm_90a", producer_warpgroup: bool | None = None,
                        c_aliases_stages: bool = False, c_ring: int = 0, c_from_registers: bool = False,
-                       a_major: str = "k", b_major: str = "k") -> dict[str, int]:
+                       a_major: str = "k", b_major: str = "k", pingpong: bool = False) -> dict[str, int]:
     """The compile-time constants (``-D``) of a kernel built for this configuration; no problem shape needed.
 
     ``a_major`` / ``b_major``: each operand K-major ("k") or MN-major ("mn") in memory and shared memory.
+    ``pingpong``: the consumers take tiles in turn (:data:`SCHEDULES`' "pingpong"), adding GL_PINGPONG and
+    the order barriers' offset.
     Raises :class:`PlanRefused` for configurations no shape could use (box, swizzle, smem, TMEM rules).
     """
     return _config(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_aliases_stages, c_ring,
-                   c_from_registers, a_major, b_major).defines()
+                   c_from_registers, a_major, b_major, pingpong).defines()
 
 
 def _tensor_maps(m: int, n: int, k: int, dt: DtypeInfo, tile, cluster: int, *, c_box_rows: int | None = None,

@@ -92,11 +92,10 @@ def config_label(config) -> str:
     fp32 = " fp32 out" if config.out_fp32 else ""
     if config.family == "sm90_gemm_small_m":
         label = f"small-M BN {bn} A {am} B {bm}{fp32} {dtype}"
-    elif config.family == "sm90_gemm" and config.c_from_registers:
-        label = f"general from registers A {am} B {bm} BN {bn}{fp32} {dtype}"
     elif config.family == "sm90_gemm":
-        label = (f"general A {am} B {bm}{' BM 64' if config.tile[0] == 64 else ''} BN {bn}"
-                 f"{' 1 CTA' if config.cluster == 1 else ''} {dtype}")
+        label = (f"general{' from registers' if config.c_from_registers else ''} A {am} B {bm}"
+                 f"{' BM 64' if config.tile[0] == 64 else ''} BN {bn}{' ping-pong' if config.pingpong else ''}"
+                 f"{' 1 CTA' if config.cluster == 1 else ''}{fp32} {dtype}")
     else:
         label = f"{config.family} {dtype}"
     return label + (f" epilogue #{config.epilogue_id}" if config.epilogue is not None else "")

@@ -57,7 +57,7 @@ from gemm_ladder.design.stream_k import (
 from gemm_ladder.library import kernel as K
 from gemm_ladder.library.bound import BoundLaunch
 from gemm_ladder.library.epilogue import EpilogueCall, compile_with_epilogue
-from gemm_ladder.library.kernel import STORE_REGISTERS, STORE_TMA, STREAM_K, KernelConfig, Operands
+from gemm_ladder.library.kernel import DATA_PARALLEL, STORE_REGISTERS, STORE_TMA, STREAM_K, KernelConfig, Operands
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES, Major, OperandView, operand_view
 from gemm_ladder.runtime.compiler import compile_kernel
 from gemm_ladder.runtime.module import LaunchGeometry, device_index, load
@@ -167,6 +167,10 @@ class LibraryGemm:
     #: CTAs per cluster: level 9's 2 (vertically adjacent tiles sharing B by multicast), or 1 (one CTA
     #: per SM alone: no idle twin where the M tiles are odd in number, no multicast).
     cluster: int = 2
+    #: Two consumer warpgroups take the 64-row tiles in turn, one storing its tile while the other
+    #: computes (sm90_gemm.cu's GL_PINGPONG; the designer's "pingpong" schedule): every unit whole, no
+    #: stream-K tail.
+    pingpong: bool = False
     _launches: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _specs: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
@@ -207,11 +211,19 @@ class LibraryGemm:
 
     @property
     def consumers(self) -> int:
-        """Consumer warpgroups, each 64 rows of the tile: level 9's 2 (BM = 128), or 1 (BM = 64)."""
-        return self.tile[0] // 64
+        """Consumer warpgroups: level 9's 2 of 64 rows each (BM = 128), 1 (BM = 64), or 2 taking the
+        64-row tiles in turn (ping-pong)."""
+        return 2 if self.pingpong else self.tile[0] // 64
 
-    #: The split policies the dispatcher may rank for this kernel.
-    splits = RANKED_SPLITS
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """The split policies the dispatcher may rank for this kernel: a ping-pong build splits none."""
+        return ("none",) if self.pingpong else RANKED_SPLITS
+
+    @property
+    def default_split(self) -> str:
+        """The split a launch takes when given none: level 9's "tail", or "none" for a ping-pong build."""
+        return "none" if self.pingpong else "tail"
 
     @property
     def output_store(self) -> str:
@@ -248,9 +260,9 @@ class LibraryGemm:
         extra = {"c_from_registers": True} if self.c_from_registers else {}
         return plan_gemm(m, n, k, dtype, tile=self.tile, stages=self.stages, cluster=self.cluster,
                          consumers=self.consumers, persistent=self.persistent,
-                         producer_warpgroup=self.producer_warpgroup, c_ring=self.c_ring, stream_k=True,
+                         producer_warpgroup=self.producer_warpgroup, c_ring=self.c_ring, stream_k=not self.pingpong,
                          stream_k_min_idle=self.stream_k_min_idle, a_major=self.a_major, b_major=self.b_major,
-                         lda=lda, ldb=ldb, ldc=ldc, **extra)
+                         lda=lda, ldb=ldb, ldc=ldc, schedule="pingpong" if self.pingpong else "cooperative", **extra)
 
     # --- the rules ------------------------------------------------------------------------------
     def supports(self, a: OperandView, b: OperandView, c: torch.Tensor, *,
@@ -323,13 +335,15 @@ class LibraryGemm:
         return None
 
     # --- launching (GPU) --------------------------------------------------------------------------
-    def launch(self, a: OperandView, b: OperandView, c: torch.Tensor, *, split: str = "tail",
+    def launch(self, a: OperandView, b: OperandView, c: torch.Tensor, *, split: str | None = None,
                c_padding_writable: bool = False, epilogue: EpilogueCall | None = None) -> None:
         """``c = A @ B^T`` on the current stream. a: (M, K), b: (N, K) views; c: (M, N), stride (ldc, 1).
 
-        ``split``: "tail", "all", "none" or "wave" (:func:`split_schedule`). While a CUDA graph is being
+        ``split``: "tail", "all", "none" or "wave" (:func:`split_schedule`); None: the build's default
+        (:attr:`default_split`). While a CUDA graph is being
         captured the launch runs unsplit (as level 9 does: a graph would keep the stream-K
-        workspace's addresses beyond its cache).
+        workspace's addresses beyond its cache). A ping-pong build computes every unit whole
+        (``splits`` is ("none",)): any other split is refused with ValueError.
 
         ``epilogue``: a fused epilogue bound to its inputs in the caller's output coordinates and
         oriented (``swap``: c is the transpose of the caller's output); its extents must be c's (or
@@ -345,6 +359,7 @@ class LibraryGemm:
         Raises GemmInputError naming the rule (:meth:`supports`) and ValueError for an unknown
         ``split``, before any launch; EpilogueCompileError when nvcc rejects the epilogue's CUDA.
         """
+        split = split or self.default_split
         if epilogue is None and c.is_cuda and not torch.cuda.is_current_stream_capturing():
             key = bind_key(self.config(dtype_name(a.tensor.dtype)), a, b, c, split, c_padding_writable,
                            torch.cuda.current_stream(c.device).cuda_stream)
@@ -352,7 +367,7 @@ class LibraryGemm:
             return
         self.bind(a, b, c, split=split, c_padding_writable=c_padding_writable, epilogue=epilogue)()
 
-    def bind(self, a: OperandView, b: OperandView, c: torch.Tensor, *, split: str = "tail",
+    def bind(self, a: OperandView, b: OperandView, c: torch.Tensor, *, split: str | None = None,
              c_padding_writable: bool = False, epilogue: EpilogueCall | None = None) -> BoundLaunch:
         """:meth:`launch` bound to these operands' addresses and the current stream, for repeated calls
         (library/bound.py): checks, schedule, tensor maps and packed arguments done once; each call of
@@ -364,8 +379,11 @@ class LibraryGemm:
         reason = self.supports(a, b, c, c_padding_writable=c_padding_writable)
         if reason is not None:
             raise GemmInputError(reason)
+        split = split or self.default_split
         if split not in SPLITS:
             raise ValueError(f"split = {split!r}: use one of {', '.join(SPLITS)}")
+        if split not in self.splits:
+            raise ValueError(f"split = {split!r}: {self.name} computes every unit whole (ping-pong); use split='none'")
         m, n, k = a.rows, b.rows, a.k
         dtype = dtype_name(a.tensor.dtype)
         if epilogue is not None and (epilogue.rows, epilogue.cols) != ((n, m) if epilogue.swap else (m, n)):
@@ -445,10 +463,11 @@ class LibraryGemm:
                None if self.c_from_registers else _ldc(c), a.tensor.dtype)
         return cached(self._maps, key, lambda: [encode_tiled(kw) for _, kw in map_kwargs or self.view_map_kwargs(a, b, c)])
 
-    def __call__(self, a: torch.Tensor, b: torch.Tensor, *, split: str = "tail") -> torch.Tensor:
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, *, split: str | None = None) -> torch.Tensor:
         """``a @ b.T`` (the ladder's contract, ``F.linear(a, b)``) with a (M, K) and b (N, K) in this
-        kernel's layouts: a K-major is row-major, MN-major column-major; likewise b. Returns a new
-        row-major (M, N) tensor. Raises GemmInputError naming the rule before any launch."""
+        kernel's layouts: a K-major is row-major, MN-major column-major; likewise b. ``split``: as
+        :meth:`launch`. Returns a new row-major (M, N)
+        tensor. Raises GemmInputError naming the rule before any launch."""
         va, vb = operand_view(a, k_dim=1), operand_view(b, k_dim=1)
         for name, v, t in (("a", va, a), ("b", vb, b)):
             if v is None:
@@ -485,7 +504,7 @@ def _options(split: str, c_padding_writable: bool) -> tuple:
 
 
 def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers: bool = False,
-                 out_fp32: bool = False, cluster: int = 2, bm: int = 128) -> LibraryGemm:
+                 out_fp32: bool = False, cluster: int = 2, bm: int = 128, pingpong: bool = False) -> LibraryGemm:
     """The layouts kernel for A ``a_major`` and B ``b_major`` ("k" or "mn") with tile width ``bn``
     (64, 128 or 256; 192 with a K-major B); one instance per configuration, so builds, loaded kernels and
     maps are cached.
@@ -494,23 +513,27 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     ``out_fp32`` (only with it): its float32-output build. ``cluster``: 2 (level 9's pair of CTAs sharing
     B) or 1 (one CTA per cluster: the build for an odd number of M tiles, whose last pair would have an
     idle twin). ``bm``: 128 (level 9's two consumer warpgroups of 64 rows) or 64 (one consumer: twice the
-    tiles of a 128-row tile, for problems whose 128-row tiles leave SMs idle).
+    tiles of a 128-row tile, for problems whose 128-row tiles leave SMs idle). ``pingpong`` (with
+    ``bm`` = 64): two consumer warpgroups take the 64-row tiles in turn, each storing its tile while the
+    other runs its main loop (the designer's "pingpong" schedule, audited by audit/ring.py), for short K
+    and heavy epilogues; every unit whole (split "none").
 
     Stages: the most that fit in shared memory (design.smem.max_stages) beside the panel rings: 4 at
     BN = 256 (level 9's), 5 at 192, 6 at BN = 128, 8 at BN = 64 (``c_ring``: the largest ring of at most 2
     panel buffers per consumer that divides the tile's panels: 2, 1, 2, 1); with no C staging
     (c_from_registers): 4 at 256, 5 at 192, 7 at 128, 9 at 64; with 64-row tiles (one consumer's panel ring):
-    5 at 256, 6 at 192, 8 at 128, 13 at 64. Raises ValueError for any other major, width, cluster or tile
-    height, or ``out_fp32`` without ``c_from_registers``.
+    5 at 256, 6 at 192, 8 at 128, 13 at 64 (ping-pong: two consumers' panel rings, design.smem.max_stages).
+    Raises ValueError for any other major, width, cluster or tile height, ``out_fp32`` without
+    ``c_from_registers``, or ``pingpong`` with ``bm`` other than 64.
     """
     # One cache key per configuration however it is spelled (bn positional or by name, flags defaulted
     # or given): every caller then shares one instance, and its builds and bindings.
-    return _library_gemm(a_major, b_major, bn, bool(c_from_registers), bool(out_fp32), cluster, bm)
+    return _library_gemm(a_major, b_major, bn, bool(c_from_registers), bool(out_fp32), cluster, bm, bool(pingpong))
 
 
 @functools.lru_cache(maxsize=None)
 def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, out_fp32: bool,
-                  cluster: int = 2, bm: int = 128) -> LibraryGemm:
+                  cluster: int = 2, bm: int = 128, pingpong: bool = False) -> LibraryGemm:
     if bm not in TILE_M:
         raise ValueError(f"bm = {bm!r}: the kernel is built for BM in {TILE_M} (64 rows per consumer warpgroup)")
     if cluster not in CLUSTERS:
@@ -522,21 +545,26 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
                          + (f" (b_major = {b_major!r})" if bn in K_MAJOR_B_TILE_N else ""))
     if out_fp32 and not c_from_registers:
         raise ValueError("out_fp32=True needs c_from_registers=True: only the register store writes float32")
+    if pingpong and bm != 64:
+        raise ValueError(f"pingpong=True with bm = {bm}: each ping-pong consumer holds a whole tile in its registers, "
+                         "built at 64 rows")
+    consumers = 2 if pingpong else bm // 64
     panels = bn // 64
     c_ring = 0 if c_from_registers else max(r for r in range(1, C_RING + 1) if panels % r == 0)  # the ring divides the panels
-    stages = max_stages(bm=bm, bn=bn, bk=64, elem_bytes=2, arch=arch_info("sm_90a"), consumers=bm // 64, c_ring=c_ring,
-                        c_from_registers=c_from_registers)
+    stages = max_stages(bm=bm, bn=bn, bk=64, elem_bytes=2, arch=arch_info("sm_90a"), consumers=consumers, c_ring=c_ring,
+                        c_from_registers=c_from_registers, pingpong=pingpong)
     suffix = (("_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "") + ("_c1" if cluster == 1 else "")
-              + ("_bm64" if bm == 64 else ""))
+              + ("_bm64" if bm == 64 else "") + ("_pp" if pingpong else ""))
     return LibraryGemm(
         name=f"sm90_gemm_{a_major}{b_major}_bn{bn}{suffix}",
         idea=f"level 9's kernel with A {a_major}-major and B {b_major}-major in shared memory, any TMA pitch, "
              f"a {bm} x {bn} tile"
              + (", C stored from registers (any pitch)" if c_from_registers else "")
              + (", float32 output" if out_fp32 else "")
-             + (", one CTA per cluster" if cluster == 1 else ""),
+             + (", one CTA per cluster" if cluster == 1 else "")
+             + (", two consumers taking the tiles in turn (ping-pong)" if pingpong else ""),
         tile=(bm, bn, 64), stages=stages, c_ring=c_ring, a_major=a_major, b_major=b_major,
-        c_from_registers=c_from_registers, out_fp32=out_fp32, cluster=cluster,
+        c_from_registers=c_from_registers, out_fp32=out_fp32, cluster=cluster, pingpong=pingpong,
     )
 
 
@@ -548,7 +576,8 @@ def _config(kernel: LibraryGemm, dtype: str, arch: str) -> KernelConfig:
         FAMILY, dtype=dtype, out_dtype="fp32" if kernel.out_fp32 else dtype, arch=arch, a_major=kernel.a_major,
         b_major=kernel.b_major, tile=kernel.tile, stages=kernel.stages, cluster=kernel.cluster,
         consumers=kernel.consumers, producer_warpgroup=kernel.producer_warpgroup, c_ring=kernel.c_ring,
-        store=STORE_REGISTERS if kernel.c_from_registers else STORE_TMA, schedule=STREAM_K,
+        store=STORE_REGISTERS if kernel.c_from_registers else STORE_TMA,
+        schedule=DATA_PARALLEL if kernel.pingpong else STREAM_K, pingpong=kernel.pingpong,
         extra=(("GL_C_FROM_REGISTERS", 1),) if kernel.c_from_registers else ())
 
 
@@ -558,7 +587,8 @@ def kernel_for(config: KernelConfig) -> LibraryGemm:
     if config.family != FAMILY:
         raise ValueError(f"config of family {config.family!r} given to {FAMILY}")
     kernel = library_gemm(config.a_major, config.b_major, config.tile[1], c_from_registers=config.c_from_registers,
-                          out_fp32=config.out_fp32, cluster=config.cluster, bm=config.tile[0])
+                          out_fp32=config.out_fp32, cluster=config.cluster, bm=config.tile[0],
+                          pingpong=config.pingpong)
     if kernel.config(config.dtype, config.arch, config.epilogue) != config:
         raise ValueError(f"{FAMILY} builds no such configuration: {config}")
     return kernel
@@ -573,12 +603,12 @@ class Sm90Gemm:
     splits = RANKED_SPLITS
 
     def config(self, a_major: str, b_major: str, bn: int, dtype: str, *, store: str = STORE_TMA,
-               out_dtype: str | None = None, cluster: int = 2, bm: int = 128) -> KernelConfig:
+               out_dtype: str | None = None, cluster: int = 2, bm: int = 128, pingpong: bool = False) -> KernelConfig:
         """The build for A ``a_major``, B ``b_major``, tile ``bm`` x ``bn``, ``dtype`` inputs, C stored by
         ``store`` in ``out_dtype`` (default the inputs'; "fp32" only from registers), clusters of
-        ``cluster`` CTAs (2 or 1)."""
+        ``cluster`` CTAs (2 or 1), ping-pong consumers (``pingpong``, BM 64) or level 9's."""
         return library_gemm(a_major, b_major, bn, c_from_registers=store == STORE_REGISTERS,
-                            out_fp32=out_dtype == "fp32", cluster=cluster, bm=bm).config(dtype)
+                            out_fp32=out_dtype == "fp32", cluster=cluster, bm=bm, pingpong=pingpong).config(dtype)
 
     def supports(self, config: KernelConfig, problem: Operands, **rules) -> str | None:
         a = problem.a

@@ -101,6 +101,9 @@ class KernelConfig:
     b_dtype: str | None = None
     scale: str | None = None
     grouping: str | None = None
+    #: The consumers take tiles in turn, each a whole tile, one storing while another computes (the
+    #: designer's "pingpong" schedule, design/plan.py SCHEDULES); False: level 9's cooperative consumers.
+    pingpong: bool = False
 
     def __post_init__(self) -> None:
         if self.dtype not in INPUT_DTYPES or self.out_dtype not in OUTPUT_DTYPES or self.acc_dtype != "fp32":
@@ -126,6 +129,9 @@ class KernelConfig:
                              f"names its grouping (one of {', '.join(GROUPINGS)}), the others none")
         if self.a_major not in ("k", "mn") or self.b_major not in ("k", "mn"):
             raise ValueError(f"a_major = {self.a_major!r}, b_major = {self.b_major!r}: each 'k' or 'mn'")
+        if self.pingpong and (self.consumers < 2 or self.schedule != DATA_PARALLEL):
+            raise ValueError(f"pingpong with consumers = {self.consumers}, schedule = {self.schedule!r}: ping-pong "
+                             f"consumers (two or more) take whole tiles in turn, a {DATA_PARALLEL} schedule")
 
     @property
     def is_fp8(self) -> bool:
@@ -156,7 +162,7 @@ class KernelConfig:
         """The designer's constants for this configuration (design.plan.kernel_defines_for), cached."""
         return _plan_defines(self.dtype, self.tile, self.stages, self.cluster, self.consumers, self.arch,
                              self.producer_warpgroup, self.c_ring, self.c_from_registers,
-                             *self.plan_majors().values())
+                             *self.plan_majors().values(), self.pingpong)
 
     def defines(self) -> dict[str, int | str]:
         """Every ``-D`` constant of the build: the dtype switch, the plan's constants, the float32
@@ -181,14 +187,16 @@ class KernelConfig:
                 "tile": list(self.tile), "stages": self.stages, "cluster": self.cluster, "consumers": self.consumers,
                 "store": self.store, "schedule": self.schedule, "epilogue": self.epilogue_id,
                 **{k: v for k, v in (("b_dtype", self.b_dtype), ("scale", self.scale), ("grouping", self.grouping))
-                   if v is not None}}
+                   if v is not None},
+                **({"consumer_schedule": "pingpong"} if self.pingpong else {})}
 
 
 @functools.lru_cache(maxsize=None)
 def _plan_defines(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup, c_ring, c_from_registers,
-                  a_major, b_major) -> dict[str, int]:
+                  a_major, b_major, pingpong=False) -> dict[str, int]:
     return kernel_defines_for(dtype, tile, stages, cluster, consumers, arch, producer_warpgroup=producer_warpgroup,
-                              c_ring=c_ring, c_from_registers=c_from_registers, a_major=a_major, b_major=b_major)
+                              c_ring=c_ring, c_from_registers=c_from_registers, a_major=a_major, b_major=b_major,
+                              pingpong=pingpong)
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,7 @@
 #include "gemm_ladder/epilogue.cuh"
 #include "gemm_ladder/fused_epilogue_pair.cuh"
 #include "gemm_ladder/panel_ring.cuh"
+#include "gemm_ladder/pingpong.cuh"
 #include "gemm_ladder/ptx/cluster.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
 #include "gemm_ladder/ptx/mbarrier.cuh"
@@ -107,16 +108,18 @@ struct PointerC {
 // is the one a build compiles.
 template <class Cfg>
 __host__ __device__ constexpr bool config_ok() {
-  static_assert(((Cfg::BM == 128 && Cfg::kConsumers == 2) || (Cfg::BM == 64 && Cfg::kConsumers == 1)) &&
+  static_assert(((Cfg::BM == 128 && Cfg::kConsumers == 2) || (Cfg::BM == 64 && Cfg::kConsumers == 1) ||
+                 (Cfg::kPingpong && Cfg::BM == 64 && Cfg::kConsumers == 2)) &&
                     Cfg::kProducerWarpgroups == 1,
-                "sm90_gemm: level 9's 128-row tile on two consumer warpgroups, or a 64-row tile on one; a producer warpgroup");
+                "sm90_gemm: level 9's 128-row tile on two consumer warpgroups, or a 64-row tile on one, or 64-row "
+                "tiles taken in turn by two (ping-pong); a producer warpgroup");
   static_assert(Cfg::kCluster == 1 || Cfg::kCluster == 2, "sm90_gemm: a 2-CTA cluster sharing B, or one CTA");
   static_assert(Cfg::BN == 64 || Cfg::BN == 128 || Cfg::BN == 192 || Cfg::BN == 256,
                 "sm90_gemm: BN is 64, 128, 192 or 256");
   static_assert(Cfg::BK == 64, "sm90_gemm: BK = 64, one 128-byte swizzle span of K per stage");
   static_assert((Cfg::kAMnMajor == 0 || Cfg::kAMnMajor == 1) && (Cfg::kBMnMajor == 0 || Cfg::kBMnMajor == 1),
                 "sm90_gemm: each operand K-major (0) or MN-major (1)");
-  static_assert(Cfg::BM == 64 * Cfg::kConsumers, "level 9: each consumer owns 64 rows of the tile");
+  static_assert(Cfg::kPingpong || Cfg::BM == 64 * Cfg::kConsumers, "level 9: each consumer owns 64 rows of the tile");
   if constexpr (Cfg::kStore == CStore::kRegisters) {
     static_assert(Cfg::kCPanels == 0 && Cfg::kCRing == 0,
                   "sm90_gemm: C from registers: the plan must stage no C (c_from_registers)");
@@ -163,6 +166,9 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
   // issued a whole tile ago) have long been read. The rest wait in registers for the next tile.
   constexpr int kEarlyPanels = Cfg::kCRing < Cfg::kCPanels ? Cfg::kCRing : Cfg::kCPanels;
   constexpr int kDeferredPanels = Cfg::kCPanels - kEarlyPanels;
+  // Consumer c's first row in a tile is kConsumerRows x c: its 64-row slice of level 9's tile, or (ping-pong)
+  // row 0 of the whole tile it holds.
+  constexpr int kConsumerRows = Cfg::kPingpong ? 0 : 64;
   constexpr int kPrefetchAhead = 8;  // K iterations between a tile's epilogue prefetch and its epilogue
   // Named barrier 2 + c: consumer c's 128 threads (0 is __syncthreads; the panel ring's stores and the
   // stream-K hand-in).
@@ -174,10 +180,14 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
   const int k_tiles = (K + BK - 1) / BK;
   const int rank = cluster_cta_rank();
   const int first_unit = blockIdx.x / kCluster, unit_stride = gridDim.x / kCluster;
-  // Units [0, whole_end) are computed whole, unit_stride apart; the rest are the stream-K tail.
-  const int whole_end = whole_units_end(sched.total, tail_first_unit, k_tiles, unit_stride);
+  // Units [0, whole_end) are computed whole, unit_stride apart; the rest are the stream-K tail (none
+  // when ping-pong: its units are each one consumer's, its tiles 64 rows, and the launch splits none).
+  const int whole_end = Cfg::kPingpong ? sched.total : whole_units_end(sched.total, tail_first_unit, k_tiles, unit_stride);
   const StreamKTail tail(whole_end, sched.total - whole_end, k_tiles, unit_stride);
 
+  if constexpr (Cfg::kPingpong) {
+    if (threadIdx.x == 0) init_order_barriers(smem);  // before init_ring's fence, which publishes both
+  }
   if constexpr (kFromRegisters) {
     if (threadIdx.x == 0) init_ring(smem, &map_a, &map_b, &map_b);  // no output map: b's is prefetched twice
   } else {
@@ -189,6 +199,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
     if constexpr (Cfg::kConsumers == 2) setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
       RingPosition pos = produce_units(smem, &map_a, &map_b, sched, k_tiles, rank, first_unit, unit_stride, whole_end);
+      if constexpr (!Cfg::kPingpong)
       for (int it = tail.begin(first_unit), end = tail.begin(first_unit + 1); it < end;) {
         const StreamKTail::Segment seg = tail.segment(first_unit, it, end);
         int um, tn;
@@ -216,7 +227,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
       if constexpr (kFromRegisters) {
         int um, tn;
         sched.coords(unit, um, tn);
-        store_fragment_from_registers<BN, !Epi::kFused>(c_out.ptr, c_out.ld, d, (um * kCluster + rank) * BM + 64 * consumer,
+        store_fragment_from_registers<BN, !Epi::kFused>(c_out.ptr, c_out.ld, d, (um * kCluster + rank) * BM + kConsumerRows * consumer,
                                                         tn * BN, M, N, [&](float& x0, float& x1, int r, int c) {
                                                           if constexpr (Epi::kFused) epi.pair_along_row(x0, x1, r, c, M, N);
                                                         });
@@ -228,11 +239,48 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
       if constexpr (!kFromRegisters) {
         int um, tn;
         sched.coords(unit, um, tn);
-        store_panel(p, packed, ring, c_out.map, tn * BN, (um * kCluster + rank) * BM + 64 * consumer, bar, elected);
+        store_panel(p, packed, ring, c_out.map, tn * BN, (um * kCluster + rank) * BM + kConsumerRows * consumer, bar, elected);
       }
     };
     RingPosition pos{0};
-    if constexpr (kFromRegisters) {
+    if constexpr (Cfg::kPingpong) {
+      // Consumer c takes the CTA's tiles c, c + kConsumers, ...: units first_unit + (c + j kConsumers)
+      // unit_stride. Its ring position starts past the tiles before its first and steps over the other
+      // consumers' tiles (each k_tiles loads); its turns keep the main loops in tile order (pingpong.cuh).
+      // Every panel is stored at the end of its tile: the other consumer's main loop hides the stores.
+      pos.count = consumer * k_tiles;
+      int turn = 0;
+      for (int unit = first_unit + consumer * unit_stride; unit < whole_end;
+           unit += Cfg::kConsumers * unit_stride, ++turn) {
+        int um, tn;
+        sched.coords(unit, um, tn);
+        const int tm = um * kCluster + rank;
+        float d[BN / 2];
+        wait_turn(smem, consumer, turn);
+        consume_k_range(smem, d, 0, 0, k_tiles, pos, elected, [&](int kt) {
+          if (kt == k_tiles - 1 && elected) pass_turn(smem, consumer);  // after the tile's last full wait
+          if constexpr (Epi::kFused) {
+            if (kt == (k_tiles > kPrefetchAhead ? k_tiles - kPrefetchAhead : 0))
+              epi.template prefetch<64, BN, 128>(tm * BM, tn * BN, M, N, thread_in_warpgroup());
+          }
+        });
+        pos.count += (Cfg::kConsumers - 1) * k_tiles;
+        if constexpr (kFromRegisters) {
+          store_fragment(d, unit);
+        } else if constexpr (Epi::kFused) {
+#pragma unroll
+          for (int p = 0; p < Cfg::kCPanels; ++p) {
+            epilogue_pack_panel<BN>(packed, d, p, tm * BM, tn * BN, M, N, epi);
+            store_panel(p, packed, ring, c_out.map, tn * BN, tm * BM, bar, elected);
+          }
+        } else {
+          pack_fragment<BN>(packed, d);
+#pragma unroll
+          for (int p = 0; p < Cfg::kCPanels; ++p)
+            store_panel(p, packed, ring, c_out.map, tn * BN, tm * BM, bar, elected);
+        }
+      }
+    } else if constexpr (kFromRegisters) {
       for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
         float d[BN / 2];
         consume_k_range(smem, d, consumer, 0, k_tiles, pos, elected, [](int) {});
@@ -281,13 +329,14 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
           store_panel_of(last, p);
       }
     }
+    if constexpr (!Cfg::kPingpong)
     for (int it = tail.begin(first_unit), end = tail.begin(first_unit + 1); it < end;) {
       const StreamKTail::Segment seg = tail.segment(first_unit, it, end);
       it = seg.next;
       if constexpr (Epi::kFused) {  // every contributor of a split tile prefetches (which one finishes it is decided at its end)
         int um, tn;
         sched.coords(seg.unit, um, tn);
-        epi.template prefetch<64, BN, 128>((um * kCluster + rank) * BM + 64 * consumer, tn * BN, M, N,
+        epi.template prefetch<64, BN, 128>((um * kCluster + rank) * BM + kConsumerRows * consumer, tn * BN, M, N,
                                            thread_in_warpgroup());
       }
       float d[BN / 2];
@@ -307,7 +356,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
           {
             int um, tn;
             sched.coords(seg.unit, um, tn);
-            epilogue_pack_panel<BN>(packed, d, p, (um * kCluster + rank) * BM + 64 * consumer, tn * BN, M, N, epi);
+            epilogue_pack_panel<BN>(packed, d, p, (um * kCluster + rank) * BM + kConsumerRows * consumer, tn * BN, M, N, epi);
           }
           store_panel_of(seg.unit, p);
         }
@@ -332,6 +381,9 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
 #ifndef GL_C_FROM_REGISTERS
 #define GL_C_FROM_REGISTERS 0
 #endif
+#ifndef GL_PINGPONG
+#define GL_PINGPONG 0
+#endif
 struct BuildConfig {
   static constexpr int BM = GL_BM, BN = GL_BN, BK = GL_BK, kStages = GL_STAGES;
   static constexpr int kCluster = GL_CLUSTER, kConsumers = GL_CONSUMERS, kProducerWarpgroups = GL_PRODUCER_WG;
@@ -339,6 +391,7 @@ struct BuildConfig {
   static constexpr int kAMnMajor = GL_A_MN_MAJOR, kBMnMajor = GL_B_MN_MAJOR;
   static constexpr int kCPanels = GL_C_PANELS, kCRing = GL_C_RING, kCPanelBytes = GL_SMEM_C_PANEL_BYTES;
   static constexpr CStore kStore = GL_C_FROM_REGISTERS ? CStore::kRegisters : CStore::kTmaPanels;
+  static constexpr bool kPingpong = GL_PINGPONG;  // the plan's schedule "pingpong" (pingpong.cuh)
 #if defined(GL_OUT_FP32)
   using Out = float;
 #else

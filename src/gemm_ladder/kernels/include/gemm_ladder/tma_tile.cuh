@@ -49,6 +49,12 @@ struct SmemMap {
   __device__ __forceinline__ uint64_t* empty(int stage) const {
     return reinterpret_cast<uint64_t*>(base + GL_SMEM_EMPTY_BAR_OFFSET) + stage;
   }
+#ifdef GL_SMEM_ORDER_BAR_OFFSET
+  // A ping-pong plan's order[c]: consumer c's turn to run a main loop (pingpong.cuh).
+  __device__ __forceinline__ uint64_t* order(int consumer) const {
+    return reinterpret_cast<uint64_t*>(base + GL_SMEM_ORDER_BAR_OFFSET) + consumer;
+  }
+#endif
 };
 
 // Load K tile kt of rows [row0, row0 + ROWS) of an operand (M rows of A, N rows of B) into `dst`, in
