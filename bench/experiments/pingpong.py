@@ -10,8 +10,8 @@ activation; all K-major):
 
 * ``torch``: cuBLAS ``F.linear`` followed by the activation (eager torch; plain: ``F.linear`` alone);
 * ``route``: ``gemm_ladder.linear`` as dispatched (its explain choice recorded);
-* ``coop BM b BN n split``: level 9's cooperative builds (128 x BN: two consumers of 64 rows, stream-K
-  "tail" or "none"; 64 x BN: one consumer), bound in place with the fused epilogue;
+* ``coop BM b BN n [c1] split``: level 9's cooperative builds (128 x BN: two consumers of 64 rows, stream-K
+  "tail" or "none", 2-CTA clusters or one CTA; 64 x BN: one consumer), bound in place with the fused epilogue;
 * ``pp BN n cC``: the ping-pong build (64 x BN tiles taken in turn by two consumers, clusters of C CTAs).
 
 Method: fresh random operands and bias per shape (gates.correctness.random_operands); every output
@@ -51,6 +51,9 @@ SHAPES = (
     ("gpt2 c_fc bias+gelu_tanh", 8192, 3072, 768, "gelu_tanh", True),
     ("gpt2 c_fc 1023 bias+gelu_tanh", 1023, 3072, 768, "gelu_tanh", True),
     ("vit_l16 fc1 1576 bias+gelu", 1576, 4096, 1024, "gelu", True),
+    ("vit_l16 fc1 bias+silu", 12608, 4096, 1024, "silu", True),
+    ("vit_l16 fc1 bias+relu", 12608, 4096, 1024, "relu", True),
+    ("llama3_8b up 4096 silu", 4096, 14336, 4096, "silu", False),
     ("vit_l16 qkv", 12608, 3072, 1024, None, False),
     ("vit_l16 qkv bias", 12608, 3072, 1024, None, True),
     ("gpt2 c_attn 1023", 1023, 2304, 768, None, False),
@@ -61,17 +64,19 @@ SHAPES = (
 )
 PP_WIDTHS = (64, 128, 192, 256)
 PP_CLUSTERS = (2, 1)
-#: Level 9's cooperative builds forced beside them: (BM, BN, split).
-COOP = ((128, 128, "tail"), (128, 192, "tail"), (128, 256, "tail"), (128, 256, "none"), (64, 128, "none"),
-        (64, 256, "none"))
-ACT = {None: lambda t: t, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}
+#: Level 9's cooperative builds forced beside them: (BM, BN, split, CTAs per cluster).
+COOP = ((128, 128, "tail", 2), (128, 192, "tail", 2), (128, 256, "tail", 2), (128, 256, "none", 2),
+        (128, 256, "none", 1), (128, 192, "none", 1), (64, 128, "none", 2), (64, 256, "none", 2))
+ACT = {None: lambda t: t, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu,
+       "relu": F.relu}
 
 
 def kernels():
     """label -> (library kernel, split) of every forced build."""
     from gemm_ladder.library.gemm import library_gemm
 
-    out = {f"coop BM {bm} BN {bn} {split}": (library_gemm("k", "k", bn, bm=bm), split) for bm, bn, split in COOP}
+    out = {f"coop BM {bm} BN {bn}{' c1' if cl == 1 else ''} {split}": (library_gemm("k", "k", bn, bm=bm, cluster=cl), split)
+           for bm, bn, split, cl in COOP}
     out.update({f"pp BN {bn} c{cl}": (library_gemm("k", "k", bn, bm=64, pingpong=True, cluster=cl), "none")
                 for bn in PP_WIDTHS for cl in PP_CLUSTERS})
     return out
@@ -172,7 +177,7 @@ def sanitize(dtype: str = "bf16") -> int:
     with and without a fused epilogue, checked against float64: for compute-sanitizer."""
     forced = {lb: v for lb, v in kernels().items() if lb.startswith("pp")}
     bad = 0
-    for m, n, k, act in ((1000, 520, 200, None), (333, 4104, 640, "gelu"), (2304, 2048, 130, "gelu_tanh")):
+    for m, n, k, act in ((1000, 520, 200, None), (333, 4104, 640, "gelu"), (2304, 2048, 136, "gelu_tanh")):
         x, w = random_operands(m, n, k, dtype, "cuda", m + n + k)
         bias = torch.randn(n, device="cuda").to(x.dtype)
         ref = ACT[act](x.double() @ w.double().T + bias.double())

@@ -31,6 +31,7 @@ from gemm_ladder.dispatch.calls import CALLS, fast_linear_key, fast_mm_key, line
 from gemm_ladder.dispatch.execute import run
 from gemm_ladder.dispatch.explain import Explanation, explain_route, trivial_explanation
 from gemm_ladder.dispatch.validate import (
+    GemmInputError,
     GemmTypeError,
     MmShape,
     NotSupportedError,
@@ -230,10 +231,11 @@ def output_for(call, fresh: list, device) -> torch.Tensor:
     return torch.empty(call.out_shape, dtype=call.out_dtype, device=device)
 
 
-def _mm_call(a, b, out, out_dtype, fresh: list | None = None):
+def _mm_call(a, b, out, out_dtype, fresh: list | None = None, activation: str | None = None):
     """The checked and decided :class:`~gemm_ladder.dispatch.calls.Call` of ``mm(a, b, out=out)``. The
     route is decided for an output like the one the call will write; where ``out`` is None that output
-    is allocated here and appended to ``fresh`` (when given), so that the first call runs into it."""
+    is allocated here and appended to ``fresh`` (when given), so that the first call runs into it.
+    ``activation``: the one a ``linear`` call fuses (the route may differ: dispatch.decide)."""
     shape = check_mm(a, b, out, out_dtype, check_grad=False)
     kind = trivial(shape)
     if kind is not None:
@@ -244,7 +246,7 @@ def _mm_call(a, b, out, out_dtype, fresh: list | None = None):
     if not given and fresh is not None:
         fresh.append(c)
     return make_call("route", (shape.m, shape.n), shape.out_dtype, shape.m, shape.n, shape.k,
-                     route=decide(a, b, c, given=given))
+                     route=decide(a, b, c, given=given, activation=activation))
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *, activation: str | None = None,
@@ -428,7 +430,7 @@ def _linear_call(x, w, bias, activation, residual, alpha, beta, out_dtype, fresh
         x2, view = x.view(m, k), True
     except RuntimeError:  # batch dimensions that do not merge: reshape copies on every call
         x2, view = x.reshape(m, k), False
-    call = _mm_call(x2, w.T, None, out_dtype, fresh)
+    call = _mm_call(x2, w.T, None, out_dtype, fresh, activation)
     call.out_shape, call.view = (*lead, n), view
     call.epilogue = linear_epilogue(bias=bias is not None, activation=activation,
                                     residual=residual is not None and beta != 0, alpha=alpha != 1)
@@ -454,12 +456,13 @@ def _linear_out(x, w, bias, *, activation, residual, alpha, beta, out_dtype, out
         if t is not None and may_overlap(out, t):
             raise NotSupportedError(f"out shares memory with {name}: linear's fused epilogue writes out while it "
                                     f"reads {name}; pass a separate out")
-    _run_fused(x2, w, out2, call)
+    _run_fused(x2, w, out2, call, activation)
     return out
 
 
-def _run_fused(x2, w, c, call) -> None:
-    """``c = epilogue(x2 @ w.T)`` (c (M, N), checked) uncached: K = 0 by the epilogue's reference."""
+def _run_fused(x2, w, c, call, activation: str | None = None) -> None:
+    """``c = epilogue(x2 @ w.T)`` (c (M, N), checked) uncached: K = 0 by the epilogue's reference.
+    ``activation``: the built-in one fused (the route may differ: dispatch.decide), None for a user's."""
     shape = MmShape(x2.shape[0], w.shape[0], x2.shape[1], c.dtype)
     kind = trivial(shape)
     if kind == "empty":
@@ -468,7 +471,7 @@ def _run_fused(x2, w, c, call) -> None:
         c.copy_(call.reference(torch.zeros(c.shape, dtype=torch.float64, device=c.device)))
         return
     check_domain(shape)
-    run(decide(x2, w.T, c, given=True), x2, w.T, c, epilogue=call)
+    run(decide(x2, w.T, c, given=True, activation=activation), x2, w.T, c, epilogue=call)
 
 
 def _linear_user(x, w, bias, *, activation, residual, alpha, beta, out_dtype, epilogue, inputs):
@@ -603,12 +606,22 @@ def explain_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) ->
 
 
 def explain(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
-            out_dtype: torch.dtype | None = None) -> Explanation:
+            out_dtype: torch.dtype | None = None, activation: str | None = None) -> Explanation:
     """What ``mm(a, b, out=out, out_dtype=out_dtype)`` would run and why, without running it.
 
     Takes CUDA tensors or meta tensors (shapes, strides and offsets are all it reads; on meta the GPU
-    is assumed to be the H200, and the explanation says so). Raises what :func:`mm` raises for bad input.
+    is assumed to be the H200, and the explanation says so). ``activation``: explain instead the GEMM
+    of ``linear(a, b.T, ..., activation=activation)``, which fuses it (its route may be the ping-pong
+    build: dispatch/pingpong.py; ``heuristic["consumer_schedule"]`` says why). Raises what :func:`mm`
+    raises for bad input, and for an activation what :func:`linear` raises.
     """
+    if activation is not None:
+        from gemm_ladder.library.activations import ACTIVATIONS
+
+        if not isinstance(activation, str):
+            raise GemmTypeError(f"activation must be a str or None, got {type(activation).__name__}")
+        if activation not in ACTIVATIONS:
+            raise GemmInputError(f"activation={activation!r}: use one of {', '.join(map(repr, ACTIVATIONS))} or None")
     shape = check_mm(a, b, out, out_dtype, device_types=("cuda", "meta"), check_grad=False)
     device = str(a.device)
     kind = trivial(shape)
@@ -619,7 +632,7 @@ def explain(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None
     c = out if given else torch.empty((shape.m, shape.n), dtype=shape.out_dtype, device=a.device)
     from gemm_ladder.dispatch import cost_model
 
-    route = decide(a, b, c, given=given)
+    route = decide(a, b, c, given=given, activation=activation)
     out = explain_route(route, shape.m, shape.n, shape.k, shape.out_dtype, cost_model())
     out.host = host_path(route, given)
     return out

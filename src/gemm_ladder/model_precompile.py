@@ -260,7 +260,7 @@ def call_builds(call: RecordedCall, device=None) -> list[Build]:
         epilogue = None
     if min(a.shape[0], b.shape[1], a.shape[1]) == 0:
         return []
-    route = decide(a, b, c, given=given, device=device)
+    route = decide(a, b, c, given=given, device=device, activation=call.activation if call.is_linear else None)
     source = name = None
     if epilogue is not None:
         source = epilogue.oriented(route.c_path.transposed).source()

@@ -16,6 +16,7 @@ import torch
 
 from gemm_ladder.contract import OutsideDomainError
 from gemm_ladder.dispatch.heuristic import CostModel, load_table
+from gemm_ladder.dispatch.pingpong import pingpong_route
 from gemm_ladder.dispatch.route import DeviceFacts, Route, choose, device_facts, find_routes
 from gemm_ladder.dispatch.small_m_tiles import TilesRule, load_rule
 from gemm_ladder.dispatch.validate import NotSupportedError
@@ -60,11 +61,12 @@ def _signature(t: torch.Tensor) -> tuple:
 
 
 def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, device: DeviceFacts | None = None,
-           model: CostModel | None = None, tiles: TilesRule | None = None) -> Route:
+           model: CostModel | None = None, tiles: TilesRule | None = None, activation: str | None = None) -> Route:
     """The route for ``c = a @ b`` (operands already checked by validate.check_mm; ``c`` the output,
     allocated when not ``given``). CUDA or meta tensors; cached by shapes, strides, dtypes and base
     residues mod 16. ``model``/``tiles``: the cost model and the small-M M-tile rule (default: the
-    package's table).
+    package's table). ``activation``: the activation a ``linear`` call fuses (None: none), which may
+    take the general kernel's ping-pong build (dispatch/pingpong.py).
 
     Raises NotSupportedError when only float32 output stands in the way, OutsideDomainError naming
     the kernels' refusals when no kernel computes it.
@@ -73,7 +75,7 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
     model = model or cost_model()
     tiles = tiles or tiles_rule()
     key = (a.device.type, a.device.index, a.dtype, c.dtype, given, _signature(a), _signature(b), _signature(c),
-           device, id(model), id(tiles))
+           device, id(model), id(tiles), activation)
     with _lock:
         route = _routes.get(key)
         if route is not None:
@@ -87,7 +89,7 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
             raise NotSupportedError(f"out_dtype=torch.float32: no library kernel writes a float32 output for "
                                     f"this call yet ({reasons}); use the input dtype")
         raise OutsideDomainError(f"no library kernel computes this call: {reasons}")
-    route = replace(route, unfit=tuple(unfit))
+    route = replace(pingpong_route(route, activation), unfit=tuple(unfit))
     with _lock:
         _routes[key] = route
         while len(_routes) > ROUTE_CACHE_SIZE:

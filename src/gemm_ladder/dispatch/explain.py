@@ -197,6 +197,9 @@ def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostMo
             heuristic["small_m_table"] = {"why": route.small_m_table.general_why,
                                           "provenance": route.small_m_table.provenance,
                                           "general_bm64_bn": bm64}
+        if route.consumer_schedule:  # the ping-pong build in place of the ranked cooperative one
+            heuristic["rule"] += "; then the ping-pong rule (dispatch/pingpong.py) took its build"
+            heuristic["consumer_schedule"] = route.consumer_schedule
     tile = desc.get("tile") or (list(plan.tile) if plan is not None else None)
     return Explanation(
         m, n, k, dtype, str(out_dtype).replace("torch.", ""), route.kind, route.device.describe(), kernel=desc,

@@ -78,12 +78,14 @@ def small_m_buckets() -> tuple[int, ...]:
     return BUCKETS
 
 
-def general(a_major: str, b_major: str, bn: int, dtype: str = "bf16", cluster: int = 2, bm: int = 128) -> KernelConfig:
+def general(a_major: str, b_major: str, bn: int, dtype: str = "bf16", cluster: int = 2, bm: int = 128,
+            pingpong: bool = False) -> KernelConfig:
     """The general kernel's config reading A ``a_major`` and B ``b_major`` with ``bm`` x ``bn`` tiles
-    (TMA store; BM 128 or 64), in clusters of ``cluster`` CTAs (2: sharing B; 1)."""
+    (TMA store; BM 128 or 64), in clusters of ``cluster`` CTAs (2: sharing B; 1); ``pingpong`` (BM 64):
+    two consumers taking the tiles in turn (dispatch/pingpong.py says when the route takes it)."""
     from gemm_ladder.library.gemm import GEMM
 
-    return GEMM.config(a_major, b_major, bn, dtype, store=STORE_TMA, cluster=cluster, bm=bm)
+    return GEMM.config(a_major, b_major, bn, dtype, store=STORE_TMA, cluster=cluster, bm=bm, pingpong=pingpong)
 
 
 def general_from_registers(a_major: str, b_major: str, bn: int, dtype: str = "bf16",
@@ -135,8 +137,9 @@ def general_tile_m_routed(tile_m: int, a_major: str, b_major: str) -> bool:
 
 
 def kernel_splits(config: KernelConfig) -> tuple[str, ...]:
-    """The split policies a launch of ``config`` takes that the dispatcher ranks (its family's ``splits``)."""
-    return family(config).splits
+    """The split policies a launch of ``config`` takes that the dispatcher ranks (its family's ``splits``;
+    a ping-pong build's: "none")."""
+    return ("none",) if config.pingpong else family(config).splits
 
 
 def describe(config: KernelConfig) -> dict:

@@ -365,8 +365,9 @@ def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CL
 
     Not built (compiled at first use): an MN-major activation (a transposed view passed as x), a
     residual that is not row-major or whose offsets need 64 bits (2^31 elements), a bias or residual
-    not aligned to two elements; the general kernel's one-CTA-per-cluster and 64-row builds (the route
-    takes them at mid-size shapes: their epilogue builds compile at first use, or through
+    not aligned to two elements; the general kernel's one-CTA-per-cluster, 64-row and ping-pong builds (the
+    route takes them at mid-size shapes and, ping-pong, for a fused GELU at short K: their epilogue builds
+    compile at first use, or through
     ``gemm_ladder.precompile(model, inputs)`` for a model's own shapes). Raises ValueError for an unknown class,
     dtype or level.
     """

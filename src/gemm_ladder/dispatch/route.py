@@ -190,6 +190,7 @@ class Route:
     untimed_bns: tuple[int, ...] = ()  # tile widths built with a route here but not in the cost table
     small_m_table: TilesChoice | None = None  # a general route where the small-M kernel fits: the table's
     # choice for it, whose ``general_why`` says why the general kernel runs instead
+    consumer_schedule: str | None = None  # why the ping-pong build runs (dispatch/pingpong.py); None: cooperative
 
     @property
     def family(self):

@@ -640,7 +640,7 @@ class Sm90Gemm:
     def describe(self, config: KernelConfig) -> dict:
         kernel = kernel_for(config.with_epilogue(None))
         return {"name": kernel.name, "source": SOURCE, "tile": list(config.tile), "stages": config.stages,
-                "cluster": config.cluster}
+                "cluster": config.cluster, "consumers": "ping-pong" if config.pingpong else "cooperative"}
 
 
 #: The general kernel family (library/kernel.py's Kernel protocol).

@@ -1,0 +1,73 @@
+"""When a fused call runs the ping-pong build of the general kernel instead of the cooperative route.
+
+The ping-pong build (library_gemm(..., bm=64, pingpong=True): two consumer warpgroups take 64-row
+tiles in turn, one running its epilogue and stores while the other computes) hides a heavy epilogue
+behind the other consumer's main loop; its 64 x BN tiles load more operand bytes per flop than the
+cooperative 128 x BN tile, which costs where K is long. Measured on the H200
+(bench/results/2026-12-04_pingpong_a9771d6.json, every configuration forced in one run): with a fused
+activation and K <= 1024 it beat the route on every shape (12608 x 4096 x 1024 bias + GELU 200 vs 203
+us, 16384 x 4096 x 1024 260 vs 275, 8192 x 3072 x 768 72 vs 74, 1023 x 3072 x 768 15 vs 16,
+1576 x 4096 x 1024 37 vs 39); without an activation, or at K >= 3072, it lost or tied (12608 x 3072 x
+1024 plain 126 vs 120, with a bias 130 vs 127; 4096^3 215 vs 195). One CTA per cluster won or tied
+the pair on every shape; BN 256 and 192 won where each fills the SMs' waves better.
+
+The cost model (dispatch/heuristic.py) has no ping-pong samples yet, so this is a rule, taken from the
+measurements above and stated in ``explain``: a route keeps its choice unless every condition holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gemm_ladder.design.problem import ceil_div
+from gemm_ladder.library.kernel import STORE_TMA
+
+#: The activations measured faster with ping-pong (bench/results above); another keeps the route.
+ACTIVATIONS = ("gelu", "gelu_tanh")
+#: The longest K (elements) for which the rule takes ping-pong: the measured wins were at K 768 and 1024.
+MAX_K = 1024
+#: Ping-pong tile widths (BN 192: a K-major B only) and each one's tile throughput relative to BN 256's,
+#: measured where both fill their waves (16384 x 4096 x 1024: 260 vs 284 us; 12608 x 4096 x 1024: 200 vs
+#: 218): the width taken is the one whose wave fill x rate is highest.
+WIDTHS = (256, 192)
+WIDTH_RATE = {256: 1.0, 192: 0.92}
+#: Rows of a ping-pong tile, and the CTAs per cluster the rule launches.
+TILE_M, CLUSTER = 64, 1
+
+
+def wave_fill(m: int, n: int, bn: int, ctas: int) -> float:
+    """The fraction of the waves' tile slots filled: tiles / (ceil(tiles / ctas) x ctas), in (0, 1]."""
+    tiles = ceil_div(m, TILE_M) * ceil_div(n, bn)
+    return tiles / (ceil_div(tiles, ctas) * ctas)
+
+
+def pingpong_route(route, activation: str | None):
+    """``route`` with the ping-pong build in place of the cooperative one when the rule holds (module
+    docstring), else ``route`` unchanged. The rule: an activation of :data:`ACTIVATIONS` is fused; the route is the general
+    kernel's TMA-store build at 128 rows (operands and output paths are kept, so the same copies, if
+    any, run); K <= :data:`MAX_K`; at least one 64 x BN tile per SM. The width is the one of
+    :data:`WIDTHS` built for B's major whose wave fill (:func:`wave_fill`) times its rate
+    (:data:`WIDTH_RATE`) is highest. The result's
+    ``consumer_schedule`` says why."""
+    from gemm_ladder.dispatch import kernels as K
+
+    if activation not in ACTIVATIONS or route is None or route.kind != "general":
+        return route
+    cfg = route.config
+    if cfg.pingpong or cfg.store != STORE_TMA or cfg.tile[0] != 128 or route.k > MAX_K:
+        return route
+    sms = route.device.sms
+    widths = [bn for bn in WIDTHS if K.general_built(cfg.b_major, bn)]
+    best = max(widths, key=lambda bn: (wave_fill(route.m, route.n, bn, sms) * WIDTH_RATE[bn], bn))
+    if ceil_div(route.m, TILE_M) * ceil_div(route.n, best) < sms:
+        return route
+    config = K.general(cfg.a_major, cfg.b_major, best, cfg.dtype, CLUSTER, TILE_M, pingpong=True)
+    why = (f"ping-pong (a fused {activation}, K = {route.k} <= {MAX_K}, "
+           f"{ceil_div(route.m, TILE_M) * ceil_div(route.n, best)} tiles of {TILE_M} x {best} for {sms} SMs): "
+           "two consumers take the tiles in turn, one's epilogue hidden behind the other's main loop "
+           "(measured faster than the cooperative route there: dispatch/pingpong.py)")
+    options = tuple((k, v) for k, v in route.options if k != "split") + (("split", "none"),)
+    return replace(route, config=config, bn=best, options=options, consumer_schedule=why)
+
+
+__all__ = ["ACTIVATIONS", "CLUSTER", "MAX_K", "TILE_M", "WIDTHS", "WIDTH_RATE", "pingpong_route", "wave_fill"]

@@ -1,0 +1,76 @@
+"""When the route takes the general kernel's ping-pong build (dispatch/pingpong.py), on meta tensors
+(the H200 assumed): a fused GELU at K <= 1024 with enough 64-row tiles takes it, in one CTA per cluster,
+at the width whose wave fill times its measured rate is best; no activation, another activation, a
+long K, too few tiles or a kernel other than the cooperative TMA-store build keep the route. explain
+says which and why, and rejects an unknown activation before deciding. CPU only."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gemm_ladder
+from gemm_ladder.contract import GemmInputError
+from gemm_ladder.dispatch import pingpong as P
+
+BF16 = torch.bfloat16
+
+
+def explained(m: int, n: int, k: int, activation: str | None, *, w_row_major: bool = True) -> dict:
+    x = torch.empty(m, k, dtype=BF16, device="meta")
+    b = torch.empty(n, k, dtype=BF16, device="meta").T if w_row_major else torch.empty(k, n, dtype=BF16, device="meta")
+    return gemm_ladder.explain(x, b, activation=activation).to_dict()
+
+
+@pytest.mark.parametrize("m,n,k,act,bn", [
+    (12608, 4096, 1024, "gelu", 256),       # ViT-L fc1: whole waves at 256
+    (16384, 4096, 1024, "gelu", 256),       # BERT-large fc1: 192 fills more, but 256's tiles run faster
+    (8192, 3072, 768, "gelu_tanh", 256),    # GPT-2 c_fc
+    (1023, 3072, 768, "gelu_tanh", 192),    # 192 tiles of 256 leave 27% of a wave idle; 256 of 192 fill it
+    (1576, 4096, 1024, "gelu", 192),
+])
+def test_a_fused_gelu_at_short_k_takes_pingpong(m, n, k, act, bn):
+    e = explained(m, n, k, act)
+    assert e["kind"] == "general" and e["kernel"]["consumers"] == "ping-pong"
+    assert e["tile"] == [64, bn, 64] and e["cluster"] == 1 and e["split"] == "none"
+    why = e["heuristic"]["consumer_schedule"]
+    assert f"fused {act}" in why and f"K = {k}" in why and "dispatch/pingpong.py" in why
+    assert "ping-pong rule" in e["heuristic"]["rule"]
+    assert e["plan"]["plan"]["problem"]["schedule"] == "pingpong"
+
+
+@pytest.mark.parametrize("m,n,k,act", [
+    (12608, 3072, 1024, None),      # plain: measured slower than the route (126 vs 120 us)
+    (12608, 4096, 1024, "relu"),    # an activation not measured
+    (12608, 4096, 4096, "gelu"),    # long K: the 64-row tile's extra loads cost more than the epilogue
+    (1023, 3072, 1088, "gelu"),     # K just past MAX_K
+    (256, 1024, 1024, "gelu"),      # 4 x 4 tiles of 64 x 256 for 132 SMs
+])
+def test_everything_else_keeps_the_cooperative_route(m, n, k, act):
+    e = explained(m, n, k, act)
+    assert e["kernel"].get("consumers") != "ping-pong" and "consumer_schedule" not in (e["heuristic"] or {})
+
+
+def test_the_mm_route_is_unchanged_by_the_rule():
+    plain = explained(12608, 4096, 1024, None)
+    assert plain["tile"][0] == 128 and plain["kernel"]["consumers"] == "cooperative"
+
+
+def test_an_mn_major_weight_keeps_bn_256():
+    """x @ W with W (K, N) row-major is an MN-major B, which BN 192 is not built for."""
+    e = explained(1023, 3072, 768, "gelu_tanh", w_row_major=False)
+    assert e["kernel"]["consumers"] == "ping-pong" and e["tile"] == [64, 256, 64]
+
+
+def test_wave_fill_and_width_choice():
+    assert P.wave_fill(1023, 3072, 256, 132) == pytest.approx(192 / 264)
+    assert P.wave_fill(1023, 3072, 192, 132) == pytest.approx(256 / 264)
+    assert P.wave_fill(12608, 4096, 256, 132) == pytest.approx(3152 / 3168)
+    assert P.WIDTH_RATE[256] == 1.0 > P.WIDTH_RATE[192]
+
+
+@pytest.mark.parametrize("bad,exc", [("swish", GemmInputError), (3, TypeError)])
+def test_explain_rejects_an_unknown_activation(bad, exc):
+    x = torch.empty(64, 64, dtype=BF16, device="meta")
+    with pytest.raises(exc):
+        gemm_ladder.explain(x, x, activation=bad)
