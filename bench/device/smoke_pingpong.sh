@@ -2,7 +2,7 @@
 # The ping-pong build of the layouts kernel (sm90_gemm.cu's GL_PINGPONG) on the H200, from the
 # repository root with the package installed (or PYTHONPATH=src):
 #   OUT=/tmp/out bash bench/device/smoke_pingpong.sh [SHAPES]
-# Steps, each under its own time limit (a deadlock ends as rc=124, not a hung session), about 420 s in
+# Steps, each under its own time limit (a deadlock ends as rc=124, not a hung session), about 450 s at most in
 # all: the ping-pong GPU tests (tests/test_pingpong_gpu.py) and the cooperative library GEMM's that
 # share its source (tests/test_library_gemm_gpu.py -k "tail_shapes or repeat"); compute-sanitizer
 # memcheck, racecheck and synccheck on bench/experiments/pingpong.py --sanitize; then the experiment
@@ -24,9 +24,9 @@ source "$(dirname "$0")/step.sh"  # step NAME SECONDS COMMAND...
 } >>"$LOG" 2>&1
 step pytest 150 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rfE --tb=short tests/test_pingpong_gpu.py \
   tests/test_library_gemm_gpu.py -k "pingpong or tail_shapes or repeatable or cooperative"
-step memcheck 40 compute-sanitizer --report-api-errors no --tool memcheck --error-exitcode 1 python3 bench/experiments/pingpong.py --sanitize
-step racecheck 60 compute-sanitizer --report-api-errors no --tool racecheck --error-exitcode 1 python3 bench/experiments/pingpong.py --sanitize
-step synccheck 40 compute-sanitizer --report-api-errors no --tool synccheck --error-exitcode 1 python3 bench/experiments/pingpong.py --sanitize
+step memcheck 60 compute-sanitizer --report-api-errors no --tool memcheck --error-exitcode 1 python3 bench/experiments/pingpong.py --sanitize
+step racecheck 150 compute-sanitizer --report-api-errors no --tool racecheck --error-exitcode 1 python3 bench/experiments/pingpong.py --sanitize
+step synccheck 60 compute-sanitizer --report-api-errors no --tool synccheck --error-exitcode 1 python3 bench/experiments/pingpong.py --sanitize
 step bench 200 python3 bench/experiments/pingpong.py ${1:+--shapes "$1"} -o "$DEST"
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv >>"$LOG" 2>&1
 echo "== smoke_pingpong failed:${FAILED:- none}" >>"$LOG"
