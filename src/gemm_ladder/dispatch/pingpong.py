@@ -3,13 +3,14 @@
 The ping-pong build (library_gemm(..., bm=64, pingpong=True): two consumer warpgroups take 64-row
 tiles in turn, one running its epilogue and stores while the other computes) hides a heavy epilogue
 behind the other consumer's main loop; its 64 x BN tiles load more operand bytes per flop than the
-cooperative 128 x BN tile, which costs where K is long. Measured on the H200
-(bench/results/2026-12-04_pingpong_a9771d6.json, every configuration forced in one run): with a fused
-activation and K <= 1024 it beat the route on every shape (12608 x 4096 x 1024 bias + GELU 200 vs 203
-us, 16384 x 4096 x 1024 260 vs 275, 8192 x 3072 x 768 72 vs 74, 1023 x 3072 x 768 15 vs 16,
-1576 x 4096 x 1024 37 vs 39); without an activation, or at K >= 3072, it lost or tied (12608 x 3072 x
-1024 plain 126 vs 120, with a bias 130 vs 127; 4096^3 215 vs 195). One CTA per cluster won or tied
-the pair on every shape; BN 256 and 192 won where each fills the SMs' waves better.
+cooperative 128 x BN tile, which costs where K is long. Measured on the H200 (bench/experiments/pingpong.py,
+every configuration forced, two runs: bench/results/2026-12-04_pingpong_a9771d6.json, ..._f3ae3c5.json;
+docs/library.md has the table): with a fused GELU and K <= 1024 it beat the best cooperative build by
+0-6% (16384 x 4096 x 1024 bias + GELU 258-260 vs 263-265 us, 8192 x 3072 x 768 72 vs 74, 1023 x 3072 x
+768 15.0 vs 15.9, 1576 x 4096 x 1024 36.6 vs 38.0; 12608 x 4096 x 1024 a tie, 200 vs 196-203); without
+an activation, with ReLU or SiLU (cheap enough to leave exposed), or at K >= 3072 it lost or tied
+(12608 x 3072 x 1024 plain 126 vs 120; ReLU 179 vs 168; 4096^3 215 vs 190). One CTA per cluster won or
+tied the pair on the GELU shapes; BN 256 and 192 won where each fills the SMs' waves better.
 
 The cost model (dispatch/heuristic.py) has no ping-pong samples yet, so this is a rule, taken from the
 measurements above and stated in ``explain``: a route keeps its choice unless every condition holds.
