@@ -45,13 +45,17 @@ def test_epilogue_levels_count_every_combination():
 
 def test_each_class_builds_its_epilogues_in_the_orientations_its_routes_take():
     from gemm_ladder import dispatch
+    from gemm_ladder.dispatch import pingpong
 
     timed = [bn for bn in (256, 192, 128, 64) if bn in dispatch.cost_model().k_iter_us]  # K-major A and B: every width
     v = len(epilogue_variants("common"))
     vt = len([x for x in epilogue_variants("common") if x.has_tensors])  # sources differ by N's parity
     large = [b.label for b in epilogue_builds(("bf16",), ("large",))]
-    assert len(large) == len(set(large)) == len(timed) * v  # N even only (whole 16-byte rows), direct
+    gelu = len([x for x in epilogue_variants("common") if x.activation in pingpong.ACTIVATIONS])
+    # N even only (whole 16-byte rows), direct; and the ping-pong build's GELU variants at its widths
+    assert len(large) == len(set(large)) == len(timed) * v + len(pingpong.WIDTHS) * gelu
     assert not any("swapped" in x or "N odd" in x for x in large)
+    assert {x for x in large if "ping-pong" in x} and all("gelu" in x for x in large if "ping-pong" in x)
     unaligned = [b.label for b in epilogue_builds(("bf16",), ("unaligned",))]
     assert len(unaligned) == len(timed) * (v + vt) and any("N odd" in x for x in unaligned)
     small = [b.label for b in epilogue_builds(("fp16",), ("small_m",))]

@@ -357,7 +357,8 @@ def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CL
     row-major activation, nn.Linear's weight), so one operand order. Per class:
 
     * large: the general kernel's TMA-store build, each timed tile width, N even (its rows are whole
-      16-byte chunks), the direct orientation (a row-major output);
+      16-byte chunks), the direct orientation (a row-major output); and its ping-pong build at
+      dispatch/pingpong.py's widths, for the variants with GELU (the rule's activations);
     * unaligned: its build for outputs a TMA store cannot write, N even and odd;
     * small_m: the small-M kernel, every bucket, N even and odd, both orientations (M <= 256 direct;
       N <= 256 < M swapped: the caller's output is the kernel's transpose);
@@ -372,6 +373,8 @@ def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CL
     dtype or level.
     """
     from gemm_ladder.contract import DTYPES
+    from gemm_ladder.dispatch import pingpong
+    from gemm_ladder.dispatch.kernels import general
     from gemm_ladder.dispatch.route import class_configs
 
     classes = check_classes(classes)
@@ -399,8 +402,14 @@ def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CL
             if cls in classes:
                 kernels += [(f"small-M BN {c.tile[1]} A k B k{fp32}", c, (False, True), (True, False))
                             for c in class_configs(cls, dtype, (), "k", "k") if c.family == "sm90_gemm_small_m"]
+        if "large" in classes:  # the ping-pong build a fused GELU at short K takes (dispatch/pingpong.py)
+            kernels += [(f"general A k B k BM {pingpong.TILE_M} BN {bn} ping-pong 1 CTA",
+                         general("k", "k", bn, dtype, pingpong.CLUSTER, pingpong.TILE_M, pingpong=True), (False,), (True,))
+                        for bn in pingpong.WIDTHS]
         for label, config, swaps, parities in kernels:
             for v in variants:
+                if config.pingpong and v.activation not in pingpong.ACTIVATIONS:
+                    continue
                 for swap in swaps:
                     for n_even in (parities if v.has_tensors else (True,)):
                         source = linear_epilogue_source(v, dtype, swap=swap, n_even=n_even)
