@@ -1,8 +1,9 @@
 """When the route takes the general kernel's ping-pong build (dispatch/pingpong.py), on meta tensors
-(the H200 assumed): a fused GELU at K <= 1024 with enough 64-row tiles takes it, in one CTA per cluster,
-at the width whose wave fill times its measured rate is best; no activation, another activation, a
-long K, too few tiles or a kernel other than the cooperative TMA-store build keep the route. explain
-says which and why, and rejects an unknown activation before deciding. CPU only."""
+(the H200 assumed): a fused GELU at K <= 1024 and M >= 1000 with enough 64-row tiles takes it, in one
+CTA per cluster, at the width whose wave fill times its measured rate is best; no activation, another
+activation, a long K, too few tiles, a kernel other than the cooperative TMA-store build, the small-M
+table's pick or a transposed output keep the route. explain says which and why (with the ping-pong
+build's grid), and rejects an unknown activation before deciding. CPU only."""
 
 from __future__ import annotations
 
@@ -49,6 +50,26 @@ def test_a_fused_gelu_at_short_k_takes_pingpong(m, n, k, act, bn):
 def test_everything_else_keeps_the_cooperative_route(m, n, k, act):
     e = explained(m, n, k, act)
     assert e["kernel"].get("consumers") != "ping-pong" and "consumer_schedule" not in (e["heuristic"] or {})
+
+
+def test_other_kernels_and_orientations_keep_their_route():
+    """The register-store build (N = 4095: rows not whole 16-byte chunks; a float32 output), the small-M
+    table's pick (M = 256 with a wide N: no ping-pong shape was measured below M = 1023), and a
+    column-major out= (the kernel writes D^T: a swapped epilogue, not measured)."""
+    assert "consumer_schedule" not in explained(4096, 4095, 1024, "gelu")["heuristic"]
+    x = torch.empty(4096, 1024, dtype=BF16, device="meta")
+    w = torch.empty(4096, 1024, dtype=BF16, device="meta")
+    fp32 = gemm_ladder.explain(x, w.T, out_dtype=torch.float32, activation="gelu").to_dict()
+    assert "consumer_schedule" not in fp32["heuristic"] and fp32["output"]["output_path"] != "TMA store"
+    assert "consumer_schedule" not in explained(256, 16384, 1024, "gelu")["heuristic"]
+    col = torch.empty(4096, 4096, dtype=BF16, device="meta").T  # column-major (M, N) out
+    e = gemm_ladder.explain(x, w.T, out=col, activation="gelu").to_dict()
+    assert e["orientation"] != "direct" and "consumer_schedule" not in e["heuristic"]
+
+
+def test_explain_gives_the_pingpong_builds_grid():
+    e = explained(8192, 3072, 768, "gelu_tanh")
+    assert e["grid"] == e["plan"]["plan"]["schedule"]["grid"] == [132, 1, 1]
 
 
 def test_the_mm_route_is_unchanged_by_the_rule():

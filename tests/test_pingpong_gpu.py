@@ -4,7 +4,8 @@ store, every operand order at one width, tails in M, N and K, shapes with one ti
 than CTAs, and with many per consumer; held to the correctness gate's bounds against the float64
 reference with NaN-poisoned outputs (padding checked untouched); repeated launches bitwise identical
 and equal to the cooperative 64-row build's (each tile's K order is the same); a fused bias + GELU
-against float64.
+against float64; and gemm_ladder.linear routing a fused GELU there (dispatch/pingpong.py), through the
+host path, out= and a residual.
 
 Run on the H200: ``python3 -m pytest -q -m gpu tests/test_pingpong_gpu.py``.
 """
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.gpu
 WIDTHS = (64, 128, 192, 256)
 #: (M, N, K): tails in M, N and K; one tile; fewer tiles than CTAs (each consumer at most one); one row;
 #: K of one partial block; many tiles per consumer with short K (8192 x 768 x 320: 128 x 6 tiles of
-#: 64 x 128 on 132 CTAs); an odd number of 64-row tiles (333: six, 1000: sixteen).
+#: 64 x 128 on 132 CTAs); M tails in the last 64-row tile (333: six tiles, the last 13 rows; 1000: sixteen).
 SHAPES = [(1000, 520, 200), (64, 128, 64), (300, 200, 8), (1, 24, 40), (2304, 2048, 1000), (8192, 768, 320),
           (333, 4104, 640), (256, 384, 65)]
 
@@ -54,10 +55,45 @@ def test_every_width_and_cluster_on_tail_shapes(bn, cluster, reg):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("a_major,b_major", LAYOUTS)
-def test_every_operand_order(a_major, b_major):
-    fn = LayoutCall(a_major, b_major, bn=128, split="none", bm=64, pingpong=True)
+@pytest.mark.parametrize("bn,cluster", [(128, 2), (256, 1)])
+def test_every_operand_order(a_major, b_major, bn, cluster):
+    """Every operand order at BN 128 in pairs, and at BN 256 with one CTA (what the route runs)."""
+    fn = LayoutCall(a_major, b_major, bn=bn, split="none", bm=64, pingpong=True, cluster=cluster)
     for m, n, k in [(1000, 520, 200), (2304, 2048, 1000), (8192, 768, 320)]:
         gate(fn, m, n, k, "bf16")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("activation,m,n,k", [("gelu", 2048, 3072, 768), ("gelu_tanh", 1023, 3072, 768)])
+def test_linear_routes_a_fused_gelu_to_pingpong_and_is_right(activation, m, n, k):
+    """The public call (the compiled host path, its out= variant, a 3-D x, bias + GELU + residual x alpha):
+    explain names the ping-pong build, and every output is within twice eager torch's error of float64."""
+    import gemm_ladder
+
+    x, w = random_operands(m, n, k, "bf16", "cuda", seed=m)
+    bias = torch.randn(n, device="cuda").to(x.dtype)
+    res = torch.randn(m, n, device="cuda").to(x.dtype)
+    approx = "none" if activation == "gelu" else "tanh"
+    e = gemm_ladder.explain(x, w.T, activation=activation).to_dict()
+    assert e["kernel"]["consumers"] == "ping-pong" and "consumer_schedule" in e["heuristic"]
+
+    def check(out, ref, eager):
+        rel = ((out.double() - ref).norm() / ref.norm()).item()
+        rel_eager = ((eager.double() - ref).norm() / ref.norm()).item()
+        assert rel <= 2 * rel_eager + 2 ** -8, (rel, rel_eager)
+
+    ref = F.gelu(x.double() @ w.double().T + bias.double(), approximate=approx)
+    eager = F.gelu(F.linear(x, w, bias), approximate=approx)
+    for _ in range(2):  # planned, then replayed by the host path
+        check(gemm_ladder.linear(x, w, bias, activation=activation), ref, eager)
+    check(gemm_ladder.linear(x.view(2, m // 2, k) if m % 2 == 0 else x.view(1, m, k), w, bias,
+                             activation=activation).view(m, n), ref, eager)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=x.dtype)
+    gemm_ladder.linear(x, w, bias, activation=activation, out=out)
+    check(out, ref, eager)
+    ref_r = F.gelu(0.5 * (x.double() @ w.double().T) + bias.double(), approximate=approx) + res.double()
+    eager_r = F.gelu(0.5 * F.linear(x, w) + bias, approximate=approx) + res
+    check(gemm_ladder.linear(x, w, bias, activation=activation, residual=res, alpha=0.5), ref_r, eager_r)
 
 
 @pytest.mark.timeout(300)

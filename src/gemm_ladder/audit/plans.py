@@ -258,7 +258,8 @@ def protocol_from_plan(plan: dict, *, k_iters: int | None = None, tiles: int | N
             empty_count=f.empty_count,
             full_initial_phase=f.full_parity, empty_initial_phase=f.empty_parity,
             staging_buffers=max(f.c_ring, 1), panels_per_tile=f.panels if f.c_ring else 1,
-            deferred_panels=f.panels - early if f.c_ring else 0, bm=bm, bn=bn, bk=bk,
+            # ping-pong: every panel at its own tile's end (sm90_gemm.cu), the other consumer's loop hiding it
+            deferred_panels=f.panels - early if f.c_ring and not f.pingpong else 0, bm=bm, bn=bn, bk=bk,
             a_load_bytes=f.a_boxes * f.a_box if _is_int(f.a_boxes) and f.a_boxes > 0 else f.a_box,
             b_load_bytes=max(f.b_load(), 1), expect_tx_bytes=f.expect, **f.orders())
     except ValueError as exc:

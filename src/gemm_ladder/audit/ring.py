@@ -50,7 +50,8 @@ class RingConfig:
             tile order; each consumer walks the same ring counter, stepping over the other consumers'
             tiles (``skip_others``), and the consumers run their main loops in tile order (``ordered``).
         ordered: (ping-pong) consumer i waits on ``order[i]`` before each of its tiles' main loops and,
-            after its last ``full`` wait of the tile, arrives on ``order[(i + 1) % consumers]`` (CUTLASS's
+            after its last ``full`` wait of the tile (right after that iteration's MMA is issued, before it
+            releases the stage before: sm90_gemm.cu's pass_turn), arrives on ``order[(i + 1) % consumers]`` (CUTLASS's
             ordered math-warpgroup barrier). Not only a matter of speed: without it a consumer can wait
             on a stage for phase n + 1 before phase n (another consumer's load) has completed, and
             ``try_wait.parity`` passes on the older phase of that parity (False: the fault).
@@ -409,10 +410,13 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
                         phase = n - 1 if i == 0 else n
                         prog.append(Op("wait", "order", i, parity=phase % 2, phase=phase,
                                        note=f"consumer{i} turn, tile {tile_of[g]}"))
-                    prog += iteration(c, i, g)
-                    if ordered and last_of[g]:
-                        prog.append(Op("arrive", "order", (i + 1) % consumers,
-                                       note=f"consumer{(i + 1) % consumers}'s turn"))
+                    ops = iteration(c, i, g)
+                    if ordered and last_of[g]:  # as the kernel: right after the last wgmma's issue (pingpong.cuh),
+                        # before that iteration's release of the stage before it
+                        at = next(j for j, op in enumerate(ops) if op.op == "consume") + 1
+                        ops[at:at] = [Op("arrive", "order", (i + 1) % consumers,
+                                         note=f"consumer{(i + 1) % consumers}'s turn")]
+                    prog += ops
                     if last_of[g]:
                         if release_lag:
                             prog += release(c, g, i)  # after wgmma.wait_group 0

@@ -230,7 +230,16 @@ def _store_steps(plan: Plan) -> tuple[str, ...]:
         )
     if smem.c_ring:
         R, rows = smem.c_ring, bm if _pingpong(plan) else bm // consumers
-        next_tile = "the consumer's next own tile" if _pingpong(plan) else "the next tile"
+        early = min(R, smem.c_panels)
+        if _pingpong(plan):  # every panel at its own tile's end: the other consumer's main loop hides the stores
+            schedule = (f"schedule: all {smem.c_panels} panels at the end of the consumer's own tile, panel p after "
+                        f"the store that last read buffer p % {R} (wait_group.read above), while the other consumer "
+                        "runs its main loop; none is deferred")
+        else:
+            schedule = (f"schedule: panels 0..{early - 1} at the end of the tile (their buffers were last read a tile "
+                        f"ago); panels {early}..{smem.c_panels - 1} stay in registers, packed to the output dtype, and go "
+                        "out one per K iteration of the next tile, each right after that iteration's wgmma is issued "
+                        "(after the CTA's last tile, at once), so the tensor cores are not idle while they drain")
         issuers = ", ".join(str(t) for t in plan.consumers.release_threads)
         return (
             f"each consumer warpgroup w has its own ring of {R} one-panel buffers ({rows} rows x 128 B) and its own store "
@@ -243,10 +252,7 @@ def _store_steps(plan: Plan) -> tuple[str, ...]:
             f"the issuer: cp.async.bulk.tensor.2d.global.shared::cta.bulk_group (c map, box {box}) at "
             + ("(n0 + 64p, m0) of its own tile" if _pingpong(plan) else f"(n0 + 64p, m0 + {rows}w)")
             + ", then cp.async.bulk.commit_group: one bulk group per panel; out-of-bounds rows/columns are clipped",
-            f"schedule: panels 0..{min(R, smem.c_panels) - 1} at the end of the tile (their buffers were last read a tile "
-            f"ago); panels {min(R, smem.c_panels)}..{smem.c_panels - 1} stay in registers, packed to the output dtype, and go "
-            f"out one per K iteration of {next_tile}, each right after that iteration's wgmma is issued (after the "
-            "CTA's last tile, at once), so the tensor cores are not idle while they drain",
+            schedule,
             "no consumer waits for another's store, and the producer keeps loading the next tile's stages meanwhile; "
             "each issuer waits cp.async.bulk.wait_group.read 0 before the CTA exits",
         )

@@ -16,6 +16,7 @@ import torch
 
 from gemm_ladder.contract import OutsideDomainError
 from gemm_ladder.dispatch.heuristic import CostModel, load_table
+from gemm_ladder.dispatch.pingpong import ACTIVATIONS as PINGPONG_ACTIVATIONS
 from gemm_ladder.dispatch.pingpong import pingpong_route
 from gemm_ladder.dispatch.route import DeviceFacts, Route, choose, device_facts, find_routes
 from gemm_ladder.dispatch.small_m_tiles import TilesRule, load_rule
@@ -75,7 +76,7 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
     model = model or cost_model()
     tiles = tiles or tiles_rule()
     key = (a.device.type, a.device.index, a.dtype, c.dtype, given, _signature(a), _signature(b), _signature(c),
-           device, id(model), id(tiles), activation)
+           device, id(model), id(tiles), activation if activation in PINGPONG_ACTIVATIONS else None)
     with _lock:
         route = _routes.get(key)
         if route is not None:

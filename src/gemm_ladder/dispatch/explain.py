@@ -128,7 +128,7 @@ def _grid(route: Route, plan) -> list[int] | None:
     if route.kind == "small_m":
         # One CTA per SM: the small-M kernel's ring takes all of an SM's shared memory.
         return [route.kernel.ctas(route.m, route.n, route.k, route.device.sms), 1, 1]
-    if route.candidates:
+    if route.candidates and not route.consumer_schedule:  # a ping-pong route's candidates are the cooperative ones
         return [route.candidates[0].work.grid_clusters * route.config.cluster, 1, 1]
     if plan is not None:
         return list(plan.schedule.grid)

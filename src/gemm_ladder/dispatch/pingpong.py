@@ -25,6 +25,9 @@ from gemm_ladder.library.kernel import STORE_TMA
 
 #: The activations measured faster with ping-pong (bench/results above); another keeps the route.
 ACTIVATIONS = ("gelu", "gelu_tanh")
+#: The fewest rows the rule takes it at: the smallest M measured (1023; below, the small-M kernel's table
+#: decides among the kernels it timed, and no ping-pong shape was timed there).
+MIN_M = 1000
 #: The longest K (elements) for which the rule takes ping-pong: the measured wins were at K 768 and 1024.
 MAX_K = 1024
 #: Ping-pong tile widths (BN 192: a K-major B only) and each one's tile throughput relative to BN 256's,
@@ -44,18 +47,21 @@ def wave_fill(m: int, n: int, bn: int, ctas: int) -> float:
 
 def pingpong_route(route, activation: str | None):
     """``route`` with the ping-pong build in place of the cooperative one when the rule holds (module
-    docstring), else ``route`` unchanged. The rule: an activation of :data:`ACTIVATIONS` is fused; the route is the general
-    kernel's TMA-store build at 128 rows (operands and output paths are kept, so the same copies, if
-    any, run); K <= :data:`MAX_K`; at least one 64 x BN tile per SM. The width is the one of
-    :data:`WIDTHS` built for B's major whose wave fill (:func:`wave_fill`) times its rate
-    (:data:`WIDTH_RATE`) is highest. The result's
+    docstring), else ``route`` unchanged. The rule: an activation of :data:`ACTIVATIONS` is fused; the
+    route is the general kernel's TMA-store build at 128 rows, writing the output as it is (not
+    transposed: the swapped epilogue is not measured) and not the small-M table's pick; M >= :data:`MIN_M`;
+    K <= :data:`MAX_K`; at least one 64 x BN tile per SM. Operand and output paths are kept, so the same
+    copies, if any, run. The width is the one of :data:`WIDTHS` built for B's major whose wave fill
+    (:func:`wave_fill`) times its rate (:data:`WIDTH_RATE`) is highest. The result's
     ``consumer_schedule`` says why."""
     from gemm_ladder.dispatch import kernels as K
 
     if activation not in ACTIVATIONS or route is None or route.kind != "general":
         return route
     cfg = route.config
-    if cfg.pingpong or cfg.store != STORE_TMA or cfg.tile[0] != 128 or route.k > MAX_K:
+    if cfg.pingpong or cfg.store != STORE_TMA or cfg.tile[0] != 128 or route.k > MAX_K or route.m < MIN_M:
+        return route
+    if route.small_m_table is not None or route.c_path.transposed:  # measured elsewhere; a swapped epilogue
         return route
     sms = route.device.sms
     widths = [bn for bn in WIDTHS if K.general_built(cfg.b_major, bn)]
@@ -68,7 +74,9 @@ def pingpong_route(route, activation: str | None):
            "two consumers take the tiles in turn, one's epilogue hidden behind the other's main loop "
            "(measured faster than the cooperative route there: dispatch/pingpong.py)")
     options = tuple((k, v) for k, v in route.options if k != "split") + (("split", "none"),)
+    # The cost model's candidates ranked cooperative builds: kept for explain's record, not as the choice
+    # (explain's grid and the plan are the ping-pong build's).
     return replace(route, config=config, bn=best, options=options, consumer_schedule=why)
 
 
-__all__ = ["ACTIVATIONS", "CLUSTER", "MAX_K", "TILE_M", "WIDTHS", "WIDTH_RATE", "pingpong_route", "wave_fill"]
+__all__ = ["ACTIVATIONS", "CLUSTER", "MAX_K", "MIN_M", "TILE_M", "WIDTHS", "WIDTH_RATE", "pingpong_route", "wave_fill"]

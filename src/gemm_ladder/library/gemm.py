@@ -625,7 +625,7 @@ class Sm90Gemm:
 
         return K.built(config, make)
 
-    def bind(self, config: KernelConfig, problem: Operands, *, split: str = "tail",
+    def bind(self, config: KernelConfig, problem: Operands, *, split: str | None = None,
              c_padding_writable: bool = False) -> BoundLaunch:
         return kernel_for(config.with_epilogue(None)).bind(problem.a, problem.b, problem.c, split=split,
                                                             c_padding_writable=c_padding_writable,

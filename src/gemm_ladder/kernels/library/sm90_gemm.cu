@@ -120,6 +120,8 @@ __host__ __device__ constexpr bool config_ok() {
   static_assert((Cfg::kAMnMajor == 0 || Cfg::kAMnMajor == 1) && (Cfg::kBMnMajor == 0 || Cfg::kBMnMajor == 1),
                 "sm90_gemm: each operand K-major (0) or MN-major (1)");
   static_assert(Cfg::kPingpong || Cfg::BM == 64 * Cfg::kConsumers, "level 9: each consumer owns 64 rows of the tile");
+  static_assert(!Cfg::kPingpong || (Cfg::BM == 64 && Cfg::kConsumers == 2),
+                "ping-pong: each of two consumers holds a whole 64-row tile (its accumulators are 64 x BN)");
   if constexpr (Cfg::kStore == CStore::kRegisters) {
     static_assert(Cfg::kCPanels == 0 && Cfg::kCRing == 0,
                   "sm90_gemm: C from registers: the plan must stage no C (c_from_registers)");
