@@ -66,9 +66,10 @@ def test_every_operand_order(a_major, b_major, bn, cluster):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("activation,m,n,k", [("gelu", 2048, 3072, 768), ("gelu_tanh", 1023, 3072, 768)])
 def test_linear_routes_a_fused_gelu_to_pingpong_and_is_right(activation, m, n, k):
-    """The public call (the compiled host path, its out= variant, a 3-D x, bias + GELU + residual x alpha):
+    """The public call (the compiled host path, the op's out= variant, a 3-D x, bias + GELU + residual x alpha):
     explain names the ping-pong build, and every output is within twice eager torch's error of float64."""
     import gemm_ladder
+    import gemm_ladder.ops
 
     x, w = random_operands(m, n, k, "bf16", "cuda", seed=m)
     bias = torch.randn(n, device="cuda").to(x.dtype)
@@ -89,7 +90,7 @@ def test_linear_routes_a_fused_gelu_to_pingpong_and_is_right(activation, m, n, k
     check(gemm_ladder.linear(x.view(2, m // 2, k) if m % 2 == 0 else x.view(1, m, k), w, bias,
                              activation=activation).view(m, n), ref, eager)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=x.dtype)
-    gemm_ladder.linear(x, w, bias, activation=activation, out=out)
+    gemm_ladder.ops.linear(x, w, bias, activation=activation, out=out)  # linear_out: the uncached fused path
     check(out, ref, eager)
     ref_r = F.gelu(0.5 * (x.double() @ w.double().T) + bias.double(), approximate=approx) + res.double()
     eager_r = F.gelu(0.5 * F.linear(x, w) + bias, approximate=approx) + res
