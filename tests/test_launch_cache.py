@@ -76,17 +76,21 @@ def test_repeated_calls_reuse_one_bind_and_read_the_current_data(monkeypatch):
     x = torch.empty(1000, 1003, device="cuda", dtype=BF16)  # K and N odd: both repacked, C from registers
     w = torch.empty(777, 1003, device="cuda", dtype=BF16)
     out = torch.empty(1000, 777, device="cuda", dtype=BF16)
-    # Fresh values for each call, made before the calls: an allocation between two calls can take the
-    # block a repack workspace had (then its address, so the key, differs once).
+    # Fresh values for each call and a copy of each result, all made before the calls, and the references
+    # after them: an allocation between two calls can take the block a repack workspace had (then its
+    # address, so the key, differs; under pytest-xdist, after other tests, it did for every call).
     data = [(torch.randn_like(x, dtype=torch.float32).to(BF16), torch.randn_like(w, dtype=torch.float32).to(BF16))
             for _ in range(3)]
-    for xv, wv in data:
+    results = [torch.empty_like(out) for _ in data]
+    for (xv, wv), kept in zip(data, results):
         x.copy_(xv)
         w.copy_(wv)
         out.fill_(float("nan"))  # poisoned: what the cached launch does not write stays NaN
         gemm_ladder.mm(x, w.T, out=out)
-        ref = reference(x, w)
-        assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
+        kept.copy_(out)
+    for (xv, wv), kept in zip(data, results):
+        ref = reference(xv, wv)
+        assert ((kept.double() - ref).norm() / ref.norm()).item() < 1e-2
     assert gemm_ladder.explain(x, w.T).to_dict()["kind"] == "general"
     # Reused: fewer binds than calls (on the H200, with values made between the calls, 2 for 3).
     assert len(binds) < 3, binds
