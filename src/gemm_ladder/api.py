@@ -31,10 +31,10 @@ from gemm_ladder.dispatch.calls import CALLS, fast_linear_key, fast_mm_key, line
 from gemm_ladder.dispatch.execute import run
 from gemm_ladder.dispatch.explain import Explanation, explain_route, trivial_explanation
 from gemm_ladder.dispatch.validate import (
-    GemmInputError,
     GemmTypeError,
     MmShape,
     NotSupportedError,
+    check_activation,
     check_domain,
     check_linear,
     check_mm,
@@ -615,13 +615,7 @@ def explain(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None
     build: dispatch/pingpong.py; ``heuristic["consumer_schedule"]`` says why). Raises what :func:`mm`
     raises for bad input, and for an activation what :func:`linear` raises.
     """
-    if activation is not None:
-        from gemm_ladder.library.activations import ACTIVATIONS
-
-        if not isinstance(activation, str):
-            raise GemmTypeError(f"activation must be a str or None, got {type(activation).__name__}")
-        if activation not in ACTIVATIONS:
-            raise GemmInputError(f"activation={activation!r}: use one of {', '.join(map(repr, ACTIVATIONS))} or None")
+    check_activation(activation)
     shape = check_mm(a, b, out, out_dtype, device_types=("cuda", "meta"), check_grad=False)
     device = str(a.device)
     kind = trivial(shape)

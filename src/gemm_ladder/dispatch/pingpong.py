@@ -39,10 +39,15 @@ WIDTH_RATE = {256: 1.0, 192: 0.92}
 TILE_M, CLUSTER = 64, 1
 
 
+def tiles(m: int, n: int, bn: int) -> int:
+    """The 64 x ``bn`` ping-pong tiles of an M x N output."""
+    return ceil_div(m, TILE_M) * ceil_div(n, bn)
+
+
 def wave_fill(m: int, n: int, bn: int, ctas: int) -> float:
     """The fraction of the waves' tile slots filled: tiles / (ceil(tiles / ctas) x ctas), in (0, 1]."""
-    tiles = ceil_div(m, TILE_M) * ceil_div(n, bn)
-    return tiles / (ceil_div(tiles, ctas) * ctas)
+    t = tiles(m, n, bn)
+    return t / (ceil_div(t, ctas) * ctas)
 
 
 def pingpong_route(route, activation: str | None):
@@ -66,11 +71,12 @@ def pingpong_route(route, activation: str | None):
     sms = route.device.sms
     widths = [bn for bn in WIDTHS if K.general_built(cfg.b_major, bn)]
     best = max(widths, key=lambda bn: (wave_fill(route.m, route.n, bn, sms) * WIDTH_RATE[bn], bn))
-    if ceil_div(route.m, TILE_M) * ceil_div(route.n, best) < sms:
+    count = tiles(route.m, route.n, best)
+    if count < sms:
         return route
     config = K.general(cfg.a_major, cfg.b_major, best, cfg.dtype, CLUSTER, TILE_M, pingpong=True)
     why = (f"ping-pong (a fused {activation}, K = {route.k} <= {MAX_K}, "
-           f"{ceil_div(route.m, TILE_M) * ceil_div(route.n, best)} tiles of {TILE_M} x {best} for {sms} SMs): "
+           f"{count} tiles of {TILE_M} x {best} for {sms} SMs): "
            "two consumers take the tiles in turn, one's epilogue hidden behind the other's main loop "
            "(measured faster than the cooperative route there: dispatch/pingpong.py)")
     options = tuple((k, v) for k, v in route.options if k != "split") + (("split", "none"),)
@@ -79,4 +85,4 @@ def pingpong_route(route, activation: str | None):
     return replace(route, config=config, bn=best, options=options, consumer_schedule=why)
 
 
-__all__ = ["ACTIVATIONS", "CLUSTER", "MAX_K", "MIN_M", "TILE_M", "WIDTHS", "WIDTH_RATE", "pingpong_route", "wave_fill"]
+__all__ = ["ACTIVATIONS", "CLUSTER", "MAX_K", "MIN_M", "TILE_M", "WIDTHS", "WIDTH_RATE", "pingpong_route", "tiles", "wave_fill"]

@@ -235,6 +235,15 @@ def check_domain(shape: MmShape) -> None:
                                      "ints (operands of more than 2^31 elements are fine; one extent is not)")
 
 
+def check_activation(activation) -> None:
+    """``linear``'s ``activation`` rule: None or a name in library/activations.py's ACTIVATIONS.
+    Raises GemmTypeError for a non-string, GemmInputError for an unknown name."""
+    if activation is not None and not isinstance(activation, str):
+        raise GemmTypeError(f"activation must be a str or None, got {type(activation).__name__}")
+    if activation is not None and activation not in ACTIVATIONS:
+        raise GemmInputError(f"activation={activation!r}: use one of {', '.join(map(repr, ACTIVATIONS))} or None")
+
+
 def check_linear(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, beta=1.0, out_dtype=None,
                  epilogue=None, inputs=None, device_types: tuple[str, ...] = ("cuda",),
                  check_grad: bool = True) -> tuple[int, int]:
@@ -265,10 +274,7 @@ def check_linear(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, 
     _check_out_dtype(out_dtype, x.dtype)
     n = w.shape[0]
     out_shape = (*x.shape[:-1], n)
-    if activation is not None and not isinstance(activation, str):
-        raise GemmTypeError(f"activation must be a str or None, got {type(activation).__name__}")
-    if activation is not None and activation not in ACTIVATIONS:
-        raise GemmInputError(f"activation={activation!r}: use one of {', '.join(map(repr, ACTIVATIONS))} or None")
+    check_activation(activation)
     for name, v in (("alpha", alpha), ("beta", beta)):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise GemmTypeError(f"{name} must be a Python int or float (as torch.addmm's), got {type(v).__name__}")
@@ -413,6 +419,6 @@ def check_swiglu_layout(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tens
 
 
 __all__ = ["ACTIVATIONS", "GemmInputError", "GemmTypeError", "MAX_DIM", "MmShape", "NotSupportedError",
-           "OutsideDomainError", "check_domain", "check_linear", "check_linear_out", "check_mm",
+           "OutsideDomainError", "check_activation", "check_domain", "check_linear", "check_linear_out", "check_mm",
            "check_swiglu", "check_swiglu_layout", "internal_overlap", "linear_call", "may_overlap", "result_dtype",
            "trivial"]
