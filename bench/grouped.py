@@ -2,8 +2,8 @@
 of torch.mm per expert, in one run, interleaved, on the same tensors.
 
     python bench/grouped.py [--quick] [--cases NAME,...] [--directions fwd,grad_x,grad_w] [--swiglu none|NAME,...]
-                            [--bn 128|256] [--cluster 1|2|both] [--store tma|registers|both] [--check64]
-                            [-o OUT.json]
+                            [--bn 128|256] [--cluster 1|2|both] [--store tma|registers|both] [--ring R[,R2]]
+                            [--check64] [-o OUT.json]
     compute-sanitizer --tool memcheck python bench/grouped.py --sanitize
 
 Cases (rows sorted by expert, group sizes from a fixed-seed log-normal routing clipped to each case's
@@ -35,9 +35,13 @@ grouped kernel, ``tma`` (the library's: each consumer's panel ring, a group's pa
 registers), ``registers`` (every slice from registers, the same build: library/grouped.py
 STORE_DEFAULT), or ``both``: ``grouped`` the TMA store and a callable ``grouped_registers`` the
 register store, timed in the same rounds (``ratio_store_tma``: the register store's time / the TMA
-store's, > 1 when TMA is faster). ``--check64``: each callable's output is
+store's, > 1 when TMA is faster). ``--ring``: the output's panel buffers per consumer
+(library/grouped.py RINGS; default its C_RING): one value builds ``grouped`` with it; a second, e.g.
+``--ring 1,4``, adds a callable ``grouped_r4`` with the deeper ring, timed in the same rounds
+(``ratio_ring``: the first ring's time / the second's, > 1 when the second is faster; a tile width whose
+panels the ring does not divide, BN 128 with 4, is refused). ``--check64``: each callable's output is
 also checked against a float64 product per group first (``rel_err_f64``: relative Frobenius error over
-all groups; a library output above 1e-2 marks the row ``"correct": false``). Both apply to the
+all groups; a library output above 1e-2 marks the row ``"correct": false``). These apply to the
 contiguous fwd, grad_x and grad_w rows (not to the swiglu or masked decode rows).
 
 Result: ``DATE_grouped_COMMIT.json`` (bench/suite.py) with ``rows: [{case, layout, direction, E, rows,
@@ -105,12 +109,15 @@ def group_sizes(e: int, rows: int, lo: int, hi: int, seed: int = 0) -> list[int]
 F64_TOL = 1e-2
 
 
-def library_fns(a, b, offs, bn, clusters, both_stores: bool = False) -> dict:
-    """The library's callables: ``grouped`` on the first of ``clusters``, ``grouped_c2`` on a second,
-    ``grouped_registers`` (``both_stores``) the first with every slice stored from registers."""
-    fns = {"grouped": lambda *_: grouped_mm_direct(a, b, offs, bn=bn, cluster=clusters[0])}
+def library_fns(a, b, offs, bn, clusters, both_stores: bool = False, rings=(None,)) -> dict:
+    """The library's callables: ``grouped`` on the first of ``clusters`` and ``rings``, ``grouped_c2`` on a
+    second cluster size, ``grouped_r{R}`` on a second ring, ``grouped_registers`` (``both_stores``) the
+    first with every slice stored from registers."""
+    fns = {"grouped": lambda *_: grouped_mm_direct(a, b, offs, bn=bn, cluster=clusters[0], ring=rings[0])}
     if len(clusters) > 1:
-        fns["grouped_c2"] = lambda *_: grouped_mm_direct(a, b, offs, bn=bn, cluster=clusters[1])
+        fns["grouped_c2"] = lambda *_: grouped_mm_direct(a, b, offs, bn=bn, cluster=clusters[1], ring=rings[0])
+    if len(rings) > 1:
+        fns[f"grouped_r{rings[1]}"] = lambda *_: grouped_mm_direct(a, b, offs, bn=bn, cluster=clusters[0], ring=rings[1])
     if both_stores:
         fns["grouped_registers"] = with_setting(grouped_lib, "STORE_DEFAULT", "registers", fns["grouped"])
     return fns
@@ -137,9 +144,13 @@ def rel_err_over(pairs) -> float:
     return (num / max(den, 1e-300)) ** 0.5
 
 
-def cluster_fields(t: dict, flop: float, errs: dict | None) -> dict:
-    """The row's fields of --cluster both, --store both and --check64."""
-    out = {"store": grouped_lib.STORE_DEFAULT}
+def cluster_fields(t: dict, flop: float, errs: dict | None, rings=(None,)) -> dict:
+    """The row's fields of --cluster both, --store both, --ring and --check64."""
+    out = {"store": grouped_lib.STORE_DEFAULT, "ring": rings[0] or grouped_lib.C_RING}
+    if len(rings) > 1:
+        alt = t[f"grouped_r{rings[1]}"]
+        out.update(ring_alt=rings[1], ratio_ring=t["grouped"].median_ms / alt.median_ms,
+                   tflops_ring_alt=flop / alt.median_ms / 1e9)
     if "grouped_registers" in t:
         out.update(ratio_store_tma=t["grouped_registers"].median_ms / t["grouped"].median_ms,
                    tflops_registers=flop / t["grouped_registers"].median_ms / 1e9)
@@ -152,13 +163,13 @@ def cluster_fields(t: dict, flop: float, errs: dict | None) -> dict:
 
 
 def run_case(name: str, direction: str, budget: float, bn: int | None, clusters=(None,), f64: bool = False,
-             both_stores: bool = False) -> dict:
+             both_stores: bool = False, rings=(None,)) -> dict:
     e, rows, n, k, lo, hi = CASES[name]
     sizes = group_sizes(e, rows, lo, hi)
     dev = "cuda"
     offs = torch.tensor(sizes).cumsum(0).to(torch.int32).to(dev)
     if direction == "grad_w":  # grad_w[e] = x[rows_e].T @ grad_y[rows_e]: (E, K, N), grouped along K
-        return run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn, clusters, f64, both_stores)
+        return run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn, clusters, f64, both_stores, rings)
     if direction == "fwd":  # y = x @ w[e].T, w (E, N, K)
         a = torch.randn(rows, k, dtype=torch.bfloat16, device=dev)
         w = torch.randn(e, n, k, dtype=torch.bfloat16, device=dev) / k**0.5
@@ -179,7 +190,7 @@ def run_case(name: str, direction: str, budget: float, bn: int | None, clusters=
 
     chosen = explain_grouped_mm(a, b, offs)  # the build the library picks where bn and the cluster are not given
     fns = {
-        **library_fns(a, b, offs, bn, clusters, both_stores),
+        **library_fns(a, b, offs, bn, clusters, both_stores, rings),
         "torch_grouped": lambda *_: torch._grouped_mm(a, b, offs),
         "loop": loop,
     }
@@ -196,7 +207,7 @@ def run_case(name: str, direction: str, budget: float, bn: int | None, clusters=
         "tflops": flop / ours_ms / 1e9, "ratio_torch_grouped": t["torch_grouped"].median_ms / ours_ms,
         "ratio_loop": t["loop"].median_ms / ours_ms, "correct": err <= 2e-2 and _f64_ok(errs), "rel_err_vs_torch": err,
         "cluster": clusters[0] or chosen["cluster"],
-        **cluster_fields(t, flop, errs),
+        **cluster_fields(t, flop, errs, rings),
         "group_sizes": {"min": min(sizes), "max": max(sizes), "empty": sizes.count(0)},
         "bn": bn or chosen["tile"][1],
         "ms": {k2: v.median_ms for k2, v in t.items()}, "spread": {k2: round(v.spread, 4) for k2, v in t.items()},
@@ -212,6 +223,8 @@ def _f64_ok(errs: dict | None) -> bool:
 
 def _print(row: dict, ours_ms: float, err: float) -> None:
     extra = f"  x{row['ratio_cluster2']:.3f} cluster2/cluster1" if "ratio_cluster2" in row else ""
+    if "ratio_ring" in row:
+        extra += f"  x{row['ratio_ring']:.3f} ring{row['ring_alt']}/ring{row['ring']}"
     if "ratio_store_tma" in row:
         extra += f"  x{row['ratio_store_tma']:.3f} tma/registers"
     if "rel_err_f64" in row:
@@ -222,7 +235,7 @@ def _print(row: dict, ours_ms: float, err: float) -> None:
 
 
 def run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn, clusters=(None,), f64: bool = False,
-               both_stores: bool = False) -> dict:
+               both_stores: bool = False, rings=(None,)) -> dict:
     x = torch.randn(rows, k, dtype=torch.bfloat16, device="cuda")
     gy = torch.randn(rows, n, dtype=torch.bfloat16, device="cuda")
     starts = [0] + torch.tensor(sizes).cumsum(0).tolist()[:-1]
@@ -235,7 +248,7 @@ def run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn, clusters=(None,), f
         return out
 
     chosen = explain_grouped_mm(x.t(), gy, offs)  # the build the library picks where bn and the cluster are not given
-    fns = {**library_fns(x.t(), gy, offs, bn, clusters, both_stores),
+    fns = {**library_fns(x.t(), gy, offs, bn, clusters, both_stores, rings),
            "torch_grouped": lambda *_: torch._grouped_mm(x.t(), gy, offs), "loop": loop}
     errs = None
     if f64:
@@ -252,7 +265,7 @@ def run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn, clusters=(None,), f
     row = {"case": name, "layout": "contiguous", "direction": "grad_w", "E": e, "rows": rows, "N": n, "K": k,
            "tflops": flop / ours_ms / 1e9, "ratio_torch_grouped": t["torch_grouped"].median_ms / ours_ms,
            "ratio_loop": t["loop"].median_ms / ours_ms, "correct": err <= 2e-2 and _f64_ok(errs), "rel_err_vs_torch": err,
-           "cluster": clusters[0] or chosen["cluster"], **cluster_fields(t, flop, errs),
+           "cluster": clusters[0] or chosen["cluster"], **cluster_fields(t, flop, errs, rings),
            "bn": bn or chosen["tile"][1], "ms": {k2: v.median_ms for k2, v in t.items()},
            "spread": {k2: round(v.spread, 4) for k2, v in t.items()},
            "tflops_torch_grouped": flop / t["torch_grouped"].median_ms / 1e9, "tflops_loop": flop / t["loop"].median_ms / 1e9}
@@ -405,13 +418,28 @@ def sanitize() -> int:
     for cl in (1, 2):  # 256 units (128 pairs) of 128 x 128 on 132 CTAs
         torch.full((4096, 1024), float("nan"), dtype=torch.bfloat16, device="cuda")
         check(f"many tiles cluster {cl}", grouped_mm_direct(xs, ws.transpose(1, 2), offs16, bn=128, cluster=cl), ref16)
+    for bn, ring in ((128, 2), (256, 4)):  # the deeper rings: every panel at the tile's end
+        torch.full((4096, 1024), float("nan"), dtype=torch.bfloat16, device="cuda")
+        check(f"many tiles bn {bn} ring {ring}", grouped_mm_direct(xs, ws.transpose(1, 2), offs16, bn=bn, ring=ring), ref16)
     xk = torch.randn(4096, 512, dtype=torch.bfloat16, device="cuda")
     gy = ref16.to(torch.bfloat16)
-    torch.full((16, 512, 1024), float("nan"), dtype=torch.bfloat16, device="cuda")
-    check("many tiles grouped along K", grouped_mm_direct(xk.t(), gy, offs16, bn=256),  # 256 units of 128 x 256
-          torch.stack([xk[256 * i:256 * (i + 1)].double().T @ gy[256 * i:256 * (i + 1)].double() for i in range(16)]))
+    ref_k = torch.stack([xk[256 * i:256 * (i + 1)].double().T @ gy[256 * i:256 * (i + 1)].double() for i in range(16)])
+    for ring in (1, 2, 4):  # 256 units of 128 x 256; the one-buffer ring and the deeper ones
+        torch.full((16, 512, 1024), float("nan"), dtype=torch.bfloat16, device="cuda")
+        check(f"many tiles grouped along K ring {ring}", grouped_mm_direct(xk.t(), gy, offs16, bn=256, ring=ring), ref_k)
     torch.cuda.synchronize()
     return 1 if check.wrong else 0
+
+
+def parse_rings(text: str | None) -> tuple | None:
+    """--ring's value as a tuple of one or two rings ((None,) when not given), or None when malformed."""
+    if text is None:
+        return (None,)
+    try:
+        rings = tuple(int(r) for r in text.split(","))
+    except ValueError:
+        return None
+    return rings if 1 <= len(rings) <= 2 and set(rings) <= set(grouped_lib.RINGS) else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -428,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--store", default=None, choices=("tma", "registers", "both"),
                    help="how a bf16 output leaves the kernel: tma (the library's), registers, or both timed "
                         "(grouped_registers beside grouped)")
+    p.add_argument("--ring", default=None, help="the output's panel buffers per consumer: R, or R,R2 to time both "
+                   "(grouped_rR2 beside grouped; default library/grouped.py C_RING)")
     p.add_argument("--check64", action="store_true", help="check every callable's output against float64 per group first")
     p.add_argument("--sanitize", action="store_true", help="every build once on small shapes, checked; nothing timed")
     add_output_argument(p)
@@ -448,9 +478,17 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     budget = 0.3 if args.quick else 0.8
     clusters = {None: (None,), "1": (1,), "2": (2,), "both": (1, 2)}[args.cluster]
+    rings = parse_rings(args.ring)
+    if rings is None:
+        print(f"bench/grouped.py: --ring {args.ring!r}: one or two of {grouped_lib.RINGS}, comma-separated", file=sys.stderr)
+        return 2
+    if 4 in rings and args.bn != 256 and set(directions) != {"grad_w"}:
+        print("bench/grouped.py: --ring 4 takes 256-wide tiles (four panels): give --bn 256, or --directions grad_w "
+              "(whose tiles are 256 wide)", file=sys.stderr)
+        return 2
     if args.store in ("tma", "registers"):
         grouped_lib.STORE_DEFAULT = args.store
-    rows = [run_case(nm, d, budget, args.bn, clusters, args.check64, args.store == "both") for nm in names
+    rows = [run_case(nm, d, budget, args.bn, clusters, args.check64, args.store == "both", rings) for nm in names
             for d in directions if not (d == "grad_w" and is_decode(nm))]
     swiglu = SWIGLU_QUICK if args.quick else SWIGLU
     if args.swiglu is not None:

@@ -6,6 +6,8 @@ GPU results: tests/test_grouped_gpu.py."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -170,6 +172,53 @@ def test_the_ring_audits_clean_and_fails_on_seeded_faults(cfg):
     assert "deadlock" in {v.kind for v in audit(k.ring_protocol(s + 1, 2, empty_initial_phase=0)).violations}
 
 
+@pytest.mark.parametrize("cfg,stages,deferred", [
+    (dict(bn=256, b_major="mn", k_grouped=True, ring=4), 3, 0), (dict(bn=256, b_major="mn", k_grouped=True, ring=2), 3, 1),
+    (dict(bn=128, b_major="mn", k_grouped=True, ring=2), 5, 0), (dict(bn=256, ring=4), 3, 0),
+    (dict(bn=256, b_major="mn", k_grouped=True, ring=4, cluster=2), 3, 0),
+])
+def test_a_deeper_output_ring_costs_a_stage_and_audits_clean(cfg, stages, deferred):
+    """library/grouped.py RINGS: the plan's ring of panel buffers, the stage count that fits beside it and
+    the group table, the build's name and config round trip; the stage ring and the output ring audit
+    clean and fail when a staging buffer is rewritten one store too early or without a drain."""
+    from gemm_ladder.library.grouped import C_RING, kernel_for
+
+    k = grouped_gemm(**cfg)
+    d = k.defines("bf16")
+    assert (d["GL_STAGES"], d["GL_C_RING"], k.deferred_panels) == (stages, cfg["ring"], deferred)
+    assert d["GL_SMEM_BYTES"] + GROUP_TABLE_BYTES <= 232448
+    assert k.name.endswith(f"_r{cfg['ring']}") and cfg["ring"] != C_RING
+    assert kernel_for(k.config("bf16")) is k
+    assert grouped_gemm(**{**cfg, "ring": C_RING}).defines("bf16")["GL_STAGES"] > stages
+    for k_iters, tiles in [(1, 3), (2, 3), (stages + 1, 2), (2 * stages + 1, 1)]:
+        result = audit(k.ring_protocol(k_iters, tiles))
+        assert result.ok, result.render()
+    for fault in (dict(staging_wait_pending=cfg["ring"]), dict(drain_staging_before_reuse=False)):
+        kinds = {v.kind for v in audit(k.ring_protocol(2, 3, **fault)).violations}
+        assert "staging_overwrite" in kinds, (fault, kinds)
+
+
+@pytest.mark.parametrize("cfg,words", [
+    (dict(bn=128, ring=4), "dividing the tile's 2 panels"), (dict(bn=256, ring=3), "in (1, 2, 4)"),
+    (dict(bn=256, out_fp32=True, ring=4), "no panel ring"), (dict(bn=128, masked=True, ring=2), "no panel ring"),
+    (dict(bn=256, ring=True), "ring = True"),
+])
+def test_a_ring_the_build_cannot_have_is_refused(cfg, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        grouped_gemm(**cfg)
+
+
+def test_bench_ring_option_is_parsed_and_refused():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import grouped as bench
+
+    assert bench.parse_rings(None) == (None,) and bench.parse_rings("4") == (4,) and bench.parse_rings("1,4") == (1, 4)
+    assert bench.parse_rings("3") is None and bench.parse_rings("1,2,4") is None and bench.parse_rings("x") is None
+
+
 def test_bench_routing_matches_the_issue_ranges():
     import sys
     from pathlib import Path
@@ -209,6 +258,7 @@ def test_bench_store_both_runs_the_register_store_for_its_call_only(monkeypatch)
     (dict(bn=128, cluster=2), "bf16"), (dict(bn=256, cluster=2), "bf16"), (dict(bn=256, b_major="mn", cluster=2), "bf16"),
     (dict(bn=128, b_major="mn", k_grouped=True, cluster=2), "bf16"), (dict(bn=256, masked=True, cluster=2), "fp16"),
     (dict(bn=256, b_major="mn", k_grouped=True), "bf16"), (dict(bn=128, bias=True, cluster=2), "fp16"),
+    (dict(bn=256, b_major="mn", k_grouped=True, ring=4), "bf16"), (dict(bn=128, b_major="mn", k_grouped=True, ring=2), "bf16"),
 ])
 def test_builds_pass_the_resource_gate(cfg, dtype, use_cache):
     from gemm_ladder.gates.resources import check_level_resources

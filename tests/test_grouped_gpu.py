@@ -617,11 +617,13 @@ def test_an_output_tma_cannot_write_goes_from_registers(monkeypatch):
     assert out.stride(0) == n + 1
 
 
-@pytest.mark.parametrize("bn,cluster", [(128, 1), (256, 1), (128, 2), (256, 2)])
-def test_the_carried_panel_along_m(monkeypatch, bn, cluster):
+@pytest.mark.parametrize("bn,cluster,ring", [(128, 1, 1), (256, 1, 1), (128, 2, 1), (256, 2, 1), (256, 1, 4),
+                                             (256, 1, 2), (128, 1, 2), (256, 2, 4)])
+def test_the_carried_panel_along_m(monkeypatch, bn, cluster, ring):
     """More tiles than CTAs (each CTA stores its tile's last panel during its next tile's first K
-    iteration, and after its last tile): bit for bit the register store into NaN-poisoned outputs, rows
-    past offs[-1] left NaN, float64-right per group; groups of whole and partial slices, empty ones between."""
+    iteration, and after its last tile; with a ring of a buffer per panel, all at the tile's end): bit for
+    bit the register store into NaN-poisoned outputs, rows past offs[-1] left NaN, float64-right per
+    group; groups of whole and partial slices, empty ones between."""
     from gemm_ladder.library.grouped import grouped_gemm
 
     seed = _seed()
@@ -631,7 +633,7 @@ def test_the_carried_panel_along_m(monkeypatch, bn, cluster):
     rows = offs_list[-1] + 3
     x = torch.randn(rows, k, dtype=torch.bfloat16, device="cuda")
     w = torch.randn(len(sizes), n, k, dtype=torch.bfloat16, device="cuda") / k**0.5
-    kern = grouped_gemm(bn, "k", cluster=cluster)
+    kern = grouped_gemm(bn, "k", cluster=cluster, ring=ring)
     # A unit is `cluster` tiles; the grid holds at most 132 // cluster clusters on the H200's 132 SMs.
     assert sum(-(-z // 128) for z in sizes) * (n // bn) // cluster > 132 // cluster, "more units than clusters"
 
@@ -644,13 +646,15 @@ def test_the_carried_panel_along_m(monkeypatch, bn, cluster):
     end = offs_list[-1]
     assert torch.equal(outs["tma"][:end].view(torch.int16), outs["registers"][:end].view(torch.int16)), f"seed {seed}"
     assert outs["tma"][end:].isnan().all()
-    _check(outs["tma"], x, w, offs_list, torch.bfloat16, seed, tag=f"carried bn {bn} c{cluster}")
+    _check(outs["tma"], x, w, offs_list, torch.bfloat16, seed, tag=f"carried bn {bn} c{cluster} r{ring}")
 
 
-@pytest.mark.parametrize("bn,cluster", [(128, 1), (256, 1), (256, 2)])
-def test_the_carried_panel_along_k(monkeypatch, bn, cluster):
+@pytest.mark.parametrize("bn,cluster,ring", [(128, 1, 1), (256, 1, 1), (256, 2, 1), (256, 1, 4), (256, 1, 2),
+                                             (128, 1, 2), (256, 2, 4)])
+def test_the_carried_panel_along_k(monkeypatch, bn, cluster, ring):
     """Grouped along K with more units than CTAs and empty groups between held slices (finish_held with
-    no K tile): bit for bit the register store, float64-right per group, empty groups zeros."""
+    no K tile), on the one-buffer ring and the deeper ones (library/grouped.py RINGS): bit for bit the
+    register store, float64-right per group, empty groups zeros."""
     from gemm_ladder.library.grouped import grouped_gemm
 
     seed = _seed()
@@ -659,7 +663,7 @@ def test_the_carried_panel_along_k(monkeypatch, bn, cluster):
     total = sum(sizes)
     a = torch.randn(total, m, dtype=torch.bfloat16, device="cuda").T
     bk = torch.randn(total, n, dtype=torch.bfloat16, device="cuda")
-    kern = grouped_gemm(bn, "mn", k_grouped=True, cluster=cluster)
+    kern = grouped_gemm(bn, "mn", k_grouped=True, cluster=cluster, ring=ring)
     assert len(sizes) * (m // 128) * -(-n // bn) // cluster > 132 // cluster, "more units than clusters"
 
     def run():

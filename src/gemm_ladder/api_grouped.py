@@ -28,7 +28,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from gemm_ladder.contract import DTYPES
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
-from gemm_ladder.library.grouped import MAX_GROUPS, choose_cluster, grad_w_bn, grouped_gemm
+from gemm_ladder.library.grouped import C_RING, MAX_GROUPS, choose_cluster, grad_w_bn, grouped_gemm
 from gemm_ladder.library.kernel import GROUP_K, GROUP_M, GROUP_M_MASKED
 from gemm_ladder.library.gemm import MAX_EXTENT
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES
@@ -204,14 +204,15 @@ def _check_offs(offs, groups: int, device) -> None:
 
 def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None,
                       bias: torch.Tensor | None = None, bn: int | None = None,
-                      cluster: int | None = None) -> torch.Tensor:
+                      cluster: int | None = None, ring: int | None = None) -> torch.Tensor:
     """``torch._grouped_mm(a, b, offs)`` on the library's grouped kernel (module docstring: cases,
     layouts, errors), on torch's current stream, without the op boundary (no autograd).
 
     ``bias``: (E, N) in a's dtype, added per group (grouped_linear). ``bn``: the tile width (128 or
     256; default by N: choose_bn, and library/grouped.py's grad_w_bn grouped along K). ``cluster``: CTAs per cluster of the build (1, or 2: pairs of M tiles sharing
     the weight tile; default library/grouped.py's choose_cluster, the measured rule); ValueError for
-    another value."""
+    another value. ``ring``: the output's panel buffers per consumer (library/grouped.py RINGS; default
+    C_RING), an experiment's knob (bench/grouped.py --ring); ValueError where the build has no such ring."""
     case, dt = check_grouped_mm(a, b, offs, out_dtype)
     if case == "2d2d":
         if bias is not None:
@@ -222,8 +223,8 @@ def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | Non
             return out
         if total_k == 0:
             return out.zero_()
-        grouped_build(bn or grad_w_bn(n), "mn", total_k, GROUP_K, dt == torch.float32, False, cluster)[0].launch_k(
-            a, b, offs, out)
+        grouped_build(bn or grad_w_bn(n), "mn", total_k, GROUP_K, dt == torch.float32, False, cluster,
+                      ring)[0].launch_k(a, b, offs, out)
         return out
     groups, k, n = b.shape
     if case == "3d3d":
@@ -233,10 +234,10 @@ def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | Non
             return out
         x = a.reshape(groups * m, k)
         offs = torch.arange(1, groups + 1, dtype=torch.int32, device=a.device) * m
-        _launch(x, b, offs, out.view(groups * m, n), bias, bn, cluster=cluster)
+        _launch(x, b, offs, out.view(groups * m, n), bias, bn, cluster=cluster, ring=ring)
         return out
     out = torch.empty((a.shape[0], n), dtype=dt, device=a.device)
-    _launch(a, b, offs, out, bias, bn, cluster=cluster)
+    _launch(a, b, offs, out, bias, bn, cluster=cluster, ring=ring)
     return out
 
 
@@ -272,7 +273,8 @@ def choose_bn(n: int, rows: int, groups: int) -> int:
     return 256 if n >= 2048 or (n >= 1024 and rows >= 64 * groups) else 128
 
 
-def _launch(x, b, offs, out, bias, bn, masked: bool = False, cluster: int | None = None) -> None:
+def _launch(x, b, offs, out, bias, bn, masked: bool = False, cluster: int | None = None,
+            ring: int | None = None) -> None:
     rows, k = x.shape
     groups, _, n = b.shape
     if rows == 0 or n == 0 or groups == 0:
@@ -297,20 +299,22 @@ def _launch(x, b, offs, out, bias, bn, masked: bool = False, cluster: int | None
     grouping = GROUP_M_MASKED if masked else GROUP_M
     if bn is None:
         bn = choose_bn(n, rows, groups)
-    kernel, _ = grouped_build(bn, major, k, grouping, out.dtype == torch.float32, bias is not None, cluster)
+    kernel, _ = grouped_build(bn, major, k, grouping, out.dtype == torch.float32, bias is not None, cluster, ring)
     kernel.launch(x, w, offs, out, bias)
 
 
-def grouped_build(bn: int, major: str, k: int, grouping: str, out_fp32: bool, bias: bool, cluster: int | None):
+def grouped_build(bn: int, major: str, k: int, grouping: str, out_fp32: bool, bias: bool, cluster: int | None,
+                  ring: int | None = None):
     """The grouped build a call runs, and why its cluster size: ``cluster`` as given, else library/grouped.py's
     choose_cluster for the contraction length ``k`` (along K: the total K), the weight's major and the
-    grouping. The launches, :func:`explain_grouped_mm` and ``explain_grouped_swiglu`` all ask here, so they
-    cannot disagree."""
+    grouping; ``ring`` the output's panel buffers per consumer (default library/grouped.py C_RING). The
+    launches, :func:`explain_grouped_mm` and ``explain_grouped_swiglu`` all ask here, so they cannot
+    disagree."""
     why = f"cluster = {cluster} asked for"
     if cluster is None:
         cluster, why = choose_cluster(k, major, grouping)
     return grouped_gemm(bn, major, out_fp32, bias, grouping == GROUP_K, grouping == GROUP_M_MASKED,
-                        cluster=cluster), why
+                        cluster=cluster, ring=C_RING if ring is None else ring), why
 
 
 def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None,

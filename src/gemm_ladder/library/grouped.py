@@ -18,7 +18,8 @@ arguments) depends on R, N, K, E and the pointers only.
 designer's plan (:func:`plan_gemm`) of one dense GEMM (R, N, K) on the configuration the kernel is built
 with: tile 128 x BN x 64, one CTA per cluster (or two: below), two consumer warpgroups, a producer
 warpgroup, persistent, and C through level 9's panel ring (a ring of :data:`C_RING` 64 x 64 panel buffer
-per consumer, a tile's last panel stored during the next tile's first K iteration) for a bf16 or
+per consumer, a tile's last panel stored during the next tile's first K iteration; an experiment's build
+may have a deeper ring, :data:`RINGS`) for a bf16 or
 fp16 output, from registers (no C staging) for a float32 one. Its stage count is the most that fit in
 shared memory beside the kernel's group table (:data:`GROUP_TABLE_BYTES`, static shared memory). What
 the grouped kernel changes is named in :class:`GroupedPlan`: the weight's tensor map is rank 3 over (E,
@@ -106,6 +107,13 @@ B_MAJORS = ("k", "mn")
 #: the one before has left the buffer (wait_group.read 0); the last during the next tile's first K
 #: iteration (holding more across the K loop spilled at BN 256).
 C_RING = 1
+#: Panel buffers per consumer a build may have (:attr:`GroupedGemm.ring`): :data:`C_RING`, or a deeper ring
+#: for short reductions (the weight gradient of many experts: a few K blocks per tile, so the tile's stores
+#: weigh more than its main loop), at the price of a stage (3 at BN 256 with 2 or 4 buffers, 5 at BN 128
+#: with 2). A ring as deep as the tile's panels stores every panel at the tile's end, none held in
+#: registers across the next tile's K loop. An experiment's build until measured (bench/grouped.py --ring):
+#: the public calls take :data:`C_RING`.
+RINGS = (1, 2, 4)
 #: What a build with the panel ring does with an output TMA can write: "tma" (the ring; a group's partial
 #: slices still from registers) or "registers" (every slice from registers, the build otherwise the
 #: same: how the tests and bench/grouped.py --store both compare the two). The environment's
@@ -300,6 +308,8 @@ class GroupedGemm:
     masked: bool = False
     #: CTAs per cluster (:data:`CLUSTERS`).
     cluster: int = 1
+    #: Panel buffers per consumer of a build with the panel ring (:data:`RINGS`; :attr:`c_ring`).
+    ring: int = C_RING
     _plans: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False)
 
@@ -311,15 +321,24 @@ class GroupedGemm:
     def name(self) -> str:
         return (f"sm90_grouped_gemm_{self.bn}_{'kgrouped' if self.k_grouped else self.b_major}"
                 + ("_f32" if self.out_fp32 else "") + ("_bias" if self.bias else "")
-                + ("_masked" if self.masked else "") + ("" if self.cluster == 1 else f"_c{self.cluster}"))
+                + ("_masked" if self.masked else "") + ("" if self.cluster == 1 else f"_c{self.cluster}")
+                + ("" if self.ring == C_RING else f"_r{self.ring}"))
 
     @property
     def c_ring(self) -> int:
-        """Panel buffers per consumer for the output: :data:`C_RING` for a bf16/fp16 output, 0 (stored from
-        registers) for float32 and for the masked layout (decode's few rows per expert rarely fill a 64-row
-        slice, and its cluster build at BN 256 spilled with the ring). A bias build adds the bias while
-        packing (an in-place add to the accumulators made ptxas serialise every wgmma, C7515)."""
-        return 0 if self.out_fp32 or self.masked else C_RING
+        """Panel buffers per consumer for the output: :attr:`ring` (:data:`C_RING` unless built otherwise)
+        for a bf16/fp16 output, 0 (stored from registers) for float32 and for the masked layout (decode's
+        few rows per expert rarely fill a 64-row slice, and its cluster build at BN 256 spilled with the
+        ring). A bias build adds the bias while packing (an in-place add to the accumulators made ptxas
+        serialise every wgmma, C7515)."""
+        return 0 if self.out_fp32 or self.masked else self.ring
+
+    @property
+    def deferred_panels(self) -> int:
+        """Panels of a consumer's slice stored during the next tile's first K iterations (the kernel's
+        kDeferredPanels): the last one, or none where the ring holds every panel of the tile (or there is
+        no ring)."""
+        return 0 if not self.c_ring or self.c_ring == self.bn // 64 else 1
 
     @staticmethod
     def stages(bn: int, dtype: str = "bf16", arch: str = "sm_90a", c_ring: int = 0) -> int:
@@ -406,7 +425,8 @@ class GroupedGemm:
         tiles take none and touch no stage), which audits at several (k_iters, tiles) bound. The output:
         a build with the panel ring (bf16/fp16) is modelled with it, every tile's panels through each
         consumer's ring of :attr:`c_ring` buffers, all but the last at the tile's end and the last
-        deferred to the next tile's first K iteration (the kernel stores a group's partial slices from registers,
+        deferred to the next tile's first K iteration (:attr:`deferred_panels`: none when the ring holds
+        them all) (the kernel stores a group's partial slices from registers,
         which touch no shared memory: a subset of the modelled accesses); a float32 build's register
         store is modelled as a private staging buffer per consumer, which adds no hazard the kernel has
         and hides none. ``k_iters``
@@ -430,7 +450,8 @@ class GroupedGemm:
         bm, bn, bk = g.tile
         if self.c_ring:
             panels = bn * DTYPES[dtype].itemsize // 128
-            faults = {"staging_buffers": self.c_ring, "panels_per_tile": panels, "deferred_panels": 1, **faults}
+            faults = {"staging_buffers": self.c_ring, "panels_per_tile": panels,
+                      "deferred_panels": self.deferred_panels, **faults}
         if self.cluster > 1:
             shared = (True,) * tiles if shared is None else tuple(shared)
             faults = {"shared_tiles": shared, **faults}
@@ -683,7 +704,8 @@ def kernel_for(config: KernelConfig) -> GroupedGemm:
         raise ValueError(f"config of family {config.family!r} given to {FAMILY}")
     try:
         kernel = grouped_gemm(config.tile[1], config.b_major, config.out_fp32, ("GL_BIAS", 1) in config.extra,
-                              config.grouping == GROUP_K, config.grouping == GROUP_M_MASKED, config.cluster)
+                              config.grouping == GROUP_K, config.grouping == GROUP_M_MASKED, config.cluster,
+                              ring=config.c_ring or C_RING)
         same = kernel.config(config.dtype, config.arch) == config
     except (ValueError, KeyError):
         same = False
@@ -703,10 +725,11 @@ class Sm90GroupedGemm:
     splits: tuple[str, ...] = ()
 
     def config(self, bn: int, b_major: str, dtype: str, *, out_dtype: str | None = None, bias: bool = False,
-               grouping: str = GROUP_M, cluster: int = 1) -> KernelConfig:
+               grouping: str = GROUP_M, cluster: int = 1, ring: int = C_RING) -> KernelConfig:
         """The build with tile width ``bn``, the weight ``b_major``, ``dtype`` inputs, ``out_dtype``
-        (default the inputs'; or "fp32"), a bias row per group, ``grouping`` and ``cluster`` (1 or 2).
-        Raises ValueError for a build this family does not make."""
+        (default the inputs'; or "fp32"), a bias row per group, ``grouping``, ``cluster`` (1 or 2) and
+        ``ring`` (panel buffers per consumer, :data:`RINGS`). Raises ValueError for a build this family
+        does not make."""
         # Checked here: the flags below would turn an unknown grouping into "m" and an output dtype
         # other than the inputs' or fp32 into the inputs'.
         if dtype not in HALF_DTYPES:
@@ -716,7 +739,7 @@ class Sm90GroupedGemm:
         if grouping not in GROUPINGS:
             raise ValueError(f"grouping = {grouping!r}: one of {', '.join(GROUPINGS)}")
         return grouped_gemm(bn, b_major, out_dtype == "fp32", bias, grouping == GROUP_K,
-                            grouping == GROUP_M_MASKED, cluster).config(dtype)
+                            grouping == GROUP_M_MASKED, cluster, ring=ring).config(dtype)
 
     def supports(self, config: KernelConfig, problem: Operands, **rules) -> str | None:
         kernel = kernel_for(config)
@@ -758,10 +781,11 @@ GROUPED_GEMM = Sm90GroupedGemm()
 
 
 def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias: bool = False,
-                 k_grouped: bool = False, masked: bool = False, cluster: int = 1) -> GroupedGemm:
+                 k_grouped: bool = False, masked: bool = False, cluster: int = 1, *, ring: int = C_RING) -> GroupedGemm:
     """The shared :class:`GroupedGemm` of one build configuration. Raises ValueError for a BN not in
-    :data:`BNS`, a major not in :data:`B_MAJORS`, a cluster not in :data:`CLUSTERS`, or a K-grouped
-    build with a K-major b or a bias."""
+    :data:`BNS`, a major not in :data:`B_MAJORS`, a cluster not in :data:`CLUSTERS`, a K-grouped
+    build with a K-major b or a bias, or a ``ring`` not in :data:`RINGS`, not dividing the tile's
+    BN / 64 panels, or other than :data:`C_RING` on a build without the panel ring (float32, masked)."""
     if bn not in BNS:
         raise ValueError(f"bn = {bn}: the grouped kernel is built with BN in {BNS}")
     if b_major not in B_MAJORS:
@@ -772,17 +796,22 @@ def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias
         raise ValueError("the masked layout is grouped along M, not K")
     if cluster not in CLUSTERS or isinstance(cluster, bool):
         raise ValueError(f"cluster = {cluster!r}: the grouped kernel is built with clusters of {CLUSTERS} CTAs")
-    return _grouped_gemm(bn, b_major, bool(out_fp32), bool(bias), bool(k_grouped), bool(masked), int(cluster))
+    if ring not in RINGS or isinstance(ring, bool) or (bn // 64) % ring:
+        raise ValueError(f"ring = {ring!r}: panel buffers per consumer in {RINGS} dividing the tile's {bn // 64} "
+                         "panels")
+    if ring != C_RING and (out_fp32 or masked):
+        raise ValueError(f"ring = {ring}: a float32 output and the masked layout store from registers (no panel ring)")
+    return _grouped_gemm(bn, b_major, bool(out_fp32), bool(bias), bool(k_grouped), bool(masked), int(cluster), int(ring))
 
 
 @functools.lru_cache(maxsize=None)
 def _grouped_gemm(bn: int, b_major: str, out_fp32: bool, bias: bool, k_grouped: bool, masked: bool,
-                  cluster: int) -> GroupedGemm:
+                  cluster: int, ring: int) -> GroupedGemm:
     # One instance per configuration however the arguments were spelled (positional or by keyword).
     return GroupedGemm(bn=bn, b_major=b_major, out_fp32=out_fp32, bias=bias, k_grouped=k_grouped, masked=masked,
-                       cluster=cluster)
+                       cluster=cluster, ring=ring)
 
 
-__all__ = ["BM", "BK", "BNS", "B_MAJORS", "C_RING", "CLUSTERS", "CLUSTER_EVIDENCE", "CLUSTER_EVIDENCE_GRAD_W", "CLUSTER_MIN_K",
+__all__ = ["BM", "BK", "BNS", "B_MAJORS", "C_RING", "CLUSTERS", "RINGS", "CLUSTER_EVIDENCE", "CLUSTER_EVIDENCE_GRAD_W", "CLUSTER_MIN_K",
            "FAMILY", "GRAD_W_BN", "GRAD_W_BN_EVIDENCE", "choose_cluster", "GROUPED_GEMM", "GROUP_TABLE_BYTES", "KERNEL_NAME", "MAX_GROUPS",
            "SOURCE", "STORES", "STORE_DEFAULT", "GroupedGemm", "GroupedPlan", "Sm90GroupedGemm", "grouped_gemm", "grad_w_bn", "kernel_for", "out_map", "store_rule", "weight_map"]

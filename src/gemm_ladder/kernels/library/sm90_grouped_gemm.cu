@@ -31,7 +31,8 @@
 //  - The store. Builds of a 2-byte output, grouped along M contiguously or along K, carry
 //    level 9's panel ring (Cfg::kCRing > 0, the plan's c_ring: panel_ring.cuh): a consumer's 64 rows go
 //    out by TMA one 64 x 64 panel at a time, all but the last at the tile's end and the last while the
-//    next tile's first wgmma runs; the copy engine writes global memory while the tensor cores go on.
+//    next tile's first wgmma runs (a ring with a buffer per panel: all at the tile's end); the copy
+//    engine writes global memory while the tensor cores go on.
 //    That takes a consumer slice whose 64 rows all belong to the tile's group (grouped along K: every
 //    slice, the rank-3 output map clipping M and N) and an output TMA can write (the launch's
 //    tma_store: 16-byte base, pitches and rows); a bias row is added while packing. The rest, and every other build's output, goes straight
@@ -295,10 +296,12 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
   constexpr bool kAlongK = Cfg::kMode == GroupedMode::kAlongK;
   constexpr int kCluster = Cfg::kCluster;
   constexpr bool kTmaStore = Cfg::kCRing > 0;
-  // Panels stored at a tile's end: all but the last (each after the one before has left the one
+  // Panels stored at a tile's end: all but the last (each once the store kCRing panels back has left its
   // buffer); the last waits in registers for the next tile's first K iteration (sm90_gemm.cu's split of
-  // level 9's store). Holding more panels' words across the K loop spilled at BN 256.
-  constexpr int kEarlyPanels = kTmaStore ? Cfg::kCPanels - 1 : 0;
+  // level 9's store). Holding more panels' words across the K loop spilled at BN 256. A ring with a
+  // buffer for every panel (library/grouped.py RINGS) stores them all at the tile's end: none waits for
+  // a buffer there, and no word is held across the next K loop.
+  constexpr int kEarlyPanels = !kTmaStore ? 0 : Cfg::kCRing == Cfg::kCPanels ? Cfg::kCPanels : Cfg::kCPanels - 1;
   constexpr int kDeferredPanels = Cfg::kCPanels - kEarlyPanels;
 
   extern __shared__ uint8_t smem_raw[];
