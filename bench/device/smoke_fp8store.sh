@@ -11,19 +11,9 @@
 # and 4096x7168 (K0 16384), tensorwise. Writes $OUT/fp8store/smoke.log and the two result JSONs there.
 # Exit status: 0 when every step passed; the failed steps are named on the log's last line.
 set -u
-OUT=${OUT:-/tmp/out}
-DEST="$OUT/fp8store"
-mkdir -p "$DEST"
-LOG="$DEST/smoke.log"
-export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD/src}
-export GEMM_LADDER_CACHE=${GEMM_LADDER_CACHE:-$PWD/.kcache}
+source "$(dirname "$0")/step.sh"  # smoke_begin, step, smoke_end
 export GEMM_LADDER_HOST=${GEMM_LADDER_HOST:-0}
-export GEMM_LADDER_GIT_COMMIT=${GEMM_LADDER_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-source "$(dirname "$0")/step.sh"  # step NAME SECONDS COMMAND...
-{
-  echo "== smoke_fp8store $(date -u +%FT%TZ) commit $GEMM_LADDER_GIT_COMMIT"
-  nvidia-smi --query-gpu=name,clocks.sm,power.limit,temperature.gpu --format=csv
-} >>"$LOG" 2>&1
+smoke_begin smoke_fp8store fp8store
 step prebuild 25 python3 - <<'PY'
 import itertools, time
 from concurrent.futures import ThreadPoolExecutor
@@ -65,7 +55,4 @@ step cost_24576 40 python3 bench/experiments/fp8_epilogue_cost.py --shape 4096x2
   -o "$DEST/fp8_epilogue_cost_4096x24576.json"
 step cost_7168 40 python3 bench/experiments/fp8_epilogue_cost.py --shape 4096x7168 --k0 16384 --budget 0.03 \
   -o "$DEST/fp8_epilogue_cost_4096x7168.json"
-nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv >>"$LOG" 2>&1
-echo "== smoke_fp8store failed:${FAILED:- none}" >>"$LOG"
-grep -E '^== |passed|failed|error|ERROR|intercept|TMA store|builds in' "$LOG" | tail -n 60
-[ -z "$FAILED" ]  # exit status: 0 when every step passed
+smoke_end smoke_fp8store 'passed|failed|error|ERROR|intercept|TMA store|builds in'  # exit status: 0 when every step passed

@@ -16,19 +16,9 @@
 # Writes $OUT/gcluster/smoke.log and the bench's two JSONs there. Exit status: 0 when every step passed;
 # the failed steps are named on the log's last line.
 set -u
-OUT=${OUT:-/tmp/out}
-DEST="$OUT/gcluster"
-mkdir -p "$DEST"
-LOG="$DEST/smoke.log"
-export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD/src}
-export GEMM_LADDER_CACHE=${GEMM_LADDER_CACHE:-$PWD/.kcache}
+source "$(dirname "$0")/step.sh"  # smoke_begin, step, smoke_end
 export GEMM_LADDER_HOST=${GEMM_LADDER_HOST:-0}
-export GEMM_LADDER_GIT_COMMIT=${GEMM_LADDER_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-source "$(dirname "$0")/step.sh"  # step NAME SECONDS COMMAND...
-{
-  echo "== smoke_gcluster $(date -u +%FT%TZ) commit $GEMM_LADDER_GIT_COMMIT"
-  nvidia-smi --query-gpu=name,clocks.sm,power.limit,temperature.gpu --format=csv
-} >>"$LOG" 2>&1
+smoke_begin smoke_gcluster gcluster
 step prebuild 25 python3 - <<'PY'
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -99,7 +89,4 @@ step bench_fwd 25 python3 bench/grouped.py --quick --swiglu none --cluster both 
   --cases mixtral_gate_up,mixtral_down_skewed,qwen3_gate_up,qwen3_down --directions fwd -o "$DEST/grouped_fwd.json"
 step bench_grad_w 15 python3 bench/grouped.py --quick --swiglu none --cluster both --check64 \
   --cases mixtral_down_skewed --directions grad_w -o "$DEST/grouped_grad_w.json"
-nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv >>"$LOG" 2>&1
-echo "== smoke_gcluster failed:${FAILED:- none}" >>"$LOG"
-grep -E '^== |passed|failed|error|ERROR|WRONG|cluster2|builds in|registers' "$LOG" | tail -n 70
-[ -z "$FAILED" ]  # exit status: 0 when every step passed
+smoke_end smoke_gcluster 'passed|failed|error|ERROR|WRONG|cluster2|builds in|registers'  # exit status: 0 when every step passed

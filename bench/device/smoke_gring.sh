@@ -11,23 +11,10 @@
 # (--check64). Writes $OUT/gring/smoke.log and the bench's JSON there.
 # Exit status: 0 when every step passed; the failed steps are named on the log's last line.
 set -u
-OUT=${OUT:-/tmp/out}
-DEST="$OUT/gring"
-mkdir -p "$DEST"
-LOG="$DEST/smoke.log"
-export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD/src}
-export GEMM_LADDER_CACHE=${GEMM_LADDER_CACHE:-$PWD/.kcache}
-export GEMM_LADDER_GIT_COMMIT=${GEMM_LADDER_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-source "$(dirname "$0")/step.sh"  # step NAME SECONDS COMMAND...
-{
-  echo "== smoke_gring $(date -u +%FT%TZ) commit $GEMM_LADDER_GIT_COMMIT"
-  nvidia-smi --query-gpu=name,clocks.sm,power.limit,temperature.gpu --format=csv
-} >>"$LOG" 2>&1
+source "$(dirname "$0")/step.sh"  # smoke_begin, step, smoke_end
+smoke_begin smoke_gring gring
 step pytest 120 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rfE --tb=short tests/test_grouped_gpu.py -k carried_panel
 step memcheck 60 compute-sanitizer --report-api-errors no --tool memcheck --error-exitcode 1 python3 bench/grouped.py --sanitize
 step racecheck 120 compute-sanitizer --report-api-errors no --tool racecheck --error-exitcode 1 python3 bench/grouped.py --sanitize
 step bench 180 python3 bench/grouped.py --directions grad_w --swiglu none --ring 1,4 --check64 ${1:+--cases "$1"} -o "$DEST"
-nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv >>"$LOG" 2>&1
-echo "== smoke_gring failed:${FAILED:- none}" >>"$LOG"
-grep -E '^== |passed|failed|error|ERROR|WRONG|SUMMARY|ring4/ring1|grad_w' "$LOG" | tail -n 60
-[ -z "$FAILED" ]  # exit status: 0 when every step passed
+smoke_end smoke_gring 'passed|failed|error|ERROR|WRONG|SUMMARY|ring4/ring1|grad_w'  # exit status: 0 when every step passed

@@ -11,18 +11,8 @@
 # Writes $OUT/gstore/smoke.log and the bench's JSON there. Exit status: 0 when every step passed; the
 # failed steps are named on the log's last line.
 set -u
-OUT=${OUT:-/tmp/out}
-DEST="$OUT/gstore"
-mkdir -p "$DEST"
-LOG="$DEST/smoke.log"
-export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD/src}
-export GEMM_LADDER_CACHE=${GEMM_LADDER_CACHE:-$PWD/.kcache}
-export GEMM_LADDER_GIT_COMMIT=${GEMM_LADDER_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-source "$(dirname "$0")/step.sh"  # step NAME SECONDS COMMAND...
-{
-  echo "== smoke_gstore $(date -u +%FT%TZ) commit $GEMM_LADDER_GIT_COMMIT"
-  nvidia-smi --query-gpu=name,clocks.sm,power.limit,temperature.gpu --format=csv
-} >>"$LOG" 2>&1
+source "$(dirname "$0")/step.sh"  # smoke_begin, step, smoke_end
+smoke_begin smoke_gstore gstore
 step prebuild 90 python3 - <<'PY'
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -44,7 +34,4 @@ step pytest 150 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rfE --tb=s
 step memcheck 30 compute-sanitizer --report-api-errors no --tool memcheck --error-exitcode 1 python3 bench/grouped.py --sanitize
 step racecheck 80 compute-sanitizer --report-api-errors no --tool racecheck --error-exitcode 1 python3 bench/grouped.py --sanitize
 step bench 170 python3 bench/grouped.py --directions fwd,grad_x,grad_w --swiglu none -o "$DEST/grouped.json"
-nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv >>"$LOG" 2>&1
-echo "== smoke_gstore failed:${FAILED:- none}" >>"$LOG"
-grep -E '^== |passed|failed|error|ERROR|WRONG|builds in|torch_grouped' "$LOG" | tail -n 70
-[ -z "$FAILED" ]  # exit status: 0 when every step passed
+smoke_end smoke_gstore 'passed|failed|error|ERROR|WRONG|builds in|torch_grouped'  # exit status: 0 when every step passed

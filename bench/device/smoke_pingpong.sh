@@ -10,25 +10,12 @@
 # cuBLAS and eager torch. Writes $OUT/pingpong/smoke.log and the experiment's JSON and table there.
 # Exit status: 0 when every step passed; the failed steps are named on the log's last line.
 set -u
-OUT=${OUT:-/tmp/out}
-DEST="$OUT/pingpong"
-mkdir -p "$DEST"
-LOG="$DEST/smoke.log"
-export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD/src}
-export GEMM_LADDER_CACHE=${GEMM_LADDER_CACHE:-$PWD/.kcache}
-export GEMM_LADDER_GIT_COMMIT=${GEMM_LADDER_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-source "$(dirname "$0")/step.sh"  # step NAME SECONDS COMMAND...
-{
-  echo "== smoke_pingpong $(date -u +%FT%TZ) commit $GEMM_LADDER_GIT_COMMIT"
-  nvidia-smi --query-gpu=name,clocks.sm,power.limit,temperature.gpu --format=csv
-} >>"$LOG" 2>&1
+source "$(dirname "$0")/step.sh"  # smoke_begin, step, smoke_end
+smoke_begin smoke_pingpong pingpong
 step pytest 150 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rfE --tb=short tests/test_pingpong_gpu.py \
   tests/test_library_gemm_gpu.py -k "pingpong or tail_shapes or repeatable or cooperative"
 step memcheck 60 compute-sanitizer --report-api-errors no --tool memcheck --error-exitcode 1 python3 bench/experiments/pingpong.py --sanitize
 step racecheck 150 compute-sanitizer --report-api-errors no --tool racecheck --error-exitcode 1 python3 bench/experiments/pingpong.py --sanitize
 step synccheck 60 compute-sanitizer --report-api-errors no --tool synccheck --error-exitcode 1 python3 bench/experiments/pingpong.py --sanitize
 step bench 200 python3 bench/experiments/pingpong.py ${1:+--shapes "$1"} -o "$DEST"
-nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv >>"$LOG" 2>&1
-echo "== smoke_pingpong failed:${FAILED:- none}" >>"$LOG"
-grep -E '^== |passed|failed|error|ERROR|WRONG|SUMMARY|pp/coop|sanitize:' "$LOG" | tail -n 70
-[ -z "$FAILED" ]  # exit status: 0 when every step passed
+smoke_end smoke_pingpong 'passed|failed|error|ERROR|WRONG|SUMMARY|pp/coop|sanitize:'  # exit status: 0 when every step passed
