@@ -171,6 +171,8 @@ class LibraryGemm:
     #: computes (sm90_gemm.cu's GL_PINGPONG; the designer's "pingpong" schedule): every unit whole, no
     #: stream-K tail.
     pingpong: bool = False
+    #: A measuring build (GL_TIMELINE: library_gemm's ``timeline``), never the dispatcher's.
+    timeline: bool = False
     _launches: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _specs: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
@@ -504,7 +506,8 @@ def _options(split: str, c_padding_writable: bool) -> tuple:
 
 
 def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers: bool = False,
-                 out_fp32: bool = False, cluster: int = 2, bm: int = 128, pingpong: bool = False) -> LibraryGemm:
+                 out_fp32: bool = False, cluster: int = 2, bm: int = 128, pingpong: bool = False,
+                 timeline: bool = False) -> LibraryGemm:
     """The layouts kernel for A ``a_major`` and B ``b_major`` ("k" or "mn") with tile width ``bn``
     (64, 128 or 256; 192 with a K-major B); one instance per configuration, so builds, loaded kernels and
     maps are cached.
@@ -516,7 +519,11 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     tiles of a 128-row tile, for problems whose 128-row tiles leave SMs idle). ``pingpong`` (with
     ``bm`` = 64): two consumer warpgroups take the 64-row tiles in turn, each storing its tile while the
     other runs its main loop (the designer's "pingpong" schedule, audited by audit/ring.py), for short K
-    and heavy epilogues; every unit whole (split "none").
+    and heavy epilogues; every unit whole (split "none"). ``timeline``: a measuring build, never the
+    dispatcher's: the kernel's GL_TIMELINE stamps (per CTA %globaltimer and clock64 at the points of its
+    TimelineSlot enum, into its ``gl_timeline_ns`` / ``gl_timeline_clk`` __device__ arrays;
+    kernels/include/gemm_ladder/timeline.cuh), read by bench/experiments/gemm_timeline.py; the same plan,
+    ring and launch as without it.
 
     Stages: the most that fit in shared memory (design.smem.max_stages) beside the panel rings: 4 at
     BN = 256 (level 9's), 5 at 192, 6 at BN = 128, 8 at BN = 64 (``c_ring``: the largest ring of at most 2
@@ -528,12 +535,13 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     """
     # One cache key per configuration however it is spelled (bn positional or by name, flags defaulted
     # or given): every caller then shares one instance, and its builds and bindings.
-    return _library_gemm(a_major, b_major, bn, bool(c_from_registers), bool(out_fp32), cluster, bm, bool(pingpong))
+    return _library_gemm(a_major, b_major, bn, bool(c_from_registers), bool(out_fp32), cluster, bm, bool(pingpong),
+                         bool(timeline))
 
 
 @functools.lru_cache(maxsize=None)
 def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, out_fp32: bool,
-                  cluster: int = 2, bm: int = 128, pingpong: bool = False) -> LibraryGemm:
+                  cluster: int = 2, bm: int = 128, pingpong: bool = False, timeline: bool = False) -> LibraryGemm:
     if bm not in TILE_M:
         raise ValueError(f"bm = {bm!r}: the kernel is built for BM in {TILE_M} (64 rows per consumer warpgroup)")
     if cluster not in CLUSTERS:
@@ -554,7 +562,7 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
     stages = max_stages(bm=bm, bn=bn, bk=64, elem_bytes=2, arch=arch_info("sm_90a"), consumers=consumers, c_ring=c_ring,
                         c_from_registers=c_from_registers, pingpong=pingpong)
     suffix = (("_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "") + ("_c1" if cluster == 1 else "")
-              + ("_bm64" if bm == 64 else "") + ("_pp" if pingpong else ""))
+              + ("_bm64" if bm == 64 else "") + ("_pp" if pingpong else "") + ("_tl" if timeline else ""))
     return LibraryGemm(
         name=f"sm90_gemm_{a_major}{b_major}_bn{bn}{suffix}",
         idea=f"level 9's kernel with A {a_major}-major and B {b_major}-major in shared memory, any TMA pitch, "
@@ -562,9 +570,10 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
              + (", C stored from registers (any pitch)" if c_from_registers else "")
              + (", float32 output" if out_fp32 else "")
              + (", one CTA per cluster" if cluster == 1 else "")
-             + (", two consumers taking the tiles in turn (ping-pong)" if pingpong else ""),
+             + (", two consumers taking the tiles in turn (ping-pong)" if pingpong else "")
+             + (", timestamps per CTA (a measuring build)" if timeline else ""),
         tile=(bm, bn, 64), stages=stages, c_ring=c_ring, a_major=a_major, b_major=b_major,
-        c_from_registers=c_from_registers, out_fp32=out_fp32, cluster=cluster, pingpong=pingpong,
+        c_from_registers=c_from_registers, out_fp32=out_fp32, cluster=cluster, pingpong=pingpong, timeline=timeline,
     )
 
 
@@ -578,7 +587,8 @@ def _config(kernel: LibraryGemm, dtype: str, arch: str) -> KernelConfig:
         consumers=kernel.consumers, producer_warpgroup=kernel.producer_warpgroup, c_ring=kernel.c_ring,
         store=STORE_REGISTERS if kernel.c_from_registers else STORE_TMA,
         schedule=DATA_PARALLEL if kernel.pingpong else STREAM_K, pingpong=kernel.pingpong,
-        extra=(("GL_C_FROM_REGISTERS", 1),) if kernel.c_from_registers else ())
+        extra=((("GL_C_FROM_REGISTERS", 1),) if kernel.c_from_registers else ())
+        + ((("GL_TIMELINE", 1),) if kernel.timeline else ()))
 
 
 def kernel_for(config: KernelConfig) -> LibraryGemm:
@@ -588,7 +598,7 @@ def kernel_for(config: KernelConfig) -> LibraryGemm:
         raise ValueError(f"config of family {config.family!r} given to {FAMILY}")
     kernel = library_gemm(config.a_major, config.b_major, config.tile[1], c_from_registers=config.c_from_registers,
                           out_fp32=config.out_fp32, cluster=config.cluster, bm=config.tile[0],
-                          pingpong=config.pingpong)
+                          pingpong=config.pingpong, timeline=("GL_TIMELINE", 1) in config.extra)
     if kernel.config(config.dtype, config.arch, config.epilogue) != config:
         raise ValueError(f"{FAMILY} builds no such configuration: {config}")
     return kernel

@@ -61,6 +61,10 @@
 // its last wgmma, so its stores are not overlapped with the next tile's first K iterations as the
 // panel ring's deferred panels are; the producer keeps loading meanwhile.
 //
+// GL_TIMELINE (a measuring build, never the dispatcher's: library_gemm(..., timeline=True),
+// bench/experiments/gemm_timeline.py) stamps the points of TimelineSlot per CTA (timeline.cuh); without
+// it the stamps compile to nothing and every build's SASS is what it was.
+//
 // Two other ways to store and reduce were built, measured no faster where they apply, and removed: a
 // staged copy of C through per-warp shared memory with 16-byte stores, and a stream-K fixup distributed
 // over a split tile's contributors (docs/library.md says what was measured and where the code is in git).
@@ -78,11 +82,49 @@
 #include "gemm_ladder/stage_ring.cuh"
 #include "gemm_ladder/stream_k.cuh"
 #include "gemm_ladder/tile_scheduler.cuh"
+#ifndef GL_TIMELINE_SLOTS
+#define GL_TIMELINE_SLOTS 96
+#endif
+#include "gemm_ladder/timeline.cuh"
 #include "gemm_ladder/tma_tile.cuh"
 
 using namespace gl;
 
 GL_RELEASES_PREVIOUS_STAGE();
+
+// The timeline build's slots (GL_TIMELINE; bench/experiments/gemm_timeline.py reads this enum). Stamped
+// by thread 0 (the producer) or by consumer 0's elected thread; values and counts where said. A whole
+// tile i < kTiles of consumer 0 (its i-th: level 9's tiles, or its turns under ping-pong) has two
+// slots: kTile0 + 2i when its K loop is done (wgmma_wait 0), kTile0 + 2i + 1 when what it does before
+// the next tile is done (its fragment packed and its early panels stored, or stored from registers).
+enum TimelineSlot {
+  kEntry = 0,         // thread 0: the kernel's first instruction
+  kSetup = 1,         // thread 0: barriers initialised, maps prefetched, the CTA (or cluster) barrier passed
+  kSmId = 2,          // value: %smid
+  kProducerStart = 3, // producer: about to issue its first whole unit's loads
+  kProducerWhole = 4, // producer: every whole unit's loads issued
+  kProducerEnd = 5,   // producer: the stream-K tail's loads issued too
+  kReady = 6,         // consumer 0: registers raised (setmaxnreg)
+  kFirstFull = 7,     // consumer 0: its first K tile's wgmma issued (the first stage arrived); not at BN 256
+  kWholeTiles = 8,    // count: whole tiles consumer 0 computed
+  kTailLoopEnd = 9,   // consumer 0: the K range of its last stream-K segment done
+  kHandIn = 10,       // consumer 0: its last split segment's partial handed in (stored, counted)
+  kReduceEnd = 11,    // consumer 0: its last reduction of the contributors' partials done
+  kTailStoreEnd = 12, // consumer 0: its last stream-K tile's stores issued
+  kSegments = 13,     // count: stream-K segments consumer 0 computed
+  kHandIns = 14,      // count: partials consumer 0 handed in
+  kReductions = 15,   // count: split tiles consumer 0 reduced and stored as the last contributor
+  kStoresRead = 16,   // consumer 0: its last TMA stores read out of shared memory (wait_group.read 0)
+  kExit0 = 17,        // consumer 0: done, before the final CTA (or cluster) barrier
+  kExit1 = 18,        // consumer 1 (two consumers): the same
+  kExit = 19,         // thread 0: past the final barrier
+  kTile0 = 20,        // the whole tiles' slots: kTile0 .. kTile0 + 2 kTiles - 1
+  kTiles = 38,        // whole tiles stamped per CTA (later ones are counted, not stamped)
+  kSlots = kTile0 + 2 * kTiles,
+};
+#if defined(GL_TIMELINE)
+static_assert(kSlots <= GL_TIMELINE_SLOTS, "the stamp arrays hold every slot");
+#endif
 
 // How a build writes C.
 enum class CStore {
@@ -162,6 +204,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
                                           int N, int K, int tail_first_unit, int max_contributors,
                                           float* __restrict__ partials, int* __restrict__ counters, const Epi& epi) {
   static_assert(config_ok<Cfg>());
+  GL_TIMELINE_STAMP(threadIdx.x == 0, kEntry);
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kCluster = Cfg::kCluster;
   constexpr bool kFromRegisters = Cfg::kStore == CStore::kRegisters;
   // Panels stored at once at the end of a tile: one per buffer, whose last stores (the previous tile's,
@@ -196,11 +239,15 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
     if (threadIdx.x == 0) init_ring(smem, &map_a, &map_b, c_out.map);
   }
   sync_cta_or_cluster<kCluster>();
+  GL_TIMELINE_STAMP(threadIdx.x == 0, kSetup);
+  GL_TIMELINE_VALUE(threadIdx.x == 0, kSmId, smid());
 
   if (warpgroup_index() == 0) {
     if constexpr (Cfg::kConsumers == 2) setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
+      GL_TIMELINE_STAMP(true, kProducerStart);
       RingPosition pos = produce_units(smem, &map_a, &map_b, sched, k_tiles, rank, first_unit, unit_stride, whole_end);
+      GL_TIMELINE_STAMP(true, kProducerWhole);
       if constexpr (!Cfg::kPingpong)
       for (int it = tail.begin(first_unit), end = tail.begin(first_unit + 1); it < end;) {
         const StreamKTail::Segment seg = tail.segment(first_unit, it, end);
@@ -209,6 +256,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
         produce_k_range(smem, &map_a, &map_b, um, tn, seg.kb, seg.ke, rank, pos);
         it = seg.next;
       }
+      GL_TIMELINE_STAMP(true, kProducerEnd);
     }
   } else {
     // 232 and the producer's 40 use the whole pool the launch gives the CTA (168 x 384 = 2 x 128 x 232 +
@@ -218,6 +266,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
     if constexpr (Cfg::kConsumers == 2) setmaxnreg_inc<232>();
     const int consumer = warpgroup_index() - 1;
     const bool elected = thread_in_warpgroup() == 0;  // releases stages and issues this consumer's stores
+    GL_TIMELINE_STAMP(consumer == 0 && elected, kReady);
     uint8_t* const ring = smem.c() + consumer * Cfg::kCRing * Cfg::kCPanelBytes;  // kTmaPanels: this consumer's
     const int bar = kFirstStoreBarrier + consumer;
     uint32_t packed[BN / 4];  // kTmaPanels: the previous tile's outputs; its last kDeferredPanels are still to be stored
@@ -260,6 +309,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
         float d[BN / 2];
         wait_turn(smem, consumer, turn);
         consume_k_range(smem, d, 0, 0, k_tiles, pos, elected, [&](int kt) {
+          GL_TIMELINE_STAMP(consumer == 0 && elected && turn == 0 && kt == 0, kFirstFull);
           if (kt == k_tiles - 1 && elected) pass_turn(smem, consumer);  // after the tile's last full wait
           if constexpr (Epi::kFused) {
             if (kt == (k_tiles > kPrefetchAhead ? k_tiles - kPrefetchAhead : 0))
@@ -267,6 +317,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
           }
         });
         pos.count += (Cfg::kConsumers - 1) * k_tiles;
+        GL_TIMELINE_STAMP(consumer == 0 && elected && turn < kTiles, kTile0 + 2 * turn);
         if constexpr (kFromRegisters) {
           store_fragment(d, unit);
         } else if constexpr (Epi::kFused) {
@@ -281,12 +332,21 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
           for (int p = 0; p < Cfg::kCPanels; ++p)
             store_panel(p, packed, ring, c_out.map, tn * BN, tm * BM, bar, elected);
         }
+        GL_TIMELINE_STAMP(consumer == 0 && elected && turn < kTiles, kTile0 + 2 * turn + 1);
+        GL_TIMELINE_COUNT(consumer == 0 && elected, kWholeTiles);
       }
     } else if constexpr (kFromRegisters) {
       for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
         float d[BN / 2];
-        consume_k_range(smem, d, consumer, 0, k_tiles, pos, elected, [](int) {});
+        consume_k_range(smem, d, consumer, 0, k_tiles, pos, elected, [&](int kt) {
+          GL_TIMELINE_STAMP(consumer == 0 && elected && unit == first_unit && kt == 0, kFirstFull);
+        });
+        GL_TIMELINE_STAMP(consumer == 0 && elected && (unit - first_unit) / unit_stride < kTiles,
+                          kTile0 + 2 * ((unit - first_unit) / unit_stride));
         store_fragment(d, unit);
+        GL_TIMELINE_STAMP(consumer == 0 && elected && (unit - first_unit) / unit_stride < kTiles,
+                          kTile0 + 2 * ((unit - first_unit) / unit_stride) + 1);
+        GL_TIMELINE_COUNT(consumer == 0 && elected, kWholeTiles);
       }
     } else {
       for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
@@ -296,6 +356,8 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
         const int prev = unit - unit_stride;  // the previous tile of this CTA, if unit != first_unit
         float d[BN / 2];
         consume_k_range(smem, d, consumer, 0, k_tiles, pos, elected, [&](int kt) {
+          // Not at BN 256: the stamp's registers inside the K loop spilled there (ptxas).
+          GL_TIMELINE_STAMP(BN < 256 && consumer == 0 && elected && unit == first_unit && kt == 0, kFirstFull);
           if (kt < kDeferredPanels && unit != first_unit)  // runs while this K iteration's wgmma does
             store_panel_of(prev, kEarlyPanels + kt);
           if constexpr (Epi::kFused) {
@@ -307,6 +369,8 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
               epi.template prefetch<64, BN, 128>(tm * BM + 64 * consumer, tn * BN, M, N, thread_in_warpgroup());
           }
         });
+        GL_TIMELINE_STAMP(consumer == 0 && elected && (unit - first_unit) / unit_stride < kTiles,
+                          kTile0 + 2 * ((unit - first_unit) / unit_stride));
         if (unit != first_unit)  // fewer K iterations than deferred panels: finish the previous tile first
           for (int p = kEarlyPanels + k_tiles; p < Cfg::kCPanels; ++p)
             store_panel_of(prev, p);
@@ -324,6 +388,9 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
           for (int p = 0; p < kEarlyPanels; ++p)
             store_panel(p, packed, ring, c_out.map, tn * BN, tm * BM + 64 * consumer, bar, elected);
         }
+        GL_TIMELINE_STAMP(consumer == 0 && elected && (unit - first_unit) / unit_stride < kTiles,
+                          kTile0 + 2 * ((unit - first_unit) / unit_stride) + 1);
+        GL_TIMELINE_COUNT(consumer == 0 && elected, kWholeTiles);
       }
       if (first_unit < whole_end) {  // the last whole tile's deferred panels
         const int last = first_unit + (whole_end - 1 - first_unit) / unit_stride * unit_stride;
@@ -343,12 +410,18 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
       }
       float d[BN / 2];
       consume_k_range(smem, d, consumer, seg.kb, seg.ke, pos, elected, [](int) {});
+      GL_TIMELINE_STAMP(consumer == 0 && elected, kTailLoopEnd);
+      GL_TIMELINE_COUNT(consumer == 0 && elected, kSegments);
       if (seg.contributors > 1) {
         const int slot = ((seg.unit - whole_end) * kCluster + rank) * Cfg::kConsumers + consumer;
         const PartialSlots<BN> slots{partials + static_cast<size_t>(slot) * max_contributors * PartialSlots<BN>::kFloats};
-        if (!hand_in_partial(slots, counters + slot, seg.mine, seg.contributors, d, bar, elected))
-          continue;  // another contributor finishes this tile
+        const bool last = hand_in_partial(slots, counters + slot, seg.mine, seg.contributors, d, bar, elected);
+        GL_TIMELINE_STAMP(consumer == 0 && elected, kHandIn);
+        GL_TIMELINE_COUNT(consumer == 0 && elected, kHandIns);
+        if (!last) continue;  // another contributor finishes this tile
         slots.reduce(seg.contributors, d);
+        GL_TIMELINE_STAMP(consumer == 0 && elected, kReduceEnd);
+        GL_TIMELINE_COUNT(consumer == 0 && elected, kReductions);
       }
       if constexpr (kFromRegisters) {
         store_fragment(d, seg.unit);
@@ -368,12 +441,16 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
         for (int p = 0; p < Cfg::kCPanels; ++p)
           store_panel_of(seg.unit, p);
       }
+      GL_TIMELINE_STAMP(consumer == 0 && elected, kTailStoreEnd);
     }
     if constexpr (!kFromRegisters) {
       if (elected) tma_store_wait_read<0>();
+      GL_TIMELINE_STAMP(consumer == 0 && elected, kStoresRead);
     }
+    GL_TIMELINE_STAMP(elected, consumer == 0 ? kExit0 : kExit1);
   }
   sync_cta_or_cluster<kCluster>();
+  GL_TIMELINE_STAMP(threadIdx.x == 0, kExit);
 }
 
 // ---- The build: its -D constants as the config, and the entry point ------------------------------

@@ -1,0 +1,372 @@
+"""Where the general library kernel's time goes inside one launch, on issue 23's mid-size shapes:
+per-CTA timestamps around its setup, each whole tile's main loop and boundary, the stream-K tail's
+hand-in, reduction and stores, and its exit (one-off).
+
+    python bench/experiments/gemm_timeline.py [--cases "512,1024,4096;1576,1024,4096"] [--builds "route;c1 bm64 bn64 none"]
+                                              [--repeats 3] [--budget 0.03] [-o OUT_DIR]
+
+Why: the K sweep (docs/where-time-goes.md) put most of the gap to cuBLAS on 1000 x 4608 x 3584 and
+12608 x 1024 x 4096 in a fixed cost (13-14 us more than cuBLAS's, not growing with K), and the forced
+builds (bench/results/2026-12-04_tiles_forced_*.json) leave 512 x 1024 x 4096, 1023 x 768 x 3072 and
+1576 x 1024 x 4096 at 0.76-0.84x cuBLAS with the best build that exists; a stream-K split over every
+tile ("all"), which should have halved 512 x 1024 x 4096's time at 128 x 128, was slower than no
+split. Which part of a launch is it: the first loads, each tile's epilogue, the split's hand-in and
+reduction, or the wave's end?
+
+**The timeline build** (``library_gemm(..., timeline=True)``: sm90_gemm.cu's GL_TIMELINE) stamps,
+per CTA, %globaltimer (ns) and clock64 at the points of its TimelineSlot enum (read from the source
+here): entry, setup done, the producer's first and last loads, consumer 0 ready, its first stage full
+(not at BN 256: the stamp spilled there), each of its first ``kTiles`` whole tiles' main-loop end and
+boundary end (packing and the early panels stored), its last stream-K segment's loop end, hand-in,
+reduction and store, its last stores read out of shared memory, each consumer's exit and the CTA's
+exit past the final barrier; and the SM, whole tiles, segments, hand-ins and reductions as counts,
+which are checked against the launch's schedule (design/stream_k.py). Without GL_TIMELINE the stamps
+compile to nothing (the shipped builds' SASS is unchanged; tests/test_gemm_timeline.py).
+
+**Builds** per case (``--builds``, ';'-separated): ``route`` (the dispatcher's choice for
+``gemm_ladder.linear(x, w)``, when it is the general kernel), or ``[c1] [bm64] bnN SPLIT``, e.g.
+``c1 bm64 bn64 none`` (one CTA per cluster, 64-row tiles, BN 64, no split). Operands x (M, K) and w (N,
+K) row-major (both K-major), bf16.
+
+**Method.** Fresh random operands per case (gates.correctness.random_operands); each build and its
+timeline build computed once into a NaN-poisoned output and checked against float64 (error_bound of
+cuBLAS's error, absolute_cap), a wrong one reported and not timed; then cuBLAS (``F.linear``), each
+build and its timeline build timed interleaved (gates.performance.time_fns: L2 flushed by writes, launch
+hidden, median of 4 rounds): the stamps' own cost is the timeline build's time over the build's. Then
+``--repeats`` traced launches per timeline build, each after the same flush, between two CUDA events
+(bench/small_m_timeline.py's event_timed), the stamps read back (bench/l9_timeline.py's read_global).
+
+**Readings** (:func:`analyse`, us, median/min/max over the CTAs): ``span`` (first entry to last exit,
+%globaltimer) against the event-timed launch (``outside``: what no CTA sees); ``setup``; ``ramp``
+(setup to the first tile's main loop end, minus the steady loop time: the first loads' latency);
+``loop`` (a whole tile's main loop after the first) and ``boundary`` (its epilogue until the next
+tile's loop starts); ``tail_loop`` (the segments' K ranges), ``hand_in``, ``reduce``, ``tail_store``;
+``drain`` (last stamp to the stores read out); ``exit_gap`` (last exit - this CTA's); and the last CTA
+to exit's critical path split into those parts (they add up to its span). Writes
+``gemm_timeline.json`` (bench/suite.py's meta: GPU, clocks, date, commit) and ``gemm_timeline.md``.
+Exit status 1 when a build is wrong or a stamp count disagrees with the schedule.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+#: (name, M, N, K): the plain mid-size rows below 0.85x cuBLAS with every build forced (tiles_forced),
+#: the two fixed-cost rows of the K sweep, and a control.
+CASES = (
+    ("bert_large output.dense 512", 512, 1024, 4096),
+    ("gpt2 mlp.c_proj 1023", 1023, 768, 3072),
+    ("vit_l16 mlp.fc2 1576", 1576, 1024, 4096),
+    ("phi3_mini mlp.down_proj 333", 333, 3072, 8192),
+    ("qwen2.5_7b qkv_proj 1000", 1000, 4608, 3584),
+    ("vit_l16 mlp.fc2", 12608, 1024, 4096),
+    ("square 4096", 4096, 4096, 4096),
+)
+#: The builds traced per case unless --builds says otherwise: the route, the best forced build at 512 x
+#: 1024 x 4096 (BM 64 BN 64, one CTA) and the 128 x 128 tile whole and split over every tile.
+BUILDS = ("route", "c1 bm64 bn64 none", "c1 bn128 none", "c1 bn128 all")
+SOURCE = "library/sm90_gemm.cu"
+#: Rows of the stamp arrays (timeline.cuh's GL_TIMELINE_CTAS default).
+TIMELINE_CTAS = 4096
+#: A CTA's consecutive parts from its entry to its exit (:func:`analyse`).
+PHASES = ("setup", "ramp_and_loops", "boundaries", "unstamped_tiles", "tail_loop", "hand_in", "reduce", "tail_store",
+          "drain", "exit")
+
+
+def parse_build(text: str) -> dict | None:
+    """``route``, or ``[c1|c2] [bm64|bm128] bnN SPLIT`` as library_gemm keywords plus ``split``
+    (``{"route": True}`` for the route); None when malformed."""
+    words = text.split()
+    if words == ["route"]:
+        return {"route": True}
+    out = {"cluster": 2, "bm": 128}
+    for w in words[:-1]:
+        if w in ("c1", "c2"):
+            out["cluster"] = int(w[1])
+        elif w in ("bm64", "bm128"):
+            out["bm"] = int(w[2:])
+        elif re.fullmatch(r"bn\d+", w):
+            out["bn"] = int(w[2:])
+        else:
+            return None
+    from gemm_ladder.library.gemm import SPLITS
+
+    if not words or words[-1] not in SPLITS or "bn" not in out:
+        return None
+    out["split"] = words[-1]
+    return out
+
+
+def timeline_slots() -> tuple[dict[str, int], int, int, int]:
+    """The kernel's TimelineSlot enum and stamp-array width read from its source: (name without its k ->
+    slot for the points and counts, the first whole tile's slot kTile0, the tiles stamped kTiles, the
+    arrays' GL_TIMELINE_SLOTS)."""
+    from gemm_ladder.runtime.compiler import KERNEL_ROOT
+
+    src = (KERNEL_ROOT / SOURCE).read_text()
+    body = re.search(r"enum TimelineSlot \{(.*?)\};", src, re.S)
+    width = re.search(r"#define GL_TIMELINE_SLOTS (\d+)", src)
+    assert body and width, f"{SOURCE} has no TimelineSlot enum or GL_TIMELINE_SLOTS"
+    values = {m.group(1): int(m.group(2)) for m in re.finditer(r"\bk(\w+) = (\d+),", body.group(1))}
+    tile0, tiles = values.pop("Tile0"), values.pop("Tiles")
+    assert sorted(values.values()) == list(range(len(values))) == list(range(tile0)), values
+    assert tile0 + 2 * tiles <= int(width.group(1)), (tile0, tiles, width.group(1))
+    return values, tile0, tiles, int(width.group(1))
+
+
+def spread(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)} if xs else {}
+
+
+def _us(ns: float) -> float:
+    return ns / 1e3
+
+
+def analyse(ns: list[list[int]], *, slots: dict[str, int], tile0: int, tiles: int, whole: list[int],
+            segments: list[int], hand_ins: list[int], event_us: float | None) -> dict:
+    """The readings of one traced launch (module docstring) from its per-CTA stamps ``ns`` (one row per
+    CTA, indexed by ``slots`` and kTile0 + 2i (+1)). ``whole``/``segments``/``hand_ins``: each CTA's whole
+    tiles, stream-K segments and hand-ins (consumer 0's) by the launch's schedule; a count stamped
+    otherwise raises AssertionError (stale or wrong stamps). Each CTA's phases are consecutive intervals
+    from its entry to its exit, so the critical path's parts add up to its span."""
+    s = slots
+    for i, r in enumerate(ns):
+        got = (r[s["WholeTiles"]], r[s["Segments"]], r[s["HandIns"]])
+        assert got == (whole[i], segments[i], hand_ins[i]), f"CTA {i}: stamped {got}, scheduled {(whole[i], segments[i], hand_ins[i])}"
+    exits = [r[s["Exit"]] for r in ns]
+    t0, t_end = min(r[s["Entry"]] for r in ns), max(exits)
+
+    def phases(i: int) -> dict[str, float]:
+        """CTA i's time from entry to exit split into consecutive parts (us); a part whose stamp was not
+        written (0: the stamps are zeroed before each launch) or lies before the last one is skipped."""
+        r, out = ns[i], {}
+        t = r[s["Entry"]]
+
+        def part(name: str, until: int) -> None:
+            nonlocal t
+            if until >= t:
+                out[name] = out.get(name, 0.0) + _us(until - t)
+                t = until
+
+        part("setup", r[s["Setup"]])
+        stamped = min(whole[i], tiles)
+        loops = []
+        for j in range(stamped):
+            loops.append(_us(r[tile0 + 2 * j] - t))
+            part("ramp_and_loops", r[tile0 + 2 * j])
+            part("boundaries", r[tile0 + 2 * j + 1])
+        if whole[i] > stamped:  # no stamp between the last stamped tile and the next point: one part
+            part("unstamped_tiles", r[s["TailLoopEnd"]] if segments[i] else max(r[s["StoresRead"]], r[s["Exit0"]]))
+        if segments[i]:
+            part("tail_loop", r[s["TailLoopEnd"]])
+            if hand_ins[i]:
+                part("hand_in", r[s["HandIn"]])
+                if r[s["Reductions"]]:
+                    part("reduce", r[s["ReduceEnd"]])
+            part("tail_store", r[s["TailStoreEnd"]])
+        part("drain", r[s["StoresRead"]])
+        part("exit", r[s["Exit"]])
+        out["_loops"] = loops
+        return out
+
+    per = [phases(i) for i in range(len(ns))]
+    steady = [x for p in per for x in p["_loops"][1:]]
+    loop_us = statistics.median(steady) if steady else None
+    first = [p["_loops"][0] for p in per if p["_loops"]]
+    last = max(range(len(ns)), key=lambda i: exits[i])
+    keys = PHASES
+    per_tile_boundary = [p["boundaries"] / max(1, min(whole[i], tiles)) for i, p in enumerate(per) if whole[i]]
+    span = _us(t_end - t0)
+    return {
+        "ctas": len(ns), "span_us": span, "event_us": event_us,
+        "outside_us": None if event_us is None else event_us - span,
+        "entry_skew_us": _us(max(r[s["Entry"]] for r in ns) - t0),
+        "setup_us": spread([p["setup"] for p in per]),
+        "first_full_us": spread([_us(r[s["FirstFull"]] - r[s["Setup"]]) for r in ns if r[s["FirstFull"]]]),
+        "loop_us": spread(steady), "first_loop_us": spread(first),
+        "ramp_us": spread([f - loop_us for f in first]) if loop_us is not None else {},
+        "boundary_per_tile_us": spread(per_tile_boundary),
+        "tail_loop_us": spread([p["tail_loop"] for p in per if "tail_loop" in p]),
+        "hand_in_us": spread([p["hand_in"] for p in per if "hand_in" in p]),
+        "reduce_us": spread([p["reduce"] for p in per if "reduce" in p]),
+        "tail_store_us": spread([p["tail_store"] for p in per if "tail_store" in p]),
+        "drain_us": spread([p["drain"] for p in per if "drain" in p]),
+        "exit_gap_us": spread([_us(t_end - e) for e in exits]),
+        "critical": {"cta": last, "entry_offset_us": _us(ns[last][s["Entry"]] - t0), "whole_tiles": whole[last],
+                     "segments": segments[last], **{k + "_us": per[last].get(k, 0.0) for k in keys}},
+    }
+
+
+def schedule_counts(kernel, m: int, n: int, k: int, split: str, resident: int):
+    """The launch's stream-K schedule (library.gemm.split_schedule) and, per CTA of its grid, consumer 0's
+    whole tiles (a ping-pong build's consumer 0 takes every other one), segments and hand-ins (a segment
+    of a split unit hands in)."""
+    from gemm_ladder.design.problem import ceil_div
+    from gemm_ladder.library.gemm import split_schedule
+
+    tail = split_schedule(kernel._units(m, n), resident, ceil_div(k, kernel.tile[2]), split, kernel.stream_k_min_idle)
+    whole_end = tail.first_unit if tail.tail_units else tail.units
+    whole, segments, hand_ins = [], [], []
+    for cta in range(tail.clusters * kernel.cluster):
+        c = cta // kernel.cluster
+        mine = range(c, whole_end, tail.clusters)
+        whole.append(len(mine[::2]) if kernel.pingpong else len(mine))  # ping-pong: consumer 0 takes every other tile
+        segs = tail.segments(c) if tail.tail_units else []
+        segments.append(len(segs))
+        hand_ins.append(sum(1 for g in segs if g.contributors > 1))
+    return tail, whole, segments, hand_ins
+
+
+def builds_for(case: tuple, specs: list[dict]):
+    """label -> (library kernel, split) of the case's builds; the route only where it is the general kernel."""
+    from gemm_ladder import dispatch
+    from gemm_ladder.library.gemm import kernel_for, library_gemm
+
+    name, m, n, k = case
+    out = {}
+    for spec in specs:
+        if spec.get("route"):
+            x = torch.empty(m, k, dtype=torch.bfloat16, device="meta")
+            w = torch.empty(n, k, dtype=torch.bfloat16, device="meta")
+            route = dispatch.decide(x, w.T, torch.empty(m, n, dtype=torch.bfloat16, device="meta"), given=False)
+            if route.kind != "general" or route.c_path.transposed:
+                continue
+            kernel = kernel_for(route.config.with_epilogue(None))
+            split = dict(route.options).get("split") or kernel.default_split
+            out[f"route ({kernel.name} {split})"] = (kernel, split)
+        else:
+            kernel = library_gemm("k", "k", spec["bn"], cluster=spec["cluster"], bm=spec["bm"])
+            out[f"{kernel.name} {spec['split']}"] = (kernel, spec["split"])
+    return out
+
+
+def run_case(case: tuple, specs: list[dict], repeats: int, budget: float) -> dict:
+    from small_m_timeline import event_timed
+    from l9_timeline import read_global, zero_global
+
+    from gemm_ladder.contract import reference
+    from gemm_ladder.gates.correctness import absolute_cap, error_bound, random_operands
+    from gemm_ladder.gates.performance import time_fns
+    from gemm_ladder.gpu import l2_bytes
+    from gemm_ladder.library.gemm import library_gemm
+    from gemm_ladder.library.operand import operand_view
+
+    name, m, n, k = case
+    x, w = random_operands(m, n, k, "bf16", "cuda", seed=hash(name) % 2**31)
+    ref = reference(x, w)
+    torch_out = F.linear(x, w)
+    torch_err = float((torch_out.double() - ref).norm() / ref.norm())
+    bound, cap = error_bound(torch_err, "bf16"), absolute_cap(x, w, float(ref.abs().max()), "bf16")
+    a, b = operand_view(x, k_dim=1), operand_view(w, k_dim=1)
+    fns, rows, traced = {"cuBLAS": lambda *_: F.linear(x, w)}, {}, {}
+    slots, tile0, tiles, width = timeline_slots()
+    for label, (kernel, split) in builds_for(case, specs).items():
+        tl = library_gemm(kernel.a_major, kernel.b_major, kernel.tile[1], c_from_registers=kernel.c_from_registers,
+                          cluster=kernel.cluster, bm=kernel.tile[0], pingpong=kernel.pingpong, timeline=True)
+        for tag, kern in (("", kernel), (" timeline", tl)):
+            c = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+            launch = kern.bind(a, b, c, split=split)
+            launch()
+            err = float((c.double() - ref).norm() / ref.norm())
+            ok = err <= bound and float((c.double() - ref).abs().max()) <= cap
+            rows[label + tag] = {"rel_err": err, "ok": ok, "name": kern.name, "split": split}
+            if ok:
+                fns[label + tag] = (lambda launch=launch: lambda *_: launch())()
+                if tag:
+                    traced[label] = (kern, split, launch)
+    times = time_fns(fns, x, w, budget_s=budget, rounds=4)
+    for key, t in times.items():
+        rows.setdefault(key, {})["us"] = t.median_ms * 1e3
+    cublas_us = rows["cuBLAS"]["us"]
+    for key, r in rows.items():
+        if "us" in r:
+            r["vs_cublas"] = cublas_us / r["us"]
+    buf = torch.empty(2 * l2_bytes(x.device), dtype=torch.uint8, device="cuda")
+    for label, (kern, split, launch) in traced.items():
+        loaded = kern.loaded("bf16", x.device)
+        tail, whole, segments, hand_ins = schedule_counts(kern, m, n, k, split, loaded.max_active_clusters(x.device))
+        ctas = len(whole)
+        assert ctas <= TIMELINE_CTAS
+        readings = []
+        for rep in range(repeats):
+            for arr in ("gl_timeline_ns", "gl_timeline_clk"):
+                zero_global(loaded, arr)
+            ev = event_timed(launch, buf, "write")
+            nsr = read_global(loaded, "gl_timeline_ns", (TIMELINE_CTAS, width), torch.int64)[:ctas].tolist()
+            readings.append(analyse(nsr, slots=slots, tile0=tile0, tiles=tiles, whole=whole, segments=segments,
+                                    hand_ins=hand_ins, event_us=ev))
+        rows[label]["trace"] = {"grid": ctas, "units": tail.units, "tail_units": tail.tail_units,
+                                "max_contributors": tail.max_contributors, "readings": readings}
+    return {"case": name, "M": m, "N": n, "K": k, "cublas_rel_err": torch_err, "builds": rows}
+
+
+def markdown(results: list[dict]) -> str:
+    lines = ["| case | build | us | vs cuBLAS | stamps' cost | span | outside | setup | ramp | loop | boundary/tile "
+             "| tail loop | hand-in | reduce | exit gap (max) |", "|" + "---|" * 15]
+
+    def med(d: dict) -> str:
+        return f"{d['median']:.2f}" if d else "-"
+
+    for res in results:
+        for label, r in res["builds"].items():
+            if label == "cuBLAS" or label.endswith(" timeline") or "trace" not in r:
+                continue
+            t = r["trace"]["readings"][0]
+            tl = res["builds"].get(label + " timeline", {})
+            cost = f"{tl['us'] / r['us']:.3f}" if "us" in tl and "us" in r else "-"
+            lines.append(f"| {res['case']} | {label} | {r.get('us', float('nan')):.1f} | {r.get('vs_cublas', float('nan')):.3f} "
+                         f"| {cost} | {t['span_us']:.1f} | {t['outside_us']:.1f} | {med(t['setup_us'])} | {med(t['ramp_us'])} "
+                         f"| {med(t['loop_us'])} | {med(t['boundary_per_tile_us'])} | {med(t['tail_loop_us'])} "
+                         f"| {med(t['hand_in_us'])} | {med(t['reduce_us'])} | {t['exit_gap_us'].get('max', 0):.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cases", default=None, help="';'-separated M,N,K (default: CASES)")
+    p.add_argument("--builds", default=None, help=f"';'-separated builds (default: {'; '.join(BUILDS)})")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--budget", type=float, default=0.03)
+    p.add_argument("-o", "--output", type=Path, default=None, help="output folder (default $OUT/gemm_timeline)")
+    args = p.parse_args(argv)
+    specs = [parse_build(b.strip()) for b in (args.builds.split(";") if args.builds else BUILDS)]
+    if any(s is None for s in specs):
+        print(f"gemm_timeline.py: --builds {args.builds!r}: each 'route' or '[c1] [bm64] bnN SPLIT'", file=sys.stderr)
+        return 2
+    cases = CASES
+    if args.cases:
+        try:
+            cases = tuple((f"{m}x{n}x{k}", m, n, k) for m, n, k in
+                          (tuple(int(v) for v in c.split(",")) for c in args.cases.split(";")))
+        except ValueError:
+            print(f"gemm_timeline.py: --cases {args.cases!r}: ';'-separated M,N,K", file=sys.stderr)
+            return 2
+    from suite import require_gpu, save
+
+    require_gpu(__file__)
+    import os
+
+    out_dir = args.output or Path(os.environ.get("OUT", "/tmp")) / "gemm_timeline"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = [run_case(c, specs, args.repeats, args.budget) for c in cases]
+    table = markdown(results)
+    print(table)
+    (out_dir / "gemm_timeline.md").write_text(table)
+    save({"cases": results}, "gemm_timeline", out_dir / "gemm_timeline.json")
+    wrong = [f"{r['case']} {label}" for r in results for label, b in r["builds"].items() if b.get("ok") is False]
+    if wrong:
+        print("WRONG: " + ", ".join(wrong))
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""The general kernel's timeline build (sm90_gemm.cu's GL_TIMELINE: library_gemm(..., timeline=True)) and
+bench/experiments/gemm_timeline.py's CPU parts, without a GPU.
+
+Builds: the timeline build of several configurations compiles with no spill or stack (the resource
+gate) and reads %globaltimer; the shipped build of the same configuration does not (its stamps compile
+to nothing), and the two are distinct builds (keys, names) whose configs map back to their kernels.
+The script: its build grammar, the slot enum it reads from the source, the schedule counts it checks
+the stamps against, and its analysis on synthetic stamps (every CTA's parts add up to its entry-to-exit
+time; a count that disagrees with the schedule is caught).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import needs_nvcc
+
+from gemm_ladder.library.gemm import kernel_for, library_gemm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "experiments"))
+import gemm_timeline as bench  # noqa: E402
+
+CONFIGS = [dict(bn=256), dict(bn=64, bm=64, cluster=1), dict(bn=128, c_from_registers=True, cluster=1),
+           dict(bn=256, bm=64, pingpong=True, cluster=1)]
+
+
+def test_the_timeline_build_is_its_own_configuration():
+    for cfg in CONFIGS:
+        shipped, tl = library_gemm("k", "k", **cfg), library_gemm("k", "k", timeline=True, **cfg)
+        assert tl is not shipped and tl.name == shipped.name + "_tl"
+        assert ("GL_TIMELINE", 1) in tl.config("bf16").extra and ("GL_TIMELINE", 1) not in shipped.config("bf16").extra
+        assert tl.config("bf16") != shipped.config("bf16")  # the config is the build's key
+        assert kernel_for(tl.config("bf16")) is tl and kernel_for(shipped.config("bf16")) is shipped
+        assert tl.defines("bf16") == shipped.defines("bf16")  # the same plan, ring and launch
+
+
+@needs_nvcc
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_timeline_builds_pass_the_resource_gate_and_shipped_ones_carry_no_stamp(cfg, use_cache):
+    from gemm_ladder.gates.resources import check_level_resources
+
+    report, sass = check_level_resources(library_gemm("k", "k", timeline=True, **cfg), "bf16")
+    assert report.passed, report.messages
+    assert (report.spill_stores, report.spill_loads, report.stack_bytes) == (0, 0, 0)
+    assert "GLOBALTIMER" in sass
+    shipped_report, shipped_sass = check_level_resources(library_gemm("k", "k", **cfg), "bf16")
+    assert shipped_report.passed and "GLOBALTIMER" not in shipped_sass
+
+
+def test_the_build_grammar():
+    assert bench.parse_build("route") == {"route": True}
+    assert bench.parse_build("c1 bm64 bn64 none") == {"cluster": 1, "bm": 64, "bn": 64, "split": "none"}
+    assert bench.parse_build("bn128 all") == {"cluster": 2, "bm": 128, "bn": 128, "split": "all"}
+    for bad in ("", "bn128", "c3 bn64 none", "bm64 none", "bn128 sometimes", "route bn64 none"):
+        assert bench.parse_build(bad) is None, bad
+
+
+def test_the_slots_are_read_from_the_kernel_source():
+    slots, tile0, tiles, width = bench.timeline_slots()
+    assert slots["Entry"] == 0 and tile0 == len(slots) and tile0 + 2 * tiles <= width
+    assert {"Setup", "WholeTiles", "Segments", "HandIns", "TailLoopEnd", "StoresRead", "Exit"} <= set(slots)
+
+
+@pytest.mark.parametrize("split", ["none", "tail", "all", "wave"])
+def test_schedule_counts_cover_every_unit_and_k_iteration(split):
+    kern = library_gemm("k", "k", 128, cluster=1)
+    tail, whole, segments, hand_ins = bench.schedule_counts(kern, 1576, 1024, 4096, split, resident=132)
+    whole_end = tail.first_unit if tail.tail_units else tail.units
+    assert len(whole) == tail.clusters and sum(whole) == whole_end
+    assert sum(segments) == sum(len(tail.segments(c)) for c in range(tail.clusters)) if tail.tail_units else sum(segments) == 0
+    assert all(h <= s for h, s in zip(hand_ins, segments))
+    if split == "all":
+        assert sum(whole) == 0 and min(segments) >= 1 and sum(hand_ins) > 0
+
+
+def test_schedule_counts_give_consumer_0_every_other_tile_under_ping_pong():
+    kern = library_gemm("k", "k", 256, bm=64, pingpong=True, cluster=1)
+    tail, whole, segments, hand_ins = bench.schedule_counts(kern, 2048, 2048, 256, "none", resident=132)
+    per_cta = [len(range(c, tail.units, tail.clusters)) for c in range(tail.clusters)]
+    assert whole == [(t + 1) // 2 for t in per_cta] and sum(segments) == sum(hand_ins) == 0
+
+
+def _stamps(slots, tile0, width, *, tiles, segment, hand_in, reduce, t0=1000):
+    """One CTA's row of stamps: entry t0, setup +2 us, each tile 10 us of loop then 1 us of boundary, then
+    a segment (5 us), its hand-in (1 us), its reduction (2 us) and store (1 us), drain 1 us, exit 1 us."""
+    r = [0] * width
+    t = t0
+    r[slots["Entry"]] = t
+    t += 2000
+    r[slots["Setup"]] = t
+    for j in range(tiles):
+        t += 10_000
+        r[tile0 + 2 * j] = t
+        t += 1000
+        r[tile0 + 2 * j + 1] = t
+    r[slots["WholeTiles"]] = tiles
+    if segment:
+        t += 5000
+        r[slots["TailLoopEnd"]] = t
+        r[slots["Segments"]] = 1
+        if hand_in:
+            t += 1000
+            r[slots["HandIn"]] = t
+            r[slots["HandIns"]] = 1
+            if reduce:
+                t += 2000
+                r[slots["ReduceEnd"]] = t
+                r[slots["Reductions"]] = 1
+        if reduce or not hand_in:
+            t += 1000
+            r[slots["TailStoreEnd"]] = t
+    t += 1000
+    r[slots["StoresRead"]] = t
+    r[slots["Exit0"]] = r[slots["Exit1"]] = t
+    t += 1000
+    r[slots["Exit"]] = t
+    return r
+
+
+def test_analyse_splits_each_cta_into_parts_that_add_up():
+    slots, tile0, tiles, width = bench.timeline_slots()
+    ns = [_stamps(slots, tile0, width, tiles=3, segment=True, hand_in=True, reduce=True),
+          _stamps(slots, tile0, width, tiles=3, segment=True, hand_in=True, reduce=False, t0=1500),
+          _stamps(slots, tile0, width, tiles=2, segment=False, hand_in=False, reduce=False)]
+    out = bench.analyse(ns, slots=slots, tile0=tile0, tiles=tiles, whole=[3, 3, 2], segments=[1, 1, 0],
+                        hand_ins=[1, 1, 0], event_us=50.0)
+    assert out["loop_us"]["median"] == pytest.approx(10.0) and out["ramp_us"]["median"] == pytest.approx(0.0)
+    assert out["boundary_per_tile_us"]["median"] == pytest.approx(1.0)
+    assert out["reduce_us"] == {"median": 2.0, "min": 2.0, "max": 2.0}
+    assert out["hand_in_us"]["median"] == pytest.approx(1.0)
+    crit = out["critical"]
+    # CTA 0, the last to exit: setup 2, three tiles of 10 + 1, segment 5, hand-in 1, reduce 2, store 1, drain 1, exit 1
+    assert crit["cta"] == 0 and out["span_us"] == pytest.approx(46.0)
+    parts = sum(crit[p + "_us"] for p in bench.PHASES)
+    assert parts + crit["entry_offset_us"] == pytest.approx(out["span_us"])
+    assert out["outside_us"] == pytest.approx(4.0)
+    assert (crit["reduce_us"], crit["tail_store_us"], crit["unstamped_tiles_us"]) == (2.0, 1.0, 0.0)
+    with pytest.raises(AssertionError, match="scheduled"):
+        bench.analyse(ns, slots=slots, tile0=tile0, tiles=tiles, whole=[3, 3, 3], segments=[1, 1, 0],
+                      hand_ins=[1, 1, 0], event_us=None)
+
+
+def test_analyse_lumps_tiles_past_the_stamped_ones():
+    slots, tile0, tiles, width = bench.timeline_slots()
+    row = _stamps(slots, tile0, width, tiles=tiles, segment=False, hand_in=False, reduce=False)
+    row[slots["WholeTiles"]] = tiles + 5  # five more tiles ran than were stamped: one unstamped part up to the drain
+    row[slots["StoresRead"]] += 55_000
+    row[slots["Exit0"]] = row[slots["Exit1"]] = row[slots["StoresRead"]]
+    row[slots["Exit"]] += 55_000
+    out = bench.analyse([row], slots=slots, tile0=tile0, tiles=tiles, whole=[tiles + 5], segments=[0], hand_ins=[0],
+                        event_us=None)
+    crit = out["critical"]
+    assert crit["unstamped_tiles_us"] == pytest.approx(56.0)
+    assert sum(crit[p + "_us"] for p in bench.PHASES) == pytest.approx(out["span_us"])
