@@ -50,11 +50,32 @@ def test_timeline_builds_pass_the_resource_gate_and_shipped_ones_carry_no_stamp(
     assert shipped_report.passed and "GLOBALTIMER" not in shipped_sass
 
 
+def test_the_reduce_batch_is_its_own_build_and_refused_outside_its_values():
+    shipped, deep = library_gemm("k", "k", 128, cluster=1), library_gemm("k", "k", 128, cluster=1, reduce_batch=16)
+    assert deep.name == shipped.name + "_rb16" and ("GL_SK_REDUCE_BATCH", 16) in deep.config("bf16").extra
+    assert not any(k == "GL_SK_REDUCE_BATCH" for k, _ in shipped.config("bf16").extra)  # the shipped key unchanged
+    assert kernel_for(deep.config("bf16")) is deep and library_gemm("k", "k", 128, cluster=1, reduce_batch=8) is shipped
+    for bad in (0, 12, True, 64):
+        with pytest.raises(ValueError, match="reduce_batch"):
+            library_gemm("k", "k", 128, reduce_batch=bad)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("bn", [128, 192, 256])
+def test_a_deeper_reduction_batch_passes_the_resource_gate(bn, use_cache):
+    from gemm_ladder.gates.resources import check_level_resources
+
+    report, _ = check_level_resources(library_gemm("k", "k", bn, reduce_batch=16), "bf16")
+    assert report.passed, report.messages
+    assert (report.spill_stores, report.spill_loads, report.stack_bytes) == (0, 0, 0)
+
+
 def test_the_build_grammar():
     assert bench.parse_build("route") == {"route": True}
     assert bench.parse_build("c1 bm64 bn64 none") == {"cluster": 1, "bm": 64, "bn": 64, "split": "none"}
     assert bench.parse_build("bn128 all") == {"cluster": 2, "bm": 128, "bn": 128, "split": "all"}
-    for bad in ("", "bn128", "c3 bn64 none", "bm64 none", "bn128 sometimes", "route bn64 none"):
+    assert bench.parse_build("c1 rb16 bn128 all") == {"cluster": 1, "bm": 128, "bn": 128, "split": "all", "reduce_batch": 16}
+    for bad in ("", "bn128", "c3 bn64 none", "bm64 none", "bn128 sometimes", "route bn64 none", "rbx bn64 none"):
         assert bench.parse_build(bad) is None, bad
 
 

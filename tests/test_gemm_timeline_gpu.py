@@ -59,3 +59,24 @@ def test_timeline_build_equals_the_shipped_build_and_stamps_the_schedule(cfg, sp
         assert r[slots["Entry"]] <= r[slots["Setup"]] <= r[slots["Exit0"]] <= r[slots["Exit"]]
     if split == "all":
         assert sum(r[slots["Reductions"]] for r in ns) > 0 and out["reduce_us"]
+
+
+@pytest.mark.parametrize("bn,cluster", [(128, 1), (256, 2), (192, 1)])
+def test_a_deeper_reduction_batch_adds_the_partials_in_the_same_order(bn, cluster):
+    """library_gemm(..., reduce_batch=16): the same partials added in the same (K) order, so every split
+    tile is bit for bit the shipped build's, and float64-right."""
+    from gemm_ladder.contract import reference
+    from gemm_ladder.gates.correctness import error_bound
+
+    m, n, k = 512, 1024, 4096
+    x, w = random_operands(m, n, k, "bf16", "cuda", seed=11)
+    a, b = operand_view(x, k_dim=1), operand_view(w, k_dim=1)
+    outs = []
+    for rb in (8, 16):
+        c = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        library_gemm("k", "k", bn, cluster=cluster, reduce_batch=rb).bind(a, b, c, split="all")()
+        outs.append(c)
+    assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16))
+    ref = reference(x, w)
+    torch_err = float((torch.nn.functional.linear(x, w).double() - ref).norm() / ref.norm())
+    assert float((outs[1].double() - ref).norm() / ref.norm()) <= error_bound(torch_err, "bf16")

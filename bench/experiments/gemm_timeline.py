@@ -24,8 +24,10 @@ which are checked against the launch's schedule (design/stream_k.py). Without GL
 compile to nothing (the shipped builds' SASS is unchanged; tests/test_gemm_timeline.py).
 
 **Builds** per case (``--builds``, ';'-separated): ``route`` (the dispatcher's choice for
-``gemm_ladder.linear(x, w)``, when it is the general kernel), or ``[c1] [bm64] bnN SPLIT``, e.g.
-``c1 bm64 bn64 none`` (one CTA per cluster, 64-row tiles, BN 64, no split). Operands x (M, K) and w (N,
+``gemm_ladder.linear(x, w)``, when it is the general kernel), or ``[c1] [bm64] [rbR] bnN SPLIT``, e.g.
+``c1 bm64 bn64 none`` (one CTA per cluster, 64-row tiles, BN 64, no split) or ``c1 rb16 bn128 all`` (16
+float4 loads in flight per thread in the split's reduction instead of the shipped 8: library_gemm's
+reduce_batch, stream_k.cuh's GL_SK_REDUCE_BATCH). Operands x (M, K) and w (N,
 K) row-major (both K-major), bf16.
 
 **Method.** Fresh random operands per case (gates.correctness.random_operands); each build and its
@@ -72,8 +74,9 @@ CASES = (
     ("square 4096", 4096, 4096, 4096),
 )
 #: The builds traced per case unless --builds says otherwise: the route, the best forced build at 512 x
-#: 1024 x 4096 (BM 64 BN 64, one CTA) and the 128 x 128 tile whole and split over every tile.
-BUILDS = ("route", "c1 bm64 bn64 none", "c1 bn128 none", "c1 bn128 all")
+#: 1024 x 4096 (BM 64 BN 64, one CTA) and the 128 x 128 tile whole and split over every tile, the split
+#: also with 16 loads in flight per thread in its reduction (the shipped builds keep 8).
+BUILDS = ("route", "c1 bm64 bn64 none", "c1 bn128 none", "c1 bn128 all", "c1 rb16 bn128 all")
 SOURCE = "library/sm90_gemm.cu"
 #: Rows of the stamp arrays (timeline.cuh's GL_TIMELINE_CTAS default).
 TIMELINE_CTAS = 4096
@@ -83,8 +86,9 @@ PHASES = ("setup", "ramp_and_loops", "boundaries", "unstamped_tiles", "tail_loop
 
 
 def parse_build(text: str) -> dict | None:
-    """``route``, or ``[c1|c2] [bm64|bm128] bnN SPLIT`` as library_gemm keywords plus ``split``
-    (``{"route": True}`` for the route); None when malformed."""
+    """``route``, or ``[c1|c2] [bm64|bm128] [rbR] bnN SPLIT`` as library_gemm keywords plus ``split``
+    (``{"route": True}`` for the route; ``rbR``: R float4 loads in flight in the split's reduction,
+    library_gemm's reduce_batch); None when malformed."""
     words = text.split()
     if words == ["route"]:
         return {"route": True}
@@ -96,6 +100,8 @@ def parse_build(text: str) -> dict | None:
             out["bm"] = int(w[2:])
         elif re.fullmatch(r"bn\d+", w):
             out["bn"] = int(w[2:])
+        elif re.fullmatch(r"rb\d+", w):
+            out["reduce_batch"] = int(w[2:])
         else:
             return None
     from gemm_ladder.library.gemm import SPLITS
@@ -244,7 +250,8 @@ def builds_for(case: tuple, specs: list[dict]):
             split = dict(route.options).get("split") or kernel.default_split
             out[f"route ({kernel.name} {split})"] = (kernel, split)
         else:
-            kernel = library_gemm("k", "k", spec["bn"], cluster=spec["cluster"], bm=spec["bm"])
+            kernel = library_gemm("k", "k", spec["bn"], cluster=spec["cluster"], bm=spec["bm"],
+                                  reduce_batch=spec.get("reduce_batch", 8))
             out[f"{kernel.name} {spec['split']}"] = (kernel, spec["split"])
     return out
 
@@ -271,7 +278,8 @@ def run_case(case: tuple, specs: list[dict], repeats: int, budget: float) -> dic
     slots, tile0, tiles, width = timeline_slots()
     for label, (kernel, split) in builds_for(case, specs).items():
         tl = library_gemm(kernel.a_major, kernel.b_major, kernel.tile[1], c_from_registers=kernel.c_from_registers,
-                          cluster=kernel.cluster, bm=kernel.tile[0], pingpong=kernel.pingpong, timeline=True)
+                          cluster=kernel.cluster, bm=kernel.tile[0], pingpong=kernel.pingpong, timeline=True,
+                          reduce_batch=kernel.reduce_batch)
         for tag, kern in (("", kernel), (" timeline", tl)):
             c = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
             launch = kern.bind(a, b, c, split=split)

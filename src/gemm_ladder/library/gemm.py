@@ -91,6 +91,12 @@ CLUSTERS = (2, 1)
 #: 64-column panel at BN = 64; the ring must divide the panels: design/plan.py).
 C_RING = 2
 MAJORS = ("k", "mn")
+#: float4 loads each thread keeps in flight while a split tile's partials are added (stream_k.cuh's
+#: GL_SK_REDUCE_BATCH, cut to a divisor of the thread's BN / 8 float4s): the shipped builds' 8, and more
+#: for an experiment (the cost table's fixup, about 10 us a split launch, is what it would shorten if
+#: the reduction's latency is what that fixup is; bench/experiments/gemm_timeline.py tells).
+REDUCE_BATCH = 8
+REDUCE_BATCHES = (8, 16, 32)
 #: The kernel's coordinates are 32-bit ints and reach one tile past the last row or column.
 MAX_EXTENT = 2**31 - 1 - 256
 
@@ -173,6 +179,8 @@ class LibraryGemm:
     pingpong: bool = False
     #: A measuring build (GL_TIMELINE: library_gemm's ``timeline``), never the dispatcher's.
     timeline: bool = False
+    #: float4 loads in flight per thread in the stream-K reduction (GL_SK_REDUCE_BATCH; :data:`REDUCE_BATCH`).
+    reduce_batch: int = 8
     _launches: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _specs: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
@@ -507,7 +515,7 @@ def _options(split: str, c_padding_writable: bool) -> tuple:
 
 def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers: bool = False,
                  out_fp32: bool = False, cluster: int = 2, bm: int = 128, pingpong: bool = False,
-                 timeline: bool = False) -> LibraryGemm:
+                 timeline: bool = False, reduce_batch: int = REDUCE_BATCH) -> LibraryGemm:
     """The layouts kernel for A ``a_major`` and B ``b_major`` ("k" or "mn") with tile width ``bn``
     (64, 128 or 256; 192 with a K-major B); one instance per configuration, so builds, loaded kernels and
     maps are cached.
@@ -523,7 +531,9 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     dispatcher's: the kernel's GL_TIMELINE stamps (per CTA %globaltimer and clock64 at the points of its
     TimelineSlot enum, into its ``gl_timeline_ns`` / ``gl_timeline_clk`` __device__ arrays;
     kernels/include/gemm_ladder/timeline.cuh), read by bench/experiments/gemm_timeline.py; the same plan,
-    ring and launch as without it.
+    ring and launch as without it. ``reduce_batch``: float4 loads each thread keeps in flight while a
+    split tile's partials are added (stream_k.cuh's GL_SK_REDUCE_BATCH, :data:`REDUCE_BATCHES`; the
+    shipped builds' 8), an experiment's knob until measured.
 
     Stages: the most that fit in shared memory (design.smem.max_stages) beside the panel rings: 4 at
     BN = 256 (level 9's), 5 at 192, 6 at BN = 128, 8 at BN = 64 (``c_ring``: the largest ring of at most 2
@@ -531,17 +541,21 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     (c_from_registers): 4 at 256, 5 at 192, 7 at 128, 9 at 64; with 64-row tiles (one consumer's panel ring):
     5 at 256, 6 at 192, 8 at 128, 13 at 64 (ping-pong: two consumers' panel rings, design.smem.max_stages).
     Raises ValueError for any other major, width, cluster or tile height, ``out_fp32`` without
-    ``c_from_registers``, or ``pingpong`` with ``bm`` other than 64.
+    ``c_from_registers``, ``pingpong`` with ``bm`` other than 64, or a ``reduce_batch`` not in
+    :data:`REDUCE_BATCHES`.
     """
     # One cache key per configuration however it is spelled (bn positional or by name, flags defaulted
     # or given): every caller then shares one instance, and its builds and bindings.
     return _library_gemm(a_major, b_major, bn, bool(c_from_registers), bool(out_fp32), cluster, bm, bool(pingpong),
-                         bool(timeline))
+                         bool(timeline), reduce_batch)
 
 
 @functools.lru_cache(maxsize=None)
 def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, out_fp32: bool,
-                  cluster: int = 2, bm: int = 128, pingpong: bool = False, timeline: bool = False) -> LibraryGemm:
+                  cluster: int = 2, bm: int = 128, pingpong: bool = False, timeline: bool = False,
+                  reduce_batch: int = 8) -> LibraryGemm:
+    if reduce_batch not in REDUCE_BATCHES or isinstance(reduce_batch, bool):
+        raise ValueError(f"reduce_batch = {reduce_batch!r}: one of {REDUCE_BATCHES} float4 loads in flight")
     if bm not in TILE_M:
         raise ValueError(f"bm = {bm!r}: the kernel is built for BM in {TILE_M} (64 rows per consumer warpgroup)")
     if cluster not in CLUSTERS:
@@ -562,7 +576,8 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
     stages = max_stages(bm=bm, bn=bn, bk=64, elem_bytes=2, arch=arch_info("sm_90a"), consumers=consumers, c_ring=c_ring,
                         c_from_registers=c_from_registers, pingpong=pingpong)
     suffix = (("_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "") + ("_c1" if cluster == 1 else "")
-              + ("_bm64" if bm == 64 else "") + ("_pp" if pingpong else "") + ("_tl" if timeline else ""))
+              + ("_bm64" if bm == 64 else "") + ("_pp" if pingpong else "") + ("_tl" if timeline else "")
+              + ("" if reduce_batch == REDUCE_BATCH else f"_rb{reduce_batch}"))
     return LibraryGemm(
         name=f"sm90_gemm_{a_major}{b_major}_bn{bn}{suffix}",
         idea=f"level 9's kernel with A {a_major}-major and B {b_major}-major in shared memory, any TMA pitch, "
@@ -571,9 +586,11 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
              + (", float32 output" if out_fp32 else "")
              + (", one CTA per cluster" if cluster == 1 else "")
              + (", two consumers taking the tiles in turn (ping-pong)" if pingpong else "")
-             + (", timestamps per CTA (a measuring build)" if timeline else ""),
+             + (", timestamps per CTA (a measuring build)" if timeline else "")
+             + (f", {reduce_batch} loads in flight per thread in the split's reduction" if reduce_batch != REDUCE_BATCH else ""),
         tile=(bm, bn, 64), stages=stages, c_ring=c_ring, a_major=a_major, b_major=b_major,
         c_from_registers=c_from_registers, out_fp32=out_fp32, cluster=cluster, pingpong=pingpong, timeline=timeline,
+        reduce_batch=reduce_batch,
     )
 
 
@@ -588,7 +605,8 @@ def _config(kernel: LibraryGemm, dtype: str, arch: str) -> KernelConfig:
         store=STORE_REGISTERS if kernel.c_from_registers else STORE_TMA,
         schedule=DATA_PARALLEL if kernel.pingpong else STREAM_K, pingpong=kernel.pingpong,
         extra=((("GL_C_FROM_REGISTERS", 1),) if kernel.c_from_registers else ())
-        + ((("GL_TIMELINE", 1),) if kernel.timeline else ()))
+        + ((("GL_TIMELINE", 1),) if kernel.timeline else ())
+        + ((("GL_SK_REDUCE_BATCH", kernel.reduce_batch),) if kernel.reduce_batch != REDUCE_BATCH else ()))
 
 
 def kernel_for(config: KernelConfig) -> LibraryGemm:
@@ -598,7 +616,8 @@ def kernel_for(config: KernelConfig) -> LibraryGemm:
         raise ValueError(f"config of family {config.family!r} given to {FAMILY}")
     kernel = library_gemm(config.a_major, config.b_major, config.tile[1], c_from_registers=config.c_from_registers,
                           out_fp32=config.out_fp32, cluster=config.cluster, bm=config.tile[0],
-                          pingpong=config.pingpong, timeline=("GL_TIMELINE", 1) in config.extra)
+                          pingpong=config.pingpong, timeline=("GL_TIMELINE", 1) in config.extra,
+                          reduce_batch=dict(config.extra).get("GL_SK_REDUCE_BATCH", REDUCE_BATCH))
     if kernel.config(config.dtype, config.arch, config.epilogue) != config:
         raise ValueError(f"{FAMILY} builds no such configuration: {config}")
     return kernel

@@ -14,7 +14,20 @@
 #include "gemm_ladder/ptx/common.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
 
+#ifndef GL_SK_REDUCE_BATCH
+// float4 loads in flight per thread while a split tile's partials are added (PartialSlots::reduce). A
+// measuring build may ask for more (library_gemm's reduce_batch); the shipped builds take 8.
+#define GL_SK_REDUCE_BATCH 8
+#endif
+
 namespace gl {
+
+// The largest divisor of `vec` that is at most `want`: whole batches of a thread's float4s.
+__host__ __device__ constexpr int reduce_batch(int vec, int want) {
+  int b = want < vec ? want : vec;
+  while (vec % b) --b;
+  return b;
+}
 
 struct StreamKTail {
   int first_unit;  // units [0, first_unit) are whole (data-parallel); the tail follows
@@ -58,7 +71,8 @@ template <int BN>
 struct PartialSlots {
   static constexpr int kVec = BN / 8;  // float4s per thread (BN / 2 accumulators)
   static constexpr int kFloats = 64 * BN;
-  static constexpr int kBatch = 8;  // float4 loads in flight while reducing: latency, not registers, is short
+  // float4 loads in flight while reducing: latency, not registers, is short (GL_SK_REDUCE_BATCH, 8 by default)
+  static constexpr int kBatch = reduce_batch(kVec, GL_SK_REDUCE_BATCH);
   static_assert(kVec % kBatch == 0, "whole batches of float4s");
   float* base;  // slot 0 of this (unit, CTA rank, consumer)
 
