@@ -176,3 +176,12 @@ def test_analyse_lumps_tiles_past_the_stamped_ones():
     crit = out["critical"]
     assert crit["unstamped_tiles_us"] == pytest.approx(56.0)
     assert sum(crit[p + "_us"] for p in bench.PHASES) == pytest.approx(out["span_us"])
+
+
+@needs_nvcc
+def test_prebuild_compiles_the_builds_and_their_timeline_builds(use_cache, capsys):
+    specs = [bench.parse_build("route"), bench.parse_build("c1 rb16 bn128 all")]
+    assert bench.prebuild([("bert 512", 512, 1024, 4096)], specs) == 0
+    assert "builds ready" in capsys.readouterr().out
+    labels = {label.split(" (")[0] for label in bench.builds_for(("bert 512", 512, 1024, 4096), specs)}
+    assert any(label.startswith("route") for label in labels) and "sm90_gemm_kk_bn128_c1_rb16 all" in labels

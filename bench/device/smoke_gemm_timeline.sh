@@ -7,6 +7,8 @@
 # bench/experiments/gemm_timeline.py (CASES: its --cases, default its mid-size misses and controls) on the
 # route and three forced builds per case. Writes $OUT/gemm_timeline/smoke.log and the experiment's JSON and
 # table there. Exit status: 0 when every step passed; the failed steps are named on the log's last line.
+# Prebuild here first (no GPU needed) and carry the cache: GEMM_LADDER_CACHE=.kcache python3
+# bench/experiments/gemm_timeline.py --prebuild [--cases CASES].
 set -u
 source "$(dirname "$0")/step.sh"  # smoke_begin, step, smoke_end
 smoke_begin smoke_gemm_timeline gemm_timeline

@@ -4,6 +4,7 @@ hand-in, reduction and stores, and its exit (one-off).
 
     python bench/experiments/gemm_timeline.py [--cases "512,1024,4096;1576,1024,4096"] [--builds "route;c1 bm64 bn64 none"]
                                               [--repeats 3] [--budget 0.03] [-o OUT_DIR]
+    python bench/experiments/gemm_timeline.py --prebuild [--cases ...] [--builds ...]   # compile only, no GPU
 
 Why: the K sweep (docs/where-time-goes.md) put most of the gap to cuBLAS on 1000 x 4608 x 3584 and
 12608 x 1024 x 4096 in a fixed cost (13-14 us more than cuBLAS's, not growing with K), and the forced
@@ -256,6 +257,30 @@ def builds_for(case: tuple, specs: list[dict]):
     return out
 
 
+def timeline_of(kernel):
+    """The timeline build of ``kernel``'s configuration."""
+    from gemm_ladder.library.gemm import library_gemm
+
+    return library_gemm(kernel.a_major, kernel.b_major, kernel.tile[1], c_from_registers=kernel.c_from_registers,
+                        cluster=kernel.cluster, bm=kernel.tile[0], pingpong=kernel.pingpong, timeline=True,
+                        reduce_batch=kernel.reduce_batch)
+
+
+def prebuild(cases, specs: list[dict]) -> int:
+    """Compile every build the run would launch, and its timeline build, into the kernel cache (no GPU:
+    the route is decided on meta tensors for the H200); 0 when all are ready."""
+    from gemm_ladder.dispatch.precompile import Build, run_builds
+
+    builds = []
+    for case in cases:
+        for kernel, _ in builds_for(case, specs).values():
+            for kern in (kernel, timeline_of(kernel)):
+                builds.append(Build(kern.name, lambda kern=kern: kern.build("bf16")))
+    outcomes = run_builds(builds, load=False)
+    print(outcomes.summary())
+    return 1 if outcomes.failed else 0
+
+
 def run_case(case: tuple, specs: list[dict], repeats: int, budget: float) -> dict:
     from small_m_timeline import event_timed
     from l9_timeline import read_global, zero_global
@@ -264,7 +289,6 @@ def run_case(case: tuple, specs: list[dict], repeats: int, budget: float) -> dic
     from gemm_ladder.gates.correctness import absolute_cap, error_bound, random_operands
     from gemm_ladder.gates.performance import time_fns
     from gemm_ladder.gpu import l2_bytes
-    from gemm_ladder.library.gemm import library_gemm
     from gemm_ladder.library.operand import operand_view
 
     name, m, n, k = case
@@ -277,9 +301,7 @@ def run_case(case: tuple, specs: list[dict], repeats: int, budget: float) -> dic
     fns, rows, traced = {"cuBLAS": lambda *_: F.linear(x, w)}, {}, {}
     slots, tile0, tiles, width = timeline_slots()
     for label, (kernel, split) in builds_for(case, specs).items():
-        tl = library_gemm(kernel.a_major, kernel.b_major, kernel.tile[1], c_from_registers=kernel.c_from_registers,
-                          cluster=kernel.cluster, bm=kernel.tile[0], pingpong=kernel.pingpong, timeline=True,
-                          reduce_batch=kernel.reduce_batch)
+        tl = timeline_of(kernel)
         for tag, kern in (("", kernel), (" timeline", tl)):
             c = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
             launch = kern.bind(a, b, c, split=split)
@@ -345,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--budget", type=float, default=0.03)
     p.add_argument("-o", "--output", type=Path, default=None, help="output folder (default $OUT/gemm_timeline)")
+    p.add_argument("--prebuild", action="store_true", help="compile every build into the kernel cache and exit (no GPU)")
     args = p.parse_args(argv)
     specs = [parse_build(b.strip()) for b in (args.builds.split(";") if args.builds else BUILDS)]
     if any(s is None for s in specs):
@@ -358,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             print(f"gemm_timeline.py: --cases {args.cases!r}: ';'-separated M,N,K", file=sys.stderr)
             return 2
+    if args.prebuild:
+        return prebuild(cases, specs)
     from suite import require_gpu, save
 
     require_gpu(__file__)
