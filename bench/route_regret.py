@@ -1,0 +1,174 @@
+"""How well the dispatcher's cost model picks among the general kernel's builds, from committed timings
+(no GPU): every configuration bench/tiles_forced.py forced on real layer shapes (bench/results/
+*_tiles_forced*.json, the H200), ranked by a model; the regret of a row is the measured time of the model's
+pick over the fastest measured configuration of that row.
+
+    python bench/route_regret.py [--results GLOB] [--json OUT.json]
+
+Models compared:
+
+* ``table``: the package's cost table (dispatch/table.json) as the route uses it (heuristic.CostModel);
+* ``per_build``: the table's form with its own per-iteration times for each build (BN x tile rows x CTAs
+  per cluster) instead of one per BN times measured scales, fitted here (least squares on relative error);
+* ``per_build_tiles``: ``per_build`` plus a cost per whole tile of the busiest cluster per build (the
+  epilogue and the next tile's first loads, which the K iterations do not count) and per split
+  iteration's share of the SMs;
+
+each fitted model scored leave-one-shape-out (fitted without the shape it ranks) and in-sample. The
+candidates of a row are its measured general configurations the route may rank (one CTA per cluster:
+splits "none" and "tail", as route.CLUSTER1_SPLITS). Output: per model the mean, geometric mean and
+largest regret, the rows within 3% of their best, and the rows it ranks worst; ``--json`` writes them
+with each row's pick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import re
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from gemm_ladder.dispatch.heuristic import CLUSTER1_SPLITS, SplitOverflowError, load_table, work
+
+RESULTS = Path(__file__).resolve().parent / "results"
+DEFAULT_GLOB = str(RESULTS / "2026-12-0[34]_tiles_forced*.json")
+SMS = 132  # the H200's SMs (the route's DeviceFacts)
+_LABEL = re.compile(r"general (c1 )?(BM 64 )?BN (\d+) (none|tail|all|wave)$")
+
+
+@dataclass(frozen=True)
+class Sample:
+    shape: tuple[int, int, int]
+    row: str  # the file and row it came from
+    bn: int
+    split: str
+    cluster: int
+    bm: int
+    us: float
+
+    @property
+    def build(self) -> tuple[int, int, int]:
+        return (self.bn, self.bm, self.cluster)
+
+    def work(self):
+        return work(*self.shape, self.bn, self.split, max(1, SMS // self.cluster), cluster=self.cluster, bm=self.bm)
+
+
+def load_samples(pattern: str) -> list[Sample]:
+    """Every measured, correct general configuration of the rows in the files matching ``pattern`` that
+    the route may rank."""
+    out = []
+    for f in sorted(glob.glob(pattern)):
+        for r in json.loads(Path(f).read_text())["rows"]:
+            for label, c in r["configs"].items():
+                m = _LABEL.match(label)
+                if not m or not isinstance(c, dict) or "us" not in c or c.get("ok") is False:
+                    continue
+                cluster, bm, bn, split = (1 if m.group(1) else 2), (64 if m.group(2) else 128), int(m.group(3)), m.group(4)
+                if cluster == 1 and split not in CLUSTER1_SPLITS:
+                    continue
+                out.append(Sample((r["m"], r["n"], r["k"]), f"{Path(f).name}:{r['name']}", bn, split, cluster, bm, c["us"]))
+    return out
+
+
+def features(s: Sample, builds: list[tuple], tiles: bool) -> list[float]:
+    """Regressors: per build, its whole and split K iterations of the busiest cluster (and, with
+    ``tiles``, its whole tiles there and its split iterations times the share of the SMs the split
+    uses); the fixup (split flag and contributors, times BN / 256); 1."""
+    w = s.work()
+    row = []
+    for b in builds:
+        mine = b == s.build
+        row += [float(w.whole_iters) if mine else 0.0, float(w.split_iters) if mine else 0.0]
+        if tiles:
+            whole_tiles = w.whole_iters / w.k_tiles if w.k_tiles else 0.0
+            row += [whole_tiles if mine else 0.0, w.split_iters * w.grid_clusters * s.cluster / SMS if mine else 0.0]
+    scale = s.bn / 256 if w.splits else 0.0
+    return row + [scale, scale * w.contributors, 1.0]
+
+
+def fit(samples: list[Sample], builds: list[tuple], tiles: bool):
+    import numpy as np
+
+    x = np.array([features(s, builds, tiles) for s in samples])
+    t = np.array([s.us for s in samples])
+    coef, *_ = np.linalg.lstsq(x / t[:, None], np.ones_like(t), rcond=None)
+    return lambda s: float(np.dot(features(s, builds, tiles), coef))
+
+
+def rows_of(samples: list[Sample]) -> dict[str, list[Sample]]:
+    rows = defaultdict(list)
+    for s in samples:
+        rows[s.row].append(s)
+    return rows
+
+
+def regret(rows: dict[str, list[Sample]], predict) -> dict[str, tuple[float, Sample]]:
+    """Per row: the measured time of the predicted fastest over the fastest measured, and the pick."""
+    out = {}
+    for name, cands in rows.items():
+        pick = min(cands, key=predict)
+        out[name] = (pick.us / min(c.us for c in cands), pick)
+    return out
+
+
+def score(reg: dict[str, tuple[float, Sample]]) -> dict:
+    vals = [r for r, _ in reg.values()]
+    worst = sorted(reg.items(), key=lambda kv: -kv[1][0])[:8]
+    return {"rows": len(vals), "mean": sum(vals) / len(vals), "geomean": math.exp(sum(map(math.log, vals)) / len(vals)),
+            "max": max(vals), "within_3pct": sum(v <= 1.03 for v in vals) / len(vals),
+            "worst": [{"row": n, "regret": round(r, 3), "pick": f"BN {p.bn} BM {p.bm} c{p.cluster} {p.split}"}
+                      for n, (r, p) in worst]}
+
+
+def table_predict(model):
+    def predict(s: Sample) -> float:
+        try:
+            return model.predict_us(s.work())
+        except (KeyError, SplitOverflowError):
+            return math.inf
+    return predict
+
+
+def evaluate(samples: list[Sample]) -> dict:
+    """Every model's scores (module docstring)."""
+    rows = rows_of(samples)
+    builds = sorted({s.build for s in samples})
+    out = {"table": score(regret(rows, table_predict(load_table())))}
+    shapes = sorted({s.shape for s in samples})
+    for name, tiles in (("per_build", False), ("per_build_tiles", True)):
+        out[name + "_in_sample"] = score(regret(rows, fit(samples, builds, tiles)))
+        held = {}
+        for shape in shapes:  # leave one shape out: fitted without any row of that shape
+            predict = fit([s for s in samples if s.shape != shape], builds, tiles)
+            held.update(regret({n: c for n, c in rows.items() if c[0].shape == shape}, predict))
+        out[name + "_held_out"] = score(held)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--results", default=DEFAULT_GLOB, help="the tiles_forced JSONs to read (a glob)")
+    p.add_argument("--json", type=Path, default=None, help="write the scores here")
+    args = p.parse_args(argv)
+    samples = load_samples(args.results)
+    if not samples:
+        print(f"bench/route_regret.py: no forced general configurations in {args.results}", file=sys.stderr)
+        return 2
+    out = evaluate(samples)
+    print(f"{len(samples)} timed configurations, {len(rows_of(samples))} rows, {len({s.shape for s in samples})} shapes")
+    for name, sc in out.items():
+        print(f"{name:26s} mean {sc['mean']:.3f}  geomean {sc['geomean']:.3f}  max {sc['max']:.3f}  "
+              f"within 3% {sc['within_3pct']:.0%}")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
