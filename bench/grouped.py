@@ -38,8 +38,9 @@ register store, timed in the same rounds (``ratio_store_tma``: the register stor
 store's, > 1 when TMA is faster). ``--ring``: the output's panel buffers per consumer
 (library/grouped.py RINGS; default its C_RING): one value builds ``grouped`` with it; a second, e.g.
 ``--ring 1,4``, adds a callable ``grouped_r4`` with the deeper ring, timed in the same rounds
-(``ratio_ring``: the first ring's time / the second's, > 1 when the second is faster; a tile width whose
-panels the ring does not divide, BN 128 with 4, is refused). ``--check64``: each callable's output is
+(``ratio_ring``: the first ring's time / the second's, > 1 when the second is faster). A deeper ring has a
+buffer for each of the tile's panels, so it takes that width: 2 with ``--bn 128``, 4 with ``--bn 256`` or
+with ``--directions grad_w`` alone (256 wide); anything else is refused before a GPU is asked for. ``--check64``: each callable's output is
 also checked against a float64 product per group first (``rel_err_f64``: relative Frobenius error over
 all groups; a library output above 1e-2 marks the row ``"correct": false``). These apply to the
 contiguous fwd, grad_x and grad_w rows (not to the swiglu or masked decode rows).
@@ -442,6 +443,20 @@ def parse_rings(text: str | None) -> tuple | None:
     return rings if 1 <= len(rings) <= 2 and set(rings) <= set(grouped_lib.RINGS) else None
 
 
+def ring_refusal(rings: tuple, bn: int | None, directions: tuple) -> str | None:
+    """Why the builds cannot have these rings (None when they can): a ring deeper than one buffer is one for
+    each of the tile's BN / 64 panels (library/grouped.py RINGS), so it needs that tile width: given by
+    --bn, or the weight gradient's own 256 (grad_w_bn) when grad_w is the only direction."""
+    for r in rings:
+        if r in (None, grouped_lib.C_RING):
+            continue
+        width = bn or (grouped_lib.GRAD_W_BN if set(directions) == {"grad_w"} else None)
+        if width is None or width // 64 != r:
+            return (f"a ring of {r} buffers is built for {64 * r}-wide tiles only: give --bn {64 * r}"
+                    + (" (or --directions grad_w, 256 wide)" if r == 4 else ""))
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true")
@@ -462,9 +477,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sanitize", action="store_true", help="every build once on small shapes, checked; nothing timed")
     add_output_argument(p)
     args = p.parse_args(argv)
-    require_gpu(__file__)
-    if args.sanitize:
-        return sanitize()
     names = args.cases.split(",") if args.cases else list(QUICK if args.quick else CASES)
     for nm in names:
         if nm not in CASES:
@@ -482,10 +494,13 @@ def main(argv: list[str] | None = None) -> int:
     if rings is None:
         print(f"bench/grouped.py: --ring {args.ring!r}: one or two of {grouped_lib.RINGS}, comma-separated", file=sys.stderr)
         return 2
-    if 4 in rings and args.bn != 256 and set(directions) != {"grad_w"}:
-        print("bench/grouped.py: --ring 4 takes 256-wide tiles (four panels): give --bn 256, or --directions grad_w "
-              "(whose tiles are 256 wide)", file=sys.stderr)
+    reason = ring_refusal(rings, args.bn, directions)
+    if reason:
+        print(f"bench/grouped.py: --ring {args.ring}: {reason}", file=sys.stderr)
         return 2
+    require_gpu(__file__)
+    if args.sanitize:
+        return sanitize()
     if args.store in ("tma", "registers"):
         grouped_lib.STORE_DEFAULT = args.store
     rows = [run_case(nm, d, budget, args.bn, clusters, args.check64, args.store == "both", rings) for nm in names

@@ -173,8 +173,8 @@ def test_the_ring_audits_clean_and_fails_on_seeded_faults(cfg):
 
 
 @pytest.mark.parametrize("cfg,stages,deferred", [
-    (dict(bn=256, b_major="mn", k_grouped=True, ring=4), 3, 0), (dict(bn=256, b_major="mn", k_grouped=True, ring=2), 3, 1),
-    (dict(bn=128, b_major="mn", k_grouped=True, ring=2), 5, 0), (dict(bn=256, ring=4), 3, 0),
+    (dict(bn=256, b_major="mn", k_grouped=True, ring=4), 3, 0), (dict(bn=128, b_major="mn", k_grouped=True, ring=2), 5, 0),
+    (dict(bn=256, ring=4), 3, 0), (dict(bn=128, ring=2, cluster=2), 5, 0),
     (dict(bn=256, b_major="mn", k_grouped=True, ring=4, cluster=2), 3, 0),
 ])
 def test_a_deeper_output_ring_costs_a_stage_and_audits_clean(cfg, stages, deferred):
@@ -199,9 +199,10 @@ def test_a_deeper_output_ring_costs_a_stage_and_audits_clean(cfg, stages, deferr
 
 
 @pytest.mark.parametrize("cfg,words", [
-    (dict(bn=128, ring=4), "dividing the tile's 2 panels"), (dict(bn=256, ring=3), "in (1, 2, 4)"),
-    (dict(bn=256, out_fp32=True, ring=4), "no panel ring"), (dict(bn=128, masked=True, ring=2), "no panel ring"),
-    (dict(bn=256, ring=True), "ring = True"),
+    (dict(bn=128, ring=4), "each of the tile's 2 panels"), (dict(bn=256, ring=3), "each of the tile's 4 panels"),
+    (dict(bn=256, ring=2), "each of the tile's 4 panels"), (dict(bn=256, out_fp32=True, ring=4), "no panel ring"),
+    (dict(bn=128, masked=True, ring=2), "no panel ring"), (dict(bn=256, ring=True), "ring = True"),
+    (dict(bn=256, ring=4.0), "ring = 4.0"), (dict(bn=256, bias=True, ring=4), "with a bias"),
 ])
 def test_a_ring_the_build_cannot_have_is_refused(cfg, words):
     with pytest.raises(ValueError, match=re.escape(words)):
@@ -217,6 +218,12 @@ def test_bench_ring_option_is_parsed_and_refused():
 
     assert bench.parse_rings(None) == (None,) and bench.parse_rings("4") == (4,) and bench.parse_rings("1,4") == (1, 4)
     assert bench.parse_rings("3") is None and bench.parse_rings("1,2,4") is None and bench.parse_rings("x") is None
+    assert bench.ring_refusal((1, 4), None, ("grad_w",)) is None and bench.ring_refusal((1, 4), 256, ("fwd",)) is None
+    assert bench.ring_refusal((1, 2), 128, ("fwd", "grad_w")) is None and bench.ring_refusal((None,), None, ("fwd",)) is None
+    # refused before any GPU is asked for (this machine has none): the width the ring needs is not the tiles'
+    for argv in (["--ring", "1,4", "--bn", "128", "--directions", "grad_w"], ["--ring", "4", "--directions", "fwd"],
+                 ["--ring", "1,2", "--directions", "grad_w"], ["--ring", "2", "--bn", "256"], ["--ring", "3"]):
+        assert bench.main(argv) == 2, argv
 
 
 def test_bench_routing_matches_the_issue_ranges():
@@ -259,6 +266,8 @@ def test_bench_store_both_runs_the_register_store_for_its_call_only(monkeypatch)
     (dict(bn=128, b_major="mn", k_grouped=True, cluster=2), "bf16"), (dict(bn=256, masked=True, cluster=2), "fp16"),
     (dict(bn=256, b_major="mn", k_grouped=True), "bf16"), (dict(bn=128, bias=True, cluster=2), "fp16"),
     (dict(bn=256, b_major="mn", k_grouped=True, ring=4), "bf16"), (dict(bn=128, b_major="mn", k_grouped=True, ring=2), "bf16"),
+    (dict(bn=256, ring=4), "bf16"), (dict(bn=256, b_major="mn", ring=4), "fp16"), (dict(bn=256, ring=4, cluster=2), "bf16"),
+    (dict(bn=128, ring=2, cluster=2), "bf16"), (dict(bn=256, b_major="mn", k_grouped=True, ring=4, cluster=2), "bf16"),
 ])
 def test_builds_pass_the_resource_gate(cfg, dtype, use_cache):
     from gemm_ladder.gates.resources import check_level_resources

@@ -107,12 +107,13 @@ B_MAJORS = ("k", "mn")
 #: the one before has left the buffer (wait_group.read 0); the last during the next tile's first K
 #: iteration (holding more across the K loop spilled at BN 256).
 C_RING = 1
-#: Panel buffers per consumer a build may have (:attr:`GroupedGemm.ring`): :data:`C_RING`, or a deeper ring
-#: for short reductions (the weight gradient of many experts: a few K blocks per tile, so the tile's stores
-#: weigh more than its main loop), at the price of a stage (3 at BN 256 with 2 or 4 buffers, 5 at BN 128
-#: with 2). A ring as deep as the tile's panels stores every panel at the tile's end, none held in
-#: registers across the next tile's K loop. An experiment's build until measured (bench/grouped.py --ring):
-#: the public calls take :data:`C_RING`.
+#: Panel buffers per consumer a build may have (:attr:`GroupedGemm.ring`): :data:`C_RING`, or a buffer for
+#: every panel of the tile (2 at BN 128, 4 at BN 256) for short reductions (the weight gradient of many
+#: experts: a few K blocks per tile, so the tile's stores weigh more than its main loop), at the price of a
+#: stage (3 at BN 256, 5 at BN 128): every panel stored at the tile's end, none held in registers across
+#: the next tile's K loop. Two buffers at BN 256 cost the same stage, still hold a panel and spilled
+#: (ptxas, along M), so they are not built; nor a deeper ring with a bias (it spilled at BN 256). An
+#: experiment's build until measured (bench/grouped.py --ring): the public calls take :data:`C_RING`.
 RINGS = (1, 2, 4)
 #: What a build with the panel ring does with an output TMA can write: "tma" (the ring; a group's partial
 #: slices still from registers) or "registers" (every slice from registers, the build otherwise the
@@ -784,8 +785,9 @@ def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias
                  k_grouped: bool = False, masked: bool = False, cluster: int = 1, *, ring: int = C_RING) -> GroupedGemm:
     """The shared :class:`GroupedGemm` of one build configuration. Raises ValueError for a BN not in
     :data:`BNS`, a major not in :data:`B_MAJORS`, a cluster not in :data:`CLUSTERS`, a K-grouped
-    build with a K-major b or a bias, or a ``ring`` not in :data:`RINGS`, not dividing the tile's
-    BN / 64 panels, or other than :data:`C_RING` on a build without the panel ring (float32, masked)."""
+    build with a K-major b or a bias, or a ``ring`` other than :data:`C_RING` and the tile's BN / 64
+    panels (:data:`RINGS`), or deeper than :data:`C_RING` on a build without the panel ring (float32,
+    masked) or with a bias."""
     if bn not in BNS:
         raise ValueError(f"bn = {bn}: the grouped kernel is built with BN in {BNS}")
     if b_major not in B_MAJORS:
@@ -796,11 +798,13 @@ def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias
         raise ValueError("the masked layout is grouped along M, not K")
     if cluster not in CLUSTERS or isinstance(cluster, bool):
         raise ValueError(f"cluster = {cluster!r}: the grouped kernel is built with clusters of {CLUSTERS} CTAs")
-    if ring not in RINGS or isinstance(ring, bool) or (bn // 64) % ring:
-        raise ValueError(f"ring = {ring!r}: panel buffers per consumer in {RINGS} dividing the tile's {bn // 64} "
-                         "panels")
+    if type(ring) is not int or ring not in (C_RING, bn // 64):
+        raise ValueError(f"ring = {ring!r}: {C_RING} panel buffer per consumer, or one for each of the tile's "
+                         f"{bn // 64} panels (RINGS)")
     if ring != C_RING and (out_fp32 or masked):
         raise ValueError(f"ring = {ring}: a float32 output and the masked layout store from registers (no panel ring)")
+    if ring != C_RING and bias:
+        raise ValueError(f"ring = {ring}: not built with a bias (it spilled at BN 256)")
     return _grouped_gemm(bn, b_major, bool(out_fp32), bool(bias), bool(k_grouped), bool(masked), int(cluster), int(ring))
 
 
