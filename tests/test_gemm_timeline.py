@@ -82,7 +82,8 @@ def test_the_build_grammar():
 def test_the_slots_are_read_from_the_kernel_source():
     slots, tile0, tiles, width = bench.timeline_slots()
     assert slots["Entry"] == 0 and tile0 == len(slots) and tile0 + 2 * tiles <= width
-    assert {"Setup", "WholeTiles", "Segments", "HandIns", "TailLoopEnd", "StoresRead", "Exit"} <= set(slots)
+    assert {"Setup", "WholeTiles", "WholeEnd", "Segments", "HandIns", "TailLoopSum", "HandInSum", "ReduceSum",
+            "TailStoreSum", "TailEnd", "StoresRead", "Exit", "TurnWaitSum", "Mark"} <= set(slots)
 
 
 @pytest.mark.parametrize("split", ["none", "tail", "all", "wave"])
@@ -104,9 +105,10 @@ def test_schedule_counts_give_consumer_0_every_other_tile_under_ping_pong():
     assert whole == [(t + 1) // 2 for t in per_cta] and sum(segments) == sum(hand_ins) == 0
 
 
-def _stamps(slots, tile0, width, *, tiles, segment, hand_in, reduce, t0=1000):
-    """One CTA's row of stamps: entry t0, setup +2 us, each tile 10 us of loop then 1 us of boundary, then
-    a segment (5 us), its hand-in (1 us), its reduction (2 us) and store (1 us), drain 1 us, exit 1 us."""
+def _stamps(slots, tile0, width, *, tiles, segments=(), t0=1000, unstamped_us=0):
+    """One CTA's row of stamps (ns): entry t0, setup +2 us, each stamped tile 10 us of loop then 1 us of
+    boundary, ``unstamped_us`` of tiles past them to kWholeEnd, then each segment of ``segments`` ((loop,
+    hand-in, reduce, store) us, None where not done) after 0.5 us of its own setup, the drain 1 us, exit 1 us."""
     r = [0] * width
     t = t0
     r[slots["Entry"]] = t
@@ -117,22 +119,18 @@ def _stamps(slots, tile0, width, *, tiles, segment, hand_in, reduce, t0=1000):
         r[tile0 + 2 * j] = t
         t += 1000
         r[tile0 + 2 * j + 1] = t
-    r[slots["WholeTiles"]] = tiles
-    if segment:
-        t += 5000
-        r[slots["TailLoopEnd"]] = t
-        r[slots["Segments"]] = 1
-        if hand_in:
-            t += 1000
-            r[slots["HandIn"]] = t
-            r[slots["HandIns"]] = 1
-            if reduce:
-                t += 2000
-                r[slots["ReduceEnd"]] = t
-                r[slots["Reductions"]] = 1
-        if reduce or not hand_in:
-            t += 1000
-            r[slots["TailStoreEnd"]] = t
+    t += unstamped_us * 1000
+    r[slots["WholeEnd"]] = t
+    for loop, hand_in, reduce, store in segments:
+        t += 500
+        r[slots["Segments"]] += 1
+        for name, us in (("TailLoopSum", loop), ("HandInSum", hand_in), ("ReduceSum", reduce), ("TailStoreSum", store)):
+            if us is not None:
+                r[slots[name]] += us * 1000
+                t += us * 1000
+        r[slots["HandIns"]] += hand_in is not None
+        r[slots["Reductions"]] += reduce is not None
+    r[slots["TailEnd"]] = t
     t += 1000
     r[slots["StoresRead"]] = t
     r[slots["Exit0"]] = r[slots["Exit1"]] = t
@@ -141,41 +139,59 @@ def _stamps(slots, tile0, width, *, tiles, segment, hand_in, reduce, t0=1000):
     return r
 
 
+def _counts(slots, ns):
+    return ([r[slots["Segments"]] for r in ns], [r[slots["HandIns"]] for r in ns])
+
+
 def test_analyse_splits_each_cta_into_parts_that_add_up():
     slots, tile0, tiles, width = bench.timeline_slots()
-    ns = [_stamps(slots, tile0, width, tiles=3, segment=True, hand_in=True, reduce=True),
-          _stamps(slots, tile0, width, tiles=3, segment=True, hand_in=True, reduce=False, t0=1500),
-          _stamps(slots, tile0, width, tiles=2, segment=False, hand_in=False, reduce=False)]
-    out = bench.analyse(ns, slots=slots, tile0=tile0, tiles=tiles, whole=[3, 3, 2], segments=[1, 1, 0],
-                        hand_ins=[1, 1, 0], event_us=50.0)
+    ns = [_stamps(slots, tile0, width, tiles=3, segments=[(5, 1, 2, 1)]),
+          _stamps(slots, tile0, width, tiles=3, segments=[(5, 1, None, None)], t0=1500),
+          _stamps(slots, tile0, width, tiles=2),
+          # two segments: the first split, handed in, reduced and stored; the second whole (its own store)
+          _stamps(slots, tile0, width, tiles=0, segments=[(4, 1, 2, 1), (6, None, None, 1)])]
+    for r in ns:
+        r[slots["WholeTiles"]] = sum(1 for j in range(tiles) if r[tile0 + 2 * j])
+    segments, hand_ins = _counts(slots, ns)
+    out = bench.analyse(ns, slots=slots, tile0=tile0, tiles=tiles, whole=[3, 3, 2, 0], segments=segments,
+                        hand_ins=hand_ins, event_us=50.0)
     assert out["loop_us"]["median"] == pytest.approx(10.0) and out["ramp_us"]["median"] == pytest.approx(0.0)
     assert out["boundary_per_tile_us"]["median"] == pytest.approx(1.0)
-    assert out["reduce_us"] == {"median": 2.0, "min": 2.0, "max": 2.0}
-    assert out["hand_in_us"]["median"] == pytest.approx(1.0)
+    assert out["reduce_us"] == {"median": 2.0, "min": 2.0, "max": 2.0}  # both reducing CTAs, the earlier segment too
+    assert out["hand_in_us"]["median"] == pytest.approx(1.0) and out["tail_loop_us"]["max"] == pytest.approx(10.0)
+    assert out["tail_other_us"]["max"] == pytest.approx(1.0)  # CTA 3: two segments' 0.5 us of setup
     crit = out["critical"]
-    # CTA 0, the last to exit: setup 2, three tiles of 10 + 1, segment 5, hand-in 1, reduce 2, store 1, drain 1, exit 1
-    assert crit["cta"] == 0 and out["span_us"] == pytest.approx(46.0)
-    parts = sum(crit[p + "_us"] for p in bench.PHASES)
-    assert parts + crit["entry_offset_us"] == pytest.approx(out["span_us"])
-    assert out["outside_us"] == pytest.approx(4.0)
+    # CTA 0, the last to exit: setup 2, three tiles of 10 + 1, segment 0.5 + 5 + 1 + 2 + 1, drain 1, exit 1
+    assert crit["cta"] == 0 and out["span_us"] == pytest.approx(46.5)
     assert (crit["reduce_us"], crit["tail_store_us"], crit["unstamped_tiles_us"]) == (2.0, 1.0, 0.0)
+    assert sum(crit[p + "_us"] for p in bench.PHASES) + crit["entry_offset_us"] == pytest.approx(out["span_us"])
+    assert out["outside_us"] == pytest.approx(3.5)
     with pytest.raises(AssertionError, match="scheduled"):
-        bench.analyse(ns, slots=slots, tile0=tile0, tiles=tiles, whole=[3, 3, 3], segments=[1, 1, 0],
-                      hand_ins=[1, 1, 0], event_us=None)
+        bench.analyse(ns, slots=slots, tile0=tile0, tiles=tiles, whole=[3, 3, 3, 0], segments=segments,
+                      hand_ins=hand_ins, event_us=None)
 
 
-def test_analyse_lumps_tiles_past_the_stamped_ones():
+def test_analyse_gives_tiles_past_the_stamped_ones_their_own_part():
     slots, tile0, tiles, width = bench.timeline_slots()
-    row = _stamps(slots, tile0, width, tiles=tiles, segment=False, hand_in=False, reduce=False)
-    row[slots["WholeTiles"]] = tiles + 5  # five more tiles ran than were stamped: one unstamped part up to the drain
-    row[slots["StoresRead"]] += 55_000
-    row[slots["Exit0"]] = row[slots["Exit1"]] = row[slots["StoresRead"]]
-    row[slots["Exit"]] += 55_000
-    out = bench.analyse([row], slots=slots, tile0=tile0, tiles=tiles, whole=[tiles + 5], segments=[0], hand_ins=[0],
+    row = _stamps(slots, tile0, width, tiles=tiles, segments=[(5, None, None, 1)], unstamped_us=55)
+    row[slots["WholeTiles"]] = tiles + 5  # five more tiles than were stamped, then a tail segment
+    out = bench.analyse([row], slots=slots, tile0=tile0, tiles=tiles, whole=[tiles + 5], segments=[1], hand_ins=[0],
                         event_us=None)
     crit = out["critical"]
-    assert crit["unstamped_tiles_us"] == pytest.approx(56.0)
+    assert crit["unstamped_tiles_us"] == pytest.approx(55.0) and crit["tail_loop_us"] == pytest.approx(5.0)
+    assert crit["drain_us"] == pytest.approx(1.0) and out["unstamped_tiles_us"]["median"] == pytest.approx(55.0)
     assert sum(crit[p + "_us"] for p in bench.PHASES) == pytest.approx(out["span_us"])
+
+
+def test_analyse_of_a_ping_pong_launch_reports_the_turn_waits_and_no_ramp():
+    slots, tile0, tiles, width = bench.timeline_slots()
+    row = _stamps(slots, tile0, width, tiles=3)
+    row[slots["WholeTiles"]] = 3
+    row[slots["TurnWaitSum"]] = 12_000
+    out = bench.analyse([row], slots=slots, tile0=tile0, tiles=tiles, whole=[3], segments=[0], hand_ins=[0],
+                        event_us=None, pingpong=True)
+    assert out["ramp_us"] == {} and out["turn_wait_us"]["median"] == pytest.approx(12.0)
+
 
 
 @needs_nvcc

@@ -1,6 +1,7 @@
 # The smoke scripts' shared steps, sourced by them:
 #   smoke_begin NAME DIR   sets DEST=$OUT/DIR and LOG=$DEST/smoke.log, the environment every smoke step
-#                          runs in, and writes the log's header (the commit, the GPU's name and clocks);
+#                          runs in, writes the log's header (the commit, the GPU's name and clocks) and
+#                          runs a step "gpu" that fails where torch sees no CUDA device;
 #   step NAME SECONDS COMMAND...
 #                          runs COMMAND under `timeout SECONDS` (a deadlock ends as rc=124, not a hung
 #                          session), appends a start line, its output and an end line (rc, seconds) to
@@ -23,6 +24,8 @@ smoke_begin() {  # NAME DIR
     echo "== $1 $(date -u +%FT%TZ) commit $GEMM_LADDER_GIT_COMMIT"
     nvidia-smi --query-gpu=name,clocks.sm,power.limit,temperature.gpu --format=csv
   } >>"$LOG" 2>&1
+  # A GPU test step whose tests all skip exits 0: without a GPU this step is what fails the run.
+  step gpu 30 python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "no CUDA device visible")'
 }
 
 step() {  # NAME SECONDS COMMAND...

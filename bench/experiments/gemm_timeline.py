@@ -17,12 +17,14 @@ reduction, or the wave's end?
 **The timeline build** (``library_gemm(..., timeline=True)``: sm90_gemm.cu's GL_TIMELINE) stamps,
 per CTA, %globaltimer (ns) and clock64 at the points of its TimelineSlot enum (read from the source
 here): entry, setup done, the producer's first and last loads, consumer 0 ready, its first stage full
-(not at BN 256: the stamp spilled there), each of its first ``kTiles`` whole tiles' main-loop end and
-boundary end (packing and the early panels stored), its last stream-K segment's loop end, hand-in,
-reduction and store, its last stores read out of shared memory, each consumer's exit and the CTA's
-exit past the final barrier; and the SM, whole tiles, segments, hand-ins and reductions as counts,
-which are checked against the launch's schedule (design/stream_k.py). Without GL_TIMELINE the stamps
-compile to nothing (the shipped builds' SASS is unchanged; tests/test_gemm_timeline.py).
+(not in the cooperative TMA-store builds at BN 256: the stamp spilled there), each of its first
+``kTiles`` whole tiles' main-loop end and boundary end (packing and the early panels stored), the end of
+its whole tiles (kWholeEnd) and of its stream-K segments (kTailEnd), its last stores read out of shared
+memory, each consumer's exit and the CTA's exit past the final barrier; the tail's loops, hand-ins,
+reductions and stores as sums over every segment, and a ping-pong consumer's turn waits as a sum; and
+the SM, whole tiles, segments, hand-ins and reductions as counts, which are checked against the
+launch's schedule (design/stream_k.py). Without GL_TIMELINE the stamps compile to nothing (the shipped
+builds' SASS is unchanged).
 
 **Builds** per case (``--builds``, ';'-separated): ``route`` (the dispatcher's choice for
 ``gemm_ladder.linear(x, w)``, when it is the general kernel), or ``[c1] [bm64] [rbR] bnN SPLIT``, e.g.
@@ -41,12 +43,13 @@ hidden, median of 4 rounds): the stamps' own cost is the timeline build's time o
 
 **Readings** (:func:`analyse`, us, median/min/max over the CTAs): ``span`` (first entry to last exit,
 %globaltimer) against the event-timed launch (``outside``: what no CTA sees); ``setup``; ``ramp``
-(setup to the first tile's main loop end, minus the steady loop time: the first loads' latency);
-``loop`` (a whole tile's main loop after the first) and ``boundary`` (its epilogue until the next
-tile's loop starts); ``tail_loop`` (the segments' K ranges), ``hand_in``, ``reduce``, ``tail_store``;
-``drain`` (last stamp to the stores read out); ``exit_gap`` (last exit - this CTA's); and the last CTA
-to exit's critical path split into those parts (they add up to its span). Writes
-``gemm_timeline.json`` (bench/suite.py's meta: GPU, clocks, date, commit) and ``gemm_timeline.md``.
+(setup to the first tile's main loop end, minus the steady loop time: the first loads' latency; not for
+ping-pong, whose ``turn_wait`` is given instead); ``loop`` (a whole tile's main loop after the first)
+and ``boundary`` (its epilogue until the next tile's loop starts); ``unstamped_tiles`` (tiles past the
+stamped ones); the tail's ``tail_loop``, ``hand_in``, ``reduce``, ``tail_store`` and ``tail_other``
+(summed over the CTA's segments); ``drain`` (to the stores read out); ``exit_gap`` (last exit - this
+CTA's); and the last CTA to exit's critical path split into those parts (they add up to its span).
+Writes ``gemm_timeline.json`` (bench/suite.py's meta: GPU, clocks, date, commit) and ``gemm_timeline.md``.
 Exit status 1 when a build is wrong or a stamp count disagrees with the schedule.
 """
 
@@ -54,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import zlib
 import statistics
 import sys
 from pathlib import Path
@@ -83,7 +87,7 @@ SOURCE = "library/sm90_gemm.cu"
 TIMELINE_CTAS = 4096
 #: A CTA's consecutive parts from its entry to its exit (:func:`analyse`).
 PHASES = ("setup", "ramp_and_loops", "boundaries", "unstamped_tiles", "tail_loop", "hand_in", "reduce", "tail_store",
-          "drain", "exit")
+          "tail_other", "drain", "exit")
 
 
 def parse_build(text: str) -> dict | None:
@@ -139,12 +143,17 @@ def _us(ns: float) -> float:
 
 
 def analyse(ns: list[list[int]], *, slots: dict[str, int], tile0: int, tiles: int, whole: list[int],
-            segments: list[int], hand_ins: list[int], event_us: float | None) -> dict:
+            segments: list[int], hand_ins: list[int], event_us: float | None, pingpong: bool = False) -> dict:
     """The readings of one traced launch (module docstring) from its per-CTA stamps ``ns`` (one row per
     CTA, indexed by ``slots`` and kTile0 + 2i (+1)). ``whole``/``segments``/``hand_ins``: each CTA's whole
     tiles, stream-K segments and hand-ins (consumer 0's) by the launch's schedule; a count stamped
-    otherwise raises AssertionError (stale or wrong stamps). Each CTA's phases are consecutive intervals
-    from its entry to its exit, so the critical path's parts add up to its span."""
+    otherwise raises AssertionError (stale or wrong stamps). Each CTA's time from entry to exit is split
+    into the consecutive parts of :data:`PHASES` (so the critical path's parts add up to its span): the
+    stamped whole tiles' loops and boundaries, the tiles past the stamped ones up to kWholeEnd, the
+    stream-K tail from kWholeEnd to kTailEnd split by the kernel's sums over every segment (its loops,
+    hand-ins, reductions and stores; ``tail_other`` the rest), the drain and the exit. ``pingpong``: a
+    ping-pong build, whose consumer 0 waits for its turn inside each tile's interval (``turn_wait_us``),
+    so a tile's ``loop`` is its period less its boundary, and ``ramp`` is not given."""
     s = slots
     for i, r in enumerate(ns):
         got = (r[s["WholeTiles"]], r[s["Segments"]], r[s["HandIns"]])
@@ -153,8 +162,8 @@ def analyse(ns: list[list[int]], *, slots: dict[str, int], tile0: int, tiles: in
     t0, t_end = min(r[s["Entry"]] for r in ns), max(exits)
 
     def phases(i: int) -> dict[str, float]:
-        """CTA i's time from entry to exit split into consecutive parts (us); a part whose stamp was not
-        written (0: the stamps are zeroed before each launch) or lies before the last one is skipped."""
+        """CTA i's time from entry to exit in consecutive parts (us); a boundary not stamped (0: the stamps
+        are zeroed before each launch) is skipped."""
         r, out = ns[i], {}
         t = r[s["Entry"]]
 
@@ -165,21 +174,21 @@ def analyse(ns: list[list[int]], *, slots: dict[str, int], tile0: int, tiles: in
                 t = until
 
         part("setup", r[s["Setup"]])
-        stamped = min(whole[i], tiles)
         loops = []
-        for j in range(stamped):
+        for j in range(min(whole[i], tiles)):
             loops.append(_us(r[tile0 + 2 * j] - t))
             part("ramp_and_loops", r[tile0 + 2 * j])
             part("boundaries", r[tile0 + 2 * j + 1])
-        if whole[i] > stamped:  # no stamp between the last stamped tile and the next point: one part
-            part("unstamped_tiles", r[s["TailLoopEnd"]] if segments[i] else max(r[s["StoresRead"]], r[s["Exit0"]]))
-        if segments[i]:
-            part("tail_loop", r[s["TailLoopEnd"]])
-            if hand_ins[i]:
-                part("hand_in", r[s["HandIn"]])
-                if r[s["Reductions"]]:
-                    part("reduce", r[s["ReduceEnd"]])
-            part("tail_store", r[s["TailStoreEnd"]])
+        part("unstamped_tiles", r[s["WholeEnd"]])  # tiles past kTiles; the last one's deferred panels
+        start = t
+        tail_parts = {"tail_loop": s["TailLoopSum"], "hand_in": s["HandInSum"], "reduce": s["ReduceSum"],
+                      "tail_store": s["TailStoreSum"]}
+        for name, slot in tail_parts.items():
+            out[name] = _us(r[slot])
+        part("tail_other", r[s["TailEnd"]])
+        out["tail_other"] = out.get("tail_other", 0.0) - sum(out[n] for n in tail_parts)
+        if t == start:  # kTailEnd not past kWholeEnd: the sums must be zero too
+            out["tail_other"] = 0.0
         part("drain", r[s["StoresRead"]])
         part("exit", r[s["Exit"]])
         out["_loops"] = loops
@@ -190,26 +199,32 @@ def analyse(ns: list[list[int]], *, slots: dict[str, int], tile0: int, tiles: in
     loop_us = statistics.median(steady) if steady else None
     first = [p["_loops"][0] for p in per if p["_loops"]]
     last = max(range(len(ns)), key=lambda i: exits[i])
-    keys = PHASES
-    per_tile_boundary = [p["boundaries"] / max(1, min(whole[i], tiles)) for i, p in enumerate(per) if whole[i]]
+    per_tile_boundary = [p["boundaries"] / min(whole[i], tiles) for i, p in enumerate(per) if whole[i] and "boundaries" in p]
     span = _us(t_end - t0)
+
+    def over(name: str, rows=None) -> dict:
+        return spread([p.get(name, 0.0) for i, p in enumerate(per) if rows is None or rows(i)])
+
     return {
         "ctas": len(ns), "span_us": span, "event_us": event_us,
         "outside_us": None if event_us is None else event_us - span,
         "entry_skew_us": _us(max(r[s["Entry"]] for r in ns) - t0),
-        "setup_us": spread([p["setup"] for p in per]),
+        "setup_us": over("setup"),
         "first_full_us": spread([_us(r[s["FirstFull"]] - r[s["Setup"]]) for r in ns if r[s["FirstFull"]]]),
         "loop_us": spread(steady), "first_loop_us": spread(first),
-        "ramp_us": spread([f - loop_us for f in first]) if loop_us is not None else {},
+        "ramp_us": spread([f - loop_us for f in first]) if loop_us is not None and not pingpong else {},
         "boundary_per_tile_us": spread(per_tile_boundary),
-        "tail_loop_us": spread([p["tail_loop"] for p in per if "tail_loop" in p]),
-        "hand_in_us": spread([p["hand_in"] for p in per if "hand_in" in p]),
-        "reduce_us": spread([p["reduce"] for p in per if "reduce" in p]),
-        "tail_store_us": spread([p["tail_store"] for p in per if "tail_store" in p]),
-        "drain_us": spread([p["drain"] for p in per if "drain" in p]),
+        "turn_wait_us": spread([_us(r[s["TurnWaitSum"]]) for r in ns]) if pingpong else {},
+        "unstamped_tiles_us": over("unstamped_tiles", lambda i: whole[i] > tiles),
+        "tail_loop_us": over("tail_loop", lambda i: segments[i] > 0),
+        "hand_in_us": over("hand_in", lambda i: hand_ins[i] > 0),
+        "reduce_us": over("reduce", lambda i: ns[i][s["Reductions"]] > 0),
+        "tail_store_us": over("tail_store", lambda i: segments[i] > 0),
+        "tail_other_us": over("tail_other", lambda i: segments[i] > 0),
+        "drain_us": over("drain"),
         "exit_gap_us": spread([_us(t_end - e) for e in exits]),
         "critical": {"cta": last, "entry_offset_us": _us(ns[last][s["Entry"]] - t0), "whole_tiles": whole[last],
-                     "segments": segments[last], **{k + "_us": per[last].get(k, 0.0) for k in keys}},
+                     "segments": segments[last], **{k + "_us": per[last].get(k, 0.0) for k in PHASES}},
     }
 
 
@@ -292,7 +307,7 @@ def run_case(case: tuple, specs: list[dict], repeats: int, budget: float) -> dic
     from gemm_ladder.library.operand import operand_view
 
     name, m, n, k = case
-    x, w = random_operands(m, n, k, "bf16", "cuda", seed=hash(name) % 2**31)
+    x, w = random_operands(m, n, k, "bf16", "cuda", seed=zlib.crc32(name.encode()))
     ref = reference(x, w)
     torch_out = F.linear(x, w)
     torch_err = float((torch_out.double() - ref).norm() / ref.norm())
@@ -333,7 +348,7 @@ def run_case(case: tuple, specs: list[dict], repeats: int, budget: float) -> dic
             ev = event_timed(launch, buf, "write")
             nsr = read_global(loaded, "gl_timeline_ns", (TIMELINE_CTAS, width), torch.int64)[:ctas].tolist()
             readings.append(analyse(nsr, slots=slots, tile0=tile0, tiles=tiles, whole=whole, segments=segments,
-                                    hand_ins=hand_ins, event_us=ev))
+                                    hand_ins=hand_ins, event_us=ev, pingpong=kern.pingpong))
         rows[label]["trace"] = {"grid": ctas, "units": tail.units, "tail_units": tail.tail_units,
                                 "max_contributors": tail.max_contributors, "readings": readings}
     return {"case": name, "M": m, "N": n, "K": k, "cublas_rel_err": torch_err, "builds": rows}
@@ -369,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-o", "--output", type=Path, default=None, help="output folder (default $OUT/gemm_timeline)")
     p.add_argument("--prebuild", action="store_true", help="compile every build into the kernel cache and exit (no GPU)")
     args = p.parse_args(argv)
+    if args.repeats < 1:
+        print(f"gemm_timeline.py: --repeats {args.repeats}: at least 1", file=sys.stderr)
+        return 2
     specs = [parse_build(b.strip()) for b in (args.builds.split(";") if args.builds else BUILDS)]
     if any(s is None for s in specs):
         print(f"gemm_timeline.py: --builds {args.builds!r}: each 'route' or '[c1] [bm64] bnN SPLIT'", file=sys.stderr)

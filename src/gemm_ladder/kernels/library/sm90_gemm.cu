@@ -93,33 +93,41 @@ using namespace gl;
 GL_RELEASES_PREVIOUS_STAGE();
 
 // The timeline build's slots (GL_TIMELINE; bench/experiments/gemm_timeline.py reads this enum). Stamped
-// by thread 0 (the producer) or by consumer 0's elected thread; values and counts where said. A whole
-// tile i < kTiles of consumer 0 (its i-th: level 9's tiles, or its turns under ping-pong) has two
-// slots: kTile0 + 2i when its K loop is done (wgmma_wait 0), kTile0 + 2i + 1 when what it does before
-// the next tile is done (its fragment packed and its early panels stored, or stored from registers).
+// by thread 0 (the producer) or by consumer 0's elected thread; values, counts and sums (nanoseconds added
+// over every stream-K segment, or every turn) where said. A whole tile i < kTiles of consumer 0 (its i-th:
+// level 9's tiles, or its turns under ping-pong) has two slots: kTile0 + 2i when its K loop is done
+// (wgmma_wait 0), kTile0 + 2i + 1 when what it does before the next tile is done (its fragment packed and
+// its early panels stored, or stored from registers). Between kWholeEnd and kTailEnd the stream-K tail
+// runs; the sums split it (the rest is the segments' own setup, prefetch and bookkeeping): a segment's
+// phases are consecutive, each summed from the boundary before it.
 enum TimelineSlot {
-  kEntry = 0,         // thread 0: the kernel's first instruction
-  kSetup = 1,         // thread 0: barriers initialised, maps prefetched, the CTA (or cluster) barrier passed
-  kSmId = 2,          // value: %smid
-  kProducerStart = 3, // producer: about to issue its first whole unit's loads
-  kProducerWhole = 4, // producer: every whole unit's loads issued
-  kProducerEnd = 5,   // producer: the stream-K tail's loads issued too
-  kReady = 6,         // consumer 0: registers raised (setmaxnreg)
-  kFirstFull = 7,     // consumer 0: its first K tile's wgmma issued (the first stage arrived); not at BN 256
-  kWholeTiles = 8,    // count: whole tiles consumer 0 computed
-  kTailLoopEnd = 9,   // consumer 0: the K range of its last stream-K segment done
-  kHandIn = 10,       // consumer 0: its last split segment's partial handed in (stored, counted)
-  kReduceEnd = 11,    // consumer 0: its last reduction of the contributors' partials done
-  kTailStoreEnd = 12, // consumer 0: its last stream-K tile's stores issued
-  kSegments = 13,     // count: stream-K segments consumer 0 computed
-  kHandIns = 14,      // count: partials consumer 0 handed in
-  kReductions = 15,   // count: split tiles consumer 0 reduced and stored as the last contributor
-  kStoresRead = 16,   // consumer 0: its last TMA stores read out of shared memory (wait_group.read 0)
-  kExit0 = 17,        // consumer 0: done, before the final CTA (or cluster) barrier
-  kExit1 = 18,        // consumer 1 (two consumers): the same
-  kExit = 19,         // thread 0: past the final barrier
-  kTile0 = 20,        // the whole tiles' slots: kTile0 .. kTile0 + 2 kTiles - 1
-  kTiles = 38,        // whole tiles stamped per CTA (later ones are counted, not stamped)
+  kEntry = 0,          // thread 0: the kernel's first instruction
+  kSetup = 1,          // thread 0: barriers initialised, maps prefetched, the CTA (or cluster) barrier passed
+  kSmId = 2,           // value: %smid
+  kProducerStart = 3,  // producer: about to issue its first whole unit's loads
+  kProducerWhole = 4,  // producer: every whole unit's loads issued
+  kProducerEnd = 5,    // producer: the stream-K tail's loads issued too
+  kReady = 6,          // consumer 0: registers raised (setmaxnreg)
+  kFirstFull = 7,      // consumer 0: its first whole tile's first wgmma issued (the first stage arrived); not
+                       // stamped by the cooperative TMA-store builds at BN 256 (its registers spilled there)
+  kWholeTiles = 8,     // count: whole tiles consumer 0 computed
+  kWholeEnd = 9,       // consumer 0: its whole tiles done, the last one's deferred panels stored too
+  kTailLoopSum = 10,   // sum: the K ranges of consumer 0's stream-K segments
+  kHandInSum = 11,     // sum: handing in its split segments' partials (stored, fenced, counted)
+  kReduceSum = 12,     // sum: adding the contributors' partials, where it arrived last
+  kTailStoreSum = 13,  // sum: packing and storing the stream-K tiles it finished
+  kSegments = 14,      // count: stream-K segments consumer 0 computed
+  kHandIns = 15,       // count: partials consumer 0 handed in
+  kReductions = 16,    // count: split tiles consumer 0 reduced and stored as the last contributor
+  kTailEnd = 17,       // consumer 0: its stream-K segments done
+  kStoresRead = 18,    // consumer 0: its last TMA stores read out of shared memory (wait_group.read 0)
+  kExit0 = 19,         // consumer 0: done, before the final CTA (or cluster) barrier
+  kExit1 = 20,         // consumer 1 (two consumers): the same
+  kExit = 21,          // thread 0: past the final barrier
+  kTurnWaitSum = 22,   // sum (ping-pong): consumer 0 waiting for its turn before each of its tiles
+  kMark = 23,          // scratch: the last phase boundary of the sums (timeline.cuh's MARK / PHASE)
+  kTile0 = 24,         // the whole tiles' slots: kTile0 .. kTile0 + 2 kTiles - 1
+  kTiles = 36,         // whole tiles stamped per CTA (later ones are counted, not stamped)
   kSlots = kTile0 + 2 * kTiles,
 };
 #if defined(GL_TIMELINE)
@@ -307,7 +315,9 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
         sched.coords(unit, um, tn);
         const int tm = um * kCluster + rank;
         float d[BN / 2];
+        GL_TIMELINE_MARK(consumer == 0 && elected, kMark);
         wait_turn(smem, consumer, turn);
+        GL_TIMELINE_PHASE(consumer == 0 && elected, kTurnWaitSum, kMark);
         consume_k_range(smem, d, 0, 0, k_tiles, pos, elected, [&](int kt) {
           GL_TIMELINE_STAMP(consumer == 0 && elected && turn == 0 && kt == 0, kFirstFull);
           if (kt == k_tiles - 1 && elected) pass_turn(smem, consumer);  // after the tile's last full wait
@@ -335,6 +345,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
         GL_TIMELINE_STAMP(consumer == 0 && elected && turn < kTiles, kTile0 + 2 * turn + 1);
         GL_TIMELINE_COUNT(consumer == 0 && elected, kWholeTiles);
       }
+      GL_TIMELINE_STAMP(consumer == 0 && elected, kWholeEnd);
     } else if constexpr (kFromRegisters) {
       for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
         float d[BN / 2];
@@ -348,6 +359,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
                           kTile0 + 2 * ((unit - first_unit) / unit_stride) + 1);
         GL_TIMELINE_COUNT(consumer == 0 && elected, kWholeTiles);
       }
+      GL_TIMELINE_STAMP(consumer == 0 && elected, kWholeEnd);
     } else {
       for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
         int um, tn;
@@ -397,6 +409,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
         for (int p = kEarlyPanels; p < Cfg::kCPanels; ++p)
           store_panel_of(last, p);
       }
+      GL_TIMELINE_STAMP(consumer == 0 && elected, kWholeEnd);
     }
     if constexpr (!Cfg::kPingpong)
     for (int it = tail.begin(first_unit), end = tail.begin(first_unit + 1); it < end;) {
@@ -409,18 +422,19 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
                                            thread_in_warpgroup());
       }
       float d[BN / 2];
+      GL_TIMELINE_MARK(consumer == 0 && elected, kMark);
       consume_k_range(smem, d, consumer, seg.kb, seg.ke, pos, elected, [](int) {});
-      GL_TIMELINE_STAMP(consumer == 0 && elected, kTailLoopEnd);
+      GL_TIMELINE_PHASE(consumer == 0 && elected, kTailLoopSum, kMark);
       GL_TIMELINE_COUNT(consumer == 0 && elected, kSegments);
       if (seg.contributors > 1) {
         const int slot = ((seg.unit - whole_end) * kCluster + rank) * Cfg::kConsumers + consumer;
         const PartialSlots<BN> slots{partials + static_cast<size_t>(slot) * max_contributors * PartialSlots<BN>::kFloats};
         const bool last = hand_in_partial(slots, counters + slot, seg.mine, seg.contributors, d, bar, elected);
-        GL_TIMELINE_STAMP(consumer == 0 && elected, kHandIn);
+        GL_TIMELINE_PHASE(consumer == 0 && elected, kHandInSum, kMark);
         GL_TIMELINE_COUNT(consumer == 0 && elected, kHandIns);
         if (!last) continue;  // another contributor finishes this tile
         slots.reduce(seg.contributors, d);
-        GL_TIMELINE_STAMP(consumer == 0 && elected, kReduceEnd);
+        GL_TIMELINE_PHASE(consumer == 0 && elected, kReduceSum, kMark);
         GL_TIMELINE_COUNT(consumer == 0 && elected, kReductions);
       }
       if constexpr (kFromRegisters) {
@@ -441,8 +455,9 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
         for (int p = 0; p < Cfg::kCPanels; ++p)
           store_panel_of(seg.unit, p);
       }
-      GL_TIMELINE_STAMP(consumer == 0 && elected, kTailStoreEnd);
+      GL_TIMELINE_PHASE(consumer == 0 && elected, kTailStoreSum, kMark);
     }
+    GL_TIMELINE_STAMP(consumer == 0 && elected, kTailEnd);
     if constexpr (!kFromRegisters) {
       if (elected) tma_store_wait_read<0>();
       GL_TIMELINE_STAMP(consumer == 0 && elected, kStoresRead);

@@ -3,9 +3,13 @@
 // With GL_TIMELINE, GL_TIMELINE_STAMP(cond, slot) writes %globaltimer (nanoseconds, PTX ISA "Special
 // Registers: %globaltimer") and clock64 (SM cycles) of the calling thread into row blockIdx.x of two
 // __device__ arrays, which the host reads with cuModuleGetGlobal after the launch;
-// GL_TIMELINE_COUNT(cond, slot) adds 1 to a slot (the host zeroes the arrays first) and
-// GL_TIMELINE_VALUE(cond, slot, v) stores a value. Without it (every shipped build) the three macros
-// expand to nothing, so the kernel compiles exactly as without this header.
+// GL_TIMELINE_COUNT(cond, slot) adds 1 to a slot (the host zeroes the arrays first),
+// GL_TIMELINE_VALUE(cond, slot, v) stores a value, and GL_TIMELINE_MARK(cond, scratch) /
+// GL_TIMELINE_PHASE(cond, slot, scratch) split a run of consecutive phases: a phase adds the nanoseconds
+// since the last mark or phase to its slot and marks its own end, the mark kept in the scratch slot
+// (memory, not a register: a phase may enclose a main loop that has none to spare; one call per boundary).
+// Without it (every shipped build) the macros expand to nothing, so the kernel compiles exactly as
+// without this header.
 #pragma once
 
 #if defined(GL_TIMELINE)
@@ -45,6 +49,18 @@ __device__ __forceinline__ void timeline_value(int slot, unsigned long long v) {
 __device__ __forceinline__ void timeline_count(int slot) {
   if (blockIdx.x < GL_TIMELINE_CTAS) gl_timeline_ns[blockIdx.x][slot] += 1;  // one thread per slot
 }
+
+__device__ __forceinline__ void timeline_mark(int scratch) {
+  if (blockIdx.x < GL_TIMELINE_CTAS) gl_timeline_ns[blockIdx.x][scratch] = globaltimer_ns();
+}
+
+__device__ __forceinline__ void timeline_phase(int slot, int scratch) {  // the thread that marked
+  if (blockIdx.x < GL_TIMELINE_CTAS) {
+    const unsigned long long now = globaltimer_ns();
+    gl_timeline_ns[blockIdx.x][slot] += now - gl_timeline_ns[blockIdx.x][scratch];
+    gl_timeline_ns[blockIdx.x][scratch] = now;
+  }
+}
 }  // namespace gl
 
 #define GL_TIMELINE_STAMP(cond, slot) \
@@ -59,6 +75,14 @@ __device__ __forceinline__ void timeline_count(int slot) {
   do {                                \
     if (cond) ::gl::timeline_count(slot); \
   } while (0)
+#define GL_TIMELINE_MARK(cond, scratch) \
+  do {                                  \
+    if (cond) ::gl::timeline_mark(scratch); \
+  } while (0)
+#define GL_TIMELINE_PHASE(cond, slot, scratch) \
+  do {                                         \
+    if (cond) ::gl::timeline_phase(slot, scratch); \
+  } while (0)
 #else
 #define GL_TIMELINE_STAMP(cond, slot) \
   do {                                \
@@ -68,5 +92,11 @@ __device__ __forceinline__ void timeline_count(int slot) {
   } while (0)
 #define GL_TIMELINE_COUNT(cond, slot) \
   do {                                \
+  } while (0)
+#define GL_TIMELINE_MARK(cond, scratch) \
+  do {                                  \
+  } while (0)
+#define GL_TIMELINE_PHASE(cond, slot, scratch) \
+  do {                                         \
   } while (0)
 #endif
