@@ -326,6 +326,23 @@ def test_explain_scaled_mm_on_meta():
         gemm_ladder.explain_scaled_mm(a, b.T, sa, sb)
 
 
+def test_explain_with_scales_explains_the_scaled_mm():
+    """gemm_ladder.explain(a, b, scale_a=, scale_b=) is explain_scaled_mm's answer (fp8 inputs); one scale, an
+    activation, or fp8 inputs without scales are refused with the way to ask."""
+    m, n, k = 4096, 7168, 16400
+    a, b = _operands(m, n, k)
+    sa, sb = _block_scales(m, n, k)
+    assert gemm_ladder.explain(a, b, scale_a=sa, scale_b=sb) == gemm_ladder.explain_scaled_mm(a, b, sa, sb)
+    e = gemm_ladder.explain(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.float16)
+    assert e["output"] == gemm_ladder.explain_scaled_mm(a, b, sa, sb, out_dtype=torch.float16)["output"]
+    with pytest.raises(GemmInputError, match="both scale_a and scale_b"):
+        gemm_ladder.explain(a, b, scale_a=sa)
+    with pytest.raises(GemmInputError, match="no activation"):
+        gemm_ladder.explain(a, b, scale_a=sa, scale_b=sb, activation="gelu")
+    with pytest.raises(GemmInputError, match="gemm_ladder.scaled_mm"):
+        gemm_ladder.explain(a, b)
+
+
 def test_tensor_maps_are_encoded_once_per_address(monkeypatch):
     """The launch's tensor maps come from a cache keyed by every input of the encoding: a second call on
     the same tensors encodes nothing, a new activation address encodes only its own map, and a map of

@@ -31,6 +31,7 @@ from gemm_ladder.dispatch.calls import CALLS, fast_linear_key, fast_mm_key, line
 from gemm_ladder.dispatch.execute import run
 from gemm_ladder.dispatch.explain import Explanation, explain_route, trivial_explanation
 from gemm_ladder.dispatch.validate import (
+    GemmInputError,
     GemmTypeError,
     MmShape,
     NotSupportedError,
@@ -606,7 +607,8 @@ def explain_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) ->
 
 
 def explain(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
-            out_dtype: torch.dtype | None = None, activation: str | None = None) -> Explanation:
+            out_dtype: torch.dtype | None = None, activation: str | None = None,
+            scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None) -> Explanation | dict:
     """What ``mm(a, b, out=out, out_dtype=out_dtype)`` would run and why, without running it.
 
     Takes CUDA tensors or meta tensors (shapes, strides and offsets are all it reads; on meta the GPU
@@ -614,7 +616,22 @@ def explain(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None
     of ``linear(a, b.T, ..., activation=activation)``, which fuses it (its route may be the ping-pong
     build: dispatch/pingpong.py; ``heuristic["consumer_schedule"]`` says why). Raises what :func:`mm`
     raises for bad input, and for an activation what :func:`linear` raises.
+
+    ``scale_a`` and ``scale_b`` (fp8 ``a`` and ``b``): explain instead ``scaled_mm(a, b, scale_a, scale_b,
+    out_dtype=out_dtype or torch.bfloat16, out=out)``, returning :func:`explain_scaled_mm`'s dict (the fp8
+    kernel's build, tile, stages, promotion interval, split and store; a fused bias changes the build:
+    ask explain_scaled_mm with ``bias``). Raises GemmInputError when only one scale is given or with an
+    activation, and what scaled_mm raises for bad input.
     """
+    if scale_a is not None or scale_b is not None:
+        if scale_a is None or scale_b is None:
+            raise GemmInputError("explain of an fp8 product takes both scale_a and scale_b (torch._scaled_mm's)")
+        if activation is not None:
+            raise GemmInputError("explain: scaled_mm fuses no activation; drop activation= or the scales")
+        from gemm_ladder.ops_fp8 import explain_scaled_mm
+
+        return explain_scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16 if out_dtype is None else out_dtype,
+                                 out=out)
     check_activation(activation)
     shape = check_mm(a, b, out, out_dtype, device_types=("cuda", "meta"), check_grad=False)
     device = str(a.device)
