@@ -443,15 +443,16 @@ def parse_rings(text: str | None) -> tuple | None:
     return rings if 1 <= len(rings) <= 2 and set(rings) <= set(grouped_lib.RINGS) else None
 
 
-def ring_refusal(rings: tuple, bn: int | None, directions: tuple) -> str | None:
+def ring_refusal(rings: tuple, bn: int | None, directions: tuple, names: list[str] | tuple = tuple(CASES)) -> str | None:
     """Why the builds cannot have these rings (None when they can): a ring deeper than one buffer is one for
     each of the tile's BN / 64 panels (library/grouped.py RINGS), so it needs that tile width: given by
-    --bn, or the weight gradient's own 256 (grad_w_bn) when grad_w is the only direction."""
+    --bn, or the weight gradient's own (grad_w_bn of each case's N) when grad_w is the only direction."""
     for r in rings:
         if r in (None, grouped_lib.C_RING):
             continue
-        width = bn or (grouped_lib.GRAD_W_BN if set(directions) == {"grad_w"} else None)
-        if width is None or width // 64 != r:
+        widths = {bn} if bn else ({grouped_lib.grad_w_bn(CASES[nm][2]) for nm in names} if set(directions) == {"grad_w"}
+                                  else {None})
+        if any(width is None or width // 64 != r for width in widths):
             return (f"a ring of {r} buffers is built for {64 * r}-wide tiles only: give --bn {64 * r}"
                     + (" (or --directions grad_w, 256 wide)" if r == 4 else ""))
     return None
@@ -494,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     if rings is None:
         print(f"bench/grouped.py: --ring {args.ring!r}: one or two of {grouped_lib.RINGS}, comma-separated", file=sys.stderr)
         return 2
-    reason = ring_refusal(rings, args.bn, directions)
+    reason = ring_refusal(rings, args.bn, directions, names)
     if reason:
         print(f"bench/grouped.py: --ring {args.ring}: {reason}", file=sys.stderr)
         return 2

@@ -11,6 +11,7 @@ time; a count that disagrees with the schedule is caught).
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -50,32 +51,45 @@ def test_timeline_builds_pass_the_resource_gate_and_shipped_ones_carry_no_stamp(
     assert shipped_report.passed and "GLOBALTIMER" not in shipped_sass
 
 
-def test_the_reduce_batch_is_its_own_build_and_refused_outside_its_values():
-    shipped, deep = library_gemm("k", "k", 128, cluster=1), library_gemm("k", "k", 128, cluster=1, reduce_batch=16)
-    assert deep.name == shipped.name + "_rb16" and ("GL_SK_REDUCE_BATCH", 16) in deep.config("bf16").extra
-    assert not any(k == "GL_SK_REDUCE_BATCH" for k, _ in shipped.config("bf16").extra)  # the shipped key unchanged
-    assert kernel_for(deep.config("bf16")) is deep and library_gemm("k", "k", 128, cluster=1, reduce_batch=8) is shipped
-    for bad in (0, 12, True, 64):
-        with pytest.raises(ValueError, match="reduce_batch"):
-            library_gemm("k", "k", 128, reduce_batch=bad)
+def test_reduce_slots_is_its_own_build_and_refused_where_not_built():
+    shipped, deep = library_gemm("k", "k", 128, cluster=1), library_gemm("k", "k", 128, cluster=1, reduce_slots=2)
+    assert deep.name == shipped.name + "_rs2" and ("GL_SK_REDUCE_SLOTS", 2) in deep.config("bf16").extra
+    assert not any(k == "GL_SK_REDUCE_SLOTS" for k, _ in shipped.config("bf16").extra)  # the shipped key unchanged
+    assert kernel_for(deep.config("bf16")) is deep and library_gemm("k", "k", 128, cluster=1, reduce_slots=1) is shipped
+    for bn, bad in ((128, 4), (256, 2), (192, 2), (64, 8), (128, 2.0), (128, True), (128, 0)):
+        with pytest.raises(ValueError, match="reduce_slots"):
+            library_gemm("k", "k", bn, reduce_slots=bad)
+    with pytest.raises(ValueError, match="ping-pong"):
+        library_gemm("k", "k", 128, bm=64, pingpong=True, reduce_slots=2)
+
+
+def _sass(kernel, use_cache):
+    from gemm_ladder.gates.resources import check_level_resources
+
+    report, sass = check_level_resources(kernel, "bf16")
+    assert report.passed, report.messages
+    assert (report.spill_stores, report.spill_loads, report.stack_bytes) == (0, 0, 0)
+    return re.sub(r"/\*[0-9a-f]{4,}\*/", "", sass)
 
 
 @needs_nvcc
-@pytest.mark.parametrize("bn", [128, 192, 256])
-def test_a_deeper_reduction_batch_passes_the_resource_gate(bn, use_cache):
-    from gemm_ladder.gates.resources import check_level_resources
-
-    report, _ = check_level_resources(library_gemm("k", "k", bn, reduce_batch=16), "bf16")
-    assert report.passed, report.messages
-    assert (report.spill_stores, report.spill_loads, report.stack_bytes) == (0, 0, 0)
+@pytest.mark.parametrize("bn,slots,kw", [(128, 2, {}), (64, 4, {}), (64, 2, dict(bm=64, cluster=1)), (128, 2, dict(cluster=1))])
+def test_partials_loaded_together_pass_the_resource_gate_and_change_the_reduction(bn, slots, kw, use_cache):
+    """Each reduce_slots build compiles with no spill, and its SASS is not the shipped build's: the loads
+    of several slots are issued before their adds (a knob that compiled to the same code would measure
+    nothing)."""
+    deep = _sass(library_gemm("k", "k", bn, reduce_slots=slots, **kw), use_cache)
+    shipped = _sass(library_gemm("k", "k", bn, **kw), use_cache)
+    assert deep != shipped
 
 
 def test_the_build_grammar():
     assert bench.parse_build("route") == {"route": True}
     assert bench.parse_build("c1 bm64 bn64 none") == {"cluster": 1, "bm": 64, "bn": 64, "split": "none"}
     assert bench.parse_build("bn128 all") == {"cluster": 2, "bm": 128, "bn": 128, "split": "all"}
-    assert bench.parse_build("c1 rb16 bn128 all") == {"cluster": 1, "bm": 128, "bn": 128, "split": "all", "reduce_batch": 16}
-    for bad in ("", "bn128", "c3 bn64 none", "bm64 none", "bn128 sometimes", "route bn64 none", "rbx bn64 none"):
+    assert bench.parse_build("c1 rs2 bn128 all") == {"cluster": 1, "bm": 128, "bn": 128, "split": "all", "reduce_slots": 2}
+    for bad in ("", "bn128", "c3 bn64 none", "bm64 none", "bn128 sometimes", "route bn64 none", "rsx bn64 none",
+                "rs4 bn128 all", "rs2 bn256 all"):
         assert bench.parse_build(bad) is None, bad
 
 
@@ -191,13 +205,14 @@ def test_analyse_of_a_ping_pong_launch_reports_the_turn_waits_and_no_ramp():
     out = bench.analyse([row], slots=slots, tile0=tile0, tiles=tiles, whole=[3], segments=[0], hand_ins=[0],
                         event_us=None, pingpong=True)
     assert out["ramp_us"] == {} and out["turn_wait_us"]["median"] == pytest.approx(12.0)
+    assert out["loop_less_turn_wait_us"]["median"] == pytest.approx(6.0)  # three 10 us loops less 12 us of waits
 
 
 
 @needs_nvcc
 def test_prebuild_compiles_the_builds_and_their_timeline_builds(use_cache, capsys):
-    specs = [bench.parse_build("route"), bench.parse_build("c1 rb16 bn128 all")]
+    specs = [bench.parse_build("route"), bench.parse_build("c1 rs2 bn128 all")]
     assert bench.prebuild([("bert 512", 512, 1024, 4096)], specs) == 0
     assert "builds ready" in capsys.readouterr().out
     labels = {label.split(" (")[0] for label in bench.builds_for(("bert 512", 512, 1024, 4096), specs)}
-    assert any(label.startswith("route") for label in labels) and "sm90_gemm_kk_bn128_c1_rb16 all" in labels
+    assert any(label.startswith("route") for label in labels) and "sm90_gemm_kk_bn128_c1_rs2 all" in labels

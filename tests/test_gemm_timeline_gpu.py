@@ -57,7 +57,10 @@ def test_timeline_build_equals_the_shipped_build_and_stamps_the_schedule(cfg, sp
                         event_us=None, pingpong=tl.pingpong)  # raises on a count the schedule does not give
     assert 0 < out["span_us"] < 10_000
     for r in ns:
-        assert r[slots["Entry"]] <= r[slots["Setup"]] <= r[slots["Exit0"]] <= r[slots["Exit"]]
+        assert r[slots["Entry"]] <= r[slots["Setup"]] <= r[slots["WholeEnd"]] <= r[slots["TailEnd"]] <= r[slots["Exit0"]] \
+            <= r[slots["Exit"]]
+        sums = sum(r[slots[k]] for k in ("TailLoopSum", "HandInSum", "ReduceSum", "TailStoreSum"))
+        assert sums <= r[slots["TailEnd"]] - r[slots["WholeEnd"]]
     if split == "all":
         assert sum(r[slots["Reductions"]] for r in ns) > 0 and out["reduce_us"]["max"] > 0
         assert out["tail_loop_us"]["min"] > 0 and out["hand_in_us"]["min"] > 0
@@ -67,20 +70,21 @@ def test_timeline_build_equals_the_shipped_build_and_stamps_the_schedule(cfg, sp
         assert out["turn_wait_us"]["max"] > 0
 
 
-@pytest.mark.parametrize("bn,cluster", [(128, 1), (256, 2), (192, 1)])
-def test_a_deeper_reduction_batch_adds_the_partials_in_the_same_order(bn, cluster):
-    """library_gemm(..., reduce_batch=16): the same partials added in the same (K) order, so every split
-    tile is bit for bit the shipped build's, and float64-right."""
+@pytest.mark.parametrize("bn,cluster,slots", [(128, 1, 2), (128, 2, 2), (64, 1, 4), (64, 2, 2)])
+def test_partials_loaded_together_are_added_in_the_same_order(bn, cluster, slots):
+    """library_gemm(..., reduce_slots=R): several contributors' partials loaded per round trip, the same
+    additions in the same (K) order, so every split tile is bit for bit the shipped build's, and
+    float64-right."""
     from gemm_ladder.contract import reference
     from gemm_ladder.gates.correctness import error_bound
 
-    m, n, k = 512, 1024, 4096
+    m, n, k = 512, 1024, 4096  # split "all": about 15 K iterations per CTA, up to 5 contributors a tile
     x, w = random_operands(m, n, k, "bf16", "cuda", seed=11)
     a, b = operand_view(x, k_dim=1), operand_view(w, k_dim=1)
     outs = []
-    for rb in (8, 16):
+    for rs in (1, slots):
         c = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-        library_gemm("k", "k", bn, cluster=cluster, reduce_batch=rb).bind(a, b, c, split="all")()
+        library_gemm("k", "k", bn, cluster=cluster, reduce_slots=rs).bind(a, b, c, split="all")()
         outs.append(c)
     assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16))
     ref = reference(x, w)

@@ -27,10 +27,10 @@ launch's schedule (design/stream_k.py). Without GL_TIMELINE the stamps compile t
 builds' SASS is unchanged).
 
 **Builds** per case (``--builds``, ';'-separated): ``route`` (the dispatcher's choice for
-``gemm_ladder.linear(x, w)``, when it is the general kernel), or ``[c1] [bm64] [rbR] bnN SPLIT``, e.g.
-``c1 bm64 bn64 none`` (one CTA per cluster, 64-row tiles, BN 64, no split) or ``c1 rb16 bn128 all`` (16
-float4 loads in flight per thread in the split's reduction instead of the shipped 8: library_gemm's
-reduce_batch, stream_k.cuh's GL_SK_REDUCE_BATCH). Operands x (M, K) and w (N,
+``gemm_ladder.linear(x, w)``, when it is the general kernel), or ``[c1] [bm64] [rsR] bnN SPLIT``, e.g.
+``c1 bm64 bn64 none`` (one CTA per cluster, 64-row tiles, BN 64, no split) or ``c1 rs2 bn128 all`` (the
+split's reduction loading two contributors' partials per L2 round trip instead of the shipped one:
+library_gemm's reduce_slots, stream_k.cuh's GL_SK_REDUCE_SLOTS). Operands x (M, K) and w (N,
 K) row-major (both K-major), bf16.
 
 **Method.** Fresh random operands per case (gates.correctness.random_operands); each build and its
@@ -80,8 +80,8 @@ CASES = (
 )
 #: The builds traced per case unless --builds says otherwise: the route, the best forced build at 512 x
 #: 1024 x 4096 (BM 64 BN 64, one CTA) and the 128 x 128 tile whole and split over every tile, the split
-#: also with 16 loads in flight per thread in its reduction (the shipped builds keep 8).
-BUILDS = ("route", "c1 bm64 bn64 none", "c1 bn128 none", "c1 bn128 all", "c1 rb16 bn128 all")
+#: also with its reduction loading two partials per round trip (the shipped builds load one).
+BUILDS = ("route", "c1 bm64 bn64 none", "c1 bn128 none", "c1 bn128 all", "c1 rs2 bn128 all")
 SOURCE = "library/sm90_gemm.cu"
 #: Rows of the stamp arrays (timeline.cuh's GL_TIMELINE_CTAS default).
 TIMELINE_CTAS = 4096
@@ -91,9 +91,9 @@ PHASES = ("setup", "ramp_and_loops", "boundaries", "unstamped_tiles", "tail_loop
 
 
 def parse_build(text: str) -> dict | None:
-    """``route``, or ``[c1|c2] [bm64|bm128] [rbR] bnN SPLIT`` as library_gemm keywords plus ``split``
-    (``{"route": True}`` for the route; ``rbR``: R float4 loads in flight in the split's reduction,
-    library_gemm's reduce_batch); None when malformed."""
+    """``route``, or ``[c1|c2] [bm64|bm128] [rsR] bnN SPLIT`` as library_gemm keywords plus ``split``
+    (``{"route": True}`` for the route; ``rsR``: R partials loaded together in the split's reduction,
+    library_gemm's reduce_slots); None when malformed (a reduce_slots the width is not built with too)."""
     words = text.split()
     if words == ["route"]:
         return {"route": True}
@@ -105,13 +105,17 @@ def parse_build(text: str) -> dict | None:
             out["bm"] = int(w[2:])
         elif re.fullmatch(r"bn\d+", w):
             out["bn"] = int(w[2:])
-        elif re.fullmatch(r"rb\d+", w):
-            out["reduce_batch"] = int(w[2:])
+        elif re.fullmatch(r"rs\d+", w):
+            out["reduce_slots"] = int(w[2:])
         else:
             return None
     from gemm_ladder.library.gemm import SPLITS
 
     if not words or words[-1] not in SPLITS or "bn" not in out:
+        return None
+    from gemm_ladder.library.gemm import REDUCE_SLOTS_BUILT
+
+    if out.get("reduce_slots", 1) not in REDUCE_SLOTS_BUILT.get(out["bn"], (1,)):
         return None
     out["split"] = words[-1]
     return out
@@ -179,7 +183,8 @@ def analyse(ns: list[list[int]], *, slots: dict[str, int], tile0: int, tiles: in
             loops.append(_us(r[tile0 + 2 * j] - t))
             part("ramp_and_loops", r[tile0 + 2 * j])
             part("boundaries", r[tile0 + 2 * j + 1])
-        part("unstamped_tiles", r[s["WholeEnd"]])  # tiles past kTiles; the last one's deferred panels
+        # Tiles past the stamped ones, or (all stamped) the last tile's deferred panels: a boundary.
+        part("unstamped_tiles" if whole[i] > tiles else "boundaries", r[s["WholeEnd"]])
         start = t
         tail_parts = {"tail_loop": s["TailLoopSum"], "hand_in": s["HandInSum"], "reduce": s["ReduceSum"],
                       "tail_store": s["TailStoreSum"]}
@@ -215,13 +220,16 @@ def analyse(ns: list[list[int]], *, slots: dict[str, int], tile0: int, tiles: in
         "ramp_us": spread([f - loop_us for f in first]) if loop_us is not None and not pingpong else {},
         "boundary_per_tile_us": spread(per_tile_boundary),
         "turn_wait_us": spread([_us(r[s["TurnWaitSum"]]) for r in ns]) if pingpong else {},
+        # ping-pong: a stamped tile's loop less its share of the CTA's turn waits (all its tiles' waits summed)
+        "loop_less_turn_wait_us": spread([(sum(p["_loops"]) - _us(ns[i][s["TurnWaitSum"]]) * len(p["_loops"]) / whole[i])
+                                          / len(p["_loops"]) for i, p in enumerate(per) if p["_loops"]]) if pingpong else {},
         "unstamped_tiles_us": over("unstamped_tiles", lambda i: whole[i] > tiles),
         "tail_loop_us": over("tail_loop", lambda i: segments[i] > 0),
         "hand_in_us": over("hand_in", lambda i: hand_ins[i] > 0),
         "reduce_us": over("reduce", lambda i: ns[i][s["Reductions"]] > 0),
         "tail_store_us": over("tail_store", lambda i: segments[i] > 0),
         "tail_other_us": over("tail_other", lambda i: segments[i] > 0),
-        "drain_us": over("drain"),
+        "drain_us": over("drain", lambda i: ns[i][s["StoresRead"]] > 0),
         "exit_gap_us": spread([_us(t_end - e) for e in exits]),
         "critical": {"cta": last, "entry_offset_us": _us(ns[last][s["Entry"]] - t0), "whole_tiles": whole[last],
                      "segments": segments[last], **{k + "_us": per[last].get(k, 0.0) for k in PHASES}},
@@ -267,7 +275,7 @@ def builds_for(case: tuple, specs: list[dict]):
             out[f"route ({kernel.name} {split})"] = (kernel, split)
         else:
             kernel = library_gemm("k", "k", spec["bn"], cluster=spec["cluster"], bm=spec["bm"],
-                                  reduce_batch=spec.get("reduce_batch", 8))
+                                  reduce_slots=spec.get("reduce_slots", 1))
             out[f"{kernel.name} {spec['split']}"] = (kernel, spec["split"])
     return out
 
@@ -278,7 +286,7 @@ def timeline_of(kernel):
 
     return library_gemm(kernel.a_major, kernel.b_major, kernel.tile[1], c_from_registers=kernel.c_from_registers,
                         cluster=kernel.cluster, bm=kernel.tile[0], pingpong=kernel.pingpong, timeline=True,
-                        reduce_batch=kernel.reduce_batch)
+                        reduce_slots=kernel.reduce_slots)
 
 
 def prebuild(cases, specs: list[dict]) -> int:
@@ -356,7 +364,8 @@ def run_case(case: tuple, specs: list[dict], repeats: int, budget: float) -> dic
 
 def markdown(results: list[dict]) -> str:
     lines = ["| case | build | us | vs cuBLAS | stamps' cost | span | outside | setup | ramp | loop | boundary/tile "
-             "| tail loop | hand-in | reduce | exit gap (max) |", "|" + "---|" * 15]
+             "| turn wait | unstamped | tail loop | hand-in | reduce | tail store | tail other | drain | exit gap (max) |",
+             "|" + "---|" * 20]
 
     def med(d: dict) -> str:
         return f"{d['median']:.2f}" if d else "-"
@@ -370,8 +379,10 @@ def markdown(results: list[dict]) -> str:
             cost = f"{tl['us'] / r['us']:.3f}" if "us" in tl and "us" in r else "-"
             lines.append(f"| {res['case']} | {label} | {r.get('us', float('nan')):.1f} | {r.get('vs_cublas', float('nan')):.3f} "
                          f"| {cost} | {t['span_us']:.1f} | {t['outside_us']:.1f} | {med(t['setup_us'])} | {med(t['ramp_us'])} "
-                         f"| {med(t['loop_us'])} | {med(t['boundary_per_tile_us'])} | {med(t['tail_loop_us'])} "
-                         f"| {med(t['hand_in_us'])} | {med(t['reduce_us'])} | {t['exit_gap_us'].get('max', 0):.1f} |")
+                         f"| {med(t['loop_us'])} | {med(t['boundary_per_tile_us'])} | {med(t['turn_wait_us'])} "
+                         f"| {med(t['unstamped_tiles_us'])} | {med(t['tail_loop_us'])} | {med(t['hand_in_us'])} "
+                         f"| {med(t['reduce_us'])} | {med(t['tail_store_us'])} | {med(t['tail_other_us'])} "
+                         f"| {med(t['drain_us'])} | {t['exit_gap_us'].get('max', 0):.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -389,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     specs = [parse_build(b.strip()) for b in (args.builds.split(";") if args.builds else BUILDS)]
     if any(s is None for s in specs):
-        print(f"gemm_timeline.py: --builds {args.builds!r}: each 'route' or '[c1] [bm64] bnN SPLIT'", file=sys.stderr)
+        print(f"gemm_timeline.py: --builds {args.builds!r}: each 'route' or '[c1] [bm64] [rsR] bnN SPLIT' "
+              "(library/gemm.py REDUCE_SLOTS_BUILT: the R each width is built with)", file=sys.stderr)
         return 2
     cases = CASES
     if args.cases:

@@ -8,6 +8,9 @@
 // GL_TIMELINE_PHASE(cond, slot, scratch) split a run of consecutive phases: a phase adds the nanoseconds
 // since the last mark or phase to its slot and marks its own end, the mark kept in the scratch slot
 // (memory, not a register: a phase may enclose a main loop that has none to spare; one call per boundary).
+// A phase's read of the mark waits on the cache once per boundary, in one thread: the timeline build's
+// time over the shipped build's says what the stamps cost (bench/experiments/gemm_timeline.py). Fire-and-
+// forget atomic adds instead (no load) spilled sm90_gemm.cu's BN 256 build.
 // Without it (every shipped build) the macros expand to nothing, so the kernel compiles exactly as
 // without this header.
 #pragma once
