@@ -65,9 +65,15 @@ def test_cpu_tensors_are_refused_by_the_public_functions():
         gemm_ladder.linear(t(4, 8), t(4, 8))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int8, torch.float8_e4m3fn])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int8])
 def test_other_dtypes_name_the_supported_ones(dtype):
     with pytest.raises(GemmInputError, match=r"a has dtype .*bfloat16 or torch.float16.*never falls back to cuBLAS"):
+        check_mm(t(4, 8, dtype=dtype), t(8, 4, dtype=dtype), device_types=CPU)
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_fp8_inputs_are_sent_to_scaled_mm(dtype):
+    with pytest.raises(GemmInputError, match=r"a has dtype .*bfloat16 or torch.float16; fp8 inputs .*gemm_ladder.scaled_mm"):
         check_mm(t(4, 8, dtype=dtype), t(8, 4, dtype=dtype), device_types=CPU)
 
 

@@ -56,6 +56,7 @@ def test_reduce_slots_is_its_own_build_and_refused_where_not_built():
     assert deep.name == shipped.name + "_rs2" and ("GL_SK_REDUCE_SLOTS", 2) in deep.config("bf16").extra
     assert not any(k == "GL_SK_REDUCE_SLOTS" for k, _ in shipped.config("bf16").extra)  # the shipped key unchanged
     assert kernel_for(deep.config("bf16")) is deep and library_gemm("k", "k", 128, cluster=1, reduce_slots=1) is shipped
+    library_gemm("k", "k", 128, reduce_slots=2)  # cached first: 2.0 and True must still be refused, not handed it
     for bn, bad in ((128, 4), (256, 2), (192, 2), (64, 8), (128, 2.0), (128, True), (128, 0)):
         with pytest.raises(ValueError, match="reduce_slots"):
             library_gemm("k", "k", bn, reduce_slots=bad)

@@ -549,6 +549,12 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     """
     # One cache key per configuration however it is spelled (bn positional or by name, flags defaulted
     # or given): every caller then shares one instance, and its builds and bindings.
+    # Checked before the cache: 2.0 and True hash as 2 and 1 do, and would be handed their builds unchecked.
+    if type(reduce_slots) is not int or reduce_slots not in REDUCE_SLOTS_BUILT.get(bn, (REDUCE_SLOTS,)):
+        raise ValueError(f"reduce_slots = {reduce_slots!r}: at BN {bn} one of {REDUCE_SLOTS_BUILT.get(bn, (REDUCE_SLOTS,))} "
+                         "partials loaded together (more spilled or are not built)")
+    if reduce_slots != REDUCE_SLOTS and pingpong:
+        raise ValueError("reduce_slots: a ping-pong build splits no unit, so it has no reduction")
     return _library_gemm(a_major, b_major, bn, bool(c_from_registers), bool(out_fp32), cluster, bm, bool(pingpong),
                          bool(timeline), reduce_slots)
 
@@ -557,11 +563,6 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
 def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, out_fp32: bool,
                   cluster: int = 2, bm: int = 128, pingpong: bool = False, timeline: bool = False,
                   reduce_slots: int = 1) -> LibraryGemm:
-    if type(reduce_slots) is not int or reduce_slots not in REDUCE_SLOTS_BUILT.get(bn, (REDUCE_SLOTS,)):
-        raise ValueError(f"reduce_slots = {reduce_slots!r}: at BN {bn} one of {REDUCE_SLOTS_BUILT.get(bn, (REDUCE_SLOTS,))} "
-                         "partials loaded together (more spilled or are not built)")
-    if reduce_slots != REDUCE_SLOTS and pingpong:
-        raise ValueError("reduce_slots: a ping-pong build splits no unit, so it has no reduction")
     if bm not in TILE_M:
         raise ValueError(f"bm = {bm!r}: the kernel is built for BM in {TILE_M} (64 rows per consumer warpgroup)")
     if cluster not in CLUSTERS:
