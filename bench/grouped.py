@@ -375,6 +375,55 @@ def run_masked_decode(name: str, budget: float, bn: int | None, copy_gbs: float)
     return row
 
 
+#: The (BN, ring) builds --sanitize runs on more tiles than CTAs, grouped along M and along K (library/grouped.py
+#: RINGS: one buffer, or one per panel).
+SANITIZE_RINGS = {"m": ((128, 2), (256, 4)), "k": ((256, 1), (256, 4), (128, 2))}
+
+
+def ring_builds() -> list:
+    """The deeper-ring builds --sanitize and --ring 1,4 (grad_w) launch, as library/grouped.py objects: what
+    --prebuild compiles beside the builds the public calls take."""
+    out = [grouped_lib.grouped_gemm(bn, "k", ring=ring) for bn, ring in SANITIZE_RINGS["m"]]
+    out += [grouped_lib.grouped_gemm(bn, "mn", k_grouped=True, ring=ring) for bn, ring in SANITIZE_RINGS["k"]]
+    return out
+
+
+def case_builds(names, directions, clusters=(None,), rings=(None,)) -> list:
+    """The library builds a run of these cases and directions launches (bf16, the library's own tile-width
+    and cluster rules where not given, each of ``clusters`` and ``rings``), as library/grouped.py objects."""
+    from gemm_ladder.api_grouped import choose_bn, grouped_build
+    from gemm_ladder.library.kernel import GROUP_K, GROUP_M
+
+    out = []
+    for nm in names:
+        e, rows, n, k, _, _ = CASES[nm]
+        for d in directions:
+            if d == "grad_w" and is_decode(nm):
+                continue
+            for cl in clusters:
+                for ring in rings:
+                    if d == "grad_w":
+                        out.append(grouped_build(grouped_lib.grad_w_bn(n), "mn", rows, GROUP_K, False, False, cl, ring)[0])
+                    else:
+                        out_n, red = (n, k) if d == "fwd" else (k, n)
+                        out.append(grouped_build(choose_bn(out_n, rows, e), "k" if d == "fwd" else "mn", red, GROUP_M,
+                                                 False, False, cl, ring)[0])
+    return list(dict.fromkeys(out))
+
+
+def prebuild() -> int:
+    """Compile into the kernel cache, with no GPU, the builds a full run (every case and direction, the
+    library's rules, cluster 1 and 2, ring 1 and, grouped along K, 4) and --sanitize's deeper rings
+    (:func:`ring_builds`) launch, bf16; 0 when all are ready."""
+    from gemm_ladder.dispatch.precompile import Build, run_builds
+
+    kernels = case_builds(CASES, ("fwd", "grad_x"), (None, 1, 2)) + case_builds(CASES, ("grad_w",), (None, 1, 2), (None, 4))
+    builds = [Build(k.name + " bf16", lambda k=k: k.build("bf16")) for k in dict.fromkeys(kernels + ring_builds())]
+    outcomes = run_builds(builds, load=False)
+    print(outcomes.summary())
+    return 1 if outcomes.failed else 0
+
+
 def sanitize() -> int:
     """Every build once on small shapes (both dtypes, both tile widths, K- and N-major weights, bias, fp32
     out, grouped along K, the masked layout; empty, one-row and unaligned groups), each checked against
@@ -419,15 +468,16 @@ def sanitize() -> int:
     for cl in (1, 2):  # 256 units (128 pairs) of 128 x 128 on 132 CTAs
         torch.full((4096, 1024), float("nan"), dtype=torch.bfloat16, device="cuda")
         check(f"many tiles cluster {cl}", grouped_mm_direct(xs, ws.transpose(1, 2), offs16, bn=128, cluster=cl), ref16)
-    for bn, ring in ((128, 2), (256, 4)):  # the deeper rings: every panel at the tile's end
+    for bn, ring in SANITIZE_RINGS["m"]:  # the deeper rings: every panel at the tile's end
         torch.full((4096, 1024), float("nan"), dtype=torch.bfloat16, device="cuda")
         check(f"many tiles bn {bn} ring {ring}", grouped_mm_direct(xs, ws.transpose(1, 2), offs16, bn=bn, ring=ring), ref16)
     xk = torch.randn(4096, 512, dtype=torch.bfloat16, device="cuda")
     gy = ref16.to(torch.bfloat16)
     ref_k = torch.stack([xk[256 * i:256 * (i + 1)].double().T @ gy[256 * i:256 * (i + 1)].double() for i in range(16)])
-    for ring in (1, 2, 4):  # 256 units of 128 x 256; the one-buffer ring and the deeper ones
+    for bn, ring in SANITIZE_RINGS["k"]:  # 256 units of 128 x 256 (512 of 128 x 128); one buffer and a buffer per panel
         torch.full((16, 512, 1024), float("nan"), dtype=torch.bfloat16, device="cuda")
-        check(f"many tiles grouped along K ring {ring}", grouped_mm_direct(xk.t(), gy, offs16, bn=256, ring=ring), ref_k)
+        check(f"many tiles grouped along K bn {bn} ring {ring}", grouped_mm_direct(xk.t(), gy, offs16, bn=bn, ring=ring),
+              ref_k)
     torch.cuda.synchronize()
     return 1 if check.wrong else 0
 
@@ -476,8 +526,12 @@ def main(argv: list[str] | None = None) -> int:
                    "(grouped_rR2 beside grouped; default library/grouped.py C_RING)")
     p.add_argument("--check64", action="store_true", help="check every callable's output against float64 per group first")
     p.add_argument("--sanitize", action="store_true", help="every build once on small shapes, checked; nothing timed")
+    p.add_argument("--prebuild", action="store_true", help="compile the grouped builds and the deeper rings' into the "
+                   "kernel cache and exit (no GPU)")
     add_output_argument(p)
     args = p.parse_args(argv)
+    if args.prebuild:
+        return prebuild()
     names = args.cases.split(",") if args.cases else list(QUICK if args.quick else CASES)
     for nm in names:
         if nm not in CASES:

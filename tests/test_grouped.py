@@ -226,6 +226,23 @@ def test_bench_ring_option_is_parsed_and_refused():
         assert bench.main(argv) == 2, argv
 
 
+def test_bench_sanitize_and_prebuild_builds_exist():
+    """bench/grouped.py's --sanitize rings and --prebuild's list are builds the library makes (a ring it
+    refuses would fail mid-run on the GPU)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import grouped as bench
+
+    rings = bench.ring_builds()
+    assert {(k.bn, k.ring, k.k_grouped) for k in rings} == {(128, 2, False), (256, 4, False), (256, 1, True),
+                                                             (256, 4, True), (128, 2, True)}
+    kernels = bench.case_builds(bench.CASES, ("grad_w",), (None,), (None, 4))
+    assert {(k.bn, k.ring) for k in kernels} == {(256, 1), (256, 4)} and all(k.k_grouped for k in kernels)
+    assert all(k.config("bf16") for k in bench.case_builds(bench.CASES, ("fwd", "grad_x"), (None, 1, 2)))
+
+
 def test_bench_routing_matches_the_issue_ranges():
     import sys
     from pathlib import Path
