@@ -18,6 +18,9 @@ from gemm_ladder.errors import GemmInputError, OutsideDomainError  # noqa: F401 
 
 #: The dtypes of the contract, by their short names (used on the command line and in JSON).
 DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16}
+#: The fp8 dtypes scaled_mm takes (library/fp8.py), with their kinds' short names; mm, linear and swiglu
+#: refuse them with a pointer to scaled_mm (dispatch/validate.py).
+FP8_DTYPES: dict[torch.dtype, str] = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -16,15 +16,13 @@ from dataclasses import dataclass
 
 import torch
 
-from gemm_ladder.contract import DTYPES, GemmInputError, OutsideDomainError
+from gemm_ladder.contract import DTYPES, FP8_DTYPES, GemmInputError, OutsideDomainError
 from gemm_ladder.errors import GemmTypeError, NotSupportedError  # noqa: F401 - the public classes (re-exported here)
 from gemm_ladder.library.activations import ACTIVATIONS
 from gemm_ladder.library.epilogue import Epilogue, EpilogueCall, linear_epilogue
 
 #: Input dtypes the library computes (the contract's); fp32 accumulation in every kernel.
 INPUT_DTYPES = tuple(DTYPES.values())
-#: fp8 inputs: refused by mm, linear and swiglu with a pointer to scaled_mm, which takes them (library/fp8.py).
-FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 #: The kernels take M, N and K as 32-bit ints (the ``int M, int N, int K`` kernel arguments; TMA
 #: box coordinates are int32 too: PTX ISA, cp.async.bulk.tensor "tensorCoords"). Element counts of
 #: an operand are not limited: addresses are 64-bit (tensor maps, the repack kernel's offsets).
@@ -57,11 +55,11 @@ def _check_pair(names: tuple[str, str], x, y, device_types: tuple[str, ...]) -> 
         raise GemmInputError(f"{names[0]} and {names[1]} must be on one device, got {names[0]} on {x.device}, "
                              f"{names[1]} on {y.device}")
     for name, t in zip(names, (x, y)):
-        if t.dtype in FP8_DTYPES:
-            raise GemmInputError(f"{name} has dtype {t.dtype}: this call takes torch.bfloat16 or torch.float16; fp8 "
-                                 "inputs and their scales go to gemm_ladder.scaled_mm (torch._scaled_mm's semantics; "
-                                 "explain(a, b, scale_a=..., scale_b=...) says what it runs)")
         if t.dtype not in INPUT_DTYPES:
+            if t.dtype in FP8_DTYPES:  # checked only once the dtype is refused: the accepted call pays nothing
+                raise GemmInputError(f"{name} has dtype {t.dtype}: this call takes torch.bfloat16 or torch.float16; "
+                                     "fp8 inputs and their scales go to gemm_ladder.scaled_mm (torch._scaled_mm's "
+                                     "semantics; explain(a, b, scale_a=..., scale_b=...) says what it runs)")
             raise GemmInputError(f"{name} has dtype {t.dtype}; gemm_ladder computes torch.bfloat16 or torch.float16 "
                                  "inputs (fp32 accumulation) and never falls back to cuBLAS for others")
     if x.dtype != y.dtype:

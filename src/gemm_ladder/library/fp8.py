@@ -59,6 +59,7 @@ from torch._subclasses.fake_tensor import is_fake
 from gemm_ladder.design.problem import arch_info
 from gemm_ladder.design.stream_k import INT32_LIMIT, StreamKTail
 from gemm_ladder.design.tensor_maps import TensorMapSpec
+from gemm_ladder.contract import FP8_DTYPES
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
 from gemm_ladder.library import kernel as K
 from gemm_ladder.library.kernel import DATA_PARALLEL, STORE_REGISTERS, STORE_TMA, STREAM_K, KernelConfig, Operands
@@ -93,7 +94,6 @@ SCALE_MODES = ("tensorwise", "rowwise", "blockwise")
 #: The promotion interval in K (elements): the kernel adds each 128-wide K block's wgmma result, scaled,
 #: into its fp32 main accumulator.
 PROMOTION_K = 128
-FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 OUT_DTYPES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
 #: The quantized output: e4m3 values with 1 x 128 scales computed in the kernel's epilogue.
 QUANT_OUT = torch.float8_e4m3fn
