@@ -60,6 +60,7 @@ from gemm_ladder.api_grouped import explain_grouped_mm, grouped_mm_direct
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.library import grouped as grouped_lib
 from suite import ResultCheck, add_output_argument, require_gpu, save, with_setting
+from suite import prebuild as compile_all
 
 #: name -> (E, rows, N, K, smallest, largest group): the issue's table, then the models' own shapes at
 #: prefill (rows = tokens x top-k) and decode token counts. Gate+up cases are the two projections side by
@@ -415,13 +416,8 @@ def prebuild() -> int:
     """Compile into the kernel cache, with no GPU, the builds a full run (every case and direction, the
     library's rules, cluster 1 and 2, ring 1 and, grouped along K, 4) and --sanitize's deeper rings
     (:func:`ring_builds`) launch, bf16; 0 when all are ready."""
-    from gemm_ladder.dispatch.precompile import Build, run_builds
-
     kernels = case_builds(CASES, ("fwd", "grad_x"), (None, 1, 2)) + case_builds(CASES, ("grad_w",), (None, 1, 2), (None, 4))
-    builds = [Build(k.name + " bf16", lambda k=k: k.build("bf16")) for k in dict.fromkeys(kernels + ring_builds())]
-    outcomes = run_builds(builds, load=False)
-    print(outcomes.summary())
-    return 1 if outcomes.failed else 0
+    return compile_all(kernels + ring_builds())
 
 
 def sanitize() -> int:

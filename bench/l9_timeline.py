@@ -30,6 +30,7 @@ from the last one's (the partial last wave shows there).
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 
@@ -113,6 +114,17 @@ def traced_edit(src: str) -> str:
         assert src.count(anchor) == 1, f"level 9 changed: anchor {anchor.strip()[:60]!r} is not unique or gone"
         src = src.replace(anchor, new, 1)
     return src
+
+
+def timeline_enum(source: str) -> dict[str, int]:
+    """A library kernel's TimelineSlot enum (name without its k -> value), read from its source under
+    kernels/ (``source``, e.g. "library/sm90_gemm.cu"): the stamps' one truth. Also used by
+    bench/small_m_timeline.py and bench/experiments/gemm_timeline.py."""
+    from gemm_ladder.runtime.compiler import KERNEL_ROOT
+
+    body = re.search(r"enum TimelineSlot \{(.*?)\};", (KERNEL_ROOT / source).read_text(), re.S)
+    assert body, f"{source} has no TimelineSlot enum"
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"\bk(\w+) = (\d+),", body.group(1))}
 
 
 def read_global(kernel, name: str, shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:

@@ -66,13 +66,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
-from l9_timeline import read_global, spread, zero_global
+from l9_timeline import read_global, spread, timeline_enum, zero_global
 from library_small_m import check, ours
 from rich.console import Console
 from rich.table import Table
@@ -87,7 +86,6 @@ from gemm_ladder.gpu import l2_bytes
 from gemm_ladder.library.gemm import library_gemm
 from gemm_ladder.library.operand import operand_view
 from gemm_ladder.library.small_m import BK, SOURCE, TILE_ROWS, SmallMGemm, bucket, small_m_gemm
-from gemm_ladder.runtime.compiler import KERNEL_ROOT
 from gemm_ladder.shapes import gemm_min_bytes
 
 CASES = ((1, 4096, 4096), (16, 4096, 4096), (64, 4096, 4096), (128, 4096, 4096), (256, 4096, 4096),
@@ -98,10 +96,7 @@ TIMELINE_CTAS, TIMELINE_SLOTS = 4096, 16
 
 def timeline_slots() -> dict[str, int]:
     """The kernel's TimelineSlot enum (name without its k -> slot), read from its source: one truth."""
-    src = (KERNEL_ROOT / SOURCE).read_text()
-    body = re.search(r"enum TimelineSlot \{(.*?)\};", src, re.S)
-    assert body, f"{SOURCE} has no TimelineSlot enum"
-    slots = {m.group(1): int(m.group(2)) for m in re.finditer(r"\bk(\w+) = (\d+),", body.group(1))}
+    slots = timeline_enum(SOURCE)
     assert sorted(slots.values()) == list(range(len(slots))) and len(slots) <= TIMELINE_SLOTS, slots
     return slots
 

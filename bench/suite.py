@@ -100,6 +100,18 @@ def result_name(name: str, meta: dict[str, Any]) -> str:
     return f"{date}_{name}_{tag}.json"
 
 
+def prebuild(kernels, dtype: str = "bf16") -> int:
+    """Compile ``kernels`` (library kernel objects with a ``name`` and ``build(dtype)``) into the kernel
+    cache, in parallel, no GPU needed (dispatch/precompile.py run_builds): what a script's --prebuild does
+    before a device session. Prints the summary; returns 0 when every build is ready, else 1."""
+    from gemm_ladder.dispatch.precompile import Build, run_builds
+
+    outcomes = run_builds([Build(f"{k.name} {dtype}", lambda k=k: k.build(dtype)) for k in dict.fromkeys(kernels)],
+                          load=False)
+    print(outcomes.summary())
+    return 1 if outcomes.failed else 0
+
+
 def meta() -> dict[str, Any]:
     """run_meta of this command line (GPU, clocks, date, commit), for a script that needs it before saving."""
     return run_meta(" ".join(["python", *sys.argv]))

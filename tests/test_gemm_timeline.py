@@ -172,7 +172,7 @@ def test_analyse_splits_each_cta_into_parts_that_add_up():
                         hand_ins=hand_ins, event_us=50.0)
     assert out["loop_us"]["median"] == pytest.approx(10.0) and out["ramp_us"]["median"] == pytest.approx(0.0)
     assert out["boundary_per_tile_us"]["median"] == pytest.approx(1.0)
-    assert out["reduce_us"] == {"median": 2.0, "min": 2.0, "max": 2.0}  # both reducing CTAs, the earlier segment too
+    assert out["reduce_us"] == {"median": 2.0, "min": 2.0, "max": 2.0, "n": 2}  # both reducing CTAs, the earlier segment too
     assert out["hand_in_us"]["median"] == pytest.approx(1.0) and out["tail_loop_us"]["max"] == pytest.approx(10.0)
     assert out["tail_other_us"]["max"] == pytest.approx(1.0)  # CTA 3: two segments' 0.5 us of setup
     crit = out["critical"]

@@ -57,15 +57,16 @@ from __future__ import annotations
 
 import argparse
 import re
-import zlib
 import statistics
 import sys
+import zlib
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from l9_timeline import read_global, spread, timeline_enum, zero_global  # noqa: E402
 
 #: (name, M, N, K): the plain mid-size rows below 0.85x cuBLAS with every build forced (tiles_forced),
 #: the two fixed-cost rows of the K sweep, and a control.
@@ -127,19 +128,13 @@ def timeline_slots() -> tuple[dict[str, int], int, int, int]:
     arrays' GL_TIMELINE_SLOTS)."""
     from gemm_ladder.runtime.compiler import KERNEL_ROOT
 
-    src = (KERNEL_ROOT / SOURCE).read_text()
-    body = re.search(r"enum TimelineSlot \{(.*?)\};", src, re.S)
-    width = re.search(r"#define GL_TIMELINE_SLOTS (\d+)", src)
-    assert body and width, f"{SOURCE} has no TimelineSlot enum or GL_TIMELINE_SLOTS"
-    values = {m.group(1): int(m.group(2)) for m in re.finditer(r"\bk(\w+) = (\d+),", body.group(1))}
+    width = re.search(r"#define GL_TIMELINE_SLOTS (\d+)", (KERNEL_ROOT / SOURCE).read_text())
+    assert width, f"{SOURCE} has no GL_TIMELINE_SLOTS"
+    values = timeline_enum(SOURCE)
     tile0, tiles = values.pop("Tile0"), values.pop("Tiles")
     assert sorted(values.values()) == list(range(len(values))) == list(range(tile0)), values
     assert tile0 + 2 * tiles <= int(width.group(1)), (tile0, tiles, width.group(1))
     return values, tile0, tiles, int(width.group(1))
-
-
-def spread(xs: list[float]) -> dict:
-    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)} if xs else {}
 
 
 def _us(ns: float) -> float:
@@ -292,21 +287,14 @@ def timeline_of(kernel):
 def prebuild(cases, specs: list[dict]) -> int:
     """Compile every build the run would launch, and its timeline build, into the kernel cache (no GPU:
     the route is decided on meta tensors for the H200); 0 when all are ready."""
-    from gemm_ladder.dispatch.precompile import Build, run_builds
+    from suite import prebuild as compile_all
 
-    builds = []
-    for case in cases:
-        for kernel, _ in builds_for(case, specs).values():
-            for kern in (kernel, timeline_of(kernel)):
-                builds.append(Build(kern.name, lambda kern=kern: kern.build("bf16")))
-    outcomes = run_builds(builds, load=False)
-    print(outcomes.summary())
-    return 1 if outcomes.failed else 0
+    return compile_all([kern for case in cases for kernel, _ in builds_for(case, specs).values()
+                        for kern in (kernel, timeline_of(kernel))])
 
 
 def run_case(case: tuple, specs: list[dict], repeats: int, budget: float) -> dict:
     from small_m_timeline import event_timed
-    from l9_timeline import read_global, zero_global
 
     from gemm_ladder.contract import reference
     from gemm_ladder.gates.correctness import absolute_cap, error_bound, random_operands
