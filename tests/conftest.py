@@ -150,6 +150,26 @@ def use_cache(nvcc_cache, monkeypatch) -> Path:
     return nvcc_cache
 
 
+def gate_reports(nvcc_cache: Path, jobs, kernel_of) -> dict:
+    """{job: (ResourceReport, SASS)}: gates.resources.check_level_resources(kernel_of(job), job[-1]) for every
+    job (its last item the dtype), built in parallel in the session's nvcc cache: for module fixtures,
+    which the function-scoped use_cache cannot serve. GEMM_LADDER_CACHE is put back as it was after."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gemm_ladder.gates.resources import check_level_resources
+
+    before = os.environ.get("GEMM_LADDER_CACHE")
+    os.environ["GEMM_LADDER_CACHE"] = str(nvcc_cache)
+    try:
+        with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+            return dict(zip(jobs, pool.map(lambda j: check_level_resources(kernel_of(j), j[-1]), jobs)))
+    finally:
+        if before is None:
+            del os.environ["GEMM_LADDER_CACHE"]
+        else:
+            os.environ["GEMM_LADDER_CACHE"] = before
+
+
 def have_nvcc() -> bool:
     try:
         from gemm_ladder.runtime.compiler import nvcc_path

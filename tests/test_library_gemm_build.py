@@ -13,15 +13,12 @@ of deadlock, early reuse and phase errors over a bound that wraps the ring at le
 
 from __future__ import annotations
 
-import os
 import re
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import needs_nvcc
+from conftest import gate_reports, needs_nvcc
 
 from gemm_ladder.audit import audit, protocol_for_level
-from gemm_ladder.gates.resources import check_level_resources
 from gemm_ladder.library.gemm import K_MAJOR_B_TILE_N, MAJORS, TILE_N, library_gemm
 
 CONFIGS = [(a, b, bn) for a in MAJORS for b in MAJORS for bn in TILE_N] + \
@@ -33,14 +30,8 @@ _HGMMA = re.compile(r"HGMMA\.(\d+x\d+x16)\.F32((?:\.BF16)?) [^;]*gdesc\[\w+\]((?
 @pytest.fixture(scope="module")
 def reports(nvcc_cache):
     """{(a_major, b_major, bn, dtype): (ResourceReport, SASS)} for every build."""
-    os.environ["GEMM_LADDER_CACHE"] = str(nvcc_cache)  # the session's private cache, as use_cache sets it
-    try:
-        jobs = [(a, b, bn, dt) for a, b, bn in CONFIGS for dt in ("bf16", "fp16")]
-        with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-            done = pool.map(lambda j: check_level_resources(library_gemm(*j[:3]), j[3]), jobs)
-            return dict(zip(jobs, done))
-    finally:
-        del os.environ["GEMM_LADDER_CACHE"]
+    jobs = [(a, b, bn, dt) for a, b, bn in CONFIGS for dt in ("bf16", "fp16")]
+    return gate_reports(nvcc_cache, jobs, lambda j: library_gemm(*j[:3]))
 
 
 @needs_nvcc
@@ -121,14 +112,7 @@ REGISTER_JOBS = ([(a, b, bn, False, "bf16") for a, b, bn in CONFIGS] + [("k", "k
 @pytest.fixture(scope="module")
 def register_reports(nvcc_cache):
     """{(a_major, b_major, bn, out_fp32, dtype): (ResourceReport, SASS)} of the register-store builds."""
-    os.environ["GEMM_LADDER_CACHE"] = str(nvcc_cache)
-    try:
-        with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-            done = pool.map(lambda j: check_level_resources(
-                library_gemm(*j[:3], c_from_registers=True, out_fp32=j[3]), j[4]), REGISTER_JOBS)
-            return dict(zip(REGISTER_JOBS, done))
-    finally:
-        del os.environ["GEMM_LADDER_CACHE"]
+    return gate_reports(nvcc_cache, REGISTER_JOBS, lambda j: library_gemm(*j[:3], c_from_registers=True, out_fp32=j[3]))
 
 
 @needs_nvcc

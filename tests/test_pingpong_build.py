@@ -12,16 +12,14 @@ measured before (tests/test_library_gemm_build.py gates them).
 
 from __future__ import annotations
 
-import os
 import re
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from conftest import needs_nvcc
+from conftest import gate_reports, needs_nvcc
 
 from gemm_ladder.audit.plans import audit_plan
-from gemm_ladder.gates.resources import check_cubin_resources, check_level_resources
+from gemm_ladder.gates.resources import check_cubin_resources
 from gemm_ladder.library.gemm import library_gemm
 from gemm_ladder.library.kernel import DATA_PARALLEL
 
@@ -37,13 +35,7 @@ def kernel(bn: int, cluster: int = 2, reg: bool = False):
 
 @pytest.fixture(scope="module")
 def reports(nvcc_cache):
-    os.environ["GEMM_LADDER_CACHE"] = str(nvcc_cache)
-    try:
-        with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-            done = pool.map(lambda j: check_level_resources(kernel(*j[:3]), j[3]), JOBS)
-            return dict(zip(JOBS, done))
-    finally:
-        del os.environ["GEMM_LADDER_CACHE"]
+    return gate_reports(nvcc_cache, JOBS, lambda j: kernel(*j[:3]))
 
 
 @needs_nvcc
