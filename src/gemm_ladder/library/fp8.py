@@ -64,6 +64,7 @@ from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
 from gemm_ladder.library import kernel as K
 from gemm_ladder.library.kernel import DATA_PARALLEL, STORE_REGISTERS, STORE_TMA, STREAM_K, KernelConfig, Operands
 from gemm_ladder.library.lru import cached
+from gemm_ladder.library.quantized import QUANT_OUT, quantized_buffers, scales_view
 from gemm_ladder.runtime.compiler import compile_kernel
 from gemm_ladder.runtime.module import device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
@@ -95,8 +96,6 @@ SCALE_MODES = ("tensorwise", "rowwise", "blockwise")
 #: into its fp32 main accumulator.
 PROMOTION_K = 128
 OUT_DTYPES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
-#: The quantized output: e4m3 values with 1 x 128 scales computed in the kernel's epilogue.
-QUANT_OUT = torch.float8_e4m3fn
 #: The launch's build: True overlaps each K block's promotion with the next block's wgmmas (two temporary
 #: accumulators); False promotes after each block's wgmmas complete (one temporary; kept for comparison).
 OVERLAP_PROMOTION = True
@@ -712,10 +711,8 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
             if bias is not None:
                 full += bias.float()
             return quantize_fp8(full, (1, 128))
-        # Values with a row pitch that is a multiple of 16 and scales K-block-major with a pitch that is a
-        # multiple of 4: the next scaled_mm takes both without a copy.
-        values = torch.empty((m, -(-n // 16) * 16), dtype=QUANT_OUT, device=a.device)[:, :n]
-        scale_buf = torch.empty((math.ceil(n / 128), -(-m // 4) * 4), dtype=torch.float32, device=a.device)
+        # The next scaled_mm takes both without a copy (library/quantized.py).
+        values, scale_buf = quantized_buffers(m, n, a.device)
         out = values
     elif out is None:
         out = torch.empty((m, n), dtype=call.out_dtype, device=a.device)
@@ -751,7 +748,7 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
     kernel.loaded(a.device).launch((plan.clusters, 1, 1), args.args, _stream(a.device))
     del args
     if quantized:
-        return values, scale_buf[:, :m].t()
+        return values, scales_view(scale_buf, m)
     return out
 
 

@@ -77,6 +77,7 @@
 #include "gemm_ladder/ptx/tma.cuh"
 #include "gemm_ladder/ptx/wgmma.cuh"
 #include "gemm_ladder/ptx/wgmma_fp8_ops.cuh"
+#include "gemm_ladder/quantized_store.cuh"  // store_pair_e4m3, store_quantized_1x128
 #include "gemm_ladder/stream_k.cuh"  // StreamKTail, PartialSlots, hand_in_partial
 
 namespace fp8 {
@@ -90,7 +91,6 @@ constexpr int kConsumersOf = kBM / 64;
 template <int kBM>
 constexpr int kThreadsOf = 128 * (1 + kConsumersOf<kBM>);
 constexpr int kGroupM = 8;  // M tiles walked together, so that a wave of CTAs shares B tiles in L2
-constexpr float kE4m3Max = 448.0f;
 constexpr int kTensorwise = 0, kRowwise = 1, kBlockwise = 2;  // Cfg::kScaleMode (library/fp8.py SCALE_MODES)
 // Empty barriers complete on one arrival per consumer warp, each after its own reads of the stage's
 // scales (a warp may lag its warpgroup's other warps; one arrival per warpgroup would not cover them).
@@ -170,20 +170,6 @@ __device__ __forceinline__ uint32_t pack_pair(float x0, float x1) {
     const __half2 v = __floats2half2_rn(x0, x1);
     return *reinterpret_cast<const uint32_t*>(&v);
   }
-}
-
-// Two e4m3 values, rounded to nearest and saturated to +-448 (NaN stays NaN), at (row, col) and (row, col + 1).
-__device__ __forceinline__ void store_pair_e4m3(__nv_fp8_e4m3* __restrict__ C, long long ldc, int row, int col, int M,
-                                                int N, float x0, float x1, bool pairs) {
-  if (row >= M || col >= N) return;
-  const __nv_fp8x2_storage_t v = __nv_cvt_float2_to_fp8x2(make_float2(x0, x1), __NV_SATFINITE, __NV_E4M3);
-  uint8_t* p = reinterpret_cast<uint8_t*>(C + static_cast<long long>(row) * ldc + col);
-  if (pairs && col + 1 < N) {
-    *reinterpret_cast<__nv_fp8x2_storage_t*>(p) = v;
-    return;
-  }
-  p[0] = static_cast<uint8_t>(v & 0xFF);
-  if (col + 1 < N) p[1] = static_cast<uint8_t>(v >> 8);
 }
 
 // A template, so that only the output type's branch is compiled.
@@ -409,33 +395,9 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
       }
     }
     if constexpr (kQuantized) {
-      // 1 x 128 quantization of the output: a row's 128 columns of this tile (BN = 128, one scale block)
-      // are held by the four lanes of a quad, 32 values each. amax over the quad (shuffles by lane ^ 1 and
-      // lane ^ 2), scale = max(amax / 448, FLT_MIN) as quantize_fp8 computes it, values = x / scale
-      // (IEEE division, whatever the fast-math flags), saturated to +-448. fmaxf ignores NaN, so a NaN
-      // output leaves its row's scale finite and is stored as an e4m3 NaN.
-      float amax[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        amax[0] = fmaxf(amax[0], fmaxf(fabsf(d[4 * j + 0]), fabsf(d[4 * j + 1])));
-        amax[1] = fmaxf(amax[1], fmaxf(fabsf(d[4 * j + 2]), fabsf(d[4 * j + 3])));
-      }
-      float scale[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        amax[i] = fmaxf(amax[i], __shfl_xor_sync(0xffffffffu, amax[i], 1));
-        amax[i] = fmaxf(amax[i], __shfl_xor_sync(0xffffffffu, amax[i], 2));
-        scale[i] = fmaxf(__fdiv_rn(amax[i], kE4m3Max), 1.17549435e-38f);
-        if (lane % 4 == 0 && r0 + 8 * i < M) scale_out[tn * ld_scale_out + r0 + 8 * i] = scale[i];
-      }
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        const int col = tn * BN + 8 * j + 2 * (lane % 4);
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-          store_pair_e4m3(C, ldc, r0 + 8 * i, col, M, N, __fdiv_rn(d[4 * j + 2 * i], scale[i]),
-                          __fdiv_rn(d[4 * j + 2 * i + 1], scale[i]), pairs);
-      }
+      // 1 x 128 quantization of the output (quantized_store.cuh): a row's 128 columns of this tile (BN = 128,
+      // one scale block) are held by the four lanes of a quad.
+      store_quantized_1x128<BN>(C, ldc, scale_out, ld_scale_out, d, r0, tn * BN, tn, M, N, pairs);
     }
   };
   // The main loop of K blocks [kb0, kb1) (kb0 < kb1) of a tile in N column tn: d = their promoted sum.
