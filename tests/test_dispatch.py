@@ -150,7 +150,7 @@ def fakes(monkeypatch):
     # The fake general kernel is built for level 9's 2-CTA clusters only (as the route ranks a config by its cluster).
     monkeypatch.setattr(K, "general", lambda am, bm, bn, dtype="bf16", cluster=2, tile_m=128: fam.config(
         FakeGeneral(am, bm, bn, fp32=state["fp32"]), cluster=cluster))
-    monkeypatch.setattr(K, "general_from_registers", lambda am, bm, bn, dtype="bf16", out_fp32=False, cluster=2: fam.config(
+    monkeypatch.setattr(K, "general_from_registers", lambda am, bm, bn, dtype="bf16", out_fp32=False, cluster=2, out_e4m3=False: fam.config(
         FakeGeneral(am, bm, bn, fp32=state["fp32"], registers=True), cluster=cluster) if state["registers"] else None)
     monkeypatch.setattr(K, "general_bns", lambda: (256, 128))
     monkeypatch.setattr(K, "general_clusters", lambda: (2,))

@@ -91,7 +91,7 @@ def test_the_routes_configs_per_class_are_what_precompile_builds():
         class_configs("huge", "bf16", bns)
     from gemm_ladder.dispatch.precompile import _timed_bns
 
-    for cls in ("large", "small_m", "fp32_out", "unaligned"):
+    for cls in ("large", "small_m", "fp32_out", "unaligned", "quantized_out"):
         labels = [b.label for b in library_builds(("bf16",), (cls,)) if not b.label.startswith("repack")]
         assert sorted(labels) == sorted(config_label(c) for c in class_configs(cls, "bf16", _timed_bns()))
 

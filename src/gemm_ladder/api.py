@@ -26,6 +26,7 @@ import math
 
 import torch
 
+from gemm_ladder.api_quantized import explain_quantized, linear_e4m3
 from gemm_ladder.dispatch import decide
 from gemm_ladder.dispatch.calls import CALLS, fast_linear_key, fast_mm_key, linear_key, make_call, mm_key, rows
 from gemm_ladder.dispatch.execute import run
@@ -47,6 +48,7 @@ from gemm_ladder.dispatch.validate import (
     trivial,
 )
 from gemm_ladder.library.epilogue import Epilogue, linear_epilogue
+from gemm_ladder.library.quantized import QUANT_OUT as _QUANT_OUT
 from gemm_ladder.runtime.module import elsewhere, on_device
 
 
@@ -135,7 +137,9 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
             2-byte aligned base, or any other strided view (copied into an aligned workspace first).
         out: optional (M, N) result tensor (row-major, column-major, any pitch); it must not overlap
             a or b. Returned when given. An out= call has no backward (as torch's out= ops).
-        out_dtype: None (the input dtype) or torch.float32. Accumulation is fp32 in every case.
+        out_dtype: None (the input dtype) or torch.float32. Accumulation is fp32 in every case. Or
+            torch.float8_e4m3fn: the product quantized in the kernel's epilogue, returned as (values,
+            scales) (:func:`linear`'s ``out_dtype`` says how); not with ``out``, no backward.
 
     Returns:
         The (M, N) product (``out`` if given, else a new contiguous tensor). Differentiable: with an
@@ -150,6 +154,8 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
         output dtype no kernel writes yet; OutsideDomainError for an extent past 2^31 - 1;
         CaptureBuildError when a CUDA graph is being captured and a kernel is not built and loaded.
     """
+    if type(out_dtype) is _DTYPE and out_dtype == _QUANT_OUT:
+        return _mm_quantized(a, b, out)
     host = _HOST_OPS
     if (host is not None and out is None and (out_dtype is None or type(out_dtype) is _DTYPE) and _host_call(a, b)
             and not _is_compiling()):
@@ -179,6 +185,16 @@ def _launch_mm(call, key, a, b) -> torch.Tensor:
     if call.kind != "bound" or not call.launch_bound((key[0], key[1], c.data_ptr(), key[-2])):
         call.run(a, b, c)
     return c
+
+
+def _mm_quantized(a, b, out):
+    """``mm(a, b, out_dtype=torch.float8_e4m3fn)``: mm's checks (naming a and b), then :func:`linear`'s
+    quantized output of ``a @ b`` (``linear(a, b.T, ...)``); out= is refused."""
+    if out is not None:
+        raise NotSupportedError("out= with out_dtype=torch.float8_e4m3fn: the quantized output is returned as "
+                                "(values, scales); drop out=")
+    check_mm(a, b, None, None, device_types=("cuda", "meta"), check_grad=False)
+    return linear_e4m3(a, b.T)
 
 
 def mm_op(a, b, *, out_dtype=None) -> torch.Tensor:
@@ -274,7 +290,13 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
             scaled by alpha, the residual by beta; beta = 0 ignores the residual (it is not read: NaN
             and Inf in it are not propagated). alpha = 1 costs no multiply.
         out_dtype: None (x's dtype) or torch.float32; float32 output is written from registers (the
-            small-M kernel, or the layouts kernel's register-store build past it), as for ``mm``.
+            small-M kernel, or the layouts kernel's register-store build past it), as for ``mm``. Or
+            torch.float8_e4m3fn: the epilogue's fp32 result quantized in the kernel's epilogue with one
+            scale per row and 128 columns, returned as ``(values, scales)`` (values (*, N) e4m3, scales
+            (*, ceil(N / 128)) float32), what ``quantize_fp8(result, (1, 128))`` computes, in the
+            layouts ``scaled_mm`` reads without a copy: two fp8 layers chain with no quantization kernel
+            between them (api_quantized.py). No backward (an input requiring grad under grad mode is
+            refused) and no user ``epilogue``.
         epilogue: your own :class:`gemm_ladder.Epilogue`, instead of bias/activation/residual/alpha/beta;
             its declared inputs are passed as keywords (``**inputs``): row vectors of the output's M
             rows (batch dimensions merged), column vectors of N, tiles of the output's shape (*, N)
@@ -293,6 +315,11 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
     on tensor subclasses or meta tensors, or with an input requiring grad), OutsideDomainError; and
     EpilogueCompileError with nvcc's message when a user epilogue's CUDA does not compile.
     """
+    if type(out_dtype) is _DTYPE and out_dtype == _QUANT_OUT:
+        if epilogue is not None or inputs:
+            raise NotSupportedError("epilogue= with out_dtype=torch.float8_e4m3fn: the quantized output takes "
+                                    "linear's built-in bias/activation/residual/alpha/beta only")
+        return linear_e4m3(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta)
     if epilogue is not None or inputs:
         index = elsewhere(x)
         if index is not None:  # run on x's device; the caller's current device is put back
@@ -615,7 +642,8 @@ def explain(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None
     is assumed to be the H200, and the explanation says so). ``activation``: explain instead the GEMM
     of ``linear(a, b.T, ..., activation=activation)``, which fuses it (its route may be the ping-pong
     build: dispatch/pingpong.py; ``heuristic["consumer_schedule"]`` says why). Raises what :func:`mm`
-    raises for bad input, and for an activation what :func:`linear` raises.
+    raises for bad input, and for an activation what :func:`linear` raises. ``out_dtype=torch.float8_e4m3fn``
+    (without scales): the quantized output's route (api_quantized.py's ``explain_quantized``).
 
     ``scale_a`` and ``scale_b`` (fp8 ``a`` and ``b``): explain instead ``scaled_mm(a, b, scale_a, scale_b,
     out_dtype=out_dtype or torch.bfloat16, out=out)``, returning :func:`explain_scaled_mm`'s dict (the fp8
@@ -623,6 +651,11 @@ def explain(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None
     ask explain_scaled_mm with ``bias``). Raises GemmInputError when only one scale is given or with an
     activation, and what scaled_mm raises for bad input.
     """
+    if scale_a is None and scale_b is None and type(out_dtype) is _DTYPE and out_dtype == _QUANT_OUT:
+        if out is not None:
+            raise NotSupportedError("explain: out= with out_dtype=torch.float8_e4m3fn (the quantized output is "
+                                    "returned as (values, scales)); drop out=")
+        return explain_quantized(a, b, activation=activation)
     if scale_a is not None or scale_b is not None:
         if scale_a is None or scale_b is None:
             raise GemmInputError("explain of an fp8 product takes both scale_a and scale_b (torch._scaled_mm's)")

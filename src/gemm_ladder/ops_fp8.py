@@ -1,4 +1,6 @@
-"""The fp8 API: :func:`scaled_mm` and :func:`quantize_fp8`, and their PyTorch ops with fake kernels.
+"""The fp8 API: :func:`scaled_mm` and :func:`quantize_fp8`, and their PyTorch ops with fake kernels; and the
+op of the 16-bit GEMM's quantized output, ``torch.ops.gemm_ladder.linear_e4m3`` (what
+``linear(..., out_dtype=torch.float8_e4m3fn)`` calls under torch.compile: api_quantized.py).
 
 ``torch.ops.gemm_ladder.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype)`` (functional) and
 ``torch.ops.gemm_ladder.scaled_mm_out(a, b, scale_a, scale_b, bias, out_dtype, out)`` (writes ``out``)
@@ -21,6 +23,7 @@ import contextlib
 
 import torch
 
+from gemm_ladder.api_quantized import check_linear_quantized, linear_quantized, quantized_shapes
 from gemm_ladder.library.fp8 import (QUANT_OUT, check_scaled_mm, describe, host_refusal, quantize_fp8,
                                      scaled_mm_launch, settings)
 
@@ -107,6 +110,21 @@ def _scaled_mm_fp8_fake(a, b, scale_a, scale_b, bias):
     call = check_scaled_mm(a, b, scale_a, scale_b, bias, QUANT_OUT, device_type=None)
     return (a.new_empty((call.m, call.n), dtype=QUANT_OUT),
             a.new_empty((call.m, -(-call.n // 128)), dtype=torch.float32))
+
+
+@torch.library.custom_op("gemm_ladder::linear_e4m3", mutates_args=())
+def _linear_e4m3_op(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None,
+                    activation: str | None, alpha: float, beta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    values, scales = linear_quantized(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta)
+    return values.contiguous(), scales.contiguous()  # an op's outputs may not alias padded buffers
+
+
+@_linear_e4m3_op.register_fake
+def _linear_e4m3_fake(x, w, bias, residual, activation, alpha, beta):
+    check_linear_quantized(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                           device_types=("cuda", "meta"))
+    values, scales = quantized_shapes(tuple(x.shape[:-1]), w.shape[0])
+    return x.new_empty(values, dtype=QUANT_OUT), x.new_empty(scales, dtype=torch.float32)
 
 
 def scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=torch.bfloat16, out=None):

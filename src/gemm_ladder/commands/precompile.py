@@ -8,7 +8,7 @@
 Fills the kernel cache (``GEMM_LADDER_CACHE``) so that no call compiles: deployment and CUDA-graph
 capture need that (a capture that would need a build raises CaptureBuildError). Needs nvcc or NVRTC, not a
 GPU; on a GPU it also loads each build (``--no-load`` to skip). Shape classes
-(dispatch/precompile.py CLASSES): large, small_m, fp32_out, unaligned, or all. Epilogues
+(dispatch/precompile.py CLASSES): large, small_m, fp32_out, unaligned, quantized_out, or all. Epilogues
 (dispatch/precompile.py EPILOGUE_LEVELS): linear's built-in fused epilogues compiled into each class's
 kernels, none, common (default: bias, activation, residual in the input dtype) or all (also float32
 bias and residual, alpha). The last line says how many builds are ready, how many were compiled now

@@ -21,6 +21,7 @@ from gemm_ladder.dispatch.pingpong import pingpong_route
 from gemm_ladder.dispatch.route import DeviceFacts, Route, choose, device_facts, find_routes
 from gemm_ladder.dispatch.small_m_tiles import TilesRule, load_rule
 from gemm_ladder.dispatch.validate import NotSupportedError
+from gemm_ladder.library.quantized import QUANT_OUT
 
 #: Routes kept (least recently used dropped first): a model calls a few dozen shapes.
 ROUTE_CACHE_SIZE = 256
@@ -62,12 +63,14 @@ def _signature(t: torch.Tensor) -> tuple:
 
 
 def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, device: DeviceFacts | None = None,
-           model: CostModel | None = None, tiles: TilesRule | None = None, activation: str | None = None) -> Route:
+           model: CostModel | None = None, tiles: TilesRule | None = None, activation: str | None = None,
+           residual: bool = False) -> Route:
     """The route for ``c = a @ b`` (operands already checked by validate.check_mm; ``c`` the output,
     allocated when not ``given``). CUDA or meta tensors; cached by shapes, strides, dtypes and base
     residues mod 16. ``model``/``tiles``: the cost model and the small-M M-tile rule (default: the
     package's table). ``activation``: the activation a ``linear`` call fuses (None: none), which may
-    take the general kernel's ping-pong build (dispatch/pingpong.py).
+    take the general kernel's ping-pong build (dispatch/pingpong.py). ``residual``: the fused epilogue
+    reads a residual, which narrows a quantized (e4m3) output's tiles (route.QUANTIZED_RESIDUAL_MAX_BN).
 
     Raises NotSupportedError when only float32 output stands in the way, OutsideDomainError naming
     the kernels' refusals when no kernel computes it.
@@ -76,18 +79,20 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
     model = model or cost_model()
     tiles = tiles or tiles_rule()
     key = (a.device.type, a.device.index, a.dtype, c.dtype, given, _signature(a), _signature(b), _signature(c),
-           device, id(model), id(tiles), activation if activation in PINGPONG_ACTIVATIONS else None)
+           device, id(model), id(tiles), activation if activation in PINGPONG_ACTIVATIONS else None,
+           residual and c.dtype == QUANT_OUT)
     with _lock:
         route = _routes.get(key)
         if route is not None:
             _routes.move_to_end(key)
             return route
-    routes, unfit = find_routes(a, b, c, given=given, device=device, tiles_rule=tiles)
+    routes, unfit = find_routes(a, b, c, given=given, device=device, tiles_rule=tiles, residual=residual)
     route = choose(routes, model)
     if route is None:
         reasons = "; ".join(dict.fromkeys(unfit)) or "no kernel fits"
-        if c.dtype == torch.float32:
-            raise NotSupportedError(f"out_dtype=torch.float32: no library kernel writes a float32 output for "
+        if c.dtype in (torch.float32, QUANT_OUT):
+            name = "float32" if c.dtype == torch.float32 else "quantized e4m3"
+            raise NotSupportedError(f"out_dtype={c.dtype}: no library kernel writes a {name} output for "
                                     f"this call yet ({reasons}); use the input dtype")
         raise OutsideDomainError(f"no library kernel computes this call: {reasons}")
     route = replace(pingpong_route(route, activation), unfit=tuple(unfit))

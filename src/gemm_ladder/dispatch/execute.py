@@ -25,10 +25,12 @@ def _prepare(path: OperandPath, x: torch.Tensor, jobs: list[Copy2D]) -> OperandV
     return OperandView(ws, path.rows, path.k, path.workspace[1], path.major)
 
 
-def run(route: Route, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, epilogue: EpilogueCall | None = None) -> None:
+def run(route: Route, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, epilogue: EpilogueCall | None = None,
+        scales: torch.Tensor | None = None) -> None:
     """``c = epilogue(a @ b)`` by ``route`` (from :func:`gemm_ladder.dispatch.decide` on these tensors'
     metadata). ``epilogue``: bound to c's (M, N) coordinates; the kernel gets it oriented as the route
-    runs (D^T into c.T: swapped), so it always sees the caller's rows and columns."""
+    runs (D^T into c.T: swapped), so it always sees the caller's rows and columns. ``scales``: where a
+    quantized (e4m3) output's 1 x 128 scales go (library/gemm.py's ``scales_refusal`` says the layout)."""
     if route.c_path.transposed:
         xa, xb = b.T, a
     else:
@@ -42,7 +44,7 @@ def run(route: Route, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, epilogu
     ep = epilogue.oriented(route.c_path.transposed) if epilogue is not None else None
     out = target if route.c_path.workspace is None else (
         torch.empty(route.c_path.workspace, dtype=c.dtype, device=c.device)[:, :target.shape[1]])
-    launch(route, Operands(va, vb, out, ep))
+    launch(route, Operands(va, vb, out, ep, () if scales is None else (scales,)))
     if out is not target:
         REPACK.launch([Copy2D.between(out, target)], c.device)
 

@@ -89,13 +89,14 @@ def general(a_major: str, b_major: str, bn: int, dtype: str = "bf16", cluster: i
 
 
 def general_from_registers(a_major: str, b_major: str, bn: int, dtype: str = "bf16",
-                           out_fp32: bool = False, cluster: int = 2) -> KernelConfig:
+                           out_fp32: bool = False, cluster: int = 2, out_e4m3: bool = False) -> KernelConfig:
     """The general kernel's build that stores C from the consumers' registers (masked stores: any row
-    pitch and element-aligned base; ``out_fp32``: a float32 output), for outputs a TMA store cannot write."""
+    pitch and element-aligned base; ``out_fp32``: a float32 output; ``out_e4m3``: the quantized output,
+    e4m3 values with 1 x 128 scales, at BN 128 or 256), for outputs a TMA store cannot write."""
     from gemm_ladder.library.gemm import GEMM
 
-    return GEMM.config(a_major, b_major, bn, dtype, store=STORE_REGISTERS, out_dtype="fp32" if out_fp32 else None,
-                       cluster=cluster)
+    out_dtype = "fp32" if out_fp32 else "e4m3" if out_e4m3 else None
+    return GEMM.config(a_major, b_major, bn, dtype, store=STORE_REGISTERS, out_dtype=out_dtype, cluster=cluster)
 
 
 def general_bns() -> tuple[int, ...]:

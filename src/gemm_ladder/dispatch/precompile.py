@@ -35,6 +35,9 @@ CLASSES: dict[str, str] = {
     "unaligned": "the repack kernel for the dtype's element size and for float32: operands whose strides a "
                  "TMA tensor map cannot describe, and outputs written through a workspace; and the layouts "
                  "kernel's build for outputs a TMA store cannot write (from registers), every order and timed BN",
+    "quantized_out": "the layouts kernel's quantized-output build (out_dtype=torch.float8_e4m3fn: e4m3 values "
+                     "with 1 x 128 scales, from registers), every order and timed BN that is whole scale blocks "
+                     "(128, 256)",
 }
 
 
@@ -89,7 +92,7 @@ def config_label(config) -> str:
     """A build's label in reports: the family, tile width or bucket, operand order, store and dtypes
     (with the epilogue's digest when one is built in)."""
     am, bm, bn, dtype = config.a_major, config.b_major, config.tile[1], config.dtype
-    fp32 = " fp32 out" if config.out_fp32 else ""
+    fp32 = " fp32 out" if config.out_fp32 else " e4m3 out" if config.out_dtype == "e4m3" else ""
     if config.family == "sm90_gemm_small_m":
         label = f"small-M BN {bn} A {am} B {bm}{fp32} {dtype}"
     elif config.family == "sm90_gemm":
@@ -141,7 +144,7 @@ def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLA
             raise ValueError(f"dtype {d!r}: the library computes {', '.join(DTYPES)}")
     # In the order the builds were always listed: per operand order, the general kernel's TMA-store builds,
     # its register-store builds (input dtype, then float32), the small-M buckets (input dtype, then float32).
-    order = ("large", "unaligned", "fp32_out", "small_m", "fp32_out")
+    order = ("large", "unaligned", "fp32_out", "small_m", "fp32_out", "quantized_out")
     builds = []
     for dtype in dtypes:
         for am in MAJORS:
@@ -364,7 +367,8 @@ def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CL
       N <= 256 < M swapped: the caller's output is the kernel's transpose);
     * fp32_out: the float32-output builds of the two above.
 
-    Not built (compiled at first use): an MN-major activation (a transposed view passed as x), a
+    Not built (compiled at first use): the quantized output's epilogue builds (quantized_out: its plain
+    builds only); an MN-major activation (a transposed view passed as x), a
     residual that is not row-major or whose offsets need 64 bits (2^31 elements), a bias or residual
     not aligned to two elements; the general kernel's one-CTA-per-cluster, 64-row and ping-pong builds (the
     route takes them at mid-size shapes and, ping-pong, for a fused GELU at short K: their epilogue builds

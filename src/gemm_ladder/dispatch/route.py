@@ -48,8 +48,12 @@ from gemm_ladder.dispatch.small_m_tiles import (BM64_CLUSTER, BM64_TILE_M, ONE_T
                                                 one_tile_bn)
 from gemm_ladder.library.kernel import KernelConfig, Operands
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES, OperandView, operand_view
+from gemm_ladder.library.quantized import QUANT_OUT
 from gemm_ladder.library.repack import aligned_pitch
 
+#: The quantized output's widest tile when the fused epilogue reads a residual (a tile input): at BN 256
+#: the block-by-block quantization beside the residual's loads spilled (tests/test_quantized_output.py).
+QUANTIZED_RESIDUAL_MAX_BN = 128
 #: A copy that changes an operand's major reads with a stride: its bytes count this many times when
 #: routes are compared (a cost rank, not a measured ratio).
 TRANSPOSING_WEIGHT = 4
@@ -385,8 +389,8 @@ def _route_for(kind, kernel_at, xa, xb, names, c_opts, probe, k, dtype, device, 
         for a_o, b_o, (cp, ct) in combos:
             if kind == "small_m" and cp.workspace is None and cp.store != STORE_REGISTERS:
                 continue
-            if cp.dtype == torch.float32 and cp.store != STORE_REGISTERS:
-                continue  # only the register store writes float32 (the TMA-store builds write the inputs' dtype)
+            if cp.dtype in (torch.float32, QUANT_OUT) and cp.store != STORE_REGISTERS:
+                continue  # only the register store writes float32 and e4m3 (the TMA-store builds write the inputs' dtype)
             config = kernel_at(a_o.path.major, b_o.path.major, cp)
             if config is None:
                 if kind == "general" and cp.store == STORE_REGISTERS and cp.workspace is None and \
@@ -411,13 +415,16 @@ def _general_at(a_major: str, b_major: str, bn: int, c_path: OutputPath, dtype: 
     place) the build that stores C from registers for outputs a TMA store cannot write, in the output's
     dtype; None where the width is not built for B's major (BN 192 and an MN-major B), for a
     cluster-1 or 64-row build anywhere but the TMA store (the one their GPU tests and measurements
-    cover), and for a 64-row build of majors the route does not offer it for (K.general_tile_m_routed)."""
+    cover), for a 64-row build of majors the route does not offer it for (K.general_tile_m_routed), and
+    for the quantized (e4m3) output at a width that is not whole 128-column scale blocks."""
     if not K.general_built(b_major, bn) or not K.general_tile_m_routed(tile_m, a_major, b_major):
         return None
     if c_path.store == STORE_REGISTERS and c_path.workspace is None:
-        if cluster != CLUSTER or tile_m != 128:
+        quantized = c_path.dtype == QUANT_OUT
+        if cluster != CLUSTER or tile_m != 128 or (quantized and bn % 128):
             return None
-        return K.general_from_registers(a_major, b_major, bn, dtype, out_fp32=c_path.dtype == torch.float32)
+        return K.general_from_registers(a_major, b_major, bn, dtype, out_fp32=c_path.dtype == torch.float32,
+                                        out_e4m3=quantized)
     return K.general(a_major, b_major, bn, dtype, cluster, tile_m)
 
 
@@ -446,7 +453,7 @@ def _small_m_families(m: int, n: int, k: int, tiles_rule: TilesRule) -> list[tup
 
 
 #: The shape classes :func:`class_configs` lists builds for (dispatch/precompile.py's CLASSES describe them).
-SHAPE_CLASSES = ("large", "small_m", "fp32_out", "unaligned")
+SHAPE_CLASSES = ("large", "small_m", "fp32_out", "unaligned", "quantized_out")
 _MAJORS = ("k", "mn")
 
 
@@ -456,8 +463,9 @@ def class_configs(shape_class: str, dtype: str, bns: tuple[int, ...], a_major: s
     same constructors it uses (:func:`_general_at`, :func:`_small_m_at`): per operand order (each of
     A's and B's majors, or the one given), the general kernel's TMA-store build ("large") or its
     register-store build ("unaligned": outputs a TMA store cannot write; "fp32_out": its float32
-    output) in each tile width of ``bns``, and the small-M kernel in every bucket ("small_m"; its
-    float32 output for "fp32_out"). What ``precompile`` builds; raises ValueError for another class."""
+    output) in each tile width of ``bns``, its quantized (e4m3) build in each of them that is whole scale
+    blocks ("quantized_out"), and the small-M kernel in every bucket ("small_m"; its float32 output for
+    "fp32_out"). What ``precompile`` builds; raises ValueError for another class."""
     if shape_class not in SHAPE_CLASSES:
         raise ValueError(f"shape class {shape_class!r}: one of {', '.join(SHAPE_CLASSES)}")
     bf16 = torch.bfloat16
@@ -473,6 +481,9 @@ def class_configs(shape_class: str, dtype: str, bns: tuple[int, ...], a_major: s
             if shape_class in ("unaligned", "fp32_out"):
                 path = fp32 if shape_class == "fp32_out" else registers
                 out += [c for bn in bns if (c := _general_at(am, bm, bn, path, dtype)) is not None]
+            if shape_class == "quantized_out":
+                out += [c for bn in bns if (c := _general_at(am, bm, bn, replace(registers, dtype=QUANT_OUT), dtype))
+                        is not None]
             if shape_class in ("small_m", "fp32_out"):
                 path = fp32 if shape_class == "fp32_out" else registers
                 out += [_small_m_at(bn, bn, am, bm, path, dtype) for bn in K.small_m_buckets()]
@@ -481,29 +492,35 @@ def class_configs(shape_class: str, dtype: str, bns: tuple[int, ...], a_major: s
 
 def find_routes(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, device: DeviceFacts,
                 orientations: tuple[bool, ...] = (False, True),
-                tiles_rule: TilesRule = ONE_TILE) -> tuple[list[Route], list[str]]:
+                tiles_rule: TilesRule = ONE_TILE, residual: bool = False) -> tuple[list[Route], list[str]]:
     """Every kernel family's cheapest route for ``c = a @ b`` (a (M, K), b (K, N), c (M, N), checked),
     and for each family and orientation without one, its first refusal.
 
     Small-M routes first (the bucket ``tiles_rule`` picks, then one tile when it picked more), then
-    the general kernel's by tile width.
+    the general kernel's by tile width. A quantized output (``c`` e4m3: values whose 1 x 128 scales run
+    along c's rows) has the general kernel's register-store build only, in c's own orientation, and
+    with a ``residual`` read by its epilogue tiles at most :data:`QUANTIZED_RESIDUAL_MAX_BN` wide.
     """
     routes: list[Route] = []
     unfit: list[str] = []
     probe = torch.empty(8, dtype=a.dtype, device=a.device)  # stands for a workspace (16-byte aligned)
     k = a.shape[1]
     dtype = dtype_name(a.dtype)
+    quantized = c.dtype == QUANT_OUT
     for transposed in orientations:
+        if quantized and transposed:
+            continue
         (na, xa), (nb, xb) = _operands(a, b, transposed)
         c_opts = output_options(c, transposed, given)
         m = xa.shape[0]
         families = [("small_m", lambda am, bm, cp, sbn=sbn: _small_m_at(m, sbn, am, bm, cp, dtype), None, choice, CLUSTER,
-                     None) for sbn, choice in _small_m_families(m, xb.shape[0], k, tiles_rule)]
+                     None) for sbn, choice in ([] if quantized else _small_m_families(m, xb.shape[0], k, tiles_rule))]
         # Each width in level 9's 2-CTA clusters, then one CTA per cluster, each with 128-row tiles then
         # 64-row ones: a tie in predicted time keeps the earlier (the pair, the 128-row tile).
         families += [("general", lambda am, bm, cp, bn=bn, cl=cl, tm=tm: _general_at(am, bm, bn, cp, dtype, cl, tm), bn,
                       None, cl, tm)
-                     for bn in K.general_bns() for cl in K.general_clusters() for tm in K.general_tile_ms()]
+                     for bn in K.general_bns() for cl in K.general_clusters() for tm in K.general_tile_ms()
+                     if not (quantized and residual and bn > QUANTIZED_RESIDUAL_MAX_BN)]
         for kind, kernel_at, bn, choice, cl, tm in families:
             r, refusals = _route_for(kind, kernel_at, xa, xb, (na, nb), c_opts, probe, k, a.dtype, device, bn)
             if r is not None:

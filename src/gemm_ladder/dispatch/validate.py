@@ -123,7 +123,8 @@ def _check_out_dtype(out_dtype, input_dtype: torch.dtype) -> torch.dtype:
         raise GemmTypeError(f"out_dtype must be a torch.dtype or None, got {type(out_dtype).__name__}")
     if out_dtype not in (input_dtype, torch.float32):
         raise GemmInputError(f"out_dtype={out_dtype}: the output is the input dtype ({input_dtype}) or "
-                             "torch.float32")
+                             "torch.float32 (or, from mm and linear without out=, torch.float8_e4m3fn: "
+                             "quantized with 1 x 128 scales)")
     return out_dtype
 
 

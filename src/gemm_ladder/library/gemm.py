@@ -25,6 +25,11 @@ element-aligned base, and (``out_fp32``) a float32 output. Its plan stages no C 
 its ring is as deep as shared memory allows without the panel rings (design.smem.max_stages). The
 dispatcher takes it for outputs the TMA build cannot write (dispatch/route.py).
 
+Its ``out_e4m3`` build (BN 128 or 256) writes the output quantized: e4m3 values and one fp32 scale per
+row and 128 columns, computed in the epilogue from the fp32 result (after the fused epilogue, if any), as
+``quantize_fp8(result, (1, 128))`` computes them (kernels/include/gemm_ladder/quantized_store.cuh). The
+launch takes the scales' buffer beside c (``bind``'s ``scales``).
+
 ``launch`` raises :class:`~gemm_ladder.contract.GemmInputError` with the same rule before anything is
 launched.
 
@@ -64,6 +69,7 @@ from gemm_ladder.runtime.module import LaunchGeometry, device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
 from gemm_ladder.runtime.workspace import COUNTERS, WORKSPACES
 from gemm_ladder.library.lru import cached
+from gemm_ladder.library.quantized import QUANT_OUT, quantized_buffers, scales_view
 
 SOURCE = "library/sm90_gemm.cu"
 #: The family's name in a KernelConfig, and its kernel's entry point.
@@ -171,6 +177,8 @@ class LibraryGemm:
     c_from_registers: bool = False
     #: With c_from_registers: write C in float32 (the inputs stay bf16/fp16).
     out_fp32: bool = False
+    #: With c_from_registers: write C quantized, e4m3 values with one fp32 scale per row and 128 columns.
+    out_e4m3: bool = False
     #: The tail split's threshold (design.stream_k.plan_tail): level 9's.
     stream_k_min_idle: float = DEFAULT_MIN_IDLE
     #: CTAs per cluster: level 9's 2 (vertically adjacent tiles sharing B by multicast), or 1 (one CTA
@@ -287,7 +295,8 @@ class LibraryGemm:
         the last chunk of a row whole, into c's padding (measured: docs/measured-choices.md).
 
         a: (M, K) view, b: (N, K) view, c: (M, N) tensor with stride (ldc, 1). The rules, in the order
-        checked: bf16 or fp16, one dtype for all three (c float32 for the ``out_fp32`` build); A and B in
+        checked: bf16 or fp16, one dtype for all three (c float32 for the ``out_fp32`` build, e4m3 for the
+        ``out_e4m3`` one); A and B in
         this kernel's majors; K equal; M, N, K in 1..MAX_EXTENT; c of shape (M, N), row-major; every
         base 16-byte aligned and every pitch a multiple of 16 bytes (TMA: CUDA Driver API,
         cuTensorMapEncodeTiled globalAddress and globalStrides), except c's in the ``c_from_registers``
@@ -301,10 +310,11 @@ class LibraryGemm:
         dt = a.tensor.dtype
         if dt not in DTYPES.values():
             return f"a: dtype {dt} is not one of bf16, fp16"
-        if self.out_fp32:
-            if b.tensor.dtype != dt or c.dtype != torch.float32:
-                return (f"a and b must share one dtype and c must be float32 ({self.name} writes a float32 output): "
-                        f"got {dt}, {b.tensor.dtype}, {c.dtype}")
+        if self.out_fp32 or self.out_e4m3:
+            want = torch.float32 if self.out_fp32 else QUANT_OUT
+            if b.tensor.dtype != dt or c.dtype != want:
+                return (f"a and b must share one dtype and c must be {want} ({self.name} writes a "
+                        f"{'float32' if self.out_fp32 else 'quantized e4m3'} output): got {dt}, {b.tensor.dtype}, {c.dtype}")
         elif b.tensor.dtype != dt or c.dtype != dt:
             return f"a, b and c must share one dtype (the output is in the inputs' dtype): got {dt}, {b.tensor.dtype}, {c.dtype}"
         for name, v, want in (("a", a, self.a_major), ("b", b, self.b_major)):
@@ -349,7 +359,8 @@ class LibraryGemm:
 
     # --- launching (GPU) --------------------------------------------------------------------------
     def launch(self, a: OperandView, b: OperandView, c: torch.Tensor, *, split: str | None = None,
-               c_padding_writable: bool = False, epilogue: EpilogueCall | None = None) -> None:
+               c_padding_writable: bool = False, epilogue: EpilogueCall | None = None,
+               scales: torch.Tensor | None = None) -> None:
         """``c = A @ B^T`` on the current stream. a: (M, K), b: (N, K) views; c: (M, N), stride (ldc, 1).
 
         ``split``: "tail", "all", "none" or "wave" (:func:`split_schedule`); None: the build's default
@@ -369,19 +380,26 @@ class LibraryGemm:
         output workspaces come back at the same addresses from torch's caching allocator, and a new
         bind per call took most of such a call's host time.
 
-        Raises GemmInputError naming the rule (:meth:`supports`) and ValueError for an unknown
-        ``split``, before any launch; EpilogueCompileError when nvcc rejects the epilogue's CUDA.
+        ``scales`` (the ``out_e4m3`` build, and only it): where the output's scales go, a float32 CUDA
+        tensor of shape (ceil(N / 128), R), R >= M, stride (ld, 1): the scale of row r and columns
+        [128 b, 128 b + 128) at ``scales[b, r]`` (a transposed view of it is
+        ``quantize_fp8(c, (1, 128))``'s column-major layout). Such a launch is bound per call.
+
+        Raises GemmInputError naming the rule (:meth:`supports`, :func:`scales_refusal`) and ValueError
+        for an unknown ``split``, before any launch; EpilogueCompileError when nvcc rejects the
+        epilogue's CUDA.
         """
         split = split or self.default_split
-        if epilogue is None and c.is_cuda and not torch.cuda.is_current_stream_capturing():
+        if epilogue is None and scales is None and c.is_cuda and not torch.cuda.is_current_stream_capturing():
             key = bind_key(self.config(dtype_name(a.tensor.dtype)), a, b, c, split, c_padding_writable,
                            torch.cuda.current_stream(c.device).cuda_stream)
             K.BINDS.get_or_bind(key, lambda: self.bind(a, b, c, split=split, c_padding_writable=c_padding_writable))()
             return
-        self.bind(a, b, c, split=split, c_padding_writable=c_padding_writable, epilogue=epilogue)()
+        self.bind(a, b, c, split=split, c_padding_writable=c_padding_writable, epilogue=epilogue, scales=scales)()
 
     def bind(self, a: OperandView, b: OperandView, c: torch.Tensor, *, split: str | None = None,
-             c_padding_writable: bool = False, epilogue: EpilogueCall | None = None) -> BoundLaunch:
+             c_padding_writable: bool = False, epilogue: EpilogueCall | None = None,
+             scales: torch.Tensor | None = None) -> BoundLaunch:
         """:meth:`launch` bound to these operands' addresses and the current stream, for repeated calls
         (library/bound.py): checks, schedule, tensor maps and packed arguments done once; each call of
         the result zeroes a split launch's counters (on the stream) and launches. With ``epilogue`` the
@@ -389,7 +407,7 @@ class LibraryGemm:
         the epilogue inputs' addresses; its scalars can be refreshed per call
         (:meth:`BoundLaunch.set_scalars`). Same arguments and errors as :meth:`launch`; nothing is
         launched here."""
-        reason = self.supports(a, b, c, c_padding_writable=c_padding_writable)
+        reason = self.supports(a, b, c, c_padding_writable=c_padding_writable) or scales_refusal(self, c, scales)
         if reason is not None:
             raise GemmInputError(reason)
         split = split or self.default_split
@@ -415,6 +433,8 @@ class LibraryGemm:
         args = [*self.view_maps(a, b, c, map_kwargs)]
         if self.c_from_registers:  # sm90_gemm.cu's GL_C_ARG: the output's pointer and row pitch, not a map
             args += [ctypes.c_void_p(c.data_ptr()), ctypes.c_longlong(_ldc(c))]
+        if self.out_e4m3:  # and the scales' pointer and row pitch
+            args += [ctypes.c_void_p(scales.data_ptr()), ctypes.c_longlong(scales.stride(0))]
         args += [ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
                 ctypes.c_int(tail.first_unit if tail.tail_units else tail.units), ctypes.c_int(tail.max_contributors),
                 *split_args]
@@ -450,6 +470,8 @@ class LibraryGemm:
         roles = [("map", name.upper(), kw) for name, kw in map_kwargs or self.view_map_kwargs(a, b, c)]
         if self.c_from_registers:
             roles += [("ptr", "C"), ("value",)]
+        if self.out_e4m3:
+            roles += [("ptr", "scales"), ("value",)]
         roles += [("value",)] * 5 + [("partials",), ("counters",)]
         if epilogue:
             roles.append(("epilogue",))
@@ -480,18 +502,50 @@ class LibraryGemm:
         """``a @ b.T`` (the ladder's contract, ``F.linear(a, b)``) with a (M, K) and b (N, K) in this
         kernel's layouts: a K-major is row-major, MN-major column-major; likewise b. ``split``: as
         :meth:`launch`. Returns a new row-major (M, N)
-        tensor. Raises GemmInputError naming the rule before any launch."""
+        tensor; the ``out_e4m3`` build returns (values (M, N) e4m3, scales (M, ceil(N / 128)) fp32
+        column-major), as ``quantize_fp8(a @ b.T, (1, 128))`` lays them out. Raises GemmInputError naming
+        the rule before any launch."""
         va, vb = operand_view(a, k_dim=1), operand_view(b, k_dim=1)
         for name, v, t in (("a", va, a), ("b", vb, b)):
             if v is None:
                 raise GemmInputError(f"{name} with strides {tuple(t.stride())} is neither row- nor column-major")
         if va.rows == 0 or vb.rows == 0:
             return torch.empty((va.rows, vb.rows), dtype=a.dtype, device=a.device)
+        if self.out_e4m3:
+            if va.k == 0:
+                raise GemmInputError("K = 0: the quantized output of zeros is quantize_fp8 of zeros; not launched")
+            c, scale_buf = quantized_buffers(va.rows, vb.rows, a.device)
+            self.launch(va, vb, c, split=split, scales=scale_buf)
+            return c, scales_view(scale_buf, va.rows)
         if va.k == 0:
             return torch.zeros((va.rows, vb.rows), dtype=a.dtype, device=a.device)
         c = torch.empty((va.rows, vb.rows), dtype=torch.float32 if self.out_fp32 else a.dtype, device=a.device)
         self.launch(va, vb, c, split=split)
         return c
+
+
+def scales_refusal(kernel: LibraryGemm, c: torch.Tensor, scales: torch.Tensor | None) -> str | None:
+    """Why ``scales`` cannot take ``kernel``'s output scales for output ``c`` (M, N) (:meth:`LibraryGemm.launch`
+    says the layout), or None: given exactly for the ``out_e4m3`` build; float32, 2-D (ceil(N / 128), R) with
+    R >= M and stride (ld, 1), on c's device, not overlapping c."""
+    if not kernel.out_e4m3:
+        return None if scales is None else f"scales given, but {kernel.name} writes no quantized output"
+    if not isinstance(scales, torch.Tensor):
+        return f"{kernel.name} writes e4m3 values and their scales: pass scales (a float32 tensor), got {type(scales).__name__}"
+    m, n = c.shape
+    blocks = ceil_div(n, 128)
+    if scales.dtype != torch.float32 or scales.dim() != 2 or scales.shape[0] != blocks or scales.shape[1] < m:
+        return (f"scales: {scales.dtype} of shape {tuple(scales.shape)}; the output's are float32 of shape "
+                f"({blocks}, >= {m}): one per 128 columns and row")
+    if (scales.shape[1] > 1 and scales.stride(1) != 1) or scales.stride(0) < scales.shape[1]:
+        return f"scales: strides {tuple(scales.stride())}; the kernel writes rows of stride (ld, 1), ld >= {scales.shape[1]}"
+    if scales.device != c.device:
+        return f"scales on {scales.device}, the output on {c.device}"
+    lo, hi = scales.data_ptr(), scales.data_ptr() + 4 * ((blocks - 1) * scales.stride(0) + scales.shape[1])
+    c_lo, c_hi = c.data_ptr(), c.data_ptr() + c.element_size() * ((m - 1) * _ldc(c) + n)
+    if lo < c_hi and c_lo < hi:
+        return "scales overlap the output"
+    return None
 
 
 def _ldc(c: torch.Tensor) -> int:
@@ -518,13 +572,14 @@ def _options(split: str, c_padding_writable: bool) -> tuple:
 
 def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers: bool = False,
                  out_fp32: bool = False, cluster: int = 2, bm: int = 128, pingpong: bool = False,
-                 timeline: bool = False, reduce_slots: int = REDUCE_SLOTS) -> LibraryGemm:
+                 timeline: bool = False, reduce_slots: int = REDUCE_SLOTS, out_e4m3: bool = False) -> LibraryGemm:
     """The layouts kernel for A ``a_major`` and B ``b_major`` ("k" or "mn") with tile width ``bn``
     (64, 128 or 256; 192 with a K-major B); one instance per configuration, so builds, loaded kernels and
     maps are cached.
 
     ``c_from_registers``: the build that stores C from registers (any pitch; see the module docstring);
-    ``out_fp32`` (only with it): its float32-output build. ``cluster``: 2 (level 9's pair of CTAs sharing
+    ``out_fp32`` (only with it): its float32-output build; ``out_e4m3`` (only with it, at BN 128 or 256): its
+    quantized-output build (e4m3 values and 1 x 128 scales: the module docstring). ``cluster``: 2 (level 9's pair of CTAs sharing
     B) or 1 (one CTA per cluster: the build for an odd number of M tiles, whose last pair would have an
     idle twin). ``bm``: 128 (level 9's two consumer warpgroups of 64 rows) or 64 (one consumer: twice the
     tiles of a 128-row tile, for problems whose 128-row tiles leave SMs idle). ``pingpong`` (with
@@ -543,8 +598,8 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     panel buffers per consumer that divides the tile's panels: 2, 1, 2, 1); with no C staging
     (c_from_registers): 4 at 256, 5 at 192, 7 at 128, 9 at 64; with 64-row tiles (one consumer's panel ring):
     5 at 256, 6 at 192, 8 at 128, 13 at 64 (ping-pong: two consumers' panel rings, design.smem.max_stages).
-    Raises ValueError for any other major, width, cluster or tile height, ``out_fp32`` without
-    ``c_from_registers``, ``pingpong`` with ``bm`` other than 64, or a ``reduce_slots`` the build is
+    Raises ValueError for any other major, width, cluster or tile height, ``out_fp32`` or ``out_e4m3``
+    without ``c_from_registers``, both, ``out_e4m3`` at a BN that is not a multiple of 128, ``pingpong`` with ``bm`` other than 64, or a ``reduce_slots`` the build is
     not made with (:data:`REDUCE_SLOTS_BUILT`; more than 1 with ``pingpong``, which splits nothing).
     """
     # One cache key per configuration however it is spelled (bn positional or by name, flags defaulted
@@ -556,13 +611,13 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     if reduce_slots != REDUCE_SLOTS and pingpong:
         raise ValueError("reduce_slots: a ping-pong build splits no unit, so it has no reduction")
     return _library_gemm(a_major, b_major, bn, bool(c_from_registers), bool(out_fp32), cluster, bm, bool(pingpong),
-                         bool(timeline), reduce_slots)
+                         bool(timeline), reduce_slots, bool(out_e4m3))
 
 
 @functools.lru_cache(maxsize=None)
 def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, out_fp32: bool,
                   cluster: int = 2, bm: int = 128, pingpong: bool = False, timeline: bool = False,
-                  reduce_slots: int = 1) -> LibraryGemm:
+                  reduce_slots: int = 1, out_e4m3: bool = False) -> LibraryGemm:
     if bm not in TILE_M:
         raise ValueError(f"bm = {bm!r}: the kernel is built for BM in {TILE_M} (64 rows per consumer warpgroup)")
     if cluster not in CLUSTERS:
@@ -574,6 +629,10 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
                          + (f" (b_major = {b_major!r})" if bn in K_MAJOR_B_TILE_N else ""))
     if out_fp32 and not c_from_registers:
         raise ValueError("out_fp32=True needs c_from_registers=True: only the register store writes float32")
+    if out_e4m3 and (not c_from_registers or out_fp32 or bn % 128):
+        raise ValueError(f"out_e4m3=True with c_from_registers={c_from_registers}, out_fp32={out_fp32}, bn = {bn}: the "
+                         "quantized output is the register store's (not float32 too), its 1 x 128 scale blocks whole "
+                         "columns of a tile (BN 128 or 256)")
     if pingpong and bm != 64:
         raise ValueError(f"pingpong=True with bm = {bm}: each ping-pong consumer holds a whole tile in its registers, "
                          "built at 64 rows")
@@ -582,7 +641,8 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
     c_ring = 0 if c_from_registers else max(r for r in range(1, C_RING + 1) if panels % r == 0)  # the ring divides the panels
     stages = max_stages(bm=bm, bn=bn, bk=64, elem_bytes=2, arch=arch_info("sm_90a"), consumers=consumers, c_ring=c_ring,
                         c_from_registers=c_from_registers, pingpong=pingpong)
-    suffix = (("_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "") + ("_c1" if cluster == 1 else "")
+    suffix = (("_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "") + ("_e4m3" if out_e4m3 else "")
+              + ("_c1" if cluster == 1 else "")
               + ("_bm64" if bm == 64 else "") + ("_pp" if pingpong else "") + ("_tl" if timeline else "")
               + ("" if reduce_slots == REDUCE_SLOTS else f"_rs{reduce_slots}"))
     return LibraryGemm(
@@ -591,13 +651,14 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
              f"a {bm} x {bn} tile"
              + (", C stored from registers (any pitch)" if c_from_registers else "")
              + (", float32 output" if out_fp32 else "")
+             + (", e4m3 output with 1 x 128 scales" if out_e4m3 else "")
              + (", one CTA per cluster" if cluster == 1 else "")
              + (", two consumers taking the tiles in turn (ping-pong)" if pingpong else "")
              + (", timestamps per CTA (a measuring build)" if timeline else "")
              + (f", {reduce_slots} partials loaded together in the split's reduction" if reduce_slots != REDUCE_SLOTS else ""),
         tile=(bm, bn, 64), stages=stages, c_ring=c_ring, a_major=a_major, b_major=b_major,
         c_from_registers=c_from_registers, out_fp32=out_fp32, cluster=cluster, pingpong=pingpong, timeline=timeline,
-        reduce_slots=reduce_slots,
+        reduce_slots=reduce_slots, out_e4m3=out_e4m3,
     )
 
 
@@ -606,7 +667,7 @@ def _config(kernel: LibraryGemm, dtype: str, arch: str) -> KernelConfig:
     # The register-store build reads GL_C_FROM_REGISTERS (the small-M kernel always stores from registers,
     # so the switch is this family's own constant); GL_OUT_FP32 comes with the config's output dtype.
     return KernelConfig(
-        FAMILY, dtype=dtype, out_dtype="fp32" if kernel.out_fp32 else dtype, arch=arch, a_major=kernel.a_major,
+        FAMILY, dtype=dtype, out_dtype="fp32" if kernel.out_fp32 else "e4m3" if kernel.out_e4m3 else dtype, arch=arch, a_major=kernel.a_major,
         b_major=kernel.b_major, tile=kernel.tile, stages=kernel.stages, cluster=kernel.cluster,
         consumers=kernel.consumers, producer_warpgroup=kernel.producer_warpgroup, c_ring=kernel.c_ring,
         store=STORE_REGISTERS if kernel.c_from_registers else STORE_TMA,
@@ -622,7 +683,7 @@ def kernel_for(config: KernelConfig) -> LibraryGemm:
     if config.family != FAMILY:
         raise ValueError(f"config of family {config.family!r} given to {FAMILY}")
     kernel = library_gemm(config.a_major, config.b_major, config.tile[1], c_from_registers=config.c_from_registers,
-                          out_fp32=config.out_fp32, cluster=config.cluster, bm=config.tile[0],
+                          out_fp32=config.out_fp32, out_e4m3=config.out_e4m3, cluster=config.cluster, bm=config.tile[0],
                           pingpong=config.pingpong, timeline=("GL_TIMELINE", 1) in config.extra,
                           reduce_slots=dict(config.extra).get("GL_SK_REDUCE_SLOTS", REDUCE_SLOTS))
     if kernel.config(config.dtype, config.arch, config.epilogue) != config:
@@ -641,10 +702,11 @@ class Sm90Gemm:
     def config(self, a_major: str, b_major: str, bn: int, dtype: str, *, store: str = STORE_TMA,
                out_dtype: str | None = None, cluster: int = 2, bm: int = 128, pingpong: bool = False) -> KernelConfig:
         """The build for A ``a_major``, B ``b_major``, tile ``bm`` x ``bn``, ``dtype`` inputs, C stored by
-        ``store`` in ``out_dtype`` (default the inputs'; "fp32" only from registers), clusters of
+        ``store`` in ``out_dtype`` (default the inputs'; "fp32" and "e4m3" only from registers), clusters of
         ``cluster`` CTAs (2 or 1), ping-pong consumers (``pingpong``, BM 64) or level 9's."""
         return library_gemm(a_major, b_major, bn, c_from_registers=store == STORE_REGISTERS,
-                            out_fp32=out_dtype == "fp32", cluster=cluster, bm=bm, pingpong=pingpong).config(dtype)
+                            out_fp32=out_dtype == "fp32", out_e4m3=out_dtype == "e4m3", cluster=cluster, bm=bm,
+                            pingpong=pingpong).config(dtype)
 
     def supports(self, config: KernelConfig, problem: Operands, **rules) -> str | None:
         a = problem.a
@@ -665,7 +727,8 @@ class Sm90Gemm:
              c_padding_writable: bool = False) -> BoundLaunch:
         return kernel_for(config.with_epilogue(None)).bind(problem.a, problem.b, problem.c, split=split,
                                                             c_padding_writable=c_padding_writable,
-                                                            epilogue=problem.epilogue)
+                                                            epilogue=problem.epilogue,
+                                                            scales=problem.more[0] if problem.more else None)
 
     def launch(self, bound: BoundLaunch, stream=None) -> None:
         bound()

@@ -49,7 +49,8 @@ GROUPINGS = (GROUP_M, GROUP_M_MASKED, GROUP_K)
 #: The 16-bit input dtypes (the designer's names; the ``-D`` switch GL_DTYPE_<NAME>) and the fp8 ones.
 HALF_DTYPES = ("bf16", "fp16")
 FP8_DTYPES = ("e4m3", "e5m2")
-#: Input dtypes; "fp32" is an output dtype only, "e4m3" an fp8 kernel's quantized output.
+#: Input dtypes; "fp32" is an output dtype only, "e4m3" a quantized output (e4m3 values with 1 x 128 scales
+#: computed in the epilogue: the fp8 kernel's, and the 16-bit kernels' register-store build's).
 INPUT_DTYPES = HALF_DTYPES + FP8_DTYPES
 OUTPUT_DTYPES = ("bf16", "fp16", "fp32", "e4m3")
 #: How an fp8 build's scales are laid out (torch._scaled_mm's): one per tensor, one per row of A and
@@ -63,8 +64,8 @@ class KernelConfig:
 
     ``family``: the host module's family name (dispatch/kernels.py FAMILIES). ``dtype``: the inputs'
     dtype ("bf16", "fp16", or fp8 "e4m3"/"e5m2": then A's); ``b_dtype``: B's where it differs (fp8 only;
-    None: ``dtype``); ``out_dtype``: the output's (the inputs', "fp32", or for fp8 inputs "bf16", "fp16",
-    "fp32" or "e4m3"); ``acc_dtype``: the accumulator's ("fp32"). ``scale``: an fp8 build's scale
+    None: ``dtype``); ``out_dtype``: the output's (the inputs', "fp32", "e4m3" from registers (quantized: values
+    with 1 x 128 scales), or for fp8 inputs "bf16", "fp16", "fp32" or "e4m3"); ``acc_dtype``: the accumulator's ("fp32"). ``scale``: an fp8 build's scale
     granularity (one of :data:`SCALES`; None for 16-bit inputs). ``a_major``/``b_major``: A's and B's order
     ("k" or "mn") of ``D (M, N) = A (M, K) @ B (N, K)^T`` as the caller sees it. ``tile``: (BM, BN, BK)
     of the kernel's own problem; ``stages``: the operand ring's depth; ``cluster``: CTAs per cluster;
@@ -117,9 +118,11 @@ class KernelConfig:
         else:
             if self.b_dtype not in (None, self.dtype):
                 raise ValueError(f"b_dtype = {self.b_dtype!r}: a {self.dtype} build reads A and B in one dtype")
-            if self.scale is not None or self.out_dtype == "e4m3":
-                raise ValueError(f"scale = {self.scale!r}, out_dtype = {self.out_dtype!r}: scales and an e4m3 "
-                                 f"output are an fp8 build's ({'/'.join(FP8_DTYPES)} inputs)")
+            if self.scale is not None:
+                raise ValueError(f"scale = {self.scale!r}: scales are an fp8 build's ({'/'.join(FP8_DTYPES)} inputs)")
+            if self.out_dtype == "e4m3" and self.store != STORE_REGISTERS:
+                raise ValueError(f"out_dtype = 'e4m3' with store = {self.store!r}: a 16-bit build writes the "
+                                 f"quantized output from registers ({STORE_REGISTERS!r})")
         if self.store not in STORES:
             raise ValueError(f"store = {self.store!r}: one of {', '.join(STORES)}")
         if self.schedule not in SCHEDULES:
@@ -141,6 +144,11 @@ class KernelConfig:
     @property
     def out_fp32(self) -> bool:
         return self.out_dtype == "fp32"
+
+    @property
+    def out_e4m3(self) -> bool:
+        """Whether the output is quantized: e4m3 values with one fp32 scale per row and 128 columns."""
+        return self.out_dtype == "e4m3"
 
     @property
     def c_from_registers(self) -> bool:
@@ -165,14 +173,16 @@ class KernelConfig:
                              *self.plan_majors().values(), self.pingpong)
 
     def defines(self) -> dict[str, int | str]:
-        """Every ``-D`` constant of the build: the dtype switch, the plan's constants, the float32
-        output switch, then the family's own (``extra``); an fp8 build's are its family's alone (the fp8
+        """Every ``-D`` constant of the build: the dtype switch, the plan's constants, the float32 or
+        e4m3 output switch, then the family's own (``extra``); an fp8 build's are its family's alone (the fp8
         kernel is not planned by the designer). A new dict on every call."""
         if self.is_fp8:
             return dict(self.extra)
         out: dict[str, int | str] = {"GL_DTYPE_" + self.dtype.upper(): 1, **self.plan_defines()}
         if self.out_fp32:
             out["GL_OUT_FP32"] = 1
+        if self.out_e4m3:
+            out["GL_OUT_E4M3"] = 1
         out.update(self.extra)
         return out
 

@@ -61,6 +61,11 @@
 // its last wgmma, so its stores are not overlapped with the next tile's first K iterations as the
 // panel ring's deferred panels are; the producer keeps loading meanwhile.
 //
+// Its quantized build (GL_OUT_E4M3, Out = __nv_fp8_e4m3, BN 128 or 256) stores each finished fragment as
+// e4m3 values with one fp32 scale per row and 128 columns (quantized_store.cuh), computed from the fp32
+// result after the fused epilogue, so that an fp8 GEMM reads the output as it is; the kernel takes the
+// scales' pointer and row pitch beside the output's (QuantizedC).
+//
 // GL_TIMELINE (a measuring build, never the dispatcher's: library_gemm(..., timeline=True),
 // bench/experiments/gemm_timeline.py) stamps the points of TimelineSlot per CTA (timeline.cuh); without
 // it the stamps compile to nothing and every build's SASS is what it was.
@@ -78,6 +83,7 @@
 #include "gemm_ladder/ptx/mbarrier.cuh"
 #include "gemm_ladder/ptx/tma.cuh"
 #include "gemm_ladder/ptx/wgmma.cuh"
+#include "gemm_ladder/quantized_store.cuh"
 #include "gemm_ladder/register_store.cuh"
 #include "gemm_ladder/stage_ring.cuh"
 #include "gemm_ladder/stream_k.cuh"
@@ -150,6 +156,14 @@ struct PointerC {
   OutT* ptr;
   long long ld;
 };
+// Where a kRegisters build with an e4m3 Out writes: the values as PointerC, and the scale of row r and
+// columns [128 b, 128 b + 128) at scales[b * ld_scales + r].
+struct QuantizedC {
+  __nv_fp8_e4m3* ptr;
+  long long ld;
+  float* scales;
+  long long ld_scales;
+};
 
 // What a config (Cfg) holds, each a static constexpr member: the tile BM, BN, BK; kStages; kCluster,
 // kConsumers, kProducerWarpgroups, kThreads; kAMnMajor, kBMnMajor; the output panels per tile kCPanels,
@@ -175,6 +189,8 @@ __host__ __device__ constexpr bool config_ok() {
   if constexpr (Cfg::kStore == CStore::kRegisters) {
     static_assert(Cfg::kCPanels == 0 && Cfg::kCRing == 0,
                   "sm90_gemm: C from registers: the plan must stage no C (c_from_registers)");
+    static_assert(!std::is_same<typename Cfg::Out, __nv_fp8_e4m3>::value || Cfg::BN % 128 == 0,
+                  "sm90_gemm: the e4m3 output's 1 x 128 scale blocks are whole columns of a tile (BN 128 or 256)");
   } else {
     static_assert(Cfg::kCRing >= 1 && Cfg::kCPanels % Cfg::kCRing == 0, "level 9: a ring of panel buffers per consumer");
     static_assert(std::is_same<typename Cfg::Out, elem_t>::value, "sm90_gemm: a TMA store writes the input dtype");
@@ -215,6 +231,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
   GL_TIMELINE_STAMP(threadIdx.x == 0, kEntry);
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kCluster = Cfg::kCluster;
   constexpr bool kFromRegisters = Cfg::kStore == CStore::kRegisters;
+  constexpr bool kQuantized = std::is_same<typename Cfg::Out, __nv_fp8_e4m3>::value;  // e4m3 values, 1 x 128 scales
   // Panels stored at once at the end of a tile: one per buffer, whose last stores (the previous tile's,
   // issued a whole tile ago) have long been read. The rest wait in registers for the next tile.
   constexpr int kEarlyPanels = Cfg::kCRing < Cfg::kCPanels ? Cfg::kCRing : Cfg::kCPanels;
@@ -286,10 +303,15 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
       if constexpr (kFromRegisters) {
         int um, tn;
         sched.coords(unit, um, tn);
-        store_fragment_from_registers<BN, !Epi::kFused>(c_out.ptr, c_out.ld, d, (um * kCluster + rank) * BM + kConsumerRows * consumer,
-                                                        tn * BN, M, N, [&](float& x0, float& x1, int r, int c) {
-                                                          if constexpr (Epi::kFused) epi.pair_along_row(x0, x1, r, c, M, N);
-                                                        });
+        auto pair_op = [&](float& x0, float& x1, int r, int c) {
+          if constexpr (Epi::kFused) epi.pair_along_row(x0, x1, r, c, M, N);
+        };
+        const int row0 = (um * kCluster + rank) * BM + kConsumerRows * consumer;
+        if constexpr (kQuantized) {
+          store_fragment_quantized<BN>(c_out.ptr, c_out.ld, c_out.scales, c_out.ld_scales, d, row0, tn * BN, M, N, pair_op);
+        } else {
+          store_fragment_from_registers<BN, !Epi::kFused>(c_out.ptr, c_out.ld, d, row0, tn * BN, M, N, pair_op);
+        }
       }
     };
     // kTmaPanels: store panel p of this consumer's rows of work unit `unit`, its place recomputed from
@@ -470,7 +492,8 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
 
 // ---- The build: its -D constants as the config, and the entry point ------------------------------
 // The plan's constants (design/plan.py kernel_defines) and library/gemm.py's build_defines:
-// GL_C_FROM_REGISTERS 1 for the plan's c_from_registers, GL_OUT_FP32 for a float32 output; GL_EPILOGUE
+// GL_C_FROM_REGISTERS 1 for the plan's c_from_registers, GL_OUT_FP32 for a float32 output, GL_OUT_E4M3 for
+// the quantized one (e4m3 values and 1 x 128 scales); GL_EPILOGUE
 // when the translation unit starts with a fused epilogue's generated code (library/epilogue.py).
 #ifndef GL_C_FROM_REGISTERS
 #define GL_C_FROM_REGISTERS 0
@@ -488,6 +511,8 @@ struct BuildConfig {
   static constexpr bool kPingpong = GL_PINGPONG;  // the plan's schedule "pingpong" (pingpong.cuh)
 #if defined(GL_OUT_FP32)
   using Out = float;
+#elif defined(GL_OUT_E4M3)
+  using Out = __nv_fp8_e4m3;
 #else
   using Out = elem_t;
 #endif
@@ -495,7 +520,10 @@ struct BuildConfig {
 // The output's arguments: the pointer and row pitch (library/gemm.py passes them for c_from_registers),
 // or the tensor map; the epilogue's parameters last, with an epilogue only (GL_EPILOGUE_ARG and
 // GL_EPILOGUE_OBJ: fused_epilogue_pair.cuh).
-#if GL_C_FROM_REGISTERS
+#if GL_C_FROM_REGISTERS && defined(GL_OUT_E4M3)
+#define GL_C_ARG BuildConfig::Out* __restrict__ C, long long ldc, float* __restrict__ scale_out, long long ld_scale_out
+#define GL_C_OUT QuantizedC{C, ldc, scale_out, ld_scale_out}
+#elif GL_C_FROM_REGISTERS
 #define GL_C_ARG BuildConfig::Out* __restrict__ C, long long ldc
 #define GL_C_OUT PointerC<BuildConfig::Out>{C, ldc}
 #else

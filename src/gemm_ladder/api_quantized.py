@@ -1,0 +1,146 @@
+"""``linear`` and ``mm`` with ``out_dtype=torch.float8_e4m3fn``: the 16-bit product quantized in the GEMM's
+epilogue, so that the next fp8 layer (``scaled_mm``) reads it with no quantization kernel between them.
+
+Returns ``(values, scales)``, what ``quantize_fp8(y, (1, 128))`` computes from the fp32 result ``y`` of
+the fused epilogue (``activation(alpha * x @ w.T + bias) + beta * residual``), never rounded to bf16 first:
+per row and 128 columns ``scale = max(amax / 448, FLT_MIN)`` and ``values = y / scale`` rounded to nearest
+e4m3, saturated to +-448. One difference from ``quantize_fp8``: a NaN in the result leaves its block's
+scale finite (the kernel's max ignores NaN) and is stored as an e4m3 NaN.
+
+The kernel is the general (layouts) kernel's register-store build with the e4m3 output
+(library/gemm.py ``out_e4m3``; kernels/include/gemm_ladder/quantized_store.cuh), chosen by the dispatcher
+as for any call (dispatch/route.py: BN 128 or 256, the split the cost model ranks; never the small-M
+kernel, never transposed). The call is checked, decided (routes cached per layout) and bound on every
+call, in Python: no call cache and no compiled host path yet.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gemm_ladder.dispatch import decide
+from gemm_ladder.dispatch.calls import rows
+from gemm_ladder.dispatch.execute import run
+from gemm_ladder.dispatch.validate import MmShape, NotSupportedError, check_domain, check_linear, linear_call
+from gemm_ladder.library.quantized import QUANT_OUT, SCALE_BLOCK, quantized_buffers, scales_view
+
+
+def _refuse_grad(tensors: dict) -> None:
+    """No backward: a tensor requiring grad under grad mode is refused, never silently detached."""
+    if not torch.is_grad_enabled():
+        return
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            raise NotSupportedError(f"{name} requires grad: the quantized (float8_e4m3fn) output has no backward; "
+                                    "call it under torch.no_grad() / torch.inference_mode(), or take a bf16 output "
+                                    "(out_dtype=None) to differentiate")
+
+
+def check_linear_quantized(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, beta=1.0,
+                           device_types: tuple[str, ...] = ("cuda",)) -> tuple[int, int, int]:
+    """:func:`gemm_ladder.dispatch.validate.check_linear`'s rules for the quantized output, and no input
+    requiring grad under grad mode; returns (M, N, K) (M: x's batch dimensions merged). Raises
+    GemmTypeError, GemmInputError, NotSupportedError (grad)."""
+    k, n = check_linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                        device_types=device_types, check_grad=False)
+    _refuse_grad({"x": x, "w": w, "bias": bias, "residual": residual})
+    return rows(tuple(x.shape[:-1])), n, k
+
+
+def quantized_shapes(lead: tuple[int, ...], n: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The shapes of (values, scales) for a result of shape (*lead, N): (*lead, N) and (*lead, ceil(N / 128))."""
+    return (*lead, n), (*lead, -(-n // SCALE_BLOCK))
+
+
+def linear_quantized(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *,
+                     activation: str | None = None, residual: torch.Tensor | None = None, alpha: float = 1.0,
+                     beta: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``linear(x, w, bias, ..., out_dtype=torch.float8_e4m3fn)``: the fused epilogue's fp32 result
+    quantized with 1 x 128 scales in the kernel's epilogue (module docstring).
+
+    Args: as :func:`gemm_ladder.linear` (x (*, K) and w (N, K) bf16 or fp16 on one CUDA device; bias (N,),
+    residual (*, N), activation, alpha, beta), without ``out`` or a user ``Epilogue``.
+
+    Returns ``(values, scales)``: values (*, N) ``torch.float8_e4m3fn`` whose rows have a pitch that is a
+    multiple of 16 elements; scales (*, ceil(N / 128)) float32, column-major in the merged rows (stride
+    (1, R) with R = M rounded up to 4): the layouts ``scaled_mm(values, w2.T, scales, sw2.T)`` reads in
+    place when the batch dimensions are merged to (M, ...). Empty M or N: empty tensors; K = 0: the
+    epilogue applied to zeros, quantized by ``quantize_fp8``.
+
+    Raises (before any launch): GemmTypeError, GemmInputError (:func:`check_linear_quantized`),
+    NotSupportedError (an input requiring grad under grad mode), OutsideDomainError.
+    """
+    m, n, k = check_linear_quantized(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta)
+    lead = tuple(x.shape[:-1])
+    values_shape, scales_shape = quantized_shapes(lead, n)
+    call = linear_call(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta, check_grad=False)
+    if m == 0 or n == 0:
+        return (torch.empty(values_shape, dtype=QUANT_OUT, device=x.device),
+                torch.empty(scales_shape, dtype=torch.float32, device=x.device))
+    if k == 0:
+        from gemm_ladder.library.fp8 import quantize_fp8
+
+        zeros = torch.zeros((m, n), dtype=torch.float64, device=x.device)
+        full = (call.reference(zeros) if call is not None else zeros).float()
+        values, scales = quantize_fp8(full, (1, SCALE_BLOCK))
+        return values.view(values_shape), scales.view(scales_shape)
+    check_domain(MmShape(m, n, k, QUANT_OUT))
+    x2 = x.reshape(m, k)  # a view where the batch dimensions merge
+    values, scale_buf = quantized_buffers(m, n, x.device)
+    reads_residual = residual is not None and beta != 0
+    route = decide(x2, w.T, values, given=False, activation=activation, residual=reads_residual)
+    run(route, x2, w.T, values, epilogue=call, scales=scale_buf)
+    return values.view(values_shape), scales_view(scale_buf, m).view(scales_shape)
+
+
+def linear_e4m3(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, beta=1.0):
+    """What ``linear(..., out_dtype=torch.float8_e4m3fn)`` runs: :func:`linear_quantized` directly for an eager
+    call on plain tensors; under ``torch.compile``, on tensor subclasses or meta tensors, the op
+    ``torch.ops.gemm_ladder.linear_e4m3(x, w, bias, residual, activation, alpha, beta)`` (registered with its
+    fake by ops_fp8.py, the layer above; its outputs are contiguous copies), after the same checks, so the
+    library's errors come before the dispatcher's. Returns and raises as :func:`linear_quantized`."""
+    tensors = (x, w, bias, residual)
+    if torch.compiler.is_compiling() or any(isinstance(t, torch.Tensor) and (type(t) not in _PLAIN or t.is_meta)
+                                            for t in tensors):
+        check_linear_quantized(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                               device_types=("cuda", "meta"))
+        return _op()(x, w, bias, residual, activation, float(alpha), float(beta))
+    return linear_quantized(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta)
+
+
+#: The tensor types an eager call runs on directly (anything else, a subclass, goes through the op).
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _op():
+    """``torch.ops.gemm_ladder.linear_e4m3``, registered by ``import gemm_ladder`` (gemm_ladder._register_ops);
+    registered here first in a process that imported this module before the package registered its ops."""
+    if not hasattr(torch.ops.gemm_ladder, "linear_e4m3"):
+        import gemm_ladder
+
+        gemm_ladder._register_ops()
+    return torch.ops.gemm_ladder.linear_e4m3
+
+
+def explain_quantized(a: torch.Tensor, b: torch.Tensor, *, activation: str | None = None):
+    """What ``mm(a, b, out_dtype=torch.float8_e4m3fn)`` (or, with ``activation``, the GEMM of
+    ``linear(a, b.T, activation=..., out_dtype=torch.float8_e4m3fn)``) would run, as
+    :func:`gemm_ladder.explain`'s Explanation; CUDA or meta tensors."""
+    from gemm_ladder.dispatch import cost_model
+    from gemm_ladder.dispatch.explain import explain_route, trivial_explanation
+    from gemm_ladder.dispatch.validate import check_activation, check_mm, trivial
+
+    check_activation(activation)
+    shape = check_mm(a, b, None, None, device_types=("cuda", "meta"), check_grad=False)
+    kind = trivial(shape)
+    if kind is not None:
+        return trivial_explanation(kind, shape.m, shape.n, shape.k, a.dtype, QUANT_OUT, str(a.device))
+    check_domain(shape)
+    values = torch.empty((shape.m, -(-shape.n // 16) * 16), dtype=QUANT_OUT, device=a.device)[:, :shape.n]
+    route = decide(a, b, values, given=False, activation=activation)
+    out = explain_route(route, shape.m, shape.n, shape.k, QUANT_OUT, cost_model())
+    out.host = "python (the quantized output: the Python path checks, decides and binds every call)"
+    return out
+
+
+__all__ = ["check_linear_quantized", "explain_quantized", "linear_e4m3", "linear_quantized", "quantized_shapes"]

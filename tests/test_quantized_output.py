@@ -1,0 +1,221 @@
+"""The 16-bit GEMM's quantized output (issue 25: ``linear(..., out_dtype=torch.float8_e4m3fn)``) without a
+GPU: the build's config and refusals, its routes and explanation on meta tensors, the op and its fake, the
+API's refusals before any launch, and the builds compiled with nvcc through the resource gate (no spill, the
+e4m3 conversions and byte-pair stores in SASS, no TMA store). tests/test_quantized_output_gpu.py runs it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from conftest import gate_reports, needs_nvcc
+
+import gemm_ladder
+from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
+from gemm_ladder.dispatch import decide
+from gemm_ladder.dispatch.route import QUANTIZED_RESIDUAL_MAX_BN
+from gemm_ladder.library.gemm import library_gemm, scales_refusal
+from gemm_ladder.library.kernel import KernelConfig
+from gemm_ladder.library.quantized import QUANT_OUT, quantized_buffers, scales_view
+
+BF16 = torch.bfloat16
+META = "meta"
+
+
+def _meta(*shape, dtype=BF16, **kw):
+    return torch.empty(shape, dtype=dtype, device=META, **kw)
+
+
+# --- the build -----------------------------------------------------------------------------------
+
+
+def test_the_e4m3_build_is_the_register_store_with_its_define():
+    g = library_gemm("k", "k", 256, c_from_registers=True, out_e4m3=True)
+    assert g.name == "sm90_gemm_kk_bn256_creg_e4m3" and g.out_e4m3 and g.output_store == "C from registers"
+    config = g.config("bf16")
+    assert config.out_dtype == "e4m3" and config.out_e4m3 and config.c_from_registers
+    d = config.defines()
+    assert d["GL_OUT_E4M3"] == 1 and d["GL_C_FROM_REGISTERS"] == 1 and "GL_OUT_FP32" not in d
+    # The stages are the register store's: no C staged in shared memory.
+    assert g.stages == library_gemm("k", "k", 256, c_from_registers=True).stages
+    assert "GL_OUT_E4M3" not in library_gemm("k", "k", 256, c_from_registers=True).config("bf16").defines()
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(bn=256), "register store"),                                     # not from registers
+    (dict(bn=256, c_from_registers=True, out_fp32=True), "not float32"),  # both outputs
+    (dict(bn=64, c_from_registers=True), "BN 128 or 256"),                # half a scale block
+    (dict(bn=192, c_from_registers=True), "BN 128 or 256"),
+])
+def test_e4m3_builds_it_cannot_make_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        library_gemm("k", "k", out_e4m3=True, **kwargs)
+
+
+def test_kernel_config_takes_e4m3_output_of_16_bit_inputs_only_from_registers():
+    KernelConfig("sm90_gemm", out_dtype="e4m3", store="registers")
+    with pytest.raises(ValueError, match="from registers"):
+        KernelConfig("sm90_gemm", out_dtype="e4m3", store="tma")
+    with pytest.raises(ValueError, match="scales are an fp8 build"):
+        KernelConfig("sm90_gemm", scale="rowwise")
+
+
+def test_scales_refusal_names_each_rule():
+    g = library_gemm("k", "k", 128, c_from_registers=True, out_e4m3=True)
+    c, buf = quantized_buffers(300, 296, torch.device("cpu"))
+    assert buf.shape == (3, 300) and c.stride(0) == 304 and scales_view(buf, 300).shape == (300, 3)
+    assert scales_refusal(g, c, buf) is None
+    assert "pass scales" in scales_refusal(g, c, None)
+    assert "float32 of shape (3, >= 300)" in scales_refusal(g, c, buf[:2])
+    assert "float32 of shape" in scales_refusal(g, c, buf.double())
+    assert "strides" in scales_refusal(g, c, torch.empty(300, 3).T)
+    assert "overlap" in scales_refusal(g, c, _overlapping(c))
+    plain = library_gemm("k", "k", 128, c_from_registers=True)
+    assert "writes no quantized output" in scales_refusal(plain, c, buf)
+    assert scales_refusal(plain, c, None) is None
+
+
+def _overlapping(c: torch.Tensor) -> torch.Tensor:
+    """A float32 (3, 300) tensor over c's own bytes."""
+    return torch.empty(0, dtype=torch.float32).set_(c.untyped_storage(), 0, (3, 300), (300, 1))
+
+
+# --- the route and explain (meta) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("m,n,k", [(4096, 7168, 4096), (300, 296, 272), (7, 4096, 4096), (8192, 768, 3072)])
+def test_the_route_is_the_e4m3_register_store_build(m, n, k):
+    x, w = _meta(m, k), _meta(n, k)
+    values = quantized_buffers(m, n, torch.device(META))[0]
+    route = decide(x, w.T, values, given=False)
+    assert route.kind == "general" and route.config.out_dtype == "e4m3" and route.config.c_from_registers
+    assert route.bn in (128, 256) and not route.c_path.transposed and route.c_path.workspace is None
+    assert route.config.tile[0] == 128 and route.config.cluster == 2
+    narrow = decide(x, w.T, values, given=False, residual=True)
+    assert narrow.bn <= QUANTIZED_RESIDUAL_MAX_BN and narrow.config.out_dtype == "e4m3"
+
+
+def test_explain_says_the_quantized_route():
+    e = gemm_ladder.explain(_meta(4096, 4096), _meta(7168, 4096).T, out_dtype=QUANT_OUT)
+    assert e.out_dtype == "float8_e4m3fn" and e.kernel["name"].endswith("_creg_e4m3")
+    assert e.output["store"] == "C from registers" and e.host.startswith("python")
+    with pytest.raises(NotSupportedError, match="out="):
+        gemm_ladder.explain(_meta(64, 64), _meta(64, 64), out_dtype=QUANT_OUT, out=_meta(64, 64, dtype=QUANT_OUT))
+
+
+# --- the API and the op (meta) --------------------------------------------------------------------
+
+
+def test_linear_and_mm_on_meta_give_the_layouts():
+    values, scales = gemm_ladder.linear(_meta(2, 50, 4096), _meta(7000, 4096), _meta(7000), activation="gelu",
+                                        out_dtype=QUANT_OUT)
+    assert values.shape == (2, 50, 7000) and values.dtype == QUANT_OUT
+    assert scales.shape == (2, 50, 55) and scales.dtype == torch.float32
+    values, scales = gemm_ladder.mm(_meta(33, 256), _meta(256, 129), out_dtype=QUANT_OUT)
+    assert values.shape == (33, 129) and scales.shape == (33, 2)
+    values, scales = gemm_ladder.linear(_meta(256), _meta(384, 256), out_dtype=QUANT_OUT)  # a 1-D x
+    assert values.shape == (384,) and scales.shape == (3,)
+
+
+def test_the_op_is_registered_with_a_fake():
+    op = torch.ops.gemm_ladder.linear_e4m3
+    values, scales = op(_meta(5, 3, 512), _meta(300, 512), None, _meta(5, 3, 300), "silu", 2.0, 0.5)
+    assert values.shape == (5, 3, 300) and values.dtype == QUANT_OUT and scales.shape == (5, 3, 3)
+    with pytest.raises(GemmInputError, match="bias"):
+        op(_meta(5, 512), _meta(300, 512), _meta(299), None, None, 1.0, 1.0)
+
+
+def test_the_op_traces_into_a_graph():
+    """Traced with FakeTensors (what torch.compile's tracing sees), the call is the op, run by its fake."""
+    def f(x, w, b):
+        values, scales = gemm_ladder.linear(x, w, b, activation="relu", out_dtype=QUANT_OUT)
+        return values, scales * 2
+
+    gm = torch.fx.experimental.proxy_tensor.make_fx(f, tracing_mode="fake")(_meta(64, 256), _meta(384, 256), _meta(384))
+    assert any(n.target is torch.ops.gemm_ladder.linear_e4m3.default for n in gm.graph.nodes)
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda: gemm_ladder.linear(_meta(8, 64), _meta(16, 64), out_dtype=torch.float8_e5m2), GemmInputError, "e4m3fn"),
+    (lambda: gemm_ladder.mm(_meta(8, 64), _meta(64, 16), out_dtype=QUANT_OUT, out=_meta(8, 16, dtype=QUANT_OUT)),
+     NotSupportedError, "out="),
+    (lambda: gemm_ladder.linear(_meta(8, 64, requires_grad=True), _meta(16, 64), out_dtype=QUANT_OUT),
+     NotSupportedError, "no backward"),
+    (lambda: gemm_ladder.linear(_meta(8, 64), _meta(16, 64, dtype=torch.float16), out_dtype=QUANT_OUT),
+     GemmInputError, "share a dtype"),
+    (lambda: gemm_ladder.linear(torch.empty(8, 64, dtype=BF16), torch.empty(16, 64, dtype=BF16), out_dtype=QUANT_OUT),
+     GemmInputError, "cuda"),
+    (lambda: gemm_ladder.linear(_meta(8, 64), _meta(16, 64), activation="tanh", out_dtype=QUANT_OUT),
+     GemmInputError, "activation"),
+    (lambda: gemm_ladder.linear(_meta(8, 64), _meta(16, 64), alpha=True, out_dtype=QUANT_OUT), GemmTypeError, "alpha"),
+    (lambda: gemm_ladder.mm(_meta(8, 64), _meta(63, 16), out_dtype=QUANT_OUT), GemmInputError, "b.shape"),
+])
+def test_bad_calls_are_refused_before_any_launch(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_a_user_epilogue_with_the_quantized_output_is_refused():
+    from gemm_ladder.library.epilogue import Epilogue
+
+    ep = Epilogue(name="twice", cuda="return 2.0f * acc;", reference=lambda acc: 2 * acc)
+    with pytest.raises(NotSupportedError, match="built-in"):
+        gemm_ladder.linear(_meta(8, 64), _meta(16, 64), out_dtype=QUANT_OUT, epilogue=ep)
+
+
+# --- the builds (nvcc) -----------------------------------------------------------------------------
+
+#: (a_major, b_major, bn, epilogue, dtype): both widths, the other operand order, fp16, and the fused
+#: epilogues the route builds: bias + gelu (erf's polynomial: the most live values) at both widths, and
+#: with a residual and alpha at BN 128 (a residual at BN 256 spilled: the route's QUANTIZED_RESIDUAL_MAX_BN).
+JOBS = [("k", "k", 128, None, "bf16"), ("k", "k", 256, None, "bf16"), ("mn", "mn", 256, None, "fp16"),
+        ("k", "k", 256, "bias_gelu", "bf16"), ("k", "k", 128, "all", "bf16")]
+
+
+def _epilogue_source(which: str | None) -> str | None:
+    from gemm_ladder.library.epilogue import linear_epilogue
+
+    if which is None:
+        return None
+    full = which == "all"
+    ep = linear_epilogue(bias=True, activation="gelu", residual=full, alpha=full)
+    dts = {"gl_bias_": BF16, "gl_residual_": BF16}
+    return ep.source(dts, False, pairs={n: (True, False) for n in dts})
+
+
+class _WithEpilogue:
+    """A LibraryGemm whose build() carries an epilogue source (check_level_resources builds ``level.build(dtype)``)."""
+
+    def __init__(self, job):
+        self.kernel = library_gemm(job[0], job[1], job[2], c_from_registers=True, out_e4m3=True)
+        self.source = _epilogue_source(job[3])
+
+    def build(self, dtype, arch="sm_90a"):
+        return self.kernel.build(dtype, arch, epilogue_source=self.source)
+
+    def geometry(self, dtype):
+        return self.kernel.geometry(dtype)
+
+
+@pytest.fixture(scope="module")
+def reports(nvcc_cache):
+    return gate_reports(nvcc_cache, JOBS, _WithEpilogue)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("job", JOBS, ids=lambda v: str(v))
+def test_e4m3_builds_pass_the_resource_gate(reports, job):
+    """No spill, no stack, no local memory; the register split kept; no TMA store; the e4m3 conversions
+    (F2FP.SATFINITE.E4M3, saturating: BN / 4 pairs a consumer thread at each store site), the 2-byte pair
+    stores and the byte stores of a row's N edge; and the amax shuffles (two per row and scale block)."""
+    bn = job[2]
+    report, sass = reports[job]
+    assert report.passed, report.messages
+    assert (report.spill_stores, report.spill_loads, report.stack_bytes) == (0, 0, 0)
+    assert report.sass["UTMASTG"] == 0 and report.sass["UTMALDG"] > 0 and "USETMAXREG" in sass
+    cvt = len(re.findall(r"F2FP\.SATFINITE\.E4M3\.F32\.PACK_AB", sass))
+    assert cvt and cvt % (bn // 4) == 0, cvt
+    assert re.search(r"\bSTG\.E\.U16 ", sass) and re.search(r"\bSTG\.E\.U8 ", sass)
+    shuffles = sass.count("SHFL.BFLY")
+    assert shuffles and shuffles % (4 * (bn // 128)) == 0, shuffles
