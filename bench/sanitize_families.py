@@ -3,8 +3,8 @@
     compute-sanitizer --tool memcheck --report-api-errors no python3 bench/sanitize_families.py
     compute-sanitizer --tool racecheck python3 bench/sanitize_families.py
 
-The general kernel (tails; a stream-K split; its 64-row builds forced, and through linear), small-M, linear with fused epilogues, swiglu (small-M and
-general), scaled_mm (tensorwise, rowwise, blockwise; and the 64-row build forced, whole and split), grouped_mm (along M with empty and one-row
+The general kernel (tails; a stream-K split; its 64-row builds forced, and through linear), small-M, linear with fused epilogues, the
+quantized (e4m3) output (through linear, and split along K), swiglu (small-M and general), scaled_mm (tensorwise, rowwise, blockwise; and the 64-row build forced, whole and split), grouped_mm (along M with empty and one-row
 groups, along K), grouped_linear and grouped_mm_masked: each once, so the sanitizer sees every family,
 and each result checked against float64 of its inputs (relative Frobenius error <= 2e-2; fp8 against
 the dequantized inputs). Builds are compiled here first if not cached, which is slow under the
@@ -85,6 +85,23 @@ def main(argv: list[str] | None = None) -> int:
                                      kernel=fp8_lib.Fp8Kernel(mode, bn=64, store="tma", split=split, bm=64))
             check(f"scaled_mm {mode} 64 rows{' split' if split else ''}", out,
                   dequantize(qa, sa, ba).double() @ dequantize(qw, sw, bw).double().T)
+    # The quantized output of a 16-bit layer (e4m3 values, 1 x 128 scales): tails (N = 264: a partial scale
+    # block), a fused epilogue with a residual (BN 128), and a stream-K split forced at BN 256.
+    # Compared with the float64 result quantized the same way (e4m3's own rounding is up to 2^-4 of a value).
+    def requantized(ref):
+        return dequantize(*quantize_fp8(ref.float(), (1, 128)), (1, 128))
+
+    x, w, bias, res = r(300, 520), r(264, 520), r(264), r(300, 264)
+    v, s = g.linear(x, w, bias, activation="gelu", residual=res, out_dtype=torch.float8_e4m3fn)
+    check("linear e4m3 out gelu + residual", dequantize(v, s, (1, 128)),
+          requantized(F.gelu(x.double() @ w.double().T + bias.double()) + res.double()))
+    from gemm_ladder.library.quantized import quantized_buffers, scales_view
+
+    x, w = r(200, 4096), r(512, 4096)
+    v, buf = quantized_buffers(200, 512, x.device)
+    library_gemm("k", "k", 256, c_from_registers=True, out_e4m3=True).launch(
+        operand_view(x, k_dim=1), operand_view(w, k_dim=1), v, split="all", scales=buf)
+    check("mm e4m3 out stream-K", dequantize(v, scales_view(buf, 200), (1, 128)), requantized(x.double() @ w.double().T))
 
     E, K, N = 8, 512, 384
     ends = [0, 1, 130, 130, 400, 777, 900, 1000]  # an empty first group, a one-row group, an empty one

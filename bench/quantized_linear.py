@@ -1,0 +1,167 @@
+"""The quantized output of a 16-bit layer (issue 25): ``gemm_ladder.linear(x, w, bias, activation=...,
+out_dtype=torch.float8_e4m3fn)`` against what a user writes instead, interleaved in one run.
+
+    python bench/quantized_linear.py [--quick] [--no-compile] [--m 256,4096] [-o OUT.json]
+    python bench/quantized_linear.py --prebuild      # compile the builds it runs, no GPU
+
+Per layer (x (M, K) bf16, an ``nn.Parameter`` weight (N, K) and bias (N,), under ``torch.no_grad()``, a new
+activation tensor every call from a ring of three), each returning e4m3 values with 1 x 128 scales:
+
+* ``ours_fused``    gemm_ladder.linear(..., out_dtype=torch.float8_e4m3fn): one kernel;
+* ``ours_unfused``  gemm_ladder.linear (bf16 out, the activation fused) then ``quantize_fp8(y, (1, 128))``;
+* ``torch_eager``   F.linear, the activation, then ``quantize_fp8`` (torch ops);
+* ``torch_compile`` the same under ``torch.compile`` (skipped with ``--no-compile``);
+* ``cublas_gemm``   F.linear alone (bf16 out, no activation, no quantization): cuBLAS's GEMM, for scale.
+
+Layers: the bf16 layers whose output an fp8 layer reads next: GELU MLPs' fc1 (GPT-2, BERT-large, ViT-L/16),
+Llama-3-8B's up_proj and o_proj, DeepSeek-V3's q_a_proj; M in ``--m`` (default 256 and 4096; ``--quick``:
+4096, three layers). Before timing, each layer's first 256 rows from ``ours_fused`` are checked against
+float64 (dequantized values within e4m3's rounding of the float64 result, scales within 1e-3).
+
+Rows (``rows: [{model, layer, M, N, K, activation, route, median_ms: {fn: ms}, ratio_unfused, ratio_eager,
+ratio_compile, ratio_cublas_gemm, tflops, correct, err}]``): each ``ratio_*`` is that path's time over
+``ours_fused``'s (> 1: ours faster); ``ratio_unfused`` is the issue's target (>= 1.2x). Timing:
+gates.performance.time_fns (L2 flushed before each call, median, rounds rotating the first callable). One
+JSON (bench/suite.py: DATE_quantized_linear[_quick]_COMMIT.json). Exit 1 when a result is wrong, else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import gemm_ladder
+from gemm_ladder.library.fp8 import dequantize, quantize_fp8
+from suite import add_output_argument, require_gpu, save
+
+E4M3 = torch.float8_e4m3fn
+#: (model, layer, N, K, activation): the layer's output is the next (fp8) layer's input.
+LAYERS = [("gpt2", "mlp.c_fc", 3072, 768, "gelu_tanh"), ("bert_large", "intermediate.dense", 4096, 1024, "gelu"),
+          ("vit_l16", "mlp.fc1", 4096, 1024, "gelu"), ("llama3_8b", "mlp.up_proj", 14336, 4096, None),
+          ("llama3_8b", "self_attn.o_proj", 4096, 4096, None), ("dsv3", "self_attn.q_a_proj", 1536, 7168, None)]
+ACT = {None: lambda t: t, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu,
+       "relu": F.relu}
+CHECK_ROWS = 256
+RING = 3
+
+
+def layers(quick: bool, ms: list[int]) -> list[tuple]:
+    chosen = LAYERS[:3] if quick else LAYERS
+    return [(m, *layer) for m in ms for layer in chosen]
+
+
+def check(values: torch.Tensor, scales: torch.Tensor, ref: torch.Tensor) -> tuple[bool, float]:
+    """(within e4m3's rounding of the float64 ``ref``, the largest error in units of its block's scale)."""
+    n = ref.shape[1]
+    amax = F.pad(ref.abs(), (0, -n % 128)).view(ref.shape[0], -1, 128).amax(-1)
+    ref_scales = (amax / 448).clamp_min(torch.finfo(torch.float32).tiny)
+    s = ref_scales.repeat_interleave(128, dim=1)[:, :n]
+    deq = dequantize(values, scales, (1, 128))
+    err = (deq - ref).abs()
+    ok = bool(((err <= 2**-4 * ref.abs() + 2**-9 * s + 1e-4 * 448 * s).all()
+               and ((scales.double() - ref_scales).abs() <= 1e-3 * ref_scales).all()))
+    return ok, (err / s).max().item()
+
+
+def run_layer(m, model, layer, n, k, activation, budget, compile_torch):
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    xs = [torch.randn((m, k), device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(RING)]
+    w = torch.nn.Parameter((torch.randn((n, k), device="cuda", generator=g) / math.sqrt(k)).bfloat16())
+    b = torch.nn.Parameter(torch.randn(n, device="cuda", generator=g).bfloat16())
+    act = ACT[activation]
+    turn = [0]
+
+    def x_next():
+        turn[0] = (turn[0] + 1) % RING
+        return xs[turn[0]]
+
+    def torch_path(x):
+        return quantize_fp8(act(F.linear(x, w, b)), (1, 128))
+
+    fns = {"ours_fused": lambda *_: gemm_ladder.linear(x_next(), w, b, activation=activation, out_dtype=E4M3),
+           "ours_unfused": lambda *_: quantize_fp8(gemm_ladder.linear(x_next(), w, b, activation=activation), (1, 128)),
+           "torch_eager": lambda *_: torch_path(x_next()),
+           "cublas_gemm": lambda *_: F.linear(x_next(), w, b)}
+    if compile_torch:
+        compiled = torch.compile(torch_path, dynamic=False)
+        fns["torch_compile"] = lambda *_: compiled(x_next())
+    x0 = xs[0]
+    values, scales = gemm_ladder.linear(x0, w, b, activation=activation, out_dtype=E4M3)
+    ref = act(x0[:CHECK_ROWS].double() @ w.double().T + b.double())
+    ok, err = check(values[:CHECK_ROWS], scales[:CHECK_ROWS], ref)
+    route = gemm_ladder.explain(x0, w.T, out_dtype=E4M3, activation=activation)
+    times = gemm_ladder.gates.performance.time_fns(fns, x0, w, budget_s=budget, rounds=3)
+    t = {name: timing.median_ms for name, timing in times.items()}
+    fused = t["ours_fused"]
+    return {"model": model, "layer": layer, "M": m, "N": n, "K": k, "activation": activation,
+            "route": {"kernel": route.kernel["name"], "split": route.split, "tile": route.tile},
+            "median_ms": t, "spread": {name: timing.spread for name, timing in times.items()},
+            "ratio_unfused": t["ours_unfused"] / fused, "ratio_eager": t["torch_eager"] / fused,
+            "ratio_compile": t["torch_compile"] / fused if "torch_compile" in t else None,
+            "ratio_cublas_gemm": t["cublas_gemm"] / fused, "tflops": 2.0 * m * n * k / fused / 1e9,
+            "correct": ok, "err": err}
+
+
+def prebuild_builds(quick: bool, ms: list[int]) -> int:
+    """Compile every build the run launches (its routes and epilogues, decided on meta tensors), no GPU."""
+    from gemm_ladder.dispatch import decide
+    from gemm_ladder.dispatch.kernels import family
+    from gemm_ladder.dispatch.precompile import Build, run_builds
+    from gemm_ladder.dispatch.validate import linear_call
+    from gemm_ladder.library.quantized import quantized_buffers
+
+    builds = {}
+    for m, _, _, n, k, activation in layers(quick, ms):
+        x, w = torch.empty((m, k), dtype=torch.bfloat16, device="meta"), torch.empty((n, k), dtype=torch.bfloat16, device="meta")
+        b = torch.empty(n, dtype=torch.bfloat16, device="meta")
+        for act, bias in ((activation, b), (None, None)):  # the fused call, and explain's plain GEMM
+            route = decide(x, w.T, quantized_buffers(m, n, x.device)[0], given=False, activation=act)
+            call = linear_call(x, w, bias, activation=act, check_grad=False)
+            config = route.config.with_epilogue(call.source() if call is not None else None)
+            builds[config] = Build(f"{route.kernel.name} {act or 'plain'} {config.epilogue_id or ''}".strip(),
+                                   lambda c=config: family(c).build(c))
+    outcomes = run_builds(list(builds.values()), load=False)
+    print(outcomes.summary())
+    return 1 if outcomes.failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="M = 4096 and three layers, shorter timings")
+    parser.add_argument("--m", default=None, help="comma list of M (default 256,4096; --quick 4096)")
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile path")
+    parser.add_argument("--prebuild", action="store_true", help="compile the builds the run launches, no GPU, and exit")
+    add_output_argument(parser)
+    args = parser.parse_args(argv)
+    ms = [int(v) for v in args.m.split(",")] if args.m else ([4096] if args.quick else [256, 4096])
+    if args.prebuild:
+        return prebuild_builds(args.quick, ms)
+    require_gpu(__file__)
+    import gemm_ladder.gates.performance  # noqa: F401 - time_fns
+
+    rows, ok = [], True
+    budget = 0.15 if args.quick else 0.3
+    with torch.no_grad():
+        for m, model, layer, n, k, activation in layers(args.quick, ms):
+            r = run_layer(m, model, layer, n, k, activation, budget, not args.no_compile)
+            ok &= r["correct"]
+            rows.append(r)
+            comp = f"{r['ratio_compile']:.3f}x" if r["ratio_compile"] else "-"
+            print(f"{model} {layer} {m}x{n}x{k} {activation or 'none'}: {r['median_ms']['ours_fused'] * 1e3:.1f} us "
+                  f"({r['route']['kernel']}, split {r['route']['split']}); vs ours unfused {r['ratio_unfused']:.3f}x, "
+                  f"eager {r['ratio_eager']:.3f}x, compile {comp}, cuBLAS GEMM alone {r['ratio_cublas_gemm']:.3f}x"
+                  + ("" if r["correct"] else f"  WRONG (err {r['err']:.3g} scales)"), flush=True)
+            torch.cuda.empty_cache()
+    save({"rows": rows, "quick": args.quick, "compile": not args.no_compile},
+         "quantized_linear_quick" if args.quick else "quantized_linear", args.output)
+    if not ok:
+        print("a result was wrong: see the rows' 'correct'", file=sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
