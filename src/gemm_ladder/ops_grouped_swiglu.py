@@ -18,19 +18,36 @@ What runs (the library's grouped kernel for every product, never cuBLAS):
 The op returns (out, gate, up): gate and up (fp32, (T, N)) are what the backward reads, marked
 non-differentiable; :func:`grouped_swiglu` returns out only. As ``torch._grouped_mm``, rows past
 ``offs[E-1]`` belong to no group: their output (and their grad_x) is not defined.
+
+The fused forward (:data:`FUSED_DEFAULT`; off until measured on the H200): a call that needs no backward
+(no input requiring grad under grad mode) runs one launch of the grouped kernel's gated-MLP build
+(``library/grouped.py`` ``grouped_gemm(256, "k", swiglu=True)``, sm90_grouped_gemm.cu's GL_SWIGLU): each
+stage holds 128 rows of w_gate and the same 128 rows of w_up, so x is read once for both products and
+``silu(gate) * up`` is computed from the fp32 accumulators and rounded once, with no gate or up in global
+memory. Through the op ``torch.ops.gemm_ladder.grouped_swiglu_fused`` under torch.compile. A call the build
+refuses (a base not 16-byte aligned, w_up's strides not w_gate's) runs the two-GEMM forward instead, and
+:func:`explain_grouped_swiglu` says which runs and why.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import torch.nn.functional as F
 
 from gemm_ladder.api_grouped import PUBLIC_DEVICES, check_grouped_mm, choose_bn, grouped_build, grouped_mm_direct
 from gemm_ladder.errors import GemmInputError, GemmTypeError
-from gemm_ladder.library.grouped import grad_w_bn
+from gemm_ladder.library.grouped import grad_w_bn, grouped_gemm
 from gemm_ladder.ops_grouped import NAMESPACE, _grad_b_grouped_k
 
 F32 = torch.float32
+#: Whether a call that needs no backward runs the fused gated-MLP build (module docstring): the environment's
+#: GL_GROUPED_SWIGLU_FUSED=1 at import, else False: built and gated without a GPU, not yet measured
+#: (bench/grouped.py's swiglu rows time it beside the two-GEMM forward: ``ratio_fused``).
+FUSED_DEFAULT = os.environ.get("GL_GROUPED_SWIGLU_FUSED", "0") == "1"
+#: The fused build: BN 256 (128 gate and 128 up rows a stage), a K-major weight, one CTA.
+FUSED_BN = 256
 
 
 def check_grouped_swiglu(x, w_gate, w_up, offs) -> None:
@@ -65,6 +82,55 @@ def grouped_swiglu_direct(x, w_gate, w_up, offs) -> tuple[torch.Tensor, torch.Te
     gate = grouped_mm_direct(x, w_gate.transpose(-2, -1), offs, out_dtype=F32)
     up = grouped_mm_direct(x, w_up.transpose(-2, -1), offs, out_dtype=F32)
     return (F.silu(gate) * up).to(x.dtype), gate, up
+
+
+def fused_kernel():
+    """The grouped kernel's fused gated-MLP build (library/grouped.py, ``swiglu=True``)."""
+    return grouped_gemm(FUSED_BN, "k", swiglu=True)
+
+
+def fused_rule(x, w_gate, w_up, *, fused: bool | None = None) -> str | None:
+    """Why a checked call does not take the fused forward, from its metadata alone (what a traced call
+    decides on), or None: an input requiring grad under grad mode (the backward reads the fp32 gate and up
+    the two-GEMM forward saves), :data:`FUSED_DEFAULT` off (``fused``: that switch's value instead), w_up's
+    strides not w_gate's (one map layout for both)."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, w_gate, w_up)):
+        return "an input requires grad: the backward reads the fp32 gate and up the two-GEMM forward writes"
+    if not (FUSED_DEFAULT if fused is None else fused):
+        return ("ops_grouped_swiglu.FUSED_DEFAULT is off (GL_GROUPED_SWIGLU_FUSED=1 turns it on): the fused build "
+                "is not yet measured on the H200")
+    if w_up.stride() != w_gate.stride():
+        return f"w_up's strides {tuple(w_up.stride())} are not w_gate's {tuple(w_gate.stride())} (one map layout for both)"
+    return None
+
+
+def grouped_swiglu_fused_direct(x, w_gate, w_up, offs) -> torch.Tensor:
+    """out = silu(x @ w_gate[e].T) * (x @ w_up[e].T) by one launch of the fused build, without the op boundary
+    (no autograd). Validates first (:func:`check_grouped_swiglu`); a call the build refuses on its tensors'
+    addresses runs the two-GEMM forward (:func:`grouped_swiglu_direct`) instead: both are this library's."""
+    check_grouped_swiglu(x, w_gate, w_up, offs)
+    (t, k), n = x.shape, w_gate.shape[1]
+    out = torch.empty((t, n), dtype=x.dtype, device=x.device)
+    if t == 0 or n == 0:
+        return out
+    if k == 0:
+        return out.zero_()  # silu(0) * 0
+    kernel = fused_kernel()
+    if kernel.supports_swiglu(x, w_gate, w_up, offs, out) is not None:
+        return grouped_swiglu_direct(x, w_gate, w_up, offs)[0]
+    kernel.launch_swiglu(x, w_gate, w_up, offs, out)
+    return out
+
+
+@torch.library.custom_op(f"{NAMESPACE}::grouped_swiglu_fused", mutates_args=())
+def _grouped_swiglu_fused_op(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
+                             offs: torch.Tensor) -> torch.Tensor:
+    return grouped_swiglu_fused_direct(x, w_gate, w_up, offs)
+
+
+@_grouped_swiglu_fused_op.register_fake
+def _grouped_swiglu_fused_fake(x, w_gate, w_up, offs):
+    return x.new_empty((x.shape[0], w_gate.shape[1]))
 
 
 @torch.library.custom_op(f"{NAMESPACE}::grouped_swiglu", mutates_args=())
@@ -127,16 +193,24 @@ def grouped_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, of
 
     Returns (T, N) in x's dtype: gate and up accumulated in fp32, the product in fp32, rounded once.
     Rows past offs[E-1] are in no group and not defined (as ``torch._grouped_mm``'s). Differentiable in
-    x, w_gate and w_up (the op ``torch.ops.gemm_ladder.grouped_swiglu``; its fake for torch.compile).
+    x, w_gate and w_up (the op ``torch.ops.gemm_ladder.grouped_swiglu``; its fake for torch.compile). A
+    call needing no backward takes the fused forward where :data:`FUSED_DEFAULT` is on (module docstring).
     Raises GemmTypeError, GemmInputError, NotSupportedError (more than 1024 groups) before any launch.
     """
     check_grouped_swiglu(x, w_gate, w_up, offs)
+    if fused_rule(x, w_gate, w_up) is None:
+        if torch.compiler.is_compiling() or any(type(t) not in (torch.Tensor, torch.nn.Parameter) or t.is_meta
+                                                for t in (x, w_gate, w_up, offs)):
+            return torch.ops.gemm_ladder.grouped_swiglu_fused(x, w_gate, w_up, offs)
+        return grouped_swiglu_fused_direct(x, w_gate, w_up, offs)
     return torch.ops.gemm_ladder.grouped_swiglu(x, w_gate, w_up, offs)[0]
 
 
 def explain_grouped_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, offs: torch.Tensor) -> dict:
     """What :func:`grouped_swiglu` runs on these tensors, without running it, as a dict: ``path``
-    ('two_grouped_gemms'), ``fused`` (False) and ``reason``, ``t``, ``n``, ``k``, ``groups``,
+    ('fused' or 'two_grouped_gemms'), ``fused`` (True or False) and ``reason`` (for the two GEMMs, why not
+    fused: :func:`fused_rule`; a fused call whose tensors' addresses the build refuses runs the two GEMMs,
+    decided at the launch), ``t``, ``n``, ``k``, ``groups``,
     ``launches`` (forward, in order) and ``backward`` (each a dict: ``step``, ``kind`` ('grouped_gemm' or
     'pointwise'), and for a GEMM ``kernel``, ``source``, ``tile``, ``b_major``, ``out_dtype``, ``cluster`` and
     ``cluster_reason`` (library/grouped.py choose_cluster)), ``cublas``
@@ -166,11 +240,22 @@ def explain_grouped_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Te
                 "cluster": build.cluster, "cluster_reason": why}
 
     bn_fwd, bn_dx = choose_bn(n, t, e), choose_bn(k, t, e)
+    not_fused = fused_rule(x, w_gate, w_up)
+    if not_fused is None:
+        build = fused_kernel()
+        return {"path": "fused", "fused": True, "cublas": False, "t": t, "n": n, "k": k, "groups": e, "dtype": dt,
+                "reason": ("no backward to feed: one launch of the gated-MLP build, 128 rows of w_gate and of w_up a "
+                           "stage, silu(gate) * up from the fp32 accumulators, rounded once"),
+                "launches": [{"step": f"out = silu(x @ w_gate[e]^T) * (x @ w_up[e]^T), rounded to {dt}",
+                              "kind": "grouped_gemm", "kernel": build.name, "source": SOURCE, "tile": [BM, FUSED_BN, BK],
+                              "out_tile": [BM, build.out_bn], "b_major": "k", "out_dtype": dt, "grouped_along": "M",
+                              "cluster": 1, "cluster_reason": "the fused build is one CTA per cluster"}],
+                "backward": []}
     return {
         "path": "two_grouped_gemms", "fused": False, "cublas": False, "t": t, "n": n, "k": k, "groups": e,
         "dtype": dt,
-        "reason": ("the grouped kernel's epilogue adds a per-group bias and nothing else: gate and up are written "
-                   "in fp32 and silu(gate) * up runs after them (one rounding to the output dtype)"),
+        "reason": (f"not fused: {not_fused}; gate and up are written in fp32 by two grouped GEMMs and silu(gate) * up "
+                   "runs after them (one rounding to the output dtype)"),
         "launches": [
             gemm("gate = x @ w_gate[e]^T (fp32)", bn_fwd, "k", "float32"),
             gemm("up = x @ w_up[e]^T (fp32)", bn_fwd, "k", "float32"),
@@ -186,4 +271,5 @@ def explain_grouped_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Te
     }
 
 
-__all__ = ["check_grouped_swiglu", "explain_grouped_swiglu", "grouped_swiglu", "grouped_swiglu_direct", "swiglu_grads"]
+__all__ = ["FUSED_DEFAULT", "check_grouped_swiglu", "explain_grouped_swiglu", "fused_rule", "grouped_swiglu",
+           "grouped_swiglu_direct", "grouped_swiglu_fused_direct", "swiglu_grads"]

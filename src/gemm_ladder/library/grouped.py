@@ -145,10 +145,18 @@ class GroupedPlan:
     gemm: Plan
     tensor_maps: dict[str, TensorMapSpec]
     cluster: int = 1
+    #: Output columns per tile where they differ from ``bn``: the fused gated MLP's 128 (its 256
+    #: accumulator columns are 128 gate and 128 up columns); 0: ``bn``.
+    out_bn: int = 0
+
+    @property
+    def n_tile(self) -> int:
+        """Output columns per tile: the schedule's N tile."""
+        return self.out_bn or self.bn
 
     @property
     def max_tiles(self) -> int:
-        return (ceil_div(self.rows, BM) + self.groups) * ceil_div(self.n, self.bn)
+        return (ceil_div(self.rows, BM) + self.groups) * ceil_div(self.n, self.n_tile)
 
     @property
     def store(self) -> str:
@@ -159,7 +167,7 @@ class GroupedPlan:
 
     @property
     def max_units(self) -> int:
-        return ceil_div(ceil_div(self.rows, BM) + self.groups, self.cluster) * ceil_div(self.n, self.bn)
+        return ceil_div(ceil_div(self.rows, BM) + self.groups, self.cluster) * ceil_div(self.n, self.n_tile)
 
     def to_json(self) -> dict:
         return {
@@ -311,6 +319,9 @@ class GroupedGemm:
     cluster: int = 1
     #: Panel buffers per consumer of a build with the panel ring (:data:`RINGS`; :attr:`c_ring`).
     ring: int = C_RING
+    #: The fused gated MLP (GL_SWIGLU): out = silu(x @ w_gate[e].T) * (x @ w_up[e].T), B's 256 rows a stage
+    #: 128 of w_gate and 128 of w_up, 128 output columns a tile (:meth:`launch_swiglu`).
+    swiglu: bool = False
     _plans: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False)
 
@@ -323,7 +334,7 @@ class GroupedGemm:
         return (f"sm90_grouped_gemm_{self.bn}_{'kgrouped' if self.k_grouped else self.b_major}"
                 + ("_f32" if self.out_fp32 else "") + ("_bias" if self.bias else "")
                 + ("_masked" if self.masked else "") + ("" if self.cluster == 1 else f"_c{self.cluster}")
-                + ("" if self.ring == C_RING else f"_r{self.ring}"))
+                + ("" if self.ring == C_RING else f"_r{self.ring}") + ("_swiglu" if self.swiglu else ""))
 
     @property
     def c_ring(self) -> int:
@@ -332,7 +343,12 @@ class GroupedGemm:
         few rows per expert rarely fill a 64-row slice, and its cluster build at BN 256 spilled with the
         ring). A bias build adds the bias while packing (an in-place add to the accumulators made ptxas
         serialise every wgmma, C7515)."""
-        return 0 if self.out_fp32 or self.masked else self.ring
+        return 0 if self.out_fp32 or self.masked or self.swiglu else self.ring
+
+    @property
+    def out_bn(self) -> int:
+        """Output columns per tile: ``bn``, or half of it for the fused gated MLP (:attr:`swiglu`)."""
+        return self.bn // 2 if self.swiglu else self.bn
 
     @property
     def deferred_panels(self) -> int:
@@ -390,7 +406,10 @@ class GroupedGemm:
         return cached(self._plans, key, lambda: self._plan(rows, n, k, groups, dtype, ldx, w_strides))
 
     def _plan(self, rows, n, k, groups, dtype, ldx, w_strides) -> GroupedPlan:
-        gemm = plan_gemm(rows, n, k, dtype, tile=self.tile, stages=self.stages(self.bn, dtype, c_ring=self.c_ring),
+        # The fused gated MLP computes, before its epilogue, x times a weight of 2 x ceil(N / 128) x 128 rows
+        # interleaving 128-row blocks of w_gate and w_up (its ring and shared memory are that GEMM's).
+        n_gemm = 2 * ceil_div(n, self.out_bn) * self.out_bn if self.swiglu else n
+        gemm = plan_gemm(rows, n_gemm, k, dtype, tile=self.tile, stages=self.stages(self.bn, dtype, c_ring=self.c_ring),
                          cluster=self.cluster, consumers=CONSUMERS, persistent=True, producer_warpgroup=True,
                          c_from_registers=not self.c_ring, c_ring=self.c_ring, b_major=self.b_major, lda=ldx,
                          ldb=None if w_strides is None else w_strides[1], ldc=self._ldc(n, dtype))
@@ -400,16 +419,23 @@ class GroupedGemm:
         maps = {
             "x": operand_map("x", rows, k, major="k", ld=k if ldx is None else ldx, tile_rows=BM, bk=BK,
                              data_type=dt.tensor_map_type, elem_bytes=dt.elem_bytes, what="x (R, K) over every group's rows"),
+            # The fused gated MLP's weights are each one box of BN / 2 rows a stage (w_gate's and w_up's halves).
             "w": weight_map(groups, n, k, b_major=self.b_major, stride_major=w_strides[1], stride_group=w_strides[0],
-                            bn=self.bn, data_type=dt.tensor_map_type, elem_bytes=dt.elem_bytes, cluster=self.cluster),
+                            bn=self.bn, data_type=dt.tensor_map_type, elem_bytes=dt.elem_bytes,
+                            cluster=2 if self.swiglu else self.cluster),
         }
+        if self.swiglu:
+            maps["w"] = replace(maps["w"], description="w_gate (E, N, K) K-major per group: the stage's first "
+                                                       f"{self.out_bn} B rows, one box of group e")
+            maps["w_up"] = replace(maps["w"], name="w_up", description="w_up (E, N, K) K-major per group (w_gate's "
+                                                                       f"strides): the stage's last {self.out_bn} B rows")
         for spec in maps.values():
             spec.validate()
         w_boxes = self.bn // maps["w"].box_dim[1 if self.b_major == "k" else 0]  # every CTA receives the whole B
         box_bytes = maps["x"].box_bytes + maps["w"].box_bytes * w_boxes
         assert box_bytes == gemm.load_protocol.expect_tx_bytes, (box_bytes, gemm.load_protocol.expect_tx_bytes)
         return GroupedPlan(rows=rows, n=n, k=k, groups=groups, dtype=dtype, bn=self.bn, b_major=self.b_major,
-                           gemm=gemm, tensor_maps=maps, cluster=self.cluster)
+                           gemm=gemm, tensor_maps=maps, cluster=self.cluster, out_bn=self.out_bn if self.swiglu else 0)
 
     def _ldc(self, n: int, dtype: str) -> int | None:
         """The output pitch the plan's C map is checked at: N rounded up to 16 bytes, the map a TMA-writable
@@ -543,7 +569,8 @@ class GroupedGemm:
                bias: torch.Tensor | None = None) -> None:
         """``out[r] = x[r] @ w[e].T (+ bias[e])`` on torch's current stream (see :meth:`supports`).
         Raises GemmInputError naming the rule, before any launch."""
-        reason = self.supports(x, w, offs, out, bias)
+        reason = ("the fused gated MLP build takes w_gate and w_up: launch_swiglu" if self.swiglu
+                  else self.supports(x, w, offs, out, bias))
         if reason is not None:
             raise GemmInputError(reason)
         rows, k = x.shape
@@ -562,6 +589,55 @@ class GroupedGemm:
         args = [map_x, map_w, map_c, ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld(out, 0, n)),
                 ctypes.c_void_p(offs.data_ptr()), ctypes.c_int(groups), ctypes.c_int(rows), ctypes.c_int(n),
                 ctypes.c_int(k), ctypes.c_void_p(0 if bias is None else bias.data_ptr()), ctypes.c_int(tma_store)]
+        kernel.launch((grid, 1, 1), args, torch.cuda.current_stream(out.device))
+
+    def supports_swiglu(self, x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, offs: torch.Tensor,
+                        out: torch.Tensor) -> str | None:
+        """None when this (swiglu) build computes ``out[r] = silu(x[r] @ w_gate[e].T) * (x[r] @ w_up[e].T)``
+        for these tensors, else the rule they break: :meth:`supports`' rules with w_gate as w, and w_up of
+        w_gate's shape, strides, dtype and device (one map layout for both)."""
+        if not self.swiglu:
+            return "this build is not the fused gated MLP (swiglu=True)"
+        reason = self.supports(x, w_gate, offs, out)
+        if reason is not None:
+            return reason
+        if not isinstance(w_up, torch.Tensor):
+            return f"w_up must be a torch.Tensor, got {type(w_up).__name__}"
+        if (w_up.shape, w_up.stride(), w_up.dtype, w_up.device) != (w_gate.shape, w_gate.stride(), w_gate.dtype,
+                                                                    w_gate.device):
+            return (f"w_up: shape {tuple(w_up.shape)}, strides {tuple(w_up.stride())}, {w_up.dtype} on {w_up.device}; "
+                    f"it must match w_gate's {tuple(w_gate.shape)}, {tuple(w_gate.stride())}, {w_gate.dtype} on "
+                    f"{w_gate.device}")
+        if w_up.data_ptr() % TMA_ALIGN_BYTES:
+            return f"w_up: base {w_up.data_ptr():#x} must be a multiple of {TMA_ALIGN_BYTES} (a TMA tensor map)"
+        return None
+
+    def launch_swiglu(self, x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, offs: torch.Tensor,
+                      out: torch.Tensor) -> None:
+        """``out[r] = silu(x[r] @ w_gate[e].T) * (x[r] @ w_up[e].T)`` for each row r of group e (fp32
+        accumulation and product, one rounding to out's dtype) on torch's current stream; rows past
+        offs[E - 1] are not written. Raises GemmInputError naming the rule (:meth:`supports_swiglu`) before
+        any launch."""
+        reason = self.supports_swiglu(x, w_gate, w_up, offs, out)
+        if reason is not None:
+            raise GemmInputError(reason)
+        rows, k = x.shape
+        groups, n, _ = w_gate.shape
+        dtype = dtype_name(x.dtype)
+        ensure_context(out.device)
+        kernel = self.loaded(dtype, out.device)
+        try:
+            plan = self.plan(rows, n, k, groups, dtype, ldx=_ld(x, 0, k), w_strides=self.w_strides(w_gate))
+        except PlanRefused as exc:
+            raise GemmInputError(str(exc)) from None
+        grid = min(kernel.max_active_clusters(out.device), plan.max_units)
+        maps = cached(self._maps, (x.data_ptr(), w_gate.data_ptr(), w_up.data_ptr(), plan.tensor_maps["x"],
+                                   plan.tensor_maps["w"]),
+                      lambda: _encode(x.device, (plan.tensor_maps["x"], x), (plan.tensor_maps["w"], w_gate),
+                                      (plan.tensor_maps["w_up"], w_up)))
+        args = [*maps, maps[0], ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld(out, 0, n)),
+                ctypes.c_void_p(offs.data_ptr()), ctypes.c_int(groups), ctypes.c_int(rows), ctypes.c_int(n),
+                ctypes.c_int(k), ctypes.c_void_p(0), ctypes.c_int(0)]  # map_c: x's, never read; no bias; no TMA store
         kernel.launch((grid, 1, 1), args, torch.cuda.current_stream(out.device))
 
     def out_map(self, out: torch.Tensor, unused):
@@ -689,6 +765,7 @@ def _config(kernel: GroupedGemm, dtype: str, arch: str) -> KernelConfig:
     extra += [("GL_GROUPED_K", 1)] if kernel.k_grouped else []
     extra += [("GL_MASKED", 1)] if kernel.masked else []
     extra += [("GL_BIAS", 1)] if kernel.bias else []
+    extra += [("GL_SWIGLU", 1)] if kernel.swiglu else []
     return KernelConfig(
         FAMILY, dtype=dtype, out_dtype="fp32" if kernel.out_fp32 else dtype, arch=arch,
         a_major="mn" if kernel.k_grouped else "k", b_major=kernel.b_major, tile=kernel.tile,
@@ -706,7 +783,7 @@ def kernel_for(config: KernelConfig) -> GroupedGemm:
     try:
         kernel = grouped_gemm(config.tile[1], config.b_major, config.out_fp32, ("GL_BIAS", 1) in config.extra,
                               config.grouping == GROUP_K, config.grouping == GROUP_M_MASKED, config.cluster,
-                              ring=config.c_ring or C_RING)
+                              ring=config.c_ring or C_RING, swiglu=("GL_SWIGLU", 1) in config.extra)
         same = kernel.config(config.dtype, config.arch) == config
     except (ValueError, KeyError):
         same = False
@@ -718,8 +795,8 @@ def kernel_for(config: KernelConfig) -> GroupedGemm:
 class Sm90GroupedGemm:
     """The grouped GEMM family behind the :class:`~gemm_ladder.library.kernel.Kernel` protocol. A
     problem (:class:`~gemm_ladder.library.kernel.Operands`) grouped along M: ``a`` x (R, K), ``b`` w
-    (E, N, K) as the build reads it, ``c`` out (R, N), ``more`` = (offs,) or (offs, bias); grouped along
-    K: ``a`` (M, total K), ``b`` (total K, N), ``c`` out (E, M, N), ``more`` = (offs,). Tensors, not
+    (E, N, K) as the build reads it, ``c`` out (R, N), ``more`` = (offs,) or (offs, bias) (the fused gated
+    MLP: ``b`` w_gate, ``more`` = (offs, w_up)); grouped along K: ``a`` (M, total K), ``b`` (total K, N), ``c`` out (E, M, N), ``more`` = (offs,). Tensors, not
     operand views: the group's extents are on the device."""
 
     family = FAMILY
@@ -749,6 +826,8 @@ class Sm90GroupedGemm:
             return f"a has dtype {a.dtype}: this build ({config.dtype}) takes {config.dtype} inputs"
         if kernel.k_grouped:
             return kernel.supports_k(problem.a, problem.b, problem.more[0], problem.c)
+        if kernel.swiglu:  # more = (offs, w_up)
+            return kernel.supports_swiglu(problem.a, problem.b, problem.more[1], problem.more[0], problem.c)
         return kernel.supports(problem.a, problem.b, problem.more[0], problem.c, *problem.more[1:])
 
     def build(self, config: KernelConfig) -> CompiledKernel:
@@ -764,6 +843,8 @@ class Sm90GroupedGemm:
         kernel = kernel_for(config)
         if kernel.k_grouped:
             return lambda: kernel.launch_k(problem.a, problem.b, problem.more[0], problem.c)
+        if kernel.swiglu:
+            return lambda: kernel.launch_swiglu(problem.a, problem.b, problem.more[1], problem.more[0], problem.c)
         return lambda: kernel.launch(problem.a, problem.b, problem.more[0], problem.c, *problem.more[1:])
 
     def launch(self, bound, stream=None) -> None:
@@ -782,12 +863,14 @@ GROUPED_GEMM = Sm90GroupedGemm()
 
 
 def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias: bool = False,
-                 k_grouped: bool = False, masked: bool = False, cluster: int = 1, *, ring: int = C_RING) -> GroupedGemm:
+                 k_grouped: bool = False, masked: bool = False, cluster: int = 1, *, ring: int = C_RING,
+                 swiglu: bool = False) -> GroupedGemm:
     """The shared :class:`GroupedGemm` of one build configuration. Raises ValueError for a BN not in
     :data:`BNS`, a major not in :data:`B_MAJORS`, a cluster not in :data:`CLUSTERS`, a K-grouped
     build with a K-major b or a bias, or a ``ring`` other than :data:`C_RING` and the tile's BN / 64
     panels (:data:`RINGS`), or deeper than :data:`C_RING` on a build without the panel ring (float32,
-    masked) or with a bias."""
+    masked) or with a bias, or a ``swiglu`` build (the fused gated MLP) other than BN 256, a K-major weight,
+    grouped along M contiguously, one CTA, no bias, the inputs' dtype out."""
     if bn not in BNS:
         raise ValueError(f"bn = {bn}: the grouped kernel is built with BN in {BNS}")
     if b_major not in B_MAJORS:
@@ -805,15 +888,19 @@ def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias
         raise ValueError(f"ring = {ring}: a float32 output and the masked layout store from registers (no panel ring)")
     if ring != C_RING and bias:
         raise ValueError(f"ring = {ring}: not built with a bias (it spilled at BN 256)")
-    return _grouped_gemm(bn, b_major, bool(out_fp32), bool(bias), bool(k_grouped), bool(masked), int(cluster), int(ring))
+    if swiglu and (bn != 256 or b_major != "k" or out_fp32 or bias or k_grouped or masked or cluster != 1 or ring != C_RING):
+        raise ValueError("swiglu=True: the fused gated MLP is built at BN 256 (128 gate and 128 up rows a stage), a "
+                         "K-major weight, grouped along M contiguously, one CTA, no bias, the inputs' dtype out")
+    return _grouped_gemm(bn, b_major, bool(out_fp32), bool(bias), bool(k_grouped), bool(masked), int(cluster), int(ring),
+                         bool(swiglu))
 
 
 @functools.lru_cache(maxsize=None)
 def _grouped_gemm(bn: int, b_major: str, out_fp32: bool, bias: bool, k_grouped: bool, masked: bool,
-                  cluster: int, ring: int) -> GroupedGemm:
+                  cluster: int, ring: int, swiglu: bool = False) -> GroupedGemm:
     # One instance per configuration however the arguments were spelled (positional or by keyword).
     return GroupedGemm(bn=bn, b_major=b_major, out_fp32=out_fp32, bias=bias, k_grouped=k_grouped, masked=masked,
-                       cluster=cluster, ring=ring)
+                       cluster=cluster, ring=ring, swiglu=swiglu)
 
 
 __all__ = ["BM", "BK", "BNS", "B_MAJORS", "C_RING", "CLUSTERS", "RINGS", "CLUSTER_EVIDENCE", "CLUSTER_EVIDENCE_GRAD_W", "CLUSTER_MIN_K",

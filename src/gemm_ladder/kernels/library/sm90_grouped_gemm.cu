@@ -67,9 +67,19 @@
 // 128-byte line whatever the swizzle, which permutes 16-byte chunks inside a line), fence the writes
 // to the async proxy and meet at a named barrier, so no value of another group (not even a NaN or an Inf)
 // enters the sum.
+//
+// Cfg::kSwiglu (GL_SWIGLU; library/grouped.py's swiglu build) fuses the experts' gated MLP, grouped along
+// M: out[r, :] = silu(x[r] @ w_gate[e]^T) * (x[r] @ w_up[e]^T), as sm90_swiglu.cu does for one dense layer.
+// Its B stage's 256 rows come from two weights: rows [128 tn, 128 tn + 128) of w_gate into the stage's
+// first half (map_b) and the same rows of w_up into its second half (map_b_up), two 128-row boxes, so
+// accumulator column c < 128 is gate column 128 tn + c and column 128 + c its up column, in the same
+// thread (gated_epilogue.cuh); a tile yields a 128 x 128 output tile (the schedule's N tiles are 128 wide),
+// stored from registers with the rows masked at the group's end. x is read once for both products, and
+// gate and up never leave the registers. One CTA per cluster, a K-major weight, no bias, a 2-byte output.
 #include "gemm_ladder/tma_tile.cuh"
 #include "gemm_ladder/cluster_ring.cuh"
 #include "gemm_ladder/epilogue.cuh"
+#include "gemm_ladder/gated_epilogue.cuh"
 #include "gemm_ladder/grouped_scheduler.cuh"
 #include "gemm_ladder/panel_ring.cuh"
 #include "gemm_ladder/ptx/cluster.cuh"
@@ -94,7 +104,7 @@ enum class GroupedMode {
 // What a config (Cfg) holds, each a static constexpr member: the tile BM, BN, BK; kConsumers, kCluster,
 // kProducerWarpgroups; kAMnMajor, kBMnMajor; kCPanels, kCRing (the plan's output panels and panel ring per consumer: 0 and 0
 // store from registers only);
-// kMode, kBias; and the type Out. The instantiation block's BuildConfig is the one a build compiles.
+// kMode, kBias, kSwiglu; and the type Out. The instantiation block's BuildConfig is the one a build compiles.
 template <class Cfg>
 __host__ __device__ constexpr bool config_ok() {
   static_assert(Cfg::BM == 128 && Cfg::kConsumers == 2 && Cfg::kProducerWarpgroups == 1,
@@ -109,6 +119,11 @@ __host__ __device__ constexpr bool config_ok() {
                      sizeof(typename Cfg::Out) == 2),
                 "sm90_grouped_gemm: C from registers only (no panels), or a panel ring of a 2-byte output");
   static_assert(!(Cfg::kBias && Cfg::kMode == GroupedMode::kAlongK), "sm90_grouped_gemm: grouped along K adds no bias");
+  static_assert(!Cfg::kSwiglu || (Cfg::BN == 256 && Cfg::kMode != GroupedMode::kAlongK && Cfg::kCluster == 1 &&
+                                  Cfg::kBMnMajor == 0 && !Cfg::kBias && Cfg::kCPanels == 0 &&
+                                  sizeof(typename Cfg::Out) == 2),
+                "sm90_grouped_gemm: the fused gated MLP: 128 gate and 128 up rows a stage (BN 256), grouped along M, "
+                "one CTA, a K-major weight, no bias, a 2-byte output stored from registers");
   return true;
 }
 
@@ -178,6 +193,25 @@ __device__ __forceinline__ void produce_grouped_stage(const SmemMap& smem, const
     for (int r = first; r < end; ++r)
       load_b_rows<kRows>(smem.b(s) + r * kRows * BK, map_b, smem.full(s), k0, b_row0 + r * kRows, group, mask);
   }
+}
+
+// The fused gated MLP's producer step (Cfg::kSwiglu): as produce_grouped_stage with one CTA, B's 256 rows
+// from two weights: rows [b_row0, b_row0 + 128) of w_gate (map_b) into the stage's first half and the
+// same rows of w_up (map_b_up) into its second, each one 128-row box of its rank-3 map (group `group`).
+// The stage's bytes are A + 256 rows of B, what GL_EXPECT_TX_BYTES counts.
+__device__ __forceinline__ void produce_swiglu_stage(const SmemMap& smem, const CUtensorMap* map_a,
+                                                     const CUtensorMap* map_b, const CUtensorMap* map_b_up,
+                                                     RingPosition pos, int k0, int a_row0, int b_row0, int group) {
+  constexpr int kRows = BN / 2;
+  // The weight maps' boxes are BN / 2 rows (library/grouped.py encodes them so; the plan's one CTA would
+  // load B as one box of BN rows).
+  static_assert((kRows * BK * sizeof(elem_t)) % 1024 == 0, "each weight's half is whole 128B swizzle atoms in the stage");
+  const int s = pos.stage();
+  producer_acquire(smem, pos);
+  mbarrier_arrive_expect_tx(smem.full(s), GL_EXPECT_TX_BYTES);  // producer_commit
+  tma_load_2d(smem.a(s), map_a, smem.full(s), k0, a_row0);
+  tma_load_3d(smem.b(s), map_b, smem.full(s), k0, b_row0, group);
+  tma_load_3d(smem.b(s) + kRows * BK, map_b_up, smem.full(s), k0, b_row0, group);
 }
 
 // consumer_release of stage s: to this CTA, or in a cluster to both (release_stage_to_cluster), whether
@@ -287,6 +321,7 @@ __device__ __forceinline__ void pack_fragment_with_bias(uint32_t (&packed)[BN / 
 // registers. Ignored without the ring.
 template <class Cfg>
 __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b,
+                                                  const CUtensorMap& map_b_up,
                                                   const CUtensorMap& map_c, typename Cfg::Out* __restrict__ C,
                                                   long long ldc, long long group_stride, const int* __restrict__ offs,
                                                   int groups, int extent, int M, int N, int K,
@@ -296,6 +331,7 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
   constexpr bool kAlongK = Cfg::kMode == GroupedMode::kAlongK;
   constexpr int kCluster = Cfg::kCluster;
   constexpr bool kTmaStore = Cfg::kCRing > 0;
+  constexpr int kOutBN = Cfg::kSwiglu ? BN / 2 : BN;  // output columns per tile (the schedule's N tile)
   // Panels stored at a tile's end: all but the last (each once the store kCRing panels back has left its
   // buffer); the last waits in registers for the next tile's first K iteration (sm90_gemm.cu's split of
   // level 9's store). Holding more panels' words across the K loop spilled at BN 256. A ring with a
@@ -320,7 +356,7 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
   }
   const auto sched = [&] {  // GroupedKScheduler along K, else GroupedScheduler; units of kCluster M tiles
     if constexpr (kAlongK) return GroupedKScheduler(table, groups, M, N, BM, BN, kCluster);
-    else return GroupedScheduler(table, groups, N, BM, BN, kCluster);
+    else return GroupedScheduler(table, groups, N, BM, kOutBN, kCluster);
   }();
   const int k_tiles = (K + BK - 1) / BK;  // grouped along M: every tile's (along K: each group's, below)
   const int total = sched.total();
@@ -343,9 +379,13 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
                                             share);
         } else {
           const GroupedUnit u = sched.template unit<kCluster>(unit, rank);
-          for (int kt = 0; kt < k_tiles; ++kt, pos.advance())
-            produce_grouped_stage<kCluster>(smem, &map_a, &map_b, pos, kt * BK, u.t.row0, u.t.tn * BN, u.t.group, rank,
-                                            u.share);
+          for (int kt = 0; kt < k_tiles; ++kt, pos.advance()) {
+            if constexpr (Cfg::kSwiglu)
+              produce_swiglu_stage(smem, &map_a, &map_b, &map_b_up, pos, kt * BK, u.t.row0, u.t.tn * kOutBN, u.t.group);
+            else
+              produce_grouped_stage<kCluster>(smem, &map_a, &map_b, pos, kt * BK, u.t.row0, u.t.tn * BN, u.t.group,
+                                              rank, u.share);
+          }
         }
       }
     }
@@ -452,7 +492,14 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
         const GroupedUnit u = sched.template unit<kCluster>(unit, rank);
         const GroupedTile& t = u.t;
         const int row0 = t.row0 + 64 * consumer;
-        if (tma_ok && u.mine && row0 + 64 <= t.row_end) {  // all 64 rows the group's: no mask needed
+        if constexpr (Cfg::kSwiglu) {  // silu(gate) * up of each output pair, rows masked at the group's end
+          if (u.mine) {
+            float o[BN / 4];
+            gate_fragment<BN>(o, d, Silu{});
+            store_fragment_from_registers<kOutBN, true>(C, ldc, o, row0, t.tn * kOutBN, t.row_end, N,
+                                                        [](float&, float&, int, int) {});
+          }
+        } else if (tma_ok && u.mine && row0 + 64 <= t.row_end) {  // all 64 rows the group's: no mask needed
           store_by_tma(d, unit, Cfg::kBias ? bias + static_cast<long long>(t.group) * N : nullptr, t.tn * BN);
         } else if (u.mine) {
           store_fragment_from_registers<BN, !kTmaStore>(C, ldc, d, row0, t.tn * BN, t.row_end, N,
@@ -478,7 +525,7 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
 
 // ---- The build: its -D constants as the config, and the entry point ------------------------------
 // The plan's constants (design/plan.py kernel_defines) and library/grouped.py's: GL_MAX_GROUPS (read by
-// grouped_scheduler.cuh), GL_GROUPED_K or GL_MASKED for the mode, GL_BIAS, GL_OUT_FP32 for a float32 out.
+// grouped_scheduler.cuh), GL_GROUPED_K or GL_MASKED for the mode, GL_BIAS, GL_SWIGLU, GL_OUT_FP32 for a float32 out.
 #ifndef GL_GROUPED_K
 #define GL_GROUPED_K 0
 #endif
@@ -499,6 +546,11 @@ struct BuildConfig {
 #else
   static constexpr bool kBias = false;
 #endif
+#if defined(GL_SWIGLU)
+  static constexpr bool kSwiglu = true;
+#else
+  static constexpr bool kSwiglu = false;
+#endif
 #if defined(GL_OUT_FP32)
   using Out = float;
 #else
@@ -515,7 +567,17 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
                         const __grid_constant__ CUtensorMap map_c, BuildConfig::Out* __restrict__ C, long long ldc,
                         long long group_stride, const int* __restrict__ offs, int groups, int total_k, int M, int N,
                         int tma_store) {
-  sm90_grouped_gemm<BuildConfig>(map_a, map_b, map_c, C, ldc, group_stride, offs, groups, total_k, M, N, 0, nullptr,
+  sm90_grouped_gemm<BuildConfig>(map_a, map_b, map_b, map_c, C, ldc, group_stride, offs, groups, total_k, M, N, 0,
+                                 nullptr, tma_store);
+}
+#elif defined(GL_SWIGLU)
+// The fused gated MLP: w_up's map after w_gate's (map_b); N the output's columns.
+extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
+    grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                        const __grid_constant__ CUtensorMap map_b_up, const __grid_constant__ CUtensorMap map_c,
+                        BuildConfig::Out* __restrict__ C, long long ldc, const int* __restrict__ offs, int groups,
+                        int total_rows, int N, int K, const elem_t* __restrict__ bias, int tma_store) {
+  sm90_grouped_gemm<BuildConfig>(map_a, map_b, map_b_up, map_c, C, ldc, 0, offs, groups, total_rows, 0, N, K, bias,
                                  tma_store);
 }
 #else
@@ -524,6 +586,7 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
                         const __grid_constant__ CUtensorMap map_c, BuildConfig::Out* __restrict__ C, long long ldc,
                         const int* __restrict__ offs, int groups, int total_rows, int N, int K,
                         const elem_t* __restrict__ bias, int tma_store) {
-  sm90_grouped_gemm<BuildConfig>(map_a, map_b, map_c, C, ldc, 0, offs, groups, total_rows, 0, N, K, bias, tma_store);
+  sm90_grouped_gemm<BuildConfig>(map_a, map_b, map_b, map_c, C, ldc, 0, offs, groups, total_rows, 0, N, K, bias,
+                                 tma_store);
 }
 #endif

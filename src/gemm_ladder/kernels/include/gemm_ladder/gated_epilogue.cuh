@@ -31,4 +31,13 @@ __device__ __forceinline__ void pack_gated_fragment(uint32_t (&packed)[BN / 8], 
     packed[q] = pack2(act(d[2 * q]) * d[2 * q + kUp], act(d[2 * q + 1]) * d[2 * q + 1 + kUp]);
 }
 
+// o[i] = act(gate) * up of d[i], d[i + BN/4] in fp32, not rounded: a 64 x BN/2 fragment in epilogue.cuh's
+// layout (o[4j + 2i + c] is column 8j + 2(l%4) + c), for a store from registers (register_store.cuh).
+template <int BN, class Act>
+__device__ __forceinline__ void gate_fragment(float (&o)[BN / 4], const float (&d)[BN / 2], Act act) {
+  constexpr int kUp = BN / 4;
+#pragma unroll
+  for (int i = 0; i < BN / 4; ++i) o[i] = act(d[i]) * d[i + kUp];
+}
+
 }  // namespace gl
