@@ -279,9 +279,13 @@ def run_swiglu(name: str, direction: str, budget: float) -> dict:
     """gemm_ladder.grouped_swiglu on a gate+up case (w_gate, w_up (E, N / 2, K)) against torch's composition
     ``silu(_grouped_mm(x, w_gate^T)) * _grouped_mm(x, w_up^T)`` (``ratio_torch_grouped``) and a loop of
     ``silu(x_e @ w_gate[e]^T) * (x_e @ w_up[e]^T)`` per expert (``ratio_loop``). ``direction`` "fwd", or
-    "fwd_bwd": the forward and torch.autograd.grad of x, w_gate and w_up (3 x the forward's FLOPs)."""
+    "fwd_bwd": the forward and torch.autograd.grad of x, w_gate and w_up (3 x the forward's FLOPs). The
+    forward also times the fused gated-MLP build (ops_grouped_swiglu.FUSED_DEFAULT on during its calls) in
+    the same rounds: ``ratio_fused`` (the two-GEMM forward's time over the fused one's: > 1, fused faster),
+    ``ratio_torch_grouped_fused`` (torch's composition over the fused one), ``rel_err_fused_vs_torch``."""
     import torch.nn.functional as F
 
+    import gemm_ladder.ops_grouped_swiglu as gs
     from gemm_ladder.ops_grouped_swiglu import grouped_swiglu
 
     e, rows, n2, k, lo, hi = CASES[name]
@@ -301,6 +305,7 @@ def run_swiglu(name: str, direction: str, budget: float) -> dict:
 
     impls = {"grouped": lambda x, wg, wu: grouped_swiglu(x, wg, wu, offs), "torch_grouped": composed, "loop": looped}
     if direction == "fwd":
+        impls["grouped_fused"] = with_setting(gs, "FUSED_DEFAULT", True, impls["grouped"])
         fns = {nm: (lambda f: lambda *_: f(x, wg, wu))(f) for nm, f in impls.items()}
     else:
         leaves = [t.detach().requires_grad_() for t in (x, wg, wu)]
@@ -318,9 +323,17 @@ def run_swiglu(name: str, direction: str, budget: float) -> dict:
            "group_sizes": {"min": min(sizes), "max": max(sizes), "empty": sizes.count(0)},
            "ms": {k2: v.median_ms for k2, v in t.items()}, "spread": {k2: round(v.spread, 4) for k2, v in t.items()},
            "tflops_torch_grouped": flop / t["torch_grouped"].median_ms / 1e9, "tflops_loop": flop / t["loop"].median_ms / 1e9}
+    if "grouped_fused" in t:
+        fused = t["grouped_fused"].median_ms
+        err_fused = float((impls["grouped_fused"](x, wg, wu).double() - ref).norm() / ref.norm().clamp_min(1e-30))
+        row.update(ratio_fused=ours / fused, ratio_torch_grouped_fused=t["torch_grouped"].median_ms / fused,
+                   tflops_fused=flop / fused / 1e9, rel_err_fused_vs_torch=err_fused)
+        row["correct"] = row["correct"] and err_fused <= 2e-2
     print(f"{name:22s} swiglu {direction:7s} E={e:4d} rows={rows:6d} N={n:6d} K={k:6d}  grouped {ours:8.3f} ms "
           f"{row['tflops']:6.1f} TF/s  x{row['ratio_torch_grouped']:.2f} torch composition  x{row['ratio_loop']:.2f} loop"
-          f"  err {err:.2e}", flush=True)
+          f"  err {err:.2e}" + (f"  fused x{row['ratio_fused']:.2f} the two GEMMs, x{row['ratio_torch_grouped_fused']:.2f} "
+                                 f"torch, err {row['rel_err_fused_vs_torch']:.2e}" if "ratio_fused" in row else ""),
+          flush=True)
     return row
 
 
@@ -414,15 +427,15 @@ def case_builds(names, directions, clusters=(None,), rings=(None,)) -> list:
 
 def prebuild() -> int:
     """Compile into the kernel cache, with no GPU, the builds a full run (every case and direction, the
-    library's rules, cluster 1 and 2, ring 1 and, grouped along K, 4) and --sanitize's deeper rings
-    (:func:`ring_builds`) launch, bf16; 0 when all are ready."""
+    library's rules, cluster 1 and 2, ring 1 and, grouped along K, 4), --sanitize's deeper rings
+    (:func:`ring_builds`) and the fused gated-MLP build launch, bf16; 0 when all are ready."""
     kernels = case_builds(CASES, ("fwd", "grad_x"), (None, 1, 2)) + case_builds(CASES, ("grad_w",), (None, 1, 2), (None, 4))
-    return compile_all(kernels + ring_builds())
+    return compile_all(kernels + ring_builds() + [grouped_lib.grouped_gemm(256, "k", swiglu=True)])  # + the fused swiglu
 
 
 def sanitize() -> int:
     """Every build once on small shapes (both dtypes, both tile widths, K- and N-major weights, bias, fp32
-    out, grouped along K, the masked layout; empty, one-row and unaligned groups), each checked against
+    out, grouped along K, the masked layout, the fused swiglu; empty, one-row and unaligned groups), each checked against
     float64; the cluster build; more tiles than CTAs (the TMA store's panel carried into a CTA's next
     tile); nothing timed or written. For compute-sanitizer (memcheck, racecheck, synccheck)."""
     from gemm_ladder.api_grouped import grouped_mm_masked_direct
@@ -454,6 +467,12 @@ def sanitize() -> int:
         check(f"{dt} masked", torch.cat([got[i, :c] for i, c in enumerate(cs)]),
               torch.cat([a[i, :c].double() @ w[i].double().T for i, c in enumerate(cs)]))
         check(f"{dt} fwd cluster 2", grouped_mm_direct(x, w.transpose(1, 2), offs, bn=256, cluster=2), ref)
+        # The fused gated MLP (w as the gate, w / 2 as up: 136 outputs, a partial 128-column tile).
+        from gemm_ladder.ops_grouped_swiglu import grouped_swiglu_fused_direct
+
+        wu = (w / 2).contiguous()
+        check(f"{dt} fused swiglu", grouped_swiglu_fused_direct(x, w, wu, offs),
+              torch.nn.functional.silu(ref) * (ref / 2))
     # More tiles than CTAs (each CTA's last panel of a tile stored during its next tile: the TMA store's
     # ring carried across tiles), cluster 1 and 2, and grouped along K.
     # Outputs poisoned: a NaN block of the output's size freed just before each call (the allocator hands it back).
