@@ -285,6 +285,7 @@ def test_quantized_output_launch_and_fake(monkeypatch):
     assert check_scaled_mm(v2, qw2.T, s2, sw2.T, device_type="cpu").scale_mode == "blockwise"
     fv, fs = torch.ops.gemm_ladder.scaled_mm_fp8(qa.to("meta"), qw.T.to("meta"), sa.to("meta"), sw.T.to("meta"), None)
     assert (fv.shape, fv.dtype, fs.shape) == ((m, n), E4M3, (m, 3))
+    assert (fv.stride(), fs.stride()) == (values.stride(), scales.stride())  # the op's outputs: the same layouts
 
 
 @pytest.mark.parametrize("kernel", [Fp8Kernel("blockwise"), Fp8Kernel("tensorwise", bn=64), Fp8Kernel("rowwise", overlap=False),

@@ -17,7 +17,7 @@ from gemm_ladder.dispatch import decide
 from gemm_ladder.dispatch.route import QUANTIZED_RESIDUAL_MAX_BN
 from gemm_ladder.library.gemm import library_gemm, scales_refusal
 from gemm_ladder.library.kernel import KernelConfig
-from gemm_ladder.library.quantized import QUANT_OUT, quantized_buffers, scales_view
+from gemm_ladder.library.quantized import QUANT_OUT, kernel_views, quantized_buffers
 
 BF16 = torch.bfloat16
 META = "meta"
@@ -63,8 +63,9 @@ def test_kernel_config_takes_e4m3_output_of_16_bit_inputs_only_from_registers():
 
 def test_scales_refusal_names_each_rule():
     g = library_gemm("k", "k", 128, c_from_registers=True, out_e4m3=True)
-    c, buf = quantized_buffers(300, 296, torch.device("cpu"))
-    assert buf.shape == (3, 300) and c.stride(0) == 304 and scales_view(buf, 300).shape == (300, 3)
+    values, scales = quantized_buffers(300, 296, torch.device("cpu"))
+    c, buf = kernel_views(values, scales)
+    assert buf.shape == (3, 300) and buf.stride() == (300, 1) and c.stride() == (304, 1) and scales.shape == (300, 3)
     assert scales_refusal(g, c, buf) is None
     assert "pass scales" in scales_refusal(g, c, None)
     assert "float32 of shape (3, >= 300)" in scales_refusal(g, c, buf[:2])
@@ -112,6 +113,9 @@ def test_linear_and_mm_on_meta_give_the_layouts():
                                         out_dtype=QUANT_OUT)
     assert values.shape == (2, 50, 7000) and values.dtype == QUANT_OUT
     assert scales.shape == (2, 50, 55) and scales.dtype == torch.float32
+    # The documented layouts on the op's path too: rows pitched to 16 elements, scales column-major in the
+    # merged rows with a pitch of M rounded up to 4 (what scaled_mm reads without a copy).
+    assert values.stride() == (50 * 7008, 7008, 1) and scales.stride() == (50, 1, 100)
     values, scales = gemm_ladder.mm(_meta(33, 256), _meta(256, 129), out_dtype=QUANT_OUT)
     assert values.shape == (33, 129) and scales.shape == (33, 2)
     values, scales = gemm_ladder.linear(_meta(256), _meta(384, 256), out_dtype=QUANT_OUT)  # a 1-D x

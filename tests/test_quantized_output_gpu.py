@@ -15,7 +15,7 @@ import gemm_ladder
 from gemm_ladder.library.fp8 import dequantize, quantize_fp8
 from gemm_ladder.library.gemm import library_gemm
 from gemm_ladder.library.operand import operand_view
-from gemm_ladder.library.quantized import QUANT_OUT, quantized_buffers, scales_view
+from gemm_ladder.library.quantized import QUANT_OUT, kernel_views, quantized_buffers
 
 pytestmark = pytest.mark.gpu
 
@@ -30,15 +30,21 @@ def _inputs(m, n, k, seed, dtype=torch.bfloat16):
     return x, w
 
 
-def _launch(kernel, x, w, *, split, scales=True):
-    """Run ``kernel`` on x @ w.T into NaN-poisoned outputs: (values, scales) or the fp32 result."""
+def _launch(kernel, x, w, *, split):
+    """Run ``kernel`` on x @ w.T into NaN-poisoned outputs: (values, scales) or the fp32 result. The e4m3
+    build's scales are written through a view of a buffer with one more block row, NaN, checked untouched:
+    a block wholly past N (BN 256, N mod 256 in 1..128) has no scale to write."""
     va, vb = operand_view(x, k_dim=1), operand_view(w, k_dim=1)
     if kernel.out_e4m3:
-        values, buf = quantized_buffers(x.shape[0], w.shape[0], x.device)
-        values.view(torch.uint8).fill_(0x7F)  # e4m3's NaN
-        buf.fill_(float("nan"))
-        kernel.launch(va, vb, values, split=split, scales=buf)
-        return values, scales_view(buf, x.shape[0])
+        m, n = x.shape[0], w.shape[0]
+        values, scales = quantized_buffers(m, n, x.device)
+        c, rows = kernel_views(values, scales)
+        canary = torch.full((rows.shape[0] + 1, rows.stride(0)), float("nan"), device=x.device)
+        c.view(torch.uint8).fill_(0x7F)  # e4m3's NaN
+        kernel.launch(va, vb, c, split=split, scales=canary[:-1, :m])
+        assert canary[-1].isnan().all(), "a scale was written past the last block"
+        scales.copy_(canary[:-1, :m].t())
+        return values, scales
     out = torch.full((x.shape[0], w.shape[0]), float("nan"), device="cuda")
     kernel.launch(va, vb, out, split=split)
     return out

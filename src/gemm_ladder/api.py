@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from gemm_ladder.api_quantized import explain_quantized, linear_e4m3
+from gemm_ladder.api_quantized import explain_quantized, linear_e4m3, refuse_grad
 from gemm_ladder.dispatch import decide
 from gemm_ladder.dispatch.calls import CALLS, fast_linear_key, fast_mm_key, linear_key, make_call, mm_key, rows
 from gemm_ladder.dispatch.execute import run
@@ -194,6 +194,7 @@ def _mm_quantized(a, b, out):
         raise NotSupportedError("out= with out_dtype=torch.float8_e4m3fn: the quantized output is returned as "
                                 "(values, scales); drop out=")
     check_mm(a, b, None, None, device_types=("cuda", "meta"), check_grad=False)
+    refuse_grad({"a": a, "b": b})
     return linear_e4m3(a, b.T)
 
 

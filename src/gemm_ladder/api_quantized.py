@@ -22,10 +22,11 @@ from gemm_ladder.dispatch import decide
 from gemm_ladder.dispatch.calls import rows
 from gemm_ladder.dispatch.execute import run
 from gemm_ladder.dispatch.validate import MmShape, NotSupportedError, check_domain, check_linear, linear_call
-from gemm_ladder.library.quantized import QUANT_OUT, SCALE_BLOCK, quantized_buffers, scales_view
+from gemm_ladder.runtime.module import elsewhere, on_device
+from gemm_ladder.library.quantized import QUANT_OUT, SCALE_BLOCK, kernel_views, quantized_buffers
 
 
-def _refuse_grad(tensors: dict) -> None:
+def refuse_grad(tensors: dict) -> None:
     """No backward: a tensor requiring grad under grad mode is refused, never silently detached."""
     if not torch.is_grad_enabled():
         return
@@ -43,13 +44,8 @@ def check_linear_quantized(x, w, bias=None, *, activation=None, residual=None, a
     GemmTypeError, GemmInputError, NotSupportedError (grad)."""
     k, n = check_linear(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
                         device_types=device_types, check_grad=False)
-    _refuse_grad({"x": x, "w": w, "bias": bias, "residual": residual})
+    refuse_grad({"x": x, "w": w, "bias": bias, "residual": residual})
     return rows(tuple(x.shape[:-1])), n, k
-
-
-def quantized_shapes(lead: tuple[int, ...], n: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The shapes of (values, scales) for a result of shape (*lead, N): (*lead, N) and (*lead, ceil(N / 128))."""
-    return (*lead, n), (*lead, -(-n // SCALE_BLOCK))
 
 
 def linear_quantized(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *,
@@ -61,43 +57,50 @@ def linear_quantized(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
     Args: as :func:`gemm_ladder.linear` (x (*, K) and w (N, K) bf16 or fp16 on one CUDA device; bias (N,),
     residual (*, N), activation, alpha, beta), without ``out`` or a user ``Epilogue``.
 
-    Returns ``(values, scales)``: values (*, N) ``torch.float8_e4m3fn`` whose rows have a pitch that is a
-    multiple of 16 elements; scales (*, ceil(N / 128)) float32, column-major in the merged rows (stride
-    (1, R) with R = M rounded up to 4): the layouts ``scaled_mm(values, w2.T, scales, sw2.T)`` reads in
-    place when the batch dimensions are merged to (M, ...). Empty M or N: empty tensors; K = 0: the
-    epilogue applied to zeros, quantized by ``quantize_fp8``.
+    Returns ``(values, scales)`` (library/quantized.py's ``quantized_buffers``): values (*, N)
+    ``torch.float8_e4m3fn`` whose rows have a pitch that is a multiple of 16 elements; scales (*, ceil(N /
+    128)) float32, column-major in the merged rows (element (r, b) at r + b x R, R = M rounded up to 4):
+    the layouts ``scaled_mm(values, w2.T, scales, sw2.T)`` reads in place once the batch dimensions are
+    merged to (M, ...) (a view). Both are tensors of their own, not views, in these layouts on every path
+    (eager, the op under torch.compile, its fake). Empty M or N: empty tensors; K = 0: the epilogue applied
+    to zeros, quantized as ``quantize_fp8`` does, in the same layouts.
 
     Raises (before any launch): GemmTypeError, GemmInputError (:func:`check_linear_quantized`),
     NotSupportedError (an input requiring grad under grad mode), OutsideDomainError.
     """
     m, n, k = check_linear_quantized(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta)
+    index = elsewhere(x)
+    if index is not None:  # run on x's device; the caller's current device is put back
+        with on_device(index):
+            return linear_quantized(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta)
     lead = tuple(x.shape[:-1])
-    values_shape, scales_shape = quantized_shapes(lead, n)
     call = linear_call(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta, check_grad=False)
+    values, scales = quantized_buffers(lead, n, x.device)
     if m == 0 or n == 0:
-        return (torch.empty(values_shape, dtype=QUANT_OUT, device=x.device),
-                torch.empty(scales_shape, dtype=torch.float32, device=x.device))
+        return values, scales
+    values2, scale_rows = kernel_views(values, scales)
     if k == 0:
         from gemm_ladder.library.fp8 import quantize_fp8
 
         zeros = torch.zeros((m, n), dtype=torch.float64, device=x.device)
         full = (call.reference(zeros) if call is not None else zeros).float()
-        values, scales = quantize_fp8(full, (1, SCALE_BLOCK))
-        return values.view(values_shape), scales.view(scales_shape)
+        v, s = quantize_fp8(full, (1, SCALE_BLOCK))
+        values2.copy_(v)
+        scale_rows.copy_(s.t())
+        return values, scales
     check_domain(MmShape(m, n, k, QUANT_OUT))
     x2 = x.reshape(m, k)  # a view where the batch dimensions merge
-    values, scale_buf = quantized_buffers(m, n, x.device)
     reads_residual = residual is not None and beta != 0
-    route = decide(x2, w.T, values, given=False, activation=activation, residual=reads_residual)
-    run(route, x2, w.T, values, epilogue=call, scales=scale_buf)
-    return values.view(values_shape), scales_view(scale_buf, m).view(scales_shape)
+    route = decide(x2, w.T, values2, given=False, activation=activation, residual=reads_residual)
+    run(route, x2, w.T, values2, epilogue=call, scales=scale_rows)
+    return values, scales
 
 
 def linear_e4m3(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, beta=1.0):
     """What ``linear(..., out_dtype=torch.float8_e4m3fn)`` runs: :func:`linear_quantized` directly for an eager
     call on plain tensors; under ``torch.compile``, on tensor subclasses or meta tensors, the op
     ``torch.ops.gemm_ladder.linear_e4m3(x, w, bias, residual, activation, alpha, beta)`` (registered with its
-    fake by ops_fp8.py, the layer above; its outputs are contiguous copies), after the same checks, so the
+    fake by ops_fp8.py, the layer above; the same layouts), after the same checks, so the
     library's errors come before the dispatcher's. Returns and raises as :func:`linear_quantized`."""
     tensors = (x, w, bias, residual)
     if torch.compiler.is_compiling() or any(isinstance(t, torch.Tensor) and (type(t) not in _PLAIN or t.is_meta)
@@ -125,7 +128,9 @@ def _op():
 def explain_quantized(a: torch.Tensor, b: torch.Tensor, *, activation: str | None = None):
     """What ``mm(a, b, out_dtype=torch.float8_e4m3fn)`` (or, with ``activation``, the GEMM of
     ``linear(a, b.T, activation=..., out_dtype=torch.float8_e4m3fn)``) would run, as
-    :func:`gemm_ladder.explain`'s Explanation; CUDA or meta tensors."""
+    :func:`gemm_ladder.explain`'s Explanation; CUDA or meta tensors. The route of a call whose epilogue reads
+    a residual is at most 128 wide (dispatch/route.py QUANTIZED_RESIDUAL_MAX_BN), which ``explain`` (no
+    residual argument) does not show."""
     from gemm_ladder.dispatch import cost_model
     from gemm_ladder.dispatch.explain import explain_route, trivial_explanation
     from gemm_ladder.dispatch.validate import check_activation, check_mm, trivial
@@ -136,11 +141,11 @@ def explain_quantized(a: torch.Tensor, b: torch.Tensor, *, activation: str | Non
     if kind is not None:
         return trivial_explanation(kind, shape.m, shape.n, shape.k, a.dtype, QUANT_OUT, str(a.device))
     check_domain(shape)
-    values = torch.empty((shape.m, -(-shape.n // 16) * 16), dtype=QUANT_OUT, device=a.device)[:, :shape.n]
+    values = quantized_buffers(shape.m, shape.n, a.device)[0]
     route = decide(a, b, values, given=False, activation=activation)
     out = explain_route(route, shape.m, shape.n, shape.k, QUANT_OUT, cost_model())
     out.host = "python (the quantized output: the Python path checks, decides and binds every call)"
     return out
 
 
-__all__ = ["check_linear_quantized", "explain_quantized", "linear_e4m3", "linear_quantized", "quantized_shapes"]
+__all__ = ["check_linear_quantized", "explain_quantized", "linear_e4m3", "linear_quantized", "refuse_grad"]

@@ -23,7 +23,8 @@ import contextlib
 
 import torch
 
-from gemm_ladder.api_quantized import check_linear_quantized, linear_quantized, quantized_shapes
+from gemm_ladder.api_quantized import check_linear_quantized, linear_quantized
+from gemm_ladder.library.quantized import quantized_buffers
 from gemm_ladder.library.fp8 import (QUANT_OUT, check_scaled_mm, describe, host_refusal, quantize_fp8,
                                      scaled_mm_launch, settings)
 
@@ -101,30 +102,28 @@ def _scaled_mm_out_fake(a, b, scale_a, scale_b, bias, out_dtype, out):
 def _scaled_mm_fp8_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                       bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     call = check_scaled_mm(a, b, scale_a, scale_b, bias, QUANT_OUT)
-    values, scales = scaled_mm_launch(a, b, scale_a, scale_b, bias, call)
-    return values.contiguous(), scales.contiguous()  # an op's outputs may not alias padded buffers
+    # Tensors of their own in the documented layouts (library/quantized.py), as the fake makes them.
+    return scaled_mm_launch(a, b, scale_a, scale_b, bias, call)
 
 
 @_scaled_mm_fp8_op.register_fake
 def _scaled_mm_fp8_fake(a, b, scale_a, scale_b, bias):
     call = check_scaled_mm(a, b, scale_a, scale_b, bias, QUANT_OUT, device_type=None)
-    return (a.new_empty((call.m, call.n), dtype=QUANT_OUT),
-            a.new_empty((call.m, -(-call.n // 128)), dtype=torch.float32))
+    return quantized_buffers(call.m, call.n, a.device)
 
 
 @torch.library.custom_op("gemm_ladder::linear_e4m3", mutates_args=())
 def _linear_e4m3_op(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None,
                     activation: str | None, alpha: float, beta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    values, scales = linear_quantized(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta)
-    return values.contiguous(), scales.contiguous()  # an op's outputs may not alias padded buffers
+    # Tensors of their own in the documented layouts (library/quantized.py), as the fake makes them.
+    return linear_quantized(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta)
 
 
 @_linear_e4m3_op.register_fake
 def _linear_e4m3_fake(x, w, bias, residual, activation, alpha, beta):
     check_linear_quantized(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
                            device_types=("cuda", "meta"))
-    values, scales = quantized_shapes(tuple(x.shape[:-1]), w.shape[0])
-    return x.new_empty(values, dtype=QUANT_OUT), x.new_empty(scales, dtype=torch.float32)
+    return quantized_buffers(tuple(x.shape[:-1]), w.shape[0], x.device)
 
 
 def scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=torch.bfloat16, out=None):

@@ -64,7 +64,7 @@ from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
 from gemm_ladder.library import kernel as K
 from gemm_ladder.library.kernel import DATA_PARALLEL, STORE_REGISTERS, STORE_TMA, STREAM_K, KernelConfig, Operands
 from gemm_ladder.library.lru import cached
-from gemm_ladder.library.quantized import QUANT_OUT, quantized_buffers, scales_view
+from gemm_ladder.library.quantized import QUANT_OUT, kernel_views, quantized_buffers
 from gemm_ladder.runtime.compiler import compile_kernel
 from gemm_ladder.runtime.module import device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
@@ -695,7 +695,8 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
                      kernel: Fp8Kernel | None = None) -> torch.Tensor:
     """Run the fp8 kernel on a checked call (:func:`check_scaled_mm`) on torch's current stream; return out,
     or for ``out_dtype=torch.float8_e4m3fn`` the tuple (values (M, N) e4m3, scales (M, ceil(N/128)) fp32
-    column-major), as ``quantize_fp8(result, (1, 128))`` lays them out. ``kernel``: the build to run (the
+    column-major), what ``quantize_fp8(result, (1, 128))`` computes, in library/quantized.py's layouts (the
+    values' pitch and the scales' rounded up, so the next scaled_mm reads both in place). ``kernel``: the build to run (the
     family's bind passes its config's); default the one this call's scales, dtypes, bias and tile width
     (:func:`tile_n`) and output (:func:`store_for`, from :data:`STORE_DEFAULT`) pick. A ``kernel`` whose
     store is "tma" needs an output :func:`store_for` gives the TMA store: otherwise GemmInputError (never
@@ -706,14 +707,17 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
     m, n, k = call.m, call.n, call.k
     quantized = call.out_dtype == QUANT_OUT
     if quantized:
+        # The next scaled_mm takes both without a copy (library/quantized.py), whatever the shape.
+        values, scales = quantized_buffers(m, n, a.device)
+        out, scale_buf = kernel_views(values, scales)
         if m == 0 or n == 0 or k == 0:
             full = torch.zeros((m, n), dtype=torch.float32, device=a.device)
             if bias is not None:
                 full += bias.float()
-            return quantize_fp8(full, (1, 128))
-        # The next scaled_mm takes both without a copy (library/quantized.py).
-        values, scale_buf = quantized_buffers(m, n, a.device)
-        out = values
+            v, s = quantize_fp8(full, (1, 128))
+            out.copy_(v)
+            scale_buf.copy_(s.t())
+            return values, scales
     elif out is None:
         out = torch.empty((m, n), dtype=call.out_dtype, device=a.device)
     if m == 0 or n == 0:
@@ -748,7 +752,7 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
     kernel.loaded(a.device).launch((plan.clusters, 1, 1), args.args, _stream(a.device))
     del args
     if quantized:
-        return values, scales_view(scale_buf, m)
+        return values, scales
     return out
 
 

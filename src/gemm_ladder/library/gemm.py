@@ -69,7 +69,7 @@ from gemm_ladder.runtime.module import LaunchGeometry, device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
 from gemm_ladder.runtime.workspace import COUNTERS, WORKSPACES
 from gemm_ladder.library.lru import cached
-from gemm_ladder.library.quantized import QUANT_OUT, quantized_buffers, scales_view
+from gemm_ladder.library.quantized import QUANT_OUT, kernel_views, quantized_buffers
 
 SOURCE = "library/sm90_gemm.cu"
 #: The family's name in a KernelConfig, and its kernel's entry point.
@@ -514,9 +514,10 @@ class LibraryGemm:
         if self.out_e4m3:
             if va.k == 0:
                 raise GemmInputError("K = 0: the quantized output of zeros is quantize_fp8 of zeros; not launched")
-            c, scale_buf = quantized_buffers(va.rows, vb.rows, a.device)
-            self.launch(va, vb, c, split=split, scales=scale_buf)
-            return c, scales_view(scale_buf, va.rows)
+            values, scales = quantized_buffers(va.rows, vb.rows, a.device)
+            c, scale_rows = kernel_views(values, scales)
+            self.launch(va, vb, c, split=split, scales=scale_rows)
+            return values, scales
         if va.k == 0:
             return torch.zeros((va.rows, vb.rows), dtype=a.dtype, device=a.device)
         c = torch.empty((va.rows, vb.rows), dtype=torch.float32 if self.out_fp32 else a.dtype, device=a.device)

@@ -101,6 +101,10 @@ __device__ __forceinline__ void store_fragment_quantized(__nv_fp8_e4m3* __restri
   const bool pairs = ldc % 2 == 0 && reinterpret_cast<uintptr_t>(C) % 2 == 0;
 #pragma unroll
   for (int b = 0; b < BN / 128; ++b) {
+    // A block that starts at or past the output's last column has no scale to write (the scales hold
+    // ceil(cols / 128) blocks; the last 256-wide tile's second block may lie wholly past them). The same
+    // for every lane of the warpgroup, so no shuffle below is left half-taken.
+    if (col0 + 128 * b >= cols) break;
 #pragma unroll
     for (int j = 16 * b; j < 16 * b + 16; ++j) {
       const int col = col0 + 8 * j + 2 * (lane % 4);
