@@ -303,9 +303,15 @@ def run_swiglu(name: str, direction: str, budget: float) -> dict:
     def looped(x, wg, wu):
         return torch.cat([F.silu(x[s:t] @ wg[i].T) * (x[s:t] @ wu[i].T) for s, t, i in slices])
 
-    impls = {"grouped": lambda x, wg, wu: grouped_swiglu(x, wg, wu, offs), "torch_grouped": composed, "loop": looped}
+    # The two-GEMM forward whatever GL_GROUPED_SWIGLU_FUSED says; the fused one beside it, where its build takes
+    # these tensors (else it would time the two GEMMs under the fused label: refused instead).
+    impls = {"grouped": with_setting(gs, "FUSED_DEFAULT", False, lambda x, wg, wu: grouped_swiglu(x, wg, wu, offs)),
+             "torch_grouped": composed, "loop": looped}
     if direction == "fwd":
-        impls["grouped_fused"] = with_setting(gs, "FUSED_DEFAULT", True, impls["grouped"])
+        refusal = gs.fused_kernel().supports_swiglu(x, wg, wu, offs, torch.empty(rows, n, dtype=x.dtype, device="cuda"))
+        if refusal is not None:
+            raise RuntimeError(f"{name}: the fused swiglu build refuses these tensors: {refusal}")
+        impls["grouped_fused"] = with_setting(gs, "FUSED_DEFAULT", True, lambda x, wg, wu: grouped_swiglu(x, wg, wu, offs))
         fns = {nm: (lambda f: lambda *_: f(x, wg, wu))(f) for nm, f in impls.items()}
     else:
         leaves = [t.detach().requires_grad_() for t in (x, wg, wu)]
@@ -470,7 +476,11 @@ def sanitize() -> int:
         # The fused gated MLP (w as the gate, w / 2 as up: 136 outputs, a partial 128-column tile).
         from gemm_ladder.ops_grouped_swiglu import grouped_swiglu_fused_direct
 
+        from gemm_ladder.ops_grouped_swiglu import fused_kernel
+
         wu = (w / 2).contiguous()
+        probe = torch.empty(x.shape[0], w.shape[1], dtype=dt, device="cuda")
+        assert fused_kernel().supports_swiglu(x, w, wu, offs, probe) is None, "the fused build refuses the case"
         check(f"{dt} fused swiglu", grouped_swiglu_fused_direct(x, w, wu, offs),
               torch.nn.functional.silu(ref) * (ref / 2))
     # More tiles than CTAs (each CTA's last panel of a tile stored during its next tile: the TMA store's

@@ -130,6 +130,7 @@ def _grouped_swiglu_fused_op(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.
 
 @_grouped_swiglu_fused_op.register_fake
 def _grouped_swiglu_fused_fake(x, w_gate, w_up, offs):
+    check_grouped_swiglu(x, w_gate, w_up, offs)
     return x.new_empty((x.shape[0], w_gate.shape[1]))
 
 
