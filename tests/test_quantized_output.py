@@ -14,7 +14,7 @@ from conftest import gate_reports, needs_nvcc
 import gemm_ladder
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
 from gemm_ladder.dispatch import decide
-from gemm_ladder.dispatch.route import QUANTIZED_RESIDUAL_MAX_BN
+from gemm_ladder.dispatch.route import QUANTIZED_NARROW_MAX_BN
 from gemm_ladder.library.gemm import library_gemm, scales_refusal
 from gemm_ladder.library.kernel import KernelConfig
 from gemm_ladder.library.quantized import QUANT_OUT, kernel_views, quantized_buffers
@@ -93,8 +93,8 @@ def test_the_route_is_the_e4m3_register_store_build(m, n, k):
     assert route.kind == "general" and route.config.out_dtype == "e4m3" and route.config.c_from_registers
     assert route.bn in (128, 256) and not route.c_path.transposed and route.c_path.workspace is None
     assert route.config.tile[0] == 128 and route.config.cluster == 2
-    narrow = decide(x, w.T, values, given=False, residual=True)
-    assert narrow.bn <= QUANTIZED_RESIDUAL_MAX_BN and narrow.config.out_dtype == "e4m3"
+    narrow = decide(x, w.T, values, given=False, narrow=True)
+    assert narrow.bn <= QUANTIZED_NARROW_MAX_BN and narrow.config.out_dtype == "e4m3"
 
 
 def test_explain_says_the_quantized_route():
@@ -172,9 +172,10 @@ def test_a_user_epilogue_with_the_quantized_output_is_refused():
 
 #: (a_major, b_major, bn, epilogue, dtype): both widths, the other operand order, fp16, and the fused
 #: epilogues the route builds: bias + gelu (erf's polynomial: the most live values) at both widths, and
-#: with a residual and alpha at BN 128 (a residual at BN 256 spilled: the route's QUANTIZED_RESIDUAL_MAX_BN).
+#: with a residual and alpha at BN 128, SiLU with a float32 bias at BN 128 (a residual, or SiLU with a
+#: float32 bias, at BN 256 spilled: the route's QUANTIZED_NARROW_MAX_BN).
 JOBS = [("k", "k", 128, None, "bf16"), ("k", "k", 256, None, "bf16"), ("mn", "mn", 256, None, "fp16"),
-        ("k", "k", 256, "bias_gelu", "bf16"), ("k", "k", 128, "all", "bf16")]
+        ("k", "k", 256, "bias_gelu", "bf16"), ("k", "k", 128, "all", "bf16"), ("k", "k", 128, "silu_f32_bias", "bf16")]
 
 
 def _epilogue_source(which: str | None) -> str | None:
@@ -183,8 +184,9 @@ def _epilogue_source(which: str | None) -> str | None:
     if which is None:
         return None
     full = which == "all"
-    ep = linear_epilogue(bias=True, activation="gelu", residual=full, alpha=full)
-    dts = {"gl_bias_": BF16, "gl_residual_": BF16}
+    silu = which == "silu_f32_bias"
+    ep = linear_epilogue(bias=True, activation="silu" if silu else "gelu", residual=full, alpha=full)
+    dts = {"gl_bias_": torch.float32 if silu else BF16, "gl_residual_": BF16}
     return ep.source(dts, False, pairs={n: (True, False) for n in dts})
 
 

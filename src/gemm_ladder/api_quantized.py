@@ -90,8 +90,9 @@ def linear_quantized(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
         return values, scales
     check_domain(MmShape(m, n, k, QUANT_OUT))
     x2 = x.reshape(m, k)  # a view where the batch dimensions merge
-    reads_residual = residual is not None and beta != 0
-    route = decide(x2, w.T, values2, given=False, activation=activation, residual=reads_residual)
+    # A residual read, or a float32 bias, caps the tile at BN 128 (both spilled at 256: route.QUANTIZED_NARROW_MAX_BN).
+    narrow = (residual is not None and beta != 0) or (bias is not None and bias.dtype == torch.float32)
+    route = decide(x2, w.T, values2, given=False, activation=activation, narrow=narrow)
     run(route, x2, w.T, values2, epilogue=call, scales=scale_rows)
     return values, scales
 
@@ -129,8 +130,8 @@ def explain_quantized(a: torch.Tensor, b: torch.Tensor, *, activation: str | Non
     """What ``mm(a, b, out_dtype=torch.float8_e4m3fn)`` (or, with ``activation``, the GEMM of
     ``linear(a, b.T, activation=..., out_dtype=torch.float8_e4m3fn)``) would run, as
     :func:`gemm_ladder.explain`'s Explanation; CUDA or meta tensors. The route of a call whose epilogue reads
-    a residual is at most 128 wide (dispatch/route.py QUANTIZED_RESIDUAL_MAX_BN), which ``explain`` (no
-    residual argument) does not show."""
+    a residual or a float32 bias is at most 128 wide (dispatch/route.py QUANTIZED_NARROW_MAX_BN), which
+    ``explain`` (no residual or bias argument) does not show."""
     from gemm_ladder.dispatch import cost_model
     from gemm_ladder.dispatch.explain import explain_route, trivial_explanation
     from gemm_ladder.dispatch.validate import check_activation, check_mm, trivial

@@ -64,13 +64,13 @@ def _signature(t: torch.Tensor) -> tuple:
 
 def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, device: DeviceFacts | None = None,
            model: CostModel | None = None, tiles: TilesRule | None = None, activation: str | None = None,
-           residual: bool = False) -> Route:
+           narrow: bool = False) -> Route:
     """The route for ``c = a @ b`` (operands already checked by validate.check_mm; ``c`` the output,
     allocated when not ``given``). CUDA or meta tensors; cached by shapes, strides, dtypes and base
     residues mod 16. ``model``/``tiles``: the cost model and the small-M M-tile rule (default: the
     package's table). ``activation``: the activation a ``linear`` call fuses (None: none), which may
-    take the general kernel's ping-pong build (dispatch/pingpong.py). ``residual``: the fused epilogue
-    reads a residual, which narrows a quantized (e4m3) output's tiles (route.QUANTIZED_RESIDUAL_MAX_BN).
+    take the general kernel's ping-pong build (dispatch/pingpong.py). ``narrow``: the fused epilogue reads a
+    residual or a float32 bias, which narrows a quantized (e4m3) output's tiles (route.QUANTIZED_NARROW_MAX_BN).
 
     Raises NotSupportedError when only float32 output stands in the way, OutsideDomainError naming
     the kernels' refusals when no kernel computes it.
@@ -80,13 +80,13 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
     tiles = tiles or tiles_rule()
     key = (a.device.type, a.device.index, a.dtype, c.dtype, given, _signature(a), _signature(b), _signature(c),
            device, id(model), id(tiles), activation if activation in PINGPONG_ACTIVATIONS else None,
-           residual and c.dtype == QUANT_OUT)
+           narrow and c.dtype == QUANT_OUT)
     with _lock:
         route = _routes.get(key)
         if route is not None:
             _routes.move_to_end(key)
             return route
-    routes, unfit = find_routes(a, b, c, given=given, device=device, tiles_rule=tiles, residual=residual)
+    routes, unfit = find_routes(a, b, c, given=given, device=device, tiles_rule=tiles, narrow=narrow)
     route = choose(routes, model)
     if route is None:
         reasons = "; ".join(dict.fromkeys(unfit)) or "no kernel fits"

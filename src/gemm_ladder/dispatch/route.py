@@ -51,9 +51,11 @@ from gemm_ladder.library.operand import TMA_ALIGN_BYTES, OperandView, operand_vi
 from gemm_ladder.library.quantized import QUANT_OUT
 from gemm_ladder.library.repack import aligned_pitch
 
-#: The quantized output's widest tile when the fused epilogue reads a residual (a tile input): at BN 256
-#: the block-by-block quantization beside the residual's loads spilled (tests/test_quantized_output.py).
-QUANTIZED_RESIDUAL_MAX_BN = 128
+#: The quantized output's widest tile when its fused epilogue reads a residual or a float32 bias: at BN 256
+#: the block-by-block quantization beside those loads spilled (a residual with any activation, 220 bytes;
+#: a float32 bias with SiLU, 64), at BN 128 none did (every activation, bias and residual dtype; the
+#: resource gate, docs/fp8.md).
+QUANTIZED_NARROW_MAX_BN = 128
 #: A copy that changes an operand's major reads with a stride: its bytes count this many times when
 #: routes are compared (a cost rank, not a measured ratio).
 TRANSPOSING_WEIGHT = 4
@@ -492,14 +494,15 @@ def class_configs(shape_class: str, dtype: str, bns: tuple[int, ...], a_major: s
 
 def find_routes(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, device: DeviceFacts,
                 orientations: tuple[bool, ...] = (False, True),
-                tiles_rule: TilesRule = ONE_TILE, residual: bool = False) -> tuple[list[Route], list[str]]:
+                tiles_rule: TilesRule = ONE_TILE, narrow: bool = False) -> tuple[list[Route], list[str]]:
     """Every kernel family's cheapest route for ``c = a @ b`` (a (M, K), b (K, N), c (M, N), checked),
     and for each family and orientation without one, its first refusal.
 
     Small-M routes first (the bucket ``tiles_rule`` picks, then one tile when it picked more), then
     the general kernel's by tile width. A quantized output (``c`` e4m3: values whose 1 x 128 scales run
     along c's rows) has the general kernel's register-store build only, in c's own orientation, and
-    with a ``residual`` read by its epilogue tiles at most :data:`QUANTIZED_RESIDUAL_MAX_BN` wide.
+    with ``narrow`` (its epilogue reads a residual or a float32 bias) tiles at most :data:`QUANTIZED_NARROW_MAX_BN`
+    wide.
     """
     routes: list[Route] = []
     unfit: list[str] = []
@@ -520,7 +523,7 @@ def find_routes(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: boo
         families += [("general", lambda am, bm, cp, bn=bn, cl=cl, tm=tm: _general_at(am, bm, bn, cp, dtype, cl, tm), bn,
                       None, cl, tm)
                      for bn in K.general_bns() for cl in K.general_clusters() for tm in K.general_tile_ms()
-                     if not (quantized and residual and bn > QUANTIZED_RESIDUAL_MAX_BN)]
+                     if not (quantized and narrow and bn > QUANTIZED_NARROW_MAX_BN)]
         for kind, kernel_at, bn, choice, cl, tm in families:
             r, refusals = _route_for(kind, kernel_at, xa, xb, (na, nb), c_opts, probe, k, a.dtype, device, bn)
             if r is not None:
