@@ -14,8 +14,10 @@ activation tensor every call from a ring of three), each returning e4m3 values w
 * ``cublas_gemm``   F.linear alone (bf16 out, no activation, no quantization): cuBLAS's GEMM, for scale.
 
 Layers: the bf16 layers whose output an fp8 layer reads next: GELU MLPs' fc1 (GPT-2, BERT-large, ViT-L/16),
-Llama-3-8B's up_proj and o_proj, DeepSeek-V3's q_a_proj; M in ``--m`` (default 256 and 4096; ``--quick``:
-4096, three layers). Before timing, each layer's first 256 rows from ``ours_fused`` are checked against
+Llama-3-8B's up_proj and o_proj, DeepSeek-V3's q_a_proj, and Llama-3-8B's gated MLP (activation
+"swiglu": ``gemm_ladder.swiglu(x, w_gate, w_up, out_dtype=...)`` against its composition, the down
+projection's input); M in ``--m`` (default 256 and 4096; ``--quick``:
+4096, the three GELU fc1s and the gated MLP). Before timing, each layer's first 256 rows from ``ours_fused`` are checked against
 float64 (dequantized values within e4m3's rounding of the float64 result, scales within 1e-3).
 
 Rows (``rows: [{model, layer, M, N, K, activation, route, median_ms: {fn: ms}, ratio_unfused, ratio_eager,
@@ -42,7 +44,8 @@ E4M3 = torch.float8_e4m3fn
 #: (model, layer, N, K, activation): the layer's output is the next (fp8) layer's input.
 LAYERS = [("gpt2", "mlp.c_fc", 3072, 768, "gelu_tanh"), ("bert_large", "intermediate.dense", 4096, 1024, "gelu"),
           ("vit_l16", "mlp.fc1", 4096, 1024, "gelu"), ("llama3_8b", "mlp.up_proj", 14336, 4096, None),
-          ("llama3_8b", "self_attn.o_proj", 4096, 4096, None), ("dsv3", "self_attn.q_a_proj", 1536, 7168, None)]
+          ("llama3_8b", "self_attn.o_proj", 4096, 4096, None), ("dsv3", "self_attn.q_a_proj", 1536, 7168, None),
+          ("llama3_8b", "mlp.gate_proj + up_proj (swiglu)", 14336, 4096, "swiglu")]
 ACT = {None: lambda t: t, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu,
        "relu": F.relu}
 CHECK_ROWS = 256
@@ -50,7 +53,7 @@ RING = 3
 
 
 def layers(quick: bool, ms: list[int]) -> list[tuple]:
-    chosen = LAYERS[:3] if quick else LAYERS
+    chosen = LAYERS[:3] + LAYERS[-1:] if quick else LAYERS  # quick: the GELU fc1s and the gated MLP
     return [(m, *layer) for m in ms for layer in chosen]
 
 
@@ -72,8 +75,10 @@ def run_layer(m, model, layer, n, k, activation, budget, compile_torch):
     xs = [torch.randn((m, k), device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(RING)]
     w = torch.nn.Parameter((torch.randn((n, k), device="cuda", generator=g) / math.sqrt(k)).bfloat16())
     b = torch.nn.Parameter(torch.randn(n, device="cuda", generator=g).bfloat16())
-    act = ACT[activation]
     turn = [0]
+    if activation == "swiglu":
+        return run_swiglu(m, model, layer, n, k, xs, w, budget, compile_torch, g, turn)
+    act = ACT[activation]
 
     def x_next():
         turn[0] = (turn[0] + 1) % RING
@@ -106,6 +111,41 @@ def run_layer(m, model, layer, n, k, activation, budget, compile_torch):
             "correct": ok, "err": err}
 
 
+def run_swiglu(m, model, layer, n, k, xs, w_gate, budget, compile_torch, g, turn):
+    """The gated MLP's row: gemm_ladder.swiglu with the quantized output against swiglu then quantize_fp8,
+    torch's composition then quantize_fp8 (eager and compiled) and cuBLAS's two GEMMs alone."""
+    w_up = torch.nn.Parameter((torch.randn((n, k), device="cuda", generator=g) / math.sqrt(k)).bfloat16())
+
+    def x_next():
+        turn[0] = (turn[0] + 1) % RING
+        return xs[turn[0]]
+
+    def torch_path(x):
+        return quantize_fp8(F.silu(F.linear(x, w_gate)) * F.linear(x, w_up), (1, 128))
+
+    fns = {"ours_fused": lambda *_: gemm_ladder.swiglu(x_next(), w_gate, w_up, out_dtype=E4M3),
+           "ours_unfused": lambda *_: quantize_fp8(gemm_ladder.swiglu(x_next(), w_gate, w_up), (1, 128)),
+           "torch_eager": lambda *_: torch_path(x_next()),
+           "cublas_gemm": lambda *_: (F.linear(x_next(), w_gate), F.linear(x_next(), w_up))}
+    if compile_torch:
+        compiled = torch.compile(torch_path, dynamic=False)
+        fns["torch_compile"] = lambda *_: compiled(x_next())
+    x0 = xs[0]
+    values, scales = gemm_ladder.swiglu(x0, w_gate, w_up, out_dtype=E4M3)
+    xc = x0[:CHECK_ROWS].double()
+    ok, err = check(values[:CHECK_ROWS], scales[:CHECK_ROWS], F.silu(xc @ w_gate.double().T) * (xc @ w_up.double().T))
+    times = gemm_ladder.gates.performance.time_fns(fns, x0, w_gate, budget_s=budget, rounds=3)
+    t = {name: timing.median_ms for name, timing in times.items()}
+    fused = t["ours_fused"]
+    return {"model": model, "layer": layer, "M": m, "N": n, "K": k, "activation": "swiglu",
+            "route": {"kernel": "sm90_swiglu_e4m3", "split": "tail (the swiglu kernel's)", "tile": [128, 256, 64]},
+            "median_ms": t, "spread": {name: timing.spread for name, timing in times.items()},
+            "ratio_unfused": t["ours_unfused"] / fused, "ratio_eager": t["torch_eager"] / fused,
+            "ratio_compile": t["torch_compile"] / fused if "torch_compile" in t else None,
+            "ratio_cublas_gemm": t["cublas_gemm"] / fused, "tflops": 2.0 * 2 * m * n * k / fused / 1e9,
+            "correct": ok, "err": err}
+
+
 def prebuild_builds(quick: bool, ms: list[int]) -> int:
     """Compile every build the run launches (its routes and epilogues, decided on meta tensors), no GPU."""
     from gemm_ladder.dispatch import decide
@@ -115,7 +155,12 @@ def prebuild_builds(quick: bool, ms: list[int]) -> int:
     from gemm_ladder.library.quantized import quantized_buffers
 
     builds = {}
+    from gemm_ladder.library.swiglu import swiglu_kernel
+
+    builds["swiglu"] = Build("sm90_swiglu_e4m3", lambda: swiglu_kernel(quantized=True).build("bf16"))
     for m, _, _, n, k, activation in layers(quick, ms):
+        if activation == "swiglu":
+            continue
         x, w = torch.empty((m, k), dtype=torch.bfloat16, device="meta"), torch.empty((n, k), dtype=torch.bfloat16, device="meta")
         b = torch.empty(n, dtype=torch.bfloat16, device="meta")
         for act, bias in ((activation, b), (None, None)):  # the fused call, and explain's plain GEMM
@@ -131,7 +176,7 @@ def prebuild_builds(quick: bool, ms: list[int]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="M = 4096 and three layers, shorter timings")
+    parser.add_argument("--quick", action="store_true", help="M = 4096, four layers, shorter timings")
     parser.add_argument("--m", default=None, help="comma list of M (default 256,4096; --quick 4096)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile path")
     parser.add_argument("--prebuild", action="store_true", help="compile the builds the run launches, no GPU, and exit")

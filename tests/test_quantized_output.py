@@ -225,3 +225,54 @@ def test_e4m3_builds_pass_the_resource_gate(reports, job):
     assert re.search(r"\bSTG\.E\.U16 ", sass) and re.search(r"\bSTG\.E\.U8 ", sass)
     shuffles = sass.count("SHFL.BFLY")
     assert shuffles and shuffles % (4 * (bn // 128)) == 0, shuffles
+
+
+# --- swiglu's quantized output -----------------------------------------------------------------------
+
+
+def test_the_quantized_swiglu_build_and_its_plan():
+    from gemm_ladder.library.swiglu import kernel_for, swiglu_kernel
+
+    k = swiglu_kernel(quantized=True)
+    config = k.config("bf16")
+    d = config.defines()
+    assert k.name == "sm90_swiglu_e4m3" and config.out_dtype == "e4m3" and config.store == "registers"
+    assert d["GL_OUT_E4M3"] == 1 and d["GL_C_PANELS"] == d["GL_C_RING"] == 0 and d["GL_SMEM_BYTES"] <= 232448
+    assert kernel_for(config) is k and kernel_for(swiglu_kernel().config("bf16")) is swiglu_kernel()
+    assert "GL_OUT_E4M3" not in swiglu_kernel().config("bf16").defines()
+    assert list(k.plan(4096, 14336, 4096, "bf16").tensor_maps) == ["x", "w_gate", "w_up"]  # no output map
+    from gemm_ladder.audit import audit
+
+    s = d["GL_STAGES"]
+    for k_iters, tiles in [(1, 3), (s + 1, 2)]:
+        result = audit(k.ring_protocol(k_iters, tiles))
+        assert result.ok, result.render()
+
+
+def test_swiglu_with_the_quantized_output_on_meta_and_its_refusals():
+    values, scales = gemm_ladder.swiglu(_meta(2, 33, 4096), _meta(14336, 4096), _meta(14336, 4096), out_dtype=QUANT_OUT)
+    assert values.shape == (2, 33, 14336) and values.stride() == (33 * 14336, 14336, 1)
+    assert scales.shape == (2, 33, 112) and scales.stride() == (33, 1, 68)
+    v, s = torch.ops.gemm_ladder.swiglu_e4m3(_meta(5, 64), _meta(200, 64), _meta(200, 64))
+    assert v.shape == (5, 200) and s.shape == (5, 2) and s.stride() == (1, 8)
+    with pytest.raises(GemmInputError, match="float8_e4m3fn"):
+        gemm_ladder.swiglu(_meta(4, 64), _meta(128, 64), _meta(128, 64), out_dtype=torch.float32)
+    with pytest.raises(GemmTypeError, match="out_dtype"):
+        gemm_ladder.swiglu(_meta(4, 64), _meta(128, 64), _meta(128, 64), out_dtype="e4m3")
+    with pytest.raises(NotSupportedError, match="no backward"):
+        gemm_ladder.swiglu(_meta(4, 64, requires_grad=True), _meta(128, 64), _meta(128, 64), out_dtype=QUANT_OUT)
+    with pytest.raises(GemmInputError, match="cuda"):
+        gemm_ladder.swiglu(torch.empty(4, 64, dtype=BF16), torch.empty(128, 64, dtype=BF16),
+                           torch.empty(128, 64, dtype=BF16), out_dtype=QUANT_OUT)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_the_quantized_swiglu_build_passes_the_resource_gate(use_cache, dtype):
+    from gemm_ladder.gates.resources import check_cubin_resources
+    from gemm_ladder.library.swiglu import swiglu_kernel
+
+    built = swiglu_kernel(quantized=True).build(dtype)
+    report = check_cubin_resources(built.cubin, built.ptxas_log, built.kernel_name, level=None, dtype=dtype)
+    assert report.passed, report.messages
+    assert (report.spill_stores, report.stack_bytes) == (0, 0) and report.sass["UTMASTG"] == 0

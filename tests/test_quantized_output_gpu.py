@@ -1,4 +1,4 @@
-"""The 16-bit GEMM's quantized output on the GPU (issue 25: ``linear(..., out_dtype=torch.float8_e4m3fn)``):
+"""The 16-bit GEMM's quantized output on the GPU (issue 25: ``linear``, ``mm`` and ``swiglu`` with ``out_dtype=torch.float8_e4m3fn``):
 the e4m3 build is quantize_fp8 of the float32 build's result (the same kernel's fp32 values), the public
 call against float64 with every epilogue, shape tails (M, N and K), batch dimensions and edge cases,
 bitwise repeatable, split along K too, under torch.compile and CUDA-graph replay, and a bf16 layer chained
@@ -198,6 +198,42 @@ def test_a_bf16_layer_chains_into_an_fp8_layer():
         t1 = torch.nn.functional.gelu(torch.nn.functional.linear(x, w1))
         tv, ts = quantize_fp8(t1, (1, 128))
         t2 = torch._scaled_mm(tv, q2.T, ts, s2.T, out_dtype=torch.bfloat16)
+    except (RuntimeError, ValueError) as e:
+        print(f"torch._scaled_mm refused the blockwise chain: {str(e).splitlines()[0]}")
+        return
+    err_torch = ((t2.double() - ref).norm() / ref.norm()).item()
+    assert err <= 1.5 * err_torch, (err, err_torch)
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+@pytest.mark.parametrize("shape", [(300, 296, 272), (1000, 1408, 1040), (7, 520, 264)], ids=lambda s: "x".join(map(str, s)))
+def test_swiglu_quantized_against_float64(dtype, shape):
+    """swiglu(..., out_dtype=e4m3): tails (N = 296: a partial scale block; M = 7: one tile of mostly empty rows)."""
+    m, n, k = shape
+    x, wg = _inputs(m, n, k, seed=20, dtype=dtype)
+    wu = _inputs(1, n, k, seed=21, dtype=dtype)[1]
+    values, scales = gemm_ladder.swiglu(x, wg, wu, out_dtype=QUANT_OUT)
+    ref = torch.nn.functional.silu(x.double() @ wg.double().T) * (x.double() @ wu.double().T)
+    _check_against_float64(values, scales, ref)
+
+
+def test_a_bf16_swiglu_chains_into_an_fp8_down_projection():
+    """The gated MLP's output quantized in its epilogue and read by an fp8 down projection (128 x 128 weight
+    scales) as it is: within 1.5x the error of torch's chain (swiglu in bf16, quantize_fp8, torch._scaled_mm)."""
+    m, d, h = 512, 1024, 2816
+    x, wg = _inputs(m, h, d, seed=22)
+    wu = _inputs(1, h, d, seed=23)[1]
+    w_down = torch.randn((d, h), device="cuda") / math.sqrt(h)
+    qd, sd = quantize_fp8(w_down, (128, 128))
+    hv, hs = gemm_ladder.swiglu(x, wg, wu, out_dtype=QUANT_OUT)
+    y = gemm_ladder.scaled_mm(hv, qd.T, hs, sd.T)
+    ref = (torch.nn.functional.silu(x.double() @ wg.double().T) * (x.double() @ wu.double().T)) @ w_down.double().T
+    err = ((y.double() - ref).norm() / ref.norm()).item()
+    assert err < 0.1, err
+    try:
+        t1 = torch.nn.functional.silu(torch.nn.functional.linear(x, wg)) * torch.nn.functional.linear(x, wu)
+        tv, ts = quantize_fp8(t1, (1, 128))
+        t2 = torch._scaled_mm(tv, qd.T, ts, sd.T, out_dtype=torch.bfloat16)
     except (RuntimeError, ValueError) as e:
         print(f"torch._scaled_mm refused the blockwise chain: {str(e).splitlines()[0]}")
         return

@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from gemm_ladder.api_quantized import explain_quantized, linear_e4m3, refuse_grad
+from gemm_ladder.api_quantized import explain_quantized, linear_e4m3, refuse_grad, swiglu_e4m3
 from gemm_ladder.dispatch import decide
 from gemm_ladder.dispatch.calls import CALLS, fast_linear_key, fast_mm_key, linear_key, make_call, mm_key, rows
 from gemm_ladder.dispatch.execute import run
@@ -544,7 +544,7 @@ def _unexpected_keywords(function: str, given: dict, known: tuple[str, ...]) -> 
                          f"than {', '.join(known[2:])} are a user Epilogue's, passed with epilogue=")
 
 
-def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
+def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, *, out_dtype: torch.dtype | None = None):
     """The gated MLP of Llama, ``silu(x @ w_gate.T) * (x @ w_up.T)``, in one kernel.
 
     ``F.silu(F.linear(x, w_gate)) * F.linear(x, w_up)`` computed by ``kernels/library/sm90_swiglu.cu``:
@@ -582,7 +582,20 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.T
     Under ``torch.compile``, on tensor subclasses and on meta tensors the call goes through the
     registered op ``torch.ops.gemm_ladder.swiglu`` (its fake applies the same rules and gives the
     output's shape and dtype), checked here first.
+
+    ``out_dtype``: None (x's dtype), or torch.float8_e4m3fn: the product quantized in the epilogue with one
+    scale per row and 128 columns, returned as ``(values, scales)`` in the layouts ``scaled_mm`` reads
+    in place, so an fp8 down projection follows with no quantization kernel (api_quantized.py
+    ``swiglu_quantized``: always the fused kernel; the op ``torch.ops.gemm_ladder.swiglu_e4m3``).
+    Another dtype raises GemmInputError.
     """
+    if out_dtype is not None:
+        if type(out_dtype) is _DTYPE and out_dtype == _QUANT_OUT:
+            return swiglu_e4m3(x, w_gate, w_up)
+        if not isinstance(out_dtype, torch.dtype):
+            raise GemmTypeError(f"out_dtype must be a torch.dtype or None, got {type(out_dtype).__name__}")
+        raise GemmInputError(f"out_dtype={out_dtype}: swiglu writes x's dtype (out_dtype=None) or "
+                             "torch.float8_e4m3fn (quantized with 1 x 128 scales)")
     if _through_op(x, w_gate, w_up):
         check_swiglu(x, w_gate, w_up, device_types=("cuda", "meta"))  # the library's errors, grad refused
         return _registered_ops()[2](x, w_gate, w_up)

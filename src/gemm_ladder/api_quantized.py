@@ -126,6 +126,66 @@ def _op():
     return torch.ops.gemm_ladder.linear_e4m3
 
 
+def swiglu_quantized(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``swiglu(x, w_gate, w_up, out_dtype=torch.float8_e4m3fn)``: ``silu(x @ w_gate.T) * (x @ w_up.T)``
+    from the fp32 accumulators, quantized in the epilogue of the swiglu kernel's quantized build
+    (library/swiglu.py ``swiglu_kernel(quantized=True)``): a tile's 128 output columns are one scale block.
+    The gated MLP's output is the down projection's input: an fp8 down projection
+    (``scaled_mm(values, w_down_q.T, scales, s_down.T)``) reads it with no quantization kernel between them.
+
+    Args and layouts: as :func:`gemm_ladder.swiglu` (x (*, K); w_gate, w_up (N, K); bf16 or fp16; rows
+    16-byte aligned with 16-byte pitches). Always the fused kernel (the small-M pair has no quantized
+    output). Returns ``(values, scales)`` as :func:`linear_quantized` does (library/quantized.py's layouts).
+    Raises what :func:`gemm_ladder.swiglu` raises, and NotSupportedError for an input requiring grad under
+    grad mode (no backward), before any launch."""
+    from gemm_ladder.dispatch.validate import check_swiglu, check_swiglu_layout
+    from gemm_ladder.library.operand import operand_view
+    from gemm_ladder.library.swiglu import swiglu_kernel
+
+    k, n = check_swiglu(x, w_gate, w_up, check_grad=False)
+    refuse_grad({"x": x, "w_gate": w_gate, "w_up": w_up})
+    index = elsewhere(x)
+    if index is not None:  # run on x's device; the caller's current device is put back
+        with on_device(index):
+            return swiglu_quantized(x, w_gate, w_up)
+    lead = tuple(x.shape[:-1])
+    m = rows(lead)
+    values, scales = quantized_buffers(lead, n, x.device)
+    if m == 0 or n == 0:
+        return values, scales
+    values2, scale_rows = kernel_views(values, scales)
+    if k == 0:  # silu(0) * 0: zero values, each block's scale the floor
+        from gemm_ladder.library.fp8 import quantize_fp8
+
+        v, s = quantize_fp8(torch.zeros((m, n), dtype=torch.float32, device=x.device), (1, SCALE_BLOCK))
+        values2.copy_(v)
+        scale_rows.copy_(s.t())
+        return values, scales
+    check_domain(MmShape(m, n, k, QUANT_OUT))
+    x2 = x.reshape(m, k)
+    check_swiglu_layout(x2, w_gate, w_up)
+    views = [operand_view(t, k_dim=1) for t in (x2, w_gate, w_up)]
+    swiglu_kernel(quantized=True).launch(*views, values2, scales=scale_rows)
+    return values, scales
+
+
+def swiglu_e4m3(x, w_gate, w_up):
+    """What ``swiglu(..., out_dtype=torch.float8_e4m3fn)`` runs: :func:`swiglu_quantized` for an eager call on
+    plain tensors; under ``torch.compile``, on subclasses or meta tensors the op
+    ``torch.ops.gemm_ladder.swiglu_e4m3(x, w_gate, w_up)`` (ops_fp8.py; its fake makes the same layouts),
+    after the same checks."""
+    if torch.compiler.is_compiling() or any(isinstance(t, torch.Tensor) and (type(t) not in _PLAIN or t.is_meta)
+                                            for t in (x, w_gate, w_up)):
+        from gemm_ladder.dispatch.validate import check_swiglu
+
+        check_swiglu(x, w_gate, w_up, device_types=("cuda", "meta"), check_grad=False)
+        refuse_grad({"x": x, "w_gate": w_gate, "w_up": w_up})
+        if not hasattr(torch.ops.gemm_ladder, "swiglu_e4m3"):
+            _op()  # registers the package's ops
+        return torch.ops.gemm_ladder.swiglu_e4m3(x, w_gate, w_up)
+    return swiglu_quantized(x, w_gate, w_up)
+
+
 def explain_quantized(a: torch.Tensor, b: torch.Tensor, *, activation: str | None = None):
     """What ``mm(a, b, out_dtype=torch.float8_e4m3fn)`` (or, with ``activation``, the GEMM of
     ``linear(a, b.T, activation=..., out_dtype=torch.float8_e4m3fn)``) would run, as
@@ -149,4 +209,5 @@ def explain_quantized(a: torch.Tensor, b: torch.Tensor, *, activation: str | Non
     return out
 
 
-__all__ = ["check_linear_quantized", "explain_quantized", "linear_e4m3", "linear_quantized", "refuse_grad"]
+__all__ = ["check_linear_quantized", "explain_quantized", "linear_e4m3", "linear_quantized", "refuse_grad",
+           "swiglu_e4m3", "swiglu_quantized"]

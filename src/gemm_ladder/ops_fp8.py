@@ -23,7 +23,7 @@ import contextlib
 
 import torch
 
-from gemm_ladder.api_quantized import check_linear_quantized, linear_quantized
+from gemm_ladder.api_quantized import check_linear_quantized, linear_quantized, swiglu_quantized
 from gemm_ladder.library.quantized import quantized_buffers
 from gemm_ladder.library.fp8 import (QUANT_OUT, check_scaled_mm, describe, host_refusal, quantize_fp8,
                                      scaled_mm_launch, settings)
@@ -124,6 +124,19 @@ def _linear_e4m3_fake(x, w, bias, residual, activation, alpha, beta):
     check_linear_quantized(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
                            device_types=("cuda", "meta"))
     return quantized_buffers(tuple(x.shape[:-1]), w.shape[0], x.device)
+
+
+@torch.library.custom_op("gemm_ladder::swiglu_e4m3", mutates_args=())
+def _swiglu_e4m3_op(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return swiglu_quantized(x, w_gate, w_up)  # its own tensors, library/quantized.py's layouts, as the fake's
+
+
+@_swiglu_e4m3_op.register_fake
+def _swiglu_e4m3_fake(x, w_gate, w_up):
+    from gemm_ladder.dispatch.validate import check_swiglu
+
+    _, n = check_swiglu(x, w_gate, w_up, device_types=("cuda", "meta"), check_grad=False)
+    return quantized_buffers(tuple(x.shape[:-1]), n, x.device)
 
 
 def scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=torch.bfloat16, out=None):

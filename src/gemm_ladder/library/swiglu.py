@@ -23,6 +23,12 @@ weight layout) with any pitch that is a multiple of 16 bytes and 16-byte aligned
 Other layouts are refused with the rule (:func:`gemm_ladder.swiglu` says what to pass instead); N
 whose rows are not whole 16-byte chunks is written into a padded workspace and copied back (the TMA
 store writes a row's last 16-byte chunk whole: ``library/gemm.py``'s ``supports``).
+
+**The quantized kernel** (:func:`swiglu_kernel` ``(quantized=True)``, the kernel's GL_OUT_E4M3): the output
+as e4m3 values with one fp32 scale per row and 128 columns (a tile's output columns are one scale block),
+computed from the fp32 product in the epilogue and stored from registers (library/quantized.py's layouts:
+the next fp8 GEMM reads them in place). Its plan stages no C, so its ring is as deep as shared memory allows
+without the panel rings; no output tensor map; :meth:`SwigluKernel.launch` takes ``scales``.
 """
 
 from __future__ import annotations
@@ -41,8 +47,9 @@ from gemm_ladder.design.smem import max_stages
 from gemm_ladder.design.stream_k import StreamKTail
 from gemm_ladder.design.tensor_maps import TensorMapSpec, gemm_tensor_maps
 from gemm_ladder.library import kernel as K
-from gemm_ladder.library.kernel import STORE_TMA, STREAM_K, KernelConfig, Operands
-from gemm_ladder.library.gemm import MAX_EXTENT, SPLITS, split_schedule
+from gemm_ladder.library.kernel import STORE_REGISTERS, STORE_TMA, STREAM_K, KernelConfig, Operands
+from gemm_ladder.library.gemm import MAX_EXTENT, SPLITS, scales_refusal, split_schedule
+from gemm_ladder.library.quantized import QUANT_OUT
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES, OperandView
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
 from gemm_ladder.runtime.module import LaunchGeometry, LoadedKernel, device_index, load
@@ -62,7 +69,8 @@ CLUSTER = 2
 CONSUMERS = 2
 #: Panel buffers per consumer warpgroup: one per output panel (64 x 128 outputs = 2 panels of 64 x 64).
 C_RING = 2
-#: The kernel's parameters after the four tensor maps: M, N, K, then level 9's stream-K arguments.
+#: The kernel's parameters after the four tensor maps: M, N, K, then level 9's stream-K arguments (the
+#: quantized kernel: three maps, then the values' and the scales' pointers and pitches).
 MAP_NAMES = ("x", "w_gate", "w_up", "out")
 
 
@@ -135,30 +143,46 @@ class SwigluKernel:
     instance, whose builds, loaded kernels, tensor maps and schedules are cached."""
 
     stream_k_min_idle: float | None = None  # None: level 9's threshold (design.stream_k.DEFAULT_MIN_IDLE)
+    #: The output quantized: e4m3 values with 1 x 128 scales, from registers (GL_OUT_E4M3).
+    quantized: bool = False
     _plans: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _launches: OrderedDict = field(default_factory=OrderedDict, repr=False)
 
-    name = KERNEL_NAME
+    @property
+    def name(self) -> str:
+        return KERNEL_NAME + ("_e4m3" if self.quantized else "")
 
-    @staticmethod
-    def stages(dtype: str = "bf16", arch: str = "sm_90a") -> int:
-        """The ring depth: the most stages that fit beside the panel rings (4 on sm_90a, level 9's)."""
+    @property
+    def out_e4m3(self) -> bool:
+        """Whether the output is quantized (library/gemm.py's ``scales_refusal`` reads it)."""
+        return self.quantized
+
+    @property
+    def c_ring(self) -> int:
+        """Panel buffers per consumer: :data:`C_RING`, none for the quantized kernel (stored from registers)."""
+        return 0 if self.quantized else C_RING
+
+    def stages(self, dtype: str = "bf16", arch: str = "sm_90a") -> int:
+        """The ring depth: the most stages that fit beside the panel rings (4 on sm_90a, level 9's; the
+        quantized kernel, with none, as many as fit)."""
         return max_stages(bm=TILE[0], bn=TILE[1], bk=TILE[2], elem_bytes=DTYPES[dtype].itemsize,
-                          arch=arch_info(arch), consumers=CONSUMERS, c_ring=C_RING)
+                          arch=arch_info(arch), consumers=CONSUMERS, c_ring=self.c_ring,
+                          c_from_registers=self.quantized)
 
-    @staticmethod
-    def out_panels(dtype: str) -> int:
-        """64-column (128-byte) output panels per consumer per tile."""
-        return OUT_BN * DTYPES[dtype].itemsize // 128
+    def out_panels(self, dtype: str) -> int:
+        """64-column (128-byte) output panels per consumer per tile (none staged for the quantized output)."""
+        return 0 if self.quantized else OUT_BN * DTYPES[dtype].itemsize // 128
 
     # --- building (no GPU needed) -----------------------------------------------------------------
     def config(self, dtype: str, arch: str = "sm_90a") -> KernelConfig:
         """The build for ``dtype`` ('bf16' or 'fp16'): level 9's configuration (the virtual GEMM's), with
         the output tile's panel count ``GL_C_PANELS`` as the family's own constant. Raises KeyError for a dtype."""
-        return KernelConfig(FAMILY, dtype=dtype, out_dtype=dtype, arch=arch, tile=TILE, stages=self.stages(dtype, arch),
-                            cluster=CLUSTER, consumers=CONSUMERS, producer_warpgroup=True, c_ring=C_RING,
-                            store=STORE_TMA, schedule=STREAM_K, extra=(("GL_C_PANELS", self.out_panels(dtype)),))
+        return KernelConfig(FAMILY, dtype=dtype, out_dtype="e4m3" if self.quantized else dtype, arch=arch, tile=TILE,
+                            stages=self.stages(dtype, arch), cluster=CLUSTER, consumers=CONSUMERS,
+                            producer_warpgroup=True, c_ring=self.c_ring,
+                            store=STORE_REGISTERS if self.quantized else STORE_TMA, schedule=STREAM_K,
+                            extra=(("GL_C_PANELS", self.out_panels(dtype)),))
 
     def defines(self, dtype: str, arch: str = "sm_90a") -> dict[str, int]:
         """The kernel's ``-D`` constants for ``dtype`` ('bf16' or 'fp16'): the designer's for level 9's
@@ -186,8 +210,10 @@ class SwigluKernel:
 
     def _plan(self, m, n, k, dtype, ldx, ldw_gate, ldw_up, ldo) -> SwigluPlan:
         kw = {} if self.stream_k_min_idle is None else {"stream_k_min_idle": self.stream_k_min_idle}
+        if self.quantized:
+            kw["c_from_registers"] = True
         gemm = plan_gemm(m, virtual_n(n), k, dtype, tile=TILE, stages=self.stages(dtype), cluster=CLUSTER,
-                         consumers=CONSUMERS, persistent=True, producer_warpgroup=True, c_ring=C_RING,
+                         consumers=CONSUMERS, persistent=True, producer_warpgroup=True, c_ring=self.c_ring,
                          stream_k=True, lda=ldx, **kw)
         dt = dtype_info(dtype)
         e = dt.elem_bytes
@@ -207,11 +233,16 @@ class SwigluKernel:
             maps[name] = replace(spec, name=name, description=(
                 f"{name} (N, K) K-major (ld {spec.global_strides[0] // e}): CTA rank {rank} loads rows "
                 f"[128 t, 128 t + 128) x BK per stage into half {rank} of the B stage and multicasts them"))
-        maps = {name: maps[name] for name in MAP_NAMES}
+        maps = {name: maps[name] for name in self.map_names}
         for spec in maps.values():
             spec.validate()
         return SwigluPlan(m=m, n=n, k=k, dtype=dtype, gemm=gemm, tensor_maps=maps, out_tile=(TILE[0], OUT_BN),
                           c_panels=self.out_panels(dtype))
+
+    @property
+    def map_names(self) -> tuple[str, ...]:
+        """The kernel's tensor maps, in its argument order: :data:`MAP_NAMES`, without ``out`` when quantized."""
+        return MAP_NAMES[:3] if self.quantized else MAP_NAMES
 
     def ring_protocol(self, k_iters: int | None = None, tiles: int = 2, dtype: str = "bf16", **faults):
         """The kernel's stage ring and output rings as the auditor models them (gemm_ladder.audit).
@@ -229,7 +260,10 @@ class SwigluKernel:
         d = self.defines(dtype)
         stages, panels, ring = d["GL_STAGES"], d["GL_C_PANELS"], d["GL_C_RING"]
         k_iters = stages // 2 + 1 if k_iters is None else k_iters
-        overrides = dict(staging_buffers=ring, panels_per_tile=panels, deferred_panels=0)
+        # The quantized output is stored from registers: modelled as one write per tile per consumer into a
+        # private buffer, which adds no hazard the kernel has and hides none (library/gemm.py's register builds).
+        overrides = (dict(c_ring=1, staging_buffers=1, panels_per_tile=1, deferred_panels=0) if self.quantized else
+                     dict(staging_buffers=ring, panels_per_tile=panels, deferred_panels=0))
         overrides.update(faults)
         p = protocol_for_level(9, k_iters=k_iters, tiles=tiles, stages=stages, cluster=d["GL_CLUSTER"],
                                consumers=d["GL_CONSUMERS"], tile=(d["GL_BM"], d["GL_BN"], d["GL_BK"]), **overrides)
@@ -252,9 +286,10 @@ class SwigluKernel:
         dt = x.tensor.dtype
         if dt not in DTYPES.values():
             return f"x: dtype {dt} is not one of bf16, fp16"
-        if w_gate.tensor.dtype != dt or w_up.tensor.dtype != dt or out.dtype != dt:
-            return (f"x, w_gate, w_up and out must share one dtype: got {dt}, {w_gate.tensor.dtype}, "
-                    f"{w_up.tensor.dtype}, {out.dtype}")
+        want_out = QUANT_OUT if self.quantized else dt
+        if w_gate.tensor.dtype != dt or w_up.tensor.dtype != dt or out.dtype != want_out:
+            return (f"x, w_gate and w_up must share one dtype and out must be {want_out}: got {dt}, "
+                    f"{w_gate.tensor.dtype}, {w_up.tensor.dtype}, {out.dtype}")
         for name, v in (("x", x), ("w_gate", w_gate), ("w_up", w_up)):
             if v.major != "k":
                 return f"{name} is MN-major (column-major); the swiglu kernel reads it K-major (row-major)"
@@ -274,13 +309,15 @@ class SwigluKernel:
         ldo = _ld_out(out)
         if ldo < n:
             return f"out: row pitch {ldo} < N = {n}: its rows would overlap"
-        e = out.element_size()
-        for name, ptr, pitch in (("x", x.data_ptr, x.ld), ("w_gate", w_gate.data_ptr, w_gate.ld),
-                                 ("w_up", w_up.data_ptr, w_up.ld), ("out", out.data_ptr(), ldo)):
+        e = x.elem_bytes
+        mapped = (("x", x.data_ptr, x.ld), ("w_gate", w_gate.data_ptr, w_gate.ld), ("w_up", w_up.data_ptr, w_up.ld))
+        if not self.quantized:  # the quantized output is stored from registers: any pitch, no map
+            mapped += (("out", out.data_ptr(), ldo),)
+        for name, ptr, pitch in mapped:
             if ptr % TMA_ALIGN_BYTES or (pitch * e) % TMA_ALIGN_BYTES:
                 return (f"{name}: base {ptr:#x} and pitch {pitch * e} bytes must both be multiples of "
                         f"{TMA_ALIGN_BYTES} (a TMA tensor map, cuTensorMapEncodeTiled globalAddress and globalStrides)")
-        if (n * e) % TMA_ALIGN_BYTES and not (out_padding_writable and (ldo * e) >= ceil_div(n * e, TMA_ALIGN_BYTES) * TMA_ALIGN_BYTES):
+        if not self.quantized and (n * e) % TMA_ALIGN_BYTES and not (out_padding_writable and (ldo * e) >= ceil_div(n * e, TMA_ALIGN_BYTES) * TMA_ALIGN_BYTES):
             return (f"out: N = {n} columns = {n * e} bytes, not a multiple of {TMA_ALIGN_BYTES}: the TMA store writes "
                     "the row's last 16-byte chunk whole; write into a padded workspace (out_padding_writable=True)")
         dev = x.tensor.device
@@ -308,27 +345,35 @@ class SwigluKernel:
         return split_schedule(units, resident_clusters, ceil_div(k, TILE[2]), split, **kw)
 
     def launch(self, x: OperandView, w_gate: OperandView, w_up: OperandView, out: torch.Tensor, *,
-               split: str = "tail", out_padding_writable: bool = False) -> None:
+               split: str = "tail", out_padding_writable: bool = False, scales: torch.Tensor | None = None) -> None:
         """``out = silu(x w_gate^T) * (x w_up^T)`` on the current stream (see :meth:`supports`).
 
         ``split``: "tail" (level 9's rule), "all", "none" or "wave" (:func:`split_schedule`); a CUDA graph
-        capture runs unsplit (a graph would keep the stream-K workspace's addresses).
+        capture runs unsplit (a graph would keep the stream-K workspace's addresses). ``scales`` (the
+        quantized kernel, and only it): where the output's scales go, (ceil(N / 128), R) float32 with
+        R >= M and stride (ld, 1) (library/gemm.py's ``scales_refusal``; library/quantized.py's
+        ``kernel_views`` gives it).
         Raises GemmInputError naming the rule and ValueError for an unknown ``split``, before any launch.
         """
-        reason = self.supports(x, w_gate, w_up, out, out_padding_writable=out_padding_writable)
+        reason = (self.supports(x, w_gate, w_up, out, out_padding_writable=out_padding_writable)
+                  or scales_refusal(self, out, scales))
         if reason is not None:
             raise GemmInputError(reason)
         if split not in SPLITS:
             raise ValueError(f"split = {split!r}: use one of {', '.join(SPLITS)}")
         m, n, k = x.rows, w_gate.rows, x.k
-        dtype = dtype_name(out.dtype)
+        dtype = dtype_name(x.tensor.dtype)
         kernel = self.loaded(dtype, out.device)
         capturing = torch.cuda.is_current_stream_capturing()
         tail = cached(self._launches, (m, n, k, dtype, device_index(out.device), split, capturing),
                        lambda: self.schedule(m, n, k, kernel.max_active_clusters(out.device),
                                              "none" if capturing else split))
         stream = torch.cuda.current_stream(out.device)
-        args = [*self.maps(x, w_gate, w_up, out), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
+        args = self.maps(x, w_gate, w_up, out)
+        if self.quantized:  # the entry point's QuantizedOut: values and scales, pointers and pitches
+            args += [ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld_out(out)), ctypes.c_void_p(scales.data_ptr()),
+                     ctypes.c_longlong(scales.stride(0))]
+        args += [ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
         first, partials, counters = tail.units, 0, 0  # whole units only: the workspace is never touched
         if tail.tail_units:
             part, ctr = WORKSPACES.get(stream, tail.workspace_floats(CLUSTER, CONSUMERS, TILE[1]),
@@ -339,15 +384,17 @@ class SwigluKernel:
         kernel.launch((tail.clusters * CLUSTER, 1, 1), args, stream)
 
     def maps(self, x: OperandView, w_gate: OperandView, w_up: OperandView, out: torch.Tensor) -> list:
-        """The four encoded tensor maps (x, w_gate, w_up, out), cached per pointers and shape."""
-        m, n, k, ldo = x.rows, w_gate.rows, x.k, _ld_out(out)
-        dtype = dtype_name(out.dtype)
+        """The encoded tensor maps (x, w_gate, w_up, out; no out for the quantized kernel), cached per pointers
+        and shape."""
+        m, n, k = x.rows, w_gate.rows, x.k
+        ldo = None if self.quantized else _ld_out(out)  # the quantized output has no map
+        dtype = dtype_name(x.tensor.dtype)
         lds = (x.ld, w_gate.ld, w_up.ld, ldo)
-        ptrs = (x.data_ptr, w_gate.data_ptr, w_up.data_ptr, out.data_ptr())
+        ptrs = (x.data_ptr, w_gate.data_ptr, w_up.data_ptr) + (() if self.quantized else (out.data_ptr(),))
 
         def encode():
             specs = self.plan(m, n, k, dtype, ldx=x.ld, ldw_gate=w_gate.ld, ldw_up=w_up.ld, ldo=ldo).tensor_maps
-            return [encode_tiled(specs[name].encode_kwargs(ptr)) for name, ptr in zip(MAP_NAMES, ptrs)]
+            return [encode_tiled(specs[name].encode_kwargs(ptr)) for name, ptr in zip(self.map_names, ptrs)]
 
         return cached(self._maps, (*ptrs, m, n, k, *lds, dtype), encode)
 
@@ -362,7 +409,8 @@ def _ld_out(out: torch.Tensor) -> int:
 
 class Sm90Swiglu:
     """The swiglu kernel family behind the :class:`~gemm_ladder.library.kernel.Kernel` protocol: the
-    problem's ``a`` is x, ``b`` w_gate, ``more`` = (w_up,), ``c`` the output."""
+    problem's ``a`` is x, ``b`` w_gate, ``more`` = (w_up,) (the quantized kernel: (w_up, scales)), ``c``
+    the output."""
 
     family = FAMILY
     splits = SPLITS
@@ -370,27 +418,30 @@ class Sm90Swiglu:
     def supports(self, config: KernelConfig, problem: Operands, **rules) -> str | None:
         if problem.a.tensor.dtype in DTYPES.values() and dtype_name(problem.a.tensor.dtype) != config.dtype:
             return f"x has dtype {problem.a.tensor.dtype}: this build ({config.dtype}) takes {config.dtype} inputs"
-        return swiglu_kernel().supports(problem.a, problem.b, *problem.more, problem.c, **rules)
+        kernel = kernel_for(config)
+        return (kernel.supports(problem.a, problem.b, problem.more[0], problem.c, **rules)
+                or scales_refusal(kernel, problem.c, problem.more[1] if len(problem.more) > 1 else None))
 
     def build(self, config: KernelConfig) -> CompiledKernel:
-        if config != swiglu_kernel().config(config.dtype, config.arch):
-            raise ValueError(f"{FAMILY} builds no such configuration: {config}")
+        kernel_for(config)  # raises ValueError for a configuration this family does not build
+        # One translation unit for both outputs: the build's -D constants (GL_OUT_E4M3) tell them apart.
         unit = f'// gemm-ladder library: swiglu, {config.dtype}\n#include "{SOURCE}"\n'
         return K.built(config, lambda: compile_kernel(unit, KERNEL_NAME, arch=config.arch, defines=config.defines()))
 
     def bind(self, config: KernelConfig, problem: Operands, **options):
         """Swiglu launches are not bound yet: the result launches when called (its ``launch`` is one)."""
-        kernel = swiglu_kernel()
-        return lambda: kernel.launch(problem.a, problem.b, *problem.more, problem.c, **options)
+        kernel = kernel_for(config)
+        scales = problem.more[1] if len(problem.more) > 1 else None
+        return lambda: kernel.launch(problem.a, problem.b, problem.more[0], problem.c, scales=scales, **options)
 
     def launch(self, bound, stream=None) -> None:
         bound()
 
     def loaded(self, config: KernelConfig, device: torch.device) -> LoadedKernel:
-        return swiglu_kernel().loaded(config.dtype, device)
+        return kernel_for(config).loaded(config.dtype, device)
 
     def describe(self, config: KernelConfig) -> dict:
-        return {"name": KERNEL_NAME, "source": SOURCE, "tile": list(config.tile), "stages": config.stages,
+        return {"name": kernel_for(config).name, "source": SOURCE, "tile": list(config.tile), "stages": config.stages,
                 "cluster": config.cluster}
 
 
@@ -398,10 +449,15 @@ class Sm90Swiglu:
 SWIGLU = Sm90Swiglu()
 
 
+def swiglu_kernel(quantized: bool = False) -> SwigluKernel:
+    """The shared :class:`SwigluKernel` (builds, loaded kernels and maps cached on it); ``quantized``: the
+    kernel whose output is e4m3 values with 1 x 128 scales (the module docstring)."""
+    return _swiglu_kernel(bool(quantized))
+
+
 @functools.lru_cache(maxsize=None)
-def swiglu_kernel() -> SwigluKernel:
-    """The shared :class:`SwigluKernel` (builds, loaded kernels and maps cached on it)."""
-    return SwigluKernel()
+def _swiglu_kernel(quantized: bool) -> SwigluKernel:
+    return SwigluKernel(quantized=quantized)
 
 
 __all__ = ["C_RING", "FAMILY", "SWIGLU", "Sm90Swiglu", "CLUSTER", "CONSUMERS", "KERNEL_NAME", "MAP_NAMES", "OUT_BN", "SOURCE", "TILE", "SwigluKernel",
@@ -410,6 +466,6 @@ __all__ = ["C_RING", "FAMILY", "SWIGLU", "Sm90Swiglu", "CLUSTER", "CONSUMERS", "
 
 def kernel_for(config: KernelConfig) -> SwigluKernel:
     """The shared :class:`SwigluKernel`, whose builds ``config`` describes; raises ValueError otherwise."""
-    if config.family != FAMILY or config != swiglu_kernel().config(config.dtype, config.arch):
+    if config.family != FAMILY or config != swiglu_kernel(config.out_e4m3).config(config.dtype, config.arch):
         raise ValueError(f"{FAMILY} builds no such configuration: {config}")
-    return swiglu_kernel()
+    return swiglu_kernel(config.out_e4m3)

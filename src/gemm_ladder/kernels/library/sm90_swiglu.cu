@@ -25,6 +25,15 @@
 // the B slice's source, the output tile's width and the epilogue; and with two panels per consumer and
 // a ring of two buffers, every panel goes out at the end of its tile (level 9 defers two of its four
 // into the next tile's main loop: here there is nothing left to defer).
+//
+// The quantized build (GL_OUT_E4M3; library/swiglu.py's quantized kernel): the output leaves as e4m3 values
+// with one fp32 scale per row and 128 columns, what quantize_fp8(out, (1, 128)) computes from the fp32
+// product, so the next fp8 GEMM (the MLP's down projection) reads it as it is. A tile's 128 output columns
+// are one scale block, held by the four lanes of a quad (quantized_store.cuh); stored from registers, so the
+// plan stages no C and the ring gets that shared memory. The kernel takes the values' and the scales'
+// pointers and pitches in place of the output's tensor map (QuantizedOut).
+#include <type_traits>
+
 #include "gemm_ladder/cluster_ring.cuh"
 #include "gemm_ladder/epilogue.cuh"
 #include "gemm_ladder/gated_epilogue.cuh"
@@ -34,6 +43,7 @@
 #include "gemm_ladder/ptx/mbarrier.cuh"
 #include "gemm_ladder/ptx/tma.cuh"
 #include "gemm_ladder/ptx/wgmma.cuh"
+#include "gemm_ladder/quantized_store.cuh"
 #include "gemm_ladder/stage_ring.cuh"
 #include "gemm_ladder/stream_k.cuh"
 #include "gemm_ladder/tile_scheduler.cuh"
@@ -49,15 +59,32 @@ static_assert(BN == 256 && BK == 64, "sm90_swiglu: 128 gate and 128 up columns p
 static_assert(A_MN_MAJOR == 0 && B_MN_MAJOR == 0, "sm90_swiglu: x, w_gate and w_up K-major (row-major)");
 constexpr int kOutBN = BN / 2;  // output columns per tile
 static_assert(GL_B_BOX_ROWS == kOutBN, "each CTA rank loads one weight's rows of the tile's output columns");
-static_assert(GL_C_PANELS == kOutBN * sizeof(elem_t) / 128 && GL_C_PANELS == GL_C_RING,
-              "the output tile's panels, each with its own buffer (library/swiglu.py sets GL_C_PANELS)");
 constexpr int kFirstStoreBarrier = 2;  // named barrier 2 + c: consumer c's 128 threads (0 is __syncthreads)
 
-extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
-    sm90_swiglu(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_gate,
-                const __grid_constant__ CUtensorMap map_up, const __grid_constant__ CUtensorMap map_out, int M, int N,
-                int K, int tail_first_unit, int max_contributors, float* __restrict__ partials,
-                int* __restrict__ counters) {
+// Where the output goes: the output's tensor map (the panel rings and TMA stores), or (the quantized build)
+// the e4m3 values at ptr[r * ld + c] and the scale of row r and the tile's 128 columns tn at
+// scales[tn * ld_scales + r].
+struct TmaOut {
+  const CUtensorMap* map;
+};
+struct QuantizedOut {
+  __nv_fp8_e4m3* ptr;
+  long long ld;
+  float* scales;
+  long long ld_scales;
+};
+
+// The kernel body for either output (Out: TmaOut or QuantizedOut); the entry point below picks it.
+template <class Out>
+__device__ __forceinline__ void swiglu_body(const CUtensorMap& map_x, const CUtensorMap& map_gate,
+                                            const CUtensorMap& map_up, const Out& out, int M, int N, int K,
+                                            int tail_first_unit, int max_contributors, float* __restrict__ partials,
+                                            int* __restrict__ counters) {
+  constexpr bool kQuantized = std::is_same<Out, QuantizedOut>::value;
+  static_assert(kQuantized ? (GL_C_PANELS == 0 && GL_C_RING == 0)
+                           : (GL_C_PANELS == kOutBN * sizeof(elem_t) / 128 && GL_C_PANELS == GL_C_RING),
+                "the output tile's panels, each with its own buffer (library/swiglu.py sets GL_C_PANELS); none "
+                "staged for the quantized output, stored from registers");
   extern __shared__ uint8_t smem_raw[];
   const SmemMap smem(smem_raw);
   const TileScheduler sched(M, N, BM, kOutBN, GL_CLUSTER);  // units over output tiles of 128 columns
@@ -69,7 +96,11 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
   const int whole_end = whole_units_end(sched.total, tail_first_unit, k_tiles, unit_stride);
   const StreamKTail tail(whole_end, sched.total - whole_end, k_tiles, unit_stride);
 
-  if (threadIdx.x == 0) init_ring(smem, &map_x, map_w, &map_out);
+  if constexpr (kQuantized) {
+    if (threadIdx.x == 0) init_ring(smem, &map_x, map_w, &map_x);  // no output map: x's is prefetched twice
+  } else {
+    if (threadIdx.x == 0) init_ring(smem, &map_x, map_w, out.map);
+  }
   cluster_sync();
 
   if (warpgroup_index() == 0) {
@@ -91,15 +122,28 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     const bool elected = thread_in_warpgroup() == 0;  // releases stages and issues this consumer's stores
     uint8_t* const ring = smem.c() + consumer * GL_C_RING * GL_SMEM_C_PANEL_BYTES;
     const int bar = kFirstStoreBarrier + consumer;
-    uint32_t packed[kOutBN / 4];  // this consumer's 64 x 128 outputs, two per register
+    uint32_t packed[kQuantized ? 1 : kOutBN / 4];  // this consumer's 64 x 128 outputs, two per register
     // silu(gate) * up of the accumulators, stored as the output tile of work unit `unit`.
     auto finish_tile = [&](int unit, const float (&d)[BN / 2]) {
-      pack_gated_fragment<BN>(packed, d, Silu{});
-      int um, tn;
-      sched.coords(unit, um, tn);
-      const int m0 = (um * GL_CLUSTER + rank) * BM + 64 * consumer;
+      if constexpr (kQuantized) {
+        // The tile's 128 columns are one scale block. Columns past N are zero (TMA zero-filled both weights'
+        // rows there: silu(0) * 0), so they take no part in the amax, as quantize_fp8's blocks end at N.
+        float o[kOutBN / 2];
+        gate_fragment<BN>(o, d, Silu{});
+        int um, tn;
+        sched.coords(unit, um, tn);
+        const int t = thread_in_warpgroup(), m0 = (um * GL_CLUSTER + rank) * BM + 64 * consumer;
+        const bool pairs = out.ld % 2 == 0 && reinterpret_cast<uintptr_t>(out.ptr) % 2 == 0;
+        store_quantized_1x128<kOutBN>(out.ptr, out.ld, out.scales, out.ld_scales, o, m0 + 16 * (t / 32) + (t % 32) / 4,
+                                      tn * kOutBN, tn, M, N, pairs);
+      } else {
+        pack_gated_fragment<BN>(packed, d, Silu{});
+        int um, tn;
+        sched.coords(unit, um, tn);
+        const int m0 = (um * GL_CLUSTER + rank) * BM + 64 * consumer;
 #pragma unroll
-      for (int p = 0; p < GL_C_PANELS; ++p) store_panel(p, packed, ring, &map_out, tn * kOutBN, m0, bar, elected);
+        for (int p = 0; p < GL_C_PANELS; ++p) store_panel(p, packed, ring, out.map, tn * kOutBN, m0, bar, elected);
+      }
     };
     RingPosition pos{0};
     for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
@@ -121,7 +165,30 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
       }
       finish_tile(seg.unit, d);
     }
-    if (elected) tma_store_wait_read<0>();
+    if constexpr (!kQuantized) {
+      if (elected) tma_store_wait_read<0>();
+    }
   }
   cluster_sync();
 }
+
+// ---- The entry point: the output's arguments as the build says (GL_OUT_E4M3: the quantized output) -----
+#if defined(GL_OUT_E4M3)
+extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
+    sm90_swiglu(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_gate,
+                const __grid_constant__ CUtensorMap map_up, __nv_fp8_e4m3* __restrict__ C, long long ldc,
+                float* __restrict__ scale_out, long long ld_scale_out, int M, int N, int K, int tail_first_unit,
+                int max_contributors, float* __restrict__ partials, int* __restrict__ counters) {
+  swiglu_body(map_x, map_gate, map_up, QuantizedOut{C, ldc, scale_out, ld_scale_out}, M, N, K, tail_first_unit,
+              max_contributors, partials, counters);
+}
+#else
+extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
+    sm90_swiglu(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_gate,
+                const __grid_constant__ CUtensorMap map_up, const __grid_constant__ CUtensorMap map_out, int M, int N,
+                int K, int tail_first_unit, int max_contributors, float* __restrict__ partials,
+                int* __restrict__ counters) {
+  swiglu_body(map_x, map_gate, map_up, TmaOut{&map_out}, M, N, K, tail_first_unit, max_contributors, partials,
+              counters);
+}
+#endif
