@@ -4,7 +4,7 @@
     compute-sanitizer --tool racecheck python3 bench/sanitize_families.py
 
 The general kernel (tails; a stream-K split; its 64-row builds forced, and through linear), small-M, linear with fused epilogues, the
-quantized (e4m3) output (through linear, and split along K), swiglu (small-M and general), scaled_mm (tensorwise, rowwise, blockwise; and the 64-row build forced, whole and split), grouped_mm (along M with empty and one-row
+quantized (e4m3) output (through linear, split along K, and swiglu's), swiglu (small-M and general), scaled_mm (tensorwise, rowwise, blockwise; and the 64-row build forced, whole and split), grouped_mm (along M with empty and one-row
 groups, along K), grouped_linear and grouped_mm_masked: each once, so the sanitizer sees every family,
 and each result checked against float64 of its inputs (relative Frobenius error <= 2e-2; fp8 against
 the dequantized inputs). Builds are compiled here first if not cached, which is slow under the
@@ -105,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         library_gemm("k", "k", 256, c_from_registers=True, out_e4m3=True).launch(
             operand_view(x, k_dim=1), operand_view(w, k_dim=1), c, split=split, scales=rows)
         check(f"mm e4m3 out N={n} {split}", dequantize(v, s, (1, 128)), requantized(x.double() @ w.double().T))
+    x, wg, wu = r(300, 1024), r(296, 1024), r(296, 1024)  # the gated MLP's quantized output, a partial scale block
+    v, s = g.swiglu(x, wg, wu, out_dtype=torch.float8_e4m3fn)
+    check("swiglu e4m3 out", dequantize(v, s, (1, 128)),
+          requantized(F.silu(x.double() @ wg.double().T) * (x.double() @ wu.double().T)))
 
     E, K, N = 8, 512, 384
     ends = [0, 1, 130, 130, 400, 777, 900, 1000]  # an empty first group, a one-row group, an empty one
