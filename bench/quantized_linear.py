@@ -158,6 +158,7 @@ def prebuild_builds(quick: bool, ms: list[int]) -> int:
     from gemm_ladder.library.swiglu import swiglu_kernel
 
     builds["swiglu"] = Build("sm90_swiglu_e4m3", lambda: swiglu_kernel(quantized=True).build("bf16"))
+    builds["swiglu plain"] = Build("sm90_swiglu", lambda: swiglu_kernel().build("bf16"))  # ours_unfused's
     for m, _, _, n, k, activation in layers(quick, ms):
         if activation == "swiglu":
             continue

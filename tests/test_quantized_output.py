@@ -276,3 +276,15 @@ def test_the_quantized_swiglu_build_passes_the_resource_gate(use_cache, dtype):
     report = check_cubin_resources(built.cubin, built.ptxas_log, built.kernel_name, level=None, dtype=dtype)
     assert report.passed, report.messages
     assert (report.spill_stores, report.stack_bytes) == (0, 0) and report.sass["UTMASTG"] == 0
+
+
+def test_swiglu_quantized_refuses_what_the_plain_call_refuses_on_meta():
+    """The op's fake runs the eager call's layout and extent rules (columns-major weights, a pitch TMA cannot
+    take), as the plain swiglu's fake does: the error comes at trace time, not at run time."""
+    col_major = torch.empty(64, 128, dtype=BF16, device=META).T  # (128, 64) column-major
+    with pytest.raises(NotSupportedError):
+        gemm_ladder.swiglu(_meta(4, 64), col_major, col_major, out_dtype=QUANT_OUT)
+    odd_pitch = torch.empty_strided((4, 64), (65, 1), dtype=BF16, device=META)
+    with pytest.raises(NotSupportedError):
+        gemm_ladder.swiglu(odd_pitch, _meta(128, 64), _meta(128, 64), out_dtype=QUANT_OUT)
+    assert gemm_ladder.swiglu(_meta(4, 64), _meta(128, 64), _meta(128, 64), out_dtype=BF16).dtype == BF16  # x's dtype

@@ -239,3 +239,47 @@ def test_a_bf16_swiglu_chains_into_an_fp8_down_projection():
         return
     err_torch = ((t2.double() - ref).norm() / ref.norm()).item()
     assert err <= 1.5 * err_torch, (err, err_torch)
+
+
+def _launch_swiglu(x, wg, wu, *, split):
+    """The quantized swiglu build on x, wg, wu into NaN-poisoned values and scales, the scales through a view
+    of a buffer with a NaN canary block row after them (checked untouched): (values, scales)."""
+    from gemm_ladder.library.swiglu import swiglu_kernel
+
+    m, n = x.shape[0], wg.shape[0]
+    values, scales = quantized_buffers(m, n, x.device)
+    c, rows = kernel_views(values, scales)
+    canary = torch.full((rows.shape[0] + 1, rows.stride(0)), float("nan"), device=x.device)
+    c.view(torch.uint8).fill_(0x7F)
+    swiglu_kernel(quantized=True).launch(*(operand_view(t, k_dim=1) for t in (x, wg, wu)), c, split=split,
+                                         scales=canary[:-1, :m])
+    assert canary[-1].isnan().all(), "a scale was written past the last block"
+    scales.copy_(canary[:-1, :m].t())
+    return values, scales
+
+
+@pytest.mark.parametrize("split", ("none", "all"))
+def test_swiglu_quantized_split_along_k_against_float64_and_repeatable(split):
+    """The stream-K tail (partials reduced, then the quantized store) as well as whole tiles: 300 x 296 x 4096
+    is 6 units; "all" splits each over 11 of the 66 clusters (at most 11 contributors), "none" none."""
+    x, wg = _inputs(300, 296, 4096, seed=24)
+    wu = _inputs(1, 296, 4096, seed=25)[1]
+    values, scales = _launch_swiglu(x, wg, wu, split=split)
+    assert not values.float().isnan().any() and not scales.isnan().any()
+    ref = torch.nn.functional.silu(x.double() @ wg.double().T) * (x.double() @ wu.double().T)
+    _check_against_float64(values, scales, ref)
+    again = _launch_swiglu(x, wg, wu, split=split)
+    assert torch.equal(values.view(torch.uint8), again[0].view(torch.uint8)) and torch.equal(scales, again[1])
+
+
+def test_swiglu_quantized_batch_dims_one_row_and_k_zero():
+    x, wg = _inputs(64, 256, 128, seed=26)
+    wu = _inputs(1, 256, 128, seed=27)[1]
+    v, s = gemm_ladder.swiglu(x.view(4, 16, 128), wg, wu, out_dtype=QUANT_OUT)
+    ref = torch.nn.functional.silu(x.double() @ wg.double().T) * (x.double() @ wu.double().T)
+    _check_against_float64(v, s, ref.view(4, 16, 256))
+    v1, s1 = gemm_ladder.swiglu(x[0], wg, wu, out_dtype=QUANT_OUT)  # a 1-D x
+    assert v1.shape == (256,) and s1.shape == (2,)
+    assert torch.equal(v1.view(torch.uint8), v[0, 0].contiguous().view(torch.uint8))
+    v0, s0 = gemm_ladder.swiglu(x[:, :0], wg[:, :0], wu[:, :0], out_dtype=QUANT_OUT)  # K = 0: silu(0) * 0
+    assert (v0.float() == 0).all() and (s0 == torch.finfo(torch.float32).tiny).all()

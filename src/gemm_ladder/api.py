@@ -583,18 +583,18 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, *, out_dty
     registered op ``torch.ops.gemm_ladder.swiglu`` (its fake applies the same rules and gives the
     output's shape and dtype), checked here first.
 
-    ``out_dtype``: None (x's dtype), or torch.float8_e4m3fn: the product quantized in the epilogue with one
+    ``out_dtype``: None or x's dtype, or torch.float8_e4m3fn: the product quantized in the epilogue with one
     scale per row and 128 columns, returned as ``(values, scales)`` in the layouts ``scaled_mm`` reads
     in place, so an fp8 down projection follows with no quantization kernel (api_quantized.py
     ``swiglu_quantized``: always the fused kernel; the op ``torch.ops.gemm_ladder.swiglu_e4m3``).
     Another dtype raises GemmInputError.
     """
-    if out_dtype is not None:
+    if out_dtype is not None and not (isinstance(x, torch.Tensor) and out_dtype == x.dtype):
         if type(out_dtype) is _DTYPE and out_dtype == _QUANT_OUT:
             return swiglu_e4m3(x, w_gate, w_up)
         if not isinstance(out_dtype, torch.dtype):
             raise GemmTypeError(f"out_dtype must be a torch.dtype or None, got {type(out_dtype).__name__}")
-        raise GemmInputError(f"out_dtype={out_dtype}: swiglu writes x's dtype (out_dtype=None) or "
+        raise GemmInputError(f"out_dtype={out_dtype}: swiglu writes x's dtype (out_dtype=None or x.dtype) or "
                              "torch.float8_e4m3fn (quantized with 1 x 128 scales)")
     if _through_op(x, w_gate, w_up):
         check_swiglu(x, w_gate, w_up, device_types=("cuda", "meta"))  # the library's errors, grad refused

@@ -20,6 +20,7 @@ the same build with the same arguments (library/fp8.py ``launch_args``).
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 
@@ -135,7 +136,13 @@ def _swiglu_e4m3_op(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -
 def _swiglu_e4m3_fake(x, w_gate, w_up):
     from gemm_ladder.dispatch.validate import check_swiglu
 
-    _, n = check_swiglu(x, w_gate, w_up, device_types=("cuda", "meta"), check_grad=False)
+    from gemm_ladder.dispatch.validate import MmShape, check_domain, check_swiglu_layout
+
+    k, n = check_swiglu(x, w_gate, w_up, device_types=("cuda", "meta"), check_grad=False)
+    m = math.prod(x.shape[:-1])
+    if m and n and k:  # the eager call's layout and extent rules (gemm_ladder.ops' swiglu fake runs them too)
+        check_domain(MmShape(m, n, k, QUANT_OUT))
+        check_swiglu_layout(x.reshape(m, k), w_gate, w_up, addresses=False)
     return quantized_buffers(tuple(x.shape[:-1]), n, x.device)
 
 

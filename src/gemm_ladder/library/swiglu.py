@@ -277,9 +277,11 @@ class SwigluKernel:
         else the rule they break.
 
         x: (M, K), w_gate and w_up: (N, K) views; out: (M, N). The rules, in the order checked: bf16 or
-        fp16, one dtype for all four; x, w_gate and w_up K-major; K equal and w_gate, w_up of one shape;
+        fp16, one dtype for x and the weights, and out in it (the quantized kernel: out e4m3); x, w_gate and
+        w_up K-major; K equal and w_gate, w_up of one shape;
         M, N, K in 1..MAX_EXTENT; out of shape (M, N), row-major with pitch >= N; every base 16-byte
-        aligned and every pitch a multiple of 16 bytes (TMA: CUDA Driver API, cuTensorMapEncodeTiled
+        aligned and every pitch a multiple of 16 bytes (out's too, except for the quantized kernel, which
+        stores it from registers) (TMA: CUDA Driver API, cuTensorMapEncodeTiled
         globalAddress and globalStrides); N x element size a multiple of 16 bytes unless out's row
         padding is the caller's own workspace (``out_padding_writable``); one CUDA device.
         """
