@@ -91,3 +91,25 @@ class LaunchRecorder:
 
     def launch(self, grid, args, stream):
         self.calls.append((grid, args))
+
+
+def rel_frobenius(y: torch.Tensor, ref: torch.Tensor) -> float:
+    """||y - ref|| / ||ref|| in float64 (Frobenius)."""
+    return ((y.double() - ref).norm() / ref.norm()).item()
+
+
+def assert_chain_within_torchs(err: float, ref: torch.Tensor, first_layer, w_q: torch.Tensor, w_s: torch.Tensor):
+    """An fp8 chain's error ``err`` (against float64 ``ref``) at most 1.5x torch's own chain: ``first_layer()``
+    (torch's first layer, bf16), ``quantize_fp8(.., (1, 128))``, then ``torch._scaled_mm`` with the second
+    layer's quantized weight ``w_q`` (N, K) and its 128 x 128 scales ``w_s``. Where torch refuses the
+    blockwise call (some builds do), says so and checks nothing more."""
+    try:
+        t1 = first_layer()
+        tv, ts = quantize_fp8(t1, (1, 128))
+        t2 = torch._scaled_mm(tv, w_q.T, ts, w_s.T, out_dtype=torch.bfloat16)
+    except (RuntimeError, ValueError) as e:
+        print(f"torch._scaled_mm refused the blockwise chain: {str(e).splitlines()[0]}")
+        return
+    err_torch = rel_frobenius(t2, ref)
+    assert err <= 1.5 * err_torch, (err, err_torch)
+
