@@ -29,14 +29,15 @@ class _Recorded:
 
 
 def _other_builds(Build) -> list:
-    """Builds precompile does not make: the swiglu kernel's, and the small-M kernel's measuring and
-    two-CTA experiment builds (bench/)."""
+    """Builds precompile does not make: the swiglu kernel's (its quantized output's too), and the small-M
+    kernel's measuring and two-CTA experiment builds (bench/)."""
     from gemm_ladder.library.small_m import SmallMGemm
     from gemm_ladder.library.swiglu import swiglu_kernel
 
     out = []
     for d in ("bf16", "fp16"):
         out.append(Build(f"swiglu {d}", lambda d=d: swiglu_kernel().build(d)))
+        out.append(Build(f"swiglu e4m3 out {d}", lambda d=d: swiglu_kernel(quantized=True).build(d)))
         out.append(Build(f"small-M BN 64 timeline {d}", lambda d=d: SmallMGemm(64, timeline=True).build(d)))
         out.append(Build(f"small-M BN 32 two CTAs per SM {d}", lambda d=d: SmallMGemm(32, ctas_per_sm=2).build(d)))
         out.append(Build(f"small-M BN 64 3 stages A mn fp32 out {d}",
