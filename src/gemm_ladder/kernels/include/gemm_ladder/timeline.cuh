@@ -66,40 +66,19 @@ __device__ __forceinline__ void timeline_phase(int slot, int scratch) {  // the 
 }
 }  // namespace gl
 
-#define GL_TIMELINE_STAMP(cond, slot) \
-  do {                                \
-    if (cond) ::gl::timeline_stamp(slot); \
-  } while (0)
-#define GL_TIMELINE_VALUE(cond, slot, v) \
-  do {                                   \
-    if (cond) ::gl::timeline_value(slot, v); \
-  } while (0)
-#define GL_TIMELINE_COUNT(cond, slot) \
-  do {                                \
-    if (cond) ::gl::timeline_count(slot); \
-  } while (0)
-#define GL_TIMELINE_MARK(cond, scratch) \
-  do {                                  \
-    if (cond) ::gl::timeline_mark(scratch); \
-  } while (0)
-#define GL_TIMELINE_PHASE(cond, slot, scratch) \
-  do {                                         \
-    if (cond) ::gl::timeline_phase(slot, scratch); \
+// One guard for every stamp: with GL_TIMELINE the call runs where `cond` holds; without it the whole
+// statement, the call's arguments included (smid() exists only here), expands to nothing.
+#define GL_TIMELINE_IF(cond, call) \
+  do {                             \
+    if (cond) ::gl::call;          \
   } while (0)
 #else
-#define GL_TIMELINE_STAMP(cond, slot) \
-  do {                                \
-  } while (0)
-#define GL_TIMELINE_VALUE(cond, slot, v) \
-  do {                                   \
-  } while (0)
-#define GL_TIMELINE_COUNT(cond, slot) \
-  do {                                \
-  } while (0)
-#define GL_TIMELINE_MARK(cond, scratch) \
-  do {                                  \
-  } while (0)
-#define GL_TIMELINE_PHASE(cond, slot, scratch) \
-  do {                                         \
+#define GL_TIMELINE_IF(cond, call) \
+  do {                             \
   } while (0)
 #endif
+#define GL_TIMELINE_STAMP(cond, slot) GL_TIMELINE_IF(cond, timeline_stamp(slot))
+#define GL_TIMELINE_VALUE(cond, slot, v) GL_TIMELINE_IF(cond, timeline_value(slot, v))
+#define GL_TIMELINE_COUNT(cond, slot) GL_TIMELINE_IF(cond, timeline_count(slot))
+#define GL_TIMELINE_MARK(cond, scratch) GL_TIMELINE_IF(cond, timeline_mark(scratch))
+#define GL_TIMELINE_PHASE(cond, slot, scratch) GL_TIMELINE_IF(cond, timeline_phase(slot, scratch))
