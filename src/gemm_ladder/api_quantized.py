@@ -103,12 +103,10 @@ def linear_e4m3(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, b
     ``torch.ops.gemm_ladder.linear_e4m3(x, w, bias, residual, activation, alpha, beta)`` (registered with its
     fake by ops_fp8.py, the layer above; the same layouts), after the same checks, so the
     library's errors come before the dispatcher's. Returns and raises as :func:`linear_quantized`."""
-    tensors = (x, w, bias, residual)
-    if torch.compiler.is_compiling() or any(isinstance(t, torch.Tensor) and (type(t) not in _PLAIN or t.is_meta)
-                                            for t in tensors):
+    if through_op(x, w, bias, residual):
         check_linear_quantized(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
                                device_types=("cuda", "meta"))
-        return _op()(x, w, bias, residual, activation, float(alpha), float(beta))
+        return _op("linear_e4m3")(x, w, bias, residual, activation, float(alpha), float(beta))
     return linear_quantized(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta)
 
 
@@ -116,14 +114,22 @@ def linear_e4m3(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, b
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
-def _op():
-    """``torch.ops.gemm_ladder.linear_e4m3``, registered by ``import gemm_ladder`` (gemm_ladder._register_ops);
+def through_op(*tensors) -> bool:
+    """Whether a call goes through its registered op rather than straight to the kernel: under
+    ``torch.compile``, or with a tensor subclass or a meta tensor among ``tensors`` (None entries ignored).
+    Grad is not a reason: these calls have no backward and refuse it on either path."""
+    return torch.compiler.is_compiling() or any(
+        isinstance(t, torch.Tensor) and (type(t) not in _PLAIN or t.is_meta) for t in tensors)
+
+
+def _op(name: str):
+    """``torch.ops.gemm_ladder.<name>``, registered by ``import gemm_ladder`` (gemm_ladder._register_ops);
     registered here first in a process that imported this module before the package registered its ops."""
-    if not hasattr(torch.ops.gemm_ladder, "linear_e4m3"):
+    if not hasattr(torch.ops.gemm_ladder, name):
         import gemm_ladder
 
         gemm_ladder._register_ops()
-    return torch.ops.gemm_ladder.linear_e4m3
+    return getattr(torch.ops.gemm_ladder, name)
 
 
 def swiglu_quantized(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -174,15 +180,12 @@ def swiglu_e4m3(x, w_gate, w_up):
     plain tensors; under ``torch.compile``, on subclasses or meta tensors the op
     ``torch.ops.gemm_ladder.swiglu_e4m3(x, w_gate, w_up)`` (ops_fp8.py; its fake makes the same layouts),
     after the same checks."""
-    if torch.compiler.is_compiling() or any(isinstance(t, torch.Tensor) and (type(t) not in _PLAIN or t.is_meta)
-                                            for t in (x, w_gate, w_up)):
+    if through_op(x, w_gate, w_up):
         from gemm_ladder.dispatch.validate import check_swiglu
 
         check_swiglu(x, w_gate, w_up, device_types=("cuda", "meta"), check_grad=False)
         refuse_grad({"x": x, "w_gate": w_gate, "w_up": w_up})
-        if not hasattr(torch.ops.gemm_ladder, "swiglu_e4m3"):
-            _op()  # registers the package's ops
-        return torch.ops.gemm_ladder.swiglu_e4m3(x, w_gate, w_up)
+        return _op("swiglu_e4m3")(x, w_gate, w_up)
     return swiglu_quantized(x, w_gate, w_up)
 
 
@@ -210,4 +213,4 @@ def explain_quantized(a: torch.Tensor, b: torch.Tensor, *, activation: str | Non
 
 
 __all__ = ["check_linear_quantized", "explain_quantized", "linear_e4m3", "linear_quantized", "refuse_grad",
-           "swiglu_e4m3", "swiglu_quantized"]
+           "swiglu_e4m3", "swiglu_quantized", "through_op"]

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from gemm_ladder.api_grouped import PUBLIC_DEVICES, check_grouped_mm, choose_bn, grouped_build, grouped_mm_direct
+from gemm_ladder.api_quantized import through_op  # the eager-or-op rule of the calls without a backward
 from gemm_ladder.errors import GemmInputError, GemmTypeError
 from gemm_ladder.library.grouped import grad_w_bn, grouped_gemm
 from gemm_ladder.ops_grouped import NAMESPACE, _grad_b_grouped_k
@@ -200,8 +201,7 @@ def grouped_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, of
     """
     check_grouped_swiglu(x, w_gate, w_up, offs)
     if fused_rule(x, w_gate, w_up) is None:
-        if torch.compiler.is_compiling() or any(type(t) not in (torch.Tensor, torch.nn.Parameter) or t.is_meta
-                                                for t in (x, w_gate, w_up, offs)):
+        if through_op(x, w_gate, w_up, offs):
             return torch.ops.gemm_ladder.grouped_swiglu_fused(x, w_gate, w_up, offs)
         return grouped_swiglu_fused_direct(x, w_gate, w_up, offs)
     return torch.ops.gemm_ladder.grouped_swiglu(x, w_gate, w_up, offs)[0]
