@@ -37,7 +37,9 @@ import torch
 import torch.nn.functional as F
 
 import gemm_ladder
-from gemm_ladder.library.fp8 import dequantize, quantize_fp8
+from gemm_ladder.library.activations import ACTIVATIONS
+from gemm_ladder.library.fp8 import quantize_fp8
+from gemm_ladder.library.quantized import quantized_error
 from suite import add_output_argument, require_gpu, save
 
 E4M3 = torch.float8_e4m3fn
@@ -46,8 +48,6 @@ LAYERS = [("gpt2", "mlp.c_fc", 3072, 768, "gelu_tanh"), ("bert_large", "intermed
           ("vit_l16", "mlp.fc1", 4096, 1024, "gelu"), ("llama3_8b", "mlp.up_proj", 14336, 4096, None),
           ("llama3_8b", "self_attn.o_proj", 4096, 4096, None), ("dsv3", "self_attn.q_a_proj", 1536, 7168, None),
           ("llama3_8b", "mlp.gate_proj + up_proj (swiglu)", 14336, 4096, "swiglu")]
-ACT = {None: lambda t: t, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu,
-       "relu": F.relu}
 CHECK_ROWS = 256
 RING = 3
 
@@ -57,92 +57,69 @@ def layers(quick: bool, ms: list[int]) -> list[tuple]:
     return [(m, *layer) for m in ms for layer in chosen]
 
 
-def check(values: torch.Tensor, scales: torch.Tensor, ref: torch.Tensor) -> tuple[bool, float]:
-    """(within e4m3's rounding of the float64 ``ref``, the largest error in units of its block's scale)."""
-    n = ref.shape[1]
-    amax = F.pad(ref.abs(), (0, -n % 128)).view(ref.shape[0], -1, 128).amax(-1)
-    ref_scales = (amax / 448).clamp_min(torch.finfo(torch.float32).tiny)
-    s = ref_scales.repeat_interleave(128, dim=1)[:, :n]
-    deq = dequantize(values, scales, (1, 128))
-    err = (deq - ref).abs()
-    ok = bool(((err <= 2**-4 * ref.abs() + 2**-9 * s + 1e-4 * 448 * s).all()
-               and ((scales.double() - ref_scales).abs() <= 1e-3 * ref_scales).all()))
-    return ok, (err / s).max().item()
+def linear_case(x0, w, b, activation) -> dict:
+    """A linear layer's callables (each of an activation x): ours with the quantized output, ours in bf16,
+    torch's layer, cuBLAS's GEMM alone; its float64 reference, the route it runs and its FLOP per row."""
+    act = (lambda t: t) if activation is None else ACTIVATIONS[activation].reference  # the library's torch forms
+    route = gemm_ladder.explain(x0, w.T, out_dtype=E4M3, activation=activation)
+    return {"ours": lambda x: gemm_ladder.linear(x, w, b, activation=activation, out_dtype=E4M3),
+            "ours_bf16": lambda x: gemm_ladder.linear(x, w, b, activation=activation),
+            "torch": lambda x: act(F.linear(x, w, b)), "cublas": lambda x: F.linear(x, w, b),
+            "reference": lambda xd: act(xd @ w.double().T + b.double()),
+            "route": {"kernel": route.kernel["name"], "split": route.split, "tile": route.tile},
+            "flop_per_row": 2.0 * w.shape[0] * w.shape[1]}
+
+
+def swiglu_case(w_gate, w_up) -> dict:
+    """The gated MLP's callables, as :func:`linear_case`'s (cuBLAS: its two GEMMs alone)."""
+    return {"ours": lambda x: gemm_ladder.swiglu(x, w_gate, w_up, out_dtype=E4M3),
+            "ours_bf16": lambda x: gemm_ladder.swiglu(x, w_gate, w_up),
+            "torch": lambda x: F.silu(F.linear(x, w_gate)) * F.linear(x, w_up),
+            "cublas": lambda x: (F.linear(x, w_gate), F.linear(x, w_up)),
+            "reference": lambda xd: F.silu(xd @ w_gate.double().T) * (xd @ w_up.double().T),
+            "route": {"kernel": "sm90_swiglu_e4m3", "split": "tail (the swiglu kernel's)", "tile": [128, 256, 64]},
+            "flop_per_row": 2.0 * 2 * w_gate.shape[0] * w_gate.shape[1]}
 
 
 def run_layer(m, model, layer, n, k, activation, budget, compile_torch):
     g = torch.Generator(device="cuda").manual_seed(m + n + k)
     xs = [torch.randn((m, k), device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(RING)]
-    w = torch.nn.Parameter((torch.randn((n, k), device="cuda", generator=g) / math.sqrt(k)).bfloat16())
-    b = torch.nn.Parameter(torch.randn(n, device="cuda", generator=g).bfloat16())
-    turn = [0]
-    if activation == "swiglu":
-        return run_swiglu(m, model, layer, n, k, xs, w, budget, compile_torch, g, turn)
-    act = ACT[activation]
 
-    def x_next():
+    def param(*shape, scale=1.0):
+        return torch.nn.Parameter((torch.randn(shape, device="cuda", generator=g) * scale).bfloat16())
+
+    w = param(n, k, scale=1 / math.sqrt(k))
+    case = (swiglu_case(w, param(n, k, scale=1 / math.sqrt(k))) if activation == "swiglu"
+            else linear_case(xs[0], w, param(n), activation))
+    turn = [0]
+
+    def x_next():  # a new activation every call
         turn[0] = (turn[0] + 1) % RING
         return xs[turn[0]]
 
     def torch_path(x):
-        return quantize_fp8(act(F.linear(x, w, b)), (1, 128))
+        return quantize_fp8(case["torch"](x), (1, 128))
 
-    fns = {"ours_fused": lambda *_: gemm_ladder.linear(x_next(), w, b, activation=activation, out_dtype=E4M3),
-           "ours_unfused": lambda *_: quantize_fp8(gemm_ladder.linear(x_next(), w, b, activation=activation), (1, 128)),
+    fns = {"ours_fused": lambda *_: case["ours"](x_next()),
+           "ours_unfused": lambda *_: quantize_fp8(case["ours_bf16"](x_next()), (1, 128)),
            "torch_eager": lambda *_: torch_path(x_next()),
-           "cublas_gemm": lambda *_: F.linear(x_next(), w, b)}
+           "cublas_gemm": lambda *_: case["cublas"](x_next())}
     if compile_torch:
         compiled = torch.compile(torch_path, dynamic=False)
         fns["torch_compile"] = lambda *_: compiled(x_next())
     x0 = xs[0]
-    values, scales = gemm_ladder.linear(x0, w, b, activation=activation, out_dtype=E4M3)
-    ref = act(x0[:CHECK_ROWS].double() @ w.double().T + b.double())
-    ok, err = check(values[:CHECK_ROWS], scales[:CHECK_ROWS], ref)
-    route = gemm_ladder.explain(x0, w.T, out_dtype=E4M3, activation=activation)
+    values, scales = case["ours"](x0)
+    scales_ok, values_ok, err = quantized_error(values[:CHECK_ROWS], scales[:CHECK_ROWS],
+                                                case["reference"](x0[:CHECK_ROWS].double()))
+    ok = scales_ok and values_ok
     times = gemm_ladder.gates.performance.time_fns(fns, x0, w, budget_s=budget, rounds=3)
     t = {name: timing.median_ms for name, timing in times.items()}
     fused = t["ours_fused"]
-    return {"model": model, "layer": layer, "M": m, "N": n, "K": k, "activation": activation,
-            "route": {"kernel": route.kernel["name"], "split": route.split, "tile": route.tile},
+    return {"model": model, "layer": layer, "M": m, "N": n, "K": k, "activation": activation, "route": case["route"],
             "median_ms": t, "spread": {name: timing.spread for name, timing in times.items()},
             "ratio_unfused": t["ours_unfused"] / fused, "ratio_eager": t["torch_eager"] / fused,
             "ratio_compile": t["torch_compile"] / fused if "torch_compile" in t else None,
-            "ratio_cublas_gemm": t["cublas_gemm"] / fused, "tflops": 2.0 * m * n * k / fused / 1e9,
-            "correct": ok, "err": err}
-
-
-def run_swiglu(m, model, layer, n, k, xs, w_gate, budget, compile_torch, g, turn):
-    """The gated MLP's row: gemm_ladder.swiglu with the quantized output against swiglu then quantize_fp8,
-    torch's composition then quantize_fp8 (eager and compiled) and cuBLAS's two GEMMs alone."""
-    w_up = torch.nn.Parameter((torch.randn((n, k), device="cuda", generator=g) / math.sqrt(k)).bfloat16())
-
-    def x_next():
-        turn[0] = (turn[0] + 1) % RING
-        return xs[turn[0]]
-
-    def torch_path(x):
-        return quantize_fp8(F.silu(F.linear(x, w_gate)) * F.linear(x, w_up), (1, 128))
-
-    fns = {"ours_fused": lambda *_: gemm_ladder.swiglu(x_next(), w_gate, w_up, out_dtype=E4M3),
-           "ours_unfused": lambda *_: quantize_fp8(gemm_ladder.swiglu(x_next(), w_gate, w_up), (1, 128)),
-           "torch_eager": lambda *_: torch_path(x_next()),
-           "cublas_gemm": lambda *_: (F.linear(x_next(), w_gate), F.linear(x_next(), w_up))}
-    if compile_torch:
-        compiled = torch.compile(torch_path, dynamic=False)
-        fns["torch_compile"] = lambda *_: compiled(x_next())
-    x0 = xs[0]
-    values, scales = gemm_ladder.swiglu(x0, w_gate, w_up, out_dtype=E4M3)
-    xc = x0[:CHECK_ROWS].double()
-    ok, err = check(values[:CHECK_ROWS], scales[:CHECK_ROWS], F.silu(xc @ w_gate.double().T) * (xc @ w_up.double().T))
-    times = gemm_ladder.gates.performance.time_fns(fns, x0, w_gate, budget_s=budget, rounds=3)
-    t = {name: timing.median_ms for name, timing in times.items()}
-    fused = t["ours_fused"]
-    return {"model": model, "layer": layer, "M": m, "N": n, "K": k, "activation": "swiglu",
-            "route": {"kernel": "sm90_swiglu_e4m3", "split": "tail (the swiglu kernel's)", "tile": [128, 256, 64]},
-            "median_ms": t, "spread": {name: timing.spread for name, timing in times.items()},
-            "ratio_unfused": t["ours_unfused"] / fused, "ratio_eager": t["torch_eager"] / fused,
-            "ratio_compile": t["torch_compile"] / fused if "torch_compile" in t else None,
-            "ratio_cublas_gemm": t["cublas_gemm"] / fused, "tflops": 2.0 * 2 * m * n * k / fused / 1e9,
+            "ratio_cublas_gemm": t["cublas_gemm"] / fused, "tflops": case["flop_per_row"] * m / fused / 1e9,
             "correct": ok, "err": err}
 
 

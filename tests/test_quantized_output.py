@@ -288,3 +288,22 @@ def test_swiglu_quantized_refuses_what_the_plain_call_refuses_on_meta():
     with pytest.raises(NotSupportedError):
         gemm_ladder.swiglu(odd_pitch, _meta(128, 64), _meta(128, 64), out_dtype=QUANT_OUT)
     assert gemm_ladder.swiglu(_meta(4, 64), _meta(128, 64), _meta(128, 64), out_dtype=BF16).dtype == BF16  # x's dtype
+
+
+def test_the_quantized_error_rule_passes_a_right_answer_and_fails_wrong_ones():
+    """library/quantized.py's quantized_error, by which the GPU tests and the bench judge an output: quantize_fp8
+    of the reference (rounded through fp32, as a kernel's accumulator is) passes; a value one e4m3 step off in
+    its top bits, or scales 0.2% off, fail."""
+    from gemm_ladder.library.fp8 import quantize_fp8
+    from gemm_ladder.library.quantized import quantized_error
+
+    g = torch.Generator().manual_seed(3)
+    for shape in ((300, 296), (2, 50, 1001), (4, 128)):
+        ref = torch.randn(shape, generator=g, dtype=torch.float64) * 3
+        values, scales = quantize_fp8(ref.float().reshape(-1, shape[-1]), (1, 128))
+        values, scales = values.reshape(shape), scales.reshape(*shape[:-1], -1)
+        assert quantized_error(values, scales, ref)[:2] == (True, True)
+        bad = values.clone()
+        bad.view(torch.uint8).view(-1)[7] ^= 0x08  # an exponent bit of one value
+        assert quantized_error(bad, scales, ref)[1] is False
+        assert quantized_error(values, scales * 1.002, ref)[0] is False

@@ -52,4 +52,24 @@ def kernel_views(values: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tens
     return values.reshape(m, n), scales.reshape(m, blocks).t()
 
 
-__all__ = ["QUANT_OUT", "SCALE_BLOCK", "kernel_views", "quantized_buffers"]
+def quantized_error(values: torch.Tensor, scales: torch.Tensor, ref: torch.Tensor) -> tuple[bool, bool, float]:
+    """How close (values, scales) of shape (*, N) and (*, ceil(N / 128)) are to quantizing the float64 result
+    ``ref`` (*, N): (scales within 1e-3 of max(amax / 448, FLT_MIN) per block, dequantized values within
+    e4m3's rounding: 2^-4 relative (3 mantissa bits: OCP 8-bit floating point, E4M3), 2^-9 of the block's
+    scale near zero (e4m3's smallest subnormal step), plus 1e-4 of the block's amax for the fp32
+    accumulation's own error, the largest error in units of its block's scale). What the GPU tests and
+    bench/quantized_linear.py judge a quantized output by."""
+    n = ref.shape[-1]
+    r = ref.reshape(-1, n).double()
+    amax = torch.nn.functional.pad(r.abs(), (0, -n % SCALE_BLOCK)).view(r.shape[0], -1, SCALE_BLOCK).amax(-1)
+    ref_scales = (amax / 448).clamp_min(torch.finfo(torch.float32).tiny)
+    got_scales = scales.reshape(-1, scales.shape[-1]).double()
+    s = ref_scales.repeat_interleave(SCALE_BLOCK, dim=1)[:, :n]
+    deq = values.reshape(-1, n).double() * got_scales.repeat_interleave(SCALE_BLOCK, dim=1)[:, :n]
+    err = (deq - r).abs()
+    scales_ok = bool(((got_scales - ref_scales).abs() <= 1e-3 * ref_scales).all())
+    values_ok = bool((err <= 2**-4 * r.abs() + 2**-9 * s + 1e-4 * 448 * s).all())
+    return scales_ok, values_ok, (err / s).max().item()
+
+
+__all__ = ["QUANT_OUT", "SCALE_BLOCK", "kernel_views", "quantized_buffers", "quantized_error"]
