@@ -152,15 +152,26 @@ def prebuild_builds(quick: bool, ms: list[int]) -> int:
     return 1 if outcomes.failed else 0
 
 
+def row_counts(text: str) -> list[int]:
+    """``--m``'s comma list of positive ints (argparse says what is wrong in one line)."""
+    try:
+        ms = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a comma list of positive integers, e.g. 256,4096") from None
+    if not ms or min(ms) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a comma list of positive integers, e.g. 256,4096")
+    return ms
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="M = 4096, four layers, shorter timings")
-    parser.add_argument("--m", default=None, help="comma list of M (default 256,4096; --quick 4096)")
+    parser.add_argument("--m", type=row_counts, default=None, help="comma list of M (default 256,4096; --quick 4096)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile path")
     parser.add_argument("--prebuild", action="store_true", help="compile the builds the run launches, no GPU, and exit")
     add_output_argument(parser)
     args = parser.parse_args(argv)
-    ms = [int(v) for v in args.m.split(",")] if args.m else ([4096] if args.quick else [256, 4096])
+    ms = args.m or ([4096] if args.quick else [256, 4096])
     if args.prebuild:
         return prebuild_builds(args.quick, ms)
     require_gpu(__file__)
