@@ -247,6 +247,8 @@ def test_the_quantized_swiglu_build_and_its_plan():
     for k_iters, tiles in [(1, 3), (s + 1, 2)]:
         result = audit(k.ring_protocol(k_iters, tiles))
         assert result.ok, result.render()
+    # ... and the same model with a seeded fault is refused (the audit above can fail).
+    assert "handoff_roles" in {v.kind for v in audit(k.ring_protocol(empty_wait=False, k_iters=3, tiles=1)).violations}
 
 
 def test_swiglu_with_the_quantized_output_on_meta_and_its_refusals():
