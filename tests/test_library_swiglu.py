@@ -290,3 +290,22 @@ def test_the_ring_audit_finds_a_seeded_fault():
     for fault in (dict(drain_staging_before_reuse=False), dict(staging_wait_pending=2)):  # a buffer rewritten too soon
         kinds = {v.kind for v in audit(k.ring_protocol(k_iters=1, tiles=2, **fault)).violations}
         assert "staging_overwrite" in kinds, fault
+
+
+@pytest.mark.parametrize("quantized", (False, True))
+def test_the_cached_maps_cannot_be_extended_by_a_launch(monkeypatch, quantized):
+    """launch appends its arguments to the maps: the cached entry must be a tuple, so that the next call's
+    arguments are not the first call's with more after them (a regression: the first call's output and
+    workspace pointers were launched again)."""
+    from gemm_ladder.library import swiglu as S
+
+    encoded = []
+    monkeypatch.setattr(S, "encode_tiled", lambda kwargs: encoded.append(kwargs) or object())
+    kernel = SwigluKernel(quantized=quantized)
+    x, wg, wu = (torch.empty(r, 256, dtype=torch.bfloat16) for r in (300, 384, 384))
+    out = torch.empty(300, 384, dtype=torch.float8_e4m3fn if quantized else torch.bfloat16)
+    views = [operand_view(t, k_dim=1) for t in (x, wg, wu)]
+    first = kernel.maps(*views, out)
+    assert isinstance(first, tuple) and len(first) == (3 if quantized else 4) == len(encoded)
+    args = [*kernel.maps(*views, out), "launch arguments"]
+    assert kernel.maps(*views, out) is first and len(first) == len(args) - 1 and len(encoded) == len(first)

@@ -371,7 +371,7 @@ class SwigluKernel:
                        lambda: self.schedule(m, n, k, kernel.max_active_clusters(out.device),
                                              "none" if capturing else split))
         stream = torch.cuda.current_stream(out.device)
-        args = self.maps(x, w_gate, w_up, out)
+        args = [*self.maps(x, w_gate, w_up, out)]  # a copy: the maps' cached tuple must stay as it is
         if self.quantized:  # the entry point's QuantizedOut: values and scales, pointers and pitches
             args += [ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld_out(out)), ctypes.c_void_p(scales.data_ptr()),
                      ctypes.c_longlong(scales.stride(0))]
@@ -385,9 +385,9 @@ class SwigluKernel:
                  ctypes.c_void_p(counters)]
         kernel.launch((tail.clusters * CLUSTER, 1, 1), args, stream)
 
-    def maps(self, x: OperandView, w_gate: OperandView, w_up: OperandView, out: torch.Tensor) -> list:
+    def maps(self, x: OperandView, w_gate: OperandView, w_up: OperandView, out: torch.Tensor) -> tuple:
         """The encoded tensor maps (x, w_gate, w_up, out; no out for the quantized kernel), cached per pointers
-        and shape."""
+        and shape: a tuple, so that no caller can append to the cached entry."""
         m, n, k = x.rows, w_gate.rows, x.k
         ldo = None if self.quantized else _ld_out(out)  # the quantized output has no map
         dtype = dtype_name(x.tensor.dtype)
@@ -396,7 +396,7 @@ class SwigluKernel:
 
         def encode():
             specs = self.plan(m, n, k, dtype, ldx=x.ld, ldw_gate=w_gate.ld, ldw_up=w_up.ld, ldo=ldo).tensor_maps
-            return [encode_tiled(specs[name].encode_kwargs(ptr)) for name, ptr in zip(self.map_names, ptrs)]
+            return tuple(encode_tiled(specs[name].encode_kwargs(ptr)) for name, ptr in zip(self.map_names, ptrs))
 
         return cached(self._maps, (*ptrs, m, n, k, *lds, dtype), encode)
 
