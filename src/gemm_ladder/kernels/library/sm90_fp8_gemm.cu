@@ -77,7 +77,7 @@
 #include "gemm_ladder/ptx/tma.cuh"
 #include "gemm_ladder/ptx/wgmma.cuh"
 #include "gemm_ladder/ptx/wgmma_fp8_ops.cuh"
-#include "gemm_ladder/quantized_store.cuh"  // store_pair_e4m3, store_quantized_1x128
+#include "gemm_ladder/quantized_store.cuh"  // store_quantized_1x128
 #include "gemm_ladder/stream_k.cuh"  // StreamKTail, PartialSlots, hand_in_partial
 
 namespace fp8 {
@@ -397,7 +397,7 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
     if constexpr (kQuantized) {
       // 1 x 128 quantization of the output (quantized_store.cuh): a row's 128 columns of this tile (BN = 128,
       // one scale block) are held by the four lanes of a quad.
-      store_quantized_1x128<BN>(C, ldc, scale_out, ld_scale_out, d, r0, tn * BN, tn, M, N, pairs);
+      store_quantized_1x128<BN>(C, ldc, scale_out, ld_scale_out, d, r0, tn * BN, tn, M, N);
     }
   };
   // The main loop of K blocks [kb0, kb1) (kb0 < kb1) of a tile in N column tn: d = their promoted sum.

@@ -133,9 +133,8 @@ __device__ __forceinline__ void swiglu_body(const CUtensorMap& map_x, const CUte
         int um, tn;
         sched.coords(unit, um, tn);
         const int t = thread_in_warpgroup(), m0 = (um * GL_CLUSTER + rank) * BM + 64 * consumer;
-        const bool pairs = out.ld % 2 == 0 && reinterpret_cast<uintptr_t>(out.ptr) % 2 == 0;
         store_quantized_1x128<kOutBN>(out.ptr, out.ld, out.scales, out.ld_scales, o, m0 + 16 * (t / 32) + (t % 32) / 4,
-                                      tn * kOutBN, tn, M, N, pairs);
+                                      tn * kOutBN, tn, M, N);
       } else {
         pack_gated_fragment<BN>(packed, d, Silu{});
         int um, tn;
