@@ -12,6 +12,8 @@ activation tensor every call from a ring of three), each returning e4m3 values w
 * ``torch_eager``   F.linear, the activation, then ``quantize_fp8`` (torch ops);
 * ``torch_compile`` the same under ``torch.compile`` (skipped with ``--no-compile``);
 * ``cublas_gemm``   F.linear alone (bf16 out, no activation, no quantization): cuBLAS's GEMM, for scale.
+* ``ours_bf16``     ours with the same epilogue and a bf16 output (its own route): what the quantized
+                    store costs over the kernel's plain output.
 
 Layers: the bf16 layers whose output an fp8 layer reads next: GELU MLPs' fc1 (GPT-2, BERT-large, ViT-L/16),
 Llama-3-8B's up_proj and o_proj, DeepSeek-V3's q_a_proj, and Llama-3-8B's gated MLP (activation
@@ -21,7 +23,7 @@ projection's input); M in ``--m`` (default 256 and 4096; ``--quick``:
 float64 (dequantized values within e4m3's rounding of the float64 result, scales within 1e-3).
 
 Rows (``rows: [{model, layer, M, N, K, activation, route, median_ms: {fn: ms}, ratio_unfused, ratio_eager,
-ratio_compile, ratio_cublas_gemm, tflops, correct, err}]``): each ``ratio_*`` is that path's time over
+ratio_compile, ratio_cublas_gemm, ratio_ours_bf16, tflops, correct, err}]``): each ``ratio_*`` is that path's time over
 ``ours_fused``'s (> 1: ours faster); ``ratio_unfused`` is the issue's target (>= 1.2x). Timing:
 gates.performance.time_fns (L2 flushed before each call, median, rounds rotating the first callable). One
 JSON (bench/suite.py: DATE_quantized_linear[_quick]_COMMIT.json). Exit 1 when a result is wrong, else 0.
@@ -103,7 +105,8 @@ def run_layer(m, model, layer, n, k, activation, budget, compile_torch):
     fns = {"ours_fused": lambda *_: case["ours"](x_next()),
            "ours_unfused": lambda *_: quantize_fp8(case["ours_bf16"](x_next()), (1, 128)),
            "torch_eager": lambda *_: torch_path(x_next()),
-           "cublas_gemm": lambda *_: case["cublas"](x_next())}
+           "cublas_gemm": lambda *_: case["cublas"](x_next()),
+           "ours_bf16": lambda *_: case["ours_bf16"](x_next())}
     if compile_torch:
         compiled = torch.compile(torch_path, dynamic=False)
         fns["torch_compile"] = lambda *_: compiled(x_next())
@@ -119,7 +122,7 @@ def run_layer(m, model, layer, n, k, activation, budget, compile_torch):
             "median_ms": t, "spread": {name: timing.spread for name, timing in times.items()},
             "ratio_unfused": t["ours_unfused"] / fused, "ratio_eager": t["torch_eager"] / fused,
             "ratio_compile": t["torch_compile"] / fused if "torch_compile" in t else None,
-            "ratio_cublas_gemm": t["cublas_gemm"] / fused, "tflops": case["flop_per_row"] * m / fused / 1e9,
+            "ratio_cublas_gemm": t["cublas_gemm"] / fused, "ratio_ours_bf16": t["ours_bf16"] / fused, "tflops": case["flop_per_row"] * m / fused / 1e9,
             "correct": ok, "err": err}
 
 
@@ -187,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             comp = f"{r['ratio_compile']:.3f}x" if r["ratio_compile"] else "-"
             print(f"{model} {layer} {m}x{n}x{k} {activation or 'none'}: {r['median_ms']['ours_fused'] * 1e3:.1f} us "
                   f"({r['route']['kernel']}, split {r['route']['split']}); vs ours unfused {r['ratio_unfused']:.3f}x, "
-                  f"eager {r['ratio_eager']:.3f}x, compile {comp}, cuBLAS GEMM alone {r['ratio_cublas_gemm']:.3f}x"
+                  f"eager {r['ratio_eager']:.3f}x, compile {comp}, cuBLAS GEMM alone {r['ratio_cublas_gemm']:.3f}x, "
+                  f"ours bf16 out {r['ratio_ours_bf16']:.3f}x"
                   + ("" if r["correct"] else f"  WRONG (err {r['err']:.3g} scales)"), flush=True)
             torch.cuda.empty_cache()
     save({"rows": rows, "quick": args.quick, "compile": not args.no_compile},
