@@ -5,7 +5,7 @@
 # Builds, with NVRTC (what the device scripts force too, so the keys match): the AOT kernels
 # (tools/build_aot.py: every build the dispatcher can pick), and into .kcache the builds the experiments
 # launch (bench/experiments/gemm_timeline.py --prebuild, bench/grouped.py --prebuild,
-# bench/quantized_linear.py --prebuild). Then packs both
+# bench/quantized_linear.py --prebuild, bench/experiments/quantized_pingpong.py --prebuild). Then packs both
 # into .gl/carry.tgz. On the device: carry [".gl"], and run
 #   tar xzf .gl/carry.tgz && export GEMM_LADDER_COMPILER=nvrtc GEMM_LADDER_GIT_COMMIT=<sha> && OUT=$OUT bash bench/device/smoke_....sh
 # Exit status: 0 when every build is ready; the first failing step's otherwise.
@@ -16,6 +16,7 @@ python3 tools/build_aot.py --workers "$(nproc)"
 python3 bench/experiments/gemm_timeline.py --prebuild
 python3 bench/grouped.py --prebuild
 python3 bench/quantized_linear.py --prebuild
+python3 bench/experiments/quantized_pingpong.py --prebuild
 mkdir -p .gl
 tar czf .gl/carry.tgz src/gemm_ladder/aot_kernels .kcache
 echo "prepared in $(( $(date +%s) - start )) s: .gl/carry.tgz $(du -h .gl/carry.tgz | cut -f1) (carry limit 64 MiB)"
