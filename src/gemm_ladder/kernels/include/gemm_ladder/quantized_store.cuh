@@ -10,7 +10,7 @@
 // own maximum, then two shuffles (lane ^ 1, lane ^ 2). scale = max(amax / 448, FLT_MIN) (448: e4m3's
 // largest finite value, OCP 8-bit floating point specification, E4M3; the floor keeps an all-zero block's
 // scale a positive normal number, as quantize_fp8 does), values = x / scale rounded as IEEE division
-// (div_by_scale: whatever the fast-math flags), rounded to nearest and saturated to +-448 (cvt with
+// (ScaleDivisor, whatever the fast-math flags), rounded to nearest and saturated to +-448 (cvt with
 // .satfinite: PTX ISA "cvt", e4m3x2). fmaxf ignores NaN: a NaN output leaves its block's scale finite and
 // is stored as an e4m3 NaN.
 #pragma once
