@@ -312,3 +312,23 @@ def test_the_quantized_error_rule_passes_a_right_answer_and_fails_wrong_ones():
         bad.view(torch.uint8).view(-1)[7] ^= 0x08  # an exponent bit of one value
         assert quantized_error(bad, scales, ref)[1] is False
         assert quantized_error(values, scales * 1.002, ref)[0] is False
+
+
+@pytest.mark.parametrize("lead", ((5,), (2, 3)), ids=("2-D", "batch dims"))
+def test_quantize_fp8_into_writes_the_quantized_layouts(lead):
+    """What an empty-K call returns (library/fp8.py quantize_fp8_into): quantize_fp8 of the result, bit for bit,
+    in quantized_buffers' own tensors (strides unchanged), here on the CPU."""
+    from gemm_ladder.library.fp8 import quantize_fp8, quantize_fp8_into
+
+    m, n = 1, 300
+    for size in lead:
+        m *= size
+    full = torch.randn(m, n) * 3
+    full[1, :128] = 0  # a zero block: the floor scale
+    values, scales = quantized_buffers(lead, n, "cpu")
+    strides = values.stride(), scales.stride()
+    got_v, got_s = quantize_fp8_into(full, values, scales)
+    ref_v, ref_s = quantize_fp8(full, (1, 128))
+    assert got_v is values and got_s is scales and (values.stride(), scales.stride()) == strides
+    assert torch.equal(values.reshape(m, n).view(torch.uint8), ref_v.view(torch.uint8))
+    assert torch.equal(scales.reshape(m, -1), ref_s)

@@ -23,7 +23,7 @@ from gemm_ladder.dispatch.calls import rows
 from gemm_ladder.dispatch.execute import run
 from gemm_ladder.dispatch.validate import MmShape, NotSupportedError, check_domain, check_linear, linear_call
 from gemm_ladder.runtime.module import elsewhere, on_device
-from gemm_ladder.library.quantized import QUANT_OUT, SCALE_BLOCK, kernel_views, quantized_buffers
+from gemm_ladder.library.quantized import QUANT_OUT, kernel_views, quantized_buffers
 
 
 def refuse_grad(tensors: dict) -> None:
@@ -78,16 +78,12 @@ def linear_quantized(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
     values, scales = quantized_buffers(lead, n, x.device)
     if m == 0 or n == 0:
         return values, scales
-    values2, scale_rows = kernel_views(values, scales)
     if k == 0:
-        from gemm_ladder.library.fp8 import quantize_fp8
+        from gemm_ladder.library.fp8 import quantize_fp8_into
 
         zeros = torch.zeros((m, n), dtype=torch.float64, device=x.device)
-        full = (call.reference(zeros) if call is not None else zeros).float()
-        v, s = quantize_fp8(full, (1, SCALE_BLOCK))
-        values2.copy_(v)
-        scale_rows.copy_(s.t())
-        return values, scales
+        return quantize_fp8_into((call.reference(zeros) if call is not None else zeros).float(), values, scales)
+    values2, scale_rows = kernel_views(values, scales)
     check_domain(MmShape(m, n, k, QUANT_OUT))
     x2 = x.reshape(m, k)  # a view where the batch dimensions merge
     # A residual read, or a float32 bias, caps the tile at BN 128 (both spilled at 256: route.QUANTIZED_NARROW_MAX_BN).
@@ -159,14 +155,11 @@ def swiglu_quantized(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) 
     values, scales = quantized_buffers(lead, n, x.device)
     if m == 0 or n == 0:
         return values, scales
-    values2, scale_rows = kernel_views(values, scales)
     if k == 0:  # silu(0) * 0: zero values, each block's scale the floor
-        from gemm_ladder.library.fp8 import quantize_fp8
+        from gemm_ladder.library.fp8 import quantize_fp8_into
 
-        v, s = quantize_fp8(torch.zeros((m, n), dtype=torch.float32, device=x.device), (1, SCALE_BLOCK))
-        values2.copy_(v)
-        scale_rows.copy_(s.t())
-        return values, scales
+        return quantize_fp8_into(torch.zeros((m, n), dtype=torch.float32, device=x.device), values, scales)
+    values2, scale_rows = kernel_views(values, scales)
     check_domain(MmShape(m, n, k, QUANT_OUT))
     x2 = x.reshape(m, k)
     check_swiglu_layout(x2, w_gate, w_up)

@@ -134,9 +134,7 @@ def _swiglu_e4m3_op(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -
 
 @_swiglu_e4m3_op.register_fake
 def _swiglu_e4m3_fake(x, w_gate, w_up):
-    from gemm_ladder.dispatch.validate import check_swiglu
-
-    from gemm_ladder.dispatch.validate import MmShape, check_domain, check_swiglu_layout
+    from gemm_ladder.dispatch.validate import MmShape, check_domain, check_swiglu, check_swiglu_layout
 
     k, n = check_swiglu(x, w_gate, w_up, device_types=("cuda", "meta"), check_grad=False)
     m = math.prod(x.shape[:-1])

@@ -64,7 +64,7 @@ from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
 from gemm_ladder.library import kernel as K
 from gemm_ladder.library.kernel import DATA_PARALLEL, STORE_REGISTERS, STORE_TMA, STREAM_K, KernelConfig, Operands
 from gemm_ladder.library.lru import cached
-from gemm_ladder.library.quantized import QUANT_OUT, kernel_views, quantized_buffers
+from gemm_ladder.library.quantized import QUANT_OUT, SCALE_BLOCK, kernel_views, quantized_buffers
 from gemm_ladder.runtime.compiler import compile_kernel
 from gemm_ladder.runtime.module import device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
@@ -709,15 +709,12 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
     if quantized:
         # The next scaled_mm takes both without a copy (library/quantized.py), whatever the shape.
         values, scales = quantized_buffers(m, n, a.device)
-        out, scale_buf = kernel_views(values, scales)
         if m == 0 or n == 0 or k == 0:
             full = torch.zeros((m, n), dtype=torch.float32, device=a.device)
             if bias is not None:
                 full += bias.float()
-            v, s = quantize_fp8(full, (1, 128))
-            out.copy_(v)
-            scale_buf.copy_(s.t())
-            return values, scales
+            return quantize_fp8_into(full, values, scales)
+        out, scale_buf = kernel_views(values, scales)
     elif out is None:
         out = torch.empty((m, n), dtype=call.out_dtype, device=a.device)
     if m == 0 or n == 0:
@@ -1034,6 +1031,17 @@ def quantize_fp8(x: torch.Tensor, block=(1, 128), *, dtype: torch.dtype = torch.
         scales = scales.t().contiguous().t()
     elif block == (-1, -1):
         scales = scales.reshape(())
+    return values, scales
+
+
+def quantize_fp8_into(x: torch.Tensor, values: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``quantize_fp8(x, (1, 128))`` of a 2-D (M, N) floating tensor written into ``values`` and ``scales``
+    (library/quantized.py's ``quantized_buffers`` for (*, N) with M rows merged), which it returns: the
+    quantized output's layouts where no kernel runs (empty K). Raises as :func:`quantize_fp8`."""
+    v, s = quantize_fp8(x, (1, SCALE_BLOCK))
+    out, scale_rows = kernel_views(values, scales)
+    out.copy_(v)
+    scale_rows.copy_(s.t())
     return values, scales
 
 
