@@ -154,6 +154,23 @@ def test_current_stream_and_empty_shapes():
     assert e.shape == (0, 256)
 
 
+@pytest.mark.parametrize("block", [(1, 128), (128, 128), (1, -1), (-1, -1)], ids=str)
+def test_quantize_fp8_on_cuda_divides_as_ieee_division(block):
+    """The scales are amax / 448 rounded as IEEE division, on CUDA as on the CPU (CUDA torch divides by a
+    Python scalar as a multiply by its reciprocal: 3.0097604 / 448 came out 1 ulp high), and the values
+    follow bit for bit; an amax known to differ is planted in the first block."""
+    g = torch.Generator(device="cuda").manual_seed(41)
+    x = torch.randn((384, 640), device="cuda", generator=g) * torch.logspace(-3, 3, 640, device="cuda")
+    x[0, 0] = 3.0097604
+    x[0, 1:128] = x[0, 1:128].clamp(-3, 3)
+    v, s = quantize_fp8(x, block)
+    cv, cs = quantize_fp8(x.cpu(), block)
+    assert torch.equal(s.cpu(), cs)
+    assert torch.equal(v.cpu().view(torch.uint8), cv.view(torch.uint8))
+    if block == (1, 128):
+        assert s[0, 0].item() == torch.tensor(3.0097604).div(torch.tensor(448.0)).item()
+
+
 @pytest.mark.parametrize("mode", list(BLOCKS))
 @pytest.mark.parametrize("shape", [(300, 296, 272), (1024, 2048, 1024)], ids=lambda s: "x".join(map(str, s)))
 def test_quantized_output_is_quantize_fp8_of_the_fp32_product(mode, shape):

@@ -989,7 +989,8 @@ def quantize_fp8(x: torch.Tensor, block=(1, 128), *, dtype: torch.dtype = torch.
     """Quantize a 2-D floating tensor to fp8 with one fp32 scale per block; return ``(values, scales)``.
 
     ``values`` (same shape as x, ``dtype``) times the block's scale approximates x: per block,
-    ``amax = max |x|`` in fp32, ``scale = max(amax / fmax, finfo(float32).tiny)`` (fmax 448 for e4m3fn,
+    ``amax = max |x|`` in fp32, ``scale = max(amax / fmax, finfo(float32).tiny)`` (IEEE division, on CPU and
+    CUDA alike; fmax 448 for e4m3fn,
     57344 for e5m2; the floor keeps an all-zero or subnormal block's scale a positive normal number, so
     its values are x / scale, finite and at most fmax), ``values = clamp(x / scale, -fmax, fmax)``. A block
     holding Inf or NaN gets an Inf or NaN scale (its dequantized values are NaN, not silently finite).
@@ -1023,8 +1024,11 @@ def quantize_fp8(x: torch.Tensor, block=(1, 128), *, dtype: torch.dtype = torch.
     padded = torch.nn.functional.pad(xf, (0, nc * bc - cols, 0, nr * br - rows))
     blocks = padded.view(nr, br, nc, bc)
     amax = blocks.abs().amax(dim=(1, 3)) if blocks.numel() else torch.zeros((nr, nc), device=x.device)
-    # amax of a block holding NaN is NaN (torch.amax propagates NaN).
-    scales = torch.clamp(amax / fmax, min=torch.finfo(torch.float32).tiny)
+    # amax of a block holding NaN is NaN (torch.amax propagates NaN). The divisor is a tensor on amax's
+    # device: CUDA torch divides by a Python (CPU) scalar as a multiply by its rounded reciprocal, 1 ulp off
+    # IEEE division for some amax (3.0097604 / 448), which the kernels' epilogue computes (__fdiv_rn).
+    scales = torch.clamp(amax / torch.full((), fmax, dtype=torch.float32, device=amax.device),
+                         min=torch.finfo(torch.float32).tiny)
     values = (blocks / scales[:, None, :, None]).clamp(-fmax, fmax).reshape(nr * br, nc * bc)[:rows, :cols]
     values = values.to(dtype).contiguous()
     if block == (1, 128):
