@@ -642,8 +642,11 @@ def test_explain_says_which_cluster_a_call_runs_and_why(shapes, kw, cluster, wor
     assert e["kernel"].endswith("_c2") == (cluster == 2) and e["grouped_along"] == "M"
 
 
-def test_explain_grouped_along_k_and_swiglu_take_cluster_1_for_grad_w():
+def test_explain_grouped_along_k_and_swiglu_take_cluster_1_for_grad_w(monkeypatch):
     import gemm_ladder
+    import gemm_ladder.ops_grouped_swiglu as gs
+
+    monkeypatch.setattr(gs, "FUSED_DEFAULT", False)  # the two-GEMM forward, whose backward is explained too
 
     meta = torch.device("meta")
     x = torch.empty(16384, 4096, dtype=BF, device=meta)

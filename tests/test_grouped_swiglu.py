@@ -55,7 +55,8 @@ def test_cpu_tensors_are_refused_before_any_build():
         gemm_ladder.grouped_swiglu(x, w, w, torch.tensor([3, 5, 10], dtype=torch.int32))
 
 
-def test_explain_on_meta_names_the_grouped_kernel_builds():
+def test_explain_on_meta_names_the_grouped_kernel_builds(monkeypatch):
+    monkeypatch.setattr(gs, "FUSED_DEFAULT", False)  # the two-GEMM forward (a training call's, or the switch off)
     e = gemm_ladder.explain_grouped_swiglu(_meta(4096, 2048), _meta(128, 768, 2048), _meta(128, 768, 2048), _offs(128))
     assert e["path"] == "two_grouped_gemms" and e["fused"] is False and e["cublas"] is False
     assert (e["t"], e["n"], e["k"], e["groups"]) == (4096, 768, 2048, 128)

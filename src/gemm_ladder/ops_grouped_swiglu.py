@@ -19,7 +19,7 @@ The op returns (out, gate, up): gate and up (fp32, (T, N)) are what the backward
 non-differentiable; :func:`grouped_swiglu` returns out only. As ``torch._grouped_mm``, rows past
 ``offs[E-1]`` belong to no group: their output (and their grad_x) is not defined.
 
-The fused forward (:data:`FUSED_DEFAULT`; off until measured on every case): a call that needs no backward
+The fused forward (:data:`FUSED_DEFAULT`, on since every bench case was measured): a call that needs no backward
 (no input requiring grad under grad mode) runs one launch of the grouped kernel's gated-MLP build
 (``library/grouped.py`` ``grouped_gemm(256, "k", swiglu=True)``, sm90_grouped_gemm.cu's GL_SWIGLU): each
 stage holds 128 rows of w_gate and the same 128 rows of w_up, so x is read once for both products and
@@ -43,11 +43,11 @@ from gemm_ladder.library.grouped import grad_w_bn, grouped_gemm
 from gemm_ladder.ops_grouped import NAMESPACE, _grad_b_grouped_k
 
 F32 = torch.float32
-#: Whether a call that needs no backward runs the fused gated-MLP build (module docstring): the environment's
-#: GL_GROUPED_SWIGLU_FUSED=1 at import, else False: right on the H200 (its GPU tests, memcheck, racecheck) and
-#: 0.99-1.74x the two-GEMM forward on five of bench/grouped.py's eight swiglu cases (``ratio_fused``;
-#: docs/grouped.md), not yet measured on the other three.
-FUSED_DEFAULT = os.environ.get("GL_GROUPED_SWIGLU_FUSED", "0") == "1"
+#: Whether a call that needs no backward runs the fused gated-MLP build (module docstring): True unless the
+#: environment's GL_GROUPED_SWIGLU_FUSED is 0 at import. Right on the H200 (its GPU tests, memcheck,
+#: racecheck) and, over bench/grouped.py's eight swiglu cases in one run, 0.99-1.84x the two-GEMM forward
+#: (``ratio_fused``, docs/grouped.md: DeepSeek-V3's gate+up 0.99x, every other case 1.01-1.84x).
+FUSED_DEFAULT = os.environ.get("GL_GROUPED_SWIGLU_FUSED", "1") != "0"
 #: The fused build: BN 256 (128 gate and 128 up rows a stage), a K-major weight, one CTA.
 FUSED_BN = 256
 
@@ -99,8 +99,8 @@ def fused_rule(x, w_gate, w_up, *, fused: bool | None = None) -> str | None:
     if torch.is_grad_enabled() and any(t.requires_grad for t in (x, w_gate, w_up)):
         return "an input requires grad: the backward reads the fp32 gate and up the two-GEMM forward writes"
     if not (FUSED_DEFAULT if fused is None else fused):
-        return ("ops_grouped_swiglu.FUSED_DEFAULT is off (GL_GROUPED_SWIGLU_FUSED=1 turns it on): the fused build "
-                "is measured on five of the eight bench cases, not yet all (docs/grouped.md)")
+        return ("ops_grouped_swiglu.FUSED_DEFAULT is off (GL_GROUPED_SWIGLU_FUSED=0 at import, or set so): the "
+                "two grouped GEMMs run")
     if w_up.stride() != w_gate.stride():
         return f"w_up's strides {tuple(w_up.stride())} are not w_gate's {tuple(w_gate.stride())} (one map layout for both)"
     return None
