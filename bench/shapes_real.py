@@ -429,10 +429,16 @@ def geomean(values: list[float]) -> float | None:
 
 def summarize(rows: list[dict]) -> dict:
     """Geometric means and minima, and the issue-23 targets each with its measured figure and ``met``
-    (a target over no measured row: ``met`` None, "not run")."""
+    (a target over no measured row: ``met`` None, "not run"). The fused targets are the issue's "fused bias
+    + activation": rows whose epilogue has an activation (bias+gelu, bias+gelu_tanh, relu); the bias-only
+    rows are summarized apart (``bias_geomean_vs_eager``), as their eager side is cuBLAS's fused bias."""
     timed = [r for r in rows if r.get("ok") and r.get("ratio_cublas") and "same_as" not in r]
     plain = [r for r in timed if r["epilogue"] is None]
     fused = [r for r in timed if r["epilogue"] is not None and r["epilogue"] != "swiglu"]
+    # The issue's fused targets are for bias + activation: a bias alone is F.linear's own epilogue on the
+    # eager side (cuBLAS fuses it too), so those rows are plain GEMMs against cuBLAS, reported apart.
+    activated = [r for r in fused if r["epilogue"] != "bias"]
+    bias = [r for r in fused if r["epilogue"] == "bias"]
     swi = [r for r in timed if r["epilogue"] == "swiglu"]
 
     def target(what, values, threshold, rows_):
@@ -444,19 +450,19 @@ def summarize(rows: list[dict]) -> dict:
 
     g = geomean([r["ratio_cublas"] for r in plain])
     big = [r for r in plain if r["cublas_us"] >= 50]
-    short_k = [r for r in fused if r["K"] <= 1024]
-    with_compile = [r for r in fused if r.get("ratio_compile") is not None]
+    short_k = [r for r in activated if r["K"] <= 1024]
+    with_compile = [r for r in activated if r.get("ratio_compile") is not None]
     large_swi = [r for r in swi if r["M"] >= 2048]
     targets = [
         {"what": "plain: geomean vs cuBLAS >= 1.02", "threshold": 1.02, "value": g, "rows": len(plain),
          "met": None if g is None else g >= 1.02},
         target("plain: vs cuBLAS >= 0.95 where cuBLAS takes >= 50 us", [r["ratio_cublas"] for r in big], 0.95, big),
         target("plain: vs cuBLAS >= 0.90 everywhere", [r["ratio_cublas"] for r in plain], 0.90, plain),
-        target("fused, K <= 1024: vs eager >= 1.10", [r["ratio_eager"] for r in short_k], 1.10, short_k),
-        target("fused, K <= 1024: vs compile >= 1.05", [r["ratio_compile"] for r in short_k if r.get("ratio_compile")],
+        target("bias + activation, K <= 1024: vs eager >= 1.10", [r["ratio_eager"] for r in short_k], 1.10, short_k),
+        target("bias + activation, K <= 1024: vs compile >= 1.05", [r["ratio_compile"] for r in short_k if r.get("ratio_compile")],
                1.05, [r for r in short_k if r.get("ratio_compile")]),
-        target("fused: vs eager >= 1.0 everywhere", [r["ratio_eager"] for r in fused], 1.0, fused),
-        target("fused: vs compile >= 1.0 everywhere", [r["ratio_compile"] for r in with_compile], 1.0, with_compile),
+        target("bias + activation: vs eager >= 1.0 everywhere", [r["ratio_eager"] for r in activated], 1.0, activated),
+        target("bias + activation: vs compile >= 1.0 everywhere", [r["ratio_compile"] for r in with_compile], 1.0, with_compile),
         target("swiglu: vs eager >= 1.0 at every M", [r["ratio_eager"] for r in swi], 1.0, swi),
         target("swiglu: vs eager >= 1.1 at M >= 2048", [r["ratio_eager"] for r in large_swi], 1.1, large_swi),
     ]
@@ -469,6 +475,8 @@ def summarize(rows: list[dict]) -> dict:
         "plain_min_vs_cublas": min((r["ratio_cublas"] for r in plain), default=None),
         "fused_geomean_vs_eager": geomean([r["ratio_eager"] for r in fused + swi]),
         "fused_geomean_vs_compile": geomean([r["ratio_compile"] for r in fused + swi if r.get("ratio_compile")]),
+        "activated_geomean_vs_eager": geomean([r["ratio_eager"] for r in activated]),
+        "bias_geomean_vs_eager": geomean([r["ratio_eager"] for r in bias]),
         "targets": targets,
     }
 

@@ -184,6 +184,7 @@ def test_summary_targets():
     rows = [_row("a", 1, 8, 8, None, 10.0, 10.0), _row("b", 64, 8, 8, None, 60.0, 64.0),
             _row("c", 64, 8, 8, None, 8.0, 10.0),
             _row("d", 4096, 8, 1024, "bias+gelu", 10.0, 10.0, 12.0, 11.0), _row("e", 7, 8, 8, "swiglu", 10.0, 10.0, 9.0),
+            _row("g", 512, 8, 768, "bias", 8.0, 10.0, 8.0, 8.0),  # a bias alone: not a fused target's row
             {"model": "f", "layer": "l", "M": 1, "N": 1, "K": 1, "dtype": "bf16", "epilogue": None, "ok": False,
              "ratio_cublas": None, "error": "x"}]
     s = sr.summarize(rows)
@@ -192,11 +193,13 @@ def test_summary_targets():
     assert t["plain: geomean vs cuBLAS >= 1.02"]["met"] is False
     assert t["plain: vs cuBLAS >= 0.95 where cuBLAS takes >= 50 us"]["below"] == ["b l 64x8x8 bf16"]
     assert t["plain: vs cuBLAS >= 0.90 everywhere"]["below"] == ["c l 64x8x8 bf16"]
-    assert t["fused, K <= 1024: vs eager >= 1.10"]["met"] is True
-    assert t["fused, K <= 1024: vs compile >= 1.05"]["met"] is True
+    assert t["bias + activation, K <= 1024: vs eager >= 1.10"]["met"] is True
+    assert t["bias + activation, K <= 1024: vs compile >= 1.05"]["met"] is True
+    assert t["bias + activation: vs eager >= 1.0 everywhere"]["rows"] == 1  # the bias-only row (0.8x) apart
+    assert s["bias_geomean_vs_eager"] == pytest.approx(0.8) and s["activated_geomean_vs_eager"] == pytest.approx(1.2)
     assert t["swiglu: vs eager >= 1.0 at every M"]["met"] is False
     assert t["swiglu: vs eager >= 1.1 at M >= 2048"]["met"] is None  # not run
-    assert s["rows_failed"] == 1 and math.isclose(s["fused_geomean_vs_eager"], math.sqrt(1.2 * 0.9))
+    assert s["rows_failed"] == 1 and math.isclose(s["fused_geomean_vs_eager"], (1.2 * 0.9 * 0.8) ** (1 / 3))
 
 
 def test_the_result_file_and_the_command_line(tmp_path, monkeypatch, capsys):
