@@ -994,6 +994,9 @@ def quantize_fp8(x: torch.Tensor, block=(1, 128), *, dtype: torch.dtype = torch.
     57344 for e5m2; the floor keeps an all-zero or subnormal block's scale a positive normal number, so
     its values are x / scale, finite and at most fmax), ``values = clamp(x / scale, -fmax, fmax)``. A block
     holding Inf or NaN gets an Inf or NaN scale (its dequantized values are NaN, not silently finite).
+    Eager calls only match the kernels bit for bit: traced by ``torch.compile`` on CUDA, inductor turns the
+    division by the constant fmax into a multiply by its reciprocal and Triton's ``/`` is approximate
+    (unless TORCHINDUCTOR_EMULATE_DIVISION_ROUNDING=1), so a compiled call's scales and values may be 1 ulp off.
 
     ``block`` and the ``scales`` layout (the layouts ``scaled_mm`` and ``torch._scaled_mm`` take):
 
