@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The grouped kernel's fused gated-MLP build (grouped_swiglu without a backward; ops_grouped_swiglu.FUSED_DEFAULT,
-# off until this runs) on the H200, from the repository root with the package installed (or PYTHONPATH=src):
+# on since 2526218) on the H200, from the repository root with the package installed (or PYTHONPATH=src):
 #   OUT=/tmp/out bash bench/device/smoke_gswiglu.sh
 # Steps, each under its own time limit, about 480 s at most in all: the fused build's GPU tests and
 # grouped_swiglu's (tests/test_grouped_swiglu_fused_gpu.py, tests/test_grouped_swiglu_gpu.py: float64 per group,

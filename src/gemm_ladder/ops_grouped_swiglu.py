@@ -45,8 +45,9 @@ from gemm_ladder.ops_grouped import NAMESPACE, _grad_b_grouped_k
 F32 = torch.float32
 #: Whether a call that needs no backward runs the fused gated-MLP build (module docstring): True unless the
 #: environment's GL_GROUPED_SWIGLU_FUSED is 0 at import. Right on the H200 (its GPU tests, memcheck,
-#: racecheck) and, over bench/grouped.py's eight swiglu cases in one run, 0.99-1.84x the two-GEMM forward
-#: (``ratio_fused``, docs/grouped.md: DeepSeek-V3's gate+up 0.99x, every other case 1.01-1.84x).
+#: racecheck) and, over bench/grouped.py's eight swiglu cases (seven in one H100 run, decode_128 on the H200),
+#: 0.99-1.84x the two-GEMM forward (``ratio_fused``, docs/grouped.md: DeepSeek-V3's gate+up 0.99x, every other
+#: case 1.01-1.84x).
 FUSED_DEFAULT = os.environ.get("GL_GROUPED_SWIGLU_FUSED", "1") != "0"
 #: The fused build: BN 256 (128 gate and 128 up rows a stage), a K-major weight, one CTA.
 FUSED_BN = 256
