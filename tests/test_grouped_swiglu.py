@@ -170,8 +170,13 @@ def test_a_moe_layer_trains_through_the_ops_autograd(cpu_kernel):
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in models[0].parameters())
 
 
-def test_dynamo_traces_the_public_function_without_a_graph_break():
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "two_gemms"])
+def test_dynamo_traces_the_public_function_without_a_graph_break(fused, monkeypatch):
+    """Both forwards of a call without a backward: the fused op (the default) and, with the switch off, the
+    two-GEMM op."""
     from torch._subclasses.fake_tensor import FakeTensorMode
+
+    monkeypatch.setattr(gs, "FUSED_DEFAULT", fused)
 
     def f(x, wg, wu, offs):
         return gemm_ladder.grouped_swiglu(x, wg, wu, offs) * 2
@@ -180,5 +185,8 @@ def test_dynamo_traces_the_public_function_without_a_graph_break():
         x = torch.empty(400, 128, dtype=BF, device="cuda")
         wg = torch.empty(4, 64, 128, dtype=BF, device="cuda")
         offs = torch.empty(4, dtype=torch.int32, device="cuda")
+    torch._dynamo.reset()
     out = torch._dynamo.export(f, aten_graph=False)(x, wg, wg, offs)
-    assert "gemm_ladder.grouped_swiglu" in out.graph_module.code
+    code = out.graph_module.code
+    assert ("gemm_ladder.grouped_swiglu_fused(" in code) == fused
+    assert ("gemm_ladder.grouped_swiglu(" in code) == (not fused)
