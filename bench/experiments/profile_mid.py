@@ -41,7 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--builds", default=DEFAULT_BUILDS, help="';'-separated builds (gemm_timeline.py's syntax)")
     p.add_argument("--prebuild", action="store_true", help="compile the builds, no GPU")
     args = p.parse_args(argv)
-    m, n, k = (int(v) for v in args.shape.split(","))
+    try:
+        m, n, k = (int(v) for v in args.shape.split(","))
+    except ValueError:
+        p.error(f"--shape {args.shape!r}: three integers M,N,K")
     specs = [parse_build(b.strip()) for b in args.builds.split(";")]
     if any(s is None for s in specs):
         print(f"profile_mid.py: --builds {args.builds!r}: each is route or [c1] [bm64] bnN SPLIT", file=sys.stderr)
