@@ -16,8 +16,12 @@ NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*
 SECTIONS=(--section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats
           --section LaunchStats --section Occupancy)
 profile() {  # SHAPE BUILDS
+  # ncu's report goes to the text file; profile_mid.py's check lines (and any error) are copied into the
+  # log, where smoke_end's pattern finds them, and a WRONG build fails the step whatever ncu returns.
+  local txt="$DEST/ncu_${1//,/x}.txt"
   step "ncu_$1" 150 bash -c "'$NCU' --clock-control none --nvtx --nvtx-include 'prof/' ${SECTIONS[*]} \
-    python3 bench/experiments/profile_mid.py --shape '$1' --builds '$2' > '$DEST/ncu_${1//,/x}.txt' 2>&1"
+    python3 bench/experiments/profile_mid.py --shape '$1' --builds '$2' > '$txt' 2>&1; rc=\$?
+    grep -E 'rel err|launch order|==ERROR==|Error' '$txt'; ! grep -q WRONG '$txt' || rc=1; exit \$rc"
 }
 if [ -z "$NCU" ]; then
   echo "== ncu not found" >>"$LOG"; FAILED="$FAILED ncu"
