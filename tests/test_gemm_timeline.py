@@ -11,7 +11,6 @@ time; a count that disagrees with the schedule is caught).
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -51,46 +50,11 @@ def test_timeline_builds_pass_the_resource_gate_and_shipped_ones_carry_no_stamp(
     assert shipped_report.passed and "GLOBALTIMER" not in shipped_sass
 
 
-def test_reduce_slots_is_its_own_build_and_refused_where_not_built():
-    shipped, deep = library_gemm("k", "k", 128, cluster=1), library_gemm("k", "k", 128, cluster=1, reduce_slots=2)
-    assert deep.name == shipped.name + "_rs2" and ("GL_SK_REDUCE_SLOTS", 2) in deep.config("bf16").extra
-    assert not any(k == "GL_SK_REDUCE_SLOTS" for k, _ in shipped.config("bf16").extra)  # the shipped key unchanged
-    assert kernel_for(deep.config("bf16")) is deep and library_gemm("k", "k", 128, cluster=1, reduce_slots=1) is shipped
-    library_gemm("k", "k", 128, reduce_slots=2)  # cached first: 2.0 and True must still be refused, not handed it
-    for bn, bad in ((128, 4), (256, 2), (192, 2), (64, 8), (128, 2.0), (128, True), (128, 0)):
-        with pytest.raises(ValueError, match="reduce_slots"):
-            library_gemm("k", "k", bn, reduce_slots=bad)
-    with pytest.raises(ValueError, match="ping-pong"):
-        library_gemm("k", "k", 128, bm=64, pingpong=True, reduce_slots=2)
-
-
-def _sass(kernel, use_cache):
-    from gemm_ladder.gates.resources import check_level_resources
-
-    report, sass = check_level_resources(kernel, "bf16")
-    assert report.passed, report.messages
-    assert (report.spill_stores, report.spill_loads, report.stack_bytes) == (0, 0, 0)
-    return re.sub(r"/\*[0-9a-f]{4,}\*/", "", sass)
-
-
-@needs_nvcc
-@pytest.mark.parametrize("bn,slots,kw", [(128, 2, {}), (64, 4, {}), (64, 2, dict(bm=64, cluster=1)), (128, 2, dict(cluster=1))])
-def test_partials_loaded_together_pass_the_resource_gate_and_change_the_reduction(bn, slots, kw, use_cache):
-    """Each reduce_slots build compiles with no spill, and its SASS is not the shipped build's: the loads
-    of several slots are issued before their adds (a knob that compiled to the same code would measure
-    nothing)."""
-    deep = _sass(library_gemm("k", "k", bn, reduce_slots=slots, **kw), use_cache)
-    shipped = _sass(library_gemm("k", "k", bn, **kw), use_cache)
-    assert deep != shipped
-
-
 def test_the_build_grammar():
     assert bench.parse_build("route") == {"route": True}
     assert bench.parse_build("c1 bm64 bn64 none") == {"cluster": 1, "bm": 64, "bn": 64, "split": "none"}
     assert bench.parse_build("bn128 all") == {"cluster": 2, "bm": 128, "bn": 128, "split": "all"}
-    assert bench.parse_build("c1 rs2 bn128 all") == {"cluster": 1, "bm": 128, "bn": 128, "split": "all", "reduce_slots": 2}
-    for bad in ("", "bn128", "c3 bn64 none", "bm64 none", "bn128 sometimes", "route bn64 none", "rsx bn64 none",
-                "rs4 bn128 all", "rs2 bn256 all"):
+    for bad in ("", "bn128", "c3 bn64 none", "bm64 none", "bn128 sometimes", "route bn64 none"):
         assert bench.parse_build(bad) is None, bad
 
 
@@ -212,8 +176,8 @@ def test_analyse_of_a_ping_pong_launch_reports_the_turn_waits_and_no_ramp():
 
 @needs_nvcc
 def test_prebuild_compiles_the_builds_and_their_timeline_builds(use_cache, capsys):
-    specs = [bench.parse_build("route"), bench.parse_build("c1 rs2 bn128 all")]
+    specs = [bench.parse_build("route"), bench.parse_build("c1 bn128 all")]
     assert bench.prebuild([("bert 512", 512, 1024, 4096)], specs) == 0
     assert "builds ready" in capsys.readouterr().out
     labels = {label.split(" (")[0] for label in bench.builds_for(("bert 512", 512, 1024, 4096), specs)}
-    assert any(label.startswith("route") for label in labels) and "sm90_gemm_kk_bn128_c1_rs2 all" in labels
+    assert any(label.startswith("route") for label in labels) and "sm90_gemm_kk_bn128_c1 all" in labels

@@ -27,10 +27,8 @@ launch's schedule (design/stream_k.py). Without GL_TIMELINE the stamps compile t
 builds' SASS is unchanged).
 
 **Builds** per case (``--builds``, ';'-separated): ``route`` (the dispatcher's choice for
-``gemm_ladder.linear(x, w)``, when it is the general kernel), or ``[c1] [bm64] [rsR] bnN SPLIT``, e.g.
-``c1 bm64 bn64 none`` (one CTA per cluster, 64-row tiles, BN 64, no split) or ``c1 rs2 bn128 all`` (the
-split's reduction loading two contributors' partials per L2 round trip instead of the shipped one:
-library_gemm's reduce_slots, stream_k.cuh's GL_SK_REDUCE_SLOTS). Operands x (M, K) and w (N,
+``gemm_ladder.linear(x, w)``, when it is the general kernel), or ``[c1] [bm64] bnN SPLIT``, e.g.
+``c1 bm64 bn64 none`` (one CTA per cluster, 64-row tiles, BN 64, no split). Operands x (M, K) and w (N,
 K) row-major (both K-major), bf16.
 
 **Method.** Fresh random operands per case (gates.correctness.random_operands); each build and its
@@ -80,9 +78,8 @@ CASES = (
     ("square 4096", 4096, 4096, 4096),
 )
 #: The builds traced per case unless --builds says otherwise: the route, the best forced build at 512 x
-#: 1024 x 4096 (BM 64 BN 64, one CTA) and the 128 x 128 tile whole and split over every tile, the split
-#: also with its reduction loading two partials per round trip (the shipped builds load one).
-BUILDS = ("route", "c1 bm64 bn64 none", "c1 bn128 none", "c1 bn128 all", "c1 rs2 bn128 all")
+#: 1024 x 4096 (BM 64 BN 64, one CTA) and the 128 x 128 tile whole and split over every tile.
+BUILDS = ("route", "c1 bm64 bn64 none", "c1 bn128 none", "c1 bn128 all")
 SOURCE = "library/sm90_gemm.cu"
 #: Rows of the stamp arrays (timeline.cuh's GL_TIMELINE_CTAS default).
 TIMELINE_CTAS = 4096
@@ -92,9 +89,8 @@ PHASES = ("setup", "ramp_and_loops", "boundaries", "unstamped_tiles", "tail_loop
 
 
 def parse_build(text: str) -> dict | None:
-    """``route``, or ``[c1|c2] [bm64|bm128] [rsR] bnN SPLIT`` as library_gemm keywords plus ``split``
-    (``{"route": True}`` for the route; ``rsR``: R partials loaded together in the split's reduction,
-    library_gemm's reduce_slots); None when malformed (a reduce_slots the width is not built with too)."""
+    """``route``, or ``[c1|c2] [bm64|bm128] bnN SPLIT`` as library_gemm keywords plus ``split``
+    (``{"route": True}`` for the route); None when malformed."""
     words = text.split()
     if words == ["route"]:
         return {"route": True}
@@ -106,17 +102,11 @@ def parse_build(text: str) -> dict | None:
             out["bm"] = int(w[2:])
         elif re.fullmatch(r"bn\d+", w):
             out["bn"] = int(w[2:])
-        elif re.fullmatch(r"rs\d+", w):
-            out["reduce_slots"] = int(w[2:])
         else:
             return None
     from gemm_ladder.library.gemm import SPLITS
 
     if not words or words[-1] not in SPLITS or "bn" not in out:
-        return None
-    from gemm_ladder.library.gemm import REDUCE_SLOTS_BUILT
-
-    if out.get("reduce_slots", 1) not in REDUCE_SLOTS_BUILT.get(out["bn"], (1,)):
         return None
     out["split"] = words[-1]
     return out
@@ -269,8 +259,7 @@ def builds_for(case: tuple, specs: list[dict]):
             split = dict(route.options).get("split") or kernel.default_split
             out[f"route ({kernel.name} {split})"] = (kernel, split)
         else:
-            kernel = library_gemm("k", "k", spec["bn"], cluster=spec["cluster"], bm=spec["bm"],
-                                  reduce_slots=spec.get("reduce_slots", 1))
+            kernel = library_gemm("k", "k", spec["bn"], cluster=spec["cluster"], bm=spec["bm"])
             out[f"{kernel.name} {spec['split']}"] = (kernel, spec["split"])
     return out
 
@@ -280,8 +269,7 @@ def timeline_of(kernel):
     from gemm_ladder.library.gemm import library_gemm
 
     return library_gemm(kernel.a_major, kernel.b_major, kernel.tile[1], c_from_registers=kernel.c_from_registers,
-                        cluster=kernel.cluster, bm=kernel.tile[0], pingpong=kernel.pingpong, timeline=True,
-                        reduce_slots=kernel.reduce_slots)
+                        cluster=kernel.cluster, bm=kernel.tile[0], pingpong=kernel.pingpong, timeline=True)
 
 
 def prebuild(cases, specs: list[dict]) -> int:
@@ -388,8 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     specs = [parse_build(b.strip()) for b in (args.builds.split(";") if args.builds else BUILDS)]
     if any(s is None for s in specs):
-        print(f"gemm_timeline.py: --builds {args.builds!r}: each 'route' or '[c1] [bm64] [rsR] bnN SPLIT' "
-              "(library/gemm.py REDUCE_SLOTS_BUILT: the R each width is built with)", file=sys.stderr)
+        print(f"gemm_timeline.py: --builds {args.builds!r}: each 'route' or '[c1] [bm64] bnN SPLIT'", file=sys.stderr)
         return 2
     cases = CASES
     if args.cases:

@@ -97,15 +97,6 @@ CLUSTERS = (2, 1)
 #: 64-column panel at BN = 64; the ring must divide the panels: design/plan.py).
 C_RING = 2
 MAJORS = ("k", "mn")
-#: Contributors' partials the stream-K reduction loads together (stream_k.cuh's GL_SK_REDUCE_SLOTS): the
-#: last contributor adds the others' fp32 partials in K order, and ptxas issues one slot's loads before
-#: its adds, so a tile split n ways waits on n - 1 L2 round trips; with G slots loaded together,
-#: ceil((n - 1) / G). The shipped builds take 1; more is an experiment's build (the cost table's fixup,
-#: about 10 us a split launch, is what it would shorten if that latency is what the fixup is;
-#: bench/experiments/gemm_timeline.py tells). Per tile width, the counts built: each group's loads hold
-#: G x BN / 2 registers beside the accumulators, which spilled past these (the resource gate).
-REDUCE_SLOTS = 1
-REDUCE_SLOTS_BUILT = {64: (1, 2, 4), 128: (1, 2), 192: (1,), 256: (1,)}
 #: The kernel's coordinates are 32-bit ints and reach one tile past the last row or column.
 MAX_EXTENT = 2**31 - 1 - 256
 
@@ -190,8 +181,6 @@ class LibraryGemm:
     pingpong: bool = False
     #: A measuring build (GL_TIMELINE: library_gemm's ``timeline``), never the dispatcher's.
     timeline: bool = False
-    #: Partials the stream-K reduction loads together (GL_SK_REDUCE_SLOTS; :data:`REDUCE_SLOTS`).
-    reduce_slots: int = 1
     _launches: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _specs: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
@@ -573,7 +562,7 @@ def _options(split: str, c_padding_writable: bool) -> tuple:
 
 def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers: bool = False,
                  out_fp32: bool = False, cluster: int = 2, bm: int = 128, pingpong: bool = False,
-                 timeline: bool = False, reduce_slots: int = REDUCE_SLOTS, out_e4m3: bool = False) -> LibraryGemm:
+                 timeline: bool = False, out_e4m3: bool = False) -> LibraryGemm:
     """The layouts kernel for A ``a_major`` and B ``b_major`` ("k" or "mn") with tile width ``bn``
     (64, 128 or 256; 192 with a K-major B); one instance per configuration, so builds, loaded kernels and
     maps are cached.
@@ -590,9 +579,7 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     dispatcher's: the kernel's GL_TIMELINE stamps (per CTA %globaltimer and clock64 at the points of its
     TimelineSlot enum, into its ``gl_timeline_ns`` / ``gl_timeline_clk`` __device__ arrays;
     kernels/include/gemm_ladder/timeline.cuh), read by bench/experiments/gemm_timeline.py; the same plan,
-    ring and launch as without it. ``reduce_slots``: contributors' partials the stream-K reduction loads
-    together, one L2 round trip per group of them (stream_k.cuh's GL_SK_REDUCE_SLOTS,
-    :data:`REDUCE_SLOTS_BUILT`; the shipped builds' 1), an experiment's knob until measured.
+    ring and launch as without it.
 
     Stages: the most that fit in shared memory (design.smem.max_stages) beside the panel rings: 4 at
     BN = 256 (level 9's), 5 at 192, 6 at BN = 128, 8 at BN = 64 (``c_ring``: the largest ring of at most 2
@@ -600,25 +587,19 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     (c_from_registers): 4 at 256, 5 at 192, 7 at 128, 9 at 64; with 64-row tiles (one consumer's panel ring):
     5 at 256, 6 at 192, 8 at 128, 13 at 64 (ping-pong: two consumers' panel rings, design.smem.max_stages).
     Raises ValueError for any other major, width, cluster or tile height, ``out_fp32`` or ``out_e4m3``
-    without ``c_from_registers``, both, ``out_e4m3`` at a BN that is not a multiple of 128, ``pingpong`` with ``bm`` other than 64, or a ``reduce_slots`` the build is
-    not made with (:data:`REDUCE_SLOTS_BUILT`; more than 1 with ``pingpong``, which splits nothing).
+    without ``c_from_registers``, both, ``out_e4m3`` at a BN that is not a multiple of 128, or ``pingpong``
+    with ``bm`` other than 64.
     """
     # One cache key per configuration however it is spelled (bn positional or by name, flags defaulted
     # or given): every caller then shares one instance, and its builds and bindings.
-    # Checked before the cache: 2.0 and True hash as 2 and 1 do, and would be handed their builds unchecked.
-    if type(reduce_slots) is not int or reduce_slots not in REDUCE_SLOTS_BUILT.get(bn, (REDUCE_SLOTS,)):
-        raise ValueError(f"reduce_slots = {reduce_slots!r}: at BN {bn} one of {REDUCE_SLOTS_BUILT.get(bn, (REDUCE_SLOTS,))} "
-                         "partials loaded together (more spilled or are not built)")
-    if reduce_slots != REDUCE_SLOTS and pingpong:
-        raise ValueError("reduce_slots: a ping-pong build splits no unit, so it has no reduction")
     return _library_gemm(a_major, b_major, bn, bool(c_from_registers), bool(out_fp32), cluster, bm, bool(pingpong),
-                         bool(timeline), reduce_slots, bool(out_e4m3))
+                         bool(timeline), bool(out_e4m3))
 
 
 @functools.lru_cache(maxsize=None)
 def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, out_fp32: bool,
                   cluster: int = 2, bm: int = 128, pingpong: bool = False, timeline: bool = False,
-                  reduce_slots: int = 1, out_e4m3: bool = False) -> LibraryGemm:
+                  out_e4m3: bool = False) -> LibraryGemm:
     if bm not in TILE_M:
         raise ValueError(f"bm = {bm!r}: the kernel is built for BM in {TILE_M} (64 rows per consumer warpgroup)")
     if cluster not in CLUSTERS:
@@ -644,8 +625,7 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
                         c_from_registers=c_from_registers, pingpong=pingpong)
     suffix = (("_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "") + ("_e4m3" if out_e4m3 else "")
               + ("_c1" if cluster == 1 else "")
-              + ("_bm64" if bm == 64 else "") + ("_pp" if pingpong else "") + ("_tl" if timeline else "")
-              + ("" if reduce_slots == REDUCE_SLOTS else f"_rs{reduce_slots}"))
+              + ("_bm64" if bm == 64 else "") + ("_pp" if pingpong else "") + ("_tl" if timeline else ""))
     return LibraryGemm(
         name=f"sm90_gemm_{a_major}{b_major}_bn{bn}{suffix}",
         idea=f"level 9's kernel with A {a_major}-major and B {b_major}-major in shared memory, any TMA pitch, "
@@ -655,11 +635,10 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
              + (", e4m3 output with 1 x 128 scales" if out_e4m3 else "")
              + (", one CTA per cluster" if cluster == 1 else "")
              + (", two consumers taking the tiles in turn (ping-pong)" if pingpong else "")
-             + (", timestamps per CTA (a measuring build)" if timeline else "")
-             + (f", {reduce_slots} partials loaded together in the split's reduction" if reduce_slots != REDUCE_SLOTS else ""),
+             + (", timestamps per CTA (a measuring build)" if timeline else ""),
         tile=(bm, bn, 64), stages=stages, c_ring=c_ring, a_major=a_major, b_major=b_major,
         c_from_registers=c_from_registers, out_fp32=out_fp32, cluster=cluster, pingpong=pingpong, timeline=timeline,
-        reduce_slots=reduce_slots, out_e4m3=out_e4m3,
+        out_e4m3=out_e4m3,
     )
 
 
@@ -674,8 +653,7 @@ def _config(kernel: LibraryGemm, dtype: str, arch: str) -> KernelConfig:
         store=STORE_REGISTERS if kernel.c_from_registers else STORE_TMA,
         schedule=DATA_PARALLEL if kernel.pingpong else STREAM_K, pingpong=kernel.pingpong,
         extra=((("GL_C_FROM_REGISTERS", 1),) if kernel.c_from_registers else ())
-        + ((("GL_TIMELINE", 1),) if kernel.timeline else ())
-        + ((("GL_SK_REDUCE_SLOTS", kernel.reduce_slots),) if kernel.reduce_slots != REDUCE_SLOTS else ()))
+        + ((("GL_TIMELINE", 1),) if kernel.timeline else ()))
 
 
 def kernel_for(config: KernelConfig) -> LibraryGemm:
@@ -685,8 +663,7 @@ def kernel_for(config: KernelConfig) -> LibraryGemm:
         raise ValueError(f"config of family {config.family!r} given to {FAMILY}")
     kernel = library_gemm(config.a_major, config.b_major, config.tile[1], c_from_registers=config.c_from_registers,
                           out_fp32=config.out_fp32, out_e4m3=config.out_e4m3, cluster=config.cluster, bm=config.tile[0],
-                          pingpong=config.pingpong, timeline=("GL_TIMELINE", 1) in config.extra,
-                          reduce_slots=dict(config.extra).get("GL_SK_REDUCE_SLOTS", REDUCE_SLOTS))
+                          pingpong=config.pingpong, timeline=("GL_TIMELINE", 1) in config.extra)
     if kernel.config(config.dtype, config.arch, config.epilogue) != config:
         raise ValueError(f"{FAMILY} builds no such configuration: {config}")
     return kernel

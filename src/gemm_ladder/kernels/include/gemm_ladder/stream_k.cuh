@@ -14,13 +14,6 @@
 #include "gemm_ladder/ptx/common.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
 
-#ifndef GL_SK_REDUCE_SLOTS
-// Contributors' partials whose loads PartialSlots::reduce issues together, one L2 round trip per group
-// of them (ptxas already issues a whole slot's loads before its adds). A measuring build may ask for
-// more (library_gemm's reduce_slots); the shipped builds take 1.
-#define GL_SK_REDUCE_SLOTS 1
-#endif
-
 namespace gl {
 
 struct StreamKTail {
@@ -67,7 +60,6 @@ struct PartialSlots {
   static constexpr int kFloats = 64 * BN;
   static constexpr int kBatch = 8;  // float4 loads in flight while reducing: latency, not registers, is short
   static_assert(kVec % kBatch == 0, "whole batches of float4s");
-  static constexpr int kSlotsAhead = GL_SK_REDUCE_SLOTS;  // slots whose loads are issued together (> 1: a measuring build)
   float* base;  // slot 0 of this (unit, CTA rank, consumer)
 
   __device__ __forceinline__ void store(int slot, const float (&d)[BN / 2]) const {
@@ -78,7 +70,9 @@ struct PartialSlots {
 
   // d = the sum of slots 0..n-1, added in slot (K) order whoever finishes last, so the result does
   // not depend on which cluster that was. The caller's own partial is read back from its slot like
-  // the others: d need not stay live beside the loads (it would spill).
+  // the others: d need not stay live beside the loads (it would spill). One L2 round trip per slot
+  // (ptxas issues a slot's loads before its adds); loading several slots per round trip was measured
+  // without gain (docs/where-time-goes.md).
   __device__ __forceinline__ void reduce(int n, float (&d)[BN / 2]) const {
     const float4* src = reinterpret_cast<const float4*>(base) + thread_in_warpgroup();
 #pragma unroll
@@ -86,43 +80,18 @@ struct PartialSlots {
       const float4 x = __ldcg(src + v * 128);
       d[4 * v] = x.x, d[4 * v + 1] = x.y, d[4 * v + 2] = x.z, d[4 * v + 3] = x.w;
     }
-    if constexpr (kSlotsAhead == 1) {
 #pragma unroll 1
-      for (int i = 1; i < n; ++i) {
-        const float4* slot = src + static_cast<size_t>(i) * (kFloats / 4);
+    for (int i = 1; i < n; ++i) {
+      const float4* slot = src + static_cast<size_t>(i) * (kFloats / 4);
 #pragma unroll
-        for (int v0 = 0; v0 < kVec; v0 += kBatch) {  // kBatch loads in flight, then their adds
-          float4 x[kBatch];
+      for (int v0 = 0; v0 < kVec; v0 += kBatch) {  // kBatch loads in flight, then their adds
+        float4 x[kBatch];
 #pragma unroll
-          for (int j = 0; j < kBatch; ++j) x[j] = __ldcg(slot + (v0 + j) * 128);
+        for (int j = 0; j < kBatch; ++j) x[j] = __ldcg(slot + (v0 + j) * 128);
 #pragma unroll
-          for (int j = 0; j < kBatch; ++j) {
-            float* e = d + 4 * (v0 + j);
-            e[0] += x[j].x, e[1] += x[j].y, e[2] += x[j].z, e[3] += x[j].w;
-          }
-        }
-      }
-    } else {
-      // Slots i .. i + kSlotsAhead - 1 loaded together (those past n not at all), then added in slot
-      // order: the same additions in the same order as above, one round trip per group.
-#pragma unroll 1
-      for (int i = 1; i < n; i += kSlotsAhead) {
-        float4 x[kSlotsAhead][kVec];
-#pragma unroll
-        for (int g = 0; g < kSlotsAhead; ++g) {
-          const float4* slot = src + static_cast<size_t>(i + g) * (kFloats / 4);
-#pragma unroll
-          for (int v = 0; v < kVec; ++v) x[g][v] = i + g < n ? __ldcg(slot + v * 128) : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
-        for (int g = 0; g < kSlotsAhead; ++g) {
-          if (i + g < n) {
-#pragma unroll
-            for (int v = 0; v < kVec; ++v) {
-              float* e = d + 4 * v;
-              e[0] += x[g][v].x, e[1] += x[g][v].y, e[2] += x[g][v].z, e[3] += x[g][v].w;
-            }
-          }
+        for (int j = 0; j < kBatch; ++j) {
+          float* e = d + 4 * (v0 + j);
+          e[0] += x[j].x, e[1] += x[j].y, e[2] += x[j].z, e[3] += x[j].w;
         }
       }
     }
