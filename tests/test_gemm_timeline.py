@@ -174,6 +174,30 @@ def test_analyse_of_a_ping_pong_launch_reports_the_turn_waits_and_no_ramp():
 
 
 
+def test_analyse_reports_the_waits_for_data_and_the_producers_lead():
+    """kFullWaitClk's cycles read at the CTA's own clock (clock64 over %globaltimer from entry to exit), per K
+    iteration and as a share of the stamped loops; kProducerWhole against consumer 0's last loop end."""
+    slots, tile0, tiles, width = bench.timeline_slots()
+    row = _stamps(slots, tile0, width, tiles=3)
+    row[slots["WholeTiles"]] = 3
+    row[slots["FullWaitClk"]] = 12_000  # cycles: 6 us at 2 GHz
+    row[slots["ProducerWhole"]] = row[tile0 + 2 * 2] - 4000  # the last loads 4 us before the last loop's end
+    clk = [0] * width
+    clk[slots["Exit"]] = 2 * (row[slots["Exit"]] - row[slots["Entry"]])  # 2 cycles a ns
+    bare = bench.analyse([row], slots=slots, tile0=tile0, tiles=tiles, whole=[3], segments=[0], hand_ins=[0],
+                         event_us=None)
+    assert bare["full_wait_us"] == {} and bare["full_wait_per_iteration_us"] == {}  # no clock: no reading
+    out = bench.analyse([row], slots=slots, tile0=tile0, tiles=tiles, whole=[3], segments=[0], hand_ins=[0],
+                        event_us=None, clk=[clk], k_tiles=10)
+    assert out["full_wait_us"]["median"] == pytest.approx(6.0)
+    assert out["full_wait_per_iteration_us"]["median"] == pytest.approx(0.2)  # 6 us over 3 tiles of 10
+    assert out["full_wait_share"]["median"] == pytest.approx(0.2)  # of three 10 us loops
+    assert out["producer_lead_us"]["median"] == pytest.approx(4.0)
+    row[slots["FullWaitClk"]] = 0  # BN 256: not stamped
+    assert bench.analyse([row], slots=slots, tile0=tile0, tiles=tiles, whole=[3], segments=[0], hand_ins=[0],
+                         event_us=None, clk=[clk], k_tiles=10)["full_wait_share"] == {}
+
+
 @needs_nvcc
 def test_prebuild_compiles_the_builds_and_their_timeline_builds(use_cache, capsys):
     specs = [bench.parse_build("route"), bench.parse_build("c1 bn128 all")]

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.gpu
     (dict(bn=128, cluster=1), "all", (512, 1024, 4096)),  # every unit split: hand-ins and reductions
     (dict(bn=128), "tail", (1576, 1024, 4096)),  # whole tiles and a split tail, 2-CTA clusters
     (dict(bn=64, bm=64, cluster=1), "none", (4096, 1024, 512)),  # about 8 whole tiles per CTA
-    (dict(bn=64, bm=64, cluster=1), "none", (16384, 2048, 128)),  # about 62 per CTA: past the 36 stamped ones
+    (dict(bn=64, bm=64, cluster=1), "none", (16384, 2048, 128)),  # about 62 per CTA: past the 35 stamped ones
     (dict(bn=256, bm=64, pingpong=True, cluster=1), "none", (2048, 2048, 256)),
 ])
 def test_timeline_build_equals_the_shipped_build_and_stamps_the_schedule(cfg, split, shape):
@@ -53,8 +53,10 @@ def test_timeline_build_equals_the_shipped_build_and_stamps_the_schedule(cfg, sp
     slots, tile0, tiles, width = bench.timeline_slots()
     _, whole, segments, hand_ins = bench.schedule_counts(tl, m, n, k, split, loaded.max_active_clusters(x.device))
     ns = read_global(loaded, "gl_timeline_ns", (bench.TIMELINE_CTAS, width), torch.int64)[:len(whole)].tolist()
+    clk = read_global(loaded, "gl_timeline_clk", (bench.TIMELINE_CTAS, width), torch.int64)[:len(whole)].tolist()
     out = bench.analyse(ns, slots=slots, tile0=tile0, tiles=tiles, whole=whole, segments=segments, hand_ins=hand_ins,
-                        event_us=None, pingpong=tl.pingpong)  # raises on a count the schedule does not give
+                        event_us=None, pingpong=tl.pingpong, clk=clk,
+                        k_tiles=-(-k // tl.tile[2]))  # raises on a count the schedule does not give
     assert 0 < out["span_us"] < 10_000
     for r in ns:
         assert r[slots["Entry"]] <= r[slots["Setup"]] <= r[slots["WholeEnd"]] <= r[slots["TailEnd"]] <= r[slots["Exit0"]] \
@@ -68,3 +70,9 @@ def test_timeline_build_equals_the_shipped_build_and_stamps_the_schedule(cfg, sp
         assert out["unstamped_tiles_us"]["min"] > 0
     if tl.pingpong:
         assert out["turn_wait_us"]["max"] > 0
+    # consumer 0's waits for data: stamped wherever it has whole tiles (BN < 256), within its loops' time
+    with_tiles = [i for i, w in enumerate(whole) if w]
+    assert (all(ns[i][slots["FullWaitClk"]] > 0 for i in with_tiles) if tl.tile[1] < 256
+            else all(r[slots["FullWaitClk"]] == 0 for r in ns))
+    if out["full_wait_share"]:
+        assert 0 < out["full_wait_share"]["max"] < 1

@@ -47,6 +47,10 @@ and ``boundary`` (its epilogue until the next tile's loop starts); ``unstamped_t
 stamped ones); the tail's ``tail_loop``, ``hand_in``, ``reduce``, ``tail_store`` and ``tail_other``
 (summed over the CTA's segments); ``drain`` (to the stores read out); ``exit_gap`` (last exit - this
 CTA's); and the last CTA to exit's critical path split into those parts (they add up to its span).
+Whether a whole tile's K loop waits for its data or for its own math: ``full_wait`` (consumer 0's clock64
+cycles inside its full-barrier waits, kFullWaitClk, in us at the CTA's clock; per K iteration and as a
+share of its loops; not stamped at BN 256, where the consumer's registers are full) and ``producer_lead``
+(how long before consumer 0's last whole loop ended the producer had issued its last loads).
 Writes ``gemm_timeline.json`` (bench/suite.py's meta: GPU, clocks, date, commit) and ``gemm_timeline.md``.
 Exit status 1 when a build is wrong or a stamp count disagrees with the schedule.
 """
@@ -132,7 +136,8 @@ def _us(ns: float) -> float:
 
 
 def analyse(ns: list[list[int]], *, slots: dict[str, int], tile0: int, tiles: int, whole: list[int],
-            segments: list[int], hand_ins: list[int], event_us: float | None, pingpong: bool = False) -> dict:
+            segments: list[int], hand_ins: list[int], event_us: float | None, pingpong: bool = False,
+            clk: list[list[int]] | None = None, k_tiles: int | None = None) -> dict:
     """The readings of one traced launch (module docstring) from its per-CTA stamps ``ns`` (one row per
     CTA, indexed by ``slots`` and kTile0 + 2i (+1)). ``whole``/``segments``/``hand_ins``: each CTA's whole
     tiles, stream-K segments and hand-ins (consumer 0's) by the launch's schedule; a count stamped
@@ -142,7 +147,15 @@ def analyse(ns: list[list[int]], *, slots: dict[str, int], tile0: int, tiles: in
     stream-K tail from kWholeEnd to kTailEnd split by the kernel's sums over every segment (its loops,
     hand-ins, reductions and stores; ``tail_other`` the rest), the drain and the exit. ``pingpong``: a
     ping-pong build, whose consumer 0 waits for its turn inside each tile's interval (``turn_wait_us``),
-    so a tile's ``loop`` is its period less its boundary, and ``ramp`` is not given."""
+    so a tile's ``loop`` is its period less its boundary, and ``ramp`` is not given.
+
+    Where is a K loop's time, the consumer's or the feed's: ``full_wait_us`` (consumer 0's cycles in its
+    whole tiles' waits for a stage's data, kFullWaitClk, in us at the CTA's own clock: ``clk``, the clock64
+    stamps, gives its cycles per ns from kEntry to kExit), per K iteration (``k_tiles`` its iterations a
+    tile) and as a share of its stamped loops (CTAs whose every whole tile is stamped); and
+    ``producer_lead_us``, how long before consumer 0's last whole loop ended the producer had issued the
+    last whole tile's loads (kProducerWhole): about the ring's depth in iterations when the ring stayed
+    full (the consumer the limit), about one iteration or less when the producer issued just in time."""
     s = slots
     for i, r in enumerate(ns):
         got = (r[s["WholeTiles"]], r[s["Segments"]], r[s["HandIns"]])
@@ -195,6 +208,18 @@ def analyse(ns: list[list[int]], *, slots: dict[str, int], tile0: int, tiles: in
     def over(name: str, rows=None) -> dict:
         return spread([p.get(name, 0.0) for i, p in enumerate(per) if rows is None or rows(i)])
 
+    # consumer 0's waits for data (cycles at the CTA's clock), where the build stamps them (0: BN 256)
+    waits = {}
+    if clk is not None:
+        for i, r in enumerate(ns):
+            cycles, dt = r[s["FullWaitClk"]], r[s["Exit"]] - r[s["Entry"]]
+            if whole[i] and cycles and dt > 0:
+                waits[i] = cycles / ((clk[i][s["Exit"]] - clk[i][s["Entry"]]) / dt) / 1e3
+    all_stamped = [i for i in waits if whole[i] <= tiles and per[i]["_loops"]]
+    # the producer's lead on consumer 0's last stamped loop end, where every whole tile is stamped
+    leads = [_us(ns[i][tile0 + 2 * (whole[i] - 1)] - ns[i][s["ProducerWhole"]]) for i in range(len(ns))
+             if 0 < whole[i] <= tiles and ns[i][s["ProducerWhole"]] and not pingpong]
+
     return {
         "ctas": len(ns), "span_us": span, "event_us": event_us,
         "outside_us": None if event_us is None else event_us - span,
@@ -216,6 +241,10 @@ def analyse(ns: list[list[int]], *, slots: dict[str, int], tile0: int, tiles: in
         "tail_other_us": over("tail_other", lambda i: segments[i] > 0),
         "drain_us": over("drain", lambda i: ns[i][s["StoresRead"]] > 0),
         "exit_gap_us": spread([_us(t_end - e) for e in exits]),
+        "full_wait_us": spread(list(waits.values())),
+        "full_wait_per_iteration_us": spread([w / (whole[i] * k_tiles) for i, w in waits.items()]) if k_tiles else {},
+        "full_wait_share": spread([waits[i] / sum(per[i]["_loops"]) for i in all_stamped]),
+        "producer_lead_us": spread(leads),
         "critical": {"cta": last, "entry_offset_us": _us(ns[last][s["Entry"]] - t0), "whole_tiles": whole[last],
                      "segments": segments[last], **{k + "_us": per[last].get(k, 0.0) for k in PHASES}},
     }
@@ -326,13 +355,16 @@ def run_case(case: tuple, specs: list[dict], repeats: int, budget: float) -> dic
         ctas = len(whole)
         assert ctas <= TIMELINE_CTAS
         readings = []
+        k_tiles = -(-k // kern.tile[2])
         for rep in range(repeats):
             for arr in ("gl_timeline_ns", "gl_timeline_clk"):
                 zero_global(loaded, arr)
             ev = event_timed(launch, buf, "write")
             nsr = read_global(loaded, "gl_timeline_ns", (TIMELINE_CTAS, width), torch.int64)[:ctas].tolist()
+            clkr = read_global(loaded, "gl_timeline_clk", (TIMELINE_CTAS, width), torch.int64)[:ctas].tolist()
             readings.append(analyse(nsr, slots=slots, tile0=tile0, tiles=tiles, whole=whole, segments=segments,
-                                    hand_ins=hand_ins, event_us=ev, pingpong=kern.pingpong))
+                                    hand_ins=hand_ins, event_us=ev, pingpong=kern.pingpong, clk=clkr,
+                                    k_tiles=k_tiles))
         rows[label]["trace"] = {"grid": ctas, "units": tail.units, "tail_units": tail.tail_units,
                                 "max_contributors": tail.max_contributors, "readings": readings}
     return {"case": name, "M": m, "N": n, "K": k, "cublas_rel_err": torch_err, "builds": rows}
@@ -340,8 +372,9 @@ def run_case(case: tuple, specs: list[dict], repeats: int, budget: float) -> dic
 
 def markdown(results: list[dict]) -> str:
     lines = ["| case | build | us | vs cuBLAS | stamps' cost | span | outside | setup | ramp | loop | boundary/tile "
-             "| turn wait | unstamped | tail loop | hand-in | reduce | tail store | tail other | drain | exit gap (max) |",
-             "|" + "---|" * 20]
+             "| turn wait | unstamped | tail loop | hand-in | reduce | tail store | tail other | drain | exit gap (max) "
+             "| data wait / iteration | data wait share | producer lead |",
+             "|" + "---|" * 23]
 
     def med(d: dict) -> str:
         return f"{d['median']:.2f}" if d else "-"
@@ -358,7 +391,9 @@ def markdown(results: list[dict]) -> str:
                          f"| {med(t['loop_us'])} | {med(t['boundary_per_tile_us'])} | {med(t['turn_wait_us'])} "
                          f"| {med(t['unstamped_tiles_us'])} | {med(t['tail_loop_us'])} | {med(t['hand_in_us'])} "
                          f"| {med(t['reduce_us'])} | {med(t['tail_store_us'])} | {med(t['tail_other_us'])} "
-                         f"| {med(t['drain_us'])} | {t['exit_gap_us'].get('max', 0):.1f} |")
+                         f"| {med(t['drain_us'])} | {t['exit_gap_us'].get('max', 0):.1f} "
+                         f"| {med(t.get('full_wait_per_iteration_us'))} | {med(t.get('full_wait_share'))} "
+                         f"| {med(t.get('producer_lead_us'))} |")
     return "\n".join(lines) + "\n"
 
 

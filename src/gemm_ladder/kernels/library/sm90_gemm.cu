@@ -132,12 +132,27 @@ enum TimelineSlot {
   kExit = 21,          // thread 0: past the final barrier
   kTurnWaitSum = 22,   // sum (ping-pong): consumer 0 waiting for its turn before each of its tiles
   kMark = 23,          // scratch: the last phase boundary of the sums (timeline.cuh's MARK / PHASE)
-  kTile0 = 24,         // the whole tiles' slots: kTile0 .. kTile0 + 2 kTiles - 1
-  kTiles = 36,         // whole tiles stamped per CTA (later ones are counted, not stamped)
+  kFullWaitClk = 24,   // value, SM cycles (clock64): consumer 0 waiting for its stages' data over its whole
+                       // tiles' K loops (timeline.cuh's CycleWaitClock); stored at kWholeEnd; 0 at BN 256
+  kTile0 = 25,         // the whole tiles' slots: kTile0 .. kTile0 + 2 kTiles - 1
+  kTiles = 35,         // whole tiles stamped per CTA (later ones are counted, not stamped)
   kSlots = kTile0 + 2 * kTiles,
 };
 #if defined(GL_TIMELINE)
 static_assert(kSlots <= GL_TIMELINE_SLOTS, "the stamp arrays hold every slot");
+// The consumers' wait clock: the timeline build's below BN 256 (at 256 the consumer's 232 registers are
+// all taken: the kFirstFull stamp in the loop spilled there), no code everywhere else.
+template <bool kOn>
+struct WaitClockIf {
+  using type = NoWaitClock;
+};
+template <>
+struct WaitClockIf<true> {
+  using type = CycleWaitClock;
+};
+using ConsumerWaitClock = WaitClockIf<(BN < 256)>::type;
+#else
+using ConsumerWaitClock = NoWaitClock;
 #endif
 
 // How a build writes C.
@@ -324,6 +339,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
       }
     };
     RingPosition pos{0};
+    ConsumerWaitClock wait_clock;  // the whole tiles' waits for data (a timeline build's; else no code)
     if constexpr (Cfg::kPingpong) {
       // Consumer c takes the CTA's tiles c, c + kConsumers, ...: units first_unit + (c + j kConsumers)
       // unit_stride. Its ring position starts past the tiles before its first and steps over the other
@@ -347,7 +363,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
             if (kt == (k_tiles > kPrefetchAhead ? k_tiles - kPrefetchAhead : 0))
               epi.template prefetch<64, BN, 128>(tm * BM, tn * BN, M, N, thread_in_warpgroup());
           }
-        });
+        }, wait_clock);
         pos.count += (Cfg::kConsumers - 1) * k_tiles;
         GL_TIMELINE_STAMP(consumer == 0 && elected && turn < kTiles, kTile0 + 2 * turn);
         if constexpr (kFromRegisters) {
@@ -368,12 +384,13 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
         GL_TIMELINE_COUNT(consumer == 0 && elected, kWholeTiles);
       }
       GL_TIMELINE_STAMP(consumer == 0 && elected, kWholeEnd);
+      GL_TIMELINE_VALUE(consumer == 0 && elected, kFullWaitClk, wait_clock.cycles());
     } else if constexpr (kFromRegisters) {
       for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
         float d[BN / 2];
         consume_k_range(smem, d, consumer, 0, k_tiles, pos, elected, [&](int kt) {
           GL_TIMELINE_STAMP(consumer == 0 && elected && unit == first_unit && kt == 0, kFirstFull);
-        });
+        }, wait_clock);
         GL_TIMELINE_STAMP(consumer == 0 && elected && (unit - first_unit) / unit_stride < kTiles,
                           kTile0 + 2 * ((unit - first_unit) / unit_stride));
         store_fragment(d, unit);
@@ -382,6 +399,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
         GL_TIMELINE_COUNT(consumer == 0 && elected, kWholeTiles);
       }
       GL_TIMELINE_STAMP(consumer == 0 && elected, kWholeEnd);
+      GL_TIMELINE_VALUE(consumer == 0 && elected, kFullWaitClk, wait_clock.cycles());
     } else {
       for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
         int um, tn;
@@ -402,7 +420,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
             if (kt == (k_tiles > kPrefetchAhead ? k_tiles - kPrefetchAhead : 0))
               epi.template prefetch<64, BN, 128>(tm * BM + 64 * consumer, tn * BN, M, N, thread_in_warpgroup());
           }
-        });
+        }, wait_clock);
         GL_TIMELINE_STAMP(consumer == 0 && elected && (unit - first_unit) / unit_stride < kTiles,
                           kTile0 + 2 * ((unit - first_unit) / unit_stride));
         if (unit != first_unit)  // fewer K iterations than deferred panels: finish the previous tile first
@@ -432,6 +450,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
           store_panel_of(last, p);
       }
       GL_TIMELINE_STAMP(consumer == 0 && elected, kWholeEnd);
+      GL_TIMELINE_VALUE(consumer == 0 && elected, kFullWaitClk, wait_clock.cycles());
     }
     if constexpr (!Cfg::kPingpong)
     for (int it = tail.begin(first_unit), end = tail.begin(first_unit + 1); it < end;) {

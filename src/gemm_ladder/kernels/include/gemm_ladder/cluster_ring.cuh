@@ -19,18 +19,30 @@ __device__ __forceinline__ void release_stage_to_cluster(const SmemMap& smem, in
   }
 }
 
+// What consume_k_range does around each full-barrier wait: nothing, in every build but a measuring one
+// (a timeline build's CycleWaitClock, timeline.cuh, adds up the cycles spent waiting for data).
+struct NoWaitClock {
+  __device__ __forceinline__ void begin() {}
+  __device__ __forceinline__ void end() {}
+  __device__ __forceinline__ unsigned long long cycles() const { return 0; }
+};
+
 // Level 9's consumer warpgroup `consumer` (rows [64c, 64c + 64) of the tile): its K tiles [kb, ke) of
 // one unit into d, from ring position `pos` on. Stage k goes back to the cluster once the wgmma of
 // k + 1 is issued (wait_group 1), the last one once all have completed. after_issue(kt) runs while K
 // tile kt's wgmma does (the whole units store deferred panels there). Whole units and stream-K pieces
 // share it. The consumer's A rows start 64 x BK elements apart in either major: 64 K-major rows, or
-// the consumer's own 64-element MN-major box; the planned majors select the descriptors.
-template <class AfterIssue>
+// the consumer's own 64-element MN-major box; the planned majors select the descriptors. wait_clock
+// brackets each wait for a stage's data (NoWaitClock: no code).
+template <class AfterIssue, class WaitClock = NoWaitClock>
 __device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[BN / 2], int consumer, int kb, int ke,
-                                                RingPosition& pos, bool elected, AfterIssue&& after_issue) {
+                                                RingPosition& pos, bool elected, AfterIssue&& after_issue,
+                                                WaitClock&& wait_clock = NoWaitClock{}) {
   for (int kt = kb; kt < ke; ++kt, pos.advance()) {
     const int s = pos.stage();
+    wait_clock.begin();
     consumer_wait(smem, pos);
+    wait_clock.end();
     wgmma_fence();
     mma_k_tile<BN, A_MN_MAJOR, B_MN_MAJOR>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), kt > kb);
     wgmma_commit();

@@ -64,6 +64,17 @@ __device__ __forceinline__ void timeline_phase(int slot, int scratch) {  // the 
     gl_timeline_ns[blockIdx.x][scratch] = now;
   }
 }
+
+// SM cycles (clock64) a consumer spends waiting for its stages' data, added up in registers over the
+// K iterations it brackets (cluster_ring.cuh's consume_k_range): two clock reads an iteration and no
+// memory traffic, so the loop it measures keeps its pace. The kernel stores cycles() in a slot once.
+struct CycleWaitClock {
+  unsigned long long sum = 0;
+  long long t0 = 0;
+  __device__ __forceinline__ void begin() { t0 = clock64(); }
+  __device__ __forceinline__ void end() { sum += static_cast<unsigned long long>(clock64() - t0); }
+  __device__ __forceinline__ unsigned long long cycles() const { return sum; }
+};
 }  // namespace gl
 
 // One guard for every stamp: with GL_TIMELINE the call runs where `cond` holds; without it the whole
