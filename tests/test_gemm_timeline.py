@@ -193,6 +193,8 @@ def test_analyse_reports_the_waits_for_data_and_the_producers_lead():
     assert out["full_wait_per_iteration_us"]["median"] == pytest.approx(0.2)  # 6 us over 3 tiles of 10
     assert out["full_wait_share"]["median"] == pytest.approx(0.2)  # of three 10 us loops
     assert out["producer_lead_us"]["median"] == pytest.approx(4.0)
+    assert bench.analyse([row], slots=slots, tile0=tile0, tiles=tiles, whole=[3], segments=[0], hand_ins=[0],
+                         event_us=None, clk=[[0] * width], k_tiles=10)["full_wait_us"] == {}  # no clock row: no reading
     row[slots["FullWaitClk"]] = 0  # BN 256: not stamped
     assert bench.analyse([row], slots=slots, tile0=tile0, tiles=tiles, whole=[3], segments=[0], hand_ins=[0],
                          event_us=None, clk=[clk], k_tiles=10)["full_wait_share"] == {}

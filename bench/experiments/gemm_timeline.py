@@ -213,8 +213,9 @@ def analyse(ns: list[list[int]], *, slots: dict[str, int], tile0: int, tiles: in
     if clk is not None:
         for i, r in enumerate(ns):
             cycles, dt = r[s["FullWaitClk"]], r[s["Exit"]] - r[s["Entry"]]
-            if whole[i] and cycles and dt > 0:
-                waits[i] = cycles / ((clk[i][s["Exit"]] - clk[i][s["Entry"]]) / dt) / 1e3
+            dclk = clk[i][s["Exit"]] - clk[i][s["Entry"]]  # 0 where the clock row was not stamped
+            if whole[i] and cycles and dt > 0 and dclk > 0:
+                waits[i] = cycles / (dclk / dt) / 1e3
     all_stamped = [i for i in waits if whole[i] <= tiles and per[i]["_loops"]]
     # the producer's lead on consumer 0's last stamped loop end, where every whole tile is stamped
     leads = [_us(ns[i][tile0 + 2 * (whole[i] - 1)] - ns[i][s["ProducerWhole"]]) for i in range(len(ns))
