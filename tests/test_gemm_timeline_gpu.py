@@ -32,6 +32,7 @@ pytestmark = pytest.mark.gpu
     (dict(bn=64, bm=64, cluster=1), "none", (4096, 1024, 512)),  # about 8 whole tiles per CTA
     (dict(bn=64, bm=64, cluster=1), "none", (16384, 2048, 128)),  # about 62 per CTA: past the 35 stamped ones
     (dict(bn=256, bm=64, pingpong=True, cluster=1), "none", (2048, 2048, 256)),
+    (dict(bn=128, bm=64, pingpong=True, cluster=1), "none", (2048, 2048, 512)),  # the wait clock under ping-pong
 ])
 def test_timeline_build_equals_the_shipped_build_and_stamps_the_schedule(cfg, split, shape):
     m, n, k = shape
@@ -70,9 +71,8 @@ def test_timeline_build_equals_the_shipped_build_and_stamps_the_schedule(cfg, sp
         assert out["unstamped_tiles_us"]["min"] > 0
     if tl.pingpong:
         assert out["turn_wait_us"]["max"] > 0
-    # consumer 0's waits for data: stamped wherever it has whole tiles (BN < 256), within its loops' time
-    with_tiles = [i for i, w in enumerate(whole) if w]
-    assert (all(ns[i][slots["FullWaitClk"]] > 0 for i in with_tiles) if tl.tile[1] < 256
-            else all(r[slots["FullWaitClk"]] == 0 for r in ns))
+    # consumer 0's waits for data: stamped wherever it has whole tiles, within its loops' time (up to the
+    # cycles-to-ns conversion's error)
+    assert all(ns[i][slots["FullWaitClk"]] > 0 for i, w in enumerate(whole) if w)
     if out["full_wait_share"]:
-        assert 0 < out["full_wait_share"]["max"] < 1
+        assert 0 < out["full_wait_share"]["max"] < 1.02

@@ -49,8 +49,8 @@ stamped ones); the tail's ``tail_loop``, ``hand_in``, ``reduce``, ``tail_store``
 CTA's); and the last CTA to exit's critical path split into those parts (they add up to its span).
 Whether a whole tile's K loop waits for its data or for its own math: ``full_wait`` (consumer 0's clock64
 cycles inside its full-barrier waits, kFullWaitClk, in us at the CTA's clock; per K iteration and as a
-share of its loops; not stamped at BN 256, where the consumer's registers are full) and ``producer_lead``
-(how long before consumer 0's last whole loop ended the producer had issued its last loads).
+share of its loops) and ``producer_lead`` (how long before consumer 0's last whole loop ended the
+producer had issued its last loads: about the ring's depth unless the producer itself is late).
 Writes ``gemm_timeline.json`` (bench/suite.py's meta: GPU, clocks, date, commit) and ``gemm_timeline.md``.
 Exit status 1 when a build is wrong or a stamp count disagrees with the schedule.
 """
@@ -152,10 +152,13 @@ def analyse(ns: list[list[int]], *, slots: dict[str, int], tile0: int, tiles: in
     Where is a K loop's time, the consumer's or the feed's: ``full_wait_us`` (consumer 0's cycles in its
     whole tiles' waits for a stage's data, kFullWaitClk, in us at the CTA's own clock: ``clk``, the clock64
     stamps, gives its cycles per ns from kEntry to kExit), per K iteration (``k_tiles`` its iterations a
-    tile) and as a share of its stamped loops (CTAs whose every whole tile is stamped); and
-    ``producer_lead_us``, how long before consumer 0's last whole loop ended the producer had issued the
-    last whole tile's loads (kProducerWhole): about the ring's depth in iterations when the ring stayed
-    full (the consumer the limit), about one iteration or less when the producer issued just in time."""
+    tile) and as a share of its stamped loops (CTAs whose every whole tile is stamped). The bracket holds
+    the wait's own stage and barrier arithmetic and one try_wait (tens of cycles an iteration: a review of
+    the SASS), so a small figure is a floor, not zero. ``producer_lead_us``: how long before consumer 0's
+    last whole loop ended the producer had issued the last whole tile's loads (kProducerWhole). The
+    producer issues a stage's loads when that stage is freed, so the lead is about the ring's depth less
+    one in iterations whether the consumer or the feed sets the pace; a much shorter lead shows a producer
+    that is itself late (waiting on its issue, or on a peer CTA's release)."""
     s = slots
     for i, r in enumerate(ns):
         got = (r[s["WholeTiles"]], r[s["Segments"]], r[s["HandIns"]])

@@ -133,24 +133,16 @@ enum TimelineSlot {
   kTurnWaitSum = 22,   // sum (ping-pong): consumer 0 waiting for its turn before each of its tiles
   kMark = 23,          // scratch: the last phase boundary of the sums (timeline.cuh's MARK / PHASE)
   kFullWaitClk = 24,   // value, SM cycles (clock64): consumer 0 waiting for its stages' data over its whole
-                       // tiles' K loops (timeline.cuh's CycleWaitClock); stored at kWholeEnd; 0 at BN 256
+                       // tiles' K loops (timeline.cuh's CycleWaitClock); stored at kWholeEnd
   kTile0 = 25,         // the whole tiles' slots: kTile0 .. kTile0 + 2 kTiles - 1
   kTiles = 35,         // whole tiles stamped per CTA (later ones are counted, not stamped)
   kSlots = kTile0 + 2 * kTiles,
 };
 #if defined(GL_TIMELINE)
 static_assert(kSlots <= GL_TIMELINE_SLOTS, "the stamp arrays hold every slot");
-// The consumers' wait clock: the timeline build's below BN 256 (at 256 the consumer's 232 registers are
-// all taken: the kFirstFull stamp in the loop spilled there), no code everywhere else.
-template <bool kOn>
-struct WaitClockIf {
-  using type = NoWaitClock;
-};
-template <>
-struct WaitClockIf<true> {
-  using type = CycleWaitClock;
-};
-using ConsumerWaitClock = WaitClockIf<(BN < 256)>::type;
+// The consumers' wait clock: the timeline build's (its sum fits at every BN with no spill, ptxas keeping
+// it in uniform registers at 256), no code everywhere else.
+using ConsumerWaitClock = CycleWaitClock;
 #else
 using ConsumerWaitClock = NoWaitClock;
 #endif
