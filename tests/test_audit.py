@@ -371,6 +371,35 @@ def test_level_protocols_release_as_the_kernels_do():
 
 
 
+def test_release_two_wgmma_groups_behind():
+    """release_lag=2 (the library kernel's measuring build): stage k is released after the wgmma of k + 2
+    is issued and a tile's last two (or, in a one-iteration tile, its one) after its wait_group 0; clean
+    with three stages or more, at one and two consumers, one CTA and a multicast pair, tiles of one and
+    of several K iterations; with two stages the consumer holds both while it waits for a third: deadlock
+    (the kernel's static_assert STAGES > GL_RELEASE_LAG). Not modelled without warp specialization."""
+    for stages, k_iters, tiles, cluster, consumers in [(3, 2, 3, 1, 1), (4, 1, 3, 1, 1), (5, 7, 2, 1, 1),
+                                                       (4, 3, 2, 2, 2), (13, 15, 2, 1, 1)]:
+        r = audit(protocol_for_level(9, k_iters=k_iters, tiles=tiles, stages=stages, cluster=cluster,
+                                     consumers=consumers, c_ring=1, tile=(64 * consumers, 64, 64), release_lag=2),
+                  max_states=5_000_000)
+        assert r.ok, r.render()
+    assert "deadlock" in kinds(audit(protocol_for_level(9, k_iters=3, tiles=2, stages=2, cluster=1, consumers=1,
+                                                        c_ring=1, tile=(64, 64, 64), release_lag=2)))
+    p = protocol_for_level(9, k_iters=4, tiles=2, stages=4, cluster=1, consumers=1, c_ring=1, tile=(64, 64, 64),
+                           release_lag=2)
+    cons = next(r for r in p.roles if r.kind == "consumer")
+    seq = [(op.op, op.tag if op.op == "consume" else op.note) for op in cons.program if op.op in ("consume", "arrive")]
+    assert seq[:6] == [("consume", 0), ("consume", 1), ("consume", 2), ("arrive", "consumer_release k#0"),
+                       ("consume", 3), ("arrive", "consumer_release k#1")]
+    assert seq[6:8] == [("arrive", "consumer_release k#2"), ("arrive", "consumer_release k#3")]  # the tile's end
+    # seeded: a pair whose empty barrier counts one release, not both CTAs' consumers
+    assert "early_overwrite" in kinds(audit(protocol_for_level(
+        9, k_iters=5, tiles=1, stages=3, cluster=2, consumers=1, c_ring=1, tile=(64, 64, 64), release_lag=2,
+        empty_count=1), max_states=5_000_000))
+    with pytest.raises(ValueError, match="warp-specialized"):
+        RingConfig(stages=3, k_iters=2, release_lag=2)
+
+
 def test_tiles_of_different_lengths():
     """tile_k_iters: equal lengths unroll exactly as k_iters does; different lengths (a stream-K CTA's
     segments) audit clean on level 9's ring, and the phase-reset fault (carry_phase=False) is caught on

@@ -54,7 +54,9 @@ def test_the_build_grammar():
     assert bench.parse_build("route") == {"route": True}
     assert bench.parse_build("c1 bm64 bn64 none") == {"cluster": 1, "bm": 64, "bn": 64, "split": "none"}
     assert bench.parse_build("bn128 all") == {"cluster": 2, "bm": 128, "bn": 128, "split": "all"}
-    for bad in ("", "bn128", "c3 bn64 none", "bm64 none", "bn128 sometimes", "route bn64 none"):
+    assert bench.parse_build("c1 bm64 lag2 bn64 none") == {"cluster": 1, "bm": 64, "bn": 64, "split": "none",
+                                                           "release_lag": 2}
+    for bad in ("", "bn128", "c3 bn64 none", "bm64 none", "bn128 sometimes", "route bn64 none", "lag3 bn64 none"):
         assert bench.parse_build(bad) is None, bad
 
 

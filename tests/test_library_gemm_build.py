@@ -169,3 +169,45 @@ def test_the_register_store_builds_ring_audits_clean(bn):
     assert 2 * k_iters > stages
     result = audit(p, max_states=5_000_000)
     assert result.ok, result.render()
+
+
+# --- the measuring build with two wgmma groups in flight (release_lag=2) ----------------------------------
+
+def test_the_release_lag_is_a_separate_measuring_build():
+    shipped, lag2 = library_gemm("k", "k", 64, cluster=1, bm=64), library_gemm("k", "k", 64, cluster=1, bm=64, release_lag=2)
+    assert lag2.name == shipped.name + "_lag2" and lag2.release_lag == 2 and shipped.release_lag == 1
+    assert lag2.config("bf16").defines()["GL_RELEASE_LAG"] == 2 and "GL_RELEASE_LAG" not in shipped.config("bf16").defines()
+    assert library_gemm("k", "k", 64, cluster=1, bm=64, release_lag=1) is shipped
+    for bad in (0, 3, True, 2.0, "2"):
+        with pytest.raises(ValueError, match="release_lag"):
+            library_gemm("k", "k", 64, release_lag=bad)
+    from gemm_ladder.library.gemm import kernel_for
+
+    assert kernel_for(lag2.config("bf16")) is lag2
+
+
+@pytest.mark.parametrize("bn,bm,cluster", [(64, 64, 1), (128, 128, 2), (256, 128, 2)])
+def test_the_release_lag_2_ring_audits_clean(bn, bm, cluster):
+    g = library_gemm("k", "k", bn, bm=bm, cluster=cluster, release_lag=2)
+    d = g.defines("bf16")
+    stages, panels, ring = d["GL_STAGES"], d["GL_C_PANELS"], d["GL_C_RING"]
+    k_iters = stages // 2 + 1  # two tiles of it wrap the ring
+    p = protocol_for_level(9, k_iters=k_iters, tiles=2, stages=stages, cluster=cluster, consumers=d["GL_CONSUMERS"],
+                           staging_buffers=ring, panels_per_tile=panels, deferred_panels=panels - min(ring, panels),
+                           tile=(bm, bn, 64), c_ring=ring, release_lag=2)
+    result = audit(p, max_states=5_000_000)
+    assert result.ok, result.render()
+
+
+@needs_nvcc
+@pytest.mark.parametrize("bn,bm,cluster", [(64, 64, 1), (128, 64, 1), (128, 128, 2), (256, 128, 2)])
+def test_the_release_lag_2_builds_pass_the_resource_gate_and_wait_on_two_groups(use_cache, bn, bm, cluster):
+    from gemm_ladder.gates.resources import check_level_resources
+
+    report, sass = check_level_resources(library_gemm("k", "k", bn, bm=bm, cluster=cluster, release_lag=2), "bf16")
+    assert report.passed, report.messages
+    assert (report.spill_stores, report.spill_loads, report.stack_bytes) == (0, 0, 0)
+    # the main loop's wait leaves two groups in flight; the shipped build's leaves one
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x2" in sass
+    _, shipped = check_level_resources(library_gemm("k", "k", bn, bm=bm, cluster=cluster), "bf16")
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x2" not in shipped and "WARPGROUP.DEPBAR.LE gsb0, 0x1" in shipped

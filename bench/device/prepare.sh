@@ -19,7 +19,7 @@ python3 bench/grouped.py --prebuild
 python3 bench/quantized_linear.py --prebuild
 python3 bench/experiments/quantized_pingpong.py --prebuild
 python3 bench/experiments/profile_mid.py --prebuild
-python3 bench/experiments/profile_mid.py --prebuild --shape 1023,768,3072 --builds "route;c1 bm64 bn128 none;c1 bm64 bn64 none"
+python3 bench/experiments/profile_mid.py --prebuild --shape 1023,768,3072 --builds "route;c1 bm64 bn128 none;c1 bm64 lag2 bn128 none;c1 bm64 bn64 none"
 mkdir -p .gl
 tar czf .gl/carry.tgz src/gemm_ladder/aot_kernels .kcache
 echo "prepared in $(( $(date +%s) - start )) s: .gl/carry.tgz $(du -h .gl/carry.tgz | cut -f1) (carry limit 64 MiB)"

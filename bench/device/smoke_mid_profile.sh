@@ -4,7 +4,8 @@
 # installed (or PYTHONPATH=src):
 #   OUT=/tmp/out bash bench/device/smoke_mid_profile.sh
 # Steps, about 300 s at most in all: ncu on 512x1024x4096 (the 64 x 64 tile both sides use) and on
-# 1023x768x3072 (the route's 64 x 128 pair, one CTA's 64 x 128 and 64 x 64), sections SpeedOfLight,
+# 1023x768x3072 (the route's 64 x 128 pair, one CTA's 64 x 128 and 64 x 64), each 64-row one-CTA build also
+# with two wgmma groups in flight (lag2), sections SpeedOfLight,
 # WarpStateStats, MemoryWorkloadAnalysis, SchedulerStats, LaunchStats and Occupancy, clocks not locked
 # (the device's own boost, as the benchmarks run). Writes $OUT/mid_profile/ncu_MxNxK.txt and smoke.log.
 # Exit status: 0 when every step passed; the failed steps are named on the log's last line.
@@ -26,7 +27,7 @@ profile() {  # SHAPE BUILDS
 if [ -z "$NCU" ]; then
   echo "== ncu not found" >>"$LOG"; FAILED="$FAILED ncu"
 else
-  profile 512,1024,4096 "route;c1 bm64 bn64 none;bm64 bn64 none"
-  profile 1023,768,3072 "route;c1 bm64 bn128 none;c1 bm64 bn64 none"
+  profile 512,1024,4096 "route;c1 bm64 bn64 none;c1 bm64 lag2 bn64 none;bm64 bn64 none"
+  profile 1023,768,3072 "route;c1 bm64 bn128 none;c1 bm64 lag2 bn128 none;c1 bm64 bn64 none"
 fi
 smoke_end smoke_mid_profile 'ok|WRONG|rel err|Error|error'

@@ -27,8 +27,9 @@ launch's schedule (design/stream_k.py). Without GL_TIMELINE the stamps compile t
 builds' SASS is unchanged).
 
 **Builds** per case (``--builds``, ';'-separated): ``route`` (the dispatcher's choice for
-``gemm_ladder.linear(x, w)``, when it is the general kernel), or ``[c1] [bm64] bnN SPLIT``, e.g.
-``c1 bm64 bn64 none`` (one CTA per cluster, 64-row tiles, BN 64, no split). Operands x (M, K) and w (N,
+``gemm_ladder.linear(x, w)``, when it is the general kernel), or ``[c1] [bm64] [lag2] bnN SPLIT``, e.g.
+``c1 bm64 bn64 none`` (one CTA per cluster, 64-row tiles, BN 64, no split; ``lag2``: two wgmma groups left
+in flight behind the newest, library_gemm's release_lag=2, a measuring build). Operands x (M, K) and w (N,
 K) row-major (both K-major), bf16.
 
 **Method.** Fresh random operands per case (gates.correctness.random_operands); each build and its
@@ -82,8 +83,9 @@ CASES = (
     ("square 4096", 4096, 4096, 4096),
 )
 #: The builds traced per case unless --builds says otherwise: the route, the best forced build at 512 x
-#: 1024 x 4096 (BM 64 BN 64, one CTA) and the 128 x 128 tile whole and split over every tile.
-BUILDS = ("route", "c1 bm64 bn64 none", "c1 bn128 none", "c1 bn128 all")
+#: 1024 x 4096 (BM 64 BN 64, one CTA), the same with two wgmma groups in flight (release lag 2), and the
+#: 128 x 128 tile whole and split over every tile.
+BUILDS = ("route", "c1 bm64 bn64 none", "c1 bm64 lag2 bn64 none", "c1 bn128 none", "c1 bn128 all")
 SOURCE = "library/sm90_gemm.cu"
 #: Rows of the stamp arrays (timeline.cuh's GL_TIMELINE_CTAS default).
 TIMELINE_CTAS = 4096
@@ -93,8 +95,9 @@ PHASES = ("setup", "ramp_and_loops", "boundaries", "unstamped_tiles", "tail_loop
 
 
 def parse_build(text: str) -> dict | None:
-    """``route``, or ``[c1|c2] [bm64|bm128] bnN SPLIT`` as library_gemm keywords plus ``split``
-    (``{"route": True}`` for the route); None when malformed."""
+    """``route``, or ``[c1|c2] [bm64|bm128] [lag2] bnN SPLIT`` as library_gemm keywords plus ``split``
+    (``{"route": True}`` for the route; ``lag2``: two wgmma groups in flight, library_gemm's
+    release_lag=2); None when malformed."""
     words = text.split()
     if words == ["route"]:
         return {"route": True}
@@ -106,6 +109,8 @@ def parse_build(text: str) -> dict | None:
             out["bm"] = int(w[2:])
         elif re.fullmatch(r"bn\d+", w):
             out["bn"] = int(w[2:])
+        elif w == "lag2":
+            out["release_lag"] = 2
         else:
             return None
     from gemm_ladder.library.gemm import SPLITS
@@ -292,7 +297,8 @@ def builds_for(case: tuple, specs: list[dict]):
             split = dict(route.options).get("split") or kernel.default_split
             out[f"route ({kernel.name} {split})"] = (kernel, split)
         else:
-            kernel = library_gemm("k", "k", spec["bn"], cluster=spec["cluster"], bm=spec["bm"])
+            kernel = library_gemm("k", "k", spec["bn"], cluster=spec["cluster"], bm=spec["bm"],
+                                  release_lag=spec.get("release_lag", 1))
             out[f"{kernel.name} {spec['split']}"] = (kernel, spec["split"])
     return out
 
@@ -302,7 +308,8 @@ def timeline_of(kernel):
     from gemm_ladder.library.gemm import library_gemm
 
     return library_gemm(kernel.a_major, kernel.b_major, kernel.tile[1], c_from_registers=kernel.c_from_registers,
-                        cluster=kernel.cluster, bm=kernel.tile[0], pingpong=kernel.pingpong, timeline=True)
+                        cluster=kernel.cluster, bm=kernel.tile[0], pingpong=kernel.pingpong, timeline=True,
+                        release_lag=kernel.release_lag)
 
 
 def prebuild(cases, specs: list[dict]) -> int:
@@ -415,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     specs = [parse_build(b.strip()) for b in (args.builds.split(";") if args.builds else BUILDS)]
     if any(s is None for s in specs):
-        print(f"gemm_timeline.py: --builds {args.builds!r}: each 'route' or '[c1] [bm64] bnN SPLIT'", file=sys.stderr)
+        print(f"gemm_timeline.py: --builds {args.builds!r}: each 'route' or '[c1] [bm64] [lag2] bnN SPLIT'", file=sys.stderr)
         return 2
     cases = CASES
     if args.cases:

@@ -13,7 +13,7 @@ bandwidth nor the ring's depth obviously the limit. Nsight Compute's stall reaso
 the two kernels side by side say which unit waits on which.
 
 Builds (``--builds``, ';'-separated, gemm_timeline.py's syntax): ``route`` (the dispatcher's general-kernel
-choice) or ``[c1] [bm64] bnN SPLIT``. Operands x (M, K) and w (N, K) row-major, bf16, random normal.
+choice) or ``[c1] [bm64] [lag2] bnN SPLIT`` (``lag2``: two wgmma groups in flight, a measuring build). Operands x (M, K) and w (N, K) row-major, bf16, random normal.
 Every build, and cuBLAS (``F.linear``), runs once outside the range first (compiled, loaded, cuBLAS's
 heuristics run) and is checked against float64 (gates.correctness's bound), so the profiled launches
 are steady and right. Exit status 1 when a build is wrong.
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # gemm_timeline.py
 from gemm_timeline import builds_for, parse_build  # noqa: E402
 from suite import require_gpu  # noqa: E402
 
-DEFAULT_BUILDS = "route;c1 bm64 bn64 none;bm64 bn64 none"
+DEFAULT_BUILDS = "route;c1 bm64 bn64 none;c1 bm64 lag2 bn64 none;bm64 bn64 none"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--shape {args.shape!r}: three integers M,N,K")
     specs = [parse_build(b.strip()) for b in args.builds.split(";")]
     if any(s is None for s in specs):
-        print(f"profile_mid.py: --builds {args.builds!r}: each is route or [c1] [bm64] bnN SPLIT", file=sys.stderr)
+        print(f"profile_mid.py: --builds {args.builds!r}: each is route or [c1] [bm64] [lag2] bnN SPLIT", file=sys.stderr)
         return 2
     builds = builds_for((f"{m}x{n}x{k}", m, n, k), specs)
     if args.prebuild:

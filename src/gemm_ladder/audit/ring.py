@@ -39,7 +39,10 @@ class RingConfig:
             ``__syncthreads``, ``wgmma.wait_group 0``); 1, as levels 5-9 do: ``wgmma.wait_group 1``
             after issuing the wgmma of k + 1 proves the one of k done, so stage k is released then,
             and a tile's last stage after its ``wait_group 0`` (with one stage this deadlocks). The
-            issuing thread of levels 5-6 refills each stage right after releasing it.
+            issuing thread of levels 5-6 refills each stage right after releasing it. 2 (warp-specialized
+            only: the library kernel's measuring build, ``library_gemm(..., release_lag=2)``):
+            ``wait_group 2`` after the wgmma of k + 2 proves k done, so stage k is released then, and a
+            tile's last two stages after its ``wait_group 0`` (with two stages or fewer this deadlocks).
 
     Roles:
         consumers: consumer warpgroups per CTA (cooperative: all read every stage).
@@ -203,9 +206,12 @@ class RingConfig:
         if not 0 <= self.deferred_panels <= self.panels_per_tile:
             raise ValueError(f"RingConfig.deferred_panels must be 0..panels_per_tile ({self.panels_per_tile}), "
                              f"not {self.deferred_panels}")
-        if self.release_lag not in (0, 1):
-            raise ValueError(f"RingConfig.release_lag is 0 (release after the read) or 1 (after the next wgmma), "
-                             f"not {self.release_lag}")
+        if self.release_lag not in (0, 1, 2):
+            raise ValueError(f"RingConfig.release_lag is 0 (release after the read), 1 (after the next wgmma) or 2 "
+                             f"(after the one past it), not {self.release_lag}")
+        if self.release_lag == 2 and not self.warp_specialized:
+            raise ValueError("RingConfig.release_lag 2 is modelled for a warp-specialized ring (the library "
+                             "kernel's); the single-warpgroup levels refill right after a release at lag 0 or 1")
         if self.staging_wait_pending is not None and self.staging_wait_pending < 0:
             raise ValueError(f"RingConfig.staging_wait_pending must be >= 0, got {self.staging_wait_pending}")
         if not self.warp_specialized and self.consumers != 1:
@@ -338,8 +344,8 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
                    count=release_weight, note=f"consumer_release k#{g}") for j in range(release_ctas)]
 
     def consume(c: int, g: int, i: int = 0) -> list[Op]:
-        """Consumer i waits for stage k#g and reads it; with release_lag 0 also releases it, with 1
-        releases k#g-1 (not across a tile start: a tile's last stage is released at its end)."""
+        """Consumer i waits for stage k#g and reads it; with release_lag 0 also releases it, with L >= 1
+        releases k#g-L (not across a tile start: a tile's last L stages are released at its end)."""
         s, r, true_r = own_sched.get((i, g), sched[g])
         steps = {"wait": [], "read": [Op("consume", stage=s, buffers=("A",) + b_names, tag=g)], "release": []}
         if full_wait:
@@ -347,8 +353,8 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
                                     note=f"consumer_wait k#{g}"))
         if release_lag == 0:
             steps["release"] = release(c, g, i)
-        elif kt_of[g] > 0:
-            steps["release"] = release(c, g - 1, i)
+        elif kt_of[g] >= release_lag:
+            steps["release"] = release(c, g - release_lag, i)
         return [op for step in cfg.consumer_order for op in steps[step]]
 
     early = panels_per_tile - deferred_panels  # panels stored at the end of their own tile
@@ -418,8 +424,9 @@ def build_ring_protocol(config: RingConfig, *, name: str = "ring", bounds: dict 
                                          note=f"consumer{(i + 1) % consumers}'s turn")]
                     prog += ops
                     if last_of[g]:
-                        if release_lag:
-                            prog += release(c, g, i)  # after wgmma.wait_group 0
+                        # after wgmma.wait_group 0: the tile's last release_lag stages (all of a shorter tile), oldest first
+                        for h in range(g - min(release_lag, kt_of[g] + 1) + 1, g + 1):
+                            prog += release(c, h, i)
                         prog += tile_end(i, tile_of[g])
                 cname = f"cta{c}.consumer" if consumers == 1 else f"cta{c}.consumer{i}"
                 roles.append(Role(cname, "consumer", c, consumer_threads, prog))

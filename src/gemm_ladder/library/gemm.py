@@ -91,6 +91,8 @@ K_MAJOR_B_TILE_N = (192,)
 #: Tile heights built: level 9's 128 (two consumer warpgroups of 64 rows), and 64 (one consumer: twice
 #: the tiles, where 128-row tiles leave SMs idle).
 TILE_M = (128, 64)
+#: The release lags built (cluster_ring.cuh's GL_RELEASE_LAG): level 9's 1, and 2 in measuring builds.
+RELEASE_LAGS = (1, 2)
 #: CTAs per cluster built: level 9's 2 (B multicast to vertically adjacent tiles), and 1.
 CLUSTERS = (2, 1)
 #: Panel buffers per consumer's store ring: level 9's 2, or the tile's panels when it has fewer (one
@@ -181,6 +183,9 @@ class LibraryGemm:
     pingpong: bool = False
     #: A measuring build (GL_TIMELINE: library_gemm's ``timeline``), never the dispatcher's.
     timeline: bool = False
+    #: wgmma groups left in flight behind the newest, the ring's release lag (cluster_ring.cuh's
+    #: GL_RELEASE_LAG): 1, level 9's; 2 in a measuring build (library_gemm's ``release_lag``).
+    release_lag: int = 1
     _launches: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _specs: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
@@ -562,7 +567,7 @@ def _options(split: str, c_padding_writable: bool) -> tuple:
 
 def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers: bool = False,
                  out_fp32: bool = False, cluster: int = 2, bm: int = 128, pingpong: bool = False,
-                 timeline: bool = False, out_e4m3: bool = False) -> LibraryGemm:
+                 timeline: bool = False, out_e4m3: bool = False, release_lag: int = 1) -> LibraryGemm:
     """The layouts kernel for A ``a_major`` and B ``b_major`` ("k" or "mn") with tile width ``bn``
     (64, 128 or 256; 192 with a K-major B); one instance per configuration, so builds, loaded kernels and
     maps are cached.
@@ -579,7 +584,11 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     dispatcher's: the kernel's GL_TIMELINE stamps (per CTA %globaltimer and clock64 at the points of its
     TimelineSlot enum, into its ``gl_timeline_ns`` / ``gl_timeline_clk`` __device__ arrays;
     kernels/include/gemm_ladder/timeline.cuh), read by bench/experiments/gemm_timeline.py; the same plan,
-    ring and launch as without it.
+    ring and launch as without it. ``release_lag``: 1 (level 9's: wgmma.wait_group 1, stage k released
+    once the wgmma of k + 1 is issued) or 2, a measuring build, never the dispatcher's, that keeps two
+    groups in flight behind the newest and releases stage k after the wgmma of k + 2 (cluster_ring.cuh's
+    GL_RELEASE_LAG; audited by audit/ring.py at lag 2): whether a short group (64 x 64: 128 tensor-pipe
+    cycles) leaves the pipe idle while the consumer turns around (docs/where-time-goes.md).
 
     Stages: the most that fit in shared memory (design.smem.max_stages) beside the panel rings: 4 at
     BN = 256 (level 9's), 5 at 192, 6 at BN = 128, 8 at BN = 64 (``c_ring``: the largest ring of at most 2
@@ -587,19 +596,23 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     (c_from_registers): 4 at 256, 5 at 192, 7 at 128, 9 at 64; with 64-row tiles (one consumer's panel ring):
     5 at 256, 6 at 192, 8 at 128, 13 at 64 (ping-pong: two consumers' panel rings, design.smem.max_stages).
     Raises ValueError for any other major, width, cluster or tile height, ``out_fp32`` or ``out_e4m3``
-    without ``c_from_registers``, both, ``out_e4m3`` at a BN that is not a multiple of 128, or ``pingpong``
-    with ``bm`` other than 64.
+    without ``c_from_registers``, both, ``out_e4m3`` at a BN that is not a multiple of 128, ``pingpong``
+    with ``bm`` other than 64, or a ``release_lag`` other than the int 1 or 2.
     """
     # One cache key per configuration however it is spelled (bn positional or by name, flags defaulted
     # or given): every caller then shares one instance, and its builds and bindings.
+    # Checked before the cache: True and 1.0 hash as 1 does, and would be handed its build unchecked.
+    if type(release_lag) is not int or release_lag not in RELEASE_LAGS:
+        raise ValueError(f"release_lag = {release_lag!r}: one of {RELEASE_LAGS} wgmma groups in flight behind the "
+                         "newest")
     return _library_gemm(a_major, b_major, bn, bool(c_from_registers), bool(out_fp32), cluster, bm, bool(pingpong),
-                         bool(timeline), bool(out_e4m3))
+                         bool(timeline), bool(out_e4m3), release_lag)
 
 
 @functools.lru_cache(maxsize=None)
 def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, out_fp32: bool,
                   cluster: int = 2, bm: int = 128, pingpong: bool = False, timeline: bool = False,
-                  out_e4m3: bool = False) -> LibraryGemm:
+                  out_e4m3: bool = False, release_lag: int = 1) -> LibraryGemm:
     if bm not in TILE_M:
         raise ValueError(f"bm = {bm!r}: the kernel is built for BM in {TILE_M} (64 rows per consumer warpgroup)")
     if cluster not in CLUSTERS:
@@ -625,7 +638,8 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
                         c_from_registers=c_from_registers, pingpong=pingpong)
     suffix = (("_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "") + ("_e4m3" if out_e4m3 else "")
               + ("_c1" if cluster == 1 else "")
-              + ("_bm64" if bm == 64 else "") + ("_pp" if pingpong else "") + ("_tl" if timeline else ""))
+              + ("_bm64" if bm == 64 else "") + ("_pp" if pingpong else "") + ("_tl" if timeline else "")
+              + ("" if release_lag == 1 else f"_lag{release_lag}"))
     return LibraryGemm(
         name=f"sm90_gemm_{a_major}{b_major}_bn{bn}{suffix}",
         idea=f"level 9's kernel with A {a_major}-major and B {b_major}-major in shared memory, any TMA pitch, "
@@ -635,10 +649,11 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
              + (", e4m3 output with 1 x 128 scales" if out_e4m3 else "")
              + (", one CTA per cluster" if cluster == 1 else "")
              + (", two consumers taking the tiles in turn (ping-pong)" if pingpong else "")
-             + (", timestamps per CTA (a measuring build)" if timeline else ""),
+             + (", timestamps per CTA (a measuring build)" if timeline else "")
+             + (f", {release_lag} wgmma groups in flight behind the newest (a measuring build)" if release_lag != 1 else ""),
         tile=(bm, bn, 64), stages=stages, c_ring=c_ring, a_major=a_major, b_major=b_major,
         c_from_registers=c_from_registers, out_fp32=out_fp32, cluster=cluster, pingpong=pingpong, timeline=timeline,
-        out_e4m3=out_e4m3,
+        out_e4m3=out_e4m3, release_lag=release_lag,
     )
 
 
@@ -653,7 +668,8 @@ def _config(kernel: LibraryGemm, dtype: str, arch: str) -> KernelConfig:
         store=STORE_REGISTERS if kernel.c_from_registers else STORE_TMA,
         schedule=DATA_PARALLEL if kernel.pingpong else STREAM_K, pingpong=kernel.pingpong,
         extra=((("GL_C_FROM_REGISTERS", 1),) if kernel.c_from_registers else ())
-        + ((("GL_TIMELINE", 1),) if kernel.timeline else ()))
+        + ((("GL_TIMELINE", 1),) if kernel.timeline else ())
+        + ((("GL_RELEASE_LAG", kernel.release_lag),) if kernel.release_lag != 1 else ()))
 
 
 def kernel_for(config: KernelConfig) -> LibraryGemm:
@@ -663,7 +679,8 @@ def kernel_for(config: KernelConfig) -> LibraryGemm:
         raise ValueError(f"config of family {config.family!r} given to {FAMILY}")
     kernel = library_gemm(config.a_major, config.b_major, config.tile[1], c_from_registers=config.c_from_registers,
                           out_fp32=config.out_fp32, out_e4m3=config.out_e4m3, cluster=config.cluster, bm=config.tile[0],
-                          pingpong=config.pingpong, timeline=("GL_TIMELINE", 1) in config.extra)
+                          pingpong=config.pingpong, timeline=("GL_TIMELINE", 1) in config.extra,
+                          release_lag=dict(config.extra).get("GL_RELEASE_LAG", 1))
     if kernel.config(config.dtype, config.arch, config.epilogue) != config:
         raise ValueError(f"{FAMILY} builds no such configuration: {config}")
     return kernel

@@ -6,7 +6,17 @@
 #include "gemm_ladder/stage_ring.cuh"
 #include "gemm_ladder/tma_tile.cuh"
 
+// K tiles whose wgmma groups may be in flight behind the one just issued (wgmma.wait_group's argument),
+// so a stage is released that many K tiles after its own (the ring's release lag). 1 in every shipped
+// build; 2 in a measuring build (library_gemm's release_lag) that keeps two groups in flight, for tiles
+// whose group is short (64 x 64: 128 tensor-pipe cycles) against the consumer's turnaround.
+#ifndef GL_RELEASE_LAG
+#define GL_RELEASE_LAG 1
+#endif
+
 namespace gl {
+static_assert(GL_RELEASE_LAG == 1 || GL_RELEASE_LAG == 2, "one or two wgmma groups in flight behind the newest");
+static_assert(STAGES > GL_RELEASE_LAG, "a consumer holds GL_RELEASE_LAG stages while it waits for the next one");
 
 // consumer_release of stage s to every CTA of the cluster: each CTA's producer multicasts into this
 // CTA's stage, so each must hear that this consumer is done with it (GL_EMPTY_ARRIVALS counts them).
@@ -47,14 +57,26 @@ __device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[
     mma_k_tile<BN, A_MN_MAJOR, B_MN_MAJOR>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), kt > kb);
     wgmma_commit();
     after_issue(kt);
-    wgmma_wait<1>();
-    if (kt > kb && elected)
-      release_stage_to_cluster(smem, pos.previous_stage());
+    if constexpr (GL_RELEASE_LAG == 1) {
+      wgmma_wait<1>();
+      if (kt > kb && elected)
+        release_stage_to_cluster(smem, pos.previous_stage());
+    } else {
+      wgmma_wait<GL_RELEASE_LAG>();  // the group of K tile kt - GL_RELEASE_LAG is complete
+      if (kt - kb >= GL_RELEASE_LAG && elected)
+        release_stage_to_cluster(smem, (pos.count - GL_RELEASE_LAG) % STAGES);
+    }
   }
   wgmma_wait<0>();
   fence_accumulators(d);
-  if (elected)
-    release_stage_to_cluster(smem, pos.previous_stage());
+  if (elected) {
+    if constexpr (GL_RELEASE_LAG == 1) {
+      release_stage_to_cluster(smem, pos.previous_stage());
+    } else {  // the range's last min(GL_RELEASE_LAG, ke - kb) stages, oldest first
+      for (int j = (ke - kb < GL_RELEASE_LAG ? ke - kb : GL_RELEASE_LAG); j >= 1; --j)
+        release_stage_to_cluster(smem, (pos.count - j) % STAGES);
+    }
+  }
 }
 
 }  // namespace gl
