@@ -6,7 +6,7 @@
 # (tests/test_gemm_timeline_gpu.py: bit for bit the shipped build, stamps as the schedule says) and the
 # release-lag-2 build's (tests/test_release_lag_gpu.py: bit for bit the shipped build), then
 # bench/experiments/gemm_timeline.py (CASES: its --cases, default its mid-size misses and controls) on the
-# route and three forced builds per case. Writes $OUT/gemm_timeline/smoke.log and the experiment's JSON and
+# route and four forced builds per case (BUILDS). Writes $OUT/gemm_timeline/smoke.log and the experiment's JSON and
 # table there. Exit status: 0 when every step passed; the failed steps are named on the log's last line.
 # Prebuild here first (no GPU needed) and carry the cache: GEMM_LADDER_CACHE=.kcache python3
 # bench/experiments/gemm_timeline.py --prebuild [--cases CASES].
