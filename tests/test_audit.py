@@ -400,6 +400,18 @@ def test_release_two_wgmma_groups_behind():
         RingConfig(stages=3, k_iters=2, release_lag=2)
 
 
+@pytest.mark.parametrize("stages,lengths,cluster,consumers", [(3, (3, 1, 2), 1, 1), (3, (1, 1, 4), 2, 1),
+                                                                (4, (2, 1, 3), 2, 2), (3, (1, 2, 1), 1, 2)])
+def test_release_two_wgmma_groups_behind_over_stream_k_segments(stages, lengths, cluster, consumers):
+    """release_lag=2 over a stream-K CTA's segments (consume_k_range over [kb, ke) of any length): a
+    segment of one K iteration releases its one stage at its end, a longer one its last two; clean."""
+    p = protocol_for_level(9, k_iters=max(lengths), tiles=len(lengths), stages=stages, cluster=cluster,
+                           consumers=consumers, c_ring=1, tile=(64 * consumers, 64, 64), release_lag=2,
+                           tile_k_iters=lengths)
+    r = audit(p, max_states=5_000_000)
+    assert r.ok and r.complete, r.render()
+
+
 def test_tiles_of_different_lengths():
     """tile_k_iters: equal lengths unroll exactly as k_iters does; different lengths (a stream-K CTA's
     segments) audit clean on level 9's ring, and the phase-reset fault (carry_phase=False) is caught on

@@ -42,6 +42,26 @@ def test_the_pingpong_ring_is_proven(kw):
     assert result.bounds["pingpong"] is True
 
 
+@pytest.mark.parametrize("kw", [
+    {"stages": 3},
+    {"stages": 3, "tile_k_iters": (2, 5, 1, 4)},
+    {"k_iters": 1, "tiles": 12},  # every tile one K iteration: its one stage released at its end
+    {"stages": 3, "k_iters": 1, "tiles": 9},
+    {"stages": 3, "panels_per_tile": 2, "deferred_panels": 1},
+], ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
+def test_the_pingpong_ring_is_proven_at_release_lag_2(kw):
+    """The library kernel's measuring build with two wgmma groups in flight (library_gemm(...,
+    pingpong=True, release_lag=2)): each consumer releases k#g-2 after its consume of g, its tile's last
+    two after the tile (its turn passed before that iteration's release, as pass_turn in after_issue);
+    with two stages a consumer holds both while it waits for a third: deadlock (cluster_ring.cuh's
+    static_assert STAGES > GL_RELEASE_LAG)."""
+    cfg = pingpong(release_lag=2, **kw)
+    assert uses_per_stage(cfg) >= 3
+    result = audit(build_ring_protocol(cfg))
+    assert result.ok and result.complete, result.render()
+    assert "deadlock" in {v.kind for v in audit(build_ring_protocol(pingpong(release_lag=2, stages=2))).violations}
+
+
 @pytest.mark.parametrize("fault,kinds", [
     ({"ordered": False}, {"phase_error"}),
     ({"skip_others": False}, {"stale_read"}),
