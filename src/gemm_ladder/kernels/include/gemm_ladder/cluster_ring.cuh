@@ -39,7 +39,8 @@ struct NoWaitClock {
 
 // Level 9's consumer warpgroup `consumer` (rows [64c, 64c + 64) of the tile): its K tiles [kb, ke) of
 // one unit into d, from ring position `pos` on. Stage k goes back to the cluster once the wgmma of
-// k + 1 is issued (wait_group 1), the last one once all have completed. after_issue(kt) runs while K
+// k + GL_RELEASE_LAG is issued (wait_group GL_RELEASE_LAG: 1 in shipped builds), the range's last
+// GL_RELEASE_LAG (all of a shorter range) once all have completed. after_issue(kt) runs while K
 // tile kt's wgmma does (the whole units store deferred panels there). Whole units and stream-K pieces
 // share it. The consumer's A rows start 64 x BK elements apart in either major: 64 K-major rows, or
 // the consumer's own 64-element MN-major box; the planned majors select the descriptors. wait_clock
