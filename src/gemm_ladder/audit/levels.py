@@ -182,6 +182,9 @@ def protocol_for_level(n: int, k_iters: int = 3, tiles: int = 2, *, stages: int 
     if variant:
         notes.append(f"release_lag=0: stage k released right after its read, a variant of level {n} that no kernel "
                      "ships")
+    if overrides.get("release_lag") == 2:
+        notes.append(f"release_lag=2: stage k released after the wgmma of k + 2, the library kernel's measuring build "
+                     f"(library_gemm(..., release_lag=2), cluster_ring.cuh's GL_RELEASE_LAG); level {n} ships lag 1")
     try:
         config = RingConfig(k_iters=k_iters, **kw)
     except ValueError as exc:
