@@ -6,7 +6,8 @@
 # (tools/build_aot.py: every build the dispatcher can pick), and into .kcache the builds the experiments
 # launch (bench/experiments/gemm_timeline.py --prebuild, bench/grouped.py --prebuild,
 # bench/quantized_linear.py --prebuild, bench/experiments/quantized_pingpong.py --prebuild,
-# bench/experiments/profile_mid.py --prebuild for smoke_mid_profile.sh's shapes). Then packs both
+# bench/experiments/profile_mid.py --prebuild for smoke_mid_profile.sh's shapes, and the release-lag GPU
+# test's builds). Then packs both
 # into .gl/carry.tgz. On the device: carry [".gl"], and run
 #   tar xzf .gl/carry.tgz && export GEMM_LADDER_COMPILER=nvrtc GEMM_LADDER_GIT_COMMIT=<sha> && OUT=$OUT bash bench/device/smoke_....sh
 # Exit status: 0 when every build is ready; the first failing step's otherwise.
@@ -20,6 +21,16 @@ python3 bench/quantized_linear.py --prebuild
 python3 bench/experiments/quantized_pingpong.py --prebuild
 python3 bench/experiments/profile_mid.py --prebuild
 python3 bench/experiments/profile_mid.py --prebuild --shape 1023,768,3072 --builds "route;c1 bm64 bn128 none;c1 bm64 lag2 bn128 none;c1 bm64 bn64 none"
+# tests/test_release_lag_gpu.py's builds, both lags
+python3 - <<'PY'
+import sys
+sys.path.insert(0, "bench")
+from suite import prebuild
+from gemm_ladder.library.gemm import library_gemm
+cfgs = [dict(bn=64, bm=64, cluster=1), dict(bn=128, bm=64, cluster=1), dict(bn=128), dict(bn=256),
+        dict(bn=256, bm=64, pingpong=True, cluster=1)]
+sys.exit(prebuild([library_gemm("k", "k", release_lag=lag, **c) for c in cfgs for lag in (1, 2)]))
+PY
 mkdir -p .gl
 tar czf .gl/carry.tgz src/gemm_ladder/aot_kernels .kcache
 echo "prepared in $(( $(date +%s) - start )) s: .gl/carry.tgz $(du -h .gl/carry.tgz | cut -f1) (carry limit 64 MiB)"
