@@ -211,3 +211,27 @@ def test_the_release_lag_2_builds_pass_the_resource_gate_and_wait_on_two_groups(
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x2" in sass
     _, shipped = check_level_resources(library_gemm("k", "k", bn, bm=bm, cluster=cluster), "bf16")
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x2" not in shipped and "WARPGROUP.DEPBAR.LE gsb0, 0x1" in shipped
+
+
+def test_the_release_lag_2_plan_says_so_and_audits_at_lag_2():
+    """The lag-2 build's plan (the designer's, plan_gemm's release_lag) names its release mode "two_back", keeps
+    one stage fewer in flight ahead, and its plan audits clean as lag 2 (stage k released after the read of
+    k + 2); plan_gemm refuses the lag at two stages and any lag but 1 and 2."""
+    from gemm_ladder.audit import protocol_from_plan
+    from gemm_ladder.design import PlanRefused, plan_gemm
+
+    shipped = library_gemm("k", "k", 128).plan(2048, 1024, 4096, "bf16")
+    plan = library_gemm("k", "k", 128, release_lag=2).plan(2048, 1024, 4096, "bf16")
+    assert (shipped.ring.release_mode, plan.ring.release_mode) == ("previous", "two_back")
+    assert plan.ring.lookahead == shipped.ring.lookahead - 1
+    p = protocol_from_plan(plan.to_json(), k_iters=plan.stages * 3 // 2 + 1, tiles=2)
+    cons = next(r for r in p.roles if r.kind == "consumer")
+    seq = [(op.op, op.tag if op.op == "consume" else op.note) for op in cons.program if op.op in ("consume", "arrive")]
+    assert seq[:4] == [("consume", 0), ("consume", 1), ("consume", 2), ("arrive", "consumer_release k#0")]
+    result = audit(p, max_states=5_000_000)
+    assert result.ok, result.render()
+    with pytest.raises(PlanRefused, match="three stages"):
+        plan_gemm(256, 256, 256, "bf16", tile=(128, 128, 64), stages=2, persistent=True, consumers=2, c_ring=2,
+                  release_lag=2)
+    with pytest.raises(PlanRefused, match="release_lag"):
+        plan_gemm(256, 256, 256, "bf16", release_lag=3)

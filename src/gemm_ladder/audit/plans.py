@@ -10,7 +10,8 @@ part), as JSON data: it imports nothing from the designer.
   ``schedule`` (optional: "cooperative", the default, or "pingpong": RingConfig.pingpong);
 * ``ring``: ``pipe_depth``, ``full_init_count``, ``empty_init_count``, ``initial_phase``,
   ``first_full_wait_parity``, ``first_empty_wait_parity``, ``release_mode`` (``previous``: stage k is
-  released after the wgmma of k + 1 is issued; ``current``: right after its own), ``ledger`` (the
+  released after the wgmma of k + 1 is issued; ``current``: right after its own; ``two_back``: after the
+  wgmma of k + 2, a measuring build's), ``ledger`` (the
   phase ledger) and ``order`` (each role's steps in order; optional, the right order when absent);
 * ``tensor_maps.a`` / ``.b``: ``data_type``, ``box_dim``, ``box_bytes``;
 * ``load_protocol``: ``expect_tx_bytes``, ``a_box_bytes``, ``b_box_bytes``, ``a_boxes_per_stage``
@@ -57,7 +58,7 @@ ELEMENT_BYTES = {"CU_TENSOR_MAP_DATA_TYPE_UINT8": 1, "CU_TENSOR_MAP_DATA_TYPE_UI
                  "CU_TENSOR_MAP_DATA_TYPE_FLOAT32": 4, "CU_TENSOR_MAP_DATA_TYPE_UINT32": 4,
                  "CU_TENSOR_MAP_DATA_TYPE_INT32": 4, "CU_TENSOR_MAP_DATA_TYPE_FLOAT64": 8}
 
-_RELEASE_LAG = {"previous": 1, "current": 0}
+_RELEASE_LAG = {"previous": 1, "current": 0, "two_back": 2}
 #: The plan's step names (ring.order) -> RingConfig's.
 _STEPS = {"producer": dict(zip(("producer_acquire", "producer_commit"), PRODUCER_STEPS)),
           "consumer": dict(zip(("consumer_wait", "mma", "consumer_release"), CONSUMER_STEPS)),

@@ -403,7 +403,8 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
               producer_warpgroup: bool | None = None, c_aliases_stages: bool = False, c_ring: int = 0,
               stream_k: bool = False, stream_k_min_idle: float = DEFAULT_MIN_IDLE,
               c_from_registers: bool = False, a_major: str = "k", b_major: str = "k", lda: int | None = None,
-              ldb: int | None = None, ldc: int | None = None, schedule: str = "cooperative") -> Plan:
+              ldb: int | None = None, ldc: int | None = None, schedule: str = "cooperative",
+              release_lag: int = 1) -> Plan:
     """Plan ``c = a @ b.T`` for a (M, K) and b (N, K) row-major; raises :class:`PlanRefused` naming the rule.
 
     ``producer_warpgroup``: a separate producer warpgroup issues the loads (warp specialization);
@@ -424,8 +425,14 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     ``schedule``: one of :data:`SCHEDULES`; "pingpong" needs a persistent grid, two or more consumers and
     each consumer's own output staging ring (``c_ring``) or ``c_from_registers``; its plan JSON says
     ``problem.schedule`` and its shared memory holds one ``order`` mbarrier per consumer.
+    ``release_lag``: 1 (the kernels' ``wgmma.wait_group 1``: stage k released after the wgmma of k + 1;
+    ``ring.release_mode`` "previous", or "current" with one stage) or 2 (a measuring build's
+    ``wait_group 2``, library_gemm's release_lag: "two_back"), which needs a producer warpgroup and three
+    stages or more.
     """
     m, n, k = int(m), int(n), int(k)
+    if release_lag not in (1, 2) or type(release_lag) is not int:
+        raise PlanRefused("release lag", f"release_lag = {release_lag!r}: 1 (wgmma.wait_group 1) or 2 (wait_group 2)")
     if schedule not in SCHEDULES:
         raise PlanRefused("schedule", f"schedule = {schedule!r}: use one of {', '.join(SCHEDULES)}")
     pingpong = schedule == "pingpong"
@@ -458,6 +465,10 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
         spec.validate()
     ar, smem, S = cfg.arch, cfg.smem, stages
     pw = cfg.producer_warpgroup
+    if release_lag == 2 and (not pw or S < 3):
+        raise PlanRefused("release lag", f"release_lag = 2 with {'no producer warpgroup' if not pw else f'{S} stages'}: "
+                          "two wgmma groups in flight are planned for a warp-specialized ring of three stages or "
+                          "more (a consumer holds two stages while it waits for a third)")
     first_wg = 1 if pw else 0
     first_thread = 128 * first_wg
     store_thread = first_thread  # thread 0 of consumer warpgroup 0
@@ -510,8 +521,8 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     ledger_len = min(k_tiles * (2 if persistent else 1), max(3 * S, 8))
     ring = Ring(
         pipe_depth=S, full_barriers=S, full_init_count=1, empty_barriers=S, empty_init_count=cfg.empty_arrivals,
-        initial_phase=0, first_full_wait_parity=0, first_empty_wait_parity=1, release_mode=release_mode(S),
-        lookahead=S - 1,
+        initial_phase=0, first_full_wait_parity=0, first_empty_wait_parity=1,
+        release_mode="two_back" if release_lag == 2 else release_mode(S), lookahead=S - release_lag,
         smem_total_bytes=smem.total_bytes, ctas_per_sm=smem.ctas_per_sm, ledger=phase_ledger(ledger_len, S),
     )
     return Plan(

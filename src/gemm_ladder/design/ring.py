@@ -135,7 +135,8 @@ class Ring:
     initial_phase: int  # every barrier starts in phase 0
     first_full_wait_parity: int
     first_empty_wait_parity: int
-    release_mode: str  # "previous" (wgmma.wait_group 1, release k-1) or "current" (wait_group 0, release k)
+    release_mode: str  # "previous" (wgmma.wait_group 1, release k-1), "current" (wait_group 0, release k) or
+    #                    "two_back" (a measuring build's wait_group 2, release k-2: library_gemm's release_lag)
     lookahead: int  # loads in flight ahead of the stage being computed, in steady state
     smem_total_bytes: int
     ctas_per_sm: int

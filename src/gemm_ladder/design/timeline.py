@@ -295,7 +295,8 @@ class TimelineConfig:
                    persistent=plan.persistent, producer_warpgroup=plan.consumers.producer_warpgroup,
                    consumers=plan.consumers.warpgroups, cluster=plan.cluster, c_ring=plan.smem.c_ring,
                    c_aliases_stages=plan.smem.c_aliases_stages,
-                   release_previous=plan.ring.release_mode == "previous" and plan.arch == "sm_90a",
+                   # "two_back" drawn as "previous": the picture's release of k - 1 is one K tile early there
+                   release_previous=plan.ring.release_mode in ("previous", "two_back") and plan.arch == "sm_90a",
                    tail=tail, tail_k_tiles=sc.k_tiles)
 
 

@@ -277,7 +277,8 @@ class LibraryGemm:
                          consumers=self.consumers, persistent=self.persistent,
                          producer_warpgroup=self.producer_warpgroup, c_ring=self.c_ring, stream_k=not self.pingpong,
                          stream_k_min_idle=self.stream_k_min_idle, a_major=self.a_major, b_major=self.b_major,
-                         lda=lda, ldb=ldb, ldc=ldc, schedule="pingpong" if self.pingpong else "cooperative", **extra)
+                         lda=lda, ldb=ldb, ldc=ldc, schedule="pingpong" if self.pingpong else "cooperative",
+                         release_lag=self.release_lag, **extra)
 
     # --- the rules ------------------------------------------------------------------------------
     def supports(self, a: OperandView, b: OperandView, c: torch.Tensor, *,
