@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from gemm_ladder.design.problem import ceil_div
 from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.library.gemm import library_gemm
 from gemm_ladder.library.operand import operand_view
@@ -57,7 +58,7 @@ def test_timeline_build_equals_the_shipped_build_and_stamps_the_schedule(cfg, sp
     clk = read_global(loaded, "gl_timeline_clk", (bench.TIMELINE_CTAS, width), torch.int64)[:len(whole)].tolist()
     out = bench.analyse(ns, slots=slots, tile0=tile0, tiles=tiles, whole=whole, segments=segments, hand_ins=hand_ins,
                         event_us=None, pingpong=tl.pingpong, clk=clk,
-                        k_tiles=-(-k // tl.tile[2]))  # raises on a count the schedule does not give
+                        k_tiles=ceil_div(k, tl.tile[2]))  # raises on a count the schedule does not give
     assert 0 < out["span_us"] < 10_000
     for r in ns:
         assert r[slots["Entry"]] <= r[slots["Setup"]] <= r[slots["WholeEnd"]] <= r[slots["TailEnd"]] <= r[slots["Exit0"]] \

@@ -216,7 +216,7 @@ def analyse(ns: list[list[int]], *, slots: dict[str, int], tile0: int, tiles: in
     def over(name: str, rows=None) -> dict:
         return spread([p.get(name, 0.0) for i, p in enumerate(per) if rows is None or rows(i)])
 
-    # consumer 0's waits for data (cycles at the CTA's clock), where the build stamps them (0: BN 256)
+    # consumer 0's waits for data (cycles at the CTA's clock), where it has whole tiles
     waits = {}
     if clk is not None:
         for i, r in enumerate(ns):
@@ -325,6 +325,7 @@ def run_case(case: tuple, specs: list[dict], repeats: int, budget: float) -> dic
     from small_m_timeline import event_timed
 
     from gemm_ladder.contract import reference
+    from gemm_ladder.design.problem import ceil_div
     from gemm_ladder.gates.correctness import absolute_cap, error_bound, random_operands
     from gemm_ladder.gates.performance import time_fns
     from gemm_ladder.gpu import l2_bytes
@@ -366,7 +367,7 @@ def run_case(case: tuple, specs: list[dict], repeats: int, budget: float) -> dic
         ctas = len(whole)
         assert ctas <= TIMELINE_CTAS
         readings = []
-        k_tiles = -(-k // kern.tile[2])
+        k_tiles = ceil_div(k, kern.tile[2])
         for rep in range(repeats):
             for arr in ("gl_timeline_ns", "gl_timeline_clk"):
                 zero_global(loaded, arr)

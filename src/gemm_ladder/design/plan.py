@@ -39,6 +39,8 @@ SMALL_COPY_BYTES = 64 * 1024
 #: BM / consumers rows of each tile: the ladder's levels 7-9) or "pingpong" (tiles in turn, each consumer
 #: a whole tile, one storing while another computes; its ring audit/ring.py RingConfig.pingpong proves).
 SCHEDULES = ("cooperative", "pingpong")
+#: Release lags planned: 1, the kernels' (wgmma.wait_group 1), and 2, a measuring build's (wait_group 2).
+RELEASE_LAGS = (1, 2)
 
 #: Unit rows per group of the persistent kernels' grouped order: the kernels get it as -DGL_GROUP_M
 #: (TileScheduler::kGroupM in tile_scheduler.cuh, which refuses to compile without it).
@@ -431,7 +433,7 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
     stages or more.
     """
     m, n, k = int(m), int(n), int(k)
-    if release_lag not in (1, 2) or type(release_lag) is not int:
+    if type(release_lag) is not int or release_lag not in RELEASE_LAGS:
         raise PlanRefused("release lag", f"release_lag = {release_lag!r}: 1 (wgmma.wait_group 1) or 2 (wait_group 2)")
     if schedule not in SCHEDULES:
         raise PlanRefused("schedule", f"schedule = {schedule!r}: use one of {', '.join(SCHEDULES)}")

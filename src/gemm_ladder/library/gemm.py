@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 import torch
 
 from gemm_ladder.contract import DTYPES, GemmInputError, dtype_name
-from gemm_ladder.design.plan import plan_gemm
+from gemm_ladder.design.plan import RELEASE_LAGS, plan_gemm
 from gemm_ladder.design.problem import arch_info, ceil_div
 from gemm_ladder.design.smem import max_stages
 from gemm_ladder.design.stream_k import (
@@ -91,8 +91,6 @@ K_MAJOR_B_TILE_N = (192,)
 #: Tile heights built: level 9's 128 (two consumer warpgroups of 64 rows), and 64 (one consumer: twice
 #: the tiles, where 128-row tiles leave SMs idle).
 TILE_M = (128, 64)
-#: The release lags built (cluster_ring.cuh's GL_RELEASE_LAG): level 9's 1, and 2 in measuring builds.
-RELEASE_LAGS = (1, 2)
 #: CTAs per cluster built: level 9's 2 (B multicast to vertically adjacent tiles), and 1.
 CLUSTERS = (2, 1)
 #: Panel buffers per consumer's store ring: level 9's 2, or the tile's panels when it has fewer (one

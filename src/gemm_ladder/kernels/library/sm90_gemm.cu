@@ -133,7 +133,7 @@ enum TimelineSlot {
   kTurnWaitSum = 22,   // sum (ping-pong): consumer 0 waiting for its turn before each of its tiles
   kMark = 23,          // scratch: the last phase boundary of the sums (timeline.cuh's MARK / PHASE)
   kFullWaitClk = 24,   // value, SM cycles (clock64): consumer 0 waiting for its stages' data over its whole
-                       // tiles' K loops (timeline.cuh's CycleWaitClock); stored at kWholeEnd
+                       // tiles' K loops (timeline.cuh's CycleWaitClock); stored once they are done
   kTile0 = 25,         // the whole tiles' slots: kTile0 .. kTile0 + 2 kTiles - 1
   kTiles = 35,         // whole tiles stamped per CTA (later ones are counted, not stamped)
   kSlots = kTile0 + 2 * kTiles,
@@ -376,7 +376,6 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
         GL_TIMELINE_COUNT(consumer == 0 && elected, kWholeTiles);
       }
       GL_TIMELINE_STAMP(consumer == 0 && elected, kWholeEnd);
-      GL_TIMELINE_VALUE(consumer == 0 && elected, kFullWaitClk, wait_clock.cycles());
     } else if constexpr (kFromRegisters) {
       for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
         float d[BN / 2];
@@ -391,7 +390,6 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
         GL_TIMELINE_COUNT(consumer == 0 && elected, kWholeTiles);
       }
       GL_TIMELINE_STAMP(consumer == 0 && elected, kWholeEnd);
-      GL_TIMELINE_VALUE(consumer == 0 && elected, kFullWaitClk, wait_clock.cycles());
     } else {
       for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
         int um, tn;
@@ -442,8 +440,8 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
           store_panel_of(last, p);
       }
       GL_TIMELINE_STAMP(consumer == 0 && elected, kWholeEnd);
-      GL_TIMELINE_VALUE(consumer == 0 && elected, kFullWaitClk, wait_clock.cycles());
     }
+    GL_TIMELINE_VALUE(consumer == 0 && elected, kFullWaitClk, wait_clock.cycles());  // every whole tile's waits
     if constexpr (!Cfg::kPingpong)
     for (int it = tail.begin(first_unit), end = tail.begin(first_unit + 1); it < end;) {
       const StreamKTail::Segment seg = tail.segment(first_unit, it, end);
