@@ -56,7 +56,8 @@ def test_the_build_grammar():
     assert bench.parse_build("bn128 all") == {"cluster": 2, "bm": 128, "bn": 128, "split": "all"}
     assert bench.parse_build("c1 bm64 lag2 bn64 none") == {"cluster": 1, "bm": 64, "bn": 64, "split": "none",
                                                            "release_lag": 2}
-    for bad in ("", "bn128", "c3 bn64 none", "bm64 none", "bn128 sometimes", "route bn64 none", "lag3 bn64 none"):
+    for bad in ("", "bn128", "c3 bn64 none", "bm64 none", "bn128 sometimes", "route bn64 none", "lag3 bn64 none",
+                "bn77 none", "bn96 none"):
         assert bench.parse_build(bad) is None, bad
 
 

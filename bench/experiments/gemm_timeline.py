@@ -97,7 +97,7 @@ PHASES = ("setup", "ramp_and_loops", "boundaries", "unstamped_tiles", "tail_loop
 def parse_build(text: str) -> dict | None:
     """``route``, or ``[c1|c2] [bm64|bm128] [lag2] bnN SPLIT`` as library_gemm keywords plus ``split``
     (``{"route": True}`` for the route; ``lag2``: two wgmma groups in flight, library_gemm's
-    release_lag=2); None when malformed."""
+    release_lag=2); None when malformed or not a configuration library_gemm builds (BN 77, say)."""
     words = text.split()
     if words == ["route"]:
         return {"route": True}
@@ -113,9 +113,13 @@ def parse_build(text: str) -> dict | None:
             out["release_lag"] = 2
         else:
             return None
-    from gemm_ladder.library.gemm import SPLITS
+    from gemm_ladder.library.gemm import SPLITS, library_gemm
 
     if not words or words[-1] not in SPLITS or "bn" not in out:
+        return None
+    try:  # a width, tile height or lag the kernel is not built with is malformed too
+        library_gemm("k", "k", out["bn"], cluster=out["cluster"], bm=out["bm"], release_lag=out.get("release_lag", 1))
+    except ValueError:
         return None
     out["split"] = words[-1]
     return out
