@@ -42,7 +42,37 @@ BAD_TYPES = {
     "ops.mm a list": (lambda: ops.mm([1], meta(8, 3)), "a must be a torch.Tensor"),
     "ops.linear alpha a str": (lambda: ops.linear(meta(4, 8), meta(3, 8), alpha="abc"), "alpha must be"),
     "swiglu w_up a list": (lambda: gemm_ladder.swiglu(meta(4, 8), meta(3, 8), [1]), "w_up must be a torch.Tensor"),
+    "mm out an int": (lambda: gemm_ladder.mm(meta(4, 8), meta(8, 3), out=5), "out must be a torch.Tensor"),
+    "mm out a list": (lambda: gemm_ladder.mm(meta(4, 8), meta(8, 3), out=[1]), "out must be a torch.Tensor"),
+    "grouped_linear activation an int": (lambda: gemm_ladder.grouped_linear(
+        meta(96, 64), meta(4, 48, 64), meta(4, dtype=torch.int32), activation=1), "activation must"),
+    "explain_grouped_mm bias a str": (lambda: gemm_ladder.explain_grouped_mm(
+        meta(96, 64), meta(4, 48, 64).transpose(-2, -1), meta(4, dtype=torch.int32), bias="b"), "bias must be"),
+    "explain_grouped_mm masked a str": (lambda: gemm_ladder.explain_grouped_mm(
+        meta(4, 24, 64), meta(4, 48, 64).transpose(-2, -1), meta(4, dtype=torch.int32), masked="yes"), "masked must"),
 }
+
+
+BAD_VALUES = {
+    "grouped_linear an unknown activation": (lambda: gemm_ladder.grouped_linear(
+        meta(96, 64), meta(4, 48, 64), meta(4, dtype=torch.int32), activation="tanh"), "activation='tanh'"),
+    "explain_grouped_mm a bias of the wrong shape": (lambda: gemm_ladder.explain_grouped_mm(
+        meta(96, 64), meta(4, 48, 64).transpose(-2, -1), meta(4, dtype=torch.int32), bias=meta(48)), "bias: "),
+    "explain_grouped_mm a bias of another dtype": (lambda: gemm_ladder.explain_grouped_mm(
+        meta(96, 64), meta(4, 48, 64).transpose(-2, -1), meta(4, dtype=torch.int32), bias=meta(4, 48, dtype=torch.int32)),
+        "bias: "),
+    "explain_grouped_mm a bias along K": (lambda: gemm_ladder.explain_grouped_mm(
+        meta(256, 32).T, meta(256, 48), meta(4, dtype=torch.int32), bias=meta(4, 48)), "not taken"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_VALUES)
+def test_bad_values_beside_a_meta_tensor_raise_the_documented_input_error(case):
+    """grouped_linear's and explain_grouped_mm's rules are linear's and grouped_linear's (what the call
+    refuses, explain refuses: it never describes a call that would not run)."""
+    call, says = BAD_VALUES[case]
+    with pytest.raises(gemm_ladder.GemmInputError, match=says):
+        call()
 
 
 @pytest.mark.parametrize("case", BAD_TYPES)
@@ -64,6 +94,20 @@ def test_valid_meta_calls_still_give_their_results():
     assert gemm_ladder.mm(meta(4, 8), meta(8, 3), out_dtype=torch.float32).dtype == torch.float32
     y = gemm_ladder.linear(meta(2, 4, 8), meta(3, 8), meta(3), activation="gelu", alpha=2, beta=0)
     assert y.shape == (2, 4, 3) and y.is_meta
+    fp8 = torch.float8_e4m3fn
+    a, b = meta(64, 256, dtype=fp8), meta(128, 256, dtype=fp8).T
+    rowwise = (meta(64, 1, dtype=torch.float32), meta(1, 128, dtype=torch.float32))
+    y = gemm_ladder.scaled_mm(a, b, *rowwise)  # as mm's meta path: the op's fake answers
+    assert y.shape == (64, 128) and y.dtype == BF16 and y.is_meta
+    out = meta(64, 128, dtype=torch.float16)
+    assert gemm_ladder.scaled_mm(a, b, *rowwise, out_dtype=torch.float16, out=out) is out
+    blockwise = (meta(64, 2, dtype=torch.float32), meta(2, 1, dtype=torch.float32))
+    values, scales = gemm_ladder.scaled_mm(a, b, *blockwise, out_dtype=fp8)
+    assert values.shape == (64, 128) and values.dtype == fp8 and scales.shape == (64, 1) and scales.is_meta
+    with pytest.raises(gemm_ladder.GemmInputError, match="match no scaling"):  # the rules still hold there
+        gemm_ladder.scaled_mm(a, b, rowwise[0], meta(1, 127, dtype=torch.float32))
+    with pytest.raises(gemm_ladder.GemmTypeError, match="a must be a torch.Tensor"):
+        gemm_ladder.scaled_mm(5, b, *rowwise)
 
 
 def test_error_classes_are_exported_at_the_top_level():

@@ -154,6 +154,8 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
         output dtype no kernel writes yet; OutsideDomainError for an extent past 2^31 - 1;
         CaptureBuildError when a CUDA graph is being captured and a kernel is not built and loaded.
     """
+    if out is not None and not isinstance(out, _Tensor):  # before the op's schema answers in torch's words
+        raise GemmTypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
     if type(out_dtype) is _DTYPE and out_dtype == _QUANT_OUT:
         return _mm_quantized(a, b, out)
     host = _HOST_OPS

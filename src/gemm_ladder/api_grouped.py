@@ -134,6 +134,22 @@ def check_grouped_mm(a, b, offs, out_dtype=None, *, device_types: tuple[str, ...
     return case, dt
 
 
+def check_grouped_bias(bias, a: torch.Tensor, b: torch.Tensor, case: str) -> None:
+    """``grouped_linear``'s bias rule, for a checked (a, b) of ``case``: None, or an (E, N) tensor of a's dtype
+    on a's device, with b (E, K, N) grouped along M (not along K). Raises GemmTypeError for a non-tensor,
+    GemmInputError for the rest."""
+    if bias is None:
+        return
+    if not isinstance(bias, torch.Tensor):
+        raise GemmTypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
+    if case == "2d2d":
+        raise GemmInputError("bias is not taken by grouped_mm grouped along K")
+    want = (b.shape[0], b.shape[2])
+    if tuple(bias.shape) != want or bias.dtype != a.dtype or bias.device != a.device:
+        raise GemmInputError(f"bias: {want} {a.dtype} on {a.device} expected, got {bias.dtype} {tuple(bias.shape)} "
+                             f"on {bias.device}")
+
+
 def _pointers_known(*ts: torch.Tensor) -> bool:
     """False while torch.compile traces (fake tensors have no address): the op's kernel checks the
     addresses again at run time, before its launch."""
@@ -330,6 +346,8 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
     from gemm_ladder.library.grouped import BK, BM, SOURCE, store_rule
 
     devices = ("cuda", "meta")
+    if not isinstance(masked, bool):
+        raise GemmTypeError(f"masked must be a bool, got {type(masked).__name__}")
     if masked:
         a, b = _tensor("a", a), _tensor("b", b)
         if a.dim() != 3:
@@ -338,6 +356,7 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
         case = "masked"
     else:
         case, dt = check_grouped_mm(a, b, offs, out_dtype, device_types=devices)
+    check_grouped_bias(bias, a, b, case)
     if case == "2d2d":
         (m, total_k), n = a.shape, b.shape[1]
         bn, major, k, grouping = grad_w_bn(n), "mn", total_k, GROUP_K
@@ -352,4 +371,4 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
             "cluster": build.cluster, "cluster_reason": why, "store": store, "store_reason": store_why}
 
 
-__all__ = ["b_major_of", "check_grouped_mm", "choose_bn", "explain_grouped_mm", "group_of_rows", "grouped_build", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of"]
+__all__ = ["b_major_of", "check_grouped_bias", "check_grouped_mm", "choose_bn", "explain_grouped_mm", "group_of_rows", "grouped_build", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of"]

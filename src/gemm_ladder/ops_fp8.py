@@ -144,6 +144,12 @@ def _swiglu_e4m3_fake(x, w_gate, w_up):
     return quantized_buffers(tuple(x.shape[:-1]), n, x.device)
 
 
+def _symbolic(*args) -> bool:
+    """Whether a call has a meta tensor or a tensor subclass (a FakeTensor, a functional tensor) among its
+    arguments: it goes through the registered op, whose fake answers, as ``mm``'s does."""
+    return any(isinstance(t, torch.Tensor) and (t.is_meta or type(t) is not torch.Tensor) for t in args)
+
+
 def scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=torch.bfloat16, out=None):
     """``torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype)`` on gemm-ladder's fp8 kernel.
 
@@ -171,7 +177,9 @@ def scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=torch.bfloat16, ou
     NotSupportedError (blockwise pairings other than 1 x 128 with 128 x 128). Only gemm-ladder's kernel
     runs: nothing falls back to cuBLAS. Kernel: kernels/library/sm90_fp8_gemm.cu (library/fp8.py).
     """
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or _symbolic(a, b, scale_a, scale_b, bias, out):
+        if not torch.compiler.is_compiling():  # meta or a subclass: our errors first, then the op's fake
+            check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, out, device_type=None)
         if out_dtype == QUANT_OUT and out is None:
             return torch.ops.gemm_ladder.scaled_mm_fp8(a, b, scale_a, scale_b, bias)
         if out is None:

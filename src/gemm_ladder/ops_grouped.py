@@ -17,8 +17,9 @@ from __future__ import annotations
 import torch
 
 from gemm_ladder.api_grouped import (
-    PUBLIC_DEVICES, check_grouped_mm, explain_grouped_mm, group_of_rows, grouped_mm_direct, grouped_mm_masked_direct,
+    PUBLIC_DEVICES, check_grouped_bias, check_grouped_mm, explain_grouped_mm, group_of_rows, grouped_mm_direct, grouped_mm_masked_direct,
 )
+from gemm_ladder.dispatch.validate import check_activation
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
 from gemm_ladder.library.activations import activation as _activation
 
@@ -182,9 +183,10 @@ def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: t
             added in the kernel's epilogue; activation: None or a name of
             :data:`gemm_ladder.library.activations.ACTIVATIONS`, applied after the op by its PyTorch
             reference (not fused yet).
-    Returns (R, N) in x's dtype. Raises GemmTypeError, GemmInputError, NotSupportedError, ValueError
-    (an unknown activation) before any launch.
+    Returns (R, N) in x's dtype. Raises GemmTypeError (a non-tensor, a non-string activation),
+    GemmInputError (an unknown activation among the rest), NotSupportedError, before any launch.
     """
+    check_activation(activation)  # linear's rule and errors
     act = None if activation is None else _activation(activation)
     if not isinstance(w, torch.Tensor):
         raise GemmTypeError(f"w must be a torch.Tensor, got {type(w).__name__}")
@@ -192,13 +194,8 @@ def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: t
         raise GemmInputError(f"w must be (E, N, K), got {w.dim()}-D {tuple(w.shape)}")
     if w.shape[2] > 1 and w.stride(2) != 1:
         raise GemmInputError(f"w has strides {tuple(w.stride())}: (E, N, K) with stride(2) == 1 (nn.Linear's layout)")
-    if bias is not None and not isinstance(bias, torch.Tensor):
-        raise GemmTypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
-    check_grouped_mm(x, w.transpose(-2, -1), offs, device_types=PUBLIC_DEVICES)
-    if bias is not None:
-        if tuple(bias.shape) != (w.shape[0], w.shape[1]) or bias.dtype != x.dtype or bias.device != x.device:
-            raise GemmInputError(f"bias: ({w.shape[0]}, {w.shape[1]}) {x.dtype} on {x.device} expected, got "
-                                 f"{bias.dtype} {tuple(bias.shape)} on {bias.device}")
+    case, _ = check_grouped_mm(x, w.transpose(-2, -1), offs, device_types=PUBLIC_DEVICES)
+    check_grouped_bias(bias, x, w.transpose(-2, -1), case)
     y = torch.ops.gemm_ladder.grouped_linear(x, w, offs, bias)
     return y if act is None else act.reference(y)
 
