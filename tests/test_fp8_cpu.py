@@ -185,6 +185,20 @@ def test_quantize_edge_blocks():
     assert not torch.isfinite(dequantize(values, scales, (1, 128))[1]).any()
 
 
+@pytest.mark.parametrize("shape", [(0, 0), (4, 0), (0, 256)])
+def test_quantize_empty_input_has_the_layouts_scales(shape):
+    """An empty tensor quantizes to empty values; a -1 block extent is still one block (one scale of the
+    floor: the amax of nothing is 0), so tensorwise gives its one element and rowwise its (R, 1)."""
+    rows = shape[0]
+    want = {(1, 128): (rows, math.ceil(shape[1] / 128)), (128, 128): (math.ceil(rows / 128), math.ceil(shape[1] / 128)),
+            (1, -1): (rows, 1), (-1, -1): ()}
+    for block, scale_shape in want.items():
+        values, scales = quantize_fp8(torch.zeros(*shape), block)
+        assert values.shape == shape and tuple(scales.shape) == scale_shape, block
+        assert (scales == torch.finfo(torch.float32).tiny).all()
+        assert dequantize(values, scales, block).shape == shape
+
+
 def test_quantize_refuses_bad_input():
     with pytest.raises(GemmTypeError):
         quantize_fp8([1.0])

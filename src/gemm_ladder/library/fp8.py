@@ -985,6 +985,16 @@ BLOCKS = ((1, 128), (128, 128), (1, -1), (-1, -1))
 SCHEME_BLOCKS = {"tensorwise": ((-1, -1), (-1, -1)), "rowwise": ((1, -1), (1, -1)), "blockwise": ((1, 128), (128, 128))}
 
 
+def _block_grid(rows: int, cols: int, block) -> tuple[int, int, int, int]:
+    """(block rows, block columns, blocks down, blocks across) of ``block`` over a (rows, cols) tensor: a -1
+    extent is one block of the whole dimension, which exists (one scale) even when the dimension is empty."""
+    br = max(rows, 1) if block[0] == -1 else block[0]
+    bc = max(cols, 1) if block[1] == -1 else block[1]
+    nr = 1 if block[0] == -1 else math.ceil(rows / br)
+    nc = 1 if block[1] == -1 else math.ceil(cols / bc)
+    return br, bc, nr, nc
+
+
 def quantize_fp8(x: torch.Tensor, block=(1, 128), *, dtype: torch.dtype = torch.float8_e4m3fn):
     """Quantize a 2-D floating tensor to fp8 with one fp32 scale per block; return ``(values, scales)``.
 
@@ -1011,7 +1021,8 @@ def quantize_fp8(x: torch.Tensor, block=(1, 128), *, dtype: torch.dtype = torch.
     if x.dim() != 2:
         raise GemmInputError(f"x must be 2-D, got {x.dim()} dimensions")
     if not x.dtype.is_floating_point or x.dtype in FP8_DTYPES:
-        raise GemmInputError(f"x has dtype {x.dtype}; quantize_fp8 takes a float32, bfloat16 or float16 tensor")
+        raise GemmInputError(f"x has dtype {x.dtype}; quantize_fp8 takes a floating tensor (float64, float32, "
+                             "bfloat16 or float16), not fp8")
     if dtype not in FP8_DTYPES:
         raise GemmInputError(f"dtype = {dtype}: use torch.float8_e4m3fn or torch.float8_e5m2")
     block = tuple(block) if isinstance(block, (tuple, list)) else block
@@ -1019,10 +1030,7 @@ def quantize_fp8(x: torch.Tensor, block=(1, 128), *, dtype: torch.dtype = torch.
         raise GemmInputError(f"block = {block!r}: use one of {', '.join(map(str, BLOCKS))}")
     fmax = torch.finfo(dtype).max
     rows, cols = x.shape
-    br = rows if block[0] == -1 else block[0]
-    bc = cols if block[1] == -1 else block[1]
-    br, bc = max(br, 1), max(bc, 1)
-    nr, nc = math.ceil(rows / br), math.ceil(cols / bc)
+    br, bc, nr, nc = _block_grid(rows, cols, block)
     xf = x.float()
     padded = torch.nn.functional.pad(xf, (0, nc * bc - cols, 0, nr * br - rows))
     blocks = padded.view(nr, br, nc, bc)
@@ -1055,8 +1063,6 @@ def quantize_fp8_into(x: torch.Tensor, values: torch.Tensor, scales: torch.Tenso
 def dequantize(values: torch.Tensor, scales: torch.Tensor, block) -> torch.Tensor:
     """The float64 tensor ``quantize_fp8`` approximated: each value times its block's scale (tests' reference)."""
     rows, cols = values.shape
-    br = rows if block[0] == -1 else block[0]
-    bc = cols if block[1] == -1 else block[1]
-    s = scales.double().reshape(math.ceil(rows / max(br, 1)), math.ceil(cols / max(bc, 1)))
-    full = s.repeat_interleave(max(br, 1), 0)[:rows].repeat_interleave(max(bc, 1), 1)[:, :cols]
+    br, bc, nr, nc = _block_grid(rows, cols, block)
+    full = scales.double().reshape(nr, nc).repeat_interleave(br, 0)[:rows].repeat_interleave(bc, 1)[:, :cols]
     return values.double() * full
