@@ -131,8 +131,8 @@ def test_bad_input_is_refused_in_one_line_with_exit_2(case_id, outcomes, corpus)
     assert outcome.rc == 2, outcome.describe()
     lines = outcome.stderr.strip().splitlines()
     assert lines and lines[-1].startswith("gemm-ladder"), outcome.describe()  # the program names itself
-    # argparse's refusals print the usage first; every other refusal is the one line.
-    assert len(lines) == 1 or lines[0].startswith("usage: gemm-ladder"), outcome.describe()
+    # argparse's refusals too (cli.OneLineParser): the one line, naming the command.
+    assert len(lines) == 1 and lines[0].startswith("gemm-ladder"), outcome.describe()
     _extra_checks(case_id, outcome, corpus)
 
 

@@ -141,3 +141,10 @@ def test_the_closing_line_counts_only_real_builds(monkeypatch, capsys, tmp_path)
     assert cli.main(["precompile", "--dtype", "bf16", "--classes", "large"]) == 1
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("2 builds ready, 2 compiled, 0 already cached; 2 not a variant; 1 failed (of 5) in "), last
+
+
+def test_help_names_every_shape_class():
+    """--help lists the classes without importing the library; it must list CLASSES, all of them."""
+    from gemm_ladder.commands.precompile import CLASS_NAMES
+
+    assert CLASS_NAMES.split(", ") == list(CLASSES)

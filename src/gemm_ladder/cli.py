@@ -20,7 +20,7 @@ COMMANDS = ("climb", "compile", "design", "audit", "report", "gate", "show", "ad
 #: The exit statuses every subcommand keeps to (tests/test_bad_inputs.py holds them to it).
 EXIT_STATUS = """\
 exit status:
-  0  done: every gate that ran passed, the plan was made, the audit proved the protocol
+  0  done: every gate that applies ran and passed, the plan was made, the audit proved the protocol
   1  a finding: a gate failed, a build failed, the audit found a violation or did not finish
   2  usage error or bad input, refused before any compile or launch with one line on stderr
      ("gemm-ladder COMMAND: ...")
@@ -31,9 +31,17 @@ exit status:
 """
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser, refusing a command line as every other refusal is made: one line on stderr,
+    naming the command, and exit status 2 (argparse's own refusal prints the whole usage first)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand; each subparser's ``_run`` default is its module's ``run``."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="gemm-ladder",
         description="A ladder of Hopper GEMM kernels, the gates that prove them, and a TMA pipeline designer.",
         epilog=EXIT_STATUS,
@@ -46,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP, epilog=EXIT_STATUS,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(p)
-        p.set_defaults(_run=module.run)
+        p.set_defaults(_run=module.run, _parser=p)
     return parser
 
 
@@ -58,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     from gemm_ladder.errors import CompilerNotFoundError
 
-    args = build_parser().parse_args(argv)
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:  # refused by the subcommand's parser, which names it (argparse's would name the top level)
+        args._parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return int(args._run(args) or 0)
     except CompilerNotFoundError as exc:  # the machine lacks a tool: say which, no traceback

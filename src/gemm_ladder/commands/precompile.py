@@ -28,13 +28,15 @@ from pathlib import Path
 from gemm_ladder.commands.argcheck import BadArgument, integer, writable_file
 
 NAME = "precompile"
+#: dispatch/precompile.py's CLASSES, named here so that --help does not import the library (a test keeps them equal).
+CLASS_NAMES = "large, small_m, fp32_out, unaligned, quantized_out"
 HELP = "Build every kernel the dispatcher can pick for the given dtypes and shape classes (no GPU needed)."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="all", help="bf16, fp16 or all (default), or a comma list")
     parser.add_argument("--classes", default="all",
-                        help="comma list of shape classes: large, small_m, fp32_out, unaligned, or all (default)")
+                        help=f"comma list of shape classes: {CLASS_NAMES}, or all (default)")
     parser.add_argument("--epilogues", default="common",
                         help="linear's built-in epilogues built into each kernel: none, common (default) or all")
     parser.add_argument("--levels", action="store_true", help="also build the ladder's nine levels")

@@ -305,6 +305,8 @@ def _run_shapes(result: dict[str, Any], targets: list[Target], dtypes: list[str]
     dram = result["ceilings"]["dram_gbs"]
     # a target that cannot run here: its reason; checks of it are counted as not run, not called
     needs_gpu: dict[str, str] = {t.title: LEVEL_NEEDS_GPU for t in targets if t.level is not None and dev.type != "cuda"}
+    if targets and len(needs_gpu) == len(targets):  # nothing here could be timed, whatever the shapes
+        performance.idle_reason = TIMING_NEEDS_GPU
     total = len(dtypes) * len(shapes)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=not console.is_terminal) as progress:
