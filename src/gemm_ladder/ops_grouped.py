@@ -194,8 +194,8 @@ def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: t
         raise GemmInputError(f"w must be (E, N, K), got {w.dim()}-D {tuple(w.shape)}")
     if w.shape[2] > 1 and w.stride(2) != 1:
         raise GemmInputError(f"w has strides {tuple(w.stride())}: (E, N, K) with stride(2) == 1 (nn.Linear's layout)")
-    case, _ = check_grouped_mm(x, w.transpose(-2, -1), offs, device_types=PUBLIC_DEVICES)
-    check_grouped_bias(bias, x, w.transpose(-2, -1), case)
+    check_grouped_mm(x, w.transpose(-2, -1), offs, device_types=PUBLIC_DEVICES)
+    check_grouped_bias(bias, x, w.transpose(-2, -1), "2d3d")  # w is 3-D: grouped along M
     y = torch.ops.gemm_ladder.grouped_linear(x, w, offs, bias)
     return y if act is None else act.reference(y)
 
