@@ -75,11 +75,33 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const uint32_t tile = strtoul(argv[i], nullptr, 0);
     for (int k = 0; k < 4; ++k) {
-      printf("%u k %d %llu\n", tile, k, (unsigned long long)gl::operand_desc_at<0>(tile + gl::k_step_bytes<0>(k)));
-      printf("%u mn %d %llu\n", tile, k, (unsigned long long)gl::operand_desc_at<1>(tile + gl::k_step_bytes<1>(k)));
+      // As mma_k_tile makes them: the tile's descriptor, stepped k16 steps on.
+      printf("%u k %d %llu\n", tile, k,
+             (unsigned long long)gl::desc_step(gl::operand_desc_at<0>(tile), gl::k_step_bytes<0>(k)));
+      printf("%u mn %d %llu\n", tile, k,
+             (unsigned long long)gl::desc_step(gl::operand_desc_at<1>(tile), gl::k_step_bytes<1>(k)));
     }
   }
   printf("group %u\n", gl::kMnGroupBytes);
+  // desc_step against a fresh descriptor at every 16-byte offset a CTA's shared window can hold (228 KiB
+  // on sm_90), for every step either major takes (the fp8 kernel's k32 steps are the K-major ones).
+  // A CTA of a cluster has its rank in the address's bits 24 and up (masked off by the descriptor).
+  unsigned long checked = 0, differ = 0;
+  for (uint32_t rank = 0; rank < 8; rank += 7) {
+    for (uint32_t off = 0; off < 228u * 1024u; off += 16) {
+      const uint32_t addr = (rank << 24) | off;
+      for (int k = 0; k < 4; ++k) {
+        const uint32_t steps[2] = {gl::k_step_bytes<0>(k), gl::k_step_bytes<1>(k)};
+        for (uint32_t step : steps) {
+          if (off + step >= 228u * 1024u) continue;
+          ++checked;
+          differ += gl::desc_step(gl::operand_desc_at<0>(addr), step) != gl::operand_desc_at<0>(addr + step);
+          differ += gl::desc_step(gl::operand_desc_at<1>(addr), step) != gl::operand_desc_at<1>(addr + step);
+        }
+      }
+    }
+  }
+  printf("stepped %lu %lu\n", checked, differ);
 }
 """
 
@@ -102,6 +124,8 @@ def header_descriptors(tmp_path_factory) -> dict:
         parts = line.split()
         if parts[0] == "group":
             table["group"] = int(parts[1])
+        elif parts[0] == "stepped":
+            table["stepped"] = (int(parts[1]), int(parts[2]))
         else:
             table[int(parts[0]), parts[1], int(parts[2])] = int(parts[3])
     return table
@@ -137,6 +161,15 @@ def test_mn_major_descriptor_reads_what_tma_wrote(header_descriptors, rows):
     boxes) is read where TMA wrote it: LBO = one box, SBO = one atom down K, k step 2048 bytes."""
     assert header_descriptors["group"] == BOX_BYTES
     assert mismatches(header_descriptors, "mn", rows) == []
+
+
+@needs_nvcc
+def test_stepped_descriptor_is_a_fresh_one_across_the_shared_window(header_descriptors):
+    """desc_step (mma_k_tile's and the fp8 kernel's k steps) gives operand_desc_at of the moved address
+    at every 16-byte offset of a CTA's shared window, alone or with a cluster rank in bits 24 and up, for
+    either major's steps."""
+    checked, differ = header_descriptors["stepped"]
+    assert checked > 100_000 and differ == 0
 
 
 @needs_nvcc

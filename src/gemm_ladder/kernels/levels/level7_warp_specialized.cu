@@ -35,7 +35,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   if (threadIdx.x == 0) init_ring(smem, &map_a, &map_b, &map_c);
   __syncthreads();
 
-  if (warpgroup_index() == 0) {
+  if (warp_uniform(warpgroup_index()) == 0) {  // a uniform branch: uniform registers in the roles
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0)  // every K tile of every tile of this CTA, running ahead of the consumer
       produce_units(smem, &map_a, &map_b, sched, k_tiles, 0, blockIdx.x, gridDim.x, sched.total);

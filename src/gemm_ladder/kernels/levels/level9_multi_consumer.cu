@@ -65,7 +65,7 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
   if (threadIdx.x == 0) init_ring(smem, &map_a, &map_b, &map_c);
   cluster_sync();
 
-  if (warpgroup_index() == 0) {
+  if (warp_uniform(warpgroup_index()) == 0) {  // a uniform branch: uniform registers in the roles
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
       RingPosition pos = produce_units(smem, &map_a, &map_b, sched, k_tiles, rank, first_unit, unit_stride, whole_end);

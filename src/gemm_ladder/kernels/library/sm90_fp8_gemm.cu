@@ -258,7 +258,7 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
   }
   __syncthreads();
 
-  if (warpgroup_index() == 0) {
+  if (warp_uniform(warpgroup_index()) == 0) {  // a uniform branch: uniform registers in the roles
     // Two consumers take the producer's registers (setmaxnreg); one (the 64-row tile) already has every
     // register the launch gives a thread of a 256-thread CTA: no exchange.
     if constexpr (kConsumers == 2) setmaxnreg_dec<40>();
@@ -291,6 +291,7 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
 
   if constexpr (kConsumers == 2) setmaxnreg_inc<232>();
   const int consumer = warpgroup_index() - 1;
+  const int a_row0 = warp_uniform(consumer) * 64;  // this consumer's first A row, uniform (ptx/common.cuh)
   const int warp = thread_in_warpgroup() / 32, lane = threadIdx.x % 32;
   const int row_in_tile = 64 * consumer + 16 * warp + lane / 4;  // this thread's first row; the second is 8 below
   const bool elected = thread_in_warpgroup() == 0;                 // kTmaStore: issues this consumer's stores
@@ -306,11 +307,11 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
   auto issue = [&](float (&acc)[BN / 2], int pos, int kb, int tn, float& s0, float& s1) {
     const int s = pos % STAGES;
     mbarrier_wait(smem.full(s), (pos / STAGES) & 1);  // consumer_wait
-    const uint32_t a0 = smem_u32(smem.a(s) + consumer * 64 * BK), b0 = smem_u32(smem.b(s));
+    const uint64_t da = operand_desc_at<0>(smem_u32(smem.a(s) + a_row0 * BK));
+    const uint64_t db = operand_desc_at<0>(smem_u32(smem.b(s)));
     wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < BK / 32; ++k)
-      Mma::mma(acc, operand_desc_at<0>(a0 + 32 * k), operand_desc_at<0>(b0 + 32 * k), k > 0 ? 1 : 0);
+    for (int k = 0; k < BK / 32; ++k) Mma::mma(acc, desc_step(da, 32 * k), desc_step(db, 32 * k), k > 0 ? 1 : 0);
     wgmma_commit();
     s0 = s1 = 1.0f;
     if constexpr (kScaleMode == 2) {

@@ -16,7 +16,7 @@
 //    An MN-major operand's tensor map has M (or N) as its inner dimension: the producer loads it as
 //    boxes of 64 elements x BK rows (tma_load_operand, tma_tile.cuh, through stage_ring.cuh's
 //    produce_stage), and the consumers read it with wgmma's transpose immediate and the MN-major
-//    descriptor (mma_k_tile and desc_mn_major_sw128, ptx/wgmma.cuh, through cluster_ring.cuh's
+//    descriptor (mma_k_tile and operand_desc_at<1>, ptx/wgmma.cuh, through cluster_ring.cuh's
 //    consume_k_range). Every layout difference lives in those headers.
 //  - kCluster: 2, level 9's pair of CTAs on vertically adjacent tiles sharing B by multicast, or 1, one
 //    CTA alone (B loaded whole, stages released to itself: cluster_ring.cuh, sync_cta_or_cluster). A
@@ -274,7 +274,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
   GL_TIMELINE_STAMP(threadIdx.x == 0, kSetup);
   GL_TIMELINE_VALUE(threadIdx.x == 0, kSmId, smid());
 
-  if (warpgroup_index() == 0) {
+  if (warp_uniform(warpgroup_index()) == 0) {  // a uniform branch: uniform registers in the roles
     if constexpr (Cfg::kConsumers == 2) setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
       GL_TIMELINE_STAMP(true, kProducerStart);

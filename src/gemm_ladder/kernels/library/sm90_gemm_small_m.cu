@@ -138,6 +138,7 @@ __device__ __forceinline__ void store_transposed(OutT* __restrict__ C, long long
 template <class Cfg>
 __device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[Cfg::BN / 2], int consumer, int kb,
                                                 int ke, RingPosition& pos, bool elected) {
+  const int a_row0 = warp_uniform(consumer) * 64;  // this consumer's first A row, uniform (ptx/common.cuh)
   for (int kt = kb; kt < ke; ++kt, pos.advance()) {
     const int s = pos.stage();
     consumer_wait(smem, pos);
@@ -145,7 +146,7 @@ __device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[
     wgmma_fence();
     // A consumer's 64 weight rows start 64 x BK elements into the tile in either major (K-major: 64
     // rows of BK; MN-major: the tile's second 64-row box).
-    mma_k_tile<Cfg::BN, Cfg::kAMnMajor, Cfg::kBMnMajor>(d, smem.a(s) + consumer * 64 * Cfg::BK, smem.b(s), kt > kb);
+    mma_k_tile<Cfg::BN, Cfg::kAMnMajor, Cfg::kBMnMajor>(d, smem.a(s) + a_row0 * Cfg::BK, smem.b(s), kt > kb);
     wgmma_commit();
     wgmma_wait<1>();
     if (kt > kb && elected) consumer_release(smem, pos.previous_stage());
@@ -188,7 +189,7 @@ __device__ __forceinline__ void sm90_gemm_small_m(const CUtensorMap& map_w, cons
   __syncthreads();
   GL_TIMELINE_STAMP(threadIdx.x == 0, kSetup);
 
-  if (warpgroup_index() == 0) {
+  if (warp_uniform(warpgroup_index()) == 0) {  // a uniform branch: uniform registers in the roles
     setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
       const StreamKTail work = split();

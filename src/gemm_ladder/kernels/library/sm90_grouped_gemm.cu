@@ -262,7 +262,7 @@ template <bool kMaskLastK, int kCluster, class AfterIssue>
 __device__ __forceinline__ void consume_tile(const SmemMap& smem, float (&d)[BN / 2], int consumer, int k_tiles,
                                              int valid_last, RingPosition& pos, bool elected, bool compute,
                                              AfterIssue&& after_issue) {
-  if (!compute) {
+  if (!warp_uniform(compute)) {  // the same in a warpgroup; broadcast so the K loop below stays uniform
     for (int kt = 0; kt < k_tiles; ++kt, pos.advance()) {
       consumer_wait(smem, pos);
       after_issue(kt);
@@ -270,6 +270,9 @@ __device__ __forceinline__ void consume_tile(const SmemMap& smem, float (&d)[BN 
     }
     return;
   }
+  // This consumer's first A row: uniform (ptx/common.cuh) at BN 128, per-thread at 256 (as cluster_ring.cuh's:
+  // the uniform one spilled the BN 256 build with a four-panel output ring and a cluster of two).
+  const int a_row0 = (BN <= 128 ? warp_uniform(consumer) : consumer) * 64;
   for (int kt = 0; kt < k_tiles; ++kt, pos.advance()) {
     const int s = pos.stage();
     consumer_wait(smem, pos);
@@ -277,7 +280,7 @@ __device__ __forceinline__ void consume_tile(const SmemMap& smem, float (&d)[BN 
       if (kt == k_tiles - 1 && valid_last < BK) mask_k_lines(smem, s, consumer, valid_last);
     }
     wgmma_fence();
-    mma_k_tile<BN, A_MN_MAJOR, B_MN_MAJOR>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), kt > 0);
+    mma_k_tile<BN, A_MN_MAJOR, B_MN_MAJOR>(d, smem.a(s) + a_row0 * BK, smem.b(s), kt > 0);
     wgmma_commit();
     after_issue(kt);
     wgmma_wait<1>();
@@ -359,12 +362,12 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
     else return GroupedScheduler(table, groups, N, BM, kOutBN, kCluster);
   }();
   const int k_tiles = (K + BK - 1) / BK;  // grouped along M: every tile's (along K: each group's, below)
-  const int total = sched.total();
+  const int total = warp_uniform(sched.total());  // read from the table: broadcast, so the unit loops stay uniform
   // A cluster walks one unit at a time, both CTAs the same units in the same order: their rings' stage
   // counts stay equal, which the shared stages need.
   const int first_unit = blockIdx.x / kCluster, unit_stride = gridDim.x / kCluster;
 
-  if (warpgroup_index() == 0) {
+  if (warp_uniform(warpgroup_index()) == 0) {  // a uniform branch: uniform registers in the roles
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
       RingPosition pos{0};
@@ -465,7 +468,7 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
           bool mine, share;
           sched.template unit<kCluster>(unit, rank, e, tm, tn, mine, share);
           const int k_begin = table.row_begin(e), k_end = table.row_end[e];
-          e_k_tiles = table.tile_start[e + 1] - table.tile_start[e];
+          e_k_tiles = warp_uniform(table.tile_start[e + 1] - table.tile_start[e]);  // the K loop's bound, uniform
           consume_tile<true, kCluster>(smem, d, consumer, e_k_tiles, k_end - k_begin - (e_k_tiles - 1) * BK, pos,
                                        elected, mine, after_issue);
         }

@@ -103,7 +103,7 @@ __device__ __forceinline__ void swiglu_body(const CUtensorMap& map_x, const CUte
   }
   cluster_sync();
 
-  if (warpgroup_index() == 0) {
+  if (warp_uniform(warpgroup_index()) == 0) {  // a uniform branch: uniform registers in the roles
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
       RingPosition pos = produce_units<BSlice::kPerRankMap>(smem, &map_x, map_w, sched, k_tiles, rank, first_unit,

@@ -49,13 +49,18 @@ template <class AfterIssue, class WaitClock = NoWaitClock>
 __device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[BN / 2], int consumer, int kb, int ke,
                                                 RingPosition& pos, bool elected, AfterIssue&& after_issue,
                                                 WaitClock&& wait_clock = NoWaitClock{}) {
+  // This consumer's first A row. Uniform (ptx/common.cuh) where a K tile's group is short (BN <= 128: at most
+  // 256 tensor-pipe cycles), so the loop's descriptors stay in uniform registers and the next group follows
+  // sooner; at BN 192 and 256 the group hides the turnaround, and the uniform index spilled a BN 256 build
+  // with a fused epilogue and 64-bit offsets (tests/test_epilogue.py).
+  const int a_row0 = (BN <= 128 ? warp_uniform(consumer) : consumer) * 64;
   for (int kt = kb; kt < ke; ++kt, pos.advance()) {
     const int s = pos.stage();
     wait_clock.begin();
     consumer_wait(smem, pos);
     wait_clock.end();
     wgmma_fence();
-    mma_k_tile<BN, A_MN_MAJOR, B_MN_MAJOR>(d, smem.a(s) + consumer * 64 * BK, smem.b(s), kt > kb);
+    mma_k_tile<BN, A_MN_MAJOR, B_MN_MAJOR>(d, smem.a(s) + a_row0 * BK, smem.b(s), kt > kb);
     wgmma_commit();
     after_issue(kt);
     if constexpr (GL_RELEASE_LAG == 1) {

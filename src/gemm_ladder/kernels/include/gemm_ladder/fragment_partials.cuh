@@ -67,7 +67,9 @@ __device__ __forceinline__ bool hand_in_fragment(const FragmentPartials<kAcc>& s
   __threadfence();
   named_barrier_sync(bar, 128);
   const int last = elected && atomicAdd(counter, 1) == n - 1;
-  const bool any_last = named_barrier_or(bar, 128, last);
+  // The same in every thread; broadcast so the compiler knows it (ptx/common.cuh warp_uniform): the K loop
+  // after a branch on it stays in uniform registers.
+  const bool any_last = warp_uniform(named_barrier_or(bar, 128, last));
   if (any_last) __threadfence();
   return any_last;
 }

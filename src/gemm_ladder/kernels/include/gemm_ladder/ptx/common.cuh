@@ -28,6 +28,18 @@ __device__ __forceinline__ void st_shared_v4(uint32_t addr, float4 v) {
 }
 
 __device__ __forceinline__ int warpgroup_index() { return threadIdx.x / 128; }
+
+// x as lane 0 of the warp holds it: for a value the warp already agrees on (its warpgroup's index), the
+// same value, which the compiler then knows to be warp-uniform (CUTLASS's canonical_warp_group_idx
+// broadcasts for the same reason). Two uses: the role dispatch (a branch on a uniform value leaves the
+// roles' code eligible for the uniform datapath), and a consumer's first A row in its K loop, so the
+// loop's shared-memory addresses and wgmma descriptors live in uniform registers and each wgmma takes its
+// descriptors with no R2UR moves (the 64 x 64 tile's path from its full-barrier wait to its last wgmma: 68
+// instructions before, 32 after). The consumer index itself stays per-thread: made uniform for the whole
+// role, it spilled the 64-row BN 256 builds and a BN 256 epilogue build (and the general kernel's loop
+// keeps it per-thread at BN 192 and 256: cluster_ring.cuh). The warp must be converged at the call (a
+// kernel's role dispatch and a wgmma loop's entry are).
+__device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
 __device__ __forceinline__ int thread_in_warpgroup() { return threadIdx.x % 128; }
 
 // Two fp32 accumulators -> one 4-byte pair of output elements, rounded to nearest.

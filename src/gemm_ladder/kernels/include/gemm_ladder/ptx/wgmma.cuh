@@ -48,11 +48,17 @@ __host__ __device__ constexpr uint64_t operand_desc_at(uint32_t addr) {
   return desc_sw128_at(addr, MnMajor ? kMnGroupBytes : 16, 1024);
 }
 
-// A K-major tile's descriptor (its first k16 step).
-__device__ __forceinline__ uint64_t desc_k_major_sw128(const void* tile) { return operand_desc_at<0>(smem_u32(tile)); }
-
-// An MN-major tile's descriptor (its first k16 step).
-__device__ __forceinline__ uint64_t desc_mn_major_sw128(const void* tile) { return operand_desc_at<1>(smem_u32(tile)); }
+// The descriptor of the same layout `bytes` further on (a multiple of 16): the start-address field plus
+// bytes >> 4. Equal to operand_desc_at(addr + bytes) while (addr & 0x3FFFF) + bytes < 2^18: the field holds
+// address bits 4-17 (a CTA's shared-window address carries its cluster rank from bit 24, which
+// desc_sw128_at masks off), and a CTA's shared memory is 228 KiB at most on sm_90, so a step inside it
+// never carries into LBO. Checked on the host against operand_desc_at at every 16-byte offset of the
+// window, with and without a cluster rank (tests/test_library_gemm.py). The fp8 kernel's k32 steps are
+// the K-major ones (32 bytes).
+__host__ __device__ constexpr uint64_t desc_step(uint64_t desc, uint32_t bytes) {
+  // A 32-bit add on the low word: no carry to propagate, the high word (SBO, layout) kept as it is.
+  return (desc & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(desc) + (bytes >> 4));
+}
 
 // Orders register accesses before the first wgmma that reads or writes the accumulators.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -81,22 +87,27 @@ __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(regs));
 }
 
-// The descriptor of k16 step k of an operand tile (K-major: Trans = 0, MN-major: 1).
-template <int Trans>
-__device__ __forceinline__ uint64_t k_step_desc(const elem_t* tile, int k) {
-  static_assert(sizeof(elem_t) == 2, "k_step_bytes assumes 2-byte elements");
-  // The pointer moves before its conversion to a shared-window address: the other order changed level 9's SASS.
-  return operand_desc_at<Trans>(smem_u32(reinterpret_cast<const uint8_t*>(tile) + k_step_bytes<Trans>(k)));
-}
-
 // One BK = 64 K tile for a 64-row slice of A: four k16 steps. TransA / TransB = 1: that operand is
 // MN-major in shared memory (the wgmma transpose immediate and the MN-major descriptor).
+// Where a group is short (BN <= 128: at most 256 tensor-pipe cycles a K tile), each operand's descriptor is
+// made once and a later step adds its byte offset >> 4 to the start-address field (desc_step, as CUTLASS's
+// descriptor iterator does): one add a step instead of a fresh descriptor's add, mask, shift and or, on the
+// path from a stage's full barrier to its last wgmma. At BN 192 and 256 the group hides that path, and the
+// stepped descriptors, live across the four steps, spilled a grouped BN 256 build: a fresh one each step.
 template <int BN, int TransA = 0, int TransB = 0>
 __device__ __forceinline__ void mma_k_tile(float (&d)[BN / 2], const elem_t* a_rows, const elem_t* b, int scale_d) {
+  static_assert(sizeof(elem_t) == 2, "k_step_bytes assumes 2-byte elements");
+  const uint64_t da = operand_desc_at<TransA>(smem_u32(a_rows)), db = operand_desc_at<TransB>(smem_u32(b));
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    Wgmma<BN, elem_t>::template mma<TransA, TransB>(d, k_step_desc<TransA>(a_rows, k), k_step_desc<TransB>(b, k),
-                                                    (k > 0) ? 1 : scale_d);
+    const uint32_t a_off = k_step_bytes<TransA>(k), b_off = k_step_bytes<TransB>(k);
+    if constexpr (BN <= 128) {
+      Wgmma<BN, elem_t>::template mma<TransA, TransB>(d, desc_step(da, a_off), desc_step(db, b_off), (k > 0) ? 1 : scale_d);
+    } else {  // the pointer moves before its conversion to a shared-window address (the other order changed SASS)
+      Wgmma<BN, elem_t>::template mma<TransA, TransB>(
+          d, operand_desc_at<TransA>(smem_u32(reinterpret_cast<const uint8_t*>(a_rows) + a_off)),
+          operand_desc_at<TransB>(smem_u32(reinterpret_cast<const uint8_t*>(b) + b_off)), (k > 0) ? 1 : scale_d);
+    }
   }
 }
 
