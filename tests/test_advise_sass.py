@@ -43,6 +43,29 @@ def test_a_store_inside_the_mma_loop_is_a_tile_loop():
     assert s.loops == [(0x40, 0x80)] and s.mma_in_loop and s.store_in_mma_loop
 
 
+def test_issue_path_from_a_wait_to_the_committing_wgmma():
+    s = parse_sass(SASS)["k"]
+    assert [(p.wait, p.first_mma, p.last_mma, p.r2ur) for p in s.issue_paths] == [(0x30, 1, 1, 0)]
+    text = """
+\t\tFunction : k
+        /*0000*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2 ;
+        /*0010*/                   R2UR UR8, R4 ;
+        /*0020*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24 ;
+        /*0030*/                   R2UR UR8, R6 ;
+        /*0040*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24, gsb0 ;
+        /*0050*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2 ;
+        /*0060*/                   NOP ;
+        /*0070*/                   QGMMA.64x128x32.F32.E4M3.E4M3 R88, gdesc[UR20], R88, gsb0 ;
+        /*0080*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2 ;
+        /*0090*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24 ;
+        /*00a0*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2 ;
+        /*00b0*/                   EXIT ;
+"""
+    got = [(p.wait, p.first_mma, p.last_mma, p.r2ur) for p in parse_sass(text)["k"].issue_paths]
+    # the third wait's group is not committed before the next wait: no path
+    assert got == [(0x00, 2, 4, 2), (0x50, 2, 2, 0)]
+
+
 def test_no_loop_at_all():
     text = "\t\tFunction : k\n        /*0000*/                   HGMMA.64x8x16.F32.BF16 R0, gdesc[UR4], RZ ;\n" \
            "        /*0010*/                   STG.E [R2.64], R0 ;\n        /*0020*/                   EXIT ;\n"

@@ -33,8 +33,11 @@ _INSTR = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(
 _SPECIAL = re.compile(r"\b(SR_[A-Za-z0-9_]+(?:\.[XYZ])?)")
 _HEX = re.compile(r"0x([0-9a-f]+)")
 
-#: The tensor-core instructions: wgmma (Hopper) and the mma.sync path (HMMA, pre-Hopper style).
-MMA_OPCODES = ("HGMMA", "HMMA")
+#: The tensor-core instructions: wgmma (Hopper: HGMMA for 16-bit inputs, QGMMA for fp8) and the mma.sync
+#: path (HMMA, pre-Hopper style).
+MMA_OPCODES = ("HGMMA", "QGMMA", "HMMA")
+#: The warpgroup MMAs, whose last one of a committed group carries ``gsb0`` (wgmma.commit_group).
+WGMMA_OPCODES = ("HGMMA", "QGMMA")
 #: Stores of the output: TMA stores and plain global stores.
 STORE_OPCODES = ("UTMASTG", "STG")
 
@@ -54,6 +57,18 @@ class Instruction:
     @property
     def modifiers(self) -> tuple[str, ...]:
         return tuple(self.opcode.split(".")[1:])
+
+
+@dataclass(frozen=True)
+class IssuePath:
+    """A consumer's path from a stage's full-barrier wait to the last wgmma of the group it commits:
+    what the warpgroup issues between the data's arrival and the tensor pipe having its next group
+    (docs/where-time-goes.md, "What the consumer issues per K iteration")."""
+
+    wait: int  # byte address of the wait (SYNCS.PHASECHK)
+    first_mma: int  # instructions from the wait to the group's first wgmma (1: the next one)
+    last_mma: int  # ... to the group's last wgmma (the one that commits it, gsb0)
+    r2ur: int  # R2UR moves on the way: descriptors made in per-thread registers and moved to uniform ones
 
 
 @dataclass
@@ -97,6 +112,27 @@ class SassStructure:
             if all(inside.intersection(g) for g in groups):
                 return True
         return False
+
+    @property
+    def issue_paths(self) -> list[IssuePath]:
+        """Every full-barrier wait (``SYNCS.PHASECHK``) followed, before the next wait, by wgmmas up to one
+        that commits its group (``gsb0``): the K loops' issue paths, one per unrolled copy and per loop."""
+        ins, out = self.instructions, []
+        for start, w in enumerate(ins):
+            if w.base != "SYNCS" or "PHASECHK" not in w.modifiers:
+                continue
+            first, r2ur = None, 0
+            for j in range(start + 1, len(ins)):
+                i = ins[j]
+                if i.base == "SYNCS" and "PHASECHK" in i.modifiers:
+                    break
+                r2ur += i.base == "R2UR"
+                if i.base in WGMMA_OPCODES:
+                    first = j - start if first is None else first
+                    if "gsb0" in i.operands:
+                        out.append(IssuePath(w.address, first, j - start, r2ur))
+                        break
+        return out
 
     @property
     def mma_in_loop(self) -> bool:
