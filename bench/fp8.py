@@ -47,7 +47,7 @@ import torch
 import gemm_ladder
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.library import fp8
-from gemm_ladder.library.fp8 import SCHEME_BLOCKS, dequantize, quantize_fp8
+from gemm_ladder.library.quantized import SCHEME_BLOCKS, dequantize, quantize_fp8
 from suite import add_output_argument, require_gpu, save, with_setting
 
 ISSUE = [(4096, 7168, 16384), (4096, 4096, 4096), (8192, 8192, 8192), (4096, 24576, 1536), (128, 7168, 2048)]

@@ -225,7 +225,7 @@ def fp8_paths(m: int, n: int, k: int) -> dict:
     torch refuses at this shape is left out of torch's side."""
     import gemm_ladder
     import gemm_ladder.ops_fp8 as ops_fp8
-    from gemm_ladder.library.fp8 import SCHEME_BLOCKS, quantize_fp8
+    from gemm_ladder.library.quantized import SCHEME_BLOCKS, quantize_fp8
 
     def python_path(fn):
         def run():

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 import gemm_ladder
 from gemm_ladder.library.activations import ACTIVATIONS
-from gemm_ladder.library.fp8 import quantize_fp8
+from gemm_ladder.library.quantized import quantize_fp8
 from gemm_ladder.library.quantized import quantized_error
 from suite import add_output_argument, require_gpu, save
 

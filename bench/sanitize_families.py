@@ -21,7 +21,7 @@ import torch
 
 from suite import ResultCheck, require_gpu
 
-from gemm_ladder.library.fp8 import SCHEME_BLOCKS  # each scaling's (a's block, w's block), as quantize_fp8 takes them
+from gemm_ladder.library.quantized import SCHEME_BLOCKS  # each scaling's (a's block, w's block), as quantize_fp8 takes them
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.nn.functional as F
 
     import gemm_ladder as g
-    from gemm_ladder.library.fp8 import dequantize, quantize_fp8
+    from gemm_ladder.library.quantized import dequantize, quantize_fp8
 
     torch.manual_seed(0)
     check = ResultCheck(width=28)

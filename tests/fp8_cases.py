@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from gemm_ladder.library.fp8 import SCHEME_BLOCKS, dequantize, quantize_fp8
+from gemm_ladder.library.quantized import SCHEME_BLOCKS, dequantize, quantize_fp8
 
 #: Each scheme's quantization blocks of a and of w (quantize_fp8's ``block``).
 BLOCKS = SCHEME_BLOCKS

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from gemm_ladder.library import fp8
-from gemm_ladder.library.fp8 import Fp8Kernel, check_scaled_mm, quantize_fp8
+from gemm_ladder.library.fp8 import Fp8Kernel, check_scaled_mm
+from gemm_ladder.library.quantized import quantize_fp8
 
 from conftest import needs_nvcc
 from fp8_cases import BLOCKS, LaunchRecorder, assert_build_clean, load_bench_fp8_offering

@@ -12,8 +12,9 @@ import torch
 
 import gemm_ladder
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
-from gemm_ladder.library import fp8
-from gemm_ladder.library.fp8 import Fp8Kernel, check_scaled_mm, dequantize, quantize_fp8
+from gemm_ladder.library import fp8, quantized
+from gemm_ladder.library.fp8 import Fp8Kernel, check_scaled_mm
+from gemm_ladder.library.quantized import dequantize, quantize_fp8
 
 from conftest import needs_nvcc
 from fp8_cases import LaunchRecorder, assert_build_clean
@@ -238,7 +239,7 @@ def test_launch_arguments(monkeypatch, mode, shape):
     monkeypatch.setattr(Fp8Kernel, "loaded", lambda self, device: rec)
     # The 128-row launch's arguments (the 64-row one's, which M <= 64 takes by default: test_fp8_64_rows_cpu.py).
     monkeypatch.setattr(fp8, "TILE_M_DEFAULT", "128")
-    blocks = fp8.SCHEME_BLOCKS
+    blocks = quantized.SCHEME_BLOCKS
     qa, sa = quantize_fp8(torch.randn(m, k), blocks[mode][0])
     qw, sw = quantize_fp8(torch.randn(n, k), blocks[mode][1])
     sb = sw.T if sw.dim() == 2 else sw

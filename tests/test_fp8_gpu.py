@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import gemm_ladder
-from gemm_ladder.library.fp8 import SCHEME_BLOCKS, dequantize, quantize_fp8
+from gemm_ladder.library.quantized import SCHEME_BLOCKS, dequantize, quantize_fp8
 
 from fp8_cases import assert_chain_within_torchs
 

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 import gemm_ladder
-from gemm_ladder.library import fp8
-from gemm_ladder.library.fp8 import Fp8Kernel, check_scaled_mm, quantize_fp8
+from gemm_ladder.library import fp8, quantized
+from gemm_ladder.library.fp8 import Fp8Kernel, check_scaled_mm
+from gemm_ladder.library.quantized import quantize_fp8
 from gemm_ladder.library.kernel import DATA_PARALLEL, STREAM_K
 
 from conftest import needs_nvcc
@@ -147,7 +148,7 @@ def _patched_launch(monkeypatch):
 def test_split_launch_arguments(monkeypatch, mode):
     rec, built, workspaces = _patched_launch(monkeypatch)
     m, n, k = 64, 1024, 4112  # 16 tiles of 128 x 64, 33 K blocks (a K tail of 16)
-    blocks = fp8.SCHEME_BLOCKS
+    blocks = quantized.SCHEME_BLOCKS
     qa, sa = quantize_fp8(torch.randn(m, k), blocks[mode][0])
     qw, sw = quantize_fp8(torch.randn(n, k), blocks[mode][1])
     sb = sw.T if sw.dim() == 2 else sw

@@ -17,7 +17,7 @@ import torch
 
 import gemm_ladder
 from gemm_ladder.library import fp8
-from gemm_ladder.library.fp8 import quantize_fp8
+from gemm_ladder.library.quantized import quantize_fp8
 
 from fp8_cases import BLOCKS
 from fp8_cases import fp8_problem as _problem

@@ -14,7 +14,8 @@ import torch
 import gemm_ladder
 from gemm_ladder.errors import GemmInputError
 from gemm_ladder.library import fp8
-from gemm_ladder.library.fp8 import Fp8Kernel, check_scaled_mm, quantize_fp8
+from gemm_ladder.library.fp8 import Fp8Kernel, check_scaled_mm
+from gemm_ladder.library.quantized import quantize_fp8
 
 from conftest import needs_nvcc
 

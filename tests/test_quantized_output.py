@@ -299,7 +299,7 @@ def test_the_quantized_error_rule_passes_a_right_answer_and_fails_wrong_ones():
     """library/quantized.py's quantized_error, by which the GPU tests and the bench judge an output: quantize_fp8
     of the reference (rounded through fp32, as a kernel's accumulator is) passes; a value one e4m3 step off in
     its top bits, or scales 0.2% off, fail."""
-    from gemm_ladder.library.fp8 import quantize_fp8
+    from gemm_ladder.library.quantized import quantize_fp8
     from gemm_ladder.library.quantized import quantized_error
 
     g = torch.Generator().manual_seed(3)
@@ -318,7 +318,7 @@ def test_the_quantized_error_rule_passes_a_right_answer_and_fails_wrong_ones():
 def test_quantize_fp8_into_writes_the_quantized_layouts(lead):
     """What an empty-K call returns (library/fp8.py quantize_fp8_into): quantize_fp8 of the result, bit for bit,
     in quantized_buffers' own tensors (strides unchanged), here on the CPU."""
-    from gemm_ladder.library.fp8 import quantize_fp8, quantize_fp8_into
+    from gemm_ladder.library.quantized import quantize_fp8, quantize_fp8_into
 
     m, n = 1, 300
     for size in lead:

@@ -13,7 +13,7 @@ import torch
 
 import gemm_ladder
 from gemm_ladder.library.activations import ACTIVATIONS
-from gemm_ladder.library.fp8 import quantize_fp8
+from gemm_ladder.library.quantized import quantize_fp8
 from gemm_ladder.library.gemm import library_gemm
 from gemm_ladder.library.operand import operand_view
 from gemm_ladder.library.quantized import QUANT_OUT, kernel_views, quantized_buffers, quantized_error

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from gemm_ladder.gates.performance import time_fns
-    from gemm_ladder.library import fp8
+    from gemm_ladder.library import fp8, quantized
     from k_sweep import describe_fit, k_points, rel_err as relative_error
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -106,13 +106,13 @@ def main(argv: list[str] | None = None) -> int:
     for kernel in builds.values():
         kernel.build()
     ks = k_points(args.k0, FACTORS)
-    ba, bw = fp8.SCHEME_BLOCKS[args.scale]
+    ba, bw = quantized.SCHEME_BLOCKS[args.scale]
     torch.manual_seed(0)
     us: dict[str, list[float]] = {name: [] for name in builds}
     rel_err, nothing_stored, tma_err, tma_equal = 0.0, True, 0.0, 1.0
     for k in ks:
-        qa, sa = fp8.quantize_fp8(torch.randn(m, k, device="cuda"), ba)
-        qw, sw = fp8.quantize_fp8(torch.randn(n, k, device="cuda") / math.sqrt(k), bw)
+        qa, sa = quantized.quantize_fp8(torch.randn(m, k, device="cuda"), ba)
+        qw, sw = quantized.quantize_fp8(torch.randn(n, k, device="cuda") / math.sqrt(k), bw)
         sb = sw.T if sw.dim() == 2 else sw
         call = fp8.check_scaled_mm(qa, qw.T, sa, sb)
         outs = {name: torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda") for name in builds}
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         for fn in fns.values():
             fn()
         torch.cuda.synchronize()
-        ref = fp8.dequantize(qa[:256], sa[:256] if sa.dim() == 2 else sa, ba).double() @ fp8.dequantize(qw, sw, bw).double().T
+        ref = quantized.dequantize(qa[:256], sa[:256] if sa.dim() == 2 else sa, ba).double() @ quantized.dequantize(qw, sw, bw).double().T
         rel_err = max(rel_err, relative_error(outs["stores"][:256], ref))
         tma_err = max(tma_err, relative_error(outs["tma_store"][:256], ref))
         tma_equal = min(tma_equal, (outs["tma_store"].view(torch.int16) == outs["stores"].view(torch.int16))

@@ -19,7 +19,7 @@ require_gpu(__file__)
 import torch  # noqa: E402
 
 import gemm_ladder  # noqa: E402
-from gemm_ladder.library.fp8 import SCHEME_BLOCKS, dequantize, quantize_fp8  # noqa: E402
+from gemm_ladder.library.quantized import SCHEME_BLOCKS, dequantize, quantize_fp8  # noqa: E402
 
 BLOCKS = SCHEME_BLOCKS
 def rel(x, r): return ((x.double() - r).norm() / r.norm()).item()

@@ -24,7 +24,7 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
 import gemm_ladder  # noqa: E402
-from gemm_ladder.library.fp8 import SCHEME_BLOCKS, dequantize, quantize_fp8  # noqa: E402
+from gemm_ladder.library.quantized import SCHEME_BLOCKS, dequantize, quantize_fp8  # noqa: E402
 
 SHAPES = [(64, 4096, 14336), (64, 1536, 7168), (64, 7168, 2048), (64, 6144, 4096), (128, 7168, 2048)]
 BLOCKS = SCHEME_BLOCKS

@@ -69,7 +69,7 @@ from suite import add_output_argument, require_gpu, save  # noqa: E402
 import torch  # noqa: E402
 
 from gemm_ladder.gates.performance import time_fns  # noqa: E402
-from gemm_ladder.library.fp8 import SCHEME_BLOCKS  # noqa: E402
+from gemm_ladder.library.quantized import SCHEME_BLOCKS  # noqa: E402
 
 #: K = K0 x factor, rounded to a multiple of K_MULTIPLE.
 FACTORS = (0.25, 0.5, 1.0, 1.5, 2.0)
@@ -293,7 +293,7 @@ class Fp8Case(Case):
 
     def make(self, k, alt):
         import gemm_ladder
-        from gemm_ladder.library.fp8 import dequantize, quantize_fp8
+        from gemm_ladder.library.quantized import dequantize, quantize_fp8
 
         ba, bw = SCHEME_BLOCKS[self.mode]
         qa, sa = quantize_fp8(torch.randn(self.m, k, device="cuda"), ba)

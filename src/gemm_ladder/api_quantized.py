@@ -79,7 +79,7 @@ def linear_quantized(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
     if m == 0 or n == 0:
         return values, scales
     if k == 0:
-        from gemm_ladder.library.fp8 import quantize_fp8_into
+        from gemm_ladder.library.quantized import quantize_fp8_into
 
         zeros = torch.zeros((m, n), dtype=torch.float64, device=x.device)
         return quantize_fp8_into((call.reference(zeros) if call is not None else zeros).float(), values, scales)
@@ -156,7 +156,7 @@ def swiglu_quantized(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) 
     if m == 0 or n == 0:
         return values, scales
     if k == 0:  # silu(0) * 0: zero values, each block's scale the floor
-        from gemm_ladder.library.fp8 import quantize_fp8_into
+        from gemm_ladder.library.quantized import quantize_fp8_into
 
         return quantize_fp8_into(torch.zeros((m, n), dtype=torch.float32, device=x.device), values, scales)
     values2, scale_rows = kernel_views(values, scales)

@@ -26,8 +26,8 @@ import torch
 
 from gemm_ladder.api_quantized import check_linear_quantized, linear_quantized, swiglu_quantized
 from gemm_ladder.library.quantized import quantized_buffers
-from gemm_ladder.library.fp8 import (QUANT_OUT, check_scaled_mm, describe, host_refusal, quantize_fp8,
-                                     scaled_mm_launch, settings)
+from gemm_ladder.library.fp8 import QUANT_OUT, check_scaled_mm, describe, host_refusal, scaled_mm_launch, settings
+from gemm_ladder.library.quantized import quantize_fp8
 
 __all__ = ["explain_scaled_mm", "quantize_fp8", "scaled_mm"]
 
