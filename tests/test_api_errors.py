@@ -199,3 +199,44 @@ def test_swiglu_compiled_runs_the_same_kernel_as_eager():
     assert (eager.double() - ref).abs().max().item() < 0.05 * ref.abs().max().item()
     with pytest.raises(gemm_ladder.GemmInputError, match="must be on a cuda device"):
         ops.swiglu(x, w_gate.cpu(), w_up)
+
+
+def test_fake_cuda_tensors_take_the_op_path_without_a_cuda_runtime():
+    """FakeTensors on a CUDA device (torch.compile's and torch.export's tracing) reach the ops' fakes from the
+    public functions as from the ops, with no CUDA runtime asked which device is current (a CPU build of
+    torch has none)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        a = torch.empty(64, 128, dtype=BF16, device="cuda")
+        w = torch.empty(96, 128, dtype=BF16, device="cuda")
+        b = torch.empty(96, dtype=BF16, device="cuda")
+        assert gemm_ladder.mm(a, w.T).shape == torch.ops.gemm_ladder.mm(a, w.T).shape == (64, 96)
+        y = gemm_ladder.linear(a, w, b, activation="gelu")
+        assert y.shape == (64, 96) and y.device.type == "cuda"
+
+
+def test_torch_export_takes_an_unbounded_dynamic_dimension():
+    """A dynamic batch dimension with no bounds exports through nn.Linear and linear: the fakes add no
+    guard on the extent's 2^31 - 1 limit (the call checks the concrete value)."""
+    model = torch.nn.Sequential(torch.nn.Linear(128, 96, device="meta", dtype=BF16))
+    gemm_ladder.nn.replace_linear(model)
+    x = meta(8, 128)
+    program = torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim("b")},))
+    assert "torch.ops.gemm_ladder.linear" in program.graph_module.code
+
+
+def test_calls_with_no_backward_refuse_grad_before_the_forward():
+    """grouped_mm_masked and grouped_mm along K have no backward: an input requiring grad under grad mode is
+    refused by the call (NotSupportedError), not by the backward after the forward ran; under no_grad they run."""
+    i32 = torch.int32
+    a, b, counts = meta(4, 24, 64).requires_grad_(), meta(4, 64, 48), meta(4, dtype=i32)
+    with pytest.raises(gemm_ladder.NotSupportedError, match="grouped_mm_masked .* has no backward"):
+        gemm_ladder.grouped_mm_masked(a, b, counts)
+    with torch.no_grad():
+        assert gemm_ladder.grouped_mm_masked(a, b, counts).shape == (4, 24, 48)
+    a2, b2 = meta(256, 32).T.requires_grad_(), meta(256, 48)
+    with pytest.raises(gemm_ladder.NotSupportedError, match="along K .* has no backward"):
+        gemm_ladder.grouped_mm(a2, b2, meta(4, dtype=i32))
+    with torch.no_grad():
+        assert gemm_ladder.grouped_mm(a2, b2, meta(4, dtype=i32)).shape == (4, 32, 48)

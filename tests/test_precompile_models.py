@@ -175,6 +175,25 @@ def test_record_a_fused_block_and_more_rows():
     assert any(x.startswith("small-M BN 8 ") for x in more) and any(x.startswith("sm90_gemm_") for x in more)
 
 
+def test_record_names_the_calls_it_does_not_build():
+    """swiglu (and the grouped and fp8 ops) are not built by precompile: one warning names them, with
+    their counts, and the recorded calls are the mm and linear ones."""
+
+    class Mlp(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.g, self.u = torch.nn.Linear(256, 512, bias=False), torch.nn.Linear(256, 512, bias=False)
+            self.d = torch.nn.Linear(512, 256, bias=False)
+
+        def forward(self, x):
+            return gemm_ladder.linear(gemm_ladder.swiglu(x, self.g.weight, self.u.weight), self.d.weight)
+
+    model = Mlp().to(torch.bfloat16).eval()
+    with pytest.warns(UserWarning, match=r"mm and linear calls only.*\(swiglu x1\)"), torch.no_grad():
+        calls = record(model, (torch.randn(8, 256, dtype=torch.bfloat16),))
+    assert [c.op for c in calls] == ["linear"]
+
+
 def test_record_refusals():
     with pytest.raises(TypeError, match="nn.Module"):
         record("model", ())

@@ -130,6 +130,14 @@ def _masked_backward(ctx, grad):
 _grouped_mm_masked_op.register_autograd(_masked_backward, setup_context=lambda ctx, inputs, output: None)
 
 
+def _refuse_grad(what: str, *tensors: torch.Tensor) -> None:
+    """NotSupportedError before the launch when a call with no backward (``what``) gets an input requiring
+    grad under grad mode, rather than from its backward after the forward ran."""
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
+        raise NotSupportedError(f"{what} has no backward: call it under torch.no_grad(), or on inputs that do not "
+                                "require grad")
+
+
 def grouped_mm_masked(a: torch.Tensor, b: torch.Tensor, counts: torch.Tensor, *,
                       out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """The masked layout of decode, as the op ``torch.ops.gemm_ladder.grouped_mm_masked``: a (E, M_max, K),
@@ -145,6 +153,7 @@ def grouped_mm_masked(a: torch.Tensor, b: torch.Tensor, counts: torch.Tensor, *,
     if counts.dtype != torch.int32 or counts.dim() != 1 or counts.numel() != a.shape[0] or counts.device != a.device:
         raise GemmInputError(f"counts: int32 ({a.shape[0]},) on {a.device} expected, got {counts.dtype} "
                              f"{tuple(counts.shape)} on {counts.device}")
+    _refuse_grad("grouped_mm_masked (the decode layout)", a, b)
     return torch.ops.gemm_ladder.grouped_mm_masked(a, b, counts, out_dtype)
 
 
@@ -170,6 +179,8 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     before any launch. Source: torch._grouped_mm's semantics (torch/_meta_registrations.py).
     """
     check_grouped_mm(a, b, offs, out_dtype, device_types=PUBLIC_DEVICES)
+    if a.dim() == 2 and b.dim() == 2:  # grouped along K
+        _refuse_grad("grouped_mm grouped along K (2-D x 2-D)", a, b)
     return torch.ops.gemm_ladder.grouped_mm(a, b, offs, out_dtype)
 
 

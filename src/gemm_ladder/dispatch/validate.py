@@ -67,12 +67,18 @@ def _check_pair(names: tuple[str, str], x, y, device_types: tuple[str, ...]) -> 
                              f"{names[1]}={y.dtype}")
 
 
-def _check_grad(names: tuple[str, str], x: torch.Tensor, y: torch.Tensor) -> None:
+#: Why a call that checks grad has no backward, and what to call instead (mm's and linear's out= calls).
+NO_BACKWARD_OUT = ("an out= call has none, as torch's out= ops have none); call gemm_ladder.mm / linear without out= "
+                   "(their backward runs on gemm-ladder's kernels), or call under torch.no_grad()")
+#: The same for swiglu, which has no backward yet.
+NO_BACKWARD_SWIGLU = ("swiglu's backward is not built); for training, compose gemm_ladder.linear and torch's silu "
+                      "(linear's backward runs on gemm-ladder's kernels), or call under torch.no_grad()")
+
+
+def _check_grad(names: tuple[str, str], x: torch.Tensor, y: torch.Tensor, why: str = NO_BACKWARD_OUT) -> None:
     if torch.is_grad_enabled() and (x.requires_grad or y.requires_grad):
         which = names[0] if x.requires_grad else names[1]
-        raise NotSupportedError(f"{which} requires grad: this call has no backward (an out= call has none, as "
-                                "torch's out= ops have none); call gemm_ladder.mm / linear without out= (their "
-                                "backward runs on gemm-ladder's kernels), or call under torch.no_grad()")
+        raise NotSupportedError(f"{which} requires grad: this call has no backward ({why}")
 
 
 def check_mm(a, b, out=None, out_dtype=None, *, device_types: tuple[str, ...] = ("cuda",),
@@ -232,9 +238,13 @@ def trivial(shape: MmShape) -> str | None:
 def check_domain(shape: MmShape) -> None:
     """The limits of the kernels on a non-empty problem: each of M, N, K at most MAX_DIM (2^31 - 1).
 
-    Raises OutsideDomainError naming the dimension and the rule.
+    Raises OutsideDomainError naming the dimension and the rule. A symbolic extent (a SymInt: torch.compile's
+    or torch.export's dynamic dimension) is not checked here, since comparing it would add a guard that
+    bounds the dimension (torch.export refuses a Dim without a max); the call checks its concrete value.
     """
     for dim, value in (("M", shape.m), ("N", shape.n), ("K", shape.k)):
+        if isinstance(value, torch.SymInt):
+            continue
         if value > MAX_DIM:
             raise OutsideDomainError(f"{dim} = {value} > 2^31 - 1: the kernels take M, N and K as 32-bit "
                                      "ints (operands of more than 2^31 elements are fine; one extent is not)")
@@ -380,8 +390,8 @@ def check_swiglu(x, w_gate, w_up, *, device_types: tuple[str, ...] = ("cuda",), 
         raise GemmInputError(f"x is (*, K) = {tuple(x.shape)} and w_gate, w_up are (N, K) = {tuple(w_gate.shape)}: "
                              f"x.shape[-1] = {x.shape[-1]} must equal w_gate.shape[1] = {w_gate.shape[1]}")
     if check_grad:
-        _check_grad(("x", "w_gate"), x, w_gate)
-        _check_grad(("x", "w_up"), x, w_up)
+        _check_grad(("x", "w_gate"), x, w_gate, NO_BACKWARD_SWIGLU)
+        _check_grad(("x", "w_up"), x, w_up, NO_BACKWARD_SWIGLU)
     return w_gate.shape[1], w_gate.shape[0]
 
 

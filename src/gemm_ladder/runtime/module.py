@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from gemm_ladder.runtime.capture import refuse_during_capture
 from gemm_ladder.runtime.compiler import CompiledKernel
@@ -315,9 +316,10 @@ def _load_once(key: tuple, read_cubin, kernel_name: str, index: int, *, threads:
 
 def elsewhere(t) -> int | None:
     """The index of ``t``'s CUDA device when ``t`` is a CUDA tensor on a device other than the current
-    one (the call must run under :func:`on_device`), else None (a CPU or meta tensor, or anything
-    else: the checks say what is wrong with it). A few attribute reads."""
-    if isinstance(t, torch.Tensor) and t.is_cuda:
+    one (the call must run under :func:`on_device`), else None (a CPU or meta tensor, a FakeTensor, whose
+    call goes through the op and needs no CUDA runtime, or anything else: the checks say what is wrong
+    with it). A few attribute reads."""
+    if isinstance(t, torch.Tensor) and t.is_cuda and (type(t) is torch.Tensor or not is_fake(t)):
         index = t.get_device()
         if index != torch.cuda.current_device():
             return index
