@@ -11,9 +11,9 @@ own ordering, fence.proxy.async and the named barrier, is level 9's and unchange
 rather than inventing a barrier; the auditor (audit/epilogue.py) checks these facts.
 
 One more access, a hint: a tile input contiguous along the output's rows or columns is also prefetched
-into L2 by the general kernel at the start of each tile (fused_epilogue.cuh's epi_prefetch_runs: one
-prefetch.global.L2 per 128-byte line of each contiguous run of a consumer's 64 x BN slice), a main loop
-before the epilogue reads it. A prefetch writes nothing the kernel reads and is only a hint (PTX ISA,
+into L2 by the general kernel 8 K iterations before each tile's epilogue reads it (fused_epilogue.cuh's
+epi_prefetch_runs: one prefetch.global.L2 per 128-byte line of each contiguous run of a consumer's 64 x BN
+slice). A prefetch writes nothing the kernel reads and is only a hint (PTX ISA,
 "prefetch"), so it orders nothing and needs no barrier; the plan records it per input (``prefetch``:
 "L2 along cols", "L2 along rows" or "none"), its bytes the input's loads' bytes.
 Vectors and scalars are not prefetched.
@@ -37,7 +37,7 @@ class EpilogueLoad:
     bytes_per_tile: int
     method: str  # "direct" (ld.global.nc by the consumer threads) or "parameter" (scalars)
     staged_in: str  # "registers" or "constant bank"
-    prefetch: str = "none"  # "L2 along cols" / "L2 along rows" (tile inputs, at each tile's start) or "none"
+    prefetch: str = "none"  # "L2 along cols" / "L2 along rows" (tile inputs, 8 K iterations before the epilogue) or "none"
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class EpilogueLoadPlan:
         lines = [f"epilogue loads per {bm} x {bn} tile: {self.bytes_per_tile} bytes "
                  f"({self.bytes_per_tile / max(self.output_bytes_per_tile, 1):.2f}x the tile's output bytes)"]
         for ld in self.loads:
-            pre = "" if ld.prefetch == "none" else f", prefetched to {ld.prefetch} at the tile's start"
+            pre = "" if ld.prefetch == "none" else f", prefetched to {ld.prefetch} 8 K iterations before the epilogue"
             lines.append(f"  {ld.name}: {ld.kind}, {ld.bytes_per_tile} bytes, {ld.method} loads into {ld.staged_in}{pre}")
         lines.append("  barriers: " + (", ".join(self.barriers) if self.barriers else "none added"))
         lines.append(f"  ordering: {self.ordering}")

@@ -11,9 +11,10 @@ An :class:`Epilogue` is a CUDA C++ function body over
   ``"scalar"``'s value (inputs of any of bf16, fp16 or fp32 are converted to fp32);
 
 returning the float that is rounded once to the output dtype. A body without ``return`` and ``;``
-is an expression. Example (a per-row scale times a clamp)::
+is an expression. Example (a per-row scale times a clamp, written with comparisons so that a NaN stays
+NaN, as torch.clamp keeps it: fmaxf(NaN, lo) is lo, which the gate catches; examples/scale_clamp.py)::
 
-    ep = Epilogue(cuda="fminf(fmaxf(acc * scale, lo), hi)",
+    ep = Epilogue(cuda="const float v = acc * scale; return v < lo ? lo : (v > hi ? hi : v);",
                   inputs={"scale": "row", "lo": "scalar", "hi": "scalar"},
                   reference=lambda acc, scale, lo, hi: (acc * scale).clamp(lo, hi))
 
@@ -33,8 +34,9 @@ nothing (single loads: a guarded load), and is never stored. Offsets are 32-bit 
 input spans 2^31 elements (then 64-bit, also compiled in). The inputs are read straight from global
 memory by the consumer threads; no shared memory, no barrier (the design's plan says so:
 design/epilogue.py). The general kernel also prefetches each contiguous tile input (a residual) into L2
-at the start of each tile, a main loop before the epilogue reads it (``EpilogueCall.prefetch_runs``,
-``gl_epilogue_prefetch``): a hint, which orders nothing.
+8 K iterations before the tile's epilogue reads it (at the tile's start when its K loop is shorter;
+sm90_gemm.cu's kPrefetchAhead; ``EpilogueCall.prefetch_runs``, ``gl_epilogue_prefetch``): a hint, which
+orders nothing.
 """
 
 from __future__ import annotations
@@ -173,8 +175,8 @@ class Epilogue:
         ``pairs``: per tensor input, whether its two elements of a pair along an output row, and along
         a column, are one aligned 4- or 8-byte load (:func:`pair_loads`); absent: one load each.
         ``prefetch``: per tile input, ``"cols"`` (stride 1 along the output's columns) or ``"rows"``
-        (along its rows): the general kernel prefetches the input's runs that way into L2 at the start
-        of each tile (:meth:`EpilogueCall.prefetch_runs`, fused_epilogue.cuh's epi_prefetch_runs);
+        (along its rows): the general kernel prefetches the input's runs that way into L2 8 K iterations
+        before each tile's epilogue (:meth:`EpilogueCall.prefetch_runs`, fused_epilogue.cuh's epi_prefetch_runs);
         absent: no prefetch. All three are compile-time in the generated code (constants, no branch)
         and so part of the build's key. Raises EpilogueError for a prefetch of a non-tile input or
         another direction."""
