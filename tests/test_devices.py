@@ -67,7 +67,11 @@ def test_the_op_path_refuses_operands_on_two_devices(fake):
 
 
 def test_elsewhere_names_a_device_other_than_the_current_one(fake, monkeypatch):
+    # FakeTensors stand in for real CUDA tensors here (no GPU): as FakeTensors, elsewhere leaves them to
+    # the op's fake (test_api_errors.py); as real tensors (is_fake False), it names their device.
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert rt.elsewhere(t(4, 4, device="cuda:1")) is None  # a FakeTensor: traced, no device switch
+    monkeypatch.setattr(rt, "is_fake", lambda _t: False)
     assert rt.elsewhere(t(4, 4)) is None
     assert rt.elsewhere(t(4, 4, device="cuda:1")) == 1
     assert rt.elsewhere(torch.empty(4, device="meta")) is None
