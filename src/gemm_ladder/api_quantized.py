@@ -21,20 +21,18 @@ import torch
 from gemm_ladder.dispatch import decide
 from gemm_ladder.dispatch.calls import rows
 from gemm_ladder.dispatch.execute import run
-from gemm_ladder.dispatch.validate import MmShape, NotSupportedError, check_domain, check_linear, linear_call
+from gemm_ladder.dispatch.validate import (MmShape, NotSupportedError, check_domain, check_linear, first_requiring_grad,
+                                          linear_call)
 from gemm_ladder.runtime.module import elsewhere, on_device
 from gemm_ladder.library.quantized import QUANT_OUT, kernel_views, quantized_buffers
 
 
 def refuse_grad(tensors: dict) -> None:
     """No backward: a tensor requiring grad under grad mode is refused, never silently detached."""
-    if not torch.is_grad_enabled():
-        return
-    for name, t in tensors.items():
-        if isinstance(t, torch.Tensor) and t.requires_grad:
-            raise NotSupportedError(f"{name} requires grad: the quantized (float8_e4m3fn) output has no backward; "
-                                    "call it under torch.no_grad() / torch.inference_mode(), or take a bf16 output "
-                                    "(out_dtype=None) to differentiate")
+    if (name := first_requiring_grad(tensors)) is not None:
+        raise NotSupportedError(f"{name} requires grad: the quantized (float8_e4m3fn) output has no backward; "
+                                "call it under torch.no_grad() / torch.inference_mode(), or take a bf16 output "
+                                "(out_dtype=None) to differentiate")
 
 
 def check_linear_quantized(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, beta=1.0,

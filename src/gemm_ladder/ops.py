@@ -50,6 +50,7 @@ from gemm_ladder.dispatch.validate import (
     check_mm,
     check_swiglu,
     check_swiglu_layout,
+    first_requiring_grad,
     result_dtype,
     trivial,
 )
@@ -381,11 +382,9 @@ _SWIGLU = torch.ops.gemm_ladder.swiglu.default
 
 
 def _refuse_grad_for_out(*tensors) -> None:
-    if torch.is_grad_enabled():
-        for name, t in zip(("first operand", "second operand", "bias", "residual"), tensors):
-            if isinstance(t, torch.Tensor) and t.requires_grad:
-                raise NotSupportedError(f"out= with a {name} that requires grad: an out= call has no backward (as "
-                                        "torch's out= ops have none); drop out= to differentiate")
+    if (name := first_requiring_grad(dict(zip(("first operand", "second operand", "bias", "residual"), tensors)))):
+        raise NotSupportedError(f"out= with a {name} that requires grad: an out= call has no backward (as "
+                                "torch's out= ops have none); drop out= to differentiate")
 
 
 def _real(v):

@@ -19,7 +19,7 @@ import torch
 from gemm_ladder.api_grouped import (
     PUBLIC_DEVICES, check_grouped_bias, check_grouped_mm, explain_grouped_mm, group_of_rows, grouped_mm_direct, grouped_mm_masked_direct,
 )
-from gemm_ladder.dispatch.validate import check_activation
+from gemm_ladder.dispatch.validate import check_activation, first_requiring_grad
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
 from gemm_ladder.library.activations import activation as _activation
 
@@ -133,7 +133,7 @@ _grouped_mm_masked_op.register_autograd(_masked_backward, setup_context=lambda c
 def _refuse_grad(what: str, *tensors: torch.Tensor) -> None:
     """NotSupportedError before the launch when a call with no backward (``what``) gets an input requiring
     grad under grad mode, rather than from its backward after the forward ran."""
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
+    if first_requiring_grad(dict(enumerate(tensors))) is not None:
         raise NotSupportedError(f"{what} has no backward: call it under torch.no_grad(), or on inputs that do not "
                                 "require grad")
 

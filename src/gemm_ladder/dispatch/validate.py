@@ -75,9 +75,18 @@ NO_BACKWARD_SWIGLU = ("swiglu's backward is not built); for training, compose ge
                       "(linear's backward runs on gemm-ladder's kernels), or call under torch.no_grad()")
 
 
+def first_requiring_grad(tensors: dict) -> str | None:
+    """The name of the first of ``tensors`` ({name: value}, any value) that is a tensor requiring grad while
+    grad mode is on, else None: what a call with no backward refuses, each call in its own words."""
+    if torch.is_grad_enabled():
+        for name, t in tensors.items():
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                return name
+    return None
+
+
 def _check_grad(names: tuple[str, str], x: torch.Tensor, y: torch.Tensor, why: str = NO_BACKWARD_OUT) -> None:
-    if torch.is_grad_enabled() and (x.requires_grad or y.requires_grad):
-        which = names[0] if x.requires_grad else names[1]
+    if (which := first_requiring_grad(dict(zip(names, (x, y))))) is not None:
         raise NotSupportedError(f"{which} requires grad: this call has no backward ({why}")
 
 
