@@ -270,9 +270,7 @@ __device__ __forceinline__ void consume_tile(const SmemMap& smem, float (&d)[BN 
     }
     return;
   }
-  // This consumer's first A row: uniform (ptx/common.cuh) at BN 128, per-thread at 256 (as cluster_ring.cuh's:
-  // the uniform one spilled the BN 256 build with a four-panel output ring and a cluster of two).
-  const int a_row0 = (BN <= 128 ? warp_uniform(consumer) : consumer) * 64;
+  const int a_row0 = k_loop_a_row<BN>(consumer);  // uniform where the group is short (ptx/wgmma.cuh)
   for (int kt = 0; kt < k_tiles; ++kt, pos.advance()) {
     const int s = pos.stage();
     consumer_wait(smem, pos);

@@ -49,11 +49,7 @@ template <class AfterIssue, class WaitClock = NoWaitClock>
 __device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[BN / 2], int consumer, int kb, int ke,
                                                 RingPosition& pos, bool elected, AfterIssue&& after_issue,
                                                 WaitClock&& wait_clock = NoWaitClock{}) {
-  // This consumer's first A row. Uniform (ptx/common.cuh) where a K tile's group is short (BN <= 128: at most
-  // 256 tensor-pipe cycles), so the loop's descriptors stay in uniform registers and the next group follows
-  // sooner; at BN 192 and 256 the group hides the turnaround, and the uniform index spilled a BN 256 build
-  // with a fused epilogue and 64-bit offsets (tests/test_epilogue.py).
-  const int a_row0 = (BN <= 128 ? warp_uniform(consumer) : consumer) * 64;
+  const int a_row0 = k_loop_a_row<BN>(consumer);  // uniform where the group is short (ptx/wgmma.cuh)
   for (int kt = kb; kt < ke; ++kt, pos.advance()) {
     const int s = pos.stage();
     wait_clock.begin();

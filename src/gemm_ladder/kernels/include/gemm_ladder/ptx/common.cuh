@@ -36,8 +36,8 @@ __device__ __forceinline__ int warpgroup_index() { return threadIdx.x / 128; }
 // loop's shared-memory addresses and wgmma descriptors live in uniform registers and each wgmma takes its
 // descriptors with no R2UR moves (the 64 x 64 tile's path from its full-barrier wait to its last wgmma: 68
 // instructions before, 32 after). The consumer index itself stays per-thread: made uniform for the whole
-// role, it spilled the 64-row BN 256 builds and a BN 256 epilogue build (and the general kernel's loop
-// keeps it per-thread at BN 192 and 256: cluster_ring.cuh). The warp must be converged at the call (a
+// role, it spilled the 64-row BN 256 builds and a BN 256 epilogue build (and the K loops keep it
+// per-thread at BN 192 and 256: ptx/wgmma.cuh's kShortGroup). The warp must be converged at the call (a
 // kernel's role dispatch and a wgmma loop's entry are).
 __device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
 __device__ __forceinline__ int thread_in_warpgroup() { return threadIdx.x % 128; }

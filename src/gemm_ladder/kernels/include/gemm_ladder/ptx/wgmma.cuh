@@ -87,13 +87,28 @@ __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(regs));
 }
 
+// Whether a K tile's wgmma group at width BN is short (BN <= 128: at most 256 tensor-pipe cycles), so that
+// the consumer's path from a stage's full barrier to its last wgmma shows: there the K loops step their
+// descriptors (mma_k_tile) and keep the consumer's A row uniform (k_loop_a_row). At BN 192 and 256 the
+// group hides that path, and registers are what those builds lack: the stepped descriptors spilled the
+// grouped BN 256 build with a four-panel output ring and a cluster of two, the uniform A row a BN 256
+// build with a fused epilogue and 64-bit offsets (docs/where-time-goes.md).
+template <int BN>
+inline constexpr bool kShortGroup = BN <= 128;
+
+// The first A row of consumer `consumer` in a K loop at width BN: warp-uniform (ptx/common.cuh's
+// warp_uniform) where the group is short, per-thread otherwise (kShortGroup). The warp must be converged.
+template <int BN>
+__device__ __forceinline__ int k_loop_a_row(int consumer) {
+  if constexpr (kShortGroup<BN>) return warp_uniform(consumer) * 64;
+  return consumer * 64;
+}
+
 // One BK = 64 K tile for a 64-row slice of A: four k16 steps. TransA / TransB = 1: that operand is
 // MN-major in shared memory (the wgmma transpose immediate and the MN-major descriptor).
-// Where a group is short (BN <= 128: at most 256 tensor-pipe cycles a K tile), each operand's descriptor is
-// made once and a later step adds its byte offset >> 4 to the start-address field (desc_step, as CUTLASS's
-// descriptor iterator does): one add a step instead of a fresh descriptor's add, mask, shift and or, on the
-// path from a stage's full barrier to its last wgmma. At BN 192 and 256 the group hides that path, and the
-// stepped descriptors, live across the four steps, spilled a grouped BN 256 build: a fresh one each step.
+// Where the group is short (kShortGroup), each operand's descriptor is made once and a later step adds its
+// byte offset >> 4 to the start-address field (desc_step, as CUTLASS's descriptor iterator does): one add a
+// step instead of a fresh descriptor's add, mask, shift and or. Otherwise a fresh one each step.
 template <int BN, int TransA = 0, int TransB = 0>
 __device__ __forceinline__ void mma_k_tile(float (&d)[BN / 2], const elem_t* a_rows, const elem_t* b, int scale_d) {
   static_assert(sizeof(elem_t) == 2, "k_step_bytes assumes 2-byte elements");
@@ -101,7 +116,7 @@ __device__ __forceinline__ void mma_k_tile(float (&d)[BN / 2], const elem_t* a_r
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const uint32_t a_off = k_step_bytes<TransA>(k), b_off = k_step_bytes<TransB>(k);
-    if constexpr (BN <= 128) {
+    if constexpr (kShortGroup<BN>) {
       Wgmma<BN, elem_t>::template mma<TransA, TransB>(d, desc_step(da, a_off), desc_step(db, b_off), (k > 0) ? 1 : scale_d);
     } else {  // the pointer moves before its conversion to a shared-window address (the other order changed SASS)
       Wgmma<BN, elem_t>::template mma<TransA, TransB>(
