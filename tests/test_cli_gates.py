@@ -30,7 +30,7 @@ def test_parse_level_range():
     assert parse_level_range("1-3,5") == [1, 2, 3, 5]
     assert parse_level_range("3,1-2,2") == [1, 2, 3]
     assert parse_level_range("all", [3, 1, 2]) == [1, 2, 3]
-    for bad in ("", "x", "3-1", "1-", "1--2"):
+    for bad in ("", " ", "x", "3-1", "1-", "1--2", "1,,2", "1,", ",1"):
         with pytest.raises(ValueError):
             parse_level_range(bad)
     with pytest.raises(ValueError, match=r"no level \[7\]"):

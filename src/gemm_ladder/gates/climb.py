@@ -54,16 +54,19 @@ TIMING_ROUNDS = 4
 def parse_level_range(spec: str, available: list[int] | None = None) -> list[int]:
     """'1-3,5' -> [1, 2, 3, 5] (sorted, unique); 'all' -> ``available``.
 
-    Raises ValueError on malformed text, a reversed range, or a level not in ``available``.
+    Raises ValueError on malformed text (an empty part such as '1,,2' included), a reversed range, or a
+    level not in ``available``.
     """
     if spec.strip() == "all":
         if available is None:
             raise ValueError("'all' needs the list of available levels")
         return sorted(available)
+    if not spec.strip():
+        raise ValueError(f"no levels in {spec!r}")
     out: set[int] = set()
     for part in (p.strip() for p in spec.split(",")):
         if not part:
-            continue
+            raise ValueError(f"empty part in {spec!r}: use N, N-M or a comma list such as 1-3,5")
         m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
         if not m:
             raise ValueError(f"bad level range {part!r}: use N, N-M or a comma list such as 1-3,5")
@@ -71,8 +74,6 @@ def parse_level_range(spec: str, available: list[int] | None = None) -> list[int
         if hi < lo:
             raise ValueError(f"bad level range {part!r}: {lo} > {hi}")
         out.update(range(lo, hi + 1))
-    if not out:
-        raise ValueError(f"no levels in {spec!r}")
     if available is not None and (missing := sorted(out - set(available))):
         raise ValueError(f"no level {missing}: the ladder has levels {sorted(available)}")
     return sorted(out)
