@@ -140,7 +140,7 @@ def test_audit_bad_plan_files_end_in_one_line_and_exit_2(name, tmp_path, capsys)
 
 
 @pytest.mark.parametrize("args", [
-    ["MISSING"], ["FOLDER"], ["--level", "9", "--dump-protocol", "/missing/dir/x.json"],
+    ["MISSING"], ["FOLDER"], ["--level", "9", "--dump-protocol", "A_FILE/x.json"],
     ["--level", "9", "--dump-protocol", "FOLDER"], ["--level", "5", "--k-iters", "0"],
     ["--level", "5", "--k-iters", "-3"], ["--level", "5", "--tiles", "0"], ["--level", "5", "--tiles", "x"],
     ["--level", "5", "--stages", "0"], ["--level", "5", "--stages", "-1"], ["--level", "9", "--cluster", "0"],
@@ -151,7 +151,9 @@ def test_audit_bad_plan_files_end_in_one_line_and_exit_2(name, tmp_path, capsys)
 def test_audit_bad_arguments_end_in_one_line_and_exit_2(args, tmp_path, capsys):
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(_plan(1)))
-    subst = {"MISSING": str(tmp_path / "missing.json"), "FOLDER": str(tmp_path), "PLAN": str(plan)}
+    (tmp_path / "a_file").write_text("a file where a folder is expected\n")
+    subst = {"MISSING": str(tmp_path / "missing.json"), "FOLDER": str(tmp_path), "PLAN": str(plan),
+             "A_FILE/x.json": str(tmp_path / "a_file" / "x.json")}
     assert main(["audit", *[subst.get(a, a) for a in args]]) == 2
     out, err = capsys.readouterr()
     assert not out and err.count("\n") == 1 and err.startswith("gemm-ladder audit: "), err

@@ -105,14 +105,24 @@ def test_stream_k_tail_is_planned_in_json_and_refused_without_persistent(capsys)
     ["--consumers", "0"], ["--consumers", "x"], ["--c-ring", "-1"], ["--c-ring", "x"], ["--shape", "4096x4096"],
     ["--shape", "axbxc"], ["--shape", "0x0x0"], ["--shape", "99999999999x1x1"], ["--shape=-1x2x3"],
     ["--tile", "0x0x0"], ["--tile", "128x128"], ["--tile", "1x1x1"], ["--stages", "1000"],
-    ["--timeline", "/missing/dir/t.png"], ["--timeline", "FOLDER"], ["NO_SHAPE"]], ids=repr)
+    ["--timeline", "A_FILE/t.png"], ["--timeline", "FOLDER"], ["NO_SHAPE"]], ids=repr)
 def test_bad_arguments_end_in_one_line_and_exit_2_before_any_output(args, tmp_path, capsys):
     shape = [] if any(a.startswith("--shape") or a == "NO_SHAPE" for a in args) else ["--shape", "4096x4096x4096"]
-    argv = ["design", *shape, *[str(tmp_path) if a == "FOLDER" else a for a in args if a != "NO_SHAPE"]]
+    a_file = tmp_path / "a_file"
+    a_file.write_text("a file where a folder is expected\n")
+    names = {"FOLDER": str(tmp_path), "A_FILE/t.png": str(a_file / "t.png")}
+    argv = ["design", *shape, *[names.get(a, a) for a in args if a != "NO_SHAPE"]]
     assert main(argv) == 2
     out, err = capsys.readouterr()
     assert not out and err.count("\n") == 1 and err.startswith("gemm-ladder design: "), (out[:200], err)
-    assert not any(tmp_path.iterdir())
+    assert [p.name for p in tmp_path.iterdir()] == ["a_file"]
+
+
+def test_timeline_creates_its_missing_folders(tmp_path, capsys):
+    """--timeline creates a missing folder, as climb --json and gate --json do (one rule, results.check_writable)."""
+    path = tmp_path / "new" / "dir" / "plan.png"
+    assert main(["design", "--shape", "256x256x320", "--stages", "3", "--timeline", str(path)]) == 0
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_the_readme_design_example_runs_as_written(tmp_path, monkeypatch, capsys):

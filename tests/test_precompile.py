@@ -69,8 +69,9 @@ def test_bad_classes_and_dtypes():
 
 
 def test_cli_refuses_bad_input_in_one_line_and_needs_nvcc(tmp_path):
+    (tmp_path / "a_file").write_text("a file where a folder is expected\n")
     cases = [["precompile", "--dtype", "fp8"], ["precompile", "--classes", "large,huge"],
-             ["precompile", "--workers", "0"], ["precompile", "--json", str(tmp_path / "missing" / "x.json")],
+             ["precompile", "--workers", "0"], ["precompile", "--json", str(tmp_path / "a_file" / "x.json")],
              ["precompile", "--dtype", "bf16", "--classes", "unaligned"]]
     outs = run_many([(argv, tmp_path) for argv in cases], tmp_path / "runs", cli_env())
     for argv, out in zip(cases[:4], outs[:4]):

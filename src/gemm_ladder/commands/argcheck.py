@@ -7,8 +7,6 @@ command will write are checked before any work, so nothing is printed before the
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 
@@ -35,20 +33,12 @@ def choice(text: str, flag: str, options: tuple[str, ...]) -> str:
 
 
 def writable_file(path: Path, flag: str) -> Path:
-    """``path`` when a file can be written there: raises BadArgument for a folder, a missing folder, or a
-    folder where no file can be created. A temporary file is created beside ``path`` and removed at once:
-    os.access alone says yes to root in read-only or virtual folders (/proc), where the write fails later.
-    A write can still fail afterwards (a full disk), which the caller reports too."""
-    folder = path.parent
-    if path.is_dir():
-        raise BadArgument(f"{flag} {path} is a folder, not a file")
-    if not folder.is_dir():
-        raise BadArgument(f"{flag} {path}: the folder {folder} does not exist")
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as exc:
-        raise BadArgument(f"{flag} {path}: cannot create a file in {folder} ({exc.strerror or exc})") from None
-    if path.exists() and not os.access(path, os.W_OK):
-        raise BadArgument(f"{flag} {path}: not writable")
+    """``path`` when a file can be written there, its missing folders created (as ``climb --json`` and
+    ``gate --json`` do: one rule for every file a command writes, :func:`gemm_ladder.results.check_writable`);
+    raises BadArgument naming ``flag`` for a folder, a path under a file, or a folder where no file can be
+    created. A write can still fail afterwards (a full disk), which the caller reports too."""
+    from gemm_ladder.results import check_writable
+
+    if (reason := check_writable(path)) is not None:
+        raise BadArgument(f"{flag} {reason}")
     return path
