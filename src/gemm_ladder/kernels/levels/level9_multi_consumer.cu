@@ -126,7 +126,7 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
       if (seg.contributors > 1) {
         const int slot = ((seg.unit - whole_end) * GL_CLUSTER + rank) * GL_CONSUMERS + consumer;
         const PartialSlots<BN> slots{partials + static_cast<size_t>(slot) * max_contributors * PartialSlots<BN>::kFloats};
-        if (!hand_in_partial(slots, counters + slot, seg.mine, seg.contributors, d, bar, elected))
+        if (!hand_in_fragment(slots, counters + slot, seg.mine, seg.contributors, d, bar, elected))
           continue;  // another contributor finishes this tile
         slots.reduce(seg.contributors, d);
       }

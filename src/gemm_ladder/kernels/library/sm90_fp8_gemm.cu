@@ -46,8 +46,8 @@
 // segments (a tile and a K-block range [kb, ke)), so their ring positions agree. A segment's partial is the
 // consumer's fp32 main accumulator d after the promotion of its last K block (blockwise scales are applied
 // per K block, inside the range). A tile with several contributors: each hands its partial in
-// (hand_in_partial: a slot in the global workspace, a fence, an atomic count per tile and consumer), and
-// the one that arrives last adds the slots in K order (PartialSlots::reduce, bitwise the same whoever
+// (hand_in_fragment: a slot in the global workspace, a fence, an atomic count per tile and consumer), and
+// the one that arrives last adds the slots in K order (FragmentPartials::reduce, bitwise the same whoever
 // arrives last) and runs the epilogue: the tensorwise and rowwise scales, the bias, the quantized output
 // and both stores happen once, on the reduced sum. No contributor waits for another, so the split cannot
 // deadlock on CTAs that are not resident. Without kSplit the kernel is the whole-tile loop alone.
@@ -78,7 +78,7 @@
 #include "gemm_ladder/ptx/wgmma.cuh"
 #include "gemm_ladder/ptx/wgmma_fp8_ops.cuh"
 #include "gemm_ladder/quantized_store.cuh"  // store_quantized_1x128
-#include "gemm_ladder/stream_k.cuh"  // StreamKTail, PartialSlots, hand_in_partial
+#include "gemm_ladder/stream_k.cuh"  // StreamKTail, PartialSlots; hand_in_fragment (fragment_partials.cuh)
 
 namespace fp8 {
 using namespace gl;
@@ -468,7 +468,7 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
       if (seg.contributors > 1) {
         const int slot = (seg.unit - whole_end) * kConsumers + consumer;
         const PartialSlots<BN> slots{partials + static_cast<size_t>(slot) * max_contributors * PartialSlots<BN>::kFloats};
-        if (!hand_in_partial(slots, counters + slot, seg.mine, seg.contributors, d, kStoreBarrier + consumer, elected))
+        if (!hand_in_fragment(slots, counters + slot, seg.mine, seg.contributors, d, kStoreBarrier + consumer, elected))
           continue;  // another contributor finishes this tile
         slots.reduce(seg.contributors, d);
       }

@@ -460,7 +460,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
       if (seg.contributors > 1) {
         const int slot = ((seg.unit - whole_end) * kCluster + rank) * Cfg::kConsumers + consumer;
         const PartialSlots<BN> slots{partials + static_cast<size_t>(slot) * max_contributors * PartialSlots<BN>::kFloats};
-        const bool last = hand_in_partial(slots, counters + slot, seg.mine, seg.contributors, d, bar, elected);
+        const bool last = hand_in_fragment(slots, counters + slot, seg.mine, seg.contributors, d, bar, elected);
         GL_TIMELINE_PHASE(consumer == 0 && elected, kHandInSum, kMark);
         GL_TIMELINE_COUNT(consumer == 0 && elected, kHandIns);
         if (!last) continue;  // another contributor finishes this tile

@@ -158,7 +158,7 @@ __device__ __forceinline__ void swiglu_body(const CUtensorMap& map_x, const CUte
       if (seg.contributors > 1) {  // fp32 partials of the whole 256-column accumulator, as level 9's
         const int slot = ((seg.unit - whole_end) * GL_CLUSTER + rank) * GL_CONSUMERS + consumer;
         const PartialSlots<BN> slots{partials + static_cast<size_t>(slot) * max_contributors * PartialSlots<BN>::kFloats};
-        if (!hand_in_partial(slots, counters + slot, seg.mine, seg.contributors, d, bar, elected))
+        if (!hand_in_fragment(slots, counters + slot, seg.mine, seg.contributors, d, bar, elected))
           continue;  // another contributor finishes this tile
         slots.reduce(seg.contributors, d);
       }

@@ -1,8 +1,8 @@
 // Split-K partials of a wgmma fragment of any width, handed between CTAs through global memory and
 // added in a fixed (K) order by whichever contributor arrives last, so the sum is bitwise the same
-// whatever order the CTAs finish in. stream_k.cuh's PartialSlots does this for level 9's 64 x BN
-// fragments with BN a multiple of 64 (its loads are batched 8 float4s at a time); the small-M
-// kernel's fragments are 64 x 8 .. 64 x 256 (4 .. 128 fp32 accumulators per thread).
+// whatever order the CTAs finish in. Every split kernel's: level 9's and the library's 64 x BN fragments
+// (stream_k.cuh's PartialSlots<BN>, BN / 2 accumulators per thread) and the small-M kernel's 64 x 8 ..
+// 64 x 256 (4 .. 128 fp32 accumulators per thread).
 #pragma once
 #include "gemm_ladder/ptx/common.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
@@ -29,7 +29,10 @@ struct FragmentPartials {
   }
 
   // d = slot 0 + slot 1 + ... + slot n-1, added in this order. The caller's own partial is read back
-  // from its slot like the others, so the order does not depend on who reduces.
+  // from its slot like the others, so the order does not depend on who reduces, and d need not stay
+  // live beside the loads (it would spill). One L2 round trip per slot (ptxas issues a slot's loads
+  // before its adds); loading several slots per round trip was measured without gain
+  // (docs/where-time-goes.md).
   __device__ __forceinline__ void reduce(int n, float (&d)[kAcc]) const {
     const float4* src = reinterpret_cast<const float4*>(base) + thread_in_warpgroup();
 #pragma unroll

@@ -11,8 +11,8 @@
 // every range is then non-empty, so owner(last) - owner(first) + 1 counts exactly the contributors
 // that will arrive.
 #pragma once
+#include "gemm_ladder/fragment_partials.cuh"
 #include "gemm_ladder/ptx/common.cuh"
-#include "gemm_ladder/ptx/fence.cuh"
 
 namespace gl {
 
@@ -52,68 +52,9 @@ __host__ __device__ __forceinline__ int whole_units_end(int units, int tail_firs
   return tail_first_unit >= 0 && tail_units > 0 && tail_units * k_tiles >= stride ? tail_first_unit : units;
 }
 
-// Partials of one consumer's 64 x BN fragment, one slot of 64 * BN floats per contributor, stored
-// so that a warp's float4 accesses are contiguous: float4 v of thread t lives at slot[v * 128 + t].
+// Partials of one consumer's 64 x BN fragment (BN / 2 fp32 accumulators a thread): the fragment
+// partials of fragment_partials.cuh, which every split kernel shares; hand_in_fragment hands them in.
 template <int BN>
-struct PartialSlots {
-  static constexpr int kVec = BN / 8;  // float4s per thread (BN / 2 accumulators)
-  static constexpr int kFloats = 64 * BN;
-  static constexpr int kBatch = 8;  // float4 loads in flight while reducing: latency, not registers, is short
-  static_assert(kVec % kBatch == 0, "whole batches of float4s");
-  float* base;  // slot 0 of this (unit, CTA rank, consumer)
-
-  __device__ __forceinline__ void store(int slot, const float (&d)[BN / 2]) const {
-    float4* dst = reinterpret_cast<float4*>(base + static_cast<size_t>(slot) * kFloats) + thread_in_warpgroup();
-#pragma unroll
-    for (int v = 0; v < kVec; ++v) __stcg(dst + v * 128, make_float4(d[4 * v], d[4 * v + 1], d[4 * v + 2], d[4 * v + 3]));
-  }
-
-  // d = the sum of slots 0..n-1, added in slot (K) order whoever finishes last, so the result does
-  // not depend on which cluster that was. The caller's own partial is read back from its slot like
-  // the others: d need not stay live beside the loads (it would spill). One L2 round trip per slot
-  // (ptxas issues a slot's loads before its adds); loading several slots per round trip was measured
-  // without gain (docs/where-time-goes.md).
-  __device__ __forceinline__ void reduce(int n, float (&d)[BN / 2]) const {
-    const float4* src = reinterpret_cast<const float4*>(base) + thread_in_warpgroup();
-#pragma unroll
-    for (int v = 0; v < kVec; ++v) {  // slot 0 straight into d: kVec loads in flight
-      const float4 x = __ldcg(src + v * 128);
-      d[4 * v] = x.x, d[4 * v + 1] = x.y, d[4 * v + 2] = x.z, d[4 * v + 3] = x.w;
-    }
-#pragma unroll 1
-    for (int i = 1; i < n; ++i) {
-      const float4* slot = src + static_cast<size_t>(i) * (kFloats / 4);
-#pragma unroll
-      for (int v0 = 0; v0 < kVec; v0 += kBatch) {  // kBatch loads in flight, then their adds
-        float4 x[kBatch];
-#pragma unroll
-        for (int j = 0; j < kBatch; ++j) x[j] = __ldcg(slot + (v0 + j) * 128);
-#pragma unroll
-        for (int j = 0; j < kBatch; ++j) {
-          float* e = d + 4 * (v0 + j);
-          e[0] += x[j].x, e[1] += x[j].y, e[2] += x[j].z, e[3] += x[j].w;
-        }
-      }
-    }
-  }
-};
-
-// One consumer warpgroup (128 threads, named barrier `bar`) hands in its partial for a unit with
-// `n` contributors. Returns true in every thread of the warpgroup that arrived last, which must
-// then reduce and store the tile. Ordering (CUDA's threadfence pattern): each thread's partial
-// stores, then its fence, then the barrier, then one atomic; the last arriver fences before reading.
-template <int BN>
-__device__ __forceinline__ bool hand_in_partial(const PartialSlots<BN>& slots, int* counter, int mine, int n,
-                                                const float (&d)[BN / 2], int bar, bool elected) {
-  slots.store(mine, d);
-  __threadfence();
-  named_barrier_sync(bar, 128);
-  const int last = elected && atomicAdd(counter, 1) == n - 1;  // the launch zeroed the counters
-  // The same in every thread; broadcast so the compiler knows it (ptx/common.cuh warp_uniform): the K loop
-  // after a branch on it stays in uniform registers.
-  const bool any_last = warp_uniform(named_barrier_or(bar, 128, last));
-  if (any_last) __threadfence();
-  return any_last;
-}
+using PartialSlots = FragmentPartials<BN / 2>;
 
 }  // namespace gl
