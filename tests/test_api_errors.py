@@ -226,6 +226,31 @@ def test_torch_export_takes_an_unbounded_dynamic_dimension():
     assert "torch.ops.gemm_ladder.linear" in program.graph_module.code
 
 
+@pytest.mark.parametrize("op", ["grouped_mm", "grouped_linear", "grouped_swiglu"])
+def test_torch_export_takes_an_unbounded_dynamic_row_count_for_the_grouped_ops(op):
+    """The token count of a MoE layer is dynamic: the grouped ops export with an unbounded Dim on x's rows.
+    Their checks add no guard on it (Python's max() over (rows, N, K) had bounded rows by N and K)."""
+    i32 = torch.int32
+    x, offs = meta(64, 128), meta(4, dtype=i32)
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(meta(4, 256, 128))  # (E, N, K), N > K > 64 rows
+
+        def forward(self, x, offs):
+            if op == "grouped_mm":
+                return gemm_ladder.grouped_mm(x, self.w.transpose(-2, -1), offs)
+            if op == "grouped_linear":
+                return gemm_ladder.grouped_linear(x, self.w, offs)
+            return gemm_ladder.grouped_swiglu(x, self.w, self.w, offs)
+
+    program = torch.export.export(Layer(), (x, offs), dynamic_shapes=({0: torch.export.Dim("rows")}, None))
+    (rows_range,) = program.range_constraints.values()
+    assert rows_range.upper > 2**40, rows_range
+    assert f"torch.ops.gemm_ladder.{op}" in program.graph_module.code
+
+
 def test_calls_with_no_backward_refuse_grad_before_the_forward():
     """grouped_mm_masked and grouped_mm along K have no backward: an input requiring grad under grad mode is
     refused by the call (NotSupportedError), not by the backward after the forward ran; under no_grad they run."""

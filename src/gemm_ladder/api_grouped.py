@@ -71,6 +71,15 @@ def b_major_of(b: torch.Tensor) -> str:
 PUBLIC_DEVICES = ("cuda", "meta")
 
 
+def _over_extent(*extents) -> bool:
+    """Whether a concrete extent exceeds MAX_EXTENT. A symbolic one (a SymInt: torch.compile's or torch.export's
+    dynamic dimension) is not compared, as dispatch.validate.check_domain does not: the comparison would add a
+    guard bounding the dimension, which torch.export refuses for a Dim without a max (so would Python's max(),
+    whose pairwise comparisons bound a dynamic row count by N and K); the launch checks the concrete value.
+    Each extent is compared with 0 separately by the callers for the same reason."""
+    return any(not isinstance(v, torch.SymInt) and v > MAX_EXTENT for v in extents)
+
+
 def check_grouped_mm(a, b, offs, out_dtype=None, *, device_types: tuple[str, ...] = ("cuda",)) -> tuple[str, torch.dtype]:
     """Validate a grouped_mm call; returns (case, result dtype), case '2d3d', '3d3d' or '2d2d'. Raises as the
     module docstring says; checks no value of offs on the device (no device-to-host copy). ``device_types``:
@@ -112,9 +121,9 @@ def check_grouped_mm(a, b, offs, out_dtype=None, *, device_types: tuple[str, ...
         case = "3d3d"
     _check_device(a, b, device_types)
     k, n = b.shape[1], b.shape[2]
-    if max(rows, n, k) > MAX_EXTENT:
+    if _over_extent(rows, n, k):
         raise GemmInputError(f"rows, N, K = {rows}, {n}, {k}: each must be at most {MAX_EXTENT}")
-    if min(rows, n, k) == 0:  # nothing is loaded (an empty or zero result): no tensor map, no stride rule
+    if rows == 0 or n == 0 or k == 0:  # nothing is loaded (an empty or zero result): no tensor map, no stride rule
         return case, dt
     if a.shape[-1] > 1 and a.stride(-1) != 1:
         raise GemmInputError(f"a has strides {tuple(a.stride())}: its rows must be contiguous (stride(-1) == 1)")
@@ -185,13 +194,13 @@ def _check_grouped_k(a: torch.Tensor, b: torch.Tensor, offs, device_types: tuple
     if offs.numel() > MAX_GROUPS:
         raise NotSupportedError(f"E = {offs.numel()} groups: the grouped kernel takes at most {MAX_GROUPS}")
     _check_device(a, b, device_types)
-    if max(m, n, total_k) > MAX_EXTENT:
+    if _over_extent(m, n, total_k):
         raise GemmInputError(f"M, N, total K = {m}, {n}, {total_k}: each must be at most {MAX_EXTENT}")
     if (m > 1 and a.stride(0) != 1) or (n > 1 and b.stride(1) != 1):
         raise NotSupportedError(f"grouped along K, the kernel reads a (M, K) with stride(0) == 1 (x.t() of a row-major "
                                 f"x) and b (K, N) with stride(1) == 1 (row-major): got a strides {tuple(a.stride())}, "
                                 f"b strides {tuple(b.stride())}")
-    if min(m, n, total_k) == 0:
+    if m == 0 or n == 0 or total_k == 0:
         return "2d2d"
     e = a.element_size()
     for name, t, pitch in (("a", a, a.stride(1) if total_k > 1 else 0), ("b", b, b.stride(0) if total_k > 1 else 0)):
