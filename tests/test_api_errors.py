@@ -251,6 +251,36 @@ def test_torch_export_takes_an_unbounded_dynamic_row_count_for_the_grouped_ops(o
     assert f"torch.ops.gemm_ladder.{op}" in program.graph_module.code
 
 
+def test_torch_export_takes_an_unbounded_dynamic_row_count_for_scaled_mm():
+    """scaled_mm's checks add no guard on a dynamic M either (its extent check used Python's max())."""
+
+    class Fp8Layer(torch.nn.Module):
+        def forward(self, a, b, scale_a, scale_b):
+            return gemm_ladder.scaled_mm(a, b, scale_a, scale_b)
+
+    e4m3 = torch.float8_e4m3fn
+    a, b = meta(64, 256, dtype=e4m3), meta(512, 256, dtype=e4m3).T
+    one = torch.empty((), device="meta", dtype=torch.float32)
+    program = torch.export.export(Fp8Layer(), (a, b, one, one), dynamic_shapes=({0: torch.export.Dim("m")}, None, None, None))
+    (m_range,) = program.range_constraints.values()
+    assert m_range.upper > 2**40, m_range
+
+
+def test_extents_refusal_names_the_rule_and_leaves_symbolic_extents_alone():
+    from gemm_ladder.library.kernel import MAX_EXTENT, extents_refusal
+
+    assert extents_refusal({"M": 1, "N": MAX_EXTENT, "K": 8}) is None
+    assert "empty problem" in extents_refusal({"M": 0, "N": 8, "K": 8})
+    assert extents_refusal({"M": 0, "N": 8, "K": 8}, empty_ok=True) is None
+    assert extents_refusal({"M": 8, "total K": MAX_EXTENT + 1}) == (
+        f"M, total K = 8, {MAX_EXTENT + 1}: each must be at most {MAX_EXTENT} (the kernels' 32-bit coordinates)")
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    rows = ShapeEnv().create_unbacked_symint()  # no value to compare: a guard on it would raise
+    assert extents_refusal({"rows": rows, "N": 2**40}) is not None
+    assert extents_refusal({"rows": rows, "N": 8}) is None
+
+
 def test_calls_with_no_backward_refuse_grad_before_the_forward():
     """grouped_mm_masked and grouped_mm along K have no backward: an input requiring grad under grad mode is
     refused by the call (NotSupportedError), not by the backward after the forward ran; under no_grad they run."""

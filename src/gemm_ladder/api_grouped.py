@@ -29,8 +29,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from gemm_ladder.contract import DTYPES
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
 from gemm_ladder.library.grouped import C_RING, MAX_GROUPS, choose_cluster, grad_w_bn, grouped_gemm
-from gemm_ladder.library.kernel import GROUP_K, GROUP_M, GROUP_M_MASKED
-from gemm_ladder.library.gemm import MAX_EXTENT
+from gemm_ladder.library.kernel import GROUP_K, GROUP_M, GROUP_M_MASKED, extents_refusal
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES
 
 _ALIGN_ELEMS = TMA_ALIGN_BYTES // 2
@@ -69,15 +68,6 @@ def b_major_of(b: torch.Tensor) -> str:
 
 #: The devices the public grouped functions take: CUDA, and meta (their ops' fake implementations).
 PUBLIC_DEVICES = ("cuda", "meta")
-
-
-def _over_extent(*extents) -> bool:
-    """Whether a concrete extent exceeds MAX_EXTENT. A symbolic one (a SymInt: torch.compile's or torch.export's
-    dynamic dimension) is not compared, as dispatch.validate.check_domain does not: the comparison would add a
-    guard bounding the dimension, which torch.export refuses for a Dim without a max (so would Python's max(),
-    whose pairwise comparisons bound a dynamic row count by N and K); the launch checks the concrete value.
-    Each extent is compared with 0 separately by the callers for the same reason."""
-    return any(not isinstance(v, torch.SymInt) and v > MAX_EXTENT for v in extents)
 
 
 def check_grouped_mm(a, b, offs, out_dtype=None, *, device_types: tuple[str, ...] = ("cuda",)) -> tuple[str, torch.dtype]:
@@ -121,8 +111,9 @@ def check_grouped_mm(a, b, offs, out_dtype=None, *, device_types: tuple[str, ...
         case = "3d3d"
     _check_device(a, b, device_types)
     k, n = b.shape[1], b.shape[2]
-    if _over_extent(rows, n, k):
-        raise GemmInputError(f"rows, N, K = {rows}, {n}, {k}: each must be at most {MAX_EXTENT}")
+    if refusal := extents_refusal({"rows": rows, "N": n, "K": k}, empty_ok=True):
+        raise GemmInputError(refusal)
+    # Each compared on its own: Python's min() over a dynamic row count would bound it by N and K.
     if rows == 0 or n == 0 or k == 0:  # nothing is loaded (an empty or zero result): no tensor map, no stride rule
         return case, dt
     if a.shape[-1] > 1 and a.stride(-1) != 1:
@@ -194,8 +185,8 @@ def _check_grouped_k(a: torch.Tensor, b: torch.Tensor, offs, device_types: tuple
     if offs.numel() > MAX_GROUPS:
         raise NotSupportedError(f"E = {offs.numel()} groups: the grouped kernel takes at most {MAX_GROUPS}")
     _check_device(a, b, device_types)
-    if _over_extent(m, n, total_k):
-        raise GemmInputError(f"M, N, total K = {m}, {n}, {total_k}: each must be at most {MAX_EXTENT}")
+    if refusal := extents_refusal({"M": m, "N": n, "total K": total_k}, empty_ok=True):
+        raise GemmInputError(refusal)
     if (m > 1 and a.stride(0) != 1) or (n > 1 and b.stride(1) != 1):
         raise NotSupportedError(f"grouped along K, the kernel reads a (M, K) with stride(0) == 1 (x.t() of a row-major "
                                 f"x) and b (K, N) with stride(1) == 1 (row-major): got a strides {tuple(a.stride())}, "

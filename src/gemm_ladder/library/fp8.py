@@ -107,8 +107,6 @@ STORE_DEFAULT = STORE_TMA
 TMA_STORE_OUT = ("bf16", "fp16")
 #: Dynamic shared memory a block may opt in to on sm_90 (the designer's arch table).
 SMEM_LIMIT = arch_info("sm_90a").max_smem_per_block
-#: The kernel's coordinates are 32-bit ints.
-MAX_EXTENT = 2**31 - 1 - 256
 #: The split-K choices (:func:`split_plan`): "auto" splits every tile's K over the grid when the tiles are
 #: fewer than the SMs (and K has enough blocks); "none" never splits.
 SPLITS = ("auto", "none")
@@ -469,8 +467,8 @@ def check_scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16,
     k2, n = b.shape
     if k != k2:
         raise GemmInputError(f"a is (M, K) = {tuple(a.shape)} and b is (K, N) = {tuple(b.shape)}: K differs")
-    if max(m, n, k) > MAX_EXTENT:
-        raise GemmInputError(f"(M, N, K) = ({m}, {n}, {k}): each extent must be at most {MAX_EXTENT}")
+    if refusal := K.extents_refusal({"M": m, "N": n, "K": k}, empty_ok=True):
+        raise GemmInputError(refusal)
     if k % 16:
         raise GemmInputError(f"K = {k} must be a multiple of 16 (a TMA row of 1-byte elements is a multiple of 16 bytes)")
     if m and k and (a.stride(1) != 1 or a.stride(0) % 16 or a.stride(0) < k):

@@ -97,8 +97,6 @@ CLUSTERS = (2, 1)
 #: 64-column panel at BN = 64; the ring must divide the panels: design/plan.py).
 C_RING = 2
 MAJORS = ("k", "mn")
-#: The kernel's coordinates are 32-bit ints and reach one tile past the last row or column.
-MAX_EXTENT = 2**31 - 1 - 256
 
 
 def tile_n_built(b_major: str, bn: int) -> bool:
@@ -290,7 +288,7 @@ class LibraryGemm:
         a: (M, K) view, b: (N, K) view, c: (M, N) tensor with stride (ldc, 1). The rules, in the order
         checked: bf16 or fp16, one dtype for all three (c float32 for the ``out_fp32`` build, e4m3 for the
         ``out_e4m3`` one); A and B in
-        this kernel's majors; K equal; M, N, K in 1..MAX_EXTENT; c of shape (M, N), row-major; every
+        this kernel's majors; K equal; M, N, K in 1..kernel.MAX_EXTENT; c of shape (M, N), row-major; every
         base 16-byte aligned and every pitch a multiple of 16 bytes (TMA: CUDA Driver API,
         cuTensorMapEncodeTiled globalAddress and globalStrides), except c's in the ``c_from_registers``
         build (any pitch >= N, a base aligned to its element); one CUDA device.
@@ -317,10 +315,8 @@ class LibraryGemm:
         m, n, k = a.rows, b.rows, a.k
         if b.k != k:
             return f"a has K = {k} but b has K = {b.k}"
-        if min(m, n, k) < 1:
-            return f"M, N, K = {m}, {n}, {k}: an empty product is not launched (the caller returns it)"
-        if max(m, n, k) > MAX_EXTENT:
-            return f"M, N, K = {m}, {n}, {k}: each must be at most {MAX_EXTENT} (the kernel's 32-bit coordinates)"
+        if refusal := K.extents_refusal({"M": m, "N": n, "K": k}):
+            return refusal
         if c.dim() != 2 or tuple(c.shape) != (m, n):
             return f"c has shape {tuple(c.shape)}; the product is ({m}, {n})"
         if n > 1 and c.stride(1) != 1:

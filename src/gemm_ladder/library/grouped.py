@@ -60,10 +60,9 @@ from gemm_ladder.design.smem import max_stages
 from gemm_ladder.design.tensor_maps import TensorMapSpec, operand_map
 from gemm_ladder.runtime.module import LaunchGeometry
 from gemm_ladder.library import kernel as K
-from gemm_ladder.library.gemm import MAX_EXTENT
 from gemm_ladder.library.kernel import (
     GROUP_K, GROUP_M, GROUP_M_MASKED, GROUPED, GROUPINGS, HALF_DTYPES, STORE_REGISTERS, STORE_TMA, KernelConfig,
-    Operands,
+    Operands, extents_refusal,
 )
 from gemm_ladder.library.lru import cached
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES
@@ -510,10 +509,8 @@ class GroupedGemm:
         groups, n, wk = w.shape
         if wk != k:
             return f"x has K = {k} but w has K = {wk}"
-        if min(rows, n, k, groups) < 1:
-            return f"R, N, K, E = {rows}, {n}, {k}, {groups}: an empty problem is not launched (the caller returns it)"
-        if max(rows, n, k) > MAX_EXTENT:
-            return f"R, N, K = {rows}, {n}, {k}: each must be at most {MAX_EXTENT} (the kernel's 32-bit coordinates)"
+        if refusal := extents_refusal({"R": rows, "N": n, "K": k, "E": groups}):
+            return refusal
         if groups > MAX_GROUPS:
             return f"E = {groups} groups: at most {MAX_GROUPS} (the group table in each CTA's shared memory)"
         if offs.dtype != torch.int32 or offs.dim() != 1 or offs.numel() != groups:
@@ -690,10 +687,10 @@ class GroupedGemm:
         groups = out.shape[0]
         if b.shape[0] != total_k or tuple(out.shape) != (groups, m, n):
             return f"a {tuple(a.shape)}, b {tuple(b.shape)}, out {tuple(out.shape)}: shapes do not match"
-        if min(m, n, total_k, groups) < 1:
-            return "an empty problem is not launched (the caller returns it)"
-        if max(m, n, total_k) > MAX_EXTENT or groups > MAX_GROUPS:
-            return f"M, N, total K = {m}, {n}, {total_k} (at most {MAX_EXTENT}), E = {groups} (at most {MAX_GROUPS})"
+        if refusal := extents_refusal({"M": m, "N": n, "total K": total_k, "E": groups}):
+            return refusal
+        if groups > MAX_GROUPS:
+            return f"E = {groups} groups: at most {MAX_GROUPS} (the group table in each CTA's shared memory)"
         if offs.dtype != torch.int32 or offs.dim() != 1 or offs.numel() != groups:
             return f"offs: int32 of shape ({groups},) expected"
         if (m > 1 and a.stride(0) != 1) or (n > 1 and b.stride(1) != 1):

@@ -39,6 +39,24 @@ SPLIT_K = "split_k"
 STREAM_K = "stream_k"
 GROUPED = "grouped"
 SCHEDULES = (DATA_PARALLEL, SPLIT_K, STREAM_K, GROUPED)
+#: The kernels' coordinates are 32-bit ints and reach one tile past the last row or column.
+MAX_EXTENT = 2**31 - 1 - 256
+
+
+def extents_refusal(extents: dict[str, Any], *, empty_ok: bool = False) -> str | None:
+    """Why a problem of these extents ({"M": m, "N": n, "K": k}, named as the message names them) is not
+    launched, or None: an extent below 1 (an empty problem, whose result the caller makes without a launch;
+    not a refusal with ``empty_ok``) or above :data:`MAX_EXTENT`. Only Python ints are compared: a symbolic
+    extent (torch.SymInt, torch.compile's or torch.export's dynamic dimension) would get a guard bounding it,
+    which torch.export refuses for a Dim without a max; the launch compares the concrete value."""
+    concrete = [v for v in extents.values() if isinstance(v, int)]
+    if not empty_ok and any(v < 1 for v in concrete):
+        rule = "an empty problem is not launched (the caller returns it)"
+    elif any(v > MAX_EXTENT for v in concrete):
+        rule = f"each must be at most {MAX_EXTENT} (the kernels' 32-bit coordinates)"
+    else:
+        return None  # nothing formatted: torch.compile traces this, and str() of a SymInt breaks its graph
+    return f"{', '.join(extents)} = {', '.join(str(v) for v in extents.values())}: {rule}"
 #: How a grouped schedule splits its problems: along M by cumulative row ends (torch._grouped_mm's
 #: contiguous layout), along M in the masked layout (E x M_max rows, a count of valid rows per group), or
 #: along K (the weight gradient).

@@ -47,8 +47,8 @@ from gemm_ladder.design.smem import max_stages
 from gemm_ladder.design.stream_k import StreamKTail
 from gemm_ladder.design.tensor_maps import TensorMapSpec, gemm_tensor_maps
 from gemm_ladder.library import kernel as K
-from gemm_ladder.library.kernel import STORE_REGISTERS, STORE_TMA, STREAM_K, KernelConfig, Operands
-from gemm_ladder.library.gemm import MAX_EXTENT, SPLITS, scales_refusal, split_schedule
+from gemm_ladder.library.kernel import STORE_REGISTERS, STORE_TMA, STREAM_K, KernelConfig, Operands, extents_refusal
+from gemm_ladder.library.gemm import SPLITS, scales_refusal, split_schedule
 from gemm_ladder.library.quantized import QUANT_OUT
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES, OperandView
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
@@ -279,7 +279,7 @@ class SwigluKernel:
         x: (M, K), w_gate and w_up: (N, K) views; out: (M, N). The rules, in the order checked: bf16 or
         fp16, one dtype for x and the weights, and out in it (the quantized kernel: out e4m3); x, w_gate and
         w_up K-major; K equal and w_gate, w_up of one shape;
-        M, N, K in 1..MAX_EXTENT; out of shape (M, N), row-major with pitch >= N; every base 16-byte
+        M, N, K in 1..kernel.MAX_EXTENT; out of shape (M, N), row-major with pitch >= N; every base 16-byte
         aligned and every pitch a multiple of 16 bytes (out's too, except for the quantized kernel, which
         stores it from registers) (TMA: CUDA Driver API, cuTensorMapEncodeTiled
         globalAddress and globalStrides); N x element size a multiple of 16 bytes unless out's row
@@ -300,10 +300,8 @@ class SwigluKernel:
             return f"w_gate is (N, K) = ({w_gate.rows}, {w_gate.k}) and w_up is ({w_up.rows}, {w_up.k}): they must match"
         if w_gate.k != k:
             return f"x has K = {k} but w_gate and w_up have K = {w_gate.k}"
-        if min(m, n, k) < 1:
-            return f"M, N, K = {m}, {n}, {k}: an empty problem is not launched (the caller returns it)"
-        if max(m, n, k) > MAX_EXTENT:
-            return f"M, N, K = {m}, {n}, {k}: each must be at most {MAX_EXTENT} (the kernel's 32-bit coordinates)"
+        if refusal := extents_refusal({"M": m, "N": n, "K": k}):
+            return refusal
         if out.dim() != 2 or tuple(out.shape) != (m, n):
             return f"out has shape {tuple(out.shape)}; the result is ({m}, {n})"
         if n > 1 and out.stride(1) != 1:
