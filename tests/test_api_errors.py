@@ -272,6 +272,9 @@ def test_extents_refusal_names_the_rule_and_leaves_symbolic_extents_alone():
     assert extents_refusal({"M": 1, "N": MAX_EXTENT, "K": 8}) is None
     assert "empty problem" in extents_refusal({"M": 0, "N": 8, "K": 8})
     assert extents_refusal({"M": 0, "N": 8, "K": 8}, empty_ok=True) is None
+    import numpy as np
+
+    assert extents_refusal({"M": np.int64(MAX_EXTENT + 1), "N": 8}) is not None  # compared, not skipped
     assert extents_refusal({"M": 8, "total K": MAX_EXTENT + 1}) == (
         f"M, total K = 8, {MAX_EXTENT + 1}: each must be at most {MAX_EXTENT} (the kernels' 32-bit coordinates)")
     from torch.fx.experimental.symbolic_shapes import ShapeEnv

@@ -125,6 +125,21 @@ def test_timeline_creates_its_missing_folders(tmp_path, capsys):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.parametrize("argv", [
+    ["design", "--shape", "axbxc", "--timeline", "NEW/t.png"],
+    ["design", "--shape", "4096x4096x4096", "--tile", "7x7x7", "--timeline", "NEW/t.png"],  # plan refused
+    ["audit", "--level", "42", "--dump-protocol", "NEW/x.json"],
+    ["precompile", "--dtype", "bf16", "--epilogues", "bogus", "--json", "NEW/x.json"],
+    ["gate", "--json", "NEW/x.json"],  # no spec
+    ["gate", "no_such_file.py:f", "--json", "NEW/x.json"],
+], ids=lambda argv: " ".join(argv[:3]))
+def test_a_refused_command_creates_no_folder_for_its_output(argv, tmp_path, capsys):
+    """The output's missing folder is created only once every other argument passed: a refused command
+    leaves the file system as it was."""
+    assert main([a.replace("NEW", str(tmp_path / "new")) for a in argv]) == 2
+    assert not any(tmp_path.iterdir())
+
+
 def test_the_readme_design_example_runs_as_written(tmp_path, monkeypatch, capsys):
     """README's `gemm-ladder design ...` line, every bracketed option taken (the first of a|b)."""
     lines = (Path(__file__).resolve().parent.parent / "README.md").read_text().splitlines()

@@ -75,15 +75,14 @@ def run(args: argparse.Namespace) -> int:
         counts = _counts(args)
         if (args.level is None) == (args.plan is None):
             raise BadArgument("give either --level N or a PLAN.json (one of them)")
-        if args.dump_protocol is not None:
-            writable_file(args.dump_protocol, "--dump-protocol")
         plan = None
         if args.level is not None:
             protocol = _level_protocol(args, counts)
         else:
             protocol, plan = _plan_protocol(args.plan, counts)
         findings = check_plan(plan) if plan is not None else []
-        if args.dump_protocol is not None:
+        if args.dump_protocol is not None:  # checked once the protocol is: it creates a missing folder
+            writable_file(args.dump_protocol, "--dump-protocol")
             try:
                 args.dump_protocol.write_text(protocol.dumps())
             except OSError as exc:

@@ -67,13 +67,13 @@ def run(args: argparse.Namespace) -> int:
             choice(getattr(args, dest), f"--{dest}", options)
         counts = {dest: integer(getattr(args, dest), f"--{dest.replace('_', '-')}")
                   for dest in ("stages", "cluster", "consumers", "c_ring")}
-        if args.timeline:
-            writable_file(Path(args.timeline), "--timeline")
         m, n, k = parse_triple(args.shape, "--shape")
         tile = parse_triple(args.tile, "--tile")
         plan = plan_gemm(m, n, k, dtype=args.dtype, tile=tile, arch=args.arch, persistent=args.persistent,
                          producer_warpgroup=args.producer_warpgroup, c_aliases_stages=args.c_aliases_stages,
                          stream_k=args.stream_k, schedule=args.schedule, **counts)
+        if args.timeline:  # last: it creates a missing folder, so not for a refused plan
+            writable_file(Path(args.timeline), "--timeline")
     except PlanRefused as exc:
         print(f"gemm-ladder design: plan refused: {exc}", file=sys.stderr)
         return 2

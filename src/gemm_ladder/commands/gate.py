@@ -108,13 +108,14 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--device {args.device!r}: use cuda or cpu")
         if args.cubin is not None and not args.cubin.is_file():
             raise ValueError(f"--cubin {args.cubin}: no such file")
-        if args.json and (why := check_writable(args.json)):
-            raise ValueError(f"--json: {why}")
         if (args.spec is None) == (args.epilogue is None):
             raise ValueError("give FILE.py:FUNC or --epilogue FILE.py:NAME (one of the two)")
+        if args.epilogue is None:
+            fn, name = load_callable(args.spec)
+        if args.json and (why := check_writable(args.json)):  # last: it creates a missing folder
+            raise ValueError(f"--json: {why}")
         if args.epilogue is not None:
             return run_epilogue(args, dtypes, shapes)
-        fn, name = load_callable(args.spec)
     except (SpecError, ValueError) as exc:
         print(f"gemm-ladder gate: {exc}", file=sys.stderr)
         return EXIT_USAGE

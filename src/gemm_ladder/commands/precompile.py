@@ -54,10 +54,10 @@ def run(args: argparse.Namespace) -> int:
         dtypes = tuple(parse_dtypes(args.dtype))
         classes = check_classes(args.classes)
         workers = integer(args.workers, "--workers", minimum=1) if args.workers is not None else None
-        if args.json is not None:
-            writable_file(args.json, "--json")
         library_builds(dtypes, classes)  # every rule checked before anything is built
         epilogue_variants(args.epilogues)
+        if args.json is not None:  # last: it creates a missing folder, so not for a refused command
+            writable_file(args.json, "--json")
     except (BadArgument, ValueError) as exc:
         print(f"gemm-ladder precompile: {exc}", file=sys.stderr)
         return 2

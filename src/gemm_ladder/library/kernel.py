@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import numbers
 import threading
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
@@ -46,10 +47,10 @@ MAX_EXTENT = 2**31 - 1 - 256
 def extents_refusal(extents: dict[str, Any], *, empty_ok: bool = False) -> str | None:
     """Why a problem of these extents ({"M": m, "N": n, "K": k}, named as the message names them) is not
     launched, or None: an extent below 1 (an empty problem, whose result the caller makes without a launch;
-    not a refusal with ``empty_ok``) or above :data:`MAX_EXTENT`. Only Python ints are compared: a symbolic
-    extent (torch.SymInt, torch.compile's or torch.export's dynamic dimension) would get a guard bounding it,
-    which torch.export refuses for a Dim without a max; the launch compares the concrete value."""
-    concrete = [v for v in extents.values() if isinstance(v, int)]
+    not a refusal with ``empty_ok``) or above :data:`MAX_EXTENT`. Only concrete integers (int, numpy's) are
+    compared: a symbolic extent (torch.SymInt, torch.compile's or torch.export's dynamic dimension) would get a
+    guard bounding it, which torch.export refuses for a Dim without a max; the launch compares the concrete value."""
+    concrete = [v for v in extents.values() if isinstance(v, numbers.Integral)]  # not a SymInt
     if not empty_ok and any(v < 1 for v in concrete):
         rule = "an empty problem is not launched (the caller returns it)"
     elif any(v > MAX_EXTENT for v in concrete):
