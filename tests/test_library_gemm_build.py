@@ -19,7 +19,7 @@ import pytest
 from conftest import gate_reports, needs_nvcc
 
 from gemm_ladder.audit import audit, protocol_for_level
-from gemm_ladder.library.gemm import K_MAJOR_B_TILE_N, MAJORS, TILE_N, library_gemm
+from gemm_ladder.library.gemm import K_MAJOR_B_TILE_N, MAJORS, REGISTER_STORE_TILE_N, TILE_N, library_gemm
 
 CONFIGS = [(a, b, bn) for a in MAJORS for b in MAJORS for bn in TILE_N] + \
     [(a, "k", bn) for a in MAJORS for bn in K_MAJOR_B_TILE_N]  # BN 192: a K-major B only
@@ -133,6 +133,40 @@ def test_register_store_builds_pass_the_resource_gate(register_reports, job):
     forms = set(_HGMMA.findall(sass))
     want = "".join(t for t, mn in ((".tnspA", a_major), (".tnspB", b_major)) if mn == "mn")
     assert forms == {(f"64x{bn}x16", ".BF16" if dtype == "bf16" else "", want)}, forms
+
+
+#: The register-store-only widths (BN 96, 144: not whole 64-column store panels), K-major A and B: level 9's
+#: 128-row pair and the one-consumer 64-row build alone in its cluster, bf16; fp16 on one.
+NARROW_JOBS = [(bn, bm, cluster, "bf16") for bn in REGISTER_STORE_TILE_N for bm, cluster in ((128, 2), (64, 1))] + \
+    [(96, 64, 1, "fp16")]
+
+
+@pytest.fixture(scope="module")
+def narrow_reports(nvcc_cache):
+    return gate_reports(nvcc_cache, NARROW_JOBS,
+                        lambda j: library_gemm("k", "k", j[0], c_from_registers=True, bm=j[1], cluster=j[2]))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("job", NARROW_JOBS, ids=lambda v: str(v))
+def test_register_store_only_widths_pass_the_resource_gate(narrow_reports, job):
+    """BN 96 and 144 compile to their wgmma width (HGMMA.64x96x16, 64x144x16), no spill, no stack, no TMA store."""
+    bn, bm, cluster, dtype = job
+    report, sass = narrow_reports[job]
+    assert report.passed, report.messages
+    assert (report.spill_stores, report.spill_loads, report.stack_bytes) == (0, 0, 0)
+    assert report.sass["LDL"] == report.sass["STL"] == 0 and report.sass["UTMASTG"] == 0
+    assert set(_HGMMA.findall(sass)) == {(f"64x{bn}x16", ".BF16" if dtype == "bf16" else "", "")}
+
+
+def test_register_store_only_widths_are_refused_elsewhere():
+    """BN 96 and 144 are built for a K-major B stored from registers; a TMA store or an MN-major B is refused."""
+    for bn in REGISTER_STORE_TILE_N:
+        assert library_gemm("k", "k", bn, c_from_registers=True).name == f"sm90_gemm_kk_bn{bn}_creg"
+        with pytest.raises(ValueError, match=f"bn = {bn}: .*c_from_registers = False"):
+            library_gemm("k", "k", bn)
+        with pytest.raises(ValueError, match=f"bn = {bn}: .*b_major = 'mn'"):
+            library_gemm("k", "mn", bn, c_from_registers=True)
 
 
 def test_register_store_plan_stages_no_c():

@@ -27,7 +27,7 @@ import gemm_ladder
 from gemm_ladder import dispatch
 from gemm_ladder.gates.correctness import error_bound, random_operands
 from gemm_ladder.library.epilogue import linear_epilogue
-from gemm_ladder.library.gemm import K_MAJOR_B_TILE_N, SPLITS, TILE_N, library_gemm
+from gemm_ladder.library.gemm import K_MAJOR_B_TILE_N, REGISTER_STORE_TILE_N, SPLITS, TILE_N, library_gemm
 from gemm_ladder.library.operand import operand_view
 from test_library_gemm_gpu import LAYOUTS, gate, place
 
@@ -63,6 +63,8 @@ def _built_in_parallel():
             for a, b in LAYOUTS for bn in TILE_N for dt in ("bf16", "fp16")]
     jobs += [(lambda a=a, bn=bn, dt=dt: library_gemm(a, "k", bn, c_from_registers=True).build(dt))
              for a in ("k", "mn") for bn in K_MAJOR_B_TILE_N for dt in ("bf16", "fp16")]
+    jobs += [(lambda bn=bn, bm=bm, cl=cl, dt=dt: library_gemm("k", "k", bn, c_from_registers=True, bm=bm, cluster=cl).build(dt))
+             for bn in REGISTER_STORE_TILE_N for bm, cl in NARROW_TILES for dt in ("bf16", "fp16")]
     jobs += [(lambda bn=bn: library_gemm("k", "k", bn, c_from_registers=True, out_fp32=True).build("bf16"))
              for bn in (*TILE_N, *K_MAJOR_B_TILE_N)]
     sources = {epilogue_case(m, n, act, "cpu").oriented(swap).source()
@@ -96,8 +98,8 @@ class RegisterCall:
     16 bytes into their buffers), into an output of pitch N + ``c_pad`` starting ``c_offset`` elements
     into a NaN-poisoned buffer; the buffer outside the view is checked untouched after each launch."""
 
-    def __init__(self, a_major="k", b_major="k", bn=256, split="tail", c_pad=1, c_offset=1):
-        self.kernel = library_gemm(a_major, b_major, bn, c_from_registers=True)
+    def __init__(self, a_major="k", b_major="k", bn=256, split="tail", c_pad=1, c_offset=1, bm=128, cluster=2):
+        self.kernel = library_gemm(a_major, b_major, bn, c_from_registers=True, bm=bm, cluster=cluster)
         self.a_major, self.b_major, self.split = a_major, b_major, split
         self.c_pad, self.c_offset = c_pad, c_offset
 
@@ -148,6 +150,28 @@ def test_k_major_b_tile_widths_and_stream_k_splits(a_major, bn, split):
     for m, n, k in [(256, 255, 4096), (1000, 521, 200), (2304, 2050, 1000)]:
         gate(fn, m, n, k, "bf16")
     gate(fn, 777, 1001, 300, "fp16")
+
+
+#: (BM, cluster) of the register-store-only widths' tests: level 9's pair, one 64-row CTA alone, and a pair of
+#: 64-row CTAs sharing B (48- and 72-row slices of B per CTA at BN 96 and 144).
+NARROW_TILES = ((128, 2), (64, 1), (64, 2))
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("bm,cluster", NARROW_TILES)
+@pytest.mark.parametrize("bn", REGISTER_STORE_TILE_N)
+@pytest.mark.parametrize("split", SPLITS)
+def test_register_store_only_widths(bn, bm, cluster, split):
+    """BN 96 and 144 (the register store only) under each split, odd pitch and base, M, N and K tails (N not a
+    multiple of the width, 1 row, 1 column); fp16 on one shape; then five launches bitwise the same."""
+    fn = RegisterCall("k", "k", bn=bn, split=split, c_pad=1, c_offset=1, bm=bm, cluster=cluster)
+    for m, n, k in [(1023, 768, 3072), (1000, 521, 200), (257, 4095, 130), (1, 24, 40), (300, 1, 64)]:
+        gate(fn, m, n, k, "bf16")
+    gate(fn, 777, 1001, 300, "fp16")
+    a, b = random_operands(1023, 2304, 768, "bf16", "cuda", seed=bn + bm + cluster)
+    first = fn(a, b).clone()
+    for _ in range(4):
+        assert torch.equal(fn(a, b), first)
 
 
 def assert_repeats_bitwise(call_class, split: str) -> None:

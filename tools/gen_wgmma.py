@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 #: The N of m64nNk16: 64-256 for the ladder and the library tiles, 8-32 for small-M (swapped) tiles.
-SHAPES = (8, 16, 32, 64, 128, 192, 256)
+SHAPES = (8, 16, 32, 64, 96, 128, 144, 192, 256)
 DTYPES = {"__nv_bfloat16": "bf16", "__half": "f16"}
 OUT = Path(__file__).resolve().parent.parent / "src/gemm_ladder/kernels/include/gemm_ladder/ptx/wgmma_ops.cuh"
 #: The N of m64nNk32 for fp8: the fp8 library kernel's tile widths (one consumer warpgroup's 64 rows).

@@ -88,6 +88,11 @@ TILE_N = (64, 128, 256)
 #: where the cost table times them: 128 x 192 tiles fill the SMs where 128 and 256 leave a wave part-empty
 #: (8192 x 768: 128 units of 192 against 192 of 128 or 96 of 256 on 66 clusters).
 K_MAJOR_B_TILE_N = (192,)
+#: Tile widths built for a K-major B with the register store only (``c_from_registers``): not whole 64-column
+#: TMA store panels. Shaped to fill 132 SMs where the others leave a wave part-empty (1023 x 768: 128 tiles of
+#: 64 x 96; 1023 x 2304: 128 of 128 x 144), as cuBLAS's 96- and 144-wide tiles there (issue 23's profile). Not
+#: among the route's widths (dispatch.kernels.general_bns) until a tune times them.
+REGISTER_STORE_TILE_N = (96, 144)
 #: Tile heights built: level 9's 128 (two consumer warpgroups of 64 rows), and 64 (one consumer: twice
 #: the tiles, where 128-row tiles leave SMs idle).
 TILE_M = (128, 64)
@@ -99,10 +104,12 @@ C_RING = 2
 MAJORS = ("k", "mn")
 
 
-def tile_n_built(b_major: str, bn: int) -> bool:
+def tile_n_built(b_major: str, bn: int, c_from_registers: bool = False) -> bool:
     """Whether the kernel is built at tile width ``bn`` for a B of major ``b_major`` ("k" or "mn"): every
-    width of :data:`TILE_N`, and :data:`K_MAJOR_B_TILE_N`'s for a K-major B."""
-    return bn in TILE_N or (bn in K_MAJOR_B_TILE_N and b_major == "k")
+    width of :data:`TILE_N`, :data:`K_MAJOR_B_TILE_N`'s for a K-major B, and with ``c_from_registers``
+    :data:`REGISTER_STORE_TILE_N`'s for a K-major B."""
+    return (bn in TILE_N or (bn in K_MAJOR_B_TILE_N and b_major == "k")
+            or (c_from_registers and bn in REGISTER_STORE_TILE_N and b_major == "k"))
 
 
 def split_schedule(units: int, resident_clusters: int, k_tiles: int, split: str,
@@ -564,8 +571,9 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
                  out_fp32: bool = False, cluster: int = 2, bm: int = 128, pingpong: bool = False,
                  timeline: bool = False, out_e4m3: bool = False, release_lag: int = 1) -> LibraryGemm:
     """The layouts kernel for A ``a_major`` and B ``b_major`` ("k" or "mn") with tile width ``bn``
-    (64, 128 or 256; 192 with a K-major B); one instance per configuration, so builds, loaded kernels and
-    maps are cached.
+    (64, 128 or 256; 192 with a K-major B; 96 and 144 with a K-major B and ``c_from_registers``,
+    :data:`REGISTER_STORE_TILE_N`); one instance per configuration, so builds, loaded kernels and maps are
+    cached.
 
     ``c_from_registers``: the build that stores C from registers (any pitch; see the module docstring);
     ``out_fp32`` (only with it): its float32-output build; ``out_e4m3`` (only with it, at BN 128 or 256): its
@@ -614,9 +622,11 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
         raise ValueError(f"cluster = {cluster!r}: the kernel is built for clusters of {' or '.join(map(str, CLUSTERS))} CTAs")
     if a_major not in MAJORS or b_major not in MAJORS:
         raise ValueError(f"a_major = {a_major!r}, b_major = {b_major!r}: each is one of {', '.join(MAJORS)}")
-    if not tile_n_built(b_major, bn):
-        raise ValueError(f"bn = {bn!r}: the kernel is built for BN in {TILE_N}, and {K_MAJOR_B_TILE_N} with a K-major B"
-                         + (f" (b_major = {b_major!r})" if bn in K_MAJOR_B_TILE_N else ""))
+    if not tile_n_built(b_major, bn, c_from_registers):
+        raise ValueError(f"bn = {bn!r}: the kernel is built for BN in {TILE_N}, {K_MAJOR_B_TILE_N} with a K-major B, and "
+                         f"{REGISTER_STORE_TILE_N} with a K-major B and c_from_registers=True"
+                         + (f" (b_major = {b_major!r}, c_from_registers = {c_from_registers})"
+                            if bn in K_MAJOR_B_TILE_N + REGISTER_STORE_TILE_N else ""))
     if out_fp32 and not c_from_registers:
         raise ValueError("out_fp32=True needs c_from_registers=True: only the register store writes float32")
     if out_e4m3 and (not c_from_registers or out_fp32 or bn % 128):

@@ -31,7 +31,8 @@
 //    splits the stage's K rows instead (stage_ring.cuh's produce_stage, the plan's B box).
 //    BN = 192 (three panels, a ring of one: kCRing divides kCPanels) is built for a K-major B only,
 //    whose cluster slices are 96-row boxes; the designer refuses an MN-major B there (its 96-element
-//    slice is not whole 64-element boxes).
+//    slice is not whole 64-element boxes). BN = 96 and 144 (K-major B, 48- and 72-row cluster slices) are
+//    built with the register store only: their tiles are not whole 64-column store panels.
 //  - kStore: how C is written (CStore below), and Out, its element type.
 //  - Epi: the fused epilogue or none (fused_epilogue_pair.cuh's FusedEpilogue, NoEpilogue).
 // The stage ring's headers (tma_tile.cuh's SmemMap, stage_ring.cuh, cluster_ring.cuh, panel_ring.cuh)
@@ -185,8 +186,9 @@ __host__ __device__ constexpr bool config_ok() {
                 "sm90_gemm: level 9's 128-row tile on two consumer warpgroups, or a 64-row tile on one, or 64-row "
                 "tiles taken in turn by two (ping-pong); a producer warpgroup");
   static_assert(Cfg::kCluster == 1 || Cfg::kCluster == 2, "sm90_gemm: a 2-CTA cluster sharing B, or one CTA");
-  static_assert(Cfg::BN == 64 || Cfg::BN == 128 || Cfg::BN == 192 || Cfg::BN == 256,
-                "sm90_gemm: BN is 64, 128, 192 or 256");
+  static_assert(Cfg::BN == 64 || Cfg::BN == 128 || Cfg::BN == 192 || Cfg::BN == 256 ||
+                    ((Cfg::BN == 96 || Cfg::BN == 144) && Cfg::kStore == CStore::kRegisters),
+                "sm90_gemm: BN is 64, 128, 192 or 256; 96 or 144 stored from registers (not whole 64-column panels)");
   static_assert(Cfg::BK == 64, "sm90_gemm: BK = 64, one 128-byte swizzle span of K per stage");
   static_assert((Cfg::kAMnMajor == 0 || Cfg::kAMnMajor == 1) && (Cfg::kBMnMajor == 0 || Cfg::kBMnMajor == 1),
                 "sm90_gemm: each operand K-major (0) or MN-major (1)");

@@ -18,7 +18,7 @@ struct FragmentPartials {
   static constexpr int kVec = kAcc / 4;
   static constexpr int kFloats = 128 * kAcc;  // one slot
   // float4 loads in flight per batch while reducing: latency, not registers, is what is short.
-  static constexpr int kBatch = kVec < 8 ? kVec : 8;
+  static constexpr int kBatch = kVec % 8 == 0 ? 8 : kVec % 6 == 0 ? 6 : kVec % 4 == 0 ? 4 : kVec % 2 == 0 ? 2 : 1;
   static_assert(kVec % kBatch == 0, "whole batches of float4s");
   float* base;  // slot 0 of this tile and warpgroup
 
