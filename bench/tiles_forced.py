@@ -2,7 +2,7 @@
 cuBLAS and the route, interleaved in one process: does the route pick badly among what exists, or is
 no existing configuration good enough?
 
-    python bench/tiles_forced.py [--shapes NAME,...] [--check] [--full-run] [--clusters 2,1] [--budget 0.03] [-o OUT_DIR]
+    python bench/tiles_forced.py [--shapes NAME,...] [--check] [--full-run] [--clusters 2,1] [--register-widths 96,144] [--budget 0.03] [-o OUT_DIR]
 
 ``--check`` adds :data:`CHECK_SHAPES`, ``--full-run`` :data:`SHAPES_FULL_RUN`, ``--small-m`` :data:`SHAPES_SMALL_M`. Shapes: :data:`SHAPES`, the plain (no epilogue) rows of bench/results/2026-12-03_shapes_real_quick_5c39c94.json
 below 0.85x cuBLAS (M x N x K of ``F.linear(x, w)``, x (M, K), w (N, K), both row-major).
@@ -129,10 +129,11 @@ def general_widths() -> tuple[int, ...]:
 CLUSTERS = (2, 1)
 
 
-def general_label(bn: int, split: str, cluster: int, bm: int = 128) -> str:
+def general_label(bn: int, split: str, cluster: int, bm: int = 128, creg: bool = False) -> str:
     """A forced general configuration's name: 'general BN 256 tail', 'general c1 BN 256 tail' for one
-    CTA per cluster, 'general BM 64 BN 128 none' for a 64-row tile."""
-    return f"general {'c1 ' if cluster == 1 else ''}{'BM 64 ' if bm == 64 else ''}BN {bn} {split}"
+    CTA per cluster, 'general BM 64 BN 128 none' for a 64-row tile, 'general BM 64 BN 96 creg none' for the
+    register-store build (``creg``)."""
+    return f"general {'c1 ' if cluster == 1 else ''}{'BM 64 ' if bm == 64 else ''}BN {bn} {'creg ' if creg else ''}{split}"
 
 
 #: The general kernel's tile heights forced (--tile-m): level 9's 128, and 64 (one consumer).
@@ -148,6 +149,27 @@ def configs_for(m: int, dtype: str, clusters=CLUSTERS, tile_m=TILE_M):
            for bm in tile_m]
     out += [K.small_m(m, bn, dtype) for bn in small_m_buckets(m)]
     return out
+
+
+def register_builds(dtypes, clusters=CLUSTERS, tile_m=TILE_M, widths=()) -> list[str]:
+    """Compile the register-store builds at ``widths`` (--register-widths) for each dtype, cluster size and tile
+    height, in parallel; returns failures."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gemm_ladder.library.gemm import library_gemm
+
+    jobs = [(bn, cl, bm, dt) for bn in widths for cl in clusters for bm in tile_m for dt in dtypes]
+
+    def build(job):
+        bn, cl, bm, dt = job
+        try:
+            library_gemm("k", "k", bn, c_from_registers=True, cluster=cl, bm=bm).build(dt)
+            return None
+        except Exception as exc:  # noqa: BLE001 - a failed build is reported, the rest still run
+            return f"creg BN {bn} cluster {cl} BM {bm} {dt}: {type(exc).__name__}: {exc}"
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        return [f for f in pool.map(build, jobs) if f]
 
 
 def prebuild(shapes, workers: int, clusters=CLUSTERS, tile_m=TILE_M) -> list[str]:
@@ -166,8 +188,10 @@ def prebuild(shapes, workers: int, clusters=CLUSTERS, tile_m=TILE_M) -> list[str
     return [f"{label}: {o}" for label, o in outcomes.items() if not o.startswith("built")]
 
 
-def forced_fns(x: torch.Tensor, w: torch.Tensor, dtype: str, clusters=CLUSTERS, tile_m=TILE_M) -> dict[str, tuple]:
-    """name -> (bound launch, its output c, facts) of every forced configuration on (x, w)."""
+def forced_fns(x: torch.Tensor, w: torch.Tensor, dtype: str, clusters=CLUSTERS, tile_m=TILE_M,
+               register_widths=()) -> dict[str, tuple]:
+    """name -> (bound launch, its output c, facts) of every forced configuration on (x, w); the register-store
+    builds at ``register_widths`` too (every split)."""
     from gemm_ladder.dispatch import kernels as K
     from gemm_ladder.library.gemm import SPLITS, library_gemm
     from gemm_ladder.library.operand import operand_view
@@ -179,14 +203,15 @@ def forced_fns(x: torch.Tensor, w: torch.Tensor, dtype: str, clusters=CLUSTERS, 
     out = {}
     for cluster in clusters:
         for bm in tile_m:
-            for bn in general_widths():
-                kernel = library_gemm("k", "k", bn, cluster=cluster, bm=bm)
+            widths = [(bn, False) for bn in general_widths()] + [(bn, True) for bn in register_widths]
+            for bn, creg in widths:
+                kernel = library_gemm("k", "k", bn, cluster=cluster, bm=bm, c_from_registers=creg)
                 for split in sorted(SPLITS, key=lambda sp: (sp not in kernel.splits, sp)):  # every policy, ranked ones first
                     c = torch.empty(m, n, dtype=x.dtype, device=x.device)
                     bound = kernel.bind(va, vb, c, split=split)
-                    out[general_label(bn, split, cluster, bm)] = (bound, c, {
+                    out[general_label(bn, split, cluster, bm, creg)] = (bound, c, {
                         "kernel": "general", "bm": bm, "bn": bn, "split": split, "cluster": cluster,
-                        "stages": kernel.stages})
+                        "stages": kernel.stages, "store": "registers" if creg else "tma"})
     for bn in small_m_buckets(m):
         kernel = small_m_kernel(bn)
         resident = kernel.loaded(dtype, x.device).max_active_clusters(x.device)
@@ -217,7 +242,7 @@ def route_label(d: dict) -> str:
     return d["kind"]
 
 
-def bench_shape(name, m, n, k, dtype, budget, seed, clusters=CLUSTERS, tile_m=TILE_M) -> dict:
+def bench_shape(name, m, n, k, dtype, budget, seed, clusters=CLUSTERS, tile_m=TILE_M, register_widths=()) -> dict:
     from gemm_ladder.gates.performance import time_fns
 
     x, w = random_operands(m, n, k, dtype, "cuda", seed)
@@ -231,7 +256,7 @@ def bench_shape(name, m, n, k, dtype, budget, seed, clusters=CLUSTERS, tile_m=TI
 
     cublas_err, _ = err(F.linear(x, w))
     bound = error_bound(cublas_err, dtype)
-    forced = forced_fns(x, w, dtype, clusters, tile_m)
+    forced = forced_fns(x, w, dtype, clusters, tile_m, register_widths)
     rows = {}
     for label, (launch, c, facts) in forced.items():
         c.fill_(float("nan"))
@@ -302,6 +327,9 @@ def main() -> int:
     p.add_argument("--small-m", action="store_true", help="also SHAPES_SMALL_M (small-M rows below 0.9x cuBLAS)")
     p.add_argument("--clusters", default="2,1", help="the general kernel's cluster sizes forced (default 2,1)")
     p.add_argument("--tile-m", default="128", help="the general kernel's tile heights forced: 128, 64 or 128,64 (default 128)")
+    p.add_argument("--register-widths", default="",
+                   help="also the register-store builds at these widths, a comma list (e.g. 96,144: library/gemm.py's "
+                        "REGISTER_STORE_TILE_N, which the route does not offer yet)")
     p.add_argument("--budget", type=float, default=0.03, help="seconds of timed calls per configuration")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="parallel builds")
     p.add_argument("-o", "--output", default=None, help="output folder (default $OUT/tiles or ./tiles_out)")
@@ -329,16 +357,28 @@ def main() -> int:
     except ValueError:
         print(f"tiles_forced.py: --tile-m {args.tile_m!r}: a comma list of 128, 64", file=sys.stderr)
         return 2
+    from gemm_ladder.library.gemm import REGISTER_STORE_TILE_N, TILE_N
+
+    try:
+        register_widths = tuple(int(c) for c in args.register_widths.split(",") if c.strip())
+        if any(bn not in REGISTER_STORE_TILE_N + TILE_N for bn in register_widths):
+            raise ValueError
+    except ValueError:
+        print(f"tiles_forced.py: --register-widths {args.register_widths!r}: a comma list of "
+              f"{', '.join(map(str, REGISTER_STORE_TILE_N + TILE_N))}", file=sys.stderr)
+        return 2
     require_gpu(__file__)
     out_dir = Path(args.output or Path(os.environ.get("OUT", "."), "tiles"))
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     failures = prebuild(shapes, args.workers, clusters, tile_m)
+    failures += register_builds(sorted({s[4] for s in shapes}), clusters, tile_m, register_widths)
     print(f"builds: {time.time() - t0:.1f} s; failures: {failures}", flush=True)
     results = []
     for i, (name, m, n, k, dtype) in enumerate(shapes):
         t1 = time.time()
-        r = bench_shape(name, m, n, k, dtype, args.budget, seed=23000 + i, clusters=clusters, tile_m=tile_m)
+        r = bench_shape(name, m, n, k, dtype, args.budget, seed=23000 + i, clusters=clusters, tile_m=tile_m,
+                        register_widths=register_widths)
         results.append(r)
         bad = [lb for lb, v in r["configs"].items() if v.get("ok") is False]
         print(f"{name} {m}x{n}x{k} {dtype}: cuBLAS {r['cublas_us']:.1f} us, route {r['configs']['route']['us']:.1f} us "

@@ -19,6 +19,7 @@ def test_labels_name_the_cluster_and_the_tile_rows():
     assert tf.general_label(128, "none", 2) == "general BN 128 none"
     assert tf.general_label(64, "tail", 1) == "general c1 BN 64 tail"
     assert tf.general_label(192, "all", 1, 64) == "general c1 BM 64 BN 192 all"
+    assert tf.general_label(96, "none", 1, 64, creg=True) == "general c1 BM 64 BN 96 creg none"
     # explain's decision maps onto the forced label of the same build
     d = {"kind": "general", "tile": [64, 128, 64], "split": "none", "cluster": 2}
     assert tf.route_label(d) == "general BM 64 BN 128 none"
@@ -44,6 +45,8 @@ def test_shape_sets_are_named_once():
     (["--tile-m", "96"], "--tile-m '96'"),
     (["--tile-m", "128,x"], "--tile-m '128,x'"),
     (["--clusters", "4"], "--clusters '4'"),
+    (["--register-widths", "97"], "--register-widths '97'"),
+    (["--register-widths", "96,x"], "--register-widths '96,x'"),
     (["--shapes", "no such shape"], "unknown shapes"),
     (["--shapes", "vit_l16 mlp.fc2 197"], "--small-m"),  # a SHAPES_SMALL_M name without --small-m
 ])
