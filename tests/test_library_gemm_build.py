@@ -159,6 +159,24 @@ def test_register_store_only_widths_pass_the_resource_gate(narrow_reports, job):
     assert set(_HGMMA.findall(sass)) == {(f"64x{bn}x16", ".BF16" if dtype == "bf16" else "", "")}
 
 
+@needs_nvcc
+def test_register_store_only_widths_compile_with_a_fused_epilogue(use_cache):
+    """A bias + residual epilogue at BN 96 and 144 in both orientations: its residual's prefetch runs are
+    not whole 128-byte lines there (fused_epilogue.cuh's epi_prefetch_runs takes a partial last line)."""
+    import torch
+
+    from gemm_ladder.library.epilogue import linear_epilogue
+
+    ep = linear_epilogue(bias=True, activation="gelu_tanh", residual=True, alpha=True)
+    dts = {name: torch.bfloat16 for name in ep.tensor_inputs}
+    for bn in REGISTER_STORE_TILE_N:
+        g = library_gemm("k", "k", bn, c_from_registers=True, bm=64, cluster=1)
+        for swap in (False, True):
+            src = ep.source(dts, swap, wide=False, pairs={name: (True, False) for name in dts},
+                            prefetch={"gl_residual_": "rows" if swap else "cols"})  # a row-major residual's
+            assert g.build("bf16", epilogue_source=src).cubin.exists()
+
+
 def test_register_store_only_widths_are_refused_elsewhere():
     """BN 96 and 144 are built for a K-major B stored from registers; a TMA store or an MN-major B is refused."""
     for bn in REGISTER_STORE_TILE_N:

@@ -219,7 +219,8 @@ def test_float32_output(bn, split):
 @pytest.mark.parametrize("transposed", [False, True])
 @pytest.mark.parametrize("activation", [None, "gelu_tanh"])
 @pytest.mark.parametrize("split", ["tail", "all"])
-def test_fused_epilogue_in_both_orientations(transposed, activation, split):
+@pytest.mark.parametrize("bn", [256, *REGISTER_STORE_TILE_N])
+def test_fused_epilogue_in_both_orientations(transposed, activation, split, bn):
     """bias + activation + residual, alpha, beta applied in registers right before each pair's store:
     D = A B^T into c (row-major, odd pitch), or D^T = B A^T into c.T (c column-major, odd pitch: the
     kernel's rows are the output's columns; the epilogue is oriented, GL_EPI_SWAP)."""
@@ -229,11 +230,11 @@ def test_fused_epilogue_in_both_orientations(transposed, activation, split):
         call = epilogue_case(m, n, activation, "cuda")
         store, c, outside = poisoned_out(m, n, dt, ldc=(m if transposed else n) + 3, offset=3, transposed=transposed)
         if transposed:  # the kernel computes D^T (N, M) = B A^T: A = b, B = a, its output c.T (row-major)
-            kernel = library_gemm("k", "k", 256, c_from_registers=True)
+            kernel = library_gemm("k", "k", bn, c_from_registers=True)
             kernel.launch(operand_view(b, k_dim=1), operand_view(a, k_dim=1), c.T, split=split,
                           epilogue=call.oriented(True))
         else:
-            kernel = library_gemm("k", "k", 256, c_from_registers=True)
+            kernel = library_gemm("k", "k", bn, c_from_registers=True)
             kernel.launch(operand_view(a, k_dim=1), operand_view(b, k_dim=1), c, split=split,
                           epilogue=call.oriented(False))
         torch.cuda.synchronize()

@@ -138,7 +138,7 @@ __device__ __forceinline__ void epi_load_pair(const void* base, Off offset, Off 
 // inside the output; a run at or past outer_extent, or an empty one, is not touched, nor is any element
 // outside the output. Per run, one prefetch.global.L2 (PTX ISA, "prefetch": the cache line holding the
 // address) at each 128 bytes from its first element and one at its last element: every line the run's
-// elements touch, aligned or not (kRunLen / kLine + 1 per run, spread over the kThreads threads). A
+// elements touch, aligned or not (ceil(kRunLen / kLine) + 1 per run, spread over the kThreads threads). A
 // per-thread prefetch is one instruction (CCTL); cp.async.bulk.prefetch.L2 takes its address in a uniform
 // register, which costs a loop over the warp's distinct addresses when each thread has its own run. A
 // prefetch writes nothing and orders nothing (a hint): no barrier. 64-bit offsets: a few integer
@@ -149,8 +149,9 @@ __device__ __forceinline__ void epi_prefetch_runs(const void* base, long long ou
   constexpr int kBytes = DT == kEpiFp32 ? 4 : 2;
   constexpr int kLine = 128 / kBytes;             // elements per 128-byte line (one per 32-byte sector
                                                   // spilled the BN 256 build, the prefetch now in the loop)
-  static_assert(kRunLen % kLine == 0, "epi_prefetch_runs: runs of whole lines");
-  constexpr int kPoints = kRunLen / kLine + 1;    // per run: its lines from its first element, then its last
+  // Per run: a point every kLine elements from its first, then its last (BN 96 and 144 are not whole lines:
+  // consecutive points stay at most a line apart, so every line the run touches is hit).
+  constexpr int kPoints = (kRunLen + kLine - 1) / kLine + 1;
   constexpr int kItems = kRuns * kPoints;
   const int len = min(kRunLen, inner_extent - inner0);
   const char* const bytes = static_cast<const char*>(base);
