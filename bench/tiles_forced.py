@@ -140,45 +140,28 @@ def general_label(bn: int, split: str, cluster: int, bm: int = 128, creg: bool =
 TILE_M = (128,)
 
 
-def configs_for(m: int, dtype: str, clusters=CLUSTERS, tile_m=TILE_M):
+def configs_for(m: int, dtype: str, clusters=CLUSTERS, tile_m=TILE_M, register_widths=()):
     """The KernelConfigs a shape's forced runs need (general TMA-store builds K-major at each cluster
-    size and tile height, small-M buckets)."""
+    size and tile height, the register-store builds at ``register_widths`` likewise, small-M buckets)."""
     from gemm_ladder.dispatch import kernels as K
+    from gemm_ladder.library.gemm import GEMM
+    from gemm_ladder.library.kernel import STORE_REGISTERS
 
     out = [K.general("k", "k", bn, dtype, cluster, bm) for bn in general_widths() for cluster in clusters
            for bm in tile_m]
+    out += [GEMM.config("k", "k", bn, dtype, store=STORE_REGISTERS, cluster=cluster, bm=bm)
+            for bn in register_widths for cluster in clusters for bm in tile_m]
     out += [K.small_m(m, bn, dtype) for bn in small_m_buckets(m)]
     return out
 
 
-def register_builds(dtypes, clusters=CLUSTERS, tile_m=TILE_M, widths=()) -> list[str]:
-    """Compile the register-store builds at ``widths`` (--register-widths) for each dtype, cluster size and tile
-    height, in parallel; returns failures."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from gemm_ladder.library.gemm import library_gemm
-
-    jobs = [(bn, cl, bm, dt) for bn in widths for cl in clusters for bm in tile_m for dt in dtypes]
-
-    def build(job):
-        bn, cl, bm, dt = job
-        try:
-            library_gemm("k", "k", bn, c_from_registers=True, cluster=cl, bm=bm).build(dt)
-            return None
-        except Exception as exc:  # noqa: BLE001 - a failed build is reported, the rest still run
-            return f"creg BN {bn} cluster {cl} BM {bm} {dt}: {type(exc).__name__}: {exc}"
-
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        return [f for f in pool.map(build, jobs) if f]
-
-
-def prebuild(shapes, workers: int, clusters=CLUSTERS, tile_m=TILE_M) -> list[str]:
+def prebuild(shapes, workers: int, clusters=CLUSTERS, tile_m=TILE_M, register_widths=()) -> list[str]:
     """Compile (and load) every build the shapes need, and each route's, in parallel; returns failures."""
     from gemm_ladder.dispatch.precompile import config_build, run_builds
 
     configs = {}
     for _, m, n, k, dtype in shapes:
-        for c in configs_for(m, dtype, clusters, tile_m):
+        for c in configs_for(m, dtype, clusters, tile_m, register_widths):
             configs[c] = None
         x = torch.empty(m, k, dtype=DTYPES[dtype], device="cuda")
         w = torch.empty(n, k, dtype=DTYPES[dtype], device="cuda")
@@ -371,8 +354,7 @@ def main() -> int:
     out_dir = Path(args.output or Path(os.environ.get("OUT", "."), "tiles"))
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    failures = prebuild(shapes, args.workers, clusters, tile_m)
-    failures += register_builds(sorted({s[4] for s in shapes}), clusters, tile_m, register_widths)
+    failures = prebuild(shapes, args.workers, clusters, tile_m, register_widths)
     print(f"builds: {time.time() - t0:.1f} s; failures: {failures}", flush=True)
     results = []
     for i, (name, m, n, k, dtype) in enumerate(shapes):

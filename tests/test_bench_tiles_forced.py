@@ -33,6 +33,10 @@ def test_configs_for_every_tile_height_asked():
     assert {c.tile[0] for c in general} == {128, 64} and {c.cluster for c in general} == {2, 1}
     assert all(c.a_major == c.b_major == "k" for c in general)
     assert {c.tile[0] for c in tf.configs_for(512, "bf16") if c.family == "sm90_gemm"} == {128}  # the default
+    # --register-widths: the register-store builds beside them, built by the same prebuild
+    creg = [c for c in tf.configs_for(512, "bf16", (2, 1), (128, 64), (96, 144)) if c.store == "registers"]
+    assert {(c.tile[0], c.tile[1], c.cluster) for c in creg} == {(bm, bn, cl) for bm in (128, 64) for bn in (96, 144)
+                                                                   for cl in (2, 1)}
 
 
 def test_shape_sets_are_named_once():

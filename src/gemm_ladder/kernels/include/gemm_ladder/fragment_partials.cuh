@@ -9,6 +9,13 @@
 
 namespace gl {
 
+// The largest divisor of n that is at most cap (n >= 1): whole batches of loads.
+__host__ __device__ constexpr int largest_divisor_up_to(int n, int cap) {
+  for (int d = cap < n ? cap : n; d > 1; --d)
+    if (n % d == 0) return d;
+  return 1;
+}
+
 // One warpgroup's fragment of kAcc fp32 accumulators per thread, one slot of 128 * kAcc floats per
 // contributor, stored so that a warp's float4 accesses are contiguous: float4 v of thread t lives at
 // slot[v * 128 + t].
@@ -18,7 +25,7 @@ struct FragmentPartials {
   static constexpr int kVec = kAcc / 4;
   static constexpr int kFloats = 128 * kAcc;  // one slot
   // float4 loads in flight per batch while reducing: latency, not registers, is what is short.
-  static constexpr int kBatch = kVec % 8 == 0 ? 8 : kVec % 6 == 0 ? 6 : kVec % 4 == 0 ? 4 : kVec % 2 == 0 ? 2 : 1;
+  static constexpr int kBatch = largest_divisor_up_to(kVec, 8);  // 6 at BN 96 and 144 (kVec 12, 18)
   static_assert(kVec % kBatch == 0, "whole batches of float4s");
   float* base;  // slot 0 of this tile and warpgroup
 
