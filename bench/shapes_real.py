@@ -21,6 +21,11 @@ against the float64 reference of the whole layer (relative Frobenius error withi
 built on the torch composition's own error, gates.correctness.error_bound, and finite where the
 reference is); a row that fails is recorded with its error and not timed.
 
+``--autotune``: each row (but swiglu's) timed a second time with the library's autotune on
+(dispatch/autotune.py: its first call times the cost model's leading builds and keeps the fastest), in
+its own interleaved rounds against cuBLAS: ``ratio_cublas_tuned``, ``ours_tuned_us``, ``cublas_tuned_us``,
+``tuning`` (the candidates, their times and the one kept), ``tuned_ok`` (the output checked again).
+
 ``--quick``: 30 plain and 8 fused rows (QUICK_PLAIN, QUICK_FUSED), shorter timing, about 150 s on the
 H200 with a warm kernel cache; ``--deadline S`` records the rows not started after S seconds as not
 run. The full set skips rows above FLOP_CAP (prefill of the largest vocabularies) and times each
@@ -225,12 +230,20 @@ class Impl:
 
     linear: Callable
     swiglu: Callable
+    #: ``set_autotune(bool) -> previous`` and ``tuning(x, w, activation) -> dict`` (what the autotune kept
+    #: for that product: explain's heuristic["autotune"]); None: the library has no autotune (--autotune skips).
+    set_autotune: Callable | None = None
+    tuning: Callable | None = None
 
 
 def library_impl() -> Impl:
     import gemm_ladder
 
-    return Impl(linear=gemm_ladder.linear, swiglu=gemm_ladder.swiglu)
+    def tuning(x, w, activation):
+        return gemm_ladder.explain(x, w.T, activation=activation).heuristic.get("autotune")
+
+    return Impl(linear=gemm_ladder.linear, swiglu=gemm_ladder.swiglu, set_autotune=gemm_ladder.set_autotune,
+                tuning=tuning)
 
 
 ACT = {"bias+gelu": "gelu", "bias+gelu_tanh": "gelu_tanh", "relu": "relu"}
@@ -326,6 +339,7 @@ class Settings:
     compile: bool = True
     impl: Impl | None = None
     timer: Callable | None = None  # time_fns's signature; default gates.performance.time_fns
+    autotune: bool = False  # also time each row with the library's autotune on (a second phase: measure)
 
 
 def make_compiled(epilogues) -> dict[str, Callable]:
@@ -373,10 +387,43 @@ def measure(c: Case, s: Settings, compiled: dict[str, Callable], seed: int) -> d
             row["ratio_eager"] = row["eager_us"] / ours_us
             row["ratio_compile"] = row["compile_us"] / ours_us if "compile_us" in row else None
         row["tflops"] = c.flops() / (ours_us * 1e-6) / 1e12
+        if s.autotune:
+            row.update(tuned_phase(c, s, impl, ours, cublas, theirs, (x, w, b, w2), timer))
     except Exception as e:  # a failing row is recorded; the run goes on
         row["ok"] = False
         row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     return row
+
+
+def tuned_phase(c: Case, s: Settings, impl: Impl, ours, cublas, theirs, args, timer) -> dict:
+    """The row's second phase with the library's autotune on (dispatch/autotune.py): the first call times
+    its candidates, then the output is checked again and ours is timed against cuBLAS, interleaved, in
+    this phase's own rounds (``ratio_cublas_tuned``; the first phase's ``ratio_cublas`` is the default
+    route's). ``tuning``: what the autotune kept. swiglu rows and a library without autotune: ``tuned``
+    says why not."""
+    if c.epilogue == "swiglu" or impl.set_autotune is None:
+        return {"tuned": "not run: " + ("swiglu's products are the small-M kernel's or swiglu's own"
+                                        if c.epilogue == "swiglu" else "the library under test has no autotune")}
+    x, w, b, w2 = args
+    prev = impl.set_autotune(True)
+    try:
+        first = ours(*args)  # times the candidates and keeps one
+        _sync(s.device)
+        out = {"tuning": impl.tuning(x, w, ACT.get(c.epilogue)) if impl.tuning else None}
+        checked = check(c, ours(*args), theirs(*args), *args)
+        del first
+        out["tuned_ok"] = checked["ok"]
+        if not checked["ok"]:
+            out["tuned_rel_err"] = checked["rel_err"]
+            return out
+        t = timer({"ours_tuned": lambda a_, b_: ours(*args), "cublas_tuned": lambda a_, b_: cublas(*args)}, x, w,
+                  budget_s=s.budget_s, rounds=s.rounds, warmup=s.warmup)
+        out["ours_tuned_us"] = t["ours_tuned"].median_ms * 1e3
+        out["cublas_tuned_us"] = t["cublas_tuned"].median_ms * 1e3
+        out["ratio_cublas_tuned"] = out["cublas_tuned_us"] / out["ours_tuned_us"]
+        return out
+    finally:
+        impl.set_autotune(prev)
 
 
 def _sync(device: str) -> None:
@@ -416,6 +463,8 @@ def describe(r: dict) -> str:
     if r.get("error"):
         return f"{head} FAILED: {r['error']}"
     parts = [f"ours {r['ours_us']:8.1f} us", f"vs cuBLAS {r['ratio_cublas']:.3f}"]
+    if r.get("ratio_cublas_tuned") is not None:
+        parts.append(f"tuned {r['ratio_cublas_tuned']:.3f}")
     if r["epilogue"] is not None:
         parts.append(f"eager {r['ratio_eager']:.3f}")
         if r.get("ratio_compile") is not None:
@@ -472,6 +521,9 @@ def summarize(rows: list[dict]) -> dict:
         "failed": [f"{r['model']} {r['layer']} {r['M']} {r['dtype']} {r['epilogue']}: {r.get('error')}"
                    for r in rows if r.get("ok") is False],
         "plain_geomean_vs_cublas": g,
+        "plain_geomean_vs_cublas_tuned": geomean([r["ratio_cublas_tuned"] for r in plain if r.get("ratio_cublas_tuned")]),
+        "plain_min_vs_cublas_tuned": min((r["ratio_cublas_tuned"] for r in plain if r.get("ratio_cublas_tuned")),
+                                         default=None),
         "plain_min_vs_cublas": min((r["ratio_cublas"] for r in plain), default=None),
         "fused_geomean_vs_eager": geomean([r["ratio_eager"] for r in fused + swi]),
         "fused_geomean_vs_compile": geomean([r["ratio_compile"] for r in fused + swi if r.get("ratio_compile")]),
@@ -504,6 +556,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--strict", action="store_true", help="exit 1 when a target is missed too")
     p.add_argument("--deadline", type=float, default=None,
                    help="seconds after which rows not yet started are recorded as not run (the result is still written)")
+    p.add_argument("--autotune", action="store_true",
+                   help="time each row a second time with the library's autotune on (ratio_cublas_tuned)")
     add_output_argument(p)
     args = p.parse_args(argv)
     try:
@@ -515,7 +569,8 @@ def main(argv: list[str] | None = None) -> int:
     require_gpu(__file__)
     models = tuple(m for m in MODELS if m.name in names)
     cases = quick_cases() if args.quick else full_cases(models, tuple(dtypes))
-    s = Settings(budget_s=args.budget or (0.03 if args.quick else 0.1), compile=not args.no_compile)
+    s = Settings(budget_s=args.budget or (0.03 if args.quick else 0.1), compile=not args.no_compile,
+                 autotune=args.autotune)
     t0 = time.perf_counter()
     rows = run(cases, s, deadline_s=args.deadline)
     summary = summarize(rows)
@@ -530,7 +585,10 @@ def main(argv: list[str] | None = None) -> int:
 
     # The tables the routes came from (a table merged on the machine before the run is not the commit's).
     tables = {"cost_model": cost_model().provenance, "small_m": tiles_rule().provenance}
-    save({"quick": args.quick, "budget_s": s.budget_s, "rounds": s.rounds, "dispatch_tables": tables,
+    if args.autotune:
+        print(f"autotune: plain geomean vs cuBLAS {summary['plain_geomean_vs_cublas_tuned'] or float('nan'):.3f} "
+              f"(default route {summary['plain_geomean_vs_cublas'] or float('nan'):.3f})")
+    save({"quick": args.quick, "autotune": args.autotune, "budget_s": s.budget_s, "rounds": s.rounds, "dispatch_tables": tables,
           "models": [{"name": m.name, "source": m.source} for m in MODELS], "rows": rows, "summary": summary},
          "shapes_real" + ("_quick" if args.quick else ""), args.output)
     missed = any(t["met"] is False for t in summary["targets"])

@@ -227,3 +227,29 @@ def test_rows_past_the_deadline_are_recorded_as_not_run():
     s = sr.summarize(rows)
     assert s["rows_not_run"] == len(rows) and s["rows_failed"] == 0 and s["rows_timed"] == 0
     assert all(t["met"] is None for t in s["targets"])
+
+
+def test_autotune_phase_times_a_second_time_and_restores_the_setting():
+    """--autotune: each row but swiglu's timed again with the setting on (checked first), restored after;
+    a library without autotune says so per row."""
+    state = {"on": False, "sets": []}
+
+    def set_autotune(on):
+        prev, state["on"] = state["on"], on
+        state["sets"].append(on)
+        return prev
+
+    impl = sr.Impl(linear=torch_linear, swiglu=torch_swiglu, set_autotune=set_autotune,
+                   tuning=lambda x, w, act: {"state": "tuned", "activation": act})
+    rows = sr.run(sr.full_cases(TINY, ("bf16",)), cpu(impl=impl, autotune=True), models=TINY, log=lambda _: None)
+    assert state["on"] is False and state["sets"].count(True) == state["sets"].count(False) > 0
+    for r in rows:
+        if r["epilogue"] == "swiglu":
+            assert r["tuned"].startswith("not run") and "ratio_cublas_tuned" not in r
+        elif "same_as" not in r:
+            assert r["tuned_ok"] and r["ratio_cublas_tuned"] > 0 and r["tuning"]["state"] == "tuned"
+            assert r["tuning"]["activation"] == sr.ACT.get(r["epilogue"])
+    summary = sr.summarize(rows)
+    assert summary["plain_geomean_vs_cublas_tuned"] > 0
+    plain = sr.run(sr.full_cases(TINY[:1], ("bf16",))[:1], cpu(autotune=True), models=TINY, log=lambda _: None)
+    assert plain[0]["tuned"] == "not run: the library under test has no autotune"

@@ -33,6 +33,7 @@ __all__ = ["Epilogue", "Explanation", "__version__", "explain", "explain_swiglu"
            "precompile", "swiglu", "scaled_mm", "quantize_fp8", "explain_scaled_mm", *_ERRORS]
 __all__ += ["grouped_linear", "grouped_mm", "grouped_mm_masked", "explain_grouped_mm"]  # mixture-of-experts grouped GEMM (ops_grouped.py)
 __all__ += ["grouped_swiglu", "explain_grouped_swiglu"]  # the experts' gated MLP (ops_grouped_swiglu.py)
+__all__ += ["set_autotune"]  # measured choice among the cost model's leading builds (dispatch/autotune.py)
 
 _API = ("Epilogue", "Explanation", "explain", "explain_swiglu", "linear", "mm", "swiglu")
 
@@ -67,6 +68,10 @@ def __getattr__(name: str):
         return getattr(__import__("gemm_ladder.ops_grouped", fromlist=[name]), name)
     if name in ("grouped_swiglu", "explain_grouped_swiglu"):  # the experts' gated MLP (ops_grouped_swiglu.py)
         return getattr(__import__("gemm_ladder.ops_grouped_swiglu", fromlist=[name]), name)
+    if name == "set_autotune":  # time the cost model's leading builds at a signature's first call (dispatch/autotune.py)
+        from gemm_ladder.dispatch import set_autotune
+
+        return set_autotune
     if name == "precompile":  # by dtype and shape class, or a model's own set (precompile(model, example_inputs))
         from gemm_ladder.model_precompile import precompile
 
@@ -84,7 +89,8 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_API) | {"nn", "ops", "precompile", "grouped_mm", "grouped_linear",
-                                                 "grouped_mm_masked", "explain_grouped_mm", "grouped_swiglu", "explain_grouped_swiglu", "scaled_mm", "quantize_fp8", "explain_scaled_mm"})
+                                                 "grouped_mm_masked", "explain_grouped_mm", "grouped_swiglu", "explain_grouped_swiglu", "scaled_mm", "quantize_fp8", "explain_scaled_mm",
+                                                 "set_autotune"})
 
 
 _register_ops()

@@ -15,10 +15,11 @@ from dataclasses import replace
 import torch
 
 from gemm_ladder.contract import OutsideDomainError
+from gemm_ladder.dispatch import autotune
 from gemm_ladder.dispatch.heuristic import CostModel, load_table
 from gemm_ladder.dispatch.pingpong import ACTIVATIONS as PINGPONG_ACTIVATIONS
 from gemm_ladder.dispatch.pingpong import pingpong_route
-from gemm_ladder.dispatch.route import DeviceFacts, Route, choose, device_facts, find_routes
+from gemm_ladder.dispatch.route import DeviceFacts, Route, choose, device_facts, find_routes, general_alternatives
 from gemm_ladder.dispatch.small_m_tiles import TilesRule, load_rule
 from gemm_ladder.dispatch.validate import NotSupportedError
 from gemm_ladder.library.quantized import QUANT_OUT
@@ -64,13 +65,17 @@ def _signature(t: torch.Tensor) -> tuple:
 
 def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, device: DeviceFacts | None = None,
            model: CostModel | None = None, tiles: TilesRule | None = None, activation: str | None = None,
-           narrow: bool = False) -> Route:
+           narrow: bool = False, tune: bool = True) -> Route:
     """The route for ``c = a @ b`` (operands already checked by validate.check_mm; ``c`` the output,
     allocated when not ``given``). CUDA or meta tensors; cached by shapes, strides, dtypes and base
     residues mod 16. ``model``/``tiles``: the cost model and the small-M M-tile rule (default: the
     package's table). ``activation``: the activation a ``linear`` call fuses (None: none), which may
     take the general kernel's ping-pong build (dispatch/pingpong.py). ``narrow``: the fused epilogue reads a
     residual or a float32 bias, which narrows a quantized (e4m3) output's tiles (route.QUANTIZED_NARROW_MAX_BN).
+    With autotune on (dispatch/autotune.py), a general route is the fastest of the model's leading
+    candidates timed on these tensors (``route.tuning`` says which and their times); ``tune`` False (what
+    ``explain`` passes) times nothing and keeps nothing: the model's choice comes back with the candidates
+    a first call would time.
 
     Raises NotSupportedError when only float32 output stands in the way, OutsideDomainError naming
     the kernels' refusals when no kernel computes it.
@@ -80,7 +85,7 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
     tiles = tiles or tiles_rule()
     key = (a.device.type, a.device.index, a.dtype, c.dtype, given, _signature(a), _signature(b), _signature(c),
            device, id(model), id(tiles), activation if activation in PINGPONG_ACTIVATIONS else None,
-           narrow and c.dtype == QUANT_OUT)
+           narrow and c.dtype == QUANT_OUT, autotune.enabled())
     with _lock:
         route = _routes.get(key)
         if route is not None:
@@ -88,6 +93,7 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
             return route
     routes, unfit = find_routes(a, b, c, given=given, device=device, tiles_rule=tiles, narrow=narrow)
     route = choose(routes, model)
+    keep = True
     if route is None:
         reasons = "; ".join(dict.fromkeys(unfit)) or "no kernel fits"
         if c.dtype in (torch.float32, QUANT_OUT):
@@ -95,12 +101,41 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
             raise NotSupportedError(f"out_dtype={c.dtype}: no library kernel writes a {name} output for "
                                     f"this call yet ({reasons}); use the input dtype")
         raise OutsideDomainError(f"no library kernel computes this call: {reasons}")
-    route = replace(pingpong_route(route, activation), unfit=tuple(unfit))
+    ping = pingpong_route(route, activation)
+    if ping is not route:  # the ping-pong rule's build (a fused epilogue the autotune does not time)
+        route = ping
+    elif autotune.enabled():
+        route, keep = _autotuned(route, routes, model, a, b, c, tune)
+    route = replace(route, unfit=tuple(unfit))
+    if not keep:
+        return route
     with _lock:
         _routes[key] = route
         while len(_routes) > ROUTE_CACHE_SIZE:
             _routes.popitem(last=False)
     return route
+
+
+def _autotuned(route: Route, routes: list[Route], model: CostModel, a, b, c, tune: bool) -> tuple[Route, bool]:
+    """The autotune's route for a call whose model choice is ``route`` (dispatch/autotune.py), and whether
+    the signature keeps it (not when the call could have been timed but was not: a capture, explain)."""
+    if route.kind != "general" or route.small_m_table is not None or c.dtype == QUANT_OUT:
+        return route, True
+    alternatives = general_alternatives(routes, model, margin=autotune.MARGIN, limit=autotune.LIMIT)
+    if len(alternatives) < 2:
+        return route, True
+    why = autotune.untimed_reason(a, tune=tune)
+    if why is None:
+        return autotune.tune(alternatives, a, b, c), True
+    return autotune.not_tuned(route, alternatives, why), a.device.type != "cuda"
+
+
+def set_autotune(on: bool) -> bool:
+    """Turn the autotune (dispatch/autotune.py) on or off and forget every route decided so far (they
+    were decided under the other setting); returns the previous setting. Raises TypeError for a non-bool."""
+    prev = autotune.set_enabled(on)
+    clear_cache()
+    return prev
 
 
 def clear_cache() -> None:
@@ -121,5 +156,5 @@ def clear_cache() -> None:
         module.clear()  # the compiled host path's templates hold routes decided from the old tables
 
 
-__all__ = ["CostModel", "DeviceFacts", "Route", "TilesRule", "clear_cache", "cost_model", "decide", "tiles_rule",
-           "tiles_rule_small_m_only"]
+__all__ = ["CostModel", "DeviceFacts", "Route", "TilesRule", "clear_cache", "cost_model", "decide", "set_autotune",
+           "tiles_rule", "tiles_rule_small_m_only"]

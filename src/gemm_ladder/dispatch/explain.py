@@ -99,6 +99,14 @@ class Explanation:
                 rows = "BM 64 " if c.get("bm") == 64 else ""  # the 64-row build (one consumer)
                 lines.append(f"    {rows}BN {c['bn']:>3} split {split:<11} {c['predicted_us']:>9.1f} us predicted, "
                              f"{c['waves']:.2f} waves")
+            if h.get("autotune"):
+                t = h["autotune"]
+                if t["state"] == "tuned":
+                    lines.append("  autotune: " + ", ".join(
+                        f"{name} {'failed' if us is None else f'{us:.1f} us'}" for name, us in zip(t["candidates"], t["times_us"]))
+                        + f"; kept {t['chosen']}")
+                else:
+                    lines.append(f"  autotune: not tuned ({t['why']}): {', '.join(t['candidates'])}")
             if h.get("untimed_bns"):
                 lines.append(f"    BN {', '.join(map(str, h['untimed_bns']))}: built, not in the table (not timed by "
                              "bench/library.py --tune), so not chosen")
@@ -197,6 +205,10 @@ def explain_route(route: Route, m: int, n: int, k: int, out_dtype, model: CostMo
             heuristic["small_m_table"] = {"why": route.small_m_table.general_why,
                                           "provenance": route.small_m_table.provenance,
                                           "general_bm64_bn": bm64}
+        if route.tuning is not None:  # the autotune's timings (dispatch/autotune.py)
+            heuristic["autotune"] = route.tuning.to_json()
+            if route.tuning.state == "tuned":
+                heuristic["rule"] += "; then the fastest of the leading candidates, timed on the first call (autotune)"
         if route.consumer_schedule:  # the ping-pong build in place of the ranked cooperative one
             heuristic["rule"] += "; then the ping-pong rule (dispatch/pingpong.py) took its build"
             heuristic["consumer_schedule"] = route.consumer_schedule

@@ -428,7 +428,9 @@ def route_builds(route, dtype: str, epilogue_source: str | None = None, epilogue
     epilogue ``epilogue_source`` (already oriented as the route runs it; None without one; ``epilogue_name``
     labels it): its kernel
     (the small-M kernel in its operand majors and output dtype), and the repack kernel for each
-    operand or output it copies through a workspace."""
+    operand or output it copies through a workspace; with the autotune on (a route decided on meta
+    tensors names its candidates: dispatch/autotune.py), every candidate's build too, plain and with the
+    epilogue, since a first call times them and may keep any."""
     import hashlib
 
     import torch
@@ -452,6 +454,13 @@ def route_builds(route, dtype: str, epilogue_source: str | None = None, epilogue
             out.append(Build("repack fp32", lambda: REPACK.build("fp32"), lambda device: REPACK.loaded(4, device)))
         else:
             out.append(Build(f"repack {dtype}", lambda: REPACK.build(dtype), lambda device: REPACK.loaded(2, device)))
+    tuning = getattr(route, "tuning", None)
+    for alt in getattr(tuning, "routes", ()):  # autotune on: a first call times each, plain, and may keep any
+        if alt.config != route.config:
+            out.append(config_build(alt.config, f"{alt.kernel.name} {dtype} (autotune candidate)"))
+            if epilogue_source is not None:
+                out.append(config_build(alt.config.with_epilogue(epilogue_source), f"{alt.kernel.name} {dtype}{epi} "
+                                        "(autotune candidate)"))
     return out
 
 

@@ -197,6 +197,7 @@ class Route:
     small_m_table: TilesChoice | None = None  # a general route where the small-M kernel fits: the table's
     # choice for it, whose ``general_why`` says why the general kernel runs instead
     consumer_schedule: str | None = None  # why the ping-pong build runs (dispatch/pingpong.py); None: cooperative
+    tuning: object = None  # the autotune's timings where it chose this route (dispatch/autotune.py's Tuning)
 
     @property
     def family(self):
@@ -577,6 +578,15 @@ def _choose_general(general: list[Route], model: CostModel) -> Route:
         raise ValueError(f"dispatch table ({model.provenance}) times none of the tile widths the general kernel "
                          f"found a route for ({sorted({r.bn for r in general})}): re-tune with bench/library.py --tune")
     untimed = tuple(sorted({r.bn for r in general if r.bn not in model.k_iter_us}, reverse=True))
+    ranked = _ranked_general(timed, model)
+    cand, r = ranked[0]
+    return replace(r, options=(*r.options, ("split", cand.work.split)), candidates=tuple(c for c, _ in ranked),
+                   untimed_bns=untimed)
+
+
+def _ranked_general(timed: list[Route], model: CostModel) -> list[tuple[Candidate, Route]]:
+    """Every (BN, split) candidate of the routes in ``timed`` (general routes at widths the table times)
+    that move the fewest repack bytes, with its route, fastest predicted first."""
     least = min(r.repack_cost for r in timed)
     ranked = []
     for r in timed:
@@ -588,9 +598,43 @@ def _choose_general(general: list[Route], model: CostModel) -> Route:
             ranked += [(cand, r) for cand in rank(model, r.m, r.n, r.k, max(1, r.device.sms // cluster), configs,
                                                   cluster=cluster, bm=r.config.tile[0])]
     ranked.sort(key=lambda cr: round(cr[0].predicted_us, 6))  # stable: wider tiles, fewer splits first
-    cand, r = ranked[0]
-    return replace(r, options=(*r.options, ("split", cand.work.split)), candidates=tuple(c for c, _ in ranked),
-                   untimed_bns=untimed)
+    return ranked
+
+
+def general_alternatives(routes: list[Route], model: CostModel, *, margin: float, limit: int) -> list[Route]:
+    """The general routes the autotune times (dispatch/autotune.py): the model's choice among
+    ``routes``' general ones (what :func:`choose` runs when no small-M route is eligible) first, then
+    the next candidates it ranks, each as a route with its split set, while their predicted time is
+    within ``margin`` (a fraction) of the choice's and there are at most ``limit`` in all; the ranking
+    rules are the choice's (the fewest repack bytes, the timed widths). Empty where no general route
+    has a timed width."""
+    timed = [r for r in routes if r.kind == "general" and r.bn in model.k_iter_us]
+    if not timed:
+        return []
+    chosen = _choose_general(timed, model)
+    ranked = _ranked_general(timed, model)
+    best = ranked[0][0].predicted_us
+    out = [chosen]
+    # A split that leaves every tile whole ("tail" where the tiles fill whole waves) launches the same
+    # work as no split: one of each is timed.
+    seen = {_same_work(*ranked[0])}
+    for cand, r in ranked[1:]:
+        if len(out) >= limit or cand.predicted_us > best * (1 + margin):
+            break
+        if _same_work(cand, r) in seen:
+            continue
+        seen.add(_same_work(cand, r))
+        # Its own candidate first (explain's grid reads it), then the rest in the model's order.
+        others = tuple(c for c, _ in ranked if c is not cand)
+        out.append(replace(r, options=(*r.options, ("split", cand.work.split)), candidates=(cand, *others),
+                           untimed_bns=chosen.untimed_bns))
+    return out
+
+
+def _same_work(cand: Candidate, r: Route) -> tuple:
+    """What a candidate launches, less its split's name: the build and the work's division."""
+    w = cand.work
+    return (r.config, w.units, w.grid_clusters, w.whole_iters, w.split_iters, w.contributors)
 
 
 def choose_general_build(routes: list[Route], model: CostModel, *, bm: int, cluster: int,
