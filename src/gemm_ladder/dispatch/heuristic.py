@@ -127,6 +127,9 @@ class CostModel:
     #: Per tile width, a 64-row build's whole K iteration time over the 128-row build's at the same cluster
     #: size (a width absent: the 64-row build is not ranked): measured, not fitted by the tune.
     bm64_k_iter_scale: dict[int, float] = field(default_factory=dict)
+    #: Per tile width, a 64-row build's K iteration with one CTA per cluster over the 2-CTA pair's (in place
+    #: of ``cluster1_k_iter_scale`` for 64-row builds; 1.0 where absent): measured, not fitted.
+    cluster1_bm64_k_iter_scale: dict[int, float] = field(default_factory=dict)
 
     @property
     def tuned(self) -> bool:
@@ -138,7 +141,9 @@ class CostModel:
 
     def predict_us(self, w: Work) -> float:
         """Predicted time of one launch, microseconds."""
-        scale = self.cluster1_k_iter_scale.get(w.bn, 1.0) if w.cluster == 1 else 1.0  # measured on whole tiles only
+        scale = 1.0
+        if w.cluster == 1:  # measured on whole tiles only
+            scale = (self.cluster1_bm64_k_iter_scale if w.bm == 64 else self.cluster1_k_iter_scale).get(w.bn, 1.0)
         rows = self.bm64_k_iter_scale[w.bn] if w.bm == 64 else 1.0  # a 64-row tile's iteration over a 128-row one's
         t = (self.fixed_us + w.whole_iters * self.k_iter_us[w.bn] * scale * rows
              + w.split_iters * self.split_k_iter_us[w.bn] * rows)
@@ -158,6 +163,8 @@ class CostModel:
             out["cluster1_k_iter_scale"] = {str(bn): v for bn, v in self.cluster1_k_iter_scale.items()}
         if self.bm64_k_iter_scale:
             out["bm64_k_iter_scale"] = {str(bn): v for bn, v in self.bm64_k_iter_scale.items()}
+        if self.cluster1_bm64_k_iter_scale:
+            out["cluster1_bm64_k_iter_scale"] = {str(bn): v for bn, v in self.cluster1_bm64_k_iter_scale.items()}
         return out
 
     @classmethod
@@ -170,14 +177,15 @@ class CostModel:
                         float(d["fixup_us"]), float(d["fixed_us"]), str(d["provenance"]), dict(d.get("rules", {})),
                         float(d.get("fixup_contributor_us", 0.0)),
                         {int(bn): float(v) for bn, v in d.get("cluster1_k_iter_scale", {}).items()},
-                        {int(bn): float(v) for bn, v in d.get("bm64_k_iter_scale", {}).items()})
+                        {int(bn): float(v) for bn, v in d.get("bm64_k_iter_scale", {}).items()},
+                        {int(bn): float(v) for bn, v in d.get("cluster1_bm64_k_iter_scale", {}).items()})
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"dispatch table: {type(exc).__name__}: {exc}") from None
         values = [*model.k_iter_us.values(), *model.split_k_iter_us.values(), model.fixup_us, model.fixed_us,
                   model.fixup_contributor_us]
         if not all(math.isfinite(v) and v >= 0 for v in values):
             raise ValueError(f"dispatch table: every time must be a finite number >= 0, got {values}")
-        for name in ("cluster1_k_iter_scale", "bm64_k_iter_scale"):
+        for name in ("cluster1_k_iter_scale", "bm64_k_iter_scale", "cluster1_bm64_k_iter_scale"):
             if not all(math.isfinite(v) and v > 0 for v in getattr(model, name).values()):
                 raise ValueError(f"dispatch table: {name} must be finite and > 0, got {getattr(model, name)}")
         if set(model.k_iter_us) != set(model.split_k_iter_us) or not model.k_iter_us:
@@ -215,6 +223,12 @@ def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[
     whole tiles at even M-tile counts, where both have the same tiles per SM), one CTA per cluster took
     0.85x the pair's time at BN 64 (median of 14; 13 below 0.97x: its cluster slices of B are 32-row
     boxes) and 0.97-1.06x at BN 128-256 (medians 1.01, 1.02, 0.98), which the table leaves at 1.0.
+    A 64-row build with one CTA per cluster is charged the table's ``cluster1_bm64_k_iter_scale`` for its
+    width instead (1.0 where absent): measured on the H200 (the autotune's own timings in
+    bench/shapes_real.py --autotune at 52f0b90, L2 not flushed, on 12-63 layer shapes per width), one CTA
+    took 0.90x the pair's time at BN 64 and 128, 0.94x at 192 and 0.97x at 256 (medians); on those
+    timings the model's choice was 2.45% slower than the fastest candidate (geometric mean over 213
+    plain rows, 35 more than 5% off) with the scale left out, 1.29% (17) with it.
     Where the M tiles are odd in number the pair's units count an idle twin's tile and a cluster-1
     launch's do not; a split cluster-1 unit has up to twice the contributors (132 clusters, not 66).
 

@@ -53,7 +53,8 @@ def wave_fill(m: int, n: int, bn: int, ctas: int) -> float:
 def pingpong_route(route, activation: str | None):
     """``route`` with the ping-pong build in place of the cooperative one when the rule holds (module
     docstring), else ``route`` unchanged. The rule: an activation of :data:`ACTIVATIONS` is fused; the
-    route is the general kernel's TMA-store build at 128 rows, writing the output as it is (not
+    route is a cooperative TMA-store build of the general kernel (128 rows, or 64 rows with one consumer:
+    the measurements above forced both, the 64-row ones with 2 CTAs per cluster), writing the output as it is (not
     transposed: the swapped epilogue is not measured) and not the small-M table's pick; M >= :data:`MIN_M`;
     K <= :data:`MAX_K`; at least one 64 x BN tile per SM. Operand and output paths are kept, so the same
     copies, if any, run. The width is the one of :data:`WIDTHS` built for B's major whose wave fill
@@ -64,7 +65,7 @@ def pingpong_route(route, activation: str | None):
     if activation not in ACTIVATIONS or route is None or route.kind != "general":
         return route
     cfg = route.config
-    if cfg.pingpong or cfg.store != STORE_TMA or cfg.tile[0] != 128 or route.k > MAX_K or route.m < MIN_M:
+    if cfg.pingpong or cfg.store != STORE_TMA or route.k > MAX_K or route.m < MIN_M:
         return route
     if route.small_m_table is not None or route.c_path.transposed:  # measured elsewhere; a swapped epilogue
         return route
