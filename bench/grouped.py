@@ -36,7 +36,7 @@ registers), ``registers`` (every slice from registers, the same build: library/g
 STORE_DEFAULT), or ``both``: ``grouped`` the TMA store and a callable ``grouped_registers`` the
 register store, timed in the same rounds (``ratio_store_tma``: the register store's time / the TMA
 store's, > 1 when TMA is faster). ``--ring``: the output's panel buffers per consumer
-(library/grouped.py RINGS; default its C_RING): one value builds ``grouped`` with it; a second, e.g.
+(library/grouped.py RINGS; default its choose_ring: 4 for the BN 256 weight gradient, else 1): one value builds ``grouped`` with it; a second, e.g.
 ``--ring 1,4``, adds a callable ``grouped_r4`` with the deeper ring, timed in the same rounds
 (``ratio_ring``: the first ring's time / the second's, > 1 when the second is faster). A deeper ring has a
 buffer for each of the tile's panels, so it takes that width: 2 with ``--bn 128``, 4 with ``--bn 256`` or
@@ -146,9 +146,10 @@ def rel_err_over(pairs) -> float:
     return (num / max(den, 1e-300)) ** 0.5
 
 
-def cluster_fields(t: dict, flop: float, errs: dict | None, rings=(None,)) -> dict:
-    """The row's fields of --cluster both, --store both, --ring and --check64."""
-    out = {"store": grouped_lib.STORE_DEFAULT, "ring": rings[0] or grouped_lib.C_RING}
+def cluster_fields(t: dict, flop: float, errs: dict | None, rings=(None,), default_ring: int = 1) -> dict:
+    """The row's fields of --cluster both, --store both, --ring and --check64 (``default_ring``: the
+    library's choice, explain_grouped_mm's ``ring``, where --ring is not given)."""
+    out = {"store": grouped_lib.STORE_DEFAULT, "ring": rings[0] or default_ring}
     if len(rings) > 1:
         alt = t[f"grouped_r{rings[1]}"]
         out.update(ring_alt=rings[1], ratio_ring=t["grouped"].median_ms / alt.median_ms,
@@ -209,7 +210,7 @@ def run_case(name: str, direction: str, budget: float, bn: int | None, clusters=
         "tflops": flop / ours_ms / 1e9, "ratio_torch_grouped": t["torch_grouped"].median_ms / ours_ms,
         "ratio_loop": t["loop"].median_ms / ours_ms, "correct": err <= 2e-2 and _f64_ok(errs), "rel_err_vs_torch": err,
         "cluster": clusters[0] or chosen["cluster"],
-        **cluster_fields(t, flop, errs, rings),
+        **cluster_fields(t, flop, errs, rings, chosen.get("ring", grouped_lib.C_RING)),
         "group_sizes": {"min": min(sizes), "max": max(sizes), "empty": sizes.count(0)},
         "bn": bn or chosen["tile"][1],
         "ms": {k2: v.median_ms for k2, v in t.items()}, "spread": {k2: round(v.spread, 4) for k2, v in t.items()},
@@ -267,7 +268,7 @@ def run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn, clusters=(None,), f
     row = {"case": name, "layout": "contiguous", "direction": "grad_w", "E": e, "rows": rows, "N": n, "K": k,
            "tflops": flop / ours_ms / 1e9, "ratio_torch_grouped": t["torch_grouped"].median_ms / ours_ms,
            "ratio_loop": t["loop"].median_ms / ours_ms, "correct": err <= 2e-2 and _f64_ok(errs), "rel_err_vs_torch": err,
-           "cluster": clusters[0] or chosen["cluster"], **cluster_fields(t, flop, errs, rings),
+           "cluster": clusters[0] or chosen["cluster"], **cluster_fields(t, flop, errs, rings, chosen.get("ring", grouped_lib.C_RING)),
            "bn": bn or chosen["tile"][1], "ms": {k2: v.median_ms for k2, v in t.items()},
            "spread": {k2: round(v.spread, 4) for k2, v in t.items()},
            "tflops_torch_grouped": flop / t["torch_grouped"].median_ms / 1e9, "tflops_loop": flop / t["loop"].median_ms / 1e9}

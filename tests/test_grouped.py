@@ -238,8 +238,10 @@ def test_bench_sanitize_and_prebuild_builds_exist():
     rings = bench.ring_builds()
     assert {(k.bn, k.ring, k.k_grouped) for k in rings} == {(128, 2, False), (256, 4, False), (256, 1, True),
                                                              (256, 4, True), (128, 2, True)}
-    kernels = bench.case_builds(bench.CASES, ("grad_w",), (None,), (None, 4))
+    kernels = bench.case_builds(bench.CASES, ("grad_w",), (None,), (1, 4))
     assert {(k.bn, k.ring) for k in kernels} == {(256, 1), (256, 4)} and all(k.k_grouped for k in kernels)
+    # no --ring: the library's choice (choose_ring: a buffer per panel for the BN 256 weight gradient)
+    assert {(k.bn, k.ring) for k in bench.case_builds(bench.CASES, ("grad_w",), (None,), (None,))} == {(256, 4)}
     assert all(k.config("bf16") for k in bench.case_builds(bench.CASES, ("fwd", "grad_x"), (None, 1, 2)))
 
 
@@ -807,4 +809,26 @@ def test_the_weight_gradient_takes_the_measured_tile_width():
     x = torch.empty(4096, 2048, dtype=BF, device=meta)
     gy = torch.empty(4096, 1536, dtype=BF, device=meta)
     e = explain_grouped_mm(x.T, gy, torch.empty(8, dtype=torch.int32, device=meta))
-    assert e["grouped_along"] == "K" and e["tile"][1] == GRAD_W_BN and e["kernel"] == "sm90_grouped_gemm_256_kgrouped"
+    assert e["grouped_along"] == "K" and e["tile"][1] == GRAD_W_BN and e["kernel"] == "sm90_grouped_gemm_256_kgrouped_r4"
+    assert e["ring"] == 4 and "1.25x" in e["ring_reason"]
+
+
+def test_the_ring_rule_takes_the_measured_deeper_ring_for_the_weight_gradient_only():
+    """choose_ring: 4 buffers (one per panel) for the BN 256 weight gradient in bf16/fp16 without a bias,
+    where every case of its evidence ran faster; 1 elsewhere; the evidence file holds that."""
+    import json
+    from pathlib import Path
+
+    from gemm_ladder.library.grouped import C_RING, GROUP_K, GROUP_M, GROUP_M_MASKED, RING_EVIDENCE, choose_ring
+
+    assert choose_ring(256, GROUP_K, False, False)[0] == 4
+    for args in ((128, GROUP_K, False, False), (256, GROUP_K, True, False), (256, GROUP_M, False, False),
+                 (256, GROUP_M_MASKED, False, False), (128, GROUP_M, False, True)):
+        ring, why = choose_ring(*args)
+        assert ring == C_RING and why
+    with pytest.raises(ValueError, match="grouping"):
+        choose_ring(256, "n", False, False)
+    rows = json.loads((Path(__file__).resolve().parents[1] / RING_EVIDENCE).read_text())["rows"]
+    grad_w = [r for r in rows if r["direction"] == "grad_w"]
+    assert len(grad_w) >= 9 and all(r["correct"] and r["ring"] == 1 and r["ring_alt"] == 4 and r["ratio_ring"] > 1
+                                    and r["bn"] == 256 for r in grad_w)

@@ -65,7 +65,8 @@ def test_explain_on_meta_names_the_grouped_kernel_builds(monkeypatch):
     # K = 2048, the weights K-major: the route's cluster build (library/grouped.py choose_cluster)
     assert [s["kernel"] for s in e["launches"][:2]] == ["sm90_grouped_gemm_128_k_f32_c2"] * 2
     assert [s["cluster"] for s in gemms] == [2, 2, 1, 1, 1, 1] and all(s["cluster_reason"] for s in gemms)
-    assert {s["kernel"] for s in e["backward"][3:]} == {"sm90_grouped_gemm_256_kgrouped"}  # grouped.GRAD_W_BN
+    # grouped.GRAD_W_BN, with grouped.choose_ring's buffer per panel
+    assert {s["kernel"] for s in e["backward"][3:]} == {"sm90_grouped_gemm_256_kgrouped_r4"}
     assert e["launches"][2]["kind"] == "pointwise"
     with pytest.raises(GemmInputError, match="one shape"):
         gemm_ladder.explain_grouped_swiglu(_meta(64, 16), _meta(3, 8, 16), _meta(3, 4, 16), _offs(3))

@@ -111,9 +111,11 @@ C_RING = 1
 #: experts: a few K blocks per tile, so the tile's stores weigh more than its main loop), at the price of a
 #: stage (3 at BN 256, 5 at BN 128): every panel stored at the tile's end, none held in registers across
 #: the next tile's K loop. Two buffers at BN 256 cost the same stage, still hold a panel and spilled
-#: (ptxas, along M), so they are not built; nor a deeper ring with a bias (it spilled at BN 256). An
-#: experiment's build until measured (bench/grouped.py --ring): the public calls take :data:`C_RING`.
+#: (ptxas, along M), so they are not built; nor a deeper ring with a bias (it spilled at BN 256). The
+#: public calls take :func:`choose_ring`'s (4 for the BN 256 weight gradient, as measured; else C_RING).
 RINGS = (1, 2, 4)
+#: The run behind choose_ring (H200, bench/grouped.py --directions grad_w --ring 1,4, interleaved).
+RING_EVIDENCE = "bench/results/2026-12-05_grouped_ring_grad_w_52f0b90.json"
 #: What a build with the panel ring does with an output TMA can write: "tma" (the ring; a group's partial
 #: slices still from registers) or "registers" (every slice from registers, the build otherwise the
 #: same: how the tests and bench/grouped.py --store both compare the two). The environment's
@@ -217,6 +219,24 @@ def choose_cluster(k: int, b_major: str, grouping: str = GROUP_M) -> tuple[int, 
                    f"(Qwen3-30B-A3B down, {CLUSTER_EVIDENCE})")
     return 2, (f"grouped along M, K-major weight, K = {k} >= {CLUSTER_MIN_K}: the cluster build measured 1.026-1.152x "
                f"cluster 1's speed at K = 2048-14336 (Mixtral-8x7B, Qwen3-30B-A3B gate+up, {CLUSTER_EVIDENCE})")
+
+
+def choose_ring(bn: int, grouping: str, out_fp32: bool, bias: bool) -> tuple[int, str]:
+    """The output's panel buffers per consumer (:data:`RINGS`) a public call takes, and why: a buffer for
+    each of the tile's four panels for the weight gradient (grouped along K) at BN 256 in bf16/fp16 without
+    a bias, measured faster on every case (:data:`RING_EVIDENCE`); else :data:`C_RING`. Raises ValueError
+    for a grouping this family does not know."""
+    if grouping not in GROUPINGS:
+        raise ValueError(f"grouping = {grouping!r}: one of {GROUPINGS}")
+    if grouping == GROUP_K and bn == 256 and not out_fp32 and not bias:
+        return 4, ("grouped along K (the weight gradient), BN 256: a buffer for each of the tile's 4 panels measured "
+                   "1.01-1.25x the one-buffer ring's speed on all nine prefill cases, most where a tile has few K "
+                   f"blocks (E = 256: 1.22x, 1.25x; E = 128: 1.11-1.17x; E = 8: 1.01x, 1.03x) ({RING_EVIDENCE})")
+    if grouping == GROUP_K:
+        return C_RING, ("grouped along K " + ("with a float32 output (no panel ring)" if out_fp32 else
+                                              f"at BN {bn}: the deeper ring is measured at BN 256 only"))
+    return C_RING, ("grouped along M: the deeper ring is not measured there (the weight gradient's short reductions "
+                    "are what it is for)")
 
 
 def weight_map(groups: int, n: int, k: int, *, b_major: str, stride_major: int, stride_group: int, bn: int,
