@@ -131,6 +131,69 @@ def test_a_call_not_timed_now_is_not_kept(autotune_on, monkeypatch):
     r, keep = dispatch._autotuned(chosen, routes, dispatch.cost_model(), cuda_a, b, c, True)
     assert not keep and r.config == chosen.config and r.tuning.state == "not tuned"
     assert len(r.tuning.routes) == len(r.tuning.labels) >= 2
+    assert autotune.transient(r) and not r.tuning.kept
+    # ... and neither the call cache nor its fast keys keep a call of it (a later call may time it)
+    from gemm_ladder.dispatch.calls import CallCache, make_call
+
+    cache = CallCache()
+    call = make_call("general", (1023, 768), torch.bfloat16, 1023, 768, 3072, route=r)
+    assert cache.put(("k",), call) is call and cache.get(("k",)) is None and len(cache) == 0
+    cache.put_fast(("f",), call)
+    assert not cache.fast
+    kept = make_call("general", (1023, 768), torch.bfloat16, 1023, 768, 3072, route=chosen)
+    cache.put(("k",), kept)
+    assert cache.get(("k",)) is kept
+
+
+def test_a_failed_timing_leaves_the_models_choice_unkept(autotune_on, monkeypatch):
+    def broken(routes, a, b, c):
+        raise torch.OutOfMemoryError("CUDA out of memory (the scratch)")
+
+    monkeypatch.setattr(autotune, "untimed_reason", lambda a, *, tune: None)
+    monkeypatch.setattr(autotune, "time_routes", broken)
+    a, b, c = meta(1023, 768, 3072)
+    routes, _ = find_routes(a, b, c, given=False, device=ASSUMED_DEVICE, tiles_rule=dispatch.tiles_rule())
+    chosen = dispatch.route.choose(routes, dispatch.cost_model())
+    cuda_a = SimpleNamespace(device=SimpleNamespace(type="cuda"))
+    r, keep = dispatch._autotuned(chosen, routes, dispatch.cost_model(), cuda_a, b, c, True)
+    assert not keep and r.config == chosen.config and "timing failed (OutOfMemoryError" in r.tuning.why
+
+
+def test_two_threads_time_a_signature_once(autotune_on, monkeypatch):
+    import threading
+    import time
+
+    calls = []
+
+    def slow_timer(routes, a, b, c):
+        calls.append(threading.get_ident())
+        time.sleep(0.2)
+        return [10.0] * len(routes)
+
+    monkeypatch.setattr(autotune, "untimed_reason", lambda a, *, tune: None)
+    monkeypatch.setattr(autotune, "time_routes", slow_timer)
+    a, b, c = meta(12608, 1024, 4096)
+    out = []
+    threads = [threading.Thread(target=lambda: out.append(dispatch.decide(a, b, c, given=False))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len(out) == 3 and all(r is out[0] for r in out)
+
+
+def test_a_setting_changed_during_a_timing_keeps_nothing(autotune_on, monkeypatch):
+    def switching_timer(routes, a, b, c):
+        autotune.set_enabled(False)  # as set_autotune(False) from another thread would
+        return [10.0] * len(routes)
+
+    monkeypatch.setattr(autotune, "untimed_reason", lambda a, *, tune: None)
+    monkeypatch.setattr(autotune, "time_routes", switching_timer)
+    a, b, c = meta(1023, 2304, 768)
+    r = dispatch.decide(a, b, c, given=False)
+    assert r.tuning.state == "tuned"
+    autotune.set_enabled(True)
+    assert dispatch.decide(a, b, c, given=False) is not r  # not kept: decided again
 
 
 def test_small_m_and_quantized_routes_are_not_tuned(autotune_on):
@@ -140,11 +203,16 @@ def test_small_m_and_quantized_routes_are_not_tuned(autotune_on):
 
 
 def test_set_autotune_clears_routes_and_refuses_non_bools():
+    from gemm_ladder.dispatch.calls import CALLS
+
     a, b, c = meta(1023, 2304, 768)
     before = dispatch.decide(a, b, c, given=False)
+    gemm_ladder.explain(torch.empty(1023, 768, dtype=torch.bfloat16, device="meta"),
+                        torch.empty(2304, 768, dtype=torch.bfloat16, device="meta").T)
+    CALLS.put(("a signature",), SimpleNamespace(route=before))
     prev = dispatch.set_autotune(True)
     try:
-        assert prev is False
+        assert prev is False and len(CALLS) == 0 and not dispatch._routes  # every cache forgotten
         assert dispatch.decide(a, b, c, given=False) is not before
         with pytest.raises(TypeError, match="bool"):
             dispatch.set_autotune(1)

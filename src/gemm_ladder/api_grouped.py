@@ -343,7 +343,8 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
     running it, as a dict: ``case`` ('2d3d', '3d3d', '2d2d' or 'masked'), ``grouped_along`` ('M' or 'K'),
     ``kernel`` (the build's name), ``source``, ``tile`` [BM, BN, BK], ``b_major``, ``out_dtype``,
     ``cluster`` (1 or 2) and ``cluster_reason`` (library/grouped.py choose_cluster: the rule and the
-    measurement behind it), ``store`` ("tma" or "registers") and ``store_reason`` (library/grouped.py
+    measurement behind it), ``ring`` (the output's panel buffers per consumer) and ``ring_reason``
+    (library/grouped.py choose_ring), ``store`` ("tma" or "registers") and ``store_reason`` (library/grouped.py
     store_rule, for the new output the call makes). An empty problem still names the build a non-empty one would run. CUDA or
     meta tensors (shapes, strides and dtypes only); raises what the call raises for bad input."""
     from gemm_ladder.library.grouped import BK, BM, SOURCE, store_rule

@@ -29,6 +29,7 @@ ROUTE_CACHE_SIZE = 256
 
 _routes: OrderedDict = OrderedDict()
 _lock = threading.Lock()
+_tune_lock = threading.Lock()  # one autotune timing at a time (dispatch/autotune.py)
 _model: CostModel | None = None
 _tiles: TilesRule | None = None
 
@@ -74,8 +75,8 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
     residual or a float32 bias, which narrows a quantized (e4m3) output's tiles (route.QUANTIZED_NARROW_MAX_BN).
     With autotune on (dispatch/autotune.py), a general route is the fastest of the model's leading
     candidates timed on these tensors (``route.tuning`` says which and their times); ``tune`` False (what
-    ``explain`` passes) times nothing and keeps nothing: the model's choice comes back with the candidates
-    a first call would time.
+    ``explain`` passes) times nothing: on CUDA tensors the model's choice comes back, kept by no cache,
+    with the candidates a first call would time (on meta tensors, never timed, it is kept).
 
     Raises NotSupportedError when only float32 output stands in the way, OutsideDomainError naming
     the kernels' refusals when no kernel computes it.
@@ -105,14 +106,24 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
     if ping is not route:  # the ping-pong rule's build (a fused epilogue the autotune does not time)
         route = ping
     elif autotune.enabled():
-        route, keep = _autotuned(route, routes, model, a, b, c, tune)
-    route = replace(route, unfit=tuple(unfit))
-    if not keep:
-        return route
-    with _lock:
-        _routes[key] = route
-        while len(_routes) > ROUTE_CACHE_SIZE:
-            _routes.popitem(last=False)
+        with _tune_lock:  # one timing at a time; a thread that waited finds the route the other kept
+            with _lock:
+                kept = _routes.get(key)
+            if kept is not None:
+                return kept
+            route, keep = _autotuned(route, routes, model, a, b, c, tune)
+            keep = keep and autotune.enabled()  # not when the setting changed while it timed
+            return _keep(key, replace(route, unfit=tuple(unfit)), keep)
+    return _keep(key, replace(route, unfit=tuple(unfit)), keep)
+
+
+def _keep(key: tuple, route: Route, keep: bool) -> Route:
+    """``route``, kept in the route cache under ``key`` when ``keep``."""
+    if keep:
+        with _lock:
+            _routes[key] = route
+            while len(_routes) > ROUTE_CACHE_SIZE:
+                _routes.popitem(last=False)
     return route
 
 
@@ -126,8 +137,12 @@ def _autotuned(route: Route, routes: list[Route], model: CostModel, a, b, c, tun
         return route, True
     why = autotune.untimed_reason(a, tune=tune)
     if why is None:
-        return autotune.tune(alternatives, a, b, c), True
-    return autotune.not_tuned(route, alternatives, why), a.device.type != "cuda"
+        try:
+            return autotune.tune(alternatives, a, b, c), True
+        except Exception as exc:  # noqa: BLE001 - the call still runs, on the model's choice
+            why = f"the timing failed ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    transient = a.device.type == "cuda"  # meta tensors are never timed: their answer is final
+    return autotune.not_tuned(route, alternatives, why, kept=not transient), not transient
 
 
 def set_autotune(on: bool) -> bool:

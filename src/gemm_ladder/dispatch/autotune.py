@@ -10,14 +10,19 @@ route key) times the model's choice and the candidates it predicts within :data:
 than :data:`TIE` below the model's choice's. Every candidate is one of the library's own builds; nothing
 falls back to cuBLAS.
 
-Off by default (a first call costs the timing, about 10-200 ms, and two processes may choose differently
-where candidates are within the run's noise, which changes the low bits of a split result). On with
-``GEMM_LADDER_AUTOTUNE=1`` in the environment at import, or ``gemm_ladder.set_autotune(True)``.
+Off by default (a first call costs the timing, about 10-200 ms, plus compiling each candidate not yet built,
+seconds each, unless ``gemm_ladder.precompile`` ran with the autotune on; and two processes may choose
+differently where candidates are within the run's noise, which changes the low bits of a split result).
+On with ``GEMM_LADDER_AUTOTUNE=1`` in the environment at import, or ``gemm_ladder.set_autotune(True)``.
+A signature is timed once per process while its route stays in the dispatcher's cache (256 routes, least
+recently used dropped first: a dropped one is timed again at its next call). Timings are serialised (one
+signature at a time, a lock), so two threads never time at once.
 
 What is timed: the plain product ``a @ b`` into a scratch output laid out as the call's (same strides and
 base residue mod 16), through the same Python launch path for every candidate, interleaved in rounds
 (:func:`gemm_ladder.timing.time_fns`, launch latency hidden, L2 not flushed: a flush buffer is twice
-the L2 and would be allocated in the user's process). A fused epilogue is not in the timing; a call
+the L2 and would be allocated in the user's process). A timing that fails (out of memory for the
+scratch, say) leaves the call on the model's choice, kept by no cache. A fused epilogue is not in the timing; a call
 whose epilogue takes the ping-pong build (dispatch/pingpong.py) keeps that rule's choice, untimed.
 Not tuned (the model's choice runs, and is not kept as the signature's tuned route): meta tensors
 (nothing to time), a stream capturing a CUDA graph (no synchronisation allowed), ``explain`` (which
@@ -84,6 +89,9 @@ class Tuning:
     times_us: tuple[float | None, ...] = ()  # None: that candidate raised
     why: str | None = None
     routes: tuple = ()  # the candidate routes (what model_precompile builds for a tuning first call)
+    #: False where a later call may time them (a capture, explain, a failed timing): the route is then
+    #: kept by no cache (dispatch.decide's, the call cache, the compiled host path's templates).
+    kept: bool = True
 
     def to_json(self) -> dict:
         out = {"state": self.state, "candidates": list(self.labels)}
@@ -140,7 +148,8 @@ def time_routes(routes: list, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor)
 
 
 def pick(times_us: list[float | None], tie: float = TIE) -> int:
-    """The index kept: the fastest, unless the first (the model's choice) is within ``tie`` of it."""
+    """The index kept: the fastest, unless the first (the model's choice) is within ``tie`` of it (its
+    time at most (1 + tie) times the fastest's)."""
     timed = [(t, i) for i, t in enumerate(times_us) if t is not None]
     best_t, best_i = min(timed)
     return 0 if times_us[0] is not None and times_us[0] <= best_t * (1 + tie) else best_i
@@ -159,10 +168,19 @@ def tune(routes: list, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, timer=
     return replace(routes[i], tuning=tuning)
 
 
-def not_tuned(route, routes: list, why: str):
-    """``route`` (the model's choice) marked not tuned, with the candidates a tuning call would time."""
-    return replace(route, tuning=Tuning("not tuned", tuple(label(r) for r in routes), why=why, routes=tuple(routes)))
+def not_tuned(route, routes: list, why: str, *, kept: bool):
+    """``route`` (the model's choice) marked not tuned, with the candidates a tuning call would time;
+    ``kept``: whether a cache may keep it (False: a later call may time them)."""
+    return replace(route, tuning=Tuning("not tuned", tuple(label(r) for r in routes), why=why, routes=tuple(routes),
+                                        kept=kept))
+
+
+def transient(route) -> bool:
+    """Whether ``route`` is the model's choice standing in for a timing a later call may make (no cache
+    keeps it)."""
+    tuning = getattr(route, "tuning", None)
+    return tuning is not None and not tuning.kept
 
 
 __all__ = ["ENV", "LIMIT", "MARGIN", "TIE", "Tuning", "enabled", "label", "not_tuned", "pick", "scratch_like",
-           "set_enabled", "time_routes", "tune", "untimed_reason"]
+           "set_enabled", "time_routes", "transient", "tune", "untimed_reason"]

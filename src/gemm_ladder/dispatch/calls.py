@@ -231,7 +231,9 @@ class CallCache:
         return None if key is None else self._calls.get(key)
 
     def put(self, key: tuple | None, call: Call) -> Call:
-        if key is not None:
+        """Keep ``call`` under ``key`` (None: not kept), unless its route is the model's choice standing in
+        for an autotune timing a later call may make (dispatch/autotune.py ``transient``)."""
+        if key is not None and not _transient(call):
             if len(self._calls) >= self.size:
                 self.clear()
             self._calls[key] = call
@@ -243,8 +245,9 @@ class CallCache:
         return call if call is not None else self.put(key, make())
 
     def put_fast(self, key: tuple | None, call: Call) -> None:
-        """Keep ``call`` under its fast key (made only after its signature was checked)."""
-        if key is not None:
+        """Keep ``call`` under its fast key (made only after its signature was checked); not a transient
+        call (see :meth:`put`)."""
+        if key is not None and not _transient(call):
             if len(self.fast) >= self.size:
                 self.fast.clear()
             self.fast[key] = call
@@ -255,6 +258,11 @@ class CallCache:
 
     def __len__(self) -> int:
         return len(self._calls)
+
+
+def _transient(call: Call) -> bool:
+    tuning = getattr(call.route, "tuning", None)
+    return tuning is not None and not tuning.kept
 
 
 #: The process's call cache (the API's).

@@ -456,11 +456,10 @@ def route_builds(route, dtype: str, epilogue_source: str | None = None, epilogue
             out.append(Build(f"repack {dtype}", lambda: REPACK.build(dtype), lambda device: REPACK.loaded(2, device)))
     tuning = getattr(route, "tuning", None)
     for alt in getattr(tuning, "routes", ()):  # autotune on: a first call times each, plain, and may keep any
-        if alt.config != route.config:
-            out.append(config_build(alt.config, f"{alt.kernel.name} {dtype} (autotune candidate)"))
+        if alt.config != route.config:  # labelled as a main build of it would be: run_builds builds a label once
+            out.append(config_build(alt.config, f"{alt.kernel.name} {dtype}"))
             if epilogue_source is not None:
-                out.append(config_build(alt.config.with_epilogue(epilogue_source), f"{alt.kernel.name} {dtype}{epi} "
-                                        "(autotune candidate)"))
+                out.append(config_build(alt.config.with_epilogue(epilogue_source), f"{alt.kernel.name} {dtype}{epi}"))
     return out
 
 

@@ -611,7 +611,7 @@ def general_alternatives(routes: list[Route], model: CostModel, *, margin: float
     timed = [r for r in routes if r.kind == "general" and r.bn in model.k_iter_us]
     if not timed:
         return []
-    chosen = _choose_general(timed, model)
+    chosen = _choose_general([r for r in routes if r.kind == "general"], model)  # its untimed_bns too
     ranked = _ranked_general(timed, model)
     best = ranked[0][0].predicted_us
     out = [chosen]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from gemm_ladder.api import _epilogue_args, _linear_call, _mm_call, linear_direct, mm_direct, output_for
+from gemm_ladder.dispatch.autotune import transient
 from gemm_ladder.dispatch.calls import CALLS, bind_route, linear_key, mm_key
 from gemm_ladder.host.templates import FP8_SOURCES, LaunchTemplate, template_from_bound
 from gemm_ladder.library import fp8
@@ -39,7 +40,7 @@ def plan_mm(a, b, out_dtype) -> LaunchTemplate | None:
     key = mm_key(a, b, None, out_dtype)
     fresh: list[torch.Tensor] = []  # the output the decision allocated, if it decided here
     call = CALLS.get_or_make(key, lambda: _mm_call(a, b, None, out_dtype, fresh))
-    if call.kind != "bound":
+    if call.kind != "bound" or transient(call.route):  # an untimed autotune stand-in: never a template
         return None
     # stands for each call's output
     c = output_for(call, fresh, a.device)
@@ -57,7 +58,7 @@ def plan_linear(x, w, bias, residual, activation, alpha, beta, out_dtype) -> Lau
     fresh: list[torch.Tensor] = []  # see plan_mm
     call = CALLS.get_or_make(key, lambda: _linear_call(x, w, bias, activation, residual, alpha, beta, out_dtype,
                                                        fresh))
-    if call.kind != "bound" or not call.view:
+    if call.kind != "bound" or not call.view or transient(call.route):
         return None
     m, n, k = call.m, call.n, call.k
     if residual is not None and beta != 0 and residual.dim() != 2:
