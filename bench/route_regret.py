@@ -1,9 +1,16 @@
 """How well the dispatcher's cost model picks among the general kernel's builds, from committed timings
 (no GPU): every configuration bench/tiles_forced.py forced on real layer shapes (bench/results/
-*_tiles_forced*.json, the H200), ranked by a model; the regret of a row is the measured time of the model's
-pick over the fastest measured configuration of that row.
+*_tiles_forced*.json, the H200), or the candidates the autotune timed at each plain row's first call in a
+``bench/shapes_real.py --autotune`` run (``--results`` naming those; the model's leading candidates only,
+timed in the same rounds with L2 not flushed), ranked by a model; the regret of a row is the measured time
+of the model's pick over the fastest measured configuration of that row.
 
-    python bench/route_regret.py [--results GLOB] [--json OUT.json]
+    python bench/route_regret.py [--results GLOB] [--table TABLE.json] [--json OUT.json]
+
+``--table``: score that cost table as ``table`` instead of the package's (say, the table before a change:
+``git show REV:src/gemm_ladder/dispatch/table.json > before.json``). Also printed, per tile (BM x BN):
+the median over rows of one CTA per cluster's time over the 2-CTA pair's at the same split
+(``cluster1_over_pair``), what the table's ``cluster1_k_iter_scale`` and ``cluster1_bm64_k_iter_scale`` hold.
 
 Models compared:
 
@@ -28,6 +35,7 @@ import glob
 import json
 import math
 import re
+import statistics
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -39,6 +47,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_GLOB = str(RESULTS / "2026-12-0[34]_tiles_forced*.json")
 SMS = 132  # the H200's SMs (the route's DeviceFacts)
 _LABEL = re.compile(r"general (c1 )?(BM 64 )?BN (\d+) (none|tail|all|wave)$")
+#: dispatch/autotune.py's label of a candidate: rows x BN, CTAs per cluster, split.
+_TUNED = re.compile(r"(64|128)x(\d+) (1 CTA|2 CTAs) split (none|tail|all|wave)$")
 
 
 @dataclass(frozen=True)
@@ -61,10 +71,14 @@ class Sample:
 
 def load_samples(pattern: str) -> list[Sample]:
     """Every measured, correct general configuration of the rows in the files matching ``pattern`` that
-    the route may rank."""
+    the route may rank: a tiles_forced result's forced configurations, or a shapes_real --autotune
+    result's timed candidates (:func:`tuned_samples`)."""
     out = []
     for f in sorted(glob.glob(pattern)):
         for r in json.loads(Path(f).read_text())["rows"]:
+            if "configs" not in r:
+                out += tuned_samples(r, Path(f).name)
+                continue
             for label, c in r["configs"].items():
                 m = _LABEL.match(label)
                 if not m or not isinstance(c, dict) or "us" not in c or c.get("ok") is False:
@@ -74,6 +88,38 @@ def load_samples(pattern: str) -> list[Sample]:
                     continue
                 out.append(Sample((r["m"], r["n"], r["k"]), f"{Path(f).name}:{r['name']}", bn, split, cluster, bm, c["us"]))
     return out
+
+
+def tuned_samples(r: dict, file: str) -> list[Sample]:
+    """A shapes_real row's autotune candidates with their median times (a plain, correct row that is not
+    a copy of another; a candidate that raised is left out)."""
+    t = r.get("tuning") or {}
+    if r.get("epilogue") is not None or not r.get("ok") or "same_as" in r or t.get("state") != "tuned":
+        return []
+    out = []
+    for label, us in zip(t["candidates"], t["times_us"]):
+        m = _TUNED.match(label)
+        cluster = 1 if m and m.group(3) == "1 CTA" else 2
+        if m and us is not None and (cluster == 2 or m.group(4) in CLUSTER1_SPLITS):
+            out.append(Sample((r["M"], r["N"], r["K"]), f"{file}:{r['model']} {r['layer']} {r['M']} {r['dtype']}",
+                              int(m.group(2)), m.group(4), cluster, int(m.group(1)), us))
+    return out
+
+
+def cluster1_over_pair(samples: list[Sample]) -> dict[str, dict]:
+    """Per tile 'BMxBN': over the rows that timed both, the median of one CTA per cluster's time over the
+    2-CTA pair's at the same split, the rows, and how many were below 0.97."""
+    pairs = defaultdict(list)
+    by_row = defaultdict(dict)
+    for s in samples:
+        by_row[s.row][(s.bm, s.bn, s.split, s.cluster)] = s.us
+    for times in by_row.values():
+        for (bm, bn, split, cluster), us in times.items():
+            pair = times.get((bm, bn, split, 2))
+            if cluster == 1 and pair:
+                pairs[(bm, bn)].append(us / pair)
+    return {f"{bm}x{bn}": {"rows": len(v), "median": statistics.median(v), "below_0.97": sum(x < 0.97 for x in v)}
+            for (bm, bn), v in sorted(pairs.items())}
 
 
 def features(s: Sample, builds: list[tuple], tiles: bool) -> list[float]:
@@ -135,11 +181,12 @@ def table_predict(model):
     return predict
 
 
-def evaluate(samples: list[Sample]) -> dict:
-    """Every model's scores (module docstring)."""
+def evaluate(samples: list[Sample], table=None) -> dict:
+    """Every model's scores (module docstring); ``table``: the cost model scored as ``table`` (default the
+    package's)."""
     rows = rows_of(samples)
     builds = sorted({s.build for s in samples})
-    out = {"table": score(regret(rows, table_predict(load_table())))}
+    out = {"table": score(regret(rows, table_predict(table or load_table())))}
     shapes = sorted({s.shape for s in samples})
     for name, tiles in (("per_build", False), ("per_build_tiles", True)):
         out[name + "_in_sample"] = score(regret(rows, fit(samples, builds, tiles)))
@@ -153,18 +200,30 @@ def evaluate(samples: list[Sample]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--results", default=DEFAULT_GLOB, help="the tiles_forced JSONs to read (a glob)")
+    p.add_argument("--results", default=DEFAULT_GLOB,
+                   help="the tiles_forced or shapes_real --autotune JSONs to read (a glob)")
+    p.add_argument("--table", type=Path, default=None, help="score this cost table as 'table' (default the package's)")
     p.add_argument("--json", type=Path, default=None, help="write the scores here")
     args = p.parse_args(argv)
-    samples = load_samples(args.results)
-    if not samples:
-        print(f"bench/route_regret.py: no forced general configurations in {args.results}", file=sys.stderr)
+    try:
+        samples = load_samples(args.results)
+        table = load_table(args.table) if args.table else None
+    except (OSError, ValueError, KeyError) as e:
+        print(f"bench/route_regret.py: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    out = evaluate(samples)
+    if not samples:
+        print(f"bench/route_regret.py: no timed general configurations in {args.results}", file=sys.stderr)
+        return 2
+    out = evaluate(samples, table)
+    out["cluster1_over_pair"] = cluster1_over_pair(samples)
     print(f"{len(samples)} timed configurations, {len(rows_of(samples))} rows, {len({s.shape for s in samples})} shapes")
     for name, sc in out.items():
+        if name == "cluster1_over_pair":
+            continue
         print(f"{name:26s} mean {sc['mean']:.3f}  geomean {sc['geomean']:.3f}  max {sc['max']:.3f}  "
               f"within 3% {sc['within_3pct']:.0%}")
+    print("one CTA / pair, median: " + ", ".join(f"{k} {v['median']:.3f} ({v['rows']})"
+                                               for k, v in out["cluster1_over_pair"].items()))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     return 0

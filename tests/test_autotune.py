@@ -254,3 +254,4 @@ def test_precompile_builds_every_candidate(autotune_on):
     assert len(names) >= 2 and all(any(label.startswith(n + " ") for label in labels) for n in names)
     with_epilogue = route_builds(r, "bf16", epilogue_source="// gelu", epilogue_name="gelu")
     assert len(with_epilogue) == 1 + 2 * (len({alt.config for alt in r.tuning.routes}) - 1)
+

@@ -44,3 +44,34 @@ def test_a_fit_on_times_of_its_own_form_picks_every_best(samples):
              for s in samples[:600]]
     reg = rr.regret(rr.rows_of(exact), rr.fit(exact, builds, tiles=False))
     assert max(r for r, _ in reg.values()) == pytest.approx(1.0)
+
+
+#: The autotune's timings on the H200 at 52f0b90 (bench/shapes_real.py --autotune, the whole bf16 set and the
+#: fp16 rows before its deadline): what the table's cluster1_bm64_k_iter_scale was measured from.
+TUNED_GLOB = str(rr.RESULTS / "2026-12-05_shapes_real_[bf][fp]16_autotune*_52f0b90.json")
+
+
+def test_the_autotune_timings_give_the_tables_one_cta_scales():
+    """shapes_real --autotune results load as samples (the candidates of each plain row), their one-CTA /
+    pair medians are the table's cluster1_bm64_k_iter_scale, and with it the table's regret on them is
+    lower than the table's before it (the figures docs/library.md quotes)."""
+    from dataclasses import replace
+
+    samples = rr.load_samples(TUNED_GLOB)
+    rows = rr.rows_of(samples)
+    assert len(rows) == 213 and all(2 <= len(c) <= 6 for c in rows.values())
+    model = rr.load_table()
+    medians = rr.cluster1_over_pair(samples)
+    assert {int(k.split("x")[1]): round(v["median"], 3) for k, v in medians.items() if k.startswith("64x")} == \
+        model.cluster1_bm64_k_iter_scale
+    now = rr.score(rr.regret(rows, rr.table_predict(model)))
+    before = rr.score(rr.regret(rows, rr.table_predict(replace(model, cluster1_bm64_k_iter_scale={}))))
+    assert round(before["geomean"], 3) == 1.024 and round(now["geomean"], 3) == 1.013
+
+
+def test_bad_results_refuse_in_one_line(tmp_path, capsys):
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    assert rr.main(["--results", str(bad)]) == 2
+    assert rr.main(["--results", str(tmp_path / "none*.json")]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 2

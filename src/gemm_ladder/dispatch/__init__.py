@@ -38,7 +38,9 @@ def cost_model() -> CostModel:
     """The package's cost model (dispatch/table.json), read once."""
     global _model
     if _model is None:
-        _model = load_table()
+        with _lock:  # read once: threads deciding at once share one model (its id is in the route key)
+            if _model is None:
+                _model = load_table()
     return _model
 
 
@@ -46,7 +48,9 @@ def tiles_rule() -> TilesRule:
     """The package's small-M M-tile rule (dispatch/table.json's "small_m" entry), read once."""
     global _tiles
     if _tiles is None:
-        _tiles = load_rule()
+        with _lock:  # as cost_model
+            if _tiles is None:
+                _tiles = load_rule()
     return _tiles
 
 

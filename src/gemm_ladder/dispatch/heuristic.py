@@ -225,8 +225,8 @@ def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[
     boxes) and 0.97-1.06x at BN 128-256 (medians 1.01, 1.02, 0.98), which the table leaves at 1.0.
     A 64-row build with one CTA per cluster is charged the table's ``cluster1_bm64_k_iter_scale`` for its
     width instead (1.0 where absent): measured on the H200 (the autotune's own timings in
-    bench/shapes_real.py --autotune at 52f0b90, L2 not flushed, on 12-63 layer shapes per width), one CTA
-    took 0.90x the pair's time at BN 64 and 128, 0.94x at 192 and 0.97x at 256 (medians); on those
+    bench/shapes_real.py --autotune at 52f0b90, L2 not flushed, on 8-39 plain layer shapes per width), one
+    CTA took 0.89-0.90x the pair's time at BN 64 and 128, 0.94x at 192 and 0.97x at 256 (medians); on those
     timings the model's choice was 2.45% slower than the fastest candidate (geometric mean over 213
     plain rows, 35 more than 5% off) with the scale left out, 1.29% (17) with it.
     Where the M tiles are odd in number the pair's units count an idle twin's tile and a cluster-1
