@@ -24,7 +24,9 @@ reference is); a row that fails is recorded with its error and not timed.
 ``--autotune``: each row (but swiglu's) timed a second time with the library's autotune on
 (dispatch/autotune.py: its first call times the cost model's leading builds and keeps the fastest), in
 its own interleaved rounds against cuBLAS: ``ratio_cublas_tuned``, ``ours_tuned_us``, ``cublas_tuned_us``,
-``tuning`` (the candidates, their times and the one kept), ``tuned_ok`` (the output checked again).
+``tuning`` (the candidates, their times and the one kept), ``tuned_ok`` (the output checked again); on plain
+rows also the cost model's own choice launched directly (checked, then timed in the same rounds:
+``ours_model_us``, ``ratio_tuned_vs_model`` = its time over the tuned call's, above 1 the autotune gained).
 
 ``--quick``: 30 plain and 8 fused rows (QUICK_PLAIN, QUICK_FUSED), shorter timing, about 150 s on the
 H200 with a warm kernel cache; ``--deadline S`` records the rows not started after S seconds as not
@@ -234,6 +236,9 @@ class Impl:
     #: for that product: explain's heuristic["autotune"]); None: the library has no autotune (--autotune skips).
     set_autotune: Callable | None = None
     tuning: Callable | None = None
+    #: ``model_fn(x, w) -> f(x, w, b, w2)`` launching the cost model's own choice for the plain product
+    #: (the first candidate the autotune timed), or None where there is none to run.
+    model_fn: Callable | None = None
 
 
 def library_impl() -> Impl:
@@ -242,8 +247,25 @@ def library_impl() -> Impl:
     def tuning(x, w, activation):
         return gemm_ladder.explain(x, w.T, activation=activation).heuristic.get("autotune")
 
+    def model_fn(x, w):
+        from gemm_ladder.dispatch import decide
+        from gemm_ladder.dispatch.execute import run
+
+        shape = (x.shape[0], w.shape[0])
+        route = decide(x, w.T, torch.empty(shape, dtype=x.dtype, device=x.device), given=False, tune=False)
+        t = route.tuning
+        if t is None or t.state != "tuned" or not t.routes:
+            return None
+        model = t.routes[0]
+
+        def f(x_, w_, b_, w2_):
+            out = torch.empty(shape, dtype=x_.dtype, device=x_.device)
+            run(model, x_, w_.T, out)  # the Python launch path: its host time is hidden by the timer's spin
+            return out
+        return f
+
     return Impl(linear=gemm_ladder.linear, swiglu=gemm_ladder.swiglu, set_autotune=gemm_ladder.set_autotune,
-                tuning=tuning)
+                tuning=tuning, model_fn=model_fn)
 
 
 ACT = {"bias+gelu": "gelu", "bias+gelu_tanh": "gelu_tanh", "relu": "relu"}
@@ -416,11 +438,21 @@ def tuned_phase(c: Case, s: Settings, impl: Impl, ours, cublas, theirs, args, ti
         if not checked["ok"]:
             out["tuned_rel_err"] = checked["rel_err"]
             return out
-        t = timer({"ours_tuned": lambda a_, b_: ours(*args), "cublas_tuned": lambda a_, b_: cublas(*args)}, x, w,
-                  budget_s=s.budget_s, rounds=s.rounds, warmup=s.warmup)
+        fns = {"ours_tuned": lambda a_, b_: ours(*args), "cublas_tuned": lambda a_, b_: cublas(*args)}
+        model = impl.model_fn(x, w) if impl.model_fn and c.epilogue is None else None
+        if model is not None:  # the model's own choice, checked, then timed in the same rounds
+            checked = check(c, model(*args), theirs(*args), *args)
+            if not checked["ok"]:
+                out.update(tuned_ok=False, model_rel_err=checked["rel_err"])
+                return out
+            fns["ours_model"] = lambda a_, b_: model(*args)
+        t = timer(fns, x, w, budget_s=s.budget_s, rounds=s.rounds, warmup=s.warmup)
         out["ours_tuned_us"] = t["ours_tuned"].median_ms * 1e3
         out["cublas_tuned_us"] = t["cublas_tuned"].median_ms * 1e3
         out["ratio_cublas_tuned"] = out["cublas_tuned_us"] / out["ours_tuned_us"]
+        if "ours_model" in t:
+            out["ours_model_us"] = t["ours_model"].median_ms * 1e3
+            out["ratio_tuned_vs_model"] = out["ours_model_us"] / out["ours_tuned_us"]
         return out
     finally:
         impl.set_autotune(prev)
@@ -522,6 +554,7 @@ def summarize(rows: list[dict]) -> dict:
                    for r in rows if r.get("ok") is False],
         "plain_geomean_vs_cublas": g,
         "plain_geomean_vs_cublas_tuned": geomean([r["ratio_cublas_tuned"] for r in plain if r.get("ratio_cublas_tuned")]),
+        "plain_geomean_tuned_vs_model": geomean([r["ratio_tuned_vs_model"] for r in plain if r.get("ratio_tuned_vs_model")]),
         "plain_min_vs_cublas_tuned": min((r["ratio_cublas_tuned"] for r in plain if r.get("ratio_cublas_tuned")),
                                          default=None),
         "plain_min_vs_cublas": min((r["ratio_cublas"] for r in plain), default=None),
@@ -587,7 +620,8 @@ def main(argv: list[str] | None = None) -> int:
     tables = {"cost_model": cost_model().provenance, "small_m": tiles_rule().provenance}
     if args.autotune:
         print(f"autotune: plain geomean vs cuBLAS {summary['plain_geomean_vs_cublas_tuned'] or float('nan'):.3f} "
-              f"(default route {summary['plain_geomean_vs_cublas'] or float('nan'):.3f})")
+              f"(default route {summary['plain_geomean_vs_cublas'] or float('nan'):.3f}); over the model's own "
+              f"choice in the same rounds {summary['plain_geomean_tuned_vs_model'] or float('nan'):.3f}")
     save({"quick": args.quick, "autotune": args.autotune, "budget_s": s.budget_s, "rounds": s.rounds, "dispatch_tables": tables,
           "models": [{"name": m.name, "source": m.source} for m in MODELS], "rows": rows, "summary": summary},
          "shapes_real" + ("_quick" if args.quick else ""), args.output)

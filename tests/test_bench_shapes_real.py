@@ -240,7 +240,8 @@ def test_autotune_phase_times_a_second_time_and_restores_the_setting():
         return prev
 
     impl = sr.Impl(linear=torch_linear, swiglu=torch_swiglu, set_autotune=set_autotune,
-                   tuning=lambda x, w, act: {"state": "tuned", "activation": act})
+                   tuning=lambda x, w, act: {"state": "tuned", "activation": act},
+                   model_fn=lambda x, w: (lambda x_, w_, b_, w2_: torch_linear(x_, w_)))
     rows = sr.run(sr.full_cases(TINY, ("bf16",)), cpu(impl=impl, autotune=True), models=TINY, log=lambda _: None)
     assert state["on"] is False and state["sets"].count(True) == state["sets"].count(False) > 0
     for r in rows:
@@ -249,7 +250,13 @@ def test_autotune_phase_times_a_second_time_and_restores_the_setting():
         elif "same_as" not in r:
             assert r["tuned_ok"] and r["ratio_cublas_tuned"] > 0 and r["tuning"]["state"] == "tuned"
             assert r["tuning"]["activation"] == sr.ACT.get(r["epilogue"])
+            assert ("ratio_tuned_vs_model" in r) == (r["epilogue"] is None)  # the model's choice: plain rows
     summary = sr.summarize(rows)
-    assert summary["plain_geomean_vs_cublas_tuned"] > 0
+    assert summary["plain_geomean_vs_cublas_tuned"] > 0 and summary["plain_geomean_tuned_vs_model"] > 0
+    # a model choice that computes the wrong product fails the row's second phase, untimed
+    wrong = sr.Impl(linear=torch_linear, swiglu=torch_swiglu, set_autotune=set_autotune,
+                    model_fn=lambda x, w: (lambda x_, w_, b_, w2_: torch_linear(x_, w_) * 1.5))
+    bad = sr.run(sr.full_cases(TINY[:1], ("bf16",))[:1], cpu(impl=wrong, autotune=True), models=TINY, log=lambda _: None)
+    assert bad[0]["tuned_ok"] is False and "ours_tuned_us" not in bad[0] and bad[0]["model_rel_err"] > 0.1
     plain = sr.run(sr.full_cases(TINY[:1], ("bf16",))[:1], cpu(autotune=True), models=TINY, log=lambda _: None)
     assert plain[0]["tuned"] == "not run: the library under test has no autotune"

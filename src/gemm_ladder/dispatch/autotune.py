@@ -88,7 +88,7 @@ class Tuning:
     chosen: str | None = None
     times_us: tuple[float | None, ...] = ()  # None: that candidate raised
     why: str | None = None
-    routes: tuple = ()  # the candidate routes (what model_precompile builds for a tuning first call)
+    routes: tuple = ()  # the candidate routes, the model's choice first (what precompile builds; what a bench runs)
     #: False where a later call may time them (a capture, explain, a failed timing): the route is then
     #: kept by no cache (dispatch.decide's, the call cache, the compiled host path's templates).
     kept: bool = True
@@ -164,7 +164,7 @@ def tune(routes: list, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, timer=
         raise ValueError(f"autotune: the timer gave {times} for {len(routes)} routes (the first must be timed)")
     i = pick(times)
     labels = tuple(label(r) for r in routes)
-    tuning = Tuning("tuned", labels, labels[i], tuple(times))
+    tuning = Tuning("tuned", labels, labels[i], tuple(times), routes=tuple(routes))
     return replace(routes[i], tuning=tuning)
 
 
