@@ -255,3 +255,20 @@ def test_precompile_builds_every_candidate(autotune_on):
     with_epilogue = route_builds(r, "bf16", epilogue_source="// gelu", epilogue_name="gelu")
     assert len(with_epilogue) == 1 + 2 * (len({alt.config for alt in r.tuning.routes}) - 1)
 
+
+
+def test_a_tuned_route_outlives_the_route_caches_lru(autotune_on, monkeypatch):
+    """Dropped from the LRU, a tuned signature is not timed again (its build cannot change mid-run)."""
+    calls = []
+
+    def fake_timer(routes, a, b, c):
+        calls.append(1)
+        return [30.0] + [10.0 + i for i in range(len(routes) - 1)]
+
+    monkeypatch.setattr(autotune, "untimed_reason", lambda a, *, tune: None)
+    monkeypatch.setattr(autotune, "time_routes", fake_timer)
+    a, b, c = meta(8192, 768, 3072)
+    first = dispatch.decide(a, b, c, given=False)
+    dispatch._routes.clear()  # as the LRU would, past ROUTE_CACHE_SIZE other signatures
+    again = dispatch.decide(a, b, c, given=False)
+    assert calls == [1] and again is first

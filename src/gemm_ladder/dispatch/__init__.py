@@ -30,6 +30,10 @@ ROUTE_CACHE_SIZE = 256
 _routes: OrderedDict = OrderedDict()
 _lock = threading.Lock()
 _tune_lock = threading.Lock()  # one autotune timing at a time (dispatch/autotune.py)
+#: Tuned routes by route key, apart from the route cache's LRU (so a signature's build does not change when
+#: its route is dropped and decided again: it is timed once per process); cleared at TUNED_CACHE_SIZE.
+TUNED_CACHE_SIZE = 4096
+_tuned: dict = {}
 _model: CostModel | None = None
 _tiles: TilesRule | None = None
 
@@ -112,12 +116,18 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
     elif autotune.enabled():
         with _tune_lock:  # one timing at a time; a thread that waited finds the route the other kept
             with _lock:
-                kept = _routes.get(key)
+                kept = _routes.get(key) or _tuned.get(key)
             if kept is not None:
-                return kept
+                return _keep(key, kept, True)
             route, keep = _autotuned(route, routes, model, a, b, c, tune)
             keep = keep and autotune.enabled()  # not when the setting changed while it timed
-            return _keep(key, replace(route, unfit=tuple(unfit)), keep)
+            route = replace(route, unfit=tuple(unfit))
+            if keep and route.tuning is not None and route.tuning.state == "tuned":
+                with _lock:
+                    if len(_tuned) >= TUNED_CACHE_SIZE:
+                        _tuned.clear()
+                    _tuned[key] = route
+            return _keep(key, route, keep)
     return _keep(key, replace(route, unfit=tuple(unfit)), keep)
 
 
@@ -165,6 +175,7 @@ def clear_cache() -> None:
     global _model, _tiles
     with _lock:
         _routes.clear()
+        _tuned.clear()
         _model = None
         _tiles = None
     CALLS.clear()

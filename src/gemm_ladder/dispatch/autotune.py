@@ -14,9 +14,12 @@ Off by default (a first call costs the timing, about 10-200 ms, plus compiling e
 seconds each, unless ``gemm_ladder.precompile`` ran with the autotune on; and two processes may choose
 differently where candidates are within the run's noise, which changes the low bits of a split result).
 On with ``GEMM_LADDER_AUTOTUNE=1`` in the environment at import, or ``gemm_ladder.set_autotune(True)``.
-A signature is timed once per process while its route stays in the dispatcher's cache (256 routes, least
-recently used dropped first: a dropped one is timed again at its next call). Timings are serialised (one
-signature at a time, a lock), so two threads never time at once.
+A signature is timed once per process: its tuned route is kept apart from the route cache's LRU
+(dispatch.TUNED_CACHE_SIZE signatures, then that store starts over), so its build does not change when the
+LRU drops and re-decides it. Each distinct signature is timed: a call whose M changes from call to call
+(serving prompts of any length) pays a timing at each new M, so there warm up the shapes you serve first
+or leave the autotune off. Timings are serialised (one signature at a time, a lock), so two threads never
+time at once.
 
 What is timed: the plain product ``a @ b`` into a scratch output laid out as the call's (same strides and
 base residue mod 16), through the same Python launch path for every candidate, interleaved in rounds
