@@ -94,7 +94,8 @@ def tuned_samples(r: dict, file: str) -> list[Sample]:
     """A shapes_real row's autotune candidates with their median times (a plain, correct row that is not
     a copy of another; a candidate that raised is left out)."""
     t = r.get("tuning") or {}
-    if r.get("epilogue") is not None or not r.get("ok") or "same_as" in r or t.get("state") != "tuned":
+    if (r.get("epilogue") is not None or not r.get("ok") or r.get("tuned_ok") is False or "same_as" in r
+            or t.get("state") != "tuned"):
         return []
     out = []
     for label, us in zip(t["candidates"], t["times_us"]):

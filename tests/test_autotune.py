@@ -145,7 +145,7 @@ def test_a_call_not_timed_now_is_not_kept(autotune_on, monkeypatch):
     assert cache.get(("k",)) is kept
 
 
-def test_a_failed_timing_leaves_the_models_choice_unkept(autotune_on, monkeypatch):
+def test_a_failed_timing_leaves_the_models_choice_kept(autotune_on, monkeypatch):
     def broken(routes, a, b, c):
         raise torch.OutOfMemoryError("CUDA out of memory (the scratch)")
 
@@ -156,7 +156,8 @@ def test_a_failed_timing_leaves_the_models_choice_unkept(autotune_on, monkeypatc
     chosen = dispatch.route.choose(routes, dispatch.cost_model())
     cuda_a = SimpleNamespace(device=SimpleNamespace(type="cuda"))
     r, keep = dispatch._autotuned(chosen, routes, dispatch.cost_model(), cuda_a, b, c, True)
-    assert not keep and r.config == chosen.config and "timing failed (OutOfMemoryError" in r.tuning.why
+    # kept: not timed again at every call (an out-of-memory would repeat), until the LRU drops it
+    assert keep and r.tuning.kept and r.config == chosen.config and "timing failed (OutOfMemoryError" in r.tuning.why
 
 
 def test_two_threads_time_a_signature_once(autotune_on, monkeypatch):
@@ -191,7 +192,12 @@ def test_a_setting_changed_during_a_timing_keeps_nothing(autotune_on, monkeypatc
     monkeypatch.setattr(autotune, "time_routes", switching_timer)
     a, b, c = meta(1023, 2304, 768)
     r = dispatch.decide(a, b, c, given=False)
-    assert r.tuning.state == "tuned"
+    assert r.tuning.state == "tuned" and not r.tuning.kept  # nor will the call cache keep it
+    from gemm_ladder.dispatch.calls import CallCache, make_call
+
+    cache = CallCache()
+    cache.put(("k",), make_call("general", (1023, 2304), torch.bfloat16, 1023, 2304, 768, route=r))
+    assert len(cache) == 0
     autotune.set_enabled(True)
     assert dispatch.decide(a, b, c, given=False) is not r  # not kept: decided again
 
@@ -212,7 +218,7 @@ def test_set_autotune_clears_routes_and_refuses_non_bools():
     CALLS.put(("a signature",), SimpleNamespace(route=before))
     prev = dispatch.set_autotune(True)
     try:
-        assert prev is False and len(CALLS) == 0 and not dispatch._routes  # every cache forgotten
+        assert prev is False and len(CALLS) == 0 and not dispatch._routes and not dispatch._tuned  # all forgotten
         assert dispatch.decide(a, b, c, given=False) is not before
         with pytest.raises(TypeError, match="bool"):
             dispatch.set_autotune(1)

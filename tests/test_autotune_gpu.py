@@ -18,6 +18,7 @@ import torch
 import gemm_ladder
 from gemm_ladder import dispatch
 from gemm_ladder.dispatch import autotune
+from gemm_ladder.dispatch.calls import CALLS, linear_key
 from gemm_ladder.dispatch.execute import run
 from gemm_ladder.dispatch.route import device_facts, find_routes, general_alternatives
 from gemm_ladder.gates.correctness import check_correctness
@@ -134,7 +135,10 @@ def test_capture_runs_the_models_choice_untimed(autotune_on):
         with torch.cuda.graph(g2, stream=s):
             y2 = gemm_ladder.linear(x, w)
             route = decide(x, w.T, torch.empty(m, n, dtype=x.dtype, device="cuda"), given=False)
+            capture_key = linear_key(x, w, None)  # the capturing call's signature (the capture flag set)
     torch.cuda.current_stream().wait_stream(s)
     g2.replay()
     torch.cuda.synchronize()
     assert route is kept and ((y2.double() - ref).norm() / ref.norm()).item() < 2 ** -7
+    call = CALLS.get(capture_key)  # what the capturing linear ran (the first capture's stand-in was kept by none)
+    assert call is not None and call.route.config == kept.config and call.route.tuning.state == "tuned"

@@ -41,21 +41,25 @@ _tiles: TilesRule | None = None
 def cost_model() -> CostModel:
     """The package's cost model (dispatch/table.json), read once."""
     global _model
-    if _model is None:
+    model = _model
+    if model is None:
         with _lock:  # read once: threads deciding at once share one model (its id is in the route key)
             if _model is None:
                 _model = load_table()
-    return _model
+            model = _model
+    return model
 
 
 def tiles_rule() -> TilesRule:
     """The package's small-M M-tile rule (dispatch/table.json's "small_m" entry), read once."""
     global _tiles
-    if _tiles is None:
+    tiles = _tiles
+    if tiles is None:
         with _lock:  # as cost_model
             if _tiles is None:
                 _tiles = load_rule()
-    return _tiles
+            tiles = _tiles
+    return tiles
 
 
 def tiles_rule_small_m_only() -> TilesRule:
@@ -100,6 +104,9 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
         if route is not None:
             _routes.move_to_end(key)
             return route
+        route = _tuned.get(key)  # a tuned signature the LRU dropped
+    if route is not None:
+        return _keep(key, route, True)
     routes, unfit = find_routes(a, b, c, given=given, device=device, tiles_rule=tiles, narrow=narrow)
     route = choose(routes, model)
     keep = True
@@ -120,8 +127,9 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
             if kept is not None:
                 return _keep(key, kept, True)
             route, keep = _autotuned(route, routes, model, a, b, c, tune)
-            keep = keep and autotune.enabled()  # not when the setting changed while it timed
             route = replace(route, unfit=tuple(unfit))
+            if keep and not autotune.enabled():  # the setting changed while it timed: no cache keeps it
+                keep, route = False, replace(route, tuning=replace(route.tuning, kept=False))
             if keep and route.tuning is not None and route.tuning.state == "tuned":
                 with _lock:
                     if len(_tuned) >= TUNED_CACHE_SIZE:
@@ -154,7 +162,10 @@ def _autotuned(route: Route, routes: list[Route], model: CostModel, a, b, c, tun
         try:
             return autotune.tune(alternatives, a, b, c), True
         except Exception as exc:  # noqa: BLE001 - the call still runs, on the model's choice
+            # Kept (timed again only once the LRU drops it), so a timing that fails for want of memory is
+            # not tried at every call.
             why = f"the timing failed ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            return autotune.not_tuned(route, alternatives, why, kept=True), True
     transient = a.device.type == "cuda"  # meta tensors are never timed: their answer is final
     return autotune.not_tuned(route, alternatives, why, kept=not transient), not transient
 

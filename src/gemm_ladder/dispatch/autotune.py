@@ -25,7 +25,8 @@ What is timed: the plain product ``a @ b`` into a scratch output laid out as the
 base residue mod 16), through the same Python launch path for every candidate, interleaved in rounds
 (:func:`gemm_ladder.timing.time_fns`, launch latency hidden, L2 not flushed: a flush buffer is twice
 the L2 and would be allocated in the user's process). A timing that fails (out of memory for the
-scratch, say) leaves the call on the model's choice, kept by no cache. A fused epilogue is not in the timing; a call
+scratch, say) leaves the signature on the model's choice (``explain`` says why; timed again only once the
+route cache drops it). A fused epilogue is not in the timing; a call
 whose epilogue takes the ping-pong build (dispatch/pingpong.py) keeps that rule's choice, untimed.
 Not tuned (the model's choice runs, and is not kept as the signature's tuned route): meta tensors
 (nothing to time), a stream capturing a CUDA graph (no synchronisation allowed), ``explain`` (which
@@ -92,8 +93,9 @@ class Tuning:
     times_us: tuple[float | None, ...] = ()  # None: that candidate raised
     why: str | None = None
     routes: tuple = ()  # the candidate routes, the model's choice first (what precompile builds; what a bench runs)
-    #: False where a later call may time them (a capture, explain, a failed timing): the route is then
-    #: kept by no cache (dispatch.decide's, the call cache, the compiled host path's templates).
+    #: False where a later call may time them (a capture, explain, the setting changed during the timing):
+    #: the route is then kept by neither dispatch.decide's cache nor the call cache, and the compiled host
+    #: path runs that signature (capture flag included) through Python from then on.
     kept: bool = True
 
     def to_json(self) -> dict:
