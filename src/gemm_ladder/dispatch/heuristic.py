@@ -227,8 +227,8 @@ def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[
     width instead (1.0 where absent): measured on the H200 (the autotune's own timings in
     bench/shapes_real.py --autotune at 52f0b90, L2 not flushed, on 8-39 plain layer shapes per width), one
     CTA took 0.89-0.90x the pair's time at BN 64 and 128, 0.94x at 192 and 0.97x at 256 (medians); on those
-    timings the model's choice was 2.45% slower than the fastest candidate (geometric mean over 213
-    plain rows, 35 more than 5% off) with the scale left out, 1.29% (17) with it.
+    timings the table's pick among each row's timed candidates was 2.4% slower than the fastest (geometric
+    mean over 213 plain rows: bench/route_regret.py) with the scale left out, 1.3% with it.
     Where the M tiles are odd in number the pair's units count an idle twin's tile and a cluster-1
     launch's do not; a split cluster-1 unit has up to twice the contributors (132 clusters, not 66).
 
