@@ -261,7 +261,7 @@ class CallCache:
 
 
 def _transient(call: Call) -> bool:
-    tuning = getattr(call.route, "tuning", None)
+    tuning = getattr(getattr(call, "route", None), "tuning", None)
     return tuning is not None and not tuning.kept
 
 
