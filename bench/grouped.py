@@ -409,9 +409,10 @@ def ring_builds() -> list:
     return out
 
 
-def case_builds(names, directions, clusters=(None,), rings=(None,)) -> list:
+def case_builds(names, directions, clusters=(None,), rings=(None,), bn: int | None = None) -> list:
     """The library builds a run of these cases and directions launches (bf16, the library's own tile-width
-    and cluster rules where not given, each of ``clusters`` and ``rings``), as library/grouped.py objects."""
+    and cluster rules where not given, each of ``clusters`` and ``rings``; ``bn``: the width --bn forces
+    along M), as library/grouped.py objects."""
     from gemm_ladder.api_grouped import choose_bn, grouped_build
     from gemm_ladder.library.kernel import GROUP_K, GROUP_M
 
@@ -427,16 +428,18 @@ def case_builds(names, directions, clusters=(None,), rings=(None,)) -> list:
                         out.append(grouped_build(grouped_lib.grad_w_bn(n), "mn", rows, GROUP_K, False, False, cl, ring)[0])
                     else:
                         out_n, red = (n, k) if d == "fwd" else (k, n)
-                        out.append(grouped_build(choose_bn(out_n, rows, e), "k" if d == "fwd" else "mn", red, GROUP_M,
-                                                 False, False, cl, ring)[0])
+                        out.append(grouped_build(bn or choose_bn(out_n, rows, e), "k" if d == "fwd" else "mn", red,
+                                                 GROUP_M, False, False, cl, ring)[0])
     return list(dict.fromkeys(out))
 
 
 def prebuild() -> int:
     """Compile into the kernel cache, with no GPU, the builds a full run (every case and direction, the
-    library's rules, cluster 1 and 2, ring 1 and, grouped along K, 4), --sanitize's deeper rings
-    (:func:`ring_builds`) and the fused gated-MLP build launch, bf16; 0 when all are ready."""
-    kernels = case_builds(CASES, ("fwd", "grad_x"), (None, 1, 2)) + case_builds(CASES, ("grad_w",), (None, 1, 2), (None, 4))
+    library's rules, cluster 1 and 2; grouped along K rings 1 and 4), ``--directions fwd,grad_x --bn 256
+    --ring 1,4`` (the deeper ring along M), --sanitize's deeper rings (:func:`ring_builds`) and the fused
+    gated-MLP build launch, bf16; 0 when all are ready."""
+    kernels = case_builds(CASES, ("fwd", "grad_x"), (None, 1, 2)) + case_builds(CASES, ("grad_w",), (None, 1, 2), (None, 1, 4))
+    kernels += case_builds(CASES, ("fwd", "grad_x"), (None,), (1, 4), bn=256)
     return compile_all(kernels + ring_builds() + [grouped_lib.grouped_gemm(256, "k", swiglu=True)])  # + the fused swiglu
 
 

@@ -243,6 +243,8 @@ def test_bench_sanitize_and_prebuild_builds_exist():
     # no --ring: the library's choice (choose_ring: a buffer per panel for the BN 256 weight gradient)
     assert {(k.bn, k.ring) for k in bench.case_builds(bench.CASES, ("grad_w",), (None,), (None,))} == {(256, 4)}
     assert all(k.config("bf16") for k in bench.case_builds(bench.CASES, ("fwd", "grad_x"), (None, 1, 2)))
+    along_m = bench.case_builds(bench.CASES, ("fwd", "grad_x"), (None,), (1, 4), bn=256)  # --bn 256 --ring 1,4
+    assert {(k.bn, k.ring) for k in along_m} == {(256, 1), (256, 4)} and all(k.config("bf16") for k in along_m)
 
 
 def test_bench_routing_matches_the_issue_ranges():
