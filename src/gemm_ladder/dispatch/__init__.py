@@ -99,14 +99,9 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
     key = (a.device.type, a.device.index, a.dtype, c.dtype, given, _signature(a), _signature(b), _signature(c),
            device, id(model), id(tiles), activation if activation in PINGPONG_ACTIVATIONS else None,
            narrow and c.dtype == QUANT_OUT, autotune.enabled())
-    with _lock:
-        route = _routes.get(key)
-        if route is not None:
-            _routes.move_to_end(key)
-            return route
-        route = _tuned.get(key)  # a tuned signature the LRU dropped
+    route = _cached(key)
     if route is not None:
-        return _keep(key, route, True)
+        return route
     routes, unfit = find_routes(a, b, c, given=given, device=device, tiles_rule=tiles, narrow=narrow)
     route = choose(routes, model)
     keep = True
@@ -122,10 +117,9 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
         route = ping
     elif autotune.enabled():
         with _tune_lock:  # one timing at a time; a thread that waited finds the route the other kept
-            with _lock:
-                kept = _routes.get(key) or _tuned.get(key)
+            kept = _cached(key)
             if kept is not None:
-                return _keep(key, kept, True)
+                return kept
             route, keep = _autotuned(route, routes, model, a, b, c, tune)
             route = replace(route, unfit=tuple(unfit))
             if keep and not autotune.enabled():  # the setting changed while it timed: no cache keeps it
@@ -137,6 +131,18 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
                     _tuned[key] = route
             return _keep(key, route, keep)
     return _keep(key, replace(route, unfit=tuple(unfit)), keep)
+
+
+def _cached(key: tuple) -> Route | None:
+    """The route kept under ``key``: the route cache's (made most recent), else a tuned one the LRU dropped
+    (put back in the route cache); None."""
+    with _lock:
+        route = _routes.get(key)
+        if route is not None:
+            _routes.move_to_end(key)
+            return route
+        route = _tuned.get(key)
+    return None if route is None else _keep(key, route, True)
 
 
 def _keep(key: tuple, route: Route, keep: bool) -> Route:

@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from gemm_ladder.dispatch.autotune import transient
+
 #: Signatures kept before the cache is cleared.
 CALL_CACHE_SIZE = 1024
 #: Bound launches kept per signature (address sets) before they are cleared.
@@ -233,7 +235,7 @@ class CallCache:
     def put(self, key: tuple | None, call: Call) -> Call:
         """Keep ``call`` under ``key`` (None: not kept), unless its route is the model's choice standing in
         for an autotune timing a later call may make (dispatch/autotune.py ``transient``)."""
-        if key is not None and not _transient(call):
+        if key is not None and not transient(getattr(call, "route", None)):
             if len(self._calls) >= self.size:
                 self.clear()
             self._calls[key] = call
@@ -247,7 +249,7 @@ class CallCache:
     def put_fast(self, key: tuple | None, call: Call) -> None:
         """Keep ``call`` under its fast key (made only after its signature was checked); not a transient
         call (see :meth:`put`)."""
-        if key is not None and not _transient(call):
+        if key is not None and not transient(getattr(call, "route", None)):
             if len(self.fast) >= self.size:
                 self.fast.clear()
             self.fast[key] = call
@@ -258,11 +260,6 @@ class CallCache:
 
     def __len__(self) -> int:
         return len(self._calls)
-
-
-def _transient(call: Call) -> bool:
-    tuning = getattr(getattr(call, "route", None), "tuning", None)
-    return tuning is not None and not tuning.kept
 
 
 #: The process's call cache (the API's).
