@@ -10,9 +10,10 @@ route key) times the model's choice and the candidates it predicts within :data:
 than :data:`TIE` below the model's choice's. Every candidate is one of the library's own builds; nothing
 falls back to cuBLAS.
 
-Off by default (a first call costs the timing, about 10-200 ms, plus compiling each candidate not yet built,
-seconds each, unless ``gemm_ladder.precompile`` ran with the autotune on; and two processes may choose
-differently where candidates are within the run's noise, which changes the low bits of a split result).
+Off by default (a first call costs the timing, set by the budget below: about BUDGET_S of timed calls per
+candidate, between MIN_REPEATS and MAX_REPEATS calls each, plus warm-up; not measured as a whole), plus
+compiling each candidate not yet built, unless ``gemm_ladder.precompile`` ran with the autotune on; and two
+processes may choose differently where candidates are within the run's noise, which changes the low bits of a split result).
 On with ``GEMM_LADDER_AUTOTUNE=1`` in the environment at import, or ``gemm_ladder.set_autotune(True)``.
 A signature is timed once per process: its tuned route is kept apart from the route cache's LRU
 (dispatch.TUNED_CACHE_SIZE signatures, then that store starts over), so its build does not change when the
