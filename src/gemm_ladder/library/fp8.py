@@ -193,12 +193,13 @@ class Fp8Kernel:
     store: str = STORE_REGISTERS  # STORE_TMA: the output staged in shared memory and written by TMA stores
     split: bool = False  # the stream-K split built in (GL_FP8_SPLIT = 1)
     bm: int = BM  # tile rows: 128 (two consumer warpgroups) or 64 (one; GL_FP8_BM = 64)
+    scale_b_ahead: bool = False  # blockwise: each K block's scale_b loaded one block ahead (GL_FP8_SB_AHEAD = 1)
 
     def __repr__(self) -> str:
         # The dataclass's repr, ``split`` and ``bm`` named only when not their defaults: the repr heads the
         # translation unit and labels the build, so the builds without them keep the inputs they had
         # before they existed (tests/data/build_inputs_grouped_fp8.json).
-        hidden = {"split": not self.split, "bm": self.bm == BM}
+        hidden = {"split": not self.split, "bm": self.bm == BM, "scale_b_ahead": not self.scale_b_ahead}
         fields = [f for f in dataclasses.fields(self) if not hidden.get(f.name, False)]
         return f"Fp8Kernel({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in fields)})"
 
@@ -230,6 +231,7 @@ class Fp8Kernel:
             "GL_FP8_TMA_STORE": int(self.store == STORE_TMA),
             **({"GL_FP8_SPLIT": 1} if self.split else {}),  # absent, not 0: the unsplit builds' inputs unchanged
             **({"GL_FP8_BM": self.bm} if self.bm != BM else {}),  # likewise
+            **({"GL_FP8_SB_AHEAD": 1} if self.scale_b_ahead else {}),  # likewise
         }
 
     @property
@@ -297,7 +299,8 @@ def _config(kernel: Fp8Kernel, arch: str) -> KernelConfig:
     if (kernel.scale_mode not in SCALE_MODES or kernel.out_dtype not in _CONFIG_OUT or kernel.bn not in TILE_N
             or not {kernel.a_dtype, kernel.b_dtype} <= set(FP8_DTYPES.values())
             or kernel.store not in (STORE_REGISTERS, STORE_TMA)
-            or kernel.store == STORE_TMA and kernel.out_dtype not in TMA_STORE_OUT or kernel.bm not in TILE_M):
+            or kernel.store == STORE_TMA and kernel.out_dtype not in TMA_STORE_OUT or kernel.bm not in TILE_M
+            or kernel.scale_b_ahead and kernel.scale_mode != "blockwise"):
         raise ValueError(f"{FAMILY} builds no such configuration: {kernel}")
     if kernel.dynamic_smem > SMEM_LIMIT:  # stages given explicitly: refuse here, not at the driver's load
         raise ValueError(f"{FAMILY}: {kernel} needs {kernel.dynamic_smem} bytes of shared memory, more than the "
@@ -321,7 +324,8 @@ def kernel_for(config: KernelConfig) -> Fp8Kernel:
         kernel = Fp8Kernel(scale_mode=config.scale, a_dtype=config.dtype, b_dtype=config.b_dtype or config.dtype,
                            out_dtype=out, bias=bool(extra.get("GL_FP8_BIAS")), bn=config.tile[1],
                            stages=0, overlap=bool(extra.get("GL_FP8_OVERLAP", 1)), store=config.store,
-                           split=bool(extra.get("GL_FP8_SPLIT", 0)), bm=config.tile[0])
+                           split=bool(extra.get("GL_FP8_SPLIT", 0)), bm=config.tile[0],
+                           scale_b_ahead=bool(extra.get("GL_FP8_SB_AHEAD", 0)))
         if config.stages != kernel.ring_stages:
             kernel = dataclasses.replace(kernel, stages=config.stages)
         same = kernel.config(config.arch) == config

@@ -103,7 +103,7 @@ constexpr int kStoreBarrier = 1, kPanelBytes = 64 * 128;
 // What a config (Cfg) holds, each a static constexpr member or type: kBN (64 or 128), kStages,
 // kScaleMode (kTensorwise, kRowwise, kBlockwise), A and B (__nv_fp8_e4m3 or __nv_fp8_e5m2), Out
 // (__nv_bfloat16, __half, float, or __nv_fp8_e4m3: e4m3 values with 1 x 128 scales computed in the
-// epilogue), kBias, kOverlap, kTmaStore, kSplit, kBM (128, or 64: one consumer warpgroup). The instantiation
+// epilogue), kBias, kOverlap, kTmaStore, kSplit, kBM (128, or 64: one consumer warpgroup), kScaleBAhead. The instantiation
 // block's BuildConfig is the one a build compiles.
 template <class Cfg>
 __host__ __device__ constexpr bool config_ok() {
@@ -301,6 +301,12 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
   if constexpr (kScaleMode == 0) ta = scale_a[0] * scale_b[0];
   int it = 0;       // K blocks this role has passed through the ring, over all its tiles
   float d[BN / 2];  // the fp32 main accumulator of the current tile
+  // Blockwise scale_b of the tile's K block kb (one value: the tile lies in one 128-column block of B).
+  auto scale_b_at = [&](int kb, int tn) { return scale_b[kb * sb_k + (tn * BN / 128) * sb_n]; };
+  // Cfg::kScaleBAhead: the next K block's scale_b, loaded while this block is issued, so that the
+  // multiply before the next block's wgmmas does not wait on a global load (L2 latency); kb_end bounds it.
+  float sb_ahead = 0.0f;
+  int kb_end = 0;
   // K block kb of a tile in N column tn (ring position pos) into acc: wait for its stage, issue its four
   // k32 wgmmas (the first with scale-d = 0) and commit them as one group; read the block's promotion
   // scales for this thread's two rows (blockwise; 1 otherwise) while they run.
@@ -315,7 +321,13 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
     wgmma_commit();
     s0 = s1 = 1.0f;
     if constexpr (kScaleMode == 2) {
-      const float sb = scale_b[kb * sb_k + (tn * BN / 128) * sb_n];
+      float sb;
+      if constexpr (Cfg::kScaleBAhead) {
+        sb = sb_ahead;
+        if (kb + 1 < kb_end) sb_ahead = scale_b_at(kb + 1, tn);
+      } else {
+        sb = scale_b_at(kb, tn);
+      }
       s0 = smem.sa(s)[row_in_tile] * sb;
       s1 = smem.sa(s)[row_in_tile + 8] * sb;
     }
@@ -405,6 +417,10 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
   auto mainloop = [&](int tn, int kb0, int kb1) {
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+    if constexpr (kScaleMode == 2 && Cfg::kScaleBAhead) {
+      kb_end = kb1;
+      sb_ahead = scale_b_at(kb0, tn);
+    }
     if constexpr (Cfg::kOverlap) {
       // Two temporaries: block kb + 1's wgmmas are issued before block kb's promotion, so the tensor core
       // works on kb + 1 while this warpgroup waits for kb (wait_group 1) and promotes it. (Issuing the next
@@ -489,7 +505,8 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
 // 3 e4m3 quantized), GL_FP8_BIAS, GL_FP8_OVERLAP, GL_FP8_TMA_STORE (1: C through shared memory and TMA
 // stores; a bf16 or fp16 output only), GL_FP8_SPLIT (1: the stream-K split, taken from the launch's
 // tail_first_unit; 0 or undefined: every tile whole, the split arguments ignored), GL_FP8_BM (64: a 64-row
-// tile on one consumer warpgroup, 256 threads; 128 or undefined: two consumers, 384 threads).
+// tile on one consumer warpgroup, 256 threads; 128 or undefined: two consumers, 384 threads), GL_FP8_SB_AHEAD
+// (1: blockwise scale_b loaded one K block ahead).
 #ifndef GL_FP8_BN
 #define GL_FP8_BN 128
 #endif
@@ -523,10 +540,14 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
 #ifndef GL_FP8_BM
 #define GL_FP8_BM 128
 #endif
+#ifndef GL_FP8_SB_AHEAD
+#define GL_FP8_SB_AHEAD 0
+#endif
 struct BuildConfig {
   static constexpr int kBN = GL_FP8_BN, kStages = GL_FP8_STAGES, kScaleMode = GL_FP8_SCALE;
   static constexpr bool kBias = GL_FP8_BIAS, kOverlap = GL_FP8_OVERLAP, kTmaStore = GL_FP8_TMA_STORE, kSplit = GL_FP8_SPLIT;
   static constexpr int kBM = GL_FP8_BM;
+  static constexpr bool kScaleBAhead = GL_FP8_SB_AHEAD;
   using A = std::conditional_t<GL_FP8_A_E5M2, __nv_fp8_e5m2, __nv_fp8_e4m3>;
   using B = std::conditional_t<GL_FP8_B_E5M2, __nv_fp8_e5m2, __nv_fp8_e4m3>;
   using Out = std::conditional_t<GL_FP8_OUT == 0, __nv_bfloat16,

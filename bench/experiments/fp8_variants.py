@@ -1,0 +1,165 @@
+"""fp8 builds side by side: the library's default build of each call against named variants of it, and
+``torch._scaled_mm`` of the same scaling, interleaved in one run (one-off, issue 25).
+
+    python bench/experiments/fp8_variants.py [--variants ahead,registers] [--schemes blockwise]
+                                             [--shapes MxNxK,...] [--budget S] [-o OUT.json]
+    python bench/experiments/fp8_variants.py --prebuild [--variants ...] [--schemes ...]
+
+Variants (each a ``dataclasses.replace`` of library/fp8.py's ``default_build`` for the call):
+
+* ``ahead``     blockwise scale_b loaded one K block ahead (``scale_b_ahead``: the multiply before the next
+                block's wgmmas no longer waits on a global load);
+* ``registers`` the register store with its deeper ring (blockwise: 6 stages against the TMA store's 5).
+
+Each variant's output, poisoned with NaN first, is compared bitwise with the default build's (a variant
+that changes no arithmetic must match every element) and against float64 of the dequantized inputs
+(within 1.5x torch's error, as bench/fp8.py). Timing: gemm_ladder.timing.time_fns (L2 flushed before each
+call, median of rounds rotating the first callable). ``ratio_<variant>``: the default's time over the
+variant's (> 1: the variant is faster); ``ratio_torch``: torch's time over the default's.
+
+Result (bench/suite.py): DATE_fp8_variants_COMMIT.json, ``rows: [{M, N, K, scheme, default, tflops,
+ratio_torch, variants: {name: {tflops, ratio, bitwise_equal, err}}}]``. Exit status: 0 done, 1 a wrong or
+unequal result, 2 no GPU or bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: suite.py, fp8.py
+
+import torch
+
+from gemm_ladder.library import fp8
+from gemm_ladder.library.quantized import SCHEME_BLOCKS, dequantize, quantize_fp8
+from gemm_ladder.timing import time_fns
+from suite import add_output_argument, require_gpu, save
+
+ISSUE = ["4096x7168x16384", "4096x4096x4096", "8192x8192x8192", "4096x24576x1536", "128x7168x2048"]
+VARIANTS = {
+    "ahead": lambda k: dataclasses.replace(k, scale_b_ahead=True) if k.scale_mode == "blockwise" else None,
+    "registers": lambda k: dataclasses.replace(k, store=fp8.STORE_REGISTERS, stages=0)
+    if k.store == fp8.STORE_TMA else None,
+}
+CHECK_ROWS = 256
+SMS_H200 = 132  # the builds --prebuild compiles: the default tile width for the H200's (and H100's) 132 SMs
+
+
+def parse_shapes(spec: str) -> list[tuple[int, int, int]]:
+    return [tuple(int(v) for v in s.lower().split("x")) for s in spec.split(",")]
+
+
+def default_kernel(m: int, n: int, k: int, scheme: str, sms: int) -> fp8.Fp8Kernel:
+    """The library's build for a bf16-output call of this shape and scheme, with no tensors (what
+    default_build picks for a new contiguous output)."""
+    bm, _ = fp8.tile_m(m)
+    bn = fp8.tile_n(m, n, sms, False, bm)
+    store, _ = fp8.store_for("bf16", None, n)
+    plan, _ = fp8.split_plan(m, n, k, bn, sms, fp8.SPLIT_DEFAULT, bm)
+    return fp8.Fp8Kernel(scale_mode=scheme, bn=bn, overlap=fp8.OVERLAP_PROMOTION, store=store,
+                         split=plan.tail_units > 0, bm=bm)
+
+
+def builds(shapes, schemes, variants, sms: int) -> list[fp8.Fp8Kernel]:
+    out = []
+    for m, n, k in shapes:
+        for scheme in schemes:
+            base = default_kernel(m, n, k, scheme, sms)
+            out.append(base)
+            out += [v for name in variants if (v := VARIANTS[name](base)) is not None]
+    return list(dict.fromkeys(out))
+
+
+def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
+
+
+def run_shape(m: int, n: int, k: int, scheme: str, variants: list[str], budget: float) -> tuple[dict, bool]:
+    ba, bw = SCHEME_BLOCKS[scheme]
+    a = torch.randn((m, k), device="cuda")
+    w = torch.randn((n, k), device="cuda") / math.sqrt(k)
+    qa, sa = quantize_fp8(a, ba)
+    qw, sw = quantize_fp8(w, bw)
+    b, sb = qw.T, (sw.T if sw.dim() == 2 else sw)
+    call = fp8.check_scaled_mm(qa, b, sa, sb)
+    base, _, _ = fp8.default_build(call, qa, b, None, None, fp8._sm_count(qa.device))
+    kernels = {"default": base}
+    kernels.update({name: v for name in variants if (v := VARIANTS[name](base)) is not None})
+    ref = dequantize(qa[:CHECK_ROWS], sa[:CHECK_ROWS] if sa.dim() == 2 else sa, ba) @ dequantize(qw, sw, bw).T
+    outs = {}
+    for name, kern in kernels.items():
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        outs[name] = fp8.scaled_mm_launch(qa, b, sa, sb, None, call, out, kernel=kern)
+    try:
+        e_torch = rel_err(torch._scaled_mm(qa, b, sa, sb, out_dtype=torch.bfloat16)[:CHECK_ROWS], ref)
+        torch_fn = lambda x, y: torch._scaled_mm(qa, b, sa, sb, out_dtype=torch.bfloat16)  # noqa: E731
+    except (RuntimeError, ValueError):
+        e_torch, torch_fn = None, None
+    fns = {name: (lambda x, y, kern=kern: fp8.scaled_mm_launch(qa, b, sa, sb, None, call, kernel=kern))
+           for name, kern in kernels.items()}
+    if torch_fn is not None:
+        fns["torch"] = torch_fn
+    times = time_fns(fns, None, None, budget_s=budget, rounds=3)
+    flop = 2.0 * m * n * k
+    t0 = times["default"].median_ms
+    ok = True
+    row = {"M": m, "N": n, "K": k, "scheme": scheme, "default": repr(base), "tflops": flop / t0 / 1e9,
+           "median_ms": t0, "err": rel_err(outs["default"][:CHECK_ROWS], ref), "err_torch": e_torch,
+           "ratio_torch": times["torch"].median_ms / t0 if "torch" in times else None, "variants": {}}
+    ok &= math.isfinite(row["err"]) and (e_torch is None or row["err"] <= 1.5 * e_torch + 1e-6)
+    for name in kernels:
+        if name == "default":
+            continue
+        t = times[name].median_ms
+        equal = bool(torch.equal(outs[name], outs["default"]))
+        err = rel_err(outs[name][:CHECK_ROWS], ref)
+        ok &= equal and math.isfinite(err)
+        row["variants"][name] = {"build": repr(kernels[name]), "tflops": flop / t / 1e9, "median_ms": t,
+                                 "ratio": t0 / t, "bitwise_equal": equal, "err": err}
+    return row, ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variants", default="ahead,registers")
+    parser.add_argument("--schemes", default="blockwise")
+    parser.add_argument("--shapes", default=",".join(ISSUE))
+    parser.add_argument("--budget", type=float, default=0.15, help="timing budget per callable, seconds")
+    parser.add_argument("--prebuild", action="store_true", help="compile the builds (no GPU) and exit")
+    add_output_argument(parser)
+    args = parser.parse_args(argv)
+    variants = [v for v in args.variants.split(",") if v]
+    schemes = [s for s in args.schemes.split(",") if s]
+    bad = [v for v in variants if v not in VARIANTS] + [s for s in schemes if s not in SCHEME_BLOCKS]
+    if bad:
+        print(f"fp8_variants: unknown variant or scheme: {', '.join(bad)}", file=sys.stderr)
+        return 2
+    shapes = parse_shapes(args.shapes)
+    if args.prebuild:
+        from gemm_ladder.dispatch.precompile import Build, run_builds
+
+        outcomes = run_builds([Build(repr(k), k.build) for k in builds(shapes, schemes, variants, SMS_H200)], load=False)
+        print(outcomes.summary())
+        return 1 if outcomes.failed else 0
+    require_gpu(__file__)
+    rows, ok = [], True
+    for m, n, k in shapes:
+        for scheme in schemes:
+            row, good = run_shape(m, n, k, scheme, variants, args.budget)
+            ok &= good
+            rows.append(row)
+            vs = "  ".join(f"{name} {v['ratio']:.3f}x{'' if v['bitwise_equal'] else ' UNEQUAL'}"
+                           for name, v in row["variants"].items())
+            rt = f"{row['ratio_torch']:.3f}x" if row["ratio_torch"] else "refused"
+            print(f"{m}x{n}x{k} {scheme}: {row['tflops']:.0f} TFLOP/s, torch {rt}; {vs}"
+                  f"{'' if good else '  WRONG'}", flush=True)
+    save({"rows": rows, "variants": variants}, "fp8_variants", args.output)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
