@@ -103,7 +103,7 @@ def run_shape(m: int, n: int, k: int, scheme: str, variants: list[str], budget: 
            for name, kern in kernels.items()}
     if torch_fn is not None:
         fns["torch"] = torch_fn
-    times = time_fns(fns, None, None, budget_s=budget, rounds=3)
+    times = time_fns(fns, qa, b, budget_s=budget, rounds=3)
     flop = 2.0 * m * n * k
     t0 = times["default"].median_ms
     ok = True
