@@ -1,15 +1,18 @@
 """fp8 builds side by side: the library's default build of each call against named variants of it, and
 ``torch._scaled_mm`` of the same scaling, interleaved in one run (one-off, issue 25).
 
-    python bench/experiments/fp8_variants.py [--variants ahead,registers] [--schemes blockwise]
+    python bench/experiments/fp8_variants.py [--variants behind,stages5] [--schemes blockwise]
                                              [--shapes MxNxK,...] [--budget S] [-o OUT.json]
     python bench/experiments/fp8_variants.py --prebuild [--variants ...] [--schemes ...]
 
-Variants (each a ``dataclasses.replace`` of library/fp8.py's ``default_build`` for the call):
+Variants (each a ``dataclasses.replace`` of library/fp8.py's ``default_build`` for the call; a variant
+that would be the default build itself is skipped):
 
-* ``ahead``     blockwise scale_b loaded one K block ahead (``scale_b_ahead``: the multiply before the next
-                block's wgmmas no longer waits on a global load);
-* ``registers`` the register store with its deeper ring (blockwise: 6 stages against the TMA store's 5).
+* ``behind``    blockwise scale_b loaded in the K block that uses it (the default loads it one block ahead,
+                ``scale_b_ahead``); ``ahead`` the reverse, where the default does not;
+* ``registers`` the register store with its deeper ring (blockwise: 6 stages against the TMA store's 5);
+* ``stages5``   the same build with a 5-stage ring (tensorwise and rowwise take 6 with the TMA store,
+                blockwise 5: what one stage less costs).
 
 Each variant's output, poisoned with NaN first, is compared bitwise with the default build's (a variant
 that changes no arithmetic must match every element) and against float64 of the dequantized inputs
@@ -41,9 +44,12 @@ from suite import add_output_argument, require_gpu, save
 
 ISSUE = ["4096x7168x16384", "4096x4096x4096", "8192x8192x8192", "4096x24576x1536", "128x7168x2048"]
 VARIANTS = {
-    "ahead": lambda k: dataclasses.replace(k, scale_b_ahead=True) if k.scale_mode == "blockwise" else None,
+    "behind": lambda k: dataclasses.replace(k, scale_b_ahead=False) if k.scale_b_ahead else None,
+    "ahead": lambda k: dataclasses.replace(k, scale_b_ahead=True)
+    if k.scale_mode == "blockwise" and not k.scale_b_ahead else None,
     "registers": lambda k: dataclasses.replace(k, store=fp8.STORE_REGISTERS, stages=0)
     if k.store == fp8.STORE_TMA else None,
+    "stages5": lambda k: dataclasses.replace(k, stages=5) if k.ring_stages > 5 else None,
 }
 CHECK_ROWS = 256
 SMS_H200 = 132  # the builds --prebuild compiles: the default tile width for the H200's (and H100's) 132 SMs
@@ -61,7 +67,7 @@ def default_kernel(m: int, n: int, k: int, scheme: str, sms: int) -> fp8.Fp8Kern
     store, _ = fp8.store_for("bf16", None, n)
     plan, _ = fp8.split_plan(m, n, k, bn, sms, fp8.SPLIT_DEFAULT, bm)
     return fp8.Fp8Kernel(scale_mode=scheme, bn=bn, overlap=fp8.OVERLAP_PROMOTION, store=store,
-                         split=plan.tail_units > 0, bm=bm)
+                         split=plan.tail_units > 0, bm=bm, scale_b_ahead=fp8.SCALE_B_AHEAD and scheme == "blockwise")
 
 
 def builds(shapes, schemes, variants, sms: int) -> list[fp8.Fp8Kernel]:
@@ -125,7 +131,7 @@ def run_shape(m: int, n: int, k: int, scheme: str, variants: list[str], budget: 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variants", default="ahead,registers")
+    parser.add_argument("--variants", default="behind,stages5")
     parser.add_argument("--schemes", default="blockwise")
     parser.add_argument("--shapes", default=",".join(ISSUE))
     parser.add_argument("--budget", type=float, default=0.15, help="timing budget per callable, seconds")

@@ -100,6 +100,11 @@ OUT_DTYPES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
 #: The launch's build: True overlaps each K block's promotion with the next block's wgmmas (two temporary
 #: accumulators); False promotes after each block's wgmmas complete (one temporary; kept for comparison).
 OVERLAP_PROMOTION = True
+#: The launch's blockwise build loads each K block's scale_b one block ahead (Fp8Kernel.scale_b_ahead), so that
+#: the next block's wgmmas do not wait on that global load: measured 1.03-1.06x faster than loading it in the
+#: same block, bitwise equal, at the issue's five shapes (H100, bench/experiments/fp8_variants.py,
+#: bench/results/2026-12-05_fp8_variants_h100_6d06324.json).
+SCALE_B_AHEAD = True
 #: The output store the launch builds where the output allows it (:func:`store_for`): the TMA store, which
 #: removes the register store's per-tile cost with bitwise-equal outputs (docs/fp8.md, "The output store").
 STORE_DEFAULT = STORE_TMA
@@ -360,7 +365,8 @@ class Sm90Fp8Gemm:
         if store is None:
             store = STORE_DEFAULT if out in TMA_STORE_OUT else STORE_REGISTERS
         return Fp8Kernel(scale_mode=scale, a_dtype=a_dtype, b_dtype=b_dtype, out_dtype=out, bias=bias, bn=bn,
-                         overlap=OVERLAP_PROMOTION, store=store, split=split, bm=bm).config()
+                         overlap=OVERLAP_PROMOTION, store=store, split=split, bm=bm,
+                         scale_b_ahead=SCALE_B_AHEAD and scale == "blockwise").config()
 
     def _call(self, config: KernelConfig, problem: Operands) -> ScaledMmCall:
         scale_a, scale_b, bias = problem.more
@@ -572,10 +578,11 @@ def _map(name: str, ptr: int, data_type: str, elem_bytes: int, dims: tuple[int, 
 def settings() -> int:
     """One number for the module defaults a launch reads at the call (:data:`TILE_M_DEFAULT`,
     :data:`STORE_DEFAULT`, :data:`TMA_STORE_OUT`, :data:`SPLIT_DEFAULT`, :data:`OVERLAP_PROMOTION`,
-    :data:`MIN_SPLIT_K_BLOCKS`, :data:`MIN_SPLIT_TILE_K_BLOCKS`), equal for equal defaults within a process:
-    the compiled host path keys its plans with it, so a default changed between calls is planned anew."""
+    :data:`SCALE_B_AHEAD`, :data:`MIN_SPLIT_K_BLOCKS`, :data:`MIN_SPLIT_TILE_K_BLOCKS`), equal for equal
+    defaults within a process: the compiled host path keys its plans with it, so a default changed between
+    calls is planned anew."""
     return hash((TILE_M_DEFAULT, STORE_DEFAULT, tuple(TMA_STORE_OUT), SPLIT_DEFAULT, OVERLAP_PROMOTION,
-                 MIN_SPLIT_K_BLOCKS, MIN_SPLIT_TILE_K_BLOCKS))
+                 SCALE_B_AHEAD, MIN_SPLIT_K_BLOCKS, MIN_SPLIT_TILE_K_BLOCKS))
 
 
 def tile_m(m: int, preferred: str | None = None) -> tuple[int, str]:
@@ -689,7 +696,8 @@ def default_build(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, bias: to
     plan, split_reason = split_plan(call.m, call.n, call.k, bn, sms, SPLIT_DEFAULT, bm)
     kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
                        out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn, overlap=OVERLAP_PROMOTION,
-                       store=store, split=plan.tail_units > 0, bm=bm)
+                       store=store, split=plan.tail_units > 0, bm=bm,
+                       scale_b_ahead=SCALE_B_AHEAD and call.scale_mode == "blockwise")
     return kernel, plan, {"tile_m": tile_m_reason, "store": store_reason, "split": split_reason}
 
 
