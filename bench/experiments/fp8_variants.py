@@ -1,7 +1,7 @@
 """fp8 builds side by side: the library's default build of each call against named variants of it, and
 ``torch._scaled_mm`` of the same scaling, interleaved in one run (one-off, issue 25).
 
-    python bench/experiments/fp8_variants.py [--variants behind,stages5] [--schemes blockwise]
+    python bench/experiments/fp8_variants.py [--variants behind,stages5,onepanel] [--schemes blockwise]
                                              [--shapes MxNxK,...] [--budget S] [-o OUT.json]
     python bench/experiments/fp8_variants.py --prebuild [--variants ...] [--schemes ...]
 
@@ -13,6 +13,8 @@ that would be the default build itself is skipped):
 * ``registers`` the register store with its deeper ring (blockwise: 6 stages against the TMA store's 5);
 * ``stages5``   the same build with a 5-stage ring (tensorwise and rowwise take 6 with the TMA store,
                 blockwise 5: what one stage less costs).
+* ``onepanel``  the TMA store staging one 64-column panel at a time (``staging_panels`` 1): a panel waits
+                for the previous one's store, and the staging it frees gives blockwise a 6-stage ring.
 
 Each variant's output, poisoned with NaN first, is compared bitwise with the default build's (a variant
 that changes no arithmetic must match every element) and against float64 of the dequantized inputs
@@ -50,6 +52,8 @@ VARIANTS = {
     "registers": lambda k: dataclasses.replace(k, store=fp8.STORE_REGISTERS, stages=0)
     if k.store == fp8.STORE_TMA else None,
     "stages5": lambda k: dataclasses.replace(k, stages=5) if k.ring_stages > 5 else None,
+    "onepanel": lambda k: dataclasses.replace(k, staging_panels=1, stages=0)
+    if k.store == fp8.STORE_TMA and k.bn // 64 > 1 and not k.staging_panels else None,
 }
 CHECK_ROWS = 256
 SMS_H200 = 132  # the builds --prebuild compiles: the default tile width for the H200's (and H100's) 132 SMs
@@ -67,7 +71,8 @@ def default_kernel(m: int, n: int, k: int, scheme: str, sms: int) -> fp8.Fp8Kern
     store, _ = fp8.store_for("bf16", None, n)
     plan, _ = fp8.split_plan(m, n, k, bn, sms, fp8.SPLIT_DEFAULT, bm)
     return fp8.Fp8Kernel(scale_mode=scheme, bn=bn, overlap=fp8.OVERLAP_PROMOTION, store=store,
-                         split=plan.tail_units > 0, bm=bm, scale_b_ahead=fp8.SCALE_B_AHEAD and scheme == "blockwise")
+                         split=plan.tail_units > 0, bm=bm, scale_b_ahead=fp8.SCALE_B_AHEAD and scheme == "blockwise",
+                         staging_panels=fp8._staging_panels(store, bn))
 
 
 def builds(shapes, schemes, variants, sms: int) -> list[fp8.Fp8Kernel]:
@@ -84,7 +89,8 @@ def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
     return ((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
 
 
-def run_shape(m: int, n: int, k: int, scheme: str, variants: list[str], budget: float) -> tuple[dict, bool]:
+def run_shape(m: int, n: int, k: int, scheme: str, variants: list[str], budget: float,
+              check_only: bool = False) -> tuple[dict, bool]:
     ba, bw = SCHEME_BLOCKS[scheme]
     a = torch.randn((m, k), device="cuda")
     w = torch.randn((n, k), device="cuda") / math.sqrt(k)
@@ -109,7 +115,10 @@ def run_shape(m: int, n: int, k: int, scheme: str, variants: list[str], budget: 
            for name, kern in kernels.items()}
     if torch_fn is not None:
         fns["torch"] = torch_fn
-    times = time_fns(fns, qa, b, budget_s=budget, rounds=3)
+    if check_only:  # one launch each (above), no timing: what a compute-sanitizer run needs
+        times = {name: _Untimed() for name in fns}
+    else:
+        times = time_fns(fns, qa, b, budget_s=budget, rounds=3)
     flop = 2.0 * m * n * k
     t0 = times["default"].median_ms
     ok = True
@@ -129,13 +138,19 @@ def run_shape(m: int, n: int, k: int, scheme: str, variants: list[str], budget: 
     return row, ok
 
 
+class _Untimed:
+    median_ms = math.nan
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variants", default="behind,stages5")
+    parser.add_argument("--variants", default="behind,stages5,onepanel")
     parser.add_argument("--schemes", default="blockwise")
     parser.add_argument("--shapes", default=",".join(ISSUE))
     parser.add_argument("--budget", type=float, default=0.15, help="timing budget per callable, seconds")
     parser.add_argument("--prebuild", action="store_true", help="compile the builds (no GPU) and exit")
+    parser.add_argument("--check-only", action="store_true",
+                        help="launch and check each build once, no timing (under compute-sanitizer)")
     add_output_argument(parser)
     args = parser.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
@@ -155,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, ok = [], True
     for m, n, k in shapes:
         for scheme in schemes:
-            row, good = run_shape(m, n, k, scheme, variants, args.budget)
+            row, good = run_shape(m, n, k, scheme, variants, args.budget, args.check_only)
             ok &= good
             rows.append(row)
             vs = "  ".join(f"{name} {v['ratio']:.3f}x{'' if v['bitwise_equal'] else ' UNEQUAL'}"
