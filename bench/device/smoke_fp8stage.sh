@@ -20,6 +20,6 @@ step fp8_quick 80 python3 bench/fp8.py --quick -o "$DEST/fp8_quick.json"
 step racecheck 60 env GL_FP8_STAGING_PANELS=1 compute-sanitizer --tool racecheck --error-exitcode 1 python3 bench/experiments/fp8_variants.py --schemes blockwise --variants behind --shapes 1536x1536x256 --check-only -o "$DEST/fp8_racecheck.json"
 step memcheck 60 env GL_FP8_STAGING_PANELS=1 compute-sanitizer --tool memcheck --error-exitcode 1 python3 bench/experiments/fp8_variants.py --schemes blockwise,tensorwise --variants behind --shapes 1540x1544x272 --check-only -o "$DEST/fp8_memcheck.json"
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-  step shapes_real 240 python3 bench/shapes_real.py --dtype bf16 --autotune --budget 0.04 --deadline 200 -o "$DEST/shapes_real_bf16_autotune.json"
+  step shapes_real 190 python3 bench/shapes_real.py --dtype bf16 --autotune --budget 0.04 --deadline 160 -o "$DEST/shapes_real_bf16_autotune.json"
 fi
 smoke_end smoke_fp8stage 'passed|failed|error|WRONG|UNEQUAL|target|autotune:|TFLOP|ERROR SUMMARY|RACECHECK SUMMARY'
