@@ -105,10 +105,6 @@ OVERLAP_PROMOTION = True
 #: same block, bitwise equal, at the issue's five shapes (H100, bench/experiments/fp8_variants.py,
 #: bench/results/2026-12-05_fp8_variants_h100_6d06324.json).
 SCALE_B_AHEAD = True
-#: The TMA store's staging the launch builds (Fp8Kernel.staging_panels): 0, each consumer stages its whole
-#: 64 x BN tile; 1, one 64-column panel at a time (less shared memory: a 6-stage blockwise ring at BN 128).
-#: The environment's GL_FP8_STAGING_PANELS when the module is imported, else 0.
-STAGING_PANELS = int(os.environ.get("GL_FP8_STAGING_PANELS", "0"))
 #: The output store the launch builds where the output allows it (:func:`store_for`): the TMA store, which
 #: removes the register store's per-tile cost with bitwise-equal outputs (docs/fp8.md, "The output store").
 STORE_DEFAULT = STORE_TMA
@@ -133,22 +129,20 @@ MIN_SPLIT_K_BLOCKS = 4
 MIN_SPLIT_TILE_K_BLOCKS = 48
 
 
-def smem_bytes(scale_mode: str, stages: int, bn: int = 128, store: str = STORE_REGISTERS, bm: int = BM,
-               staging_panels: int = 0) -> int:
-    """Dynamic shared memory of one CTA: the ring, the TMA store's staging buffers (each consumer's 64 rows of
-    ``staging_panels`` 64-column panels of 2-byte outputs, 0 for all bn / 64; a consumer per 64 rows of
-    ``bm``), the blockwise scale_a ring, barriers, alignment slack."""
+def smem_bytes(scale_mode: str, stages: int, bn: int = 128, store: str = STORE_REGISTERS, bm: int = BM) -> int:
+    """Dynamic shared memory of one CTA: the ring, the TMA store's staging buffers (each consumer's 64 x bn
+    2-byte outputs; a consumer per 64 rows of ``bm``), the blockwise scale_a ring, barriers, alignment slack."""
     sa = bm * 4 if scale_mode == "blockwise" else 0
-    staging = (bm // 64) * 64 * 64 * (staging_panels or bn // 64) * 2 if store == STORE_TMA else 0
+    staging = (bm // 64) * 64 * bn * 2 if store == STORE_TMA else 0
     return stages * (bm * BK + bn * BK + sa) + staging + 2 * stages * 8 + 1024
 
 
-def stages_for(scale_mode: str, bn: int, store: str, bm: int = BM, staging_panels: int = 0) -> int:
+def stages_for(scale_mode: str, bn: int, store: str, bm: int = BM) -> int:
     """The ring's stages: :data:`STAGES` [bn] (:data:`STAGES_64_ROWS` at ``bm`` 64), fewer where the TMA
     store's staging buffers would pass :data:`SMEM_LIMIT` (BN 128: 6 stages tensorwise and rowwise, 5
-    blockwise; 6 blockwise with one staging panel, ``staging_panels`` 1)."""
+    blockwise)."""
     stages = (STAGES if bm == BM else STAGES_64_ROWS)[bn]
-    while stages > 2 and smem_bytes(scale_mode, stages, bn, store, bm, staging_panels) > SMEM_LIMIT:
+    while stages > 2 and smem_bytes(scale_mode, stages, bn, store, bm) > SMEM_LIMIT:
         stages -= 1
     return stages
 
@@ -205,20 +199,18 @@ class Fp8Kernel:
     split: bool = False  # the stream-K split built in (GL_FP8_SPLIT = 1)
     bm: int = BM  # tile rows: 128 (two consumer warpgroups) or 64 (one; GL_FP8_BM = 64)
     scale_b_ahead: bool = False  # blockwise: each K block's scale_b loaded one block ahead (GL_FP8_SB_AHEAD = 1)
-    staging_panels: int = 0  # the TMA store's panels staged at once: 0 all bn / 64, 1 one (GL_FP8_STAGE_PANELS = 1)
 
     def __repr__(self) -> str:
         # The dataclass's repr, ``split`` and ``bm`` named only when not their defaults: the repr heads the
         # translation unit and labels the build, so the builds without them keep the inputs they had
         # before they existed (tests/data/build_inputs_grouped_fp8.json).
-        hidden = {"split": not self.split, "bm": self.bm == BM, "scale_b_ahead": not self.scale_b_ahead,
-                  "staging_panels": not self.staging_panels}
+        hidden = {"split": not self.split, "bm": self.bm == BM, "scale_b_ahead": not self.scale_b_ahead}
         fields = [f for f in dataclasses.fields(self) if not hidden.get(f.name, False)]
         return f"Fp8Kernel({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in fields)})"
 
     @property
     def ring_stages(self) -> int:
-        return self.stages or stages_for(self.scale_mode, self.bn, self.store, self.bm, self.staging_panels)
+        return self.stages or stages_for(self.scale_mode, self.bn, self.store, self.bm)
 
     @property
     def consumers(self) -> int:
@@ -245,12 +237,11 @@ class Fp8Kernel:
             **({"GL_FP8_SPLIT": 1} if self.split else {}),  # absent, not 0: the unsplit builds' inputs unchanged
             **({"GL_FP8_BM": self.bm} if self.bm != BM else {}),  # likewise
             **({"GL_FP8_SB_AHEAD": 1} if self.scale_b_ahead else {}),  # likewise
-            **({"GL_FP8_STAGE_PANELS": self.staging_panels} if self.staging_panels else {}),  # likewise
         }
 
     @property
     def dynamic_smem(self) -> int:
-        return smem_bytes(self.scale_mode, self.ring_stages, self.bn, self.store, self.bm, self.staging_panels)
+        return smem_bytes(self.scale_mode, self.ring_stages, self.bn, self.store, self.bm)
 
     @property
     def expect_tx_bytes(self) -> int:
@@ -265,8 +256,7 @@ class Fp8Kernel:
         completion. The register store has no staging (no store steps); the TMA store gives each consumer
         one staging buffer holding its whole 64 x BN tile (one panel of the auditor's model, all BN / 64
         boxes in one bulk group): wait_group.read 0, write, store + commit at each tile's end, a final
-        wait_group.read 0; with ``staging_panels`` 1, a one-panel buffer and BN / 64 panels a tile, each
-        its own wait_group.read 0, write, store + commit. A split build (``split``) runs the same ring: each segment is a tile of
+        wait_group.read 0. A split build (``split``) runs the same ring: each segment is a tile of
         ``k_iters`` = its 1..K-blocks range, and a CTA's segments follow one another as tiles do (the
         hand-in of partials touches no stage). ``segments``: a CTA's tiles or segments of different
         lengths, back to back (their K blocks each, e.g. from :func:`split_plan`'s schedule); then
@@ -274,8 +264,7 @@ class Fp8Kernel:
         from gemm_ladder.audit.ring import RingConfig
 
         staging = {"store_order": ()} if self.store == STORE_REGISTERS else {
-            "staging_buffers": 1, "panels_per_tile": self.bn // 64 if self.staging_panels == 1 else 1,
-            "deferred_panels": 0, "staging_wait_pending": 0}
+            "staging_buffers": 1, "panels_per_tile": 1, "deferred_panels": 0, "staging_wait_pending": 0}
         if segments is not None:
             k_iters, tiles = max(segments), len(segments)
         return RingConfig(stages=self.ring_stages, k_iters=k_iters, tiles=tiles, tile_k_iters=segments,
@@ -316,9 +305,7 @@ def _config(kernel: Fp8Kernel, arch: str) -> KernelConfig:
             or not {kernel.a_dtype, kernel.b_dtype} <= set(FP8_DTYPES.values())
             or kernel.store not in (STORE_REGISTERS, STORE_TMA)
             or kernel.store == STORE_TMA and kernel.out_dtype not in TMA_STORE_OUT or kernel.bm not in TILE_M
-            or kernel.scale_b_ahead and kernel.scale_mode != "blockwise"
-            or kernel.staging_panels not in (0, 1)
-            or kernel.staging_panels and (kernel.store != STORE_TMA or kernel.bn // 64 == 1)):
+            or kernel.scale_b_ahead and kernel.scale_mode != "blockwise"):
         raise ValueError(f"{FAMILY} builds no such configuration: {kernel}")
     if kernel.dynamic_smem > SMEM_LIMIT:  # stages given explicitly: refuse here, not at the driver's load
         raise ValueError(f"{FAMILY}: {kernel} needs {kernel.dynamic_smem} bytes of shared memory, more than the "
@@ -343,8 +330,7 @@ def kernel_for(config: KernelConfig) -> Fp8Kernel:
                            out_dtype=out, bias=bool(extra.get("GL_FP8_BIAS")), bn=config.tile[1],
                            stages=0, overlap=bool(extra.get("GL_FP8_OVERLAP", 1)), store=config.store,
                            split=bool(extra.get("GL_FP8_SPLIT", 0)), bm=config.tile[0],
-                           scale_b_ahead=bool(extra.get("GL_FP8_SB_AHEAD", 0)),
-                           staging_panels=int(extra.get("GL_FP8_STAGE_PANELS", 0)))
+                           scale_b_ahead=bool(extra.get("GL_FP8_SB_AHEAD", 0)))
         if config.stages != kernel.ring_stages:
             kernel = dataclasses.replace(kernel, stages=config.stages)
         same = kernel.config(config.arch) == config
@@ -380,8 +366,7 @@ class Sm90Fp8Gemm:
             store = STORE_DEFAULT if out in TMA_STORE_OUT else STORE_REGISTERS
         return Fp8Kernel(scale_mode=scale, a_dtype=a_dtype, b_dtype=b_dtype, out_dtype=out, bias=bias, bn=bn,
                          overlap=OVERLAP_PROMOTION, store=store, split=split, bm=bm,
-                         scale_b_ahead=SCALE_B_AHEAD and scale == "blockwise",
-                         staging_panels=_staging_panels(store, bn)).config()
+                         scale_b_ahead=SCALE_B_AHEAD and scale == "blockwise").config()
 
     def _call(self, config: KernelConfig, problem: Operands) -> ScaledMmCall:
         scale_a, scale_b, bias = problem.more
@@ -593,11 +578,11 @@ def _map(name: str, ptr: int, data_type: str, elem_bytes: int, dims: tuple[int, 
 def settings() -> int:
     """One number for the module defaults a launch reads at the call (:data:`TILE_M_DEFAULT`,
     :data:`STORE_DEFAULT`, :data:`TMA_STORE_OUT`, :data:`SPLIT_DEFAULT`, :data:`OVERLAP_PROMOTION`,
-    :data:`SCALE_B_AHEAD`, :data:`STAGING_PANELS`, :data:`MIN_SPLIT_K_BLOCKS`, :data:`MIN_SPLIT_TILE_K_BLOCKS`), equal for equal
+    :data:`SCALE_B_AHEAD`, :data:`MIN_SPLIT_K_BLOCKS`, :data:`MIN_SPLIT_TILE_K_BLOCKS`), equal for equal
     defaults within a process: the compiled host path keys its plans with it, so a default changed between
     calls is planned anew."""
     return hash((TILE_M_DEFAULT, STORE_DEFAULT, tuple(TMA_STORE_OUT), SPLIT_DEFAULT, OVERLAP_PROMOTION,
-                 SCALE_B_AHEAD, STAGING_PANELS, MIN_SPLIT_K_BLOCKS, MIN_SPLIT_TILE_K_BLOCKS))
+                 SCALE_B_AHEAD, MIN_SPLIT_K_BLOCKS, MIN_SPLIT_TILE_K_BLOCKS))
 
 
 def tile_m(m: int, preferred: str | None = None) -> tuple[int, str]:
@@ -698,11 +683,6 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _staging_panels(store: str, bn: int) -> int:
-    """:data:`STAGING_PANELS` where it means something (a TMA store of more than one 64-column panel), else 0."""
-    return STAGING_PANELS if store == STORE_TMA and bn // 64 > 1 else 0
-
-
 def default_build(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
                   out: torch.Tensor | None, sms: int) -> tuple[Fp8Kernel, StreamKTail, dict[str, str]]:
     """The build a checked call runs when none is given, its split schedule, and why each choice was made
@@ -717,8 +697,7 @@ def default_build(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, bias: to
     kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
                        out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn, overlap=OVERLAP_PROMOTION,
                        store=store, split=plan.tail_units > 0, bm=bm,
-                       scale_b_ahead=SCALE_B_AHEAD and call.scale_mode == "blockwise",
-                       staging_panels=_staging_panels(store, bn))
+                       scale_b_ahead=SCALE_B_AHEAD and call.scale_mode == "blockwise")
     return kernel, plan, {"tile_m": tile_m_reason, "store": store_reason, "split": split_reason}
 
 

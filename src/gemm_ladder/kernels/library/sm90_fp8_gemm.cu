@@ -119,14 +119,11 @@ __host__ __device__ constexpr bool config_ok() {
   static_assert(!Cfg::kTmaStore || std::is_same_v<typename Cfg::Out, __nv_bfloat16> ||
                     std::is_same_v<typename Cfg::Out, __half>,
                 "the TMA store stages 2-byte outputs (bf16, fp16) in 128-byte swizzled panels");
-  static_assert(Cfg::kStagePanels == Cfg::kBN / 64 || Cfg::kStagePanels == 1,
-                "kStagePanels: the tile's BN / 64 panels staged at once, or one at a time");
   return true;
 }
 
 // The ring's shared memory of a config: per stage A (BM x 128), B (BN x 128) and, blockwise, scale_a;
-// with kTmaStore, each consumer's staging buffer (64 rows x kStagePanels panels of 64 columns of Out,
-// 1024-byte aligned after B's ring).
+// with kTmaStore, each consumer's staging buffer (64 x BN of Out, 1024-byte aligned after B's ring).
 template <class Cfg>
 struct Smem {
   static constexpr int BN = Cfg::kBN, STAGES = Cfg::kStages, BM = Cfg::kBM, kConsumers = kConsumersOf<BM>;
@@ -134,7 +131,7 @@ struct Smem {
   static constexpr int kSaBytes = Cfg::kScaleMode == kBlockwise ? BM * 4 : 0;  // BM rows' scales of one K block
   static constexpr int kAOffset = 0;
   static constexpr int kBOffset = kAOffset + STAGES * kABytes;
-  static constexpr int kCBytes = Cfg::kTmaStore ? Cfg::kStagePanels * kPanelBytes : 0;  // one consumer's staging
+  static constexpr int kCBytes = Cfg::kTmaStore ? 64 * BN * 2 : 0;  // one consumer's staging buffer
   static constexpr int kCOffset = kBOffset + STAGES * kBBytes;
   static constexpr int kSaOffset = kCOffset + kConsumers * kCBytes;
   static constexpr int kBarOffset = kSaOffset + STAGES * kSaBytes;
@@ -397,34 +394,17 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
       // generic store): Smem's base is aligned by integer arithmetic, which loses the address space.
       uint8_t* const staging = smem_raw + (smem_u32(smem.c(consumer)) - smem_u32(smem_raw));
       const int m0 = tm * BM + 64 * consumer;
-      if constexpr (Cfg::kStagePanels == BN / 64) {
-        if (elected) tma_store_wait_read<0>();
-        named_barrier_sync(kStoreBarrier + consumer, 128);
+      if (elected) tma_store_wait_read<0>();
+      named_barrier_sync(kStoreBarrier + consumer, 128);
 #pragma unroll
-        for (int p = 0; p < BN / 64; ++p) stage_packed_panel_sw128<BN>(staging + p * kPanelBytes, packed, p);
-        fence_proxy_async_smem();
-        named_barrier_sync(kStoreBarrier + consumer, 128);
-        if (elected) {
+      for (int p = 0; p < BN / 64; ++p) stage_packed_panel_sw128<BN>(staging + p * kPanelBytes, packed, p);
+      fence_proxy_async_smem();
+      named_barrier_sync(kStoreBarrier + consumer, 128);
+      if (elected) {
 #pragma unroll
-          for (int p = 0; p < BN / 64; ++p)
-            if (m0 < M && tn * BN + 64 * p < N) tma_store_2d(&map_c, staging + p * kPanelBytes, tn * BN + 64 * p, m0);
-          tma_store_commit();
-        }
-      } else {
-        // kStagePanels = 1: one 64-column panel at a time through a one-panel buffer (a smaller staging
-        // area, so a deeper ring fits): each panel waits until the previous one's store has read it.
-#pragma unroll
-        for (int p = 0; p < BN / 64; ++p) {
-          if (elected) tma_store_wait_read<0>();
-          named_barrier_sync(kStoreBarrier + consumer, 128);
-          stage_packed_panel_sw128<BN>(staging, packed, p);
-          fence_proxy_async_smem();
-          named_barrier_sync(kStoreBarrier + consumer, 128);
-          if (elected) {
-            if (m0 < M && tn * BN + 64 * p < N) tma_store_2d(&map_c, staging, tn * BN + 64 * p, m0);
-            tma_store_commit();
-          }
-        }
+        for (int p = 0; p < BN / 64; ++p)
+          if (m0 < M && tn * BN + 64 * p < N) tma_store_2d(&map_c, staging + p * kPanelBytes, tn * BN + 64 * p, m0);
+        tma_store_commit();
       }
     }
     if constexpr (kQuantized) {
@@ -526,8 +506,7 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
 // stores; a bf16 or fp16 output only), GL_FP8_SPLIT (1: the stream-K split, taken from the launch's
 // tail_first_unit; 0 or undefined: every tile whole, the split arguments ignored), GL_FP8_BM (64: a 64-row
 // tile on one consumer warpgroup, 256 threads; 128 or undefined: two consumers, 384 threads), GL_FP8_SB_AHEAD
-// (1: blockwise scale_b loaded one K block ahead), GL_FP8_STAGE_PANELS (1: the TMA store stages one 64-column
-// panel at a time; 0 or undefined: the whole tile's).
+// (1: blockwise scale_b loaded one K block ahead).
 #ifndef GL_FP8_BN
 #define GL_FP8_BN 128
 #endif
@@ -564,15 +543,11 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
 #ifndef GL_FP8_SB_AHEAD
 #define GL_FP8_SB_AHEAD 0
 #endif
-#ifndef GL_FP8_STAGE_PANELS
-#define GL_FP8_STAGE_PANELS 0
-#endif
 struct BuildConfig {
   static constexpr int kBN = GL_FP8_BN, kStages = GL_FP8_STAGES, kScaleMode = GL_FP8_SCALE;
   static constexpr bool kBias = GL_FP8_BIAS, kOverlap = GL_FP8_OVERLAP, kTmaStore = GL_FP8_TMA_STORE, kSplit = GL_FP8_SPLIT;
   static constexpr int kBM = GL_FP8_BM;
   static constexpr bool kScaleBAhead = GL_FP8_SB_AHEAD;
-  static constexpr int kStagePanels = GL_FP8_STAGE_PANELS ? GL_FP8_STAGE_PANELS : GL_FP8_BN / 64;
   using A = std::conditional_t<GL_FP8_A_E5M2, __nv_fp8_e5m2, __nv_fp8_e4m3>;
   using B = std::conditional_t<GL_FP8_B_E5M2, __nv_fp8_e5m2, __nv_fp8_e4m3>;
   using Out = std::conditional_t<GL_FP8_OUT == 0, __nv_bfloat16,
