@@ -17,6 +17,11 @@ that would be the default build itself is skipped):
 Another, ``onepanel`` (the TMA store staging one 64-column panel at a time, which fits blockwise a 6-stage
 ring), ran 0.98-1.00x the default blockwise build and was removed (docs/fp8.md, "Tried and removed").
 
+Diagnostics (blockwise; timed, their results wrong by design and not checked): the promotion scales'
+two lines of the kernel edited in a temporary copy of its source: ``scales_one`` (both scales 1: no
+scale_a read, no scale_b load), ``sa_one`` (scale_b only), ``sb_one`` (scale_a only). What each saves
+against the default says where the blockwise K loop's time goes beside tensorwise's.
+
 Each variant's output, poisoned with NaN first, is compared bitwise with the default build's (a variant
 that changes no arithmetic must match every element) and against float64 of the dequantized inputs
 (within 1.5x torch's error, as bench/fp8.py). Timing: gemm_ladder.timing.time_fns (L2 flushed before each
@@ -54,6 +59,14 @@ VARIANTS = {
     if k.store == fp8.STORE_TMA else None,
     "stages5": lambda k: dataclasses.replace(k, stages=5) if k.ring_stages > 5 else None,
 }
+#: Diagnostic builds (blockwise only): the kernel's source with the promotion scales' computation edited,
+#: so that their results are wrong (timed, never checked): where the blockwise loop's time goes.
+PROMOTION_SCALES = "      s0 = smem.sa(s)[row_in_tile] * sb;\n      s1 = smem.sa(s)[row_in_tile + 8] * sb;\n"
+DIAGNOSTICS = {
+    "scales_one": "      s0 = s1 = 1.0f;\n      (void)sb;\n",  # no scale_a read, no scale_b load (dead)
+    "sa_one": "      s0 = s1 = sb;\n",  # scale_b only: no scale_a read from shared memory
+    "sb_one": "      s0 = smem.sa(s)[row_in_tile];\n      s1 = smem.sa(s)[row_in_tile + 8];\n      (void)sb;\n",
+}
 CHECK_ROWS = 256
 SMS_H200 = 132  # the builds --prebuild compiles: the default tile width for the H200's (and H100's) 132 SMs
 
@@ -73,13 +86,49 @@ def default_kernel(m: int, n: int, k: int, scheme: str, sms: int) -> fp8.Fp8Kern
                          split=plan.tail_units > 0, bm=bm, scale_b_ahead=fp8.SCALE_B_AHEAD and scheme == "blockwise")
 
 
+def diagnostic_kernel(kernel: fp8.Fp8Kernel, name: str) -> fp8.Fp8Kernel:
+    """``kernel`` compiled from the source with DIAGNOSTICS[name] in place of the promotion scales' lines
+    (written to the temporary directory under a name holding the edited text's digest, so the kernel cache
+    keys it apart from the real build)."""
+    import hashlib
+    import tempfile
+
+    from gemm_ladder.runtime.compiler import KERNEL_ROOT
+
+    source = (KERNEL_ROOT / fp8.SOURCE).read_text()
+    if PROMOTION_SCALES not in source:
+        raise SystemExit("fp8_variants: the kernel's promotion scales moved; update PROMOTION_SCALES")
+    edited = source.replace(PROMOTION_SCALES, DIAGNOSTICS[name])
+    path = Path(tempfile.gettempdir()) / f"gl_fp8_{name}_{hashlib.sha256(edited.encode()).hexdigest()[:12]}.cu"
+    path.write_text(edited)
+
+    @dataclasses.dataclass(frozen=True)
+    class Diagnostic(type(kernel)):
+        def defines(self):  # a config of its own: the in-process build cache is keyed by config
+            return {**super().defines(), f"GL_FP8_DIAGNOSTIC_{name.upper()}": 1}
+
+        def translation_unit(self):
+            return f'// gemm-ladder experiment: fp8 {self}\n#include "{path}"\n'
+
+        def __repr__(self):
+            return f"{name} of {super().__repr__()}"
+
+    return Diagnostic(**{f.name: getattr(kernel, f.name) for f in dataclasses.fields(kernel)})
+
+
+def variant(kernel: fp8.Fp8Kernel, name: str) -> fp8.Fp8Kernel | None:
+    if name in DIAGNOSTICS:
+        return diagnostic_kernel(kernel, name) if kernel.scale_mode == "blockwise" else None
+    return VARIANTS[name](kernel)
+
+
 def builds(shapes, schemes, variants, sms: int) -> list[fp8.Fp8Kernel]:
     out = []
     for m, n, k in shapes:
         for scheme in schemes:
             base = default_kernel(m, n, k, scheme, sms)
             out.append(base)
-            out += [v for name in variants if (v := VARIANTS[name](base)) is not None]
+            out += [v for name in variants if (v := variant(base, name)) is not None]
     return list(dict.fromkeys(out))
 
 
@@ -98,7 +147,7 @@ def run_shape(m: int, n: int, k: int, scheme: str, variants: list[str], budget: 
     call = fp8.check_scaled_mm(qa, b, sa, sb)
     base, _, _ = fp8.default_build(call, qa, b, None, None, fp8._sm_count(qa.device))
     kernels = {"default": base}
-    kernels.update({name: v for name in variants if (v := VARIANTS[name](base)) is not None})
+    kernels.update({name: v for name in variants if (v := variant(base, name)) is not None})
     ref = dequantize(qa[:CHECK_ROWS], sa[:CHECK_ROWS] if sa.dim() == 2 else sa, ba) @ dequantize(qw, sw, bw).T
     outs = {}
     for name, kern in kernels.items():
@@ -134,7 +183,7 @@ def run_shape(m: int, n: int, k: int, scheme: str, variants: list[str], budget: 
         t = times[name].median_ms
         equal = bool(torch.equal(outs[name], outs["default"]))
         err = rel_err(outs[name][:CHECK_ROWS], ref)
-        ok &= equal and math.isfinite(err)
+        ok &= name in DIAGNOSTICS or (equal and math.isfinite(err))  # a diagnostic's results are wrong by design
         row["variants"][name] = {"build": repr(kernels[name]), "tflops": flop / t / 1e9, "median_ms": t,
                                  "ratio": t0 / t, "bitwise_equal": equal, "err": err}
     return row, ok
@@ -157,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
     schemes = [s for s in args.schemes.split(",") if s]
-    bad = [v for v in variants if v not in VARIANTS] + [s for s in schemes if s not in SCHEME_BLOCKS]
+    bad = [v for v in variants if v not in VARIANTS and v not in DIAGNOSTICS] + [s for s in schemes if s not in SCHEME_BLOCKS]
     if bad:
         print(f"fp8_variants: unknown variant or scheme: {', '.join(bad)}", file=sys.stderr)
         return 2
@@ -175,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
             row, good = run_shape(m, n, k, scheme, variants, args.budget, args.check_only)
             ok &= good
             rows.append(row)
-            vs = "  ".join(f"{name} {v['ratio']:.3f}x{'' if v['bitwise_equal'] else ' UNEQUAL'}"
+            vs = "  ".join(f"{name} {v['ratio']:.3f}x"
+                           f"{'' if v['bitwise_equal'] or name in DIAGNOSTICS else ' UNEQUAL'}"
                            for name, v in row["variants"].items())
             rt = f"{row['ratio_torch']:.3f}x" if row["ratio_torch"] else "refused"
             print(f"{m}x{n}x{k} {scheme}: {row['tflops']:.0f} TFLOP/s, torch {rt}; {vs}"
