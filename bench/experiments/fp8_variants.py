@@ -20,7 +20,8 @@ ring), ran 0.98-1.00x the default blockwise build and was removed (docs/fp8.md, 
 Diagnostics (blockwise; timed, their results wrong by design and not checked): the promotion scales'
 two lines of the kernel edited in a temporary copy of its source: ``scales_one`` (both scales 1: no
 scale_a read, no scale_b load), ``sa_one`` (scale_b only), ``sb_one`` (scale_a only). What each saves
-against the default says where the blockwise K loop's time goes beside tensorwise's.
+against the default says where the blockwise K loop's time goes beside tensorwise's. ``sa_lds`` edits the
+same lines keeping their arithmetic (checked bitwise): scale_a read by LDS instead of a generic load.
 
 Each variant's output, poisoned with NaN first, is compared bitwise with the default build's (a variant
 that changes no arithmetic must match every element) and against float64 of the dequantized inputs
@@ -67,6 +68,12 @@ DIAGNOSTICS = {
     "sa_one": "      s0 = s1 = sb;\n",  # scale_b only: no scale_a read from shared memory
     "sb_one": "      s0 = smem.sa(s)[row_in_tile];\n      s1 = smem.sa(s)[row_in_tile + 8];\n      (void)sb;\n",
 }
+#: Candidate edits of the same lines that keep the arithmetic (checked bitwise like the variants): ``sa_lds``
+#: reads scale_a through a pointer derived from the kernel's extern __shared__ array, so that ptxas emits
+#: LDS instead of the generic LD it emits for Smem's integer-aligned base (the K loop's SASS: LD.E).
+SA_SHARED = "reinterpret_cast<const float*>(smem_raw + (smem_u32(smem.sa(s)) - smem_u32(smem_raw)))"
+EDITS = {**DIAGNOSTICS,
+         "sa_lds": f"      s0 = {SA_SHARED}[row_in_tile] * sb;\n      s1 = {SA_SHARED}[row_in_tile + 8] * sb;\n"}
 CHECK_ROWS = 256
 SMS_H200 = 132  # the builds --prebuild compiles: the default tile width for the H200's (and H100's) 132 SMs
 
@@ -98,7 +105,7 @@ def diagnostic_kernel(kernel: fp8.Fp8Kernel, name: str) -> fp8.Fp8Kernel:
     source = (KERNEL_ROOT / fp8.SOURCE).read_text()
     if PROMOTION_SCALES not in source:
         raise SystemExit("fp8_variants: the kernel's promotion scales moved; update PROMOTION_SCALES")
-    edited = source.replace(PROMOTION_SCALES, DIAGNOSTICS[name])
+    edited = source.replace(PROMOTION_SCALES, EDITS[name])
     path = Path(tempfile.gettempdir()) / f"gl_fp8_{name}_{hashlib.sha256(edited.encode()).hexdigest()[:12]}.cu"
     path.write_text(edited)
 
@@ -117,7 +124,7 @@ def diagnostic_kernel(kernel: fp8.Fp8Kernel, name: str) -> fp8.Fp8Kernel:
 
 
 def variant(kernel: fp8.Fp8Kernel, name: str) -> fp8.Fp8Kernel | None:
-    if name in DIAGNOSTICS:
+    if name in EDITS:
         return diagnostic_kernel(kernel, name) if kernel.scale_mode == "blockwise" else None
     return VARIANTS[name](kernel)
 
@@ -206,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
     schemes = [s for s in args.schemes.split(",") if s]
-    bad = [v for v in variants if v not in VARIANTS and v not in DIAGNOSTICS] + [s for s in schemes if s not in SCHEME_BLOCKS]
+    bad = [v for v in variants if v not in VARIANTS and v not in EDITS] + [s for s in schemes if s not in SCHEME_BLOCKS]
     if bad:
         print(f"fp8_variants: unknown variant or scheme: {', '.join(bad)}", file=sys.stderr)
         return 2
