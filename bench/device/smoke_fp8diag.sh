@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Where the blockwise fp8 K loop's time goes beside tensorwise's (bench/experiments/fp8_variants.py's
-# diagnostics: the promotion scales set to 1, scale_b only, scale_a only), then, on an H200, the issue's
-# tables on the machine it names: bench/fp8.py --quick and bench/shapes_real.py --autotune on the bf16 set
-# (as many rows as 125 s allow); on another GPU, bench/fp8.py on the full set. One `run` call, at most
+# diagnostics: the promotion scales set to 1, scale_b only, scale_a only; and scale_a read by LDS), then,
+# on an H200, the issue's tables on the machine it names: bench/fp8.py --quick and bench/shapes_real.py
+# --autotune on the bf16 set (as many rows as 125 s allow); on another GPU, bench/fp8.py on the full set. One `run` call, at most
 # about 280 s. From the repository root with the carry unpacked (bench/device/prepare.sh):
 #   OUT=/tmp/out bash bench/device/smoke_fp8diag.sh
 # Writes $OUT/fp8diag/smoke.log and the benches' JSONs there.
