@@ -45,9 +45,15 @@ def _loop_multiplies_before_issue(sass: str) -> int:
     """In each innermost loop with wgmmas (the K loop: from a backward branch's target to the branch, with no
     other backward branch inside), the FMULs that read a register an LDG wrote earlier in the same body and
     come before a QGMMA that follows them in that body."""
-    lines = [ln for ln in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", ln)]
-    addr = [int(re.search(r"/\*([0-9a-f]{4})\*/", ln).group(1), 16) for ln in lines]
-    count = 0
+    return sum(_k_loop_multiplies(body) for body in k_loops(sass))
+
+
+def k_loops(sass: str) -> list[list[str]]:
+    """The innermost loops with wgmmas (the K loops): each from a backward branch's target to the branch,
+    with no other backward branch inside (an outer loop's, the tiles', is not one)."""
+    lines = [ln for ln in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", ln)]
+    addr = [int(re.search(r"/\*([0-9a-f]{4,})\*/", ln).group(1), 16) for ln in lines]
+    loops = []
     for i, ln in enumerate(lines):
         target = _backward_branch(ln, addr[i])
         if target is None or target not in addr:
@@ -55,33 +61,48 @@ def _loop_multiplies_before_issue(sass: str) -> int:
         body = lines[addr.index(target):i + 1]
         if any(_backward_branch(op, a) is not None for op, a in zip(body[:-1], addr[addr.index(target):i])):
             continue  # an outer loop (the tiles'): its first K block's load is once per tile
-        loaded = set()
-        for j, op in enumerate(body):
-            if (g := re.search(r"LDG\.E\S* (R\d+),", op)):
-                loaded.add(g.group(1))
-            elif (f := re.search(r"FMUL\S* R\d+, (R\d+)(?:\.reuse)?, (R\d+)", op)) and loaded & set(f.groups()):
-                count += any("QGMMA" in later for later in body[j + 1:])
+        if any("QGMMA" in op for op in body):
+            loops.append(body)
+    return loops
+
+
+def _k_loop_multiplies(body: list[str]) -> int:
+    count, loaded = 0, set()
+    for j, op in enumerate(body):
+        if (g := re.search(r"LDG\.E\S* (R\d+),", op)):
+            loaded.add(g.group(1))
+        elif (f := re.search(r"FMUL\S* R\d+, (R\d+)(?:\.reuse)?, (R\d+)", op)) and loaded & set(f.groups()):
+            count += any("QGMMA" in later for later in body[j + 1:])
     return count
+
+
+def sass_of(kernel) -> str:
+    import subprocess
+    import tempfile
+
+    from gemm_ladder.runtime.compiler import cuobjdump_path
+
+    built = kernel.build()
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(built.cubin if isinstance(built.cubin, bytes) else open(built.cubin, "rb").read())
+        f.flush()
+        return subprocess.run([cuobjdump_path(), "--dump-sass", f.name], capture_output=True, text=True,
+                              check=True).stdout
 
 
 @needs_nvcc
 @pytest.mark.parametrize("kernel", [BLOCKWISE, AHEAD], ids=["default", "ahead"])
 def test_builds_without_spills_and_the_load_off_the_issue_path(use_cache, kernel):
     from gemm_ladder.gates.resources import parse_ptxas_log
-    from gemm_ladder.runtime.compiler import cuobjdump_path
-    import subprocess
-    import tempfile
 
     built = kernel.build()
     usage = parse_ptxas_log(built.ptxas_log)[fp8.KERNEL_NAME]
     assert (usage.stack_bytes, usage.spill_stores, usage.spill_loads) == (0, 0, 0), built.ptxas_log
     assert "C7514" not in built.ptxas_log and "C7517" not in built.ptxas_log, built.ptxas_log
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(built.cubin if isinstance(built.cubin, bytes) else open(built.cubin, "rb").read())
-        f.flush()
-        sass = subprocess.run([cuobjdump_path(), "--dump-sass", f.name], capture_output=True, text=True,
-                              check=True).stdout
+    sass = sass_of(kernel)
+    loops = k_loops(sass)
+    assert loops and all(any(re.search(r"LDG\.E", op) for op in body) for body in loops)  # found, loading scale_b
     waits = _loop_multiplies_before_issue(sass)
-    # The default build multiplies by the fresh scale_b before the next block's wgmmas (what the option
-    # removes); the option's loop has no such multiply.
+    # The build without the option multiplies by the fresh scale_b before the next block's wgmmas (what the
+    # option removes); the option's loop has no such multiply.
     assert (waits > 0) if kernel is BLOCKWISE else (waits == 0), waits

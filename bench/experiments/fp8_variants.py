@@ -11,6 +11,8 @@ that would be the default build itself is skipped):
 * ``behind``    blockwise scale_b loaded in the K block that uses it (the default loads it one block ahead,
                 ``scale_b_ahead``); ``ahead`` the reverse, where the default does not;
 * ``registers`` the register store with its deeper ring (blockwise: 6 stages against the TMA store's 5);
+* ``shared``    blockwise scale_b read from a shared copy of the tile's column (``scale_b_shared``: no global
+                load in the K loop; K <= 32768);
 * ``stages5``   the same build with a 5-stage ring (tensorwise and rowwise take 6 with the TMA store,
                 blockwise 5: what one stage less costs).
 
@@ -59,6 +61,8 @@ VARIANTS = {
     "registers": lambda k: dataclasses.replace(k, store=fp8.STORE_REGISTERS, stages=0)
     if k.store == fp8.STORE_TMA else None,
     "stages5": lambda k: dataclasses.replace(k, stages=5) if k.ring_stages > 5 else None,
+    "shared": lambda k: dataclasses.replace(k, scale_b_shared=True, scale_b_ahead=False, stages=0)
+    if k.scale_mode == "blockwise" and not k.scale_b_shared else None,
 }
 #: Diagnostic builds (blockwise only): the kernel's source with the promotion scales' computation edited,
 #: so that their results are wrong (timed, never checked): where the blockwise loop's time goes.
@@ -90,11 +94,11 @@ def default_kernel(m: int, n: int, k: int, scheme: str, sms: int) -> fp8.Fp8Kern
     store, _ = fp8.store_for("bf16", None, n)
     plan, _ = fp8.split_plan(m, n, k, bn, sms, fp8.SPLIT_DEFAULT, bm)
     return fp8.Fp8Kernel(scale_mode=scheme, bn=bn, overlap=fp8.OVERLAP_PROMOTION, store=store,
-                         split=plan.tail_units > 0, bm=bm, scale_b_ahead=fp8.SCALE_B_AHEAD and scheme == "blockwise")
+                         split=plan.tail_units > 0, bm=bm, **fp8.scale_b_source(scheme, k))
 
 
 def diagnostic_kernel(kernel: fp8.Fp8Kernel, name: str) -> fp8.Fp8Kernel:
-    """``kernel`` compiled from the source with DIAGNOSTICS[name] in place of the promotion scales' lines
+    """``kernel`` compiled from the source with EDITS[name] in place of the promotion scales' lines
     (written to the temporary directory under a name holding the edited text's digest, so the kernel cache
     keys it apart from the real build)."""
     import hashlib
@@ -183,14 +187,16 @@ def run_shape(m: int, n: int, k: int, scheme: str, variants: list[str], budget: 
     row = {"M": m, "N": n, "K": k, "scheme": scheme, "default": repr(base), "tflops": flop / t0 / 1e9,
            "median_ms": t0, "err": rel_err(outs["default"][:CHECK_ROWS], ref), "err_torch": e_torch,
            "ratio_torch": times["torch"].median_ms / t0 if "torch" in times else None, "variants": {}}
-    ok &= math.isfinite(row["err"]) and (e_torch is None or row["err"] <= 1.5 * e_torch + 1e-6)
+    # Without torch's error (--check-only, or a scheme torch refuses): bench/sanitize_families.py's bound.
+    bound = 1.5 * e_torch + 1e-6 if e_torch is not None else 2e-2
+    ok &= math.isfinite(row["err"]) and row["err"] <= bound
     for name in kernels:
         if name == "default":
             continue
         t = times[name].median_ms
         equal = bool(torch.equal(outs[name], outs["default"]))
         err = rel_err(outs[name][:CHECK_ROWS], ref)
-        ok &= name in DIAGNOSTICS or (equal and math.isfinite(err))  # a diagnostic's results are wrong by design
+        ok &= name in DIAGNOSTICS or (equal and math.isfinite(err) and err <= bound)  # a diagnostic's: wrong by design
         row["variants"][name] = {"build": repr(kernels[name]), "tflops": flop / t / 1e9, "median_ms": t,
                                  "ratio": t0 / t, "bitwise_equal": equal, "err": err}
     return row, ok
@@ -234,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             vs = "  ".join(f"{name} {v['ratio']:.3f}x"
                            f"{'' if v['bitwise_equal'] or name in DIAGNOSTICS else ' UNEQUAL'}"
                            for name, v in row["variants"].items())
-            rt = f"{row['ratio_torch']:.3f}x" if row["ratio_torch"] else "refused"
+            rt = ("not run" if args.check_only else "refused") if row["ratio_torch"] is None else f"{row['ratio_torch']:.3f}x"
             print(f"{m}x{n}x{k} {scheme}: {row['tflops']:.0f} TFLOP/s, torch {rt}; {vs}"
                   f"{'' if good else '  WRONG'}", flush=True)
     save({"rows": rows, "variants": variants}, "fp8_variants", args.output)

@@ -105,6 +105,12 @@ OVERLAP_PROMOTION = True
 #: same block, bitwise equal, at the issue's five shapes (H100, bench/experiments/fp8_variants.py,
 #: bench/results/2026-12-05_fp8_variants_h100_6d06324.json).
 SCALE_B_AHEAD = True
+#: The launch's blockwise build reads scale_b from a shared copy of the tile's column made at the start of
+#: each K loop (Fp8Kernel.scale_b_shared; where K has at most MAX_SHARED_SCALE_B_BLOCKS blocks, else the
+#: load ahead): no global load in the K loop. False until measured.
+SCALE_B_SHARED = os.environ.get("GL_FP8_SCALE_B_SHARED", "0") == "1"
+#: The K blocks (of 128) a shared scale_b copy holds (the kernel's kSharedScaleBBlocks): K <= 32768.
+MAX_SHARED_SCALE_B_BLOCKS = 256
 #: The output store the launch builds where the output allows it (:func:`store_for`): the TMA store, which
 #: removes the register store's per-tile cost with bitwise-equal outputs (docs/fp8.md, "The output store").
 STORE_DEFAULT = STORE_TMA
@@ -129,20 +135,23 @@ MIN_SPLIT_K_BLOCKS = 4
 MIN_SPLIT_TILE_K_BLOCKS = 48
 
 
-def smem_bytes(scale_mode: str, stages: int, bn: int = 128, store: str = STORE_REGISTERS, bm: int = BM) -> int:
+def smem_bytes(scale_mode: str, stages: int, bn: int = 128, store: str = STORE_REGISTERS, bm: int = BM,
+               scale_b_shared: bool = False) -> int:
     """Dynamic shared memory of one CTA: the ring, the TMA store's staging buffers (each consumer's 64 x bn
-    2-byte outputs; a consumer per 64 rows of ``bm``), the blockwise scale_a ring, barriers, alignment slack."""
+    2-byte outputs; a consumer per 64 rows of ``bm``), the blockwise scale_a ring, barriers, each consumer's
+    scale_b copy (``scale_b_shared``), alignment slack."""
     sa = bm * 4 if scale_mode == "blockwise" else 0
     staging = (bm // 64) * 64 * bn * 2 if store == STORE_TMA else 0
-    return stages * (bm * BK + bn * BK + sa) + staging + 2 * stages * 8 + 1024
+    sb = (bm // 64) * MAX_SHARED_SCALE_B_BLOCKS * 4 if scale_b_shared else 0
+    return stages * (bm * BK + bn * BK + sa) + staging + 2 * stages * 8 + sb + 1024
 
 
-def stages_for(scale_mode: str, bn: int, store: str, bm: int = BM) -> int:
+def stages_for(scale_mode: str, bn: int, store: str, bm: int = BM, scale_b_shared: bool = False) -> int:
     """The ring's stages: :data:`STAGES` [bn] (:data:`STAGES_64_ROWS` at ``bm`` 64), fewer where the TMA
     store's staging buffers would pass :data:`SMEM_LIMIT` (BN 128: 6 stages tensorwise and rowwise, 5
     blockwise)."""
     stages = (STAGES if bm == BM else STAGES_64_ROWS)[bn]
-    while stages > 2 and smem_bytes(scale_mode, stages, bn, store, bm) > SMEM_LIMIT:
+    while stages > 2 and smem_bytes(scale_mode, stages, bn, store, bm, scale_b_shared) > SMEM_LIMIT:
         stages -= 1
     return stages
 
@@ -199,18 +208,20 @@ class Fp8Kernel:
     split: bool = False  # the stream-K split built in (GL_FP8_SPLIT = 1)
     bm: int = BM  # tile rows: 128 (two consumer warpgroups) or 64 (one; GL_FP8_BM = 64)
     scale_b_ahead: bool = False  # blockwise: each K block's scale_b loaded one block ahead (GL_FP8_SB_AHEAD = 1)
+    scale_b_shared: bool = False  # blockwise: scale_b read from a shared copy of the tile's column (GL_FP8_SB_SHARED = 1)
 
     def __repr__(self) -> str:
         # The dataclass's repr, ``split`` and ``bm`` named only when not their defaults: the repr heads the
         # translation unit and labels the build, so the builds without them keep the inputs they had
         # before they existed (tests/data/build_inputs_grouped_fp8.json).
-        hidden = {"split": not self.split, "bm": self.bm == BM, "scale_b_ahead": not self.scale_b_ahead}
+        hidden = {"split": not self.split, "bm": self.bm == BM, "scale_b_ahead": not self.scale_b_ahead,
+                  "scale_b_shared": not self.scale_b_shared}
         fields = [f for f in dataclasses.fields(self) if not hidden.get(f.name, False)]
         return f"Fp8Kernel({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in fields)})"
 
     @property
     def ring_stages(self) -> int:
-        return self.stages or stages_for(self.scale_mode, self.bn, self.store, self.bm)
+        return self.stages or stages_for(self.scale_mode, self.bn, self.store, self.bm, self.scale_b_shared)
 
     @property
     def consumers(self) -> int:
@@ -237,11 +248,12 @@ class Fp8Kernel:
             **({"GL_FP8_SPLIT": 1} if self.split else {}),  # absent, not 0: the unsplit builds' inputs unchanged
             **({"GL_FP8_BM": self.bm} if self.bm != BM else {}),  # likewise
             **({"GL_FP8_SB_AHEAD": 1} if self.scale_b_ahead else {}),  # likewise
+            **({"GL_FP8_SB_SHARED": 1} if self.scale_b_shared else {}),  # likewise
         }
 
     @property
     def dynamic_smem(self) -> int:
-        return smem_bytes(self.scale_mode, self.ring_stages, self.bn, self.store, self.bm)
+        return smem_bytes(self.scale_mode, self.ring_stages, self.bn, self.store, self.bm, self.scale_b_shared)
 
     @property
     def expect_tx_bytes(self) -> int:
@@ -305,7 +317,8 @@ def _config(kernel: Fp8Kernel, arch: str) -> KernelConfig:
             or not {kernel.a_dtype, kernel.b_dtype} <= set(FP8_DTYPES.values())
             or kernel.store not in (STORE_REGISTERS, STORE_TMA)
             or kernel.store == STORE_TMA and kernel.out_dtype not in TMA_STORE_OUT or kernel.bm not in TILE_M
-            or kernel.scale_b_ahead and kernel.scale_mode != "blockwise"):
+            or (kernel.scale_b_ahead or kernel.scale_b_shared) and kernel.scale_mode != "blockwise"
+            or kernel.scale_b_ahead and kernel.scale_b_shared):
         raise ValueError(f"{FAMILY} builds no such configuration: {kernel}")
     if kernel.dynamic_smem > SMEM_LIMIT:  # stages given explicitly: refuse here, not at the driver's load
         raise ValueError(f"{FAMILY}: {kernel} needs {kernel.dynamic_smem} bytes of shared memory, more than the "
@@ -330,7 +343,8 @@ def kernel_for(config: KernelConfig) -> Fp8Kernel:
                            out_dtype=out, bias=bool(extra.get("GL_FP8_BIAS")), bn=config.tile[1],
                            stages=0, overlap=bool(extra.get("GL_FP8_OVERLAP", 1)), store=config.store,
                            split=bool(extra.get("GL_FP8_SPLIT", 0)), bm=config.tile[0],
-                           scale_b_ahead=bool(extra.get("GL_FP8_SB_AHEAD", 0)))
+                           scale_b_ahead=bool(extra.get("GL_FP8_SB_AHEAD", 0)),
+                           scale_b_shared=bool(extra.get("GL_FP8_SB_SHARED", 0)))
         if config.stages != kernel.ring_stages:
             kernel = dataclasses.replace(kernel, stages=config.stages)
         same = kernel.config(config.arch) == config
@@ -366,7 +380,7 @@ class Sm90Fp8Gemm:
             store = STORE_DEFAULT if out in TMA_STORE_OUT else STORE_REGISTERS
         return Fp8Kernel(scale_mode=scale, a_dtype=a_dtype, b_dtype=b_dtype, out_dtype=out, bias=bias, bn=bn,
                          overlap=OVERLAP_PROMOTION, store=store, split=split, bm=bm,
-                         scale_b_ahead=SCALE_B_AHEAD and scale == "blockwise").config()
+                         **scale_b_source(scale, None)).config()
 
     def _call(self, config: KernelConfig, problem: Operands) -> ScaledMmCall:
         scale_a, scale_b, bias = problem.more
@@ -578,11 +592,11 @@ def _map(name: str, ptr: int, data_type: str, elem_bytes: int, dims: tuple[int, 
 def settings() -> int:
     """One number for the module defaults a launch reads at the call (:data:`TILE_M_DEFAULT`,
     :data:`STORE_DEFAULT`, :data:`TMA_STORE_OUT`, :data:`SPLIT_DEFAULT`, :data:`OVERLAP_PROMOTION`,
-    :data:`SCALE_B_AHEAD`, :data:`MIN_SPLIT_K_BLOCKS`, :data:`MIN_SPLIT_TILE_K_BLOCKS`), equal for equal
+    :data:`SCALE_B_AHEAD`, :data:`SCALE_B_SHARED`, :data:`MIN_SPLIT_K_BLOCKS`, :data:`MIN_SPLIT_TILE_K_BLOCKS`), equal for equal
     defaults within a process: the compiled host path keys its plans with it, so a default changed between
     calls is planned anew."""
     return hash((TILE_M_DEFAULT, STORE_DEFAULT, tuple(TMA_STORE_OUT), SPLIT_DEFAULT, OVERLAP_PROMOTION,
-                 SCALE_B_AHEAD, MIN_SPLIT_K_BLOCKS, MIN_SPLIT_TILE_K_BLOCKS))
+                 SCALE_B_AHEAD, SCALE_B_SHARED, MIN_SPLIT_K_BLOCKS, MIN_SPLIT_TILE_K_BLOCKS))
 
 
 def tile_m(m: int, preferred: str | None = None) -> tuple[int, str]:
@@ -683,6 +697,17 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def scale_b_source(scale_mode: str, k: int | None) -> dict[str, bool]:
+    """How the launch's build reads blockwise scale_b for a K of ``k`` (None: any K the family serves, as its
+    config() builds): from a shared copy (:data:`SCALE_B_SHARED`, where K has at most
+    :data:`MAX_SHARED_SCALE_B_BLOCKS` blocks), else loaded one block ahead (:data:`SCALE_B_AHEAD`); the
+    Fp8Kernel fields, none for the other scalings."""
+    if scale_mode != "blockwise":
+        return {}
+    shared = SCALE_B_SHARED and (k is None or -(-k // BK) <= MAX_SHARED_SCALE_B_BLOCKS)
+    return {"scale_b_shared": shared, "scale_b_ahead": SCALE_B_AHEAD and not shared}
+
+
 def default_build(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
                   out: torch.Tensor | None, sms: int) -> tuple[Fp8Kernel, StreamKTail, dict[str, str]]:
     """The build a checked call runs when none is given, its split schedule, and why each choice was made
@@ -697,7 +722,7 @@ def default_build(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, bias: to
     kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
                        out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn, overlap=OVERLAP_PROMOTION,
                        store=store, split=plan.tail_units > 0, bm=bm,
-                       scale_b_ahead=SCALE_B_AHEAD and call.scale_mode == "blockwise")
+                       **scale_b_source(call.scale_mode, call.k))
     return kernel, plan, {"tile_m": tile_m_reason, "store": store_reason, "split": split_reason}
 
 
@@ -748,6 +773,10 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
             raise GemmInputError(f"the output is {out.dtype}; the fp8 build {kernel} writes {kernel.out_dtype}")
         if kernel.store == STORE_TMA and (refusal := tma_store_refusal(kernel, out, n)):
             raise GemmInputError(f"{refusal}: run the register-store build")
+        if kernel.scale_b_shared and -(-k // BK) > MAX_SHARED_SCALE_B_BLOCKS:
+            raise GemmInputError(f"the fp8 build {kernel} copies scale_b's column into shared memory, which holds "
+                                 f"{MAX_SHARED_SCALE_B_BLOCKS} K blocks (K <= {MAX_SHARED_SCALE_B_BLOCKS * BK}); "
+                                 f"K = {k}: run a build without scale_b_shared")
         # Split by the rule where the build has the split built in, else never.
         plan = split_plan(m, n, k, kernel.bn, sms, "auto" if kernel.split and not capturing else "none", kernel.bm)[0]
     partials = counters = 0  # the unsplit launch's: the kernel runs every tile whole

@@ -99,11 +99,15 @@ constexpr int kEmptyArrivals = kConsumers * 4;
 // kTmaStore: named barrier kStoreBarrier + consumer orders each consumer's staging writes and its store
 // (id 0 is __syncthreads; kSplit's hand-in of a partial uses the same barrier, in program order); one staging panel is 64 rows x 128 bytes (64 columns of a 2-byte Out).
 constexpr int kStoreBarrier = 1, kPanelBytes = 64 * 128;
+// Cfg::kScaleBShared: the K blocks of scale_b a consumer's shared copy holds (a tile's or a split segment's
+// whole range; library/fp8.py MAX_SHARED_SCALE_B_BLOCKS, K <= 32768, picks the build only where it fits).
+constexpr int kSharedScaleBBlocks = 256;
 
 // What a config (Cfg) holds, each a static constexpr member or type: kBN (64 or 128), kStages,
 // kScaleMode (kTensorwise, kRowwise, kBlockwise), A and B (__nv_fp8_e4m3 or __nv_fp8_e5m2), Out
 // (__nv_bfloat16, __half, float, or __nv_fp8_e4m3: e4m3 values with 1 x 128 scales computed in the
-// epilogue), kBias, kOverlap, kTmaStore, kSplit, kBM (128, or 64: one consumer warpgroup), kScaleBAhead. The instantiation
+// epilogue), kBias, kOverlap, kTmaStore, kSplit, kBM (128, or 64: one consumer warpgroup),
+// kScaleBAhead, kScaleBShared. The instantiation
 // block's BuildConfig is the one a build compiles.
 template <class Cfg>
 __host__ __device__ constexpr bool config_ok() {
@@ -115,6 +119,7 @@ __host__ __device__ constexpr bool config_ok() {
   static_assert(Cfg::kScaleMode >= kTensorwise && Cfg::kScaleMode <= kBlockwise,
                 "kScaleMode: 0 tensorwise, 1 rowwise, 2 blockwise");
   static_assert(Cfg::kStages >= 2, "a ring of at least two stages");
+  static_assert(!(Cfg::kScaleBShared && Cfg::kScaleBAhead), "scale_b from shared memory or loaded ahead, not both");
   static_assert(Cfg::kBM == 128 || Cfg::kBM == 64, "sm90_fp8_gemm: BM = 128 (two consumers) or 64 (one)");
   static_assert(!Cfg::kTmaStore || std::is_same_v<typename Cfg::Out, __nv_bfloat16> ||
                     std::is_same_v<typename Cfg::Out, __half>,
@@ -135,7 +140,9 @@ struct Smem {
   static constexpr int kCOffset = kBOffset + STAGES * kBBytes;
   static constexpr int kSaOffset = kCOffset + kConsumers * kCBytes;
   static constexpr int kBarOffset = kSaOffset + STAGES * kSaBytes;
-  static constexpr int kBytes = kBarOffset + 2 * STAGES * 8 + 1024;  // + the worst case of aligning the base
+  static constexpr int kSbOffset = kBarOffset + 2 * STAGES * 8;  // kScaleBShared: each consumer's scale_b copy
+  static constexpr int kSbBytes = Cfg::kScaleBShared ? kSharedScaleBBlocks * 4 : 0;
+  static constexpr int kBytes = kSbOffset + kConsumers * kSbBytes + 1024;  // + the worst case of aligning the base
   static constexpr uint32_t kExpectTx = kABytes + kBBytes + kSaBytes;
 
   uint8_t* base;  // 1024-byte aligned: the 128B swizzle pattern repeats every 1024 bytes
@@ -145,6 +152,9 @@ struct Smem {
   __device__ __forceinline__ uint8_t* c(int consumer) const { return base + kCOffset + consumer * kCBytes; }
   __device__ __forceinline__ float* sa(int s) const { return reinterpret_cast<float*>(base + kSaOffset + s * kSaBytes); }
   __device__ __forceinline__ uint64_t* full(int s) const { return reinterpret_cast<uint64_t*>(base + kBarOffset) + s; }
+  __device__ __forceinline__ float* sb(int consumer) const {
+    return reinterpret_cast<float*>(base + kSbOffset + consumer * kSbBytes);
+  }
   __device__ __forceinline__ uint64_t* empty(int s) const {
     return reinterpret_cast<uint64_t*>(base + kBarOffset) + STAGES + s;
   }
@@ -307,6 +317,12 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
   // multiply before the next block's wgmmas does not wait on a global load (L2 latency); kb_end bounds it.
   float sb_ahead = 0.0f;
   int kb_end = 0;
+  // Cfg::kScaleBShared: the tile's (or segment's) scale_b column, copied into this consumer's shared buffer
+  // at the start of its K loop (one global load per thread, once), read there by LDS with the stage's
+  // scale_a: no global load in the K loop, whose latency the stage's release would wait for. Addressed from
+  // smem_raw, so that the reads are LDS (Smem's base is aligned by integer arithmetic).
+  float* const sb_copy = reinterpret_cast<float*>(smem_raw + (smem_u32(smem.sb(consumer)) - smem_u32(smem_raw)));
+  int sb_kb0 = 0;
   // K block kb of a tile in N column tn (ring position pos) into acc: wait for its stage, issue its four
   // k32 wgmmas (the first with scale-d = 0) and commit them as one group; read the block's promotion
   // scales for this thread's two rows (blockwise; 1 otherwise) while they run.
@@ -322,7 +338,9 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
     s0 = s1 = 1.0f;
     if constexpr (kScaleMode == 2) {
       float sb;
-      if constexpr (Cfg::kScaleBAhead) {
+      if constexpr (Cfg::kScaleBShared) {
+        sb = sb_copy[kb - sb_kb0];
+      } else if constexpr (Cfg::kScaleBAhead) {
         sb = sb_ahead;
         if (kb + 1 < kb_end) sb_ahead = scale_b_at(kb + 1, tn);
       } else {
@@ -421,6 +439,14 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
       kb_end = kb1;
       sb_ahead = scale_b_at(kb0, tn);
     }
+    if constexpr (kScaleMode == 2 && Cfg::kScaleBShared) {
+      // The warpgroup's reads of the previous range are done (all its threads are past them), then the copy,
+      // then the reads.
+      named_barrier_sync(kStoreBarrier + consumer, 128);
+      for (int i = thread_in_warpgroup(); i < kb1 - kb0; i += 128) sb_copy[i] = scale_b_at(kb0 + i, tn);
+      sb_kb0 = kb0;
+      named_barrier_sync(kStoreBarrier + consumer, 128);
+    }
     if constexpr (Cfg::kOverlap) {
       // Two temporaries: block kb + 1's wgmmas are issued before block kb's promotion, so the tensor core
       // works on kb + 1 while this warpgroup waits for kb (wait_group 1) and promotes it. (Issuing the next
@@ -506,7 +532,8 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
 // stores; a bf16 or fp16 output only), GL_FP8_SPLIT (1: the stream-K split, taken from the launch's
 // tail_first_unit; 0 or undefined: every tile whole, the split arguments ignored), GL_FP8_BM (64: a 64-row
 // tile on one consumer warpgroup, 256 threads; 128 or undefined: two consumers, 384 threads), GL_FP8_SB_AHEAD
-// (1: blockwise scale_b loaded one K block ahead).
+// (1: blockwise scale_b loaded one K block ahead), GL_FP8_SB_SHARED (1: blockwise scale_b read from a shared
+// copy of the tile's column, made at the start of each K loop).
 #ifndef GL_FP8_BN
 #define GL_FP8_BN 128
 #endif
@@ -543,11 +570,15 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
 #ifndef GL_FP8_SB_AHEAD
 #define GL_FP8_SB_AHEAD 0
 #endif
+#ifndef GL_FP8_SB_SHARED
+#define GL_FP8_SB_SHARED 0
+#endif
 struct BuildConfig {
   static constexpr int kBN = GL_FP8_BN, kStages = GL_FP8_STAGES, kScaleMode = GL_FP8_SCALE;
   static constexpr bool kBias = GL_FP8_BIAS, kOverlap = GL_FP8_OVERLAP, kTmaStore = GL_FP8_TMA_STORE, kSplit = GL_FP8_SPLIT;
   static constexpr int kBM = GL_FP8_BM;
   static constexpr bool kScaleBAhead = GL_FP8_SB_AHEAD;
+  static constexpr bool kScaleBShared = GL_FP8_SB_SHARED;
   using A = std::conditional_t<GL_FP8_A_E5M2, __nv_fp8_e5m2, __nv_fp8_e4m3>;
   using B = std::conditional_t<GL_FP8_B_E5M2, __nv_fp8_e5m2, __nv_fp8_e4m3>;
   using Out = std::conditional_t<GL_FP8_OUT == 0, __nv_bfloat16,

@@ -1,0 +1,75 @@
+"""The fp8 kernel's scale_b_shared build option (blockwise scale_b read from a shared copy of the tile's
+column, made at the start of each K loop) without a GPU: its config round trip and refusals, the shared
+memory it takes, which build the launch's rule picks by K, and (nvcc) its builds: no spill, no serialised
+wgmma, and no global load in the K loop (the load ahead's R2UR / release waited on one)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from gemm_ladder.library import fp8
+from gemm_ladder.library.fp8 import Fp8Kernel
+
+from conftest import needs_nvcc
+from test_fp8_scale_b_ahead_cpu import k_loops, sass_of
+
+SHARED = Fp8Kernel("blockwise", store=fp8.STORE_TMA, scale_b_shared=True)
+
+
+def test_config_round_trips_and_names_it_only_when_on():
+    assert fp8.kernel_for(SHARED.config()) == SHARED
+    assert SHARED.defines()["GL_FP8_SB_SHARED"] == 1
+    plain = dataclasses.replace(SHARED, scale_b_shared=False)
+    assert "GL_FP8_SB_SHARED" not in plain.defines() and "scale_b_shared" not in repr(plain)
+
+
+@pytest.mark.parametrize("kernel", [Fp8Kernel("tensorwise", scale_b_shared=True),
+                                    Fp8Kernel("rowwise", scale_b_shared=True),
+                                    Fp8Kernel("blockwise", scale_b_shared=True, scale_b_ahead=True)],
+                         ids=["tensorwise", "rowwise", "both"])
+def test_refused_where_it_means_nothing(kernel):
+    with pytest.raises(ValueError, match="no such configuration"):
+        kernel.config()
+
+
+def test_each_consumer_holds_a_copy_of_max_blocks():
+    for bm in (64, 128):
+        assert fp8.smem_bytes("blockwise", 5, 128, fp8.STORE_TMA, bm, True) - fp8.smem_bytes(
+            "blockwise", 5, 128, fp8.STORE_TMA, bm) == (bm // 64) * fp8.MAX_SHARED_SCALE_B_BLOCKS * 4
+    # The copies fit beside the rings the launch builds: no stage is lost at BN 128 and 64.
+    for bn, bm in ((128, 128), (64, 128), (64, 64), (128, 64)):
+        for store in (fp8.STORE_TMA, fp8.STORE_REGISTERS):
+            k = Fp8Kernel("blockwise", bn=bn, bm=bm, store=store)
+            assert dataclasses.replace(k, scale_b_shared=True).ring_stages == k.ring_stages, (bn, bm, store)
+
+
+def test_the_launch_rule_by_k(monkeypatch):
+    monkeypatch.setattr(fp8, "SCALE_B_SHARED", True)
+    limit = fp8.MAX_SHARED_SCALE_B_BLOCKS * fp8.BK
+    assert fp8.scale_b_source("blockwise", limit) == {"scale_b_shared": True, "scale_b_ahead": False}
+    assert fp8.scale_b_source("blockwise", limit + 16) == {"scale_b_shared": False, "scale_b_ahead": fp8.SCALE_B_AHEAD}
+    assert fp8.scale_b_source("tensorwise", 1024) == {}
+    monkeypatch.setattr(fp8, "SCALE_B_SHARED", False)
+    assert fp8.scale_b_source("blockwise", 1024) == {"scale_b_shared": False, "scale_b_ahead": fp8.SCALE_B_AHEAD}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kw", [dict(), dict(bn=64), dict(bn=64, bm=64), dict(bn=64, split=True),
+                                dict(store=fp8.STORE_REGISTERS), dict(overlap=False)],
+                         ids=["tma", "bn64", "64rows", "split", "registers", "serial"])
+def test_builds_with_no_global_load_in_the_k_loop(use_cache, kw):
+    from gemm_ladder.gates.resources import parse_ptxas_log
+
+    kernel = dataclasses.replace(SHARED, **kw)
+    built = kernel.build()
+    usage = parse_ptxas_log(built.ptxas_log)[fp8.KERNEL_NAME]
+    assert (usage.stack_bytes, usage.spill_stores, usage.spill_loads) == (0, 0, 0), built.ptxas_log
+    assert "C7514" not in built.ptxas_log and "C7517" not in built.ptxas_log, built.ptxas_log
+    loops = k_loops(sass_of(kernel))
+    assert loops, "no K loop found"
+    for body in loops:
+        assert not any(re.search(r"\bLDG\b|LDG\.", op) for op in body), [op for op in body if "LDG" in op]
+        assert any(re.search(r"\bLDS\b", op) for op in body)  # scale_b from the shared copy
