@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             out = torch.full((100, 1536), float("nan"), device="cuda", dtype=torch.bfloat16)
             fp8_lib.scaled_mm_launch(qa, qw.T, sa, sb, None, fp8_lib.check_scaled_mm(qa, qw.T, sa, sb), out,
                                      kernel=fp8_lib.Fp8Kernel(mode, bn=64, store="tma", split=split, bm=64,
-                                                              **fp8_lib.scale_b_source(mode, k)))
+                                                              **fp8_lib.scale_b_source(mode, k, split)))
             check(f"scaled_mm {mode} 64 rows{' split' if split else ''}", out,
                   dequantize(qa, sa, ba).double() @ dequantize(qw, sw, bw).double().T)
     # The quantized output of a 16-bit layer (e4m3 values, 1 x 128 scales): tails (N = 264: a partial scale

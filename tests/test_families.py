@@ -65,9 +65,9 @@ def test_both_families_are_registered_and_implement_the_protocol():
     f = Fp8Kernel("blockwise", b_dtype="e5m2", out_dtype="fp8").config()
     assert (f.dtype, f.b_dtype, f.out_dtype, f.scale, f.tile) == ("e4m3", "e5m2", "e4m3", "blockwise", (128, 128, 128))
     assert K.family(f) is FP8_GEMM and K.kernel_object(f) == Fp8Kernel("blockwise", b_dtype="e5m2", out_dtype="fp8")
-    # The family's blockwise build loads scale_b one K block ahead, as the launch's (fp8.SCALE_B_AHEAD).
+    # The family's blockwise build reads scale_b as the launch's does (fp8.scale_b_source).
     assert FP8_GEMM.config("blockwise", b_dtype="e5m2", out_dtype="e4m3") == \
-        Fp8Kernel("blockwise", b_dtype="e5m2", out_dtype="fp8", scale_b_ahead=fp8.SCALE_B_AHEAD).config()
+        Fp8Kernel("blockwise", b_dtype="e5m2", out_dtype="fp8", **fp8.scale_b_source("blockwise", None)).config()
     assert GROUPED_GEMM.config(128, "k", "bf16", grouping=GROUP_M_MASKED) == grouped_gemm(128, masked=True).config("bf16")
 
 

@@ -46,14 +46,38 @@ def test_each_consumer_holds_a_copy_of_max_blocks():
             assert dataclasses.replace(k, scale_b_shared=True).ring_stages == k.ring_stages, (bn, bm, store)
 
 
-def test_the_launch_rule_by_k(monkeypatch):
+def test_the_launch_rule_by_k_and_split(monkeypatch):
     monkeypatch.setattr(fp8, "SCALE_B_SHARED", True)
+    shared, ahead = {"scale_b_shared": True, "scale_b_ahead": False}, {"scale_b_shared": False, "scale_b_ahead": True}
     limit = fp8.MAX_SHARED_SCALE_B_BLOCKS * fp8.BK
-    assert fp8.scale_b_source("blockwise", limit) == {"scale_b_shared": True, "scale_b_ahead": False}
-    assert fp8.scale_b_source("blockwise", limit + 16) == {"scale_b_shared": False, "scale_b_ahead": fp8.SCALE_B_AHEAD}
-    assert fp8.scale_b_source("tensorwise", 1024) == {}
+    assert fp8.scale_b_source("blockwise", limit) == shared
+    assert fp8.scale_b_source("blockwise", limit + 16) == ahead  # more K blocks than the copy holds
+    low = (fp8.MIN_SHARED_SCALE_B_BLOCKS - 1) * fp8.BK  # 12 blocks measured slower with the copy
+    assert fp8.scale_b_source("blockwise", low) == ahead and fp8.scale_b_source("blockwise", low + 16) == shared
+    assert fp8.scale_b_source("blockwise", 1536) == ahead  # 4096 x 24576 x 1536: 0.966x with the copy
+    assert fp8.scale_b_source("blockwise", 8192, split=True) == ahead
+    assert fp8.scale_b_source("tensorwise", 8192) == {}
     monkeypatch.setattr(fp8, "SCALE_B_SHARED", False)
-    assert fp8.scale_b_source("blockwise", 1024) == {"scale_b_shared": False, "scale_b_ahead": fp8.SCALE_B_AHEAD}
+    assert fp8.scale_b_source("blockwise", 8192) == ahead
+
+
+def test_the_launch_takes_it_where_the_rule_does():
+    """default_build (what scaled_mm runs) on meta-sized calls: shared at K = 16384, ahead at K = 1536 and
+    on a split decode call."""
+    import torch
+
+    def kernel(m, n, k):
+        a = torch.empty((m, k), dtype=torch.float8_e4m3fn, device="meta")
+        b = torch.empty((n, k), dtype=torch.float8_e4m3fn, device="meta").T
+        sa = torch.empty((k // 128, m), device="meta").T
+        sb = torch.empty((k // 128, n // 128), device="meta")
+        call = fp8.check_scaled_mm(a, b, sa, sb, device_type=None)
+        return fp8.default_build(call, a, b, None, None, 132)[0]
+
+    assert kernel(4096, 7168, 16384).scale_b_shared == fp8.SCALE_B_SHARED
+    assert not kernel(4096, 24576, 1536).scale_b_shared and kernel(4096, 24576, 1536).scale_b_ahead
+    decode = kernel(64, 4096, 14336)
+    assert decode.split and not decode.scale_b_shared and decode.scale_b_ahead
 
 
 @needs_nvcc

@@ -175,9 +175,9 @@ def test_split_build_config_round_trip_and_inputs():
     k = Fp8Kernel("blockwise", bn=64, store="tma", split=True)
     c = k.config()
     assert c.schedule == STREAM_K and dict(c.extra)["GL_FP8_SPLIT"] == 1 and fp8.kernel_for(c) == k
-    # The family's config of the same build is the launch's: scale_b loaded ahead (fp8.SCALE_B_AHEAD).
+    # The family's config of the same build is the launch's: scale_b read as fp8.scale_b_source says.
     assert fp8.FP8_GEMM.config("blockwise", bn=64, store="tma", split=True) == \
-        dataclasses.replace(k, scale_b_ahead=fp8.SCALE_B_AHEAD).config()
+        dataclasses.replace(k, **fp8.scale_b_source("blockwise", None, split=True)).config()
     plain = Fp8Kernel("blockwise", bn=64, store="tma")
     assert plain.config().schedule == DATA_PARALLEL and "GL_FP8_SPLIT" not in plain.defines()
     # The unsplit build's repr (its translation unit's first line and its build label) does not name the split.

@@ -8,8 +8,9 @@
 Variants (each a ``dataclasses.replace`` of library/fp8.py's ``default_build`` for the call; a variant
 that would be the default build itself is skipped):
 
-* ``behind``    blockwise scale_b loaded in the K block that uses it (the default loads it one block ahead,
-                ``scale_b_ahead``); ``ahead`` the reverse, where the default does not;
+* ``behind``    blockwise scale_b loaded in the K block that uses it (the default reads it from a shared copy,
+                ``scale_b_shared``, or loads it one block ahead, ``scale_b_ahead``); ``ahead`` and ``shared``
+                those two, where the default is not already that;
 * ``registers`` the register store with its deeper ring (blockwise: 6 stages against the TMA store's 5);
 * ``shared``    blockwise scale_b read from a shared copy of the tile's column (``scale_b_shared``: no global
                 load in the K loop; K <= 32768);
@@ -55,14 +56,15 @@ from suite import add_output_argument, require_gpu, save
 
 ISSUE = ["4096x7168x16384", "4096x4096x4096", "8192x8192x8192", "4096x24576x1536", "128x7168x2048"]
 VARIANTS = {
-    "behind": lambda k: dataclasses.replace(k, scale_b_ahead=False) if k.scale_b_ahead else None,
-    "ahead": lambda k: dataclasses.replace(k, scale_b_ahead=True)
-    if k.scale_mode == "blockwise" and not k.scale_b_ahead else None,
+    "behind": lambda k: dataclasses.replace(k, scale_b_ahead=False, scale_b_shared=False, stages=0)
+    if k.scale_b_ahead or k.scale_b_shared else None,
     "registers": lambda k: dataclasses.replace(k, store=fp8.STORE_REGISTERS, stages=0)
     if k.store == fp8.STORE_TMA else None,
     "stages5": lambda k: dataclasses.replace(k, stages=5) if k.ring_stages > 5 else None,
     "shared": lambda k: dataclasses.replace(k, scale_b_shared=True, scale_b_ahead=False, stages=0)
     if k.scale_mode == "blockwise" and not k.scale_b_shared else None,
+    "ahead": lambda k: dataclasses.replace(k, scale_b_ahead=True, scale_b_shared=False, stages=0)
+    if k.scale_mode == "blockwise" and not k.scale_b_ahead else None,
 }
 #: Diagnostic builds (blockwise only): the kernel's source with the promotion scales' computation edited,
 #: so that their results are wrong (timed, never checked): where the blockwise loop's time goes.
@@ -94,7 +96,8 @@ def default_kernel(m: int, n: int, k: int, scheme: str, sms: int) -> fp8.Fp8Kern
     store, _ = fp8.store_for("bf16", None, n)
     plan, _ = fp8.split_plan(m, n, k, bn, sms, fp8.SPLIT_DEFAULT, bm)
     return fp8.Fp8Kernel(scale_mode=scheme, bn=bn, overlap=fp8.OVERLAP_PROMOTION, store=store,
-                         split=plan.tail_units > 0, bm=bm, **fp8.scale_b_source(scheme, k))
+                         split=plan.tail_units > 0, bm=bm,
+                         **fp8.scale_b_source(scheme, k, plan.tail_units > 0))
 
 
 def diagnostic_kernel(kernel: fp8.Fp8Kernel, name: str) -> fp8.Fp8Kernel:

@@ -106,11 +106,18 @@ OVERLAP_PROMOTION = True
 #: bench/results/2026-12-05_fp8_variants_h100_6d06324.json).
 SCALE_B_AHEAD = True
 #: The launch's blockwise build reads scale_b from a shared copy of the tile's column made at the start of
-#: each K loop (Fp8Kernel.scale_b_shared; where K has at most MAX_SHARED_SCALE_B_BLOCKS blocks, else the
-#: load ahead): no global load in the K loop. False until measured.
-SCALE_B_SHARED = os.environ.get("GL_FP8_SCALE_B_SHARED", "0") == "1"
+#: each K loop (Fp8Kernel.scale_b_shared): no global load in the K loop, whose release waited on the load
+#: ahead. Where :func:`scale_b_source` takes it (K blocks in [MIN_SHARED_SCALE_B_BLOCKS,
+#: MAX_SHARED_SCALE_B_BLOCKS], unsplit), measured on an H100 against the load ahead, interleaved, bitwise
+#: equal (bench/experiments/fp8_variants.py, bench/results/2026-12-05_fp8_shared_h100_599ff27.json): 1.005-1.085x
+#: at K blocks 16-128; 0.966x at 12 (4096 x 24576 x 1536: the per-tile copy and its two barriers are not
+#: paid back), 0.995x on a split (64 x 4096 x 14336). GL_FP8_SCALE_B_SHARED=0 in the environment at import: off.
+SCALE_B_SHARED = os.environ.get("GL_FP8_SCALE_B_SHARED", "1") == "1"
 #: The K blocks (of 128) a shared scale_b copy holds (the kernel's kSharedScaleBBlocks): K <= 32768.
 MAX_SHARED_SCALE_B_BLOCKS = 256
+#: The fewest K blocks a tile has where the launch takes the shared copy (above: 12 blocks measured slower,
+#: 16 not).
+MIN_SHARED_SCALE_B_BLOCKS = 16
 #: The output store the launch builds where the output allows it (:func:`store_for`): the TMA store, which
 #: removes the register store's per-tile cost with bitwise-equal outputs (docs/fp8.md, "The output store").
 STORE_DEFAULT = STORE_TMA
@@ -380,7 +387,7 @@ class Sm90Fp8Gemm:
             store = STORE_DEFAULT if out in TMA_STORE_OUT else STORE_REGISTERS
         return Fp8Kernel(scale_mode=scale, a_dtype=a_dtype, b_dtype=b_dtype, out_dtype=out, bias=bias, bn=bn,
                          overlap=OVERLAP_PROMOTION, store=store, split=split, bm=bm,
-                         **scale_b_source(scale, None)).config()
+                         **scale_b_source(scale, None, split)).config()
 
     def _call(self, config: KernelConfig, problem: Operands) -> ScaledMmCall:
         scale_a, scale_b, bias = problem.more
@@ -592,11 +599,12 @@ def _map(name: str, ptr: int, data_type: str, elem_bytes: int, dims: tuple[int, 
 def settings() -> int:
     """One number for the module defaults a launch reads at the call (:data:`TILE_M_DEFAULT`,
     :data:`STORE_DEFAULT`, :data:`TMA_STORE_OUT`, :data:`SPLIT_DEFAULT`, :data:`OVERLAP_PROMOTION`,
-    :data:`SCALE_B_AHEAD`, :data:`SCALE_B_SHARED`, :data:`MIN_SPLIT_K_BLOCKS`, :data:`MIN_SPLIT_TILE_K_BLOCKS`), equal for equal
+    :data:`SCALE_B_AHEAD`, :data:`SCALE_B_SHARED`, :data:`MIN_SHARED_SCALE_B_BLOCKS`, :data:`MIN_SPLIT_K_BLOCKS`, :data:`MIN_SPLIT_TILE_K_BLOCKS`), equal for equal
     defaults within a process: the compiled host path keys its plans with it, so a default changed between
     calls is planned anew."""
     return hash((TILE_M_DEFAULT, STORE_DEFAULT, tuple(TMA_STORE_OUT), SPLIT_DEFAULT, OVERLAP_PROMOTION,
-                 SCALE_B_AHEAD, SCALE_B_SHARED, MIN_SPLIT_K_BLOCKS, MIN_SPLIT_TILE_K_BLOCKS))
+                 SCALE_B_AHEAD, SCALE_B_SHARED, MIN_SHARED_SCALE_B_BLOCKS, MIN_SPLIT_K_BLOCKS,
+                 MIN_SPLIT_TILE_K_BLOCKS))
 
 
 def tile_m(m: int, preferred: str | None = None) -> tuple[int, str]:
@@ -697,14 +705,16 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def scale_b_source(scale_mode: str, k: int | None) -> dict[str, bool]:
+def scale_b_source(scale_mode: str, k: int | None, split: bool = False) -> dict[str, bool]:
     """How the launch's build reads blockwise scale_b for a K of ``k`` (None: any K the family serves, as its
-    config() builds): from a shared copy (:data:`SCALE_B_SHARED`, where K has at most
-    :data:`MAX_SHARED_SCALE_B_BLOCKS` blocks), else loaded one block ahead (:data:`SCALE_B_AHEAD`); the
-    Fp8Kernel fields, none for the other scalings."""
+    config() builds), ``split`` along K or not: from a shared copy (:data:`SCALE_B_SHARED`, unsplit, where K
+    has :data:`MIN_SHARED_SCALE_B_BLOCKS` to :data:`MAX_SHARED_SCALE_B_BLOCKS` blocks), else loaded one
+    block ahead (:data:`SCALE_B_AHEAD`); the Fp8Kernel fields, none for the other scalings."""
     if scale_mode != "blockwise":
         return {}
-    shared = SCALE_B_SHARED and (k is None or -(-k // BK) <= MAX_SHARED_SCALE_B_BLOCKS)
+    blocks = None if k is None else -(-k // BK)
+    shared = SCALE_B_SHARED and not split and (
+        blocks is None or MIN_SHARED_SCALE_B_BLOCKS <= blocks <= MAX_SHARED_SCALE_B_BLOCKS)
     return {"scale_b_shared": shared, "scale_b_ahead": SCALE_B_AHEAD and not shared}
 
 
@@ -722,7 +732,7 @@ def default_build(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, bias: to
     kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
                        out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn, overlap=OVERLAP_PROMOTION,
                        store=store, split=plan.tail_units > 0, bm=bm,
-                       **scale_b_source(call.scale_mode, call.k))
+                       **scale_b_source(call.scale_mode, call.k, plan.tail_units > 0))
     return kernel, plan, {"tile_m": tile_m_reason, "store": store_reason, "split": split_reason}
 
 
