@@ -117,8 +117,18 @@ def capture_grouped_fp8() -> dict:
             fp8.SCALE_MODES, ("e4m3", "e5m2"), ("e4m3", "e5m2"), ("bf16", "fp16", "fp32", "fp8"), (False, True)):
         for store in (fp8.STORE_REGISTERS, fp8.STORE_TMA) if out in fp8.TMA_STORE_OUT else (fp8.STORE_REGISTERS,):
             k = fp8.Fp8Kernel(mode, a, b, out, bias, 128 if out == "fp8" else 64, overlap=fp8.OVERLAP_PROMOTION,
-                              store=store, split=True)
+                              store=store, split=True, **fp8.scale_b_source(mode, None, split=True))
             builds.append((f"fp8 {k}", k.build))
+    # The launch's two ways of reading blockwise scale_b (library/fp8.py scale_b_source): a shared copy of the
+    # tile's column, and the load one K block ahead, on every whole-tile build with the launch's promotion.
+    for a, b, out, bias, bn, source in itertools.product(
+            ("e4m3", "e5m2"), ("e4m3", "e5m2"), ("bf16", "fp16", "fp32", "fp8"), (False, True), fp8.TILE_N,
+            ("scale_b_shared", "scale_b_ahead")):
+        if not (out == "fp8" and bn != 128):
+            for store in (fp8.STORE_REGISTERS, fp8.STORE_TMA) if out in fp8.TMA_STORE_OUT else (fp8.STORE_REGISTERS,):
+                k = fp8.Fp8Kernel("blockwise", a, b, out, bias, bn, overlap=fp8.OVERLAP_PROMOTION, store=store,
+                                  **{source: True})
+                builds.append((f"fp8 {k}", k.build))
     defines: dict[str, dict] = {}
     out: dict[str, dict] = {}
     for label, run in builds:
