@@ -99,9 +99,10 @@ def test_every_build_receives_the_inputs_recorded_before_the_families():
     out = subprocess.run([sys.executable, str(ROOT / "tools" / "build_inputs.py"), "grouped_fp8"], capture_output=True,
                          text=True, env=env, check=True, timeout=300).stdout
     now, before = json.loads(out), json.loads((ROOT / "tests" / "data" / "build_inputs_grouped_fp8.json").read_text())
-    # 56 grouped, 336 fp8 register-store and 192 fp8 TMA-store builds (bf16 and fp16 outputs), and 144 fp8
-    # split-K builds (24 scale/dtype/bias combinations x bf16 and fp16 by both stores, fp32, fp8)
-    assert set(now["builds"]) == set(before["builds"]) and len(before["builds"]) == 56 + 336 + 192 + 144
+    # 56 grouped, 336 fp8 register-store and 192 fp8 TMA-store builds (bf16 and fp16 outputs), 144 fp8
+    # split-K builds (24 scale/dtype/bias combinations x bf16 and fp16 by both stores, fp32, fp8), and 176
+    # blockwise whole-tile builds with the launch's scale_b sources (2 sources x 4 dtype pairs x 22)
+    assert set(now["builds"]) == set(before["builds"]) and len(before["builds"]) == 56 + 336 + 192 + 144 + 176
     changed = [label for label, b in before["builds"].items() if now["builds"][label] != b]
     assert not changed, f"{len(changed)} builds changed inputs, e.g. {changed[:3]}"
     assert now["defines"] == before["defines"]
