@@ -284,11 +284,13 @@ class Fp8Case(Case):
 
     def builds(self):
         from gemm_ladder.dispatch.precompile import Build
-        from gemm_ladder.library.fp8 import Fp8Kernel, store_for, tile_n
+        from gemm_ladder.library.fp8 import Fp8Kernel, scale_b_source, store_for, tile_n
 
         sms = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 132
         bn = tile_n(self.m, self.n, sms)
-        kernels = [Fp8Kernel(self.mode, out_dtype=o, bn=bn, store=store_for(o, None, self.n)[0]) for o in ("bf16", "fp32")]
+        # The launch's blockwise scale_b source depends on K (library/fp8.py scale_b_source): each K's build.
+        kernels = dict.fromkeys(Fp8Kernel(self.mode, out_dtype=o, bn=bn, store=store_for(o, None, self.n)[0],
+                                          **scale_b_source(self.mode, k)) for o in ("bf16", "fp32") for k in self.xs)
         return [Build(f"k_sweep fp8 {k}", k.build) for k in kernels]
 
     def make(self, k, alt):
