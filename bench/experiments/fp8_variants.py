@@ -24,7 +24,8 @@ Diagnostics (blockwise; timed, their results wrong by design and not checked): t
 two lines of the kernel edited in a temporary copy of its source: ``scales_one`` (both scales 1: no
 scale_a read, no scale_b load), ``sa_one`` (scale_b only), ``sb_one`` (scale_a only). What each saves
 against the default says where the blockwise K loop's time goes beside tensorwise's. ``sa_lds`` edits the
-same lines keeping their arithmetic (checked bitwise): scale_a read by LDS instead of a generic load.
+same lines keeping their arithmetic (checked bitwise): scale_a read by LDS instead of a generic load;
+``scales_first`` (checked bitwise) reads the block's scales before its wgmmas are issued.
 
 Each variant's output, poisoned with NaN first, is compared bitwise with the default build's (a variant
 that changes no arithmetic must match every element) and against float64 of the dequantized inputs
@@ -78,8 +79,18 @@ DIAGNOSTICS = {
 #: reads scale_a through a pointer derived from the kernel's extern __shared__ array, so that ptxas emits
 #: LDS instead of the generic LD it emits for Smem's integer-aligned base (the K loop's SASS: LD.E).
 SA_SHARED = "reinterpret_cast<const float*>(smem_raw + (smem_u32(smem.sa(s)) - smem_u32(smem_raw)))"
+#: ``scales_first`` reads the block's scales right after its stage's full barrier, before its wgmmas are
+#: issued (as the kernel reads them after the commit, ptxas places the loads between the wgmmas and the
+#: stage's release follows them closely): a list of (old, new) edits of the source.
+_SCALES = (
+    "    s0 = s1 = 1.0f;\n    if constexpr (kScaleMode == 2) {\n      float sb;\n      if constexpr (Cfg::kScaleBShared) {\n"
+    "        sb = sb_copy[kb - sb_kb0];\n      } else if constexpr (Cfg::kScaleBAhead) {\n        sb = sb_ahead;\n"
+    "        if (kb + 1 < kb_end) sb_ahead = scale_b_at(kb + 1, tn);\n      } else {\n        sb = scale_b_at(kb, tn);\n"
+    "      }\n" + PROMOTION_SCALES + "    }\n")
+_WAIT = "    mbarrier_wait(smem.full(s), (pos / STAGES) & 1);  // consumer_wait\n"
 EDITS = {**DIAGNOSTICS,
-         "sa_lds": f"      s0 = {SA_SHARED}[row_in_tile] * sb;\n      s1 = {SA_SHARED}[row_in_tile + 8] * sb;\n"}
+         "sa_lds": f"      s0 = {SA_SHARED}[row_in_tile] * sb;\n      s1 = {SA_SHARED}[row_in_tile + 8] * sb;\n",
+         "scales_first": [("    wgmma_commit();\n" + _SCALES, "    wgmma_commit();\n"), (_WAIT, _WAIT + _SCALES)]}
 CHECK_ROWS = 256
 SMS_H200 = 132  # the builds --prebuild compiles: the default tile width for the H200's (and H100's) 132 SMs
 
@@ -110,9 +121,12 @@ def diagnostic_kernel(kernel: fp8.Fp8Kernel, name: str) -> fp8.Fp8Kernel:
     from gemm_ladder.runtime.compiler import KERNEL_ROOT
 
     source = (KERNEL_ROOT / fp8.SOURCE).read_text()
-    if PROMOTION_SCALES not in source:
-        raise SystemExit("fp8_variants: the kernel's promotion scales moved; update PROMOTION_SCALES")
-    edited = source.replace(PROMOTION_SCALES, EDITS[name])
+    edits = EDITS[name] if isinstance(EDITS[name], list) else [(PROMOTION_SCALES, EDITS[name])]
+    edited = source
+    for old, new in edits:
+        if edited.count(old) != 1:
+            raise SystemExit(f"fp8_variants: {name}'s edit no longer applies to {fp8.SOURCE}; update it")
+        edited = edited.replace(old, new)
     path = Path(tempfile.gettempdir()) / f"gl_fp8_{name}_{hashlib.sha256(edited.encode()).hexdigest()[:12]}.cu"
     path.write_text(edited)
 
