@@ -67,16 +67,19 @@ def main(argv: list[str] | None = None) -> int:
     for m in (64, 300):
         x, wg, wu = r(m, 1024), r(1536, 1024), r(1536, 1024)
         check(f"swiglu M={m}", g.swiglu(x, wg, wu), F.silu(x.double() @ wg.double().T) * (x.double() @ wu.double().T))
+    # K = 1024 (8 blocks: blockwise loads scale_b ahead) and 2176 (17: blockwise reads a shared copy of it,
+    # library/fp8.py scale_b_source), both stores (640 columns: the TMA store; 644: the register store).
     for mode, (ba, bw) in SCHEME_BLOCKS.items():
-        qa, sa = quantize_fp8(torch.randn(384, 1024, device="cuda"), ba)
-        qw, sw = quantize_fp8(torch.randn(640, 1024, device="cuda") / 32, bw)
-        check(f"scaled_mm {mode}", g.scaled_mm(qa, qw.T, sa, sw.T if sw.dim() == 2 else sw),
-              dequantize(qa, sa, ba).double() @ dequantize(qw, sw, bw).double().T)
+        for k, n in ((1024, 640), (2176, 640), (2176, 644)):
+            qa, sa = quantize_fp8(torch.randn(384, k, device="cuda"), ba)
+            qw, sw = quantize_fp8(torch.randn(n, k, device="cuda") / 32, bw)
+            check(f"scaled_mm {mode} K={k} N={n}", g.scaled_mm(qa, qw.T, sa, sw.T if sw.dim() == 2 else sw),
+                  dequantize(qa, sa, ba).double() @ dequantize(qw, sw, bw).double().T)
     # The 64-row fp8 build, forced: 100 rows (two 64-row tiles, a tail), whole and split along K.
     from gemm_ladder.library import fp8 as fp8_lib
 
     for mode, (ba, bw) in SCHEME_BLOCKS.items():
-        for split, k in ((False, 1040), (True, 7232)):
+        for split, k in ((False, 1040), (False, 2064), (True, 7232)):
             qa, sa = quantize_fp8(torch.randn(100, k, device="cuda"), ba)
             qw, sw = quantize_fp8(torch.randn(1536, k, device="cuda") / 32, bw)
             sb = sw.T if sw.dim() == 2 else sw

@@ -207,7 +207,8 @@ def test_fp8_settings_follow_the_module_defaults(monkeypatch):
     base = fp8.settings()
     assert fp8.settings() == base
     for name, value in (("TILE_M_DEFAULT", "128"), ("STORE_DEFAULT", fp8.STORE_REGISTERS), ("SPLIT_DEFAULT", "none"),
-                        ("OVERLAP_PROMOTION", False), ("SCALE_B_AHEAD", False), ("SCALE_B_SHARED", False), ("MIN_SHARED_SCALE_B_BLOCKS", 3), ("MIN_SPLIT_K_BLOCKS", 5), ("MIN_SPLIT_TILE_K_BLOCKS", 7)):
+                        ("OVERLAP_PROMOTION", False), ("SCALE_B_AHEAD", False), ("SCALE_B_SHARED", not fp8.SCALE_B_SHARED), ("MIN_SHARED_SCALE_B_BLOCKS", 3),
+                        ("MAX_SHARED_SCALE_B_BLOCKS", 64), ("MIN_SPLIT_K_BLOCKS", 5), ("MIN_SPLIT_TILE_K_BLOCKS", 7)):
         with monkeypatch.context() as mp:
             mp.setattr(fp8, name, value)
             assert fp8.settings() != base, name

@@ -17,9 +17,11 @@ from fp8_cases import fp8_problem, rel_err
 
 pytestmark = pytest.mark.gpu
 
-#: (M, N, K): 128-row tiles at BN 128 with tails and 17 K blocks (odd), BN 64 with 2 blocks (even) and a
-#: K tail; the 64-row tile at 3 blocks; a split decode call (64 rows, K = 7168: 56 blocks over the SMs).
-SHAPES = [(1540, 1544, 2176), (200, 384, 272), (64, 1536, 384), (64, 4096, 7168)]
+#: (M, N, K): 128-row tiles at BN 128 with tails and 17 K blocks (odd; some CTAs get a second tile, so the
+#: shared copy is made again), BN 64 with 3 blocks and a K tail, BN 64 at 16 blocks (even: the main loop's
+#: two-blocks-left tail; the shared copy's threshold); the 64-row tile at 3 blocks; a split decode call
+#: (64 rows, K = 7168: 56 blocks over the SMs).
+SHAPES = [(1540, 1544, 2176), (200, 384, 272), (256, 1024, 2048), (64, 1536, 384), (64, 4096, 7168)]
 SOURCES = {"in-block": dict(scale_b_ahead=False, scale_b_shared=False),
            "ahead": dict(scale_b_ahead=True, scale_b_shared=False),
            "shared": dict(scale_b_ahead=False, scale_b_shared=True)}
@@ -52,6 +54,8 @@ def test_every_scale_b_source_gives_the_same_bits(shape, store):
 
 
 def test_the_quantized_output_too():
+    """The values and scales, bitwise alike (their accuracy against float64: tests/test_quantized_output_gpu.py,
+    with the launch's own build)."""
     qa, qb, sa, sb, _, _ = fp8_problem(520, 1024, 2432, "blockwise", seed=7)
     base = fp8.Fp8Kernel("blockwise", out_dtype="fp8")
     outs = [_run(qa, qb, sa, sb, dataclasses.replace(base, **fields), fp8.QUANT_OUT) for fields in SOURCES.values()]

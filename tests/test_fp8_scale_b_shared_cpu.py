@@ -61,6 +61,34 @@ def test_the_launch_rule_by_k_and_split(monkeypatch):
     assert fp8.scale_b_source("blockwise", 8192) == ahead
 
 
+def _meta_call(m, n, k):
+    import torch
+
+    a = torch.empty((m, k), dtype=torch.float8_e4m3fn, device="meta")
+    b = torch.empty((n, k), dtype=torch.float8_e4m3fn, device="meta").T
+    sa = torch.empty((-(-k // 128), m), device="meta").T
+    sb = torch.empty((-(-k // 128), -(-n // 128)), device="meta")
+    return a, b, sa, sb, fp8.check_scaled_mm(a, b, sa, sb, device_type=None)
+
+
+def test_a_longer_k_than_the_copy_holds_is_refused_before_anything_runs():
+    from gemm_ladder.errors import GemmInputError
+
+    k = (fp8.MAX_SHARED_SCALE_B_BLOCKS + 1) * fp8.BK
+    a, b, sa, sb, call = _meta_call(256, 1024, k)
+    with pytest.raises(GemmInputError, match=f"holds {fp8.MAX_SHARED_SCALE_B_BLOCKS} K blocks"):
+        fp8.scaled_mm_launch(a, b, sa, sb, None, call, kernel=SHARED)  # meta tensors: no device is asked
+    assert fp8.shared_scale_b_refusal(SHARED, k - fp8.BK) is None
+    assert fp8.shared_scale_b_refusal(dataclasses.replace(SHARED, scale_b_shared=False), k) is None
+
+
+def test_the_family_config_follows_the_rule_by_k():
+    shared = fp8.FP8_GEMM.config("blockwise", k=8192)
+    assert fp8.kernel_for(shared).scale_b_shared == fp8.SCALE_B_SHARED
+    short = fp8.kernel_for(fp8.FP8_GEMM.config("blockwise", k=1536))
+    assert not short.scale_b_shared and short.scale_b_ahead == fp8.SCALE_B_AHEAD
+
+
 def test_the_launch_takes_it_where_the_rule_does():
     """default_build (what scaled_mm runs) on meta-sized calls: shared at K = 16384, ahead at K = 1536 and
     on a split decode call."""

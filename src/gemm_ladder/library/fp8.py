@@ -108,13 +108,14 @@ SCALE_B_AHEAD = True
 #: The launch's blockwise build reads scale_b from a shared copy of the tile's column made at the start of
 #: each K loop (Fp8Kernel.scale_b_shared): no global load in the K loop, whose release waited on the load
 #: ahead. Where :func:`scale_b_source` takes it (K blocks in [MIN_SHARED_SCALE_B_BLOCKS,
-#: MAX_SHARED_SCALE_B_BLOCKS], unsplit), measured on an H100 against the load ahead, interleaved, bitwise
+#: MAX_SHARED_SCALE_B_BLOCKS], unsplit; else the load ahead), measured on an H100 against the load ahead, interleaved, bitwise
 #: equal (bench/experiments/fp8_variants.py, bench/results/2026-12-05_fp8_shared_h100_599ff27.json): 1.005-1.085x
 #: at K blocks 16-128; 0.966x at 12 (4096 x 24576 x 1536: the per-tile copy and its two barriers are not
 #: paid back), 0.995x on a split (64 x 4096 x 14336). GL_FP8_SCALE_B_SHARED=0 in the environment at import: off.
 SCALE_B_SHARED = os.environ.get("GL_FP8_SCALE_B_SHARED", "1") == "1"
-#: The K blocks (of 128) a shared scale_b copy holds (the kernel's kSharedScaleBBlocks): K <= 32768.
-MAX_SHARED_SCALE_B_BLOCKS = 256
+#: The K blocks (of 128) a shared scale_b copy holds (the kernel's kSharedScaleBBlocks): K <= 16384, the
+#: largest K measured with it (one global load per thread for the copy).
+MAX_SHARED_SCALE_B_BLOCKS = 128
 #: The fewest K blocks a tile has where the launch takes the shared copy (above: 12 blocks measured slower,
 #: 16 not).
 MIN_SHARED_SCALE_B_BLOCKS = 16
@@ -377,17 +378,18 @@ class Sm90Fp8Gemm:
 
     def config(self, scale: str, a_dtype: str = "e4m3", b_dtype: str = "e4m3", out_dtype: str = "bf16", *,
                bias: bool = False, bn: int = 128, store: str | None = None, split: bool = False,
-               bm: int = BM) -> KernelConfig:
+               bm: int = BM, k: int | None = None) -> KernelConfig:
         """The build for ``scale`` granularity, A and B fp8 dtypes, ``out_dtype`` ("bf16", "fp16", "fp32" or
         "e4m3": quantized), a bias, tile width ``bn``, the output ``store`` (default :data:`STORE_DEFAULT`
         where the dtype allows it), the stream-K ``split`` built in or not; the promotion as the launch
-        builds it."""
+        builds it, and blockwise scale_b read as the launch reads it for a K of ``k`` (:func:`scale_b_source`;
+        None: the shared copy's build, which serves K up to :data:`MAX_SHARED_SCALE_B_BLOCKS` blocks)."""
         out = {v: k for k, v in _CONFIG_OUT.items()}.get(out_dtype, out_dtype)
         if store is None:
             store = STORE_DEFAULT if out in TMA_STORE_OUT else STORE_REGISTERS
         return Fp8Kernel(scale_mode=scale, a_dtype=a_dtype, b_dtype=b_dtype, out_dtype=out, bias=bias, bn=bn,
                          overlap=OVERLAP_PROMOTION, store=store, split=split, bm=bm,
-                         **scale_b_source(scale, None, split)).config()
+                         **scale_b_source(scale, k, split)).config()
 
     def _call(self, config: KernelConfig, problem: Operands) -> ScaledMmCall:
         scale_a, scale_b, bias = problem.more
@@ -405,6 +407,8 @@ class Sm90Fp8Gemm:
         want = (kernel.scale_mode, kernel.a_dtype, kernel.b_dtype, kernel.bias)
         if got != want:
             return f"(scale, a, b, bias) = {got}: this build takes {want}"
+        if (refusal := shared_scale_b_refusal(kernel, call.k)):
+            return refusal
         return tma_store_refusal(kernel, problem.c, call.n) if kernel.store == STORE_TMA else None
 
     def build(self, config: KernelConfig):
@@ -599,12 +603,13 @@ def _map(name: str, ptr: int, data_type: str, elem_bytes: int, dims: tuple[int, 
 def settings() -> int:
     """One number for the module defaults a launch reads at the call (:data:`TILE_M_DEFAULT`,
     :data:`STORE_DEFAULT`, :data:`TMA_STORE_OUT`, :data:`SPLIT_DEFAULT`, :data:`OVERLAP_PROMOTION`,
-    :data:`SCALE_B_AHEAD`, :data:`SCALE_B_SHARED`, :data:`MIN_SHARED_SCALE_B_BLOCKS`, :data:`MIN_SPLIT_K_BLOCKS`, :data:`MIN_SPLIT_TILE_K_BLOCKS`), equal for equal
+    :data:`SCALE_B_AHEAD`, :data:`SCALE_B_SHARED`, :data:`MIN_SHARED_SCALE_B_BLOCKS`,
+    :data:`MAX_SHARED_SCALE_B_BLOCKS`, :data:`MIN_SPLIT_K_BLOCKS`, :data:`MIN_SPLIT_TILE_K_BLOCKS`), equal for equal
     defaults within a process: the compiled host path keys its plans with it, so a default changed between
     calls is planned anew."""
     return hash((TILE_M_DEFAULT, STORE_DEFAULT, tuple(TMA_STORE_OUT), SPLIT_DEFAULT, OVERLAP_PROMOTION,
-                 SCALE_B_AHEAD, SCALE_B_SHARED, MIN_SHARED_SCALE_B_BLOCKS, MIN_SPLIT_K_BLOCKS,
-                 MIN_SPLIT_TILE_K_BLOCKS))
+                 SCALE_B_AHEAD, SCALE_B_SHARED, MIN_SHARED_SCALE_B_BLOCKS, MAX_SHARED_SCALE_B_BLOCKS,
+                 MIN_SPLIT_K_BLOCKS, MIN_SPLIT_TILE_K_BLOCKS))
 
 
 def tile_m(m: int, preferred: str | None = None) -> tuple[int, str]:
@@ -705,6 +710,16 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def shared_scale_b_refusal(kernel: Fp8Kernel, k: int) -> str | None:
+    """Why ``kernel`` cannot run a K of ``k``, or None: a shared scale_b copy holds
+    :data:`MAX_SHARED_SCALE_B_BLOCKS` K blocks."""
+    if kernel.scale_b_shared and -(-k // BK) > MAX_SHARED_SCALE_B_BLOCKS:
+        return (f"the fp8 build {kernel} copies scale_b's column into shared memory, which holds "
+                f"{MAX_SHARED_SCALE_B_BLOCKS} K blocks (K <= {MAX_SHARED_SCALE_B_BLOCKS * BK}); K = {k}: "
+                "run a build without scale_b_shared")
+    return None
+
+
 def scale_b_source(scale_mode: str, k: int | None, split: bool = False) -> dict[str, bool]:
     """How the launch's build reads blockwise scale_b for a K of ``k`` (None: any K the family serves, as its
     config() builds), ``split`` along K or not: from a shared copy (:data:`SCALE_B_SHARED`, unsplit, where K
@@ -751,6 +766,8 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
     Empty M or N: the empty output, no launch. K = 0: zeros (plus the bias), no launch.
     """
     m, n, k = call.m, call.n, call.k
+    if kernel is not None and (refusal := shared_scale_b_refusal(kernel, k)):  # before anything runs
+        raise GemmInputError(refusal)
     quantized = call.out_dtype == QUANT_OUT
     if quantized:
         # The next scaled_mm takes both without a copy (library/quantized.py), whatever the shape.
@@ -783,10 +800,6 @@ def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
             raise GemmInputError(f"the output is {out.dtype}; the fp8 build {kernel} writes {kernel.out_dtype}")
         if kernel.store == STORE_TMA and (refusal := tma_store_refusal(kernel, out, n)):
             raise GemmInputError(f"{refusal}: run the register-store build")
-        if kernel.scale_b_shared and -(-k // BK) > MAX_SHARED_SCALE_B_BLOCKS:
-            raise GemmInputError(f"the fp8 build {kernel} copies scale_b's column into shared memory, which holds "
-                                 f"{MAX_SHARED_SCALE_B_BLOCKS} K blocks (K <= {MAX_SHARED_SCALE_B_BLOCKS * BK}); "
-                                 f"K = {k}: run a build without scale_b_shared")
         # Split by the rule where the build has the split built in, else never.
         plan = split_plan(m, n, k, kernel.bn, sms, "auto" if kernel.split and not capturing else "none", kernel.bm)[0]
     partials = counters = 0  # the unsplit launch's: the kernel runs every tile whole

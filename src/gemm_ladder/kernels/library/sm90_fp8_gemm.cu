@@ -18,8 +18,10 @@
 //  2 blockwise:  scale_a per row and 128-wide K block (torch's (M, K/128), passed K-block-major as a
 //                (K/128, M) matrix: a tensor map over it, one 512-byte box of 128 rows per stage, loaded by
 //                the producer with the operands and counted in the stage's expect_tx), and scale_b per
-//                128 x 128 block of B (torch's (K/128, N/128), read by the consumers from global memory:
-//                one value per tile and K block: BN is 128 or 64, so a tile lies in one block).
+//                128 x 128 block of B (torch's (K/128, N/128), read by the consumers: one value per tile and
+//                K block, BN being 128 or 64, so a tile lies in one block; from global memory in the block
+//                that uses it, one block ahead (kScaleBAhead), or from a shared copy of the tile's column
+//                made at the start of each K loop (kScaleBShared)).
 // Promotion: every K block of 128 (one stage), the four k32 wgmmas write a temporary accumulator t
 // (the first with scale-d = 0), and once they are complete each consumer adds t, times the block's
 // scale (blockwise) or 1 (the other modes), into its fp32 main accumulator d with ordinary FMAs. The
@@ -96,12 +98,13 @@ constexpr int kTensorwise = 0, kRowwise = 1, kBlockwise = 2;  // Cfg::kScaleMode
 // scales (a warp may lag its warpgroup's other warps; one arrival per warpgroup would not cover them).
 template <int kConsumers>
 constexpr int kEmptyArrivals = kConsumers * 4;
-// kTmaStore: named barrier kStoreBarrier + consumer orders each consumer's staging writes and its store
+// kTmaStore: named barrier kStoreBarrier + consumer orders each consumer's staging writes and its store (and,
+// kScaleBShared, its scale_b copy's writes and reads)
 // (id 0 is __syncthreads; kSplit's hand-in of a partial uses the same barrier, in program order); one staging panel is 64 rows x 128 bytes (64 columns of a 2-byte Out).
 constexpr int kStoreBarrier = 1, kPanelBytes = 64 * 128;
 // Cfg::kScaleBShared: the K blocks of scale_b a consumer's shared copy holds (a tile's or a split segment's
-// whole range; library/fp8.py MAX_SHARED_SCALE_B_BLOCKS, K <= 32768, picks the build only where it fits).
-constexpr int kSharedScaleBBlocks = 256;
+// whole range; library/fp8.py MAX_SHARED_SCALE_B_BLOCKS, K <= 16384: picks the build only where it fits).
+constexpr int kSharedScaleBBlocks = 128;
 
 // What a config (Cfg) holds, each a static constexpr member or type: kBN (64 or 128), kStages,
 // kScaleMode (kTensorwise, kRowwise, kBlockwise), A and B (__nv_fp8_e4m3 or __nv_fp8_e5m2), Out
@@ -318,7 +321,7 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
   float sb_ahead = 0.0f;
   int kb_end = 0;
   // Cfg::kScaleBShared: the tile's (or segment's) scale_b column, copied into this consumer's shared buffer
-  // at the start of its K loop (one global load per thread, once), read there by LDS with the stage's
+  // at the start of its K loop (at most one global load per thread), read there by LDS with the stage's
   // scale_a: no global load in the K loop, whose latency the stage's release would wait for. Addressed from
   // smem_raw, so that the reads are LDS (Smem's base is aligned by integer arithmetic).
   float* const sb_copy = reinterpret_cast<float*>(smem_raw + (smem_u32(smem.sb(consumer)) - smem_u32(smem_raw)));
@@ -441,9 +444,12 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
     }
     if constexpr (kScaleMode == 2 && Cfg::kScaleBShared) {
       // The warpgroup's reads of the previous range are done (all its threads are past them), then the copy,
-      // then the reads.
+      // then the reads. The copy holds kSharedScaleBBlocks: a longer range is a launch the host refuses
+      // (fp8.shared_scale_b_refusal); the bound keeps even such a launch from writing past the buffer.
+      // (A __trap() on it instead made ptxas spill the BN 128 builds.)
       named_barrier_sync(kStoreBarrier + consumer, 128);
-      for (int i = thread_in_warpgroup(); i < kb1 - kb0; i += 128) sb_copy[i] = scale_b_at(kb0 + i, tn);
+      for (int i = thread_in_warpgroup(); i < min(kb1 - kb0, kSharedScaleBBlocks); i += 128)
+        sb_copy[i] = scale_b_at(kb0 + i, tn);
       sb_kb0 = kb0;
       named_barrier_sync(kStoreBarrier + consumer, 128);
     }
