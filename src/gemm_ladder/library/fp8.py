@@ -720,6 +720,26 @@ def shared_scale_b_refusal(kernel: Fp8Kernel, k: int) -> str | None:
     return None
 
 
+def scale_b_reason(kernel: Fp8Kernel, k: int, split: bool) -> tuple[str | None, str | None]:
+    """How ``kernel`` reads blockwise scale_b ("shared", "ahead" or "in-block"; None for the other scalings)
+    and why, for a call of K = ``k``, ``split`` or not (:func:`scale_b_source`'s rule, as explain reports it)."""
+    if kernel.scale_mode != "blockwise":
+        return None, None
+    blocks = -(-k // BK)
+    if kernel.scale_b_shared:
+        return "shared", (f"{blocks} K blocks, unsplit: a shared copy of the tile's column, no global load in the K "
+                          f"loop (taken at {MIN_SHARED_SCALE_B_BLOCKS}-{MAX_SHARED_SCALE_B_BLOCKS} blocks)")
+    if not SCALE_B_SHARED:
+        why = "the shared copy is turned off (fp8.SCALE_B_SHARED)"
+    elif split:
+        why = "a split call (the copy per segment measured no faster)"
+    elif blocks < MIN_SHARED_SCALE_B_BLOCKS:
+        why = f"{blocks} K blocks: fewer than {MIN_SHARED_SCALE_B_BLOCKS}, where the per-tile copy measured slower"
+    else:
+        why = f"{blocks} K blocks: more than the copy holds ({MAX_SHARED_SCALE_B_BLOCKS})"
+    return ("ahead", f"loaded one K block ahead: {why}") if kernel.scale_b_ahead else ("in-block", why)
+
+
 def scale_b_source(scale_mode: str, k: int | None, split: bool = False) -> dict[str, bool]:
     """How the launch's build reads blockwise scale_b for a K of ``k`` (None: any K the family serves, as its
     config() builds), ``split`` along K or not: from a shared copy (:data:`SCALE_B_SHARED`, unsplit, where K
@@ -1006,7 +1026,9 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
     (``store``, ``store_reason``), the split-K schedule and why (``split``: "all" when every tile's K is
     split over the grid, else "none"; ``split_reason``; ``contributors``: the most CTAs adding into one
     tile; ``workspace_bytes``: its partials and counters; :func:`split_plan`, from :data:`SPLIT_DEFAULT`;
-    a launch under CUDA-graph capture runs unsplit), the tile height and why (``tile_m_reason``:
+    a launch under CUDA-graph capture runs unsplit), how blockwise scale_b is read and why
+    (``scale_b_read``: "shared", "ahead" or "in-block", None for the other scalings; ``scale_b_read_reason``;
+    :func:`scale_b_reason`), the tile height and why (``tile_m_reason``:
     :func:`tile_m`, from :data:`TILE_M_DEFAULT`), and the copies made first (:func:`copies`; ``scale_b``'s only
     when given). ``sms``: the SM count (default: the tensors' GPU, else the H200's 132 from the designer's arch
     table); ``out``: the output given, if any."""
@@ -1020,6 +1042,7 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
     bm, bn, store = kernel.bm, kernel.bn, kernel.store
     tiles = math.ceil(call.m / bm) * math.ceil(call.n / bn) if call.m and call.n else 0
     made = copies(call, scale_a, scale_b, bias, addresses=False)
+    sb_source, sb_reason = scale_b_reason(kernel, call.k, plan.tail_units > 0)
     return {
         "kernel": SOURCE, "entry": KERNEL_NAME, "defines": kernel.defines(),
         "problem": {"M": call.m, "N": call.n, "K": call.k}, "scale_mode": call.scale_mode,
@@ -1029,6 +1052,7 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
         "threads": kernel.threads,
         "dynamic_smem_bytes": kernel.dynamic_smem, "expect_tx_bytes": kernel.expect_tx_bytes,
         "promotion_interval_k": PROMOTION_K, "promotion_overlapped": kernel.overlap,
+        "scale_b_read": sb_source, "scale_b_read_reason": sb_reason,
         "store": store, "store_reason": why["store"],
         "k_tail": (f"K % 128 = {call.k % 128}: the last K block zero-filled by TMA" if call.k % 128 else None),
         "tiles": tiles, "grid": plan.clusters, "sms": sms, "copies": [what for what, _ in made],
