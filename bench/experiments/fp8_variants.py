@@ -13,7 +13,7 @@ that would be the default build itself is skipped):
                 those two, where the default is not already that;
 * ``registers`` the register store with its deeper ring (blockwise: 6 stages against the TMA store's 5);
 * ``shared``    blockwise scale_b read from a shared copy of the tile's column (``scale_b_shared``: no global
-                load in the K loop; K <= 32768);
+                load in the K loop; K <= 16384);
 * ``stages5``   the same build with a 5-stage ring (tensorwise and rowwise take 6 with the TMA store,
                 blockwise 5: what one stage less costs).
 
