@@ -89,15 +89,16 @@ def test_the_family_config_follows_the_rule_by_k():
     assert not short.scale_b_shared and short.scale_b_ahead == fp8.SCALE_B_AHEAD
 
 
-def test_explain_says_how_scale_b_is_read_and_why():
+def test_explain_says_how_scale_b_is_read_and_why(monkeypatch):
     import gemm_ladder
 
     def explain(m, n, k):
         a, b, sa, sb, _ = _meta_call(m, n, k)
         return gemm_ladder.explain_scaled_mm(a, b, sa, sb)
 
+    monkeypatch.setattr(fp8, "SCALE_B_SHARED", True)  # the shipped default (GL_FP8_SCALE_B_SHARED may turn it off)
     big = explain(4096, 7168, 16384)
-    assert big["scale_b_read"] == ("shared" if fp8.SCALE_B_SHARED else "ahead"), big["scale_b_read_reason"]
+    assert big["scale_b_read"] == "shared" and "128 K blocks" in big["scale_b_read_reason"]
     short = explain(4096, 24576, 1536)
     assert short["scale_b_read"] == "ahead" and "12 K blocks" in short["scale_b_read_reason"]
     assert "split" in explain(64, 4096, 14336)["scale_b_read_reason"]
@@ -105,6 +106,9 @@ def test_explain_says_how_scale_b_is_read_and_why():
     import torch
     one = torch.ones((), device="meta")
     assert gemm_ladder.explain_scaled_mm(a, b, one, one)["scale_b_read"] is None  # tensorwise
+    monkeypatch.setattr(fp8, "SCALE_B_SHARED", False)
+    off = explain(4096, 7168, 16384)
+    assert off["scale_b_read"] == "ahead" and "turned off" in off["scale_b_read_reason"]
 
 
 def test_the_launch_takes_it_where_the_rule_does():

@@ -232,6 +232,13 @@ class Fp8Kernel:
         return self.stages or stages_for(self.scale_mode, self.bn, self.store, self.bm, self.scale_b_shared)
 
     @property
+    def scale_b_read(self) -> str | None:
+        """How this build reads blockwise scale_b: "shared", "ahead" or "in-block"; None for the other scalings."""
+        if self.scale_mode != "blockwise":
+            return None
+        return "shared" if self.scale_b_shared else "ahead" if self.scale_b_ahead else "in-block"
+
+    @property
     def consumers(self) -> int:
         """Consumer warpgroups: one per 64 rows of the tile."""
         return self.bm // 64
@@ -720,55 +727,55 @@ def shared_scale_b_refusal(kernel: Fp8Kernel, k: int) -> str | None:
     return None
 
 
-def scale_b_reason(kernel: Fp8Kernel, k: int, split: bool) -> tuple[str | None, str | None]:
-    """How ``kernel`` reads blockwise scale_b ("shared", "ahead" or "in-block"; None for the other scalings)
-    and why, for a call of K = ``k``, ``split`` or not (:func:`scale_b_source`'s rule, as explain reports it)."""
-    if kernel.scale_mode != "blockwise":
+def scale_b_rule(scale_mode: str, k: int | None, split: bool = False) -> tuple[str | None, str | None]:
+    """How the launch's build reads blockwise scale_b for a K of ``k`` (None: any K the family serves, as its
+    config() builds), ``split`` along K or not, and why: "shared", from a shared copy of the tile's column
+    (:data:`SCALE_B_SHARED`, unsplit, where K has :data:`MIN_SHARED_SCALE_B_BLOCKS` to
+    :data:`MAX_SHARED_SCALE_B_BLOCKS` blocks), else "ahead", loaded one block ahead (:data:`SCALE_B_AHEAD`),
+    else "in-block"; (None, None) for the other scalings."""
+    if scale_mode != "blockwise":
         return None, None
-    blocks = -(-k // BK)
-    if kernel.scale_b_shared:
-        return "shared", (f"{blocks} K blocks, unsplit: a shared copy of the tile's column, no global load in the K "
-                          f"loop (taken at {MIN_SHARED_SCALE_B_BLOCKS}-{MAX_SHARED_SCALE_B_BLOCKS} blocks)")
+    blocks = None if k is None else -(-k // BK)
     if not SCALE_B_SHARED:
         why = "the shared copy is turned off (fp8.SCALE_B_SHARED)"
     elif split:
         why = "a split call (the copy per segment measured no faster)"
-    elif blocks < MIN_SHARED_SCALE_B_BLOCKS:
+    elif blocks is not None and blocks < MIN_SHARED_SCALE_B_BLOCKS:
         why = f"{blocks} K blocks: fewer than {MIN_SHARED_SCALE_B_BLOCKS}, where the per-tile copy measured slower"
-    else:
+    elif blocks is not None and blocks > MAX_SHARED_SCALE_B_BLOCKS:
         why = f"{blocks} K blocks: more than the copy holds ({MAX_SHARED_SCALE_B_BLOCKS})"
-    return ("ahead", f"loaded one K block ahead: {why}") if kernel.scale_b_ahead else ("in-block", why)
+    else:
+        return "shared", (f"{blocks if blocks is not None else 'up to ' + str(MAX_SHARED_SCALE_B_BLOCKS)} K blocks, "
+                          "unsplit: a shared copy of the tile's column, no global load in the K loop (taken at "
+                          f"{MIN_SHARED_SCALE_B_BLOCKS}-{MAX_SHARED_SCALE_B_BLOCKS} blocks)")
+    return ("ahead", f"loaded one K block ahead: {why}") if SCALE_B_AHEAD else ("in-block", why)
 
 
 def scale_b_source(scale_mode: str, k: int | None, split: bool = False) -> dict[str, bool]:
-    """How the launch's build reads blockwise scale_b for a K of ``k`` (None: any K the family serves, as its
-    config() builds), ``split`` along K or not: from a shared copy (:data:`SCALE_B_SHARED`, unsplit, where K
-    has :data:`MIN_SHARED_SCALE_B_BLOCKS` to :data:`MAX_SHARED_SCALE_B_BLOCKS` blocks), else loaded one
-    block ahead (:data:`SCALE_B_AHEAD`); the Fp8Kernel fields, none for the other scalings."""
-    if scale_mode != "blockwise":
-        return {}
-    blocks = None if k is None else -(-k // BK)
-    shared = SCALE_B_SHARED and not split and (
-        blocks is None or MIN_SHARED_SCALE_B_BLOCKS <= blocks <= MAX_SHARED_SCALE_B_BLOCKS)
-    return {"scale_b_shared": shared, "scale_b_ahead": SCALE_B_AHEAD and not shared}
+    """:func:`scale_b_rule`'s choice as the Fp8Kernel fields (none for the other scalings)."""
+    read, _ = scale_b_rule(scale_mode, k, split)
+    return {} if read is None else {"scale_b_shared": read == "shared", "scale_b_ahead": read == "ahead"}
 
 
 def default_build(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
                   out: torch.Tensor | None, sms: int) -> tuple[Fp8Kernel, StreamKTail, dict[str, str]]:
     """The build a checked call runs when none is given, its split schedule, and why each choice was made
-    (``{"tile_m", "store", "split"}``): the tile height (:func:`tile_m`), width (:func:`tile_n`), output
+    (``{"tile_m", "store", "split", "scale_b"}``): the tile height (:func:`tile_m`), width (:func:`tile_n`), output
     store (:func:`store_for`, for ``out`` as given or a new output) and split (:func:`split_plan`), from the
-    module's defaults read at the call. What :func:`scaled_mm_launch` runs and :func:`describe` reports."""
+    module's defaults read at the call; and, blockwise, how scale_b is read (``"scale_b"``: :func:`scale_b_rule`'s
+    reason, None for the other scalings). What :func:`scaled_mm_launch` runs and :func:`describe` reports."""
     quantized = call.out_dtype == QUANT_OUT
     bm, tile_m_reason = tile_m(call.m)
     bn = tile_n(call.m, call.n, sms, quantized, bm)
     store, store_reason = store_for(_short_out(call.out_dtype), None if quantized else out, call.n)
     plan, split_reason = split_plan(call.m, call.n, call.k, bn, sms, SPLIT_DEFAULT, bm)
+    scale_b_read, scale_b_reason = scale_b_rule(call.scale_mode, call.k, plan.tail_units > 0)
     kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
                        out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn, overlap=OVERLAP_PROMOTION,
                        store=store, split=plan.tail_units > 0, bm=bm,
-                       **scale_b_source(call.scale_mode, call.k, plan.tail_units > 0))
-    return kernel, plan, {"tile_m": tile_m_reason, "store": store_reason, "split": split_reason}
+                       scale_b_shared=scale_b_read == "shared", scale_b_ahead=scale_b_read == "ahead")
+    return kernel, plan, {"tile_m": tile_m_reason, "store": store_reason, "split": split_reason,
+                          "scale_b": scale_b_reason}
 
 
 def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
@@ -1028,7 +1035,7 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
     tile; ``workspace_bytes``: its partials and counters; :func:`split_plan`, from :data:`SPLIT_DEFAULT`;
     a launch under CUDA-graph capture runs unsplit), how blockwise scale_b is read and why
     (``scale_b_read``: "shared", "ahead" or "in-block", None for the other scalings; ``scale_b_read_reason``;
-    :func:`scale_b_reason`), the tile height and why (``tile_m_reason``:
+    :func:`scale_b_rule`), the tile height and why (``tile_m_reason``:
     :func:`tile_m`, from :data:`TILE_M_DEFAULT`), and the copies made first (:func:`copies`; ``scale_b``'s only
     when given). ``sms``: the SM count (default: the tensors' GPU, else the H200's 132 from the designer's arch
     table); ``out``: the output given, if any."""
@@ -1042,7 +1049,6 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
     bm, bn, store = kernel.bm, kernel.bn, kernel.store
     tiles = math.ceil(call.m / bm) * math.ceil(call.n / bn) if call.m and call.n else 0
     made = copies(call, scale_a, scale_b, bias, addresses=False)
-    sb_source, sb_reason = scale_b_reason(kernel, call.k, plan.tail_units > 0)
     return {
         "kernel": SOURCE, "entry": KERNEL_NAME, "defines": kernel.defines(),
         "problem": {"M": call.m, "N": call.n, "K": call.k}, "scale_mode": call.scale_mode,
@@ -1052,7 +1058,7 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
         "threads": kernel.threads,
         "dynamic_smem_bytes": kernel.dynamic_smem, "expect_tx_bytes": kernel.expect_tx_bytes,
         "promotion_interval_k": PROMOTION_K, "promotion_overlapped": kernel.overlap,
-        "scale_b_read": sb_source, "scale_b_read_reason": sb_reason,
+        "scale_b_read": kernel.scale_b_read, "scale_b_read_reason": why["scale_b"],
         "store": store, "store_reason": why["store"],
         "k_tail": (f"K % 128 = {call.k % 128}: the last K block zero-filled by TMA" if call.k % 128 else None),
         "tiles": tiles, "grid": plan.clusters, "sms": sms, "copies": [what for what, _ in made],
