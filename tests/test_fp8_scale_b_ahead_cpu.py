@@ -14,6 +14,7 @@ from gemm_ladder.library import fp8
 from gemm_ladder.library.fp8 import Fp8Kernel
 
 from conftest import needs_nvcc
+from fp8_cases import assert_build_clean
 
 BLOCKWISE = Fp8Kernel(scale_mode="blockwise", store=fp8.STORE_TMA)
 AHEAD = dataclasses.replace(BLOCKWISE, scale_b_ahead=True)
@@ -76,30 +77,10 @@ def _k_loop_multiplies(body: list[str]) -> int:
     return count
 
 
-def sass_of(kernel) -> str:
-    import subprocess
-    import tempfile
-
-    from gemm_ladder.runtime.compiler import cuobjdump_path
-
-    built = kernel.build()
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(built.cubin if isinstance(built.cubin, bytes) else open(built.cubin, "rb").read())
-        f.flush()
-        return subprocess.run([cuobjdump_path(), "--dump-sass", f.name], capture_output=True, text=True,
-                              check=True).stdout
-
-
 @needs_nvcc
 @pytest.mark.parametrize("kernel", [BLOCKWISE, AHEAD], ids=["default", "ahead"])
 def test_builds_without_spills_and_the_load_off_the_issue_path(use_cache, kernel):
-    from gemm_ladder.gates.resources import parse_ptxas_log
-
-    built = kernel.build()
-    usage = parse_ptxas_log(built.ptxas_log)[fp8.KERNEL_NAME]
-    assert (usage.stack_bytes, usage.spill_stores, usage.spill_loads) == (0, 0, 0), built.ptxas_log
-    assert "C7514" not in built.ptxas_log and "C7517" not in built.ptxas_log, built.ptxas_log
-    sass = sass_of(kernel)
+    sass = assert_build_clean(kernel)  # no stack or spill, no C7514/C7517, only 64 x BN x 32 wgmma
     loops = k_loops(sass)
     assert loops and all(any(re.search(r"LDG\.E", op) for op in body) for body in loops)  # found, loading scale_b
     waits = _loop_multiplies_before_issue(sass)

@@ -14,7 +14,8 @@ from gemm_ladder.library import fp8
 from gemm_ladder.library.fp8 import Fp8Kernel
 
 from conftest import needs_nvcc
-from test_fp8_scale_b_ahead_cpu import k_loops, sass_of
+from fp8_cases import assert_build_clean
+from test_fp8_scale_b_ahead_cpu import k_loops
 
 SHARED = Fp8Kernel("blockwise", store=fp8.STORE_TMA, scale_b_shared=True)
 
@@ -135,14 +136,8 @@ def test_the_launch_takes_it_where_the_rule_does():
                                 dict(store=fp8.STORE_REGISTERS), dict(overlap=False)],
                          ids=["tma", "bn64", "64rows", "split", "registers", "serial"])
 def test_builds_with_no_global_load_in_the_k_loop(use_cache, kw):
-    from gemm_ladder.gates.resources import parse_ptxas_log
-
     kernel = dataclasses.replace(SHARED, **kw)
-    built = kernel.build()
-    usage = parse_ptxas_log(built.ptxas_log)[fp8.KERNEL_NAME]
-    assert (usage.stack_bytes, usage.spill_stores, usage.spill_loads) == (0, 0, 0), built.ptxas_log
-    assert "C7514" not in built.ptxas_log and "C7517" not in built.ptxas_log, built.ptxas_log
-    loops = k_loops(sass_of(kernel))
+    loops = k_loops(assert_build_clean(kernel))  # no stack or spill, no C7514/C7517, only 64 x BN x 32 wgmma
     assert loops, "no K loop found"
     for body in loops:
         assert not any(re.search(r"\bLDG\b|LDG\.", op) for op in body), [op for op in body if "LDG" in op]
