@@ -118,3 +118,27 @@ def check_targets(targets: dict, a: torch.Tensor, b: torch.Tensor, rows: int = 2
         except Exception as exc:  # noqa: BLE001 - a variant that fails is a result
             failures[name] = repr(exc)[:300]
     return live, errors, failures
+
+
+def fp8_with_source(kernel, name: str, edited: str, define: str):
+    """An ``Fp8Kernel`` (library/fp8.py) compiled from ``edited``, a changed copy of its kernel source: the
+    text goes to the temporary directory as ``gl_fp8_<name>_<digest>.cu`` (so the kernel cache keys the
+    build apart from the real one), and the build gets ``-D<define>=1`` (a config of its own: the
+    in-process build cache is keyed by config). Its repr names the variant."""
+    import hashlib
+
+    path = Path(tempfile.gettempdir()) / f"gl_fp8_{name}_{hashlib.sha256(edited.encode()).hexdigest()[:12]}.cu"
+    path.write_text(edited)
+
+    @dataclasses.dataclass(frozen=True)
+    class FromSource(type(kernel)):
+        def defines(self):
+            return {**super().defines(), define: 1}
+
+        def translation_unit(self):
+            return f'// gemm-ladder experiment: fp8 {self}\n#include "{path}"\n'
+
+        def __repr__(self):
+            return f"{name} of {super().__repr__()}"
+
+    return FromSource(**{f.name: getattr(kernel, f.name) for f in dataclasses.fields(kernel)})

@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import math
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: suite.py
@@ -58,24 +56,13 @@ def no_store_source(source: str) -> str:
 
 
 def no_store_kernel(kernel):
-    """An Fp8Kernel whose build compiles :func:`no_store_source` (written to the temporary directory,
-    its name holding the edited text's digest, so the kernel cache keys it apart from the real build)."""
+    """An Fp8Kernel whose build compiles :func:`no_store_source` (bench/variants.py fp8_with_source)."""
     from gemm_ladder.library import fp8
     from gemm_ladder.runtime.compiler import KERNEL_ROOT
+    from variants import fp8_with_source
 
     edited = no_store_source((KERNEL_ROOT / fp8.SOURCE).read_text())
-    path = Path(tempfile.gettempdir()) / f"gl_fp8_no_stores_{hashlib.sha256(edited.encode()).hexdigest()[:12]}.cu"
-    path.write_text(edited)
-
-    @dataclasses.dataclass(frozen=True)
-    class NoStores(type(kernel)):
-        def defines(self):  # a config of its own: the in-process build cache is keyed by config
-            return {**super().defines(), "GL_FP8_EXPERIMENT_NO_STORES": 1}
-
-        def translation_unit(self):
-            return f'// gemm-ladder experiment: fp8 epilogue without stores {self}\n#include "{path}"\n'
-
-    return NoStores(**{f.name: getattr(kernel, f.name) for f in dataclasses.fields(kernel)})
+    return fp8_with_source(kernel, "no_stores", edited, "GL_FP8_EXPERIMENT_NO_STORES")
 
 
 def main(argv: list[str] | None = None) -> int:

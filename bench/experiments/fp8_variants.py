@@ -100,25 +100,25 @@ def parse_shapes(spec: str) -> list[tuple[int, int, int]]:
 
 
 def default_kernel(m: int, n: int, k: int, scheme: str, sms: int) -> fp8.Fp8Kernel:
-    """The library's build for a bf16-output call of this shape and scheme, with no tensors (what
-    default_build picks for a new contiguous output)."""
-    bm, _ = fp8.tile_m(m)
-    bn = fp8.tile_n(m, n, sms, False, bm)
-    store, _ = fp8.store_for("bf16", None, n)
-    plan, _ = fp8.split_plan(m, n, k, bn, sms, fp8.SPLIT_DEFAULT, bm)
-    return fp8.Fp8Kernel(scale_mode=scheme, bn=bn, overlap=fp8.OVERLAP_PROMOTION, store=store,
-                         split=plan.tail_units > 0, bm=bm,
-                         **fp8.scale_b_source(scheme, k, plan.tail_units > 0))
+    """The library's build (fp8.default_build) for a bf16-output call of this shape and scheme, planned on
+    meta tensors (no GPU: what --prebuild compiles)."""
+    a = torch.empty((m, k), dtype=torch.float8_e4m3fn, device="meta")
+    b = torch.empty((n, k), dtype=torch.float8_e4m3fn, device="meta").T
+    if scheme == "blockwise":
+        sa, sb = torch.empty((-(-k // 128), m), device="meta").T, torch.empty((-(-k // 128), -(-n // 128)), device="meta")
+    elif scheme == "rowwise":
+        sa, sb = torch.empty((m, 1), device="meta"), torch.empty((1, n), device="meta")
+    else:
+        sa = sb = torch.empty((), device="meta")
+    call = fp8.check_scaled_mm(a, b, sa, sb, device_type=None)
+    return fp8.default_build(call, a, b, None, None, sms)[0]
 
 
 def diagnostic_kernel(kernel: fp8.Fp8Kernel, name: str) -> fp8.Fp8Kernel:
     """``kernel`` compiled from the source with EDITS[name] in place of the promotion scales' lines
-    (written to the temporary directory under a name holding the edited text's digest, so the kernel cache
-    keys it apart from the real build)."""
-    import hashlib
-    import tempfile
-
+    (bench/variants.py fp8_with_source)."""
     from gemm_ladder.runtime.compiler import KERNEL_ROOT
+    from variants import fp8_with_source
 
     source = (KERNEL_ROOT / fp8.SOURCE).read_text()
     edits = EDITS[name] if isinstance(EDITS[name], list) else [(PROMOTION_SCALES, EDITS[name])]
@@ -127,21 +127,7 @@ def diagnostic_kernel(kernel: fp8.Fp8Kernel, name: str) -> fp8.Fp8Kernel:
         if edited.count(old) != 1:
             raise SystemExit(f"fp8_variants: {name}'s edit no longer applies to {fp8.SOURCE}; update it")
         edited = edited.replace(old, new)
-    path = Path(tempfile.gettempdir()) / f"gl_fp8_{name}_{hashlib.sha256(edited.encode()).hexdigest()[:12]}.cu"
-    path.write_text(edited)
-
-    @dataclasses.dataclass(frozen=True)
-    class Diagnostic(type(kernel)):
-        def defines(self):  # a config of its own: the in-process build cache is keyed by config
-            return {**super().defines(), f"GL_FP8_DIAGNOSTIC_{name.upper()}": 1}
-
-        def translation_unit(self):
-            return f'// gemm-ladder experiment: fp8 {self}\n#include "{path}"\n'
-
-        def __repr__(self):
-            return f"{name} of {super().__repr__()}"
-
-    return Diagnostic(**{f.name: getattr(kernel, f.name) for f in dataclasses.fields(kernel)})
+    return fp8_with_source(kernel, name, edited, f"GL_FP8_DIAGNOSTIC_{name.upper()}")
 
 
 def variant(kernel: fp8.Fp8Kernel, name: str) -> fp8.Fp8Kernel | None:
