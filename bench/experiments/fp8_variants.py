@@ -96,7 +96,11 @@ SMS_H200 = 132  # the builds --prebuild compiles: the default tile width for the
 
 
 def parse_shapes(spec: str) -> list[tuple[int, int, int]]:
-    return [tuple(int(v) for v in s.lower().split("x")) for s in spec.split(",")]
+    """``MxNxK[,MxNxK...]`` as (M, N, K) tuples; raises ValueError for anything else."""
+    shapes = [tuple(int(v) for v in s.lower().split("x")) for s in spec.split(",")]
+    if any(len(shape) != 3 or min(shape) < 1 for shape in shapes):
+        raise ValueError(spec)
+    return shapes
 
 
 def default_kernel(m: int, n: int, k: int, scheme: str, sms: int) -> fp8.Fp8Kernel:
@@ -226,7 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"fp8_variants: unknown variant or scheme: {', '.join(bad)}", file=sys.stderr)
         return 2
-    shapes = parse_shapes(args.shapes)
+    try:
+        shapes = parse_shapes(args.shapes)
+    except ValueError:
+        print(f"fp8_variants: --shapes {args.shapes!r}: use MxNxK[,MxNxK...]", file=sys.stderr)
+        return 2
     if args.prebuild:
         from gemm_ladder.dispatch.precompile import Build, run_builds
 
