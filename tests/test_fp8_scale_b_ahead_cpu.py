@@ -1,9 +1,7 @@
 """The fp8 kernel's scale_b_ahead build option (blockwise scale_b loaded one K block ahead) without a GPU:
 its config round trip, the refusal outside blockwise, the unchanged inputs of the builds without it, and
-(nvcc) the blockwise K loop's SASS with each scale_b source (in the block, ahead, the shared copy): no
-spill, no serialised wgmma, and no promotion scale read that is used before a wgmma wait follows it (the
-read's latency then runs under the wait; used before it, the read held up the previous block's promotion
-and the next block's wgmmas)."""
+(nvcc) its SASS: no spill, no serialised wgmma, and no wgmma of the K loop issued after a multiply by a
+scale loaded in the same iteration."""
 
 from __future__ import annotations
 
@@ -44,6 +42,13 @@ def _backward_branch(line: str, at: int) -> int | None:
     return int(m.group(1), 16) if m and "BRA.U.ANY" not in line and int(m.group(1), 16) < at else None
 
 
+def _loop_multiplies_before_issue(sass: str) -> int:
+    """In each innermost loop with wgmmas (the K loop: from a backward branch's target to the branch, with no
+    other backward branch inside), the FMULs that read a register an LDG wrote earlier in the same body and
+    come before a QGMMA that follows them in that body."""
+    return sum(_k_loop_multiplies(body) for body in k_loops(sass))
+
+
 def k_loops(sass: str) -> list[list[str]]:
     """The innermost loops with wgmmas (the K loops): each from a backward branch's target to the branch,
     with no other backward branch inside (an outer loop's, the tiles', is not one)."""
@@ -62,37 +67,23 @@ def k_loops(sass: str) -> list[list[str]]:
     return loops
 
 
-_LOAD = re.compile(r"\b(?:LDS|LD|LDG)(?:\.\S+)? (R\d+),")
-
-
-def uses_before_wait(body: list[str]) -> list[str]:
-    """The loads of a K loop body (LDS, LD, LDG) whose register is read, in the same body, before a
-    WARPGROUP.DEPBAR comes between: each as "load -> use"."""
-    found = []
+def _k_loop_multiplies(body: list[str]) -> int:
+    count, loaded = 0, set()
     for j, op in enumerate(body):
-        if not (m := _LOAD.search(op)):
-            continue
-        reg = m.group(1)
-        for later in body[j + 1:]:
-            if "WARPGROUP.DEPBAR" in later:
-                break
-            regs = re.findall(r"\bR\d+\b", later.split(";")[0])
-            if reg in regs[1:]:
-                found.append(f"{op.strip()} -> {later.strip()}")
-                break
-            if regs and regs[0] == reg:
-                break  # written again before any use
-    return found
-
-
-SOURCES = {"in-block": BLOCKWISE, "ahead": AHEAD, "shared": dataclasses.replace(BLOCKWISE, scale_b_shared=True)}
+        if (g := re.search(r"LDG\.E\S* (R\d+),", op)):
+            loaded.add(g.group(1))
+        elif (f := re.search(r"FMUL\S* R\d+, (R\d+)(?:\.reuse)?, (R\d+)", op)) and loaded & set(f.groups()):
+            count += any("QGMMA" in later for later in body[j + 1:])
+    return count
 
 
 @needs_nvcc
-@pytest.mark.parametrize("source", list(SOURCES))
-def test_builds_clean_and_scale_reads_used_after_a_wait(use_cache, source):
-    sass = assert_build_clean(SOURCES[source])  # no stack or spill, no C7514/C7517, only 64 x BN x 32 wgmma
+@pytest.mark.parametrize("kernel", [BLOCKWISE, AHEAD], ids=["default", "ahead"])
+def test_builds_without_spills_and_the_load_off_the_issue_path(use_cache, kernel):
+    sass = assert_build_clean(kernel)  # no stack or spill, no C7514/C7517, only 64 x BN x 32 wgmma
     loops = k_loops(sass)
-    # found, and reading scales (scale_a from the stage, scale_b from its source)
-    assert loops and all(any(_LOAD.search(op) for op in body) for body in loops)
-    assert not [u for body in loops for u in uses_before_wait(body)]
+    assert loops and all(any(re.search(r"LDG\.E", op) for op in body) for body in loops)  # found, loading scale_b
+    waits = _loop_multiplies_before_issue(sass)
+    # The build without the option multiplies by the fresh scale_b before the next block's wgmmas (what the
+    # option removes); the option's loop has no such multiply.
+    assert (waits > 0) if kernel is BLOCKWISE else (waits == 0), waits

@@ -25,8 +25,7 @@ two lines of the kernel edited in a temporary copy of its source: ``scales_one``
 scale_a read, no scale_b load), ``sa_one`` (scale_b only), ``sb_one`` (scale_a only). What each saves
 against the default says where the blockwise K loop's time goes beside tensorwise's. ``sa_lds`` edits the
 same lines keeping their arithmetic (checked bitwise): scale_a read by LDS instead of a generic load;
-``early`` (checked bitwise) forms each block's promotion scales as the kernel did before its late reads (the
-reads right after the block's wgmmas, the product before the wait for the previous block).
+``scales_first`` (checked bitwise) reads the block's scales before its wgmmas are issued.
 
 Each variant's output, poisoned with NaN first, is compared bitwise with the default build's (a variant
 that changes no arithmetic must match every element) and against float64 of the dequantized inputs
@@ -68,37 +67,30 @@ VARIANTS = {
     "ahead": lambda k: dataclasses.replace(k, scale_b_ahead=True, scale_b_shared=False, stages=0)
     if k.scale_mode == "blockwise" and not k.scale_b_ahead else None,
 }
-#: Diagnostic builds (blockwise only): the kernel's source with the promotion scales' reads edited,
+#: Diagnostic builds (blockwise only): the kernel's source with the promotion scales' computation edited,
 #: so that their results are wrong (timed, never checked): where the blockwise loop's time goes.
-PROMOTION_SCALES = "      sc.a0 = smem.sa(s)[row_in_tile];\n      sc.a1 = smem.sa(s)[row_in_tile + 8];\n"
+PROMOTION_SCALES = "      s0 = smem.sa(s)[row_in_tile] * sb;\n      s1 = smem.sa(s)[row_in_tile + 8] * sb;\n"
 DIAGNOSTICS = {
-    "scales_one": "      sc.a0 = sc.a1 = sc.b = 1.0f;\n",  # no scale_a read, no scale_b load (dead)
-    "sa_one": "      sc.a0 = sc.a1 = 1.0f;\n",  # scale_b only: no scale_a read from shared memory
-    "sb_one": PROMOTION_SCALES + "      sc.b = 1.0f;\n",  # scale_a only: no scale_b load (dead)
+    "scales_one": "      s0 = s1 = 1.0f;\n      (void)sb;\n",  # no scale_a read, no scale_b load (dead)
+    "sa_one": "      s0 = s1 = sb;\n",  # scale_b only: no scale_a read from shared memory
+    "sb_one": "      s0 = smem.sa(s)[row_in_tile];\n      s1 = smem.sa(s)[row_in_tile + 8];\n      (void)sb;\n",
 }
-#: Candidate edits of the kernel that keep the arithmetic (checked bitwise like the variants): ``sa_lds``
+#: Candidate edits of the same lines that keep the arithmetic (checked bitwise like the variants): ``sa_lds``
 #: reads scale_a through a pointer derived from the kernel's extern __shared__ array, so that ptxas emits
 #: LDS instead of the generic LD it emits for Smem's integer-aligned base (the K loop's SASS: LD.E).
 SA_SHARED = "reinterpret_cast<const float*>(smem_raw + (smem_u32(smem.sa(s)) - smem_u32(smem_raw)))"
-#: ``early``: the promotion scales as the kernel formed them before 2026-12-05's late reads: each block's reads
-#: started right after its wgmmas were issued and its product formed there, before the wait for the previous
-#: block's group (ptxas put the multiply, and the wait for the reads, in front of that wait). A list of
-#: (old, new, count) edits: each ``old`` must occur exactly ``count`` times.
-EARLY = [
-    ("        issue(acc1, it + 1);\n        wgmma_wait<1>();\n",
-     "        issue(acc1, it + 1);\n        p1 = read_scales(it + 1, kb + 1, tn);\n        wgmma_wait<1>();\n", 2),
-    ("        release(it++);\n        p1 = read_scales(it, kb + 1, tn);\n", "        release(it++);\n", 2),
-    ("        issue(acc0, it + 1);\n        wgmma_wait<1>();\n",
-     "        issue(acc0, it + 1);\n        p0 = read_scales(it + 1, kb + 2, tn);\n        wgmma_wait<1>();\n", 1),
-    ("        release(it++);\n        p0 = read_scales(it, kb + 2, tn);\n", "        release(it++);\n", 1),
-    (PROMOTION_SCALES, "      sc.a0 = smem.sa(s)[row_in_tile] * sc.b;\n      sc.a1 = smem.sa(s)[row_in_tile + 8] * sc.b;\n"
-     "      sc.b = 1.0f;\n", 1),
-    ("      s0 = after_accumulator(sc.a0, acc[0], zero) * sc.b;\n      s1 = after_accumulator(sc.a1, acc[2], zero) * sc.b;\n",
-     "      s0 = sc.a0;\n      s1 = sc.a1;\n", 1),
-]
+#: ``scales_first`` reads the block's scales right after its stage's full barrier, before its wgmmas are
+#: issued (as the kernel reads them after the commit, ptxas places the loads between the wgmmas and the
+#: stage's release follows them closely): a list of (old, new) edits of the source.
+_SCALES = (
+    "    s0 = s1 = 1.0f;\n    if constexpr (kScaleMode == 2) {\n      float sb;\n      if constexpr (Cfg::kScaleBShared) {\n"
+    "        sb = sb_copy[kb - sb_kb0];\n      } else if constexpr (Cfg::kScaleBAhead) {\n        sb = sb_ahead;\n"
+    "        if (kb + 1 < kb_end) sb_ahead = scale_b_at(kb + 1, tn);\n      } else {\n        sb = scale_b_at(kb, tn);\n"
+    "      }\n" + PROMOTION_SCALES + "    }\n")
+_WAIT = "    mbarrier_wait(smem.full(s), (pos / STAGES) & 1);  // consumer_wait\n"
 EDITS = {**DIAGNOSTICS,
-         "sa_lds": f"      sc.a0 = {SA_SHARED}[row_in_tile];\n      sc.a1 = {SA_SHARED}[row_in_tile + 8];\n",
-         "early": EARLY}
+         "sa_lds": f"      s0 = {SA_SHARED}[row_in_tile] * sb;\n      s1 = {SA_SHARED}[row_in_tile + 8] * sb;\n",
+         "scales_first": [("    wgmma_commit();\n" + _SCALES, "    wgmma_commit();\n"), (_WAIT, _WAIT + _SCALES)]}
 CHECK_ROWS = 256
 SMS_H200 = 132  # the builds --prebuild compiles: the default tile width for the H200's (and H100's) 132 SMs
 
@@ -133,10 +125,10 @@ def diagnostic_kernel(kernel: fp8.Fp8Kernel, name: str) -> fp8.Fp8Kernel:
     from variants import fp8_with_source
 
     source = (KERNEL_ROOT / fp8.SOURCE).read_text()
-    edits = EDITS[name] if isinstance(EDITS[name], list) else [(PROMOTION_SCALES, EDITS[name], 1)]
+    edits = EDITS[name] if isinstance(EDITS[name], list) else [(PROMOTION_SCALES, EDITS[name])]
     edited = source
-    for old, new, count in edits:
-        if edited.count(old) != count:
+    for old, new in edits:
+        if edited.count(old) != 1:
             raise SystemExit(f"fp8_variants: {name}'s edit no longer applies to {fp8.SOURCE}; update it")
         edited = edited.replace(old, new)
     return fp8_with_source(kernel, name, edited, f"GL_FP8_DIAGNOSTIC_{name.upper()}")

@@ -28,9 +28,6 @@
 // tensor core's own accumulation is thus never longer than 128 products; the sum over K blocks is fp32
 // FMA (the accuracy torch._scaled_mm gets with use_fast_accum=False). The wait for t before the FMAs
 // serialises each consumer's wgmma with its promotion; the two consumers interleave.
-// The blockwise scales of a block are read after the previous block's scales are formed, and formed (their
-// product) only after the wait for the block's group, a block later: their reads' latency runs under that
-// wait instead of holding up the promotion and the next wgmmas (read_scales, scales_of).
 //
 // The epilogue stores from registers with plain global stores (two neighbouring columns per store when
 // N and the output pitch are even), masked to the matrix, with the rowwise/tensorwise scales and the
@@ -165,19 +162,6 @@ struct Smem {
     return reinterpret_cast<uint64_t*>(base + kBarOffset) + STAGES + s;
   }
 };
-
-// A K block's promotion scales as a consumer thread reads them: its two rows' scale_a and the block's
-// scale_b (blockwise), or 1 each.
-struct Scales {
-  float a0, a1, b;
-};
-
-// x, made to depend on the register v (an accumulator the last wgmma group wrote) by a bitwise or with
-// v & zero, where zero is 0 at run time but not known to be at compile time: ptxas schedules the uses of
-// x after the wait that makes v ready. x itself is unchanged.
-__device__ __forceinline__ float after_accumulator(float x, float v, int zero) {
-  return __int_as_float(__float_as_int(x) | (__float_as_int(v) & zero));
-}
 
 // Tile `t` of a grid of tiles_m x tiles_n, walked in groups of kGroupM M tiles (N fastest inside a group's column).
 __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int& tm, int& tn) {
@@ -342,9 +326,10 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
   // smem_raw, so that the reads are LDS (Smem's base is aligned by integer arithmetic).
   float* const sb_copy = reinterpret_cast<float*>(smem_raw + (smem_u32(smem.sb(consumer)) - smem_u32(smem_raw)));
   int sb_kb0 = 0;
-  // K block kb's stage (ring position pos) into acc: wait for it, issue its four k32 wgmmas (the first with
-  // scale-d = 0) and commit them as one group.
-  auto issue = [&](float (&acc)[BN / 2], int pos) {
+  // K block kb of a tile in N column tn (ring position pos) into acc: wait for its stage, issue its four
+  // k32 wgmmas (the first with scale-d = 0) and commit them as one group; read the block's promotion
+  // scales for this thread's two rows (blockwise; 1 otherwise) while they run.
+  auto issue = [&](float (&acc)[BN / 2], int pos, int kb, int tn, float& s0, float& s1) {
     const int s = pos % STAGES;
     mbarrier_wait(smem.full(s), (pos / STAGES) & 1);  // consumer_wait
     const uint64_t da = operand_desc_at<0>(smem_u32(smem.a(s) + a_row0 * BK));
@@ -353,37 +338,19 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
 #pragma unroll
     for (int k = 0; k < BK / 32; ++k) Mma::mma(acc, desc_step(da, 32 * k), desc_step(db, 32 * k), k > 0 ? 1 : 0);
     wgmma_commit();
-  };
-  // Start the reads of K block kb's promotion scales (blockwise; 1 otherwise) from its stage (ring position
-  // pos, full) and scale_b's source; scales_of() uses them once the block's group is complete. The K loop
-  // calls this after the previous block's scales_of(): ptxas gives both blocks' reads one scoreboard, so a
-  // read started before that use would be waited for there.
-  auto read_scales = [&](int pos, int kb, int tn) {
-    Scales sc{1.0f, 1.0f, 1.0f};
-    if constexpr (kScaleMode == 2) {
-      const int s = pos % STAGES;
-      if constexpr (Cfg::kScaleBShared) {
-        sc.b = sb_copy[kb - sb_kb0];
-      } else if constexpr (Cfg::kScaleBAhead) {
-        sc.b = sb_ahead;
-        if (kb + 1 < kb_end) sb_ahead = scale_b_at(kb + 1, tn);
-      } else {
-        sc.b = scale_b_at(kb, tn);
-      }
-      sc.a0 = smem.sa(s)[row_in_tile];
-      sc.a1 = smem.sa(s)[row_in_tile + 8];
-    }
-    return sc;
-  };
-  // The promotion scale of each of this thread's two rows, the product of the block's scale_a and scale_b
-  // (one rounding), formed after the wait for the block's group acc: a dependence on its accumulator keeps
-  // ptxas from moving the multiply, and with it the wait for the reads, up among the wgmmas.
-  const int zero = min(K, 0);  // 0 (K >= 1), but not to the compiler
-  auto scales_of = [&](const float (&acc)[BN / 2], Scales sc, float& s0, float& s1) {
     s0 = s1 = 1.0f;
     if constexpr (kScaleMode == 2) {
-      s0 = after_accumulator(sc.a0, acc[0], zero) * sc.b;
-      s1 = after_accumulator(sc.a1, acc[2], zero) * sc.b;
+      float sb;
+      if constexpr (Cfg::kScaleBShared) {
+        sb = sb_copy[kb - sb_kb0];
+      } else if constexpr (Cfg::kScaleBAhead) {
+        sb = sb_ahead;
+        if (kb + 1 < kb_end) sb_ahead = scale_b_at(kb + 1, tn);
+      } else {
+        sb = scale_b_at(kb, tn);
+      }
+      s0 = smem.sa(s)[row_in_tile] * sb;
+      s1 = smem.sa(s)[row_in_tile + 8] * sb;
     }
   };
   // The stage of ring position pos is no longer read by this warp (its wgmma group is complete and its
@@ -489,56 +456,44 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
     if constexpr (Cfg::kOverlap) {
       // Two temporaries: block kb + 1's wgmmas are issued before block kb's promotion, so the tensor core
       // works on kb + 1 while this warpgroup waits for kb (wait_group 1) and promotes it. (Issuing the next
-      // tile's first block before this tile's epilogue made ptxas serialise the wgmmas: C7514.) Block kb + 1's
-      // scales are read once kb's are in use, and used a block later.
-      float acc0[BN / 2], acc1[BN / 2], s0, s1;
-      issue(acc0, it);
-      Scales p0 = read_scales(it, kb0, tn), p1;
+      // tile's first block before this tile's epilogue made ptxas serialise the wgmmas: C7514.)
+      float acc0[BN / 2], acc1[BN / 2], p0a, p0b, p1a, p1b;
+      issue(acc0, it, kb0, tn, p0a, p0b);
       int kb = kb0;  // block kb is in flight in acc0
       for (; kb + 2 < kb1; kb += 2) {
-        issue(acc1, it + 1);
+        issue(acc1, it + 1, kb + 1, tn, p1a, p1b);
         wgmma_wait<1>();
         fence_accumulators(acc0);
-        scales_of(acc0, p0, s0, s1);
         release(it++);
-        p1 = read_scales(it, kb + 1, tn);
-        promote(acc0, s0, s1);
-        issue(acc0, it + 1);
+        promote(acc0, p0a, p0b);
+        issue(acc0, it + 1, kb + 2, tn, p0a, p0b);
         wgmma_wait<1>();
         fence_accumulators(acc1);
-        scales_of(acc1, p1, s0, s1);
         release(it++);
-        p0 = read_scales(it, kb + 2, tn);
-        promote(acc1, s0, s1);
+        promote(acc1, p1a, p1b);
       }
       if (kb + 1 < kb1) {  // two blocks left: kb (in acc0) and kb + 1
-        issue(acc1, it + 1);
+        issue(acc1, it + 1, kb + 1, tn, p1a, p1b);
         wgmma_wait<1>();
         fence_accumulators(acc0);
-        scales_of(acc0, p0, s0, s1);
         release(it++);
-        p1 = read_scales(it, kb + 1, tn);
-        promote(acc0, s0, s1);
+        promote(acc0, p0a, p0b);
         wgmma_wait<0>();
         fence_accumulators(acc1);
-        scales_of(acc1, p1, s0, s1);
         release(it++);
-        promote(acc1, s0, s1);
+        promote(acc1, p1a, p1b);
       } else {  // one block left
         wgmma_wait<0>();
         fence_accumulators(acc0);
-        scales_of(acc0, p0, s0, s1);
         release(it++);
-        promote(acc0, s0, s1);
+        promote(acc0, p0a, p0b);
       }
     } else {
       for (int kb = kb0; kb < kb1; ++kb, ++it) {
         float acc[BN / 2], s0, s1;
-        issue(acc, it);
-        const Scales sc = read_scales(it, kb, tn);
+        issue(acc, it, kb, tn, s0, s1);
         wgmma_wait<0>();
         fence_accumulators(acc);
-        scales_of(acc, sc, s0, s1);
         release(it);
         promote(acc, s0, s1);
       }
