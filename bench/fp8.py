@@ -22,8 +22,8 @@ launch of the same call is timed too, interleaved with the others (``ours_<schem
 gets ``median_ms_nosplit`` and ``ratio_nosplit`` (unsplit time over split time: > 1, the split is faster);
 None where nothing is split.
 
-Tile height (library/fp8.py ``tile_m``): each of our rows records it (``bm``). ``--tile-m``: "128" (default:
-the library's default), "auto" (64-row tiles where M <= 64), or "both": "auto", and where it takes 64 rows
+Tile height (library/fp8.py ``tile_m``): each of our rows records it (``bm``). ``--tile-m``: "auto" (default,
+the library's: 64-row tiles where M <= 64), "128" (128-row tiles everywhere), or "both": "auto", and where it takes 64 rows
 the 128-row launch of the same call is timed too, interleaved (``ours_<scheme>_rows128``): the row gets
 ``median_ms_rows128`` and ``ratio_rows128`` (the 128-row time over the 64-row one: > 1, 64 rows faster).
 
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default=None, help="comma list of MxNxK (overrides the sets)")
     parser.add_argument("--split", choices=("auto", "none", "both"), default="auto",
                         help="split K as the library chooses (auto), never (none), or time both where it splits")
-    parser.add_argument("--tile-m", choices=("128", "auto", "both"), default="128",
+    parser.add_argument("--tile-m", choices=("128", "auto", "both"), default="auto",
                         help="128-row tiles (128), 64-row tiles where M <= 64 (auto), or auto and the 128-row "
                              "launch timed too where it takes 64 rows (both)")
     add_output_argument(parser)
