@@ -1,7 +1,9 @@
 """The fp8 kernel's scale_b_shared build option (blockwise scale_b read from a shared copy of the tile's
 column, made at the start of each K loop) without a GPU: its config round trip and refusals, the shared
 memory it takes, which build the launch's rule picks by K, and (nvcc) its builds: no spill, no serialised
-wgmma, and no global load in the K loop (the load ahead's R2UR / release waited on one)."""
+wgmma, no global load in the K loop (the load ahead's R2UR / release waited on one), and the promotion
+scales read before each block's wgmmas (after them in the load ahead's build); bench/experiments/
+fp8_variants.py's edits of that order still apply to the kernel's source."""
 
 from __future__ import annotations
 
@@ -142,3 +144,38 @@ def test_builds_with_no_global_load_in_the_k_loop(use_cache, kw):
     for body in loops:
         assert not any(re.search(r"\bLDG\b|LDG\.", op) for op in body), [op for op in body if "LDG" in op]
         assert any(re.search(r"\bLDS\b", op) for op in body)  # scale_b from the shared copy
+
+
+def _reads_before_first_wgmma(body: list[str]) -> list[bool]:
+    """For each wgmma group of a K loop body (its first wgmma: scale-d 0, "RZ, !UPT"), whether a shared-memory
+    read (LDS, or a generic LD) lies between the stage's full-barrier wait and that wgmma."""
+    out, wait = [], None
+    for i, op in enumerate(body):
+        if "TRYWAIT" in op:
+            wait = i
+        elif "QGMMA" in op and "RZ, !UPT" in op and wait is not None:
+            out.append(any(re.search(r"\b(LDS|LD)(\.\S+)? R\d+,", x) for x in body[wait:i]))
+    return out
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "ahead"])
+def test_scales_read_before_the_wgmmas_only_from_the_shared_copy(use_cache, shared):
+    kernel = SHARED if shared else dataclasses.replace(SHARED, scale_b_shared=False, scale_b_ahead=True)
+    loops = k_loops(assert_build_clean(kernel))
+    flags = [f for body in loops for f in _reads_before_first_wgmma(body)]
+    assert flags and (all(flags) if shared else not any(flags)), flags
+
+
+def test_fp8_variants_edits_apply_to_the_kernel_source():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench" / "experiments"))
+    import fp8_variants
+    from gemm_ladder.runtime.compiler import KERNEL_ROOT
+
+    source = (KERNEL_ROOT / fp8.SOURCE).read_text()
+    for name, edit in fp8_variants.EDITS.items():
+        edits = edit if isinstance(edit, list) else [(fp8_variants.PROMOTION_SCALES, edit, 1)]
+        assert all(source.count(old) == count for old, _, count in edits), name

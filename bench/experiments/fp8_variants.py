@@ -25,7 +25,9 @@ two lines of the kernel edited in a temporary copy of its source: ``scales_one``
 scale_a read, no scale_b load), ``sa_one`` (scale_b only), ``sb_one`` (scale_a only). What each saves
 against the default says where the blockwise K loop's time goes beside tensorwise's. ``sa_lds`` edits the
 same lines keeping their arithmetic (checked bitwise): scale_a read by LDS instead of a generic load;
-``scales_first`` (checked bitwise) reads the block's scales before its wgmmas are issued.
+``scales_before`` and ``scales_after`` (checked bitwise) read the block's scales before its wgmmas are
+issued, or after (the kernel reads them before where scale_b comes from the shared copy, after otherwise);
+each is skipped where it is the build's own order.
 
 Each variant's output, poisoned with NaN first, is compared bitwise with the default build's (a variant
 that changes no arithmetic must match every element) and against float64 of the dequantized inputs
@@ -79,18 +81,19 @@ DIAGNOSTICS = {
 #: reads scale_a through a pointer derived from the kernel's extern __shared__ array, so that ptxas emits
 #: LDS instead of the generic LD it emits for Smem's integer-aligned base (the K loop's SASS: LD.E).
 SA_SHARED = "reinterpret_cast<const float*>(smem_raw + (smem_u32(smem.sa(s)) - smem_u32(smem_raw)))"
-#: ``scales_first`` reads the block's scales right after its stage's full barrier, before its wgmmas are
-#: issued (as the kernel reads them after the commit, ptxas places the loads between the wgmmas and the
-#: stage's release follows them closely): a list of (old, new) edits of the source.
-_SCALES = (
-    "    s0 = s1 = 1.0f;\n    if constexpr (kScaleMode == 2) {\n      float sb;\n      if constexpr (Cfg::kScaleBShared) {\n"
-    "        sb = sb_copy[kb - sb_kb0];\n      } else if constexpr (Cfg::kScaleBAhead) {\n        sb = sb_ahead;\n"
-    "        if (kb + 1 < kb_end) sb_ahead = scale_b_at(kb + 1, tn);\n      } else {\n        sb = scale_b_at(kb, tn);\n"
-    "      }\n" + PROMOTION_SCALES + "    }\n")
-_WAIT = "    mbarrier_wait(smem.full(s), (pos / STAGES) & 1);  // consumer_wait\n"
+#: The promotion scales' place in the kernel's issue(): before the block's wgmmas where scale_b is read from the
+#: shared copy, after them otherwise. ``scales_before`` reads them before for every source, ``scales_after``
+#: after (each checked bitwise; each skipped where it is the build's own order): lists of (old, new, count)
+#: edits, each ``old`` occurring exactly ``count`` times.
+_BEFORE = "    if constexpr (Cfg::kScaleBShared) read_scales(s, kb, tn, s0, s1);\n"
+_AFTER = "    if constexpr (!Cfg::kScaleBShared) read_scales(s, kb, tn, s0, s1);\n"
+_READ = "    read_scales(s, kb, tn, s0, s1);\n"
 EDITS = {**DIAGNOSTICS,
          "sa_lds": f"      s0 = {SA_SHARED}[row_in_tile] * sb;\n      s1 = {SA_SHARED}[row_in_tile + 8] * sb;\n",
-         "scales_first": [("    wgmma_commit();\n" + _SCALES, "    wgmma_commit();\n"), (_WAIT, _WAIT + _SCALES)]}
+         "scales_before": [(_BEFORE, _READ, 1), (_AFTER, "", 1)],
+         "scales_after": [(_BEFORE, "", 1), (_AFTER, _READ, 1)]}
+#: Where an edit variant is the build itself (skipped).
+EDIT_IS_DEFAULT = {"scales_before": lambda k: k.scale_b_shared, "scales_after": lambda k: not k.scale_b_shared}
 CHECK_ROWS = 256
 SMS_H200 = 132  # the builds --prebuild compiles: the default tile width for the H200's (and H100's) 132 SMs
 
@@ -125,10 +128,10 @@ def diagnostic_kernel(kernel: fp8.Fp8Kernel, name: str) -> fp8.Fp8Kernel:
     from variants import fp8_with_source
 
     source = (KERNEL_ROOT / fp8.SOURCE).read_text()
-    edits = EDITS[name] if isinstance(EDITS[name], list) else [(PROMOTION_SCALES, EDITS[name])]
+    edits = EDITS[name] if isinstance(EDITS[name], list) else [(PROMOTION_SCALES, EDITS[name], 1)]
     edited = source
-    for old, new in edits:
-        if edited.count(old) != 1:
+    for old, new, count in edits:
+        if edited.count(old) != count:
             raise SystemExit(f"fp8_variants: {name}'s edit no longer applies to {fp8.SOURCE}; update it")
         edited = edited.replace(old, new)
     return fp8_with_source(kernel, name, edited, f"GL_FP8_DIAGNOSTIC_{name.upper()}")
@@ -136,7 +139,9 @@ def diagnostic_kernel(kernel: fp8.Fp8Kernel, name: str) -> fp8.Fp8Kernel:
 
 def variant(kernel: fp8.Fp8Kernel, name: str) -> fp8.Fp8Kernel | None:
     if name in EDITS:
-        return diagnostic_kernel(kernel, name) if kernel.scale_mode == "blockwise" else None
+        if kernel.scale_mode != "blockwise" or EDIT_IS_DEFAULT.get(name, lambda k: False)(kernel):
+            return None
+        return diagnostic_kernel(kernel, name)
     return VARIANTS[name](kernel)
 
 

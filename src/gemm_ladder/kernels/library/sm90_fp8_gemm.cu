@@ -326,18 +326,9 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
   // smem_raw, so that the reads are LDS (Smem's base is aligned by integer arithmetic).
   float* const sb_copy = reinterpret_cast<float*>(smem_raw + (smem_u32(smem.sb(consumer)) - smem_u32(smem_raw)));
   int sb_kb0 = 0;
-  // K block kb of a tile in N column tn (ring position pos) into acc: wait for its stage, issue its four
-  // k32 wgmmas (the first with scale-d = 0) and commit them as one group; read the block's promotion
-  // scales for this thread's two rows (blockwise; 1 otherwise) while they run.
-  auto issue = [&](float (&acc)[BN / 2], int pos, int kb, int tn, float& s0, float& s1) {
-    const int s = pos % STAGES;
-    mbarrier_wait(smem.full(s), (pos / STAGES) & 1);  // consumer_wait
-    const uint64_t da = operand_desc_at<0>(smem_u32(smem.a(s) + a_row0 * BK));
-    const uint64_t db = operand_desc_at<0>(smem_u32(smem.b(s)));
-    wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < BK / 32; ++k) Mma::mma(acc, desc_step(da, 32 * k), desc_step(db, 32 * k), k > 0 ? 1 : 0);
-    wgmma_commit();
+  // The promotion scales of K block kb (its stage s) for this thread's two rows: blockwise scale_a x scale_b, 1
+  // otherwise.
+  auto read_scales = [&](int s, int kb, int tn, float& s0, float& s1) {
     s0 = s1 = 1.0f;
     if constexpr (kScaleMode == 2) {
       float sb;
@@ -352,6 +343,22 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
       s0 = smem.sa(s)[row_in_tile] * sb;
       s1 = smem.sa(s)[row_in_tile + 8] * sb;
     }
+  };
+  // K block kb of a tile in N column tn (ring position pos) into acc: wait for its stage, issue its four
+  // k32 wgmmas (the first with scale-d = 0) and commit them as one group, and read the block's promotion
+  // scales: while the wgmmas run, or, where both scales are in shared memory (kScaleBShared), before they
+  // are issued (on an H100 1.02-1.09x faster there, the scale_b load ahead's build 0.97x: docs/fp8.md).
+  auto issue = [&](float (&acc)[BN / 2], int pos, int kb, int tn, float& s0, float& s1) {
+    const int s = pos % STAGES;
+    mbarrier_wait(smem.full(s), (pos / STAGES) & 1);  // consumer_wait
+    if constexpr (Cfg::kScaleBShared) read_scales(s, kb, tn, s0, s1);
+    const uint64_t da = operand_desc_at<0>(smem_u32(smem.a(s) + a_row0 * BK));
+    const uint64_t db = operand_desc_at<0>(smem_u32(smem.b(s)));
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < BK / 32; ++k) Mma::mma(acc, desc_step(da, 32 * k), desc_step(db, 32 * k), k > 0 ? 1 : 0);
+    wgmma_commit();
+    if constexpr (!Cfg::kScaleBShared) read_scales(s, kb, tn, s0, s1);
   };
   // The stage of ring position pos is no longer read by this warp (its wgmma group is complete and its
   // scales are in registers): consumer_release.
