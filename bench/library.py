@@ -163,7 +163,7 @@ def copy_back_route(x: torch.Tensor, y: torch.Tensor):
     K.general_from_registers = lambda *args, **kw: None  # the search as it was: no register-store build
     try:
         routes, _ = find_routes(x, y, c, given=False, device=device_facts(x.device))
-        return choose(routes, dispatch.cost_model())
+        return choose(routes, dispatch.cost_model(device_facts(x.device)))
     finally:
         K.general_from_registers = saved
 
@@ -580,7 +580,7 @@ def main() -> int:
         return sanitize(args.sanitize_only)
     if args.forced:
         rows = forced(args.dtype, shapes, 0.1)
-        save({"forced": rows, "table_provenance": dispatch.cost_model().provenance}, "library_forced", args.output)
+        save({"forced": rows, "table_provenance": dispatch.cost_model(dispatch.device_facts(torch.device("cuda"))).provenance}, "library_forced", args.output)
         print(forced_markdown(rows))
         return 0
     budget = 0.1 if args.quick else 0.3
@@ -599,7 +599,7 @@ def main() -> int:
     result["build_failures"] = failed
     copy_gbs = measure_dram_bandwidth("cuda") if "small_m" in classes else None
     result["copy_gbs"] = copy_gbs
-    result["table_provenance"] = dispatch.cost_model().provenance
+    result["table_provenance"] = dispatch.cost_model(dispatch.device_facts(torch.device("cuda"))).provenance
     rows = []
     for cls in classes:
         rows += run_class(cls, args.dtype, args.quick, budget, copy_gbs)

@@ -180,7 +180,8 @@ def general_route(x: torch.Tensor, w: torch.Tensor, c: torch.Tensor):
     from gemm_ladder import dispatch
     from gemm_ladder.dispatch.route import choose
 
-    route = choose([r for r in _general_routes(x, w, c) if r.kind == "general"], dispatch.cost_model())
+    route = choose([r for r in _general_routes(x, w, c) if r.kind == "general"],
+                   dispatch.cost_model(dispatch.device_facts(x.device)))
     if route is None:
         raise RuntimeError(f"no general-kernel route for {tuple(x.shape)} x {tuple(w.shape)}.T")
     return route, _runner(route, c)
@@ -195,7 +196,7 @@ def general_bm64_route(x: torch.Tensor, w: torch.Tensor, c: torch.Tensor):
     from gemm_ladder.dispatch.route import choose_general_build
     from gemm_ladder.dispatch.small_m_tiles import BM64_CLUSTER, BM64_TILE_M
 
-    route = choose_general_build(_general_routes(x, w, c), dispatch.cost_model(), bm=BM64_TILE_M,
+    route = choose_general_build(_general_routes(x, w, c), dispatch.cost_model(dispatch.device_facts(x.device)), bm=BM64_TILE_M,
                                  cluster=BM64_CLUSTER)
     return (None, None) if route is None else (route, _runner(route, c))
 

@@ -6,6 +6,7 @@ timed in the same rounds with L2 not flushed), ranked by a model; the regret of 
 of the model's pick over the fastest measured configuration of that row.
 
     python bench/route_regret.py [--results GLOB] [--table TABLE.json] [--json OUT.json]
+                                 [--write-table dispatch/table_<name>.json --devices NAME[,NAME]]
 
 ``--table``: score that cost table as ``table`` instead of the package's (say, the table before a change:
 ``git show REV:src/gemm_ladder/dispatch/table.json > before.json``). Also printed, per tile (BM x BN):
@@ -20,6 +21,11 @@ Models compared:
 * ``per_build_tiles``: ``per_build`` plus a cost per whole tile of the busiest cluster per build (the
   epilogue and the next tile's first loads, which the K iterations do not count) and per split
   iteration's share of the SMs;
+
+* ``per_build_table``: ``per_build`` written in the table's own form (:func:`table_fit`: per width the 2-CTA
+  128-row build's times, the other builds' as the table's scales of them; a value no sample supports is the
+  scored table's), which the route can use as it is; ``--write-table`` writes it (a device's table:
+  dispatch/heuristic.py device_tables);
 
 each fitted model scored leave-one-shape-out (fitted without the shape it ranks) and in-sample. The
 candidates of a row are its measured general configurations the route may rank (one CTA per cluster:
@@ -139,13 +145,85 @@ def features(s: Sample, builds: list[tuple], tiles: bool) -> list[float]:
     return row + [scale, scale * w.contributors, 1.0]
 
 
-def fit(samples: list[Sample], builds: list[tuple], tiles: bool):
+def fit_coef(samples: list[Sample], builds: list[tuple], tiles: bool):
+    """The least-squares coefficients of :func:`features` (relative error), and how many samples exercise
+    each column (a column none exercises is fitted 0: no evidence)."""
     import numpy as np
 
     x = np.array([features(s, builds, tiles) for s in samples])
     t = np.array([s.us for s in samples])
     coef, *_ = np.linalg.lstsq(x / t[:, None], np.ones_like(t), rcond=None)
+    return coef, (x != 0).sum(axis=0)
+
+
+def fit(samples: list[Sample], builds: list[tuple], tiles: bool):
+    import numpy as np
+
+    coef, _ = fit_coef(samples, builds, tiles)
     return lambda s: float(np.dot(features(s, builds, tiles), coef))
+
+
+#: table_fit: the samples a build's whole (or split) iteration time needs before the fit's value replaces the base
+#: table's. The autotune times each shape's leading candidates only, so a build timed on a few small shapes
+#: (where it won) has a time per iteration that does not hold where it was never a candidate: fitted from 4-5
+#: such samples on the H100, BN 64 came out as fast per FLOP as BN 256 and took 16384-row shapes.
+MIN_SAMPLES = 20
+
+
+def table_fit(samples: list[Sample], base, provenance: str, min_samples: int = MIN_SAMPLES):
+    """The ``per_build`` fit written in the cost table's form (heuristic.CostModel), so that the route can use
+    it: per tile width, the 2-CTA 128-row build's whole and split iteration times (``k_iter_us``,
+    ``split_k_iter_us``); the other builds' whole iterations as the table's scales of it (one CTA:
+    ``cluster1_k_iter_scale``; 64 rows: ``bm64_k_iter_scale``, which the table applies to split iterations
+    too; both: ``cluster1_bm64_k_iter_scale`` over the 64-row pair); the fixup and the launch's fixed time.
+    A time fewer than ``min_samples`` samples support (or fitted <= 0) is ``base``'s (the table it replaces)
+    times this device's speed against it (the geometric mean over the samples of the measured time over
+    ``base``'s prediction); a scale they do not support is ``base``'s; ``rules`` says which are which."""
+    from gemm_ladder.dispatch.heuristic import CostModel
+
+    builds = sorted({s.build for s in samples})
+    coef, seen = fit_coef(samples, builds, False)
+    col = {b: 2 * i for i, b in enumerate(builds)}
+    predict = table_predict(base)
+    ratios = [s.us / p for s in samples if math.isfinite(p := predict(s)) and p > 0]
+    speed = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else 1.0
+    rules = {"device_over_base": f"{speed:.4f}: the geometric mean of measured / the base table's prediction over "
+                                 f"{len(ratios)} samples"}
+
+    def coefficient(build, split: bool):
+        i = col.get(build)
+        if i is None or seen[i + split] < min_samples or coef[i + split] <= 0:
+            return None
+        return float(coef[i + split])
+
+    k_iter, split_iter, c1, bm64, c1bm64 = {}, {}, {}, {}, {}
+    for bn in sorted(base.k_iter_us, reverse=True):
+        w = coefficient((bn, 128, 2), False)
+        k_iter[bn] = w if w is not None else base.k_iter_us[bn] * speed
+        sp = coefficient((bn, 128, 2), True)
+        split_iter[bn] = sp if sp is not None else base.split_k_iter_us[bn] * speed
+        for name, d, v, fallback in (
+                ("cluster1_k_iter_scale", c1, coefficient((bn, 128, 1), False), base.cluster1_k_iter_scale),
+                ("bm64_k_iter_scale", bm64, coefficient((bn, 64, 2), False), base.bm64_k_iter_scale)):
+            if v is not None and w is not None:
+                d[bn] = v / w
+            elif bn in fallback:
+                d[bn] = fallback[bn]
+            rules[f"{name}[{bn}]"] = "fitted" if v is not None and w is not None else "the base table's"
+        one, pair = coefficient((bn, 64, 1), False), coefficient((bn, 64, 2), False)
+        if one is not None and pair is not None:
+            c1bm64[bn] = one / pair
+        elif bn in base.cluster1_bm64_k_iter_scale:
+            c1bm64[bn] = base.cluster1_bm64_k_iter_scale[bn]
+        rules[f"cluster1_bm64_k_iter_scale[{bn}]"] = "fitted" if one is not None and pair is not None else "the base table's"
+        rules[f"k_iter_us[{bn}]"] = "fitted" if w is not None else "the base table's x device_over_base"
+        rules[f"split_k_iter_us[{bn}]"] = "fitted" if sp is not None else "the base table's x device_over_base"
+    tail = [float(v) for v in coef[-3:]]
+    fixup, per_contributor, fixed = (v if v > 0 else b * speed for v, b in
+                                     zip(tail, (base.fixup_us, base.fixup_contributor_us, base.fixed_us)))
+    for name, v in zip(("fixup_us", "fixup_contributor_us", "fixed_us"), tail):
+        rules[name] = "fitted" if v > 0 else "the base table's x device_over_base"
+    return CostModel(k_iter, split_iter, fixup, fixed, provenance, rules, per_contributor, c1, bm64, c1bm64)
 
 
 def rows_of(samples: list[Sample]) -> dict[str, list[Sample]]:
@@ -196,6 +274,13 @@ def evaluate(samples: list[Sample], table=None) -> dict:
             predict = fit([s for s in samples if s.shape != shape], builds, tiles)
             held.update(regret({n: c for n, c in rows.items() if c[0].shape == shape}, predict))
         out[name + "_held_out"] = score(held)
+    base = table or load_table()
+    out["per_build_table_in_sample"] = score(regret(rows, table_predict(table_fit(samples, base, "in sample"))))
+    held = {}
+    for shape in shapes:
+        model = table_fit([s for s in samples if s.shape != shape], base, "held out")
+        held.update(regret({n: c for n, c in rows.items() if c[0].shape == shape}, table_predict(model)))
+    out["per_build_table_held_out"] = score(held)
     return out
 
 
@@ -205,7 +290,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="the tiles_forced or shapes_real --autotune JSONs to read (a glob)")
     p.add_argument("--table", type=Path, default=None, help="score this cost table as 'table' (default the package's)")
     p.add_argument("--json", type=Path, default=None, help="write the scores here")
+    p.add_argument("--write-table", type=Path, default=None,
+                   help="write the per-build fit in the table's form (table_fit, over every sample) here, for the "
+                        "devices of --devices (dispatch/table_<name>.json)")
+    p.add_argument("--devices", default=None,
+                   help="with --write-table: the device names (comma-separated) the results were timed on")
     args = p.parse_args(argv)
+    if (args.write_table is None) != (args.devices is None):
+        print("bench/route_regret.py: --write-table and --devices go together", file=sys.stderr)
+        return 2
     try:
         samples = load_samples(args.results)
         table = load_table(args.table) if args.table else None
@@ -227,7 +320,24 @@ def main(argv: list[str] | None = None) -> int:
                                                for k, v in out["cluster1_over_pair"].items()))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
+    if args.write_table:
+        write_table(samples, args, out)
     return 0
+
+
+def write_table(samples: list[Sample], args, scores: dict) -> None:
+    """--write-table: :func:`table_fit` over every sample, with the devices it is for and its provenance (the
+    results it was fitted on and its leave-one-shape-out regret over them)."""
+    files = sorted(Path(f).name for f in glob.glob(args.results))
+    held = scores["per_build_table_held_out"]
+    base = load_table(args.table) if args.table else load_table()
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()]
+    provenance = (f"tuned on {devices[0]}: bench/route_regret.py --write-table over {', '.join(files)} "
+                  f"({len(samples)} timed configurations, {len(rows_of(samples))} rows); leave one shape out, "
+                  f"its pick {held['geomean']:.3f}x the fastest timed (geometric mean, max {held['max']:.3f})")
+    model = table_fit(samples, base, provenance)
+    args.write_table.write_text(json.dumps({"devices": devices, **model.to_json()}, indent=1) + "\n")
+    print(f"wrote {args.write_table} for {', '.join(devices)}")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ def alternatives(m, n, k, dtype=torch.bfloat16):
     w = torch.empty(n, k, dtype=dtype, device="cuda")
     c = torch.empty(m, n, dtype=dtype, device="cuda")
     routes, _ = find_routes(a, w.T, c, given=False, device=device_facts(a.device), tiles_rule=dispatch.tiles_rule())
-    return general_alternatives(routes, dispatch.cost_model(), margin=autotune.MARGIN, limit=autotune.LIMIT)
+    return general_alternatives(routes, dispatch.cost_model(device_facts(a.device)), margin=autotune.MARGIN,
+                                limit=autotune.LIMIT)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -302,7 +302,7 @@ def test_mid_sizes_take_the_cost_models_fastest_candidate(fakes):
 
 def test_a_tuned_table_changes_the_choice_and_is_named(fakes, monkeypatch):
     tuned = CostModel({256: 0.6, 128: 0.25}, {256: 5.0, 128: 5.0}, 3.0, 5.0, "tuned on NVIDIA H200 2026-12-02 abc1234")
-    monkeypatch.setattr(dispatch, "cost_model", lambda: tuned)
+    monkeypatch.setattr(dispatch, "cost_model", lambda device=None: tuned)
     import gemm_ladder.api as api
 
     monkeypatch.setattr(api, "decide", lambda *a, **kw: dispatch.decide(*a, model=tuned, **kw))
@@ -738,7 +738,7 @@ def test_cluster1_scale_from_the_table(monkeypatch):
     without the key reads 1.0 (tests/test_dispatch_bench.py: a refit keeps it)."""
     model = load_table()
     assert model.cluster1_k_iter_scale == {64: 0.853}
-    monkeypatch.setattr(dispatch, "cost_model", lambda: replace(model, bm64_k_iter_scale={}))
+    monkeypatch.setattr(dispatch, "cost_model", lambda device=None: replace(model, bm64_k_iter_scale={}))
     dispatch.clear_cache()
     e = gemm_ladder.explain(meta(1023, 3072), meta(768, 3072).T)
     assert e.cluster == 1 and e.to_dict()["kernel"]["name"] == "sm90_gemm_kk_bn64_c1"
@@ -820,7 +820,7 @@ def test_the_route_ranks_64_row_builds_only_at_the_scales_widths(monkeypatch):
     """A table whose bm64_k_iter_scale names BN 128 only: the route ranks 64-row builds at BN 128 and no other
     width (it would raise KeyError were another ranked), and still chooses among them."""
     model = load_table()
-    monkeypatch.setattr(dispatch, "cost_model", lambda: replace(model, bm64_k_iter_scale={128: 0.59}))
+    monkeypatch.setattr(dispatch, "cost_model", lambda device=None: replace(model, bm64_k_iter_scale={128: 0.59}))
     dispatch.clear_cache()
     try:
         cands = gemm_ladder.explain(meta(512, 4096), meta(1024, 4096).T).to_dict()["heuristic"]["candidates"]

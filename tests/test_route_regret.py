@@ -75,3 +75,48 @@ def test_bad_results_refuse_in_one_line(tmp_path, capsys):
     assert rr.main(["--results", str(bad)]) == 2
     assert rr.main(["--results", str(tmp_path / "none*.json")]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 2
+
+
+H100_GLOB = str(rr.RESULTS / "2026-12-05_shapes_real_bf16_autotune_h100_6d06324.json")
+
+
+def test_the_h100_table_is_the_fit_of_the_committed_h100_timings():
+    """dispatch/table_h100.json is what --write-table makes of the committed H100 autotune timings (regenerate
+    it with the command in docs/library.md when they change), and on them its pick is nearer the fastest
+    timed candidate than table.json's, leave one shape out too."""
+    import json
+
+    from gemm_ladder.dispatch.heuristic import CostModel, TABLE_PATH
+
+    samples = rr.load_samples(H100_GLOB)
+    committed = json.loads((TABLE_PATH.parent / "table_h100.json").read_text())
+    assert committed["devices"] == ["NVIDIA H100 80GB HBM3"]
+    fitted = rr.table_fit(samples, rr.load_table(), committed["provenance"]).to_json()
+    for key in ("k_iter_us", "split_k_iter_us", "cluster1_k_iter_scale", "bm64_k_iter_scale",
+                "cluster1_bm64_k_iter_scale"):
+        assert fitted[key] == pytest.approx(committed[key], rel=1e-9), key
+    for key in ("fixup_us", "fixup_contributor_us", "fixed_us"):
+        assert fitted[key] == pytest.approx(committed[key], rel=1e-9), key
+    scores = rr.evaluate(samples)
+    assert scores["per_build_table_held_out"]["geomean"] < scores["table"]["geomean"]
+    assert CostModel.from_json(committed).provenance.startswith("tuned on NVIDIA H100 80GB HBM3")
+
+
+def test_table_fit_keeps_the_base_where_a_build_has_few_samples():
+    """A build timed fewer than MIN_SAMPLES times keeps the base table's time (times the device's speed
+    against it) and scales: BN 64 on the H100 (a handful of small shapes) is not fitted."""
+    samples = rr.load_samples(H100_GLOB)
+    base = rr.load_table()
+    model = rr.table_fit(samples, base, "test")
+    assert model.rules["k_iter_us[64]"].startswith("the base table's")
+    speed = float(model.rules["device_over_base"].split(":")[0])
+    assert model.k_iter_us[64] == pytest.approx(base.k_iter_us[64] * speed, rel=1e-3)  # speed printed to 4 places
+    assert model.cluster1_k_iter_scale[64] == base.cluster1_k_iter_scale[64]
+    assert model.rules["k_iter_us[256]"] == "fitted"
+    loose = rr.table_fit(samples, base, "test", min_samples=1)
+    assert loose.rules["k_iter_us[64]"] == "fitted" and loose.k_iter_us[64] != model.k_iter_us[64]
+
+
+def test_write_table_needs_devices(tmp_path, capsys):
+    assert rr.main(["--results", H100_GLOB, "--write-table", str(tmp_path / "t.json")]) == 2
+    assert "go together" in capsys.readouterr().err

@@ -693,7 +693,7 @@ def explain(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None
     from gemm_ladder.dispatch import cost_model
 
     route = decide(a, b, c, given=given, activation=activation, tune=False)  # explain launches nothing
-    out = explain_route(route, shape.m, shape.n, shape.k, shape.out_dtype, cost_model())
+    out = explain_route(route, shape.m, shape.n, shape.k, shape.out_dtype, cost_model(route.device))
     out.host = host_path(route, given)
     return out
 

@@ -198,7 +198,7 @@ def explain_quantized(a: torch.Tensor, b: torch.Tensor, *, activation: str | Non
     check_domain(shape)
     values = quantized_buffers(shape.m, shape.n, a.device)[0]
     route = decide(a, b, values, given=False, activation=activation)
-    out = explain_route(route, shape.m, shape.n, shape.k, QUANT_OUT, cost_model())
+    out = explain_route(route, shape.m, shape.n, shape.k, QUANT_OUT, cost_model(route.device))
     out.host = "python (the quantized output: the Python path checks, decides and binds every call)"
     return out
 

@@ -16,7 +16,7 @@ import torch
 
 from gemm_ladder.contract import OutsideDomainError
 from gemm_ladder.dispatch import autotune
-from gemm_ladder.dispatch.heuristic import CostModel, load_table
+from gemm_ladder.dispatch.heuristic import CostModel, load_table, table_path_for
 from gemm_ladder.dispatch.pingpong import ACTIVATIONS as PINGPONG_ACTIVATIONS
 from gemm_ladder.dispatch.pingpong import pingpong_route
 from gemm_ladder.dispatch.route import DeviceFacts, Route, choose, device_facts, find_routes, general_alternatives
@@ -34,19 +34,21 @@ _tune_lock = threading.Lock()  # one autotune timing at a time (dispatch/autotun
 #: its route is dropped and decided again: it is timed once per process); cleared at TUNED_CACHE_SIZE.
 TUNED_CACHE_SIZE = 4096
 _tuned: dict = {}
-_model: CostModel | None = None
+_models: dict = {}  # table path -> CostModel
 _tiles: TilesRule | None = None
 
 
-def cost_model() -> CostModel:
-    """The package's cost model (dispatch/table.json), read once."""
-    global _model
-    model = _model
+def cost_model(device: DeviceFacts | None = None) -> CostModel:
+    """The package's cost model for ``device``: the table fitted on a GPU of its name where the package has
+    one (dispatch/table_<name>.json, heuristic.table_path_for), else dispatch/table.json (also for None and
+    for a device only assumed: meta tensors); each table read once."""
+    path = table_path_for(None if device is None or device.assumed else device.name)
+    model = _models.get(path)
     if model is None:
         with _lock:  # read once: threads deciding at once share one model (its id is in the route key)
-            if _model is None:
-                _model = load_table()
-            model = _model
+            if path not in _models:
+                _models[path] = load_table(path)
+            model = _models[path]
     return model
 
 
@@ -82,9 +84,9 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
     """The route for ``c = a @ b`` (operands already checked by validate.check_mm; ``c`` the output,
     allocated when not ``given``). CUDA or meta tensors; cached by shapes, strides, dtypes and base
     residues mod 16. ``model``/``tiles``: the cost model and the small-M M-tile rule (default: the
-    package's table). ``activation``: the activation a ``linear`` call fuses (None: none), which may
-    take the general kernel's ping-pong build (dispatch/pingpong.py). ``narrow``: the fused epilogue reads a
-    residual or a float32 bias, which narrows a quantized (e4m3) output's tiles (route.QUANTIZED_NARROW_MAX_BN).
+    package's tables, the cost model the one for ``device``: :func:`cost_model`). ``activation``: the
+    activation a ``linear`` call fuses (None: none), which may take the general kernel's ping-pong build
+    (dispatch/pingpong.py). ``narrow``: the fused epilogue reads a residual or a float32 bias, which narrows a quantized (e4m3) output's tiles (route.QUANTIZED_NARROW_MAX_BN).
     With autotune on (dispatch/autotune.py), a general route is the fastest of the model's leading
     candidates timed on these tensors (``route.tuning`` says which and their times); ``tune`` False (what
     ``explain`` passes) times nothing: on CUDA tensors the model's choice comes back, kept by no cache,
@@ -94,7 +96,7 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
     the kernels' refusals when no kernel computes it.
     """
     device = device or device_facts(a.device)
-    model = model or cost_model()
+    model = model or cost_model(device)
     tiles = tiles or tiles_rule()
     key = (a.device.type, a.device.index, a.dtype, c.dtype, given, _signature(a), _signature(b), _signature(c),
            device, id(model), id(tiles), activation if activation in PINGPONG_ACTIVATIONS else None,
@@ -189,11 +191,11 @@ def clear_cache() -> None:
     templates, which keep their routes (after a table is regenerated, say: the next call decides again)."""
     from gemm_ladder.dispatch.calls import CALLS
 
-    global _model, _tiles
+    global _tiles
     with _lock:
         _routes.clear()
         _tuned.clear()
-        _model = None
+        _models.clear()
         _tiles = None
     CALLS.clear()
     from gemm_ladder.host import loaded

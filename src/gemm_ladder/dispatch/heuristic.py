@@ -30,6 +30,9 @@ from gemm_ladder.design.problem import ceil_div
 from gemm_ladder.design.stream_k import INT32_LIMIT, SplitOverflowError, StreamKTail, plan_tail, plan_wave
 
 TABLE_PATH = Path(__file__).with_name("table.json")
+#: Cost tables fitted on other GPUs, beside table.json: ``table_<name>.json``, each with a "devices" list of
+#: the device names (torch.cuda.get_device_properties().name) it is for; table.json serves every other.
+DEVICE_TABLE_GLOB = "table_*.json"
 SPLITS = ("none", "tail", "all", "wave")
 #: The library kernel's tile rows and K depth, and its cluster (CTAs stacked along M).
 TILE_M, TILE_K, CLUSTER = 128, 64, 2
@@ -196,6 +199,28 @@ class CostModel:
 def load_table(path: Path = TABLE_PATH) -> CostModel:
     """The cost model in ``path`` (the package's table by default); raises ValueError if malformed."""
     return CostModel.from_json(json.loads(Path(path).read_text()))
+
+
+def device_tables(directory: Path = TABLE_PATH.parent) -> dict[str, Path]:
+    """Device name -> the cost table fitted on it (``table_<name>.json`` files beside table.json, each naming
+    its devices in "devices"). Raises ValueError where two tables claim one device or a table names none."""
+    out: dict[str, Path] = {}
+    for path in sorted(Path(directory).glob(DEVICE_TABLE_GLOB)):
+        names = json.loads(path.read_text()).get("devices")
+        if not names or not all(isinstance(n, str) and n for n in names):
+            raise ValueError(f"dispatch table {path.name}: 'devices' must list the device names it is for")
+        for name in names:
+            if name in out:
+                raise ValueError(f"dispatch tables {out[name].name} and {path.name} both claim {name!r}")
+            out[name] = path
+    return out
+
+
+def table_path_for(device_name: str | None, directory: Path = TABLE_PATH.parent) -> Path:
+    """The cost table for a device of that name: the table fitted on it (:func:`device_tables`), else
+    table.json (``device_name`` None: no device to ask, the table.json one)."""
+    return device_tables(directory).get(device_name, Path(directory) / TABLE_PATH.name) if device_name else \
+        Path(directory) / TABLE_PATH.name
 
 
 @dataclass(frozen=True)

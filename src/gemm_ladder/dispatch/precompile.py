@@ -118,12 +118,13 @@ def config_build(config, label: str | None = None) -> Build:
 
 
 def _timed_bns() -> tuple[int, ...]:
-    """The general kernel's widths the route can reach: those the cost table times (route.choose)."""
-    from gemm_ladder.dispatch import cost_model
+    """The general kernel's widths the route can reach: those a cost table times (route.choose), table.json
+    or one fitted on another GPU (heuristic.device_tables)."""
+    from gemm_ladder.dispatch.heuristic import TABLE_PATH, device_tables, load_table
     from gemm_ladder.dispatch.kernels import general_bns
 
-    model = cost_model()
-    return tuple(bn for bn in general_bns() if bn in model.k_iter_us)
+    timed = {bn for path in (TABLE_PATH, *device_tables().values()) for bn in load_table(path).k_iter_us}
+    return tuple(bn for bn in general_bns() if bn in timed)
 
 
 def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLASSES)) -> list[Build]:

@@ -103,7 +103,7 @@ def explain(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
     routes = _routes(x2, w_gate, w_up, up, out2)
     for what, route, out_dtype in (("up = x @ w_up^T into float32", routes[0], torch.float32),
                                    (f"out = silu(x @ w_gate^T) * up, epilogue {GATED.name!r}", routes[1], x.dtype)):
-        e = explain_route(route, m, n, k, out_dtype, cost_model()).to_dict()
+        e = explain_route(route, m, n, k, out_dtype, cost_model(route.device)).to_dict()
         e.pop("plan", None)  # the designer's plan is gemm_ladder.explain's; here the route suffices
         out["launches"].append({"step": what, "kind": e["kind"], "kernel": e["kernel"], "split": e["split"],
                                 "launches": e["launches"], "explain": e})

@@ -1,0 +1,185 @@
+"""Two cost tables' picks timed against each other and against cuBLAS on this GPU (issue 23): which table
+should route this device's calls.
+
+    python bench/route_tables.py [--table-a TABLE.json] [--table-b TABLE.json] [--dtypes bf16] [--budget S]
+                                 [--plan] [-o OUT.json]
+
+For every plain linear layer of bench/shapes_real.py's models at each of their M (each (M, N, K) once:
+``x (M, K) @ w (N, K)^T``, w an ``nn.Parameter`` as a model holds it), the route each table chooses
+(``dispatch.decide`` with that cost model, autotune off: the table's own pick) and, on the GPU, each pick's
+launch and ``F.linear`` (cuBLAS) timed in the same rounds (gemm_ladder.timing.time_fns: L2 flushed before
+each call, interleaved, the median); where both tables pick the same build it is timed once. Each pick's
+output is checked against float64 first (relative Frobenius error <= 2e-2).
+
+``--table-a`` defaults to dispatch/table.json (fitted on the H200), ``--table-b`` to the table the package
+takes for this GPU (dispatch.cost_model: dispatch/table_<name>.json where one names it). ``--plan``: no GPU,
+meta tensors (the H200's 132 SMs assumed): the rows whose picks differ, nothing timed.
+
+Rows: ``{model, layer, M, N, K, dtype, pick_a, pick_b, us_a, us_b, us_cublas, ratio_b_over_a (us_a / us_b:
+> 1, table b's pick faster), ratio_cublas_a, ratio_cublas_b (cuBLAS's time over the pick's)}``; the summary
+has the geometric means over every row and over the rows whose picks differ. One JSON (bench/suite.py:
+DATE_route_tables_COMMIT.json). Exit status: 0 done, 1 a wrong result, 2 no GPU (without --plan) or bad
+arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+from suite import add_output_argument, require_gpu, save
+
+ERR_BOUND = 2e-2
+
+
+def shapes(dtypes: list[str]) -> list[dict]:
+    """bench/shapes_real.py's plain rows (every model, layer and M; ``dtypes``), each (M, N, K, dtype) once."""
+    import shapes_real
+
+    out, seen = [], set()
+    for c in shapes_real.full_cases(dtypes=tuple(dtypes)):
+        key = (c.m, c.n, c.k, c.dtype)
+        if c.epilogue is None and key not in seen:
+            seen.add(key)
+            out.append({"model": c.model, "layer": c.layer, "M": c.m, "N": c.n, "K": c.k, "dtype": c.dtype})
+    return out
+
+
+def picks(row: dict, models, device: str):
+    """The route each model picks for the row's product (operands on ``device``), and the operands."""
+    from gemm_ladder import dispatch
+    from gemm_ladder.dispatch.validate import check_mm
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[row["dtype"]]
+    x = torch.randn(row["M"], row["K"], dtype=dtype, device=device)
+    w = torch.nn.Parameter(torch.randn(row["N"], row["K"], dtype=dtype, device=device) / math.sqrt(row["K"]))
+    a, b = x, w.detach().T
+    check_mm(a, b, None, None, device_types=("cuda", "meta"), check_grad=False)
+    c = torch.empty((row["M"], row["N"]), dtype=dtype, device=device)
+    return [dispatch.decide(a, b, c, given=False, model=m, tune=False) for m in models], (x, w, a, b)
+
+
+def describe(route) -> str:
+    from gemm_ladder.dispatch import autotune
+
+    return autotune.label(route) if route.kind == "general" else f"{route.kind} {route.bn}"
+
+
+def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((y.double() - ref).norm() / ref.norm().clamp_min(1e-300)).item()
+
+
+def measure(row: dict, models, budget: float) -> tuple[dict, bool]:
+    import torch.nn.functional as F
+
+    from gemm_ladder.dispatch import execute
+
+    routes, (x, w, a, b) = picks(row, models, "cuda")
+    labels = [describe(r) for r in routes]
+    ref = a.double() @ b.double()
+    ok = True
+    fns = {}
+    for name, route in zip(("a", "b"), routes):
+        if name == "b" and labels[1] == labels[0]:
+            continue
+        c = torch.full((row["M"], row["N"]), float("nan"), dtype=a.dtype, device="cuda")
+        execute.run(route, a, b, c)
+        err = rel_err(c, ref)
+        ok &= math.isfinite(err) and err <= ERR_BOUND
+        row[f"err_{name}"] = err
+        out = torch.empty_like(c)
+        fns[name] = lambda x_, w_, r=route, o=out: execute.run(r, x_, w_.detach().T, o)
+    fns["cublas"] = lambda x_, w_: F.linear(x_, w_)
+    with torch.no_grad():
+        t = time_fns(fns, x, w, budget)
+    us = {k: v.median_ms * 1e3 for k, v in t.items()}
+    us.setdefault("b", us["a"])
+    row.update(pick_a=labels[0], pick_b=labels[1], us_a=us["a"], us_b=us["b"], us_cublas=us["cublas"],
+               ratio_b_over_a=us["a"] / us["b"], ratio_cublas_a=us["cublas"] / us["a"],
+               ratio_cublas_b=us["cublas"] / us["b"])
+    return row, ok
+
+
+def time_fns(fns, x, w, budget):
+    from gemm_ladder.timing import time_fns as timed
+
+    return timed(fns, x, w, budget_s=budget, rounds=3)
+
+
+def geomean(values: list[float]) -> float | None:
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def summarize(rows: list[dict]) -> dict:
+    differ = [r for r in rows if r["pick_a"] != r["pick_b"]]
+    return {"rows": len(rows), "rows_differing": len(differ),
+            "ratio_b_over_a_all": geomean([r["ratio_b_over_a"] for r in rows]),
+            "ratio_b_over_a_differing": geomean([r["ratio_b_over_a"] for r in differ]),
+            "ratio_cublas_a": geomean([r["ratio_cublas_a"] for r in rows]),
+            "ratio_cublas_b": geomean([r["ratio_cublas_b"] for r in rows]),
+            "min_ratio_b_over_a": min((r["ratio_b_over_a"] for r in rows), default=None),
+            "max_ratio_b_over_a": max((r["ratio_b_over_a"] for r in rows), default=None)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--table-a", type=Path, default=None, help="default: dispatch/table.json")
+    p.add_argument("--table-b", type=Path, default=None, help="default: the package's table for this GPU")
+    p.add_argument("--dtypes", default="bf16", help="comma list of bf16, fp16")
+    p.add_argument("--budget", type=float, default=0.05, help="timing budget per callable and row, seconds")
+    p.add_argument("--plan", action="store_true", help="no GPU: the rows whose picks differ, on meta tensors")
+    add_output_argument(p)
+    args = p.parse_args(argv)
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    if not dtypes or any(d not in ("bf16", "fp16") for d in dtypes):
+        print(f"bench/route_tables.py: --dtypes {args.dtypes!r}: use bf16 and/or fp16", file=sys.stderr)
+        return 2
+    from gemm_ladder import dispatch
+    from gemm_ladder.dispatch.heuristic import TABLE_PATH, load_table
+
+    if not args.plan:
+        require_gpu(__file__)
+    try:
+        table_a = load_table(args.table_a or TABLE_PATH)
+        if args.table_b:
+            table_b = load_table(args.table_b)
+        elif args.plan:
+            print("bench/route_tables.py: --plan needs --table-b (no GPU to pick the package's table by)",
+                  file=sys.stderr)
+            return 2
+        else:
+            table_b = dispatch.cost_model(dispatch.device_facts(torch.device("cuda")))
+    except (OSError, ValueError) as e:
+        print(f"bench/route_tables.py: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    rows, ok = [], True
+    for row in shapes(dtypes):
+        if args.plan:
+            routes, _ = picks(row, (table_a, table_b), "meta")
+            la, lb = describe(routes[0]), describe(routes[1])
+            if la != lb:
+                print(f"{row['model']} {row['layer']} {row['M']}x{row['N']}x{row['K']}: {la} -> {lb}")
+            continue
+        row, good = measure(row, (table_a, table_b), args.budget)
+        ok &= good
+        rows.append(row)
+        flag = "" if row["pick_a"] == row["pick_b"] else f"  {row['pick_b']}: x{row['ratio_b_over_a']:.3f}"
+        print(f"{row['model']} {row['layer']} {row['M']}x{row['N']}x{row['K']}: {row['pick_a']} "
+              f"{row['ratio_cublas_a']:.3f}x cuBLAS{flag}{'' if good else '  WRONG'}", flush=True)
+    if args.plan:
+        return 0
+    summary = summarize(rows)
+    print(f"{summary['rows_differing']} of {summary['rows']} picks differ; table b over a: "
+          f"{summary['ratio_b_over_a_all']:.3f} over all, {summary['ratio_b_over_a_differing'] or float('nan'):.3f} "
+          f"where they differ; vs cuBLAS {summary['ratio_cublas_a']:.3f} (a) and {summary['ratio_cublas_b']:.3f} (b)")
+    save({"table_a": table_a.provenance, "table_b": table_b.provenance, "summary": summary, "rows": rows},
+         "route_tables", args.output)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""The cost table per GPU (dispatch/heuristic.py device_tables, dispatch.cost_model) without a GPU: which
+table a device name gets, the refusals of malformed tables, and a route on meta tensors decided with each
+device's table (the H100's picks one CTA where the H200's table picks the 2-CTA pair)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from gemm_ladder import dispatch
+from gemm_ladder.dispatch.heuristic import TABLE_PATH, device_tables, load_table, table_path_for
+from gemm_ladder.dispatch.route import ASSUMED_DEVICE, DeviceFacts
+
+H100 = DeviceFacts("NVIDIA H100 80GB HBM3", 132)
+
+
+def test_each_device_name_gets_its_table():
+    assert device_tables() == {"NVIDIA H100 80GB HBM3": TABLE_PATH.parent / "table_h100.json"}
+    assert table_path_for("NVIDIA H100 80GB HBM3") == TABLE_PATH.parent / "table_h100.json"
+    for name in (None, "NVIDIA H200", "NVIDIA H100 PCIe", ""):
+        assert table_path_for(name) == TABLE_PATH
+
+
+def test_cost_model_follows_the_device():
+    assert dispatch.cost_model(H100).provenance.startswith("tuned on NVIDIA H100 80GB HBM3")
+    h200 = load_table().provenance
+    assert dispatch.cost_model().provenance == h200 and dispatch.cost_model(ASSUMED_DEVICE).provenance == h200
+    assert dispatch.cost_model(DeviceFacts("NVIDIA H100 80GB HBM3", 132, assumed=True)).provenance == h200
+    assert dispatch.cost_model(H100) is dispatch.cost_model(H100)  # read once
+
+
+def _write(path, devices):
+    t = json.loads(TABLE_PATH.read_text())
+    t.pop("small_m", None)
+    if devices is not None:
+        t["devices"] = devices
+    path.write_text(json.dumps(t))
+
+
+@pytest.mark.parametrize("devices", [None, [], [""], [3]])
+def test_a_table_that_names_no_device_is_refused(tmp_path, devices):
+    _write(tmp_path / "table_x.json", devices)
+    with pytest.raises(ValueError, match="'devices' must list"):
+        device_tables(tmp_path)
+
+
+def test_two_tables_claiming_one_device_are_refused(tmp_path):
+    _write(tmp_path / "table_a.json", ["GPU X"])
+    _write(tmp_path / "table_b.json", ["GPU Y", "GPU X"])
+    with pytest.raises(ValueError, match="both claim 'GPU X'"):
+        device_tables(tmp_path)
+    (tmp_path / "table.json").write_text(TABLE_PATH.read_text())
+    (tmp_path / "table_b.json").unlink()
+    assert table_path_for("GPU X", tmp_path) == tmp_path / "table_a.json"
+    assert table_path_for("GPU Y", tmp_path) == tmp_path / "table.json"
+
+
+def test_a_route_is_decided_with_its_devices_table():
+    """gemma-7b's q_proj at 16384 rows (bench/route_tables.py --plan): the H200's table takes the 2-CTA pair,
+    the H100's (fitted on the H100's autotune timings) one CTA per cluster."""
+    a = torch.empty((16384, 3072), dtype=torch.bfloat16, device="meta")
+    b = torch.empty((4096, 3072), dtype=torch.bfloat16, device="meta").T
+    c = torch.empty((16384, 4096), dtype=torch.bfloat16, device="meta")
+    h200 = dispatch.decide(a, b, c, given=False, device=ASSUMED_DEVICE)
+    h100 = dispatch.decide(a, b, c, given=False, device=H100)
+    assert h200.config.cluster == 2 and h100.config.cluster == 1
+
+
+def test_route_tables_plan_lists_the_picks_that_differ(capsys):
+    """bench/route_tables.py --plan (no GPU): one line per plain layer shape whose pick differs between the
+    two tables, none when a table is compared with itself; --plan without --table-b refuses in one line."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import route_tables
+
+    assert route_tables.main(["--plan", "--table-b", str(TABLE_PATH.parent / "table_h100.json")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines and all(" -> " in ln for ln in lines)
+    assert "gemma_7b self_attn.q_proj 16384x4096x3072: 128x256 2 CTAs split tail -> 128x256 1 CTA split none" in lines
+    assert route_tables.main(["--plan", "--table-b", str(TABLE_PATH)]) == 0
+    assert capsys.readouterr().out == ""
+    assert route_tables.main(["--plan"]) == 2
+    assert route_tables.main(["--plan", "--dtypes", "fp32", "--table-b", str(TABLE_PATH)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 2
