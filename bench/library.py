@@ -29,8 +29,9 @@ designer's full plan left out). A markdown table is printed last. ``--quick`` (a
 the H200 once kernels are compiled) times fewer shapes for less time each.
 
 ``--tune``: times every (BN, split) the general kernel supports on a grid of shapes, fits the cost
-model (dispatch.heuristic.fit) and rewrites ``src/gemm_ladder/dispatch/table.json`` with provenance
-"tuned on <GPU> <date> <commit>"; the timings go in the JSON. Commit the table it writes.
+model (dispatch.heuristic.fit) and rewrites this GPU's table (``src/gemm_ladder/dispatch/table_<name>.json``
+where the package has one naming it, e.g. the H100's; else ``table.json``) with provenance "tuned on <GPU>
+<date> <commit>"; the timings go in the JSON. Commit the table it writes.
 
 ``--refit RESULTS.json``: fit the cost model again to the timings a ``--tune`` run saved (its
 ``tune.timings``, with the model's terms as they are now: dispatch.heuristic.features) and rewrite the
@@ -284,7 +285,7 @@ def tune(dtype: str, quick: bool, budget: float, result_file: str = "") -> dict:
     from gemm_ladder.dispatch import kernels as K
     from gemm_ladder.library.gemm import library_gemm
     from gemm_ladder.dispatch.execute import _prepare
-    from gemm_ladder.dispatch.heuristic import TABLE_PATH, fit, work
+    from gemm_ladder.dispatch.heuristic import fit, table_path_for, work
 
     for failure in prebuild_general(dtype):
         print(f"tune: build failed: {failure}", file=sys.stderr)
@@ -325,14 +326,17 @@ def tune(dtype: str, quick: bool, budget: float, result_file: str = "") -> dict:
     gpu = (meta.get("gpu") or {}).get("name", "unknown GPU")
     provenance = f"tuned on {gpu} {dt.date.today().isoformat()} {(meta.get('git_commit') or 'unknown')[:7]}"
     model = cite_results(fit(samples, provenance), result_file)
-    table = json.loads(TABLE_PATH.read_text())
-    table.update(merged_model_json(table, model))  # the cost model's keys; other entries (the small-M kernel's "small_m") kept
+    # This GPU's table: its own where the package has one (dispatch/table_<name>.json), else table.json.
+    target = table_path_for(gpu)
+    table = json.loads(target.read_text())
+    # the cost model's keys; other entries (table.json's small-M "small_m", a device table's "devices") kept
+    table.update(merged_model_json(table, model))
     text = json.dumps(table, indent=1) + "\n"
-    TABLE_PATH.write_text(text)
+    target.write_text(text)
     if os.environ.get("OUT"):  # a lent machine's copy of the tree does not come back: the table does
-        Path(os.environ["OUT"], "table.json").write_text(text)
+        Path(os.environ["OUT"], target.name).write_text(text)
     dispatch.clear_cache()
-    print(f"wrote {TABLE_PATH} ({provenance}); copy it to src/gemm_ladder/dispatch/table.json and commit it")
+    print(f"wrote {target} ({provenance}); copy it to src/gemm_ladder/dispatch/{target.name} and commit it")
     return {"provenance": provenance, "model": model.to_json(), "timings": timings}
 
 
@@ -348,7 +352,7 @@ def merged_model_json(table: dict, model) -> dict:
 def refit(path: str) -> dict:
     """Fit the cost model to the timings of a saved ``--tune`` run (``path``'s ``tune.timings``) on the
     SM count of its GPU, and write it to the package's table; returns the model's JSON."""
-    from gemm_ladder.dispatch.heuristic import TABLE_PATH, fit, work
+    from gemm_ladder.dispatch.heuristic import fit, table_path_for, work
 
     saved = json.loads(Path(path).read_text())
     sms = ((saved.get("meta") or {}).get("gpu") or {}).get("sm_count") or 132
@@ -357,11 +361,12 @@ def refit(path: str) -> dict:
                for t in saved["tune"]["timings"] if t["split"] in ("none", "tail", "all", "wave")]
     provenance = saved["tune"]["provenance"]
     model = cite_results(fit(samples, provenance), Path(path).name)
-    table = json.loads(TABLE_PATH.read_text())
+    target = table_path_for(((saved.get("meta") or {}).get("gpu") or {}).get("name"))  # the tuned GPU's table
+    table = json.loads(target.read_text())
     table.update(merged_model_json(table, model))
-    TABLE_PATH.write_text(json.dumps(table, indent=1) + "\n")
+    target.write_text(json.dumps(table, indent=1) + "\n")
     dispatch.clear_cache()
-    print(f"refitted {TABLE_PATH} from {len(samples)} timings of {path} ({provenance})")
+    print(f"refitted {target} from {len(samples)} timings of {path} ({provenance})")
     return model.to_json()
 
 

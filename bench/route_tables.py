@@ -138,6 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     if not dtypes or any(d not in ("bf16", "fp16") for d in dtypes):
         print(f"bench/route_tables.py: --dtypes {args.dtypes!r}: use bf16 and/or fp16", file=sys.stderr)
         return 2
+    if not args.budget > 0:
+        print(f"bench/route_tables.py: --budget {args.budget}: a time in seconds > 0", file=sys.stderr)
+        return 2
+    if args.plan and args.output:
+        print("bench/route_tables.py: --plan times nothing and writes no result; drop -o", file=sys.stderr)
+        return 2
     from gemm_ladder import dispatch
     from gemm_ladder.dispatch.heuristic import TABLE_PATH, load_table
 
@@ -162,13 +168,13 @@ def main(argv: list[str] | None = None) -> int:
             routes, _ = picks(row, (table_a, table_b), "meta")
             la, lb = describe(routes[0]), describe(routes[1])
             if la != lb:
-                print(f"{row['model']} {row['layer']} {row['M']}x{row['N']}x{row['K']}: {la} -> {lb}")
+                print(f"{row['model']} {row['layer']} {row['M']}x{row['N']}x{row['K']} {row['dtype']}: {la} -> {lb}")
             continue
         row, good = measure(row, (table_a, table_b), args.budget)
         ok &= good
         rows.append(row)
         flag = "" if row["pick_a"] == row["pick_b"] else f"  {row['pick_b']}: x{row['ratio_b_over_a']:.3f}"
-        print(f"{row['model']} {row['layer']} {row['M']}x{row['N']}x{row['K']}: {row['pick_a']} "
+        print(f"{row['model']} {row['layer']} {row['M']}x{row['N']}x{row['K']} {row['dtype']}: {row['pick_a']} "
               f"{row['ratio_cublas_a']:.3f}x cuBLAS{flag}{'' if good else '  WRONG'}", flush=True)
     if args.plan:
         return 0

@@ -58,14 +58,14 @@ def test_two_tables_claiming_one_device_are_refused(tmp_path):
 
 
 def test_a_route_is_decided_with_its_devices_table():
-    """gemma-7b's q_proj at 16384 rows (bench/route_tables.py --plan): the H200's table takes the 2-CTA pair,
-    the H100's (fitted on the H100's autotune timings) one CTA per cluster."""
-    a = torch.empty((16384, 3072), dtype=torch.bfloat16, device="meta")
-    b = torch.empty((4096, 3072), dtype=torch.bfloat16, device="meta").T
-    c = torch.empty((16384, 4096), dtype=torch.bfloat16, device="meta")
+    """GPT-2's c_attn at 8192 rows (bench/route_tables.py --plan): the H200's table takes the 2-CTA pair at
+    BN 192, the H100's (fitted on the H100's autotune timings) one CTA per cluster at BN 128."""
+    a = torch.empty((8192, 768), dtype=torch.bfloat16, device="meta")
+    b = torch.empty((2304, 768), dtype=torch.bfloat16, device="meta").T
+    c = torch.empty((8192, 2304), dtype=torch.bfloat16, device="meta")
     h200 = dispatch.decide(a, b, c, given=False, device=ASSUMED_DEVICE)
     h100 = dispatch.decide(a, b, c, given=False, device=H100)
-    assert h200.config.cluster == 2 and h100.config.cluster == 1
+    assert (h200.config.cluster, h200.bn) == (2, 192) and (h100.config.cluster, h100.bn) == (1, 128)
 
 
 def test_route_tables_plan_lists_the_picks_that_differ(capsys):
@@ -80,9 +80,26 @@ def test_route_tables_plan_lists_the_picks_that_differ(capsys):
     assert route_tables.main(["--plan", "--table-b", str(TABLE_PATH.parent / "table_h100.json")]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines and all(" -> " in ln for ln in lines)
-    assert "gemma_7b self_attn.q_proj 16384x4096x3072: 128x256 2 CTAs split tail -> 128x256 1 CTA split none" in lines
+    assert "gpt2 attn.c_attn 8192x2304x768 bf16: 128x192 2 CTAs split none -> 128x128 1 CTA split none" in lines
     assert route_tables.main(["--plan", "--table-b", str(TABLE_PATH)]) == 0
     assert capsys.readouterr().out == ""
     assert route_tables.main(["--plan"]) == 2
     assert route_tables.main(["--plan", "--dtypes", "fp32", "--table-b", str(TABLE_PATH)]) == 2
-    assert len(capsys.readouterr().err.strip().splitlines()) == 2
+    assert route_tables.main(["--plan", "--budget", "0", "--table-b", str(TABLE_PATH)]) == 2
+    assert route_tables.main(["--plan", "-o", "x.json", "--table-b", str(TABLE_PATH)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 4
+
+
+def test_cost_model_finds_a_devices_table_once(monkeypatch):
+    """The device name's table is looked up once, not per decide (heuristic.device_tables reads the folder)."""
+    from gemm_ladder.dispatch import heuristic
+
+    dispatch.clear_cache()
+    calls = []
+    real = heuristic.table_path_for
+    monkeypatch.setattr(dispatch, "table_path_for", lambda name: calls.append(name) or real(name))
+    for _ in range(3):
+        dispatch.cost_model(H100)
+        dispatch.cost_model()
+    assert calls == ["NVIDIA H100 80GB HBM3", None]
+    dispatch.clear_cache()

@@ -120,3 +120,16 @@ def test_table_fit_keeps_the_base_where_a_build_has_few_samples():
 def test_write_table_needs_devices(tmp_path, capsys):
     assert rr.main(["--results", H100_GLOB, "--write-table", str(tmp_path / "t.json")]) == 2
     assert "go together" in capsys.readouterr().err
+    assert rr.main(["--results", H100_GLOB, "--write-table", str(tmp_path / "t.json"), "--devices", " , "]) == 2
+    assert rr.main(["--results", H100_GLOB, "--write-table", str(tmp_path / "no" / "t.json"), "--devices", "X"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "name the device" in err[0] and "--write-table" in err[1]
+
+
+def test_the_one_cta_scale_is_left_at_1_within_the_tolerance():
+    """table_fit writes a fitted one-CTA scale within CLUSTER1_TOLERANCE of 1 as 1.0 (BN 256 and 192 on the
+    H100: 0.974 and 0.991), and keeps one outside it (BN 128: 0.92)."""
+    model = rr.table_fit(rr.load_samples(H100_GLOB), rr.load_table(), "test")
+    assert model.cluster1_k_iter_scale[256] == model.cluster1_k_iter_scale[192] == 1.0
+    assert "within 3% of the pair" in model.rules["cluster1_k_iter_scale[256]"]
+    assert model.cluster1_k_iter_scale[128] < 1 - rr.CLUSTER1_TOLERANCE

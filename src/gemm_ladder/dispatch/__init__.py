@@ -35,14 +35,22 @@ _tune_lock = threading.Lock()  # one autotune timing at a time (dispatch/autotun
 TUNED_CACHE_SIZE = 4096
 _tuned: dict = {}
 _models: dict = {}  # table path -> CostModel
+_table_paths: dict = {}  # device name (None: none to ask) -> table path
 _tiles: TilesRule | None = None
 
 
 def cost_model(device: DeviceFacts | None = None) -> CostModel:
     """The package's cost model for ``device``: the table fitted on a GPU of its name where the package has
     one (dispatch/table_<name>.json, heuristic.table_path_for), else dispatch/table.json (also for None and
-    for a device only assumed: meta tensors); each table read once."""
-    path = table_path_for(None if device is None or device.assumed else device.name)
+    for a device only assumed: meta tensors); each device's table found once and each table read once (every
+    decide asks: no file is read per call)."""
+    name = None if device is None or device.assumed else device.name
+    path = _table_paths.get(name)
+    if path is None:
+        with _lock:
+            if name not in _table_paths:
+                _table_paths[name] = table_path_for(name)
+            path = _table_paths[name]
     model = _models.get(path)
     if model is None:
         with _lock:  # read once: threads deciding at once share one model (its id is in the route key)
@@ -196,6 +204,7 @@ def clear_cache() -> None:
         _routes.clear()
         _tuned.clear()
         _models.clear()
+        _table_paths.clear()
         _tiles = None
     CALLS.clear()
     from gemm_ladder.host import loaded

@@ -127,6 +127,16 @@ def _timed_bns() -> tuple[int, ...]:
     return tuple(bn for bn in general_bns() if bn in timed)
 
 
+def _one_cta_bns() -> tuple[int, ...]:
+    """The timed widths at which a cost table charges one CTA per cluster less than the 2-CTA pair
+    (``cluster1_k_iter_scale`` < 1, table.json or a device's): where the route may take the one-CTA build
+    for a large product."""
+    from gemm_ladder.dispatch.heuristic import TABLE_PATH, device_tables, load_table
+
+    tables = [load_table(path) for path in (TABLE_PATH, *device_tables().values())]
+    return tuple(bn for bn in _timed_bns() if any(t.cluster1_k_iter_scale.get(bn, 1.0) < 1.0 for t in tables))
+
+
 def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLASSES)) -> list[Build]:
     """Every build :func:`gemm_ladder.dispatch.route` can reach for ``dtypes`` in ``classes``
     (:data:`CLASSES`), as the route lists them (:func:`gemm_ladder.dispatch.route.class_configs`): the
@@ -361,8 +371,9 @@ def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CL
     row-major activation, nn.Linear's weight), so one operand order. Per class:
 
     * large: the general kernel's TMA-store build, each timed tile width, N even (its rows are whole
-      16-byte chunks), the direct orientation (a row-major output); and its ping-pong build at
-      dispatch/pingpong.py's widths, for the variants with GELU (the rule's activations);
+      16-byte chunks), the direct orientation (a row-major output); its one-CTA build at the widths where a
+      cost table charges one CTA less than the pair (:func:`_one_cta_bns`: BN 64, and BN 128 on an H100); and
+      its ping-pong build at dispatch/pingpong.py's widths, for the variants with GELU (the rule's activations);
     * unaligned: its build for outputs a TMA store cannot write, N even and odd;
     * small_m: the small-M kernel, every bucket, N even and odd, both orientations (M <= 256 direct;
       N <= 256 < M swapped: the caller's output is the kernel's transpose);
@@ -371,8 +382,8 @@ def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CL
     Not built (compiled at first use): the quantized output's epilogue builds (quantized_out: its plain
     builds only); an MN-major activation (a transposed view passed as x), a
     residual that is not row-major or whose offsets need 64 bits (2^31 elements), a bias or residual
-    not aligned to two elements; the general kernel's one-CTA-per-cluster, 64-row and ping-pong builds (the
-    route takes them at mid-size shapes and, ping-pong, for a fused GELU at short K: their epilogue builds
+    not aligned to two elements; the general kernel's 64-row builds and its one-CTA builds at the other widths
+    (the route takes them at mid-size shapes: their epilogue builds
     compile at first use, or through
     ``gemm_ladder.precompile(model, inputs)`` for a model's own shapes). Raises ValueError for an unknown class,
     dtype or level.
@@ -407,6 +418,9 @@ def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CL
             if cls in classes:
                 kernels += [(f"small-M BN {c.tile[1]} A k B k{fp32}", c, (False, True), (True, False))
                             for c in class_configs(cls, dtype, (), "k", "k") if c.family == "sm90_gemm_small_m"]
+        if "large" in classes:  # the one-CTA build where a cost table ranks it faster than the pair
+            kernels += [(f"general A k B k BN {bn} 1 CTA", general("k", "k", bn, dtype, 1), (False,), (True,))
+                        for bn in _one_cta_bns()]
         if "large" in classes:  # the ping-pong build a fused GELU at short K takes (dispatch/pingpong.py)
             kernels += [(f"general A k B k BM {pingpong.TILE_M} BN {bn} ping-pong 1 CTA",
                          general("k", "k", bn, dtype, pingpong.CLUSTER, pingpong.TILE_M, pingpong=True), (False,), (True,))
