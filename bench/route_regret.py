@@ -22,10 +22,9 @@ Models compared:
   epilogue and the next tile's first loads, which the K iterations do not count) and per split
   iteration's share of the SMs;
 
-* ``per_build_table``: ``per_build`` written in the table's own form (:func:`table_fit`: per width the 2-CTA
-  128-row build's times, the other builds' as the table's scales of them; a value no sample supports is the
-  scored table's), which the route can use as it is; ``--write-table`` writes it (a device's table:
-  dispatch/heuristic.py device_tables);
+* ``per_build_table``: the scored table with this GPU's speed and the ``per_build`` fit's split, fixup and
+  fixed terms (:func:`table_fit`), which the route can use as it is; ``--write-table`` writes it (a device's
+  table: dispatch/heuristic.py device_tables);
 
 each fitted model scored leave-one-shape-out (fitted without the shape it ranks) and in-sample. The
 candidates of a row are its measured general configurations the route may rank (one CTA per cluster:
@@ -163,27 +162,27 @@ def fit(samples: list[Sample], builds: list[tuple], tiles: bool):
     return lambda s: float(np.dot(features(s, builds, tiles), coef))
 
 
-#: table_fit: the samples a build's whole (or split) iteration time needs before the fit's value replaces the base
-#: table's. The autotune times each shape's leading candidates only, so a build timed on a few small shapes
-#: (where it won) has a time per iteration that does not hold where it was never a candidate: fitted from 4-5
-#: such samples on the H100, BN 64 came out as fast per FLOP as BN 256 and took 16384-row shapes.
+#: table_fit: the samples a split iteration time needs before the fit's value replaces the base table's. The
+#: autotune times each shape's leading candidates only, so a build timed on a few shapes where it won has a time
+#: per iteration that does not hold where it was never a candidate.
 MIN_SAMPLES = 20
-#: table_fit: a fitted one-CTA scale (``cluster1_k_iter_scale``) within this of 1 is written as 1.0, as table.json
-#: leaves the 0.97-1.06 it measured at BN 128-256 (heuristic.rank): a difference the timings do not resolve, where
-#: taking one CTA would also take the route off the 2-CTA builds whose epilogue builds precompile ships.
-CLUSTER1_TOLERANCE = 0.03
 
 
 def table_fit(samples: list[Sample], base, provenance: str, min_samples: int = MIN_SAMPLES):
-    """The ``per_build`` fit written in the cost table's form (heuristic.CostModel), so that the route can use
-    it: per tile width, the 2-CTA 128-row build's whole and split iteration times (``k_iter_us``,
-    ``split_k_iter_us``); the other builds' whole iterations as the table's scales of it (one CTA:
-    ``cluster1_k_iter_scale``; 64 rows: ``bm64_k_iter_scale``, which the table applies to split iterations
-    too; both: ``cluster1_bm64_k_iter_scale`` over the 64-row pair); the fixup and the launch's fixed time.
-    A time fewer than ``min_samples`` samples support (or fitted <= 0) is ``base``'s (the table it replaces)
-    times this device's speed against it (the geometric mean over the samples of the measured time over
-    ``base``'s prediction); a scale they do not support is ``base``'s; ``rules`` says which are which."""
-    from gemm_ladder.dispatch.heuristic import CostModel
+    """A cost table (heuristic.CostModel) for the GPU the samples were timed on, from ``base`` (the table it
+    replaces): the whole K iterations ``base``'s times this device's speed against it (the geometric mean over
+    the samples of the measured time over ``base``'s prediction: ``rules["device_over_base"]``) and ``base``'s
+    one-CTA and 64-row scales; the split iterations (``split_k_iter_us``: the 2-CTA 128-row build's, per width),
+    the fixup and the launch's fixed time from the ``per_build`` fit. A split time fewer than ``min_samples``
+    samples support, or any value fitted <= 0, is ``base``'s times the speed; ``rules`` says which are which.
+
+    Why not the whole iterations too: fitted per build (one time per K iteration), the H100's timings made BN
+    128 with one CTA per cluster as cheap per column as the BN 256 pair, and such a table took 10 large layer
+    shapes (16384 rows, 32064-256000 columns) to a build the same timings show 5-18% slower than the pair at
+    the large shapes where both were timed (2048 x 152064 x 3584: 0.82x); the autotune had not timed it there.
+    The split terms are where the H200's table was furthest off on the H100 (gemma-7b's down_proj at 511 rows:
+    its split "all" at 180 us against 120 for a whole-tile build)."""
+    from dataclasses import replace
 
     builds = sorted({s.build for s in samples})
     coef, seen = fit_coef(samples, builds, False)
@@ -193,46 +192,23 @@ def table_fit(samples: list[Sample], base, provenance: str, min_samples: int = M
     speed = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else 1.0
     rules = {"device_over_base": f"{speed:.4f}: the geometric mean of measured / the base table's prediction over "
                                  f"{len(ratios)} samples"}
-
-    def coefficient(build, split: bool):
-        i = col.get(build)
-        if i is None or seen[i + split] < min_samples or coef[i + split] <= 0:
-            return None
-        return float(coef[i + split])
-
-    k_iter, split_iter, c1, bm64, c1bm64 = {}, {}, {}, {}, {}
+    split_iter = {}
     for bn in sorted(base.k_iter_us, reverse=True):
-        w = coefficient((bn, 128, 2), False)
-        k_iter[bn] = w if w is not None else base.k_iter_us[bn] * speed
-        sp = coefficient((bn, 128, 2), True)
-        split_iter[bn] = sp if sp is not None else base.split_k_iter_us[bn] * speed
-        for name, d, v, fallback in (
-                ("cluster1_k_iter_scale", c1, coefficient((bn, 128, 1), False), base.cluster1_k_iter_scale),
-                ("bm64_k_iter_scale", bm64, coefficient((bn, 64, 2), False), base.bm64_k_iter_scale)):
-            if v is not None and w is not None:
-                d[bn] = v / w
-                rules[f"{name}[{bn}]"] = "fitted"
-                if name == "cluster1_k_iter_scale" and abs(d[bn] - 1.0) < CLUSTER1_TOLERANCE:
-                    rules[f"{name}[{bn}]"] = f"fitted {d[bn]:.3f}, within {CLUSTER1_TOLERANCE:.0%} of the pair: 1.0"
-                    d[bn] = 1.0
-            else:
-                if bn in fallback:
-                    d[bn] = fallback[bn]
-                rules[f"{name}[{bn}]"] = "the base table's"
-        one, pair = coefficient((bn, 64, 1), False), coefficient((bn, 64, 2), False)
-        if one is not None and pair is not None:
-            c1bm64[bn] = one / pair
-        elif bn in base.cluster1_bm64_k_iter_scale:
-            c1bm64[bn] = base.cluster1_bm64_k_iter_scale[bn]
-        rules[f"cluster1_bm64_k_iter_scale[{bn}]"] = "fitted" if one is not None and pair is not None else "the base table's"
-        rules[f"k_iter_us[{bn}]"] = "fitted" if w is not None else "the base table's x device_over_base"
-        rules[f"split_k_iter_us[{bn}]"] = "fitted" if sp is not None else "the base table's x device_over_base"
+        i = col.get((bn, 128, 2))
+        fitted = i is not None and seen[i + 1] >= min_samples and coef[i + 1] > 0
+        split_iter[bn] = float(coef[i + 1]) if fitted else base.split_k_iter_us[bn] * speed
+        rules[f"k_iter_us[{bn}]"] = "the base table's x device_over_base"
+        rules[f"split_k_iter_us[{bn}]"] = "fitted" if fitted else "the base table's x device_over_base"
     tail = [float(v) for v in coef[-3:]]
     fixup, per_contributor, fixed = (v if v > 0 else b * speed for v, b in
                                      zip(tail, (base.fixup_us, base.fixup_contributor_us, base.fixed_us)))
     for name, v in zip(("fixup_us", "fixup_contributor_us", "fixed_us"), tail):
         rules[name] = "fitted" if v > 0 else "the base table's x device_over_base"
-    return CostModel(k_iter, split_iter, fixup, fixed, provenance, rules, per_contributor, c1, bm64, c1bm64)
+    for name in ("cluster1_k_iter_scale", "bm64_k_iter_scale", "cluster1_bm64_k_iter_scale"):
+        rules[name] = "the base table's"
+    return replace(base, k_iter_us={bn: v * speed for bn, v in base.k_iter_us.items()}, split_k_iter_us=split_iter,
+                   fixup_us=fixup, fixup_contributor_us=per_contributor, fixed_us=fixed, provenance=provenance,
+                   rules=rules)
 
 
 def rows_of(samples: list[Sample]) -> dict[str, list[Sample]]:

@@ -2,7 +2,7 @@
 should route this device's calls.
 
     python bench/route_tables.py [--table-a TABLE.json] [--table-b TABLE.json] [--dtypes bf16] [--budget S]
-                                 [--plan] [-o OUT.json]
+                                 [--plan [--timings GLOB]] [-o OUT.json]
 
 For every plain linear layer of bench/shapes_real.py's models at each of their M (each (M, N, K) once:
 ``x (M, K) @ w (N, K)^T``, w an ``nn.Parameter`` as a model holds it), the route each table chooses
@@ -13,7 +13,10 @@ output is checked against float64 first (relative Frobenius error <= 2e-2).
 
 ``--table-a`` defaults to dispatch/table.json (fitted on the H200), ``--table-b`` to the table the package
 takes for this GPU (dispatch.cost_model: dispatch/table_<name>.json where one names it). ``--plan``: no GPU,
-meta tensors (the H200's 132 SMs assumed): the rows whose picks differ, nothing timed.
+meta tensors (132 SMs, the H200's and the H100's): the rows whose picks differ, nothing timed; with ``--timings
+GLOB`` (bench/shapes_real.py --autotune results), each such row whose two picks that run's autotune timed
+gets their ratio (a's time over b's: warm L2, the model's leading candidates only), and a last line their
+geometric mean.
 
 Rows: ``{model, layer, M, N, K, dtype, pick_a, pick_b, us_a, us_b, us_cublas, ratio_b_over_a (us_a / us_b:
 > 1, table b's pick faster), ratio_cublas_a, ratio_cublas_b (cuBLAS's time over the pick's)}``; the summary
@@ -67,6 +70,23 @@ def describe(route) -> str:
     from gemm_ladder.dispatch import autotune
 
     return autotune.label(route) if route.kind == "general" else f"{route.kind} {route.bn}"
+
+
+def autotune_timings(pattern: str) -> dict:
+    """(M, N, K, dtype) -> {candidate label: median us} from bench/shapes_real.py --autotune results: each plain
+    row's timed candidates (dispatch/autotune.py's labels, the ones describe() gives; a candidate that raised
+    left out)."""
+    import glob
+    import json
+
+    out = {}
+    for f in sorted(glob.glob(pattern)):
+        for r in json.loads(Path(f).read_text()).get("rows", []):
+            t = r.get("tuning") or {}
+            if r.get("epilogue") is None and t.get("state") == "tuned" and "same_as" not in r:
+                out[(r["M"], r["N"], r["K"], r["dtype"])] = {
+                    label: us for label, us in zip(t["candidates"], t["times_us"]) if us is not None}
+    return out
 
 
 def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
@@ -132,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtypes", default="bf16", help="comma list of bf16, fp16")
     p.add_argument("--budget", type=float, default=0.05, help="timing budget per callable and row, seconds")
     p.add_argument("--plan", action="store_true", help="no GPU: the rows whose picks differ, on meta tensors")
+    p.add_argument("--timings", default=None,
+                   help="with --plan: bench/shapes_real.py --autotune results (a glob) whose timed candidates price "
+                        "both picks where both were timed")
     add_output_argument(p)
     args = p.parse_args(argv)
     dtypes = [d for d in args.dtypes.split(",") if d]
@@ -162,13 +185,24 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         print(f"bench/route_tables.py: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    rows, ok = [], True
+    if args.timings and not args.plan:
+        print("bench/route_tables.py: --timings goes with --plan", file=sys.stderr)
+        return 2
+    timed = autotune_timings(args.timings) if args.timings else {}
+    if args.timings and not timed:
+        print(f"bench/route_tables.py: --timings {args.timings!r}: no autotune timings there", file=sys.stderr)
+        return 2
+    rows, ok, priced = [], True, []
     for row in shapes(dtypes):
         if args.plan:
             routes, _ = picks(row, (table_a, table_b), "meta")
             la, lb = describe(routes[0]), describe(routes[1])
             if la != lb:
-                print(f"{row['model']} {row['layer']} {row['M']}x{row['N']}x{row['K']} {row['dtype']}: {la} -> {lb}")
+                times = timed.get((row["M"], row["N"], row["K"], row["dtype"]), {})
+                price = f"  timed: x{times[la] / times[lb]:.3f}" if la in times and lb in times else ""
+                if price:
+                    priced.append(times[la] / times[lb])
+                print(f"{row['model']} {row['layer']} {row['M']}x{row['N']}x{row['K']} {row['dtype']}: {la} -> {lb}{price}")
             continue
         row, good = measure(row, (table_a, table_b), args.budget)
         ok &= good
@@ -177,6 +211,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row['model']} {row['layer']} {row['M']}x{row['N']}x{row['K']} {row['dtype']}: {row['pick_a']} "
               f"{row['ratio_cublas_a']:.3f}x cuBLAS{flag}{'' if good else '  WRONG'}", flush=True)
     if args.plan:
+        if args.timings:
+            print(f"{len(priced)} changed picks timed by the autotune: table b's over a's, "
+                  f"{geomean(priced) or float('nan'):.3f}x (geometric mean of a's time over b's)"
+                  + (f", {min(priced):.3f}x to {max(priced):.3f}x" if priced else ""))
         return 0
     summary = summarize(rows)
     print(f"{summary['rows_differing']} of {summary['rows']} picks differ; table b over a: "

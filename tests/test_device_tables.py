@@ -58,14 +58,16 @@ def test_two_tables_claiming_one_device_are_refused(tmp_path):
 
 
 def test_a_route_is_decided_with_its_devices_table():
-    """GPT-2's c_attn at 8192 rows (bench/route_tables.py --plan): the H200's table takes the 2-CTA pair at
-    BN 192, the H100's (fitted on the H100's autotune timings) one CTA per cluster at BN 128."""
-    a = torch.empty((8192, 768), dtype=torch.bfloat16, device="meta")
-    b = torch.empty((2304, 768), dtype=torch.bfloat16, device="meta").T
-    c = torch.empty((8192, 2304), dtype=torch.bfloat16, device="meta")
+    """gemma-7b's down_proj at 511 rows (bench/route_tables.py --plan): the H200's table splits the 2-CTA BN 192
+    pair's K over every cluster ("all"), the H100's (split iterations fitted on the H100's autotune timings,
+    where that split took 180 us and the 64-row one-CTA BN 192 build 120) takes the latter whole."""
+    a = torch.empty((511, 24576), dtype=torch.bfloat16, device="meta")
+    b = torch.empty((3072, 24576), dtype=torch.bfloat16, device="meta").T
+    c = torch.empty((511, 3072), dtype=torch.bfloat16, device="meta")
     h200 = dispatch.decide(a, b, c, given=False, device=ASSUMED_DEVICE)
     h100 = dispatch.decide(a, b, c, given=False, device=H100)
-    assert (h200.config.cluster, h200.bn) == (2, 192) and (h100.config.cluster, h100.bn) == (1, 128)
+    assert (h200.config.cluster, h200.bn, dict(h200.options).get("split")) == (2, 192, "all")
+    assert (h100.config.cluster, h100.config.tile[0], h100.bn, dict(h100.options).get("split")) == (1, 64, 192, "none")
 
 
 def test_route_tables_plan_lists_the_picks_that_differ(capsys):
@@ -80,14 +82,20 @@ def test_route_tables_plan_lists_the_picks_that_differ(capsys):
     assert route_tables.main(["--plan", "--table-b", str(TABLE_PATH.parent / "table_h100.json")]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines and all(" -> " in ln for ln in lines)
-    assert "gpt2 attn.c_attn 8192x2304x768 bf16: 128x192 2 CTAs split none -> 128x128 1 CTA split none" in lines
+    assert "gemma_7b mlp.down_proj 511x3072x24576 bf16: 128x192 2 CTAs split all -> 64x192 1 CTA split none" in lines
+    timings = str(TABLE_PATH.parents[3] / "bench" / "results" / "2026-12-05_shapes_real_bf16_autotune_h100_6d06324.json")
+    assert route_tables.main(["--plan", "--table-b", str(TABLE_PATH.parent / "table_h100.json"), "--timings", timings]) == 0
+    priced = capsys.readouterr().out.strip().splitlines()
+    assert priced[-1].startswith("18 changed picks timed by the autotune") and "1.055x" in priced[-1]
+    assert "gemma_7b mlp.down_proj 511x3072x24576 bf16: 128x192 2 CTAs split all -> 64x192 1 CTA split none  timed: x1.497" in priced
     assert route_tables.main(["--plan", "--table-b", str(TABLE_PATH)]) == 0
     assert capsys.readouterr().out == ""
     assert route_tables.main(["--plan"]) == 2
     assert route_tables.main(["--plan", "--dtypes", "fp32", "--table-b", str(TABLE_PATH)]) == 2
     assert route_tables.main(["--plan", "--budget", "0", "--table-b", str(TABLE_PATH)]) == 2
     assert route_tables.main(["--plan", "-o", "x.json", "--table-b", str(TABLE_PATH)]) == 2
-    assert len(capsys.readouterr().err.strip().splitlines()) == 4
+    assert route_tables.main(["--plan", "--timings", "/nowhere/*.json", "--table-b", str(TABLE_PATH)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 5
 
 
 def test_cost_model_finds_a_devices_table_once(monkeypatch):

@@ -372,7 +372,7 @@ def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CL
 
     * large: the general kernel's TMA-store build, each timed tile width, N even (its rows are whole
       16-byte chunks), the direct orientation (a row-major output); its one-CTA build at the widths where a
-      cost table charges one CTA less than the pair (:func:`_one_cta_bns`: BN 64, and BN 128 on an H100); and
+      cost table charges one CTA less than the pair (:func:`_one_cta_bns`: BN 64 in the shipped tables); and
       its ping-pong build at dispatch/pingpong.py's widths, for the variants with GELU (the rule's activations);
     * unaligned: its build for outputs a TMA store cannot write, N even and odd;
     * small_m: the small-M kernel, every bucket, N even and odd, both orientations (M <= 256 direct;
