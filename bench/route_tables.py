@@ -83,7 +83,8 @@ def autotune_timings(pattern: str) -> dict:
     for f in sorted(glob.glob(pattern)):
         for r in json.loads(Path(f).read_text()).get("rows", []):
             t = r.get("tuning") or {}
-            if r.get("epilogue") is None and t.get("state") == "tuned" and "same_as" not in r:
+            if (r.get("epilogue") is None and t.get("state") == "tuned" and "same_as" not in r and r.get("ok")
+                    and r.get("tuned_ok") is not False):
                 out[(r["M"], r["N"], r["K"], r["dtype"])] = {
                     label: us for label, us in zip(t["candidates"], t["times_us"]) if us is not None}
     return out
@@ -167,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.plan and args.output:
         print("bench/route_tables.py: --plan times nothing and writes no result; drop -o", file=sys.stderr)
         return 2
+    if args.timings is not None and not args.plan:
+        print("bench/route_tables.py: --timings goes with --plan", file=sys.stderr)
+        return 2
     from gemm_ladder import dispatch
     from gemm_ladder.dispatch.heuristic import TABLE_PATH, load_table
 
@@ -185,13 +189,16 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         print(f"bench/route_tables.py: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    if args.timings and not args.plan:
-        print("bench/route_tables.py: --timings goes with --plan", file=sys.stderr)
-        return 2
-    timed = autotune_timings(args.timings) if args.timings else {}
-    if args.timings and not timed:
-        print(f"bench/route_tables.py: --timings {args.timings!r}: no autotune timings there", file=sys.stderr)
-        return 2
+    timed = {}
+    if args.timings is not None:
+        try:
+            timed = autotune_timings(args.timings)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            print(f"bench/route_tables.py: --timings {args.timings!r}: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+        if not timed:
+            print(f"bench/route_tables.py: --timings {args.timings!r}: no autotune timings there", file=sys.stderr)
+            return 2
     rows, ok, priced = [], True, []
     for row in shapes(dtypes):
         if args.plan:
@@ -212,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['ratio_cublas_a']:.3f}x cuBLAS{flag}{'' if good else '  WRONG'}", flush=True)
     if args.plan:
         if args.timings:
-            print(f"{len(priced)} changed picks timed by the autotune: table b's over a's, "
-                  f"{geomean(priced) or float('nan'):.3f}x (geometric mean of a's time over b's)"
+            print(f"{len(priced)} changed picks timed by the autotune: table b's pick "
+                  f"{geomean(priced) or float('nan'):.3f}x faster than a's (geometric mean of a's time over b's)"
                   + (f", {min(priced):.3f}x to {max(priced):.3f}x" if priced else ""))
         return 0
     summary = summarize(rows)

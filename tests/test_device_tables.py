@@ -5,6 +5,7 @@ device's table (the H100's picks one CTA where the H200's table picks the 2-CTA 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -83,10 +84,11 @@ def test_route_tables_plan_lists_the_picks_that_differ(capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines and all(" -> " in ln for ln in lines)
     assert "gemma_7b mlp.down_proj 511x3072x24576 bf16: 128x192 2 CTAs split all -> 64x192 1 CTA split none" in lines
-    timings = str(TABLE_PATH.parents[3] / "bench" / "results" / "2026-12-05_shapes_real_bf16_autotune_h100_6d06324.json")
+    timings = str(Path(__file__).resolve().parents[1] / "bench" / "results"
+                  / "2026-12-05_shapes_real_bf16_autotune_h100_6d06324.json")
     assert route_tables.main(["--plan", "--table-b", str(TABLE_PATH.parent / "table_h100.json"), "--timings", timings]) == 0
     priced = capsys.readouterr().out.strip().splitlines()
-    assert priced[-1].startswith("18 changed picks timed by the autotune") and "1.055x" in priced[-1]
+    assert priced[-1].startswith("18 changed picks timed by the autotune") and "1.055x faster" in priced[-1]
     assert "gemma_7b mlp.down_proj 511x3072x24576 bf16: 128x192 2 CTAs split all -> 64x192 1 CTA split none  timed: x1.497" in priced
     assert route_tables.main(["--plan", "--table-b", str(TABLE_PATH)]) == 0
     assert capsys.readouterr().out == ""
@@ -95,7 +97,11 @@ def test_route_tables_plan_lists_the_picks_that_differ(capsys):
     assert route_tables.main(["--plan", "--budget", "0", "--table-b", str(TABLE_PATH)]) == 2
     assert route_tables.main(["--plan", "-o", "x.json", "--table-b", str(TABLE_PATH)]) == 2
     assert route_tables.main(["--plan", "--timings", "/nowhere/*.json", "--table-b", str(TABLE_PATH)]) == 2
-    assert len(capsys.readouterr().err.strip().splitlines()) == 5
+    assert route_tables.main(["--timings", timings]) == 2  # without --plan: refused before asking for a GPU
+    bad = Path(__file__).resolve().parent / "conftest.py"  # not JSON
+    assert route_tables.main(["--plan", "--timings", str(bad), "--table-b", str(TABLE_PATH)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 7 and "goes with --plan" in err[5] and "JSONDecodeError" in err[6]
 
 
 def test_cost_model_finds_a_devices_table_once(monkeypatch):
