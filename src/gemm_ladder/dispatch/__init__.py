@@ -94,7 +94,8 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
     residues mod 16. ``model``/``tiles``: the cost model and the small-M M-tile rule (default: the
     package's tables, the cost model the one for ``device``: :func:`cost_model`). ``activation``: the
     activation a ``linear`` call fuses (None: none), which may take the general kernel's ping-pong build
-    (dispatch/pingpong.py). ``narrow``: the fused epilogue reads a residual or a float32 bias, which narrows a quantized (e4m3) output's tiles (route.QUANTIZED_NARROW_MAX_BN).
+    (dispatch/pingpong.py). ``narrow``: the fused epilogue reads a residual or a float32 bias, which narrows a
+    quantized (e4m3) output's tiles (route.QUANTIZED_NARROW_MAX_BN).
     With autotune on (dispatch/autotune.py), a general route is the fastest of the model's leading
     candidates timed on these tensors (``route.tuning`` says which and their times); ``tune`` False (what
     ``explain`` passes) times nothing: on CUDA tensors the model's choice comes back, kept by no cache,

@@ -219,8 +219,8 @@ def device_tables(directory: Path = TABLE_PATH.parent) -> dict[str, Path]:
 def table_path_for(device_name: str | None, directory: Path = TABLE_PATH.parent) -> Path:
     """The cost table for a device of that name: the table fitted on it (:func:`device_tables`), else
     table.json (``device_name`` None: no device to ask, the table.json one)."""
-    return device_tables(directory).get(device_name, Path(directory) / TABLE_PATH.name) if device_name else \
-        Path(directory) / TABLE_PATH.name
+    default = Path(directory) / TABLE_PATH.name
+    return device_tables(directory).get(device_name, default) if device_name else default
 
 
 @dataclass(frozen=True)

@@ -117,24 +117,28 @@ def config_build(config, label: str | None = None) -> Build:
     return Build(label or config_label(config), lambda: fam.build(config), load)
 
 
-def _timed_bns() -> tuple[int, ...]:
-    """The general kernel's widths the route can reach: those a cost table times (route.choose), table.json
-    or one fitted on another GPU (heuristic.device_tables)."""
+def _shipped_tables() -> list:
+    """The package's cost tables: table.json and those fitted on other GPUs (heuristic.device_tables)."""
     from gemm_ladder.dispatch.heuristic import TABLE_PATH, device_tables, load_table
+
+    return [load_table(path) for path in (TABLE_PATH, *device_tables().values())]
+
+
+def _timed_bns(tables: list | None = None) -> tuple[int, ...]:
+    """The general kernel's widths the route can reach: those a cost table times (route.choose), table.json
+    or one fitted on another GPU (``tables``: default :func:`_shipped_tables`)."""
     from gemm_ladder.dispatch.kernels import general_bns
 
-    timed = {bn for path in (TABLE_PATH, *device_tables().values()) for bn in load_table(path).k_iter_us}
+    timed = {bn for t in (tables if tables is not None else _shipped_tables()) for bn in t.k_iter_us}
     return tuple(bn for bn in general_bns() if bn in timed)
 
 
-def _one_cta_bns() -> tuple[int, ...]:
-    """The timed widths at which a cost table charges one CTA per cluster less than the 2-CTA pair
-    (``cluster1_k_iter_scale`` < 1, table.json or a device's): where the route may take the one-CTA build
-    for a large product."""
-    from gemm_ladder.dispatch.heuristic import TABLE_PATH, device_tables, load_table
-
-    tables = [load_table(path) for path in (TABLE_PATH, *device_tables().values())]
-    return tuple(bn for bn in _timed_bns() if any(t.cluster1_k_iter_scale.get(bn, 1.0) < 1.0 for t in tables))
+def _one_cta_bns(tables: list | None = None) -> tuple[int, ...]:
+    """The timed widths at which a cost table (``tables``: default :func:`_shipped_tables`) charges one CTA per
+    cluster less than the 2-CTA pair (``cluster1_k_iter_scale`` < 1): where the route may take the one-CTA
+    build for a large product."""
+    tables = tables if tables is not None else _shipped_tables()
+    return tuple(bn for bn in _timed_bns(tables) if any(t.cluster1_k_iter_scale.get(bn, 1.0) < 1.0 for t in tables))
 
 
 def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLASSES)) -> list[Build]:
@@ -400,7 +404,8 @@ def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CL
             raise ValueError(f"dtype {d!r}: the library computes {', '.join(DTYPES)}")
     if not variants:
         return []
-    bns = _timed_bns()
+    tables = _shipped_tables()
+    bns, one_cta_bns = _timed_bns(tables), _one_cta_bns(tables)
     builds = []
     for dtype in dtypes:
         # (label, config, swaps, parities): K-major x and weight, as a forward linear passes them.
@@ -420,7 +425,7 @@ def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CL
                             for c in class_configs(cls, dtype, (), "k", "k") if c.family == "sm90_gemm_small_m"]
         if "large" in classes:  # the one-CTA build where a cost table ranks it faster than the pair
             kernels += [(f"general A k B k BN {bn} 1 CTA", general("k", "k", bn, dtype, 1), (False,), (True,))
-                        for bn in _one_cta_bns()]
+                        for bn in one_cta_bns]
         if "large" in classes:  # the ping-pong build a fused GELU at short K takes (dispatch/pingpong.py)
             kernels += [(f"general A k B k BM {pingpong.TILE_M} BN {bn} ping-pong 1 CTA",
                          general("k", "k", bn, dtype, pingpong.CLUSTER, pingpong.TILE_M, pingpong=True), (False,), (True,))

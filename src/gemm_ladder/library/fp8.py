@@ -753,7 +753,11 @@ def scale_b_rule(scale_mode: str, k: int | None, split: bool = False) -> tuple[s
 
 def scale_b_source(scale_mode: str, k: int | None, split: bool = False) -> dict[str, bool]:
     """:func:`scale_b_rule`'s choice as the Fp8Kernel fields (none for the other scalings)."""
-    read, _ = scale_b_rule(scale_mode, k, split)
+    return _scale_b_fields(scale_b_rule(scale_mode, k, split)[0])
+
+
+def _scale_b_fields(read: str | None) -> dict[str, bool]:
+    """The Fp8Kernel fields of a scale_b read ("shared", "ahead", "in-block"; None: none)."""
     return {} if read is None else {"scale_b_shared": read == "shared", "scale_b_ahead": read == "ahead"}
 
 
@@ -772,8 +776,7 @@ def default_build(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, bias: to
     scale_b_read, scale_b_reason = scale_b_rule(call.scale_mode, call.k, plan.tail_units > 0)
     kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
                        out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn, overlap=OVERLAP_PROMOTION,
-                       store=store, split=plan.tail_units > 0, bm=bm,
-                       scale_b_shared=scale_b_read == "shared", scale_b_ahead=scale_b_read == "ahead")
+                       store=store, split=plan.tail_units > 0, bm=bm, **_scale_b_fields(scale_b_read))
     return kernel, plan, {"tile_m": tile_m_reason, "store": store_reason, "split": split_reason,
                           "scale_b": scale_b_reason}
 
