@@ -68,7 +68,7 @@ from gemm_ladder.contract import DTYPES, reference
 from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import measure_dram_bandwidth, time_fns
 from gemm_ladder.shapes import SHAPE_SETS, gemm_min_bytes
-from suite import RESULTS, add_output_argument, require_gpu, result_name, save
+from suite import RESULTS, add_output_argument, cost_table_provenance, require_gpu, result_name, save
 from suite import meta as suite_meta
 
 CLASSES = ("square", "llm", "layouts", "unaligned", "small_m", "mid")
@@ -585,7 +585,7 @@ def main() -> int:
         return sanitize(args.sanitize_only)
     if args.forced:
         rows = forced(args.dtype, shapes, 0.1)
-        save({"forced": rows, "table_provenance": dispatch.cost_model(dispatch.device_facts(torch.device("cuda"))).provenance}, "library_forced", args.output)
+        save({"forced": rows, "table_provenance": cost_table_provenance()}, "library_forced", args.output)
         print(forced_markdown(rows))
         return 0
     budget = 0.1 if args.quick else 0.3
@@ -604,7 +604,7 @@ def main() -> int:
     result["build_failures"] = failed
     copy_gbs = measure_dram_bandwidth("cuda") if "small_m" in classes else None
     result["copy_gbs"] = copy_gbs
-    result["table_provenance"] = dispatch.cost_model(dispatch.device_facts(torch.device("cuda"))).provenance
+    result["table_provenance"] = cost_table_provenance()
     rows = []
     for cls in classes:
         rows += run_class(cls, args.dtype, args.quick, budget, copy_gbs)

@@ -34,17 +34,16 @@ from pathlib import Path
 
 import torch
 
-from suite import add_output_argument, require_gpu, save
+from shapes_real import full_cases, geomean
+from suite import add_output_argument, rel_frobenius_err, require_gpu, save
 
 ERR_BOUND = 2e-2
 
 
 def shapes(dtypes: list[str]) -> list[dict]:
     """bench/shapes_real.py's plain rows (every model, layer and M; ``dtypes``), each (M, N, K, dtype) once."""
-    import shapes_real
-
     out, seen = [], set()
-    for c in shapes_real.full_cases(dtypes=tuple(dtypes)):
+    for c in full_cases(dtypes=tuple(dtypes)):
         key = (c.m, c.n, c.k, c.dtype)
         if c.epilogue is None and key not in seen:
             seen.add(key)
@@ -90,14 +89,11 @@ def autotune_timings(pattern: str) -> dict:
     return out
 
 
-def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
-    return ((y.double() - ref).norm() / ref.norm().clamp_min(1e-300)).item()
-
-
 def measure(row: dict, models, budget: float) -> tuple[dict, bool]:
     import torch.nn.functional as F
 
     from gemm_ladder.dispatch import execute
+    from gemm_ladder.timing import time_fns
 
     routes, (x, w, a, b) = picks(row, models, "cuda")
     labels = [describe(r) for r in routes]
@@ -109,30 +105,20 @@ def measure(row: dict, models, budget: float) -> tuple[dict, bool]:
             continue
         c = torch.full((row["M"], row["N"]), float("nan"), dtype=a.dtype, device="cuda")
         execute.run(route, a, b, c)
-        err = rel_err(c, ref)
+        err = rel_frobenius_err(c, ref)
         ok &= math.isfinite(err) and err <= ERR_BOUND
         row[f"err_{name}"] = err
         out = torch.empty_like(c)
         fns[name] = lambda x_, w_, r=route, o=out: execute.run(r, x_, w_.detach().T, o)
     fns["cublas"] = lambda x_, w_: F.linear(x_, w_)
     with torch.no_grad():
-        t = time_fns(fns, x, w, budget)
+        t = time_fns(fns, x, w, budget_s=budget, rounds=3)
     us = {k: v.median_ms * 1e3 for k, v in t.items()}
     us.setdefault("b", us["a"])
     row.update(pick_a=labels[0], pick_b=labels[1], us_a=us["a"], us_b=us["b"], us_cublas=us["cublas"],
                ratio_b_over_a=us["a"] / us["b"], ratio_cublas_a=us["cublas"] / us["a"],
                ratio_cublas_b=us["cublas"] / us["b"])
     return row, ok
-
-
-def time_fns(fns, x, w, budget):
-    from gemm_ladder.timing import time_fns as timed
-
-    return timed(fns, x, w, budget_s=budget, rounds=3)
-
-
-def geomean(values: list[float]) -> float | None:
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
 def summarize(rows: list[dict]) -> dict:

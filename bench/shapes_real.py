@@ -579,7 +579,7 @@ def parse_list(spec: str | None, known: list[str], what: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from suite import add_output_argument, require_gpu, save
+    from suite import add_output_argument, cost_table_provenance, require_gpu, save
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="30 plain and 8 fused rows, shorter timing (about 150 s)")
@@ -615,10 +615,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"target {t['what']}: {state}" + ("" if v is None else f" ({v:.3f})"))
     print(f"{summary['rows_timed']} rows timed, {summary['rows_failed']} failed, {summary['rows_not_run']} not run, "
           f"{summary['wall_s']} s")
-    from gemm_ladder.dispatch import cost_model, device_facts, tiles_rule
+    from gemm_ladder.dispatch import tiles_rule
 
     # The tables the routes came from (a table merged on the machine before the run is not the commit's).
-    tables = {"cost_model": cost_model(device_facts(torch.device("cuda"))).provenance, "small_m": tiles_rule().provenance}
+    tables = {"cost_model": cost_table_provenance(), "small_m": tiles_rule().provenance}
     if args.autotune:
         print(f"autotune: plain geomean vs cuBLAS {summary['plain_geomean_vs_cublas_tuned'] or float('nan'):.3f} "
               f"(default route {summary['plain_geomean_vs_cublas'] or float('nan'):.3f}); over the model's own "

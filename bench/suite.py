@@ -61,6 +61,19 @@ def with_setting(module, name: str, value, fn):
     return run
 
 
+def rel_frobenius_err(got: torch.Tensor, ref: torch.Tensor) -> float:
+    """The relative Frobenius error of ``got`` against ``ref`` (float64): ||got - ref|| / ||ref||."""
+    return float((got.double() - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def cost_table_provenance() -> str:
+    """The provenance of the cost table the package routes this process's CUDA device with (its own where the
+    package has one: gemm_ladder.dispatch.cost_model), for a result to record."""
+    from gemm_ladder import dispatch
+
+    return dispatch.cost_model(dispatch.device_facts(torch.device("cuda"))).provenance
+
+
 class ResultCheck:
     """Results checked one at a time against float64, for scripts that run kernels under a tool (the
     sanitizer drivers): ``check(tag, got, ref)`` prints the relative Frobenius error of ``got`` against
@@ -71,7 +84,7 @@ class ResultCheck:
         self.tol, self.width, self.wrong = tol, width, 0
 
     def __call__(self, tag: str, got: torch.Tensor, ref: torch.Tensor) -> bool:
-        err = float((got.double() - ref).norm() / ref.norm().clamp_min(1e-30))
+        err = rel_frobenius_err(got, ref)
         ok = err <= self.tol and bool(torch.isfinite(got).all())
         self.wrong += not ok
         print(f"{tag:{self.width}s} rel err {err:.2e} {'ok' if ok else 'WRONG'}", flush=True)

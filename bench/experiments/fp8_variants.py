@@ -55,6 +55,7 @@ import torch
 from gemm_ladder.library import fp8
 from gemm_ladder.library.quantized import SCHEME_BLOCKS, dequantize, quantize_fp8
 from gemm_ladder.timing import time_fns
+from fp8 import rel_err  # bench/fp8.py's error measure (not gemm_ladder.library.fp8)
 from suite import add_output_argument, require_gpu, save
 
 ISSUE = ["4096x7168x16384", "4096x4096x4096", "8192x8192x8192", "4096x24576x1536", "128x7168x2048"]
@@ -153,10 +154,6 @@ def builds(shapes, schemes, variants, sms: int) -> list[fp8.Fp8Kernel]:
             out.append(base)
             out += [v for name in variants if (v := variant(base, name)) is not None]
     return list(dict.fromkeys(out))
-
-
-def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
-    return ((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
 
 
 def run_shape(m: int, n: int, k: int, scheme: str, variants: list[str], budget: float,
