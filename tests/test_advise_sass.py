@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gemm_ladder.advise.sass_structure import elf_ints, parse_elf_attributes, parse_sass
+from gemm_ladder.advise.sass_structure import Control, elf_ints, parse_elf_attributes, parse_sass
 
 #: A K loop around HGMMA, a store after it, an EXIT, then an mbarrier retry stub after the last EXIT that
 #: branches back into the body (as ptxas lays them out): the stub must not count as a loop of the kernel.
@@ -101,3 +101,31 @@ def test_parse_elf_attributes_per_function():
     assert elf_ints(attrs["kc"]["EIATTR_CTA_PER_CLUSTER"]) == (2, 1, 1)
     assert elf_ints(attrs["kc"]["EIATTR_MAX_THREADS"]) == (384, 1, 1)
     assert "EIATTR_NOT_MINE" not in attrs["kc"]
+
+
+#: Two promotion FFMAs as cuobjdump prints them (nvcc 13.0, sm_90a, the fp8 kernel's K loop): each line's
+#: encoding, then the high word with its control bits on the line below.
+CONTROL_SASS = """
+\t\tFunction : k
+        /*1d70*/                   FFMA.FTZ R210, R25, R157.reuse, R210 ;  /* 0x0000009d19d27223 */
+                                                                           /* 0x080fe200000100d2 */
+        /*1d80*/                   FFMA.FTZ R209, R28, R157, R209 ;        /* 0x0000009d1cd17223 */
+                                                                           /* 0x000fc200000100d1 */
+        /*1d90*/                   NOP ;
+"""
+
+
+def test_control_bits_decode_stall_yield_and_reuse():
+    first, second, nop = parse_sass(CONTROL_SASS)["k"].instructions
+    # The first keeps R157 (operand slot b) in the reuse cache and does not yield; the second yields and
+    # keeps nothing: ptxas never sets a reuse flag on an instruction that yields.
+    assert first.control == Control(stall=1, yields=False, write_barrier=7, read_barrier=7, wait_mask=0, reuse=2)
+    assert second.control.yields and second.control.reuse == 0 and second.control.stall == 1
+    assert nop.control is None  # no encoding printed
+
+
+def test_decode_takes_each_field_from_its_bits():
+    high = (3 << 41) | (0 << 45) | (2 << 46) | (5 << 49) | (0x21 << 52) | (0b1010 << 58)
+    assert Control.decode(high) == Control(stall=3, yields=True, write_barrier=2, read_barrier=5, wait_mask=0x21,
+                                           reuse=0b1010)
+    assert not Control.decode(1 << 45).yields

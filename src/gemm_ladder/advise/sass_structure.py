@@ -18,6 +18,15 @@ barrier: the count equals ptxas's ``EIATTR_NUM_MBARRIERS`` in every ladder build
 Loops: a backward branch (``BRA`` to an address at or before its own) up to the function's last
 ``EXIT``. ptxas places the retry paths of mbarrier waits after the last ``EXIT`` and branches back
 into the body from there; those are not loops of the kernel's own and are left out.
+
+Scheduling control bits: each 128-bit instruction's high 64-bit word (``cuobjdump`` prints it on the
+line below) carries, in bits 41-61, the stall count, the yield hint, the write and read scoreboard
+barriers, the wait mask and the operand reuse flags (:class:`Control`). NVIDIA does not document them;
+the layout is that of Jia et al., "Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking"
+(2018), section 2.1, which later architectures kept. The yield polarity is read off ptxas's own output:
+it sets reuse flags only on instructions whose bit 45 is 1, and an operand cannot stay in the reuse
+cache across a switch of warps, so a clear bit 45 is the hint to yield (tests/test_advise_sass.py
+checks the reuse flags against the ``.reuse`` markers cuobjdump prints).
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ _FUNCTION = re.compile(r"^\s*Function : (\S+)")
 _INSTR = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)([^;]*);")
 _SPECIAL = re.compile(r"\b(SR_[A-Za-z0-9_]+(?:\.[XYZ])?)")
 _HEX = re.compile(r"0x([0-9a-f]+)")
+_ENCODING = re.compile(r"/\* 0x([0-9a-f]{16}) \*/")
 
 #: The tensor-core instructions: wgmma (Hopper: HGMMA for 16-bit inputs, QGMMA for fp8) and the mma.sync
 #: path (HMMA, pre-Hopper style).
@@ -43,12 +53,31 @@ STORE_OPCODES = ("UTMASTG", "STG")
 
 
 @dataclass(frozen=True)
+class Control:
+    """An instruction's scheduling control bits (the module docstring gives their source)."""
+
+    stall: int  # cycles before the warp issues its next instruction (bits 41-44)
+    yields: bool  # the hint to let another warp issue next (bit 45 clear)
+    write_barrier: int  # scoreboard set when a variable-latency result lands (bits 46-48; 7: none)
+    read_barrier: int  # scoreboard set when the operands have been read (bits 49-51; 7: none)
+    wait_mask: int  # scoreboards waited for before issue (bits 52-57)
+    reuse: int  # operand slots kept in the reuse cache for the next instruction (bits 58-61)
+
+    @classmethod
+    def decode(cls, high: int) -> "Control":
+        return cls(stall=(high >> 41) & 0xF, yields=not (high >> 45) & 1, write_barrier=(high >> 46) & 7,
+                   read_barrier=(high >> 49) & 7, wait_mask=(high >> 52) & 0x3F, reuse=(high >> 58) & 0xF)
+
+
+@dataclass(frozen=True)
 class Instruction:
-    """One SASS instruction: byte address, opcode with its modifiers, operand text."""
+    """One SASS instruction: byte address, opcode with its modifiers, operand text, and its control bits
+    (None where the text did not carry the encoding)."""
 
     address: int
     opcode: str
     operands: str
+    control: Control | None = None
 
     @property
     def base(self) -> str:
@@ -149,11 +178,15 @@ def parse_sass(sass: str) -> dict[str, SassStructure]:
     """``cuobjdump --dump-sass`` text -> {function name: SassStructure} (NOP padding included)."""
     out: dict[str, SassStructure] = {}
     current: SassStructure | None = None
-    for line in sass.splitlines():
+    lines = sass.splitlines()
+    for n, line in enumerate(lines):
         if m := _FUNCTION.match(line):
             current = out.setdefault(m.group(1), SassStructure(m.group(1)))
         elif current is not None and (m := _INSTR.match(line)):
-            current.instructions.append(Instruction(int(m.group(1), 16), m.group(2), m.group(3).strip()))
+            # The encoding's high word: the only hex comment on the next line.
+            high = _ENCODING.fullmatch(lines[n + 1].strip()) if n + 1 < len(lines) else None
+            control = Control.decode(int(high.group(1), 16)) if high else None
+            current.instructions.append(Instruction(int(m.group(1), 16), m.group(2), m.group(3).strip(), control))
     return out
 
 
