@@ -116,14 +116,48 @@ def test_ops_are_registered_and_fakes_give_shape_and_dtype():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():
-        fa = torch.empty((m, k), dtype=E4M3, device="cpu")
-        fb = torch.empty((n, k), dtype=E4M3, device="cpu").T
-        y = torch.ops.gemm_ladder.scaled_mm(fa, fb, torch.empty(()), torch.empty(()), torch.empty(n), torch.bfloat16)
+        fa = torch.empty((m, k), dtype=E4M3, device="cuda")
+        fb = torch.empty((n, k), dtype=E4M3, device="cuda").T
+        s1 = torch.empty((), device="cuda")
+        y = torch.ops.gemm_ladder.scaled_mm(fa, fb, s1, s1, torch.empty(n, device="cuda"), torch.bfloat16)
         assert y.shape == (m, n) and y.dtype == torch.bfloat16
         with pytest.raises(GemmInputError):
-            torch.ops.gemm_ladder.scaled_mm(fa, fb.T, torch.empty(()), torch.empty(()), None, torch.bfloat16)
+            torch.ops.gemm_ladder.scaled_mm(fa, fb.T, s1, s1, None, torch.bfloat16)
+        # CPU tensors: refused at trace time with the launch's rule, not when the compiled graph runs.
+        ca, cb, c1 = torch.empty((m, k), dtype=E4M3), torch.empty((n, k), dtype=E4M3).T, torch.empty(())
+        with pytest.raises(GemmInputError, match="a must be on a cuda device"):
+            torch.ops.gemm_ladder.scaled_mm(ca, cb, c1, c1, None, torch.bfloat16)
+        with pytest.raises(GemmInputError, match="a must be on a cuda device"):
+            torch.ops.gemm_ladder.scaled_mm_fp8(ca, cb, c1, c1, None)
     o = torch.empty((m, n), dtype=torch.bfloat16, device="meta")
     torch.ops.gemm_ladder.scaled_mm_out(a, b, sa, sb, None, torch.bfloat16, o)
+    # The functional op returns one tensor: the quantized output (two) is scaled_mm_fp8's, in the fake as in
+    # the real op.
+    with pytest.raises(NotSupportedError, match="scaled_mm_fp8"):
+        torch.ops.gemm_ladder.scaled_mm(a, b, sa, sb, None, E4M3)
+
+
+def test_quantized_output_compiles_with_dynamic_shapes():
+    """The quantized output's fake with a symbolic M (dynamic=True): its buffers' layouts as in eager."""
+    def f(a, b, s1, s2):
+        return gemm_ladder.scaled_mm(a, b.t(), s1, s2, out_dtype=E4M3)
+
+    s1 = torch.empty(1, device="meta")
+    compiled = torch.compile(f, backend="aot_eager", fullgraph=True, dynamic=True)
+    for m in (32, 48):
+        a = torch.empty((m, 32), dtype=E4M3, device="meta")
+        values, scales = compiled(a, torch.empty((300, 32), dtype=E4M3, device="meta"), s1, s1)
+        assert values.shape == (m, 300) and values.stride() == (304, 1)
+        assert scales.shape == (m, 3) and scales.stride() == (1, -(-m // 4) * 4)
+
+
+def test_linear_e4m3_fake_applies_the_extent_rule():
+    from gemm_ladder.errors import OutsideDomainError
+
+    x, w = torch.empty((2, 16), dtype=torch.bfloat16, device="meta"), torch.empty((2**31, 16), dtype=torch.bfloat16,
+                                                                                   device="meta")
+    with pytest.raises(OutsideDomainError):
+        torch.ops.gemm_ladder.linear_e4m3(x, w, None, None, None, 1.0, 1.0)
 
 
 def test_package_exports():

@@ -274,6 +274,18 @@ def test_cpp_autograd_on_meta_tensors(host):
     assert gx.shape == x.shape and gw.shape == w.shape and gx.device.type == "meta"
 
 
+@pytest.mark.parametrize("x_shape, w_shape", [((4, 8), (0, 8)), ((4, 0), (5, 0)), ((2, 3, 0), (5, 0))],
+                         ids=["N=0", "K=0", "3-D K=0"])
+def test_cpp_autograd_linear_with_an_empty_extent(host, x_shape, w_shape):
+    """N or K = 0: the forward is accepted, so the backward must be too (a reshape to (-1, 0) was not)."""
+    x = torch.empty(x_shape, dtype=BF16, device="meta", requires_grad=True)
+    w = torch.empty(w_shape, dtype=BF16, device="meta", requires_grad=True)
+    y = OPS.linear(x, w, None, None)
+    assert "LinearFunction" in type(y.grad_fn).__name__ + y.grad_fn.name()
+    gx, gw = torch.autograd.grad(y, (x, w), torch.empty_like(y))
+    assert gx.shape == x.shape and gw.shape == w.shape
+
+
 def test_api_takes_the_entries_for_plain_tensors_and_the_op_for_subclasses(monkeypatch):
     """gemm_ladder.mm/linear with the host in use: plain tensors and Parameters go to the module's
     typed entries, a subclass (here a FakeTensor on CUDA) to the OpOverload, so that a

@@ -122,6 +122,30 @@ def test_fake_linear_with_the_fused_epilogue(fake):
     assert OPS.linear_out(cuda(2, 3, 8), w, cuda(6), cuda(2, 3, 6), out=cuda(2, 3, 6), activation="relu") is None
 
 
+def test_fake_linear_out_takes_k_zero_and_refuses_out_over_an_epilogue_input(fake):
+    # K = 0 (the real op writes epilogue(0)); a reshape to (-1, 0) used to fail in the fake only.
+    assert OPS.linear_out(cuda(2, 0), cuda(5, 0), out=cuda(2, 5)) is None
+    assert OPS.linear_out(cuda(2, 3, 0), cuda(5, 0), cuda(5), out=cuda(2, 3, 5)) is None
+    res = cuda(3, 5)
+    with pytest.raises(NotSupportedError, match="out shares memory with residual"):
+        OPS.linear_out(cuda(3, 8), cuda(5, 8), None, res, out=res)
+    bias = cuda(10)
+    with pytest.raises(NotSupportedError, match="out shares memory with bias"):
+        OPS.linear_out(cuda(2, 8), cuda(5, 8), bias.narrow(0, 0, 5), out=bias.view(2, 5))
+    assert OPS.linear_out(cuda(3, 8), cuda(5, 8), cuda(5), cuda(3, 5), out=cuda(3, 5)) is None  # separate: fine
+
+
+@pytest.mark.parametrize("x_shape, w_shape", [((4, 8), (0, 8)), ((4, 0), (5, 0)), ((2, 3, 0), (5, 0))],
+                         ids=["N=0", "K=0", "3-D K=0"])
+def test_linear_backward_with_an_empty_extent(x_shape, w_shape):
+    """N or K = 0: the forward is accepted, so is the backward (Python's path; test_host.py the C++ one)."""
+    x = torch.empty(x_shape, dtype=BF16, device="meta", requires_grad=True)
+    w = torch.empty(w_shape, dtype=BF16, device="meta", requires_grad=True)
+    y = gemm_ladder.linear(x, w)
+    gx, gw = torch.autograd.grad(y, (x, w), torch.empty_like(y))
+    assert gx.shape == x.shape and gw.shape == w.shape
+
+
 def test_fake_refuses_cpu_tensors_as_the_real_kernel_does():
     with FakeTensorMode():
         a, b = torch.empty(5, 8, dtype=BF16), torch.empty(8, 3, dtype=BF16)

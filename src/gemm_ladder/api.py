@@ -483,12 +483,18 @@ def _linear_out(x, w, bias, *, activation, residual, alpha, beta, out_dtype, out
         mm_direct(x2, w.T, out2, out_dtype)
         return out
     check_mm(x2, w.T, out2, out_dtype, check_grad=False)  # out's device and overlap rules
+    refuse_out_overlap(out, bias, residual)
+    _run_fused(x2, w, out2, call, activation)
+    return out
+
+
+def refuse_out_overlap(out, bias, residual) -> None:
+    """linear's fused epilogue writes ``out`` while it reads ``bias`` and ``residual``: NotSupportedError where
+    ``out`` may share memory with either (works on meta and fake tensors: the ops' fakes run it too)."""
     for name, t in (("bias", bias), ("residual", residual)):
         if t is not None and may_overlap(out, t):
             raise NotSupportedError(f"out shares memory with {name}: linear's fused epilogue writes out while it "
                                     f"reads {name}; pass a separate out")
-    _run_fused(x2, w, out2, call, activation)
-    return out
 
 
 def _run_fused(x2, w, c, call, activation: str | None = None) -> None:

@@ -38,7 +38,7 @@ import math
 import torch
 
 from gemm_ladder import api as _api
-from gemm_ladder.api import linear_direct, linear_op, mm_direct, mm_op, swiglu_direct
+from gemm_ladder.api import linear_direct, linear_op, mm_direct, mm_op, refuse_out_overlap, swiglu_direct
 # The derivative of each activation at the pre-activation z, by torch's own backward kernels.
 from gemm_ladder.library.activations import DERIVATIVES as _ACTIVATION_BACKWARD
 from gemm_ladder.dispatch.validate import (
@@ -51,6 +51,7 @@ from gemm_ladder.dispatch.validate import (
     check_swiglu,
     check_swiglu_layout,
     first_requiring_grad,
+    linear_call,
     result_dtype,
     trivial,
 )
@@ -137,7 +138,11 @@ def _linear_fake(x, w, bias=None, residual=None, *, activation=None, alpha=1.0, 
 def _linear_out_fake(x, w, bias=None, residual=None, *, out, activation=None, alpha=1.0, beta=1.0, out_dtype=None):
     n, dtype = _linear_meta(x, w, bias, residual, activation, alpha, beta, out_dtype)
     out2 = check_linear_out(out, x, n, dtype)
-    check_mm(x.reshape(-1, x.shape[-1]), w.T, out2, out_dtype, device_types=FAKE_DEVICES, check_grad=False)
+    x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])  # not reshape(-1, k): K = 0 leaves -1 undetermined
+    check_mm(x2, w.T, out2, out_dtype, device_types=FAKE_DEVICES, check_grad=False)
+    if linear_call(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                   check_grad=False) is not None:  # a fused epilogue: the real op's overlap rule
+        refuse_out_overlap(out, bias, residual)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::swiglu", lib=_LIB)
@@ -211,7 +216,8 @@ def _linear_backward(ctx, grad):
     if act is not None:
         z = linear(x.detach(), w.detach(), None if bias is None else bias.detach(), alpha=alpha)
         g = _ACTIVATION_BACKWARD[act](g, z)
-    g2 = g.reshape(-1, n)
+    m = math.prod(x.shape[:-1])  # not reshape(-1, ...): N or K = 0 leaves -1 undetermined
+    g2 = g.reshape(m, n)
     grad_bias = g2.sum(0, dtype=torch.float32).to(bias.dtype) if need_bias else None
     grad_x = grad_w = None
     if need_x:
@@ -220,7 +226,7 @@ def _linear_backward(ctx, grad):
             grad_x = grad_x * alpha
         grad_x = grad_x.view(x.shape)
     if need_w:
-        grad_w = mm(g2.T, x.reshape(-1, k))
+        grad_w = mm(g2.T, x.reshape(m, k))
         if alpha != 1.0:
             grad_w = grad_w * alpha
     return (grad_x, grad_w, grad_bias, grad_res)[:given]

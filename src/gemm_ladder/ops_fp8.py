@@ -25,6 +25,7 @@ import math
 import torch
 
 from gemm_ladder.api_quantized import check_linear_quantized, linear_quantized, swiglu_quantized
+from gemm_ladder.errors import GemmInputError, NotSupportedError
 from gemm_ladder.library.quantized import quantized_buffers
 from gemm_ladder.library.fp8 import QUANT_OUT, check_scaled_mm, describe, host_refusal, scaled_mm_launch, settings
 from gemm_ladder.library.quantized import quantize_fp8
@@ -62,6 +63,27 @@ def python_launch():
         set_host(entry)
 
 
+#: The devices a fake kernel accepts: a launch's (CUDA) and meta; a CPU tensor is refused at trace time, with
+#: the launch's message, rather than when the compiled graph runs.
+_FAKE_DEVICES = ("cuda", "meta")
+
+
+def _check_fake(a, b, scale_a, scale_b, bias, out_dtype, out=None):
+    """check_scaled_mm as the fake kernels run it: every rule but the addresses (fake tensors have none), and
+    the device rule for a fake's devices."""
+    call = check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, out, device_type=None)
+    if a.device.type not in _FAKE_DEVICES:
+        raise GemmInputError(f"a must be on a cuda device, got {a.device}")
+    return call
+
+
+def _refuse_quantized(out_dtype) -> None:
+    """The functional op returns one tensor: the quantized output's two are scaled_mm_fp8's."""
+    if out_dtype == QUANT_OUT:
+        raise NotSupportedError("gemm_ladder::scaled_mm returns one tensor: the float8_e4m3fn output is "
+                                "(values, scales), gemm_ladder::scaled_mm_fp8's (gemm_ladder.scaled_mm calls it)")
+
+
 def _functional(a, b, scale_a, scale_b, bias, out_dtype):
     """A functional call's output: through the host module where it is on, ``a`` is on a CUDA device and every
     tensor a plain strided one (the planner's checks, once per signature, refuse the rest of what is wrong:
@@ -78,12 +100,14 @@ def _functional(a, b, scale_a, scale_b, bias, out_dtype):
 @torch.library.custom_op("gemm_ladder::scaled_mm", mutates_args=())
 def _scaled_mm_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                   bias: torch.Tensor | None, out_dtype: torch.dtype) -> torch.Tensor:
+    _refuse_quantized(out_dtype)
     return _functional(a, b, scale_a, scale_b, bias, out_dtype)
 
 
 @_scaled_mm_op.register_fake
 def _scaled_mm_fake(a, b, scale_a, scale_b, bias, out_dtype):
-    call = check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, device_type=None)
+    _refuse_quantized(out_dtype)
+    call = _check_fake(a, b, scale_a, scale_b, bias, out_dtype)
     return a.new_empty((call.m, call.n), dtype=out_dtype)
 
 
@@ -96,7 +120,7 @@ def _scaled_mm_out_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, s
 
 @_scaled_mm_out_op.register_fake
 def _scaled_mm_out_fake(a, b, scale_a, scale_b, bias, out_dtype, out):
-    check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, out, device_type=None)
+    _check_fake(a, b, scale_a, scale_b, bias, out_dtype, out)
 
 
 @torch.library.custom_op("gemm_ladder::scaled_mm_fp8", mutates_args=())
@@ -109,8 +133,8 @@ def _scaled_mm_fp8_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, s
 
 @_scaled_mm_fp8_op.register_fake
 def _scaled_mm_fp8_fake(a, b, scale_a, scale_b, bias):
-    call = check_scaled_mm(a, b, scale_a, scale_b, bias, QUANT_OUT, device_type=None)
-    return quantized_buffers(call.m, call.n, a.device)
+    call = _check_fake(a, b, scale_a, scale_b, bias, QUANT_OUT)
+    return quantized_buffers((call.m,), call.n, a.device)  # a tuple: M may be a SymInt (dynamic shapes)
 
 
 @torch.library.custom_op("gemm_ladder::linear_e4m3", mutates_args=())
@@ -122,9 +146,13 @@ def _linear_e4m3_op(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
 
 @_linear_e4m3_op.register_fake
 def _linear_e4m3_fake(x, w, bias, residual, activation, alpha, beta):
-    check_linear_quantized(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
-                           device_types=("cuda", "meta"))
-    return quantized_buffers(tuple(x.shape[:-1]), w.shape[0], x.device)
+    from gemm_ladder.dispatch.validate import MmShape, check_domain
+
+    m, n, k = check_linear_quantized(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                                     device_types=_FAKE_DEVICES)
+    if m and n and k:  # the eager call's extent rule (linear_quantized runs it where a kernel launches)
+        check_domain(MmShape(m, n, k, QUANT_OUT))
+    return quantized_buffers(tuple(x.shape[:-1]), n, x.device)
 
 
 @torch.library.custom_op("gemm_ladder::swiglu_e4m3", mutates_args=())
@@ -136,7 +164,7 @@ def _swiglu_e4m3_op(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -
 def _swiglu_e4m3_fake(x, w_gate, w_up):
     from gemm_ladder.dispatch.validate import MmShape, check_domain, check_swiglu, check_swiglu_layout
 
-    k, n = check_swiglu(x, w_gate, w_up, device_types=("cuda", "meta"), check_grad=False)
+    k, n = check_swiglu(x, w_gate, w_up, device_types=_FAKE_DEVICES, check_grad=False)
     m = math.prod(x.shape[:-1])
     if m and n and k:  # the eager call's layout and extent rules (gemm_ladder.ops' swiglu fake runs them too)
         check_domain(MmShape(m, n, k, QUANT_OUT))

@@ -112,7 +112,10 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
         TORCH_CHECK(false, "gemm_ladder::linear backward: unknown activation ", act);
       }
     }
-    Tensor g2 = g.reshape_symint({-1, n});
+    // Not {-1, n}: N or K = 0 leaves -1 undetermined; M is the product of x's batch dimensions.
+    c10::SymInt m = 1;
+    for (int64_t d = 0; d + 1 < x.dim(); ++d) m *= x.sym_size(d);
+    Tensor g2 = g.reshape_symint({m, n});
     Tensor grad_bias;
     if (bias_edge >= 0 && ctx->needs_input_grad(bias_edge)) {
       grad_bias = g2.sum(0, false, at::kFloat).to(bias.scalar_type());
@@ -124,7 +127,7 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
       grad_x = grad_x.view_symint(x.sym_sizes());
     }
     if (ctx->needs_input_grad(1)) {
-      grad_w = call_mm(g2.t(), x.reshape_symint({-1, k}), std::nullopt);
+      grad_w = call_mm(g2.t(), x.reshape_symint({m, k}), std::nullopt);
       if (alpha != 1.0) grad_w = grad_w * alpha;
     }
     return {grad_x, grad_w, grad_bias, grad_res, Tensor(), Tensor(), Tensor(), Tensor()};
