@@ -93,7 +93,7 @@ def test_ops_are_registered_with_fakes():
     assert hasattr(torch.ops.gemm_ladder, "grouped_mm") and hasattr(torch.ops.gemm_ladder, "grouped_linear")
     assert torch.ops.gemm_ladder.grouped_mm(_meta(10, 16), _meta(3, 16, 8), _offs(3)).shape == (10, 8)
     assert torch.ops.gemm_ladder.grouped_mm(_meta(3, 5, 16), _meta(3, 16, 8)).shape == (3, 5, 8)
-    assert torch.ops.gemm_ladder.grouped_mm(_meta(16, 10), _meta(10, 8), _offs(4)).shape == (4, 16, 8)
+    assert torch.ops.gemm_ladder.grouped_mm(_meta(10, 16).t(), _meta(10, 8), _offs(4)).shape == (4, 16, 8)  # x.t(): the real layout
     out = torch.ops.gemm_ladder.grouped_mm(_meta(10, 16), _meta(3, 16, 8), _offs(3), torch.float32)
     assert out.dtype == torch.float32
     assert torch.ops.gemm_ladder.grouped_linear(_meta(10, 16), _meta(3, 8, 16), _offs(3), _meta(3, 8)).shape == (10, 8)
@@ -118,11 +118,56 @@ def test_fake_tensor_mode_traces_with_symbolic_rows():
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     with FakeTensorMode(shape_env=ShapeEnv()) as mode:
-        x = mode.from_tensor(torch.empty(10, 16, dtype=BF))
-        w = mode.from_tensor(torch.empty(3, 8, 16, dtype=BF))
-        offs = mode.from_tensor(torch.empty(3, dtype=torch.int32))
+        x = mode.from_tensor(_meta(10, 16))
+        w = mode.from_tensor(_meta(3, 8, 16))
+        offs = mode.from_tensor(_offs(3))
         y = torch.ops.gemm_ladder.grouped_linear(x, w, offs)
         assert y.shape == (10, 8) and y.dtype == BF
+        # The fake runs the op's checks: CPU tensors are refused at trace time, as the launch refuses them.
+        cpu = mode.from_tensor(torch.empty(10, 16, dtype=BF))
+        with pytest.raises(GemmInputError, match="CUDA device"):
+            torch.ops.gemm_ladder.grouped_linear(cpu, mode.from_tensor(torch.empty(3, 8, 16, dtype=BF)),
+                                                 mode.from_tensor(torch.empty(3, dtype=torch.int32)))
+
+
+def test_export_with_a_dynamic_row_count():
+    """The fakes' checks read shapes, never offs' values, and bound no row count: torch.export takes an
+    unbounded Dim on it (docs/torch.md)."""
+    from torch.export import Dim, export
+
+    class Op(torch.nn.Module):
+        def forward(self, x, w, offs):
+            return torch.ops.gemm_ladder.grouped_mm(x, w, offs)
+
+    class Linear(torch.nn.Module):
+        def forward(self, x, w, offs):
+            return gemm_ladder.grouped_linear(x, w, offs)
+
+    rows = {0: Dim("rows")}
+    export(Op(), (_meta(64, 16), _meta(4, 16, 24), _offs(4)), dynamic_shapes=(rows, None, None))
+    export(Linear(), (_meta(64, 16), _meta(4, 24, 16), _offs(4)), dynamic_shapes=(rows, None, None))
+
+
+def test_fakes_refuse_what_the_ops_refuse():
+    G = torch.ops.gemm_ladder
+    with pytest.raises(GemmInputError, match="bf16|bfloat16|float32"):
+        G.grouped_mm(_meta(10, 16), _meta(4, 16, 24), _offs(4), torch.float16)
+    with pytest.raises(NotSupportedError, match="3-D a and a 2-D b"):
+        G.grouped_mm(_meta(4, 3, 16), _meta(16, 24))
+    with pytest.raises(GemmInputError, match="offs is required"):
+        G.grouped_mm(_meta(10, 16), _meta(4, 16, 24))
+    with pytest.raises(GemmInputError, match="contraction"):
+        G.grouped_mm(_meta(10, 16), _meta(4, 8, 24), _offs(4))
+    with pytest.raises(NotSupportedError, match="at most"):
+        G.grouped_mm(_meta(10, 16), _meta(2000, 16, 24), _offs(2000))
+    with pytest.raises(GemmInputError):
+        G.grouped_linear(_meta(10, 16), _meta(4, 24, 16), torch.empty(4, dtype=torch.int64, device="meta"))
+    with pytest.raises(GemmInputError):
+        G.grouped_linear(_meta(10, 16), _meta(4, 24, 16), _offs(4), _meta(3, 7))
+    with pytest.raises(GemmInputError, match="counts"):
+        G.grouped_mm_masked(_meta(4, 3, 16), _meta(4, 16, 24), torch.empty(3, device="meta"))
+    with pytest.raises(GemmInputError, match="one shape"):
+        G.grouped_swiglu(_meta(10, 16), _meta(4, 24, 16), _meta(4, 24, 8), _offs(4))
 
 
 def test_exported_names():

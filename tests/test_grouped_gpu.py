@@ -698,3 +698,37 @@ def test_an_output_row_tma_would_overrun_goes_from_registers():
     grouped_gemm(128).launch(x, w, _offs(STORE_SIZES), big[:, :n])
     assert (big[:, n:] == 7.0).all(), f"the padding was written (seed {seed})"
     _check(big[:, :n], x, w, offs_list, torch.bfloat16, seed, tag="N 100")
+
+
+@pytest.mark.parametrize("case", ["2d3d", "linear", "batched"])
+def test_backward_on_layouts_whose_gradients_break_the_pitch_rule(case):
+    """N = 12 (a gradient's row pitch of 24 bytes) and 3 rows per batch (a batched contraction of 6 bytes):
+    the forward takes them, the backward pads (ops_grouped.aligned_rows, _batched_mm); grads against float64
+    autograd of the same values (tests/test_grouped_backward_layouts.py checks the same on the CPU stand-in)."""
+    seed = _seed()
+    sizes = [5, 0, 7, 1, 131]
+    offs = _offs(sizes)
+    e, n, k = len(sizes), 12, 64
+    if case == "batched":
+        a = torch.randn(e, 3, k, dtype=torch.bfloat16, device="cuda").requires_grad_()
+    else:
+        a = torch.randn(sum(sizes), k, dtype=torch.bfloat16, device="cuda").requires_grad_()
+    w = (torch.randn(e, n, k, device="cuda") / 8).to(torch.bfloat16).requires_grad_()
+    if case == "2d3d":
+        y = gemm_ladder.grouped_mm(a, w.transpose(-2, -1), offs)
+    elif case == "linear":
+        y = gemm_ladder.grouped_linear(a, w, offs)
+    else:
+        y = gemm_ladder.grouped_mm(a, w.transpose(-2, -1))
+    ar, wr = (t.detach().double().requires_grad_() for t in (a, w))
+    if case == "batched":
+        ref = ar @ wr.transpose(-2, -1)
+    else:
+        ends = [0] + offs.tolist()
+        ref = torch.cat([ar[s:t] @ wr[i].T for i, (s, t) in enumerate(zip(ends, ends[1:]))])
+    gy = torch.randn(y.shape, dtype=torch.float64, device="cuda")
+    y.backward(gy.to(torch.bfloat16))
+    ref.backward(gy)
+    for name, got, want in (("a", a, ar), ("w", w, wr)):
+        err = ((got.grad.double() - want.grad).norm() / want.grad.norm()).item()
+        assert err < 2e-2, f"{case} grad_{name}: rel err {err:.3g}, seed {seed}"

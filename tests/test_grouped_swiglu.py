@@ -11,6 +11,7 @@ import gemm_ladder
 import gemm_ladder.ops_grouped as ops_grouped
 import gemm_ladder.ops_grouped_swiglu as gs
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
+from gemm_ladder.api_grouped import check_grouped_mm as _real_check_grouped_mm
 
 BF = torch.bfloat16
 
@@ -84,9 +85,14 @@ def test_swiglu_grads_match_autograd_in_float64():
 
 def _cpu_grouped_mm(a, b, offs=None, *, out_dtype=None, bias=None, bn=None):
     """The grouped kernel's results on the CPU, in fp32, a loop over the groups: a stand-in (2-D x 3-D
-    grouped along M, 2-D x 2-D grouped along K)."""
-    ends = [0] + offs.tolist()
+    grouped along M, 2-D x 2-D grouped along K, 3-D x 3-D batched) that first applies the kernel's own rules
+    (check_grouped_mm: the pitches and alignments a launch needs), so that every call a backward makes is
+    one the kernel would take."""
+    _real_check_grouped_mm(a, b, offs, out_dtype, device_types=("cpu",))
     dt = out_dtype or a.dtype
+    if a.dim() == 3:
+        return (a.float() @ b.float()).to(dt)
+    ends = [0] + offs.tolist()
     if b.dim() == 2:
         return torch.stack([a[:, s:t].float() @ b[s:t].float() for s, t in zip(ends, ends[1:])]).to(dt)
     out = torch.zeros(a.shape[0], b.shape[2])
@@ -101,7 +107,9 @@ def cpu_kernel(monkeypatch):
     monkeypatch.setattr(gs, "check_grouped_swiglu", lambda *a: None)
     monkeypatch.setattr(gs, "grouped_mm_direct", _cpu_grouped_mm)
     monkeypatch.setattr(ops_grouped, "grouped_mm_direct", _cpu_grouped_mm)
-    monkeypatch.setattr(ops_grouped, "check_grouped_mm", lambda *a, **k: None)
+    # The ops' fakes and checks take CPU tensors here (the rules are otherwise the real ones).
+    monkeypatch.setattr(ops_grouped, "check_grouped_mm", lambda a, b, offs=None, out_dtype=None, **k:
+                        _real_check_grouped_mm(a, b, offs, out_dtype, device_types=("cpu", "meta")))
 
 
 def _problem(sizes, n=24, k=32):

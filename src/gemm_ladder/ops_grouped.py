@@ -10,6 +10,15 @@ Backward (autograd), for y = grouped_mm(x (R, K), b (E, K, N), offs):
   (the library's kernel, its ``b_major="mn"`` build);
 * grad_b[e] = x[rows_e].T @ grad_y[rows_e], grouped along K (the library's K-grouped build);
 * grouped_linear's grad_bias[e] = the sum of grad_y's rows of group e (index_add_ in fp32 on the device).
+
+The backward's operands are laid out for the kernel's TMA rules (pitches and a batched call's contraction a
+multiple of 16 bytes), which the forward's operands met but their transposes and grad_y need not (N = 12, or
+3 rows per batch): a row-major operand whose pitch breaks the rule is copied into rows of a padded pitch (a
+view: its extent is unchanged), and a batched call's contraction is padded with zeros (they add nothing to
+the products), so every call the forward accepts can be differentiated.
+
+The fake implementations run the real ops' checks (shapes, dtypes, offs, bias, devices), on no value of
+offs: a traced call is refused as the eager call would be.
 """
 
 from __future__ import annotations
@@ -26,6 +35,46 @@ from gemm_ladder.library.activations import activation as _activation
 NAMESPACE = "gemm_ladder"
 
 
+#: Elements of a 2-byte dtype in 16 bytes: a TMA pitch's unit (api_grouped's rule).
+_ALIGN = 8
+
+
+def _round_up(n: int) -> int:
+    return -(-n // _ALIGN) * _ALIGN
+
+
+def aligned_rows(t: torch.Tensor) -> torch.Tensor:
+    """``t`` (R, C) as a row-major view whose row pitch is a multiple of 16 bytes: ``t`` itself where it is
+    one, else a copy into the first C columns of a (R, C rounded up to 8) buffer (the extra columns are never
+    read: a tensor map's extent is C)."""
+    r, c = t.shape
+    if t.stride(1) == 1 and (r <= 1 or (t.stride(0) % _ALIGN == 0 and t.stride(0) >= c)):
+        return t
+    buf = t.new_empty((r, _round_up(c)))
+    buf[:, :c] = t
+    return buf[:, :c]
+
+
+def _batched_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """grouped_mm(a (E, M, K), b (E, K, N)) for the backward: K padded with zeros to a multiple of 8 where it
+    is not (the kernel maps a's E x M rows with a pitch of K), and b copied to an aligned row pitch where its
+    layout breaks the rule."""
+    e, _, k = a.shape
+    n = b.shape[2]
+    if k % _ALIGN:
+        pad = _round_up(k) - k
+        a = torch.nn.functional.pad(a, (0, pad))  # zeros: they add nothing to the products
+        b = torch.nn.functional.pad(b, (0, 0, 0, pad))
+    kp = a.shape[2]
+    k_major = b.stride(1) == 1 and (n <= 1 or b.stride(2) % _ALIGN == 0)
+    n_major = b.stride(2) == 1 and (kp <= 1 or b.stride(1) % _ALIGN == 0)
+    if not (k_major or n_major) or (e > 1 and b.stride(0) % _ALIGN):
+        buf = b.new_empty((e, kp, _round_up(n)))
+        buf[..., :n] = b
+        b = buf[..., :n]
+    return torch.ops.gemm_ladder.grouped_mm(a, b)
+
+
 def _out_shape(a: torch.Tensor, b: torch.Tensor, offs) -> tuple[int, ...]:
     if a.dim() == 2 and b.dim() == 2:  # grouped along K: one (M, N) result per group
         return (offs.shape[0], a.shape[0], b.shape[1])
@@ -40,7 +89,8 @@ def _grouped_mm_op(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None =
 
 @_grouped_mm_op.register_fake
 def _grouped_mm_fake(a, b, offs=None, out_dtype=None):
-    return a.new_empty(_out_shape(a, b, offs), dtype=out_dtype or a.dtype)
+    _, dtype = check_grouped_mm(a, b, offs, out_dtype, device_types=PUBLIC_DEVICES)
+    return a.new_empty(_out_shape(a, b, offs), dtype=dtype)
 
 
 @torch.library.custom_op(f"{NAMESPACE}::grouped_linear", mutates_args=())
@@ -49,15 +99,29 @@ def _grouped_linear_op(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor,
     return grouped_mm_direct(x, w.transpose(-2, -1), offs, bias=bias)
 
 
+def check_grouped_linear(x, w, offs, bias=None) -> None:
+    """grouped_linear's rules (its op's and its fake's): w (E, N, K) with stride(2) == 1, the grouped_mm
+    of x and w's transpose, the bias. Raises GemmTypeError, GemmInputError, NotSupportedError."""
+    if not isinstance(w, torch.Tensor):
+        raise GemmTypeError(f"w must be a torch.Tensor, got {type(w).__name__}")
+    if w.dim() != 3:
+        raise GemmInputError(f"w must be (E, N, K), got {w.dim()}-D {tuple(w.shape)}")
+    if w.shape[2] > 1 and w.stride(2) != 1:
+        raise GemmInputError(f"w has strides {tuple(w.stride())}: (E, N, K) with stride(2) == 1 (nn.Linear's layout)")
+    check_grouped_mm(x, w.transpose(-2, -1), offs, device_types=PUBLIC_DEVICES)
+    check_grouped_bias(bias, x, w.transpose(-2, -1), "2d3d")  # w is 3-D: grouped along M
+
+
 @_grouped_linear_op.register_fake
 def _grouped_linear_fake(x, w, offs, bias=None):
+    check_grouped_linear(x, w, offs, bias)
     return x.new_empty((x.shape[0], w.shape[1]))
 
 
 def _grad_b_grouped_k(a: torch.Tensor, grad: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
     """(E, K, N): per group a[rows_e].T @ grad[rows_e], the library's K-grouped build (a.t() is read
-    MN-major; both must be row-major: made contiguous first)."""
-    return torch.ops.gemm_ladder.grouped_mm(a.contiguous().t(), grad.contiguous(), offs)
+    MN-major; both row-major with aligned pitches: :func:`aligned_rows`)."""
+    return torch.ops.gemm_ladder.grouped_mm(aligned_rows(a).t(), aligned_rows(grad), offs)
 
 
 def _mm_setup(ctx, inputs, output):
@@ -73,12 +137,12 @@ def _mm_backward(ctx, grad):
         raise NotSupportedError("the backward of grouped_mm grouped along K (2-D x 2-D) is not implemented")
     if a.dim() == 3:  # batched: a (E, M, K) @ b (E, K, N)
         if ctx.needs_input_grad[0]:
-            grad_a = torch.ops.gemm_ladder.grouped_mm(g, b.transpose(-2, -1))
+            grad_a = _batched_mm(g.contiguous(), b.transpose(-2, -1))
         if ctx.needs_input_grad[1]:
-            grad_b = torch.ops.gemm_ladder.grouped_mm(a.transpose(-2, -1).contiguous(), g.contiguous())
+            grad_b = _batched_mm(a.transpose(-2, -1).contiguous(), g.contiguous())
         return grad_a, grad_b, None, None
     if ctx.needs_input_grad[0]:
-        grad_a = torch.ops.gemm_ladder.grouped_mm(g, b.transpose(-2, -1), offs)
+        grad_a = torch.ops.gemm_ladder.grouped_mm(aligned_rows(g), b.transpose(-2, -1), offs)
     if ctx.needs_input_grad[1]:
         grad_b = _grad_b_grouped_k(a, g, offs)
     return grad_a, grad_b, None, None
@@ -98,7 +162,7 @@ def _linear_backward(ctx, grad):
     g = grad.to(x.dtype)
     grad_x = grad_w = grad_bias = None
     if ctx.needs_input_grad[0]:
-        grad_x = torch.ops.gemm_ladder.grouped_mm(g, w, offs)  # w (E, N, K): read N-major
+        grad_x = torch.ops.gemm_ladder.grouped_mm(aligned_rows(g), w, offs)  # w (E, N, K): read N-major
     if ctx.needs_input_grad[1]:
         grad_w = _grad_b_grouped_k(g, x, offs)  # (E, N, K): g[rows_e].T @ x[rows_e]
     if ctx.has_bias and ctx.needs_input_grad[3]:
@@ -118,9 +182,24 @@ def _grouped_mm_masked_op(a: torch.Tensor, b: torch.Tensor, counts: torch.Tensor
     return grouped_mm_masked_direct(a, b, counts, out_dtype=out_dtype)
 
 
+def check_grouped_mm_masked(a, b, counts, out_dtype=None) -> torch.dtype:
+    """The masked layout's rules (its op's and its fake's); returns the result dtype. Raises GemmTypeError,
+    GemmInputError, NotSupportedError."""
+    if not isinstance(a, torch.Tensor) or a.dim() != 3:
+        raise GemmInputError("a must be a 3-D (E, M_max, K) tensor for the masked layout")
+    _, dtype = check_grouped_mm(a, b, None, out_dtype, device_types=PUBLIC_DEVICES)
+    if not isinstance(counts, torch.Tensor):
+        raise GemmTypeError(f"counts must be a torch.Tensor, got {type(counts).__name__}")
+    if counts.dtype != torch.int32 or counts.dim() != 1 or counts.numel() != a.shape[0] or counts.device != a.device:
+        raise GemmInputError(f"counts: int32 ({a.shape[0]},) on {a.device} expected, got {counts.dtype} "
+                             f"{tuple(counts.shape)} on {counts.device}")
+    return dtype
+
+
 @_grouped_mm_masked_op.register_fake
 def _grouped_mm_masked_fake(a, b, counts, out_dtype=None):
-    return a.new_empty((a.shape[0], a.shape[1], b.shape[2]), dtype=out_dtype or a.dtype)
+    dtype = check_grouped_mm_masked(a, b, counts, out_dtype)
+    return a.new_empty((a.shape[0], a.shape[1], b.shape[2]), dtype=dtype)
 
 
 def _masked_backward(ctx, grad):
@@ -145,14 +224,7 @@ def grouped_mm_masked(a: torch.Tensor, b: torch.Tensor, counts: torch.Tensor, *,
     Returns (E, M_max, N): out[e, :counts[e]] = a[e, :counts[e]] @ b[e]; rows past a count are not
     written. Experts with no rows cost nothing. Inference only (no backward: NotSupportedError).
     Raises GemmTypeError, GemmInputError, NotSupportedError before any launch."""
-    if not isinstance(a, torch.Tensor) or a.dim() != 3:
-        raise GemmInputError("a must be a 3-D (E, M_max, K) tensor for the masked layout")
-    check_grouped_mm(a, b, None, out_dtype, device_types=PUBLIC_DEVICES)
-    if not isinstance(counts, torch.Tensor):
-        raise GemmTypeError(f"counts must be a torch.Tensor, got {type(counts).__name__}")
-    if counts.dtype != torch.int32 or counts.dim() != 1 or counts.numel() != a.shape[0] or counts.device != a.device:
-        raise GemmInputError(f"counts: int32 ({a.shape[0]},) on {a.device} expected, got {counts.dtype} "
-                             f"{tuple(counts.shape)} on {counts.device}")
+    check_grouped_mm_masked(a, b, counts, out_dtype)
     _refuse_grad("grouped_mm_masked (the decode layout)", a, b)
     return torch.ops.gemm_ladder.grouped_mm_masked(a, b, counts, out_dtype)
 
@@ -199,14 +271,7 @@ def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: t
     """
     check_activation(activation)  # linear's rule and errors
     act = None if activation is None else _activation(activation)
-    if not isinstance(w, torch.Tensor):
-        raise GemmTypeError(f"w must be a torch.Tensor, got {type(w).__name__}")
-    if w.dim() != 3:
-        raise GemmInputError(f"w must be (E, N, K), got {w.dim()}-D {tuple(w.shape)}")
-    if w.shape[2] > 1 and w.stride(2) != 1:
-        raise GemmInputError(f"w has strides {tuple(w.stride())}: (E, N, K) with stride(2) == 1 (nn.Linear's layout)")
-    check_grouped_mm(x, w.transpose(-2, -1), offs, device_types=PUBLIC_DEVICES)
-    check_grouped_bias(bias, x, w.transpose(-2, -1), "2d3d")  # w is 3-D: grouped along M
+    check_grouped_linear(x, w, offs, bias)
     y = torch.ops.gemm_ladder.grouped_linear(x, w, offs, bias)
     return y if act is None else act.reference(y)
 
