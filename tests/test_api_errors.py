@@ -14,6 +14,7 @@ import torch
 
 import gemm_ladder
 from gemm_ladder import ops
+from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError, OutsideDomainError
 
 BF16 = torch.bfloat16
 
@@ -298,3 +299,66 @@ def test_calls_with_no_backward_refuse_grad_before_the_forward():
         gemm_ladder.grouped_mm(a2, b2, meta(4, dtype=i32))
     with torch.no_grad():
         assert gemm_ladder.grouped_mm(a2, b2, meta(4, dtype=i32)).shape == (4, 32, 48)
+
+
+# --- what a review found getting through as torch's errors (2026-12-05) -----------------------------------
+
+
+@pytest.mark.parametrize("make", [
+    lambda t: t.to_sparse(), lambda t: t.to_sparse_csr(), lambda t: t.float().to_mkldnn(),
+    lambda t: torch.nested.nested_tensor([t]),
+], ids=["coo", "csr", "mkldnn", "nested"])
+def test_sparse_mkldnn_and_nested_operands_are_refused_by_name(make):
+    import warnings
+
+    dense = torch.randn(8, 8).to(torch.bfloat16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's beta/prototype notes on CSR and nested tensors
+        odd = make(dense)
+    for call, name in ((lambda: gemm_ladder.mm(odd, dense), "a"), (lambda: gemm_ladder.linear(odd, dense), "x"),
+                       (lambda: gemm_ladder.explain(odd, dense), "a")):
+        with pytest.raises(GemmInputError, match=rf"^{name} is .*(layout|nested)"):
+            call()
+    # Through the registered op (meta operands): refused before the dispatcher answers in torch's words.
+    with pytest.raises(GemmInputError, match="bias is layout"):
+        gemm_ladder.linear(meta(8, 8), meta(8, 8), torch.randn(8).to(torch.bfloat16).to_sparse())
+    with pytest.raises(GemmInputError, match="out is layout"):
+        gemm_ladder.mm(meta(8, 8), meta(8, 8), out=dense.to_sparse())
+
+
+def test_quantize_fp8_refuses_a_sparse_tensor_by_name():
+    with pytest.raises(GemmInputError, match="x is layout torch.sparse_coo"):
+        gemm_ladder.quantize_fp8(torch.randn(4, 128).to_sparse())
+
+
+@pytest.mark.parametrize("kw", [{"alpha": 10**400}, {"beta": -10**400}], ids=["alpha", "beta"])
+def test_an_int_scalar_past_the_largest_float_is_refused(kw):
+    with pytest.raises(GemmInputError, match="past the largest float"):
+        gemm_ladder.linear(meta(4, 64), meta(32, 64), residual=meta(4, 32), **kw)
+    assert gemm_ladder.linear(meta(4, 64), meta(32, 64), alpha=2**60).shape == (4, 32)  # large, but a float
+
+
+def test_scaled_mm_refuses_inputs_requiring_grad_before_the_forward():
+    e4, f32 = torch.float8_e4m3fn, torch.float32
+    a, b = torch.empty(64, 128, dtype=e4, device="meta"), torch.empty(64, 128, dtype=e4, device="meta").T
+    sa, sb = torch.empty((), dtype=f32, device="meta").requires_grad_(), torch.empty((), dtype=f32, device="meta")
+    with pytest.raises(NotSupportedError, match="scale_a requires grad: scaled_mm has no backward"):
+        gemm_ladder.scaled_mm(a, b, sa, sb)
+    with torch.no_grad():
+        assert gemm_ladder.scaled_mm(a, b, sa, sb).shape == (64, 64)
+
+
+@pytest.mark.parametrize("epilogue", ["relu", 5])
+def test_a_non_epilogue_is_a_type_error_not_a_device_error(epilogue):
+    with pytest.raises(GemmTypeError, match="epilogue must be a gemm_ladder.Epilogue"):
+        gemm_ladder.linear(meta(4, 64), meta(32, 64), epilogue=epilogue)
+
+
+def test_fp8_and_grouped_extents_past_the_limit_are_outside_the_domain():
+    e4 = torch.float8_e4m3fn
+    s = torch.empty((), dtype=torch.float32, device="meta")
+    with pytest.raises(OutsideDomainError):
+        gemm_ladder.scaled_mm(torch.empty(2**31, 16, dtype=e4, device="meta"),
+                              torch.empty(64, 16, dtype=e4, device="meta").T, s, s)
+    with pytest.raises(OutsideDomainError):
+        gemm_ladder.grouped_mm(meta(2**31, 64), meta(4, 64, 32), torch.empty(4, dtype=torch.int32, device="meta"))

@@ -48,6 +48,34 @@ def test_explain_swiglu_refuses_bad_input_like_swiglu():
         gemm_ladder.explain_swiglu(x, wg, torch.empty(512, 128, dtype=torch.bfloat16, device="meta"))
 
 
+@pytest.mark.parametrize("m", [4, ssm.SMALL_M_MAX + 64], ids=["small_m", "fused"])
+def test_explain_swiglu_refuses_the_layouts_and_extents_swiglu_refuses(m):
+    """explain_swiglu raises what swiglu raises on the same tensors (a review found it planning them)."""
+    from gemm_ladder.errors import NotSupportedError, OutsideDomainError
+
+    bf = torch.bfloat16
+    cases = [
+        ((torch.empty(m, 64, dtype=bf, device="meta"), *(torch.empty(64, 32, dtype=bf, device="meta").T,) * 2),
+         NotSupportedError),  # column-major weights: not read in place
+        (meta(m, 32, 63), NotSupportedError),  # a row pitch of 126 bytes
+        ((torch.empty(m, 8, dtype=bf, device="meta"), *(torch.empty(2**31, 8, dtype=bf, device="meta"),) * 2),
+         OutsideDomainError),
+    ]
+    for args, error in cases:
+        with pytest.raises(error) as theirs:
+            gemm_ladder.swiglu(*args)
+        with pytest.raises(error) as ours:
+            gemm_ladder.explain_swiglu(*args)
+        assert str(ours.value) == str(theirs.value)
+
+
+def test_explain_swiglu_launches_nothing_where_swiglu_launches_nothing():
+    for m, k, path in ((0, 64, "empty"), (4, 0, "zeros"), (ssm.SMALL_M_MAX + 1, 0, "zeros")):
+        e = gemm_ladder.explain_swiglu(*meta(m, 32, k))
+        assert e["path"] == path and e["launches"] == [], (m, k)
+    assert gemm_ladder.explain_swiglu(*meta(4, 0, 64))["path"] == "empty"
+
+
 def test_the_gated_epilogue_reference():
     acc, up = torch.randn(5, 7, dtype=torch.float64), torch.randn(5, 7, dtype=torch.float64)
     assert torch.equal(ssm.GATED.reference(acc, up), F.silu(acc) * up)

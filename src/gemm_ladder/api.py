@@ -40,6 +40,7 @@ from gemm_ladder.dispatch.validate import (
     check_domain,
     check_linear,
     check_mm,
+    check_strided,
     check_swiglu,
     check_swiglu_layout,
     linear_call,
@@ -50,6 +51,14 @@ from gemm_ladder.dispatch.validate import (
 from gemm_ladder.library.epilogue import Epilogue, linear_epilogue
 from gemm_ladder.library.quantized import QUANT_OUT as _QUANT_OUT
 from gemm_ladder.runtime.module import elsewhere, on_device
+
+
+def _dense(**named) -> None:
+    """check_strided on each tensor given: before a call goes through the registered op, whose dispatcher
+    would otherwise answer a sparse or nested tensor in torch's words (no kernel for its dispatch key)."""
+    for name, t in named.items():
+        if isinstance(t, torch.Tensor):
+            check_strided(name, t)
 
 
 def _through_op(*tensors) -> bool:
@@ -64,9 +73,16 @@ def _through_op(*tensors) -> bool:
 
 _is_compiling = torch.compiler.is_compiling
 _Tensor = torch.Tensor
+_STRIDED = torch.strided
 _grad_enabled = torch.is_grad_enabled
 _FAST = CALLS.fast
-_REALS = (int, float)
+_FLOAT_MAX = 1.7976931348623157e308
+
+
+def _as_float(v) -> bool:
+    """A float, or an int with a float value (float() of a larger int raises OverflowError: the checked path
+    refuses it by name)."""
+    return type(v) is float or (type(v) is int and -_FLOAT_MAX <= v <= _FLOAT_MAX)
 
 
 def _eager_plain(a, b) -> bool:
@@ -124,7 +140,9 @@ def _host_call(a, b, bias=None, residual=None) -> bool:
     the checked path, whose errors name the rule), optional tensors None or tensors. Unrolled: it is
     on every eager call's path."""
     return (isinstance(a, _Tensor) and isinstance(b, _Tensor) and a.is_cuda and b.is_cuda
-            and (bias is None or isinstance(bias, _Tensor)) and (residual is None or isinstance(residual, _Tensor)))
+            and a.layout is _STRIDED and b.layout is _STRIDED  # sparse: the checked path names its layout
+            and (bias is None or (isinstance(bias, _Tensor) and bias.layout is _STRIDED))
+            and (residual is None or (isinstance(residual, _Tensor) and residual.layout is _STRIDED)))
 
 
 def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
@@ -171,11 +189,15 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
     key = None
     if out is None and _eager_plain(a, b):
         # The fast path (dispatch.calls, "The fast key"): one key, one lookup, the output, one launch.
-        key = fast_mm_key(a, b, out_dtype)
-        call = _FAST.get(key)
+        try:
+            key = fast_mm_key(a, b, out_dtype)
+        except RuntimeError:  # no storage or sizes (sparse, mkldnn, nested): the checks below name the layout
+            key = None
+        call = _FAST.get(key) if key is not None else None
         if call is not None:
             return _launch_mm(call, key, a, b)
     if _through_op(a, b, out):
+        _dense(a=a, b=b, out=out)
         return _registered_ops()[0](a, b, out=out, out_dtype=out_dtype)
     return mm_direct(a, b, out, out_dtype, fast_key=key)
 
@@ -324,6 +346,9 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
                                     "linear's built-in bias/activation/residual/alpha/beta only")
         return linear_e4m3(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta)
     if epilogue is not None or inputs:
+        if epilogue is not None and not isinstance(epilogue, Epilogue):  # before the device rules answer
+            raise GemmTypeError(f"epilogue must be a gemm_ladder.Epilogue, got {type(epilogue).__name__} (the "
+                                "built-in activations are activation='relu', 'gelu', 'gelu_tanh' or 'silu')")
         index = elsewhere(x)
         if index is not None:  # run on x's device; the caller's current device is put back
             with on_device(index):
@@ -332,8 +357,8 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
         return _linear_user(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
                             out_dtype=out_dtype, epilogue=epilogue, inputs=inputs)
     host = _HOST_OPS
-    if (host is not None and (out_dtype is None or type(out_dtype) is _DTYPE) and type(alpha) in _REALS
-            and type(beta) in _REALS and (activation is None or type(activation) is str)
+    if (host is not None and (out_dtype is None or type(out_dtype) is _DTYPE) and _as_float(alpha)
+            and _as_float(beta) and (activation is None or type(activation) is str)
             and _host_call(x, w, bias, residual) and not _is_compiling()):
         if type(x) in _PLAIN and type(w) in _PLAIN and (bias is None or type(bias) in _PLAIN) and (
                 residual is None or type(residual) in _PLAIN):
@@ -347,11 +372,15 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *
                           out_dtype=out_dtype)
     key = None
     if _eager_plain(x, w) and not (_grad_enabled() and (_requires_grad(bias) or _requires_grad(residual))):
-        key = fast_linear_key(x, w, bias, residual, activation, alpha, beta, out_dtype)  # see mm
+        try:
+            key = fast_linear_key(x, w, bias, residual, activation, alpha, beta, out_dtype)  # see mm
+        except RuntimeError:  # as mm's: a layout without storage, named by the checks below
+            key = None
         call = _FAST.get(key) if key is not None else None
         if call is not None:
             return _launch_linear(call, key, x, w, bias, residual, alpha, beta)
     if _through_op(x, w, bias, residual):
+        _dense(x=x, w=w, bias=bias, residual=residual)
         return _registered_ops()[1](x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
                           out_dtype=out_dtype)
     return linear_direct(x, w, bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
@@ -605,6 +634,7 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, *, out_dty
         raise GemmInputError(f"out_dtype={out_dtype}: swiglu writes x's dtype (out_dtype=None or x.dtype) or "
                              "torch.float8_e4m3fn (quantized with 1 x 128 scales)")
     if _through_op(x, w_gate, w_up):
+        _dense(x=x, w_gate=w_gate, w_up=w_up)
         check_swiglu(x, w_gate, w_up, device_types=("cuda", "meta"))  # the library's errors, grad refused
         return _registered_ops()[2](x, w_gate, w_up)
     return swiglu_direct(x, w_gate, w_up)
@@ -647,7 +677,8 @@ def swiglu_direct(x, w_gate, w_up) -> torch.Tensor:
 
 def explain_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
     """What :func:`swiglu` would run on these tensors and why, without running it, as a dict: ``path``
-    ('small_m_pair' or 'fused'), ``reason``, ``threshold`` and ``launches`` (for the small-M pair, each
+    ('small_m_pair' or 'fused'; 'empty' or 'zeros' where nothing is launched), ``reason``, ``threshold`` and
+    ``launches`` (for the small-M pair, each
     GEMM's :func:`explain` as a dict). CUDA or meta tensors; raises what :func:`swiglu` raises for bad
     input (dispatch/swiglu_small_m.py's ``explain``)."""
     from gemm_ladder.dispatch import swiglu_small_m

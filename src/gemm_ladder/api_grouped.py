@@ -27,7 +27,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
 from gemm_ladder.contract import DTYPES
-from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
+from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError, OutsideDomainError
 from gemm_ladder.library.grouped import MAX_GROUPS, choose_cluster, choose_ring, grad_w_bn, grouped_gemm
 from gemm_ladder.library.kernel import GROUP_K, GROUP_M, GROUP_M_MASKED, extents_refusal
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES
@@ -112,7 +112,7 @@ def check_grouped_mm(a, b, offs, out_dtype=None, *, device_types: tuple[str, ...
     _check_device(a, b, device_types)
     k, n = b.shape[1], b.shape[2]
     if refusal := extents_refusal({"rows": rows, "N": n, "K": k}, empty_ok=True):
-        raise GemmInputError(refusal)
+        raise OutsideDomainError(refusal)  # empty_ok: only an extent past the 32-bit limit
     # Each compared on its own: Python's min() over a dynamic row count would bound it by N and K.
     if rows == 0 or n == 0 or k == 0:  # nothing is loaded (an empty or zero result): no tensor map, no stride rule
         return case, dt
@@ -186,7 +186,7 @@ def _check_grouped_k(a: torch.Tensor, b: torch.Tensor, offs, device_types: tuple
         raise NotSupportedError(f"E = {offs.numel()} groups: the grouped kernel takes at most {MAX_GROUPS}")
     _check_device(a, b, device_types)
     if refusal := extents_refusal({"M": m, "N": n, "total K": total_k}, empty_ok=True):
-        raise GemmInputError(refusal)
+        raise OutsideDomainError(refusal)  # empty_ok: only an extent past the 32-bit limit
     if (m > 1 and a.stride(0) != 1) or (n > 1 and b.stride(1) != 1):
         raise NotSupportedError(f"grouped along K, the kernel reads a (M, K) with stride(0) == 1 (x.t() of a row-major "
                                 f"x) and b (K, N) with stride(1) == 1 (row-major): got a strides {tuple(a.stride())}, "

@@ -396,7 +396,7 @@ def _refuse_grad_for_out(*tensors) -> None:
 def _real(v):
     """An int alpha or beta as the schema's float (a float, or anything else, is passed on as given:
     the op's schema check or the fake names what is wrong)."""
-    return float(v) if type(v) is int else v
+    return float(v) if type(v) is int and -1.7976931348623157e308 <= v <= 1.7976931348623157e308 else v
 
 
 _Tensor, _dtype = torch.Tensor, torch.dtype

@@ -25,6 +25,7 @@ import math
 import torch
 
 from gemm_ladder.api_quantized import check_linear_quantized, linear_quantized, swiglu_quantized
+from gemm_ladder.dispatch.validate import first_requiring_grad
 from gemm_ladder.errors import GemmInputError, NotSupportedError
 from gemm_ladder.library.quantized import quantized_buffers
 from gemm_ladder.library.fp8 import QUANT_OUT, check_scaled_mm, describe, host_refusal, scaled_mm_launch, settings
@@ -172,6 +173,17 @@ def _swiglu_e4m3_fake(x, w_gate, w_up):
     return quantized_buffers(tuple(x.shape[:-1]), n, x.device)
 
 
+_grad_enabled = torch.is_grad_enabled
+
+
+def _refuse_grad(a, b, scale_a, scale_b, bias) -> None:
+    """NotSupportedError naming the first tensor that requires grad under grad mode: scaled_mm has no backward."""
+    name = first_requiring_grad({"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias})
+    if name is not None:
+        raise NotSupportedError(f"{name} requires grad: scaled_mm has no backward; call it under torch.no_grad() / "
+                                "torch.inference_mode(), or on inputs that do not require grad")
+
+
 def _symbolic(*args) -> bool:
     """Whether a call has a meta tensor or a tensor subclass (a FakeTensor, a functional tensor) among its
     arguments: it goes through the registered op, whose fake answers, as ``mm``'s does."""
@@ -202,9 +214,12 @@ def scaled_mm(a, b, scale_a, scale_b, *, bias=None, out_dtype=torch.bfloat16, ou
     takes them as they are.
 
     Raises (before any launch): GemmTypeError, GemmInputError (the rule broken),
-    NotSupportedError (blockwise pairings other than 1 x 128 with 128 x 128). Only gemm-ladder's kernel
-    runs: nothing falls back to cuBLAS. Kernel: kernels/library/sm90_fp8_gemm.cu (library/fp8.py).
+    NotSupportedError (blockwise pairings other than 1 x 128 with 128 x 128; an input requiring grad under
+    grad mode: scaled_mm has no backward). Only gemm-ladder's kernel runs: nothing falls back to cuBLAS.
+    Kernel: kernels/library/sm90_fp8_gemm.cu (library/fp8.py).
     """
+    if _grad_enabled():  # no backward: refused before the forward runs, not by autograd after it
+        _refuse_grad(a, b, scale_a, scale_b, bias)
     if torch.compiler.is_compiling() or _symbolic(a, b, scale_a, scale_b, bias, out):
         if not torch.compiler.is_compiling():  # meta or a subclass: our errors first, then the op's fake
             check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, out, device_type=None)

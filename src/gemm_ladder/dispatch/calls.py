@@ -179,6 +179,12 @@ def fast_linear_key(x, w, bias, residual, activation, alpha, beta, out_dtype) ->
     return key + stream_state(x.get_device())
 
 
+def _plain(t) -> bool:
+    """A tensor the signatures describe: exactly torch.Tensor, strided and not nested (a sparse, mkldnn or
+    nested tensor has no strides or storage to key on: the full checks refuse it, naming its layout)."""
+    return type(t) is torch.Tensor and t.layout is torch.strided and not t.is_nested
+
+
 def _sig(t: torch.Tensor) -> tuple:
     return (t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 15)
 
@@ -186,12 +192,12 @@ def _sig(t: torch.Tensor) -> tuple:
 def mm_key(a, b, out, out_dtype) -> tuple | None:
     """The signature of ``mm(a, b, out=out, out_dtype=out_dtype)``; None when an argument is not a plain
     tensor (the full checks then say why)."""
-    if type(a) is not torch.Tensor or type(b) is not torch.Tensor:
+    if not (_plain(a) and _plain(b)):
         return None
     capturing = torch.cuda.is_current_stream_capturing() if a.is_cuda else False
     if out is None:
         return ("mm", _sig(a), _sig(b), out_dtype, capturing)
-    if type(out) is not torch.Tensor:
+    if not _plain(out):
         return None
     return ("mm", _sig(a), _sig(b), out_dtype, capturing, _sig(out), a.data_ptr(), b.data_ptr(), out.data_ptr())
 
@@ -204,7 +210,7 @@ def linear_key(x, w, out_dtype, bias=None, residual=None, activation=None, alpha
     out_dtype=...)`` with the built-in epilogue's identity (see the module docstring); None as
     :func:`mm_key` (also for a bias or residual that is not a plain tensor, or an activation that is
     not a str: the full checks then say why)."""
-    if type(x) is not torch.Tensor or type(w) is not torch.Tensor:
+    if not (_plain(x) and _plain(w)):
         return None
     capturing = torch.cuda.is_current_stream_capturing() if x.is_cuda else False
     ta, tb = type(alpha), type(beta)
@@ -212,8 +218,7 @@ def linear_key(x, w, out_dtype, bias=None, residual=None, activation=None, alpha
         return None  # bool, numpy scalars, tensors...: the checks' rules, uncached
     if bias is None and residual is None and activation is None and alpha == 1 and beta == 1:
         return ("linear", _sig(x), _sig(w), out_dtype, capturing)
-    if (bias is not None and type(bias) is not torch.Tensor) or (
-            residual is not None and type(residual) is not torch.Tensor) or (
+    if (bias is not None and not _plain(bias)) or (residual is not None and not _plain(residual)) or (
             activation is not None and type(activation) is not str):
         return None
     return ("linear", _sig(x), _sig(w), out_dtype, capturing, activation, ta, tb, alpha != 1, beta == 0,

@@ -82,16 +82,24 @@ def run(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out2: torch.
 def explain(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
     """What ``gemm_ladder.swiglu(x, w_gate, w_up)`` runs and why, as data, without running it.
 
-    CUDA or meta tensors (x (*, K), w_gate and w_up (N, K)). Keys: ``path`` ('small_m_pair' or 'fused'),
-    ``m``, ``n``, ``k``, ``threshold`` (:data:`SMALL_M_MAX`), ``reason`` (one sentence), ``launches``
-    (in order; for the small-M pair each launch's ``gemm_ladder.explain`` of its GEMM as a dict, the
-    epilogue named). Raises what ``swiglu`` raises for bad input."""
+    CUDA or meta tensors (x (*, K), w_gate and w_up (N, K)). Keys: ``path`` ('small_m_pair' or 'fused'; 'empty'
+    or 'zeros' where ``swiglu`` launches nothing: an empty output, or K = 0 and silu(0) * 0), ``m``, ``n``,
+    ``k``, ``threshold`` (:data:`SMALL_M_MAX`), ``reason`` (one sentence), ``launches`` (in order; for the
+    small-M pair each launch's ``gemm_ladder.explain`` of its GEMM as a dict, the epilogue named). Raises
+    what ``swiglu`` raises for bad input, in its order: the arguments, then the extents and the layouts of a
+    non-empty problem."""
     from gemm_ladder.dispatch import cost_model
     from gemm_ladder.dispatch.explain import explain_route
-    from gemm_ladder.dispatch.validate import check_swiglu
+    from gemm_ladder.dispatch.validate import MmShape, check_domain, check_swiglu, check_swiglu_layout
 
     k, n = check_swiglu(x, w_gate, w_up, device_types=("cuda", "meta"), check_grad=False)
     m = math.prod(x.shape[:-1])
+    if m == 0 or n == 0 or k == 0:  # as swiglu: decided before the extent and layout rules, nothing launched
+        what = ("empty", "an empty output: nothing is launched") if m == 0 or n == 0 else \
+            ("zeros", "K = 0: the output is silu(0) * 0, zeros written by a fill, no GEMM launched")
+        return {"path": what[0], "m": m, "n": n, "k": k, "threshold": SMALL_M_MAX, "reason": what[1], "launches": []}
+    check_domain(MmShape(m, n, k, x.dtype))
+    check_swiglu_layout(x.reshape(m, k), w_gate, w_up, addresses=x.device.type != "meta")
     out = {"path": "small_m_pair" if takes(m, n, k) else "fused", "m": m, "n": n, "k": k, "threshold": SMALL_M_MAX,
            "reason": reason(m), "launches": []}
     if not takes(m, n, k):

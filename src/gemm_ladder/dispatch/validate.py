@@ -12,6 +12,7 @@ then empty dimensions are decided (:func:`trivial`) before any domain rule (:fun
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -39,9 +40,23 @@ class MmShape:
     out_dtype: torch.dtype
 
 
+#: The largest float: an int alpha or beta past it has no float to pass (float() raises OverflowError).
+_FLOAT_MAX = sys.float_info.max
+
+
+def check_strided(name: str, t: torch.Tensor) -> None:
+    """A dense tensor: strided and not nested (a sparse, mkldnn or nested tensor has no strides for a
+    tensor map to describe). Raises GemmInputError naming it and what to pass."""
+    if t.layout is not torch.strided or t.is_nested:
+        what = "a nested tensor" if t.is_nested else f"layout {t.layout}"
+        raise GemmInputError(f"{name} is {what}: the kernels read dense (strided) tensors; pass {name}.to_dense()"
+                             + (" or its components" if t.is_nested else ""))
+
+
 def _check_tensor(name: str, t, device_types: tuple[str, ...]) -> None:
     if not isinstance(t, torch.Tensor):
         raise GemmTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    check_strided(name, t)
     if t.device.type not in device_types:
         raise GemmInputError(f"{name} must be on a {' or '.join(device_types)} device, got {t.device} "
                              "(the library runs its own kernels only; no CPU path)")
@@ -302,6 +317,9 @@ def check_linear(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, 
     for name, v in (("alpha", alpha), ("beta", beta)):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise GemmTypeError(f"{name} must be a Python int or float (as torch.addmm's), got {type(v).__name__}")
+        if isinstance(v, int) and not -_FLOAT_MAX <= v <= _FLOAT_MAX:
+            raise GemmInputError(f"{name} is an int past the largest float ({_FLOAT_MAX:.3e}): the epilogue scales "
+                                 "by a float")
     for name, t, shape in (("bias", bias, (n,)), ("residual", residual, out_shape)):
         if t is None:
             continue
@@ -362,6 +380,7 @@ def check_linear_out(out, x: torch.Tensor, n: int, dtype: torch.dtype) -> torch.
     own out rules (device, overlap) to check next. Raises GemmTypeError / GemmInputError naming the rule."""
     if not isinstance(out, torch.Tensor):
         raise GemmTypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    check_strided("out", out)
     want = (*x.shape[:-1], n)
     if tuple(out.shape) != tuple(want):
         raise GemmInputError(f"out must have shape (*x.shape[:-1], N) = {tuple(want)}, got {tuple(out.shape)}")
@@ -444,5 +463,5 @@ def check_swiglu_layout(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tens
 
 __all__ = ["ACTIVATIONS", "GemmInputError", "GemmTypeError", "MAX_DIM", "MmShape", "NotSupportedError",
            "OutsideDomainError", "check_activation", "check_domain", "check_linear", "check_linear_out", "check_mm",
-           "check_swiglu", "check_swiglu_layout", "internal_overlap", "linear_call", "may_overlap", "result_dtype",
+           "check_strided", "check_swiglu", "check_swiglu_layout", "internal_overlap", "linear_call", "may_overlap", "result_dtype",
            "trivial"]

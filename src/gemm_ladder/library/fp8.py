@@ -61,7 +61,7 @@ from gemm_ladder.design.problem import arch_info
 from gemm_ladder.design.stream_k import INT32_LIMIT, StreamKTail
 from gemm_ladder.design.tensor_maps import TensorMapSpec
 from gemm_ladder.contract import FP8_DTYPES
-from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
+from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError, OutsideDomainError
 from gemm_ladder.library import kernel as K
 from gemm_ladder.library.kernel import DATA_PARALLEL, STORE_REGISTERS, STORE_TMA, STREAM_K, KernelConfig, Operands
 from gemm_ladder.library.lru import cached
@@ -483,8 +483,8 @@ def check_scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16,
     'cuda' for a launch, None for the fake kernels, which also see meta tensors).
 
     Raises GemmTypeError (non-tensors, a non-dtype out_dtype), GemmInputError (the rule broken),
-    NotSupportedError (blockwise pairings other than 1x128 with 128x128), OutsideDomainError-sized
-    extents as GemmInputError.
+    NotSupportedError (blockwise pairings other than 1x128 with 128x128), OutsideDomainError (a GemmInputError:
+    an extent past the kernels' 32-bit coordinates).
     """
     for name, t in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
         _is_tensor(name, t)
@@ -510,7 +510,7 @@ def check_scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16,
     if k != k2:
         raise GemmInputError(f"a is (M, K) = {tuple(a.shape)} and b is (K, N) = {tuple(b.shape)}: K differs")
     if refusal := K.extents_refusal({"M": m, "N": n, "K": k}, empty_ok=True):
-        raise GemmInputError(refusal)
+        raise OutsideDomainError(refusal)  # empty_ok: only an extent past the 32-bit limit
     if k % 16:
         raise GemmInputError(f"K = {k} must be a multiple of 16 (a TMA row of 1-byte elements is a multiple of 16 bytes)")
     if m and k and (a.stride(1) != 1 or a.stride(0) % 16 or a.stride(0) < k):

@@ -117,6 +117,9 @@ def quantize_fp8(x: torch.Tensor, block=(1, 128), *, dtype: torch.dtype = torch.
     """
     if not isinstance(x, torch.Tensor):
         raise GemmTypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.layout is not torch.strided or x.is_nested:
+        raise GemmInputError(f"x is {'a nested tensor' if x.is_nested else f'layout {x.layout}'}: quantize_fp8 "
+                             "takes a dense (strided) tensor; pass x.to_dense()")
     if x.dim() != 2:
         raise GemmInputError(f"x must be 2-D, got {x.dim()} dimensions")
     if not x.dtype.is_floating_point or x.dtype in FP8_DTYPES:
