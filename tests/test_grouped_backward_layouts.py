@@ -40,28 +40,17 @@ def _per_group_reference(x, w, offs):
     return torch.cat(out)
 
 
+@pytest.mark.parametrize("op", ["grouped_mm", "grouped_linear"])
 @pytest.mark.parametrize("compiled", [False, True])
-def test_grouped_mm_with_n_12(cpu_kernel, compiled):
-    """2-D x 3-D, a K-major weight of N = 12: grad_x reads grad_y (R, 12) and grad_w is grouped along K over it."""
+def test_rows_grouped_along_m_with_n_12(cpu_kernel, compiled, op):
+    """2-D x 3-D, a weight of N = 12 (K-major for grouped_mm, nn.Linear's for grouped_linear): grad_x reads
+    grad_y (R, 12) and grad_w is grouped along K over it."""
     torch.manual_seed(0)
-    sizes = [5, 0, 7, 8]
-    offs = torch.tensor(sizes).cumsum(0).to(torch.int32)
+    offs = torch.tensor([5, 5, 12, 20]).to(torch.int32)
     x, w = _leaves(torch.randn(20, 16).to(BF), (torch.randn(4, 12, 16) / 4).to(BF))
-    y = _run(lambda x, w, o: gemm_ladder.grouped_mm(x, w.transpose(-2, -1), o), compiled, x, w, offs)
-    xr, wr = _leaves(x.double(), w.double())
-    ref = _per_group_reference(xr, wr, offs)
-    gy = torch.randn(y.shape, dtype=torch.float64)
-    y.backward(gy.to(BF))
-    ref.backward(gy)
-    _check_grads((x, w), (xr, wr))
-
-
-@pytest.mark.parametrize("compiled", [False, True])
-def test_grouped_linear_with_n_12(cpu_kernel, compiled):
-    torch.manual_seed(1)
-    offs = torch.tensor([9, 9, 20]).to(torch.int32)
-    x, w = _leaves(torch.randn(20, 16).to(BF), (torch.randn(3, 12, 16) / 4).to(BF))
-    y = _run(lambda x, w, o: gemm_ladder.grouped_linear(x, w, o), compiled, x, w, offs)
+    fn = {"grouped_mm": lambda x, w, o: gemm_ladder.grouped_mm(x, w.transpose(-2, -1), o),
+          "grouped_linear": lambda x, w, o: gemm_ladder.grouped_linear(x, w, o)}[op]
+    y = _run(fn, compiled, x, w, offs)
     xr, wr = _leaves(x.double(), w.double())
     ref = _per_group_reference(xr, wr, offs)
     gy = torch.randn(y.shape, dtype=torch.float64)
