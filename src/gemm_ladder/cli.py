@@ -8,6 +8,7 @@ must import: a missing module is a broken installation, and says so.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import signal
@@ -27,8 +28,16 @@ exit status:
   3  incomplete: nothing failed, but a gate that applies did not run (climb and gate without a GPU:
      correctness and timing need one; the summary line names each gate and why), or a tool the
      command needs is missing (no kernel compiler, no cuobjdump): one line on stderr names it
+  4  the output could not be written (stdout or a file an option names, such as --json, on a full
+     disk): one line on stderr names it; a run that finished says its verdict above it
   141 the reader of the output went away (a closed pipe, as `| head`): stopped quietly
 """
+
+#: Exit status 4 of EXIT_STATUS (gates/verdict.py's EXIT_UNWRITTEN for climb and gate).
+EXIT_UNWRITTEN = 4
+
+#: What a write that finds no room or a failing device raises (stdout on a full disk, ``> /dev/full``).
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -54,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP, epilog=EXIT_STATUS,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(p)
-        p.set_defaults(_run=module.run, _parser=p)
+        # COMPILES: the command builds kernels (or reads their cache): its environment is checked first
+        p.set_defaults(_run=module.run, _parser=p, _compiles=getattr(module, "COMPILES", False))
     return parser
 
 
@@ -62,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: sys.argv[1:]) and run the subcommand; returns its exit status.
 
     A reader that closes stdout early (``gemm-ladder audit plan.json | head -2``) ends the command
-    quietly with status 141 (128 + SIGPIPE, what a shell reports for a command stopped that way).
+    quietly with status 141 (128 + SIGPIPE, what a shell reports for a command stopped that way); a
+    stdout that cannot be written (a full disk) ends it with one line and :data:`EXIT_UNWRITTEN`. A
+    command that compiles (its module's ``COMPILES``) is refused first, with one line and status 2,
+    when GEMM_LADDER_COMPILER or GEMM_LADDER_CACHE is unusable.
     """
     from gemm_ladder.errors import CompilerNotFoundError
 
@@ -70,14 +83,37 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:  # refused by the subcommand's parser, which names it (argparse's would name the top level)
         args._parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
-        return int(args._run(args) or 0)
+        if args._compiles:
+            from gemm_ladder.runtime.compiler import environment_refusal
+
+            if (refusal := environment_refusal()) is not None:
+                print(f"gemm-ladder {args.command}: {refusal}", file=sys.stderr)
+                return 2
+        status = int(args._run(args) or 0)
+        sys.stdout.flush()  # a full disk shows here, not in the interpreter's last flush
+        return status
     except CompilerNotFoundError as exc:  # the machine lacks a tool: say which, no traceback
         print(f"gemm-ladder {args.command}: {exc}", file=sys.stderr)
         return 3
     except BrokenPipeError:
-        # stdout's reader is gone: point stdout at /dev/null so the interpreter's final flush is quiet
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _silence_stdout()
         return 128 + signal.SIGPIPE
+    except OSError as exc:
+        # A write that failed without naming a file: stdout's (commands catch their own files' errors).
+        if exc.errno not in _WRITE_ERRNOS or exc.filename is not None:
+            raise
+        _silence_stdout()
+        print(f"gemm-ladder {args.command}: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_UNWRITTEN
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null: its reader is gone or its disk is full, and the interpreter's final
+    flush of what is still buffered must not print a second error."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no file descriptor (captured in-process): nothing to silence
+        pass
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ experiment with its expected figure, risks and fallback. Expected gains come fro
 climb (default: the newest ``bench/results/*climb*<dtype>*.json`` with timed rows; ``--results``).
 With a GPU, a level or a callable is also gated now against the level below (``--no-measure`` skips it).
 Needs nvcc and cuobjdump to read SASS, not a GPU. Exit status 0 with an answer, 1 when the target's own
-build fails (nvcc rejects the .cu, its build() raises), 2 on a bad input.
+build fails (nvcc rejects the .cu, its build() raises), 2 on a bad input, 3 when a level, a .cu or a
+.cubin is to be read and cuobjdump is missing (one line naming it).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from gemm_ladder.design.problem import parse_triple
 
 NAME = "advise"
 HELP = "Place a kernel on the ladder from its SASS, build and launch, and give its next step (with its plan) or the stop."
+#: Builds kernels: the CLI refuses a bad GEMM_LADDER_COMPILER or GEMM_LADDER_CACHE first (cli.main).
+COMPILES = True
 
 #: What the GPU measurement times by default (the edge set is always checked for correctness).
 DEFAULT_MEASURE_SHAPES = "4096x4096x4096,8192x8192x8192"
@@ -148,6 +151,10 @@ def _advise(args: argparse.Namespace):
     if args.cubin is not None and kind != "callable":
         raise UsageError("--cubin goes with a FILE.py:FUNC target")
     shape = parse_triple(args.shape, "--shape")
+    if kind in ("level", "cubin", "cu") or args.cubin is not None:
+        from gemm_ladder.runtime import compiler
+
+        compiler.cuobjdump_path()  # its SASS is the evidence: no cuobjdump is the CLI's one line and exit 3
     ctx = SimpleNamespace(args=args, dtype=dtypes[0], shape=shape, shapes=parse_shape_sets("edge," + args.measure_shapes))
     ctx.climb_result, ctx.climb_source = _climb(args, ctx.dtype)
     if kind == "level":

@@ -7,6 +7,7 @@ command will write are checked before any work, so nothing is printed before the
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -32,13 +33,31 @@ def choice(text: str, flag: str, options: tuple[str, ...]) -> str:
     return text
 
 
-def writable_file(path: Path, flag: str) -> Path:
-    """``path`` when a file can be written there, its missing folders created (as ``climb --json`` and
-    ``gate --json`` do: one rule for every file a command writes, :func:`gemm_ladder.results.check_writable`);
-    raises BadArgument naming ``flag`` for a folder, a path under a file, or a folder where no file can be
-    created. A write can still fail afterwards (a full disk), which the caller reports too."""
+def output_refusal(path: str | Path) -> str | None:
+    """None when a file can be written at ``path``, else a one-line reason: one rule for every file a
+    command writes (``--json``, ``--timeline``), checked before any work.
+
+    An existing target is opened itself, for appending (nothing truncated), and written zero bytes: that
+    refuses /dev/full, a /proc file (or a link to one) and a read-only file, which
+    :func:`gemm_ladder.results.check_writable`'s temporary file beside the target cannot tell (and names
+    the target's own error, not the folder's). Then check_writable: a folder, a path under a file, a
+    folder where no file can be created; missing folders are created. A write can still fail afterwards
+    (a disk that fills during the run), which the caller reports too."""
     from gemm_ladder.results import check_writable
 
-    if (reason := check_writable(path)) is not None:
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        try:
+            with open(path, "ab", buffering=0) as f:
+                os.write(f.fileno(), b"")  # /dev/full says ENOSPC even to an empty write
+        except OSError as exc:
+            return f"cannot write {path}: {exc.strerror or exc}"
+    return check_writable(path)
+
+
+def writable_file(path: Path, flag: str) -> Path:
+    """``path`` when a file can be written there (:func:`output_refusal`, its missing folders created);
+    raises BadArgument naming ``flag`` otherwise."""
+    if (reason := output_refusal(path)) is not None:
         raise BadArgument(f"{flag} {reason}")
     return path

@@ -14,10 +14,13 @@ import sys
 
 NAME = "climb"
 HELP = "Run the resource, correctness and performance gates over levels, dtypes and shapes."
+#: Builds kernels: the CLI refuses a bad GEMM_LADDER_COMPILER or GEMM_LADDER_CACHE first (cli.main).
+COMPILES = True
 EPILOG = ("exit status: 0 every gate that applies ran and passed; 1 a gate failed (or a level did not build); "
           "2 bad input, nothing run; 3 nothing failed but a gate did not run (no GPU: the levels' correctness "
-          "and timing need an sm_90a GPU). The last line names each gate: passed, failed or not run (with "
-          "the reason); so does the JSON's 'gates'.")
+          "and timing need an sm_90a GPU); 4 the run ended but --json (or stdout) could not be written (a full "
+          "disk), whatever the gates found: one line on stderr, and the verdict line says both. The last line "
+          "names each gate: passed, failed or not run (with the reason); so does the JSON's 'gates'.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,11 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Climb; the exit status of :data:`EPILOG`."""
+    from gemm_ladder.commands.argcheck import output_refusal
     from gemm_ladder.contract import parse_dtypes
     from gemm_ladder.gates.climb import Target, check_run_arguments, command_line, parse_level_range, run_gates
     from gemm_ladder.gates.verdict import EXIT_USAGE, finish
     from gemm_ladder.levels import LEVELS, arch_refusal
-    from gemm_ladder.results import check_writable
     from gemm_ladder import gpu
     from gemm_ladder.shapes import default_climb_shapes, parse_shape_sets
 
@@ -52,11 +55,12 @@ def run(args: argparse.Namespace) -> int:
         check_run_arguments(shapes, args.budget)
         if (refusal := arch_refusal(args.arch)) is not None:
             raise ValueError(refusal)
-        if args.json and (why := check_writable(args.json)):
+        if args.json and (why := output_refusal(args.json)):
             raise ValueError(f"--json: {why}")
     except ValueError as exc:
         print(f"gemm-ladder climb: {exc}", file=sys.stderr)
         return EXIT_USAGE
     targets = [Target.from_level(LEVELS[n]) for n in numbers]
-    result = run_gates(targets, dtypes, shapes, arch=args.arch, command=command_line(), time_budget_s=args.budget)
+    result = run_gates(targets, dtypes, shapes, arch=args.arch, command=command_line(), time_budget_s=args.budget,
+                       verdict=False)
     return finish(result, args.json, "climb")

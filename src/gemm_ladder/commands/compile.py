@@ -15,6 +15,8 @@ import sys
 
 NAME = "compile"
 HELP = "Compile one level and print its resource report and SASS census (no GPU needed)."
+#: Builds kernels: the CLI refuses a bad GEMM_LADDER_COMPILER or GEMM_LADDER_CACHE first (cli.main).
+COMPILES = True
 
 #: The one architecture the ladder's kernels are written for: they issue wgmma, which exists on
 #: sm_90a only (PTX ISA, wgmma.mma_async, "Target ISA notes").

@@ -32,12 +32,16 @@ from typing import Any
 
 NAME = "gate"
 HELP = "Run the correctness, performance and resource gates on your own f(a, b) -> a @ b.T."
+#: Builds kernels: the CLI refuses a bad GEMM_LADDER_COMPILER or GEMM_LADDER_CACHE first (cli.main).
+COMPILES = True
 EPILOG = ("exit status: 0 every gate that applies ran and passed; 1 a gate failed (a wrong result, an "
           "exception, a refusal inside the declared domain, a speed or resource limit); 2 bad input (FILE.py "
           "that does not import, no FUNC, a bad option), nothing run; 3 nothing failed but a gate did not run "
-          "(no GPU: FUNC needs CUDA, or a shape to time). Without a GPU, FUNC is checked on CPU tensors when it "
-          "runs on them. The last line names each gate: passed, failed or not run (with the reason); so does "
-          "the JSON's 'gates'.")
+          "(no GPU: FUNC needs CUDA, or a shape to time); 4 the run ended but --json (or stdout) could not be "
+          "written (a full disk), whatever the gates found: one line on stderr, and the verdict line says both. "
+          "--arch is the architecture of FUNC's own build(); with --epilogue it must be sm_90a, the library's. "
+          "Without a GPU, FUNC is checked on CPU tensors when it runs on them. The last line names each gate: "
+          "passed, failed or not run (with the reason); so does the JSON's 'gates'.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,6 +74,8 @@ def load_callable(spec: str, *, want_callable: bool = True) -> tuple[Any, str]:
     if not sep or not file or not func:
         raise SpecError(f"{spec!r}: expected FILE.py:FUNC")
     path = Path(file)
+    if path.is_dir():
+        raise SpecError(f"{file} is a folder, not a Python file")
     if not path.is_file():
         raise SpecError(f"{file}: no such file")
     module_name = f"_gemm_ladder_user_{path.stem}"
@@ -94,10 +100,11 @@ def load_callable(spec: str, *, want_callable: bool = True) -> tuple[Any, str]:
 
 def run(args: argparse.Namespace) -> int:
     """Gate the callable; the exit status of :data:`EPILOG`."""
+    from gemm_ladder.commands.argcheck import output_refusal
     from gemm_ladder.contract import Domain, parse_dtypes
     from gemm_ladder.gates.climb import Target, check_run_arguments, command_line, run_gates
     from gemm_ladder.gates.verdict import EXIT_USAGE, finish
-    from gemm_ladder.results import check_writable
+    from gemm_ladder.levels import arch_refusal
     from gemm_ladder.shapes import parse_shape_sets
 
     try:
@@ -106,13 +113,15 @@ def run(args: argparse.Namespace) -> int:
         check_run_arguments(shapes, args.budget)
         if args.device not in ("cuda", "cpu"):
             raise ValueError(f"--device {args.device!r}: use cuda or cpu")
-        if args.cubin is not None and not args.cubin.is_file():
-            raise ValueError(f"--cubin {args.cubin}: no such file")
+        if args.cubin is not None and (why := cubin_refusal(args.cubin)):
+            raise ValueError(f"--cubin {args.cubin}{why}")
         if (args.spec is None) == (args.epilogue is None):
             raise ValueError("give FILE.py:FUNC or --epilogue FILE.py:NAME (one of the two)")
         if args.epilogue is None:
             fn, name = load_callable(args.spec)
-        if args.json and (why := check_writable(args.json)):  # last: it creates a missing folder
+        elif (refusal := arch_refusal(args.arch)) is not None:  # the library's kernels are sm_90a (wgmma)
+            raise ValueError(refusal)
+        if args.json and (why := output_refusal(args.json)):  # last: it creates a missing folder
             raise ValueError(f"--json: {why}")
         if args.epilogue is not None:
             return run_epilogue(args, dtypes, shapes)
@@ -127,13 +136,30 @@ def run(args: argparse.Namespace) -> int:
         cubin=args.cubin, kernel_name=args.kernel_name or name,
     )
     result = run_gates([target], dtypes, shapes, arch=args.arch, device=args.device, command=command_line(),
-                       time_budget_s=args.budget)
+                       time_budget_s=args.budget, verdict=False)
     return finish(result, args.json, "gate")
+
+
+def cubin_refusal(path: Path) -> str | None:
+    """Why ``path`` is not a cubin --cubin can take (its words follow the path), or None: bad input,
+    refused before any build, as ``advise`` refuses it; a cubin is an ELF file."""
+    if path.is_dir():
+        return " is a folder, not a cubin"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except FileNotFoundError:
+        return ": no such file"
+    except OSError as exc:
+        return f": cannot be read: {exc.strerror or exc}"
+    return None if head == b"\x7fELF" else ": not a cubin (no ELF header)"
 
 
 def run_epilogue(args: argparse.Namespace, dtypes: list[str], shapes: list) -> int:
     """``gate --epilogue``: the resource and correctness gates of the top kernel with the epilogue fused."""
-    from gemm_ladder.gates.verdict import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, EXIT_USAGE, write_result
+    from gemm_ladder.gates.verdict import (
+        EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, EXIT_UNWRITTEN, EXIT_USAGE, write_result,
+    )
     from gemm_ladder.library.epilogue import Epilogue, EpilogueCompileError
 
     try:
@@ -147,13 +173,15 @@ def run_epilogue(args: argparse.Namespace, dtypes: list[str], shapes: list) -> i
     except EpilogueCompileError as exc:
         print(f"gemm-ladder gate: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from gemm_ladder.errors import CompilerNotFoundError
+    from gemm_ladder.errors import CompileError, CompilerNotFoundError
 
+    r_why, r_error = "", ""
     try:
         resources = epilogue_resources(ep, dtypes, args.arch)
-        r_why = ""
     except CompilerNotFoundError as exc:  # no compiler or no cuobjdump: the census cannot be read
         resources, r_why = [], str(exc)
+    except CompileError as exc:  # the top kernel with the epilogue fused did not build: the gate fails
+        resources, r_error = [], f"{type(exc).__name__}: {exc}".splitlines()[0]
     for r in resources:
         print(f"resources {r['kernel']:<34} {r['dtype']} {r['orientation']:<8} "
               + ("passed" if r["passed"] else "FAILED: " + "; ".join(r["messages"])))
@@ -167,14 +195,15 @@ def run_epilogue(args: argparse.Namespace, dtypes: list[str], shapes: list) -> i
     statuses = [r["status"] for r in rows]
     c_state = ("failed" if any(s in ("fail", "error") for s in statuses)
                else "not run" if any(s == "not run" for s in statuses) else "passed")
-    r_state = "not run" if r_why else "passed" if all(r["passed"] for r in resources) else "failed"
+    r_state = ("not run" if r_why else "failed" if r_error or not all(r["passed"] for r in resources)
+               else "passed")
     why = next((r["message"] for r in rows if r["status"] == "not run"), "")
     print(f"gates: correctness {c_state}" + (f" ({why})" if c_state == "not run" else "") + f"; resources {r_state}"
-          + (f" ({r_why})" if r_why else ""))
+          + (f" ({r_why or r_error})" if r_why or r_error else ""))
     summary = {"epilogue": args.epilogue, "gates": {"correctness": c_state, "resources": r_state},
                "resources": resources, "correctness": rows}
     if not write_result(summary, args.json, "gate"):
-        return EXIT_USAGE
+        return EXIT_UNWRITTEN
     if "failed" in (c_state, r_state):
         return EXIT_FAILED
     return EXIT_INCOMPLETE if "not run" in (c_state, r_state) else EXIT_PASSED

@@ -12,16 +12,17 @@ GPU; on a GPU it also loads each build (``--no-load`` to skip). Shape classes
 (dispatch/precompile.py EPILOGUE_LEVELS): linear's built-in fused epilogues compiled into each class's
 kernels, none, common (default: bias, activation, residual in the input dtype) or all (also float32
 bias and residual, alpha). The last line says how many builds are ready, how many were compiled now
-and how many were already cached. A model's own set: gemm_ladder.precompile(model, example_inputs).
+and how many were already cached (and where: the cache folder), and how many the package ships built
+(runtime/aot.py). A model's own set: gemm_ladder.precompile(model, example_inputs).
 
 Exit status: 0 every build built (or is not a variant the kernel plans), 1 a build failed, 2 bad input
-(one line on stderr, nothing built), 3 no kernel compiler (one line on stderr naming it).
+(one line on stderr, nothing built), 3 no kernel compiler (one line on stderr naming it), 4 the builds
+ran but --json could not be written (one line on stderr).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -31,6 +32,8 @@ NAME = "precompile"
 #: dispatch/precompile.py's CLASSES, named here so that --help does not import the library (a test keeps them equal).
 CLASS_NAMES = "large, small_m, fp32_out, unaligned, quantized_out"
 HELP = "Build every kernel the dispatcher can pick for the given dtypes and shape classes (no GPU needed)."
+#: Builds kernels: the CLI refuses a bad GEMM_LADDER_COMPILER or GEMM_LADDER_CACHE first (cli.main).
+COMPILES = True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,8 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gemm_ladder.cli import EXIT_UNWRITTEN
     from gemm_ladder.contract import parse_dtypes
     from gemm_ladder.dispatch.precompile import check_classes, epilogue_variants, library_builds, precompile
+    from gemm_ladder.results import write_json
     from gemm_ladder.runtime.compiler import cache_root
 
     try:
@@ -67,8 +72,13 @@ def run(args: argparse.Namespace) -> int:
     failed = outcomes.failed
     for label, outcome in outcomes.items():
         print(f"{label}: {outcome}")
-    print(f"{outcomes.summary()} (of {len(outcomes)}) in {cache_root()}")
+    in_cache = outcomes.compiled or outcomes.cached  # shipped builds stay in the package, not the cache
+    print(f"{outcomes.summary()} (of {len(outcomes)})" + (f" in {cache_root()}" if in_cache else ""))
     if args.json is not None:
-        args.json.write_text(json.dumps(outcomes, indent=1))
+        try:
+            write_json(dict(outcomes), args.json)
+        except OSError as exc:  # the disk filled during the builds: they are done, the file is not
+            print(f"gemm-ladder precompile: cannot write {args.json}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_UNWRITTEN
     return 1 if failed else 0
 

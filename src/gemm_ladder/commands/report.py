@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     """Write the report; the exit status of EPILOG."""
     # imported here so that `gemm-ladder --help` does not pay for matplotlib
     from gemm_ladder.report import ReportOutputError, ResultError, load_result, write_report
+    from gemm_ladder.report.model import check_key_fields
     from gemm_ladder.report.render import check_output
     from gemm_ladder.results import check_writable
 
@@ -52,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_output(out if out is not None else Path.cwd(), args.name)
         result = load_result(args.result)
+        check_key_fields(result, args.result)
         if out is None:  # made only now: a refused RESULT leaves no empty folder behind
             out = default_out(args.result)
         if why := check_writable(out / f"{args.name}.html"):  # before the report is built

@@ -32,6 +32,8 @@ from gemm_ladder.design.timeline import release_mode
 SWIZZLE = "CU_TENSOR_MAP_SWIZZLE_128B"
 SWIZZLE_BYTES = 128
 MAX_REGISTERS = 255  # per thread (PTX ISA / CUDA C Programming Guide: 255 registers per thread)
+#: gridDim.x, .y, .z at most (CUDA C++ Programming Guide, "Compute Capabilities": 2^31 - 1, 65535, 65535).
+MAX_GRID = (2**31 - 1, 65535, 65535)
 #: Below this many operand bytes per CTA tile, the host-side encode and the barrier round trips are not
 #: amortised: TMA is correct but not worth it.
 SMALL_COPY_BYTES = 64 * 1024
@@ -400,6 +402,16 @@ class Plan:
         }
 
 
+def _check_grid(grid: tuple[int, int, int], bm: int) -> None:
+    """Raise PlanRefused when a one-CTA-per-tile ``grid`` exceeds :data:`MAX_GRID`: such a launch fails
+    (gridDim.y, the M tiles, passes 65535 past M = 65535 x BM)."""
+    for axis, extent, limit in zip("xyz", grid, MAX_GRID):
+        if extent > limit:
+            bound = f" (M <= {limit * bm} at BM = {bm})" if axis == "y" else ""
+            raise PlanRefused("grid", f"grid {grid}: gridDim.{axis} = {extent} > {limit}, CUDA's limit{bound}; "
+                              "use persistent=True (--persistent on the command line), whose 1-D grid walks the tiles")
+
+
 def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), stages: int = 4, cluster: int = 1,
               consumers: int = 1, arch: str = "sm_90a", persistent: bool = False, *,
               producer_warpgroup: bool | None = None, c_aliases_stages: bool = False, c_ring: int = 0,
@@ -512,6 +524,7 @@ def plan_gemm(m: int, n: int, k: int, dtype: str = "bf16", tile=(128, 128, 64), 
             tail = plan_tail(units, ctas // cluster, k_tiles, stream_k_min_idle).to_json()
     else:
         grid, cluster_dims = (n_tiles, m_tiles, 1), (1, 1, 1)  # x over N tiles, y over M tiles; no cluster
+        _check_grid(grid, bm)
         ctas = tiles
         waves = ctas / (ar.sm_count * smem.ctas_per_sm)
     schedule = Schedule(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from gemm_ladder.design.problem import PlanRefused
@@ -207,13 +208,15 @@ def precompile(dtypes: tuple[str, ...] = ("bf16", "fp16"), *, classes=tuple(CLAS
 
 class Outcomes(dict):
     """{label: outcome} of :func:`run_builds`, and which builds were compiled by this run
-    (``compiled``) and which were already in the kernel cache (``cached``): labels. A build whose
+    (``compiled``), which were already in the kernel cache (``cached``) and which the package ships
+    built (``shipped``, runtime/aot.py: nothing compiled, nothing in the cache): labels. A build whose
     cubin another label of the same run compiled (one source, two labels) counts as compiled."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.compiled: set[str] = set()
         self.cached: set[str] = set()
+        self.shipped: set[str] = set()
 
     @property
     def failed(self) -> dict[str, str]:
@@ -225,9 +228,12 @@ class Outcomes(dict):
         return sum(1 for v in self.values() if v.startswith("built"))
 
     def summary(self) -> str:
-        """'N builds ready, M compiled, K already cached' (and the refusals and failures, when any)."""
+        """'N builds ready, M compiled, K already cached' (and the shipped builds, the refusals and the
+        failures, when any)."""
         refused = sum(1 for v in self.values() if v.startswith("not a variant"))
         text = f"{self.ready} builds ready, {len(self.compiled)} compiled, {len(self.cached)} already cached"
+        if self.shipped:
+            text += f", {len(self.shipped)} shipped with the package"
         if refused:
             text += f"; {refused} not a variant"
         if self.failed:
@@ -243,6 +249,15 @@ def _cache_entries() -> set[str]:
         return {p.name for p in root.iterdir() if (p / "kernel.cubin").exists()}
     except OSError:  # no cache yet
         return set()
+
+
+def _is_shipped(entry) -> bool:
+    """Whether ``entry`` (a CompiledKernel) is one of the builds the package ships (runtime/aot.py's
+    folder), which compile_kernel serves without compiling or touching the cache."""
+    from gemm_ladder.runtime.aot import AOT_DIR
+
+    directory = getattr(entry, "directory", None)
+    return directory is not None and Path(directory).is_relative_to(AOT_DIR)
 
 
 def run_builds(builds: list[Build], *, workers: int | None = None, device=None, load: bool | None = None) -> Outcomes:
@@ -271,7 +286,10 @@ def run_builds(builds: list[Build], *, workers: int | None = None, device=None, 
         except Exception as exc:  # noqa: BLE001 - reported per build; the caller decides
             return f"failed: {type(exc).__name__}: {exc}".splitlines()[0]
         key = getattr(entry, "key", None)
-        (outcomes.cached if key is not None and key in before else outcomes.compiled).add(build.label)
+        if _is_shipped(entry):
+            outcomes.shipped.add(build.label)
+        else:
+            (outcomes.cached if key is not None and key in before else outcomes.compiled).add(build.label)
         return "built"
 
     with ThreadPoolExecutor(max_workers=workers or max(2, os.cpu_count() or 2)) as pool:

@@ -26,7 +26,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gemm_ladder.contract import Domain, cublas
-from gemm_ladder.gates.correctness import CorrectnessResult, check_correctness, random_operands
+from gemm_ladder.gates.correctness import CALLABLE_FAILURES, CorrectnessResult, check_correctness, random_operands
 from gemm_ladder.gates.performance import (
     PerformanceResult,
     Timing,
@@ -202,9 +202,12 @@ def run_gates(
     command: str = "",
     console: Console | None = None,
     time_budget_s: float = 0.5,
+    verdict: bool = True,
 ) -> dict[str, Any]:
     """Run the gates and return the result JSON (a dict, docs/results-schema.md); prints tables and
-    the summary line (:func:`gemm_ladder.gates.verdict.summary_line`).
+    the summary line (:func:`gemm_ladder.gates.verdict.summary_line`); ``verdict`` False leaves the
+    failures and the summary line to the caller (verdict.finish: after the JSON is written, so that the
+    line states the exit status the command ends with).
 
     ``device`` 'cuda' without a GPU runs what can run on this machine: the resource gate, and the
     correctness gate on CPU for a callable that runs on CPU tensors (a level, or a callable that
@@ -244,7 +247,8 @@ def run_gates(
     verdicts = judge_climb(result)
     result["stopping"] = [v.to_json() for v in verdicts]
     print_stopping(verdicts, console)
-    print_summary(result, console)
+    if verdict:
+        print_summary(result, console)
     return result
 
 
@@ -271,7 +275,7 @@ def _run_resources(result: dict[str, Any], targets: list[Target], dtypes: list[s
             except CompilerNotFoundError as exc:
                 tally.skip(f"{type(exc).__name__}: {exc}".splitlines()[0])
                 continue
-            except Exception as exc:  # noqa: BLE001 - a compile error is this target's failure, not ours
+            except CALLABLE_FAILURES as exc:  # noqa: BLE001 - a compile error (a build() that exits) is the target's
                 msg = f"{type(exc).__name__}: {exc}".strip()
                 result["resources"].append({"level": target.number, "dtype": dtype, "passed": False,
                                             "messages": [msg], "error": True})
@@ -291,10 +295,34 @@ TIMING_NEEDS_GPU = "no GPU: timing needs a CUDA device, a CPU's wall clock says 
 #: Largest M x N x K the correctness gate checks on a CPU: its float64 reference and torch's CPU
 #: baseline take seconds at 1024^3 (= 2^30) and minutes at 8192^3, which belong on a GPU.
 CPU_CHECK_MAX_MNK = 2**30
-#: Why a larger shape's correctness is not checked on a CPU.
-TOO_LARGE_FOR_CPU = "too large to check on a CPU (M x N x K > 2^30; a GPU checks it)"
+#: Largest output M x N checked on a CPU: the float64 reference, the baseline and the comparisons hold
+#: about 40 bytes per output element (3.2 GB measured at 8192 x 8192 x 16), so 2^24 outputs is ~0.7 GB;
+#: M x N x K alone let 32768 x 32768 x 1 through, ~43 GB.
+CPU_CHECK_MAX_OUTPUTS = 2**24
+#: Largest M x K + N x K (the operands, each also copied to float64) checked on a CPU: 2^25, ~0.4 GB.
+CPU_CHECK_MAX_INPUTS = 2**25
 #: Why the performance gate has nothing to do when no shape of the run is timed.
 NO_TIMED_SHAPE = "no timed shape: edge shapes are checked, not timed; square, llm, unaligned and MxNxK time shapes of 2MNK >= 1e11"
+
+
+def cpu_check_refusal(m: int, n: int, k: int) -> str | None:
+    """Why the correctness of M x N x K is not checked on a CPU (the time or the memory it takes), or None."""
+    for rule, value, bound in (("M x N x K > 2^30", m * n * k, CPU_CHECK_MAX_MNK),
+                               ("M x N > 2^24 outputs", m * n, CPU_CHECK_MAX_OUTPUTS),
+                               ("M x K + N x K > 2^25 inputs", (m + n) * k, CPU_CHECK_MAX_INPUTS)):
+        if value > bound:
+            return f"too large to check on a CPU ({rule}; a GPU checks it)"
+    return None
+
+
+def allocation_failure(exc: BaseException) -> str | None:
+    """The gate's one-line reason when ``exc`` says an allocation failed (the host or the GPU ran out of
+    memory: MemoryError, torch's OutOfMemoryError, the CPU allocator's RuntimeError), else None."""
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    said_so = re.search(r"can't allocate memory|out of memory", text)  # the CPU allocator's RuntimeError
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or said_so:
+        return f"out of memory on this machine: {text}"
+    return None
 
 
 def _run_shapes(result: dict[str, Any], targets: list[Target], dtypes: list[str], shapes: list[tuple[str, Shape]],
@@ -321,10 +349,16 @@ def _run_shapes(result: dict[str, Any], targets: list[Target], dtypes: list[str]
                     if t.title in needs_gpu:
                         correctness.skip(needs_gpu[t.title])
                         continue
-                    if dev.type == "cpu" and m * n * k > CPU_CHECK_MAX_MNK:
-                        correctness.skip(TOO_LARGE_FOR_CPU)
+                    if dev.type == "cpu" and (too_large := cpu_check_refusal(m, n, k)):
+                        correctness.skip(too_large)
                         continue
-                    r = check_correctness(t.fn, m, n, k, dtype, device=dev, seed=None, domain=t.domain)
+                    try:
+                        r = check_correctness(t.fn, m, n, k, dtype, device=dev, seed=None, domain=t.domain)
+                    except (MemoryError, RuntimeError) as exc:  # the gate's own operands, reference or baseline
+                        if (why := allocation_failure(exc)) is None:
+                            raise
+                        correctness.skip(why)
+                        continue
                     if r.status == "not run":
                         needs_gpu[t.title] = f"{t.title} {r.message}"
                         correctness.skip(needs_gpu[t.title])
@@ -340,7 +374,12 @@ def _run_shapes(result: dict[str, Any], targets: list[Target], dtypes: list[str]
                 if not corr:
                     progress.advance(task)
                     continue  # nothing ran on this shape: no baseline row either
-                base_corr = check_correctness(_cublas_fn, m, n, k, dtype, device=dev)
+                try:
+                    base_corr = check_correctness(_cublas_fn, m, n, k, dtype, device=dev)
+                except (MemoryError, RuntimeError) as exc:
+                    if (why := allocation_failure(exc)) is None:
+                        raise
+                    base_corr = CorrectnessResult("not run", why)
                 timings = _time_shape(targets, corr, dtype, shape, dev, budget) if timed and dev.type == "cuda" else {}
                 base_t = timings.get("cuBLAS")
                 base_perf = judge_performance(base_t, m, n, k, dtype, dram_gbs=dram) if base_t else None

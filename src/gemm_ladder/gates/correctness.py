@@ -53,6 +53,11 @@ PLANTED_PER_OPERAND = 3
 
 Fn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
+#: What a callable under test may raise that counts as its failure: any Exception, and SystemExit (a
+#: ``sys.exit()`` inside it must fail the check, not end the gate with the callable's status and no
+#: verdict). KeyboardInterrupt is not one: Ctrl-C still stops the run.
+CALLABLE_FAILURES = (Exception, SystemExit)
+
 
 @dataclass
 class CorrectnessResult:
@@ -286,7 +291,7 @@ def check_correctness(
         if outside is None and isinstance(domain, Domain):
             return CorrectnessResult("fail", f"refused a shape inside its declared domain: {exc}", seed=seed)
         return CorrectnessResult("refused", str(exc), seed=seed)
-    except Exception as exc:  # noqa: BLE001 - any other exception is the callable's failure
+    except CALLABLE_FAILURES as exc:  # noqa: BLE001 - any other exception is the callable's failure
         text = f"{type(exc).__name__}: {exc}".splitlines()[0]
         if device.type == "cpu" and is_device_error(exc):
             return CorrectnessResult("not run", f"needs a GPU: {text}", seed=seed)
@@ -339,6 +344,6 @@ def _nonfinite_check(fn: Fn, a: torch.Tensor, b: torch.Tensor, seed: int, exact:
     try:
         c = _call_exact(fn, a, b) if exact else fn(a, b)
         _sync(a.device)
-    except Exception as exc:  # noqa: BLE001
+    except CALLABLE_FAILURES as exc:  # noqa: BLE001
         return f"raised {type(exc).__name__}: {exc}".splitlines()[0]
     return check_nonfinite(c, reference(a, b))

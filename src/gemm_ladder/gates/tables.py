@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 from rich.console import Console
@@ -10,11 +11,20 @@ from rich.table import Table
 STATUS_STYLE = {"pass": "green", "fail": "bold red", "error": "bold red", "refused": "yellow", "skipped": "dim"}
 
 
+class PipeConsole(Console):
+    """A rich Console that lets a closed pipe end the command as the CLI ends it (quietly, status 141:
+    cli.main): rich's own ``on_broken_pipe`` raises SystemExit(1), which reads as "a gate failed"."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True  # nothing more to print; cli.main points stdout at /dev/null
+        raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
+
+
 def make_console() -> Console:
     """A console for the tables: the terminal's width, or 160 columns when output is piped or
     captured (rich's default of 80 would wrap every row of the gate table)."""
-    console = Console()
-    return console if console.is_terminal else Console(width=160)
+    console = PipeConsole()
+    return console if console.is_terminal else PipeConsole(width=160)
 
 
 def _fmt(value: float | None, spec: str, suffix: str = "") -> str:

@@ -31,8 +31,8 @@ from gemm_ladder.results import (
 
 #: Exit statuses of ``climb`` and ``gate`` (their ``--help`` and the README say the same): every gate
 #: that applies ran and passed; a gate failed; bad input, nothing run; nothing failed but a gate that
-#: applies did not run.
-EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+#: applies did not run; the run ended but its result JSON could not be written (cli.EXIT_UNWRITTEN).
+EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_UNWRITTEN = 0, 1, 2, 3, 4
 
 #: What one check of each gate is, for the summary line.
 UNITS = {"correctness": "check", "performance": "timing", "resources": "build"}
@@ -133,21 +133,24 @@ def verdict_text(summary: dict[str, Any], gates: dict[str, Any]) -> str:
     return "passed: every gate that applies ran and passed"
 
 
-def summary_line(result: dict[str, Any]) -> str:
-    """The one line that ends a run: the verdict, then every gate with its state (plain text)."""
+def summary_line(result: dict[str, Any], status: int | None = None) -> str:
+    """The one line that ends a run: the verdict, then every gate with its state (plain text), then the
+    exit status: ``status``, by default the verdict's (:func:`exit_status`)."""
     gates = " · ".join(gate_phrase(name, g) for name, g in result["gates"].items())
-    return f"verdict: {verdict_text(result['summary'], result['gates'])} · {gates} · exit {exit_status(result)}"
+    status = exit_status(result) if status is None else status
+    unwritten = " (the result was not written)" if status == EXIT_UNWRITTEN else ""
+    return f"verdict: {verdict_text(result['summary'], result['gates'])} · {gates} · exit {status}{unwritten}"
 
 
-def print_summary(result: dict[str, Any], console: Console) -> None:
-    """Print the failures (if any) and the summary line, coloured by the verdict."""
+def print_summary(result: dict[str, Any], console: Console, status: int | None = None) -> None:
+    """Print the failures (if any) and the summary line (:func:`summary_line`), coloured by the verdict."""
     failures = result["summary"]["failures"]
     if failures:
         console.print(f"[bold red]{len(failures)} gate failure(s):[/]")
         for f in failures:
             console.print(f"  [red]x[/] {escape(f)}")
     style = {VERDICT_PASSED: "bold green", VERDICT_FAILED: "bold red", VERDICT_INCOMPLETE: "bold yellow"}
-    console.print(f"[{style[result['summary']['verdict']]}]{escape(summary_line(result))}[/]")
+    console.print(f"[{style[result['summary']['verdict']]}]{escape(summary_line(result, status))}[/]")
 
 
 def exit_status(result: dict[str, Any]) -> int:
@@ -170,7 +173,13 @@ def write_result(result: dict[str, Any], json_path: str | None, command: str) ->
     return True
 
 
-def finish(result: dict[str, Any], json_path: str | None, command: str) -> int:
-    """The end of a gate-running command (``climb``, ``gate``): :func:`write_result`, then
-    :func:`exit_status`, or :data:`EXIT_USAGE` when the result could not be written."""
-    return exit_status(result) if write_result(result, json_path, command) else EXIT_USAGE
+def finish(result: dict[str, Any], json_path: str | None, command: str, console: Console | None = None) -> int:
+    """The end of a gate-running command (``climb``, ``gate``; run_gates with ``verdict=False``):
+    :func:`write_result`, then the failures and the verdict line, which states the exit status returned:
+    :func:`exit_status`, or :data:`EXIT_UNWRITTEN` when the result could not be written (everything ran,
+    so it is not bad input; the verdict line still says what the gates found)."""
+    from gemm_ladder.gates.tables import make_console
+
+    status = exit_status(result) if write_result(result, json_path, command) else EXIT_UNWRITTEN
+    print_summary(result, console or make_console(), status)
+    return status

@@ -24,6 +24,25 @@ FAILED_STATUSES = frozenset({"fail", "error"})
 DTYPE_BYTES = {"bf16": 2, "fp16": 2}
 
 
+#: Fields the report groups, sorts and looks rows up by, per member: each must be a JSON value (a
+#: string, number, boolean or null), never an array or object (a hand-edited file's ``"dtype": []``).
+KEY_FIELDS = {"rows": ("kind", "level", "name", "dtype", "shape_set", "m", "n", "k", "status"),
+              "resources": ("level", "dtype"), "levels": ("number", "name")}
+
+
+def check_key_fields(result: dict[str, Any], path: Any) -> None:
+    """Raise ResultError naming the first :data:`KEY_FIELDS` entry of ``result`` (from ``path``) that is an
+    array or object: no report can be made of it, and load_result checks only the members' own types.
+    Other values may be mistyped (a string for a number): the report shows them as they are."""
+    for member, keys in KEY_FIELDS.items():
+        for i, entry in enumerate(result.get(member) or []):
+            for key in keys:
+                if isinstance(entry.get(key), (list, dict)):
+                    kind = "array" if isinstance(entry[key], list) else "object"
+                    raise ResultError(f"{path} is not a result JSON: {member}[{i}].{key} is a JSON {kind}, "
+                                      "not a string, number or null")
+
+
 # --- small accessors ------------------------------------------------------------------------------
 
 

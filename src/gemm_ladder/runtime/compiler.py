@@ -122,6 +122,40 @@ def nvcc_path() -> str:
     return _find_tool("nvcc", "GEMM_LADDER_NVCC")
 
 
+def asked_compiler() -> str:
+    """What GEMM_LADDER_COMPILER asks for: 'nvcc', 'nvrtc' or 'auto' (unset or empty); ValueError for
+    another value. Looks for no compiler, so a command can refuse a bad value before it starts."""
+    asked = os.environ.get("GEMM_LADDER_COMPILER", "auto").strip().lower() or "auto"
+    if asked not in (*COMPILERS, "auto"):
+        raise ValueError(f"GEMM_LADDER_COMPILER={asked!r}: use nvcc, nvrtc or auto")
+    return asked
+
+
+def environment_refusal() -> str | None:
+    """None when this environment can build kernels into the cache, else a one-line reason: a bad
+    GEMM_LADDER_COMPILER (:func:`asked_compiler`), or a kernel cache (:func:`cache_root`) that is no
+    folder and cannot be made one (a path under a file, under /proc). An existing folder is taken as it
+    is, read-only included (a prebuilt cache serves its builds; one it lacks fails at its build, naming
+    it). Creates a missing cache folder, as the first build would; a command that compiles asks this
+    before any work, so that a bad setting is one line, not a traceback or a failed build per kernel."""
+    try:
+        asked_compiler()
+    except ValueError as exc:
+        return str(exc)
+    root = cache_root()
+    name = f"GEMM_LADDER_CACHE={root}" if os.environ.get("GEMM_LADDER_CACHE") else f"the kernel cache {root}"
+    above = next((p for p in (root, *root.parents) if p.exists()), None)
+    if above is not None and not above.is_dir():
+        return f"{name}: {above} is not a folder"
+    if root.is_dir():
+        return None
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"{name}: cannot create the folder: {exc.strerror or exc}"
+    return None
+
+
 def compiler_choice() -> str:
     """The compiler kernels are built with: 'nvcc' or 'nvrtc'.
 
@@ -130,9 +164,7 @@ def compiler_choice() -> str:
     ValueError for another value, CompilerNotFoundError when the one asked for (or, under auto, either)
     cannot be found.
     """
-    asked = os.environ.get("GEMM_LADDER_COMPILER", "auto").strip().lower() or "auto"
-    if asked not in (*COMPILERS, "auto"):
-        raise ValueError(f"GEMM_LADDER_COMPILER={asked!r}: use nvcc, nvrtc or auto")
+    asked = asked_compiler()
     if asked == "nvcc" or (asked == "auto" and os.environ.get("GEMM_LADDER_NVCC")):
         nvcc_path()
         return "nvcc"
