@@ -288,16 +288,22 @@ def test_reduced_searches_agree_with_the_full_search_on_dropped_ops(level, kw):
     assert n_faulty > 0
 
 
-@pytest.mark.parametrize("level,kw", [
-    (5, dict(full_wait=False)), (7, dict(empty_initial_phase=0)), (7, dict(empty_count=2)),
-    (9, dict(empty_count=1)), (6, dict(drain_staging_before_reuse=False)), (7, dict(final_store_wait=False)),
-    (6, dict(carry_phase=False, k_iters=3)), (8, dict(remote_release=False, empty_count=1, stages=1, release_lag=0)),
-    (9, dict(staging_wait_pending=2, tiles=1)), (9, dict(shared_staging=True, tiles=1)), (8, dict(full_count=2)),
-    (9, dict(full_initial_phase=1, tiles=1)), (8, dict()), (9, dict(cluster=2, stages=1, release_lag=0, tiles=1))])
-def test_reduced_searches_agree_with_the_full_search_on_seeded_faults(level, kw):
+@pytest.mark.parametrize("level,kw,faulty", [
+    (5, dict(full_wait=False), True), (7, dict(empty_initial_phase=0), True), (7, dict(empty_count=2), True),
+    (9, dict(empty_count=1), True), (6, dict(drain_staging_before_reuse=False), True),
+    (7, dict(final_store_wait=False), True), (6, dict(carry_phase=False, k_iters=3), True),
+    (8, dict(remote_release=False, empty_count=1, stages=1, release_lag=0), True),
+    (9, dict(staging_wait_pending=2, tiles=1), True), (9, dict(shared_staging=True, tiles=1), True),
+    (8, dict(full_count=2), True), (9, dict(full_initial_phase=1, tiles=1), True),
+    # two clean protocols beside them: every search must find nothing there
+    (8, dict(), False), (9, dict(cluster=2, stages=1, release_lag=0, tiles=1), False)])
+def test_reduced_searches_agree_with_the_full_search_on_seeded_faults(level, kw, faulty):
     kw = dict(dict(k_iters=2, tiles=2, stages=2), **kw)
     v = _verdicts(protocol_for_level(level, **kw))
-    assert len(set(v.values())) == 1, v
+    # The full search and at least one reduced one ran, all found the seeded fault (or, clean, none): an
+    # agreement of searches that all miss a fault would prove nothing.
+    assert "none" in v and len(v) >= 2, v
+    assert set(v.values()) == {faulty}, v
 
 
 def test_trace_is_short():

@@ -11,7 +11,7 @@ import torch
 import gemm_ladder
 from gemm_ladder.library.quantized import SCHEME_BLOCKS, dequantize, quantize_fp8
 
-from fp8_cases import assert_chain_within_torchs
+from fp8_cases import assert_chain_within_torchs, assert_quantized_near_float64
 
 pytestmark = pytest.mark.gpu
 
@@ -175,9 +175,10 @@ def test_quantize_fp8_on_cuda_divides_as_ieee_division(block):
 @pytest.mark.parametrize("shape", [(300, 296, 272), (1024, 2048, 1024)], ids=lambda s: "x".join(map(str, s)))
 def test_quantized_output_is_quantize_fp8_of_the_fp32_product(mode, shape):
     m, n, k = shape
-    qa, qb, sa, sb, *_ = _problem(m, n, k, mode, seed=6)
+    qa, qb, sa, sb, da, dw = _problem(m, n, k, mode, seed=6)
     bias = torch.randn(n, device="cuda")
     values, scales = gemm_ladder.scaled_mm(qa, qb, sa, sb, bias=bias, out_dtype=torch.float8_e4m3fn)
+    assert_quantized_near_float64(values, scales, da.double() @ dw.double().T + bias.double())
     full = gemm_ladder.scaled_mm(qa, qb, sa, sb, bias=bias, out_dtype=torch.float32)
     ref_v, ref_s = quantize_fp8(full, (1, 128))
     assert values.shape == (m, n) and values.dtype == torch.float8_e4m3fn and scales.shape == ref_s.shape

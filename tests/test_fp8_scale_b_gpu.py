@@ -13,7 +13,7 @@ import torch
 
 from gemm_ladder.library import fp8
 
-from fp8_cases import fp8_problem, rel_err
+from fp8_cases import assert_quantized_near_float64, fp8_problem, rel_err
 
 pytestmark = pytest.mark.gpu
 
@@ -54,9 +54,12 @@ def test_every_scale_b_source_gives_the_same_bits(shape, store):
 
 
 def test_the_quantized_output_too():
-    """The values and scales, bitwise alike (their accuracy against float64: tests/test_quantized_output_gpu.py,
-    with the launch's own build)."""
-    qa, qb, sa, sb, _, _ = fp8_problem(520, 1024, 2432, "blockwise", seed=7)
+    """The values and scales, bitwise alike, and right against float64 (tests/fp8_cases.py's
+    assert_quantized_near_float64)."""
+    qa, qb, sa, sb, a64, w64 = fp8_problem(520, 1024, 2432, "blockwise", seed=7)
     base = fp8.Fp8Kernel("blockwise", out_dtype="fp8")
     outs = [_run(qa, qb, sa, sb, dataclasses.replace(base, **fields), fp8.QUANT_OUT) for fields in SOURCES.values()]
     assert all(torch.equal(o, outs[0]) for o in outs[1:])
+    call = fp8.check_scaled_mm(qa, qb, sa, sb, out_dtype=fp8.QUANT_OUT)
+    values, scales = fp8.scaled_mm_launch(qa, qb, sa, sb, None, call, kernel=base)
+    assert_quantized_near_float64(values, scales, a64.double() @ w64.double().T)

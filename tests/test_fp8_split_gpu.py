@@ -19,7 +19,7 @@ import gemm_ladder
 from gemm_ladder.library import fp8
 from gemm_ladder.library.quantized import quantize_fp8
 
-from fp8_cases import BLOCKS
+from fp8_cases import BLOCKS, assert_quantized_near_float64
 from fp8_cases import fp8_problem as _problem
 from fp8_cases import rel_err as _rel_err
 
@@ -104,9 +104,10 @@ def test_split_quantized_output(monkeypatch, shape):
     so their splits group the K blocks differently: the fp32 sums differ by the reassociation (far below
     an e4m3 step), hence scales equal to 2^-12 and a few values one e4m3 step apart."""
     m, n, k = shape
-    qa, qb, sa, sb, *_ = _problem(m, n, k, "blockwise", seed=12)
+    qa, qb, sa, sb, da, dw = _problem(m, n, k, "blockwise", seed=12)
     bias = torch.randn(n, device="cuda")
     values, scales = _run(monkeypatch, "auto", qa, qb, sa, sb, bias=bias, out_dtype=E4M3)
+    assert_quantized_near_float64(values, scales, da.double() @ dw.double().T + bias.double())
     full = _run(monkeypatch, "auto", qa, qb, sa, sb, bias=bias, out_dtype=torch.float32)
     ref_v, ref_s = quantize_fp8(full, (1, 128))
     torch.testing.assert_close(scales, ref_s, rtol=2**-12, atol=0)

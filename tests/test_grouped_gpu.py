@@ -47,22 +47,26 @@ def _poison(shape, dtype):
 
 
 def _check(out, x, w_nk, offs_list, dtype, seed, bias=None, tag=""):
-    """out (R, N) against x[rows_e] @ w_nk[e].T (+ bias[e]) in float64, per group."""
+    """out (R, N) against x[rows_e] @ w_nk[e].T (+ bias[e]) in float64, per group, within twice torch's own
+    error plus a unit roundoff of the output's dtype: a float32 output against torch's float32 product and
+    2^-24 (so an fp32 output that was rounded to 16 bits on the way fails)."""
+    fp32 = out.dtype == torch.float32
     start = 0
     for e, end in enumerate(offs_list):
         if end == start:
             continue
         xs = x[start:end]
         ref = xs.double() @ w_nk[e].double().T
-        low = (xs @ w_nk[e].T).double()  # torch's own result in the dtype (cuBLAS)
+        xl, wl = (xs.float(), w_nk[e].float()) if fp32 else (xs, w_nk[e])
+        low = (xl @ wl.T).double()  # torch's own result in the output's dtype (cuBLAS)
         if bias is not None:
             ref = ref + bias[e].double()
-            low = (xs @ w_nk[e].T + bias[e]).double()
+            low = (xl @ wl.T + (bias[e].float() if fp32 else bias[e])).double()
         got = out[start:end].double()
         assert not torch.isnan(got).any(), f"{tag} group {e}: NaN in output (seed {seed})"
         err = (got - ref).norm() / ref.norm().clamp_min(1e-30)
         base = (low - ref).norm() / ref.norm().clamp_min(1e-30)
-        u = UNIT_ROUNDOFF[{torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "bf16")]
+        u = 2.0**-24 if fp32 else UNIT_ROUNDOFF[{torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "bf16")]
         assert err <= 2 * base + u, f"{tag} group {e} rows {start}:{end}: rel err {err:.3g} vs torch {base:.3g} (seed {seed})"
         cap = 8 * u * (xs.double().abs() @ w_nk[e].double().abs().T).max() + 1e-6
         assert (got - ref).abs().max() <= cap, f"{tag} group {e}: max abs err over cap (seed {seed})"
