@@ -278,7 +278,8 @@ class Epilogue:
         try:
             compile_kernel(tu, "gl_epilogue_check", arch=arch)
         except CompileError as exc:
-            raise EpilogueCompileError(f"epilogue {self.name!r}: nvcc rejected its CUDA", compiler_message(exc.log)) from None
+            raise EpilogueCompileError(f"epilogue {self.name!r}: {_compiler_name()} rejected its CUDA",
+                                       compiler_message(exc.log)) from None
 
     # --- one call ----------------------------------------------------------------------------------
     def bind(self, values: Mapping[str, Any], rows: int, cols: int, device: torch.device, *,
@@ -346,8 +347,18 @@ def compile_with_epilogue(build: Callable[[], Any], call: "EpilogueCall | None")
     try:
         return build()
     except CompileError as exc:
-        raise EpilogueCompileError(f"epilogue {call.epilogue.name!r}: nvcc rejected its CUDA",
+        raise EpilogueCompileError(f"epilogue {call.epilogue.name!r}: {_compiler_name()} rejected its CUDA",
                                    compiler_message(exc.log)) from None
+
+
+def _compiler_name() -> str:
+    """The compiler that rejected a build, as messages name it: nvcc or NVRTC (runtime.compiler's choice)."""
+    from gemm_ladder.runtime.compiler import compiler_choice
+
+    try:
+        return {"nvcc": "nvcc", "nvrtc": "NVRTC"}[compiler_choice()]
+    except Exception:  # noqa: BLE001 - naming it is a courtesy; the compiler's own message follows
+        return "the kernel compiler"
 
 
 class EpilogueParams(ctypes.Structure):
