@@ -46,7 +46,13 @@ all groups; a library output above 1e-2 marks the row ``"correct": false``). The
 contiguous fwd, grad_x and grad_w rows (not to the swiglu or masked decode rows).
 
 Result: ``DATE_grouped_COMMIT.json`` (bench/suite.py) with ``rows: [{case, layout, direction, E, rows,
-N, K, tflops, ratio_torch_grouped, ratio_loop, ...}]`` (ratios: library speed / theirs, > 1 faster).
+N, K, tflops, ratio_torch_grouped, ratio_loop, ...}]`` (ratios: library speed / theirs, > 1 faster). A
+swiglu case whose tensors the fused build refuses is a row with ``correct`` None and ``not_run`` (the
+refusal), and the run goes on.
+
+Exit status: 0 when every row that ran is correct; 1 when one is not; 2 for bad input (one line:
+``--cases``, ``--directions``, ``--swiglu``, ``--ring``, an unwritable ``-o``) or no CUDA GPU, before
+anything runs.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ import torch
 from gemm_ladder.api_grouped import explain_grouped_mm, grouped_mm_direct
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.library import grouped as grouped_lib
+from outputs import check_output, comma_list, refuse
 from suite import ResultCheck, add_output_argument, require_gpu, save, with_setting
 from suite import prebuild as compile_all
 
@@ -276,6 +283,29 @@ def run_grad_w(name, e, rows, n, k, sizes, offs, budget, bn, clusters=(None,), f
     return row
 
 
+class FusedRefused(RuntimeError):
+    """The fused swiglu build refuses a case's tensors (its reason the message): the case is not run."""
+
+
+def swiglu_rows(names, budget: float, quick: bool) -> list[dict]:
+    """The swiglu rows of ``names`` (fwd, and fwd_bwd for a prefill case unless ``quick``); a case the fused
+    build refuses is a row with ``correct`` None and ``not_run`` its reason, so the rows timed are kept."""
+    rows = []
+    for nm in names:
+        for d in ("fwd",) if quick or is_decode(nm) else ("fwd", "fwd_bwd"):
+            try:
+                rows.append(run_swiglu(nm, d, budget))
+            except FusedRefused as exc:
+                print(f"{nm:22s} swiglu {d:7s} not run: {exc}", flush=True)
+                rows.append({"case": nm, "layout": "swiglu", "direction": d, "correct": None, "not_run": str(exc)})
+    return rows
+
+
+def exit_status(rows: list[dict]) -> int:
+    """1 when a row that ran is wrong (``correct`` false), else 0 (a row not run, ``correct`` None, fails nothing)."""
+    return 1 if any(r.get("correct") is False for r in rows) else 0
+
+
 def run_swiglu(name: str, direction: str, budget: float) -> dict:
     """gemm_ladder.grouped_swiglu on a gate+up case (w_gate, w_up (E, N / 2, K)) against torch's composition
     ``silu(_grouped_mm(x, w_gate^T)) * _grouped_mm(x, w_up^T)`` (``ratio_torch_grouped``) and a loop of
@@ -311,7 +341,7 @@ def run_swiglu(name: str, direction: str, budget: float) -> dict:
     if direction == "fwd":
         refusal = gs.fused_kernel().supports_swiglu(x, wg, wu, offs, torch.empty(rows, n, dtype=x.dtype, device="cuda"))
         if refusal is not None:
-            raise RuntimeError(f"{name}: the fused swiglu build refuses these tensors: {refusal}")
+            raise FusedRefused(f"{name}: the fused swiglu build refuses these tensors: {refusal}")
         impls["grouped_fused"] = with_setting(gs, "FUSED_DEFAULT", True, lambda x, wg, wu: grouped_swiglu(x, wg, wu, offs))
         fns = {nm: (lambda f: lambda *_: f(x, wg, wu))(f) for nm, f in impls.items()}
     else:
@@ -538,7 +568,7 @@ def ring_refusal(rings: tuple, bn: int | None, directions: tuple, names: list[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--cases", default=None, help=f"comma list of {', '.join(CASES)}")
     p.add_argument("--bn", type=int, default=None, choices=(128, 256), help="tile width (default by N)")
@@ -561,14 +591,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.prebuild:
         return prebuild()
-    names = args.cases.split(",") if args.cases else list(QUICK if args.quick else CASES)
+    names = comma_list(__file__, "--cases", args.cases) if args.cases is not None else list(QUICK if args.quick else CASES)
     for nm in names:
         if nm not in CASES:
             print(f"bench/grouped.py: unknown case {nm!r}: use {', '.join(CASES)}", file=sys.stderr)
             return 2
     directions = ("fwd",) if args.quick else ("fwd", "grad_x", "grad_w")
-    if args.directions:
-        directions = tuple(args.directions.split(","))
+    if args.directions is not None:
+        directions = tuple(comma_list(__file__, "--directions", args.directions))
         if not set(directions) <= {"fwd", "grad_x", "grad_w"}:
             print(f"bench/grouped.py: --directions {args.directions!r}: use fwd, grad_x, grad_w", file=sys.stderr)
             return 2
@@ -582,6 +612,12 @@ def main(argv: list[str] | None = None) -> int:
     if reason:
         print(f"bench/grouped.py: --ring {args.ring}: {reason}", file=sys.stderr)
         return 2
+    swiglu = SWIGLU_QUICK if args.quick else SWIGLU
+    if args.swiglu is not None:  # checked before the GPU, not after the contiguous rows are timed
+        swiglu = () if args.swiglu == "none" else tuple(comma_list(__file__, "--swiglu", args.swiglu))
+        if not set(swiglu) <= set(SWIGLU):
+            refuse(__file__, f"--swiglu {args.swiglu!r}: use none or a comma list of {', '.join(SWIGLU)}")
+    check_output(__file__, args.output)
     require_gpu(__file__)
     if args.sanitize:
         return sanitize()
@@ -589,21 +625,13 @@ def main(argv: list[str] | None = None) -> int:
         grouped_lib.STORE_DEFAULT = args.store
     rows = [run_case(nm, d, budget, args.bn, clusters, args.check64, args.store == "both", rings) for nm in names
             for d in directions if not (d == "grad_w" and is_decode(nm))]
-    swiglu = SWIGLU_QUICK if args.quick else SWIGLU
-    if args.swiglu is not None:
-        swiglu = () if args.swiglu == "none" else tuple(args.swiglu.split(","))
-        if not set(swiglu) <= set(SWIGLU):
-            print(f"bench/grouped.py: --swiglu {args.swiglu!r}: use none or a comma list of {', '.join(SWIGLU)}",
-                  file=sys.stderr)
-            return 2
-    for nm in swiglu:
-        rows += [run_swiglu(nm, d, budget) for d in (("fwd",) if args.quick or is_decode(nm) else ("fwd", "fwd_bwd"))]
+    rows += swiglu_rows(swiglu, budget, args.quick)
     decode = [nm for nm in names if is_decode(nm)]
     if decode:
         e, _, n, k, _, _ = CASES[decode[0]]
         copy_gbs = copy_bandwidth_gbs(min(e * n * k * 2, 2**31))  # a copy's speed is flat past a few hundred MB
         for r in rows:  # the contiguous decode rows' bandwidth too
-            if r["case"] in decode and r["direction"] == "fwd":
+            if r["case"] in decode and r["direction"] == "fwd" and "ms" in r:  # not a row not run
                 _, _, n, k, _, _ = CASES[r["case"]]
                 sizes = group_sizes(*[CASES[r["case"]][i] for i in (0, 1, 4, 5)])
                 wb = sum(1 for z in sizes if z) * n * k * 2
@@ -611,7 +639,7 @@ def main(argv: list[str] | None = None) -> int:
                          ratio_copy_bandwidth=wb / r["ms"]["grouped"] / 1e6 / copy_gbs)
         rows += [run_masked_decode(nm, budget, args.bn, copy_gbs) for nm in decode]
     save({"rows": rows, "quick": args.quick, "store": args.store or grouped_lib.STORE_DEFAULT}, "grouped" + ("_quick" if args.quick else ""), args.output)
-    return 0 if all(r["correct"] for r in rows) else 1
+    return exit_status(rows)
 
 
 if __name__ == "__main__":

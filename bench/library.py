@@ -47,6 +47,15 @@ written to the table.
 
 ``--sanitize``: every path once on small shapes (repacks, copy back, the four orders, small M and N,
 K = 1, a split tail), checked against float64, for compute-sanitizer; nothing timed.
+
+A row whose result is wrong or whose call raised (a failed build) is recorded with ``ok`` false and its
+``error`` (``met`` None), and the run goes on; so is a wrong forced configuration (``--forced``: the row's
+``wrong``).
+
+Exit status: 0 when every row is correct, every target is met and every build built; 1 when a row is
+wrong or failed, a target is missed (``targets_met``) or a build failed (``build_failures``), the result
+written all the same; 2 for bad input (one line: ``--classes``, ``--forced-shapes``, an unreadable
+``--refit`` file, an unwritable ``-o``) or no CUDA GPU, before anything runs.
 """
 
 from __future__ import annotations
@@ -68,6 +77,7 @@ from gemm_ladder.contract import DTYPES, reference
 from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.gates.performance import measure_dram_bandwidth, time_fns
 from gemm_ladder.shapes import SHAPE_SETS, gemm_min_bytes
+from outputs import check_output, comma_list, refuse, shapes_of
 from suite import RESULTS, add_output_argument, cost_table_provenance, require_gpu, result_name, save
 from suite import meta as suite_meta
 
@@ -143,7 +153,7 @@ def bench_shape(cls, layout, shape, target, dtype, budget, seed, extra=None) -> 
            "cublas_tflops": tflops(m, n, k, cub), "vs_cublas": cub / ours, "target_vs_cublas": target,
            "met": None if target is None else cub / ours >= target,
            "spread": {name: tm.spread for name, tm in t.items()}, "host_ms": {name: tm.host_ms for name, tm in t.items()},
-           "decision": decision(x, y)}
+           "decision": decision(x, y), "ok": True}
     for name in t:
         if name not in ("gemm_ladder", "cuBLAS"):
             row[f"{name}_ms"] = t[name].median_ms
@@ -169,45 +179,75 @@ def copy_back_route(x: torch.Tensor, y: torch.Tensor):
         K.general_from_registers = saved
 
 
+def failed_row(cls: str, layout: str, shape: tuple[int, int, int], target: float | None, dtype: str,
+               exc: Exception) -> dict:
+    """The row of a shape whose result was wrong or whose call raised (a failed build): recorded with its
+    error, so the run goes on and the rows measured are kept; ``met`` None (a failed row meets nothing)."""
+    m, n, k = shape
+    return {"class": cls, "layout": layout, "m": m, "n": n, "k": k, "dtype": dtype, "target_vs_cublas": target,
+            "met": None, "ok": False, "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
+
+
 def run_class(cls: str, dtype: str, quick: bool, budget: float, copy_gbs: float | None) -> list[dict]:
+    """Every shape of a class, timed (:func:`measure`); a shape that fails is a :func:`failed_row`."""
     rows = []
     for i, (layout, shape, target) in enumerate(shapes_for(cls, quick)):
-        m, n, k = shape
-        extra = None
-        if cls == "unaligned":  # the aligned neighbour, timed in the same run on its own operands
-            s = 8192 if max(shape) > 4097 else 4096
-            xn, yn = operands("row,w.T", s, s, s, dtype, seed=i)
-            extra = {"aligned_neighbour": lambda p, q, xn=xn, yn=yn: gemm_ladder.mm(xn, yn)}
-            route = copy_back_route(*operands_empty(layout, m, n, k, dtype))
-            if route is not None:  # the same call through the workspace and copy-back, for the A/B
-                from gemm_ladder.dispatch.execute import run
-
-                extra["copy_back_route"] = lambda p, q, r=route: run(
-                    r, p, q, torch.empty(p.shape[0], q.shape[1], dtype=p.dtype, device=p.device))
-        row = bench_shape(cls, layout, shape, target, dtype, budget, seed=1000 * i + m + n + k, extra=extra)
-        if cls == "unaligned":
-            s = 8192 if max(shape) > 4097 else 4096
-            rate = row["ours_tflops"] / tflops(s, s, s, row["aligned_neighbour_ms"])
-            row["vs_aligned_neighbour"] = rate
-            row["aim_vs_aligned_neighbour"] = 0.9
-            if "copy_back_route_ms" in row:
-                row["vs_copy_back_route"] = row["copy_back_route_ms"] / row["ours_ms"]
-                print(f"          from registers {row['ours_ms']:.3f} ms vs workspace + copy back "
-                      f"{row['copy_back_route_ms']:.3f} ms = {row['vs_copy_back_route']:.3f}x", flush=True)
-        if cls == "small_m" and copy_gbs:
-            # The fewest bytes the call moves (each input read once, the output written once) against the
-            # DRAM rate a device-to-device copy reaches (it counts the bytes it reads and writes).
-            row["min_bytes_gbs"] = gemm_min_bytes(m, n, k, DTYPES[dtype].itemsize) / (row["ours_ms"] * 1e-3) / 1e9
-            row["fraction_of_copy_bandwidth"] = row["min_bytes_gbs"] / copy_gbs
+        try:
+            row = measure(cls, i, layout, shape, target, dtype, budget, copy_gbs)
+        except Exception as exc:  # noqa: BLE001 - a wrong result or failed build: recorded, the run goes on
+            row = failed_row(cls, layout, shape, target, dtype, exc)
+            print(f"{cls:9} {layout:8} {'x'.join(map(str, shape))}: FAILED: {row['error']}", flush=True)
         rows.append(row)
-        print(f"{cls:9} {layout:8} {m}x{n}x{k}: {row['ours_tflops']:7.1f} vs cuBLAS {row['cublas_tflops']:7.1f} "
-              f"TFLOP/s = {row['vs_cublas']:.3f}x", flush=True)
     if cls == "layouts":  # each order against the row/w.T order of the same size, same run
         for r in rows:
-            base = next(b for b in rows if b["m"] == r["m"] and b["layout"] == "row,w.T")
-            r["vs_row_wT_order"] = base["ours_ms"] / r["ours_ms"]
-            r["met"] = r["met"] and r["vs_row_wT_order"] >= 0.97
+            base = next((b for b in rows if b["m"] == r["m"] and b["layout"] == "row,w.T" and b["ok"]), None)
+            if r["ok"] and base is not None:
+                r["vs_row_wT_order"] = base["ours_ms"] / r["ours_ms"]
+                r["met"] = r["met"] and r["vs_row_wT_order"] >= 0.97
     return rows
+
+
+def measure(cls: str, i: int, layout: str, shape: tuple[int, int, int], target: float | None, dtype: str,
+            budget: float, copy_gbs: float | None) -> dict:
+    """One shape's row (:func:`bench_shape`, with the class's extras: the unaligned class's aligned neighbour
+    and copy-back route, the small-M class's bandwidth); raises where the result is wrong."""
+    m, n, k = shape
+    extra = None
+    if cls == "unaligned":  # the aligned neighbour, timed in the same run on its own operands
+        s = 8192 if max(shape) > 4097 else 4096
+        xn, yn = operands("row,w.T", s, s, s, dtype, seed=i)
+        extra = {"aligned_neighbour": lambda p, q, xn=xn, yn=yn: gemm_ladder.mm(xn, yn)}
+        route = copy_back_route(*operands_empty(layout, m, n, k, dtype))
+        if route is not None:  # the same call through the workspace and copy-back, for the A/B
+            from gemm_ladder.dispatch.execute import run
+
+            extra["copy_back_route"] = lambda p, q, r=route: run(
+                r, p, q, torch.empty(p.shape[0], q.shape[1], dtype=p.dtype, device=p.device))
+    row = bench_shape(cls, layout, shape, target, dtype, budget, seed=1000 * i + m + n + k, extra=extra)
+    if cls == "unaligned":
+        s = 8192 if max(shape) > 4097 else 4096
+        rate = row["ours_tflops"] / tflops(s, s, s, row["aligned_neighbour_ms"])
+        row["vs_aligned_neighbour"] = rate
+        row["aim_vs_aligned_neighbour"] = 0.9
+        if "copy_back_route_ms" in row:
+            row["vs_copy_back_route"] = row["copy_back_route_ms"] / row["ours_ms"]
+            print(f"          from registers {row['ours_ms']:.3f} ms vs workspace + copy back "
+                  f"{row['copy_back_route_ms']:.3f} ms = {row['vs_copy_back_route']:.3f}x", flush=True)
+    if cls == "small_m" and copy_gbs:
+        # The fewest bytes the call moves (each input read once, the output written once) against the
+        # DRAM rate a device-to-device copy reaches (it counts the bytes it reads and writes).
+        row["min_bytes_gbs"] = gemm_min_bytes(m, n, k, DTYPES[dtype].itemsize) / (row["ours_ms"] * 1e-3) / 1e9
+        row["fraction_of_copy_bandwidth"] = row["min_bytes_gbs"] / copy_gbs
+    print(f"{cls:9} {layout:8} {m}x{n}x{k}: {row['ours_tflops']:7.1f} vs cuBLAS {row['cublas_tflops']:7.1f} "
+          f"TFLOP/s = {row['vs_cublas']:.3f}x", flush=True)
+    return row
+
+
+def exit_status(result: dict) -> int:
+    """1 when a row is wrong or failed (``ok`` false), a target is missed or a build failed; else 0."""
+    rows = result.get("rows", [])
+    bad = any(r.get("ok") is False or r.get("met") is False for r in rows)
+    return 1 if bad or result.get("build_failures") else 0
 
 
 def prebuild(classes: list[str], dtype: str, quick: bool) -> list[str]:
@@ -377,17 +417,8 @@ FORCED_SHAPES = ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 1024, 4096), (10
 
 
 def parse_shapes(text: str) -> list[tuple[int, int, int]]:
-    """'MxNxK,MxNxK' -> [(M, N, K), ...]; raises ValueError naming the bad entry."""
-    out = []
-    for item in filter(None, (t.strip() for t in text.split(","))):
-        try:
-            m, n, k = (int(v) for v in item.lower().split("x"))
-        except ValueError:
-            raise ValueError(f"--forced-shapes: {item!r} is not MxNxK") from None
-        if min(m, n, k) < 1:
-            raise ValueError(f"--forced-shapes: {item!r} has an extent < 1")
-        out.append((m, n, k))
-    return out
+    """'MxNxK,MxNxK' -> [(M, N, K), ...]; raises ValueError naming the bad entry (or an empty list)."""
+    return shapes_of("--forced-shapes", text)
 
 
 def forced(dtype: str, shapes, budget: float) -> list[dict]:
@@ -404,16 +435,23 @@ def forced(dtype: str, shapes, budget: float) -> list[dict]:
         va, vb = operand_view(x, k_dim=1), operand_view(y.T, k_dim=1)
         ref = reference(x, y.T)
         fns = {"cuBLAS": lambda p, q: torch.mm(p, q), "gemm_ladder.mm": lambda p, q: gemm_ladder.mm(p, q)}
-        errors = {}
+        errors, wrong = {}, {}
         for bn in K.general_bns():
             kernel = library_gemm("k", "k", bn)
             c = torch.empty(m, n, dtype=x.dtype, device="cuda")
             for split in kernel.splits:
                 c.fill_(float("nan"))  # poisoned: a tile the launch misses stays NaN
-                kernel.launch(va, vb, c, split=split)
-                err = ((c.double() - ref).norm() / ref.norm()).item()
-                if not math.isfinite(err) or err > 1e-2:
-                    raise RuntimeError(f"BN {bn} split {split} is wrong at {m}x{n}x{k}: relative error {err:.3g}")
+                try:
+                    kernel.launch(va, vb, c, split=split)
+                    err = ((c.double() - ref).norm() / ref.norm()).item()
+                except Exception as exc:  # noqa: BLE001 - a failed build: recorded, the others timed
+                    wrong[f"BN {bn} {split}"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                    continue
+                if not math.isfinite(err) or err > 1e-2:  # wrong: recorded, not timed
+                    wrong[f"BN {bn} {split}"] = f"relative error {err:.3g}"
+                    print(f"forced: BN {bn} split {split} is wrong at {m}x{n}x{k}: relative error {err:.3g}",
+                          file=sys.stderr)
+                    continue
                 errors[f"BN {bn} {split}"] = err
                 fns[f"BN {bn} {split}"] = lambda p, q, kernel=kernel, split=split, c=c: kernel.launch(va, vb, c,
                                                                                                     split=split)
@@ -424,8 +462,9 @@ def forced(dtype: str, shapes, budget: float) -> list[dict]:
                "us": {name: tm.median_ms * 1e3 for name, tm in t.items()},
                "vs_cublas": {name: cub / tm.median_ms for name, tm in t.items()},
                "spread": {name: tm.spread for name, tm in t.items()}, "rel_err": errors,
+               "ok": not wrong, "wrong": wrong,
                "decision": {key: chosen.get(key) for key in ("tile", "split", "heuristic")}}
-        best = min((name for name in t if name.startswith("BN ")), key=lambda name: t[name].median_ms)
+        best = min((name for name in t if name.startswith("BN ")), key=lambda name: t[name].median_ms, default=None)
         row["best_forced"] = best
         rows.append(row)
         print(f"forced {m}x{n}x{k}: cuBLAS {cub * 1e3:.1f} us; " + ", ".join(
@@ -527,6 +566,9 @@ def markdown(rows: list[dict]) -> str:
     out = ["| class | layout | M x N x K | ours TFLOP/s | cuBLAS TFLOP/s | vs cuBLAS | target | met | route |",
            "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        if r.get("ok") is False:
+            out.append(f"| {r['class']} | {r['layout']} | {r['m']}x{r['n']}x{r['k']} | FAILED: {r['error']} |||||| |")
+            continue
         d = r["decision"]
         route = f"{d['kind']} {(d.get('kernel') or {}).get('name', '')}, split {d.get('split')}"
         repacked = [op["argument"] for op in d.get("operands", []) if op["path"] == "repacked"]
@@ -549,8 +591,8 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--classes", default=",".join(CLASSES), help=f"comma list of {', '.join(CLASSES)}")
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     p.add_argument("--quick", action="store_true", help="fewer shapes, less time each (about 3 minutes)")
@@ -566,20 +608,23 @@ def main() -> int:
     p.add_argument("--refit", default=None, metavar="RESULTS.json", help="fit the cost model to a saved --tune run's "
                    "timings and rewrite the table (no GPU)")
     add_output_argument(p)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.refit:
-        refit(args.refit)
+        try:
+            refit(args.refit)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            refuse(__file__, f"--refit {args.refit}: not a readable --tune result ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else exc!r})")
         return 0
-    classes = [c.strip() for c in args.classes.split(",") if c.strip()]
+    classes = comma_list(__file__, "--classes", args.classes)
     if unknown := [c for c in classes if c not in CLASSES]:
-        print(f"library.py: unknown class {unknown}: use {', '.join(CLASSES)}", file=sys.stderr)
-        return 2
+        refuse(__file__, f"--classes: unknown class {unknown}: use {', '.join(CLASSES)}")
     if args.forced:  # a bad shape list is refused before anything needs the GPU
         try:
             shapes = parse_shapes(args.forced_shapes)
         except ValueError as exc:
-            print(f"library.py: {exc}", file=sys.stderr)
-            return 2
+            refuse(__file__, str(exc))
+    check_output(__file__, args.output)
     require_gpu(__file__)
     if args.sanitize:
         return sanitize(args.sanitize_only)
@@ -587,7 +632,7 @@ def main() -> int:
         rows = forced(args.dtype, shapes, 0.1)
         save({"forced": rows, "table_provenance": cost_table_provenance()}, "library_forced", args.output)
         print(forced_markdown(rows))
-        return 0
+        return exit_status({"rows": rows})
     budget = 0.1 if args.quick else 0.3
     result: dict = {"classes": classes, "quick": args.quick}
     name = f"library_{'_'.join(classes) if len(classes) < len(CLASSES) else 'all'}{'_quick' if args.quick else ''}"
@@ -613,7 +658,7 @@ def main() -> int:
                              for r in rows if r["met"] is not None}
     save(result, name, output)
     print(markdown(rows))
-    return 0
+    return exit_status(result)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,7 @@ from typing import Callable
 
 import torch
 
+from outputs import check_output
 from suite import add_output_argument, require_gpu, save
 
 CASES = ("llama_prefill", "llama_decode", "bert", "vit", "train", "compile_prefill", "reduce_overhead")
@@ -665,6 +666,7 @@ def main() -> int:
     except ValueError as exc:
         print(f"bench/models.py: {exc}", file=sys.stderr)
         return 2
+    check_output(__file__, args.output)
     require_gpu(__file__)
     reasons = {c: missing(c) for c in cases}
     if all(reasons.values()):

@@ -26,7 +26,11 @@ Rows (``rows: [{model, layer, M, N, K, activation, route, median_ms: {fn: ms}, r
 ratio_compile, ratio_cublas_gemm, ratio_ours_bf16, tflops, correct, err}]``): each ``ratio_*`` is that path's time over
 ``ours_fused``'s (> 1: ours faster); ``ratio_unfused`` is the issue's target (>= 1.2x). Timing:
 gates.performance.time_fns (L2 flushed before each call, median, rounds rotating the first callable). One
-JSON (bench/suite.py: DATE_quantized_linear[_quick]_COMMIT.json). Exit 1 when a result is wrong, else 0.
+JSON (bench/suite.py: DATE_quantized_linear[_quick]_COMMIT.json).
+
+Exit status: 0 when every result is correct (``--prebuild``: every build built); 1 when a result is wrong
+(a build failed); 2 for bad input (one line: ``--m``, an unwritable ``-o``) or no CUDA GPU, before
+anything runs.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import gemm_ladder
 from gemm_ladder.library.activations import ACTIVATIONS
 from gemm_ladder.library.quantized import quantize_fp8
 from gemm_ladder.library.quantized import quantized_error
+from outputs import check_output
 from suite import add_output_argument, require_gpu, save
 
 E4M3 = torch.float8_e4m3fn
@@ -167,7 +172,7 @@ def row_counts(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="M = 4096, four layers, shorter timings")
     parser.add_argument("--m", type=row_counts, default=None, help="comma list of M (default 256,4096; --quick 4096)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile path")
@@ -177,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     ms = args.m or ([4096] if args.quick else [256, 4096])
     if args.prebuild:
         return prebuild_builds(args.quick, ms)
+    check_output(__file__, args.output)
     require_gpu(__file__)
     import gemm_ladder.gates.performance  # noqa: F401 - time_fns
 

@@ -30,7 +30,11 @@ each fitted model scored leave-one-shape-out (fitted without the shape it ranks)
 candidates of a row are its measured general configurations the route may rank (one CTA per cluster:
 splits "none" and "tail", as route.CLUSTER1_SPLITS). Output: per model the mean, geometric mean and
 largest regret, the rows within 3% of their best, and the rows it ranks worst; ``--json`` writes them
-with each row's pick.
+with each row's pick, under the ``meta`` every bench result carries (date, commit, host: bench/suite.py).
+
+Exit status: 0 when the scores are printed (and written); 2 for bad input, in one line: ``--results``
+matching nothing or not tiles_forced / shapes_real results, a bad ``--table``, ``--write-table`` without
+``--devices`` (or one it cannot write), an unwritable ``--json`` (checked before the fit).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gemm_ladder.dispatch.heuristic import CLUSTER1_SPLITS, SplitOverflowError, load_table, work
+from outputs import check_output
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_GLOB = str(RESULTS / "2026-12-0[34]_tiles_forced*.json")
@@ -270,7 +275,7 @@ def evaluate(samples: list[Sample], table=None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", default=DEFAULT_GLOB,
                    help="the tiles_forced or shapes_real --autotune JSONs to read (a glob)")
     p.add_argument("--table", type=Path, default=None, help="score this cost table as 'table' (default the package's)")
@@ -287,8 +292,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.devices is not None and not [d for d in args.devices.split(",") if d.strip()]:
         print(f"bench/route_regret.py: --devices {args.devices!r}: name the device(s), comma-separated", file=sys.stderr)
         return 2
+    check_output(__file__, args.json, "--json")
     try:
         samples = load_samples(args.results)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # a file of another form
+        print(f"bench/route_regret.py: --results {args.results}: not tiles_forced or shapes_real results "
+              f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else e!r})", file=sys.stderr)
+        return 2
+    try:
         table = load_table(args.table) if args.table else None
     except (OSError, ValueError, KeyError) as e:
         print(f"bench/route_regret.py: {type(e).__name__}: {e}", file=sys.stderr)
@@ -307,7 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     print("one CTA / pair, median: " + ", ".join(f"{k} {v['median']:.3f} ({v['rows']})"
                                                for k, v in out["cluster1_over_pair"].items()))
     if args.json:
-        args.json.write_text(json.dumps(out, indent=1))
+        from suite import save  # imports torch: only when a result is written
+
+        save(out, "route_regret", args.json)
     if args.write_table:
         try:
             write_table(samples, args, out)

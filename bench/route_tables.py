@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from shapes_real import full_cases, geomean
+from outputs import check_output, not_positive
 from suite import add_output_argument, rel_frobenius_err, require_gpu, save
 
 ERR_BOUND = 2e-2
@@ -148,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     if not dtypes or any(d not in ("bf16", "fp16") for d in dtypes):
         print(f"bench/route_tables.py: --dtypes {args.dtypes!r}: use bf16 and/or fp16", file=sys.stderr)
         return 2
-    if not args.budget > 0:
-        print(f"bench/route_tables.py: --budget {args.budget}: a time in seconds > 0", file=sys.stderr)
+    if problem := not_positive("--budget", args.budget):
+        print(f"bench/route_tables.py: {problem}", file=sys.stderr)
         return 2
     if args.plan and args.output:
         print("bench/route_tables.py: --plan times nothing and writes no result; drop -o", file=sys.stderr)
@@ -161,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     from gemm_ladder.dispatch.heuristic import TABLE_PATH, load_table
 
     if not args.plan:
+        check_output(__file__, args.output)
         require_gpu(__file__)
     try:
         table_a = load_table(args.table_a or TABLE_PATH)

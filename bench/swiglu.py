@@ -15,8 +15,13 @@ Per shape (M x N x K: x (M, K), w_gate and w_up (N, K)), timed interleaved on th
 
 Shapes: 4096x14336x4096 (Llama-3-8B's MLP), 4096³, 8192³ and the ``llm`` set (gemm_ladder.shapes; each
 (N, K) taken as the gate/up weights' shape); ``--quick``: the first two, shorter. TFLOP/s count both
-products (4 M N K). Target (issue 13): swiglu >= 1.1x the eager composition at 4096x14336x4096; the exit
-status is 1 when it is missed (or a result is wrong), 0 otherwise.
+products (4 M N K). Target (issue 13): swiglu >= 1.1x the eager composition at 4096x14336x4096; it is
+"not run" (``met`` None, ``not_run`` the reason) where that shape was not timed (``--shapes`` leaving it
+out) or its result was wrong, never met.
+
+Exit status: 0 when every result is correct and the target is met or not run; 1 when a result is wrong
+or the target is missed; 2 for bad input (one line: an unwritable ``-o``, a bad ``--shapes`` or
+``--rounds``) or no CUDA GPU, before anything runs.
 
 Method: fresh random operands per shape (x standard normal, weights normal / sqrt(K)); swiglu's first
 256 rows checked against float64 (its relative error must be within the gates' bound built on the
@@ -46,6 +51,7 @@ from gemm_ladder.contract import DTYPES
 from gemm_ladder.gates.correctness import error_bound
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.shapes import SHAPE_SETS
+from outputs import check_output, judged, parse_shapes, positive
 from suite import add_output_argument, require_gpu, save
 
 MLP = (4096, 14336, 4096)
@@ -53,8 +59,9 @@ TARGET_VS_EAGER = 1.1
 
 
 def shapes(quick: bool, spec: str | None) -> list[tuple[int, int, int]]:
-    if spec:
-        return [tuple(int(v) for v in s.lower().split("x")) for s in spec.split(",")]
+    """``--shapes`` (validated: one line and exit 2 for a bad entry) or the default set."""
+    if spec is not None:
+        return parse_shapes(__file__, "--shapes", spec)
     if quick:
         return [MLP, (4096, 4096, 4096)]
     out = [MLP, (4096, 4096, 4096), (8192, 8192, 8192)]
@@ -112,10 +119,19 @@ def bench_shape(shape, dtype, budget, rounds, compiled, seed) -> dict:
         row[f"{name}_spread"] = tm.spread
         if name != "swiglu":
             row[f"vs_{name}"] = tm.median_ms / ours  # > 1: swiglu is faster
-    if shape == MLP:
-        row["target_vs_eager"] = TARGET_VS_EAGER
-        row["met"] = row["vs_eager"] >= TARGET_VS_EAGER
     return row
+
+
+def summary(rows: list[dict]) -> dict:
+    """The run's verdict: ``correct`` (every row's check passed) and the target's ``met`` / ``not_run``
+    (bench/outputs.py judged: None with the reason where the MLP shape was not timed or was wrong)."""
+    mlp = next((r for r in rows if (r["m"], r["n"], r["k"]) == MLP), None)
+    if mlp is None:
+        verdict = {"met": None, "not_run": f"not run: {'x'.join(map(str, MLP))} is not among the shapes"}
+    else:
+        verdict = judged(mlp.get("vs_eager"), TARGET_VS_EAGER, mlp["ok"])
+        mlp.update(target_vs_eager=TARGET_VS_EAGER, **verdict)
+    return {"target_vs_eager_at_mlp": TARGET_VS_EAGER, **verdict, "correct": all(r["ok"] for r in rows)}
 
 
 def sanitize() -> int:
@@ -143,8 +159,8 @@ def sanitize() -> int:
     return 1 if wrong else 0
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     p.add_argument("--quick", action="store_true", help="two shapes, shorter timing (under a minute)")
     p.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
@@ -152,7 +168,10 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 4, --quick 2)")
     p.add_argument("--sanitize", action="store_true", help="every path once, checked, nothing timed (for compute-sanitizer)")
     add_output_argument(p)
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    positive(__file__, "--rounds", args.rounds)
+    shape_list = shapes(args.quick, args.shapes)
+    check_output(__file__, args.output)
     require_gpu(__file__)
     if args.sanitize:
         return sanitize()
@@ -166,21 +185,21 @@ def main() -> int:
                 setattr(torch._dynamo.config, limit, 64)
         compiled = torch.compile(eager, dynamic=False)
     rows = []
-    for i, shape in enumerate(shapes(args.quick, args.shapes)):
+    for i, shape in enumerate(shape_list):
         row = bench_shape(shape, args.dtype, budget, rounds, compiled, seed=1000 + i)
         rows.append(row)
         others = " ".join(f"{name} {row[f'vs_{name}']:.3f}x" for name in ("eager", "compiled", "two_mm", "cublas_two_mm")
                           if f"vs_{name}" in row)
         print(f"{shape[0]}x{shape[1]}x{shape[2]}: swiglu {row['swiglu_tflops']:6.1f} TFLOP/s; vs {others}; "
               f"error {row['rel_err']:.2e} (eager {row['eager_rel_err']:.2e}){'' if row['ok'] else ' WRONG'}", flush=True)
-    met = all(r.get("met", True) for r in rows)
-    ok = all(r["ok"] for r in rows)
+    verdict = summary(rows)
     name = f"swiglu_{args.dtype}" + ("_quick" if args.quick else "")
-    save({"target_vs_eager_at_mlp": TARGET_VS_EAGER, "met": met, "correct": ok, "rounds": rounds,
-          "budget_s": budget, "rows": rows}, name, args.output)
-    print(f"target (>= {TARGET_VS_EAGER}x eager at {'x'.join(map(str, MLP))}): {'met' if met else 'MISSED'}; "
+    save({**verdict, "rounds": rounds, "budget_s": budget, "rows": rows}, name, args.output)
+    met, ok = verdict["met"], verdict["correct"]
+    state = "met" if met else "MISSED" if met is False else verdict["not_run"]
+    print(f"target (>= {TARGET_VS_EAGER}x eager at {'x'.join(map(str, MLP))}): {state}; "
           f"results {'correct' if ok else 'WRONG'}")
-    return 0 if met and ok else 1
+    return 0 if ok and met is not False else 1
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from cli_runner import cli_env, run_scripts
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 #: Modules the scripts import (no command line of their own).
-MODULES = {"suite.py", "variants.py"}
+MODULES = {"suite.py", "variants.py", "outputs.py"}
 #: Scripts that need no GPU (ptxas only; or, route_regret.py, committed results only): only their --help is
 #: run here (a run compiles for minutes; route_regret's own tests run it: tests/test_route_regret.py).
 NO_GPU_TOOLS = {"l9_register_headroom.py", "route_regret.py"}

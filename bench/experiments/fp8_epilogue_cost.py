@@ -37,6 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: suite.py
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # k_sweep.py
+from outputs import check_output, positive  # noqa: E402
 from suite import add_output_argument, require_gpu, save  # noqa: E402
 
 #: The epilogue's one global store of a plain output, as sm90_fp8_gemm.cu writes it.
@@ -78,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(f"bench/experiments/fp8_epilogue_cost.py: --shape {args.shape!r}: use MxN", file=sys.stderr)
         return 2
+    for flag, value in (("--shape M", m), ("--shape N", n), ("--k0", args.k0), ("--budget", args.budget)):
+        positive(__file__, flag, value)
+    check_output(__file__, args.output)
     require_gpu(__file__)
     import torch
 

@@ -56,6 +56,7 @@ from gemm_ladder.library import fp8
 from gemm_ladder.library.quantized import SCHEME_BLOCKS, dequantize, quantize_fp8
 from gemm_ladder.timing import time_fns
 from fp8 import rel_err  # bench/fp8.py's error measure (not gemm_ladder.library.fp8)
+from outputs import check_output, comma_list, positive
 from suite import add_output_argument, require_gpu, save
 
 ISSUE = ["4096x7168x16384", "4096x4096x4096", "8192x8192x8192", "4096x24576x1536", "128x7168x2048"]
@@ -226,8 +227,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="launch and check each build once, no timing and no torch (under compute-sanitizer)")
     add_output_argument(parser)
     args = parser.parse_args(argv)
-    variants = [v for v in args.variants.split(",") if v]
-    schemes = [s for s in args.schemes.split(",") if s]
+    variants = comma_list(__file__, "--variants", args.variants)
+    schemes = comma_list(__file__, "--schemes", args.schemes)
+    positive(__file__, "--budget", args.budget)
     bad = [v for v in variants if v not in VARIANTS and v not in EDITS] + [s for s in schemes if s not in SCHEME_BLOCKS]
     if bad:
         print(f"fp8_variants: unknown variant or scheme: {', '.join(bad)}", file=sys.stderr)
@@ -243,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         outcomes = run_builds([Build(repr(k), k.build) for k in builds(shapes, schemes, variants, SMS_H200)], load=False)
         print(outcomes.summary())
         return 1 if outcomes.failed else 0
+    check_output(__file__, args.output)
     require_gpu(__file__)
     rows, ok = [], True
     for m, n, k in shapes:

@@ -64,6 +64,7 @@ from pathlib import Path
 os.environ.setdefault("GEMM_LADDER_HOST", "0")  # GPU time is what is measured: skip the host module's build
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: suite.py, grouped.py
+from outputs import check_output, positive  # noqa: E402
 from suite import add_output_argument, require_gpu, save  # noqa: E402
 
 import torch  # noqa: E402
@@ -527,6 +528,9 @@ def main(argv: list[str] | None = None) -> int:
     if bad or not ops:
         print(f"bench/experiments/k_sweep.py: --ops {args.ops!r}: use {', '.join(OPS)}", file=sys.stderr)
         return 2
+    positive(__file__, "--budget", args.budget)
+    positive(__file__, "--deadline", args.deadline)
+    check_output(__file__, args.output)
     require_gpu(__file__)
     torch.manual_seed(0)
     budget = args.budget or (0.03 if args.quick else 0.06)
