@@ -35,7 +35,7 @@ import tensor_pipe_sol  # noqa: E402
 import variants  # noqa: E402
 
 #: Modules the scripts share, not scripts.
-SHARED = {"suite", "variants"}
+SHARED = {"suite", "variants", "outputs"}
 MAINTAINED = sorted(p.stem for p in BENCH.glob("*.py") if p.stem not in SHARED)
 EXPERIMENTS = sorted(p.stem for p in (BENCH / "experiments").glob("*.py"))
 
