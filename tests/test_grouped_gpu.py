@@ -67,7 +67,10 @@ def _check(out, x, w_nk, offs_list, dtype, seed, bias=None, tag=""):
         err = (got - ref).norm() / ref.norm().clamp_min(1e-30)
         base = (low - ref).norm() / ref.norm().clamp_min(1e-30)
         u = 2.0**-24 if fp32 else UNIT_ROUNDOFF[{torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "bf16")]
-        assert err <= 2 * base + u, f"{tag} group {e} rows {start}:{end}: rel err {err:.3g} vs torch {base:.3g} (seed {seed})"
+        # fp32: the tensor core's accumulation measured 2-3x cuBLAS's fp32 error (H100, e67c05c), far below a
+        # 16-bit rounding (2^-9): 4x torch's plus 8 roundoffs still catches an output rounded to 16 bits.
+        bound = 4 * base + 8 * u if fp32 else 2 * base + u
+        assert err <= bound, f"{tag} group {e} rows {start}:{end}: rel err {err:.3g} vs torch {base:.3g} (seed {seed})"
         cap = 8 * u * (xs.double().abs() @ w_nk[e].double().abs().T).max() + 1e-6
         assert (got - ref).abs().max() <= cap, f"{tag} group {e}: max abs err over cap (seed {seed})"
         start = end
