@@ -32,6 +32,7 @@ from gemm_ladder.dispatch.calls import CALLS, fast_linear_key, fast_mm_key, line
 from gemm_ladder.dispatch.execute import run
 from gemm_ladder.dispatch.explain import Explanation, explain_route, trivial_explanation
 from gemm_ladder.dispatch.validate import (
+    FLOAT_MAX,
     GemmInputError,
     GemmTypeError,
     MmShape,
@@ -76,13 +77,12 @@ _Tensor = torch.Tensor
 _STRIDED = torch.strided
 _grad_enabled = torch.is_grad_enabled
 _FAST = CALLS.fast
-_FLOAT_MAX = 1.7976931348623157e308
 
 
 def _as_float(v) -> bool:
     """A float, or an int with a float value (float() of a larger int raises OverflowError: the checked path
     refuses it by name)."""
-    return type(v) is float or (type(v) is int and -_FLOAT_MAX <= v <= _FLOAT_MAX)
+    return type(v) is float or (type(v) is int and -FLOAT_MAX <= v <= FLOAT_MAX)
 
 
 def _eager_plain(a, b) -> bool:

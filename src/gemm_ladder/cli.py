@@ -33,9 +33,6 @@ exit status:
   141 the reader of the output went away (a closed pipe, as `| head`): stopped quietly
 """
 
-#: Exit status 4 of EXIT_STATUS (gates/verdict.py's EXIT_UNWRITTEN for climb and gate).
-EXIT_UNWRITTEN = 4
-
 #: What a write that finds no room or a failing device raises (stdout on a full disk, ``> /dev/full``).
 _WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
 
@@ -73,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
 
     A reader that closes stdout early (``gemm-ladder audit plan.json | head -2``) ends the command
     quietly with status 141 (128 + SIGPIPE, what a shell reports for a command stopped that way); a
-    stdout that cannot be written (a full disk) ends it with one line and :data:`EXIT_UNWRITTEN`. A
+    stdout that cannot be written (a full disk) ends it with one line and status 4 (gates.verdict's
+    EXIT_UNWRITTEN). A
     command that compiles (its module's ``COMPILES``) is refused first, with one line and status 2,
     when GEMM_LADDER_COMPILER or GEMM_LADDER_CACHE is unusable.
     """
@@ -102,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         # A write that failed without naming a file: stdout's (commands catch their own files' errors).
         if exc.errno not in _WRITE_ERRNOS or exc.filename is not None:
             raise
+        from gemm_ladder.gates.verdict import EXIT_UNWRITTEN
+
         _silence_stdout()
         print(f"gemm-ladder {args.command}: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_UNWRITTEN

@@ -42,6 +42,7 @@ from gemm_ladder.api import linear_direct, linear_op, mm_direct, mm_op, refuse_o
 # The derivative of each activation at the pre-activation z, by torch's own backward kernels.
 from gemm_ladder.library.activations import DERIVATIVES as _ACTIVATION_BACKWARD
 from gemm_ladder.dispatch.validate import (
+    FLOAT_MAX,
     MmShape,
     NotSupportedError,
     check_domain,
@@ -396,7 +397,7 @@ def _refuse_grad_for_out(*tensors) -> None:
 def _real(v):
     """An int alpha or beta as the schema's float (a float, or anything else, is passed on as given:
     the op's schema check or the fake names what is wrong)."""
-    return float(v) if type(v) is int and -1.7976931348623157e308 <= v <= 1.7976931348623157e308 else v
+    return float(v) if type(v) is int and -FLOAT_MAX <= v <= FLOAT_MAX else v
 
 
 _Tensor, _dtype = torch.Tensor, torch.dtype

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from gemm_ladder.api_grouped import (
-    PUBLIC_DEVICES, check_grouped_bias, check_grouped_mm, explain_grouped_mm, group_of_rows, grouped_mm_direct, grouped_mm_masked_direct,
+    _ALIGN_ELEMS, PUBLIC_DEVICES, check_grouped_bias, check_grouped_mm, explain_grouped_mm, group_of_rows, grouped_mm_direct, grouped_mm_masked_direct,
 )
 from gemm_ladder.dispatch.validate import check_activation, first_requiring_grad
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
@@ -35,24 +35,31 @@ from gemm_ladder.library.activations import activation as _activation
 NAMESPACE = "gemm_ladder"
 
 
-#: Elements of a 2-byte dtype in 16 bytes: a TMA pitch's unit (api_grouped's rule).
-_ALIGN = 8
+#: Elements of a 2-byte dtype in 16 bytes: a TMA pitch's unit (check_grouped_mm's rule).
+_ALIGN = _ALIGN_ELEMS
 
 
 def _round_up(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
 
+def _padded_pitch(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` in the first columns of a buffer whose last dimension is rounded up to 8 elements: the
+    same extent, every row pitch a multiple of 16 bytes (the extra columns are never read: a tensor map's
+    extent is the view's)."""
+    c = t.shape[-1]
+    buf = t.new_empty((*t.shape[:-1], _round_up(c)))
+    buf[..., :c] = t
+    return buf[..., :c]
+
+
 def aligned_rows(t: torch.Tensor) -> torch.Tensor:
     """``t`` (R, C) as a row-major view whose row pitch is a multiple of 16 bytes: ``t`` itself where it is
-    one, else a copy into the first C columns of a (R, C rounded up to 8) buffer (the extra columns are never
-    read: a tensor map's extent is C)."""
+    one, else :func:`_padded_pitch`'s copy."""
     r, c = t.shape
     if t.stride(1) == 1 and (r <= 1 or (t.stride(0) % _ALIGN == 0 and t.stride(0) >= c)):
         return t
-    buf = t.new_empty((r, _round_up(c)))
-    buf[:, :c] = t
-    return buf[:, :c]
+    return _padded_pitch(t)
 
 
 def _batched_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -69,9 +76,7 @@ def _batched_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     k_major = b.stride(1) == 1 and (n <= 1 or b.stride(2) % _ALIGN == 0)
     n_major = b.stride(2) == 1 and (kp <= 1 or b.stride(1) % _ALIGN == 0)
     if not (k_major or n_major) or (e > 1 and b.stride(0) % _ALIGN):
-        buf = b.new_empty((e, kp, _round_up(n)))
-        buf[..., :n] = b
-        b = buf[..., :n]
+        b = _padded_pitch(b)
     return torch.ops.gemm_ladder.grouped_mm(a, b)
 
 

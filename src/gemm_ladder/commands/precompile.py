@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gemm_ladder.cli import EXIT_UNWRITTEN
+    from gemm_ladder.gates.verdict import EXIT_UNWRITTEN
     from gemm_ladder.contract import parse_dtypes
     from gemm_ladder.dispatch.precompile import check_classes, epilogue_variants, library_builds, precompile
     from gemm_ladder.results import write_json

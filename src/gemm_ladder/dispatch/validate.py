@@ -41,7 +41,7 @@ class MmShape:
 
 
 #: The largest float: an int alpha or beta past it has no float to pass (float() raises OverflowError).
-_FLOAT_MAX = sys.float_info.max
+FLOAT_MAX = sys.float_info.max
 
 
 def check_strided(name: str, t: torch.Tensor) -> None:
@@ -317,8 +317,8 @@ def check_linear(x, w, bias=None, *, activation=None, residual=None, alpha=1.0, 
     for name, v in (("alpha", alpha), ("beta", beta)):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise GemmTypeError(f"{name} must be a Python int or float (as torch.addmm's), got {type(v).__name__}")
-        if isinstance(v, int) and not -_FLOAT_MAX <= v <= _FLOAT_MAX:
-            raise GemmInputError(f"{name} is an int past the largest float ({_FLOAT_MAX:.3e}): the epilogue scales "
+        if isinstance(v, int) and not -FLOAT_MAX <= v <= FLOAT_MAX:
+            raise GemmInputError(f"{name} is an int past the largest float ({FLOAT_MAX:.3e}): the epilogue scales "
                                  "by a float")
     for name, t, shape in (("bias", bias, (n,)), ("residual", residual, out_shape)):
         if t is None:
@@ -461,7 +461,7 @@ def check_swiglu_layout(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tens
                 f"globalAddress); pass {name}.clone() (a fresh allocation is aligned)")
 
 
-__all__ = ["ACTIVATIONS", "GemmInputError", "GemmTypeError", "MAX_DIM", "MmShape", "NotSupportedError",
+__all__ = ["ACTIVATIONS", "FLOAT_MAX", "GemmInputError", "GemmTypeError", "MAX_DIM", "MmShape", "NotSupportedError",
            "OutsideDomainError", "check_activation", "check_domain", "check_linear", "check_linear_out", "check_mm",
            "check_strided", "check_swiglu", "check_swiglu_layout", "internal_overlap", "linear_call", "may_overlap", "result_dtype",
            "trivial"]

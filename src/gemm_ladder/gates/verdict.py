@@ -31,7 +31,7 @@ from gemm_ladder.results import (
 
 #: Exit statuses of ``climb`` and ``gate`` (their ``--help`` and the README say the same): every gate
 #: that applies ran and passed; a gate failed; bad input, nothing run; nothing failed but a gate that
-#: applies did not run; the run ended but its result JSON could not be written (cli.EXIT_UNWRITTEN).
+#: applies did not run; the run ended but its result JSON could not be written (stdout too: cli.main).
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_UNWRITTEN = 0, 1, 2, 3, 4
 
 #: What one check of each gate is, for the summary line.
