@@ -381,10 +381,12 @@ def tune(dtype: str, quick: bool, budget: float, result_file: str = "") -> dict:
 
 
 def merged_model_json(table: dict, model) -> dict:
-    """A fitted model's table entries, keeping the table's measured (not fitted) cluster-1 and 64-row scales
-    and their rules: the tune times the 2-CTA, 128-row builds only."""
+    """A fitted model's table entries, keeping the table's measured (not fitted) cluster-1 and 64-row scales,
+    its split iterations' DRAM bound (``l2_bytes``, ``split_stream_tbs``) and their rules: the tune times the
+    2-CTA, 128-row builds only, on shapes whose operands fit in L2."""
     out = model.to_json()
-    kept = {k: v for k, v in table.get("rules", {}).items() if k.startswith(("cluster1_", "bm64_"))}
+    kept = {k: v for k, v in table.get("rules", {}).items()
+            if k.startswith(("cluster1_", "bm64_", "l2_bytes", "split_stream_tbs"))}
     out["rules"] = {**out["rules"], **kept}
     return out
 

@@ -443,6 +443,50 @@ def test_work_counts_the_busiest_cluster():
         work(1, 1, 1, 256, "some", 66)
 
 
+def test_work_counts_the_split_units_operand_bytes():
+    """split_bytes: A's rows and B's columns that the split units read, over all of K, 2 bytes an element."""
+    w = work(511, 3072, 24576, 192, "all", 66)  # every unit split: all of A (511 rows) and all of B
+    assert w.split_bytes == (511 + 3072) * 24576 * 2
+    w = work(8192, 8192, 8192, 256, "tail", 66)  # units 990..1023: the last group's 8 unit rows, its N tiles 27..31
+    assert w.split_bytes == (8 * 256 + 5 * 256) * 8192 * 2
+    assert work(8192, 8192, 8192, 256, "none", 66).split_bytes == 0
+    assert work(256, 256, 64, 256, "all", 66).split_bytes == 0  # one iteration: nothing shared
+
+
+def test_a_split_that_streams_from_dram_is_charged_the_copy_rate():
+    """Where the split units' panels exceed L2, a split iteration costs at least the grid's loads of one K tile
+    at split_stream_tbs (CostModel.split_stream_us); below L2, or with no bound in the table, the fitted time."""
+    model = load_table()
+    assert (model.l2_bytes, model.split_stream_tbs) == (62914560, 4.258)
+    w = work(511, 3072, 24576, 192, "all", 66)  # 176 MB of panels
+    stream = 66 * (2 * 128 + 192) * 64 * 2 / 4.258e6
+    assert model.split_stream_us(w) == pytest.approx(stream) and stream > model.split_k_iter_us[192]
+    plain = replace(model, l2_bytes=0, split_stream_tbs=0.0)
+    assert plain.split_stream_us(w) == 0
+    extra = w.split_iters * (stream - model.split_k_iter_us[192])
+    assert model.predict_us(w) - plain.predict_us(w) == pytest.approx(extra)
+    short = work(511, 3072, 4096, 192, "all", 66)  # 29 MB: fits in L2
+    assert short.split_bytes < model.l2_bytes and model.predict_us(short) == plain.predict_us(short)
+    assert model.split_stream_us(work(511, 3072, 24576, 192, "none", 66)) == 0
+    with pytest.raises(ValueError, match="go together"):
+        CostModel.from_json({**model.to_json(), "split_stream_tbs": 0.0})
+    assert CostModel.from_json(model.to_json()) == model
+    assert "l2_bytes" not in plain.to_json() and CostModel.from_json(plain.to_json()) == plain
+
+
+def test_long_k_layers_take_whole_tiles_where_a_split_would_stream():
+    """gemma-7b's down_proj (K 24576): at 511 rows the route took the 2-CTA "all" split (148 us on the H200)
+    and at 2048 rows the BN 256 "tail" split (458 us); with the split's DRAM bound it takes the builds timed
+    fastest in the same run, 64 x 192 one CTA whole (120 us) and 128 x 192 whole (404 us)
+    (bench/results/2026-12-05_shapes_real_bf16_autotune_52f0b90.json)."""
+    dispatch.clear_cache()
+    e = gemm_ladder.explain(meta(511, 24576), meta(3072, 24576).T).to_dict()
+    assert (e["kernel"]["name"], e["split"]) == ("sm90_gemm_kk_bn192_c1_bm64", "none")
+    e = gemm_ladder.explain(meta(2048, 24576), meta(3072, 24576).T).to_dict()
+    assert (e["kernel"]["name"], e["split"]) == ("sm90_gemm_kk_bn192", "none")
+    dispatch.clear_cache()
+
+
 def test_the_shipped_table_is_valid_and_says_where_it_comes_from():
     model = load_table()
     assert model.provenance.startswith(("untuned default", "tuned on ")) and model.tuned == model.provenance.startswith("tuned on ")

@@ -94,8 +94,8 @@ def test_a_tuned_table_cites_its_results_file():
 
 
 def test_a_refit_keeps_the_tables_measured_cluster1_scale():
-    """A model fitted from the tune (which times the 2-CTA builds only) has no cluster-1 scale, so
-    merged_model_json keeps the table's measured one and its rule when the refit writes the table."""
+    """A model fitted from the tune (which times the 2-CTA builds only) has no cluster-1 scale or split DRAM
+    bound, so merged_model_json keeps the table's measured ones and their rules when the refit writes the table."""
     from gemm_ladder.dispatch.heuristic import CostModel, load_table
 
     model = load_table()
@@ -106,6 +106,9 @@ def test_a_refit_keeps_the_tables_measured_cluster1_scale():
     table.update(library.merged_model_json(table, fitted))
     assert table["cluster1_k_iter_scale"] == {"64": 0.853} and table["provenance"] == "refit"
     assert set(table["rules"]) == {"fixed_us", "cluster1_k_iter_scale[64]", "bm64_k_iter_scale",
-                                   "cluster1_bm64_k_iter_scale"}
+                                   "cluster1_bm64_k_iter_scale", "l2_bytes", "split_stream_tbs"}
+    # the split iterations' DRAM bound is measured, not fitted: the refit keeps it too
+    assert (table["l2_bytes"], table["split_stream_tbs"]) == (62914560, 4.258)
+    assert CostModel.from_json(table).split_stream_tbs == 4.258
     assert table["cluster1_bm64_k_iter_scale"] == {"256": 0.966, "192": 0.939, "128": 0.9, "64": 0.893}
     assert table["bm64_k_iter_scale"] == {"256": 0.62, "192": 0.63, "128": 0.59, "64": 0.8}

@@ -10,7 +10,7 @@ import pytest
 from conftest import needs_nvcc
 
 from gemm_ladder.design import kernel_defines_for
-from gemm_ladder.design.plan import GROUP_M, unit_coords
+from gemm_ladder.design.plan import GROUP_M, unit_coords, units_span
 from gemm_ladder.levels import LEVELS
 from gemm_ladder.runtime.compiler import KERNEL_ROOT, nvcc_path
 
@@ -70,3 +70,18 @@ def test_header_refuses_to_compile_without_the_group_height(tmp_path):
     proc = subprocess.run([nvcc_path(), "-std=c++17", "-E", f"-I{KERNEL_ROOT / 'include'}", str(src), "-o", "/dev/null"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "GL_GROUP_M" in proc.stderr
+
+
+@pytest.mark.parametrize("group_m", [GROUP_M, 3, 1])
+def test_units_span_counts_what_unit_coords_walks(group_m):
+    """units_span (the cost model's count of the A rows and B columns a split reads) gives the distinct unit
+    rows and N tiles of unit_coords over every range of small grids, partial last groups included."""
+    for units_m, tiles_n in ((1, 1), (5, 3), (9, 4), (17, 7), (3, 11)):
+        total = units_m * tiles_n
+        for begin in range(total + 1):
+            for end in range(begin, total + 1):
+                pts = [unit_coords(u, units_m, tiles_n, group_m) for u in range(begin, end)]
+                assert units_span(begin, end, units_m, tiles_n, group_m) == (len({p[0] for p in pts}),
+                                                                              len({p[1] for p in pts}))
+    with pytest.raises(ValueError, match="outside"):
+        units_span(0, 13, 3, 4)

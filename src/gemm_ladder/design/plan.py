@@ -65,6 +65,32 @@ def unit_coords(unit: int, units_m: int, tiles_n: int, group_m: int = GROUP_M) -
     return first + within % rows, within // rows
 
 
+def units_span(begin: int, end: int, units_m: int, tiles_n: int, group_m: int = GROUP_M) -> tuple[int, int]:
+    """(unit rows, N tiles) that units [begin, end) of the grouped order touch: how many distinct rows of A
+    panels and columns of B panels they read. The same counts as walking :func:`unit_coords` over the range,
+    in one step per group (a group's units are ``rows`` unit rows by ``tiles_n`` columns, column by column).
+    Raises ValueError for a range outside [0, units_m x tiles_n]."""
+    if not 0 <= begin <= end <= units_m * tiles_n:
+        raise ValueError(f"units [{begin}, {end}) outside the {units_m} x {tiles_n} grid")
+    per_group = group_m * tiles_n
+    rows_touched, spans = 0, []
+    g = begin // per_group
+    while g * per_group < end:
+        first = g * group_m
+        rows = min(units_m - first, group_m)
+        lo, hi = max(begin - g * per_group, 0), min(end - g * per_group, rows * tiles_n)
+        if lo < hi:
+            rows_touched += min(rows, hi - lo)  # a contiguous run down the columns: every row once it is `rows` long
+            spans.append((lo // rows, (hi - 1) // rows))
+        g += 1
+    covered = set()  # at most tiles_n columns: the union of each group's contiguous span
+    for c0, c1 in spans:
+        if len(covered) == tiles_n:
+            break
+        covered.update(range(c0, c1 + 1))
+    return rows_touched, len(covered)
+
+
 @dataclass(frozen=True)
 class Suitability:
     """Whether TMA fits this problem, why, and the alternative when it does not (or is not worth it)."""

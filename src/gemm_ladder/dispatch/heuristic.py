@@ -11,7 +11,9 @@ busiest cluster's critical path (:func:`work`): ``k_iter_us[BN]`` per whole K it
 fp32 partial written, the last arriver adding them in K order): ``fixup_us`` once plus
 ``fixup_contributor_us`` per contributor of the most shared unit, both quoted for BN = 256 and scaled
 by BN / 256 (a partial is 64 x BN floats per consumer); and ``fixed_us`` per launch (setup, the first
-load's latency, the last tile's store). The per-contributor term is what tells "tail" (a few units,
+load's latency, the last tile's store). A split K iteration costs at least the grid's loads of one K
+tile from DRAM where the split units' operand panels exceed L2 (``l2_bytes``, ``split_stream_tbs``:
+:meth:`CostModel.split_stream_us`). The per-contributor term is what tells "tail" (a few units,
 each shared by about G / R clusters) from "wave" (R + G units, two contributors each).
 
 The table's ``provenance`` says where the numbers come from: "untuned default: ..." (derived by the
@@ -26,6 +28,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gemm_ladder.design.plan import units_span
 from gemm_ladder.design.problem import ceil_div
 from gemm_ladder.design.stream_k import INT32_LIMIT, SplitOverflowError, StreamKTail, plan_tail, plan_wave
 
@@ -43,6 +46,8 @@ TILE_M, TILE_K, CLUSTER = 128, 64, 2
 CLUSTER1_SPLITS = ("none", "tail")
 #: The tile width the fixup's figures are quoted for (they scale with BN / FIXUP_BN).
 FIXUP_BN = 256
+#: Bytes an operand element of the general kernel (bf16, fp16): the split phase's loads are counted in them.
+OPERAND_BYTES = 2
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,9 @@ class Work:
     cluster: int = CLUSTER
     #: Tile rows of the build (128: level 9's two consumers; 64: one).
     bm: int = TILE_M
+    #: Bytes of the operand panels the split units read over all of K (A's rows and B's columns they touch,
+    #: 2 bytes an element: the general kernel's 16-bit operands); 0 without a split.
+    split_bytes: int = 0
 
     @property
     def waves(self) -> float:
@@ -109,7 +117,12 @@ def work(m: int, n: int, k: int, bn: int, split: str, clusters: int, *, cluster:
     shared = ceil_div(sched.total, g) if sched.tail_units else 0
     if shared and sched.max_contributors == 1:  # every unit computed by one cluster: nothing to fix up
         whole, shared = whole + shared, 0
-    return Work(bn, split, units, clusters, kt, whole, shared, g, sched.max_contributors if shared else 1, cluster, bm)
+    split_bytes = 0
+    if shared:
+        rows, cols = units_span(sched.first_unit, units, ceil_div(ceil_div(m, bm), cluster), ceil_div(n, bn))
+        split_bytes = (min(rows * cluster * bm, m) + min(cols * bn, n)) * k * OPERAND_BYTES
+    return Work(bn, split, units, clusters, kt, whole, shared, g, sched.max_contributors if shared else 1, cluster, bm,
+                split_bytes)
 
 
 @dataclass(frozen=True)
@@ -133,6 +146,11 @@ class CostModel:
     #: Per tile width, a 64-row build's K iteration with one CTA per cluster over the 2-CTA pair's (in place
     #: of ``cluster1_k_iter_scale`` for 64-row builds; 1.0 where absent): measured, not fitted.
     cluster1_bm64_k_iter_scale: dict[int, float] = field(default_factory=dict)
+    #: The device's L2 bytes and the DRAM rate (TB/s) a split phase's loads stream at when their operand
+    #: panels do not fit in it (:meth:`split_stream_us`); both 0: no such bound (a table fitted on split
+    #: timings that already hold it).
+    l2_bytes: int = 0
+    split_stream_tbs: float = 0.0
 
     @property
     def tuned(self) -> bool:
@@ -142,14 +160,33 @@ class CostModel:
     def bns(self) -> tuple[int, ...]:
         return tuple(sorted(self.k_iter_us, reverse=True))
 
+    def split_stream_us(self, w: Work) -> float:
+        """The least time of one split K iteration when it streams from DRAM, microseconds: every cluster of
+        the grid loading its A rows (``cluster`` x BM) and its B columns (BN, once a cluster) of one K tile,
+        ``w.grid_clusters`` x (cluster x BM + BN) x 64 x 2 bytes, at ``split_stream_tbs``; 0 where the split
+        units' operand panels (``w.split_bytes``) fit in ``l2_bytes`` or the table sets no bound.
+
+        Why: whole units run in step (every cluster at the same K tile, so the A and B tiles they share are
+        read from DRAM once and from L2 after), split ones do not (each cluster starts its share of the
+        split iterations at its own K offset), so where their panels exceed L2 each load comes from DRAM.
+        Measured on the H200 (bench/results/2026-12-05_shapes_real_bf16_autotune_52f0b90.json and
+        2026-12-0[34]_tiles_forced*.json, bench/route_regret.py's samples): at K >= 8192 the table's fit,
+        made on shorter K, predicted the 128-row split launches 10-20% fast (medians of measured over
+        predicted 1.10-1.20 by policy), the whole ones within 2%; gemma-7b's down_proj at 511 rows took its
+        "all" split (148 us) over a whole-tile build (120 us)."""
+        if not (self.l2_bytes and self.split_stream_tbs) or w.split_bytes <= self.l2_bytes:
+            return 0.0
+        return w.grid_clusters * (w.cluster * w.bm + w.bn) * TILE_K * OPERAND_BYTES / (self.split_stream_tbs * 1e6)
+
     def predict_us(self, w: Work) -> float:
-        """Predicted time of one launch, microseconds."""
+        """Predicted time of one launch, microseconds. A split K iteration costs the table's
+        ``split_k_iter_us`` or, where the split streams from DRAM, :meth:`split_stream_us`, whichever is more."""
         scale = 1.0
         if w.cluster == 1:  # measured on whole tiles only
             scale = (self.cluster1_bm64_k_iter_scale if w.bm == 64 else self.cluster1_k_iter_scale).get(w.bn, 1.0)
         rows = self.bm64_k_iter_scale[w.bn] if w.bm == 64 else 1.0  # a 64-row tile's iteration over a 128-row one's
-        t = (self.fixed_us + w.whole_iters * self.k_iter_us[w.bn] * scale * rows
-             + w.split_iters * self.split_k_iter_us[w.bn] * rows)
+        split_iter = max(self.split_k_iter_us[w.bn] * rows, self.split_stream_us(w)) if w.split_iters else 0.0
+        t = self.fixed_us + w.whole_iters * self.k_iter_us[w.bn] * scale * rows + w.split_iters * split_iter
         if w.splits:
             t += (self.fixup_us + self.fixup_contributor_us * w.contributors) * w.bn / FIXUP_BN
         return t
@@ -168,6 +205,8 @@ class CostModel:
             out["bm64_k_iter_scale"] = {str(bn): v for bn, v in self.bm64_k_iter_scale.items()}
         if self.cluster1_bm64_k_iter_scale:
             out["cluster1_bm64_k_iter_scale"] = {str(bn): v for bn, v in self.cluster1_bm64_k_iter_scale.items()}
+        if self.l2_bytes or self.split_stream_tbs:
+            out["l2_bytes"], out["split_stream_tbs"] = self.l2_bytes, self.split_stream_tbs
         return out
 
     @classmethod
@@ -181,16 +220,20 @@ class CostModel:
                         float(d.get("fixup_contributor_us", 0.0)),
                         {int(bn): float(v) for bn, v in d.get("cluster1_k_iter_scale", {}).items()},
                         {int(bn): float(v) for bn, v in d.get("bm64_k_iter_scale", {}).items()},
-                        {int(bn): float(v) for bn, v in d.get("cluster1_bm64_k_iter_scale", {}).items()})
+                        {int(bn): float(v) for bn, v in d.get("cluster1_bm64_k_iter_scale", {}).items()},
+                        int(d.get("l2_bytes", 0)), float(d.get("split_stream_tbs", 0.0)))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"dispatch table: {type(exc).__name__}: {exc}") from None
         values = [*model.k_iter_us.values(), *model.split_k_iter_us.values(), model.fixup_us, model.fixed_us,
-                  model.fixup_contributor_us]
+                  model.fixup_contributor_us, model.l2_bytes, model.split_stream_tbs]
         if not all(math.isfinite(v) and v >= 0 for v in values):
             raise ValueError(f"dispatch table: every time must be a finite number >= 0, got {values}")
         for name in ("cluster1_k_iter_scale", "bm64_k_iter_scale", "cluster1_bm64_k_iter_scale"):
             if not all(math.isfinite(v) and v > 0 for v in getattr(model, name).values()):
                 raise ValueError(f"dispatch table: {name} must be finite and > 0, got {getattr(model, name)}")
+        if bool(model.l2_bytes) != bool(model.split_stream_tbs):
+            raise ValueError("dispatch table: l2_bytes and split_stream_tbs go together (both 0: no DRAM bound on "
+                             f"split iterations), got {model.l2_bytes} and {model.split_stream_tbs}")
         if set(model.k_iter_us) != set(model.split_k_iter_us) or not model.k_iter_us:
             raise ValueError("dispatch table: k_iter_us and split_k_iter_us must name the same tile widths")
         return model
