@@ -225,3 +225,26 @@ def test_the_designer_plans_the_tail_and_refuses_it_without_a_persistent_grid():
     assert LEVELS[9].variant(stream_k_min_idle=0.0).plan(4096, 4096, 4096, "bf16").schedule.stream_k["tail_units"] == 58
     with pytest.raises(PlanRefused, match="stream-K without persistent"):
         plan_gemm(4096, 4096, 4096, tile=(128, 256, 64), stream_k=True)
+
+
+def test_max_contributors_counts_every_unit_without_walking_them(monkeypatch):
+    """max_contributors (the workspace's slots per tile, and the cost model's contributors) equals the count
+    over every tail unit, on random schedules with empty ranges, whole units and one-iteration units; and it
+    asks owner() about at most two iterations a cluster, so a large layer's "all" split (here 10^6 tail units)
+    costs the route O(clusters), not O(units)."""
+    import random
+
+    def every_unit(t):
+        return 1 if t.total == 0 else max(t.owner(u * t.k_tiles + t.k_tiles - 1) - t.owner(u * t.k_tiles) + 1
+                                          for u in range(t.tail_units))
+
+    rng = random.Random(0)
+    for _ in range(3000):
+        units, clusters, kt = rng.randint(1, 200), rng.randint(1, 140), rng.randint(1, 70)
+        t = StreamKTail(units, clusters, kt, rng.randint(0, units))
+        assert t.max_contributors == every_unit(StreamKTail(t.units, t.clusters, t.k_tiles, t.first_unit))
+    calls = []
+    owner = StreamKTail.owner
+    monkeypatch.setattr(StreamKTail, "owner", lambda self, it: calls.append(it) or owner(self, it))
+    assert StreamKTail(10**6, 66, 48, 0).max_contributors == 2
+    assert len(calls) <= 2 * 66

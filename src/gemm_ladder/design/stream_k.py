@@ -92,8 +92,12 @@ class StreamKTail:
         """Most clusters contributing to one tail unit (1 when there is no tail): the workspace's slots per tile."""
         if self.total == 0:
             return 1
-        return max(self.owner(u * self.k_tiles + self.k_tiles - 1) - self.owner(u * self.k_tiles) + 1
-                   for u in range(self.tail_units))
+        kt = self.k_tiles
+        # A unit has a second contributor only where a cluster's range begins inside it (past its first
+        # iteration), so only those units (at most one a cluster) are counted: O(clusters), not O(units), which
+        # the route pays on every candidate (a large layer's "all" split has ~10^5 tail units).
+        inside = {(b - 1) // kt for b in (self.begin(c) for c in range(1, self.clusters)) if b % kt}
+        return max([1] + [self.owner(u * kt + kt - 1) - self.owner(u * kt) + 1 for u in inside])
 
     def workspace_floats(self, cluster: int, consumers: int, tile_n: int) -> int:
         """fp32 partial slots: tail units x cluster CTAs x consumers x max_contributors x (64 x tile_n);
