@@ -579,6 +579,7 @@ def parse_list(spec: str | None, known: list[str], what: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from outputs import check_output
     from suite import add_output_argument, cost_table_provenance, require_gpu, save
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -600,6 +601,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"bench/shapes_real.py: {e}", file=sys.stderr)
         return 2
+    check_output(__file__, args.output)
     require_gpu(__file__)
     models = tuple(m for m in MODELS if m.name in names)
     cases = quick_cases() if args.quick else full_cases(models, tuple(dtypes))

@@ -80,8 +80,8 @@ def test_a_wrong_or_unmeasured_row_is_never_met(outputs):
 
 #: Scripts that write a result through ``-o``, each with arguments that would otherwise pass.
 WITH_OUTPUT = ["fp8.py", "swiglu.py", "epilogues.py", "grouped.py", "library.py", "quantized_linear.py",
-               "models.py", "route_tables.py", "experiments/fp8_epilogue_cost.py", "experiments/fp8_variants.py",
-               "experiments/k_sweep.py"]
+               "models.py", "route_tables.py", "shapes_real.py", "experiments/fp8_epilogue_cost.py",
+               "experiments/fp8_variants.py", "experiments/k_sweep.py"]
 
 
 def _bad_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
