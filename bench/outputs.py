@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 from typing import NoReturn
 
+from gemm_ladder.design.problem import parse_triple
 from gemm_ladder.results import check_writable
 
 BENCH = Path(__file__).resolve().parent
@@ -90,15 +91,15 @@ def comma_list(script: str | Path, flag: str, text: str) -> list[str]:
 
 
 def shapes_of(flag: str, text: str) -> list[tuple[int, int, int]]:
-    """'MxNxK,...' -> [(M, N, K), ...], each extent an integer >= 1; ValueError naming the bad entry."""
+    """'MxNxK,...' -> [(M, N, K), ...], each extent an integer >= 1; ValueError naming the bad entry.
+    Each entry is read by the library's parse_triple, so ``--shapes`` here and ``gemm-ladder --shape``
+    take the same spelling."""
     out = []
     for item in items_of(flag, text):
         try:
-            shape = tuple(int(v) for v in item.lower().split("x"))
+            shape = parse_triple(item, flag)
         except ValueError:
-            shape = ()
-        if len(shape) != 3:
-            raise ValueError(f"{flag}: {item!r} is not MxNxK")
+            raise ValueError(f"{flag}: {item!r} is not MxNxK") from None
         if min(shape) < 1:
             raise ValueError(f"{flag}: {item!r} has an extent < 1")
         out.append(shape)

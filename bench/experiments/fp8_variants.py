@@ -56,7 +56,7 @@ from gemm_ladder.library import fp8
 from gemm_ladder.library.quantized import SCHEME_BLOCKS, dequantize, quantize_fp8
 from gemm_ladder.timing import time_fns
 from fp8 import rel_err  # bench/fp8.py's error measure (not gemm_ladder.library.fp8)
-from outputs import check_output, comma_list, positive
+from outputs import check_output, comma_list, positive, shapes_of
 from suite import add_output_argument, require_gpu, save
 
 ISSUE = ["4096x7168x16384", "4096x4096x4096", "8192x8192x8192", "4096x24576x1536", "128x7168x2048"]
@@ -98,14 +98,6 @@ EDITS = {**DIAGNOSTICS,
 EDIT_IS_DEFAULT = {"scales_before": lambda k: k.scale_b_shared, "scales_after": lambda k: not k.scale_b_shared}
 CHECK_ROWS = 256
 SMS_H200 = 132  # the builds --prebuild compiles: the default tile width for the H200's (and H100's) 132 SMs
-
-
-def parse_shapes(spec: str) -> list[tuple[int, int, int]]:
-    """``MxNxK[,MxNxK...]`` as (M, N, K) tuples; raises ValueError for anything else."""
-    shapes = [tuple(int(v) for v in s.lower().split("x")) for s in spec.split(",")]
-    if any(len(shape) != 3 or min(shape) < 1 for shape in shapes):
-        raise ValueError(spec)
-    return shapes
 
 
 def default_kernel(m: int, n: int, k: int, scheme: str, sms: int) -> fp8.Fp8Kernel:
@@ -235,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fp8_variants: unknown variant or scheme: {', '.join(bad)}", file=sys.stderr)
         return 2
     try:
-        shapes = parse_shapes(args.shapes)
+        shapes = shapes_of("--shapes", args.shapes)
     except ValueError:
         print(f"fp8_variants: --shapes {args.shapes!r}: use MxNxK[,MxNxK...]", file=sys.stderr)
         return 2
