@@ -57,7 +57,7 @@ import torch
 import gemm_ladder
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.library import fp8
-from gemm_ladder.library.quantized import SCHEME_BLOCKS, dequantize, quantize_fp8
+from gemm_ladder.library.quantized import SCHEME_BLOCKS, dequantize, quantize_fp8, quantized_product_error
 from outputs import check_output, parse_shapes
 from suite import add_output_argument, require_gpu, save, with_setting
 
@@ -99,15 +99,10 @@ def verdict(err: float, err_torch: float | None, floor: float) -> dict:
 
 
 def quantized_verdict(values: torch.Tensor, scales: torch.Tensor, ref: torch.Tensor) -> dict:
-    """The fused-quantization output (e4m3 ``values``, 1 x 128 ``scales``) against the float64 product ``ref``:
-    each dequantized value within e4m3's rounding of it (2^-4 relative: 3 mantissa bits; 2^-9 of its block's
-    scale near zero, the smallest subnormal step) + 2^-10 of the largest |ref| (the GEMM's own error). The
-    formula of tests/fp8_cases.py assert_quantized_near_float64; ``err``: the worst value's error over its
-    bound (<= 1 passes; NaN fails)."""
-    deq = dequantize(values, scales, (1, 128)).double()
-    s = scales.double().repeat_interleave(128, dim=1)[:, :ref.shape[-1]]
-    bound = 2**-4 * ref.abs() + 2**-9 * s + 2**-10 * ref.abs().max()
-    worst = ((deq - ref).abs() / bound).max().item()
+    """The fused-quantization output (e4m3 ``values``, 1 x 128 ``scales``) against the float64 product ``ref``,
+    by the library's quantized_product_error (the fp8 GPU tests' check); ``err``: the worst value's error over
+    its bound (<= 1 passes; NaN fails)."""
+    worst = quantized_product_error(values, scales, ref)
     return {"correct": bool(math.isfinite(worst) and worst <= 1), "bound": "own", "err": worst}
 
 

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from gemm_ladder.library.quantized import SCHEME_BLOCKS, dequantize, quantize_fp8
+from gemm_ladder.library.quantized import SCHEME_BLOCKS, dequantize, quantize_fp8, quantized_product_error
 
 #: Each scheme's quantization blocks of a and of w (quantize_fp8's ``block``).
 BLOCKS = SCHEME_BLOCKS
@@ -32,15 +32,9 @@ def fp8_problem(m: int, n: int, k: int, mode: str, *, seed: int = 0):
 
 def assert_quantized_near_float64(values: torch.Tensor, scales: torch.Tensor, ref: torch.Tensor) -> None:
     """scaled_mm's e4m3 output (values (M, N), 1 x 128 scales) against the float64 product ``ref``: each
-    dequantized value within e4m3's rounding of the exact result (2^-4 relative: 3 mantissa bits, OCP 8-bit
-    floating point, E4M3; 2^-9 of its block's scale near zero: the smallest subnormal step) plus the fp8
-    GEMM's own error, 2^-10 of the largest |ref| (the fp32 output's bound in tests/test_fp8_gpu.py)."""
-    deq = dequantize(values, scales, (1, 128)).double()
-    n = ref.shape[-1]
-    s = scales.double().repeat_interleave(128, dim=1)[:, :n]
-    err = (deq - ref).abs()
-    bound = 2**-4 * ref.abs() + 2**-9 * s + 2**-10 * ref.abs().max()
-    worst = (err / bound).max().item()
+    dequantized value within library/quantized.py's quantized_product_error bound (e4m3's rounding of the
+    exact result plus the fp8 GEMM's own error), the one bench/fp8.py judges its rows by."""
+    worst = quantized_product_error(values, scales, ref)
     assert worst <= 1, f"a quantized value {worst:.3g}x its bound off the float64 product"
 
 

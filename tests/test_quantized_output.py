@@ -314,6 +314,24 @@ def test_the_quantized_error_rule_passes_a_right_answer_and_fails_wrong_ones():
         assert quantized_error(values, scales * 1.002, ref)[0] is False
 
 
+def test_the_fp8_product_rule_passes_a_right_answer_and_fails_wrong_ones():
+    """library/quantized.py's quantized_product_error, by which bench/fp8.py and the fp8 GPU tests judge the fp8
+    GEMM's quantized output: quantize_fp8 of the product passes (and with its scales 0.2% off, which it takes as
+    they are); a value with an exponent bit flipped, or a NaN, fails."""
+    from gemm_ladder.library.quantized import quantize_fp8, quantized_product_error
+
+    ref = torch.randn((8, 300), generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    values, scales = quantize_fp8(ref.float(), (1, 128))
+    assert quantized_product_error(values, scales, ref) <= 1
+    assert quantized_product_error(values, scales * 1.002, ref) <= 1
+    bad = values.clone()
+    bad.view(torch.uint8)[3, 17] ^= 0x40  # the top exponent bit of one value
+    assert quantized_product_error(bad, scales, ref) > 1
+    bad = values.float()
+    bad[0, 0] = float("nan")
+    assert not quantized_product_error(bad.to(values.dtype), scales, ref) <= 1
+
+
 @pytest.mark.parametrize("lead", ((5,), (2, 3)), ids=("2-D", "batch dims"))
 def test_quantize_fp8_into_writes_the_quantized_layouts(lead):
     """What an empty-K call returns (library/fp8.py quantize_fp8_into): quantize_fp8 of the result, bit for bit,

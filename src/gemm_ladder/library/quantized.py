@@ -76,6 +76,23 @@ def quantized_error(values: torch.Tensor, scales: torch.Tensor, ref: torch.Tenso
     return scales_ok, values_ok, (err / s).max().item()
 
 
+def quantized_product_error(values: torch.Tensor, scales: torch.Tensor, ref: torch.Tensor) -> float:
+    """The worst element's error over its bound, for the fp8 GEMM's quantized output against its exact product:
+    ``values`` (M, N) e4m3 and ``scales`` (M, ceil(N / 128)) fp32, one per row and 128 columns (any strides:
+    the kernel's column-major ones too), ``ref`` (M, N) float64, the product of the dequantized operands (plus
+    any bias). Each dequantized value's bound: e4m3's rounding of ``ref`` (2^-4 relative: 3 mantissa bits, OCP
+    8-bit Floating Point, E4M3; 2^-9 of its block's scale near zero: the smallest subnormal step) plus the fp8
+    GEMM's own error, 2^-10 of the largest |ref| (the fp32 output's bound in tests/test_fp8_gpu.py). At most 1
+    passes; NaN (a NaN value or scale) passes no ``<= 1``. Unlike :func:`quantized_error` (the 16-bit kernels'
+    output: scales within 1e-3 of quantizing ``ref`` itself, a per-block accumulation term), the kernel's own
+    scales are taken as they are and its error is bounded over the whole product. What bench/fp8.py and the
+    fp8 GPU tests (tests/fp8_cases.py) judge the output by."""
+    deq = dequantize(values, scales, (1, SCALE_BLOCK)).double()
+    s = scales.double().repeat_interleave(SCALE_BLOCK, dim=1)[:, :ref.shape[-1]]
+    bound = 2**-4 * ref.abs() + 2**-9 * s + 2**-10 * ref.abs().max()
+    return ((deq - ref).abs() / bound).max().item()
+
+
 #: The blocks quantize_fp8 takes: (rows, columns) per scale; -1 spans the whole dimension.
 BLOCKS = ((1, 128), (128, 128), (1, -1), (-1, -1))
 #: Each scaling scaled_mm takes, as the blocks of ``a`` (M, K) and of ``w`` (N, K) that quantize_fp8 quantizes
@@ -171,4 +188,4 @@ def dequantize(values: torch.Tensor, scales: torch.Tensor, block) -> torch.Tenso
 
 
 __all__ = ["BLOCKS", "QUANT_OUT", "SCALE_BLOCK", "SCHEME_BLOCKS", "dequantize", "kernel_views", "quantize_fp8",
-           "quantize_fp8_into", "quantized_buffers", "quantized_error"]
+           "quantize_fp8_into", "quantized_buffers", "quantized_error", "quantized_product_error"]
