@@ -59,16 +59,24 @@ def test_two_tables_claiming_one_device_are_refused(tmp_path):
 
 
 def test_a_route_is_decided_with_its_devices_table():
-    """gemma-7b's down_proj at 511 rows (bench/route_tables.py --plan): the H200's table splits the 2-CTA BN 192
-    pair's K over every cluster ("all"), the H100's (split iterations fitted on the H100's autotune timings,
-    where that split took 180 us and the 64-row one-CTA BN 192 build 120) takes the latter whole."""
+    """phi-3-mini's down_proj at 333 rows (bench/route_tables.py --plan): the H200's table takes the 64-row one-CTA
+    BN 128 build with a "tail" split, the H100's (split iterations fitted on the H100's autotune timings) the BN 192
+    one whole, timed 1.19x faster there. gemma-7b's down_proj at 511 rows, where the two tables differed before
+    table.json's split DRAM bound (its "all" split took 180 us on the H100, the 64-row one-CTA BN 192 build 120),
+    now takes that build with either table."""
+    a = torch.empty((333, 8192), dtype=torch.bfloat16, device="meta")
+    b = torch.empty((3072, 8192), dtype=torch.bfloat16, device="meta").T
+    c = torch.empty((333, 3072), dtype=torch.bfloat16, device="meta")
+    h200 = dispatch.decide(a, b, c, given=False, device=ASSUMED_DEVICE)
+    h100 = dispatch.decide(a, b, c, given=False, device=H100)
+    assert (h200.config.cluster, h200.config.tile[0], h200.bn, dict(h200.options).get("split")) == (1, 64, 128, "tail")
+    assert (h100.config.cluster, h100.config.tile[0], h100.bn, dict(h100.options).get("split")) == (1, 64, 192, "none")
     a = torch.empty((511, 24576), dtype=torch.bfloat16, device="meta")
     b = torch.empty((3072, 24576), dtype=torch.bfloat16, device="meta").T
     c = torch.empty((511, 3072), dtype=torch.bfloat16, device="meta")
-    h200 = dispatch.decide(a, b, c, given=False, device=ASSUMED_DEVICE)
-    h100 = dispatch.decide(a, b, c, given=False, device=H100)
-    assert (h200.config.cluster, h200.bn, dict(h200.options).get("split")) == (2, 192, "all")
-    assert (h100.config.cluster, h100.config.tile[0], h100.bn, dict(h100.options).get("split")) == (1, 64, 192, "none")
+    for device in (ASSUMED_DEVICE, H100):
+        r = dispatch.decide(a, b, c, given=False, device=device)
+        assert (r.config.cluster, r.config.tile[0], r.bn, dict(r.options).get("split")) == (1, 64, 192, "none")
 
 
 def test_route_tables_plan_lists_the_picks_that_differ(capsys):
@@ -83,13 +91,14 @@ def test_route_tables_plan_lists_the_picks_that_differ(capsys):
     assert route_tables.main(["--plan", "--table-b", str(TABLE_PATH.parent / "table_h100.json")]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines and all(" -> " in ln for ln in lines)
-    assert "gemma_7b mlp.down_proj 511x3072x24576 bf16: 128x192 2 CTAs split all -> 64x192 1 CTA split none" in lines
+    assert "phi3_mini mlp.down_proj 333x3072x8192 bf16: 64x128 1 CTA split tail -> 64x192 1 CTA split none" in lines
+    assert not [ln for ln in lines if ln.startswith("gemma_7b mlp.down_proj 511x")]  # both whole: the DRAM bound
     timings = str(Path(__file__).resolve().parents[1] / "bench" / "results"
                   / "2026-12-05_shapes_real_bf16_autotune_h100_6d06324.json")
     assert route_tables.main(["--plan", "--table-b", str(TABLE_PATH.parent / "table_h100.json"), "--timings", timings]) == 0
     priced = capsys.readouterr().out.strip().splitlines()
-    assert priced[-1].startswith("18 changed picks timed by the autotune") and "1.055x faster" in priced[-1]
-    assert "gemma_7b mlp.down_proj 511x3072x24576 bf16: 128x192 2 CTAs split all -> 64x192 1 CTA split none  timed: x1.497" in priced
+    assert priced[-1].startswith("14 changed picks timed by the autotune") and "1.014x faster" in priced[-1]
+    assert "phi3_mini mlp.down_proj 333x3072x8192 bf16: 64x128 1 CTA split tail -> 64x192 1 CTA split none  timed: x1.190" in priced
     assert route_tables.main(["--plan", "--table-b", str(TABLE_PATH)]) == 0
     assert capsys.readouterr().out == ""
     assert route_tables.main(["--plan"]) == 2
