@@ -470,6 +470,8 @@ def test_a_split_that_streams_from_dram_is_charged_the_copy_rate():
     assert model.split_stream_us(work(511, 3072, 24576, 192, "none", 66)) == 0
     with pytest.raises(ValueError, match="go together"):
         CostModel.from_json({**model.to_json(), "split_stream_tbs": 0.0})
+    with pytest.raises(ValueError, match="OverflowError"):  # JSON's Infinity: int() overflows, still a ValueError
+        CostModel.from_json({**model.to_json(), "l2_bytes": float("inf")})
     assert CostModel.from_json(model.to_json()) == model
     assert "l2_bytes" not in plain.to_json() and CostModel.from_json(plain.to_json()) == plain
 

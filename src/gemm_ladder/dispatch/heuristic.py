@@ -222,7 +222,7 @@ class CostModel:
                         {int(bn): float(v) for bn, v in d.get("bm64_k_iter_scale", {}).items()},
                         {int(bn): float(v) for bn, v in d.get("cluster1_bm64_k_iter_scale", {}).items()},
                         int(d.get("l2_bytes", 0)), float(d.get("split_stream_tbs", 0.0)))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:  # int(inf), float(10**400)
             raise ValueError(f"dispatch table: {type(exc).__name__}: {exc}") from None
         values = [*model.k_iter_us.values(), *model.split_k_iter_us.values(), model.fixup_us, model.fixed_us,
                   model.fixup_contributor_us, model.l2_bytes, model.split_stream_tbs]
