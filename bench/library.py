@@ -365,10 +365,10 @@ def tune(dtype: str, quick: bool, budget: float, result_file: str = "") -> dict:
     meta = suite_meta()
     gpu = (meta.get("gpu") or {}).get("name", "unknown GPU")
     provenance = f"tuned on {gpu} {dt.date.today().isoformat()} {(meta.get('git_commit') or 'unknown')[:7]}"
-    model = cite_results(fit(samples, provenance), result_file)
     # This GPU's table: its own where the package has one (dispatch/table_<name>.json), else table.json.
     target = table_path_for(gpu)
     table = json.loads(target.read_text())
+    model = cite_results(fit(samples, provenance, **beyond_l2(table)), result_file)
     # the cost model's keys; other entries (table.json's small-M "small_m", a device table's "devices") kept
     table.update(merged_model_json(table, model))
     text = json.dumps(table, indent=1) + "\n"
@@ -380,13 +380,19 @@ def tune(dtype: str, quick: bool, budget: float, result_file: str = "") -> dict:
     return {"provenance": provenance, "model": model.to_json(), "timings": timings}
 
 
+def beyond_l2(table: dict) -> dict:
+    """The table's factor on split iterations beyond L2 (heuristic.CostModel.split_iter_scale), as ``fit``'s
+    keywords: the tune keeps it (fitted on other timings, not the tune's) and fits the split terms under it."""
+    return {"l2_bytes": table.get("l2_bytes", 0), "split_beyond_l2_scale": table.get("split_beyond_l2_scale", 1.0)}
+
+
 def merged_model_json(table: dict, model) -> dict:
-    """A fitted model's table entries, keeping the table's measured (not fitted) cluster-1 and 64-row scales,
-    its split iterations' DRAM bound (``l2_bytes``, ``split_stream_tbs``) and their rules: the tune times the
-    2-CTA, 128-row builds only, on shapes whose operands fit in L2."""
+    """A fitted model's table entries, keeping the table's measured (not fitted) cluster-1 and 64-row scales
+    and the rules of its factor on split iterations beyond L2 (which the model carries: :func:`beyond_l2`):
+    the tune times the 2-CTA, 128-row builds only."""
     out = model.to_json()
     kept = {k: v for k, v in table.get("rules", {}).items()
-            if k.startswith(("cluster1_", "bm64_", "l2_bytes", "split_stream_tbs"))}
+            if k.startswith(("cluster1_", "bm64_", "l2_bytes", "split_beyond_l2_scale"))}
     out["rules"] = {**out["rules"], **kept}
     return out
 
@@ -402,9 +408,9 @@ def refit(path: str) -> dict:
     samples = [(work(t["m"], t["n"], t["k"], t["bn"], t["split"], clusters), t["us"])
                for t in saved["tune"]["timings"] if t["split"] in ("none", "tail", "all", "wave")]
     provenance = saved["tune"]["provenance"]
-    model = cite_results(fit(samples, provenance), Path(path).name)
     target = table_path_for(((saved.get("meta") or {}).get("gpu") or {}).get("name"))  # the tuned GPU's table
     table = json.loads(target.read_text())
+    model = cite_results(fit(samples, provenance, **beyond_l2(table)), Path(path).name)
     table.update(merged_model_json(table, model))
     target.write_text(json.dumps(table, indent=1) + "\n")
     dispatch.clear_cache()

@@ -178,8 +178,8 @@ def table_fit(samples: list[Sample], base, provenance: str, min_samples: int = M
     replaces): the whole K iterations ``base``'s times this device's speed against it (the geometric mean over
     the samples of the measured time over ``base``'s prediction: ``rules["device_over_base"]``) and ``base``'s
     one-CTA and 64-row scales; the split iterations (``split_k_iter_us``: the 2-CTA 128-row build's, per width),
-    the fixup and the launch's fixed time from the ``per_build`` fit; no DRAM bound on the split iterations
-    (``base``'s ``l2_bytes`` and ``split_stream_tbs`` dropped: the fitted split terms hold it). A split time
+    the fixup and the launch's fixed time from the ``per_build`` fit; no factor on the split iterations beyond L2
+    (``base``'s ``l2_bytes`` and ``split_beyond_l2_scale`` dropped: the fitted split terms hold it). A split time
     fewer than ``min_samples`` samples support, or any value fitted <= 0, is ``base``'s times the speed;
     ``rules`` says which are which.
 
@@ -192,8 +192,8 @@ def table_fit(samples: list[Sample], base, provenance: str, min_samples: int = M
     from dataclasses import replace
 
     # The split terms fitted here hold whatever DRAM cost this device's split timings had: no separate bound
-    # on them (heuristic.CostModel.split_stream_us), and the device's speed is taken against the base without it.
-    base = replace(base, l2_bytes=0, split_stream_tbs=0.0)
+    # on them (heuristic.CostModel.split_iter_scale), and the device's speed is taken against the base without it.
+    base = replace(base, l2_bytes=0, split_beyond_l2_scale=1.0)
     builds = sorted({s.build for s in samples})
     coef, seen = fit_coef(samples, builds, False)
     col = {b: 2 * i for i, b in enumerate(builds)}

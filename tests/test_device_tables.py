@@ -62,7 +62,7 @@ def test_a_route_is_decided_with_its_devices_table():
     """phi-3-mini's down_proj at 333 rows (bench/route_tables.py --plan): the H200's table takes the 64-row one-CTA
     BN 128 build with a "tail" split, the H100's (split iterations fitted on the H100's autotune timings) the BN 192
     one whole, timed 1.19x faster there. gemma-7b's down_proj at 511 rows, where the two tables differed before
-    table.json's split DRAM bound (its "all" split took 180 us on the H100, the 64-row one-CTA BN 192 build 120),
+    table.json's factor on split iterations beyond L2 (its "all" split took 180 us on the H100, the 64-row one-CTA BN 192 build 120),
     now takes that build with either table."""
     a = torch.empty((333, 8192), dtype=torch.bfloat16, device="meta")
     b = torch.empty((3072, 8192), dtype=torch.bfloat16, device="meta").T
@@ -92,7 +92,7 @@ def test_route_tables_plan_lists_the_picks_that_differ(capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines and all(" -> " in ln for ln in lines)
     assert "phi3_mini mlp.down_proj 333x3072x8192 bf16: 64x128 1 CTA split tail -> 64x192 1 CTA split none" in lines
-    assert not [ln for ln in lines if ln.startswith("gemma_7b mlp.down_proj 511x")]  # both whole: the DRAM bound
+    assert not [ln for ln in lines if ln.startswith("gemma_7b mlp.down_proj 511x")]  # both whole: the factor beyond L2
     timings = str(Path(__file__).resolve().parents[1] / "bench" / "results"
                   / "2026-12-05_shapes_real_bf16_autotune_h100_6d06324.json")
     assert route_tables.main(["--plan", "--table-b", str(TABLE_PATH.parent / "table_h100.json"), "--timings", timings]) == 0

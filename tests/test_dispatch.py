@@ -449,36 +449,64 @@ def test_work_counts_the_split_units_operand_bytes():
     assert w.split_bytes == (511 + 3072) * 24576 * 2
     w = work(8192, 8192, 8192, 256, "tail", 66)  # units 990..1023: the last group's 8 unit rows, its N tiles 27..31
     assert w.split_bytes == (8 * 256 + 5 * 256) * 8192 * 2
+    # partial last tiles count as they are, against a walk of the split units: Llama-3's down_proj at 1745 rows,
+    # one CTA, BN 192, "tail" (counted as 66.06 MB for 61.04, across the H200's 62.9 MB L2, before this was exact),
+    # and a 2-CTA unit whose second tile is empty (M = 333: three 128-row tiles)
+    from gemm_ladder.design.plan import unit_coords
+    from gemm_ladder.design.stream_k import plan_tail
+
+    for m, n, k, bn, cluster, split in ((1745, 4096, 14336, 192, 1, "tail"), (333, 3072, 8192, 128, 2, "all")):
+        w = work(m, n, k, bn, split, 132 // cluster, cluster=cluster)
+        units_m, tiles_n = -(-(-(-m // 128)) // cluster), -(-n // bn)
+        first = plan_tail(w.units, w.grid_clusters, w.k_tiles).first_unit if split == "tail" else 0
+        coords = [unit_coords(u, units_m, tiles_n) for u in range(first, w.units)]
+        a_rows = sum(min(m, 128 * (r * cluster + t + 1)) - min(m, 128 * (r * cluster + t))
+                     for r in {r for r, _ in coords} for t in range(cluster))
+        b_cols = sum(min(n, bn * (c + 1)) - bn * c for c in {c for _, c in coords})
+        assert w.split_bytes == (a_rows + b_cols) * k * 2
+    assert work(1745, 4096, 14336, 192, "tail", 132, cluster=1).split_bytes == 61042688
     assert work(8192, 8192, 8192, 256, "none", 66).split_bytes == 0
     assert work(256, 256, 64, 256, "all", 66).split_bytes == 0  # one iteration: nothing shared
 
 
-def test_a_split_that_streams_from_dram_is_charged_the_copy_rate():
-    """Where the split units' panels exceed L2, a split iteration costs at least the grid's loads of one K tile
-    at split_stream_tbs (CostModel.split_stream_us); below L2, or with no bound in the table, the fitted time."""
+def test_split_iterations_beyond_l2_cost_the_tables_factor():
+    """Where the split units' panels exceed L2, the split K iterations cost split_beyond_l2_scale times the
+    table's time (CostModel.split_iter_scale); below L2, or with no L2 in the table, the fitted time; the fit
+    (the tune's) applies the same factor to the samples it covers."""
     model = load_table()
-    assert (model.l2_bytes, model.split_stream_tbs) == (62914560, 4.258)
+    assert (model.l2_bytes, model.split_beyond_l2_scale) == (62914560, 1.19)
     w = work(511, 3072, 24576, 192, "all", 66)  # 176 MB of panels
-    stream = 66 * (2 * 128 + 192) * 64 * 2 / 4.258e6
-    assert model.split_stream_us(w) == pytest.approx(stream) and stream > model.split_k_iter_us[192]
-    plain = replace(model, l2_bytes=0, split_stream_tbs=0.0)
-    assert plain.split_stream_us(w) == 0
-    extra = w.split_iters * (stream - model.split_k_iter_us[192])
+    plain = replace(model, l2_bytes=0, split_beyond_l2_scale=1.0)
+    assert model.split_iter_scale(w) == 1.19 and plain.split_iter_scale(w) == 1.0
+    extra = w.split_iters * model.split_k_iter_us[192] * 0.19
     assert model.predict_us(w) - plain.predict_us(w) == pytest.approx(extra)
     short = work(511, 3072, 4096, 192, "all", 66)  # 29 MB: fits in L2
     assert short.split_bytes < model.l2_bytes and model.predict_us(short) == plain.predict_us(short)
-    assert model.split_stream_us(work(511, 3072, 24576, 192, "none", 66)) == 0
-    with pytest.raises(ValueError, match="go together"):
-        CostModel.from_json({**model.to_json(), "split_stream_tbs": 0.0})
-    with pytest.raises(ValueError, match="OverflowError"):  # JSON's Infinity: int() overflows, still a ValueError
-        CostModel.from_json({**model.to_json(), "l2_bytes": float("inf")})
+    assert model.split_iter_scale(work(511, 3072, 24576, 192, "none", 66)) == 1.0
+    with pytest.raises(ValueError, match="needs l2_bytes"):
+        CostModel.from_json({**model.to_json(), "l2_bytes": 0})
+    for bad in (float("inf"), 62914560.5, "62914560", True):  # a count, nothing else
+        with pytest.raises(ValueError, match="dispatch table"):
+            CostModel.from_json({**model.to_json(), "l2_bytes": bad})
+    with pytest.raises(ValueError, match="split_beyond_l2_scale"):
+        CostModel.from_json({**model.to_json(), "split_beyond_l2_scale": -1.0})
     assert CostModel.from_json(model.to_json()) == model
     assert "l2_bytes" not in plain.to_json() and CostModel.from_json(plain.to_json()) == plain
+    # fit: a model of this form, sampled beyond and within L2, comes back with its split terms
+    truth = CostModel({256: 0.7, 128: 0.4}, {256: 0.8, 128: 0.5}, 9.0, 7.0, "truth", fixup_contributor_us=1.0,
+                      l2_bytes=model.l2_bytes, split_beyond_l2_scale=1.19)
+    shapes = [(m, n, k) for m in (511, 2048, 4096) for n in (3072, 8192) for k in (2048, 8192, 24576)]
+    samples = [(wk, truth.predict_us(wk)) for m, n, k in shapes for bn in (256, 128) for split in ("none", "all", "tail")
+               for wk in [work(m, n, k, bn, split, 66)]]
+    assert any(truth.split_iter_scale(wk) > 1 for wk, _ in samples) and any(
+        wk.split_iters and truth.split_iter_scale(wk) == 1 for wk, _ in samples)
+    got = fit(samples, "x", l2_bytes=model.l2_bytes, split_beyond_l2_scale=1.19)
+    assert got.split_k_iter_us == pytest.approx(truth.split_k_iter_us) and got.split_beyond_l2_scale == 1.19
 
 
 def test_long_k_layers_take_whole_tiles_where_a_split_would_stream():
     """gemma-7b's down_proj (K 24576): at 511 rows the route took the 2-CTA "all" split (148 us on the H200)
-    and at 2048 rows the BN 256 "tail" split (458 us); with the split's DRAM bound it takes the builds timed
+    and at 2048 rows the BN 256 "tail" split (458 us); with the factor on split iterations beyond L2 it takes the builds timed
     fastest in the same run, 64 x 192 one CTA whole (120 us) and 128 x 192 whole (404 us)
     (bench/results/2026-12-05_shapes_real_bf16_autotune_52f0b90.json)."""
     dispatch.clear_cache()

@@ -94,8 +94,9 @@ def test_a_tuned_table_cites_its_results_file():
 
 
 def test_a_refit_keeps_the_tables_measured_cluster1_scale():
-    """A model fitted from the tune (which times the 2-CTA builds only) has no cluster-1 scale or split DRAM
-    bound, so merged_model_json keeps the table's measured ones and their rules when the refit writes the table."""
+    """A model fitted from the tune (which times the 2-CTA builds only) has no cluster-1 scale, so
+    merged_model_json keeps the table's measured ones and their rules (the factor beyond L2's too) when the
+    refit writes the table."""
     from gemm_ladder.dispatch.heuristic import CostModel, load_table
 
     model = load_table()
@@ -106,9 +107,15 @@ def test_a_refit_keeps_the_tables_measured_cluster1_scale():
     table.update(library.merged_model_json(table, fitted))
     assert table["cluster1_k_iter_scale"] == {"64": 0.853} and table["provenance"] == "refit"
     assert set(table["rules"]) == {"fixed_us", "cluster1_k_iter_scale[64]", "bm64_k_iter_scale",
-                                   "cluster1_bm64_k_iter_scale", "l2_bytes", "split_stream_tbs"}
-    # the split iterations' DRAM bound is measured, not fitted: the refit keeps it too
-    assert (table["l2_bytes"], table["split_stream_tbs"]) == (62914560, 4.258)
-    assert CostModel.from_json(table).split_stream_tbs == 4.258
+                                   "cluster1_bm64_k_iter_scale", "l2_bytes", "split_beyond_l2_scale"}
+    # the factor on split iterations beyond L2 is fitted on other timings than the tune's: the refit keeps it
+    # (library.beyond_l2 hands it to the fit, which carries it)
+    fitted = CostModel(fitted.k_iter_us, fitted.split_k_iter_us, fitted.fixup_us, fitted.fixed_us, "refit",
+                       {"fixed_us": "least squares"}, fitted.fixup_contributor_us, **library.beyond_l2(model.to_json()))
+    table = model.to_json()
+    table.update(library.merged_model_json(table, fitted))
+    assert (table["l2_bytes"], table["split_beyond_l2_scale"]) == (62914560, 1.19)
+    assert CostModel.from_json(table).split_beyond_l2_scale == 1.19
+    assert library.beyond_l2({}) == {"l2_bytes": 0, "split_beyond_l2_scale": 1.0}
     assert table["cluster1_bm64_k_iter_scale"] == {"256": 0.966, "192": 0.939, "128": 0.9, "64": 0.893}
     assert table["bm64_k_iter_scale"] == {"256": 0.62, "192": 0.63, "128": 0.59, "64": 0.8}

@@ -11,9 +11,8 @@ busiest cluster's critical path (:func:`work`): ``k_iter_us[BN]`` per whole K it
 fp32 partial written, the last arriver adding them in K order): ``fixup_us`` once plus
 ``fixup_contributor_us`` per contributor of the most shared unit, both quoted for BN = 256 and scaled
 by BN / 256 (a partial is 64 x BN floats per consumer); and ``fixed_us`` per launch (setup, the first
-load's latency, the last tile's store). A split K iteration costs at least the grid's loads of one K
-tile from DRAM where the split units' operand panels exceed L2 (``l2_bytes``, ``split_stream_tbs``:
-:meth:`CostModel.split_stream_us`). The per-contributor term is what tells "tail" (a few units,
+load's latency, the last tile's store). Split K iterations cost ``split_beyond_l2_scale`` times more where
+the split units' operand panels exceed ``l2_bytes`` (:meth:`CostModel.split_iter_scale`). The per-contributor term is what tells "tail" (a few units,
 each shared by about G / R clusters) from "wave" (R + G units, two contributors each).
 
 The table's ``provenance`` says where the numbers come from: "untuned default: ..." (derived by the
@@ -119,8 +118,11 @@ def work(m: int, n: int, k: int, bn: int, split: str, clusters: int, *, cluster:
         whole, shared = whole + shared, 0
     split_bytes = 0
     if shared:
-        rows, cols = units_span(sched.first_unit, units, ceil_div(ceil_div(m, bm), cluster), ceil_div(n, bn))
-        split_bytes = (min(rows * cluster * bm, m) + min(cols * bn, n)) * k * OPERAND_BYTES
+        units_m, tiles_n = ceil_div(ceil_div(m, bm), cluster), ceil_div(n, bn)
+        rows, cols = units_span(sched.first_unit, units, units_m, tiles_n)
+        # The split range ends at the last unit, so the rows and columns it leaves out are whole ones: what it
+        # reads is M and N less those (a partial last tile, or a pair's empty second tile, counts as it is).
+        split_bytes = (m - (units_m - rows) * cluster * bm + n - (tiles_n - cols) * bn) * k * OPERAND_BYTES
     return Work(bn, split, units, clusters, kt, whole, shared, g, sched.max_contributors if shared else 1, cluster, bm,
                 split_bytes)
 
@@ -146,11 +148,11 @@ class CostModel:
     #: Per tile width, a 64-row build's K iteration with one CTA per cluster over the 2-CTA pair's (in place
     #: of ``cluster1_k_iter_scale`` for 64-row builds; 1.0 where absent): measured, not fitted.
     cluster1_bm64_k_iter_scale: dict[int, float] = field(default_factory=dict)
-    #: The device's L2 bytes and the DRAM rate (TB/s) a split phase's loads stream at when their operand
-    #: panels do not fit in it (:meth:`split_stream_us`); both 0: no such bound (a table fitted on split
-    #: timings that already hold it).
+    #: The device's L2 bytes, and the factor on a split K iteration's time where the split units' operand
+    #: panels exceed it (:meth:`split_iter_scale`); 0 and 1.0: no such factor (a table whose split terms were
+    #: fitted on split timings that hold that cost).
     l2_bytes: int = 0
-    split_stream_tbs: float = 0.0
+    split_beyond_l2_scale: float = 1.0
 
     @property
     def tuned(self) -> bool:
@@ -160,33 +162,28 @@ class CostModel:
     def bns(self) -> tuple[int, ...]:
         return tuple(sorted(self.k_iter_us, reverse=True))
 
-    def split_stream_us(self, w: Work) -> float:
-        """The least time of one split K iteration when it streams from DRAM, microseconds: every cluster of
-        the grid loading its A rows (``cluster`` x BM) and its B columns (BN, once a cluster) of one K tile,
-        ``w.grid_clusters`` x (cluster x BM + BN) x 64 x 2 bytes, at ``split_stream_tbs``; 0 where the split
-        units' operand panels (``w.split_bytes``) fit in ``l2_bytes`` or the table sets no bound.
+    def split_iter_scale(self, w: Work) -> float:
+        """The factor on ``w``'s split K iterations: ``split_beyond_l2_scale`` where the split units' operand
+        panels (``w.split_bytes``) exceed ``l2_bytes``, else 1.0.
 
-        Why: whole units run in step (every cluster at the same K tile, so the A and B tiles they share are
-        read from DRAM once and from L2 after), split ones do not (each cluster starts its share of the
-        split iterations at its own K offset), so where their panels exceed L2 each load comes from DRAM.
-        Measured on the H200 (bench/results/2026-12-05_shapes_real_bf16_autotune_52f0b90.json and
-        2026-12-0[34]_tiles_forced*.json, bench/route_regret.py's samples): at K >= 8192 the table's fit,
-        made on shorter K, predicted the 128-row split launches 10-20% fast (medians of measured over
-        predicted 1.10-1.20 by policy), the whole ones within 2%; gemma-7b's down_proj at 511 rows took its
-        "all" split (148 us) over a whole-tile build (120 us)."""
-        if not (self.l2_bytes and self.split_stream_tbs) or w.split_bytes <= self.l2_bytes:
-            return 0.0
-        return w.grid_clusters * (w.cluster * w.bm + w.bn) * TILE_K * OPERAND_BYTES / (self.split_stream_tbs * 1e6)
+        Why: whole units run in step (every cluster at the same K tile, so the A and B tiles they share come
+        from DRAM once and from L2 after); split ones do not (each cluster starts its share of the split
+        iterations at its own K offset), so where their panels do not fit in L2 more of their loads come from
+        DRAM. An empirical factor, not a bandwidth bound: fitted on the H200's committed timings (the table's
+        rule says which), where the table's fit, made on shorter K, predicted the 128-row split launches at
+        K >= 8192 10-20% fast (medians of measured over predicted 1.10-1.20 by policy) and the whole ones
+        within 2%, so gemma-7b's down_proj at 511 rows took its "all" split (148 us) over a whole-tile build
+        (120 us)."""
+        return self.split_beyond_l2_scale if self.l2_bytes and w.split_bytes > self.l2_bytes else 1.0
 
     def predict_us(self, w: Work) -> float:
-        """Predicted time of one launch, microseconds. A split K iteration costs the table's
-        ``split_k_iter_us`` or, where the split streams from DRAM, :meth:`split_stream_us`, whichever is more."""
+        """Predicted time of one launch, microseconds."""
         scale = 1.0
         if w.cluster == 1:  # measured on whole tiles only
             scale = (self.cluster1_bm64_k_iter_scale if w.bm == 64 else self.cluster1_k_iter_scale).get(w.bn, 1.0)
         rows = self.bm64_k_iter_scale[w.bn] if w.bm == 64 else 1.0  # a 64-row tile's iteration over a 128-row one's
-        split_iter = max(self.split_k_iter_us[w.bn] * rows, self.split_stream_us(w)) if w.split_iters else 0.0
-        t = self.fixed_us + w.whole_iters * self.k_iter_us[w.bn] * scale * rows + w.split_iters * split_iter
+        t = (self.fixed_us + w.whole_iters * self.k_iter_us[w.bn] * scale * rows
+             + w.split_iters * self.split_k_iter_us[w.bn] * rows * self.split_iter_scale(w))
         if w.splits:
             t += (self.fixup_us + self.fixup_contributor_us * w.contributors) * w.bn / FIXUP_BN
         return t
@@ -205,8 +202,8 @@ class CostModel:
             out["bm64_k_iter_scale"] = {str(bn): v for bn, v in self.bm64_k_iter_scale.items()}
         if self.cluster1_bm64_k_iter_scale:
             out["cluster1_bm64_k_iter_scale"] = {str(bn): v for bn, v in self.cluster1_bm64_k_iter_scale.items()}
-        if self.l2_bytes or self.split_stream_tbs:
-            out["l2_bytes"], out["split_stream_tbs"] = self.l2_bytes, self.split_stream_tbs
+        if self.l2_bytes:
+            out["l2_bytes"], out["split_beyond_l2_scale"] = self.l2_bytes, self.split_beyond_l2_scale
         return out
 
     @classmethod
@@ -221,22 +218,32 @@ class CostModel:
                         {int(bn): float(v) for bn, v in d.get("cluster1_k_iter_scale", {}).items()},
                         {int(bn): float(v) for bn, v in d.get("bm64_k_iter_scale", {}).items()},
                         {int(bn): float(v) for bn, v in d.get("cluster1_bm64_k_iter_scale", {}).items()},
-                        int(d.get("l2_bytes", 0)), float(d.get("split_stream_tbs", 0.0)))
+                        _whole(d.get("l2_bytes", 0)), float(d.get("split_beyond_l2_scale", 1.0)))
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:  # int(inf), float(10**400)
             raise ValueError(f"dispatch table: {type(exc).__name__}: {exc}") from None
         values = [*model.k_iter_us.values(), *model.split_k_iter_us.values(), model.fixup_us, model.fixed_us,
-                  model.fixup_contributor_us, model.l2_bytes, model.split_stream_tbs]
+                  model.fixup_contributor_us, model.l2_bytes]
         if not all(math.isfinite(v) and v >= 0 for v in values):
             raise ValueError(f"dispatch table: every time must be a finite number >= 0, got {values}")
         for name in ("cluster1_k_iter_scale", "bm64_k_iter_scale", "cluster1_bm64_k_iter_scale"):
             if not all(math.isfinite(v) and v > 0 for v in getattr(model, name).values()):
                 raise ValueError(f"dispatch table: {name} must be finite and > 0, got {getattr(model, name)}")
-        if bool(model.l2_bytes) != bool(model.split_stream_tbs):
-            raise ValueError("dispatch table: l2_bytes and split_stream_tbs go together (both 0: no DRAM bound on "
-                             f"split iterations), got {model.l2_bytes} and {model.split_stream_tbs}")
+        if not (math.isfinite(model.split_beyond_l2_scale) and model.split_beyond_l2_scale > 0):
+            raise ValueError(f"dispatch table: split_beyond_l2_scale must be finite and > 0, got "
+                             f"{model.split_beyond_l2_scale}")
+        if not model.l2_bytes and model.split_beyond_l2_scale != 1.0:
+            raise ValueError("dispatch table: split_beyond_l2_scale needs l2_bytes (the L2 it is beyond), got "
+                             f"{model.split_beyond_l2_scale} with no l2_bytes")
         if set(model.k_iter_us) != set(model.split_k_iter_us) or not model.k_iter_us:
             raise ValueError("dispatch table: k_iter_us and split_k_iter_us must name the same tile widths")
         return model
+
+
+def _whole(v) -> int:
+    """A JSON count: an int (not a bool, a float or a string); raises TypeError otherwise."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"expected a whole number, got {v!r}")
+    return v
 
 
 def load_table(path: Path = TABLE_PATH) -> CostModel:
@@ -324,19 +331,24 @@ def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[
     return [cands[i] for i in order]
 
 
-def features(w: Work, bns: tuple[int, ...]) -> list[float]:
+def features(w: Work, bns: tuple[int, ...], split_scale: float = 1.0) -> list[float]:
     """The model's regressors for one configuration: whole and split iterations for each tile width of
-    ``bns`` (zero but for the configuration's own BN), the split flag and the contributors of the most
-    shared unit (each times BN / FIXUP_BN; zero without a split), 1."""
+    ``bns`` (zero but for the configuration's own BN; the split ones times ``split_scale``, the configuration's
+    :meth:`CostModel.split_iter_scale`), the split flag and the contributors of the most shared unit (each times
+    BN / FIXUP_BN; zero without a split), 1."""
     row = []
     for bn in bns:
-        row += [float(w.whole_iters if w.bn == bn else 0), float(w.split_iters if w.bn == bn else 0)]
+        row += [float(w.whole_iters if w.bn == bn else 0), float(w.split_iters * split_scale if w.bn == bn else 0)]
     scale = w.bn / FIXUP_BN if w.splits else 0.0
     return row + [scale, scale * w.contributors, 1.0]
 
 
-def fit(samples: list[tuple[Work, float]], provenance: str) -> CostModel:
+def fit(samples: list[tuple[Work, float]], provenance: str, *, l2_bytes: int = 0,
+        split_beyond_l2_scale: float = 1.0) -> CostModel:
     """Least-squares fit of the model's parameters to measured times (``(work, microseconds)`` pairs).
+    ``l2_bytes`` and ``split_beyond_l2_scale``: the factor on split iterations beyond L2 the fitted model keeps
+    (:meth:`CostModel.split_iter_scale`; measured, not fitted here), applied to the samples it covers, so that
+    the split terms are fitted as the model will use them.
 
     The table gets one ``k_iter_us`` and ``split_k_iter_us`` per tile width that has timed samples
     (widest first), so a width the tune timed becomes one the dispatcher can choose, and one it did
@@ -353,7 +365,8 @@ def fit(samples: list[tuple[Work, float]], provenance: str) -> CostModel:
     params = 2 * len(bns) + 3
     if len(samples) < max(6, params):
         raise ValueError(f"fit needs at least {max(6, params)} timed configurations, got {len(samples)}")
-    x = np.array([features(w, bns) for w, _ in samples])
+    keep = CostModel({}, {}, 0.0, 0.0, "", l2_bytes=l2_bytes, split_beyond_l2_scale=split_beyond_l2_scale)
+    x = np.array([features(w, bns, keep.split_iter_scale(w)) for w, _ in samples])
     t = np.array([us for _, us in samples])
     coef, *_ = np.linalg.lstsq(x / t[:, None], np.ones_like(t), rcond=None)
     names = [f"{kind}[{bn}]" for bn in bns for kind in ("k_iter_us", "split_k_iter_us")] + ["fixup_us",
@@ -371,4 +384,5 @@ def fit(samples: list[tuple[Work, float]], provenance: str) -> CostModel:
     c = [float(v) for v in coef]
     fixup, per_contributor = c[2 * len(bns)], c[2 * len(bns) + 1]
     return CostModel({bn: c[2 * i] for i, bn in enumerate(bns)}, {bn: c[2 * i + 1] for i, bn in enumerate(bns)},
-                     fixup, c[-1], provenance, rules, per_contributor)
+                     fixup, c[-1], provenance, rules, per_contributor, l2_bytes=l2_bytes,
+                     split_beyond_l2_scale=split_beyond_l2_scale)
