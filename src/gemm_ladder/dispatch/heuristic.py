@@ -284,7 +284,8 @@ class Candidate:
         w = self.work
         return {"bn": w.bn, "split": w.split, "predicted_us": round(self.predicted_us, 2), "units": w.units,
                 "waves": round(w.waves, 3), "whole_k_iters": w.whole_iters, "split_k_iters": w.split_iters,
-                "grid_clusters": w.grid_clusters, "contributors": w.contributors, "cluster": w.cluster, "bm": w.bm}
+                "grid_clusters": w.grid_clusters, "contributors": w.contributors, "cluster": w.cluster, "bm": w.bm,
+                "split_bytes": w.split_bytes}
 
 
 def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[tuple[int, str]], *,
