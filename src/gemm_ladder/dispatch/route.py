@@ -378,18 +378,24 @@ def _k_reads(k: int) -> tuple[int, ...]:
     return (k,) if k % 8 == 0 else (k, -(-k // 8) * 8)
 
 
-def _route_for(kind, kernel_at, xa, xb, names, c_opts, probe, k, dtype, device, bn) -> tuple[Route | None, list[str]]:
+def _combos(xa, xb, names, c_opts, probe, k_read) -> list:
+    """Every (A option, B option, output option) of one orientation at one K read, cheapest first (what the
+    repack and copy-back move): the same for every kernel family, so :func:`find_routes` makes them once."""
+    a_opts = operand_options(names[0], "A", xa, probe, k_read)
+    b_opts = operand_options(names[1], "B", xb, probe, k_read)
+    return sorted(itertools.product(a_opts, b_opts, c_opts),
+                  key=lambda abc: _cost(abc[0].path) + _cost(abc[1].path) + abc[2][0].copy_bytes)
+
+
+def _route_for(kind, kernel_at, xa, xb, combos_at, k, dtype, device, bn) -> tuple[Route | None, list[str]]:
     """The cheapest route of one kernel family: the small-M kernel, or the general kernel of one tile
     width (a config per operand order and output store: ``kernel_at(a_major, b_major, c_path)``, None
-    where none is built). Combinations are tried cheapest first; the refusals kept are those of cheaper
-    paths. The small-M kernel stores only from registers: its in-place path is the registers one."""
+    where none is built), over ``combos_at(k_read)`` (:func:`_combos`). Combinations are tried cheapest first;
+    the refusals kept are those of cheaper paths. The small-M kernel stores only from registers: its in-place
+    path is the registers one."""
     refusals: list[str] = []
     for k_read in _k_reads(k):
-        a_opts = operand_options(names[0], "A", xa, probe, k_read)
-        b_opts = operand_options(names[1], "B", xb, probe, k_read)
-        combos = sorted(itertools.product(a_opts, b_opts, c_opts),
-                        key=lambda abc: _cost(abc[0].path) + _cost(abc[1].path) + abc[2][0].copy_bytes)
-        for a_o, b_o, (cp, ct) in combos:
+        for a_o, b_o, (cp, ct) in combos_at(k_read):
             if kind == "small_m" and cp.workspace is None and cp.store != STORE_REGISTERS:
                 continue
             if cp.dtype in (torch.float32, QUANT_OUT) and cp.store != STORE_REGISTERS:
@@ -516,6 +522,8 @@ def find_routes(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: boo
             continue
         (na, xa), (nb, xb) = _operands(a, b, transposed)
         c_opts = output_options(c, transposed, given)
+        combos_at = functools.lru_cache(maxsize=None)(
+            lambda k_read, xa=xa, xb=xb, names=(na, nb), c_opts=c_opts: _combos(xa, xb, names, c_opts, probe, k_read))
         m = xa.shape[0]
         families = [("small_m", lambda am, bm, cp, sbn=sbn: _small_m_at(m, sbn, am, bm, cp, dtype), None, choice, CLUSTER,
                      None) for sbn, choice in ([] if quantized else _small_m_families(m, xb.shape[0], k, tiles_rule))]
@@ -526,7 +534,7 @@ def find_routes(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: boo
                      for bn in K.general_bns() for cl in K.general_clusters() for tm in K.general_tile_ms()
                      if not (quantized and narrow and bn > QUANTIZED_NARROW_MAX_BN)]
         for kind, kernel_at, bn, choice, cl, tm in families:
-            r, refusals = _route_for(kind, kernel_at, xa, xb, (na, nb), c_opts, probe, k, a.dtype, device, bn)
+            r, refusals = _route_for(kind, kernel_at, xa, xb, combos_at, k, a.dtype, device, bn)
             if r is not None:
                 routes.append(replace(r, tiles=choice) if choice else r)
             elif refusals:
