@@ -11,9 +11,10 @@ busiest cluster's critical path (:func:`work`): ``k_iter_us[BN]`` per whole K it
 fp32 partial written, the last arriver adding them in K order): ``fixup_us`` once plus
 ``fixup_contributor_us`` per contributor of the most shared unit, both quoted for BN = 256 and scaled
 by BN / 256 (a partial is 64 x BN floats per consumer); and ``fixed_us`` per launch (setup, the first
-load's latency, the last tile's store). Split K iterations cost ``split_beyond_l2_scale`` times more where
-the split units' operand panels exceed ``l2_bytes`` (:meth:`CostModel.split_iter_scale`). The per-contributor term is what tells "tail" (a few units,
-each shared by about G / R clusters) from "wave" (R + G units, two contributors each).
+load's latency, the last tile's store). Split K iterations cost ``split_beyond_l2_scale`` times more
+where the split units' operand panels exceed ``l2_bytes`` (:meth:`CostModel.split_iter_scale`). The
+per-contributor term is what tells "tail" (a few units, each shared by about G / R clusters) from "wave"
+(R + G units, two contributors each).
 
 The table's ``provenance`` says where the numbers come from: "untuned default: ..." (derived by the
 rule written beside each value from measurements in bench/results/) or "tuned on <GPU> <date>
@@ -174,7 +175,7 @@ class CostModel:
         K >= 8192 10-20% fast (medians of measured over predicted 1.10-1.20 by policy) and the whole ones
         within 2%, so gemma-7b's down_proj at 511 rows took its "all" split (148 us) over a whole-tile build
         (120 us)."""
-        return self.split_beyond_l2_scale if self.l2_bytes and w.split_bytes > self.l2_bytes else 1.0
+        return beyond_l2_scale(w, self.l2_bytes, self.split_beyond_l2_scale)
 
     def predict_us(self, w: Work) -> float:
         """Predicted time of one launch, microseconds."""
@@ -237,6 +238,12 @@ class CostModel:
         if set(model.k_iter_us) != set(model.split_k_iter_us) or not model.k_iter_us:
             raise ValueError("dispatch table: k_iter_us and split_k_iter_us must name the same tile widths")
         return model
+
+
+def beyond_l2_scale(w: Work, l2_bytes: int, scale: float) -> float:
+    """``scale`` where ``w``'s split units' operand panels exceed ``l2_bytes`` (0: no L2 given), else 1.0: the
+    rule of :meth:`CostModel.split_iter_scale`, which :func:`fit` applies to its samples too."""
+    return scale if l2_bytes and w.split_bytes > l2_bytes else 1.0
 
 
 def _whole(v) -> int:
@@ -366,8 +373,7 @@ def fit(samples: list[tuple[Work, float]], provenance: str, *, l2_bytes: int = 0
     params = 2 * len(bns) + 3
     if len(samples) < max(6, params):
         raise ValueError(f"fit needs at least {max(6, params)} timed configurations, got {len(samples)}")
-    keep = CostModel({}, {}, 0.0, 0.0, "", l2_bytes=l2_bytes, split_beyond_l2_scale=split_beyond_l2_scale)
-    x = np.array([features(w, bns, keep.split_iter_scale(w)) for w, _ in samples])
+    x = np.array([features(w, bns, beyond_l2_scale(w, l2_bytes, split_beyond_l2_scale)) for w, _ in samples])
     t = np.array([us for _, us in samples])
     coef, *_ = np.linalg.lstsq(x / t[:, None], np.ones_like(t), rcond=None)
     names = [f"{kind}[{bn}]" for bn in bns for kind in ("k_iter_us", "split_k_iter_us")] + ["fixup_us",

@@ -387,15 +387,15 @@ def _combos(xa, xb, names, c_opts, probe, k_read) -> list:
                   key=lambda abc: _cost(abc[0].path) + _cost(abc[1].path) + abc[2][0].copy_bytes)
 
 
-def _route_for(kind, kernel_at, xa, xb, combos_at, k, dtype, device, bn) -> tuple[Route | None, list[str]]:
+def _route_for(kind, kernel_at, xa, xb, combos_by_k, dtype, device, bn) -> tuple[Route | None, list[str]]:
     """The cheapest route of one kernel family: the small-M kernel, or the general kernel of one tile
     width (a config per operand order and output store: ``kernel_at(a_major, b_major, c_path)``, None
-    where none is built), over ``combos_at(k_read)`` (:func:`_combos`). Combinations are tried cheapest first;
-    the refusals kept are those of cheaper paths. The small-M kernel stores only from registers: its in-place
-    path is the registers one."""
+    where none is built), over ``combos_by_k`` (K read -> :func:`_combos`, the true K first). Combinations are
+    tried cheapest first; the refusals kept are those of cheaper paths. The small-M kernel stores only from
+    registers: its in-place path is the registers one."""
     refusals: list[str] = []
-    for k_read in _k_reads(k):
-        for a_o, b_o, (cp, ct) in combos_at(k_read):
+    for k_read, combos in combos_by_k.items():
+        for a_o, b_o, (cp, ct) in combos:
             if kind == "small_m" and cp.workspace is None and cp.store != STORE_REGISTERS:
                 continue
             if cp.dtype in (torch.float32, QUANT_OUT) and cp.store != STORE_REGISTERS:
@@ -522,8 +522,7 @@ def find_routes(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: boo
             continue
         (na, xa), (nb, xb) = _operands(a, b, transposed)
         c_opts = output_options(c, transposed, given)
-        combos_at = functools.lru_cache(maxsize=None)(
-            lambda k_read, xa=xa, xb=xb, names=(na, nb), c_opts=c_opts: _combos(xa, xb, names, c_opts, probe, k_read))
+        combos_by_k = {k_read: _combos(xa, xb, (na, nb), c_opts, probe, k_read) for k_read in _k_reads(k)}
         m = xa.shape[0]
         families = [("small_m", lambda am, bm, cp, sbn=sbn: _small_m_at(m, sbn, am, bm, cp, dtype), None, choice, CLUSTER,
                      None) for sbn, choice in ([] if quantized else _small_m_families(m, xb.shape[0], k, tiles_rule))]
@@ -534,7 +533,7 @@ def find_routes(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: boo
                      for bn in K.general_bns() for cl in K.general_clusters() for tm in K.general_tile_ms()
                      if not (quantized and narrow and bn > QUANTIZED_NARROW_MAX_BN)]
         for kind, kernel_at, bn, choice, cl, tm in families:
-            r, refusals = _route_for(kind, kernel_at, xa, xb, combos_at, k, a.dtype, device, bn)
+            r, refusals = _route_for(kind, kernel_at, xa, xb, combos_by_k, a.dtype, device, bn)
             if r is not None:
                 routes.append(replace(r, tiles=choice) if choice else r)
             elif refusals:
