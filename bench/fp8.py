@@ -1,7 +1,8 @@
 """The fp8 GEMM's benchmark: ``gemm_ladder.scaled_mm`` against ``torch._scaled_mm`` of each scaling and bf16
 ``torch.mm``, interleaved in one run (issue 25).
 
-    python bench/fp8.py [--quick] [--shapes MxNxK,...] [--split auto|none|both] [--tile-m 128|auto|both] [-o OUT.json]
+    python bench/fp8.py [--quick] [--shapes MxNxK,...] [--split auto|none|both] [--tile-m 128|auto|both]
+                        [--wave-efficiency X] [-o OUT.json]
 
 Per shape (M x N x K: a (M, K), weight w (N, K), b = w.T), on the same quantized tensors:
 
@@ -28,6 +29,10 @@ choice), "none" (the split turned off, fp8.SPLIT_DEFAULT), or "both": where the 
 launch of the same call is timed too, interleaved with the others (``ours_<scheme>_nosplit``), and the row
 gets ``median_ms_nosplit`` and ``ratio_nosplit`` (unsplit time over split time: > 1, the split is faster);
 None where nothing is split.
+
+``--wave-efficiency X`` sets fp8.MAX_WAVE_EFFICIENCY for the run: tiles that fill the SMs in whole-tile waves
+less efficient than X have their last partial wave split ("wave" or "all"); with ``--split both`` the sweep that
+chose the library's value (docs/fp8.md).
 
 Tile height (library/fp8.py ``tile_m``): each of our rows records it (``bm``). ``--tile-m``: "auto" (default,
 the library's: 64-row tiles where M <= 64), "128" (128-row tiles everywhere), or "both": "auto", and where it takes 64 rows
@@ -219,6 +224,38 @@ def _nosplit(times: dict, name: str, err: float | None = None) -> dict:
     return _other(times, name, "nosplit", err)
 
 
+def _meta_operands(m: int, n: int, k: int, scheme: str):
+    """Meta tensors of scaled_mm's arguments for a scheme (no GPU): what :func:`prebuild` plans with."""
+    a = torch.empty((m, k), dtype=torch.float8_e4m3fn, device="meta")
+    b = torch.empty((n, k), dtype=torch.float8_e4m3fn, device="meta").T
+    kb, nb = math.ceil(k / 128), math.ceil(n / 128)
+    scales = {"tensorwise": (torch.empty((), device="meta"), torch.empty((), device="meta")),
+              "rowwise": (torch.empty((m, 1), device="meta"), torch.empty((1, n), device="meta")),
+              "blockwise": (torch.empty((kb, m), device="meta").T, torch.empty((nb, kb), device="meta").T)}
+    return (a, b, *scales[scheme])
+
+
+def prebuild(shape_list, both: bool, both_tile_m: bool, sms: int = 132) -> int:
+    """Compile every build a run over ``shape_list`` launches (with the run's split and tile-height settings,
+    on ``sms`` SMs) into the kernel cache, no GPU: before a device session. 0 when all are ready, else 1."""
+    from gemm_ladder.dispatch.precompile import Build, run_builds
+
+    settings = [None] + (["SPLIT_DEFAULT"] if both else []) + (["TILE_M_DEFAULT"] if both_tile_m else [])
+    other = {"SPLIT_DEFAULT": "none", "TILE_M_DEFAULT": "128"}  # what unsplit() and rows128() time
+    kernels = []
+    for m, n, k in shape_list:
+        for scheme in BLOCKS:
+            for out_dtype in (torch.bfloat16,) + ((torch.float8_e4m3fn,) if scheme == "blockwise" else ()):
+                args = _meta_operands(m, n, k, scheme)
+                call = fp8.check_scaled_mm(*args, out_dtype=out_dtype, device_type=None)
+                for name in settings:
+                    build = lambda *_, c=call, x=args: fp8.default_build(c, x[0], x[1], None, None, sms)[0]
+                    kernels.append(build() if name is None else with_setting(fp8, name, other[name], build)())
+    outcomes = run_builds([Build(repr(k), k.build) for k in dict.fromkeys(kernels)], load=False)
+    print(outcomes.summary())
+    return 1 if outcomes.failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="the issue's five shapes, shorter timings")
@@ -228,13 +265,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tile-m", choices=("128", "auto", "both"), default="auto",
                         help="128-row tiles (128), 64-row tiles where M <= 64 (auto), or auto and the 128-row "
                              "launch timed too where it takes 64 rows (both)")
+    parser.add_argument("--wave-efficiency", type=float, default=None,
+                        help="split the last partial wave of tiles that fill the SMs when the whole-tile waves' "
+                             "efficiency is below this (fp8.MAX_WAVE_EFFICIENCY; default: the library's)")
+    parser.add_argument("--prebuild", action="store_true", help="compile the run's builds (no GPU) and exit")
     add_output_argument(parser)
     args = parser.parse_args(argv)
+    if args.wave_efficiency is not None and not 0 <= args.wave_efficiency <= 1:
+        print(f"fp8.py: --wave-efficiency {args.wave_efficiency}: use a number in [0, 1]", file=sys.stderr)
+        return 2
     shape_list = shapes(args.quick, args.shapes)
+    if args.prebuild:
+        if args.wave_efficiency is not None:
+            fp8.MAX_WAVE_EFFICIENCY = args.wave_efficiency
+        fp8.TILE_M_DEFAULT = "128" if args.tile_m == "128" else "auto"
+        return prebuild(shape_list, args.split == "both", args.tile_m == "both")
     check_output(__file__, args.output)
     require_gpu(__file__)
     fp8.SPLIT_DEFAULT = "none" if args.split == "none" else "auto"
     fp8.TILE_M_DEFAULT = "128" if args.tile_m == "128" else "auto"
+    if args.wave_efficiency is not None:
+        fp8.MAX_WAVE_EFFICIENCY = args.wave_efficiency
     torch.manual_seed(0)
     rows, ok = [], True
     budget = 0.15 if args.quick else 0.3
@@ -258,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
                     extra += f", 128 rows {r['ratio_rows128']:.3f}x slower"
             print(f"{m}x{n}x{k} {r['scheme']:>10}: {r['tflops']:7.1f} TFLOP/s  vs torch {ratio}{extra}", flush=True)
         torch.cuda.empty_cache()
-    save({"rows": rows, "quick": args.quick, "split": args.split, "tile_m": args.tile_m}, "fp8_quick" if args.quick else "fp8", args.output)
+    save({"rows": rows, "quick": args.quick, "split": args.split, "tile_m": args.tile_m,
+          "max_wave_efficiency": fp8.MAX_WAVE_EFFICIENCY}, "fp8_quick" if args.quick else "fp8", args.output)
     if not ok:
         print("a result was wrong (err above its bound): see the rows' 'correct', 'bound' and 'err_bound'",
               file=sys.stderr)

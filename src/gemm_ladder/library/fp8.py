@@ -58,7 +58,7 @@ import torch
 from torch._subclasses.fake_tensor import is_fake
 
 from gemm_ladder.design.problem import arch_info
-from gemm_ladder.design.stream_k import INT32_LIMIT, StreamKTail
+from gemm_ladder.design.stream_k import INT32_LIMIT, SplitOverflowError, StreamKTail, plan_wave
 from gemm_ladder.design.tensor_maps import TensorMapSpec
 from gemm_ladder.contract import FP8_DTYPES
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError, OutsideDomainError
@@ -141,6 +141,11 @@ MIN_SPLIT_K_BLOCKS = 4
 #: the whole tiles at K = 7168 and 14336 (56 and 112 blocks; one row 0.98x in the re-check, ..._be836b8.json)
 #: but 0.65-0.93x at K = 2048 and 4096 (16, 32). 33-55 blocks are not measured.
 MIN_SPLIT_TILE_K_BLOCKS = 48
+#: Where the tiles fill the SMs, "auto" splits the last partial wave and the whole wave before it by K
+#: (design/stream_k.py ``plan_wave``: at most two contributors a tile) when the whole-tile waves' efficiency,
+#: tiles / (ceil(tiles / SMs) x SMs), is below this: the idle SMs of a short last wave cost more than the
+#: split's partials. Chosen from the H200 sweep in docs/fp8.md ("Split K for a short last wave").
+MAX_WAVE_EFFICIENCY = 0.0
 
 
 def smem_bytes(scale_mode: str, stages: int, bn: int = 128, store: str = STORE_REGISTERS, bm: int = BM,
@@ -611,12 +616,13 @@ def settings() -> int:
     """One number for the module defaults a launch reads at the call (:data:`TILE_M_DEFAULT`,
     :data:`STORE_DEFAULT`, :data:`TMA_STORE_OUT`, :data:`SPLIT_DEFAULT`, :data:`OVERLAP_PROMOTION`,
     :data:`SCALE_B_AHEAD`, :data:`SCALE_B_SHARED`, :data:`MIN_SHARED_SCALE_B_BLOCKS`,
-    :data:`MAX_SHARED_SCALE_B_BLOCKS`, :data:`MIN_SPLIT_K_BLOCKS`, :data:`MIN_SPLIT_TILE_K_BLOCKS`), equal for equal
+    :data:`MAX_SHARED_SCALE_B_BLOCKS`, :data:`MIN_SPLIT_K_BLOCKS`, :data:`MIN_SPLIT_TILE_K_BLOCKS`,
+    :data:`MAX_WAVE_EFFICIENCY`), equal for equal
     defaults within a process: the compiled host path keys its plans with it, so a default changed between
     calls is planned anew."""
     return hash((TILE_M_DEFAULT, STORE_DEFAULT, tuple(TMA_STORE_OUT), SPLIT_DEFAULT, OVERLAP_PROMOTION,
                  SCALE_B_AHEAD, SCALE_B_SHARED, MIN_SHARED_SCALE_B_BLOCKS, MAX_SHARED_SCALE_B_BLOCKS,
-                 MIN_SPLIT_K_BLOCKS, MIN_SPLIT_TILE_K_BLOCKS))
+                 MIN_SPLIT_K_BLOCKS, MIN_SPLIT_TILE_K_BLOCKS, MAX_WAVE_EFFICIENCY))
 
 
 def tile_m(m: int, preferred: str | None = None) -> tuple[int, str]:
@@ -659,12 +665,13 @@ def split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str = "auto", b
     if split not in SPLITS:
         raise ValueError(f"split = {split!r}: use one of {', '.join(SPLITS)}")
     # the constants read per call (tests set them)
-    return _split_plan(m, n, k, bn, sms, split, MIN_SPLIT_K_BLOCKS, MIN_SPLIT_TILE_K_BLOCKS, bm)
+    return _split_plan(m, n, k, bn, sms, split, MIN_SPLIT_K_BLOCKS, MIN_SPLIT_TILE_K_BLOCKS, bm,
+                       MAX_WAVE_EFFICIENCY)
 
 
 @functools.lru_cache(maxsize=4096)  # a launch asks per call: the contributor count walks the tiles
 def _split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str, min_k_blocks: int,
-                min_tile_k_blocks: int, bm: int = BM) -> tuple[StreamKTail, str]:
+                min_tile_k_blocks: int, bm: int = BM, max_wave_efficiency: float = 0.0) -> tuple[StreamKTail, str]:
     tiles = math.ceil(m / bm) * math.ceil(n / bn)
     k_blocks = math.ceil(k / BK)
     whole = StreamKTail(units=tiles, clusters=min(tiles, sms), k_tiles=k_blocks, first_unit=tiles)
@@ -673,7 +680,7 @@ def _split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str, min_k_blo
     if split == "none":
         return whole, "the split was turned off (fp8.SPLIT_DEFAULT, GL_FP8_SPLIT, or an unsplit build)"
     if tiles >= sms:
-        return whole, f"{tiles} tiles fill the {sms} SMs"
+        return _wave_plan(tiles, k_blocks, sms, max_wave_efficiency, whole)
     if k_blocks < min_tile_k_blocks:
         return whole, (f"{k_blocks} K blocks a tile, fewer than {min_tile_k_blocks}: the split measured slower "
                        "than whole tiles there (fp8.MIN_SPLIT_TILE_K_BLOCKS)")
@@ -688,6 +695,24 @@ def _split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str, min_k_blo
         return whole, "no tile would have two contributors"
     return plan, (f"{tiles} tiles on {sms} SMs: every tile's {k_blocks} K blocks split over {grid} CTAs "
                   f"({tiles * k_blocks / grid:.1f} K blocks each, at most {plan.max_contributors} per tile)")
+
+
+def _wave_plan(tiles: int, k_blocks: int, sms: int, max_efficiency: float,
+               whole: StreamKTail) -> tuple[StreamKTail, str]:
+    """Tiles that fill the SMs: whole, or (whole-tile waves less efficient than ``max_efficiency``) the last
+    partial wave and the one before it split by K over the SMs (``plan_wave``)."""
+    waves = math.ceil(tiles / sms)
+    efficiency = tiles / (waves * sms)
+    if efficiency >= max_efficiency:
+        return whole, (f"{tiles} tiles fill the {sms} SMs in {waves} waves at {efficiency:.0%} "
+                       f"(split below {max_efficiency:.0%}: fp8.MAX_WAVE_EFFICIENCY)")
+    try:
+        plan = plan_wave(tiles, sms, k_blocks)
+    except SplitOverflowError:
+        return whole, "a split this long passes the kernel's 32-bit stream-K arithmetic"
+    return plan, (f"{tiles} tiles on {sms} SMs are {waves} waves at {efficiency:.0%} (below "
+                  f"{max_efficiency:.0%}, fp8.MAX_WAVE_EFFICIENCY): tiles [{plan.first_unit}, {tiles}) split by K "
+                  f"over the {sms} SMs ({plan.total / sms:.1f} K blocks each, at most {plan.max_contributors} per tile)")
 
 
 def _stream(device: torch.device):
@@ -1065,7 +1090,7 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
         "store": store, "store_reason": why["store"],
         "k_tail": (f"K % 128 = {call.k % 128}: the last K block zero-filled by TMA" if call.k % 128 else None),
         "tiles": tiles, "grid": plan.clusters, "sms": sms, "copies": [what for what, _ in made],
-        "split": "all" if plan.tail_units else "none", "split_reason": why["split"],
+        "split": ("all" if plan.first_unit == 0 else "wave") if plan.tail_units else "none", "split_reason": why["split"],
         "k_blocks": math.ceil(call.k / BK), "contributors": plan.max_contributors if plan.tail_units else 1,
         "workspace_bytes": 4 * sum(_workspace_sizes(plan, bn, kernel.consumers)) if plan.tail_units else 0,
         "no_launch": ("empty output" if not (call.m and call.n) else "K = 0: zeros plus bias" if not call.k else None),
