@@ -63,7 +63,7 @@ import gemm_ladder
 from gemm_ladder.gates.performance import time_fns
 from gemm_ladder.library import fp8
 from gemm_ladder.library.quantized import SCHEME_BLOCKS, dequantize, quantize_fp8, quantized_product_error
-from outputs import check_output, parse_shapes
+from outputs import check_output, parse_shapes, refuse
 from suite import add_output_argument, require_gpu, save, with_setting
 
 ISSUE = [(4096, 7168, 16384), (4096, 4096, 4096), (8192, 8192, 8192), (4096, 24576, 1536), (128, 7168, 2048)]
@@ -235,11 +235,10 @@ def _meta_operands(m: int, n: int, k: int, scheme: str):
     return (a, b, *scales[scheme])
 
 
-def prebuild(shape_list, both: bool, both_tile_m: bool, sms: int = 132) -> int:
-    """Compile every build a run over ``shape_list`` launches (with the run's split and tile-height settings,
-    on ``sms`` SMs) into the kernel cache, no GPU: before a device session. 0 when all are ready, else 1."""
-    from gemm_ladder.dispatch.precompile import Build, run_builds
-
+def run_builds_of(shape_list, both: bool, both_tile_m: bool, sms: int = 132) -> list:
+    """The fp8 builds (Fp8Kernel, each once) a run over ``shape_list`` launches with the module's current
+    settings on ``sms`` SMs: each scheme's bf16 call and the blockwise quantized one, and with ``both`` /
+    ``both_tile_m`` their unsplit and 128-row launches too. No GPU."""
     settings = [None] + (["SPLIT_DEFAULT"] if both else []) + (["TILE_M_DEFAULT"] if both_tile_m else [])
     other = {"SPLIT_DEFAULT": "none", "TILE_M_DEFAULT": "128"}  # what unsplit() and rows128() time
     kernels = []
@@ -251,7 +250,16 @@ def prebuild(shape_list, both: bool, both_tile_m: bool, sms: int = 132) -> int:
                 for name in settings:
                     build = lambda *_, c=call, x=args: fp8.default_build(c, x[0], x[1], None, None, sms)[0]
                     kernels.append(build() if name is None else with_setting(fp8, name, other[name], build)())
-    outcomes = run_builds([Build(repr(k), k.build) for k in dict.fromkeys(kernels)], load=False)
+    return list(dict.fromkeys(kernels))
+
+
+def prebuild(shape_list, both: bool, both_tile_m: bool, sms: int = 132) -> int:
+    """Compile :func:`run_builds_of` into the kernel cache, no GPU: before a device session. 0 when all are
+    ready, else 1."""
+    from gemm_ladder.dispatch.precompile import Build, run_builds
+
+    kernels = run_builds_of(shape_list, both, both_tile_m, sms)
+    outcomes = run_builds([Build(repr(k), k.build) for k in kernels], load=False)
     print(outcomes.summary())
     return 1 if outcomes.failed else 0
 
@@ -272,8 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     add_output_argument(parser)
     args = parser.parse_args(argv)
     if args.wave_efficiency is not None and not 0 <= args.wave_efficiency <= 1:
-        print(f"fp8.py: --wave-efficiency {args.wave_efficiency}: use a number in [0, 1]", file=sys.stderr)
-        return 2
+        refuse(__file__, f"--wave-efficiency {args.wave_efficiency}: use a number in [0, 1]")
     shape_list = shapes(args.quick, args.shapes)
     if args.prebuild:
         if args.wave_efficiency is not None:

@@ -96,6 +96,7 @@ def _bad_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
                   (s, ["-o", "/dev/full"], "regular"), (s, ["-o", "/proc/nope/x.json"], "cannot write")]
     for s in ("fp8.py", "swiglu.py"):
         cases += [(s, ["--shapes", t], "--shapes") for t in ("axb", "64x0x128", "-5", ",")]
+    cases += [("fp8.py", ["--wave-efficiency", v], "--wave-efficiency") for v in ("nan", "1.5", "-0.1")]
     cases += [("swiglu.py", ["--rounds", "-1"], "--rounds"), ("swiglu.py", ["--rounds", "0"], "--rounds"),
               ("epilogues.py", ["--budget", "nan"], "--budget"), ("epilogues.py", ["--budget", "-1"], "--budget"),
               ("route_tables.py", ["--budget", "inf"], "--budget"),
@@ -249,3 +250,16 @@ def test_route_regret_json_carries_meta(monkeypatch, tmp_path):
     saved = json.loads(out.read_text())
     assert {"date", "git_commit"} <= set(saved["meta"]) and "table" in saved
     assert math.isfinite(saved["table"]["geomean"])
+
+
+def test_fp8_prebuild_lists_the_builds_a_split_sweep_launches(monkeypatch):
+    """bench/fp8.py --prebuild compiles what the run launches: with --split both and a wave split, the split
+    and the unsplit build of each scheme (and of the quantized output), no GPU needed to list them."""
+    f8 = load(monkeypatch, "fp8.py")
+    monkeypatch.setattr(f8.fp8, "MAX_WAVE_EFFICIENCY", 0.999)
+    kernels = f8.run_builds_of([(4096, 576, 7168)], both=True, both_tile_m=False)
+    assert {(k.scale_mode, k.out_dtype, k.split) for k in kernels} == {
+        (s, o, split) for s in ("tensorwise", "rowwise", "blockwise") for o in ("bf16",) for split in (True, False)
+    } | {("blockwise", "fp8", True), ("blockwise", "fp8", False)}
+    monkeypatch.setattr(f8.fp8, "MAX_WAVE_EFFICIENCY", 0.0)
+    assert not any(k.split for k in f8.run_builds_of([(4096, 576, 7168)], both=True, both_tile_m=False))

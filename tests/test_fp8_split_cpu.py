@@ -308,3 +308,53 @@ def test_ring_audited_on_the_split_plans_own_segments(kernel):
             report = audit(build_ring_protocol(kernel.ring_config(0, segments=lengths), name="fp8-split-segments"))
             assert report.ok, (m, n, k, c, lengths, report)
     assert any(len(set(x)) > 1 for x in seen)  # segments of different lengths on one CTA were audited
+
+
+# The split of a short last wave (fp8.MAX_WAVE_EFFICIENCY, plan_wave): tiles that fill the SMs.
+
+@pytest.mark.parametrize("shape,first", [((4096, 576, 7168), 0), ((4096, 1152, 4096), 132), ((2048, 2560, 4096), 132)],
+                         ids=lambda s: "x".join(map(str, s)) if isinstance(s, tuple) else str(s))
+def test_a_short_last_wave_is_split_below_the_efficiency(monkeypatch, shape, first):
+    m, n, k = shape
+    monkeypatch.setattr(fp8, "MAX_WAVE_EFFICIENCY", 0.9)
+    plan, why = fp8.split_plan(m, n, k, 128, SMS)
+    tiles = math.ceil(m / 128) * math.ceil(n / 128)
+    assert (plan.units, plan.clusters, plan.first_unit, plan.k_tiles) == (tiles, SMS, first, math.ceil(k / 128))
+    assert plan.max_contributors == 2 and "MAX_WAVE_EFFICIENCY" in why
+    # Every tail tile's K blocks exactly once, in K order, by consecutive CTAs; every CTA has some.
+    seen = {}
+    for c in range(plan.clusters):
+        segs = plan.segments(c)
+        assert segs
+        for s in segs:
+            seen.setdefault(s.unit, []).append(s)
+    assert sorted(seen) == list(range(first, tiles))
+    for segs in seen.values():
+        segs.sort(key=lambda s: s.kb)
+        assert segs[0].kb == 0 and segs[-1].ke == plan.k_tiles
+        assert all(a.ke == b.kb for a, b in zip(segs, segs[1:]))
+    monkeypatch.setattr(fp8, "MAX_WAVE_EFFICIENCY", 0.0)
+    plan, why = fp8.split_plan(m, n, k, 128, SMS)
+    assert (plan.tail_units, plan.clusters) == (0, SMS) and "fill" in why
+
+
+def test_full_waves_stay_whole_and_the_setting_replans(monkeypatch):
+    monkeypatch.setattr(fp8, "MAX_WAVE_EFFICIENCY", 0.9)
+    for m, n, k in [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 24576, 1536), (1024, 4096, 4096)]:
+        plan, why = fp8.split_plan(m, n, k, 128, SMS)  # 97-99% of their waves busy
+        assert plan.tail_units == 0 and "fill" in why, why
+    assert fp8.split_plan(4096, 576, 7168, 128, SMS, "none")[0].tail_units == 0
+    before = fp8.settings()
+    monkeypatch.setattr(fp8, "MAX_WAVE_EFFICIENCY", 0.5)
+    assert fp8.settings() != before
+    assert fp8.split_plan(4096, 576, 7168, 128, SMS)[0].tail_units == 0  # 61% busy: above 0.5
+
+
+def test_explain_reports_a_wave_split(monkeypatch):
+    monkeypatch.setattr(fp8, "MAX_WAVE_EFFICIENCY", 0.9)
+    e = gemm_ladder.explain_scaled_mm(*_meta(4096, 1152, 4096))
+    assert (e["split"], e["grid"], e["tiles"], e["contributors"]) == ("wave", SMS, 288, 2)
+    assert e["defines"]["GL_FP8_SPLIT"] == 1 and "tiles [132, 288)" in e["split_reason"]
+    # Partials: 156 split tiles x 2 consumers x 2 slots x 64 x 128 fp32; counters: 156 x 2.
+    assert e["workspace_bytes"] == 4 * (156 * 2 * 2 * 64 * 128 + 156 * 2)
+    assert gemm_ladder.explain_scaled_mm(*_meta(4096, 576, 7168))["split"] == "all"
