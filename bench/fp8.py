@@ -2,7 +2,7 @@
 ``torch.mm``, interleaved in one run (issue 25).
 
     python bench/fp8.py [--quick] [--shapes MxNxK,...] [--split auto|none|both] [--tile-m 128|auto|both]
-                        [--wave-efficiency X] [-o OUT.json]
+                        [--wave-efficiency X] [--alt NAME=VALUE] [--prebuild] [-o OUT.json]
 
 Per shape (M x N x K: a (M, K), weight w (N, K), b = w.T), on the same quantized tensors:
 
@@ -33,6 +33,11 @@ None where nothing is split.
 ``--wave-efficiency X`` sets fp8.MAX_WAVE_EFFICIENCY for the run: tiles that fill the SMs in whole-tile waves
 less efficient than X have their last partial wave split ("wave" or "all"); with ``--split both`` the sweep that
 chose the library's value (docs/fp8.md).
+
+``--alt NAME=VALUE``: each scheme's call is also timed with that library/fp8.py setting (e.g. ``SPLIT_ALIGNED=1``),
+interleaved, where the setting changes its launch (build, grid or split): ``median_ms_alt`` and ``ratio_alt``
+(the altered time over the library's: < 1, the setting is faster), its output checked like the others.
+``--prebuild`` compiles the run's builds (these settings included) into the kernel cache and exits, no GPU.
 
 Tile height (library/fp8.py ``tile_m``): each of our rows records it (``bm``). ``--tile-m``: "auto" (default,
 the library's: 64-row tiles where M <= 64), "128" (128-row tiles everywhere), or "both": "auto", and where it takes 64 rows
@@ -121,6 +126,26 @@ def rows128(fn):
     return with_setting(fp8, "TILE_M_DEFAULT", "128", fn)
 
 
+def parse_alt(text: str | None) -> tuple[str, object] | None:
+    """``--alt NAME=VALUE``: a library/fp8.py setting read at each call (an upper-case module attribute) and
+    the value to time it at, parsed as the attribute's own type (bool: 0/1/true/false). Refuses (one line,
+    exit 2) an unknown name or a value of the wrong type."""
+    if text is None:
+        return None
+    name, _, value = text.partition("=")
+    current = getattr(fp8, name, None) if name.isupper() else None
+    if current is None or not value or isinstance(current, (tuple, list, dict)):
+        refuse(__file__, f"--alt {text!r}: give NAME=VALUE for a setting of library/fp8.py (e.g. SPLIT_ALIGNED=1)")
+    try:
+        if isinstance(current, bool):
+            parsed = {"1": True, "true": True, "0": False, "false": False}[value.lower()]
+        else:
+            parsed = type(current)(value)
+    except (KeyError, ValueError):
+        refuse(__file__, f"--alt {text!r}: {value!r} is not a {type(current).__name__}")
+    return name, parsed
+
+
 def split_of(*args, **kwargs) -> dict:
     """The split-K schedule and tile height scaled_mm runs for these arguments (explain_scaled_mm's fields)."""
     e = gemm_ladder.explain_scaled_mm(*args, **kwargs)
@@ -128,9 +153,10 @@ def split_of(*args, **kwargs) -> dict:
 
 
 def run_shape(m: int, n: int, k: int, budget: float, both: bool = False,
-              both_tile_m: bool = False) -> tuple[list[dict], bool]:
+              both_tile_m: bool = False, alt: tuple[str, object] | None = None) -> tuple[list[dict], bool]:
     """Time and check one shape; ``both``: also the unsplit launch where the library splits;
-    ``both_tile_m``: also the 128-row launch where the library takes 64-row tiles."""
+    ``both_tile_m``: also the 128-row launch where the library takes 64-row tiles; ``alt`` (NAME, VALUE):
+    also each scheme's launch with that fp8 setting, where it changes the build or its split."""
     a = torch.randn((m, k), device="cuda")
     w = torch.randn((n, k), device="cuda") / math.sqrt(k)
     a16, w16 = a.bfloat16(), w.bfloat16()
@@ -164,6 +190,15 @@ def run_shape(m: int, n: int, k: int, budget: float, both: bool = False,
             e_nosplit = rel_err(unsplit(lambda x, y, s=scheme: gemm_ladder.scaled_mm(*args[s]))(None, None)[:CHECK_ROWS], ref)
             ok &= verdict(e_nosplit, e_torch, floor)["correct"]
             errors[f"err_{scheme}_nosplit"] = e_nosplit
+        if alt is not None:
+            altered = with_setting(fp8, alt[0], alt[1], lambda *_, s=scheme: (
+                gemm_ladder.explain_scaled_mm(*args[s]), gemm_ladder.scaled_mm(*args[s])))
+            explained, y_alt = altered(None, None)
+            if _launch_of(explained) != _launch_of(gemm_ladder.explain_scaled_mm(*args[scheme])):
+                fns[f"ours_{scheme}_alt"] = with_setting(fp8, alt[0], alt[1], fns[f"ours_{scheme}"])
+                e_alt = rel_err(y_alt[:CHECK_ROWS], ref)
+                ok &= verdict(e_alt, e_torch, floor)["correct"]
+                errors[f"err_{scheme}_alt"] = e_alt
         if both_tile_m and splits[scheme]["bm"] == 64:
             fns[f"ours_{scheme}_rows128"] = rows128(fns[f"ours_{scheme}"])
             e_128 = rel_err(rows128(lambda x, y, s=scheme: gemm_ladder.scaled_mm(*args[s]))(None, None)[:CHECK_ROWS], ref)
@@ -196,7 +231,8 @@ def run_shape(m: int, n: int, k: int, budget: float, both: bool = False,
                      "spread": times[f"ours_{scheme}"].spread, "err": e_ours, "err_torch": e_torch,
                      **judged, "torch_refused": errors.get(scheme), **splits[scheme],
                      **_nosplit(times, f"ours_{scheme}", errors.get(f"err_{scheme}_nosplit")),
-                     **_other(times, f"ours_{scheme}", "rows128", errors.get(f"err_{scheme}_rows128"))})
+                     **_other(times, f"ours_{scheme}", "rows128", errors.get(f"err_{scheme}_rows128")),
+                     **_other(times, f"ours_{scheme}", "alt", errors.get(f"err_{scheme}_alt"))})
     t_fq = times["ours_blockwise_fq"].median_ms
     t_tq = times["torch_blockwise_then_quant"].median_ms if "torch_blockwise_then_quant" in times else None
     rows.append({"M": m, "N": n, "K": k, "scheme": "blockwise", "fused_quant": True, "tflops": flop / t_fq / 1e9,
@@ -208,6 +244,12 @@ def run_shape(m: int, n: int, k: int, budget: float, both: bool = False,
     rows.append({"M": m, "N": n, "K": k, "scheme": "bf16_mm", "fused_quant": False, "tflops": flop / t16 / 1e9,
                  "ratio_torch": None, "median_ms": t16})
     return rows, ok
+
+
+def _launch_of(explained: dict) -> tuple:
+    """What identifies a launch in explain_scaled_mm's answer: the build's defines, grid and split."""
+    return (tuple(sorted(explained["defines"].items())), explained["grid"], explained["split"],
+            explained["contributors"])
 
 
 def _other(times: dict, name: str, variant: str, err: float | None = None) -> dict:
@@ -235,12 +277,15 @@ def _meta_operands(m: int, n: int, k: int, scheme: str):
     return (a, b, *scales[scheme])
 
 
-def run_builds_of(shape_list, both: bool, both_tile_m: bool, sms: int = 132) -> list:
+def run_builds_of(shape_list, both: bool, both_tile_m: bool, sms: int = 132,
+                  alt: tuple[str, object] | None = None) -> list:
     """The fp8 builds (Fp8Kernel, each once) a run over ``shape_list`` launches with the module's current
     settings on ``sms`` SMs: each scheme's bf16 call and the blockwise quantized one, and with ``both`` /
-    ``both_tile_m`` their unsplit and 128-row launches too. No GPU."""
-    settings = [None] + (["SPLIT_DEFAULT"] if both else []) + (["TILE_M_DEFAULT"] if both_tile_m else [])
-    other = {"SPLIT_DEFAULT": "none", "TILE_M_DEFAULT": "128"}  # what unsplit() and rows128() time
+    ``both_tile_m`` / ``alt`` their unsplit, 128-row and altered launches too. No GPU."""
+    # what unsplit(), rows128() and --alt time
+    other = {"SPLIT_DEFAULT": "none", "TILE_M_DEFAULT": "128", **dict([alt] if alt else [])}
+    settings = ([None] + (["SPLIT_DEFAULT"] if both else []) + (["TILE_M_DEFAULT"] if both_tile_m else [])
+                + ([alt[0]] if alt else []))
     kernels = []
     for m, n, k in shape_list:
         for scheme in BLOCKS:
@@ -253,12 +298,12 @@ def run_builds_of(shape_list, both: bool, both_tile_m: bool, sms: int = 132) -> 
     return list(dict.fromkeys(kernels))
 
 
-def prebuild(shape_list, both: bool, both_tile_m: bool, sms: int = 132) -> int:
+def prebuild(shape_list, both: bool, both_tile_m: bool, sms: int = 132, alt: tuple[str, object] | None = None) -> int:
     """Compile :func:`run_builds_of` into the kernel cache, no GPU: before a device session. 0 when all are
     ready, else 1."""
     from gemm_ladder.dispatch.precompile import Build, run_builds
 
-    kernels = run_builds_of(shape_list, both, both_tile_m, sms)
+    kernels = run_builds_of(shape_list, both, both_tile_m, sms, alt)
     outcomes = run_builds([Build(repr(k), k.build) for k in kernels], load=False)
     print(outcomes.summary())
     return 1 if outcomes.failed else 0
@@ -276,17 +321,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wave-efficiency", type=float, default=None,
                         help="split the last partial wave of tiles that fill the SMs when the whole-tile waves' "
                              "efficiency is below this (fp8.MAX_WAVE_EFFICIENCY; default: the library's)")
+    parser.add_argument("--alt", default=None, metavar="NAME=VALUE",
+                        help="also time each scheme with this library/fp8.py setting (e.g. SPLIT_ALIGNED=1), "
+                             "interleaved, where it changes the launch: rows get median_ms_alt and ratio_alt")
     parser.add_argument("--prebuild", action="store_true", help="compile the run's builds (no GPU) and exit")
     add_output_argument(parser)
     args = parser.parse_args(argv)
     if args.wave_efficiency is not None and not 0 <= args.wave_efficiency <= 1:
         refuse(__file__, f"--wave-efficiency {args.wave_efficiency}: use a number in [0, 1]")
     shape_list = shapes(args.quick, args.shapes)
+    alt = parse_alt(args.alt)
     if args.prebuild:
         if args.wave_efficiency is not None:
             fp8.MAX_WAVE_EFFICIENCY = args.wave_efficiency
         fp8.TILE_M_DEFAULT = "128" if args.tile_m == "128" else "auto"
-        return prebuild(shape_list, args.split == "both", args.tile_m == "both")
+        return prebuild(shape_list, args.split == "both", args.tile_m == "both", alt=alt)
     check_output(__file__, args.output)
     require_gpu(__file__)
     fp8.SPLIT_DEFAULT = "none" if args.split == "none" else "auto"
@@ -297,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     rows, ok = [], True
     budget = 0.15 if args.quick else 0.3
     for m, n, k in shape_list:
-        shape_rows, good = run_shape(m, n, k, budget, both=args.split == "both", both_tile_m=args.tile_m == "both")
+        shape_rows, good = run_shape(m, n, k, budget, both=args.split == "both", both_tile_m=args.tile_m == "both",
+                                     alt=alt)
         ok &= good
         rows += shape_rows
         for r in shape_rows:
@@ -310,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
                 extra += f" split over {r['grid']} CTAs (<= {r['contributors']} per tile)"
                 if r.get("ratio_nosplit"):
                     extra += f", unsplit {r['ratio_nosplit']:.3f}x slower"
+            if r.get("ratio_alt"):
+                extra += f", with {args.alt} {r['ratio_alt']:.3f}x the time"
             if r.get("bm") == 64:
                 extra += " 64-row tiles"
                 if r.get("ratio_rows128"):
@@ -317,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{m}x{n}x{k} {r['scheme']:>10}: {r['tflops']:7.1f} TFLOP/s  vs torch {ratio}{extra}", flush=True)
         torch.cuda.empty_cache()
     save({"rows": rows, "quick": args.quick, "split": args.split, "tile_m": args.tile_m,
-          "max_wave_efficiency": fp8.MAX_WAVE_EFFICIENCY}, "fp8_quick" if args.quick else "fp8", args.output)
+          "max_wave_efficiency": fp8.MAX_WAVE_EFFICIENCY, "alt": args.alt}, "fp8_quick" if args.quick else "fp8", args.output)
     if not ok:
         print("a result was wrong (err above its bound): see the rows' 'correct', 'bound' and 'err_bound'",
               file=sys.stderr)

@@ -97,6 +97,8 @@ def _bad_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
     for s in ("fp8.py", "swiglu.py"):
         cases += [(s, ["--shapes", t], "--shapes") for t in ("axb", "64x0x128", "-5", ",")]
     cases += [("fp8.py", ["--wave-efficiency", v], "--wave-efficiency") for v in ("nan", "1.5", "-0.1")]
+    cases += [("fp8.py", ["--alt", v], "--alt") for v in ("SPLIT_ALIGNED", "NOPE=1", "SPLIT_ALIGNED=maybe",
+                                                          "MIN_SPLIT_K_BLOCKS=x", "TMA_STORE_OUT=1", "math=1")]
     cases += [("swiglu.py", ["--rounds", "-1"], "--rounds"), ("swiglu.py", ["--rounds", "0"], "--rounds"),
               ("epilogues.py", ["--budget", "nan"], "--budget"), ("epilogues.py", ["--budget", "-1"], "--budget"),
               ("route_tables.py", ["--budget", "inf"], "--budget"),
@@ -263,3 +265,7 @@ def test_fp8_prebuild_lists_the_builds_a_split_sweep_launches(monkeypatch):
     } | {("blockwise", "fp8", True), ("blockwise", "fp8", False)}
     monkeypatch.setattr(f8.fp8, "MAX_WAVE_EFFICIENCY", 0.0)
     assert not any(k.split for k in f8.run_builds_of([(4096, 576, 7168)], both=True, both_tile_m=False))
+    # --alt adds the altered launch's builds: the wave split at 4096 x 576 x 7168
+    assert f8.parse_alt("MAX_WAVE_EFFICIENCY=0.9") == ("MAX_WAVE_EFFICIENCY", 0.9)
+    altered = f8.run_builds_of([(4096, 576, 7168)], False, False, alt=("MAX_WAVE_EFFICIENCY", 0.9))
+    assert {k.split for k in altered} == {True, False}

@@ -358,3 +358,25 @@ def test_explain_reports_a_wave_split(monkeypatch):
     # Partials: 156 split tiles x 2 consumers x 2 slots x 64 x 128 fp32; counters: 156 x 2.
     assert e["workspace_bytes"] == 4 * (156 * 2 * 2 * 64 * 128 + 156 * 2)
     assert gemm_ladder.explain_scaled_mm(*_meta(4096, 576, 7168))["split"] == "all"
+
+
+@pytest.mark.parametrize("shape,tiles,per_tile", [((64, 4096, 7168), 64, 2), ((64, 1536, 7168), 24, 5),
+                                                  ((64, 576, 7168), 9, 14)],
+                         ids=lambda s: "x".join(map(str, s)) if isinstance(s, tuple) else str(s))
+def test_the_aligned_split_gives_each_tile_its_own_ctas(monkeypatch, shape, tiles, per_tile):
+    m, n, k = shape
+    monkeypatch.setattr(fp8, "SPLIT_ALIGNED", True)
+    plan, _ = fp8.split_plan(m, n, k, 64, SMS, bm=64)
+    assert (plan.units, plan.clusters, plan.first_unit) == (tiles, tiles * per_tile, 0)
+    assert plan.max_contributors == per_tile
+    for c in range(plan.clusters):  # one tile per CTA: no range crosses a tile boundary
+        assert [s.unit for s in plan.segments(c)] == [c // per_tile]
+    _check_coverage(plan)
+
+
+def test_the_aligned_split_keeps_the_crossing_grid_above_half_the_sms(monkeypatch):
+    monkeypatch.setattr(fp8, "SPLIT_ALIGNED", True)
+    plan, _ = fp8.split_plan(64, 7168, 16384, 64, SMS, bm=64)  # 112 tiles: one CTA per tile would not split
+    assert (plan.units, plan.clusters) == (112, SMS)
+    monkeypatch.setattr(fp8, "SPLIT_ALIGNED", False)
+    assert fp8.split_plan(64, 4096, 7168, 64, SMS, bm=64)[0].clusters == SMS

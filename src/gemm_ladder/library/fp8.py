@@ -146,6 +146,11 @@ MIN_SPLIT_TILE_K_BLOCKS = 48
 #: tiles / (ceil(tiles / SMs) x SMs), is below this: the idle SMs of a short last wave cost more than the
 #: split's partials. Chosen from the H200 sweep in docs/fp8.md ("Split K for a short last wave").
 MAX_WAVE_EFFICIENCY = 0.0
+#: Where the tiles are fewer than half the SMs, "auto" splits each tile's K over the same number of CTAs (a
+#: grid that is a multiple of the tiles), so that no CTA's K range crosses from one tile into the next;
+#: otherwise over up to one CTA per SM, ranges crossing tiles. The bf16 small-M kernel measured 6-16% for
+#: the aligned split (docs/library.md, "Small M"); for fp8, docs/fp8.md.
+SPLIT_ALIGNED = False
 
 
 def smem_bytes(scale_mode: str, stages: int, bn: int = 128, store: str = STORE_REGISTERS, bm: int = BM,
@@ -617,12 +622,12 @@ def settings() -> int:
     :data:`STORE_DEFAULT`, :data:`TMA_STORE_OUT`, :data:`SPLIT_DEFAULT`, :data:`OVERLAP_PROMOTION`,
     :data:`SCALE_B_AHEAD`, :data:`SCALE_B_SHARED`, :data:`MIN_SHARED_SCALE_B_BLOCKS`,
     :data:`MAX_SHARED_SCALE_B_BLOCKS`, :data:`MIN_SPLIT_K_BLOCKS`, :data:`MIN_SPLIT_TILE_K_BLOCKS`,
-    :data:`MAX_WAVE_EFFICIENCY`), equal for equal
+    :data:`MAX_WAVE_EFFICIENCY`, :data:`SPLIT_ALIGNED`), equal for equal
     defaults within a process: the compiled host path keys its plans with it, so a default changed between
     calls is planned anew."""
     return hash((TILE_M_DEFAULT, STORE_DEFAULT, tuple(TMA_STORE_OUT), SPLIT_DEFAULT, OVERLAP_PROMOTION,
                  SCALE_B_AHEAD, SCALE_B_SHARED, MIN_SHARED_SCALE_B_BLOCKS, MAX_SHARED_SCALE_B_BLOCKS,
-                 MIN_SPLIT_K_BLOCKS, MIN_SPLIT_TILE_K_BLOCKS, MAX_WAVE_EFFICIENCY))
+                 MIN_SPLIT_K_BLOCKS, MIN_SPLIT_TILE_K_BLOCKS, MAX_WAVE_EFFICIENCY, SPLIT_ALIGNED))
 
 
 def tile_m(m: int, preferred: str | None = None) -> tuple[int, str]:
@@ -656,9 +661,12 @@ def split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str = "auto", b
     :data:`SPLITS`): "auto" splits when the tiles are fewer than ``sms`` (their whole-tile grid would leave
     SMs with no weight bytes to stream: decode's M <= 128) over min(``sms``, tiles x K blocks //
     :data:`MIN_SPLIT_K_BLOCKS`) CTAs, so that each CTA gets at least MIN_SPLIT_K_BLOCKS K blocks and a tile
-    never has more contributors than K blocks; not when a tile has fewer than :data:`MIN_SPLIT_TILE_K_BLOCKS`
-    K blocks (measured slower there), when that grid is no larger than the tiles, when no tile
-    would get two contributors, or past the kernel's 32-bit tail arithmetic. Empty problems: no split.
+    never has more contributors than K blocks (with :data:`SPLIT_ALIGNED`, that grid rounded down to a
+    multiple of the tiles where it holds two per tile: no CTA's range crosses tiles); not when a tile has
+    fewer than :data:`MIN_SPLIT_TILE_K_BLOCKS` K blocks (measured slower there), when that grid is no larger
+    than the tiles, when no tile would get two contributors, or past the kernel's 32-bit tail arithmetic.
+    Tiles that fill the SMs: the last partial wave split (``plan_wave``) where the whole-tile waves are less
+    efficient than :data:`MAX_WAVE_EFFICIENCY`, else whole. Empty problems: no split.
 
     Raises ValueError for an unknown ``split``.
     """
@@ -666,12 +674,13 @@ def split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str = "auto", b
         raise ValueError(f"split = {split!r}: use one of {', '.join(SPLITS)}")
     # the constants read per call (tests set them)
     return _split_plan(m, n, k, bn, sms, split, MIN_SPLIT_K_BLOCKS, MIN_SPLIT_TILE_K_BLOCKS, bm,
-                       MAX_WAVE_EFFICIENCY)
+                       MAX_WAVE_EFFICIENCY, SPLIT_ALIGNED)
 
 
 @functools.lru_cache(maxsize=4096)  # a launch asks per call: the contributor count walks the tiles
 def _split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str, min_k_blocks: int,
-                min_tile_k_blocks: int, bm: int = BM, max_wave_efficiency: float = 0.0) -> tuple[StreamKTail, str]:
+                min_tile_k_blocks: int, bm: int = BM, max_wave_efficiency: float = 0.0,
+                aligned: bool = False) -> tuple[StreamKTail, str]:
     tiles = math.ceil(m / bm) * math.ceil(n / bn)
     k_blocks = math.ceil(k / BK)
     whole = StreamKTail(units=tiles, clusters=min(tiles, sms), k_tiles=k_blocks, first_unit=tiles)
@@ -685,6 +694,9 @@ def _split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str, min_k_blo
         return whole, (f"{k_blocks} K blocks a tile, fewer than {min_tile_k_blocks}: the split measured slower "
                        "than whole tiles there (fp8.MIN_SPLIT_TILE_K_BLOCKS)")
     grid = min(sms, tiles * k_blocks // min_k_blocks)
+    if aligned and grid // tiles >= 2:
+        # CTA c's range starts at K block floor(c x k_blocks / s) of the tiles: a tile boundary every s CTAs.
+        grid = tiles * (grid // tiles)
     if grid <= tiles:
         return whole, (f"{tiles} tiles x {k_blocks} K blocks: splitting with at least {min_k_blocks} K blocks "
                        f"per CTA would use no more CTAs than tiles")
