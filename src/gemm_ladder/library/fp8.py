@@ -1071,7 +1071,7 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
     """What :func:`scaled_mm_launch` runs for a checked call, as data (no build, no launch; any device):
     the kernel build, tile, ring, promotion interval, grid, shared memory, the output store and why
     (``store``, ``store_reason``), the split-K schedule and why (``split``: "all" when every tile's K is
-    split over the grid, else "none"; ``split_reason``; ``contributors``: the most CTAs adding into one
+    split over the grid, "wave" when the first tiles run whole and the rest are split, else "none"; ``split_reason``; ``contributors``: the most CTAs adding into one
     tile; ``workspace_bytes``: its partials and counters; :func:`split_plan`, from :data:`SPLIT_DEFAULT`;
     a launch under CUDA-graph capture runs unsplit), how blockwise scale_b is read and why
     (``scale_b_read``: "shared", "ahead" or "in-block", None for the other scalings; ``scale_b_read_reason``;
