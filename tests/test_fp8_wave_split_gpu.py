@@ -41,6 +41,7 @@ def _run(monkeypatch, split: str, expect: str, *args, **kwargs):
     monkeypatch.setattr(fp8, "SPLIT_DEFAULT", split)
     e = gemm_ladder.explain_scaled_mm(*args, **kwargs)
     assert (e["split"], e["grid"]) == ((expect, GRID) if split == "auto" else ("none", GRID)), e["split_reason"]
+    assert (e["tile"]["BM"], e["tile"]["BN"]) == (128, 128)  # what _tiles and the plans here assume
     return gemm_ladder.scaled_mm(*args, **kwargs)
 
 

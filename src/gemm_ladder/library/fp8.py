@@ -17,8 +17,10 @@ fp16 only) staged in shared memory and written by TMA stores; an optional bias.
 Split K (:attr:`Fp8Kernel.split`, :func:`split_plan`): where the tiles are fewer than the SMs (decode's
 M <= 128) and each has at least :data:`MIN_SPLIT_TILE_K_BLOCKS` K blocks (K >= 6144), the launch builds
 the kernel's stream-K variant and splits every tile's K blocks over up to
-one CTA per SM (at least :data:`MIN_SPLIT_K_BLOCKS` K blocks each); each tile's last contributor adds the
-fp32 partials in K order (bitwise repeatable) and runs the epilogue. :data:`SPLIT_DEFAULT` (environment
+one CTA per SM (at least :data:`MIN_SPLIT_K_BLOCKS` K blocks each); where the tiles fill the SMs but
+their last wave is short (whole-tile waves less efficient than :data:`MAX_WAVE_EFFICIENCY`), the last
+partial wave and the one before it are split over the SMs and the tiles before them run whole. Each split
+tile's last contributor adds the fp32 partials in K order (bitwise repeatable) and runs the epilogue. :data:`SPLIT_DEFAULT` (environment
 GL_FP8_SPLIT at import: "auto" or "none") turns it off; a CUDA-graph capture runs unsplit.
 
 The output store (:attr:`Fp8Kernel.store`): "registers" (plain global stores from the accumulators, any
@@ -127,7 +129,7 @@ TMA_STORE_OUT = ("bf16", "fp16")
 #: Dynamic shared memory a block may opt in to on sm_90 (the designer's arch table).
 SMEM_LIMIT = arch_info("sm_90a").max_smem_per_block
 #: The split-K choices (:func:`split_plan`): "auto" splits every tile's K over the grid when the tiles are
-#: fewer than the SMs (and K has enough blocks); "none" never splits.
+#: fewer than the SMs (and K has enough blocks), and a short last wave (MAX_WAVE_EFFICIENCY); "none" never splits.
 SPLITS = ("auto", "none")
 #: The split the launch asks for: the environment's GL_FP8_SPLIT ("auto" or "none") when the module is
 #: imported, else "auto"; a benchmark sets this attribute to time both (bench/fp8.py --split both).
@@ -722,6 +724,8 @@ def _wave_plan(tiles: int, k_blocks: int, sms: int, max_efficiency: float,
         plan = plan_wave(tiles, sms, k_blocks)
     except SplitOverflowError:
         return whole, "a split this long passes the kernel's 32-bit stream-K arithmetic"
+    if plan.tail_units == 0 or plan.max_contributors < 2:  # full waves, or K too short to share a tile
+        return whole, f"{tiles} tiles in {waves} waves on {sms} SMs: no tile would have two contributors"
     return plan, (f"{tiles} tiles on {sms} SMs are {waves} waves at {efficiency:.0%} (below "
                   f"{max_efficiency:.0%}, fp8.MAX_WAVE_EFFICIENCY): tiles [{plan.first_unit}, {tiles}) split by K "
                   f"over the {sms} SMs ({plan.total / sms:.1f} K blocks each, at most {plan.max_contributors} per tile)")
@@ -766,7 +770,7 @@ def shared_scale_b_refusal(kernel: Fp8Kernel, k: int) -> str | None:
 
 def scale_b_rule(scale_mode: str, k: int | None, split: bool = False) -> tuple[str | None, str | None]:
     """How the launch's build reads blockwise scale_b for a K of ``k`` (None: any K the family serves, as its
-    config() builds), ``split`` along K or not, and why: "shared", from a shared copy of the tile's column
+    config() builds), ``split`` along K at decode (tiles fewer than the SMs) or not, and why: "shared", from a shared copy of the tile's column
     (:data:`SCALE_B_SHARED`, unsplit, where K has :data:`MIN_SHARED_SCALE_B_BLOCKS` to
     :data:`MAX_SHARED_SCALE_B_BLOCKS` blocks), else "ahead", loaded one block ahead (:data:`SCALE_B_AHEAD`),
     else "in-block"; (None, None) for the other scalings."""
@@ -776,7 +780,7 @@ def scale_b_rule(scale_mode: str, k: int | None, split: bool = False) -> tuple[s
     if not SCALE_B_SHARED:
         why = "the shared copy is turned off (fp8.SCALE_B_SHARED)"
     elif split:
-        why = "a split call (the copy per segment measured no faster)"
+        why = "a decode split (the copy per segment measured no faster there)"
     elif blocks is not None and blocks < MIN_SHARED_SCALE_B_BLOCKS:
         why = f"{blocks} K blocks: fewer than {MIN_SHARED_SCALE_B_BLOCKS}, where the per-tile copy measured slower"
     elif blocks is not None and blocks > MAX_SHARED_SCALE_B_BLOCKS:
@@ -810,7 +814,9 @@ def default_build(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, bias: to
     bn = tile_n(call.m, call.n, sms, quantized, bm)
     store, store_reason = store_for(_short_out(call.out_dtype), None if quantized else out, call.n)
     plan, split_reason = split_plan(call.m, call.n, call.k, bn, sms, SPLIT_DEFAULT, bm)
-    scale_b_read, scale_b_reason = scale_b_rule(call.scale_mode, call.k, plan.tail_units > 0)
+    # The shared copy was measured no faster on decode's splits; a split short wave keeps it (its whole tiles
+    # are the unsplit launch's, and the copy serves a segment as it serves a tile).
+    scale_b_read, scale_b_reason = scale_b_rule(call.scale_mode, call.k, plan.tail_units > 0 and plan.units < sms)
     kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
                        out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn, overlap=OVERLAP_PROMOTION,
                        store=store, split=plan.tail_units > 0, bm=bm, **_scale_b_fields(scale_b_read))

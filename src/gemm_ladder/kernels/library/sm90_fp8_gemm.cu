@@ -41,10 +41,12 @@
 // writes, fence.proxy.async and the barrier again, so the store sees all of them. The C tail needs no
 // mask there: the copy engine clips the box to the tensor map's extents.
 // Split K (Cfg::kSplit, GL_FP8_SPLIT = 1; library/fp8.py picks it when the tiles are fewer than the SMs, as at
-// decode's M <= 128, where the whole-tile grid would leave SMs without weight bytes to stream): the launch's
+// decode's M <= 128, where the whole-tile grid would leave SMs without weight bytes to stream, and for a short
+// last wave of tiles that fill the SMs): the launch's
 // tail_first_unit says which tiles are split. Tiles [0, tail_first_unit) run whole as above; the K blocks of
 // the rest are numbered over the tiles and divided evenly over the grid (stream_k.cuh's StreamKTail, level
-// 9's stream-K tail; the launch passes 0, every tile split). The producer and the consumers walk the same
+// 9's stream-K tail; at decode the launch passes 0, every tile split; for a short last wave, the first tile of
+// the wave before it, design/stream_k.py plan_wave). The producer and the consumers walk the same
 // segments (a tile and a K-block range [kb, ke)), so their ring positions agree. A segment's partial is the
 // consumer's fp32 main accumulator d after the promotion of its last K block (blockwise scales are applied
 // per K block, inside the range). A tile with several contributors: each hands its partial in
