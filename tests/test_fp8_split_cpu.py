@@ -37,6 +37,9 @@ def _split_at_any_k(monkeypatch):
     128-row tiles (M <= 64 takes 64-row tiles by default; their split: test_fp8_64_rows_cpu.py)."""
     monkeypatch.setattr(fp8, "MIN_SPLIT_TILE_K_BLOCKS", 0)
     monkeypatch.setattr(fp8, "TILE_M_DEFAULT", "128")
+    # The grid of up to one CTA per SM, ranges crossing tiles (what tiles above half the SMs take); the aligned
+    # grid (fp8.SPLIT_ALIGNED, the default below half) has its own tests at the end.
+    monkeypatch.setattr(fp8, "SPLIT_ALIGNED", False)
 
 
 def _meta(m, n, k):

@@ -37,6 +37,9 @@ def _split_at_any_k(monkeypatch):
     """These tests exercise the split's mechanics at any K: the rule that leaves tiles of fewer than
     fp8.MIN_SPLIT_TILE_K_BLOCKS K blocks whole (measured slower there) has its own test."""
     monkeypatch.setattr(fp8, "MIN_SPLIT_TILE_K_BLOCKS", 0)
+    # The grid of up to one CTA per SM, ranges crossing tiles (what tiles above half the SMs take); the
+    # aligned grid (fp8.SPLIT_ALIGNED) has its own test below.
+    monkeypatch.setattr(fp8, "SPLIT_ALIGNED", False)
 
 
 
@@ -189,3 +192,28 @@ def test_a_shape_called_eagerly_then_captured_in_a_cuda_graph(monkeypatch, mode)
     assert torch.isfinite(out).all()
     assert _rel_err(out, ref) < 2e-2 and _rel_err(eager, ref) < 2e-2
     assert _rel_err(out, eager.double()) < 1e-2
+
+
+@pytest.mark.parametrize("mode", list(BLOCKS))
+def test_the_aligned_split_matches_float64_and_the_crossing_one(monkeypatch, mode):
+    """fp8.SPLIT_ALIGNED: 64 tiles of a 64 x 4096 x 7232 call split over 128 CTAs, two per tile, no range
+    crossing tiles; against float64, and against the crossing split (132 CTAs) within the reassociation
+    bound of their K-block groupings; bitwise repeatable on poisoned outputs."""
+    m, n, k = 64, 4096, 7232
+    qa, qb, sa, sb, da, dw = _problem(m, n, k, mode, seed=31)
+    ref = da @ dw.T
+    monkeypatch.setattr(fp8, "SPLIT_ALIGNED", True)
+    e = gemm_ladder.explain_scaled_mm(qa, qb, sa, sb)
+    assert (e["split"], e["grid"], e["contributors"]) == ("all", 2 * e["tiles"], 2), e["split_reason"]
+    outs = []
+    for _ in range(2):
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
+        gemm_ladder.scaled_mm(qa, qb, sa, sb, out_dtype=torch.float32, out=out)
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+    assert _rel_err(outs[0], ref) <= 1.5 * _rel_err(ref.float(), ref) + 2**-10
+    monkeypatch.setattr(fp8, "SPLIT_ALIGNED", False)
+    crossing = gemm_ladder.scaled_mm(qa, qb, sa, sb, out_dtype=torch.float32)
+    reassociation = math.ceil(k / 128) * 2.0**-22 * (da.abs() @ dw.abs().T)
+    diff = (outs[0].double() - crossing.double()).abs()
+    assert (diff <= reassociation + 2.0**-22 * crossing.double().abs() + 1e-30).all(), diff.max().item()
