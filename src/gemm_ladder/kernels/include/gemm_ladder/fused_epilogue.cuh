@@ -143,7 +143,11 @@ __device__ __forceinline__ void epi_load_pair(const void* base, Off offset, Off 
 // register, which costs a loop over the warp's distinct addresses when each thread has its own run. A
 // prefetch writes nothing and orders nothing (a hint): no barrier. 64-bit offsets: a few integer
 // instructions per line, once per tile, between two K iterations (a stream-K segment: before its loop).
-template <int DT, int kRuns, int kRunLen, int kThreads>
+// kL1: prefetch.global.L1 instead (the same PTX instruction, level .L1: the line into this SM's L1, the
+// unified L1 / texture cache the epilogue's ld.global.nc loads read): the generated code's choice for a
+// vector input (a bias: one run, its BN or 64 elements of the tile, already in L2 after the first tile
+// that reads it, so an L2 prefetch would save nothing; library/epilogue.py's VECTOR_PREFETCH_L1).
+template <int DT, int kRuns, int kRunLen, int kThreads, bool kL1 = false>
 __device__ __forceinline__ void epi_prefetch_runs(const void* base, long long outer_stride, int outer0, int inner0,
                                                   int outer_extent, int inner_extent, int t) {
   constexpr int kBytes = DT == kEpiFp32 ? 4 : 2;
@@ -160,7 +164,11 @@ __device__ __forceinline__ void epi_prefetch_runs(const void* base, long long ou
     const int q = t + k * kThreads, run = q / kPoints, j = q - run * kPoints;
     if ((kItems % kThreads == 0 || q < kItems) && outer0 + run < outer_extent && len > 0) {
       const long long e = static_cast<long long>(outer0 + run) * outer_stride + inner0 + min(j * kLine, len - 1);
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(bytes + e * kBytes)));
+      if constexpr (kL1) {
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(bytes + e * kBytes)));
+      } else {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(bytes + e * kBytes)));
+      }
     }
   }
 }
