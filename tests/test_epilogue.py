@@ -230,6 +230,7 @@ def test_vector_l1_prefetch_is_decided_per_call_and_generated(monkeypatch, swap)
     source is the build's key."""
     from gemm_ladder.library import epilogue as epilogue_module
 
+    monkeypatch.setattr(epilogue_module, "VECTOR_PREFETCH_L1", True)  # off by default until measured
     cpu = torch.device("cpu")
     bias = linear_epilogue(bias=True, activation=None, residual=False, alpha=False)
     for dt, code in ((BF16, "kEpiBf16"), (torch.float32, "kEpiFp32")):
@@ -604,8 +605,12 @@ def test_gate_epilogue_usage_errors(use_cache, tmp_path):
 # --- the designer's plan of the extra loads, and its audit ---------------------------------------
 
 
-def test_epilogue_load_plan_and_audit():
+def test_epilogue_load_plan_and_audit(monkeypatch):
     from dataclasses import replace
+
+    from gemm_ladder.library import epilogue as epilogue_module
+
+    monkeypatch.setattr(epilogue_module, "VECTOR_PREFETCH_L1", True)  # the plan with the vector prefetch on
 
     from gemm_ladder.audit.epilogue import audit_epilogue_plan, audit_text
 
@@ -619,7 +624,7 @@ def test_epilogue_load_plan_and_audit():
     assert plan.to_json()["bytes_per_tile"] == plan.bytes_per_tile
     assert audit_epilogue_plan(plan) == [] and "no barrier added" in audit_text(plan)
     # the residual's L2 prefetch and the (contiguous) bias's L1 prefetch before each tile's epilogue: hints,
-    # no barrier, the loads still direct into registers (library/epilogue.py's VECTOR_PREFETCH_L1 is on)
+    # no barrier, the loads still direct into registers (library/epilogue.py's VECTOR_PREFETCH_L1, set on above)
     assert by["gl_residual_"].prefetch == "L2 along cols" and by["gl_bias_"].prefetch == "L1 along cols"
     assert (by["gl_residual_"].method, by["gl_residual_"].staged_in) == ("direct", "registers")
     assert (by["gl_bias_"].method, by["gl_bias_"].staged_in) == ("direct", "registers")
