@@ -69,8 +69,8 @@ COORD_SLACK = 256
 #: prefetch.global.L1 per 128-byte line of the tile's slice of the vector, so that the epilogue's
 #: ld.global.nc loads of it (which read through the unified L1) need not wait on L2 once per 64-column
 #: panel (``EpilogueCall.vector_prefetch``: "L1"; fused_epilogue.cuh's epi_prefetch_runs, kL1).
-#: Off until measured: whether it recovers what a fused bias costs the general kernel over no bias (5.3%
-#: over 90 layer shapes on the H200, up to 18%; docs/epilogues.md "What a bias costs now") is not timed yet
+#: Off until measured: whether it recovers what a fused bias costs over no bias (1.052x the time over the
+#: H200's bias rows with M > 256, up to 1.12x; docs/epilogues.md "What a bias costs now") is not timed yet
 #: (bench/experiments/vector_prefetch.py times it). Read where a call's generated source is made
 #: (EpilogueCall.source, at a launch's first bind), so it is part of the build's key; api.linear's bound
 #: launches keep the build they were bound with (keyed by the inputs' addresses), so a benchmark times

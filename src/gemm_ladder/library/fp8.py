@@ -146,13 +146,14 @@ MIN_SPLIT_TILE_K_BLOCKS = 48
 #: Where the tiles fill the SMs, "auto" splits the last partial wave and the whole wave before it by K
 #: (design/stream_k.py ``plan_wave``: at most two contributors a tile) when the whole-tile waves' efficiency,
 #: tiles / (ceil(tiles / SMs) x SMs), is below this. 0: never. Measured (H100, db5dcd9, docs/fp8.md "Split K
-#: for a short last wave"): the split launch ran 0.61-0.95x the whole-tile one at 15 of 16 shapes with
-#: 61-97% busy waves (1.01-1.04x at 8192^3 only): split K blocks cost more than the idle SMs do.
+#: for a short last wave"): the split launch ran 0.61-1.00x the whole-tile one at 15 of 16 shapes with
+#: 55-97% busy waves (1.01-1.04x at 8192^3 only, bf16 output): split K blocks cost more than the idle SMs do.
 MAX_WAVE_EFFICIENCY = 0.0
 #: Where the tiles are fewer than half the SMs, "auto" splits each tile's K over the same number of CTAs (a
 #: grid that is a multiple of the tiles), so that no CTA's K range crosses from one tile into the next;
 #: otherwise over up to one CTA per SM, ranges crossing tiles. Measured (H100, db5dcd9, docs/fp8.md): 5-12%
-#: faster at every decode shape where it changes the grid (9 of 9: three shapes, three scalings).
+#: less time in every bf16-output row where it changes the grid (9 of 9: three shapes, three scalings); the
+#: quantized output's launches it changes were not timed.
 SPLIT_ALIGNED = True
 
 
