@@ -1,6 +1,6 @@
 """What a fused bias costs the general kernel, with the bias prefetched into L1 or not (one-off experiment).
 
-    python bench/experiments/vector_prefetch.py --vector-prefetch on|off [--shapes MxNxK,...] [--budget S] [-o OUT.json]
+    python bench/experiments/vector_prefetch.py [--vector-prefetch on|off] [--shapes MxNxK,...] [--budget S] [-o OUT.json]
 
 ``library/epilogue.py``'s VECTOR_PREFETCH_L1 is set for the whole run (the library's call cache keys a call
 by its signature, not by that setting, so both settings cannot be timed interleaved in one process). Per
@@ -59,7 +59,8 @@ def run_shape(m: int, n: int, k: int, budget: float) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--vector-prefetch", choices=("on", "off"), required=True)
+    parser.add_argument("--vector-prefetch", choices=("on", "off"), default="on",
+                        help="the setting for the whole run (default on; run once with each)")
     parser.add_argument("--shapes", default=None, help="comma list of MxNxK (default: seven bias layers)")
     parser.add_argument("--budget", type=float, default=0.1, help="seconds of timed calls per callable")
     add_output_argument(parser)

@@ -261,10 +261,14 @@ class Epilogue:
         lines.append("  gl_x0 = gl_user_epilogue(" + ", ".join(["gl_x0", "gl_r", "gl_c", *args0]) + ");")
         lines.append("  gl_x1 = gl_user_epilogue(" + ", ".join(["gl_x1", "gl_r1", "gl_c1", *args1]) + ");")
         lines.append("}")
-        lines += ["// Prefetch of the inputs over output rows gl_r0 + [0, kRows), columns gl_c0 + [0, kCols),",
-                  "// by kThreads threads (gl_t: this one): tile inputs into L2 along their contiguous",
-                  "// direction, vectors of stride 1 (one run: the block's slice) into L1.",
-                  "template <int kRows, int kCols, int kThreads>",
+        if any(how == "L1" for how in prefetch.values()):
+            lines += ["// Prefetch of the inputs over output rows gl_r0 + [0, kRows), columns gl_c0 + [0, kCols),",
+                      "// by kThreads threads (gl_t: this one): tile inputs into L2 along their contiguous",
+                      "// direction, vectors of stride 1 (one run: the block's slice) into L1."]
+        else:  # without a vector prefetch, the text (and so every build's key) is what it was before it
+            lines += ["// L2 prefetch of the tile inputs over output rows gl_r0 + [0, kRows), columns gl_c0 + [0, kCols),",
+                      "// by kThreads threads (gl_t: this one), each input along its contiguous direction."]
+        lines += ["template <int kRows, int kCols, int kThreads>",
                   "__device__ __forceinline__ void gl_epilogue_prefetch(int gl_r0, int gl_c0, int gl_rows, int gl_cols, "
                   "int gl_t, const EpilogueParams& gl_p) {"]
         slots = {n: i for i, n in enumerate(self.tensor_inputs)}
