@@ -38,6 +38,23 @@ def assert_quantized_near_float64(values: torch.Tensor, scales: torch.Tensor, re
     assert worst <= 1, f"a quantized value {worst:.3g}x its bound off the float64 product"
 
 
+def assert_bitwise_repeatable(qa, qb, sa, sb, launches: int = 3) -> None:
+    """scaled_mm(qa, qb, sa, sb) into ``launches`` fresh NaN-filled bf16 outputs gives the same bits each time:
+    every element written (finite) and the sum grouped the same whichever CTA finishes a tile."""
+    import gemm_ladder
+
+    m, n = qa.shape[0], qb.shape[1]
+    outs = []
+    for _ in range(launches):
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        assert gemm_ladder.scaled_mm(qa, qb, sa, sb, out=out) is out
+        outs.append(out)
+    torch.cuda.synchronize()
+    assert torch.isfinite(outs[0]).all()
+    for other in outs[1:]:
+        assert torch.equal(outs[0].view(torch.int16), other.view(torch.int16))
+
+
 def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
     """Largest element error over the reference's largest magnitude."""
     return ((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()

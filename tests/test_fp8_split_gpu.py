@@ -19,7 +19,7 @@ import gemm_ladder
 from gemm_ladder.library import fp8
 from gemm_ladder.library.quantized import quantize_fp8
 
-from fp8_cases import BLOCKS, assert_quantized_near_float64
+from fp8_cases import BLOCKS, assert_bitwise_repeatable, assert_quantized_near_float64
 from fp8_cases import fp8_problem as _problem
 from fp8_cases import rel_err as _rel_err
 
@@ -88,15 +88,7 @@ def test_split_bitwise_repeatable_on_poisoned_outputs(monkeypatch, mode):
     qa, qb, sa, sb, *_ = _problem(m, n, k, mode, seed=11)
     e = gemm_ladder.explain_scaled_mm(qa, qb, sa, sb)
     assert e["split"] == "all" and e["contributors"] >= 8 and e["grid"] == 132, e
-    outs = []
-    for _ in range(3):
-        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        assert gemm_ladder.scaled_mm(qa, qb, sa, sb, out=out) is out
-        outs.append(out)
-    torch.cuda.synchronize()
-    assert torch.isfinite(outs[0]).all()
-    assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16))
-    assert torch.equal(outs[0].view(torch.int16), outs[2].view(torch.int16))
+    assert_bitwise_repeatable(qa, qb, sa, sb)
 
 
 @pytest.mark.parametrize("shape", [(64, 1024, 4000), (128, 2048, 7184)], ids=lambda s: "x".join(map(str, s)))
