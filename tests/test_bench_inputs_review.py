@@ -107,6 +107,8 @@ def _bad_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
               ("experiments/fp8_variants.py", ["--budget", "nan"], "--budget"),
               ("experiments/fp8_variants.py", ["--schemes", ","], "--schemes"),
               ("experiments/k_sweep.py", ["--budget", "-1"], "--budget"),
+              ("experiments/vector_prefetch.py", ["--budget", "nan"], "--budget"),
+              ("experiments/vector_prefetch.py", ["--shapes", "0x1x1"], "--shapes"),
               ("experiments/k_sweep.py", ["--deadline", "nan"], "--deadline"),
               ("grouped.py", ["--swiglu", "foo"], "--swiglu"), ("grouped.py", ["--swiglu", ","], "--swiglu"),
               ("grouped.py", ["--cases", ","], "--cases"), ("grouped.py", ["--directions", ","], "--directions"),

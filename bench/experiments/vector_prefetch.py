@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: suite.py, outputs.py
-from outputs import check_output, parse_shapes  # noqa: E402
+from outputs import check_output, parse_shapes, positive  # noqa: E402
 from suite import add_output_argument, require_gpu, save  # noqa: E402
 
 import gemm_ladder  # noqa: E402
@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     add_output_argument(parser)
     args = parser.parse_args(argv)
     shapes = parse_shapes(__file__, "--shapes", args.shapes) if args.shapes else SHAPES
+    positive(__file__, "--budget", args.budget)
     check_output(__file__, args.output)
     require_gpu(__file__)
     epilogue.VECTOR_PREFETCH_L1 = args.vector_prefetch == "on"
