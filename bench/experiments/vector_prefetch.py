@@ -1,6 +1,7 @@
 """What a fused bias costs the general kernel, with the bias prefetched into L1 or not (one-off experiment).
 
     python bench/experiments/vector_prefetch.py [--vector-prefetch on|off] [--shapes MxNxK,...] [--budget S] [-o OUT.json]
+    python bench/experiments/vector_prefetch.py --prebuild [--shapes ...]   # compile both settings' builds, no GPU
 
 ``library/epilogue.py``'s VECTOR_PREFETCH_L1 is set for the whole run (the library's call cache keys a call
 by its signature, not by that setting, so both settings cannot be timed interleaved in one process). Per
@@ -18,6 +19,7 @@ right, 1 one wrong, 2 bad arguments or no GPU.
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import sys
 from pathlib import Path
@@ -57,16 +59,52 @@ def run_shape(m: int, n: int, k: int, budget: float) -> dict:
             "err": err, "correct": bool(correct)}
 
 
+def prebuild(shapes) -> int:
+    """Compile the bias builds of ``shapes`` with the prefetch on and off, no GPU: routes decided on meta
+    tensors as the run's ``gemm_ladder.linear`` decides them, for each GPU the package has a cost table for
+    (an H100 lent for an H200 takes the H100's routes). 0 when every build is ready, else 1."""
+    from gemm_ladder.dispatch import decide
+    from gemm_ladder.dispatch.heuristic import device_tables
+    from gemm_ladder.dispatch.kernels import family
+    from gemm_ladder.dispatch.precompile import Build, run_builds
+    from gemm_ladder.dispatch.route import ASSUMED_DEVICE, DeviceFacts
+    from gemm_ladder.dispatch.validate import linear_call
+
+    builds = {}
+    devices = [ASSUMED_DEVICE] + [DeviceFacts(name, ASSUMED_DEVICE.sms) for name in device_tables()]
+    saved = epilogue.VECTOR_PREFETCH_L1
+    try:
+        for setting, device, (m, n, k) in itertools.product((False, True), devices, shapes):
+            epilogue.VECTOR_PREFETCH_L1 = setting
+            x = torch.empty((m, k), dtype=torch.bfloat16, device="meta")
+            w = torch.empty((n, k), dtype=torch.bfloat16, device="meta")
+            c = torch.empty((m, n), dtype=torch.bfloat16, device="meta")
+            call = linear_call(x, w, torch.empty(n, dtype=torch.bfloat16, device="meta"), check_grad=False)
+            route = decide(x, w.T, c, given=False, device=device)
+            for config in (route.config, route.config.with_epilogue(call.source())):
+                builds[config] = Build(f"{route.kernel.name} {config.epilogue_id or 'plain'}",
+                                       lambda c=config: family(c).build(c))
+    finally:
+        epilogue.VECTOR_PREFETCH_L1 = saved
+    outcomes = run_builds(list(builds.values()), load=False)
+    print(outcomes.summary())
+    return 1 if outcomes.failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vector-prefetch", choices=("on", "off"), default="on",
                         help="the setting for the whole run (default on; run once with each)")
     parser.add_argument("--shapes", default=None, help="comma list of MxNxK (default: seven bias layers)")
     parser.add_argument("--budget", type=float, default=0.1, help="seconds of timed calls per callable")
+    parser.add_argument("--prebuild", action="store_true",
+                        help="compile the run's bias builds, the prefetch on and off, no GPU, and exit")
     add_output_argument(parser)
     args = parser.parse_args(argv)
     shapes = parse_shapes(__file__, "--shapes", args.shapes) if args.shapes else SHAPES
     positive(__file__, "--budget", args.budget)
+    if args.prebuild:
+        return prebuild(shapes)
     check_output(__file__, args.output)
     require_gpu(__file__)
     epilogue.VECTOR_PREFETCH_L1 = args.vector_prefetch == "on"
