@@ -452,6 +452,20 @@ def _l1_points(run: int, element_bytes: int) -> int:
 
 
 @needs_nvcc
+@pytest.mark.parametrize("value, expected", [("1", True), ("0", False), (None, False)])
+def test_vector_prefetch_setting_from_the_environment(value, expected):
+    """GL_VECTOR_PREFETCH_L1 at import sets VECTOR_PREFETCH_L1 (how a device run turns it on in xdist's
+    workers); unset or any other value leaves it off, the default."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "GL_VECTOR_PREFETCH_L1"}
+    if value is not None:
+        env["GL_VECTOR_PREFETCH_L1"] = value
+    out = subprocess.run([sys.executable, "-c", "from gemm_ladder.library import epilogue; print(epilogue.VECTOR_PREFETCH_L1)"],
+                         env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(expected)
+
+
 # A representative subset of the sweep its commit ran (BN 256 and 128; bf16 and fp16; a 16-bit and an fp32 bias;
 # none, GELU, SiLU; both orientations: no spill in any): the heaviest epilogue at BN 256 and a light one at 128,
 # so that CI compiles 6 builds, not 48.

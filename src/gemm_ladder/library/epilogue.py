@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import ctypes
 import keyword
+import os
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -75,8 +76,10 @@ COORD_SLACK = 256
 #: (EpilogueCall.source, at a launch's first bind), so it is part of the build's key; api.linear's bound
 #: launches keep the build they were bound with (keyed by the inputs' addresses), so a benchmark times
 #: both builds interleaved with two bias tensors, each first called under its setting. False: vectors
-#: are not prefetched (the generated code as before this setting).
-VECTOR_PREFETCH_L1 = False
+#: are not prefetched (the generated code as before this setting). ``GL_VECTOR_PREFETCH_L1=1`` in the
+#: environment at import sets it (as library/fp8.py's GL_FP8_* settings: so that test processes under xdist
+#: run with it).
+VECTOR_PREFETCH_L1 = os.environ.get("GL_VECTOR_PREFETCH_L1", "0") == "1"
 #: Element types of tensor inputs, and their code in fused_epilogue.cuh's EpiDtype.
 INPUT_DTYPES = {torch.bfloat16: "kEpiBf16", torch.float16: "kEpiFp16", torch.float32: "kEpiFp32"}
 
