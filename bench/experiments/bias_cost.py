@@ -1,0 +1,169 @@
+"""Where a fused bias's cost comes from: the epilogue's machinery, or its vector loads (one-off experiment).
+
+    python bench/experiments/bias_cost.py [--shapes MxNxK,...] [--budget S] [-o OUT.json]
+    python bench/experiments/bias_cost.py --prebuild [--shapes ...]   # compile every variant's build, no GPU
+
+Per shape (bf16; x (M, K), w (N, K)), interleaved in one run (gemm_ladder.timing.time_fns, L2 flushed), on the
+same route:
+
+* ``plain``      ``gemm_ladder.linear(x, w)``;
+* ``bias``       ``linear(x, w, bias)``, the library's bias (bias (N,), bf16);
+* ``bias_l1``    the same with the bias prefetched into L1 (library/epilogue.py VECTOR_PREFETCH_L1 on around
+                 each of its calls, another bias tensor: a bound launch keeps its build, so both are timed in
+                 one process);
+* ``scalar``     a user Epilogue ``acc + s`` (a scalar: the fused epilogue's code with no load);
+* ``col``        a user Epilogue ``acc + b`` (b a column vector: the bias through the user path);
+* ``row``        a user Epilogue ``acc + r`` (r (M,), a row vector: one value per output row);
+* ``cublas_plain``, ``cublas_bias``: ``F.linear`` without and with the bias.
+
+Read as: ``scalar / plain`` is what the fused epilogue costs with nothing to load, ``col / scalar`` what a
+column vector's loads add, ``bias_l1 / bias`` what the L1 prefetch changes. Each of our outputs is checked
+against float64 first (1.5x the float64 result's rounding to bf16, + 1e-4 of its largest magnitude).
+
+Result: DATE_bias_cost_COMMIT.json, ``rows: [{M, N, K, us: {variant: median us}, over_plain: {variant: time /
+plain}, err: {variant}, correct}]``. Exit status: 0 every output right, 1 one wrong, 2 bad arguments or no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: suite.py, outputs.py
+from outputs import check_output, parse_shapes, positive  # noqa: E402
+from suite import add_output_argument, require_gpu, save  # noqa: E402
+
+import gemm_ladder  # noqa: E402
+from gemm_ladder.library import epilogue  # noqa: E402
+from gemm_ladder.timing import time_fns  # noqa: E402
+
+#: Bias layers where the bias cost most on the H200 at 2869771 and the H100 at 1560f29
+#: (bench/experiments/vector_prefetch.py): GPT-2 c_attn, BERT-large query, ViT-L qkv, BERT-large output.
+SHAPES = [(8192, 2304, 768), (4096, 768, 768), (1576, 3072, 1024), (4096, 1024, 1024), (512, 1024, 4096),
+          (12608, 1024, 4096)]
+
+ADD_SCALAR = gemm_ladder.Epilogue(name="add_scalar", cuda="return acc + s;", inputs={"s": "scalar"},
+                                  reference=lambda acc, s: acc + s)
+ADD_COL = gemm_ladder.Epilogue(name="add_col", cuda="return acc + b;", inputs={"b": "col"},
+                               reference=lambda acc, b: acc + b)
+ADD_ROW = gemm_ladder.Epilogue(name="add_row", cuda="return acc + r;", inputs={"r": "row"},
+                               reference=lambda acc, r: acc + r)
+
+
+def user_calls(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, rowvec: torch.Tensor) -> dict:
+    """The user-epilogue variants: name -> (Epilogue, inputs)."""
+    return {"scalar": (ADD_SCALAR, {"s": 0.5}), "col": (ADD_COL, {"b": bias}), "row": (ADD_ROW, {"r": rowvec})}
+
+
+def with_l1_prefetch(fn, *args):
+    """``fn(*args)`` with VECTOR_PREFETCH_L1 on: the setting is read wherever a launch is bound (a new
+    output address binds anew), so it is on around every call, not only the first."""
+    saved, epilogue.VECTOR_PREFETCH_L1 = epilogue.VECTOR_PREFETCH_L1, True
+    try:
+        return fn(*args)
+    finally:
+        epilogue.VECTOR_PREFETCH_L1 = saved
+
+
+def run_shape(m: int, n: int, k: int, budget: float) -> dict:
+    x = torch.randn((m, k), device="cuda", dtype=torch.bfloat16)
+    w = (torch.randn((n, k), device="cuda") / math.sqrt(k)).bfloat16()
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    bias_l1 = bias.clone()
+    rowvec = torch.randn(m, device="cuda", dtype=torch.bfloat16)
+    prod = x.double() @ w.double().T
+    refs = {"plain": prod, "bias": prod + bias.double(), "bias_l1": prod + bias.double(), "scalar": prod + 0.5,
+            "col": prod + bias.double(), "row": prod + rowvec.double()[:, None]}
+    fns = {"plain": lambda a, b: gemm_ladder.linear(a, b), "bias": lambda a, b: gemm_ladder.linear(a, b, bias),
+           "bias_l1": lambda a, b: with_l1_prefetch(gemm_ladder.linear, a, b, bias_l1)}
+    for name, (ep, inputs) in user_calls(x, w, bias, rowvec).items():
+        fns[name] = lambda a, b, ep=ep, inputs=inputs: gemm_ladder.linear(a, b, epilogue=ep, **inputs)
+    fns["cublas_plain"] = lambda a, b: F.linear(a, b)
+    fns["cublas_bias"] = lambda a, b: F.linear(a, b, bias)
+    err, ok = {}, True
+    for name, ref in refs.items():
+        fns[name](x, w)
+        y = fns[name](x, w)  # the bound launch's second call
+        floor = ((ref.to(torch.bfloat16).double() - ref).abs().max() / ref.abs().max()).item()
+        err[name] = ((y.double() - ref).abs().max() / ref.abs().max()).item()
+        ok = ok and math.isfinite(err[name]) and err[name] <= 1.5 * floor + 1e-4
+    t = time_fns(fns, x, w, budget_s=budget, rounds=3)
+    us = {name: t[name].median_ms * 1e3 for name in fns}
+    return {"M": m, "N": n, "K": k, "us": us, "over_plain": {name: v / us["plain"] for name, v in us.items()},
+            "err": err, "correct": bool(ok)}
+
+
+def prebuild(shapes) -> int:
+    """Compile every variant's build of ``shapes`` (the plain route, the bias with the L1 prefetch on and off,
+    the three user epilogues), no GPU: routes decided on meta tensors for each GPU the package has a cost
+    table for. 0 when every build is ready, else 1."""
+    from gemm_ladder.dispatch import decide
+    from gemm_ladder.dispatch.heuristic import device_tables
+    from gemm_ladder.dispatch.kernels import family
+    from gemm_ladder.dispatch.precompile import Build, run_builds
+    from gemm_ladder.dispatch.route import ASSUMED_DEVICE, DeviceFacts
+    from gemm_ladder.dispatch.validate import linear_call
+
+    builds = {}
+    devices = [ASSUMED_DEVICE] + [DeviceFacts(name, ASSUMED_DEVICE.sms) for name in device_tables()]
+    saved = epilogue.VECTOR_PREFETCH_L1
+    try:
+        for device, (m, n, k) in itertools.product(devices, shapes):
+            x = torch.empty((m, k), dtype=torch.bfloat16, device="meta")
+            w = torch.empty((n, k), dtype=torch.bfloat16, device="meta")
+            c = torch.empty((m, n), dtype=torch.bfloat16, device="meta")
+            bias = torch.empty(n, dtype=torch.bfloat16, device="meta")
+            sources = [None]
+            for setting in (False, True):
+                epilogue.VECTOR_PREFETCH_L1 = setting
+                sources.append(linear_call(x, w, bias, check_grad=False).source())
+            epilogue.VECTOR_PREFETCH_L1 = saved
+            rowvec = torch.empty(m, dtype=torch.bfloat16, device="meta")
+            for ep, inputs in user_calls(x, w, bias, rowvec).values():
+                sources.append(linear_call(x, w, epilogue=ep, inputs=inputs, check_grad=False).source())
+            for given in (False, True):  # linear allocates its output; a user epilogue's is decided as given
+                route = decide(x, w.T, c, given=given, device=device)
+                for src in sources:
+                    config = route.config.with_epilogue(src)
+                    builds[config] = Build(f"{route.kernel.name} {config.epilogue_id or 'plain'}",
+                                           lambda c=config: family(c).build(c))
+    finally:
+        epilogue.VECTOR_PREFETCH_L1 = saved
+    outcomes = run_builds(list(builds.values()), load=False)
+    print(outcomes.summary())
+    return 1 if outcomes.failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default=None, help="comma list of MxNxK (default: six bias layers)")
+    parser.add_argument("--budget", type=float, default=0.1, help="seconds of timed calls per callable")
+    parser.add_argument("--prebuild", action="store_true", help="compile every variant's build, no GPU, and exit")
+    add_output_argument(parser)
+    args = parser.parse_args(argv)
+    shapes = parse_shapes(__file__, "--shapes", args.shapes) if args.shapes else SHAPES
+    positive(__file__, "--budget", args.budget)
+    if args.prebuild:
+        return prebuild(shapes)
+    check_output(__file__, args.output)
+    require_gpu(__file__)
+    torch.manual_seed(0)
+    rows = []
+    for m, n, k in shapes:
+        r = run_shape(m, n, k, args.budget)
+        rows.append(r)
+        print(f"{m}x{n}x{k}: plain {r['us']['plain']:.1f} us; over plain: "
+              + ", ".join(f"{name} {v:.3f}" for name, v in r["over_plain"].items() if name != "plain")
+              + ("" if r["correct"] else " WRONG"), flush=True)
+    save({"rows": rows}, "bias_cost", args.output)
+    return 0 if all(r["correct"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
