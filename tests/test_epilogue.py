@@ -466,6 +466,99 @@ def test_vector_prefetch_setting_from_the_environment(value, expected):
     assert out.stdout.strip() == str(expected)
 
 
+@pytest.mark.parametrize("swap", [False, True])
+def test_loads_first_is_decided_per_call_and_generated(monkeypatch, swap):
+    """VECTOR_LOADS_FIRST: linear's bias (with or without alpha) gets ``#define GL_EPI_LOADS_FIRST 1`` in its
+    generated code while the setting is on; with an activation or a residual, a user's epilogue, or the
+    setting off, the text is what it was without the setting (so every other build's key is unchanged)."""
+    from gemm_ladder.library import epilogue as epilogue_module
+
+    cpu = torch.device("cpu")
+    bias = torch.empty(8, dtype=BF16)
+    calls = {(b, act, res, alpha): linear_epilogue(bias=b, activation=act, residual=res, alpha=alpha)
+             for b, act, res, alpha in ((True, None, False, False), (True, None, False, True), (True, "gelu", False, False),
+                                        (True, None, True, False), (False, None, True, False))}
+    user = scale_clamp()
+    for setting in (False, True):
+        monkeypatch.setattr(epilogue_module, "VECTOR_LOADS_FIRST", setting)
+        for (b, act, res, alpha), ep in calls.items():
+            values = {"gl_bias_": bias, "gl_alpha_": 2.0, "gl_residual_": torch.empty(4, 8, dtype=BF16), "gl_beta_": 1.0}
+            call = ep.bind({k: v for k, v in values.items() if k in ep.inputs}, 4, 8, cpu).oriented(swap)
+            want = setting and b and act is None and not res
+            src = call.source()
+            assert call.loads_first() is want and call.describe()["loads_first"] is want, (b, act, res, alpha, setting)
+            assert ("#define GL_EPI_LOADS_FIRST 1" in src) is want
+            assert src.count("GL_EPI_LOADS_FIRST") == int(want)
+        u = user.bind({"scale": torch.empty(4, dtype=BF16), "lo": 0.0, "hi": 1.0}, 4, 8, cpu).oriented(swap)
+        assert not u.loads_first() and "GL_EPI_LOADS_FIRST" not in u.source()
+
+
+@pytest.mark.parametrize("value, expected", [("1", True), ("0", False), (None, False)])
+def test_loads_first_setting_from_the_environment(value, expected):
+    """GL_EPI_LOADS_FIRST at import sets VECTOR_LOADS_FIRST (unset or another value: off, the default)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "GL_EPI_LOADS_FIRST"}
+    if value is not None:
+        env["GL_EPI_LOADS_FIRST"] = value
+    out = subprocess.run([sys.executable, "-c", "from gemm_ladder.library import epilogue; print(epilogue.VECTOR_LOADS_FIRST)"],
+                         env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(expected)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("bn, bm, pingpong, bias_dtype", [(256, 128, False, torch.bfloat16), (256, 64, False, torch.float32),
+                                                          (256, 64, True, torch.float32), (128, 64, False, torch.bfloat16)])
+def test_loads_first_builds_without_spills(use_cache, bn, bm, pingpong, bias_dtype):
+    """The general kernel's bias builds with loads first (the widest fragments: BN 256 cooperative, the
+    one-consumer 64-row tile and the ping-pong, and the 64 x 128 tile), both orientations: no spill, no
+    stack, and every vector load of a tile's epilogue issued before its first panel is staged (no barrier
+    between them), where panel by panel a barrier precedes the next panel's loads in the direct orientation
+    (swapped, the bias runs along the kernel's rows: a thread's two values, loaded once for every panel)."""
+    from gemm_ladder.library.gemm import library_gemm
+    from gemm_ladder.runtime.compiler import disassemble
+
+    kernel = library_gemm("k", "k", bn, bm=bm, pingpong=pingpong, cluster=1 if bm == 64 else 2)
+    ep = linear_epilogue(bias=True, activation=None, residual=False, alpha=False)
+    for swap in (False, True):
+        firsts = []
+        for loads_first in (False, True):
+            src = ep.source({"gl_bias_": bias_dtype}, swap, wide=False, pairs={"gl_bias_": (True, False)},
+                            loads_first=loads_first)
+            built = kernel.build("bf16", epilogue_source=src)
+            rep = _census(built)
+            assert rep.passed and (rep.spill_stores, rep.spill_loads, rep.stack_bytes) == (0, 0, 0), (
+                kernel.name, swap, loads_first, rep.messages)
+            firsts.append(_barriers_between_vector_loads(_sass_ops(disassemble(built.cubin))))
+        assert firsts[1] == 0 and (swap or firsts[0] > 0), (kernel.name, swap, firsts)
+
+
+def _sass_ops(sass: str) -> list[str]:
+    """The opcodes of a SASS listing in order (a guard predicate dropped), e.g. 'LDG.E.CONSTANT', 'STS.128'."""
+    import re
+
+    out = []
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
+        if m:
+            out.append(m.group(1))
+    return out
+
+
+def _barriers_between_vector_loads(ops: list[str]) -> int:
+    """Of the first epilogue in the listing (from its first constant-cache global load, LDG.E[.U16].CONSTANT,
+    to the next HGMMA): how many BARs (the named barrier around a panel's staging and TMA store) come before
+    one of its loads: 0 when every load is issued before the first panel is staged."""
+    def vector_load(op: str) -> bool:
+        return op.startswith("LDG") and "CONSTANT" in op
+
+    start = next(i for i, op in enumerate(ops) if vector_load(op))
+    end = next((i for i in range(start, len(ops)) if ops[i].startswith("HGMMA")), len(ops))
+    span = ops[start:end]
+    last = max(i for i, op in enumerate(span) if vector_load(op))
+    return sum(op.startswith("BAR") for op in span[:last])
+
+
 # A representative subset of the sweep its commit ran (BN 256 and 128; bf16 and fp16; a 16-bit and an fp32 bias;
 # none, GELU, SiLU; both orientations: no spill in any): the heaviest epilogue at BN 256 and a light one at 128,
 # so that CI compiles 6 builds, not 48.
