@@ -11,16 +11,13 @@ same route:
 * ``bias_l1``    the same with the bias prefetched into L1 (library/epilogue.py VECTOR_PREFETCH_L1 on around
                  each of its calls, another bias tensor: a bound launch keeps its build, so both are timed in
                  one process);
-* ``bias_first`` the same with the whole fragment's epilogue before its first panel's staging (library/epilogue.py
-                 VECTOR_LOADS_FIRST on around each of its calls, a third bias tensor);
 * ``scalar``     a user Epilogue ``acc + s`` (a scalar: the fused epilogue's code with no load);
 * ``col``        a user Epilogue ``acc + b`` (b a column vector: the bias through the user path);
 * ``row``        a user Epilogue ``acc + r`` (r (M,), a row vector: one value per output row);
 * ``cublas_plain``, ``cublas_bias``: ``F.linear`` without and with the bias.
 
 Read as: ``scalar / plain`` is what the fused epilogue costs with nothing to load, ``col / scalar`` what a
-column vector's loads add, ``bias_l1 / bias`` and ``bias_first / bias`` what the L1 prefetch and the loads
-issued first change. Each of our outputs is checked
+column vector's loads add, ``bias_l1 / bias`` what the L1 prefetch changes. Each of our outputs is checked
 against float64 first (1.5x the float64 result's rounding to bf16, + 1e-4 of its largest magnitude).
 
 Result: DATE_bias_cost_COMMIT.json, ``rows: [{M, N, K, us: {variant: median us}, over_plain: {variant: time /
@@ -64,30 +61,27 @@ def user_calls(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, rowvec: tor
     return {"scalar": (ADD_SCALAR, {"s": 0.5}), "col": (ADD_COL, {"b": bias}), "row": (ADD_ROW, {"r": rowvec})}
 
 
-def with_setting(name: str, fn, *args):
-    """``fn(*args)`` with library/epilogue.py's setting ``name`` on: a setting is read wherever a launch is
-    bound (a new output address binds anew), so it is on around every call, not only the first."""
-    saved = getattr(epilogue, name)
-    setattr(epilogue, name, True)
+def with_l1_prefetch(fn, *args):
+    """``fn(*args)`` with VECTOR_PREFETCH_L1 on: the setting is read wherever a launch is bound (a new
+    output address binds anew), so it is on around every call, not only the first."""
+    saved, epilogue.VECTOR_PREFETCH_L1 = epilogue.VECTOR_PREFETCH_L1, True
     try:
         return fn(*args)
     finally:
-        setattr(epilogue, name, saved)
+        epilogue.VECTOR_PREFETCH_L1 = saved
 
 
 def run_shape(m: int, n: int, k: int, budget: float) -> dict:
     x = torch.randn((m, k), device="cuda", dtype=torch.bfloat16)
     w = (torch.randn((n, k), device="cuda") / math.sqrt(k)).bfloat16()
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    bias_l1, bias_first = bias.clone(), bias.clone()
+    bias_l1 = bias.clone()
     rowvec = torch.randn(m, device="cuda", dtype=torch.bfloat16)
     prod = x.double() @ w.double().T
-    refs = {"plain": prod, "bias": prod + bias.double(), "bias_l1": prod + bias.double(),
-            "bias_first": prod + bias.double(), "scalar": prod + 0.5,
+    refs = {"plain": prod, "bias": prod + bias.double(), "bias_l1": prod + bias.double(), "scalar": prod + 0.5,
             "col": prod + bias.double(), "row": prod + rowvec.double()[:, None]}
     fns = {"plain": lambda a, b: gemm_ladder.linear(a, b), "bias": lambda a, b: gemm_ladder.linear(a, b, bias),
-           "bias_l1": lambda a, b: with_setting("VECTOR_PREFETCH_L1", gemm_ladder.linear, a, b, bias_l1),
-           "bias_first": lambda a, b: with_setting("VECTOR_LOADS_FIRST", gemm_ladder.linear, a, b, bias_first)}
+           "bias_l1": lambda a, b: with_l1_prefetch(gemm_ladder.linear, a, b, bias_l1)}
     for name, (ep, inputs) in user_calls(x, w, bias, rowvec).items():
         fns[name] = lambda a, b, ep=ep, inputs=inputs: gemm_ladder.linear(a, b, epilogue=ep, **inputs)
     fns["cublas_plain"] = lambda a, b: F.linear(a, b)
@@ -106,7 +100,7 @@ def run_shape(m: int, n: int, k: int, budget: float) -> dict:
 
 
 def prebuild(shapes) -> int:
-    """Compile every variant's build of ``shapes`` (the plain route, the bias as it is, with the L1 prefetch, with loads first,
+    """Compile every variant's build of ``shapes`` (the plain route, the bias with the L1 prefetch on and off,
     the three user epilogues), no GPU: routes decided on meta tensors for each GPU the package has a cost
     table for. 0 when every build is ready, else 1."""
     from gemm_ladder.dispatch import decide
@@ -118,23 +112,29 @@ def prebuild(shapes) -> int:
 
     builds = {}
     devices = [ASSUMED_DEVICE] + [DeviceFacts(name, ASSUMED_DEVICE.sms) for name in device_tables()]
-    for device, (m, n, k) in itertools.product(devices, shapes):
-        x = torch.empty((m, k), dtype=torch.bfloat16, device="meta")
-        w = torch.empty((n, k), dtype=torch.bfloat16, device="meta")
-        c = torch.empty((m, n), dtype=torch.bfloat16, device="meta")
-        bias = torch.empty(n, dtype=torch.bfloat16, device="meta")
-        sources = [None, linear_call(x, w, bias, check_grad=False).source()]
-        for name in ("VECTOR_PREFETCH_L1", "VECTOR_LOADS_FIRST"):
-            sources.append(with_setting(name, lambda: linear_call(x, w, bias, check_grad=False).source()))
-        rowvec = torch.empty(m, dtype=torch.bfloat16, device="meta")
-        for ep, inputs in user_calls(x, w, bias, rowvec).values():
-            sources.append(linear_call(x, w, epilogue=ep, inputs=inputs, check_grad=False).source())
-        for given in (False, True):  # linear allocates its output; a user epilogue's is decided as given
-            route = decide(x, w.T, c, given=given, device=device)
-            for src in sources:
-                config = route.config.with_epilogue(src)
-                builds[config] = Build(f"{route.kernel.name} {config.epilogue_id or 'plain'}",
-                                       lambda c=config: family(c).build(c))
+    saved = epilogue.VECTOR_PREFETCH_L1
+    try:
+        for device, (m, n, k) in itertools.product(devices, shapes):
+            x = torch.empty((m, k), dtype=torch.bfloat16, device="meta")
+            w = torch.empty((n, k), dtype=torch.bfloat16, device="meta")
+            c = torch.empty((m, n), dtype=torch.bfloat16, device="meta")
+            bias = torch.empty(n, dtype=torch.bfloat16, device="meta")
+            sources = [None]
+            for setting in (False, True):
+                epilogue.VECTOR_PREFETCH_L1 = setting
+                sources.append(linear_call(x, w, bias, check_grad=False).source())
+            epilogue.VECTOR_PREFETCH_L1 = saved
+            rowvec = torch.empty(m, dtype=torch.bfloat16, device="meta")
+            for ep, inputs in user_calls(x, w, bias, rowvec).values():
+                sources.append(linear_call(x, w, epilogue=ep, inputs=inputs, check_grad=False).source())
+            for given in (False, True):  # linear allocates its output; a user epilogue's is decided as given
+                route = decide(x, w.T, c, given=given, device=device)
+                for src in sources:
+                    config = route.config.with_epilogue(src)
+                    builds[config] = Build(f"{route.kernel.name} {config.epilogue_id or 'plain'}",
+                                           lambda c=config: family(c).build(c))
+    finally:
+        epilogue.VECTOR_PREFETCH_L1 = saved
     outcomes = run_builds(list(builds.values()), load=False)
     print(outcomes.summary())
     return 1 if outcomes.failed else 0

@@ -80,17 +80,6 @@ COORD_SLACK = 256
 #: environment at import sets it (as library/fp8.py's GL_FP8_* settings: so that test processes under xdist
 #: run with it).
 VECTOR_PREFETCH_L1 = os.environ.get("GL_VECTOR_PREFETCH_L1", "0") == "1"
-#: Whether the general kernel applies an epilogue whose tensor inputs are all vectors (a bias; "row" and "col"
-#: inputs) to a consumer's whole 64 x BN fragment before staging any of its panels (sm90_gemm.cu's
-#: epilogue_fragment, the generated ``#define GL_EPI_LOADS_FIRST 1``), so that the vector's loads for the
-#: whole tile are issued together and their latency is waited on once a tile instead of once a 64-column
-#: panel (a panel's staging and TMA store order memory: the next panel's loads are not hoisted above them).
-#: Why: with a user epilogue adding a scalar the general kernel ran as fast as without an epilogue, and
-#: adding a column vector (a bias) cost what the library's bias costs, 1.04-1.13x (H100, e46c01b,
-#: bench/experiments/bias_cost.py). Read where a call's generated source is made, as VECTOR_PREFETCH_L1;
-#: ``GL_EPI_LOADS_FIRST=1`` in the environment at import sets it. False: panel by panel (the generated code
-#: as before this setting).
-VECTOR_LOADS_FIRST = os.environ.get("GL_EPI_LOADS_FIRST", "0") == "1"
 #: Element types of tensor inputs, and their code in fused_epilogue.cuh's EpiDtype.
 INPUT_DTYPES = {torch.bfloat16: "kEpiBf16", torch.float16: "kEpiFp16", torch.float32: "kEpiFp32"}
 
@@ -172,11 +161,6 @@ class Epilogue:
         self.name = str(name)
         self.examples = examples
 
-    #: Whether a build may apply it to a consumer's whole fragment before staging a panel (:data:`VECTOR_LOADS_FIRST`):
-    #: linear's bias without activation or residual sets it (no spill in the general kernel's builds, where a
-    #: GELU's math over a whole BN 256 fragment spilled); a user's body is not known, so not for a user's.
-    loads_first_ok = False
-
     def __repr__(self) -> str:
         return f"Epilogue({self.name!r}, inputs={self.inputs})"
 
@@ -198,7 +182,7 @@ class Epilogue:
 
     def source(self, dtypes: Mapping[str, torch.dtype], swap: bool, *, wide: bool = True,
                pairs: Mapping[str, tuple[bool, bool]] | None = None,
-               prefetch: Mapping[str, str] | None = None, loads_first: bool = False) -> str:
+               prefetch: Mapping[str, str] | None = None) -> str:
         """The generated C++ for this epilogue with tensor inputs of ``dtypes`` and the orientation
         ``swap`` (the kernel's output is the transpose of the caller's): ``GL_EPILOGUE``,
         ``GL_EPI_SWAP``, the user's function, ``gl::gl_epilogue_pair`` and ``gl::gl_epilogue_prefetch``.
@@ -213,12 +197,9 @@ class Epilogue:
         before each tile's epilogue (:meth:`EpilogueCall.prefetch_runs`, fused_epilogue.cuh's epi_prefetch_runs);
         per vector input of stride 1 (the host checked), ``"L1"``: its slice of the tile (the tile's columns
         of a "col" vector, its rows of a "row" one), one run, prefetched into L1 at the same point
-        (:meth:`EpilogueCall.vector_prefetch`); absent: no prefetch. ``loads_first``: the general kernel
-        applies the epilogue to a consumer's whole fragment before staging a panel (``#define
-        GL_EPI_LOADS_FIRST 1``; :data:`VECTOR_LOADS_FIRST`); False adds nothing to the text. All of these are
-        compile-time in the generated code (constants, no branch) and so part of the build's key. Raises
-        EpilogueError for a prefetch of a scalar, of a tile other than along 'rows' or 'cols', or of a vector
-        other than 'L1'."""
+        (:meth:`EpilogueCall.vector_prefetch`); absent: no prefetch. All three are compile-time in the generated
+        code (constants, no branch) and so part of the build's key. Raises EpilogueError for a prefetch
+        of a scalar, of a tile other than along 'rows' or 'cols', or of a vector other than 'L1'."""
         pairs = dict(pairs or {})
         prefetch = dict(prefetch or {})
         for n, how in prefetch.items():
@@ -229,7 +210,6 @@ class Epilogue:
         params = ", ".join(["float acc", "int row", "int col", *(f"float {n}" for n in self.inputs)])
         lines = [f"// fused epilogue {self.name!r}: inputs {self.inputs}",
                  "#define GL_EPILOGUE 1", f"#define GL_EPI_SWAP {int(bool(swap))}",
-                 *(["#define GL_EPI_LOADS_FIRST 1"] if loads_first else []),
                  '#include "gemm_ladder/fused_epilogue.cuh"', "namespace gl {",
                  f"__device__ __forceinline__ float gl_user_epilogue({params}) {{",
                  '#line 1 "epilogue"', self.body(), "}",
@@ -444,13 +424,7 @@ class EpilogueCall:
     def source(self) -> str:
         """The generated code of this call's build (part of its JIT cache key)."""
         return self.epilogue.source(dict(self.dtypes), self.swap, wide=self.wide_offsets(), pairs=self.pair_loads(),
-                                    prefetch=self.prefetches(), loads_first=self.loads_first())
-
-    def loads_first(self) -> bool:
-        """Whether the call's build applies the epilogue to a consumer's whole fragment before staging a
-        panel (Epilogue.source's ``loads_first``): while :data:`VECTOR_LOADS_FIRST` (read now), for an
-        epilogue that allows it (``Epilogue.loads_first_ok``: linear's bias, with or without alpha)."""
-        return VECTOR_LOADS_FIRST and self.epilogue.loads_first_ok
+                                    prefetch=self.prefetches())
 
     def wide_offsets(self) -> bool:
         """Whether an input's offsets need 64 bits: the largest the kernels compute, (rows - 1 + s)
@@ -576,8 +550,7 @@ class EpilogueCall:
                             "element_bytes": t.element_size(), "strides": [sr, sc],
                             "l2_prefetch": None if how == "L1" else how,
                             "l1_prefetch": {"row": "rows", "col": "cols"}[kind] if how == "L1" else None})
-        return {"name": self.epilogue.name, "orientation": "swapped" if self.swap else "direct", "inputs": out,
-                "loads_first": self.loads_first()}
+        return {"name": self.epilogue.name, "orientation": "swapped" if self.swap else "direct", "inputs": out}
 
 
 # --- the built-in epilogue of gemm_ladder.linear ------------------------------------------------------
@@ -629,7 +602,6 @@ def linear_epilogue(*, bias: bool, activation: str | None, residual: bool, alpha
                                     ("residual", residual)) if on)
     ep = Epilogue.__new__(Epilogue)  # its input names use the reserved gl_ prefix, which users may not
     ep.cuda, ep.reference, ep.inputs, ep.name, ep.examples = v, reference, inputs, f"linear:{name}", {}
-    ep.loads_first_ok = bias and activation is None and not residual
     _LINEAR_EPILOGUES[key] = ep
     return ep
 

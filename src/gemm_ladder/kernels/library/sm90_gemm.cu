@@ -230,40 +230,6 @@ __device__ __forceinline__ void epilogue_pack_panel(uint32_t (&packed)[BN / 4], 
   for (int q = 16 * p; q < 16 * p + 16; ++q) packed[q] = pack2(d[2 * q], d[2 * q + 1]);
 }
 
-// A consumer's finished 64 x BN fragment (rows row0.., columns col0..) through the fused epilogue, in place,
-// every panel before any is staged (Epi::kLoadsFirst: library/epilogue.py's VECTOR_LOADS_FIRST): the
-// inputs' loads of the whole fragment are issued together, so their latency is waited on once a tile,
-// not once a 64-column panel (a panel's staging and TMA store order memory, so the next panel's loads
-// cannot be hoisted above them). The pairs are epilogue_pack_panel's.
-template <int BN, class Epi>
-__device__ __forceinline__ void epilogue_fragment(float (&d)[BN / 2], int row0, int col0, int M, int N, const Epi& epi) {
-  const int t = thread_in_warpgroup(), warp = t / 32, lane = t % 32;
-#pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-      epi.pair_along_row(d[4 * j + 2 * i], d[4 * j + 2 * i + 1], row0 + 16 * warp + lane / 4 + 8 * i,
-                         col0 + 8 * j + 2 * (lane % 4), M, N);
-  }
-}
-
-// Panel p of a fragment the epilogue has already been applied to (epilogue_fragment), packed as
-// pack_fragment packs it.
-template <int BN>
-__device__ __forceinline__ void pack_panel(uint32_t (&packed)[BN / 4], const float (&d)[BN / 2], int p) {
-#pragma unroll
-  for (int q = 16 * p; q < 16 * p + 16; ++q) packed[q] = pack2(d[2 * q], d[2 * q + 1]);
-}
-
-// The fused epilogue's panel p, packed: epilogue_pack_panel, or with Epi::kLoadsFirst only the packing
-// (the caller applied epilogue_fragment to the whole fragment first).
-template <int BN, class Epi>
-__device__ __forceinline__ void fused_panel(uint32_t (&packed)[BN / 4], float (&d)[BN / 2], int p, int row0, int col0,
-                                            int M, int N, const Epi& epi) {
-  if constexpr (Epi::kLoadsFirst) pack_panel<BN>(packed, d, p);
-  else epilogue_pack_panel<BN>(packed, d, p, row0, col0, M, N, epi);
-}
-
 // The kernel: map_a, map_b the operands' tensor maps; c_out where C goes (TmaC or PointerC, as
 // Cfg::kStore says); the problem; the stream-K split (tail_first_unit) and its workspace (partials,
 // counters: null when no unit has two contributors); epi the epilogue (NoEpilogue or FusedEpilogue).
@@ -398,10 +364,9 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
         if constexpr (kFromRegisters) {
           store_fragment(d, unit);
         } else if constexpr (Epi::kFused) {
-          if constexpr (Epi::kLoadsFirst) epilogue_fragment<BN>(d, tm * BM, tn * BN, M, N, epi);
 #pragma unroll
           for (int p = 0; p < Cfg::kCPanels; ++p) {
-            fused_panel<BN>(packed, d, p, tm * BM, tn * BN, M, N, epi);
+            epilogue_pack_panel<BN>(packed, d, p, tm * BM, tn * BN, M, N, epi);
             store_panel(p, packed, ring, c_out.map, tn * BN, tm * BM, bar, elected);
           }
         } else {
@@ -460,10 +425,9 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
         if constexpr (Epi::kFused) {
           // Each panel's epilogue right before its staging, in the same block: ptxas sinks the math to
           // where the packed values are used, so a panel's inputs stay live only across its own store.
-          if constexpr (Epi::kLoadsFirst) epilogue_fragment<BN>(d, tm * BM + 64 * consumer, tn * BN, M, N, epi);
 #pragma unroll
           for (int p = 0; p < Cfg::kCPanels; ++p) {
-            fused_panel<BN>(packed, d, p, tm * BM + 64 * consumer, tn * BN, M, N, epi);
+            epilogue_pack_panel<BN>(packed, d, p, tm * BM + 64 * consumer, tn * BN, M, N, epi);
             if (p < kEarlyPanels) store_panel(p, packed, ring, c_out.map, tn * BN, tm * BM + 64 * consumer, bar, elected);
           }
         } else {
@@ -513,17 +477,12 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
       if constexpr (kFromRegisters) {
         store_fragment(d, seg.unit);
       } else if constexpr (Epi::kFused) {
-        if constexpr (Epi::kLoadsFirst) {
-          int um, tn;
-          sched.coords(seg.unit, um, tn);
-          epilogue_fragment<BN>(d, (um * kCluster + rank) * BM + kConsumerRows * consumer, tn * BN, M, N, epi);
-        }
 #pragma unroll
         for (int p = 0; p < Cfg::kCPanels; ++p) {
           {
             int um, tn;
             sched.coords(seg.unit, um, tn);
-            fused_panel<BN>(packed, d, p, (um * kCluster + rank) * BM + kConsumerRows * consumer, tn * BN, M, N, epi);
+            epilogue_pack_panel<BN>(packed, d, p, (um * kCluster + rank) * BM + kConsumerRows * consumer, tn * BN, M, N, epi);
           }
           store_panel_of(seg.unit, p);
         }

@@ -32,9 +32,6 @@ struct NoEpilogue {
 #endif
 
 #if defined(GL_EPILOGUE)
-#ifndef GL_EPI_LOADS_FIRST
-#define GL_EPI_LOADS_FIRST 0
-#endif
 #ifndef GL_EPI_SWAP
 #error "a fused epilogue names its orientation: GL_EPI_SWAP 0 or 1"
 #endif
@@ -69,10 +66,6 @@ __device__ __forceinline__ void epilogue_prefetch(int kr0, int kc0, int kernel_r
 // in parameter space: `p` refers to it), as a kernel's `Epi`.
 struct FusedEpilogue {
   static constexpr bool kFused = true;
-  // Whether the general kernel applies the epilogue to a consumer's whole fragment before staging any
-  // panel (sm90_gemm.cu's epilogue_fragment): GL_EPI_LOADS_FIRST, which the generated code defines where
-  // the call's build asks (library/epilogue.py's VECTOR_LOADS_FIRST); else panel by panel.
-  static constexpr bool kLoadsFirst = GL_EPI_LOADS_FIRST != 0;
   const EpilogueParams& p;
   // x1 is the kernel output's next column (row kr, column kc + 1): the general kernel's pairs.
   __device__ __forceinline__ void pair_along_row(float& x0, float& x1, int kr, int kc, int kernel_rows,
