@@ -14,6 +14,10 @@ same route:
 * ``scalar``     a user Epilogue ``acc + s`` (a scalar: the fused epilogue's code with no load);
 * ``col``        a user Epilogue ``acc + b`` (b a column vector: the bias through the user path);
 * ``row``        a user Epilogue ``acc + r`` (r (M,), a row vector: one value per output row);
+* ``col_f32``    ``col`` with a float32 vector (8-byte pair loads);
+* ``col_bcast``  ``col`` with a vector of stride 0 (one element expanded: every load the same address);
+* ``tile_bcast`` a user Epilogue ``acc + t`` with t the bias as a tile of strides (0, 1) (a load per pair
+                 of outputs, where a column vector's load is shared by a thread's two rows);
 * ``cublas_plain``, ``cublas_bias``: ``F.linear`` without and with the bias.
 
 Read as: ``scalar / plain`` is what the fused epilogue costs with nothing to load, ``col / scalar`` what a
@@ -54,11 +58,16 @@ ADD_COL = gemm_ladder.Epilogue(name="add_col", cuda="return acc + b;", inputs={"
                                reference=lambda acc, b: acc + b)
 ADD_ROW = gemm_ladder.Epilogue(name="add_row", cuda="return acc + r;", inputs={"r": "row"},
                                reference=lambda acc, r: acc + r)
+ADD_TILE = gemm_ladder.Epilogue(name="add_tile", cuda="return acc + t;", inputs={"t": "tile"},
+                                reference=lambda acc, t: acc + t)
 
 
 def user_calls(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, rowvec: torch.Tensor) -> dict:
     """The user-epilogue variants: name -> (Epilogue, inputs)."""
-    return {"scalar": (ADD_SCALAR, {"s": 0.5}), "col": (ADD_COL, {"b": bias}), "row": (ADD_ROW, {"r": rowvec})}
+    m, n = x.shape[0], w.shape[0]
+    return {"scalar": (ADD_SCALAR, {"s": 0.5}), "col": (ADD_COL, {"b": bias}), "row": (ADD_ROW, {"r": rowvec}),
+            "col_f32": (ADD_COL, {"b": bias.float()}), "col_bcast": (ADD_COL, {"b": bias[:1].expand(n)}),
+            "tile_bcast": (ADD_TILE, {"t": bias.expand(m, n)})}
 
 
 def with_l1_prefetch(fn, *args):
@@ -79,7 +88,8 @@ def run_shape(m: int, n: int, k: int, budget: float) -> dict:
     rowvec = torch.randn(m, device="cuda", dtype=torch.bfloat16)
     prod = x.double() @ w.double().T
     refs = {"plain": prod, "bias": prod + bias.double(), "bias_l1": prod + bias.double(), "scalar": prod + 0.5,
-            "col": prod + bias.double(), "row": prod + rowvec.double()[:, None]}
+            "col": prod + bias.double(), "row": prod + rowvec.double()[:, None], "col_f32": prod + bias.double(),
+            "col_bcast": prod + bias[:1].double(), "tile_bcast": prod + bias.double()}
     fns = {"plain": lambda a, b: gemm_ladder.linear(a, b), "bias": lambda a, b: gemm_ladder.linear(a, b, bias),
            "bias_l1": lambda a, b: with_l1_prefetch(gemm_ladder.linear, a, b, bias_l1)}
     for name, (ep, inputs) in user_calls(x, w, bias, rowvec).items():
