@@ -219,12 +219,26 @@ template <int BN, class Epi>
 __device__ __forceinline__ void epilogue_pack_panel(uint32_t (&packed)[BN / 4], float (&d)[BN / 2], int p, int row0,
                                                     int col0, int M, int N, const Epi& epi) {
   const int t = thread_in_warpgroup(), warp = t / 32, lane = t % 32;
+  // With Epi::kInterior (an epilogue without tile inputs), a panel wholly inside the output (the common
+  // case) reads its inputs unmasked: each load's address a constant offset from the panel's first, where a
+  // masked load selects its offset first (a compare, a select and a 64-bit address per load). The
+  // epilogue's own instructions are what a fused bias costs. With a tile input (a residual) the two copies
+  // of the panel's code spilled at BN 256.
+  const auto panel = [&](auto masked) {
 #pragma unroll
-  for (int j = 8 * p; j < 8 * p + 8; ++j) {
+    for (int j = 8 * p; j < 8 * p + 8; ++j) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
-      epi.pair_along_row(d[4 * j + 2 * i], d[4 * j + 2 * i + 1], row0 + 16 * warp + lane / 4 + 8 * i,
-                         col0 + 8 * j + 2 * (lane % 4), M, N);
+      for (int i = 0; i < 2; ++i)
+        epi.template pair_along_row<decltype(masked)::value>(d[4 * j + 2 * i], d[4 * j + 2 * i + 1],
+                                                             row0 + 16 * warp + lane / 4 + 8 * i,
+                                                             col0 + 8 * j + 2 * (lane % 4), M, N);
+    }
+  };
+  if constexpr (Epi::kInterior) {
+    if (row0 + 64 <= M && col0 + 64 * (p + 1) <= N) panel(std::false_type{});
+    else panel(std::true_type{});
+  } else {
+    panel(std::true_type{});
   }
 #pragma unroll
   for (int q = 16 * p; q < 16 * p + 16; ++q) packed[q] = pack2(d[2 * q], d[2 * q + 1]);
