@@ -466,37 +466,6 @@ def test_vector_prefetch_setting_from_the_environment(value, expected):
     assert out.stdout.strip() == str(expected)
 
 
-def test_interior_define_follows_the_tile_inputs():
-    """GL_EPI_INTERIOR: 1 for an epilogue without tile inputs (a bias, a row vector, scalars: the general kernel
-    reads a panel inside the output unmasked), 0 with a residual or another tile input."""
-    dts = {"gl_bias_": BF16, "gl_residual_": BF16}
-    for residual, want in ((False, 1), (True, 0)):
-        ep = linear_epilogue(bias=True, activation="gelu", residual=residual, alpha=False)
-        src = ep.source({n: dts[n] for n in ep.tensor_inputs}, False)
-        assert f"#define GL_EPI_INTERIOR {want}\n" in src and src.count("GL_EPI_INTERIOR") == 1
-    assert "#define GL_EPI_INTERIOR 1\n" in scale_clamp().source({"scale": BF16}, True)
-
-
-@needs_nvcc
-def test_interior_panels_load_a_bias_at_constant_offsets(use_cache):
-    """The general kernel's bias build (BN 128, direct): its panels inside the output load the bias's pairs
-    from one base register at constant offsets (16 bytes apart: a thread's pairs are 8 columns apart),
-    and it keeps masked loads for the edge panels; a residual build's loads stay masked only."""
-    import re
-
-    from gemm_ladder.library.gemm import library_gemm
-    from gemm_ladder.runtime.compiler import disassemble
-
-    kernel = library_gemm("k", "k", 128)
-    bias = linear_epilogue(bias=True, activation=None, residual=False, alpha=False)
-    sass = disassemble(kernel.build("bf16", epilogue_source=bias.source({"gl_bias_": BF16}, False, wide=False,
-                                                                          pairs={"gl_bias_": (True, False)})).cubin)
-    offsets = re.findall(r"LDG\.E\.CONSTANT R\d+, desc\[UR\d+\]\[R\d+\.64\+(0x[0-9a-f]+)\]", sass)
-    assert {"0x10", "0x20", "0x70"} <= set(offsets), offsets
-    plain = len(re.findall(r"LDG\.E\.CONSTANT R\d+, desc\[UR\d+\]\[R\d+\.64\] ", sass))
-    assert plain > 0  # the edge panels' masked loads
-
-
 # A representative subset of the sweep its commit ran (BN 256 and 128; bf16 and fp16; a 16-bit and an fp32 bias;
 # none, GELU, SiLU; both orientations: no spill in any): the heaviest epilogue at BN 256 and a light one at 128,
 # so that CI compiles 6 builds, not 48.

@@ -210,24 +210,20 @@ class Epilogue:
         params = ", ".join(["float acc", "int row", "int col", *(f"float {n}" for n in self.inputs)])
         lines = [f"// fused epilogue {self.name!r}: inputs {self.inputs}",
                  "#define GL_EPILOGUE 1", f"#define GL_EPI_SWAP {int(bool(swap))}",
-                 # without a tile input, the general kernel reads a panel inside the output unmasked
-                 # (sm90_gemm.cu's epilogue_pack_panel; with one, its two copies of the code spilled)
-                 f"#define GL_EPI_INTERIOR {int('tile' not in self.inputs.values())}",
                  '#include "gemm_ladder/fused_epilogue.cuh"', "namespace gl {",
                  f"__device__ __forceinline__ float gl_user_epilogue({params}) {{",
                  '#line 1 "epilogue"', self.body(), "}",
                  "#line 1000000 \"generated epilogue code\"",
-                 "template <bool kAlongCols, bool kMasked = true>",
+                 "template <bool kAlongCols>",
                  "__device__ __forceinline__ void gl_epilogue_pair(float& gl_x0, float& gl_x1, int gl_r, int gl_c, "
                  "int gl_rows, int gl_cols, const EpilogueParams& gl_p) {",
                  f"  using gl_off = {'long long' if wide else 'EpiNarrowOff'};  // element offsets",
                  "  const int gl_r1 = kAlongCols ? gl_r : gl_r + 1, gl_c1 = kAlongCols ? gl_c + 1 : gl_c;",
                  "  // Masks: an element outside the output is not read (predicated loads, 0, no branch). A vector's",
                  "  // element is masked by its own coordinate only, so the loads of one row's (or one column's)",
-                 "  // pairs are one load the compiler can share. !kMasked: the caller knows the pair is inside (a",
-                 "  // block wholly inside the output), so no mask: an offset the compiler can fold into the load.",
-                 "  const bool gl_row0 = !kMasked || gl_r < gl_rows, gl_row1 = !kMasked || gl_r1 < gl_rows;",
-                 "  const bool gl_col0 = !kMasked || gl_c < gl_cols, gl_col1 = !kMasked || gl_c1 < gl_cols;",
+                 "  // pairs are one load the compiler can share.",
+                 "  const bool gl_row0 = gl_r < gl_rows, gl_row1 = gl_r1 < gl_rows;",
+                 "  const bool gl_col0 = gl_c < gl_cols, gl_col1 = gl_c1 < gl_cols;",
                  "  const bool gl_in0 = gl_row0 && gl_col0, gl_in1 = gl_row1 && gl_col1;"]
         for slot, n in enumerate(self.tensor_inputs):
             dt = INPUT_DTYPES[dtypes[n]]

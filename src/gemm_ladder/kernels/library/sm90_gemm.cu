@@ -208,21 +208,6 @@ __host__ __device__ constexpr bool config_ok() {
   return true;
 }
 
-// The fused epilogue on column panel p's pairs of a consumer's fragment, in place (epilogue_pack_panel's
-// pairs): kMasked false where the caller knows the panel is inside the output.
-template <bool kMasked, int BN, class Epi>
-__device__ __forceinline__ void epilogue_panel_pairs(float (&d)[BN / 2], int p, int row0, int col0, int M, int N,
-                                                     const Epi& epi) {
-  const int t = thread_in_warpgroup(), warp = t / 32, lane = t % 32;
-#pragma unroll
-  for (int j = 8 * p; j < 8 * p + 8; ++j) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-      epi.template pair_along_row<kMasked>(d[4 * j + 2 * i], d[4 * j + 2 * i + 1], row0 + 16 * warp + lane / 4 + 8 * i,
-                                           col0 + 8 * j + 2 * (lane % 4), M, N);
-  }
-}
-
 // Column panel p (columns 64p.. of BN) of a consumer's finished 64 x BN fragment (rows row0.., columns
 // col0.. of the kernel's M x N output) through the fused epilogue, in place, then packed as
 // pack_fragment packs it. Pair (4j + 2i, 4j + 2i + 1) sits at row row0 + 16w + l/4 + 8i, columns
@@ -230,19 +215,16 @@ __device__ __forceinline__ void epilogue_panel_pairs(float (&d)[BN / 2], int p, 
 // kernel's output. The kernel calls it for each panel right before that panel's staging (or, for the
 // panels stored later, after the earlier panels' stores): ptxas sinks the math to where the packed
 // values are used, and the whole fragment's math sunk into the first panel's store spilled.
-// With Epi::kInterior (an epilogue without tile inputs), a panel wholly inside the output (the common
-// case) reads its inputs unmasked: each load's address a constant offset from the panel's first, where a
-// masked load selects its offset first (a compare, a select and a 64-bit address per load). The
-// epilogue's own instructions are what a fused bias costs. With a tile input (a residual) the two copies
-// of the panel's code spilled at BN 256.
 template <int BN, class Epi>
 __device__ __forceinline__ void epilogue_pack_panel(uint32_t (&packed)[BN / 4], float (&d)[BN / 2], int p, int row0,
                                                     int col0, int M, int N, const Epi& epi) {
-  if constexpr (Epi::kInterior) {
-    if (row0 + 64 <= M && col0 + 64 * (p + 1) <= N) epilogue_panel_pairs<false, BN>(d, p, row0, col0, M, N, epi);
-    else epilogue_panel_pairs<true, BN>(d, p, row0, col0, M, N, epi);
-  } else {
-    epilogue_panel_pairs<true, BN>(d, p, row0, col0, M, N, epi);
+  const int t = thread_in_warpgroup(), warp = t / 32, lane = t % 32;
+#pragma unroll
+  for (int j = 8 * p; j < 8 * p + 8; ++j) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      epi.pair_along_row(d[4 * j + 2 * i], d[4 * j + 2 * i + 1], row0 + 16 * warp + lane / 4 + 8 * i,
+                         col0 + 8 * j + 2 * (lane % 4), M, N);
   }
 #pragma unroll
   for (int q = 16 * p; q < 16 * p + 16; ++q) packed[q] = pack2(d[2 * q], d[2 * q + 1]);

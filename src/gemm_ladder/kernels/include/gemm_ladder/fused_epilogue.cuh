@@ -113,14 +113,11 @@ template <int DT, bool kPair, typename Off>
 __device__ __forceinline__ void epi_load_pair(const void* base, Off offset, Off step, bool in0, bool in1, float& v0,
                                               float& v1) {
   if constexpr (kPair) {  // a select of the offset (branched: see epi_ldg); offsets are even here
-    // The pair's address counted in elements (not offset / 2 pairs: a signed halving is a shift and a
-    // rounding fix per load, and it hides that neighbouring pairs' addresses differ by a constant, which
-    // an unmasked load then takes as an immediate offset).
     if constexpr (DT == kEpiFp32) {
-      const float2 w = epi_ldg<float2>(static_cast<const float*>(base), offset, in0);
+      const float2 w = epi_ldg<float2>(static_cast<const float2*>(base), static_cast<Off>(offset / 2), in0);
       v0 = w.x, v1 = w.y;
     } else {
-      const uint32_t w = epi_ldg<unsigned int>(static_cast<const unsigned short*>(base), offset, in0);
+      const uint32_t w = epi_ldg<unsigned int>(static_cast<const unsigned int*>(base), static_cast<Off>(offset / 2), in0);
       v0 = epi_bits_to_float<DT>(w);
       v1 = DT == kEpiBf16 ? __uint_as_float(w & 0xffff0000u) : epi_bits_to_float<DT>(w >> 16);
     }

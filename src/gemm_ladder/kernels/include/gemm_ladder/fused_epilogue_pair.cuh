@@ -32,23 +32,19 @@ struct NoEpilogue {
 #endif
 
 #if defined(GL_EPILOGUE)
-#ifndef GL_EPI_INTERIOR
-#define GL_EPI_INTERIOR 0
-#endif
 #ifndef GL_EPI_SWAP
 #error "a fused epilogue names its orientation: GL_EPI_SWAP 0 or 1"
 #endif
 namespace gl {
 // The kernel's accumulators x0 (its row kr, column kc) and x1 (the next column when kPairAlongCols,
-// else the next row) of a kernel output of kernel_rows x kernel_cols, in place. kMasked false: the caller
-// knows both are inside the output (the generated code then reads its inputs unmasked).
-template <bool kPairAlongCols, bool kMasked = true>
+// else the next row) of a kernel output of kernel_rows x kernel_cols, in place.
+template <bool kPairAlongCols>
 __device__ __forceinline__ void epilogue_pair(float& x0, float& x1, int kr, int kc, int kernel_rows, int kernel_cols,
                                               const EpilogueParams& p) {
   if constexpr (GL_EPI_SWAP) {
-    gl_epilogue_pair<!kPairAlongCols, kMasked>(x0, x1, kc, kr, kernel_cols, kernel_rows, p);
+    gl_epilogue_pair<!kPairAlongCols>(x0, x1, kc, kr, kernel_cols, kernel_rows, p);
   } else {
-    gl_epilogue_pair<kPairAlongCols, kMasked>(x0, x1, kr, kc, kernel_rows, kernel_cols, p);
+    gl_epilogue_pair<kPairAlongCols>(x0, x1, kr, kc, kernel_rows, kernel_cols, p);
   }
 }
 // The prefetch of the epilogue's inputs over a block of the kernel's output (rows kr0 + [0, kKernelRows),
@@ -70,17 +66,11 @@ __device__ __forceinline__ void epilogue_prefetch(int kr0, int kc0, int kernel_r
 // in parameter space: `p` refers to it), as a kernel's `Epi`.
 struct FusedEpilogue {
   static constexpr bool kFused = true;
-  // Whether the general kernel reads a panel wholly inside the output unmasked (sm90_gemm.cu's
-  // epilogue_pack_panel): GL_EPI_INTERIOR, which the generated code defines for an epilogue without tile
-  // inputs (library/epilogue.py).
-  static constexpr bool kInterior = GL_EPI_INTERIOR != 0;
   const EpilogueParams& p;
-  // x1 is the kernel output's next column (row kr, column kc + 1): the general kernel's pairs. kMasked
-  // false: the caller knows the pair is inside the output.
-  template <bool kMasked = true>
+  // x1 is the kernel output's next column (row kr, column kc + 1): the general kernel's pairs.
   __device__ __forceinline__ void pair_along_row(float& x0, float& x1, int kr, int kc, int kernel_rows,
                                                  int kernel_cols) const {
-    epilogue_pair<true, kMasked>(x0, x1, kr, kc, kernel_rows, kernel_cols, p);
+    epilogue_pair<true>(x0, x1, kr, kc, kernel_rows, kernel_cols, p);
   }
   // x1 is the kernel output's next row (row kr + 1, column kc): the small-M kernel's pairs.
   __device__ __forceinline__ void pair_along_col(float& x0, float& x1, int kr, int kc, int kernel_rows,
