@@ -2,6 +2,7 @@
 
     python bench/experiments/bias_cost.py [--shapes MxNxK,...] [--budget S] [-o OUT.json]
     python bench/experiments/bias_cost.py --prebuild [--shapes ...]   # compile every variant's build, no GPU
+    python bench/experiments/bias_cost.py --profile [--shapes MxNxK]   # one launch of each, for Nsight Compute
 
 Per shape (bf16; x (M, K), w (N, K)), interleaved in one run (gemm_ladder.timing.time_fns, L2 flushed), on the
 same route:
@@ -23,6 +24,10 @@ same route:
 Read as: ``scalar / plain`` is what the fused epilogue costs with nothing to load, ``col / scalar`` what a
 column vector's loads add, ``bias_l1 / bias`` what the L1 prefetch changes. Each of our outputs is checked
 against float64 first (1.5x the float64 result's rounding to bf16, + 1e-4 of its largest magnitude).
+
+``--profile``: for the first shape, the plain call and the library's bias, each warmed up, then one launch of
+each inside the NVTX range "prof" (plain first), nothing timed: what bench/device/smoke_bias_stalls.sh runs
+under Nsight Compute (its warp stall reasons per issued instruction and per SASS line).
 
 Result: DATE_bias_cost_COMMIT.json, ``rows: [{M, N, K, us: {variant: median us}, over_plain: {variant: time /
 plain}, err: {variant}, correct}]``. Exit status: 0 every output right, 1 one wrong, 2 bad arguments or no GPU.
@@ -109,6 +114,24 @@ def run_shape(m: int, n: int, k: int, budget: float) -> dict:
             "err": err, "correct": bool(ok)}
 
 
+def profile(m: int, n: int, k: int) -> int:
+    """One launch each of ``linear(x, w)`` and ``linear(x, w, bias)`` inside the NVTX range "prof", after
+    three warm-up calls each (the builds loaded, the bound launches made), for a profiler to capture."""
+    x = torch.randn((m, k), device="cuda", dtype=torch.bfloat16)
+    w = (torch.randn((n, k), device="cuda") / math.sqrt(k)).bfloat16()
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        gemm_ladder.linear(x, w), gemm_ladder.linear(x, w, bias)
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push("prof")
+    gemm_ladder.linear(x, w)
+    gemm_ladder.linear(x, w, bias)
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_pop()
+    print(f"profiled {m}x{n}x{k}: plain, then bias", flush=True)
+    return 0
+
+
 def prebuild(shapes) -> int:
     """Compile every variant's build of ``shapes`` (the plain route, the bias with the L1 prefetch on and off,
     the three user epilogues), no GPU: routes decided on meta tensors for each GPU the package has a cost
@@ -155,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default=None, help="comma list of MxNxK (default: six bias layers)")
     parser.add_argument("--budget", type=float, default=0.1, help="seconds of timed calls per callable")
     parser.add_argument("--prebuild", action="store_true", help="compile every variant's build, no GPU, and exit")
+    parser.add_argument("--profile", action="store_true",
+                        help="one launch of the plain call and of the bias (the first shape) in NVTX range 'prof'")
     add_output_argument(parser)
     args = parser.parse_args(argv)
     shapes = parse_shapes(__file__, "--shapes", args.shapes) if args.shapes else SHAPES
@@ -164,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     check_output(__file__, args.output)
     require_gpu(__file__)
     torch.manual_seed(0)
+    if args.profile:
+        return profile(*shapes[0])
     rows = []
     for m, n, k in shapes:
         r = run_shape(m, n, k, args.budget)
