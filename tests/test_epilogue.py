@@ -221,56 +221,6 @@ def test_prefetch_runs_are_decided_per_call_and_generated():
     assert call.describe()["inputs"][0]["l2_prefetch"] == "cols" and call.describe()["inputs"][1]["l2_prefetch"] is None
 
 
-@pytest.mark.parametrize("swap", [False, True])
-def test_vector_l1_prefetch_is_decided_per_call_and_generated(monkeypatch, swap):
-    """A vector of stride 1 along its own direction (a bias; a row scale) gets one run of the block's
-    kCols (kRows) elements from gl_c0 (gl_r0) prefetched into L1, in the output's coordinates whatever the
-    orientation (fused_epilogue_pair.cuh's epilogue_prefetch swaps the kernel's); none when
-    VECTOR_PREFETCH_L1 is off or the stride is not 1. The setting is read when the source is made, and the
-    source is the build's key."""
-    from gemm_ladder.library import epilogue as epilogue_module
-
-    monkeypatch.setattr(epilogue_module, "VECTOR_PREFETCH_L1", True)  # off by default until measured
-    cpu = torch.device("cpu")
-    bias = linear_epilogue(bias=True, activation=None, residual=False, alpha=False)
-    for dt, code in ((BF16, "kEpiBf16"), (torch.float32, "kEpiFp32")):
-        call = bias.bind({"gl_bias_": torch.empty(8, dtype=dt)}, 4, 8, cpu).oriented(swap)
-        assert call.vector_prefetch() == {"gl_bias_": "L1"} and call.prefetch_runs() == {}
-        src = call.source()
-        assert f"#define GL_EPI_SWAP {int(swap)}" in src
-        assert (f"  epi_prefetch_runs<{code}, 1, kCols, kThreads, true>(gl_p.ptr[0], 0, 0, gl_c0, 1, gl_cols, gl_t);"
-                "  // gl_bias_, into L1") in src
-        assert src.count("epi_prefetch_runs") == 1 and "nothing to prefetch" not in src
-        monkeypatch.setattr(epilogue_module, "VECTOR_PREFETCH_L1", False)
-        off = call.source()
-        assert call.vector_prefetch() == {} and "epi_prefetch_runs" not in off and "nothing to prefetch" in off
-        assert call.describe()["inputs"][0]["l1_prefetch"] is None
-        assert cache_key(src, ["-O3"], "nvcc 13", "h") != cache_key(off, ["-O3"], "nvcc 13", "h")
-        monkeypatch.setattr(epilogue_module, "VECTOR_PREFETCH_L1", True)
-        assert call.source() == src and call.describe()["inputs"][0]["l1_prefetch"] == "cols"
-        assert call.describe()["inputs"][0]["l2_prefetch"] is None
-        strided = bias.bind({"gl_bias_": torch.empty(16, dtype=dt)[::2]}, 4, 8, cpu).oriented(swap)
-        assert strided.vector_prefetch() == {} and "epi_prefetch_runs" not in strided.source()
-    # a row vector: its run is the block's rows
-    ep = scale_clamp()
-    call = ep.bind({"scale": torch.empty(5, dtype=BF16), "lo": 0.0, "hi": 1.0}, 5, 7, cpu).oriented(swap)
-    assert ("epi_prefetch_runs<kEpiBf16, 1, kRows, kThreads, true>(gl_p.ptr[0], 0, 0, gl_r0, 1, gl_rows, gl_t);"
-            in call.source())
-    strided = ep.bind({"scale": torch.empty(10, dtype=BF16)[::2], "lo": 0.0, "hi": 1.0}, 5, 7, cpu).oriented(swap)
-    assert strided.vector_prefetch() == {} and "epi_prefetch_runs" not in strided.source()
-    # with a residual: both, each its own level; and the source's rules for a prefetch spec
-    lin = linear_epilogue(bias=True, activation="gelu", residual=True, alpha=False)
-    call = lin.bind({"gl_bias_": torch.empty(8, dtype=BF16), "gl_residual_": torch.empty(4, 8, dtype=BF16),
-                     "gl_beta_": 1.0}, 4, 8, cpu).oriented(swap)
-    assert call.prefetches() == {"gl_bias_": "L1", "gl_residual_": "cols"}
-    src = call.source()
-    assert "kCols, kThreads, true>(gl_p.ptr[0]" in src and "kRows, kCols, kThreads>(gl_p.ptr[1]" in src
-    dts = {"gl_bias_": BF16, "gl_residual_": BF16}
-    for bad in ({"gl_bias_": "cols"}, {"gl_bias_": "rows"}, {"gl_residual_": "L1"}, {"gl_beta_": "L1"}, {"nope": "L1"}):
-        with pytest.raises(EpilogueError, match="only tile inputs"):
-            lin.source(dts, swap, prefetch=bad)
-
-
 def test_params_pair_rules():
     ep = Epilogue(cuda="acc + r", inputs={"r": "tile"}, reference=lambda acc, r: acc + r)
     cpu = torch.device("cpu")
@@ -325,19 +275,18 @@ def test_general_kernel_builds_every_linear_epilogue_without_spills(use_cache, a
     ep = linear_epilogue(bias=True, activation=activation, residual=True, alpha=True)
     dts = {"gl_bias_": BF16, "gl_residual_": BF16}
     # The builds a call makes (EpilogueCall.source): 32-bit offsets and a contiguous residual's pair
-    # loads along rows (direct) or single loads (swapped), its L2 prefetch along the output's rows, the
-    # contiguous bias's L1 prefetch (VECTOR_PREFETCH_L1); and the 64-bit fallback.
+    # loads along rows (direct) or single loads (swapped), its L2 prefetch along the output's rows;
+    # and the 64-bit fallback.
     paired = {n: (True, False) for n in dts}
     # BN 64 (one panel per tile): both orientations and the 64-bit offsets too (_VARIANTS).
     for bn, swap, wide in _ACTIVATION_VARIANTS[activation]:
         built = library_gemm("k", "k", bn).build("bf16", epilogue_source=ep.source(
-            dts, swap, wide=wide, pairs=paired, prefetch={"gl_residual_": "cols", "gl_bias_": "L1"}))
+            dts, swap, wide=wide, pairs=paired, prefetch={"gl_residual_": "cols"}))
         rep = _census(built)
         assert rep.passed, (bn, swap, wide, rep.messages)
         assert rep.sass["HGMMA"] and rep.sass["UTMASTG"]
         sass = disassemble(built.cubin)
         assert "CCTL.E.PF2" in sass  # the residual's L2 prefetch (prefetch.global.L2)
-        assert "CCTL.E.PF1" in sass  # the bias's L1 prefetch (prefetch.global.L1)
         # The activation's MUFU: BN / 2 accumulators per thread, epilogue code at two sites (whole tiles
         # and the stream-K tail): gelu_tanh one tanh.approx each and no ex2 (fused_epilogue.cuh), silu
         # an ex2 (and an rcp) each.
@@ -442,87 +391,6 @@ def test_residual_prefetch_along_rows_and_columns_without_spills(use_cache, swap
     bias = linear_epilogue(bias=True, activation=None, residual=False, alpha=False)
     built = library_gemm("k", "k", 256).build("bf16", epilogue_source=bias.source({"gl_bias_": BF16}, swap, wide=False))
     assert "CCTL.E.PF2" not in disassemble(built.cubin)
-    assert "CCTL.E.PF1" not in disassemble(built.cubin)  # no prefetch asked (VECTOR_PREFETCH_L1 off): none
-
-
-def _l1_points(run: int, element_bytes: int) -> int:
-    """fused_epilogue.cuh's kPoints: the L1 prefetches of one run (a point every 128 bytes, then its last)."""
-    line = 128 // element_bytes
-    return (run + line - 1) // line + 1
-
-
-@needs_nvcc
-@pytest.mark.parametrize("value, expected", [("1", True), ("0", False), (None, False)])
-def test_vector_prefetch_setting_from_the_environment(value, expected):
-    """GL_VECTOR_PREFETCH_L1 at import sets VECTOR_PREFETCH_L1 (how a device run turns it on in xdist's
-    workers); unset or any other value leaves it off, the default."""
-    import os
-
-    env = {k: v for k, v in os.environ.items() if k != "GL_VECTOR_PREFETCH_L1"}
-    if value is not None:
-        env["GL_VECTOR_PREFETCH_L1"] = value
-    out = subprocess.run([sys.executable, "-c", "from gemm_ladder.library import epilogue; print(epilogue.VECTOR_PREFETCH_L1)"],
-                         env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == str(expected)
-
-
-# A representative subset of the sweep its commit ran (BN 256 and 128; bf16 and fp16; a 16-bit and an fp32 bias;
-# none, GELU, SiLU; both orientations: no spill in any): the heaviest epilogue at BN 256 and a light one at 128,
-# so that CI compiles 6 builds, not 48.
-@pytest.mark.parametrize("bn, dtype, bias_dtype, activation", [(256, "bf16", torch.float32, "gelu"),
-                                                               (256, "fp16", torch.float16, "silu"),
-                                                               (128, "bf16", torch.bfloat16, None)])
-def test_bias_l1_prefetch_builds_without_spills(use_cache, bn, dtype, bias_dtype, activation):
-    """The general kernel's bias builds with the bias's L1 prefetch (EpilogueCall.vector_prefetch: the build a
-    call with a contiguous bias makes): a 16-bit and an fp32 bias, no activation, GELU and SiLU, both
-    orientations; no spill, no stack. The SASS holds the prefetch at the whole tiles' and the stream-K
-    segments' sites, each thread 0's kPoints CCTL.E.PF1 over a run of the kernel's BN columns (direct) or of
-    a consumer's 64 rows (swapped: the output's columns are the kernel's rows), and no L2 prefetch."""
-    from gemm_ladder.library.gemm import library_gemm
-    from gemm_ladder.runtime.compiler import disassemble
-
-    ep = linear_epilogue(bias=True, activation=activation, residual=False, alpha=False)
-    for swap in (False, True):
-        src = ep.source({"gl_bias_": bias_dtype}, swap, wide=False, pairs={"gl_bias_": (True, False)},
-                        prefetch={"gl_bias_": "L1"})
-        built = library_gemm("k", "k", bn).build(dtype, epilogue_source=src)
-        rep = _census(built)
-        what = (bn, dtype, bias_dtype, activation, swap)
-        assert rep.passed, (what, rep.messages)
-        assert (rep.spill_stores, rep.spill_loads, rep.stack_bytes) == (0, 0, 0), what
-        sass = disassemble(built.cubin)
-        points = _l1_points(64 if swap else bn, 4 if bias_dtype == torch.float32 else 2)
-        assert sass.count("CCTL.E.PF1") == 2 * points and "CCTL.E.PF2" not in sass, what
-
-
-@needs_nvcc
-def test_vector_l1_prefetch_in_every_general_kernel_path_without_spills(use_cache):
-    """The other builds that prefetch (sm90_gemm.cu's epi.prefetch): the ping-pong kernel (whole tiles only),
-    the register store (its stream-K segments only: its whole tiles prefetch nothing), the 64-row tile, and
-    linear's whole epilogue (alpha, bias, GELU, residual) whose residual is prefetched into L2 beside the
-    bias into L1, at BN 256; both orientations, no spill, no stack."""
-    from gemm_ladder.library.gemm import library_gemm
-    from gemm_ladder.runtime.compiler import disassemble
-
-    bias = linear_epilogue(bias=True, activation="gelu", residual=False, alpha=False)
-    full = linear_epilogue(bias=True, activation="gelu", residual=True, alpha=True)
-    # At BN 256, the widest (the commit that made it also built ping-pong at 128, the fp32 register store
-    # and the whole epilogue at BN 128 and 64: no spill).
-    builds = [(library_gemm("k", "k", 256, bm=64, pingpong=True), bias, 1),
-              (library_gemm("k", "k", 256, c_from_registers=True), bias, 1),
-              (library_gemm("k", "k", 256, bm=64), bias, 2), (library_gemm("k", "k", 256), full, 2)]
-    for kernel, ep, sites in builds:
-        dts = {n: BF16 for n in ep.tensor_inputs}
-        prefetch = {"gl_bias_": "L1", **({"gl_residual_": "cols"} if "gl_residual_" in dts else {})}
-        for swap in (False, True):
-            built = kernel.build("bf16", epilogue_source=ep.source(dts, swap, wide=False,
-                                                                    pairs={n: (True, False) for n in dts},
-                                                                    prefetch=prefetch))
-            rep = _census(built)
-            assert rep.passed and (rep.spill_stores, rep.spill_loads, rep.stack_bytes) == (0, 0, 0), (
-                kernel.name, ep.name, swap, rep.messages)
-            points = _l1_points(64 if swap else kernel.tile[1], 2)
-            assert disassemble(built.cubin).count("CCTL.E.PF1") == sites * points, (kernel.name, swap)
 
 
 @needs_nvcc
@@ -621,12 +489,8 @@ def test_gate_epilogue_usage_errors(use_cache, tmp_path):
 # --- the designer's plan of the extra loads, and its audit ---------------------------------------
 
 
-def test_epilogue_load_plan_and_audit(monkeypatch):
+def test_epilogue_load_plan_and_audit():
     from dataclasses import replace
-
-    from gemm_ladder.library import epilogue as epilogue_module
-
-    monkeypatch.setattr(epilogue_module, "VECTOR_PREFETCH_L1", True)  # the plan with the vector prefetch on
 
     from gemm_ladder.audit.epilogue import audit_epilogue_plan, audit_text
 
@@ -639,16 +503,10 @@ def test_epilogue_load_plan_and_audit(monkeypatch):
     assert plan.bytes_per_tile == 1024 + 65536 and "none added" in plan.text() and "program order" in plan.text()
     assert plan.to_json()["bytes_per_tile"] == plan.bytes_per_tile
     assert audit_epilogue_plan(plan) == [] and "no barrier added" in audit_text(plan)
-    # the residual's L2 prefetch and the (contiguous) bias's L1 prefetch before each tile's epilogue: hints,
-    # no barrier, the loads still direct into registers (library/epilogue.py's VECTOR_PREFETCH_L1, set on above)
-    assert by["gl_residual_"].prefetch == "L2 along cols" and by["gl_bias_"].prefetch == "L1 along cols"
+    # the residual's L2 prefetch at each tile's start: a hint on the tile input only, no barrier
+    assert by["gl_residual_"].prefetch == "L2 along cols" and by["gl_bias_"].prefetch == "none"
     assert (by["gl_residual_"].method, by["gl_residual_"].staged_in) == ("direct", "registers")
-    assert (by["gl_bias_"].method, by["gl_bias_"].staged_in) == ("direct", "registers")
     assert "prefetched to L2 along cols" in plan.text() and "gl_residual_ prefetched into L2" in audit_text(plan)
-    assert "gl_bias_: col, 1024 bytes, direct loads into registers, prefetched to L1 along cols" in plan.text()
-    assert "gl_bias_ prefetched into L1" in audit_text(plan)
-    strided_bias = linear_call(x, w, t(8, dtype=torch.float32)[::2], residual=t(6, 4)).load_plan()
-    assert {ld.name: ld.prefetch for ld in strided_bias.loads}["gl_bias_"] == "none"  # stride 2: not prefetched
     colmajor = linear_call(x, w, residual=t(4, 6).T).load_plan()
     assert {ld.name: ld.prefetch for ld in colmajor.loads}["gl_residual_"] == "L2 along rows"
     assert all(ld.prefetch == "none" for ld in linear_call(x, w, residual=t(1, 4).expand(6, 4)).load_plan().loads)
@@ -656,20 +514,10 @@ def test_epilogue_load_plan_and_audit(monkeypatch):
     assert any("tile inputs only" in p for p in audit_epilogue_plan(bias_pre))
     assert any("tile inputs only" in p for p in audit_epilogue_plan(
         replace(plan, loads=(replace(by["gl_residual_"], prefetch="L1"),))))
-    for wrong_level in ("L1 along cols", "L1 along rows"):  # a tile is prefetched into L2 only
-        assert audit_epilogue_plan(replace(plan, loads=(replace(by["gl_residual_"], prefetch=wrong_level),)))
-    # a col vector's L1 prefetch runs along the columns; a scalar is never prefetched
-    assert audit_epilogue_plan(replace(plan, loads=(replace(by["gl_bias_"], prefetch="L1 along rows"),)))
-    assert audit_epilogue_plan(replace(plan, loads=(replace(by["gl_alpha_"], prefetch="L1 along cols"),)))
     from gemm_ladder.design.epilogue import plan_epilogue_loads
 
     with pytest.raises(ValueError, match="only tile inputs"):
         plan_epilogue_loads([("b", "col", 2)], (128, 256), 2, prefetch={"b": "cols"})
-    for bad in ({"r": "L1"}, {"s": "L1"}):
-        with pytest.raises(ValueError, match="only tile inputs"):
-            plan_epilogue_loads([("r", "tile", 2), ("s", "scalar", 4)], (128, 256), 2, prefetch=bad)
-    rowvec = plan_epilogue_loads([("v", "row", 2)], (128, 256), 2, prefetch={"v": "L1"})
-    assert rowvec.loads[0].prefetch == "L1 along rows" and audit_epilogue_plan(rowvec) == []
     staged = replace(plan, loads=(replace(plan.loads[1], staged_in="shared memory"),) + plan.loads[2:])
     assert any("registers" in p for p in audit_epilogue_plan(staged))
     assert any("barrier" in p for p in audit_epilogue_plan(replace(plan, barriers=("bar",))))

@@ -9,9 +9,6 @@ same route:
 
 * ``plain``      ``gemm_ladder.linear(x, w)``;
 * ``bias``       ``linear(x, w, bias)``, the library's bias (bias (N,), bf16);
-* ``bias_l1``    the same with the bias prefetched into L1 (library/epilogue.py VECTOR_PREFETCH_L1 on around
-                 each of its calls, another bias tensor: a bound launch keeps its build, so both are timed in
-                 one process);
 * ``scalar``     a user Epilogue ``acc + s`` (a scalar: the fused epilogue's code with no load);
 * ``col``        a user Epilogue ``acc + b`` (b a column vector: the bias through the user path);
 * ``row``        a user Epilogue ``acc + r`` (r (M,), a row vector: one value per output row);
@@ -22,7 +19,9 @@ same route:
 * ``cublas_plain``, ``cublas_bias``: ``F.linear`` without and with the bias.
 
 Read as: ``scalar / plain`` is what the fused epilogue costs with nothing to load, ``col / scalar`` what a
-column vector's loads add, ``bias_l1 / bias`` what the L1 prefetch changes. Each of our outputs is checked
+column vector's loads add; ``col_f32``, ``col_bcast`` and ``tile_bcast`` against ``col`` whether that follows
+the vector's bytes and addresses or the number of loads (the runs that timed an L1 prefetch of the bias,
+``bias_l1``, and its loads issued first are in bench/results: both were removed). Each of our outputs is checked
 against float64 first (1.5x the float64 result's rounding to bf16, + 1e-4 of its largest magnitude).
 
 ``--profile``: for the first shape, the plain call and the library's bias, each warmed up, then one launch of
@@ -49,11 +48,11 @@ from outputs import check_output, parse_shapes, positive  # noqa: E402
 from suite import add_output_argument, require_gpu, save  # noqa: E402
 
 import gemm_ladder  # noqa: E402
-from gemm_ladder.library import epilogue  # noqa: E402
 from gemm_ladder.timing import time_fns  # noqa: E402
 
-#: Bias layers where the bias cost most on the H200 at 2869771 and the H100 at 1560f29
-#: (bench/experiments/vector_prefetch.py): GPT-2 c_attn, BERT-large query, ViT-L qkv, BERT-large output.
+#: Bias layers where the bias cost most on the H200 at 2869771 (bench/shapes_real.py) and the H100 at 1560f29
+#: (bench/results/2026-12-06_vector_prefetch_*): GPT-2 c_attn, BERT-large query, ViT-L qkv and fc2, BERT-large
+#: output.
 SHAPES = [(8192, 2304, 768), (4096, 768, 768), (1576, 3072, 1024), (4096, 1024, 1024), (512, 1024, 4096),
           (12608, 1024, 4096)]
 
@@ -75,28 +74,16 @@ def user_calls(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, rowvec: tor
             "tile_bcast": (ADD_TILE, {"t": bias.expand(m, n)})}
 
 
-def with_l1_prefetch(fn, *args):
-    """``fn(*args)`` with VECTOR_PREFETCH_L1 on: the setting is read wherever a launch is bound (a new
-    output address binds anew), so it is on around every call, not only the first."""
-    saved, epilogue.VECTOR_PREFETCH_L1 = epilogue.VECTOR_PREFETCH_L1, True
-    try:
-        return fn(*args)
-    finally:
-        epilogue.VECTOR_PREFETCH_L1 = saved
-
-
 def run_shape(m: int, n: int, k: int, budget: float) -> dict:
     x = torch.randn((m, k), device="cuda", dtype=torch.bfloat16)
     w = (torch.randn((n, k), device="cuda") / math.sqrt(k)).bfloat16()
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    bias_l1 = bias.clone()
     rowvec = torch.randn(m, device="cuda", dtype=torch.bfloat16)
     prod = x.double() @ w.double().T
-    refs = {"plain": prod, "bias": prod + bias.double(), "bias_l1": prod + bias.double(), "scalar": prod + 0.5,
+    refs = {"plain": prod, "bias": prod + bias.double(), "scalar": prod + 0.5,
             "col": prod + bias.double(), "row": prod + rowvec.double()[:, None], "col_f32": prod + bias.double(),
             "col_bcast": prod + bias[:1].double(), "tile_bcast": prod + bias.double()}
-    fns = {"plain": lambda a, b: gemm_ladder.linear(a, b), "bias": lambda a, b: gemm_ladder.linear(a, b, bias),
-           "bias_l1": lambda a, b: with_l1_prefetch(gemm_ladder.linear, a, b, bias_l1)}
+    fns = {"plain": lambda a, b: gemm_ladder.linear(a, b), "bias": lambda a, b: gemm_ladder.linear(a, b, bias)}
     for name, (ep, inputs) in user_calls(x, w, bias, rowvec).items():
         fns[name] = lambda a, b, ep=ep, inputs=inputs: gemm_ladder.linear(a, b, epilogue=ep, **inputs)
     fns["cublas_plain"] = lambda a, b: F.linear(a, b)
@@ -133,7 +120,7 @@ def profile(m: int, n: int, k: int) -> int:
 
 
 def prebuild(shapes) -> int:
-    """Compile every variant's build of ``shapes`` (the plain route, the bias with the L1 prefetch on and off,
+    """Compile every variant's build of ``shapes`` (the plain route, the bias,
     the three user epilogues), no GPU: routes decided on meta tensors for each GPU the package has a cost
     table for. 0 when every build is ready, else 1."""
     from gemm_ladder.dispatch import decide
@@ -145,29 +132,21 @@ def prebuild(shapes) -> int:
 
     builds = {}
     devices = [ASSUMED_DEVICE] + [DeviceFacts(name, ASSUMED_DEVICE.sms) for name in device_tables()]
-    saved = epilogue.VECTOR_PREFETCH_L1
-    try:
-        for device, (m, n, k) in itertools.product(devices, shapes):
-            x = torch.empty((m, k), dtype=torch.bfloat16, device="meta")
-            w = torch.empty((n, k), dtype=torch.bfloat16, device="meta")
-            c = torch.empty((m, n), dtype=torch.bfloat16, device="meta")
-            bias = torch.empty(n, dtype=torch.bfloat16, device="meta")
-            sources = [None]
-            for setting in (False, True):
-                epilogue.VECTOR_PREFETCH_L1 = setting
-                sources.append(linear_call(x, w, bias, check_grad=False).source())
-            epilogue.VECTOR_PREFETCH_L1 = saved
-            rowvec = torch.empty(m, dtype=torch.bfloat16, device="meta")
-            for ep, inputs in user_calls(x, w, bias, rowvec).values():
-                sources.append(linear_call(x, w, epilogue=ep, inputs=inputs, check_grad=False).source())
-            for given in (False, True):  # linear allocates its output; a user epilogue's is decided as given
-                route = decide(x, w.T, c, given=given, device=device)
-                for src in sources:
-                    config = route.config.with_epilogue(src)
-                    builds[config] = Build(f"{route.kernel.name} {config.epilogue_id or 'plain'}",
-                                           lambda c=config: family(c).build(c))
-    finally:
-        epilogue.VECTOR_PREFETCH_L1 = saved
+    for device, (m, n, k) in itertools.product(devices, shapes):
+        x = torch.empty((m, k), dtype=torch.bfloat16, device="meta")
+        w = torch.empty((n, k), dtype=torch.bfloat16, device="meta")
+        c = torch.empty((m, n), dtype=torch.bfloat16, device="meta")
+        bias = torch.empty(n, dtype=torch.bfloat16, device="meta")
+        sources = [None, linear_call(x, w, bias, check_grad=False).source()]
+        rowvec = torch.empty(m, dtype=torch.bfloat16, device="meta")
+        for ep, inputs in user_calls(x, w, bias, rowvec).values():
+            sources.append(linear_call(x, w, epilogue=ep, inputs=inputs, check_grad=False).source())
+        for given in (False, True):  # linear allocates its output; a user epilogue's is decided as given
+            route = decide(x, w.T, c, given=given, device=device)
+            for src in sources:
+                config = route.config.with_epilogue(src)
+                builds[config] = Build(f"{route.kernel.name} {config.epilogue_id or 'plain'}",
+                                       lambda c=config: family(c).build(c))
     outcomes = run_builds(list(builds.values()), load=False)
     print(outcomes.summary())
     return 1 if outcomes.failed else 0

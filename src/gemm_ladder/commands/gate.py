@@ -213,11 +213,9 @@ def epilogue_resources(ep, dtypes: list[str], arch: str) -> list[dict]:
     """The resource gate (spills, stack, local memory) of ``ep`` built into the top kernels: the general
     kernel (A and B K-major, BN 256) in both orientations and the small-M kernel's widest bucket;
     tensor inputs in each dtype, tile inputs with the L2 prefetch a row-major one builds ("cols":
-    EpilogueCall.prefetch_runs) and vectors with the L1 prefetch a contiguous one builds ("L1", while
-    library/epilogue.py's VECTOR_PREFETCH_L1)."""
+    EpilogueCall.prefetch_runs)."""
     from gemm_ladder.contract import DTYPES
     from gemm_ladder.gates.resources import check_cubin_resources
-    from gemm_ladder.library import epilogue as epilogue_module
     from gemm_ladder.library.gemm import library_gemm
     from gemm_ladder.library.small_m import small_m_gemm
 
@@ -225,10 +223,7 @@ def epilogue_resources(ep, dtypes: list[str], arch: str) -> list[dict]:
     for dtype in dtypes:
         dts = {n: DTYPES[dtype] for n in ep.tensor_inputs}
         for swap in (False, True):
-            prefetch = {n: "cols" for n, k in ep.inputs.items() if k == "tile"}
-            if epilogue_module.VECTOR_PREFETCH_L1:
-                prefetch.update({n: "L1" for n, k in ep.inputs.items() if k in ("row", "col")})
-            src = ep.source(dts, swap, prefetch=prefetch)
+            src = ep.source(dts, swap, prefetch={n: "cols" for n, k in ep.inputs.items() if k == "tile"})
             for label, kernel, build in (
                     ("sm90_gemm_kk_bn256", library_gemm("k", "k", 256),
                      lambda k=library_gemm("k", "k", 256): k.build(dtype, arch, epilogue_source=src)),

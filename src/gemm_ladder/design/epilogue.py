@@ -16,10 +16,7 @@ epi_prefetch_runs: one prefetch.global.L2 per 128-byte line of each contiguous r
 slice). A prefetch writes nothing the kernel reads and is only a hint (PTX ISA,
 "prefetch"), so it orders nothing and needs no barrier; the plan records it per input (``prefetch``:
 "L2 along cols", "L2 along rows" or "none"), its bytes the input's loads' bytes.
-A vector input of stride 1 (a bias) is prefetched at the same point into the SM's L1 instead, where the
-build asks (library/epilogue.py's VECTOR_PREFETCH_L1: one prefetch.global.L1 per 128-byte line of the
-tile's slice of the vector, which is in L2 after the first tile that reads it): the plan says "L1 along
-cols" (a "col" vector) or "L1 along rows" (a "row" vector). Scalars are not prefetched.
+Vectors and scalars are not prefetched.
 
 Bytes per tile (BM x BN outputs): a row vector BM elements, a column vector BN, a tile BM x BN, a
 scalar none (kernel parameter space); each input's own element size.
@@ -40,9 +37,7 @@ class EpilogueLoad:
     bytes_per_tile: int
     method: str  # "direct" (ld.global.nc by the consumer threads) or "parameter" (scalars)
     staged_in: str  # "registers" or "constant bank"
-    # "L2 along cols" / "L2 along rows" (tile inputs), "L1 along cols" / "L1 along rows" (col / row vectors),
-    # 8 K iterations before the epilogue; or "none"
-    prefetch: str = "none"
+    prefetch: str = "none"  # "L2 along cols" / "L2 along rows" (tile inputs, 8 K iterations before the epilogue) or "none"
 
 
 @dataclass(frozen=True)
@@ -76,31 +71,25 @@ class EpilogueLoadPlan:
 ORDERING = ("program order: each consumer thread loads the input elements of its own accumulators after the "
             "tile's last wgmma completes (wait_group 0), applies the epilogue, then packs, stages and stores "
             "the panel through level 9's fence.proxy.async + named barrier + TMA store; no other thread reads "
-            "what it loaded, so no barrier is added; a tile input's L2 prefetch (and a vector's L1 prefetch) 8 K "
-            "iterations before the tile's end is a hint (a weak memory operation writing nothing the kernel reads) "
-            "and orders nothing")
+            "what it loaded, so no barrier is added; a tile input's L2 prefetch at the tile's start is a hint (a weak "
+            "memory operation writing nothing the kernel reads) and orders nothing")
 
-#: What EpilogueLoad.prefetch may say of a tile input: the run direction of EpilogueCall.prefetch_runs.
+#: What EpilogueLoad.prefetch may say: the run direction of EpilogueCall.prefetch_runs.
 PREFETCH = {"cols": "L2 along cols", "rows": "L2 along rows"}
-#: What it may say of a vector prefetched into L1 (EpilogueCall.prefetch_runs' "L1"), by the vector's kind.
-VECTOR_PREFETCH = {"col": "L1 along cols", "row": "L1 along rows"}
 
 
 def plan_epilogue_loads(inputs: list[tuple[str, str, int]], tile: tuple[int, int], out_bytes: int,
                         prefetch: dict[str, str] | None = None) -> EpilogueLoadPlan:
     """The plan for inputs ``[(name, kind, element_bytes)]`` on a (BM, BN) output tile of ``out_bytes``
-    elements; ``prefetch``: the tile inputs prefetched into L2 and their run direction, "cols" or "rows",
-    and the vectors prefetched into L1, "L1" (EpilogueCall.prefetch_runs). Raises ValueError for an
-    unknown kind, a non-positive element size, or a prefetch of a scalar or undeclared input, of a tile
-    other than along 'cols' or 'rows', or of a vector other than 'L1'."""
+    elements; ``prefetch``: the tile inputs prefetched into L2 and their run direction, "cols" or "rows"
+    (EpilogueCall.prefetch_runs). Raises ValueError for an unknown kind, a non-positive element size,
+    or a prefetch of an input that is not a declared tile or along another direction."""
     bm, bn = tile
     prefetch = dict(prefetch or {})
     kinds = {name: kind for name, kind, _ in inputs}
     for name, how in prefetch.items():
-        kind = kinds.get(name)
-        if not ((kind == "tile" and how in PREFETCH) or (kind in VECTOR_PREFETCH and how == "L1")):
-            raise ValueError(f"prefetch of {name!r} along {how!r}: only tile inputs (into L2, along 'cols' or 'rows') "
-                             "and vectors (into L1, 'L1') are prefetched")
+        if kinds.get(name) != "tile" or how not in PREFETCH:
+            raise ValueError(f"prefetch of {name!r} along {how!r}: only tile inputs are prefetched, along 'cols' or 'rows'")
     loads = []
     for name, kind, size in inputs:
         if kind not in KINDS_EXTENT:
@@ -110,10 +99,9 @@ def plan_epilogue_loads(inputs: list[tuple[str, str, int]], tile: tuple[int, int
             continue
         if size <= 0:
             raise ValueError(f"input {name!r}: element size {size} must be positive")
-        how = prefetch.get(name)
-        pre = "none" if how is None else VECTOR_PREFETCH[kind] if how == "L1" else PREFETCH[how]
-        loads.append(EpilogueLoad(name, kind, size, KINDS_EXTENT[kind](bm, bn) * size, "direct", "registers", pre))
+        loads.append(EpilogueLoad(name, kind, size, KINDS_EXTENT[kind](bm, bn) * size, "direct", "registers",
+                                  PREFETCH[prefetch[name]] if name in prefetch else "none"))
     return EpilogueLoadPlan((bm, bn), tuple(loads), (), ORDERING, bm * bn * out_bytes)
 
 
-__all__ = ["PREFETCH", "VECTOR_PREFETCH", "EpilogueLoad", "EpilogueLoadPlan", "plan_epilogue_loads"]
+__all__ = ["PREFETCH", "EpilogueLoad", "EpilogueLoadPlan", "plan_epilogue_loads"]

@@ -35,16 +35,14 @@ input spans 2^31 elements (then 64-bit, also compiled in). The inputs are read s
 memory by the consumer threads; no shared memory, no barrier (the design's plan says so:
 design/epilogue.py). The general kernel also prefetches each contiguous tile input (a residual) into L2
 8 K iterations before the tile's epilogue reads it (at the tile's start when its K loop is shorter;
-sm90_gemm.cu's kPrefetchAhead; ``EpilogueCall.prefetch_runs``, ``gl_epilogue_prefetch``), and, with
-:data:`VECTOR_PREFETCH_L1`, each vector input of stride 1 (a bias) into the SM's L1 at the same point: hints,
-which order nothing.
+sm90_gemm.cu's kPrefetchAhead; ``EpilogueCall.prefetch_runs``, ``gl_epilogue_prefetch``): a hint, which
+orders nothing.
 """
 
 from __future__ import annotations
 
 import ctypes
 import keyword
-import os
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -64,22 +62,6 @@ MAX_SCALARS = 8
 #: How far past the output's last row or column a kernel's coordinates may run (its tiles are at most
 #: 256 wide: sm90_gemm's BN, small_m's bucket), for the offset-width rule (EpilogueCall.wide_offsets).
 COORD_SLACK = 256
-#: Whether a call's vector inputs of stride 1 along their own direction (a "col" vector over the output's
-#: columns, a bias; a "row" vector over its rows) are prefetched into the SM's L1 where the tile inputs are
-#: prefetched into L2 (kPrefetchAhead K iterations before the general kernel's epilogue): one
-#: prefetch.global.L1 per 128-byte line of the tile's slice of the vector, so that the epilogue's
-#: ld.global.nc loads of it (which read through the unified L1) need not wait on L2 once per 64-column
-#: panel (``EpilogueCall.vector_prefetch``: "L1"; fused_epilogue.cuh's epi_prefetch_runs, kL1).
-#: Off until measured: whether it recovers what a fused bias costs over no bias (1.052x the time over the
-#: H200's bias rows with M > 256, up to 1.12x; docs/epilogues.md "What a bias costs now") is not timed yet
-#: (bench/experiments/vector_prefetch.py times it). Read where a call's generated source is made
-#: (EpilogueCall.source, at a launch's first bind), so it is part of the build's key; api.linear's bound
-#: launches keep the build they were bound with (keyed by the inputs' addresses), so a benchmark times
-#: both builds interleaved with two bias tensors, each first called under its setting. False: vectors
-#: are not prefetched (the generated code as before this setting). ``GL_VECTOR_PREFETCH_L1=1`` in the
-#: environment at import sets it (as library/fp8.py's GL_FP8_* settings: so that test processes under xdist
-#: run with it).
-VECTOR_PREFETCH_L1 = os.environ.get("GL_VECTOR_PREFETCH_L1", "0") == "1"
 #: Element types of tensor inputs, and their code in fused_epilogue.cuh's EpiDtype.
 INPUT_DTYPES = {torch.bfloat16: "kEpiBf16", torch.float16: "kEpiFp16", torch.float32: "kEpiFp32"}
 
@@ -195,18 +177,14 @@ class Epilogue:
         ``prefetch``: per tile input, ``"cols"`` (stride 1 along the output's columns) or ``"rows"``
         (along its rows): the general kernel prefetches the input's runs that way into L2 8 K iterations
         before each tile's epilogue (:meth:`EpilogueCall.prefetch_runs`, fused_epilogue.cuh's epi_prefetch_runs);
-        per vector input of stride 1 (the host checked), ``"L1"``: its slice of the tile (the tile's columns
-        of a "col" vector, its rows of a "row" one), one run, prefetched into L1 at the same point
-        (:meth:`EpilogueCall.vector_prefetch`); absent: no prefetch. All three are compile-time in the generated
-        code (constants, no branch) and so part of the build's key. Raises EpilogueError for a prefetch
-        of a scalar, of a tile other than along 'rows' or 'cols', or of a vector other than 'L1'."""
+        absent: no prefetch. All three are compile-time in the generated code (constants, no branch)
+        and so part of the build's key. Raises EpilogueError for a prefetch of a non-tile input or
+        another direction."""
         pairs = dict(pairs or {})
         prefetch = dict(prefetch or {})
         for n, how in prefetch.items():
-            kind = self.inputs.get(n)
-            if not ((kind == "tile" and how in ("rows", "cols")) or (kind in ("row", "col") and how == "L1")):
-                raise EpilogueError(f"prefetch[{n!r}] = {how!r} on a {kind or 'undeclared'} input: only tile inputs "
-                                    "(into L2, along 'rows' or 'cols') and vectors (into L1, 'L1') are prefetched")
+            if self.inputs.get(n) != "tile" or how not in ("rows", "cols"):
+                raise EpilogueError(f"prefetch[{n!r}] = {how!r}: only tile inputs are prefetched, along 'rows' or 'cols'")
         params = ", ".join(["float acc", "int row", "int col", *(f"float {n}" for n in self.inputs)])
         lines = [f"// fused epilogue {self.name!r}: inputs {self.inputs}",
                  "#define GL_EPILOGUE 1", f"#define GL_EPI_SWAP {int(bool(swap))}",
@@ -264,25 +242,15 @@ class Epilogue:
         lines.append("  gl_x0 = gl_user_epilogue(" + ", ".join(["gl_x0", "gl_r", "gl_c", *args0]) + ");")
         lines.append("  gl_x1 = gl_user_epilogue(" + ", ".join(["gl_x1", "gl_r1", "gl_c1", *args1]) + ");")
         lines.append("}")
-        if any(how == "L1" for how in prefetch.values()):
-            lines += ["// Prefetch of the inputs over output rows gl_r0 + [0, kRows), columns gl_c0 + [0, kCols),",
-                      "// by kThreads threads (gl_t: this one): tile inputs into L2 along their contiguous",
-                      "// direction, vectors of stride 1 (one run: the block's slice) into L1."]
-        else:  # without a vector prefetch, the text (and so every build's key) is what it was before it
-            lines += ["// L2 prefetch of the tile inputs over output rows gl_r0 + [0, kRows), columns gl_c0 + [0, kCols),",
-                      "// by kThreads threads (gl_t: this one), each input along its contiguous direction."]
-        lines += ["template <int kRows, int kCols, int kThreads>",
+        lines += ["// L2 prefetch of the tile inputs over output rows gl_r0 + [0, kRows), columns gl_c0 + [0, kCols),",
+                  "// by kThreads threads (gl_t: this one), each input along its contiguous direction.",
+                  "template <int kRows, int kCols, int kThreads>",
                   "__device__ __forceinline__ void gl_epilogue_prefetch(int gl_r0, int gl_c0, int gl_rows, int gl_cols, "
                   "int gl_t, const EpilogueParams& gl_p) {"]
         slots = {n: i for i, n in enumerate(self.tensor_inputs)}
         for n, how in prefetch.items():
             dt, slot = INPUT_DTYPES[dtypes[n]], slots[n]
-            if how == "L1":  # one run: the block's kCols (kRows) elements of a col (row) vector, stride 1
-                col = self.inputs[n] == "col"
-                run, first, extent = ("kCols", "gl_c0", "gl_cols") if col else ("kRows", "gl_r0", "gl_rows")
-                lines.append(f"  epi_prefetch_runs<{dt}, 1, {run}, kThreads, true>(gl_p.ptr[{slot}], 0, 0, {first}, 1, "
-                             f"{extent}, gl_t);  // {n}, into L1")
-            elif how == "cols":  # a run per output row: kRows runs of kCols elements, rows stride_row apart
+            if how == "cols":  # a run per output row: kRows runs of kCols elements, rows stride_row apart
                 lines.append(f"  epi_prefetch_runs<{dt}, kRows, kCols, kThreads>(gl_p.ptr[{slot}], gl_p.stride_row[{slot}], "
                              "gl_r0, gl_c0, gl_rows, gl_cols, gl_t);  // " + n)
             else:  # a run per output column
@@ -424,7 +392,7 @@ class EpilogueCall:
     def source(self) -> str:
         """The generated code of this call's build (part of its JIT cache key)."""
         return self.epilogue.source(dict(self.dtypes), self.swap, wide=self.wide_offsets(), pairs=self.pair_loads(),
-                                    prefetch=self.prefetches())
+                                    prefetch=self.prefetch_runs())
 
     def wide_offsets(self) -> bool:
         """Whether an input's offsets need 64 bits: the largest the kernels compute, (rows - 1 + s)
@@ -454,11 +422,10 @@ class EpilogueCall:
         """Per tile input (name) that the general kernel prefetches into L2 at the start of each tile: the
         output direction along which its elements are contiguous, ``"cols"`` (stride 1 along a row of
         the output: a row-major residual) or ``"rows"`` (stride 1 down a column: a column-major one),
-        so that each run of a consumer's slice is a few 128-byte line prefetches. Not prefetched here:
-        vectors (a tile's worth is BN or 128 elements, in L2 after the first tile that reads them: see
-        :meth:`vector_prefetch` for their L1 prefetch), a tile with no unit stride (no contiguous run: a
-        prefetch per element would cost what the loads do), and a broadcast one (the other stride 0:
-        every run is the same bytes)."""
+        so that each run of a consumer's slice is a few 128-byte line prefetches. Not prefetched:
+        vectors (a tile's worth is BN or 128 elements, in L2 after the first tile that reads them), a
+        tile with no unit stride (no contiguous run: a prefetch per element would cost what the loads
+        do), and a broadcast one (the other stride 0: every run is the same bytes)."""
         out = {}
         names = [n for n in self.epilogue.tensor_inputs]
         for n, (_, (sr, sc)) in zip(names, self.tensors):
@@ -469,29 +436,6 @@ class EpilogueCall:
             elif sr == 1 and sc != 0:
                 out[n] = "rows"
         return out
-
-    def vector_prefetch(self) -> dict[str, str]:
-        """Per vector input (name) that the general kernel prefetches into L1 where it prefetches the tile
-        inputs into L2 (kPrefetchAhead K iterations before each tile's epilogue): ``"L1"``, for a vector
-        of stride 1 along its own direction (a "col" vector's stride along the output's columns, a "row"
-        vector's along its rows), while :data:`VECTOR_PREFETCH_L1` (read now: the source made from this
-        is the build's key). Its slice of a tile (BN or 64 elements) is in L2 after the first tile that
-        reads it, so what its loads wait on is L2, once per 64-column panel; an L1 prefetch is one
-        prefetch.global.L1 per 128-byte line of the slice. A vector of another stride is not prefetched."""
-        if not VECTOR_PREFETCH_L1:
-            return {}
-        out = {}
-        names = [n for n in self.epilogue.tensor_inputs]
-        for n, (_, (sr, sc)) in zip(names, self.tensors):
-            kind = self.epilogue.inputs[n]
-            if kind in ("row", "col") and (sc if kind == "col" else sr) == 1:
-                out[n] = "L1"
-        return out
-
-    def prefetches(self) -> dict[str, str]:
-        """What the call's build prefetches (Epilogue.source's ``prefetch``): :meth:`prefetch_runs` and
-        :meth:`vector_prefetch` together."""
-        return {**self.prefetch_runs(), **self.vector_prefetch()}
 
     def params(self, pair_along_cols: bool) -> EpilogueParams:
         """The kernel argument. ``pair_along_cols``: whether the kernel's accumulator pairs are neighbours
@@ -531,13 +475,10 @@ class EpilogueCall:
 
         tensors = iter(self.tensors)
         inputs = [(n, k, 4 if k == "scalar" else next(tensors)[0].element_size()) for n, k in self.epilogue.inputs.items()]
-        return plan_epilogue_loads(inputs, tile, out_bytes, prefetch=self.prefetches())
+        return plan_epilogue_loads(inputs, tile, out_bytes, prefetch=self.prefetch_runs())
 
     def describe(self) -> dict:
-        """What the call loads, for ``explain`` and the design plan: per input its kind, dtype, strides, and
-        its prefetch: ``l2_prefetch`` the run direction of a tile input prefetched into L2, ``l1_prefetch``
-        that of a vector prefetched into L1 (:meth:`prefetch_runs`), else None."""
-        prefetch = self.prefetches()
+        """What the call loads, for ``explain`` and the design plan: per input its kind, dtype, strides."""
         out = []
         tensors = iter(self.tensors)
         for n, kind in self.epilogue.inputs.items():
@@ -545,11 +486,9 @@ class EpilogueCall:
                 out.append({"name": n, "kind": kind})
             else:
                 t, (sr, sc) = next(tensors)
-                how = prefetch.get(n)
                 out.append({"name": n, "kind": kind, "dtype": str(t.dtype).replace("torch.", ""),
                             "element_bytes": t.element_size(), "strides": [sr, sc],
-                            "l2_prefetch": None if how == "L1" else how,
-                            "l1_prefetch": {"row": "rows", "col": "cols"}[kind] if how == "L1" else None})
+                            "l2_prefetch": self.prefetch_runs().get(n)})
         return {"name": self.epilogue.name, "orientation": "swapped" if self.swap else "direct", "inputs": out}
 
 

@@ -47,10 +47,9 @@
 // each whole tile, and in the stream-K tail after the partials are reduced), a build with a fused
 // epilogue (Epi::kFused) applies it to each pair of fp32 accumulators first (epilogue_pack_panel):
 // its loads and math run in the registers the packing already uses, and the output is rounded
-// once. And kPrefetchAhead K iterations before each whole tile's end (a stream-K segment: before its main
-// loop), each consumer prefetches its slice of the epilogue's tile inputs into L2 and, where the build
-// asks (library/epilogue.py's VECTOR_PREFETCH_L1), of its vectors of stride 1 (a bias) into L1
-// (epi.prefetch), so the loads at the tile's end need not wait on DRAM (tiles) or L2 (vectors). Without an epilogue the kernel is level 9's, instruction for
+// once. And at the start of each tile (whole or a stream-K segment), before its main loop, each consumer
+// prefetches its slice of the epilogue's tile inputs into L2 (epi.prefetch), so the loads at the
+// tile's end need not wait on DRAM. Without an epilogue the kernel is level 9's, instruction for
 // instruction, and takes no epilogue argument (tests/test_epilogue.py compares the SASS).
 //
 // CStore::kRegisters (the plan's c_from_registers) builds the kernel for outputs a TMA store cannot
@@ -408,11 +407,8 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
           if constexpr (Epi::kFused) {
             // This consumer's 64 x BN slice of the epilogue's tile inputs (a residual) into L2, kPrefetchAhead
             // K iterations before the epilogue loads it: late enough that the main loop's operand traffic
-            // does not evict it first, early enough to cover DRAM's latency; and its slice of each vector of
-            // stride 1 (a bias: BN elements, or the consumer's 64 when swapped) into this SM's L1, where the
-            // epilogue's ld.global.nc loads find it (the two consumers prefetch the same lines of a bias
-            // along the tile's columns: a hint twice). A hint that orders nothing (fused_epilogue.cuh's
-            // epi_prefetch_runs).
+            // does not evict it first, early enough to cover DRAM's latency. A hint that orders nothing
+            // (fused_epilogue.cuh's epi_prefetch_runs).
             if (kt == (k_tiles > kPrefetchAhead ? k_tiles - kPrefetchAhead : 0))
               epi.template prefetch<64, BN, 128>(tm * BM + 64 * consumer, tn * BN, M, N, thread_in_warpgroup());
           }

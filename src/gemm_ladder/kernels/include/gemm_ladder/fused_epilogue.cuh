@@ -143,19 +143,9 @@ __device__ __forceinline__ void epi_load_pair(const void* base, Off offset, Off 
 // register, which costs a loop over the warp's distinct addresses when each thread has its own run. A
 // prefetch writes nothing and orders nothing (a hint): no barrier. 64-bit offsets: a few integer
 // instructions per line, once per tile, between two K iterations (a stream-K segment: before its loop).
-//
-// kL1: prefetch.global.L1 instead (the same PTX instruction at level .L1: the line into this SM's L1, the
-// unified L1 / texture cache the epilogue's ld.global.nc loads read), for a vector input's one run (kRuns
-// 1: a bias's BN or 64 elements of the tile, in L2 already after the first tile that reads it, so an L2
-// prefetch would save nothing; library/epilogue.py's VECTOR_PREFETCH_L1). Thread 0 issues the run's few
-// prefetches alone (kPoints: 2 to 9), and the run's start is made opaque first (an empty volatile asm,
-// which stays in the caller's branch): the same prefetches spread over the threads, or computed where
-// the compiler could hoist them out of the K loop that calls this at one iteration, spilled BN 256 builds
-// (the hoisted address held across the loop; the bias + GELU + residual epilogue, swapped orientation).
-template <int DT, int kRuns, int kRunLen, int kThreads, bool kL1 = false>
+template <int DT, int kRuns, int kRunLen, int kThreads>
 __device__ __forceinline__ void epi_prefetch_runs(const void* base, long long outer_stride, int outer0, int inner0,
                                                   int outer_extent, int inner_extent, int t) {
-  static_assert(!kL1 || kRuns == 1, "the L1 prefetch is a vector's one run");
   constexpr int kBytes = DT == kEpiFp32 ? 4 : 2;
   constexpr int kLine = 128 / kBytes;             // elements per 128-byte line (one per 32-byte sector
                                                   // spilled the BN 256 build, the prefetch now in the loop)
@@ -163,24 +153,14 @@ __device__ __forceinline__ void epi_prefetch_runs(const void* base, long long ou
   // consecutive points stay at most a line apart, so every line the run touches is hit).
   constexpr int kPoints = (kRunLen + kLine - 1) / kLine + 1;
   constexpr int kItems = kRuns * kPoints;
-  constexpr int kIssuers = kL1 ? 1 : kThreads;  // the threads that issue the prefetches, 0 to kIssuers - 1
-  if constexpr (kL1) {
-    asm volatile("" : "+r"(inner0));
-    if (t != 0) return;
-    t = 0;
-  }
   const int len = min(kRunLen, inner_extent - inner0);
   const char* const bytes = static_cast<const char*>(base);
 #pragma unroll
-  for (int k = 0; k < (kItems + kIssuers - 1) / kIssuers; ++k) {
-    const int q = t + k * kIssuers, run = q / kPoints, j = q - run * kPoints;
-    if ((kItems % kIssuers == 0 || q < kItems) && outer0 + run < outer_extent && len > 0) {
+  for (int k = 0; k < (kItems + kThreads - 1) / kThreads; ++k) {
+    const int q = t + k * kThreads, run = q / kPoints, j = q - run * kPoints;
+    if ((kItems % kThreads == 0 || q < kItems) && outer0 + run < outer_extent && len > 0) {
       const long long e = static_cast<long long>(outer0 + run) * outer_stride + inner0 + min(j * kLine, len - 1);
-      if constexpr (kL1) {
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(bytes + e * kBytes)));
-      } else {
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(bytes + e * kBytes)));
-      }
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(bytes + e * kBytes)));
     }
   }
 }
