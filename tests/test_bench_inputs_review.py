@@ -271,3 +271,25 @@ def test_fp8_prebuild_lists_the_builds_a_split_sweep_launches(monkeypatch):
     assert f8.parse_alt("MAX_WAVE_EFFICIENCY=0.9") == ("MAX_WAVE_EFFICIENCY", 0.9)
     altered = f8.run_builds_of([(4096, 576, 7168)], False, False, alt=("MAX_WAVE_EFFICIENCY", 0.9))
     assert {k.split for k in altered} == {True, False}
+
+
+def test_bias_cost_prebuild_lists_the_builds_its_run_launches(monkeypatch):
+    """bench/experiments/bias_cost.py --prebuild asks precompile.route_builds for each variant's route and
+    epilogue as the run decides them, no GPU: the small-M kernel where M is small, the epilogue oriented as a
+    transposed route runs it (GL_EPI_SWAP 1), and the plain call, the bias and the six user epilogues."""
+    from gemm_ladder.dispatch import precompile
+
+    bc = load(monkeypatch, "experiments/bias_cost.py")
+    seen = []
+    monkeypatch.setattr(precompile, "route_builds",
+                        lambda route, dtype, src, name: seen.append((route, src, name)) or [])
+    monkeypatch.setattr(precompile, "run_builds", lambda builds, load: type("O", (), {"failed": [], "summary": lambda s: ""})())
+    assert bc.prebuild([(64, 1024, 4096), (4096, 64, 4096)]) == 0
+    names = {name for _, _, name in seen}
+    assert names == {"plain", "bias", "scalar", "col", "row", "col_f32", "col_bcast", "tile_bcast"}
+    assert any(r.kind == "small_m" for r, _, _ in seen)
+    for route, src, name in seen:
+        assert (src is None) == (name == "plain")
+        if src is not None:
+            assert f"#define GL_EPI_SWAP {int(route.c_path.transposed)}" in src, (name, route.kind)
+    assert any(r.c_path.transposed and src for r, src, _ in seen)

@@ -503,7 +503,7 @@ def test_epilogue_load_plan_and_audit():
     assert plan.bytes_per_tile == 1024 + 65536 and "none added" in plan.text() and "program order" in plan.text()
     assert plan.to_json()["bytes_per_tile"] == plan.bytes_per_tile
     assert audit_epilogue_plan(plan) == [] and "no barrier added" in audit_text(plan)
-    # the residual's L2 prefetch at each tile's start: a hint on the tile input only, no barrier
+    # the residual's L2 prefetch 8 K iterations before each tile's end: a hint on the tile input only, no barrier
     assert by["gl_residual_"].prefetch == "L2 along cols" and by["gl_bias_"].prefetch == "none"
     assert (by["gl_residual_"].method, by["gl_residual_"].staged_in) == ("direct", "registers")
     assert "prefetched to L2 along cols" in plan.text() and "gl_residual_ prefetched into L2" in audit_text(plan)

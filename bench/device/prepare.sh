@@ -6,7 +6,8 @@
 # (tools/build_aot.py: every build the dispatcher can pick), and into .kcache the builds the experiments
 # launch (bench/experiments/gemm_timeline.py --prebuild, bench/grouped.py --prebuild,
 # bench/quantized_linear.py --prebuild, bench/experiments/quantized_pingpong.py --prebuild,
-# bench/experiments/profile_mid.py --prebuild for smoke_mid_profile.sh's shapes, and the release-lag GPU
+# bench/experiments/profile_mid.py --prebuild for smoke_mid_profile.sh's shapes, bench/experiments/bias_cost.py
+# --prebuild for smoke_bias_stalls.sh's, and the release-lag GPU
 # test's builds). Then packs both
 # into .gl/carry.tgz. On the device: carry [".gl"], and run
 #   tar xzf .gl/carry.tgz && export GEMM_LADDER_COMPILER=nvrtc GEMM_LADDER_GIT_COMMIT=<sha> && OUT=$OUT bash bench/device/smoke_....sh
@@ -20,6 +21,7 @@ python3 bench/grouped.py --prebuild
 python3 bench/quantized_linear.py --prebuild
 python3 bench/experiments/quantized_pingpong.py --prebuild
 python3 bench/experiments/profile_mid.py --prebuild
+python3 bench/experiments/bias_cost.py --prebuild  # smoke_bias_stalls.sh's builds (the default shapes)
 python3 bench/experiments/profile_mid.py --prebuild --shape 1023,768,3072 --builds "route;c1 bm64 bn128 none;c1 bm64 lag2 bn128 none;c1 bm64 bn64 none"
 # tests/test_release_lag_gpu.py's builds, both lags
 python3 - <<'PY'

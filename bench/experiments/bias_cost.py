@@ -120,13 +120,14 @@ def profile(m: int, n: int, k: int) -> int:
 
 
 def prebuild(shapes) -> int:
-    """Compile every variant's build of ``shapes`` (the plain route, the bias,
-    the three user epilogues), no GPU: routes decided on meta tensors for each GPU the package has a cost
-    table for. 0 when every build is ready, else 1."""
+    """Compile every variant's build of ``shapes`` (the plain route, the library's bias, the six user
+    epilogues), no GPU: routes decided on meta tensors for each GPU the package has a cost table for, as the
+    run decides them (linear's output allocated, a user epilogue's decided as given), each epilogue oriented
+    as its route runs it (dispatch/precompile.py's route_builds: the kernel, and a repack where the route
+    copies an operand). 0 when every build is ready, else 1."""
     from gemm_ladder.dispatch import decide
     from gemm_ladder.dispatch.heuristic import device_tables
-    from gemm_ladder.dispatch.kernels import family
-    from gemm_ladder.dispatch.precompile import Build, run_builds
+    from gemm_ladder.dispatch.precompile import route_builds, run_builds
     from gemm_ladder.dispatch.route import ASSUMED_DEVICE, DeviceFacts
     from gemm_ladder.dispatch.validate import linear_call
 
@@ -137,16 +138,15 @@ def prebuild(shapes) -> int:
         w = torch.empty((n, k), dtype=torch.bfloat16, device="meta")
         c = torch.empty((m, n), dtype=torch.bfloat16, device="meta")
         bias = torch.empty(n, dtype=torch.bfloat16, device="meta")
-        sources = [None, linear_call(x, w, bias, check_grad=False).source()]
         rowvec = torch.empty(m, dtype=torch.bfloat16, device="meta")
-        for ep, inputs in user_calls(x, w, bias, rowvec).values():
-            sources.append(linear_call(x, w, epilogue=ep, inputs=inputs, check_grad=False).source())
-        for given in (False, True):  # linear allocates its output; a user epilogue's is decided as given
+        calls = [(False, None, "plain"), (False, linear_call(x, w, bias, check_grad=False), "bias")]
+        calls += [(True, linear_call(x, w, epilogue=ep, inputs=inputs, check_grad=False), name)
+                  for name, (ep, inputs) in user_calls(x, w, bias, rowvec).items()]
+        for given, call, name in calls:
             route = decide(x, w.T, c, given=given, device=device)
-            for src in sources:
-                config = route.config.with_epilogue(src)
-                builds[config] = Build(f"{route.kernel.name} {config.epilogue_id or 'plain'}",
-                                       lambda c=config: family(c).build(c))
+            src = None if call is None else call.oriented(route.c_path.transposed).source()
+            for build in route_builds(route, "bf16", src, name):
+                builds.setdefault(build.label, build)
     outcomes = run_builds(list(builds.values()), load=False)
     print(outcomes.summary())
     return 1 if outcomes.failed else 0

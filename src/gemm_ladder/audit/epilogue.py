@@ -6,9 +6,10 @@ space, the byte counts match the inputs' kinds on the tile, and the plan adds no
 no barrier to prove free of deadlock). A plan that stages an input in shared memory or adds a barrier
 is refused here: the ring auditor would have to model it, and the kernels do not do it.
 
-The L2 prefetch of a tile input at each tile's start (design/epilogue.py) is a hint: it is allowed on
-tile inputs only (the kernels prefetch nothing else), names a run direction, and changes neither how
-the input is loaded (still direct, into registers) nor the barriers (it orders nothing, so it adds none).
+The L2 prefetch of a tile input 8 K iterations before each tile's end (design/epilogue.py) is a hint: it
+is allowed on tile inputs only (the kernels prefetch nothing else), names a run direction, and changes
+neither how the input is loaded (still direct, into registers) nor the barriers (it orders nothing, so it
+adds none).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def audit_text(plan: EpilogueLoadPlan) -> str:
     pre = [ld.name for ld in plan.loads if ld.prefetch != "none"]
     return ("epilogue loads: ok (direct loads into registers by the consumer threads that use them; "
             "no shared memory staged, no barrier added, nothing for the ring audit to prove"
-            + (f"; {', '.join(pre)} prefetched into L2 at each tile's start, a hint that orders nothing)" if pre else ")"))
+            + (f"; {', '.join(pre)} prefetched into L2 8 K iterations before each tile's end, a hint that orders "
+               "nothing)" if pre else ")"))
 
 
 __all__ = ["audit_epilogue_plan", "audit_text"]

@@ -71,8 +71,8 @@ class EpilogueLoadPlan:
 ORDERING = ("program order: each consumer thread loads the input elements of its own accumulators after the "
             "tile's last wgmma completes (wait_group 0), applies the epilogue, then packs, stages and stores "
             "the panel through level 9's fence.proxy.async + named barrier + TMA store; no other thread reads "
-            "what it loaded, so no barrier is added; a tile input's L2 prefetch at the tile's start is a hint (a weak "
-            "memory operation writing nothing the kernel reads) and orders nothing")
+            "what it loaded, so no barrier is added; a tile input's L2 prefetch 8 K iterations before the tile's "
+            "end is a hint (a weak memory operation writing nothing the kernel reads) and orders nothing")
 
 #: What EpilogueLoad.prefetch may say: the run direction of EpilogueCall.prefetch_runs.
 PREFETCH = {"cols": "L2 along cols", "rows": "L2 along rows"}

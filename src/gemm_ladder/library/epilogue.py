@@ -419,7 +419,7 @@ class EpilogueCall:
         return out
 
     def prefetch_runs(self) -> dict[str, str]:
-        """Per tile input (name) that the general kernel prefetches into L2 at the start of each tile: the
+        """Per tile input (name) that the general kernel prefetches into L2 8 K iterations before each tile's end: the
         output direction along which its elements are contiguous, ``"cols"`` (stride 1 along a row of
         the output: a row-major residual) or ``"rows"`` (stride 1 down a column: a column-major one),
         so that each run of a consumer's slice is a few 128-byte line prefetches. Not prefetched:

@@ -47,9 +47,9 @@
 // each whole tile, and in the stream-K tail after the partials are reduced), a build with a fused
 // epilogue (Epi::kFused) applies it to each pair of fp32 accumulators first (epilogue_pack_panel):
 // its loads and math run in the registers the packing already uses, and the output is rounded
-// once. And at the start of each tile (whole or a stream-K segment), before its main loop, each consumer
-// prefetches its slice of the epilogue's tile inputs into L2 (epi.prefetch), so the loads at the
-// tile's end need not wait on DRAM. Without an epilogue the kernel is level 9's, instruction for
+// once. And kPrefetchAhead (8) K iterations before each whole tile's end (a stream-K segment: before its
+// loop), each consumer prefetches its slice of the epilogue's tile inputs into L2 (epi.prefetch), so the
+// loads at the tile's end need not wait on DRAM. Without an epilogue the kernel is level 9's, instruction for
 // instruction, and takes no epilogue argument (tests/test_epilogue.py compares the SASS).
 //
 // CStore::kRegisters (the plan's c_from_registers) builds the kernel for outputs a TMA store cannot
