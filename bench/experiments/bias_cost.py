@@ -48,6 +48,7 @@ from outputs import check_output, parse_shapes, positive  # noqa: E402
 from suite import add_output_argument, require_gpu, save  # noqa: E402
 
 import gemm_ladder  # noqa: E402
+from gemm_ladder.dispatch.validate import linear_call  # noqa: E402
 from gemm_ladder.timing import time_fns  # noqa: E402
 
 #: Bias layers where the bias cost most on the H200 at 2869771 (bench/shapes_real.py) and the H100 at 1560f29
@@ -74,17 +75,22 @@ def user_calls(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, rowvec: tor
             "tile_bcast": (ADD_TILE, {"t": bias.expand(m, n)})}
 
 
-def run_shape(m: int, n: int, k: int, budget: float) -> dict:
+def operands(m: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fresh random x (M, K), w (N, K) (scaled by 1/sqrt(K)) and bias (N,), bf16 on the GPU."""
     x = torch.randn((m, k), device="cuda", dtype=torch.bfloat16)
     w = (torch.randn((n, k), device="cuda") / math.sqrt(k)).bfloat16()
-    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    return x, w, torch.randn(n, device="cuda", dtype=torch.bfloat16)
+
+
+def run_shape(m: int, n: int, k: int, budget: float) -> dict:
+    x, w, bias = operands(m, n, k)
     rowvec = torch.randn(m, device="cuda", dtype=torch.bfloat16)
     prod = x.double() @ w.double().T
-    refs = {"plain": prod, "bias": prod + bias.double(), "scalar": prod + 0.5,
-            "col": prod + bias.double(), "row": prod + rowvec.double()[:, None], "col_f32": prod + bias.double(),
-            "col_bcast": prod + bias[:1].double(), "tile_bcast": prod + bias.double()}
+    # Each variant's float64 reference is its epilogue's own (EpilogueCall.reference) on the float64 product.
+    refs = {"plain": prod, "bias": linear_call(x, w, bias).reference(prod)}
     fns = {"plain": lambda a, b: gemm_ladder.linear(a, b), "bias": lambda a, b: gemm_ladder.linear(a, b, bias)}
     for name, (ep, inputs) in user_calls(x, w, bias, rowvec).items():
+        refs[name] = linear_call(x, w, epilogue=ep, inputs=inputs).reference(prod)
         fns[name] = lambda a, b, ep=ep, inputs=inputs: gemm_ladder.linear(a, b, epilogue=ep, **inputs)
     fns["cublas_plain"] = lambda a, b: F.linear(a, b)
     fns["cublas_bias"] = lambda a, b: F.linear(a, b, bias)
@@ -104,9 +110,7 @@ def run_shape(m: int, n: int, k: int, budget: float) -> dict:
 def profile(m: int, n: int, k: int) -> int:
     """One launch each of ``linear(x, w)`` and ``linear(x, w, bias)`` inside the NVTX range "prof", after
     three warm-up calls each (the builds loaded, the bound launches made), for a profiler to capture."""
-    x = torch.randn((m, k), device="cuda", dtype=torch.bfloat16)
-    w = (torch.randn((n, k), device="cuda") / math.sqrt(k)).bfloat16()
-    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    x, w, bias = operands(m, n, k)
     for _ in range(3):
         gemm_ladder.linear(x, w), gemm_ladder.linear(x, w, bias)
     torch.cuda.synchronize()
@@ -129,7 +133,6 @@ def prebuild(shapes) -> int:
     from gemm_ladder.dispatch.heuristic import device_tables
     from gemm_ladder.dispatch.precompile import route_builds, run_builds
     from gemm_ladder.dispatch.route import ASSUMED_DEVICE, DeviceFacts
-    from gemm_ladder.dispatch.validate import linear_call
 
     builds = {}
     devices = [ASSUMED_DEVICE] + [DeviceFacts(name, ASSUMED_DEVICE.sms) for name in device_tables()]

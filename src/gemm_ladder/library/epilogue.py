@@ -419,8 +419,8 @@ class EpilogueCall:
         return out
 
     def prefetch_runs(self) -> dict[str, str]:
-        """Per tile input (name) that the general kernel prefetches into L2 8 K iterations before each tile's end: the
-        output direction along which its elements are contiguous, ``"cols"`` (stride 1 along a row of
+        """Per tile input (name) that the general kernel prefetches into L2 8 K iterations before each
+        tile's end: the output direction along which its elements are contiguous, ``"cols"`` (stride 1 along a row of
         the output: a row-major residual) or ``"rows"`` (stride 1 down a column: a column-major one),
         so that each run of a consumer's slice is a few 128-byte line prefetches. Not prefetched:
         vectors (a tile's worth is BN or 128 elements, in L2 after the first tile that reads them), a

@@ -49,8 +49,9 @@ __device__ __forceinline__ void epilogue_pair(float& x0, float& x1, int kr, int 
 }
 // The L2 prefetch of the epilogue's tile inputs over a block of the kernel's output (rows kr0 + [0,
 // kKernelRows), columns kc0 + [0, kKernelCols), of a kernel output of kernel_rows x kernel_cols) by kThreads
-// threads (t: this one's index), 8 K iterations before the block's epilogue; the generated gl_epilogue_prefetch holds one
-// epi_prefetch_runs per tile input with a contiguous direction (none for vectors and scalars).
+// threads (t: this one's index), 8 K iterations before the block's epilogue; the generated
+// gl_epilogue_prefetch holds one epi_prefetch_runs per tile input with a contiguous direction (none for
+// vectors and scalars).
 template <int kKernelRows, int kKernelCols, int kThreads>
 __device__ __forceinline__ void epilogue_prefetch(int kr0, int kc0, int kernel_rows, int kernel_cols, int t,
                                                   const EpilogueParams& p) {
