@@ -2,9 +2,11 @@
 cuBLAS and the route, interleaved in one process: does the route pick badly among what exists, or is
 no existing configuration good enough?
 
-    python bench/tiles_forced.py [--shapes NAME,...] [--check] [--full-run] [--clusters 2,1] [--register-widths 96,144] [--budget 0.03] [-o OUT_DIR]
+    python bench/tiles_forced.py [--shapes NAME,...] [--check] [--full-run] [--decode] [--clusters 2,1] [--register-widths 96,144] [--budget 0.03] [-o OUT_DIR]
+    python bench/tiles_forced.py --prebuild [the same selection]   # compile the forced builds here, no GPU
 
-``--check`` adds :data:`CHECK_SHAPES`, ``--full-run`` :data:`SHAPES_FULL_RUN`, ``--small-m`` :data:`SHAPES_SMALL_M`. Shapes: :data:`SHAPES`, the plain (no epilogue) rows of bench/results/2026-12-03_shapes_real_quick_5c39c94.json
+``--check`` adds :data:`CHECK_SHAPES`, ``--full-run`` :data:`SHAPES_FULL_RUN`, ``--small-m`` :data:`SHAPES_SMALL_M`,
+``--decode`` :data:`SHAPES_DECODE`. Shapes: :data:`SHAPES`, the plain (no epilogue) rows of bench/results/2026-12-03_shapes_real_quick_5c39c94.json
 below 0.85x cuBLAS (M x N x K of ``F.linear(x, w)``, x (M, K), w (N, K), both row-major).
 
 Configurations per shape:
@@ -93,6 +95,18 @@ SHAPES_SMALL_M = (
     ("gpt2 mlp.c_fc 64", 64, 3072, 768, "bf16"),
     ("llama3_8b qkv_proj 256", 256, 6144, 4096, "bf16"),
 )
+#: Decode-sized rows (M = 64 and 255) at 0.74-0.83x cuBLAS in the H200 run at 2869771
+#: (bench/results/2026-12-06_shapes_real_h200_2869771.json), where cuBLAS runs 64 x 32 tiles
+#: (``tst_64x32_64x16_4x2``, the issue's profile at 64 x 3584 x 3584): the register-store build's 32-wide tile
+#: (``--register-widths 32``) against what the route runs.
+SHAPES_DECODE = (
+    ("gemma_7b o_proj 64", 64, 3072, 4096, "bf16"),
+    ("phi3_mini o_proj 64", 64, 3072, 3072, "bf16"),
+    ("gemma_7b q_proj 64", 64, 4096, 3072, "bf16"),
+    ("qwen2.5_7b qkv_proj 64", 64, 4608, 3584, "bf16"),
+    ("qwen2.5_7b qkv_proj 255", 255, 4608, 3584, "bf16"),
+    ("qwen2.5_7b gate_proj 255", 255, 18944, 3584, "bf16"),
+)
 #: Real layer shapes at 0.87-0.99x in the same run, and two squares: where a new split policy must not lose.
 CHECK_SHAPES = (
     ("square 2048", 2048, 2048, 2048, "bf16"),
@@ -168,6 +182,16 @@ def prebuild(shapes, workers: int, clusters=CLUSTERS, tile_m=TILE_M, register_wi
         route = dispatch.decide(x, w.T, torch.empty(m, n, dtype=x.dtype, device="cuda"), given=False)
         configs[route.config] = None
     outcomes = run_builds([config_build(c) for c in configs], workers=workers)
+    return [f"{label}: {o}" for label, o in outcomes.items() if not o.startswith("built")]
+
+
+def prebuild_forced(shapes, workers: int, clusters=CLUSTERS, tile_m=TILE_M, register_widths=()) -> list[str]:
+    """Compile every forced build the shapes need, without a GPU (nothing loaded; the routes' builds are the
+    AOT set, tools/build_aot.py); returns the failures."""
+    from gemm_ladder.dispatch.precompile import config_build, run_builds
+
+    configs = {c: None for _, m, _, _, dtype in shapes for c in configs_for(m, dtype, clusters, tile_m, register_widths)}
+    outcomes = run_builds([config_build(c) for c in configs], workers=workers, load=False)
     return [f"{label}: {o}" for label, o in outcomes.items() if not o.startswith("built")]
 
 
@@ -308,6 +332,9 @@ def main() -> int:
     p.add_argument("--check", action="store_true", help="also the CHECK_SHAPES (where a change must not lose)")
     p.add_argument("--full-run", action="store_true", help="also SHAPES_FULL_RUN (the 2026-12-04 full run's worst rows)")
     p.add_argument("--small-m", action="store_true", help="also SHAPES_SMALL_M (small-M rows below 0.9x cuBLAS)")
+    p.add_argument("--decode", action="store_true", help="also SHAPES_DECODE (M = 64 and 255 rows below 0.85x cuBLAS)")
+    p.add_argument("--prebuild", action="store_true",
+                   help="compile the selected shapes' forced builds (not the route's: the AOT set) and exit; no GPU")
     p.add_argument("--clusters", default="2,1", help="the general kernel's cluster sizes forced (default 2,1)")
     p.add_argument("--tile-m", default="128", help="the general kernel's tile heights forced: 128, 64 or 128,64 (default 128)")
     p.add_argument("--register-widths", default="",
@@ -319,11 +346,12 @@ def main() -> int:
     args = p.parse_args()
     want = [s.strip() for s in args.shapes.split(",") if s.strip()]
     pool = (SHAPES + (CHECK_SHAPES if args.check else ()) + (SHAPES_FULL_RUN if args.full_run else ())
-            + (SHAPES_SMALL_M if args.small_m else ()))
+            + (SHAPES_SMALL_M if args.small_m else ()) + (SHAPES_DECODE if args.decode else ()))
     shapes = [s for s in pool if not want or s[0] in want]
     if want and len(shapes) != len(want):
-        names = [s[0] for s in SHAPES + CHECK_SHAPES + SHAPES_FULL_RUN + SHAPES_SMALL_M]
-        print(f"tiles_forced.py: unknown shapes in {want} (--check, --full-run, --small-m add their sets); names: {names}",
+        names = [s[0] for s in SHAPES + CHECK_SHAPES + SHAPES_FULL_RUN + SHAPES_SMALL_M + SHAPES_DECODE]
+        print(f"tiles_forced.py: unknown shapes in {want} (--check, --full-run, --small-m, --decode add their sets); "
+              f"names: {names}",
               file=sys.stderr)
         return 2
     try:
@@ -350,6 +378,10 @@ def main() -> int:
         print(f"tiles_forced.py: --register-widths {args.register_widths!r}: a comma list of "
               f"{', '.join(map(str, REGISTER_STORE_TILE_N + TILE_N))}", file=sys.stderr)
         return 2
+    if args.prebuild:
+        failures = prebuild_forced(shapes, args.workers, clusters, tile_m, register_widths)
+        print(f"prebuilt; failures: {failures}")
+        return 1 if failures else 0
     require_gpu(__file__)
     out_dir = Path(args.output or Path(os.environ.get("OUT", "."), "tiles"))
     out_dir.mkdir(parents=True, exist_ok=True)

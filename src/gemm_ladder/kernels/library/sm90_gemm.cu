@@ -187,7 +187,7 @@ __host__ __device__ constexpr bool config_ok() {
                 "tiles taken in turn by two (ping-pong); a producer warpgroup");
   static_assert(Cfg::kCluster == 1 || Cfg::kCluster == 2, "sm90_gemm: a 2-CTA cluster sharing B, or one CTA");
   static_assert(Cfg::BN == 64 || Cfg::BN == 128 || Cfg::BN == 192 || Cfg::BN == 256 ||
-                    ((Cfg::BN == 96 || Cfg::BN == 144) && Cfg::kStore == CStore::kRegisters),
+                    ((Cfg::BN == 32 || Cfg::BN == 96 || Cfg::BN == 144) && Cfg::kStore == CStore::kRegisters),
                 "sm90_gemm: BN is 64, 128, 192 or 256; 96 or 144 stored from registers (not whole 64-column panels)");
   static_assert(Cfg::BK == 64, "sm90_gemm: BK = 64, one 128-byte swizzle span of K per stage");
   static_assert((Cfg::kAMnMajor == 0 || Cfg::kAMnMajor == 1) && (Cfg::kBMnMajor == 0 || Cfg::kBMnMajor == 1),
