@@ -280,20 +280,20 @@ def test_the_lookup_returns_the_64_row_build():
 
 def test_the_route_runs_the_64_row_build_at_the_tables_bn(monkeypatch):
     """Where the table says GENERAL_BM64, the route launches the general kernel's 64-row build with one CTA
-    per cluster at the table's BN (64 here, where the cost model alone ranks BN 128 for that build),
+    per cluster at the table's BN (128 here, where the cost model alone ranks BN 64 for that build),
     its split one the cost model ranks for it; where it says GENERAL, the route is the cost model's."""
     from gemm_ladder.dispatch.route import choose_general_build, find_routes
 
     x, w, c = meta(128, 1024), meta(4096, 1024).T, meta(128, 4096)
-    rule = bm64_rule({(128, 4096, 1024): (9.9, 8.0, 64)})
+    rule = bm64_rule({(128, 4096, 1024): (9.9, 8.0, 128)})
     r = dispatch.decide(x, w, c, given=False, device=ASSUMED_DEVICE, tiles=rule)
-    assert r.kind == "general" and (r.config.tile[0], r.config.cluster, r.bn) == (64, 1, 64)
-    assert dict(r.options)["split"] in CLUSTER1_SPLITS and r.small_m_table.general_bm64_bn == 64
+    assert r.kind == "general" and (r.config.tile[0], r.config.cluster, r.bn) == (64, 1, 128)
+    assert dict(r.options)["split"] in CLUSTER1_SPLITS and r.small_m_table.general_bm64_bn == 128
     assert r.a_path.repack is None and r.b_path.repack is None and not r.c_path.transposed
-    assert {(cand.work.bn, cand.work.bm, cand.work.cluster) for cand in r.candidates} == {(64, 64, 1)}
+    assert {(cand.work.bn, cand.work.bm, cand.work.cluster) for cand in r.candidates} == {(128, 64, 1)}
     routes, _ = find_routes(x, w, c, given=False, device=ASSUMED_DEVICE)
     own = choose_general_build(routes, dispatch.cost_model(), bm=64, cluster=1)
-    assert own.bn != 64  # so the BN above is the table's, not the cost model's
+    assert own.bn != 128  # so the BN above is the table's, not the cost model's
     general = dispatch.decide(x, w, c, given=False, device=ASSUMED_DEVICE,
                               tiles=rule_with({(128, 4096, 1024): 5.0}))
     assert general.kind == "general" and general.small_m_table.general_bm64_bn is None
@@ -301,7 +301,7 @@ def test_the_route_runs_the_64_row_build_at_the_tables_bn(monkeypatch):
     # An MN-major x: the 64-row build is not routed for it, so the small-M kernel runs (in place).
     r = dispatch.decide(meta(1024, 128).T, w, c, given=False, device=ASSUMED_DEVICE, tiles=rule)
     assert r.kind == "small_m" and r.a_path.repack is None and r.small_m_table is None
-    assert r.tiles.general_bm64_bn == 64  # the table's answer, kept on the route for explain
+    assert r.tiles.general_bm64_bn == 128  # the table's answer, kept on the route for explain
 
 
 def test_explain_says_which_general_configuration_runs_and_why(monkeypatch):
