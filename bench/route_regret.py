@@ -214,7 +214,7 @@ def table_fit(samples: list[Sample], base, provenance: str, min_samples: int = M
                                      zip(tail, (base.fixup_us, base.fixup_contributor_us, base.fixed_us)))
     for name, v in zip(("fixup_us", "fixup_contributor_us", "fixed_us"), tail):
         rules[name] = "fitted" if v > 0 else "the base table's x device_over_base"
-    for name in ("cluster1_k_iter_scale", "bm64_k_iter_scale", "cluster1_bm64_k_iter_scale"):
+    for name in ("cluster1_k_iter_scale", "bm64_k_iter_scale", "cluster1_bm64_k_iter_scale", "cluster1_one_wave_scale"):
         rules[name] = "the base table's"
     return replace(base, k_iter_us={bn: v * speed for bn, v in base.k_iter_us.items()}, split_k_iter_us=split_iter,
                    fixup_us=fixup, fixup_contributor_us=per_contributor, fixed_us=fixed, provenance=provenance,

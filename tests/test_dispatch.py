@@ -930,3 +930,30 @@ def test_the_route_ranks_64_row_builds_only_at_the_scales_widths(monkeypatch):
         assert rows64 == {128} and any(c.get("bm", 128) == 128 for c in cands)
     finally:
         dispatch.clear_cache()
+
+
+def test_one_cta_per_cluster_is_ranked_ahead_of_the_pair_in_one_wave():
+    """cluster1_one_wave_scale (0.95 at BN 128-256): a 128-row build with one CTA per cluster whose whole tiles fit
+    in one wave, nothing split, predicts 0.95 of its K iterations; over more than a wave, split, at 64 rows or as
+    the pair it does not. So ViT-L's fc2 at 1576 rows (104 tiles of 128 x 128: one wave) takes one CTA, measured
+    26.2 against the pair's 30.2 us (bench/results/2026-12-05_shapes_real_bf16_autotune_52f0b90.json), and 4096^3
+    (512 tiles) keeps the pair."""
+    model = load_table()
+    assert model.cluster1_one_wave_scale == {128: 0.95, 192: 0.95, 256: 0.95}
+    one = work(1576, 1024, 4096, 128, "none", 132, cluster=1)
+    pair = work(1576, 1024, 4096, 128, "none", 66)
+    assert (one.units, one.grid_clusters, one.whole_iters) == (104, 104, 64) and model.one_wave_scale(one) == 0.95
+    assert model.predict_us(one) == pytest.approx(model.fixed_us + 64 * model.k_iter_us[128] * 0.95)
+    assert model.predict_us(pair) == pytest.approx(model.fixed_us + 64 * model.k_iter_us[128])
+    for w in (work(4096, 4096, 4096, 256, "none", 132, cluster=1),  # 512 tiles: four waves
+              work(1576, 1024, 4096, 128, "all", 132, cluster=1),  # split
+              work(1576, 1024, 4096, 128, "none", 132, cluster=1, bm=64),  # 64 rows: their own scales
+              pair):
+        assert model.one_wave_scale(w) == 1.0
+    e = gemm_ladder.explain(meta(1576, 4096), meta(1024, 4096).T).to_dict()
+    assert (e["tile"][:2], e["cluster"]) == ([128, 128], 1)
+    e = gemm_ladder.explain(meta(4096, 4096), meta(4096, 4096).T).to_dict()
+    assert (e["tile"][:2], e["cluster"]) == ([128, 256], 2)
+    with pytest.raises(ValueError, match="cluster1_one_wave_scale"):
+        CostModel.from_json({**model.to_json(), "cluster1_one_wave_scale": {"128": 0.0}})
+    assert CostModel.from_json(model.to_json()).cluster1_one_wave_scale == model.cluster1_one_wave_scale

@@ -52,12 +52,14 @@ TUNED_GLOB = str(rr.RESULTS / "2026-12-05_shapes_real_[bf][fp]16_autotune*_52f0b
 
 
 def at_the_quoted_bn64_scale(model):
-    """``model`` with the 64-row BN 64 scale it had when the figures docs/library.md quotes below were taken (0.80;
-    0.72 since 2026-12-06: tests/test_dispatch.py's test of it), so that they stay the record of those changes."""
+    """``model`` as it was when the figures docs/library.md quotes below were taken: the 64-row BN 64 scale 0.80
+    (0.72 since 2026-12-06: tests/test_dispatch.py's test of it) and no one-wave scale for one CTA per cluster
+    (since 2026-12-06: test_the_one_wave_scale_ranks_best_on_every_committed_set below), so that they stay the
+    record of those changes."""
     from dataclasses import replace
 
-    assert model.bm64_k_iter_scale[64] == 0.72
-    return replace(model, bm64_k_iter_scale={**model.bm64_k_iter_scale, 64: 0.80})
+    assert model.bm64_k_iter_scale[64] == 0.72 and model.cluster1_one_wave_scale
+    return replace(model, bm64_k_iter_scale={**model.bm64_k_iter_scale, 64: 0.80}, cluster1_one_wave_scale={})
 
 
 def test_the_autotune_timings_give_the_tables_one_cta_scales():
@@ -123,7 +125,8 @@ H100_GLOB = str(rr.RESULTS / "2026-12-05_shapes_real_bf16_autotune_h100_6d06324.
 def test_the_h100_table_is_the_fit_of_the_committed_h100_timings():
     """dispatch/table_h100.json is what --write-table makes of the committed H100 autotune timings (regenerate
     it with the command in docs/library.md when they change), and on them its pick is nearer the fastest
-    timed candidate than table.json's, leave one shape out too."""
+    timed candidate than table.json's at its worst, leave one shape out too, and no farther on the geometric
+    mean."""
     import json
 
     from gemm_ladder.dispatch.heuristic import CostModel, TABLE_PATH
@@ -137,7 +140,10 @@ def test_the_h100_table_is_the_fit_of_the_committed_h100_timings():
                 "cluster1_bm64_k_iter_scale", "fixup_us", "fixup_contributor_us", "fixed_us"):
         assert fitted[key] == pytest.approx(committed[key], rel=1e-9), f"{key}: {stale}"
     scores = rr.evaluate(samples)
-    assert scores["per_build_table_held_out"]["geomean"] < scores["table"]["geomean"]
+    # Since table.json's one-wave scale (2026-12-06) the two tie on the geometric mean (1.008 held out against
+    # 1.008); the H100 table's worst pick stays nearer (1.140 held out against table.json's 1.190).
+    held, base = scores["per_build_table_held_out"], scores["table"]
+    assert held["geomean"] <= base["geomean"] + 0.001 and held["max"] < base["max"]
     assert CostModel.from_json(committed).provenance.startswith("tuned on NVIDIA H100 80GB HBM3")
 
 
@@ -168,3 +174,29 @@ def test_write_table_needs_devices(tmp_path, capsys):
     assert rr.main(["--results", H100_GLOB, "--write-table", str(tmp_path / "no" / "t.json"), "--devices", "X"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "name the device" in err[0] and "--write-table" in err[1]
+
+
+def test_the_one_wave_scale_ranks_best_on_every_committed_set():
+    """table.json's cluster1_one_wave_scale (0.95 at BN 128, 192, 256: one CTA per cluster over the pair where a
+    128-row build's whole tiles fit in one wave) against none, on each committed set of timings: the forced H200
+    runs, the H200 autotune run at 52f0b90 and the H100 one at 6d06324 (the figures its rule quotes). With it the
+    table's pick is nearer the fastest timed on all three, and 0.95 scores at least as well as 0.97, 0.93 and 0.90."""
+    from dataclasses import replace
+
+    from gemm_ladder.dispatch.heuristic import CostModel, TABLE_PATH
+    import json
+
+    h200 = rr.load_table()
+    h100 = CostModel.from_json(json.loads((TABLE_PATH.parent / "table_h100.json").read_text()))
+    assert h200.cluster1_one_wave_scale == {128: 0.95, 192: 0.95, 256: 0.95} == h100.cluster1_one_wave_scale
+    quoted = {rr.DEFAULT_GLOB: (1.0252, 1.0213), TUNED_GLOB: (1.0107, 1.0045), H100_GLOB: (1.0172, 1.0076)}
+    for pattern, (without, with_it) in quoted.items():
+        model = h100 if pattern == H100_GLOB else h200
+        rows = rr.rows_of(rr.load_samples(pattern))
+
+        def mean(scale):
+            m = replace(model, cluster1_one_wave_scale={bn: scale for bn in (128, 192, 256)} if scale else {})
+            return rr.score(rr.regret(rows, rr.table_predict(m)))["mean"]
+
+        assert (round(mean(None), 4), round(mean(0.95), 4)) == (without, with_it), pattern
+        assert mean(0.95) <= min(mean(s) for s in (0.97, 0.93, 0.90)) + 1e-9, pattern

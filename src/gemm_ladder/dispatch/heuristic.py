@@ -154,6 +154,10 @@ class CostModel:
     #: fitted on split timings that hold that cost).
     l2_bytes: int = 0
     split_beyond_l2_scale: float = 1.0
+    #: Per tile width, a 128-row build's K iteration with one CTA per cluster over the 2-CTA pair's where its
+    #: whole tiles fit in one wave and nothing is split (:meth:`one_wave_scale`; 1.0 where absent): measured,
+    #: not fitted by the tune.
+    cluster1_one_wave_scale: dict[int, float] = field(default_factory=dict)
 
     @property
     def tuned(self) -> bool:
@@ -177,11 +181,26 @@ class CostModel:
         (120 us)."""
         return beyond_l2_scale(w, self.l2_bytes, self.split_beyond_l2_scale)
 
+    def one_wave_scale(self, w: Work) -> float:
+        """The factor on ``w``'s whole K iterations for one CTA per cluster at 128 rows where its tiles fit in one
+        wave and nothing is split: ``cluster1_one_wave_scale[bn]``, else 1.0.
+
+        Why: there the pair's B multicast saves no load that another wave would repeat, while its cluster
+        costs a barrier at setup (0.80-0.93 us against 0.26-0.42 with one CTA) and a slower loop at 128 x 128
+        (0.41 against 0.35 us an iteration at 1000 x 4608 x 3584), both measured by the timeline build
+        (docs/where-time-goes.md); over many waves the two builds' timings tie (the table's own 1.0). Without
+        it the two predictions are equal and the route took the pair, which the committed timings put 4-13%
+        behind one CTA at one wave (ViT-L's fc2 at 1576 rows: 26.2 against 30.2 us)."""
+        if w.cluster != 1 or w.bm != TILE_M or w.splits or w.units > w.grid_clusters:
+            return 1.0
+        return self.cluster1_one_wave_scale.get(w.bn, 1.0)
+
     def predict_us(self, w: Work) -> float:
         """Predicted time of one launch, microseconds."""
         scale = 1.0
         if w.cluster == 1:  # measured on whole tiles only
             scale = (self.cluster1_bm64_k_iter_scale if w.bm == 64 else self.cluster1_k_iter_scale).get(w.bn, 1.0)
+            scale *= self.one_wave_scale(w)
         rows = self.bm64_k_iter_scale[w.bn] if w.bm == 64 else 1.0  # a 64-row tile's iteration over a 128-row one's
         t = (self.fixed_us + w.whole_iters * self.k_iter_us[w.bn] * scale * rows
              + w.split_iters * self.split_k_iter_us[w.bn] * rows * self.split_iter_scale(w))
@@ -205,6 +224,8 @@ class CostModel:
             out["cluster1_bm64_k_iter_scale"] = {str(bn): v for bn, v in self.cluster1_bm64_k_iter_scale.items()}
         if self.l2_bytes:
             out["l2_bytes"], out["split_beyond_l2_scale"] = self.l2_bytes, self.split_beyond_l2_scale
+        if self.cluster1_one_wave_scale:
+            out["cluster1_one_wave_scale"] = {str(bn): v for bn, v in self.cluster1_one_wave_scale.items()}
         return out
 
     @classmethod
@@ -219,14 +240,16 @@ class CostModel:
                         {int(bn): float(v) for bn, v in d.get("cluster1_k_iter_scale", {}).items()},
                         {int(bn): float(v) for bn, v in d.get("bm64_k_iter_scale", {}).items()},
                         {int(bn): float(v) for bn, v in d.get("cluster1_bm64_k_iter_scale", {}).items()},
-                        _whole(d.get("l2_bytes", 0)), float(d.get("split_beyond_l2_scale", 1.0)))
+                        _whole(d.get("l2_bytes", 0)), float(d.get("split_beyond_l2_scale", 1.0)),
+                        {int(bn): float(v) for bn, v in d.get("cluster1_one_wave_scale", {}).items()})
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:  # int(inf), float(10**400)
             raise ValueError(f"dispatch table: {type(exc).__name__}: {exc}") from None
         values = [*model.k_iter_us.values(), *model.split_k_iter_us.values(), model.fixup_us, model.fixed_us,
                   model.fixup_contributor_us, model.l2_bytes]
         if not all(math.isfinite(v) and v >= 0 for v in values):
             raise ValueError(f"dispatch table: every time must be a finite number >= 0, got {values}")
-        for name in ("cluster1_k_iter_scale", "bm64_k_iter_scale", "cluster1_bm64_k_iter_scale"):
+        for name in ("cluster1_k_iter_scale", "bm64_k_iter_scale", "cluster1_bm64_k_iter_scale",
+                     "cluster1_one_wave_scale"):
             if not all(math.isfinite(v) and v > 0 for v in getattr(model, name).values()):
                 raise ValueError(f"dispatch table: {name} must be finite and > 0, got {getattr(model, name)}")
         if not (math.isfinite(model.split_beyond_l2_scale) and model.split_beyond_l2_scale > 0):
