@@ -90,8 +90,9 @@ TILE_N = (64, 128, 256)
 K_MAJOR_B_TILE_N = (192,)
 #: Tile widths built for a K-major B with the register store only (``c_from_registers``): not whole 64-column
 #: TMA store panels. Shaped to fill 132 SMs where the others leave a wave part-empty (1023 x 768: 128 tiles of
-#: 64 x 96; 1023 x 2304: 128 of 128 x 144), as cuBLAS's 96- and 144-wide tiles there (issue 23's profile). Not
-#: among the route's widths (dispatch.kernels.general_bns) until a tune times them.
+#: 64 x 96; 1023 x 2304: 128 of 128 x 144), as cuBLAS's 96- and 144-wide tiles there (issue 23's profile), and 32
+#: (64 x 32, cuBLAS's tile on decode-sized layers: 96 tiles at 64 x 3072). Not among the route's widths
+#: (dispatch.kernels.general_bns) until a tune times them.
 REGISTER_STORE_TILE_N = (32, 96, 144)
 #: Tile heights built: level 9's 128 (two consumer warpgroups of 64 rows), and 64 (one consumer: twice
 #: the tiles, where 128-row tiles leave SMs idle).
