@@ -2,11 +2,11 @@
 cuBLAS and the route, interleaved in one process: does the route pick badly among what exists, or is
 no existing configuration good enough?
 
-    python bench/tiles_forced.py [--shapes NAME,...] [--check] [--full-run] [--decode] [--clusters 2,1] [--register-widths 96,144] [--budget 0.03] [-o OUT_DIR]
+    python bench/tiles_forced.py [--shapes NAME,...] [--check] [--full-run] [--decode] [--h100-lows] [--clusters 2,1] [--register-widths 96,144] [--budget 0.03] [-o OUT_DIR]
     python bench/tiles_forced.py --prebuild [the same selection]   # compile the forced builds here, no GPU
 
 ``--check`` adds :data:`CHECK_SHAPES`, ``--full-run`` :data:`SHAPES_FULL_RUN`, ``--small-m`` :data:`SHAPES_SMALL_M`,
-``--decode`` :data:`SHAPES_DECODE`. Shapes: :data:`SHAPES`, the plain (no epilogue) rows of bench/results/2026-12-03_shapes_real_quick_5c39c94.json
+``--decode`` :data:`SHAPES_DECODE`, ``--h100-lows`` :data:`SHAPES_H100_LOWS`. Shapes: :data:`SHAPES`, the plain (no epilogue) rows of bench/results/2026-12-03_shapes_real_quick_5c39c94.json
 below 0.85x cuBLAS (M x N x K of ``F.linear(x, w)``, x (M, K), w (N, K), both row-major).
 
 Configurations per shape:
@@ -107,6 +107,14 @@ SHAPES_DECODE = (
     ("qwen2.5_7b qkv_proj 255", 255, 4608, 3584, "bf16"),
     ("qwen2.5_7b gate_proj 255", 255, 18944, 3584, "bf16"),
 )
+#: The lowest plain rows of the H100's full runs at ca71b37 and 895c5b6
+#: (bench/results/2026-12-06_shapes_real_h100_*.json): Qwen2.5's down_proj at 2048 rows 0.61x cuBLAS (the H100
+#: table's pick, the 64-row BN 128 one-CTA build at 6.8 waves, predicted 427 us, took 634), and its o_proj at 2048
+#: rows 0.79x (the same build).
+SHAPES_H100_LOWS = (
+    ("qwen2.5_7b down_proj 2048", 2048, 3584, 18944, "bf16"),
+    ("qwen2.5_7b o_proj 2048", 2048, 3584, 3584, "bf16"),
+)
 #: Real layer shapes at 0.87-0.99x in the same run, and two squares: where a new split policy must not lose.
 CHECK_SHAPES = (
     ("square 2048", 2048, 2048, 2048, "bf16"),
@@ -190,7 +198,8 @@ def prebuild_forced(shapes, workers: int, clusters=CLUSTERS, tile_m=TILE_M, regi
     AOT set, tools/build_aot.py); returns the failures."""
     from gemm_ladder.dispatch.precompile import config_build, run_builds
 
-    configs = {c: None for _, m, _, _, dtype in shapes for c in configs_for(m, dtype, clusters, tile_m, register_widths)}
+    configs = {c: None for _, m, _, _, dtype in shapes
+               for c in configs_for(m, dtype, clusters, tile_m, register_widths)}
     outcomes = run_builds([config_build(c) for c in configs], workers=workers, load=False)
     return [f"{label}: {o}" for label, o in outcomes.items() if not o.startswith("built")]
 
@@ -333,6 +342,7 @@ def main() -> int:
     p.add_argument("--full-run", action="store_true", help="also SHAPES_FULL_RUN (the 2026-12-04 full run's worst rows)")
     p.add_argument("--small-m", action="store_true", help="also SHAPES_SMALL_M (small-M rows below 0.9x cuBLAS)")
     p.add_argument("--decode", action="store_true", help="also SHAPES_DECODE (M = 64 and 255 rows below 0.85x cuBLAS)")
+    p.add_argument("--h100-lows", action="store_true", help="also SHAPES_H100_LOWS (the H100 full runs' lowest rows)")
     p.add_argument("--prebuild", action="store_true",
                    help="compile the selected shapes' forced builds (not the route's: the AOT set) and exit; no GPU")
     p.add_argument("--clusters", default="2,1", help="the general kernel's cluster sizes forced (default 2,1)")
@@ -346,11 +356,14 @@ def main() -> int:
     args = p.parse_args()
     want = [s.strip() for s in args.shapes.split(",") if s.strip()]
     pool = (SHAPES + (CHECK_SHAPES if args.check else ()) + (SHAPES_FULL_RUN if args.full_run else ())
-            + (SHAPES_SMALL_M if args.small_m else ()) + (SHAPES_DECODE if args.decode else ()))
+            + (SHAPES_SMALL_M if args.small_m else ()) + (SHAPES_DECODE if args.decode else ())
+            + (SHAPES_H100_LOWS if args.h100_lows else ()))
     shapes = [s for s in pool if not want or s[0] in want]
     if want and len(shapes) != len(want):
-        names = [s[0] for s in SHAPES + CHECK_SHAPES + SHAPES_FULL_RUN + SHAPES_SMALL_M + SHAPES_DECODE]
-        print(f"tiles_forced.py: unknown shapes in {want} (--check, --full-run, --small-m, --decode add their sets); "
+        names = [s[0] for s in (SHAPES + CHECK_SHAPES + SHAPES_FULL_RUN + SHAPES_SMALL_M + SHAPES_DECODE
+                                + SHAPES_H100_LOWS)]
+        print(f"tiles_forced.py: unknown shapes in {want} (--check, --full-run, --small-m, --decode, --h100-lows add "
+              "their sets); "
               f"names: {names}",
               file=sys.stderr)
         return 2
