@@ -11,7 +11,8 @@ of the model's pick over the fastest measured configuration of that row.
 ``--table``: score that cost table as ``table`` instead of the package's (say, the table before a change:
 ``git show REV:src/gemm_ladder/dispatch/table.json > before.json``). Also printed, per tile (BM x BN):
 the median over rows of one CTA per cluster's time over the 2-CTA pair's at the same split
-(``cluster1_over_pair``), what the table's ``cluster1_k_iter_scale`` and ``cluster1_bm64_k_iter_scale`` hold.
+(``cluster1_over_pair``), what the table's ``cluster1_k_iter_scale`` and ``cluster1_bm64_k_iter_scale`` hold (its
+``cluster1_one_wave_scale``, one CTA at 128 rows in one wave, is scored in tests/test_route_regret.py).
 
 Models compared:
 

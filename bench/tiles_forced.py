@@ -2,11 +2,13 @@
 cuBLAS and the route, interleaved in one process: does the route pick badly among what exists, or is
 no existing configuration good enough?
 
-    python bench/tiles_forced.py [--shapes NAME,...] [--check] [--full-run] [--decode] [--h100-lows] [--clusters 2,1] [--register-widths 96,144] [--budget 0.03] [-o OUT_DIR]
+    python bench/tiles_forced.py [--shapes NAME,...] [--check] [--full-run] [--decode] [--h100-lows]
+                                 [--clusters 2,1] [--register-widths 96,144] [--budget 0.03] [-o OUT_DIR]
     python bench/tiles_forced.py --prebuild [the same selection]   # compile the forced builds here, no GPU
 
-``--check`` adds :data:`CHECK_SHAPES`, ``--full-run`` :data:`SHAPES_FULL_RUN`, ``--small-m`` :data:`SHAPES_SMALL_M`,
-``--decode`` :data:`SHAPES_DECODE`, ``--h100-lows`` :data:`SHAPES_H100_LOWS`. Shapes: :data:`SHAPES`, the plain (no epilogue) rows of bench/results/2026-12-03_shapes_real_quick_5c39c94.json
+``--check`` adds :data:`CHECK_SHAPES`, ``--full-run`` :data:`SHAPES_FULL_RUN`, ``--small-m``
+:data:`SHAPES_SMALL_M`, ``--decode`` :data:`SHAPES_DECODE`, ``--h100-lows`` :data:`SHAPES_H100_LOWS`.
+Shapes: :data:`SHAPES`, the plain (no epilogue) rows of bench/results/2026-12-03_shapes_real_quick_5c39c94.json
 below 0.85x cuBLAS (M x N x K of ``F.linear(x, w)``, x (M, K), w (N, K), both row-major).
 
 Configurations per shape:

@@ -891,13 +891,13 @@ def test_the_64_row_scale_is_derived_from_its_committed_timings():
         assert sum(ratios) / 2 == pytest.approx(scale, abs=0.01), (bn, ratios)
 
 
-def test_the_64_row_scale_at_bn_64_is_where_the_committed_timings_rank_best():
-    """table.json's bm64_k_iter_scale[64] (0.72) against the median of its committed timings (0.80, above):
-    scored by bench/route_regret.py over every committed tiles_forced timing (the measured time of the table's
-    pick over each row's fastest), 0.72 ranks better than 0.80 (mean regret 1.025 against 1.032, rows within 3%
-    of their best 75% against 68%), and is inside the range of values that score best; 0.80 took 64 x 128 tiles
-    on 6-64 CTAs where 64 x 64 tiles on twice the CTAs measured 7-14% faster. It also puts the one-CTA 64 x 64
-    iteration at the timeline build's measured 0.18 us (docs/where-time-goes.md)."""
+def test_the_64_row_scale_at_bn_64_ranks_better_than_its_median():
+    """table.json's bm64_k_iter_scale[64] (0.72) against the median of its committed timings (0.80, above): it puts
+    the one-CTA 64 x 64 iteration at the timeline build's measured 0.18 us (docs/where-time-goes.md), and scored by
+    bench/route_regret.py over every committed tiles_forced timing (the measured time of the table's pick over each
+    row's fastest) it ranks better than 0.80 (mean regret 1.0213 against 1.0281, the figures its rule quotes), as
+    every value from 0.57 to 0.74 does; 0.50-0.56 rank one row better still (1.0204) with an iteration faster than
+    measured. 0.80 took 64 x 128 tiles on 6-64 CTAs where 64 x 64 tiles on twice the CTAs measured 7-14% faster."""
     import sys
     from pathlib import Path
 
@@ -911,9 +911,10 @@ def test_the_64_row_scale_at_bn_64_is_where_the_committed_timings_rank_best():
         m = replace(model, bm64_k_iter_scale={**model.bm64_k_iter_scale, 64: s64})
         return rr.score(rr.regret(rows, rr.table_predict(m)))["mean"]
 
-    scores = {s: mean_regret(s) for s in (0.60, 0.66, 0.72, 0.74, 0.80, 0.86)}
+    scores = {s: round(mean_regret(s), 4) for s in (0.50, 0.56, 0.57, 0.66, 0.72, 0.74, 0.76, 0.80)}
     assert model.bm64_k_iter_scale[64] == 0.72
-    assert scores[0.72] == pytest.approx(min(scores.values())) and scores[0.72] < scores[0.80] - 0.005, scores
+    assert scores == {0.50: 1.0204, 0.56: 1.0204, 0.57: 1.0213, 0.66: 1.0213, 0.72: 1.0213, 0.74: 1.0213,
+                      0.76: 1.0281, 0.80: 1.0281}, scores
     c1 = model.cluster1_bm64_k_iter_scale[64]
     assert model.k_iter_us[64] * c1 * 0.72 == pytest.approx(0.18, abs=0.005)
 
@@ -945,11 +946,17 @@ def test_one_cta_per_cluster_is_ranked_ahead_of_the_pair_in_one_wave():
     assert (one.units, one.grid_clusters, one.whole_iters) == (104, 104, 64) and model.one_wave_scale(one) == 0.95
     assert model.predict_us(one) == pytest.approx(model.fixed_us + 64 * model.k_iter_us[128] * 0.95)
     assert model.predict_us(pair) == pytest.approx(model.fixed_us + 64 * model.k_iter_us[128])
+    w64 = work(512, 1024, 4096, 64, "none", 132, cluster=1, bm=64)  # 64 rows, one wave: their own scales
+    assert w64.units <= w64.grid_clusters
     for w in (work(4096, 4096, 4096, 256, "none", 132, cluster=1),  # 512 tiles: four waves
               work(1576, 1024, 4096, 128, "all", 132, cluster=1),  # split
-              work(1576, 1024, 4096, 128, "none", 132, cluster=1, bm=64),  # 64 rows: their own scales
-              pair):
+              w64, pair):
         assert model.one_wave_scale(w) == 1.0
+    # the edge: 132 tiles of 128 x 128 are one wave on 132 SMs, 133 are not
+    at = work(128 * 132, 128, 4096, 128, "none", 132, cluster=1)
+    past = work(128 * 133, 128, 4096, 128, "none", 132, cluster=1)
+    assert (at.units, past.units) == (132, 133)
+    assert (model.one_wave_scale(at), model.one_wave_scale(past)) == (0.95, 1.0)
     e = gemm_ladder.explain(meta(1576, 4096), meta(1024, 4096).T).to_dict()
     assert (e["tile"][:2], e["cluster"]) == ([128, 128], 1)
     e = gemm_ladder.explain(meta(4096, 4096), meta(4096, 4096).T).to_dict()

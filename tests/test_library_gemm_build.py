@@ -135,7 +135,7 @@ def test_register_store_builds_pass_the_resource_gate(register_reports, job):
     assert forms == {(f"64x{bn}x16", ".BF16" if dtype == "bf16" else "", want)}, forms
 
 
-#: The register-store-only widths (BN 96, 144: not whole 64-column store panels), K-major A and B: level 9's
+#: The register-store-only widths (BN 32, 96, 144: not whole 64-column store panels), K-major A and B: level 9's
 #: 128-row pair and the one-consumer 64-row build alone in its cluster, bf16; fp16 on one.
 NARROW_JOBS = [(bn, bm, cluster, "bf16") for bn in REGISTER_STORE_TILE_N for bm, cluster in ((128, 2), (64, 1))] + \
     [(96, 64, 1, "fp16")]
@@ -150,7 +150,7 @@ def narrow_reports(nvcc_cache):
 @needs_nvcc
 @pytest.mark.parametrize("job", NARROW_JOBS, ids=lambda v: str(v))
 def test_register_store_only_widths_pass_the_resource_gate(narrow_reports, job):
-    """BN 96 and 144 compile to their wgmma width (HGMMA.64x96x16, 64x144x16), no spill, no stack, no TMA store."""
+    """BN 32, 96 and 144 compile to their wgmma width (HGMMA.64x32x16, ...), no spill, no stack, no TMA store."""
     bn, bm, cluster, dtype = job
     report, sass = narrow_reports[job]
     assert report.passed, report.messages
@@ -161,7 +161,7 @@ def test_register_store_only_widths_pass_the_resource_gate(narrow_reports, job):
 
 @needs_nvcc
 def test_register_store_only_widths_compile_with_a_fused_epilogue(use_cache):
-    """A bias + residual epilogue at BN 96 and 144 in both orientations: its residual's prefetch runs are
+    """A bias + residual epilogue at BN 32, 96 and 144 in both orientations: its residual's prefetch runs are
     not whole 128-byte lines there (fused_epilogue.cuh's epi_prefetch_runs takes a partial last line)."""
     import torch
 
@@ -178,7 +178,7 @@ def test_register_store_only_widths_compile_with_a_fused_epilogue(use_cache):
 
 
 def test_register_store_only_widths_are_refused_elsewhere():
-    """BN 96 and 144 are built for a K-major B stored from registers; a TMA store or an MN-major B is refused."""
+    """BN 32, 96 and 144 are built for a K-major B stored from registers; a TMA store or an MN-major B is refused."""
     for bn in REGISTER_STORE_TILE_N:
         assert library_gemm("k", "k", bn, c_from_registers=True).name == f"sm90_gemm_kk_bn{bn}_creg"
         with pytest.raises(ValueError, match=f"bn = {bn}: .*c_from_registers = False"):

@@ -53,12 +53,13 @@ def test_each_class_builds_its_epilogues_in_the_orientations_its_routes_take():
     large = [b.label for b in epilogue_builds(("bf16",), ("large",))]
     gelu = len([x for x in epilogue_variants("common") if x.activation in pingpong.ACTIVATIONS])
     # N even only (whole 16-byte rows), direct; the one-CTA build where a table ranks it faster than the pair
-    # (BN 64: table.json's and the H100's cluster1_k_iter_scale); and the ping-pong build's GELU variants at its widths
+    # (BN 64: table.json's and the H100's cluster1_k_iter_scale; BN 128-256: their cluster1_one_wave_scale, one
+    # wave); and the ping-pong build's GELU variants at its widths
     from gemm_ladder.dispatch.precompile import _one_cta_bns
 
-    assert _one_cta_bns() == (64,)
-    assert len(large) == len(set(large)) == (len(timed) + 1) * v + len(pingpong.WIDTHS) * gelu
-    assert len([x for x in large if "1 CTA" in x and "ping-pong" not in x]) == v
+    assert _one_cta_bns() == (256, 192, 128, 64)
+    assert len(large) == len(set(large)) == 2 * len(timed) * v + len(pingpong.WIDTHS) * gelu
+    assert len([x for x in large if "1 CTA" in x and "ping-pong" not in x]) == 4 * v
     assert not any("swapped" in x or "N odd" in x for x in large)
     assert {x for x in large if "ping-pong" in x} and all("gelu" in x for x in large if "ping-pong" in x)
     unaligned = [b.label for b in epilogue_builds(("bf16",), ("unaligned",))]

@@ -14,7 +14,10 @@ by BN / 256 (a partial is 64 x BN floats per consumer); and ``fixed_us`` per lau
 load's latency, the last tile's store). Split K iterations cost ``split_beyond_l2_scale`` times more
 where the split units' operand panels exceed ``l2_bytes`` (:meth:`CostModel.split_iter_scale`). The
 per-contributor term is what tells "tail" (a few units, each shared by about G / R clusters) from "wave"
-(R + G units, two contributors each).
+(R + G units, two contributors each). Builds with one CTA per cluster or 64-row tiles have their K iterations
+scaled per width by the table's ``cluster1_k_iter_scale``, ``bm64_k_iter_scale`` and
+``cluster1_bm64_k_iter_scale``, and one CTA at 128 rows in one wave by ``cluster1_one_wave_scale``
+(:func:`rank`, :meth:`CostModel.one_wave_scale`).
 
 The table's ``provenance`` says where the numbers come from: "untuned default: ..." (derived by the
 rule written beside each value from measurements in bench/results/) or "tuned on <GPU> <date>
@@ -155,8 +158,8 @@ class CostModel:
     l2_bytes: int = 0
     split_beyond_l2_scale: float = 1.0
     #: Per tile width, a 128-row build's K iteration with one CTA per cluster over the 2-CTA pair's where its
-    #: whole tiles fit in one wave and nothing is split (:meth:`one_wave_scale`; 1.0 where absent): measured,
-    #: not fitted by the tune.
+    #: whole tiles fit in one wave and nothing is split (:meth:`one_wave_scale`; 1.0 where absent): chosen from
+    #: committed timings (the table's rule says how), not fitted by the tune.
     cluster1_one_wave_scale: dict[int, float] = field(default_factory=dict)
 
     @property
@@ -191,7 +194,7 @@ class CostModel:
         (docs/where-time-goes.md); over many waves the two builds' timings tie (the table's own 1.0). Without
         it the two predictions are equal and the route took the pair, which the committed timings put 4-13%
         behind one CTA at one wave (ViT-L's fc2 at 1576 rows: 26.2 against 30.2 us)."""
-        if w.cluster != 1 or w.bm != TILE_M or w.splits or w.units > w.grid_clusters:
+        if w.cluster != 1 or w.bm != TILE_M or w.splits or w.waves > 1:
             return 1.0
         return self.cluster1_one_wave_scale.get(w.bn, 1.0)
 
@@ -337,13 +340,16 @@ def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[
     mean over 213 plain rows: bench/route_regret.py) with the scale left out, 1.3% with it.
     Where the M tiles are odd in number the pair's units count an idle twin's tile and a cluster-1
     launch's do not; a split cluster-1 unit has up to twice the contributors (132 clusters, not 66).
+    A 128-row cluster-1 build whose whole tiles fit in one wave, nothing split, is charged the table's
+    ``cluster1_one_wave_scale`` for its width besides (:meth:`CostModel.one_wave_scale`).
 
     A 64-row build (``bm`` 64: one consumer warpgroup, twice the M tiles) is charged its whole and split K
     iterations times the table's ``bm64_k_iter_scale`` for its width (KeyError where absent), its fixup as the
     128-row build's: measured on the H200 (bench/tiles_forced.py --tile-m 128,64,
     bench/results/2026-12-04_tiles_forced_bm64_dd7709e.json, 16 real layer shapes), a 64-row tile's whole
     K iteration took 0.80x the 128-row tile's at BN 64 and 0.59-0.63x at BN 128-256 (the medians over both
-    cluster sizes of the model's fitted per-iteration time); with the same scale on its split
+    cluster sizes of the model's fitted per-iteration time; the table holds 0.72 at BN 64 since 2026-12-06, its
+    rule says why); with the same scale on its split
     iterations and the fixup unchanged, the model predicts the 64-row split launches 6% (one CTA) and 11%
     (2-CTA) slower than measured (medians), the 128-row ones within 0-3%.
 

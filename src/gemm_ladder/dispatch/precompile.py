@@ -136,10 +136,12 @@ def _timed_bns(tables: list | None = None) -> tuple[int, ...]:
 
 def _one_cta_bns(tables: list | None = None) -> tuple[int, ...]:
     """The timed widths at which a cost table (``tables``: default :func:`_shipped_tables`) charges one CTA per
-    cluster less than the 2-CTA pair (``cluster1_k_iter_scale`` < 1): where the route may take the one-CTA
-    build for a large product."""
+    cluster less than the 2-CTA pair (``cluster1_k_iter_scale`` < 1, or ``cluster1_one_wave_scale`` < 1 where
+    the tiles fit in one wave): where the route may take the one-CTA build for a large product."""
     tables = tables if tables is not None else _shipped_tables()
-    return tuple(bn for bn in _timed_bns(tables) if any(t.cluster1_k_iter_scale.get(bn, 1.0) < 1.0 for t in tables))
+    return tuple(bn for bn in _timed_bns(tables)
+                 if any(min(t.cluster1_k_iter_scale.get(bn, 1.0), t.cluster1_one_wave_scale.get(bn, 1.0)) < 1.0
+                        for t in tables))
 
 
 def library_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLASSES)) -> list[Build]:
@@ -394,7 +396,8 @@ def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CL
 
     * large: the general kernel's TMA-store build, each timed tile width, N even (its rows are whole
       16-byte chunks), the direct orientation (a row-major output); its one-CTA build at the widths where a
-      cost table charges one CTA less than the pair (:func:`_one_cta_bns`: BN 64 in the shipped tables); and
+      cost table charges one CTA less than the pair (:func:`_one_cta_bns`: every timed width in the shipped tables,
+      BN 64 everywhere and BN 128-256 in one wave); and
       its ping-pong build at dispatch/pingpong.py's widths, for the variants with GELU (the rule's activations);
     * unaligned: its build for outputs a TMA store cannot write, N even and odd;
     * small_m: the small-M kernel, every bucket, N even and odd, both orientations (M <= 256 direct;
