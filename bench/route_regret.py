@@ -215,7 +215,8 @@ def table_fit(samples: list[Sample], base, provenance: str, min_samples: int = M
                                      zip(tail, (base.fixup_us, base.fixup_contributor_us, base.fixed_us)))
     for name, v in zip(("fixup_us", "fixup_contributor_us", "fixed_us"), tail):
         rules[name] = "fitted" if v > 0 else "the base table's x device_over_base"
-    for name in ("cluster1_k_iter_scale", "bm64_k_iter_scale", "cluster1_bm64_k_iter_scale", "cluster1_one_wave_scale"):
+    for name in ("cluster1_k_iter_scale", "bm64_k_iter_scale", "cluster1_bm64_k_iter_scale", "cluster1_one_wave_scale",
+                 "bm64_max_waves"):
         rules[name] = "the base table's"
     return replace(base, k_iter_us={bn: v * speed for bn, v in base.k_iter_us.items()}, split_k_iter_us=split_iter,
                    fixup_us=fixup, fixup_contributor_us=per_contributor, fixed_us=fixed, provenance=provenance,
@@ -248,9 +249,12 @@ def score(reg: dict[str, tuple[float, Sample]]) -> dict:
 
 
 def table_predict(model):
+    """The table's prediction of a sample, infinite where the route would not rank it (a split it cannot launch,
+    a width it does not time, a 64-row build past ``bm64_max_waves``: heuristic.CostModel.ranks)."""
     def predict(s: Sample) -> float:
         try:
-            return model.predict_us(s.work())
+            w = s.work()
+            return model.predict_us(w) if model.ranks(w, s.shape[0]) else math.inf
         except (KeyError, SplitOverflowError):
             return math.inf
     return predict

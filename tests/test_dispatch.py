@@ -964,3 +964,28 @@ def test_one_cta_per_cluster_is_ranked_ahead_of_the_pair_in_one_wave():
     with pytest.raises(ValueError, match="cluster1_one_wave_scale"):
         CostModel.from_json({**model.to_json(), "cluster1_one_wave_scale": {"128": 0.0}})
     assert CostModel.from_json(model.to_json()).cluster1_one_wave_scale == model.cluster1_one_wave_scale
+
+
+def test_a_64_row_build_past_five_waves_is_not_ranked():
+    """bm64_max_waves (5): a 64-row build whose tiles take more than 5 waves is not ranked where M spans more than one
+    64-row tile (it loads B twice as often as the 128-row build; heuristic.CostModel.ranks). Qwen2.5's o_proj at 2048
+    rows (896 tiles of 64 x 128: 6.8 waves) takes 128 x 256 tiles now; a 64-row product past 5 waves, or a 64-row
+    build in fewer waves, is still ranked; unless nothing else is (the small-M table's 64-row answer)."""
+    from gemm_ladder.dispatch.route import ASSUMED_DEVICE, choose_general_build, find_routes
+
+    model = load_table()
+    assert model.bm64_max_waves == 5
+    many = work(2048, 3584, 3584, 128, "none", 132, cluster=1, bm=64)
+    assert many.waves > 6 and not model.ranks(many, 2048) and model.ranks(many, 64)
+    assert model.ranks(work(2048, 3584, 3584, 256, "none", 132, cluster=1), 2048)  # 128 rows: always
+    assert model.ranks(work(512, 1024, 4096, 64, "none", 132, cluster=1, bm=64), 512)  # one wave
+    e = gemm_ladder.explain(meta(2048, 3584), meta(3584, 3584).T).to_dict()
+    assert e["tile"][:2] == [128, 256] and all(c.get("bm", 128) == 128 or c["waves"] <= 5
+                                                for c in e["heuristic"]["candidates"])
+    x, w, c = meta(2048, 3584), meta(3584, 3584).T, meta(2048, 3584)
+    routes, _ = find_routes(x, w, c, given=False, device=ASSUMED_DEVICE)
+    only = choose_general_build(routes, model, bm=64, cluster=1)  # the 64-row routes alone: still chosen among
+    assert only is not None and only.config.tile[0] == 64
+    with pytest.raises(ValueError, match="bm64_max_waves"):
+        CostModel.from_json({**model.to_json(), "bm64_max_waves": -1})
+    assert CostModel.from_json(model.to_json()).bm64_max_waves == 5

@@ -107,9 +107,10 @@ def test_a_refit_keeps_the_tables_measured_cluster1_scale():
     table.update(library.merged_model_json(table, fitted))
     assert table["cluster1_k_iter_scale"] == {"64": 0.853} and table["provenance"] == "refit"
     assert set(table["rules"]) == {"fixed_us", "cluster1_k_iter_scale[64]", "bm64_k_iter_scale",
-                                   "cluster1_bm64_k_iter_scale", "cluster1_one_wave_scale", "l2_bytes",
-                                   "split_beyond_l2_scale"}
+                                   "cluster1_bm64_k_iter_scale", "cluster1_one_wave_scale", "bm64_max_waves",
+                                   "l2_bytes", "split_beyond_l2_scale"}
     assert table["cluster1_one_wave_scale"] == {"128": 0.95, "192": 0.95, "256": 0.95}  # measured, kept
+    assert table["bm64_max_waves"] == 5  # kept
     # the factor on split iterations beyond L2 is fitted on other timings than the tune's: the refit keeps it
     # (library.beyond_l2 hands it to the fit, which carries it)
     fitted = CostModel(fitted.k_iter_us, fitted.split_k_iter_us, fitted.fixup_us, fitted.fixed_us, "refit",

@@ -161,6 +161,9 @@ class CostModel:
     #: whole tiles fit in one wave and nothing is split (:meth:`one_wave_scale`; 1.0 where absent): chosen from
     #: committed timings (the table's rule says how), not fitted by the tune.
     cluster1_one_wave_scale: dict[int, float] = field(default_factory=dict)
+    #: The most waves a 64-row build is ranked at (:meth:`ranks`; 0: no limit): set from committed timings, not
+    #: fitted by the tune.
+    bm64_max_waves: float = 0.0
 
     @property
     def tuned(self) -> bool:
@@ -183,6 +186,18 @@ class CostModel:
         within 2%, so gemma-7b's down_proj at 511 rows took its "all" split (148 us) over a whole-tile build
         (120 us)."""
         return beyond_l2_scale(w, self.l2_bytes, self.split_beyond_l2_scale)
+
+    def ranks(self, w: Work, m: int) -> bool:
+        """Whether the route ranks ``w`` (of a product with ``m`` rows) at all: every build, but a 64-row one past
+        ``bm64_max_waves`` waves (where set) only when ``m`` fits in one 64-row tile.
+
+        Why: a 64-row tile loads its B panel for half the rows a 128-row tile does, so over many waves the
+        64-row build moves about twice the operand bytes from L2 for the same product (where M spans more than
+        one 64-row tile: with one, either build loads B once), which the per-iteration scales (measured where
+        the 64-row build fills the SMs the 128-row one leaves idle) do not charge. On the H100, Qwen2.5's
+        down_proj at 2048 rows (896 tiles of 64 x 128, 6.8 waves) was predicted 427 us and took 646, where one
+        CTA of 128 x 256 took 383 (bench/results/2026-12-06_tiles_forced_h100_lows_h100_2c96e90.json)."""
+        return not (w.bm == 64 and self.bm64_max_waves and w.waves > self.bm64_max_waves and m > 64)
 
     def one_wave_scale(self, w: Work) -> float:
         """The factor on ``w``'s whole K iterations for one CTA per cluster at 128 rows where its tiles fit in one
@@ -229,6 +244,8 @@ class CostModel:
             out["l2_bytes"], out["split_beyond_l2_scale"] = self.l2_bytes, self.split_beyond_l2_scale
         if self.cluster1_one_wave_scale:
             out["cluster1_one_wave_scale"] = {str(bn): v for bn, v in self.cluster1_one_wave_scale.items()}
+        if self.bm64_max_waves:
+            out["bm64_max_waves"] = self.bm64_max_waves
         return out
 
     @classmethod
@@ -244,7 +261,8 @@ class CostModel:
                         {int(bn): float(v) for bn, v in d.get("bm64_k_iter_scale", {}).items()},
                         {int(bn): float(v) for bn, v in d.get("cluster1_bm64_k_iter_scale", {}).items()},
                         _whole(d.get("l2_bytes", 0)), float(d.get("split_beyond_l2_scale", 1.0)),
-                        {int(bn): float(v) for bn, v in d.get("cluster1_one_wave_scale", {}).items()})
+                        {int(bn): float(v) for bn, v in d.get("cluster1_one_wave_scale", {}).items()},
+                        float(d.get("bm64_max_waves", 0.0)))
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:  # int(inf), float(10**400)
             raise ValueError(f"dispatch table: {type(exc).__name__}: {exc}") from None
         values = [*model.k_iter_us.values(), *model.split_k_iter_us.values(), model.fixup_us, model.fixed_us,
@@ -255,6 +273,8 @@ class CostModel:
                      "cluster1_one_wave_scale"):
             if not all(math.isfinite(v) and v > 0 for v in getattr(model, name).values()):
                 raise ValueError(f"dispatch table: {name} must be finite and > 0, got {getattr(model, name)}")
+        if not (math.isfinite(model.bm64_max_waves) and model.bm64_max_waves >= 0):
+            raise ValueError(f"dispatch table: bm64_max_waves must be finite and >= 0, got {model.bm64_max_waves}")
         if not (math.isfinite(model.split_beyond_l2_scale) and model.split_beyond_l2_scale > 0):
             raise ValueError(f"dispatch table: split_beyond_l2_scale must be finite and > 0, got "
                              f"{model.split_beyond_l2_scale}")

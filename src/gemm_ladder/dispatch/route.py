@@ -604,6 +604,10 @@ def _ranked_general(timed: list[Route], model: CostModel) -> list[tuple[Candidat
             configs = [(r.bn, s) for s in K.kernel_splits(r.config) if cluster != 1 or s in CLUSTER1_SPLITS]
             ranked += [(cand, r) for cand in rank(model, r.m, r.n, r.k, max(1, r.device.sms // cluster), configs,
                                                   cluster=cluster, bm=r.config.tile[0])]
+    # A 64-row build past the table's bm64_max_waves is not ranked (CostModel.ranks), unless nothing else is
+    # (choose_general_build's 64-row routes alone).
+    kept = [cr for cr in ranked if model.ranks(cr[0].work, cr[1].m)]
+    ranked = kept or ranked
     ranked.sort(key=lambda cr: round(cr[0].predicted_us, 6))  # stable: wider tiles, fewer splits first
     return ranked
 
