@@ -17,7 +17,8 @@ per-contributor term is what tells "tail" (a few units, each shared by about G /
 (R + G units, two contributors each). Builds with one CTA per cluster or 64-row tiles have their K iterations
 scaled per width by the table's ``cluster1_k_iter_scale``, ``bm64_k_iter_scale`` and
 ``cluster1_bm64_k_iter_scale``, and one CTA at 128 rows in one wave by ``cluster1_one_wave_scale``
-(:func:`rank`, :meth:`CostModel.one_wave_scale`).
+(:func:`rank`, :meth:`CostModel.one_wave_scale`); the route leaves a 64-row build past ``bm64_max_waves``
+waves unranked (:meth:`CostModel.ranks`).
 
 The table's ``provenance`` says where the numbers come from: "untuned default: ..." (derived by the
 rule written beside each value from measurements in bench/results/) or "tuned on <GPU> <date>
@@ -161,8 +162,8 @@ class CostModel:
     #: whole tiles fit in one wave and nothing is split (:meth:`one_wave_scale`; 1.0 where absent): chosen from
     #: committed timings (the table's rule says how), not fitted by the tune.
     cluster1_one_wave_scale: dict[int, float] = field(default_factory=dict)
-    #: The most waves a 64-row build is ranked at (:meth:`ranks`; 0: no limit): set from committed timings, not
-    #: fitted by the tune.
+    #: The most waves a 64-row build is ranked at where M spans more than one 64-row tile (:meth:`ranks`; 0: no
+    #: limit): set from committed timings, not fitted by the tune.
     bm64_max_waves: float = 0.0
 
     @property
@@ -361,7 +362,9 @@ def rank(model: CostModel, m: int, n: int, k: int, clusters: int, configs: list[
     Where the M tiles are odd in number the pair's units count an idle twin's tile and a cluster-1
     launch's do not; a split cluster-1 unit has up to twice the contributors (132 clusters, not 66).
     A 128-row cluster-1 build whose whole tiles fit in one wave, nothing split, is charged the table's
-    ``cluster1_one_wave_scale`` for its width besides (:meth:`CostModel.one_wave_scale`).
+    ``cluster1_one_wave_scale`` for its width besides (:meth:`CostModel.one_wave_scale`). This function ranks
+    every configuration given; the route then leaves out a 64-row one past ``bm64_max_waves`` waves
+    (:meth:`CostModel.ranks`, dispatch/route.py's ``_ranked_general``).
 
     A 64-row build (``bm`` 64: one consumer warpgroup, twice the M tiles) is charged its whole and split K
     iterations times the table's ``bm64_k_iter_scale`` for its width (KeyError where absent), its fixup as the
