@@ -128,6 +128,9 @@ CHECK_SHAPES = (
     ("qwen2.5_7b down_proj", 1000, 3584, 18944, "bf16"),
     ("llama3_8b down_proj", 1000, 4096, 14336, "fp16"),
 )
+#: The shape sets a flag adds to SHAPES (its argparse dest: --full-run is full_run).
+SHAPE_SETS = {"check": CHECK_SHAPES, "full_run": SHAPES_FULL_RUN, "small_m": SHAPES_SMALL_M, "decode": SHAPES_DECODE,
+              "h100_lows": SHAPES_H100_LOWS}
 SPLITS_TRIED = (1, 2, 4, 8, 16)
 MAX_M_TILES = 4
 
@@ -179,30 +182,23 @@ def configs_for(m: int, dtype: str, clusters=CLUSTERS, tile_m=TILE_M, register_w
     return out
 
 
-def prebuild(shapes, workers: int, clusters=CLUSTERS, tile_m=TILE_M, register_widths=()) -> list[str]:
-    """Compile (and load) every build the shapes need, and each route's, in parallel; returns failures."""
+def prebuild(shapes, workers: int, clusters=CLUSTERS, tile_m=TILE_M, register_widths=(), *,
+             gpu: bool = True) -> list[str]:
+    """Compile every forced build the shapes need, in parallel; returns the failures. With ``gpu``, also each
+    shape's route build, and load them all; without (``--prebuild``, no GPU), the forced builds only, nothing
+    loaded (the routes' builds are the AOT set, tools/build_aot.py)."""
     from gemm_ladder.dispatch.precompile import config_build, run_builds
 
     configs = {}
     for _, m, n, k, dtype in shapes:
         for c in configs_for(m, dtype, clusters, tile_m, register_widths):
             configs[c] = None
-        x = torch.empty(m, k, dtype=DTYPES[dtype], device="cuda")
-        w = torch.empty(n, k, dtype=DTYPES[dtype], device="cuda")
-        route = dispatch.decide(x, w.T, torch.empty(m, n, dtype=x.dtype, device="cuda"), given=False)
-        configs[route.config] = None
-    outcomes = run_builds([config_build(c) for c in configs], workers=workers)
-    return [f"{label}: {o}" for label, o in outcomes.items() if not o.startswith("built")]
-
-
-def prebuild_forced(shapes, workers: int, clusters=CLUSTERS, tile_m=TILE_M, register_widths=()) -> list[str]:
-    """Compile every forced build the shapes need, without a GPU (nothing loaded; the routes' builds are the
-    AOT set, tools/build_aot.py); returns the failures."""
-    from gemm_ladder.dispatch.precompile import config_build, run_builds
-
-    configs = {c: None for _, m, _, _, dtype in shapes
-               for c in configs_for(m, dtype, clusters, tile_m, register_widths)}
-    outcomes = run_builds([config_build(c) for c in configs], workers=workers, load=False)
+        if gpu:
+            x = torch.empty(m, k, dtype=DTYPES[dtype], device="cuda")
+            w = torch.empty(n, k, dtype=DTYPES[dtype], device="cuda")
+            route = dispatch.decide(x, w.T, torch.empty(m, n, dtype=x.dtype, device="cuda"), given=False)
+            configs[route.config] = None
+    outcomes = run_builds([config_build(c) for c in configs], workers=workers, load=None if gpu else False)
     return [f"{label}: {o}" for label, o in outcomes.items() if not o.startswith("built")]
 
 
@@ -357,17 +353,12 @@ def main() -> int:
     p.add_argument("-o", "--output", default=None, help="output folder (default $OUT/tiles or ./tiles_out)")
     args = p.parse_args()
     want = [s.strip() for s in args.shapes.split(",") if s.strip()]
-    pool = (SHAPES + (CHECK_SHAPES if args.check else ()) + (SHAPES_FULL_RUN if args.full_run else ())
-            + (SHAPES_SMALL_M if args.small_m else ()) + (SHAPES_DECODE if args.decode else ())
-            + (SHAPES_H100_LOWS if args.h100_lows else ()))
+    pool = SHAPES + sum((sets for flag, sets in SHAPE_SETS.items() if getattr(args, flag)), ())
     shapes = [s for s in pool if not want or s[0] in want]
     if want and len(shapes) != len(want):
-        names = [s[0] for s in (SHAPES + CHECK_SHAPES + SHAPES_FULL_RUN + SHAPES_SMALL_M + SHAPES_DECODE
-                                + SHAPES_H100_LOWS)]
-        print(f"tiles_forced.py: unknown shapes in {want} (--check, --full-run, --small-m, --decode, --h100-lows add "
-              "their sets); "
-              f"names: {names}",
-              file=sys.stderr)
+        names = [s[0] for s in SHAPES + sum(SHAPE_SETS.values(), ())]
+        flags = ", ".join("--" + flag.replace("_", "-") for flag in SHAPE_SETS)
+        print(f"tiles_forced.py: unknown shapes in {want} ({flags} add their sets); names: {names}", file=sys.stderr)
         return 2
     try:
         clusters = tuple(int(c) for c in args.clusters.split(","))
@@ -394,7 +385,7 @@ def main() -> int:
               f"{', '.join(map(str, REGISTER_STORE_TILE_N + TILE_N))}", file=sys.stderr)
         return 2
     if args.prebuild:
-        failures = prebuild_forced(shapes, args.workers, clusters, tile_m, register_widths)
+        failures = prebuild(shapes, args.workers, clusters, tile_m, register_widths, gpu=False)
         print(f"prebuilt; failures: {failures}")
         return 1 if failures else 0
     require_gpu(__file__)
