@@ -2,12 +2,14 @@
 cuBLAS and the route, interleaved in one process: does the route pick badly among what exists, or is
 no existing configuration good enough?
 
-    python bench/tiles_forced.py [--shapes NAME,...] [--check] [--full-run] [--decode] [--h100-lows]
-                                 [--clusters 2,1] [--register-widths 96,144] [--budget 0.03] [-o OUT_DIR]
+    python bench/tiles_forced.py [--shapes NAME,...] [--check] [--full-run] [--decode] [--h100-lows] [--tall]
+                                 [--clusters 2,1] [--tile-m 128,192] [--register-widths 96,144]
+                                 [--splits none,tail] [--budget 0.03] [-o OUT_DIR]
     python bench/tiles_forced.py --prebuild [the same selection]   # compile the forced builds here, no GPU
 
 ``--check`` adds :data:`CHECK_SHAPES`, ``--full-run`` :data:`SHAPES_FULL_RUN`, ``--small-m``
-:data:`SHAPES_SMALL_M`, ``--decode`` :data:`SHAPES_DECODE`, ``--h100-lows`` :data:`SHAPES_H100_LOWS`.
+:data:`SHAPES_SMALL_M`, ``--decode`` :data:`SHAPES_DECODE`, ``--h100-lows`` :data:`SHAPES_H100_LOWS`, ``--tall``
+:data:`SHAPES_TALL`.
 Shapes: :data:`SHAPES`, the plain (no epilogue) rows of bench/results/2026-12-03_shapes_real_quick_5c39c94.json
 below 0.85x cuBLAS (M x N x K of ``F.linear(x, w)``, x (M, K), w (N, K), both row-major).
 
@@ -18,7 +20,8 @@ Configurations per shape:
 * ``general BN {64,128,192,256} {none,tail,all,wave}``: the general kernel (library/gemm.py, 128 x BN
   tiles, 2-CTA cluster) bound in place with each split policy (library.gemm.SPLITS, the ones the route
   ranks and any it does not); ``general c1 BN ...`` the same with one CTA per cluster (``--clusters``), ``general BM 64 BN ...`` with
-  64-row tiles (``--tile-m``);
+  64-row tiles and ``general BM 192 BN ...`` with 192-row ones (``--tile-m``; each height at the widths it is
+  built for, library/gemm.py ``tile_built``), each split policy of ``--splits`` (default all);
 * for M <= 256, ``small_m BN b splits s``: the small-M kernel in the bucket of one tile and the
   smaller buckets of up to 4 M tiles, its own split rule (s = None) and classic split-K (s = 1, 2, 4,
   8, 16, where the grid differs from the rule's).
@@ -128,9 +131,24 @@ CHECK_SHAPES = (
     ("qwen2.5_7b down_proj", 1000, 3584, 18944, "bf16"),
     ("llama3_8b down_proj", 1000, 4096, 14336, "fp16"),
 )
+#: Where cuBLAS's tiles are taller than 128 rows (issue 23's profile: 192 x 128 at 8192 x 768 x 3072, 192 x 192 at
+#: 12608 x 3072 x 1024, 256 x 128 at 12608 x 1024 x 4096, 256 x 144 at 1000 x 4608 x 3584) and the large rows
+#: still below 0.95x in the H100 full run at f4959e8 (bench/results/2026-12-06_shapes_real_h100_f4959e8.json):
+#: the 192-row tile (``--tile-m 192``) against the 128-row builds and the route.
+SHAPES_TALL = (
+    ("gpt2 mlp.c_proj 8k", 8192, 768, 3072, "bf16"),
+    ("vit_l16 attn.qkv", 12608, 3072, 1024, "bf16"),
+    ("vit_l16 mlp.fc2", 12608, 1024, 4096, "bf16"),
+    ("qwen2.5_7b qkv_proj", 1000, 4608, 3584, "bf16"),
+    ("gpt2 attn.c_attn", 1023, 2304, 768, "bf16"),
+    ("bert_large query 16k", 16384, 1024, 1024, "bf16"),
+    ("qwen2.5_7b o_proj 4096", 4096, 3584, 3584, "bf16"),
+    ("llama3_8b gate_proj 1000", 1000, 14336, 4096, "bf16"),
+    ("square 4096", 4096, 4096, 4096, "bf16"),
+)
 #: The shape sets a flag adds to SHAPES (its argparse dest: --full-run is full_run).
 SHAPE_SETS = {"check": CHECK_SHAPES, "full_run": SHAPES_FULL_RUN, "small_m": SHAPES_SMALL_M, "decode": SHAPES_DECODE,
-              "h100_lows": SHAPES_H100_LOWS}
+              "h100_lows": SHAPES_H100_LOWS, "tall": SHAPES_TALL}
 SPLITS_TRIED = (1, 2, 4, 8, 16)
 MAX_M_TILES = 4
 
@@ -158,12 +176,13 @@ CLUSTERS = (2, 1)
 
 def general_label(bn: int, split: str, cluster: int, bm: int = 128, creg: bool = False) -> str:
     """A forced general configuration's name: 'general BN 256 tail', 'general c1 BN 256 tail' for one
-    CTA per cluster, 'general BM 64 BN 128 none' for a 64-row tile, 'general BM 64 BN 96 creg none' for the
-    register-store build (``creg``)."""
-    return f"general {'c1 ' if cluster == 1 else ''}{'BM 64 ' if bm == 64 else ''}BN {bn} {'creg ' if creg else ''}{split}"
+    CTA per cluster, 'general BM 64 BN 128 none' for a 64-row tile (192 likewise), 'general BM 64 BN 96 creg none'
+    for the register-store build (``creg``)."""
+    return f"general {'c1 ' if cluster == 1 else ''}{f'BM {bm} ' if bm != 128 else ''}BN {bn} {'creg ' if creg else ''}{split}"
 
 
-#: The general kernel's tile heights forced (--tile-m): level 9's 128, and 64 (one consumer).
+#: The general kernel's tile heights forced (--tile-m): level 9's 128 by default; 64 (one consumer) and 192
+#: (three) on request.
 TILE_M = (128,)
 
 
@@ -171,13 +190,13 @@ def configs_for(m: int, dtype: str, clusters=CLUSTERS, tile_m=TILE_M, register_w
     """The KernelConfigs a shape's forced runs need (general TMA-store builds K-major at each cluster
     size and tile height, the register-store builds at ``register_widths`` likewise, small-M buckets)."""
     from gemm_ladder.dispatch import kernels as K
-    from gemm_ladder.library.gemm import GEMM
+    from gemm_ladder.library.gemm import GEMM, tile_built
     from gemm_ladder.library.kernel import STORE_REGISTERS
 
     out = [K.general("k", "k", bn, dtype, cluster, bm) for bn in general_widths() for cluster in clusters
-           for bm in tile_m]
+           for bm in tile_m if tile_built(bm, bn, "k")]
     out += [GEMM.config("k", "k", bn, dtype, store=STORE_REGISTERS, cluster=cluster, bm=bm)
-            for bn in register_widths for cluster in clusters for bm in tile_m]
+            for bn in register_widths for cluster in clusters for bm in tile_m if tile_built(bm, bn, "k", True)]
     out += [K.small_m(m, bn, dtype) for bn in small_m_buckets(m)]
     return out
 
@@ -203,11 +222,11 @@ def prebuild(shapes, workers: int, clusters=CLUSTERS, tile_m=TILE_M, register_wi
 
 
 def forced_fns(x: torch.Tensor, w: torch.Tensor, dtype: str, clusters=CLUSTERS, tile_m=TILE_M,
-               register_widths=()) -> dict[str, tuple]:
+               register_widths=(), splits=None) -> dict[str, tuple]:
     """name -> (bound launch, its output c, facts) of every forced configuration on (x, w); the register-store
-    builds at ``register_widths`` too (every split)."""
+    builds at ``register_widths`` too; each at every split policy of ``splits`` (None: all)."""
     from gemm_ladder.dispatch import kernels as K
-    from gemm_ladder.library.gemm import SPLITS, library_gemm
+    from gemm_ladder.library.gemm import SPLITS, library_gemm, tile_built
     from gemm_ladder.library.operand import operand_view
     from gemm_ladder.library.small_m import small_m_kernel
 
@@ -219,8 +238,11 @@ def forced_fns(x: torch.Tensor, w: torch.Tensor, dtype: str, clusters=CLUSTERS, 
         for bm in tile_m:
             widths = [(bn, False) for bn in general_widths()] + [(bn, True) for bn in register_widths]
             for bn, creg in widths:
+                if not tile_built(bm, bn, "k", creg):
+                    continue
                 kernel = library_gemm("k", "k", bn, cluster=cluster, bm=bm, c_from_registers=creg)
-                for split in sorted(SPLITS, key=lambda sp: (sp not in kernel.splits, sp)):  # every policy, ranked ones first
+                policies = [sp for sp in SPLITS if splits is None or sp in splits]
+                for split in sorted(policies, key=lambda sp: (sp not in kernel.splits, sp)):  # ranked ones first
                     c = torch.empty(m, n, dtype=x.dtype, device=x.device)
                     bound = kernel.bind(va, vb, c, split=split)
                     out[general_label(bn, split, cluster, bm, creg)] = (bound, c, {
@@ -256,7 +278,8 @@ def route_label(d: dict) -> str:
     return d["kind"]
 
 
-def bench_shape(name, m, n, k, dtype, budget, seed, clusters=CLUSTERS, tile_m=TILE_M, register_widths=()) -> dict:
+def bench_shape(name, m, n, k, dtype, budget, seed, clusters=CLUSTERS, tile_m=TILE_M, register_widths=(),
+                splits=None) -> dict:
     from gemm_ladder.gates.performance import time_fns
 
     x, w = random_operands(m, n, k, dtype, "cuda", seed)
@@ -270,7 +293,7 @@ def bench_shape(name, m, n, k, dtype, budget, seed, clusters=CLUSTERS, tile_m=TI
 
     cublas_err, _ = err(F.linear(x, w))
     bound = error_bound(cublas_err, dtype)
-    forced = forced_fns(x, w, dtype, clusters, tile_m, register_widths)
+    forced = forced_fns(x, w, dtype, clusters, tile_m, register_widths, splits)
     rows = {}
     for label, (launch, c, facts) in forced.items():
         c.fill_(float("nan"))
@@ -341,10 +364,13 @@ def main() -> int:
     p.add_argument("--small-m", action="store_true", help="also SHAPES_SMALL_M (small-M rows below 0.9x cuBLAS)")
     p.add_argument("--decode", action="store_true", help="also SHAPES_DECODE (M = 64 and 255 rows below 0.85x cuBLAS)")
     p.add_argument("--h100-lows", action="store_true", help="also SHAPES_H100_LOWS (the H100 full runs' lowest rows)")
+    p.add_argument("--tall", action="store_true", help="also SHAPES_TALL (where cuBLAS's tiles are taller than 128 rows)")
     p.add_argument("--prebuild", action="store_true",
                    help="compile the selected shapes' forced builds (not the route's: the AOT set) and exit; no GPU")
     p.add_argument("--clusters", default="2,1", help="the general kernel's cluster sizes forced (default 2,1)")
-    p.add_argument("--tile-m", default="128", help="the general kernel's tile heights forced: 128, 64 or 128,64 (default 128)")
+    p.add_argument("--tile-m", default="128",
+                   help="the general kernel's tile heights forced, a comma list of 128, 64, 192 (default 128)")
+    p.add_argument("--splits", default="", help="the split policies forced, a comma list (default: every one)")
     p.add_argument("--register-widths", default="",
                    help="also the register-store builds at these widths, a comma list (e.g. 96,144: library/gemm.py's "
                         "REGISTER_STORE_TILE_N, which the route does not offer yet)")
@@ -353,7 +379,8 @@ def main() -> int:
     p.add_argument("-o", "--output", default=None, help="output folder (default $OUT/tiles or ./tiles_out)")
     args = p.parse_args()
     want = [s.strip() for s in args.shapes.split(",") if s.strip()]
-    pool = SHAPES + sum((sets for flag, sets in SHAPE_SETS.items() if getattr(args, flag)), ())
+    # a shape in two sets (the same name, the same problem) runs once
+    pool = tuple(dict.fromkeys(SHAPES + sum((sets for flag, sets in SHAPE_SETS.items() if getattr(args, flag)), ())))
     shapes = [s for s in pool if not want or s[0] in want]
     if want and len(shapes) != len(want):
         names = [s[0] for s in SHAPES + sum(SHAPE_SETS.values(), ())]
@@ -367,22 +394,31 @@ def main() -> int:
     except ValueError:
         print(f"tiles_forced.py: --clusters {args.clusters!r}: a comma list of {', '.join(map(str, CLUSTERS))}", file=sys.stderr)
         return 2
+    from gemm_ladder.library.gemm import TILE_M as ROUTED_TILE_M, UNROUTED_TILE_M
+
+    tile_m_built = ROUTED_TILE_M + UNROUTED_TILE_M
     try:
         tile_m = tuple(int(c) for c in args.tile_m.split(","))
-        if not tile_m or any(c not in (128, 64) for c in tile_m):
+        if not tile_m or any(c not in tile_m_built for c in tile_m):
             raise ValueError
     except ValueError:
-        print(f"tiles_forced.py: --tile-m {args.tile_m!r}: a comma list of 128, 64", file=sys.stderr)
+        print(f"tiles_forced.py: --tile-m {args.tile_m!r}: a comma list of {', '.join(map(str, tile_m_built))}",
+              file=sys.stderr)
         return 2
-    from gemm_ladder.library.gemm import REGISTER_STORE_TILE_N, TILE_N
+    from gemm_ladder.library.gemm import K_MAJOR_B_TILE_N, REGISTER_STORE_TILE_N, SPLITS, TILE_N
+
+    splits = tuple(c.strip() for c in args.splits.split(",") if c.strip()) or None
+    if splits is not None and any(sp not in SPLITS for sp in splits):
+        print(f"tiles_forced.py: --splits {args.splits!r}: a comma list of {', '.join(SPLITS)}", file=sys.stderr)
+        return 2
 
     try:
         register_widths = tuple(int(c) for c in args.register_widths.split(",") if c.strip())
-        if any(bn not in REGISTER_STORE_TILE_N + TILE_N for bn in register_widths):
+        if any(bn not in REGISTER_STORE_TILE_N + TILE_N + K_MAJOR_B_TILE_N for bn in register_widths):
             raise ValueError
     except ValueError:
         print(f"tiles_forced.py: --register-widths {args.register_widths!r}: a comma list of "
-              f"{', '.join(map(str, REGISTER_STORE_TILE_N + TILE_N))}", file=sys.stderr)
+              f"{', '.join(map(str, REGISTER_STORE_TILE_N + TILE_N + K_MAJOR_B_TILE_N))}", file=sys.stderr)
         return 2
     if args.prebuild:
         failures = prebuild(shapes, args.workers, clusters, tile_m, register_widths, gpu=False)
@@ -398,7 +434,7 @@ def main() -> int:
     for i, (name, m, n, k, dtype) in enumerate(shapes):
         t1 = time.time()
         r = bench_shape(name, m, n, k, dtype, args.budget, seed=23000 + i, clusters=clusters, tile_m=tile_m,
-                        register_widths=register_widths)
+                        register_widths=register_widths, splits=splits)
         results.append(r)
         bad = [lb for lb, v in r["configs"].items() if v.get("ok") is False]
         print(f"{name} {m}x{n}x{k} {dtype}: cuBLAS {r['cublas_us']:.1f} us, route {r['configs']['route']['us']:.1f} us "
