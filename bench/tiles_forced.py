@@ -3,7 +3,7 @@ cuBLAS and the route, interleaved in one process: does the route pick badly amon
 no existing configuration good enough?
 
     python bench/tiles_forced.py [--shapes NAME,...] [--check] [--full-run] [--decode] [--h100-lows] [--tall]
-                                 [--clusters 2,1] [--tile-m 128,192] [--register-widths 96,144]
+                                 [--clusters 2,1] [--tile-m 128,64] [--register-widths 96,144]
                                  [--splits none,tail] [--budget 0.03] [-o OUT_DIR]
     python bench/tiles_forced.py --prebuild [the same selection]   # compile the forced builds here, no GPU
 
@@ -20,8 +20,7 @@ Configurations per shape:
 * ``general BN {64,128,192,256} {none,tail,all,wave}``: the general kernel (library/gemm.py, 128 x BN
   tiles, 2-CTA cluster) bound in place with each split policy (library.gemm.SPLITS, the ones the route
   ranks and any it does not); ``general c1 BN ...`` the same with one CTA per cluster (``--clusters``), ``general BM 64 BN ...`` with
-  64-row tiles and ``general BM 192 BN ...`` with 192-row ones (``--tile-m``; each height at the widths it is
-  built for, library/gemm.py ``tile_built``), each split policy of ``--splits`` (default all);
+  64-row tiles (``--tile-m``), each split policy of ``--splits`` (default all);
 * for M <= 256, ``small_m BN b splits s``: the small-M kernel in the bucket of one tile and the
   smaller buckets of up to 4 M tiles, its own split rule (s = None) and classic split-K (s = 1, 2, 4,
   8, 16, where the grid differs from the rule's).
@@ -133,8 +132,9 @@ CHECK_SHAPES = (
 )
 #: Where cuBLAS's tiles are taller than 128 rows (issue 23's profile: 192 x 128 at 8192 x 768 x 3072, 192 x 192 at
 #: 12608 x 3072 x 1024, 256 x 128 at 12608 x 1024 x 4096, 256 x 144 at 1000 x 4608 x 3584) and the large rows
-#: still below 0.95x in the H100 full run at f4959e8 (bench/results/2026-12-06_shapes_real_h100_f4959e8.json):
-#: the 192-row tile (``--tile-m 192``) against the 128-row builds and the route.
+#: still below 0.95x in the H100 full run at f4959e8 (bench/results/2026-12-06_shapes_real_h100_f4959e8.json).
+#: A 192-row tile on three consumer warpgroups was forced here against the 128-row builds at ad3e22f and was
+#: not faster (docs/library.md, "A 192-row tile"; bench/results/2026-12-06_tiles_forced_tall_h100_ad3e22f.json).
 SHAPES_TALL = (
     ("gpt2 mlp.c_proj 8k", 8192, 768, 3072, "bf16"),
     ("vit_l16 attn.qkv", 12608, 3072, 1024, "bf16"),
@@ -176,13 +176,12 @@ CLUSTERS = (2, 1)
 
 def general_label(bn: int, split: str, cluster: int, bm: int = 128, creg: bool = False) -> str:
     """A forced general configuration's name: 'general BN 256 tail', 'general c1 BN 256 tail' for one
-    CTA per cluster, 'general BM 64 BN 128 none' for a 64-row tile (192 likewise), 'general BM 64 BN 96 creg none'
-    for the register-store build (``creg``)."""
+    CTA per cluster, 'general BM 64 BN 128 none' for a 64-row tile, 'general BM 64 BN 96 creg none' for the
+    register-store build (``creg``)."""
     return f"general {'c1 ' if cluster == 1 else ''}{f'BM {bm} ' if bm != 128 else ''}BN {bn} {'creg ' if creg else ''}{split}"
 
 
-#: The general kernel's tile heights forced (--tile-m): level 9's 128 by default; 64 (one consumer) and 192
-#: (three) on request.
+#: The general kernel's tile heights forced (--tile-m): level 9's 128 by default, 64 (one consumer) on request.
 TILE_M = (128,)
 
 
@@ -190,13 +189,13 @@ def configs_for(m: int, dtype: str, clusters=CLUSTERS, tile_m=TILE_M, register_w
     """The KernelConfigs a shape's forced runs need (general TMA-store builds K-major at each cluster
     size and tile height, the register-store builds at ``register_widths`` likewise, small-M buckets)."""
     from gemm_ladder.dispatch import kernels as K
-    from gemm_ladder.library.gemm import GEMM, tile_built
+    from gemm_ladder.library.gemm import GEMM
     from gemm_ladder.library.kernel import STORE_REGISTERS
 
     out = [K.general("k", "k", bn, dtype, cluster, bm) for bn in general_widths() for cluster in clusters
-           for bm in tile_m if tile_built(bm, bn, "k")]
+           for bm in tile_m]
     out += [GEMM.config("k", "k", bn, dtype, store=STORE_REGISTERS, cluster=cluster, bm=bm)
-            for bn in register_widths for cluster in clusters for bm in tile_m if tile_built(bm, bn, "k", True)]
+            for bn in register_widths for cluster in clusters for bm in tile_m]
     out += [K.small_m(m, bn, dtype) for bn in small_m_buckets(m)]
     return out
 
@@ -226,7 +225,7 @@ def forced_fns(x: torch.Tensor, w: torch.Tensor, dtype: str, clusters=CLUSTERS, 
     """name -> (bound launch, its output c, facts) of every forced configuration on (x, w); the register-store
     builds at ``register_widths`` too; each at every split policy of ``splits`` (None: all)."""
     from gemm_ladder.dispatch import kernels as K
-    from gemm_ladder.library.gemm import SPLITS, library_gemm, tile_built
+    from gemm_ladder.library.gemm import SPLITS, library_gemm
     from gemm_ladder.library.operand import operand_view
     from gemm_ladder.library.small_m import small_m_kernel
 
@@ -238,8 +237,6 @@ def forced_fns(x: torch.Tensor, w: torch.Tensor, dtype: str, clusters=CLUSTERS, 
         for bm in tile_m:
             widths = [(bn, False) for bn in general_widths()] + [(bn, True) for bn in register_widths]
             for bn, creg in widths:
-                if not tile_built(bm, bn, "k", creg):
-                    continue
                 kernel = library_gemm("k", "k", bn, cluster=cluster, bm=bm, c_from_registers=creg)
                 policies = [sp for sp in SPLITS if splits is None or sp in splits]
                 for split in sorted(policies, key=lambda sp: (sp not in kernel.splits, sp)):  # ranked ones first
@@ -368,8 +365,7 @@ def main() -> int:
     p.add_argument("--prebuild", action="store_true",
                    help="compile the selected shapes' forced builds (not the route's: the AOT set) and exit; no GPU")
     p.add_argument("--clusters", default="2,1", help="the general kernel's cluster sizes forced (default 2,1)")
-    p.add_argument("--tile-m", default="128",
-                   help="the general kernel's tile heights forced, a comma list of 128, 64, 192 (default 128)")
+    p.add_argument("--tile-m", default="128", help="the general kernel's tile heights forced: 128, 64 or 128,64 (default 128)")
     p.add_argument("--splits", default="", help="the split policies forced, a comma list (default: every one)")
     p.add_argument("--register-widths", default="",
                    help="also the register-store builds at these widths, a comma list (e.g. 96,144: library/gemm.py's "
@@ -394,15 +390,14 @@ def main() -> int:
     except ValueError:
         print(f"tiles_forced.py: --clusters {args.clusters!r}: a comma list of {', '.join(map(str, CLUSTERS))}", file=sys.stderr)
         return 2
-    from gemm_ladder.library.gemm import TILE_M as ROUTED_TILE_M, UNROUTED_TILE_M
+    from gemm_ladder.library.gemm import TILE_M as TILE_M_BUILT
 
-    tile_m_built = ROUTED_TILE_M + UNROUTED_TILE_M
     try:
         tile_m = tuple(int(c) for c in args.tile_m.split(","))
-        if not tile_m or any(c not in tile_m_built for c in tile_m):
+        if not tile_m or any(c not in TILE_M_BUILT for c in tile_m):
             raise ValueError
     except ValueError:
-        print(f"tiles_forced.py: --tile-m {args.tile_m!r}: a comma list of {', '.join(map(str, tile_m_built))}",
+        print(f"tiles_forced.py: --tile-m {args.tile_m!r}: a comma list of {', '.join(map(str, TILE_M_BUILT))}",
               file=sys.stderr)
         return 2
     from gemm_ladder.library.gemm import K_MAJOR_B_TILE_N, REGISTER_STORE_TILE_N, SPLITS, TILE_N

@@ -7,8 +7,8 @@
 # launch (bench/experiments/gemm_timeline.py --prebuild, bench/grouped.py --prebuild,
 # bench/quantized_linear.py --prebuild, bench/experiments/quantized_pingpong.py --prebuild,
 # bench/experiments/profile_mid.py --prebuild for smoke_mid_profile.sh's shapes, bench/experiments/bias_cost.py
-# --prebuild for smoke_bias_stalls.sh's, the release-lag GPU test's builds, and the 192-row tile's tests
-# and forced timings). Then packs both
+# --prebuild for smoke_bias_stalls.sh's, and the release-lag GPU
+# test's builds). Then packs both
 # into .gl/carry.tgz. On the device: carry [".gl"], and run
 #   tar xzf .gl/carry.tgz && export GEMM_LADDER_COMPILER=nvrtc GEMM_LADDER_GIT_COMMIT=<sha> && OUT=$OUT bash bench/device/smoke_....sh
 # Exit status: 0 when every build is ready; the first failing step's otherwise.
@@ -32,19 +32,6 @@ from gemm_ladder.library.gemm import library_gemm
 cfgs = [dict(bn=64, bm=64, cluster=1), dict(bn=128, bm=64, cluster=1), dict(bn=128), dict(bn=256),
         dict(bn=256, bm=64, pingpong=True, cluster=1)]
 sys.exit(prebuild([library_gemm("k", "k", release_lag=lag, **c) for c in cfgs for lag in (1, 2)]))
-PY
-# The 192-row builds (library/gemm.py UNROUTED_TILE_M): tests/test_tall_tiles_gpu.py's, both dtypes, and
-# tiles_forced.py --tall's beside the 128-row ones
-python3 bench/tiles_forced.py --prebuild --tall --tile-m 128,192 --clusters 2,1 --register-widths 144,192
-python3 - <<'PY'
-import sys
-sys.path.insert(0, "bench")
-from suite import prebuild
-from gemm_ladder.library.gemm import MAJORS, library_gemm
-ks = [library_gemm("k", "k", bn, bm=192, c_from_registers=creg, cluster=cl)
-      for bn, creg in ((64, False), (128, False), (96, True), (144, True), (192, True)) for cl in (2, 1)]
-orders = [library_gemm(a, b, 128, bm=192) for a in MAJORS for b in MAJORS if (a, b) != ("k", "k")]
-sys.exit(prebuild(ks + orders) or prebuild(ks, "fp16"))
 PY
 mkdir -p .gl
 tar czf .gl/carry.tgz src/gemm_ladder/aot_kernels .kcache

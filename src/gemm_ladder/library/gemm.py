@@ -94,34 +94,15 @@ K_MAJOR_B_TILE_N = (192,)
 #: (64 x 32, cuBLAS's tile on decode-sized layers: 96 tiles at 64 x 3072). Not among the route's widths
 #: (dispatch.kernels.general_bns) until a tune times them.
 REGISTER_STORE_TILE_N = (32, 96, 144)
-#: Tile heights built and ranked by the route (dispatch.kernels.general_tile_ms): level 9's 128 (two
-#: consumer warpgroups of 64 rows), and 64 (one consumer: twice the tiles, where 128-row tiles leave SMs idle).
+#: Tile heights built: level 9's 128 (two consumer warpgroups of 64 rows), and 64 (one consumer: twice
+#: the tiles, where 128-row tiles leave SMs idle).
 TILE_M = (128, 64)
-#: Tile heights built beside :data:`TILE_M` that the route does not rank until measurements give the cost
-#: model their terms: 192, three consumer warpgroups of 64 rows (cuBLAS's tile height at 8192 x 768 x 3072 and
-#: 12608 x 3072 x 1024 in issue 23's profile: fewer, larger tiles, a third less of B's bytes per FLOP than a
-#: 128-row tile of the same width). Three consumers have 152 registers each (the kernel's setmaxnreg split), so
-#: the 192-row tile is built at the widths :func:`tile_built` allows.
-UNROUTED_TILE_M = (192,)
-#: The widest tile a 192-row build has, by store: the TMA store's deferred panels stay in registers across
-#: the next tile's K loop (BN 192 spilled 228 bytes under ptxas 13.0; BN 256's accumulators and panels do not
-#: fit 152 registers at all); the register store holds none.
-TALL_TILE_MAX_N = {"tma": 128, "registers": 192}
 #: CTAs per cluster built: level 9's 2 (B multicast to vertically adjacent tiles), and 1.
 CLUSTERS = (2, 1)
 #: Panel buffers per consumer's store ring: level 9's 2, or the tile's panels when it has fewer (one
 #: 64-column panel at BN = 64; the ring must divide the panels: design/plan.py).
 C_RING = 2
 MAJORS = ("k", "mn")
-
-
-def tile_built(bm: int, bn: int, b_major: str, c_from_registers: bool = False) -> bool:
-    """Whether the kernel is built with a ``bm`` x ``bn`` tile for a B of major ``b_major``: ``bm`` one of
-    :data:`TILE_M` or :data:`UNROUTED_TILE_M`, ``bn`` as :func:`tile_n_built` says, and a 192-row tile no wider
-    than :data:`TALL_TILE_MAX_N` allows for its store."""
-    if bm not in TILE_M + UNROUTED_TILE_M or not tile_n_built(b_major, bn, c_from_registers):
-        return False
-    return bm not in UNROUTED_TILE_M or bn <= TALL_TILE_MAX_N["registers" if c_from_registers else "tma"]
 
 
 def tile_n_built(b_major: str, bn: int, c_from_registers: bool = False) -> bool:
@@ -249,8 +230,8 @@ class LibraryGemm:
 
     @property
     def consumers(self) -> int:
-        """Consumer warpgroups: level 9's 2 of 64 rows each (BM = 128), 1 (BM = 64), 3 (BM = 192), or 2
-        taking the 64-row tiles in turn (ping-pong)."""
+        """Consumer warpgroups: level 9's 2 of 64 rows each (BM = 128), 1 (BM = 64), or 2 taking the
+        64-row tiles in turn (ping-pong)."""
         return 2 if self.pingpong else self.tile[0] // 64
 
     @property
@@ -600,9 +581,7 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     quantized-output build (e4m3 values and 1 x 128 scales: the module docstring). ``cluster``: 2 (level 9's pair of CTAs sharing
     B) or 1 (one CTA per cluster: the build for an odd number of M tiles, whose last pair would have an
     idle twin). ``bm``: 128 (level 9's two consumer warpgroups of 64 rows) or 64 (one consumer: twice the
-    tiles of a 128-row tile, for problems whose 128-row tiles leave SMs idle), or 192 (three consumers,
-    :data:`UNROUTED_TILE_M`: BN <= 128 with the TMA store, <= 192 from registers, 16-bit outputs; not ranked by
-    the route). ``pingpong`` (with
+    tiles of a 128-row tile, for problems whose 128-row tiles leave SMs idle). ``pingpong`` (with
     ``bm`` = 64): two consumer warpgroups take the 64-row tiles in turn, each storing its tile while the
     other runs its main loop (the designer's "pingpong" schedule, audited by audit/ring.py), for short K
     and heavy epilogues; every unit whole (split "none"). ``timeline``: a measuring build, never the
@@ -622,8 +601,7 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     5 at 256, 6 at 192, 8 at 128, 13 at 64 (ping-pong: two consumers' panel rings, design.smem.max_stages).
     Raises ValueError for any other major, width, cluster or tile height, ``out_fp32`` or ``out_e4m3``
     without ``c_from_registers``, both, ``out_e4m3`` at a BN that is not a multiple of 128, ``pingpong``
-    with ``bm`` other than 64, a 192-row tile wider than :data:`TALL_TILE_MAX_N` allows or with a float32 or
-    e4m3 output, or a ``release_lag`` other than the int 1 or 2.
+    with ``bm`` other than 64, or a ``release_lag`` other than the int 1 or 2.
     """
     # One cache key per configuration however it is spelled (bn positional or by name, flags defaulted
     # or given): every caller then shares one instance, and its builds and bindings.
@@ -639,9 +617,8 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
 def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, out_fp32: bool,
                   cluster: int = 2, bm: int = 128, pingpong: bool = False, timeline: bool = False,
                   out_e4m3: bool = False, release_lag: int = 1) -> LibraryGemm:
-    if bm not in TILE_M + UNROUTED_TILE_M:
-        raise ValueError(f"bm = {bm!r}: the kernel is built for BM in {TILE_M + UNROUTED_TILE_M} (64 rows per "
-                         "consumer warpgroup)")
+    if bm not in TILE_M:
+        raise ValueError(f"bm = {bm!r}: the kernel is built for BM in {TILE_M} (64 rows per consumer warpgroup)")
     if cluster not in CLUSTERS:
         raise ValueError(f"cluster = {cluster!r}: the kernel is built for clusters of {' or '.join(map(str, CLUSTERS))} CTAs")
     if a_major not in MAJORS or b_major not in MAJORS:
@@ -651,14 +628,6 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
                          f"{REGISTER_STORE_TILE_N} with a K-major B and c_from_registers=True"
                          + (f" (b_major = {b_major!r}, c_from_registers = {c_from_registers})"
                             if bn in K_MAJOR_B_TILE_N + REGISTER_STORE_TILE_N else ""))
-    if not tile_built(bm, bn, b_major, c_from_registers):
-        store = "registers" if c_from_registers else "tma"
-        raise ValueError(f"bm = {bm}, bn = {bn}, c_from_registers = {c_from_registers}: a {bm}-row tile is built at BN <= "
-                         f"{TALL_TILE_MAX_N[store]} with the {'register' if c_from_registers else 'TMA'} store (three "
-                         "consumers have 152 registers each: TALL_TILE_MAX_N)")
-    if bm in UNROUTED_TILE_M and (out_fp32 or out_e4m3):
-        raise ValueError(f"bm = {bm} with out_fp32={out_fp32}, out_e4m3={out_e4m3}: the {bm}-row tile is built for "
-                         "16-bit outputs only")
     if out_fp32 and not c_from_registers:
         raise ValueError("out_fp32=True needs c_from_registers=True: only the register store writes float32")
     if out_e4m3 and (not c_from_registers or out_fp32 or bn % 128):
@@ -675,7 +644,7 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
                         c_from_registers=c_from_registers, pingpong=pingpong)
     suffix = (("_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "") + ("_e4m3" if out_e4m3 else "")
               + ("_c1" if cluster == 1 else "")
-              + (f"_bm{bm}" if bm != 128 else "") + ("_pp" if pingpong else "") + ("_tl" if timeline else "")
+              + ("_bm64" if bm == 64 else "") + ("_pp" if pingpong else "") + ("_tl" if timeline else "")
               + ("" if release_lag == 1 else f"_lag{release_lag}"))
     return LibraryGemm(
         name=f"sm90_gemm_{a_major}{b_major}_bn{bn}{suffix}",

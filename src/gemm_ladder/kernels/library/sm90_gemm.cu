@@ -4,9 +4,7 @@
 //
 // Level 9's kernel, compiled from the designer's plan for one layout: persistent, a producer
 // warpgroup, 2-CTA clusters that multicast B (or, a build's choice, one CTA per cluster), two consumer warpgroups of 64 rows on a 128 x BN tile
-// (or, a build's choice, one consumer on a 64 x BN tile: twice the tiles, for problems too small to fill the SMs;
-// or three on a 192 x BN tile: fewer, larger tiles, a third less of B's bytes per FLOP, at BN <= 128 with the TMA
-// store and <= 192 from registers, which is what 152 registers a consumer hold: library/gemm.py TALL_TILE_MAX_N),
+// (or, a build's choice, one consumer on a 64 x BN tile: twice the tiles, for problems too small to fill the SMs),
 // each storing through its own panel ring overlapped with the next tile, and a stream-K split.
 //
 // One templated kernel body, sm90_gemm<Cfg, COut, Epi>, reads top to bottom; each build's variant is a
@@ -183,11 +181,10 @@ struct QuantizedC {
 template <class Cfg>
 __host__ __device__ constexpr bool config_ok() {
   static_assert(((Cfg::BM == 128 && Cfg::kConsumers == 2) || (Cfg::BM == 64 && Cfg::kConsumers == 1) ||
-                 (Cfg::BM == 192 && Cfg::kConsumers == 3) ||
                  (Cfg::kPingpong && Cfg::BM == 64 && Cfg::kConsumers == 2)) &&
                     Cfg::kProducerWarpgroups == 1,
-                "sm90_gemm: level 9's 128-row tile on two consumer warpgroups, a 192-row tile on three, a 64-row "
-                "tile on one, or 64-row tiles taken in turn by two (ping-pong); a producer warpgroup");
+                "sm90_gemm: level 9's 128-row tile on two consumer warpgroups, or a 64-row tile on one, or 64-row "
+                "tiles taken in turn by two (ping-pong); a producer warpgroup");
   static_assert(Cfg::kCluster == 1 || Cfg::kCluster == 2, "sm90_gemm: a 2-CTA cluster sharing B, or one CTA");
   static_assert(Cfg::BN == 64 || Cfg::BN == 128 || Cfg::BN == 192 || Cfg::BN == 256 ||
                     ((Cfg::BN == 32 || Cfg::BN == 96 || Cfg::BN == 144) && Cfg::kStore == CStore::kRegisters),
@@ -280,7 +277,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
   GL_TIMELINE_VALUE(threadIdx.x == 0, kSmId, smid());
 
   if (warp_uniform(warpgroup_index()) == 0) {  // a uniform branch: uniform registers in the roles
-    if constexpr (Cfg::kConsumers > 1) setmaxnreg_dec<40>();
+    if constexpr (Cfg::kConsumers == 2) setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
       GL_TIMELINE_STAMP(true, kProducerStart);
       RingPosition pos = produce_units(smem, &map_a, &map_b, sched, k_tiles, rank, first_unit, unit_stride, whole_end);
@@ -300,10 +297,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
     // 128 x 40 registers): an increase past it cannot be granted (a 240 / 32 split never finished:
     // docs/measured-choices.md). ptxas uses all 232: one added line in this role (a sleep) spills.
     // One consumer (the 64-row tile) already has every register ptxas gave the kernel: no exchange.
-    // Three consumers (the 192-row tile): 3 x 128 x 152 + 128 x 40 of the 128 x 512 the launch gives the CTA
-    // (152: the largest multiple of 8 that fits).
     if constexpr (Cfg::kConsumers == 2) setmaxnreg_inc<232>();
-    if constexpr (Cfg::kConsumers == 3) setmaxnreg_inc<152>();
     const int consumer = warpgroup_index() - 1;
     const bool elected = thread_in_warpgroup() == 0;  // releases stages and issues this consumer's stores
     GL_TIMELINE_STAMP(consumer == 0 && elected, kReady);
