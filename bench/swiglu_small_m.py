@@ -8,6 +8,9 @@ Per MLP shape (N x K: w_gate and w_up (N, K)) and M, timed interleaved on the sa
 
 * ``pair``     dispatch/swiglu_small_m.run: x @ w_up^T into float32, then x @ w_gate^T with
                silu(gate) * up in its epilogue (the small-M route, two launches);
+* ``pair_route`` the same two launches on the dispatcher's own route for each GEMM
+               (swiglu_small_m.PAIR_ROUTE = "route": the general kernel's 64- and 128-row builds among the
+               candidates, as ``linear`` would take them);
 * ``fused``    the one-kernel swiglu (library/swiglu.py's SwigluKernel.launch);
 * ``eager``    F.silu(F.linear(x, wg)) * F.linear(x, wu);
 * ``compiled`` torch.compile of that composition (static shapes; not with --no-compile).
@@ -49,7 +52,7 @@ def threshold(rows: list[dict]) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from suite import add_output_argument, require_gpu, save
+    from suite import add_output_argument, require_gpu, save, with_setting
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="Llama-3-8B's MLP only")
@@ -98,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
                 swiglu_small_m.run(x, wg, wu, out)
                 return out
 
+            def pair_route(a_, b_):
+                return with_setting(swiglu_small_m, "PAIR_ROUTE", "route", pair)(a_, b_)
+
             def fused(a_, b_):
                 out = torch.empty((m, n), dtype=dt, device="cuda")
                 swiglu_kernel().launch(*views, out)
@@ -106,11 +112,12 @@ def main(argv: list[str] | None = None) -> int:
             x64 = x.double()
             ref = F.silu(x64 @ wg.double().T) * (x64 @ wu.double().T)
             bound = error_bound(_rel_err(eager(x, wg, wu), ref), args.dtype)
-            errs = {"pair": _rel_err(pair(0, 0), ref), "fused": _rel_err(fused(0, 0), ref)}
+            errs = {"pair": _rel_err(pair(0, 0), ref), "pair_route": _rel_err(pair_route(0, 0), ref),
+                    "fused": _rel_err(fused(0, 0), ref)}
             row = {"shape": name, "m": m, "n": n, "k": k, "dtype": args.dtype, "bound": bound,
                    **{f"{p}_rel_err": e for p, e in errs.items()}, "ok": all(e <= bound for e in errs.values())}
             if row["ok"]:
-                fns = {"pair": pair, "fused": fused, "eager": lambda a_, b_: eager(x, wg, wu)}
+                fns = {"pair": pair, "pair_route": pair_route, "fused": fused, "eager": lambda a_, b_: eager(x, wg, wu)}
                 if compiled is not None:
                     compiled(x, wg, wu)
                     fns["compiled"] = lambda a_, b_: compiled(x, wg, wu)
@@ -120,16 +127,18 @@ def main(argv: list[str] | None = None) -> int:
                 for f in ("fused", "eager", "compiled"):
                     if f"{f}_us" in row:
                         row[f"pair_vs_{f}"] = row[f"{f}_us"] / row["pair_us"]
+                        row[f"pair_route_vs_{f}"] = row[f"{f}_us"] / row["pair_route_us"]
                 row["fused_vs_eager"] = row["eager_us"] / row["fused_us"]
             rows.append(row)
             if row["ok"]:
                 extra = f", compiled {row['compiled_us']:.1f}" if "compiled_us" in row else ""
-                print(f"{name} M={m:>3}: pair {row['pair_us']:.1f} us, fused {row['fused_us']:.1f}, eager "
-                      f"{row['eager_us']:.1f}{extra}; pair vs fused {row['pair_vs_fused']:.3f}x, vs eager "
-                      f"{row['pair_vs_eager']:.3f}x", flush=True)
+                print(f"{name} M={m:>3}: pair {row['pair_us']:.1f} us, pair_route {row['pair_route_us']:.1f}, fused "
+                      f"{row['fused_us']:.1f}, eager {row['eager_us']:.1f}{extra}; pair vs fused "
+                      f"{row['pair_vs_fused']:.3f}x, vs eager {row['pair_vs_eager']:.3f}x; pair_route vs eager "
+                      f"{row['pair_route_vs_eager']:.3f}x", flush=True)
             else:
-                print(f"{name} M={m:>3}: WRONG (pair {errs['pair']:.2e}, fused {errs['fused']:.2e}, bound {bound:.2e})",
-                      flush=True)
+                print(f"{name} M={m:>3}: WRONG (pair {errs['pair']:.2e}, pair_route {errs['pair_route']:.2e}, fused "
+                      f"{errs['fused']:.2e}, bound {bound:.2e})", flush=True)
     th = threshold(rows)
     print(f"threshold (pair faster than fused at every M <= it, every shape): {th}; "
           f"shipped SMALL_M_MAX = {swiglu_small_m.SMALL_M_MAX}")

@@ -18,6 +18,11 @@ is the fused kernel's: silu(g) * u in fp32 from two fp32 accumulators, one round
 fp32, never rounded to the input dtype). Both launches are deterministic (the small-M kernel's split-K
 reduction is in a fixed order), so the result is bitwise repeatable.
 
+Which route the two GEMMs take is :data:`PAIR_ROUTE`: "small_m", the small-M kernel in the table's tile
+counts (the shipped choice), or "route", the dispatcher's own route for each GEMM as ``linear`` would take it
+(the general kernel's 64-row builds among its candidates; a measuring switch, bench/swiglu_small_m.py
+``pair_route``).
+
 Which path runs is :func:`takes`: M <= :data:`SMALL_M_MAX`, the largest M at which this path was
 measured faster than the fused kernel (``bench/swiglu_small_m.py`` prints the threshold its run
 supports). :func:`explain` returns the decision and both launches' routes as data.
@@ -26,6 +31,7 @@ supports). :func:`explain` returns the decision and both launches' routes as dat
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +41,12 @@ from gemm_ladder.library.epilogue import Epilogue
 #: Largest M routed here (``bench/swiglu_small_m.py`` measures where this path stops beating the fused
 #: kernel; docs/library.md gives the run). Above it, the fused kernel.
 SMALL_M_MAX = 192
+
+#: The two GEMMs' routes: "small_m" (the small-M kernel, as measured for SMALL_M_MAX) or "route" (the
+#: dispatcher's choice per GEMM). GL_SWIGLU_PAIR_ROUTE in the environment at import, else "small_m"; a
+#: benchmark sets the attribute to time both.
+PAIR_ROUTES = ("small_m", "route")
+PAIR_ROUTE = os.environ.get("GL_SWIGLU_PAIR_ROUTE", "small_m")
 
 #: The second GEMM's epilogue: ``silu(gate) * up`` in fp32, ``up`` the first GEMM's float32 output.
 GATED = Epilogue("gl::act_silu(acc) * up", lambda acc, up: F.silu(acc) * up, {"up": "tile"},
@@ -55,12 +67,15 @@ def reason(m: int) -> str:
 
 
 def _routes(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, up: torch.Tensor, out2: torch.Tensor):
-    """The two products' routes, on the small-M kernel in the table's tile counts (never its general
-    answers, timed for plain GEMMs: dispatch.tiles_rule_small_m_only)."""
+    """The two products' routes: with :data:`PAIR_ROUTE` "small_m", on the small-M kernel in the table's tile
+    counts (never its general answers, timed for plain GEMMs: dispatch.tiles_rule_small_m_only); with
+    "route", the dispatcher's route for each as given. Raises ValueError for another PAIR_ROUTE."""
     from gemm_ladder.dispatch import decide, tiles_rule_small_m_only
 
-    tiles = tiles_rule_small_m_only()
-    return decide(x2, w_up.T, up, given=True, tiles=tiles), decide(x2, w_gate.T, out2, given=True, tiles=tiles)
+    if PAIR_ROUTE not in PAIR_ROUTES:
+        raise ValueError(f"swiglu_small_m.PAIR_ROUTE = {PAIR_ROUTE!r}: one of {', '.join(PAIR_ROUTES)}")
+    kw = {"tiles": tiles_rule_small_m_only()} if PAIR_ROUTE == "small_m" else {}
+    return decide(x2, w_up.T, up, given=True, **kw), decide(x2, w_gate.T, out2, given=True, **kw)
 
 
 def run(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out2: torch.Tensor) -> None:
