@@ -24,6 +24,27 @@ def test_which_m_takes_the_path():
     assert 1 <= ssm.SMALL_M_MAX <= 256  # the small-M kernel's domain
 
 
+def test_where_the_fused_kernel_fills_its_waves_it_runs_at_any_m():
+    """The fused kernel's ceil(M / 256) x ceil(N / 128) work units over whole waves of 66 clusters: Phi-3-mini's
+    MLP (N 8192: 64 units, 0.97) takes it at every M; Llama-3-8B's (112 units, 0.85) and Qwen2.5-7B's (148, 0.75)
+    keep the pair up to SMALL_M_MAX (the measurements: FUSED_MIN_WAVE_FILL's comment)."""
+    assert ssm.fused_wave_fill(64, 8192, 66) == pytest.approx(64 / 66)
+    assert ssm.fused_wave_fill(64, 14336, 66) == pytest.approx(112 / 132)
+    assert ssm.fused_wave_fill(64, 18944, 66) == pytest.approx(148 / 198)
+    assert ssm.fused_wave_fill(1, 66 * 128, 66) == 1.0 and ssm.fused_wave_fill(1, 67 * 128, 66) == pytest.approx(67 / 132)
+    assert ssm.FUSED_MIN_WAVE_FILL == 0.9
+    for m in (1, 16, 64, ssm.SMALL_M_MAX):
+        assert not ssm.takes(m, 8192, 3072)
+        assert ssm.takes(m, 14336, 4096) and ssm.takes(m, 18944, 3584)
+    # the device's clusters decide: 64 units are one whole wave of 64 clusters, 65 a second wave nearly empty
+    assert not ssm.takes(64, 8192, 3072, clusters=64) and ssm.takes(64, 8192 + 128, 3072, clusters=64)
+    e = gemm_ladder.explain_swiglu(*meta(64, 8192, 3072))
+    assert e["path"] == "fused" and e["fused_wave_fill"] == pytest.approx(64 / 66)
+    assert "fill their waves of 66 clusters to 0.97 >= 0.9" in e["reason"] and e["launches"][0].startswith("sm90_swiglu")
+    e = gemm_ladder.explain_swiglu(*meta(64, 14336, 4096))
+    assert e["path"] == "small_m_pair" and "to only 0.85" in e["reason"]
+
+
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
 def test_explain_swiglu_names_both_launches_on_the_small_m_kernel(dtype):
     e = gemm_ladder.explain_swiglu(*meta(7, 14336, 4096, dtype))

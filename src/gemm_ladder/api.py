@@ -611,7 +611,8 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, *, out_dty
     NotSupportedError (a NotImplementedError) for a layout TMA cannot describe, or inputs requiring
     grad (no backward); OutsideDomainError for an extent past 2^31 - 1.
 
-    Small M (M <= ``dispatch.swiglu_small_m.SMALL_M_MAX``, where reading the weights is the cost):
+    Small M (M <= ``dispatch.swiglu_small_m.SMALL_M_MAX``, where reading the weights is the cost), where
+    the fused kernel's work units would leave its last wave part-empty (``FUSED_MIN_WAVE_FILL``):
     two launches on the small-M route instead, x @ w_up.T into float32 and x @ w_gate.T with
     ``silu(gate) * up`` fused in its epilogue (the same fp32 math and one rounding);
     :func:`explain_swiglu` says which path a call takes.
@@ -643,6 +644,7 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, *, out_dty
 def swiglu_direct(x, w_gate, w_up) -> torch.Tensor:
     """:func:`swiglu` without the op boundary (a plain eager call, and the op's CUDA kernel)."""
     from gemm_ladder.dispatch import swiglu_small_m
+    from gemm_ladder.dispatch.route import device_facts
     from gemm_ladder.library.operand import operand_view
     from gemm_ladder.library.swiglu import swiglu_kernel
 
@@ -660,7 +662,9 @@ def swiglu_direct(x, w_gate, w_up) -> torch.Tensor:
     check_domain(MmShape(m, n, k, x.dtype))
     x2 = x.reshape(m, k)
     check_swiglu_layout(x2, w_gate, w_up)
-    if swiglu_small_m.takes(m, n, k):  # small M: two small-M GEMMs, gate and up meeting in the second's epilogue
+    # small M where the fused kernel's waves are part-empty: two small-M GEMMs, gate and up meeting in the
+    # second's epilogue
+    if swiglu_small_m.takes(m, n, k, device_facts(x.device).clusters):
         out = torch.empty((*lead, n), dtype=x.dtype, device=x.device)
         swiglu_small_m.run(x2, w_gate, w_up, out.view(m, n))
         return out

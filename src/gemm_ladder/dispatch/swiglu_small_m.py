@@ -24,8 +24,9 @@ counts (the shipped choice), or "route", the dispatcher's own route for each GEM
 ``pair_route``).
 
 Which path runs is :func:`takes`: M <= :data:`SMALL_M_MAX`, the largest M at which this path was
-measured faster than the fused kernel (``bench/swiglu_small_m.py`` prints the threshold its run
-supports). :func:`explain` returns the decision and both launches' routes as data.
+measured faster than the fused kernel on Llama-3-8B's MLP (``bench/swiglu_small_m.py`` prints the threshold
+its run supports), where the fused kernel's work units leave part of their last wave idle (its wave fill
+below :data:`FUSED_MIN_WAVE_FILL`); where they fill whole waves, the fused kernel. :func:`explain` returns the decision and both launches' routes as data.
 """
 
 from __future__ import annotations
@@ -36,11 +37,21 @@ import os
 import torch
 import torch.nn.functional as F
 
+from gemm_ladder.dispatch.route import ASSUMED_DEVICE
 from gemm_ladder.library.epilogue import Epilogue
+from gemm_ladder.library.swiglu import work_units
 
 #: Largest M routed here (``bench/swiglu_small_m.py`` measures where this path stops beating the fused
 #: kernel; docs/library.md gives the run). Above it, the fused kernel.
 SMALL_M_MAX = 192
+
+#: The fused kernel's wave fill (its work units over whole waves of the device's 2-CTA clusters) at and above
+#: which it runs at any M: measured on an H100 (bench/swiglu_small_m.py at 21d6484,
+#: bench/results/2026-12-06_swiglu_small_m_bf16_h100_21d6484.json), Phi-3-mini's MLP (8192 output columns: 64
+#: units on 66 clusters, fill 0.97) ran the fused kernel 1.00-1.01x the pair at M = 1 and 16 and 1.18-1.52x
+#: at 64-192, while Llama-3-8B's (112 units, 0.85) and Qwen2.5-7B's (148, 0.75) ran the pair 1.09-1.39x
+#: faster at M <= 64.
+FUSED_MIN_WAVE_FILL = 0.9
 
 #: The two GEMMs' routes: "small_m" (the small-M kernel, as measured for SMALL_M_MAX) or "route" (the
 #: dispatcher's choice per GEMM). GL_SWIGLU_PAIR_ROUTE in the environment at import, else "small_m"; a
@@ -53,17 +64,33 @@ GATED = Epilogue("gl::act_silu(acc) * up", lambda acc, up: F.silu(acc) * up, {"u
                  name="swiglu_small_m:silu(gate)*up")
 
 
-def takes(m: int, n: int, k: int) -> bool:
-    """Whether ``swiglu`` on (M, N, K) runs this path (M <= :data:`SMALL_M_MAX`), not the fused kernel."""
-    return 1 <= m <= SMALL_M_MAX and n >= 1 and k >= 1
+def fused_wave_fill(m: int, n: int, clusters: int) -> float:
+    """The fused kernel's work units (library/swiglu.py ``work_units``) over the whole waves of ``clusters``
+    resident 2-CTA clusters they take: 1.0 when the last wave is full."""
+    units = work_units(m, n)
+    return units / (math.ceil(units / clusters) * clusters)
 
 
-def reason(m: int) -> str:
-    """Why ``swiglu`` at this M takes the path it takes, in one sentence."""
-    if m <= SMALL_M_MAX:
-        return (f"M = {m} <= {SMALL_M_MAX} (dispatch/swiglu_small_m.SMALL_M_MAX, measured by bench/swiglu_small_m.py): "
-                "two GEMMs on the small-M route, up into float32, then gate with silu(gate) * up fused in its epilogue")
-    return (f"M = {m} > {SMALL_M_MAX}: the fused swiglu kernel (sm90_swiglu), x read once for both products")
+def takes(m: int, n: int, k: int, clusters: int = ASSUMED_DEVICE.clusters) -> bool:
+    """Whether ``swiglu`` on (M, N, K) runs this path, not the fused kernel: M <= :data:`SMALL_M_MAX` and the
+    fused kernel's wave fill on ``clusters`` 2-CTA clusters (the device's: DeviceFacts.clusters; 66 on 132
+    SMs) below :data:`FUSED_MIN_WAVE_FILL`."""
+    return (1 <= m <= SMALL_M_MAX and n >= 1 and k >= 1
+            and fused_wave_fill(m, n, clusters) < FUSED_MIN_WAVE_FILL)
+
+
+def reason(m: int, n: int = 1, clusters: int = ASSUMED_DEVICE.clusters) -> str:
+    """Why ``swiglu`` on (M, N) takes the path it takes, in one sentence."""
+    if m > SMALL_M_MAX:
+        return f"M = {m} > {SMALL_M_MAX}: the fused swiglu kernel (sm90_swiglu), x read once for both products"
+    fill = fused_wave_fill(m, n, clusters)
+    if fill >= FUSED_MIN_WAVE_FILL:
+        return (f"M = {m} <= {SMALL_M_MAX}, but the fused kernel's {work_units(m, n)} work units fill their waves of "
+                f"{clusters} clusters to {fill:.2f} >= {FUSED_MIN_WAVE_FILL} (dispatch/swiglu_small_m.FUSED_MIN_WAVE_FILL, "
+                "measured by bench/swiglu_small_m.py): the fused swiglu kernel, x read once for both products")
+    return (f"M = {m} <= {SMALL_M_MAX} (dispatch/swiglu_small_m.SMALL_M_MAX, measured by bench/swiglu_small_m.py) and "
+            f"the fused kernel's {work_units(m, n)} work units fill their waves of {clusters} clusters to only {fill:.2f}: "
+            "two GEMMs on the small-M route, up into float32, then gate with silu(gate) * up fused in its epilogue")
 
 
 def _routes(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, up: torch.Tensor, out2: torch.Tensor):
@@ -105,6 +132,7 @@ def explain(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
     non-empty problem."""
     from gemm_ladder.dispatch import cost_model
     from gemm_ladder.dispatch.explain import explain_route
+    from gemm_ladder.dispatch.route import device_facts
     from gemm_ladder.dispatch.validate import MmShape, check_domain, check_swiglu, check_swiglu_layout
 
     k, n = check_swiglu(x, w_gate, w_up, device_types=("cuda", "meta"), check_grad=False)
@@ -115,9 +143,11 @@ def explain(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
         return {"path": what[0], "m": m, "n": n, "k": k, "threshold": SMALL_M_MAX, "reason": what[1], "launches": []}
     check_domain(MmShape(m, n, k, x.dtype))
     check_swiglu_layout(x.reshape(m, k), w_gate, w_up, addresses=x.device.type != "meta")
-    out = {"path": "small_m_pair" if takes(m, n, k) else "fused", "m": m, "n": n, "k": k, "threshold": SMALL_M_MAX,
-           "reason": reason(m), "launches": []}
-    if not takes(m, n, k):
+    clusters = device_facts(x.device).clusters
+    pair = takes(m, n, k, clusters)
+    out = {"path": "small_m_pair" if pair else "fused", "m": m, "n": n, "k": k, "threshold": SMALL_M_MAX,
+           "fused_wave_fill": fused_wave_fill(m, n, clusters), "reason": reason(m, n, clusters), "launches": []}
+    if not pair:
         out["launches"] = [f"sm90_swiglu ({m} x {n} x {k}): one kernel, x read once for both products"]
         return out
     x2 = x.reshape(m, k)
@@ -133,4 +163,5 @@ def explain(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
     return out
 
 
-__all__ = ["GATED", "SMALL_M_MAX", "explain", "reason", "run", "takes"]
+__all__ = ["FUSED_MIN_WAVE_FILL", "GATED", "PAIR_ROUTE", "PAIR_ROUTES", "SMALL_M_MAX", "explain", "fused_wave_fill",
+           "reason", "run", "takes"]

@@ -74,6 +74,12 @@ C_RING = 2
 MAP_NAMES = ("x", "w_gate", "w_up", "out")
 
 
+def work_units(m: int, n: int) -> int:
+    """The fused kernel's work units for an (M, N) output: ceil(M / 256) x ceil(N / 128), one output tile pair
+    (a 2-CTA cluster's 256 rows by 128 columns) each."""
+    return ceil_div(ceil_div(m, TILE[0]), CLUSTER) * ceil_div(n, OUT_BN)
+
+
 def virtual_n(n: int) -> int:
     """Rows of the virtual weight B' the kernel multiplies by: 128 gate rows and 128 up rows per
     128 output columns, ``2 x ceil(N / 128) x 128``."""
@@ -340,7 +346,7 @@ class SwigluKernel:
     def schedule(self, m: int, n: int, k: int, resident_clusters: int, split: str = "tail") -> StreamKTail:
         """The launch's clusters and stream-K split over ceil(M / 256) x ceil(N / 128) work units
         (:func:`gemm_ladder.library.gemm.split_schedule`)."""
-        units = ceil_div(ceil_div(m, TILE[0]), CLUSTER) * ceil_div(n, OUT_BN)
+        units = work_units(m, n)
         kw = {} if self.stream_k_min_idle is None else {"min_idle": self.stream_k_min_idle}
         return split_schedule(units, resident_clusters, ceil_div(k, TILE[2]), split, **kw)
 
@@ -460,7 +466,7 @@ def _swiglu_kernel(quantized: bool) -> SwigluKernel:
     return SwigluKernel(quantized=quantized)
 
 
-__all__ = ["C_RING", "FAMILY", "SWIGLU", "Sm90Swiglu", "CLUSTER", "CONSUMERS", "KERNEL_NAME", "MAP_NAMES", "OUT_BN", "SOURCE", "TILE", "SwigluKernel",
+__all__ = ["C_RING", "FAMILY", "SWIGLU", "Sm90Swiglu", "work_units", "CLUSTER", "CONSUMERS", "KERNEL_NAME", "MAP_NAMES", "OUT_BN", "SOURCE", "TILE", "SwigluKernel",
            "SwigluPlan", "swiglu_kernel", "kernel_for", "virtual_n"]
 
 
