@@ -32,9 +32,12 @@ def test_where_the_fused_kernel_fills_its_waves_it_runs_at_any_m():
     assert ssm.fused_wave_fill(64, 14336, 66) == pytest.approx(112 / 132)
     assert ssm.fused_wave_fill(64, 18944, 66) == pytest.approx(148 / 198)
     assert ssm.fused_wave_fill(1, 66 * 128, 66) == 1.0 and ssm.fused_wave_fill(1, 67 * 128, 66) == pytest.approx(67 / 132)
-    assert ssm.FUSED_MIN_WAVE_FILL == 0.9
-    for m in (1, 16, 64, ssm.SMALL_M_MAX):
+    assert ssm.FUSED_MIN_WAVE_FILL == 0.9 and ssm.FUSED_FILL_MIN_M == 64
+    for m in (1, 7, 16, 63):  # below FUSED_FILL_MIN_M the pair, whatever the fill
+        assert ssm.takes(m, 8192, 3072) and "< 64" in ssm.reason(m, 8192)
+    for m in (64, 100, ssm.SMALL_M_MAX):
         assert not ssm.takes(m, 8192, 3072)
+    for m in (1, 16, 64, ssm.SMALL_M_MAX):
         assert ssm.takes(m, 14336, 4096) and ssm.takes(m, 18944, 3584)
     # the device's clusters decide: 64 units are one whole wave of 64 clusters, 65 a second wave nearly empty
     assert not ssm.takes(64, 8192, 3072, clusters=64) and ssm.takes(64, 8192 + 128, 3072, clusters=64)

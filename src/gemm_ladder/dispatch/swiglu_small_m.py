@@ -25,8 +25,8 @@ counts (the shipped choice), or "route", the dispatcher's own route for each GEM
 
 Which path runs is :func:`takes`: M <= :data:`SMALL_M_MAX`, the largest M at which this path was
 measured faster than the fused kernel on Llama-3-8B's MLP (``bench/swiglu_small_m.py`` prints the threshold
-its run supports), where the fused kernel's work units leave part of their last wave idle (its wave fill
-below :data:`FUSED_MIN_WAVE_FILL`); where they fill whole waves, the fused kernel. :func:`explain` returns the decision and both launches' routes as data.
+its run supports), except from :data:`FUSED_FILL_MIN_M` rows on where the fused kernel's work units fill
+whole waves (its wave fill at least :data:`FUSED_MIN_WAVE_FILL`): there, the fused kernel. :func:`explain` returns the decision and both launches' routes as data.
 """
 
 from __future__ import annotations
@@ -52,6 +52,10 @@ SMALL_M_MAX = 192
 #: at 64-192, while Llama-3-8B's (112 units, 0.85) and Qwen2.5-7B's (148, 0.75) ran the pair 1.09-1.39x
 #: faster at M <= 64.
 FUSED_MIN_WAVE_FILL = 0.9
+#: The fewest rows at which a full-wave fused kernel is taken over the pair: in bench/shapes_real.py at 52ff5c7
+#: (H100, bench/results/2026-12-06_shapes_real_mlps_h100_52ff5c7.json) Phi-3-mini's fused kernel took 59.4 us at
+#: 7 rows (0.97x eager) where the pair had taken 0.99-1.02x eager, and at 1 and 16 rows the two tied.
+FUSED_FILL_MIN_M = 64
 
 #: The two GEMMs' routes: "small_m" (the small-M kernel, as measured for SMALL_M_MAX) or "route" (the
 #: dispatcher's choice per GEMM). GL_SWIGLU_PAIR_ROUTE in the environment at import, else "small_m"; a
@@ -72,11 +76,11 @@ def fused_wave_fill(m: int, n: int, clusters: int) -> float:
 
 
 def takes(m: int, n: int, k: int, clusters: int = ASSUMED_DEVICE.clusters) -> bool:
-    """Whether ``swiglu`` on (M, N, K) runs this path, not the fused kernel: M <= :data:`SMALL_M_MAX` and the
-    fused kernel's wave fill on ``clusters`` 2-CTA clusters (the device's: DeviceFacts.clusters; 66 on 132
-    SMs) below :data:`FUSED_MIN_WAVE_FILL`."""
+    """Whether ``swiglu`` on (M, N, K) runs this path, not the fused kernel: M <= :data:`SMALL_M_MAX`, and
+    below :data:`FUSED_FILL_MIN_M` rows or where the fused kernel's wave fill on ``clusters`` 2-CTA clusters (the
+    device's: DeviceFacts.clusters; 66 on 132 SMs) is below :data:`FUSED_MIN_WAVE_FILL`."""
     return (1 <= m <= SMALL_M_MAX and n >= 1 and k >= 1
-            and fused_wave_fill(m, n, clusters) < FUSED_MIN_WAVE_FILL)
+            and (m < FUSED_FILL_MIN_M or fused_wave_fill(m, n, clusters) < FUSED_MIN_WAVE_FILL))
 
 
 def reason(m: int, n: int = 1, clusters: int = ASSUMED_DEVICE.clusters) -> str:
@@ -84,6 +88,10 @@ def reason(m: int, n: int = 1, clusters: int = ASSUMED_DEVICE.clusters) -> str:
     if m > SMALL_M_MAX:
         return f"M = {m} > {SMALL_M_MAX}: the fused swiglu kernel (sm90_swiglu), x read once for both products"
     fill = fused_wave_fill(m, n, clusters)
+    if fill >= FUSED_MIN_WAVE_FILL and m < FUSED_FILL_MIN_M:
+        return (f"M = {m} < {FUSED_FILL_MIN_M} (dispatch/swiglu_small_m.FUSED_FILL_MIN_M; measured by "
+                f"bench/swiglu_small_m.py and bench/shapes_real.py), though the fused kernel's waves are {fill:.2f} full: "
+                "two GEMMs on the small-M route, up into float32, then gate with silu(gate) * up fused in its epilogue")
     if fill >= FUSED_MIN_WAVE_FILL:
         return (f"M = {m} <= {SMALL_M_MAX}, but the fused kernel's {work_units(m, n)} work units fill their waves of "
                 f"{clusters} clusters to {fill:.2f} >= {FUSED_MIN_WAVE_FILL} (dispatch/swiglu_small_m.FUSED_MIN_WAVE_FILL, "
@@ -163,5 +171,5 @@ def explain(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
     return out
 
 
-__all__ = ["FUSED_MIN_WAVE_FILL", "GATED", "PAIR_ROUTE", "PAIR_ROUTES", "SMALL_M_MAX", "explain", "fused_wave_fill",
+__all__ = ["FUSED_FILL_MIN_M", "FUSED_MIN_WAVE_FILL", "GATED", "PAIR_ROUTE", "PAIR_ROUTES", "SMALL_M_MAX", "explain", "fused_wave_fill",
            "reason", "run", "takes"]
