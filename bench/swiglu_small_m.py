@@ -12,6 +12,8 @@ Per MLP shape (N x K: w_gate and w_up (N, K)) and M, timed interleaved on the sa
                (swiglu_small_m.PAIR_ROUTE = "route": the general kernel's 64- and 128-row builds among the
                candidates, as ``linear`` would take them);
 * ``fused``    the one-kernel swiglu (library/swiglu.py's SwigluKernel.launch);
+* ``fused_{none,all,wave}`` (``--fused-splits``) the fused kernel with each other stream-K policy (its launch
+               takes "tail");
 * ``eager``    F.silu(F.linear(x, wg)) * F.linear(x, wu);
 * ``compiled`` torch.compile of that composition (static shapes; not with --no-compile).
 
@@ -59,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     p.add_argument("--ms", default=None, help="comma list of M (default 1-256)")
     p.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    p.add_argument("--fused-splits", action="store_true",
+                   help="also the fused kernel under the stream-K policies none, all and wave (its launch's is tail)")
     p.add_argument("--budget", type=float, default=0.1, help="seconds of timed calls per callable")
     add_output_argument(p)
     args = p.parse_args(argv)
@@ -104,20 +108,24 @@ def main(argv: list[str] | None = None) -> int:
             def pair_route(a_, b_):
                 return with_setting(swiglu_small_m, "PAIR_ROUTE", "route", pair)(a_, b_)
 
-            def fused(a_, b_):
+            def fused(a_, b_, split="tail"):
                 out = torch.empty((m, n), dtype=dt, device="cuda")
-                swiglu_kernel().launch(*views, out)
+                swiglu_kernel().launch(*views, out, split=split)
                 return out
+
+            splits = ("none", "all", "wave") if args.fused_splits else ()
 
             x64 = x.double()
             ref = F.silu(x64 @ wg.double().T) * (x64 @ wu.double().T)
             bound = error_bound(_rel_err(eager(x, wg, wu), ref), args.dtype)
             errs = {"pair": _rel_err(pair(0, 0), ref), "pair_route": _rel_err(pair_route(0, 0), ref),
-                    "fused": _rel_err(fused(0, 0), ref)}
+                    "fused": _rel_err(fused(0, 0), ref),
+                    **{f"fused_{sp}": _rel_err(fused(0, 0, sp), ref) for sp in splits}}
             row = {"shape": name, "m": m, "n": n, "k": k, "dtype": args.dtype, "bound": bound,
                    **{f"{p}_rel_err": e for p, e in errs.items()}, "ok": all(e <= bound for e in errs.values())}
             if row["ok"]:
-                fns = {"pair": pair, "pair_route": pair_route, "fused": fused, "eager": lambda a_, b_: eager(x, wg, wu)}
+                fns = {"pair": pair, "pair_route": pair_route, "fused": fused, "eager": lambda a_, b_: eager(x, wg, wu),
+                       **{f"fused_{sp}": (lambda a_, b_, sp=sp: fused(a_, b_, sp)) for sp in splits}}
                 if compiled is not None:
                     compiled(x, wg, wu)
                     fns["compiled"] = lambda a_, b_: compiled(x, wg, wu)
@@ -135,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name} M={m:>3}: pair {row['pair_us']:.1f} us, pair_route {row['pair_route_us']:.1f}, fused "
                       f"{row['fused_us']:.1f}, eager {row['eager_us']:.1f}{extra}; pair vs fused "
                       f"{row['pair_vs_fused']:.3f}x, vs eager {row['pair_vs_eager']:.3f}x; pair_route vs eager "
-                      f"{row['pair_route_vs_eager']:.3f}x", flush=True)
+                      f"{row['pair_route_vs_eager']:.3f}x"
+                      + "".join(f"; fused_{sp} {row[f'fused_{sp}_us']:.1f}" for sp in splits), flush=True)
             else:
                 print(f"{name} M={m:>3}: WRONG (pair {errs['pair']:.2e}, pair_route {errs['pair_route']:.2e}, fused "
                       f"{errs['fused']:.2e}, bound {bound:.2e})", flush=True)
