@@ -369,7 +369,8 @@ def main() -> int:
     p.add_argument("--splits", default="", help="the split policies forced, a comma list (default: every one)")
     p.add_argument("--register-widths", default="",
                    help="also the register-store builds at these widths, a comma list (e.g. 96,144: library/gemm.py's "
-                        "REGISTER_STORE_TILE_N, which the route does not offer yet)")
+                        "REGISTER_STORE_TILE_N, which the route does not offer yet; or any width TILE_N or "
+                        "K_MAJOR_B_TILE_N has)")
     p.add_argument("--budget", type=float, default=0.03, help="seconds of timed calls per configuration")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="parallel builds")
     p.add_argument("-o", "--output", default=None, help="output folder (default $OUT/tiles or ./tiles_out)")

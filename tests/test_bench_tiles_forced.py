@@ -43,7 +43,7 @@ def test_shape_sets_are_named_once():
     names = [s[0] for s in tf.SHAPES + tf.CHECK_SHAPES + tf.SHAPES_FULL_RUN + tf.SHAPES_SMALL_M]
     assert len(names) == len(set(names))
     assert all(m <= 256 for _, m, _, _, _ in tf.SHAPES_SMALL_M)
-    # a name in two sets (--tall repeats some) is one problem, run once (main dedupes the pool)
+    # a name in two sets (--tall repeats some) names one problem, so main's dedupe of the pool by value runs it once
     every = tf.SHAPES + sum(tf.SHAPE_SETS.values(), ())
     assert len({s[0] for s in every}) == len(set(every))
 

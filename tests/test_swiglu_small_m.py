@@ -26,8 +26,9 @@ def test_which_m_takes_the_path():
 
 def test_where_the_fused_kernel_fills_its_waves_it_runs_at_any_m():
     """The fused kernel's ceil(M / 256) x ceil(N / 128) work units over whole waves of 66 clusters: Phi-3-mini's
-    MLP (N 8192: 64 units, 0.97) takes it at every M; Llama-3-8B's (112 units, 0.85) and Qwen2.5-7B's (148, 0.75)
-    keep the pair up to SMALL_M_MAX (the measurements: FUSED_MIN_WAVE_FILL's comment)."""
+    MLP (N 8192: 64 units, 0.97) takes it from FUSED_FILL_MIN_M rows on (the pair below); Llama-3-8B's (112 units,
+    0.85) and Qwen2.5-7B's (148, 0.75) keep the pair up to SMALL_M_MAX (the measurements: FUSED_MIN_WAVE_FILL's
+    and FUSED_FILL_MIN_M's comments)."""
     assert ssm.fused_wave_fill(64, 8192, 66) == pytest.approx(64 / 66)
     assert ssm.fused_wave_fill(64, 14336, 66) == pytest.approx(112 / 132)
     assert ssm.fused_wave_fill(64, 18944, 66) == pytest.approx(148 / 198)

@@ -611,9 +611,9 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, *, out_dty
     NotSupportedError (a NotImplementedError) for a layout TMA cannot describe, or inputs requiring
     grad (no backward); OutsideDomainError for an extent past 2^31 - 1.
 
-    Small M (M <= ``dispatch.swiglu_small_m.SMALL_M_MAX``, where reading the weights is the cost), where
-    the fused kernel's work units would leave its last wave part-empty (``FUSED_MIN_WAVE_FILL``):
-    two launches on the small-M route instead, x @ w_up.T into float32 and x @ w_gate.T with
+    Small M (M <= ``dispatch.swiglu_small_m.SMALL_M_MAX``, where reading the weights is the cost), below
+    ``FUSED_FILL_MIN_M`` rows or where the fused kernel's work units would leave its last wave part-empty
+    (``FUSED_MIN_WAVE_FILL``): two launches on the small-M route instead, x @ w_up.T into float32 and x @ w_gate.T with
     ``silu(gate) * up`` fused in its epilogue (the same fp32 math and one rounding);
     :func:`explain_swiglu` says which path a call takes.
 

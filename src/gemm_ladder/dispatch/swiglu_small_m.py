@@ -20,7 +20,7 @@ reduction is in a fixed order), so the result is bitwise repeatable.
 
 Which route the two GEMMs take is :data:`PAIR_ROUTE`: "small_m", the small-M kernel in the table's tile
 counts (the shipped choice), or "route", the dispatcher's own route for each GEMM as ``linear`` would take it
-(the general kernel's 64-row builds among its candidates; a measuring switch, bench/swiglu_small_m.py
+(the general kernel's 64- and 128-row builds among its candidates; a measuring switch, bench/swiglu_small_m.py
 ``pair_route``).
 
 Which path runs is :func:`takes`: M <= :data:`SMALL_M_MAX`, the largest M at which this path was
@@ -46,7 +46,7 @@ from gemm_ladder.library.swiglu import work_units
 SMALL_M_MAX = 192
 
 #: The fused kernel's wave fill (its work units over whole waves of the device's 2-CTA clusters) at and above
-#: which it runs at any M: measured on an H100 (bench/swiglu_small_m.py at 21d6484,
+#: which it runs from FUSED_FILL_MIN_M rows on: measured on an H100 (bench/swiglu_small_m.py at 21d6484,
 #: bench/results/2026-12-06_swiglu_small_m_bf16_h100_21d6484.json), Phi-3-mini's MLP (8192 output columns: 64
 #: units on 66 clusters, fill 0.97) ran the fused kernel 1.00-1.01x the pair at M = 1 and 16 and 1.18-1.52x
 #: at 64-192, while Llama-3-8B's (112 units, 0.85) and Qwen2.5-7B's (148, 0.75) ran the pair 1.09-1.39x
@@ -54,7 +54,8 @@ SMALL_M_MAX = 192
 FUSED_MIN_WAVE_FILL = 0.9
 #: The fewest rows at which a full-wave fused kernel is taken over the pair: in bench/shapes_real.py at 52ff5c7
 #: (H100, bench/results/2026-12-06_shapes_real_mlps_h100_52ff5c7.json) Phi-3-mini's fused kernel took 59.4 us at
-#: 7 rows (0.97x eager) where the pair had taken 0.99-1.02x eager, and at 1 and 16 rows the two tied.
+#: 7 rows (0.97x eager) where the pair had run 1.01-1.02x eager (the full run at f4959e8); at 1 and 16 rows the
+#: two tied in bench/swiglu_small_m.py at 21d6484.
 FUSED_FILL_MIN_M = 64
 
 #: The two GEMMs' routes: "small_m" (the small-M kernel, as measured for SMALL_M_MAX) or "route" (the
@@ -70,7 +71,8 @@ GATED = Epilogue("gl::act_silu(acc) * up", lambda acc, up: F.silu(acc) * up, {"u
 
 def fused_wave_fill(m: int, n: int, clusters: int) -> float:
     """The fused kernel's work units (library/swiglu.py ``work_units``) over the whole waves of ``clusters``
-    resident 2-CTA clusters they take: 1.0 when the last wave is full."""
+    resident 2-CTA clusters they take: 1.0 when the last wave is full. The callers pass DeviceFacts.clusters
+    (SMs / 2), which the fused launch's occupancy query (max_active_clusters) matched on 132 SMs: 66."""
     units = work_units(m, n)
     return units / (math.ceil(units / clusters) * clusters)
 
