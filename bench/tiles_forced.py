@@ -135,16 +135,13 @@ CHECK_SHAPES = (
 #: still below 0.95x in the H100 full run at f4959e8 (bench/results/2026-12-06_shapes_real_h100_f4959e8.json).
 #: A 192-row tile on three consumer warpgroups was forced here against the 128-row builds at ad3e22f and was
 #: not faster (docs/library.md, "A 192-row tile"; bench/results/2026-12-06_tiles_forced_tall_h100_ad3e22f.json).
-SHAPES_TALL = (
-    ("gpt2 mlp.c_proj 8k", 8192, 768, 3072, "bf16"),
-    ("vit_l16 attn.qkv", 12608, 3072, 1024, "bf16"),
-    ("vit_l16 mlp.fc2", 12608, 1024, 4096, "bf16"),
-    ("qwen2.5_7b qkv_proj", 1000, 4608, 3584, "bf16"),
-    ("gpt2 attn.c_attn", 1023, 2304, 768, "bf16"),
+#: Six of them are SHAPES' and CHECK_SHAPES' own entries, taken by name.
+SHAPES_TALL = tuple({s[0]: s for s in SHAPES + CHECK_SHAPES}[name] for name in (
+    "gpt2 mlp.c_proj 8k", "vit_l16 attn.qkv", "vit_l16 mlp.fc2", "qwen2.5_7b qkv_proj", "gpt2 attn.c_attn",
+    "square 4096")) + (
     ("bert_large query 16k", 16384, 1024, 1024, "bf16"),
     ("qwen2.5_7b o_proj 4096", 4096, 3584, 3584, "bf16"),
     ("llama3_8b gate_proj 1000", 1000, 14336, 4096, "bf16"),
-    ("square 4096", 4096, 4096, 4096, "bf16"),
 )
 #: The shape sets a flag adds to SHAPES (its argparse dest: --full-run is full_run).
 SHAPE_SETS = {"check": CHECK_SHAPES, "full_run": SHAPES_FULL_RUN, "small_m": SHAPES_SMALL_M, "decode": SHAPES_DECODE,
