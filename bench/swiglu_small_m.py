@@ -105,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                 swiglu_small_m.run(x, wg, wu, out)
                 return out
 
-            def pair_route(a_, b_):
-                return with_setting(swiglu_small_m, "PAIR_ROUTE", "route", pair)(a_, b_)
+            pair_route = with_setting(swiglu_small_m, "PAIR_ROUTE", "route", pair)
 
             def fused(a_, b_, split="tail"):
                 out = torch.empty((m, n), dtype=dt, device="cuda")
