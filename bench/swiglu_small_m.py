@@ -148,9 +148,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name} M={m:>3}: WRONG (pair {errs['pair']:.2e}, pair_route {errs['pair_route']:.2e}, fused "
                       f"{errs['fused']:.2e}, bound {bound:.2e})", flush=True)
     th = threshold(rows)
+    shipped = swiglu_small_m.small_m_max(torch.cuda.get_device_name())
     print(f"threshold (pair faster than fused at every M <= it, every shape): {th}; "
-          f"shipped SMALL_M_MAX = {swiglu_small_m.SMALL_M_MAX}")
-    save({"dtype": args.dtype, "threshold": th, "shipped_small_m_max": swiglu_small_m.SMALL_M_MAX, "rows": rows},
+          f"shipped for this device: {shipped} (SMALL_M_MAX = {swiglu_small_m.SMALL_M_MAX})")
+    save({"dtype": args.dtype, "threshold": th, "shipped_small_m_max": shipped, "rows": rows},
          f"swiglu_small_m_{args.dtype}" + ("_quick" if args.quick else ""), args.output)
     return 0 if all(r["ok"] for r in rows) else 1
 

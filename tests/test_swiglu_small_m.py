@@ -101,6 +101,18 @@ def test_explain_swiglu_launches_nothing_where_swiglu_launches_nothing():
     assert gemm_ladder.explain_swiglu(*meta(4, 0, 64))["path"] == "empty"
 
 
+def test_the_threshold_per_device():
+    """SMALL_M_MAX (the H200's, and an assumed device's) unless the device's name has a measured entry: the H100
+    takes the fused kernel above 64 rows (SMALL_M_MAX_BY_DEVICE's measurement), and explain says which."""
+    assert ssm.small_m_max(None) == ssm.small_m_max("NVIDIA H200") == ssm.SMALL_M_MAX
+    h100 = ssm.small_m_max("NVIDIA H100 80GB HBM3")
+    assert h100 == 64 < ssm.SMALL_M_MAX
+    assert ssm.takes(64, 14336, 4096, max_m=h100) and not ssm.takes(65, 14336, 4096, max_m=h100)
+    assert ssm.takes(128, 14336, 4096) and not ssm.takes(128, 14336, 4096, max_m=h100)
+    assert "SMALL_M_MAX_BY_DEVICE" in ssm.reason(128, 14336, max_m=h100) and "M = 128 > 64" in ssm.reason(128, 14336, max_m=h100)
+    assert "dispatch/swiglu_small_m.SMALL_M_MAX" in ssm.reason(128, 14336)
+
+
 def test_the_gated_epilogue_reference():
     acc, up = torch.randn(5, 7, dtype=torch.float64), torch.randn(5, 7, dtype=torch.float64)
     assert torch.equal(ssm.GATED.reference(acc, up), F.silu(acc) * up)

@@ -611,7 +611,7 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, *, out_dty
     NotSupportedError (a NotImplementedError) for a layout TMA cannot describe, or inputs requiring
     grad (no backward); OutsideDomainError for an extent past 2^31 - 1.
 
-    Small M (M <= ``dispatch.swiglu_small_m.SMALL_M_MAX``, where reading the weights is the cost), below
+    Small M (M <= ``dispatch.swiglu_small_m.small_m_max`` of the device, where reading the weights is the cost), below
     ``FUSED_FILL_MIN_M`` rows or where the fused kernel's work units would leave its last wave part-empty
     (``FUSED_MIN_WAVE_FILL``): two launches on the small-M route instead, x @ w_up.T into float32 and x @ w_gate.T with
     ``silu(gate) * up`` fused in its epilogue (the same fp32 math and one rounding);
@@ -664,7 +664,8 @@ def swiglu_direct(x, w_gate, w_up) -> torch.Tensor:
     check_swiglu_layout(x2, w_gate, w_up)
     # small M where the fused kernel's waves are part-empty: two small-M GEMMs, gate and up meeting in the
     # second's epilogue
-    if swiglu_small_m.takes(m, n, k, device_facts(x.device).clusters):
+    facts = device_facts(x.device)
+    if swiglu_small_m.takes(m, n, k, facts.clusters, swiglu_small_m.small_m_max(facts.name)):
         out = torch.empty((*lead, n), dtype=x.dtype, device=x.device)
         swiglu_small_m.run(x2, w_gate, w_up, out.view(m, n))
         return out

@@ -23,9 +23,10 @@ counts (the shipped choice), or "route", the dispatcher's own route for each GEM
 (the general kernel's 64- and 128-row builds among its candidates; a measuring switch, bench/swiglu_small_m.py
 ``pair_route``).
 
-Which path runs is :func:`takes`: M <= :data:`SMALL_M_MAX`, the largest M at which this path was
-measured faster than the fused kernel on Llama-3-8B's MLP (``bench/swiglu_small_m.py`` prints the threshold
-its run supports), except from :data:`FUSED_FILL_MIN_M` rows on where the fused kernel's work units fill
+Which path runs is :func:`takes`: M <= :func:`small_m_max` of the device (:data:`SMALL_M_MAX`, the largest M at
+which this path was measured faster than the fused kernel on Llama-3-8B's MLP on the H200, or the device's own
+measured value in :data:`SMALL_M_MAX_BY_DEVICE`; ``bench/swiglu_small_m.py`` prints the threshold its run
+supports), except from :data:`FUSED_FILL_MIN_M` rows on where the fused kernel's work units fill
 whole waves (its wave fill at least :data:`FUSED_MIN_WAVE_FILL`): there, the fused kernel. :func:`explain` returns the decision and both launches' routes as data.
 """
 
@@ -44,6 +45,14 @@ from gemm_ladder.library.swiglu import work_units
 #: Largest M routed here (``bench/swiglu_small_m.py`` measures where this path stops beating the fused
 #: kernel; docs/library.md gives the run). Above it, the fused kernel.
 SMALL_M_MAX = 192
+
+#: Per device name, the largest M routed here where bench/swiglu_small_m.py measured it elsewhere than
+#: SMALL_M_MAX (the H200's). On an H100 (21d6484, bench/results/2026-12-06_swiglu_small_m_bf16_h100_21d6484.json)
+#: the pair ran 1.14x and 1.13x the fused kernel at 64 rows on Llama-3-8B's and Qwen2.5-7B's MLPs (105.2 against
+#: 120.3 us, 134.5 against 151.4), and the fused kernel 1.04x and 1.09x the pair at 128 and 192 rows on Llama's
+#: (109.2 against 113.2, 110.1 against 120.6), 1.16x and 1.31x on Qwen's (132.0 against 153.5, 132.1 against
+#: 173.7): 64, the largest M measured where the pair won (65-127 not measured).
+SMALL_M_MAX_BY_DEVICE = {"NVIDIA H100 80GB HBM3": 64}
 
 #: The fused kernel's wave fill (its work units over whole waves of the device's 2-CTA clusters) at and above
 #: which it runs from FUSED_FILL_MIN_M rows on: measured on an H100 (bench/swiglu_small_m.py at 21d6484,
@@ -77,28 +86,39 @@ def fused_wave_fill(m: int, n: int, clusters: int) -> float:
     return units / (math.ceil(units / clusters) * clusters)
 
 
-def takes(m: int, n: int, k: int, clusters: int = ASSUMED_DEVICE.clusters) -> bool:
-    """Whether ``swiglu`` on (M, N, K) runs this path, not the fused kernel: M <= :data:`SMALL_M_MAX`, and
-    below :data:`FUSED_FILL_MIN_M` rows or where the fused kernel's wave fill on ``clusters`` 2-CTA clusters (the
-    device's: DeviceFacts.clusters; 66 on 132 SMs) is below :data:`FUSED_MIN_WAVE_FILL`."""
-    return (1 <= m <= SMALL_M_MAX and n >= 1 and k >= 1
+def small_m_max(device_name: str | None = None) -> int:
+    """The largest M this path takes on a device of that name: its entry in :data:`SMALL_M_MAX_BY_DEVICE`, else
+    :data:`SMALL_M_MAX` (also for None: no device to ask, the assumed H200)."""
+    return SMALL_M_MAX_BY_DEVICE.get(device_name, SMALL_M_MAX) if device_name else SMALL_M_MAX
+
+
+def takes(m: int, n: int, k: int, clusters: int = ASSUMED_DEVICE.clusters, max_m: int = SMALL_M_MAX) -> bool:
+    """Whether ``swiglu`` on (M, N, K) runs this path, not the fused kernel: M <= ``max_m`` (the device's
+    :func:`small_m_max`), and below :data:`FUSED_FILL_MIN_M` rows or where the fused kernel's wave fill on
+    ``clusters`` 2-CTA clusters (the device's: DeviceFacts.clusters; 66 on 132 SMs) is below
+    :data:`FUSED_MIN_WAVE_FILL`."""
+    return (1 <= m <= max_m and n >= 1 and k >= 1
             and (m < FUSED_FILL_MIN_M or fused_wave_fill(m, n, clusters) < FUSED_MIN_WAVE_FILL))
 
 
-def reason(m: int, n: int = 1, clusters: int = ASSUMED_DEVICE.clusters) -> str:
-    """Why ``swiglu`` on (M, N) takes the path it takes, in one sentence."""
-    if m > SMALL_M_MAX:
-        return f"M = {m} > {SMALL_M_MAX}: the fused swiglu kernel (sm90_swiglu), x read once for both products"
+def reason(m: int, n: int = 1, clusters: int = ASSUMED_DEVICE.clusters, max_m: int = SMALL_M_MAX) -> str:
+    """Why ``swiglu`` on (M, N) takes the path it takes, in one sentence (``max_m``: the device's
+    :func:`small_m_max`)."""
+    where = ("dispatch/swiglu_small_m.SMALL_M_MAX" if max_m == SMALL_M_MAX else
+             "this device's entry in dispatch/swiglu_small_m.SMALL_M_MAX_BY_DEVICE")
+    if m > max_m:
+        return (f"M = {m} > {max_m} ({where}): the fused swiglu kernel (sm90_swiglu), x read once for both "
+                "products")
     fill = fused_wave_fill(m, n, clusters)
     if fill >= FUSED_MIN_WAVE_FILL and m < FUSED_FILL_MIN_M:
         return (f"M = {m} < {FUSED_FILL_MIN_M} (dispatch/swiglu_small_m.FUSED_FILL_MIN_M; measured by "
                 f"bench/swiglu_small_m.py and bench/shapes_real.py), though the fused kernel's waves are {fill:.2f} full: "
                 "two GEMMs on the small-M route, up into float32, then gate with silu(gate) * up fused in its epilogue")
     if fill >= FUSED_MIN_WAVE_FILL:
-        return (f"M = {m} <= {SMALL_M_MAX}, but the fused kernel's {work_units(m, n)} work units fill their waves of "
+        return (f"M = {m} <= {max_m}, but the fused kernel's {work_units(m, n)} work units fill their waves of "
                 f"{clusters} clusters to {fill:.2f} >= {FUSED_MIN_WAVE_FILL} (dispatch/swiglu_small_m.FUSED_MIN_WAVE_FILL, "
                 "measured by bench/swiglu_small_m.py): the fused swiglu kernel, x read once for both products")
-    return (f"M = {m} <= {SMALL_M_MAX} (dispatch/swiglu_small_m.SMALL_M_MAX, measured by bench/swiglu_small_m.py) and "
+    return (f"M = {m} <= {max_m} ({where}, measured by bench/swiglu_small_m.py) and "
             f"the fused kernel's {work_units(m, n)} work units fill their waves of {clusters} clusters to only {fill:.2f}: "
             "two GEMMs on the small-M route, up into float32, then gate with silu(gate) * up fused in its epilogue")
 
@@ -136,7 +156,7 @@ def explain(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
 
     CUDA or meta tensors (x (*, K), w_gate and w_up (N, K)). Keys: ``path`` ('small_m_pair' or 'fused'; 'empty'
     or 'zeros' where ``swiglu`` launches nothing: an empty output, or K = 0 and silu(0) * 0), ``m``, ``n``,
-    ``k``, ``threshold`` (:data:`SMALL_M_MAX`), ``reason`` (one sentence), ``launches`` (in order; for the
+    ``k``, ``threshold`` (the device's :func:`small_m_max`), ``reason`` (one sentence), ``launches`` (in order; for the
     small-M pair each launch's ``gemm_ladder.explain`` of its GEMM as a dict, the epilogue named). Raises
     what ``swiglu`` raises for bad input, in its order: the arguments, then the extents and the layouts of a
     non-empty problem."""
@@ -147,16 +167,18 @@ def explain(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
 
     k, n = check_swiglu(x, w_gate, w_up, device_types=("cuda", "meta"), check_grad=False)
     m = math.prod(x.shape[:-1])
+    facts = device_facts(x.device)
+    max_m = small_m_max(None if facts.assumed else facts.name)
     if m == 0 or n == 0 or k == 0:  # as swiglu: decided before the extent and layout rules, nothing launched
         what = ("empty", "an empty output: nothing is launched") if m == 0 or n == 0 else \
             ("zeros", "K = 0: the output is silu(0) * 0, zeros written by a fill, no GEMM launched")
-        return {"path": what[0], "m": m, "n": n, "k": k, "threshold": SMALL_M_MAX, "reason": what[1], "launches": []}
+        return {"path": what[0], "m": m, "n": n, "k": k, "threshold": max_m, "reason": what[1], "launches": []}
     check_domain(MmShape(m, n, k, x.dtype))
     check_swiglu_layout(x.reshape(m, k), w_gate, w_up, addresses=x.device.type != "meta")
-    clusters = device_facts(x.device).clusters
-    pair = takes(m, n, k, clusters)
-    out = {"path": "small_m_pair" if pair else "fused", "m": m, "n": n, "k": k, "threshold": SMALL_M_MAX,
-           "fused_wave_fill": fused_wave_fill(m, n, clusters), "reason": reason(m, n, clusters), "launches": []}
+    clusters = facts.clusters
+    pair = takes(m, n, k, clusters, max_m)
+    out = {"path": "small_m_pair" if pair else "fused", "m": m, "n": n, "k": k, "threshold": max_m,
+           "fused_wave_fill": fused_wave_fill(m, n, clusters), "reason": reason(m, n, clusters, max_m), "launches": []}
     if not pair:
         out["launches"] = [f"sm90_swiglu ({m} x {n} x {k}): one kernel, x read once for both products"]
         return out
@@ -173,5 +195,5 @@ def explain(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
     return out
 
 
-__all__ = ["FUSED_FILL_MIN_M", "FUSED_MIN_WAVE_FILL", "GATED", "PAIR_ROUTE", "PAIR_ROUTES", "SMALL_M_MAX", "explain", "fused_wave_fill",
-           "reason", "run", "takes"]
+__all__ = ["FUSED_FILL_MIN_M", "FUSED_MIN_WAVE_FILL", "GATED", "PAIR_ROUTE", "PAIR_ROUTES", "SMALL_M_MAX",
+           "SMALL_M_MAX_BY_DEVICE", "explain", "fused_wave_fill", "reason", "run", "small_m_max", "takes"]
