@@ -6,6 +6,8 @@ GPU results: tests/test_grouped_gpu.py."""
 
 from __future__ import annotations
 
+import math
+
 import re
 
 import pytest
@@ -860,22 +862,43 @@ def test_the_weight_gradient_takes_the_measured_tile_width():
     assert e["ring"] == 4 and "1.25x" in e["ring_reason"]
 
 
-def test_the_ring_rule_takes_the_measured_deeper_ring_for_the_weight_gradient_only():
-    """choose_ring: 4 buffers (one per panel) for the BN 256 weight gradient in bf16/fp16 without a bias,
-    where every case of its evidence ran faster; 1 elsewhere; the evidence file holds that."""
+def test_the_ring_rule_takes_the_measured_deeper_ring_for_the_weight_and_input_gradients():
+    """choose_ring: 4 buffers (one per panel) for the BN 256 weight gradient, and BN / 64 for a call grouped along M
+    with an N-major weight (the input gradient), in bf16/fp16 without a bias, where their evidence ran faster; 1
+    elsewhere (the forward's K-major weight: measured slower); the evidence files hold that."""
     import json
     from pathlib import Path
 
-    from gemm_ladder.library.grouped import C_RING, GROUP_K, GROUP_M, GROUP_M_MASKED, RING_EVIDENCE, choose_ring
+    from gemm_ladder.library.grouped import (C_RING, GRAD_X_RING_EVIDENCE, GROUP_K, GROUP_M, GROUP_M_MASKED,
+                                             RING_EVIDENCE, choose_ring)
 
     assert choose_ring(256, GROUP_K, False, False)[0] == 4
+    assert choose_ring(256, GROUP_M, False, False, "mn")[0] == 4 and choose_ring(128, GROUP_M, False, False, "mn")[0] == 2
     for args in ((128, GROUP_K, False, False), (256, GROUP_K, True, False), (256, GROUP_M, False, False),
-                 (256, GROUP_M_MASKED, False, False), (128, GROUP_M, False, True)):
+                 (256, GROUP_M_MASKED, False, False), (128, GROUP_M, False, True), (256, GROUP_M, True, False, "mn"),
+                 (256, GROUP_M, False, True, "mn"), (256, GROUP_M_MASKED, False, False, "mn")):
         ring, why = choose_ring(*args)
-        assert ring == C_RING and why
+        assert ring == C_RING and why, args
     with pytest.raises(ValueError, match="grouping"):
         choose_ring(256, "n", False, False)
-    rows = json.loads((Path(__file__).resolve().parents[1] / RING_EVIDENCE).read_text())["rows"]
+    root = Path(__file__).resolve().parents[1]
+    rows = json.loads((root / RING_EVIDENCE).read_text())["rows"]
     grad_w = [r for r in rows if r["direction"] == "grad_w"]
     assert len(grad_w) >= 9 and all(r["correct"] and r["ring"] == 1 and r["ring_alt"] == 4 and r["ratio_ring"] > 1
                                     and r["bn"] == 256 for r in grad_w)
+    grad_x = [r for f in GRAD_X_RING_EVIDENCE[:2] for r in json.loads((root / f).read_text())["rows"]]
+    assert len(grad_x) == 9 and all(r["direction"] == "grad_x" and r["route"]["b_major"] == "mn" for r in grad_x)
+    speed = [r["us"]["grouped"] / r["us"]["grouped_rall"] for r in grad_x]
+    assert sum(s > 1 for s in speed) == 7 and min(speed) > 0.95 and math.prod(speed) ** (1 / len(speed)) > 1.05
+    fwd = json.loads((root / GRAD_X_RING_EVIDENCE[2]).read_text())["rows"]
+    assert all(r["us"]["grouped"] < r["us"]["grouped_r4"] for r in fwd)  # the forward: one buffer faster
+
+
+def test_a_pair_of_ctas_along_m_keeps_the_one_buffer_ring():
+    """The deeper ring is measured with one CTA along M only: a call that asks for cluster 2 on an N-major weight
+    gets the one-buffer ring unless it asks for a ring too."""
+    from gemm_ladder.api_grouped import grouped_build
+    from gemm_ladder.library.grouped import C_RING, GROUP_M
+
+    assert grouped_build(256, "mn", 4096, GROUP_M, False, False, None)[0].ring == 4
+    assert grouped_build(256, "mn", 4096, GROUP_M, False, False, 2)[0].ring == C_RING

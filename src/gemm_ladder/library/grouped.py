@@ -112,10 +112,16 @@ C_RING = 1
 #: stage (3 at BN 256, 5 at BN 128): every panel stored at the tile's end, none held in registers across
 #: the next tile's K loop. Two buffers at BN 256 cost the same stage, still hold a panel and spilled
 #: (ptxas, along M), so they are not built; nor a deeper ring with a bias (it spilled at BN 256). The
-#: public calls take :func:`choose_ring`'s (4 for the BN 256 weight gradient, as measured; else C_RING).
+#: public calls take :func:`choose_ring`'s (4 for the BN 256 weight gradient, BN / 64 for the input gradient, as
+#: measured; else C_RING).
 RINGS = (1, 2, 4)
 #: The run behind choose_ring (H200, bench/grouped.py --directions grad_w --ring 1,4, interleaved).
 RING_EVIDENCE = "bench/results/2026-12-05_grouped_ring_grad_w_52f0b90.json"
+#: The runs behind choose_ring's input-gradient rule and its forward's one-buffer ring (H100,
+#: bench/experiments/grouped_vs_dense.py: the routed build and the one with a buffer per panel interleaved).
+GRAD_X_RING_EVIDENCE = ("bench/results/2026-12-06_grouped_vs_dense_gradx_e128_h100_293011f.json",
+                        "bench/results/2026-12-06_grouped_vs_dense_gradx_e8_h100_293011f.json",
+                        "bench/results/2026-12-06_grouped_vs_dense_fwd_h100_d89e962.json")
 #: What a build with the panel ring does with an output TMA can write: "tma" (the ring; a group's partial
 #: slices still from registers) or "registers" (every slice from registers, the build otherwise the
 #: same: how the tests and bench/grouped.py --store both compare the two). The environment's
@@ -221,11 +227,13 @@ def choose_cluster(k: int, b_major: str, grouping: str = GROUP_M) -> tuple[int, 
                f"cluster 1's speed at K = 2048-14336 (Mixtral-8x7B, Qwen3-30B-A3B gate+up, {CLUSTER_EVIDENCE})")
 
 
-def choose_ring(bn: int, grouping: str, out_fp32: bool, bias: bool) -> tuple[int, str]:
-    """The output's panel buffers per consumer (:data:`RINGS`) a public call takes, and why: a buffer for
-    each of the tile's four panels for the weight gradient (grouped along K) at BN 256 in bf16/fp16 without
-    a bias, measured faster on every case (:data:`RING_EVIDENCE`); else :data:`C_RING`. Raises ValueError
-    for a grouping this family does not know."""
+def choose_ring(bn: int, grouping: str, out_fp32: bool, bias: bool, b_major: str = "k") -> tuple[int, str]:
+    """The output's panel buffers per consumer (:data:`RINGS`) a public call takes, and why, in bf16/fp16
+    without a bias (a deeper ring with a bias spilled): a buffer for each of the tile's panels (BN / 64) for
+    the weight gradient (grouped along K) at BN 256, measured faster on every case (:data:`RING_EVIDENCE`), and
+    for a call grouped along M whose weight is read N-major (``b_major`` "mn": the input gradient's, autograd's
+    backward of the forward), measured faster on 7 of 9 cases (:data:`GRAD_X_RING_EVIDENCE`); else
+    :data:`C_RING`. Raises ValueError for a grouping this family does not know."""
     if grouping not in GROUPINGS:
         raise ValueError(f"grouping = {grouping!r}: one of {GROUPINGS}")
     if grouping == GROUP_K and bn == 256 and not out_fp32 and not bias:
@@ -234,9 +242,20 @@ def choose_ring(bn: int, grouping: str, out_fp32: bool, bias: bool) -> tuple[int
                    f"blocks (E = 256: 1.22x, 1.25x; E = 128: 1.11-1.17x; E = 8: 1.01x, 1.03x) ({RING_EVIDENCE})")
     if grouping == GROUP_K:
         return C_RING, ("grouped along K " + ("with a float32 output (no panel ring)" if out_fp32 else
+                                              "with a bias (a deeper ring with a bias spilled)" if bias else
                                               f"at BN {bn}: the deeper ring is measured at BN 256 only"))
-    return C_RING, ("grouped along M: the deeper ring is not measured there (the weight gradient's short reductions "
-                    "are what it is for)")
+    if grouping == GROUP_M and b_major == "mn" and not out_fp32 and not bias:
+        return bn // 64, (f"grouped along M with the weight read N-major (the input gradient), BN {bn}: a buffer for "
+                          f"each of the tile's {bn // 64} panels measured 1.16-1.22x the one-buffer ring's speed on "
+                          "three of six E = 128 and 256 cases (gpt-oss gate+up, DeepSeek-V3 gate+up and down), 1.02-1.05x "
+                          "on three more, 0.96x and 0.99x on two (Qwen3-30B-A3B gate+up, Mixtral gate+up) "
+                          f"({GRAD_X_RING_EVIDENCE[0]}, {GRAD_X_RING_EVIDENCE[1]})")
+    return C_RING, ("grouped along M" + (" with a float32 output (no panel ring)" if out_fp32 else
+                                         " with a bias (a deeper ring with a bias spilled)" if bias else
+                                         ", the weight K-major (the forward): a buffer per panel ran 0.91-0.92x the "
+                                         "one-buffer ring (it costs a stage) on the E = 8 and 32 forwards "
+                                         f"({GRAD_X_RING_EVIDENCE[2]})" if grouping == GROUP_M else
+                                         ": the masked layout has no panel ring"))
 
 
 def weight_map(groups: int, n: int, k: int, *, b_major: str, stride_major: int, stride_group: int, bn: int,
