@@ -466,10 +466,10 @@ def case_builds(names, directions, clusters=(None,), rings=(None,), bn: int | No
 def prebuild() -> int:
     """Compile into the kernel cache, with no GPU, the builds a full run (every case and direction, the
     library's rules, cluster 1 and 2; grouped along K rings 1 and 4), ``--directions fwd,grad_x --bn 256
-    --ring 1,4`` (the deeper ring along M), --sanitize's deeper rings (:func:`ring_builds`) and the fused
+    --ring 1,4 --cluster 1`` (the deeper ring along M, one CTA: PAIR_RING_HANG), --sanitize's deeper rings (:func:`ring_builds`) and the fused
     gated-MLP build launch, bf16; 0 when all are ready."""
     kernels = case_builds(CASES, ("fwd", "grad_x"), (None, 1, 2)) + case_builds(CASES, ("grad_w",), (None, 1, 2), (None, 1, 4))
-    kernels += case_builds(CASES, ("fwd", "grad_x"), (None,), (1, 4), bn=256)
+    kernels += case_builds(CASES, ("fwd", "grad_x"), (1,), (1, 4), bn=256)
     return compile_all(kernels + ring_builds() + [grouped_lib.grouped_gemm(256, "k", swiglu=True)])  # + the fused swiglu
 
 
@@ -552,13 +552,22 @@ def parse_rings(text: str | None) -> tuple | None:
     return rings if 1 <= len(rings) <= 2 and set(rings) <= set(grouped_lib.RINGS) else None
 
 
-def ring_refusal(rings: tuple, bn: int | None, directions: tuple, names: list[str] | tuple = tuple(CASES)) -> str | None:
+def ring_refusal(rings: tuple, bn: int | None, directions: tuple, names: list[str] | tuple = tuple(CASES),
+                 cluster: str | None = None) -> str | None:
     """Why the builds cannot have these rings (None when they can): a ring deeper than one buffer is one for
     each of the tile's BN / 64 panels (library/grouped.py RINGS), so it needs that tile width: given by
-    --bn, or the weight gradient's own (grad_w_bn of each case's N) when grad_w is the only direction."""
+    --bn, or the weight gradient's own (grad_w_bn of each case's N) when grad_w is the only direction; and
+    along M one CTA per cluster (library/grouped.py refuses a pair with it: PAIR_RING_HANG), which --cluster
+    2 or both asks for, and the forward's rule (choose_cluster) takes at K >= CLUSTER_MIN_K unless --cluster 1."""
     for r in rings:
         if r in (None, grouped_lib.C_RING):
             continue
+        along_m = [d for d in directions if d != "grad_w"]
+        pair = cluster in ("2", "both") or (cluster is None and "fwd" in along_m and
+                                            any(CASES[nm][3] >= grouped_lib.CLUSTER_MIN_K for nm in names))
+        if along_m and pair:
+            return ("a deeper ring is refused with a pair of CTAs along M (library/grouped.py PAIR_RING_HANG): "
+                    "give --cluster 1 or --directions grad_w")
         widths = {bn} if bn else ({grouped_lib.grad_w_bn(CASES[nm][2]) for nm in names} if set(directions) == {"grad_w"}
                                   else {None})
         if any(width is None or width // 64 != r for width in widths):
@@ -608,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
     if rings is None:
         print(f"bench/grouped.py: --ring {args.ring!r}: one or two of {grouped_lib.RINGS}, comma-separated", file=sys.stderr)
         return 2
-    reason = ring_refusal(rings, args.bn, directions, names)
+    reason = ring_refusal(rings, args.bn, directions, names, args.cluster)
     if reason:
         print(f"bench/grouped.py: --ring {args.ring}: {reason}", file=sys.stderr)
         return 2

@@ -221,7 +221,7 @@ def test_the_ring_audits_clean_and_fails_on_seeded_faults(cfg):
 
 @pytest.mark.parametrize("cfg,stages,deferred", [
     (dict(bn=256, b_major="mn", k_grouped=True, ring=4), 3, 0), (dict(bn=128, b_major="mn", k_grouped=True, ring=2), 5, 0),
-    (dict(bn=256, ring=4), 3, 0), (dict(bn=128, ring=2, cluster=2), 5, 0),
+    (dict(bn=256, ring=4), 3, 0), (dict(bn=128, b_major="mn", ring=2), 5, 0),
     (dict(bn=256, b_major="mn", k_grouped=True, ring=4, cluster=2), 3, 0),
 ])
 def test_a_deeper_output_ring_costs_a_stage_and_audits_clean(cfg, stages, deferred):
@@ -250,6 +250,7 @@ def test_a_deeper_output_ring_costs_a_stage_and_audits_clean(cfg, stages, deferr
     (dict(bn=256, ring=2), "each of the tile's 4 panels"), (dict(bn=256, out_fp32=True, ring=4), "no panel ring"),
     (dict(bn=128, masked=True, ring=2), "no panel ring"), (dict(bn=256, ring=True), "ring = True"),
     (dict(bn=256, ring=4.0), "ring = 4.0"), (dict(bn=256, bias=True, ring=4), "with a bias"),
+    (dict(bn=256, ring=4, cluster=2), "it hung"), (dict(bn=128, b_major="mn", ring=2, cluster=2), "it hung"),
 ])
 def test_a_ring_the_build_cannot_have_is_refused(cfg, words):
     with pytest.raises(ValueError, match=re.escape(words)):
@@ -265,8 +266,13 @@ def test_bench_ring_option_is_parsed_and_refused():
 
     assert bench.parse_rings(None) == (None,) and bench.parse_rings("4") == (4,) and bench.parse_rings("1,4") == (1, 4)
     assert bench.parse_rings("3") is None and bench.parse_rings("1,2,4") is None and bench.parse_rings("x") is None
-    assert bench.ring_refusal((1, 4), None, ("grad_w",)) is None and bench.ring_refusal((1, 4), 256, ("fwd",)) is None
-    assert bench.ring_refusal((1, 2), 128, ("fwd", "grad_w")) is None and bench.ring_refusal((None,), None, ("fwd",)) is None
+    assert bench.ring_refusal((1, 4), None, ("grad_w",)) is None and bench.ring_refusal((1, 4), 256, ("fwd",), cluster="1") is None
+    assert bench.ring_refusal((1, 2), 128, ("fwd", "grad_w"), cluster="1") is None and bench.ring_refusal((None,), None, ("fwd",)) is None
+    assert bench.ring_refusal((1, 4), 256, ("grad_x",)) is None  # the input gradient's rule: one CTA
+    # along M a pair of CTAs with a deeper ring is refused (PAIR_RING_HANG): asked for, or the forward's rule at K >= 2048
+    for kw in (dict(directions=("fwd",)), dict(directions=("grad_x",), cluster="2"), dict(directions=("fwd",), cluster="both")):
+        assert "PAIR_RING_HANG" in bench.ring_refusal((1, 4), 256, **kw), kw
+    assert bench.ring_refusal((1, 4), 256, ("fwd",), ("qwen3_down",)) is None  # K = 768: one CTA
     # refused before any GPU is asked for (this machine has none): the width the ring needs is not the tiles'
     for argv in (["--ring", "1,4", "--bn", "128", "--directions", "grad_w"], ["--ring", "4", "--directions", "fwd"],
                  ["--ring", "1,2", "--directions", "grad_w"], ["--ring", "2", "--bn", "256"], ["--ring", "3"]):
@@ -290,7 +296,7 @@ def test_bench_sanitize_and_prebuild_builds_exist():
     # no --ring: the library's choice (choose_ring: a buffer per panel for the BN 256 weight gradient)
     assert {(k.bn, k.ring) for k in bench.case_builds(bench.CASES, ("grad_w",), (None,), (None,))} == {(256, 4)}
     assert all(k.config("bf16") for k in bench.case_builds(bench.CASES, ("fwd", "grad_x"), (None, 1, 2)))
-    along_m = bench.case_builds(bench.CASES, ("fwd", "grad_x"), (None,), (1, 4), bn=256)  # --bn 256 --ring 1,4
+    along_m = bench.case_builds(bench.CASES, ("fwd", "grad_x"), (1,), (1, 4), bn=256)  # --bn 256 --ring 1,4 --cluster 1
     assert {(k.bn, k.ring) for k in along_m} == {(256, 1), (256, 4)} and all(k.config("bf16") for k in along_m)
 
 
@@ -334,8 +340,8 @@ def test_bench_store_both_runs_the_register_store_for_its_call_only(monkeypatch)
     (dict(bn=128, b_major="mn", k_grouped=True, cluster=2), "bf16"), (dict(bn=256, masked=True, cluster=2), "fp16"),
     (dict(bn=256, b_major="mn", k_grouped=True), "bf16"), (dict(bn=128, bias=True, cluster=2), "fp16"),
     (dict(bn=256, b_major="mn", k_grouped=True, ring=4), "bf16"), (dict(bn=128, b_major="mn", k_grouped=True, ring=2), "bf16"),
-    (dict(bn=256, ring=4), "bf16"), (dict(bn=256, b_major="mn", ring=4), "fp16"), (dict(bn=256, ring=4, cluster=2), "bf16"),
-    (dict(bn=128, ring=2, cluster=2), "bf16"), (dict(bn=256, b_major="mn", k_grouped=True, ring=4, cluster=2), "bf16"),
+    (dict(bn=256, ring=4), "bf16"), (dict(bn=256, b_major="mn", ring=4), "fp16"), (dict(bn=128, b_major="mn", ring=2), "bf16"),
+    (dict(bn=256, b_major="mn", k_grouped=True, ring=4, cluster=2), "bf16"),
 ])
 def test_builds_pass_the_resource_gate(cfg, dtype, use_cache):
     from gemm_ladder.gates.resources import check_level_resources

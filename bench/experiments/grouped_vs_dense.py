@@ -5,9 +5,10 @@ times, interleaved in one process on the same operands, what separates the two:
 
 * ``grouped``: ``gemm_ladder.grouped_mm`` as routed (one launch, no host-side sizes);
 * ``grouped_c1`` / ``grouped_c2``: the same kernel forced to one CTA per cluster or a pair;
-* ``grouped_rall``: the routed build with a panel buffer for each of its tile's output panels (``ring`` 4 at
-  BN 256, 2 at BN 128: every panel staged at the tile's end with no wait, one stage fewer; along M the
-  library's ring is 1, unmeasured against this);
+* ``grouped_rall``: the routed build's width with one CTA per cluster and a panel buffer for each of its tile's
+  output panels (``ring`` 4 at BN 256, 2 at BN 128: every panel staged at the tile's end with no wait, one
+  stage fewer; library/grouped.py refuses it with a pair of CTAs along M, PAIR_RING_HANG). The runs at
+  d89e962 and 293011f took it with the routed cluster (2 for the forwards at K >= 2048);
 * ``loop_ours``: a loop of ``gemm_ladder.mm`` over the experts (host-side sizes; each expert on the dense
   route, as a user who knows the sizes could call it);
 * ``loop_cublas``: the same loop of ``torch.mm`` (the issue's "loop of mm per expert");
@@ -76,7 +77,7 @@ def fns_for(a, b, offs, sizes, out, full_ring: int, loops: bool = True):
         "grouped": lambda *_: gemm_ladder.grouped_mm(a, b, offs),
         "grouped_c1": lambda *_: grouped_mm_direct(a, b, offs, cluster=1),
         "grouped_c2": lambda *_: grouped_mm_direct(a, b, offs, cluster=2),
-        "grouped_rall": lambda *_: grouped_mm_direct(a, b, offs, ring=full_ring),
+        "grouped_rall": lambda *_: grouped_mm_direct(a, b, offs, cluster=1, ring=full_ring),
         "torch_grouped": lambda *_: torch._grouped_mm(a, b, offs),
     }
     if loops:

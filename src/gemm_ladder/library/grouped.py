@@ -117,6 +117,11 @@ C_RING = 1
 RINGS = (1, 2, 4)
 #: The run behind choose_ring (H200, bench/grouped.py --directions grad_w --ring 1,4, interleaved).
 RING_EVIDENCE = "bench/results/2026-12-05_grouped_ring_grad_w_52f0b90.json"
+#: Why a deeper ring is refused with a pair of CTAs along M (grouped_gemm): the one launch that hung.
+PAIR_RING_HANG = ("on an H100 at 293011f the build at BN 256, cluster 2, ring 4 did not finish one forward of "
+                  "Qwen3-30B-A3B's down projection (E = 128, 32768 rows in groups of 21-515, N 2048, K 768) in 45 s, "
+                  "nor a timing loop of its gate+up (K 2048) in 150 s, where every other build took under 0.1 s; "
+                  "cause not found; the routes never take it; its GPU test on 48 small groups at K = 192 passed")
 #: The runs behind choose_ring's input-gradient rule and its forward's one-buffer ring (H100,
 #: bench/experiments/grouped_vs_dense.py: the routed build and the one with a buffer per panel interleaved).
 GRAD_X_RING_EVIDENCE = ("bench/results/2026-12-06_grouped_vs_dense_gradx_e128_h100_293011f.json",
@@ -905,7 +910,7 @@ def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias
     :data:`BNS`, a major not in :data:`B_MAJORS`, a cluster not in :data:`CLUSTERS`, a K-grouped
     build with a K-major b or a bias, or a ``ring`` other than :data:`C_RING` and the tile's BN / 64
     panels (:data:`RINGS`), or deeper than :data:`C_RING` on a build without the panel ring (float32,
-    masked) or with a bias, or a ``swiglu`` build (the fused gated MLP) other than BN 256, a K-major weight,
+    masked) or with a bias, or with a pair of CTAs along M (:data:`PAIR_RING_HANG`), or a ``swiglu`` build (the fused gated MLP) other than BN 256, a K-major weight,
     grouped along M contiguously, one CTA, no bias, the inputs' dtype out."""
     if bn not in BNS:
         raise ValueError(f"bn = {bn}: the grouped kernel is built with BN in {BNS}")
@@ -924,6 +929,8 @@ def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias
         raise ValueError(f"ring = {ring}: a float32 output and the masked layout store from registers (no panel ring)")
     if ring != C_RING and bias:
         raise ValueError(f"ring = {ring}: not built with a bias (it spilled at BN 256)")
+    if ring != C_RING and cluster != 1 and not k_grouped:
+        raise ValueError(f"ring = {ring} with cluster = {cluster} along M: refused, it hung ({PAIR_RING_HANG})")
     if swiglu and (bn != 256 or b_major != "k" or out_fp32 or bias or k_grouped or masked or cluster != 1 or ring != C_RING):
         raise ValueError("swiglu=True: the fused gated MLP is built at BN 256 (128 gate and 128 up rows a stage), a "
                          "K-major weight, grouped along M contiguously, one CTA, no bias, the inputs' dtype out")
@@ -939,6 +946,6 @@ def _grouped_gemm(bn: int, b_major: str, out_fp32: bool, bias: bool, k_grouped: 
                        cluster=cluster, ring=ring, swiglu=swiglu)
 
 
-__all__ = ["BM", "BK", "BNS", "B_MAJORS", "C_RING", "CLUSTERS", "RINGS", "CLUSTER_EVIDENCE", "CLUSTER_EVIDENCE_GRAD_W", "CLUSTER_MIN_K",
+__all__ = ["BM", "BK", "BNS", "B_MAJORS", "C_RING", "CLUSTERS", "PAIR_RING_HANG", "RINGS", "CLUSTER_EVIDENCE", "CLUSTER_EVIDENCE_GRAD_W", "CLUSTER_MIN_K",
            "FAMILY", "GRAD_W_BN", "GRAD_W_BN_EVIDENCE", "choose_cluster", "GROUPED_GEMM", "GROUP_TABLE_BYTES", "KERNEL_NAME", "MAX_GROUPS",
            "SOURCE", "STORES", "STORE_DEFAULT", "GroupedGemm", "GroupedPlan", "Sm90GroupedGemm", "grouped_gemm", "grad_w_bn", "kernel_for", "out_map", "store_rule", "weight_map"]
