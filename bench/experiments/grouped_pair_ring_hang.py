@@ -1,9 +1,10 @@
 """Reproduce the launch library/grouped.py refuses (PAIR_RING_HANG): the grouped forward on a pair of CTAs with a
 buffer per output panel, beside the builds the library does launch (issue 24, one-off).
 
-    timeout 30 python bench/experiments/grouped_pair_ring_hang.py CASE BUILD [--reps N] [--k-div D]
+    timeout 30 python bench/experiments/grouped_pair_ring_hang.py [CASE [BUILD]] [--reps N] [--k-div D]
 
-CASE is one of bench/experiments/grouped_vs_dense.py's cases (qwen3_down hung at 293011f on an H100); BUILD one of
+CASE is one of bench/experiments/grouped_vs_dense.py's cases (default qwen3_down, which hung at 293011f on an
+H100); BUILD (default c2r4) one of
 ``route`` (gemm_ladder.grouped_mm), ``c1``, ``c2`` (the one-buffer ring forced to one CTA or a pair), ``c1r4``,
 ``c2r4`` (BN 256 with four buffers: built directly, bypassing grouped_gemm's refusal for ``c2r4``). ``--k-div``
 divides the case's K. Run it under ``timeout``: the refused build may never return. Prints one line (seconds for
@@ -29,8 +30,8 @@ BUILDS = {"route": None, "c1": (1, 1), "c2": (2, 1), "c1r4": (1, 4), "c2r4": (2,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("case", choices=sorted(CASES))
-    parser.add_argument("build", choices=sorted(BUILDS))
+    parser.add_argument("case", nargs="?", default="qwen3_down", choices=sorted(CASES))
+    parser.add_argument("build", nargs="?", default="c2r4", choices=sorted(BUILDS))
     parser.add_argument("--reps", type=int, default=1, help="calls, each synchronised")
     parser.add_argument("--k-div", type=int, default=1, help="divide the case's K by this")
     args = parser.parse_args(argv)
