@@ -904,7 +904,9 @@ def test_a_pair_of_ctas_along_m_keeps_the_one_buffer_ring():
     """The deeper ring is measured with one CTA along M only: a call that asks for cluster 2 on an N-major weight
     gets the one-buffer ring unless it asks for a ring too."""
     from gemm_ladder.api_grouped import grouped_build
-    from gemm_ladder.library.grouped import C_RING, GROUP_M
+    from gemm_ladder.library.grouped import C_RING, GROUP_M, choose_ring
 
     assert grouped_build(256, "mn", 4096, GROUP_M, False, False, None)[0].ring == 4
     assert grouped_build(256, "mn", 4096, GROUP_M, False, False, 2)[0].ring == C_RING
+    ring, why = choose_ring(256, GROUP_M, False, False, "mn", cluster=2)
+    assert ring == C_RING and "pair of CTAs" in why and "did not finish" in why

@@ -28,7 +28,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from gemm_ladder.contract import DTYPES
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError, OutsideDomainError
-from gemm_ladder.library.grouped import C_RING, MAX_GROUPS, choose_cluster, choose_ring, grad_w_bn, grouped_gemm
+from gemm_ladder.library.grouped import MAX_GROUPS, choose_cluster, choose_ring, grad_w_bn, grouped_gemm
 from gemm_ladder.library.kernel import GROUP_K, GROUP_M, GROUP_M_MASKED, extents_refusal
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES
 
@@ -326,15 +326,14 @@ def grouped_build(bn: int, major: str, k: int, grouping: str, out_fp32: bool, bi
     """The grouped build a call runs, and why its cluster size: ``cluster`` as given, else library/grouped.py's
     choose_cluster for the contraction length ``k`` (along K: the total K), the weight's major and the
     grouping; ``ring`` the output's panel buffers per consumer as given, else library/grouped.py's
-    choose_ring (4 for the BN 256 weight gradient, BN / 64 for the input gradient, else C_RING). The launches, :func:`explain_grouped_mm`
+    choose_ring for that cluster (4 for the BN 256 weight gradient, BN / 64 for the input gradient on one CTA, else
+    C_RING). The launches, :func:`explain_grouped_mm`
     and ``explain_grouped_swiglu`` all ask here, so they cannot disagree."""
     why = f"cluster = {cluster} asked for"
     if cluster is None:
         cluster, why = choose_cluster(k, major, grouping)
     if ring is None:
-        ring, _ = choose_ring(bn, grouping, out_fp32, bias, major)
-        if cluster > 1 and grouping != GROUP_K:
-            ring = C_RING  # the deeper ring is measured with one CTA along M only
+        ring, _ = choose_ring(bn, grouping, out_fp32, bias, major, cluster)
     return grouped_gemm(bn, major, out_fp32, bias, grouping == GROUP_K, grouping == GROUP_M_MASKED,
                         cluster=cluster, ring=ring), why
 
@@ -373,7 +372,7 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
         bn, major, grouping = choose_bn(n, rows, groups), b_major_of(b), GROUP_M_MASKED if masked else GROUP_M
     build, why = grouped_build(bn, major, k, grouping, dt == torch.float32, bias is not None, None)
     store, store_why = store_rule(build, n, dt.itemsize)
-    _, ring_why = choose_ring(bn, grouping, dt == torch.float32, bias is not None, major)
+    _, ring_why = choose_ring(bn, grouping, dt == torch.float32, bias is not None, major, build.cluster)
     return {"case": case, "grouped_along": "K" if grouping == GROUP_K else "M", "kernel": build.name,
             "source": SOURCE, "tile": [BM, bn, BK], "b_major": major, "out_dtype": str(dt).replace("torch.", ""),
             "cluster": build.cluster, "cluster_reason": why, "ring": build.ring, "ring_reason": ring_why,

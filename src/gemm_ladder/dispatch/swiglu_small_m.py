@@ -168,7 +168,7 @@ def explain(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
     k, n = check_swiglu(x, w_gate, w_up, device_types=("cuda", "meta"), check_grad=False)
     m = math.prod(x.shape[:-1])
     facts = device_facts(x.device)
-    max_m = small_m_max(None if facts.assumed else facts.name)
+    max_m = small_m_max(facts.name)
     if m == 0 or n == 0 or k == 0:  # as swiglu: decided before the extent and layout rules, nothing launched
         what = ("empty", "an empty output: nothing is launched") if m == 0 or n == 0 else \
             ("zeros", "K = 0: the output is silu(0) * 0, zeros written by a fill, no GEMM launched")

@@ -232,13 +232,15 @@ def choose_cluster(k: int, b_major: str, grouping: str = GROUP_M) -> tuple[int, 
                f"cluster 1's speed at K = 2048-14336 (Mixtral-8x7B, Qwen3-30B-A3B gate+up, {CLUSTER_EVIDENCE})")
 
 
-def choose_ring(bn: int, grouping: str, out_fp32: bool, bias: bool, b_major: str = "k") -> tuple[int, str]:
+def choose_ring(bn: int, grouping: str, out_fp32: bool, bias: bool, b_major: str = "k",
+                cluster: int = 1) -> tuple[int, str]:
     """The output's panel buffers per consumer (:data:`RINGS`) a public call takes, and why, in bf16/fp16
     without a bias (a deeper ring with a bias spilled): a buffer for each of the tile's panels (BN / 64) for
     the weight gradient (grouped along K) at BN 256, measured faster on every case (:data:`RING_EVIDENCE`), and
-    for a call grouped along M whose weight is read N-major (``b_major`` "mn": the input gradient's, autograd's
-    backward of the forward), measured faster on 7 of 9 cases (:data:`GRAD_X_RING_EVIDENCE`); else
-    :data:`C_RING`. Raises ValueError for a grouping this family does not know."""
+    for a call grouped along M on one CTA per cluster whose weight is read N-major (``b_major`` "mn": the input
+    gradient's, autograd's backward of the forward), measured faster on 7 of 9 cases
+    (:data:`GRAD_X_RING_EVIDENCE`); else :data:`C_RING` (along M with a pair of CTAs, ``cluster`` 2, always:
+    :data:`PAIR_RING_HANG`). Raises ValueError for a grouping this family does not know."""
     if grouping not in GROUPINGS:
         raise ValueError(f"grouping = {grouping!r}: one of {GROUPINGS}")
     if grouping == GROUP_K and bn == 256 and not out_fp32 and not bias:
@@ -249,11 +251,13 @@ def choose_ring(bn: int, grouping: str, out_fp32: bool, bias: bool, b_major: str
         return C_RING, ("grouped along K " + ("with a float32 output (no panel ring)" if out_fp32 else
                                               "with a bias (a deeper ring with a bias spilled)" if bias else
                                               f"at BN {bn}: the deeper ring is measured at BN 256 only"))
+    if grouping == GROUP_M and cluster != 1:
+        return C_RING, f"grouped along M on a pair of CTAs: a deeper ring is refused there ({PAIR_RING_HANG})"
     if grouping == GROUP_M and b_major == "mn" and not out_fp32 and not bias:
         return bn // 64, (f"grouped along M with the weight read N-major (the input gradient), BN {bn}: a buffer for "
                           f"each of the tile's {bn // 64} panels measured 1.16-1.22x the one-buffer ring's speed on "
-                          "three of six E = 128 and 256 cases (gpt-oss gate+up, DeepSeek-V3 gate+up and down), 1.02-1.05x "
-                          "on three more, 0.96x and 0.99x on two (Qwen3-30B-A3B gate+up, Mixtral gate+up) "
+                          "three cases (gpt-oss gate+up, DeepSeek-V3 gate+up and down, E = 128 and 256), 1.00-1.05x on "
+                          "four more, 0.95x and 0.99x on two (Qwen3-30B-A3B gate+up, Mixtral gate+up) "
                           f"({GRAD_X_RING_EVIDENCE[0]}, {GRAD_X_RING_EVIDENCE[1]})")
     return C_RING, ("grouped along M" + (" with a float32 output (no panel ring)" if out_fp32 else
                                          " with a bias (a deeper ring with a bias spilled)" if bias else
