@@ -120,7 +120,9 @@ RING_EVIDENCE = "bench/results/2026-12-05_grouped_ring_grad_w_52f0b90.json"
 #: Why a deeper ring is refused with a pair of CTAs along M (grouped_gemm): the one launch that hung.
 PAIR_RING_HANG = ("on an H100 at 293011f the build at BN 256, cluster 2, ring 4 did not finish one forward of "
                   "Qwen3-30B-A3B's down projection (E = 128, 32768 rows in groups of 21-515, N 2048, K 768) in 45 s, "
-                  "nor a timing loop of its gate+up (K 2048) in 150 s, where every other build took under 0.1 s; "
+                  "where the route returned in 3.3 s, its first load included; on the gate+up (K 2048) a call of it "
+                  "returned in 0.06 s as the other builds' did, but a timing loop of it stalled 150 s "
+                  "(bench/results/logs/2026-12-06_device_grouped_pair_ring_hang_h100_293011f.log); "
                   "cause not found; the routes never take it; its GPU test on 48 small groups at K = 192 passed")
 #: The runs behind choose_ring's input-gradient rule and its forward's one-buffer ring (H100,
 #: bench/experiments/grouped_vs_dense.py: the routed build and the one with a buffer per panel interleaved).
