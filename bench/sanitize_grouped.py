@@ -4,8 +4,13 @@ grouped_swiglu forward and backward. Groups empty, of one row and unaligned; eve
 against float64 (a wrong one exits 1). Builds are compiled first outside the sanitizer (run the tests or
 ``bench/grouped.py --sanitize`` before) or here, which is slow under it.
 
-    compute-sanitizer --tool memcheck --report-api-errors no python3 bench/sanitize_grouped.py
-    compute-sanitizer --tool racecheck python3 bench/sanitize_grouped.py
+``--tail``: instead, the stream-K tail builds (library/grouped.py ``tail``: BN 128 on one CTA, BN 256 on a
+pair) on groups of one 128-row tile each, as many as make one whole wave and a short second one that the
+device splits on this GPU (the rule's Python mirror asked first): hand-ins, the last contributor's sum
+and its stores.
+
+    compute-sanitizer --tool memcheck --report-api-errors no python3 bench/sanitize_grouped.py [--tail]
+    compute-sanitizer --tool racecheck python3 bench/sanitize_grouped.py [--tail]
 """
 
 from __future__ import annotations
@@ -22,9 +27,39 @@ SIZES = [0, 1, 70, 129, 0, 33]  # empty at both ends, one row, groups ending mid
 N, K = 136, 200  # tails in N and K
 
 
+def tail_cases(check) -> None:
+    """The stream-K tail builds once each on a case their device rule splits (module docstring)."""
+    import math
+
+    from gemm_ladder.design.stream_k import tail_idle_min, tail_start_unit
+    from gemm_ladder.library.grouped import BK, BM, TAIL_MIN_IDLE, grouped_gemm
+
+    k = 4 * BK
+    for bn, cluster in ((128, 1), (256, 2)):
+        kernel = grouped_gemm(bn, "k", cluster=cluster, tail=True)
+        clusters = kernel.loaded("bf16", torch.device("cuda")).max_active_clusters(torch.device("cuda"))
+        units = clusters + clusters // 3  # a third of a wave left: split (each tail unit's 4 K tiles cover the clusters)
+        assert tail_start_unit(units, clusters, k // BK, tail_idle_min(clusters, TAIL_MIN_IDLE)) < units
+        groups, rows = units, cluster * BM  # a unit a group: the pair shares B
+        x = torch.randn(groups * rows, k, dtype=torch.bfloat16, device="cuda")
+        w = (torch.randn(groups, bn, k, device="cuda") / math.sqrt(k)).to(torch.bfloat16)
+        offs = (torch.arange(1, groups + 1, device="cuda") * rows).to(torch.int32)
+        out = torch.full((groups * rows, bn), float("nan"), dtype=torch.bfloat16, device="cuda")
+        kernel.launch(x, w, offs, out)
+        ref = torch.bmm(x.double().view(groups, rows, k), w.double().transpose(1, 2)).reshape(groups * rows, bn)
+        check(f"grouped_mm fwd, stream-K tail, BN {bn}, cluster {cluster}", out, ref)
+
+
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tail", action="store_true", help="the stream-K tail builds instead")
+    args = parser.parse_args(argv)
     require_gpu(__file__)
+    if args.tail:
+        check = ResultCheck()
+        tail_cases(check)
+        torch.cuda.synchronize()
+        return 1 if check.wrong else 0
     import gemm_ladder
     from gemm_ladder.api_grouped import grouped_mm_direct, grouped_mm_masked_direct
 

@@ -208,8 +208,11 @@ def _refusal(fn) -> str:
     return str(info.value)
 
 
-@pytest.mark.parametrize("cfg", [dict(bn=128), dict(bn=256), dict(bn=128, b_major="mn", k_grouped=True)])
+@pytest.mark.parametrize("cfg", [dict(bn=128), dict(bn=256), dict(bn=128, b_major="mn", k_grouped=True),
+                                 dict(bn=256, tail=True), dict(bn=256, cluster=2, tail=True)])
 def test_the_ring_audits_clean_and_fails_on_seeded_faults(cfg):
+    """The stage ring at tiles of 1 .. 2 x stages + 1 K iterations (a stream-K tail build's pieces are such
+    ranges of a unit's K tiles, walked by the producer and the consumers alike)."""
     k = grouped_gemm(**cfg)
     s = k.defines("bf16")["GL_STAGES"]
     for k_iters, tiles in [(1, 3), (2, 3), (s - 1, 2), (s + 1, 2), (2 * s + 1, 1)]:
@@ -342,6 +345,12 @@ def test_bench_store_both_runs_the_register_store_for_its_call_only(monkeypatch)
     (dict(bn=256, b_major="mn", k_grouped=True, ring=4), "bf16"), (dict(bn=128, b_major="mn", k_grouped=True, ring=2), "bf16"),
     (dict(bn=256, ring=4), "bf16"), (dict(bn=256, b_major="mn", ring=4), "fp16"), (dict(bn=128, b_major="mn", ring=2), "bf16"),
     (dict(bn=256, b_major="mn", k_grouped=True, ring=4, cluster=2), "bf16"),
+    # the stream-K tail's builds
+    (dict(bn=256, tail=True), "bf16"), (dict(bn=256, cluster=2, tail=True), "bf16"),
+    (dict(bn=128, tail=True), "fp16"), (dict(bn=128, cluster=2, tail=True), "bf16"),
+    (dict(bn=256, b_major="mn", tail=True), "bf16"), (dict(bn=256, b_major="mn", cluster=2, tail=True), "fp16"),
+    (dict(bn=256, bias=True, cluster=2, tail=True), "bf16"), (dict(bn=128, bias=True, tail=True), "bf16"),
+    (dict(bn=256, b_major="mn", ring=4, tail=True), "bf16"), (dict(bn=256, out_fp32=True, cluster=2, tail=True), "bf16"),
 ])
 def test_builds_pass_the_resource_gate(cfg, dtype, use_cache):
     from gemm_ladder.gates.resources import check_level_resources
@@ -826,7 +835,9 @@ def test_the_launch_passes_the_output_map_and_the_store_flag(monkeypatch, store,
     out = torch.empty(1000, n, dtype=BF)
     kern.launch(x, w, torch.empty(4, dtype=torch.int32), out)
     args = calls[-1]
-    assert args[-1].value == want and isinstance(args[-1], ctypes.c_int)
+    # ... bias, tma_store, then the stream-K tail's partials, counters and idle threshold (none here)
+    assert args[11].value == want and isinstance(args[11], ctypes.c_int)
+    assert [args[12].value, args[13].value, args[14].value] == [None, None, 0]
     if want:
         assert args[2]["globalDim"] == [n, 1000] and args[2]["globalAddress"] == out.data_ptr()
     else:
@@ -910,3 +921,90 @@ def test_a_pair_of_ctas_along_m_keeps_the_one_buffer_ring():
     assert grouped_build(256, "mn", 4096, GROUP_M, False, False, 2)[0].ring == C_RING
     ring, why = choose_ring(256, GROUP_M, False, False, "mn", cluster=2)
     assert ring == C_RING and "pair of CTAs" in why and "did not finish" in why
+
+
+def test_the_tail_build_is_a_separate_build_grouped_along_m_only():
+    """tail=True names a build of its own (GL_GROUPED_TAIL), round-trips through its config, and is refused
+    where it is not built (along K, the masked layout, the fused gated MLP) and for a non-bool."""
+    from gemm_ladder.library.grouped import GROUPED_GEMM, kernel_for
+
+    t = grouped_gemm(256, "k", cluster=2, tail=True)
+    assert t.name.endswith("_sk") and t is not grouped_gemm(256, "k", cluster=2)
+    config = t.config("bf16")
+    assert ("GL_GROUPED_TAIL", 1) in config.extra and kernel_for(config) is t
+    assert config != grouped_gemm(256, "k", cluster=2).config("bf16")
+    assert GROUPED_GEMM.config(256, "k", "bf16", cluster=2, tail=True) == config
+    for kwargs in ({"k_grouped": True, "b_major": "mn"}, {"masked": True}, {"swiglu": True}):
+        with pytest.raises(ValueError, match="tail"):
+            grouped_gemm(256, **{"b_major": "k", **kwargs}, tail=True)
+    with pytest.raises(ValueError, match="tail"):
+        grouped_gemm(256, tail=1)
+    with pytest.raises(ValueError, match="spilled"):
+        grouped_gemm(256, bias=True, tail=True)
+
+
+@pytest.mark.parametrize("capturing", [False, True])
+def test_the_tail_launch_passes_its_workspace_and_threshold(monkeypatch, capturing):
+    """A tail build's launch (the driver and the workspace replaced): the partials and counters of
+    tail_workspace's sizes and plan_tail's idle threshold in clusters; no split (nulls, 0) while a CUDA
+    graph is captured, and none where the plan's units cannot exceed the clusters."""
+    import ctypes
+
+    import gemm_ladder.library.grouped as g
+    from gemm_ladder.design.stream_k import DEFAULT_MIN_IDLE
+
+    calls, asked = [], []
+
+    class Rec:
+        def max_active_clusters(self, device):
+            return 66
+
+        def launch(self, grid, args, stream):
+            calls.append((grid, args))
+
+    class Buf:
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+        def data_ptr(self):
+            return self.ptr
+
+    class Workspaces:
+        def get(self, stream, floats, counters):
+            asked.append((floats, counters))
+            return Buf(0x1000), Buf(0x2000)
+
+    monkeypatch.setattr(g, "ensure_context", lambda device: None)
+    monkeypatch.setattr(g, "encode_tiled", lambda kwargs: kwargs)
+    monkeypatch.setattr(g, "WORKSPACES", Workspaces())
+    monkeypatch.setattr(g.GroupedGemm, "loaded", lambda self, dtype, device: Rec())
+    monkeypatch.setattr(g.GroupedGemm, "supports", lambda self, *a: None)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing)
+    kern = grouped_gemm(256, "k", cluster=2, tail=True)
+    x, w, out = torch.empty(16384, 512, dtype=BF), torch.empty(8, 4096, 512, dtype=BF), torch.empty(16384, 4096, dtype=BF)
+    kern.launch(x, w, torch.empty(8, dtype=torch.int32), out)
+    grid, args = calls[-1]
+    assert grid == (132, 1, 1)
+    if capturing:
+        assert [args[12].value, args[13].value, args[14].value] == [None, None, 0] and not asked
+    else:
+        assert [args[12].value, args[13].value, args[14].value] == [0x1000, 0x2000, int(DEFAULT_MIN_IDLE * 66)]
+        assert asked == [g.tail_workspace(66, 2, 256)]
+        assert isinstance(args[14], ctypes.c_int)
+    small = torch.empty(100, 512, dtype=BF)  # one M tile a group at most: 12 units x 16 N tiles on 66 clusters ...
+    kern.launch(small, torch.empty(2, 256, 512, dtype=BF), torch.empty(2, dtype=torch.int32),
+                torch.empty(100, 256, dtype=BF))
+    grid, args = calls[-1]  # ... 2 units (groups + 1 M tiles, pairs): fewer than clusters, never split
+    assert grid == (4, 1, 1) and [args[12].value, args[13].value, args[14].value] == [None, None, 0]
+
+
+def test_tail_workspace_sizes_follow_the_kernels_layout():
+    """2 x clusters slots of 64 x BN floats per CTA rank and consumer; a counter per tail unit (fewer than
+    clusters), rank and consumer; ValueError for non-positive sizes."""
+    from gemm_ladder.library.grouped import tail_workspace
+
+    assert tail_workspace(66, 2, 256) == (2 * 2 * 2 * 66 * 64 * 256, 66 * 2 * 2)
+    assert tail_workspace(132, 1, 128) == (1 * 2 * 2 * 132 * 64 * 128, 132 * 1 * 2)
+    with pytest.raises(ValueError):
+        tail_workspace(0, 1, 128)

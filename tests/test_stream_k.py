@@ -248,3 +248,54 @@ def test_max_contributors_counts_every_unit_without_walking_them(monkeypatch):
     monkeypatch.setattr(StreamKTail, "owner", lambda self, it: calls.append(it) or owner(self, it))
     assert StreamKTail(10**6, 66, 48, 0).max_contributors == 2
     assert len(calls) <= 2 * 66
+
+
+@pytest.mark.parametrize("clusters", [1, 2, 3, 7, 66, 132])
+@pytest.mark.parametrize("k_tiles", [1, 2, 3, 12, 224])
+def test_the_device_tail_rule_is_plan_tails(clusters, k_tiles):
+    """tail_start_unit (stream_k.cuh's, which the grouped kernel runs on its device-side unit count) with
+    tail_idle_min's threshold splits exactly where plan_tail does, over every unit count up to three waves
+    and a spread of larger ones."""
+    from gemm_ladder.design.stream_k import tail_idle_min, tail_start_unit
+
+    idle = tail_idle_min(clusters)
+    for units in [*range(1, 3 * clusters + 3), 977, 2048, 4099]:
+        assert tail_start_unit(units, clusters, k_tiles, idle) == plan_tail(units, clusters, k_tiles).first_unit
+
+
+def test_tail_idle_min_is_the_fraction_test_in_clusters():
+    """clusters - tail > tail_idle_min(clusters) exactly when (clusters - tail) / clusters > min_idle."""
+    from gemm_ladder.design.stream_k import tail_idle_min
+
+    for clusters in range(1, 200):
+        for idle in range(clusters + 1):
+            for frac in (0.0, 0.25, 0.4, 0.5, 0.75):
+                assert (idle > tail_idle_min(clusters, frac)) == (idle / clusters > frac)
+    with pytest.raises(ValueError):
+        tail_idle_min(0)
+    with pytest.raises(ValueError):
+        tail_idle_min(4, 1.0)
+
+
+@pytest.mark.parametrize("clusters", [2, 5, 66, 132])
+@pytest.mark.parametrize("k_tiles", [1, 3, 12, 224])
+def test_the_grouped_tails_piece_slots_are_distinct_consecutive_and_bounded(clusters, k_tiles):
+    """The grouped kernel's workspace layout (piece of tail unit u by cluster c at slot u + c): no two
+    pieces share a slot, each unit's contributors take consecutive slots in K order (what
+    FragmentPartials reads), and every slot is below 2 x clusters (library/grouped.py tail_workspace)."""
+    from gemm_ladder.design.stream_k import tail_piece_slots
+
+    for units in range(clusters + 1, 3 * clusters + 2):
+        tail = plan_tail(units, clusters, k_tiles)
+        if not tail.tail_units:
+            continue
+        slots = tail_piece_slots(tail)
+        assert len(set(slots.values())) == len(slots)
+        assert max(slots.values()) < 2 * clusters
+        by_unit = {}
+        for (unit, c), slot in slots.items():
+            by_unit.setdefault(unit, []).append((c, slot))
+        for pieces in by_unit.values():
+            pieces.sort()
+            cs, ss = [c for c, _ in pieces], [s for _, s in pieces]
+            assert cs == list(range(cs[0], cs[0] + len(cs))) and ss == list(range(ss[0], ss[0] + len(ss)))

@@ -9,6 +9,9 @@ times, interleaved in one process on the same operands, what separates the two:
   output panels (``ring`` 4 at BN 256, 2 at BN 128: every panel staged at the tile's end with no wait, one
   stage fewer; library/grouped.py refuses it with a pair of CTAs along M, PAIR_RING_HANG). The runs at
   d89e962 and 293011f took it with the routed cluster (2 for the forwards at K >= 2048);
+* ``grouped_tail`` / ``grouped_tail_c1``: the stream-K tail build (library/grouped.py ``tail``: the last partial
+  wave of units split by K over every cluster, decided on the device) with the routed cluster, and with one CTA
+  per cluster;
 * ``loop_ours``: a loop of ``gemm_ladder.mm`` over the experts (host-side sizes; each expert on the dense
   route, as a user who knows the sizes could call it);
 * ``loop_cublas``: the same loop of ``torch.mm`` (the issue's "loop of mm per expert");
@@ -78,6 +81,8 @@ def fns_for(a, b, offs, sizes, out, full_ring: int, loops: bool = True):
         "grouped_c1": lambda *_: grouped_mm_direct(a, b, offs, cluster=1),
         "grouped_c2": lambda *_: grouped_mm_direct(a, b, offs, cluster=2),
         "grouped_rall": lambda *_: grouped_mm_direct(a, b, offs, cluster=1, ring=full_ring),
+        "grouped_tail": lambda *_: grouped_mm_direct(a, b, offs, tail=True),
+        "grouped_tail_c1": lambda *_: grouped_mm_direct(a, b, offs, cluster=1, tail=True),
         "torch_grouped": lambda *_: torch._grouped_mm(a, b, offs),
     }
     if loops:

@@ -28,7 +28,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from gemm_ladder.contract import DTYPES
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError, OutsideDomainError
-from gemm_ladder.library.grouped import MAX_GROUPS, choose_cluster, choose_ring, grad_w_bn, grouped_gemm
+from gemm_ladder.library.grouped import MAX_GROUPS, choose_cluster, choose_ring, choose_tail, grad_w_bn, grouped_gemm
 from gemm_ladder.library.kernel import GROUP_K, GROUP_M, GROUP_M_MASKED, extents_refusal
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES
 
@@ -220,7 +220,7 @@ def _check_offs(offs, groups: int, device) -> None:
 
 def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None,
                       bias: torch.Tensor | None = None, bn: int | None = None,
-                      cluster: int | None = None, ring: int | None = None) -> torch.Tensor:
+                      cluster: int | None = None, ring: int | None = None, tail: bool | None = None) -> torch.Tensor:
     """``torch._grouped_mm(a, b, offs)`` on the library's grouped kernel (module docstring: cases,
     layouts, errors), on torch's current stream, without the op boundary (no autograd).
 
@@ -230,7 +230,9 @@ def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | Non
     another value. ``ring``: the output's panel buffers per consumer (library/grouped.py RINGS; default
     library/grouped.py's choose_ring, the measured rule: 4 for the BN 256 weight gradient, BN / 64 for an N-major
     weight grouped along M, else 1);
-    ValueError where the build has no such ring."""
+    ValueError where the build has no such ring. ``tail``: the stream-K tail build (grouped along M: the
+    last partial wave of tiles split by K over every cluster, decided on the device; default
+    library/grouped.py's choose_tail); ValueError grouped along K."""
     case, dt = check_grouped_mm(a, b, offs, out_dtype)
     if case == "2d2d":
         if bias is not None:
@@ -242,7 +244,7 @@ def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | Non
         if total_k == 0:
             return out.zero_()
         grouped_build(bn or grad_w_bn(n), "mn", total_k, GROUP_K, dt == torch.float32, False, cluster,
-                      ring)[0].launch_k(a, b, offs, out)
+                      ring, tail)[0].launch_k(a, b, offs, out)
         return out
     groups, k, n = b.shape
     if case == "3d3d":
@@ -252,10 +254,10 @@ def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | Non
             return out
         x = a.reshape(groups * m, k)
         offs = torch.arange(1, groups + 1, dtype=torch.int32, device=a.device) * m
-        _launch(x, b, offs, out.view(groups * m, n), bias, bn, cluster=cluster, ring=ring)
+        _launch(x, b, offs, out.view(groups * m, n), bias, bn, cluster=cluster, ring=ring, tail=tail)
         return out
     out = torch.empty((a.shape[0], n), dtype=dt, device=a.device)
-    _launch(a, b, offs, out, bias, bn, cluster=cluster, ring=ring)
+    _launch(a, b, offs, out, bias, bn, cluster=cluster, ring=ring, tail=tail)
     return out
 
 
@@ -292,7 +294,7 @@ def choose_bn(n: int, rows: int, groups: int) -> int:
 
 
 def _launch(x, b, offs, out, bias, bn, masked: bool = False, cluster: int | None = None,
-            ring: int | None = None) -> None:
+            ring: int | None = None, tail: bool | None = None) -> None:
     rows, k = x.shape
     groups, _, n = b.shape
     if rows == 0 or n == 0 or groups == 0:
@@ -317,25 +319,27 @@ def _launch(x, b, offs, out, bias, bn, masked: bool = False, cluster: int | None
     grouping = GROUP_M_MASKED if masked else GROUP_M
     if bn is None:
         bn = choose_bn(n, rows, groups)
-    kernel, _ = grouped_build(bn, major, k, grouping, out.dtype == torch.float32, bias is not None, cluster, ring)
+    kernel, _ = grouped_build(bn, major, k, grouping, out.dtype == torch.float32, bias is not None, cluster, ring, tail)
     kernel.launch(x, w, offs, out, bias)
 
 
 def grouped_build(bn: int, major: str, k: int, grouping: str, out_fp32: bool, bias: bool, cluster: int | None,
-                  ring: int | None = None):
+                  ring: int | None = None, tail: bool | None = None):
     """The grouped build a call runs, and why its cluster size: ``cluster`` as given, else library/grouped.py's
     choose_cluster for the contraction length ``k`` (along K: the total K), the weight's major and the
     grouping; ``ring`` the output's panel buffers per consumer as given, else library/grouped.py's
     choose_ring for that cluster (4 for the BN 256 weight gradient, BN / 64 for the input gradient on one CTA, else
-    C_RING). The launches, :func:`explain_grouped_mm`
+    C_RING); ``tail`` (the stream-K tail build) as given, else library/grouped.py's choose_tail. The launches, :func:`explain_grouped_mm`
     and ``explain_grouped_swiglu`` all ask here, so they cannot disagree."""
     why = f"cluster = {cluster} asked for"
     if cluster is None:
         cluster, why = choose_cluster(k, major, grouping)
     if ring is None:
         ring, _ = choose_ring(bn, grouping, out_fp32, bias, major, cluster)
+    if tail is None:
+        tail, _ = choose_tail(grouping)
     return grouped_gemm(bn, major, out_fp32, bias, grouping == GROUP_K, grouping == GROUP_M_MASKED,
-                        cluster=cluster, ring=ring), why
+                        cluster=cluster, ring=ring, tail=tail), why
 
 
 def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None,
@@ -347,7 +351,8 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
     ``cluster`` (1 or 2) and ``cluster_reason`` (library/grouped.py choose_cluster: the rule and the
     measurement behind it), ``ring`` (the output's panel buffers per consumer) and ``ring_reason``
     (library/grouped.py choose_ring), ``store`` ("tma" or "registers") and ``store_reason`` (library/grouped.py
-    store_rule, for the new output the call makes). An empty problem still names the build a non-empty one would run. CUDA or
+    store_rule, for the new output the call makes), ``tail`` (the stream-K tail build) and ``tail_reason``
+    (library/grouped.py choose_tail). An empty problem still names the build a non-empty one would run. CUDA or
     meta tensors (shapes, strides and dtypes only); raises what the call raises for bad input."""
     from gemm_ladder.library.grouped import BK, BM, SOURCE, store_rule
 
@@ -373,10 +378,11 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
     build, why = grouped_build(bn, major, k, grouping, dt == torch.float32, bias is not None, None)
     store, store_why = store_rule(build, n, dt.itemsize)
     _, ring_why = choose_ring(bn, grouping, dt == torch.float32, bias is not None, major, build.cluster)
+    _, tail_why = choose_tail(grouping)
     return {"case": case, "grouped_along": "K" if grouping == GROUP_K else "M", "kernel": build.name,
             "source": SOURCE, "tile": [BM, bn, BK], "b_major": major, "out_dtype": str(dt).replace("torch.", ""),
             "cluster": build.cluster, "cluster_reason": why, "ring": build.ring, "ring_reason": ring_why,
-            "store": store, "store_reason": store_why}
+            "store": store, "store_reason": store_why, "tail": build.tail, "tail_reason": tail_why}
 
 
 __all__ = ["b_major_of", "check_grouped_bias", "check_grouped_mm", "choose_bn", "explain_grouped_mm", "group_of_rows", "grouped_build", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of"]

@@ -172,3 +172,34 @@ def plan_wave(units: int, clusters: int, k_tiles: int) -> StreamKTail:
         raise SplitOverflowError(f"a split of {units - first} units x {k_tiles} K iterations over {clusters} clusters exceeds "
                          "the kernel's 32-bit stream-K arithmetic")
     return StreamKTail(units=units, clusters=clusters, k_tiles=k_tiles, first_unit=first)
+
+
+def tail_idle_min(clusters: int, min_idle: float = DEFAULT_MIN_IDLE) -> int:
+    """plan_tail's idle fraction as a count of clusters for a kernel that decides its tail on the device
+    (:func:`tail_start_unit`): floor(min_idle x clusters), so that ``clusters - tail > idle_min`` holds
+    exactly when ``(clusters - tail) / clusters > min_idle`` does. Raises ValueError for clusters < 1 or
+    min_idle outside [0, 1)."""
+    if clusters < 1 or not 0 <= min_idle < 1:
+        raise ValueError(f"clusters = {clusters}, min_idle = {min_idle}: clusters >= 1, 0 <= min_idle < 1")
+    return int(min_idle * clusters)
+
+
+def tail_start_unit(units: int, clusters: int, k_tiles: int, idle_min: int) -> int:
+    """The first unit of the tail a kernel computes on the device from its unit count
+    (kernels/include/gemm_ladder/stream_k.cuh tail_start_unit, the grouped kernel's: its units depend on
+    group sizes the host never reads), in the same integers: plan_tail's rule with ``idle_min`` from
+    :func:`tail_idle_min`; ``units`` when nothing is split. The tests check the two rules agree."""
+    tail = units % clusters
+    split = (units > clusters and tail > 0 and clusters - tail > idle_min and tail * k_tiles >= clusters
+             and (clusters + 1) * tail * k_tiles < INT32_LIMIT)
+    return units - tail if split else units
+
+
+def tail_piece_slots(tail: StreamKTail) -> dict[tuple[int, int], int]:
+    """{(unit, cluster): slot} of every piece of ``tail`` in the grouped kernel's workspace layout: the
+    piece of tail unit u (counted from the tail's first) computed by cluster c at slot u + c. Each unit's
+    contributors take consecutive slots (FragmentPartials reads them so) and no two pieces share one:
+    a cluster's range begins inside at most one unit, and the clusters over a unit are consecutive. The
+    slots are below tail units + clusters - 1 < 2 x clusters (library/grouped.py tail_workspace)."""
+    return {(seg.unit, c): seg.unit - tail.first_unit + c
+            for c in range(tail.clusters) for seg in tail.segments(c)}

@@ -57,6 +57,7 @@ from gemm_ladder.contract import DTYPES, GemmInputError, dtype_name
 from gemm_ladder.design.plan import Plan, plan_gemm
 from gemm_ladder.design.problem import PlanRefused, arch_info, ceil_div, dtype_info
 from gemm_ladder.design.smem import max_stages
+from gemm_ladder.design.stream_k import DEFAULT_MIN_IDLE, tail_idle_min
 from gemm_ladder.design.tensor_maps import TensorMapSpec, operand_map
 from gemm_ladder.runtime.module import LaunchGeometry
 from gemm_ladder.library import kernel as K
@@ -69,6 +70,7 @@ from gemm_ladder.library.operand import TMA_ALIGN_BYTES
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
 from gemm_ladder.runtime.module import LoadedKernel, device_index, ensure_context, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
+from gemm_ladder.runtime.workspace import WORKSPACES
 
 SOURCE = "library/sm90_grouped_gemm.cu"
 FAMILY = "sm90_grouped_gemm"
@@ -234,6 +236,20 @@ def choose_cluster(k: int, b_major: str, grouping: str = GROUP_M) -> tuple[int, 
                f"cluster 1's speed at K = 2048-14336 (Mixtral-8x7B, Qwen3-30B-A3B gate+up, {CLUSTER_EVIDENCE})")
 
 
+#: The run behind choose_tail (None: not yet measured on a GPU).
+TAIL_EVIDENCE: str | None = None
+
+
+def choose_tail(grouping: str, swiglu: bool = False) -> tuple[bool, str]:
+    """Whether a public call takes the stream-K tail build (:attr:`GroupedGemm.tail`), and why. Raises
+    ValueError for a grouping this family does not know."""
+    if grouping not in GROUPINGS:
+        raise ValueError(f"grouping = {grouping!r}: one of {GROUPINGS}")
+    if grouping != GROUP_M or swiglu:
+        return False, "the stream-K tail is built grouped along M contiguously, not fused"
+    return False, "the stream-K tail build is not yet measured against the whole-unit build: not taken by default"
+
+
 def choose_ring(bn: int, grouping: str, out_fp32: bool, bias: bool, b_major: str = "k",
                 cluster: int = 1) -> tuple[int, str]:
     """The output's panel buffers per consumer (:data:`RINGS`) a public call takes, and why, in bf16/fp16
@@ -341,6 +357,22 @@ def store_rule(kernel: "GroupedGemm", n: int, elem_bytes: int) -> tuple[str, str
                        "last, partial slice from registers")
 
 
+#: The tail build's split threshold (design/stream_k.py plan_tail's min_idle): level 9's.
+TAIL_MIN_IDLE = DEFAULT_MIN_IDLE
+
+
+def tail_workspace(clusters: int, cluster: int, bn: int) -> tuple[int, int]:
+    """(fp32 partials, int32 counters) a :attr:`GroupedGemm.tail` launch on ``clusters`` clusters of
+    ``cluster`` CTAs needs, whatever its groups make of the units (the kernel's layout,
+    kernels/library/sm90_grouped_gemm.cu): per CTA rank and consumer warpgroup, 2 x clusters slots of a 64 x
+    ``bn`` fragment (a piece of tail unit u computed by cluster c lives in slot u + c: the tail has fewer
+    units than clusters, and u + c names one piece, design/stream_k.py tail_piece_slots); a counter per tail
+    unit, rank and consumer. Raises ValueError for non-positive sizes."""
+    if clusters < 1 or cluster < 1 or bn < 1:
+        raise ValueError(f"clusters, cluster and bn must be positive, got {clusters}, {cluster}, {bn}")
+    return cluster * CONSUMERS * 2 * clusters * 64 * bn, clusters * cluster * CONSUMERS
+
+
 def grad_w_bn(n: int) -> int:
     """The tile width of a grouped-along-K call with N output columns: :data:`GRAD_W_BN`, or 128 where
     N <= 128 (a 256-wide tile's right half would be past N)."""
@@ -371,6 +403,10 @@ class GroupedGemm:
     #: The fused gated MLP (GL_SWIGLU): out = silu(x @ w_gate[e].T) * (x @ w_up[e].T), B's 256 rows a stage
     #: 128 of w_gate and 128 of w_up, 128 output columns a tile (:meth:`launch_swiglu`).
     swiglu: bool = False
+    #: The stream-K tail (GL_GROUPED_TAIL; grouped along M contiguously): the device splits the last partial
+    #: wave's units by K over every cluster when design/stream_k.py plan_tail's rule says so
+    #: (:data:`TAIL_MIN_IDLE`), finishing a split slice through a workspace (:func:`tail_workspace`).
+    tail: bool = False
     _plans: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False)
 
@@ -383,7 +419,8 @@ class GroupedGemm:
         return (f"sm90_grouped_gemm_{self.bn}_{'kgrouped' if self.k_grouped else self.b_major}"
                 + ("_f32" if self.out_fp32 else "") + ("_bias" if self.bias else "")
                 + ("_masked" if self.masked else "") + ("" if self.cluster == 1 else f"_c{self.cluster}")
-                + ("" if self.ring == C_RING else f"_r{self.ring}") + ("_swiglu" if self.swiglu else ""))
+                + ("" if self.ring == C_RING else f"_r{self.ring}") + ("_swiglu" if self.swiglu else "")
+                + ("_sk" if self.tail else ""))
 
     @property
     def c_ring(self) -> int:
@@ -630,13 +667,28 @@ class GroupedGemm:
         except PlanRefused as exc:
             raise GemmInputError(str(exc)) from None
         # Whole clusters, at most one per unit (a unit is `cluster` M tiles x one N tile).
-        grid = self.cluster * min(kernel.max_active_clusters(out.device), plan.max_units)
+        clusters = min(kernel.max_active_clusters(out.device), plan.max_units)
         map_x, map_w = self.maps(plan, x, w)
         map_c, tma_store = self.out_map(out, map_x)
+        stream = torch.cuda.current_stream(out.device)
+        partials, counters, idle_min = self._tail_workspace(plan, clusters, stream)
         args = [map_x, map_w, map_c, ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld(out, 0, n)),
                 ctypes.c_void_p(offs.data_ptr()), ctypes.c_int(groups), ctypes.c_int(rows), ctypes.c_int(n),
-                ctypes.c_int(k), ctypes.c_void_p(0 if bias is None else bias.data_ptr()), ctypes.c_int(tma_store)]
-        kernel.launch((grid, 1, 1), args, torch.cuda.current_stream(out.device))
+                ctypes.c_int(k), ctypes.c_void_p(0 if bias is None else bias.data_ptr()), ctypes.c_int(tma_store),
+                ctypes.c_void_p(partials), ctypes.c_void_p(counters), ctypes.c_int(idle_min)]
+        kernel.launch((self.cluster * clusters, 1, 1), args, stream)
+
+    def _tail_workspace(self, plan: "GroupedPlan", clusters: int, stream: torch.cuda.Stream) -> tuple[int, int, int]:
+        """(partials, counters, idle_min) for a launch on ``clusters`` clusters: the stream's workspace
+        (:func:`tail_workspace`'s sizes, the counters zeroed on ``stream`` first) and plan_tail's idle
+        threshold in clusters, for a :attr:`tail` build that may split (more units than clusters at most);
+        (0, 0, 0), no split, for the others and while a CUDA graph is captured on the current stream (the
+        workspace would outlive its cache in the graph: level 9's rule, runtime/workspace.py)."""
+        if not self.tail or plan.max_units <= clusters or torch.cuda.is_current_stream_capturing():
+            return 0, 0, 0
+        floats, count = tail_workspace(clusters, self.cluster, self.bn)
+        part, ctr = WORKSPACES.get(stream, floats, count)
+        return part.data_ptr(), ctr.data_ptr(), tail_idle_min(clusters, TAIL_MIN_IDLE)
 
     def supports_swiglu(self, x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, offs: torch.Tensor,
                         out: torch.Tensor) -> str | None:
@@ -813,6 +865,7 @@ def _config(kernel: GroupedGemm, dtype: str, arch: str) -> KernelConfig:
     extra += [("GL_MASKED", 1)] if kernel.masked else []
     extra += [("GL_BIAS", 1)] if kernel.bias else []
     extra += [("GL_SWIGLU", 1)] if kernel.swiglu else []
+    extra += [("GL_GROUPED_TAIL", 1)] if kernel.tail else []
     return KernelConfig(
         FAMILY, dtype=dtype, out_dtype="fp32" if kernel.out_fp32 else dtype, arch=arch,
         a_major="mn" if kernel.k_grouped else "k", b_major=kernel.b_major, tile=kernel.tile,
@@ -830,7 +883,8 @@ def kernel_for(config: KernelConfig) -> GroupedGemm:
     try:
         kernel = grouped_gemm(config.tile[1], config.b_major, config.out_fp32, ("GL_BIAS", 1) in config.extra,
                               config.grouping == GROUP_K, config.grouping == GROUP_M_MASKED, config.cluster,
-                              ring=config.c_ring or C_RING, swiglu=("GL_SWIGLU", 1) in config.extra)
+                              ring=config.c_ring or C_RING, swiglu=("GL_SWIGLU", 1) in config.extra,
+                              tail=("GL_GROUPED_TAIL", 1) in config.extra)
         same = kernel.config(config.dtype, config.arch) == config
     except (ValueError, KeyError):
         same = False
@@ -850,11 +904,11 @@ class Sm90GroupedGemm:
     splits: tuple[str, ...] = ()
 
     def config(self, bn: int, b_major: str, dtype: str, *, out_dtype: str | None = None, bias: bool = False,
-               grouping: str = GROUP_M, cluster: int = 1, ring: int = C_RING) -> KernelConfig:
+               grouping: str = GROUP_M, cluster: int = 1, ring: int = C_RING, tail: bool = False) -> KernelConfig:
         """The build with tile width ``bn``, the weight ``b_major``, ``dtype`` inputs, ``out_dtype``
-        (default the inputs'; or "fp32"), a bias row per group, ``grouping``, ``cluster`` (1 or 2) and
-        ``ring`` (panel buffers per consumer, :data:`RINGS`). Raises ValueError for a build this family
-        does not make."""
+        (default the inputs'; or "fp32"), a bias row per group, ``grouping``, ``cluster`` (1 or 2),
+        ``ring`` (panel buffers per consumer, :data:`RINGS`) and ``tail`` (the stream-K tail). Raises
+        ValueError for a build this family does not make."""
         # Checked here: the flags below would turn an unknown grouping into "m" and an output dtype
         # other than the inputs' or fp32 into the inputs'.
         if dtype not in HALF_DTYPES:
@@ -864,7 +918,7 @@ class Sm90GroupedGemm:
         if grouping not in GROUPINGS:
             raise ValueError(f"grouping = {grouping!r}: one of {', '.join(GROUPINGS)}")
         return grouped_gemm(bn, b_major, out_dtype == "fp32", bias, grouping == GROUP_K,
-                            grouping == GROUP_M_MASKED, cluster, ring=ring).config(dtype)
+                            grouping == GROUP_M_MASKED, cluster, ring=ring, tail=tail).config(dtype)
 
     def supports(self, config: KernelConfig, problem: Operands, **rules) -> str | None:
         kernel = kernel_for(config)
@@ -911,13 +965,15 @@ GROUPED_GEMM = Sm90GroupedGemm()
 
 def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias: bool = False,
                  k_grouped: bool = False, masked: bool = False, cluster: int = 1, *, ring: int = C_RING,
-                 swiglu: bool = False) -> GroupedGemm:
+                 swiglu: bool = False, tail: bool = False) -> GroupedGemm:
     """The shared :class:`GroupedGemm` of one build configuration. Raises ValueError for a BN not in
     :data:`BNS`, a major not in :data:`B_MAJORS`, a cluster not in :data:`CLUSTERS`, a K-grouped
     build with a K-major b or a bias, or a ``ring`` other than :data:`C_RING` and the tile's BN / 64
     panels (:data:`RINGS`), or deeper than :data:`C_RING` on a build without the panel ring (float32,
     masked) or with a bias, or with a pair of CTAs along M (:data:`PAIR_RING_HANG`), or a ``swiglu`` build (the fused gated MLP) other than BN 256, a K-major weight,
-    grouped along M contiguously, one CTA, no bias, the inputs' dtype out."""
+    grouped along M contiguously, one CTA, no bias, the inputs' dtype out, or a ``tail`` (the stream-K tail)
+    on a build not grouped along M contiguously (along K, the masked layout, the fused gated MLP) or with a
+    bias at BN 256 on one CTA (it spilled)."""
     if bn not in BNS:
         raise ValueError(f"bn = {bn}: the grouped kernel is built with BN in {BNS}")
     if b_major not in B_MAJORS:
@@ -940,18 +996,25 @@ def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias
     if swiglu and (bn != 256 or b_major != "k" or out_fp32 or bias or k_grouped or masked or cluster != 1 or ring != C_RING):
         raise ValueError("swiglu=True: the fused gated MLP is built at BN 256 (128 gate and 128 up rows a stage), a "
                          "K-major weight, grouped along M contiguously, one CTA, no bias, the inputs' dtype out")
+    if not isinstance(tail, bool):
+        raise ValueError(f"tail = {tail!r}: True or False")
+    if tail and (k_grouped or masked or swiglu):
+        raise ValueError("tail=True: the stream-K tail is built grouped along M contiguously (not along K, not the "
+                         "masked layout, not the fused gated MLP)")
+    if tail and bias and bn == 256 and cluster == 1:
+        raise ValueError("tail=True with a bias at BN 256 on one CTA: not built (it spilled; the pair's build has none)")
     return _grouped_gemm(bn, b_major, bool(out_fp32), bool(bias), bool(k_grouped), bool(masked), int(cluster), int(ring),
-                         bool(swiglu))
+                         bool(swiglu), tail)
 
 
 @functools.lru_cache(maxsize=None)
 def _grouped_gemm(bn: int, b_major: str, out_fp32: bool, bias: bool, k_grouped: bool, masked: bool,
-                  cluster: int, ring: int, swiglu: bool = False) -> GroupedGemm:
+                  cluster: int, ring: int, swiglu: bool = False, tail: bool = False) -> GroupedGemm:
     # One instance per configuration however the arguments were spelled (positional or by keyword).
     return GroupedGemm(bn=bn, b_major=b_major, out_fp32=out_fp32, bias=bias, k_grouped=k_grouped, masked=masked,
-                       cluster=cluster, ring=ring, swiglu=swiglu)
+                       cluster=cluster, ring=ring, swiglu=swiglu, tail=tail)
 
 
 __all__ = ["BM", "BK", "BNS", "B_MAJORS", "C_RING", "CLUSTERS", "PAIR_RING_HANG", "RINGS", "CLUSTER_EVIDENCE", "CLUSTER_EVIDENCE_GRAD_W", "CLUSTER_MIN_K",
            "FAMILY", "GRAD_W_BN", "GRAD_W_BN_EVIDENCE", "choose_cluster", "GROUPED_GEMM", "GROUP_TABLE_BYTES", "KERNEL_NAME", "MAX_GROUPS",
-           "SOURCE", "STORES", "STORE_DEFAULT", "GroupedGemm", "GroupedPlan", "Sm90GroupedGemm", "grouped_gemm", "grad_w_bn", "kernel_for", "out_map", "store_rule", "weight_map"]
+           "SOURCE", "STORES", "STORE_DEFAULT", "TAIL_EVIDENCE", "TAIL_MIN_IDLE", "choose_tail", "tail_workspace", "GroupedGemm", "GroupedPlan", "Sm90GroupedGemm", "grouped_gemm", "grad_w_bn", "kernel_for", "out_map", "store_rule", "weight_map"]

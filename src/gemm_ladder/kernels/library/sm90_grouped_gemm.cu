@@ -11,7 +11,7 @@
 // problem: GroupedMode below), kBias, kCluster (1 or 2, below), and the type Out. The instantiation
 // block at the end of this file is the one place that reads the build's -D constants (the plan's,
 // design/plan.py kernel_defines, and library/grouped.py's: GL_MAX_GROUPS, GL_GROUPED_K, GL_MASKED,
-// GL_BIAS, GL_OUT_FP32): it makes them the config type and defines the extern "C" entry point the
+// GL_BIAS, GL_GROUPED_TAIL, GL_OUT_FP32): it makes them the config type and defines the extern "C" entry point the
 // loader finds by name.
 //
 // Level 9's roles on one CTA (kCluster 1, the default build): a producer warpgroup whose one thread
@@ -52,6 +52,14 @@
 // stage is released to both CTAs either way, so one ring protocol (the plan's GL_EMPTY_ARRIVALS,
 // expect_tx A + the whole B) holds whatever each unit decides.
 //
+// Cfg::kTail (GL_GROUPED_TAIL; library/grouped.py's tail build) is level 9's stream-K tail on the grouped
+// schedule, grouped along M contiguously: the device, which alone knows how many units the groups make,
+// splits the last partial wave's units by K iterations over every cluster when plan_tail's rule says so
+// (stream_k.cuh tail_start_unit), so that a wave the groups' sizes leave mostly idle is spread over the
+// whole GPU. A split unit's contributors hand their fp32 partials in through a global workspace and the
+// last to arrive adds them in K order and stores the slice (fragment_partials.cuh), bitwise the same
+// whichever arrives last. The producer walks the same pieces, so the ring's positions agree.
+//
 // GroupedMode::kMasked builds the masked layout of decode under CUDA graphs: x (E x M_max, K), group
 // e's rows start at e x M_max, and `offs` holds each group's count of valid rows (on the device); rows
 // past a count are neither loaded into a tile of their own, computed nor written (a group with no row
@@ -89,6 +97,7 @@
 #include "gemm_ladder/ptx/wgmma.cuh"
 #include "gemm_ladder/register_store.cuh"
 #include "gemm_ladder/stage_ring.cuh"
+#include "gemm_ladder/stream_k.cuh"
 
 using namespace gl;
 
@@ -104,7 +113,7 @@ enum class GroupedMode {
 // What a config (Cfg) holds, each a static constexpr member: the tile BM, BN, BK; kConsumers, kCluster,
 // kProducerWarpgroups; kAMnMajor, kBMnMajor; kCPanels, kCRing (the plan's output panels and panel ring per consumer: 0 and 0
 // store from registers only);
-// kMode, kBias, kSwiglu; and the type Out. The instantiation block's BuildConfig is the one a build compiles.
+// kMode, kBias, kSwiglu, kTail; and the type Out. The instantiation block's BuildConfig is the one a build compiles.
 template <class Cfg>
 __host__ __device__ constexpr bool config_ok() {
   static_assert(Cfg::BM == 128 && Cfg::kConsumers == 2 && Cfg::kProducerWarpgroups == 1,
@@ -124,6 +133,8 @@ __host__ __device__ constexpr bool config_ok() {
                                   sizeof(typename Cfg::Out) == 2),
                 "sm90_grouped_gemm: the fused gated MLP: 128 gate and 128 up rows a stage (BN 256), grouped along M, "
                 "one CTA, a K-major weight, no bias, a 2-byte output stored from registers");
+  static_assert(!Cfg::kTail || (Cfg::kMode == GroupedMode::kContiguous && !Cfg::kSwiglu),
+                "sm90_grouped_gemm: the stream-K tail is built grouped along M contiguously, not fused");
   return true;
 }
 
@@ -249,44 +260,44 @@ __device__ __forceinline__ void mask_k_lines(const SmemMap& smem, int s, int con
   named_barrier_sync(kMaskBarrier, 2 * 128);
 }
 
-// A consumer warpgroup's K tiles [0, k_tiles) of one tile into d, from ring position `pos` on (the loop
+// A consumer warpgroup's K tiles [kb, ke) of one tile into d, from ring position `pos` on (the loop
 // of cluster_ring.cuh's consume_k_range, releasing to this CTA alone: consumer_release). Stage k goes back
 // once the wgmma of k + 1 is issued (wait_group 1), the last once all have completed. `valid_last`: K
 // lines of the last K tile that belong to the tile's group (BK: all; fewer, with kMaskLastK: mask_k_lines
-// first). `compute` false (grouped along M: none of this consumer's 64 rows is in the tile's group, a
+// first). A whole tile is [0, its K tiles); a stream-K piece of one (Cfg::kTail) any sub-range. `compute` false (grouped along M: none of this consumer's 64 rows is in the tile's group, a
 // small group's last tile): the consumer still waits for each stage and releases it, in the ring's
 // order, but issues no wgmma, so the other consumer's run alone; its accumulators are garbage and never
-// stored. after_issue(kt) runs at each K tile, while its wgmma does (the previous tile's deferred panels
-// are stored there), with or without `compute`: every thread of the warpgroup calls it.
+// stored. after_issue(i) runs at the range's i-th K tile (i = kt - kb), while its wgmma does (the previous
+// tile's deferred panels are stored there), with or without `compute`: every thread of the warpgroup calls it.
 template <bool kMaskLastK, int kCluster, class AfterIssue>
-__device__ __forceinline__ void consume_tile(const SmemMap& smem, float (&d)[BN / 2], int consumer, int k_tiles,
+__device__ __forceinline__ void consume_tile(const SmemMap& smem, float (&d)[BN / 2], int consumer, int kb, int ke,
                                              int valid_last, RingPosition& pos, bool elected, bool compute,
                                              AfterIssue&& after_issue) {
   if (!warp_uniform(compute)) {  // the same in a warpgroup; broadcast so the K loop below stays uniform
-    for (int kt = 0; kt < k_tiles; ++kt, pos.advance()) {
+    for (int kt = kb; kt < ke; ++kt, pos.advance()) {
       consumer_wait(smem, pos);
-      after_issue(kt);
+      after_issue(kt - kb);
       if (elected) release_grouped_stage<kCluster>(smem, pos.stage());
     }
     return;
   }
   const int a_row0 = k_loop_a_row<BN>(consumer);  // uniform where the group is short (ptx/wgmma.cuh)
-  for (int kt = 0; kt < k_tiles; ++kt, pos.advance()) {
+  for (int kt = kb; kt < ke; ++kt, pos.advance()) {
     const int s = pos.stage();
     consumer_wait(smem, pos);
     if constexpr (kMaskLastK) {
-      if (kt == k_tiles - 1 && valid_last < BK) mask_k_lines(smem, s, consumer, valid_last);
+      if (kt == ke - 1 && valid_last < BK) mask_k_lines(smem, s, consumer, valid_last);
     }
     wgmma_fence();
-    mma_k_tile<BN, A_MN_MAJOR, B_MN_MAJOR>(d, smem.a(s) + a_row0 * BK, smem.b(s), kt > 0);
+    mma_k_tile<BN, A_MN_MAJOR, B_MN_MAJOR>(d, smem.a(s) + a_row0 * BK, smem.b(s), kt > kb);
     wgmma_commit();
-    after_issue(kt);
+    after_issue(kt - kb);
     wgmma_wait<1>();
-    if (kt > 0 && elected) release_grouped_stage<kCluster>(smem, pos.previous_stage());
+    if (kt > kb && elected) release_grouped_stage<kCluster>(smem, pos.previous_stage());
   }
   wgmma_wait<0>();
   fence_accumulators(d);
-  if (k_tiles > 0 && elected) release_grouped_stage<kCluster>(smem, pos.previous_stage());
+  if (ke > kb && elected) release_grouped_stage<kCluster>(smem, pos.previous_stage());
 }
 
 // Pack a consumer's fragment for the panel ring with a bias row added: packed[2j + i] = the pair
@@ -307,6 +318,27 @@ __device__ __forceinline__ void pack_fragment_with_bias(uint32_t (&packed)[BN / 
   }
 }
 
+// One pair of a reduced stream-K slice (columns col, col + 1 of `row`) into C, as the register store
+// writes a pair (register_store.cuh): not past the group's rows or N, one 2-element store where aligned,
+// plus the group's bias row (kBias), added as the register store's pair_op adds it.
+template <bool kBias, typename OutT>
+__device__ __forceinline__ void store_tail_pair(OutT* __restrict__ C, long long ldc, const GroupedTile& t, int row,
+                                                int col, float x0, float x1, int N, const elem_t* __restrict__ bias) {
+  if (row >= t.row_end) return;
+  if constexpr (kBias) {
+    const elem_t* b = bias + static_cast<long long>(t.group) * N;
+    if (col < N) x0 += static_cast<float>(b[col]);
+    if (col + 1 < N) x1 += static_cast<float>(b[col + 1]);
+  }
+  OutT* const p = C + static_cast<long long>(row) * ldc + col;
+  if (col + 1 < N && reinterpret_cast<uintptr_t>(p) % (2 * sizeof(OutT)) == 0) {
+    store_out_pair(p, x0, x1);
+  } else {
+    if (col < N) store_out(p, x0);
+    if (col + 1 < N) store_out(p + 1, x1);
+  }
+}
+
 // The kernel. Grouped along M (kContiguous, kMasked): map_a x (total_rows, K) K-major, box (BK, BM);
 // map_b w, rank 3 (K-major: (K, N, E), box (BK, BN, 1); N-major: (N, K, E), box (64, BK, 1)); C out
 // (total_rows, N), element (r, c) at C[r * ldc + c]; offs `groups` int32 (kContiguous: cumulative row
@@ -320,13 +352,24 @@ __device__ __forceinline__ void pack_fragment_with_bias(uint32_t (&packed)[BN / 
 // tma_store: 1 when out's base, pitches and rows of N elements are 16-byte multiples (the launch decides:
 // library/grouped.py store_rule and out_map), so the panel ring may write it; 0 stores everything from
 // registers. Ignored without the ring.
+// partials, counters, tail_idle_min (Cfg::kTail; grouped along M contiguously): the stream-K tail's
+// workspace and rule. The device counts the units, so it decides the split (stream_k.cuh
+// tail_start_unit with idle_min = tail_idle_min; no split when partials is null): the last partial wave's
+// units are split by K iterations over every cluster, and a unit with several contributors is finished
+// by the one that arrives last (fragment_partials.cuh). partials: fp32, kCluster x kConsumers regions of
+// 2 x clusters slots of 64 x BN, a piece (tail unit u, cluster c) at slot u + c of its CTA rank's and
+// consumer's region (the pieces of one unit come from consecutive clusters, so its slots are consecutive
+// and u + c names one piece: a cluster's range begins inside at most one unit); counters: int32, one per
+// tail unit, rank and consumer, zeroed by the launch.
 template <class Cfg>
 __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b,
                                                   const CUtensorMap& map_b_up,
                                                   const CUtensorMap& map_c, typename Cfg::Out* __restrict__ C,
                                                   long long ldc, long long group_stride, const int* __restrict__ offs,
                                                   int groups, int extent, int M, int N, int K,
-                                                  const elem_t* __restrict__ bias, int tma_store) {
+                                                  const elem_t* __restrict__ bias, int tma_store,
+                                                  float* __restrict__ partials = nullptr,
+                                                  int* __restrict__ counters = nullptr, int tail_idle_min = 0) {
   static_assert(config_ok<Cfg>());
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
   constexpr bool kAlongK = Cfg::kMode == GroupedMode::kAlongK;
@@ -357,19 +400,37 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
   }
   const auto sched = [&] {  // GroupedKScheduler along K, else GroupedScheduler; units of kCluster M tiles
     if constexpr (kAlongK) return GroupedKScheduler(table, groups, M, N, BM, BN, kCluster);
-    else return GroupedScheduler(table, groups, N, BM, kOutBN, kCluster);
+    else return GroupedScheduler<Cfg::kTail>(table, groups, N, BM, kOutBN, kCluster);
   }();
   const int k_tiles = (K + BK - 1) / BK;  // grouped along M: every tile's (along K: each group's, below)
   const int total = warp_uniform(sched.total());  // read from the table: broadcast, so the unit loops stay uniform
   // A cluster walks one unit at a time, both CTAs the same units in the same order: their rings' stage
   // counts stay equal, which the shared stages need.
   const int first_unit = blockIdx.x / kCluster, unit_stride = gridDim.x / kCluster;
+  // Units [0, whole_end()) are computed whole, unit_stride apart; the rest (Cfg::kTail) are the stream-K
+  // tail, cluster first_unit taking its share of their K iterations. A tail build keeps the bound in shared
+  // memory, read where it is used: one more live register in the consumers spilled at BN 256.
+  __shared__ int tail_first_unit;
+  if constexpr (Cfg::kTail) {
+    if (threadIdx.x == 0)
+      tail_first_unit = partials != nullptr ? tail_start_unit(total, unit_stride, k_tiles, tail_idle_min) : total;
+    __syncthreads();
+  }
+  const auto whole_end = [&] {
+    if constexpr (Cfg::kTail) return *static_cast<volatile int*>(&tail_first_unit);
+    else return total;
+  };
+  // The tail's walk, made where a role reaches it (total read again from the table, not kept live).
+  const auto tail_of = [&] {
+    const int first = whole_end();
+    return StreamKTail(first, warp_uniform(sched.total()) - first, k_tiles, unit_stride);
+  };
 
   if (warp_uniform(warpgroup_index()) == 0) {  // a uniform branch: uniform registers in the roles
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
       RingPosition pos{0};
-      for (int unit = first_unit; unit < total; unit += unit_stride) {
+      for (int unit = first_unit; unit < whole_end(); unit += unit_stride) {
         if constexpr (kAlongK) {
           int e, tm, tn;
           bool mine, share;
@@ -387,6 +448,17 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
               produce_grouped_stage<kCluster>(smem, &map_a, &map_b, pos, kt * BK, u.t.row0, u.t.tn * BN, u.t.group,
                                               rank, u.share);
           }
+        }
+      }
+      if constexpr (Cfg::kTail) {  // this cluster's pieces of the tail, in the consumers' order
+        const StreamKTail tail = tail_of();
+        for (int it = tail.begin(first_unit), end = tail.begin(first_unit + 1); it < end;) {
+          const StreamKTail::Segment seg = tail.segment(first_unit, it, end);
+          const GroupedUnit u = sched.template unit<kCluster>(seg.unit, rank);
+          for (int kt = seg.kb; kt < seg.ke; ++kt, pos.advance())
+            produce_grouped_stage<kCluster>(smem, &map_a, &map_b, pos, kt * BK, u.t.row0, u.t.tn * BN, u.t.group, rank,
+                                            u.share);
+          it = seg.next;
         }
       }
     }
@@ -451,8 +523,45 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
         for (int p = 0; p < kEarlyPanels; ++p) store_held(p);
       }
     };
+    // Grouped along M: store this consumer's slice of `unit`'s finished tile d (nothing when the unit has
+    // no tile for this rank): the fused gated MLP's product, by TMA when all 64 rows are the group's, else
+    // from registers with the rows masked at the group's end; the bias row added either way.
+    // This consumer's slice of unit u's tile from registers, rows masked at the group's end, plus the bias row.
+    auto store_registers = [&](float (&d)[BN / 2], const GroupedUnit& u) {
+      if constexpr (!kAlongK && !Cfg::kSwiglu) {
+        const GroupedTile& t = u.t;
+        if (u.mine)
+          store_fragment_from_registers<BN, !kTmaStore>(C, ldc, d, t.row0 + 64 * consumer, t.tn * BN, t.row_end, N,
+                                                        [&](float& x0, float& x1, int, int c) {
+                                                          if constexpr (Cfg::kBias) {
+                                                            const elem_t* b = bias + static_cast<long long>(t.group) * N;
+                                                            if (c < N) x0 += static_cast<float>(b[c]);
+                                                            if (c + 1 < N) x1 += static_cast<float>(b[c + 1]);
+                                                          }
+                                                        });
+      }
+    };
+    auto store_along_m = [&](float (&d)[BN / 2], int unit) {
+      if constexpr (!kAlongK) {
+        const GroupedUnit u = sched.template unit<kCluster>(unit, rank);
+        const GroupedTile& t = u.t;
+        const int row0 = t.row0 + 64 * consumer;
+        if constexpr (Cfg::kSwiglu) {  // silu(gate) * up of each output pair, rows masked at the group's end
+          if (u.mine) {
+            float o[BN / 4];
+            gate_fragment<BN>(o, d, Silu{});
+            store_fragment_from_registers<kOutBN, true>(C, ldc, o, row0, t.tn * kOutBN, t.row_end, N,
+                                                        [](float&, float&, int, int) {});
+          }
+        } else if (tma_ok && u.mine && row0 + 64 <= t.row_end) {  // all 64 rows the group's: no mask needed
+          store_by_tma(d, unit, Cfg::kBias ? bias + static_cast<long long>(t.group) * N : nullptr, t.tn * BN);
+        } else {
+          store_registers(d, u);
+        }
+      }
+    };
     RingPosition pos{0};
-    for (int unit = first_unit; unit < total; unit += unit_stride) {
+    for (int unit = first_unit; unit < whole_end(); unit += unit_stride) {
       // `mine` false (a cluster's last unit of an odd M-tile count, rank 1): walk the unit's stages in
       // step with the peer, compute nothing, store nothing (a constant true with one CTA per cluster).
       // The unit is decoded before its K loop and again after it (not kept live across the loop).
@@ -467,7 +576,7 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
           sched.template unit<kCluster>(unit, rank, e, tm, tn, mine, share);
           const int k_begin = table.row_begin(e), k_end = table.row_end[e];
           e_k_tiles = warp_uniform(table.tile_start[e + 1] - table.tile_start[e]);  // the K loop's bound, uniform
-          consume_tile<true, kCluster>(smem, d, consumer, e_k_tiles, k_end - k_begin - (e_k_tiles - 1) * BK, pos,
+          consume_tile<true, kCluster>(smem, d, consumer, 0, e_k_tiles, k_end - k_begin - (e_k_tiles - 1) * BK, pos,
                                        elected, mine, after_issue);
         }
         finish_held(e_k_tiles);
@@ -486,32 +595,53 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
         float d[BN / 2];
         {
           const GroupedUnit u = sched.template unit<kCluster>(unit, rank);
-          consume_tile<false, kCluster>(smem, d, consumer, k_tiles, BK, pos, elected,
+          consume_tile<false, kCluster>(smem, d, consumer, 0, k_tiles, BK, pos, elected,
                                         u.mine && u.t.row0 + 64 * consumer < u.t.row_end, after_issue);
         }
         finish_held(k_tiles);
-        const GroupedUnit u = sched.template unit<kCluster>(unit, rank);
-        const GroupedTile& t = u.t;
-        const int row0 = t.row0 + 64 * consumer;
-        if constexpr (Cfg::kSwiglu) {  // silu(gate) * up of each output pair, rows masked at the group's end
-          if (u.mine) {
-            float o[BN / 4];
-            gate_fragment<BN>(o, d, Silu{});
-            store_fragment_from_registers<kOutBN, true>(C, ldc, o, row0, t.tn * kOutBN, t.row_end, N,
-                                                        [](float&, float&, int, int) {});
-          }
-        } else if (tma_ok && u.mine && row0 + 64 <= t.row_end) {  // all 64 rows the group's: no mask needed
-          store_by_tma(d, unit, Cfg::kBias ? bias + static_cast<long long>(t.group) * N : nullptr, t.tn * BN);
-        } else if (u.mine) {
-          store_fragment_from_registers<BN, !kTmaStore>(C, ldc, d, row0, t.tn * BN, t.row_end, N,
-                                                  [&](float& x0, float& x1, int, int c) {
-                                                    if constexpr (Cfg::kBias) {
-                                                      const elem_t* b = bias + static_cast<long long>(t.group) * N;
-                                                      if (c < N) x0 += static_cast<float>(b[c]);
-                                                      if (c + 1 < N) x1 += static_cast<float>(b[c + 1]);
-                                                    }
-                                                  });
+        store_along_m(d, unit);
+      }
+    }
+    if constexpr (Cfg::kTail) {
+      // This cluster's pieces of the tail (the producer's order): K tiles [kb, ke) of a unit each. A consumer
+      // with rows of the tile's group hands its partial in when the unit has several contributors (all of
+      // them agree on which consumers compute: that depends on the unit and rank alone), and the last to
+      // arrive stores the sum of the partials, in K order, as it adds them (reduce_each), from registers
+      // with the rows masked at the group's end: the sum written into the accumulators made ptxas serialise
+      // every wgmma (C7515), and held whole beside them it spilled at BN 256. The tail's tiles are a wave's
+      // fraction, so none goes through the panel ring.
+      finish_held(0);  // the last whole unit's deferred panels: the tail holds none
+      const StreamKTail tail = tail_of();
+      for (int it = tail.begin(first_unit), end = tail.begin(first_unit + 1); it < end;) {
+        const StreamKTail::Segment seg = tail.segment(first_unit, it, end);
+        it = seg.next;
+        float d[BN / 2];
+        bool compute;
+        {
+          const GroupedUnit u = sched.template unit<kCluster>(seg.unit, rank);
+          compute = warp_uniform(u.mine && u.t.row0 + 64 * consumer < u.t.row_end);
+          consume_tile<false, kCluster>(smem, d, consumer, seg.kb, seg.ke, BK, pos, elected, compute, [](int) {});
         }
+        if (!compute) continue;  // no row of this slice is the group's: nothing to hand in or store
+        if (seg.contributors == 1) {
+          store_registers(d, sched.template unit<kCluster>(seg.unit, rank));
+          continue;
+        }
+        const int tail_unit = seg.unit - tail.first_unit, region = rank * Cfg::kConsumers + consumer;
+        const PartialSlots<BN> slots{partials + (static_cast<size_t>(region) * 2 * unit_stride + tail_unit +
+                                                 (first_unit - seg.mine)) * PartialSlots<BN>::kFloats};
+        if (!hand_in_fragment(slots, counters + tail_unit * kCluster * Cfg::kConsumers + region, seg.mine,
+                              seg.contributors, d, bar, elected))
+          continue;  // another contributor finishes this slice
+        const GroupedTile t = sched.template unit<kCluster>(seg.unit, rank).t;
+        const int lane = thread_in_warpgroup() % 32;
+        const int row = t.row0 + 64 * consumer + 16 * (thread_in_warpgroup() / 32) + lane / 4;
+        const int col0 = t.tn * BN + 2 * (lane % 4);
+        // float4 v of the sum: columns (col0 + 8v, + 1) of this thread's row and of the row 8 below (epilogue.cuh).
+        slots.reduce_each(seg.contributors, [&](int v, float4 x) {
+          store_tail_pair<Cfg::kBias>(C, ldc, t, row, col0 + 8 * v, x.x, x.y, N, bias);
+          store_tail_pair<Cfg::kBias>(C, ldc, t, row + 8, col0 + 8 * v, x.z, x.w, N, bias);
+        });
       }
     }
     if constexpr (kTmaStore) {
@@ -526,7 +656,8 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
 
 // ---- The build: its -D constants as the config, and the entry point ------------------------------
 // The plan's constants (design/plan.py kernel_defines) and library/grouped.py's: GL_MAX_GROUPS (read by
-// grouped_scheduler.cuh), GL_GROUPED_K or GL_MASKED for the mode, GL_BIAS, GL_SWIGLU, GL_OUT_FP32 for a float32 out.
+// grouped_scheduler.cuh), GL_GROUPED_K or GL_MASKED for the mode, GL_BIAS, GL_SWIGLU, GL_GROUPED_TAIL (the stream-K
+// tail), GL_OUT_FP32 for a float32 out.
 #ifndef GL_GROUPED_K
 #define GL_GROUPED_K 0
 #endif
@@ -551,6 +682,11 @@ struct BuildConfig {
   static constexpr bool kSwiglu = true;
 #else
   static constexpr bool kSwiglu = false;
+#endif
+#if defined(GL_GROUPED_TAIL)
+  static constexpr bool kTail = true;
+#else
+  static constexpr bool kTail = false;
 #endif
 #if defined(GL_OUT_FP32)
   using Out = float;
@@ -582,12 +718,15 @@ extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
                                  tma_store);
 }
 #else
+// Grouped along M (contiguous or masked): the stream-K tail's workspace and rule last (read by a
+// GL_GROUPED_TAIL build only; library/grouped.py passes nulls and 0 to the others).
 extern "C" __global__ void __launch_bounds__(GL_THREADS, 1)
     grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                         const __grid_constant__ CUtensorMap map_c, BuildConfig::Out* __restrict__ C, long long ldc,
                         const int* __restrict__ offs, int groups, int total_rows, int N, int K,
-                        const elem_t* __restrict__ bias, int tma_store) {
+                        const elem_t* __restrict__ bias, int tma_store, float* __restrict__ partials,
+                        int* __restrict__ counters, int tail_idle_min) {
   sm90_grouped_gemm<BuildConfig>(map_a, map_b, map_b, map_c, C, ldc, 0, offs, groups, total_rows, 0, N, K, bias,
-                                 tma_store);
+                                 tma_store, partials, counters, tail_idle_min);
 }
 #endif

@@ -63,6 +63,33 @@ struct FragmentPartials {
       }
     }
   }
+
+  // The same sum, slot 0 + slot 1 + ... + slot n-1 in this order (bitwise reduce's), handed out a batch
+  // of float4s at a time: op(v, x) for each float4 v of the sum, x = (d[4v], ..., d[4v + 3]). For a caller
+  // that stores the sum as it comes instead of holding it whole (the grouped kernel's stream-K tail at
+  // BN 256: the sum written into its wgmma accumulators made ptxas serialise every wgmma, C7515, and a
+  // second array of 128 beside them spilled).
+  template <class Op>
+  __device__ __forceinline__ void reduce_each(int n, Op&& op) const {
+    const float4* src = reinterpret_cast<const float4*>(base) + thread_in_warpgroup();
+#pragma unroll 1
+    for (int v0 = 0; v0 < kVec; v0 += kBatch) {
+      float4 x[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) x[j] = __ldcg(src + (v0 + j) * 128);
+#pragma unroll 1
+      for (int i = 1; i < n; ++i) {
+        const float4* slot = src + static_cast<size_t>(i) * (kFloats / 4);
+        float4 y[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) y[j] = __ldcg(slot + (v0 + j) * 128);
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) x[j].x += y[j].x, x[j].y += y[j].y, x[j].z += y[j].z, x[j].w += y[j].w;
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) op(v0 + j, x[j]);
+    }
+  }
 };
 
 // One warpgroup (128 threads, named barrier `bar`, `elected` its thread 0) hands in its partial as

@@ -135,13 +135,28 @@ struct GroupedUnit {
 
 // The walk: tile_scheduler.cuh's order over (all groups' M tiles stacked) x (N tiles), each M tile
 // placed in its group; with `cluster` 2, over pairs of M tiles (units of rows_per_unit 2).
+// kRowsFromTable: the order's unit rows (and so its total) are read from the table where they are used
+// instead of kept in a register (the stream-K tail's builds: one more live value in the consumers spilled
+// at BN 256); the same walk.
+template <bool kRowsFromTable = false>
 struct GroupedScheduler {
   const GroupTable& table;
-  int groups, bm;
+  int groups, bm, rows_per_unit;
   TileScheduler order;
   __device__ __forceinline__ GroupedScheduler(const GroupTable& t, int groups_, int n, int bm_, int bn, int cluster = 1)
-      : table(t), groups(groups_), bm(bm_), order(t.tile_start[groups_] * bm_, n, bm_, bn, cluster) {}
-  __device__ __forceinline__ int total() const { return order.total; }
+      : table(t), groups(groups_), bm(bm_), rows_per_unit(cluster),
+        order(t.tile_start[groups_] * bm_, n, bm_, bn, cluster) {}
+  __device__ __forceinline__ TileScheduler walk() const {
+    if constexpr (kRowsFromTable) {
+      TileScheduler o = order;
+      o.units_m = (*static_cast<const volatile int*>(&table.tile_start[groups]) + rows_per_unit - 1) / rows_per_unit;
+      o.total = o.units_m * o.tiles_n;
+      return o;
+    } else {
+      return order;
+    }
+  }
+  __device__ __forceinline__ int total() const { return walk().total; }
   __device__ __forceinline__ GroupedTile tile_at(int mt, int tn) const {
     const int e = table.group_of(mt, groups);
     return GroupedTile{e, table.row_begin(e) + (mt - table.tile_start[e]) * bm, table.row_end[e], tn};
@@ -149,7 +164,7 @@ struct GroupedScheduler {
   // One CTA per cluster: unit = tile.
   __device__ __forceinline__ GroupedTile tile(int unit) const {
     int mt, tn;
-    order.coords(unit, mt, tn);
+    walk().coords(unit, mt, tn);
     return tile_at(mt, tn);
   }
   // Unit `unit` as CTA `rank` of a kCluster-CTA cluster sees it (the order built with cluster = kCluster).
@@ -161,7 +176,7 @@ struct GroupedScheduler {
     } else {
       static_assert(kCluster == 2, "a unit is a pair of M tiles");
       int um, tn;
-      order.coords(unit, um, tn);
+      walk().coords(unit, um, tn);
       const int first = um * kCluster, last = first + kCluster - 1, tiles = table.tile_start[groups];
       const GroupedTile head = tile_at(first, tn);
       const bool both = last < tiles;

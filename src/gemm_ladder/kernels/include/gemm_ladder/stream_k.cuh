@@ -52,6 +52,20 @@ __host__ __device__ __forceinline__ int whole_units_end(int units, int tail_firs
   return tail_first_unit >= 0 && tail_units > 0 && tail_units * k_tiles >= stride ? tail_first_unit : units;
 }
 
+// The first unit of the stream-K tail a launch decides on the device, where the host does not know the
+// unit count (the grouped kernel: its units depend on group sizes it reads on the GPU): design/stream_k.py
+// plan_tail's rule in integers. The last partial wave (units mod clusters) is split when there is more
+// than one wave, more than `idle_min` clusters would sit idle in it (the host passes floor(min_idle x
+// clusters), which is plan_tail's fraction test exactly), the tail has a K iteration per cluster at
+// least, and the 32-bit arithmetic of StreamKTail holds; else `units` (no tail).
+__host__ __device__ __forceinline__ int tail_start_unit(int units, int clusters, int k_tiles, int idle_min) {
+  const int tail = units % clusters;
+  const bool split = units > clusters && tail > 0 && clusters - tail > idle_min &&
+                     static_cast<long long>(tail) * k_tiles >= clusters &&
+                     static_cast<long long>(clusters + 1) * tail * k_tiles < (1LL << 31);
+  return split ? units - tail : units;
+}
+
 // Partials of one consumer's 64 x BN fragment (BN / 2 fp32 accumulators a thread): the fragment
 // partials of fragment_partials.cuh, which every split kernel shares; hand_in_fragment hands them in.
 template <int BN>
