@@ -420,10 +420,12 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
     if constexpr (Cfg::kTail) return *static_cast<volatile int*>(&tail_first_unit);
     else return total;
   };
-  // The tail's walk, made where a role reaches it (total read again from the table, not kept live).
+  // The tail's walk, made where a role reaches it (total read again from the table, not kept live). No
+  // warp shuffle here: the producer's one thread calls it while the rest of its warp waits at the exit's
+  // cluster barrier, and a full-warp __shfl_sync there never completed (the pair's tail hung on an H100).
   const auto tail_of = [&] {
     const int first = whole_end();
-    return StreamKTail(first, warp_uniform(sched.total()) - first, k_tiles, unit_stride);
+    return StreamKTail(first, sched.total() - first, k_tiles, unit_stride);
   };
 
   if (warp_uniform(warpgroup_index()) == 0) {  // a uniform branch: uniform registers in the roles
