@@ -5,9 +5,9 @@ against float64 (a wrong one exits 1). Builds are compiled first outside the san
 ``bench/grouped.py --sanitize`` before) or here, which is slow under it.
 
 ``--tail``: instead, the stream-K tail builds (library/grouped.py ``tail``: BN 128 on one CTA, BN 256 on a
-pair) on groups of one 128-row tile each, as many as make one whole wave and a short second one that the
-device splits on this GPU (the rule's Python mirror asked first): hand-ins, the last contributor's sum
-and its stores.
+pair) on groups of one unit each and on ragged groups, as many as make one whole wave and a third, which the
+device splits on this GPU (the rule's Python mirror asked first): hand-ins, the last contributor's sum and
+its stores, consumers and ranks without rows, pairs that load B whole.
 
     compute-sanitizer --tool memcheck --report-api-errors no python3 bench/sanitize_grouped.py [--tail]
     compute-sanitizer --tool racecheck python3 bench/sanitize_grouped.py [--tail]
@@ -28,7 +28,10 @@ N, K = 136, 200  # tails in N and K
 
 
 def tail_cases(check) -> None:
-    """The stream-K tail builds once each on a case their device rule splits (module docstring)."""
+    """The stream-K tail builds once each on cases their device rule splits (module docstring): groups of one
+    unit each (every pair shares B, every piece computes), then ragged groups (empty, one-row and mid-tile
+    groups: consumers with no row of the group, a pair's rank without a tile, pairs straddling two groups and
+    loading B whole, N not a multiple of BN)."""
     import math
 
     from gemm_ladder.design.stream_k import tail_idle_min, tail_start_unit
@@ -38,16 +41,26 @@ def tail_cases(check) -> None:
     for bn, cluster in ((128, 1), (256, 2)):
         kernel = grouped_gemm(bn, "k", cluster=cluster, tail=True)
         clusters = kernel.loaded("bf16", torch.device("cuda")).max_active_clusters(torch.device("cuda"))
-        units = clusters + clusters // 3  # a third of a wave left: split (each tail unit's 4 K tiles cover the clusters)
-        assert tail_start_unit(units, clusters, k // BK, tail_idle_min(clusters, TAIL_MIN_IDLE)) < units
-        groups, rows = units, cluster * BM  # a unit a group: the pair shares B
-        x = torch.randn(groups * rows, k, dtype=torch.bfloat16, device="cuda")
-        w = (torch.randn(groups, bn, k, device="cuda") / math.sqrt(k)).to(torch.bfloat16)
-        offs = (torch.arange(1, groups + 1, device="cuda") * rows).to(torch.int32)
-        out = torch.full((groups * rows, bn), float("nan"), dtype=torch.bfloat16, device="cuda")
-        kernel.launch(x, w, offs, out)
-        ref = torch.bmm(x.double().view(groups, rows, k), w.double().transpose(1, 2)).reshape(groups * rows, bn)
-        check(f"grouped_mm fwd, stream-K tail, BN {bn}, cluster {cluster}", out, ref)
+        target = clusters + clusters // 3  # a third of a wave left: split (each tail unit's 4 K tiles cover the clusters)
+        for ragged in (False, True):
+            n = bn - 8 if ragged else bn  # one N tile a unit either way
+            sizes, pattern = [], (0, 1, 97, 300, 129, 256, 64) if ragged else (cluster * BM,)
+            while math.ceil(sum(math.ceil(r / BM) for r in sizes) / cluster) < target:
+                sizes.append(pattern[len(sizes) % len(pattern)])
+            units = math.ceil(sum(math.ceil(r / BM) for r in sizes) / cluster)
+            assert tail_start_unit(units, clusters, k // BK, tail_idle_min(clusters, TAIL_MIN_IDLE)) < units, (units, clusters)
+            ends = [0] + torch.tensor(sizes).cumsum(0).tolist()
+            x = torch.randn(ends[-1] + 3, k, dtype=torch.bfloat16, device="cuda")  # rows past offs[-1]: not written
+            w = (torch.randn(len(sizes), n, k, device="cuda") / math.sqrt(k)).to(torch.bfloat16)
+            offs = torch.tensor(ends[1:], dtype=torch.int32, device="cuda")
+            out = torch.full((ends[-1] + 3, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+            kernel.launch(x, w, offs, out)
+            ref = torch.cat([x[ends[e]:ends[e + 1]].double() @ w[e].double().T for e in range(len(sizes))])
+            tag = f"grouped_mm fwd, stream-K tail, BN {bn}, cluster {cluster}, {'ragged' if ragged else 'a unit a group'}"
+            check(tag, out[:ends[-1]], ref)
+            if not torch.isnan(out[ends[-1]:]).all():
+                check.wrong += 1
+                print(f"{tag}: rows past offs[-1] written WRONG", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
