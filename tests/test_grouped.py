@@ -351,6 +351,7 @@ def test_bench_store_both_runs_the_register_store_for_its_call_only(monkeypatch)
     (dict(bn=256, b_major="mn", tail=True), "bf16"), (dict(bn=256, b_major="mn", cluster=2, tail=True), "fp16"),
     (dict(bn=256, bias=True, cluster=2, tail=True), "bf16"), (dict(bn=128, bias=True, tail=True), "bf16"),
     (dict(bn=256, b_major="mn", ring=4, tail=True), "bf16"), (dict(bn=256, out_fp32=True, cluster=2, tail=True), "bf16"),
+    (dict(bn=256, cluster=2, stages=3), "bf16"),  # a measuring build (the pair's ring at the four-buffer build's depth)
 ])
 def test_builds_pass_the_resource_gate(cfg, dtype, use_cache):
     from gemm_ladder.gates.resources import check_level_resources
@@ -1008,3 +1009,24 @@ def test_tail_workspace_sizes_follow_the_kernels_layout():
     assert tail_workspace(132, 1, 128) == (1 * 2 * 2 * 132 * 64 * 128, 132 * 1 * 2)
     with pytest.raises(ValueError):
         tail_workspace(0, 1, 128)
+
+
+def test_a_measuring_builds_stage_cap():
+    """grouped_gemm(stages=): a build of its own (name, GL_STAGES, less shared memory) that round-trips through
+    its config, audits clean at its depth, and is refused outside 2 .. what fits; stages = what fits is the
+    plain build (bench/experiments/grouped_pair_ring_hang.py's c1s3 / c2s3)."""
+    from gemm_ladder.library.grouped import kernel_for
+
+    plain = grouped_gemm(256, "k", cluster=2)
+    k = grouped_gemm(256, "k", cluster=2, stages=3)
+    d = k.defines("bf16")
+    assert k.name.endswith("_s3") and d["GL_STAGES"] == 3 and d["GL_C_RING"] == 1
+    assert d["GL_SMEM_BYTES"] < plain.defines("bf16")["GL_SMEM_BYTES"]
+    assert kernel_for(k.config("fp16")) is k and grouped_gemm(256, "k", cluster=2, stages=3) is k
+    assert grouped_gemm(256, "k", cluster=2, stages=plain.ring_stages()) is plain
+    for s in (1, 5, 3.0):
+        with pytest.raises(ValueError, match="stages"):
+            grouped_gemm(256, "k", cluster=2, stages=s)
+    for k_iters, tiles in [(1, 3), (2, 3), (4, 2), (7, 1)]:
+        result = audit(k.ring_protocol(k_iters, tiles))
+        assert result.ok, result.render()

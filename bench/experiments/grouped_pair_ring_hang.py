@@ -6,7 +6,9 @@ buffer per output panel, beside the builds the library does launch (issue 24, on
 CASE is one of bench/experiments/grouped_vs_dense.py's cases (default qwen3_down, which hung at 293011f on an
 H100); BUILD (default c2r4) one of
 ``route`` (gemm_ladder.grouped_mm), ``c1``, ``c2`` (the one-buffer ring forced to one CTA or a pair), ``c1r4``,
-``c2r4`` (BN 256 with four buffers: built directly, bypassing grouped_gemm's refusal for ``c2r4``). ``--k-div``
+``c2r4`` (BN 256 with four buffers: built directly, bypassing grouped_gemm's refusal for ``c2r4``), ``c1s3``,
+``c2s3`` (the one-buffer ring cut to the three stages the four-buffer build has: grouped_gemm's measuring
+``stages``, so that a hang of ``c2s3`` points at the pair's ring depth and a clean one at the buffers). ``--k-div``
 divides the case's K. Run it under ``timeout``: the refused build may never return. Prints one line (seconds for
 ``--reps`` calls, the relative Frobenius error against ``torch._grouped_mm``); exits 0 when that error is below
 1e-2, 1 otherwise; writes nothing.
@@ -25,7 +27,7 @@ from grouped import group_sizes  # noqa: E402
 from grouped_vs_dense import CASES  # noqa: E402
 from suite import require_gpu  # noqa: E402
 
-BUILDS = {"route": None, "c1": (1, 1), "c2": (2, 1), "c1r4": (1, 4), "c2r4": (2, 4)}
+BUILDS = {"route": None, "c1": (1, 1), "c2": (2, 1), "c1r4": (1, 4), "c2r4": (2, 4), "c1s3": (1, 1, 3), "c2s3": (2, 1, 3)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import gemm_ladder
     from gemm_ladder.api_grouped import grouped_mm_direct
-    from gemm_ladder.library.grouped import _grouped_gemm
+    from gemm_ladder.library.grouped import _grouped_gemm, grouped_gemm
 
     e, rows, n, k, lo, hi = CASES[args.case]
     k //= args.k_div
@@ -59,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         elif build[1] != 1:  # four buffers at BN 256, built directly (grouped_gemm refuses it with a pair)
             out = torch.empty(rows, n, device="cuda", dtype=torch.bfloat16)
             _grouped_gemm(256, "k", False, False, False, False, build[0], build[1]).launch(a, w, offs, out)
+        elif len(build) == 3:  # one buffer, the stage ring cut to build[2]
+            out = torch.empty(rows, n, device="cuda", dtype=torch.bfloat16)
+            grouped_gemm(256, "k", cluster=build[0], stages=build[2]).launch(a, w, offs, out)
         else:
             out = grouped_mm_direct(a, w.transpose(1, 2), offs, bn=256, cluster=build[0])
         torch.cuda.synchronize()

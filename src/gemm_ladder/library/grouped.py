@@ -409,6 +409,9 @@ class GroupedGemm:
     #: wave's units by K over every cluster when design/stream_k.py plan_tail's rule says so
     #: (:data:`TAIL_MIN_IDLE`), finishing a split slice through a workspace (:func:`tail_workspace`).
     tail: bool = False
+    #: A measuring build's stage count, below what fits (0: the most that fit, :meth:`stages`): whether a
+    #: behaviour follows the ring's depth (bench/experiments/grouped_pair_ring_hang.py). Never a route's.
+    stage_cap: int = 0
     _plans: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False)
 
@@ -422,7 +425,7 @@ class GroupedGemm:
                 + ("_f32" if self.out_fp32 else "") + ("_bias" if self.bias else "")
                 + ("_masked" if self.masked else "") + ("" if self.cluster == 1 else f"_c{self.cluster}")
                 + ("" if self.ring == C_RING else f"_r{self.ring}") + ("_swiglu" if self.swiglu else "")
-                + ("_sk" if self.tail else ""))
+                + ("_sk" if self.tail else "") + (f"_s{self.stage_cap}" if self.stage_cap else ""))
 
     @property
     def c_ring(self) -> int:
@@ -453,6 +456,10 @@ class GroupedGemm:
         ar = replace(ar, max_smem_per_block=ar.max_smem_per_block - GROUP_TABLE_BYTES)
         return max_stages(bm=BM, bn=bn, bk=BK, elem_bytes=DTYPES[dtype].itemsize, arch=ar, consumers=CONSUMERS,
                           c_from_registers=not c_ring, c_ring=c_ring)
+
+    def ring_stages(self, dtype: str = "bf16", arch: str = "sm_90a") -> int:
+        """This build's stage count: :meth:`stages` for its tile and output ring, or :attr:`stage_cap` where set."""
+        return self.stage_cap or self.stages(self.bn, dtype, arch, self.c_ring)
 
     @property
     def grouping(self) -> str:
@@ -497,7 +504,7 @@ class GroupedGemm:
         # The fused gated MLP computes, before its epilogue, x times a weight of 2 x ceil(N / 128) x 128 rows
         # interleaving 128-row blocks of w_gate and w_up (its ring and shared memory are that GEMM's).
         n_gemm = 2 * ceil_div(n, self.out_bn) * self.out_bn if self.swiglu else n
-        gemm = plan_gemm(rows, n_gemm, k, dtype, tile=self.tile, stages=self.stages(self.bn, dtype, c_ring=self.c_ring),
+        gemm = plan_gemm(rows, n_gemm, k, dtype, tile=self.tile, stages=self.ring_stages(dtype),
                          cluster=self.cluster, consumers=CONSUMERS, persistent=True, producer_warpgroup=True,
                          c_from_registers=not self.c_ring, c_ring=self.c_ring, b_major=self.b_major, lda=ldx,
                          ldb=None if w_strides is None else w_strides[1], ldc=self._ldc(n, dtype))
@@ -768,7 +775,7 @@ class GroupedGemm:
         shared memory. ``lda``/``ldb``: the pitch along K in elements (default M, N)."""
         key = ("k", m, n, total_k, groups, dtype, lda, ldb)
         return cached(self._plans, key, lambda: plan_gemm(
-            m, n, total_k, dtype, tile=self.tile, stages=self.stages(self.bn, dtype, c_ring=self.c_ring),
+            m, n, total_k, dtype, tile=self.tile, stages=self.ring_stages(dtype),
             cluster=self.cluster, consumers=CONSUMERS, persistent=True, producer_warpgroup=True,
             c_from_registers=not self.c_ring, c_ring=self.c_ring, a_major="mn", b_major="mn", lda=lda, ldb=ldb,
             ldc=self._ldc(n, dtype)))
@@ -871,7 +878,7 @@ def _config(kernel: GroupedGemm, dtype: str, arch: str) -> KernelConfig:
     return KernelConfig(
         FAMILY, dtype=dtype, out_dtype="fp32" if kernel.out_fp32 else dtype, arch=arch,
         a_major="mn" if kernel.k_grouped else "k", b_major=kernel.b_major, tile=kernel.tile,
-        stages=kernel.stages(kernel.bn, dtype, arch, kernel.c_ring), cluster=kernel.cluster, consumers=CONSUMERS,
+        stages=kernel.ring_stages(dtype, arch), cluster=kernel.cluster, consumers=CONSUMERS,
         producer_warpgroup=True, c_ring=kernel.c_ring, store=STORE_TMA if kernel.c_ring else STORE_REGISTERS,
         schedule=GROUPED, grouping=kernel.grouping, extra=tuple(extra))
 
@@ -886,7 +893,7 @@ def kernel_for(config: KernelConfig) -> GroupedGemm:
         kernel = grouped_gemm(config.tile[1], config.b_major, config.out_fp32, ("GL_BIAS", 1) in config.extra,
                               config.grouping == GROUP_K, config.grouping == GROUP_M_MASKED, config.cluster,
                               ring=config.c_ring or C_RING, swiglu=("GL_SWIGLU", 1) in config.extra,
-                              tail=("GL_GROUPED_TAIL", 1) in config.extra)
+                              tail=("GL_GROUPED_TAIL", 1) in config.extra, stages=config.stages)
         same = kernel.config(config.dtype, config.arch) == config
     except (ValueError, KeyError):
         same = False
@@ -967,7 +974,7 @@ GROUPED_GEMM = Sm90GroupedGemm()
 
 def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias: bool = False,
                  k_grouped: bool = False, masked: bool = False, cluster: int = 1, *, ring: int = C_RING,
-                 swiglu: bool = False, tail: bool = False) -> GroupedGemm:
+                 swiglu: bool = False, tail: bool = False, stages: int | None = None) -> GroupedGemm:
     """The shared :class:`GroupedGemm` of one build configuration. Raises ValueError for a BN not in
     :data:`BNS`, a major not in :data:`B_MAJORS`, a cluster not in :data:`CLUSTERS`, a K-grouped
     build with a K-major b or a bias, or a ``ring`` other than :data:`C_RING` and the tile's BN / 64
@@ -975,7 +982,8 @@ def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias
     masked) or with a bias, or with a pair of CTAs along M (:data:`PAIR_RING_HANG`), or a ``swiglu`` build (the fused gated MLP) other than BN 256, a K-major weight,
     grouped along M contiguously, one CTA, no bias, the inputs' dtype out, or a ``tail`` (the stream-K tail)
     on a build not grouped along M contiguously (along K, the masked layout, the fused gated MLP) or with a
-    bias at BN 256 on one CTA (it spilled)."""
+    bias at BN 256 on one CTA (it spilled). ``stages``: a measuring build's stage count (2 up to what fits;
+    None: what fits), never a route's; ValueError outside that range."""
     if bn not in BNS:
         raise ValueError(f"bn = {bn}: the grouped kernel is built with BN in {BNS}")
     if b_major not in B_MAJORS:
@@ -1005,8 +1013,19 @@ def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias
                          "masked layout, not the fused gated MLP)")
     if tail and bias and bn == 256 and cluster == 1:
         raise ValueError("tail=True with a bias at BN 256 on one CTA: not built (it spilled; the pair's build has none)")
-    return _grouped_gemm(bn, b_major, bool(out_fp32), bool(bias), bool(k_grouped), bool(masked), int(cluster), int(ring),
-                         bool(swiglu), tail)
+    kernel = _grouped_gemm(bn, b_major, bool(out_fp32), bool(bias), bool(k_grouped), bool(masked), int(cluster),
+                           int(ring), bool(swiglu), tail)
+    if stages is None:
+        return kernel
+    fit = kernel.ring_stages()
+    if type(stages) is not int or not 2 <= stages <= fit:
+        raise ValueError(f"stages = {stages!r}: 2 to {fit} (what fits beside this build's output ring)")
+    return kernel if stages == fit else _capped(kernel, stages)
+
+
+@functools.lru_cache(maxsize=None)
+def _capped(kernel: GroupedGemm, stages: int) -> GroupedGemm:
+    return replace(kernel, stage_cap=stages, _plans=OrderedDict(), _maps=OrderedDict())
 
 
 @functools.lru_cache(maxsize=None)
