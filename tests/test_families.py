@@ -86,7 +86,9 @@ def test_every_config_maps_back_to_its_build_and_others_are_refused():
         k = Fp8Kernel(mode, a, b, out, bias, bn)
         assert fp8_kernel_for(k.config()) == k and k.config().defines() == k.defines()
     g = grouped_gemm(128).config("bf16")
-    for bad in (dataclasses.replace(g, stages=2), dataclasses.replace(g, grouping=GROUP_K),
+    # fewer stages than fit: the measuring build with that cap (grouped_gemm(stages=)); more: none
+    assert grouped_kernel_for(dataclasses.replace(g, stages=2)) is grouped_gemm(128, stages=2)
+    for bad in (dataclasses.replace(g, stages=g.stages + 1), dataclasses.replace(g, grouping=GROUP_K),
                 dataclasses.replace(g, family="sm90_fp8_gemm")):
         with pytest.raises(ValueError, match="no such configuration|given to"):
             grouped_kernel_for(bad)
