@@ -236,17 +236,13 @@ def choose_cluster(k: int, b_major: str, grouping: str = GROUP_M) -> tuple[int, 
                f"cluster 1's speed at K = 2048-14336 (Mixtral-8x7B, Qwen3-30B-A3B gate+up, {CLUSTER_EVIDENCE})")
 
 
-#: The run behind choose_tail (None: not yet measured on a GPU).
-TAIL_EVIDENCE: str | None = None
-
-
-def choose_tail(grouping: str, swiglu: bool = False) -> tuple[bool, str]:
+def choose_tail(grouping: str) -> tuple[bool, str]:
     """Whether a public call takes the stream-K tail build (:attr:`GroupedGemm.tail`), and why. Raises
     ValueError for a grouping this family does not know."""
     if grouping not in GROUPINGS:
         raise ValueError(f"grouping = {grouping!r}: one of {GROUPINGS}")
-    if grouping != GROUP_M or swiglu:
-        return False, "the stream-K tail is built grouped along M contiguously, not fused"
+    if grouping != GROUP_M:
+        return False, "the stream-K tail is built grouped along M contiguously"
     return False, ("the stream-K tail build is not measured against the whole-unit build (its one GPU run, on an H100, "
                    "hung on the pair's build; the cause, a warp shuffle in the producer's one thread, is fixed and not "
                    "yet re-run: docs/grouped.md): not taken by default")
@@ -1038,4 +1034,4 @@ def _grouped_gemm(bn: int, b_major: str, out_fp32: bool, bias: bool, k_grouped: 
 
 __all__ = ["BM", "BK", "BNS", "B_MAJORS", "C_RING", "CLUSTERS", "PAIR_RING_HANG", "RINGS", "CLUSTER_EVIDENCE", "CLUSTER_EVIDENCE_GRAD_W", "CLUSTER_MIN_K",
            "FAMILY", "GRAD_W_BN", "GRAD_W_BN_EVIDENCE", "choose_cluster", "GROUPED_GEMM", "GROUP_TABLE_BYTES", "KERNEL_NAME", "MAX_GROUPS",
-           "SOURCE", "STORES", "STORE_DEFAULT", "TAIL_EVIDENCE", "TAIL_MIN_IDLE", "choose_tail", "tail_workspace", "GroupedGemm", "GroupedPlan", "Sm90GroupedGemm", "grouped_gemm", "grad_w_bn", "kernel_for", "out_map", "store_rule", "weight_map"]
+           "SOURCE", "STORES", "STORE_DEFAULT", "TAIL_MIN_IDLE", "choose_tail", "tail_workspace", "GroupedGemm", "GroupedPlan", "Sm90GroupedGemm", "grouped_gemm", "grad_w_bn", "kernel_for", "out_map", "store_rule", "weight_map"]

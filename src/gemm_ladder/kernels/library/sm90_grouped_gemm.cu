@@ -318,25 +318,25 @@ __device__ __forceinline__ void pack_fragment_with_bias(uint32_t (&packed)[BN / 
   }
 }
 
+// Group `group`'s bias at columns c and c + 1 added to a pair, columns >= N adding nothing (the register
+// store's per-pair bias: the stream-K tail's store adds it the same way, so both round alike).
+__device__ __forceinline__ void add_bias_pair(float& x0, float& x1, const elem_t* __restrict__ bias, int group, int c,
+                                              int N) {
+  const elem_t* b = bias + static_cast<long long>(group) * N;
+  if (c < N) x0 += static_cast<float>(b[c]);
+  if (c + 1 < N) x1 += static_cast<float>(b[c + 1]);
+}
+
 // One pair of a reduced stream-K slice (columns col, col + 1 of `row`) into C, as the register store
-// writes a pair (register_store.cuh): not past the group's rows or N, one 2-element store where aligned,
-// plus the group's bias row (kBias), added as the register store's pair_op adds it.
+// writes a pair (register_store.cuh store_out_pair_masked): not past the group's rows or N, plus the
+// group's bias row (kBias).
 template <bool kBias, typename OutT>
 __device__ __forceinline__ void store_tail_pair(OutT* __restrict__ C, long long ldc, const GroupedTile& t, int row,
                                                 int col, float x0, float x1, int N, const elem_t* __restrict__ bias) {
   if (row >= t.row_end) return;
-  if constexpr (kBias) {
-    const elem_t* b = bias + static_cast<long long>(t.group) * N;
-    if (col < N) x0 += static_cast<float>(b[col]);
-    if (col + 1 < N) x1 += static_cast<float>(b[col + 1]);
-  }
-  OutT* const p = C + static_cast<long long>(row) * ldc + col;
-  if (col + 1 < N && reinterpret_cast<uintptr_t>(p) % (2 * sizeof(OutT)) == 0) {
-    store_out_pair(p, x0, x1);
-  } else {
-    if (col < N) store_out(p, x0);
-    if (col + 1 < N) store_out(p + 1, x1);
-  }
+  if constexpr (kBias) add_bias_pair(x0, x1, bias, t.group, col, N);
+  OutT* const line = C + static_cast<long long>(row) * ldc;
+  store_out_pair_masked(line, col, N, reinterpret_cast<uintptr_t>(line + col) % (2 * sizeof(OutT)) == 0, x0, x1);
 }
 
 // The kernel. Grouped along M (kContiguous, kMasked): map_a x (total_rows, K) K-major, box (BK, BM);
@@ -525,9 +525,6 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
         for (int p = 0; p < kEarlyPanels; ++p) store_held(p);
       }
     };
-    // Grouped along M: store this consumer's slice of `unit`'s finished tile d (nothing when the unit has
-    // no tile for this rank): the fused gated MLP's product, by TMA when all 64 rows are the group's, else
-    // from registers with the rows masked at the group's end; the bias row added either way.
     // This consumer's slice of unit u's tile from registers, rows masked at the group's end, plus the bias row.
     auto store_registers = [&](float (&d)[BN / 2], const GroupedUnit& u) {
       if constexpr (!kAlongK && !Cfg::kSwiglu) {
@@ -535,14 +532,13 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
         if (u.mine)
           store_fragment_from_registers<BN, !kTmaStore>(C, ldc, d, t.row0 + 64 * consumer, t.tn * BN, t.row_end, N,
                                                         [&](float& x0, float& x1, int, int c) {
-                                                          if constexpr (Cfg::kBias) {
-                                                            const elem_t* b = bias + static_cast<long long>(t.group) * N;
-                                                            if (c < N) x0 += static_cast<float>(b[c]);
-                                                            if (c + 1 < N) x1 += static_cast<float>(b[c + 1]);
-                                                          }
+                                                          if constexpr (Cfg::kBias) add_bias_pair(x0, x1, bias, t.group, c, N);
                                                         });
       }
     };
+    // Grouped along M: store this consumer's slice of `unit`'s finished tile d (nothing when the unit has
+    // no tile for this rank): the fused gated MLP's product, by TMA when all 64 rows are the group's, else
+    // from registers with the rows masked at the group's end; the bias row added either way.
     auto store_along_m = [&](float (&d)[BN / 2], int unit) {
       if constexpr (!kAlongK) {
         const GroupedUnit u = sched.template unit<kCluster>(unit, rank);

@@ -35,6 +35,19 @@ __device__ __forceinline__ void store_out_pair(float* p, float x0, float x1) {
 __device__ __forceinline__ void store_out(elem_t* p, float x) { *p = to_elem(x); }
 __device__ __forceinline__ void store_out(float* p, float x) { *p = x; }
 
+// Columns (col, col + 1) of a row whose element c is line[c], columns >= cols not written: one store of the
+// pair where `aligned` (the row's even columns are 2-element aligned) and both are inside, else each
+// element alone.
+template <typename OutT>
+__device__ __forceinline__ void store_out_pair_masked(OutT* line, int col, int cols, bool aligned, float x0, float x1) {
+  if (aligned && col + 1 < cols) {
+    store_out_pair(line + col, x0, x1);
+  } else {
+    if (col < cols) store_out(line + col, x0);
+    if (col + 1 < cols) store_out(line + col + 1, x1);
+  }
+}
+
 // Store a consumer's 64 x BN fragment `d` at rows row0.., columns col0.. of a rows x cols output whose
 // element (r, c) is C[r * ldc + c] (64-bit: the output may span more than 2^31 elements). Rows >= rows
 // and columns >= cols are not written. `pair_op(x0, x1, r, c)` runs on each pair first (a fused
@@ -60,12 +73,7 @@ __device__ __forceinline__ void store_fragment_from_registers(OutT* __restrict__
         const int col = c0 + 8 * j;
         float x0 = d[4 * j + 2 * i], x1 = d[4 * j + 2 * i + 1];
         pair_op(x0, x1, row, col);
-        if (aligned && col + 1 < cols) {
-          store_out_pair(line + col, x0, x1);
-        } else {
-          if (col < cols) store_out(line + col, x0);
-          if (col + 1 < cols) store_out(line + col + 1, x1);
-        }
+        store_out_pair_masked(line, col, cols, aligned, x0, x1);
       }
     }
     return;
