@@ -8,6 +8,8 @@ Per MLP shape (N x K: w_gate and w_up (N, K)) and M, timed interleaved on the sa
 
 * ``pair``     dispatch/swiglu_small_m.run: x @ w_up^T into float32, then x @ w_gate^T with
                silu(gate) * up in its epilogue (the small-M route, two launches);
+* ``one_launch`` dispatch/swiglu_small_m.run with ONE_LAUNCH on: both products in one launch of the small-M
+               kernel's gated build (library/swiglu_small_m.py), silu(gate) * up in registers;
 * ``pair_route`` the same two launches on the dispatcher's own route for each GEMM
                (swiglu_small_m.PAIR_ROUTE = "route": the general kernel's 64- and 128-row builds among the
                candidates, as ``linear`` would take them);
@@ -100,11 +102,13 @@ def main(argv: list[str] | None = None) -> int:
             wu = (torch.randn((n, k), generator=gen, device="cuda") / math.sqrt(k)).to(dt)
             views = [operand_view(t, k_dim=1) for t in (x, wg, wu)]
 
-            def pair(a_, b_):
+            def run_small_m(a_, b_):
                 out = torch.empty((m, n), dtype=dt, device="cuda")
                 swiglu_small_m.run(x, wg, wu, out)
                 return out
 
+            pair = with_setting(swiglu_small_m, "ONE_LAUNCH", False, run_small_m)
+            one_launch = with_setting(swiglu_small_m, "ONE_LAUNCH", True, run_small_m)
             pair_route = with_setting(swiglu_small_m, "PAIR_ROUTE", "route", pair)
 
             def fused(a_, b_, split="tail"):
@@ -117,13 +121,14 @@ def main(argv: list[str] | None = None) -> int:
             x64 = x.double()
             ref = F.silu(x64 @ wg.double().T) * (x64 @ wu.double().T)
             bound = error_bound(_rel_err(eager(x, wg, wu), ref), args.dtype)
-            errs = {"pair": _rel_err(pair(0, 0), ref), "pair_route": _rel_err(pair_route(0, 0), ref),
+            errs = {"pair": _rel_err(pair(0, 0), ref), "one_launch": _rel_err(one_launch(0, 0), ref),
+                    "pair_route": _rel_err(pair_route(0, 0), ref),
                     "fused": _rel_err(fused(0, 0), ref),
                     **{f"fused_{sp}": _rel_err(fused(0, 0, sp), ref) for sp in splits}}
             row = {"shape": name, "m": m, "n": n, "k": k, "dtype": args.dtype, "bound": bound,
                    **{f"{p}_rel_err": e for p, e in errs.items()}, "ok": all(e <= bound for e in errs.values())}
             if row["ok"]:
-                fns = {"pair": pair, "pair_route": pair_route, "fused": fused, "eager": lambda a_, b_: eager(x, wg, wu),
+                fns = {"pair": pair, "one_launch": one_launch, "pair_route": pair_route, "fused": fused, "eager": lambda a_, b_: eager(x, wg, wu),
                        **{f"fused_{sp}": (lambda a_, b_, sp=sp: fused(a_, b_, sp)) for sp in splits}}
                 if compiled is not None:
                     compiled(x, wg, wu)
@@ -135,17 +140,20 @@ def main(argv: list[str] | None = None) -> int:
                     if f"{f}_us" in row:
                         row[f"pair_vs_{f}"] = row[f"{f}_us"] / row["pair_us"]
                         row[f"pair_route_vs_{f}"] = row[f"{f}_us"] / row["pair_route_us"]
+                        row[f"one_launch_vs_{f}"] = row[f"{f}_us"] / row["one_launch_us"]
+                row["one_launch_vs_pair"] = row["pair_us"] / row["one_launch_us"]
                 row["fused_vs_eager"] = row["eager_us"] / row["fused_us"]
             rows.append(row)
             if row["ok"]:
                 extra = f", compiled {row['compiled_us']:.1f}" if "compiled_us" in row else ""
-                print(f"{name} M={m:>3}: pair {row['pair_us']:.1f} us, pair_route {row['pair_route_us']:.1f}, fused "
+                print(f"{name} M={m:>3}: pair {row['pair_us']:.1f} us, one_launch {row['one_launch_us']:.1f} "
+                      f"({row['one_launch_vs_pair']:.3f}x the pair, {row['one_launch_vs_eager']:.3f}x eager), pair_route {row['pair_route_us']:.1f}, fused "
                       f"{row['fused_us']:.1f}, eager {row['eager_us']:.1f}{extra}; pair vs fused "
                       f"{row['pair_vs_fused']:.3f}x, vs eager {row['pair_vs_eager']:.3f}x; pair_route vs eager "
                       f"{row['pair_route_vs_eager']:.3f}x"
                       + "".join(f"; fused_{sp} {row[f'fused_{sp}_us']:.1f}" for sp in splits), flush=True)
             else:
-                print(f"{name} M={m:>3}: WRONG (pair {errs['pair']:.2e}, pair_route {errs['pair_route']:.2e}, fused "
+                print(f"{name} M={m:>3}: WRONG (pair {errs['pair']:.2e}, one_launch {errs['one_launch']:.2e}, pair_route {errs['pair_route']:.2e}, fused "
                       f"{errs['fused']:.2e}, bound {bound:.2e})", flush=True)
     th = threshold(rows)
     shipped = swiglu_small_m.small_m_max(torch.cuda.get_device_name())

@@ -31,6 +31,7 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "sm90_gemm": ("gemm_ladder.library.gemm", "GEMM"),
     "sm90_gemm_small_m": ("gemm_ladder.library.small_m", "SMALL_M"),
     "sm90_swiglu": ("gemm_ladder.library.swiglu", "SWIGLU"),
+    "sm90_swiglu_small_m": ("gemm_ladder.library.swiglu_small_m", "SWIGLU_SMALL_M"),
     "sm90_grouped_gemm": ("gemm_ladder.library.grouped", "GROUPED_GEMM"),
     "sm90_fp8_gemm": ("gemm_ladder.library.fp8", "FP8_GEMM"),
 }

@@ -18,6 +18,11 @@ is the fused kernel's: silu(g) * u in fp32 from two fp32 accumulators, one round
 fp32, never rounded to the input dtype). Both launches are deterministic (the small-M kernel's split-K
 reduction is in a fixed order), so the result is bitwise repeatable.
 
+With :data:`ONE_LAUNCH` on, the two products run in one launch instead: the small-M kernel's gated build
+(library/swiglu_small_m.py), whose stages hold both weights' rows of the same output columns, so gate and up
+meet in registers and nothing goes through a float32 buffer; it takes the bucket the small-M table gives
+the plain GEMM, capped at its largest (:func:`one_launch_bn`).
+
 Which route the two GEMMs take is :data:`PAIR_ROUTE`: "small_m", the small-M kernel in the table's tile
 counts (the shipped choice), or "route", the dispatcher's own route for each GEMM as ``linear`` would take it
 (the general kernel's 64- and 128-row builds among its candidates; a measuring switch, bench/swiglu_small_m.py
@@ -73,6 +78,11 @@ FUSED_FILL_MIN_M = 64
 PAIR_ROUTES = ("small_m", "route")
 PAIR_ROUTE = os.environ.get("GL_SWIGLU_PAIR_ROUTE", "small_m")
 
+#: Whether the small-M path runs as one launch of the small-M kernel's gated build (library/swiglu_small_m.py)
+#: instead of the pair of GEMMs. GL_SWIGLU_SMALL_M_ONE_LAUNCH ("1" or "0") in the environment at import, else
+#: off; a benchmark sets the attribute to time both (bench/swiglu_small_m.py).
+ONE_LAUNCH = os.environ.get("GL_SWIGLU_SMALL_M_ONE_LAUNCH", "0") == "1"
+
 #: The second GEMM's epilogue: ``silu(gate) * up`` in fp32, ``up`` the first GEMM's float32 output.
 GATED = Epilogue("gl::act_silu(acc) * up", lambda acc, up: F.silu(acc) * up, {"up": "tile"},
                  name="swiglu_small_m:silu(gate)*up")
@@ -123,6 +133,33 @@ def reason(m: int, n: int = 1, clusters: int = ASSUMED_DEVICE.clusters, max_m: i
             "two GEMMs on the small-M route, up into float32, then gate with silu(gate) * up fused in its epilogue")
 
 
+def one_launch_bn(m: int, n: int, k: int) -> int:
+    """The gated build's bucket for (M, N, K): the small-M table's bucket for the plain GEMM (the pair's own
+    tile count, dispatch.tiles_rule_small_m_only), or the gated build's largest where the table's is wider
+    (M in ceil(M / BN) tiles). Raises ValueError for M outside 1..256."""
+    from gemm_ladder.dispatch import tiles_rule_small_m_only
+    from gemm_ladder.library.swiglu_small_m import BUCKETS
+
+    bn = tiles_rule_small_m_only().choose(m, n, k).bn
+    return bn if bn in BUCKETS else BUCKETS[-1]
+
+
+def _one_launch(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out2: torch.Tensor):
+    """(the gated build's kernel, its operand views) when :data:`ONE_LAUNCH` is on and the build takes the call,
+    else None."""
+    if not ONE_LAUNCH:
+        return None
+    from gemm_ladder.library.operand import operand_view
+    from gemm_ladder.library.swiglu_small_m import swiglu_small_m_kernel
+
+    m, k = x2.shape
+    kernel = swiglu_small_m_kernel(one_launch_bn(m, w_gate.shape[0], k))
+    views = [operand_view(t, k_dim=1) for t in (x2, w_gate, w_up)]
+    if None in views or kernel.supports(*views, out2) is not None:
+        return None
+    return kernel, views
+
+
 def _routes(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, up: torch.Tensor, out2: torch.Tensor):
     """The two products' routes: with :data:`PAIR_ROUTE` "small_m", on the small-M kernel in the table's tile
     counts (never its general answers, timed for plain GEMMs: dispatch.tiles_rule_small_m_only); with
@@ -136,13 +173,19 @@ def _routes(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, up: torc
 
 
 def run(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out2: torch.Tensor) -> None:
-    """``out2 (M, N) = silu(x2 @ w_gate^T) * (x2 @ w_up^T)`` by two launches (see the module docstring).
+    """``out2 (M, N) = silu(x2 @ w_gate^T) * (x2 @ w_up^T)`` by two launches, or by one of the gated build with
+    :data:`ONE_LAUNCH` on (see the module docstring).
 
     x2 (M, K), w_gate and w_up (N, K), out2 (M, N) contiguous, one dtype (bf16/fp16), one CUDA device,
     already checked by the caller (api.swiglu_direct: validate.check_swiglu, check_swiglu_layout).
     Raises what dispatch.decide raises when no kernel computes a step (OutsideDomainError)."""
     from gemm_ladder.dispatch.execute import run as run_route
 
+    one = _one_launch(x2, w_gate, w_up, out2)
+    if one is not None:
+        kernel, views = one
+        kernel.launch(*views, out2)
+        return
     m, n = out2.shape
     up = torch.empty((m, n), dtype=torch.float32, device=out2.device)
     route_up, route_gate = _routes(x2, w_gate, w_up, up, out2)
@@ -164,6 +207,8 @@ def explain(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
     from gemm_ladder.dispatch.explain import explain_route
     from gemm_ladder.dispatch.route import device_facts
     from gemm_ladder.dispatch.validate import MmShape, check_domain, check_swiglu, check_swiglu_layout
+    from gemm_ladder.contract import dtype_name
+    from gemm_ladder.library.small_m import small_m_kernel
 
     k, n = check_swiglu(x, w_gate, w_up, device_types=("cuda", "meta"), check_grad=False)
     m = math.prod(x.shape[:-1])
@@ -183,8 +228,23 @@ def explain(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
         out["launches"] = [f"sm90_swiglu ({m} x {n} x {k}): one kernel, x read once for both products"]
         return out
     x2 = x.reshape(m, k)
-    up = torch.empty((m, n), dtype=torch.float32, device=x.device)
     out2 = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    one = _one_launch(x2, w_gate, w_up, out2)
+    if one is not None:
+        from gemm_ladder.library.swiglu_small_m import SWIGLU_SMALL_M
+
+        kernel = one[0]
+        config = kernel.config(dtype_name(x.dtype))
+        tiles = math.ceil(m / kernel.bn)
+        out["path"] = "small_m_gated"
+        out["reason"] += ("; in one launch (dispatch/swiglu_small_m.ONE_LAUNCH): the small-M kernel's gated build, "
+                          "both weights' rows of the same output columns in each stage, silu(gate) * up in registers")
+        out["launches"].append({"step": "out = silu(x @ w_gate^T) * (x @ w_up^T)", "kind": "small_m_gated",
+                                "kernel": SWIGLU_SMALL_M.describe(config), "m_tiles": tiles,
+                                "split": small_m_kernel(kernel.bn).split_text(),
+                                "launches": [f"{config.family} ({m} x {n} x {k}): BN {kernel.bn}, {tiles} M tile(s)"]})
+        return out
+    up = torch.empty((m, n), dtype=torch.float32, device=x.device)
     routes = _routes(x2, w_gate, w_up, up, out2)
     for what, route, out_dtype in (("up = x @ w_up^T into float32", routes[0], torch.float32),
                                    (f"out = silu(x @ w_gate^T) * up, epilogue {GATED.name!r}", routes[1], x.dtype)):
@@ -195,5 +255,6 @@ def explain(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
     return out
 
 
-__all__ = ["FUSED_FILL_MIN_M", "FUSED_MIN_WAVE_FILL", "GATED", "PAIR_ROUTE", "PAIR_ROUTES", "SMALL_M_MAX",
-           "SMALL_M_MAX_BY_DEVICE", "explain", "fused_wave_fill", "reason", "run", "small_m_max", "takes"]
+__all__ = ["FUSED_FILL_MIN_M", "FUSED_MIN_WAVE_FILL", "GATED", "ONE_LAUNCH", "PAIR_ROUTE", "PAIR_ROUTES",
+           "SMALL_M_MAX", "SMALL_M_MAX_BY_DEVICE", "explain", "fused_wave_fill", "one_launch_bn", "reason", "run",
+           "small_m_max", "takes"]

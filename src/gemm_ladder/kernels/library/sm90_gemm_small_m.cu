@@ -35,10 +35,20 @@
 // is the one place that reads the build's -D constants (the plan's, design/plan.py kernel_defines, and
 // library/small_m.py's) and defines the extern "C" entry point the loader finds by name.
 //
+// The gated build (GL_SWIGLU; library/swiglu_small_m.py): out = silu(x w_gate^T) * (x w_up^T), the gated
+// MLP at small M in one launch. A unit is 128 output columns (N), as in the plain build, but its A stage
+// holds 256 weight rows: rows [0, 128) from w_gate and [128, 256) from w_up, the same 128 output columns
+// of each (two TMA loads from two maps, K-major). Consumer c multiplies its 64 gate rows and its 64 up rows
+// by the same x tile into two fragments, so gate and up of each output meet in one thread's registers;
+// the split-K partials carry both fragments under the one arrival counter of the unit and consumer, so
+// the last contributor holds both sums and stores silu(gate) * up, rounded once. The two fragments take
+// BN accumulators per thread: BN <= 128.
+//
 // GL_TIMELINE (a measuring build, never shipped: bench/small_m_timeline.py) stamps the points of
 // TimelineSlot per CTA (timeline.cuh); without it the stamps compile to nothing.
 #include "gemm_ladder/fragment_partials.cuh"
 #include "gemm_ladder/fused_epilogue_pair.cuh"
+#include "gemm_ladder/gated_epilogue.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
 #include "gemm_ladder/ptx/wgmma.cuh"
 #include "gemm_ladder/stage_ring.cuh"
@@ -83,8 +93,13 @@ enum TimelineSlot {
 // plan's stages). An experiment's build (bench/small_m_timeline.py), not the dispatcher's.
 template <class Cfg>
 __host__ __device__ constexpr bool config_ok() {
-  static_assert(Cfg::kProducerWarpgroups == 1 && Cfg::kCluster == 1 && Cfg::BM == 64 * Cfg::kConsumers,
-                "small M: a producer warpgroup and consumers of 64 weight rows each, no cluster");
+  static_assert(Cfg::kProducerWarpgroups == 1 && Cfg::kCluster == 1 &&
+                    Cfg::BM == (Cfg::kSwiglu ? 128 : 64) * Cfg::kConsumers,
+                "small M: a producer warpgroup and consumers of 64 weight rows each (the gated build: 64 of each "
+                "weight), no cluster");
+  static_assert(!Cfg::kSwiglu || (Cfg::BN <= 128 && !Cfg::kAMnMajor && std::is_same<typename Cfg::Out, elem_t>::value),
+                "the gated build: two fragments of BN / 2 accumulators (BN <= 128), K-major weights, C in the "
+                "inputs' dtype");
   static_assert(Cfg::kCPanels == 0, "small M: the plan must store C from registers (c_from_registers)");
   static_assert(Cfg::kCtasPerSm == 1 || (Cfg::kCtasPerSm == 2 && Cfg::BN <= 64), "two CTAs per SM: BN <= 64");
   static_assert(std::is_same<typename Cfg::Out, float>::value || std::is_same<typename Cfg::Out, elem_t>::value,
@@ -135,9 +150,11 @@ __device__ __forceinline__ void store_transposed(OutT* __restrict__ C, long long
 
 // K tiles [kb, ke) of one unit into d, from ring position `pos` on: stage k goes back to the
 // producer once the wgmma of k + 1 is issued (wait_group 1), the last one once all have completed.
-template <class Cfg>
-__device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[Cfg::BN / 2], int consumer, int kb,
-                                                int ke, RingPosition& pos, bool elected) {
+// kFrags fragments: 1, or the gated build's 2 (d[0] from the stage's gate rows, d[1] from its up rows
+// 128 further on), both in one commit group.
+template <class Cfg, int kFrags>
+__device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[kFrags][Cfg::BN / 2], int consumer,
+                                                int kb, int ke, RingPosition& pos, bool elected) {
   const int a_row0 = warp_uniform(consumer) * 64;  // this consumer's first A row, uniform (ptx/common.cuh)
   for (int kt = kb; kt < ke; ++kt, pos.advance()) {
     const int s = pos.stage();
@@ -146,30 +163,53 @@ __device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[
     wgmma_fence();
     // A consumer's 64 weight rows start 64 x BK elements into the tile in either major (K-major: 64
     // rows of BK; MN-major: the tile's second 64-row box).
-    mma_k_tile<Cfg::BN, Cfg::kAMnMajor, Cfg::kBMnMajor>(d, smem.a(s) + a_row0 * Cfg::BK, smem.b(s), kt > kb);
+#pragma unroll
+    for (int f = 0; f < kFrags; ++f)
+      mma_k_tile<Cfg::BN, Cfg::kAMnMajor, Cfg::kBMnMajor>(d[f], smem.a(s) + (128 * f + a_row0) * Cfg::BK, smem.b(s),
+                                                          kt > kb);
     wgmma_commit();
     wgmma_wait<1>();
     if (kt > kb && elected) consumer_release(smem, pos.previous_stage());
   }
   wgmma_wait<0>();
-  fence_accumulators(d);
+#pragma unroll
+  for (int f = 0; f < kFrags; ++f) fence_accumulators(d[f]);
   if (elected) consumer_release(smem, pos.previous_stage());
+}
+
+// The gated build's producer: K tiles [kb, ke) of N tile tn (128 output columns) and M tile tm, each
+// stage's A rows [0, 128) from w_gate and [128, 256) from w_up (both K-major, rows 128 tn..), its B x's.
+__device__ __forceinline__ void produce_gated_k_range(const SmemMap& smem, const CUtensorMap* map_gate,
+                                                      const CUtensorMap* map_up, const CUtensorMap* map_x, int tn,
+                                                      int tm, int kb, int ke, RingPosition& pos) {
+  for (int kt = kb; kt < ke; ++kt, pos.advance()) {
+    const int s = pos.stage();
+    producer_acquire(smem, pos);
+    mbarrier_arrive_expect_tx(smem.full(s), GL_EXPECT_TX_BYTES);  // producer_commit: both weights and x
+    tma_load_2d(smem.a(s), map_gate, smem.full(s), kt * BK, tn * (BM / 2));
+    tma_load_2d(smem.a(s) + (BM / 2) * BK, map_up, smem.full(s), kt * BK, tn * (BM / 2));
+    tma_load_operand<B_MN_MAJOR, BN>(smem.b(s), map_x, smem.full(s), kt, tm * BN);
+  }
 }
 
 // map_w: B = w (N, K), the plan's a map (K-major box (BK, BM), or MN-major boxes of 64 rows x BK);
 // map_x: A = x (M, K), the plan's b map (box (BK, BN), or MN-major boxes of 64 rows x BK).
 // C: element (m, n) at C[m * ldc_m + n * ldc_n]. partials / counters: the workspace, null when no unit
 // has two contributors (max_contributors == 1); the counters (one per unit and consumer) are zero.
-// epi: the epilogue (NoEpilogue or FusedEpilogue).
+// epi: the epilogue (NoEpilogue or FusedEpilogue). map_up: the gated build's w_up (its map_w is w_gate);
+// null otherwise.
 template <class Cfg, class Epi>
 __device__ __forceinline__ void sm90_gemm_small_m(const CUtensorMap& map_w, const CUtensorMap& map_x,
                                                   typename Cfg::Out* __restrict__ C, long long ldc_m, long long ldc_n,
                                                   int M, int N, int K, int max_contributors,
                                                   float* __restrict__ partials, int* __restrict__ counters,
-                                                  const Epi& epi) {
+                                                  const Epi& epi, const CUtensorMap* map_up) {
   static_assert(config_ok<Cfg>());
-  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
-  constexpr int kAcc = BN / 2;  // fp32 accumulators per consumer thread: one 64 x BN fragment
+  static_assert(!Cfg::kSwiglu || !Epi::kFused, "the gated build's epilogue is its own: silu(gate) * up");
+  constexpr int BN = Cfg::BN, BK = Cfg::BK;
+  constexpr int kFrags = Cfg::kSwiglu ? 2 : 1;  // fragments per consumer: gate and up in the gated build
+  constexpr int kUnitRows = Cfg::BM / kFrags;   // output columns (N) per unit: 128
+  constexpr int kAcc = BN / 2;  // fp32 accumulators per consumer thread and fragment: one 64 x BN fragment
   constexpr int kProducerRegs = 40;
   constexpr int kConsumerRegs = Cfg::kCtasPerSm == 1 ? 232 : 96;  // the pool split (config_ok's note)
   constexpr int kFirstReduceBarrier = 2;  // named barrier 2 + c: consumer c's 128 threads (0 is __syncthreads)
@@ -183,9 +223,10 @@ __device__ __forceinline__ void sm90_gemm_small_m(const CUtensorMap& map_w, cons
   // The launch keeps gridDim.x <= the iterations (every CTA's range non-empty, which the contributor
   // count assumes) and (gridDim.x + 1) x iterations below 2^31 (StreamKTail's 32-bit arithmetic).
   // Each role builds it after its setmaxnreg: a value live across that point is spilled.
-  auto split = [&] { return StreamKTail(0, (N + BM - 1) / BM * m_tiles, (K + BK - 1) / BK, gridDim.x); };
+  auto split = [&] { return StreamKTail(0, (N + kUnitRows - 1) / kUnitRows * m_tiles, (K + BK - 1) / BK, gridDim.x); };
 
-  if (threadIdx.x == 0) init_ring(smem, &map_w, &map_x, &map_x);  // no output map: x's is prefetched twice
+  // No output map: the third prefetched is w_up's (the gated build), else x's again.
+  if (threadIdx.x == 0) init_ring(smem, &map_w, &map_x, Cfg::kSwiglu ? map_up : &map_x);
   __syncthreads();
   GL_TIMELINE_STAMP(threadIdx.x == 0, kSetup);
 
@@ -199,7 +240,10 @@ __device__ __forceinline__ void sm90_gemm_small_m(const CUtensorMap& map_w, cons
       for (int it = first; it < end;) {
         const StreamKTail::Segment seg = work.segment(blockIdx.x, it, end);
         // The ring's A is the weight (its N tile), its B is x (its M tile).
-        produce_k_range(smem, &map_w, &map_x, seg.unit / m_tiles, seg.unit % m_tiles, seg.kb, seg.ke, 0, pos);
+        if constexpr (Cfg::kSwiglu)
+          produce_gated_k_range(smem, &map_w, map_up, &map_x, seg.unit / m_tiles, seg.unit % m_tiles, seg.kb, seg.ke, pos);
+        else
+          produce_k_range(smem, &map_w, &map_x, seg.unit / m_tiles, seg.unit % m_tiles, seg.kb, seg.ke, 0, pos);
         it = seg.next;
       }
       GL_TIMELINE_STAMP(true, kLastLoad);
@@ -217,24 +261,32 @@ __device__ __forceinline__ void sm90_gemm_small_m(const CUtensorMap& map_w, cons
     for (int it = first; it < end;) {
       const StreamKTail::Segment seg = work.segment(blockIdx.x, it, end);
       it = seg.next;
-      float d[kAcc];
-      consume_k_range<Cfg>(smem, d, consumer, seg.kb, seg.ke, pos, elected);
+      float d[kFrags][kAcc];
+      consume_k_range<Cfg, kFrags>(smem, d, consumer, seg.kb, seg.ke, pos, elected);
       GL_TIMELINE_STAMP(consumer == 0 && elected, kLoopEnd);
       GL_TIMELINE_COUNT(consumer == 0 && elected, kSegments);
       if (seg.contributors > 1) {
+        // A slot's fragments: d[0]'s max_contributors partials, then (gated) d[1]'s, under one counter.
         const int slot = seg.unit * Cfg::kConsumers + consumer;
-        const FragmentPartials<kAcc> slots{partials + static_cast<size_t>(slot) * max_contributors *
-                                                          FragmentPartials<kAcc>::kFloats};
-        const bool last = hand_in_fragment(slots, counters + slot, seg.mine, seg.contributors, d, bar, elected);
+        float* const base = partials + static_cast<size_t>(slot) * kFrags * max_contributors * FragmentPartials<kAcc>::kFloats;
+        const FragmentPartials<kAcc> slots{base};
+        const FragmentPartials<kAcc> up_slots{base + static_cast<size_t>(max_contributors) * FragmentPartials<kAcc>::kFloats};
+        if constexpr (kFrags == 2) up_slots.store(seg.mine, d[1]);  // ordered before the count by hand_in's fence
+        const bool last = hand_in_fragment(slots, counters + slot, seg.mine, seg.contributors, d[0], bar, elected);
         GL_TIMELINE_STAMP(consumer == 0 && elected, kHandIn);
         GL_TIMELINE_COUNT(consumer == 0 && elected, kHandIns);
         if (!last) continue;  // another contributor finishes this unit
-        slots.reduce(seg.contributors, d);
+        slots.reduce(seg.contributors, d[0]);
+        if constexpr (kFrags == 2) up_slots.reduce(seg.contributors, d[1]);
         GL_TIMELINE_STAMP(consumer == 0 && elected, kReduceEnd);
         GL_TIMELINE_COUNT(consumer == 0 && elected, kReductions);
       }
+      if constexpr (kFrags == 2) {  // silu(gate) * up in fp32, into d[0]: the same element of both fragments
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) d[0][i] = Silu{}(d[0][i]) * d[1][i];
+      }
       const int tn = seg.unit / m_tiles, tm = seg.unit % m_tiles;
-      store_transposed<BN>(C, ldc_m, ldc_n, d, tn * BM + 64 * consumer, tm * BN, M, N, epi);
+      store_transposed<BN>(C, ldc_m, ldc_n, d[0], tn * kUnitRows + 64 * consumer, tm * BN, M, N, epi);
       GL_TIMELINE_STAMP(consumer == 0 && elected, kStoreEnd);
     }
     GL_TIMELINE_STAMP(elected, consumer == 0 ? kExit0 : kExit1);
@@ -248,12 +300,24 @@ __device__ __forceinline__ void sm90_gemm_small_m(const CUtensorMap& map_w, cons
 #ifndef GL_CTAS_PER_SM
 #define GL_CTAS_PER_SM 1
 #endif
+#ifndef GL_SWIGLU
+#define GL_SWIGLU 0
+#endif
+// The gated build's w_up map: one more argument, after the epilogue's place (a gated build has none).
+#if GL_SWIGLU
+#define GL_SWIGLU_ARG , const __grid_constant__ CUtensorMap map_up
+#define GL_SWIGLU_MAP &map_up
+#else
+#define GL_SWIGLU_ARG
+#define GL_SWIGLU_MAP nullptr
+#endif
 struct BuildConfig {
   static constexpr int BM = GL_BM, BN = GL_BN, BK = GL_BK;
   static constexpr int kCluster = GL_CLUSTER, kConsumers = GL_CONSUMERS, kProducerWarpgroups = GL_PRODUCER_WG;
   static constexpr int kThreads = GL_THREADS, kCtasPerSm = GL_CTAS_PER_SM;
   static constexpr int kAMnMajor = GL_A_MN_MAJOR, kBMnMajor = GL_B_MN_MAJOR;
   static constexpr int kCPanels = GL_C_PANELS;
+  static constexpr bool kSwiglu = GL_SWIGLU;
 #if defined(GL_OUT_FP32)
   using Out = float;
 #else
@@ -266,7 +330,8 @@ struct BuildConfig {
 extern "C" __global__ void __launch_bounds__(BuildConfig::kThreads, BuildConfig::kCtasPerSm)
     sm90_gemm_small_m(const __grid_constant__ CUtensorMap map_w, const __grid_constant__ CUtensorMap map_x,
                       BuildConfig::Out* __restrict__ C, long long ldc_m, long long ldc_n, int M, int N, int K,
-                      int max_contributors, float* __restrict__ partials, int* __restrict__ counters GL_EPILOGUE_ARG) {
+                      int max_contributors, float* __restrict__ partials, int* __restrict__ counters GL_EPILOGUE_ARG
+                          GL_SWIGLU_ARG) {
   sm90_gemm_small_m<BuildConfig>(map_w, map_x, C, ldc_m, ldc_n, M, N, K, max_contributors, partials, counters,
-                                 GL_EPILOGUE_OBJ);
+                                 GL_EPILOGUE_OBJ, GL_SWIGLU_MAP);
 }
