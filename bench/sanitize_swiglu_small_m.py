@@ -6,11 +6,12 @@ kernel, for compute-sanitizer (memcheck, racecheck, synccheck) on the GPU:
 Each case: one bucket, M in one or several tiles, N and K tails, the grid rule's split and classic split-K
 (partials of both fragments reduced by the last contributor) and no split; every result checked against the
 float64 reference (relative error within 2e-2 for bf16). Prints one line per case; exit status 1 on a wrong
-result, 2 without a GPU.
+result, 2 without a GPU (one line, before any work).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import torch
@@ -21,10 +22,11 @@ CASES = [(1, 300, 520, 8, None), (7, 1000, 200, 8, 3), (33, 260, 1000, 16, None)
          (200, 400, 640, 128, None), (128, 1024, 4096, 128, 3)]
 
 
-def main() -> int:
-    if not torch.cuda.is_available():
-        print("bench/sanitize_swiglu_small_m.py: needs a CUDA GPU (it launches the gated small-M build)", file=sys.stderr)
-        return 2
+def main(argv: list[str] | None = None) -> int:
+    from suite import require_gpu
+
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
+    require_gpu(__file__)
     from gemm_ladder.library.operand import operand_view
     from gemm_ladder.library.swiglu_small_m import swiglu_small_m_kernel
 
