@@ -23,7 +23,7 @@ Both library paths are checked against float64 first (gates' bound on the eager 
 Shapes: Llama-3-8B / Mixtral-8x7B expert (14336 x 4096), Qwen2.5-7B (18944 x 3584), Phi-3-mini (8192 x
 3072); M = 1-256 (``--quick``: Llama-3-8B only). ``threshold``: the largest M of the run at and below
 which ``pair`` is faster than ``fused`` on every shape (what dispatch/swiglu_small_m.SMALL_M_MAX should
-be); the JSON (``swiglu_small_m_DTYPE[_quick]``) keeps every time. Exit status 1 on a wrong result.
+be; ``threshold_one_launch`` the same for ``one_launch``); the JSON (``swiglu_small_m_DTYPE[_quick]``) keeps every time. Exit status 1 on a wrong result.
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ def eager(x, wg, wu):
     return F.silu(F.linear(x, wg)) * F.linear(x, wu)
 
 
-def threshold(rows: list[dict]) -> int | None:
-    """The largest M such that at every M' <= M of the run ``pair`` beat ``fused`` on every shape
-    (None: not even at the smallest M)."""
+def threshold(rows: list[dict], path: str = "pair") -> int | None:
+    """The largest M such that at every M' <= M of the run ``path`` ("pair" or "one_launch") beat ``fused`` on
+    every shape (None: not even at the smallest M)."""
     best = None
     for m in sorted({r["m"] for r in rows}):
         at = [r for r in rows if r["m"] == m]
-        if not at or any(not r["ok"] or r["pair_us"] >= r["fused_us"] for r in at):
+        if not at or any(not r["ok"] or r[f"{path}_us"] >= r["fused_us"] for r in at):
             break
         best = m
     return best
@@ -155,11 +155,13 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(f"{name} M={m:>3}: WRONG (pair {errs['pair']:.2e}, one_launch {errs['one_launch']:.2e}, pair_route {errs['pair_route']:.2e}, fused "
                       f"{errs['fused']:.2e}, bound {bound:.2e})", flush=True)
-    th = threshold(rows)
+    th, th_one = threshold(rows), threshold(rows, "one_launch")
     shipped = swiglu_small_m.small_m_max(torch.cuda.get_device_name())
-    print(f"threshold (pair faster than fused at every M <= it, every shape): {th}; "
-          f"shipped for this device: {shipped} (SMALL_M_MAX = {swiglu_small_m.SMALL_M_MAX})")
-    save({"dtype": args.dtype, "threshold": th, "shipped_small_m_max": shipped, "rows": rows},
+    print(f"threshold (pair faster than fused at every M <= it, every shape): {th}; one_launch's: {th_one}; "
+          f"shipped for this device: {shipped} (SMALL_M_MAX = {swiglu_small_m.SMALL_M_MAX}; "
+          f"ONE_LAUNCH = {swiglu_small_m.ONE_LAUNCH})")
+    save({"dtype": args.dtype, "threshold": th, "threshold_one_launch": th_one, "shipped_small_m_max": shipped,
+          "one_launch_default": swiglu_small_m.ONE_LAUNCH, "rows": rows},
          f"swiglu_small_m_{args.dtype}" + ("_quick" if args.quick else ""), args.output)
     return 0 if all(r["ok"] for r in rows) else 1
 
