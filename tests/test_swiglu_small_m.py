@@ -139,3 +139,7 @@ def test_the_bench_threshold_is_the_largest_m_won_on_every_shape():
     assert bench.threshold(rows) == 1  # b loses at 64: nothing above 1, even though 128 wins again
     assert bench.threshold(rows[:2]) == 1 and bench.threshold([row("a", 1, 50, 10)]) is None
     assert bench.threshold([row("a", 1, 5, 10, ok=False)]) is None
+    # one_launch's threshold reads its own column: here it wins at 64 where the pair lost
+    for r in rows:
+        r["one_launch_us"] = r["pair_us"] - 10
+    assert bench.threshold(rows, "one_launch") == 128 and bench.threshold(rows) == 1
