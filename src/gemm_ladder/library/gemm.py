@@ -48,7 +48,7 @@ from __future__ import annotations
 import ctypes
 import functools
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -190,6 +190,9 @@ class LibraryGemm:
     #: wgmma groups left in flight behind the newest, the ring's release lag (cluster_ring.cuh's
     #: GL_RELEASE_LAG): 1, level 9's; 2 in a measuring build (library_gemm's ``release_lag``).
     release_lag: int = 1
+    #: CTAs resident per SM: 1, or 2 in a measuring build of the 64-row tile on one CTA per cluster
+    #: (library_gemm's ``ctas_per_sm``; sm90_gemm.cu's GL_CTAS_PER_SM).
+    ctas_per_sm: int = 1
     _launches: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     _specs: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
@@ -268,7 +271,10 @@ class LibraryGemm:
 
         def make():
             g = self.geometry(dtype)
-            return load(GEMM.build(config), device, threads=g.threads, dynamic_smem=g.dynamic_smem, cluster=g.cluster)
+            kernel = load(GEMM.build(config), device, threads=g.threads, dynamic_smem=g.dynamic_smem, cluster=g.cluster)
+            if self.ctas_per_sm > 1:  # all of the SM's shared memory for the L1/shared split, so both rings fit
+                kernel.prefer_shared_memory_carveout(100)
+            return kernel
 
         return K.loaded(config, device_index(device), make)
 
@@ -570,7 +576,8 @@ def _options(split: str, c_padding_writable: bool) -> tuple:
 
 def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers: bool = False,
                  out_fp32: bool = False, cluster: int = 2, bm: int = 128, pingpong: bool = False,
-                 timeline: bool = False, out_e4m3: bool = False, release_lag: int = 1) -> LibraryGemm:
+                 timeline: bool = False, out_e4m3: bool = False, release_lag: int = 1,
+                 ctas_per_sm: int = 1) -> LibraryGemm:
     """The layouts kernel for A ``a_major`` and B ``b_major`` ("k" or "mn") with tile width ``bn``
     (64, 128 or 256; 192 with a K-major B; 96 and 144 with a K-major B and ``c_from_registers``,
     :data:`REGISTER_STORE_TILE_N`); one instance per configuration, so builds, loaded kernels and maps are
@@ -593,6 +600,12 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     groups in flight behind the newest and releases stage k after the wgmma of k + 2 (cluster_ring.cuh's
     GL_RELEASE_LAG; audited by audit/ring.py at lag 2): whether a short group (64 x 64: 128 tensor-pipe
     cycles) leaves the pipe idle while the consumer turns around (docs/where-time-goes.md).
+    ``ctas_per_sm``: 1, or 2, a measuring build, never the dispatcher's, of the 64-row tile (``bm`` 64) on one
+    CTA per cluster at BN 64 with the TMA store (BN 128 spilled at 128 registers): two CTAs resident per SM, so
+    that two consumers' wgmma groups from independent tiles share the tensor pipe (the 64-row loop runs at a
+    third of its rate behind one consumer: docs/where-time-goes.md); launch bounds of two CTAs (128 registers a
+    thread), the ring in half the SM's shared memory (6 stages), the persistent grid twice the SMs (the
+    occupancy API's count).
 
     Stages: the most that fit in shared memory (design.smem.max_stages) beside the panel rings: 4 at
     BN = 256 (level 9's), 5 at 192, 6 at BN = 128, 8 at BN = 64 (``c_ring``: the largest ring of at most 2
@@ -601,7 +614,8 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     5 at 256, 6 at 192, 8 at 128, 13 at 64 (ping-pong: two consumers' panel rings, design.smem.max_stages).
     Raises ValueError for any other major, width, cluster or tile height, ``out_fp32`` or ``out_e4m3``
     without ``c_from_registers``, both, ``out_e4m3`` at a BN that is not a multiple of 128, ``pingpong``
-    with ``bm`` other than 64, or a ``release_lag`` other than the int 1 or 2.
+    with ``bm`` other than 64, a ``release_lag`` other than the int 1 or 2, or ``ctas_per_sm`` 2 on another
+    build than the one above.
     """
     # One cache key per configuration however it is spelled (bn positional or by name, flags defaulted
     # or given): every caller then shares one instance, and its builds and bindings.
@@ -609,14 +623,20 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     if type(release_lag) is not int or release_lag not in RELEASE_LAGS:
         raise ValueError(f"release_lag = {release_lag!r}: one of {RELEASE_LAGS} wgmma groups in flight behind the "
                          "newest")
+    if type(ctas_per_sm) is not int or ctas_per_sm not in (1, 2):
+        raise ValueError(f"ctas_per_sm = {ctas_per_sm!r}: 1 or 2")
+    if ctas_per_sm == 2 and (bm != 64 or cluster != 1 or pingpong or c_from_registers or bn != 64):
+        raise ValueError(f"ctas_per_sm = 2 with bm = {bm}, cluster = {cluster}, bn = {bn}, pingpong = {pingpong}, "
+                         f"c_from_registers = {c_from_registers}: built for the 64-row tile's one consumer on one CTA "
+                         "per cluster, BN 64, TMA store (128 registers a thread: BN 128 spilled)")
     return _library_gemm(a_major, b_major, bn, bool(c_from_registers), bool(out_fp32), cluster, bm, bool(pingpong),
-                         bool(timeline), bool(out_e4m3), release_lag)
+                         bool(timeline), bool(out_e4m3), release_lag, ctas_per_sm)
 
 
 @functools.lru_cache(maxsize=None)
 def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, out_fp32: bool,
                   cluster: int = 2, bm: int = 128, pingpong: bool = False, timeline: bool = False,
-                  out_e4m3: bool = False, release_lag: int = 1) -> LibraryGemm:
+                  out_e4m3: bool = False, release_lag: int = 1, ctas_per_sm: int = 1) -> LibraryGemm:
     if bm not in TILE_M:
         raise ValueError(f"bm = {bm!r}: the kernel is built for BM in {TILE_M} (64 rows per consumer warpgroup)")
     if cluster not in CLUSTERS:
@@ -640,12 +660,16 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
     consumers = 2 if pingpong else bm // 64
     panels = bn // 64
     c_ring = 0 if c_from_registers else max(r for r in range(1, C_RING + 1) if panels % r == 0)  # the ring divides the panels
-    stages = max_stages(bm=bm, bn=bn, bk=64, elem_bytes=2, arch=arch_info("sm_90a"), consumers=consumers, c_ring=c_ring,
+    arch = arch_info("sm_90a")
+    if ctas_per_sm > 1:  # each CTA's block plus the system's reservation in its share of the SM
+        arch = replace(arch, max_smem_per_block=min(arch.max_smem_per_block, arch.smem_per_sm // ctas_per_sm
+                                                    - arch.smem_reserved_per_block))
+    stages = max_stages(bm=bm, bn=bn, bk=64, elem_bytes=2, arch=arch, consumers=consumers, c_ring=c_ring,
                         c_from_registers=c_from_registers, pingpong=pingpong)
     suffix = (("_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "") + ("_e4m3" if out_e4m3 else "")
               + ("_c1" if cluster == 1 else "")
               + ("_bm64" if bm == 64 else "") + ("_pp" if pingpong else "") + ("_tl" if timeline else "")
-              + ("" if release_lag == 1 else f"_lag{release_lag}"))
+              + ("" if release_lag == 1 else f"_lag{release_lag}") + ("" if ctas_per_sm == 1 else f"_x{ctas_per_sm}"))
     return LibraryGemm(
         name=f"sm90_gemm_{a_major}{b_major}_bn{bn}{suffix}",
         idea=f"level 9's kernel with A {a_major}-major and B {b_major}-major in shared memory, any TMA pitch, "
@@ -656,10 +680,11 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
              + (", one CTA per cluster" if cluster == 1 else "")
              + (", two consumers taking the tiles in turn (ping-pong)" if pingpong else "")
              + (", timestamps per CTA (a measuring build)" if timeline else "")
-             + (f", {release_lag} wgmma groups in flight behind the newest (a measuring build)" if release_lag != 1 else ""),
+             + (f", {release_lag} wgmma groups in flight behind the newest (a measuring build)" if release_lag != 1 else "")
+             + (f", {ctas_per_sm} CTAs per SM (a measuring build)" if ctas_per_sm != 1 else ""),
         tile=(bm, bn, 64), stages=stages, c_ring=c_ring, a_major=a_major, b_major=b_major,
         c_from_registers=c_from_registers, out_fp32=out_fp32, cluster=cluster, pingpong=pingpong, timeline=timeline,
-        out_e4m3=out_e4m3, release_lag=release_lag,
+        out_e4m3=out_e4m3, release_lag=release_lag, ctas_per_sm=ctas_per_sm,
     )
 
 
@@ -675,7 +700,8 @@ def _config(kernel: LibraryGemm, dtype: str, arch: str) -> KernelConfig:
         schedule=DATA_PARALLEL if kernel.pingpong else STREAM_K, pingpong=kernel.pingpong,
         extra=((("GL_C_FROM_REGISTERS", 1),) if kernel.c_from_registers else ())
         + ((("GL_TIMELINE", 1),) if kernel.timeline else ())
-        + ((("GL_RELEASE_LAG", kernel.release_lag),) if kernel.release_lag != 1 else ()))
+        + ((("GL_RELEASE_LAG", kernel.release_lag),) if kernel.release_lag != 1 else ())
+        + ((("GL_CTAS_PER_SM", kernel.ctas_per_sm),) if kernel.ctas_per_sm != 1 else ()))
 
 
 def kernel_for(config: KernelConfig) -> LibraryGemm:
@@ -686,7 +712,8 @@ def kernel_for(config: KernelConfig) -> LibraryGemm:
     kernel = library_gemm(config.a_major, config.b_major, config.tile[1], c_from_registers=config.c_from_registers,
                           out_fp32=config.out_fp32, out_e4m3=config.out_e4m3, cluster=config.cluster, bm=config.tile[0],
                           pingpong=config.pingpong, timeline=("GL_TIMELINE", 1) in config.extra,
-                          release_lag=dict(config.extra).get("GL_RELEASE_LAG", 1))
+                          release_lag=dict(config.extra).get("GL_RELEASE_LAG", 1),
+                          ctas_per_sm=dict(config.extra).get("GL_CTAS_PER_SM", 1))
     if kernel.config(config.dtype, config.arch, config.epilogue) != config:
         raise ValueError(f"{FAMILY} builds no such configuration: {config}")
     return kernel

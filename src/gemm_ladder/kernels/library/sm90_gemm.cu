@@ -512,6 +512,15 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
 #ifndef GL_PINGPONG
 #define GL_PINGPONG 0
 #endif
+// CTAs resident per SM (library_gemm's ctas_per_sm, a measuring build): 1, or 2 for the 64-row tile on one CTA
+// per cluster, whose one consumer warpgroup then shares the SM's tensor pipe with another CTA's (two wgmma
+// groups in flight from independent tiles); its launch bounds cap a thread at 128 registers (two CTAs of 256
+// threads in the SM's 65536) and its ring fits in half the SM's shared memory (the plan's stages).
+#ifndef GL_CTAS_PER_SM
+#define GL_CTAS_PER_SM 1
+#endif
+static_assert(GL_CTAS_PER_SM == 1 || (GL_CTAS_PER_SM == 2 && GL_CONSUMERS == 1 && GL_CLUSTER == 1 && !GL_PINGPONG),
+              "two CTAs per SM: the 64-row tile's one consumer on one CTA per cluster");
 struct BuildConfig {
   static constexpr int BM = GL_BM, BN = GL_BN, BK = GL_BK, kStages = GL_STAGES;
   static constexpr int kCluster = GL_CLUSTER, kConsumers = GL_CONSUMERS, kProducerWarpgroups = GL_PRODUCER_WG;
@@ -542,7 +551,7 @@ struct BuildConfig {
 #define GL_C_OUT TmaC{&map_c}
 #endif
 
-extern "C" __global__ void __launch_bounds__(BuildConfig::kThreads, 1)
+extern "C" __global__ void __launch_bounds__(BuildConfig::kThreads, GL_CTAS_PER_SM)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 GL_C_ARG, int M, int N, int K, int tail_first_unit,
                 int max_contributors, float* __restrict__ partials, int* __restrict__ counters GL_EPILOGUE_ARG) {
