@@ -3,15 +3,16 @@
 # by K over every cluster, decided on the device; not the default) on the H200, from the repository root with
 # the package installed (or PYTHONPATH=src):
 #   OUT=/tmp/out bash bench/device/smoke_gtail.sh
-# Steps, each under its own time limit (a deadlock ends as rc=124, not a hung session; the pair's tail hung
-# once, bench/results/logs/2026-12-06_device_grouped_tail_h100_b94d59f.log), at most 560 s in all: the tail
-# builds compiled in parallel (the kernel's code changed for every build), each checked for spills;
-# bench/sanitize_grouped.py --tail plain, then under compute-sanitizer memcheck, racecheck and synccheck (BN 128
-# on one CTA, BN 256 on a pair, on groups that make a wave and a third); the tail's GPU tests and the grouped
-# ones (tests/test_grouped_tail_gpu.py, tests/test_grouped_gpu.py); then
-# bench/experiments/grouped_vs_dense.py on the E = 8 and 32 forwards, the tail build (grouped_tail,
-# grouped_tail_c1) interleaved with the route, the loops of our mm and cuBLAS mm and torch._grouped_mm; and
-# PAIR_RING_HANG's probe with the one-buffer pair cut to 3 stages (grouped_pair_ring_hang.py c2s3).
+# Steps in order of what matters most (a call cut short keeps the first), each under its own time limit (a
+# deadlock ends as rc=124, not a hung session; the pair's tail hung once,
+# bench/results/logs/2026-12-06_device_grouped_tail_h100_b94d59f.log), at most 560 s in all: the tail builds
+# compiled in parallel (the kernel's code changed for every build), each checked for spills;
+# bench/sanitize_grouped.py --tail plain, then under compute-sanitizer racecheck (BN 128 on one CTA, BN 256 on a
+# pair, on groups that make a wave and a third); bench/experiments/grouped_vs_dense.py on the E = 8 and 32
+# forwards, the tail build (grouped_tail, grouped_tail_c1) interleaved with the route, the loops of our mm and
+# cuBLAS mm and torch._grouped_mm; the tail's GPU tests and the grouped ones (tests/test_grouped_tail_gpu.py,
+# tests/test_grouped_gpu.py); memcheck and synccheck of the sanitizer case; and PAIR_RING_HANG's probe with
+# the one-buffer pair cut to 3 stages (grouped_pair_ring_hang.py c2s3).
 # Writes $OUT/gtail/smoke.log and the bench's JSON there. Exit status: 0 when every step passed; the failed
 # steps are named on the log's last line.
 set -u
@@ -41,13 +42,13 @@ print(f"builds with spills: {bad}")
 raise SystemExit(1 if bad else 0)
 PY
 step tail_plain 45 bash -c "cd bench && python3 sanitize_grouped.py --tail"
-step memcheck 60 bash -c "cd bench && compute-sanitizer --report-api-errors no --tool memcheck --error-exitcode 1 python3 sanitize_grouped.py --tail"
 step racecheck 80 bash -c "cd bench && compute-sanitizer --report-api-errors no --tool racecheck --error-exitcode 1 python3 sanitize_grouped.py --tail"
-step synccheck 50 bash -c "cd bench && compute-sanitizer --report-api-errors no --tool synccheck --error-exitcode 1 python3 sanitize_grouped.py --tail"
-step pytest 120 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rfE --tb=short tests/test_grouped_tail_gpu.py \
-  tests/test_grouped_gpu.py
 step bench 110 python3 bench/experiments/grouped_vs_dense.py \
   --cases mixtral_down_uniform,mixtral_down_skewed,deepseek_v3_32,mixtral_gate_up -o "$DEST/grouped_vs_dense_tail.json"
+step pytest 120 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rfE --tb=short tests/test_grouped_tail_gpu.py \
+  tests/test_grouped_gpu.py
+step memcheck 60 bash -c "cd bench && compute-sanitizer --report-api-errors no --tool memcheck --error-exitcode 1 python3 sanitize_grouped.py --tail"
+step synccheck 50 bash -c "cd bench && compute-sanitizer --report-api-errors no --tool synccheck --error-exitcode 1 python3 sanitize_grouped.py --tail"
 # PAIR_RING_HANG's lead: the one-buffer pair cut to the four-buffer build's 3 stages, on the case that hung
 step pair_s3 35 python3 bench/experiments/grouped_pair_ring_hang.py qwen3_down c2s3 --reps 20
 smoke_end smoke_gtail 'passed|failed|error|ERROR|WRONG|rel err|builds in|registers|grouped_tail'  # 0 when every step passed
