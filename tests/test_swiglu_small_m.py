@@ -46,11 +46,13 @@ def test_where_the_fused_kernel_fills_its_waves_it_runs_at_any_m():
     assert e["path"] == "fused" and e["fused_wave_fill"] == pytest.approx(64 / 66)
     assert "fill their waves of 66 clusters to 0.97 >= 0.9" in e["reason"] and e["launches"][0].startswith("sm90_swiglu")
     e = gemm_ladder.explain_swiglu(*meta(64, 14336, 4096))
-    assert e["path"] == "small_m_pair" and "to only 0.85" in e["reason"]
+    assert e["path"] == "small_m_gated" and "to only 0.85" in e["reason"] and "one launch" in e["reason"]
 
 
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
-def test_explain_swiglu_names_both_launches_on_the_small_m_kernel(dtype):
+def test_explain_swiglu_names_both_launches_on_the_small_m_kernel(dtype, monkeypatch):
+    """With one launch off (or past ONE_LAUNCH_MAX_M rows), the pair: both GEMMs on the small-M kernel."""
+    monkeypatch.setattr(ssm, "ONE_LAUNCH", False)
     e = gemm_ladder.explain_swiglu(*meta(7, 14336, 4096, dtype))
     assert e["path"] == "small_m_pair" and (e["m"], e["n"], e["k"]) == (7, 14336, 4096)
     assert e["threshold"] == ssm.SMALL_M_MAX and "M = 7 <=" in e["reason"]
@@ -101,10 +103,22 @@ def test_explain_swiglu_launches_nothing_where_swiglu_launches_nothing():
     assert gemm_ladder.explain_swiglu(*meta(4, 0, 64))["path"] == "empty"
 
 
-def test_the_threshold_per_device():
+def test_one_launch_up_to_its_rows_then_the_pair():
+    """One launch (the default) holds M in the gated build's widest bucket; from ONE_LAUNCH_MAX_M + 1 rows to the
+    threshold the pair runs (two tiles of the gated build read the weights twice: ONE_LAUNCH_MAX_M's comment)."""
+    assert ssm.ONE_LAUNCH and ssm.ONE_LAUNCH_MAX_M == 128 < ssm.SMALL_M_MAX
+    assert gemm_ladder.explain_swiglu(*meta(ssm.ONE_LAUNCH_MAX_M, 14336, 4096))["path"] == "small_m_gated"
+    e = gemm_ladder.explain_swiglu(*meta(ssm.ONE_LAUNCH_MAX_M + 1, 14336, 4096))
+    assert e["path"] == "small_m_pair" and [step["kind"] for step in e["launches"]] == ["small_m", "small_m"]
+
+
+def test_the_threshold_per_device(monkeypatch):
     """SMALL_M_MAX (the H200's, and an assumed device's) unless the device's name has a measured entry: the H100
-    takes the fused kernel above 64 rows (SMALL_M_MAX_BY_DEVICE's measurement), and explain says which."""
+    takes the fused kernel above 128 rows with one launch, above 64 with the pair alone (SMALL_M_MAX_BY_DEVICE's
+    and PAIR_SMALL_M_MAX_BY_DEVICE's measurements), and explain says which."""
     assert ssm.small_m_max(None) == ssm.small_m_max("NVIDIA H200") == ssm.SMALL_M_MAX
+    assert ssm.small_m_max("NVIDIA H100 80GB HBM3") == 128
+    monkeypatch.setattr(ssm, "ONE_LAUNCH", False)
     h100 = ssm.small_m_max("NVIDIA H100 80GB HBM3")
     assert h100 == 64 < ssm.SMALL_M_MAX
     assert ssm.takes(64, 14336, 4096, max_m=h100) and not ssm.takes(65, 14336, 4096, max_m=h100)

@@ -120,10 +120,12 @@ def test_the_family_is_registered_and_kernel_for_round_trips():
     assert SWIGLU_SMALL_M.describe(config)["tile"] == [256, 64, 64]
 
 
-@pytest.mark.parametrize("m,bn,tiles", [(1, 8, 1), (16, 16, 1), (64, 64, 1), (128, 128, 1), (192, 128, 2)])
+@pytest.mark.parametrize("m,bn,tiles", [(1, 8, 1), (16, 16, 1), (64, 64, 1), (128, 128, 1)])
 def test_swiglu_takes_one_launch_when_asked(m, bn, tiles, monkeypatch):
-    """With ONE_LAUNCH on, explain_swiglu on the small-M path names the gated build: the table's bucket for the
-    plain GEMM, capped at 128 (192 rows: two tiles of 128); with it off, the pair."""
+    """With ONE_LAUNCH on (the default), explain_swiglu on the small-M path names the gated build in the table's
+    bucket for the plain GEMM; with it off, the pair. one_launch_bn caps the bucket at 128 (192 rows: two tiles,
+    which the path does not take: ONE_LAUNCH_MAX_M)."""
+    assert swiglu_small_m.one_launch_bn(192, 14336, 4096) == 128
     x = torch.empty(m, 4096, dtype=torch.bfloat16, device="meta")
     w = torch.empty(14336, 4096, dtype=torch.bfloat16, device="meta")
     monkeypatch.setattr(swiglu_small_m, "ONE_LAUNCH", False)

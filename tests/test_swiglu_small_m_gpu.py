@@ -1,5 +1,6 @@
-"""swiglu's small-M path on the GPU (dispatch/swiglu_small_m.py): two small-M GEMMs, up into float32,
-gate with silu(gate) * up in its epilogue; against the float64 reference under the swiglu tests' rule
+"""swiglu's small-M path on the GPU (dispatch/swiglu_small_m.py): one launch of the small-M kernel's gated
+build up to ONE_LAUNCH_MAX_M rows (tests/test_swiglu_small_m_gated_gpu.py tests the build itself), else two
+small-M GEMMs, up into float32, gate with silu(gate) * up in its epilogue; against the float64 reference under the swiglu tests' rule
 (relative error within error_bound of torch's bf16/fp16 composition, the absolute cap), the output
 poisoned before the call (a NaN-filled block of its size freed just before, which the caching
 allocator hands back), bitwise repeatable, and the path chosen as explain_swiglu says.
@@ -49,10 +50,25 @@ def test_small_m_path_against_float64(m, n, k, dtype):
         pytest.skip(f"M = {m} > this GPU's threshold {device_max()}: the fused kernel runs it")
     seed = secrets.randbits(31)
     x, wg, wu = operands(m, n, k, dtype, seed)
-    assert gemm_ladder.explain_swiglu(x, wg, wu)["path"] == "small_m_pair"
+    one = swiglu_small_m.ONE_LAUNCH and m <= swiglu_small_m.ONE_LAUNCH_MAX_M
+    assert gemm_ladder.explain_swiglu(x, wg, wu)["path"] == ("small_m_gated" if one else "small_m_pair")
     out = poisoned_call(x, wg, wu)
     torch.cuda.synchronize()
     check(out, x, wg, wu, dtype, seed)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 256, 64), (33, 300, 72), (64, 14336, 4096)])
+def test_the_pair_with_one_launch_off(m, n, k, monkeypatch):
+    """The two-launch path as GL_SWIGLU_SMALL_M_ONE_LAUNCH=0 runs it (and as M past ONE_LAUNCH_MAX_M does)."""
+    monkeypatch.setattr(swiglu_small_m, "ONE_LAUNCH", False)
+    if m > device_max():
+        pytest.skip(f"M = {m} > this GPU's pair threshold {device_max()}")
+    seed = secrets.randbits(31)
+    x, wg, wu = operands(m, n, k, "bf16", seed)
+    assert gemm_ladder.explain_swiglu(x, wg, wu)["path"] == "small_m_pair"
+    out = poisoned_call(x, wg, wu)
+    torch.cuda.synchronize()
+    check(out, x, wg, wu, "bf16", seed)
 
 
 @pytest.mark.parametrize("m", (1, 7, 64))

@@ -613,9 +613,10 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, *, out_dty
 
     Small M (M <= ``dispatch.swiglu_small_m.small_m_max`` of the device, where reading the weights is the cost), below
     ``FUSED_FILL_MIN_M`` rows or where the fused kernel's work units would leave its last wave part-empty
-    (``FUSED_MIN_WAVE_FILL``): two launches on the small-M route instead, x @ w_up.T into float32 and x @ w_gate.T with
-    ``silu(gate) * up`` fused in its epilogue (the same fp32 math and one rounding);
-    :func:`explain_swiglu` says which path a call takes.
+    (``FUSED_MIN_WAVE_FILL``): the small-M kernel instead, both products in one launch of its gated build up to
+    ``ONE_LAUNCH_MAX_M`` rows (both weights streamed together, ``silu(gate) * up`` in registers), above that two
+    launches, x @ w_up.T into float32 and x @ w_gate.T with ``silu(gate) * up`` fused in its epilogue (the same
+    fp32 math and one rounding either way); :func:`explain_swiglu` says which path a call takes.
 
     Under ``torch.compile``, on tensor subclasses and on meta tensors the call goes through the
     registered op ``torch.ops.gemm_ladder.swiglu`` (its fake applies the same rules and gives the
@@ -682,7 +683,7 @@ def swiglu_direct(x, w_gate, w_up) -> torch.Tensor:
 
 def explain_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
     """What :func:`swiglu` would run on these tensors and why, without running it, as a dict: ``path``
-    ('small_m_pair' or 'fused'; 'empty' or 'zeros' where nothing is launched), ``reason``, ``threshold`` and
+    ('small_m_gated', 'small_m_pair' or 'fused'; 'empty' or 'zeros' where nothing is launched), ``reason``, ``threshold`` and
     ``launches`` (for the small-M pair, each
     GEMM's :func:`explain` as a dict). CUDA or meta tensors; raises what :func:`swiglu` raises for bad
     input (dispatch/swiglu_small_m.py's ``explain``)."""

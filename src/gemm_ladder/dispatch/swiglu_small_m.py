@@ -18,10 +18,11 @@ is the fused kernel's: silu(g) * u in fp32 from two fp32 accumulators, one round
 fp32, never rounded to the input dtype). Both launches are deterministic (the small-M kernel's split-K
 reduction is in a fixed order), so the result is bitwise repeatable.
 
-With :data:`ONE_LAUNCH` on, the two products run in one launch instead: the small-M kernel's gated build
-(library/swiglu_small_m.py), whose stages hold both weights' rows of the same output columns, so gate and up
-meet in registers and nothing goes through a float32 buffer; it takes the bucket the small-M table gives
-the plain GEMM, capped at its largest (:func:`one_launch_bn`).
+With :data:`ONE_LAUNCH` on (the default) and M <= :data:`ONE_LAUNCH_MAX_M`, the two products run in one launch
+instead: the small-M kernel's gated build (library/swiglu_small_m.py), whose stages hold both weights' rows of
+the same output columns, so gate and up meet in registers and nothing goes through a float32 buffer; it takes
+the bucket the small-M table gives the plain GEMM (:func:`one_launch_bn`). Above ONE_LAUNCH_MAX_M rows, up to
+the device's threshold, the pair runs.
 
 Which route the two GEMMs take is :data:`PAIR_ROUTE`: "small_m", the small-M kernel in the table's tile
 counts (the shipped choice), or "route", the dispatcher's own route for each GEMM as ``linear`` would take it
@@ -52,12 +53,19 @@ from gemm_ladder.library.swiglu import work_units
 SMALL_M_MAX = 192
 
 #: Per device name, the largest M routed here where bench/swiglu_small_m.py measured it elsewhere than
-#: SMALL_M_MAX (the H200's). On an H100 (21d6484, bench/results/2026-12-06_swiglu_small_m_bf16_h100_21d6484.json)
-#: the pair ran 1.14x and 1.13x the fused kernel at 64 rows on Llama-3-8B's and Qwen2.5-7B's MLPs (105.2 against
-#: 120.3 us, 134.5 against 151.4), and the fused kernel 1.04x and 1.09x the pair at 128 and 192 rows on Llama's
-#: (109.2 against 113.2, 110.1 against 120.6), 1.16x and 1.31x on Qwen's (132.0 against 153.5, 132.1 against
-#: 173.7): 64, the largest M measured where the pair won (65-127 not measured).
-SMALL_M_MAX_BY_DEVICE = {"NVIDIA H100 80GB HBM3": 64}
+#: SMALL_M_MAX (the H200's), with :data:`ONE_LAUNCH` on. On an H100 (ce34b43,
+#: bench/results/2026-12-06_swiglu_small_m_bf16_h100_ce34b43.json) one launch of the gated build ran 1.16x and 1.13x
+#: the fused kernel at 96 and 128 rows on Llama-3-8B's MLP (97.2 against 112.8 us, 96.9 against 109.6) and 1.09x and
+#: 1.05x on Qwen2.5-7B's (124.8 against 135.9, 125.9 against 131.8); at 160 and 192 rows the fused kernel beat the
+#: pair (Llama 111.4 against 119.0 us, Qwen 132.4 against 168.6; one launch is not taken there): 128.
+SMALL_M_MAX_BY_DEVICE = {"NVIDIA H100 80GB HBM3": 128}
+#: The same with ONE_LAUNCH off (the pair alone). On an H100 (21d6484,
+#: bench/results/2026-12-06_swiglu_small_m_bf16_h100_21d6484.json) the pair ran 1.14x and 1.13x the fused kernel at
+#: 64 rows on Llama-3-8B's and Qwen2.5-7B's MLPs (105.2 against 120.3 us, 134.5 against 151.4), and the fused kernel
+#: 1.04x and 1.09x the pair at 128 and 192 rows on Llama's (109.2 against 113.2, 110.1 against 120.6), 1.16x and
+#: 1.31x on Qwen's (132.0 against 153.5, 132.1 against 173.7): 64, the largest M measured where the pair won
+#: (65-127 not measured).
+PAIR_SMALL_M_MAX_BY_DEVICE = {"NVIDIA H100 80GB HBM3": 64}
 
 #: The fused kernel's wave fill (its work units over whole waves of the device's 2-CTA clusters) at and above
 #: which it runs from FUSED_FILL_MIN_M rows on: measured on an H100 (bench/swiglu_small_m.py at 21d6484,
@@ -79,9 +87,17 @@ PAIR_ROUTES = ("small_m", "route")
 PAIR_ROUTE = os.environ.get("GL_SWIGLU_PAIR_ROUTE", "small_m")
 
 #: Whether the small-M path runs as one launch of the small-M kernel's gated build (library/swiglu_small_m.py)
-#: instead of the pair of GEMMs. GL_SWIGLU_SMALL_M_ONE_LAUNCH ("1" or "0") in the environment at import, else
-#: off; a benchmark sets the attribute to time both (bench/swiglu_small_m.py).
-ONE_LAUNCH = os.environ.get("GL_SWIGLU_SMALL_M_ONE_LAUNCH", "0") == "1"
+#: instead of the pair of GEMMs, up to ONE_LAUNCH_MAX_M rows. Measured on an H100 (ce34b43,
+#: bench/results/2026-12-06_swiglu_small_m_bf16_h100_ce34b43.json: bf16, the three MLPs at M = 1-128): one launch
+#: 1.065-1.242x the pair's speed at every one of the 21 points (Llama-3-8B 91.4-97.2 us against 97.7-113.6;
+#: Qwen2.5-7B 107.8-125.9 against 116.4-154.3; Phi-3-mini 48.8-57.5 against 55.1-71.4), 1.037-1.178x eager torch.
+#: Not yet on an H200. GL_SWIGLU_SMALL_M_ONE_LAUNCH ("1" or "0") in the environment at import, else on; a
+#: benchmark sets the attribute to time both (bench/swiglu_small_m.py).
+ONE_LAUNCH = os.environ.get("GL_SWIGLU_SMALL_M_ONE_LAUNCH", "1") == "1"
+#: The most rows one launch takes: the gated build's widest bucket (BN 128) in one tile. In two tiles (160 and 192
+#: rows, the same run) it read the weights twice and took 192.4 and 194.0 us on Llama-3-8B's MLP and 217.9 and
+#: 219.3 on Qwen2.5-7B's, against the pair's 119.0, 119.9, 168.6 and 175.2.
+ONE_LAUNCH_MAX_M = 128
 
 #: The second GEMM's epilogue: ``silu(gate) * up`` in fp32, ``up`` the first GEMM's float32 output.
 GATED = Epilogue("gl::act_silu(acc) * up", lambda acc, up: F.silu(acc) * up, {"up": "tile"},
@@ -97,9 +113,11 @@ def fused_wave_fill(m: int, n: int, clusters: int) -> float:
 
 
 def small_m_max(device_name: str | None = None) -> int:
-    """The largest M this path takes on a device of that name: its entry in :data:`SMALL_M_MAX_BY_DEVICE`, else
-    :data:`SMALL_M_MAX` (also for None: no device to ask, the assumed H200)."""
-    return SMALL_M_MAX_BY_DEVICE.get(device_name, SMALL_M_MAX) if device_name else SMALL_M_MAX
+    """The largest M this path takes on a device of that name: its entry in :data:`SMALL_M_MAX_BY_DEVICE` (with
+    :data:`ONE_LAUNCH` off, :data:`PAIR_SMALL_M_MAX_BY_DEVICE`), else :data:`SMALL_M_MAX` (also for None: no device
+    to ask, the assumed H200)."""
+    table = SMALL_M_MAX_BY_DEVICE if ONE_LAUNCH else PAIR_SMALL_M_MAX_BY_DEVICE
+    return table.get(device_name, SMALL_M_MAX) if device_name else SMALL_M_MAX
 
 
 def takes(m: int, n: int, k: int, clusters: int = ASSUMED_DEVICE.clusters, max_m: int = SMALL_M_MAX) -> bool:
@@ -145,14 +163,14 @@ def one_launch_bn(m: int, n: int, k: int) -> int:
 
 
 def _one_launch(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out2: torch.Tensor):
-    """(the gated build's kernel, its operand views) when :data:`ONE_LAUNCH` is on and the build takes the call,
-    else None."""
-    if not ONE_LAUNCH:
+    """(the gated build's kernel, its operand views) when :data:`ONE_LAUNCH` is on, M <= :data:`ONE_LAUNCH_MAX_M` and
+    the build takes the call, else None."""
+    m, k = x2.shape
+    if not ONE_LAUNCH or m > ONE_LAUNCH_MAX_M:
         return None
     from gemm_ladder.library.operand import operand_view
     from gemm_ladder.library.swiglu_small_m import swiglu_small_m_kernel
 
-    m, k = x2.shape
     kernel = swiglu_small_m_kernel(one_launch_bn(m, w_gate.shape[0], k))
     views = [operand_view(t, k_dim=1) for t in (x2, w_gate, w_up)]
     if None in views or kernel.supports(*views, out2) is not None:
@@ -197,10 +215,11 @@ def run(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out2: torch.
 def explain(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
     """What ``gemm_ladder.swiglu(x, w_gate, w_up)`` runs and why, as data, without running it.
 
-    CUDA or meta tensors (x (*, K), w_gate and w_up (N, K)). Keys: ``path`` ('small_m_pair' or 'fused'; 'empty'
-    or 'zeros' where ``swiglu`` launches nothing: an empty output, or K = 0 and silu(0) * 0), ``m``, ``n``,
-    ``k``, ``threshold`` (the device's :func:`small_m_max`), ``reason`` (one sentence), ``launches`` (in order; for the
-    small-M pair each launch's ``gemm_ladder.explain`` of its GEMM as a dict, the epilogue named). Raises
+    CUDA or meta tensors (x (*, K), w_gate and w_up (N, K)). Keys: ``path`` ('small_m_gated', 'small_m_pair' or
+    'fused'; 'empty' or 'zeros' where ``swiglu`` launches nothing: an empty output, or K = 0 and silu(0) * 0),
+    ``m``, ``n``, ``k``, ``threshold`` (the device's :func:`small_m_max`), ``reason`` (one sentence), ``launches``
+    (in order; for the small-M pair each launch's ``gemm_ladder.explain`` of its GEMM as a dict, the epilogue
+    named; for the gated build its kernel, bucket and M tiles). Raises
     what ``swiglu`` raises for bad input, in its order: the arguments, then the extents and the layouts of a
     non-empty problem."""
     from gemm_ladder.dispatch import cost_model
@@ -237,8 +256,10 @@ def explain(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
         config = kernel.config(dtype_name(x.dtype))
         tiles = math.ceil(m / kernel.bn)
         out["path"] = "small_m_gated"
-        out["reason"] += ("; in one launch (dispatch/swiglu_small_m.ONE_LAUNCH): the small-M kernel's gated build, "
-                          "both weights' rows of the same output columns in each stage, silu(gate) * up in registers")
+        out["reason"] = (out["reason"].split(": two GEMMs on the small-M route")[0]
+                         + f": in one launch (dispatch/swiglu_small_m.ONE_LAUNCH, M <= {ONE_LAUNCH_MAX_M}): the small-M "
+                         "kernel's gated build, both weights' rows of the same output columns in each stage, "
+                         "silu(gate) * up in registers")
         out["launches"].append({"step": "out = silu(x @ w_gate^T) * (x @ w_up^T)", "kind": "small_m_gated",
                                 "kernel": SWIGLU_SMALL_M.describe(config), "m_tiles": tiles,
                                 "split": small_m_kernel(kernel.bn).split_text(),
@@ -255,6 +276,6 @@ def explain(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
     return out
 
 
-__all__ = ["FUSED_FILL_MIN_M", "FUSED_MIN_WAVE_FILL", "GATED", "ONE_LAUNCH", "PAIR_ROUTE", "PAIR_ROUTES",
-           "SMALL_M_MAX", "SMALL_M_MAX_BY_DEVICE", "explain", "fused_wave_fill", "one_launch_bn", "reason", "run",
+__all__ = ["FUSED_FILL_MIN_M", "FUSED_MIN_WAVE_FILL", "GATED", "ONE_LAUNCH", "ONE_LAUNCH_MAX_M",
+           "PAIR_ROUTE", "PAIR_ROUTES", "PAIR_SMALL_M_MAX_BY_DEVICE", "SMALL_M_MAX", "SMALL_M_MAX_BY_DEVICE", "explain", "fused_wave_fill", "one_launch_bn", "reason", "run",
            "small_m_max", "takes"]
