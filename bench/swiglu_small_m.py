@@ -6,10 +6,11 @@ beat the fused swiglu kernel, and by how much does it beat what users write? Its
 Per MLP shape (N x K: w_gate and w_up (N, K)) and M, timed interleaved on the same tensors
 (gates.performance.time_fns: L2 flushed before every call, launch latency hidden, medians):
 
-* ``pair``     dispatch/swiglu_small_m.run: x @ w_up^T into float32, then x @ w_gate^T with
+* ``pair``     dispatch/swiglu_small_m.run with ONE_LAUNCH off: x @ w_up^T into float32, then x @ w_gate^T with
                silu(gate) * up in its epilogue (the small-M route, two launches);
-* ``one_launch`` dispatch/swiglu_small_m.run with ONE_LAUNCH on: both products in one launch of the small-M
-               kernel's gated build (library/swiglu_small_m.py), silu(gate) * up in registers;
+* ``one_launch`` dispatch/swiglu_small_m.run with ONE_LAUNCH on at every M (ONE_LAUNCH_MAX_M lifted to 256: past
+               128 rows, BN 128 in two tiles): both products in one launch of the small-M kernel's gated build
+               (library/swiglu_small_m.py), silu(gate) * up in registers;
 * ``pair_route`` the same two launches on the dispatcher's own route for each GEMM
                (swiglu_small_m.PAIR_ROUTE = "route": the general kernel's 64- and 128-row builds among the
                candidates, as ``linear`` would take them);
@@ -108,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
                 return out
 
             pair = with_setting(swiglu_small_m, "ONE_LAUNCH", False, run_small_m)
-            one_launch = with_setting(swiglu_small_m, "ONE_LAUNCH", True, run_small_m)
+            # the gated build at every M of the run, past ONE_LAUNCH_MAX_M too (BN 128 in two tiles there)
+            one_launch = with_setting(swiglu_small_m, "ONE_LAUNCH_MAX_M", 256,
+                                      with_setting(swiglu_small_m, "ONE_LAUNCH", True, run_small_m))
             pair_route = with_setting(swiglu_small_m, "PAIR_ROUTE", "route", pair)
 
             def fused(a_, b_, split="tail"):

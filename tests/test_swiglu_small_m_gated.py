@@ -107,6 +107,14 @@ def test_supports_names_the_rule_it_refuses():
     assert "16-byte" in g.supports(x, odd, wu, out)
     cpu_views, cpu_out = _views(device="cpu")
     assert "CUDA" in g.supports(*cpu_views, cpu_out)
+    huge = [operand_view(torch.empty(2**31, 8, dtype=torch.bfloat16, device="meta"), k_dim=1)] * 2
+    x8 = operand_view(torch.empty(7, 8, dtype=torch.bfloat16, device="meta"), k_dim=1)
+    assert "2^31" in g.supports(x8, *huge, torch.empty(7, 2**31, dtype=torch.bfloat16, device="meta"))
+    from gemm_ladder.library.kernel import Operands
+    fp16_views, fp16_out = _views(dtype=torch.float16)
+    problem = Operands(fp16_views[0], fp16_views[1], fp16_out, more=(fp16_views[2],))
+    assert "this build (bf16)" in SWIGLU_SMALL_M.supports(g.config("bf16"), problem)
+    assert SWIGLU_SMALL_M.supports(g.config("fp16"), problem) is None
     with pytest.raises(ValueError, match="BN in"):
         SwigluSmallM(256)
 
@@ -122,10 +130,12 @@ def test_the_family_is_registered_and_kernel_for_round_trips():
 
 @pytest.mark.parametrize("m,bn,tiles", [(1, 8, 1), (16, 16, 1), (64, 64, 1), (128, 128, 1)])
 def test_swiglu_takes_one_launch_when_asked(m, bn, tiles, monkeypatch):
-    """With ONE_LAUNCH on (the default), explain_swiglu on the small-M path names the gated build in the table's
-    bucket for the plain GEMM; with it off, the pair. one_launch_bn caps the bucket at 128 (192 rows: two tiles,
-    which the path does not take: ONE_LAUNCH_MAX_M)."""
-    assert swiglu_small_m.one_launch_bn(192, 14336, 4096) == 128
+    """With ONE_LAUNCH on (the default), explain_swiglu on the small-M path names the gated build, M in one tile of
+    its bucket; with it off, the pair. one_launch_bn caps the bucket at 128 (192 rows: two tiles, which the path
+    does not take: ONE_LAUNCH_MAX_M)."""
+    assert swiglu_small_m.one_launch_bn(192) == 128 and swiglu_small_m.one_launch_bn(17) == 32
+    with pytest.raises(ValueError):
+        swiglu_small_m.one_launch_bn(0)
     x = torch.empty(m, 4096, dtype=torch.bfloat16, device="meta")
     w = torch.empty(14336, 4096, dtype=torch.bfloat16, device="meta")
     monkeypatch.setattr(swiglu_small_m, "ONE_LAUNCH", False)
@@ -135,4 +145,4 @@ def test_swiglu_takes_one_launch_when_asked(m, bn, tiles, monkeypatch):
     assert e["path"] == "small_m_gated" and "ONE_LAUNCH" in e["reason"]
     (launch,) = e["launches"]
     assert launch["kernel"]["bn"] == bn and launch["m_tiles"] == tiles
-    assert swiglu_small_m.one_launch_bn(m, 14336, 4096) == bn
+    assert swiglu_small_m.one_launch_bn(m) == bn

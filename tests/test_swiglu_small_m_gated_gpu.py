@@ -117,3 +117,16 @@ def test_graph_replay(monkeypatch):
     graph.replay()
     torch.cuda.synchronize()
     check(out, x2, wg, wu, "bf16", seed)
+
+
+def test_one_row_into_a_strided_output():
+    """One row of out with a column stride of 2 (a view the library entry takes: one row has no row pitch): the
+    kernel is given the stride and writes every other element, the ones between stay NaN."""
+    seed = secrets.randbits(31)
+    x, wg, wu = operands(1, 520, 256, "bf16", seed)
+    store = torch.full((1, 2 * 520), float("nan"), dtype=x.dtype, device=x.device)
+    out = store[:, ::2]
+    swiglu_small_m_kernel(8).launch(*(operand_view(t, k_dim=1) for t in (x, wg, wu)), out)
+    torch.cuda.synchronize()
+    assert torch.isnan(store[:, 1::2]).all(), "wrote between the strided output's elements"
+    check(out, x, wg, wu, "bf16", seed)

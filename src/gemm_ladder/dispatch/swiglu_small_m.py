@@ -20,8 +20,8 @@ reduction is in a fixed order), so the result is bitwise repeatable.
 
 With :data:`ONE_LAUNCH` on (the default) and M <= :data:`ONE_LAUNCH_MAX_M`, the two products run in one launch
 instead: the small-M kernel's gated build (library/swiglu_small_m.py), whose stages hold both weights' rows of
-the same output columns, so gate and up meet in registers and nothing goes through a float32 buffer; it takes
-the bucket the small-M table gives the plain GEMM (:func:`one_launch_bn`). Above ONE_LAUNCH_MAX_M rows, up to
+the same output columns, so gate and up meet in registers and nothing goes through a float32 buffer; M in one
+tile of its bucket (:func:`one_launch_bn`). Above ONE_LAUNCH_MAX_M rows, up to
 the device's threshold, the pair runs.
 
 Which route the two GEMMs take is :data:`PAIR_ROUTE`: "small_m", the small-M kernel in the table's tile
@@ -57,7 +57,9 @@ SMALL_M_MAX = 192
 #: bench/results/2026-12-06_swiglu_small_m_bf16_h100_ce34b43.json) one launch of the gated build ran 1.16x and 1.13x
 #: the fused kernel at 96 and 128 rows on Llama-3-8B's MLP (97.2 against 112.8 us, 96.9 against 109.6) and 1.09x and
 #: 1.05x on Qwen2.5-7B's (124.8 against 135.9, 125.9 against 131.8); at 160 and 192 rows the fused kernel beat the
-#: pair (Llama 111.4 against 119.0 us, Qwen 132.4 against 168.6; one launch is not taken there): 128.
+#: pair (Llama 111.4 against 119.0 us, Qwen 132.4 against 168.6; one launch is not taken there): 128. Phi-3-mini's
+#: MLP, where the fused kernel ran 1.07x one launch at 96 and 128 rows, takes the fused kernel from FUSED_FILL_MIN_M
+#: rows on by its wave fill (takes), not by this threshold.
 SMALL_M_MAX_BY_DEVICE = {"NVIDIA H100 80GB HBM3": 128}
 #: The same with ONE_LAUNCH off (the pair alone). On an H100 (21d6484,
 #: bench/results/2026-12-06_swiglu_small_m_bf16_h100_21d6484.json) the pair ran 1.14x and 1.13x the fused kernel at
@@ -151,15 +153,17 @@ def reason(m: int, n: int = 1, clusters: int = ASSUMED_DEVICE.clusters, max_m: i
             "two GEMMs on the small-M route, up into float32, then gate with silu(gate) * up fused in its epilogue")
 
 
-def one_launch_bn(m: int, n: int, k: int) -> int:
-    """The gated build's bucket for (M, N, K): the small-M table's bucket for the plain GEMM (the pair's own
-    tile count, dispatch.tiles_rule_small_m_only), or the gated build's largest where the table's is wider
-    (M in ceil(M / BN) tiles). Raises ValueError for M outside 1..256."""
-    from gemm_ladder.dispatch import tiles_rule_small_m_only
+def one_launch_bn(m: int) -> int:
+    """The gated build's bucket for M rows: the smallest that holds M in one tile (small_m.bucket), as measured (on
+    the three MLPs the small-M table gives one tile at every M <= 128), or its widest, 128, past it (M in
+    ceil(M / 128) tiles, which read the weights again: the path stops at ONE_LAUNCH_MAX_M; a bench may time it).
+    Raises ValueError for M outside 1..256."""
+    from gemm_ladder.library.small_m import bucket
     from gemm_ladder.library.swiglu_small_m import BUCKETS
 
-    bn = tiles_rule_small_m_only().choose(m, n, k).bn
-    return bn if bn in BUCKETS else BUCKETS[-1]
+    if m < 1:
+        raise ValueError(f"M = {m}: at least one row")
+    return min(bucket(m), BUCKETS[-1])
 
 
 def _one_launch(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out2: torch.Tensor):
@@ -171,7 +175,7 @@ def _one_launch(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out2
     from gemm_ladder.library.operand import operand_view
     from gemm_ladder.library.swiglu_small_m import swiglu_small_m_kernel
 
-    kernel = swiglu_small_m_kernel(one_launch_bn(m, w_gate.shape[0], k))
+    kernel = swiglu_small_m_kernel(one_launch_bn(m))
     views = [operand_view(t, k_dim=1) for t in (x2, w_gate, w_up)]
     if None in views or kernel.supports(*views, out2) is not None:
         return None

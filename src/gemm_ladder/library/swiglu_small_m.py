@@ -33,6 +33,7 @@ from gemm_ladder.contract import DTYPES, dtype_name
 from gemm_ladder.design.plan import Plan, plan_gemm
 from gemm_ladder.design.problem import arch_info, ceil_div
 from gemm_ladder.design.smem import max_stages
+from gemm_ladder.design.stream_k import INT32_LIMIT
 from gemm_ladder.library import kernel as K
 from gemm_ladder.library.bound import BoundLaunch
 from gemm_ladder.library.kernel import SPLIT_K, STORE_REGISTERS, KernelConfig
@@ -113,8 +114,8 @@ class SwigluSmallM:
         """None when this build computes ``out`` for these operands, else the rule broken.
 
         x (M, K), w_gate and w_up (N, K), all K-major, one dtype (bf16 or fp16), 16-byte aligned bases and
-        pitches (TMA: cuTensorMapEncodeTiled); out (M, N) of that dtype, row-major with any pitch >= N;
-        1 <= M <= 256; one CUDA device (or meta tensors, for ``explain``: nothing is launched on them)."""
+        pitches (TMA: cuTensorMapEncodeTiled); out (M, N) of that dtype, row-major with any pitch >= N (one row:
+        any column stride, passed to the kernel); 1 <= M <= 256, N and K below 2^31; one CUDA device (or meta tensors, for ``explain``: nothing is launched on them)."""
         dtype = x.tensor.dtype
         if dtype not in DTYPES.values():
             return f"x has dtype {dtype}: the gated small-M build takes bfloat16 or float16"
@@ -126,6 +127,8 @@ class SwigluSmallM:
             return f"w_gate {(w_gate.rows, w_gate.k)} and w_up {(w_up.rows, w_up.k)} must both be (N, K) with K = {k}"
         if not 1 <= m <= SMALL_M_MAX or n < 1 or k < 1:
             return f"M, N, K = {m}, {n}, {k}: 1 <= M <= {SMALL_M_MAX} and N, K >= 1"
+        if max(n, k) >= INT32_LIMIT:
+            return f"N = {n}, K = {k}: TMA coordinates are 32-bit, N and K must be below 2^31"
         if tuple(out.shape) != (m, n) or (m > 1 and (out.stride(1) != 1 or out.stride(0) < n)):
             return f"out has shape {tuple(out.shape)} and strides {out.stride()}: (M, N) = ({m}, {n}) row-major"
         for name, v in (("x", x), ("w_gate", w_gate), ("w_up", w_up)):
@@ -190,7 +193,7 @@ class SwigluSmallM:
         split_args = [ctypes.c_void_p(0), ctypes.c_void_p(0)]
         map_gate, map_x, map_up = self._maps_for(x, w_gate, w_up, dtype)
         args = [map_gate, map_x, ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(out.stride(0)),
-                ctypes.c_longlong(1), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
+                ctypes.c_longlong(out.stride(1)), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
                 ctypes.c_int(sched.max_contributors), *split_args, map_up]
         prepared = kernel.prepare((sched.clusters, 1, 1), args, stream.cuda_stream)
         if sched.max_contributors <= 1:
@@ -245,6 +248,9 @@ class Sm90SwigluSmallM:
     splits: tuple[str, ...] = ()
 
     def supports(self, config: KernelConfig, problem, **rules) -> str | None:
+        x = problem.a.tensor
+        if x.dtype in DTYPES.values() and dtype_name(x.dtype) != config.dtype:
+            return f"x has dtype {x.dtype}: this build ({config.dtype}) takes {config.dtype} inputs"
         return kernel_for(config).supports(problem.a, problem.b, problem.more[0], problem.c)
 
     def build(self, config: KernelConfig) -> CompiledKernel:
