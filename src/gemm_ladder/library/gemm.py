@@ -67,7 +67,7 @@ from gemm_ladder.library.operand import TMA_ALIGN_BYTES, Major, OperandView, ope
 from gemm_ladder.runtime.compiler import compile_kernel
 from gemm_ladder.runtime.module import LaunchGeometry, device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
-from gemm_ladder.runtime.workspace import COUNTERS, WORKSPACES
+from gemm_ladder.runtime.workspace import split_workspace_refresher
 from gemm_ladder.library.lru import cached
 from gemm_ladder.library.quantized import QUANT_OUT, kernel_views, quantized_buffers
 
@@ -452,17 +452,7 @@ class LibraryGemm:
         floats = tail.workspace_floats(self.cluster, self.consumers, self.tile[1])
         counters = tail.counters(self.cluster, self.consumers)
 
-        # The stream's partials and counter arena, held: O(1) per launch (runtime/workspace.py). The
-        # counters come zeroed from the arena (cleared once per many launches on the stream), as the
-        # kernel needs them at its start; no memset before each launch.
-        held = []  # taken at the first launch
-
-        def fresh_workspace() -> None:
-            if not held:
-                held.extend((WORKSPACES.partials(stream, floats), COUNTERS.held(stream, counters)))
-            split_args[0].value = held[0][2]
-            split_args[1].value = COUNTERS.take_from(held[1], counters)
-
+        fresh_workspace = split_workspace_refresher(stream, floats, counters, split_args)
         return BoundLaunch(prepared, fresh_workspace, params=params, roles=roles, workspace=(floats, counters))
 
     def arg_roles(self, a: OperandView, b: OperandView, c: torch.Tensor, epilogue: bool,

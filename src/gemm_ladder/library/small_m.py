@@ -47,7 +47,9 @@ from gemm_ladder.library.operand import OperandView
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
 from gemm_ladder.runtime.module import LaunchGeometry, LoadedKernel, device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
-from gemm_ladder.runtime.workspace import COUNTER_ARENA, COUNTERS, WORKSPACES, CounterArena  # noqa: F401 (re-exported)
+from gemm_ladder.runtime.workspace import (  # noqa: F401 (re-exported)
+    COUNTER_ARENA, COUNTERS, WORKSPACES, CounterArena, split_workspace_refresher,
+)
 from gemm_ladder.library.lru import cached
 
 #: Largest M this kernel takes; above it the weight is no longer the whole cost (level 9's domain).
@@ -419,14 +421,7 @@ class SmallMGemm:
             return BoundLaunch(prepared, params=params, roles=roles)
         floats, counters = sched.workspace_floats(1, CONSUMERS, self.bn), sched.counters(1, CONSUMERS)
 
-        arena, held = _COUNTERS, []  # the stream's partials holder and arena, taken at the first launch
-
-        def fresh_counters() -> None:  # the partials in the stream's workspace, counters no launch has used
-            if not held:  # held from then on: O(1) per launch (runtime/workspace.py)
-                held.extend((WORKSPACES.partials(stream, floats), arena.held(stream, counters)))
-            split_args[0].value = held[0][2]
-            split_args[1].value = arena.take_from(held[1], counters)
-
+        fresh_counters = split_workspace_refresher(stream, floats, counters, split_args, _COUNTERS)
         return BoundLaunch(prepared, fresh_counters, params=params, roles=roles, workspace=(floats, counters))
 
 

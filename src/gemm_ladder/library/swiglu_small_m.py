@@ -43,7 +43,7 @@ from gemm_ladder.library.small_m import BK, SMALL_M_MAX, SOURCE, TILE_ROWS as UN
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
 from gemm_ladder.runtime.module import LaunchGeometry, LoadedKernel, device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
-from gemm_ladder.runtime.workspace import COUNTERS, WORKSPACES
+from gemm_ladder.runtime.workspace import split_workspace_refresher
 
 FAMILY = "sm90_swiglu_small_m"
 KERNEL_NAME = "sm90_gemm_small_m"
@@ -200,14 +200,7 @@ class SwigluSmallM:
             return BoundLaunch(prepared)
         # Each slot holds both fragments' partials (the kernel: gate's, then up's).
         floats, counters = sched.workspace_floats(1, CONSUMERS, 2 * self.bn), sched.counters(1, CONSUMERS)
-        held = []
-
-        def fresh_counters() -> None:
-            if not held:
-                held.extend((WORKSPACES.partials(stream, floats), COUNTERS.held(stream, counters)))
-            split_args[0].value = held[0][2]
-            split_args[1].value = COUNTERS.take_from(held[1], counters)
-
+        fresh_counters = split_workspace_refresher(stream, floats, counters, split_args)
         return BoundLaunch(prepared, fresh_counters, workspace=(floats, counters))
 
     def launch(self, x: OperandView, w_gate: OperandView, w_up: OperandView, out: torch.Tensor, *,

@@ -184,3 +184,22 @@ class CounterArena:
 
 #: The process's counter arenas (the library kernels' split launches share them).
 COUNTERS = CounterArena()
+
+
+def split_workspace_refresher(stream: torch.cuda.Stream, floats: int, counters: int, split_args: list,
+                              arena: CounterArena | None = None):
+    """The per-launch step of a bound split launch: a function that points ``split_args`` (two ctypes.c_void_p,
+    the kernel's partials and counters arguments) at the stream's partials (at least ``floats`` fp32) and at
+    ``counters`` zeroed counters from ``arena`` (default :data:`COUNTERS`). The partials holder and the arena are
+    taken at its first call and held from then on, so each call is O(1) (the counters come zeroed from the arena,
+    cleared once per many launches on the stream: no memset before each launch)."""
+    arena = COUNTERS if arena is None else arena
+    held = []
+
+    def refresh() -> None:
+        if not held:
+            held.extend((WORKSPACES.partials(stream, floats), arena.held(stream, counters)))
+        split_args[0].value = held[0][2]
+        split_args[1].value = arena.take_from(held[1], counters)
+
+    return refresh
