@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import gemm_ladder
-from gemm_ladder.audit import RingConfig, audit, build_ring_protocol
+from gemm_ladder.audit import audit
 from gemm_ladder.dispatch import kernels as dispatch_kernels
 from gemm_ladder.dispatch import swiglu_small_m
 from gemm_ladder.library.operand import operand_view
@@ -20,6 +20,7 @@ from gemm_ladder.library.swiglu_small_m import (
 )
 
 from conftest import needs_nvcc
+from test_library_small_m import _ring  # the small-M kernel's ring as the auditor models it: the gated build's too
 
 
 @pytest.mark.parametrize("bn", BUCKETS)
@@ -60,16 +61,6 @@ def test_resource_gate(bn, dtype, use_cache):
     assert report.stack_bytes == report.spill_stores == report.spill_loads == 0
     assert report.sass["HGMMA"] > 0 and report.sass["UTMALDG"] > 0 and report.sass["UTMASTG"] == 0
     assert report.sass["LDL"] == report.sass["STL"] == 0
-
-
-def _ring(plan, k_iters: int, tiles: int, **faults):
-    bm, bn, bk = plan.tile
-    ring = dict(full_count=plan.ring.full_init_count, empty_count=plan.ring.empty_init_count,
-                full_initial_phase=plan.ring.first_full_wait_parity, empty_initial_phase=plan.ring.first_empty_wait_parity)
-    return build_ring_protocol(RingConfig(
-        stages=plan.stages, k_iters=k_iters, tiles=tiles, consumers=plan.consumers.warpgroups, cluster=plan.cluster,
-        warp_specialized=plan.consumers.producer_warpgroup, release_lag=1, bm=bm, bn=bn, bk=bk, **{**ring, **faults}),
-        name=f"small-m-gated-BN{bn}-S{plan.stages}-K{k_iters}-T{tiles}")
 
 
 @pytest.mark.parametrize("bn", (8, 128))
