@@ -44,11 +44,13 @@ struct NoWaitClock {
 // tile kt's wgmma does (the whole units store deferred panels there). Whole units and stream-K pieces
 // share it. The consumer's A rows start 64 x BK elements apart in either major: 64 K-major rows, or
 // the consumer's own 64-element MN-major box; the planned majors select the descriptors. wait_clock
-// brackets each wait for a stage's data (NoWaitClock: no code).
-template <class AfterIssue, class WaitClock = NoWaitClock>
-__device__ __forceinline__ void consume_k_range(const SmemMap& smem, float (&d)[BN / 2], int consumer, int kb, int ke,
+// brackets each wait for a stage's data (NoWaitClock: no code). Acc is one 64 x BN fragment, float[BN / 2],
+// or a ping-pong consumer's whole tile of R of them, float[R][BN / 2] (its A rows from row 0: consumer 0).
+template <class Acc, class AfterIssue, class WaitClock = NoWaitClock>
+__device__ __forceinline__ void consume_k_range(const SmemMap& smem, Acc& d, int consumer, int kb, int ke,
                                                 RingPosition& pos, bool elected, AfterIssue&& after_issue,
                                                 WaitClock&& wait_clock = NoWaitClock{}) {
+  static_assert(sizeof(Acc) % (BN / 2 * sizeof(float)) == 0, "whole 64 x BN fp32 fragments");
   const int a_row0 = k_loop_a_row<BN>(consumer);  // uniform where the group is short (ptx/wgmma.cuh)
   for (int kt = kb; kt < ke; ++kt, pos.advance()) {
     const int s = pos.stage();

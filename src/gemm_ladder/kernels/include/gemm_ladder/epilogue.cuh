@@ -65,15 +65,18 @@ __device__ __forceinline__ void pack_fragment(uint32_t (&packed)[BN / 4], const 
 
 // Level 9: write column panel `p` (columns [64p, 64p + 64), 128 bytes of 2-byte elements) of a packed
 // 64 x BN fragment into one 64-row panel buffer (64 x 128 bytes, 128B swizzle), the layout of the
-// output tensor map's (64 x 64) box. The caller unrolls p, so the register indices stay compile-time.
+// output tensor map's (64 x 64) box; or, at `row0` = 64 r, into rows 64 r.. of a taller panel buffer (a
+// ping-pong consumer's 128-row tile: its box is 64 x 128, the swizzle's phase the same, row0 % 8 = 0).
+// The caller unrolls p, so the register indices stay compile-time.
 template <int BN>
-__device__ __forceinline__ void stage_packed_panel_sw128(uint8_t* panel, const uint32_t (&packed)[BN / 4], int p) {
+__device__ __forceinline__ void stage_packed_panel_sw128(uint8_t* panel, const uint32_t (&packed)[BN / 4], int p,
+                                                         int row0 = 0) {
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
 #pragma unroll
   for (int j = 8 * p; j < 8 * p + 8; ++j) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int row = 16 * warp + lane / 4 + 8 * i;
+      const int row = row0 + 16 * warp + lane / 4 + 8 * i;
       const int chunk = j % 8, within = 4 * (lane % 4);
       *reinterpret_cast<uint32_t*>(panel + row * 128 + ((chunk ^ (row & 7)) << 4) + within) = packed[2 * j + i];
     }

@@ -76,6 +76,12 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[n]) {
 #pragma unroll
   for (int i = 0; i < n; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+// The same over a consumer's several 64-row fragments (a ping-pong consumer's 128-row tile).
+template <int r, int n>
+__device__ __forceinline__ void fence_accumulators(float (&d)[r][n]) {
+#pragma unroll
+  for (int i = 0; i < r; ++i) fence_accumulators(d[i]);
+}
 
 // Hand registers between warpgroups (PTX ISA "setmaxnreg"); needs a register cap at kernel entry.
 template <int regs>
@@ -124,6 +130,15 @@ __device__ __forceinline__ void mma_k_tile(float (&d)[BN / 2], const elem_t* a_r
           operand_desc_at<TransB>(smem_u32(reinterpret_cast<const uint8_t*>(b) + b_off)), (k > 0) ? 1 : scale_d);
     }
   }
+}
+
+// One K tile for R 64-row slices of A (a ping-pong consumer that holds a whole 128-row tile): slice r's
+// rows start 64 x 64 elements into the stage in either major (64 K-major rows, or the r-th 64-element
+// MN-major box), as a cooperative consumer's do, and go into fragment d[r]; all in the caller's one group.
+template <int BN, int TransA = 0, int TransB = 0, int R>
+__device__ __forceinline__ void mma_k_tile(float (&d)[R][BN / 2], const elem_t* a_rows, const elem_t* b, int scale_d) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) mma_k_tile<BN, TransA, TransB>(d[r], a_rows + r * 64 * 64, b, scale_d);
 }
 
 }  // namespace gl
