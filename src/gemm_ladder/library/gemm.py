@@ -579,8 +579,9 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     B) or 1 (one CTA per cluster: the build for an odd number of M tiles, whose last pair would have an
     idle twin). ``bm``: 128 (level 9's two consumer warpgroups of 64 rows) or 64 (one consumer: twice the
     tiles of a 128-row tile, for problems whose 128-row tiles leave SMs idle). ``pingpong`` (with
-    ``bm`` = 64): two consumer warpgroups take the 64-row tiles in turn, each storing its tile while the
-    other runs its main loop (the designer's "pingpong" schedule, audited by audit/ring.py), for short K
+    ``bm`` = 64, or 128 at ``bn`` <= 128, <= 192 with ``c_from_registers``): two consumer warpgroups take the tiles in turn, each a whole tile in
+    its registers (at 128 rows two 64-row fragments, cuBLAS's shape for mid-size problems), each storing its
+    tile while the other runs its main loop (the designer's "pingpong" schedule, audited by audit/ring.py), for short K
     and heavy epilogues; every unit whole (split "none"). ``timeline``: a measuring build, never the
     dispatcher's: the kernel's GL_TIMELINE stamps (per CTA %globaltimer and clock64 at the points of its
     TimelineSlot enum, into its ``gl_timeline_ns`` / ``gl_timeline_clk`` __device__ arrays;
@@ -604,7 +605,7 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     5 at 256, 6 at 192, 8 at 128, 13 at 64 (ping-pong: two consumers' panel rings, design.smem.max_stages).
     Raises ValueError for any other major, width, cluster or tile height, ``out_fp32`` or ``out_e4m3``
     without ``c_from_registers``, both, ``out_e4m3`` at a BN that is not a multiple of 128, ``pingpong``
-    with ``bm`` other than 64, a ``release_lag`` other than the int 1 or 2, or ``ctas_per_sm`` 2 on another
+    with ``bm`` other than 64 or 128 (128 at ``bn`` <= 128, or <= 192 with ``c_from_registers``), a ``release_lag`` other than the int 1 or 2, or ``ctas_per_sm`` 2 on another
     build than the one above.
     """
     # One cache key per configuration however it is spelled (bn positional or by name, flags defaulted
@@ -644,9 +645,11 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
         raise ValueError(f"out_e4m3=True with c_from_registers={c_from_registers}, out_fp32={out_fp32}, bn = {bn}: the "
                          "quantized output is the register store's (not float32 too), its 1 x 128 scale blocks whole "
                          "columns of a tile (BN 128 or 256)")
-    if pingpong and bm != 64:
-        raise ValueError(f"pingpong=True with bm = {bm}: each ping-pong consumer holds a whole tile in its registers, "
-                         "built at 64 rows")
+    if pingpong and not (bm == 64 or (bm == 128 and (bn <= 128 or (bn <= 192 and c_from_registers)))):
+        raise ValueError(f"pingpong=True with bm = {bm}, bn = {bn}, c_from_registers = {c_from_registers}: each "
+                         "ping-pong consumer holds a whole tile in its registers, built at 64 rows, or 128 rows at BN <= "
+                         "128 (128 accumulator registers a thread), up to 192 with the register store (the TMA store's "
+                         "staging spilled there)")
     consumers = 2 if pingpong else bm // 64
     panels = bn // 64
     c_ring = 0 if c_from_registers else max(r for r in range(1, C_RING + 1) if panels % r == 0)  # the ring divides the panels

@@ -181,10 +181,10 @@ struct QuantizedC {
 template <class Cfg>
 __host__ __device__ constexpr bool config_ok() {
   static_assert(((Cfg::BM == 128 && Cfg::kConsumers == 2) || (Cfg::BM == 64 && Cfg::kConsumers == 1) ||
-                 (Cfg::kPingpong && Cfg::BM == 64 && Cfg::kConsumers == 2)) &&
+                 (Cfg::kPingpong && (Cfg::BM == 64 || Cfg::BM == 128) && Cfg::kConsumers == 2)) &&
                     Cfg::kProducerWarpgroups == 1,
-                "sm90_gemm: level 9's 128-row tile on two consumer warpgroups, or a 64-row tile on one, or 64-row "
-                "tiles taken in turn by two (ping-pong); a producer warpgroup");
+                "sm90_gemm: level 9's 128-row tile on two consumer warpgroups, or a 64-row tile on one, or 64- or "
+                "128-row tiles taken in turn by two (ping-pong); a producer warpgroup");
   static_assert(Cfg::kCluster == 1 || Cfg::kCluster == 2, "sm90_gemm: a 2-CTA cluster sharing B, or one CTA");
   static_assert(Cfg::BN == 64 || Cfg::BN == 128 || Cfg::BN == 192 || Cfg::BN == 256 ||
                     ((Cfg::BN == 32 || Cfg::BN == 96 || Cfg::BN == 144) && Cfg::kStore == CStore::kRegisters),
@@ -193,8 +193,11 @@ __host__ __device__ constexpr bool config_ok() {
   static_assert((Cfg::kAMnMajor == 0 || Cfg::kAMnMajor == 1) && (Cfg::kBMnMajor == 0 || Cfg::kBMnMajor == 1),
                 "sm90_gemm: each operand K-major (0) or MN-major (1)");
   static_assert(Cfg::kPingpong || Cfg::BM == 64 * Cfg::kConsumers, "level 9: each consumer owns 64 rows of the tile");
-  static_assert(!Cfg::kPingpong || (Cfg::BM == 64 && Cfg::kConsumers == 2),
-                "ping-pong: each of two consumers holds a whole 64-row tile (its accumulators are 64 x BN)");
+  static_assert(!Cfg::kPingpong || ((Cfg::BM == 64 || (Cfg::BM == 128 && (Cfg::BN <= 128 ||
+                                                                          (Cfg::BN <= 192 && Cfg::kStore == CStore::kRegisters)))) &&
+                                     Cfg::kConsumers == 2),
+                "ping-pong: each of two consumers holds a whole tile in its accumulators: 64 x BN, or 128 x BN at "
+                "BN <= 128 (128 registers a thread, as 64 x 256), up to 192 stored from registers");
   if constexpr (Cfg::kStore == CStore::kRegisters) {
     static_assert(Cfg::kCPanels == 0 && Cfg::kCRing == 0,
                   "sm90_gemm: C from registers: the plan must stage no C (c_from_registers)");
@@ -248,6 +251,9 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
   // Consumer c's first row in a tile is kConsumerRows x c: its 64-row slice of level 9's tile, or (ping-pong)
   // row 0 of the whole tile it holds.
   constexpr int kConsumerRows = Cfg::kPingpong ? 0 : 64;
+  // The 64 x BN fragments a consumer holds per tile: level 9's one, or a ping-pong consumer's BM / 64 (its
+  // whole tile: two at BM 128, each stage's A rows 64 r.. into fragment r, in one wgmma group).
+  constexpr int kRowBlocks = Cfg::kPingpong ? BM / 64 : 1;
   constexpr int kPrefetchAhead = 8;  // K iterations between a tile's epilogue prefetch and its epilogue
   // Named barrier 2 + c: consumer c's 128 threads (0 is __syncthreads; the panel ring's stores and the
   // stream-K hand-in).
@@ -303,19 +309,21 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
     GL_TIMELINE_STAMP(consumer == 0 && elected, kReady);
     uint8_t* const ring = smem.c() + consumer * Cfg::kCRing * Cfg::kCPanelBytes;  // kTmaPanels: this consumer's
     const int bar = kFirstStoreBarrier + consumer;
-    uint32_t packed[BN / 4];  // kTmaPanels: the previous tile's outputs; its last kDeferredPanels are still to be stored
+    // kTmaPanels: the previous tile's outputs; its last kDeferredPanels are still to be stored (ping-pong: this
+    // tile's, kRowBlocks fragments' worth)
+    uint32_t packed[kRowBlocks * BN / 4];
     // kRegisters: store a finished fragment of work unit `unit` from registers, the fused epilogue (if
     // any) applied to each pair right before its store (epilogue.cuh's pairs: neighbours along a kernel
     // row). Pairs shifted into alignment on misaligned rows, except with an epilogue (register_store.cuh:
     // it spilled).
-    auto store_fragment = [&](float (&d)[BN / 2], int unit) {
+    auto store_fragment = [&](float (&d)[BN / 2], int unit, int rows_in = 0) {  // rows_in: fragment r's 64 r
       if constexpr (kFromRegisters) {
         int um, tn;
         sched.coords(unit, um, tn);
         auto pair_op = [&](float& x0, float& x1, int r, int c) {
           if constexpr (Epi::kFused) epi.pair_along_row(x0, x1, r, c, M, N);
         };
-        const int row0 = (um * kCluster + rank) * BM + kConsumerRows * consumer;
+        const int row0 = (um * kCluster + rank) * BM + kConsumerRows * consumer + rows_in;
         if constexpr (kQuantized) {
           store_fragment_quantized<BN>(c_out.ptr, c_out.ld, c_out.scales, c_out.ld_scales, d, row0, tn * BN, M, N, pair_op);
         } else {
@@ -346,7 +354,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
         int um, tn;
         sched.coords(unit, um, tn);
         const int tm = um * kCluster + rank;
-        float d[BN / 2];
+        float d[kRowBlocks][BN / 2];
         GL_TIMELINE_MARK(consumer == 0 && elected, kMark);
         wait_turn(smem, consumer, turn);
         GL_TIMELINE_PHASE(consumer == 0 && elected, kTurnWaitSum, kMark);
@@ -355,24 +363,48 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
           if (kt == k_tiles - 1 && elected) pass_turn(smem, consumer);  // after the tile's last full wait
           if constexpr (Epi::kFused) {
             if (kt == (k_tiles > kPrefetchAhead ? k_tiles - kPrefetchAhead : 0))
-              epi.template prefetch<64, BN, 128>(tm * BM, tn * BN, M, N, thread_in_warpgroup());
+              epi.template prefetch<BM, BN, 128>(tm * BM, tn * BN, M, N, thread_in_warpgroup());
           }
         }, wait_clock);
         pos.count += (Cfg::kConsumers - 1) * k_tiles;
         GL_TIMELINE_STAMP(consumer == 0 && elected && turn < kTiles, kTile0 + 2 * turn);
+        uint32_t (&tile_packed)[kRowBlocks][BN / 4] = reinterpret_cast<uint32_t(&)[kRowBlocks][BN / 4]>(packed);
         if constexpr (kFromRegisters) {
-          store_fragment(d, unit);
-        } else if constexpr (Epi::kFused) {
+#pragma unroll
+          for (int r = 0; r < kRowBlocks; ++r) store_fragment(d[r], unit, 64 * r);
+        } else if constexpr (Epi::kFused && kRowBlocks == 1) {
 #pragma unroll
           for (int p = 0; p < Cfg::kCPanels; ++p) {
-            epilogue_pack_panel<BN>(packed, d, p, tm * BM, tn * BN, M, N, epi);
-            store_panel(p, packed, ring, c_out.map, tn * BN, tm * BM, bar, elected);
+            epilogue_pack_panel<BN>(tile_packed[0], d[0], p, tm * BM, tn * BN, M, N, epi);
+            store_panel(p, tile_packed, ring, c_out.map, tn * BN, tm * BM, bar, elected);
           }
-        } else {
-          pack_fragment<BN>(packed, d);
+        } else if constexpr (Epi::kFused) {
+          // Each fragment's panel through the epilogue right before its staging, one fragment's math live
+          // at a time (both first spilled GELU's at BN 128).
 #pragma unroll
           for (int p = 0; p < Cfg::kCPanels; ++p)
-            store_panel(p, packed, ring, c_out.map, tn * BN, tm * BM, bar, elected);
+            store_panel_staged<Cfg::kCPanels>(p, ring, c_out.map, tn * BN, tm * BM, bar, elected, -1,
+                                              [&](uint8_t* buf, int q) {
+#pragma unroll
+              for (int r = 0; r < kRowBlocks; ++r) {
+                epilogue_pack_panel<BN>(tile_packed[r], d[r], q, tm * BM + 64 * r, tn * BN, M, N, epi);
+                stage_packed_panel_sw128<BN>(buf, tile_packed[r], q, 64 * r);
+              }
+            });
+        } else if constexpr (kRowBlocks == 1) {
+          pack_fragment<BN>(tile_packed[0], d[0]);
+#pragma unroll
+          for (int p = 0; p < Cfg::kCPanels; ++p)
+            store_panel(p, tile_packed, ring, c_out.map, tn * BN, tm * BM, bar, elected);
+        } else {  // each panel's words packed right before its staging: the whole tile packed at once spilled
+#pragma unroll
+          for (int p = 0; p < Cfg::kCPanels; ++p) {
+#pragma unroll
+            for (int r = 0; r < kRowBlocks; ++r)
+#pragma unroll
+              for (int q = 16 * p; q < 16 * p + 16; ++q) tile_packed[r][q] = pack2(d[r][2 * q], d[r][2 * q + 1]);
+            store_panel(p, tile_packed, ring, c_out.map, tn * BN, tm * BM, bar, elected);
+          }
         }
         GL_TIMELINE_STAMP(consumer == 0 && elected && turn < kTiles, kTile0 + 2 * turn + 1);
         GL_TIMELINE_COUNT(consumer == 0 && elected, kWholeTiles);
