@@ -12,7 +12,14 @@ activation; all K-major):
 * ``route``: ``gemm_ladder.linear`` as dispatched (its explain choice recorded);
 * ``coop BM b BN n [c1] split``: level 9's cooperative builds (128 x BN: two consumers of 64 rows, stream-K
   "tail" or "none", 2-CTA clusters or one CTA; 64 x BN: one consumer), bound in place with the fused epilogue;
-* ``pp BN n cC``: the ping-pong build (64 x BN tiles taken in turn by two consumers, clusters of C CTAs).
+* ``pp BN n cC``: the ping-pong build (64 x BN tiles taken in turn by two consumers, clusters of C CTAs);
+* ``pp128 BN n cC [reg]``: its 128-row tiles (each consumer two 64-row fragments of its own tile: cuBLAS's
+  shape at mid-size M, issue 23's profile), the TMA store at BN 64 and 128, the register store (``reg``) at
+  BN 96-192.
+
+``--set mid`` takes issue 23's mid-M misses (M 255-1576, the plain GEMMs below 0.86x cuBLAS on the H200 at
+d726cbf, ``bench/results/2026-12-06_shapes_real_h200_d726cbf.json``) and a few large short-K shapes;
+``--configs REGEX`` keeps the forced builds whose label matches.
 
 Method: fresh random operands and bias per shape (gates.correctness.random_operands); every output
 NaN-poisoned, computed once and compared with the float64 reference of the whole call (the GEMM, bias
@@ -31,6 +38,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -61,9 +69,30 @@ SHAPES = (
     ("vit_l16 fc2", 12608, 1024, 4096, None, False),
     ("qwen2.5_7b qkv 1000", 1000, 4608, 3584, None, False),
     ("square 4096", 4096, 4096, 4096, None, False),
+    # issue 23's mid-M misses (--set mid)
+    ("vit_l16 qkv 1576", 1576, 3072, 1024, None, False),
+    ("vit_l16 qkv 1576 bias", 1576, 3072, 1024, None, True),
+    ("vit_l16 proj 1576", 1576, 1024, 1024, None, False),
+    ("vit_l16 fc2 1576", 1576, 1024, 4096, None, False),
+    ("gpt2 c_attn 1023 bias", 1023, 2304, 768, None, True),
+    ("gpt2 c_proj 1023", 1023, 768, 3072, None, False),
+    ("gpt2 c_proj 4096 bias", 4096, 768, 768, None, True),
+    ("qwen2.5_7b qkv 255", 255, 4608, 3584, None, False),
+    ("phi3_mini down 333", 333, 3072, 8192, None, False),
+    ("phi3_mini o 333", 333, 3072, 3072, None, False),
+    ("bert_large output 512", 512, 1024, 4096, None, False),
+    ("t5_base wo 512", 512, 768, 3072, None, False),
 )
+MID = ("vit_l16 qkv 1576", "vit_l16 qkv 1576 bias", "vit_l16 proj 1576", "vit_l16 fc2 1576", "vit_l16 fc1 1576 bias+gelu",
+       "gpt2 c_attn 1023", "gpt2 c_attn 1023 bias", "gpt2 c_proj 1023", "gpt2 c_fc 1023 bias+gelu_tanh",
+       "gpt2 c_proj 4096 bias", "qwen2.5_7b qkv 1000", "qwen2.5_7b qkv 255", "phi3_mini down 333", "phi3_mini o 333",
+       "bert_large output 512", "t5_base wo 512", "vit_l16 qkv", "vit_l16 fc2", "gpt2 c_proj 8k", "square 4096",
+       "vit_l16 fc1 bias+gelu", "gpt2 c_fc bias+gelu_tanh")
 PP_WIDTHS = (64, 128, 192, 256)
 PP_CLUSTERS = (2, 1)
+#: The 128-row ping-pong builds: (BN, CTAs per cluster, register store).
+PP128 = ((64, 1, False), (64, 2, False), (128, 1, False), (128, 2, False), (128, 1, True), (96, 1, True),
+         (144, 1, True), (192, 1, True))
 #: Level 9's cooperative builds forced beside them: (BM, BN, split, CTAs per cluster).
 COOP = ((128, 128, "tail", 2), (128, 192, "tail", 2), (128, 256, "tail", 2), (128, 256, "none", 2),
         (128, 256, "none", 1), (128, 192, "none", 1), (64, 128, "none", 2), (64, 256, "none", 2))
@@ -79,7 +108,14 @@ def kernels():
            for bm, bn, split, cl in COOP}
     out.update({f"pp BN {bn} c{cl}": (library_gemm("k", "k", bn, bm=64, pingpong=True, cluster=cl), "none")
                 for bn in PP_WIDTHS for cl in PP_CLUSTERS})
-    return out
+    out.update({f"pp128 BN {bn} c{cl}{' reg' if reg else ''}":
+                (library_gemm("k", "k", bn, bm=128, pingpong=True, cluster=cl, c_from_registers=reg), "none")
+                for bn, cl, reg in PP128})
+    return {lb: v for lb, v in out.items() if CONFIG_FILTER.search(lb)}
+
+
+#: Which forced builds run (--configs).
+CONFIG_FILTER = re.compile("")
 
 
 def builds(shapes, dtype: str) -> list:
@@ -164,12 +200,16 @@ def bench_shape(name, m, n, k, activation, has_bias, dtype, budget, seed) -> dic
     coop = [lb for lb in rows if lb.startswith("coop") and "us" in rows[lb]]
     best_pp = min(pp, key=lambda lb: rows[lb]["us"]) if pp else None
     best_coop = min(coop, key=lambda lb: rows[lb]["us"]) if coop else None
+    pp128 = [lb for lb in pp if lb.startswith("pp128")]
+    best_pp128 = min(pp128, key=lambda lb: rows[lb]["us"]) if pp128 else None
     return {"name": name, "m": m, "n": n, "k": k, "dtype": dtype, "activation": activation, "bias": has_bias,
             "torch_us": base, "torch_rel_err": t_rel, "error_bound": bound, "cap": cap,
             "best_pp": best_pp, "best_coop": best_coop,
             "pp_vs_coop": rows[best_coop]["us"] / rows[best_pp]["us"] if best_pp and best_coop else None,
             "best_pp_vs_torch": rows[best_pp]["vs_torch"] if best_pp else None,
-            "route_vs_torch": rows["route"].get("vs_torch"), "configs": rows}
+            "route_vs_torch": rows["route"].get("vs_torch"), "best_pp128": best_pp128,
+            "pp128_vs_route": rows["route"]["us"] / rows[best_pp128]["us"] if best_pp128 else None,
+            "best_pp128_vs_torch": rows[best_pp128]["vs_torch"] if best_pp128 else None, "configs": rows}
 
 
 def sanitize(dtype: str = "bf16") -> int:
@@ -194,13 +234,16 @@ def sanitize(dtype: str = "bf16") -> int:
 
 
 def markdown(results: list[dict]) -> str:
-    out = ["| shape | torch us | route/torch | best coop | best pp | pp/torch | pp vs coop |", "|---|---|---|---|---|---|---|"]
+    out = ["| shape | torch us | route/torch | best coop | best pp | pp/torch | pp vs coop | best pp128 | pp128/torch | "
+           "pp128 vs route |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         c = r["configs"]
         bc, bp = r["best_coop"], r["best_pp"]
         out.append(f"| {r['name']} {r['m']}x{r['n']}x{r['k']} | {r['torch_us']:.1f} | {r['route_vs_torch']:.2f} | "
-                   f"{bc} {c[bc]['us']:.1f} | {bp} {c[bp]['us']:.1f} | {r['best_pp_vs_torch']:.2f} | {r['pp_vs_coop']:.2f} |"
-                   if bc and bp else f"| {r['name']} | {r['torch_us']:.1f} | | | | | |")
+                   f"{bc} {c[bc]['us']:.1f} | {bp} {c[bp]['us']:.1f} | {r['best_pp_vs_torch']:.2f} | {r['pp_vs_coop']:.2f} | "
+                   + (f"{r['best_pp128']} {c[r['best_pp128']]['us']:.1f} | {r['best_pp128_vs_torch']:.2f} | "
+                      f"{r['pp128_vs_route']:.2f} |" if r.get("best_pp128") else "| | |")
+                   if bc and bp else f"| {r['name']} | {r['torch_us']:.1f} | | | | | | | | |")
     out.append("")
     for r in results:
         out.append(f"### {r['name']} {r['m']}x{r['n']}x{r['k']} {r['dtype']} (torch {r['torch_us']:.1f} us)")
@@ -217,15 +260,19 @@ def markdown(results: list[dict]) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", default="", help="comma list of shape names (default: all)")
+    p.add_argument("--set", choices=("all", "mid"), default="all", help="mid: issue 23's mid-M misses (MID)")
+    p.add_argument("--configs", default="", help="regular expression: the forced builds whose label matches")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     p.add_argument("--budget", type=float, default=0.03, help="seconds of timed calls per configuration")
     p.add_argument("--sanitize", action="store_true", help="one small launch of each ping-pong build, no timing")
     p.add_argument("-o", "--output", default=None, help="output folder (default $OUT/pingpong or ./pingpong_out)")
     args = p.parse_args()
     require_gpu(__file__)
+    global CONFIG_FILTER
+    CONFIG_FILTER = re.compile(args.configs)
     if args.sanitize:
         return sanitize(args.dtype)
-    want = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    want = [s.strip() for s in args.shapes.split(",") if s.strip()] or (list(MID) if args.set == "mid" else [])
     shapes = [s for s in SHAPES if not want or s[0] in want]
     if want and len(shapes) != len(want):
         print(f"pingpong.py: unknown shapes in {want}; names: {[s[0] for s in SHAPES]}", file=sys.stderr)
@@ -241,7 +288,8 @@ def main() -> int:
         r = bench_shape(name, m, n, k, act, has_bias, args.dtype, args.budget, seed=1000 + i)
         results.append(r)
         print(f"{name} {m}x{n}x{k}: torch {r['torch_us']:.1f} us, route {r['route_vs_torch']:.2f}x, best coop "
-              f"{r['best_coop']}, best pp {r['best_pp']} {r['best_pp_vs_torch']:.2f}x torch, pp/coop {r['pp_vs_coop']:.2f}",
+              f"{r['best_coop']}, best pp {r['best_pp']} {r['best_pp_vs_torch']:.2f}x torch, pp/coop {r['pp_vs_coop']:.2f}, "
+              f"best pp128 {r['best_pp128']} {r['best_pp128_vs_torch'] or 0:.2f}x torch, {r['pp128_vs_route'] or 0:.2f}x route",
               flush=True)
         (out_dir / "pingpong.json").write_text(json.dumps({"meta": _meta(args.dtype), "build_failures": failed,
                                                            "results": results}, indent=1))
