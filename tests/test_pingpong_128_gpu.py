@@ -4,7 +4,7 @@ warpgroups holds a whole 128 x BN tile as two 64-row fragments, the tiles taken 
 M, N and K, one tile, fewer tiles than CTAs, many per consumer; held to the correctness gate's bounds against
 the float64 reference with NaN-poisoned outputs; repeated launches bitwise identical and equal to the
 cooperative 128-row build's unsplit (each row's K order and wgmma steps are the same); a fused bias and
-activation against float64.
+activation against float64, and a residual (read by row: each fragment's rows).
 
 Run on the H200: ``python3 -m pytest -q -m gpu tests/test_pingpong_128_gpu.py``.
 """
@@ -86,6 +86,28 @@ def test_fused_bias_and_activation_against_float64(activation, bn, reg):
         ep = linear_call(x, w, bias, activation=activation)
         kernel.launch(operand_view(x, k_dim=1), operand_view(w, k_dim=1), c, epilogue=ep)
         eager = act[activation](F.linear(x, w, bias))
+        rel = ((c.double() - ref).norm() / ref.norm()).item()
+        rel_eager = ((eager.double() - ref).norm() / ref.norm()).item()
+        assert rel <= 2 * rel_eager + 2 ** -8, (m, n, k, rel, rel_eager)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("bn,reg,cluster", [(128, False, 1), (64, False, 2), (144, True, 1), (128, True, 2)])
+def test_a_residual_finds_each_fragments_rows(bn, reg, cluster):
+    """bias + GELU (tanh) + beta x residual: the residual is read by row, so a fragment's epilogue given the
+    wrong rows (its 64 r offset) fails here where a bias alone would not; M tails in the last tile."""
+    from gemm_ladder.dispatch.validate import linear_call
+
+    kernel = library_gemm("k", "k", bn, bm=128, pingpong=True, cluster=cluster, c_from_registers=reg)
+    for m, n, k in [(333, 520, 200), (1576, 1024, 256)]:
+        x, w = random_operands(m, n, k, "bf16", "cuda", seed=m + bn + cluster)
+        bias = torch.randn(n, device="cuda").to(x.dtype)
+        res = torch.randn(m, n, device="cuda").to(x.dtype)
+        ref = F.gelu(x.double() @ w.double().T + bias.double(), approximate="tanh") + 0.5 * res.double()
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=x.dtype)
+        ep = linear_call(x, w, bias, activation="gelu_tanh", residual=res, beta=0.5)
+        kernel.launch(operand_view(x, k_dim=1), operand_view(w, k_dim=1), c, epilogue=ep)
+        eager = F.gelu(F.linear(x, w, bias), approximate="tanh") + 0.5 * res
         rel = ((c.double() - ref).norm() / ref.norm()).item()
         rel_eager = ((eager.double() - ref).norm() / ref.norm()).item()
         assert rel <= 2 * rel_eager + 2 ** -8, (m, n, k, rel, rel_eager)

@@ -181,9 +181,9 @@ class LibraryGemm:
     #: CTAs per cluster: level 9's 2 (vertically adjacent tiles sharing B by multicast), or 1 (one CTA
     #: per SM alone: no idle twin where the M tiles are odd in number, no multicast).
     cluster: int = 2
-    #: Two consumer warpgroups take the 64-row tiles in turn, one storing its tile while the other
-    #: computes (sm90_gemm.cu's GL_PINGPONG; the designer's "pingpong" schedule): every unit whole, no
-    #: stream-K tail.
+    #: Two consumer warpgroups take the tiles (64 rows, or 128 as two fragments) in turn, one storing its
+    #: tile while the other computes (sm90_gemm.cu's GL_PINGPONG; the designer's "pingpong" schedule): every
+    #: unit whole, no stream-K tail.
     pingpong: bool = False
     #: A measuring build (GL_TIMELINE: library_gemm's ``timeline``), never the dispatcher's.
     timeline: bool = False
@@ -234,7 +234,7 @@ class LibraryGemm:
     @property
     def consumers(self) -> int:
         """Consumer warpgroups: level 9's 2 of 64 rows each (BM = 128), 1 (BM = 64), or 2 taking the
-        64-row tiles in turn (ping-pong)."""
+        tiles in turn (ping-pong, BM 64 or 128)."""
         return 2 if self.pingpong else self.tile[0] // 64
 
     @property
@@ -602,10 +602,13 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     BN = 256 (level 9's), 5 at 192, 6 at BN = 128, 8 at BN = 64 (``c_ring``: the largest ring of at most 2
     panel buffers per consumer that divides the tile's panels: 2, 1, 2, 1); with no C staging
     (c_from_registers): 4 at 256, 5 at 192, 7 at 128, 9 at 64; with 64-row tiles (one consumer's panel ring):
-    5 at 256, 6 at 192, 8 at 128, 13 at 64 (ping-pong: two consumers' panel rings, design.smem.max_stages).
+    5 at 256, 6 at 192, 8 at 128, 13 at 64 (ping-pong: two consumers' panel rings, design.smem.max_stages; at 128
+    rows 5 at BN 128 and 8 at 64 with the TMA store, 5 at 192, 6 at 144, 7 at 128, 8 at 96 and 9 at 64 from
+    registers).
     Raises ValueError for any other major, width, cluster or tile height, ``out_fp32`` or ``out_e4m3``
     without ``c_from_registers``, both, ``out_e4m3`` at a BN that is not a multiple of 128, ``pingpong``
-    with ``bm`` other than 64 or 128 (128 at ``bn`` <= 128, or <= 192 with ``c_from_registers``), a ``release_lag`` other than the int 1 or 2, or ``ctas_per_sm`` 2 on another
+    with ``bm`` other than 64 or 128 (128 at ``bn`` <= 128, or <= 192 with ``c_from_registers``; at 128 x 128
+    with the TMA store a fused residual beside bias + GELU spilled 84 bytes: right, slower, not gated), a ``release_lag`` other than the int 1 or 2, or ``ctas_per_sm`` 2 on another
     build than the one above.
     """
     # One cache key per configuration however it is spelled (bn positional or by name, flags defaulted
@@ -724,7 +727,7 @@ class Sm90Gemm:
                out_dtype: str | None = None, cluster: int = 2, bm: int = 128, pingpong: bool = False) -> KernelConfig:
         """The build for A ``a_major``, B ``b_major``, tile ``bm`` x ``bn``, ``dtype`` inputs, C stored by
         ``store`` in ``out_dtype`` (default the inputs'; "fp32" and "e4m3" only from registers), clusters of
-        ``cluster`` CTAs (2 or 1), ping-pong consumers (``pingpong``, BM 64) or level 9's."""
+        ``cluster`` CTAs (2 or 1), ping-pong consumers (``pingpong``, BM 64 or 128) or level 9's."""
         return library_gemm(a_major, b_major, bn, c_from_registers=store == STORE_REGISTERS,
                             out_fp32=out_dtype == "fp32", out_e4m3=out_dtype == "e4m3", cluster=cluster, bm=bm,
                             pingpong=pingpong).config(dtype)

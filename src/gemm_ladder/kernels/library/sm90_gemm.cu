@@ -266,7 +266,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
   const int rank = cluster_cta_rank();
   const int first_unit = blockIdx.x / kCluster, unit_stride = gridDim.x / kCluster;
   // Units [0, whole_end) are computed whole, unit_stride apart; the rest are the stream-K tail (none
-  // when ping-pong: its units are each one consumer's, its tiles 64 rows, and the launch splits none).
+  // when ping-pong: its units are each one consumer's whole tile, and the launch splits none).
   const int whole_end = Cfg::kPingpong ? sched.total : whole_units_end(sched.total, tail_first_unit, k_tiles, unit_stride);
   const StreamKTail tail(whole_end, sched.total - whole_end, k_tiles, unit_stride);
 
@@ -334,7 +334,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
     // kTmaPanels: store panel p of this consumer's rows of work unit `unit`, its place recomputed from
     // the unit rather than kept from the tile before: registers are what this loop is short of.
     auto store_panel_of = [&](int unit, int p) {
-      if constexpr (!kFromRegisters) {
+      if constexpr (!kFromRegisters && kRowBlocks == 1) {  // level 9's one fragment (ping-pong stores its own)
         int um, tn;
         sched.coords(unit, um, tn);
         store_panel(p, packed, ring, c_out.map, tn * BN, (um * kCluster + rank) * BM + kConsumerRows * consumer, bar, elected);

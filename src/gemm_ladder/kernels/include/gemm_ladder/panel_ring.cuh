@@ -3,7 +3,8 @@
 // GL_SMEM_C_PANEL_BYTES each (the designer's plan: design/smem.py, c_ring) and its own store issuer.
 // A buffer is refilled only once wait_group.read GL_C_RING - 1 says the store that last read it is
 // done. Level 9 stores 4 panels per tile (64 x 256), the gated library kernel 2 (64 x 128 outputs),
-// the library GEMM at BN = 64 one, through a ring of one buffer.
+// the library GEMM at BN = 64 one, through a ring of one buffer; a ping-pong consumer of a 128-row tile
+// stores both its fragments' rows in one panel (store_panel's R = 2).
 #pragma once
 #include "gemm_ladder/epilogue.cuh"
 #include "gemm_ladder/ptx/fence.cuh"
