@@ -13,9 +13,9 @@ activation; all K-major):
 * ``coop BM b BN n [c1] split``: level 9's cooperative builds (128 x BN: two consumers of 64 rows, stream-K
   "tail" or "none", 2-CTA clusters or one CTA; 64 x BN: one consumer), bound in place with the fused epilogue;
 * ``pp BN n cC``: the ping-pong build (64 x BN tiles taken in turn by two consumers, clusters of C CTAs);
-* ``pp128 BN n cC [reg]``: its 128-row tiles (each consumer two 64-row fragments of its own tile: cuBLAS's
-  shape at mid-size M, issue 23's profile), the TMA store at BN 64 and 128, the register store (``reg``) at
-  BN 96-192.
+* ``pp128 BN n cC [reg]``: its 128-row tiles (each consumer two 64-row fragments of its own tile; cuBLAS's
+  kernel names at mid-size M in issue 23's profile suggest ping-pong there), the TMA store at BN 64 and 128,
+  the register store (``reg``) at BN 96-192.
 
 ``--set mid`` takes issue 23's mid-M misses (M 255-1576, the plain GEMMs below 0.86x cuBLAS on the H200 at
 d726cbf, ``bench/results/2026-12-06_shapes_real_h200_d726cbf.json``) and a few large short-K shapes;

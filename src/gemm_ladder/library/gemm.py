@@ -579,10 +579,10 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     B) or 1 (one CTA per cluster: the build for an odd number of M tiles, whose last pair would have an
     idle twin). ``bm``: 128 (level 9's two consumer warpgroups of 64 rows) or 64 (one consumer: twice the
     tiles of a 128-row tile, for problems whose 128-row tiles leave SMs idle). ``pingpong`` (with
-    ``bm`` = 64, or 128 at ``bn`` <= 128, <= 192 with ``c_from_registers``): two consumer warpgroups take the tiles in turn, each a whole tile in
-    its registers (at 128 rows two 64-row fragments, cuBLAS's shape for mid-size problems), each storing its
-    tile while the other runs its main loop (the designer's "pingpong" schedule, audited by audit/ring.py), for short K
-    and heavy epilogues; every unit whole (split "none"). ``timeline``: a measuring build, never the
+    ``bm`` = 64, or 128 at ``bn`` <= 128, <= 192 with ``c_from_registers``): two consumer warpgroups take the
+    tiles in turn, each a whole tile in its registers (at 128 rows two 64-row fragments; measured against the
+    route in docs/where-time-goes.md, not routed), each storing its tile while the other runs its main loop (the
+    designer's "pingpong" schedule, audited by audit/ring.py), for short K and heavy epilogues; every unit whole (split "none"). ``timeline``: a measuring build, never the
     dispatcher's: the kernel's GL_TIMELINE stamps (per CTA %globaltimer and clock64 at the points of its
     TimelineSlot enum, into its ``gl_timeline_ns`` / ``gl_timeline_clk`` __device__ arrays;
     kernels/include/gemm_ladder/timeline.cuh), read by bench/experiments/gemm_timeline.py; the same plan,
@@ -608,8 +608,8 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     Raises ValueError for any other major, width, cluster or tile height, ``out_fp32`` or ``out_e4m3``
     without ``c_from_registers``, both, ``out_e4m3`` at a BN that is not a multiple of 128, ``pingpong``
     with ``bm`` other than 64 or 128 (128 at ``bn`` <= 128, or <= 192 with ``c_from_registers``; at 128 x 128
-    with the TMA store a fused residual beside bias + GELU spilled 84 bytes: right, slower, not gated), a ``release_lag`` other than the int 1 or 2, or ``ctas_per_sm`` 2 on another
-    build than the one above.
+    with the TMA store a fused residual beside bias + GELU spilled 84 bytes: right, slower, not gated), a
+    ``release_lag`` other than the int 1 or 2, or ``ctas_per_sm`` 2 on another build than the one above.
     """
     # One cache key per configuration however it is spelled (bn positional or by name, flags defaulted
     # or given): every caller then shares one instance, and its builds and bindings.
