@@ -258,11 +258,19 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _regex(text: str) -> re.Pattern:
+    """--configs: a regular expression, or argparse's one-line error before anything runs."""
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {exc}") from None
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", default="", help="comma list of shape names (default: all)")
     p.add_argument("--set", choices=("all", "mid"), default="all", help="mid: issue 23's mid-M misses (MID)")
-    p.add_argument("--configs", default="", help="regular expression: the forced builds whose label matches")
+    p.add_argument("--configs", default="", type=_regex, help="regular expression: the forced builds whose label matches")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     p.add_argument("--budget", type=float, default=0.03, help="seconds of timed calls per configuration")
     p.add_argument("--sanitize", action="store_true", help="one small launch of each ping-pong build, no timing")
@@ -272,7 +280,7 @@ def main() -> int:
     global CONFIG_FILTER
     # The 128-row builds only where asked for (--set mid or --configs): the default run is the one
     # bench/device/smoke_pingpong.sh has timed since 2026-12-04.
-    CONFIG_FILTER = re.compile(args.configs or ("" if args.set == "mid" else "^(?!pp128)"))
+    CONFIG_FILTER = re.compile(args.configs.pattern or ("" if args.set == "mid" else "^(?!pp128)"))
     if args.sanitize:
         return sanitize(args.dtype)
     want = [s.strip() for s in args.shapes.split(",") if s.strip()] or (list(MID) if args.set == "mid" else [])
