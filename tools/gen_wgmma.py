@@ -26,7 +26,7 @@ SHAPES = (8, 16, 32, 64, 96, 128, 144, 192, 256)
 DTYPES = {"__nv_bfloat16": "bf16", "__half": "f16"}
 OUT = Path(__file__).resolve().parent.parent / "src/gemm_ladder/kernels/include/gemm_ladder/ptx/wgmma_ops.cuh"
 #: The N of m64nNk32 for fp8: the fp8 library kernel's tile widths (one consumer warpgroup's 64 rows).
-FP8_SHAPES = (64, 128, 256)
+FP8_SHAPES = (64, 128, 192, 256)
 FP8_DTYPES = {"__nv_fp8_e4m3": "e4m3", "__nv_fp8_e5m2": "e5m2"}
 OUT_FP8 = OUT.with_name("wgmma_fp8_ops.cuh")
 

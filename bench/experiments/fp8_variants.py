@@ -15,7 +15,13 @@ that would be the default build itself is skipped):
 * ``shared``    blockwise scale_b read from a shared copy of the tile's column (``scale_b_shared``: no global
                 load in the K loop; K <= 16384);
 * ``stages5``   the same build with a 5-stage ring (tensorwise and rowwise take 6 with the TMA store,
-                blockwise 5: what one stage less costs).
+                blockwise 5: what one stage less costs);
+* ``serial``    the promotion after each K block's wgmmas complete (one temporary, ``overlap=False``): what the
+                overlap within a consumer gains over the two consumers' own interleaving;
+* ``bn192``     the experimental 192-wide tile (fp8.EXPERIMENTAL_TILE_N: about 14% fewer shared-memory bytes per
+                flop, promoted serially as its registers require; blockwise scale_b from the shared copy where the
+                default reads it so (16-128 K blocks), else in the block; 128-row, unsplit builds only). Compare it with ``serial`` for what the
+                width alone gains.
 
 Another, ``onepanel`` (the TMA store staging one 64-column panel at a time, which fits blockwise a 6-stage
 ring), ran 0.98-1.00x the default blockwise build and was removed (docs/fp8.md, "Tried and removed").
@@ -70,7 +76,16 @@ VARIANTS = {
     if k.scale_mode == "blockwise" and not k.scale_b_shared else None,
     "ahead": lambda k: dataclasses.replace(k, scale_b_ahead=True, scale_b_shared=False, stages=0)
     if k.scale_mode == "blockwise" and not k.scale_b_ahead else None,
+    "serial": lambda k: dataclasses.replace(k, overlap=False, stages=0) if k.overlap else None,
+    "bn192": lambda k: _bn192(k),
 }
+
+
+def _bn192(k: fp8.Fp8Kernel) -> fp8.Fp8Kernel | None:
+    """The 192-wide build of a 128-row, unsplit, non-quantized call's default build (None otherwise)."""
+    if k.bm != fp8.BM or k.split or k.out_dtype == "fp8":
+        return None
+    return dataclasses.replace(k, bn=192, overlap=False, stages=0, scale_b_ahead=False)
 #: Diagnostic builds (blockwise only): the kernel's source with the promotion scales' computation edited,
 #: so that their results are wrong (timed, never checked): where the blockwise loop's time goes.
 PROMOTION_SCALES = "      s0 = smem.sa(s)[row_in_tile] * sb;\n      s1 = smem.sa(s)[row_in_tile + 8] * sb;\n"

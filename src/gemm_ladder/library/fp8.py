@@ -88,9 +88,15 @@ TILE_M_CHOICES = ("128", "auto")
 TILE_M_DEFAULT = os.environ.get("GL_FP8_TILE_M", "auto")
 #: Tile widths: 128, or 64 when 128-wide tiles would leave SMs idle (small M or N; not the quantized output).
 TILE_N = (128, 64)
+#: A tile width built but never chosen by the launch (an explicit build only, e.g. bench/experiments/fp8_variants.py
+#: ``bn192``): about 14% fewer shared-memory bytes (TMA writes and wgmma reads) per flop than BN 128; its main
+#: accumulator and one temporary fill the registers, so it promotes serially (``overlap=False``), unsplit, at
+#: 128 rows, its blockwise scale_b from the shared copy or read in the block (two values a K block: a 192-wide
+#: tile spans two 128-column blocks of B). Not measured against BN 128 yet (docs/fp8.md).
+EXPERIMENTAL_TILE_N = (192,)
 #: Stages of the ring per tile width: 6 x (16 KiB of A + 16 KiB of B (+ 512 B of scale_a)), 8 x (16 + 8 KiB
 #: (+ 512 B)), within the 227 KiB a block may have.
-STAGES = {128: 6, 64: 8}
+STAGES = {128: 6, 64: 8, 192: 5}
 #: Stages of the 64-row tile's ring per tile width: 8 x (8 KiB of A + 16 KiB of B), 13 x (8 + 8 KiB), the
 #: most that fit beside the one consumer's staging buffer.
 STAGES_64_ROWS = {128: 8, 64: 13}
@@ -164,7 +170,8 @@ def smem_bytes(scale_mode: str, stages: int, bn: int = 128, store: str = STORE_R
     scale_b copy (``scale_b_shared``), alignment slack."""
     sa = bm * 4 if scale_mode == "blockwise" else 0
     staging = (bm // 64) * 64 * bn * 2 if store == STORE_TMA else 0
-    sb = (bm // 64) * MAX_SHARED_SCALE_B_BLOCKS * 4 if scale_b_shared else 0
+    # each consumer's copy: one scale_b column per K block, two at BN 192 (its tiles span two 128-column blocks)
+    sb = (bm // 64) * MAX_SHARED_SCALE_B_BLOCKS * 4 * (2 if bn > 128 else 1) if scale_b_shared else 0
     return stages * (bm * BK + bn * BK + sa) + staging + 2 * stages * 8 + sb + 1024
 
 
@@ -342,7 +349,10 @@ _CONFIG_OUT = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8": "e4m3"}
 
 @functools.lru_cache(maxsize=1024)
 def _config(kernel: Fp8Kernel, arch: str) -> KernelConfig:
-    if (kernel.scale_mode not in SCALE_MODES or kernel.out_dtype not in _CONFIG_OUT or kernel.bn not in TILE_N
+    if (kernel.scale_mode not in SCALE_MODES or kernel.out_dtype not in _CONFIG_OUT
+            or kernel.bn not in (*TILE_N, *EXPERIMENTAL_TILE_N)
+            or kernel.bn in EXPERIMENTAL_TILE_N and (kernel.overlap or kernel.split or kernel.bm != BM
+                                                     or kernel.out_dtype == "fp8" or kernel.scale_b_ahead)
             or not {kernel.a_dtype, kernel.b_dtype} <= set(FP8_DTYPES.values())
             or kernel.store not in (STORE_REGISTERS, STORE_TMA)
             or kernel.store == STORE_TMA and kernel.out_dtype not in TMA_STORE_OUT or kernel.bm not in TILE_M

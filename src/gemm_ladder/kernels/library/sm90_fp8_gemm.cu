@@ -3,7 +3,8 @@
 //
 // Both operands are K-major (A row-major, B the (N, K) rows of torch._scaled_mm's column-major mat2): the
 // fp8 forms of wgmma read K-major shared memory only. One stage holds a 128 x 128 tile of A and a BN x 128
-// tile of B (BN = 128, or 64 for problems with fewer 128-wide tiles than SMs), each row one 128-byte swizzle span of 1-byte elements (BK = 128 = four k32 steps), loaded by
+// tile of B (BN = 128, or 64 for problems with fewer 128-wide tiles than SMs; 192, an experimental build
+// with fewer shared-memory bytes per flop, below), each row one 128-byte swizzle span of 1-byte elements (BK = 128 = four k32 steps), loaded by
 // TMA with zero fill outside the matrix, so the M, N and K tails need no masks in the main loop (a K tail
 // of 16..112 elements multiplies zeros). The roles are level 7's: a producer warpgroup whose one thread
 // issues the loads, and two consumer warpgroups of 64 rows each, on a ring of Cfg::kStages stages with
@@ -28,6 +29,13 @@
 // tensor core's own accumulation is thus never longer than 128 products; the sum over K blocks is fp32
 // FMA (the accuracy torch._scaled_mm gets with use_fast_accum=False). The wait for t before the FMAs
 // serialises each consumer's wgmma with its promotion; the two consumers interleave.
+// BN = 192 (experimental, not launched by default): per stage 40 KiB of operands for 6.3 MFLOP against 32 KiB
+// for 4.2 at BN 128, and each consumer's wgmma reads 8 KiB of shared memory per 0.79 MFLOP against 6 per 0.52:
+// about 14% fewer shared-memory bytes (TMA writes and wgmma reads) per flop. Its main accumulator and one
+// temporary take 96 + 96 registers, so it promotes serially (kOverlap off: the two consumers interleave, each
+// promoting while the other's wgmmas run). Blockwise, a 192-wide tile spans two 128-column blocks of B (its first
+// column is 0 or 64 past a block's start): each K block has two scale_b values, the second taking the tile's
+// columns from 128 (even tn) or 64 (odd tn) on.
 //
 // The epilogue stores from registers with plain global stores (two neighbouring columns per store when
 // N and the output pitch are even), masked to the matrix, with the rowwise/tensorwise scales and the
@@ -107,8 +115,12 @@ constexpr int kStoreBarrier = 1, kPanelBytes = 64 * 128;
 // Cfg::kScaleBShared: the K blocks of scale_b a consumer's shared copy holds (a tile's or a split segment's
 // whole range; library/fp8.py MAX_SHARED_SCALE_B_BLOCKS, K <= 16384: picks the build only where it fits).
 constexpr int kSharedScaleBBlocks = 128;
+// Blockwise: the 128-column blocks of B (scale_b columns) a tile's K block spans: one at BN 64 and 128 (a tile
+// lies in one block), two at BN 192.
+template <int kBN>
+constexpr int kScaleBColumnsOf = kBN > 128 ? 2 : 1;
 
-// What a config (Cfg) holds, each a static constexpr member or type: kBN (64 or 128), kStages,
+// What a config (Cfg) holds, each a static constexpr member or type: kBN (64, 128 or 192), kStages,
 // kScaleMode (kTensorwise, kRowwise, kBlockwise), A and B (__nv_fp8_e4m3 or __nv_fp8_e5m2), Out
 // (__nv_bfloat16, __half, float, or __nv_fp8_e4m3: e4m3 values with 1 x 128 scales computed in the
 // epilogue), kBias, kOverlap, kTmaStore, kSplit, kBM (128, or 64: one consumer warpgroup),
@@ -118,7 +130,10 @@ template <class Cfg>
 __host__ __device__ constexpr bool config_ok() {
   // A 128 x 128 block of B (one scale per K block) spans one tile at BN = 128, two at BN = 64 (the launch
   // takes 64 when 128-wide tiles would leave SMs idle).
-  static_assert(Cfg::kBN == 128 || Cfg::kBN == 64, "sm90_fp8_gemm: BN = 64 or 128");
+  static_assert(Cfg::kBN == 128 || Cfg::kBN == 64 || Cfg::kBN == 192, "sm90_fp8_gemm: BN = 64, 128 or 192");
+  // BN 192: 96 main accumulators and 96 of one temporary a thread (two temporaries would be 288 registers).
+  static_assert(Cfg::kBN != 192 || (!Cfg::kOverlap && !Cfg::kSplit && Cfg::kBM == 128 && !Cfg::kScaleBAhead),
+                "sm90_fp8_gemm: BN 192 is built serial (kOverlap off), unsplit, 128 rows, scale_b not loaded ahead");
   static_assert(!std::is_same_v<typename Cfg::Out, __nv_fp8_e4m3> || Cfg::kBN == 128,
                 "the quantized output's 1 x 128 blocks are whole 128-wide tiles");
   static_assert(Cfg::kScaleMode >= kTensorwise && Cfg::kScaleMode <= kBlockwise,
@@ -146,7 +161,7 @@ struct Smem {
   static constexpr int kSaOffset = kCOffset + kConsumers * kCBytes;
   static constexpr int kBarOffset = kSaOffset + STAGES * kSaBytes;
   static constexpr int kSbOffset = kBarOffset + 2 * STAGES * 8;  // kScaleBShared: each consumer's scale_b copy
-  static constexpr int kSbBytes = Cfg::kScaleBShared ? kSharedScaleBBlocks * 4 : 0;
+  static constexpr int kSbBytes = Cfg::kScaleBShared ? kSharedScaleBBlocks * 4 * kScaleBColumnsOf<BN> : 0;
   static constexpr int kBytes = kSbOffset + kConsumers * kSbBytes + 1024;  // + the worst case of aligning the base
   static constexpr uint32_t kExpectTx = kABytes + kBBytes + kSaBytes;
 
@@ -173,6 +188,23 @@ __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int
   const int r = t % per_group;
   tm = first_m + r % rows;
   tn = r / rows;
+}
+
+// Promotion of a tile spanning two 128-column blocks of B (blockwise, BN 192): d += acc x scale, the columns
+// 8j.. with j < kFirst (the first block's) scaled by r0, r1 (the thread's two rows), the rest by h0, h1. A
+// template, so that the split point is compile-time (no select per column). (A generic lambda for it crashed
+// the CUDA 13.0 front end.)
+template <int BN, int kFirst>
+__device__ __forceinline__ void promote_two_columns(float (&d)[BN / 2], const float (&acc)[BN / 2], float r0, float r1,
+                                                    float h0, float h1) {
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const float c0 = j < kFirst ? r0 : h0, c1 = j < kFirst ? r1 : h1;
+    d[4 * j + 0] = fmaf(acc[4 * j + 0], c0, d[4 * j + 0]);
+    d[4 * j + 1] = fmaf(acc[4 * j + 1], c0, d[4 * j + 1]);
+    d[4 * j + 2] = fmaf(acc[4 * j + 2], c1, d[4 * j + 2]);
+    d[4 * j + 3] = fmaf(acc[4 * j + 3], c1, d[4 * j + 3]);
+  }
 }
 
 // Two outputs rounded to a 2-byte Out, packed as they lie in memory (x0 at the lower address).
@@ -318,6 +350,12 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
   float d[BN / 2];  // the fp32 main accumulator of the current tile
   // Blockwise scale_b of the tile's K block kb (one value: the tile lies in one 128-column block of B).
   auto scale_b_at = [&](int kb, int tn) { return scale_b[kb * sb_k + (tn * BN / 128) * sb_n]; };
+  // Two scale_b columns (kTwoColumns, BN 192): the tile's second 128-column block of B, clamped to the last
+  // (a tile whose columns end in the first block reads a value it never uses).
+  constexpr bool kTwoColumns = kScaleMode == 2 && kScaleBColumnsOf<BN> == 2;
+  const int sb_last = (N + 127) / 128 - 1;
+  auto scale_b_hi_at = [&](int kb, int tn) { return scale_b[kb * sb_k + min(tn * BN / 128 + 1, sb_last) * sb_n]; };
+  float h0 = 0.0f, h1 = 0.0f;  // kTwoColumns: the promotion scales of the second column block (serial: one block at a time)
   // Cfg::kScaleBAhead: the next K block's scale_b, loaded while this block is issued, so that the
   // multiply before the next block's wgmmas does not wait on a global load (L2 latency); kb_end bounds it.
   float sb_ahead = 0.0f;
@@ -333,14 +371,20 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
   auto read_scales = [&](int s, int kb, int tn, float& s0, float& s1) {
     s0 = s1 = 1.0f;
     if constexpr (kScaleMode == 2) {
-      float sb;
+      float sb, sb_hi = 0.0f;  // sb_hi: the second column block's (kTwoColumns)
       if constexpr (Cfg::kScaleBShared) {
-        sb = sb_copy[kb - sb_kb0];
+        sb = sb_copy[kScaleBColumnsOf<BN> * (kb - sb_kb0)];
+        if constexpr (kTwoColumns) sb_hi = sb_copy[2 * (kb - sb_kb0) + 1];
       } else if constexpr (Cfg::kScaleBAhead) {
         sb = sb_ahead;
         if (kb + 1 < kb_end) sb_ahead = scale_b_at(kb + 1, tn);
       } else {
         sb = scale_b_at(kb, tn);
+        if constexpr (kTwoColumns) sb_hi = scale_b_hi_at(kb, tn);
+      }
+      if constexpr (kTwoColumns) {
+        h0 = smem.sa(s)[row_in_tile] * sb_hi;
+        h1 = smem.sa(s)[row_in_tile + 8] * sb_hi;
       }
       s0 = smem.sa(s)[row_in_tile] * sb;
       s1 = smem.sa(s)[row_in_tile + 8] * sb;
@@ -457,8 +501,13 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
       // (fp8.shared_scale_b_refusal); the bound keeps even such a launch from writing past the buffer.
       // (A __trap() on it instead made ptxas spill the BN 128 builds.)
       named_barrier_sync(kStoreBarrier + consumer, 128);
+      if constexpr (kTwoColumns) {  // both columns of each K block, side by side
+        for (int i = thread_in_warpgroup(); i < 2 * min(kb1 - kb0, kSharedScaleBBlocks); i += 128)
+          sb_copy[i] = (i & 1) ? scale_b_hi_at(kb0 + i / 2, tn) : scale_b_at(kb0 + i / 2, tn);
+      } else {
       for (int i = thread_in_warpgroup(); i < min(kb1 - kb0, kSharedScaleBBlocks); i += 128)
         sb_copy[i] = scale_b_at(kb0 + i, tn);
+      }
       sb_kb0 = kb0;
       named_barrier_sync(kStoreBarrier + consumer, 128);
     }
@@ -504,7 +553,14 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
         wgmma_wait<0>();
         fence_accumulators(acc);
         release(it);
-        promote(acc, s0, s1);
+        if constexpr (kTwoColumns) {  // the tile's first column is 0 (even tn) or 64 (odd) past a block's start
+          if (tn % 2 == 0)
+            promote_two_columns<BN, 16>(d, acc, s0, s1, h0, h1);
+          else
+            promote_two_columns<BN, 8>(d, acc, s0, s1, h0, h1);
+        } else {
+          promote(acc, s0, s1);
+        }
       }
     }
   };
