@@ -15,12 +15,16 @@ activation; all K-major):
 * ``pp BN n cC``: the ping-pong build (64 x BN tiles taken in turn by two consumers, clusters of C CTAs);
 * ``pp128 BN n cC [reg]``: its 128-row tiles (each consumer two 64-row fragments of its own tile; cuBLAS's
   kernel names at mid-size M in issue 23's profile suggest ping-pong there), the TMA store at BN 64 and 128,
-  the register store (``reg``) at BN 96-192.
+  the register store (``reg``) at BN 96-192;
+* ``tall BN n cC [reg]``: the cooperative 256-row tile (``library_gemm(..., bm=256)``: each consumer 128 rows as
+  two 64-row fragments, both on one tile, every unit whole; cuBLAS's 256-row tiles on issue 23's mid-M layers):
+  fewer, larger tiles, each stage's B shared by 256 rows.
 
 ``--set mid`` takes issue 23's mid-M misses (M 255-1576, the plain GEMMs below 0.86x cuBLAS on the H200 at
 d726cbf, ``bench/results/2026-12-06_shapes_real_h200_d726cbf.json``) and a few large short-K shapes;
 ``--configs REGEX`` keeps the forced builds whose label matches (default: the 128-row builds with ``--set mid``
-only). ``best_pp`` and ``pp_vs_coop`` are the 64-row builds' (dispatch/pingpong.py's), ``best_pp128`` the others'.
+only). ``best_pp`` and ``pp_vs_coop`` are the 64-row builds' (dispatch/pingpong.py's), ``best_pp128`` the 128-row
+ping-pong builds', ``best_tall`` the 256-row builds'.
 
 Method: fresh random operands and bias per shape (gates.correctness.random_operands); every output
 NaN-poisoned, computed once and compared with the float64 reference of the whole call (the GEMM, bias
@@ -94,6 +98,8 @@ PP_CLUSTERS = (2, 1)
 #: The 128-row ping-pong builds: (BN, CTAs per cluster, register store).
 PP128 = ((64, 1, False), (64, 2, False), (128, 1, False), (128, 2, False), (128, 1, True), (96, 1, True),
          (144, 1, True), (192, 1, True))
+#: The cooperative 256-row builds: (BN, CTAs per cluster, register store).
+TALL = ((64, 1, False), (128, 1, False), (128, 2, False), (96, 1, True), (128, 1, True), (144, 1, True), (192, 1, True))
 #: Level 9's cooperative builds forced beside them: (BM, BN, split, CTAs per cluster).
 COOP = ((128, 128, "tail", 2), (128, 192, "tail", 2), (128, 256, "tail", 2), (128, 256, "none", 2),
         (128, 256, "none", 1), (128, 192, "none", 1), (64, 128, "none", 2), (64, 256, "none", 2))
@@ -112,6 +118,9 @@ def kernels():
     out.update({f"pp128 BN {bn} c{cl}{' reg' if reg else ''}":
                 (library_gemm("k", "k", bn, bm=128, pingpong=True, cluster=cl, c_from_registers=reg), "none")
                 for bn, cl, reg in PP128})
+    out.update({f"tall BN {bn} c{cl}{' reg' if reg else ''}":
+                (library_gemm("k", "k", bn, bm=256, cluster=cl, c_from_registers=reg), "none")
+                for bn, cl, reg in TALL})
     return {lb: v for lb, v in out.items() if CONFIG_FILTER.search(lb)}
 
 
@@ -172,7 +181,7 @@ def bench_shape(name, m, n, k, activation, has_bias, dtype, budget, seed) -> dic
         rel, mx = err(c)
         ok = math.isfinite(rel) and rel <= bound and mx <= cap
         row = {"rel_err": rel, "max_abs_err": mx, "ok": ok, "stages": forced[label][0].stages}
-        if label.startswith("pp") and ok:  # both ping-pong heights
+        if label.startswith(("pp", "tall")) and ok:  # both ping-pong heights, the 256-row tile
             first = c.clone()
             repeat = True
             for _ in range(3):
@@ -203,6 +212,8 @@ def bench_shape(name, m, n, k, activation, has_bias, dtype, budget, seed) -> dic
     best_coop = min(coop, key=lambda lb: rows[lb]["us"]) if coop else None
     pp128 = [lb for lb in rows if lb.startswith("pp128") and "us" in rows[lb]]
     best_pp128 = min(pp128, key=lambda lb: rows[lb]["us"]) if pp128 else None
+    tall = [lb for lb in rows if lb.startswith("tall") and "us" in rows[lb]]
+    best_tall = min(tall, key=lambda lb: rows[lb]["us"]) if tall else None
     return {"name": name, "m": m, "n": n, "k": k, "dtype": dtype, "activation": activation, "bias": has_bias,
             "torch_us": base, "torch_rel_err": t_rel, "error_bound": bound, "cap": cap,
             "best_pp": best_pp, "best_coop": best_coop,
@@ -210,13 +221,15 @@ def bench_shape(name, m, n, k, activation, has_bias, dtype, budget, seed) -> dic
             "best_pp_vs_torch": rows[best_pp]["vs_torch"] if best_pp else None,
             "route_vs_torch": rows["route"].get("vs_torch"), "best_pp128": best_pp128,
             "pp128_vs_route": rows["route"]["us"] / rows[best_pp128]["us"] if best_pp128 else None,
-            "best_pp128_vs_torch": rows[best_pp128]["vs_torch"] if best_pp128 else None, "configs": rows}
+            "best_pp128_vs_torch": rows[best_pp128]["vs_torch"] if best_pp128 else None, "best_tall": best_tall,
+            "tall_vs_route": rows["route"]["us"] / rows[best_tall]["us"] if best_tall else None,
+            "best_tall_vs_torch": rows[best_tall]["vs_torch"] if best_tall else None, "configs": rows}
 
 
 def sanitize(dtype: str = "bf16") -> int:
-    """One launch of each ping-pong build on a shape with tails and several tiles per CTA per consumer,
-    with and without a fused epilogue, checked against float64: for compute-sanitizer."""
-    forced = {lb: v for lb, v in kernels().items() if lb.startswith("pp")}
+    """One launch of each ping-pong (and 256-row) build on a shape with tails and several tiles per CTA per
+    consumer, with and without a fused epilogue, checked against float64: for compute-sanitizer."""
+    forced = {lb: v for lb, v in kernels().items() if lb.startswith(("pp", "tall"))}
     bad = 0
     for m, n, k, act in ((1000, 520, 200, None), (333, 4104, 640, "gelu"), (2304, 2048, 136, "gelu_tanh")):
         x, w = random_operands(m, n, k, dtype, "cuda", m + n + k)
@@ -236,7 +249,7 @@ def sanitize(dtype: str = "bf16") -> int:
 
 def markdown(results: list[dict]) -> str:
     out = ["| shape | torch us | route/torch | best coop | best pp | pp/torch | pp vs coop | best pp128 | pp128/torch | "
-           "pp128 vs route |", "|---|---|---|---|---|---|---|---|---|---|"]
+           "pp128 vs route | best tall | tall/torch | tall vs route |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         c = r["configs"]
         bc, bp = r["best_coop"], r["best_pp"]
@@ -244,7 +257,9 @@ def markdown(results: list[dict]) -> str:
                    f"{bc} {c[bc]['us']:.1f} | {bp} {c[bp]['us']:.1f} | {r['best_pp_vs_torch']:.2f} | {r['pp_vs_coop']:.2f} | "
                    + (f"{r['best_pp128']} {c[r['best_pp128']]['us']:.1f} | {r['best_pp128_vs_torch']:.2f} | "
                       f"{r['pp128_vs_route']:.2f} |" if r.get("best_pp128") else "| | |")
-                   if bc and bp else f"| {r['name']} | {r['torch_us']:.1f} | | | | | | | | |")
+                   + (f" {r['best_tall']} {c[r['best_tall']]['us']:.1f} | {r['best_tall_vs_torch']:.2f} | "
+                      f"{r['tall_vs_route']:.2f} |" if r.get("best_tall") else " | | |")
+                   if bc and bp else f"| {r['name']} | {r['torch_us']:.1f} | | | | | | | | | | | |")
     out.append("")
     for r in results:
         out.append(f"### {r['name']} {r['m']}x{r['n']}x{r['k']} {r['dtype']} (torch {r['torch_us']:.1f} us)")
@@ -278,9 +293,9 @@ def main() -> int:
     args = p.parse_args()
     require_gpu(__file__)
     global CONFIG_FILTER
-    # The 128-row builds only where asked for (--set mid or --configs): the default run is the one
+    # The 128- and 256-row builds only where asked for (--set mid or --configs): the default run is the one
     # bench/device/smoke_pingpong.sh has timed since 2026-12-04.
-    CONFIG_FILTER = re.compile(args.configs.pattern or ("" if args.set == "mid" else "^(?!pp128)"))
+    CONFIG_FILTER = re.compile(args.configs.pattern or ("" if args.set == "mid" else "^(?!pp128|tall)"))
     if args.sanitize:
         return sanitize(args.dtype)
     want = [s.strip() for s in args.shapes.split(",") if s.strip()] or (list(MID) if args.set == "mid" else [])
@@ -301,7 +316,8 @@ def main() -> int:
         print(f"{name} {m}x{n}x{k}: torch {r['torch_us']:.1f} us, route {r['route_vs_torch']:.2f}x, best coop "
               f"{r['best_coop']}, best pp {r['best_pp']} {r['best_pp_vs_torch'] or 0:.2f}x torch, pp/coop "
               f"{r['pp_vs_coop'] or 0:.2f}, "
-              f"best pp128 {r['best_pp128']} {r['best_pp128_vs_torch'] or 0:.2f}x torch, {r['pp128_vs_route'] or 0:.2f}x route",
+              f"best pp128 {r['best_pp128']} {r['best_pp128_vs_torch'] or 0:.2f}x torch, {r['pp128_vs_route'] or 0:.2f}x route, "
+              f"best tall {r['best_tall']} {r['best_tall_vs_torch'] or 0:.2f}x torch, {r['tall_vs_route'] or 0:.2f}x route",
               flush=True)
         (out_dir / "pingpong.json").write_text(json.dumps({"meta": _meta(args.dtype), "build_failures": failed,
                                                            "results": results}, indent=1))

@@ -97,6 +97,11 @@ REGISTER_STORE_TILE_N = (32, 96, 144)
 #: Tile heights built: level 9's 128 (two consumer warpgroups of 64 rows), and 64 (one consumer: twice
 #: the tiles, where 128-row tiles leave SMs idle).
 TILE_M = (128, 64)
+#: A tile height built but not routed (an explicit build: ``library_gemm(..., bm=256)``): two consumer
+#: warpgroups of 128 rows each (two 64-row fragments), cooperative, every unit whole. Fewer, larger tiles,
+#: sharing each stage's B between 256 rows: cuBLAS's 256-row tiles on issue 23's mid-M layers (256 x 144 at
+#: 1000 x 4608 x 3584, 256 x 128 at 12608 x 1024 x 4096). Not yet measured.
+TALL_TILE_M = 256
 #: CTAs per cluster built: level 9's 2 (B multicast to vertically adjacent tiles), and 1.
 CLUSTERS = (2, 1)
 #: Panel buffers per consumer's store ring: level 9's 2, or the tile's panels when it has fewer (one
@@ -233,19 +238,24 @@ class LibraryGemm:
 
     @property
     def consumers(self) -> int:
-        """Consumer warpgroups: level 9's 2 of 64 rows each (BM = 128), 1 (BM = 64), or 2 taking the
-        tiles in turn (ping-pong, BM 64 or 128)."""
-        return 2 if self.pingpong else self.tile[0] // 64
+        """Consumer warpgroups: level 9's 2 of 64 rows each (BM = 128), 1 (BM = 64), 2 taking the
+        tiles in turn (ping-pong, BM 64 or 128), or 2 of 128 rows each (BM 256)."""
+        return 2 if self.pingpong or self.tile[0] == TALL_TILE_M else self.tile[0] // 64
+
+    @property
+    def whole_units_only(self) -> bool:
+        """Whether every unit is computed whole (no stream-K split built): ping-pong, and the 256-row tile."""
+        return self.pingpong or self.tile[0] == TALL_TILE_M
 
     @property
     def splits(self) -> tuple[str, ...]:
-        """The split policies the dispatcher may rank for this kernel: a ping-pong build splits none."""
-        return ("none",) if self.pingpong else RANKED_SPLITS
+        """The split policies the dispatcher may rank for this kernel: a ping-pong or 256-row build splits none."""
+        return ("none",) if self.whole_units_only else RANKED_SPLITS
 
     @property
     def default_split(self) -> str:
-        """The split a launch takes when given none: level 9's "tail", or "none" for a ping-pong build."""
-        return "none" if self.pingpong else "tail"
+        """The split a launch takes when given none: level 9's "tail", or "none" for a ping-pong or 256-row build."""
+        return "none" if self.whole_units_only else "tail"
 
     @property
     def output_store(self) -> str:
@@ -285,7 +295,7 @@ class LibraryGemm:
         extra = {"c_from_registers": True} if self.c_from_registers else {}
         return plan_gemm(m, n, k, dtype, tile=self.tile, stages=self.stages, cluster=self.cluster,
                          consumers=self.consumers, persistent=self.persistent,
-                         producer_warpgroup=self.producer_warpgroup, c_ring=self.c_ring, stream_k=not self.pingpong,
+                         producer_warpgroup=self.producer_warpgroup, c_ring=self.c_ring, stream_k=not self.whole_units_only,
                          stream_k_min_idle=self.stream_k_min_idle, a_major=self.a_major, b_major=self.b_major,
                          lda=lda, ldb=ldb, ldc=ldc, schedule="pingpong" if self.pingpong else "cooperative",
                          release_lag=self.release_lag, **extra)
@@ -631,8 +641,15 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
 def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, out_fp32: bool,
                   cluster: int = 2, bm: int = 128, pingpong: bool = False, timeline: bool = False,
                   out_e4m3: bool = False, release_lag: int = 1, ctas_per_sm: int = 1) -> LibraryGemm:
-    if bm not in TILE_M:
-        raise ValueError(f"bm = {bm!r}: the kernel is built for BM in {TILE_M} (64 rows per consumer warpgroup)")
+    if bm not in TILE_M and bm != TALL_TILE_M:
+        raise ValueError(f"bm = {bm!r}: the kernel is built for BM in {TILE_M} (64 rows per consumer warpgroup), and "
+                         f"{TALL_TILE_M} (128 rows per consumer, not routed)")
+    if bm == TALL_TILE_M and (pingpong or out_e4m3 or release_lag != 1 or ctas_per_sm != 1
+                              or not (bn <= 128 or (bn <= 192 and c_from_registers))):
+        raise ValueError(f"bm = {bm} with bn = {bn}, c_from_registers = {c_from_registers}, pingpong = {pingpong}, "
+                         f"out_e4m3 = {out_e4m3}, release_lag = {release_lag}, ctas_per_sm = {ctas_per_sm}: the 256-row "
+                         "tile is built cooperative, each consumer holding 128 x BN (BN <= 128, up to 192 with the "
+                         "register store), with the bf16/fp16/fp32 outputs, release lag 1, one CTA per SM")
     if cluster not in CLUSTERS:
         raise ValueError(f"cluster = {cluster!r}: the kernel is built for clusters of {' or '.join(map(str, CLUSTERS))} CTAs")
     if a_major not in MAJORS or b_major not in MAJORS:
@@ -653,9 +670,11 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
                          "ping-pong consumer holds a whole tile in its registers, built at 64 rows, or 128 rows at BN <= "
                          "128 (128 accumulator registers a thread), up to 192 with the register store (the TMA store's "
                          "staging spilled there)")
-    consumers = 2 if pingpong else bm // 64
+    consumers = 2 if pingpong or bm == TALL_TILE_M else bm // 64
     panels = bn // 64
-    c_ring = 0 if c_from_registers else max(r for r in range(1, C_RING + 1) if panels % r == 0)  # the ring divides the panels
+    # The ring divides the panels. The 256-row tile's panels are 128 rows (16 KiB): a ring of one, so that four
+    # stages fit beside the two consumers' buffers (its panels are all stored at the tile's end, not deferred).
+    c_ring = 0 if c_from_registers else 1 if bm == TALL_TILE_M else max(r for r in range(1, C_RING + 1) if panels % r == 0)
     arch = arch_info("sm_90a")
     if ctas_per_sm > 1:  # each CTA's block plus the system's reservation in its share of the SM
         arch = replace(arch, max_smem_per_block=min(arch.max_smem_per_block, arch.smem_per_sm // ctas_per_sm
@@ -664,7 +683,7 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
                         c_from_registers=c_from_registers, pingpong=pingpong)
     suffix = (("_creg" if c_from_registers else "") + ("_f32" if out_fp32 else "") + ("_e4m3" if out_e4m3 else "")
               + ("_c1" if cluster == 1 else "")
-              + ("_bm64" if bm == 64 else "") + ("_pp" if pingpong else "") + ("_tl" if timeline else "")
+              + ("_bm64" if bm == 64 else "_bm256" if bm == TALL_TILE_M else "") + ("_pp" if pingpong else "") + ("_tl" if timeline else "")
               + ("" if release_lag == 1 else f"_lag{release_lag}") + ("" if ctas_per_sm == 1 else f"_x{ctas_per_sm}"))
     return LibraryGemm(
         name=f"sm90_gemm_{a_major}{b_major}_bn{bn}{suffix}",
@@ -693,7 +712,7 @@ def _config(kernel: LibraryGemm, dtype: str, arch: str) -> KernelConfig:
         b_major=kernel.b_major, tile=kernel.tile, stages=kernel.stages, cluster=kernel.cluster,
         consumers=kernel.consumers, producer_warpgroup=kernel.producer_warpgroup, c_ring=kernel.c_ring,
         store=STORE_REGISTERS if kernel.c_from_registers else STORE_TMA,
-        schedule=DATA_PARALLEL if kernel.pingpong else STREAM_K, pingpong=kernel.pingpong,
+        schedule=DATA_PARALLEL if kernel.whole_units_only else STREAM_K, pingpong=kernel.pingpong,
         extra=((("GL_C_FROM_REGISTERS", 1),) if kernel.c_from_registers else ())
         + ((("GL_TIMELINE", 1),) if kernel.timeline else ())
         + ((("GL_RELEASE_LAG", kernel.release_lag),) if kernel.release_lag != 1 else ())

@@ -5,6 +5,7 @@
 // Level 9's kernel, compiled from the designer's plan for one layout: persistent, a producer
 // warpgroup, 2-CTA clusters that multicast B (or, a build's choice, one CTA per cluster), two consumer warpgroups of 64 rows on a 128 x BN tile
 // (or, a build's choice, one consumer on a 64 x BN tile: twice the tiles, for problems too small to fill the SMs),
+// (or, a measuring build's, two consumers of 128 rows on a 256 x BN tile, every unit whole: fewer, larger tiles),
 // each storing through its own panel ring overlapped with the next tile, and a stream-K split.
 //
 // One templated kernel body, sm90_gemm<Cfg, COut, Epi>, reads top to bottom; each build's variant is a
@@ -181,10 +182,12 @@ struct QuantizedC {
 template <class Cfg>
 __host__ __device__ constexpr bool config_ok() {
   static_assert(((Cfg::BM == 128 && Cfg::kConsumers == 2) || (Cfg::BM == 64 && Cfg::kConsumers == 1) ||
-                 (Cfg::kPingpong && (Cfg::BM == 64 || Cfg::BM == 128) && Cfg::kConsumers == 2)) &&
+                 (Cfg::kPingpong && (Cfg::BM == 64 || Cfg::BM == 128) && Cfg::kConsumers == 2) ||
+                 (!Cfg::kPingpong && Cfg::BM == 256 && Cfg::kConsumers == 2)) &&
                     Cfg::kProducerWarpgroups == 1,
                 "sm90_gemm: level 9's 128-row tile on two consumer warpgroups, or a 64-row tile on one, or 64- or "
-                "128-row tiles taken in turn by two (ping-pong); a producer warpgroup");
+                "128-row tiles taken in turn by two (ping-pong), or a 256-row tile on two (128 rows each); a producer "
+                "warpgroup");
   static_assert(Cfg::kCluster == 1 || Cfg::kCluster == 2, "sm90_gemm: a 2-CTA cluster sharing B, or one CTA");
   static_assert(Cfg::BN == 64 || Cfg::BN == 128 || Cfg::BN == 192 || Cfg::BN == 256 ||
                     ((Cfg::BN == 32 || Cfg::BN == 96 || Cfg::BN == 144) && Cfg::kStore == CStore::kRegisters),
@@ -192,7 +195,11 @@ __host__ __device__ constexpr bool config_ok() {
   static_assert(Cfg::BK == 64, "sm90_gemm: BK = 64, one 128-byte swizzle span of K per stage");
   static_assert((Cfg::kAMnMajor == 0 || Cfg::kAMnMajor == 1) && (Cfg::kBMnMajor == 0 || Cfg::kBMnMajor == 1),
                 "sm90_gemm: each operand K-major (0) or MN-major (1)");
-  static_assert(Cfg::kPingpong || Cfg::BM == 64 * Cfg::kConsumers, "level 9: each consumer owns 64 rows of the tile");
+  static_assert(Cfg::kPingpong || Cfg::BM == 64 * Cfg::kConsumers || Cfg::BM == 256,
+                "level 9: each consumer owns 64 rows of the tile (128 in the 256-row tile)");
+  static_assert(Cfg::BM != 256 || Cfg::BN <= 128 || (Cfg::BN <= 192 && Cfg::kStore == CStore::kRegisters),
+                "the 256-row tile: each consumer holds 128 x BN, BN <= 128 (128 registers a thread, as 64 x 256), up to "
+                "192 stored from registers (as the 128-row ping-pong tile)");
   static_assert(!Cfg::kPingpong || ((Cfg::BM == 64 || (Cfg::BM == 128 && (Cfg::BN <= 128 ||
                                                                           (Cfg::BN <= 192 && Cfg::kStore == CStore::kRegisters)))) &&
                                      Cfg::kConsumers == 2),
@@ -248,12 +255,15 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
   // issued a whole tile ago) have long been read. The rest wait in registers for the next tile.
   constexpr int kEarlyPanels = Cfg::kCRing < Cfg::kCPanels ? Cfg::kCRing : Cfg::kCPanels;
   constexpr int kDeferredPanels = Cfg::kCPanels - kEarlyPanels;
-  // Consumer c's first row in a tile is kConsumerRows x c: its 64-row slice of level 9's tile, or (ping-pong)
-  // row 0 of the whole tile it holds.
-  constexpr int kConsumerRows = Cfg::kPingpong ? 0 : 64;
-  // The 64 x BN fragments a consumer holds per tile: level 9's one, or a ping-pong consumer's BM / 64 (its
-  // whole tile: two at BM 128, each stage's A rows 64 r.. into fragment r, in one wgmma group).
-  constexpr int kRowBlocks = Cfg::kPingpong ? BM / 64 : 1;
+  // Consumer c's first row in a tile is kConsumerRows x c: its 64-row slice of level 9's tile (128-row slice of
+  // the 256-row tile), or (ping-pong) row 0 of the whole tile it holds.
+  constexpr int kConsumerRows = Cfg::kPingpong ? 0 : BM / Cfg::kConsumers;
+  // The 64 x BN fragments a consumer holds per tile: level 9's one, a ping-pong consumer's BM / 64 (its whole
+  // tile: two at BM 128), or two of the 256-row tile's 128-row slice; each stage's A rows 64 r.. of the
+  // consumer's into fragment r, in one wgmma group.
+  constexpr int kRowBlocks = kConsumerRows ? kConsumerRows / 64 : BM / 64;
+  // Every unit whole (no stream-K tail): ping-pong, and the 256-row tile (its fragments' partials are not built).
+  constexpr bool kWholeUnitsOnly = Cfg::kPingpong || kRowBlocks > 1;
   constexpr int kPrefetchAhead = 8;  // K iterations between a tile's epilogue prefetch and its epilogue
   // Named barrier 2 + c: consumer c's 128 threads (0 is __syncthreads; the panel ring's stores and the
   // stream-K hand-in).
@@ -267,7 +277,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
   const int first_unit = blockIdx.x / kCluster, unit_stride = gridDim.x / kCluster;
   // Units [0, whole_end) are computed whole, unit_stride apart; the rest are the stream-K tail (none
   // when ping-pong: its units are each one consumer's whole tile, and the launch splits none).
-  const int whole_end = Cfg::kPingpong ? sched.total : whole_units_end(sched.total, tail_first_unit, k_tiles, unit_stride);
+  const int whole_end = kWholeUnitsOnly ? sched.total : whole_units_end(sched.total, tail_first_unit, k_tiles, unit_stride);
   const StreamKTail tail(whole_end, sched.total - whole_end, k_tiles, unit_stride);
 
   if constexpr (Cfg::kPingpong) {
@@ -288,7 +298,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
       GL_TIMELINE_STAMP(true, kProducerStart);
       RingPosition pos = produce_units(smem, &map_a, &map_b, sched, k_tiles, rank, first_unit, unit_stride, whole_end);
       GL_TIMELINE_STAMP(true, kProducerWhole);
-      if constexpr (!Cfg::kPingpong)
+      if constexpr (!kWholeUnitsOnly)
       for (int it = tail.begin(first_unit), end = tail.begin(first_unit + 1); it < end;) {
         const StreamKTail::Segment seg = tail.segment(first_unit, it, end);
         int um, tn;
@@ -410,6 +420,55 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
         GL_TIMELINE_COUNT(consumer == 0 && elected, kWholeTiles);
       }
       GL_TIMELINE_STAMP(consumer == 0 && elected, kWholeEnd);
+    } else if constexpr (kRowBlocks > 1) {
+      // The 256-row tile: consumer c computes rows 128c.. of every unit as two 64-row fragments (each stage's A
+      // rows 128c + 64r into fragment r, one wgmma group: consume_k_range's consumer index counts 64-row
+      // slices), then stores them at the tile's end, the producer loading on meanwhile. The
+      // tile's two consumers share each stage's B, so a 256 x BN tile moves fewer operand bytes per flop than
+      // two 128 x BN ones; its use is fewer, larger tiles where 128-row tiles leave a wave partly idle.
+      for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
+        int um, tn;
+        sched.coords(unit, um, tn);
+        const int row0 = (um * kCluster + rank) * BM + kConsumerRows * consumer;
+        float d[kRowBlocks][BN / 2];
+        consume_k_range(smem, d, kRowBlocks * consumer, 0, k_tiles, pos, elected, [&](int kt) {
+          GL_TIMELINE_STAMP(consumer == 0 && elected && unit == first_unit && kt == 0, kFirstFull);
+          if constexpr (Epi::kFused) {
+            if (kt == (k_tiles > kPrefetchAhead ? k_tiles - kPrefetchAhead : 0))
+              epi.template prefetch<kConsumerRows, BN, 128>(row0, tn * BN, M, N, thread_in_warpgroup());
+          }
+        }, wait_clock);
+        GL_TIMELINE_STAMP(consumer == 0 && elected && (unit - first_unit) / unit_stride < kTiles,
+                          kTile0 + 2 * ((unit - first_unit) / unit_stride));
+        // Stored as a 128-row ping-pong consumer stores its tile (the ping-pong branch above, whose copy keeps the
+        // SASS its GPU runs verified): from registers, or each panel's two fragments packed (or put through the
+        // epilogue) right before its staging.
+        uint32_t (&tile_packed)[kRowBlocks][BN / 4] = reinterpret_cast<uint32_t(&)[kRowBlocks][BN / 4]>(packed);
+        if constexpr (kFromRegisters) {
+#pragma unroll
+          for (int r = 0; r < kRowBlocks; ++r) store_fragment(d[r], unit, 64 * r);
+        } else {
+#pragma unroll
+          for (int p = 0; p < Cfg::kCPanels; ++p)
+            store_panel_staged<Cfg::kCPanels>(p, ring, c_out.map, tn * BN, row0, bar, elected, -1,
+                                              [&](uint8_t* buf, int q) {
+#pragma unroll
+              for (int r = 0; r < kRowBlocks; ++r) {
+                if constexpr (Epi::kFused) {
+                  epilogue_pack_panel<BN>(tile_packed[r], d[r], q, row0 + 64 * r, tn * BN, M, N, epi);
+                } else {
+#pragma unroll
+                  for (int w = 16 * q; w < 16 * q + 16; ++w) tile_packed[r][w] = pack2(d[r][2 * w], d[r][2 * w + 1]);
+                }
+                stage_packed_panel_sw128<BN>(buf, tile_packed[r], q, 64 * r);
+              }
+            });
+        }
+        GL_TIMELINE_STAMP(consumer == 0 && elected && (unit - first_unit) / unit_stride < kTiles,
+                          kTile0 + 2 * ((unit - first_unit) / unit_stride) + 1);
+        GL_TIMELINE_COUNT(consumer == 0 && elected, kWholeTiles);
+      }
+      GL_TIMELINE_STAMP(consumer == 0 && elected, kWholeEnd);
     } else if constexpr (kFromRegisters) {
       for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
         float d[BN / 2];
@@ -476,7 +535,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
       GL_TIMELINE_STAMP(consumer == 0 && elected, kWholeEnd);
     }
     GL_TIMELINE_VALUE(consumer == 0 && elected, kFullWaitClk, wait_clock.cycles());  // every whole tile's waits
-    if constexpr (!Cfg::kPingpong)
+    if constexpr (!kWholeUnitsOnly)
     for (int it = tail.begin(first_unit), end = tail.begin(first_unit + 1); it < end;) {
       const StreamKTail::Segment seg = tail.segment(first_unit, it, end);
       it = seg.next;
