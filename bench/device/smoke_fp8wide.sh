@@ -17,6 +17,8 @@
 # steps are named on the log's last line.
 set -u
 source "$(dirname "$0")/step.sh"  # smoke_begin, step, smoke_end
+# The AOT kernels (the route's builds, which the 256-row experiment's route column calls) where carried.
+[ -f .gl/aot.tgz ] && [ ! -d src/gemm_ladder/aot_kernels ] && tar xzf .gl/aot.tgz
 smoke_begin smoke_fp8wide fp8wide
 V=bench/experiments/fp8_variants.py
 WIDE_SHAPES=4096x7168x16384,4096x4096x4096,8192x8192x8192,4096x24576x1536,128x7168x2048,4096x576x7168,4096x6144x4096,4096x28672x4096,4096x1536x7168
