@@ -18,7 +18,7 @@ that would be the default build itself is skipped):
                 blockwise 5: what one stage less costs);
 * ``serial``    the promotion after each K block's wgmmas complete (one temporary, ``overlap=False``): what the
                 overlap within a consumer gains over the two consumers' own interleaving;
-* ``bn192``     the experimental 192-wide tile (fp8.EXPERIMENTAL_TILE_N: about 14% fewer shared-memory bytes per
+* ``bn192``     the experimental 192-wide tile (fp8.EXPERIMENTAL_TILE_N: 13% fewer shared-memory bytes per
                 flop, promoted serially as its registers require; blockwise scale_b from the shared copy where the
                 default reads it so (16-128 K blocks), else in the block; 128-row, unsplit builds only). Compare it with ``serial`` for what the
                 width alone gains.

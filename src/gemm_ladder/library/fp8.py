@@ -89,7 +89,7 @@ TILE_M_DEFAULT = os.environ.get("GL_FP8_TILE_M", "auto")
 #: Tile widths: 128, or 64 when 128-wide tiles would leave SMs idle (small M or N; not the quantized output).
 TILE_N = (128, 64)
 #: A tile width built but never chosen by the launch (an explicit build only, e.g. bench/experiments/fp8_variants.py
-#: ``bn192``): about 14% fewer shared-memory bytes (TMA writes and wgmma reads) per flop than BN 128; its main
+#: ``bn192``): 13% fewer shared-memory bytes (TMA writes and wgmma reads) per flop than BN 128; its main
 #: accumulator and one temporary fill the registers, so it promotes serially (``overlap=False``), unsplit, at
 #: 128 rows, its blockwise scale_b from the shared copy or read in the block (two values a K block: a 192-wide
 #: tile spans two 128-column blocks of B). Not measured against BN 128 yet (docs/fp8.md).

@@ -588,7 +588,10 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     quantized-output build (e4m3 values and 1 x 128 scales: the module docstring). ``cluster``: 2 (level 9's pair of CTAs sharing
     B) or 1 (one CTA per cluster: the build for an odd number of M tiles, whose last pair would have an
     idle twin). ``bm``: 128 (level 9's two consumer warpgroups of 64 rows) or 64 (one consumer: twice the
-    tiles of a 128-row tile, for problems whose 128-row tiles leave SMs idle). ``pingpong`` (with
+    tiles of a 128-row tile, for problems whose 128-row tiles leave SMs idle), or 256 (:data:`TALL_TILE_M`, not
+    routed: two consumers of 128 rows each on one tile, each holding two 64-row fragments, every unit whole; at
+    ``bn`` <= 128, or <= 192 with ``c_from_registers``; not with ``pingpong``, ``out_e4m3``, ``release_lag`` 2 or
+    ``ctas_per_sm`` 2; docs/where-time-goes.md). ``pingpong`` (with
     ``bm`` = 64, or 128 at ``bn`` <= 128, <= 192 with ``c_from_registers``): two consumer warpgroups take the
     tiles in turn, each a whole tile in its registers (at 128 rows two 64-row fragments; measured against the
     route in docs/where-time-goes.md, not routed), each storing its tile while the other runs its main loop (the
@@ -614,7 +617,8 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     (c_from_registers): 4 at 256, 5 at 192, 7 at 128, 9 at 64; with 64-row tiles (one consumer's panel ring):
     5 at 256, 6 at 192, 8 at 128, 13 at 64 (ping-pong: two consumers' panel rings, design.smem.max_stages; at 128
     rows 5 at BN 128 and 8 at 64 with the TMA store, 5 at 192, 6 at 144, 7 at 128, 8 at 96 and 9 at 64 from
-    registers).
+    registers); at 256 rows 4 at BN 64 and 128 with the TMA store (a ring of one 128-row panel a consumer), 4 at
+    BN 128-192 and 5 at 96 from registers.
     Raises ValueError for any other major, width, cluster or tile height, ``out_fp32`` or ``out_e4m3``
     without ``c_from_registers``, both, ``out_e4m3`` at a BN that is not a multiple of 128, ``pingpong``
     with ``bm`` other than 64 or 128 (128 at ``bn`` <= 128, or <= 192 with ``c_from_registers``; at 128 x 128
