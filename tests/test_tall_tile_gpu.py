@@ -16,13 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-import torch.nn.functional as F
 from test_library_gemm_gpu import LAYOUTS, LayoutCall, gate
+from fused_cases import check_bias_and_activation, check_residual
 from test_pingpong_gpu import SHAPES
 
 from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.library.gemm import TALL_TILE_M, library_gemm
-from gemm_ladder.library.operand import operand_view
 
 pytestmark = pytest.mark.gpu
 
@@ -74,21 +73,8 @@ def test_bitwise_repeatable_and_equal_to_the_cooperative_128_row_build(bn, reg, 
 @pytest.mark.parametrize("activation", (None, "gelu", "gelu_tanh", "silu"))
 @pytest.mark.parametrize("bn,reg", [(128, False), (64, False), (128, True), (192, True)])
 def test_fused_bias_and_activation_against_float64(activation, bn, reg):
-    from gemm_ladder.dispatch.validate import linear_call
-
-    act = {None: lambda t: t, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu}
     kernel = library_gemm("k", "k", bn, bm=TALL_TILE_M, cluster=1, c_from_registers=reg)
-    for m, n, k in [(1000, 520, 200), (1576, 3072, 1024)]:
-        x, w = random_operands(m, n, k, "bf16", "cuda", seed=m + bn)
-        bias = torch.randn(n, device="cuda").to(x.dtype)
-        ref = act[activation](x.double() @ w.double().T + bias.double())
-        c = torch.full((m, n), float("nan"), device="cuda", dtype=x.dtype)
-        ep = linear_call(x, w, bias, activation=activation)
-        kernel.launch(operand_view(x, k_dim=1), operand_view(w, k_dim=1), c, epilogue=ep)
-        eager = act[activation](F.linear(x, w, bias))
-        rel = ((c.double() - ref).norm() / ref.norm()).item()
-        rel_eager = ((eager.double() - ref).norm() / ref.norm()).item()
-        assert rel <= 2 * rel_eager + 2 ** -8, (m, n, k, rel, rel_eager)
+    check_bias_and_activation(kernel, activation, [(1000, 520, 200), (1576, 3072, 1024)], seed=bn)
 
 
 @pytest.mark.timeout(300)
@@ -97,18 +83,5 @@ def test_a_residual_finds_each_fragments_rows(bn, reg, cluster):
     """bias + GELU (tanh) + beta x residual: the residual is read by row, so a fragment's epilogue given the
     wrong rows (its consumer's 128 c or its own 64 r offset) fails here where a bias alone would not; M tails
     in the last tile."""
-    from gemm_ladder.dispatch.validate import linear_call
-
     kernel = library_gemm("k", "k", bn, bm=TALL_TILE_M, cluster=cluster, c_from_registers=reg)
-    for m, n, k in [(333, 520, 200), (1576, 1024, 256)]:
-        x, w = random_operands(m, n, k, "bf16", "cuda", seed=m + bn + cluster)
-        bias = torch.randn(n, device="cuda").to(x.dtype)
-        res = torch.randn(m, n, device="cuda").to(x.dtype)
-        ref = F.gelu(x.double() @ w.double().T + bias.double(), approximate="tanh") + 0.5 * res.double()
-        c = torch.full((m, n), float("nan"), device="cuda", dtype=x.dtype)
-        ep = linear_call(x, w, bias, activation="gelu_tanh", residual=res, beta=0.5)
-        kernel.launch(operand_view(x, k_dim=1), operand_view(w, k_dim=1), c, epilogue=ep)
-        eager = F.gelu(F.linear(x, w, bias), approximate="tanh") + 0.5 * res
-        rel = ((c.double() - ref).norm() / ref.norm()).item()
-        rel_eager = ((eager.double() - ref).norm() / ref.norm()).item()
-        assert rel <= 2 * rel_eager + 2 ** -8, (m, n, k, rel, rel_eager)
+    check_residual(kernel, [(333, 520, 200), (1576, 1024, 256)], seed=bn + cluster)
