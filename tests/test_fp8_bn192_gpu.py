@@ -2,8 +2,10 @@
 per scale mode into NaN-poisoned outputs, with M, N and K tails, tiles whose first column starts a block of B
 and tiles starting 64 columns into one (even and odd tn: blockwise's two scale_b columns split at column 128 or
 64), a last tile past N's last block (its second scale_b column clamped), a bias, the TMA and register stores and
-an fp32 output; and bitwise equal to the library's BN 128 build of the same call (each output's K blocks, wgmma
-products and promotions are the same instructions, in the same order)."""
+an fp32 output; then, asserted apart once every build has met the bound, bitwise equal to the library's BN 128
+build of the same call: the K blocks, scales and promotion FMAs are the same per output element in the same
+order, and the one difference, a 64 x 192 x 32 wgmma in place of 64 x 128 x 32, is expected (not yet seen) to give
+each element the same tensor-core sum whatever the instruction's N."""
 
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ def test_192_wide_matches_float64_and_128_wide_bitwise(mode, shape):
     ref = da @ dw.T + bias.double()
     stores = [fp8.STORE_REGISTERS] + ([fp8.STORE_TMA] if n % 8 == 0 else [])
     sources = [dict(scale_b_shared=True), dict(scale_b_shared=False)] if mode == "blockwise" else [{}]
+    unequal = []
     for out_dtype in (torch.bfloat16, torch.float32):
         narrow = Fp8Kernel(mode, out_dtype=fp8._short_out(out_dtype), bias=True, bn=128)
         want = _run(qa, qb, sa, sb, bias, narrow, out_dtype)
@@ -53,7 +56,12 @@ def test_192_wide_matches_float64_and_128_wide_bitwise(mode, shape):
                 assert not got.isnan().any(), (wide, int(got.isnan().sum()))
                 assert rel_err(got, ref) <= 1.5 * floor + extra, (wide, rel_err(got, ref), floor)
                 diff = (got != want).nonzero()
-                assert diff.numel() == 0, (wide, f"{len(diff)} elements differ from BN 128, first at {diff[:4].tolist()}")
+                if diff.numel():
+                    worst = (got.double() - want.double()).abs().max().item()
+                    unequal.append(f"{wide}: {len(diff)} elements differ from BN 128 (largest {worst:.3g}), first at "
+                                   f"{diff[:4].tolist()}")
+    # every build is within the bound above; equality with BN 128 is the stronger claim, reported whole
+    assert not unequal, "\n".join(unequal)
 
 
 def test_192_wide_is_repeatable_on_a_large_call():
