@@ -20,7 +20,7 @@
 //                (K/128, M) matrix: a tensor map over it, one 512-byte box of 128 rows per stage, loaded by
 //                the producer with the operands and counted in the stage's expect_tx), and scale_b per
 //                128 x 128 block of B (torch's (K/128, N/128), read by the consumers: one value per tile and
-//                K block, BN being 128 or 64, so a tile lies in one block; from global memory in the block
+//                K block at BN 128 or 64, where a tile lies in one block, two at BN 192; from global memory in the block
 //                that uses it, one block ahead (kScaleBAhead), or from a shared copy of the tile's column
 //                made at the start of each K loop (kScaleBShared)).
 // Promotion: every K block of 128 (one stage), the four k32 wgmmas write a temporary accumulator t
@@ -31,7 +31,7 @@
 // serialises each consumer's wgmma with its promotion; the two consumers interleave.
 // BN = 192 (experimental, not launched by default): per stage 40 KiB of operands for 6.3 MFLOP against 32 KiB
 // for 4.2 at BN 128, and each consumer's wgmma reads 8 KiB of shared memory per 0.79 MFLOP against 6 per 0.52:
-// about 14% fewer shared-memory bytes (TMA writes and wgmma reads) per flop. Its main accumulator and one
+// 13% fewer shared-memory bytes (TMA writes and wgmma reads) per flop. Its main accumulator and one
 // temporary take 96 + 96 registers, so it promotes serially (kOverlap off: the two consumers interleave, each
 // promoting while the other's wgmmas run). Blockwise, a 192-wide tile spans two 128-column blocks of B (its first
 // column is 0 or 64 past a block's start): each K block has two scale_b values, the second taking the tile's
@@ -129,7 +129,7 @@ constexpr int kScaleBColumnsOf = kBN > 128 ? 2 : 1;
 template <class Cfg>
 __host__ __device__ constexpr bool config_ok() {
   // A 128 x 128 block of B (one scale per K block) spans one tile at BN = 128, two at BN = 64 (the launch
-  // takes 64 when 128-wide tiles would leave SMs idle).
+  // takes 64 when 128-wide tiles would leave SMs idle); a 192-wide tile spans two blocks (kScaleBColumnsOf).
   static_assert(Cfg::kBN == 128 || Cfg::kBN == 64 || Cfg::kBN == 192, "sm90_fp8_gemm: BN = 64, 128 or 192");
   // BN 192: 96 main accumulators and 96 of one temporary a thread (two temporaries would be 288 registers).
   static_assert(Cfg::kBN != 192 || (!Cfg::kOverlap && !Cfg::kSplit && Cfg::kBM == 128 && !Cfg::kScaleBAhead),
