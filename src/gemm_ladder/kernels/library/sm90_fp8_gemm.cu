@@ -190,12 +190,12 @@ __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int
   tn = r / rows;
 }
 
-// Promotion of a tile spanning two 128-column blocks of B (blockwise, BN 192): d += acc x scale, the columns
-// 8j.. with j < kFirst (the first block's) scaled by r0, r1 (the thread's two rows), the rest by h0, h1. A
-// template, so that the split point is compile-time (no select per column). (A generic lambda for it crashed
-// the CUDA 13.0 front end.)
+// Promotion: d += acc x scale in fp32 FMAs, the columns 8j.. with j < kFirst scaled by r0, r1 (the thread's two
+// rows), the rest by h0, h1: kFirst = BN / 8 for a tile in one 128-column block of B, the second block's first
+// column group for a 192-wide tile spanning two. A template, so that the split point is compile-time (no select
+// per column). (A generic lambda for it crashed the CUDA 13.0 front end.)
 template <int BN, int kFirst>
-__device__ __forceinline__ void promote_two_columns(float (&d)[BN / 2], const float (&acc)[BN / 2], float r0, float r1,
+__device__ __forceinline__ void promote_columns(float (&d)[BN / 2], const float (&acc)[BN / 2], float r0, float r1,
                                                     float h0, float h1) {
 #pragma unroll
   for (int j = 0; j < BN / 8; ++j) {
@@ -413,15 +413,7 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
     if (lane == 0) mbarrier_arrive(smem.empty(pos % STAGES));
   };
   // Promotion: d += acc x scale, in fp32 FMAs.
-  auto promote = [&](float (&acc)[BN / 2], float s0, float s1) {
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      d[4 * j + 0] = fmaf(acc[4 * j + 0], s0, d[4 * j + 0]);
-      d[4 * j + 1] = fmaf(acc[4 * j + 1], s0, d[4 * j + 1]);
-      d[4 * j + 2] = fmaf(acc[4 * j + 2], s1, d[4 * j + 2]);
-      d[4 * j + 3] = fmaf(acc[4 * j + 3], s1, d[4 * j + 3]);
-    }
-  };
+  auto promote = [&](float (&acc)[BN / 2], float s0, float s1) { promote_columns<BN, BN / 8>(d, acc, s0, s1, s0, s1); };
   // The epilogue of tile (tm, tn): pair (4j + 2i, 4j + 2i + 1) of d sits at row row_in_tile + 8i, columns
   // 8j + 2 (lane % 4) + {0, 1}.
   auto epilogue = [&](int tm, int tn) {
@@ -501,13 +493,10 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
       // (fp8.shared_scale_b_refusal); the bound keeps even such a launch from writing past the buffer.
       // (A __trap() on it instead made ptxas spill the BN 128 builds.)
       named_barrier_sync(kStoreBarrier + consumer, 128);
-      if constexpr (kTwoColumns) {  // both columns of each K block, side by side
-        for (int i = thread_in_warpgroup(); i < 2 * min(kb1 - kb0, kSharedScaleBBlocks); i += 128)
-          sb_copy[i] = (i & 1) ? scale_b_hi_at(kb0 + i / 2, tn) : scale_b_at(kb0 + i / 2, tn);
-      } else {
-      for (int i = thread_in_warpgroup(); i < min(kb1 - kb0, kSharedScaleBBlocks); i += 128)
-        sb_copy[i] = scale_b_at(kb0 + i, tn);
-      }
+      // kTwoColumns: both columns of each K block, side by side
+      constexpr int kCols = kScaleBColumnsOf<BN>;
+      for (int i = thread_in_warpgroup(); i < kCols * min(kb1 - kb0, kSharedScaleBBlocks); i += 128)
+        sb_copy[i] = kTwoColumns && (i & 1) ? scale_b_hi_at(kb0 + i / kCols, tn) : scale_b_at(kb0 + i / kCols, tn);
       sb_kb0 = kb0;
       named_barrier_sync(kStoreBarrier + consumer, 128);
     }
@@ -555,9 +544,9 @@ __device__ __forceinline__ void sm90_fp8_gemm(const CUtensorMap& map_a, const CU
         release(it);
         if constexpr (kTwoColumns) {  // the tile's first column is 0 (even tn) or 64 (odd) past a block's start
           if (tn % 2 == 0)
-            promote_two_columns<BN, 16>(d, acc, s0, s1, h0, h1);
+            promote_columns<BN, 16>(d, acc, s0, s1, h0, h1);
           else
-            promote_two_columns<BN, 8>(d, acc, s0, s1, h0, h1);
+            promote_columns<BN, 8>(d, acc, s0, s1, h0, h1);
         } else {
           promote(acc, s0, s1);
         }
