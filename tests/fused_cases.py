@@ -1,6 +1,7 @@
-"""Fused-epilogue checks shared by the GPU tests of the general kernel's multi-fragment builds (the 128-row ping-pong
-tile, the 256-row cooperative tile): a library kernel launched with ``linear``'s built-in epilogue into a
-NaN-poisoned output, against the float64 reference, within twice eager torch's error plus one bf16 ulp."""
+"""Checks shared by the GPU tests of the general kernel's multi-fragment builds (the 128-row ping-pong tile, the
+256-row cooperative tile): a library kernel launched with ``linear``'s built-in epilogue into a NaN-poisoned output,
+against the float64 reference, within twice eager torch's error plus one bf16 ulp; and a build's launches bitwise
+repeatable and equal to a reference build's."""
 
 from __future__ import annotations
 
@@ -44,3 +45,14 @@ def check_residual(kernel, shapes, seed: int = 0) -> None:
         ref = F.gelu(x.double() @ w.double().T + bias.double(), approximate="tanh") + 0.5 * res.double()
         eager = F.gelu(F.linear(x, w, bias), approximate="tanh") + 0.5 * res
         _launch_against_float64(kernel, x, w, ref, eager, bias=bias, activation="gelu_tanh", residual=res, beta=0.5)
+
+
+def check_repeatable_and_equal(fn, reference, shape, seed: int) -> None:
+    """``fn(a, b)`` (a LayoutCall: a NaN-poisoned output each call) gives the same bits over five launches, and
+    the bits ``reference(a, b)`` gives: for builds whose rows take the same K order and wgmma steps."""
+    m, n, k = shape
+    a, b = random_operands(m, n, k, "bf16", "cuda", seed=seed)
+    first = fn(a, b).clone()
+    for _ in range(4):
+        assert torch.equal(fn(a, b), first)
+    assert torch.equal(reference(a, b), first)

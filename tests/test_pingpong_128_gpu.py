@@ -15,12 +15,10 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import torch
 from test_library_gemm_gpu import LAYOUTS, LayoutCall, gate
-from fused_cases import check_bias_and_activation, check_residual
+from fused_cases import check_bias_and_activation, check_repeatable_and_equal, check_residual
 from test_pingpong_gpu import SHAPES
 
-from gemm_ladder.gates.correctness import random_operands
 from gemm_ladder.library.gemm import library_gemm
 
 pytestmark = pytest.mark.gpu
@@ -59,14 +57,9 @@ def test_every_operand_order(a_major, b_major, cluster):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("bn,reg,cluster", [(128, False, 1), (128, False, 2), (64, False, 1), (144, True, 1)])
 def test_bitwise_repeatable_and_equal_to_the_cooperative_128_row_build(bn, reg, cluster):
-    m, n, k = 1576, 3072, 1024
-    a, b = random_operands(m, n, k, "bf16", "cuda", seed=bn + cluster)
     pp = LayoutCall("k", "k", bn=bn, split="none", bm=128, pingpong=True, cluster=cluster, c_from_registers=reg)
-    first = pp(a, b).clone()
-    for _ in range(4):
-        assert torch.equal(pp(a, b), first)
     coop = LayoutCall("k", "k", bn=bn, split="none", bm=128, cluster=cluster, c_from_registers=reg)
-    assert torch.equal(coop(a, b), first)
+    check_repeatable_and_equal(pp, coop, (1576, 3072, 1024), seed=bn + cluster)
 
 
 @pytest.mark.timeout(300)

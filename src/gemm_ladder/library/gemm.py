@@ -427,7 +427,8 @@ class LibraryGemm:
         if split not in SPLITS:
             raise ValueError(f"split = {split!r}: use one of {', '.join(SPLITS)}")
         if split not in self.splits:
-            raise ValueError(f"split = {split!r}: {self.name} computes every unit whole ({'ping-pong' if self.pingpong else 'the 256-row tile'}); use split='none'")
+            why = "ping-pong" if self.pingpong else "the 256-row tile"
+            raise ValueError(f"split = {split!r}: {self.name} computes every unit whole ({why}); use split='none'")
         m, n, k = a.rows, b.rows, a.k
         dtype = dtype_name(a.tensor.dtype)
         if epilogue is not None and (epilogue.rows, epilogue.cols) != ((n, m) if epilogue.swap else (m, n)):
