@@ -20,8 +20,8 @@ that would be the default build itself is skipped):
                 overlap within a consumer gains over the two consumers' own interleaving;
 * ``bn192``     the experimental 192-wide tile (fp8.EXPERIMENTAL_TILE_N: 13% fewer shared-memory bytes per
                 flop, promoted serially as its registers require; blockwise scale_b from the shared copy where the
-                default reads it so (16-128 K blocks), else in the block; 128-row, unsplit builds only). Compare it with ``serial`` for what the
-                width alone gains.
+                default reads it so (16-128 K blocks), else in the block; 128-row, unsplit builds only). Compare
+                it with ``serial`` for what the width alone gains.
 
 Another, ``onepanel`` (the TMA store staging one 64-column panel at a time, which fits blockwise a 6-stage
 ring), ran 0.98-1.00x the default blockwise build and was removed (docs/fp8.md, "Tried and removed").
@@ -66,6 +66,15 @@ from outputs import check_output, comma_list, positive, shapes_of
 from suite import add_output_argument, require_gpu, save
 
 ISSUE = ["4096x7168x16384", "4096x4096x4096", "8192x8192x8192", "4096x24576x1536", "128x7168x2048"]
+
+
+def _bn192(k: fp8.Fp8Kernel) -> fp8.Fp8Kernel | None:
+    """The 192-wide build of a 128-row, unsplit, non-quantized call's default build (None otherwise)."""
+    if k.bm != fp8.BM or k.split or k.out_dtype == "fp8":
+        return None
+    return dataclasses.replace(k, bn=192, overlap=False, stages=0, scale_b_ahead=False)
+
+
 VARIANTS = {
     "behind": lambda k: dataclasses.replace(k, scale_b_ahead=False, scale_b_shared=False, stages=0)
     if k.scale_b_ahead or k.scale_b_shared else None,
@@ -77,15 +86,9 @@ VARIANTS = {
     "ahead": lambda k: dataclasses.replace(k, scale_b_ahead=True, scale_b_shared=False, stages=0)
     if k.scale_mode == "blockwise" and not k.scale_b_ahead else None,
     "serial": lambda k: dataclasses.replace(k, overlap=False, stages=0) if k.overlap else None,
-    "bn192": lambda k: _bn192(k),
+    "bn192": _bn192,
 }
 
-
-def _bn192(k: fp8.Fp8Kernel) -> fp8.Fp8Kernel | None:
-    """The 192-wide build of a 128-row, unsplit, non-quantized call's default build (None otherwise)."""
-    if k.bm != fp8.BM or k.split or k.out_dtype == "fp8":
-        return None
-    return dataclasses.replace(k, bn=192, overlap=False, stages=0, scale_b_ahead=False)
 #: Diagnostic builds (blockwise only): the kernel's source with the promotion scales' computation edited,
 #: so that their results are wrong (timed, never checked): where the blockwise loop's time goes.
 PROMOTION_SCALES = "      s0 = smem.sa(s)[row_in_tile] * sb;\n      s1 = smem.sa(s)[row_in_tile + 8] * sb;\n"
