@@ -16,8 +16,12 @@
 # The default run then takes the 256-row bf16 tile's GPU tests and experiment (smoke_tall.sh's first two steps,
 # fewer shapes): device time was short on 2026-12-06, and one call had to carry both.
 # Writes $OUT/fp8wide/smoke.log (and pingpong.json, .md). Exit status: 0 when every step passed; the failed
-# steps are named on the log's last line.
+# steps are named on the log's last line; 2 for an unknown mode, before anything runs.
 set -u
+case "${1:-}" in
+  ""|quick|sanitize) ;;
+  *) echo "smoke_fp8wide.sh: unknown mode '$1' (none, quick or sanitize)" >&2; exit 2 ;;
+esac
 source "$(dirname "$0")/step.sh"  # smoke_begin, step, smoke_end
 # The AOT kernels (the route's builds, which the 256-row experiment's route column calls) where carried.
 [ -f .gl/aot.tgz ] && [ ! -d src/gemm_ladder/aot_kernels ] && tar xzf .gl/aot.tgz
