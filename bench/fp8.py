@@ -149,7 +149,8 @@ def parse_alt(text: str | None) -> tuple[str, object] | None:
 def split_of(*args, **kwargs) -> dict:
     """The split-K schedule and tile height scaled_mm runs for these arguments (explain_scaled_mm's fields)."""
     e = gemm_ladder.explain_scaled_mm(*args, **kwargs)
-    return {"split": e["split"], "grid": e["grid"], "contributors": e["contributors"], "bm": e["tile"]["BM"]}
+    return {"split": e["split"], "grid": e["grid"], "contributors": e["contributors"], "bm": e["tile"]["BM"],
+            "bn": e["tile"]["BN"]}
 
 
 def run_shape(m: int, n: int, k: int, budget: float, both: bool = False,

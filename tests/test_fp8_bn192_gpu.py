@@ -1,11 +1,12 @@
-"""The fp8 kernel's experimental 192-wide tile (issue 25) on the GPU: against float64 of the dequantized inputs
-per scale mode into NaN-poisoned outputs, with M, N and K tails, tiles whose first column starts a block of B
+"""The fp8 kernel's 192-wide tile (issue 25; the launch takes it by fp8.wide_tile_rule) on the GPU: against
+float64 of the dequantized inputs per scale mode into NaN-poisoned outputs, with M, N and K tails, tiles whose first column starts a block of B
 and tiles starting 64 columns into one (even and odd tn: blockwise's two scale_b columns split at column 128 or
 64), a last tile past N's last block (its second scale_b column clamped), a bias, the TMA and register stores and
 an fp32 output; then, asserted apart once every build has met the bound, bitwise equal to the library's BN 128
 build of the same call: the K blocks, scales and promotion FMAs are the same per output element in the same
-order, and the one difference, a 64 x 192 x 32 wgmma in place of 64 x 128 x 32, is expected (not yet seen) to give
-each element the same tensor-core sum whatever the instruction's N."""
+order, and the one difference, a 64 x 192 x 32 wgmma in place of 64 x 128 x 32, gives each element the same
+tensor-core sum whatever the instruction's N (seen on an H100 at 5e4dda3: 13 passed). Then the launch as a user
+calls it where the rule takes the wide tile: e5m2 inputs, bf16 and fp16 outputs, a bias."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import torch
 
 from gemm_ladder.library import fp8
 from gemm_ladder.library.fp8 import Fp8Kernel
+from gemm_ladder.library.quantized import dequantize, quantize_fp8
 
 from fp8_cases import BLOCKS, fp8_problem, rel_err
 
@@ -72,3 +74,40 @@ def test_192_wide_is_repeatable_on_a_large_call():
     outs = [_run(qa, qb, sa, sb, None, wide, torch.bfloat16) for _ in range(3)]
     assert not outs[0].isnan().any()
     assert all(torch.equal(outs[0], o) for o in outs[1:])
+
+
+def _quantized(m, n, k, mode, a_dtype, b_dtype, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn((m, k), device="cuda", generator=g) * torch.logspace(-1, 1, k, device="cuda")
+    w = torch.randn((n, k), device="cuda", generator=g) / k**0.5
+    ba, bw = BLOCKS[mode]
+    qa, sa = quantize_fp8(a, ba, dtype=a_dtype)
+    qw, sw = quantize_fp8(w, bw, dtype=b_dtype)
+    return qa, qw.T, sa, sw.T if sw.dim() == 2 else sw, dequantize(qa, sa, ba) @ dequantize(qw, sw, bw).T
+
+
+@pytest.mark.parametrize("dtypes", [(torch.float8_e5m2, torch.float8_e4m3fn), (torch.float8_e4m3fn, torch.float8_e5m2)],
+                         ids=["a_e5m2", "b_e5m2"])
+@pytest.mark.parametrize("mode", list(BLOCKS))
+def test_the_launch_runs_192_wide_where_the_rule_says(monkeypatch, mode, dtypes):
+    """scaled_mm as a user calls it, at a shape the rule gives 192 columns (N = 576: 96 tiles in one wave against 160
+    in two): e5m2 on either side, bf16 and fp16 outputs into NaN-poisoned tensors, a bias; within the float64 bound,
+    and bitwise equal to the same call with the wide tile turned off (the 128-wide build)."""
+    import gemm_ladder
+
+    m, n, k = 4096, 576, 1152
+    qa, qb, sa, sb, ref = _quantized(m, n, k, mode, *dtypes, seed=len(mode))
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    ref = ref + bias.double()
+    monkeypatch.setattr(fp8, "WIDE_TILE", True)
+    assert gemm_ladder.explain_scaled_mm(qa, qb, sa, sb, bias)["tile"]["BN"] == 192
+    for out_dtype in (torch.bfloat16, torch.float16):
+        outs = []
+        for wide in (True, False):
+            monkeypatch.setattr(fp8, "WIDE_TILE", wide)
+            out = torch.full((m, n), float("nan"), dtype=out_dtype, device="cuda")
+            assert gemm_ladder.scaled_mm(qa, qb, sa, sb, bias.to(out_dtype), out_dtype=out_dtype, out=out) is out
+            outs.append(out)
+        floor = rel_err(ref.to(out_dtype), ref)
+        assert not outs[0].isnan().any() and rel_err(outs[0], ref) <= 1.5 * floor + 1e-4, (out_dtype, rel_err(outs[0], ref))
+        assert torch.equal(outs[0], outs[1]), (out_dtype, int((outs[0] != outs[1]).sum()))

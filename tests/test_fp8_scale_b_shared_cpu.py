@@ -100,6 +100,7 @@ def test_explain_says_how_scale_b_is_read_and_why(monkeypatch):
         return gemm_ladder.explain_scaled_mm(a, b, sa, sb)
 
     monkeypatch.setattr(fp8, "SCALE_B_SHARED", True)  # the shipped default (GL_FP8_SCALE_B_SHARED may turn it off)
+    monkeypatch.setattr(fp8, "WIDE_TILE", False)  # the 128-wide build's reads (the 192-wide one's: test_fp8_bn192_cpu.py)
     big = explain(4096, 7168, 16384)
     assert big["scale_b_read"] == "shared" and "128 K blocks" in big["scale_b_read_reason"]
     short = explain(4096, 24576, 1536)
@@ -114,10 +115,12 @@ def test_explain_says_how_scale_b_is_read_and_why(monkeypatch):
     assert off["scale_b_read"] == "ahead" and "turned off" in off["scale_b_read_reason"]
 
 
-def test_the_launch_takes_it_where_the_rule_does():
+def test_the_launch_takes_it_where_the_rule_does(monkeypatch):
     """default_build (what scaled_mm runs) on meta-sized calls: shared at K = 16384, ahead at K = 1536 and
-    on a split decode call."""
+    on a split decode call (the 128-wide build's; the 192-wide one's: test_fp8_bn192_cpu.py)."""
     import torch
+
+    monkeypatch.setattr(fp8, "WIDE_TILE", False)
 
     def kernel(m, n, k):
         a = torch.empty((m, k), dtype=torch.float8_e4m3fn, device="meta")

@@ -88,12 +88,20 @@ TILE_M_CHOICES = ("128", "auto")
 TILE_M_DEFAULT = os.environ.get("GL_FP8_TILE_M", "auto")
 #: Tile widths: 128, or 64 when 128-wide tiles would leave SMs idle (small M or N; not the quantized output).
 TILE_N = (128, 64)
-#: A tile width built but never chosen by the launch (an explicit build only, e.g. bench/experiments/fp8_variants.py
-#: ``bn192``): 13% fewer shared-memory bytes (TMA writes and wgmma reads) per flop than BN 128; its main
-#: accumulator and one temporary fill the registers, so it promotes serially (``overlap=False``), unsplit, at
-#: 128 rows, its blockwise scale_b from the shared copy or read in the block (two values a K block: a 192-wide
-#: tile spans two 128-column blocks of B). Not measured against BN 128 yet (docs/fp8.md).
-EXPERIMENTAL_TILE_N = (192,)
+#: The wide tile width (:func:`wide_tile_rule` chooses it): 13% fewer shared-memory bytes (TMA writes and wgmma
+#: reads) per flop than BN 128; its main accumulator and one temporary fill the registers, so it promotes serially
+#: (``overlap=False``), unsplit, at 128 rows, its blockwise scale_b from the shared copy or read in the block (two
+#: values a K block: a 192-wide tile spans two 128-column blocks of B); never for the quantized output.
+WIDE_TILE_N = 192
+#: The launch takes :data:`WIDE_TILE_N` where :func:`wide_tile_rule` predicts it faster: the environment's
+#: GL_FP8_WIDE_TILE ("1" or "0") at import, else on; a benchmark sets this attribute to time both
+#: (bench/fp8.py --alt WIDE_TILE=0).
+WIDE_TILE = os.environ.get("GL_FP8_WIDE_TILE", "1") == "1"
+#: A 192-wide tile's time over 1.5 times a 128-wide tile's (same K; the per-flop cost of its K loop and
+#: epilogue): fitted to the wave counts of the eight 128-row shapes of the first measurement, where it was
+#: 0.95-0.99 (H100, bench/experiments/fp8_variants.py, bench/results/2026-12-07_fp8_variants_bn192_*_5e4dda3.json;
+#: docs/fp8.md "The 192-wide tile").
+WIDE_TILE_COST = 0.97
 #: Stages of the ring per tile width: 6 x (16 KiB of A + 16 KiB of B (+ 512 B of scale_a)), 8 x (16 + 8 KiB
 #: (+ 512 B)), within the 227 KiB a block may have.
 STAGES = {128: 6, 64: 8, 192: 5}
@@ -350,8 +358,8 @@ _CONFIG_OUT = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8": "e4m3"}
 @functools.lru_cache(maxsize=1024)
 def _config(kernel: Fp8Kernel, arch: str) -> KernelConfig:
     if (kernel.scale_mode not in SCALE_MODES or kernel.out_dtype not in _CONFIG_OUT
-            or kernel.bn not in (*TILE_N, *EXPERIMENTAL_TILE_N)
-            or kernel.bn in EXPERIMENTAL_TILE_N and (kernel.overlap or kernel.split or kernel.bm != BM
+            or kernel.bn not in (*TILE_N, WIDE_TILE_N)
+            or kernel.bn == WIDE_TILE_N and (kernel.overlap or kernel.split or kernel.bm != BM
                                                      or kernel.out_dtype == "fp8" or kernel.scale_b_ahead)
             or not {kernel.a_dtype, kernel.b_dtype} <= set(FP8_DTYPES.values())
             or kernel.store not in (STORE_REGISTERS, STORE_TMA)
@@ -636,12 +644,12 @@ def settings() -> int:
     :data:`STORE_DEFAULT`, :data:`TMA_STORE_OUT`, :data:`SPLIT_DEFAULT`, :data:`OVERLAP_PROMOTION`,
     :data:`SCALE_B_AHEAD`, :data:`SCALE_B_SHARED`, :data:`MIN_SHARED_SCALE_B_BLOCKS`,
     :data:`MAX_SHARED_SCALE_B_BLOCKS`, :data:`MIN_SPLIT_K_BLOCKS`, :data:`MIN_SPLIT_TILE_K_BLOCKS`,
-    :data:`MAX_WAVE_EFFICIENCY`, :data:`SPLIT_ALIGNED`), equal for equal
+    :data:`MAX_WAVE_EFFICIENCY`, :data:`SPLIT_ALIGNED`, :data:`WIDE_TILE`, :data:`WIDE_TILE_COST`), equal for equal
     defaults within a process: the compiled host path keys its plans with it, so a default changed between
     calls is planned anew."""
     return hash((TILE_M_DEFAULT, STORE_DEFAULT, tuple(TMA_STORE_OUT), SPLIT_DEFAULT, OVERLAP_PROMOTION,
                  SCALE_B_AHEAD, SCALE_B_SHARED, MIN_SHARED_SCALE_B_BLOCKS, MAX_SHARED_SCALE_B_BLOCKS,
-                 MIN_SPLIT_K_BLOCKS, MIN_SPLIT_TILE_K_BLOCKS, MAX_WAVE_EFFICIENCY, SPLIT_ALIGNED))
+                 MIN_SPLIT_K_BLOCKS, MIN_SPLIT_TILE_K_BLOCKS, MAX_WAVE_EFFICIENCY, SPLIT_ALIGNED, WIDE_TILE, WIDE_TILE_COST))
 
 
 def tile_m(m: int, preferred: str | None = None) -> tuple[int, str]:
@@ -665,6 +673,24 @@ def tile_n(m: int, n: int, sms: int, quantized: bool = False, bm: int = BM) -> i
     if quantized:
         return 128
     return 64 if math.ceil(m / bm) * math.ceil(n / 128) < sms else 128
+
+
+def wide_tile_rule(m: int, n: int, sms: int, enabled: bool | None = None) -> tuple[bool, str]:
+    """Whether a call whose launch would run 128 x 128 tiles whole (128 rows, unsplit, not the quantized output)
+    runs 128 x 192 tiles instead, and why. The persistent grid runs ceil(tiles / SMs) waves of one tile per SM,
+    so the time goes as waves x a tile's time; a 192-wide tile holds 1.5 times the 128-wide one's work at
+    :data:`WIDE_TILE_COST` of its per-flop time: the wide tile is taken where
+    waves(128) >= waves(192) x 1.5 x WIDE_TILE_COST (a short last wave of 128-wide tiles, e.g. N = 576: 160
+    tiles in 2 waves against 96 in 1). ``enabled``: default :data:`WIDE_TILE`, read at the call."""
+    if not (WIDE_TILE if enabled is None else enabled):
+        return False, "the wide tile is turned off (fp8.WIDE_TILE, GL_FP8_WIDE_TILE=0)"
+    rows = math.ceil(m / BM)
+    tiles = {bn: rows * math.ceil(n / bn) for bn in (128, WIDE_TILE_N)}
+    waves = {bn: math.ceil(t / sms) for bn, t in tiles.items()}
+    gain = waves[128] / (waves[WIDE_TILE_N] * WIDE_TILE_N / 128 * WIDE_TILE_COST)
+    counts = (f"{tiles[128]} tiles of 128 columns in {waves[128]} waves, {tiles[WIDE_TILE_N]} of {WIDE_TILE_N} in "
+              f"{waves[WIDE_TILE_N]} on {sms} SMs: predicted {gain:.2f}x (fp8.WIDE_TILE_COST {WIDE_TILE_COST})")
+    return gain >= 1.0, counts
 
 
 def split_plan(m: int, n: int, k: int, bn: int, sms: int, split: str = "auto", bm: int = BM) -> tuple[StreamKTail, str]:
@@ -817,7 +843,8 @@ def _scale_b_fields(read: str | None) -> dict[str, bool]:
 def default_build(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
                   out: torch.Tensor | None, sms: int) -> tuple[Fp8Kernel, StreamKTail, dict[str, str]]:
     """The build a checked call runs when none is given, its split schedule, and why each choice was made
-    (``{"tile_m", "store", "split", "scale_b"}``): the tile height (:func:`tile_m`), width (:func:`tile_n`), output
+    (``{"tile_m", "tile_n", "store", "split", "scale_b"}``): the tile height (:func:`tile_m`), width (:func:`tile_n`,
+    then :data:`WIDE_TILE_N` where :func:`wide_tile_rule` takes it: serial promotion, scale_b not loaded ahead), output
     store (:func:`store_for`, for ``out`` as given or a new output) and split (:func:`split_plan`), from the
     module's defaults read at the call; and, blockwise, how scale_b is read (``"scale_b"``: :func:`scale_b_rule`'s
     reason, None for the other scalings). What :func:`scaled_mm_launch` runs and :func:`describe` reports."""
@@ -829,11 +856,25 @@ def default_build(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, bias: to
     # The shared copy was measured no faster on decode's splits; a split short wave keeps it (its whole tiles
     # are the unsplit launch's, and the copy serves a segment as it serves a tile).
     scale_b_read, scale_b_reason = scale_b_rule(call.scale_mode, call.k, plan.tail_units > 0 and plan.units < sms)
+    overlap = OVERLAP_PROMOTION
+    if bn == 64:
+        tile_n_reason = f"64 columns: {math.ceil(call.m / bm) * math.ceil(call.n / 128)} tiles of 128 are fewer than the {sms} SMs"
+    elif quantized:
+        tile_n_reason = "128 columns: the quantized output's 1 x 128 scale blocks are whole tiles"
+    elif bm != BM or plan.tail_units:
+        tile_n_reason = f"128 columns: the {WIDE_TILE_N}-wide tile is built for whole 128-row tiles only"
+    else:
+        wide, tile_n_reason = wide_tile_rule(call.m, call.n, sms)
+        tile_n_reason = f"{WIDE_TILE_N if wide else 128} columns: {tile_n_reason}"
+        if wide:  # the wide tile's limits (WIDE_TILE_N): promoted serially, scale_b never loaded ahead
+            bn, overlap = WIDE_TILE_N, False
+            if scale_b_read == "ahead":
+                scale_b_read, scale_b_reason = "in-block", f"{scale_b_reason}; the {WIDE_TILE_N}-wide tile reads it in the block"
     kernel = Fp8Kernel(scale_mode=call.scale_mode, a_dtype=FP8_DTYPES[a.dtype], b_dtype=FP8_DTYPES[b.dtype],
-                       out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn, overlap=OVERLAP_PROMOTION,
+                       out_dtype=_short_out(call.out_dtype), bias=bias is not None, bn=bn, overlap=overlap,
                        store=store, split=plan.tail_units > 0, bm=bm, **_scale_b_fields(scale_b_read))
-    return kernel, plan, {"tile_m": tile_m_reason, "store": store_reason, "split": split_reason,
-                          "scale_b": scale_b_reason}
+    return kernel, plan, {"tile_m": tile_m_reason, "tile_n": tile_n_reason, "store": store_reason,
+                          "split": split_reason, "scale_b": scale_b_reason}
 
 
 def scaled_mm_launch(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
@@ -1094,7 +1135,8 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
     a launch under CUDA-graph capture runs unsplit), how blockwise scale_b is read and why
     (``scale_b_read``: "shared", "ahead" or "in-block", None for the other scalings; ``scale_b_read_reason``;
     :func:`scale_b_rule`), the tile height and why (``tile_m_reason``:
-    :func:`tile_m`, from :data:`TILE_M_DEFAULT`), and the copies made first (:func:`copies`; ``scale_b``'s only
+    :func:`tile_m`, from :data:`TILE_M_DEFAULT`), the tile width's (``tile_n_reason``: :func:`tile_n`,
+    :func:`wide_tile_rule`), and the copies made first (:func:`copies`; ``scale_b``'s only
     when given). ``sms``: the SM count (default: the tensors' GPU, else the H200's 132 from the designer's arch
     table); ``out``: the output given, if any."""
     if sms is None:
@@ -1112,7 +1154,8 @@ def describe(call: ScaledMmCall, a: torch.Tensor, b: torch.Tensor, scale_a: torc
         "problem": {"M": call.m, "N": call.n, "K": call.k}, "scale_mode": call.scale_mode,
         "inputs": {"a": FP8_DTYPES[a.dtype], "b": FP8_DTYPES[b.dtype]},
         "output": "e4m3 values + 1x128 fp32 scales" if quantized else str(call.out_dtype).replace("torch.", ""),
-        "tile": {"BM": bm, "BN": bn, "BK": BK}, "tile_m_reason": why["tile_m"], "stages": kernel.ring_stages,
+        "tile": {"BM": bm, "BN": bn, "BK": BK}, "tile_m_reason": why["tile_m"], "tile_n_reason": why["tile_n"],
+        "stages": kernel.ring_stages,
         "threads": kernel.threads,
         "dynamic_smem_bytes": kernel.dynamic_smem, "expect_tx_bytes": kernel.expect_tx_bytes,
         "promotion_interval_k": PROMOTION_K, "promotion_overlapped": kernel.overlap,
