@@ -28,7 +28,10 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from gemm_ladder.contract import DTYPES
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError, OutsideDomainError
-from gemm_ladder.library.grouped import MAX_GROUPS, choose_cluster, choose_ring, choose_tail, grad_w_bn, grouped_gemm
+from gemm_ladder.library.activations import activation as _activation
+from gemm_ladder.library.grouped import (
+    C_RING, MAX_GROUPS, choose_cluster, choose_ring, choose_tail, grad_w_bn, grouped_gemm,
+)
 from gemm_ladder.library.kernel import GROUP_K, GROUP_M, GROUP_M_MASKED, extents_refusal
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES
 
@@ -220,7 +223,8 @@ def _check_offs(offs, groups: int, device) -> None:
 
 def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None,
                       bias: torch.Tensor | None = None, bn: int | None = None,
-                      cluster: int | None = None, ring: int | None = None, tail: bool | None = None) -> torch.Tensor:
+                      cluster: int | None = None, ring: int | None = None, tail: bool | None = None,
+                      activation: str | None = None) -> torch.Tensor:
     """``torch._grouped_mm(a, b, offs)`` on the library's grouped kernel (module docstring: cases,
     layouts, errors), on torch's current stream, without the op boundary (no autograd).
 
@@ -232,11 +236,13 @@ def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | Non
     weight grouped along M, else 1);
     ValueError where the build has no such ring. ``tail``: the stream-K tail build (grouped along M: the
     last partial wave of tiles split by K over every cluster, decided on the device; default
-    library/grouped.py's choose_tail); ValueError grouped along K."""
+    library/grouped.py's choose_tail); ValueError grouped along K. ``activation``: a name of
+    library/activations.py ACTIVATIONS applied in the epilogue after the bias (out = act(a @ b + bias) in fp32,
+    rounded once; grouped along M); GemmInputError grouped along K."""
     case, dt = check_grouped_mm(a, b, offs, out_dtype)
     if case == "2d2d":
-        if bias is not None:
-            raise GemmInputError("bias is not taken by grouped_mm grouped along K")
+        if bias is not None or activation is not None:
+            raise GemmInputError("bias and activation are not taken by grouped_mm grouped along K")
         (m, total_k), n, groups = a.shape, b.shape[1], offs.numel()
         out = torch.empty((groups, m, n), dtype=dt, device=a.device)
         if min(m, n, groups) == 0:
@@ -254,10 +260,11 @@ def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | Non
             return out
         x = a.reshape(groups * m, k)
         offs = torch.arange(1, groups + 1, dtype=torch.int32, device=a.device) * m
-        _launch(x, b, offs, out.view(groups * m, n), bias, bn, cluster=cluster, ring=ring, tail=tail)
+        _launch(x, b, offs, out.view(groups * m, n), bias, bn, cluster=cluster, ring=ring, tail=tail,
+                activation=activation)
         return out
     out = torch.empty((a.shape[0], n), dtype=dt, device=a.device)
-    _launch(a, b, offs, out, bias, bn, cluster=cluster, ring=ring, tail=tail)
+    _launch(a, b, offs, out, bias, bn, cluster=cluster, ring=ring, tail=tail, activation=activation)
     return out
 
 
@@ -294,7 +301,7 @@ def choose_bn(n: int, rows: int, groups: int) -> int:
 
 
 def _launch(x, b, offs, out, bias, bn, masked: bool = False, cluster: int | None = None,
-            ring: int | None = None, tail: bool | None = None) -> None:
+            ring: int | None = None, tail: bool | None = None, activation: str | None = None) -> None:
     rows, k = x.shape
     groups, _, n = b.shape
     if rows == 0 or n == 0 or groups == 0:
@@ -307,44 +314,55 @@ def _launch(x, b, offs, out, bias, bn, masked: bool = False, cluster: int | None
             raise GemmInputError(f"bias: ({groups}, {n}) {x.dtype} on {x.device} expected, got {bias.dtype} "
                                  f"{tuple(bias.shape)} on {bias.device}")
         bias = bias.contiguous()
-    if k == 0:  # an empty sum: zeros (plus the bias) in every grouped row
+    if k == 0:  # an empty sum: zeros (plus the bias, then the activation) in every grouped row
         out.zero_()
-        if bias is not None:  # no device-to-host copy: each row's group by a search of offs on the device
+        if bias is not None or activation is not None:  # no device-to-host copy: each row's group by a search of offs
             group = group_of_rows(offs, rows)
-            rows_bias = bias[group.clamp_max(groups - 1)].to(out.dtype)
-            out.copy_(torch.where((group < groups)[:, None], rows_bias, torch.zeros_like(rows_bias)))
+            z = (torch.zeros((groups, n), dtype=torch.float32, device=out.device) if bias is None else bias.float())
+            if activation is not None:
+                z = _activation(activation).reference(z)
+            rows_z = z[group.clamp_max(groups - 1)].to(out.dtype)
+            out.copy_(torch.where((group < groups)[:, None], rows_z, torch.zeros_like(rows_z)))
         return
     major = b_major_of(b)
     w = b.transpose(1, 2)  # (E, N, K): stride(2) == 1 for a K-major b, stride(1) == 1 for an N-major one
     grouping = GROUP_M_MASKED if masked else GROUP_M
     if bn is None:
         bn = choose_bn(n, rows, groups)
-    kernel, _ = grouped_build(bn, major, k, grouping, out.dtype == torch.float32, bias is not None, cluster, ring, tail)
+    kernel, _ = grouped_build(bn, major, k, grouping, out.dtype == torch.float32, bias is not None, cluster, ring, tail,
+                              activation)
     kernel.launch(x, w, offs, out, bias)
 
 
 def grouped_build(bn: int, major: str, k: int, grouping: str, out_fp32: bool, bias: bool, cluster: int | None,
-                  ring: int | None = None, tail: bool | None = None):
+                  ring: int | None = None, tail: bool | None = None, activation: str | None = None):
     """The grouped build a call runs, and why its cluster size: ``cluster`` as given, else library/grouped.py's
     choose_cluster for the contraction length ``k`` (along K: the total K), the weight's major and the
     grouping; ``ring`` the output's panel buffers per consumer as given, else library/grouped.py's
     choose_ring for that cluster (4 for the BN 256 weight gradient, BN / 64 for the input gradient on one CTA, else
-    C_RING); ``tail`` (the stream-K tail build) as given, else library/grouped.py's choose_tail. The launches, :func:`explain_grouped_mm`
+    C_RING); ``tail`` (the stream-K tail build) as given, else library/grouped.py's choose_tail; ``activation``
+    (fused after the bias) on a build that has it: one CTA where the rule's pair would carry a bias at BN 256 (not
+    built: it spilled), the plain ring, no tail. The launches, :func:`explain_grouped_mm`
     and ``explain_grouped_swiglu`` all ask here, so they cannot disagree."""
     why = f"cluster = {cluster} asked for"
     if cluster is None:
         cluster, why = choose_cluster(k, major, grouping)
+        if activation is not None and bias and bn == 256 and cluster == 2:
+            cluster, why = 1, f"one CTA (an activation with a bias at BN 256 is not built on a pair: it spilled); the rule: {why}"
     if ring is None:
         ring, _ = choose_ring(bn, grouping, out_fp32, bias, major, cluster)
+        ring = C_RING if activation is not None else ring
     if tail is None:
         tail, _ = choose_tail(grouping)
+        tail = tail and activation is None
     return grouped_gemm(bn, major, out_fp32, bias, grouping == GROUP_K, grouping == GROUP_M_MASKED,
-                        cluster=cluster, ring=ring, tail=tail), why
+                        cluster=cluster, ring=ring, tail=tail, activation=activation), why
 
 
 def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None,
-                       bias: torch.Tensor | None = None, masked: bool = False) -> dict:
-    """What :func:`grouped_mm_direct` (``grouped_mm``; ``grouped_linear`` with ``bias``) or, with
+                       bias: torch.Tensor | None = None, masked: bool = False, activation: str | None = None) -> dict:
+    """What :func:`grouped_mm_direct` (``grouped_mm``; ``grouped_linear`` with ``bias`` and, for a call with no
+    backward, ``activation`` fused in the epilogue) or, with
     ``masked``, :func:`grouped_mm_masked_direct` (``offs`` then the counts) runs on these tensors, without
     running it, as a dict: ``case`` ('2d3d', '3d3d', '2d2d' or 'masked'), ``grouped_along`` ('M' or 'K'),
     ``kernel`` (the build's name), ``source``, ``tile`` [BM, BN, BK], ``b_major``, ``out_dtype``,
@@ -352,8 +370,10 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
     measurement behind it), ``ring`` (the output's panel buffers per consumer) and ``ring_reason``
     (library/grouped.py choose_ring), ``store`` ("tma" or "registers") and ``store_reason`` (library/grouped.py
     store_rule, for the new output the call makes), ``tail`` (the stream-K tail build) and ``tail_reason``
-    (library/grouped.py choose_tail). An empty problem still names the build a non-empty one would run. CUDA or
-    meta tensors (shapes, strides and dtypes only); raises what the call raises for bad input."""
+    (library/grouped.py choose_tail), ``activation`` (the name fused after the bias, or None). An empty problem
+    still names the build a non-empty one would run. CUDA or meta tensors (shapes, strides and dtypes only); raises
+    what the call raises for bad input, and GemmInputError for an activation grouped along K, on the masked layout
+    or not in library/activations.py ACTIVATIONS."""
     from gemm_ladder.library.grouped import BK, BM, SOURCE, store_rule
 
     devices = ("cuda", "meta")
@@ -368,6 +388,13 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
     else:
         case, dt = check_grouped_mm(a, b, offs, out_dtype, device_types=devices)
     check_grouped_bias(bias, a, b, case)
+    if activation is not None:
+        try:
+            _activation(activation)
+        except ValueError as e:
+            raise GemmInputError(str(e)) from None
+        if case in ("2d2d", "masked"):
+            raise GemmInputError(f"activation={activation!r}: fused grouped along M only (grouped_linear), not {case}")
     if case == "2d2d":
         (m, total_k), n = a.shape, b.shape[1]
         bn, major, k, grouping = grad_w_bn(n), "mn", total_k, GROUP_K
@@ -375,14 +402,19 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
         groups, k, n = b.shape
         rows = a.shape[0] if a.dim() == 2 else a.shape[0] * a.shape[1]
         bn, major, grouping = choose_bn(n, rows, groups), b_major_of(b), GROUP_M_MASKED if masked else GROUP_M
-    build, why = grouped_build(bn, major, k, grouping, dt == torch.float32, bias is not None, None)
+    build, why = grouped_build(bn, major, k, grouping, dt == torch.float32, bias is not None, None,
+                               activation=activation)
     store, store_why = store_rule(build, n, dt.itemsize)
     _, ring_why = choose_ring(bn, grouping, dt == torch.float32, bias is not None, major, build.cluster)
     _, tail_why = choose_tail(grouping)
+    if activation is not None:
+        ring_why += f"; {C_RING} with an activation (its build has the plain ring)"
+        tail_why += "; none with an activation (not built)"
     return {"case": case, "grouped_along": "K" if grouping == GROUP_K else "M", "kernel": build.name,
             "source": SOURCE, "tile": [BM, bn, BK], "b_major": major, "out_dtype": str(dt).replace("torch.", ""),
             "cluster": build.cluster, "cluster_reason": why, "ring": build.ring, "ring_reason": ring_why,
-            "store": store, "store_reason": store_why, "tail": build.tail, "tail_reason": tail_why}
+            "store": store, "store_reason": store_why, "tail": build.tail, "tail_reason": tail_why,
+            "activation": activation}
 
 
 __all__ = ["b_major_of", "check_grouped_bias", "check_grouped_mm", "choose_bn", "explain_grouped_mm", "group_of_rows", "grouped_build", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of"]

@@ -28,6 +28,7 @@ import torch
 from gemm_ladder.api_grouped import (
     _ALIGN_ELEMS, PUBLIC_DEVICES, check_grouped_bias, check_grouped_mm, explain_grouped_mm, group_of_rows, grouped_mm_direct, grouped_mm_masked_direct,
 )
+from gemm_ladder.api_quantized import through_op  # the eager-or-op rule of the calls without a backward
 from gemm_ladder.dispatch.validate import check_activation, first_requiring_grad
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
 from gemm_ladder.library.activations import activation as _activation
@@ -121,6 +122,37 @@ def check_grouped_linear(x, w, offs, bias=None) -> None:
 def _grouped_linear_fake(x, w, offs, bias=None):
     check_grouped_linear(x, w, offs, bias)
     return x.new_empty((x.shape[0], w.shape[1]))
+
+
+@torch.library.custom_op(f"{NAMESPACE}::grouped_linear_act", mutates_args=())
+def _grouped_linear_act_op(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: torch.Tensor | None,
+                           activation: str) -> torch.Tensor:
+    return grouped_mm_direct(x, w.transpose(-2, -1), offs, bias=bias, activation=activation)
+
+
+@_grouped_linear_act_op.register_fake
+def _grouped_linear_act_fake(x, w, offs, bias, activation):
+    check_activation(activation)
+    check_grouped_linear(x, w, offs, bias)
+    return x.new_empty((x.shape[0], w.shape[1]))
+
+
+def _refuse_act_grad(ctx, grad):
+    raise NotSupportedError("grouped_linear_act has no backward: grouped_linear runs the unfused form when an input "
+                            "requires grad")
+
+
+_grouped_linear_act_op.register_autograd(_refuse_act_grad, setup_context=lambda ctx, inputs, output: None)
+
+
+def activation_fused(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> str | None:
+    """Why grouped_linear does not fuse its activation into the kernel's epilogue, from the tensors' metadata
+    alone (what a traced call decides on), or None (it fuses): an input requiring grad under grad mode (the
+    backward needs the pre-activation, which the fused build does not keep)."""
+    name = first_requiring_grad({"x": x, "w": w, "bias": bias})
+    if name is not None:
+        return f"{name} requires grad: the activation runs after the op (its backward needs the pre-activation)"
+    return None
 
 
 def _grad_b_grouped_k(a: torch.Tensor, grad: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
@@ -269,16 +301,24 @@ def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: t
         x: (R, K) bf16/fp16, rows grouped by ``offs``; w: (E, N, K) (``nn.Linear``'s layout per expert,
             stride(2) == 1); offs: int32 (E,) cumulative row ends on x's device; bias: (E, N) or None,
             added in the kernel's epilogue; activation: None or a name of
-            :data:`gemm_ladder.library.activations.ACTIVATIONS`, applied after the op by its PyTorch
-            reference (not fused yet).
-    Returns (R, N) in x's dtype. Raises GemmTypeError (a non-tensor, a non-string activation),
-    GemmInputError (an unknown activation among the rest), NotSupportedError, before any launch.
+            :data:`gemm_ladder.library.activations.ACTIVATIONS`. A call with no backward (no input requiring
+            grad under grad mode: inference) applies it in the kernel's epilogue, after the bias, in fp32,
+            rounded once (the op ``torch.ops.gemm_ladder.grouped_linear_act``); a call with one runs the op
+            ``grouped_linear`` then the activation's PyTorch reference on its output (autograd through both;
+            :func:`activation_fused` says why).
+    Returns (R, N) in x's dtype. Rows past offs[E-1] are in no group and not defined (as ``torch._grouped_mm``'s).
+    Raises GemmTypeError (a non-tensor, a non-string activation), GemmInputError (an unknown activation among the
+    rest), NotSupportedError, before any launch.
     """
     check_activation(activation)  # linear's rule and errors
     act = None if activation is None else _activation(activation)
     check_grouped_linear(x, w, offs, bias)
+    if act is not None and activation_fused(x, w, bias) is None:
+        if through_op(x, w, offs, bias):
+            return torch.ops.gemm_ladder.grouped_linear_act(x, w, offs, bias, activation)
+        return grouped_mm_direct(x, w.transpose(-2, -1), offs, bias=bias, activation=activation)
     y = torch.ops.gemm_ladder.grouped_linear(x, w, offs, bias)
     return y if act is None else act.reference(y)
 
 
-__all__ = ["explain_grouped_mm", "grouped_linear", "grouped_mm", "grouped_mm_masked"]
+__all__ = ["activation_fused", "explain_grouped_mm", "grouped_linear", "grouped_mm", "grouped_mm_masked"]

@@ -61,6 +61,7 @@ from gemm_ladder.design.stream_k import DEFAULT_MIN_IDLE, tail_idle_min
 from gemm_ladder.design.tensor_maps import TensorMapSpec, operand_map
 from gemm_ladder.runtime.module import LaunchGeometry
 from gemm_ladder.library import kernel as K
+from gemm_ladder.library.activations import ACTIVATIONS
 from gemm_ladder.library.kernel import (
     GROUP_K, GROUP_M, GROUP_M_MASKED, GROUPED, GROUPINGS, HALF_DTYPES, STORE_REGISTERS, STORE_TMA, KernelConfig,
     Operands, extents_refusal,
@@ -408,6 +409,10 @@ class GroupedGemm:
     #: A measuring build's stage count, below what fits (0: the most that fit, :meth:`stages`): whether a
     #: behaviour follows the ring's depth (bench/experiments/grouped_pair_ring_hang.py). Never a route's.
     stage_cap: int = 0
+    #: An activation applied in the epilogue after the bias (a name of library/activations.py ACTIVATIONS; None:
+    #: none): out = act(x @ w[e].T + bias[e]) in fp32, rounded once. Grouped along M contiguously, one panel
+    #: buffer, no tail (:func:`grouped_gemm`).
+    activation: str | None = None
     _plans: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _maps: OrderedDict = field(default_factory=OrderedDict, repr=False)
 
@@ -421,7 +426,8 @@ class GroupedGemm:
                 + ("_f32" if self.out_fp32 else "") + ("_bias" if self.bias else "")
                 + ("_masked" if self.masked else "") + ("" if self.cluster == 1 else f"_c{self.cluster}")
                 + ("" if self.ring == C_RING else f"_r{self.ring}") + ("_swiglu" if self.swiglu else "")
-                + ("_sk" if self.tail else "") + (f"_s{self.stage_cap}" if self.stage_cap else ""))
+                + ("_sk" if self.tail else "") + (f"_s{self.stage_cap}" if self.stage_cap else "")
+                + (f"_{self.activation}" if self.activation else ""))
 
     @property
     def c_ring(self) -> int:
@@ -481,8 +487,9 @@ class GroupedGemm:
         return LaunchGeometry(threads=int(d["GL_THREADS"]), dynamic_smem=int(d["GL_SMEM_BYTES"]), cluster=self.cluster)
 
     def translation_unit(self, dtype: str) -> str:
-        """The source compiled: a comment naming the build, then the kernel."""
-        return f'// gemm-ladder library: {self.name}, {dtype}\n#include "{SOURCE}"\n'
+        """The source compiled: a comment naming the build, the activation's macro (:func:`activation_prelude`)
+        where the build has one, then the kernel."""
+        return f'// gemm-ladder library: {self.name}, {dtype}\n{activation_prelude(self.activation)}#include "{SOURCE}"\n'
 
     def build(self, dtype: str, arch: str = "sm_90a") -> CompiledKernel:
         """Compile (or fetch from the cache) the cubin for ``dtype``; needs nvcc, not a GPU.
@@ -876,7 +883,18 @@ def _config(kernel: GroupedGemm, dtype: str, arch: str) -> KernelConfig:
         a_major="mn" if kernel.k_grouped else "k", b_major=kernel.b_major, tile=kernel.tile,
         stages=kernel.ring_stages(dtype, arch), cluster=kernel.cluster, consumers=CONSUMERS,
         producer_warpgroup=True, c_ring=kernel.c_ring, store=STORE_TMA if kernel.c_ring else STORE_REGISTERS,
-        schedule=GROUPED, grouping=kernel.grouping, extra=tuple(extra))
+        schedule=GROUPED, grouping=kernel.grouping, extra=tuple(extra),
+        epilogue=activation_prelude(kernel.activation) or None)
+
+
+def activation_prelude(activation: str | None) -> str:
+    """The lines an activation build's translation unit starts with: the header of the activations' device
+    functions and ``GL_GROUPED_ACTIVATION(x)``, the activation's CUDA expression (library/activations.py); "" for
+    none. The build's :class:`KernelConfig` carries it as its ``epilogue`` (part of its key)."""
+    if activation is None:
+        return ""
+    expr = ACTIVATIONS[activation].cuda_of("x")
+    return f'#include "gemm_ladder/fused_epilogue.cuh"\n#define GL_GROUPED_ACTIVATION(x) ({expr})\n'
 
 
 def kernel_for(config: KernelConfig) -> GroupedGemm:
@@ -889,13 +907,24 @@ def kernel_for(config: KernelConfig) -> GroupedGemm:
         kernel = grouped_gemm(config.tile[1], config.b_major, config.out_fp32, ("GL_BIAS", 1) in config.extra,
                               config.grouping == GROUP_K, config.grouping == GROUP_M_MASKED, config.cluster,
                               ring=config.c_ring or C_RING, swiglu=("GL_SWIGLU", 1) in config.extra,
-                              tail=("GL_GROUPED_TAIL", 1) in config.extra, stages=config.stages)
+                              tail=("GL_GROUPED_TAIL", 1) in config.extra, stages=config.stages,
+                              activation=_activation_of(config.epilogue))
         same = kernel.config(config.dtype, config.arch) == config
     except (ValueError, KeyError):
         same = False
     if not same:
         raise ValueError(f"{FAMILY} builds no such configuration: {config}")
     return kernel
+
+
+def _activation_of(epilogue: str | None) -> str | None:
+    """The activation whose prelude a config's ``epilogue`` is (None for none); ValueError for another text."""
+    if epilogue is None:
+        return None
+    for name in ACTIVATIONS:
+        if activation_prelude(name) == epilogue:
+            return name
+    raise ValueError(f"{FAMILY}: an epilogue that is no activation's prelude")
 
 
 class Sm90GroupedGemm:
@@ -909,11 +938,12 @@ class Sm90GroupedGemm:
     splits: tuple[str, ...] = ()
 
     def config(self, bn: int, b_major: str, dtype: str, *, out_dtype: str | None = None, bias: bool = False,
-               grouping: str = GROUP_M, cluster: int = 1, ring: int = C_RING, tail: bool = False) -> KernelConfig:
+               grouping: str = GROUP_M, cluster: int = 1, ring: int = C_RING, tail: bool = False,
+               activation: str | None = None) -> KernelConfig:
         """The build with tile width ``bn``, the weight ``b_major``, ``dtype`` inputs, ``out_dtype``
         (default the inputs'; or "fp32"), a bias row per group, ``grouping``, ``cluster`` (1 or 2),
-        ``ring`` (panel buffers per consumer, :data:`RINGS`) and ``tail`` (the stream-K tail). Raises
-        ValueError for a build this family does not make."""
+        ``ring`` (panel buffers per consumer, :data:`RINGS`), ``tail`` (the stream-K tail) and ``activation``
+        (applied after the bias). Raises ValueError for a build this family does not make."""
         # Checked here: the flags below would turn an unknown grouping into "m" and an output dtype
         # other than the inputs' or fp32 into the inputs'.
         if dtype not in HALF_DTYPES:
@@ -923,7 +953,8 @@ class Sm90GroupedGemm:
         if grouping not in GROUPINGS:
             raise ValueError(f"grouping = {grouping!r}: one of {', '.join(GROUPINGS)}")
         return grouped_gemm(bn, b_major, out_dtype == "fp32", bias, grouping == GROUP_K,
-                            grouping == GROUP_M_MASKED, cluster, ring=ring, tail=tail).config(dtype)
+                            grouping == GROUP_M_MASKED, cluster, ring=ring, tail=tail,
+                            activation=activation).config(dtype)
 
     def supports(self, config: KernelConfig, problem: Operands, **rules) -> str | None:
         kernel = kernel_for(config)
@@ -970,7 +1001,8 @@ GROUPED_GEMM = Sm90GroupedGemm()
 
 def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias: bool = False,
                  k_grouped: bool = False, masked: bool = False, cluster: int = 1, *, ring: int = C_RING,
-                 swiglu: bool = False, tail: bool = False, stages: int | None = None) -> GroupedGemm:
+                 swiglu: bool = False, tail: bool = False, stages: int | None = None,
+                 activation: str | None = None) -> GroupedGemm:
     """The shared :class:`GroupedGemm` of one build configuration. Raises ValueError for a BN not in
     :data:`BNS`, a major not in :data:`B_MAJORS`, a cluster not in :data:`CLUSTERS`, a K-grouped
     build with a K-major b or a bias, or a ``ring`` other than :data:`C_RING` and the tile's BN / 64
@@ -978,8 +1010,11 @@ def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias
     masked) or with a bias, or with a pair of CTAs along M (:data:`PAIR_RING_HANG`), or a ``swiglu`` build (the fused gated MLP) other than BN 256, a K-major weight,
     grouped along M contiguously, one CTA, no bias, the inputs' dtype out, or a ``tail`` (the stream-K tail)
     on a build not grouped along M contiguously (along K, the masked layout, the fused gated MLP) or with a
-    bias at BN 256 on one CTA (it spilled). ``stages``: a measuring build's stage count (2 up to what fits;
-    None: what fits), never a route's; ValueError outside that range."""
+    bias at BN 256 on one CTA (it spilled), or an ``activation`` not in library/activations.py ACTIVATIONS, or
+    one on a build not grouped along M contiguously, with the gated MLP, the tail or a deeper ring, or with a bias
+    at BN 256 on a pair of CTAs (it spilled). ``stages``: a
+    measuring build's stage count (2 up to what fits; None: what fits), never a route's; ValueError outside that
+    range."""
     if bn not in BNS:
         raise ValueError(f"bn = {bn}: the grouped kernel is built with BN in {BNS}")
     if b_major not in B_MAJORS:
@@ -1009,8 +1044,16 @@ def grouped_gemm(bn: int = 128, b_major: str = "k", out_fp32: bool = False, bias
                          "masked layout, not the fused gated MLP)")
     if tail and bias and bn == 256 and cluster == 1:
         raise ValueError("tail=True with a bias at BN 256 on one CTA: not built (it spilled; the pair's build has none)")
+    if activation is not None and activation not in ACTIVATIONS:
+        raise ValueError(f"activation = {activation!r}: one of {', '.join(ACTIVATIONS)} or None")
+    if activation is not None and (k_grouped or masked or swiglu or tail or ring != C_RING):
+        raise ValueError(f"activation = {activation!r}: built grouped along M contiguously, without the gated MLP, "
+                         f"the tail or a deeper ring (ring = {C_RING})")
+    if activation is not None and bias and bn == 256 and cluster == 2:
+        raise ValueError(f"activation = {activation!r} with a bias at BN 256 on a pair of CTAs: not built (it spilled); "
+                         "one CTA builds it")
     kernel = _grouped_gemm(bn, b_major, bool(out_fp32), bool(bias), bool(k_grouped), bool(masked), int(cluster),
-                           int(ring), bool(swiglu), tail)
+                           int(ring), bool(swiglu), tail, activation)
     if stages is None:
         return kernel
     fit = kernel.ring_stages()
@@ -1026,12 +1069,13 @@ def _capped(kernel: GroupedGemm, stages: int) -> GroupedGemm:
 
 @functools.lru_cache(maxsize=None)
 def _grouped_gemm(bn: int, b_major: str, out_fp32: bool, bias: bool, k_grouped: bool, masked: bool,
-                  cluster: int, ring: int, swiglu: bool = False, tail: bool = False) -> GroupedGemm:
+                  cluster: int, ring: int, swiglu: bool = False, tail: bool = False,
+                  activation: str | None = None) -> GroupedGemm:
     # One instance per configuration however the arguments were spelled (positional or by keyword).
     return GroupedGemm(bn=bn, b_major=b_major, out_fp32=out_fp32, bias=bias, k_grouped=k_grouped, masked=masked,
-                       cluster=cluster, ring=ring, swiglu=swiglu, tail=tail)
+                       cluster=cluster, ring=ring, swiglu=swiglu, tail=tail, activation=activation)
 
 
 __all__ = ["BM", "BK", "BNS", "B_MAJORS", "C_RING", "CLUSTERS", "PAIR_RING_HANG", "RINGS", "CLUSTER_EVIDENCE", "CLUSTER_EVIDENCE_GRAD_W", "CLUSTER_MIN_K",
            "FAMILY", "GRAD_W_BN", "GRAD_W_BN_EVIDENCE", "choose_cluster", "GROUPED_GEMM", "GROUP_TABLE_BYTES", "KERNEL_NAME", "MAX_GROUPS",
-           "SOURCE", "STORES", "STORE_DEFAULT", "TAIL_MIN_IDLE", "choose_tail", "tail_workspace", "GroupedGemm", "GroupedPlan", "Sm90GroupedGemm", "grouped_gemm", "grad_w_bn", "kernel_for", "out_map", "store_rule", "weight_map"]
+           "SOURCE", "STORES", "STORE_DEFAULT", "TAIL_MIN_IDLE", "activation_prelude", "choose_tail", "tail_workspace", "GroupedGemm", "GroupedPlan", "Sm90GroupedGemm", "grouped_gemm", "grad_w_bn", "kernel_for", "out_map", "store_rule", "weight_map"]

@@ -4,11 +4,12 @@
 // (E, N, K), one (N, K) weight per group (nn.Linear's layout):
 //   out[r, :] = x[r, :] @ w[e]^T  for each row r of group e,
 // fp32 accumulation, out in the inputs' dtype (or fp32), optionally plus a bias row per group (bias
-// (E, N)). library/grouped.py plans, binds and launches it.
+// (E, N)) and then an activation (Cfg::kActivation: out = act(x @ w[e]^T + bias[e]) in fp32, rounded once).
+// library/grouped.py plans, binds and launches it.
 //
 // One templated kernel body, sm90_grouped_gemm<Cfg>, reads top to bottom; each build's variant is a
 // member of its config, chosen with `if constexpr`, never a preprocessor branch: kMode (the schedule's
-// problem: GroupedMode below), kBias, kCluster (1 or 2, below), and the type Out. The instantiation
+// problem: GroupedMode below), kBias, kActivation, kCluster (1 or 2, below), and the types Out and Activation. The instantiation
 // block at the end of this file is the one place that reads the build's -D constants (the plan's,
 // design/plan.py kernel_defines, and library/grouped.py's: GL_MAX_GROUPS, GL_GROUPED_K, GL_MASKED,
 // GL_BIAS, GL_GROUPED_TAIL, GL_OUT_FP32): it makes them the config type and defines the extern "C" entry point the
@@ -113,7 +114,9 @@ enum class GroupedMode {
 // What a config (Cfg) holds, each a static constexpr member: the tile BM, BN, BK; kConsumers, kCluster,
 // kProducerWarpgroups; kAMnMajor, kBMnMajor; kCPanels, kCRing (the plan's output panels and panel ring per consumer: 0 and 0
 // store from registers only);
-// kMode, kBias, kSwiglu, kTail; and the type Out. The instantiation block's BuildConfig is the one a build compiles.
+// kMode, kBias, kSwiglu, kTail, kActivation; the type Out, and Activation (a functor float -> float applied to each
+// output after its bias, the identity where kActivation is false). The instantiation block's BuildConfig is the
+// one a build compiles.
 template <class Cfg>
 __host__ __device__ constexpr bool config_ok() {
   static_assert(Cfg::BM == 128 && Cfg::kConsumers == 2 && Cfg::kProducerWarpgroups == 1,
@@ -128,6 +131,8 @@ __host__ __device__ constexpr bool config_ok() {
                      sizeof(typename Cfg::Out) == 2),
                 "sm90_grouped_gemm: C from registers only (no panels), or a panel ring of a 2-byte output");
   static_assert(!(Cfg::kBias && Cfg::kMode == GroupedMode::kAlongK), "sm90_grouped_gemm: grouped along K adds no bias");
+  static_assert(!Cfg::kActivation || (Cfg::kMode == GroupedMode::kContiguous && !Cfg::kSwiglu && !Cfg::kTail),
+                "sm90_grouped_gemm: an activation is built grouped along M contiguously, without the tail or the gated MLP");
   static_assert(!Cfg::kSwiglu || (Cfg::BN == 256 && Cfg::kMode != GroupedMode::kAlongK && Cfg::kCluster == 1 &&
                                   Cfg::kBMnMajor == 0 && !Cfg::kBias && Cfg::kCPanels == 0 &&
                                   sizeof(typename Cfg::Out) == 2),
@@ -315,6 +320,36 @@ __device__ __forceinline__ void pack_fragment_with_bias(uint32_t (&packed)[BN / 
     const float b0 = c < N ? static_cast<float>(bias_row[c]) : 0.f, b1 = c + 1 < N ? static_cast<float>(bias_row[c + 1]) : 0.f;
 #pragma unroll
     for (int i = 0; i < 2; ++i) packed[2 * j + i] = pack2(d[4 * j + 2 * i] + b0, d[4 * j + 2 * i + 1] + b1);
+  }
+}
+
+// Pack a consumer's fragment for the panel ring as pack_fragment_with_bias (kBias) or pack_fragment does, with
+// `act` applied to each value after its bias (Cfg::kActivation): the register store's order of operations
+// (bias, then the activation, then one rounding), so both stores round alike.
+template <int BN, bool kBias, class Act>
+__device__ __forceinline__ void pack_fragment_activated(uint32_t (&packed)[BN / 4], const float (&d)[BN / 2],
+                                                        const elem_t* __restrict__ bias_row, int col0, int N, Act act) {
+  const int q = thread_in_warpgroup() % 4;
+  // One 64-column panel at a time: each panel's values pass through an empty volatile asm, which the compiler
+  // keeps in program order, so it cannot start the next panel's bias loads and activation math early (at BN 256
+  // that overlap spilled: 128 accumulators, the packed pairs and the activation's temporaries in 168 registers).
+#pragma unroll
+  for (int p = 0; p < BN / 64; ++p) {
+#pragma unroll
+    for (int j = 8 * p; j < 8 * p + 8; ++j) {
+      const int c = col0 + 8 * j + 2 * q;
+      float v[4] = {d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]};  // copies: the accumulators are only read
+      asm volatile("" : "+f"(v[0]), "+f"(v[1]), "+f"(v[2]), "+f"(v[3]));
+      if constexpr (kBias) {
+        const float b0 = c < N ? static_cast<float>(bias_row[c]) : 0.f, b1 = c + 1 < N ? static_cast<float>(bias_row[c + 1]) : 0.f;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) packed[2 * j + i] = pack2(act(v[2 * i] + b0), act(v[2 * i + 1] + b1));
+      } else {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) packed[2 * j + i] = pack2(act(v[2 * i]), act(v[2 * i + 1]));
+      }
+      asm volatile("" : "+r"(packed[2 * j]), "+r"(packed[2 * j + 1]));
+    }
   }
 }
 
@@ -518,14 +553,17 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
     // for the next tile.
     auto store_by_tma = [&](float (&d)[BN / 2], int unit, const elem_t* bias_row = nullptr, int col0 = 0) {
       if constexpr (kTmaStore) {
-        if constexpr (Cfg::kBias) pack_fragment_with_bias<BN>(packed, d, bias_row, col0, N);
+        if constexpr (Cfg::kActivation)
+          pack_fragment_activated<BN, Cfg::kBias>(packed, d, bias_row, col0, N, typename Cfg::Activation{});
+        else if constexpr (Cfg::kBias) pack_fragment_with_bias<BN>(packed, d, bias_row, col0, N);
         else pack_fragment<BN>(packed, d);
         held_unit = unit;
 #pragma unroll
         for (int p = 0; p < kEarlyPanels; ++p) store_held(p);
       }
     };
-    // This consumer's slice of unit u's tile from registers, rows masked at the group's end, plus the bias row.
+    // This consumer's slice of unit u's tile from registers, rows masked at the group's end, plus the bias row,
+    // then the activation.
     auto store_registers = [&](float (&d)[BN / 2], const GroupedUnit& u) {
       if constexpr (!kAlongK && !Cfg::kSwiglu) {
         const GroupedTile& t = u.t;
@@ -533,6 +571,11 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
           store_fragment_from_registers<BN, !kTmaStore>(C, ldc, d, t.row0 + 64 * consumer, t.tn * BN, t.row_end, N,
                                                         [&](float& x0, float& x1, int, int c) {
                                                           if constexpr (Cfg::kBias) add_bias_pair(x0, x1, bias, t.group, c, N);
+                                                          if constexpr (Cfg::kActivation) {
+                                                            const typename Cfg::Activation act{};
+                                                            x0 = act(x0);
+                                                            x1 = act(x1);
+                                                          }
                                                         });
       }
     };
@@ -655,7 +698,7 @@ __device__ __forceinline__ void sm90_grouped_gemm(const CUtensorMap& map_a, cons
 // ---- The build: its -D constants as the config, and the entry point ------------------------------
 // The plan's constants (design/plan.py kernel_defines) and library/grouped.py's: GL_MAX_GROUPS (read by
 // grouped_scheduler.cuh), GL_GROUPED_K or GL_MASKED for the mode, GL_BIAS, GL_SWIGLU, GL_GROUPED_TAIL (the stream-K
-// tail), GL_OUT_FP32 for a float32 out.
+// tail), GL_OUT_FP32 for a float32 out; GL_GROUPED_ACTIVATION, a macro of the translation unit's text (BuildConfig).
 #ifndef GL_GROUPED_K
 #define GL_GROUPED_K 0
 #endif
@@ -690,6 +733,19 @@ struct BuildConfig {
   using Out = float;
 #else
   using Out = elem_t;
+#endif
+  // GL_GROUPED_ACTIVATION(x): the activation's expression, defined by the translation unit library/grouped.py
+  // writes for an activation build (with the header of its device function, fused_epilogue.cuh).
+#if defined(GL_GROUPED_ACTIVATION)
+  static constexpr bool kActivation = true;
+  struct Activation {
+    __device__ __forceinline__ float operator()(float x) const { return GL_GROUPED_ACTIVATION(x); }
+  };
+#else
+  static constexpr bool kActivation = false;
+  struct Activation {
+    __device__ __forceinline__ float operator()(float x) const { return x; }
+  };
 #endif
 };
 
