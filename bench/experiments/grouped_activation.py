@@ -2,8 +2,11 @@
 
 Times, interleaved in one process under ``torch.no_grad()`` (the calls that fuse), on the same operands:
 
-* ``fused``: ``gemm_ladder.grouped_linear(x, w, offs, bias, activation=name)``: one launch, the activation applied
-  to the fp32 accumulators after the bias, rounded once;
+* ``fused``: ``gemm_ladder.grouped_linear(x, w, offs, bias, activation=name)`` as routed: one launch, the
+  activation applied to the fp32 accumulators after the bias, rounded once, or where ``ops_grouped.why_unfused``
+  says so (a bias at BN 256 where the cluster rule takes a pair) the unfused form below;
+* ``fused_build``: the activation's build itself (``grouped_mm_direct(..., activation=name)``: on one CTA where the
+  unfused op takes a pair), whether fusing pays there too;
 * ``unfused``: the same op without the activation, then the activation's PyTorch reference on its output (what a
   call with a backward runs);
 * ``torch``: ``torch._grouped_mm`` plus the bias gathered by each row's group (the group index made once, outside
@@ -14,10 +17,12 @@ layout, a bias per expert. Every output is NaN-poisoned first and checked agains
 per group (relative Frobenius error below 1e-2, the grouped bench's bound); a wrong one is reported and not timed.
 
     python bench/experiments/grouped_activation.py [--cases NAME,...] [--activations gelu,relu,...] [--budget 0.05]
-                                                   [-o FILE]
+                                                   [--prebuild] [-o FILE]
+
+``--prebuild`` compiles the run's builds into the kernel cache and exits (no GPU).
 
 Writes ``DATE_grouped_activation_COMMIT.json`` (``$OUT`` or bench/results/): ``rows: [{case, activation, E, rows,
-N, K, us: {label: us}, speed_vs_unfused, speed_vs_torch, errors}]``. Exits 1 when an output is wrong, 2 for an
+N, K, kernel, why_unfused, us: {label: us}, speed_vs_unfused, speed_vs_torch, build_vs_unfused, errors}]``. Exits 1 when an output is wrong, 2 for an
 unknown case or activation or no CUDA GPU, before anything runs.
 """
 
@@ -41,7 +46,8 @@ TOL = 1e-2
 
 def run_case(name: str, activation: str, budget: float) -> dict:
     import gemm_ladder
-    from gemm_ladder.api_grouped import explain_grouped_mm, group_of_rows
+    from gemm_ladder.api_grouped import explain_grouped_mm, group_of_rows, grouped_mm_direct
+    from gemm_ladder.ops_grouped import why_unfused
     from gemm_ladder.library.activations import ACTIVATIONS
     from gemm_ladder.timing import time_fns
 
@@ -61,6 +67,7 @@ def run_case(name: str, activation: str, budget: float) -> dict:
         start += s
     fns = {
         "fused": lambda *_: gemm_ladder.grouped_linear(x, w, offs, bias, activation=activation),
+        "fused_build": lambda *_: grouped_mm_direct(x, w.transpose(-2, -1), offs, bias=bias, activation=activation),
         "unfused": lambda *_: act(gemm_ladder.grouped_linear(x, w, offs, bias)),
         "torch": lambda *_: act(torch._grouped_mm(x, w.transpose(-2, -1), offs) + bias[group]),
     }
@@ -76,17 +83,35 @@ def run_case(name: str, activation: str, budget: float) -> dict:
         t = time_fns(good, x, x, budget_s=budget, rounds=4)
     row = {"case": name, "activation": activation, "E": e, "rows": rows, "N": n, "K": k,
            "kernel": explain_grouped_mm(x, w.transpose(-2, -1), offs, bias=bias, activation=activation)["kernel"],
+           "why_unfused": why_unfused(x, w, bias),
            "errors": errors, "us": {lbl: t[lbl].median_ms * 1e3 for lbl in t},
            "spread": {lbl: t[lbl].spread for lbl in t}}
     for base in ("unfused", "torch"):
         if base in t and "fused" in t:
             row[f"speed_vs_{base}"] = t[base].median_ms / t["fused"].median_ms
+    if "unfused" in t and "fused_build" in t:
+        row["build_vs_unfused"] = t["unfused"].median_ms / t["fused_build"].median_ms
     print(f"{name} {activation}: " + ", ".join(f"{lbl} {row['us'][lbl]:.1f} us" for lbl in t)
-          + "".join(f", fused {row[f'speed_vs_{b}']:.3f}x {b}" for b in ("unfused", "torch") if f"speed_vs_{b}" in row))
+          + "".join(f", fused {row[f'speed_vs_{b}']:.3f}x {b}" for b in ("unfused", "torch") if f"speed_vs_{b}" in row)
+          + (f", the build {row['build_vs_unfused']:.3f}x unfused" if "build_vs_unfused" in row else ""))
     bad = [lbl for lbl in fns if lbl not in good]
     if bad:
         print(f"{name} {activation}: WRONG, not timed: {bad} ({errors})")
     return row
+
+
+def prebuild(names, acts) -> int:
+    """Compile each case's builds, with and without the activation (the bias on), into the kernel cache."""
+    from gemm_ladder.api_grouped import choose_bn, grouped_build
+    from gemm_ladder.library.kernel import GROUP_M
+    from suite import prebuild as build_all
+
+    kernels = []
+    for name in names:
+        e, rows, n, k, _, _ = GROUPED_CASES[name]
+        for act in (None, *acts):
+            kernels.append(grouped_build(choose_bn(n, rows, e), "k", k, GROUP_M, False, True, None, activation=act)[0])
+    return build_all(list(dict.fromkeys(kernels)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default=",".join(DEFAULT_CASES), help=f"comma-separated names of {', '.join(GROUPED_CASES)}")
     parser.add_argument("--activations", default="gelu", help=f"comma-separated names of {', '.join(ACTIVATIONS)}")
     parser.add_argument("--budget", type=float, default=0.05, help="seconds of timed calls per callable")
+    parser.add_argument("--prebuild", action="store_true", help="compile the run's builds (no GPU) and exit")
     add_output_argument(parser)
     args = parser.parse_args(argv)
     names = [c for c in args.cases.split(",") if c]
@@ -105,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grouped_activation: unknown or no case or activation {unknown}; cases: {', '.join(GROUPED_CASES)}; "
               f"activations: {', '.join(ACTIVATIONS)}", file=sys.stderr)
         return 2
+    if args.prebuild:
+        return prebuild(names, acts)
     require_gpu(__file__)
     rows = [run_case(c, a, args.budget) for c in names for a in acts]
     save({"rows": rows, "tolerance": TOL}, "grouped_activation", args.output)

@@ -27,6 +27,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
 from gemm_ladder.contract import DTYPES
+from gemm_ladder.dispatch.validate import check_activation
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError, OutsideDomainError
 from gemm_ladder.library.activations import activation as _activation
 from gemm_ladder.library.grouped import (
@@ -238,7 +239,9 @@ def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | Non
     last partial wave of tiles split by K over every cluster, decided on the device; default
     library/grouped.py's choose_tail); ValueError grouped along K. ``activation``: a name of
     library/activations.py ACTIVATIONS applied in the epilogue after the bias (out = act(a @ b + bias) in fp32,
-    rounded once; grouped along M); GemmInputError grouped along K."""
+    rounded once; grouped along M); GemmTypeError for a non-string, GemmInputError for an unknown name or one
+    grouped along K."""
+    check_activation(activation)
     case, dt = check_grouped_mm(a, b, offs, out_dtype)
     if case == "2d2d":
         if bias is not None or activation is not None:
@@ -372,8 +375,8 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
     store_rule, for the new output the call makes), ``tail`` (the stream-K tail build) and ``tail_reason``
     (library/grouped.py choose_tail), ``activation`` (the name fused after the bias, or None). An empty problem
     still names the build a non-empty one would run. CUDA or meta tensors (shapes, strides and dtypes only); raises
-    what the call raises for bad input, and GemmInputError for an activation grouped along K, on the masked layout
-    or not in library/activations.py ACTIVATIONS."""
+    what the call raises for bad input, GemmTypeError for a non-string activation, and GemmInputError for one
+    grouped along K, on the masked layout or not in library/activations.py ACTIVATIONS."""
     from gemm_ladder.library.grouped import BK, BM, SOURCE, store_rule
 
     devices = ("cuda", "meta")
@@ -388,11 +391,8 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
     else:
         case, dt = check_grouped_mm(a, b, offs, out_dtype, device_types=devices)
     check_grouped_bias(bias, a, b, case)
+    check_activation(activation)
     if activation is not None:
-        try:
-            _activation(activation)
-        except ValueError as e:
-            raise GemmInputError(str(e)) from None
         if case in ("2d2d", "masked"):
             raise GemmInputError(f"activation={activation!r}: fused grouped along M only (grouped_linear), not {case}")
     if case == "2d2d":

@@ -26,12 +26,15 @@ from __future__ import annotations
 import torch
 
 from gemm_ladder.api_grouped import (
-    _ALIGN_ELEMS, PUBLIC_DEVICES, check_grouped_bias, check_grouped_mm, explain_grouped_mm, group_of_rows, grouped_mm_direct, grouped_mm_masked_direct,
+    _ALIGN_ELEMS, PUBLIC_DEVICES, check_grouped_bias, check_grouped_mm, choose_bn, explain_grouped_mm, group_of_rows,
+    grouped_mm_direct, grouped_mm_masked_direct,
 )
 from gemm_ladder.api_quantized import through_op  # the eager-or-op rule of the calls without a backward
 from gemm_ladder.dispatch.validate import check_activation, first_requiring_grad
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
 from gemm_ladder.library.activations import activation as _activation
+from gemm_ladder.library.grouped import choose_cluster
+from gemm_ladder.library.kernel import GROUP_M
 
 NAMESPACE = "gemm_ladder"
 
@@ -114,6 +117,9 @@ def check_grouped_linear(x, w, offs, bias=None) -> None:
         raise GemmInputError(f"w must be (E, N, K), got {w.dim()}-D {tuple(w.shape)}")
     if w.shape[2] > 1 and w.stride(2) != 1:
         raise GemmInputError(f"w has strides {tuple(w.stride())}: (E, N, K) with stride(2) == 1 (nn.Linear's layout)")
+    if isinstance(x, torch.Tensor) and x.dim() != 2:
+        raise GemmInputError(f"x must be (R, K), rows grouped by offs, got {x.dim()}-D {tuple(x.shape)} (a batched "
+                             "product: grouped_mm of (E, M, K) and (E, K, N))")
     check_grouped_mm(x, w.transpose(-2, -1), offs, device_types=PUBLIC_DEVICES)
     check_grouped_bias(bias, x, w.transpose(-2, -1), "2d3d")  # w is 3-D: grouped along M
 
@@ -145,13 +151,19 @@ def _refuse_act_grad(ctx, grad):
 _grouped_linear_act_op.register_autograd(_refuse_act_grad, setup_context=lambda ctx, inputs, output: None)
 
 
-def activation_fused(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> str | None:
-    """Why grouped_linear does not fuse its activation into the kernel's epilogue, from the tensors' metadata
-    alone (what a traced call decides on), or None (it fuses): an input requiring grad under grad mode (the
-    backward needs the pre-activation, which the fused build does not keep)."""
+def why_unfused(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> str | None:
+    """Why grouped_linear (a checked call with an activation) does not fuse it into the kernel's epilogue, from the
+    tensors' metadata alone (what a traced call decides on), or None where it fuses: an input requiring grad under
+    grad mode (the backward needs the pre-activation, which the fused build does not keep); or a bias at BN 256 where
+    the cluster rule takes a pair of CTAs, which has no activation build (it spilled): the unfused form keeps the
+    pair (measured 1.03-1.15x one CTA's speed; the fused build on one CTA against it: not measured yet)."""
     name = first_requiring_grad({"x": x, "w": w, "bias": bias})
     if name is not None:
         return f"{name} requires grad: the activation runs after the op (its backward needs the pre-activation)"
+    groups, n, k = w.shape
+    if bias is not None and choose_bn(n, x.shape[0], groups) == 256 and choose_cluster(k, "k", GROUP_M)[0] == 2:
+        return ("a bias at BN 256 where the cluster rule takes a pair of CTAs (K >= its threshold): the pair has no "
+                "activation build (it spilled), so the op keeps the pair and the activation runs after it")
     return None
 
 
@@ -304,8 +316,8 @@ def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: t
             :data:`gemm_ladder.library.activations.ACTIVATIONS`. A call with no backward (no input requiring
             grad under grad mode: inference) applies it in the kernel's epilogue, after the bias, in fp32,
             rounded once (the op ``torch.ops.gemm_ladder.grouped_linear_act``); a call with one runs the op
-            ``grouped_linear`` then the activation's PyTorch reference on its output (autograd through both;
-            :func:`activation_fused` says why).
+            ``grouped_linear`` then the activation's PyTorch reference on its output (autograd through both), as
+            does a call with a bias at BN 256 where the cluster rule takes a pair (:func:`why_unfused` says why).
     Returns (R, N) in x's dtype. Rows past offs[E-1] are in no group and not defined (as ``torch._grouped_mm``'s).
     Raises GemmTypeError (a non-tensor, a non-string activation), GemmInputError (an unknown activation among the
     rest), NotSupportedError, before any launch.
@@ -313,7 +325,7 @@ def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: t
     check_activation(activation)  # linear's rule and errors
     act = None if activation is None else _activation(activation)
     check_grouped_linear(x, w, offs, bias)
-    if act is not None and activation_fused(x, w, bias) is None:
+    if act is not None and why_unfused(x, w, bias) is None:
         if through_op(x, w, offs, bias):
             return torch.ops.gemm_ladder.grouped_linear_act(x, w, offs, bias, activation)
         return grouped_mm_direct(x, w.transpose(-2, -1), offs, bias=bias, activation=activation)
@@ -321,4 +333,4 @@ def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: t
     return y if act is None else act.reference(y)
 
 
-__all__ = ["activation_fused", "explain_grouped_mm", "grouped_linear", "grouped_mm", "grouped_mm_masked"]
+__all__ = ["explain_grouped_mm", "grouped_linear", "grouped_mm", "grouped_mm_masked", "why_unfused"]

@@ -330,26 +330,23 @@ template <int BN, bool kBias, class Act>
 __device__ __forceinline__ void pack_fragment_activated(uint32_t (&packed)[BN / 4], const float (&d)[BN / 2],
                                                         const elem_t* __restrict__ bias_row, int col0, int N, Act act) {
   const int q = thread_in_warpgroup() % 4;
-  // One 64-column panel at a time: each panel's values pass through an empty volatile asm, which the compiler
-  // keeps in program order, so it cannot start the next panel's bias loads and activation math early (at BN 256
-  // that overlap spilled: 128 accumulators, the packed pairs and the activation's temporaries in 168 registers).
+  // Each pair's values pass in and out through empty volatile asm, which the compiler keeps in program order, so it
+  // cannot start later pairs' bias loads and activation math early: at BN 256 that overlap spilled (128
+  // accumulators, the packed pairs and the activation's temporaries in 168 registers).
 #pragma unroll
-  for (int p = 0; p < BN / 64; ++p) {
+  for (int j = 0; j < BN / 8; ++j) {
+    const int c = col0 + 8 * j + 2 * q;
+    float v[4] = {d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]};  // copies: the accumulators are only read
+    asm volatile("" : "+f"(v[0]), "+f"(v[1]), "+f"(v[2]), "+f"(v[3]));
+    if constexpr (kBias) {
+      const float b0 = c < N ? static_cast<float>(bias_row[c]) : 0.f, b1 = c + 1 < N ? static_cast<float>(bias_row[c + 1]) : 0.f;
 #pragma unroll
-    for (int j = 8 * p; j < 8 * p + 8; ++j) {
-      const int c = col0 + 8 * j + 2 * q;
-      float v[4] = {d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]};  // copies: the accumulators are only read
-      asm volatile("" : "+f"(v[0]), "+f"(v[1]), "+f"(v[2]), "+f"(v[3]));
-      if constexpr (kBias) {
-        const float b0 = c < N ? static_cast<float>(bias_row[c]) : 0.f, b1 = c + 1 < N ? static_cast<float>(bias_row[c + 1]) : 0.f;
+      for (int i = 0; i < 2; ++i) packed[2 * j + i] = pack2(act(v[2 * i] + b0), act(v[2 * i + 1] + b1));
+    } else {
 #pragma unroll
-        for (int i = 0; i < 2; ++i) packed[2 * j + i] = pack2(act(v[2 * i] + b0), act(v[2 * i + 1] + b1));
-      } else {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) packed[2 * j + i] = pack2(act(v[2 * i]), act(v[2 * i + 1]));
-      }
-      asm volatile("" : "+r"(packed[2 * j]), "+r"(packed[2 * j + 1]));
+      for (int i = 0; i < 2; ++i) packed[2 * j + i] = pack2(act(v[2 * i]), act(v[2 * i + 1]));
     }
+    asm volatile("" : "+r"(packed[2 * j]), "+r"(packed[2 * j + 1]));
   }
 }
 
