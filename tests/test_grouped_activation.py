@@ -20,6 +20,12 @@ from gemm_ladder.ops_grouped import why_unfused
 BF = torch.bfloat16
 
 
+@pytest.fixture(autouse=True)
+def _fusing(monkeypatch):
+    """The switch on (its default is off until the GPU tests have run: docs/grouped.md)."""
+    monkeypatch.setattr(ops_grouped, "ACTIVATION_FUSED", True)
+
+
 def _meta(*shape, dtype=BF, **kw):
     return torch.empty(*shape, dtype=dtype, device="meta", **kw)
 
@@ -95,6 +101,8 @@ def test_which_calls_fuse():
     x, w, offs, bias = _call(k=2048)
     assert "keeps the pair" in why_unfused(x, w, bias)
     assert why_unfused(x, w, None) is None
+    ops_grouped.ACTIVATION_FUSED = False  # the fixture puts it back
+    assert "ACTIVATION_FUSED is off" in why_unfused(x, w, None)
 
 
 @pytest.mark.parametrize("bias", [True, False])

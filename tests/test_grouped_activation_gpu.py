@@ -18,6 +18,14 @@ from gemm_ladder.library.activations import ACTIVATIONS
 
 pytestmark = pytest.mark.gpu
 
+
+@pytest.fixture(autouse=True)
+def _fusing(monkeypatch):
+    """The switch on (ops_grouped.ACTIVATION_FUSED; off by default until these tests have passed on a GPU)."""
+    import gemm_ladder.ops_grouped as ops_grouped
+
+    monkeypatch.setattr(ops_grouped, "ACTIVATION_FUSED", True)
+
 SIZES = [[0, 5, 0, 1, 300, 0], [37, 129, 64, 255, 3, 0, 511]]
 #: (N, K): BN 128 on one CTA; BN 256 with an N tail and K = 2048, where the cluster rule takes a pair (one CTA with a
 #: bias: the pair's build with a bias is not made).

@@ -23,6 +23,8 @@ offs: a traced call is refused as the eager call would be.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from gemm_ladder.api_grouped import (
@@ -37,6 +39,12 @@ from gemm_ladder.library.grouped import choose_cluster
 from gemm_ladder.library.kernel import GROUP_M
 
 NAMESPACE = "gemm_ladder"
+
+#: Whether grouped_linear fuses its activation into the kernel's epilogue where it can (:func:`why_unfused`): the
+#: environment's GL_GROUPED_ACTIVATION_FUSED ("1" or "0") at import, else off: the fused build has passed its CPU
+#: gates (tests/test_grouped_activation.py) but has not run on a GPU yet (docs/grouped.md); a test or a benchmark
+#: sets this attribute.
+ACTIVATION_FUSED = os.environ.get("GL_GROUPED_ACTIVATION_FUSED", "0") == "1"
 
 
 #: Elements of a 2-byte dtype in 16 bytes: a TMA pitch's unit (check_grouped_mm's rule).
@@ -154,12 +162,15 @@ _grouped_linear_act_op.register_autograd(_refuse_act_grad, setup_context=lambda 
 def why_unfused(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> str | None:
     """Why grouped_linear (a checked call with an activation) does not fuse it into the kernel's epilogue, from the
     tensors' metadata alone (what a traced call decides on), or None where it fuses: an input requiring grad under
-    grad mode (the backward needs the pre-activation, which the fused build does not keep); or a bias at BN 256 where
+    grad mode (the backward needs the pre-activation, which the fused build does not keep); :data:`ACTIVATION_FUSED`
+    off; or a bias at BN 256 where
     the cluster rule takes a pair of CTAs, which has no activation build (it spilled): the unfused form keeps the
     pair (measured 1.03-1.15x one CTA's speed; the fused build on one CTA against it: not measured yet)."""
     name = first_requiring_grad({"x": x, "w": w, "bias": bias})
     if name is not None:
         return f"{name} requires grad: the activation runs after the op (its backward needs the pre-activation)"
+    if not ACTIVATION_FUSED:
+        return "ops_grouped.ACTIVATION_FUSED is off (GL_GROUPED_ACTIVATION_FUSED=1 at import turns it on)"
     groups, n, k = w.shape
     if bias is not None and choose_bn(n, x.shape[0], groups) == 256 and choose_cluster(k, "k", GROUP_M)[0] == 2:
         return ("a bias at BN 256 where the cluster rule takes a pair of CTAs (K >= its threshold): the pair has no "
@@ -314,7 +325,7 @@ def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: t
             stride(2) == 1); offs: int32 (E,) cumulative row ends on x's device; bias: (E, N) or None,
             added in the kernel's epilogue; activation: None or a name of
             :data:`gemm_ladder.library.activations.ACTIVATIONS`. A call with no backward (no input requiring
-            grad under grad mode: inference) applies it in the kernel's epilogue, after the bias, in fp32,
+            grad under grad mode: inference), where :data:`ACTIVATION_FUSED` is on, applies it in the kernel's epilogue, after the bias, in fp32,
             rounded once (the op ``torch.ops.gemm_ladder.grouped_linear_act``); a call with one runs the op
             ``grouped_linear`` then the activation's PyTorch reference on its output (autograd through both), as
             does a call with a bias at BN 256 where the cluster rule takes a pair (:func:`why_unfused` says why).
@@ -333,4 +344,4 @@ def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: t
     return y if act is None else act.reference(y)
 
 
-__all__ = ["explain_grouped_mm", "grouped_linear", "grouped_mm", "grouped_mm_masked", "why_unfused"]
+__all__ = ["ACTIVATION_FUSED", "explain_grouped_mm", "grouped_linear", "grouped_mm", "grouped_mm_masked", "why_unfused"]
