@@ -100,7 +100,7 @@ def test_the_launch_runs_192_wide_where_the_rule_says(monkeypatch, mode, dtypes)
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
     ref = ref + bias.double()
     monkeypatch.setattr(fp8, "WIDE_TILE", True)
-    assert gemm_ladder.explain_scaled_mm(qa, qb, sa, sb, bias)["tile"]["BN"] == 192
+    assert gemm_ladder.explain_scaled_mm(qa, qb, sa, sb, bias=bias)["tile"]["BN"] == 192
     for out_dtype in (torch.bfloat16, torch.float16):
         outs = []
         for wide in (True, False):

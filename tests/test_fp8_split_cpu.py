@@ -237,7 +237,7 @@ def test_bench_times_the_unsplit_launch_beside_the_split_one(monkeypatch, capsys
     monkeypatch.setattr(fp8, "SPLIT_DEFAULT", "auto")
     seen = module.unsplit(lambda x, y: (fp8.SPLIT_DEFAULT, gemm_ladder.explain_scaled_mm(*_meta(64, 4096, 14336))["split"]))
     assert seen(None, None) == ("none", "none") and fp8.SPLIT_DEFAULT == "auto"
-    assert module.split_of(*_meta(64, 4096, 14336)) == {"split": "all", "grid": SMS, "contributors": 3, "bm": 128}
+    assert module.split_of(*_meta(64, 4096, 14336)) == {"split": "all", "grid": SMS, "contributors": 3, "bm": 128, "bn": 64}
     assert "gl_bench_fp8" not in sys.modules
 
 

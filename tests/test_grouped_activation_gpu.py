@@ -21,7 +21,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(autouse=True)
 def _fusing(monkeypatch):
-    """The switch on (ops_grouped.ACTIVATION_FUSED; off by default until these tests have passed on a GPU)."""
+    """The switch on (ops_grouped.ACTIVATION_FUSED, its default; the environment may have turned it off)."""
     import gemm_ladder.ops_grouped as ops_grouped
 
     monkeypatch.setattr(ops_grouped, "ACTIVATION_FUSED", True)

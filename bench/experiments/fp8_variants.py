@@ -5,8 +5,9 @@
                                              [--shapes MxNxK,...] [--budget S] [-o OUT.json]
     python bench/experiments/fp8_variants.py --prebuild [--variants ...] [--schemes ...]
 
-Variants (each a ``dataclasses.replace`` of library/fp8.py's ``default_build`` for the call; a variant
-that would be the default build itself is skipped):
+Variants (each a ``dataclasses.replace`` of library/fp8.py's ``default_build`` for the call with the 192-wide tile
+turned off, ``fp8.WIDE_TILE = False``: the 128-wide launch build, whose variants these are; the wide tile is the
+``bn192`` variant; a variant that would be the default build itself is skipped):
 
 * ``behind``    blockwise scale_b loaded in the K block that uses it (the default reads it from a shared copy,
                 ``scale_b_shared``, or loads it one block ahead, ``scale_b_ahead``); ``ahead`` and ``shared``
@@ -237,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="launch and check each build once, no timing and no torch (under compute-sanitizer)")
     add_output_argument(parser)
     args = parser.parse_args(argv)
+    fp8.WIDE_TILE = False  # "default": the 128-wide launch build (module docstring)
     variants = comma_list(__file__, "--variants", args.variants)
     schemes = comma_list(__file__, "--schemes", args.schemes)
     positive(__file__, "--budget", args.budget)

@@ -28,23 +28,22 @@ import os
 import torch
 
 from gemm_ladder.api_grouped import (
-    _ALIGN_ELEMS, PUBLIC_DEVICES, check_grouped_bias, check_grouped_mm, choose_bn, explain_grouped_mm, group_of_rows,
+    _ALIGN_ELEMS, PUBLIC_DEVICES, check_grouped_bias, check_grouped_mm, explain_grouped_mm, group_of_rows,
     grouped_mm_direct, grouped_mm_masked_direct,
 )
 from gemm_ladder.api_quantized import through_op  # the eager-or-op rule of the calls without a backward
 from gemm_ladder.dispatch.validate import check_activation, first_requiring_grad
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
 from gemm_ladder.library.activations import activation as _activation
-from gemm_ladder.library.grouped import choose_cluster
-from gemm_ladder.library.kernel import GROUP_M
 
 NAMESPACE = "gemm_ladder"
 
 #: Whether grouped_linear fuses its activation into the kernel's epilogue where it can (:func:`why_unfused`): the
-#: environment's GL_GROUPED_ACTIVATION_FUSED ("1" or "0") at import, else off: the fused build has passed its CPU
-#: gates (tests/test_grouped_activation.py) but has not run on a GPU yet (docs/grouped.md); a test or a benchmark
-#: sets this attribute.
-ACTIVATION_FUSED = os.environ.get("GL_GROUPED_ACTIVATION_FUSED", "0") == "1"
+#: environment's GL_GROUPED_ACTIVATION_FUSED ("1" or "0") at import, else on. Measured on an H100 (b62ae8a,
+#: bench/experiments/grouped_activation.py, bench/results/2026-12-07_grouped_activation_h100_b62ae8a.json): the
+#: fused build 1.005-1.222x the unfused form at prefill (its GPU tests passed in the same call), 0.995-1.012x at
+#: decode; a test or a benchmark sets this attribute.
+ACTIVATION_FUSED = os.environ.get("GL_GROUPED_ACTIVATION_FUSED", "1") == "1"
 
 
 #: Elements of a 2-byte dtype in 16 bytes: a TMA pitch's unit (check_grouped_mm's rule).
@@ -162,19 +161,14 @@ _grouped_linear_act_op.register_autograd(_refuse_act_grad, setup_context=lambda 
 def why_unfused(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> str | None:
     """Why grouped_linear (a checked call with an activation) does not fuse it into the kernel's epilogue, from the
     tensors' metadata alone (what a traced call decides on), or None where it fuses: an input requiring grad under
-    grad mode (the backward needs the pre-activation, which the fused build does not keep); :data:`ACTIVATION_FUSED`
-    off; or a bias at BN 256 where
-    the cluster rule takes a pair of CTAs, which has no activation build (it spilled): the unfused form keeps the
-    pair (measured 1.03-1.15x one CTA's speed; the fused build on one CTA against it: not measured yet)."""
+    grad mode (the backward needs the pre-activation, which the fused build does not keep), or
+    :data:`ACTIVATION_FUSED` off. A bias at BN 256 where the cluster rule takes a pair fuses on one CTA (the pair has
+    no activation build: it spilled), measured 1.125-1.222x the unfused form on its pair (H100, b62ae8a)."""
     name = first_requiring_grad({"x": x, "w": w, "bias": bias})
     if name is not None:
         return f"{name} requires grad: the activation runs after the op (its backward needs the pre-activation)"
     if not ACTIVATION_FUSED:
-        return "ops_grouped.ACTIVATION_FUSED is off (GL_GROUPED_ACTIVATION_FUSED=1 at import turns it on)"
-    groups, n, k = w.shape
-    if bias is not None and choose_bn(n, x.shape[0], groups) == 256 and choose_cluster(k, "k", GROUP_M)[0] == 2:
-        return ("a bias at BN 256 where the cluster rule takes a pair of CTAs (K >= its threshold): the pair has no "
-                "activation build (it spilled), so the op keeps the pair and the activation runs after it")
+        return "ops_grouped.ACTIVATION_FUSED is off (GL_GROUPED_ACTIVATION_FUSED=0 at import, or set so)"
     return None
 
 
@@ -327,8 +321,8 @@ def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: t
             :data:`gemm_ladder.library.activations.ACTIVATIONS`. A call with no backward (no input requiring
             grad under grad mode: inference), where :data:`ACTIVATION_FUSED` is on, applies it in the kernel's epilogue, after the bias, in fp32,
             rounded once (the op ``torch.ops.gemm_ladder.grouped_linear_act``); a call with one runs the op
-            ``grouped_linear`` then the activation's PyTorch reference on its output (autograd through both), as
-            does a call with a bias at BN 256 where the cluster rule takes a pair (:func:`why_unfused` says why).
+            ``grouped_linear`` then the activation's PyTorch reference on its output (autograd through both;
+            :func:`why_unfused` says why).
     Returns (R, N) in x's dtype. Rows past offs[E-1] are in no group and not defined (as ``torch._grouped_mm``'s).
     Raises GemmTypeError (a non-tensor, a non-string activation), GemmInputError (an unknown activation among the
     rest), NotSupportedError, before any launch.
