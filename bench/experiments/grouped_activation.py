@@ -4,10 +4,9 @@ Times, interleaved in one process under ``torch.no_grad()`` (the calls that fuse
 on (its default), on the same operands:
 
 * ``fused``: ``gemm_ladder.grouped_linear(x, w, offs, bias, activation=name)`` as routed: one launch, the
-  activation applied to the fp32 accumulators after the bias, rounded once, or where ``ops_grouped.why_unfused``
-  says so (a bias at BN 256 where the cluster rule takes a pair) the unfused form below;
-* ``fused_build``: the activation's build itself (``grouped_mm_direct(..., activation=name)``: on one CTA where the
-  unfused op takes a pair), whether fusing pays there too;
+  activation applied to the fp32 accumulators after the bias, rounded once (``ops_grouped.why_unfused`` None);
+* ``fused_build``: the activation's build called directly (``grouped_mm_direct(..., activation=name)``; on one CTA
+  where the unfused op takes a pair): the public call's launch, without its checks;
 * ``unfused``: the same op without the activation, then the activation's PyTorch reference on its output (what a
   call with a backward runs);
 * ``torch``: ``torch._grouped_mm`` plus the bias gathered by each row's group (the group index made once, outside
