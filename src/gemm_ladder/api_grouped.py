@@ -30,9 +30,7 @@ from gemm_ladder.contract import DTYPES
 from gemm_ladder.dispatch.validate import check_activation
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError, OutsideDomainError
 from gemm_ladder.library.activations import activation as _activation
-from gemm_ladder.library.grouped import (
-    C_RING, MAX_GROUPS, choose_cluster, choose_ring, choose_tail, grad_w_bn, grouped_gemm,
-)
+from gemm_ladder.library.grouped import MAX_GROUPS, choose_cluster, choose_ring, choose_tail, grad_w_bn, grouped_gemm
 from gemm_ladder.library.kernel import GROUP_K, GROUP_M, GROUP_M_MASKED, extents_refusal
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES
 
@@ -345,7 +343,7 @@ def grouped_build(bn: int, major: str, k: int, grouping: str, out_fp32: bool, bi
     choose_ring for that cluster (4 for the BN 256 weight gradient, BN / 64 for the input gradient on one CTA, else
     C_RING); ``tail`` (the stream-K tail build) as given, else library/grouped.py's choose_tail; ``activation``
     (fused after the bias) on a build that has it: one CTA where the rule's pair would carry a bias at BN 256 (not
-    built: it spilled), the plain ring, no tail. The launches, :func:`explain_grouped_mm`
+    built: it spilled); the ring and tail rules give it the plain ring and no tail. The launches, :func:`explain_grouped_mm`
     and ``explain_grouped_swiglu`` all ask here, so they cannot disagree."""
     why = f"cluster = {cluster} asked for"
     if cluster is None:
@@ -353,11 +351,9 @@ def grouped_build(bn: int, major: str, k: int, grouping: str, out_fp32: bool, bi
         if activation is not None and bias and bn == 256 and cluster == 2:
             cluster, why = 1, f"one CTA (an activation with a bias at BN 256 is not built on a pair: it spilled); the rule: {why}"
     if ring is None:
-        ring, _ = choose_ring(bn, grouping, out_fp32, bias, major, cluster)
-        ring = C_RING if activation is not None else ring
+        ring, _ = choose_ring(bn, grouping, out_fp32, bias, major, cluster, activation)
     if tail is None:
-        tail, _ = choose_tail(grouping)
-        tail = tail and activation is None
+        tail, _ = choose_tail(grouping, activation)
     return grouped_gemm(bn, major, out_fp32, bias, grouping == GROUP_K, grouping == GROUP_M_MASKED,
                         cluster=cluster, ring=ring, tail=tail, activation=activation), why
 
@@ -405,11 +401,8 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
     build, why = grouped_build(bn, major, k, grouping, dt == torch.float32, bias is not None, None,
                                activation=activation)
     store, store_why = store_rule(build, n, dt.itemsize)
-    _, ring_why = choose_ring(bn, grouping, dt == torch.float32, bias is not None, major, build.cluster)
-    _, tail_why = choose_tail(grouping)
-    if activation is not None:
-        ring_why += f"; {C_RING} with an activation (its build has the plain ring)"
-        tail_why += "; none with an activation (not built)"
+    _, ring_why = choose_ring(bn, grouping, dt == torch.float32, bias is not None, major, build.cluster, activation)
+    _, tail_why = choose_tail(grouping, activation)
     return {"case": case, "grouped_along": "K" if grouping == GROUP_K else "M", "kernel": build.name,
             "source": SOURCE, "tile": [BM, bn, BK], "b_major": major, "out_dtype": str(dt).replace("torch.", ""),
             "cluster": build.cluster, "cluster_reason": why, "ring": build.ring, "ring_reason": ring_why,

@@ -237,11 +237,13 @@ def choose_cluster(k: int, b_major: str, grouping: str = GROUP_M) -> tuple[int, 
                f"cluster 1's speed at K = 2048-14336 (Mixtral-8x7B, Qwen3-30B-A3B gate+up, {CLUSTER_EVIDENCE})")
 
 
-def choose_tail(grouping: str) -> tuple[bool, str]:
-    """Whether a public call takes the stream-K tail build (:attr:`GroupedGemm.tail`), and why. Raises
-    ValueError for a grouping this family does not know."""
+def choose_tail(grouping: str, activation: str | None = None) -> tuple[bool, str]:
+    """Whether a public call takes the stream-K tail build (:attr:`GroupedGemm.tail`), and why; never with an
+    ``activation`` (not built with one). Raises ValueError for a grouping this family does not know."""
     if grouping not in GROUPINGS:
         raise ValueError(f"grouping = {grouping!r}: one of {GROUPINGS}")
+    if activation is not None:
+        return False, f"an activation ({activation}): the stream-K tail is not built with one"
     if grouping != GROUP_M:
         return False, "the stream-K tail is built grouped along M contiguously"
     return False, ("the stream-K tail build measured 1.014-1.032x the whole-unit route on the Mixtral forwards and "
@@ -250,16 +252,19 @@ def choose_tail(grouping: str) -> tuple[bool, str]:
 
 
 def choose_ring(bn: int, grouping: str, out_fp32: bool, bias: bool, b_major: str = "k",
-                cluster: int = 1) -> tuple[int, str]:
+                cluster: int = 1, activation: str | None = None) -> tuple[int, str]:
     """The output's panel buffers per consumer (:data:`RINGS`) a public call takes, and why, in bf16/fp16
     without a bias (a deeper ring with a bias spilled): a buffer for each of the tile's panels (BN / 64) for
     the weight gradient (grouped along K) at BN 256, measured faster on every case (:data:`RING_EVIDENCE`), and
     for a call grouped along M on one CTA per cluster whose weight is read N-major (``b_major`` "mn": the input
     gradient's, autograd's backward of the forward), measured faster on 7 of 9 cases
     (:data:`GRAD_X_RING_EVIDENCE`); else :data:`C_RING` (along M with a pair of CTAs, ``cluster`` 2, always:
-    :data:`PAIR_RING_HANG`). Raises ValueError for a grouping this family does not know."""
+    :data:`PAIR_RING_HANG`; and with an ``activation``, whose build has the plain ring). Raises ValueError for a
+    grouping this family does not know."""
     if grouping not in GROUPINGS:
         raise ValueError(f"grouping = {grouping!r}: one of {GROUPINGS}")
+    if activation is not None:
+        return C_RING, f"an activation ({activation}): its build has the plain ring ({C_RING} panel buffer)"
     if grouping == GROUP_K and bn == 256 and not out_fp32 and not bias:
         return 4, ("grouped along K (the weight gradient), BN 256: a buffer for each of the tile's 4 panels measured "
                    "1.01-1.25x the one-buffer ring's speed on all nine prefill cases, most where a tile has few K "
