@@ -62,7 +62,7 @@ import torch
 from gemm_ladder.library import fp8
 from gemm_ladder.library.quantized import SCHEME_BLOCKS, dequantize, quantize_fp8
 from gemm_ladder.timing import time_fns
-from fp8 import rel_err  # bench/fp8.py's error measure (not gemm_ladder.library.fp8)
+from fp8 import _meta_operands, rel_err  # bench/fp8.py's (not gemm_ladder.library.fp8)
 from outputs import check_output, comma_list, positive, shapes_of
 from suite import add_output_argument, require_gpu, save
 
@@ -122,16 +122,9 @@ SMS_H200 = 132  # the builds --prebuild compiles: the default tile width for the
 def default_kernel(m: int, n: int, k: int, scheme: str, sms: int) -> fp8.Fp8Kernel:
     """The library's build (fp8.default_build) for a bf16-output call of this shape and scheme, planned on
     meta tensors (no GPU: what --prebuild compiles)."""
-    a = torch.empty((m, k), dtype=torch.float8_e4m3fn, device="meta")
-    b = torch.empty((n, k), dtype=torch.float8_e4m3fn, device="meta").T
-    if scheme == "blockwise":
-        sa, sb = torch.empty((-(-k // 128), m), device="meta").T, torch.empty((-(-k // 128), -(-n // 128)), device="meta")
-    elif scheme == "rowwise":
-        sa, sb = torch.empty((m, 1), device="meta"), torch.empty((1, n), device="meta")
-    else:
-        sa = sb = torch.empty((), device="meta")
-    call = fp8.check_scaled_mm(a, b, sa, sb, device_type=None)
-    return fp8.default_build(call, a, b, None, None, sms)[0]
+    args = _meta_operands(m, n, k, scheme)
+    call = fp8.check_scaled_mm(*args, device_type=None)
+    return fp8.default_build(call, args[0], args[1], None, None, sms)[0]
 
 
 def diagnostic_kernel(kernel: fp8.Fp8Kernel, name: str) -> fp8.Fp8Kernel:

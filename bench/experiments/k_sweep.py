@@ -284,15 +284,20 @@ class Fp8Case(Case):
         self.mode = mode
 
     def builds(self):
+        from fp8 import _meta_operands  # bench/fp8.py's
         from gemm_ladder.dispatch.precompile import Build
-        from gemm_ladder.library.fp8 import Fp8Kernel, scale_b_source, store_for, tile_n
+        from gemm_ladder.library import fp8
 
         sms = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 132
-        bn = tile_n(self.m, self.n, sms)
-        # The launch's blockwise scale_b source depends on K (library/fp8.py scale_b_source): each K's build.
-        kernels = dict.fromkeys(Fp8Kernel(self.mode, out_dtype=o, bn=bn, store=store_for(o, None, self.n)[0],
-                                          **scale_b_source(self.mode, k)) for o in ("bf16", "fp32") for k in self.xs)
-        return [Build(f"k_sweep fp8 {k}", k.build) for k in kernels]
+        # The launch's own build at each K and output (library/fp8.py default_build: the tile, the split and the
+        # blockwise scale_b source all depend on the shape).
+        kernels = []
+        for out_dtype in (torch.bfloat16, torch.float32):
+            for k in self.xs:
+                args = _meta_operands(self.m, self.n, k, self.mode)
+                call = fp8.check_scaled_mm(*args, out_dtype=out_dtype, device_type=None)
+                kernels.append(fp8.default_build(call, args[0], args[1], None, None, sms)[0])
+        return [Build(f"k_sweep fp8 {k}", k.build) for k in dict.fromkeys(kernels)]
 
     def make(self, k, alt):
         import gemm_ladder
