@@ -106,7 +106,7 @@ def test_the_launch_runs_192_wide_where_the_rule_says(monkeypatch, mode, dtypes)
         for wide in (True, False):
             monkeypatch.setattr(fp8, "WIDE_TILE", wide)
             out = torch.full((m, n), float("nan"), dtype=out_dtype, device="cuda")
-            assert gemm_ladder.scaled_mm(qa, qb, sa, sb, bias.to(out_dtype), out_dtype=out_dtype, out=out) is out
+            assert gemm_ladder.scaled_mm(qa, qb, sa, sb, bias=bias.to(out_dtype), out_dtype=out_dtype, out=out) is out
             outs.append(out)
         floor = rel_err(ref.to(out_dtype), ref)
         assert not outs[0].isnan().any() and rel_err(outs[0], ref) <= 1.5 * floor + 1e-4, (out_dtype, rel_err(outs[0], ref))
