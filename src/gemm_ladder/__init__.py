@@ -33,6 +33,7 @@ __all__ = ["Epilogue", "Explanation", "__version__", "explain", "explain_swiglu"
            "precompile", "swiglu", "scaled_mm", "quantize_fp8", "explain_scaled_mm", *_ERRORS]
 __all__ += ["grouped_linear", "grouped_mm", "grouped_mm_masked", "explain_grouped_mm"]  # mixture-of-experts grouped GEMM (ops_grouped.py)
 __all__ += ["grouped_swiglu", "explain_grouped_swiglu"]  # the experts' gated MLP (ops_grouped_swiglu.py)
+__all__ += ["moe"]  # transformers' mixture-of-experts layers on the grouped kernel (moe.py)
 __all__ += ["set_autotune"]  # measured choice among the cost model's leading builds (dispatch/autotune.py)
 
 _API = ("Epilogue", "Explanation", "explain", "explain_swiglu", "linear", "mm", "swiglu")
@@ -80,7 +81,7 @@ def __getattr__(name: str):
         import importlib
 
         return getattr(importlib.import_module("gemm_ladder.ops_fp8"), name)
-    if name in ("nn", "ops"):
+    if name in ("nn", "ops", "moe"):  # moe: transformers' experts layers on the grouped kernel
         import importlib
 
         return importlib.import_module(f"gemm_ladder.{name}")
@@ -88,7 +89,7 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_API) | {"nn", "ops", "precompile", "grouped_mm", "grouped_linear",
+    return sorted(set(globals()) | set(_API) | {"nn", "ops", "moe", "precompile", "grouped_mm", "grouped_linear",
                                                  "grouped_mm_masked", "explain_grouped_mm", "grouped_swiglu", "explain_grouped_swiglu", "scaled_mm", "quantize_fp8", "explain_scaled_mm",
                                                  "set_autotune"})
 
