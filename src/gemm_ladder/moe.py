@@ -71,7 +71,7 @@ def experts_plan(module) -> dict:
     reason = unsupported_reason(module)
     if reason is not None:
         raise NotSupportedError(f"{type(module).__name__}: {reason}")
-    has_gate, has_bias, transposed, concatenated = _flags(module)
+    has_gate, has_bias, transposed, _ = _flags(module)
     plan = {"experts": module.down_proj.shape[0],
             "bias": None if not has_bias else ("pytorch" if transposed else "epilogue")}
     why = []
@@ -85,8 +85,6 @@ def experts_plan(module) -> dict:
         why.append("a bias")
     if transposed:
         why.append("weights stored (E, in, out)")
-    if has_gate and not concatenated and _default_gate(module):
-        why.append("gate and up interleaved")
     if why:
         return plan | {"path": "grouped_gemms", "why": "; ".join(why)}
     return plan | {"path": "fused_swiglu", "why": "SiLU gate over gate_up_proj's two halves, no bias"}
