@@ -182,8 +182,8 @@ def test_record_a_fused_block_and_more_rows():
 
 
 def test_record_names_the_calls_it_does_not_build():
-    """swiglu (and the grouped and fp8 ops) are not built by precompile: one warning names them, with
-    their counts, and the recorded calls are the mm and linear ones."""
+    """swiglu (and the fp8 ops) are not built by precompile: one warning names them, with their counts,
+    and the recorded calls are the mm and linear ones."""
 
     class Mlp(torch.nn.Module):
         def __init__(self):
@@ -195,9 +195,60 @@ def test_record_names_the_calls_it_does_not_build():
             return gemm_ladder.linear(gemm_ladder.swiglu(x, self.g.weight, self.u.weight), self.d.weight)
 
     model = Mlp().to(torch.bfloat16).eval()
-    with pytest.warns(UserWarning, match=r"mm and linear calls only.*\(swiglu x1\)"), torch.no_grad():
+    with pytest.warns(UserWarning, match=r"mm, linear and grouped calls only.*\(swiglu x1\)"), torch.no_grad():
         calls = record(model, (torch.randn(8, 256, dtype=torch.bfloat16),))
     assert [c.op for c in calls] == ["linear"]
+
+
+class MoeLayer(torch.nn.Module):
+    """A transformers-shaped experts layer run by gemm_ladder.moe (the fused SwiGLU path)."""
+
+    def __init__(self, e=8, h=256, i=128):
+        super().__init__()
+        self.num_experts = e
+        self.gate_up_proj = torch.nn.Parameter(torch.empty(e, 2 * i, h, dtype=torch.bfloat16))
+        self.down_proj = torch.nn.Parameter(torch.empty(e, h, i, dtype=torch.bfloat16))
+        self.act_fn = torch.nn.SiLU()
+
+    def forward(self, x, index, weights):
+        return gemm_ladder.moe.experts_forward(self, x, index, weights)
+
+
+def _moe_inputs(tokens=40, top_k=2):
+    return torch.empty(tokens, 256, dtype=torch.bfloat16), torch.zeros(tokens, top_k, dtype=torch.long), torch.ones(tokens, top_k)
+
+
+def test_record_a_moe_layer_and_build_what_its_launches_decide():
+    """The grouped calls are recorded (inference: the fused gated MLP and the down projection) and each one's
+    build is the one its launch decides (api_grouped.planned_build, ops_grouped_swiglu.fused_kernel)."""
+    from gemm_ladder.api_grouped import planned_build
+    from gemm_ladder.ops_grouped_swiglu import fused_kernel
+
+    layer = MoeLayer().eval()
+    with torch.no_grad():
+        calls = record(layer, _moe_inputs())
+    assert [c.op for c in calls] == ["grouped_swiglu_fused", "grouped_linear"], [c.op for c in calls]
+    swiglu, down = calls
+    assert swiglu.a[0] == (80, 256) and swiglu.b[0] == (8, 128, 256) and swiglu.offs[0] == (8,)
+    assert down.a[0] == (80, 128) and down.b[0] == (8, 256, 128)
+    labels = [b.label for b in model_builds(calls)]
+    rows = torch.empty(80, 128, dtype=torch.bfloat16, device="meta")
+    offs = torch.empty(8, dtype=torch.int32, device="meta")
+    down_build = planned_build(rows, torch.empty(8, 256, 128, dtype=torch.bfloat16, device="meta").transpose(-2, -1), offs)[0]
+    assert labels == [f"{fused_kernel().name} bf16", f"{down_build.name} bf16"], labels
+
+
+def test_record_a_moe_layer_training_records_the_backward_grouped_calls():
+    layer = MoeLayer().train()
+    x, index, weights = _moe_inputs(300, 4)
+    calls = record(layer, (x.requires_grad_(True), index, weights))
+    ops = [c.op for c in calls]
+    # forward: the two fp32 grouped GEMMs' op and the down projection; backward: grad_x and grad_w of each
+    assert ops[:2] == ["grouped_swiglu", "grouped_linear"] and ops.count("grouped_mm") >= 4, ops
+    grouped_along_k = [c for c in calls if c.op == "grouped_mm" and len(c.b[0]) == 2]  # 2-D x 2-D: grad_w
+    assert len(grouped_along_k) >= 2, ops
+    builds = model_builds(calls)
+    assert len(builds) == len({b.label for b in builds}) >= 3
 
 
 def test_record_refusals():
@@ -260,6 +311,19 @@ def test_a_models_builds_compile_then_come_from_the_cache(tmp_path, monkeypatch)
     assert sum(1 for p in tmp_path.iterdir() if (p / "kernel.cubin").exists()) == 1
     again = precompile_model(model, (x,), load=False)
     assert again.summary() == "1 builds ready, 0 compiled, 1 already cached"
+
+
+def test_a_moe_layers_builds_compile_then_come_from_the_cache(tmp_path, monkeypatch):
+    from gemm_ladder.library import kernel
+
+    monkeypatch.setenv("GEMM_LADDER_CACHE", str(tmp_path))
+    kernel.clear()  # builds this process kept (another test's, in another cache) would not reach tmp_path
+    with torch.no_grad():
+        first = gemm_ladder.precompile(MoeLayer().eval(), _moe_inputs(), load=False)
+        assert first.summary() == "2 builds ready, 2 compiled, 0 already cached", first
+        kernel.clear()
+        again = gemm_ladder.precompile(MoeLayer().eval(), _moe_inputs(), load=False)
+    assert again.summary() == "2 builds ready, 0 compiled, 2 already cached"
 
 
 @needs_nvcc

@@ -373,6 +373,14 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
     still names the build a non-empty one would run. CUDA or meta tensors (shapes, strides and dtypes only); raises
     what the call raises for bad input, GemmTypeError for a non-string activation, and GemmInputError for one
     grouped along K, on the masked layout or not in library/activations.py ACTIVATIONS."""
+    return planned_build(a, b, offs, out_dtype=out_dtype, bias=bias, masked=masked, activation=activation)[1]
+
+
+def planned_build(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None,
+                  bias: torch.Tensor | None = None, masked: bool = False, activation: str | None = None):
+    """(the library/grouped.py build the call runs, :func:`explain_grouped_mm`'s dict): one decision for the
+    explanation and for ``gemm_ladder.precompile``, which builds it ahead. Same arguments and errors as
+    :func:`explain_grouped_mm`."""
     from gemm_ladder.library.grouped import BK, BM, SOURCE, store_rule
 
     devices = ("cuda", "meta")
@@ -403,11 +411,11 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
     store, store_why = store_rule(build, n, dt.itemsize)
     _, ring_why = choose_ring(bn, grouping, dt == torch.float32, bias is not None, major, build.cluster, activation)
     _, tail_why = choose_tail(grouping, activation)
-    return {"case": case, "grouped_along": "K" if grouping == GROUP_K else "M", "kernel": build.name,
-            "source": SOURCE, "tile": [BM, bn, BK], "b_major": major, "out_dtype": str(dt).replace("torch.", ""),
-            "cluster": build.cluster, "cluster_reason": why, "ring": build.ring, "ring_reason": ring_why,
-            "store": store, "store_reason": store_why, "tail": build.tail, "tail_reason": tail_why,
-            "activation": activation}
+    return build, {"case": case, "grouped_along": "K" if grouping == GROUP_K else "M", "kernel": build.name,
+                   "source": SOURCE, "tile": [BM, bn, BK], "b_major": major, "out_dtype": str(dt).replace("torch.", ""),
+                   "cluster": build.cluster, "cluster_reason": why, "ring": build.ring, "ring_reason": ring_why,
+                   "store": store, "store_reason": store_why, "tail": build.tail, "tail_reason": tail_why,
+                   "activation": activation}
 
 
-__all__ = ["b_major_of", "check_grouped_bias", "check_grouped_mm", "choose_bn", "explain_grouped_mm", "group_of_rows", "grouped_build", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of"]
+__all__ = ["b_major_of", "check_grouped_bias", "check_grouped_mm", "choose_bn", "explain_grouped_mm", "group_of_rows", "grouped_build", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of", "planned_build"]

@@ -1,6 +1,7 @@
 """Precompile what one model uses: trace its forward (and backward) once without running a kernel,
-record every ``torch.ops.gemm_ladder`` call it makes, decide each call's route as the dispatcher
-will, and build exactly those kernels (with their fused epilogues) in parallel.
+record every ``torch.ops.gemm_ladder`` GEMM call it makes (mm, linear, and the grouped ops of a
+mixture-of-experts layer), decide each call's route as the dispatcher (or the grouped launch) will, and
+build exactly those kernels (with their fused epilogues) in parallel.
 
     model = gemm_ladder.nn.replace_linear(model)
     gemm_ladder.precompile(model, (input_ids,))        # or precompile_model(model, (input_ids,))
@@ -38,6 +39,10 @@ from gemm_ladder.dispatch.precompile import Build, Outcomes, normalize_dtypes, r
 
 #: The registered ops whose calls are recorded (a GEMM each); any other gemm_ladder op runs unrecorded.
 RECORDED_OPS = ("mm", "mm_out", "linear", "linear_out")
+#: The grouped ops (mixture-of-experts) whose calls are recorded too (:class:`GroupedCall`): the forward's and, the
+#: backward being made of ``grouped_mm`` calls, the backward's.
+GROUPED_OPS = ("grouped_mm", "grouped_linear", "grouped_linear_act", "grouped_mm_masked", "grouped_swiglu",
+               "grouped_swiglu_fused")
 #: How a recorded operand is described: shape, strides, dtype, storage offset in elements.
 TensorMeta = tuple
 
@@ -88,6 +93,32 @@ class RecordedCall:
                             None, self.activation, self.alpha, self.beta)
 
 
+@dataclass(frozen=True)
+class GroupedCall:
+    """One grouped op call of a traced model (:data:`GROUPED_OPS`): ``a`` (x), ``b`` (grouped_mm's b,
+    grouped_linear's w, the swiglu ops' w_gate), ``offs`` (the masked op's counts) as (shape, strides, dtype,
+    storage offset), and what else picks the build."""
+
+    op: str
+    a: TensorMeta
+    b: TensorMeta
+    offs: TensorMeta | None = None
+    out_dtype: torch.dtype | None = None
+    bias: TensorMeta | None = None
+    activation: str | None = None
+
+    def with_rows(self, m: int) -> None:
+        """None: ``rows`` re-plans linear calls only (a grouped call's rows are the routing's)."""
+        return None
+
+    @staticmethod
+    def from_arguments(op: str, a: dict) -> "GroupedCall":
+        pos = list(a.values())  # schema order: (a or x, b or w or w_gate, ...)
+        offs = a.get("offs", a.get("counts"))
+        return GroupedCall(op, _meta_of(pos[0]), _meta_of(pos[1]), _meta_of(offs), a.get("out_dtype"),
+                           _meta_of(a.get("bias")), a.get("activation"))
+
+
 def _arguments(func, args, kwargs) -> dict:
     """The op's arguments by schema name (positional and keyword), whatever their order."""
     names = [a.name for a in func._schema.arguments]
@@ -103,7 +134,7 @@ class CallRecorder(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.calls: list[RecordedCall] = []
-        #: The other gemm_ladder ops the run called ({op: calls}: swiglu, grouped, fp8), which precompile
+        #: The other gemm_ladder ops the run called ({op: calls}: swiglu, fp8), which precompile
         #: does not build: they compile at their first call, and record() says so.
         self.unrecorded: dict[str, int] = {}
 
@@ -113,6 +144,8 @@ class CallRecorder(TorchDispatchMode):
             op = func._schema.name.split("::")[-1]
             if op in RECORDED_OPS:
                 self.calls.append(self._record(func, _arguments(func, args, kwargs)))
+            elif op in GROUPED_OPS:
+                self.calls.append(GroupedCall.from_arguments(op, _arguments(func, args, kwargs)))
             else:
                 self.unrecorded[op] = self.unrecorded.get(op, 0) + 1
         return func(*args, **kwargs)
@@ -160,9 +193,11 @@ def record(model: torch.nn.Module, example_inputs=(), example_kwargs: dict | Non
     module docstring) and return every gemm-ladder op call it made, in order; with ``backward`` (default:
     when the model is in training mode and a parameter requires grad) also the backward's calls, by
     ``backward()`` of the output (or its loss, logits, first tensor) with a dense gradient of ones. Nothing is built or
-    launched; the model and its parameters are not changed. Only ``mm`` and ``linear`` calls are recorded (the
-    ops :data:`RECORDED_OPS`); the model's other gemm_ladder calls (``swiglu``, the grouped and fp8 ops) are
-    named in one UserWarning, with their counts: they compile at their first call.
+    launched; the model and its parameters are not changed. The ``mm`` and ``linear`` calls (the ops
+    :data:`RECORDED_OPS`, as :class:`RecordedCall`) and the grouped ones (:data:`GROUPED_OPS`, as
+    :class:`GroupedCall`: a mixture-of-experts layer, ``gemm_ladder.moe``) are recorded; the model's other
+    gemm_ladder calls (``swiglu``, the fp8 ops) are named in one UserWarning, with their counts: they compile at
+    their first call.
 
     Raises TypeError for a model that is not an nn.Module, ValueError for another mode, and what the
     model raises on meta or fake tensors (a model whose Python reads tensor values: try the other mode).
@@ -215,7 +250,7 @@ def record(model: torch.nn.Module, example_inputs=(), example_kwargs: dict | Non
         import warnings
 
         ops = ", ".join(f"{op} x{n}" for op, n in recorder.unrecorded.items())
-        warnings.warn(f"gemm_ladder.precompile builds mm and linear calls only; the model's other gemm_ladder calls "
+        warnings.warn(f"gemm_ladder.precompile builds mm, linear and grouped calls only; the model's other gemm_ladder calls "
                       f"({ops}) compile at their first call", UserWarning, stacklevel=3)
     return recorder.calls
 
@@ -255,14 +290,37 @@ def _linear_problem(call: RecordedCall):
     return x2, w.T, c, epilogue
 
 
-def call_builds(call: RecordedCall, device=None) -> list[Build]:
+def grouped_call_builds(call: GroupedCall) -> list[Build]:
+    """The build a recorded grouped call runs, as its launch decides it (api_grouped.planned_build on meta
+    tensors; grouped_swiglu: the two fp32 grouped GEMMs' build; grouped_swiglu_fused: the gated-MLP build)."""
+    from gemm_ladder.api_grouped import planned_build
+    from gemm_ladder.contract import dtype_name
+    from gemm_ladder.ops_grouped_swiglu import fused_kernel
+
+    a, b, offs = _on_meta(call.a), _on_meta(call.b), _on_meta(call.offs)
+    if call.op == "grouped_swiglu_fused":
+        kernel = fused_kernel()
+    elif call.op == "grouped_swiglu":
+        kernel = planned_build(a, b.transpose(-2, -1), offs, out_dtype=torch.float32)[0]
+    elif call.op in ("grouped_linear", "grouped_linear_act"):
+        kernel = planned_build(a, b.transpose(-2, -1), offs, bias=_on_meta(call.bias), activation=call.activation)[0]
+    else:
+        kernel = planned_build(a, b, offs, out_dtype=call.out_dtype, masked=call.op == "grouped_mm_masked")[0]
+    dtype = dtype_name(a.dtype)
+    return [Build(f"{kernel.name} {dtype}", lambda: kernel.build(dtype))]
+
+
+def call_builds(call: RecordedCall | GroupedCall, device=None) -> list[Build]:
     """The builds a recorded call runs: its route decided on meta tensors for ``device``'s facts
     (dispatch.route.DeviceFacts; default the current CUDA device's, or the H200 assumed), with its
     epilogue's generated source oriented as the route runs it. [] for an empty problem (M, N = 0:
-    nothing launched) or K = 0 (zeros, or the epilogue's reference)."""
+    nothing launched) or K = 0 (zeros, or the epilogue's reference). A grouped call: :func:`grouped_call_builds`."""
     from gemm_ladder.contract import dtype_name
     from gemm_ladder.dispatch import decide
     from gemm_ladder.dispatch.validate import result_dtype
+
+    if isinstance(call, GroupedCall):
+        return grouped_call_builds(call)
 
     if call.is_linear:
         a, b, c, epilogue = _linear_problem(call)
@@ -331,5 +389,5 @@ def precompile(*args, **kwargs) -> Outcomes:
     return by_class(*args, **kwargs)
 
 
-__all__ = ["CallRecorder", "RecordedCall", "call_builds", "model_builds", "normalize_dtypes", "precompile",
+__all__ = ["CallRecorder", "GroupedCall", "RecordedCall", "call_builds", "grouped_call_builds", "model_builds", "normalize_dtypes", "precompile",
            "precompile_model", "record"]
