@@ -88,8 +88,22 @@ def test_a_layer_matches_float64_no_worse_than_torch(kind, dtype, tokens, top_k)
     assert torch.equal(got, moe.experts_forward(layer, x, index, weights)), f"not bitwise repeatable (seed {seed})"
 
 
+def _dense_grads(kind, params, index, g, dtype):
+    """Gradients of :func:`_dense` in ``dtype`` with respect to (x, weights, the layer's parameters), from
+    ``params`` (x, weights, parameters) cast to ``dtype``."""
+    cast = [p.detach().to(dtype).requires_grad_(True) for p in params]
+    layer = LAYERS[kind](e=8, h=256, i=128, device="cuda", dtype=dtype)
+    for (name, _), p in zip(list(layer.named_parameters()), cast[2:]):
+        setattr(layer, name, torch.nn.Parameter(p))
+    out = _dense(layer, cast[0], index, cast[1], dtype)
+    return torch.autograd.grad(out, [cast[0], cast[1], *layer.parameters()], g.to(dtype))
+
+
 @pytest.mark.parametrize("kind", ["swiglu", "clamped_transposed"])
-def test_gradients_match_float64_autograd(kind):
+def test_gradients_match_float64_no_worse_than_torch(kind):
+    """Each gradient's relative error against float64 autograd at most 2e-2, or twice that of torch's own
+    autograd of the same routing in bf16 where that is larger (a clamped gate's derivative jumps at the clamp:
+    a pre-activation rounded to the other side of it changes that element's gradient from 0 to 1)."""
     seed = _seed()
     layer = LAYERS[kind](e=8, h=256, i=128, device="cuda", dtype=torch.bfloat16)
     x = torch.randn(200, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -99,15 +113,11 @@ def test_gradients_match_float64_autograd(kind):
     g = torch.randn_like(out)
     params = [x, weights, *layer.parameters()]
     grads = torch.autograd.grad(out, params, g)
-    params64 = [p.detach().double().requires_grad_(True) for p in params]
-    layer64 = LAYERS[kind](e=8, h=256, i=128, device="cuda", dtype=torch.float64)
-    for name, p in zip([n for n, _ in layer.named_parameters()], params64[2:]):
-        setattr(layer64, name, torch.nn.Parameter(p))
-    layer64_params = list(layer64.parameters())
-    ref = _dense(layer64, params64[0], index, params64[1], torch.float64)
-    refs = torch.autograd.grad(ref, [params64[0], params64[1], *layer64_params], g.double())
-    for got, want in zip(grads, refs):
-        assert got.isfinite().all() and _rel(got, want) < 2e-2, (seed, _rel(got, want), tuple(got.shape))
+    refs = _dense_grads(kind, params, index, g, torch.float64)
+    theirs = _dense_grads(kind, params, index, g, torch.bfloat16)
+    for got, want, torch_got in zip(grads, refs, theirs):
+        bound = max(2e-2, 2 * _rel(torch_got, want))
+        assert got.isfinite().all() and _rel(got, want) <= bound, (seed, _rel(got, want), bound, tuple(got.shape))
 
 
 def test_compiled_and_graph_replayed_calls_match_eager():
