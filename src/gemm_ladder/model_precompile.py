@@ -188,7 +188,7 @@ def _first_tensor(out):
 
 
 def record(model: torch.nn.Module, example_inputs=(), example_kwargs: dict | None = None, *, backward: bool | None = None,
-           mode: str = "meta") -> list[RecordedCall]:
+           mode: str = "meta") -> list[RecordedCall | GroupedCall]:
     """Run ``model(*example_inputs, **example_kwargs)`` once on meta or fake tensors (``mode``, see the
     module docstring) and return every gemm-ladder op call it made, in order; with ``backward`` (default:
     when the model is in training mode and a parameter requires grad) also the backward's calls, by
@@ -341,7 +341,7 @@ def call_builds(call: RecordedCall | GroupedCall, device=None) -> list[Build]:
     return route_builds(route, dtype_name(a.dtype), source, name)
 
 
-def model_builds(calls: list[RecordedCall], *, rows=(), device=None) -> list[Build]:
+def model_builds(calls: list[RecordedCall | GroupedCall], *, rows=(), device=None) -> list[Build]:
     """The distinct builds of ``calls`` (:func:`call_builds`), and of every plain ``linear`` call at
     each row count in ``rows`` (:meth:`RecordedCall.with_rows`), in order of first use."""
     if device is None and torch.cuda.is_available():
