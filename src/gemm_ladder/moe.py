@@ -118,9 +118,9 @@ def _gate(module, y: torch.Tensor) -> torch.Tensor:
     return module.act_fn(gate) * up
 
 
-def _products(module, rows: torch.Tensor, offs: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
-    """The layer's two projections on rows grouped by ``offs``; ``group`` (S,) each row's expert, clamped to E."""
-    plan = experts_plan(module)
+def _products(module, plan: dict, rows: torch.Tensor, offs: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """The layer's two projections (``plan``: :func:`experts_plan`'s) on rows grouped by ``offs``; ``group`` (S,)
+    each row's expert, clamped to E."""
     has_gate, has_bias, transposed, _ = _flags(module)
 
     def project(x, w, bias):  # w (E, out, in), or (E, in, out) where the layer stores it transposed
@@ -155,6 +155,7 @@ def experts_forward(module, hidden_states: torch.Tensor, top_k_index: torch.Tens
     Raises NotSupportedError (a layer :func:`unsupported_reason` refuses), GemmInputError / GemmTypeError from
     the grouped ops (shapes, dtypes, strides), before any launch.
     """
+    plan = experts_plan(module)  # a layer it cannot run is refused before anything is launched
     experts = module.down_proj.shape[0]
     tokens = hidden_states.shape[0]
     top_k = top_k_index.shape[-1]
@@ -170,7 +171,7 @@ def experts_forward(module, hidden_states: torch.Tensor, top_k_index: torch.Tens
     rows = hidden_states[order // top_k]
     if rows.requires_grad:  # the backward leaves rows past the last group unwritten: keep them out of x's grad
         rows = rows.masked_fill((sorted_ids >= experts).unsqueeze(-1), 0)
-    out = _products(module, rows, offs, sorted_ids.clamp(max=experts - 1))
+    out = _products(module, plan, rows, offs, sorted_ids.clamp(max=experts - 1))
     # Back to (token, choice) order by a gather (no atomics: deterministic). A pair on no expert here has no
     # computed row (rows past the last group are undefined): it reads row 0 with weight 0, and a token whose
     # pairs are all elsewhere is set to 0 (row 0 itself is undefined when no pair at all is here).
