@@ -6,13 +6,15 @@ One experts layer of Qwen3-30B-A3B's dimensions (transformers 5.x, random weight
 wall time of a loop of calls on fresh hidden states (launches queue faster than they run only where the GPU is
 the bound: at decode the loop measures the host), under ``torch.no_grad()``; then the pieces of ours alone (the
 routing ops, ``grouped_swiglu``, ``grouped_linear``, their checks, a tensor map's encoding, a launch) and of torch's
-(``torch._grouped_mm``), and a ``cProfile`` of the whole layer (the functions with the most own time). With
+(``torch._grouped_mm``), and a ``cProfile`` of the whole layer (the functions with the most own time), and a torch.profiler trace of each side (kernels' device time, ops' CPU
+time). With
 ``--train`` also a forward and backward of the layer with grad mode on (nn.Parameter weights).
 
     python bench/experiments/moe_host_profile.py [--tokens 16,128,333] [--calls 200] [--train] [-o FILE]
 
 Writes ``DATE_moe_host_profile_COMMIT.json`` (``$OUT`` or bench/results/): ``rows: [{tokens, what, us}]`` and
-``profile: {tokens: [[function, calls, own us per layer call, cumulative us per layer call]]}``. Needs a CUDA GPU
+``profile: {tokens: [[function, calls, own us per layer call, cumulative us per layer call]]}``, ``trace: {tokens:
+{side: {device_us_per_call, cpu_self_us_per_call, kernels, cpu_ops}}}``. Needs a CUDA GPU
 and transformers >= 5 (else one line, exit 2).
 """
 
@@ -85,7 +87,7 @@ def run(tokens: int, calls: int, train: bool) -> tuple[list[dict], list]:
 
     import gemm_ladder
     from gemm_ladder import moe
-    from gemm_ladder.api_grouped import check_grouped_mm
+    from gemm_ladder.api_grouped import check_grouped_mm, grouped_mm_direct
     from gemm_ladder.library.grouped import _encode
     from gemm_ladder.ops_grouped_swiglu import check_grouped_swiglu, fused_kernel
 
@@ -115,6 +117,11 @@ def run(tokens: int, calls: int, train: bool) -> tuple[list[dict], list]:
         "torch: _grouped_mm (down)": (lambda x, offs: torch._grouped_mm(x, wd.transpose(-2, -1), offs), mids),
         "torch: empty_like": (lambda x, offs: torch.empty_like(x), rows),
     }
+    for bn in (128, 256):  # the down projection's tile width forced (choose_bn takes 256 at N = 2048)
+        timed[f"ours: down at BN {bn} (grouped_mm_direct)"] = (
+            lambda x, offs, bn=bn: grouped_mm_direct(x, wd.transpose(-2, -1), offs, bn=bn), mids)
+        timed[f"ours: down at BN {bn}, one CTA"] = (
+            lambda x, offs, bn=bn: grouped_mm_direct(x, wd.transpose(-2, -1), offs, bn=bn, cluster=1), mids)
     out = []
     with torch.no_grad():
         for what, (fn, a) in timed.items():
@@ -125,6 +132,8 @@ def run(tokens: int, calls: int, train: bool) -> tuple[list[dict], list]:
             moe.experts_forward(layer, h, i, w)
         torch.cuda.synchronize()
         prof.disable()
+        trace = kernel_trace({"ours": lambda h, i, w: moe.experts_forward(layer, h, i, w),
+                              "torch": lambda h, i, w: grouped_mm_experts_forward(layer, h, i, w)}, args[:20])
     if train:
         for p in layer.parameters():
             p.requires_grad_(True)
@@ -136,11 +145,39 @@ def run(tokens: int, calls: int, train: bool) -> tuple[list[dict], list]:
         out.append({"tokens": tokens, "what": "ours: forward+backward", "us": round(per_call_us(step(moe.experts_forward), targs), 2)})
         out.append({"tokens": tokens, "what": "torch: forward+backward",
                     "us": round(per_call_us(step(grouped_mm_experts_forward), targs), 2)})
+        trace |= {f"{k} train": v for k, v in kernel_trace({"ours": step(moe.experts_forward),
+                                                            "torch": step(grouped_mm_experts_forward)},
+                                                           targs[:10]).items()}
     stats = pstats.Stats(prof)
     top = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:30]
     profile = [[f"{Path(f).name}:{line}({name})", nc, round(tt / calls * 1e6, 2), round(ct / calls * 1e6, 2)]
                for (f, line, name), (_, nc, tt, ct, _) in top]
-    return out, profile
+    return out, profile, trace
+
+
+def kernel_trace(sides: dict, args_list) -> dict:
+    """Per side, torch.profiler over ``args_list``'s calls: each CUDA kernel's device time and each op's CPU self
+    time, per layer call (us), the 15 largest of each; and the device total per call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    result = {}
+    for side, fn in sides.items():
+        fn(*args_list[0])
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for a in args_list:
+                fn(*a)
+            torch.cuda.synchronize()
+        n = len(args_list)
+        events = prof.key_averages()
+        dev = sorted(((e.key, e.count / n, e.self_device_time_total / n) for e in events
+                      if e.self_device_time_total > 0), key=lambda r: -r[2])
+        cpu = sorted(((e.key, e.count / n, e.self_cpu_time_total / n) for e in events), key=lambda r: -r[2])
+        result[side] = {"device_us_per_call": round(sum(r[2] for r in dev), 2),
+                        "cpu_self_us_per_call": round(sum(r[2] for r in cpu), 2),
+                        "kernels": [[k[:90], round(c, 2), round(t, 2)] for k, c, t in dev[:15]],
+                        "cpu_ops": [[k[:90], round(c, 2), round(t, 2)] for k, c, t in cpu[:15]]}
+    return result
 
 
 def main() -> int:
@@ -158,9 +195,10 @@ def main() -> int:
         return 2
     from gemm_ladder import moe
     moe.register_transformers()
-    rows, profiles = [], {}
+    rows, profiles, traces = [], {}, {}
     for t in (int(v) for v in args.tokens.split(",")):
-        r, prof = run(t, args.calls, args.train)
+        r, prof, trace = run(t, args.calls, args.train)
+        traces[t] = trace
         rows += r
         profiles[t] = prof
         for row in r:
@@ -168,7 +206,14 @@ def main() -> int:
         print(f"T={t}: cProfile of experts_forward, per layer call (own us, cumulative us):")
         for name, nc, tt, ct in prof[:25]:
             print(f"    {name:<70s} {nc:7d} {tt:8.2f} {ct:8.2f}")
-    save({"rows": rows, "profile": profiles}, "moe_host_profile", args.output)
+        for side, tr in trace.items():
+            print(f"T={t} {side}: torch.profiler, device {tr['device_us_per_call']} us a call, CPU self "
+                  f"{tr['cpu_self_us_per_call']} us; kernels (count, us a call) then CPU ops:")
+            for k, c, us in tr["kernels"]:
+                print(f"    dev {us:8.2f} x{c:5.2f} {k}")
+            for k, c, us in tr["cpu_ops"][:10]:
+                print(f"    cpu {us:8.2f} x{c:5.2f} {k}")
+    save({"rows": rows, "profile": profiles, "trace": traces}, "moe_host_profile", args.output)
     return 0
 
 
