@@ -190,6 +190,33 @@ def test_the_routing_matches_a_per_token_loop_with_experts_elsewhere(reference_o
         torch.testing.assert_close(a, torch.zeros_like(a) if b is None else b, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("training", [False, True])
+def test_the_gated_layer_fuses_without_a_backward_and_runs_gate_up_proj_whole_with_one(reference_ops, monkeypatch,
+                                                                                       training):
+    """Inference: grouped_swiglu on gate_up_proj's halves (one launch). Training: gate_up_proj itself in one grouped
+    GEMM, so that its gradient is one product in the parameter's layout (the halves' would each be scattered into a
+    zeroed copy of it); the result and every gradient the per-token loop's either way."""
+    calls = []
+    linear, swiglu = moe.grouped_linear, moe.grouped_swiglu
+    monkeypatch.setattr(moe, "grouped_linear", lambda x, w, offs, bias=None: calls.append(("linear", w.shape)) or
+                        linear(x, w, offs, bias))
+    monkeypatch.setattr(moe, "grouped_swiglu", lambda *a: calls.append(("swiglu",)) or swiglu(*a))
+    torch.manual_seed(3)
+    m = Experts(device="cpu", dtype=torch.float64)
+    x = torch.randn(9, 32, dtype=torch.float64, requires_grad=training)
+    index, weights = torch.stack([torch.randperm(6)[:2] for _ in range(9)]), torch.rand(9, 2, dtype=torch.float64)
+    with torch.set_grad_enabled(training):
+        got = moe.experts_forward(m, x, index, weights)
+    torch.testing.assert_close(got, _per_token(m, x, index, weights), rtol=1e-12, atol=1e-12)
+    down = ("linear", m.down_proj.shape)
+    assert calls == ([("linear", m.gate_up_proj.shape), down] if training else [("swiglu",), down])
+    if training:
+        grads = torch.autograd.grad(got.sum(), (x, *m.parameters()))
+        refs = torch.autograd.grad(_per_token(m, x, index, weights).sum(), (x, *m.parameters()))
+        for a, b in zip(grads, refs):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
 def test_a_token_routed_only_elsewhere_gives_zero_even_when_no_pair_is_here(reference_ops):
     m = Experts(device="cpu", dtype=torch.float64)
     x = torch.randn(5, 32, dtype=torch.float64)

@@ -16,8 +16,11 @@ Every product runs on the grouped kernel (docs/grouped.md), never cuBLAS; what r
 * ``"fused_swiglu"``: the usual gated MLP (Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3...: ``gate_up_proj``
   (E, 2I, H) with the gate's rows first, ``down_proj`` (E, H, I), SiLU, no bias) runs
   :func:`gemm_ladder.grouped_swiglu` on the two halves of ``gate_up_proj`` (views, no copy), then
-  :func:`gemm_ladder.grouped_linear` for ``down_proj``. A call with no backward runs the gated MLP in one
-  launch; a training call two grouped GEMMs and the gate in fp32 (docs/grouped.md).
+  :func:`gemm_ladder.grouped_linear` for ``down_proj``, where the call needs no backward (the gated MLP in one
+  launch). A call with a backward runs ``gate_up_proj`` whole in one grouped GEMM, the gate after it in PyTorch
+  (as ``"grouped_gemms"`` does), so that its weight gradient is one grouped GEMM into the parameter's own
+  layout: the halves' gradients would each be scattered into a zeroed copy of it and summed (measured on an
+  H100, Qwen3-30B-A3B's layer at 333 tokens: 1.5 ms of 6.2 a step, bench/experiments/moe_host_profile.py).
 * ``"grouped_gemms"``: anything else the decorator describes (a bias, weights stored (E, in, out), another
   gate such as gpt-oss's clamped one, an activation other than SiLU): the two projections on the grouped
   kernel, the layer's own ``_apply_gate`` (or ``act_fn``) between them in PyTorch, and a bias of weights
@@ -118,6 +121,11 @@ def _gate(module, y: torch.Tensor) -> torch.Tensor:
     return module.act_fn(gate) * up
 
 
+def _needs_backward(module, rows: torch.Tensor) -> bool:
+    """Whether autograd records this call: grad mode on and the rows or a weight requiring grad."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in (rows, module.gate_up_proj, module.down_proj))
+
+
 def _products(module, plan: dict, rows: torch.Tensor, offs: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
     """The layer's two projections (``plan``: :func:`experts_plan`'s) on rows grouped by ``offs``; ``group`` (S,)
     each row's expert, clamped to E."""
@@ -129,7 +137,7 @@ def _products(module, plan: dict, rows: torch.Tensor, offs: torch.Tensor, group:
         y = grouped_mm(x, w, offs)
         return y if bias is None else y + bias[group]
 
-    if plan["path"] == "fused_swiglu":
+    if plan["path"] == "fused_swiglu" and not _needs_backward(module, rows):
         half = module.gate_up_proj.shape[1] // 2
         h = grouped_swiglu(rows, module.gate_up_proj[:, :half], module.gate_up_proj[:, half:], offs)
     else:
