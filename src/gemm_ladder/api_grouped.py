@@ -309,12 +309,7 @@ def _launch(x, b, offs, out, bias, bn, masked: bool = False, cluster: int | None
         if groups == 0 and rows and n:
             out.zero_()  # no group owns a row; zeros rather than uninitialised memory
         return
-    if bias is not None:
-        bias = _tensor("bias", bias)
-        if bias.dtype != x.dtype or tuple(bias.shape) != (groups, n) or bias.device != x.device:
-            raise GemmInputError(f"bias: ({groups}, {n}) {x.dtype} on {x.device} expected, got {bias.dtype} "
-                                 f"{tuple(bias.shape)} on {bias.device}")
-        bias = bias.contiguous()
+    bias = _checked_bias(bias, x, groups, n)
     if k == 0:  # an empty sum: zeros (plus the bias, then the activation) in every grouped row
         out.zero_()
         if bias is not None or activation is not None:  # no device-to-host copy: each row's group by a search of offs
@@ -325,14 +320,62 @@ def _launch(x, b, offs, out, bias, bn, masked: bool = False, cluster: int | None
             rows_z = z[group.clamp_max(groups - 1)].to(out.dtype)
             out.copy_(torch.where((group < groups)[:, None], rows_z, torch.zeros_like(rows_z)))
         return
-    major = b_major_of(b)
-    w = b.transpose(1, 2)  # (E, N, K): stride(2) == 1 for a K-major b, stride(1) == 1 for an N-major one
+    kernel = _kernel_for(x, b, out, bias, bn, masked, cluster, ring, tail, activation)
+    kernel.launch(x, b.transpose(1, 2), offs, out, bias)
+
+
+def _checked_bias(bias, x: torch.Tensor, groups: int, n: int) -> torch.Tensor | None:
+    """``bias`` (None, or an (E, N) tensor of x's dtype on its device) made contiguous; GemmTypeError,
+    GemmInputError otherwise."""
+    if bias is None:
+        return None
+    bias = _tensor("bias", bias)
+    if bias.dtype != x.dtype or tuple(bias.shape) != (groups, n) or bias.device != x.device:
+        raise GemmInputError(f"bias: ({groups}, {n}) {x.dtype} on {x.device} expected, got {bias.dtype} "
+                             f"{tuple(bias.shape)} on {bias.device}")
+    return bias.contiguous()
+
+
+def _kernel_for(x, b, out, bias, bn, masked=False, cluster=None, ring=None, tail=None, activation=None):
+    """The build a grouped-along-M launch of x (R, K) and b (E, K, N) into out runs (:func:`grouped_build`, the
+    tile width by :func:`choose_bn` unless ``bn`` is given)."""
+    groups, _, n = b.shape
     grouping = GROUP_M_MASKED if masked else GROUP_M
     if bn is None:
-        bn = choose_bn(n, rows, groups)
-    kernel, _ = grouped_build(bn, major, k, grouping, out.dtype == torch.float32, bias is not None, cluster, ring, tail,
-                              activation)
-    kernel.launch(x, w, offs, out, bias)
+        bn = choose_bn(n, x.shape[0], groups)
+    kernel, _ = grouped_build(bn, b_major_of(b), x.shape[1], grouping, out.dtype == torch.float32, bias is not None,
+                              cluster, ring, tail, activation)
+    return kernel
+
+
+def bind_grouped(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None, *, out_dtype=None,
+                 bias: torch.Tensor | None = None, activation: str | None = None):
+    """The one launch :func:`grouped_mm_direct` makes for these arguments, bound to them and to a new output, as
+    ``(library/bound.py BoundLaunch, out)`` (what the compiled host path makes its launch template from,
+    gemm_ladder/host), or None where the call is not one launch that reads and writes its tensors in place: a
+    batched (3-D) a, which gets its offs made per call; an empty problem or K = 0; a bias that is not contiguous
+    (copied per call). The same checks, decisions and errors as the call."""
+    check_activation(activation)
+    case, dt = check_grouped_mm(a, b, offs, out_dtype)
+    if case == "2d2d":
+        if bias is not None or activation is not None:
+            raise GemmInputError("bias and activation are not taken by grouped_mm grouped along K")
+        (m, total_k), n, groups = a.shape, b.shape[1], offs.numel()
+        if min(m, n, groups, total_k) == 0:
+            return None
+        out = torch.empty((groups, m, n), dtype=dt, device=a.device)
+        kernel = grouped_build(grad_w_bn(n), "mn", total_k, GROUP_K, dt == torch.float32, False, None)[0]
+        return kernel.bind_k(a, b, offs, out), out
+    if case != "2d3d":
+        return None
+    (rows, k), (groups, _, n) = a.shape, b.shape
+    if min(rows, n, groups, k) == 0:
+        return None
+    if bias is not None and _checked_bias(bias, a, groups, n) is not bias:  # a copy: a new address each call
+        return None
+    out = torch.empty((rows, n), dtype=dt, device=a.device)
+    kernel = _kernel_for(a, b, out, bias, None, activation=activation)
+    return kernel.bind(a, b.transpose(1, 2), offs, out, bias), out
 
 
 def grouped_build(bn: int, major: str, k: int, grouping: str, out_fp32: bool, bias: bool, cluster: int | None,
@@ -418,4 +461,4 @@ def planned_build(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = 
                    "activation": activation}
 
 
-__all__ = ["b_major_of", "check_grouped_bias", "check_grouped_mm", "choose_bn", "explain_grouped_mm", "group_of_rows", "grouped_build", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of", "planned_build"]
+__all__ = ["b_major_of", "bind_grouped", "check_grouped_bias", "check_grouped_mm", "choose_bn", "explain_grouped_mm", "group_of_rows", "grouped_build", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of", "planned_build"]

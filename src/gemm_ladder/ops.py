@@ -320,6 +320,17 @@ _register_python_kernels()
 # --- the compiled host path -----------------------------------------------------------------------
 
 _HOST: dict = {}
+#: (register, unregister) of the other op modules' C++ kernels (ops_grouped, ops_grouped_swiglu: :func:`on_host`).
+_HOST_USERS: list[tuple] = []
+
+
+def on_host(register, unregister) -> None:
+    """Have ``register(module)`` run when the compiled host module is in use (now, where it is already) and
+    ``unregister(module)`` when :func:`use_python` leaves it: how an op module defined elsewhere
+    (ops_grouped.py, ops_grouped_swiglu.py) registers its ops' C++ kernels and planners."""
+    _HOST_USERS.append((register, unregister))
+    if _HOST.get("module") is not None:
+        register(_HOST["module"])
 
 
 def use_host():
@@ -349,6 +360,8 @@ def use_host():
         from gemm_ladder import ops_fp8
 
         ops_fp8.set_host(module.scaled_mm)
+        for register, _ in _HOST_USERS:
+            register(module)
     _HOST["module"] = module
     _HOST["off"] = module is None
     return module
@@ -366,6 +379,8 @@ def use_python() -> None:
     from gemm_ladder import ops_fp8
 
     ops_fp8.set_host(None)
+    for _, unregister in _HOST_USERS:
+        unregister(module)
     module.unregister_kernels()
     module.unregister_autograd()
     module.clear()
@@ -454,7 +469,7 @@ def swiglu(x, w_gate, w_up):
     return _SWIGLU(x, w_gate, w_up)
 
 
-__all__ = ["FAKE_DEVICES", "NAMESPACE", "SCHEMAS", "host_module", "linear", "mm", "swiglu", "use_host",
+__all__ = ["FAKE_DEVICES", "NAMESPACE", "SCHEMAS", "host_module", "linear", "mm", "on_host", "swiglu", "use_host",
            "use_python"]
 
 # The API reaches these entry points through what it is handed here (it never imports this module).

@@ -27,9 +27,10 @@ import os
 
 import torch
 
+from gemm_ladder import ops as _ops  # the compiled host path's switch (on_host)
 from gemm_ladder.api_grouped import (
-    _ALIGN_ELEMS, PUBLIC_DEVICES, check_grouped_bias, check_grouped_mm, explain_grouped_mm, group_of_rows,
-    grouped_mm_direct, grouped_mm_masked_direct,
+    _ALIGN_ELEMS, PUBLIC_DEVICES, bind_grouped, check_grouped_bias, check_grouped_mm, explain_grouped_mm,
+    group_of_rows, grouped_mm_direct, grouped_mm_masked_direct,
 )
 from gemm_ladder.api_quantized import through_op  # the eager-or-op rule of the calls without a backward
 from gemm_ladder.dispatch.validate import check_activation, first_requiring_grad
@@ -303,7 +304,8 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     Raises GemmTypeError, GemmInputError, NotSupportedError (3-D x 2-D; other 2-D x 2-D layouts; more than 1024 groups)
     before any launch. Source: torch._grouped_mm's semantics (torch/_meta_registrations.py).
     """
-    check_grouped_mm(a, b, offs, out_dtype, device_types=PUBLIC_DEVICES)
+    if not host_call(a, b, offs):  # else the C++ kernel's planner checks, once per signature
+        check_grouped_mm(a, b, offs, out_dtype, device_types=PUBLIC_DEVICES)
     if a.dim() == 2 and b.dim() == 2:  # grouped along K
         _refuse_grad("grouped_mm grouped along K (2-D x 2-D)", a, b)
     return torch.ops.gemm_ladder.grouped_mm(a, b, offs, out_dtype)
@@ -328,13 +330,80 @@ def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: t
     """
     check_activation(activation)  # linear's rule and errors
     act = None if activation is None else _activation(activation)
-    check_grouped_linear(x, w, offs, bias)
+    host = host_call(x, w, offs, bias)
+    if not host:  # else the C++ kernel's planner checks, once per signature
+        check_grouped_linear(x, w, offs, bias)
     if act is not None and why_unfused(x, w, bias) is None:
-        if through_op(x, w, offs, bias):
+        if host or through_op(x, w, offs, bias):
             return torch.ops.gemm_ladder.grouped_linear_act(x, w, offs, bias, activation)
         return grouped_mm_direct(x, w.transpose(-2, -1), offs, bias=bias, activation=activation)
     y = torch.ops.gemm_ladder.grouped_linear(x, w, offs, bias)
     return y if act is None else act.reference(y)
 
 
-__all__ = ["ACTIVATION_FUSED", "explain_grouped_mm", "grouped_linear", "grouped_mm", "grouped_mm_masked", "why_unfused"]
+# --- the compiled host path: the ops' CUDA kernels in C++ (gemm_ladder/host/launch.cpp) ---------------------
+
+#: Whether the host module's grouped kernels are registered (:func:`_register_host`).
+_HOST = {"on": False}
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def host_call(*tensors) -> bool:
+    """Whether a public call goes straight to its op, leaving the checks to the C++ kernel's planner (once per
+    signature: its key holds every shape, stride, dtype, device and base address residue the checks read): the
+    host module's grouped kernels registered, not under torch.compile, every tensor given a plain CUDA tensor."""
+    return _HOST["on"] and not torch.compiler.is_compiling() and all(
+        t is None or (type(t) in _PLAIN and t.is_cuda) for t in tensors)
+
+
+def template_of(made):
+    """The launch template (gemm_ladder/host/templates.py) of ``made``, a (BoundLaunch, output) from
+    api_grouped.bind_grouped or a binder like it, or None (the op's Python kernel runs that signature)."""
+    from gemm_ladder.host.templates import GROUPED_SOURCES, template_from_bound
+
+    if made is None:
+        return None
+    bound, out = made
+    return template_from_bound(bound, out_shape=tuple(out.shape), out_dtype=out.dtype, sources=GROUPED_SOURCES)
+
+
+def _plan_grouped_linear(x, w, offs, bias=None):
+    check_grouped_linear(x, w, offs, bias)
+    return template_of(bind_grouped(x, w.transpose(-2, -1), offs, bias=bias))
+
+
+def _plan_grouped_linear_act(x, w, offs, bias, activation):
+    check_activation(activation)
+    check_grouped_linear(x, w, offs, bias)
+    return template_of(bind_grouped(x, w.transpose(-2, -1), offs, bias=bias, activation=activation))
+
+
+#: Each op's (planner, Python kernel) as launch.cpp calls them, with the op's arguments.
+HOST_CALLBACKS = {
+    "grouped_mm": (lambda a, b, offs=None, out_dtype=None: template_of(bind_grouped(a, b, offs, out_dtype=out_dtype)),
+                   lambda a, b, offs=None, out_dtype=None: grouped_mm_direct(a, b, offs, out_dtype=out_dtype)),
+    "grouped_linear": (_plan_grouped_linear,
+                       lambda x, w, offs, bias=None: grouped_mm_direct(x, w.transpose(-2, -1), offs, bias=bias)),
+    "grouped_linear_act": (_plan_grouped_linear_act, lambda x, w, offs, bias, activation: grouped_mm_direct(
+        x, w.transpose(-2, -1), offs, bias=bias, activation=activation)),
+}
+
+
+def register_host(module, callbacks: dict) -> None:
+    """Hand ``module`` (the compiled host module) each op's planner and Python kernel and register its C++ CUDA
+    kernel over the Python one (for grouped ops of this module and ops_grouped_swiglu)."""
+    for name, (plan, run) in callbacks.items():
+        module.set_grouped_callbacks(name, plan, run)
+        module.register_grouped_kernel(name)
+    _HOST["on"] = True
+
+
+def unregister_host(module) -> None:
+    """Remove the grouped ops' C++ kernels: the Python ones answer again."""
+    module.unregister_grouped_kernels()
+    _HOST["on"] = False
+
+
+_ops.on_host(lambda module: register_host(module, HOST_CALLBACKS), unregister_host)
+
+__all__ = ["ACTIVATION_FUSED", "explain_grouped_mm", "grouped_linear", "grouped_mm", "grouped_mm_masked", "host_call", "why_unfused"]

@@ -40,7 +40,8 @@ from gemm_ladder.api_grouped import PUBLIC_DEVICES, check_grouped_mm, choose_bn,
 from gemm_ladder.api_quantized import through_op  # the eager-or-op rule of the calls without a backward
 from gemm_ladder.errors import GemmInputError, GemmTypeError
 from gemm_ladder.library.grouped import grad_w_bn, grouped_gemm
-from gemm_ladder.ops_grouped import NAMESPACE, _grad_b_grouped_k, aligned_rows
+from gemm_ladder import ops_grouped
+from gemm_ladder.ops_grouped import NAMESPACE, _grad_b_grouped_k, aligned_rows, host_call, template_of
 
 F32 = torch.float32
 #: Whether a call that needs no backward runs the fused gated-MLP build (module docstring): True unless the
@@ -202,12 +203,34 @@ def grouped_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, of
     call needing no backward takes the fused forward where :data:`FUSED_DEFAULT` is on (module docstring).
     Raises GemmTypeError, GemmInputError, NotSupportedError (more than 1024 groups) before any launch.
     """
-    check_grouped_swiglu(x, w_gate, w_up, offs)
+    host = host_call(x, w_gate, w_up, offs)
+    if not host:  # else the C++ kernel's planner checks, once per signature
+        check_grouped_swiglu(x, w_gate, w_up, offs)
     if fused_rule(x, w_gate, w_up) is None:
-        if through_op(x, w_gate, w_up, offs):
+        if host or through_op(x, w_gate, w_up, offs):
             return torch.ops.gemm_ladder.grouped_swiglu_fused(x, w_gate, w_up, offs)
         return grouped_swiglu_fused_direct(x, w_gate, w_up, offs)
     return torch.ops.gemm_ladder.grouped_swiglu(x, w_gate, w_up, offs)[0]
+
+
+def _plan_fused(x, w_gate, w_up, offs):
+    """The launch template of a fused call's signature (the compiled host path), or None where it is not one launch
+    of the fused build (an empty problem, K = 0, the build's refusals: the op's Python kernel runs them)."""
+    check_grouped_swiglu(x, w_gate, w_up, offs)
+    (t, k), n = x.shape, w_gate.shape[1]
+    if min(t, n, k) == 0:
+        return None
+    out = torch.empty((t, n), dtype=x.dtype, device=x.device)
+    kernel = fused_kernel()
+    if kernel.supports_swiglu(x, w_gate, w_up, offs, out) is not None:
+        return None
+    return template_of((kernel.swiglu_args(x, w_gate, w_up, offs, out).bound(), out))
+
+
+from gemm_ladder import ops as _ops  # noqa: E402 - the compiled host path's switch
+
+_ops.on_host(lambda module: ops_grouped.register_host(
+    module, {"grouped_swiglu_fused": (_plan_fused, grouped_swiglu_fused_direct)}), ops_grouped.unregister_host)
 
 
 def explain_grouped_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, offs: torch.Tensor) -> dict:

@@ -17,6 +17,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <functional>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -152,7 +153,7 @@ static bool stream_capturing(void* stream) {
 
 // Where an address comes from: the op's arguments, in this order.
 enum Source { kA = 0, kB = 1, kOut = 2, kBias = 3, kResidual = 4, kScaleA = 5, kScaleB = 6, kScaleAPadded = 7,
-              kSources = 8 };
+              kOffs = 8, kWUp = 9, kSources = 10 };
 
 struct MapPatch {
   int64_t offset;
@@ -586,6 +587,154 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
   return out;
 }
 
+// --- the grouped ops (gemm_ladder/ops_grouped.py, ops_grouped_swiglu.py) ------------------------------
+
+// Their CUDA kernels, registered over the Python ones custom_op made (CompositeExplicitAutograd: a CUDA
+// kernel comes first). One plain launch per call where the planner (each op's own, registered from Python
+// with set_grouped_callbacks) gives a template: tensor maps for x (a), w (b), w_up and out, pointers to out,
+// offs and bias; the rest (batched, empty, K = 0, the fused build's refusals) runs the op's Python kernel.
+enum GroupedOp : int64_t { kGroupedMm = 11, kGroupedLinear = 12, kGroupedLinearAct = 13, kGroupedSwiglu = 14 };
+constexpr int kGroupedOps = 4;
+
+struct GroupedCallbacks {
+  py::object plan[kGroupedOps], run[kGroupedOps];
+};
+static GroupedCallbacks* grouped_callbacks = nullptr;  // never destroyed: Python may be finalised first
+
+static void grouped_key(std::vector<int64_t>& k, int64_t op, bool capturing, int64_t out_dtype, int64_t activation,
+                        const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& offs,
+                        const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& w_up) {
+  k.clear();
+  k.push_back(op);
+  k.push_back(capturing);
+  k.push_back(out_dtype);
+  k.push_back(activation);
+  push_tensor(k, a);
+  push_tensor(k, b);
+  push_optional(k, offs);
+  push_optional(k, bias);
+  push_optional(k, w_up);
+}
+
+static uint64_t address(const std::optional<at::Tensor>& t) {
+  return t.has_value() && t->defined() ? reinterpret_cast<uint64_t>(t->data_ptr()) : 0;
+}
+
+// One grouped op's call: its template (planned once per signature), else its Python kernel. ``py_args``
+// builds the op's arguments for the planner and the Python kernel (called with the GIL held).
+static at::Tensor grouped_call(int64_t op, const at::Tensor& a, const at::Tensor& b,
+                               const std::optional<at::Tensor>& offs, const std::optional<at::Tensor>& bias,
+                               const std::optional<at::Tensor>& w_up, int64_t activation, int64_t out_dtype,
+                               const std::function<py::tuple()>& py_args) {
+  DeviceGuard device_guard(a.device());
+  ensure_context(a.device().index());
+  void* stream = current_stream(a.device());
+  bool capturing = stream_capturing(stream);
+  thread_local std::vector<int64_t> key;
+  grouped_key(key, op, capturing, out_dtype, activation, a, b, offs, bias, w_up);
+  const int slot = static_cast<int>(op - kGroupedMm);
+  TORCH_CHECK(grouped_callbacks != nullptr && grouped_callbacks->plan[slot],
+              "gemm_ladder host: the grouped op's planner is not registered (import gemm_ladder.ops_grouped)");
+  auto t = find(key);
+  if (t == nullptr) {
+    py::gil_scoped_acquire gil;
+    std::vector<int64_t> owned(key);  // the planner may re-enter an op on this thread (the key is thread-local)
+    t = keep(owned, parse_template(grouped_callbacks->plan[slot](*py_args())));  // raises the library's errors
+  }
+  if (t->python) {
+    py::gil_scoped_acquire gil;
+    return grouped_callbacks->run[slot](*py_args()).cast<at::Tensor>();
+  }
+  at::Tensor out = at::empty(t->out_shape, a.options().dtype(t->out_dtype));
+  uint64_t ptrs[kSources] = {};
+  ptrs[kA] = reinterpret_cast<uint64_t>(a.data_ptr());
+  ptrs[kB] = reinterpret_cast<uint64_t>(b.data_ptr());
+  ptrs[kOut] = reinterpret_cast<uint64_t>(out.data_ptr());
+  ptrs[kBias] = address(bias);
+  ptrs[kOffs] = address(offs);
+  ptrs[kWUp] = address(w_up);
+  launch(*t, ptrs, 1.0f, 1.0f, a.device().index(), stream);
+  return out;
+}
+
+static py::object optional_arg(const std::optional<at::Tensor>& t) { return t.has_value() ? py::cast(*t) : py::none(); }
+
+at::Tensor grouped_mm_cuda(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& offs,
+                           std::optional<at::ScalarType> out_dtype) {
+  return grouped_call(kGroupedMm, a, b, offs, std::nullopt, std::nullopt, -1, dtype_code(out_dtype),
+                      [&] { return py::make_tuple(a, b, optional_arg(offs), out_dtype); });
+}
+
+at::Tensor grouped_linear_cuda(const at::Tensor& x, const at::Tensor& w, const at::Tensor& offs,
+                               const std::optional<at::Tensor>& bias) {
+  return grouped_call(kGroupedLinear, x, w, offs, bias, std::nullopt, -1, -1,
+                      [&] { return py::make_tuple(x, w, offs, optional_arg(bias)); });
+}
+
+at::Tensor grouped_linear_act_cuda(const at::Tensor& x, const at::Tensor& w, const at::Tensor& offs,
+                                   const std::optional<at::Tensor>& bias, c10::string_view activation) {
+  std::optional<c10::string_view> act(activation);
+  return grouped_call(kGroupedLinearAct, x, w, offs, bias, std::nullopt, activation_id(act), -1, [&] {
+    return py::make_tuple(x, w, offs, optional_arg(bias), py::str(std::string(activation.data(), activation.size())));
+  });
+}
+
+at::Tensor grouped_swiglu_fused_cuda(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up,
+                                     const at::Tensor& offs) {
+  return grouped_call(kGroupedSwiglu, x, w_gate, offs, std::nullopt, w_up, -1, -1,
+                      [&] { return py::make_tuple(x, w_gate, w_up, offs); });
+}
+
+static const char* grouped_op_names[kGroupedOps] = {"grouped_mm", "grouped_linear", "grouped_linear_act",
+                                                    "grouped_swiglu_fused"};
+
+// The planner and Python kernel of grouped op ``name`` (one of grouped_op_names).
+void set_grouped_callbacks(const std::string& name, py::object plan, py::object run) {
+  if (grouped_callbacks == nullptr) grouped_callbacks = new GroupedCallbacks();
+  for (int i = 0; i < kGroupedOps; ++i) {
+    if (name == grouped_op_names[i]) {
+      grouped_callbacks->plan[i] = std::move(plan);
+      grouped_callbacks->run[i] = std::move(run);
+      return;
+    }
+  }
+  TORCH_CHECK_VALUE(false, "gemm_ladder host: no grouped op ", name);
+}
+
+static std::unique_ptr<torch::Library> grouped_lib;
+
+// Registers the CUDA kernel of grouped op ``name`` (after its Python op is defined and its callbacks set).
+void register_grouped_kernel(const std::string& name) {
+  if (!grouped_lib) {
+    grouped_lib = std::make_unique<torch::Library>(torch::Library::IMPL, "gemm_ladder", c10::DispatchKey::CUDA,
+                                                   __FILE__, __LINE__);
+  }
+  if (name == "grouped_mm") {
+    grouped_lib->impl("grouped_mm", TORCH_FN(grouped_mm_cuda));
+  } else if (name == "grouped_linear") {
+    grouped_lib->impl("grouped_linear", TORCH_FN(grouped_linear_cuda));
+  } else if (name == "grouped_linear_act") {
+    grouped_lib->impl("grouped_linear_act", TORCH_FN(grouped_linear_act_cuda));
+  } else if (name == "grouped_swiglu_fused") {
+    grouped_lib->impl("grouped_swiglu_fused", TORCH_FN(grouped_swiglu_fused_cuda));
+  } else {
+    TORCH_CHECK_VALUE(false, "gemm_ladder host: no grouped op ", name);
+  }
+}
+
+void unregister_grouped_kernels() { grouped_lib.reset(); }
+
+py::bytes grouped_signature(int64_t op, const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& offs,
+                            const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& w_up,
+                            std::optional<std::string> activation, std::optional<at::ScalarType> out_dtype,
+                            bool capturing) {
+  std::optional<c10::string_view> act;
+  if (activation.has_value()) act = c10::string_view(activation->data(), activation->size());
+  std::vector<int64_t> k;
+  grouped_key(k, op, capturing, dtype_code(out_dtype), activation_id(act), a, b, offs, bias, w_up);
+  return py::bytes(reinterpret_cast<const char*>(k.data()), k.size() * sizeof(int64_t));
+}
+
 // --- test and introspection hooks -----------------------------------------------------------------
 
 static py::bytes key_bytes(const std::vector<int64_t>& k) {
@@ -743,4 +892,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear", &gl_host::py_linear);
   m.def("scaled_mm", &gl_host::py_scaled_mm);
   m.def("scaled_mm_signature", &gl_host::scaled_mm_signature);
+  m.def("set_grouped_callbacks", &gl_host::set_grouped_callbacks);
+  m.def("register_grouped_kernel", &gl_host::register_grouped_kernel);
+  m.def("unregister_grouped_kernels", &gl_host::unregister_grouped_kernels);
+  m.def("grouped_signature", &gl_host::grouped_signature);
+  m.attr("GROUPED_OPS") = py::make_tuple("grouped_mm", "grouped_linear", "grouped_linear_act", "grouped_swiglu_fused");
 }

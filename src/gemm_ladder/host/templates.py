@@ -23,11 +23,14 @@ from dataclasses import dataclass, field
 
 from gemm_ladder.library.epilogue import EpilogueParams
 
-#: The op's tensors, by index: what launch.cpp's Source enum numbers.
-SOURCES = ("a", "b", "out", "bias", "residual", "scale_a", "scale_b", "scale_a_padded")
+#: The op's tensors, by index: what launch.cpp's Source enum numbers (the grouped ops' offs and w_up last).
+SOURCES = ("a", "b", "out", "bias", "residual", "scale_a", "scale_b", "scale_a_padded", "offs", "w_up")
 #: scaled_mm's tensors as library/fp8.py's launch_args roles name them, to their SOURCES index
 #: ("scale_a_padded": blockwise scale_a copied per call into the buffer the template's pad_scale_a gives).
 FP8_SOURCES = {name: SOURCES.index(name) for name in ("a", "b", "out", "bias", "scale_a", "scale_b", "scale_a_padded")}
+#: The grouped kernel's tensors as library/grouped.py's GroupedArgs roles name them (x and w along M, a and b along
+#: K: the op's first and second tensor), to their SOURCES index.
+GROUPED_SOURCES = {"x": 0, "w": 1, "a": 0, "b": 1, "out": 2, "bias": 3, "offs": 8, "w_up": 9}
 #: Bytes of a CUtensorMap and its alignment (cuda.h: CU_TENSOR_MAP_NUM_QWORDS = 16, alignas(64)).
 TENSOR_MAP_BYTES, TENSOR_MAP_ALIGN = 128, 64
 #: The EpilogueParams' slot names of linear's built-in epilogue (library/epilogue.py linear_epilogue)
@@ -181,4 +184,4 @@ def _grid(prepared) -> tuple[int, int, int]:
     return (int(cfg.gridDimX), int(cfg.gridDimY), int(cfg.gridDimZ))
 
 
-__all__ = ["FP8_SOURCES", "LaunchTemplate", "SOURCES", "TemplateError", "operand_sources", "pack", "template_from_bound"]
+__all__ = ["FP8_SOURCES", "GROUPED_SOURCES", "LaunchTemplate", "SOURCES", "TemplateError", "operand_sources", "pack", "template_from_bound"]

@@ -62,6 +62,7 @@ from gemm_ladder.design.tensor_maps import TensorMapSpec, operand_map
 from gemm_ladder.runtime.module import LaunchGeometry
 from gemm_ladder.library import kernel as K
 from gemm_ladder.library.activations import ACTIVATIONS
+from gemm_ladder.library.bound import BoundLaunch
 from gemm_ladder.library.kernel import (
     GROUP_K, GROUP_M, GROUP_M_MASKED, GROUPED, GROUPINGS, HALF_DTYPES, STORE_REGISTERS, STORE_TMA, KernelConfig,
     Operands, extents_refusal,
@@ -670,6 +671,19 @@ class GroupedGemm:
                bias: torch.Tensor | None = None) -> None:
         """``out[r] = x[r] @ w[e].T (+ bias[e])`` on torch's current stream (see :meth:`supports`).
         Raises GemmInputError naming the rule, before any launch."""
+        a = self.launch_args(x, w, offs, out, bias)
+        a.kernel.launch(a.grid, a.args, a.stream)
+
+    def bind(self, x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, out: torch.Tensor,
+             bias: torch.Tensor | None = None) -> BoundLaunch:
+        """:meth:`launch`'s launch bound to these tensors (its ``roles`` name them x, w, out, bias, offs), for the
+        compiled host path's template (gemm_ladder/host/templates.py). Raises as :meth:`launch`."""
+        return self.launch_args(x, w, offs, out, bias).bound()
+
+    def launch_args(self, x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, out: torch.Tensor,
+                    bias: torch.Tensor | None = None) -> "GroupedArgs":
+        """What :meth:`launch` launches (:class:`GroupedArgs`): the checks, the plan, the grid, the encoded maps
+        and the packed arguments with their roles. Raises GemmInputError naming the rule."""
         reason = ("the fused gated MLP build takes w_gate and w_up: launch_swiglu" if self.swiglu
                   else self.supports(x, w, offs, out, bias))
         if reason is not None:
@@ -693,7 +707,14 @@ class GroupedGemm:
                 ctypes.c_void_p(offs.data_ptr()), ctypes.c_int(groups), ctypes.c_int(rows), ctypes.c_int(n),
                 ctypes.c_int(k), ctypes.c_void_p(0 if bias is None else bias.data_ptr()), ctypes.c_int(tma_store),
                 ctypes.c_void_p(partials), ctypes.c_void_p(counters), ctypes.c_int(idle_min)]
-        kernel.launch((self.cluster * clusters, 1, 1), args, stream)
+        x_kw = ("map", "x", plan.tensor_maps["x"].encode_kwargs(x.data_ptr()))
+        roles = [x_kw, ("map", "w", plan.tensor_maps["w"].encode_kwargs(w.data_ptr())),
+                 ("map", "out", self._out_spec(out).encode_kwargs(out.data_ptr())) if tma_store else x_kw,
+                 ("ptr", "out"), ("value",), ("ptr", "offs"), *[("value",)] * 4,
+                 ("value",) if bias is None else ("ptr", "bias"), ("value",),
+                 *([("partials",), ("counters",)] if partials else [("value",)] * 2), ("value",)]
+        workspace = tail_workspace(clusters, self.cluster, self.bn) if partials else None
+        return GroupedArgs(kernel, (self.cluster * clusters, 1, 1), args, roles, workspace, stream)
 
     def _tail_workspace(self, plan: "GroupedPlan", clusters: int, stream: torch.cuda.Stream) -> tuple[int, int, int]:
         """(partials, counters, idle_min) for a launch on ``clusters`` clusters: the stream's workspace
@@ -734,6 +755,13 @@ class GroupedGemm:
         accumulation and product, one rounding to out's dtype) on torch's current stream; rows past
         offs[E - 1] are not written. Raises GemmInputError naming the rule (:meth:`supports_swiglu`) before
         any launch."""
+        a = self.swiglu_args(x, w_gate, w_up, offs, out)
+        a.kernel.launch(a.grid, a.args, a.stream)
+
+    def swiglu_args(self, x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, offs: torch.Tensor,
+                    out: torch.Tensor) -> "GroupedArgs":
+        """What :meth:`launch_swiglu` launches (:class:`GroupedArgs`; roles name x, w (w_gate), w_up, out, offs).
+        Raises as it does."""
         reason = self.supports_swiglu(x, w_gate, w_up, offs, out)
         if reason is not None:
             raise GemmInputError(reason)
@@ -747,25 +775,33 @@ class GroupedGemm:
         except PlanRefused as exc:
             raise GemmInputError(str(exc)) from None
         grid = min(kernel.max_active_clusters(out.device), plan.max_units)
-        maps = cached(self._maps, (x.data_ptr(), w_gate.data_ptr(), w_up.data_ptr(), plan.tensor_maps["x"],
-                                   plan.tensor_maps["w"]),
-                      lambda: _encode(x.device, (plan.tensor_maps["x"], x), (plan.tensor_maps["w"], w_gate),
-                                      (plan.tensor_maps["w_up"], w_up)))
+        specs = plan.tensor_maps
+        maps = cached(self._maps, (x.data_ptr(), w_gate.data_ptr(), w_up.data_ptr(), specs["x"], specs["w"]),
+                      lambda: _encode(x.device, (specs["x"], x), (specs["w"], w_gate), (specs["w_up"], w_up)))
         args = [*maps, maps[0], ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld(out, 0, n)),
                 ctypes.c_void_p(offs.data_ptr()), ctypes.c_int(groups), ctypes.c_int(rows), ctypes.c_int(n),
                 ctypes.c_int(k), ctypes.c_void_p(0), ctypes.c_int(0)]  # map_c: x's, never read; no bias; no TMA store
-        kernel.launch((grid, 1, 1), args, torch.cuda.current_stream(out.device))
+        x_kw = ("map", "x", specs["x"].encode_kwargs(x.data_ptr()))
+        roles = [x_kw, ("map", "w", specs["w"].encode_kwargs(w_gate.data_ptr())),
+                 ("map", "w_up", specs["w_up"].encode_kwargs(w_up.data_ptr())), x_kw, ("ptr", "out"), ("value",),
+                 ("ptr", "offs"), *[("value",)] * 6]
+        return GroupedArgs(kernel, (grid, 1, 1), args, roles, None, torch.cuda.current_stream(out.device))
 
     def out_map(self, out: torch.Tensor, unused):
         """(map, tma_store) for the kernel's map_c and tma_store arguments: out's encoded map (cached per
         address and encoding) and 1 where :func:`store_rule` gives this build and out's N the TMA store and
         TMA can write out itself (:func:`out_map`); else ``unused`` (an encoded map the kernel never reads)
         and 0."""
-        store, _ = store_rule(self, out.shape[-1], out.element_size())
-        spec = out_map(out, k_grouped=self.k_grouped) if store == STORE_TMA else None
+        spec = self._out_spec(out)
         if spec is None:
             return unused, 0
         return cached(self._maps, (out.data_ptr(), spec), lambda: _encode(out.device, (spec, out))[0]), 1
+
+    def _out_spec(self, out: torch.Tensor) -> TensorMapSpec | None:
+        """out's panel-ring map where :func:`store_rule` gives this build and out's N the TMA store and TMA can
+        write out itself (:func:`out_map`), else None (stored from registers)."""
+        store, _ = store_rule(self, out.shape[-1], out.element_size())
+        return out_map(out, k_grouped=self.k_grouped) if store == STORE_TMA else None
 
     def maps(self, plan: GroupedPlan, x: torch.Tensor, w: torch.Tensor) -> list:
         """The encoded maps (x, w), cached per pointers and plan (tensor maps per call: a new pointer
@@ -830,6 +866,15 @@ class GroupedGemm:
     def launch_k(self, a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out: torch.Tensor) -> None:
         """``out[e] = a[:, offs[e-1]:offs[e]] @ b[offs[e-1]:offs[e], :]`` (zeros for an empty group) on
         torch's current stream. Raises GemmInputError naming the rule (:meth:`supports_k`) before any launch."""
+        g = self.k_args(a, b, offs, out)
+        g.kernel.launch(g.grid, g.args, g.stream)
+
+    def bind_k(self, a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out: torch.Tensor) -> BoundLaunch:
+        """:meth:`launch_k`'s launch bound to these tensors (roles name a, b, out, offs). Raises as it does."""
+        return self.k_args(a, b, offs, out).bound()
+
+    def k_args(self, a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out: torch.Tensor) -> "GroupedArgs":
+        """What :meth:`launch_k` launches (:class:`GroupedArgs`). Raises as it does."""
         reason = self.supports_k(a, b, offs, out)
         if reason is not None:
             raise GemmInputError(reason)
@@ -851,7 +896,32 @@ class GroupedGemm:
         args = [*maps, map_c, ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld(out, 1, n)),
                 ctypes.c_longlong(out.stride(0) if groups > 1 else m * n), ctypes.c_void_p(offs.data_ptr()),
                 ctypes.c_int(groups), ctypes.c_int(total_k), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(tma_store)]
-        kernel.launch((grid, 1, 1), args, torch.cuda.current_stream(out.device))
+        a_kw = ("map", "a", plan.tensor_maps["a"].encode_kwargs(a.data_ptr()))
+        roles = [a_kw, ("map", "b", plan.tensor_maps["b"].encode_kwargs(b.data_ptr())),
+                 ("map", "out", self._out_spec(out).encode_kwargs(out.data_ptr())) if tma_store else a_kw,
+                 ("ptr", "out"), ("value",), ("value",), ("ptr", "offs"), *[("value",)] * 5]
+        return GroupedArgs(kernel, (grid, 1, 1), args, roles, None, torch.cuda.current_stream(out.device))
+
+
+@dataclass
+class GroupedArgs:
+    """One grouped launch, packed: the loaded ``kernel``, its ``grid``, the ``args`` (ctypes values and encoded
+    maps, the kernel's parameter order), their ``roles`` (library/bound.py's BoundLaunch: ``("map", tensor,
+    encode_kwargs)``, ``("ptr", tensor)``, ``("value",)``, ``("partials",)``, ``("counters",)``; tensors named x, w,
+    w_up, out, bias, offs along M, a, b, out, offs along K), the tail's ``workspace`` (fp32 partials, int32
+    counters) where it splits, else None, and the ``stream`` launched on."""
+
+    kernel: LoadedKernel
+    grid: tuple[int, int, int]
+    args: list
+    roles: list
+    workspace: tuple[int, int] | None
+    stream: torch.cuda.Stream
+
+    def bound(self) -> BoundLaunch:
+        """These arguments as a BoundLaunch on :attr:`stream` (what a launch template is made from)."""
+        return BoundLaunch(self.kernel.prepare(self.grid, self.args, self.stream.cuda_stream), roles=self.roles,
+                           workspace=self.workspace)
 
 
 def _encode(device: torch.device, *specs) -> list:
