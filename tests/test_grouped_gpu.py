@@ -134,7 +134,10 @@ def test_grouped_linear_bias_activation(dtype):
     out = gemm_ladder.grouped_linear(x, w, offs, bias)
     _check(out, x, w, offs.tolist(), dtype, seed, bias=bias, tag="bias")
     act = gemm_ladder.grouped_linear(x, w, offs, bias, activation="silu")
-    torch.testing.assert_close(act, torch.nn.functional.silu(out))
+    # Fused (no backward): silu of the fp32 accumulators, rounded once; silu(out) rounds twice. Within two roundings.
+    u = UNIT_ROUNDOFF[{torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]]
+    torch.testing.assert_close(act, torch.nn.functional.silu(out), rtol=4 * u, atol=4 * u * float(out.abs().max()),
+                               msg=f"seed {seed}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

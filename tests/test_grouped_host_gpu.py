@@ -173,7 +173,7 @@ def test_a_refused_call_raises_the_library_error_before_any_launch(host):
 def test_graph_capture_replays_another_routing(host):
     seed = _seed()
     e, n, k = len(SIZES), 256, 192
-    w = torch.randn(e, n, k, device="cuda", dtype=BF16) / k**0.5
+    w = torch.randn(e, k, n, device="cuda", dtype=BF16) / n**0.5  # the down projection: n in, k out
     wg, wu = (torch.randn(e, n, k, device="cuda", dtype=BF16) / k**0.5 for _ in range(2))
     offs, rows = routing()
     x = torch.randn(rows, k, device="cuda", dtype=BF16)
