@@ -40,6 +40,7 @@ from gemm_ladder.api_grouped import PUBLIC_DEVICES, check_grouped_mm, choose_bn,
 from gemm_ladder.api_quantized import through_op  # the eager-or-op rule of the calls without a backward
 from gemm_ladder.errors import GemmInputError, GemmTypeError
 from gemm_ladder.library.grouped import grad_w_bn, grouped_gemm
+from gemm_ladder import ops as _ops  # the compiled host path's switch (on_host)
 from gemm_ladder import ops_grouped
 from gemm_ladder.ops_grouped import NAMESPACE, _grad_b_grouped_k, aligned_rows, host_call, template_of
 
@@ -226,8 +227,6 @@ def _plan_fused(x, w_gate, w_up, offs):
         return None
     return template_of((kernel.swiglu_args(x, w_gate, w_up, offs, out).bound(), out))
 
-
-from gemm_ladder import ops as _ops  # noqa: E402 - the compiled host path's switch
 
 _ops.on_host(lambda module: ops_grouped.register_host(
     module, {"grouped_swiglu_fused": (_plan_fused, grouped_swiglu_fused_direct)}), ops_grouped.unregister_host)
