@@ -135,3 +135,25 @@ def test_every_grouped_op_has_its_callbacks_and_an_unknown_one_is_refused(host):
         host.register_grouped_kernel("grouped_nothing")
     with pytest.raises(ValueError, match="no grouped op"):
         host.set_grouped_callbacks("grouped_nothing", None, None)
+
+
+def test_explain_says_who_launches_each_grouped_call(host, monkeypatch):
+    import gemm_ladder
+
+    meta = dict(dtype=BF16, device="meta")
+    x, w, offs = torch.empty(40, 64, **meta), torch.empty(4, 96, 64, **meta), torch.empty(4, dtype=torch.int32,
+                                                                                           device="meta")
+    cpp = "C++ (planned once per signature"
+    assert gemm_ladder.explain_grouped_mm(x, w.transpose(-2, -1), offs)["host"].startswith(cpp)
+    assert gemm_ladder.explain_grouped_mm(x.T, torch.empty(40, 96, **meta), offs)["host"].startswith(cpp)  # along K
+    assert gemm_ladder.explain_grouped_swiglu(x, w, w, offs)["host"].startswith(cpp)
+    batched = gemm_ladder.explain_grouped_mm(torch.empty(4, 10, 64, **meta), w.transpose(-2, -1))
+    assert batched["host"] == "python (a batched call makes its offs per call)"
+    masked = gemm_ladder.explain_grouped_mm(torch.empty(4, 10, 64, **meta), w.transpose(-2, -1), offs, masked=True)
+    assert masked["host"].startswith("python (the masked layout")
+    empty = gemm_ladder.explain_grouped_mm(torch.empty(40, 0, **meta), torch.empty(4, 0, 96, **meta), offs)
+    assert empty["host"].startswith("python (an empty problem or K = 0")
+    w_grad = torch.empty(4, 96, 64, dtype=BF16, device="meta", requires_grad=True)
+    assert gemm_ladder.explain_grouped_swiglu(x, w_grad, w_grad, offs)["host"].startswith("python (the two-GEMM")
+    monkeypatch.setitem(ops_grouped._HOST, "on", False)
+    assert gemm_ladder.explain_grouped_mm(x, w.transpose(-2, -1), offs)["host"].startswith("python (the host module's")

@@ -29,9 +29,10 @@ import torch
 
 from gemm_ladder import ops as _ops  # the compiled host path's switch (on_host)
 from gemm_ladder.api_grouped import (
-    _ALIGN_ELEMS, PUBLIC_DEVICES, bind_grouped, check_grouped_bias, check_grouped_mm, explain_grouped_mm,
-    group_of_rows, grouped_mm_direct, grouped_mm_masked_direct,
+    _ALIGN_ELEMS, PUBLIC_DEVICES, bind_grouped, check_grouped_bias, check_grouped_mm, group_of_rows,
+    grouped_mm_direct, grouped_mm_masked_direct,
 )
+from gemm_ladder.api_grouped import explain_grouped_mm as _explain_grouped_mm
 from gemm_ladder.api_quantized import through_op  # the eager-or-op rule of the calls without a backward
 from gemm_ladder.dispatch.validate import check_activation, first_requiring_grad
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
@@ -354,6 +355,35 @@ def host_call(*tensors) -> bool:
     host module's grouped kernels registered, not under torch.compile, every tensor given a plain CUDA tensor."""
     return _HOST["on"] and not torch.compiler.is_compiling() and all(
         t is None or (type(t) in _PLAIN and t.is_cuda) for t in tensors)
+
+
+def host_path(case: str, empty: bool) -> str:
+    """Who launches a grouped call (``explain``'s ``host``): C++ where the host module's grouped kernels are registered
+    and the call is one plain launch, else Python and why. ``case``: the call's ('2d3d', '2d2d', '3d3d', 'masked',
+    'swiglu_fused', 'swiglu_two_gemms'); ``empty``: an empty problem or K = 0 (nothing or zeros to write)."""
+    if not _HOST["on"]:
+        from gemm_ladder import host
+
+        return f"python (the host module's grouped kernels are not registered; the host path: {host.describe()})"
+    if case in ("3d3d", "masked", "swiglu_two_gemms"):
+        why = {"3d3d": "a batched call makes its offs per call", "masked": "the masked layout has no C++ kernel yet",
+               "swiglu_two_gemms": "the two-GEMM forward launches from its Python op (its backward's GEMMs from C++)"}
+        return f"python ({why[case]})"
+    if empty:
+        return "python (an empty problem or K = 0: no kernel launch, zeros or nothing written)"
+    return "C++ (planned once per signature; per call the compiled host module encodes the maps and launches)"
+
+
+def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None,
+                       bias: torch.Tensor | None = None, masked: bool = False, activation: str | None = None) -> dict:
+    """api_grouped.explain_grouped_mm's dict (what the call runs: its build, tile, cluster, ring, store, tail and
+    why) and ``host``: who launches it (:func:`host_path`). Same arguments and errors."""
+    info = _explain_grouped_mm(a, b, offs, out_dtype=out_dtype, bias=bias, masked=masked, activation=activation)
+    if info["case"] == "2d2d":
+        empty = min(a.shape[0], a.shape[1], b.shape[1], offs.numel()) == 0
+    else:
+        empty = min(a.shape[-2] if a.dim() == 2 else a.shape[0] * a.shape[1], *b.shape) == 0
+    return info | {"host": host_path(info["case"], empty)}
 
 
 def template_of(made):

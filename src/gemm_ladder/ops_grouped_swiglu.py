@@ -42,7 +42,7 @@ from gemm_ladder.errors import GemmInputError, GemmTypeError
 from gemm_ladder.library.grouped import grad_w_bn, grouped_gemm
 from gemm_ladder import ops as _ops  # the compiled host path's switch (on_host)
 from gemm_ladder import ops_grouped
-from gemm_ladder.ops_grouped import NAMESPACE, _grad_b_grouped_k, aligned_rows, host_call, template_of
+from gemm_ladder.ops_grouped import NAMESPACE, _grad_b_grouped_k, aligned_rows, host_call, host_path, template_of
 
 F32 = torch.float32
 #: Whether a call that needs no backward runs the fused gated-MLP build (module docstring): True unless the
@@ -240,7 +240,7 @@ def explain_grouped_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Te
     ``launches`` (forward, in order) and ``backward`` (each a dict: ``step``, ``kind`` ('grouped_gemm' or
     'pointwise'), and for a GEMM ``kernel``, ``source``, ``tile``, ``b_major``, ``out_dtype``, ``cluster`` and
     ``cluster_reason`` (library/grouped.py choose_cluster)), ``cublas``
-    (False). CUDA or meta tensors (meta: checked as CUDA tensors of the same shapes and strides); raises
+    (False), ``host`` (who launches it: ops_grouped.host_path). CUDA or meta tensors (meta: checked as CUDA tensors of the same shapes and strides); raises
     what :func:`grouped_swiglu` raises for bad input."""
     from gemm_ladder.library.grouped import BK, BM, SOURCE
     from gemm_ladder.library.kernel import GROUP_K, GROUP_M
@@ -270,6 +270,7 @@ def explain_grouped_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Te
     if not_fused is None:
         build = fused_kernel()
         return {"path": "fused", "fused": True, "cublas": False, "t": t, "n": n, "k": k, "groups": e, "dtype": dt,
+                "host": host_path("swiglu_fused", min(t, n, k) == 0),
                 "reason": ("no backward to feed: one launch of the gated-MLP build, 128 rows of w_gate and of w_up a "
                            "stage, silu(gate) * up from the fp32 accumulators, rounded once"),
                 "launches": [{"step": f"out = silu(x @ w_gate[e]^T) * (x @ w_up[e]^T), rounded to {dt}",
@@ -279,7 +280,7 @@ def explain_grouped_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Te
                 "backward": []}
     return {
         "path": "two_grouped_gemms", "fused": False, "cublas": False, "t": t, "n": n, "k": k, "groups": e,
-        "dtype": dt,
+        "dtype": dt, "host": host_path("swiglu_two_gemms", min(t, n, k) == 0),
         "reason": (f"not fused: {not_fused}; gate and up are written in fp32 by two grouped GEMMs and silu(gate) * up "
                    "runs after them (one rounding to the output dtype)"),
         "launches": [
