@@ -155,5 +155,25 @@ def test_explain_says_who_launches_each_grouped_call(host, monkeypatch):
     assert empty["host"].startswith("python (an empty problem or K = 0")
     w_grad = torch.empty(4, 96, 64, dtype=BF16, device="meta", requires_grad=True)
     assert gemm_ladder.explain_grouped_swiglu(x, w_grad, w_grad, offs)["host"].startswith("python (the two-GEMM")
+    strided = torch.empty(96, 4, **meta).T
+    assert gemm_ladder.explain_grouped_mm(x, w.transpose(-2, -1), offs, bias=strided)["host"].startswith(
+        "python (a bias that is not contiguous")
     monkeypatch.setitem(ops_grouped._HOST, "on", False)
     assert gemm_ladder.explain_grouped_mm(x, w.transpose(-2, -1), offs)["host"].startswith("python (the host module's")
+
+
+def test_a_changed_grouped_setting_drops_the_planned_templates(host, monkeypatch):
+    """host_call (every public grouped call on plain CUDA tensors) clears the host module's templates when a
+    library/grouped.py setting a plan reads changed since they were planned."""
+    from gemm_ladder.library import grouped
+
+    cleared = []
+    fake_cuda = type("T", (), {"is_cuda": True})
+    monkeypatch.setattr(ops_grouped, "_PLAIN", (fake_cuda,))
+    monkeypatch.setitem(ops_grouped._HOST, "module", type("M", (), {"clear": lambda self: cleared.append(1)})())
+    monkeypatch.setitem(ops_grouped._HOST, "settings", ops_grouped._settings())
+    t = fake_cuda()
+    assert ops_grouped.host_call(t) and cleared == []
+    monkeypatch.setattr(grouped, "STORE_DEFAULT", "registers" if grouped.STORE_DEFAULT == "tma" else "tma")
+    assert ops_grouped.host_call(t) and cleared == [1]
+    assert ops_grouped.host_call(t) and cleared == [1]  # once per change

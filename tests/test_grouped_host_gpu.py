@@ -142,9 +142,9 @@ def test_fused_swiglu_on_the_host_matches_the_python_path_bitwise(host):
     assert host.launches() - before == 2
 
 
-def test_the_tail_split_takes_its_workspace_from_cpp(host):
-    """A prefill with more units than clusters whose last wave the stream-K tail splits (library/grouped.py
-    choose_tail): C++'s workspace arena against the Python path's, bit for bit (the split's order is fixed)."""
+def test_a_prefill_of_several_waves(host):
+    """A prefill with several waves of units against the Python path, bit for bit. (The stream-K tail build is not
+    taken by default, library/grouped.py choose_tail, so no template holds the tail's workspace slots today.)"""
     seed = _seed()
     e, n, k = 8, 2048, 4096
     offs, rows = routing([1100, 900, 1300, 700, 1024, 1024, 999, 1201])
@@ -168,6 +168,34 @@ def test_a_refused_call_raises_the_library_error_before_any_launch(host):
             gemm_ladder.grouped_linear(x, w[:, :, :32], torch.tensor([10, 20, 30, 40], device="cuda",
                                                                        dtype=torch.int32))
     assert host.launches() == before
+
+
+def test_a_changed_store_setting_is_planned_again(host, monkeypatch):
+    """library/grouped.py's STORE_DEFAULT read at plan time: a public call after it changed plans its signature
+    again (the register store), bit for bit the Python path under the same setting."""
+    from gemm_ladder.library import grouped
+
+    offs, rows = routing([64, 128, 0, 192, 64, 64, 128, 64])  # whole 64-row slices: the TMA store where it is on
+    w = torch.randn(len(SIZES), 256, 128, device="cuda", dtype=BF16)
+    x = torch.randn(rows, 128, device="cuda", dtype=BF16)
+    outs = {}
+    for store in grouped.STORES:
+        monkeypatch.setattr(grouped, "STORE_DEFAULT", store)
+        before = host.planner_calls()
+        outs[store] = gemm_ladder.grouped_linear(x, w, offs)
+        assert host.planner_calls() - before == 1, store
+        assert torch.equal(outs[store], grouped_mm_direct(x, w.transpose(-2, -1), offs)), store
+    assert torch.equal(*outs.values())
+
+
+def test_direct_op_calls_with_a_tensor_elsewhere_get_the_library_error(host):
+    x = torch.randn(40, 64, device="cuda", dtype=BF16)
+    w = torch.randn(4, 96, 64, device="cuda", dtype=BF16)
+    offs = torch.tensor([10, 20, 30, 40], dtype=torch.int32)  # on the CPU
+    with pytest.raises(GemmInputError, match="offs"):
+        torch.ops.gemm_ladder.grouped_linear(x, w, offs, None)
+    with pytest.raises(gemm_ladder.GemmTypeError):
+        gemm_ladder.grouped_mm(x, w.transpose(-2, -1), offs.cuda(), out_dtype="float32")
 
 
 def test_graph_capture_replays_another_routing(host):

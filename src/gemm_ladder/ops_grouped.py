@@ -305,8 +305,8 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     Raises GemmTypeError, GemmInputError, NotSupportedError (3-D x 2-D; other 2-D x 2-D layouts; more than 1024 groups)
     before any launch. Source: torch._grouped_mm's semantics (torch/_meta_registrations.py).
     """
-    if not host_call(a, b, offs):  # else the C++ kernel's planner checks, once per signature
-        check_grouped_mm(a, b, offs, out_dtype, device_types=PUBLIC_DEVICES)
+    if not ((out_dtype is None or type(out_dtype) is torch.dtype) and host_call(a, b, offs)):
+        check_grouped_mm(a, b, offs, out_dtype, device_types=PUBLIC_DEVICES)  # else the C++ kernel's planner, once
     if a.dim() == 2 and b.dim() == 2:  # grouped along K
         _refuse_grad("grouped_mm grouped along K (2-D x 2-D)", a, b)
     return torch.ops.gemm_ladder.grouped_mm(a, b, offs, out_dtype)
@@ -344,23 +344,42 @@ def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: t
 
 # --- the compiled host path: the ops' CUDA kernels in C++ (gemm_ladder/host/launch.cpp) ---------------------
 
-#: Whether the host module's grouped kernels are registered (:func:`_register_host`).
-_HOST = {"on": False}
+#: Whether the host module's grouped kernels are registered (:func:`register_host`), the module, and the
+#: library/grouped.py settings its templates were planned under (:func:`_settings`).
+_HOST = {"on": False, "module": None, "settings": None}
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _settings() -> tuple:
+    """The library/grouped.py module settings a plan reads beyond the call's tensors (the store switch
+    STORE_DEFAULT, GL_GROUPED_STORE at import; the tail's idle rule, the cluster rule's K, the output ring): a
+    signature's template holds what they said when it was planned."""
+    from gemm_ladder.library import grouped
+
+    return (grouped.STORE_DEFAULT, grouped.TAIL_MIN_IDLE, grouped.CLUSTER_MIN_K, grouped.C_RING)
 
 
 def host_call(*tensors) -> bool:
     """Whether a public call goes straight to its op, leaving the checks to the C++ kernel's planner (once per
     signature: its key holds every shape, stride, dtype, device and base address residue the checks read): the
-    host module's grouped kernels registered, not under torch.compile, every tensor given a plain CUDA tensor."""
-    return _HOST["on"] and not torch.compiler.is_compiling() and all(
-        t is None or (type(t) in _PLAIN and t.is_cuda) for t in tensors)
+    host module's grouped kernels registered, not under torch.compile, every tensor given a plain CUDA tensor.
+    Where library/grouped.py's settings changed since the templates were planned, they are dropped first (planned
+    again at their next call)."""
+    if not (_HOST["on"] and not torch.compiler.is_compiling() and all(
+            t is None or (type(t) in _PLAIN and t.is_cuda) for t in tensors)):
+        return False
+    settings = _settings()
+    if settings != _HOST["settings"]:
+        _HOST["module"].clear()
+        _HOST["settings"] = settings
+    return True
 
 
-def host_path(case: str, empty: bool) -> str:
+def host_path(case: str, empty: bool, bias: torch.Tensor | None = None) -> str:
     """Who launches a grouped call (``explain``'s ``host``): C++ where the host module's grouped kernels are registered
     and the call is one plain launch, else Python and why. ``case``: the call's ('2d3d', '2d2d', '3d3d', 'masked',
-    'swiglu_fused', 'swiglu_two_gemms'); ``empty``: an empty problem or K = 0 (nothing or zeros to write)."""
+    'swiglu_fused', 'swiglu_two_gemms'); ``empty``: an empty problem or K = 0 (nothing or zeros to write); ``bias``:
+    the call's (one that is not contiguous is copied per call)."""
     if not _HOST["on"]:
         from gemm_ladder import host
 
@@ -371,6 +390,8 @@ def host_path(case: str, empty: bool) -> str:
         return f"python ({why[case]})"
     if empty:
         return "python (an empty problem or K = 0: no kernel launch, zeros or nothing written)"
+    if bias is not None and not bias.is_contiguous():
+        return "python (a bias that is not contiguous: copied per call, a new address each time)"
     return "C++ (planned once per signature; per call the compiled host module encodes the maps and launches)"
 
 
@@ -383,7 +404,7 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
         empty = min(a.shape[0], a.shape[1], b.shape[1], offs.numel()) == 0
     else:
         empty = min(a.shape[-2] if a.dim() == 2 else a.shape[0] * a.shape[1], *b.shape) == 0
-    return info | {"host": host_path(info["case"], empty)}
+    return info | {"host": host_path(info["case"], empty, bias)}
 
 
 def template_of(made):
@@ -425,13 +446,13 @@ def register_host(module, callbacks: dict) -> None:
     for name, (plan, run) in callbacks.items():
         module.set_grouped_callbacks(name, plan, run)
         module.register_grouped_kernel(name)
-    _HOST["on"] = True
+    _HOST.update(on=True, module=module, settings=_settings())
 
 
 def unregister_host(module) -> None:
     """Remove the grouped ops' C++ kernels: the Python ones answer again."""
     module.unregister_grouped_kernels()
-    _HOST["on"] = False
+    _HOST.update(on=False, module=None)
 
 
 _ops.on_host(lambda module: register_host(module, HOST_CALLBACKS), unregister_host)

@@ -626,15 +626,20 @@ static at::Tensor grouped_call(int64_t op, const at::Tensor& a, const at::Tensor
                                const std::optional<at::Tensor>& offs, const std::optional<at::Tensor>& bias,
                                const std::optional<at::Tensor>& w_up, int64_t activation, int64_t out_dtype,
                                const std::function<py::tuple()>& py_args) {
+  const int slot = static_cast<int>(op - kGroupedMm);
+  TORCH_CHECK(grouped_callbacks != nullptr && grouped_callbacks->plan[slot],
+              "gemm_ladder host: the grouped op's planner is not registered (import gemm_ladder.ops_grouped)");
+  auto here = [&](const std::optional<at::Tensor>& t) { return !t.has_value() || t->device() == a.device(); };
+  if (!a.is_cuda() || b.device() != a.device() || !here(offs) || !here(bias) || !here(w_up)) {
+    py::gil_scoped_acquire gil;  // the Python kernel's checks name the tensor on another device
+    return grouped_callbacks->run[slot](*py_args()).cast<at::Tensor>();
+  }
   DeviceGuard device_guard(a.device());
   ensure_context(a.device().index());
   void* stream = current_stream(a.device());
   bool capturing = stream_capturing(stream);
   thread_local std::vector<int64_t> key;
   grouped_key(key, op, capturing, out_dtype, activation, a, b, offs, bias, w_up);
-  const int slot = static_cast<int>(op - kGroupedMm);
-  TORCH_CHECK(grouped_callbacks != nullptr && grouped_callbacks->plan[slot],
-              "gemm_ladder host: the grouped op's planner is not registered (import gemm_ladder.ops_grouped)");
   auto t = find(key);
   if (t == nullptr) {
     py::gil_scoped_acquire gil;
