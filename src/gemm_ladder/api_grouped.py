@@ -220,6 +220,16 @@ def _check_offs(offs, groups: int, device) -> None:
         raise GemmInputError(f"offs must be contiguous, got strides {tuple(offs.stride())}")
 
 
+def _check_call(a, b, offs, out_dtype, bias, activation) -> tuple[str, torch.dtype]:
+    """A direct call's checks: the activation's name, :func:`check_grouped_mm` (returns its case and result dtype),
+    and no bias or activation grouped along K."""
+    check_activation(activation)
+    case, dt = check_grouped_mm(a, b, offs, out_dtype)
+    if case == "2d2d" and (bias is not None or activation is not None):
+        raise GemmInputError("bias and activation are not taken by grouped_mm grouped along K")
+    return case, dt
+
+
 def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None,
                       bias: torch.Tensor | None = None, bn: int | None = None,
                       cluster: int | None = None, ring: int | None = None, tail: bool | None = None,
@@ -239,11 +249,8 @@ def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | Non
     library/activations.py ACTIVATIONS applied in the epilogue after the bias (out = act(a @ b + bias) in fp32,
     rounded once; grouped along M); GemmTypeError for a non-string, GemmInputError for an unknown name or one
     grouped along K."""
-    check_activation(activation)
-    case, dt = check_grouped_mm(a, b, offs, out_dtype)
+    case, dt = _check_call(a, b, offs, out_dtype, bias, activation)
     if case == "2d2d":
-        if bias is not None or activation is not None:
-            raise GemmInputError("bias and activation are not taken by grouped_mm grouped along K")
         (m, total_k), n, groups = a.shape, b.shape[1], offs.numel()
         out = torch.empty((groups, m, n), dtype=dt, device=a.device)
         if min(m, n, groups) == 0:
@@ -355,11 +362,8 @@ def bind_grouped(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None, *,
     gemm_ladder/host), or None where the call is not one launch that reads and writes its tensors in place: a
     batched (3-D) a, which gets its offs made per call; an empty problem or K = 0; a bias that is not contiguous
     (copied per call). The same checks, decisions and errors as the call."""
-    check_activation(activation)
-    case, dt = check_grouped_mm(a, b, offs, out_dtype)
+    case, dt = _check_call(a, b, offs, out_dtype, bias, activation)
     if case == "2d2d":
-        if bias is not None or activation is not None:
-            raise GemmInputError("bias and activation are not taken by grouped_mm grouped along K")
         (m, total_k), n, groups = a.shape, b.shape[1], offs.numel()
         if min(m, n, groups, total_k) == 0:
             return None
