@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 #: Modules the scripts import (no command line of their own).
 MODULES = {"suite.py", "variants.py", "outputs.py"}
-#: Scripts that need no GPU (ptxas only; or, route_regret.py, committed results only): only their --help is
+#: Scripts that need no GPU (ptxas only; route_regret.py, committed results only; moe_routing_flips.py, the CPU): only their --help is
 #: run here (a run compiles for minutes; route_regret's own tests run it: tests/test_route_regret.py).
-NO_GPU_TOOLS = {"l9_register_headroom.py", "route_regret.py"}
+NO_GPU_TOOLS = {"l9_register_headroom.py", "route_regret.py", "moe_routing_flips.py"}
 SCRIPTS = sorted(p for p in [*BENCH.glob("*.py"), *(BENCH / "experiments").glob("*.py")] if p.name not in MODULES)
 REFUSAL = "needs a CUDA GPU (sm_90a); nothing run"
 

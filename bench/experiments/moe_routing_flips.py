@@ -1,0 +1,91 @@
+"""How far apart two correct computations of a randomly initialised MoE model land when their routers choose
+differently (issue 24: bench/moe_models.py compares ours with transformers' ``grouped_mm`` side, and Mixtral's rows
+were 2-10e-2 apart where Qwen3-MoE's were under 1.1e-2).
+
+On the CPU, no GPU needed: bench/moe_models.py's model (transformers 5.x, its config and seed 0 weights, two layers)
+with transformers' ``eager`` experts, run in bf16 and in fp32 on the same one-token decode inputs (bench/moe_models.py's
+token draws). Per input: the relative Frobenius error of the bf16 last hidden states against fp32's, how many tokens'
+top-k choices differ between the two in each layer, and the error over the tokens routed alike in every layer.
+
+    python bench/experiments/moe_routing_flips.py [--model mixtral] [--batch 128] [--seeds 2,3] [-o FILE]
+
+Needs transformers >= 5 (else one line, exit 2); about 3 minutes on two CPU cores for Mixtral. Writes
+``DATE_moe_routing_flips_COMMIT.json`` (``$OUT`` or bench/results/): ``rows: [{model, batch, seed, rel_err,
+flipped_per_layer, rel_err_routed_alike}]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from suite import add_output_argument, save  # noqa: E402
+
+
+def run(name: str, batch: int, seeds: list[int]) -> list[dict]:
+    import transformers
+
+    from moe_models import MODELS
+
+    cls, kw = MODELS[name]
+    torch.manual_seed(0)  # bench/moe_models.py build()'s weights
+    model = transformers.AutoModel.from_config(copy.deepcopy(getattr(transformers, cls)(**kw)),
+                                               experts_implementation="eager", dtype=torch.bfloat16).eval()
+    routes: dict[int, torch.Tensor] = {}
+    for i, layer in enumerate(model.layers):  # the router returns (logits, top-k weights, top-k indices)
+        layer.mlp.gate.register_forward_hook(lambda mod, inp, out, i=i: routes.__setitem__(i, out[2].clone()))
+    inputs = {s: torch.randint(0, kw["vocab_size"], (batch, 1), generator=torch.Generator().manual_seed(s))
+              for s in seeds}
+    out = {}
+    for precision in ("bf16", "fp32"):
+        if precision == "fp32":
+            model = model.float()
+        for s, ids in inputs.items():
+            with torch.no_grad():
+                hidden = model(input_ids=ids, use_cache=False).last_hidden_state.float()
+            out[precision, s] = hidden, dict(routes)
+    rows = []
+    for s in seeds:
+        (a, ra), (c, rc) = out["bf16", s], out["fp32", s]
+        flipped = torch.zeros(batch, dtype=torch.bool)
+        per_layer = []
+        for k in sorted(ra):
+            f = ~(ra[k].sort(-1).values == rc[k].sort(-1).values).all(-1).view(-1)
+            per_layer.append(int(f.sum()))
+            flipped |= f
+        keep = ~flipped
+        rel = lambda x, y: float((x - y).norm() / y.norm())  # noqa: E731
+        rows.append({"model": name, "batch": batch, "seed": s, "rel_err": rel(a, c), "flipped_per_layer": per_layer,
+                     "rel_err_routed_alike": rel(a[keep], c[keep]) if keep.any() else None})
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="mixtral", help="a model of bench/moe_models.py (default mixtral)")
+    p.add_argument("--batch", type=int, default=128, help="sequences of one token (default 128)")
+    p.add_argument("--seeds", default="2,3", help="token draws, comma-separated (default 2,3)")
+    add_output_argument(p)
+    args = p.parse_args()
+    try:
+        import transformers  # noqa: F401
+        from transformers.integrations.moe import ExpertsInterface  # noqa: F401
+    except ImportError as exc:
+        print(f"bench/experiments/moe_routing_flips.py: needs transformers >= 5 ({exc})", file=sys.stderr)
+        return 2
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    rows = run(args.model, args.batch, [int(s) for s in args.seeds.split(",")])
+    for r in rows:
+        print(f"{r['model']} {r['batch']}x1 seed {r['seed']}: bf16 vs fp32 {r['rel_err']:.3e}; tokens whose top-k "
+              f"differ per layer {r['flipped_per_layer']}; over the tokens routed alike {r['rel_err_routed_alike']:.3e}")
+    save({"rows": rows}, "moe_routing_flips", args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
