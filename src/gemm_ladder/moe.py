@@ -90,7 +90,9 @@ def experts_plan(module) -> dict:
         why.append("weights stored (E, in, out)")
     if why:
         return plan | {"path": "grouped_gemms", "why": "; ".join(why)}
-    return plan | {"path": "fused_swiglu", "why": "SiLU gate over gate_up_proj's two halves, no bias"}
+    return plan | {"path": "fused_swiglu", "why": "SiLU gate over gate_up_proj's two halves, no bias: one launch of the "
+                                                  "gated MLP without a backward; with one, gate_up_proj whole in one "
+                                                  "grouped GEMM (its weight gradient in the parameter's layout)"}
 
 
 def unsupported_reason(module) -> str | None:
