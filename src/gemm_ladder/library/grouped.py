@@ -49,6 +49,7 @@ import ctypes
 import functools
 import os
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -707,12 +708,14 @@ class GroupedGemm:
                 ctypes.c_void_p(offs.data_ptr()), ctypes.c_int(groups), ctypes.c_int(rows), ctypes.c_int(n),
                 ctypes.c_int(k), ctypes.c_void_p(0 if bias is None else bias.data_ptr()), ctypes.c_int(tma_store),
                 ctypes.c_void_p(partials), ctypes.c_void_p(counters), ctypes.c_int(idle_min)]
-        x_kw = ("map", "x", plan.tensor_maps["x"].encode_kwargs(x.data_ptr()))
-        roles = [x_kw, ("map", "w", plan.tensor_maps["w"].encode_kwargs(w.data_ptr())),
-                 ("map", "out", self._out_spec(out).encode_kwargs(out.data_ptr())) if tma_store else x_kw,
-                 ("ptr", "out"), ("value",), ("ptr", "offs"), *[("value",)] * 4,
-                 ("value",) if bias is None else ("ptr", "bias"), ("value",),
-                 *([("partials",), ("counters",)] if partials else [("value",)] * 2), ("value",)]
+        def roles():
+            x_kw = ("map", "x", plan.tensor_maps["x"].encode_kwargs(x.data_ptr()))
+            return [x_kw, ("map", "w", plan.tensor_maps["w"].encode_kwargs(w.data_ptr())),
+                    ("map", "out", self._out_spec(out).encode_kwargs(out.data_ptr())) if tma_store else x_kw,
+                    ("ptr", "out"), ("value",), ("ptr", "offs"), *[("value",)] * 4,
+                    ("value",) if bias is None else ("ptr", "bias"), ("value",),
+                    *([("partials",), ("counters",)] if partials else [("value",)] * 2), ("value",)]
+
         workspace = tail_workspace(clusters, self.cluster, self.bn) if partials else None
         return GroupedArgs(kernel, (self.cluster * clusters, 1, 1), args, roles, workspace, stream)
 
@@ -781,10 +784,12 @@ class GroupedGemm:
         args = [*maps, maps[0], ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld(out, 0, n)),
                 ctypes.c_void_p(offs.data_ptr()), ctypes.c_int(groups), ctypes.c_int(rows), ctypes.c_int(n),
                 ctypes.c_int(k), ctypes.c_void_p(0), ctypes.c_int(0)]  # map_c: x's, never read; no bias; no TMA store
-        x_kw = ("map", "x", specs["x"].encode_kwargs(x.data_ptr()))
-        roles = [x_kw, ("map", "w", specs["w"].encode_kwargs(w_gate.data_ptr())),
-                 ("map", "w_up", specs["w_up"].encode_kwargs(w_up.data_ptr())), x_kw, ("ptr", "out"), ("value",),
-                 ("ptr", "offs"), *[("value",)] * 6]
+        def roles():
+            x_kw = ("map", "x", specs["x"].encode_kwargs(x.data_ptr()))
+            return [x_kw, ("map", "w", specs["w"].encode_kwargs(w_gate.data_ptr())),
+                    ("map", "w_up", specs["w_up"].encode_kwargs(w_up.data_ptr())), x_kw, ("ptr", "out"), ("value",),
+                    ("ptr", "offs"), *[("value",)] * 6]
+
         return GroupedArgs(kernel, (grid, 1, 1), args, roles, None, torch.cuda.current_stream(out.device))
 
     def out_map(self, out: torch.Tensor, unused):
@@ -896,31 +901,33 @@ class GroupedGemm:
         args = [*maps, map_c, ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld(out, 1, n)),
                 ctypes.c_longlong(out.stride(0) if groups > 1 else m * n), ctypes.c_void_p(offs.data_ptr()),
                 ctypes.c_int(groups), ctypes.c_int(total_k), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(tma_store)]
-        a_kw = ("map", "a", plan.tensor_maps["a"].encode_kwargs(a.data_ptr()))
-        roles = [a_kw, ("map", "b", plan.tensor_maps["b"].encode_kwargs(b.data_ptr())),
-                 ("map", "out", self._out_spec(out).encode_kwargs(out.data_ptr())) if tma_store else a_kw,
-                 ("ptr", "out"), ("value",), ("value",), ("ptr", "offs"), *[("value",)] * 5]
+        def roles():
+            a_kw = ("map", "a", plan.tensor_maps["a"].encode_kwargs(a.data_ptr()))
+            return [a_kw, ("map", "b", plan.tensor_maps["b"].encode_kwargs(b.data_ptr())),
+                    ("map", "out", self._out_spec(out).encode_kwargs(out.data_ptr())) if tma_store else a_kw,
+                    ("ptr", "out"), ("value",), ("value",), ("ptr", "offs"), *[("value",)] * 5]
+
         return GroupedArgs(kernel, (grid, 1, 1), args, roles, None, torch.cuda.current_stream(out.device))
 
 
 @dataclass
 class GroupedArgs:
     """One grouped launch, packed: the loaded ``kernel``, its ``grid``, the ``args`` (ctypes values and encoded
-    maps, the kernel's parameter order), their ``roles`` (library/bound.py's BoundLaunch: ``("map", tensor,
+    maps, the kernel's parameter order), ``roles()`` their roles (library/bound.py's BoundLaunch: ``("map", tensor,
     encode_kwargs)``, ``("ptr", tensor)``, ``("value",)``, ``("partials",)``, ``("counters",)``; tensors named x, w,
-    w_up, out, bias, offs along M, a, b, out, offs along K), the tail's ``workspace`` (fp32 partials, int32
-    counters) where it splits, else None, and the ``stream`` launched on."""
+    w_up, out, bias, offs along M, a, b, out, offs along K; made only by :meth:`bound`, not per launch), the tail's
+    ``workspace`` (fp32 partials, int32 counters) where it splits, else None, and the ``stream`` launched on."""
 
     kernel: LoadedKernel
     grid: tuple[int, int, int]
     args: list
-    roles: list
+    roles: Callable[[], list]
     workspace: tuple[int, int] | None
     stream: torch.cuda.Stream
 
     def bound(self) -> BoundLaunch:
         """These arguments as a BoundLaunch on :attr:`stream` (what a launch template is made from)."""
-        return BoundLaunch(self.kernel.prepare(self.grid, self.args, self.stream.cuda_stream), roles=self.roles,
+        return BoundLaunch(self.kernel.prepare(self.grid, self.args, self.stream.cuda_stream), roles=self.roles(),
                            workspace=self.workspace)
 
 
