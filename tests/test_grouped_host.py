@@ -45,14 +45,14 @@ def test_the_grouped_ops_get_cpp_cuda_kernels_and_lose_them_with_the_host(host):
         assert line is not None and "launch.cpp" in line, (name, line)
         dump = torch._C._dispatch_dump(f"gemm_ladder::{name}")
         assert "Autograd[alias]" in dump and "Meta" in dump  # custom_op's, unchanged
-    assert ops_grouped._HOST["on"]
+    assert ops.host_module() is host
     ops.use_python()
     try:
-        assert not ops_grouped._HOST["on"]
+        assert ops.host_module() is None
         assert all(_cuda_kernel_line(name) is None for name in GROUPED)  # custom_op's Python kernel answers
     finally:
         assert ops.use_host() is not None
-    assert all("launch.cpp" in _cuda_kernel_line(name) for name in GROUPED) and ops_grouped._HOST["on"]
+    assert all("launch.cpp" in _cuda_kernel_line(name) for name in GROUPED) and ops.host_module() is host
 
 
 def test_fakes_and_meta_still_answer_and_refuse(host):
@@ -73,9 +73,9 @@ def test_public_calls_skip_their_checks_only_for_plain_cuda_tensors_on_the_host(
     meta = torch.empty(2, 8, dtype=BF16, device="meta")
     assert not ops_grouped.host_call(meta, None)  # not CUDA: the Python checks run (and the fake)
     assert not ops_grouped.host_call(torch.empty(2, 8))
-    monkeypatch.setitem(ops_grouped._HOST, "on", False)
+    monkeypatch.setitem(ops._HOST, "module", None)
     assert not ops_grouped.host_call()
-    monkeypatch.setitem(ops_grouped._HOST, "on", True)
+    monkeypatch.setitem(ops._HOST, "module", host)
     assert ops_grouped.host_call(None)  # nothing against it (no tensor given)
 
 
@@ -158,7 +158,7 @@ def test_explain_says_who_launches_each_grouped_call(host, monkeypatch):
     strided = torch.empty(96, 4, **meta).T
     assert gemm_ladder.explain_grouped_mm(x, w.transpose(-2, -1), offs, bias=strided)["host"].startswith(
         "python (a bias that is not contiguous")
-    monkeypatch.setitem(ops_grouped._HOST, "on", False)
+    monkeypatch.setitem(ops._HOST, "module", None)
     assert gemm_ladder.explain_grouped_mm(x, w.transpose(-2, -1), offs)["host"].startswith("python (the host module's")
 
 
@@ -170,7 +170,7 @@ def test_a_changed_grouped_setting_drops_the_planned_templates(host, monkeypatch
     cleared = []
     fake_cuda = type("T", (), {"is_cuda": True})
     monkeypatch.setattr(ops_grouped, "_PLAIN", (fake_cuda,))
-    monkeypatch.setitem(ops_grouped._HOST, "module", type("M", (), {"clear": lambda self: cleared.append(1)})())
+    monkeypatch.setitem(ops._HOST, "module", type("M", (), {"clear": lambda self: cleared.append(1)})())
     monkeypatch.setitem(ops_grouped._HOST, "settings", ops_grouped._settings())
     t = fake_cuda()
     assert ops_grouped.host_call(t) and cleared == []

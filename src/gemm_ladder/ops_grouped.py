@@ -36,6 +36,7 @@ from gemm_ladder.api_grouped import explain_grouped_mm as _explain_grouped_mm
 from gemm_ladder.api_quantized import through_op  # the eager-or-op rule of the calls without a backward
 from gemm_ladder.dispatch.validate import check_activation, first_requiring_grad
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
+from gemm_ladder.library import grouped as _grouped_library  # the settings a plan reads (_settings)
 from gemm_ladder.library.activations import activation as _activation
 
 NAMESPACE = "gemm_ladder"
@@ -99,10 +100,13 @@ def _out_shape(a: torch.Tensor, b: torch.Tensor, offs) -> tuple[int, ...]:
     return (a.shape[0], b.shape[-1]) if a.dim() == 2 else (a.shape[0], a.shape[1], b.shape[-1])
 
 
-@torch.library.custom_op(f"{NAMESPACE}::grouped_mm", mutates_args=())
-def _grouped_mm_op(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None,
-                   out_dtype: torch.dtype | None = None) -> torch.Tensor:
+def _grouped_mm_kernel(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None,
+                       out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The op's Python kernel (and the host module's for the signatures it leaves to Python)."""
     return grouped_mm_direct(a, b, offs, out_dtype=out_dtype)
+
+
+_grouped_mm_op = torch.library.custom_op(f"{NAMESPACE}::grouped_mm", mutates_args=())(_grouped_mm_kernel)
 
 
 @_grouped_mm_op.register_fake
@@ -111,10 +115,13 @@ def _grouped_mm_fake(a, b, offs=None, out_dtype=None):
     return a.new_empty(_out_shape(a, b, offs), dtype=dtype)
 
 
-@torch.library.custom_op(f"{NAMESPACE}::grouped_linear", mutates_args=())
-def _grouped_linear_op(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor,
-                       bias: torch.Tensor | None = None) -> torch.Tensor:
+def _grouped_linear_kernel(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor,
+                           bias: torch.Tensor | None = None) -> torch.Tensor:
+    """The op's Python kernel (and the host module's for the signatures it leaves to Python)."""
     return grouped_mm_direct(x, w.transpose(-2, -1), offs, bias=bias)
+
+
+_grouped_linear_op = torch.library.custom_op(f"{NAMESPACE}::grouped_linear", mutates_args=())(_grouped_linear_kernel)
 
 
 def check_grouped_linear(x, w, offs, bias=None) -> None:
@@ -139,10 +146,14 @@ def _grouped_linear_fake(x, w, offs, bias=None):
     return x.new_empty((x.shape[0], w.shape[1]))
 
 
-@torch.library.custom_op(f"{NAMESPACE}::grouped_linear_act", mutates_args=())
-def _grouped_linear_act_op(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: torch.Tensor | None,
-                           activation: str) -> torch.Tensor:
+def _grouped_linear_act_kernel(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: torch.Tensor | None,
+                               activation: str) -> torch.Tensor:
+    """The op's Python kernel (and the host module's for the signatures it leaves to Python)."""
     return grouped_mm_direct(x, w.transpose(-2, -1), offs, bias=bias, activation=activation)
+
+
+_grouped_linear_act_op = torch.library.custom_op(f"{NAMESPACE}::grouped_linear_act",
+                                                 mutates_args=())(_grouped_linear_act_kernel)
 
 
 @_grouped_linear_act_op.register_fake
@@ -344,9 +355,10 @@ def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: t
 
 # --- the compiled host path: the ops' CUDA kernels in C++ (gemm_ladder/host/launch.cpp) ---------------------
 
-#: Whether the host module's grouped kernels are registered (:func:`register_host`), the module, and the
-#: library/grouped.py settings its templates were planned under (:func:`_settings`).
-_HOST = {"on": False, "module": None, "settings": None}
+#: The library/grouped.py settings the host module's grouped templates were planned under (:func:`_settings`). Whether
+#: its grouped kernels are registered is whether the host module is in use (ops.host_module(): ops.on_host registers
+#: them then, and removes them when it is left).
+_HOST = {"settings": None}
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
@@ -354,9 +366,8 @@ def _settings() -> tuple:
     """The library/grouped.py module settings a plan reads beyond the call's tensors (the store switch
     STORE_DEFAULT, GL_GROUPED_STORE at import; the tail's idle rule, the cluster rule's K, the output ring): a
     signature's template holds what they said when it was planned."""
-    from gemm_ladder.library import grouped
-
-    return (grouped.STORE_DEFAULT, grouped.TAIL_MIN_IDLE, grouped.CLUSTER_MIN_K, grouped.C_RING)
+    g = _grouped_library
+    return (g.STORE_DEFAULT, g.TAIL_MIN_IDLE, g.CLUSTER_MIN_K, g.C_RING)
 
 
 def host_call(*tensors) -> bool:
@@ -365,12 +376,13 @@ def host_call(*tensors) -> bool:
     host module's grouped kernels registered, not under torch.compile, every tensor given a plain CUDA tensor.
     Where library/grouped.py's settings changed since the templates were planned, they are dropped first (planned
     again at their next call)."""
-    if not (_HOST["on"] and not torch.compiler.is_compiling() and all(
-            t is None or (type(t) in _PLAIN and t.is_cuda) for t in tensors)):
+    module = _ops.host_module()
+    if module is None or torch.compiler.is_compiling() or not all(
+            t is None or (type(t) in _PLAIN and t.is_cuda) for t in tensors):
         return False
     settings = _settings()
     if settings != _HOST["settings"]:
-        _HOST["module"].clear()
+        module.clear()
         _HOST["settings"] = settings
     return True
 
@@ -380,7 +392,7 @@ def host_path(case: str, empty: bool, bias: torch.Tensor | None = None) -> str:
     and the call is one plain launch, else Python and why. ``case``: the call's ('2d3d', '2d2d', '3d3d', 'masked',
     'swiglu_fused', 'swiglu_two_gemms'); ``empty``: an empty problem or K = 0 (nothing or zeros to write); ``bias``:
     the call's (one that is not contiguous is copied per call)."""
-    if not _HOST["on"]:
+    if _ops.host_module() is None:
         from gemm_ladder import host
 
         return f"python (the host module's grouped kernels are not registered; the host path: {host.describe()})"
@@ -432,11 +444,9 @@ def _plan_grouped_linear_act(x, w, offs, bias, activation):
 #: Each op's (planner, Python kernel) as launch.cpp calls them, with the op's arguments.
 HOST_CALLBACKS = {
     "grouped_mm": (lambda a, b, offs=None, out_dtype=None: template_of(bind_grouped(a, b, offs, out_dtype=out_dtype)),
-                   lambda a, b, offs=None, out_dtype=None: grouped_mm_direct(a, b, offs, out_dtype=out_dtype)),
-    "grouped_linear": (_plan_grouped_linear,
-                       lambda x, w, offs, bias=None: grouped_mm_direct(x, w.transpose(-2, -1), offs, bias=bias)),
-    "grouped_linear_act": (_plan_grouped_linear_act, lambda x, w, offs, bias, activation: grouped_mm_direct(
-        x, w.transpose(-2, -1), offs, bias=bias, activation=activation)),
+                   _grouped_mm_kernel),
+    "grouped_linear": (_plan_grouped_linear, _grouped_linear_kernel),
+    "grouped_linear_act": (_plan_grouped_linear_act, _grouped_linear_act_kernel),
 }
 
 
@@ -446,13 +456,12 @@ def register_host(module, callbacks: dict) -> None:
     for name, (plan, run) in callbacks.items():
         module.set_grouped_callbacks(name, plan, run)
         module.register_grouped_kernel(name)
-    _HOST.update(on=True, module=module, settings=_settings())
+    _HOST["settings"] = _settings()
 
 
 def unregister_host(module) -> None:
     """Remove the grouped ops' C++ kernels: the Python ones answer again."""
     module.unregister_grouped_kernels()
-    _HOST.update(on=False, module=None)
 
 
 _ops.on_host(lambda module: register_host(module, HOST_CALLBACKS), unregister_host)
