@@ -47,7 +47,7 @@ import time
 import torch
 
 from models import interleaved_ms, rel_err
-from suite import add_output_argument, require_gpu, save
+from suite import add_output_argument, require_gpu, require_transformers, save
 
 MODELS = {
     "qwen3_moe": ("Qwen3MoeConfig", dict(vocab_size=4096, hidden_size=2048, num_hidden_layers=2, num_attention_heads=32,
@@ -275,11 +275,7 @@ def main() -> int:
               f"{', '.join(MODES)})", file=sys.stderr)
         return 2
     require_gpu(__file__)
-    try:
-        from transformers.integrations.moe import ExpertsInterface  # noqa: F401
-    except ImportError as e:
-        print(f"moe_models.py: needs transformers >= 5 (its ExpertsInterface): {e}", file=sys.stderr)
-        return 2
+    require_transformers(__file__)
     import gemm_ladder.moe
 
     gemm_ladder.moe.register_transformers()

@@ -38,13 +38,28 @@ def require_gpu(script: str) -> None:
     without a GPU); one-off experiments without arguments call it before their imports."""
     if torch.cuda.is_available():
         return
+    print(f"{_script_name(script)}: needs a CUDA GPU (sm_90a); nothing run", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def require_transformers(script: str) -> None:
+    """Exit with status 2 and one line on stderr, before any work, without transformers >= 5 (its experts
+    interface, ``transformers.integrations.moe.ExpertsInterface``, which the MoE benches run through).
+    ``script``: the caller's ``__file__``."""
+    try:
+        from transformers.integrations.moe import ExpertsInterface  # noqa: F401
+    except ImportError as exc:
+        print(f"{_script_name(script)}: needs transformers >= 5 (its ExpertsInterface): {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _script_name(script: str) -> str:
+    """``script`` (a ``__file__``) as ``bench/...`` for the one-line refusals."""
     path = Path(script).resolve()
     try:
-        name = path.relative_to(BENCH.parent).as_posix()
+        return path.relative_to(BENCH.parent).as_posix()
     except ValueError:
-        name = path.name
-    print(f"{name}: needs a CUDA GPU (sm_90a); nothing run", file=sys.stderr)
-    raise SystemExit(2)
+        return path.name
 
 
 def with_setting(module, name: str, value, fn):

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from suite import add_output_argument, require_gpu, save  # noqa: E402
+from suite import add_output_argument, require_gpu, require_transformers, save  # noqa: E402
 
 CONFIG = dict(vocab_size=4096, hidden_size=2048, num_hidden_layers=1, num_attention_heads=32, num_key_value_heads=4,
               head_dim=128, moe_intermediate_size=768, intermediate_size=6144, num_experts=128, num_experts_per_tok=8,
@@ -188,11 +188,7 @@ def main() -> int:
     add_output_argument(p)
     args = p.parse_args()
     require_gpu(__file__)
-    try:
-        from transformers.integrations.moe import grouped_mm_experts_forward  # noqa: F401
-    except ImportError as exc:
-        print(f"moe_host_profile: needs transformers >= 5 ({exc})", file=sys.stderr)
-        return 2
+    require_transformers(__file__)
     from gemm_ladder import moe
     moe.register_transformers()
     rows, profiles, traces = [], {}, {}

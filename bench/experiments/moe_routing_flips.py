@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from suite import add_output_argument, save  # noqa: E402
+from suite import add_output_argument, require_transformers, save  # noqa: E402
 
 
 def run(name: str, batch: int, seeds: list[int]) -> list[dict]:
@@ -72,12 +72,7 @@ def main() -> int:
     p.add_argument("--seeds", default="2,3", help="token draws, comma-separated (default 2,3)")
     add_output_argument(p)
     args = p.parse_args()
-    try:
-        import transformers  # noqa: F401
-        from transformers.integrations.moe import ExpertsInterface  # noqa: F401
-    except ImportError as exc:
-        print(f"bench/experiments/moe_routing_flips.py: needs transformers >= 5 ({exc})", file=sys.stderr)
-        return 2
+    require_transformers(__file__)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     rows = run(args.model, args.batch, [int(s) for s in args.seeds.split(",")])
     for r in rows:
