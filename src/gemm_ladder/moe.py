@@ -19,8 +19,8 @@ Every product runs on the grouped kernel (docs/grouped.md), never cuBLAS; what r
   :func:`gemm_ladder.grouped_linear` for ``down_proj``, where the call needs no backward (the gated MLP in one
   launch). A call with a backward runs ``gate_up_proj`` whole in one grouped GEMM, the gate after it in PyTorch
   (as ``"grouped_gemms"`` does), so that its weight gradient is one grouped GEMM into the parameter's own
-  layout: the halves' gradients would each be scattered into a zeroed copy of it and summed (measured on an
-  H100, Qwen3-30B-A3B's layer at 333 tokens: 1.5 ms of 6.2 a step, bench/experiments/moe_host_profile.py).
+  layout: the halves' gradients would each be scattered into a zeroed copy of it and summed (what that cost:
+  docs/grouped.md).
 * ``"grouped_gemms"``: anything else the decorator describes (a bias, weights stored (E, in, out), another
   gate such as gpt-oss's clamped one, an activation other than SiLU): the two projections on the grouped
   kernel, the layer's own ``_apply_gate`` (or ``act_fn``) between them in PyTorch, and a bias of weights
