@@ -37,6 +37,7 @@ import ctypes
 import functools
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import torch
 
@@ -48,13 +49,14 @@ from gemm_ladder.design.stream_k import StreamKTail
 from gemm_ladder.design.tensor_maps import TensorMapSpec, gemm_tensor_maps
 from gemm_ladder.library import kernel as K
 from gemm_ladder.library.kernel import STORE_REGISTERS, STORE_TMA, STREAM_K, KernelConfig, Operands, extents_refusal
+from gemm_ladder.library.bound import BoundLaunch
 from gemm_ladder.library.gemm import SPLITS, scales_refusal, split_schedule
 from gemm_ladder.library.quantized import QUANT_OUT
 from gemm_ladder.library.operand import TMA_ALIGN_BYTES, OperandView
 from gemm_ladder.runtime.compiler import CompiledKernel, compile_kernel
 from gemm_ladder.runtime.module import LaunchGeometry, LoadedKernel, device_index, load
 from gemm_ladder.runtime.tensor_map import encode_tiled
-from gemm_ladder.runtime.workspace import WORKSPACES
+from gemm_ladder.runtime.workspace import WORKSPACES, split_workspace_refresher
 from gemm_ladder.library.lru import cached
 
 SOURCE = "library/sm90_swiglu.cu"
@@ -361,6 +363,32 @@ class SwigluKernel:
         ``kernel_views`` gives it).
         Raises GemmInputError naming the rule and ValueError for an unknown ``split``, before any launch.
         """
+        a = self.launch_args(x, w_gate, w_up, out, split=split, out_padding_writable=out_padding_writable,
+                             scales=scales)
+        if a.workspace:
+            part, ctr = WORKSPACES.get(a.stream, *a.workspace)
+            a.split_args[0].value, a.split_args[1].value = part.data_ptr(), ctr.data_ptr()
+        a.kernel.launch(a.grid, a.args, a.stream)
+
+    def bind(self, x: OperandView, w_gate: OperandView, w_up: OperandView, out: torch.Tensor, *,
+             split: str = "tail", out_padding_writable: bool = False, scales: torch.Tensor | None = None) -> BoundLaunch:
+        """:meth:`launch`'s launch bound to these tensors on the current stream (library/bound.py): calling it
+        points a split launch at the stream's partials and fresh zeroed counters, and launches. Its ``roles`` name
+        x, w_gate, w_up, out (and scales) and the split workspace: the compiled host path's launch template is
+        made from them (gemm_ladder/host/templates.py). Raises as :meth:`launch` does; launches nothing."""
+        a = self.launch_args(x, w_gate, w_up, out, split=split, out_padding_writable=out_padding_writable,
+                             scales=scales)
+        prepared = a.kernel.prepare(a.grid, a.args, a.stream.cuda_stream)
+        if not a.workspace:
+            return BoundLaunch(prepared, roles=a.roles())
+        fresh_workspace = split_workspace_refresher(a.stream, *a.workspace, a.split_args)
+        return BoundLaunch(prepared, fresh_workspace, roles=a.roles(), workspace=a.workspace)
+
+    def launch_args(self, x: OperandView, w_gate: OperandView, w_up: OperandView, out: torch.Tensor, *,
+                    split: str = "tail", out_padding_writable: bool = False,
+                    scales: torch.Tensor | None = None) -> "SwigluArgs":
+        """What :meth:`launch` and :meth:`bind` launch (:class:`SwigluArgs`), the split workspace's two
+        arguments left 0. Raises as :meth:`launch` does."""
         reason = (self.supports(x, w_gate, w_up, out, out_padding_writable=out_padding_writable)
                   or scales_refusal(self, out, scales))
         if reason is not None:
@@ -374,35 +402,62 @@ class SwigluKernel:
         tail = cached(self._launches, (m, n, k, dtype, device_index(out.device), split, capturing),
                        lambda: self.schedule(m, n, k, kernel.max_active_clusters(out.device),
                                              "none" if capturing else split))
-        stream = torch.cuda.current_stream(out.device)
+        stream = torch.cuda.current_stream(out.device)  # the workspace's stream and the launch's must be one
         args = [*self.maps(x, w_gate, w_up, out)]  # a copy: the maps' cached tuple must stay as it is
         if self.quantized:  # the entry point's QuantizedOut: values and scales, pointers and pitches
             args += [ctypes.c_void_p(out.data_ptr()), ctypes.c_longlong(_ld_out(out)), ctypes.c_void_p(scales.data_ptr()),
                      ctypes.c_longlong(scales.stride(0))]
-        args += [ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
-        first, partials, counters = tail.units, 0, 0  # whole units only: the workspace is never touched
-        if tail.tail_units:
-            part, ctr = WORKSPACES.get(stream, tail.workspace_floats(CLUSTER, CONSUMERS, TILE[1]),
-                                       tail.counters(CLUSTER, CONSUMERS))
-            first, partials, counters = tail.first_unit, part.data_ptr(), ctr.data_ptr()
-        args += [ctypes.c_int(first), ctypes.c_int(tail.max_contributors), ctypes.c_void_p(partials),
-                 ctypes.c_void_p(counters)]
-        kernel.launch((tail.clusters * CLUSTER, 1, 1), args, stream)
+        split_args = [ctypes.c_void_p(0), ctypes.c_void_p(0)]  # partials, counters: untouched for whole units
+        args += [ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
+                 ctypes.c_int(tail.first_unit if tail.tail_units else tail.units), ctypes.c_int(tail.max_contributors),
+                 *split_args]
+        workspace = ((tail.workspace_floats(CLUSTER, CONSUMERS, TILE[1]), tail.counters(CLUSTER, CONSUMERS))
+                     if tail.tail_units else None)
 
-    def maps(self, x: OperandView, w_gate: OperandView, w_up: OperandView, out: torch.Tensor) -> tuple:
-        """The encoded tensor maps (x, w_gate, w_up, out; no out for the quantized kernel), cached per pointers
-        and shape: a tuple, so that no caller can append to the cached entry."""
+        def roles():
+            r = [("map", name, kw) for name, kw in self.map_kwargs(x, w_gate, w_up, out)]
+            if self.quantized:
+                r += [("ptr", "out"), ("value",), ("ptr", "scales"), ("value",)]
+            return r + [("value",)] * 5 + [("partials",), ("counters",)]
+
+        return SwigluArgs(kernel, (tail.clusters * CLUSTER, 1, 1), args, split_args, workspace, stream, roles)
+
+    def map_kwargs(self, x: OperandView, w_gate: OperandView, w_up: OperandView, out: torch.Tensor) -> list:
+        """(name, cuTensorMapEncodeTiled keyword arguments) of each tensor map the kernel takes, in its order (x,
+        w_gate, w_up, out; no out for the quantized kernel), for these tensors' addresses and pitches."""
         m, n, k = x.rows, w_gate.rows, x.k
         ldo = None if self.quantized else _ld_out(out)  # the quantized output has no map
-        dtype = dtype_name(x.tensor.dtype)
+        specs = self.plan(m, n, k, dtype_name(x.tensor.dtype), ldx=x.ld, ldw_gate=w_gate.ld, ldw_up=w_up.ld,
+                          ldo=ldo).tensor_maps
+        ptrs = (x.data_ptr, w_gate.data_ptr, w_up.data_ptr) + (() if self.quantized else (out.data_ptr(),))
+        return [(name, specs[name].encode_kwargs(ptr)) for name, ptr in zip(self.map_names, ptrs)]
+
+    def maps(self, x: OperandView, w_gate: OperandView, w_up: OperandView, out: torch.Tensor) -> tuple:
+        """The encoded tensor maps (:meth:`map_kwargs`'s), cached per pointers and shape: a tuple, so that no caller
+        can append to the cached entry."""
+        m, n, k = x.rows, w_gate.rows, x.k
+        ldo = None if self.quantized else _ld_out(out)
         lds = (x.ld, w_gate.ld, w_up.ld, ldo)
         ptrs = (x.data_ptr, w_gate.data_ptr, w_up.data_ptr) + (() if self.quantized else (out.data_ptr(),))
+        return cached(self._maps, (*ptrs, m, n, k, *lds, dtype_name(x.tensor.dtype)),
+                      lambda: tuple(encode_tiled(kw) for _, kw in self.map_kwargs(x, w_gate, w_up, out)))
 
-        def encode():
-            specs = self.plan(m, n, k, dtype, ldx=x.ld, ldw_gate=w_gate.ld, ldw_up=w_up.ld, ldo=ldo).tensor_maps
-            return tuple(encode_tiled(specs[name].encode_kwargs(ptr)) for name, ptr in zip(self.map_names, ptrs))
 
-        return cached(self._maps, (*ptrs, m, n, k, *lds, dtype), encode)
+@dataclass
+class SwigluArgs:
+    """One swiglu launch, packed: the loaded ``kernel``, its ``grid``, the ``args`` (encoded maps and ctypes values,
+    the kernel's parameter order), ``split_args`` (the two ctypes pointers among them that a split launch points at
+    its workspace), ``workspace`` ((fp32 partials, int32 counters) a split launch needs, else None), the ``stream``
+    launched on, and ``roles()`` (library/bound.py's BoundLaunch roles; tensors named x, w_gate, w_up, out, scales:
+    made only when bound)."""
+
+    kernel: LoadedKernel
+    grid: tuple[int, int, int]
+    args: list
+    split_args: list
+    workspace: tuple[int, int] | None
+    stream: torch.cuda.Stream
+    roles: Callable[[], list]
 
 
 def _ld_out(out: torch.Tensor) -> int:
@@ -434,11 +489,11 @@ class Sm90Swiglu:
         unit = f'// gemm-ladder library: swiglu, {config.dtype}\n#include "{SOURCE}"\n'
         return K.built(config, lambda: compile_kernel(unit, KERNEL_NAME, arch=config.arch, defines=config.defines()))
 
-    def bind(self, config: KernelConfig, problem: Operands, **options):
-        """Swiglu launches are not bound yet: the result launches when called (its ``launch`` is one)."""
+    def bind(self, config: KernelConfig, problem: Operands, **options) -> BoundLaunch:
+        """:meth:`SwigluKernel.bind` on the problem's operands (``options``: its ``split``, ``out_padding_writable``)."""
         kernel = kernel_for(config)
         scales = problem.more[1] if len(problem.more) > 1 else None
-        return lambda: kernel.launch(problem.a, problem.b, problem.more[0], problem.c, scales=scales, **options)
+        return kernel.bind(problem.a, problem.b, problem.more[0], problem.c, scales=scales, **options)
 
     def launch(self, bound, stream=None) -> None:
         bound()

@@ -153,27 +153,42 @@ class SwigluSmallM:
 
         return K.loaded(config, device_index(device), make)
 
+    def _map_specs(self, x: OperandView, w_gate: OperandView, dtype: str) -> tuple:
+        """(x's map spec, the weights' map spec) for these operands' extents and pitches (w_up's pitch is
+        w_gate's: :meth:`supports`)."""
+        m, n, k = x.rows, w_gate.rows, x.k
+        plan = cached(self._specs, (m, n, k, dtype, x.ld, w_gate.ld),
+                      lambda: self.plan(m, n, k, dtype, ldx=x.ld, ldw=w_gate.ld))
+        return (replace(plan.tensor_maps["b"], global_strides=(x.ld * x.elem_bytes,)),
+                self.weight_map_spec(plan, n, k, w_gate.ld))
+
     def _maps_for(self, x: OperandView, w_gate: OperandView, w_up: OperandView, dtype: str) -> list:
         m, n, k = x.rows, w_gate.rows, x.k
-        plan_key = (m, n, k, dtype, x.ld, w_gate.ld)
-        plan = cached(self._specs, plan_key, lambda: self.plan(m, n, k, dtype, ldx=x.ld, ldw=w_gate.ld))
+        x_spec, w_spec = self._map_specs(x, w_gate, dtype)
 
         def weight(view: OperandView):
             key = ("w", view.data_ptr, view.ld, n, k, dtype)
-            return cached(self._maps, key, lambda: encode_tiled(
-                self.weight_map_spec(plan, n, k, view.ld).encode_kwargs(view.data_ptr)))
+            return cached(self._maps, key, lambda: encode_tiled(w_spec.encode_kwargs(view.data_ptr)))
 
         x_key = ("x", x.data_ptr, x.ld, m, k, dtype)
-        x_spec = replace(plan.tensor_maps["b"], global_strides=(x.ld * x.elem_bytes,))
         return [weight(w_gate), cached(self._maps, x_key, lambda: encode_tiled(x_spec.encode_kwargs(x.data_ptr))),
                 weight(w_up)]
 
+    def roles(self, x: OperandView, w_gate: OperandView, w_up: OperandView) -> list:
+        """What each argument :meth:`bind` packs is, in its order (library/bound.py's BoundLaunch roles; tensors named
+        x, w_gate, w_up, out): the compiled host path's launch template is made from them."""
+        x_spec, w_spec = self._map_specs(x, w_gate, dtype_name(x.tensor.dtype))
+        return [("map", "w_gate", w_spec.encode_kwargs(w_gate.data_ptr)), ("map", "x", x_spec.encode_kwargs(x.data_ptr)),
+                ("ptr", "out"), *[("value",)] * 6, ("partials",), ("counters",),
+                ("map", "w_up", w_spec.encode_kwargs(w_up.data_ptr))]
+
     def bind(self, x: OperandView, w_gate: OperandView, w_up: OperandView, out: torch.Tensor, *,
-             splits: int | None = None) -> BoundLaunch:
+             splits: int | None = None, roles: bool = True) -> BoundLaunch:
         """The launch for these operands on the current stream, bound (library/bound.py): calling it takes fresh
         zeroed counters for a split launch and launches. ``splits``: the small-M grid rule's (SmallMGemm.ctas;
-        None: the rule). Under CUDA graph capture nothing is split. Raises ValueError with the rule when
-        :meth:`supports` refuses; launches nothing."""
+        None: the rule). Under CUDA graph capture nothing is split. ``roles``: record the arguments' roles
+        (:meth:`roles`; what a launch template needs, left out by :meth:`launch`). Raises ValueError with the rule
+        when :meth:`supports` refuses; launches nothing."""
         reason = self.supports(x, w_gate, w_up, out)
         if reason is not None:
             raise ValueError(reason)
@@ -196,17 +211,18 @@ class SwigluSmallM:
                 ctypes.c_longlong(out.stride(1)), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
                 ctypes.c_int(sched.max_contributors), *split_args, map_up]
         prepared = kernel.prepare((sched.clusters, 1, 1), args, stream.cuda_stream)
+        roles = self.roles(x, w_gate, w_up) if roles else None
         if sched.max_contributors <= 1:
-            return BoundLaunch(prepared)
+            return BoundLaunch(prepared, roles=roles)
         # Each slot holds both fragments' partials (the kernel: gate's, then up's).
         floats, counters = sched.workspace_floats(1, CONSUMERS, 2 * self.bn), sched.counters(1, CONSUMERS)
         fresh_counters = split_workspace_refresher(stream, floats, counters, split_args)
-        return BoundLaunch(prepared, fresh_counters, workspace=(floats, counters))
+        return BoundLaunch(prepared, fresh_counters, roles=roles, workspace=(floats, counters))
 
     def launch(self, x: OperandView, w_gate: OperandView, w_up: OperandView, out: torch.Tensor, *,
                splits: int | None = None) -> None:
         """out = silu(x w_gate^T) * (x w_up^T) on the current stream (see :meth:`bind`)."""
-        self.bind(x, w_gate, w_up, out, splits=splits)()
+        self.bind(x, w_gate, w_up, out, splits=splits, roles=False)()
 
 
 @functools.lru_cache(maxsize=64)
