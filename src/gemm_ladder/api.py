@@ -23,6 +23,7 @@ NotSupportedError saying so (never a graph break into a silent second path).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -107,7 +108,8 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 def set_host_ops(ops: tuple | None) -> None:
-    """Route mm/linear through ``ops`` (mm, linear OpOverloads) or, with None, the Python path."""
+    """Route mm, linear and swiglu through ``ops`` (the host module's mm and linear entries, the mm and linear
+    OpOverloads, its swiglu entry) or, with None, the Python path."""
     global _HOST_OPS
     _HOST_OPS = ops
 
@@ -635,6 +637,11 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, *, out_dty
             raise GemmTypeError(f"out_dtype must be a torch.dtype or None, got {type(out_dtype).__name__}")
         raise GemmInputError(f"out_dtype={out_dtype}: swiglu writes x's dtype (out_dtype=None or x.dtype) or "
                              "torch.float8_e4m3fn (quantized with 1 x 128 scales)")
+    host = _HOST_OPS
+    if (host is not None and out_dtype is None and _host_call(x, w_gate, w_up) and type(x) in _PLAIN
+            and type(w_gate) in _PLAIN and type(w_up) in _PLAIN and not _is_compiling()
+            and not (torch.is_grad_enabled() and (x.requires_grad or w_gate.requires_grad or w_up.requires_grad))):
+        return host[4](x, w_gate, w_up)  # the op's C++ kernel: planned (checked) once per signature
     if _through_op(x, w_gate, w_up):
         _dense(x=x, w_gate=w_gate, w_up=w_up)
         check_swiglu(x, w_gate, w_up, device_types=("cuda", "meta"))  # the library's errors, grad refused
@@ -643,53 +650,128 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, *, out_dty
 
 
 def swiglu_direct(x, w_gate, w_up) -> torch.Tensor:
-    """:func:`swiglu` without the op boundary (a plain eager call, and the op's CUDA kernel)."""
+    """:func:`swiglu` without the op boundary (a plain eager call, and the op's Python CUDA kernel)."""
     from gemm_ladder.dispatch import swiglu_small_m
-    from gemm_ladder.dispatch.route import device_facts
-    from gemm_ladder.library.operand import operand_view
-    from gemm_ladder.library.swiglu import swiglu_kernel
 
     index = elsewhere(x)
     if index is not None:
         with on_device(index):
             return swiglu_direct(x, w_gate, w_up)
+    call = _swiglu_call(x, w_gate, w_up)
+    if call.path == "empty":
+        return torch.empty((*call.lead, call.n), dtype=x.dtype, device=x.device)
+    if call.path == "zeros":
+        return torch.zeros((*call.lead, call.n), dtype=x.dtype, device=x.device)  # silu(0) * 0
+    if call.path == "small_m":
+        out = torch.empty((*call.lead, call.n), dtype=x.dtype, device=x.device)
+        swiglu_small_m.run(call.x2, w_gate, w_up, out.view(call.m, call.n))
+        return out
+    from gemm_ladder.library.swiglu import swiglu_kernel
+
+    if call.path == "fused":
+        out = torch.empty((*call.lead, call.n), dtype=x.dtype, device=x.device)
+        swiglu_kernel().launch(*call.views, out.view(call.m, call.n))
+        return out
+    per16 = 16 // x.element_size()  # "fused_padded": N not whole 16-byte chunks of the TMA store
+    padded = torch.empty((call.m, -(-call.n // per16) * per16), dtype=x.dtype, device=x.device)
+    swiglu_kernel().launch(*call.views, padded[:, :call.n], out_padding_writable=True)
+    return padded[:, :call.n].contiguous().view(*call.lead, call.n)
+
+
+class _SwigluCall(NamedTuple):
+    """What :func:`swiglu_direct` runs on checked tensors: ``path`` ('empty', 'zeros', 'small_m', 'fused' or
+    'fused_padded'), the batch dimensions ``lead``, the extents, x as (M, K) (``x2``) and, for the fused kernel, the
+    three operand views."""
+
+    path: str
+    lead: tuple
+    m: int
+    n: int
+    k: int
+    x2: torch.Tensor | None = None
+    views: tuple = ()
+
+
+def _swiglu_call(x, w_gate, w_up) -> _SwigluCall:
+    """Check a swiglu call in full and decide its path (see :func:`swiglu`); raises what it raises."""
+    from gemm_ladder.dispatch import swiglu_small_m
+    from gemm_ladder.dispatch.route import device_facts
+    from gemm_ladder.library.operand import operand_view
+
     k, n = check_swiglu(x, w_gate, w_up)
     lead = tuple(x.shape[:-1])
     m = math.prod(lead)
     if m == 0 or n == 0:
-        return torch.empty((*lead, n), dtype=x.dtype, device=x.device)
+        return _SwigluCall("empty", lead, m, n, k)
     if k == 0:
-        return torch.zeros((*lead, n), dtype=x.dtype, device=x.device)  # silu(0) * 0
+        return _SwigluCall("zeros", lead, m, n, k)
     check_domain(MmShape(m, n, k, x.dtype))
     x2 = x.reshape(m, k)
     check_swiglu_layout(x2, w_gate, w_up)
-    # small M where the fused kernel's waves are part-empty: two small-M GEMMs, gate and up meeting in the
-    # second's epilogue
+    # small M where the fused kernel's waves are part-empty: the small-M kernel's gated build, or two GEMMs
     facts = device_facts(x.device)
     if swiglu_small_m.takes(m, n, k, facts.clusters, swiglu_small_m.small_m_max(facts.name)):
-        out = torch.empty((*lead, n), dtype=x.dtype, device=x.device)
-        swiglu_small_m.run(x2, w_gate, w_up, out.view(m, n))
-        return out
-    views = [operand_view(t, k_dim=1) for t in (x2, w_gate, w_up)]
+        return _SwigluCall("small_m", lead, m, n, k, x2)
+    views = tuple(operand_view(t, k_dim=1) for t in (x2, w_gate, w_up))
     per16 = 16 // x.element_size()  # elements in the TMA store's 16-byte chunk
-    if n % per16 == 0:
-        out = torch.empty((*lead, n), dtype=x.dtype, device=x.device)
-        swiglu_kernel().launch(*views, out.view(m, n))
-        return out
-    padded = torch.empty((m, -(-n // per16) * per16), dtype=x.dtype, device=x.device)
-    swiglu_kernel().launch(*views, padded[:, :n], out_padding_writable=True)
-    return padded[:, :n].contiguous().view(*lead, n)
+    return _SwigluCall("fused" if n % per16 == 0 else "fused_padded", lead, m, n, k, x2, views)
+
+
+def bind_swiglu(x, w_gate, w_up):
+    """(BoundLaunch, out) of ``swiglu(x, w_gate, w_up)``'s one kernel launch, bound to these tensors and a new
+    output with its ``roles`` (what the compiled host path's launch template is made from: gemm_ladder/host), or
+    None where the call is not one launch reading and writing in place: an empty problem or K = 0, the small-M
+    pair of GEMMs (two launches and a float32 buffer), a padded output (N not whole 16-byte chunks: copied back), or
+    an x whose batch dimensions do not merge into a view. Raises what :func:`swiglu` raises for bad input."""
+    from gemm_ladder.dispatch import swiglu_small_m
+    from gemm_ladder.library.swiglu import swiglu_kernel
+
+    call = _swiglu_call(x, w_gate, w_up)
+    if call.path not in ("small_m", "fused") or call.x2.data_ptr() != x.data_ptr():  # a reshape that copied
+        return None
+    out = torch.empty((*call.lead, call.n), dtype=x.dtype, device=x.device)
+    out2 = out.view(call.m, call.n)
+    if call.path == "fused":
+        return swiglu_kernel().bind(*call.views, out2), out
+    one = swiglu_small_m.one_launch(call.x2, w_gate, w_up, out2)
+    if one is None:
+        return None
+    kernel, views = one
+    return kernel.bind(*views, out2), out
 
 
 def explain_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
     """What :func:`swiglu` would run on these tensors and why, without running it, as a dict: ``path``
-    ('small_m_gated', 'small_m_pair' or 'fused'; 'empty' or 'zeros' where nothing is launched), ``reason``, ``threshold`` and
-    ``launches`` (for the small-M pair, each
-    GEMM's :func:`explain` as a dict). CUDA or meta tensors; raises what :func:`swiglu` raises for bad
-    input (dispatch/swiglu_small_m.py's ``explain``)."""
+    ('small_m_gated', 'small_m_pair' or 'fused'; 'empty' or 'zeros' where nothing is launched), ``reason``, ``threshold``,
+    ``launches`` (for the small-M pair, each GEMM's :func:`explain` as a dict) and ``host`` (who launches it: "C++
+    ..." where the compiled host module plans the signature once and launches each call, else "python (why)").
+    CUDA or meta tensors; raises what :func:`swiglu` raises for bad input (dispatch/swiglu_small_m.py's
+    ``explain``)."""
     from gemm_ladder.dispatch import swiglu_small_m
 
-    return swiglu_small_m.explain(x, w_gate, w_up)
+    info = swiglu_small_m.explain(x, w_gate, w_up)
+    return info | {"host": _swiglu_host(info, x)}
+
+
+def _swiglu_host(info: dict, x: torch.Tensor) -> str:
+    """Who launches a swiglu call whose :func:`explain_swiglu` says ``info`` (bind_swiglu's rule, in words)."""
+    if _HOST_OPS is None:
+        from gemm_ladder import host
+
+        return f"python (the host module is not in use: {host.describe()})"
+    path, n = info["path"], info["n"]
+    if path in ("empty", "zeros"):
+        return "python (an empty problem or K = 0: no kernel launch, zeros or nothing written)"
+    if path == "small_m_pair":
+        return "python (the small-M pair: two launches and a float32 buffer between them)"
+    if path == "fused" and n % (16 // x.element_size()):
+        return "python (N is not whole 16-byte chunks: the output is written padded and copied back)"
+    try:
+        x.view(info["m"], info["k"])
+    except RuntimeError:
+        return "python (x's batch dimensions do not merge into a view: reshaped by a copy, a new address each call)"
+    return ("C++ (planned once per signature; per call the compiled host module encodes the maps and launches; "
+            "inputs requiring grad with grad mode on are refused)")
 
 
 def explain(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,

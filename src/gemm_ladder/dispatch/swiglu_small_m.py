@@ -166,7 +166,7 @@ def one_launch_bn(m: int) -> int:
     return min(bucket(m), BUCKETS[-1])
 
 
-def _one_launch(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out2: torch.Tensor):
+def one_launch(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out2: torch.Tensor):
     """(the gated build's kernel, its operand views) when :data:`ONE_LAUNCH` is on, M <= :data:`ONE_LAUNCH_MAX_M` and
     the build takes the call, else None."""
     m, k = x2.shape
@@ -203,7 +203,7 @@ def run(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out2: torch.
     Raises what dispatch.decide raises when no kernel computes a step (OutsideDomainError)."""
     from gemm_ladder.dispatch.execute import run as run_route
 
-    one = _one_launch(x2, w_gate, w_up, out2)
+    one = one_launch(x2, w_gate, w_up, out2)
     if one is not None:
         kernel, views = one
         kernel.launch(*views, out2)
@@ -252,7 +252,7 @@ def explain(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
         return out
     x2 = x.reshape(m, k)
     out2 = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    one = _one_launch(x2, w_gate, w_up, out2)
+    one = one_launch(x2, w_gate, w_up, out2)
     if one is not None:
         from gemm_ladder.library.swiglu_small_m import SWIGLU_SMALL_M
 
@@ -281,5 +281,5 @@ def explain(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
 
 
 __all__ = ["FUSED_FILL_MIN_M", "FUSED_MIN_WAVE_FILL", "GATED", "ONE_LAUNCH", "ONE_LAUNCH_MAX_M",
-           "PAIR_ROUTE", "PAIR_ROUTES", "PAIR_SMALL_M_MAX_BY_DEVICE", "SMALL_M_MAX", "SMALL_M_MAX_BY_DEVICE", "explain", "fused_wave_fill", "one_launch_bn", "reason", "run",
+           "PAIR_ROUTE", "PAIR_ROUTES", "PAIR_SMALL_M_MAX_BY_DEVICE", "SMALL_M_MAX", "SMALL_M_MAX_BY_DEVICE", "explain", "fused_wave_fill", "one_launch", "one_launch_bn", "reason", "run",
            "small_m_max", "takes"]
