@@ -95,7 +95,7 @@ def _linear_out_cuda(x, w, bias=None, residual=None, *, out, activation=None, al
                   out=out, check_grad=True)
 
 
-for _name, _fn in (("mm_out", _mm_out_cuda), ("linear_out", _linear_out_cuda), ("swiglu", swiglu_direct)):
+for _name, _fn in (("mm_out", _mm_out_cuda), ("linear_out", _linear_out_cuda)):
     _LIB.impl(_name, _fn, "CUDA")
 
 
@@ -299,13 +299,14 @@ def _register_autograd(name: str, backward, setup_context) -> None:
 
 
 def _register_python_kernels() -> None:
-    """The Python CUDA and Autograd kernels of mm and linear, each set in a Library of its own, so that
-    :func:`use_host` can remove them (``_destroy``) before the compiled host module registers its own
-    (no registration overrides another) and :func:`use_python` can put them back."""
+    """The Python CUDA kernels of mm, linear and swiglu and the Autograd kernels of mm and linear, each set in
+    a Library of its own, so that :func:`use_host` can remove them (``_destroy``) before the compiled host
+    module registers its own (no registration overrides another) and :func:`use_python` can put them back."""
     global _CUDA_LIB, _AUTOGRAD_LIB
     _CUDA_LIB = torch.library.Library(NAMESPACE, "IMPL")
     _CUDA_LIB.impl("mm", _mm_cuda, "CUDA")
     _CUDA_LIB.impl("linear", _linear_cuda, "CUDA")
+    _CUDA_LIB.impl("swiglu", swiglu_direct, "CUDA")
     _AUTOGRAD_LIB = torch.library.Library(NAMESPACE, "IMPL")
     _register_autograd("mm", _mm_backward, _mm_setup)
     _register_autograd("linear", _linear_backward, _linear_setup)
@@ -320,23 +321,35 @@ _register_python_kernels()
 # --- the compiled host path -----------------------------------------------------------------------
 
 _HOST: dict = {}
-#: (register, unregister) of the other op modules' C++ kernels (ops_grouped, ops_grouped_swiglu: :func:`on_host`).
-_HOST_USERS: list[tuple] = []
+#: The planned ops of the other op modules (ops_grouped, ops_grouped_swiglu: :func:`on_host`), each a dict
+#: {op name: (planner, Python kernel)}.
+_HOST_USERS: list[dict] = []
 
 
-def on_host(register, unregister) -> None:
-    """Have ``register(module)`` run when the compiled host module is in use (now, where it is already) and
-    ``unregister(module)`` when :func:`use_python` leaves it: how an op module defined elsewhere
-    (ops_grouped.py, ops_grouped_swiglu.py) registers its ops' C++ kernels and planners."""
-    _HOST_USERS.append((register, unregister))
+def _register_planned(module, callbacks: dict) -> None:
+    """Hand ``module`` (the compiled host module) each planned op's planner and Python kernel (as launch.cpp calls
+    them, with the op's arguments) and register its C++ CUDA kernel."""
+    for name, (plan, run) in callbacks.items():
+        module.set_op_callbacks(name, plan, run)
+        module.register_op_kernel(name)
+
+
+def on_host(callbacks: dict) -> None:
+    """Have the compiled host module launch these ops' calls while it is in use (from now, where it already is):
+    ``callbacks`` {op name: (planner, Python kernel)}, the op one of the module's ``PLANNED_OPS``, its planner
+    answering a launch template (gemm_ladder/host/templates.py) or None (the Python kernel runs that signature);
+    :func:`use_python` removes their C++ kernels. How an op module defined elsewhere (ops_grouped.py,
+    ops_grouped_swiglu.py) hands its ops to C++."""
+    _HOST_USERS.append(callbacks)
     if _HOST.get("module") is not None:
-        register(_HOST["module"])
+        _register_planned(_HOST["module"], callbacks)
 
 
 def use_host():
-    """Switch the CUDA and Autograd kernels of mm and linear to the compiled host module
-    (gemm_ladder/host): build or load it, give it its planner, remove the Python kernels and register
-    its own (launch.cpp, autograd.cpp); and scaled_mm's functional calls to its entry (ops_fp8.set_host).
+    """Switch the CUDA and Autograd kernels of mm and linear, swiglu's CUDA kernel and the planned ops of
+    :func:`on_host` to the compiled host module (gemm_ladder/host): build or load it, give it its planners,
+    remove the Python kernels and register its own (launch.cpp, autograd.cpp); and scaled_mm's functional
+    calls to its entry (ops_fp8.set_host).
     Returns the module, or None where it is not used (``GEMM_LADDER_HOST=0``, or the build failed: a
     warning said why, and the Python kernels stay).
     Done at most once per process; called at import on a machine with a CUDA device, and never from
@@ -356,12 +369,14 @@ def use_host():
         _AUTOGRAD_LIB._destroy()
         module.register_kernels()
         module.register_autograd()
-        api.set_host_ops((module.mm, module.linear, _MM, _LINEAR))  # typed dispatcher calls of _MM, _LINEAR
+        _register_planned(module, {"swiglu": (planner.plan_swiglu, planner.run_swiglu)})
+        # typed dispatcher calls of _MM, _LINEAR and _SWIGLU
+        api.set_host_ops((module.mm, module.linear, _MM, _LINEAR, module.swiglu))
         from gemm_ladder import ops_fp8
 
         ops_fp8.set_host(module.scaled_mm)
-        for register, _ in _HOST_USERS:
-            register(module)
+        for callbacks in _HOST_USERS:
+            _register_planned(module, callbacks)
     _HOST["module"] = module
     _HOST["off"] = module is None
     return module
@@ -379,8 +394,7 @@ def use_python() -> None:
     from gemm_ladder import ops_fp8
 
     ops_fp8.set_host(None)
-    for _, unregister in _HOST_USERS:
-        unregister(module)
+    module.unregister_op_kernels(["swiglu", *(name for callbacks in _HOST_USERS for name in callbacks)])
     module.unregister_kernels()
     module.unregister_autograd()
     module.clear()

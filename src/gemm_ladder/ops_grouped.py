@@ -358,7 +358,6 @@ def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: t
 #: The library/grouped.py settings the host module's grouped templates were planned under (:func:`_settings`). Whether
 #: its grouped kernels are registered is whether the host module is in use (ops.host_module(): ops.on_host registers
 #: them then, and removes them when it is left).
-_HOST = {"settings": None}
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
@@ -368,6 +367,9 @@ def _settings() -> tuple:
     signature's template holds what they said when it was planned."""
     g = _grouped_library
     return (g.STORE_DEFAULT, g.TAIL_MIN_IDLE, g.CLUSTER_MIN_K, g.C_RING)
+
+
+_HOST = {"settings": _settings()}
 
 
 def host_call(*tensors) -> bool:
@@ -450,20 +452,6 @@ HOST_CALLBACKS = {
 }
 
 
-def register_host(module, callbacks: dict) -> None:
-    """Hand ``module`` (the compiled host module) each op's planner and Python kernel and register its C++ CUDA
-    kernel over the Python one (for grouped ops of this module and ops_grouped_swiglu)."""
-    for name, (plan, run) in callbacks.items():
-        module.set_grouped_callbacks(name, plan, run)
-        module.register_grouped_kernel(name)
-    _HOST["settings"] = _settings()
-
-
-def unregister_host(module) -> None:
-    """Remove the grouped ops' C++ kernels: the Python ones answer again."""
-    module.unregister_grouped_kernels()
-
-
-_ops.on_host(lambda module: register_host(module, HOST_CALLBACKS), unregister_host)
+_ops.on_host(HOST_CALLBACKS)
 
 __all__ = ["ACTIVATION_FUSED", "explain_grouped_mm", "grouped_linear", "grouped_mm", "grouped_mm_masked", "host_call", "why_unfused"]

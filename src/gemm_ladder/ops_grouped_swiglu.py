@@ -41,7 +41,6 @@ from gemm_ladder.api_quantized import through_op  # the eager-or-op rule of the 
 from gemm_ladder.errors import GemmInputError, GemmTypeError
 from gemm_ladder.library.grouped import grad_w_bn, grouped_gemm
 from gemm_ladder import ops as _ops  # the compiled host path's switch (on_host)
-from gemm_ladder import ops_grouped
 from gemm_ladder.ops_grouped import NAMESPACE, _grad_b_grouped_k, aligned_rows, host_call, host_path, template_of
 
 F32 = torch.float32
@@ -228,8 +227,7 @@ def _plan_fused(x, w_gate, w_up, offs):
     return template_of((kernel.swiglu_args(x, w_gate, w_up, offs, out).bound(), out))
 
 
-_ops.on_host(lambda module: ops_grouped.register_host(
-    module, {"grouped_swiglu_fused": (_plan_fused, grouped_swiglu_fused_direct)}), ops_grouped.unregister_host)
+_ops.on_host({"grouped_swiglu_fused": (_plan_fused, grouped_swiglu_fused_direct)})
 
 
 def explain_grouped_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, offs: torch.Tensor) -> dict:

@@ -587,28 +587,34 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
   return out;
 }
 
-// --- the grouped ops (gemm_ladder/ops_grouped.py, ops_grouped_swiglu.py) ------------------------------
+// --- the planned ops: the grouped ops (ops_grouped.py, ops_grouped_swiglu.py) and swiglu (ops.py) -------------
 
-// Their CUDA kernels, registered over the Python ones custom_op made (CompositeExplicitAutograd: a CUDA
-// kernel comes first). One plain launch per call where the planner (each op's own, registered from Python
-// with set_grouped_callbacks) gives a template: tensor maps for x (a), w (b), w_up and out, pointers to out,
-// offs and bias; the rest (batched, empty, K = 0, the fused build's refusals) runs the op's Python kernel.
-enum GroupedOp : int64_t { kGroupedMm = 11, kGroupedLinear = 12, kGroupedLinearAct = 13, kGroupedSwiglu = 14 };
-constexpr int kGroupedOps = 4;
+// Their CUDA kernels, each registered in a torch::Library of its own (the grouped ops' over the Python kernels
+// custom_op made, CompositeExplicitAutograd: a CUDA kernel comes first; swiglu's after ops.py removed its
+// Python CUDA kernel). One plain launch per call where the op's planner (registered from Python with
+// set_op_callbacks) gives a template: tensor maps for the op's first tensor (a: x), its second (b: w, w_gate),
+// w_up and out, pointers to out, offs and bias; the rest (batched, empty, K = 0, the fused build's refusals,
+// swiglu's two-launch and padded paths) runs the op's Python kernel.
+enum PlannedOp : int64_t { kGroupedMm = 11, kGroupedLinear = 12, kGroupedLinearAct = 13, kGroupedSwiglu = 14,
+                           kSwiglu = 15 };
+constexpr int kPlannedOps = 5;
+static const char* planned_op_names[kPlannedOps] = {"grouped_mm", "grouped_linear", "grouped_linear_act",
+                                                    "grouped_swiglu_fused", "swiglu"};
 
-struct GroupedCallbacks {
-  py::object plan[kGroupedOps], run[kGroupedOps];
+struct OpCallbacks {
+  py::object plan[kPlannedOps], run[kPlannedOps];
 };
-static GroupedCallbacks* grouped_callbacks = nullptr;  // never destroyed: Python may be finalised first
+static OpCallbacks* op_callbacks = nullptr;  // never destroyed: Python may be finalised first
 
-static void grouped_key(std::vector<int64_t>& k, int64_t op, bool capturing, int64_t out_dtype, int64_t activation,
+// ``variant``: what else the op's call depends on (linear_act's activation, swiglu's grad flag), -1 if nothing.
+static void planned_key(std::vector<int64_t>& k, int64_t op, bool capturing, int64_t out_dtype, int64_t variant,
                         const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& offs,
                         const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& w_up) {
   k.clear();
   k.push_back(op);
   k.push_back(capturing);
   k.push_back(out_dtype);
-  k.push_back(activation);
+  k.push_back(variant);
   push_tensor(k, a);
   push_tensor(k, b);
   push_optional(k, offs);
@@ -620,35 +626,35 @@ static uint64_t address(const std::optional<at::Tensor>& t) {
   return t.has_value() && t->defined() ? reinterpret_cast<uint64_t>(t->data_ptr()) : 0;
 }
 
-// One grouped op's call: its template (planned once per signature), else its Python kernel. ``py_args``
+// One planned op's call: its template (planned once per signature), else its Python kernel. ``py_args``
 // builds the op's arguments for the planner and the Python kernel (called with the GIL held).
-static at::Tensor grouped_call(int64_t op, const at::Tensor& a, const at::Tensor& b,
+static at::Tensor planned_call(int64_t op, const at::Tensor& a, const at::Tensor& b,
                                const std::optional<at::Tensor>& offs, const std::optional<at::Tensor>& bias,
-                               const std::optional<at::Tensor>& w_up, int64_t activation, int64_t out_dtype,
+                               const std::optional<at::Tensor>& w_up, int64_t variant, int64_t out_dtype,
                                const std::function<py::tuple()>& py_args) {
   const int slot = static_cast<int>(op - kGroupedMm);
-  TORCH_CHECK(grouped_callbacks != nullptr && grouped_callbacks->plan[slot],
-              "gemm_ladder host: the grouped op's planner is not registered (import gemm_ladder.ops_grouped)");
+  TORCH_CHECK(op_callbacks != nullptr && op_callbacks->plan[slot], "gemm_ladder host: the planner of ",
+              planned_op_names[slot], " is not registered (import gemm_ladder.ops_grouped)");
   auto here = [&](const std::optional<at::Tensor>& t) { return !t.has_value() || t->device() == a.device(); };
   if (!a.is_cuda() || b.device() != a.device() || !here(offs) || !here(bias) || !here(w_up)) {
     py::gil_scoped_acquire gil;  // the Python kernel's checks name the tensor on another device
-    return grouped_callbacks->run[slot](*py_args()).cast<at::Tensor>();
+    return op_callbacks->run[slot](*py_args()).cast<at::Tensor>();
   }
   DeviceGuard device_guard(a.device());
   ensure_context(a.device().index());
   void* stream = current_stream(a.device());
   bool capturing = stream_capturing(stream);
   thread_local std::vector<int64_t> key;
-  grouped_key(key, op, capturing, out_dtype, activation, a, b, offs, bias, w_up);
+  planned_key(key, op, capturing, out_dtype, variant, a, b, offs, bias, w_up);
   auto t = find(key);
   if (t == nullptr) {
     py::gil_scoped_acquire gil;
     std::vector<int64_t> owned(key);  // the planner may re-enter an op on this thread (the key is thread-local)
-    t = keep(owned, parse_template(grouped_callbacks->plan[slot](*py_args())));  // raises the library's errors
+    t = keep(owned, parse_template(op_callbacks->plan[slot](*py_args())));  // raises the library's errors
   }
   if (t->python) {
     py::gil_scoped_acquire gil;
-    return grouped_callbacks->run[slot](*py_args()).cast<at::Tensor>();
+    return op_callbacks->run[slot](*py_args()).cast<at::Tensor>();
   }
   at::Tensor out = at::empty(t->out_shape, a.options().dtype(t->out_dtype));
   uint64_t ptrs[kSources] = {};
@@ -666,78 +672,107 @@ static py::object optional_arg(const std::optional<at::Tensor>& t) { return t.ha
 
 at::Tensor grouped_mm_cuda(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& offs,
                            std::optional<at::ScalarType> out_dtype) {
-  return grouped_call(kGroupedMm, a, b, offs, std::nullopt, std::nullopt, -1, dtype_code(out_dtype),
+  return planned_call(kGroupedMm, a, b, offs, std::nullopt, std::nullopt, -1, dtype_code(out_dtype),
                       [&] { return py::make_tuple(a, b, optional_arg(offs), out_dtype); });
 }
 
 at::Tensor grouped_linear_cuda(const at::Tensor& x, const at::Tensor& w, const at::Tensor& offs,
                                const std::optional<at::Tensor>& bias) {
-  return grouped_call(kGroupedLinear, x, w, offs, bias, std::nullopt, -1, -1,
+  return planned_call(kGroupedLinear, x, w, offs, bias, std::nullopt, -1, -1,
                       [&] { return py::make_tuple(x, w, offs, optional_arg(bias)); });
 }
 
 at::Tensor grouped_linear_act_cuda(const at::Tensor& x, const at::Tensor& w, const at::Tensor& offs,
                                    const std::optional<at::Tensor>& bias, c10::string_view activation) {
   std::optional<c10::string_view> act(activation);
-  return grouped_call(kGroupedLinearAct, x, w, offs, bias, std::nullopt, activation_id(act), -1, [&] {
+  return planned_call(kGroupedLinearAct, x, w, offs, bias, std::nullopt, activation_id(act), -1, [&] {
     return py::make_tuple(x, w, offs, optional_arg(bias), py::str(std::string(activation.data(), activation.size())));
   });
 }
 
 at::Tensor grouped_swiglu_fused_cuda(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up,
                                      const at::Tensor& offs) {
-  return grouped_call(kGroupedSwiglu, x, w_gate, offs, std::nullopt, w_up, -1, -1,
+  return planned_call(kGroupedSwiglu, x, w_gate, offs, std::nullopt, w_up, -1, -1,
                       [&] { return py::make_tuple(x, w_gate, w_up, offs); });
 }
 
-static const char* grouped_op_names[kGroupedOps] = {"grouped_mm", "grouped_linear", "grouped_linear_act",
-                                                    "grouped_swiglu_fused"};
+// swiglu has no backward: with grad mode on and an input requiring grad the planner raises (the library's
+// NotSupportedError), so that flag is in the key and no template is ever kept under it.
+static bool swiglu_grad(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up) {
+  return at::GradMode::is_enabled() && (x.requires_grad() || w_gate.requires_grad() || w_up.requires_grad());
+}
 
-// The planner and Python kernel of grouped op ``name`` (one of grouped_op_names).
-void set_grouped_callbacks(const std::string& name, py::object plan, py::object run) {
-  if (grouped_callbacks == nullptr) grouped_callbacks = new GroupedCallbacks();
-  for (int i = 0; i < kGroupedOps; ++i) {
-    if (name == grouped_op_names[i]) {
-      grouped_callbacks->plan[i] = std::move(plan);
-      grouped_callbacks->run[i] = std::move(run);
+at::Tensor swiglu_cuda(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up) {
+  return planned_call(kSwiglu, x, w_gate, std::nullopt, std::nullopt, w_up, swiglu_grad(x, w_gate, w_up), -1,
+                      [&] { return py::make_tuple(x, w_gate, w_up); });
+}
+
+// The planner and Python kernel of planned op ``name`` (one of planned_op_names).
+void set_op_callbacks(const std::string& name, py::object plan, py::object run) {
+  if (op_callbacks == nullptr) op_callbacks = new OpCallbacks();
+  for (int i = 0; i < kPlannedOps; ++i) {
+    if (name == planned_op_names[i]) {
+      op_callbacks->plan[i] = std::move(plan);
+      op_callbacks->run[i] = std::move(run);
       return;
     }
   }
-  TORCH_CHECK_VALUE(false, "gemm_ladder host: no grouped op ", name);
+  TORCH_CHECK_VALUE(false, "gemm_ladder host: no planned op ", name);
 }
 
-static std::unique_ptr<torch::Library> grouped_lib;
+static std::unordered_map<std::string, std::unique_ptr<torch::Library>>& op_libs() {
+  static auto* libs = new std::unordered_map<std::string, std::unique_ptr<torch::Library>>();
+  return *libs;
+}
 
-// Registers the CUDA kernel of grouped op ``name`` (after its Python op is defined and its callbacks set).
-void register_grouped_kernel(const std::string& name) {
-  if (!grouped_lib) {
-    grouped_lib = std::make_unique<torch::Library>(torch::Library::IMPL, "gemm_ladder", c10::DispatchKey::CUDA,
-                                                   __FILE__, __LINE__);
-  }
+// Registers the CUDA kernel of planned op ``name`` (after its op is defined, its callbacks set and, for swiglu,
+// its Python CUDA kernel removed), in a library of its own: unregister_op_kernels removes it alone.
+void register_op_kernel(const std::string& name) {
+  if (op_libs().count(name)) return;
+  auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "gemm_ladder", c10::DispatchKey::CUDA,
+                                              __FILE__, __LINE__);
   if (name == "grouped_mm") {
-    grouped_lib->impl("grouped_mm", TORCH_FN(grouped_mm_cuda));
+    lib->impl("grouped_mm", TORCH_FN(grouped_mm_cuda));
   } else if (name == "grouped_linear") {
-    grouped_lib->impl("grouped_linear", TORCH_FN(grouped_linear_cuda));
+    lib->impl("grouped_linear", TORCH_FN(grouped_linear_cuda));
   } else if (name == "grouped_linear_act") {
-    grouped_lib->impl("grouped_linear_act", TORCH_FN(grouped_linear_act_cuda));
+    lib->impl("grouped_linear_act", TORCH_FN(grouped_linear_act_cuda));
   } else if (name == "grouped_swiglu_fused") {
-    grouped_lib->impl("grouped_swiglu_fused", TORCH_FN(grouped_swiglu_fused_cuda));
+    lib->impl("grouped_swiglu_fused", TORCH_FN(grouped_swiglu_fused_cuda));
+  } else if (name == "swiglu") {
+    lib->impl("swiglu", TORCH_FN(swiglu_cuda));
   } else {
-    TORCH_CHECK_VALUE(false, "gemm_ladder host: no grouped op ", name);
+    TORCH_CHECK_VALUE(false, "gemm_ladder host: no planned op ", name);
   }
+  op_libs()[name] = std::move(lib);
 }
 
-void unregister_grouped_kernels() { grouped_lib.reset(); }
+// Removes the CUDA kernels of these planned ops (the ones registered; never while one runs).
+void unregister_op_kernels(const std::vector<std::string>& names) {
+  for (const auto& name : names) op_libs().erase(name);
+}
 
-py::bytes grouped_signature(int64_t op, const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& offs,
-                            const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& w_up,
-                            std::optional<std::string> activation, std::optional<at::ScalarType> out_dtype,
-                            bool capturing) {
-  std::optional<c10::string_view> act;
-  if (activation.has_value()) act = c10::string_view(activation->data(), activation->size());
+py::bytes op_signature(int64_t op, const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& offs,
+                       const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& w_up,
+                       std::optional<std::string> activation, std::optional<at::ScalarType> out_dtype,
+                       bool capturing) {
+  int64_t variant = -1;
+  if (op == kSwiglu) {
+    variant = swiglu_grad(a, b, *w_up);
+  } else if (activation.has_value()) {
+    variant = activation_id(c10::string_view(activation->data(), activation->size()));
+  }
   std::vector<int64_t> k;
-  grouped_key(k, op, capturing, dtype_code(out_dtype), activation_id(act), a, b, offs, bias, w_up);
+  planned_key(k, op, capturing, dtype_code(out_dtype), variant, a, b, offs, bias, w_up);
   return py::bytes(reinterpret_cast<const char*>(k.data()), k.size() * sizeof(int64_t));
+}
+
+// swiglu called from Python as mm_entry is (a typed dispatcher call: autograd, FakeTensor and every key see it).
+at::Tensor swiglu_entry(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("gemm_ladder::swiglu", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+  return op.call(x, w_gate, w_up);
 }
 
 // --- test and introspection hooks -----------------------------------------------------------------
@@ -876,6 +911,13 @@ at::Tensor py_scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tens
   END_HANDLE_TH_ERRORS_PYBIND
 }
 
+// swiglu's eager entry: gemm_ladder.swiglu calls it for plain CUDA tensors. Errors come back as py_mm's do.
+at::Tensor py_swiglu(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up) {
+  HANDLE_TH_ERRORS
+  return swiglu_entry(x, w_gate, w_up);
+  END_HANDLE_TH_ERRORS_PYBIND
+}
+
 }  // namespace gl_host
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -897,9 +939,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear", &gl_host::py_linear);
   m.def("scaled_mm", &gl_host::py_scaled_mm);
   m.def("scaled_mm_signature", &gl_host::scaled_mm_signature);
-  m.def("set_grouped_callbacks", &gl_host::set_grouped_callbacks);
-  m.def("register_grouped_kernel", &gl_host::register_grouped_kernel);
-  m.def("unregister_grouped_kernels", &gl_host::unregister_grouped_kernels);
-  m.def("grouped_signature", &gl_host::grouped_signature);
-  m.attr("GROUPED_OPS") = py::make_tuple("grouped_mm", "grouped_linear", "grouped_linear_act", "grouped_swiglu_fused");
+  m.def("set_op_callbacks", &gl_host::set_op_callbacks);
+  m.def("register_op_kernel", &gl_host::register_op_kernel);
+  m.def("unregister_op_kernels", &gl_host::unregister_op_kernels);
+  m.def("op_signature", &gl_host::op_signature);
+  m.def("swiglu", &gl_host::py_swiglu);
+  m.attr("PLANNED_OPS") = py::make_tuple("grouped_mm", "grouped_linear", "grouped_linear_act", "grouped_swiglu_fused",
+                                         "swiglu");
 }

@@ -11,7 +11,9 @@ same kernels) for that signature on every call.
 
 The same for ``scaled_mm`` (:func:`plan_scaled_mm`, :func:`run_scaled_mm`): the fp8 kernel's launch
 (library/fp8.py ``bind_scaled_mm``) as a template, or None where a call copies a scale or the bias,
-returns the quantized output, or launches nothing.
+returns the quantized output, or launches nothing; and for ``swiglu`` (:func:`plan_swiglu`, :func:`run_swiglu`,
+registered by gemm_ladder.ops as a planned op): its one launch (``api.bind_swiglu``), or None for the small-M
+pair, a padded output, a copied x, or nothing to launch.
 
 :func:`register` hands these six functions to the module (:func:`gemm_ladder.ops` does at import).
 """
@@ -20,10 +22,12 @@ from __future__ import annotations
 
 import torch
 
-from gemm_ladder.api import _epilogue_args, _linear_call, _mm_call, linear_direct, mm_direct, output_for
+from gemm_ladder.api import (_epilogue_args, _linear_call, _mm_call, bind_swiglu, linear_direct, mm_direct, output_for,
+                             swiglu_direct)
 from gemm_ladder.dispatch.autotune import transient
 from gemm_ladder.dispatch.calls import CALLS, bind_route, linear_key, mm_key
-from gemm_ladder.host.templates import FP8_SOURCES, LaunchTemplate, template_from_bound
+from gemm_ladder.dispatch.validate import check_swiglu
+from gemm_ladder.host.templates import FP8_SOURCES, SWIGLU_SOURCES, LaunchTemplate, template_from_bound
 from gemm_ladder.library import fp8
 
 
@@ -106,9 +110,27 @@ def run_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype) -> torch.Tensor:
     return fp8.scaled_mm_launch(a, b, scale_a, scale_b, _plain(bias), call)
 
 
+def plan_swiglu(x, w_gate, w_up) -> LaunchTemplate | None:
+    """The template of ``swiglu(x, w_gate, w_up)``'s signature, or None (the Python path: :func:`api.bind_swiglu
+    <gemm_ladder.api.bind_swiglu>` says where). Raises what :func:`gemm_ladder.swiglu` raises for bad input; inputs
+    requiring grad with grad mode on are refused here (launch.cpp keys that flag, so no template is kept for it)."""
+    check_swiglu(x, w_gate, w_up)  # before _plain, which drops requires_grad
+    made = bind_swiglu(_plain(x), _plain(w_gate), _plain(w_up))
+    if made is None:
+        return None
+    bound, out = made
+    return template_from_bound(bound, out_shape=tuple(out.shape), out_dtype=out.dtype, sources=SWIGLU_SOURCES)
+
+
+def run_swiglu(x, w_gate, w_up) -> torch.Tensor:
+    """The Python path of a swiglu signature C++ does not launch (its checks refuse inputs requiring grad)."""
+    return swiglu_direct(x, w_gate, w_up)
+
+
 def register(module) -> None:
     """Give the host module its planners and Python paths."""
     module.set_callbacks(plan_mm, plan_linear, run_mm, run_linear, plan_scaled_mm, run_scaled_mm)
 
 
-__all__ = ["plan_linear", "plan_mm", "plan_scaled_mm", "register", "run_linear", "run_mm", "run_scaled_mm"]
+__all__ = ["plan_linear", "plan_mm", "plan_scaled_mm", "plan_swiglu", "register", "run_linear", "run_mm",
+           "run_scaled_mm", "run_swiglu"]

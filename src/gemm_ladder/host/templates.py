@@ -31,6 +31,8 @@ FP8_SOURCES = {name: SOURCES.index(name) for name in ("a", "b", "out", "bias", "
 #: The grouped kernel's tensors as library/grouped.py's GroupedArgs roles name them (x and w along M, a and b along
 #: K: the op's first and second tensor), to their SOURCES index.
 GROUPED_SOURCES = {"x": 0, "w": 1, "a": 0, "b": 1, "out": 2, "bias": 3, "offs": 8, "w_up": 9}
+#: swiglu's tensors as library/swiglu.py's and library/swiglu_small_m.py's roles name them, to their SOURCES index.
+SWIGLU_SOURCES = {"x": 0, "w_gate": 1, "out": 2, "w_up": 9}
 #: Bytes of a CUtensorMap and its alignment (cuda.h: CU_TENSOR_MAP_NUM_QWORDS = 16, alignas(64)).
 TENSOR_MAP_BYTES, TENSOR_MAP_ALIGN = 128, 64
 #: The EpilogueParams' slot names of linear's built-in epilogue (library/epilogue.py linear_epilogue)
@@ -184,4 +186,4 @@ def _grid(prepared) -> tuple[int, int, int]:
     return (int(cfg.gridDimX), int(cfg.gridDimY), int(cfg.gridDimZ))
 
 
-__all__ = ["FP8_SOURCES", "GROUPED_SOURCES", "LaunchTemplate", "SOURCES", "TemplateError", "operand_sources", "pack", "template_from_bound"]
+__all__ = ["FP8_SOURCES", "GROUPED_SOURCES", "LaunchTemplate", "SOURCES", "SWIGLU_SOURCES", "TemplateError", "operand_sources", "pack", "template_from_bound"]
