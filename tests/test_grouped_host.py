@@ -24,7 +24,7 @@ from host_fakes import FakeBound, FakeMap, host  # noqa: F401 - host: the module
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 GROUPED = ("grouped_mm", "grouped_linear", "grouped_linear_act", "grouped_swiglu_fused")
-#: launch.cpp's GroupedOp numbers: 11 + the op's place in the module's GROUPED_OPS.
+#: launch.cpp's PlannedOp numbers: 11 + the op's place in the module's PLANNED_OPS.
 CODE = {name: 11 + i for i, name in enumerate(GROUPED)}
 
 
@@ -39,7 +39,7 @@ def _cuda_kernel_line(name: str) -> str | None:
 
 
 def test_the_grouped_ops_get_cpp_cuda_kernels_and_lose_them_with_the_host(host):
-    assert tuple(host.GROUPED_OPS) == GROUPED
+    assert tuple(host.PLANNED_OPS) == (*GROUPED, "swiglu")
     for name in GROUPED:
         line = _cuda_kernel_line(name)
         assert line is not None and "launch.cpp" in line, (name, line)
@@ -80,7 +80,7 @@ def test_public_calls_skip_their_checks_only_for_plain_cuda_tensors_on_the_host(
 
 
 def test_signature_changes_with_everything_the_grouped_checks_read(host):
-    sig = host.grouped_signature
+    sig = host.op_signature
     x, w, offs, bias = _t(40, 64), _t(4, 96, 64), _t(4, dtype=torch.int32), _t(4, 96)
     code = CODE["grouped_linear"]
     k = sig(code, x, w, offs, None, None, None, None, False)
@@ -131,10 +131,10 @@ def test_a_grouped_template_places_offs_and_w_up_and_cpp_patches_them(host):
 
 def test_every_grouped_op_has_its_callbacks_and_an_unknown_one_is_refused(host):
     assert set(ops_grouped.HOST_CALLBACKS) | {"grouped_swiglu_fused"} == set(GROUPED)
-    with pytest.raises(ValueError, match="no grouped op"):
-        host.register_grouped_kernel("grouped_nothing")
-    with pytest.raises(ValueError, match="no grouped op"):
-        host.set_grouped_callbacks("grouped_nothing", None, None)
+    with pytest.raises(ValueError, match="no planned op"):
+        host.register_op_kernel("grouped_nothing")
+    with pytest.raises(ValueError, match="no planned op"):
+        host.set_op_callbacks("grouped_nothing", None, None)
 
 
 def test_explain_says_who_launches_each_grouped_call(host, monkeypatch):
