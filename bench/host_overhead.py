@@ -92,8 +92,9 @@ def paths(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> dict:
 
 
 def extra_paths(a: torch.Tensor, w: torch.Tensor) -> dict:
-    """out= and swiglu (issue 21: still launched from Python, not the compiled host module), each
-    beside torch's nearest call: ``torch.mm(out=)``, and F.silu(F.linear) * F.linear for SwiGLU."""
+    """out= (issue 21: still launched from Python, not the compiled host module) and swiglu (the compiled host
+    module's since 2026-12-07), each beside torch's nearest call: ``torch.mm(out=)``, and F.silu(F.linear) *
+    F.linear for SwiGLU."""
     import gemm_ladder
     import gemm_ladder.ops  # noqa: F401 - gemm_ladder.ops.linear(out=): the linear_out op
 
@@ -111,7 +112,7 @@ def extra_paths(a: torch.Tensor, w: torch.Tensor) -> dict:
 
 
 def extra_verdict(times: dict) -> dict:
-    """out= and swiglu against torch's nearest call (information: issue 21 leaves them in Python)."""
+    """out= and swiglu against torch's nearest call (information: out= launches from Python)."""
     pairs = {"mm(out=)": ("extra: cuBLAS torch.mm(out=)", "extra: gemm_ladder.mm(out=)"),
              "linear(out=)": ("extra: cuBLAS torch.mm(out=)", "extra: gemm_ladder.ops.linear(out=)"),
              "swiglu": ("extra: cuBLAS silu(F.linear) * F.linear", "extra: gemm_ladder.swiglu")}
@@ -202,15 +203,22 @@ def model_paths(m: int, n: int, k: int) -> dict:
         out[f"model: gemm_ladder.linear ({g})"] = mode(lambda: gemm_ladder.linear(nxt(), w), grad)
         out[f"model: cuBLAS F.linear + bias ({g})"] = mode(lambda: F.linear(nxt(), w, b), grad)
         out[f"model: gemm_ladder.linear + bias ({g})"] = mode(lambda: gemm_ladder.linear(nxt(), w, b), grad)
+    # the gated MLP at inference (swiglu has no backward: grad off only), gate and up as two Parameters
+    up = torch.nn.Parameter(torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5)
+    out["model: cuBLAS silu(F.linear) * F.linear (grad off)"] = mode(
+        lambda: F.silu(F.linear(x := nxt(), w)) * F.linear(x, up), False)
+    out["model: gemm_ladder.swiglu (grad off)"] = mode(lambda: gemm_ladder.swiglu(nxt(), w, up), False)
     return out
 
 
 def model_verdict(times: dict) -> dict:
-    """Per grad mode and bias: gemm_ladder's time against F.linear's (the target: at most it)."""
+    """Per grad mode and bias: gemm_ladder's time against F.linear's (the target: at most it); swiglu's against
+    torch's composition (``silu(F.linear) * F.linear``)."""
     out = {}
     for key, theirs in times.items():
         if key.startswith("model: cuBLAS"):
-            ours_key = key.replace("cuBLAS F.linear", "gemm_ladder.linear")
+            ours_key = (key.replace("cuBLAS silu(F.linear) * F.linear", "gemm_ladder.swiglu") if "silu" in key
+                        else key.replace("cuBLAS F.linear", "gemm_ladder.linear"))
             if ours_key in times:
                 out[key[len("model: cuBLAS "):]] = {"cublas_us": theirs, "ours_us": times[ours_key],
                                                     "meets_target": times[ours_key] <= theirs}
