@@ -104,9 +104,11 @@ def test_the_fused_kernels_template_places_its_maps_and_workspace(host):
 
 
 def test_the_small_m_gated_builds_roles_make_a_template_cpp_patches(host):
-    x, wg, wu = torch.empty(7, 256, dtype=BF16), torch.empty(384, 256, dtype=BF16), torch.empty(384, 256, dtype=BF16)
+    x, wg = torch.empty(7, 256, dtype=BF16), torch.empty(384, 256, dtype=BF16)
+    wu = torch.empty(384, 320, dtype=BF16)[:, :256]  # a padded pitch of its own: w_up's map has it, not w_gate's
     views = [operand_view(t, k_dim=1) for t in (x, wg, wu)]
     roles = swiglu_small_m_kernel(64).roles(*views)
+    assert roles[0][2]["globalStrides"] == [512] and roles[-1][2]["globalStrides"] == [640]
     # SwigluSmallM.bind's order: w_gate's map, x's, out's pointer, six values, partials, counters, w_up's map
     assert [r[0] for r in roles] == ["map", "map", "ptr", *["value"] * 6, "partials", "counters", "map"]
     assert [r[1] for r in roles if r[0] != "value" and len(r) > 1] == ["w_gate", "x", "out", "w_up"]

@@ -153,34 +153,35 @@ class SwigluSmallM:
 
         return K.loaded(config, device_index(device), make)
 
-    def _map_specs(self, x: OperandView, w_gate: OperandView, dtype: str) -> tuple:
-        """(x's map spec, the weights' map spec) for these operands' extents and pitches (w_up's pitch is
-        w_gate's: :meth:`supports`)."""
-        m, n, k = x.rows, w_gate.rows, x.k
-        plan = cached(self._specs, (m, n, k, dtype, x.ld, w_gate.ld),
-                      lambda: self.plan(m, n, k, dtype, ldx=x.ld, ldw=w_gate.ld))
+    def _map_specs(self, x: OperandView, weights: tuple, dtype: str) -> tuple:
+        """(x's map spec, then each weight's in ``weights``' order) for these operands' extents and pitches (each
+        weight's map its own pitch)."""
+        m, n, k = x.rows, weights[0].rows, x.k
+        plan = cached(self._specs, (m, n, k, dtype, x.ld, weights[0].ld),
+                      lambda: self.plan(m, n, k, dtype, ldx=x.ld, ldw=weights[0].ld))
         return (replace(plan.tensor_maps["b"], global_strides=(x.ld * x.elem_bytes,)),
-                self.weight_map_spec(plan, n, k, w_gate.ld))
+                *(self.weight_map_spec(plan, n, k, w.ld) for w in weights))
 
     def _maps_for(self, x: OperandView, w_gate: OperandView, w_up: OperandView, dtype: str) -> list:
         m, n, k = x.rows, w_gate.rows, x.k
-        x_spec, w_spec = self._map_specs(x, w_gate, dtype)
 
         def weight(view: OperandView):
             key = ("w", view.data_ptr, view.ld, n, k, dtype)
-            return cached(self._maps, key, lambda: encode_tiled(w_spec.encode_kwargs(view.data_ptr)))
+            return cached(self._maps, key, lambda: encode_tiled(
+                self._map_specs(x, (view,), dtype)[1].encode_kwargs(view.data_ptr)))
 
         x_key = ("x", x.data_ptr, x.ld, m, k, dtype)
-        return [weight(w_gate), cached(self._maps, x_key, lambda: encode_tiled(x_spec.encode_kwargs(x.data_ptr))),
-                weight(w_up)]
+        x_map = cached(self._maps, x_key, lambda: encode_tiled(self._map_specs(x, (w_gate,), dtype)[0].encode_kwargs(
+            x.data_ptr)))
+        return [weight(w_gate), x_map, weight(w_up)]
 
     def roles(self, x: OperandView, w_gate: OperandView, w_up: OperandView) -> list:
         """What each argument :meth:`bind` packs is, in its order (library/bound.py's BoundLaunch roles; tensors named
         x, w_gate, w_up, out): the compiled host path's launch template is made from them."""
-        x_spec, w_spec = self._map_specs(x, w_gate, dtype_name(x.tensor.dtype))
-        return [("map", "w_gate", w_spec.encode_kwargs(w_gate.data_ptr)), ("map", "x", x_spec.encode_kwargs(x.data_ptr)),
+        x_spec, g_spec, u_spec = self._map_specs(x, (w_gate, w_up), dtype_name(x.tensor.dtype))
+        return [("map", "w_gate", g_spec.encode_kwargs(w_gate.data_ptr)), ("map", "x", x_spec.encode_kwargs(x.data_ptr)),
                 ("ptr", "out"), *[("value",)] * 6, ("partials",), ("counters",),
-                ("map", "w_up", w_spec.encode_kwargs(w_up.data_ptr))]
+                ("map", "w_up", u_spec.encode_kwargs(w_up.data_ptr))]
 
     def bind(self, x: OperandView, w_gate: OperandView, w_up: OperandView, out: torch.Tensor, *,
              splits: int | None = None, roles: bool = True) -> BoundLaunch:
