@@ -9,7 +9,9 @@ with a bias adds it in the GEMM's fused epilogue (issue 13: one kernel, the bias
 the one rounding; its gradient is the sum of the output's gradient over the rows).
 
 The tensor-parallel layers :class:`ColumnParallelLinear` and :class:`RowParallelLinear` (issue 27,
-on torch.distributed) are defined in :mod:`gemm_ladder.parallel` and exported here.
+on torch.distributed) are defined in :mod:`gemm_ladder.parallel`, and :func:`replace_gated_mlp` (a Llama-family
+MLP's gate and up projections in one ``gemm_ladder.swiglu`` launch at inference) in :mod:`gemm_ladder.gated_mlp`;
+both are exported here.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 
 from gemm_ladder.contract import DTYPES
 from gemm_ladder.dispatch.validate import NotSupportedError
+from gemm_ladder.gated_mlp import GatedMLP, gated_reason, replace_gated_mlp
 from gemm_ladder.parallel import ColumnParallelLinear, RowParallelLinear
 
 
@@ -128,4 +131,5 @@ def replace_linear(model: torch.nn.Module, *, strict: bool = False, subclasses: 
     return model
 
 
-__all__ = ["ColumnParallelLinear", "Linear", "RowParallelLinear", "replace_linear", "unsupported_reason"]
+__all__ = ["ColumnParallelLinear", "GatedMLP", "Linear", "RowParallelLinear", "gated_reason", "replace_gated_mlp",
+           "replace_linear", "unsupported_reason"]

@@ -1,0 +1,200 @@
+"""A model's gated MLPs on one ``gemm_ladder.swiglu`` launch at inference: :func:`replace_gated_mlp`.
+
+Llama-family models compute their MLP as ``down_proj(silu(gate_proj(x)) * up_proj(x))`` (transformers'
+``LlamaMLP`` and the 120-odd classes written the same way: Mistral, Qwen2/3, the MoE models' shared experts,
+...; Phi-3 as ``down_proj(up * silu(gate))`` on one ``gate_up_proj``). In eager PyTorch that is two GEMMs and
+two pointwise kernels; :class:`GatedMLP` runs the gate and up projections and ``silu(gate) * up`` as one
+:func:`gemm_ladder.swiglu` (one kernel, x read once, fp32 until one rounding) and then ``down_proj``.
+
+Which modules are swapped (:func:`gated_reason` says why one is not): the module's class computes exactly that
+formula, recognised by its ``forward``'s source text, whitespace aside (:data:`FORMS`: no dropout, clamp, norm
+or multiplier between the products), or its class is named in ``classes=`` (the caller vouches for the
+formula); the projections are ``torch.nn.Linear`` (gemm-ladder's ``Linear`` included) with no bias on the gate
+and up projections (swiglu adds none); the activation is SiLU; the weights bf16 or fp16 on a CUDA (or meta)
+device.
+
+What runs per call (:meth:`GatedMLP.forward`): the one launch where no gradient is needed (grad mode off, or
+neither x nor a projection weight requires grad) and x is a CUDA tensor of the weights' dtype; otherwise the
+module's own formula on its own submodules, so training and CPU inputs are computed as before. The submodules
+keep their names: ``state_dict`` keys, parameters (the same Parameter objects) and an optimizer built on the
+model are unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from gemm_ladder.contract import DTYPES
+from gemm_ladder.errors import NotSupportedError
+
+#: The forward bodies (whitespace removed) of the modules computed as ``down(silu(gate(x)) * up(x))``: transformers
+#: 5.17's LlamaMLP form (113 classes) and its two shorter spellings, and Phi3MLP's fused gate_up_proj.
+FORMS = {
+    "separate": ("down_proj=self.down_proj(self.act_fn(self.gate_proj(x))*self.up_proj(x))returndown_proj",
+                 "returnself.down_proj(self.act_fn(self.gate_proj(x))*self.up_proj(x))",
+                 "returnself.down_proj(self.act_fn(self.gate_proj(hidden_state))*self.up_proj(hidden_state))"),
+    "fused": ("up_states=self.gate_up_proj(hidden_states)gate,up_states=up_states.chunk(2,dim=-1)"
+              "up_states=up_states*self.activation_fn(gate)returnself.down_proj(up_states)",),
+}
+#: Each form's submodule names: (gate, up, down, activation) or (gate_up, None, down, activation).
+NAMES = {"separate": ("gate_proj", "up_proj", "down_proj", "act_fn"),
+         "fused": ("gate_up_proj", None, "down_proj", "activation_fn")}
+
+
+@functools.lru_cache(maxsize=None)
+def _body(cls: type) -> str | None:
+    """``cls.forward``'s body with every whitespace character removed, or None without source."""
+    try:
+        lines = inspect.getsource(cls.forward).splitlines()
+    except (OSError, TypeError):
+        return None
+    start = next((i for i, line in enumerate(lines) if line.rstrip().endswith(":")), None)  # after the signature
+    if start is None:
+        return None
+    body = "".join(line.split("#")[0] for line in lines[start + 1:])
+    return "".join(body.split())
+
+
+def _form(module: torch.nn.Module, classes: tuple) -> str | None:
+    """'separate' or 'fused' where the module's class computes the gated MLP (or is in ``classes``), else None."""
+    if type(module) in classes:
+        return "fused" if hasattr(module, "gate_up_proj") else "separate"
+    body = _body(type(module))
+    return next((form for form, bodies in FORMS.items() if body in bodies), None)
+
+
+_SWIGLU: list = []
+
+
+def _swiglu():
+    """gemm_ladder.api.swiglu, imported at the first forward (the API imports the dispatcher, which building the
+    model does not need) and then kept: no import machinery on every layer call."""
+    if not _SWIGLU:
+        from gemm_ladder.api import swiglu
+
+        _SWIGLU.append(swiglu)
+    return _SWIGLU[0]
+
+
+def _is_silu(act) -> bool:
+    return isinstance(act, torch.nn.SiLU) or act is F.silu or type(act).__name__ == "SiLUActivation"
+
+
+def gated_reason(module: torch.nn.Module, classes: tuple = ()) -> str | None:
+    """Why :func:`replace_gated_mlp` leaves ``module`` alone, or None when it swaps it (the module docstring's
+    rules). ``classes``: module classes taken as computing the formula whatever their forward's text."""
+    form = _form(module, tuple(classes))
+    if form is None:
+        return "its forward is not down_proj(silu(gate_proj(x)) * up_proj(x)) as written in transformers' LlamaMLP"
+    gate, up, down, act = (getattr(module, n, None) if n else None for n in NAMES[form])
+    if not all(isinstance(p, torch.nn.Linear) for p in (gate, down) + ((up,) if form == "separate" else ())):
+        return f"its {', '.join(n for n in NAMES[form][:3] if n)} are not all torch.nn.Linear"
+    if not _is_silu(act):
+        return f"its activation is {type(act).__name__}, not SiLU"
+    if gate.bias is not None or (up is not None and up.bias is not None):
+        return "its gate and up projections have a bias (swiglu adds none)"
+    w = gate.weight
+    if w.dtype not in DTYPES.values() or (up is not None and up.weight.dtype != w.dtype):
+        return f"weight dtype {w.dtype} (swiglu computes bfloat16 and float16, both weights one dtype)"
+    if w.device.type not in ("cuda", "meta"):
+        return f"weights on {w.device} (gemm-ladder runs on CUDA devices only)"
+    if form == "fused" and w.shape[0] % 2:
+        return f"gate_up_proj has {w.shape[0]} output features, not two halves"
+    return None
+
+
+class GatedMLP(torch.nn.Module):
+    """``down_proj(silu(gate(x)) * up(x))`` with the gate and up products in one :func:`gemm_ladder.swiglu` launch
+    where no gradient is needed, else the module's own formula (the module docstring).
+
+    Built by :meth:`from_module` on a module :func:`gated_reason` accepts; holds its submodules under their own
+    names (``gate_proj``, ``up_proj``, ``down_proj``, ``act_fn``, or ``gate_up_proj``, ``down_proj``,
+    ``activation_fn``). Input x (*, hidden) in the weights' dtype; output (*, hidden). Raises what its submodules
+    and gemm_ladder.swiglu raise.
+    """
+
+    def __init__(self, form: str, children: dict):
+        super().__init__()
+        self.form = form
+        for name, child in children.items():
+            setattr(self, name, child)  # registered as a submodule (or kept as a function: act F.silu)
+        self._names = NAMES[form]
+
+    @classmethod
+    def from_module(cls, module: torch.nn.Module, classes: tuple = ()) -> "GatedMLP":
+        """A GatedMLP holding ``module``'s own submodules (no copy); raises NotSupportedError with
+        :func:`gated_reason`'s answer where it refuses the module."""
+        reason = gated_reason(module, classes)
+        if reason is not None:
+            raise NotSupportedError(f"{type(module).__name__}: {reason}")
+        form = _form(module, tuple(classes))
+        new = cls(form, {n: getattr(module, n) for n in NAMES[form] if n})
+        new.train(module.training)
+        return new
+
+    def _weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.form == "fused":
+            w = self.gate_up_proj.weight
+            half = w.shape[0] // 2
+            return w[:half], w[half:]  # views: rows [0, N) gate, [N, 2N) up (Phi3MLP's chunk order)
+        return self.gate_proj.weight, self.up_proj.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w_gate, w_up = self._weights()
+        down = self.down_proj
+        if (x.is_cuda and x.dtype == w_gate.dtype
+                and not (torch.is_grad_enabled() and (x.requires_grad or w_gate.requires_grad or w_up.requires_grad))):
+            return down(_swiglu()(x, w_gate, w_up))
+        act = getattr(self, self._names[3])
+        if self.form == "fused":
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+            return down(up * act(gate))
+        return down(act(self.gate_proj(x)) * self.up_proj(x))
+
+
+def replace_gated_mlp(model: torch.nn.Module, *, classes: tuple = (), strict: bool = False) -> torch.nn.Module:
+    """Swap every gated MLP in ``model`` (the module docstring's rules) for a :class:`GatedMLP` holding the same
+    submodules; returns ``model`` (changed in place; ``model`` itself a gated MLP: the new module is returned).
+
+    ``classes``: module classes to take as computing ``down_proj(silu(gate_proj(x)) * up_proj(x))`` (or Phi-3's
+    form on ``gate_up_proj``) whatever their forward's text. A module that has these projections but is refused for
+    another reason (a bias, another activation, a dtype) is named, with the reason, in one UserWarning; with
+    ``strict=True`` NotSupportedError is raised instead, before anything is swapped. Modules whose forward is
+    another formula are not gated MLPs and are left alone silently. Compose with
+    :func:`gemm_ladder.nn.replace_linear` in either order (down_proj then runs on gemm-ladder's kernels too).
+    Raises TypeError for a ``model`` that is not a torch.nn.Module.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    classes = tuple(classes)
+    chosen, skipped = {}, []
+    for name, module in model.named_modules():
+        if isinstance(module, GatedMLP) or _form(module, classes) is None:
+            continue
+        reason = gated_reason(module, classes)
+        if reason:
+            skipped.append(f"{name or '<model>'}: {reason}")
+        else:
+            chosen[id(module)] = module
+    if skipped:
+        listed = "; ".join(skipped)
+        if strict:
+            raise NotSupportedError(f"replace_gated_mlp(strict=True): {len(skipped)} gated MLP(s) cannot run on "
+                                    f"gemm_ladder.swiglu: {listed}")
+        warnings.warn(f"replace_gated_mlp left {len(skipped)} gated MLP(s) as they are: {listed}", stacklevel=2)
+    new = {key: GatedMLP.from_module(module, classes) for key, module in chosen.items()}
+    if id(model) in new:
+        return new[id(model)]
+    for _, parent in model.named_modules(remove_duplicate=False):
+        for child, module in list(parent._modules.items()):
+            if module is not None and id(module) in new:
+                setattr(parent, child, new[id(module)])
+    return model
+
+
+__all__ = ["FORMS", "GatedMLP", "gated_reason", "replace_gated_mlp"]

@@ -1,0 +1,132 @@
+"""gemm_ladder.nn.replace_gated_mlp without a GPU: which modules it swaps (the forward's text, the activation, the
+biases, the dtype, ``classes=``), what it keeps (submodule names, state_dict keys, the same Parameters), the warning
+and ``strict``, and the formula it falls back to (meta tensors). With transformers installed: its Llama, Qwen2, Phi-3
+and Gemma models on meta tensors (Gemma's GELU refused by name). The GPU side is tests/test_gated_mlp_gpu.py.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+from gemm_ladder.errors import NotSupportedError
+from gemm_ladder.gated_mlp import GatedMLP, gated_reason, replace_gated_mlp
+
+META = dict(device="meta", dtype=torch.bfloat16)
+
+
+class LlamaLikeMLP(nn.Module):  # transformers' LlamaMLP, as written there
+    def __init__(self, hidden=64, inter=96, bias=False, act=None, **kw):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, inter, bias=bias, **kw)
+        self.up_proj = nn.Linear(hidden, inter, bias=bias, **kw)
+        self.down_proj = nn.Linear(inter, hidden, bias=bias, **kw)
+        self.act_fn = act or nn.SiLU()
+
+    def forward(self, x):
+        down_proj = self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+        return down_proj
+
+
+class DropoutMLP(LlamaLikeMLP):  # another formula with the same submodules: not a gated MLP to the swap
+    def forward(self, x):
+        return self.down_proj(torch.dropout(self.act_fn(self.gate_proj(x)) * self.up_proj(x), 0.1, self.training))
+
+
+class Phi3LikeMLP(nn.Module):  # transformers' Phi3MLP
+    def __init__(self, hidden=64, inter=96, **kw):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(hidden, 2 * inter, bias=False, **kw)
+        self.down_proj = nn.Linear(inter, hidden, bias=False, **kw)
+        self.activation_fn = nn.SiLU()
+
+    def forward(self, hidden_states: torch.FloatTensor) -> torch.FloatTensor:
+        up_states = self.gate_up_proj(hidden_states)
+
+        gate, up_states = up_states.chunk(2, dim=-1)
+        up_states = up_states * self.activation_fn(gate)
+
+        return self.down_proj(up_states)
+
+
+class Block(nn.Module):
+    def __init__(self, mlp):
+        super().__init__()
+        self.norm = nn.LayerNorm(64, **META)
+        self.mlp = mlp
+
+
+def test_swaps_the_llama_and_phi3_forms_and_keeps_their_parameters():
+    model = nn.Sequential(Block(LlamaLikeMLP(**META)), Block(Phi3LikeMLP(**META)))
+    keys = list(model.state_dict())
+    params = [id(p) for p in model.parameters()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert replace_gated_mlp(model) is model
+    assert [type(b.mlp) for b in model] == [GatedMLP, GatedMLP]
+    assert [b.mlp.form for b in model] == ["separate", "fused"]
+    assert list(model.state_dict()) == keys and [id(p) for p in model.parameters()] == params
+    x = torch.empty(3, 5, 64, **META)
+    assert model[0].mlp(x).shape == (3, 5, 64) and model[1].mlp(x).shape == (3, 5, 64)  # meta: the formula
+
+
+def test_the_fused_forms_weights_are_its_halves_in_phi3s_chunk_order():
+    mlp = GatedMLP.from_module(Phi3LikeMLP(**META))
+    w = mlp.gate_up_proj.weight
+    g, u = mlp._weights()
+    assert g.shape == u.shape == (96, 64) and g.data_ptr() == w.data_ptr()
+    assert u.data_ptr() == w.data_ptr() + 96 * 64 * w.element_size()
+
+
+def test_other_formulas_are_left_alone_silently_and_refusals_are_named():
+    model = nn.Sequential(DropoutMLP(**META), LlamaLikeMLP(bias=True, **META), LlamaLikeMLP(act=nn.GELU(), **META),
+                          LlamaLikeMLP(device="meta", dtype=torch.float32))
+    with pytest.warns(UserWarning, match="left 3 gated MLP") as record:
+        replace_gated_mlp(model)
+    message = str(record[0].message)
+    assert "1: its gate and up projections have a bias" in message and "2: its activation is GELU" in message
+    assert "3: weight dtype torch.float32" in message and "0:" not in message
+    assert not any(isinstance(m, GatedMLP) for m in model)
+    with pytest.raises(NotSupportedError, match="strict=True"):
+        replace_gated_mlp(nn.Sequential(LlamaLikeMLP(bias=True, **META)), strict=True)
+    assert "not down_proj" in gated_reason(DropoutMLP(**META))
+
+
+def test_classes_vouch_for_a_forward_of_another_text_and_the_model_itself_may_be_one():
+    assert isinstance(replace_gated_mlp(DropoutMLP(**META), classes=(DropoutMLP,)), GatedMLP)
+    assert isinstance(replace_gated_mlp(LlamaLikeMLP(**META)), GatedMLP)
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        replace_gated_mlp(object())
+
+
+def test_a_shared_module_is_swapped_once():
+    mlp = LlamaLikeMLP(**META)
+    model = nn.ModuleDict({"a": mlp, "b": mlp})
+    replace_gated_mlp(model)
+    assert model["a"] is model["b"] and isinstance(model["a"], GatedMLP)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "phi3", "gemma"])
+def test_transformers_models(arch):
+    transformers = pytest.importorskip("transformers")
+    if int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip(f"transformers {transformers.__version__}: the forms are transformers 5's")
+    cfg = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = getattr(transformers, {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "phi3": "Phi3Config",
+                                    "gemma": "GemmaConfig"}[arch])(**cfg)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    if arch == "gemma":  # GeLU (tanh): the same forward text, refused by its activation
+        with pytest.warns(UserWarning, match="activation is"):
+            replace_gated_mlp(model)
+        assert not any(isinstance(m, GatedMLP) for m in model.modules())
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        replace_gated_mlp(model)
+    assert sum(isinstance(m, GatedMLP) for m in model.modules()) == 2
+    assert model(torch.zeros(1, 7, dtype=torch.long, device="meta")).logits.shape == (1, 7, 128)
