@@ -3,7 +3,11 @@ each run with torch's ``nn.Linear`` and, side by side in the same run, after
 ``gemm_ladder.nn.replace_linear`` (a deep copy with the same weights).
 
     python bench/models.py [--quick] [--only llama_prefill,llama_decode,bert,vit,train,compile_prefill,reduce_overhead]
-                           [--no-precompile] [--no-breakdown] [--reps N] [-o OUT.json]
+                           [--no-precompile] [--no-breakdown] [--gated-mlp] [--reps N] [-o OUT.json]
+
+``--gated-mlp``: gemm-ladder's side also gets ``gemm_ladder.nn.replace_gated_mlp`` (the Llama MLPs' gate and up
+projections in one ``gemm_ladder.swiglu`` launch where no gradient is needed; training rows run the MLPs' own
+formula on gemm-ladder's Linear); the result is named ``..._gated_mlp``.
 
 The cases (bf16 unless said; models built from a config, never downloaded):
 
@@ -115,6 +119,8 @@ class Settings:
     convert: Callable | None = None
     #: Profile each row's two sides (GEMM kernels' GPU time, host time): CUDA devices only.
     breakdown: bool = True
+    #: gemm-ladder's side also gets gemm_ladder.nn.replace_gated_mlp (--gated-mlp).
+    gated_mlp: bool = False
 
 
 def quick(settings: Settings) -> Settings:
@@ -253,6 +259,11 @@ class Pair:
         self.torch = torch_model
         self.gl = (s.convert or gl_copy)(torch_model)
         self.info = {"model": name, **coverage(self.torch, self.gl)}
+        if s.gated_mlp:
+            from gemm_ladder.nn import GatedMLP, replace_gated_mlp
+
+            self.gl = replace_gated_mlp(self.gl)
+            self.info["gated_mlps"] = sum(isinstance(m, GatedMLP) for m in self.gl.modules())
         self.first_done = False
         self.s = s
 
@@ -657,6 +668,8 @@ def main() -> int:
                    help="do not precompile the models first (the first call then builds; counted in the result)")
     p.add_argument("--no-breakdown", action="store_true",
                    help="do not profile the rows (GEMM kernels' GPU time and host time per side)")
+    p.add_argument("--gated-mlp", action="store_true",
+                   help="gemm-ladder's side also runs its gated MLPs on gemm_ladder.swiglu (nn.replace_gated_mlp)")
     add_output_argument(p)
     args = p.parse_args()
     try:
@@ -677,6 +690,7 @@ def main() -> int:
         s.reps = args.reps
     s.precompile = not args.no_precompile
     s.breakdown = not args.no_breakdown
+    s.gated_mlp = args.gated_mlp
     for limit in ("recompile_limit", "cache_size_limit"):
         if hasattr(torch._dynamo.config, limit):
             setattr(torch._dynamo.config, limit, 64)
@@ -686,12 +700,13 @@ def main() -> int:
     from gemm_ladder.runtime.compiler import cache_root
 
     result["settings"] = {"quick": args.quick, "cases": cases, "warmup": s.warmup, "reps": s.reps,
-                          "precompile": s.precompile, "breakdown": s.breakdown, "kernel_cache": str(cache_root())}
+                          "precompile": s.precompile, "breakdown": s.breakdown, "gated_mlp": s.gated_mlp,
+                          "kernel_cache": str(cache_root())}
     summary = result["summary"]
     if summary["geomean_speedup"]:
         print(f"geomean speedup {summary['geomean_speedup']:.3f}x over {summary['rows_timed']} rows; "
               f"min {summary['min_speedup']:.3f}x; {summary['rows_failed']} failed, {summary['rows_skipped']} skipped")
-    save(result, "models_quick" if args.quick else "models", args.output)
+    save(result, ("models_quick" if args.quick else "models") + ("_gated_mlp" if args.gated_mlp else ""), args.output)
     return 1 if summary["disagreeing_or_failed"] else 0
 
 
