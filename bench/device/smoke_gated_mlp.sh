@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# swiglu's host path and nn.replace_gated_mlp on the GPU, from the repository root with the package installed and
+# GEMM_LADDER_HOST unset:
+#   OUT=/tmp/out bash bench/device/smoke_gated_mlp.sh
+# Steps (about 520 s if each ran to its limit): the host module built; the swiglu GPU tests (the host path's, the
+# library kernel's, the small-M builds') and tests/test_gated_mlp_gpu.py; bench/models.py --quick on the Llama model's
+# prefill and decode rows, on replace_linear alone -> $OUT/gated_mlp/models.json, and with --gated-mlp ->
+# models_gated_mlp.json. Writes $OUT/gated_mlp/smoke.log. Exit status: 0 when every step passed.
+set -u
+source "$(dirname "$0")/step.sh"  # smoke_begin, step, smoke_end
+smoke_begin smoke_gated_mlp gated_mlp
+step host 120 python3 -c 'import sys, gemm_ladder.ops as o; sys.exit(0 if o.host_module() is not None else "no host")'
+step tests 120 python3 -m pytest -q -p no:cacheprovider -m gpu -n 6 -rfE --tb=short tests/test_swiglu_host_gpu.py \
+  tests/test_library_swiglu_gpu.py tests/test_swiglu_small_m_gated_gpu.py tests/test_swiglu_small_m_gpu.py \
+  tests/test_gated_mlp_gpu.py
+step models 130 python3 bench/models.py --quick --only llama_prefill,llama_decode --no-breakdown -o "$DEST/models.json"
+step models_gated 130 python3 bench/models.py --quick --only llama_prefill,llama_decode --no-breakdown --gated-mlp \
+  -o "$DEST/models_gated_mlp.json"
+smoke_end smoke_gated_mlp 'passed|failed|error|ERROR|speedup|x |geomean'  # 0 when every step passed
