@@ -2,10 +2,11 @@
 # swiglu's host path and nn.replace_gated_mlp on the GPU, from the repository root with the package installed and
 # GEMM_LADDER_HOST unset:
 #   OUT=/tmp/out bash bench/device/smoke_gated_mlp.sh
-# Steps (about 520 s if each ran to its limit): the host module built; the swiglu GPU tests (the host path's, the
+# Steps (about 630 s if each ran to its limit): the host module built; the swiglu GPU tests (the host path's, the
 # library kernel's, the small-M builds') and tests/test_gated_mlp_gpu.py; bench/models.py --quick on the Llama model's
 # prefill and decode rows, on replace_linear alone -> $OUT/gated_mlp/models.json, and with --gated-mlp ->
-# models_gated_mlp.json. Writes $OUT/gated_mlp/smoke.log. Exit status: 0 when every step passed.
+# models_gated_mlp.json; the grouped forwards of every prefill case on both cluster builds (choose_cluster's evidence)
+# -> grouped_cluster_fwd.json. Writes $OUT/gated_mlp/smoke.log. Exit status: 0 when every step passed.
 set -u
 source "$(dirname "$0")/step.sh"  # smoke_begin, step, smoke_end
 smoke_begin smoke_gated_mlp gated_mlp
@@ -16,4 +17,7 @@ step tests 120 python3 -m pytest -q -p no:cacheprovider -m gpu -n 6 -rfE --tb=sh
 step models 130 python3 bench/models.py --quick --only llama_prefill,llama_decode --no-breakdown -o "$DEST/models.json"
 step models_gated 130 python3 bench/models.py --quick --only llama_prefill,llama_decode --no-breakdown --gated-mlp \
   -o "$DEST/models_gated_mlp.json"
-smoke_end smoke_gated_mlp 'passed|failed|error|ERROR|speedup|x |geomean'  # 0 when every step passed
+step cluster 110 python3 bench/grouped.py --swiglu none --directions fwd --cluster both \
+  --cases mixtral_gate_up,mixtral_down_skewed,qwen3_gate_up,qwen3_down,deepseek_v3_32,deepseek_v3_gate_up,deepseek_v3_down,gptoss_gate_up,gptoss_down \
+  -o "$DEST/grouped_cluster_fwd.json"
+smoke_end smoke_gated_mlp 'passed|failed|error|ERROR|speedup|x |geomean|cluster2'  # 0 when every step passed
