@@ -130,3 +130,20 @@ def test_transformers_models(arch):
         replace_gated_mlp(model)
     assert sum(isinstance(m, GatedMLP) for m in model.modules()) == 2
     assert model(torch.zeros(1, 7, dtype=torch.long, device="meta")).logits.shape == (1, 7, 128)
+
+
+def test_precompile_records_the_inference_swiglu_and_builds_each_rows_path():
+    from gemm_ladder.dispatch.route import ASSUMED_DEVICE
+    from gemm_ladder.model_precompile import SwigluCall, model_builds, record
+
+    mlp = GatedMLP.from_module(LlamaLikeMLP(hidden=1024, inter=4096, **META)).eval()
+    calls = record(mlp, (torch.empty(4, 512, 1024, **META),))  # traced as inference runs: grad off
+    assert [type(c) for c in calls] == [SwigluCall] and calls[0].a[0] == (4, 512, 1024)
+    labels = [b.label for b in model_builds(calls, rows=(1, 100, 160), device=ASSUMED_DEVICE)]
+    # the prefill's fused kernel; decode's gated small-M builds (1 and 100 rows); on the H200 assumed, 160 rows
+    # (above ONE_LAUNCH_MAX_M, at most its SMALL_M_MAX) the pair: up into fp32, then the gated epilogue
+    assert labels[:3] == ["sm90_swiglu bf16", "sm90_swiglu_small_m bn 8 bf16", "sm90_swiglu_small_m bn 128 bf16"]
+    assert "fp32 out" in labels[3] and "epilogue swiglu_small_m" in labels[4] and len(labels) == 5
+    mlp.train()
+    trained = record(mlp, (torch.empty(4, 512, 1024, **META),), backward=True)  # training: the module's formula
+    assert not any(isinstance(c, SwigluCall) for c in trained)

@@ -5,6 +5,8 @@ and what was cached, and (with nvcc) a few real builds."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -182,8 +184,8 @@ def test_record_a_fused_block_and_more_rows():
 
 
 def test_record_names_the_calls_it_does_not_build():
-    """swiglu (and the fp8 ops) are not built by precompile: one warning names them, with their counts,
-    and the recorded calls are the mm and linear ones."""
+    """swiglu is recorded with the mm and linear calls; the fp8 ops are not built by precompile: one warning names
+    them, with their counts."""
 
     class Mlp(torch.nn.Module):
         def __init__(self):
@@ -194,10 +196,22 @@ def test_record_names_the_calls_it_does_not_build():
         def forward(self, x):
             return gemm_ladder.linear(gemm_ladder.swiglu(x, self.g.weight, self.u.weight), self.d.weight)
 
+    class Fp8(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(256, 512, dtype=torch.float8_e4m3fn), requires_grad=False)
+            self.s = torch.nn.Parameter(torch.ones(1), requires_grad=False)
+
+        def forward(self, x):
+            return gemm_ladder.scaled_mm(x, self.w.T, self.s, self.s)
+
     model = Mlp().to(torch.bfloat16).eval()
-    with pytest.warns(UserWarning, match=r"mm, linear and grouped calls only.*\(swiglu x1\)"), torch.no_grad():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         calls = record(model, (torch.randn(8, 256, dtype=torch.bfloat16),))
-    assert [c.op for c in calls] == ["linear"]
+    assert [c.op for c in calls] == ["swiglu", "linear"]
+    with pytest.warns(UserWarning, match=r"mm, linear, swiglu and grouped calls only.*\(scaled_mm x1\)"):
+        assert record(Fp8(), (torch.zeros(8, 512, dtype=torch.float8_e4m3fn),)) == []
 
 
 class MoeLayer(torch.nn.Module):

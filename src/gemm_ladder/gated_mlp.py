@@ -14,7 +14,8 @@ and up projections (swiglu adds none); the activation is SiLU; the weights bf16 
 device.
 
 What runs per call (:meth:`GatedMLP.forward`): the one launch where no gradient is needed (grad mode off, or
-neither x nor a projection weight requires grad) and x is a CUDA tensor of the weights' dtype; otherwise the
+neither x nor a projection weight requires grad) and x is a CUDA tensor of the weights' dtype (or a meta tensor:
+the op's fake, which ``gemm_ladder.precompile`` records); otherwise the
 module's own formula on its own submodules, so training and CPU inputs are computed as before. The submodules
 keep their names: ``state_dict`` keys, parameters (the same Parameter objects) and an optimizer built on the
 model are unchanged.
@@ -147,7 +148,7 @@ class GatedMLP(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w_gate, w_up = self._weights()
         down = self.down_proj
-        if (x.is_cuda and x.dtype == w_gate.dtype
+        if ((x.is_cuda or x.is_meta) and x.dtype == w_gate.dtype  # meta: the op's fake (what precompile records)
                 and not (torch.is_grad_enabled() and (x.requires_grad or w_gate.requires_grad or w_up.requires_grad))):
             return down(_swiglu()(x, w_gate, w_up))
         act = getattr(self, self._names[3])

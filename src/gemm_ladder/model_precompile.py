@@ -1,5 +1,5 @@
 """Precompile what one model uses: trace its forward (and backward) once without running a kernel,
-record every ``torch.ops.gemm_ladder`` GEMM call it makes (mm, linear, and the grouped ops of a
+record every ``torch.ops.gemm_ladder`` GEMM call it makes (mm, linear, swiglu, and the grouped ops of a
 mixture-of-experts layer), decide each call's route as the dispatcher (or the grouped launch) will, and
 build exactly those kernels (with their fused epilogues) in parallel.
 
@@ -43,6 +43,8 @@ RECORDED_OPS = ("mm", "mm_out", "linear", "linear_out")
 #: backward being made of ``grouped_mm`` calls, the backward's.
 GROUPED_OPS = ("grouped_mm", "grouped_linear", "grouped_linear_act", "grouped_mm_masked", "grouped_swiglu",
                "grouped_swiglu_fused")
+#: The gated MLP's op (``gemm_ladder.swiglu``; nn.replace_gated_mlp's call), recorded as :class:`SwigluCall`.
+SWIGLU_OPS = ("swiglu",)
 #: How a recorded operand is described: shape, strides, dtype, storage offset in elements.
 TensorMeta = tuple
 
@@ -119,6 +121,21 @@ class GroupedCall:
                            _meta_of(a.get("bias")), a.get("activation"))
 
 
+@dataclass(frozen=True)
+class SwigluCall:
+    """One ``swiglu`` call of a traced model: x, w_gate and w_up as (shape, strides, dtype, storage offset)."""
+
+    op: str
+    a: TensorMeta  # x
+    b: TensorMeta  # w_gate
+    w_up: TensorMeta
+
+    def with_rows(self, m: int) -> "SwigluCall":
+        """This call with x's batch dimensions merged into ``m`` rows (x row-major (m, K))."""
+        k = self.a[0][-1]
+        return SwigluCall(self.op, ((m, k), (k, 1), self.a[2], 0), self.b, self.w_up)
+
+
 def _arguments(func, args, kwargs) -> dict:
     """The op's arguments by schema name (positional and keyword), whatever their order."""
     names = [a.name for a in func._schema.arguments]
@@ -134,7 +151,7 @@ class CallRecorder(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.calls: list[RecordedCall] = []
-        #: The other gemm_ladder ops the run called ({op: calls}: swiglu, fp8), which precompile
+        #: The other gemm_ladder ops the run called ({op: calls}: the fp8 ops), which precompile
         #: does not build: they compile at their first call, and record() says so.
         self.unrecorded: dict[str, int] = {}
 
@@ -146,6 +163,9 @@ class CallRecorder(TorchDispatchMode):
                 self.calls.append(self._record(func, _arguments(func, args, kwargs)))
             elif op in GROUPED_OPS:
                 self.calls.append(GroupedCall.from_arguments(op, _arguments(func, args, kwargs)))
+            elif op in SWIGLU_OPS:
+                a = _arguments(func, args, kwargs)
+                self.calls.append(SwigluCall(op, _meta_of(a["x"]), _meta_of(a["w_gate"]), _meta_of(a["w_up"])))
             else:
                 self.unrecorded[op] = self.unrecorded.get(op, 0) + 1
         return func(*args, **kwargs)
@@ -188,16 +208,18 @@ def _first_tensor(out):
 
 
 def record(model: torch.nn.Module, example_inputs=(), example_kwargs: dict | None = None, *, backward: bool | None = None,
-           mode: str = "meta") -> list[RecordedCall | GroupedCall]:
+           mode: str = "meta") -> list[RecordedCall | GroupedCall | SwigluCall]:
     """Run ``model(*example_inputs, **example_kwargs)`` once on meta or fake tensors (``mode``, see the
     module docstring) and return every gemm-ladder op call it made, in order; with ``backward`` (default:
     when the model is in training mode and a parameter requires grad) also the backward's calls, by
-    ``backward()`` of the output (or its loss, logits, first tensor) with a dense gradient of ones. Nothing is built or
+    ``backward()`` of the output (or its loss, logits, first tensor) with a dense gradient of ones. The forward
+    runs with grad mode on exactly when ``backward`` (without it, as inference runs: under no_grad, where a gated
+    MLP or a MoE layer takes its fused path). Nothing is built or
     launched; the model and its parameters are not changed. The ``mm`` and ``linear`` calls (the ops
     :data:`RECORDED_OPS`, as :class:`RecordedCall`) and the grouped ones (:data:`GROUPED_OPS`, as
-    :class:`GroupedCall`: a mixture-of-experts layer, ``gemm_ladder.moe``) are recorded; the model's other
-    gemm_ladder calls (``swiglu``, the fp8 ops) are named in one UserWarning, with their counts: they compile at
-    their first call.
+    :class:`GroupedCall`: a mixture-of-experts layer, ``gemm_ladder.moe``) and ``swiglu``'s (:class:`SwigluCall`:
+    nn.replace_gated_mlp's) are recorded; the model's other gemm_ladder calls (the fp8 ops) are named in one
+    UserWarning, with their counts: they compile at their first call.
 
     Raises TypeError for a model that is not an nn.Module, ValueError for another mode, and what the
     model raises on meta or fake tensors (a model whose Python reads tensor values: try the other mode).
@@ -220,7 +242,7 @@ def record(model: torch.nn.Module, example_inputs=(), example_kwargs: dict | Non
             state = {k: convert(v) for k, v in named.items()}
             args = [convert(v) if isinstance(v, torch.Tensor) else v for v in example_inputs]
             kwargs = {k: convert(v) if isinstance(v, torch.Tensor) else v for k, v in example_kwargs.items()}
-            with recorder, torch.set_grad_enabled(backward or torch.is_grad_enabled()):
+            with recorder, torch.set_grad_enabled(backward):  # inference is traced as it runs: under no_grad
                 out = torch.func.functional_call(model, state, tuple(args), kwargs, tie_weights=True, strict=False)
                 if backward:
                     t = _first_tensor(out)
@@ -250,7 +272,7 @@ def record(model: torch.nn.Module, example_inputs=(), example_kwargs: dict | Non
         import warnings
 
         ops = ", ".join(f"{op} x{n}" for op, n in recorder.unrecorded.items())
-        warnings.warn(f"gemm_ladder.precompile builds mm, linear and grouped calls only; the model's other gemm_ladder calls "
+        warnings.warn(f"gemm_ladder.precompile builds mm, linear, swiglu and grouped calls only; the model's other gemm_ladder calls "
                       f"({ops}) compile at their first call", UserWarning, stacklevel=3)
     return recorder.calls
 
@@ -310,7 +332,42 @@ def grouped_call_builds(call: GroupedCall) -> list[Build]:
     return [Build(f"{kernel.name} {dtype}", lambda: kernel.build(dtype))]
 
 
-def call_builds(call: RecordedCall | GroupedCall, device=None) -> list[Build]:
+def swiglu_call_builds(call: SwigluCall, device=None) -> list[Build]:
+    """The builds a recorded swiglu call runs, as api.swiglu decides its path for ``device``'s facts (default the
+    H200 assumed): the fused kernel, the small-M gated build, or the small-M pair's two routes (the second with the
+    gated epilogue); [] for an empty problem or K = 0."""
+    from gemm_ladder.contract import dtype_name
+    from gemm_ladder.dispatch import decide, swiglu_small_m
+    from gemm_ladder.dispatch.route import ASSUMED_DEVICE
+    from gemm_ladder.dispatch.swiglu_small_m import GATED
+    from gemm_ladder.library.swiglu import swiglu_kernel
+
+    x, w_gate, w_up = _on_meta(call.a), _on_meta(call.b), _on_meta(call.w_up)
+    n, k = w_gate.shape
+    m = math.prod(x.shape[:-1])
+    if min(m, n, k) == 0:
+        return []
+    dtype = dtype_name(x.dtype)
+    facts = device or ASSUMED_DEVICE
+    if not swiglu_small_m.takes(m, n, k, facts.clusters, swiglu_small_m.small_m_max(facts.name)):
+        kernel = swiglu_kernel()
+        return [Build(f"{kernel.name} {dtype}", lambda: kernel.build(dtype))]
+    x2 = x.reshape(m, k)
+    out2 = torch.empty((m, n), dtype=x.dtype, device="meta")
+    one = swiglu_small_m.one_launch(x2, w_gate, w_up, out2)
+    if one is not None:
+        from gemm_ladder.library.swiglu_small_m import FAMILY
+
+        kernel = one[0]
+        return [Build(f"{FAMILY} bn {kernel.bn} {dtype}", lambda: kernel.build(dtype))]
+    up = torch.empty((m, n), dtype=torch.float32, device="meta")
+    route_up, route_gate = swiglu_small_m.pair_routes(x2, w_gate, w_up, up, out2, device=facts)
+    gated = GATED.bind({"up": up}, m, n, out2.device, check_grad=False)
+    source = gated.oriented(route_gate.c_path.transposed).source()
+    return route_builds(route_up, dtype) + route_builds(route_gate, dtype, source, gated.epilogue.name)
+
+
+def call_builds(call: RecordedCall | GroupedCall | SwigluCall, device=None) -> list[Build]:
     """The builds a recorded call runs: its route decided on meta tensors for ``device``'s facts
     (dispatch.route.DeviceFacts; default the current CUDA device's, or the H200 assumed), with its
     epilogue's generated source oriented as the route runs it. [] for an empty problem (M, N = 0:
@@ -321,6 +378,8 @@ def call_builds(call: RecordedCall | GroupedCall, device=None) -> list[Build]:
 
     if isinstance(call, GroupedCall):
         return grouped_call_builds(call)
+    if isinstance(call, SwigluCall):
+        return swiglu_call_builds(call, device)
 
     if call.is_linear:
         a, b, c, epilogue = _linear_problem(call)
@@ -342,8 +401,8 @@ def call_builds(call: RecordedCall | GroupedCall, device=None) -> list[Build]:
 
 
 def model_builds(calls: list[RecordedCall | GroupedCall], *, rows=(), device=None) -> list[Build]:
-    """The distinct builds of ``calls`` (:func:`call_builds`), and of every plain ``linear`` call at
-    each row count in ``rows`` (:meth:`RecordedCall.with_rows`), in order of first use."""
+    """The distinct builds of ``calls`` (:func:`call_builds`), and of every plain ``linear`` and ``swiglu`` call at
+    each row count in ``rows`` (:meth:`RecordedCall.with_rows`, :meth:`SwigluCall.with_rows`), in order of first use."""
     if device is None and torch.cuda.is_available():
         from gemm_ladder.dispatch.route import device_facts
 
@@ -389,5 +448,5 @@ def precompile(*args, **kwargs) -> Outcomes:
     return by_class(*args, **kwargs)
 
 
-__all__ = ["CallRecorder", "GroupedCall", "RecordedCall", "call_builds", "grouped_call_builds", "model_builds", "normalize_dtypes", "precompile",
+__all__ = ["CallRecorder", "GroupedCall", "RecordedCall", "SwigluCall", "call_builds", "swiglu_call_builds", "grouped_call_builds", "model_builds", "normalize_dtypes", "precompile",
            "precompile_model", "record"]

@@ -182,16 +182,19 @@ def one_launch(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out2:
     return kernel, views
 
 
-def _routes(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, up: torch.Tensor, out2: torch.Tensor):
+def pair_routes(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, up: torch.Tensor, out2: torch.Tensor, *,
+                device=None):
     """The two products' routes: with :data:`PAIR_ROUTE` "small_m", on the small-M kernel in the table's tile
     counts (never its general answers, timed for plain GEMMs: dispatch.tiles_rule_small_m_only); with
-    "route", the dispatcher's route for each as given. Raises ValueError for another PAIR_ROUTE."""
+    "route", the dispatcher's route for each as given. ``device``: the DeviceFacts decided for (default the
+    tensors' device's; precompile passes the GPU it builds for). Raises ValueError for another PAIR_ROUTE."""
     from gemm_ladder.dispatch import decide, tiles_rule_small_m_only
 
     if PAIR_ROUTE not in PAIR_ROUTES:
         raise ValueError(f"swiglu_small_m.PAIR_ROUTE = {PAIR_ROUTE!r}: one of {', '.join(PAIR_ROUTES)}")
     kw = {"tiles": tiles_rule_small_m_only()} if PAIR_ROUTE == "small_m" else {}
-    return decide(x2, w_up.T, up, given=True, **kw), decide(x2, w_gate.T, out2, given=True, **kw)
+    return (decide(x2, w_up.T, up, given=True, device=device, **kw),
+            decide(x2, w_gate.T, out2, given=True, device=device, **kw))
 
 
 def run(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out2: torch.Tensor) -> None:
@@ -210,7 +213,7 @@ def run(x2: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out2: torch.
         return
     m, n = out2.shape
     up = torch.empty((m, n), dtype=torch.float32, device=out2.device)
-    route_up, route_gate = _routes(x2, w_gate, w_up, up, out2)
+    route_up, route_gate = pair_routes(x2, w_gate, w_up, up, out2)
     run_route(route_up, x2, w_up.T, up)
     call = GATED.bind({"up": up}, m, n, out2.device, check_grad=False)
     run_route(route_gate, x2, w_gate.T, out2, epilogue=call)
@@ -270,7 +273,7 @@ def explain(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
                                 "launches": [f"{config.family} ({m} x {n} x {k}): BN {kernel.bn}, {tiles} M tile(s)"]})
         return out
     up = torch.empty((m, n), dtype=torch.float32, device=x.device)
-    routes = _routes(x2, w_gate, w_up, up, out2)
+    routes = pair_routes(x2, w_gate, w_up, up, out2)
     for what, route, out_dtype in (("up = x @ w_up^T into float32", routes[0], torch.float32),
                                    (f"out = silu(x @ w_gate^T) * up, epilogue {GATED.name!r}", routes[1], x.dtype)):
         e = explain_route(route, m, n, k, out_dtype, cost_model(route.device)).to_dict()
@@ -281,5 +284,5 @@ def explain(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> dict:
 
 
 __all__ = ["FUSED_FILL_MIN_M", "FUSED_MIN_WAVE_FILL", "GATED", "ONE_LAUNCH", "ONE_LAUNCH_MAX_M",
-           "PAIR_ROUTE", "PAIR_ROUTES", "PAIR_SMALL_M_MAX_BY_DEVICE", "SMALL_M_MAX", "SMALL_M_MAX_BY_DEVICE", "explain", "fused_wave_fill", "one_launch", "one_launch_bn", "reason", "run",
+           "PAIR_ROUTE", "PAIR_ROUTES", "PAIR_SMALL_M_MAX_BY_DEVICE", "SMALL_M_MAX", "SMALL_M_MAX_BY_DEVICE", "explain", "fused_wave_fill", "one_launch", "one_launch_bn", "pair_routes", "reason", "run",
            "small_m_max", "takes"]
