@@ -147,3 +147,49 @@ def test_precompile_records_the_inference_swiglu_and_builds_each_rows_path():
     mlp.train()
     trained = record(mlp, (torch.empty(4, 512, 1024, **META),), backward=True)  # training: the module's formula
     assert not any(isinstance(c, SwigluCall) for c in trained)
+
+
+class ScaledLinear(nn.Linear):  # a subclass with its own forward: the swap would skip it
+    def forward(self, x):
+        return 2 * super().forward(x)
+
+
+def test_subclassed_or_hooked_projections_and_unaligned_rows_are_refused():
+    sub = LlamaLikeMLP(**META)
+    sub.gate_proj = ScaledLinear(64, 96, bias=False, **META)
+    hooked = LlamaLikeMLP(**META)
+    hooked.up_proj.register_forward_hook(lambda m, i, o: o)
+    patched = LlamaLikeMLP(**META)
+    patched.gate_proj.forward = lambda x: x  # an instance forward (accelerate's offload hooks are one)
+    assert "subclass" in gated_reason(sub)
+    assert "hooks" in gated_reason(hooked) and "hooks" in gated_reason(patched)
+    assert "16-byte" in gated_reason(LlamaLikeMLP(hidden=60, **META))
+
+
+def test_path_takes_the_modules_forward_where_swiglu_does_not_apply():
+    mlp = GatedMLP.from_module(LlamaLikeMLP(**META)).eval()
+    x = torch.empty(5, 64, **META)
+    with torch.no_grad():
+        assert mlp.path(x) == "swiglu"
+        assert "x on cpu" in mlp.path(torch.empty(5, 64, dtype=torch.bfloat16))
+        assert "not row-major" in mlp.path(torch.empty(64, 5, **META).T)
+        mlp.up_proj.register_forward_pre_hook(lambda m, i: None)  # hooked after the swap (LoRA, offload)
+        assert "replaced or hooked" in mlp.path(x)
+    assert "gradient" in GatedMLP.from_module(LlamaLikeMLP(**META)).path(x)  # grad on, Parameters requiring grad
+    cast = GatedMLP.from_module(LlamaLikeMLP(**META)).float()  # the model cast after the swap
+    with torch.no_grad():
+        assert "swiglu takes one dtype" in cast.path(torch.empty(5, 64, device="meta"))
+        assert cast(torch.empty(5, 64, device="meta")).shape == (5, 64)
+
+
+def test_the_fallback_is_the_original_modules_own_forward():
+    orig = DropoutMLP(hidden=64, inter=96, dtype=torch.bfloat16)  # on the CPU, which the swap refuses: built by hand
+    mlp = GatedMLP("separate", {n: getattr(orig, n) for n in ("gate_proj", "up_proj", "down_proj",
+                                                                             "act_fn")}, orig).train()
+    x = torch.randn(7, 64, dtype=torch.bfloat16)
+    torch.manual_seed(3)
+    got = mlp(x)  # x on the CPU: the formula, i.e. DropoutMLP's forward with its dropout
+    torch.manual_seed(3)
+    assert torch.equal(got, DropoutMLP.forward(orig, x)) and orig.training
+    mlp.eval()
+    assert not orig.training  # train/eval reaches the original module's flag

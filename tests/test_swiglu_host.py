@@ -140,3 +140,40 @@ def test_explain_says_who_launches_each_swiglu_call(host, monkeypatch):
 
     monkeypatch.setattr(api, "_HOST_OPS", None)
     assert gemm_ladder.explain_swiglu(torch.empty(4096, 1024, **meta), w, w)["host"].startswith("python (the host")
+
+
+def test_a_signature_without_w_up_is_refused_not_a_crash(host):
+    with pytest.raises(ValueError, match="needs w_up"):
+        host.op_signature(SWIGLU, _t(4, 64), _t(96, 64), None, None, None, None, None, False)
+
+
+def test_a_settings_change_drops_the_planned_templates_once(monkeypatch):
+    from gemm_ladder import api
+    from gemm_ladder.dispatch import swiglu_small_m
+
+    cleared = []
+    monkeypatch.setitem(api._SWIGLU_PLANNED, "settings", None)
+    api._swiglu_planned_fresh(lambda: cleared.append(1))
+    assert cleared == []  # nothing planned yet
+    api.swiglu_planned_under(api.swiglu_settings())
+    api._swiglu_planned_fresh(lambda: cleared.append(1))
+    assert cleared == []  # unchanged
+    monkeypatch.setattr(swiglu_small_m, "ONE_LAUNCH", not swiglu_small_m.ONE_LAUNCH)
+    api._swiglu_planned_fresh(lambda: cleared.append(1))
+    api._swiglu_planned_fresh(lambda: cleared.append(1))
+    assert cleared == [1]  # dropped once; the next plan records the new settings
+    monkeypatch.setitem(swiglu_small_m.SMALL_M_MAX_BY_DEVICE, "some GPU", 64)
+    api.swiglu_planned_under(("old",))
+    api._swiglu_planned_fresh(lambda: cleared.append(2))
+    assert cleared == [1, 2]
+
+
+def test_the_fused_kernels_map_roles_name_each_tensor_at_its_own_pitch():
+    from gemm_ladder.library.swiglu import MAP_NAMES, swiglu_kernel
+
+    x, wg = torch.empty(300, 256, dtype=BF16), torch.empty(384, 256, dtype=BF16)
+    wu, out = torch.empty(384, 320, dtype=BF16)[:, :256], torch.empty(300, 384, dtype=BF16)
+    kw = swiglu_kernel().map_kwargs(*(operand_view(t, k_dim=1) for t in (x, wg, wu)), out)
+    assert [name for name, _ in kw] == list(MAP_NAMES) == ["x", "w_gate", "w_up", "out"]
+    assert [k["globalAddress"] for _, k in kw] == [t.data_ptr() for t in (x, wg, wu, out)]
+    assert [k["globalStrides"][0] for _, k in kw] == [512, 512, 640, 768]

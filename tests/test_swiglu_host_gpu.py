@@ -82,6 +82,7 @@ def test_swiglu_on_the_host_matches_the_python_path_bitwise(host, dtype, shape, 
     on_cpp = info["host"].startswith("C++")
     # the small-M pair (160 rows where this device's threshold takes it) and a padded output stay in Python
     assert on_cpp == (info["path"] in ("small_m_gated", "fused") and n % 8 == 0), info
+    host.clear()  # planned afresh here, whatever ran before in this process
     before = (host.planner_calls(), host.launches())
     with torch.no_grad():
         for _ in range(3):  # fresh activations: new addresses, one signature
@@ -93,6 +94,22 @@ def test_swiglu_on_the_host_matches_the_python_path_bitwise(host, dtype, shape, 
             assert rel(got, ref(x, wg, wu)) < 1e-2, f"seed {seed}"
     assert host.planner_calls() - before[0] == 1, "one planner call per signature"
     assert host.launches() - before[1] == (3 if on_cpp else 0), "one C++ launch per call on the C++ paths"
+
+
+def test_a_changed_setting_is_planned_again(host, monkeypatch):
+    from gemm_ladder.dispatch import swiglu_small_m
+
+    wg, wu = (w.detach() for w in weights(1536, 512))
+    x = torch.randn(16, 512, device="cuda", dtype=BF16)
+    with torch.no_grad():
+        gemm_ladder.swiglu(x, wg, wu)  # planned with the gated build in one launch
+        before = host.launches()
+        assert gemm_ladder.explain_swiglu(x, wg, wu)["path"] == "small_m_gated"
+        monkeypatch.setattr(swiglu_small_m, "ONE_LAUNCH", False)  # now the pair, launched from Python
+        assert gemm_ladder.explain_swiglu(x, wg, wu)["path"] == "small_m_pair"
+        got = gemm_ladder.swiglu(x, wg, wu)
+    assert host.launches() == before, "the template planned before the change was dropped"
+    assert torch.equal(got, swiglu_direct(x, wg, wu))
 
 
 def test_inputs_requiring_grad_are_refused_through_the_function_and_the_op(host):

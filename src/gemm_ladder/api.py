@@ -109,7 +109,7 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 def set_host_ops(ops: tuple | None) -> None:
     """Route mm, linear and swiglu through ``ops`` (the host module's mm and linear entries, the mm and linear
-    OpOverloads, its swiglu entry) or, with None, the Python path."""
+    OpOverloads, its swiglu entry, its ``clear``) or, with None, the Python path."""
     global _HOST_OPS
     _HOST_OPS = ops
 
@@ -638,6 +638,8 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, *, out_dty
         raise GemmInputError(f"out_dtype={out_dtype}: swiglu writes x's dtype (out_dtype=None or x.dtype) or "
                              "torch.float8_e4m3fn (quantized with 1 x 128 scales)")
     host = _HOST_OPS
+    if host is not None:
+        _swiglu_planned_fresh(host[5])
     if (host is not None and out_dtype is None and _host_call(x, w_gate, w_up) and type(x) in _PLAIN
             and type(w_gate) in _PLAIN and type(w_up) in _PLAIN and not _is_compiling()
             and not (torch.is_grad_enabled() and (x.requires_grad or w_gate.requires_grad or w_up.requires_grad))):
@@ -647,6 +649,32 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, *, out_dty
         check_swiglu(x, w_gate, w_up, device_types=("cuda", "meta"))  # the library's errors, grad refused
         return _registered_ops()[2](x, w_gate, w_up)
     return swiglu_direct(x, w_gate, w_up)
+
+
+_SWIGLU_PLANNED = {"settings": None}
+
+
+def swiglu_settings() -> tuple:
+    """What swiglu's path decision reads beyond the call's tensors (dispatch/swiglu_small_m.py's thresholds and
+    switches): a planned C++ template holds what they said when it was planned."""
+    from gemm_ladder.dispatch import swiglu_small_m as s
+
+    return (s.ONE_LAUNCH, s.ONE_LAUNCH_MAX_M, s.SMALL_M_MAX, tuple(s.SMALL_M_MAX_BY_DEVICE.items()),
+            tuple(s.PAIR_SMALL_M_MAX_BY_DEVICE.items()), s.FUSED_FILL_MIN_M, s.FUSED_MIN_WAVE_FILL, s.PAIR_ROUTE)
+
+
+def swiglu_planned_under(settings: tuple) -> None:
+    """Record that a swiglu template was planned under ``settings`` (:func:`swiglu_settings`; host/planner.py)."""
+    _SWIGLU_PLANNED["settings"] = settings
+
+
+def _swiglu_planned_fresh(clear) -> None:
+    """Drop the host module's planned templates (``clear``) when swiglu's settings changed since one was planned (a
+    template keeps the path decided then): gemm_ladder.swiglu and ops.swiglu ask before each call."""
+    planned = _SWIGLU_PLANNED["settings"]
+    if planned is not None and planned != swiglu_settings():
+        clear()
+        _SWIGLU_PLANNED["settings"] = None
 
 
 def swiglu_direct(x, w_gate, w_up) -> torch.Tensor:

@@ -9,16 +9,17 @@ two pointwise kernels; :class:`GatedMLP` runs the gate and up projections and ``
 Which modules are swapped (:func:`gated_reason` says why one is not): the module's class computes exactly that
 formula, recognised by its ``forward``'s source text, whitespace aside (:data:`FORMS`: no dropout, clamp, norm
 or multiplier between the products), or its class is named in ``classes=`` (the caller vouches for the
-formula); the projections are ``torch.nn.Linear`` (gemm-ladder's ``Linear`` included) with no bias on the gate
-and up projections (swiglu adds none); the activation is SiLU; the weights bf16 or fp16 on a CUDA (or meta)
-device.
+formula); the projections are ``torch.nn.Linear`` (the gate and up ones exactly it or gemm-ladder's ``Linear``, not a
+subclass, and neither they nor the module hooked) with no bias on the gate and up projections (swiglu adds none); the
+activation is SiLU; the weights bf16 or fp16 on a CUDA (or meta) device, their rows whole 16-byte chunks.
 
-What runs per call (:meth:`GatedMLP.forward`): the one launch where no gradient is needed (grad mode off, or
-neither x nor a projection weight requires grad) and x is a CUDA tensor of the weights' dtype (or a meta tensor:
-the op's fake, which ``gemm_ladder.precompile`` records); otherwise the
-module's own formula on its own submodules, so training and CPU inputs are computed as before. The submodules
-keep their names: ``state_dict`` keys, parameters (the same Parameter objects) and an optimizer built on the
-model are unchanged.
+What runs per call (:meth:`GatedMLP.forward`; :meth:`GatedMLP.path` says which): the one launch where no gradient
+is needed (grad mode off, or neither x nor a projection weight requires grad), autocast is off, and x is a row-major
+CUDA tensor of the weights' dtype on their device (or a meta tensor: the op's fake, which ``gemm_ladder.precompile``
+records); otherwise the original module's own forward on its own submodules, so training, CPU inputs, a model cast
+to float32, and a projection replaced or hooked after the swap (LoRA, offload) are computed as before. The
+submodules keep their names: ``state_dict`` keys, parameters (the same Parameter objects) and an optimizer built on
+the model are unchanged.
 """
 
 from __future__ import annotations
@@ -86,6 +87,20 @@ def _is_silu(act) -> bool:
     return isinstance(act, torch.nn.SiLU) or act is F.silu or type(act).__name__ == "SiLUActivation"
 
 
+def _linear_classes() -> tuple:
+    """The projections' classes the swap takes: torch.nn.Linear and gemm-ladder's (whose forward is the same
+    product); a subclass may override forward (LoRA, quantized layers), which the swap would skip."""
+    from gemm_ladder.nn import Linear
+
+    return (torch.nn.Linear, Linear)
+
+
+def _hooked(module: torch.nn.Module) -> bool:
+    """Whether calling ``module`` runs more than its class's forward: forward hooks or pre-hooks, or a forward set
+    on the instance (accelerate's offload hooks, monkeypatching)."""
+    return bool(module._forward_hooks or module._forward_pre_hooks or "forward" in module.__dict__)
+
+
 def gated_reason(module: torch.nn.Module, classes: tuple = ()) -> str | None:
     """Why :func:`replace_gated_mlp` leaves ``module`` alone, or None when it swaps it (the module docstring's
     rules). ``classes``: module classes taken as computing the formula whatever their forward's text."""
@@ -93,8 +108,13 @@ def gated_reason(module: torch.nn.Module, classes: tuple = ()) -> str | None:
     if form is None:
         return "its forward is not down_proj(silu(gate_proj(x)) * up_proj(x)) as written in transformers' LlamaMLP"
     gate, up, down, act = (getattr(module, n, None) if n else None for n in NAMES[form])
-    if not all(isinstance(p, torch.nn.Linear) for p in (gate, down) + ((up,) if form == "separate" else ())):
+    projections = (gate, down) + ((up,) if form == "separate" else ())
+    if not all(isinstance(p, torch.nn.Linear) for p in projections):
         return f"its {', '.join(n for n in NAMES[form][:3] if n)} are not all torch.nn.Linear"
+    if any(type(p) not in _linear_classes() for p in (gate, up) if p is not None):
+        return "its gate or up projection is a subclass of torch.nn.Linear (its own forward would be skipped)"
+    if any(_hooked(m) for m in (module, gate, up) if m is not None):
+        return "it or its gate or up projection has hooks or an instance forward (the fused call would skip them)"
     if not _is_silu(act):
         return f"its activation is {type(act).__name__}, not SiLU"
     if gate.bias is not None or (up is not None and up.bias is not None):
@@ -106,25 +126,29 @@ def gated_reason(module: torch.nn.Module, classes: tuple = ()) -> str | None:
         return f"weights on {w.device} (gemm-ladder runs on CUDA devices only)"
     if form == "fused" and w.shape[0] % 2:
         return f"gate_up_proj has {w.shape[0]} output features, not two halves"
+    if w.shape[1] * w.element_size() % 16:
+        return (f"hidden size {w.shape[1]}: its rows are {w.shape[1] * w.element_size()} bytes, not whole 16-byte "
+                "chunks (TMA reads the weights in place)")
     return None
 
 
 class GatedMLP(torch.nn.Module):
     """``down_proj(silu(gate(x)) * up(x))`` with the gate and up products in one :func:`gemm_ladder.swiglu` launch
-    where no gradient is needed, else the module's own formula (the module docstring).
+    where no gradient is needed, else the original module's own forward (the module docstring).
 
     Built by :meth:`from_module` on a module :func:`gated_reason` accepts; holds its submodules under their own
     names (``gate_proj``, ``up_proj``, ``down_proj``, ``act_fn``, or ``gate_up_proj``, ``down_proj``,
-    ``activation_fn``). Input x (*, hidden) in the weights' dtype; output (*, hidden). Raises what its submodules
-    and gemm_ladder.swiglu raise.
+    ``activation_fn``) and the original module (not a submodule: its state is those submodules) for its forward.
+    Input x (*, hidden); output (*, hidden). :meth:`path` says which a call runs. Raises what its submodules and
+    gemm_ladder.swiglu raise.
     """
 
-    def __init__(self, form: str, children: dict):
+    def __init__(self, form: str, children: dict, original: torch.nn.Module):
         super().__init__()
         self.form = form
         for name, child in children.items():
             setattr(self, name, child)  # registered as a submodule (or kept as a function: act F.silu)
-        self._names = NAMES[form]
+        object.__setattr__(self, "_original", original)  # not registered: no second state_dict entry
 
     @classmethod
     def from_module(cls, module: torch.nn.Module, classes: tuple = ()) -> "GatedMLP":
@@ -134,9 +158,14 @@ class GatedMLP(torch.nn.Module):
         if reason is not None:
             raise NotSupportedError(f"{type(module).__name__}: {reason}")
         form = _form(module, tuple(classes))
-        new = cls(form, {n: getattr(module, n) for n in NAMES[form] if n})
+        new = cls(form, {n: getattr(module, n) for n in NAMES[form] if n}, module)
         new.train(module.training)
         return new
+
+    def train(self, mode: bool = True) -> "GatedMLP":
+        super().train(mode)
+        self._original.training = mode  # its forward reads its own flag (dropout in a vouched class's formula)
+        return self
 
     def _weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.form == "fused":
@@ -145,17 +174,33 @@ class GatedMLP(torch.nn.Module):
             return w[:half], w[half:]  # views: rows [0, N) gate, [N, 2N) up (Phi3MLP's chunk order)
         return self.gate_proj.weight, self.up_proj.weight
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def path(self, x: torch.Tensor) -> str:
+        """Which computation a call on ``x`` runs: "swiglu" (one gemm_ladder.swiglu launch, then down_proj), or
+        "formula (why)": the original module's forward, on its submodules as they are."""
         w_gate, w_up = self._weights()
-        down = self.down_proj
-        if ((x.is_cuda or x.is_meta) and x.dtype == w_gate.dtype  # meta: the op's fake (what precompile records)
-                and not (torch.is_grad_enabled() and (x.requires_grad or w_gate.requires_grad or w_up.requires_grad))):
-            return down(_swiglu()(x, w_gate, w_up))
-        act = getattr(self, self._names[3])
-        if self.form == "fused":
-            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-            return down(up * act(gate))
-        return down(act(self.gate_proj(x)) * self.up_proj(x))
+        projections = (self.gate_up_proj,) if self.form == "fused" else (self.gate_proj, self.up_proj)
+        if not (x.is_cuda or x.is_meta):  # meta: the op's fake (what precompile records)
+            return f"formula (x on {x.device})"
+        if x.dtype not in DTYPES.values() or not x.dtype == w_gate.dtype == w_up.dtype:
+            return f"formula (x {x.dtype}, weights {w_gate.dtype}: swiglu takes one dtype, bfloat16 or float16)"
+        if x.device != w_gate.device:
+            return f"formula (x on {x.device}, the weights on {w_gate.device})"
+        if torch.is_grad_enabled() and (x.requires_grad or w_gate.requires_grad or w_up.requires_grad):
+            return "formula (a gradient is needed: swiglu has no backward)"
+        if torch.is_autocast_enabled():
+            return "formula (autocast is on: the projections run in its dtype)"
+        if any(type(p) not in _linear_classes() or _hooked(p) for p in projections):
+            return "formula (a projection was replaced or hooked since the swap)"
+        if x.stride(-1) != 1 or (x.dim() > 1 and x.stride(-2) * x.element_size() % 16) or (
+                x.is_cuda and not torch.compiler.is_compiling() and x.data_ptr() % 16):  # compiled: the op checks
+            return "formula (x is not row-major with 16-byte aligned rows: swiglu reads it in place)"
+        return "swiglu"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.path(x) == "swiglu":
+            w_gate, w_up = self._weights()
+            return self.down_proj(_swiglu()(x, w_gate, w_up))
+        return self._original.forward(x)
 
 
 def replace_gated_mlp(model: torch.nn.Module, *, classes: tuple = (), strict: bool = False) -> torch.nn.Module:

@@ -370,8 +370,8 @@ def use_host():
         module.register_kernels()
         module.register_autograd()
         _register_planned(module, {"swiglu": (planner.plan_swiglu, planner.run_swiglu)})
-        # typed dispatcher calls of _MM, _LINEAR and _SWIGLU
-        api.set_host_ops((module.mm, module.linear, _MM, _LINEAR, module.swiglu))
+        # the host module's entries (typed dispatcher calls of _MM, _LINEAR and _SWIGLU), the OpOverloads, its clear
+        api.set_host_ops((module.mm, module.linear, _MM, _LINEAR, module.swiglu, module.clear))
         from gemm_ladder import ops_fp8
 
         ops_fp8.set_host(module.scaled_mm)
@@ -480,6 +480,9 @@ def swiglu(x, w_gate, w_up):
     if not (isinstance(x, _Tensor) and isinstance(w_gate, _Tensor) and isinstance(w_up, _Tensor)
             and (x.is_cuda or x.is_meta)):
         _refuse("swiglu", check_swiglu, x, w_gate, w_up)
+    module = _HOST.get("module")
+    if module is not None:
+        _api._swiglu_planned_fresh(module.clear)
     return _SWIGLU(x, w_gate, w_up)
 
 

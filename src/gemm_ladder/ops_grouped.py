@@ -355,9 +355,6 @@ def grouped_linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, bias: t
 
 # --- the compiled host path: the ops' CUDA kernels in C++ (gemm_ladder/host/launch.cpp) ---------------------
 
-#: The library/grouped.py settings the host module's grouped templates were planned under (:func:`_settings`). Whether
-#: its grouped kernels are registered is whether the host module is in use (ops.host_module(): ops.on_host registers
-#: them then, and removes them when it is left).
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
@@ -369,6 +366,9 @@ def _settings() -> tuple:
     return (g.STORE_DEFAULT, g.TAIL_MIN_IDLE, g.CLUSTER_MIN_K, g.C_RING)
 
 
+#: The library/grouped.py settings the host module's grouped templates were planned under (:func:`_settings`). Whether
+#: its grouped kernels are registered is whether the host module is in use (ops.host_module(): ops.on_host registers
+#: them then, and removes them when it is left).
 _HOST = {"settings": _settings()}
 
 

@@ -1,5 +1,6 @@
-// gemm-ladder's compiled host path: the CUDA kernels of gemm_ladder::mm and gemm_ladder::linear, and
-// scaled_mm's eager entry (the fp8 kernel; called from gemm_ladder.scaled_mm, not registered as a kernel).
+// gemm-ladder's compiled host path: the CUDA kernels of gemm_ladder::mm and gemm_ladder::linear, of the planned ops
+// (gemm_ladder::swiglu and the grouped ops, below), and scaled_mm's eager entry (the fp8 kernel; called from
+// gemm_ladder.scaled_mm, not registered as a kernel).
 //
 // A call's route is decided once per signature (shapes, strides, dtypes, each base address's
 // residue mod 16, the epilogue's identity, out_dtype, device, whether the stream is capturing) by a
@@ -634,7 +635,8 @@ static at::Tensor planned_call(int64_t op, const at::Tensor& a, const at::Tensor
                                const std::function<py::tuple()>& py_args) {
   const int slot = static_cast<int>(op - kGroupedMm);
   TORCH_CHECK(op_callbacks != nullptr && op_callbacks->plan[slot], "gemm_ladder host: the planner of ",
-              planned_op_names[slot], " is not registered (import gemm_ladder.ops_grouped)");
+              planned_op_names[slot], " is not registered (gemm_ladder.ops.use_host registers swiglu's, importing ",
+              "gemm_ladder.ops_grouped and ops_grouped_swiglu the grouped ops')");
   auto here = [&](const std::optional<at::Tensor>& t) { return !t.has_value() || t->device() == a.device(); };
   if (!a.is_cuda() || b.device() != a.device() || !here(offs) || !here(bias) || !here(w_up)) {
     py::gil_scoped_acquire gil;  // the Python kernel's checks name the tensor on another device
@@ -758,6 +760,7 @@ py::bytes op_signature(int64_t op, const at::Tensor& a, const at::Tensor& b, con
                        bool capturing) {
   int64_t variant = -1;
   if (op == kSwiglu) {
+    TORCH_CHECK_VALUE(w_up.has_value() && w_up->defined(), "gemm_ladder host: swiglu's signature needs w_up");
     variant = swiglu_grad(a, b, *w_up);
   } else if (activation.has_value()) {
     variant = activation_id(c10::string_view(activation->data(), activation->size()));
