@@ -67,9 +67,10 @@ def test_inference_is_one_swiglu_within_bound_of_float64(calls, cls, rows):
     assert calls[0] == 2
 
 
-def test_training_runs_the_modules_own_formula_bit_for_bit(calls):
+@pytest.mark.parametrize("cls", [LlamaLikeMLP, Phi3LikeMLP])
+def test_training_runs_the_modules_own_formula_bit_for_bit(calls, cls):
     seed = _seed()
-    orig = LlamaLikeMLP(hidden=256, inter=512, **CUDA)
+    orig = cls(hidden=256, inter=512, **CUDA)
     mlp = GatedMLP.from_module(copy.deepcopy(orig))
     x = torch.randn(64, 256, **CUDA, requires_grad=True)
     g = torch.randn(64, 256, **CUDA)
@@ -94,3 +95,12 @@ def test_a_transformers_llama_model(calls):
     with torch.no_grad():
         ref, got = model(ids).logits, fused(ids).logits
     assert calls[0] == 2 and rel(got, ref.double()) < 2e-2, f"seed {seed}"
+
+
+def test_under_torch_compile(calls):
+    seed = _seed()
+    mlp = GatedMLP.from_module(LlamaLikeMLP(hidden=512, inter=1024, **CUDA)).eval()
+    compiled = torch.compile(mlp, fullgraph=True)
+    with torch.no_grad():
+        x = torch.randn(64, 512, **CUDA)
+        assert torch.equal(compiled(x), mlp(x)), f"seed {seed}"
