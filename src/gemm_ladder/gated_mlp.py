@@ -87,12 +87,12 @@ def _is_silu(act) -> bool:
     return isinstance(act, torch.nn.SiLU) or act is F.silu or type(act).__name__ == "SiLUActivation"
 
 
-def _linear_classes() -> tuple:
-    """The projections' classes the swap takes: torch.nn.Linear and gemm-ladder's (whose forward is the same
-    product); a subclass may override forward (LoRA, quantized layers), which the swap would skip."""
-    from gemm_ladder.nn import Linear
-
-    return (torch.nn.Linear, Linear)
+def _plain_linear(p) -> bool:
+    """Whether ``p`` is exactly torch.nn.Linear or gemm-ladder's Linear (whose forward is the same product): a
+    subclass may override forward (LoRA, quantized layers), which the fused call would skip. By name, not import:
+    gemm_ladder.nn imports this module."""
+    t = type(p)
+    return t is torch.nn.Linear or (t.__name__ == "Linear" and t.__module__ == "gemm_ladder.nn")
 
 
 def _hooked(module: torch.nn.Module) -> bool:
@@ -111,7 +111,7 @@ def gated_reason(module: torch.nn.Module, classes: tuple = ()) -> str | None:
     projections = (gate, down) + ((up,) if form == "separate" else ())
     if not all(isinstance(p, torch.nn.Linear) for p in projections):
         return f"its {', '.join(n for n in NAMES[form][:3] if n)} are not all torch.nn.Linear"
-    if any(type(p) not in _linear_classes() for p in (gate, up) if p is not None):
+    if not all(_plain_linear(p) for p in (gate, up) if p is not None):
         return "its gate or up projection is a subclass of torch.nn.Linear (its own forward would be skipped)"
     if any(_hooked(m) for m in (module, gate, up) if m is not None):
         return "it or its gate or up projection has hooks or an instance forward (the fused call would skip them)"
@@ -189,7 +189,7 @@ class GatedMLP(torch.nn.Module):
             return "formula (a gradient is needed: swiglu has no backward)"
         if torch.is_autocast_enabled():
             return "formula (autocast is on: the projections run in its dtype)"
-        if any(type(p) not in _linear_classes() or _hooked(p) for p in projections):
+        if not all(_plain_linear(p) and not _hooked(p) for p in projections):
             return "formula (a projection was replaced or hooked since the swap)"
         if x.stride(-1) != 1 or (x.dim() > 1 and x.stride(-2) * x.element_size() % 16) or (
                 x.is_cuda and not torch.compiler.is_compiling() and x.data_ptr() % 16):  # compiled: the op checks
