@@ -71,6 +71,7 @@ def _form(module: torch.nn.Module, classes: tuple) -> str | None:
 
 
 _SWIGLU: list = []
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 def _swiglu():
@@ -192,7 +193,8 @@ class GatedMLP(torch.nn.Module):
         if not all(_plain_linear(p) and not _hooked(p) for p in projections):
             return "formula (a projection was replaced or hooked since the swap)"
         if x.stride(-1) != 1 or (x.dim() > 1 and x.stride(-2) * x.element_size() % 16) or (
-                x.is_cuda and not torch.compiler.is_compiling() and x.data_ptr() % 16):  # compiled: the op checks
+                type(x) in _PLAIN and x.is_cuda and not torch.compiler.is_compiling() and x.data_ptr() % 16):
+            # (a subclass, FakeTensor among them, or a compiled call: its address is the op's to check)
             return "formula (x is not row-major with 16-byte aligned rows: swiglu reads it in place)"
         return "swiglu"
 
