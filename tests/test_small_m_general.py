@@ -365,5 +365,5 @@ def test_swiglus_small_m_path_keeps_the_small_m_kernel(monkeypatch):
     assert [d.tiles for d in only.decisions] == [d.tiles for d in rule.decisions]
     x, wg, wu = meta(64, 1024), meta(4096, 1024), meta(4096, 1024)
     up = torch.empty(64, 4096, dtype=torch.float32, device="meta")
-    r_up, r_gate = swiglu_small_m._routes(x, wg, wu, up, meta(64, 4096))
+    r_up, r_gate = swiglu_small_m.pair_routes(x, wg, wu, up, meta(64, 4096))
     assert r_up.kind == r_gate.kind == "small_m"
