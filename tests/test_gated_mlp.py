@@ -193,3 +193,15 @@ def test_the_fallback_is_the_original_modules_own_forward():
     assert torch.equal(got, DropoutMLP.forward(orig, x)) and orig.training
     mlp.eval()
     assert not orig.training  # train/eval reaches the original module's flag
+
+
+def test_over_gemm_ladders_linear_swiglu_is_taken_from_the_measured_rows():
+    import gemm_ladder.nn
+    from gemm_ladder.gated_mlp import MIN_ROWS_OVER_GEMM_LADDER as ROWS
+
+    mlp = GatedMLP.from_module(gemm_ladder.nn.replace_linear(LlamaLikeMLP(**META))).eval()
+    torch_mlp = GatedMLP.from_module(LlamaLikeMLP(**META)).eval()
+    with torch.no_grad():
+        assert "rows <" in mlp.path(torch.empty(2, ROWS // 2 - 1, 64, **META))
+        assert mlp.path(torch.empty(2, ROWS // 2, 64, **META)) == "swiglu"
+        assert torch_mlp.path(torch.empty(1, 64, **META)) == "swiglu"  # over cuBLAS: at any row count

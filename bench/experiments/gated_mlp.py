@@ -5,7 +5,8 @@
 One transformers ``LlamaMLP`` at Llama-3-8B's dimensions (hidden 4096, intermediate 14336), bf16, random
 ``nn.Parameter`` weights, under ``torch.no_grad()``, three sides on the same weights: torch's module (cuBLAS and two
 pointwise kernels), a copy after ``replace_linear`` (three gemm-ladder GEMMs, torch's silu and product), and a copy
-after ``replace_linear`` and ``replace_gated_mlp`` (one ``swiglu`` launch, then the down projection). Each call gets
+after ``replace_linear`` and ``replace_gated_mlp`` (one ``swiglu`` launch, then the down projection, at every M: the
+run sets ``gated_mlp.MIN_ROWS_OVER_GEMM_LADDER``, the threshold it measures, to 0). Each call gets
 the next of 16 fresh activations (x (M, 4096), a new address every call). Wall time per call between two CUDA
 synchronisations (host included), the sides interleaved over ``--reps`` rounds after a warm-up, medians;
 ``rel_err``: each gemm-ladder side's output against float64 of the same weights, beside torch's own.
@@ -84,6 +85,7 @@ def main() -> int:
     require_gpu(__file__)
     require_transformers(__file__)
     import gemm_ladder
+    import gemm_ladder.gated_mlp
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaMLP
 
@@ -94,6 +96,7 @@ def main() -> int:
     linear = gemm_ladder.nn.replace_linear(copy.deepcopy(ref))
     gated = gemm_ladder.nn.replace_gated_mlp(gemm_ladder.nn.replace_linear(copy.deepcopy(ref)))
     assert isinstance(gated, gemm_ladder.nn.GatedMLP)
+    gemm_ladder.gated_mlp.MIN_ROWS_OVER_GEMM_LADDER = 0  # swiglu at every M: the rule this run measures
     out, worst = [], 0
     with torch.no_grad():
         for m in rows:

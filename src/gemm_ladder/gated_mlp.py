@@ -14,7 +14,9 @@ subclass, and neither they nor the module hooked) with no bias on the gate and u
 activation is SiLU; the weights bf16 or fp16 on a CUDA (or meta) device, their rows whole 16-byte chunks.
 
 What runs per call (:meth:`GatedMLP.forward`; :meth:`GatedMLP.path` says which): the one launch where no gradient
-is needed (grad mode off, or neither x nor a projection weight requires grad), autocast is off, and x is a row-major
+is needed (grad mode off, or neither x nor a projection weight requires grad), autocast is off, the rows are at least
+:data:`MIN_ROWS_OVER_GEMM_LADDER` where the projections are gemm-ladder's own ``Linear`` (below it their three GEMMs
+were measured faster), and x is a row-major
 CUDA tensor of the weights' dtype on their device (or a meta tensor: the op's fake, which ``gemm_ladder.precompile``
 records); otherwise the original module's own forward on its own submodules, so training, CPU inputs, a model cast
 to float32, and a projection replaced or hooked after the swap (LoRA, offload) are computed as before. The
@@ -72,6 +74,13 @@ def _form(module: torch.nn.Module, classes: tuple) -> str | None:
 
 _SWIGLU: list = []
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+#: Rows (x's batch dimensions merged) below which a module whose gate and up projections are gemm-ladder's
+#: ``Linear`` (``replace_linear`` applied) keeps its own forward: on an H100 (e15f5a7,
+#: bench/results/2026-12-07_gated_mlp_h100_e15f5a7.json, Llama-3-8B's MLP, wall time with host) the swiglu side ran
+#: 0.955-0.990x replace_linear's three GEMMs and torch's silu and product at 1-256 rows and 1.07-1.18x from 512 on
+#: (against torch's own module: 1.02-1.16x at every row count, so projections on cuBLAS take swiglu at any M).
+#: Measured on that one MLP and GPU only.
+MIN_ROWS_OVER_GEMM_LADDER = 512
 
 
 def _swiglu():
@@ -192,6 +201,10 @@ class GatedMLP(torch.nn.Module):
             return "formula (autocast is on: the projections run in its dtype)"
         if not all(_plain_linear(p) and not _hooked(p) for p in projections):
             return "formula (a projection was replaced or hooked since the swap)"
+        rows = x.numel() // max(x.shape[-1], 1)
+        if rows < MIN_ROWS_OVER_GEMM_LADDER and all(type(p) is not torch.nn.Linear for p in projections):
+            return (f"formula ({rows} rows < {MIN_ROWS_OVER_GEMM_LADDER}, gated_mlp.MIN_ROWS_OVER_GEMM_LADDER: the "
+                    "projections are gemm-ladder's Linear, measured faster than swiglu there)")
         if x.stride(-1) != 1 or (x.dim() > 1 and x.stride(-2) * x.element_size() % 16) or (
                 type(x) in _PLAIN and x.is_cuda and not torch.compiler.is_compiling() and x.data_ptr() % 16):
             # (a subclass, FakeTensor among them, or a compiled call: its address is the op's to check)
@@ -245,4 +258,4 @@ def replace_gated_mlp(model: torch.nn.Module, *, classes: tuple = (), strict: bo
     return model
 
 
-__all__ = ["FORMS", "GatedMLP", "gated_reason", "replace_gated_mlp"]
+__all__ = ["FORMS", "GatedMLP", "MIN_ROWS_OVER_GEMM_LADDER", "gated_reason", "replace_gated_mlp"]
