@@ -276,7 +276,8 @@ class Pair:
 
         t0 = time.perf_counter()
         try:
-            out = gemm_ladder.precompile(self.gl, example_inputs, example_kwargs, rows=rows, mode="fake")
+            with torch.no_grad():  # as the inference rows run (a training model's backward is traced anyway)
+                out = gemm_ladder.precompile(self.gl, example_inputs, example_kwargs, rows=rows, mode="fake")
             self.info.setdefault("precompile", []).append({"summary": out.summary(), "failed": out.failed,
                                                            "seconds": round(time.perf_counter() - t0, 2)})
         except Exception as exc:  # noqa: BLE001 - reported in the result

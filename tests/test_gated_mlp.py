@@ -137,16 +137,22 @@ def test_precompile_records_the_inference_swiglu_and_builds_each_rows_path():
     from gemm_ladder.model_precompile import SwigluCall, model_builds, record
 
     mlp = GatedMLP.from_module(LlamaLikeMLP(hidden=1024, inter=4096, **META)).eval()
-    calls = record(mlp, (torch.empty(4, 512, 1024, **META),))  # traced as inference runs: grad off
+    with torch.no_grad():  # as inference runs it
+        calls = record(mlp, (torch.empty(4, 512, 1024, **META),))
     assert [type(c) for c in calls] == [SwigluCall] and calls[0].a[0] == (4, 512, 1024)
     labels = [b.label for b in model_builds(calls, rows=(1, 100, 160), device=ASSUMED_DEVICE)]
     # the prefill's fused kernel; decode's gated small-M builds (1 and 100 rows); on the H200 assumed, 160 rows
     # (above ONE_LAUNCH_MAX_M, at most its SMALL_M_MAX) the pair: up into fp32, then the gated epilogue
     assert labels[:3] == ["sm90_swiglu bf16", "sm90_swiglu_small_m bn 8 bf16", "sm90_swiglu_small_m bn 128 bf16"]
-    assert "fp32 out" in labels[3] and "epilogue swiglu_small_m" in labels[4] and len(labels) == 5
+    assert "fp32 out" in labels[3] and "epilogue swiglu_small_m" in labels[4]
+    # and below gated_mlp.MIN_ROWS_OVER_GEMM_LADDER the projections' own GEMMs (a GatedMLP over gemm-ladder's Linear
+    # runs its formula there): the gate and up calls at 1, 100 and 160 rows
+    assert labels[5:] and not any("swiglu" in label for label in labels[5:])
     mlp.train()
     trained = record(mlp, (torch.empty(4, 512, 1024, **META),), backward=True)  # training: the module's formula
     assert not any(isinstance(c, SwigluCall) for c in trained)
+    assert not any(isinstance(c, SwigluCall) for c in record(mlp.eval(), (torch.empty(4, 512, 1024, **META),)))
+    # (an eval model traced with grad mode on and Parameters requiring grad: the module's formula, as it would run)
 
 
 class ScaledLinear(nn.Linear):  # a subclass with its own forward: the swap would skip it
@@ -184,8 +190,7 @@ def test_path_takes_the_modules_forward_where_swiglu_does_not_apply():
 
 def test_the_fallback_is_the_original_modules_own_forward():
     orig = DropoutMLP(hidden=64, inter=96, dtype=torch.bfloat16)  # on the CPU, which the swap refuses: built by hand
-    mlp = GatedMLP("separate", {n: getattr(orig, n) for n in ("gate_proj", "up_proj", "down_proj",
-                                                                             "act_fn")}, orig).train()
+    mlp = GatedMLP("separate", orig).train()
     x = torch.randn(7, 64, dtype=torch.bfloat16)
     torch.manual_seed(3)
     got = mlp(x)  # x on the CPU: the formula, i.e. DropoutMLP's forward with its dropout
@@ -205,3 +210,42 @@ def test_over_gemm_ladders_linear_swiglu_is_taken_from_the_measured_rows():
         assert "rows <" in mlp.path(torch.empty(2, ROWS // 2 - 1, 64, **META))
         assert mlp.path(torch.empty(2, ROWS // 2, 64, **META)) == "swiglu"
         assert torch_mlp.path(torch.empty(1, 64, **META)) == "swiglu"  # over cuBLAS: at any row count
+
+
+class VouchedMLP(LlamaLikeMLP):  # a vouched class with state of its own beyond the projections
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.drop = nn.Dropout(0.5)
+        self.scale = nn.Parameter(torch.ones(1, **kw))
+        self.register_buffer("seen", torch.zeros(1, **kw))
+
+    def forward(self, x):
+        return self.down_proj(self.drop(self.act_fn(self.gate_proj(x)) * self.up_proj(x))) * self.scale
+
+
+def test_the_swapped_module_shares_the_originals_state_and_later_replacements():
+    import gemm_ladder.nn
+
+    orig = VouchedMLP(**META)
+    keys = list(orig.state_dict())
+    mlp = replace_gated_mlp(orig, classes=(VouchedMLP,))
+    assert list(mlp.state_dict()) == keys and mlp.scale is orig.scale and mlp.drop is orig.drop
+    mlp.eval()
+    assert not orig.training and not orig.drop.training  # eval reaches the original's children too
+    gemm_ladder.nn.replace_linear(mlp)  # after the swap: the original's forward sees gemm-ladder's Linear
+    assert type(orig.gate_proj) is gemm_ladder.nn.Linear and mlp.gate_proj is orig.gate_proj
+    mlp.up_proj = ScaledLinear(64, 96, bias=False, **META)  # a LoRA-style wrapper set on the swapped module
+    assert orig.up_proj is mlp.up_proj
+    with torch.no_grad():
+        assert "replaced or hooked" in mlp.path(torch.empty(600, 64, **META))
+
+
+def test_a_hooked_activation_and_rows_swiglu_cannot_read_in_place_take_the_formula():
+    mlp = GatedMLP.from_module(LlamaLikeMLP(**META)).eval()
+    with torch.no_grad():
+        assert "not row-major" in mlp.path(torch.empty(1, 64, **META).expand(4, 64))  # rows 0 bytes apart
+        assert "not row-major" in mlp.path(torch.empty(200, **META)[:136].as_strided((2, 1, 64), (68, 64, 1)))
+        assert mlp.path(torch.empty(4, 3, 128, **META)[..., :64]) == "swiglu"  # a padded pitch of 256 bytes
+        assert mlp.path(torch.empty(3, 4, 64, **META).transpose(0, 1)) == "swiglu"  # merged by a copy
+        mlp.act_fn.register_forward_hook(lambda m, i, o: o)
+        assert "activation" in mlp.path(torch.empty(4, 64, **META))

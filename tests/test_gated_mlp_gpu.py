@@ -103,4 +103,5 @@ def test_under_torch_compile(calls):
     compiled = torch.compile(mlp, fullgraph=True)
     with torch.no_grad():
         x = torch.randn(64, 512, **CUDA)
+        assert mlp.path(x) == "swiglu"
         assert rel(compiled(x), mlp(x).double()) < 1e-3, f"seed {seed}"

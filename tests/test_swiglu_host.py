@@ -162,8 +162,8 @@ def test_a_settings_change_drops_the_planned_templates_once(monkeypatch):
     api._swiglu_planned_fresh(lambda: cleared.append(1))
     api._swiglu_planned_fresh(lambda: cleared.append(1))
     assert cleared == [1]  # dropped once; the next plan records the new settings
-    monkeypatch.setitem(swiglu_small_m.SMALL_M_MAX_BY_DEVICE, "some GPU", 64)
-    api.swiglu_planned_under(("old",))
+    api.swiglu_planned_under(api.swiglu_settings())
+    monkeypatch.setitem(swiglu_small_m.SMALL_M_MAX_BY_DEVICE, "some GPU", 64)  # a device's threshold changed
     api._swiglu_planned_fresh(lambda: cleared.append(2))
     assert cleared == [1, 2]
 

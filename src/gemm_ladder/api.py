@@ -638,7 +638,7 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, *, out_dty
         raise GemmInputError(f"out_dtype={out_dtype}: swiglu writes x's dtype (out_dtype=None or x.dtype) or "
                              "torch.float8_e4m3fn (quantized with 1 x 128 scales)")
     host = _HOST_OPS
-    if host is not None:
+    if host is not None and not _is_compiling():  # a compiled graph calls the op itself, never this check
         _swiglu_planned_fresh(host[5])
     if (host is not None and out_dtype is None and _host_call(x, w_gate, w_up) and type(x) in _PLAIN
             and type(w_gate) in _PLAIN and type(w_up) in _PLAIN and not _is_compiling()
@@ -654,11 +654,17 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, *, out_dty
 _SWIGLU_PLANNED = {"settings": None}
 
 
+_SWIGLU_SMALL_M: list = []
+
+
 def swiglu_settings() -> tuple:
     """What swiglu's path decision reads beyond the call's tensors (dispatch/swiglu_small_m.py's thresholds and
     switches): a planned C++ template holds what they said when it was planned."""
-    from gemm_ladder.dispatch import swiglu_small_m as s
+    if not _SWIGLU_SMALL_M:  # imported once: this runs before every host call
+        from gemm_ladder.dispatch import swiglu_small_m
 
+        _SWIGLU_SMALL_M.append(swiglu_small_m)
+    s = _SWIGLU_SMALL_M[0]
     return (s.ONE_LAUNCH, s.ONE_LAUNCH_MAX_M, s.SMALL_M_MAX, tuple(s.SMALL_M_MAX_BY_DEVICE.items()),
             tuple(s.PAIR_SMALL_M_MAX_BY_DEVICE.items()), s.FUSED_FILL_MIN_M, s.FUSED_MIN_WAVE_FILL, s.PAIR_ROUTE)
 

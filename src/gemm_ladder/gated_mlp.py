@@ -19,9 +19,9 @@ is needed (grad mode off, or neither x nor a projection weight requires grad), a
 were measured faster), and x is a row-major
 CUDA tensor of the weights' dtype on their device (or a meta tensor: the op's fake, which ``gemm_ladder.precompile``
 records); otherwise the original module's own forward on its own submodules, so training, CPU inputs, a model cast
-to float32, and a projection replaced or hooked after the swap (LoRA, offload) are computed as before. The
-submodules keep their names: ``state_dict`` keys, parameters (the same Parameter objects) and an optimizer built on
-the model are unchanged.
+to float32, and a projection or the activation replaced or hooked after the swap (LoRA, offload) are computed as
+before. The swapped module shares the original's submodules, parameters and buffers (the same dicts): ``state_dict``
+keys, the Parameter objects, an optimizer built on the model, and a submodule replaced later on either are one.
 """
 
 from __future__ import annotations
@@ -123,8 +123,9 @@ def gated_reason(module: torch.nn.Module, classes: tuple = ()) -> str | None:
         return f"its {', '.join(n for n in NAMES[form][:3] if n)} are not all torch.nn.Linear"
     if not all(_plain_linear(p) for p in (gate, up) if p is not None):
         return "its gate or up projection is a subclass of torch.nn.Linear (its own forward would be skipped)"
-    if any(_hooked(m) for m in (module, gate, up) if m is not None):
-        return "it or its gate or up projection has hooks or an instance forward (the fused call would skip them)"
+    if any(_hooked(m) for m in (module, gate, up, act) if isinstance(m, torch.nn.Module)):
+        return ("it, its gate or up projection or its activation has hooks or an instance forward (the fused call "
+                "would skip them)")
     if not _is_silu(act):
         return f"its activation is {type(act).__name__}, not SiLU"
     if gate.bias is not None or (up is not None and up.bias is not None):
@@ -142,33 +143,52 @@ def gated_reason(module: torch.nn.Module, classes: tuple = ()) -> str | None:
     return None
 
 
+def _rows_in_place(x: torch.Tensor) -> bool:
+    """Whether swiglu reads ``x`` as (M, K) rows in place or from a fresh copy: the last dimension contiguous, and
+    where the batch dimensions merge into a view (``reshape`` copies otherwise, into aligned rows) the merged rows'
+    pitch at least K and whole 16-byte chunks; a plain CUDA tensor's base 16-byte aligned (a subclass's, FakeTensor
+    among them, and a compiled call's is the op's to check)."""
+    k = x.shape[-1]
+    if k > 1 and x.stride(-1) != 1:
+        return False
+    if type(x) in _PLAIN and x.is_cuda and not torch.compiler.is_compiling() and x.data_ptr() % 16:
+        return False
+    dims = [(size, stride) for size, stride in zip(x.shape[:-1], x.stride()[:-1]) if size != 1]
+    if not dims:
+        return True  # one row
+    for (_, outer), (size, inner) in zip(dims, dims[1:]):
+        if outer != inner * size:
+            return True  # not a view: reshape copies into dense rows
+    pitch = dims[-1][1]
+    return pitch >= k and pitch * x.element_size() % 16 == 0
+
+
 class GatedMLP(torch.nn.Module):
     """``down_proj(silu(gate(x)) * up(x))`` with the gate and up products in one :func:`gemm_ladder.swiglu` launch
     where no gradient is needed, else the original module's own forward (the module docstring).
 
-    Built by :meth:`from_module` on a module :func:`gated_reason` accepts; holds its submodules under their own
-    names (``gate_proj``, ``up_proj``, ``down_proj``, ``act_fn``, or ``gate_up_proj``, ``down_proj``,
-    ``activation_fn``) and the original module (not a submodule: its state is those submodules) for its forward.
-    Input x (*, hidden); output (*, hidden). :meth:`path` says which a call runs. Raises what its submodules and
-    gemm_ladder.swiglu raise.
+    Built by :meth:`from_module` on a module :func:`gated_reason` accepts. It shares the original module's
+    submodules, parameters and buffers (the same dicts: a submodule replaced on either, e.g. by a LoRA wrapper or
+    replace_linear after the swap, is replaced on both; ``state_dict`` keys are the original's) and calls the
+    original's forward for the formula. Input x (*, hidden); output (*, hidden). :meth:`path` says which a call
+    runs. Raises what the submodules and gemm_ladder.swiglu raise.
     """
 
-    def __init__(self, form: str, children: dict, original: torch.nn.Module):
+    def __init__(self, form: str, original: torch.nn.Module):
         super().__init__()
         self.form = form
-        for name, child in children.items():
-            setattr(self, name, child)  # registered as a submodule (or kept as a function: act F.silu)
-        object.__setattr__(self, "_original", original)  # not registered: no second state_dict entry
+        object.__setattr__(self, "_original", original)  # not registered: its state is shared below
+        for name in ("_modules", "_parameters", "_buffers", "_non_persistent_buffers_set"):
+            object.__setattr__(self, name, getattr(original, name))
 
     @classmethod
     def from_module(cls, module: torch.nn.Module, classes: tuple = ()) -> "GatedMLP":
-        """A GatedMLP holding ``module``'s own submodules (no copy); raises NotSupportedError with
-        :func:`gated_reason`'s answer where it refuses the module."""
+        """A GatedMLP sharing ``module``'s state (no copy); raises NotSupportedError with :func:`gated_reason`'s
+        answer where it refuses the module."""
         reason = gated_reason(module, classes)
         if reason is not None:
             raise NotSupportedError(f"{type(module).__name__}: {reason}")
-        form = _form(module, tuple(classes))
-        new = cls(form, {n: getattr(module, n) for n in NAMES[form] if n}, module)
+        new = cls(_form(module, tuple(classes)), module)
         new.train(module.training)
         return new
 
@@ -177,20 +197,28 @@ class GatedMLP(torch.nn.Module):
         self._original.training = mode  # its forward reads its own flag (dropout in a vouched class's formula)
         return self
 
+    def _part(self, name: str):
+        return getattr(self._original, name)  # a submodule, or a plain attribute (an activation function)
+
     def _weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.form == "fused":
-            w = self.gate_up_proj.weight
+            w = self._part("gate_up_proj").weight
             half = w.shape[0] // 2
             return w[:half], w[half:]  # views: rows [0, N) gate, [N, 2N) up (Phi3MLP's chunk order)
-        return self.gate_proj.weight, self.up_proj.weight
+        return self._part("gate_proj").weight, self._part("up_proj").weight
 
     def path(self, x: torch.Tensor) -> str:
         """Which computation a call on ``x`` runs: "swiglu" (one gemm_ladder.swiglu launch, then down_proj), or
-        "formula (why)": the original module's forward, on its submodules as they are."""
-        w_gate, w_up = self._weights()
-        projections = (self.gate_up_proj,) if self.form == "fused" else (self.gate_proj, self.up_proj)
+        "formula (why)": the original module's forward, on its submodules as they are now."""
         if not (x.is_cuda or x.is_meta):  # meta: the op's fake (what precompile records)
             return f"formula (x on {x.device})"
+        names = NAMES[self.form]
+        projections = [self._part(n) for n in names[:2] if n]
+        act = self._part(names[3])
+        if not all(_plain_linear(p) and not _hooked(p) for p in projections) or not _is_silu(act) or (
+                isinstance(act, torch.nn.Module) and _hooked(act)):
+            return "formula (a projection or the activation was replaced or hooked since the swap)"
+        w_gate, w_up = self._weights()
         if x.dtype not in DTYPES.values() or not x.dtype == w_gate.dtype == w_up.dtype:
             return f"formula (x {x.dtype}, weights {w_gate.dtype}: swiglu takes one dtype, bfloat16 or float16)"
         if x.device != w_gate.device:
@@ -199,22 +227,18 @@ class GatedMLP(torch.nn.Module):
             return "formula (a gradient is needed: swiglu has no backward)"
         if torch.is_autocast_enabled():
             return "formula (autocast is on: the projections run in its dtype)"
-        if not all(_plain_linear(p) and not _hooked(p) for p in projections):
-            return "formula (a projection was replaced or hooked since the swap)"
         rows = x.numel() // max(x.shape[-1], 1)
         if rows < MIN_ROWS_OVER_GEMM_LADDER and all(type(p) is not torch.nn.Linear for p in projections):
             return (f"formula ({rows} rows < {MIN_ROWS_OVER_GEMM_LADDER}, gated_mlp.MIN_ROWS_OVER_GEMM_LADDER: the "
                     "projections are gemm-ladder's Linear, measured faster than swiglu there)")
-        if x.stride(-1) != 1 or (x.dim() > 1 and x.stride(-2) * x.element_size() % 16) or (
-                type(x) in _PLAIN and x.is_cuda and not torch.compiler.is_compiling() and x.data_ptr() % 16):
-            # (a subclass, FakeTensor among them, or a compiled call: its address is the op's to check)
-            return "formula (x is not row-major with 16-byte aligned rows: swiglu reads it in place)"
+        if not _rows_in_place(x):
+            return "formula (x's rows are not row-major in 16-byte aligned chunks: swiglu reads them in place)"
         return "swiglu"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.path(x) == "swiglu":
             w_gate, w_up = self._weights()
-            return self.down_proj(_swiglu()(x, w_gate, w_up))
+            return self._part("down_proj")(_swiglu()(x, w_gate, w_up))
         return self._original.forward(x)
 
 
@@ -227,7 +251,8 @@ def replace_gated_mlp(model: torch.nn.Module, *, classes: tuple = (), strict: bo
     another reason (a bias, another activation, a dtype) is named, with the reason, in one UserWarning; with
     ``strict=True`` NotSupportedError is raised instead, before anything is swapped. Modules whose forward is
     another formula are not gated MLPs and are left alone silently. Compose with
-    :func:`gemm_ladder.nn.replace_linear` in either order (down_proj then runs on gemm-ladder's kernels too).
+    :func:`gemm_ladder.nn.replace_linear` in either order (the projections then run on gemm-ladder's kernels too:
+    the swapped module shares its submodules with the original).
     Raises TypeError for a ``model`` that is not a torch.nn.Module.
     """
     if not isinstance(model, torch.nn.Module):

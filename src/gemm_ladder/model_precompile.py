@@ -135,6 +135,11 @@ class SwigluCall:
         k = self.a[0][-1]
         return SwigluCall(self.op, ((m, k), (k, 1), self.a[2], 0), self.b, self.w_up)
 
+    def projections(self) -> list[RecordedCall]:
+        """The gate and up projections as two ``linear`` calls: what a GatedMLP over gemm-ladder's Linear runs
+        instead of this call below gated_mlp.MIN_ROWS_OVER_GEMM_LADDER rows (its own forward)."""
+        return [RecordedCall("linear", self.a, w) for w in (self.b, self.w_up)]
+
 
 def _arguments(func, args, kwargs) -> dict:
     """The op's arguments by schema name (positional and keyword), whatever their order."""
@@ -213,8 +218,8 @@ def record(model: torch.nn.Module, example_inputs=(), example_kwargs: dict | Non
     module docstring) and return every gemm-ladder op call it made, in order; with ``backward`` (default:
     when the model is in training mode and a parameter requires grad) also the backward's calls, by
     ``backward()`` of the output (or its loss, logits, first tensor) with a dense gradient of ones. The forward
-    runs with grad mode on exactly when ``backward`` (without it, as inference runs: under no_grad, where a gated
-    MLP or a MoE layer takes its fused path). Nothing is built or
+    runs in the caller's grad mode (on with ``backward``): call it under ``torch.no_grad()`` for a model that will
+    run under it, where a gated MLP or a MoE layer takes its fused path. Nothing is built or
     launched; the model and its parameters are not changed. The ``mm`` and ``linear`` calls (the ops
     :data:`RECORDED_OPS`, as :class:`RecordedCall`) and the grouped ones (:data:`GROUPED_OPS`, as
     :class:`GroupedCall`: a mixture-of-experts layer, ``gemm_ladder.moe``) and ``swiglu``'s (:class:`SwigluCall`:
@@ -242,7 +247,7 @@ def record(model: torch.nn.Module, example_inputs=(), example_kwargs: dict | Non
             state = {k: convert(v) for k, v in named.items()}
             args = [convert(v) if isinstance(v, torch.Tensor) else v for v in example_inputs]
             kwargs = {k: convert(v) if isinstance(v, torch.Tensor) else v for k, v in example_kwargs.items()}
-            with recorder, torch.set_grad_enabled(backward):  # inference is traced as it runs: under no_grad
+            with recorder, torch.set_grad_enabled(backward or torch.is_grad_enabled()):
                 out = torch.func.functional_call(model, state, tuple(args), kwargs, tie_weights=True, strict=False)
                 if backward:
                     t = _first_tensor(out)
@@ -400,16 +405,24 @@ def call_builds(call: RecordedCall | GroupedCall | SwigluCall, device=None) -> l
     return route_builds(route, dtype_name(a.dtype), source, name)
 
 
-def model_builds(calls: list[RecordedCall | GroupedCall], *, rows=(), device=None) -> list[Build]:
+def model_builds(calls: list[RecordedCall | GroupedCall | SwigluCall], *, rows=(), device=None) -> list[Build]:
     """The distinct builds of ``calls`` (:func:`call_builds`), and of every plain ``linear`` and ``swiglu`` call at
-    each row count in ``rows`` (:meth:`RecordedCall.with_rows`, :meth:`SwigluCall.with_rows`), in order of first use."""
+    each row count in ``rows`` (:meth:`RecordedCall.with_rows`, :meth:`SwigluCall.with_rows`), in order of first use;
+    a swiglu call below gated_mlp.MIN_ROWS_OVER_GEMM_LADDER rows adds its two projections' (:meth:`SwigluCall.projections`:
+    a GatedMLP over gemm-ladder's Linear runs those there)."""
     if device is None and torch.cuda.is_available():
         from gemm_ladder.dispatch.route import device_facts
 
         device = device_facts(torch.device("cuda", torch.cuda.current_device()))
+    from gemm_ladder.gated_mlp import MIN_ROWS_OVER_GEMM_LADDER
+
     todo = list(dict.fromkeys(calls))
     for m in rows:
         todo += [c for c in (call.with_rows(int(m)) for call in calls) if c is not None]
+    # a swiglu call at fewer rows than a GatedMLP over gemm-ladder's Linear takes it: its projections' builds too (a
+    # superset: over torch's nn.Linear the swiglu call runs and these are not used)
+    todo += [p for c in list(todo) if isinstance(c, SwigluCall) and math.prod(c.a[0][:-1]) < MIN_ROWS_OVER_GEMM_LADDER
+             for p in c.projections()]
     builds: dict[str, Build] = {}
     for call in dict.fromkeys(todo):
         for b in call_builds(call, device):
@@ -421,7 +434,7 @@ def precompile_model(model: torch.nn.Module, example_inputs=(), example_kwargs: 
                      backward: bool | None = None, rows=(), mode: str = "meta", workers: int | None = None,
                      device=None, load: bool | None = None) -> Outcomes:
     """Build every kernel ``model`` uses on ``example_inputs`` (and its backward, see :func:`record`),
-    and the same linear calls at each row count in ``rows``, in parallel (dispatch.precompile.run_builds),
+    and the same linear and swiglu calls at each row count in ``rows``, in parallel (dispatch.precompile.run_builds),
     then load them on ``device`` (default: the current CUDA device, when there is one and ``load`` is
     not False). After it, the model's first forward on inputs of those shapes compiles nothing.
 
