@@ -10,46 +10,21 @@ Outputs are poisoned (the allocator's free blocks filled with NaN) before each c
 
 from __future__ import annotations
 
-import os
-import secrets
 import threading
 
 import pytest
 import torch
 
 import gemm_ladder
-import gemm_ladder.ops as ops
 from gemm_ladder.api_grouped import grouped_mm_direct
 from gemm_ladder.contract import GemmInputError
-from gemm_ladder.ops_grouped_swiglu import grouped_swiglu_fused_direct
+from gemm_ladder.ops_grouped_swiglu import grouped_swiglu_fused_direct  # registers its op's host kernel too
+from host_gpu import host, poison  # noqa: F401 - host: the module fixture
+from host_gpu import seed as _seed
 
 pytestmark = pytest.mark.gpu
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 SIZES = [0, 37, 1, 128, 0, 300, 64, 9]  # empty, one-row and unaligned groups
-
-
-@pytest.fixture(scope="module")
-def host():
-    if os.environ.get("GEMM_LADDER_HOST", "").strip() == "0":  # turned off by the run, not a failed build
-        pytest.skip("GEMM_LADDER_HOST=0: the compiled host module is turned off in this run")
-    import gemm_ladder.ops_grouped_swiglu  # noqa: F401 - registers its op's kernel
-
-    module = ops.use_host()
-    if module is None:
-        pytest.fail("the host module did not build on the GPU machine (see the warning)")
-    return module
-
-
-def _seed() -> int:
-    s = secrets.randbelow(2**31)
-    torch.manual_seed(s)
-    return s
-
-
-def poison(rows: int, cols: int) -> None:
-    blocks = [torch.full((64 << 20,), float("nan"), device="cuda", dtype=FP32)]
-    blocks += [torch.full((rows, cols), float("nan"), device="cuda", dtype=d) for d in (BF16, FP32) for _ in range(4)]
-    del blocks
 
 
 def routing(sizes=SIZES):

@@ -21,20 +21,10 @@ import torch
 import torch.nn.functional as F
 
 import gemm_ladder
-import gemm_ladder.ops as ops
+from host_gpu import host  # noqa: F401 - the module fixture
 
 pytestmark = pytest.mark.gpu
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
-
-
-@pytest.fixture(scope="module")
-def host():
-    if os.environ.get("GEMM_LADDER_HOST", "").strip() == "0":  # turned off by the run, not a failed build
-        pytest.skip("GEMM_LADDER_HOST=0: the compiled host module is turned off in this run")
-    module = ops.use_host()
-    if module is None:
-        pytest.fail("the host module did not build on the GPU machine (see the warning)")
-    return module
 
 
 def poison(shape=(), dtype=BF16):

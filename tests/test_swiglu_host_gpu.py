@@ -11,8 +11,6 @@ Outputs are poisoned (the allocator's free blocks filled with NaN) before each c
 
 from __future__ import annotations
 
-import os
-import secrets
 import threading
 
 import pytest
@@ -20,34 +18,13 @@ import torch
 import torch.nn.functional as F
 
 import gemm_ladder
-import gemm_ladder.ops as ops
 from gemm_ladder.api import swiglu_direct
 from gemm_ladder.errors import GemmInputError, NotSupportedError
+from host_gpu import host, poison  # noqa: F401 - host: the module fixture
+from host_gpu import seed as _seed
 
 pytestmark = pytest.mark.gpu
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
-
-
-@pytest.fixture(scope="module")
-def host():
-    if os.environ.get("GEMM_LADDER_HOST", "").strip() == "0":  # turned off by the run, not a failed build
-        pytest.skip("GEMM_LADDER_HOST=0: the compiled host module is turned off in this run")
-    module = ops.use_host()
-    if module is None:
-        pytest.fail("the host module did not build on the GPU machine (see the warning)")
-    return module
-
-
-def _seed() -> int:
-    s = secrets.randbelow(2**31)
-    torch.manual_seed(s)
-    return s
-
-
-def poison(rows: int, cols: int) -> None:
-    blocks = [torch.full((64 << 20,), float("nan"), device="cuda", dtype=FP32)]
-    blocks += [torch.full((rows, cols), float("nan"), device="cuda", dtype=d) for d in (BF16, FP32) for _ in range(4)]
-    del blocks
 
 
 def ref(x, wg, wu):
