@@ -30,15 +30,12 @@ from suite import add_output_argument, require_transformers, save  # noqa: E402
 def run(name: str, batch: int, seeds: list[int]) -> list[dict]:
     import transformers
 
-    from moe_models import MODELS
+    from moe_models import MODELS, agreement, rel_err, routed
 
     cls, kw = MODELS[name]
     torch.manual_seed(0)  # bench/moe_models.py build()'s weights
     model = transformers.AutoModel.from_config(copy.deepcopy(getattr(transformers, cls)(**kw)),
                                                experts_implementation="eager", dtype=torch.bfloat16).eval()
-    routes: dict[int, torch.Tensor] = {}
-    for i, layer in enumerate(model.layers):  # the router returns (logits, top-k weights, top-k indices)
-        layer.mlp.gate.register_forward_hook(lambda mod, inp, out, i=i: routes.__setitem__(i, out[2].clone()))
     inputs = {s: torch.randint(0, kw["vocab_size"], (batch, 1), generator=torch.Generator().manual_seed(s))
               for s in seeds}
     out = {}
@@ -46,22 +43,15 @@ def run(name: str, batch: int, seeds: list[int]) -> list[dict]:
         if precision == "fp32":
             model = model.float()
         for s, ids in inputs.items():
-            with torch.no_grad():
-                hidden = model(input_ids=ids, use_cache=False).last_hidden_state.float()
-            out[precision, s] = hidden, dict(routes)
+            with torch.no_grad():  # the routers' top-k picks recorded by moe_models.routed's hooks
+                hidden, picks = routed(model, ids)
+            out[precision, s] = hidden.float(), picks
     rows = []
     for s in seeds:
         (a, ra), (c, rc) = out["bf16", s], out["fp32", s]
-        flipped = torch.zeros(batch, dtype=torch.bool)
-        per_layer = []
-        for k in sorted(ra):
-            f = ~(ra[k].sort(-1).values == rc[k].sort(-1).values).all(-1).view(-1)
-            per_layer.append(int(f.sum()))
-            flipped |= f
-        keep = ~flipped
-        rel = lambda x, y: float((x - y).norm() / y.norm())  # noqa: E731
-        rows.append({"model": name, "batch": batch, "seed": s, "rel_err": rel(a, c), "flipped_per_layer": per_layer,
-                     "rel_err_routed_alike": rel(a[keep], c[keep]) if keep.any() else None})
+        agree = agreement(a, c, ra, rc)
+        rows.append({"model": name, "batch": batch, "seed": s, "rel_err": rel_err(a, c),
+                     "flipped_per_layer": agree["routing_flips"], "rel_err_routed_alike": agree["rel_err_routed_alike"]})
     return rows
 
 
