@@ -150,6 +150,19 @@ static bool stream_capturing(void* stream) {
   return status != 0;  // active or invalidated: either way a capture is under way
 }
 
+// What every op kernel below opens with: the tensors' device current (and its primary context), its current
+// stream, and whether a capture is under way on it. The guard restores the caller's device when the call returns.
+struct CallScope {
+  DeviceGuard guard;
+  void* stream;
+  bool capturing;
+  explicit CallScope(const at::Device& device) : guard(device) {
+    ensure_context(device.index());
+    stream = current_stream(device);
+    capturing = stream_capturing(stream);
+  }
+};
+
 // --- launch templates ------------------------------------------------------------------------------
 
 // Where an address comes from: the op's arguments, in this order.
@@ -481,12 +494,9 @@ static void require_callbacks() {
 // --- the ops' CUDA kernels ------------------------------------------------------------------------
 
 at::Tensor mm_cuda(const at::Tensor& a, const at::Tensor& b, std::optional<at::ScalarType> out_dtype) {
-  DeviceGuard device_guard(a.device());
-  ensure_context(a.device().index());
-  void* stream = current_stream(a.device());
-  bool capturing = stream_capturing(stream);
+  CallScope scope(a.device());
   thread_local std::vector<int64_t> key;
-  mm_key(key, a, b, out_dtype, capturing);
+  mm_key(key, a, b, out_dtype, scope.capturing);
   auto t = find(key);
   if (t == nullptr) {
     require_callbacks();
@@ -502,19 +512,16 @@ at::Tensor mm_cuda(const at::Tensor& a, const at::Tensor& b, std::optional<at::S
   at::Tensor out = at::empty(t->out_shape, a.options().dtype(t->out_dtype));
   uint64_t ptrs[kSources] = {reinterpret_cast<uint64_t>(a.data_ptr()), reinterpret_cast<uint64_t>(b.data_ptr()),
                              reinterpret_cast<uint64_t>(out.data_ptr()), 0, 0};
-  launch(*t, ptrs, 1.0f, 1.0f, a.device().index(), stream);
+  launch(*t, ptrs, 1.0f, 1.0f, a.device().index(), scope.stream);
   return out;
 }
 
 at::Tensor linear_cuda(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias,
                        const std::optional<at::Tensor>& residual, std::optional<c10::string_view> activation,
                        double alpha, double beta, std::optional<at::ScalarType> out_dtype) {
-  DeviceGuard device_guard(x.device());
-  ensure_context(x.device().index());
-  void* stream = current_stream(x.device());
-  bool capturing = stream_capturing(stream);
+  CallScope scope(x.device());
   thread_local std::vector<int64_t> key;
-  linear_key(key, x, w, bias, residual, activation, alpha, beta, out_dtype, capturing);
+  linear_key(key, x, w, bias, residual, activation, alpha, beta, out_dtype, scope.capturing);
   auto t = find(key);
   auto py_activation = [&]() -> py::object {
     if (!activation.has_value()) return py::none();
@@ -538,7 +545,7 @@ at::Tensor linear_cuda(const at::Tensor& x, const at::Tensor& w, const std::opti
   };
   uint64_t ptrs[kSources] = {reinterpret_cast<uint64_t>(x.data_ptr()), reinterpret_cast<uint64_t>(w.data_ptr()),
                              reinterpret_cast<uint64_t>(out.data_ptr()), ptr(bias), ptr(residual)};
-  launch(*t, ptrs, static_cast<float>(alpha), static_cast<float>(beta), x.device().index(), stream);
+  launch(*t, ptrs, static_cast<float>(alpha), static_cast<float>(beta), x.device().index(), scope.stream);
   return out;
 }
 
@@ -548,12 +555,9 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
                           const at::Tensor& scale_b, const std::optional<at::Tensor>& bias, const py::object& dtype,
                           int64_t settings) {
   at::ScalarType out_dtype = torch::python::detail::py_object_to_dtype(dtype);
-  DeviceGuard device_guard(a.device());
-  ensure_context(a.device().index());
-  void* stream = current_stream(a.device());
-  bool capturing = stream_capturing(stream);
+  CallScope scope(a.device());
   thread_local std::vector<int64_t> key;
-  scaled_mm_key(key, a, b, scale_a, scale_b, bias, out_dtype, settings, capturing);
+  scaled_mm_key(key, a, b, scale_a, scale_b, bias, out_dtype, settings, scope.capturing);
   auto t = find(key);
   auto py_bias = [&]() -> py::object { return bias.has_value() ? py::cast(*bias) : py::none(); };
   if (t == nullptr) {
@@ -584,7 +588,7 @@ at::Tensor scaled_mm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
                              reinterpret_cast<uint64_t>(scale_a.data_ptr()),
                              reinterpret_cast<uint64_t>(scale_b.data_ptr()),
                              padded.defined() ? reinterpret_cast<uint64_t>(padded.data_ptr()) : 0};
-  launch(*t, ptrs, 1.0f, 1.0f, a.device().index(), stream);
+  launch(*t, ptrs, 1.0f, 1.0f, a.device().index(), scope.stream);
   return out;
 }
 
@@ -642,12 +646,9 @@ static at::Tensor planned_call(int64_t op, const at::Tensor& a, const at::Tensor
     py::gil_scoped_acquire gil;  // the Python kernel's checks name the tensor on another device
     return op_callbacks->run[slot](*py_args()).cast<at::Tensor>();
   }
-  DeviceGuard device_guard(a.device());
-  ensure_context(a.device().index());
-  void* stream = current_stream(a.device());
-  bool capturing = stream_capturing(stream);
+  CallScope scope(a.device());
   thread_local std::vector<int64_t> key;
-  planned_key(key, op, capturing, out_dtype, variant, a, b, offs, bias, w_up);
+  planned_key(key, op, scope.capturing, out_dtype, variant, a, b, offs, bias, w_up);
   auto t = find(key);
   if (t == nullptr) {
     py::gil_scoped_acquire gil;
@@ -666,7 +667,7 @@ static at::Tensor planned_call(int64_t op, const at::Tensor& a, const at::Tensor
   ptrs[kBias] = address(bias);
   ptrs[kOffs] = address(offs);
   ptrs[kWUp] = address(w_up);
-  launch(*t, ptrs, 1.0f, 1.0f, a.device().index(), stream);
+  launch(*t, ptrs, 1.0f, 1.0f, a.device().index(), scope.stream);
   return out;
 }
 
