@@ -210,35 +210,39 @@ class GatedMLP(torch.nn.Module):
     def path(self, x: torch.Tensor) -> str:
         """Which computation a call on ``x`` runs: "swiglu" (one gemm_ladder.swiglu launch, then down_proj), or
         "formula (why)": the original module's forward, on its submodules as they are now."""
+        return self._decide(x)[0]
+
+    def _decide(self, x: torch.Tensor) -> tuple:
+        """(:meth:`path`'s answer, the gate and up weights where it is "swiglu", else None)."""
         if not (x.is_cuda or x.is_meta):  # meta: the op's fake (what precompile records)
-            return f"formula (x on {x.device})"
+            return f"formula (x on {x.device})", None
         names = NAMES[self.form]
         projections = [self._part(n) for n in names[:2] if n]
         act = self._part(names[3])
         if not all(_plain_linear(p) and not _hooked(p) for p in projections) or not _is_silu(act) or (
                 isinstance(act, torch.nn.Module) and _hooked(act)):
-            return "formula (a projection or the activation was replaced or hooked since the swap)"
+            return "formula (a projection or the activation was replaced or hooked since the swap)", None
         w_gate, w_up = self._weights()
         if x.dtype not in DTYPES.values() or not x.dtype == w_gate.dtype == w_up.dtype:
-            return f"formula (x {x.dtype}, weights {w_gate.dtype}: swiglu takes one dtype, bfloat16 or float16)"
+            return f"formula (x {x.dtype}, weights {w_gate.dtype}: swiglu takes one dtype, bfloat16 or float16)", None
         if x.device != w_gate.device:
-            return f"formula (x on {x.device}, the weights on {w_gate.device})"
+            return f"formula (x on {x.device}, the weights on {w_gate.device})", None
         if torch.is_grad_enabled() and (x.requires_grad or w_gate.requires_grad or w_up.requires_grad):
-            return "formula (a gradient is needed: swiglu has no backward)"
+            return "formula (a gradient is needed: swiglu has no backward)", None
         if torch.is_autocast_enabled():
-            return "formula (autocast is on: the projections run in its dtype)"
+            return "formula (autocast is on: the projections run in its dtype)", None
         rows = x.numel() // max(x.shape[-1], 1)
         if rows < MIN_ROWS_OVER_GEMM_LADDER and all(type(p) is not torch.nn.Linear for p in projections):
             return (f"formula ({rows} rows < {MIN_ROWS_OVER_GEMM_LADDER}, gated_mlp.MIN_ROWS_OVER_GEMM_LADDER: the "
-                    "projections are gemm-ladder's Linear, measured faster than swiglu there)")
+                    "projections are gemm-ladder's Linear, measured faster than swiglu there)"), None
         if not _rows_in_place(x):
-            return "formula (x's rows are not row-major in 16-byte aligned chunks: swiglu reads them in place)"
-        return "swiglu"
+            return "formula (x's rows are not row-major in 16-byte aligned chunks: swiglu reads them in place)", None
+        return "swiglu", (w_gate, w_up)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.path(x) == "swiglu":
-            w_gate, w_up = self._weights()
-            return self._part("down_proj")(_swiglu()(x, w_gate, w_up))
+        weights = self._decide(x)[1]
+        if weights is not None:
+            return self._part("down_proj")(_swiglu()(x, *weights))
         return self._original.forward(x)
 
 
