@@ -638,12 +638,12 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, *, out_dty
         raise GemmInputError(f"out_dtype={out_dtype}: swiglu writes x's dtype (out_dtype=None or x.dtype) or "
                              "torch.float8_e4m3fn (quantized with 1 x 128 scales)")
     host = _HOST_OPS
-    if host is not None and not _is_compiling():  # a compiled graph calls the op itself, never this check
+    if host is not None and not _is_compiling():  # a compiled graph calls the op itself, never this path
         _swiglu_planned_fresh(host[5])
-    if (host is not None and out_dtype is None and _host_call(x, w_gate, w_up) and type(x) in _PLAIN
-            and type(w_gate) in _PLAIN and type(w_up) in _PLAIN and not _is_compiling()
-            and not (torch.is_grad_enabled() and (x.requires_grad or w_gate.requires_grad or w_up.requires_grad))):
-        return host[4](x, w_gate, w_up)  # the op's C++ kernel: planned (checked) once per signature
+        if (out_dtype is None and _host_call(x, w_gate, w_up) and type(x) in _PLAIN and type(w_gate) in _PLAIN
+                and type(w_up) in _PLAIN
+                and not (torch.is_grad_enabled() and (x.requires_grad or w_gate.requires_grad or w_up.requires_grad))):
+            return host[4](x, w_gate, w_up)  # the op's C++ kernel: planned (checked) once per signature
     if _through_op(x, w_gate, w_up):
         _dense(x=x, w_gate=w_gate, w_up=w_up)
         check_swiglu(x, w_gate, w_up, device_types=("cuda", "meta"))  # the library's errors, grad refused
@@ -651,9 +651,9 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, *, out_dty
     return swiglu_direct(x, w_gate, w_up)
 
 
+#: The swiglu settings the host module's templates were last planned under (None: nothing planned since a drop), and
+#: dispatch/swiglu_small_m once imported.
 _SWIGLU_PLANNED = {"settings": None}
-
-
 _SWIGLU_SMALL_M: list = []
 
 
