@@ -171,7 +171,7 @@ def test_a_changed_grouped_setting_drops_the_planned_templates(host, monkeypatch
     fake_cuda = type("T", (), {"is_cuda": True})
     monkeypatch.setattr(ops_grouped, "_PLAIN", (fake_cuda,))
     monkeypatch.setitem(ops._HOST, "module", type("M", (), {"clear": lambda self: cleared.append(1)})())
-    monkeypatch.setitem(ops_grouped._HOST, "settings", ops_grouped._settings())
+    monkeypatch.setattr(ops_grouped._PLANNED, "settings", ops_grouped._settings())  # a template planned under them
     t = fake_cuda()
     assert ops_grouped.host_call(t) and cleared == []
     monkeypatch.setattr(grouped, "STORE_DEFAULT", "registers" if grouped.STORE_DEFAULT == "tma" else "tma")

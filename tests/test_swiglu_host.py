@@ -152,19 +152,19 @@ def test_a_settings_change_drops_the_planned_templates_once(monkeypatch):
     from gemm_ladder.dispatch import swiglu_small_m
 
     cleared = []
-    monkeypatch.setitem(api._SWIGLU_PLANNED, "settings", None)
-    api._swiglu_planned_fresh(lambda: cleared.append(1))
+    monkeypatch.setattr(api.SWIGLU_PLANNED, "settings", None)
+    api.SWIGLU_PLANNED.fresh(lambda: cleared.append(1))
     assert cleared == []  # nothing planned yet
-    api.swiglu_planned_under(api.swiglu_settings())
-    api._swiglu_planned_fresh(lambda: cleared.append(1))
+    api.SWIGLU_PLANNED.planned()
+    api.SWIGLU_PLANNED.fresh(lambda: cleared.append(1))
     assert cleared == []  # unchanged
     monkeypatch.setattr(swiglu_small_m, "ONE_LAUNCH", not swiglu_small_m.ONE_LAUNCH)
-    api._swiglu_planned_fresh(lambda: cleared.append(1))
-    api._swiglu_planned_fresh(lambda: cleared.append(1))
+    api.SWIGLU_PLANNED.fresh(lambda: cleared.append(1))
+    api.SWIGLU_PLANNED.fresh(lambda: cleared.append(1))
     assert cleared == [1]  # dropped once; the next plan records the new settings
-    api.swiglu_planned_under(api.swiglu_settings())
+    api.SWIGLU_PLANNED.planned()
     monkeypatch.setitem(swiglu_small_m.SMALL_M_MAX_BY_DEVICE, "some GPU", 64)  # a device's threshold changed
-    api._swiglu_planned_fresh(lambda: cleared.append(2))
+    api.SWIGLU_PLANNED.fresh(lambda: cleared.append(2))
     assert cleared == [1, 2]
 
 

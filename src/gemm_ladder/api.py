@@ -27,6 +27,8 @@ from typing import NamedTuple
 
 import torch
 
+from gemm_ladder.host.planned import PlannedSettings
+
 from gemm_ladder.api_quantized import explain_quantized, linear_e4m3, refuse_grad, swiglu_e4m3
 from gemm_ladder.dispatch import decide
 from gemm_ladder.dispatch.calls import CALLS, fast_linear_key, fast_mm_key, linear_key, make_call, mm_key, rows
@@ -639,7 +641,7 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, *, out_dty
                              "torch.float8_e4m3fn (quantized with 1 x 128 scales)")
     host = _HOST_OPS
     if host is not None and not _is_compiling():  # a compiled graph calls the op itself, never this path
-        _swiglu_planned_fresh(host[5])
+        SWIGLU_PLANNED.fresh(host[5])
         if (out_dtype is None and _host_call(x, w_gate, w_up) and type(x) in _PLAIN and type(w_gate) in _PLAIN
                 and type(w_up) in _PLAIN
                 and not (torch.is_grad_enabled() and (x.requires_grad or w_gate.requires_grad or w_up.requires_grad))):
@@ -651,9 +653,6 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, *, out_dty
     return swiglu_direct(x, w_gate, w_up)
 
 
-#: The swiglu settings the host module's templates were last planned under (None: nothing planned since a drop), and
-#: dispatch/swiglu_small_m once imported.
-_SWIGLU_PLANNED = {"settings": None}
 _SWIGLU_SMALL_M: list = []
 
 
@@ -669,18 +668,9 @@ def swiglu_settings() -> tuple:
             tuple(s.PAIR_SMALL_M_MAX_BY_DEVICE.items()), s.FUSED_FILL_MIN_M, s.FUSED_MIN_WAVE_FILL, s.PAIR_ROUTE)
 
 
-def swiglu_planned_under(settings: tuple) -> None:
-    """Record that a swiglu template was planned under ``settings`` (:func:`swiglu_settings`; host/planner.py)."""
-    _SWIGLU_PLANNED["settings"] = settings
-
-
-def _swiglu_planned_fresh(clear) -> None:
-    """Drop the host module's planned templates (``clear``) when swiglu's settings changed since one was planned (a
-    template keeps the path decided then): gemm_ladder.swiglu and ops.swiglu ask before each call."""
-    planned = _SWIGLU_PLANNED["settings"]
-    if planned is not None and planned != swiglu_settings():
-        clear()
-        _SWIGLU_PLANNED["settings"] = None
+#: The settings swiglu's host templates were planned under (host/planner.py records them; gemm_ladder.swiglu and
+#: ops.swiglu drop the templates when they changed).
+SWIGLU_PLANNED = PlannedSettings(swiglu_settings)
 
 
 def swiglu_direct(x, w_gate, w_up) -> torch.Tensor:

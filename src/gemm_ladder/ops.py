@@ -482,7 +482,7 @@ def swiglu(x, w_gate, w_up):
         _refuse("swiglu", check_swiglu, x, w_gate, w_up)
     module = _HOST.get("module")
     if module is not None and not torch.compiler.is_compiling():
-        _api._swiglu_planned_fresh(module.clear)
+        _api.SWIGLU_PLANNED.fresh(module.clear)
     return _SWIGLU(x, w_gate, w_up)
 
 

@@ -36,6 +36,7 @@ from gemm_ladder.api_grouped import explain_grouped_mm as _explain_grouped_mm
 from gemm_ladder.api_quantized import through_op  # the eager-or-op rule of the calls without a backward
 from gemm_ladder.dispatch.validate import check_activation, first_requiring_grad
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
+from gemm_ladder.host.planned import PlannedSettings
 from gemm_ladder.library import grouped as _grouped_library  # the settings a plan reads (_settings)
 from gemm_ladder.library.activations import activation as _activation
 
@@ -366,10 +367,10 @@ def _settings() -> tuple:
     return (g.STORE_DEFAULT, g.TAIL_MIN_IDLE, g.CLUSTER_MIN_K, g.C_RING)
 
 
-#: The library/grouped.py settings the host module's grouped templates were planned under (:func:`_settings`). Whether
-#: its grouped kernels are registered is whether the host module is in use (ops.host_module(): ops.on_host registers
-#: them then, and removes them when it is left).
-_HOST = {"settings": _settings()}
+#: The library/grouped.py settings the host module's grouped templates were planned under (:func:`_settings`;
+#: :func:`template_of` records them). Whether its grouped kernels are registered is whether the host module is in use
+#: (ops.host_module(): ops.on_host registers them then, and removes them when it is left).
+_PLANNED = PlannedSettings(_settings)
 
 
 def host_call(*tensors) -> bool:
@@ -382,10 +383,7 @@ def host_call(*tensors) -> bool:
     if module is None or torch.compiler.is_compiling() or not all(
             t is None or (type(t) in _PLAIN and t.is_cuda) for t in tensors):
         return False
-    settings = _settings()
-    if settings != _HOST["settings"]:
-        module.clear()
-        _HOST["settings"] = settings
+    _PLANNED.fresh(module.clear)
     return True
 
 
@@ -423,9 +421,11 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
 
 def template_of(made):
     """The launch template (gemm_ladder/host/templates.py) of ``made``, a (BoundLaunch, output) from
-    api_grouped.bind_grouped or a binder like it, or None (the op's Python kernel runs that signature)."""
+    api_grouped.bind_grouped or a binder like it, or None (the op's Python kernel runs that signature); every grouped
+    planner answers through it, so it records the settings planned under (:data:`_PLANNED`)."""
     from gemm_ladder.host.templates import GROUPED_SOURCES, template_from_bound
 
+    _PLANNED.planned()  # the settings the binder just read
     if made is None:
         return None
     bound, out = made

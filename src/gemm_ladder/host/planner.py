@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from gemm_ladder.api import (_epilogue_args, _linear_call, _mm_call, bind_swiglu, linear_direct, mm_direct, output_for,
-                             swiglu_direct, swiglu_planned_under, swiglu_settings)
+                             swiglu_direct, SWIGLU_PLANNED)
 from gemm_ladder.dispatch.autotune import transient
 from gemm_ladder.dispatch.calls import CALLS, bind_route, linear_key, mm_key
 from gemm_ladder.dispatch.validate import check_swiglu
@@ -114,10 +114,10 @@ def plan_swiglu(x, w_gate, w_up) -> LaunchTemplate | None:
     """The template of ``swiglu(x, w_gate, w_up)``'s signature, or None (the Python path: :func:`api.bind_swiglu
     <gemm_ladder.api.bind_swiglu>` says where). Raises what :func:`gemm_ladder.swiglu` raises for bad input; inputs
     requiring grad with grad mode on are refused here (launch.cpp keys that flag, so no template is kept for it).
-    Records the settings it planned under (``api.swiglu_settings``): a later call through gemm_ladder.swiglu or
+    Records the settings it planned under (``api.SWIGLU_PLANNED``): a later call through gemm_ladder.swiglu or
     ops.swiglu after they change drops the templates first."""
     check_swiglu(x, w_gate, w_up)  # before _plain, which drops requires_grad
-    swiglu_planned_under(swiglu_settings())
+    SWIGLU_PLANNED.planned()
     made = bind_swiglu(_plain(x), _plain(w_gate), _plain(w_up))
     if made is None:
         return None
