@@ -62,12 +62,24 @@ def main() -> int:
     p.add_argument("--seeds", default="2,3", help="token draws, comma-separated (default 2,3)")
     add_output_argument(p)
     args = p.parse_args()
+    from moe_models import MODELS
+
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+        if args.model not in MODELS or args.batch < 1:
+            raise ValueError
+    except ValueError:
+        print(f"moe_routing_flips.py: --model {args.model!r} --batch {args.batch} --seeds {args.seeds!r}: a model of "
+              f"{', '.join(MODELS)}, a positive batch, comma-separated integer seeds", file=sys.stderr)
+        return 2
     require_transformers(__file__)
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    rows = run(args.model, args.batch, [int(s) for s in args.seeds.split(",")])
+    rows = run(args.model, args.batch, seeds)
     for r in rows:
+        alike = r["rel_err_routed_alike"]
         print(f"{r['model']} {r['batch']}x1 seed {r['seed']}: bf16 vs fp32 {r['rel_err']:.3e}; tokens whose top-k "
-              f"differ per layer {r['flipped_per_layer']}; over the tokens routed alike {r['rel_err_routed_alike']:.3e}")
+              f"differ per layer {r['flipped_per_layer']}; over the tokens routed alike "
+              f"{'none alike' if alike is None else f'{alike:.3e}'}")
     save({"rows": rows}, "moe_routing_flips", args.output)
     return 0
 
