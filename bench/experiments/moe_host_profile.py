@@ -187,12 +187,19 @@ def main() -> int:
     p.add_argument("--train", action="store_true", help="also time a forward and backward with grad mode on")
     add_output_argument(p)
     args = p.parse_args()
+    try:
+        tokens = [int(v) for v in args.tokens.split(",")]
+        if min(tokens) < 1 or args.calls < 1:
+            raise ValueError
+    except ValueError:
+        print(f"moe_host_profile.py: --tokens {args.tokens!r} --calls {args.calls}: positive integers", file=sys.stderr)
+        return 2
     require_gpu(__file__)
     require_transformers(__file__)
     from gemm_ladder import moe
     moe.register_transformers()
     rows, profiles, traces = [], {}, {}
-    for t in (int(v) for v in args.tokens.split(",")):
+    for t in tokens:
         r, prof, trace = run(t, args.calls, args.train)
         traces[t] = trace
         rows += r
