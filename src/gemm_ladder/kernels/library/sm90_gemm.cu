@@ -75,6 +75,7 @@
 // Two other ways to store and reduce were built, measured no faster where they apply, and removed: a
 // staged copy of C through per-warp shared memory with 16-byte stores, and a stream-K fixup distributed
 // over a split tile's contributors (docs/library.md says what was measured and where the code is in git).
+#include "gemm_ladder/bias_stage.cuh"
 #include "gemm_ladder/cluster_ring.cuh"
 #include "gemm_ladder/epilogue.cuh"
 #include "gemm_ladder/fused_epilogue_pair.cuh"
@@ -279,6 +280,25 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
   // when ping-pong: its units are each one consumer's whole tile, and the launch splits none).
   const int whole_end = kWholeUnitsOnly ? sched.total : whole_units_end(sched.total, tail_first_unit, k_tiles, unit_stride);
   const StreamKTail tail(whole_end, sched.total - whole_end, k_tiles, unit_stride);
+  // The bias as one more K step (bias_stage.cuh) where the generated epilogue leaves it to the kernel: the
+  // producer adds a stage after each unit's last K tile, the consumers fill it and issue one k16 wgmma.
+#if defined(GL_BIAS_MMA_SLOT)
+  constexpr bool kBiasMma = true;
+  static_assert(!Cfg::kPingpong && kRowBlocks == 1, "the bias stage: one 64-row fragment a consumer, cooperative");
+  // Unit `unit`'s bias stage for consumer c, after the K range that ends the unit's K.
+  const auto bias_stage = [&](const int& unit, const int& c) {
+    return extra_stage(k_tiles, [&](float (&acc)[BN / 2], elem_t* a, elem_t* b) {
+      int um, tn;
+      sched.coords(unit, um, tn);
+      bias_stage_step<BN, Cfg::kConsumers, GL_EPI_SWAP>(acc, a, b, c, epi.p.ptr[GL_BIAS_MMA_SLOT],
+                                                        GL_EPI_SWAP ? (um * kCluster + rank) * BM : tn * BN,
+                                                        GL_EPI_SWAP ? M : N);
+    });
+  };
+#else
+  constexpr bool kBiasMma = false;
+  const auto bias_stage = [](const int&, const int&) { return NoExtraStage{}; };
+#endif
 
   if constexpr (Cfg::kPingpong) {
     if (threadIdx.x == 0) init_order_barriers(smem);  // before init_ring's fence, which publishes both
@@ -296,7 +316,17 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
     if constexpr (Cfg::kConsumers == 2) setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
       GL_TIMELINE_STAMP(true, kProducerStart);
-      RingPosition pos = produce_units(smem, &map_a, &map_b, sched, k_tiles, rank, first_unit, unit_stride, whole_end);
+      RingPosition pos{0};
+      if constexpr (kBiasMma) {
+        for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
+          int um, tn;
+          sched.coords(unit, um, tn);
+          produce_k_range(smem, &map_a, &map_b, um, tn, 0, k_tiles, rank, pos);
+          produce_bias_stage(smem, pos);
+        }
+      } else {
+        pos = produce_units(smem, &map_a, &map_b, sched, k_tiles, rank, first_unit, unit_stride, whole_end);
+      }
       GL_TIMELINE_STAMP(true, kProducerWhole);
       if constexpr (!kWholeUnitsOnly)
       for (int it = tail.begin(first_unit), end = tail.begin(first_unit + 1); it < end;) {
@@ -304,6 +334,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
         int um, tn;
         sched.coords(seg.unit, um, tn);
         produce_k_range(smem, &map_a, &map_b, um, tn, seg.kb, seg.ke, rank, pos);
+        if (kBiasMma && seg.ke == k_tiles) produce_bias_stage(smem, pos);  // the piece that ends the unit's K
         it = seg.next;
       }
       GL_TIMELINE_STAMP(true, kProducerEnd);
@@ -474,7 +505,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
         float d[BN / 2];
         consume_k_range(smem, d, consumer, 0, k_tiles, pos, elected, [&](int kt) {
           GL_TIMELINE_STAMP(consumer == 0 && elected && unit == first_unit && kt == 0, kFirstFull);
-        }, wait_clock);
+        }, wait_clock, bias_stage(unit, consumer));
         GL_TIMELINE_STAMP(consumer == 0 && elected && (unit - first_unit) / unit_stride < kTiles,
                           kTile0 + 2 * ((unit - first_unit) / unit_stride));
         store_fragment(d, unit);
@@ -503,7 +534,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
             if (kt == (k_tiles > kPrefetchAhead ? k_tiles - kPrefetchAhead : 0))
               epi.template prefetch<64, BN, 128>(tm * BM + 64 * consumer, tn * BN, M, N, thread_in_warpgroup());
           }
-        }, wait_clock);
+        }, wait_clock, bias_stage(unit, consumer));
         GL_TIMELINE_STAMP(consumer == 0 && elected && (unit - first_unit) / unit_stride < kTiles,
                           kTile0 + 2 * ((unit - first_unit) / unit_stride));
         if (unit != first_unit)  // fewer K iterations than deferred panels: finish the previous tile first
@@ -547,7 +578,8 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
       }
       float d[BN / 2];
       GL_TIMELINE_MARK(consumer == 0 && elected, kMark);
-      consume_k_range(smem, d, consumer, seg.kb, seg.ke, pos, elected, [](int) {});
+      consume_k_range(smem, d, consumer, seg.kb, seg.ke, pos, elected, [](int) {}, NoWaitClock{},
+                      bias_stage(seg.unit, consumer));
       GL_TIMELINE_PHASE(consumer == 0 && elected, kTailLoopSum, kMark);
       GL_TIMELINE_COUNT(consumer == 0 && elected, kSegments);
       if (seg.contributors > 1) {

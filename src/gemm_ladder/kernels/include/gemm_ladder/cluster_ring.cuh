@@ -29,6 +29,11 @@ __device__ __forceinline__ void release_stage_to_cluster(const SmemMap& smem, in
   }
 }
 
+// consume_k_range's extra stage when there is none.
+struct NoExtraStage {
+  static constexpr bool kOn = false;
+};
+
 // What consume_k_range does around each full-barrier wait: nothing, in every build but a measuring one
 // (a timeline build's CycleWaitClock, timeline.cuh, adds up the cycles spent waiting for data).
 struct NoWaitClock {
@@ -46,10 +51,12 @@ struct NoWaitClock {
 // the consumer's own 64-element MN-major box; the planned majors select the descriptors. wait_clock
 // brackets each wait for a stage's data (NoWaitClock: no code). Acc is one 64 x BN fragment, float[BN / 2],
 // or a ping-pong consumer's whole tile of R of them, float[R][BN / 2] (its A rows from row 0: consumer 0).
-template <class Acc, class AfterIssue, class WaitClock = NoWaitClock>
+// extra: one more stage after the range that the consumers fill themselves (bias_stage.cuh's ExtraStage,
+// where its here(ke)), issued while K tile ke - 1's group is in flight; NoExtraStage: none, no code.
+template <class Acc, class AfterIssue, class WaitClock = NoWaitClock, class Extra = NoExtraStage>
 __device__ __forceinline__ void consume_k_range(const SmemMap& smem, Acc& d, int consumer, int kb, int ke,
                                                 RingPosition& pos, bool elected, AfterIssue&& after_issue,
-                                                WaitClock&& wait_clock = NoWaitClock{}) {
+                                                WaitClock&& wait_clock = NoWaitClock{}, const Extra& extra = Extra{}) {
   static_assert(sizeof(Acc) % (BN / 2 * sizeof(float)) == 0, "whole 64 x BN fp32 fragments");
   const int a_row0 = k_loop_a_row<BN>(consumer);  // uniform where the group is short (ptx/wgmma.cuh)
   for (int kt = kb; kt < ke; ++kt, pos.advance()) {
@@ -69,6 +76,18 @@ __device__ __forceinline__ void consume_k_range(const SmemMap& smem, Acc& d, int
       wgmma_wait<GL_RELEASE_LAG>();  // the group of K tile kt - GL_RELEASE_LAG is complete
       if (kt - kb >= GL_RELEASE_LAG && elected)
         release_stage_to_cluster(smem, (pos.count - GL_RELEASE_LAG) % STAGES);
+    }
+  }
+  if constexpr (Extra::kOn) {
+    static_assert(GL_RELEASE_LAG == 1 && sizeof(Acc) == BN / 2 * sizeof(float), "one fragment, one group behind");
+    if (extra.here(ke)) {
+      const int s = pos.stage();
+      consumer_wait(smem, pos);
+      extra.step(d, smem.a(s), smem.b(s));  // fills the stage, orders it, issues its wgmma
+      wgmma_commit();
+      wgmma_wait<1>();  // K tile ke - 1's group: its stage goes back
+      if (ke > kb && elected) release_stage_to_cluster(smem, pos.previous_stage());
+      pos.advance();
     }
   }
   wgmma_wait<0>();
