@@ -800,13 +800,16 @@ def _swiglu_host(info: dict, x: torch.Tensor) -> str:
 
 def explain(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None,
             out_dtype: torch.dtype | None = None, activation: str | None = None,
-            scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None) -> Explanation | dict:
+            scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None,
+            bias: torch.Tensor | None = None) -> Explanation | dict:
     """What ``mm(a, b, out=out, out_dtype=out_dtype)`` would run and why, without running it.
 
     Takes CUDA tensors or meta tensors (shapes, strides and offsets are all it reads; on meta the GPU
     is assumed to be the H200, and the explanation says so). ``activation``: explain instead the GEMM
     of ``linear(a, b.T, ..., activation=activation)``, which fuses it (its route may be the ping-pong
-    build: dispatch/pingpong.py; ``heuristic["consumer_schedule"]`` says why). Raises what :func:`mm`
+    build: dispatch/pingpong.py; ``heuristic["consumer_schedule"]`` says why). ``bias`` (N,): explain the GEMM of
+    ``linear(a, b.T, bias, activation=activation)``; the explanation's ``bias`` says whether the tensor cores add
+    it (one more k16 step per tile) or the epilogue does, and why. Raises what :func:`mm`
     raises for bad input, and for an activation what :func:`linear` raises. ``out_dtype=torch.float8_e4m3fn``
     (without scales): the quantized output's route (api_quantized.py's ``explain_quantized``).
 
@@ -844,7 +847,29 @@ def explain(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None
     route = decide(a, b, c, given=given, activation=activation, tune=False)  # explain launches nothing
     out = explain_route(route, shape.m, shape.n, shape.k, shape.out_dtype, cost_model(route.device))
     out.host = host_path(route, given)
+    if bias is not None:
+        out.bias = bias_path(route, a, b, bias, activation)
     return out
+
+
+def bias_path(route, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, activation: str | None) -> str:
+    """Where ``linear(a, b.T, bias, activation=activation)`` on ``route`` adds its bias (``explain``'s ``bias``):
+    by the MMA where the route's build takes it (library.gemm.LibraryGemm.epilogue_call), else in the epilogue
+    with the reason. Raises what :func:`linear` raises for a bad bias."""
+    from gemm_ladder.library import gemm as G
+
+    call = linear_call(a, b.T, bias, activation=activation, check_grad=False).oriented(route.c_path.transposed)
+    if route.kind == "small_m":
+        return "epilogue (the small-M kernel adds it there)"
+    taken = G.epilogue_for(route.config, call, a.dtype) is not call
+    if taken:
+        return "MMA (one more k16 step per tile on the tensor cores: bias_stage.cuh)"
+    kernel = G.kernel_for(route.config)
+    why = ("the bias stage is off (library.gemm.BIAS_BY_MMA)" if not G.BIAS_BY_MMA
+           else "a ping-pong build" if kernel.pingpong else "the 256-row tile" if kernel.tile[0] == G.TALL_TILE_M
+           else f"a {bias.dtype} bias, not the operands' {a.dtype}" if bias.dtype != a.dtype
+           else "a bias of stride other than 1")
+    return f"epilogue ({why})"
 
 
 def host_path(route, given: bool) -> str:

@@ -398,11 +398,10 @@ def call_builds(call: RecordedCall | GroupedCall | SwigluCall, device=None) -> l
     if min(a.shape[0], b.shape[1], a.shape[1]) == 0:
         return []
     route = decide(a, b, c, given=given, device=device, activation=call.activation if call.is_linear else None)
-    source = name = None
-    if epilogue is not None:
-        source = epilogue.oriented(route.c_path.transposed).source()
-        name = epilogue.epilogue.name
-    return route_builds(route, dtype_name(a.dtype), source, name)
+    if epilogue is None:
+        return route_builds(route, dtype_name(a.dtype))
+    return route_builds(route, dtype_name(a.dtype), epilogue_name=epilogue.epilogue.name,
+                        epilogue_call=epilogue.oriented(route.c_path.transposed))
 
 
 def model_builds(calls: list[RecordedCall | GroupedCall | SwigluCall], *, rows=(), device=None) -> list[Build]:

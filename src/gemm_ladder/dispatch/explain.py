@@ -54,6 +54,9 @@ class Explanation:
     not_taken: list[str] = field(default_factory=list)
     #: Who launches the call: "C++ ..." (the compiled host path, gemm_ladder/host) or "python ..." and why.
     host: str | None = None
+    #: With ``explain(..., bias=...)``: where ``linear``'s bias is added: "MMA ..." (one more k16 step of each
+    #: tile on the tensor cores: kernels/include/gemm_ladder/bias_stage.cuh) or "epilogue ..." and why.
+    bias: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -68,6 +71,8 @@ class Explanation:
         kern = self.kernel or {}
         if self.host:
             lines.append(f"  host:     {self.host}")
+        if self.bias:
+            lines.append(f"  bias:     {self.bias}")
         lines.append(f"  kernel:   {kern.get('name')} ({kern.get('source', '?')})")
         lines.append(f"  tile {self.tile}, {self.stages} stages, cluster {self.cluster}, grid {self.grid}, "
                      f"split: {self.split}")

@@ -362,10 +362,13 @@ def epilogue_variants(level: str = "common") -> list[EpilogueVariant]:
     return [v for v in out if v.has_tensors or v.activation or v.alpha]
 
 
-def linear_epilogue_source(variant: EpilogueVariant, dtype: str, *, swap: bool, n_even: bool = True) -> str:
+def linear_epilogue_source(variant: EpilogueVariant, dtype: str, *, swap: bool, n_even: bool = True,
+                           config=None) -> str:
     """The generated epilogue source of a ``linear`` call with ``variant`` on ``dtype`` inputs, as the
     op path makes it (library.epilogue.linear_epilogue bound to a contiguous bias and a row-major
-    residual of a (64, N) output, N even or odd, then oriented by ``swap``): a build's key."""
+    residual of a (64, N) output, N even or odd, then oriented by ``swap``): a build's key. ``config``: the
+    kernel build it goes into, which may add the bias by its MMA (library.gemm.epilogue_for); None: as the
+    call is bound."""
     import torch
 
     from gemm_ladder.contract import DTYPES
@@ -385,7 +388,12 @@ def linear_epilogue_source(variant: EpilogueVariant, dtype: str, *, swap: bool, 
     scalars = ([2.0] if variant.alpha else []) + ([1.0] if variant.residual is not None else [])
     values = dict(zip(ep.tensor_inputs, tensors))
     values.update(zip(ep.scalar_inputs, scalars))
-    return ep.bind(values, rows, cols, meta, check_grad=False).oriented(swap).source()
+    call = ep.bind(values, rows, cols, meta, check_grad=False).oriented(swap)
+    if config is not None:
+        from gemm_ladder.library.gemm import epilogue_for
+
+        call = epilogue_for(config, call, x_dtype)
+    return call.source()
 
 
 def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CLASSES),
@@ -457,17 +465,19 @@ def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CL
                     continue
                 for swap in swaps:
                     for n_even in (parities if v.has_tensors else (True,)):
-                        source = linear_epilogue_source(v, dtype, swap=swap, n_even=n_even)
+                        source = linear_epilogue_source(v, dtype, swap=swap, n_even=n_even, config=config)
                         name = (f"{label} {dtype} epilogue {v.label}" + (" swapped" if swap else "")
                                 + ("" if not v.has_tensors else " N even" if n_even else " N odd"))
                         builds.append(config_build(config.with_epilogue(source), name))
     return builds
 
 
-def route_builds(route, dtype: str, epilogue_source: str | None = None, epilogue_name: str | None = None) -> list[Build]:
+def route_builds(route, dtype: str, epilogue_source: str | None = None, epilogue_name: str | None = None,
+                 epilogue_call=None) -> list[Build]:
     """The builds a decided ``route`` (dispatch.decide) runs on ``dtype`` inputs with the generated
     epilogue ``epilogue_source`` (already oriented as the route runs it; None without one; ``epilogue_name``
-    labels it): its kernel
+    labels it), or the bound ``epilogue_call`` (oriented), whose source each build makes as its launch binds
+    it (library.gemm.epilogue_for: a cooperative build may add linear's bias by its MMA): its kernel
     (the small-M kernel in its operand majors and output dtype), and the repack kernel for each
     operand or output it copies through a workspace; with the autotune on (a route decided on meta
     tensors names its candidates: dispatch/autotune.py), every candidate's build too, plain and with the
@@ -478,6 +488,16 @@ def route_builds(route, dtype: str, epilogue_source: str | None = None, epilogue
 
     from gemm_ladder.library.repack import REPACK
 
+    from gemm_ladder.contract import DTYPES
+
+    def source_for(config):
+        if epilogue_call is None:
+            return epilogue_source
+        from gemm_ladder.library.gemm import epilogue_for
+
+        return epilogue_for(config, epilogue_call, DTYPES[dtype]).source()
+
+    epilogue_source = source_for(route.config)
     fp32 = route.c_path.dtype == torch.float32
     small = route.kind == "small_m"
     name = f"small-M BN {route.config.tile[1]}" if small else route.kernel.name
@@ -500,7 +520,7 @@ def route_builds(route, dtype: str, epilogue_source: str | None = None, epilogue
         if alt.config != route.config:  # labelled as a main build of it would be: run_builds builds a label once
             out.append(config_build(alt.config, f"{alt.kernel.name} {dtype}"))
             if epilogue_source is not None:
-                out.append(config_build(alt.config.with_epilogue(epilogue_source), f"{alt.kernel.name} {dtype}{epi}"))
+                out.append(config_build(alt.config.with_epilogue(source_for(alt.config)), f"{alt.kernel.name} {dtype}{epi}"))
     return out
 
 

@@ -142,6 +142,8 @@ class Epilogue:
         self.inputs = inputs
         self.name = str(name)
         self.examples = examples
+        self.mma_vector = None  # linear's twins only (linear_epilogue): the column vector the kernel's MMA adds
+        self.mma_twin = None  # linear's only: this epilogue with its bias left to the kernel's MMA
 
     def __repr__(self) -> str:
         return f"Epilogue({self.name!r}, inputs={self.inputs})"
@@ -186,8 +188,10 @@ class Epilogue:
             if self.inputs.get(n) != "tile" or how not in ("rows", "cols"):
                 raise EpilogueError(f"prefetch[{n!r}] = {how!r}: only tile inputs are prefetched, along 'rows' or 'cols'")
         params = ", ".join(["float acc", "int row", "int col", *(f"float {n}" for n in self.inputs)])
+        mma = [f"#define GL_BIAS_MMA_SLOT {self.tensor_inputs.index(self.mma_vector)}  // added by the kernel's MMA"
+               ] if self.mma_vector is not None else []
         lines = [f"// fused epilogue {self.name!r}: inputs {self.inputs}",
-                 "#define GL_EPILOGUE 1", f"#define GL_EPI_SWAP {int(bool(swap))}",
+                 "#define GL_EPILOGUE 1", f"#define GL_EPI_SWAP {int(bool(swap))}", *mma,
                  '#include "gemm_ladder/fused_epilogue.cuh"', "namespace gl {",
                  f"__device__ __forceinline__ float gl_user_epilogue({params}) {{",
                  '#line 1 "epilogue"', self.body(), "}",
@@ -206,6 +210,9 @@ class Epilogue:
         for slot, n in enumerate(self.tensor_inputs):
             dt = INPUT_DTYPES[dtypes[n]]
             kind = self.inputs[n]
+            if n == self.mma_vector:  # the kernel adds it (bias_stage.cuh): not loaded, not in the function
+                lines.append(f"  const float gl_{n}_0 = 0.f, gl_{n}_1 = 0.f;  // {kind} input, slot {slot}: by the MMA")
+                continue
             pc, pr = pairs.get(n, (False, False))
             pc, pr = bool(pc), bool(pr)
             lines += [f"  float gl_{n}_0, gl_{n}_1;  // {kind} input, slot {slot}",
@@ -539,10 +546,31 @@ def linear_epilogue(*, bias: bool, activation: str | None, residual: bool, alpha
 
     name = "+".join(p for p, on in (("alpha", alpha), ("bias", bias), (activation or "", activation),
                                     ("residual", residual)) if on)
-    ep = Epilogue.__new__(Epilogue)  # its input names use the reserved gl_ prefix, which users may not
-    ep.cuda, ep.reference, ep.inputs, ep.name, ep.examples = v, reference, inputs, f"linear:{name}", {}
+
+    def make(cuda: str, label: str, mma_vector: str | None) -> Epilogue:
+        ep = Epilogue.__new__(Epilogue)  # its input names use the reserved gl_ prefix, which users may not
+        ep.cuda, ep.reference, ep.inputs, ep.name, ep.examples = cuda, reference, inputs, label, {}
+        ep.mma_vector = mma_vector
+        return ep
+
+    ep = make(v, f"linear:{name}", None)
+    # The same epilogue with the bias left to the kernel's MMA (bias_stage.cuh): the function without it,
+    # the input kept in its slot (the kernel reads its address there), the reference unchanged. Not with
+    # alpha: the MMA adds the bias to the unscaled sum.
+    ep.mma_twin = make(_without_bias(activation, residual), f"linear:{name} (bias by MMA)",
+                       "gl_bias_") if bias and not alpha else None
     _LINEAR_EPILOGUES[key] = ep
     return ep
+
+
+def _without_bias(activation: str | None, residual: bool) -> str:
+    """linear's epilogue function with no alpha and no bias: ``activation(acc) + beta * residual``."""
+    v = "acc"
+    if activation is not None:
+        v = ACTIVATIONS[activation].cuda_of(v)
+    if residual:
+        v += " + gl_beta_ * gl_residual_"
+    return v
 
 
 __all__ = ["ACTIVATIONS", "Epilogue", "EpilogueCall", "EpilogueCompileError", "EpilogueError", "EpilogueParams",

@@ -102,6 +102,10 @@ TILE_M = (128, 64)
 #: sharing each stage's B between 256 rows: cuBLAS's 256-row tiles on issue 23's mid-M layers (256 x 144 at
 #: 1000 x 4608 x 3584, 256 x 128 at 12608 x 1024 x 4096). Not yet measured.
 TALL_TILE_M = 256
+#: Whether ``linear``'s bias is added by the tensor cores as one more K step of each tile (sm90_gemm.cu's bias
+#: stage, bias_stage.cuh) in the builds that allow it (:meth:`LibraryGemm.epilogue_call`), rather than loaded
+#: and added in the epilogue. A module setting so an experiment can bind both (bench/experiments/bias_mma.py).
+BIAS_BY_MMA = True
 #: CTAs per cluster built: level 9's 2 (B multicast to vertically adjacent tiles), and 1.
 CLUSTERS = (2, 1)
 #: Panel buffers per consumer's store ring: level 9's 2, or the tile's panels when it has fewer (one
@@ -434,6 +438,8 @@ class LibraryGemm:
         if epilogue is not None and (epilogue.rows, epilogue.cols) != ((n, m) if epilogue.swap else (m, n)):
             raise GemmInputError(f"epilogue bound to a {epilogue.rows} x {epilogue.cols} output, but c is {m} x {n}"
                                  + (" (transposed)" if epilogue.swap else ""))
+        if epilogue is not None:
+            epilogue = self.epilogue_call(epilogue, a.tensor.dtype)
         source = epilogue.source() if epilogue is not None else None
         kernel = compile_with_epilogue(lambda: self.loaded(dtype, c.device, source), epilogue)
         capturing = torch.cuda.is_current_stream_capturing()
@@ -465,6 +471,19 @@ class LibraryGemm:
 
         fresh_workspace = split_workspace_refresher(stream, floats, counters, split_args)
         return BoundLaunch(prepared, fresh_workspace, params=params, roles=roles, workspace=(floats, counters))
+
+    def epilogue_call(self, call: EpilogueCall, dtype: torch.dtype) -> EpilogueCall:
+        """The epilogue this build runs for ``call`` (oriented) on operands of ``dtype``: ``linear``'s bias
+        added by the tensor cores as one more K step (its epilogue's ``mma_twin``, sm90_gemm.cu's bias stage,
+        bias_stage.cuh) where :data:`BIAS_BY_MMA` and the build allow it (a cooperative build: not ping-pong,
+        not the 256-row tile) and the bias is a stride-1 vector of the operands' dtype; else ``call``."""
+        twin = call.epilogue.mma_twin
+        if twin is None or not BIAS_BY_MMA or self.pingpong or self.tile[0] == TALL_TILE_M:
+            return call
+        t, (sr, sc) = call.tensors[call.epilogue.tensor_inputs.index(twin.mma_vector)]
+        if t.dtype != dtype or sc != 1:
+            return call
+        return replace(call, epilogue=twin)
 
     def arg_roles(self, a: OperandView, b: OperandView, c: torch.Tensor, epilogue: bool,
                   map_kwargs: list | None = None) -> list:
@@ -722,6 +741,13 @@ def _config(kernel: LibraryGemm, dtype: str, arch: str) -> KernelConfig:
         + ((("GL_TIMELINE", 1),) if kernel.timeline else ())
         + ((("GL_RELEASE_LAG", kernel.release_lag),) if kernel.release_lag != 1 else ())
         + ((("GL_CTAS_PER_SM", kernel.ctas_per_sm),) if kernel.ctas_per_sm != 1 else ()))
+
+
+def epilogue_for(config: KernelConfig, call: EpilogueCall, dtype: torch.dtype) -> EpilogueCall:
+    """The epilogue that ``config``'s build runs for ``call`` (oriented as the route runs it) on operands of
+    ``dtype``: :meth:`LibraryGemm.epilogue_call` for this family's builds, ``call`` itself for another
+    family's. What a precompile builds must be what a launch binds (dispatch/precompile.py)."""
+    return kernel_for(config).epilogue_call(call, dtype) if config.family == FAMILY else call
 
 
 def kernel_for(config: KernelConfig) -> LibraryGemm:
