@@ -161,3 +161,19 @@ def test_explain_says_where_the_bias_is_added():
     assert bias_of(12608, 4096, 1024, activation="gelu") == "epilogue (a ping-pong build)"
     assert gemm_ladder.explain(torch.empty(64, 64, dtype=BF16, device=META),
                                torch.empty(64, 64, dtype=BF16, device=META)).bias is None
+
+
+@pytest.mark.parametrize("bn", (128, 256))
+def test_the_ring_with_the_bias_stage_audits_clean(bn):
+    """The bias stage is one more ring iteration per unit whose full barrier the producer completes with a plain
+    arrive (no bytes); the barriers see k_tiles + 1 iterations a tile. The plan's ring audited at that count
+    (one CTA per cluster: a 2-CTA cluster's state space takes minutes; its releases are proven in
+    tests/test_audit_pingpong.py). The consumers' own stores into the stage are ordered by the named barrier and
+    the proxy fence (bias_stage.cuh), which the barrier model does not cover."""
+    from gemm_ladder.audit.plans import audit_plan
+
+    k = library_gemm("k", "k", bn, cluster=1)
+    plan = k.plan(1024, 1024, 320, "bf16").to_json()  # K = 320: five K tiles, six ring iterations a tile
+    tiles = -(-3 * k.stages // 6)  # every stage used three times (the auditor's bound)
+    result = audit_plan(plan, k_iters=6, tiles=tiles, max_states=3_000_000)
+    assert result.ok and result.complete, result.render()
