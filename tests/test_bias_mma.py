@@ -36,6 +36,8 @@ def test_the_twin_drops_the_bias_from_the_function_and_keeps_its_slot():
     assert twin is not None and twin.mma_vector == "gl_bias_" and twin.inputs == ep.inputs
     assert "gl_bias_" not in twin.cuda and "gl_bias_" in ep.cuda
     assert twin.reference is ep.reference  # the kernel adds the bias: the result is the same function
+    assert twin.mma_twin is None  # a twin's call goes through epilogue_call unchanged
+    assert library_gemm("k", "k", 256).epilogue_call(call_of().oriented(False), BF16).epilogue.mma_twin is None
     dts = {"gl_bias_": BF16, "gl_residual_": BF16}
     src, plain = twin.source(dts, False), ep.source(dts, False)
     assert "#define GL_BIAS_MMA_SLOT 0" in src and "GL_BIAS_MMA_SLOT" not in plain
@@ -56,9 +58,9 @@ def test_a_user_epilogue_has_no_twin():
     assert ep.mma_twin is None and ep.mma_vector is None
 
 
-@pytest.mark.parametrize("kw", [dict(bn=256), dict(bn=128, cluster=1), dict(bn=64, bm=64, cluster=1),
-                                dict(bn=144, c_from_registers=True)], ids=str)
-@pytest.mark.parametrize("swap", [False, True])
+@pytest.mark.parametrize("kw,swap", [(dict(bn=256), False), (dict(bn=192), True), (dict(bn=128, cluster=1), True),
+                                     (dict(bn=64, bm=64, cluster=1), True), (dict(bn=144, c_from_registers=True), False),
+                                     (dict(bn=144, c_from_registers=True), True)], ids=str)
 def test_cooperative_builds_take_the_bias_by_mma(kw, swap):
     call = call_of(activation="silu").oriented(swap)
     got = library_gemm("k", "k", **kw).epilogue_call(call, BF16)
@@ -71,6 +73,9 @@ def test_cooperative_builds_take_the_bias_by_mma(kw, swap):
     (dict(bn=256), call_of(torch.float32), "a float32 bias: not the operands' dtype"),
     (dict(bn=256), call_of(alpha=0.5), "alpha"),
     (dict(bn=256), call_of(bias=False, activation="gelu"), "no bias"),
+    (dict(bn=128, release_lag=2), call_of(), "a release lag of 2: the stage's release assumes one group behind"),
+    (dict(bn=256), call_of().oriented(True), "swapped at BN 256: the stage spilled 16 bytes"),
+    (dict(bn=256, cluster=1), call_of(activation="gelu").oriented(True), "swapped at BN 256, one CTA"),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_where_the_bias_stays_in_the_epilogue(kernel, call, why):
     assert library_gemm("k", "k", **kernel).epilogue_call(call, BF16) is call, why
@@ -126,13 +131,16 @@ _HGMMA = re.compile(r"HGMMA\.64x\d+x16\.F32")
 
 
 @needs_nvcc
-@pytest.mark.parametrize("kw,swap", [(dict(bn=256), False), (dict(bn=128), True), (dict(bn=192), False),
-                                     (dict(bn=64, bm=64, cluster=1), False), (dict(bn=144, c_from_registers=True), False)],
+@pytest.mark.parametrize("kw,swap", [(dict(bn=256), False), (dict(bn=256, cluster=1), False), (dict(bn=128), True),
+                                     (dict(bn=192), False), (dict(bn=192), True), (dict(bn=64, bm=64, cluster=1), True),
+                                     (dict(bn=144, c_from_registers=True), False),
+                                     (dict(bn=128, a_major="mn"), True), (dict(bn=256, b_major="mn"), False)],
                          ids=str)
 def test_the_bias_stage_builds_without_spills(use_cache, kw, swap):
     """bias + GELU by the MMA: no spill, no local memory; two HGMMA more than the same epilogue in the epilogue
     (the stage's k16 step after a whole unit's K loop and after a stream-K piece's)."""
-    kernel = library_gemm("k", "k", **kw)
+    kw = dict(kw)
+    kernel = library_gemm(kw.pop("a_major", "k"), kw.pop("b_major", "k"), **kw)
     call = call_of(activation="gelu").oriented(swap)
     twin = kernel.epilogue_call(call, BF16)
     assert twin is not call
@@ -159,6 +167,7 @@ def test_explain_says_where_the_bias_is_added():
     assert bias_of(1576, 3072, 1024, torch.float32) == "epilogue (a torch.float32 bias, not the operands' torch.bfloat16)"
     assert bias_of(16, 4096, 4096) == "epilogue (the small-M kernel adds it there)"
     assert bias_of(12608, 4096, 1024, activation="gelu") == "epilogue (a ping-pong build)"
+    assert bias_of(1576, 3072, 4096, activation="gelu").startswith("MMA")  # K > 1024: no ping-pong
     assert gemm_ladder.explain(torch.empty(64, 64, dtype=BF16, device=META),
                                torch.empty(64, 64, dtype=BF16, device=META)).bias is None
 

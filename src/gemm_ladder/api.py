@@ -864,11 +864,11 @@ def bias_path(route, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, activ
     taken = G.epilogue_for(route.config, call, a.dtype) is not call
     if taken:
         return "MMA (one more k16 step per tile on the tensor cores: bias_stage.cuh)"
-    kernel = G.kernel_for(route.config)
-    why = ("the bias stage is off (library.gemm.BIAS_BY_MMA)" if not G.BIAS_BY_MMA
-           else "a ping-pong build" if kernel.pingpong else "the 256-row tile" if kernel.tile[0] == G.TALL_TILE_M
-           else f"a {bias.dtype} bias, not the operands' {a.dtype}" if bias.dtype != a.dtype
-           else "a bias of stride other than 1")
+    if route.config.family != G.FAMILY:
+        return f"epilogue (the {route.config.family} kernel adds it there)"
+    why = (G.kernel_for(route.config).bias_refusal(call.swap)
+           or (f"a {bias.dtype} bias, not the operands' {a.dtype}" if bias.dtype != a.dtype
+               else "a bias of stride other than 1"))
     return f"epilogue ({why})"
 
 

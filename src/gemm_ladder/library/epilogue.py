@@ -551,6 +551,7 @@ def linear_epilogue(*, bias: bool, activation: str | None, residual: bool, alpha
         ep = Epilogue.__new__(Epilogue)  # its input names use the reserved gl_ prefix, which users may not
         ep.cuda, ep.reference, ep.inputs, ep.name, ep.examples = cuda, reference, inputs, label, {}
         ep.mma_vector = mma_vector
+        ep.mma_twin = None
         return ep
 
     ep = make(v, f"linear:{name}", None)

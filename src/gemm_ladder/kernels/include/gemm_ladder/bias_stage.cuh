@@ -51,12 +51,14 @@ __device__ __forceinline__ uint32_t elem_bits_of_one() {
   }
 }
 
-// Row `row`'s first k16 step of a K-major 128B-swizzle tile: its 16-byte chunks 0 and 1 sit at chunk
-// (c ^ (row & 7)) of the row's 128-byte line (the swizzle TMA writes and the descriptor reads).
-__device__ __forceinline__ void store_k16_row(uint8_t* tile, int row, uint32_t first) {
-  uint8_t* line = tile + row * 128;
-  *reinterpret_cast<uint4*>(line + ((0 ^ (row & 7)) << 4)) = make_uint4(first, 0u, 0u, 0u);
-  *reinterpret_cast<uint4*>(line + ((1 ^ (row & 7)) << 4)) = make_uint4(0u, 0u, 0u, 0u);
+// Row `row`'s first k16 step of a K-major 128B-swizzle tile at shared-window address `tile`: its 16-byte chunks
+// 0 and 1 sit at chunk (c ^ (row & 7)) of the row's 128-byte line (the swizzle TMA writes and the descriptor
+// reads). st.shared (STS), not a generic store the compiler cannot place.
+__device__ __forceinline__ void store_k16_row(uint32_t tile, int row, uint32_t first) {
+  const uint32_t line = tile + row * 128;
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %2, %2};" ::"r"(line + ((0 ^ (row & 7)) << 4)), "r"(first), "r"(0u)
+               : "memory");
+  asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(line + ((1 ^ (row & 7)) << 4)), "r"(0u) : "memory");
 }
 
 // The consumers' side of one bias stage (consume_k_range's extra stage, cluster_ring.cuh), by consumer
@@ -84,7 +86,7 @@ __device__ __forceinline__ void bias_stage_step(float (&d)[BN / 2], elem_t* a, e
       const int idx = first + row;
       value = idx < extent ? uint32_t(__ldg(vec + idx)) : 0u;
     }
-    store_k16_row(reinterpret_cast<uint8_t*>(on_a ? a : b), row, value);
+    store_k16_row(smem_u32(on_a ? a : b), row, value);
   }
   fence_proxy_async_smem();
   named_barrier_sync(kBiasStageBarrier, 128 * kConsumers);
