@@ -19,6 +19,12 @@ from gemm_ladder.library.epilogue import Epilogue, linear_epilogue
 from gemm_ladder.library.gemm import epilogue_for, library_gemm
 
 META = torch.device("meta")
+
+
+@pytest.fixture(autouse=True)
+def bias_by_mma(monkeypatch):
+    """The stage on (library.gemm.BIAS_BY_MMA is off by default until a GPU run has checked and timed it)."""
+    monkeypatch.setattr(G, "BIAS_BY_MMA", True)
 BF16 = torch.bfloat16
 
 

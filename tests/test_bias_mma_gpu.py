@@ -21,6 +21,12 @@ from test_epilogue_gpu import assert_epilogue_close, poisoned, rnd
 
 pytestmark = pytest.mark.gpu
 
+
+@pytest.fixture(autouse=True)
+def bias_by_mma(monkeypatch):
+    """The stage on (library.gemm.BIAS_BY_MMA is off by default until a GPU run has checked and timed it)."""
+    monkeypatch.setattr(G, "BIAS_BY_MMA", True)
+
 #: The cooperative builds: the tile widths (BN 192 K-major B only), the one-CTA cluster, the 64-row tile, the
 #: register store at a width no TMA panel makes, and MN-major operands (the stage is written K-major whatever the
 #: build's majors: "a_mn" / "b_mn" read x or w from a transposed copy).

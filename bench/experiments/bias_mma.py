@@ -75,10 +75,10 @@ def bound_pair(route, x, w, out, call):
         epi = bind_route(route, x, w.T, out, call)
         G.BIAS_BY_MMA = True
         mma = bind_route(route, x, w.T, out, call)
+        oriented = call.oriented(route.c_path.transposed)
+        taken = route.kind != "small_m" and G.epilogue_for(route.config, oriented, x.dtype) is not oriented
     finally:
         G.BIAS_BY_MMA = saved
-    oriented = call.oriented(route.c_path.transposed)
-    taken = route.kind != "small_m" and G.epilogue_for(route.config, oriented, x.dtype) is not oriented
     return epi, mma, taken
 
 
@@ -150,8 +150,12 @@ def prebuild(shapes, dtype) -> int:
         oriented = call.oriented(route.c_path.transposed)
         for b in route_builds(plain_route, name) + route_builds(route, name, oriented.source(), "epi"):
             builds.setdefault(b.label, b)
-        for b in route_builds(route, name, epilogue_name="mma", epilogue_call=oriented):
-            builds.setdefault(b.label, b)
+        saved, G.BIAS_BY_MMA = G.BIAS_BY_MMA, True
+        try:
+            for b in route_builds(route, name, epilogue_name="mma", epilogue_call=oriented):
+                builds.setdefault(b.label, b)
+        finally:
+            G.BIAS_BY_MMA = saved
     outcomes = run_builds(list(builds.values()), load=False)
     print(outcomes.summary())
     return 1 if outcomes.failed else 0
