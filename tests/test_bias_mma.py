@@ -192,3 +192,13 @@ def test_the_ring_with_the_bias_stage_audits_clean(bn):
     tiles = -(-3 * k.stages // 6)  # every stage used three times (the auditor's bound)
     result = audit_plan(plan, k_iters=6, tiles=tiles, max_states=3_000_000)
     assert result.ok and result.complete, result.render()
+
+
+def test_explain_says_the_stage_is_off(monkeypatch):
+    import gemm_ladder
+
+    monkeypatch.setattr(G, "BIAS_BY_MMA", False)
+    a = torch.empty(1576, 1024, dtype=BF16, device=META)
+    b = torch.empty(3072, 1024, dtype=BF16, device=META).T
+    got = gemm_ladder.explain(a, b, bias=torch.empty(3072, dtype=BF16, device=META)).bias
+    assert got == "epilogue (the bias stage is off: library.gemm.BIAS_BY_MMA)"

@@ -493,7 +493,7 @@ class LibraryGemm:
         a release lag of 2 (the stage's release assumes one group behind); swapped at BN 256 (the bias on the A
         side spilled 16 bytes there, ptxas, where the direct orientation does not); or :data:`BIAS_BY_MMA` off."""
         if not BIAS_BY_MMA:
-            return "the bias stage is off (library.gemm.BIAS_BY_MMA)"
+            return "the bias stage is off: library.gemm.BIAS_BY_MMA"
         if self.pingpong:
             return "a ping-pong build"
         if self.tile[0] == TALL_TILE_M:
