@@ -525,13 +525,6 @@ def linear_epilogue(*, bias: bool, activation: str | None, residual: bool, alpha
     if residual:
         inputs["gl_residual_"] = "tile"
         inputs["gl_beta_"] = "scalar"
-    v = "gl_alpha_ * acc" if alpha else "acc"
-    if bias:
-        v += " + gl_bias_"
-    if activation is not None:
-        v = ACTIVATIONS[activation].cuda_of(v)
-    if residual:
-        v += " + gl_beta_ * gl_residual_"
     act = ACTIVATIONS[activation].reference if activation else None
 
     def reference(acc, gl_alpha_=1.0, gl_bias_=None, gl_residual_=None, gl_beta_=1.0):
@@ -554,19 +547,22 @@ def linear_epilogue(*, bias: bool, activation: str | None, residual: bool, alpha
         ep.mma_twin = None
         return ep
 
-    ep = make(v, f"linear:{name}", None)
+    ep = make(_linear_cuda(bias, activation, residual, alpha), f"linear:{name}", None)
     # The same epilogue with the bias left to the kernel's MMA (bias_stage.cuh): the function without it,
     # the input kept in its slot (the kernel reads its address there), the reference unchanged. Not with
     # alpha: the MMA adds the bias to the unscaled sum.
-    ep.mma_twin = make(_without_bias(activation, residual), f"linear:{name} (bias by MMA)",
+    ep.mma_twin = make(_linear_cuda(False, activation, residual, alpha), f"linear:{name} (bias by MMA)",
                        "gl_bias_") if bias and not alpha else None
     _LINEAR_EPILOGUES[key] = ep
     return ep
 
 
-def _without_bias(activation: str | None, residual: bool) -> str:
-    """linear's epilogue function with no alpha and no bias: ``activation(acc) + beta * residual``."""
-    v = "acc"
+def _linear_cuda(bias: bool, activation: str | None, residual: bool, alpha: bool) -> str:
+    """linear's epilogue function as one expression: ``activation(alpha * acc + bias) + beta * residual``, each
+    term only where asked."""
+    v = "gl_alpha_ * acc" if alpha else "acc"
+    if bias:
+        v += " + gl_bias_"
     if activation is not None:
         v = ACTIVATIONS[activation].cuda_of(v)
     if residual:
