@@ -861,15 +861,10 @@ def bias_path(route, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, activ
     call = linear_call(a, b.T, bias, activation=activation, check_grad=False).oriented(route.c_path.transposed)
     if route.kind == "small_m":
         return "epilogue (the small-M kernel adds it there)"
-    taken = G.epilogue_for(route.config, call, a.dtype) is not call
-    if taken:
-        return "MMA (one more k16 step per tile on the tensor cores: bias_stage.cuh)"
     if route.config.family != G.FAMILY:
         return f"epilogue (the {route.config.family} kernel adds it there)"
-    why = (G.kernel_for(route.config).bias_refusal(call.swap)
-           or (f"a {bias.dtype} bias, not the operands' {a.dtype}" if bias.dtype != a.dtype
-               else "a bias of stride other than 1"))
-    return f"epilogue ({why})"
+    why = G.kernel_for(route.config).bias_refusal(call, a.dtype)
+    return "MMA (one more k16 step per tile on the tensor cores: bias_stage.cuh)" if why is None else f"epilogue ({why})"
 
 
 def host_path(route, given: bool) -> str:

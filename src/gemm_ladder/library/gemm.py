@@ -477,31 +477,37 @@ class LibraryGemm:
     def epilogue_call(self, call: EpilogueCall, dtype: torch.dtype) -> EpilogueCall:
         """The epilogue this build runs for ``call`` (oriented) on operands of ``dtype``: ``linear``'s bias
         added by the tensor cores as one more K step (its epilogue's ``mma_twin``, sm90_gemm.cu's bias stage,
-        bias_stage.cuh) where :data:`BIAS_BY_MMA` and the build allow it and the bias is a stride-1 vector of the
-        operands' dtype; else ``call``. :meth:`bias_refusal` says why a build does not."""
-        twin = call.epilogue.mma_twin
-        if twin is None or self.bias_refusal(call.swap) is not None:
+        bias_stage.cuh) where :meth:`bias_refusal` finds nothing against it; else ``call``."""
+        if self.bias_refusal(call, dtype) is not None:
             return call
-        t, (sr, sc) = call.tensors[call.epilogue.tensor_inputs.index(twin.mma_vector)]
-        if t.dtype != dtype or sc != 1:
-            return call
-        return replace(call, epilogue=twin)
+        return replace(call, epilogue=call.epilogue.mma_twin)
 
-    def bias_refusal(self, swap: bool) -> str | None:
-        """Why this build does not add linear's bias by its MMA in orientation ``swap``, or None: a ping-pong
-        consumer holds whole tiles and the 256-row tile's two fragments (the stage's k16 step is one fragment's);
-        a release lag of 2 (the stage's release assumes one group behind); swapped at BN 256 (the bias on the A
-        side spilled 16 bytes there, ptxas, where the direct orientation does not); or :data:`BIAS_BY_MMA` off."""
+    def bias_refusal(self, call: EpilogueCall, dtype: torch.dtype) -> str | None:
+        """Why this build does not add ``call``'s bias (oriented, operands of ``dtype``) by its MMA, or None:
+        :data:`BIAS_BY_MMA` off; an epilogue with no twin (a user's, alpha != 1: the MMA would add the bias to
+        the unscaled sum, or no bias); a ping-pong consumer holds whole tiles and the 256-row tile's two fragments
+        (the stage's k16 step is one fragment's); a release lag of 2 (the stage's release assumes one group
+        behind); swapped at BN 256 (the bias on the A side spilled 16 bytes there, ptxas, where the direct
+        orientation does not); a bias not of the operands' dtype (the stage holds operand elements) or of a
+        stride other than 1."""
         if not BIAS_BY_MMA:
             return "the bias stage is off: library.gemm.BIAS_BY_MMA"
+        twin = call.epilogue.mma_twin
+        if twin is None:
+            return "no bias the MMA can add (a user's epilogue, alpha != 1, or no bias)"
         if self.pingpong:
             return "a ping-pong build"
         if self.tile[0] == TALL_TILE_M:
             return "the 256-row tile"
         if self.release_lag != 1:
             return "a release lag of 2"
-        if swap and self.tile[1] >= 256:
+        if call.swap and self.tile[1] >= 256:
             return "a swapped output at BN 256 (the stage spilled there)"
+        t, (_, sc) = call.tensors[call.epilogue.tensor_inputs.index(twin.mma_vector)]
+        if t.dtype != dtype:
+            return f"a {t.dtype} bias, not the operands' {dtype}"
+        if sc != 1:
+            return "a bias of stride other than 1"
         return None
 
     def arg_roles(self, a: OperandView, b: OperandView, c: torch.Tensor, epilogue: bool,
