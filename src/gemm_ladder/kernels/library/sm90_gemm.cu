@@ -316,17 +316,8 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
     if constexpr (Cfg::kConsumers == 2) setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
       GL_TIMELINE_STAMP(true, kProducerStart);
-      RingPosition pos{0};
-      if constexpr (kBiasMma) {
-        for (int unit = first_unit; unit < whole_end; unit += unit_stride) {
-          int um, tn;
-          sched.coords(unit, um, tn);
-          produce_k_range(smem, &map_a, &map_b, um, tn, 0, k_tiles, rank, pos);
-          produce_bias_stage(smem, pos);
-        }
-      } else {
-        pos = produce_units(smem, &map_a, &map_b, sched, k_tiles, rank, first_unit, unit_stride, whole_end);
-      }
+      RingPosition pos = produce_units<BSlice::kOfTile, kBiasMma>(smem, &map_a, &map_b, sched, k_tiles, rank, first_unit,
+                                                                 unit_stride, whole_end);
       GL_TIMELINE_STAMP(true, kProducerWhole);
       if constexpr (!kWholeUnitsOnly)
       for (int it = tail.begin(first_unit), end = tail.begin(first_unit + 1); it < end;) {
@@ -334,7 +325,7 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
         int um, tn;
         sched.coords(seg.unit, um, tn);
         produce_k_range(smem, &map_a, &map_b, um, tn, seg.kb, seg.ke, rank, pos);
-        if (kBiasMma && seg.ke == k_tiles) produce_bias_stage(smem, pos);  // the piece that ends the unit's K
+        if (kBiasMma && seg.ke == k_tiles) produce_empty_stage(smem, pos);  // the piece that ends the unit's K
         it = seg.next;
       }
       GL_TIMELINE_STAMP(true, kProducerEnd);

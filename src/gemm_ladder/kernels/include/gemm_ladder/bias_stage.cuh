@@ -8,7 +8,7 @@
 // a few shared stores per thread and one named barrier, while the last K tile's group is still in flight.
 //
 // The stage: after a unit's last K tile the producer takes one more ring stage and arrives on its full barrier
-// without loading anything (produce_bias_stage); the consumers fill its first k16 step themselves, in the
+// without loading anything (stage_ring.cuh's produce_empty_stage); the consumers fill its first k16 step themselves, in the
 // K-major 128B-swizzle layout operand_desc_at<0> reads (ptx/wgmma.cuh), whatever the build's operand majors:
 //   A: row r's element k = 0 is 1 (or the bias of kernel row r, when the output is swapped), k = 1..15 are 0;
 //   B: row n's element k = 0 is the bias of kernel column n (or 1, swapped), k = 1..15 are 0;
@@ -34,14 +34,6 @@ namespace gl {
 
 // Named barrier of the bias stage (0 is __syncthreads; the general kernel's store barriers are 2 and 3).
 constexpr int kBiasStageBarrier = 1;
-
-// The producer's side: stage `pos` taken from the ring and handed to the consumers with nothing to load
-// (its full barrier's one arrival, no transaction bytes).
-__device__ __forceinline__ void produce_bias_stage(const SmemMap& smem, RingPosition& pos) {
-  producer_acquire(smem, pos);
-  mbarrier_arrive(smem.full(pos.stage()));
-  pos.advance();
-}
 
 __device__ __forceinline__ uint32_t elem_bits_of_one() {
   if constexpr (std::is_same<elem_t, __nv_bfloat16>::value) {

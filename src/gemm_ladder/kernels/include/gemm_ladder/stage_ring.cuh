@@ -84,6 +84,14 @@ __device__ __forceinline__ void produce_stage(const SmemMap& smem, const CUtenso
   }
 }
 
+// A stage with nothing to load, which the consumers fill themselves (the library kernel's bias stage,
+// bias_stage.cuh): producer_acquire it, then its full barrier's one arrival with no transaction bytes.
+__device__ __forceinline__ void produce_empty_stage(const SmemMap& smem, RingPosition& pos) {
+  producer_acquire(smem, pos);
+  mbarrier_arrive(smem.full(pos.stage()));
+  pos.advance();
+}
+
 // K tiles [kb, ke) of work unit (um, tn) into the ring from `pos` on (levels 7-9; a unit is a stack of
 // GL_CLUSTER M tiles, of which CTA `rank` computes M tile um * GL_CLUSTER + rank).
 template <BSlice Slice = BSlice::kOfTile>
@@ -94,8 +102,9 @@ __device__ __forceinline__ void produce_k_range(const SmemMap& smem, const CUten
 }
 
 // The producer thread's whole life (levels 7-9): every K tile of each work unit first_unit,
-// first_unit + unit_stride, ... < end_unit. Returns the ring position reached.
-template <BSlice Slice = BSlice::kOfTile>
+// first_unit + unit_stride, ... < end_unit, and with kEmptyStage one empty stage after each unit's K tiles
+// (produce_empty_stage). Returns the ring position reached.
+template <BSlice Slice = BSlice::kOfTile, bool kEmptyStage = false>
 __device__ __forceinline__ RingPosition produce_units(const SmemMap& smem, const CUtensorMap* map_a,
                                                       const CUtensorMap* map_b, const TileScheduler& sched, int k_tiles,
                                                       int rank, int first_unit, int unit_stride, int end_unit) {
@@ -104,6 +113,7 @@ __device__ __forceinline__ RingPosition produce_units(const SmemMap& smem, const
     int um, tn;
     sched.coords(unit, um, tn);
     produce_k_range<Slice>(smem, map_a, map_b, um, tn, 0, k_tiles, rank, pos);
+    if constexpr (kEmptyStage) produce_empty_stage(smem, pos);
   }
   return pos;
 }
