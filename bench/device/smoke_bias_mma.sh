@@ -8,19 +8,18 @@
 # racecheck and synccheck of bias_mma.py --sanitize on three shapes (a stream-K route, a small one, GELU); the
 # fp16 bench (-> bias_mma_fp16.json); the epilogue's GPU tests (which take the stage wherever a bias comes
 # without alpha).
-# SKIP="name ..." leaves those steps out (a call with less time). Writes $OUT/bias_mma/smoke.log. Exit status: 0
+# SKIP="name ..." leaves those steps out (step.sh). Writes $OUT/bias_mma/smoke.log. Exit status: 0
 # when every step that ran passed.
 set -u
 source "$(dirname "$0")/step.sh"  # smoke_begin, step, smoke_end
-run() { [[ " ${SKIP:-} " == *" $1 "* ]] && { echo "== $1 skipped (SKIP)" >>"$LOG"; return 0; }; step "$@"; }
 smoke_begin smoke_bias_mma bias_mma
-run tests 120 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rfE --tb=short tests/test_bias_mma_gpu.py
-run bench 110 python3 bench/experiments/bias_mma.py -o "$DEST/bias_mma.json"
+step tests 120 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rfE --tb=short tests/test_bias_mma_gpu.py
+step bench 110 python3 bench/experiments/bias_mma.py -o "$DEST/bias_mma.json"
 SAN="bench/experiments/bias_mma.py --sanitize --shapes 1000x4608x3584,520x264x776,1023x2304x768:gelu -o $DEST/sanitize.json"
-run memcheck 60 compute-sanitizer --report-api-errors no --tool memcheck --error-exitcode 1 python3 $SAN
-run racecheck 90 compute-sanitizer --report-api-errors no --tool racecheck --error-exitcode 1 python3 $SAN
-run synccheck 60 compute-sanitizer --report-api-errors no --tool synccheck --error-exitcode 1 python3 $SAN
-run bench_fp16 70 python3 bench/experiments/bias_mma.py --dtype fp16 \
+step memcheck 60 compute-sanitizer --report-api-errors no --tool memcheck --error-exitcode 1 python3 $SAN
+step racecheck 90 compute-sanitizer --report-api-errors no --tool racecheck --error-exitcode 1 python3 $SAN
+step synccheck 60 compute-sanitizer --report-api-errors no --tool synccheck --error-exitcode 1 python3 $SAN
+step bench_fp16 70 python3 bench/experiments/bias_mma.py --dtype fp16 \
   --shapes 1576x3072x1024,1000x4608x3584,1023x2304x768,8192x2304x768,4096x4096x1024:gelu -o "$DEST/bias_mma_fp16.json"
-run epilogue_tests 150 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rfE --tb=short tests/test_epilogue_gpu.py
+step epilogue_tests 150 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rfE --tb=short tests/test_epilogue_gpu.py
 smoke_end smoke_bias_mma 'passed|failed|error|ERROR|WRONG|UNEQUAL|geomean|mma/epi|SUMMARY'

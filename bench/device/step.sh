@@ -5,7 +5,8 @@
 #   step NAME SECONDS COMMAND...
 #                          runs COMMAND under `timeout SECONDS` (a deadlock ends as rc=124, not a hung
 #                          session), appends a start line, its output and an end line (rc, seconds) to
-#                          $LOG, adds NAME to $FAILED when it fails, and returns its exit status;
+#                          $LOG, adds NAME to $FAILED when it fails, and returns its exit status; a NAME listed
+#                          in $SKIP (space-separated) is not run, its line says so (a call with less time);
 #   smoke_end NAME PATTERN the closing clocks and the failed steps on the log's last line, the log's lines
 #                          matching PATTERN (and the step lines) printed; its status is the script's: 0
 #                          when every step passed.
@@ -30,6 +31,10 @@ smoke_begin() {  # NAME DIR
 
 step() {  # NAME SECONDS COMMAND...
   local name=$1 secs=$2; shift 2
+  if [[ " ${SKIP:-} " == *" $name "* ]]; then
+    echo "== $name skipped (SKIP)" >>"$LOG"
+    return 0
+  fi
   echo "== $name ($secs s): $*" >>"$LOG"
   local start=$(date +%s)
   timeout "$secs" "$@" >>"$LOG" 2>&1
