@@ -38,6 +38,8 @@ from outputs import check_output, positive, refuse  # noqa: E402
 from suite import add_output_argument, require_gpu, save  # noqa: E402
 
 from gemm_ladder.contract import DTYPES  # noqa: E402
+from gemm_ladder.dispatch import decide  # noqa: E402
+from gemm_ladder.dispatch.calls import bind_route  # noqa: E402
 from gemm_ladder.dispatch.validate import linear_call  # noqa: E402
 from gemm_ladder.library import gemm as G  # noqa: E402
 from gemm_ladder.library.epilogue import ACTIVATIONS  # noqa: E402
@@ -52,23 +54,23 @@ SHAPES = ["1576x3072x1024", "1000x4608x3584", "1023x2304x768", "1576x1024x1024",
 
 
 def parse(spec: str) -> tuple[int, int, int, str | None]:
+    """``MxNxK`` or ``MxNxK:activation`` as (M, N, K, activation or None); ValueError(spec) otherwise."""
     dims, _, act = spec.partition(":")
-    m, n, k = (int(v) for v in dims.split("x"))
+    try:
+        m, n, k = (int(v) for v in dims.split("x"))
+    except ValueError:
+        raise ValueError(spec) from None
     if min(m, n, k) <= 0 or (act and act not in ACTIVATIONS):
         raise ValueError(spec)
     return m, n, k, act or None
 
 
 def route_of(x, w, out, act):
-    from gemm_ladder.dispatch import decide
-
     return decide(x, w.T, out, given=False, activation=act)
 
 
 def bound_pair(route, x, w, out, call):
     """The bound launches of ``call`` with the bias in the epilogue and by the MMA, and whether the MMA took it."""
-    from gemm_ladder.dispatch.calls import bind_route
-
     saved = G.BIAS_BY_MMA
     try:
         G.BIAS_BY_MMA = False
@@ -91,8 +93,6 @@ def run_shape(m, n, k, act, dtype, budget):
     route = route_of(x, w, out, act)
     call = linear_call(x, w, bias, activation=act)
     epi, mma, taken = bound_pair(route, x, w, out, call)
-    from gemm_ladder.dispatch.calls import bind_route
-
     plain = bind_route(route_of(x, w, plain_out, None), x, w.T, plain_out, None)
     prod = x.double() @ w.double().T
     ref = call.reference(prod)
@@ -132,7 +132,6 @@ def prebuild(shapes, dtype) -> int:
     table for; the epilogue bound both ways), no GPU. 0 when every build is ready, else 1."""
     import itertools
 
-    from gemm_ladder.dispatch import decide
     from gemm_ladder.dispatch.heuristic import device_tables
     from gemm_ladder.dispatch.precompile import route_builds, run_builds
     from gemm_ladder.dispatch.route import ASSUMED_DEVICE, DeviceFacts
