@@ -23,7 +23,7 @@ META = torch.device("meta")
 
 @pytest.fixture(autouse=True)
 def bias_by_mma(monkeypatch):
-    """The stage on (library.gemm.BIAS_BY_MMA is off by default until a GPU run has checked and timed it)."""
+    """The stage on (library.gemm.BIAS_BY_MMA, on by default), whatever another test or a user left it at."""
     monkeypatch.setattr(G, "BIAS_BY_MMA", True)
 BF16 = torch.bfloat16
 

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(autouse=True)
 def bias_by_mma(monkeypatch):
-    """The stage on (library.gemm.BIAS_BY_MMA is off by default until a GPU run has checked and timed it)."""
+    """The stage on (library.gemm.BIAS_BY_MMA, on by default), whatever another test or a user left it at."""
     monkeypatch.setattr(G, "BIAS_BY_MMA", True)
 
 #: The cooperative builds: the tile widths (BN 192 K-major B only), the one-CTA cluster, the 64-row tile, the

@@ -104,10 +104,10 @@ TILE_M = (128, 64)
 TALL_TILE_M = 256
 #: Whether ``linear``'s bias is added by the tensor cores as one more K step of each tile (sm90_gemm.cu's bias
 #: stage, bias_stage.cuh) in the builds that allow it (:meth:`LibraryGemm.epilogue_call`), rather than loaded
-#: and added in the epilogue. Off until a GPU run has checked and timed it (bench/device/smoke_bias_mma.sh: its
-#: GPU tests, bench/experiments/bias_mma.py, compute-sanitizer; docs/epilogues.md); a module setting so that run
-#: and the experiment can bind both.
-BIAS_BY_MMA = False
+#: and added in the epilogue. On since its GPU run (bench/device/smoke_bias_mma.sh: the GPU tests, compute-sanitizer,
+#: bench/experiments/bias_mma.py; the figures in docs/epilogues.md); a module setting so that the experiment
+#: and the tests can bind both.
+BIAS_BY_MMA = True
 #: CTAs per cluster built: level 9's 2 (B multicast to vertically adjacent tiles), and 1.
 CLUSTERS = (2, 1)
 #: Panel buffers per consumer's store ring: level 9's 2, or the tile's panels when it has fewer (one
