@@ -1,6 +1,7 @@
 """Every real model's GEMM against cuBLAS, eager torch and torch.compile, in one run (issue 23).
 
     python bench/shapes_real.py [--quick] [--dtype bf16,fp16] [--models gpt2,llama3_8b] [--strict] [-o OUT.json]
+    python bench/shapes_real.py --prebuild [--quick] [--dtype ...] [--models ...] [--autotune]   # compile, no GPU
 
 The linear layers of nine public model families (their dimensions written below as data, each with
 the config it comes from), at M from 1 to 16384 (odd M among them: decode batches, 197-token ViT
@@ -32,6 +33,11 @@ rows also the cost model's own choice launched directly (checked, then timed in 
 H200 with a warm kernel cache; ``--deadline S`` records the rows not started after S seconds as not
 run. The full set skips rows above FLOP_CAP (prefill of the largest vocabularies) and times each
 distinct (M, N, K, dtype, epilogue) once (Mixtral's attention is Llama-3-8B's: its rows say ``same_as``).
+
+``--prebuild``: compile every build the run's rows launch (the same --quick, --dtype, --models and --autotune
+selection), no GPU: each row as the call model_precompile records (:func:`recorded_call`), its route decided on
+meta tensors for the H200 assumed and for each GPU the package has a cost table for; then exit (0 when every build
+is ready). Packed for a device call, the run compiles nothing inside its deadline.
 
 Result (bench/suite.py): ``DATE_shapes_real[_quick]_COMMIT.json`` with ``rows: [{model, layer, M, N, K,
 dtype, epilogue, ratio_cublas, ratio_eager, ratio_compile, ours_us, cublas_us, eager_us, compile_us,
@@ -293,6 +299,43 @@ def ours_fn(impl: Impl, epilogue: str | None) -> Callable:
     if epilogue == "relu":
         return lambda x, w, b, w2: impl.linear(x, w, activation="relu")
     return lambda x, w, b, w2: impl.linear(x, w, b, activation=ACT[epilogue])
+
+
+def recorded_call(c: Case):
+    """The library call :func:`ours_fn` makes for row ``c``, as gemm_ladder.model_precompile records one (x, w
+    row-major; the bias a vector of the row's dtype; swiglu's two weights of one shape): what --prebuild builds."""
+    from gemm_ladder.model_precompile import RecordedCall, SwigluCall
+
+    dtype = DTYPES[c.dtype]
+    x, w = ((c.m, c.k), (c.k, 1), dtype, 0), ((c.n, c.k), (c.k, 1), dtype, 0)
+    if c.epilogue == "swiglu":
+        return SwigluCall("swiglu", x, w, w)
+    bias = ((c.n,), (1,), dtype, 0) if c.epilogue in ("bias", "bias+gelu", "bias+gelu_tanh") else None
+    return RecordedCall("linear", x, w, bias=bias, activation=ACT.get(c.epilogue))
+
+
+def prebuild(cases: list[Case], autotune: bool = False) -> int:
+    """Compile every build ``cases`` launch (:func:`recorded_call`; with ``autotune`` the candidates its first
+    calls time too) for the H200 assumed and each GPU with a cost table, no GPU needed. 0 when every build is
+    ready, else 1."""
+    import gemm_ladder
+    from gemm_ladder.dispatch.heuristic import device_tables
+    from gemm_ladder.dispatch.precompile import run_builds
+    from gemm_ladder.dispatch.route import ASSUMED_DEVICE, DeviceFacts
+    from gemm_ladder.model_precompile import model_builds
+
+    calls = list(dict.fromkeys(recorded_call(c) for c in cases))
+    builds = {}
+    saved = gemm_ladder.set_autotune(autotune)
+    try:
+        for device in [ASSUMED_DEVICE] + [DeviceFacts(d, ASSUMED_DEVICE.sms) for d in device_tables()]:
+            for b in model_builds(calls, device=device):
+                builds.setdefault(b.label, b)
+    finally:
+        gemm_ladder.set_autotune(saved)
+    outcomes = run_builds(list(builds.values()), load=False)
+    print(f"{len(cases)} rows, {len(calls)} calls: {outcomes.summary()}")
+    return 1 if outcomes.failed else 0
 
 
 def cublas_fn(epilogue: str | None) -> Callable:
@@ -593,6 +636,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds after which rows not yet started are recorded as not run (the result is still written)")
     p.add_argument("--autotune", action="store_true",
                    help="time each row a second time with the library's autotune on (ratio_cublas_tuned)")
+    p.add_argument("--prebuild", action="store_true", help="compile every build the rows launch (no GPU) and exit")
     add_output_argument(p)
     args = p.parse_args(argv)
     try:
@@ -601,10 +645,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"bench/shapes_real.py: {e}", file=sys.stderr)
         return 2
-    check_output(__file__, args.output)
-    require_gpu(__file__)
     models = tuple(m for m in MODELS if m.name in names)
     cases = quick_cases() if args.quick else full_cases(models, tuple(dtypes))
+    if args.prebuild:
+        return prebuild(cases, args.autotune)
+    check_output(__file__, args.output)
+    require_gpu(__file__)
     s = Settings(budget_s=args.budget or (0.03 if args.quick else 0.1), compile=not args.no_compile,
                  autotune=args.autotune)
     t0 = time.perf_counter()

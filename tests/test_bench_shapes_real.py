@@ -261,3 +261,33 @@ def test_autotune_phase_times_a_second_time_and_restores_the_setting():
     assert "ours_model_us" not in bad[0] and bad[0]["ours_tuned_us"] > 0  # the tuned call still timed
     plain = sr.run(sr.full_cases(TINY[:1], ("bf16",))[:1], cpu(autotune=True), models=TINY, log=lambda _: None)
     assert plain[0]["tuned"] == "not run: the library under test has no autotune"
+
+
+def test_prebuild_builds_the_calls_the_rows_make(monkeypatch, capsys):
+    """--prebuild: each row as the call ours_fn makes (the bias where the layer has one, its activation, swiglu's
+    two weights), the routes decided on meta tensors for each device table, every build handed to run_builds
+    unloaded; its exit status is run_builds' verdict; no GPU needed."""
+    from gemm_ladder.dispatch import precompile
+
+    calls = {c.epilogue: sr.recorded_call(c) for c in sr.full_cases(TINY, dtypes=("fp16",))}
+    assert calls[None].bias is None and calls[None].activation is None
+    assert calls["bias"].bias == ((32,), (1,), torch.float16, 0) and calls["bias"].activation is None
+    assert calls["bias+gelu"].activation == "gelu" and calls["bias+gelu_tanh"].activation == "gelu_tanh"
+    assert calls["relu"].bias is None and calls["relu"].activation == "relu"
+    assert calls["swiglu"].op == "swiglu" and calls["swiglu"].b == calls["swiglu"].w_up
+    seen = {}
+
+    def run_builds(builds, load):
+        seen.update(labels=[b.label for b in builds], load=load)
+        return type("O", (), {"failed": ["x"] if seen.get("fail") else [], "summary": lambda s: "summary"})()
+
+    monkeypatch.setattr(precompile, "run_builds", run_builds)
+    assert sr.main(["--prebuild", "--models", "gpt2", "--dtype", "bf16"]) == 0
+    assert seen["load"] is False and "54 rows" in capsys.readouterr().out
+    labels = seen["labels"]
+    assert len(labels) == len(set(labels)) and any("epilogue linear:bias #" in lb for lb in labels)
+    assert any("epilogue linear:bias+gelu_tanh #" in lb for lb in labels)  # GPT-2's c_fc
+    assert any("epilogue" not in lb for lb in labels)  # the plain rows' builds
+    seen["fail"] = True
+    assert sr.main(["--prebuild", "--models", "tiny_mlp"]) == 2  # a bad --models is refused before any build
+    assert sr.prebuild(sr.full_cases(TINY[:1], dtypes=("bf16",))) == 1

@@ -7,7 +7,8 @@
 # launch (bench/experiments/gemm_timeline.py --prebuild, bench/grouped.py --prebuild,
 # bench/quantized_linear.py --prebuild, bench/experiments/quantized_pingpong.py --prebuild,
 # bench/experiments/profile_mid.py --prebuild for smoke_mid_profile.sh's shapes, bench/experiments/bias_cost.py
-# --prebuild for smoke_bias_stalls.sh's, and the release-lag GPU
+# --prebuild for smoke_bias_stalls.sh's, bench/experiments/bias_mma.py --prebuild for smoke_bias_mma.sh's,
+# bench/shapes_real.py --prebuild for its full set, and the release-lag GPU
 # test's builds). Then packs both
 # into .gl/carry.tgz. On the device: carry [".gl"], and run
 #   tar xzf .gl/carry.tgz && export GEMM_LADDER_COMPILER=nvrtc GEMM_LADDER_GIT_COMMIT=<sha> && OUT=$OUT bash bench/device/smoke_....sh
@@ -22,6 +23,8 @@ python3 bench/quantized_linear.py --prebuild
 python3 bench/experiments/quantized_pingpong.py --prebuild
 python3 bench/experiments/profile_mid.py --prebuild
 python3 bench/experiments/bias_cost.py --prebuild  # smoke_bias_stalls.sh's builds (the default shapes)
+python3 bench/experiments/bias_mma.py --prebuild  # smoke_bias_mma.sh's builds
+python3 bench/shapes_real.py --prebuild  # the full set's fused rows (the plain rows' builds are the AOT kernels)
 python3 bench/experiments/profile_mid.py --prebuild --shape 1023,768,3072 --builds "route;c1 bm64 bn128 none;c1 bm64 lag2 bn128 none;c1 bm64 bn64 none"
 # tests/test_release_lag_gpu.py's builds, both lags
 python3 - <<'PY'
