@@ -293,3 +293,28 @@ def test_bias_cost_prebuild_lists_the_builds_its_run_launches(monkeypatch):
         if src is not None:
             assert f"#define GL_EPI_SWAP {int(route.c_path.transposed)}" in src, (name, route.kind)
     assert any(r.c_path.transposed and src for r, src, _ in seen)
+
+
+def test_bias_mma_split_forces_the_general_builds_split_only_where_it_has_it(monkeypatch):
+    """bench/experiments/bias_mma.py --split: the route's general build launched with the asked split (what
+    --sanitize needs to reach the stream-K piece that ends a unit's K); a ping-pong build (whole units only), the
+    small-M kernel and the route's own split leave the route as decided."""
+    bm = load(monkeypatch, "experiments/bias_mma.py")
+
+    def route(m, n, k, act=None):
+        x, w = torch.empty((m, k), dtype=torch.bfloat16, device="meta"), torch.empty((n, k), dtype=torch.bfloat16, device="meta")
+        return bm.route_of(x, w, torch.empty((m, n), dtype=torch.bfloat16, device="meta"), act)
+
+    general = route(1000, 4608, 3584)
+    assert general.kind == "general" and dict(general.options)["split"] != "all"
+    forced = bm.forced_split(general, "all")
+    assert dict(forced.options)["split"] == "all" and forced.config == general.config
+    assert bm.forced_split(general, None) is general
+    assert bm.forced_split(general, dict(general.options)["split"]) is general
+    pingpong = route(1576, 4096, 1024, "gelu")
+    assert pingpong.config.pingpong and bm.forced_split(pingpong, "all") is pingpong
+    small = route(16, 4096, 4096)
+    assert small.kind == "small_m" and bm.forced_split(small, "all") is small
+    with pytest.raises(SystemExit) as bad:
+        bm.main(["--split", "half"])
+    assert bad.value.code == 2

@@ -3,7 +3,7 @@ added in the epilogue, on the same route (one-off experiment).
 
     python bench/experiments/bias_mma.py [--shapes MxNxK[:act],...] [--dtype bf16|fp16] [--budget S] [-o OUT.json]
     python bench/experiments/bias_mma.py --prebuild [--shapes ...] [--dtype ...]   # compile every build, no GPU
-    python bench/experiments/bias_mma.py --sanitize [--shapes ...]   # each launch once, checked, nothing timed
+    python bench/experiments/bias_mma.py --sanitize [--shapes ...] [--split all]   # each launch once, nothing timed
 
 Per shape (x (M, K), w (N, K), bias (N,), all of --dtype; ``:act`` an activation after the bias), interleaved in
 one run (gemm_ladder.timing.time_fns, L2 flushed), the route ``linear`` decides for the call:
@@ -15,10 +15,13 @@ one run (gemm_ladder.timing.time_fns, L2 flushed), the route ``linear`` decides 
 * ``torch``   ``F.linear(x, w, bias)`` (then the activation), eager: what a user writes instead.
 
 Bound launches (library/bound.py), so the host side is the same for ours and only the kernels differ.
+``--split S`` (none, tail, all, wave) launches the route's general build with split S instead of the route's own
+where the build has it (``split_forced`` says where it did): ``all`` puts every unit's bias on the stream-K piece
+that ends its K, the path compute-sanitizer needs to see.
 Before timing, each of ours runs on an output poisoned with NaN and is checked against float64 (1.5x the float64
 result's rounding to the dtype + 1e-4 of its largest magnitude), and ``mma`` twice more for bitwise repeatability.
 
-Result: DATE_bias_mma_COMMIT.json, ``rows: [{M, N, K, activation, dtype, route, split, swapped, mma_taken,
+Result: DATE_bias_mma_COMMIT.json, ``rows: [{M, N, K, activation, dtype, route, split, split_forced, swapped, mma_taken,
 us: {variant: median us}, mma_over_epi, mma_over_plain, epi_over_plain, torch_over_mma, err: {variant},
 repeatable, correct}]``. Exit status: 0 every output right and repeatable, 1 one not, 2 bad arguments or no GPU.
 """
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -84,16 +88,26 @@ def bound_pair(route, x, w, out, call):
     return epi, mma, taken
 
 
-def run_shape(m, n, k, act, dtype, budget):
+def forced_split(route, split):
+    """``route`` launching ``split`` (None: as decided), where it is a general build that has that split; else
+    ``route`` itself."""
+    if split in (None, dict(route.options).get("split")) or route.kind != "general" \
+            or split not in G.kernel_for(route.config).splits:
+        return route
+    return replace(route, options=tuple((k, v) for k, v in route.options if k != "split") + (("split", split),))
+
+
+def run_shape(m, n, k, act, dtype, budget, split=None):
     x = torch.randn((m, k), device="cuda").to(dtype)
     w = (torch.randn((n, k), device="cuda") / math.sqrt(k)).to(dtype)
     bias = torch.randn(n, device="cuda").to(dtype)
     out = torch.empty((m, n), device="cuda", dtype=dtype)
     plain_out = torch.empty((m, n), device="cuda", dtype=dtype)
-    route = route_of(x, w, out, act)
+    decided = route_of(x, w, out, act)
+    route = forced_split(decided, split)
     call = linear_call(x, w, bias, activation=act)
     epi, mma, taken = bound_pair(route, x, w, out, call)
-    plain = bind_route(route_of(x, w, plain_out, None), x, w.T, plain_out, None)
+    plain = bind_route(forced_split(route_of(x, w, plain_out, None), split), x, w.T, plain_out, None)
     prod = x.double() @ w.double().T
     ref = call.reference(prod)
     floor = ((ref.to(dtype).double() - ref).abs().max() / ref.abs().max()).item()
@@ -121,6 +135,7 @@ def run_shape(m, n, k, act, dtype, budget):
         us = {name: t[name].median_ms * 1e3 for name in fns}
     return {"M": m, "N": n, "K": k, "activation": act, "dtype": str(dtype).replace("torch.", ""),
             "route": route.kernel.name if route.kind != "small_m" else "small_m", "split": dict(route.options).get("split"),
+            "split_forced": route is not decided,
             "swapped": bool(route.c_path.transposed), "mma_taken": bool(taken), "us": us,
             "mma_over_epi": us["mma"] / us["epi"], "mma_over_plain": us["mma"] / us["plain"],
             "epi_over_plain": us["epi"] / us["plain"], "torch_over_mma": us["torch"] / us["mma"],
@@ -132,13 +147,11 @@ def prebuild(shapes, dtype) -> int:
     table for; the epilogue bound both ways), no GPU. 0 when every build is ready, else 1."""
     import itertools
 
-    from gemm_ladder.dispatch.heuristic import device_tables
-    from gemm_ladder.dispatch.precompile import route_builds, run_builds
-    from gemm_ladder.dispatch.route import ASSUMED_DEVICE, DeviceFacts
+    from gemm_ladder.dispatch.precompile import route_builds, run_builds, table_devices
 
     name = "bf16" if dtype == torch.bfloat16 else "fp16"
     builds = {}
-    devices = [ASSUMED_DEVICE] + [DeviceFacts(d, ASSUMED_DEVICE.sms) for d in device_tables()]
+    devices = table_devices()
     for device, (m, n, k, act) in itertools.product(devices, shapes):
         x = torch.empty((m, k), dtype=dtype, device="meta")
         w = torch.empty((n, k), dtype=dtype, device="meta")
@@ -165,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma list of MxNxK[:activation]")
     parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     parser.add_argument("--budget", type=float, default=0.05, help="seconds of timed calls per callable")
+    parser.add_argument("--split", choices=("none", "tail", "all", "wave"), default=None,
+                        help="launch the route's general build with this split where it has it (default: the route's)")
     parser.add_argument("--prebuild", action="store_true", help="compile every build, no GPU, and exit")
     parser.add_argument("--sanitize", action="store_true",
                         help="each launch once, checked, nothing timed (for compute-sanitizer)")
@@ -184,9 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     rows = []
     for m, n, k, act in shapes:
-        r = run_shape(m, n, k, act, dtype, None if args.sanitize else args.budget)
+        r = run_shape(m, n, k, act, dtype, None if args.sanitize else args.budget, args.split)
         rows.append(r)
-        print(f"{m}x{n}x{k} {act or 'bias'} {r['route']} split {r['split']}{' swapped' if r['swapped'] else ''}"
+        forced = " (forced)" if r["split_forced"] else ""
+        print(f"{m}x{n}x{k} {act or 'bias'} {r['route']} split {r['split']}{forced}{' swapped' if r['swapped'] else ''}"
               f"{'' if r['mma_taken'] else ' (mma not taken)'}: plain {r['us']['plain']:.1f} epi {r['us']['epi']:.1f} "
               f"mma {r['us']['mma']:.1f} torch {r['us']['torch']:.1f} us; mma/epi {r['mma_over_epi']:.3f} "
               f"torch/mma {r['torch_over_mma']:.3f}" + ("" if r["correct"] else " WRONG")
