@@ -34,10 +34,11 @@ H200 with a warm kernel cache; ``--deadline S`` records the rows not started aft
 run. The full set skips rows above FLOP_CAP (prefill of the largest vocabularies) and times each
 distinct (M, N, K, dtype, epilogue) once (Mixtral's attention is Llama-3-8B's: its rows say ``same_as``).
 
-``--prebuild``: compile every build the run's rows launch (the same --quick, --dtype, --models and --autotune
-selection), no GPU: each row as the call model_precompile records (:func:`recorded_call`), its route decided on
-meta tensors for the H200 assumed and for each GPU the package has a cost table for; then exit (0 when every build
-is ready). Packed for a device call, the run compiles nothing inside its deadline.
+``--prebuild``: compile every build the run's rows launch, no GPU, and exit (0 when every build is ready): the
+rows --quick, or --dtype and --models, select, each as the library call it makes, recorded on meta tensors
+(:func:`recorded_call`), its route decided for the H200 assumed and each GPU the package has a cost table for;
+with --autotune the candidates its first calls time too; -o, --budget, --deadline and --strict do not apply.
+Packed for a device call, the run compiles nothing inside its deadline.
 
 Result (bench/suite.py): ``DATE_shapes_real[_quick]_COMMIT.json`` with ``rows: [{model, layer, M, N, K,
 dtype, epilogue, ratio_cublas, ratio_eager, ratio_compile, ours_us, cublas_us, eager_us, compile_us,
@@ -302,33 +303,34 @@ def ours_fn(impl: Impl, epilogue: str | None) -> Callable:
 
 
 def recorded_call(c: Case):
-    """The library call :func:`ours_fn` makes for row ``c``, as gemm_ladder.model_precompile records one (x, w
-    row-major; the bias a vector of the row's dtype; swiglu's two weights of one shape): what --prebuild builds."""
-    from gemm_ladder.model_precompile import RecordedCall, SwigluCall
+    """The library call row ``c`` makes (:func:`ours_fn` with the library, on meta tensors laid out as
+    :func:`operands` makes them), as gemm_ladder.model_precompile's CallRecorder records it: what --prebuild
+    builds."""
+    from gemm_ladder.model_precompile import CallRecorder
 
-    dtype = DTYPES[c.dtype]
-    x, w = ((c.m, c.k), (c.k, 1), dtype, 0), ((c.n, c.k), (c.k, 1), dtype, 0)
-    if c.epilogue == "swiglu":
-        return SwigluCall("swiglu", x, w, w)
-    bias = ((c.n,), (1,), dtype, 0) if c.epilogue in ("bias", "bias+gelu", "bias+gelu_tanh") else None
-    return RecordedCall("linear", x, w, bias=bias, activation=ACT.get(c.epilogue))
+    dt = DTYPES[c.dtype]
+    x, w = torch.empty((c.m, c.k), dtype=dt, device="meta"), torch.empty((c.n, c.k), dtype=dt, device="meta")
+    b = torch.empty((c.n,), dtype=dt, device="meta")
+    w2 = torch.empty((c.n, c.k), dtype=dt, device="meta") if c.epilogue == "swiglu" else None
+    with torch.no_grad(), CallRecorder() as recorder:
+        ours_fn(library_impl(), c.epilogue)(x, w, b, w2)
+    (call,) = recorder.calls
+    return call
 
 
 def prebuild(cases: list[Case], autotune: bool = False) -> int:
     """Compile every build ``cases`` launch (:func:`recorded_call`; with ``autotune`` the candidates its first
-    calls time too) for the H200 assumed and each GPU with a cost table, no GPU needed. 0 when every build is
-    ready, else 1."""
+    calls time too), routes decided for each device of dispatch.precompile.table_devices, no GPU needed. 0 when
+    every build is ready, else 1."""
     import gemm_ladder
-    from gemm_ladder.dispatch.heuristic import device_tables
-    from gemm_ladder.dispatch.precompile import run_builds
-    from gemm_ladder.dispatch.route import ASSUMED_DEVICE, DeviceFacts
+    from gemm_ladder.dispatch.precompile import run_builds, table_devices
     from gemm_ladder.model_precompile import model_builds
 
     calls = list(dict.fromkeys(recorded_call(c) for c in cases))
     builds = {}
     saved = gemm_ladder.set_autotune(autotune)
     try:
-        for device in [ASSUMED_DEVICE] + [DeviceFacts(d, ASSUMED_DEVICE.sms) for d in device_tables()]:
+        for device in table_devices():
             for b in model_builds(calls, device=device):
                 builds.setdefault(b.label, b)
     finally:

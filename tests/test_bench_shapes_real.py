@@ -264,30 +264,55 @@ def test_autotune_phase_times_a_second_time_and_restores_the_setting():
 
 
 def test_prebuild_builds_the_calls_the_rows_make(monkeypatch, capsys):
-    """--prebuild: each row as the call ours_fn makes (the bias where the layer has one, its activation, swiglu's
-    two weights), the routes decided on meta tensors for each device table, every build handed to run_builds
-    unloaded; its exit status is run_builds' verdict; no GPU needed."""
+    """--prebuild: each row's library call recorded on meta tensors (the bias where the layer has one, its
+    activation, swiglu's two weights, x and w laid out as operands() makes them), routes decided for every
+    device of table_devices (with --autotune, the candidates too), every build handed to run_builds unloaded;
+    its exit status is run_builds' verdict; no GPU needed."""
+    from gemm_ladder import model_precompile
     from gemm_ladder.dispatch import precompile
 
-    calls = {c.epilogue: sr.recorded_call(c) for c in sr.full_cases(TINY, dtypes=("fp16",))}
-    assert calls[None].bias is None and calls[None].activation is None
+    cases = {c.epilogue: c for c in sr.full_cases(TINY, dtypes=("fp16",))}
+    calls = {e: sr.recorded_call(c) for e, c in cases.items()}
+    for e, call in calls.items():
+        x, w, b, _ = sr.operands(cases[e], "cpu", 0)
+        assert call.a == (tuple(x.shape), x.stride(), x.dtype, 0) and call.b == (tuple(w.shape), w.stride(), w.dtype, 0)
+    assert calls[None].op == "linear" and calls[None].bias is None and calls[None].activation is None
     assert calls["bias"].bias == ((32,), (1,), torch.float16, 0) and calls["bias"].activation is None
-    assert calls["bias+gelu"].activation == "gelu" and calls["bias+gelu_tanh"].activation == "gelu_tanh"
+    assert calls["bias+gelu"].activation == "gelu" and calls["bias+gelu"].bias is not None
+    assert calls["bias+gelu_tanh"].activation == "gelu_tanh" and calls["bias+gelu_tanh"].bias is not None
     assert calls["relu"].bias is None and calls["relu"].activation == "relu"
     assert calls["swiglu"].op == "swiglu" and calls["swiglu"].b == calls["swiglu"].w_up
-    seen = {}
+
+    seen = {"devices": [], "autotune": []}
+    real_model_builds = model_precompile.model_builds
+
+    def model_builds(calls, device=None):
+        from gemm_ladder.dispatch import autotune
+
+        seen["devices"].append(device)
+        seen["autotune"].append(autotune.enabled())
+        return real_model_builds(calls, device=device)
 
     def run_builds(builds, load):
         seen.update(labels=[b.label for b in builds], load=load)
         return type("O", (), {"failed": ["x"] if seen.get("fail") else [], "summary": lambda s: "summary"})()
 
+    monkeypatch.setattr(model_precompile, "model_builds", model_builds)
     monkeypatch.setattr(precompile, "run_builds", run_builds)
     assert sr.main(["--prebuild", "--models", "gpt2", "--dtype", "bf16"]) == 0
     assert seen["load"] is False and "54 rows" in capsys.readouterr().out
+    assert seen["devices"] == precompile.table_devices() and len(seen["devices"]) >= 2  # the H200 assumed, the H100
+    assert not any(seen["autotune"])
     labels = seen["labels"]
     assert len(labels) == len(set(labels)) and any("epilogue linear:bias #" in lb for lb in labels)
     assert any("epilogue linear:bias+gelu_tanh #" in lb for lb in labels)  # GPT-2's c_fc
     assert any("epilogue" not in lb for lb in labels)  # the plain rows' builds
+    plain = set(labels)
+    assert sr.main(["--prebuild", "--models", "gpt2", "--dtype", "bf16", "--autotune"]) == 0
+    assert all(seen["autotune"][-len(precompile.table_devices()):]) and set(seen["labels"]) > plain  # the candidates
+    from gemm_ladder.dispatch import autotune
+
+    assert not autotune.enabled()  # restored
     seen["fail"] = True
     assert sr.main(["--prebuild", "--models", "tiny_mlp"]) == 2  # a bad --models is refused before any build
     assert sr.prebuild(sr.full_cases(TINY[:1], dtypes=("bf16",))) == 1

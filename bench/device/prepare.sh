@@ -25,6 +25,7 @@ python3 bench/experiments/profile_mid.py --prebuild
 python3 bench/experiments/bias_cost.py --prebuild  # smoke_bias_stalls.sh's builds (the default shapes)
 python3 bench/experiments/bias_mma.py --prebuild  # smoke_bias_mma.sh's builds
 python3 bench/shapes_real.py --prebuild  # the full set's fused rows (the plain rows' builds are the AOT kernels)
+python3 bench/shapes_real.py --prebuild --dtype bf16 --autotune  # smoke_autotune.sh's: the candidates too
 python3 bench/experiments/profile_mid.py --prebuild --shape 1023,768,3072 --builds "route;c1 bm64 bn128 none;c1 bm64 lag2 bn128 none;c1 bm64 bn64 none"
 # tests/test_release_lag_gpu.py's builds, both lags
 python3 - <<'PY'

@@ -130,12 +130,10 @@ def prebuild(shapes) -> int:
     as its route runs it (dispatch/precompile.py's route_builds: the kernel, and a repack where the route
     copies an operand). 0 when every build is ready, else 1."""
     from gemm_ladder.dispatch import decide
-    from gemm_ladder.dispatch.heuristic import device_tables
-    from gemm_ladder.dispatch.precompile import route_builds, run_builds
-    from gemm_ladder.dispatch.route import ASSUMED_DEVICE, DeviceFacts
+    from gemm_ladder.dispatch.precompile import route_builds, run_builds, table_devices
 
     builds = {}
-    devices = [ASSUMED_DEVICE] + [DeviceFacts(name, ASSUMED_DEVICE.sms) for name in device_tables()]
+    devices = table_devices()
     for device, (m, n, k) in itertools.product(devices, shapes):
         x = torch.empty((m, k), dtype=torch.bfloat16, device="meta")
         w = torch.empty((n, k), dtype=torch.bfloat16, device="meta")

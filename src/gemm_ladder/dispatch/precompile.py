@@ -118,6 +118,16 @@ def config_build(config, label: str | None = None) -> Build:
     return Build(label or config_label(config), lambda: fam.build(config), load)
 
 
+def table_devices() -> list:
+    """The devices a build list made without a GPU is for (dispatch.route.DeviceFacts): the H200 assumed and
+    each GPU the package has a cost table for (heuristic.device_tables), at the assumed SM count. A script's
+    --prebuild decides its routes for each, so the cache holds whichever builds the lent GPU's table picks."""
+    from gemm_ladder.dispatch.heuristic import device_tables
+    from gemm_ladder.dispatch.route import ASSUMED_DEVICE, DeviceFacts
+
+    return [ASSUMED_DEVICE] + [DeviceFacts(name, ASSUMED_DEVICE.sms) for name in device_tables()]
+
+
 def _shipped_tables() -> list:
     """The package's cost tables: table.json and those fitted on other GPUs (heuristic.device_tables)."""
     from gemm_ladder.dispatch.heuristic import TABLE_PATH, device_tables, load_table
