@@ -536,4 +536,4 @@ def route_builds(route, dtype: str, epilogue_source: str | None = None, epilogue
 
 __all__ = ["Build", "CLASSES", "EPILOGUE_LEVELS", "EpilogueVariant", "Outcomes", "check_classes", "epilogue_builds",
            "epilogue_variants", "library_builds", "linear_epilogue_source", "normalize_dtypes", "precompile", "route_builds",
-           "run_builds"]
+           "run_builds", "table_devices"]
