@@ -42,7 +42,9 @@ def _offs(n, device="meta"):
     ((_meta(10, 16), _meta(3, 16, 8), _offs(4)), GemmInputError, "shape (3,)"),
     ((_meta(3, 10, 16), _meta(3, 16, 8), _offs(3)), GemmInputError, "offs must be None"),
     ((_meta(2, 10, 16), _meta(3, 16, 8), None), GemmInputError, "batch sizes differ"),
-    ((_meta(3, 10, 16), _meta(16, 8), None), NotSupportedError, "3-D a and a 2-D b"),
+    ((_meta(3, 10, 16), _meta(16, 8), None), GemmInputError, "offs is required for a 3-D a and a 2-D b"),
+    ((_meta(3, 10, 16), _meta(12, 8), _offs(3)), GemmInputError, "contraction"),
+    ((_meta(3, 10, 16), _meta(16, 8), _offs(2)), GemmInputError, "shape (3,)"),
     ((_meta(10, 16), _meta(MAX_GROUPS + 1, 16, 8), _offs(MAX_GROUPS + 1)), NotSupportedError, "at most"),
     ((_meta(10, 16), _meta(3, 16, 8), _offs(3)), GemmInputError, "CUDA device"),
     ((_meta(16, 10), _meta(10, 8), _offs(3)), GemmInputError, "CUDA device"),
@@ -154,8 +156,10 @@ def test_fakes_refuse_what_the_ops_refuse():
     G = torch.ops.gemm_ladder
     with pytest.raises(GemmInputError, match="bf16|bfloat16|float32"):
         G.grouped_mm(_meta(10, 16), _meta(4, 16, 24), _offs(4), torch.float16)
-    with pytest.raises(NotSupportedError, match="3-D a and a 2-D b"):
+    with pytest.raises(GemmInputError, match="offs is required for a 3-D a and a 2-D b"):
         G.grouped_mm(_meta(4, 3, 16), _meta(16, 24))
+    with pytest.raises(GemmInputError, match="contraction"):
+        G.grouped_mm(_meta(4, 3, 16), _meta(8, 24), _offs(4))
     with pytest.raises(GemmInputError, match="offs is required"):
         G.grouped_mm(_meta(10, 16), _meta(4, 16, 24))
     with pytest.raises(GemmInputError, match="contraction"):

@@ -11,6 +11,7 @@ import gemm_ladder
 import gemm_ladder.ops_grouped as ops_grouped
 import gemm_ladder.ops_grouped_swiglu as gs
 from gemm_ladder.errors import GemmInputError, GemmTypeError, NotSupportedError
+from gemm_ladder.api_grouped import along_n_operands
 from gemm_ladder.api_grouped import check_grouped_mm as _real_check_grouped_mm
 
 BF = torch.bfloat16
@@ -85,17 +86,21 @@ def test_swiglu_grads_match_autograd_in_float64():
 
 def _cpu_grouped_mm(a, b, offs=None, *, out_dtype=None, bias=None, bn=None):
     """The grouped kernel's results on the CPU, in fp32, a loop over the groups: a stand-in (2-D x 3-D
-    grouped along M, 2-D x 2-D grouped along K, 3-D x 3-D batched) that first applies the kernel's own rules
-    (check_grouped_mm: the pitches and alignments a launch needs), so that every call a backward makes is
-    one the kernel would take."""
+    grouped along M, 2-D x 2-D grouped along K, 3-D x 3-D batched; 3-D x 2-D through the library's own
+    transposition, api_grouped.along_n_operands, as grouped_mm_direct runs it) that first applies the kernel's
+    own rules (check_grouped_mm: the pitches and alignments a launch needs), so that every call a backward makes
+    is one the kernel would take. Rows past offs[E-1], which the kernel leaves unwritten, are NaN."""
     _real_check_grouped_mm(a, b, offs, out_dtype, device_types=("cpu",))
     dt = out_dtype or a.dtype
+    if a.dim() == 3 and b.dim() == 2:
+        rows, weights, _ = along_n_operands(a, b)
+        return _cpu_grouped_mm(rows, weights, offs, out_dtype=dt).t()
     if a.dim() == 3:
         return (a.float() @ b.float()).to(dt)
     ends = [0] + offs.tolist()
     if b.dim() == 2:
         return torch.stack([a[:, s:t].float() @ b[s:t].float() for s, t in zip(ends, ends[1:])]).to(dt)
-    out = torch.zeros(a.shape[0], b.shape[2])
+    out = torch.full((a.shape[0], b.shape[2]), float("nan"))
     for e, (s, t) in enumerate(zip(ends, ends[1:])):
         out[s:t] = a[s:t].float() @ b[e].float()
     return out.to(dt)

@@ -16,7 +16,14 @@
   group e's range K_e = offs[e-1]..offs[e]; an empty group's out[e] is zeros. Other layouts:
   NotSupportedError.
 
-Not yet: 3-D x 2-D: NotSupportedError.
+* 3-D x 2-D (grouped along N): a (E, M, K), b (K, total N), offs (E,) cumulative ends along N: out (M, total N)
+  with out[:, N_e] = a[e] @ b[:, N_e] over group e's columns N_e = offs[e-1]..offs[e]; columns past
+  ``offs[E-1]`` are not written (as torch._grouped_mm's rows past it). Computed as its transpose, the 2-D x 3-D
+  case on ``b.t()`` (rows grouped by offs) and ``a.transpose(-2, -1)`` (:func:`along_n_operands`), so the
+  result is the kernel's (total N, M) output transposed: a column-major (M, total N) view, where torch's is
+  row-major (the same values; ``.contiguous()`` gives rows). An operand whose transpose breaks the kernel's
+  stride rules is copied to an aligned pitch first (``explain_grouped_mm``'s ``copies`` names it).
+
 Errors, raised before any launch: GemmTypeError (a non-tensor), GemmInputError (dtype, device, shape,
 stride, alignment, offs), NotSupportedError (a case the kernel does not compute).
 """
@@ -90,7 +97,7 @@ def check_grouped_mm(a, b, offs, out_dtype=None, *, device_types: tuple[str, ...
     if a.dim() == 2 and b.dim() == 2:
         return _check_grouped_k(a, b, offs, device_types), dt
     if a.dim() == 3 and b.dim() == 2:
-        raise NotSupportedError("grouped_mm of a 3-D a and a 2-D b is not computed by the library's grouped kernel")
+        return _check_grouped_n(a, b, offs, device_types), dt
     if a.shape[-1] != b.shape[-2]:
         raise GemmInputError(f"a {tuple(a.shape)} and b {tuple(b.shape)}: contraction dimensions {a.shape[-1]} and "
                              f"{b.shape[-2]} differ")
@@ -138,14 +145,14 @@ def check_grouped_mm(a, b, offs, out_dtype=None, *, device_types: tuple[str, ...
 
 def check_grouped_bias(bias, a: torch.Tensor, b: torch.Tensor, case: str) -> None:
     """``grouped_linear``'s bias rule, for a checked (a, b) of ``case``: None, or an (E, N) tensor of a's dtype
-    on a's device, with b (E, K, N) grouped along M (not along K). Raises GemmTypeError for a non-tensor,
+    on a's device, with b (E, K, N) grouped along M (not along K or N). Raises GemmTypeError for a non-tensor,
     GemmInputError for the rest."""
     if bias is None:
         return
     if not isinstance(bias, torch.Tensor):
         raise GemmTypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
-    if case == "2d2d":
-        raise GemmInputError("bias is not taken by grouped_mm grouped along K")
+    if case in ("2d2d", "3d2d"):
+        raise GemmInputError(f"bias is not taken by grouped_mm grouped along {'K' if case == '2d2d' else 'N'}")
     want = (b.shape[0], b.shape[2])
     if tuple(bias.shape) != want or bias.dtype != a.dtype or bias.device != a.device:
         raise GemmInputError(f"bias: {want} {a.dtype} on {a.device} expected, got {bias.dtype} {tuple(bias.shape)} "
@@ -203,6 +210,78 @@ def _check_grouped_k(a: torch.Tensor, b: torch.Tensor, offs, device_types: tuple
     return "2d2d"
 
 
+def _check_grouped_n(a: torch.Tensor, b: torch.Tensor, offs, device_types: tuple[str, ...] = ("cuda",)) -> str:
+    """The 3-D x 2-D case (grouped along N): a (E, M, K), b (K, total N), offs (E,). Any strides: the launch
+    reads the transposes, copied where they break the kernel's rules (:func:`along_n_operands`)."""
+    groups, m, k = a.shape
+    if b.shape[0] != k:
+        raise GemmInputError(f"a {tuple(a.shape)} and b {tuple(b.shape)}: contraction dimensions {k} and "
+                             f"{b.shape[0]} differ")
+    if offs is None:
+        raise GemmInputError("offs is required for a 3-D a and a 2-D b: int32 cumulative ends along N, one per "
+                             "batch of a")
+    _check_offs(offs, groups, a.device)
+    if groups > MAX_GROUPS:
+        raise NotSupportedError(f"E = {groups} groups: the grouped kernel takes at most {MAX_GROUPS}")
+    _check_device(a, b, device_types)
+    if refusal := extents_refusal({"M": m, "total N": b.shape[1], "K": k}, empty_ok=True):
+        raise OutsideDomainError(refusal)  # empty_ok: only an extent past the 32-bit limit
+    return "3d2d"
+
+
+def padded_pitch(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` in the first columns of a buffer whose last dimension is rounded up to 8 elements (16
+    bytes of a 2-byte dtype): the same extent, every pitch a multiple of 16 bytes and a 16-byte aligned base (the
+    extra columns are never read: a tensor map's extent is the view's)."""
+    c = t.shape[-1]
+    buf = t.new_empty((*t.shape[:-1], -(-c // _ALIGN_ELEMS) * _ALIGN_ELEMS))
+    buf[..., :c] = t
+    return buf[..., :c]
+
+
+def pitch_fits(t: torch.Tensor) -> bool:
+    """Whether ``t``'s rows are what the kernel reads in place: the last dimension contiguous, every other stride
+    (of an extent above 1) a multiple of 16 bytes, an aligned base (an unknown address, while tracing, is checked
+    again at the launch)."""
+    outer = [s for size, s in zip(t.shape[:-1], t.stride()[:-1]) if size > 1]
+    return ((t.shape[-1] <= 1 or t.stride(-1) == 1) and all(s % _ALIGN_ELEMS == 0 for s in outer)
+            and (not _pointers_known(t) or t.numel() == 0 or t.data_ptr() % TMA_ALIGN_BYTES == 0))
+
+
+def with_aligned_pitch(t: torch.Tensor) -> torch.Tensor:
+    """``t`` where :func:`pitch_fits`, else :func:`padded_pitch`'s copy of it."""
+    return t if pitch_fits(t) else padded_pitch(t)
+
+
+def _batches_fit(t: torch.Tensor) -> bool:
+    """Whether ``t`` (E, K, N) is a weight the kernel reads in place: each t[e] K- or N-major with a pitch and a
+    batch stride of 16-byte multiples, an aligned base."""
+    e, k, n = t.shape
+    try:
+        major = b_major_of(t)
+    except GemmInputError:
+        return False
+    pitch = (t.stride(2) if n > 1 else 0) if major == "k" else (t.stride(1) if k > 1 else 0)
+    return (pitch % _ALIGN_ELEMS == 0 and (e <= 1 or t.stride(0) % _ALIGN_ELEMS == 0)
+            and (not _pointers_known(t) or t.numel() == 0 or t.data_ptr() % TMA_ALIGN_BYTES == 0))
+
+
+def along_n_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[str, ...]]:
+    """A 3-D x 2-D call's operands as the 2-D x 3-D call of its transpose: ``(b.t() (total N, K), a.transpose(-2,
+    -1) (E, K, M), copies)``, so that grouped_mm(a, b, offs) = grouped_mm(b.t(), a.transpose(-2, -1), offs).t().
+    Each is the view itself where the kernel reads it in place (b column-major, ``w.t()`` of a row-major (total N,
+    K) weight; a with contiguous rows or columns), else a copy to a 16-byte pitch (:func:`padded_pitch`); ``copies``
+    names the copied operands."""
+    rows, weights, copies = b.t(), a.transpose(-2, -1), []
+    if not pitch_fits(rows):
+        rows = padded_pitch(rows)
+        copies.append("b (its transpose's rows to a 16-byte pitch)")
+    if not _batches_fit(weights):
+        weights = padded_pitch(a).transpose(-2, -1)
+        copies.append("a (its rows to a 16-byte pitch)")
+    return rows, weights, tuple(copies)
+
+
 def _check_device(a: torch.Tensor, b: torch.Tensor, device_types: tuple[str, ...] = ("cuda",)) -> None:
     if a.device.type not in device_types or b.device != a.device:
         where = "one CUDA device" if "meta" not in device_types else \
@@ -225,8 +304,9 @@ def _check_call(a, b, offs, out_dtype, bias, activation) -> tuple[str, torch.dty
     and no bias or activation grouped along K."""
     check_activation(activation)
     case, dt = check_grouped_mm(a, b, offs, out_dtype)
-    if case == "2d2d" and (bias is not None or activation is not None):
-        raise GemmInputError("bias and activation are not taken by grouped_mm grouped along K")
+    if case in ("2d2d", "3d2d") and (bias is not None or activation is not None):
+        along = "K" if case == "2d2d" else "N"
+        raise GemmInputError(f"bias and activation are not taken by grouped_mm grouped along {along}")
     return case, dt
 
 
@@ -250,6 +330,10 @@ def grouped_mm_direct(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | Non
     rounded once; grouped along M); GemmTypeError for a non-string, GemmInputError for an unknown name or one
     grouped along K."""
     case, dt = _check_call(a, b, offs, out_dtype, bias, activation)
+    if case == "3d2d":  # the transpose of a 2-D x 3-D call: its (total N, M) output, transposed
+        rows, weights, _ = along_n_operands(a, b)
+        return grouped_mm_direct(rows, weights, offs, out_dtype=dt, bn=bn, cluster=cluster, ring=ring,
+                                 tail=tail).t()
     if case == "2d2d":
         (m, total_k), n, groups = a.shape, b.shape[1], offs.numel()
         out = torch.empty((groups, m, n), dtype=dt, device=a.device)
@@ -410,7 +494,9 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
     """What :func:`grouped_mm_direct` (``grouped_mm``; ``grouped_linear`` with ``bias`` and, for a call with no
     backward, ``activation`` fused in the epilogue) or, with
     ``masked``, :func:`grouped_mm_masked_direct` (``offs`` then the counts) runs on these tensors, without
-    running it, as a dict: ``case`` ('2d3d', '3d3d', '2d2d' or 'masked'), ``grouped_along`` ('M' or 'K'),
+    running it, as a dict: ``case`` ('2d3d', '3d3d', '2d2d', '3d2d' or 'masked'), ``grouped_along`` ('M', 'K' or
+    'N': a 3-D x 2-D call runs as the 2-D x 3-D call of its transpose, whose build, tile and rules the rest
+    describe), ``copies`` (the operands copied to an aligned pitch first, by name and why; empty for none),
     ``kernel`` (the build's name), ``source``, ``tile`` [BM, BN, BK], ``b_major``, ``out_dtype``,
     ``cluster`` (1 or 2) and ``cluster_reason`` (library/grouped.py choose_cluster: the rule and the
     measurement behind it), ``ring`` (the output's panel buffers per consumer) and ``ring_reason``
@@ -444,8 +530,11 @@ def planned_build(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = 
     check_grouped_bias(bias, a, b, case)
     check_activation(activation)
     if activation is not None:
-        if case in ("2d2d", "masked"):
+        if case in ("2d2d", "3d2d", "masked"):
             raise GemmInputError(f"activation={activation!r}: fused grouped along M only (grouped_linear), not {case}")
+    copies: tuple[str, ...] = ()
+    if case == "3d2d":  # the transposed 2-D x 3-D call it runs
+        a, b, copies = along_n_operands(a, b)
     if case == "2d2d":
         (m, total_k), n = a.shape, b.shape[1]
         bn, major, k, grouping = grad_w_bn(n), "mn", total_k, GROUP_K
@@ -458,11 +547,12 @@ def planned_build(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = 
     store, store_why = store_rule(build, n, dt.itemsize)
     _, ring_why = choose_ring(bn, grouping, dt == torch.float32, bias is not None, major, build.cluster, activation)
     _, tail_why = choose_tail(grouping, activation)
-    return build, {"case": case, "grouped_along": "K" if grouping == GROUP_K else "M", "kernel": build.name,
+    along = "K" if grouping == GROUP_K else "N" if case == "3d2d" else "M"
+    return build, {"case": case, "grouped_along": along, "copies": copies, "kernel": build.name,
                    "source": SOURCE, "tile": [BM, bn, BK], "b_major": major, "out_dtype": str(dt).replace("torch.", ""),
                    "cluster": build.cluster, "cluster_reason": why, "ring": build.ring, "ring_reason": ring_why,
                    "store": store, "store_reason": store_why, "tail": build.tail, "tail_reason": tail_why,
                    "activation": activation}
 
 
-__all__ = ["b_major_of", "bind_grouped", "check_grouped_bias", "check_grouped_mm", "choose_bn", "explain_grouped_mm", "group_of_rows", "grouped_build", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of", "planned_build"]
+__all__ = ["along_n_operands", "b_major_of", "bind_grouped", "check_grouped_bias", "check_grouped_mm", "choose_bn", "explain_grouped_mm", "group_of_rows", "grouped_build", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of", "padded_pitch", "pitch_fits", "planned_build", "with_aligned_pitch"]

@@ -9,6 +9,10 @@ Backward (autograd), for y = grouped_mm(x (R, K), b (E, K, N), offs):
 * grad_x = grouped_mm(grad_y, b.transpose(-2, -1), offs): grouped along M, the weight read N-major
   (the library's kernel, its ``b_major="mn"`` build);
 * grad_b[e] = x[rows_e].T @ grad_y[rows_e], grouped along K (the library's K-grouped build);
+* grouped along K (y[e] = a[:, K_e] @ b[K_e]): grad_a and grad_b are each grouped along M over K's rows
+  (grad_a's transpose is the rows a's stride(0) == 1 layout stores); grouped along N (y[:, N_e] = a[e] @
+  b[:, N_e]): grad_a grouped along K, grad_b grouped along N; in both, K or N past offs[E-1] (read by no
+  product) gets zeros;
 * grouped_linear's grad_bias[e] = the sum of grad_y's rows of group e (index_add_ in fp32 on the device).
 
 The backward's operands are laid out for the kernel's TMA rules (pitches and a batched call's contraction a
@@ -30,7 +34,7 @@ import torch
 from gemm_ladder import ops as _ops  # the compiled host path's switch (on_host)
 from gemm_ladder.api_grouped import (
     _ALIGN_ELEMS, PUBLIC_DEVICES, bind_grouped, check_grouped_bias, check_grouped_mm, group_of_rows,
-    grouped_mm_direct, grouped_mm_masked_direct,
+    grouped_mm_direct, grouped_mm_masked_direct, padded_pitch, with_aligned_pitch,
 )
 from gemm_ladder.api_grouped import explain_grouped_mm as _explain_grouped_mm
 from gemm_ladder.api_quantized import through_op  # the eager-or-op rule of the calls without a backward
@@ -58,23 +62,13 @@ def _round_up(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
 
-def _padded_pitch(t: torch.Tensor) -> torch.Tensor:
-    """A copy of ``t`` in the first columns of a buffer whose last dimension is rounded up to 8 elements: the
-    same extent, every row pitch a multiple of 16 bytes (the extra columns are never read: a tensor map's
-    extent is the view's)."""
-    c = t.shape[-1]
-    buf = t.new_empty((*t.shape[:-1], _round_up(c)))
-    buf[..., :c] = t
-    return buf[..., :c]
-
-
 def aligned_rows(t: torch.Tensor) -> torch.Tensor:
     """``t`` (R, C) as a row-major view whose row pitch is a multiple of 16 bytes: ``t`` itself where it is
-    one, else :func:`_padded_pitch`'s copy."""
+    one, else :func:`~gemm_ladder.api_grouped.padded_pitch`'s copy."""
     r, c = t.shape
     if t.stride(1) == 1 and (r <= 1 or (t.stride(0) % _ALIGN == 0 and t.stride(0) >= c)):
         return t
-    return _padded_pitch(t)
+    return padded_pitch(t)
 
 
 def _batched_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -91,7 +85,7 @@ def _batched_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     k_major = b.stride(1) == 1 and (n <= 1 or b.stride(2) % _ALIGN == 0)
     n_major = b.stride(2) == 1 and (kp <= 1 or b.stride(1) % _ALIGN == 0)
     if not (k_major or n_major) or (e > 1 and b.stride(0) % _ALIGN):
-        b = _padded_pitch(b)
+        b = padded_pitch(b)
     return torch.ops.gemm_ladder.grouped_mm(a, b)
 
 
@@ -99,6 +93,14 @@ def _out_shape(a: torch.Tensor, b: torch.Tensor, offs) -> tuple[int, ...]:
     if a.dim() == 2 and b.dim() == 2:  # grouped along K: one (M, N) result per group
         return (offs.shape[0], a.shape[0], b.shape[1])
     return (a.shape[0], b.shape[-1]) if a.dim() == 2 else (a.shape[0], a.shape[1], b.shape[-1])
+
+
+def _fake_out(a: torch.Tensor, b: torch.Tensor, offs, dtype: torch.dtype) -> torch.Tensor:
+    """The op's result as the kernel makes it: contiguous, except grouped along N (3-D x 2-D), whose (M, total N)
+    result is the transpose of the kernel's (total N, M) output (api_grouped.along_n_operands)."""
+    if a.dim() == 3 and b.dim() == 2:
+        return a.new_empty((b.shape[1], a.shape[1]), dtype=dtype).t()
+    return a.new_empty(_out_shape(a, b, offs), dtype=dtype)
 
 
 def _grouped_mm_kernel(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None,
@@ -113,7 +115,7 @@ _grouped_mm_op = torch.library.custom_op(f"{NAMESPACE}::grouped_mm", mutates_arg
 @_grouped_mm_op.register_fake
 def _grouped_mm_fake(a, b, offs=None, out_dtype=None):
     _, dtype = check_grouped_mm(a, b, offs, out_dtype, device_types=PUBLIC_DEVICES)
-    return a.new_empty(_out_shape(a, b, offs), dtype=dtype)
+    return _fake_out(a, b, offs, dtype)
 
 
 def _grouped_linear_kernel(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor,
@@ -196,12 +198,54 @@ def _mm_setup(ctx, inputs, output):
     ctx.save_for_backward(a, b, offs)
 
 
+def _zero_past(t: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """``t`` (R, C) with rows at or past offs[E-1] zeroed: rows in no group, which a kernel grouped along them
+    leaves unwritten, are a gradient of inputs no product read (offs stays on the device)."""
+    if offs.numel() == 0:
+        return torch.zeros_like(t)
+    past = torch.arange(t.shape[0], device=t.device, dtype=offs.dtype) >= offs[-1]
+    return torch.where(past[:, None], torch.zeros((), dtype=t.dtype, device=t.device), t)
+
+
+def _columns(t: torch.Tensor) -> torch.Tensor:
+    """``t`` (R, C) column-major with a 16-byte column pitch (stride(0) == 1): itself where it is, else a copy."""
+    return with_aligned_pitch(t.t()).t()
+
+
+def _grouped_k_backward(a, b, g, offs, needs):
+    """y[e] = a[:, K_e] @ b[K_e] (2-D x 2-D): grad_a[:, K_e] = g[e] @ b[K_e].T and grad_b[K_e] = a[:, K_e].T @ g[e],
+    each a call grouped along M over K's rows (the transposes of a and grad_a are the rows a (M, total K) with
+    stride(0) == 1 is stored in); K past offs[E-1] gets zeros."""
+    gp = with_aligned_pitch(g)  # (E, M, N) with a 16-byte row pitch (a copy only where g's is not)
+    grad_a = grad_b = None
+    if needs[0]:  # (total K, M) = b (total K, N) grouped @ g[e].T, transposed
+        grad_a = _zero_past(torch.ops.gemm_ladder.grouped_mm(b, gp.transpose(-2, -1), offs), offs).t()
+    if needs[1]:  # (total K, N) = a.t() (total K, M) grouped @ g[e]
+        grad_b = _zero_past(torch.ops.gemm_ladder.grouped_mm(a.t(), gp, offs), offs)
+    return grad_a, grad_b
+
+
+def _grouped_n_backward(a, b, g, offs, needs):
+    """y[:, N_e] = a[e] @ b[:, N_e] (3-D x 2-D): grad_a[e] = g[:, N_e] @ b[:, N_e].T, grouped along K over N
+    (g and b column-major: copied where they are not); grad_b[:, N_e] = a[e].T @ g[:, N_e], grouped along N
+    again; N past offs[E-1] gets zeros."""
+    gc = _columns(g)
+    grad_a = grad_b = None
+    if needs[0]:  # (E, M, K)
+        grad_a = torch.ops.gemm_ladder.grouped_mm(gc, _columns(b).t(), offs)
+    if needs[1]:  # (K, total N), column-major: zeros past offs[E-1] in its rows' order
+        grad_b = _zero_past(torch.ops.gemm_ladder.grouped_mm(a.transpose(-2, -1), gc, offs).t(), offs).t()
+    return grad_a, grad_b
+
+
 def _mm_backward(ctx, grad):
     a, b, offs = ctx.saved_tensors
     grad_a = grad_b = None
     g = grad.to(a.dtype)
     if a.dim() == 2 and b.dim() == 2:
-        raise NotSupportedError("the backward of grouped_mm grouped along K (2-D x 2-D) is not implemented")
+        return (*_grouped_k_backward(a, b, g, offs, ctx.needs_input_grad), None, None)
+    if a.dim() == 3 and b.dim() == 2:
+        return (*_grouped_n_backward(a, b, g, offs, ctx.needs_input_grad), None, None)
     if a.dim() == 3:  # batched: a (E, M, K) @ b (E, K, N)
         if ctx.needs_input_grad[0]:
             grad_a = _batched_mm(g.contiguous(), b.transpose(-2, -1))
@@ -314,13 +358,16 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     grouped_linear, grouped_mm_masked and grouped_swiglu.
     2-D x 2-D (grouped along K): a (M, total K) with stride(0) == 1, b (total K, N) row-major, offs (E,):
     returns (E, M, N), out[e] = a[:, offs[e-1]:offs[e]] @ b[offs[e-1]:offs[e]] (zeros for an empty group).
-    Raises GemmTypeError, GemmInputError, NotSupportedError (3-D x 2-D; other 2-D x 2-D layouts; more than 1024 groups)
-    before any launch. Source: torch._grouped_mm's semantics (torch/_meta_registrations.py).
+    3-D x 2-D (grouped along N): a (E, M, K), b (K, total N), offs (E,) cumulative ends along N: returns (M, total
+    N), out[:, offs[e-1]:offs[e]] = a[e] @ b[:, offs[e-1]:offs[e]] (columns past offs[E-1] not written), a
+    column-major view: the kernel computes its transpose (api_grouped.along_n_operands; b column-major, ``w.t()`` of
+    a row-major (total N, K) weight, is read in place, a row-major b is copied first).
+    Every case has a backward (module docstring).
+    Raises GemmTypeError, GemmInputError, NotSupportedError (2-D x 2-D layouts other than the above; more than 1024
+    groups) before any launch. Source: torch._grouped_mm's semantics (torch/_meta_registrations.py).
     """
     if not ((out_dtype is None or type(out_dtype) is torch.dtype) and host_call(a, b, offs)):
         check_grouped_mm(a, b, offs, out_dtype, device_types=PUBLIC_DEVICES)  # else the C++ kernel's planner, once
-    if a.dim() == 2 and b.dim() == 2:  # grouped along K
-        _refuse_grad("grouped_mm grouped along K (2-D x 2-D)", a, b)
     return torch.ops.gemm_ladder.grouped_mm(a, b, offs, out_dtype)
 
 
@@ -389,15 +436,16 @@ def host_call(*tensors) -> bool:
 
 def host_path(case: str, empty: bool, bias: torch.Tensor | None = None) -> str:
     """Who launches a grouped call (``explain``'s ``host``): C++ where the host module's grouped kernels are registered
-    and the call is one plain launch, else Python and why. ``case``: the call's ('2d3d', '2d2d', '3d3d', 'masked',
+    and the call is one plain launch, else Python and why. ``case``: the call's ('2d3d', '2d2d', '3d3d', '3d2d', 'masked',
     'swiglu_fused', 'swiglu_two_gemms'); ``empty``: an empty problem or K = 0 (nothing or zeros to write); ``bias``:
     the call's (one that is not contiguous is copied per call)."""
     if _ops.host_module() is None:
         from gemm_ladder import host
 
         return f"python (the host module's grouped kernels are not registered; the host path: {host.describe()})"
-    if case in ("3d3d", "masked", "swiglu_two_gemms"):
+    if case in ("3d3d", "3d2d", "masked", "swiglu_two_gemms"):
         why = {"3d3d": "a batched call makes its offs per call", "masked": "the masked layout has no C++ kernel yet",
+               "3d2d": "a call grouped along N launches its transpose (and copies an operand where it must)",
                "swiglu_two_gemms": "the two-GEMM forward launches from its Python op (its backward's GEMMs from C++)"}
         return f"python ({why[case]})"
     if empty:
@@ -414,6 +462,8 @@ def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | No
     info = _explain_grouped_mm(a, b, offs, out_dtype=out_dtype, bias=bias, masked=masked, activation=activation)
     if info["case"] == "2d2d":
         empty = min(a.shape[0], a.shape[1], b.shape[1], offs.numel()) == 0
+    elif info["case"] == "3d2d":
+        empty = min(*a.shape, b.shape[1]) == 0
     else:
         empty = min(a.shape[-2] if a.dim() == 2 else a.shape[0] * a.shape[1], *b.shape) == 0
     return info | {"host": host_path(info["case"], empty, bias)}
