@@ -185,3 +185,43 @@ def test_grouped_along_n_refusals():
         explain_grouped_mm(a, b, offs, bias=torch.empty(4, 96, dtype=BF, device="meta"))
     with pytest.raises(GemmInputError, match="CUDA device"):  # the direct call checks first: nothing launched
         grouped_mm_direct(torch.zeros(4, 24, 64, dtype=BF), torch.zeros(64, 96, dtype=BF), torch.zeros(4, dtype=torch.int32))
+
+
+def test_the_reviews_layouts_differentiate(cpu_kernel):
+    """Layouts a review found the first backward refusing: grouped along K with M = 1 (grad_b's weight a single row
+    of K, N-major), with N = 1 and an expanded gradient (y.sum(): every stride 0), and grouped along N with b
+    column-major at a base 2 bytes past a 16-byte boundary under torch.compile (traced with no address: the
+    storage offset decides the copy)."""
+    offs = torch.tensor([8, 16], dtype=torch.int32)
+    x = padded_pitch(torch.randn(16, 1).to(BF)).requires_grad_()
+    b = torch.randn(16, 8).to(BF).requires_grad_()
+    gemm_ladder.grouped_mm(x.t(), b, offs).float().sum().backward()
+    assert torch.isfinite(x.grad).all() and torch.isfinite(b.grad).all()
+    x = torch.randn(16, 8).to(BF).requires_grad_()
+    b1 = padded_pitch(torch.randn(16, 1).to(BF)).requires_grad_()
+    gemm_ladder.grouped_mm(x.t(), b1, offs).sum().backward()
+    xr, br = _leaves(x.double(), b1.double())
+    _along_k_reference(xr.t(), br, [8, 8]).sum().backward()
+    assert _rel(x.grad, xr.grad) < 2e-2 and _rel(b1.grad, br.grad) < 2e-2
+    w = torch.zeros(24 * 24 + 1, dtype=BF)[1:].view(24, 24)[:, :16]
+    w.copy_(torch.randn(24, 16))
+    b = w.t().detach().requires_grad_()
+    a = torch.randn(3, 8, 16).to(BF).requires_grad_()
+    o3 = torch.tensor([8, 16, 24], dtype=torch.int32)
+    _run(lambda a, b, o: gemm_ladder.grouped_mm(a, b, o), True, a, b, o3).float().sum().backward()
+    ar, br = _leaves(a.double(), b.double())
+    _along_n_reference(ar, br, [8, 8, 8]).sum().backward()
+    assert _rel(a.grad, ar.grad) < 2e-2 and _rel(b.grad, br.grad) < 2e-2
+
+
+def test_explain_copies_nothing():
+    """explain on tensors says which operands the call would copy without copying them (no allocation here:
+    the meta stand-ins decide the build)."""
+    a = torch.randn(3, 8, 12).to(BF)
+    b = torch.randn(12, 40).to(BF)  # row-major: b.t()'s rows are not contiguous
+    try:
+        explain_grouped_mm(a, b, torch.tensor([8, 16, 40], dtype=torch.int32))
+    except GemmInputError as e:  # CPU tensors: the device rule refuses after the layout checks
+        assert "CUDA device" in str(e)
+    info = explain_grouped_mm(a.to("meta"), b.to("meta"), torch.empty(3, dtype=torch.int32, device="meta"))
+    assert [c.split()[0] for c in info["copies"]] == ["b", "a"] and info["b_major"] == "k"

@@ -57,7 +57,7 @@ def _check_along_n(out, a, b, sizes, seed):
         cols = slice(start, start + size)
         ref = a[e].double() @ b[:, cols].double()
         theirs = (a[e] @ b[:, cols]).double()
-        eps = 2**-24 if out.dtype == torch.float32 else UNIT_ROUNDOFF[a.dtype]
+        eps = 2**-24 if out.dtype == torch.float32 else UNIT_ROUNDOFF[{torch.bfloat16: "bf16", torch.float16: "fp16"}[a.dtype]]
         bound = 2 * float((theirs - ref).norm() / ref.norm()) + eps
         err = float((out[:, cols].double() - ref).norm() / ref.norm())
         assert err <= bound, (seed, e, err, bound)

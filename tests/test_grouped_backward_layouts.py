@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import gemm_ladder
-from gemm_ladder.ops_grouped import aligned_rows
+from gemm_ladder.api_grouped import with_aligned_pitch as aligned_rows
 
 from test_grouped_swiglu import _reference, cpu_kernel  # noqa: F401 (the fixture)
 

@@ -713,7 +713,7 @@ def test_an_output_row_tma_would_overrun_goes_from_registers():
 @pytest.mark.parametrize("case", ["2d3d", "linear", "batched"])
 def test_backward_on_layouts_whose_gradients_break_the_pitch_rule(case):
     """N = 12 (a gradient's row pitch of 24 bytes) and 3 rows per batch (a batched contraction of 6 bytes):
-    the forward takes them, the backward pads (ops_grouped.aligned_rows, _batched_mm); grads against float64
+    the forward takes them, the backward pads (api_grouped.with_aligned_pitch, _batched_mm); grads against float64
     autograd of the same values (tests/test_grouped_backward_layouts.py checks the same on the CPU stand-in)."""
     seed = _seed()
     sizes = [5, 0, 7, 1, 131]

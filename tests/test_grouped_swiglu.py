@@ -99,6 +99,8 @@ def _cpu_grouped_mm(a, b, offs=None, *, out_dtype=None, bias=None, bn=None):
         return (a.float() @ b.float()).to(dt)
     ends = [0] + offs.tolist()
     if b.dim() == 2:
+        if not offs.numel():
+            return torch.zeros((0, a.shape[0], b.shape[1]), dtype=dt)
         return torch.stack([a[:, s:t].float() @ b[s:t].float() for s, t in zip(ends, ends[1:])]).to(dt)
     out = torch.full((a.shape[0], b.shape[2]), float("nan"))
     for e, (s, t) in enumerate(zip(ends, ends[1:])):

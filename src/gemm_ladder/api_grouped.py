@@ -63,8 +63,11 @@ def out_dtype_of(a: torch.Tensor, out_dtype) -> torch.dtype:
 
 def b_major_of(b: torch.Tensor) -> str:
     """'k' when each b[e] (K, N) is K-major (stride(-2) == 1, the transpose of an (E, N, K) weight),
-    'mn' when it is N-major (stride(-1) == 1); GemmInputError otherwise."""
+    'mn' when it is N-major (stride(-1) == 1; so is a single row of K with stride(-1) == 1, whatever its other
+    strides); GemmInputError otherwise."""
     _, k, n = b.shape
+    if k == 1 and (n <= 1 or b.stride(2) == 1):  # one row of K: N-major, whose pitch is never stepped over
+        return "mn"
     if k <= 1 or b.stride(1) == 1:
         if n > 1 and b.stride(2) < k:
             raise GemmInputError(f"b has strides {tuple(b.stride())}: b[e] columns overlap")
@@ -239,13 +242,29 @@ def padded_pitch(t: torch.Tensor) -> torch.Tensor:
     return buf[..., :c]
 
 
+def base_aligned(t: torch.Tensor) -> bool:
+    """Whether ``t`` starts on a 16-byte boundary: its address where known, else (while tracing, on meta
+    tensors) its offset into its storage, whose own base the allocator aligns."""
+    if not t.numel():
+        return True
+    if _pointers_known(t):
+        return t.data_ptr() % TMA_ALIGN_BYTES == 0
+    return (t.storage_offset() * t.element_size()) % TMA_ALIGN_BYTES == 0
+
+
 def pitch_fits(t: torch.Tensor) -> bool:
     """Whether ``t``'s rows are what the kernel reads in place: the last dimension contiguous, every other stride
-    (of an extent above 1) a multiple of 16 bytes, an aligned base (an unknown address, while tracing, is checked
-    again at the launch)."""
-    outer = [s for size, s in zip(t.shape[:-1], t.stride()[:-1]) if size > 1]
-    return ((t.shape[-1] <= 1 or t.stride(-1) == 1) and all(s % _ALIGN_ELEMS == 0 for s in outer)
-            and (not _pointers_known(t) or t.numel() == 0 or t.data_ptr() % TMA_ALIGN_BYTES == 0))
+    (of an extent above 1) a multiple of 16 bytes and past the extent inside it (no two rows overlap), an aligned
+    base (:func:`base_aligned`)."""
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        return False
+    span = t.shape[-1]  # elements one index of the dimension above covers
+    for size, stride in reversed(list(zip(t.shape[:-1], t.stride()[:-1]))):
+        if size > 1:
+            if stride % _ALIGN_ELEMS or stride < span:
+                return False
+            span = stride * (size - 1) + span
+    return base_aligned(t)
 
 
 def with_aligned_pitch(t: torch.Tensor) -> torch.Tensor:
@@ -253,7 +272,7 @@ def with_aligned_pitch(t: torch.Tensor) -> torch.Tensor:
     return t if pitch_fits(t) else padded_pitch(t)
 
 
-def _batches_fit(t: torch.Tensor) -> bool:
+def weight_fits(t: torch.Tensor) -> bool:
     """Whether ``t`` (E, K, N) is a weight the kernel reads in place: each t[e] K- or N-major with a pitch and a
     batch stride of 16-byte multiples, an aligned base."""
     e, k, n = t.shape
@@ -262,24 +281,32 @@ def _batches_fit(t: torch.Tensor) -> bool:
     except GemmInputError:
         return False
     pitch = (t.stride(2) if n > 1 else 0) if major == "k" else (t.stride(1) if k > 1 else 0)
-    return (pitch % _ALIGN_ELEMS == 0 and (e <= 1 or t.stride(0) % _ALIGN_ELEMS == 0)
-            and (not _pointers_known(t) or t.numel() == 0 or t.data_ptr() % TMA_ALIGN_BYTES == 0))
+    return (pitch % _ALIGN_ELEMS == 0 and (e <= 1 or t.stride(0) % _ALIGN_ELEMS == 0) and base_aligned(t))
+
+
+#: What :func:`along_n_copies` says of each operand it copies.
+COPY_B = "b (its transpose's rows to a 16-byte pitch)"
+COPY_A = "a (its rows to a 16-byte pitch)"
+
+
+def along_n_copies(a: torch.Tensor, b: torch.Tensor) -> tuple[str, ...]:
+    """The operands a 3-D x 2-D call copies before its transpose's launch (:func:`along_n_operands`): b where
+    ``b.t()``'s rows are not what the kernel reads in place (:func:`pitch_fits`; b column-major, ``w.t()`` of a
+    row-major (total N, K) weight, is), a where ``a.transpose(-2, -1)`` is not a weight it reads in place (a with
+    contiguous rows or columns of 16-byte pitches is). Decided on metadata alone: nothing is copied here."""
+    return tuple(name for name, copied in ((COPY_B, not pitch_fits(b.t())),
+                                           (COPY_A, not weight_fits(a.transpose(-2, -1)))) if copied)
 
 
 def along_n_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[str, ...]]:
     """A 3-D x 2-D call's operands as the 2-D x 3-D call of its transpose: ``(b.t() (total N, K), a.transpose(-2,
     -1) (E, K, M), copies)``, so that grouped_mm(a, b, offs) = grouped_mm(b.t(), a.transpose(-2, -1), offs).t().
-    Each is the view itself where the kernel reads it in place (b column-major, ``w.t()`` of a row-major (total N,
-    K) weight; a with contiguous rows or columns), else a copy to a 16-byte pitch (:func:`padded_pitch`); ``copies``
-    names the copied operands."""
-    rows, weights, copies = b.t(), a.transpose(-2, -1), []
-    if not pitch_fits(rows):
-        rows = padded_pitch(rows)
-        copies.append("b (its transpose's rows to a 16-byte pitch)")
-    if not _batches_fit(weights):
-        weights = padded_pitch(a).transpose(-2, -1)
-        copies.append("a (its rows to a 16-byte pitch)")
-    return rows, weights, tuple(copies)
+    Each is the view itself, or where :func:`along_n_copies` names it a copy to a 16-byte pitch
+    (:func:`padded_pitch`); ``copies`` is that list."""
+    copies = along_n_copies(a, b)
+    rows = padded_pitch(b.t()) if COPY_B in copies else b.t()
+    weights = (padded_pitch(a) if COPY_A in copies else a).transpose(-2, -1)
+    return rows, weights, copies
 
 
 def _check_device(a: torch.Tensor, b: torch.Tensor, device_types: tuple[str, ...] = ("cuda",)) -> None:
@@ -533,8 +560,11 @@ def planned_build(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = 
         if case in ("2d2d", "3d2d", "masked"):
             raise GemmInputError(f"activation={activation!r}: fused grouped along M only (grouped_linear), not {case}")
     copies: tuple[str, ...] = ()
-    if case == "3d2d":  # the transposed 2-D x 3-D call it runs
-        a, b, copies = along_n_operands(a, b)
+    if case == "3d2d":  # the transposed 2-D x 3-D call it runs, on meta tensors laid out as its operands would be
+        copies = along_n_copies(a, b)
+        meta_a = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta")
+        a = torch.empty((b.shape[1], b.shape[0]), dtype=b.dtype, device="meta")
+        b = (padded_pitch(meta_a) if COPY_A in copies else meta_a).transpose(-2, -1)
     if case == "2d2d":
         (m, total_k), n = a.shape, b.shape[1]
         bn, major, k, grouping = grad_w_bn(n), "mn", total_k, GROUP_K
@@ -555,4 +585,4 @@ def planned_build(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = 
                    "activation": activation}
 
 
-__all__ = ["along_n_operands", "b_major_of", "bind_grouped", "check_grouped_bias", "check_grouped_mm", "choose_bn", "explain_grouped_mm", "group_of_rows", "grouped_build", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of", "padded_pitch", "pitch_fits", "planned_build", "with_aligned_pitch"]
+__all__ = ["COPY_A", "COPY_B", "along_n_copies", "along_n_operands", "b_major_of", "base_aligned", "bind_grouped", "check_grouped_bias", "check_grouped_mm", "choose_bn", "explain_grouped_mm", "group_of_rows", "grouped_build", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of", "padded_pitch", "pitch_fits", "planned_build", "weight_fits", "with_aligned_pitch"]

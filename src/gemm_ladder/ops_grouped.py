@@ -34,7 +34,7 @@ import torch
 from gemm_ladder import ops as _ops  # the compiled host path's switch (on_host)
 from gemm_ladder.api_grouped import (
     _ALIGN_ELEMS, PUBLIC_DEVICES, bind_grouped, check_grouped_bias, check_grouped_mm, group_of_rows,
-    grouped_mm_direct, grouped_mm_masked_direct, padded_pitch, with_aligned_pitch,
+    grouped_mm_direct, grouped_mm_masked_direct, padded_pitch, weight_fits, with_aligned_pitch,
 )
 from gemm_ladder.api_grouped import explain_grouped_mm as _explain_grouped_mm
 from gemm_ladder.api_quantized import through_op  # the eager-or-op rule of the calls without a backward
@@ -62,31 +62,16 @@ def _round_up(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
 
-def aligned_rows(t: torch.Tensor) -> torch.Tensor:
-    """``t`` (R, C) as a row-major view whose row pitch is a multiple of 16 bytes: ``t`` itself where it is
-    one, else :func:`~gemm_ladder.api_grouped.padded_pitch`'s copy."""
-    r, c = t.shape
-    if t.stride(1) == 1 and (r <= 1 or (t.stride(0) % _ALIGN == 0 and t.stride(0) >= c)):
-        return t
-    return padded_pitch(t)
-
-
 def _batched_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """grouped_mm(a (E, M, K), b (E, K, N)) for the backward: K padded with zeros to a multiple of 8 where it
     is not (the kernel maps a's E x M rows with a pitch of K), and b copied to an aligned row pitch where its
     layout breaks the rule."""
-    e, _, k = a.shape
-    n = b.shape[2]
+    k = a.shape[2]
     if k % _ALIGN:
         pad = _round_up(k) - k
         a = torch.nn.functional.pad(a, (0, pad))  # zeros: they add nothing to the products
         b = torch.nn.functional.pad(b, (0, 0, 0, pad))
-    kp = a.shape[2]
-    k_major = b.stride(1) == 1 and (n <= 1 or b.stride(2) % _ALIGN == 0)
-    n_major = b.stride(2) == 1 and (kp <= 1 or b.stride(1) % _ALIGN == 0)
-    if not (k_major or n_major) or (e > 1 and b.stride(0) % _ALIGN):
-        b = padded_pitch(b)
-    return torch.ops.gemm_ladder.grouped_mm(a, b)
+    return torch.ops.gemm_ladder.grouped_mm(a, b if weight_fits(b) else padded_pitch(b))
 
 
 def _out_shape(a: torch.Tensor, b: torch.Tensor, offs) -> tuple[int, ...]:
@@ -189,8 +174,8 @@ def why_unfused(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> 
 
 def _grad_b_grouped_k(a: torch.Tensor, grad: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
     """(E, K, N): per group a[rows_e].T @ grad[rows_e], the library's K-grouped build (a.t() is read
-    MN-major; both row-major with aligned pitches: :func:`aligned_rows`)."""
-    return torch.ops.gemm_ladder.grouped_mm(aligned_rows(a).t(), aligned_rows(grad), offs)
+    MN-major; both row-major with aligned pitches: :func:`~gemm_ladder.api_grouped.with_aligned_pitch`)."""
+    return torch.ops.gemm_ladder.grouped_mm(with_aligned_pitch(a).t(), with_aligned_pitch(grad), offs)
 
 
 def _mm_setup(ctx, inputs, output):
@@ -253,7 +238,7 @@ def _mm_backward(ctx, grad):
             grad_b = _batched_mm(a.transpose(-2, -1).contiguous(), g.contiguous())
         return grad_a, grad_b, None, None
     if ctx.needs_input_grad[0]:
-        grad_a = torch.ops.gemm_ladder.grouped_mm(aligned_rows(g), b.transpose(-2, -1), offs)
+        grad_a = torch.ops.gemm_ladder.grouped_mm(with_aligned_pitch(g), b.transpose(-2, -1), offs)
     if ctx.needs_input_grad[1]:
         grad_b = _grad_b_grouped_k(a, g, offs)
     return grad_a, grad_b, None, None
@@ -273,7 +258,7 @@ def _linear_backward(ctx, grad):
     g = grad.to(x.dtype)
     grad_x = grad_w = grad_bias = None
     if ctx.needs_input_grad[0]:
-        grad_x = torch.ops.gemm_ladder.grouped_mm(aligned_rows(g), w, offs)  # w (E, N, K): read N-major
+        grad_x = torch.ops.gemm_ladder.grouped_mm(with_aligned_pitch(g), w, offs)  # w (E, N, K): read N-major
     if ctx.needs_input_grad[1]:
         grad_w = _grad_b_grouped_k(g, x, offs)  # (E, N, K): g[rows_e].T @ x[rows_e]
     if ctx.has_bias and ctx.needs_input_grad[3]:

@@ -41,7 +41,8 @@ from gemm_ladder.api_quantized import through_op  # the eager-or-op rule of the 
 from gemm_ladder.errors import GemmInputError, GemmTypeError
 from gemm_ladder.library.grouped import grad_w_bn, grouped_gemm
 from gemm_ladder import ops as _ops  # the compiled host path's switch (on_host)
-from gemm_ladder.ops_grouped import NAMESPACE, _grad_b_grouped_k, aligned_rows, host_call, host_path, template_of
+from gemm_ladder.api_grouped import with_aligned_pitch
+from gemm_ladder.ops_grouped import NAMESPACE, _grad_b_grouped_k, host_call, host_path, template_of
 
 F32 = torch.float32
 #: Whether a call that needs no backward runs the fused gated-MLP build (module docstring): True unless the
@@ -174,8 +175,8 @@ def _backward(ctx, grad, _grad_gate, _grad_up):
     d_gate, d_up = (d.to(x.dtype) for d in swiglu_grads(grad, gate, up))
     grad_x = grad_gate_w = grad_up_w = None
     if ctx.needs_input_grad[0]:  # w (E, N, K) as b: read N-major; fp32 halves summed, rounded once
-        grad_x = torch.ops.gemm_ladder.grouped_mm(aligned_rows(d_gate), w_gate, offs, F32)
-        grad_x = (grad_x + torch.ops.gemm_ladder.grouped_mm(aligned_rows(d_up), w_up, offs, F32)).to(x.dtype)
+        grad_x = torch.ops.gemm_ladder.grouped_mm(with_aligned_pitch(d_gate), w_gate, offs, F32)
+        grad_x = (grad_x + torch.ops.gemm_ladder.grouped_mm(with_aligned_pitch(d_up), w_up, offs, F32)).to(x.dtype)
     if ctx.needs_input_grad[1]:
         grad_gate_w = _grad_b_grouped_k(d_gate, x, offs)  # (E, N, K): d_gate[rows_e].T @ x[rows_e]
     if ctx.needs_input_grad[2]:
