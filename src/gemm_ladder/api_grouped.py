@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.functional_tensor import FunctionalTensor
 
 from gemm_ladder.contract import DTYPES
 from gemm_ladder.dispatch.validate import check_activation
@@ -163,10 +164,12 @@ def check_grouped_bias(bias, a: torch.Tensor, b: torch.Tensor, case: str) -> Non
 
 
 def _pointers_known(*ts: torch.Tensor) -> bool:
-    """False while torch.compile traces (fake tensors have no address): the op's kernel checks the
-    addresses again at run time, before its launch."""
-    return not torch.compiler.is_compiling() and not any(isinstance(t, FakeTensor) or t.device.type == "meta"
-                                                         for t in ts)
+    """False while torch.compile traces (fake and functional tensors have no address; AOT autograd traces a
+    backward outside dynamo's compiling flag): the op's kernel checks the addresses again at run time, before
+    its launch."""
+    return not torch.compiler.is_compiling() and not any(
+        isinstance(t, (FakeTensor, FunctionalTensor)) or torch._is_functional_tensor(t) or t.device.type == "meta"
+        for t in ts)
 
 
 def _check_bases(*named: torch.Tensor) -> None:
