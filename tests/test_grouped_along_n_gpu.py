@@ -13,8 +13,6 @@ Run on the H200: ``python3 -m pytest -q -m gpu tests/test_grouped_along_n_gpu.py
 
 from __future__ import annotations
 
-import secrets
-
 import pytest
 import torch
 
@@ -22,23 +20,11 @@ import gemm_ladder
 from gemm_ladder.api_grouped import padded_pitch
 from gemm_ladder.gates.correctness import UNIT_ROUNDOFF
 
+from test_grouped_gpu import _offs, _poison, _seed
+
 pytestmark = pytest.mark.gpu
 
 DTYPES = [torch.bfloat16, torch.float16]
-
-
-def _seed() -> int:
-    s = secrets.randbelow(2**31)
-    torch.manual_seed(s)
-    return s
-
-
-def _offs(sizes) -> torch.Tensor:
-    return torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(torch.int32).cuda()
-
-
-def _poison(shape, dtype):
-    torch.full(shape, float("nan"), dtype=dtype, device="cuda")  # freed at once: the output reuses the block
 
 
 def _problem(e, m, k, n, dtype, b_cols):
