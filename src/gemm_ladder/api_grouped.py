@@ -136,10 +136,8 @@ def check_grouped_mm(a, b, offs, out_dtype=None, *, device_types: tuple[str, ...
     if a.dim() == 3 and rows > 1 and k % _ALIGN_ELEMS:
         raise GemmInputError(f"a: K = {k} elements per row is not a multiple of 16 bytes (a TMA tensor map over its "
                              "E x M rows)")
-    major = b_major_of(b)
     e = a.element_size()
-    w_pitch = (b.stride(2) if n > 1 else 0) if major == "k" else (b.stride(1) if k > 1 else 0)
-    w_group = b.stride(0) if groups > 1 else 0  # a size-1 dimension is never stepped over
+    w_pitch, w_group = weight_strides(b, b_major_of(b))
     if (w_pitch * e) % TMA_ALIGN_BYTES or (w_group * e) % TMA_ALIGN_BYTES:
         raise GemmInputError(f"b: strides {tuple(b.stride())} must be multiples of 16 bytes (a TMA tensor map): "
                              f"K (K-major) or N (N-major) a multiple of {_ALIGN_ELEMS}")
@@ -235,12 +233,17 @@ def _check_grouped_n(a: torch.Tensor, b: torch.Tensor, offs, device_types: tuple
     return "3d2d"
 
 
+def aligned_elems(n: int) -> int:
+    """``n`` elements of a 2-byte dtype rounded up to a whole number of 16-byte units (a TMA pitch's)."""
+    return -(-n // _ALIGN_ELEMS) * _ALIGN_ELEMS
+
+
 def padded_pitch(t: torch.Tensor) -> torch.Tensor:
     """A copy of ``t`` in the first columns of a buffer whose last dimension is rounded up to 8 elements (16
     bytes of a 2-byte dtype): the same extent, every pitch a multiple of 16 bytes and a 16-byte aligned base (the
     extra columns are never read: a tensor map's extent is the view's)."""
     c = t.shape[-1]
-    buf = t.new_empty((*t.shape[:-1], -(-c // _ALIGN_ELEMS) * _ALIGN_ELEMS))
+    buf = t.new_empty((*t.shape[:-1], aligned_elems(c)))
     buf[..., :c] = t
     return buf[..., :c]
 
@@ -275,16 +278,23 @@ def with_aligned_pitch(t: torch.Tensor) -> torch.Tensor:
     return t if pitch_fits(t) else padded_pitch(t)
 
 
+def weight_strides(t: torch.Tensor, major: str) -> tuple[int, int]:
+    """(pitch, batch stride) in elements that a weight ``t`` (E, K, N) of ``major`` ('k' or 'mn') has its tensor map
+    step over: 0 along an extent of 1, which is never stepped over."""
+    e, k, n = t.shape
+    pitch = (t.stride(2) if n > 1 else 0) if major == "k" else (t.stride(1) if k > 1 else 0)
+    return pitch, t.stride(0) if e > 1 else 0
+
+
 def weight_fits(t: torch.Tensor) -> bool:
     """Whether ``t`` (E, K, N) is a weight the kernel reads in place: each t[e] K- or N-major with a pitch and a
-    batch stride of 16-byte multiples, an aligned base."""
-    e, k, n = t.shape
+    batch stride of 16-byte multiples (:func:`weight_strides`), an aligned base."""
     try:
         major = b_major_of(t)
     except GemmInputError:
         return False
-    pitch = (t.stride(2) if n > 1 else 0) if major == "k" else (t.stride(1) if k > 1 else 0)
-    return (pitch % _ALIGN_ELEMS == 0 and (e <= 1 or t.stride(0) % _ALIGN_ELEMS == 0) and base_aligned(t))
+    pitch, batch = weight_strides(t, major)
+    return pitch % _ALIGN_ELEMS == 0 and batch % _ALIGN_ELEMS == 0 and base_aligned(t)
 
 
 #: What :func:`along_n_copies` says of each operand it copies.
@@ -301,12 +311,13 @@ def along_n_copies(a: torch.Tensor, b: torch.Tensor) -> tuple[str, ...]:
                                            (COPY_A, not weight_fits(a.transpose(-2, -1)))) if copied)
 
 
-def along_n_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[str, ...]]:
+def along_n_operands(a: torch.Tensor, b: torch.Tensor,
+                     copies: tuple[str, ...] | None = None) -> tuple[torch.Tensor, torch.Tensor, tuple[str, ...]]:
     """A 3-D x 2-D call's operands as the 2-D x 3-D call of its transpose: ``(b.t() (total N, K), a.transpose(-2,
     -1) (E, K, M), copies)``, so that grouped_mm(a, b, offs) = grouped_mm(b.t(), a.transpose(-2, -1), offs).t().
-    Each is the view itself, or where :func:`along_n_copies` names it a copy to a 16-byte pitch
-    (:func:`padded_pitch`); ``copies`` is that list."""
-    copies = along_n_copies(a, b)
+    Each is the view itself, or where ``copies`` (default :func:`along_n_copies`'s) names it a copy to a 16-byte
+    pitch (:func:`padded_pitch`)."""
+    copies = along_n_copies(a, b) if copies is None else copies
     rows = padded_pitch(b.t()) if COPY_B in copies else b.t()
     weights = (padded_pitch(a) if COPY_A in copies else a).transpose(-2, -1)
     return rows, weights, copies
@@ -563,11 +574,10 @@ def planned_build(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = 
         if case in ("2d2d", "3d2d", "masked"):
             raise GemmInputError(f"activation={activation!r}: fused grouped along M only (grouped_linear), not {case}")
     copies: tuple[str, ...] = ()
-    if case == "3d2d":  # the transposed 2-D x 3-D call it runs, on meta tensors laid out as its operands would be
+    if case == "3d2d":  # the transposed 2-D x 3-D call it runs: its operands made on meta stand-ins (no copy here)
         copies = along_n_copies(a, b)
-        meta_a = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta")
-        a = torch.empty((b.shape[1], b.shape[0]), dtype=b.dtype, device="meta")
-        b = (padded_pitch(meta_a) if COPY_A in copies else meta_a).transpose(-2, -1)
+        meta = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in (a, b)]
+        a, b, _ = along_n_operands(*meta, copies)
     if case == "2d2d":
         (m, total_k), n = a.shape, b.shape[1]
         bn, major, k, grouping = grad_w_bn(n), "mn", total_k, GROUP_K
@@ -588,4 +598,4 @@ def planned_build(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = 
                    "activation": activation}
 
 
-__all__ = ["COPY_A", "COPY_B", "along_n_copies", "along_n_operands", "b_major_of", "base_aligned", "bind_grouped", "check_grouped_bias", "check_grouped_mm", "choose_bn", "explain_grouped_mm", "group_of_rows", "grouped_build", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of", "padded_pitch", "pitch_fits", "planned_build", "weight_fits", "with_aligned_pitch"]
+__all__ = ["COPY_A", "COPY_B", "aligned_elems", "along_n_copies", "along_n_operands", "b_major_of", "base_aligned", "bind_grouped", "check_grouped_bias", "check_grouped_mm", "choose_bn", "explain_grouped_mm", "group_of_rows", "grouped_build", "grouped_mm_masked_direct", "grouped_mm_direct", "out_dtype_of", "padded_pitch", "pitch_fits", "planned_build", "weight_fits", "weight_strides", "with_aligned_pitch"]

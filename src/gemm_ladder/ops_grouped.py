@@ -33,7 +33,7 @@ import torch
 
 from gemm_ladder import ops as _ops  # the compiled host path's switch (on_host)
 from gemm_ladder.api_grouped import (
-    _ALIGN_ELEMS, PUBLIC_DEVICES, bind_grouped, check_grouped_bias, check_grouped_mm, group_of_rows,
+    _ALIGN_ELEMS, PUBLIC_DEVICES, aligned_elems, bind_grouped, check_grouped_bias, check_grouped_mm, group_of_rows,
     grouped_mm_direct, grouped_mm_masked_direct, padded_pitch, weight_fits, with_aligned_pitch,
 )
 from gemm_ladder.api_grouped import explain_grouped_mm as _explain_grouped_mm
@@ -54,21 +54,13 @@ NAMESPACE = "gemm_ladder"
 ACTIVATION_FUSED = os.environ.get("GL_GROUPED_ACTIVATION_FUSED", "1") == "1"
 
 
-#: Elements of a 2-byte dtype in 16 bytes: a TMA pitch's unit (check_grouped_mm's rule).
-_ALIGN = _ALIGN_ELEMS
-
-
-def _round_up(n: int) -> int:
-    return -(-n // _ALIGN) * _ALIGN
-
-
 def _batched_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """grouped_mm(a (E, M, K), b (E, K, N)) for the backward: K padded with zeros to a multiple of 8 where it
     is not (the kernel maps a's E x M rows with a pitch of K), and b copied to an aligned row pitch where its
     layout breaks the rule."""
     k = a.shape[2]
-    if k % _ALIGN:
-        pad = _round_up(k) - k
+    if k % _ALIGN_ELEMS:
+        pad = aligned_elems(k) - k
         a = torch.nn.functional.pad(a, (0, pad))  # zeros: they add nothing to the products
         b = torch.nn.functional.pad(b, (0, 0, 0, pad))
     return torch.ops.gemm_ladder.grouped_mm(a, b if weight_fits(b) else padded_pitch(b))
