@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "experime
 import gemm_timeline as bench  # noqa: E402
 
 CONFIGS = [dict(bn=256), dict(bn=64, bm=64, cluster=1), dict(bn=128, c_from_registers=True, cluster=1),
-           dict(bn=256, bm=64, pingpong=True, cluster=1)]
+           dict(bn=256, bm=64, pingpong=True, cluster=1), dict(bn=128, pingpong=True, cluster=1),
+           dict(bn=192, bm=256, c_from_registers=True, cluster=1)]
 
 
 def test_the_timeline_build_is_its_own_configuration():
@@ -56,8 +57,14 @@ def test_the_build_grammar():
     assert bench.parse_build("bn128 all") == {"cluster": 2, "bm": 128, "bn": 128, "split": "all"}
     assert bench.parse_build("c1 bm64 lag2 bn64 none") == {"cluster": 1, "bm": 64, "bn": 64, "split": "none",
                                                            "release_lag": 2}
+    assert bench.parse_build("c1 bm256 reg bn192 none") == {"cluster": 1, "bm": 256, "c_from_registers": True,
+                                                            "bn": 192, "split": "none"}
+    assert bench.parse_build("c1 pp bn128 none") == {"cluster": 1, "bm": 128, "pingpong": True, "bn": 128,
+                                                     "split": "none"}
+    assert bench.build_of(bench.parse_build("c1 bm256 reg bn192 none")).name == "sm90_gemm_kk_bn192_creg_c1_bm256"
+    assert bench.build_of(bench.parse_build("c1 pp bn128 none")).name == "sm90_gemm_kk_bn128_c1_pp"
     for bad in ("", "bn128", "c3 bn64 none", "bm64 none", "bn128 sometimes", "route bn64 none", "lag3 bn64 none",
-                "bn77 none", "bn96 none"):
+                "bn77 none", "bn96 none", "c1 bm256 bn192 none", "bm512 bn128 none", "c1 bm256 lag2 bn128 none"):
         assert bench.parse_build(bad) is None, bad
 
 

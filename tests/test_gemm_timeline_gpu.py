@@ -34,6 +34,8 @@ pytestmark = pytest.mark.gpu
     (dict(bn=64, bm=64, cluster=1), "none", (16384, 2048, 128)),  # about 62 per CTA: past the 35 stamped ones
     (dict(bn=256, bm=64, pingpong=True, cluster=1), "none", (2048, 2048, 256)),
     (dict(bn=128, bm=64, pingpong=True, cluster=1), "none", (2048, 2048, 512)),  # the wait clock under ping-pong
+    (dict(bn=128, pingpong=True, cluster=1), "none", (2000, 2048, 512)),  # the 128-row ping-pong tile, an M tail
+    (dict(bn=192, bm=256, c_from_registers=True, cluster=1), "none", (1576, 3072, 1024)),  # the 256-row tile, one wave
 ])
 def test_timeline_build_equals_the_shipped_build_and_stamps_the_schedule(cfg, split, shape):
     m, n, k = shape

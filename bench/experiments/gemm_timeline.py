@@ -27,8 +27,9 @@ launch's schedule (design/stream_k.py). Without GL_TIMELINE the stamps compile t
 builds' SASS is unchanged).
 
 **Builds** per case (``--builds``, ';'-separated): ``route`` (the dispatcher's choice for
-``gemm_ladder.linear(x, w)``, when it is the general kernel), or ``[c1] [bm64] [lag2] bnN SPLIT``, e.g.
-``c1 bm64 bn64 none`` (one CTA per cluster, 64-row tiles, BN 64, no split; ``lag2``: two wgmma groups left
+``gemm_ladder.linear(x, w)``, when it is the general kernel), or ``[c1] [bm64|bm256] [pp] [reg] [lag2] bnN
+SPLIT``, e.g. ``c1 bm64 bn64 none`` (one CTA per cluster, 64-row tiles, BN 64, no split; ``bm256``: the 256-row
+tile; ``pp``: the ping-pong schedule; ``reg``: the output stored from registers; ``lag2``: two wgmma groups left
 in flight behind the newest, library_gemm's release_lag=2, a measuring build). Operands x (M, K) and w (N,
 K) row-major (both K-major), bf16.
 
@@ -95,9 +96,11 @@ PHASES = ("setup", "ramp_and_loops", "boundaries", "unstamped_tiles", "tail_loop
 
 
 def parse_build(text: str) -> dict | None:
-    """``route``, or ``[c1|c2] [bm64|bm128] [lag2] bnN SPLIT`` as library_gemm keywords plus ``split``
-    (``{"route": True}`` for the route; ``lag2``: two wgmma groups in flight, library_gemm's
-    release_lag=2); None when malformed or not a configuration library_gemm builds (BN 77, say)."""
+    """``route``, or ``[c1|c2] [bm64|bm128|bm256] [pp] [reg] [lag2] bnN SPLIT`` as library_gemm keywords plus
+    ``split`` (``{"route": True}`` for the route; ``bm256``: the 256-row tile; ``pp``: the ping-pong schedule,
+    library_gemm's pingpong=True; ``reg``: the output stored from registers, c_from_registers=True; ``lag2``: two
+    wgmma groups in flight, release_lag=2); None when malformed or not a configuration library_gemm builds (BN 77,
+    or the 256-row tile at BN 192 with the TMA store, say)."""
     words = text.split()
     if words == ["route"]:
         return {"route": True}
@@ -105,24 +108,38 @@ def parse_build(text: str) -> dict | None:
     for w in words[:-1]:
         if w in ("c1", "c2"):
             out["cluster"] = int(w[1])
-        elif w in ("bm64", "bm128"):
+        elif w in ("bm64", "bm128", "bm256"):
             out["bm"] = int(w[2:])
+        elif w == "pp":
+            out["pingpong"] = True
+        elif w == "reg":
+            out["c_from_registers"] = True
         elif re.fullmatch(r"bn\d+", w):
             out["bn"] = int(w[2:])
         elif w == "lag2":
             out["release_lag"] = 2
         else:
             return None
-    from gemm_ladder.library.gemm import SPLITS, library_gemm
+    from gemm_ladder.library.gemm import SPLITS
 
     if not words or words[-1] not in SPLITS or "bn" not in out:
         return None
     try:  # a width, tile height or lag the kernel is not built with is malformed too
-        library_gemm("k", "k", out["bn"], cluster=out["cluster"], bm=out["bm"], release_lag=out.get("release_lag", 1))
+        build_of(out)
     except ValueError:
         return None
     out["split"] = words[-1]
     return out
+
+
+def build_of(spec: dict):
+    """The library kernel of a parsed ``[c1|c2] ... bnN SPLIT`` spec (:func:`parse_build`); ValueError where
+    library_gemm does not build it."""
+    from gemm_ladder.library.gemm import library_gemm
+
+    return library_gemm("k", "k", spec["bn"], cluster=spec["cluster"], bm=spec["bm"],
+                        pingpong=spec.get("pingpong", False), c_from_registers=spec.get("c_from_registers", False),
+                        release_lag=spec.get("release_lag", 1))
 
 
 def timeline_slots() -> tuple[dict[str, int], int, int, int]:
@@ -286,7 +303,7 @@ def schedule_counts(kernel, m: int, n: int, k: int, split: str, resident: int):
 def builds_for(case: tuple, specs: list[dict]):
     """label -> (library kernel, split) of the case's builds; the route only where it is the general kernel."""
     from gemm_ladder import dispatch
-    from gemm_ladder.library.gemm import kernel_for, library_gemm
+    from gemm_ladder.library.gemm import kernel_for
 
     name, m, n, k = case
     out = {}
@@ -301,8 +318,7 @@ def builds_for(case: tuple, specs: list[dict]):
             split = dict(route.options).get("split") or kernel.default_split
             out[f"route ({kernel.name} {split})"] = (kernel, split)
         else:
-            kernel = library_gemm("k", "k", spec["bn"], cluster=spec["cluster"], bm=spec["bm"],
-                                  release_lag=spec.get("release_lag", 1))
+            kernel = build_of(spec)
             out[f"{kernel.name} {spec['split']}"] = (kernel, spec["split"])
     return out
 
@@ -427,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     specs = [parse_build(b.strip()) for b in (args.builds.split(";") if args.builds else BUILDS)]
     if any(s is None for s in specs):
-        print(f"gemm_timeline.py: --builds {args.builds!r}: each 'route' or '[c1] [bm64] [lag2] bnN SPLIT'", file=sys.stderr)
+        print(f"gemm_timeline.py: --builds {args.builds!r}: each 'route' or '[c1] [bm64|bm256] [pp] [reg] [lag2] bnN SPLIT'", file=sys.stderr)
         return 2
     cases = CASES
     if args.cases:
