@@ -1,5 +1,5 @@
 """The general kernel's cooperative 256-row tile on the GPU (sm90_gemm.cu at BM 256: two consumer warpgroups of
-128 rows on one tile, each holding two 64-row fragments; every unit whole): the TMA store at BN 64 and 128 in pairs
+128 rows on one tile, each holding two 64-row fragments; every unit whole): the TMA store at BN 64-192 in pairs
 and on one CTA, the register store at BN 96-192, every operand order; tails in M, N and K, one tile, fewer tiles
 than CTAs, many per CTA; held to the correctness gate's bounds against the float64 reference with NaN-poisoned
 outputs; repeated launches bitwise identical and equal to the cooperative 128-row build's unsplit (each row's K
@@ -23,8 +23,8 @@ from gemm_ladder.library.gemm import TALL_TILE_M, library_gemm
 
 pytestmark = pytest.mark.gpu
 
-#: (BN, register store) built at 256 rows: the TMA store to BN 128, the register store to 192.
-BUILDS = ((64, False), (128, False), (96, True), (128, True), (144, True), (192, True))
+#: (BN, register store) built at 256 rows: the TMA store at BN 64, 128 and 192, the register store to 192.
+BUILDS = ((64, False), (128, False), (192, False), (96, True), (128, True), (144, True), (192, True))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -55,7 +55,8 @@ def test_every_operand_order(a_major, b_major, cluster):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("bn,reg,cluster", [(128, False, 1), (128, False, 2), (64, False, 1), (144, True, 1)])
+@pytest.mark.parametrize("bn,reg,cluster", [(128, False, 1), (128, False, 2), (64, False, 1), (144, True, 1),
+                                            (192, False, 1)])
 def test_bitwise_repeatable_and_equal_to_the_cooperative_128_row_build(bn, reg, cluster):
     tall = LayoutCall("k", "k", bn=bn, split="none", bm=TALL_TILE_M, cluster=cluster, c_from_registers=reg)
     coop = LayoutCall("k", "k", bn=bn, split="none", bm=128, cluster=cluster, c_from_registers=reg)
@@ -64,7 +65,7 @@ def test_bitwise_repeatable_and_equal_to_the_cooperative_128_row_build(bn, reg, 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("activation", (None, "gelu", "gelu_tanh", "silu"))
-@pytest.mark.parametrize("bn,reg", [(128, False), (64, False), (128, True), (192, True)])
+@pytest.mark.parametrize("bn,reg", [(128, False), (64, False), (192, False), (128, True), (192, True)])
 def test_fused_bias_and_activation_against_float64(activation, bn, reg):
     kernel = library_gemm("k", "k", bn, bm=TALL_TILE_M, cluster=1, c_from_registers=reg)
     check_bias_and_activation(kernel, activation, [(1000, 520, 200), (1576, 3072, 1024)], seed=bn)

@@ -14,11 +14,12 @@ activation; all K-major):
   "tail" or "none", 2-CTA clusters or one CTA; 64 x BN: one consumer), bound in place with the fused epilogue;
 * ``pp BN n cC``: the ping-pong build (64 x BN tiles taken in turn by two consumers, clusters of C CTAs);
 * ``pp128 BN n cC [reg]``: its 128-row tiles (each consumer two 64-row fragments of its own tile; cuBLAS's
-  kernel names at mid-size M in issue 23's profile suggest ping-pong there), the TMA store at BN 64 and 128,
+  kernel names at mid-size M in issue 23's profile suggest ping-pong there), the TMA store at BN 64-192,
   the register store (``reg``) at BN 96-192;
 * ``tall BN n cC [reg]``: the cooperative 256-row tile (``library_gemm(..., bm=256)``: each consumer 128 rows as
   two 64-row fragments, both on one tile, every unit whole; cuBLAS's 256-row tiles on issue 23's mid-M layers):
-  fewer, larger tiles, each stage's B shared by 256 rows.
+  fewer, larger tiles, each stage's B shared by 256 rows; the TMA store at BN 64-192 (three stages at 192), the
+  register store at BN 96-192.
 
 ``--set mid`` takes issue 23's mid-M misses (M 255-1576, the plain GEMMs below 0.86x cuBLAS on the H200 at
 d726cbf, ``bench/results/2026-12-06_shapes_real_h200_d726cbf.json``) and a few large short-K shapes;
@@ -96,10 +97,11 @@ MID = ("vit_l16 qkv 1576", "vit_l16 qkv 1576 bias", "vit_l16 proj 1576", "vit_l1
 PP_WIDTHS = (64, 128, 192, 256)
 PP_CLUSTERS = (2, 1)
 #: The 128-row ping-pong builds: (BN, CTAs per cluster, register store).
-PP128 = ((64, 1, False), (64, 2, False), (128, 1, False), (128, 2, False), (128, 1, True), (96, 1, True),
-         (144, 1, True), (192, 1, True))
+PP128 = ((64, 1, False), (64, 2, False), (128, 1, False), (128, 2, False), (192, 1, False), (128, 1, True),
+         (96, 1, True), (144, 1, True), (192, 1, True))
 #: The cooperative 256-row builds: (BN, CTAs per cluster, register store).
-TALL = ((64, 1, False), (128, 1, False), (128, 2, False), (96, 1, True), (128, 1, True), (144, 1, True), (192, 1, True))
+TALL = ((64, 1, False), (128, 1, False), (128, 2, False), (192, 1, False), (192, 2, False), (96, 1, True), (128, 1, True),
+        (144, 1, True), (192, 1, True))
 #: Level 9's cooperative builds forced beside them: (BM, BN, split, CTAs per cluster).
 COOP = ((128, 128, "tail", 2), (128, 192, "tail", 2), (128, 256, "tail", 2), (128, 256, "none", 2),
         (128, 256, "none", 1), (128, 192, "none", 1), (64, 128, "none", 2), (64, 256, "none", 2))

@@ -635,9 +635,9 @@ def library_gemm(a_major: str, b_major: str, bn: int = 256, *, c_from_registers:
     idle twin). ``bm``: 128 (level 9's two consumer warpgroups of 64 rows) or 64 (one consumer: twice the
     tiles of a 128-row tile, for problems whose 128-row tiles leave SMs idle), or 256 (:data:`TALL_TILE_M`, not
     routed: two consumers of 128 rows each on one tile, each holding two 64-row fragments, every unit whole; at
-    ``bn`` <= 128, or <= 192 with ``c_from_registers``; not with ``pingpong``, ``out_e4m3``, ``release_lag`` 2 or
-    ``ctas_per_sm`` 2; docs/where-time-goes.md). ``pingpong`` (with
-    ``bm`` = 64, or 128 at ``bn`` <= 128, <= 192 with ``c_from_registers``): two consumer warpgroups take the
+    ``bn`` <= 192 (BN 192: three stages beside the TMA store's panels); not with ``pingpong``, ``out_e4m3``,
+    ``release_lag`` 2 or ``ctas_per_sm`` 2; docs/where-time-goes.md). ``pingpong`` (with
+    ``bm`` = 64, or 128 at ``bn`` <= 192): two consumer warpgroups take the
     tiles in turn, each a whole tile in its registers (at 128 rows two 64-row fragments; measured against the
     route in docs/where-time-goes.md, not routed), each storing its tile while the other runs its main loop (the
     designer's "pingpong" schedule, audited by audit/ring.py), for short K and heavy epilogues; every unit whole (split "none"). ``timeline``: a measuring build, never the
@@ -693,12 +693,11 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
     if bm not in TILE_M and bm != TALL_TILE_M:
         raise ValueError(f"bm = {bm!r}: the kernel is built for BM in {TILE_M} (64 rows per consumer warpgroup), and "
                          f"{TALL_TILE_M} (128 rows per consumer, not routed)")
-    if bm == TALL_TILE_M and (pingpong or out_e4m3 or release_lag != 1 or ctas_per_sm != 1
-                              or not (bn <= 128 or (bn <= 192 and c_from_registers))):
-        raise ValueError(f"bm = {bm} with bn = {bn}, c_from_registers = {c_from_registers}, pingpong = {pingpong}, "
-                         f"out_e4m3 = {out_e4m3}, release_lag = {release_lag}, ctas_per_sm = {ctas_per_sm}: the 256-row "
-                         "tile is built cooperative, each consumer holding 128 x BN (BN <= 128, up to 192 with the "
-                         "register store), with the bf16/fp16/fp32 outputs, release lag 1, one CTA per SM")
+    if bm == TALL_TILE_M and (pingpong or out_e4m3 or release_lag != 1 or ctas_per_sm != 1 or bn > 192):
+        raise ValueError(f"bm = {bm} with bn = {bn}, pingpong = {pingpong}, out_e4m3 = {out_e4m3}, release_lag = "
+                         f"{release_lag}, ctas_per_sm = {ctas_per_sm}: the 256-row tile is built cooperative, each "
+                         "consumer holding 128 x BN (BN <= 192: 192 accumulator registers a thread), with the "
+                         "bf16/fp16/fp32 outputs, release lag 1, one CTA per SM")
     if cluster not in CLUSTERS:
         raise ValueError(f"cluster = {cluster!r}: the kernel is built for clusters of {' or '.join(map(str, CLUSTERS))} CTAs")
     if a_major not in MAJORS or b_major not in MAJORS:
@@ -714,11 +713,9 @@ def _library_gemm(a_major: str, b_major: str, bn: int, c_from_registers: bool, o
         raise ValueError(f"out_e4m3=True with c_from_registers={c_from_registers}, out_fp32={out_fp32}, bn = {bn}: the "
                          "quantized output is the register store's (not float32 too), its 1 x 128 scale blocks whole "
                          "columns of a tile (BN 128 or 256)")
-    if pingpong and not (bm == 64 or (bm == 128 and (bn <= 128 or (bn <= 192 and c_from_registers)))):
-        raise ValueError(f"pingpong=True with bm = {bm}, bn = {bn}, c_from_registers = {c_from_registers}: each "
-                         "ping-pong consumer holds a whole tile in its registers, built at 64 rows, or 128 rows at BN <= "
-                         "128 (128 accumulator registers a thread), up to 192 with the register store (the TMA store's "
-                         "staging spilled there)")
+    if pingpong and not (bm == 64 or (bm == 128 and bn <= 192)):
+        raise ValueError(f"pingpong=True with bm = {bm}, bn = {bn}: each ping-pong consumer holds a whole tile in its "
+                         "registers, built at 64 rows, or 128 rows at BN <= 192 (192 accumulator registers a thread)")
     consumers = 2 if pingpong or bm == TALL_TILE_M else bm // 64
     panels = bn // 64
     # The ring divides the panels. The 256-row tile's panels are 128 rows (16 KiB): a ring of one, so that four

@@ -198,14 +198,11 @@ __host__ __device__ constexpr bool config_ok() {
                 "sm90_gemm: each operand K-major (0) or MN-major (1)");
   static_assert(Cfg::kPingpong || Cfg::BM == 64 * Cfg::kConsumers || Cfg::BM == 256,
                 "level 9: each consumer owns 64 rows of the tile (128 in the 256-row tile)");
-  static_assert(Cfg::BM != 256 || Cfg::BN <= 128 || (Cfg::BN <= 192 && Cfg::kStore == CStore::kRegisters),
-                "the 256-row tile: each consumer holds 128 x BN, BN <= 128 (128 registers a thread, as 64 x 256), up to "
-                "192 stored from registers (as the 128-row ping-pong tile)");
-  static_assert(!Cfg::kPingpong || ((Cfg::BM == 64 || (Cfg::BM == 128 && (Cfg::BN <= 128 ||
-                                                                          (Cfg::BN <= 192 && Cfg::kStore == CStore::kRegisters)))) &&
-                                     Cfg::kConsumers == 2),
+  static_assert(Cfg::BM != 256 || Cfg::BN <= 192,
+                "the 256-row tile: each consumer holds 128 x BN, BN <= 192 (192 accumulator registers a thread)");
+  static_assert(!Cfg::kPingpong || ((Cfg::BM == 64 || (Cfg::BM == 128 && Cfg::BN <= 192)) && Cfg::kConsumers == 2),
                 "ping-pong: each of two consumers holds a whole tile in its accumulators: 64 x BN, or 128 x BN at "
-                "BN <= 128 (128 registers a thread, as 64 x 256), up to 192 stored from registers");
+                "BN <= 192 (192 accumulator registers a thread)");
   if constexpr (Cfg::kStore == CStore::kRegisters) {
     static_assert(Cfg::kCPanels == 0 && Cfg::kCRing == 0,
                   "sm90_gemm: C from registers: the plan must stage no C (c_from_registers)");
@@ -226,8 +223,8 @@ __host__ __device__ constexpr bool config_ok() {
 // panels stored later, after the earlier panels' stores): ptxas sinks the math to where the packed
 // values are used, and the whole fragment's math sunk into the first panel's store spilled.
 template <int BN, class Epi>
-__device__ __forceinline__ void epilogue_pack_panel(uint32_t (&packed)[BN / 4], float (&d)[BN / 2], int p, int row0,
-                                                    int col0, int M, int N, const Epi& epi) {
+__device__ __forceinline__ void epilogue_panel(float (&d)[BN / 2], int p, int row0, int col0, int M, int N,
+                                               const Epi& epi) {
   const int t = thread_in_warpgroup(), warp = t / 32, lane = t % 32;
 #pragma unroll
   for (int j = 8 * p; j < 8 * p + 8; ++j) {
@@ -236,8 +233,32 @@ __device__ __forceinline__ void epilogue_pack_panel(uint32_t (&packed)[BN / 4], 
       epi.pair_along_row(d[4 * j + 2 * i], d[4 * j + 2 * i + 1], row0 + 16 * warp + lane / 4 + 8 * i,
                          col0 + 8 * j + 2 * (lane % 4), M, N);
   }
+}
+template <int BN, class Epi>
+__device__ __forceinline__ void epilogue_pack_panel(uint32_t (&packed)[BN / 4], float (&d)[BN / 2], int p, int row0,
+                                                    int col0, int M, int N, const Epi& epi) {
+  epilogue_panel<BN>(d, p, row0, col0, M, N, epi);
 #pragma unroll
   for (int q = 16 * p; q < 16 * p + 16; ++q) packed[q] = pack2(d[2 * q], d[2 * q + 1]);
+}
+
+// A consumer's R 64-row fragments of a 128-row tile at BN 192 (the 256-row tile's and the 128-row ping-pong
+// tile's) stored by TMA panel by panel from rows m0.., columns n0..: each panel's pairs put through the fused
+// epilogue (if any) in place and packed as they are staged, by 32-bit shared addresses. Narrower tiles stage a
+// packed copy of each panel through generic addresses (the SASS their GPU runs verified); at BN 192, 192
+// accumulator registers a thread, that spilled.
+template <int kPanels, int BN, int R, class Epi>
+__device__ __forceinline__ void store_wide_fragments(float (&d)[R][BN / 2], uint8_t* ring, const CUtensorMap* map_c,
+                                                     int n0, int m0, int M, int N, int bar, bool issuer, const Epi& epi) {
+#pragma unroll
+  for (int p = 0; p < kPanels; ++p)
+    store_panel_staged<kPanels>(p, ring, map_c, n0, m0, bar, issuer, -1, [&](uint8_t* buf, int q) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if constexpr (Epi::kFused) epilogue_panel<BN>(d[r], q, m0 + 64 * r, n0, M, N, epi);
+        stage_panel_sw128<BN>(buf, d[r], q, 64 * r);
+      }
+    });
 }
 
 // The kernel: map_a, map_b the operands' tensor maps; c_out where C goes (TmaC or PointerC, as
@@ -410,6 +431,8 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
             epilogue_pack_panel<BN>(tile_packed[0], d[0], p, tm * BM, tn * BN, M, N, epi);
             store_panel(p, tile_packed, ring, c_out.map, tn * BN, tm * BM, bar, elected);
           }
+        } else if constexpr (kRowBlocks > 1 && BN > 128) {
+          store_wide_fragments<Cfg::kCPanels, BN>(d, ring, c_out.map, tn * BN, tm * BM, M, N, bar, elected, epi);
         } else if constexpr (Epi::kFused) {
           // Each fragment's panel through the epilogue right before its staging, one fragment's math live
           // at a time (both first spilled GELU's at BN 128).
@@ -469,6 +492,8 @@ __device__ __forceinline__ void sm90_gemm(const CUtensorMap& map_a, const CUtens
         if constexpr (kFromRegisters) {
 #pragma unroll
           for (int r = 0; r < kRowBlocks; ++r) store_fragment(d[r], unit, 64 * r);
+        } else if constexpr (BN > 128) {
+          store_wide_fragments<Cfg::kCPanels, BN>(d, ring, c_out.map, tn * BN, row0, M, N, bar, elected, epi);
         } else {
 #pragma unroll
           for (int p = 0; p < Cfg::kCPanels; ++p)

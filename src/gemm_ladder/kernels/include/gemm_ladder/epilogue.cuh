@@ -83,4 +83,23 @@ __device__ __forceinline__ void stage_packed_panel_sw128(uint8_t* panel, const u
   }
 }
 
+// Column panel `p` of a 64 x BN fragment straight from its accumulators into a panel buffer, as
+// stage_packed_panel_sw128 writes the packed fragment (packed[2j + i] = pack2(d[4j + 2i], d[4j + 2i + 1])), each
+// pair packed as it is written: no packed copy of the fragment is held beside it (the 256-row tile at BN 192
+// holds 192 accumulator registers a thread, and spilled with one).
+template <int BN>
+__device__ __forceinline__ void stage_panel_sw128(uint8_t* panel, const float (&d)[BN / 2], int p, int row0 = 0) {
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+  const uint32_t base = smem_u32(panel);
+#pragma unroll
+  for (int j = 8 * p; j < 8 * p + 8; ++j) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row0 + 16 * warp + lane / 4 + 8 * i;
+      const int chunk = j % 8, within = 4 * (lane % 4);
+      st_shared_b32(base + row * 128 + ((chunk ^ (row & 7)) << 4) + within, pack2(d[4 * j + 2 * i], d[4 * j + 2 * i + 1]));
+    }
+  }
+}
+
 }  // namespace gl

@@ -27,6 +27,12 @@ __device__ __forceinline__ void st_shared_v4(uint32_t addr, float4 v) {
                : "memory");
 }
 
+// 4 bytes into this CTA's shared memory at a 4-byte aligned smem_u32 address (a 32-bit address: a generic
+// pointer per row held 64-bit addresses in registers a 192-accumulator epilogue did not have).
+__device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
 __device__ __forceinline__ int warpgroup_index() { return threadIdx.x / 128; }
 
 // x as lane 0 of the warp holds it: for a value the warp already agrees on (its warpgroup's index), the
