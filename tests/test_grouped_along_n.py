@@ -196,7 +196,9 @@ def test_the_reviews_layouts_differentiate(cpu_kernel):
     x = padded_pitch(torch.randn(16, 1).to(BF)).requires_grad_()
     b = torch.randn(16, 8).to(BF).requires_grad_()
     gemm_ladder.grouped_mm(x.t(), b, offs).float().sum().backward()
-    assert torch.isfinite(x.grad).all() and torch.isfinite(b.grad).all()
+    xr, br = _leaves(x.double(), b.double())
+    _along_k_reference(xr.t(), br, [8, 8]).sum().backward()
+    assert _rel(x.grad, xr.grad) < 2e-2 and _rel(b.grad, br.grad) < 2e-2
     x = torch.randn(16, 8).to(BF).requires_grad_()
     b1 = padded_pitch(torch.randn(16, 1).to(BF)).requires_grad_()
     gemm_ladder.grouped_mm(x.t(), b1, offs).sum().backward()
@@ -219,9 +221,7 @@ def test_explain_copies_nothing():
     the meta stand-ins decide the build)."""
     a = torch.randn(3, 8, 12).to(BF)
     b = torch.randn(12, 40).to(BF)  # row-major: b.t()'s rows are not contiguous
-    try:
+    with pytest.raises(GemmInputError, match="CUDA device"):  # CPU tensors: refused, nothing copied first
         explain_grouped_mm(a, b, torch.tensor([8, 16, 40], dtype=torch.int32))
-    except GemmInputError as e:  # CPU tensors: the device rule refuses after the layout checks
-        assert "CUDA device" in str(e)
     info = explain_grouped_mm(a.to("meta"), b.to("meta"), torch.empty(3, dtype=torch.int32, device="meta"))
     assert [c.split()[0] for c in info["copies"]] == ["b", "a"] and info["b_major"] == "k"
