@@ -29,7 +29,8 @@ cases, jobs, deadline_s, scratch, preload = (json.load(sys.stdin), int(sys.argv[
 if preload:  # a module that fails here is imported again, and fails again, in the child that needs it
     import gemm_ladder
     names = ["torch", "numpy", "matplotlib", "matplotlib.pyplot", "rich.console", "rich.table"]
-    names += [m.name for m in pkgutil.walk_packages(gemm_ladder.__path__, "gemm_ladder.")
+    names += [m.name for m in pkgutil.walk_packages(gemm_ladder.__path__, "gemm_ladder.",
+                                                     onerror=lambda name: None)  # as any module's failure below
               if m.name != "gemm_ladder.__main__"]
     for name in names:
         try:

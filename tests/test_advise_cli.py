@@ -103,6 +103,11 @@ def test_a_users_gate_json_is_placed_as_far_as_its_census_goes(capsys):
     (["--level", "2", "--dtype", "fp8"], "unknown dtype"),
     (["--level", "2", "--dtype", "all"], "one dtype at a time"),
     (["--level", "2", "--shape", "4x4"], "--shape"),
+    # climb's and gate's rule for a shape given as MxNxK (design refuses 0x1x1 too): 1 <= M, N, K < 2^31
+    (["--level", "9", "--shape", "0x0x0"], "--shape 0x0x0: each of M, N and K must be between 1 and 2147483647"),
+    (["--level", "9", "--shape", "99999999999x1x1"], "--shape 99999999999x1x1: each of M, N and K"),
+    (["--level", "9", "--measure-shapes", "0x1x1"], "--measure-shapes 0x1x1: each of M, N and K must be between 1"),
+    (["--level", "9", "--measure-shapes", "edge,banana"], "neither a shape set"),
     (["--level", "2", "--format", "html"], "--format"),
     (["--level", "2", "--results", "missing.json"], "cannot read missing.json"),
     (["--level", "2", "--cubin", "k.cubin"], "--cubin goes with a FILE.py:FUNC"),

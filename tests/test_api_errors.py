@@ -132,6 +132,19 @@ def test_importing_the_errors_and_the_designer_imports_no_torch():
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
 
 
+def test_every_error_class_is_importable_from_the_package():
+    """README: every error class is importable from the package, HostBuildError (GEMM_LADDER_HOST=require's, raised
+    by gemm_ladder.host) included; it lives in gemm_ladder.errors, so the import pulls in no torch."""
+    from gemm_ladder import errors, host
+
+    for name in errors.__all__:
+        assert getattr(gemm_ladder, name) is getattr(errors, name) and name in gemm_ladder.__all__, name
+    assert gemm_ladder.HostBuildError is host.HostBuildError and issubclass(gemm_ladder.HostBuildError, RuntimeError)
+    code = "import sys; from gemm_ladder import HostBuildError; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
 def test_mm_on_meta_refuses_what_explain_refuses():
     a, b = meta(2**31, 8), meta(8, 16)
     with pytest.raises(gemm_ladder.OutsideDomainError):
@@ -361,3 +374,23 @@ def test_fp8_and_grouped_extents_past_the_limit_are_outside_the_domain():
                               torch.empty(64, 16, dtype=e4, device="meta").T, s, s)
     with pytest.raises(OutsideDomainError):
         gemm_ladder.grouped_mm(meta(2**31, 64), meta(4, 64, 32), torch.empty(4, dtype=torch.int32, device="meta"))
+
+
+@pytest.mark.parametrize("bias, says", [
+    (lambda: meta(4095), r"^bias has shape \(4095,\); it must be \(N,\)"),
+    (lambda: meta(4096, 1), r"^bias has shape \(4096, 1\)"),
+    (lambda: meta(4096, dtype=torch.float64), r"^bias has dtype torch.float64"),
+])
+def test_explain_checks_the_bias_as_linear_does_and_names_it(bias, says):
+    """explain(a, b, bias=...) describes linear(a, b.T, bias): a bad bias is refused by linear's own check, naming
+    ``bias`` (never the fused epilogue's internal slot name), on the trivial path too."""
+    a, b = meta(512, 1024), meta(1024, 4096)
+    with pytest.raises(GemmInputError, match=says) as info:
+        gemm_ladder.explain(a, b, bias=bias())
+    assert "gl_" not in str(info.value)
+    with pytest.raises(GemmInputError, match=says):
+        gemm_ladder.linear(a, b.T, bias())
+    with pytest.raises(GemmInputError, match=says):
+        gemm_ladder.explain(meta(0, 1024), b, bias=bias())  # nothing to launch: still linear's rules
+    with pytest.raises(GemmTypeError, match="bias must be a torch.Tensor"):
+        gemm_ladder.explain(a, b, bias=[1.0])

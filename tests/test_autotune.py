@@ -236,6 +236,22 @@ def test_the_environment_turns_it_on():
         assert out.stdout.strip() == expect
 
 
+@pytest.mark.parametrize("value", ["true", "yes", "on", "2", "01"])
+def test_the_environment_refuses_a_value_it_does_not_take(value, monkeypatch):
+    """GEMM_LADDER_AUTOTUNE takes 1 (on) or 0 (off; so do unset and empty): anything else is refused, naming the
+    variable and the values (``true`` once meant off, silently), at import and where the CLI checks it."""
+    monkeypatch.setenv(autotune.ENV, value)
+    with pytest.raises(ValueError, match=rf"GEMM_LADDER_AUTOTUNE='{value}': use 1 \(autotune on\) or 0"):
+        autotune.environment_setting()
+    code = "import torch, gemm_ladder.dispatch"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, autotune.ENV: value})
+    assert out.returncode != 0 and f"ValueError: GEMM_LADDER_AUTOTUNE='{value}'" in out.stderr, out.stderr
+    for ok, on in (("1", True), (" 1 ", True), ("0", False), ("", False)):
+        monkeypatch.setenv(autotune.ENV, ok)
+        assert autotune.environment_setting() is on
+
+
 @pytest.mark.parametrize("offset,stride", [(0, None), (3, None), (5, 1030), (1, (1, 1021))])
 def test_scratch_keeps_layout_and_residue(offset, stride):
     base = torch.empty(4096 * 1100, dtype=torch.bfloat16)

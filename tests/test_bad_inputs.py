@@ -77,6 +77,9 @@ CASES = [
     ("precompile-json-in-proc", ["precompile", "--dtype", "bf16", "--json", "/proc/nope.json"], ()),
     ("design-timeline-in-proc", ["design", "--shape", "4096x4096x4096", "--timeline", "/proc/nope.png"], ()),
     ("climb-json-in-proc", ["climb", "--levels", "1", "--json", "/proc/nope.json"], ()),
+    # A --json found unwritable before the run (/dev/full: no space) is bad input too: nothing ran (exit 4 is a
+    # write that fails once the run ended; cli.EXIT_STATUS, climb --help and the README say so).
+    ("climb-json-dev-full", ["climb", "--levels", "1", "--shapes", "16x16x16", "--json", "/dev/full"], ()),
     ("gate-json-in-proc", ["gate", str(ROOT / "examples" / "my_gemm.py") + ":gemm", "--json", "/proc/nope.json"], ()),
     ("report-output-in-proc", ["report", RESULT, "-o", "/proc/nope"], ()),
     ("show-level-0", ["show", "--level", "0"], ()),
@@ -198,6 +201,20 @@ def test_help_documents_the_exit_statuses(capsys):
         text = capsys.readouterr().out
         assert "exit status:" in text and "2  usage error or bad input" in text
         assert "3  incomplete: nothing failed, but a gate that applies did not run" in text
+
+
+def test_help_says_an_output_refused_before_the_run_is_bad_input_not_exit_4(capsys):
+    """climb --json /dev/full is refused before anything runs, with exit 2 (the corpus above): the documented
+    statuses say so, and keep 4 for a write that fails once the run ended."""
+    assert "--json /dev/full" in cli.EXIT_STATUS and "whose write\n     after the work failed" in cli.EXIT_STATUS
+    for argv in (["climb", "--help"], ["gate", "--help"]):
+        with pytest.raises(SystemExit):
+            cli.main(argv)
+        text = " ".join(capsys.readouterr().out.split())
+        assert "a --json found unwritable before the run" in text and "4 the run ended but --json" in text, text
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "2 bad input, nothing run (a `--json` path found unwritable before the run, `/dev/full` included)" in readme
+    assert "4 the run ended but its output (stdout, or the file `--json` names) could not be written" in readme
 
 
 def test_version(capsys):

@@ -103,7 +103,33 @@ def test_h2_gate_epilogue_build_failure_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(gate, "epilogue_correctness", lambda *a, **k: [])
     rc, out, err = _main(["gate", "--epilogue", EPILOGUE, "--device", "cpu"], capsys)
     assert rc == 1
-    assert "resources failed (CompileError: nvcc failed for sm90_gemm (exit 255))" in out
+    text = " ".join(out.split())  # rich wraps the verdict line at 160 columns
+    assert f"x {EPILOGUE} build: CompileError: nvcc failed for sm90_gemm (exit 255)" in text, out
+    assert "resources failed (1 of 1 builds failed)" in text and text.endswith("exit 1"), out
+
+
+def test_h2_gate_epilogue_ends_with_the_verdict_line_naming_each_gate(monkeypatch, capsys, tmp_path):
+    """As the plain gate: the last line is the verdict, naming correctness, performance (not run: an epilogue is
+    not timed) and resources; the JSON's 'gates' names all three and its summary has the verdict."""
+    from gemm_ladder.commands import gate
+    from gemm_ladder.library.epilogue import Epilogue
+
+    built = {"kernel": "sm90_gemm_kk_bn256", "dtype": "bf16", "orientation": "direct", "passed": True,
+             "messages": [], "registers": 168, "spill_stores": 0, "spill_loads": 0, "stack_bytes": 0}
+    monkeypatch.setattr(Epilogue, "compile_check", lambda self, arch="sm_90a": None)
+    monkeypatch.setattr(gate, "epilogue_resources", lambda *a, **k: [built, {**built, "orientation": "swapped"}])
+    path = tmp_path / "g.json"
+    rc, out, err = _main(["gate", "--epilogue", EPILOGUE, "--device", "cpu", "--json", str(path)], capsys)
+    assert rc == 3 and err == "", err
+    last = " ".join(out.split()).rpartition("wrote ")[2]
+    assert last.count("verdict:") == 1 and last.startswith(f"{path} verdict: INCOMPLETE"), out
+    for phrase in ("correctness not run: needs a GPU", "performance not run: gate --epilogue times nothing",
+                   "resources passed (2 builds)"):
+        assert phrase in last, (phrase, out)
+    assert last.endswith("exit 3"), out
+    written = json.loads(path.read_text())
+    assert written["gates"] == {"correctness": "not run", "performance": "not run", "resources": "passed"}
+    assert written["summary"]["verdict"] == "incomplete" and len(written["summary"]["not_run"]) == 2
 
 
 # --- H3, H4: a bad GEMM_LADDER_COMPILER or GEMM_LADDER_CACHE is bad input for every command that compiles ----
@@ -122,6 +148,9 @@ def _compiling_commands(user: Path) -> list[list[str]]:
     ("GEMM_LADDER_COMPILER", "bogus", "GEMM_LADDER_COMPILER='bogus': use nvcc, nvrtc or auto"),
     ("GEMM_LADDER_CACHE", "{tmp}/a_file/cache", "GEMM_LADDER_CACHE={tmp}/a_file/cache: "),
     ("GEMM_LADDER_CACHE", "/proc/gemm-ladder-no-cache", "GEMM_LADDER_CACHE=/proc/gemm-ladder-no-cache: "),
+    # the library's own settings, refused as the library refuses them (never read as on or off)
+    ("GEMM_LADDER_HOST", "requre", "GEMM_LADDER_HOST='requre': use 0 "),
+    ("GEMM_LADDER_AUTOTUNE", "true", "GEMM_LADDER_AUTOTUNE='true': use 1 (autotune on) or 0"),
 ])
 def test_h3_h4_bad_kernel_environment_is_refused_in_one_line(variable, value, words, user, tmp_path):
     (tmp_path / "a_file").write_text("not a folder\n")

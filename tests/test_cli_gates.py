@@ -37,6 +37,33 @@ def test_parse_level_range():
         parse_level_range("6-7", [1, 2, 3, 4, 5, 6])
 
 
+def test_parse_dtypes_keeps_each_dtype_once():
+    from gemm_ladder.contract import parse_dtypes
+
+    assert parse_dtypes("bf16,bf16") == ["bf16"]
+    assert parse_dtypes("fp16, bf16,fp16") == ["fp16", "bf16"]  # the order first given
+    assert parse_dtypes("all") == ["bf16", "fp16"]
+    with pytest.raises(ValueError, match="unknown dtype"):
+        parse_dtypes("bf16,fp8")
+
+
+def test_climb_runs_a_repeated_dtype_once(monkeypatch, tmp_path):
+    """--dtype bf16,bf16 is one dtype, as --levels 1,1 is one level: one build per level, not two."""
+    import gemm_ladder.gates.climb as climb
+
+    seen = []
+
+    def run_gates(targets, dtypes, shapes, **_kw):
+        seen.append(([t.number for t in targets], list(dtypes)))
+        raise SystemExit(0)  # the arguments were all this test wanted
+
+    monkeypatch.setattr(climb, "run_gates", run_gates)
+    monkeypatch.setenv("GEMM_LADDER_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(SystemExit):
+        main(["climb", "--levels", "1,1", "--dtype", "bf16,bf16", "--shapes", "16x16x16"])
+    assert seen == [([1], ["bf16"])]
+
+
 def test_gate_wrong_example_fails_with_exit_1(tmp_path, capsys):
     out = tmp_path / "wrong.json"
     rc = main(["gate", str(ROOT / "examples/wrong_gemm.py") + ":gemm", "--device", "cpu", "--json", str(out)])

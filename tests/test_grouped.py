@@ -56,6 +56,36 @@ def test_refusals_name_the_rule(args, exc, words):
     assert words in str(info.value)
 
 
+@pytest.mark.parametrize("call, words", [
+    (lambda: gemm_ladder.grouped_linear(_meta(10, 16), torch.empty(3, 8, 16, dtype=BF), _offs(3)),
+     "x and w must be on one CUDA device"),
+    (lambda: gemm_ladder.grouped_linear(_meta(10, 12), _meta(3, 8, 12), _offs(3)), "x: row pitch 12 elements"),
+    (lambda: gemm_ladder.grouped_linear(_meta(10, 16), _meta(3, 8, 16, dtype=torch.float16), _offs(3)),
+     "x and w must share one dtype"),
+    (lambda: gemm_ladder.grouped_linear(_meta(10, 16), _meta(3, 8, 16), _offs(3, "cpu")), "offs must be on x's device"),
+    (lambda: gemm_ladder.grouped_linear(_meta(10, 16), _meta(3, 8, 12), _offs(3)),
+     "x (10, 16) and w.transpose(-2, -1) (3, 12, 8): contraction"),
+    (lambda: gemm_ladder.grouped_linear(_meta(10, 16), _meta(3, 8, 16), None), "offs is required for a 2-D x"),
+    (lambda: gemm_ladder.grouped_mm(_meta(10, 16), torch.empty(3, 16, 8, dtype=BF), _offs(3)),
+     "a and b must be on one CUDA device"),  # grouped_mm's own arguments are a and b
+])
+def test_grouped_linear_refusals_name_its_own_arguments(call, words):
+    """grouped_linear(x, w, offs) shares grouped_mm's checks (on x and w's transpose); its refusals name x and w,
+    never grouped_mm's a and b."""
+    with pytest.raises(GemmInputError) as info:
+        call()
+    assert words in str(info.value), str(info.value)
+
+
+def test_explain_grouped_mm_documents_its_arguments_shapes_and_errors():
+    doc = " ".join(gemm_ladder.explain_grouped_mm.__doc__.split())
+    assert "Same arguments and errors" not in doc
+    for words in ("a (R, K)", "b (E, K, N)", "offs (E,)", "out_dtype: None (a's dtype) or torch.float32",
+                  "bias: None or (E, N)", "masked:", "activation:", "Returns:", "``host``", "Raises",
+                  "GemmTypeError", "GemmInputError", "NotSupportedError", "OutsideDomainError"):
+        assert words in doc, words
+
+
 def test_out_dtype_refusals():
     with pytest.raises(GemmTypeError):
         check_grouped_mm(_meta(10, 16), _meta(3, 16, 8), _offs(3), out_dtype="float32")
@@ -148,8 +178,11 @@ def test_export_with_a_dynamic_row_count():
             return gemm_ladder.grouped_linear(x, w, offs)
 
     rows = {0: Dim("rows")}
-    export(Op(), (_meta(64, 16), _meta(4, 16, 24), _offs(4)), dynamic_shapes=(rows, None, None))
-    export(Linear(), (_meta(64, 16), _meta(4, 24, 16), _offs(4)), dynamic_shapes=(rows, None, None))
+    for module, w, op in ((Op(), _meta(4, 16, 24), "grouped_mm"), (Linear(), _meta(4, 24, 16), "grouped_linear")):
+        program = export(module, (_meta(64, 16), w, _offs(4)), dynamic_shapes=(rows, None, None))
+        assert f"torch.ops.gemm_ladder.{op}" in program.graph_module.code
+        (bounds,) = program.range_constraints.values()  # the row count's: no upper bound added
+        assert bounds.upper > 2**40
 
 
 def test_fakes_refuse_what_the_ops_refuse():

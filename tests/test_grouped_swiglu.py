@@ -51,6 +51,21 @@ def test_refusals_name_the_rule(args, exc, words):
     assert words in str(info.value)
 
 
+@pytest.mark.parametrize("args, words", [
+    ((_meta(100, 255), _meta(4, 128, 255), _meta(4, 128, 255), _offs(4)), "x: row pitch 255 elements"),
+    ((_meta(100, 64), _meta(4, 128, 64), _meta(4, 128, 64), _offs(4, "cpu")), "offs must be on x's device"),
+    ((_meta(100, 64), _meta(4, 128, 64, dtype=torch.float16), _meta(4, 128, 64, dtype=torch.float16), _offs(4)),
+     "x and w_gate must share one dtype"),
+    ((_meta(100, 64), _meta(4, 128, 64)[:, :, :48], _meta(4, 128, 64)[:, :, :48], _offs(4)),
+     "x (100, 64) and w_gate.transpose(-2, -1) (4, 48, 128): contraction"),
+])
+def test_refusals_name_grouped_swiglus_own_arguments(args, words):
+    """The shared grouped_mm checks name x, w_gate and w_up (never grouped_mm's a and b)."""
+    with pytest.raises(GemmInputError) as info:
+        gemm_ladder.grouped_swiglu(*args)
+    assert words in str(info.value) and not str(info.value).startswith(("a:", "a ", "b:", "b ")), str(info.value)
+
+
 def test_cpu_tensors_are_refused_before_any_build():
     x, w = torch.randn(10, 16, dtype=BF), torch.randn(3, 8, 16, dtype=BF)
     with pytest.raises(GemmInputError, match="CUDA device"):

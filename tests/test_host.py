@@ -202,6 +202,27 @@ def test_import_gemm_ladder_registers_the_ops_and_design_stays_torch_free():
     assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr
 
 
+@pytest.mark.parametrize("value, want", [("0", "off"), ("off", "off"), ("1", "on"), ("", "on"), (" Require ", "require")])
+def test_host_mode_reads_the_values_it_documents(value, want, monkeypatch):
+    from gemm_ladder import host as host_module
+
+    monkeypatch.setenv("GEMM_LADDER_HOST", value)
+    assert host_module.mode() == want
+    monkeypatch.delenv("GEMM_LADDER_HOST")
+    assert host_module.mode() == "on"
+
+
+@pytest.mark.parametrize("value", ["requre", "2", "maybe"])
+def test_host_mode_refuses_an_unknown_value(value, monkeypatch):
+    """GEMM_LADDER_HOST=requre (a typo) is refused, naming the variable and the values it takes, as a bad
+    GEMM_LADDER_COMPILER is: it was read as on (a failed build then warned instead of raising)."""
+    from gemm_ladder import host as host_module
+
+    monkeypatch.setenv("GEMM_LADDER_HOST", value)
+    with pytest.raises(ValueError, match=rf"^GEMM_LADDER_HOST='{value}': use 0 .*, 1 .* or require"):
+        host_module.mode()
+
+
 # --- the C++ autograd functions, on CPU: the ops' kernels replaced by float64 stand-ins ------------
 
 

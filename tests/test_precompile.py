@@ -149,3 +149,15 @@ def test_help_names_every_shape_class():
     from gemm_ladder.commands.precompile import CLASS_NAMES
 
     assert CLASS_NAMES.split(", ") == list(CLASSES)
+
+
+def test_the_public_precompile_documents_both_forms_its_return_and_errors():
+    """``help(gemm_ladder.precompile)`` is the function's own: both forms with their arguments, what it returns and
+    what it raises (it once only pointed elsewhere)."""
+    import gemm_ladder
+
+    doc = " ".join(gemm_ladder.precompile.__doc__.split())
+    for words in ("precompile(model, example_inputs=(), example_kwargs=None, *, backward=None, rows=()",
+                  'precompile(dtypes=("bf16", "fp16"), *, classes=', "epilogues=", "Returns:", "Outcomes",
+                  "Raises:", "CompilerNotFoundError", "ValueError: an unknown dtype, shape class, epilogue level"):
+        assert words in doc, words

@@ -186,11 +186,21 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
     a_file = tmp_path / "a_file"
     a_file.write_text("not a folder")
     good = str(FIXTURE)
+    bogus = tmp_path / "bogus_row.json"  # a valid result but for one row that says nothing of what it is
+    result = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    result["rows"] = [{"bogus": 1}]
+    bogus.write_text(json.dumps(result))
+    no_status = tmp_path / "no_status.json"
+    result = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    del result["rows"][1]["status"]
+    no_status.write_text(json.dumps(result))
     return {
         "not UTF-8": ([str(latin1)], "not UTF-8"),
         "a JSON array": ([str(array)], "not an object"),
         "a bench JSON": ([str(bench)], "not a result JSON of climb or gate"),
         "rows of numbers": ([str(rows)], "every entry of 'rows' must be a JSON object"),
+        "a row without its fields": ([str(bogus)], "rows[0] has no 'kind', 'dtype', 'm', 'n', 'k', 'status'"),
+        "a row without a status": ([str(no_status)], "rows[1] has no 'status'"),
         "-o an existing file": ([good, "-o", str(a_file)], "an existing file, not a folder"),
         "-o under a file": ([good, "-o", str(a_file / "sub")], "cannot write the report"),
         "-o unwritable": ([good, "-o", "/proc/gemm-ladder-report"], "cannot write the report"),
@@ -200,7 +210,8 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
     }
 
 
-@pytest.mark.parametrize("case", ["not UTF-8", "a JSON array", "a bench JSON", "rows of numbers", "-o an existing file",
+@pytest.mark.parametrize("case", ["not UTF-8", "a JSON array", "a bench JSON", "rows of numbers", "a row without its fields",
+                                  "a row without a status", "-o an existing file",
                                   "-o under a file", "-o unwritable", "--name ../../x", "--name a/b", "--name .hidden"])
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, case):
     args, says = _bad_inputs(tmp_path)[case]

@@ -4,7 +4,8 @@ top of them a library: :func:`mm`, :func:`linear` (with fused epilogues, and you
 :func:`swiglu` and :func:`explain` (:mod:`gemm_ladder.api`), registered as PyTorch ops (:mod:`gemm_ladder.ops`),
 ``nn.Linear`` and ``nn.replace_linear`` (:mod:`gemm_ladder.nn`), and :func:`precompile`
 (:mod:`gemm_ladder.dispatch.precompile`); the exceptions they raise (:mod:`gemm_ladder.errors`:
-``GemmInputError``, ``GemmTypeError``, ``NotSupportedError``, ``OutsideDomainError``, ``CaptureBuildError``, ...).
+``GemmInputError``, ``GemmTypeError``, ``NotSupportedError``, ``OutsideDomainError``, ``CaptureBuildError``,
+``HostBuildError``, ...).
 
 The ladder's contract: ``c = a @ b.T`` with ``a`` (M, K) and ``b`` (N, K) row-major, bf16 or fp16
 (see :mod:`gemm_ladder.contract`).
@@ -22,12 +23,14 @@ from gemm_ladder.errors import (  # noqa: E402
     EpilogueError,
     GemmInputError,
     GemmTypeError,
+    HostBuildError,
     NotSupportedError,
     OutsideDomainError,
 )
 
 _ERRORS = ("CaptureBuildError", "CompileError", "CompilerNotFoundError", "CudaError", "EpilogueCompileError",
-          "EpilogueError", "GemmInputError", "GemmTypeError", "NotSupportedError", "OutsideDomainError")
+          "EpilogueError", "GemmInputError", "GemmTypeError", "HostBuildError", "NotSupportedError",
+          "OutsideDomainError")
 
 __all__ = ["Epilogue", "Explanation", "__version__", "explain", "explain_swiglu", "linear", "mm", "nn", "ops",
            "precompile", "swiglu", "scaled_mm", "quantize_fp8", "explain_scaled_mm", *_ERRORS]

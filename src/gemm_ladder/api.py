@@ -810,7 +810,7 @@ def explain(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None
     build: dispatch/pingpong.py; ``heuristic["consumer_schedule"]`` says why). ``bias`` (N,): explain the GEMM of
     ``linear(a, b.T, bias, activation=activation)``; the explanation's ``bias`` says whether the tensor cores add
     it (one more k16 step per tile) or the epilogue does, and why. Raises what :func:`mm`
-    raises for bad input, and for an activation what :func:`linear` raises. ``out_dtype=torch.float8_e4m3fn``
+    raises for bad input, and for an activation or a bias what :func:`linear` raises (naming ``bias``). ``out_dtype=torch.float8_e4m3fn``
     (without scales): the quantized output's route (api_quantized.py's ``explain_quantized``).
 
     ``scale_a`` and ``scale_b`` (fp8 ``a`` and ``b``): explain instead ``scaled_mm(a, b, scale_a, scale_b,
@@ -835,6 +835,8 @@ def explain(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None
                                  out=out)
     check_activation(activation)
     shape = check_mm(a, b, out, out_dtype, device_types=("cuda", "meta"), check_grad=False)
+    if bias is not None:  # linear's own rules for its bias, in its words (a and b are checked: x = a, w = b.T)
+        check_linear(a, b.T, bias, activation=activation, device_types=("cuda", "meta"), check_grad=False)
     device = str(a.device)
     kind = trivial(shape)
     if kind is not None:

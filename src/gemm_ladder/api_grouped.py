@@ -62,67 +62,78 @@ def out_dtype_of(a: torch.Tensor, out_dtype) -> torch.dtype:
     return out_dtype
 
 
-def b_major_of(b: torch.Tensor) -> str:
+def b_major_of(b: torch.Tensor, name: str = "b") -> str:
     """'k' when each b[e] (K, N) is K-major (stride(-2) == 1, the transpose of an (E, N, K) weight),
     'mn' when it is N-major (stride(-1) == 1; so is a single row of K with stride(-1) == 1, whatever its other
-    strides); GemmInputError otherwise."""
+    strides); GemmInputError otherwise, naming b as ``name`` (see :func:`check_grouped_mm`'s ``names``)."""
     _, k, n = b.shape
     if k == 1 and (n <= 1 or b.stride(2) == 1):  # one row of K: N-major, whose pitch is never stepped over
         return "mn"
     if k <= 1 or b.stride(1) == 1:
         if n > 1 and b.stride(2) < k:
-            raise GemmInputError(f"b has strides {tuple(b.stride())}: b[e] columns overlap")
+            raise GemmInputError(f"{name} has strides {tuple(b.stride())}: {name}[e] columns overlap")
         return "k"
     if n <= 1 or b.stride(2) == 1:
         return "mn"
-    raise GemmInputError(f"b has strides {tuple(b.stride())}: each b[e] (K, N) must be K-major (stride(1) == 1, "
-                         "w.transpose(-2, -1) of an (E, N, K) weight) or N-major (stride(2) == 1)")
+    raise GemmInputError(f"{name} has strides {tuple(b.stride())}: each {name}[e] (K, N) must be K-major (stride(1) "
+                         "== 1, w.transpose(-2, -1) of an (E, N, K) weight) or N-major (stride(2) == 1)")
+
+
+def _root(name: str) -> str:
+    """The argument an operand's name in messages is made from: ``w`` of ``w.transpose(-2, -1)`` (what a device,
+    dtype or address rule names: the transpose has w's)."""
+    return name.split(".", 1)[0]
 
 
 #: The devices the public grouped functions take: CUDA, and meta (their ops' fake implementations).
 PUBLIC_DEVICES = ("cuda", "meta")
 
 
-def check_grouped_mm(a, b, offs, out_dtype=None, *, device_types: tuple[str, ...] = ("cuda",)) -> tuple[str, torch.dtype]:
+def check_grouped_mm(a, b, offs, out_dtype=None, *, device_types: tuple[str, ...] = ("cuda",),
+                     names: tuple[str, str] = ("a", "b")) -> tuple[str, torch.dtype]:
     """Validate a grouped_mm call; returns (case, result dtype), case '2d3d', '3d3d' or '2d2d'. Raises as the
     module docstring says; checks no value of offs on the device (no device-to-host copy). ``device_types``:
     the devices a and b may be on: CUDA for a launch; the public functions also take "meta" (their ops'
-    fake implementations give the result's shape and dtype)."""
-    a, b = _tensor("a", a), _tensor("b", b)
+    fake implementations give the result's shape and dtype). ``names``: what the messages call a and b, the
+    caller's own arguments (grouped_linear's ``("x", "w.transpose(-2, -1)")``: shapes and strides are the
+    transpose's, devices, dtypes and addresses w's)."""
+    an, bn = names
+    a, b = _tensor(_root(an), a), _tensor(_root(bn), b)
     if offs is not None:
         offs = _tensor("offs", offs)
     if a.dtype not in DTYPES.values():
-        raise GemmInputError(f"a: dtype {a.dtype}, the grouped kernel takes {', '.join(str(d) for d in DTYPES.values())}")
+        raise GemmInputError(f"{_root(an)}: dtype {a.dtype}, the grouped kernel takes "
+                             f"{', '.join(str(d) for d in DTYPES.values())}")
     if b.dtype != a.dtype:
-        raise GemmInputError(f"a and b must share one dtype: got {a.dtype} and {b.dtype}")
+        raise GemmInputError(f"{_root(an)} and {_root(bn)} must share one dtype: got {a.dtype} and {b.dtype}")
     dt = out_dtype_of(a, out_dtype)
     if a.dim() not in (2, 3) or b.dim() not in (2, 3):
-        raise GemmInputError(f"a and b must be 2-D or 3-D, got {a.dim()}-D and {b.dim()}-D")
+        raise GemmInputError(f"{an} and {bn} must be 2-D or 3-D, got {a.dim()}-D and {b.dim()}-D")
     if a.dim() == 2 and b.dim() == 2:
-        return _check_grouped_k(a, b, offs, device_types), dt
+        return _check_grouped_k(a, b, offs, device_types, names), dt
     if a.dim() == 3 and b.dim() == 2:
-        return _check_grouped_n(a, b, offs, device_types), dt
+        return _check_grouped_n(a, b, offs, device_types, names), dt
     if a.shape[-1] != b.shape[-2]:
-        raise GemmInputError(f"a {tuple(a.shape)} and b {tuple(b.shape)}: contraction dimensions {a.shape[-1]} and "
-                             f"{b.shape[-2]} differ")
+        raise GemmInputError(f"{an} {tuple(a.shape)} and {bn} {tuple(b.shape)}: contraction dimensions {a.shape[-1]} "
+                             f"and {b.shape[-2]} differ")
     groups = b.shape[0]
     if groups > MAX_GROUPS:
         raise NotSupportedError(f"E = {groups} groups: the grouped kernel takes at most {MAX_GROUPS}")
     dev = a.device
     if a.dim() == 2:
         if offs is None:
-            raise GemmInputError("offs is required for a 2-D a: int32 cumulative row ends, one per group of b")
-        _check_offs(offs, groups, dev)
+            raise GemmInputError(f"offs is required for a 2-D {an}: int32 cumulative row ends, one per group of {bn}")
+        _check_offs(offs, groups, dev, _root(an))
         rows = a.shape[0]
         case = "2d3d"
     else:
         if offs is not None:
-            raise GemmInputError("offs must be None for a 3-D a and a 3-D b (batched)")
+            raise GemmInputError(f"offs must be None for a 3-D {an} and a 3-D {bn} (batched)")
         if a.shape[0] != groups:
-            raise GemmInputError(f"a {tuple(a.shape)} and b {tuple(b.shape)}: batch sizes differ")
+            raise GemmInputError(f"{an} {tuple(a.shape)} and {bn} {tuple(b.shape)}: batch sizes differ")
         rows = a.shape[0] * a.shape[1]
         case = "3d3d"
-    _check_device(a, b, device_types)
+    _check_device(a, b, device_types, names)
     k, n = b.shape[1], b.shape[2]
     if refusal := extents_refusal({"rows": rows, "N": n, "K": k}, empty_ok=True):
         raise OutsideDomainError(refusal)  # empty_ok: only an extent past the 32-bit limit
@@ -130,18 +141,18 @@ def check_grouped_mm(a, b, offs, out_dtype=None, *, device_types: tuple[str, ...
     if rows == 0 or n == 0 or k == 0:  # nothing is loaded (an empty or zero result): no tensor map, no stride rule
         return case, dt
     if a.shape[-1] > 1 and a.stride(-1) != 1:
-        raise GemmInputError(f"a has strides {tuple(a.stride())}: its rows must be contiguous (stride(-1) == 1)")
+        raise GemmInputError(f"{an} has strides {tuple(a.stride())}: its rows must be contiguous (stride(-1) == 1)")
     if a.dim() == 2 and a.shape[0] > 1 and a.stride(0) % _ALIGN_ELEMS:
-        raise GemmInputError(f"a: row pitch {a.stride(0)} elements is not a multiple of 16 bytes (a TMA tensor map)")
+        raise GemmInputError(f"{an}: row pitch {a.stride(0)} elements is not a multiple of 16 bytes (a TMA tensor map)")
     if a.dim() == 3 and rows > 1 and k % _ALIGN_ELEMS:
-        raise GemmInputError(f"a: K = {k} elements per row is not a multiple of 16 bytes (a TMA tensor map over its "
-                             "E x M rows)")
+        raise GemmInputError(f"{an}: K = {k} elements per row is not a multiple of 16 bytes (a TMA tensor map over "
+                             "its E x M rows)")
     e = a.element_size()
-    w_pitch, w_group = weight_strides(b, b_major_of(b))
+    w_pitch, w_group = weight_strides(b, b_major_of(b, bn))
     if (w_pitch * e) % TMA_ALIGN_BYTES or (w_group * e) % TMA_ALIGN_BYTES:
-        raise GemmInputError(f"b: strides {tuple(b.stride())} must be multiples of 16 bytes (a TMA tensor map): "
+        raise GemmInputError(f"{bn}: strides {tuple(b.stride())} must be multiples of 16 bytes (a TMA tensor map): "
                              f"K (K-major) or N (N-major) a multiple of {_ALIGN_ELEMS}")
-    _check_bases(a, b)
+    _check_bases(a, b, names=names)
     return case, dt
 
 
@@ -170,10 +181,10 @@ def _pointers_known(*ts: torch.Tensor) -> bool:
         for t in ts)
 
 
-def _check_bases(*named: torch.Tensor) -> None:
+def _check_bases(*named: torch.Tensor, names: tuple[str, ...] = ("a", "b")) -> None:
     if not _pointers_known(*named):
         return
-    for name, t in zip("ab", named):
+    for name, t in zip(map(_root, names), named):
         if t.numel() and t.data_ptr() % TMA_ALIGN_BYTES:
             raise GemmInputError(f"{name}: base address {t.data_ptr():#x} is not 16-byte aligned (a TMA tensor map)")
 
@@ -184,50 +195,54 @@ def group_of_rows(offs: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.searchsorted(offs, torch.arange(rows, device=offs.device, dtype=torch.int32), right=True)
 
 
-def _check_grouped_k(a: torch.Tensor, b: torch.Tensor, offs, device_types: tuple[str, ...] = ("cuda",)) -> str:
+def _check_grouped_k(a: torch.Tensor, b: torch.Tensor, offs, device_types: tuple[str, ...] = ("cuda",),
+                     names: tuple[str, str] = ("a", "b")) -> str:
     """The 2-D x 2-D case (grouped along K): a (M, total K) with stride(0) == 1, b (total K, N) with
     stride(1) == 1 (the backward's x^T / grad_y^T and grad_y / x: rows of row-major tensors)."""
+    an, bn = names
     m, total_k = a.shape
     if b.shape[0] != total_k:
-        raise GemmInputError(f"a {tuple(a.shape)} and b {tuple(b.shape)}: contraction dimensions {total_k} and "
+        raise GemmInputError(f"{an} {tuple(a.shape)} and {bn} {tuple(b.shape)}: contraction dimensions {total_k} and "
                              f"{b.shape[0]} differ")
     n = b.shape[1]
     if offs is None:
-        raise GemmInputError("offs is required for a 2-D a and a 2-D b: int32 cumulative ends along K")
-    _check_offs(offs, offs.numel() if offs.dim() == 1 else -1, a.device)
+        raise GemmInputError(f"offs is required for a 2-D {an} and a 2-D {bn}: int32 cumulative ends along K")
+    _check_offs(offs, offs.numel() if offs.dim() == 1 else -1, a.device, _root(an))
     if offs.numel() > MAX_GROUPS:
         raise NotSupportedError(f"E = {offs.numel()} groups: the grouped kernel takes at most {MAX_GROUPS}")
-    _check_device(a, b, device_types)
+    _check_device(a, b, device_types, names)
     if refusal := extents_refusal({"M": m, "N": n, "total K": total_k}, empty_ok=True):
         raise OutsideDomainError(refusal)  # empty_ok: only an extent past the 32-bit limit
     if (m > 1 and a.stride(0) != 1) or (n > 1 and b.stride(1) != 1):
-        raise NotSupportedError(f"grouped along K, the kernel reads a (M, K) with stride(0) == 1 (x.t() of a row-major "
-                                f"x) and b (K, N) with stride(1) == 1 (row-major): got a strides {tuple(a.stride())}, "
-                                f"b strides {tuple(b.stride())}")
+        raise NotSupportedError(f"grouped along K, the kernel reads {an} (M, K) with stride(0) == 1 (x.t() of a "
+                                f"row-major x) and {bn} (K, N) with stride(1) == 1 (row-major): got {an} strides "
+                                f"{tuple(a.stride())}, {bn} strides {tuple(b.stride())}")
     if m == 0 or n == 0 or total_k == 0:
         return "2d2d"
     e = a.element_size()
-    for name, t, pitch in (("a", a, a.stride(1) if total_k > 1 else 0), ("b", b, b.stride(0) if total_k > 1 else 0)):
+    for name, t, pitch in ((an, a, a.stride(1) if total_k > 1 else 0), (bn, b, b.stride(0) if total_k > 1 else 0)):
         if (pitch * e) % TMA_ALIGN_BYTES:
             raise GemmInputError(f"{name}: pitch {pitch * e} bytes along K must be a multiple of 16 (a TMA tensor map)")
-    _check_bases(a, b)
+    _check_bases(a, b, names=names)
     return "2d2d"
 
 
-def _check_grouped_n(a: torch.Tensor, b: torch.Tensor, offs, device_types: tuple[str, ...] = ("cuda",)) -> str:
+def _check_grouped_n(a: torch.Tensor, b: torch.Tensor, offs, device_types: tuple[str, ...] = ("cuda",),
+                     names: tuple[str, str] = ("a", "b")) -> str:
     """The 3-D x 2-D case (grouped along N): a (E, M, K), b (K, total N), offs (E,). Any strides: the launch
     reads the transposes, copied where they break the kernel's rules (:func:`along_n_operands`)."""
+    an, bn = names
     groups, m, k = a.shape
     if b.shape[0] != k:
-        raise GemmInputError(f"a {tuple(a.shape)} and b {tuple(b.shape)}: contraction dimensions {k} and "
+        raise GemmInputError(f"{an} {tuple(a.shape)} and {bn} {tuple(b.shape)}: contraction dimensions {k} and "
                              f"{b.shape[0]} differ")
     if offs is None:
-        raise GemmInputError("offs is required for a 3-D a and a 2-D b: int32 cumulative ends along N, one per "
-                             "batch of a")
-    _check_offs(offs, groups, a.device)
+        raise GemmInputError(f"offs is required for a 3-D {an} and a 2-D {bn}: int32 cumulative ends along N, one "
+                             f"per batch of {an}")
+    _check_offs(offs, groups, a.device, _root(an))
     if groups > MAX_GROUPS:
         raise NotSupportedError(f"E = {groups} groups: the grouped kernel takes at most {MAX_GROUPS}")
-    _check_device(a, b, device_types)
+    _check_device(a, b, device_types, names)
     if refusal := extents_refusal({"M": m, "total N": b.shape[1], "K": k}, empty_ok=True):
         raise OutsideDomainError(refusal)  # empty_ok: only an extent past the 32-bit limit
     return "3d2d"
@@ -323,19 +338,22 @@ def along_n_operands(a: torch.Tensor, b: torch.Tensor,
     return rows, weights, copies
 
 
-def _check_device(a: torch.Tensor, b: torch.Tensor, device_types: tuple[str, ...] = ("cuda",)) -> None:
+def _check_device(a: torch.Tensor, b: torch.Tensor, device_types: tuple[str, ...] = ("cuda",),
+                  names: tuple[str, str] = ("a", "b")) -> None:
     if a.device.type not in device_types or b.device != a.device:
         where = "one CUDA device" if "meta" not in device_types else \
             "one CUDA device (or both meta tensors, which describe a call without running it)"
-        raise GemmInputError(f"a and b must be on {where}: got {a.device} and {b.device}")
+        raise GemmInputError(f"{_root(names[0])} and {_root(names[1])} must be on {where}: got {a.device} and "
+                             f"{b.device}")
 
 
-def _check_offs(offs, groups: int, device) -> None:
+def _check_offs(offs, groups: int, device, name: str = "a") -> None:
+    """offs (or the masked layout's counts) an int32 (groups,) contiguous tensor on ``name``'s ``device``."""
     if offs.dtype != torch.int32 or offs.dim() != 1 or offs.numel() != groups:
         raise GemmInputError(f"offs: an int32 tensor of shape ({groups},) expected, got {offs.dtype} "
                              f"{tuple(offs.shape)}")
     if offs.device != device:
-        raise GemmInputError(f"offs must be on a's device {device}, got {offs.device}")
+        raise GemmInputError(f"offs must be on {name}'s device {device}, got {offs.device}")
     if not offs.is_contiguous():
         raise GemmInputError(f"offs must be contiguous, got strides {tuple(offs.stride())}")
 

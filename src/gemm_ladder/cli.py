@@ -24,12 +24,14 @@ exit status:
   0  done: every gate that applies ran and passed, the plan was made, the audit proved the protocol
   1  a finding: a gate failed, a build failed, the audit found a violation or did not finish
   2  usage error or bad input, refused before any compile or launch with one line on stderr
-     ("gemm-ladder COMMAND: ...")
+     ("gemm-ladder COMMAND: ..."), a file an option names that is found unwritable before the work
+     starts included (--json /dev/full, a folder, a path under a file)
   3  incomplete: nothing failed, but a gate that applies did not run (climb and gate without a GPU:
      correctness and timing need one; the summary line names each gate and why), or a tool the
      command needs is missing (no kernel compiler, no cuobjdump): one line on stderr names it
-  4  the output could not be written (stdout or a file an option names, such as --json, on a full
-     disk): one line on stderr names it; a run that finished says its verdict above it
+  4  the output could not be written: stdout, or a file an option names (such as --json) whose write
+     after the work failed (a full disk); one line on stderr names it; a run that finished says its
+     verdict above it
   141 the reader of the output went away (a closed pipe, as `| head`): stopped quietly
 """
 
@@ -65,6 +67,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _settings_refusal() -> str | None:
+    """None, or the one-line reason the library's own settings would refuse the command's calls: a bad
+    GEMM_LADDER_HOST (:func:`gemm_ladder.host.mode`) or GEMM_LADDER_AUTOTUNE
+    (:func:`gemm_ladder.dispatch.autotune.environment_setting`)."""
+    from gemm_ladder import host
+
+    try:
+        host.mode()
+        from gemm_ladder.dispatch import autotune  # its import reads GEMM_LADDER_AUTOTUNE: a bad value raises there
+
+        autotune.environment_setting()  # and here, where the module was imported before
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: sys.argv[1:]) and run the subcommand; returns its exit status.
 
@@ -73,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     stdout that cannot be written (a full disk) ends it with one line and status 4 (gates.verdict's
     EXIT_UNWRITTEN). A
     command that compiles (its module's ``COMPILES``) is refused first, with one line and status 2,
-    when GEMM_LADDER_COMPILER or GEMM_LADDER_CACHE is unusable.
+    when GEMM_LADDER_COMPILER, GEMM_LADDER_HOST, GEMM_LADDER_AUTOTUNE or GEMM_LADDER_CACHE is unusable.
     """
     from gemm_ladder.errors import CompilerNotFoundError
 
@@ -84,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         if args._compiles:
             from gemm_ladder.runtime.compiler import environment_refusal
 
-            if (refusal := environment_refusal()) is not None:
+            if (refusal := environment_refusal() or _settings_refusal()) is not None:
                 print(f"gemm-ladder {args.command}: {refusal}", file=sys.stderr)
                 return 2
         status = int(args._run(args) or 0)

@@ -32,12 +32,13 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def parse_dtypes(spec: str) -> list[str]:
-    """'bf16', 'fp16', 'all' or a comma list -> list of short names; raises ValueError if unknown."""
+    """'bf16', 'fp16', 'all' or a comma list -> list of short names, each once, in the order first given (as
+    ``--levels 1,1`` is one level); raises ValueError if unknown."""
     names = list(DTYPES) if spec == "all" else [s.strip() for s in spec.split(",") if s.strip()]
     unknown = [n for n in names if n not in DTYPES]
     if unknown or not names:
         raise ValueError(f"unknown dtype {unknown or spec!r}: use bf16, fp16 or all")
-    return names
+    return list(dict.fromkeys(names))
 
 
 def check_operands(a: torch.Tensor, b: torch.Tensor, *, device_type: str | None = "cuda") -> tuple[int, int, int]:

@@ -8,7 +8,8 @@ Bad input (raised before any build or launch, naming the argument and the rule):
 Not done by the kernels yet: NotSupportedError (a NotImplementedError).
 Building and running: EpilogueCompileError and CompileError (the compiler's message in ``log``),
 CompilerNotFoundError (no nvcc and no NVRTC), CaptureBuildError (a build needed during CUDA-graph capture:
-precompile), CudaError (a CUDA driver call failed).
+precompile), CudaError (a CUDA driver call failed), HostBuildError (the compiled host module did not build or
+load under ``GEMM_LADDER_HOST=require``).
 """
 
 from __future__ import annotations
@@ -65,5 +66,14 @@ class CudaError(RuntimeError):
     """A CUDA driver call failed; the message names the call and the driver's error."""
 
 
+class HostBuildError(RuntimeError):
+    """The compiled host module could not be built or loaded; the message has the compiler's output.
+
+    Raised under ``GEMM_LADDER_HOST=require`` (by default a failed build warns and the Python path runs);
+    :mod:`gemm_ladder.host` raises it, and re-exports it.
+    """
+
+
 __all__ = ["CaptureBuildError", "CompileError", "CompilerNotFoundError", "CudaError", "EpilogueCompileError",
-           "EpilogueError", "GemmInputError", "GemmTypeError", "NotSupportedError", "OutsideDomainError"]
+           "EpilogueError", "GemmInputError", "GemmTypeError", "HostBuildError", "NotSupportedError",
+           "OutsideDomainError"]

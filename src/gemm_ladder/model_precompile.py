@@ -450,9 +450,40 @@ def precompile_model(model: torch.nn.Module, example_inputs=(), example_kwargs: 
 
 
 def precompile(*args, **kwargs) -> Outcomes:
-    """``gemm_ladder.precompile``: with a model first, :func:`precompile_model` (``precompile(model,
-    example_inputs, ...)``); otherwise the library's builds by dtype and shape class
-    (:func:`gemm_ladder.dispatch.precompile.precompile`: ``precompile(dtypes=("bf16",), classes=...)``)."""
+    """Build gemm-ladder's kernels ahead of their first call, so that no call compiles (a build needed during a
+    CUDA-graph capture raises CaptureBuildError instead). Two forms, told apart by the first argument:
+
+    ``precompile(model, example_inputs=(), example_kwargs=None, *, backward=None, rows=(), mode="meta",
+    workers=None, device=None, load=None)`` (:func:`precompile_model`): every kernel ``model`` (a
+    ``torch.nn.Module`` whose layers call gemm-ladder: ``nn.replace_linear``, ``nn.replace_gated_mlp``,
+    ``gemm_ladder.moe``) uses on ``example_inputs`` (a tensor or a tuple of tensors, of the shapes, dtypes and
+    strides the model will see; ``example_kwargs`` a dict of keyword inputs), traced once on meta or fake tensors
+    (``mode``: "meta" or "fake"; nothing is launched, the model is not changed); with ``backward`` (default: the
+    model is training and a parameter requires grad) its backward's kernels too; and the same ``linear`` and
+    ``swiglu`` calls at each row count in ``rows`` (ints: the other batch sizes a server will run).
+
+    ``precompile(dtypes=("bf16", "fp16"), *, classes=tuple(CLASSES), workers=None, levels=False, device=None, load=None,
+    epilogues="common")`` (:func:`gemm_ladder.dispatch.precompile.precompile`): the library's builds for each
+    dtype ("bf16", "fp16", or torch.bfloat16 / torch.float16) and shape class (a sequence of names of
+    ``dispatch.precompile.CLASSES``: "large", "small_m", "fp32_out", ...), with the built-in epilogue variants
+    of ``epilogues`` ("none", "common" or "all": ``dispatch.precompile.EPILOGUE_LEVELS``) and, with ``levels``,
+    the ladder's nine levels.
+
+    Both forms build in parallel on ``workers`` threads (default: the CPU count) into the kernel cache
+    (``GEMM_LADDER_CACHE``), then load each build on ``device`` (default: the current CUDA device) when ``load``
+    (default: when torch sees a GPU).
+
+    Returns:
+        :class:`~gemm_ladder.dispatch.precompile.Outcomes`, a dict ``{label: outcome}`` ('built', 'built, loaded
+        on cuda:N', 'not a variant: <rule>', 'failed: <error>'; a failed build does not raise) whose
+        ``.summary()`` says how many builds are ready, compiled now and already cached.
+
+    Raises:
+        CompilerNotFoundError: no kernel compiler (nvcc or NVRTC).
+        ValueError: an unknown dtype, shape class, epilogue level or ``mode``.
+        And, with a model, whatever the model raises on meta or fake tensors (a model whose Python reads tensor
+        values: try the other ``mode``).
+    """
     if args and isinstance(args[0], torch.nn.Module):
         return precompile_model(*args, **kwargs)
     from gemm_ladder.dispatch.precompile import precompile as by_class

@@ -106,7 +106,8 @@ _grouped_linear_op = torch.library.custom_op(f"{NAMESPACE}::grouped_linear", mut
 
 def check_grouped_linear(x, w, offs, bias=None) -> None:
     """grouped_linear's rules (its op's and its fake's): w (E, N, K) with stride(2) == 1, the grouped_mm
-    of x and w's transpose, the bias. Raises GemmTypeError, GemmInputError, NotSupportedError."""
+    of x and w's transpose, the bias. Raises GemmTypeError, GemmInputError, NotSupportedError, each naming x, w,
+    offs or bias (w's transpose, ``w.transpose(-2, -1)``, where the rule is about its shape or strides)."""
     if not isinstance(w, torch.Tensor):
         raise GemmTypeError(f"w must be a torch.Tensor, got {type(w).__name__}")
     if w.dim() != 3:
@@ -116,7 +117,8 @@ def check_grouped_linear(x, w, offs, bias=None) -> None:
     if isinstance(x, torch.Tensor) and x.dim() != 2:
         raise GemmInputError(f"x must be (R, K), rows grouped by offs, got {x.dim()}-D {tuple(x.shape)} (a batched "
                              "product: grouped_mm of (E, M, K) and (E, K, N))")
-    check_grouped_mm(x, w.transpose(-2, -1), offs, device_types=PUBLIC_DEVICES)
+    check_grouped_mm(x, w.transpose(-2, -1), offs, device_types=PUBLIC_DEVICES,
+                     names=("x", "w.transpose(-2, -1)"))  # the messages name grouped_linear's own arguments
     check_grouped_bias(bias, x, w.transpose(-2, -1), "2d3d")  # w is 3-D: grouped along M
 
 
@@ -434,8 +436,36 @@ def host_path(case: str, empty: bool, bias: torch.Tensor | None = None) -> str:
 
 def explain_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None,
                        bias: torch.Tensor | None = None, masked: bool = False, activation: str | None = None) -> dict:
-    """api_grouped.explain_grouped_mm's dict (what the call runs: its build, tile, cluster, ring, store, tail and
-    why) and ``host``: who launches it (:func:`host_path`). Same arguments and errors."""
+    """What :func:`grouped_mm` (or :func:`grouped_linear`, :func:`grouped_mm_masked`) would run on these tensors and
+    why, without running it. CUDA or meta tensors: shapes, strides and dtypes are all it reads.
+
+    Args:
+        a, b, offs: as :func:`grouped_mm` takes them: a (R, K) with rows grouped by offs (int32 (E,) cumulative row
+            ends on a's device) and b (E, K, N), each b[e] K-major (``w.transpose(-2, -1)`` of an (E, N, K)
+            weight: grouped_linear's call) or N-major; a (E, M, K) and b (E, K, N) batched, offs None; a
+            (M, total K) with stride(0) == 1 and b (total K, N), offs (E,) cumulative ends along K (grouped along
+            K); a (E, M, K) and b (K, total N), offs (E,) cumulative ends along N (grouped along N). bf16 or fp16.
+        out_dtype: None (a's dtype) or torch.float32.
+        bias: None or (E, N) in a's dtype (grouped_linear's, grouped along M only).
+        masked: explain :func:`grouped_mm_masked` instead: a (E, M_max, K), b (E, K, N), ``offs`` its counts
+            (int32 (E,)).
+        activation: None or a name of library/activations.py ACTIVATIONS, fused after the bias (grouped_linear's
+            inference call, grouped along M only).
+
+    Returns:
+        A dict (api_grouped.explain_grouped_mm's): ``case`` ('2d3d', '3d3d', '2d2d', '3d2d' or 'masked'),
+        ``grouped_along`` ('M', 'K' or 'N'), ``copies`` (operands copied to an aligned pitch first), ``kernel``,
+        ``source``, ``tile`` [BM, BN, BK], ``b_major``, ``out_dtype``, ``cluster`` and ``cluster_reason``,
+        ``ring`` and ``ring_reason``, ``store`` and ``store_reason``, ``tail`` and ``tail_reason``,
+        ``activation``; and ``host``: who launches it (:func:`host_path`: "C++ ..." or "python (why)"). An empty
+        problem still names the build a non-empty one would run.
+
+    Raises (launching nothing): what the call raises for bad input (GemmTypeError for a non-tensor, GemmInputError
+    for a dtype, device, shape, stride, alignment or offs rule, NotSupportedError for more than 1024 groups or a
+    layout the kernel does not read, OutsideDomainError for an extent past 2^31 - 1); GemmTypeError for a
+    non-bool ``masked`` or a non-string activation; GemmInputError for a bias grouped along K or N, an activation
+    grouped along K or N or on the masked layout, or an unknown activation.
+    """
     info = _explain_grouped_mm(a, b, offs, out_dtype=out_dtype, bias=bias, masked=masked, activation=activation)
     if info["case"] == "2d2d":
         empty = min(a.shape[0], a.shape[1], b.shape[1], offs.numel()) == 0

@@ -58,7 +58,7 @@ FUSED_BN = 256
 def check_grouped_swiglu(x, w_gate, w_up, offs) -> None:
     """Validate a grouped_swiglu call before any launch (no value of offs read on the host). Raises
     GemmTypeError (a non-tensor), GemmInputError (rank, shapes, dtype, device, strides, offs),
-    NotSupportedError (more groups than the kernel takes)."""
+    NotSupportedError (more groups than the kernel takes); each names x, w_gate, w_up or offs."""
     for name, t in (("x", x), ("w_gate", w_gate), ("w_up", w_up), ("offs", offs)):
         if not isinstance(t, torch.Tensor):
             raise GemmTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -76,8 +76,9 @@ def check_grouped_swiglu(x, w_gate, w_up, offs) -> None:
     if w_up.dtype != w_gate.dtype or w_up.device != w_gate.device:
         raise GemmInputError(f"w_gate and w_up must share one dtype and device: got {w_gate.dtype} on "
                              f"{w_gate.device}, {w_up.dtype} on {w_up.device}")
-    check_grouped_mm(x, w_gate.transpose(-2, -1), offs, device_types=PUBLIC_DEVICES)
-    check_grouped_mm(x, w_up.transpose(-2, -1), offs, device_types=PUBLIC_DEVICES)
+    for name, w in (("w_gate", w_gate), ("w_up", w_up)):  # the messages name grouped_swiglu's own arguments
+        check_grouped_mm(x, w.transpose(-2, -1), offs, device_types=PUBLIC_DEVICES,
+                         names=("x", f"{name}.transpose(-2, -1)"))
 
 
 def grouped_swiglu_direct(x, w_gate, w_up, offs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

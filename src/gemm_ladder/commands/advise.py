@@ -43,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default=None,
                         help="bf16 or fp16 (default: bf16; for a results JSON, the dtype its timed rows have)")
     parser.add_argument("--arch", default="sm_90a", help="architecture to build for: sm_90a, the ladder's (default)")
-    parser.add_argument("--shape", default="4096x4096x4096", help="MxNxK the next step's plan is drawn for")
+    parser.add_argument("--shape", default="4096x4096x4096",
+                        help="MxNxK the next step's plan is drawn for, 1 <= M, N, K < 2^31 (default: 4096x4096x4096)")
     parser.add_argument("--results", metavar="JSON", type=Path,
                         help="the climb the expected gains come from (default: the newest bench/results/*climb*<dtype>*.json with timed rows)")
     parser.add_argument("--kernel-name", help="entry point in a cubin or .cu (default: its only one)")
@@ -51,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", default="md", help="md (default) or json")
     parser.add_argument("--no-measure", action="store_true", help="on a GPU, do not run the gates now")
     parser.add_argument("--measure-shapes", default=DEFAULT_MEASURE_SHAPES,
-                        help=f"shapes timed on a GPU, besides the edge set (default: {DEFAULT_MEASURE_SHAPES})")
+                        help=f"shapes timed on a GPU, besides the edge set: shape sets or MxNxK with 1 <= M, N, K < "
+                             f"2^31, as climb's --shapes (default: {DEFAULT_MEASURE_SHAPES})")
 
 
 class UsageError(ValueError):
@@ -150,12 +152,17 @@ def _advise(args: argparse.Namespace):
         raise UsageError(f"--dtype {args.dtype!r}: advise one dtype at a time (bf16 or fp16)")
     if args.cubin is not None and kind != "callable":
         raise UsageError("--cubin goes with a FILE.py:FUNC target")
-    shape = parse_triple(args.shape, "--shape")
+    from gemm_ladder.gates.climb import check_shapes
+
+    shape = parse_triple(args.shape, "--shape")  # design's parser, climb's and gate's rule (1 <= M, N, K < 2^31)
+    check_shapes([("custom", shape)], "--shape")
+    measure_shapes = parse_shape_sets("edge," + args.measure_shapes)
+    check_shapes(measure_shapes, "--measure-shapes")
     if kind in ("level", "cubin", "cu") or args.cubin is not None:
         from gemm_ladder.runtime import compiler
 
         compiler.cuobjdump_path()  # its SASS is the evidence: no cuobjdump is the CLI's one line and exit 3
-    ctx = SimpleNamespace(args=args, dtype=dtypes[0], shape=shape, shapes=parse_shape_sets("edge," + args.measure_shapes))
+    ctx = SimpleNamespace(args=args, dtype=dtypes[0], shape=shape, shapes=measure_shapes)
     ctx.climb_result, ctx.climb_source = _climb(args, ctx.dtype)
     if kind == "level":
         return _advise_level(ctx, level)

@@ -17,10 +17,11 @@ HELP = "Run the resource, correctness and performance gates over levels, dtypes 
 #: Builds kernels: the CLI refuses a bad GEMM_LADDER_COMPILER or GEMM_LADDER_CACHE first (cli.main).
 COMPILES = True
 EPILOG = ("exit status: 0 every gate that applies ran and passed; 1 a gate failed (or a level did not build); "
-          "2 bad input, nothing run; 3 nothing failed but a gate did not run (no GPU: the levels' correctness "
-          "and timing need an sm_90a GPU); 4 the run ended but --json (or stdout) could not be written (a full "
-          "disk), whatever the gates found: one line on stderr, and the verdict line says both. The last line "
-          "names each gate: passed, failed or not run (with the reason); so does the JSON's 'gates'.")
+          "2 bad input, nothing run (a --json found unwritable before the run, /dev/full included); 3 nothing "
+          "failed but a gate did not run (no GPU: the levels' correctness and timing need an sm_90a GPU); 4 the "
+          "run ended but --json (or stdout) could not be written (a full disk), whatever the gates found: one "
+          "line on stderr, and the verdict line says both. The last line names each gate: passed, failed or not "
+          "run (with the reason); so does the JSON's 'gates'.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -36,9 +36,10 @@ HELP = "Run the correctness, performance and resource gates on your own f(a, b) 
 COMPILES = True
 EPILOG = ("exit status: 0 every gate that applies ran and passed; 1 a gate failed (a wrong result, an "
           "exception, a refusal inside the declared domain, a speed or resource limit); 2 bad input (FILE.py "
-          "that does not import, no FUNC, a bad option), nothing run; 3 nothing failed but a gate did not run "
-          "(no GPU: FUNC needs CUDA, or a shape to time); 4 the run ended but --json (or stdout) could not be "
-          "written (a full disk), whatever the gates found: one line on stderr, and the verdict line says both. "
+          "that does not import, no FUNC, a bad option, a --json found unwritable before the run), nothing run; "
+          "3 nothing failed but a gate did not run (no GPU: FUNC needs CUDA, or a shape to time); 4 the run "
+          "ended but --json (or stdout) could not be written (a full disk), whatever the gates found: one line "
+          "on stderr, and the verdict line says both. "
           "--arch is the architecture of FUNC's own build(); with --epilogue it must be sm_90a, the library's. "
           "Without a GPU, FUNC is checked on CPU tensors when it runs on them. The last line names each gate: "
           "passed, failed or not run (with the reason); so does the JSON's 'gates'.")
@@ -156,9 +157,12 @@ def cubin_refusal(path: Path) -> str | None:
 
 
 def run_epilogue(args: argparse.Namespace, dtypes: list[str], shapes: list) -> int:
-    """``gate --epilogue``: the resource and correctness gates of the top kernel with the epilogue fused."""
+    """``gate --epilogue``: the resource and correctness gates of the top kernel with the epilogue fused; the
+    performance gate does not apply (nothing is timed: :data:`EPILOGUE_UNTIMED`). Ends as the plain gate does: the
+    failures, then the verdict line naming each gate (gates/verdict.py), and its exit status."""
+    from gemm_ladder.gates.tables import make_console
     from gemm_ladder.gates.verdict import (
-        EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, EXIT_UNWRITTEN, EXIT_USAGE, write_result,
+        EXIT_UNWRITTEN, EXIT_USAGE, exit_status, new_tallies, print_summary, summarize, write_result,
     )
     from gemm_ladder.library.epilogue import Epilogue, EpilogueCompileError
 
@@ -175,16 +179,23 @@ def run_epilogue(args: argparse.Namespace, dtypes: list[str], shapes: list) -> i
         return EXIT_USAGE
     from gemm_ladder.errors import CompileError, CompilerNotFoundError
 
-    r_why, r_error = "", ""
+    tallies, failures = new_tallies(), []
+    tallies["performance"].idle_reason = EPILOGUE_UNTIMED
     try:
         resources = epilogue_resources(ep, dtypes, args.arch)
     except CompilerNotFoundError as exc:  # no compiler or no cuobjdump: the census cannot be read
-        resources, r_why = [], str(exc)
+        resources = []
+        tallies["resources"].skip(f"{type(exc).__name__}: {exc}".splitlines()[0])
     except CompileError as exc:  # the top kernel with the epilogue fused did not build: the gate fails
-        resources, r_error = [], f"{type(exc).__name__}: {exc}".splitlines()[0]
+        resources = []
+        tallies["resources"].record(False)
+        failures.append(f"{args.epilogue} build: " + f"{type(exc).__name__}: {exc}".splitlines()[0])
     for r in resources:
         print(f"resources {r['kernel']:<34} {r['dtype']} {r['orientation']:<8} "
               + ("passed" if r["passed"] else "FAILED: " + "; ".join(r["messages"])))
+        tallies["resources"].record(r["passed"])
+        if not r["passed"]:
+            failures.append(f"{r['kernel']} {r['dtype']} {r['orientation']} resources: {'; '.join(r['messages'])}")
     import torch
 
     # No GPU: the operands go to the CPU, where linear refuses them ("not run"), as the plain gate does.
@@ -192,21 +203,24 @@ def run_epilogue(args: argparse.Namespace, dtypes: list[str], shapes: list) -> i
     rows = epilogue_correctness(ep, dtypes, shapes, device)
     for r in rows:
         print(f"correctness {r['m']}x{r['n']}x{r['k']:<8} {r['dtype']} {r['status']:<8} {r['message']}")
-    statuses = [r["status"] for r in rows]
-    c_state = ("failed" if any(s in ("fail", "error") for s in statuses)
-               else "not run" if any(s == "not run" for s in statuses) else "passed")
-    r_state = ("not run" if r_why else "failed" if r_error or not all(r["passed"] for r in resources)
-               else "passed")
-    why = next((r["message"] for r in rows if r["status"] == "not run"), "")
-    print(f"gates: correctness {c_state}" + (f" ({why})" if c_state == "not run" else "") + f"; resources {r_state}"
-          + (f" ({r_why or r_error})" if r_why or r_error else ""))
-    summary = {"epilogue": args.epilogue, "gates": {"correctness": c_state, "resources": r_state},
-               "resources": resources, "correctness": rows}
-    if not write_result(summary, args.json, "gate"):
-        return EXIT_UNWRITTEN
-    if "failed" in (c_state, r_state):
-        return EXIT_FAILED
-    return EXIT_INCOMPLETE if "not run" in (c_state, r_state) else EXIT_PASSED
+        if r["status"] == "not run":  # the rest of its dtype's shapes were not run either (epilogue_correctness)
+            done = sum(1 for q in rows if q["dtype"] == r["dtype"] and q["status"] != "not run")
+            tallies["correctness"].skip(r["message"], len(shapes) - done)
+            continue
+        tallies["correctness"].record(r["status"] not in ("fail", "error"))
+        if r["status"] in ("fail", "error"):
+            failures.append(f"{args.epilogue} {r['dtype']} {r['m']}x{r['n']}x{r['k']}: {r['message']}")
+    gates, summary = summarize(tallies, failures)
+    document = {"epilogue": args.epilogue, "gates": {gate: g["state"] for gate, g in gates.items()},
+                "summary": summary, "resources": resources, "correctness": rows}
+    status = exit_status({"summary": summary}) if write_result(document, args.json, "gate") else EXIT_UNWRITTEN
+    print_summary({"gates": gates, "summary": summary}, make_console(), status)
+    return status
+
+
+#: Why ``gate --epilogue`` has no performance gate: it times nothing.
+EPILOGUE_UNTIMED = ("gate --epilogue times nothing: an epilogue is judged by its correctness and resources "
+                    "(python3 bench/epilogues.py times fused epilogues against the plain kernel)")
 
 
 def epilogue_resources(ep, dtypes: list[str], arch: str) -> list[dict]:

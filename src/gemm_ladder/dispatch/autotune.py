@@ -14,7 +14,8 @@ Off by default (a first call costs the timing, set by the budget below: about BU
 candidate, between MIN_REPEATS and MAX_REPEATS calls each, plus warm-up; not measured as a whole), plus
 compiling each candidate not yet built, unless ``gemm_ladder.precompile`` ran with the autotune on; and two
 processes may choose differently where candidates are within the run's noise, which changes the low bits of a split result).
-On with ``GEMM_LADDER_AUTOTUNE=1`` in the environment at import, or ``gemm_ladder.set_autotune(True)``.
+On with ``GEMM_LADDER_AUTOTUNE=1`` in the environment at import, or ``gemm_ladder.set_autotune(True)``;
+``GEMM_LADDER_AUTOTUNE=0`` (or unset) leaves it off, and any other value is refused (:func:`environment_setting`).
 A signature is timed once per process: its tuned route is kept apart from the route cache's LRU
 (dispatch.TUNED_CACHE_SIZE signatures, then that store starts over), so its build does not change when the
 LRU drops and re-decides it. Each distinct signature is timed: a call whose M changes from call to call
@@ -42,8 +43,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
-#: Environment variable read at import: "1" turns autotune on.
+#: Environment variable read at import: "1" turns autotune on, "0" (or unset, or empty) leaves it off.
 ENV = "GEMM_LADDER_AUTOTUNE"
+#: The values :data:`ENV` takes (surrounding blanks ignored), and the setting each gives.
+ENV_VALUES = {"1": True, "0": False, "": False}
 #: Candidates timed per signature, the model's choice included.
 LIMIT = 6
 #: Candidates predicted more than this fraction slower than the model's choice are not timed.
@@ -55,7 +58,19 @@ ROUNDS, WARMUP, MIN_REPEATS, MAX_REPEATS = 5, 2, 10, 40
 #: Seconds of timed calls per candidate (time_fns' budget; MIN_REPEATS and MAX_REPEATS bound it).
 BUDGET_S = 0.01
 
-_state = {"on": os.environ.get(ENV, "0").strip() == "1"}
+
+def environment_setting() -> bool:
+    """Whether ``GEMM_LADDER_AUTOTUNE`` turns autotune on (:data:`ENV_VALUES`: 1 on; 0, empty or unset off).
+    Raises ValueError naming the variable and the values it takes for any other value (``true``, ``yes``: refused,
+    never read as off), as a bad ``GEMM_LADDER_COMPILER`` is refused. Read at import (so a bad value stops the
+    import of the library), and by the CLI's check of its environment before a command runs."""
+    value = os.environ.get(ENV, "0")
+    if value.strip() not in ENV_VALUES:
+        raise ValueError(f"{ENV}={value!r}: use 1 (autotune on) or 0 (off, the default; unset is off too)")
+    return ENV_VALUES[value.strip()]
+
+
+_state = {"on": environment_setting()}
 
 
 def enabled() -> bool:

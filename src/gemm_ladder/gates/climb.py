@@ -83,16 +83,22 @@ def parse_level_range(spec: str, available: list[int] | None = None) -> list[int
 MAX_DIM = 2**31 - 1
 
 
+def check_shapes(shapes: list[tuple[str, Shape]], what: str = "shape") -> None:
+    """Refuse a shape no run can use, before any build or launch (climb, gate and advise take this rule): a shape
+    given as MxNxK (set 'custom') needs 1 <= M, N, K <= MAX_DIM (empty dimensions are the edge set's to check).
+    Raises ValueError naming ``what`` (the option it came from) and the rule."""
+    for shape_set, (m, n, k) in shapes:
+        if shape_set == "custom" and not all(1 <= d <= MAX_DIM for d in (m, n, k)):
+            raise ValueError(f"{what} {m}x{n}x{k}: each of M, N and K must be between 1 and {MAX_DIM} (the kernels "
+                             "take 32-bit sizes; the 'edge' set checks empty dimensions)")
+
+
 def check_run_arguments(shapes: list[tuple[str, Shape]], time_budget_s: float) -> None:
     """Refuse what no run can use, before any build or launch; raises ValueError naming the rule.
 
-    A shape given as MxNxK (set 'custom') needs 1 <= M, N, K <= MAX_DIM (empty dimensions are the
-    edge set's to check); the time budget must be a positive number of seconds.
+    The shapes by :func:`check_shapes`; the time budget must be a positive number of seconds.
     """
-    for shape_set, (m, n, k) in shapes:
-        if shape_set == "custom" and not all(1 <= d <= MAX_DIM for d in (m, n, k)):
-            raise ValueError(f"shape {m}x{n}x{k}: each of M, N and K must be between 1 and {MAX_DIM} (the kernels "
-                             "take 32-bit sizes; the 'edge' set checks empty dimensions)")
+    check_shapes(shapes)
     if not (math.isfinite(time_budget_s) and time_budget_s > 0):
         raise ValueError(f"--budget {time_budget_s}: the time budget of one measurement must be a positive "
                          "number of seconds")

@@ -15,7 +15,8 @@ libcuda is opened at run time (dlopen), never linked.
 Environment: ``GEMM_LADDER_HOST_CACHE`` puts the builds there instead of ``$GEMM_LADDER_CACHE/host``
 (a module shared by processes whose kernel caches differ). ``GEMM_LADDER_HOST=0`` keeps the Python path (nothing is built); ``GEMM_LADDER_HOST=1``
 (or unset) builds and loads, falling back to the Python path with a warning when the build fails;
-``GEMM_LADDER_HOST=require`` raises :class:`HostBuildError` instead.
+``GEMM_LADDER_HOST=require`` raises :class:`HostBuildError` instead. Any other value is refused
+(ValueError, :func:`mode`), as a bad ``GEMM_LADDER_COMPILER`` is.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import time
 import warnings
 from pathlib import Path
 
+from gemm_ladder.errors import HostBuildError  # the package's errors live in one light module (re-exported here)
+
 HERE = Path(__file__).resolve().parent
 #: The C++ sources, in build order.
 SOURCES = ("launch.cpp", "autograd.cpp")
@@ -36,16 +39,21 @@ _lock = threading.Lock()
 _state: dict = {}
 
 
-class HostBuildError(RuntimeError):
-    """The compiled host module could not be built or loaded; the message has the compiler's output."""
+#: The values ``GEMM_LADDER_HOST`` takes (case and surrounding blanks ignored; unset or empty is "1"), by mode.
+MODES = {"0": "off", "off": "off", "python": "off", "false": "off", "no": "off",
+         "1": "on", "on": "on", "true": "on", "yes": "on", "require": "require"}
 
 
 def mode() -> str:
-    """'off', 'on' or 'require' (``GEMM_LADDER_HOST``)."""
-    v = os.environ.get("GEMM_LADDER_HOST", "1").strip().lower()
-    if v in ("0", "off", "python", "false", "no"):
-        return "off"
-    return "require" if v == "require" else "on"
+    """'off', 'on' or 'require' (``GEMM_LADDER_HOST``: 0, 1 or unset, require; :data:`MODES`). Raises ValueError
+    naming the variable and the values it takes for any other value (a typo such as ``requre`` is refused, never
+    taken as on)."""
+    v = os.environ.get("GEMM_LADDER_HOST", "1").strip().lower() or "1"
+    if v not in MODES:
+        raise ValueError(f"GEMM_LADDER_HOST={os.environ['GEMM_LADDER_HOST']!r}: use 0 (the Python host path, nothing "
+                         "built), 1 (the default: the compiled host module, the Python path with a warning if its "
+                         "build fails) or require (a failed build raises HostBuildError)")
+    return MODES[v]
 
 
 def _compiler_version() -> str:

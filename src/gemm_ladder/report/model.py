@@ -30,10 +30,22 @@ KEY_FIELDS = {"rows": ("kind", "level", "name", "dtype", "shape_set", "m", "n", 
               "resources": ("level", "dtype"), "levels": ("number", "name")}
 
 
+#: Fields every row must have (docs/results-schema.md; every writer has always written them): what the row is
+#: (its kind, dtype and shape) and what its gates found. A null value is kept (shown as missing); an absent one
+#: means the entry is not a row of a result (``{"bogus": 1}`` would render as "user ?x?x?").
+REQUIRED_FIELDS = {"rows": ("kind", "dtype", "m", "n", "k", "status")}
+
+
 def check_key_fields(result: dict[str, Any], path: Any) -> None:
-    """Raise ResultError naming the first :data:`KEY_FIELDS` entry of ``result`` (from ``path``) that is an
-    array or object: no report can be made of it, and load_result checks only the members' own types.
+    """Raise ResultError naming the first entry of ``result`` (from ``path``) that lacks one of its
+    :data:`REQUIRED_FIELDS`, or whose :data:`KEY_FIELDS` value is an array or object: no report can be made of
+    it, and load_result checks only the members' own types.
     Other values may be mistyped (a string for a number): the report shows them as they are."""
+    for member, keys in REQUIRED_FIELDS.items():
+        for i, entry in enumerate(result.get(member) or []):
+            if missing := [key for key in keys if key not in entry]:
+                raise ResultError(f"{path} is not a result JSON: {member}[{i}] has no {', '.join(map(repr, missing))} "
+                                  f"(every entry of {member!r} records {', '.join(keys)}: docs/results-schema.md)")
     for member, keys in KEY_FIELDS.items():
         for i, entry in enumerate(result.get(member) or []):
             for key in keys:
