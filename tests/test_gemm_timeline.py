@@ -63,8 +63,9 @@ def test_the_build_grammar():
                                                      "split": "none"}
     assert bench.build_of(bench.parse_build("c1 bm256 reg bn192 none")).name == "sm90_gemm_kk_bn192_creg_c1_bm256"
     assert bench.build_of(bench.parse_build("c1 pp bn128 none")).name == "sm90_gemm_kk_bn128_c1_pp"
+    assert bench.build_of(bench.parse_build("c1 bm256 bn192 none")).name == "sm90_gemm_kk_bn192_c1_bm256"  # TMA store
     for bad in ("", "bn128", "c3 bn64 none", "bm64 none", "bn128 sometimes", "route bn64 none", "lag3 bn64 none",
-                "bn77 none", "bn96 none", "c1 bm256 bn192 none", "bm512 bn128 none", "c1 bm256 lag2 bn128 none"):
+                "bn77 none", "bn96 none", "c1 bm256 bn256 none", "bm512 bn128 none", "c1 bm256 lag2 bn128 none"):
         assert bench.parse_build(bad) is None, bad
 
 
