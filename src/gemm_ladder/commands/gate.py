@@ -156,6 +156,11 @@ def cubin_refusal(path: Path) -> str | None:
     return None if head == b"\x7fELF" else ": not a cubin (no ELF header)"
 
 
+#: Why ``gate --epilogue`` has no performance gate: it times nothing.
+EPILOGUE_UNTIMED = ("gate --epilogue times nothing: an epilogue is judged by its correctness and resources "
+                    "(python3 bench/epilogues.py times fused epilogues against the plain kernel)")
+
+
 def run_epilogue(args: argparse.Namespace, dtypes: list[str], shapes: list) -> int:
     """``gate --epilogue``: the resource and correctness gates of the top kernel with the epilogue fused; the
     performance gate does not apply (nothing is timed: :data:`EPILOGUE_UNTIMED`). Ends as the plain gate does: the
@@ -216,11 +221,6 @@ def run_epilogue(args: argparse.Namespace, dtypes: list[str], shapes: list) -> i
     status = exit_status({"summary": summary}) if write_result(document, args.json, "gate") else EXIT_UNWRITTEN
     print_summary({"gates": gates, "summary": summary}, make_console(), status)
     return status
-
-
-#: Why ``gate --epilogue`` has no performance gate: it times nothing.
-EPILOGUE_UNTIMED = ("gate --epilogue times nothing: an epilogue is judged by its correctness and resources "
-                    "(python3 bench/epilogues.py times fused epilogues against the plain kernel)")
 
 
 def epilogue_resources(ep, dtypes: list[str], arch: str) -> list[dict]:
