@@ -33,6 +33,16 @@ __device__ __forceinline__ void store_fragment_masked(elem_t* C, const float (&d
   }
 }
 
+// Byte offset, in a panel of 128-byte rows with the 128B swizzle (the layout TMA reads and writes: the 16-byte
+// chunk index XORed with the row's place in its 8-row atom; PTX ISA "Shared Memory Matrix Layout", 128B swizzling
+// mode), of the 4 bytes this thread holds of fragment columns 8j.. (chunk j % 8) in fragment row i (tile row
+// row0 + 16w + l/4 + 8i, the layout above). The one formula the staging functions below share.
+__device__ __forceinline__ int sw128_fragment_offset(int row0, int j, int i) {
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+  const int row = row0 + 16 * warp + lane / 4 + 8 * i;
+  return row * 128 + (((j % 8) ^ (row & 7)) << 4) + 4 * (lane % 4);
+}
+
 // Levels 4+: write a 64 x BN fragment into the output staging buffer, laid out as BN/64 column
 // panels of (rows x 128 bytes) each with the 128B swizzle, the layout the output tensor map's
 // box (64 x rows) expects. `row0` is the fragment's first row inside the tile; `panel_bytes` is one
@@ -40,15 +50,11 @@ __device__ __forceinline__ void store_fragment_masked(elem_t* C, const float (&d
 template <int BN>
 __device__ __forceinline__ void stage_fragment_sw128(uint8_t* staging, const float (&d)[BN / 2], int row0,
                                                      int panel_bytes) {
-  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
 #pragma unroll
   for (int j = 0; j < BN / 8; ++j) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int row = row0 + 16 * warp + lane / 4 + 8 * i;
-      const int col = 8 * j + 2 * (lane % 4);  // column inside the tile
-      const int panel = col / 64, chunk = (col % 64) / 8, within = (col % 8) * 2;
-      uint8_t* dst = staging + panel * panel_bytes + row * 128 + ((chunk ^ (row & 7)) << 4) + within;
+      uint8_t* dst = staging + (j / 8) * panel_bytes + sw128_fragment_offset(row0, j, i);  // panel j / 8
       *reinterpret_cast<uint32_t*>(dst) = pack2(d[4 * j + 2 * i], d[4 * j + 2 * i + 1]);
     }
   }
@@ -71,15 +77,11 @@ __device__ __forceinline__ void pack_fragment(uint32_t (&packed)[BN / 4], const 
 template <int BN>
 __device__ __forceinline__ void stage_packed_panel_sw128(uint8_t* panel, const uint32_t (&packed)[BN / 4], int p,
                                                          int row0 = 0) {
-  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
 #pragma unroll
   for (int j = 8 * p; j < 8 * p + 8; ++j) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = row0 + 16 * warp + lane / 4 + 8 * i;
-      const int chunk = j % 8, within = 4 * (lane % 4);
-      *reinterpret_cast<uint32_t*>(panel + row * 128 + ((chunk ^ (row & 7)) << 4) + within) = packed[2 * j + i];
-    }
+    for (int i = 0; i < 2; ++i)
+      *reinterpret_cast<uint32_t*>(panel + sw128_fragment_offset(row0, j, i)) = packed[2 * j + i];
   }
 }
 
@@ -89,16 +91,12 @@ __device__ __forceinline__ void stage_packed_panel_sw128(uint8_t* panel, const u
 // holds 192 accumulator registers a thread, and spilled with one).
 template <int BN>
 __device__ __forceinline__ void stage_panel_sw128(uint8_t* panel, const float (&d)[BN / 2], int p, int row0 = 0) {
-  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
   const uint32_t base = smem_u32(panel);
 #pragma unroll
   for (int j = 8 * p; j < 8 * p + 8; ++j) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = row0 + 16 * warp + lane / 4 + 8 * i;
-      const int chunk = j % 8, within = 4 * (lane % 4);
-      st_shared_b32(base + row * 128 + ((chunk ^ (row & 7)) << 4) + within, pack2(d[4 * j + 2 * i], d[4 * j + 2 * i + 1]));
-    }
+    for (int i = 0; i < 2; ++i)
+      st_shared_b32(base + sw128_fragment_offset(row0, j, i), pack2(d[4 * j + 2 * i], d[4 * j + 2 * i + 1]));
   }
 }
 
