@@ -195,9 +195,10 @@ def bench_shape(name, m, n, k, activation, has_bias, dtype, budget, seed) -> dic
         rows[label] = row
     route = gemm_ladder.linear(x, w, bias, activation=activation) if activation else gemm_ladder.linear(x, w, bias)
     rel, mx = err(route)
-    d = gemm_ladder.explain(x, w.T).to_dict()
+    d = gemm_ladder.explain(x, w.T, bias=bias, activation=activation).to_dict()  # the fused call's route, not mm's
     rows["route"] = {"rel_err": rel, "max_abs_err": mx, "ok": math.isfinite(rel) and rel <= bound and mx <= cap,
-                     "choice": {k2: d.get(k2) for k2 in ("kind", "tile", "split", "cluster", "stages")}}
+                     "choice": {k2: d.get(k2) for k2 in ("kind", "tile", "split", "cluster", "stages")}
+                     | {"consumers": (d.get("kernel") or {}).get("consumers")}}
     fns = {"torch": torch_call,
            "route": (lambda p, q: gemm_ladder.linear(p, q, bias, activation=activation)) if activation
            else (lambda p, q: gemm_ladder.linear(p, q, bias))}
@@ -252,16 +253,19 @@ def sanitize(dtype: str = "bf16") -> int:
 def markdown(results: list[dict]) -> str:
     out = ["| shape | torch us | route/torch | best coop | best pp | pp/torch | pp vs coop | best pp128 | pp128/torch | "
            "pp128 vs route | best tall | tall/torch | tall vs route |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    def group(r, best: str, *ratios: str) -> str:
+        """' label us | ratio | ... |' of the group's best build, blanks where none of it ran (--configs)."""
+        lb = r.get(best)
+        if not lb:
+            return " |" * (1 + len(ratios))
+        return f" {lb} {r['configs'][lb]['us']:.1f} |" + "".join(
+            f" {r[x]:.2f} |" if r.get(x) is not None else " |" for x in ratios)
+
     for r in results:
-        c = r["configs"]
-        bc, bp = r["best_coop"], r["best_pp"]
-        out.append(f"| {r['name']} {r['m']}x{r['n']}x{r['k']} | {r['torch_us']:.1f} | {r['route_vs_torch']:.2f} | "
-                   f"{bc} {c[bc]['us']:.1f} | {bp} {c[bp]['us']:.1f} | {r['best_pp_vs_torch']:.2f} | {r['pp_vs_coop']:.2f} | "
-                   + (f"{r['best_pp128']} {c[r['best_pp128']]['us']:.1f} | {r['best_pp128_vs_torch']:.2f} | "
-                      f"{r['pp128_vs_route']:.2f} |" if r.get("best_pp128") else "| | |")
-                   + (f" {r['best_tall']} {c[r['best_tall']]['us']:.1f} | {r['best_tall_vs_torch']:.2f} | "
-                      f"{r['tall_vs_route']:.2f} |" if r.get("best_tall") else " | | |")
-                   if bc and bp else f"| {r['name']} | {r['torch_us']:.1f} | | | | | | | | | | | |")
+        out.append(f"| {r['name']} {r['m']}x{r['n']}x{r['k']} | {r['torch_us']:.1f} | {r['route_vs_torch']:.2f} |"
+                   + group(r, "best_coop") + group(r, "best_pp", "best_pp_vs_torch", "pp_vs_coop")
+                   + group(r, "best_pp128", "best_pp128_vs_torch", "pp128_vs_route")
+                   + group(r, "best_tall", "best_tall_vs_torch", "tall_vs_route"))
     out.append("")
     for r in results:
         out.append(f"### {r['name']} {r['m']}x{r['n']}x{r['k']} {r['dtype']} (torch {r['torch_us']:.1f} us)")
