@@ -36,7 +36,8 @@ __device__ __forceinline__ void store_fragment_masked(elem_t* C, const float (&d
 // Byte offset, in a panel of 128-byte rows with the 128B swizzle (the layout TMA reads and writes: the 16-byte
 // chunk index XORed with the row's place in its 8-row atom; PTX ISA "Shared Memory Matrix Layout", 128B swizzling
 // mode), of the 4 bytes this thread holds of fragment columns 8j.. (chunk j % 8) in fragment row i (tile row
-// row0 + 16w + l/4 + 8i, the layout above). The one formula the staging functions below share.
+// row0 + 16w + l/4 + 8i, the layout above). The one formula of the library's panel staging below (levels 4-8's
+// stage_fragment_sw128 keeps its own, by column, whose SASS this one's would change).
 __device__ __forceinline__ int sw128_fragment_offset(int row0, int j, int i) {
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
   const int row = row0 + 16 * warp + lane / 4 + 8 * i;
@@ -50,11 +51,15 @@ __device__ __forceinline__ int sw128_fragment_offset(int row0, int j, int i) {
 template <int BN>
 __device__ __forceinline__ void stage_fragment_sw128(uint8_t* staging, const float (&d)[BN / 2], int row0,
                                                      int panel_bytes) {
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
 #pragma unroll
   for (int j = 0; j < BN / 8; ++j) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      uint8_t* dst = staging + (j / 8) * panel_bytes + sw128_fragment_offset(row0, j, i);  // panel j / 8
+      const int row = row0 + 16 * warp + lane / 4 + 8 * i;
+      const int col = 8 * j + 2 * (lane % 4);  // column inside the tile
+      const int panel = col / 64, chunk = (col % 64) / 8, within = (col % 8) * 2;
+      uint8_t* dst = staging + panel * panel_bytes + row * 128 + ((chunk ^ (row & 7)) << 4) + within;
       *reinterpret_cast<uint32_t*>(dst) = pack2(d[4 * j + 2 * i], d[4 * j + 2 * i + 1]);
     }
   }
