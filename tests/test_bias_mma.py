@@ -169,8 +169,9 @@ def test_explain_says_where_the_bias_is_added():
         b = torch.empty(n, k, dtype=BF16, device=META).T  # linear's weight, K-major
         return gemm_ladder.explain(a, b, activation=activation, bias=torch.empty(n, dtype=dtype, device=META)).bias
 
-    assert bias_of(1576, 3072, 1024).startswith("MMA")
-    assert bias_of(1576, 3072, 1024, torch.float32) == "epilogue (a torch.float32 bias, not the operands' torch.bfloat16)"
+    assert bias_of(1023, 2304, 768).startswith("MMA")
+    assert bias_of(1023, 2304, 768, torch.float32) == "epilogue (a torch.float32 bias, not the operands' torch.bfloat16)"
+    assert bias_of(1576, 3072, 1024) == "epilogue (a ping-pong build)"  # the 128-row rule (dispatch/pingpong.py)
     assert bias_of(16, 4096, 4096) == "epilogue (the small-M kernel adds it there)"
     assert bias_of(12608, 4096, 1024, activation="gelu") == "epilogue (a ping-pong build)"
     assert bias_of(1576, 3072, 4096, activation="gelu").startswith("MMA")  # K > 1024: no ping-pong

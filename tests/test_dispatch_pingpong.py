@@ -1,9 +1,11 @@
-"""When the route takes the general kernel's ping-pong build (dispatch/pingpong.py), on meta tensors
-(the H200 assumed): a fused GELU at K <= 1024 and M >= 1000 with enough 64-row tiles takes it, in one
-CTA per cluster, at the width whose wave fill times its measured rate is best; no activation, another
-activation, a long K, too few tiles, a kernel other than the cooperative TMA-store build, the small-M
-table's pick or a transposed output keep the route. explain says which and why (with the ping-pong
-build's grid), and rejects an unknown activation before deciding. CPU only."""
+"""When the route takes the general kernel's ping-pong builds (dispatch/pingpong.py), on meta tensors
+(the H200 assumed). The 128-row rule first: K <= 1024, N a multiple of 192, A and B K-major and at least 1.5
+tiles of 128 x 192 per SM take the 128-row build, whatever the epilogue. Else a fused GELU at K <= 1024 and
+M >= 1000 with enough 64-row tiles takes the 64-row build, in one CTA per cluster, at the width whose wave fill
+times its measured rate is best; no activation, another activation, a long K, too few tiles, a kernel other
+than the cooperative TMA-store build, the small-M table's pick or a transposed output keep the route. explain
+says which and why (with the ping-pong build's grid), and rejects an unknown activation before deciding. CPU
+only."""
 
 from __future__ import annotations
 
@@ -26,8 +28,8 @@ def explained(m: int, n: int, k: int, activation: str | None, *, w_row_major: bo
 @pytest.mark.parametrize("m,n,k,act,bn", [
     (12608, 4096, 1024, "gelu", 256),       # ViT-L fc1: whole waves at 256
     (16384, 4096, 1024, "gelu", 256),       # BERT-large fc1: 192 fills more, but 256's tiles run faster
-    (8192, 3072, 768, "gelu_tanh", 256),    # GPT-2 c_fc
     (1023, 3072, 768, "gelu_tanh", 192),    # 192 tiles of 256 leave 27% of a wave idle; 256 of 192 fill it
+    (4096, 768, 768, "gelu", 192),          # 128 tiles of 128 x 192: too few for the 128-row rule
     (1576, 4096, 1024, "gelu", 192),
 ])
 def test_a_fused_gelu_at_short_k_takes_pingpong(m, n, k, act, bn):
@@ -41,7 +43,7 @@ def test_a_fused_gelu_at_short_k_takes_pingpong(m, n, k, act, bn):
 
 
 @pytest.mark.parametrize("m,n,k,act", [
-    (12608, 3072, 1024, None),      # plain: measured slower than the route (126 vs 120 us)
+    (12608, 4096, 1024, None),      # plain, N not a multiple of 192: the 64-row build measured slower (126 vs 120 us)
     (12608, 4096, 1024, "relu"),    # an activation not measured
     (12608, 4096, 4096, "gelu"),    # long K: the 64-row tile's extra loads cost more than the epilogue
     (1023, 3072, 1088, "gelu"),     # K just past MAX_K
@@ -65,6 +67,39 @@ def test_other_kernels_and_orientations_keep_their_route():
     col = torch.empty(4096, 4096, dtype=BF16, device="meta").T  # column-major (M, N) out
     e = gemm_ladder.explain(x, w.T, out=col, activation="gelu").to_dict()
     assert e["orientation"] != "direct" and "consumer_schedule" not in e["heuristic"]
+
+
+@pytest.mark.parametrize("m,n,k,act", [
+    (12608, 3072, 1024, None),          # ViT-L qkv: 1584 tiles
+    (1576, 3072, 1024, None),           # ViT-L qkv at 1576 rows: 208 tiles, 1.58 a SM
+    (8192, 3072, 768, "gelu_tanh"),     # GPT-2 c_fc: before the 64-row rule, which also holds
+    (1576, 3072, 1024, "silu"),         # any epilogue
+    (6336, 768, 768, None),             # 50 x 4 = 200 tiles >= 1.5 x 132
+])
+def test_the_128_row_rule_takes_the_128_row_build(m, n, k, act):
+    e = explained(m, n, k, act)
+    assert e["kind"] == "general" and e["kernel"]["consumers"] == "ping-pong"
+    assert e["tile"] == [128, 192, 64] and e["cluster"] == 1 and e["split"] == "none"
+    why = e["heuristic"]["consumer_schedule"]
+    assert "128 x 192" in why and f"K = {k}" in why and "dispatch/pingpong.py" in why
+    assert e["plan"]["plan"]["problem"]["schedule"] == "pingpong"
+
+
+@pytest.mark.parametrize("m,n,k", [
+    (6208, 768, 768),       # 49 x 4 = 196 tiles < 198
+    (1576, 3072, 1088),     # K past WIDE_MAX_K
+    (12608, 3136, 1024),    # N not a multiple of 192
+    (1023, 2304, 768),      # 96 tiles: a CTA would hold one, its twin consumer idle
+])
+def test_the_128_row_rule_refuses_outside_its_measurements(m, n, k):
+    e = explained(m, n, k, None)
+    assert e["tile"][0] != 128 or e["kernel"]["consumers"] != "ping-pong"
+    assert "128 x 192" not in str((e["heuristic"] or {}).get("consumer_schedule"))
+
+
+def test_the_128_row_rule_wants_a_k_major_weight():
+    e = explained(12608, 3072, 1024, None, w_row_major=False)  # an MN-major B: the rule's build is K-major only
+    assert e["kernel"]["consumers"] == "cooperative"
 
 
 def test_explain_gives_the_pingpong_builds_grid():

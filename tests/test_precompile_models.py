@@ -56,14 +56,16 @@ def test_each_class_builds_its_epilogues_in_the_orientations_its_routes_take():
     gelu = len([x for x in epilogue_variants("common") if x.activation in pingpong.ACTIVATIONS])
     # N even only (whole 16-byte rows), direct; the one-CTA build where a table ranks it faster than the pair
     # (BN 64: table.json's and the H100's cluster1_k_iter_scale; BN 128-256: their cluster1_one_wave_scale, one
-    # wave); and the ping-pong build's GELU variants at its widths
+    # wave); the 64-row ping-pong build's GELU variants at its widths; the 128-row ping-pong build's every variant
     from gemm_ladder.dispatch.precompile import _one_cta_bns
 
     assert _one_cta_bns() == (256, 192, 128, 64)
-    assert len(large) == len(set(large)) == 2 * len(timed) * v + len(pingpong.WIDTHS) * gelu
+    assert len(large) == len(set(large)) == 2 * len(timed) * v + len(pingpong.WIDTHS) * gelu + v
     assert len([x for x in large if "1 CTA" in x and "ping-pong" not in x]) == 4 * v
     assert not any("swapped" in x or "N odd" in x for x in large)
-    assert {x for x in large if "ping-pong" in x} and all("gelu" in x for x in large if "ping-pong" in x)
+    pp64 = [x for x in large if "BM 64" in x and "ping-pong" in x]
+    assert len(pp64) == len(pingpong.WIDTHS) * gelu and all("gelu" in x for x in pp64)
+    assert len([x for x in large if "BM 128 BN 192 ping-pong" in x]) == v
     unaligned = [b.label for b in epilogue_builds(("bf16",), ("unaligned",))]
     assert len(unaligned) == len(timed) * (v + vt) and any("N odd" in x for x in unaligned)
     small = [b.label for b in epilogue_builds(("fp16",), ("small_m",))]

@@ -82,8 +82,7 @@ def small_m_buckets() -> tuple[int, ...]:
 def general(a_major: str, b_major: str, bn: int, dtype: str = "bf16", cluster: int = 2, bm: int = 128,
             pingpong: bool = False) -> KernelConfig:
     """The general kernel's config reading A ``a_major`` and B ``b_major`` with ``bm`` x ``bn`` tiles
-    (TMA store; BM 128 or 64), in clusters of ``cluster`` CTAs (2: sharing B; 1); ``pingpong`` (BM 64; the 128-row
-    build is not routed):
+    (TMA store; BM 128 or 64), in clusters of ``cluster`` CTAs (2: sharing B; 1); ``pingpong`` (BM 64 or 128):
     two consumers taking the tiles in turn (dispatch/pingpong.py says when the route takes it)."""
     from gemm_ladder.library.gemm import GEMM
 

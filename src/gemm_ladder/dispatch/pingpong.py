@@ -12,8 +12,20 @@ an activation, with ReLU or SiLU (cheap enough to leave exposed), or at K >= 307
 (12608 x 3072 x 1024 plain 126 vs 120; ReLU 179 vs 168; 4096^3 215 vs 190). One CTA per cluster won or
 tied the pair on the GELU shapes; BN 256 and 192 won where each fills the SMs' waves better.
 
-The cost model (dispatch/heuristic.py) has no ping-pong samples yet, so this is a rule, taken from the
-measurements above and stated in ``explain``: a route keeps its choice unless every condition holds.
+The 128-row build (library_gemm(..., bm=128, pingpong=True): each consumer takes a whole 128 x 192 tile, in two
+64-row fragments, while the other stores) holds the 128-row tile's operand reuse and still hides one tile's
+epilogue behind the other's main loop. Measured on an H100 (bench/experiments/pingpong.py --set mid, every build
+forced beside the route and cuBLAS, interleaved: bench/results/2026-12-08_pingpong_mid_h100_9c2285a.json), with
+N a multiple of 192, K <= 1024 and at least 1.5 of its tiles per SM it beat the route with or without an
+epilogue: 12608 x 3072 x 1024 plain 109.6 vs 118.0 us (cuBLAS 116.1), 8192 x 3072 x 768 bias + GELU (tanh) 64.1
+vs 74.7 (the 64-row ping-pong; eager 99.8), 1576 x 3072 x 1024 23.2 vs 25.4 (with a bias 24.4 vs 27.4). It lost
+where a CTA gets about one tile (128 tiles: 1023 x 3072 x 768 + GELU 16.5 vs 15.3, 4096 x 768 x 768 + bias 15.2
+vs 14.3), where N is not a multiple of 192 at two waves (1576 x 4096 x 1024 + GELU 43.3 vs 38.3), and at K >=
+3072 (1000 x 4608 x 3584 62.4 vs 61.1; 12608 x 1024 x 4096 204.7 vs 141.5).
+
+The cost model (dispatch/heuristic.py) has no ping-pong samples yet, so these are rules, taken from the
+measurements above and stated in ``explain``: a route keeps its choice unless every condition of one holds,
+the 128-row rule's tried first (where both hold it was the faster: 64.1 vs 74.7 us above).
 """
 
 from __future__ import annotations
@@ -37,6 +49,11 @@ WIDTHS = (256, 192)
 WIDTH_RATE = {256: 1.0, 192: 0.92}
 #: Rows of a ping-pong tile, and the CTAs per cluster the rule launches.
 TILE_M, CLUSTER = 64, 1
+#: The 128-row rule's tile (rows, columns): any epilogue, K <= :data:`WIDE_MAX_K`, N a multiple of its width, at
+#: least :data:`WIDE_MIN_TILES_PER_SM` tiles per SM (measured in the module docstring; one CTA per cluster).
+WIDE_TILE = (128, 192)
+WIDE_MAX_K = 1024
+WIDE_MIN_TILES_PER_SM = 1.5
 
 
 def tiles(m: int, n: int, bn: int) -> int:
@@ -51,23 +68,29 @@ def wave_fill(m: int, n: int, bn: int, ctas: int) -> float:
 
 
 def pingpong_route(route, activation: str | None):
-    """``route`` with the ping-pong build in place of the cooperative one when the rule holds (module
-    docstring), else ``route`` unchanged. The rule: an activation of :data:`ACTIVATIONS` is fused; the
-    route is a cooperative TMA-store build of the general kernel (128 rows, or 64 rows with one consumer:
-    the measurements above forced both, the 64-row ones with 2 CTAs per cluster), writing the output as it is (not
-    transposed: the swapped epilogue is not measured) and not the small-M table's pick; M >= :data:`MIN_M`;
-    K <= :data:`MAX_K`; at least one 64 x BN tile per SM. Operand and output paths are kept, so the same
-    copies, if any, run. The width is the one of :data:`WIDTHS` built for B's major whose wave fill
-    (:func:`wave_fill`) times its rate (:data:`WIDTH_RATE`) is highest. The result's
-    ``consumer_schedule`` says why."""
+    """``route`` with a ping-pong build in place of the cooperative one when a rule holds (module
+    docstring), else ``route`` unchanged. Both rules take only a route that is a cooperative TMA-store build of
+    the general kernel (128 rows, or 64 rows with one consumer), writing the output as it is (not transposed: the
+    swapped epilogue is not measured) and not the small-M table's pick. The 128-row rule (:func:`wide_route`),
+    tried first: A and B K-major (the builds measured), K <= :data:`WIDE_MAX_K`, N a multiple of 192, at least
+    :data:`WIDE_MIN_TILES_PER_SM` of its 128 x 192 tiles per SM; any epilogue. The 64-row rule: an activation of
+    :data:`ACTIVATIONS` is fused; M >= :data:`MIN_M`; K <= :data:`MAX_K`; at least one 64 x BN tile per SM; the
+    width is the one of :data:`WIDTHS` built for B's major whose wave fill (:func:`wave_fill`) times its rate
+    (:data:`WIDTH_RATE`) is highest. Operand and output paths are kept, so the same copies, if any, run. The
+    result's ``consumer_schedule`` says why."""
     from gemm_ladder.dispatch import kernels as K
 
-    if activation not in ACTIVATIONS or route is None or route.kind != "general":
+    if route is None or route.kind != "general":
         return route
     cfg = route.config
-    if cfg.pingpong or cfg.store != STORE_TMA or route.k > MAX_K or route.m < MIN_M:
+    if cfg.pingpong or cfg.store != STORE_TMA:
         return route
     if route.small_m_table is not None or route.c_path.transposed:  # measured elsewhere; a swapped epilogue
+        return route
+    wide = wide_route(route)
+    if wide is not None:
+        return wide
+    if activation not in ACTIVATIONS or route.k > MAX_K or route.m < MIN_M:
         return route
     sms = route.device.sms
     widths = [bn for bn in WIDTHS if K.general_built(cfg.b_major, bn)]
@@ -86,4 +109,26 @@ def pingpong_route(route, activation: str | None):
     return replace(route, config=config, bn=best, options=options, consumer_schedule=why)
 
 
-__all__ = ["ACTIVATIONS", "CLUSTER", "MAX_K", "MIN_M", "TILE_M", "WIDTHS", "WIDTH_RATE", "pingpong_route", "tiles", "wave_fill"]
+def wide_route(route):
+    """``route`` (a cooperative TMA-store general route, checked by :func:`pingpong_route`) with the 128-row
+    ping-pong build at :data:`WIDE_TILE` when the 128-row rule holds, else None."""
+    from gemm_ladder.dispatch import kernels as K
+
+    bm, bn = WIDE_TILE
+    cfg, sms = route.config, route.device.sms
+    if (cfg.a_major, cfg.b_major) != ("k", "k") or route.k > WIDE_MAX_K or route.n % bn:
+        return None
+    count = ceil_div(route.m, bm) * (route.n // bn)
+    if count < WIDE_MIN_TILES_PER_SM * sms:
+        return None
+    config = K.general("k", "k", bn, cfg.dtype, CLUSTER, bm, pingpong=True)
+    why = (f"ping-pong at {bm} x {bn} (K = {route.k} <= {WIDE_MAX_K}, N a multiple of {bn}, {count} tiles for "
+           f"{sms} SMs, at least {WIDE_MIN_TILES_PER_SM} each): two consumers take whole tiles in turn, one's "
+           "epilogue and store hidden behind the other's main loop (measured faster than the cooperative route "
+           "there: dispatch/pingpong.py)")
+    options = tuple((k, v) for k, v in route.options if k != "split") + (("split", "none"),)
+    return replace(route, config=config, bn=bn, options=options, consumer_schedule=why)
+
+
+__all__ = ["ACTIVATIONS", "CLUSTER", "MAX_K", "MIN_M", "TILE_M", "WIDE_MAX_K", "WIDE_MIN_TILES_PER_SM", "WIDE_TILE",
+           "WIDTHS", "WIDTH_RATE", "pingpong_route", "tiles", "wave_fill", "wide_route"]

@@ -416,7 +416,8 @@ def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CL
       16-byte chunks), the direct orientation (a row-major output); its one-CTA build at the widths where a
       cost table charges one CTA less than the pair (:func:`_one_cta_bns`: every timed width in the shipped tables,
       BN 64 everywhere and BN 128-256 in one wave); and
-      its ping-pong build at dispatch/pingpong.py's widths, for the variants with GELU (the rule's activations);
+      its 64-row ping-pong build at dispatch/pingpong.py's widths, for the variants with GELU (the 64-row rule's
+      activations), and its 128-row ping-pong build at the 128-row rule's tile, for every variant;
     * unaligned: its build for outputs a TMA store cannot write, N even and odd;
     * small_m: the small-M kernel, every bucket, N even and odd, both orientations (M <= 256 direct;
       N <= 256 < M swapped: the caller's output is the kernel's transpose);
@@ -469,9 +470,12 @@ def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CL
             kernels += [(f"general A k B k BM {pingpong.TILE_M} BN {bn} ping-pong 1 CTA",
                          general("k", "k", bn, dtype, pingpong.CLUSTER, pingpong.TILE_M, pingpong=True), (False,), (True,))
                         for bn in pingpong.WIDTHS]
+            bm, bn = pingpong.WIDE_TILE  # the 128-row ping-pong build, any epilogue (dispatch/pingpong.py)
+            kernels.append((f"general A k B k BM {bm} BN {bn} ping-pong 1 CTA",
+                            general("k", "k", bn, dtype, pingpong.CLUSTER, bm, pingpong=True), (False,), (True,)))
         for label, config, swaps, parities in kernels:
             for v in variants:
-                if config.pingpong and v.activation not in pingpong.ACTIVATIONS:
+                if config.pingpong and config.tile[0] == pingpong.TILE_M and v.activation not in pingpong.ACTIVATIONS:
                     continue
                 for swap in swaps:
                     for n_even in (parities if v.has_tensors else (True,)):
