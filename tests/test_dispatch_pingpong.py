@@ -75,6 +75,8 @@ def test_other_kernels_and_orientations_keep_their_route():
     (8192, 3072, 768, "gelu_tanh"),     # GPT-2 c_fc: before the 64-row rule, which also holds
     (1576, 3072, 1024, "silu"),         # any epilogue
     (6336, 768, 768, None),             # 50 x 4 = 200 tiles >= 1.5 x 132
+    (12672, 384, 1024, None),           # 99 x 2 = 198 tiles: exactly 1.5 a SM
+    (1576, 3072, 768, None),            # K at WIDE_MIN_K, M at WIDE_MIN_M
 ])
 def test_the_128_row_rule_takes_the_128_row_build(m, n, k, act):
     e = explained(m, n, k, act)
@@ -88,6 +90,10 @@ def test_the_128_row_rule_takes_the_128_row_build(m, n, k, act):
 @pytest.mark.parametrize("m,n,k", [
     (6208, 768, 768),       # 49 x 4 = 196 tiles < 198
     (1576, 3072, 1088),     # K past WIDE_MAX_K
+    (1576, 3072, 1025),     # K just past it
+    (1576, 3072, 704),      # K short of WIDE_MIN_K (its wins were at 768-1024)
+    (1575, 3072, 1024),     # M short of WIDE_MIN_M (208 tiles all the same)
+    (1024, 50304, 768),     # GPT-2's padded vocabulary at 1024 rows: 2096 tiles, but no such M was measured
     (12608, 3136, 1024),    # N not a multiple of 192
     (1023, 2304, 768),      # 96 tiles: a CTA would hold one, its twin consumer idle
 ])
@@ -100,6 +106,25 @@ def test_the_128_row_rule_refuses_outside_its_measurements(m, n, k):
 def test_the_128_row_rule_wants_a_k_major_weight():
     e = explained(12608, 3072, 1024, None, w_row_major=False)  # an MN-major B: the rule's build is K-major only
     assert e["kernel"]["consumers"] == "cooperative"
+
+
+def test_the_128_row_rule_wants_a_k_major_x():
+    """A column-major x (an MN-major A read in place): the rule's build reads a K-major A only."""
+    x = torch.empty(1024, 1576, dtype=BF16, device="meta").T
+    w = torch.empty(3072, 1024, dtype=BF16, device="meta")
+    e = gemm_ladder.explain(x, w.T).to_dict()
+    assert e["kernel"]["consumers"] == "cooperative" and "consumer_schedule" not in (e["heuristic"] or {})
+
+
+def test_the_route_search_lists_the_128_row_build():
+    """class_configs (what precompile and the AOT set build) holds the build the rule hands a plain call."""
+    from gemm_ladder.dispatch import decide
+    from gemm_ladder.dispatch.route import class_configs
+
+    x = torch.empty(12608, 1024, dtype=BF16, device="meta")
+    w = torch.empty(3072, 1024, dtype=BF16, device="meta")
+    route = decide(x, w.T, torch.empty(12608, 3072, dtype=BF16, device="meta"), given=False)
+    assert route.config.pingpong and route.config in class_configs("large", "bf16", (256, 192, 128, 64), "k", "k")
 
 
 def test_explain_gives_the_pingpong_builds_grid():

@@ -33,8 +33,11 @@ def test_each_class_plans_its_kernels():
     # and the 64-row builds: K-major A and B only, each timed width, both cluster sizes
     rows64 = [lbl for lbl in large if " BM 64 " in lbl]
     assert len(rows64) == 2 * len(timed) and all(lbl.startswith("general A k B k BM 64 ") for lbl in rows64)
-    assert len(large) == 2 * builds + len(rows64) and all(lbl.startswith("general") and lbl.endswith("bf16") for lbl in large)
-    assert len(set(large)) == len(large) and sum(" 1 CTA " in lbl for lbl in large) == builds + len(timed)
+    # and the 128-row ping-pong build the 128-row rule routes any call to (dispatch/pingpong.py)
+    pp = [lbl for lbl in large if "ping-pong" in lbl]
+    assert pp == ["general A k B k BN 192 ping-pong 1 CTA bf16"]
+    assert len(large) == 2 * builds + len(rows64) + 1 and all(lbl.startswith("general") and lbl.endswith("bf16") for lbl in large)
+    assert len(set(large)) == len(large) and sum(" 1 CTA " in lbl for lbl in large) == builds + len(timed) + 1
     assert {int(lbl.split(" BN ")[1].split()[0]) for lbl in large} == set(timed)
     assert {"general A k B k BN 256 bf16", "general A mn B mn BN 128 bf16"} <= set(large)
     small = labels(("bf16",), ("small_m",))

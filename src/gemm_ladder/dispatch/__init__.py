@@ -124,7 +124,7 @@ def decide(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, given: bool, de
                                     f"this call yet ({reasons}); use the input dtype")
         raise OutsideDomainError(f"no library kernel computes this call: {reasons}")
     ping = pingpong_route(route, activation)
-    if ping is not route:  # the ping-pong rule's build (a fused epilogue the autotune does not time)
+    if ping is not route:  # a ping-pong rule's build, which the autotune does not time (dispatch/pingpong.py)
         route = ping
     elif autotune.enabled():
         with _tune_lock:  # one timing at a time; a thread that waited finds the route the other kept

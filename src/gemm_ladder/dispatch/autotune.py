@@ -29,7 +29,8 @@ base residue mod 16), through the same Python launch path for every candidate, i
 the L2 and would be allocated in the user's process). A timing that fails (out of memory for the
 scratch, say) leaves the signature on the model's choice (``explain`` says why; timed again only once the
 route cache drops it). A fused epilogue is not in the timing; a call
-whose epilogue takes the ping-pong build (dispatch/pingpong.py) keeps that rule's choice, untimed.
+a ping-pong rule takes (dispatch/pingpong.py: the 128-row rule any call, plain ones too; the 64-row rule a fused GELU)
+keeps that rule's choice, untimed.
 Not tuned (the model's choice runs, and is not kept as the signature's tuned route): meta tensors
 (nothing to time), a stream capturing a CUDA graph (no synchronisation allowed), ``explain`` (which
 launches nothing: it lists the candidates the first call will time), the small-M kernel's routes (its

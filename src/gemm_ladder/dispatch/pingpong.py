@@ -1,4 +1,4 @@
-"""When a fused call runs the ping-pong build of the general kernel instead of the cooperative route.
+"""When a call runs a ping-pong build of the general kernel instead of the cooperative route.
 
 The ping-pong build (library_gemm(..., bm=64, pingpong=True): two consumer warpgroups take 64-row
 tiles in turn, one running its epilogue and stores while the other computes) hides a heavy epilogue
@@ -21,7 +21,9 @@ epilogue: 12608 x 3072 x 1024 plain 109.6 vs 118.0 us (cuBLAS 116.1), 8192 x 307
 vs 74.7 (the 64-row ping-pong; eager 99.8), 1576 x 3072 x 1024 23.2 vs 25.4 (with a bias 24.4 vs 27.4). It lost
 where a CTA gets about one tile (128 tiles: 1023 x 3072 x 768 + GELU 16.5 vs 15.3, 4096 x 768 x 768 + bias 15.2
 vs 14.3), where N is not a multiple of 192 at two waves (1576 x 4096 x 1024 + GELU 43.3 vs 38.3), and at K >=
-3072 (1000 x 4608 x 3584 62.4 vs 61.1; 12608 x 1024 x 4096 204.7 vs 141.5).
+3072 (1000 x 4608 x 3584 62.4 vs 61.1; 12608 x 1024 x 4096 204.7 vs 141.5). Not measured: an epilogue with a
+residual (its build spills 152 bytes there with bias + GELU (tanh), ptxas; the cooperative 128 x 192 build's 64-84),
+which the rule takes all the same, since the route is decided before the epilogue is known.
 
 The cost model (dispatch/heuristic.py) has no ping-pong samples yet, so these are rules, taken from the
 measurements above and stated in ``explain``: a route keeps its choice unless every condition of one holds,
@@ -49,10 +51,12 @@ WIDTHS = (256, 192)
 WIDTH_RATE = {256: 1.0, 192: 0.92}
 #: Rows of a ping-pong tile, and the CTAs per cluster the rule launches.
 TILE_M, CLUSTER = 64, 1
-#: The 128-row rule's tile (rows, columns): any epilogue, K <= :data:`WIDE_MAX_K`, N a multiple of its width, at
-#: least :data:`WIDE_MIN_TILES_PER_SM` tiles per SM (measured in the module docstring; one CTA per cluster).
+#: The 128-row rule's tile (rows, columns): any epilogue, :data:`WIDE_MIN_K` <= K <= :data:`WIDE_MAX_K`, M >=
+#: :data:`WIDE_MIN_M`, N a multiple of its width, at least :data:`WIDE_MIN_TILES_PER_SM` tiles per SM (the
+#: measurements in the module docstring: its wins were at K 768-1024 and M 1576-12608; one CTA per cluster).
 WIDE_TILE = (128, 192)
-WIDE_MAX_K = 1024
+WIDE_MIN_K, WIDE_MAX_K = 768, 1024
+WIDE_MIN_M = 1576
 WIDE_MIN_TILES_PER_SM = 1.5
 
 
@@ -72,7 +76,8 @@ def pingpong_route(route, activation: str | None):
     docstring), else ``route`` unchanged. Both rules take only a route that is a cooperative TMA-store build of
     the general kernel (128 rows, or 64 rows with one consumer), writing the output as it is (not transposed: the
     swapped epilogue is not measured) and not the small-M table's pick. The 128-row rule (:func:`wide_route`),
-    tried first: A and B K-major (the builds measured), K <= :data:`WIDE_MAX_K`, N a multiple of 192, at least
+    tried first: A and B K-major (the builds measured), :data:`WIDE_MIN_K` <= K <= :data:`WIDE_MAX_K`, M >=
+    :data:`WIDE_MIN_M`, N a multiple of 192, at least
     :data:`WIDE_MIN_TILES_PER_SM` of its 128 x 192 tiles per SM; any epilogue. The 64-row rule: an activation of
     :data:`ACTIVATIONS` is fused; M >= :data:`MIN_M`; K <= :data:`MAX_K`; at least one 64 x BN tile per SM; the
     width is the one of :data:`WIDTHS` built for B's major whose wave fill (:func:`wave_fill`) times its rate
@@ -116,13 +121,16 @@ def wide_route(route):
 
     bm, bn = WIDE_TILE
     cfg, sms = route.config, route.device.sms
-    if (cfg.a_major, cfg.b_major) != ("k", "k") or route.k > WIDE_MAX_K or route.n % bn:
+    if (cfg.a_major, cfg.b_major) != ("k", "k") or not WIDE_MIN_K <= route.k <= WIDE_MAX_K or route.n % bn:
+        return None
+    if route.m < WIDE_MIN_M:
         return None
     count = ceil_div(route.m, bm) * (route.n // bn)
     if count < WIDE_MIN_TILES_PER_SM * sms:
         return None
     config = K.general("k", "k", bn, cfg.dtype, CLUSTER, bm, pingpong=True)
-    why = (f"ping-pong at {bm} x {bn} (K = {route.k} <= {WIDE_MAX_K}, N a multiple of {bn}, {count} tiles for "
+    why = (f"ping-pong at {bm} x {bn} (K = {route.k} in [{WIDE_MIN_K}, {WIDE_MAX_K}], M = {route.m} >= {WIDE_MIN_M}, "
+           f"N a multiple of {bn}, {count} tiles for "
            f"{sms} SMs, at least {WIDE_MIN_TILES_PER_SM} each): two consumers take whole tiles in turn, one's "
            "epilogue and store hidden behind the other's main loop (measured faster than the cooperative route "
            "there: dispatch/pingpong.py)")
@@ -130,5 +138,6 @@ def wide_route(route):
     return replace(route, config=config, bn=bn, options=options, consumer_schedule=why)
 
 
-__all__ = ["ACTIVATIONS", "CLUSTER", "MAX_K", "MIN_M", "TILE_M", "WIDE_MAX_K", "WIDE_MIN_TILES_PER_SM", "WIDE_TILE",
+__all__ = ["ACTIVATIONS", "CLUSTER", "MAX_K", "MIN_M", "TILE_M", "WIDE_MAX_K", "WIDE_MIN_K", "WIDE_MIN_M",
+           "WIDE_MIN_TILES_PER_SM", "WIDE_TILE",
            "WIDTHS", "WIDTH_RATE", "pingpong_route", "tiles", "wave_fill", "wide_route"]
