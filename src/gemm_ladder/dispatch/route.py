@@ -471,7 +471,8 @@ def class_configs(shape_class: str, dtype: str, bns: tuple[int, ...], a_major: s
                   b_major: str | None = None) -> list[KernelConfig]:
     """Every build the search above reaches for calls of ``shape_class`` on ``dtype`` inputs, made by the
     same constructors it uses (:func:`_general_at`, :func:`_small_m_at`): per operand order (each of
-    A's and B's majors, or the one given), the general kernel's TMA-store build ("large") or its
+    A's and B's majors, or the one given), the general kernel's TMA-store build ("large"; with A and B K-major,
+    its 128-row ping-pong build too, which dispatch/pingpong.py's 128-row rule hands a call) or its
     register-store build ("unaligned": outputs a TMA store cannot write; "fp32_out": its float32
     output) in each tile width of ``bns``, its quantized (e4m3) build in each of them that is whole scale
     blocks ("quantized_out"), and the small-M kernel in every bucket ("small_m"; its float32 output for
