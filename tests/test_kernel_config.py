@@ -80,9 +80,11 @@ def test_the_routes_configs_per_class_are_what_precompile_builds():
     bns = (256, 128)
     large = class_configs("large", "bf16", bns)
     # 4 operand orders x 2 widths, each in 2-CTA clusters and with one CTA per cluster, with 128-row tiles;
-    # and the 64-row builds of K-major A and B (the route offers them there only), 2 widths x 2 cluster sizes
-    assert len(large) == 4 * 2 * 2 + 2 * 2 and all(c.family == "sm90_gemm" and c.store == "tma" for c in large)
-    assert sorted(c.cluster for c in large) == [1] * 10 + [2] * 10
+    # and the 64-row builds of K-major A and B (the route offers them there only), 2 widths x 2 cluster sizes;
+    # and the 128-row ping-pong build at 128 x 192 (K-major A and B, one CTA: dispatch/pingpong.py's 128-row rule)
+    assert len(large) == 4 * 2 * 2 + 2 * 2 + 1 and all(c.family == "sm90_gemm" and c.store == "tma" for c in large)
+    assert [(c.a_major, c.b_major, c.tile[:2], c.cluster) for c in large if c.pingpong] == [("k", "k", (128, 192), 1)]
+    assert sorted(c.cluster for c in large) == [1] * 11 + [2] * 10
     assert sorted((c.a_major, c.b_major) for c in large if c.tile[0] == 64) == [("k", "k")] * 4
     fp32 = class_configs("fp32_out", "bf16", bns)
     assert all(c.out_fp32 for c in fp32) and {c.family for c in fp32} == {"sm90_gemm", "sm90_gemm_small_m"}
