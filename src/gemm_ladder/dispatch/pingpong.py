@@ -108,17 +108,12 @@ def pingpong_route(route, activation: str | None):
            f"{count} tiles of {TILE_M} x {best} for {sms} SMs): "
            "two consumers take the tiles in turn, one's epilogue hidden behind the other's main loop "
            "(measured faster than the cooperative route there: dispatch/pingpong.py)")
-    options = tuple((k, v) for k, v in route.options if k != "split") + (("split", "none"),)
-    # The cost model's candidates ranked cooperative builds: kept for explain's record, not as the choice
-    # (explain's grid and the plan are the ping-pong build's).
-    return replace(route, config=config, bn=best, options=options, consumer_schedule=why)
+    return _taken(route, config, best, why)
 
 
 def wide_route(route):
     """``route`` (a cooperative TMA-store general route, checked by :func:`pingpong_route`) with the 128-row
     ping-pong build at :data:`WIDE_TILE` when the 128-row rule holds, else None."""
-    from gemm_ladder.dispatch import kernels as K
-
     bm, bn = WIDE_TILE
     cfg, sms = route.config, route.device.sms
     if (cfg.a_major, cfg.b_major) != ("k", "k") or not WIDE_MIN_K <= route.k <= WIDE_MAX_K or route.n % bn:
@@ -128,16 +123,31 @@ def wide_route(route):
     count = ceil_div(route.m, bm) * (route.n // bn)
     if count < WIDE_MIN_TILES_PER_SM * sms:
         return None
-    config = K.general("k", "k", bn, cfg.dtype, CLUSTER, bm, pingpong=True)
     why = (f"ping-pong at {bm} x {bn} (K = {route.k} in [{WIDE_MIN_K}, {WIDE_MAX_K}], M = {route.m} >= {WIDE_MIN_M}, "
            f"N a multiple of {bn}, {count} tiles for "
            f"{sms} SMs, at least {WIDE_MIN_TILES_PER_SM} each): two consumers take whole tiles in turn, one's "
            "epilogue and store hidden behind the other's main loop (measured faster than the cooperative route "
            "there: dispatch/pingpong.py)")
+    return _taken(route, wide_config(cfg.dtype), bn, why)
+
+
+def wide_config(dtype: str):
+    """The 128-row rule's build for ``dtype``: the general kernel's 128-row ping-pong build at :data:`WIDE_TILE`, A
+    and B K-major, one CTA per cluster (what the rule routes to, and what precompile and the route search list)."""
+    from gemm_ladder.dispatch import kernels as K
+
+    bm, bn = WIDE_TILE
+    return K.general("k", "k", bn, dtype, CLUSTER, bm, pingpong=True)
+
+
+def _taken(route, config, bn: int, why: str):
+    """``route`` running the ping-pong build ``config`` (tile width ``bn``), unsplit, ``why`` its consumer_schedule."""
     options = tuple((k, v) for k, v in route.options if k != "split") + (("split", "none"),)
+    # The cost model's candidates ranked cooperative builds: kept for explain's record, not as the choice
+    # (explain's grid and the plan are the ping-pong build's).
     return replace(route, config=config, bn=bn, options=options, consumer_schedule=why)
 
 
 __all__ = ["ACTIVATIONS", "CLUSTER", "MAX_K", "MIN_M", "TILE_M", "WIDE_MAX_K", "WIDE_MIN_K", "WIDE_MIN_M",
            "WIDE_MIN_TILES_PER_SM", "WIDE_TILE",
-           "WIDTHS", "WIDTH_RATE", "pingpong_route", "tiles", "wave_fill", "wide_route"]
+           "WIDTHS", "WIDTH_RATE", "pingpong_route", "tiles", "wave_fill", "wide_config", "wide_route"]

@@ -471,8 +471,8 @@ def epilogue_builds(dtypes: tuple[str, ...] = ("bf16", "fp16"), classes=tuple(CL
                          general("k", "k", bn, dtype, pingpong.CLUSTER, pingpong.TILE_M, pingpong=True), (False,), (True,))
                         for bn in pingpong.WIDTHS]
             bm, bn = pingpong.WIDE_TILE  # the 128-row ping-pong build, any epilogue (dispatch/pingpong.py)
-            kernels.append((f"general A k B k BM {bm} BN {bn} ping-pong 1 CTA",
-                            general("k", "k", bn, dtype, pingpong.CLUSTER, bm, pingpong=True), (False,), (True,)))
+            kernels.append((f"general A k B k BM {bm} BN {bn} ping-pong 1 CTA", pingpong.wide_config(dtype), (False,),
+                            (True,)))
         for label, config, swaps, parities in kernels:
             for v in variants:
                 if config.pingpong and config.tile[0] == pingpong.TILE_M and v.activation not in pingpong.ACTIVATIONS:

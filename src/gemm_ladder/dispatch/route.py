@@ -44,7 +44,7 @@ import torch
 from gemm_ladder.contract import dtype_name
 from gemm_ladder.dispatch import kernels as K
 from gemm_ladder.dispatch.heuristic import CLUSTER, CLUSTER1_SPLITS, Candidate, CostModel, rank
-from gemm_ladder.dispatch.pingpong import CLUSTER as PINGPONG_CLUSTER, WIDE_TILE
+from gemm_ladder.dispatch.pingpong import wide_config
 from gemm_ladder.dispatch.small_m_tiles import (BM64_CLUSTER, BM64_TILE_M, ONE_TILE, WORDS, TilesChoice, TilesRule,
                                                 one_tile_bn)
 from gemm_ladder.library.kernel import KernelConfig, Operands
@@ -490,7 +490,7 @@ def class_configs(shape_class: str, dtype: str, bns: tuple[int, ...], a_major: s
                 out += [c for bn in bns for cl in K.general_clusters() for tm in K.general_tile_ms()
                         if (c := _general_at(am, bm, bn, tma, dtype, cl, tm)) is not None]
                 if (am, bm) == ("k", "k"):  # the 128-row ping-pong build, any call (dispatch/pingpong.py's 128-row rule)
-                    out.append(K.general(am, bm, WIDE_TILE[1], dtype, PINGPONG_CLUSTER, WIDE_TILE[0], pingpong=True))
+                    out.append(wide_config(dtype))
             if shape_class in ("unaligned", "fp32_out"):
                 path = fp32 if shape_class == "fp32_out" else registers
                 out += [c for bn in bns if (c := _general_at(am, bm, bn, path, dtype)) is not None]
